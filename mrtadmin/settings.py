@@ -1,0 +1,217 @@
+"""Settings for the Merritt queue console, all taken from the environment.
+
+Every variable has a local default so that a fresh checkout runs on one machine with its own
+ZooKeeper, storage, inventory and mail under ``MRT_VAR_DIR``. Secrets may come from a file named
+by ``<NAME>_FILE`` so that they never have to sit in the process environment.
+"""
+
+import os
+import secrets
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env(name: str, default: str = "") -> str:
+    """Read ``name`` from the environment, or from the file named by ``name_FILE``."""
+    file_name = os.environ.get(f"{name}_FILE")
+    if file_name:
+        return Path(file_name).read_text(encoding="utf-8").strip()
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = env(name, "1" if default else "0").strip().lower()
+    return value in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = env(name, str(default)).strip()
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name} must be an integer, got {value!r}") from exc
+
+
+def env_float(name: str, default: float) -> float:
+    value = env(name, str(default)).strip()
+    try:
+        return float(value)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name} must be a number, got {value!r}") from exc
+
+
+# Everything written locally (ZooKeeper data, working folders, storage, mail, SQLite) lives here.
+MRT_VAR_DIR = Path(env("MRT_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+MRT_VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """Use DJANGO_SECRET_KEY, else a random key kept under MRT_VAR_DIR so sessions survive."""
+    configured = env("DJANGO_SECRET_KEY")
+    if configured:
+        return configured
+    key_file = MRT_VAR_DIR / "secret_key"
+    if not key_file.exists():
+        key_file.write_text(secrets.token_urlsafe(50), encoding="utf-8")
+        key_file.chmod(0o600)
+    return key_file.read_text(encoding="utf-8").strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in env("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
+    if h.strip()
+]
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in env("DJANGO_CSRF_TRUSTED_ORIGINS").split(",") if o.strip()
+]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "channels",
+    "queues",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+# Single sign-on: Merritt's load balancer authenticates and passes the user name in a header.
+# Only enable this behind a proxy that strips the header from client requests.
+MRT_SSO_HEADER = env("MRT_SSO_HEADER")
+if MRT_SSO_HEADER:
+    MIDDLEWARE.insert(
+        MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+        "queues.auth.TrustedHeaderMiddleware",
+    )
+    AUTHENTICATION_BACKENDS = [
+        "queues.auth.TrustedHeaderBackend",
+        "django.contrib.auth.backends.ModelBackend",
+    ]
+
+ROOT_URLCONF = "mrtadmin.urls"
+ASGI_APPLICATION = "mrtadmin.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": Path(env("MRT_DATABASE_PATH", str(MRT_VAR_DIR / "console.sqlite3"))),
+        "OPTIONS": {"timeout": 20},
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "overview"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env("TZ", "America/Los_Angeles")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+# Channels: the in-memory layer serves one web process; Redis lets several share events.
+REDIS_URL = env("REDIS_URL")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# ZooKeeper. Empty ZK_HOSTS means: run the project's own ZooKeeper on loopback.
+ZK_HOSTS = env("ZK_HOSTS")
+ZK_LOCAL_PORT = env_int("ZK_LOCAL_PORT", 2191)
+ZK_TIMEOUT = env_float("ZK_TIMEOUT", 10.0)
+ZK_LOCK_STALE_SECONDS = env_int("ZK_LOCK_STALE_SECONDS", 6 * 3600)
+
+# Outside services. Empty URL means the local default that works on one machine.
+MRT_PROFILES_DIR = Path(env("MRT_PROFILES_DIR", str(BASE_DIR / "profiles")))
+MRT_WORK_DIR = Path(env("MRT_WORK_DIR", str(MRT_VAR_DIR / "work")))
+MRT_STORAGE_URL = env("MRT_STORAGE_URL")
+MRT_STORAGE_NODE = env("MRT_STORAGE_NODE", "9501")
+MRT_STORAGE_ROOT = Path(env("MRT_STORAGE_ROOT", str(MRT_VAR_DIR / "storage")))
+MRT_INVENTORY_URL = env("MRT_INVENTORY_URL")
+MRT_EZID_URL = env("MRT_EZID_URL")
+MRT_EZID_USER = env("MRT_EZID_USER")
+MRT_EZID_PASSWORD = env("MRT_EZID_PASSWORD")
+MRT_DOWNLOADS_DIR = Path(env("MRT_DOWNLOADS_DIR", str(MRT_VAR_DIR / "downloads")))
+MRT_CONSOLE_URL = env("MRT_CONSOLE_URL", "http://127.0.0.1:8000")
+MRT_HTTP_TIMEOUT = env_float("MRT_HTTP_TIMEOUT", 30.0)
+MRT_DOWNLOAD_RETRIES = env_int("MRT_DOWNLOAD_RETRIES", 3)
+MRT_DOWNLOAD_THREADS = env_int("MRT_DOWNLOAD_THREADS", 4)
+MRT_PROVISION_HIGH_WATER = env_float("MRT_PROVISION_HIGH_WATER", 0.70)
+MRT_LARGE_JOB_BYTES = env_int("MRT_LARGE_JOB_BYTES", 10 * 1024**3)
+
+# Mail: SMTP when EMAIL_HOST is set, else files under MRT_VAR_DIR/mail the console can show.
+EMAIL_HOST = env("EMAIL_HOST")
+if EMAIL_HOST:
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_PORT = env_int("EMAIL_PORT", 25)
+    EMAIL_HOST_USER = env("EMAIL_HOST_USER")
+    EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
+    EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    EMAIL_FILE_PATH = MRT_VAR_DIR / "mail"
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "merritt-queue@localhost")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
+    "loggers": {"kazoo": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+}

@@ -1,0 +1,3 @@
+"""Websocket routes of the live console."""
+
+websocket_urlpatterns: list = []

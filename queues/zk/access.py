@@ -1,0 +1,164 @@
+"""Access requests: the small and large queues of object assembly requests."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from queues.states import ACCESS
+
+from . import paths
+from .batches import simple_status
+from .codecs import decode_json, encode_json
+from .errors import Conflict, ItemLocked, MalformedNode, NotFound
+from .locks import lock_create, lock_release
+from .nodes import children, commit, exists_many, lock_info, read_many, stamp
+from .records import AccessRequest, Broken, Status
+
+
+def access_create(zk: KazooClient, *, queue: str, token: dict[str, Any]) -> AccessRequest:
+    paths.access_queue(queue)
+    created = zk.create(f"{paths.ACCESS}/{queue}/qid", b"", sequence=True)
+    qid = posixpath.basename(created)
+    txn = zk.transaction()
+    txn.create(paths.access_node(queue, qid, "token"), encode_json(token))
+    txn.create(paths.access_node(queue, qid, "status"), encode_json(simple_status("Pending")))
+    try:
+        commit(txn, what=f"create access request in {queue}")
+    except BaseException:
+        zk.delete(created)
+        raise
+    return access_load(zk, queue, qid)
+
+
+def _decode(queue: str, qid: str, reads: dict, stats: dict) -> AccessRequest:
+    def node(name: str) -> str:
+        return paths.access_node(queue, qid, name)
+
+    if stats[paths.access(queue, qid)] is None:
+        raise NotFound(f"access request {queue}/{qid} does not exist")
+    if reads[node("status")] is None or reads[node("token")] is None:
+        raise NotFound(f"access request {queue}/{qid} is incomplete")
+    status_data, status_stat = reads[node("status")]
+    return AccessRequest(
+        queue=queue,
+        qid=qid,
+        token=decode_json(node("token"), reads[node("token")][0]),
+        status=Status(
+            raw=decode_json(node("status"), status_data),
+            version=status_stat.version,
+            mtime=stamp(status_stat.mtime),
+        ),
+        created=stamp(stats[paths.access(queue, qid)].ctime),
+        lock=lock_info(stats[node("lock")]),
+    )
+
+
+def accesses_load(zk: KazooClient, queue: str, qids: Sequence[str]) -> list[AccessRequest | Broken]:
+    paths.access_queue(queue)
+    for qid in qids:
+        paths.qid(qid)
+    reads = read_many(
+        zk, [paths.access_node(queue, q, n) for q in qids for n in ("token", "status")]
+    )
+    stats = exists_many(
+        zk, [p for q in qids for p in (paths.access(queue, q), paths.access_node(queue, q, "lock"))]
+    )
+    result: list[AccessRequest | Broken] = []
+    for qid in qids:
+        try:
+            result.append(_decode(queue, qid, reads, stats))
+        except NotFound:
+            continue
+        except MalformedNode as exc:
+            result.append(Broken("access", qid, exc.path, exc.reason))
+    return result
+
+
+def access_load(zk: KazooClient, queue: str, qid: str) -> AccessRequest:
+    found = accesses_load(zk, queue, [qid])
+    if not found:
+        raise NotFound(f"access request {queue}/{qid} does not exist")
+    item = found[0]
+    if isinstance(item, Broken):
+        raise MalformedNode(item.path, item.reason)
+    return item
+
+
+def access_ids(zk: KazooClient, queue: str) -> list[str]:
+    paths.access_queue(queue)
+    return sorted(n for n in children(zk, f"{paths.ACCESS}/{queue}") if paths.QID_RE.fullmatch(n))
+
+
+def access_transition(
+    zk: KazooClient, item: AccessRequest, new_state: str, *, message: str = "", admin: bool = False
+) -> AccessRequest:
+    if new_state == "Deleted":
+        raise ValueError("use access_delete to delete an access request")
+    ACCESS.check(item.state, new_state, admin=admin)
+    raw = simple_status(new_state, message, item.status.raw)
+    txn = zk.transaction()
+    txn.set_data(
+        paths.access_node(item.queue, item.qid, "status"),
+        encode_json(raw),
+        version=item.status.version,
+    )
+    try:
+        commit(txn, what=f"move {item.qid} from {item.state} to {new_state}")
+    except Conflict:
+        current = access_load(zk, item.queue, item.qid)
+        if current.status.raw == raw:
+            return current
+        raise
+    return replace(
+        item,
+        status=Status(raw=raw, version=item.status.version + 1, mtime=datetime.now().astimezone()),
+    )
+
+
+def access_set_token(zk: KazooClient, item: AccessRequest, token: dict[str, Any]) -> AccessRequest:
+    zk.set(paths.access_node(item.queue, item.qid, "token"), encode_json(token))
+    return replace(item, token=token)
+
+
+def access_delete(zk: KazooClient, item: AccessRequest) -> None:
+    ACCESS.check(item.state, "Deleted", admin=True)
+    base = paths.access(item.queue, item.qid)
+    if zk.exists(f"{base}/lock") is not None:
+        raise ItemLocked(f"access request {item.qid} is locked by a running consumer")
+    txn = zk.transaction()
+    for kid in children(zk, base):
+        if kid == "status":
+            txn.delete(f"{base}/status", version=item.status.version)
+        else:
+            txn.delete(f"{base}/{kid}")
+    txn.delete(base)
+    commit(txn, what=f"delete {item.qid}")
+
+
+def access_acquire(zk: KazooClient, queue: str, state: str = "Pending") -> AccessRequest | None:
+    for item in accesses_load(zk, queue, access_ids(zk, queue)):
+        if isinstance(item, Broken) or item.state != state or item.lock is not None:
+            continue
+        lock_path = paths.access_node(queue, item.qid, "lock")
+        if not lock_create(zk, lock_path):
+            continue
+        try:
+            fresh = access_load(zk, queue, item.qid)
+        except (NotFound, MalformedNode):
+            lock_release(zk, lock_path)
+            continue
+        if fresh.state != state:
+            lock_release(zk, lock_path)
+            continue
+        return fresh
+    return None
+
+
+def access_unlock(zk: KazooClient, item: AccessRequest) -> None:
+    lock_release(zk, paths.access_node(item.queue, item.qid, "lock"))

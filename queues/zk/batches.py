@@ -1,0 +1,319 @@
+"""Batches: creation, loading, status moves, the job index, reports, locks and deletion."""
+
+from __future__ import annotations
+
+import posixpath
+import uuid as uuidlib
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from queues.states import BATCH, BATCH_INDEX_FOLDERS
+
+from . import paths
+from .codecs import decode_json, encode_json, now_stamp
+from .errors import Conflict, ItemLocked, MalformedNode, NotFound
+from .jobs import job_load, job_remove
+from .locks import lock_create, lock_release
+from .nodes import children, children_many, commit, exists_many, lock_info, read_many, stamp
+from .records import Batch, Broken, Status
+
+BATCH_NODES = ("submission", "status", "status-report")
+REPORT_HISTORY = 20
+
+
+def simple_status(state: str, message: str = "", old: dict[str, Any] | None = None) -> dict:
+    """Status JSON of batches and access requests: {status, last_modified, message}."""
+    raw = dict(old or {})
+    raw["status"] = state
+    raw["last_modified"] = now_stamp()
+    raw["message"] = message
+    return raw
+
+
+def batch_create(zk: KazooClient, *, submission: dict[str, Any]) -> Batch:
+    """Create a Pending batch with its submission, status and uuid index entry.
+
+    ``submission["batchID"]`` is the batch UUID; one is generated when absent.
+    """
+    submission = dict(submission)
+    batch_uuid = paths.batch_uuid(str(submission.setdefault("batchID", str(uuidlib.uuid4()))))
+    created = zk.create(f"{paths.BATCHES}/bid", b"", sequence=True)
+    bid = posixpath.basename(created)
+    txn = zk.transaction()
+    txn.create(paths.batch_node(bid, "submission"), encode_json(submission))
+    txn.create(paths.batch_node(bid, "status"), encode_json(simple_status("Pending")))
+    txn.create(paths.uuid_entry(batch_uuid), bid.encode())
+    try:
+        commit(txn, what="create batch")
+    except BaseException:
+        zk.delete(created)
+        raise
+    return batch_load(zk, bid)
+
+
+def _decode(bid: str, reads: dict[str, Any], stats: dict[str, Any]) -> Batch:
+    def node(name: str) -> str:
+        return paths.batch_node(bid, name)
+
+    batch_stat = stats[paths.batch(bid)]
+    if batch_stat is None:
+        raise NotFound(f"batch {bid} does not exist")
+    if reads[node("status")] is None or reads[node("submission")] is None:
+        raise NotFound(f"batch {bid} is incomplete: its status or submission is missing")
+    status_data, status_stat = reads[node("status")]
+    problems: dict[str, str] = {}
+    report = None
+    if reads[node("status-report")] is not None:
+        try:
+            report = decode_json(node("status-report"), reads[node("status-report")][0])
+        except MalformedNode as exc:
+            problems[exc.path] = exc.reason
+    return Batch(
+        bid=bid,
+        submission=decode_json(node("submission"), reads[node("submission")][0]),
+        status=Status(
+            raw=decode_json(node("status"), status_data),
+            version=status_stat.version,
+            mtime=stamp(status_stat.mtime),
+        ),
+        created=stamp(batch_stat.ctime),
+        started=stats[node("states")] is not None,
+        report=report,
+        lock=lock_info(stats[node("lock")]),
+        problems=problems,
+    )
+
+
+def batches_load(zk: KazooClient, bids: Sequence[str]) -> list[Batch | Broken]:
+    """Load many batches in one pipelined round trip; skip missing or half-created ones."""
+    for bid in bids:
+        paths.bid(bid)
+    reads = read_many(zk, [paths.batch_node(b, n) for b in bids for n in BATCH_NODES])
+    stats = exists_many(
+        zk,
+        [
+            p
+            for b in bids
+            for p in (paths.batch(b), paths.batch_node(b, "states"), paths.batch_node(b, "lock"))
+        ],
+    )
+    result: list[Batch | Broken] = []
+    for bid in bids:
+        try:
+            result.append(_decode(bid, reads, stats))
+        except NotFound:
+            continue
+        except MalformedNode as exc:
+            result.append(Broken("batch", bid, exc.path, exc.reason))
+    return result
+
+
+def batch_load(zk: KazooClient, bid: str) -> Batch:
+    paths.bid(bid)
+    reads = read_many(zk, [paths.batch_node(bid, n) for n in BATCH_NODES])
+    stats = exists_many(
+        zk, [paths.batch(bid), paths.batch_node(bid, "states"), paths.batch_node(bid, "lock")]
+    )
+    return _decode(bid, reads, stats)
+
+
+def batch_ids(zk: KazooClient) -> list[str]:
+    """Every batch ID, oldest first."""
+    return sorted(n for n in children(zk, paths.BATCHES) if paths.BID_RE.fullmatch(n))
+
+
+def batch_id_for_uuid(zk: KazooClient, batch_uuid: str) -> str:
+    path = paths.uuid_entry(batch_uuid)
+    try:
+        data, _ = zk.get(path)
+    except NoNodeError as exc:
+        raise NotFound(f"no batch has UUID {batch_uuid}") from exc
+    return data.decode("utf-8", errors="replace").strip()
+
+
+def batch_states(zk: KazooClient, bids: Sequence[str]) -> dict[str, str]:
+    """The status name of each batch (pipelined); unreadable ones are left out."""
+    reads = read_many(zk, [paths.batch_node(b, "status") for b in bids])
+    result = {}
+    for bid in bids:
+        read = reads[paths.batch_node(bid, "status")]
+        if read is None:
+            continue
+        try:
+            result[bid] = str(decode_json(paths.batch_node(bid, "status"), read[0]).get("status"))
+        except MalformedNode:
+            continue
+    return result
+
+
+def batch_job_ids(zk: KazooClient, bid: str) -> dict[str, list[str]]:
+    """The batch's job index: folder name -> sorted job IDs."""
+    found = children_many(zk, [paths.batch_index(bid, f) for f in BATCH_INDEX_FOLDERS])
+    return {
+        f: sorted(j for j in (found[paths.batch_index(bid, f)] or []) if paths.JID_RE.fullmatch(j))
+        for f in BATCH_INDEX_FOLDERS
+    }
+
+
+def batch_is_complete(zk: KazooClient, bid: str) -> bool:
+    """A started batch is complete when its batch-processing folder exists and is empty."""
+    try:
+        return not zk.get_children(paths.batch_index(bid, "batch-processing"))
+    except NoNodeError:
+        return False
+
+
+def batch_transition(
+    zk: KazooClient, batch: Batch, new_state: str, *, message: str = "", admin: bool = False
+) -> Batch:
+    """Write the batch's new status, checked against the version it was read at."""
+    if new_state == "Deleted":
+        raise ValueError("use batch_delete to delete a batch")
+    BATCH.check(batch.state, new_state, admin=admin)
+    raw = simple_status(new_state, message, batch.status.raw)
+    path = paths.batch_node(batch.bid, "status")
+    txn = zk.transaction()
+    txn.set_data(path, encode_json(raw), version=batch.status.version)
+    try:
+        commit(txn, what=f"move {batch.bid} from {batch.state} to {new_state}")
+    except Conflict:
+        current = batch_load(zk, batch.bid)
+        if current.status.raw == raw:
+            return current
+        raise
+    return replace(
+        batch,
+        status=Status(raw=raw, version=batch.status.version + 1, mtime=datetime.now().astimezone()),
+    )
+
+
+def batch_write_report(
+    zk: KazooClient, batch: Batch, *, failed: Sequence[str], successful: Sequence[str]
+) -> dict[str, Any]:
+    """Write ``status-report``; earlier reports are kept (newest first) under ``history``."""
+    report: dict[str, Any] = {
+        "last_modified": now_stamp(),
+        "failed_jobs": sorted(failed),
+        "successful_jobs": sorted(successful),
+    }
+    path = paths.batch_node(batch.bid, "status-report")
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError:
+        zk.create(path, encode_json(report))
+        return report
+    try:
+        previous = decode_json(path, data)
+    except MalformedNode:
+        previous = None
+    if previous is not None:
+        history = previous.pop("history", [])
+        history = history if isinstance(history, list) else []
+        report["history"] = [previous, *history][:REPORT_HISTORY]
+    zk.set(path, encode_json(report), version=stat.version)
+    return report
+
+
+def report_changes(previous: dict[str, Any] | None, current: dict[str, Any]) -> dict[str, list]:
+    """What changed between two reports: jobs that now succeed, still fail, newly fail."""
+    before_failed = set((previous or {}).get("failed_jobs") or [])
+    before_ok = set((previous or {}).get("successful_jobs") or [])
+    now_failed = set(current.get("failed_jobs") or [])
+    now_ok = set(current.get("successful_jobs") or [])
+    return {
+        "newly_successful": sorted(now_ok - before_ok),
+        "still_failed": sorted(now_failed & before_failed),
+        "newly_failed": sorted(now_failed - before_failed),
+        "gone": sorted((before_failed | before_ok) - (now_failed | now_ok)),
+    }
+
+
+def batch_acquire(zk: KazooClient, state: str) -> Batch | None:
+    """Lock and return the oldest batch in ``state``, skipping locked ones."""
+    ids = batch_ids(zk)
+    states = batch_states(zk, ids)
+    for bid in ids:
+        if states.get(bid) != state:
+            continue
+        lock_path = paths.batch_node(bid, "lock")
+        if not lock_create(zk, lock_path):
+            continue
+        try:
+            batch = batch_load(zk, bid)
+        except (NotFound, MalformedNode):
+            lock_release(zk, lock_path)
+            continue
+        if batch.state != state:
+            lock_release(zk, lock_path)
+            continue
+        return batch
+    return None
+
+
+def batch_unlock(zk: KazooClient, batch: Batch) -> None:
+    lock_release(zk, paths.batch_node(batch.bid, "lock"))
+
+
+def batch_delete(zk: KazooClient, batch: Batch, *, check_state: bool = True) -> list[str]:
+    """Delete a batch and every job it lists; returns the deleted job IDs.
+
+    Jobs go first, each in its own transaction (a batch may hold thousands, more than one
+    transaction may carry); the batch's own nodes go last in one transaction, so an interrupted
+    delete leaves the batch visible and a second delete finishes the work.
+    """
+    if check_state:
+        BATCH.check(batch.state, "Deleted", admin=True)
+    if zk.exists(paths.batch_node(batch.bid, "lock")) is not None:
+        raise ItemLocked(f"batch {batch.bid} is locked by a running consumer; try again later")
+    index = batch_job_ids(zk, batch.bid)
+    deleted = []
+    for jid in sorted({j for jids in index.values() for j in jids}):
+        try:
+            job = job_load(zk, jid)
+        except NotFound:
+            continue
+        except MalformedNode:
+            _remove_tree(zk, paths.job(jid))
+            deleted.append(jid)
+            continue
+        if job.bid != batch.bid:
+            continue
+        job_remove(zk, job, check_state=False)
+        deleted.append(jid)
+    txn = zk.transaction()
+    for path in _tree(zk, paths.batch(batch.bid)):
+        if path == paths.batch_node(batch.bid, "status"):
+            txn.delete(path, version=batch.status.version)
+        else:
+            txn.delete(path)
+    if batch.uuid and paths.UUID_RE.fullmatch(batch.uuid):
+        uuid_path = paths.uuid_entry(batch.uuid)
+        if zk.exists(uuid_path) is not None:
+            txn.delete(uuid_path)
+    commit(txn, what=f"delete {batch.bid}")
+    return deleted
+
+
+def _tree(zk: KazooClient, root: str) -> list[str]:
+    """Every node below and including ``root``, deepest first (the order deletes need)."""
+    found: list[str] = []
+
+    def walk(path: str) -> None:
+        for kid in children(zk, path):
+            walk(f"{path}/{kid}")
+        found.append(path)
+
+    walk(root)
+    return found
+
+
+def _remove_tree(zk: KazooClient, root: str) -> None:
+    txn = zk.transaction()
+    for path in _tree(zk, root):
+        txn.delete(path)
+    commit(txn, what=f"remove {root}")

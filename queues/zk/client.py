@@ -1,0 +1,127 @@
+"""One ZooKeeper client per process, with bounded retries and a session-state listener.
+
+``client()`` returns the process's client, connecting on first use. With ``ZK_HOSTS`` empty the
+project's own server (``server.py``) is started on ``ZK_LOCAL_PORT`` under ``MRT_VAR_DIR``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from django.conf import settings
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+
+from . import paths
+from .errors import Unavailable
+from .server import LocalZooKeeper
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_client: KazooClient | None = None
+_listeners: list[Callable[[str], None]] = []
+
+BASE_NODES = (
+    paths.BATCHES,
+    paths.BATCH_UUIDS,
+    paths.JOBS,
+    paths.JOB_STATES,
+    *(f"{paths.ACCESS}/{q}" for q in paths.ACCESS_QUEUES),
+    paths.QUEUE_LOCKS,
+    paths.COLLECTION_LOCKS,
+    paths.STORAGE_LOCKS,
+    paths.INVENTORY_LOCKS,
+)
+
+
+def local_server() -> LocalZooKeeper:
+    return LocalZooKeeper(settings.MRT_VAR_DIR / "zookeeper", settings.ZK_LOCAL_PORT)
+
+
+def configured_hosts() -> str:
+    """The connection string: ZK_HOSTS, or the local server (started when needed)."""
+    if settings.ZK_HOSTS:
+        return settings.ZK_HOSTS
+    server = local_server()
+    server.start()
+    return server.hosts
+
+
+def connect(hosts: str | None = None, *, timeout: float | None = None) -> KazooClient:
+    """A new, started client with bounded retries. The caller owns it (and stops it)."""
+    timeout = timeout or settings.ZK_TIMEOUT
+    zk = KazooClient(
+        hosts=hosts or configured_hosts(),
+        timeout=timeout,
+        connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=5),
+        command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=2),
+    )
+    try:
+        zk.start(timeout=timeout)
+    except KazooTimeoutError as exc:
+        zk.stop()
+        zk.close()
+        raise Unavailable(f"cannot reach ZooKeeper at {zk.hosts}: {exc}") from exc
+    ensure_layout(zk)
+    return zk
+
+
+def ensure_layout(zk: KazooClient) -> None:
+    """Create the shared top-level folders when missing (a fresh ensemble or chroot)."""
+    for node in BASE_NODES:
+        zk.ensure_path(node)
+
+
+def client() -> KazooClient:
+    """The process's shared client."""
+    global _client
+    with _lock:
+        if _client is None:
+            zk = connect()
+            zk.add_listener(_on_state)
+            _client = zk
+        return _client
+
+
+def _on_state(state: str) -> None:
+    if state == KazooState.LOST:
+        log.warning("ZooKeeper session lost; ephemeral locks are gone")
+    elif state == KazooState.SUSPENDED:
+        log.warning("ZooKeeper connection suspended")
+    for listener in list(_listeners):
+        try:
+            listener(state)
+        except Exception:
+            log.exception("ZooKeeper state listener failed")
+
+
+def add_state_listener(listener: Callable[[str], None]) -> None:
+    """Call ``listener`` with "CONNECTED", "SUSPENDED" or "LOST" on every change."""
+    _listeners.append(listener)
+
+
+def remove_state_listener(listener: Callable[[str], None]) -> None:
+    if listener in _listeners:
+        _listeners.remove(listener)
+
+
+def is_connected() -> bool:
+    return _client is not None and _client.connected
+
+
+def close() -> None:
+    """Stop the shared client (tests, process exit)."""
+    global _client
+    with _lock:
+        if _client is not None:
+            try:
+                _client.stop()
+                _client.close()
+            except KazooException:
+                log.debug("error closing ZooKeeper client", exc_info=True)
+            _client = None

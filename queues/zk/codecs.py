@@ -1,0 +1,87 @@
+"""Node encodings of the contract: compact JSON, plain integers, raw strings, empty markers.
+
+Decoders raise MalformedNode naming the path, so a caller can show the bad node instead of
+crashing on it.
+"""
+
+import json
+from datetime import datetime
+from typing import Any
+
+from .errors import MalformedNode
+
+TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S %z"
+
+
+def now_stamp(moment: datetime | None = None) -> str:
+    """Local time in the contract's format, e.g. ``2026-11-21 10:02:03 -0800``."""
+    moment = moment or datetime.now().astimezone()
+    return moment.astimezone().strftime(TIMESTAMP_FORMAT)
+
+
+def parse_stamp(value: Any) -> datetime | None:
+    """Parse a contract timestamp; None for anything unparseable (never raises)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.strptime(value, TIMESTAMP_FORMAT)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.astimezone()
+
+
+def encode_json(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def decode_json(path: str, data: bytes | None) -> dict[str, Any]:
+    if not data:
+        raise MalformedNode(path, "empty, expected a JSON object")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise MalformedNode(path, f"not valid JSON ({exc})") from exc
+    if not isinstance(value, dict):
+        raise MalformedNode(path, f"expected a JSON object, found {type(value).__name__}")
+    return value
+
+
+def encode_int(value: int) -> bytes:
+    return str(int(value)).encode("ascii")
+
+
+def decode_int(path: str, data: bytes | None) -> int:
+    text = (data or b"").decode("utf-8", errors="replace").strip()
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise MalformedNode(path, f"expected an integer, found {text[:40]!r}") from exc
+
+
+def encode_str(value: str) -> bytes:
+    return value.encode("utf-8")
+
+
+def decode_str(path: str, data: bytes | None) -> str:
+    try:
+        return (data or b"").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedNode(path, "not UTF-8 text") from exc
+
+
+def decode_any(data: bytes | None) -> Any:
+    """Best-effort decoding for dumps: JSON, else text, else a byte count."""
+    if not data:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"<{len(data)} bytes of binary data>"
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

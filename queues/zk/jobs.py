@@ -1,0 +1,390 @@
+"""Jobs: creation, loading, the one-transaction status change, priority, locks and deletion."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from queues.states import JOB, InvalidTransition, job_resume_target
+
+from . import paths
+from .codecs import decode_int, decode_json, decode_str, encode_int, encode_json, now_stamp
+from .errors import Conflict, ItemLocked, MalformedNode, NotFound
+from .locks import lock_create, lock_release
+from .nodes import (
+    children,
+    commit,
+    ensure_paths,
+    exists_many,
+    lock_info,
+    read_many,
+    stamp,
+)
+from .records import Broken, Job, Status
+
+DEFAULT_PRIORITY = 5
+REQUIRED_NODES = ("bid", "priority", "configuration", "status")
+OPTIONAL_JSON_NODES = ("identifiers", "metadata", "inventory", "store")
+ALL_NODES = (*REQUIRED_NODES, "space_needed", *OPTIONAL_JSON_NODES)
+
+
+class Incomplete(NotFound):
+    """A job whose creation has not finished (or was abandoned by another client)."""
+
+
+def new_status(state: str = "Pending") -> dict[str, Any]:
+    return {
+        "status": state,
+        "last_modified": now_stamp(),
+        "last_successful_status": None,
+        "retry_count": 0,
+        "message": "",
+    }
+
+
+def next_status(
+    old: Status, new_state: str, *, message: str, retry: bool, permanent: bool
+) -> dict[str, Any]:
+    """The status JSON after a move, by the contract's field rules.
+
+    Unknown keys of the old JSON are kept. ``last_successful_status`` records the state left,
+    except that failing/deleting does not count as success and leaving Failed/Deleted (a resume
+    or release) keeps the step the job had reached.
+    """
+    raw = dict(old.raw)
+    old_state = old.status
+    if new_state not in ("Failed", "Deleted") and old_state not in ("Failed", "Deleted"):
+        raw["last_successful_status"] = old_state
+    raw.setdefault("last_successful_status", None)
+    raw["status"] = new_state
+    raw["last_modified"] = now_stamp()
+    raw["retry_count"] = old.retry_count + (1 if retry else 0)
+    raw["message"] = message
+    if permanent:
+        raw["resumable"] = False
+    else:
+        raw.pop("resumable", None)
+    return raw
+
+
+def check_priority(priority: int) -> int:
+    if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 99:
+        raise ValueError(f"priority must be an integer 0..99, got {priority!r}")
+    return priority
+
+
+def job_create(
+    zk: KazooClient,
+    *,
+    bid: str,
+    configuration: dict[str, Any],
+    priority: int = DEFAULT_PRIORITY,
+    space_needed: int = 0,
+    identifiers: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Job:
+    """Create a Pending job in a batch: all its nodes and both index entries in one transaction.
+
+    The sequential ``/jobs/jid`` node has to exist first to learn the ID; if the transaction
+    then fails the empty node is removed again (and a crash in between leaves an empty job node
+    that listings skip and the consistency check removes).
+    """
+    paths.bid(bid)
+    check_priority(priority)
+    created = zk.create(f"{paths.JOBS}/jid", b"", sequence=True)
+    jid = posixpath.basename(created)
+    status = new_status()
+    index = paths.job_index_entry("Pending", priority, jid)
+    batch_entry = paths.batch_index_entry(bid, "Pending", jid)
+    ensure_paths(zk, [posixpath.dirname(index), posixpath.dirname(batch_entry)])
+    txn = zk.transaction()
+    txn.check(paths.batch(bid), -1)
+    txn.create(paths.job_node(jid, "bid"), bid.encode())
+    txn.create(paths.job_node(jid, "priority"), encode_int(priority))
+    txn.create(paths.job_node(jid, "space_needed"), encode_int(space_needed))
+    txn.create(paths.job_node(jid, "configuration"), encode_json(configuration))
+    txn.create(paths.job_node(jid, "status"), encode_json(status))
+    if identifiers is not None:
+        txn.create(paths.job_node(jid, "identifiers"), encode_json(identifiers))
+    if metadata is not None:
+        txn.create(paths.job_node(jid, "metadata"), encode_json(metadata))
+    txn.create(index, b"")
+    txn.create(batch_entry, b"")
+    try:
+        commit(txn, what=f"create job in {bid}")
+    except BaseException:
+        zk.delete(created)
+        raise
+    return job_load(zk, jid)
+
+
+def _decode(jid: str, reads: dict[str, Any], job_stat: Any, lock_stat: Any) -> Job:
+    def node(name: str) -> str:
+        return paths.job_node(jid, name)
+
+    if job_stat is None:
+        raise NotFound(f"job {jid} does not exist")
+    missing = [n for n in REQUIRED_NODES if reads[node(n)] is None]
+    if missing:
+        raise Incomplete(f"job {jid} is incomplete: {', '.join(node(n) for n in missing)} missing")
+    status_data, status_stat = reads[node("status")]
+    status = Status(
+        raw=decode_json(node("status"), status_data),
+        version=status_stat.version,
+        mtime=stamp(status_stat.mtime),
+    )
+    bid = decode_str(node("bid"), reads[node("bid")][0]).strip()
+    if not paths.BID_RE.fullmatch(bid):
+        raise MalformedNode(node("bid"), f"expected a batch ID, found {bid[:40]!r}")
+    space = reads[node("space_needed")]
+    problems: dict[str, str] = {}
+    optional: dict[str, dict[str, Any] | None] = {}
+    for name in OPTIONAL_JSON_NODES:
+        read = reads[node(name)]
+        if read is None:
+            optional[name] = None
+            continue
+        try:
+            optional[name] = decode_json(node(name), read[0])
+        except MalformedNode as exc:
+            problems[exc.path] = exc.reason
+            optional[name] = None
+    space_needed = 0
+    if space is not None:
+        try:
+            space_needed = decode_int(node("space_needed"), space[0])
+        except MalformedNode as exc:
+            problems[exc.path] = exc.reason
+    return Job(
+        jid=jid,
+        bid=bid,
+        priority=decode_int(node("priority"), reads[node("priority")][0]),
+        space_needed=space_needed,
+        configuration=decode_json(node("configuration"), reads[node("configuration")][0]),
+        status=status,
+        created=stamp(job_stat.ctime),
+        lock=lock_info(lock_stat),
+        problems=problems,
+        **optional,
+    )
+
+
+def jobs_load(zk: KazooClient, jids: Sequence[str]) -> list[Job | Broken]:
+    """Load many jobs in one pipelined round trip, in the order given.
+
+    Jobs that vanished or are still being created are left out; jobs whose nodes do not decode
+    come back as Broken records naming the bad node.
+    """
+    for jid in jids:
+        paths.jid(jid)
+    node_paths = [paths.job_node(j, n) for j in jids for n in ALL_NODES]
+    reads = read_many(zk, node_paths)
+    stats = exists_many(zk, [p for j in jids for p in (paths.job(j), paths.job_node(j, "lock"))])
+    result: list[Job | Broken] = []
+    for jid in jids:
+        try:
+            result.append(
+                _decode(jid, reads, stats[paths.job(jid)], stats[paths.job_node(jid, "lock")])
+            )
+        except NotFound:
+            continue
+        except MalformedNode as exc:
+            result.append(Broken("job", jid, exc.path, exc.reason))
+    return result
+
+
+def job_load(zk: KazooClient, jid: str) -> Job:
+    """Load one job; NotFound (missing or incomplete) or MalformedNode naming the bad path."""
+    paths.jid(jid)
+    node_paths = [paths.job_node(jid, n) for n in ALL_NODES]
+    reads = read_many(zk, node_paths)
+    stats = exists_many(zk, [paths.job(jid), paths.job_node(jid, "lock")])
+    return _decode(jid, reads, stats[paths.job(jid)], stats[paths.job_node(jid, "lock")])
+
+
+def _index_moves(
+    zk: KazooClient, job: Job, new_state: str, new_priority: int
+) -> tuple[list[str], list[str]]:
+    """Index entries to delete and to create for a move; only what exists is deleted."""
+    old = [job.index_path, job.batch_index_path]
+    new = [
+        paths.job_index_entry(new_state, new_priority, job.jid),
+        paths.batch_index_entry(job.bid, new_state, job.jid),
+    ]
+    present = exists_many(zk, old + new)
+    deletes = [p for p in old if p not in new and present[p] is not None]
+    creates = [p for p in new if present[p] is None]
+    return deletes, creates
+
+
+def job_transition(
+    zk: KazooClient,
+    job: Job,
+    new_state: str,
+    *,
+    message: str = "",
+    admin: bool = False,
+    retry: bool = False,
+    permanent: bool = False,
+    priority: int | None = None,
+) -> Job:
+    """Move a job to ``new_state`` in ONE transaction.
+
+    The transaction writes the status JSON (checked against the version ``job`` was read at),
+    moves ``/jobs/states/<old>/PP-JID`` to ``/jobs/states/<new>/PP-JID`` and moves the batch
+    index entry. A stale ``job`` raises Conflict and changes nothing.
+    """
+    if new_state == "Deleted":
+        raise InvalidTransition("job: use job_delete to delete a job")
+    JOB.check(job.state, new_state, admin=admin)
+    new_priority = job.priority if priority is None else check_priority(priority)
+    raw = next_status(job.status, new_state, message=message, retry=retry, permanent=permanent)
+    deletes, creates = _index_moves(zk, job, new_state, new_priority)
+    ensure_paths(zk, {posixpath.dirname(p) for p in creates})
+    txn = zk.transaction()
+    txn.set_data(paths.job_node(job.jid, "status"), encode_json(raw), version=job.status.version)
+    if new_priority != job.priority:
+        txn.set_data(paths.job_node(job.jid, "priority"), encode_int(new_priority))
+    for path in deletes:
+        txn.delete(path)
+    for path in creates:
+        txn.create(path, b"")
+    try:
+        commit(txn, what=f"move {job.jid} from {job.state} to {new_state}")
+    except Conflict:
+        # After a connection loss the first attempt may have landed: that is success.
+        current = job_load(zk, job.jid)
+        if current.status.raw == raw:
+            return current
+        raise
+    return replace(
+        job,
+        status=Status(raw=raw, version=job.status.version + 1, mtime=datetime.now().astimezone()),
+        priority=new_priority,
+    )
+
+
+def job_resume_state(job: Job) -> str:
+    """Where an admin resume takes this failed job, or InvalidTransition with the reason."""
+    if job.state != "Failed":
+        raise InvalidTransition(f"job: only a Failed job can be resumed; {job.jid} is {job.state}")
+    if job.status.raw.get("resumable") is False:
+        raise InvalidTransition(
+            f"job: {job.jid} failed permanently ({job.status.message or 'no reason given'}); "
+            "submit the object again"
+        )
+    return job_resume_target(job.status.last_successful_status)
+
+
+def job_set_priority(zk: KazooClient, job: Job, priority: int) -> Job:
+    """Change the priority and rename the index entry, checked against the status version."""
+    check_priority(priority)
+    if priority == job.priority:
+        return job
+    deletes, creates = _index_moves(zk, job, job.state, priority)
+    txn = zk.transaction()
+    txn.check(paths.job_node(job.jid, "status"), job.status.version)
+    txn.set_data(paths.job_node(job.jid, "priority"), encode_int(priority))
+    for path in deletes:
+        txn.delete(path)
+    for path in creates:
+        txn.create(path, b"")
+    commit(txn, what=f"set priority of {job.jid}")
+    return replace(job, priority=priority)
+
+
+def job_set_space_needed(zk: KazooClient, job: Job, space_needed: int) -> Job:
+    if space_needed < 0:
+        raise ValueError("space_needed cannot be negative")
+    path = paths.job_node(job.jid, "space_needed")
+    if zk.exists(path) is None:
+        zk.create(path, encode_int(space_needed))
+    else:
+        zk.set(path, encode_int(space_needed))
+    return replace(job, space_needed=space_needed)
+
+
+def job_set_json(zk: KazooClient, job: Job, name: str, value: dict[str, Any]) -> Job:
+    """Write one of the optional JSON nodes (identifiers, metadata, inventory, store)."""
+    if name not in OPTIONAL_JSON_NODES:
+        raise ValueError(f"{name!r} is not one of {', '.join(OPTIONAL_JSON_NODES)}")
+    path = paths.job_node(job.jid, name)
+    if zk.exists(path) is None:
+        zk.create(path, encode_json(value))
+    else:
+        zk.set(path, encode_json(value))
+    return replace(job, **{name: value})
+
+
+def job_remove(zk: KazooClient, job: Job, *, check_state: bool = True) -> None:
+    """Delete every node of a job and both its index entries in one transaction.
+
+    With ``check_state`` the state machine must allow the delete (Held, Failed, Completed);
+    a batch delete removes its jobs whatever their state. A locked job is never removed.
+    """
+    if check_state:
+        JOB.check(job.state, "Deleted", admin=True)
+    lock_path = paths.job_node(job.jid, "lock")
+    if zk.exists(lock_path) is not None:
+        raise ItemLocked(f"job {job.jid} is locked by a running consumer; try again later")
+    kids = children(zk, paths.job(job.jid))
+    entries = [
+        p
+        for p, stat in exists_many(zk, [job.index_path, job.batch_index_path]).items()
+        if stat is not None
+    ]
+    txn = zk.transaction()
+    for kid in kids:
+        path = f"{paths.job(job.jid)}/{kid}"
+        if kid == "status":
+            txn.delete(path, version=job.status.version)
+        else:
+            txn.delete(path)
+    txn.delete(paths.job(job.jid))
+    for path in entries:
+        txn.delete(path)
+    commit(txn, what=f"delete {job.jid}")
+
+
+def index_entries(zk: KazooClient, state: str) -> list[tuple[int, str]]:
+    """The (priority, jid) entries of a state folder, in run order (priority, then age)."""
+    result = []
+    for name in children(zk, paths.job_state_folder(state)):
+        match = paths.INDEX_ENTRY_RE.fullmatch(name)
+        if match:
+            result.append((int(match.group(1)), match.group(2)))
+    result.sort()
+    return result
+
+
+def job_acquire(
+    zk: KazooClient, state: str, *, accept: Callable[[Job], bool] | None = None
+) -> Job | None:
+    """Lock and return the first job of ``state`` in priority order, skipping locked ones.
+
+    The job is re-read after its lock is taken: between the listing and the lock another
+    consumer may have finished it and moved it on, and then it is not ours to work on.
+    """
+    for _priority, jid in index_entries(zk, state):
+        lock_path = paths.job_node(jid, "lock")
+        if not lock_create(zk, lock_path):
+            continue
+        try:
+            job = job_load(zk, jid)
+        except (NotFound, MalformedNode):
+            lock_release(zk, lock_path)
+            continue
+        if job.state != state or (accept is not None and not accept(job)):
+            lock_release(zk, lock_path)
+            continue
+        return job
+    return None
+
+
+def job_unlock(zk: KazooClient, job: Job) -> None:
+    lock_release(zk, paths.job_node(job.jid, "lock"))

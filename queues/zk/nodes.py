@@ -1,0 +1,109 @@
+"""Small ZooKeeper helpers shared by the item modules: pipelined reads and transactions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from kazoo.client import KazooClient, TransactionRequest
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    ZookeeperError,
+)
+from kazoo.protocol.states import ZnodeStat
+
+from .errors import Conflict, NotFound
+from .records import LockInfo
+
+Read = tuple[bytes, ZnodeStat] | None
+
+
+def stamp(ms: int) -> datetime:
+    """A ZooKeeper ctime/mtime in milliseconds as local time."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone()
+
+
+def read_many(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, Read]:
+    """Read many nodes in one pipelined round trip; a missing node reads as None."""
+    pending = [(p, zk.get_async(p)) for p in node_paths]
+    result: dict[str, Read] = {}
+    for path, async_result in pending:
+        try:
+            data, stat = async_result.get()
+        except NoNodeError:
+            result[path] = None
+        else:
+            result[path] = (data, stat)
+    return result
+
+
+def exists_many(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, ZnodeStat | None]:
+    pending = [(p, zk.exists_async(p)) for p in node_paths]
+    return {path: async_result.get() for path, async_result in pending}
+
+
+def children_many(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, list[str] | None]:
+    pending = [(p, zk.get_children_async(p)) for p in node_paths]
+    result: dict[str, list[str] | None] = {}
+    for path, async_result in pending:
+        try:
+            result[path] = async_result.get()
+        except NoNodeError:
+            result[path] = None
+    return result
+
+
+def children(zk: KazooClient, path: str) -> list[str]:
+    try:
+        return zk.get_children(path)
+    except NoNodeError:
+        return []
+
+
+def lock_info(stat: ZnodeStat | None) -> LockInfo | None:
+    if stat is None:
+        return None
+    return LockInfo(created=stamp(stat.ctime), session_id=stat.ephemeralOwner)
+
+
+def commit(txn: TransactionRequest, *, what: str) -> list[Any]:
+    """Commit a transaction; turn a failure into the domain error that explains it.
+
+    ZooKeeper applies all of a multi-operation or none of it, so on any error nothing changed.
+    """
+    results = txn.commit()
+    failures = [
+        r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)
+    ]
+    if not failures:
+        return results
+    first = failures[0]
+    if isinstance(first, BadVersionError):
+        raise Conflict(f"{what}: the item changed since it was read; reload and try again")
+    if isinstance(first, NoNodeError):
+        raise Conflict(f"{what}: a node it depends on is gone (moved or deleted meanwhile)")
+    if isinstance(first, NodeExistsError):
+        raise Conflict(f"{what}: a node it creates already exists (a concurrent move?)")
+    if isinstance(first, NotEmptyError):
+        raise Conflict(f"{what}: a node gained children meanwhile; try again")
+    if isinstance(first, ZookeeperError):
+        raise Conflict(f"{what}: ZooKeeper refused the change ({type(first).__name__})")
+    raise first
+
+
+def ensure_paths(zk: KazooClient, node_paths: Iterable[str]) -> None:
+    """Create folders a transaction will write into; harmless when they exist."""
+    for path in node_paths:
+        if zk.exists(path) is None:
+            zk.ensure_path(path)
+
+
+def require(read: Read, path: str, what: str) -> tuple[bytes, ZnodeStat]:
+    if read is None:
+        raise NotFound(f"{what}: {path} does not exist")
+    return read

@@ -1,0 +1,147 @@
+"""The node layout of the contract: identifier patterns and path builders.
+
+Every identifier that comes from outside (a URL, a form, the command line) goes through one of
+the ``*_id`` validators before it is joined into a path, so that nothing like ``../`` or a slash
+can ever address a node it should not.
+"""
+
+import re
+
+from queues.states import job_batch_folder, job_index_folder
+
+from .errors import InvalidID
+
+BATCHES = "/batches"
+BATCH_UUIDS = "/batch-uuids"
+JOBS = "/jobs"
+JOB_STATES = "/jobs/states"
+ACCESS = "/access"
+ACCESS_QUEUES = ("small", "large")
+LOCKS = "/locks"
+QUEUE_LOCKS = "/locks/queue"
+COLLECTION_LOCKS = "/locks/collections"
+STORAGE_LOCKS = "/locks/storage"
+INVENTORY_LOCKS = "/locks/inventory"
+# Nodes of our own, outside the shared layout: counters for the local minter.
+CONSOLE = "/mrt-console"
+MINTER_COUNTERS = "/mrt-console/minter"
+
+BID_RE = re.compile(r"^bid[0-9]{10}$")
+JID_RE = re.compile(r"^jid[0-9]{10}$")
+QID_RE = re.compile(r"^qid[0-9]{10}$")
+UUID_RE = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
+PROFILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+INDEX_ENTRY_RE = re.compile(r"^([0-9]{2})-(jid[0-9]{10})$")
+
+# Queue holds: the node name under /locks/queue for each queue an operator can hold.
+QUEUE_HOLDS = {"ingest": "ingest", "access-small": "accessSmall", "access-large": "accessLarge"}
+ACCESS_HOLD = {"small": "accessSmall", "large": "accessLarge"}
+
+
+def _valid(value: str, pattern: re.Pattern[str], what: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise InvalidID(f"{what} {value!r} is malformed")
+    return value
+
+
+def bid(value: str) -> str:
+    return _valid(value, BID_RE, "batch ID (expected bid + 10 digits)")
+
+
+def jid(value: str) -> str:
+    return _valid(value, JID_RE, "job ID (expected jid + 10 digits)")
+
+
+def qid(value: str) -> str:
+    return _valid(value, QID_RE, "access request ID (expected qid + 10 digits)")
+
+
+def profile(value: str) -> str:
+    return _valid(value, PROFILE_RE, "profile name (letters, digits, _ . -)")
+
+
+def batch_uuid(value: str) -> str:
+    return _valid(value, UUID_RE, "batch UUID")
+
+
+def access_queue(value: str) -> str:
+    if value not in ACCESS_QUEUES:
+        raise InvalidID(f"access queue {value!r} is not one of {', '.join(ACCESS_QUEUES)}")
+    return value
+
+
+def queue_hold(value: str) -> str:
+    if value not in QUEUE_HOLDS:
+        raise InvalidID(f"queue {value!r} is not one of {', '.join(QUEUE_HOLDS)}")
+    return value
+
+
+def batch(b: str) -> str:
+    return f"{BATCHES}/{bid(b)}"
+
+
+def batch_node(b: str, name: str) -> str:
+    return f"{batch(b)}/{name}"
+
+
+def batch_index(b: str, folder: str) -> str:
+    return f"{batch(b)}/states/{folder}"
+
+
+def batch_index_entry(b: str, state: str, j: str) -> str:
+    return f"{batch_index(b, job_batch_folder(state))}/{jid(j)}"
+
+
+def uuid_entry(u: str) -> str:
+    return f"{BATCH_UUIDS}/{batch_uuid(u)}"
+
+
+def job(j: str) -> str:
+    return f"{JOBS}/{jid(j)}"
+
+
+def job_node(j: str, name: str) -> str:
+    return f"{job(j)}/{name}"
+
+
+def job_state_folder(state: str) -> str:
+    return f"{JOB_STATES}/{job_index_folder(state)}"
+
+
+def job_index_entry(state: str, priority: int, j: str) -> str:
+    return f"{job_state_folder(state)}/{index_name(priority, j)}"
+
+
+def index_name(priority: int, j: str) -> str:
+    return f"{priority:02d}-{jid(j)}"
+
+
+def access(queue: str, q: str) -> str:
+    return f"{ACCESS}/{access_queue(queue)}/{qid(q)}"
+
+
+def access_node(queue: str, q: str, name: str) -> str:
+    return f"{access(queue, q)}/{name}"
+
+
+def queue_lock(name: str) -> str:
+    return f"{QUEUE_LOCKS}/{QUEUE_HOLDS[queue_hold(name)]}"
+
+
+def collection_lock(p: str) -> str:
+    return f"{COLLECTION_LOCKS}/{profile(p)}"
+
+
+def object_lock_name(ark: str) -> str:
+    """An ARK made safe for a node name: every ':', '?' and '/' becomes '_'."""
+    return re.sub(r"[:?/]", "_", ark)
+
+
+def storage_lock(ark: str) -> str:
+    return f"{STORAGE_LOCKS}/{object_lock_name(ark)}"
+
+
+def inventory_lock(ark: str) -> str:
+    return f"{INVENTORY_LOCKS}/{object_lock_name(ark)}"

@@ -1,0 +1,179 @@
+"""Immutable views of queue items as read from ZooKeeper.
+
+Each record keeps the raw JSON it was decoded from (so unknown keys survive a read-modify-write)
+and the version of its status node (so a write can be checked against what was read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from queues.states import job_batch_folder
+
+from . import paths
+from .codecs import parse_stamp
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    created: datetime
+    session_id: int
+
+    @property
+    def age_seconds(self) -> float:
+        return (datetime.now().astimezone() - self.created).total_seconds()
+
+
+@dataclass(frozen=True)
+class Status:
+    """A status node: the state name and the rest of its JSON."""
+
+    raw: dict[str, Any]
+    version: int
+    mtime: datetime
+
+    @property
+    def status(self) -> str:
+        value = self.raw.get("status")
+        return value if isinstance(value, str) else "?"
+
+    @property
+    def message(self) -> str:
+        value = self.raw.get("message")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def last_modified(self) -> datetime | None:
+        return parse_stamp(self.raw.get("last_modified")) or self.mtime
+
+    @property
+    def last_successful_status(self) -> str | None:
+        value = self.raw.get("last_successful_status")
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def retry_count(self) -> int:
+        value = self.raw.get("retry_count", 0)
+        return value if isinstance(value, int) else 0
+
+    @property
+    def age_seconds(self) -> float:
+        """Time in the current state, from the node's own modification time."""
+        return (datetime.now().astimezone() - self.mtime).total_seconds()
+
+
+@dataclass(frozen=True)
+class Job:
+    jid: str
+    bid: str
+    priority: int
+    space_needed: int
+    configuration: dict[str, Any]
+    status: Status
+    created: datetime
+    identifiers: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    inventory: dict[str, Any] | None = None
+    store: dict[str, Any] | None = None
+    lock: LockInfo | None = None
+    # Optional nodes that exist but do not decode: path -> reason. Shown, never fatal.
+    problems: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def state(self) -> str:
+        return self.status.status
+
+    @property
+    def profile(self) -> str:
+        value = self.configuration.get("profile", "")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def submitter(self) -> str:
+        value = self.configuration.get("submitter", "")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def primary_id(self) -> str:
+        value = (self.identifiers or {}).get("primary_id") or ""
+        return value if isinstance(value, str) else ""
+
+    @property
+    def local_ids(self) -> list[str]:
+        value = (self.identifiers or {}).get("local_id") or []
+        return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+    @property
+    def index_path(self) -> str:
+        return paths.job_index_entry(self.state, self.priority, self.jid)
+
+    @property
+    def batch_index_path(self) -> str:
+        return f"{paths.batch_index(self.bid, job_batch_folder(self.state))}/{self.jid}"
+
+
+@dataclass(frozen=True)
+class Batch:
+    bid: str
+    submission: dict[str, Any]
+    status: Status
+    created: datetime
+    started: bool
+    report: dict[str, Any] | None = None
+    lock: LockInfo | None = None
+    problems: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def state(self) -> str:
+        return self.status.status
+
+    @property
+    def uuid(self) -> str:
+        value = self.submission.get("batchID", "")
+        return value if isinstance(value, str) else ""
+
+    def _text(self, key: str) -> str:
+        value = self.submission.get(key, "")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def profile(self) -> str:
+        return self._text("profile")
+
+    @property
+    def submitter(self) -> str:
+        return self._text("submitter")
+
+    @property
+    def title(self) -> str:
+        return self._text("title")
+
+    @property
+    def type(self) -> str:
+        return self._text("type")
+
+
+@dataclass(frozen=True)
+class AccessRequest:
+    queue: str
+    qid: str
+    token: dict[str, Any]
+    status: Status
+    created: datetime
+    lock: LockInfo | None = None
+
+    @property
+    def state(self) -> str:
+        return self.status.status
+
+
+@dataclass(frozen=True)
+class Broken:
+    """An item that exists but cannot be loaded: shown with the reason, never acted on blindly."""
+
+    kind: str
+    id: str
+    path: str
+    reason: str

@@ -1,0 +1,177 @@
+"""The project's own ZooKeeper: Debian's ``zookeeper`` package run on a loopback port.
+
+Used when ``ZK_HOSTS`` is empty (development, the README's run command) and by the tests. The
+server is a detached Java process with its data, log, pid and config under one folder, so several
+projects (or test runs) can each have their own on different ports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+
+
+class LocalServerError(RuntimeError):
+    pass
+
+
+def is_installed() -> bool:
+    return ZOOKEEPER_JAR.exists() and shutil.which("java") is not None
+
+
+def install() -> None:
+    """Install Debian's zookeeper package (root only); a clear error otherwise."""
+    if is_installed():
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise LocalServerError(
+            "ZooKeeper is not installed: run `make install` as root (it runs "
+            "`apt-get install zookeeper`), or set ZK_HOSTS to an existing ensemble"
+        )
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-q", "zookeeper"], check=True, env=env)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def four_letter(port: int, word: str = "srvr", timeout: float = 1.0) -> str | None:
+    """Send a four-letter command; None when nothing answers on the port."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(word.encode("ascii"))
+            chunks = []
+            while True:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except OSError:
+        return None
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+@dataclass
+class LocalZooKeeper:
+    directory: Path
+    port: int
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.directory / "zookeeper.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.directory / "zookeeper.log"
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return pid
+        return pid
+
+    def is_serving(self) -> bool:
+        answer = four_letter(self.port)
+        return bool(answer) and "Zookeeper version" in answer
+
+    def start(self, *, wait: float = 60.0) -> None:
+        """Start the server unless it already serves; wait until it answers."""
+        if self.is_serving():
+            return
+        install()
+        data = self.directory / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        config = self.directory / "zoo.cfg"
+        config.write_text(
+            "\n".join(
+                [
+                    "tickTime=2000",
+                    f"dataDir={data}",
+                    f"clientPort={self.port}",
+                    "clientPortAddress=127.0.0.1",
+                    "maxClientCnxns=0",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=srvr,ruok,mntr,stat",
+                    "autopurge.snapRetainCount=3",
+                    "autopurge.purgeInterval=1",
+                    # Tests and benchmarks create many sessions quickly.
+                    "minSessionTimeout=2000",
+                    "maxSessionTimeout=30000",
+                    "",
+                ]
+            )
+        )
+        heap = os.environ.get("ZK_LOCAL_HEAP", "512m")
+        with self.log_file.open("ab") as log:
+            proc = subprocess.Popen(
+                [
+                    "java",
+                    f"-Xmx{heap}",
+                    "-Dzookeeper.jute.maxbuffer=4194304",
+                    "-cp",
+                    str(ZOOKEEPER_JAR),
+                    MAIN_CLASS,
+                    str(config),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.directory,
+            )
+        self.pid_file.write_text(str(proc.pid))
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if self.is_serving():
+                return
+            if proc.poll() is not None:
+                tail = self.log_file.read_text(errors="replace")[-2000:]
+                raise LocalServerError(
+                    f"ZooKeeper exited with status {proc.returncode}; see {self.log_file}:\n{tail}"
+                )
+            time.sleep(0.2)
+        raise LocalServerError(f"ZooKeeper did not answer on port {self.port} within {wait}s")
+
+    def stop(self, *, wait: float = 20.0) -> bool:
+        """Stop the server this folder started; True when a process was stopped."""
+        pid = self.pid()
+        if pid is None:
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if self.pid() is None:
+                break
+            # Reap it when it is our own child (tests); harmless otherwise.
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+        self.pid_file.unlink(missing_ok=True)
+        return True

@@ -1,0 +1,65 @@
+"""Shared fixtures: one real ZooKeeper server per test session, a fresh chroot per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from queues import zk as zkmod
+from queues.zk.server import LocalZooKeeper, free_port
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalZooKeeper]:
+    server = LocalZooKeeper(tmp_path_factory.mktemp("zookeeper"), free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _var_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Point everything the project writes locally at a temporary folder."""
+    var = tmp_path_factory.mktemp("var")
+    settings.MRT_VAR_DIR = var
+    settings.MRT_WORK_DIR = var / "work"
+    settings.MRT_STORAGE_ROOT = var / "storage"
+    settings.MRT_DOWNLOADS_DIR = var / "downloads"
+    settings.EMAIL_FILE_PATH = var / "mail"
+    return var
+
+
+@pytest.fixture
+def zk_hosts(zk_server: LocalZooKeeper) -> Iterator[str]:
+    """A connection string into a chroot of its own, so tests never see each other's nodes."""
+    chroot = f"/test-{uuid.uuid4().hex[:12]}"
+    root = zkmod.connect(zk_server.hosts)
+    root.ensure_path(chroot)
+    root.stop()
+    root.close()
+    hosts = f"{zk_server.hosts}{chroot}"
+    old = settings.ZK_HOSTS
+    settings.ZK_HOSTS = hosts
+    zkmod.close()
+    yield hosts
+    zkmod.close()
+    settings.ZK_HOSTS = old
+
+
+@pytest.fixture
+def zk(zk_hosts: str):
+    """The process's shared client, connected into the test's chroot."""
+    return zkmod.client()
+
+
+@pytest.fixture
+def other_zk(zk_hosts: str):
+    """A second client with its own session, like another consumer on another host."""
+    client = zkmod.connect(zk_hosts)
+    yield client
+    client.stop()
+    client.close()
