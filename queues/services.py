@@ -1,0 +1,362 @@
+"""Writes: submit, the operator's moves, holds and cleanup.
+
+Every function takes keyword-only arguments, works on the process's ZooKeeper client, validates
+IDs before they touch a path, checks the move against ``states.py`` and raises a DomainError
+(InvalidTransition, ItemLocked, Conflict, NotFound, QueueHeld, InvalidID) that the caller turns
+into a message. ``expect_version`` is the status version a page was rendered from: when the item
+has moved since, the action is refused instead of undoing a newer change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from queues import states
+from queues.zk import client
+from queues.zk import paths as zpaths
+from queues.zk.access import access_delete, access_load, access_transition
+from queues.zk.batches import (
+    batch_create,
+    batch_delete,
+    batch_ids,
+    batch_is_complete,
+    batch_load,
+    batch_states,
+    batch_transition,
+)
+from queues.zk.errors import Conflict, InvalidTransition, NotFound, QueueHeld
+from queues.zk.jobs import (
+    index_entries,
+    job_load,
+    job_remove,
+    job_resume_state,
+    job_transition,
+    jobs_load,
+)
+from queues.zk.locks import (
+    collection_held,
+    collection_hold_clear,
+    collection_hold_set,
+    queue_hold_clear,
+    queue_hold_set,
+)
+from queues.zk.records import Broken, Status
+
+SUBMISSION_TYPES = (
+    "file",
+    "container",
+    "object-manifest",
+    "single-file-batch-manifest",
+    "container-batch-manifest",
+    "batch-manifest",
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an action did: the item, its state before and after, and a line for people."""
+
+    kind: str
+    id: str
+    before: str
+    after: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.kind} {self.id}: {self.before} -> {self.after}"
+        return f"{text} ({self.detail})" if self.detail else text
+
+
+def _expect(status: Status, expect_version: int | None, item: str) -> None:
+    if expect_version is not None and status.version != expect_version:
+        raise Conflict(
+            f"{item} changed since the page was loaded (it is now {status.raw.get('status')}); "
+            "reload and check before acting"
+        )
+
+
+# Jobs ---------------------------------------------------------------------------------------
+
+
+def job_hold(*, jid: str, expect_version: int | None = None, message: str = "") -> Outcome:
+    zk = client()
+    job = job_load(zk, zpaths.jid(jid))
+    _expect(job.status, expect_version, jid)
+    job_transition(zk, job, "Held", admin=True, message=message or "held by an operator")
+    return Outcome("job", jid, job.state, "Held")
+
+
+def job_release(*, jid: str, expect_version: int | None = None) -> Outcome:
+    """Held -> Pending, once the job's collection is no longer held."""
+    zk = client()
+    job = job_load(zk, zpaths.jid(jid))
+    _expect(job.status, expect_version, jid)
+    states.JOB.check(job.state, "Pending", admin=True)
+    if collection_held(zk, job.profile):
+        raise QueueHeld(f"collection {job.profile} is still held; release the collection first")
+    job_transition(zk, job, "Pending", admin=True)
+    return Outcome("job", jid, job.state, "Pending")
+
+
+def job_resume(*, jid: str, expect_version: int | None = None) -> Outcome:
+    """Failed -> the step after last_successful_status, retry_count + 1."""
+    zk = client()
+    job = job_load(zk, zpaths.jid(jid))
+    _expect(job.status, expect_version, jid)
+    target = job_resume_state(job)
+    job_transition(zk, job, target, admin=True, retry=True)
+    return Outcome("job", jid, job.state, target, f"retry {job.status.retry_count + 1}")
+
+
+def job_fail(*, jid: str, message: str, expect_version: int | None = None) -> Outcome:
+    zk = client()
+    job = job_load(zk, zpaths.jid(jid))
+    _expect(job.status, expect_version, jid)
+    job_transition(zk, job, "Failed", admin=True, message=message or "failed by an operator")
+    return Outcome("job", jid, job.state, "Failed")
+
+
+def job_delete(*, jid: str, expect_version: int | None = None) -> Outcome:
+    zk = client()
+    job = job_load(zk, zpaths.jid(jid))
+    _expect(job.status, expect_version, jid)
+    job_remove(zk, job)
+    return Outcome("job", jid, job.state, "Deleted", f"batch {job.bid}")
+
+
+JOB_ACTIONS = {
+    "hold": job_hold,
+    "release": job_release,
+    "resume": job_resume,
+    "fail": job_fail,
+    "delete": job_delete,
+}
+
+
+# Batches ------------------------------------------------------------------------------------
+
+
+def batch_submit(
+    *,
+    profile: str,
+    submitter: str,
+    payload_url: str,
+    submission_type: str = "file",
+    title: str = "",
+    creator: str = "",
+    date: str = "",
+    local_id: str = "",
+    primary_id: str = "",
+    digest_alg: str = "",
+    digest_value: str = "",
+    filename: str = "",
+    extra: dict[str, Any] | None = None,
+) -> str:
+    """Create a Pending batch for one payload URL; returns its batch ID.
+
+    Only cheap checks happen here (the step must stay light): the payload itself is read by the
+    batch-pending consumer.
+    """
+    zpaths.profile(profile)
+    if submission_type not in SUBMISSION_TYPES:
+        raise ValueError(f"type {submission_type!r} is not one of: {', '.join(SUBMISSION_TYPES)}")
+    if not submitter.strip():
+        raise ValueError("submitter is required")
+    if not payload_url.startswith(("http://", "https://", "file://")):
+        raise ValueError("payload URL must start with http://, https:// or file://")
+    submission: dict[str, Any] = {
+        "profile": profile,
+        "submitter": submitter.strip(),
+        "payload_url": payload_url,
+        "type": submission_type,
+        "title": title,
+        "creator": creator,
+        "date": date,
+        "localID": local_id,
+        "primaryID": primary_id,
+        "filename": filename,
+        "submission_mode": "add",
+        "submitted": datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+    if digest_alg and digest_value:
+        submission["digest"] = {"alg": digest_alg.lower(), "value": digest_value.lower()}
+    submission.update(extra or {})
+    return batch_create(client(), submission=submission).bid
+
+
+def batch_release(*, bid: str, expect_version: int | None = None) -> Outcome:
+    zk = client()
+    batch = batch_load(zk, zpaths.bid(bid))
+    _expect(batch.status, expect_version, bid)
+    states.BATCH.check(batch.state, "Pending", admin=True)
+    if collection_held(zk, batch.profile):
+        raise QueueHeld(f"collection {batch.profile} is still held; release the collection first")
+    batch_transition(zk, batch, "Pending", admin=True)
+    return Outcome("batch", bid, batch.state, "Pending")
+
+
+def batch_update_reporting(*, bid: str, expect_version: int | None = None) -> Outcome:
+    zk = client()
+    batch = batch_load(zk, zpaths.bid(bid))
+    _expect(batch.status, expect_version, bid)
+    batch_transition(zk, batch, "UpdateReporting", admin=True)
+    return Outcome("batch", bid, batch.state, "UpdateReporting")
+
+
+def batch_remove(*, bid: str, expect_version: int | None = None) -> Outcome:
+    """Delete a Held, Failed or Completed batch with every job it lists."""
+    zk = client()
+    batch = batch_load(zk, zpaths.bid(bid))
+    _expect(batch.status, expect_version, bid)
+    deleted = batch_delete(zk, batch)
+    return Outcome("batch", bid, batch.state, "Deleted", f"{len(deleted)} jobs deleted")
+
+
+def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> list[Outcome]:
+    """Delete Completed batches (and their jobs) that completed at least ``older_than`` ago."""
+    zk = client()
+    cutoff = datetime.now().astimezone() - older_than
+    done = []
+    ids = batch_ids(zk)
+    for bid, state in batch_states(zk, ids).items():
+        if state != "Completed":
+            continue
+        batch = batch_load(zk, bid)
+        if batch.status.mtime > cutoff:
+            continue
+        deleted = batch_delete(zk, batch)
+        done.append(Outcome("batch", bid, "Completed", "Deleted", f"{len(deleted)} jobs deleted"))
+    return done
+
+
+BATCH_ACTIONS = {
+    "release": batch_release,
+    "update-reporting": batch_update_reporting,
+    "delete": batch_remove,
+}
+
+
+def batch_complete_if_done(*, bid: str) -> bool:
+    """Move a Processing batch whose every job has finished to Reporting.
+
+    Called after a job reaches Completed or Failed, and by the reporting consumer's sweep. Two
+    callers racing both see an empty folder; the status version lets exactly one of them move it.
+    """
+    zk = client()
+    batch = batch_load(zk, zpaths.bid(bid))
+    if batch.state != "Processing" or not batch_is_complete(zk, bid):
+        return False
+    try:
+        batch_transition(zk, batch, "Reporting")
+    except Conflict:
+        return False
+    return True
+
+
+# Access requests ----------------------------------------------------------------------------
+
+
+def access_resume(
+    *, queue: str, qid: str, to: str = "Pending", expect_version: int | None = None
+) -> Outcome:
+    zk = client()
+    item = access_load(zk, zpaths.access_queue(queue), zpaths.qid(qid))
+    _expect(item.status, expect_version, qid)
+    if to not in states.ACCESS.action_targets("resume", item.state):
+        raise InvalidTransition(f"access: cannot resume {qid} from {item.state} to {to}")
+    access_transition(zk, item, to, admin=True)
+    return Outcome("access", qid, item.state, to)
+
+
+def access_remove(*, queue: str, qid: str, expect_version: int | None = None) -> Outcome:
+    zk = client()
+    item = access_load(zk, zpaths.access_queue(queue), zpaths.qid(qid))
+    _expect(item.status, expect_version, qid)
+    access_delete(zk, item)
+    return Outcome("access", qid, item.state, "Deleted")
+
+
+# Holds --------------------------------------------------------------------------------------
+
+
+def queue_hold(*, name: str) -> Outcome:
+    changed = queue_hold_set(client(), zpaths.queue_hold(name))
+    return Outcome("queue", name, "released" if changed else "held", "held")
+
+
+def queue_release(*, name: str) -> Outcome:
+    changed = queue_hold_clear(client(), zpaths.queue_hold(name))
+    return Outcome("queue", name, "held" if changed else "released", "released")
+
+
+def collection_hold(*, profile: str) -> Outcome:
+    changed = collection_hold_set(client(), zpaths.profile(profile))
+    return Outcome("collection", profile, "released" if changed else "held", "held")
+
+
+def collection_release(*, profile: str, release_jobs: bool = False) -> list[Outcome]:
+    """Clear a collection hold; with ``release_jobs`` also release its held jobs and batches."""
+    changed = collection_hold_clear(client(), zpaths.profile(profile))
+    outcomes = [Outcome("collection", profile, "held" if changed else "released", "released")]
+    if release_jobs:
+        outcomes += collection_release_held(profile=profile)
+    return outcomes
+
+
+def collection_release_held(*, profile: str) -> list[Outcome]:
+    """Release every Held job and Held batch of a collection (after its hold was cleared)."""
+    zk = client()
+    zpaths.profile(profile)
+    if collection_held(zk, profile):
+        raise QueueHeld(f"collection {profile} is still held; release the collection first")
+    outcomes: list[Outcome] = []
+    held = [jid for _p, jid in index_entries(zk, "Held")]
+    for job in jobs_load(zk, held):
+        if isinstance(job, Broken) or job.profile != profile or job.state != "Held":
+            continue
+        try:
+            job_transition(zk, job, "Pending", admin=True)
+        except (Conflict, NotFound):
+            continue
+        outcomes.append(Outcome("job", job.jid, "Held", "Pending"))
+    ids = batch_ids(zk)
+    for bid, state in batch_states(zk, ids).items():
+        if state != "Held":
+            continue
+        batch = batch_load(zk, bid)
+        if batch.profile != profile:
+            continue
+        try:
+            batch_transition(zk, batch, "Pending", admin=True)
+        except Conflict:
+            continue
+        outcomes.append(Outcome("batch", bid, "Held", "Pending"))
+    return outcomes
+
+
+__all__ = [
+    "BATCH_ACTIONS",
+    "JOB_ACTIONS",
+    "SUBMISSION_TYPES",
+    "Outcome",
+    "access_remove",
+    "access_resume",
+    "batch_complete_if_done",
+    "batch_release",
+    "batch_remove",
+    "batch_submit",
+    "batch_update_reporting",
+    "batches_cleanup",
+    "collection_hold",
+    "collection_release",
+    "collection_release_held",
+    "job_delete",
+    "job_fail",
+    "job_hold",
+    "job_release",
+    "job_resume",
+    "queue_hold",
+    "queue_release",
+]
