@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from queues.zk.client import local_server
+from queues.zk.server import LocalServerError
+
+
+class Command(BaseCommand):
+    help = "Start, stop or show the project's own ZooKeeper (used when ZK_HOSTS is empty)."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("action", choices=["start", "stop", "status"])
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        if settings.ZK_HOSTS:
+            self.stdout.write(f"ZK_HOSTS is set ({settings.ZK_HOSTS}); no local server is used")
+            return
+        server = local_server()
+        if opts["action"] == "start":
+            try:
+                server.start()
+            except LocalServerError as exc:
+                raise CommandError(str(exc)) from exc
+            self.stdout.write(f"ZooKeeper serving on {server.hosts} (data in {server.directory})")
+        elif opts["action"] == "stop":
+            stopped = server.stop()
+            self.stdout.write("ZooKeeper stopped" if stopped else "ZooKeeper was not running")
+        else:
+            state = "serving" if server.is_serving() else "not running"
+            self.stdout.write(f"ZooKeeper on {server.hosts}: {state}")

@@ -1,0 +1,343 @@
+"""The consistency check: what Merritt's tools call orphans, and more.
+
+It reads the whole tree once (pipelined), compares every job, batch and index entry with what
+the contract says should exist, and reports each difference as a Finding. ``repair`` fixes the
+ones that are safe: the job's own status node is the truth and index entries are rebuilt from
+it; nothing that holds depositor data (a job's configuration, a batch's submission) is deleted
+unless it is an abandoned, half-created item.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+
+from queues.states import BATCH_INDEX_FOLDERS, JOB, job_batch_folder, job_index_folder
+
+from . import paths
+from .batches import batch_ids, batch_load, batch_transition, batches_load
+from .codecs import decode_str
+from .jobs import jobs_load
+from .locks import lock_break
+from .nodes import children, children_many, exists_many, read_many, stamp
+from .records import Broken, Job
+
+# A half-created item older than this was abandoned by its writer and can be removed.
+ABANDONED_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    path: str
+    detail: str
+    repairable: bool = False
+
+
+@dataclass
+class Report:
+    findings: list[Finding] = field(default_factory=list)
+    jobs: int = 0
+    batches: int = 0
+    index_entries: int = 0
+    checked_at: datetime = field(default_factory=lambda: datetime.now().astimezone())
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def by_kind(self) -> dict[str, list[Finding]]:
+        grouped: dict[str, list[Finding]] = defaultdict(list)
+        for finding in self.findings:
+            grouped[finding.kind].append(finding)
+        return dict(grouped)
+
+
+def _age(stat_ctime_ms: int) -> float:
+    return (datetime.now().astimezone() - stamp(stat_ctime_ms)).total_seconds()
+
+
+def run_check(
+    zk: KazooClient,
+    *,
+    stale_lock_seconds: float = 6 * 3600,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    report = Report()
+    say = progress or (lambda _msg: None)
+
+    # Jobs and their index entries in /jobs/states/*.
+    job_ids = sorted(n for n in children(zk, paths.JOBS) if paths.JID_RE.fullmatch(n))
+    say(f"reading {len(job_ids)} jobs")
+    state_folders = children(zk, paths.JOB_STATES)
+    listed = children_many(zk, [f"{paths.JOB_STATES}/{f}" for f in state_folders])
+    entries: dict[str, list[str]] = defaultdict(list)
+    known_folders = {job_index_folder(s) for s in JOB.states}
+    for folder in state_folders:
+        if folder not in known_folders:
+            report.findings.append(
+                Finding("unknown-state-folder", f"{paths.JOB_STATES}/{folder}", "not a job state")
+            )
+        for name in listed[f"{paths.JOB_STATES}/{folder}"] or []:
+            report.index_entries += 1
+            match = paths.INDEX_ENTRY_RE.fullmatch(name)
+            path = f"{paths.JOB_STATES}/{folder}/{name}"
+            if not match:
+                report.findings.append(Finding("bad-index-name", path, "not PP-jidNNNNNNNNNN"))
+                continue
+            entries[match.group(2)].append(path)
+
+    jobs: dict[str, Job] = {}
+    loaded_ids: set[str] = set()
+    chunk = 500
+    for start in range(0, len(job_ids), chunk):
+        part = job_ids[start : start + chunk]
+        for item in jobs_load(zk, part):
+            loaded_ids.add(item.id if isinstance(item, Broken) else item.jid)
+            if isinstance(item, Broken):
+                report.findings.append(Finding("malformed-node", item.path, item.reason))
+            else:
+                jobs[item.jid] = item
+        say(f"checked {min(start + chunk, len(job_ids))}/{len(job_ids)} jobs")
+    report.jobs = len(jobs)
+
+    # Jobs that did not load: vanished meanwhile, or half-created.
+    for jid in sorted(set(job_ids) - loaded_ids):
+        stat = zk.exists(paths.job(jid))
+        if stat is None:
+            continue
+        abandoned = _age(stat.ctime) > ABANDONED_SECONDS
+        report.findings.append(
+            Finding(
+                "incomplete-job",
+                paths.job(jid),
+                "job is missing required nodes"
+                + (" (abandoned: safe to remove)" if abandoned else " (may still be in creation)"),
+                repairable=abandoned,
+            )
+        )
+
+    for jid, job in jobs.items():
+        expected = job.index_path
+        have = entries.get(jid, [])
+        if not JOB.is_state(job.state):
+            report.findings.append(
+                Finding("unknown-state", paths.job_node(jid, "status"), f"status {job.state!r}")
+            )
+            continue
+        if not have:
+            report.findings.append(
+                Finding(
+                    "job-unindexed",
+                    paths.job(jid),
+                    f"in no state folder; expected {expected}",
+                    True,
+                )
+            )
+        elif len(have) > 1:
+            report.findings.append(
+                Finding(
+                    "job-multiple-index",
+                    paths.job(jid),
+                    f"in {len(have)} state folders: {', '.join(sorted(have))}",
+                    True,
+                )
+            )
+        elif have[0] != expected:
+            report.findings.append(
+                Finding("job-misindexed", have[0], f"status says {expected}", True)
+            )
+    existing_ids = set(job_ids)
+    for jid, found in entries.items():
+        if jid not in existing_ids:
+            for path in found:
+                report.findings.append(
+                    Finding("orphan-index", path, f"job {jid} does not exist", True)
+                )
+
+    # Batches, their job index and the uuid index.
+    bids = batch_ids(zk)
+    say(f"reading {len(bids)} batches")
+    batches = {}
+    for item in batches_load(zk, bids):
+        if isinstance(item, Broken):
+            report.findings.append(Finding("malformed-node", item.path, item.reason))
+        else:
+            batches[item.bid] = item
+    report.batches = len(batches)
+    batch_stats = exists_many(zk, [paths.batch(b) for b in bids])
+    for bid in bids:
+        stat = batch_stats[paths.batch(bid)]
+        if (
+            bid in batches
+            or stat is None
+            or any(f.path.startswith(paths.batch(bid)) for f in report.findings)
+        ):
+            continue
+        abandoned = _age(stat.ctime) > ABANDONED_SECONDS
+        report.findings.append(
+            Finding(
+                "incomplete-batch",
+                paths.batch(bid),
+                "batch has no status or submission"
+                + (" (abandoned: safe to remove)" if abandoned else " (may still be in creation)"),
+                repairable=abandoned and not children(zk, paths.batch_node(bid, "states")),
+            )
+        )
+    folders = children_many(
+        zk, [paths.batch_index(b, f) for b in batches for f in BATCH_INDEX_FOLDERS]
+    )
+    batch_entries: dict[str, list[str]] = defaultdict(list)
+    for bid in batches:
+        for folder in BATCH_INDEX_FOLDERS:
+            for jid in folders[paths.batch_index(bid, folder)] or []:
+                path = f"{paths.batch_index(bid, folder)}/{jid}"
+                if not paths.JID_RE.fullmatch(jid):
+                    report.findings.append(Finding("bad-index-name", path, "not jidNNNNNNNNNN"))
+                    continue
+                batch_entries[jid].append(path)
+                if jid not in existing_ids and folder != "batch-deleted":
+                    report.findings.append(
+                        Finding("orphan-batch-index", path, f"job {jid} does not exist", True)
+                    )
+    for jid, job in jobs.items():
+        if job.bid not in batches:
+            report.findings.append(
+                Finding(
+                    "job-without-batch",
+                    paths.job_node(jid, "bid"),
+                    f"batch {job.bid} does not exist",
+                )
+            )
+            continue
+        expected = job.batch_index_path
+        have = batch_entries.get(jid, [])
+        if have != [expected]:
+            where = ", ".join(sorted(have)) or "no batch folder"
+            report.findings.append(
+                Finding(
+                    "batch-index-wrong",
+                    expected,
+                    f"{job.state} job belongs in {job_batch_folder(job.state)}; found in {where}",
+                    True,
+                )
+            )
+    for bid, batch in batches.items():
+        if (
+            batch.state == "Processing"
+            and folders.get(paths.batch_index(bid, "batch-processing")) == []
+        ):
+            report.findings.append(
+                Finding(
+                    "batch-complete-not-reporting",
+                    paths.batch_node(bid, "status"),
+                    "every job finished but the batch is still Processing",
+                    True,
+                )
+            )
+
+    uuids = children(zk, paths.BATCH_UUIDS)
+    uuid_reads = read_many(zk, [f"{paths.BATCH_UUIDS}/{u}" for u in uuids])
+    for u in uuids:
+        path = f"{paths.BATCH_UUIDS}/{u}"
+        read = uuid_reads[path]
+        if read is None:
+            continue
+        target = decode_str(path, read[0]).strip()
+        if target not in batches and target not in bids:
+            report.findings.append(
+                Finding("orphan-uuid", path, f"batch {target!r} does not exist", True)
+            )
+
+    # Locks held far too long: a consumer stuck in a step (reported, not broken automatically).
+    lock_paths = [paths.job_node(j, "lock") for j in jobs] + [
+        paths.batch_node(b, "lock") for b in batches
+    ]
+    for path, stat in exists_many(zk, lock_paths).items():
+        if stat is not None and _age(stat.ctime) > stale_lock_seconds:
+            hours = _age(stat.ctime) / 3600
+            report.findings.append(
+                Finding(
+                    "stale-lock",
+                    path,
+                    f"held for {hours:.1f} h by session {stat.ephemeralOwner:#x}",
+                )
+            )
+    say(f"{len(report.findings)} findings")
+    return report
+
+
+def repair(zk: KazooClient, report: Report, *, break_stale_locks: bool = False) -> list[str]:
+    """Fix every repairable finding; returns one line per change made."""
+    done: list[str] = []
+    for finding in report.findings:
+        try:
+            line = _repair_one(zk, finding, break_stale_locks=break_stale_locks)
+        except (NoNodeError, NodeExistsError, NotEmptyError) as exc:
+            line = f"skipped {finding.path}: changed meanwhile ({type(exc).__name__})"
+        if line:
+            done.append(line)
+    return done
+
+
+def _delete(zk: KazooClient, path: str) -> str:
+    try:
+        zk.delete(path)
+    except NoNodeError:
+        return ""
+    return f"deleted {path}"
+
+
+def _reindex(zk: KazooClient, jid: str) -> list[str]:
+    """Make a job's two index entries match its status and priority exactly."""
+    loaded = jobs_load(zk, [jid])
+    if not loaded or isinstance(loaded[0], Broken):
+        return []
+    job = loaded[0]
+    lines = []
+    for folder in children(zk, paths.JOB_STATES):
+        for name in children(zk, f"{paths.JOB_STATES}/{folder}"):
+            path = f"{paths.JOB_STATES}/{folder}/{name}"
+            if name.endswith(f"-{jid}") and path != job.index_path:
+                lines.append(_delete(zk, path))
+    for folder in BATCH_INDEX_FOLDERS:
+        path = f"{paths.batch_index(job.bid, folder)}/{jid}"
+        if path != job.batch_index_path and zk.exists(path) is not None:
+            lines.append(_delete(zk, path))
+    for path in (job.index_path, job.batch_index_path):
+        if zk.exists(path) is None:
+            zk.create(path, b"", makepath=True)
+            lines.append(f"created {path}")
+    return [line for line in lines if line]
+
+
+def _repair_one(zk: KazooClient, finding: Finding, *, break_stale_locks: bool) -> str:
+    if finding.kind == "stale-lock" and break_stale_locks:
+        return f"broke {finding.path}" if lock_break(zk, finding.path) else ""
+    if not finding.repairable:
+        return ""
+    kind, path = finding.kind, finding.path
+    if kind in ("orphan-index", "orphan-batch-index", "orphan-uuid"):
+        return _delete(zk, path)
+    if kind in ("job-unindexed", "job-multiple-index", "job-misindexed", "batch-index-wrong"):
+        match = paths.INDEX_ENTRY_RE.fullmatch(posixpath.basename(path))
+        jid = (
+            match.group(2)
+            if match
+            else next((p for p in path.split("/") if paths.JID_RE.fullmatch(p)), "")
+        )
+        return "; ".join(_reindex(zk, jid)) if jid else ""
+    if kind in ("incomplete-job", "incomplete-batch"):
+        zk.delete(path, recursive=True)
+        return f"removed abandoned {path}"
+    if kind == "batch-complete-not-reporting":
+        bid = path.split("/")[2]
+        batch_transition(zk, batch_load(zk, bid), "Reporting")
+        return f"moved {bid} to Reporting"
+    return ""
