@@ -191,6 +191,9 @@ MRT_EZID_USER = env("MRT_EZID_USER")
 MRT_EZID_PASSWORD = env("MRT_EZID_PASSWORD")
 MRT_DOWNLOADS_DIR = Path(env("MRT_DOWNLOADS_DIR", str(MRT_VAR_DIR / "downloads")))
 MRT_CONSOLE_URL = env("MRT_CONSOLE_URL", "http://127.0.0.1:8000")
+# Folders a depositor's file:// payload URL may read from (":"-separated). Empty allows any
+# path the daemons can read: fine on one machine, to be set on a shared deployment.
+MRT_FILE_URL_ROOTS = [Path(p) for p in env("MRT_FILE_URL_ROOTS").split(":") if p.strip()]
 MRT_HTTP_TIMEOUT = env_float("MRT_HTTP_TIMEOUT", 30.0)
 MRT_DOWNLOAD_RETRIES = env_int("MRT_DOWNLOAD_RETRIES", 3)
 MRT_DOWNLOAD_THREADS = env_int("MRT_DOWNLOAD_THREADS", 4)
@@ -209,6 +212,7 @@ else:
     EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
     EMAIL_FILE_PATH = MRT_VAR_DIR / "mail"
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "merritt-queue@localhost")
+MRT_MAIL_FROM = env("MRT_MAIL_FROM", DEFAULT_FROM_EMAIL)
 
 LOGGING = {
     "version": 1,

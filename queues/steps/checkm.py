@@ -1,0 +1,332 @@
+"""Read and write Merritt's checkm manifests (see shared/design/manifests.md).
+
+The parser is strict on purpose: a job whose manifest is corrupt goes straight from Pending to
+Failed, and the only help the depositor gets is the message, so every error names its line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import PurePosixPath
+from urllib.parse import urlsplit
+
+PROFILE_BASE = "http://uc3.cdlib.org/registry/ingest/manifest/"
+
+OBJECT_MANIFEST = "mrt-ingest-manifest"
+BATCH_MANIFEST = "mrt-batch-manifest"
+CONTAINER_BATCH_MANIFEST = "mrt-container-batch-manifest"
+SINGLE_FILE_BATCH_MANIFEST = "mrt-single-file-batch-manifest"
+MANIFEST_KINDS = frozenset(
+    {OBJECT_MANIFEST, BATCH_MANIFEST, CONTAINER_BATCH_MANIFEST, SINGLE_FILE_BATCH_MANIFEST}
+)
+
+PREFIXES = {
+    "mrt": "http://merritt.cdlib.org/terms#",
+    "nfo": "http://www.semanticdesktop.org/ontologies/2007/03/22/nfo#",
+}
+
+# Field name (as written in #%fields) -> attribute of ManifestRow.
+FIELD_KEYS: dict[str, str] = {
+    "nfo:fileUrl": "url",
+    "nfo:hashAlgorithm": "hash_alg",
+    "nfo:hashValue": "hash_value",
+    "nfo:fileSize": "size",
+    "nfo:fileLastModified": "last_modified",
+    "nfo:fileName": "filename",
+    "mrt:mimeType": "mime_type",
+    "mrt:primaryIdentifier": "primary_id",
+    "mrt:localIdentifier": "local_id",
+    "mrt:creator": "creator",
+    "mrt:title": "title",
+    "mrt:date": "date",
+}
+# Manifests in the wild differ in the case of field names; match them case-insensitively.
+_FIELD_KEYS_FOLDED = {name.lower(): key for name, key in FIELD_KEYS.items()}
+
+OBJECT_FIELDS: tuple[str, ...] = (
+    "nfo:fileUrl",
+    "nfo:hashAlgorithm",
+    "nfo:hashValue",
+    "nfo:fileSize",
+    "nfo:fileLastModified",
+    "nfo:fileName",
+    "mrt:mimeType",
+)
+BATCH_FIELDS: tuple[str, ...] = (
+    "nfo:fileUrl",
+    "nfo:hashAlgorithm",
+    "nfo:hashValue",
+    "nfo:fileSize",
+    "nfo:fileLastModified",
+    "nfo:fileName",
+    "mrt:primaryIdentifier",
+    "mrt:localIdentifier",
+    "mrt:creator",
+    "mrt:title",
+    "mrt:date",
+)
+
+# Hex digest length per algorithm: a wrong length is a corrupt manifest, better caught at parse
+# time than reported later as a digest mismatch.
+HASH_LENGTHS = {"md5": 32, "sha1": 40, "sha256": 64, "sha512": 128}
+_HEX = re.compile(r"^[0-9a-fA-F]+$")
+URL_SCHEMES = frozenset({"http", "https", "file"})
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be used; the message names the line (when there is one)."""
+
+    def __init__(self, message: str, *, line: int | None = None) -> None:
+        self.line = line
+        super().__init__(f"line {line}: {message}" if line is not None else message)
+
+
+@dataclass(frozen=True)
+class ManifestRow:
+    """One data line. Text fields are "" when empty; ``size`` is None when not given."""
+
+    url: str
+    hash_alg: str = ""
+    hash_value: str = ""
+    size: int | None = None
+    last_modified: str = ""
+    filename: str = ""
+    mime_type: str = ""
+    primary_id: str = ""
+    local_id: str = ""
+    creator: str = ""
+    title: str = ""
+    date: str = ""
+    # Columns this module has no name for, keyed by their #%fields name, kept for round trips.
+    extra: tuple[tuple[str, str], ...] = ()
+    line: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    kind: str | None
+    profile: str | None
+    fields: tuple[str, ...]
+    rows: tuple[ManifestRow, ...]
+    prefixes: tuple[tuple[str, str], ...] = ()
+
+
+def profile_url(kind: str) -> str:
+    return PROFILE_BASE + kind
+
+
+def parse_checkm(data: bytes | str) -> Manifest:
+    """Parse a checkm manifest; raise ManifestError naming the first bad line."""
+    text = _decode(data) if isinstance(data, bytes) else data
+    text = text.removeprefix("\ufeff")
+    kind: str | None = None
+    profile: str | None = None
+    columns: tuple[str, ...] = OBJECT_FIELDS
+    prefixes: list[tuple[str, str]] = []
+    rows: list[ManifestRow] = []
+    # Only "\n" ends a line: str.splitlines() would also split on characters such as U+2028
+    # inside a title, and writer and reader must agree on what a line is.
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#%"):
+            parts = [p.strip() for p in line[2:].split("|")]
+            name = parts[0].lower()
+            if name == "eof":
+                break
+            if name == "fields":
+                columns = tuple(p for p in parts[1:])
+                if not columns or any(not c for c in columns):
+                    raise ManifestError("#%fields names an empty column", line=number)
+                if "nfo:fileurl" not in (c.lower() for c in columns):
+                    raise ManifestError("#%fields has no nfo:fileUrl column", line=number)
+            elif name == "profile":
+                if len(parts) < 2 or not parts[1]:
+                    raise ManifestError("#%profile without a URL", line=number)
+                profile = parts[1]
+                kind = profile.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+                if kind not in MANIFEST_KINDS:
+                    raise ManifestError(f"unknown manifest profile {kind!r}", line=number)
+            elif name == "prefix" and len(parts) >= 3:
+                prefixes.append((parts[1], parts[2]))
+            # Other headers (#%checkm_0.7, future ones) carry nothing we act on.
+            continue
+        if line.startswith("#"):
+            continue
+        rows.append(_parse_row(raw, columns, number))
+    return Manifest(
+        kind=kind, profile=profile, fields=columns, rows=tuple(rows), prefixes=tuple(prefixes)
+    )
+
+
+def _decode(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        number = data.count(b"\n", 0, exc.start) + 1
+        raise ManifestError(
+            f"not valid UTF-8 (byte 0x{data[exc.start]:02x})", line=number
+        ) from None
+
+
+def _parse_row(raw: str, columns: Sequence[str], number: int) -> ManifestRow:
+    values = [v.strip() for v in raw.split("|")]
+    if len(values) > len(columns):
+        # A trailing "|" leaves empty extra cells; only real data beyond the columns is an error.
+        if any(values[len(columns) :]):
+            raise ManifestError(
+                f"{len(values)} fields but #%fields declares {len(columns)}", line=number
+            )
+        values = values[: len(columns)]
+    values += [""] * (len(columns) - len(values))
+    known: dict[str, str] = {}
+    extra: list[tuple[str, str]] = []
+    for column, value in zip(columns, values, strict=True):
+        key = _FIELD_KEYS_FOLDED.get(column.lower())
+        if key is None:
+            extra.append((column, value))
+        else:
+            known[key] = value
+    url = known.get("url", "")
+    _check_url(url, number)
+    hash_alg = known.get("hash_alg", "").lower()
+    hash_value = known.get("hash_value", "").lower()
+    _check_hash(hash_alg, hash_value, number)
+    size = _parse_size(known.get("size", ""), number)
+    filename = known.get("filename", "")
+    _check_filename(filename, number)
+    return ManifestRow(
+        url=url,
+        hash_alg=hash_alg,
+        hash_value=hash_value,
+        size=size,
+        last_modified=known.get("last_modified", ""),
+        filename=filename,
+        mime_type=known.get("mime_type", ""),
+        primary_id=known.get("primary_id", ""),
+        local_id=known.get("local_id", ""),
+        creator=known.get("creator", ""),
+        title=known.get("title", ""),
+        date=known.get("date", ""),
+        extra=tuple(extra),
+        line=number,
+    )
+
+
+def _check_url(url: str, number: int) -> None:
+    if not url:
+        raise ManifestError("missing file URL", line=number)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise ManifestError(f"malformed URL {url!r}", line=number) from None
+    if parts.scheme.lower() not in URL_SCHEMES:
+        raise ManifestError(f"unsupported URL scheme in {url!r}", line=number)
+    if parts.scheme.lower() in {"http", "https"} and not parts.netloc:
+        raise ManifestError(f"URL without a host: {url!r}", line=number)
+    if parts.scheme.lower() == "file" and not parts.path:
+        raise ManifestError(f"file URL without a path: {url!r}", line=number)
+
+
+def _check_hash(alg: str, value: str, number: int) -> None:
+    if alg and alg not in HASH_LENGTHS:
+        raise ManifestError(f"unsupported hash algorithm {alg!r}", line=number)
+    if not value:
+        return
+    if not alg:
+        raise ManifestError("hash value without a hash algorithm", line=number)
+    if not _HEX.match(value) or len(value) != HASH_LENGTHS[alg]:
+        raise ManifestError(
+            f"{alg} value must be {HASH_LENGTHS[alg]} hex digits, got {value!r}", line=number
+        )
+
+
+def _parse_size(value: str, number: int) -> int | None:
+    if not value:
+        return None
+    if not value.isascii() or not value.isdigit():
+        raise ManifestError(f"file size {value!r} is not a whole number", line=number)
+    return int(value)
+
+
+def _check_filename(name: str, number: int) -> None:
+    if not name:
+        return
+    problem = filename_problem(name)
+    if problem:
+        raise ManifestError(f"file name {name!r} {problem}", line=number)
+
+
+def filename_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a path inside an object, or None when it can."""
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        return "is absolute"
+    if "\x00" in name:
+        return "contains a NUL character"
+    # Backslashes count as separators so a Windows-style "..\\x" cannot climb out either.
+    if ".." in PurePosixPath(name.replace("\\", "/")).parts:
+        return "contains '..'"
+    return None
+
+
+def write_checkm(
+    rows: Iterable[ManifestRow | Mapping[str, object]],
+    *,
+    kind: str = OBJECT_MANIFEST,
+    columns: Sequence[str] | None = None,
+) -> str:
+    """Write rows as a checkm manifest that :func:`parse_checkm` reads back unchanged.
+
+    ``rows`` are ManifestRow objects or mappings with ManifestRow attribute names. ``columns``
+    defaults to the object or batch field list that fits ``kind``. Values that checkm cannot carry
+    (a "|", a line break, leading or trailing spaces) raise ValueError rather than being mangled.
+    """
+    if kind not in MANIFEST_KINDS:
+        raise ValueError(f"unknown manifest kind {kind!r}")
+    if columns is None:
+        columns = OBJECT_FIELDS if kind == OBJECT_MANIFEST else BATCH_FIELDS
+    lines = [
+        "#%checkm_0.7",
+        f"#%profile | {profile_url(kind)}",
+        *(f"#%prefix | {p}: | {uri}" for p, uri in PREFIXES.items()),
+        "#%fields | " + " | ".join(columns),
+    ]
+    row_keys = {f.name for f in fields(ManifestRow)}
+    for row in rows:
+        values = _row_values(row, row_keys)
+        cells = []
+        for column in columns:
+            key = _FIELD_KEYS_FOLDED.get(column.lower())
+            value = values.get(key) if key else values.get("extra", {}).get(column)
+            cells.append(_cell(value, column))
+        lines.append(" | ".join(cells).rstrip())
+    lines.append("#%eof")
+    text = "\n".join(lines) + "\n"
+    # Re-reading is cheap and guarantees we never hand storage a manifest we would reject.
+    parse_checkm(text)
+    return text
+
+
+def _row_values(row: ManifestRow | Mapping[str, object], row_keys: set[str]) -> dict[str, object]:
+    if isinstance(row, ManifestRow):
+        values: dict[str, object] = {k: getattr(row, k) for k in row_keys}
+        values["extra"] = dict(row.extra)
+        return values
+    unknown = set(row) - row_keys
+    if unknown:
+        raise ValueError(f"unknown manifest row keys: {sorted(unknown)}")
+    values = dict(row)
+    values["extra"] = dict(values.get("extra") or ())  # type: ignore[arg-type]
+    return values
+
+
+def _cell(value: object, column: str) -> str:
+    if value is None:
+        return ""
+    text = str(value)
+    if "|" in text or "\n" in text or text != text.strip():
+        raise ValueError(f"{column} value {text!r} cannot be written to a checkm manifest")
+    return text

@@ -1,0 +1,159 @@
+"""The system files of an object version (ERC, Dublin Core) and its storage manifest.
+
+An object folder prepared for storage looks like::
+
+    <object_dir>/producer/...          the depositor's files
+    <object_dir>/system/mrt-erc.txt    written by write_erc
+    <object_dir>/system/mrt-dc.xml     written by write_dublin_core
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+# ElementTree only writes here; nothing parses untrusted XML with it.
+from xml.etree import ElementTree as ET
+
+from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
+
+UNAS = "(:unas)"
+ERC_FILE = "mrt-erc.txt"
+DC_FILE = "mrt-dc.xml"
+SYSTEM_DIR = "system"
+PRODUCER_DIR = "producer"
+DC_NS = "http://purl.org/dc/elements/1.1/"
+
+# Characters XML 1.0 cannot carry at all, even escaped; a title pasted from a PDF may have them.
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+@dataclass(frozen=True)
+class Erc:
+    who: str | None = None
+    what: str | None = None
+    when: str | None = None
+
+
+def _anvl_value(value: str | None) -> str:
+    # An ERC value is one line; folding keeps a multi-line title from forging extra elements.
+    text = " ".join((value or "").split())
+    return text or UNAS
+
+
+def erc_text(*, erc: Erc, ark: str | None, local_id: str | None) -> str:
+    lines = [
+        "erc:",
+        f"who: {_anvl_value(erc.who)}",
+        f"what: {_anvl_value(erc.what)}",
+        f"when: {_anvl_value(erc.when)}",
+        f"where: {_anvl_value(ark)}",
+        f"where: {_anvl_value(local_id)}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def dublin_core_xml(*, erc: Erc, ark: str | None, local_id: str | None) -> str:
+    ET.register_namespace("dc", DC_NS)
+    root = ET.Element(f"{{{DC_NS}}}dc")
+    for tag, value in (
+        ("creator", erc.who),
+        ("title", erc.what),
+        ("date", erc.when),
+        ("identifier", ark),
+        ("identifier", local_id),
+    ):
+        text = _XML_ILLEGAL.sub("", value or "").strip()
+        if text:
+            ET.SubElement(root, f"{{{DC_NS}}}{tag}").text = text
+    ET.indent(root)
+    body = ET.tostring(root, encoding="unicode")
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n"
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` so that readers see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", delete=False
+    ) as handle:
+        handle.write(text)
+    os.replace(handle.name, path)
+    return path
+
+
+def write_erc(object_dir: Path, *, erc: Erc, ark: str | None, local_id: str | None) -> Path:
+    text = erc_text(erc=erc, ark=ark, local_id=local_id)
+    return write_atomic(object_dir / SYSTEM_DIR / ERC_FILE, text)
+
+
+def write_dublin_core(object_dir: Path, *, erc: Erc, ark: str | None, local_id: str | None) -> Path:
+    text = dublin_core_xml(erc=erc, ark=ark, local_id=local_id)
+    return write_atomic(object_dir / SYSTEM_DIR / DC_FILE, text)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def object_files(object_dir: Path) -> list[str]:
+    """Every regular file under ``object_dir`` as a sorted posix path relative to it."""
+    found = []
+    for dirpath, _dirnames, filenames in os.walk(object_dir):
+        for name in filenames:
+            path = Path(dirpath) / name
+            if path.is_file():
+                found.append(path.relative_to(object_dir).as_posix())
+    return sorted(found)
+
+
+def file_url_for(object_dir: Path) -> Callable[[str], str]:
+    root = object_dir.resolve()
+    return lambda name: (root / name).as_uri()
+
+
+def http_url_for(base_url: str) -> Callable[[str], str]:
+    """URLs for a web server that serves the object folder at ``base_url``."""
+    base = base_url.rstrip("/")
+    return lambda name: f"{base}/{quote(name)}"
+
+
+def storage_manifest(object_dir: Path, *, url_for: Callable[[str], str] | None = None) -> str:
+    """A checkm object manifest of every file in ``object_dir`` with its sha256 and size.
+
+    ``url_for`` maps a relative name to the URL storage will fetch it from; the default is the
+    file's file:// URL, which works when storage runs on the same machine.
+    """
+    url_for = url_for or file_url_for(object_dir)
+    rows = []
+    for name in object_files(object_dir):
+        path = object_dir / name
+        rows.append(
+            {
+                "url": url_for(name),
+                "hash_alg": "sha256",
+                "hash_value": file_sha256(path),
+                "size": path.stat().st_size,
+                "filename": name,
+            }
+        )
+    return write_checkm(rows, kind=OBJECT_MANIFEST)
+
+
+def write_storage_manifest(
+    object_dir: Path, dest: Path, *, url_for: Callable[[str], str] | None = None
+) -> Path:
+    """Write the storage manifest to ``dest``, which must lie outside ``object_dir``."""
+    if dest.resolve().is_relative_to(object_dir.resolve()):
+        raise ValueError("the storage manifest must not be written inside the object folder")
+    return write_atomic(dest, storage_manifest(object_dir, url_for=url_for))

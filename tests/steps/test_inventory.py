@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
+from queues.steps.erc import Erc
+from queues.steps.inventory import HttpInventory, InventoryError, LocalInventory
+from tests.steps.conftest import Loopback, Reply
+
+ARK = "ark:/99999/fk4inv"
+SHA = "cd" * 32
+
+
+def manifest(tmp_path: Path, *names: str) -> str:
+    path = tmp_path / f"manifest-{len(names)}.txt"
+    rows = [
+        {
+            "url": f"file:///store/{n}",
+            "filename": n,
+            "hash_alg": "sha256",
+            "hash_value": SHA,
+            "size": 3,
+        }
+        for n in names
+    ]
+    path.write_text(write_checkm(rows, kind=OBJECT_MANIFEST))
+    return path.as_uri()
+
+
+def test_http_inventory_posts_the_manifest_url(http_server: Loopback) -> None:
+    http_server.add("POST", "/inv/add", Reply(200, b"<ok/>"))
+
+    HttpInventory(http_server.url + "/inv/").record(ark=ARK, version=1, manifest_url="http://s/m")
+
+    [request] = http_server.seen("POST", "/inv/add")
+    assert request.form()["url"] == "http://s/m"
+
+
+def test_http_inventory_failure_names_ark_version_and_status(http_server: Loopback) -> None:
+    http_server.add("POST", "/add", Reply(500, b"database down"))
+
+    with pytest.raises(InventoryError, match=f"inventory refused {ARK} v2: HTTP 500 database down"):
+        HttpInventory(http_server.url).record(ark=ARK, version=2, manifest_url="http://s/m")
+
+
+def test_http_inventory_unreachable_is_an_inventory_error() -> None:
+    with pytest.raises(InventoryError, match="unreachable"):
+        HttpInventory("http://127.0.0.1:9", timeout=2).record(
+            ark=ARK, version=1, manifest_url="http://s/m"
+        )
+
+
+@pytest.mark.django_db
+def test_local_inventory_records_object_version_and_files(tmp_path: Path) -> None:
+    from queues.models import InventoryFile, InventoryObject
+
+    url = manifest(tmp_path, "producer/a", "system/mrt-erc.txt")
+
+    LocalInventory().record(
+        ark=ARK, version=1, manifest_url=url, local_id="L1", erc=Erc("W", "T", "D")
+    )
+
+    obj = InventoryObject.objects.get(ark=ARK)
+    assert (obj.local_id, obj.erc_who, obj.erc_what, obj.erc_when) == ("L1", "W", "T", "D")
+    [version] = obj.versions.all()
+    assert (version.number, version.manifest_url) == (1, url)
+    assert list(InventoryFile.objects.values_list("path", "size", "digest_alg", "digest")) == [
+        ("producer/a", 3, "sha256", SHA),
+        ("system/mrt-erc.txt", 3, "sha256", SHA),
+    ]
+
+
+@pytest.mark.django_db
+def test_recording_twice_creates_no_duplicates(tmp_path: Path) -> None:
+    from queues.models import InventoryFile, InventoryObject, InventoryVersion
+
+    url = manifest(tmp_path, "producer/a")
+    inventory = LocalInventory()
+
+    inventory.record(ark=ARK, version=1, manifest_url=url)
+    inventory.record(ark=ARK, version=1, manifest_url=url)
+
+    assert (
+        InventoryObject.objects.count(),
+        InventoryVersion.objects.count(),
+        InventoryFile.objects.count(),
+    ) == (1, 1, 1)
+
+
+@pytest.mark.django_db
+def test_a_second_version_keeps_the_first(tmp_path: Path) -> None:
+    from queues.models import InventoryObject
+
+    inventory = LocalInventory()
+    inventory.record(ark=ARK, version=1, manifest_url=manifest(tmp_path, "producer/a"))
+    inventory.record(
+        ark=ARK, version=2, manifest_url=manifest(tmp_path, "producer/a", "producer/b")
+    )
+
+    obj = InventoryObject.objects.get(ark=ARK)
+    assert [(v.number, v.files.count()) for v in obj.versions.all()] == [(1, 1), (2, 2)]
+
+
+@pytest.mark.django_db
+def test_unreadable_manifest_is_an_inventory_error(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match="unusable storage manifest"):
+        LocalInventory().record(ark=ARK, version=1, manifest_url=(tmp_path / "no").as_uri())

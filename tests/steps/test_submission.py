@@ -1,0 +1,250 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from queues.steps.checkm import (
+    BATCH_MANIFEST,
+    CONTAINER_BATCH_MANIFEST,
+    OBJECT_MANIFEST,
+    SINGLE_FILE_BATCH_MANIFEST,
+    ManifestError,
+    write_checkm,
+)
+from queues.steps.submission import (
+    ObjectSpec,
+    PayloadFile,
+    expand_submission,
+    payload_files,
+)
+
+MD5 = "9e107d9d372bb6826bd81d3542a419d6"
+
+
+def fetcher(documents: dict[str, str | bytes]):
+    def fetch(url: str) -> str | bytes:
+        return documents[url]
+
+    return fetch
+
+
+def no_fetch(url: str) -> str:
+    raise AssertionError(f"nothing should be fetched, asked for {url}")
+
+
+def batch(kind: str, *rows: dict[str, object]) -> str:
+    return write_checkm(rows, kind=kind)
+
+
+@pytest.mark.parametrize("submission_type", ["file", "container", "object-manifest"])
+def test_single_object_submissions_make_one_spec_without_fetching(submission_type: str) -> None:
+    specs = expand_submission(
+        submission_type=submission_type,
+        payload_url="http://h/deposits/thesis%20final.pdf",
+        fetch_text=no_fetch,
+        title="Thesis",
+        creator="Doe, J.",
+        date="2024",
+        local_id="loc001",
+        digest_alg="MD5",
+        digest_value=MD5.upper(),
+    )
+
+    assert specs == [
+        ObjectSpec(
+            payload_url="http://h/deposits/thesis%20final.pdf",
+            payload_type=submission_type,  # type: ignore[arg-type]
+            filename="thesis final.pdf",
+            local_id="loc001",
+            creator="Doe, J.",
+            title="Thesis",
+            date="2024",
+            digest_alg="md5",
+            digest_value=MD5,
+        )
+    ]
+
+
+def test_half_a_digest_is_refused() -> None:
+    with pytest.raises(ManifestError, match="both an algorithm and a value"):
+        expand_submission(
+            submission_type="file", payload_url="http://h/a", fetch_text=no_fetch, digest_alg="md5"
+        )
+
+
+@pytest.mark.parametrize(
+    ("submission_type", "kind", "payload_type"),
+    [
+        ("single-file-batch-manifest", SINGLE_FILE_BATCH_MANIFEST, "file"),
+        ("container-batch-manifest", CONTAINER_BATCH_MANIFEST, "container"),
+        ("batch-manifest", BATCH_MANIFEST, "object-manifest"),
+    ],
+)
+def test_batch_manifests_make_one_spec_per_row(
+    submission_type: str, kind: str, payload_type: str
+) -> None:
+    manifest = batch(
+        kind,
+        {"url": "http://h/1", "filename": "one.bin", "local_id": "loc1", "title": "One"},
+        {
+            "url": "http://h/2",
+            "hash_alg": "md5",
+            "hash_value": MD5,
+            "size": 7,
+            "primary_id": "ark:/99999/fk4two",
+            "creator": "Roe, R.",
+            "date": "1999",
+        },
+    )
+
+    specs = expand_submission(
+        submission_type=submission_type,
+        payload_url="http://h/batch.checkm",
+        fetch_text=fetcher({"http://h/batch.checkm": manifest}),
+        title="The batch's own title",
+    )
+
+    assert [s.payload_type for s in specs] == [payload_type, payload_type]
+    first, second = specs
+    assert (first.filename, first.local_id, first.title, first.creator) == (
+        "one.bin",
+        "loc1",
+        "One",
+        None,
+    )
+    assert (second.filename, second.primary_id, second.digest_alg, second.size) == (
+        "2",
+        "ark:/99999/fk4two",
+        "md5",
+        7,
+    )
+
+
+def test_batch_manifest_of_another_kind_is_refused() -> None:
+    manifest = batch(CONTAINER_BATCH_MANIFEST, {"url": "http://h/1"})
+
+    with pytest.raises(ManifestError, match="needs a mrt-batch-manifest manifest, got mrt-cont"):
+        expand_submission(
+            submission_type="batch-manifest",
+            payload_url="http://h/b",
+            fetch_text=fetcher({"http://h/b": manifest}),
+        )
+
+
+def test_empty_batch_manifest_is_refused() -> None:
+    with pytest.raises(ManifestError, match="lists no objects"):
+        expand_submission(
+            submission_type="batch-manifest",
+            payload_url="http://h/b",
+            fetch_text=fetcher({"http://h/b": batch(BATCH_MANIFEST)}),
+        )
+
+
+def test_corrupt_batch_manifest_reports_its_line() -> None:
+    manifest = batch(BATCH_MANIFEST, {"url": "http://h/1"}).replace("http://h/1", "gopher://h/1")
+
+    with pytest.raises(ManifestError, match=r"^line 6: unsupported URL scheme"):
+        expand_submission(
+            submission_type="batch-manifest",
+            payload_url="http://h/b",
+            fetch_text=fetcher({"http://h/b": manifest.encode()}),
+        )
+
+
+def test_unknown_submission_type_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="unknown submission type 'folder'"):
+        expand_submission(submission_type="folder", payload_url="http://h/a", fetch_text=no_fetch)
+
+
+def test_configuration_round_trips_through_json() -> None:
+    spec = ObjectSpec(
+        payload_url="http://h/a.zip",
+        payload_type="container",
+        filename="a.zip",
+        primary_id="ark:/99999/fk4x",
+        local_id="loc",
+        creator="C",
+        title="T",
+        date="D",
+        digest_alg="sha256",
+        digest_value="ab" * 32,
+        size=12,
+    )
+
+    config = json.loads(json.dumps(spec.to_configuration()))
+
+    assert config == {
+        "payload_url": "http://h/a.zip",
+        "type": "container",
+        "filename": "a.zip",
+        "primaryID": "ark:/99999/fk4x",
+        "localID": "loc",
+        "creator": "C",
+        "title": "T",
+        "date": "D",
+        "digest": {"alg": "sha256", "value": "ab" * 32},
+        "size": 12,
+    }
+    assert ObjectSpec.from_configuration(config) == spec
+
+
+def test_configuration_leaves_out_empty_values() -> None:
+    spec = ObjectSpec(payload_url="http://h/a", payload_type="file", filename="a")
+
+    assert spec.to_configuration() == {"payload_url": "http://h/a", "type": "file", "filename": "a"}
+
+
+def test_configuration_written_by_merritt_java_is_understood() -> None:
+    config = {
+        "payload_url": "http://h/o.checkm",
+        "payload_type": "object_manifest",
+        "erc_what": "Title",
+        "profile_name": "merritt_demo_content",
+    }
+
+    spec = ObjectSpec.from_configuration(config)
+
+    assert (spec.payload_type, spec.title, spec.filename) == ("object-manifest", "Title", "")
+
+
+def test_object_manifest_payload_lists_its_files() -> None:
+    manifest = write_checkm(
+        [
+            {"url": "http://h/a/1.tif", "hash_alg": "md5", "hash_value": MD5, "size": 5},
+            {"url": "http://h/a/2.txt", "filename": "text/2.txt"},
+        ],
+        kind=OBJECT_MANIFEST,
+    )
+    spec = ObjectSpec(payload_url="http://h/a.checkm", payload_type="object-manifest")
+
+    files = payload_files(spec, fetch_text=fetcher({"http://h/a.checkm": manifest}))
+
+    assert files == [
+        PayloadFile("http://h/a/1.tif", "1.tif", "md5", MD5, 5),
+        PayloadFile("http://h/a/2.txt", "text/2.txt"),
+    ]
+
+
+def test_object_manifest_with_a_repeated_file_name_is_refused() -> None:
+    manifest = write_checkm(
+        [{"url": "http://h/a/x", "filename": "x"}, {"url": "http://h/b/x"}], kind=OBJECT_MANIFEST
+    )
+    spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
+
+    with pytest.raises(ManifestError, match=r"^line 7: file name 'x' already used on line 6$"):
+        payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
+
+
+def test_file_and_container_payloads_are_their_own_single_download() -> None:
+    spec = ObjectSpec(
+        payload_url="http://h/c.tar.gz",
+        payload_type="container",
+        filename="c.tar.gz",
+        digest_alg="md5",
+        digest_value=MD5,
+    )
+
+    assert payload_files(spec, fetch_text=no_fetch) == [
+        PayloadFile("http://h/c.tar.gz", "c.tar.gz", "md5", MD5, None)
+    ]
