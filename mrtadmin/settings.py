@@ -161,7 +161,8 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
-# Channels: the in-memory layer serves one web process; Redis lets several share events.
+# Channels: the in-memory layer serves one web process; with REDIS_URL, channels-redis carries
+# the messages of several daphne workers. Each worker watches ZooKeeper itself (queues/live/hub.py).
 REDIS_URL = env("REDIS_URL")
 if REDIS_URL:
     CHANNEL_LAYERS = {
@@ -172,6 +173,8 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# The live console folds a topic's ZooKeeper events arriving within this window into one message.
+LIVE_COALESCE_SECONDS = env_float("LIVE_COALESCE_SECONDS", 0.25)
 
 # ZooKeeper. Empty ZK_HOSTS means: run the project's own ZooKeeper on loopback.
 ZK_HOSTS = env("ZK_HOSTS")
@@ -193,7 +196,11 @@ MRT_DOWNLOADS_DIR = Path(env("MRT_DOWNLOADS_DIR", str(MRT_VAR_DIR / "downloads")
 MRT_CONSOLE_URL = env("MRT_CONSOLE_URL", "http://127.0.0.1:8000")
 # Folders a depositor's file:// payload URL may read from (":"-separated). Empty allows any
 # path the daemons can read: fine on one machine, to be set on a shared deployment.
-MRT_FILE_URL_ROOTS = [Path(p) for p in env("MRT_FILE_URL_ROOTS").split(":") if p.strip()]
+MRT_FILE_ROOTS = [Path(p) for p in env("MRT_FILE_ROOTS").split(":") if p.strip()]
+# Where remote storage can fetch a job's working folder over HTTP (needed with MRT_STORAGE_URL).
+MRT_WORK_URL = env("MRT_WORK_URL")
+# Base URL of assembled access archives; default: the console's /downloads/.
+MRT_DOWNLOADS_URL = env("MRT_DOWNLOADS_URL")
 MRT_HTTP_TIMEOUT = env_float("MRT_HTTP_TIMEOUT", 30.0)
 MRT_DOWNLOAD_RETRIES = env_int("MRT_DOWNLOAD_RETRIES", 3)
 MRT_DOWNLOAD_THREADS = env_int("MRT_DOWNLOAD_THREADS", 4)

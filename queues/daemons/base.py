@@ -1,0 +1,369 @@
+"""The shared consumer loop: claim one item (ephemeral lock) -> run its step -> one move -> unlock.
+
+Every daemon is a subclass that says how to claim, what the step does and how to move its kind
+of item (job, batch, access request). The loop itself knows nothing about the steps:
+
+- ``run_once()`` claims at most one item and returns whether there may be more work right away;
+- ``run(stop)`` repeats it, waiting ``poll`` seconds when idle, until ``stop`` is set;
+- a queue hold, or a suspended ZooKeeper connection, stops claiming (the item in hand finishes);
+- a lost session drops every lock this process held (ZooKeeper removed them): the step in hand
+  re-takes its item's lock before moving it, or leaves the item to whoever took it meanwhile;
+- an exception in a step fails that item with ``"<step>: <reason>"`` as its message; the daemon
+  goes on. A ZooKeeper connection error fails nothing: the item is simply claimed again later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+from django.db import close_old_connections
+
+from queues import services
+from queues.zk import client
+from queues.zk import paths as zpaths
+from queues.zk.access import access_acquire, access_transition, access_unlock
+from queues.zk.batches import batch_ids, batch_load, batch_states, batch_transition, batch_unlock
+from queues.zk.daemon_support import is_connection_error
+from queues.zk.errors import Conflict, InvalidTransition, MalformedNode, NotFound
+from queues.zk.jobs import job_acquire, job_load, job_transition, job_unlock
+from queues.zk.locks import lock_create, lock_release, queue_held
+from queues.zk.records import AccessRequest, Batch, Job
+
+log = logging.getLogger("queues.daemons")
+
+DEFAULT_POLL = 5.0
+T = TypeVar("T", Job, Batch, AccessRequest)
+
+
+class StepFailed(Exception):
+    """A step that cannot do its work; ``permanent`` means a resume cannot help either."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+@dataclass(frozen=True)
+class Next:
+    """The one move a step asks for."""
+
+    target: str
+    message: str = ""
+    priority: int | None = None
+    permanent: bool = False
+    # The step could not do its work (as opposed to a step whose result is a Failed item, like
+    # a report on a batch with failed jobs): logged as "failed", and --once exits 1.
+    error: bool = False
+
+
+@dataclass(frozen=True)
+class Stay:
+    """The item stays where it is (it waits for a resource); it is unlocked untouched."""
+
+    reason: str = ""
+
+
+Step = Next | Stay
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    id: str
+    step: str
+    outcome: str  # ok | held | failed (the step failed the item) | waiting | dropped
+    duration: float
+    detail: str = ""
+
+    @property
+    def is_error(self) -> bool:
+        return self.outcome == "failed"
+
+    def line(self) -> str:
+        text = f"{self.id} {self.step} {self.outcome} {self.duration:.2f}s"
+        return f"{text} {self.detail}" if self.detail else text
+
+
+class SessionGate:
+    """The ZooKeeper session as the daemons see it; fed by the client's state listener.
+
+    Kazoo calls the listener from its connection thread, so this only flips flags. ``generation``
+    counts lost sessions: a step that started in an older generation no longer holds its lock.
+    """
+
+    def __init__(self) -> None:
+        self._connected = threading.Event()
+        self._connected.set()
+        self._lock = threading.Lock()
+        self.generation = 0
+
+    def on_state(self, state: str) -> None:
+        if state == "CONNECTED":
+            self._connected.set()
+            return
+        self._connected.clear()
+        if state == "LOST":
+            with self._lock:
+                self.generation += 1
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if len(text) <= 2000 else text[:1997] + "..."
+
+
+class Daemon(ABC, Generic[T]):
+    """One consumer daemon. Subclasses set ``name``/``step`` and implement the hooks."""
+
+    name: ClassVar[str]
+    step: ClassVar[str]  # the word in log lines and failure messages
+    # The queue hold that stops this daemon claiming (None: never held).
+    queue_hold: ClassVar[str | None] = "ingest"
+
+    def __init__(
+        self, *, zk: Any = None, gate: SessionGate | None = None, poll: float = DEFAULT_POLL
+    ) -> None:
+        self.zk = zk if zk is not None else client()
+        self.gate = gate or SessionGate()
+        self.poll = poll
+        self.last: ItemResult | None = None
+
+    # Hooks --------------------------------------------------------------------------------
+
+    @abstractmethod
+    def claim(self) -> T | None:
+        """Lock and return one item to work on, or None."""
+
+    @abstractmethod
+    def work(self, item: T) -> Step:
+        """Do the step's work; raise to fail the item."""
+
+    @abstractmethod
+    def item_id(self, item: T) -> str: ...
+
+    @abstractmethod
+    def lock_path(self, item: T) -> str: ...
+
+    @abstractmethod
+    def move(self, item: T, step: Next) -> None:
+        """The one transition; Conflict when the item changed meanwhile."""
+
+    @abstractmethod
+    def unlock(self, item: T) -> None: ...
+
+    def prepare(self, item: T) -> T:
+        """Runs before ``work``; may move the item into a working state and return it anew."""
+        return item
+
+    def after(self, item: T, step: Next) -> None:
+        """Work that follows a successful move (cleanup, batch completion)."""
+
+    # The loop -----------------------------------------------------------------------------
+
+    def claiming_allowed(self) -> bool:
+        if not self.gate.connected:
+            return False
+        return not (self.queue_hold and queue_held(self.zk, self.queue_hold))
+
+    def run_once(self) -> bool:
+        """Claim and handle at most one item; True when it is worth looking again at once."""
+        self.last = None
+        if not self.claiming_allowed():
+            return False
+        item = self.claim()
+        if item is None:
+            return False
+        result = self.handle(item)
+        self.last = result
+        log.info("%s", result.line())
+        return result.outcome not in ("waiting", "dropped")
+
+    def run(self, stop: threading.Event) -> None:
+        log.info("%s: started (poll %.1fs)", self.name, self.poll)
+        while not stop.is_set():
+            try:
+                busy = self.run_once()
+            except Exception as exc:
+                busy = False
+                if is_connection_error(exc):
+                    log.warning("%s: ZooKeeper unavailable: %s", self.name, describe(exc))
+                else:
+                    log.exception("%s: unexpected error outside a step", self.name)
+            finally:
+                # Long-lived threads must not keep a broken or stale database connection.
+                close_old_connections()
+            if not busy:
+                stop.wait(self.poll)
+        log.info("%s: stopped", self.name)
+
+    def handle(self, item: T) -> ItemResult:
+        started = time.monotonic()
+        generation = self.gate.generation
+        ident = self.item_id(item)
+        try:
+            try:
+                item = self.prepare(item)
+            except (Conflict, InvalidTransition, NotFound) as exc:
+                return self._result(ident, "dropped", started, f"not started: {describe(exc)}")
+            try:
+                step = self.work(item)
+            except Exception as exc:
+                if is_connection_error(exc):
+                    return self._result(ident, "dropped", started, f"ZooKeeper: {describe(exc)}")
+                step = self.failure(item, exc)
+            if isinstance(step, Stay):
+                return self._result(ident, "waiting", started, step.reason)
+            if self.gate.generation != generation:
+                # The session was lost during the step: our lock is gone. Take it back, or
+                # leave the item to the consumer that took it meanwhile.
+                if not lock_create(self.zk, self.lock_path(item)):
+                    return self._result(ident, "dropped", started, "lock lost with the session")
+                generation = self.gate.generation
+            try:
+                self.move(item, step)
+            except (Conflict, InvalidTransition, NotFound) as exc:
+                # An operator (or another client) moved the item meanwhile: theirs wins.
+                return self._result(ident, "dropped", started, f"not moved: {describe(exc)}")
+            try:
+                self.after(item, step)
+            except Exception as exc:
+                log.warning("%s %s: after %s: %s", ident, self.step, step.target, describe(exc))
+            outcome = "failed" if step.error else "held" if step.target == "Held" else "ok"
+            detail = f"-> {step.target}" + (f": {step.message}" if step.message else "")
+            return self._result(ident, outcome, started, detail)
+        finally:
+            if self.gate.generation == generation:
+                try:
+                    self.unlock(item)
+                except Exception as exc:
+                    # The lock is ephemeral: if it cannot be deleted now it goes with the session.
+                    log.warning("%s %s: unlock failed: %s", ident, self.step, describe(exc))
+
+    def failure(self, item: T, exc: Exception) -> Next:
+        if isinstance(exc, StepFailed):
+            log.debug("%s %s failed", self.item_id(item), self.step, exc_info=True)
+        else:
+            log.warning("%s %s raised", self.item_id(item), self.step, exc_info=True)
+        permanent = isinstance(exc, StepFailed) and exc.permanent
+        return Next("Failed", f"{self.step}: {describe(exc)}", permanent=permanent, error=True)
+
+    def _result(self, ident: str, outcome: str, started: float, detail: str = "") -> ItemResult:
+        return ItemResult(ident, self.step, outcome, time.monotonic() - started, detail)
+
+
+class JobDaemon(Daemon[Job]):
+    """A daemon working on the jobs of one state, in priority order."""
+
+    state: ClassVar[str]
+
+    def accept(self, job: Job) -> bool:
+        """Whether to take this job now (checked under its lock)."""
+        return True
+
+    def claim(self) -> Job | None:
+        return job_acquire(self.zk, self.state, accept=self.accept)
+
+    def item_id(self, item: Job) -> str:
+        return item.jid
+
+    def lock_path(self, item: Job) -> str:
+        return zpaths.job_node(item.jid, "lock")
+
+    def move(self, item: Job, step: Next) -> None:
+        job_transition(
+            self.zk,
+            item,
+            step.target,
+            message=step.message,
+            permanent=step.permanent,
+            priority=step.priority,
+        )
+
+    def unlock(self, item: Job) -> None:
+        job_unlock(self.zk, item)
+
+    def after(self, item: Job, step: Next) -> None:
+        if step.target in ("Completed", "Failed"):
+            services.batch_complete_if_done(bid=item.bid)
+
+    def reload(self, job: Job) -> Job:
+        """The job as it is now (a step that wrote optional nodes and needs them back)."""
+        return job_load(self.zk, job.jid)
+
+
+def acquire_batch(zk: Any, state: str, accept: Callable[[str], bool] | None = None) -> Batch | None:
+    """Lock and return the oldest batch in ``state`` that ``accept(bid)`` allows.
+
+    Like batches.batch_acquire, but a batch that must wait (``accept`` False) does not keep the
+    younger ones from being worked on.
+    """
+    ids = batch_ids(zk)
+    for bid, found in batch_states(zk, ids).items():
+        if found != state or (accept is not None and not accept(bid)):
+            continue
+        lock = zpaths.batch_node(bid, "lock")
+        if not lock_create(zk, lock):
+            continue
+        try:
+            batch = batch_load(zk, bid)
+        except (NotFound, MalformedNode):
+            lock_release(zk, lock)
+            continue
+        if batch.state != state:
+            lock_release(zk, lock)
+            continue
+        return batch
+    return None
+
+
+class BatchDaemon(Daemon[Batch]):
+    state: ClassVar[str]
+
+    def accept(self, bid: str) -> bool:
+        return True
+
+    def claim(self) -> Batch | None:
+        return acquire_batch(self.zk, self.state, self.accept)
+
+    def item_id(self, item: Batch) -> str:
+        return item.bid
+
+    def lock_path(self, item: Batch) -> str:
+        return zpaths.batch_node(item.bid, "lock")
+
+    def move(self, item: Batch, step: Next) -> None:
+        batch_transition(self.zk, item, step.target, message=step.message)
+
+    def unlock(self, item: Batch) -> None:
+        batch_unlock(self.zk, item)
+
+
+class AccessDaemon(Daemon[AccessRequest]):
+    queue: ClassVar[str]  # "small" | "large"
+
+    def claim(self) -> AccessRequest | None:
+        # Processing first: those were interrupted (or resumed there by an operator).
+        return access_acquire(self.zk, self.queue, "Processing") or access_acquire(
+            self.zk, self.queue, "Pending"
+        )
+
+    def item_id(self, item: AccessRequest) -> str:
+        return item.qid
+
+    def lock_path(self, item: AccessRequest) -> str:
+        return zpaths.access_node(item.queue, item.qid, "lock")
+
+    def move(self, item: AccessRequest, step: Next) -> None:
+        access_transition(self.zk, item, step.target, message=step.message)
+
+    def unlock(self, item: AccessRequest) -> None:
+        access_unlock(self.zk, item)

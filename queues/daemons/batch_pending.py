@@ -1,0 +1,164 @@
+"""Batch Pending: turn a submitted batch into one Pending job per object.
+
+A collection hold on the batch's profile, or a held ingest queue, parks the batch as Held (an
+operator releases it). Otherwise the payload is read: a file, a container or an object manifest
+is one object; the three batch manifests give one object per line. A corrupt manifest, or one of
+the wrong kind, fails the batch with a message naming the line.
+
+Each job's ``configuration`` is the batch submission's own keys (profile, submitter, mode, ...,
+with the batch's ``type`` kept as ``submission_type``) overlaid with the object's keys
+(ObjectSpec.to_configuration), plus ``batch_id``, ``batch_uuid``, ``batch_seq`` (1-based place in
+the batch) and ``working_dir`` (MRT_WORK_DIR/<bid>/<jid>).
+
+Job priority comes from the profile's priority (5 by default) and the batch size, so a single
+deposit overtakes a bulk load: 1 object -2, 2..10 objects +0, 11..100 +1, more +2 (clamped to
+0..99). With the default profile priority that is 3, 5, 6 and 7.
+
+Restart-safe: a batch that already has jobs (a consumer died half-way) gets only the jobs whose
+``batch_seq`` is missing, then moves to Processing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from django.conf import settings
+
+from queues.daemons.base import BatchDaemon, Next, Step, StepFailed
+from queues.daemons.jobwork import fetch
+from queues.steps.checkm import ManifestError
+from queues.steps.fetch import DownloadError
+from queues.steps.profiles import ProfileError, load_profile
+from queues.steps.submission import ObjectSpec, expand_submission
+from queues.zk.batches import batch_job_ids
+from queues.zk.daemon_support import job_configuration_update
+from queues.zk.jobs import job_create, jobs_load
+from queues.zk.locks import collection_held, queue_held
+from queues.zk.records import Batch, Job
+
+# Submission keys that describe the payload, not the batch: never copied into a job, where the
+# object's own values (or their absence) must stand.
+OBJECT_KEYS = frozenset(
+    {
+        "payload_url",
+        "type",
+        "filename",
+        "title",
+        "creator",
+        "date",
+        "localID",
+        "primaryID",
+        "digest",
+        "size",
+    }
+)
+
+
+def batch_priority(base: int, objects: int) -> int:
+    if objects <= 1:
+        offset = -2
+    elif objects <= 10:
+        offset = 0
+    elif objects <= 100:
+        offset = 1
+    else:
+        offset = 2
+    return min(99, max(0, base + offset))
+
+
+def _text(submission: dict[str, Any], key: str) -> str | None:
+    value = submission.get(key)
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def expand(batch: Batch) -> list[ObjectSpec]:
+    sub = batch.submission
+    digest = sub.get("digest") if isinstance(sub.get("digest"), dict) else {}
+    payload_url = _text(sub, "payload_url")
+    if not payload_url:
+        raise StepFailed("the submission has no payload_url")
+    try:
+        return expand_submission(
+            submission_type=batch.type or "file",
+            payload_url=payload_url,
+            fetch_text=fetch,
+            filename=_text(sub, "filename"),
+            title=_text(sub, "title"),
+            creator=_text(sub, "creator"),
+            date=_text(sub, "date"),
+            local_id=_text(sub, "localID"),
+            primary_id=_text(sub, "primaryID"),
+            digest_alg=digest.get("alg"),
+            digest_value=digest.get("value"),
+        )
+    except ManifestError as exc:
+        raise StepFailed(f"manifest {payload_url}: {exc}") from exc
+    except DownloadError as exc:
+        raise StepFailed(f"cannot read the payload: {exc}") from exc
+    except ValueError as exc:
+        raise StepFailed(str(exc)) from exc
+
+
+class BatchPending(BatchDaemon):
+    name: ClassVar[str] = "batch-pending"
+    step: ClassVar[str] = "batch-pending"
+    state: ClassVar[str] = "Pending"
+    # A held ingest queue does not stop this daemon: it parks new batches as Held instead.
+    queue_hold: ClassVar[str | None] = None
+
+    def work(self, item: Batch) -> Step:
+        if collection_held(self.zk, item.profile):
+            return Next("Held", f"collection {item.profile} is held")
+        if queue_held(self.zk, "ingest"):
+            return Next("Held", "the ingest queue is held")
+        try:
+            profile = load_profile(item.profile)
+        except ProfileError as exc:
+            raise StepFailed(str(exc)) from exc
+        specs = expand(item)
+        priority = batch_priority(profile.priority, len(specs))
+        existing = self.existing_seqs(item)
+        base = {k: v for k, v in item.submission.items() if k not in OBJECT_KEYS}
+        base.pop("batchID", None)
+        base.update(submission_type=item.type or "file", batch_id=item.bid, batch_uuid=item.uuid)
+        for seq, spec in enumerate(specs, start=1):
+            if seq in existing:
+                continue
+            self.create_job(item, base, spec, seq, priority)
+        return Next("Processing", f"{len(specs)} jobs")
+
+    def existing_seqs(self, batch: Batch) -> set[int]:
+        index = batch_job_ids(self.zk, batch.bid)
+        jids = sorted({j for folder in index.values() for j in folder})
+        seqs = set()
+        for job in jobs_load(self.zk, jids):
+            if isinstance(job, Job) and isinstance(job.configuration.get("batch_seq"), int):
+                seqs.add(job.configuration["batch_seq"])
+        return seqs
+
+    def create_job(
+        self, batch: Batch, base: dict[str, Any], spec: ObjectSpec, seq: int, priority: int
+    ) -> Job:
+        configuration = {**base, **spec.to_configuration(), "batch_seq": seq}
+        job = job_create(
+            self.zk,
+            bid=batch.bid,
+            configuration=configuration,
+            priority=priority,
+            identifiers={
+                "primary_id": spec.primary_id or "",
+                "local_id": [spec.local_id] if spec.local_id else [],
+            },
+            metadata={
+                "erc_who": spec.creator or "",
+                "erc_what": spec.title or "",
+                "erc_when": spec.date or "",
+                "erc_where": spec.primary_id or "",
+            },
+        )
+        # The job ID is known only once the job exists, and its folder is named after it. A
+        # crash before this write leaves the key out; jobwork.workdir() then uses the same path.
+        folder = Path(settings.MRT_WORK_DIR).resolve() / batch.bid / job.jid
+        job_configuration_update(self.zk, job.jid, {"working_dir": str(folder)})
+        return job

@@ -1,0 +1,143 @@
+"""Batch Reporting and Update Reporting: the status report and the summary mail.
+
+Reporting: once every job of a batch is Completed or Failed, write ``status-report`` (the
+failed and successful job IDs), mail the summary to the depositor and the profile's contacts,
+and move the batch to Completed (no failed job) or Failed. Each cycle also sweeps the Processing
+batches, so a batch whose last job was failed by an operator (not by a daemon) still moves on.
+
+Update Reporting (an operator's move after troubleshooting a Failed batch): wait while any job
+of the batch is still being worked on (a resumed job), then report what changed since the last
+report the same way.
+
+Mail goes out at least once per report, never silently not at all: the report carries the
+status version of the round it belongs to (``round``) and ``mailed``. A re-run of the same round
+(a consumer died after mailing) reuses the report and sends no second mail once ``mailed`` is
+true; only a crash between sending and recording ``mailed`` can repeat the mail, a duplicate
+being better than a depositor who never hears.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+from django.conf import settings
+
+from queues import services
+from queues.daemons import clients
+from queues.daemons.base import BatchDaemon, Next, Step, StepFailed
+from queues.steps.notify import send_batch_summary
+from queues.steps.profiles import ProfileError, load_profile
+from queues.zk.batches import (
+    batch_ids,
+    batch_job_ids,
+    batch_states,
+    batch_write_report,
+    report_changes,
+)
+from queues.zk.daemon_support import batch_report_update, is_connection_error
+from queues.zk.records import Batch
+
+log = logging.getLogger("queues.daemons")
+
+
+def round_key(batch: Batch) -> str:
+    # The batch status does not change while it is being reported, and every new round
+    # (Reporting, each UpdateReporting) comes with a new status version.
+    return f"{batch.state}:{batch.status.version}"
+
+
+class BatchReporting(BatchDaemon):
+    name: ClassVar[str] = "batch-reporting"
+    step: ClassVar[str] = "batch-reporting"
+    state: ClassVar[str] = "Reporting"
+
+    def claim(self) -> Batch | None:
+        self.sweep()
+        return super().claim()
+
+    def sweep(self) -> None:
+        """Move every Processing batch whose jobs have all finished to Reporting."""
+        ids = batch_ids(self.zk)
+        for bid, state in batch_states(self.zk, ids).items():
+            if state != "Processing":
+                continue
+            try:
+                if services.batch_complete_if_done(bid=bid):
+                    log.info("%s batch-reporting swept: Processing -> Reporting", bid)
+            except Exception as exc:
+                if is_connection_error(exc):
+                    raise
+                log.warning("%s batch-reporting sweep: %s", bid, exc)
+
+    def work(self, item: Batch) -> Step:
+        report, previous = self.write_report(item)
+        failed = report.get("failed_jobs") or []
+        target = "Failed" if failed else "Completed"
+        if not report.get("mailed"):
+            self.mail(item, report, previous, target)
+            batch_report_update(self.zk, item.bid, {"mailed": True})
+        succeeded = report.get("successful_jobs") or []
+        message = f"{len(succeeded)} completed, {len(failed)} failed"
+        if previous is not None:
+            changes = report_changes(previous, report)
+            message += f"; {len(changes['newly_successful'])} completed since the last report"
+        return Next(target, message)
+
+    def write_report(self, batch: Batch) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """This round's report (written now, or found from an interrupted run) and the one
+        before it, which an update report is compared with."""
+        current = batch.report
+        key = round_key(batch)
+        if current is not None and current.get("round") == key:
+            history = current.get("history") or []
+            return current, history[0] if history and isinstance(history[0], dict) else None
+        index = batch_job_ids(self.zk, batch.bid)
+        report = batch_write_report(
+            self.zk,
+            batch,
+            failed=index["batch-failed"],
+            successful=index["batch-completed"],
+        )
+        report = batch_report_update(self.zk, batch.bid, {"round": key, "mailed": False})
+        return report, current
+
+    def mail(
+        self, batch: Batch, report: dict[str, Any], previous: dict[str, Any] | None, state: str
+    ) -> None:
+        try:
+            profile = load_profile(batch.profile)
+        except ProfileError as exc:
+            log.warning("%s batch-reporting: no contacts from profile: %s", batch.bid, exc)
+            profile = None
+        to = clients.recipients(batch.submission, profile)
+        if not to:
+            log.info("%s batch-reporting: nobody to mail the summary to", batch.bid)
+            return
+        try:
+            send_batch_summary(
+                batch_id=batch.bid,
+                title=batch.title or None,
+                submitter=batch.submitter or None,
+                profile_name=batch.profile,
+                to=to,
+                report=report,
+                previous=previous,
+                state=state,
+                console_url=settings.MRT_CONSOLE_URL,
+            )
+        except Exception as exc:
+            raise StepFailed(f"summary mail not sent: {exc}") from exc
+
+
+class BatchUpdateReporting(BatchReporting):
+    name: ClassVar[str] = "batch-update-reporting"
+    step: ClassVar[str] = "batch-update-reporting"
+    state: ClassVar[str] = "UpdateReporting"
+
+    def claim(self) -> Batch | None:
+        return super(BatchReporting, self).claim()
+
+    def accept(self, bid: str) -> bool:
+        # A job resumed during troubleshooting may still be on its way; report when it is done.
+        return not batch_job_ids(self.zk, bid)["batch-processing"]

@@ -1,0 +1,131 @@
+"""What the job steps share: the job's object spec, its files, and its working folder.
+
+Working folder of a job (``configuration.working_dir``, normally MRT_WORK_DIR/<bid>/<jid>)::
+
+    object/producer/...            the depositor's files (downloaded, containers unpacked)
+    object/system/mrt-erc.txt      written by Processing
+    object/system/mrt-dc.xml
+    containers/                    a container while it is being downloaded and unpacked
+    mrt-storage-manifest.txt       written by Processing, read by storage
+
+The object manifest of an object-manifest payload is fetched again by each step that needs its
+rows (they are small); so a resumed job sees what the depositor's server serves now.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+from django.conf import settings
+
+from queues.daemons import clients
+from queues.daemons.base import StepFailed
+from queues.steps.checkm import ManifestError
+from queues.steps.fetch import fetch_bytes
+from queues.steps.submission import ObjectSpec, PayloadFile, payload_files
+from queues.zk.records import Job
+
+OBJECT_DIR = "object"
+CONTAINERS_DIR = "containers"
+STORAGE_MANIFEST = "mrt-storage-manifest.txt"
+# Lower runs first; a very large job waits behind ordinary ones rather than blocking them.
+LARGE_JOB_PRIORITY = 10
+
+
+def job_spec(job: Job) -> ObjectSpec:
+    try:
+        return ObjectSpec.from_configuration(job.configuration)
+    except (ValueError, TypeError) as exc:
+        # Nothing an operator can resume: the job itself describes no usable object.
+        raise StepFailed(f"unusable job configuration: {exc}", permanent=True) from exc
+
+
+def fetch(url: str) -> bytes:
+    return fetch_bytes(
+        url,
+        timeout=settings.MRT_HTTP_TIMEOUT,
+        retries=settings.MRT_DOWNLOAD_RETRIES,
+        file_roots=clients.file_roots(),
+    )
+
+
+def check_digest(data: bytes, alg: str | None, value: str | None, what: str) -> None:
+    if not (alg and value):
+        return
+    actual = hashlib.new(alg.lower(), data, usedforsecurity=False).hexdigest()
+    if actual != value.strip().lower():
+        raise StepFailed(
+            f"{what}: {alg.lower()} digest {actual} does not match the depositor's {value}",
+            permanent=True,
+        )
+
+
+def object_files(spec: ObjectSpec) -> list[PayloadFile]:
+    """The files of the object; for an object manifest its digest is checked and rows parsed.
+
+    A corrupt manifest, or one that does not match the depositor's digest of it, fails the job
+    for good: only a new submission can fix what was submitted.
+    """
+    if spec.payload_type != "object-manifest":
+        return payload_files(spec, fetch_text=fetch)
+    data = fetch(spec.payload_url)
+    check_digest(data, spec.digest_alg, spec.digest_value, spec.payload_url)
+    try:
+        return payload_files(spec, fetch_text=lambda _url: data)
+    except ManifestError as exc:
+        raise StepFailed(f"object manifest {spec.payload_url}: {exc}", permanent=True) from exc
+
+
+def workdir(job: Job) -> Path:
+    """The job's working folder, always inside MRT_WORK_DIR.
+
+    A ``working_dir`` from the configuration is used only when it lies inside MRT_WORK_DIR:
+    the folder is deleted when the job completes, and a configuration written by another
+    client must never make this process delete anything else.
+    """
+    root = Path(settings.MRT_WORK_DIR).resolve()
+    configured = job.configuration.get("working_dir")
+    if isinstance(configured, str) and configured:
+        path = Path(configured).resolve()
+        if path != root and path.is_relative_to(root):
+            return path
+    return root / job.bid / job.jid
+
+
+def work_relative(path: Path) -> str:
+    """``path`` relative to MRT_WORK_DIR, as a URL path."""
+    return path.resolve().relative_to(Path(settings.MRT_WORK_DIR).resolve()).as_posix()
+
+
+def object_dir(job: Job) -> Path:
+    return workdir(job) / OBJECT_DIR
+
+
+def disk_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += (Path(dirpath) / name).lstat().st_size
+            except OSError:
+                continue
+    return total
+
+
+def remove_workdir(job: Job) -> None:
+    folder = workdir(job)
+    shutil.rmtree(folder, ignore_errors=True)
+    # The batch folder goes with its last job (rmdir refuses while other jobs still use it).
+    if folder.parent != Path(settings.MRT_WORK_DIR).resolve():
+        with contextlib.suppress(OSError):
+            folder.parent.rmdir()
+
+
+def priority_for_size(priority: int, space_needed: int) -> int:
+    if space_needed > settings.MRT_LARGE_JOB_BYTES:
+        return max(priority, LARGE_JOB_PRIORITY)
+    return priority

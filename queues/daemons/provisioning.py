@@ -1,0 +1,99 @@
+"""Job Provisioning: let a job go on to Downloading only when its files fit on working storage.
+
+A job fits when the working storage, with the job's ``space_needed`` and what the jobs already
+Downloading still expect to write, stays at or below the high-water mark
+(MRT_PROVISION_HIGH_WATER, a fraction of the disk; 0.70 by default). Every cycle evaluates ALL
+jobs in Provisioning in priority order (the index, read without locking) and claims the first
+that fits; jobs that do not fit stay and are evaluated again next cycle, after ``poll`` seconds.
+An unestimated job (0 bytes) goes on only while the disk is under the mark.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from django.conf import settings
+
+from queues.daemons.base import JobDaemon, Next, Step
+from queues.zk import paths as zpaths
+from queues.zk.errors import MalformedNode, NotFound
+from queues.zk.jobs import index_entries, job_load, jobs_load
+from queues.zk.locks import lock_create, lock_release
+from queues.zk.records import Job
+
+log = logging.getLogger("queues.daemons")
+
+DiskUsage = Callable[[Path], Any]
+
+
+class Provisioning(JobDaemon):
+    name: ClassVar[str] = "provisioning"
+    step: ClassVar[str] = "provisioning"
+    state: ClassVar[str] = "Provisioning"
+
+    def __init__(self, *args: Any, disk_usage: DiskUsage = shutil.disk_usage, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.disk_usage = disk_usage
+        self.waiting: set[str] = set()  # jobs already logged as waiting, to log each once
+
+    def budget(self) -> int:
+        """Bytes that may still be promised to new downloads before the high-water mark."""
+        root = Path(settings.MRT_WORK_DIR)
+        root.mkdir(parents=True, exist_ok=True)
+        usage = self.disk_usage(root)
+        limit = int(usage.total * settings.MRT_PROVISION_HIGH_WATER)
+        downloading = [jid for _p, jid in index_entries(self.zk, "Downloading")]
+        promised = sum(
+            j.space_needed for j in jobs_load(self.zk, downloading) if isinstance(j, Job)
+        )
+        return limit - usage.used - promised
+
+    def fits(self, job: Job, budget: int) -> bool:
+        if job.space_needed == 0:
+            return budget > 0
+        return job.space_needed <= budget
+
+    def claim(self) -> Job | None:
+        budget = self.budget()
+        entries = [jid for _p, jid in index_entries(self.zk, self.state)]
+        candidates = [j for j in jobs_load(self.zk, entries) if isinstance(j, Job)]
+        for job in candidates:
+            if job.lock is not None:
+                continue
+            if not self.fits(job, budget):
+                if job.jid not in self.waiting:
+                    self.waiting.add(job.jid)
+                    log.info(
+                        "%s provisioning waiting: needs %d bytes, %d available below the mark",
+                        job.jid,
+                        job.space_needed,
+                        max(budget, 0),
+                    )
+                continue
+            claimed = self._lock(job.jid)
+            if claimed is not None:
+                self.waiting.discard(job.jid)
+                return claimed
+        self.waiting &= {j.jid for j in candidates}
+        return None
+
+    def _lock(self, jid: str) -> Job | None:
+        lock = zpaths.job_node(jid, "lock")
+        if not lock_create(self.zk, lock):
+            return None
+        try:
+            job = job_load(self.zk, jid)
+        except (NotFound, MalformedNode):
+            lock_release(self.zk, lock)
+            return None
+        if job.state != self.state:
+            lock_release(self.zk, lock)
+            return None
+        return job
+
+    def work(self, item: Job) -> Step:
+        return Next("Downloading")

@@ -1,0 +1,54 @@
+"""Job Recording: record the stored version in inventory (Merritt's service or local tables).
+
+Recording the same version twice changes nothing (both inventories key it by ARK and number),
+so a re-run is harmless; the per-object lock ``/locks/inventory/<ark'>`` keeps two jobs of one
+object from recording at once.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from queues.daemons import clients
+from queues.daemons.base import Next, Stay, Step, StepFailed
+from queues.daemons.jobwork import job_spec
+from queues.daemons.processing import job_erc
+from queues.daemons.storing import ObjectLockDaemon
+from queues.steps.inventory import InventoryError
+from queues.zk import paths as zpaths
+from queues.zk.locks import lock_create, lock_release
+from queues.zk.records import Job
+
+
+class Recording(ObjectLockDaemon):
+    name: ClassVar[str] = "recording"
+    step: ClassVar[str] = "recording"
+    state: ClassVar[str] = "Recording"
+
+    def object_lock(self, ark: str) -> str:
+        return zpaths.inventory_lock(ark)
+
+    def work(self, item: Job) -> Step:
+        inventory = item.inventory or {}
+        manifest_url = inventory.get("manifest_url")
+        version = inventory.get("version")
+        ark = item.primary_id
+        if not ark or not isinstance(manifest_url, str) or not isinstance(version, int):
+            raise StepFailed("no stored version to record yet; resume from Storing")
+        spec = job_spec(item)
+        lock = self.object_lock(ark)
+        if not lock_create(self.zk, lock):
+            return Stay(f"{ark} is being recorded by another job")
+        try:
+            clients.inventory().record(
+                ark=ark,
+                version=version,
+                manifest_url=manifest_url,
+                local_id=(item.local_ids or [spec.local_id or ""])[0] or None,
+                erc=job_erc(item, spec),
+            )
+        except InventoryError as exc:
+            raise StepFailed(str(exc)) from exc
+        finally:
+            lock_release(self.zk, lock)
+        return Next("Notify", f"recorded {ark} version {version}")

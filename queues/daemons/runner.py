@@ -1,0 +1,68 @@
+"""Hosting daemons in one process: threads, one shared ZooKeeper client, one stop event."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from queues.daemons.base import Daemon, SessionGate
+from queues.daemons.registry import daemon_classes
+from queues.zk import client
+from queues.zk.client import add_state_listener, remove_state_listener
+
+log = logging.getLogger("queues.daemons")
+
+
+class Host:
+    """The daemons of one ``runconsumer`` process.
+
+    ``threads`` copies of each named daemon, each copy its own instance (a daemon keeps
+    per-loop state) in its own thread; all share the process's ZooKeeper client and its
+    session gate.
+    """
+
+    def __init__(self, name: str, *, threads: int = 1, poll: float = 5.0) -> None:
+        if threads < 1:
+            raise ValueError("threads must be at least 1")
+        classes = daemon_classes(name)
+        self.zk = client()
+        self.gate = SessionGate()
+        self.daemons: list[Daemon] = [
+            cls(zk=self.zk, gate=self.gate, poll=poll) for cls in classes for _ in range(threads)
+        ]
+        add_state_listener(self.gate.on_state)
+
+    def close(self) -> None:
+        remove_state_listener(self.gate.on_state)
+
+    def run_once(self) -> int:
+        """One pass: each daemon (first copy) handles at most one item; 1 if any item failed."""
+        seen: set[str] = set()
+        failed = False
+        for daemon in self.daemons:
+            if daemon.name in seen:
+                continue
+            seen.add(daemon.name)
+            try:
+                daemon.run_once()
+            except Exception:
+                log.exception("%s: error", daemon.name)
+                failed = True
+                continue
+            if daemon.last is not None and daemon.last.is_error:
+                failed = True
+        return 1 if failed else 0
+
+    def run(self, stop: threading.Event) -> None:
+        """Run every daemon until ``stop`` is set; each finishes the item in hand first."""
+        threads = [
+            threading.Thread(target=d.run, args=(stop,), name=f"{d.name}-{i}", daemon=True)
+            for i, d in enumerate(self.daemons)
+        ]
+        for thread in threads:
+            thread.start()
+        # Waiting on the event (not join) keeps the main thread free for signal handlers.
+        while not stop.wait(1.0):
+            pass
+        for thread in threads:
+            thread.join()

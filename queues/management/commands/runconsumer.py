@@ -1,0 +1,74 @@
+"""``manage.py runconsumer NAME [--once] [--poll SECONDS] [--threads N]``: host consumer daemons.
+
+NAME is one daemon (``batch-pending``, ``pending``, ``estimating``, ..., ``access-large``) or
+``all``: every daemon in one process, each in its own thread(s), sharing one ZooKeeper client.
+Any number of copies may run, on one host or many; the items' ephemeral locks keep them from
+working on one item at the same time.
+
+``--once`` handles at most one item (with ``all``: at most one per daemon, in pipeline order)
+and exits 0, or 1 when that item failed. SIGTERM or SIGINT lets the item in hand finish, then
+the process exits 0; a second signal exits at once (the item is picked up again later).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from queues.daemons.registry import NAMES
+from queues.daemons.runner import Host
+from queues.zk import close
+from queues.zk.errors import Unavailable
+
+
+class Command(BaseCommand):
+    help = "Run a consumer daemon (or all of them) on the ZooKeeper queues."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name", choices=NAMES, help="the daemon to run, or 'all'")
+        parser.add_argument(
+            "--once", action="store_true", help="handle at most one item, then exit"
+        )
+        parser.add_argument(
+            "--poll", type=float, default=5.0, help="seconds to wait when idle (default 5)"
+        )
+        parser.add_argument(
+            "--threads", type=int, default=1, help="copies of the daemon loop (default 1)"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["poll"] < 0:
+            raise CommandError("--poll must not be negative")
+        if options["threads"] < 1:
+            raise CommandError("--threads must be at least 1")
+        try:
+            host = Host(options["name"], threads=options["threads"], poll=options["poll"])
+        except Unavailable as exc:
+            raise CommandError(str(exc)) from exc
+        try:
+            if options["once"]:
+                code = host.run_once()
+                if code:
+                    raise SystemExit(code)
+                return
+            stop = threading.Event()
+            self._install_signals(stop)
+            host.run(stop)
+        finally:
+            host.close()
+            close()
+
+    def _install_signals(self, stop: threading.Event) -> None:
+        def on_signal(signum: int, _frame: object) -> None:
+            if stop.is_set():
+                # Second signal: do not wait for the item in hand; its lock goes with the session.
+                os._exit(1)
+            self.stderr.write(f"{signal.Signals(signum).name}: finishing the current items")
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)

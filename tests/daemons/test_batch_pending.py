@@ -1,0 +1,183 @@
+"""Batch Pending: holds, the six submission types, corrupt manifests, restart safety."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import pytest
+
+from queues import services
+from queues.daemons.batch_pending import BatchPending, batch_priority
+from queues.steps.checkm import CONTAINER_BATCH_MANIFEST, SINGLE_FILE_BATCH_MANIFEST
+from queues.zk.batches import batch_job_ids, batch_load
+from queues.zk.jobs import job_create, job_load
+from queues.zk.locks import collection_hold_set, queue_hold_set
+
+from .conftest import DEMO, FileServer, batch_manifest, daemon, md5, object_manifest
+
+
+def _jobs(zk, bid: str):
+    index = batch_job_ids(zk, bid)
+    return [job_load(zk, j) for j in sorted({j for f in index.values() for j in f})]
+
+
+def _submit(url: str, kind: str, **kw) -> str:
+    return services.batch_submit(
+        profile=DEMO, submitter="depositor@example.org", payload_url=url, submission_type=kind, **kw
+    )
+
+
+def test_single_file_becomes_one_job_with_its_erc_and_ids(zk, files: FileServer) -> None:
+    url = files.put("a/page.txt", "hello")
+    bid = _submit(
+        url,
+        "file",
+        title="A page",
+        creator="Someone",
+        date="2024",
+        local_id="loc-1",
+        digest_alg="md5",
+        digest_value=md5("hello"),
+    )
+    assert daemon(zk, "batch-pending").run_once()
+    assert batch_load(zk, bid).state == "Processing"
+    [job] = _jobs(zk, bid)
+    assert job.state == "Pending"
+    assert job.priority == 3  # one object, profile priority 5
+    config = job.configuration
+    assert config["payload_url"] == url
+    assert config["type"] == "file"
+    assert config["filename"] == "page.txt"
+    assert config["digest"] == {"alg": "md5", "value": md5("hello")}
+    assert config["batch_seq"] == 1
+    assert config["submission_type"] == "file"
+    assert config["submitter"] == "depositor@example.org"
+    assert config["working_dir"].endswith(f"{bid}/{job.jid}")
+    assert job.identifiers == {"primary_id": "", "local_id": ["loc-1"]}
+    assert job.metadata["erc_what"] == "A page"
+    assert job.metadata["erc_who"] == "Someone"
+
+
+@pytest.mark.parametrize("kind", ["container", "object-manifest"])
+def test_container_and_object_manifest_are_one_job(zk, files: FileServer, kind: str) -> None:
+    url = files.put("payload", b"whatever")
+    bid = _submit(url, kind)
+    daemon(zk, "batch-pending").run_once()
+    [job] = _jobs(zk, bid)
+    assert job.configuration["type"] == kind
+
+
+def test_manifest_of_manifests_gives_one_job_per_line_with_row_metadata(
+    zk, files: FileServer
+) -> None:
+    rows = []
+    for n in range(3):
+        manifest = object_manifest([{"url": files.url + f"/f{n}", "filename": f"f{n}"}])
+        rows.append(
+            {
+                "url": files.put(f"m{n}.checkm", manifest),
+                "local_id": f"loc-{n}",
+                "title": f"Object {n}",
+                "primary_id": "ark:/99999/fk4given" if n == 2 else "",
+            }
+        )
+    bid = _submit(files.put("batch.checkm", batch_manifest(rows)), "batch-manifest", title="B")
+    daemon(zk, "batch-pending").run_once()
+    jobs = _jobs(zk, bid)
+    assert [j.configuration["batch_seq"] for j in jobs] == [1, 2, 3]
+    assert {j.configuration["type"] for j in jobs} == {"object-manifest"}
+    assert [j.metadata["erc_what"] for j in jobs] == ["Object 0", "Object 1", "Object 2"]
+    assert jobs[2].identifiers["primary_id"] == "ark:/99999/fk4given"
+    assert {j.priority for j in jobs} == {5}
+    assert all("title" not in j.configuration or j.configuration["title"] != "B" for j in jobs)
+
+
+@pytest.mark.parametrize(
+    ("kind", "manifest_kind", "payload_type"),
+    [
+        ("single-file-batch-manifest", SINGLE_FILE_BATCH_MANIFEST, "file"),
+        ("container-batch-manifest", CONTAINER_BATCH_MANIFEST, "container"),
+    ],
+)
+def test_file_and_container_batch_manifests(
+    zk, files: FileServer, kind: str, manifest_kind: str, payload_type: str
+) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        zf.writestr("x.txt", "x")
+    rows = [{"url": files.put(f"p{n}.zip", buffer.getvalue())} for n in range(2)]
+    bid = _submit(files.put("b.checkm", batch_manifest(rows, manifest_kind)), kind)
+    daemon(zk, "batch-pending").run_once()
+    jobs = _jobs(zk, bid)
+    assert len(jobs) == 2
+    assert {j.configuration["type"] for j in jobs} == {payload_type}
+
+
+def test_corrupt_manifest_fails_the_batch_naming_the_line(zk, files: FileServer) -> None:
+    text = batch_manifest([{"url": files.url + "/a"}]).replace(
+        files.url + "/a", files.url + "/a | md5 | not-hex"
+    )
+    bid = _submit(files.put("bad.checkm", text), "batch-manifest")
+    daemon(zk, "batch-pending").run_once()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Failed"
+    assert "line 6" in batch.status.message
+    assert batch.status.message.startswith("batch-pending: ")
+    assert _jobs(zk, bid) == []
+
+
+def test_unreachable_payload_fails_the_batch_with_the_reason(zk, files: FileServer) -> None:
+    bid = _submit(files.url + "/missing.checkm", "batch-manifest")
+    daemon(zk, "batch-pending").run_once()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Failed"
+    assert "missing.checkm" in batch.status.message
+    assert "404" in batch.status.message
+
+
+def test_collection_hold_parks_the_batch_as_held(zk, files: FileServer) -> None:
+    collection_hold_set(zk, DEMO)
+    bid = _submit(files.put("f", "x"), "file")
+    daemon(zk, "batch-pending").run_once()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Held"
+    assert DEMO in batch.status.message
+
+
+def test_held_ingest_queue_parks_new_batches_as_held(zk, files: FileServer) -> None:
+    queue_hold_set(zk, "ingest")
+    bid = _submit(files.put("f", "x"), "file")
+    daemon(zk, "batch-pending").run_once()
+    assert batch_load(zk, bid).state == "Held"
+
+
+def test_restart_creates_only_the_missing_jobs(zk, files: FileServer) -> None:
+    rows = [{"url": files.put(f"f{n}", str(n))} for n in range(3)]
+    bid = _submit(
+        files.put("b.checkm", batch_manifest(rows, SINGLE_FILE_BATCH_MANIFEST)),
+        "single-file-batch-manifest",
+    )
+    # A consumer died after creating the second job.
+    for seq in (1, 2):
+        job_create(zk, bid=bid, configuration={"profile": DEMO, "batch_seq": seq})
+    daemon(zk, "batch-pending").run_once()
+    jobs = _jobs(zk, bid)
+    assert sorted(j.configuration["batch_seq"] for j in jobs) == [1, 2, 3]
+    assert batch_load(zk, bid).state == "Processing"
+
+
+def test_unknown_profile_fails_the_batch(zk, files: FileServer, profiles) -> None:
+    (profiles / f"{DEMO}.json").unlink()
+    bid = _submit(files.put("f", "x"), "file")
+    daemon(zk, "batch-pending").run_once()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Failed"
+    assert DEMO in batch.status.message
+
+
+def test_priority_follows_batch_size() -> None:
+    assert [batch_priority(5, n) for n in (1, 2, 10, 11, 100, 101)] == [3, 5, 5, 6, 6, 7]
+    assert batch_priority(0, 1) == 0
+    assert batch_priority(99, 500) == 99
+    assert BatchPending.queue_hold is None

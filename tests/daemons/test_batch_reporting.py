@@ -1,0 +1,97 @@
+"""Reporting and Update Reporting: the status report, one summary mail, the final state."""
+
+from __future__ import annotations
+
+from queues import services
+from queues.daemons.batch_reporting import BatchReporting
+from queues.states import JOB_STEPS
+from queues.zk.batches import batch_create, batch_load, batch_transition
+from queues.zk.jobs import job_create, job_load, job_transition
+
+from .conftest import DEMO, daemon
+
+
+def _batch(zk, outcomes: list[str], state: str = "Processing"):
+    """A started batch whose jobs ended as ``outcomes`` ("Completed" or "Failed")."""
+    batch = batch_create(
+        zk,
+        submission={"profile": DEMO, "submitter": "depositor@example.org", "title": "My batch"},
+    )
+    jids = []
+    for outcome in outcomes:
+        job = job_create(zk, bid=batch.bid, configuration={"profile": DEMO})
+        for step in JOB_STEPS[1:]:
+            if outcome == "Failed" and step == "Downloading":
+                job = job_transition(zk, job, "Failed", message="broken")
+                break
+            job = job_transition(zk, job, step)
+        jids.append(job.jid)
+    batch = batch_transition(zk, batch_load(zk, batch.bid), "Processing")
+    if state == "Reporting":
+        batch_transition(zk, batch, "Reporting")
+    return batch.bid, jids
+
+
+def test_report_mail_and_failed_batch(zk, mailoutbox) -> None:
+    bid, jids = _batch(zk, ["Completed", "Completed", "Failed"], state="Reporting")
+    assert daemon(zk, "batch-reporting").run_once()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Failed"
+    assert batch.report["successful_jobs"] == sorted(jids[:2])
+    assert batch.report["failed_jobs"] == [jids[2]]
+    assert batch.report["mailed"] is True
+    [mail] = mailoutbox
+    assert mail.to == ["depositor@example.org", "merritt-demo@example.org"]
+    assert bid in mail.subject
+    assert jids[2] in mail.body
+
+
+def test_all_completed_batch_is_completed(zk, mailoutbox) -> None:
+    bid, _ = _batch(zk, ["Completed"], state="Reporting")
+    daemon(zk, "batch-reporting").run_once()
+    assert batch_load(zk, bid).state == "Completed"
+    assert len(mailoutbox) == 1
+
+
+def test_a_rerun_after_mailing_does_not_mail_again(zk, mailoutbox) -> None:
+    bid, _ = _batch(zk, ["Completed"], state="Reporting")
+    worker = BatchReporting(zk=zk)
+    batch = worker.claim()
+    assert batch is not None
+    worker.work(batch)  # mailed, then the consumer "dies" before moving the batch
+    worker.unlock(batch)
+    assert batch_load(zk, bid).state == "Reporting"
+    worker.run_once()
+    assert batch_load(zk, bid).state == "Completed"
+    assert len(mailoutbox) == 1
+
+
+def test_sweep_moves_a_finished_processing_batch_to_reporting(zk, mailoutbox) -> None:
+    bid, _jids = _batch(zk, ["Completed", "Completed"])
+    # The batch is Processing with no job left working (e.g. an operator failed the last one).
+    assert batch_load(zk, bid).state == "Processing"
+    daemon(zk, "batch-reporting").run_once()
+    assert batch_load(zk, bid).state == "Completed"
+
+
+def test_update_reporting_waits_for_resumed_jobs_then_reports_changes(zk, mailoutbox) -> None:
+    bid, jids = _batch(zk, ["Completed", "Failed"], state="Reporting")
+    daemon(zk, "batch-reporting").run_once()
+    assert batch_load(zk, bid).state == "Failed"
+    services.job_resume(jid=jids[1])
+    services.batch_update_reporting(bid=bid)
+    updater = daemon(zk, "batch-update-reporting")
+    assert not updater.run_once()  # the resumed job is still being worked on
+    assert batch_load(zk, bid).state == "UpdateReporting"
+    job = job_load(zk, jids[1])
+    while job.state != "Completed":
+        job = job_transition(zk, job, JOB_STEPS[JOB_STEPS.index(job.state) + 1])
+    assert updater.run_once()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Completed"
+    assert batch.report["successful_jobs"] == sorted(jids)
+    assert batch.report["history"][0]["failed_jobs"] == [jids[1]]
+    assert len(mailoutbox) == 2
+    assert "Completed since the last report" in mailoutbox[1].body
+    assert "batch-update-reporting" not in batch.status.message
+    assert "1 completed since the last report" in batch.status.message

@@ -1,0 +1,67 @@
+"""Job Pending: holds, permanent failures for a payload that cannot be right, else Estimating."""
+
+from __future__ import annotations
+
+import pytest
+
+from queues import services
+from queues.zk.errors import InvalidTransition
+from queues.zk.jobs import job_load
+from queues.zk.locks import collection_hold_set
+
+from .conftest import DEMO, FileServer, daemon, make_job, md5, object_manifest
+
+
+def test_pending_job_goes_on_to_estimating(zk, files: FileServer) -> None:
+    job = make_job(zk, {"payload_url": files.put("a", "x"), "type": "file"})
+    assert daemon(zk, "pending").run_once()
+    assert job_load(zk, job.jid).state == "Estimating"
+
+
+def test_collection_hold_moves_the_job_to_held(zk, files: FileServer) -> None:
+    collection_hold_set(zk, DEMO)
+    job = make_job(zk, {"payload_url": files.put("a", "x"), "type": "file"})
+    daemon(zk, "pending").run_once()
+    assert job_load(zk, job.jid).state == "Held"
+
+
+def test_manifest_digest_mismatch_fails_for_good(zk, files: FileServer) -> None:
+    url = files.put("m.checkm", object_manifest([{"url": files.url + "/a", "filename": "a"}]))
+    job = make_job(
+        zk,
+        {"payload_url": url, "type": "object-manifest", "digest": {"alg": "md5", "value": md5("")}},
+    )
+    d = daemon(zk, "pending")
+    d.run_once()
+    failed = job_load(zk, job.jid)
+    assert failed.state == "Failed"
+    assert "digest" in failed.status.message
+    assert failed.status.message.startswith("pending: ")
+    assert d.last is not None and d.last.outcome == "failed"
+    with pytest.raises(InvalidTransition):
+        services.job_resume(jid=job.jid)
+
+
+def test_corrupt_object_manifest_fails_naming_the_line(zk, files: FileServer) -> None:
+    url = files.put("m.checkm", "#%checkm_0.7\nhttp://x/a | md5 | 123\n#%eof\n")
+    job = make_job(zk, {"payload_url": url, "type": "object-manifest"})
+    daemon(zk, "pending").run_once()
+    failed = job_load(zk, job.jid)
+    assert failed.state == "Failed"
+    assert "line 2" in failed.status.message
+    assert failed.status.raw["resumable"] is False
+
+
+def test_matching_manifest_digest_passes(zk, files: FileServer) -> None:
+    text = object_manifest([{"url": files.url + "/a", "filename": "a"}])
+    url = files.put("m.checkm", text)
+    job = make_job(
+        zk,
+        {
+            "payload_url": url,
+            "type": "object-manifest",
+            "digest": {"alg": "md5", "value": md5(text)},
+        },
+    )
+    daemon(zk, "pending").run_once()
+    assert job_load(zk, job.jid).state == "Estimating"

@@ -1,0 +1,94 @@
+"""Processing: the ARK (minted once, reused, checked against the local id), ERC, DC, manifest."""
+
+from __future__ import annotations
+
+import pytest
+
+from queues.daemons.jobwork import object_dir
+from queues.daemons.processing import Processing
+from queues.models import InventoryObject
+from queues.steps.checkm import parse_checkm
+from queues.steps.fetch import fetch_bytes
+from queues.zk.counters import counter_path
+from queues.zk.jobs import job_load, job_transition
+
+from .conftest import make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def _downloaded(zk, **kw):
+    job = make_job(
+        zk,
+        {"payload_url": "http://x/a.txt", "type": "file", "filename": "a.txt", "title": "T"},
+        state="Processing",
+        **kw,
+    )
+    producer = object_dir(job) / "producer"
+    producer.mkdir(parents=True)
+    (producer / "a.txt").write_text("content")
+    return job
+
+
+def test_mints_an_ark_and_writes_erc_dc_and_storage_manifest(zk) -> None:
+    job = _downloaded(
+        zk,
+        identifiers={"primary_id": "", "local_id": ["loc-9"]},
+        metadata={"erc_who": "Ann", "erc_what": "Title"},
+    )
+    assert Processing(zk=zk).run_once()
+    done = job_load(zk, job.jid)
+    assert done.state == "Storing", done.status.message
+    ark = done.primary_id
+    assert ark.startswith("ark:/99999/fk4")
+    assert done.local_ids == ["loc-9"]
+    erc = (object_dir(done) / "system" / "mrt-erc.txt").read_text()
+    assert f"where: {ark}" in erc
+    assert "who: Ann" in erc
+    assert "where: loc-9" in erc
+    assert "<dc:title>Title</dc:title>" in (object_dir(done) / "system" / "mrt-dc.xml").read_text()
+    manifest = parse_checkm(fetch_bytes(done.store["manifest_url"]))
+    names = sorted(r.filename for r in manifest.rows)
+    assert names == ["producer/a.txt", "system/mrt-dc.xml", "system/mrt-erc.txt"]
+    assert all(r.hash_alg == "sha256" and len(r.hash_value) == 64 for r in manifest.rows)
+    assert done.store["mode"] == "add"
+
+
+def test_a_rerun_reuses_the_ark_instead_of_minting_again(zk) -> None:
+    job = _downloaded(zk)
+    Processing(zk=zk).run_once()
+    first = job_load(zk, job.jid)
+    counter = zk.get(counter_path("ark-ark:/99999/fk4"))[0]
+    # An operator sends it back (e.g. a crash after the ARK was written).
+    failed = job_transition(zk, first, "Failed", message="x")
+    job_transition(zk, failed, "Processing", admin=True, retry=True)
+    Processing(zk=zk).run_once()
+    again = job_load(zk, job.jid)
+    assert again.state == "Storing"
+    assert again.primary_id == first.primary_id
+    assert zk.get(counter_path("ark-ark:/99999/fk4"))[0] == counter
+
+
+def test_local_id_known_to_inventory_reuses_its_ark(zk) -> None:
+    InventoryObject.objects.create(ark="ark:/99999/fk4known", local_id="loc-1")
+    job = _downloaded(zk, identifiers={"primary_id": "", "local_id": ["loc-1"]})
+    Processing(zk=zk).run_once()
+    assert job_load(zk, job.jid).primary_id == "ark:/99999/fk4known"
+
+
+def test_given_ark_conflicting_with_the_local_id_fails(zk) -> None:
+    InventoryObject.objects.create(ark="ark:/99999/fk4known", local_id="loc-1")
+    job = _downloaded(zk, identifiers={"primary_id": "ark:/99999/fk4other", "local_id": ["loc-1"]})
+    Processing(zk=zk).run_once()
+    failed = job_load(zk, job.jid)
+    assert failed.state == "Failed"
+    assert "conflicts" in failed.status.message
+    assert "ark:/99999/fk4known" in failed.status.message
+
+
+def test_nothing_downloaded_fails_with_advice(zk) -> None:
+    job = make_job(zk, {"payload_url": "http://x/a", "type": "file"}, state="Processing")
+    Processing(zk=zk).run_once()
+    failed = job_load(zk, job.jid)
+    assert failed.state == "Failed"
+    assert "Downloading" in failed.status.message

@@ -1,0 +1,53 @@
+"""``manage.py runconsumer``: names, --once exit codes, and SIGTERM in a real process."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from queues import zk as zkmod
+from queues.daemons.registry import DAEMONS
+from queues.daemons.runner import Host
+from queues.zk.jobs import job_load
+
+from .conftest import FileServer, make_job
+
+
+def test_once_handles_one_item_and_exits_zero(zk, files: FileServer) -> None:
+    first = make_job(zk, {"payload_url": files.put("a", "x"), "type": "file"})
+    second = make_job(zk, {"payload_url": files.put("b", "y"), "type": "file"})
+    call_command("runconsumer", "pending", "--once")
+    zk = zkmod.client()  # the command closed the process's client on its way out
+    states = sorted(job_load(zk, j.jid).state for j in (first, second))
+    assert states == ["Estimating", "Pending"]
+
+
+def test_once_exits_one_when_the_item_failed(zk) -> None:
+    make_job(zk, {"type": "file"})  # no payload_url: a configuration no step can use
+    with pytest.raises(SystemExit) as exc:
+        call_command("runconsumer", "pending", "--once")
+    assert exc.value.code == 1
+
+
+def test_once_with_nothing_to_do_exits_zero(zk) -> None:
+    call_command("runconsumer", "all", "--once")
+
+
+def test_unknown_daemon_is_refused(zk) -> None:
+    with pytest.raises(CommandError):
+        call_command("runconsumer", "nonsense", "--once")
+
+
+def test_threads_run_that_many_copies_of_each_daemon(zk) -> None:
+    host = Host("estimating", threads=3, poll=0.1)
+    try:
+        assert [d.name for d in host.daemons] == ["estimating"] * 3
+        assert len({id(d) for d in host.daemons}) == 3
+        assert {d.gate for d in host.daemons} == {host.gate}
+    finally:
+        host.close()
+    everything = Host("all")
+    try:
+        assert {d.name for d in everything.daemons} == set(DAEMONS)
+    finally:
+        everything.close()
