@@ -53,3 +53,6 @@ class InventoryFile(models.Model):
 
     def __str__(self) -> str:
         return self.path
+
+
+from queues.audit import ApiToken, AuditEntry  # noqa: E402, F401

@@ -1,1 +1,64 @@
-urlpatterns: list = []
+"""Console URLs. Every ID in a path is matched by its exact pattern (the zk validators check
+again before any ZooKeeper path is built)."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import include, path, re_path
+
+from queues import api, metrics
+from queues.views import pages, writes
+
+JID = r"(?P<jid>jid[0-9]{10})"
+BID = r"(?P<bid>bid[0-9]{10})"
+QID = r"(?P<queue>small|large)/(?P<qid>qid[0-9]{10})"
+PROFILE = r"(?P<profile>[A-Za-z0-9_.-]{1,100})"
+
+urlpatterns = [
+    path("", pages.overview, name="overview"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("health/zk/", pages.zk_health, name="zk-health"),
+    path("jobs/", pages.jobs, name="jobs"),
+    path("jobs/bulk/", writes.jobs_bulk, name="jobs-bulk"),
+    re_path(rf"^jobs/{JID}/$", pages.job, name="job"),
+    re_path(
+        rf"^jobs/{JID}/(?P<action>hold|release|resume|fail|delete)/$",
+        writes.job_action,
+        name="job-action",
+    ),
+    path("batches/", pages.batches, name="batches"),
+    path("batches/bulk/", writes.batches_bulk, name="batches-bulk"),
+    re_path(rf"^batches/{BID}/$", pages.batch, name="batch"),
+    re_path(
+        rf"^batches/{BID}/(?P<action>release|update-reporting|delete)/$",
+        writes.batch_action,
+        name="batch-action",
+    ),
+    path("failed/", pages.failed, name="failed"),
+    path("failed/bulk/", writes.failed_bulk, name="failed-bulk"),
+    path("reports/", pages.reports, name="reports"),
+    path("holds/", pages.holds, name="holds"),
+    re_path(
+        r"^holds/queue/(?P<name>ingest|access-small|access-large)/(?P<action>hold|release)/$",
+        writes.queue_hold_action,
+        name="queue-hold",
+    ),
+    path("holds/collection/", writes.collection_hold_new, name="collection-hold-new"),
+    re_path(
+        rf"^holds/collection/{PROFILE}/(?P<action>hold|release)/$",
+        writes.collection_hold_action,
+        name="collection-hold",
+    ),
+    path("access/", pages.access, name="access"),
+    re_path(
+        rf"^access/{QID}/(?P<action>resume|delete)/$", writes.access_action, name="access-action"
+    ),
+    path("consistency/", pages.consistency, name="consistency"),
+    path("consistency/repair/", writes.consistency_repair, name="consistency-repair"),
+    path("submit/", pages.submit, name="submit"),
+    path("audit/", pages.audit, name="audit"),
+    path("tokens/", pages.tokens, name="tokens"),
+    path("tokens/new/", writes.token_create, name="token-create"),
+    path("tokens/<int:pk>/revoke/", writes.token_revoke, name="token-revoke"),
+    path("metrics", metrics.metrics, name="metrics"),
+    path("api/", include(api.urlpatterns)),
+]

@@ -29,8 +29,13 @@ from queues.zk import client
 from queues.zk import paths as zpaths
 from queues.zk.access import access_acquire, access_transition, access_unlock
 from queues.zk.batches import batch_ids, batch_load, batch_states, batch_transition, batch_unlock
-from queues.zk.daemon_support import is_connection_error
-from queues.zk.errors import Conflict, InvalidTransition, MalformedNode, NotFound
+from queues.zk.errors import (
+    Conflict,
+    InvalidTransition,
+    MalformedNode,
+    NotFound,
+    is_connection_error,
+)
 from queues.zk.jobs import job_acquire, job_load, job_transition, job_unlock
 from queues.zk.locks import lock_create, lock_release, queue_held
 from queues.zk.records import AccessRequest, Batch, Job

@@ -35,7 +35,8 @@ from queues.zk.batches import (
     batch_write_report,
     report_changes,
 )
-from queues.zk.daemon_support import batch_report_update, is_connection_error
+from queues.zk.daemon_support import batch_report_update
+from queues.zk.errors import is_connection_error
 from queues.zk.records import Batch
 
 log = logging.getLogger("queues.daemons")

@@ -11,42 +11,12 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
-    ConnectionClosedError,
-    ConnectionLoss,
     NoNodeError,
-    OperationTimeoutError,
-    SessionExpiredError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
 
 from . import paths
 from .codecs import decode_json, encode_json
-from .errors import Conflict, MalformedNode, NotFound, Unavailable
-
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    ConnectionLoss,
-    ConnectionClosedError,
-    SessionExpiredError,
-    OperationTimeoutError,
-    KazooTimeoutError,
-    Unavailable,
-)
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    """True when ``exc`` says ZooKeeper was unreachable, not that the work itself failed.
-
-    A daemon must not fail an item because its own connection blinked: the item is left alone
-    (its ephemeral lock goes with the session) and claimed again once ZooKeeper answers.
-    """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, CONNECTION_ERRORS):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+from .errors import Conflict, MalformedNode, NotFound
 
 
 def batch_report_update(zk: KazooClient, bid: str, changes: dict[str, Any]) -> dict[str, Any]:

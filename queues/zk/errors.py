@@ -1,5 +1,14 @@
 """Domain errors raised by the ZooKeeper service module."""
 
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionDropped,
+    ConnectionLoss,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
 from queues.states import DomainError, InvalidTransition
 
 __all__ = [
@@ -12,6 +21,7 @@ __all__ = [
     "NotFound",
     "QueueHeld",
     "Unavailable",
+    "is_connection_error",
 ]
 
 
@@ -46,3 +56,30 @@ class MalformedNode(DomainError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionLoss,
+    ConnectionClosedError,
+    ConnectionDropped,
+    SessionExpiredError,
+    OperationTimeoutError,
+    KazooTimeoutError,
+    Unavailable,
+)
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """True when ``exc`` (or what caused it) says ZooKeeper was unreachable.
+
+    Such an error is about the connection, not the data: a page says ZooKeeper is gone, and a
+    daemon leaves the item alone (its lock goes with the session) instead of failing it.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, CONNECTION_ERRORS):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False

@@ -1,0 +1,214 @@
+"""Every operator action, for the web views and the JSON API alike: role check, service call,
+audit entry.
+
+Keeping this in one place means a button and an API call cannot differ in who may do what, and
+no action can reach a service without leaving its line in the audit log, refusals included.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+
+from queues import services
+from queues.audit import record
+from queues.auth import require_action
+from queues.selectors import zk_client
+from queues.states import DomainError
+
+DESTRUCTIVE = frozenset(
+    {("job", "delete"), ("job", "fail"), ("batch", "delete"), ("access", "delete")}
+    | {("consistency", "repair")}
+)
+
+
+class ReasonRequired(DomainError):
+    """A destructive action was asked for without saying why."""
+
+
+def is_destructive(kind: str, action: str) -> bool:
+    return (kind, action) in DESTRUCTIVE
+
+
+def _as_list(result: Any) -> list[services.Outcome]:
+    return list(result) if isinstance(result, list) else [result]
+
+
+def _repair(**_: Any) -> list[services.Outcome]:
+    from queues.zk.check import repair, run_check
+
+    zk = zk_client()
+    report = run_check(zk)
+    fixable = sum(1 for f in report.findings if f.repairable)
+    lines = repair(zk, report)
+    return [
+        services.Outcome(
+            "consistency",
+            "tree",
+            f"{fixable} repairable",
+            f"{len(lines)} changes",
+            "; ".join(lines)[:2000],
+        )
+    ]
+
+
+def _submit(**params: Any) -> services.Outcome:
+    bid = services.batch_submit(**params)
+    return services.Outcome("batch", bid, "", "Pending", "submitted")
+
+
+def _call(
+    kind: str, action: str, item_id: str, version: int | None, reason: str, params: dict[str, Any]
+) -> list[services.Outcome]:
+    runners: dict[tuple[str, str], Callable[[], Any]] = {
+        ("job", "fail"): lambda: services.job_fail(
+            jid=item_id, message=reason, expect_version=version
+        ),
+        **{
+            ("job", name): (lambda fn=fn: fn(jid=item_id, expect_version=version))
+            for name, fn in services.JOB_ACTIONS.items()
+            if name != "fail"
+        },
+        **{
+            ("batch", name): (lambda fn=fn: fn(bid=item_id, expect_version=version))
+            for name, fn in services.BATCH_ACTIONS.items()
+        },
+        ("batch", "submit"): lambda: _submit(**params),
+        ("access", "resume"): lambda: services.access_resume(
+            queue=params.get("queue", ""),
+            qid=item_id,
+            to=params.get("to") or "Pending",
+            expect_version=version,
+        ),
+        ("access", "delete"): lambda: services.access_remove(
+            queue=params.get("queue", ""), qid=item_id, expect_version=version
+        ),
+        ("queue", "hold"): lambda: services.queue_hold(name=item_id),
+        ("queue", "release"): lambda: services.queue_release(name=item_id),
+        ("collection", "hold"): lambda: services.collection_hold(profile=item_id),
+        ("collection", "release"): lambda: services.collection_release(
+            profile=item_id, release_jobs=bool(params.get("release_jobs"))
+        ),
+        ("consistency", "repair"): _repair,
+    }
+    runner = runners.get((kind, action))
+    if runner is None:
+        raise PermissionDenied(f"there is no {action} action for a {kind}")
+    # Fail fast while ZooKeeper is away instead of queueing the write behind a reconnect.
+    zk_client()
+    return _as_list(runner())
+
+
+def perform(
+    *,
+    user: Any,
+    kind: str,
+    action: str,
+    item_id: str,
+    expect_version: int | None = None,
+    reason: str = "",
+    params: dict[str, Any] | None = None,
+    via: str = "web",
+) -> list[services.Outcome]:
+    """Run one action as ``user``; raises PermissionDenied or a DomainError, audited either way."""
+    audit_id = f"{(params or {}).get('queue')}/{item_id}" if kind == "access" else item_id
+    reason = reason.strip()
+    try:
+        require_action(user, kind, action)
+        if is_destructive(kind, action) and not reason:
+            raise ReasonRequired(f"{action} is destructive: give a reason")
+        outcomes = _call(kind, action, item_id, expect_version, reason, params or {})
+    except (PermissionDenied, DomainError, ValueError) as exc:
+        record(
+            user=user,
+            action=action,
+            kind=kind,
+            item_id=audit_id,
+            reason=reason,
+            detail=f"refused: {exc}",
+            ok=False,
+            via=via,
+        )
+        raise
+    for outcome in outcomes:
+        item = (
+            f"{(params or {}).get('queue')}/{outcome.id}"
+            if outcome.kind == "access"
+            else outcome.id
+        )
+        record(
+            user=user,
+            action=action,
+            kind=outcome.kind,
+            item_id=item,
+            before=outcome.before,
+            after=outcome.after,
+            reason=reason,
+            detail=outcome.detail,
+            via=via,
+        )
+    return outcomes
+
+
+@dataclass
+class BulkResult:
+    done: list[services.Outcome] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (id, why)
+
+    def summary(self) -> str:
+        text = f"{len(self.done)} done, {len(self.skipped)} skipped"
+        if self.skipped:
+            reasons: dict[str, int] = {}
+            for _id, why in self.skipped:
+                short = _short(why)
+                reasons[short] = reasons.get(short, 0) + 1
+            common = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
+            text += " (" + "; ".join(f"{n} x {why}" for why, n in common) + ")"
+        return text
+
+
+def perform_bulk(
+    *,
+    user: Any,
+    kind: str,
+    action: str,
+    items: Sequence[tuple[str, int | None]],
+    reason: str = "",
+    params: dict[str, Any] | None = None,
+    via: str = "web",
+) -> BulkResult:
+    """Run one action over many items; each refusal is a skip with its reason, not a stop.
+
+    The role and the reason are checked once up front: without them nothing is attempted.
+    """
+    require_action(user, kind, action)
+    if is_destructive(kind, action) and not reason.strip():
+        raise ReasonRequired(f"{action} is destructive: give a reason")
+    result = BulkResult()
+    for item_id, version in items:
+        try:
+            result.done += perform(
+                user=user,
+                kind=kind,
+                action=action,
+                item_id=item_id,
+                expect_version=version,
+                reason=reason,
+                params=params,
+                via=via,
+            )
+        except DomainError as exc:
+            result.skipped.append((item_id, str(exc)))
+    return result
+
+
+_ITEM_ID = re.compile(r"\b(?:jid|bid|qid)[0-9]{10}\b")
+
+
+def _short(why: str) -> str:
+    """The reason without the item ID, so that equal reasons group in the summary."""
+    return _ITEM_ID.sub("the item", why)

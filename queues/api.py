@@ -1,0 +1,517 @@
+"""The JSON API under /api/: the console's reads and actions for scripts.
+
+Authentication is by token only (``Authorization: Bearer <key>`` or ``Token <key>``), never by
+session cookie, so the endpoints can be CSRF-exempt without a browser being able to forge them.
+Roles, state checks and the audit log are the very ones the web pages use (``queues.actions``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import re_path
+from django.views.decorators.csrf import csrf_exempt
+
+from queues import actions, selectors
+from queues.audit import ApiToken, AuditEntry
+from queues.auth import VIEWER, has_role
+from queues.forms import BatchFilterForm, FailedFilterForm, JobFilterForm, SubmitForm
+from queues.services import Outcome
+from queues.zk import paths as zpaths
+from queues.zk.errors import is_connection_error
+from queues.zk.records import AccessRequest, Batch, Broken, Job
+
+from .views.common import status_for
+
+
+def _error(message: str, status: int) -> JsonResponse:
+    return JsonResponse({"error": message, "status": status}, status=status)
+
+
+def token_from(request: HttpRequest) -> ApiToken | None:
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() not in ("bearer", "token"):
+        return None
+    return ApiToken.find(key.strip())
+
+
+def api_view(
+    *methods: str,
+) -> Callable[[Callable[..., Any]], Callable[..., HttpResponse]]:
+    """Token auth, the viewer role for anything at all, JSON errors with the pages' statuses."""
+
+    def decorator(view: Callable[..., Any]) -> Callable[..., HttpResponse]:
+        @csrf_exempt
+        @functools.wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method not in methods:
+                return _error(f"method {request.method} not allowed", 405)
+            token = token_from(request)
+            if token is None:
+                response = _error("a valid API token is required", 401)
+                response["WWW-Authenticate"] = 'Bearer realm="mrt-console"'
+                return response
+            request.user = token.user
+            if not has_role(token.user, VIEWER):
+                return _error("this token's user has no console role", 403)
+            try:
+                result = view(request, *args, **kwargs)
+            except PermissionDenied as exc:
+                return _error(str(exc) or "forbidden", 403)
+            except Exception as exc:
+                if is_connection_error(exc):
+                    response = _error(f"ZooKeeper is unavailable: {exc}", 503)
+                    response["Retry-After"] = "10"
+                    return response
+                status = status_for(exc)
+                if status == 500:
+                    raise
+                return _error(str(exc), status)
+            return result if isinstance(result, HttpResponse) else JsonResponse(result)
+
+        return wrapped
+
+    return decorator
+
+
+def _body(request: HttpRequest) -> dict[str, Any]:
+    """A JSON object body, or form fields; anything else is a 400."""
+    if request.content_type == "application/json":
+        try:
+            data = json.loads(request.body or b"{}")
+        except ValueError as exc:
+            raise ValueError(f"the body is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ValueError("the body must be a JSON object")
+        return data
+    return request.POST.dict()
+
+
+def _version(data: dict[str, Any]) -> int | None:
+    value = data.get("version")
+    if value in (None, ""):
+        return None
+    if isinstance(value, bool) or not str(value).isdigit():
+        raise ValueError("version must be a non-negative integer")
+    return int(value)
+
+
+def _stamp(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def job_json(job: Job | Broken, *, full: bool = False) -> dict[str, Any]:
+    if isinstance(job, Broken):
+        return {"id": job.id, "broken": True, "path": job.path, "reason": job.reason}
+    data: dict[str, Any] = {
+        "id": job.jid,
+        "batch": job.bid,
+        "state": job.state,
+        "version": job.status.version,
+        "priority": job.priority,
+        "profile": job.profile,
+        "submitter": job.submitter,
+        "primary_id": job.primary_id,
+        "local_ids": job.local_ids,
+        "message": job.status.message,
+        "last_successful_status": job.status.last_successful_status,
+        "retry_count": job.status.retry_count,
+        "seconds_in_state": round(job.status.age_seconds),
+        "space_needed": job.space_needed,
+        "locked": job.lock is not None,
+        "lock_age_seconds": round(job.lock.age_seconds) if job.lock else None,
+    }
+    if full:
+        data.update(
+            {
+                "status": job.status.raw,
+                "configuration": job.configuration,
+                "identifiers": job.identifiers,
+                "metadata": job.metadata,
+                "inventory": job.inventory,
+                "store": job.store,
+                "problems": job.problems,
+                "created": _stamp(job.created),
+            }
+        )
+    return data
+
+
+def batch_json(batch: Batch | Broken, folders: dict[str, int] | None = None) -> dict[str, Any]:
+    if isinstance(batch, Broken):
+        return {"id": batch.id, "broken": True, "path": batch.path, "reason": batch.reason}
+    data = {
+        "id": batch.bid,
+        "uuid": batch.uuid,
+        "state": batch.state,
+        "version": batch.status.version,
+        "profile": batch.profile,
+        "submitter": batch.submitter,
+        "title": batch.title,
+        "type": batch.type,
+        "message": batch.status.message,
+        "created": _stamp(batch.created),
+        "seconds_in_state": round(batch.status.age_seconds),
+        "locked": batch.lock is not None,
+    }
+    if folders is not None:
+        data["jobs"] = folders
+    return data
+
+
+def access_json(item: AccessRequest | Broken) -> dict[str, Any]:
+    if isinstance(item, Broken):
+        return {"id": item.id, "broken": True, "path": item.path, "reason": item.reason}
+    return {
+        "id": item.qid,
+        "queue": item.queue,
+        "state": item.state,
+        "version": item.status.version,
+        "message": item.status.message,
+        "token": item.token,
+        "created": _stamp(item.created),
+        "seconds_in_state": round(item.status.age_seconds),
+    }
+
+
+def _outcomes(outcomes: list[Outcome]) -> dict[str, Any]:
+    return {
+        "outcomes": [
+            {"kind": o.kind, "id": o.id, "before": o.before, "after": o.after, "detail": o.detail}
+            for o in outcomes
+        ]
+    }
+
+
+def _counts(summary: dict[str, selectors.StateCount]) -> dict[str, Any]:
+    return {s: {"count": c.count, "oldest_seconds": c.oldest_seconds} for s, c in summary.items()}
+
+
+@api_view("GET")
+def overview(request: HttpRequest) -> dict[str, Any]:
+    ov = selectors.overview()
+    return {
+        "jobs": _counts(ov.jobs),
+        "batches": _counts(ov.batches),
+        "access": _counts(ov.access),
+        "holds": {
+            "queues": {q: _stamp(t) for q, t in ov.holds.queues.items()},
+            "collections": {c: _stamp(t) for c, t in ov.holds.collections.items()},
+        },
+        "held_jobs_by_collection": ov.held_by_collection,
+        "bytes_in_process": ov.bytes_in_process,
+    }
+
+
+def _page(page: selectors.Page, items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "items": items,
+        "page": page.number,
+        "per_page": page.per_page,
+        "total": page.total,
+        "has_next": page.has_next,
+        "scan_limited": page.scan_limited,
+    }
+
+
+@api_view("GET")
+def jobs(request: HttpRequest) -> dict[str, Any]:
+    form = JobFilterForm(request.GET)
+    if not form.is_valid():
+        raise ValueError(form.errors.as_text())
+    page = selectors.jobs_page(flt=form.to_filter(), page=form.cleaned_data["page"] or 1)
+    return _page(page, [job_json(j) for j in page.items])
+
+
+@api_view("GET")
+def job(request: HttpRequest, jid: str) -> dict[str, Any]:
+    detail = selectors.job_detail(jid=jid)
+    if detail.job is None:
+        return {"id": jid, "broken": True, "path": detail.broken.path, "nodes": detail.nodes}
+    return {**job_json(detail.job, full=True), "path": detail.path}
+
+
+@api_view("POST")
+def job_action(request: HttpRequest, jid: str, action: str) -> dict[str, Any]:
+    data = _body(request)
+    return _outcomes(
+        actions.perform(
+            user=request.user,
+            kind="job",
+            action=action,
+            item_id=jid,
+            expect_version=_version(data),
+            reason=str(data.get("reason", "")),
+            via="api",
+        )
+    )
+
+
+@api_view("POST")
+def jobs_bulk(request: HttpRequest) -> dict[str, Any]:
+    """{"action": ..., "jobs": [{"id":..., "version":...}, ...] | "filter": {...}, "reason": ...}"""
+    data = _body(request)
+    if isinstance(data.get("filter"), dict):
+        form = JobFilterForm(data["filter"])
+        if not form.is_valid():
+            raise ValueError(form.errors.as_text())
+        jids, _limited = selectors.jobs_matching(flt=form.to_filter())
+        items: list[tuple[str, int | None]] = [(j, None) for j in jids]
+    elif isinstance(data.get("jobs"), list):
+        items = []
+        for entry in data["jobs"]:
+            entry = entry if isinstance(entry, dict) else {"id": entry}
+            items.append((zpaths.jid(str(entry.get("id", ""))), _version(entry)))
+    else:
+        raise ValueError('give "jobs" (a list) or "filter" (an object)')
+    result = actions.perform_bulk(
+        user=request.user,
+        kind="job",
+        action=str(data.get("action", "")),
+        items=items,
+        reason=str(data.get("reason", "")),
+        via="api",
+    )
+    return {
+        **_outcomes(result.done),
+        "skipped": [{"id": i, "reason": why} for i, why in result.skipped],
+        "summary": result.summary(),
+    }
+
+
+@api_view("GET")
+def failed(request: HttpRequest) -> dict[str, Any]:
+    form = FailedFilterForm(request.GET)
+    if not form.is_valid():
+        raise ValueError(form.errors.as_text())
+    view = selectors.failed_jobs(**form.cleaned_data)
+    return {
+        "total": view.total,
+        "truncated": view.truncated,
+        "items": [{**job_json(j), "failed_step": view.steps[j.jid]} for j in view.jobs],
+    }
+
+
+@api_view("GET", "POST")
+def batches(request: HttpRequest) -> dict[str, Any]:
+    if request.method == "POST":
+        form = SubmitForm(_body(request))
+        if not form.is_valid():
+            raise ValueError(form.errors.as_text())
+        return _outcomes(
+            actions.perform(
+                user=request.user,
+                kind="batch",
+                action="submit",
+                item_id="",
+                params=form.cleaned_data,
+                via="api",
+            )
+        )
+    form = BatchFilterForm(request.GET)
+    if not form.is_valid():
+        raise ValueError(form.errors.as_text())
+    page = selectors.batches_page(flt=form.to_filter(), page=form.cleaned_data["page"] or 1)
+    return _page(page, [batch_json(r.item, r.folders) for r in page.items])
+
+
+@api_view("GET")
+def batch(request: HttpRequest, bid: str) -> dict[str, Any]:
+    detail = selectors.batch_detail(bid=bid)
+    return {
+        **batch_json(detail.batch),
+        "jobs": {s: [j.jid for j in js] for s, js in detail.by_state.items()},
+        "index": detail.folders,
+        "status_report": detail.batch.report,
+    }
+
+
+@api_view("POST")
+def batch_action(request: HttpRequest, bid: str, action: str) -> dict[str, Any]:
+    data = _body(request)
+    return _outcomes(
+        actions.perform(
+            user=request.user,
+            kind="batch",
+            action=action,
+            item_id=bid,
+            expect_version=_version(data),
+            reason=str(data.get("reason", "")),
+            via="api",
+        )
+    )
+
+
+@api_view("GET")
+def access(request: HttpRequest) -> dict[str, Any]:
+    items = selectors.access_requests(
+        queue=request.GET.get("queue", ""), state=request.GET.get("state", "")
+    )
+    return {"items": [access_json(i) for i in items]}
+
+
+@api_view("POST")
+def access_action(request: HttpRequest, queue: str, qid: str, action: str) -> dict[str, Any]:
+    data = _body(request)
+    return _outcomes(
+        actions.perform(
+            user=request.user,
+            kind="access",
+            action=action,
+            item_id=qid,
+            expect_version=_version(data),
+            reason=str(data.get("reason", "")),
+            params={"queue": queue, "to": str(data.get("to", "") or "Pending")},
+            via="api",
+        )
+    )
+
+
+@api_view("GET")
+def holds(request: HttpRequest) -> dict[str, Any]:
+    view = selectors.holds_view()
+    return {
+        "queues": {q: _stamp(t) for q, t in view.holds.queues.items()},
+        "collections": {c: _stamp(t) for c, t in view.holds.collections.items()},
+        "held_jobs_by_collection": view.held_jobs,
+    }
+
+
+@api_view("POST")
+def hold_action(request: HttpRequest, kind: str, name: str, action: str) -> dict[str, Any]:
+    data = _body(request)
+    return _outcomes(
+        actions.perform(
+            user=request.user,
+            kind=kind,
+            action=action,
+            item_id=name,
+            reason=str(data.get("reason", "")),
+            params={"release_jobs": bool(data.get("release_jobs"))},
+            via="api",
+        )
+    )
+
+
+@api_view("GET")
+def reports(request: HttpRequest) -> dict[str, Any]:
+    page = selectors.status_reports(page=1, per_page=1000)
+    return {
+        "items": [
+            {
+                "batch": row.batch.bid,
+                "reports": [
+                    {
+                        "last_modified": r.last_modified,
+                        "failed_jobs": r.failed_jobs,
+                        "successful_jobs": r.successful_jobs,
+                        "changes": r.changes,
+                    }
+                    for r in row.reports
+                ],
+            }
+            for row in page.items
+        ]
+    }
+
+
+@api_view("GET", "POST")
+def consistency(request: HttpRequest) -> dict[str, Any]:
+    if request.method == "POST":
+        data = _body(request)
+        return _outcomes(
+            actions.perform(
+                user=request.user,
+                kind="consistency",
+                action="repair",
+                item_id="tree",
+                reason=str(data.get("reason", "")),
+                via="api",
+            )
+        )
+    report = selectors.consistency_report()
+    return {
+        "ok": report.ok,
+        "jobs": report.jobs,
+        "batches": report.batches,
+        "findings": [
+            {"kind": f.kind, "path": f.path, "detail": f.detail, "repairable": f.repairable}
+            for f in report.findings
+        ],
+    }
+
+
+@api_view("GET")
+def audit(request: HttpRequest) -> dict[str, Any]:
+    entries = AuditEntry.objects.all()
+    item = request.GET.get("item_id", "").strip()
+    if item:
+        entries = entries.filter(item_id=item[:120])
+    return {
+        "items": [
+            {
+                "at": e.at.isoformat(),
+                "user": e.username,
+                "action": e.action,
+                "kind": e.kind,
+                "item_id": e.item_id,
+                "before": e.before,
+                "after": e.after,
+                "reason": e.reason,
+                "detail": e.detail,
+                "ok": e.ok,
+                "via": e.via,
+            }
+            for e in entries[:500]
+        ]
+    }
+
+
+JID = r"(?P<jid>jid[0-9]{10})"
+BID = r"(?P<bid>bid[0-9]{10})"
+
+urlpatterns = [
+    re_path(r"^overview$", overview, name="api-overview"),
+    re_path(r"^jobs$", jobs, name="api-jobs"),
+    re_path(r"^jobs/bulk$", jobs_bulk, name="api-jobs-bulk"),
+    re_path(rf"^jobs/{JID}$", job, name="api-job"),
+    re_path(
+        rf"^jobs/{JID}/(?P<action>hold|release|resume|fail|delete)$",
+        job_action,
+        name="api-job-action",
+    ),
+    re_path(r"^failed$", failed, name="api-failed"),
+    re_path(r"^batches$", batches, name="api-batches"),
+    re_path(rf"^batches/{BID}$", batch, name="api-batch"),
+    re_path(
+        rf"^batches/{BID}/(?P<action>release|update-reporting|delete)$",
+        batch_action,
+        name="api-batch-action",
+    ),
+    re_path(r"^access$", access, name="api-access"),
+    re_path(
+        r"^access/(?P<queue>small|large)/(?P<qid>qid[0-9]{10})/(?P<action>resume|delete)$",
+        access_action,
+        name="api-access-action",
+    ),
+    re_path(r"^holds$", holds, name="api-holds"),
+    re_path(
+        r"^holds/(?P<kind>queue)/(?P<name>ingest|access-small|access-large)/(?P<action>hold|release)$",
+        hold_action,
+        name="api-queue-hold",
+    ),
+    re_path(
+        r"^holds/(?P<kind>collection)/(?P<name>[A-Za-z0-9_.-]{1,100})/(?P<action>hold|release)$",
+        hold_action,
+        name="api-collection-hold",
+    ),
+    re_path(r"^reports$", reports, name="api-reports"),
+    re_path(r"^consistency$", consistency, name="api-consistency"),
+    re_path(r"^audit$", audit, name="api-audit"),
+]

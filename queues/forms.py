@@ -1,0 +1,200 @@
+"""Forms: filters, action inputs and the submit form. IDs are checked by the zk validators."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from queues import selectors
+from queues.services import SUBMISSION_TYPES
+from queues.states import ACCESS, BATCH, JOB
+from queues.zk import paths as zpaths
+from queues.zk.errors import InvalidID
+
+
+def _validated(validator: Any, value: str) -> str:
+    try:
+        return validator(value)
+    except InvalidID as exc:
+        raise ValidationError(str(exc)) from exc
+
+
+def _choices(states: tuple[str, ...], blank: str) -> list[tuple[str, str]]:
+    return [("", blank), *((s, s) for s in states)]
+
+
+class JobFilterForm(forms.Form):
+    state = forms.ChoiceField(
+        choices=_choices(tuple(s for s in JOB.states if s != "Deleted"), "any state"),
+        required=False,
+    )
+    profile = forms.CharField(required=False, max_length=100, label="Collection (profile)")
+    bid = forms.CharField(required=False, max_length=13, label="Batch")
+    submitter = forms.CharField(required=False, max_length=200)
+    min_age_hours = forms.FloatField(required=False, min_value=0, label="In state at least (hours)")
+    priority = forms.IntegerField(required=False, min_value=0, max_value=99)
+    q = forms.CharField(required=False, max_length=300, label="Search job/batch ID, ARK, local ID")
+    sort = forms.ChoiceField(choices=list(selectors.JOB_SORTS.items()), required=False)
+    page = forms.IntegerField(required=False, min_value=1)
+
+    def clean_profile(self) -> str:
+        value = self.cleaned_data["profile"].strip()
+        return _validated(zpaths.profile, value) if value else ""
+
+    def clean_bid(self) -> str:
+        value = self.cleaned_data["bid"].strip()
+        return _validated(zpaths.bid, value) if value else ""
+
+    def clean_q(self) -> str:
+        return self.cleaned_data["q"].strip()
+
+    def to_filter(self) -> selectors.JobFilter:
+        data = self.cleaned_data
+        q, bid = data["q"], data["bid"]
+        if zpaths.BID_RE.fullmatch(q):  # a batch ID in the search box filters by batch
+            q, bid = "", q
+        return selectors.JobFilter(
+            state=data["state"],
+            profile=data["profile"],
+            bid=bid,
+            submitter=data["submitter"].strip(),
+            min_age_hours=data["min_age_hours"],
+            priority=data["priority"],
+            q=q,
+            sort=data["sort"] or "run",
+        )
+
+
+class BatchFilterForm(forms.Form):
+    state = forms.ChoiceField(choices=_choices(BATCH.states, "any state"), required=False)
+    profile = forms.CharField(required=False, max_length=100)
+    submitter = forms.CharField(required=False, max_length=200)
+    q = forms.CharField(required=False, max_length=300, label="Batch ID, UUID or title")
+    page = forms.IntegerField(required=False, min_value=1)
+
+    def clean_profile(self) -> str:
+        value = self.cleaned_data["profile"].strip()
+        return _validated(zpaths.profile, value) if value else ""
+
+    def to_filter(self) -> selectors.BatchFilter:
+        data = self.cleaned_data
+        return selectors.BatchFilter(
+            state=data["state"],
+            profile=data["profile"],
+            submitter=data["submitter"].strip(),
+            q=data["q"].strip(),
+        )
+
+
+class FailedFilterForm(forms.Form):
+    bid = forms.CharField(required=False, max_length=13, label="Batch")
+    profile = forms.CharField(required=False, max_length=100, label="Collection")
+    step = forms.ChoiceField(choices=_choices(JOB.states, "any step"), required=False)
+
+    def clean_bid(self) -> str:
+        value = self.cleaned_data["bid"].strip()
+        return _validated(zpaths.bid, value) if value else ""
+
+    def clean_profile(self) -> str:
+        value = self.cleaned_data["profile"].strip()
+        return _validated(zpaths.profile, value) if value else ""
+
+
+class AccessFilterForm(forms.Form):
+    queue = forms.ChoiceField(
+        choices=[("", "both queues"), *((q, q) for q in zpaths.ACCESS_QUEUES)], required=False
+    )
+    state = forms.ChoiceField(choices=_choices(ACCESS.states, "any state"), required=False)
+
+
+class ActionForm(forms.Form):
+    """The fields every action POST may carry."""
+
+    version = forms.IntegerField(required=False, min_value=0)
+    reason = forms.CharField(required=False, max_length=2000)
+    to = forms.ChoiceField(
+        required=False, choices=[("", ""), ("Pending", "Pending"), ("Processing", "Processing")]
+    )
+    release_jobs = forms.BooleanField(required=False)
+    render = forms.ChoiceField(
+        required=False, choices=[("", ""), ("row", "row"), ("panel", "panel")]
+    )
+    next = forms.CharField(required=False, max_length=2000)
+
+
+class BulkForm(forms.Form):
+    """A bulk action: over the ticked items, or over everything the filter matches now."""
+
+    action = forms.CharField(max_length=40)
+    scope = forms.ChoiceField(choices=[("selection", "selection"), ("filter", "filter")])
+    item = forms.MultipleChoiceField(required=False)  # "jid:version" pairs, checked in clean
+    reason = forms.CharField(required=False, max_length=2000)
+    confirmed = forms.BooleanField(required=False)
+
+    def __init__(self, *args: Any, id_validator: Any = zpaths.jid, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.id_validator = id_validator
+        # Any value may be posted; clean_item validates each one instead of a fixed choice list.
+        self.fields["item"].choices = (
+            [(v, v) for v in self.data.getlist("item")] if self.data else []
+        )
+
+    def clean_item(self) -> list[tuple[str, int | None]]:
+        items = []
+        for raw in self.cleaned_data["item"]:
+            item_id, _, version = raw.partition(":")
+            _validated(self.id_validator, item_id)
+            if version and not version.isdigit():
+                raise ValidationError(f"bad version in {raw!r}")
+            items.append((item_id, int(version) if version else None))
+        return items
+
+
+class CollectionHoldForm(forms.Form):
+    profile = forms.CharField(max_length=100, label="Collection (profile)")
+    reason = forms.CharField(required=False, max_length=2000)
+
+    def clean_profile(self) -> str:
+        return _validated(zpaths.profile, self.cleaned_data["profile"].strip())
+
+
+class SubmitForm(forms.Form):
+    profile = forms.CharField(max_length=100)
+    submitter = forms.CharField(max_length=200)
+    payload_url = forms.CharField(max_length=2000, label="Payload URL")
+    submission_type = forms.ChoiceField(
+        choices=[(t, t) for t in SUBMISSION_TYPES], label="Type", initial="file"
+    )
+    title = forms.CharField(required=False, max_length=500)
+    creator = forms.CharField(required=False, max_length=500)
+    date = forms.CharField(required=False, max_length=100)
+    local_id = forms.CharField(required=False, max_length=300, label="Local ID")
+    primary_id = forms.CharField(required=False, max_length=300, label="Primary ID (ARK)")
+    digest_alg = forms.ChoiceField(
+        required=False,
+        choices=[("", "none"), ("md5", "md5"), ("sha1", "sha1"), ("sha256", "sha256")],
+        label="Digest algorithm",
+    )
+    digest_value = forms.CharField(required=False, max_length=200, label="Digest")
+    filename = forms.CharField(required=False, max_length=500)
+
+    def clean_profile(self) -> str:
+        return _validated(zpaths.profile, self.cleaned_data["profile"].strip())
+
+    def clean_payload_url(self) -> str:
+        value = self.cleaned_data["payload_url"].strip()
+        if not value.startswith(("http://", "https://", "file://")):
+            raise ValidationError("the payload URL must start with http://, https:// or file://")
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if bool(data.get("digest_alg")) != bool(data.get("digest_value")):
+            raise ValidationError("give both a digest algorithm and a digest value, or neither")
+        return data
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=100)

@@ -1,0 +1,776 @@
+"""Reads for the console's pages, the JSON API and /metrics.
+
+Every function takes keyword-only arguments and reads through the process's ZooKeeper client
+with pipelined requests. Lists are paged on index names before anything is loaded, so a page of
+50 jobs costs 50 loads however many thousand jobs share its state; counts come from the folders'
+child counts, never from loading the items.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.core.cache import cache
+
+from queues.states import ACCESS, BATCH, BATCH_INDEX_FOLDERS, JOB, JOB_STEPS, JOB_WORKING
+from queues.zk import client
+from queues.zk import paths as zpaths
+from queues.zk.access import access_ids, access_load, accesses_load
+from queues.zk.batches import batch_ids, batch_job_ids, batch_load, batches_load, report_changes
+from queues.zk.codecs import decode_any, decode_int, decode_json
+from queues.zk.errors import InvalidTransition, MalformedNode, NotFound, Unavailable
+from queues.zk.jobs import index_entries, job_load, job_resume_state, jobs_load
+from queues.zk.locks import Holds, holds_list
+from queues.zk.nodes import children, children_many, exists_many, read_many, stamp
+from queues.zk.records import AccessRequest, Batch, Broken, Job
+
+PER_PAGE = 50
+SCAN_CHUNK = 500
+# A filtered job list reads one or two small nodes per job; past this many it stops and says so.
+SCAN_LIMIT = 20_000
+GB = 1024**3
+
+
+def zk_client() -> Any:
+    """The process's client, refusing at once while the connection is down.
+
+    kazoo queues requests during a reconnect; without this check a page would hang until
+    ZooKeeper returned instead of saying that it is gone.
+    """
+    zk = client()
+    if not zk.connected:
+        raise Unavailable("the connection to ZooKeeper is down; reconnecting")
+    return zk
+
+
+def _age(moment: datetime | None) -> float | None:
+    if moment is None:
+        return None
+    return max(0.0, (datetime.now().astimezone() - moment).total_seconds())
+
+
+# Counts -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StateCount:
+    state: str
+    count: int
+    oldest_seconds: float | None = None
+
+
+def job_state_counts() -> dict[str, int]:
+    """Jobs per state from the index folders' child counts (one pipelined round trip)."""
+    folders = {s: zpaths.job_state_folder(s) for s in JOB.states if s != "Deleted"}
+    stats = exists_many(zk_client(), list(folders.values()))
+    return {s: (stats[f].numChildren if stats[f] else 0) for s, f in folders.items()}
+
+
+def job_state_summary() -> dict[str, StateCount]:
+    """Count and age of the oldest entry of every job state.
+
+    The oldest entry is the one with the lowest job ID (IDs are sequential); its index entry was
+    created when the job entered the state, so its ctime gives the time spent there.
+    """
+    zk = zk_client()
+    counts = job_state_counts()
+    folders = {s: zpaths.job_state_folder(s) for s in counts}
+    listed = children_many(zk, [f for s, f in folders.items() if counts[s]])
+    oldest_entry: dict[str, str] = {}
+    for state, folder in folders.items():
+        names = [n for n in listed.get(folder) or [] if zpaths.INDEX_ENTRY_RE.fullmatch(n)]
+        if names:
+            oldest_entry[state] = f"{folder}/{min(names, key=lambda n: n[3:])}"
+    stats = exists_many(zk, list(oldest_entry.values()))
+    result = {}
+    for state in counts:
+        stat = stats.get(oldest_entry.get(state, ""))
+        result[state] = StateCount(state, counts[state], _age(stamp(stat.ctime)) if stat else None)
+    return result
+
+
+def _status_summary(
+    machine_states: Iterable[str], statuses: Iterable[tuple[str, datetime]]
+) -> dict[str, StateCount]:
+    counts: Counter[str] = Counter()
+    oldest: dict[str, datetime] = {}
+    for state, mtime in statuses:
+        counts[state] += 1
+        if state not in oldest or mtime < oldest[state]:
+            oldest[state] = mtime
+    result = {s: StateCount(s, counts[s], _age(oldest.get(s))) for s in machine_states}
+    for state in counts:  # states the machine does not know are shown, not hidden
+        result.setdefault(state, StateCount(state, counts[state], _age(oldest.get(state))))
+    return result
+
+
+def _statuses(zk: Any, node_paths: Sequence[str]) -> list[tuple[str, datetime]]:
+    found = []
+    for path, read in read_many(zk, node_paths).items():
+        if read is None:
+            continue
+        try:
+            state = str(decode_json(path, read[0]).get("status", "?"))
+        except MalformedNode:
+            state = "?"
+        found.append((state, stamp(read[1].mtime)))
+    return found
+
+
+def batch_state_summary() -> dict[str, StateCount]:
+    zk = zk_client()
+    bids = batch_ids(zk)
+    return _status_summary(
+        BATCH.states, _statuses(zk, [zpaths.batch_node(b, "status") for b in bids])
+    )
+
+
+def access_state_summary() -> dict[str, StateCount]:
+    zk = zk_client()
+    node_paths = [
+        zpaths.access_node(q, qid, "status")
+        for q in zpaths.ACCESS_QUEUES
+        for qid in access_ids(zk, q)
+    ]
+    return _status_summary(ACCESS.states, _statuses(zk, node_paths))
+
+
+def bytes_in_process() -> int:
+    """Sum of space_needed over jobs in the working states, cached briefly (it reads every one)."""
+    cached = cache.get("mrt:bytes_in_process")
+    if cached is not None:
+        return cached
+    zk = zk_client()
+    listed = children_many(zk, [zpaths.job_state_folder(s) for s in JOB_WORKING])
+    jids = [
+        m.group(2)
+        for names in listed.values()
+        for n in names or []
+        if (m := zpaths.INDEX_ENTRY_RE.fullmatch(n))
+    ]
+    total = 0
+    reads = read_many(zk, [zpaths.job_node(j, "space_needed") for j in jids])
+    for path, read in reads.items():
+        if read is not None:
+            try:
+                total += max(0, decode_int(path, read[0]))
+            except MalformedNode:
+                continue
+    cache.set("mrt:bytes_in_process", total, 15)
+    return total
+
+
+def held_jobs_by_collection() -> dict[str, int]:
+    """How many Held jobs each collection (profile) has; only configuration nodes are read."""
+    zk = zk_client()
+    jids = [jid for _p, jid in index_entries(zk, "Held")]
+    counts: Counter[str] = Counter()
+    for path, read in read_many(zk, [zpaths.job_node(j, "configuration") for j in jids]).items():
+        if read is None:
+            continue
+        try:
+            profile = decode_json(path, read[0]).get("profile")
+        except MalformedNode:
+            profile = None
+        counts[profile if isinstance(profile, str) and profile else "(none)"] += 1
+    return dict(sorted(counts.items()))
+
+
+@dataclass(frozen=True)
+class Overview:
+    jobs: dict[str, StateCount]
+    batches: dict[str, StateCount]
+    access: dict[str, StateCount]
+    holds: Holds
+    held_by_collection: dict[str, int]
+    bytes_in_process: int
+
+    @property
+    def gb_in_process(self) -> float:
+        return self.bytes_in_process / GB
+
+
+def overview() -> Overview:
+    return Overview(
+        jobs=job_state_summary(),
+        batches=batch_state_summary(),
+        access=access_state_summary(),
+        holds=holds_list(zk_client()),
+        held_by_collection=held_jobs_by_collection(),
+        bytes_in_process=bytes_in_process(),
+    )
+
+
+# Jobs ---------------------------------------------------------------------------------------
+
+JOB_SORTS = {"run": "run order (priority, then age)", "oldest": "oldest first", "newest": "newest"}
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    state: str = ""  # "" = every state
+    profile: str = ""
+    bid: str = ""
+    submitter: str = ""
+    min_age_hours: float | None = None
+    priority: int | None = None
+    q: str = ""  # an ARK or local ID (job and batch IDs are turned into bid/redirects by views)
+    sort: str = "run"
+
+    @property
+    def scans(self) -> bool:
+        """True when matching needs each job's nodes, not only its index entry."""
+        return bool(self.profile or self.submitter or self.q or self.min_age_hours)
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Any]
+    number: int
+    per_page: int
+    total: int | None  # None when a scan stopped early and the total is not known
+    has_next: bool
+    scanned: int = 0
+    scan_limited: bool = False
+
+    @property
+    def pages(self) -> int | None:
+        return None if self.total is None else max(1, math.ceil(self.total / self.per_page))
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    @property
+    def first_index(self) -> int:
+        return (self.number - 1) * self.per_page
+
+
+def _job_entries(zk: Any, flt: JobFilter) -> list[tuple[int, str]]:
+    """The (priority, jid) entries a filter starts from, in the requested order."""
+    states = [flt.state] if flt.state else [s for s in JOB.states if s != "Deleted"]
+    if len(states) == 1:
+        entries = index_entries(zk, states[0])
+    else:
+        listed = children_many(zk, [zpaths.job_state_folder(s) for s in states])
+        entries = [
+            (int(m.group(1)), m.group(2))
+            for names in listed.values()
+            for n in names or []
+            if (m := zpaths.INDEX_ENTRY_RE.fullmatch(n))
+        ]
+    if flt.priority is not None:
+        entries = [e for e in entries if e[0] == flt.priority]
+    if flt.bid:
+        in_batch = {j for jids in batch_job_ids(zk, zpaths.bid(flt.bid)).values() for j in jids}
+        entries = [e for e in entries if e[1] in in_batch]
+    if flt.sort == "oldest":
+        entries.sort(key=lambda e: e[1])
+    elif flt.sort == "newest":
+        entries.sort(key=lambda e: e[1], reverse=True)
+    else:
+        entries.sort()
+    return entries
+
+
+def _scan_nodes(flt: JobFilter) -> tuple[str, ...]:
+    names = []
+    if flt.profile or flt.submitter or flt.q:
+        names.append("configuration")
+    if flt.q:
+        names.append("identifiers")
+    if flt.min_age_hours:
+        names.append("status")
+    return tuple(names)
+
+
+def _scan_match(flt: JobFilter, jid: str, reads: dict[str, Any]) -> bool:
+    def json_node(name: str) -> dict[str, Any]:
+        read = reads.get(zpaths.job_node(jid, name))
+        if read is None:
+            return {}
+        try:
+            return decode_json(zpaths.job_node(jid, name), read[0])
+        except MalformedNode:
+            return {}
+
+    config = json_node("configuration") if (flt.profile or flt.submitter or flt.q) else {}
+    if flt.profile and config.get("profile") != flt.profile:
+        return False
+    if flt.submitter and flt.submitter.lower() not in str(config.get("submitter", "")).lower():
+        return False
+    if flt.min_age_hours:
+        read = reads.get(zpaths.job_node(jid, "status"))
+        if read is None or (_age(stamp(read[1].mtime)) or 0) < flt.min_age_hours * 3600:
+            return False
+    if flt.q:
+        ids = json_node("identifiers")
+        local = ids.get("local_id") if isinstance(ids.get("local_id"), list) else []
+        candidates = [str(ids.get("primary_id") or ""), str(config.get("localID") or "")]
+        candidates += [str(v) for v in local]
+        if not any(flt.q in c for c in candidates if c):
+            return False
+    return True
+
+
+def _scan(
+    zk: Any, flt: JobFilter, entries: list[tuple[int, str]], want: Callable[[int], bool]
+) -> tuple[list[str], int, int, bool]:
+    """Walk entries in chunks reading only the nodes the filter needs.
+
+    ``want(n)`` says whether the n-th match (0-based) should be kept. Returns the kept job IDs,
+    the number of matches, the number of entries scanned and whether the limit cut the scan.
+    """
+    kept: list[str] = []
+    matches = 0
+    scanned = 0
+    names = _scan_nodes(flt)
+    for start in range(0, len(entries), SCAN_CHUNK):
+        if scanned >= SCAN_LIMIT:
+            return kept, matches, scanned, True
+        part = [jid for _p, jid in entries[start : start + SCAN_CHUNK]]
+        reads = read_many(zk, [zpaths.job_node(j, n) for j in part for n in names])
+        for jid in part:
+            if _scan_match(flt, jid, reads):
+                if want(matches):
+                    kept.append(jid)
+                matches += 1
+        scanned += len(part)
+    return kept, matches, scanned, False
+
+
+def jobs_page(*, flt: JobFilter, page: int = 1, per_page: int = PER_PAGE) -> Page:
+    """One page of jobs; only the page's jobs are loaded."""
+    zk = zk_client()
+    entries = _job_entries(zk, flt)
+    page = max(1, page)
+    start = (page - 1) * per_page
+    if not flt.scans:
+        jids = [jid for _p, jid in entries[start : start + per_page]]
+        return Page(
+            items=jobs_load(zk, jids),
+            number=page,
+            per_page=per_page,
+            total=len(entries),
+            has_next=start + per_page < len(entries),
+        )
+    kept, matches, scanned, limited = _scan(
+        zk, flt, entries, lambda n: start <= n < start + per_page
+    )
+    return Page(
+        items=jobs_load(zk, kept),
+        number=page,
+        per_page=per_page,
+        total=None if limited else matches,
+        has_next=matches > start + per_page or limited,
+        scanned=scanned,
+        scan_limited=limited,
+    )
+
+
+def jobs_matching(*, flt: JobFilter) -> tuple[list[str], bool]:
+    """Every job ID the filter matches now (for "act on everything matching"), and whether the
+    scan limit cut the list short."""
+    zk = zk_client()
+    entries = _job_entries(zk, flt)
+    if not flt.scans:
+        return [jid for _p, jid in entries], False
+    kept, _matches, _scanned, limited = _scan(zk, flt, entries, lambda _n: True)
+    return kept, limited
+
+
+def failing_step(job: Job) -> str:
+    """The step a Failed job failed in: the one after its last successful step.
+
+    last_successful_status stays unchanged by a failure, so None means it failed in Pending.
+    """
+    last = job.status.last_successful_status
+    if last is None:
+        return "Pending"
+    return JOB.successor(last) or last
+
+
+def job_path(job: Job) -> list[str]:
+    """The states the job went through as far as its status tells, ending at its current one."""
+    state = job.state
+    if state in JOB_STEPS:
+        return list(JOB_STEPS[: JOB_STEPS.index(state) + 1])
+    if state == "Held":
+        return ["Pending", "Held"]
+    if state == "Failed":
+        step = failing_step(job)
+        upto = JOB_STEPS[: JOB_STEPS.index(step) + 1] if step in JOB_STEPS else ("Pending",)
+        return [*upto, "Failed"]
+    return [state]
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    jid: str
+    job: Job | None
+    broken: Broken | None
+    batch: Batch | Broken | None
+    nodes: dict[str, Any]  # every child node decoded, for the raw view and broken jobs
+    path: list[str]
+    resume_target: str | None
+    resume_refusal: str | None
+
+
+def job_detail(*, jid: str) -> JobDetail:
+    """One job with every node decoded; a malformed job comes back as ``broken`` (not an
+    error) so the page can show which node is bad."""
+    zk = zk_client()
+    zpaths.jid(jid)
+    kids = [k for k in children(zk, zpaths.job(jid)) if k != "lock"]
+    reads = read_many(zk, [zpaths.job_node(jid, k) for k in kids])
+    nodes = {
+        k: decode_any(reads[zpaths.job_node(jid, k)][0])
+        for k in kids
+        if reads[zpaths.job_node(jid, k)]
+    }
+    try:
+        job = job_load(zk, jid)
+    except MalformedNode as exc:
+        return JobDetail(
+            jid, None, Broken("job", jid, exc.path, exc.reason), None, nodes, [], None, None
+        )
+    batch_items = batches_load(zk, [job.bid])
+    target = refusal = None
+    if job.state == "Failed":
+        try:
+            target = job_resume_state(job)
+        except InvalidTransition as exc:  # a permanent failure: the page shows why
+            refusal = str(exc)
+    return JobDetail(
+        jid=jid,
+        job=job,
+        broken=None,
+        batch=batch_items[0] if batch_items else None,
+        nodes=nodes,
+        path=job_path(job),
+        resume_target=target,
+        resume_refusal=refusal,
+    )
+
+
+def job_one(*, jid: str) -> Job:
+    """One job for re-rendering a row after an action."""
+    return job_load(zk_client(), zpaths.jid(jid))
+
+
+# Failed jobs --------------------------------------------------------------------------------
+
+FAILED_LIMIT = 5000
+
+
+@dataclass(frozen=True)
+class FailedView:
+    jobs: list[Job]
+    broken: list[Broken]
+    by_batch: dict[str, list[Job]]
+    by_profile: dict[str, list[Job]]
+    by_step: dict[str, list[Job]]
+    total: int
+    truncated: bool
+    steps: dict[str, str]  # jid -> failing step
+
+
+def failed_jobs(*, bid: str = "", profile: str = "", step: str = "") -> FailedView:
+    """Every Failed job (up to FAILED_LIMIT), filtered and grouped three ways."""
+    zk = zk_client()
+    entries = index_entries(zk, "Failed")
+    if bid:
+        in_batch = set(batch_job_ids(zk, zpaths.bid(bid)).get("batch-failed", []))
+        entries = [e for e in entries if e[1] in in_batch]
+    entries.sort(key=lambda e: e[1])
+    truncated = len(entries) > FAILED_LIMIT
+    jobs: list[Job] = []
+    broken: list[Broken] = []
+    jids = [jid for _p, jid in entries[:FAILED_LIMIT]]
+    for start in range(0, len(jids), SCAN_CHUNK):
+        for item in jobs_load(zk, jids[start : start + SCAN_CHUNK]):
+            if isinstance(item, Broken):
+                broken.append(item)
+            elif item.state == "Failed":
+                jobs.append(item)
+    steps = {j.jid: failing_step(j) for j in jobs}
+    jobs = [
+        j
+        for j in jobs
+        if (not profile or j.profile == profile) and (not step or steps[j.jid] == step)
+    ]
+    by_batch: dict[str, list[Job]] = defaultdict(list)
+    by_profile: dict[str, list[Job]] = defaultdict(list)
+    by_step: dict[str, list[Job]] = defaultdict(list)
+    for job in jobs:
+        by_batch[job.bid].append(job)
+        by_profile[job.profile or "(none)"].append(job)
+        by_step[steps[job.jid]].append(job)
+    return FailedView(
+        jobs=jobs,
+        broken=broken,
+        by_batch=dict(sorted(by_batch.items())),
+        by_profile=dict(sorted(by_profile.items())),
+        by_step={s: by_step[s] for s in JOB.states if s in by_step},
+        total=len(entries),
+        truncated=truncated,
+        steps=steps,
+    )
+
+
+# Batches ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    item: Batch | Broken
+    folders: dict[str, int]  # jobs per batch index folder
+
+    @property
+    def bid(self) -> str:
+        return self.item.id if isinstance(self.item, Broken) else self.item.bid
+
+    @property
+    def total_jobs(self) -> int:
+        return sum(self.folders.values())
+
+
+def _folder_counts(zk: Any, bids: Sequence[str]) -> dict[str, dict[str, int]]:
+    node_paths = {(b, f): zpaths.batch_index(b, f) for b in bids for f in BATCH_INDEX_FOLDERS}
+    stats = exists_many(zk, list(node_paths.values()))
+    result: dict[str, dict[str, int]] = {b: {} for b in bids}
+    for (b, f), path in node_paths.items():
+        result[b][f] = stats[path].numChildren if stats[path] else 0
+    return result
+
+
+def batch_rows(zk: Any, bids: Sequence[str]) -> list[BatchRow]:
+    counts = _folder_counts(zk, bids)
+    rows = []
+    for item in batches_load(zk, bids):
+        key = item.id if isinstance(item, Broken) else item.bid
+        rows.append(BatchRow(item, counts[key]))
+    return rows
+
+
+@dataclass(frozen=True)
+class BatchFilter:
+    state: str = ""
+    profile: str = ""
+    submitter: str = ""
+    q: str = ""  # batch UUID or title fragment
+
+
+def batches_page(*, flt: BatchFilter, page: int = 1, per_page: int = PER_PAGE) -> Page:
+    """Batches newest first. Without a filter only the page is loaded; filters read the
+    status or submission nodes of every batch (batches number in thousands, not millions)."""
+    zk = zk_client()
+    bids = list(reversed(batch_ids(zk)))
+    if flt.state:
+        statuses = read_many(zk, [zpaths.batch_node(b, "status") for b in bids])
+        keep = []
+        for b in bids:
+            read = statuses[zpaths.batch_node(b, "status")]
+            try:
+                state = decode_json("status", read[0]).get("status") if read else None
+            except MalformedNode:
+                state = "?"
+            if state == flt.state:
+                keep.append(b)
+        bids = keep
+    if flt.profile or flt.submitter or flt.q:
+        subs = read_many(zk, [zpaths.batch_node(b, "submission") for b in bids])
+        keep = []
+        for b in bids:
+            read = subs[zpaths.batch_node(b, "submission")]
+            try:
+                sub = decode_json("submission", read[0]) if read else {}
+            except MalformedNode:
+                sub = {}
+            if flt.profile and sub.get("profile") != flt.profile:
+                continue
+            if flt.submitter and flt.submitter.lower() not in str(sub.get("submitter", "")).lower():
+                continue
+            if flt.q and not (
+                flt.q == sub.get("batchID") or flt.q.lower() in str(sub.get("title", "")).lower()
+            ):
+                continue
+            keep.append(b)
+        bids = keep
+    page = max(1, page)
+    start = (page - 1) * per_page
+    return Page(
+        items=batch_rows(zk, bids[start : start + per_page]),
+        number=page,
+        per_page=per_page,
+        total=len(bids),
+        has_next=start + per_page < len(bids),
+    )
+
+
+@dataclass(frozen=True)
+class ReportView:
+    last_modified: str
+    failed_jobs: list[str]
+    successful_jobs: list[str]
+    changes: dict[str, list[str]] | None  # against the report before it; None for the first
+
+
+def report_views(report: dict[str, Any] | None) -> list[ReportView]:
+    """The current report and its history, newest first, each with what changed since the one
+    before it."""
+    if not report:
+        return []
+    history = report.get("history") if isinstance(report.get("history"), list) else []
+    chain = [report, *[h for h in history if isinstance(h, dict)]]
+    views = []
+    for i, rep in enumerate(chain):
+        previous = chain[i + 1] if i + 1 < len(chain) else None
+        views.append(
+            ReportView(
+                last_modified=str(rep.get("last_modified", "")),
+                failed_jobs=[str(j) for j in rep.get("failed_jobs") or []],
+                successful_jobs=[str(j) for j in rep.get("successful_jobs") or []],
+                changes=report_changes(previous, rep) if previous is not None else None,
+            )
+        )
+    return views
+
+
+BATCH_JOB_LIMIT = 2000
+
+
+@dataclass(frozen=True)
+class BatchDetail:
+    batch: Batch
+    folders: dict[str, list[str]]
+    jobs: list[Job | Broken]
+    counts: dict[str, int]  # job state -> count among the loaded jobs
+    by_state: dict[str, list[Job]]
+    truncated: bool
+    reports: list[ReportView]
+
+    @property
+    def total_jobs(self) -> int:
+        return sum(len(v) for v in self.folders.values())
+
+
+def batch_detail(*, bid: str) -> BatchDetail:
+    zk = zk_client()
+    batch = batch_load(zk, zpaths.bid(bid))
+    folders = batch_job_ids(zk, bid)
+    jids = sorted({j for v in folders.values() for j in v})
+    truncated = len(jids) > BATCH_JOB_LIMIT
+    jobs: list[Job | Broken] = []
+    for start in range(0, min(len(jids), BATCH_JOB_LIMIT), SCAN_CHUNK):
+        jobs += jobs_load(zk, jids[start : min(start + SCAN_CHUNK, BATCH_JOB_LIMIT)])
+    by_state: dict[str, list[Job]] = defaultdict(list)
+    for job in jobs:
+        if isinstance(job, Job):
+            by_state[job.state].append(job)
+    ordered = {s: by_state[s] for s in JOB.states if s in by_state}
+    ordered.update({s: v for s, v in by_state.items() if s not in ordered})
+    return BatchDetail(
+        batch=batch,
+        folders=folders,
+        jobs=jobs,
+        counts={s: len(v) for s, v in ordered.items()},
+        by_state=ordered,
+        truncated=truncated,
+        reports=report_views(batch.report),
+    )
+
+
+def batch_one(*, bid: str) -> BatchRow:
+    zk = zk_client()
+    rows = batch_rows(zk, [zpaths.bid(bid)])
+    if not rows:
+        raise NotFound(f"batch {bid} does not exist")
+    return rows[0]
+
+
+def batch_preview(*, bid: str) -> tuple[Batch, dict[str, list[str]]]:
+    """What a batch delete would remove: the batch and the job IDs it lists."""
+    zk = zk_client()
+    return batch_load(zk, zpaths.bid(bid)), batch_job_ids(zk, bid)
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    batch: Batch
+    reports: list[ReportView]
+
+
+def status_reports(*, page: int = 1, per_page: int = 20) -> Page:
+    """Batches that have a status report, newest batch first."""
+    zk = zk_client()
+    bids = list(reversed(batch_ids(zk)))
+    present = exists_many(zk, [zpaths.batch_node(b, "status-report") for b in bids])
+    bids = [b for b in bids if present[zpaths.batch_node(b, "status-report")] is not None]
+    page = max(1, page)
+    start = (page - 1) * per_page
+    rows = [
+        ReportRow(b, report_views(b.report))
+        for b in batches_load(zk, bids[start : start + per_page])
+        if isinstance(b, Batch)
+    ]
+    return Page(rows, page, per_page, len(bids), start + per_page < len(bids))
+
+
+# Access requests ----------------------------------------------------------------------------
+
+
+def access_requests(*, queue: str = "", state: str = "") -> list[AccessRequest | Broken]:
+    zk = zk_client()
+    queues = [zpaths.access_queue(queue)] if queue else list(zpaths.ACCESS_QUEUES)
+    items: list[AccessRequest | Broken] = []
+    for q in queues:
+        items += accesses_load(zk, q, access_ids(zk, q))
+    if state:
+        items = [i for i in items if isinstance(i, Broken) or i.state == state]
+    return items
+
+
+def access_one(*, queue: str, qid: str) -> AccessRequest:
+    return access_load(zk_client(), zpaths.access_queue(queue), zpaths.qid(qid))
+
+
+# Holds --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HoldsView:
+    holds: Holds
+    held_jobs: dict[str, int]  # collection -> Held jobs
+    collections: list[str] = field(default_factory=list)  # every collection worth listing
+
+
+def holds_view() -> HoldsView:
+    holds = holds_list(zk_client())
+    held = held_jobs_by_collection()
+    names = sorted(set(holds.collections) | {c for c in held if c != "(none)"})
+    return HoldsView(holds=holds, held_jobs=held, collections=names)
+
+
+def known_profiles() -> list[str]:
+    """Profile names from the profiles folder, for form suggestions; never fails a page."""
+    from queues.steps.profiles import ProfileError, all_profiles
+
+    try:
+        return [p.name for p in all_profiles()]
+    except (ProfileError, OSError):
+        return []
+
+
+# Consistency --------------------------------------------------------------------------------
+
+
+def consistency_report() -> Any:
+    from queues.zk.check import run_check
+
+    return run_check(zk_client())

@@ -1,0 +1,90 @@
+"""Template helpers: ages, state badges (glyph + text, never colour alone), roles, JSON."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django import template
+from django.utils.html import format_html
+
+from queues import auth
+from queues.actions import is_destructive
+from queues.diagrams import GLYPHS, human_age, shape_of
+from queues.states import MACHINES
+from queues.zk.records import Broken
+
+register = template.Library()
+
+
+@register.filter
+def age(seconds: float | None) -> str:
+    return human_age(seconds)
+
+
+@register.filter
+def since(moment: datetime | None) -> str:
+    if moment is None:
+        return ""
+    return human_age((datetime.now().astimezone() - moment).total_seconds())
+
+
+@register.filter
+def gb(value: int | None) -> str:
+    return f"{(value or 0) / 1024**3:,.2f} GB"
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+@register.filter
+def is_broken(item: Any) -> bool:
+    return isinstance(item, Broken)
+
+
+@register.filter
+def get_item(mapping: Any, key: Any) -> Any:
+    try:
+        return mapping.get(key)
+    except AttributeError:
+        return None
+
+
+@register.simple_tag
+def state_badge(machine: str, state: str) -> str:
+    """The state as text with a shape glyph; the class only adds colour."""
+    m = MACHINES[machine]
+    known = m.is_state(state)
+    shape = shape_of(m, state) if known else "unknown"
+    glyph = GLYPHS.get(shape, "?" if not known else "")
+    return format_html(
+        '<span class="badge badge-{}" data-state="{}">{}{}</span>',
+        shape,
+        state,
+        format_html('<span aria-hidden="true">{} </span>', glyph) if glyph else "",
+        state if known else f"{state} (unknown state)",
+    )
+
+
+@register.simple_tag
+def actions_for(machine: str, state: str, user: Any) -> list[dict[str, Any]]:
+    """The actions a row may offer: allowed by the state machine AND by the user's role."""
+    m = MACHINES[machine]
+    return [
+        {"name": a, "destructive": is_destructive(machine, a)}
+        for a in m.actions_for(state)
+        if auth.may(user, machine, a)
+    ]
+
+
+@register.simple_tag
+def may(user: Any, kind: str, action: str) -> bool:
+    return auth.may(user, kind, action)
+
+
+@register.filter
+def role(user: Any) -> str:
+    return auth.role_of(user) or "no role"

@@ -1,0 +1,329 @@
+"""Read-only pages. Each parses its input, makes one selector call and renders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET
+
+from queues import diagrams, selectors
+from queues.audit import ApiToken, AuditEntry
+from queues.auth import ADMIN, VIEWER, has_role
+from queues.forms import (
+    AccessFilterForm,
+    BatchFilterForm,
+    FailedFilterForm,
+    JobFilterForm,
+    SubmitForm,
+    TokenForm,
+)
+from queues.states import ACCESS, BATCH, JOB
+from queues.templatetags.console import actions_for
+from queues.zk import paths as zpaths
+from queues.zk.errors import is_connection_error
+
+from .common import console_view, error_response, querystring_without
+
+
+def _link(name: str, **query: str) -> str:
+    return f"{reverse(name)}?{urlencode(query)}"
+
+
+def _bad_form(request: HttpRequest, template: str, context: dict[str, Any]) -> HttpResponse:
+    return render(request, template, context, status=400)
+
+
+@require_GET
+@console_view(VIEWER)
+def overview(request: HttpRequest) -> HttpResponse:
+    ov = selectors.overview()
+
+    def summary(counts: dict[str, selectors.StateCount]) -> tuple[dict, dict]:
+        return {s: c.count for s, c in counts.items()}, {
+            s: c.oldest_seconds for s, c in counts.items()
+        }
+
+    job_counts, job_oldest = summary(ov.jobs)
+    batch_counts, batch_oldest = summary(ov.batches)
+    access_counts, access_oldest = summary(ov.access)
+    context = {
+        "ov": ov,
+        "job_svg": diagrams.render(
+            JOB,
+            counts=job_counts,
+            oldest=job_oldest,
+            href=lambda s: None if s == "Deleted" else _link("jobs", state=s),
+            title="Jobs by state",
+            noun="job",
+        ),
+        "batch_svg": diagrams.render(
+            BATCH,
+            counts=batch_counts,
+            oldest=batch_oldest,
+            href=lambda s: _link("batches", state=s),
+            title="Batches by state",
+            noun="batch",
+        ),
+        "access_svg": diagrams.render(
+            ACCESS,
+            counts=access_counts,
+            oldest=access_oldest,
+            href=lambda s: _link("access", state=s),
+            title="Access requests by state",
+            noun="request",
+        ),
+        "unknown_batch_states": [s for s in ov.batches if not BATCH.is_state(s)],
+    }
+    if request.htmx and request.htmx.target == "overview-live":
+        return render(request, "queues/overview.html#overview-live", context)
+    return render(request, "queues/overview.html", context)
+
+
+@require_GET
+@console_view(VIEWER)
+def jobs(request: HttpRequest) -> HttpResponse:
+    form = JobFilterForm(request.GET or None)
+    context: dict[str, Any] = {"form": form, "states": JOB.states}
+    if request.GET and not form.is_valid():
+        return _bad_form(request, "queues/jobs.html", context)
+    if form.is_bound and zpaths.JID_RE.fullmatch(form.cleaned_data["q"]):
+        return redirect("job", jid=form.cleaned_data["q"])
+    flt = form.to_filter() if form.is_bound else selectors.JobFilter()
+    page = selectors.jobs_page(
+        flt=flt, page=(form.cleaned_data.get("page") or 1) if form.is_bound else 1
+    )
+    context.update(
+        {
+            "flt": flt,
+            "page": page,
+            "query": querystring_without(request, "page"),
+            "next": request.get_full_path(),
+            "bulk_actions": _bulk_actions(request.user, flt.state),
+        }
+    )
+    if request.htmx and request.htmx.target == "job-table":
+        return render(request, "queues/jobs.html#job-table", context)
+    return render(request, "queues/jobs.html", context)
+
+
+def _bulk_actions(user: Any, state: str) -> list[str]:
+    states = [state] if state else [s for s in JOB.states if s != "Deleted"]
+    names: list[str] = []
+    for s in states:
+        for action in actions_for("job", s, user):
+            if action["name"] not in names:
+                names.append(action["name"])
+    return names
+
+
+def job_context(request: HttpRequest, jid: str) -> dict[str, Any]:
+    """What the job page shows; also re-rendered in place after an htmx action on it."""
+    detail = selectors.job_detail(jid=jid)
+    svg = None
+    if detail.job is not None:
+        svg = diagrams.render(
+            JOB,
+            current=detail.job.state,
+            path=detail.path,
+            href=lambda s: None if s == "Deleted" else _link("jobs", state=s),
+            title=f"Where {jid} is",
+            id_prefix="jobpath",
+        )
+    return {
+        "detail": detail,
+        "j": detail.job,
+        "svg": svg,
+        "audit": AuditEntry.objects.filter(item_id=jid)[:50],
+        "next": reverse("job", args=[jid]),
+    }
+
+
+@require_GET
+@console_view(VIEWER)
+def job(request: HttpRequest, jid: str) -> HttpResponse:
+    return render(request, "queues/job.html", job_context(request, jid))
+
+
+@require_GET
+@console_view(VIEWER)
+def batches(request: HttpRequest) -> HttpResponse:
+    form = BatchFilterForm(request.GET or None)
+    context: dict[str, Any] = {"form": form}
+    if request.GET and not form.is_valid():
+        return _bad_form(request, "queues/batches.html", context)
+    if form.is_bound and zpaths.BID_RE.fullmatch(form.cleaned_data["q"].strip()):
+        return redirect("batch", bid=form.cleaned_data["q"].strip())
+    flt = form.to_filter() if form.is_bound else selectors.BatchFilter()
+    number = (form.cleaned_data.get("page") or 1) if form.is_bound else 1
+    context.update(
+        {
+            "page": selectors.batches_page(flt=flt, page=number),
+            "query": querystring_without(request, "page"),
+            "next": request.get_full_path(),
+        }
+    )
+    if request.htmx and request.htmx.target == "batch-table":
+        return render(request, "queues/batches.html#batch-table", context)
+    return render(request, "queues/batches.html", context)
+
+
+@require_GET
+@console_view(VIEWER)
+def batch(request: HttpRequest, bid: str) -> HttpResponse:
+    detail = selectors.batch_detail(bid=bid)
+    context = {
+        "detail": detail,
+        "b": detail.batch,
+        "svg": diagrams.render(
+            JOB,
+            counts=detail.counts,
+            href=lambda s: _link("jobs", state=s, bid=bid),
+            title=f"Jobs of {bid} by state",
+            noun="job",
+            id_prefix=f"batch-{bid}",
+        ),
+        "batch_svg": diagrams.render(
+            BATCH, current=detail.batch.state, title=f"{bid} itself", id_prefix="batchstate"
+        ),
+        "audit": AuditEntry.objects.filter(item_id=bid)[:50],
+        "next": request.get_full_path(),
+    }
+    return render(request, "queues/batch.html", context)
+
+
+@require_GET
+@console_view(VIEWER)
+def failed(request: HttpRequest) -> HttpResponse:
+    form = FailedFilterForm(request.GET or None)
+    if request.GET and not form.is_valid():
+        return _bad_form(request, "queues/failed.html", {"form": form})
+    data = form.cleaned_data if form.is_bound else {"bid": "", "profile": "", "step": ""}
+    view = selectors.failed_jobs(bid=data["bid"], profile=data["profile"], step=data["step"])
+    group = request.GET.get("group", "batch")
+    groups = {"batch": view.by_batch, "collection": view.by_profile, "step": view.by_step}
+    return render(
+        request,
+        "queues/failed.html",
+        {
+            "form": form,
+            "view": view,
+            "group": group if group in groups else "batch",
+            "groups": groups.get(group, view.by_batch),
+            "filter_query": urlencode({k: v for k, v in data.items() if v}),
+            "filter_data": data,
+            "next": request.get_full_path(),
+        },
+    )
+
+
+@require_GET
+@console_view(VIEWER)
+def reports(request: HttpRequest) -> HttpResponse:
+    try:
+        number = max(1, int(request.GET.get("page", "1")))
+    except ValueError:
+        return error_response(request, "page must be a number", 400)
+    return render(request, "queues/reports.html", {"page": selectors.status_reports(page=number)})
+
+
+@require_GET
+@console_view(VIEWER)
+def holds(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "queues/holds.html",
+        {"view": selectors.holds_view(), "profiles": selectors.known_profiles()},
+    )
+
+
+@require_GET
+@console_view(VIEWER)
+def access(request: HttpRequest) -> HttpResponse:
+    form = AccessFilterForm(request.GET or None)
+    if request.GET and not form.is_valid():
+        return _bad_form(request, "queues/access.html", {"form": form, "items": []})
+    data = form.cleaned_data if form.is_bound else {"queue": "", "state": ""}
+    items = selectors.access_requests(queue=data["queue"], state=data["state"])
+    return render(
+        request,
+        "queues/access.html",
+        {"form": form, "items": items, "next": request.get_full_path()},
+    )
+
+
+@require_GET
+@console_view(VIEWER)
+def consistency(request: HttpRequest) -> HttpResponse:
+    report = selectors.consistency_report()
+    return render(
+        request,
+        "queues/consistency.html",
+        {
+            "report": report,
+            "repairable": sum(1 for f in report.findings if f.repairable),
+        },
+    )
+
+
+@console_view(VIEWER)
+def submit(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        from .writes import submit as submit_post
+
+        return submit_post(request)
+    return render(
+        request,
+        "queues/submit.html",
+        {"form": SubmitForm(), "profiles": selectors.known_profiles()},
+    )
+
+
+@require_GET
+@console_view(VIEWER)
+def audit(request: HttpRequest) -> HttpResponse:
+    entries = AuditEntry.objects.all()
+    filters = {}
+    for field in ("username", "kind", "action", "item_id"):
+        value = request.GET.get(field, "").strip()[:120]
+        if value:
+            entries = entries.filter(**{field: value})
+            filters[field] = value
+    if request.GET.get("ok") in ("0", "1"):
+        entries = entries.filter(ok=request.GET["ok"] == "1")
+        filters["ok"] = request.GET["ok"]
+    page = Paginator(entries, 100).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "queues/audit.html",
+        {"page": page, "filters": filters, "query": querystring_without(request, "page")},
+    )
+
+
+@require_GET
+@console_view(VIEWER)
+def tokens(request: HttpRequest) -> HttpResponse:
+    visible = (
+        ApiToken.objects.all() if has_role(request.user, ADMIN) else request.user.api_tokens.all()
+    )
+    return render(
+        request,
+        "queues/tokens.html",
+        {"tokens": visible.select_related("user"), "form": TokenForm()},
+    )
+
+
+@require_GET
+def zk_health(request: HttpRequest) -> HttpResponse:
+    """The banner fragment base.html polls: empty while ZooKeeper answers."""
+    try:
+        selectors.job_state_counts()
+    except Exception as exc:
+        if is_connection_error(exc):
+            return render(request, "base.html#zk-banner", {"zk_down": True, "error": str(exc)})
+        raise
+    return render(request, "base.html#zk-banner", {"zk_down": False})

@@ -1,0 +1,409 @@
+"""Actions: every one a POST with CSRF, role-checked and audited by ``queues.actions``.
+
+A destructive action's GET shows the confirmation with a preview; its POST needs a reason.
+An htmx POST gets back the updated row or panel plus the messages; a plain POST is redirected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from queues import actions, selectors
+from queues.audit import ApiToken
+from queues.auth import ADMIN, VIEWER, has_role, require_action
+from queues.forms import (
+    ActionForm,
+    BulkForm,
+    CollectionHoldForm,
+    FailedFilterForm,
+    JobFilterForm,
+    SubmitForm,
+    TokenForm,
+)
+from queues.zk import paths as zpaths
+from queues.zk.errors import NotFound
+
+from .common import console_view, error_response, fragment, redirect_after_post, safe_next
+from .pages import job_context
+
+
+def _form(request: HttpRequest) -> ActionForm:
+    form = ActionForm(request.POST)
+    if not form.is_valid():
+        raise ValueError(f"bad action input: {form.errors.as_text()}")
+    return form
+
+
+def _report(request: HttpRequest, outcomes: list[Any]) -> None:
+    for outcome in outcomes:
+        messages.success(request, f"Done: {outcome}")
+
+
+def _confirm(
+    request: HttpRequest, *, kind: str, action: str, item_id: str, preview: dict[str, Any]
+) -> HttpResponse:
+    require_action(request.user, kind, action)
+    return render(
+        request,
+        "queues/confirm.html",
+        {
+            "kind": kind,
+            "action": action,
+            "item_id": item_id,
+            "next": safe_next(request, request.GET.get("next"), ""),
+            **preview,
+        },
+    )
+
+
+@console_view(VIEWER)
+def job_action(request: HttpRequest, jid: str, action: str) -> HttpResponse:
+    if request.method == "GET":
+        if not actions.is_destructive("job", action):
+            return HttpResponseNotAllowed(["POST"])
+        return _confirm(
+            request,
+            kind="job",
+            action=action,
+            item_id=jid,
+            preview={"detail": selectors.job_detail(jid=jid)},
+        )
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["GET", "POST"])
+    form = _form(request)
+    outcomes = actions.perform(
+        user=request.user,
+        kind="job",
+        action=action,
+        item_id=jid,
+        expect_version=form.cleaned_data["version"],
+        reason=form.cleaned_data["reason"],
+    )
+    _report(request, outcomes)
+    render_as = form.cleaned_data["render"]
+    if request.htmx and render_as == "row":
+        if action == "delete":
+            return fragment(request, "queues/jobs.html#job-gone", {"jid": jid})
+        return fragment(
+            request,
+            "queues/jobs.html#job-row",
+            {"job": selectors.job_one(jid=jid), "next": form.cleaned_data["next"]},
+        )
+    if request.htmx and render_as == "panel" and action != "delete":
+        return fragment(request, "queues/job.html#job-body", job_context(request, jid))
+    default = reverse("jobs") if action == "delete" else reverse("job", args=[jid])
+    return redirect_after_post(safe_next(request, form.cleaned_data["next"], default))
+
+
+@console_view(VIEWER)
+def batch_action(request: HttpRequest, bid: str, action: str) -> HttpResponse:
+    if request.method == "GET":
+        if not actions.is_destructive("batch", action):
+            return HttpResponseNotAllowed(["POST"])
+        batch, folders = selectors.batch_preview(bid=bid)
+        jids = sorted({j for v in folders.values() for j in v})
+        return _confirm(
+            request,
+            kind="batch",
+            action=action,
+            item_id=bid,
+            preview={"batch": batch, "folders": folders, "jids": jids[:200], "njobs": len(jids)},
+        )
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["GET", "POST"])
+    form = _form(request)
+    outcomes = actions.perform(
+        user=request.user,
+        kind="batch",
+        action=action,
+        item_id=bid,
+        expect_version=form.cleaned_data["version"],
+        reason=form.cleaned_data["reason"],
+    )
+    _report(request, outcomes)
+    if request.htmx and form.cleaned_data["render"] == "row":
+        if action == "delete":
+            return fragment(request, "queues/batches.html#batch-gone", {"bid": bid})
+        return fragment(
+            request,
+            "queues/batches.html#batch-row",
+            {"row": selectors.batch_one(bid=bid), "next": form.cleaned_data["next"]},
+        )
+    default = reverse("batches") if action == "delete" else reverse("batch", args=[bid])
+    return redirect_after_post(safe_next(request, form.cleaned_data["next"], default))
+
+
+@console_view(VIEWER)
+def access_action(request: HttpRequest, queue: str, qid: str, action: str) -> HttpResponse:
+    if request.method == "GET":
+        if not actions.is_destructive("access", action):
+            return HttpResponseNotAllowed(["POST"])
+        item = selectors.access_one(queue=queue, qid=qid)
+        return _confirm(
+            request,
+            kind="access",
+            action=action,
+            item_id=qid,
+            preview={"item": item, "queue": queue},
+        )
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["GET", "POST"])
+    form = _form(request)
+    outcomes = actions.perform(
+        user=request.user,
+        kind="access",
+        action=action,
+        item_id=qid,
+        expect_version=form.cleaned_data["version"],
+        reason=form.cleaned_data["reason"],
+        params={"queue": queue, "to": form.cleaned_data["to"]},
+    )
+    _report(request, outcomes)
+    if request.htmx and form.cleaned_data["render"] == "row":
+        try:
+            item = selectors.access_one(queue=queue, qid=qid)
+        except NotFound:
+            return fragment(request, "queues/access.html#access-gone", {"qid": qid})
+        return fragment(
+            request,
+            "queues/access.html#access-row",
+            {"item": item, "next": form.cleaned_data["next"]},
+        )
+    return redirect_after_post(safe_next(request, form.cleaned_data["next"], reverse("access")))
+
+
+def _holds_response(request: HttpRequest, form: ActionForm | None = None) -> HttpResponse:
+    if request.htmx:
+        return fragment(
+            request,
+            "queues/holds.html#holds-panel",
+            {"view": selectors.holds_view(), "profiles": selectors.known_profiles()},
+        )
+    target = form.cleaned_data["next"] if form is not None else ""
+    return redirect_after_post(safe_next(request, target, reverse("holds")))
+
+
+@require_POST
+@console_view(VIEWER)
+def queue_hold_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
+    form = _form(request)
+    _report(
+        request,
+        actions.perform(
+            user=request.user,
+            kind="queue",
+            action=action,
+            item_id=name,
+            reason=form.cleaned_data["reason"],
+        ),
+    )
+    return _holds_response(request, form)
+
+
+@require_POST
+@console_view(VIEWER)
+def collection_hold_action(request: HttpRequest, profile: str, action: str) -> HttpResponse:
+    form = _form(request)
+    _report(
+        request,
+        actions.perform(
+            user=request.user,
+            kind="collection",
+            action=action,
+            item_id=profile,
+            reason=form.cleaned_data["reason"],
+            params={"release_jobs": form.cleaned_data["release_jobs"]},
+        ),
+    )
+    return _holds_response(request, form)
+
+
+@require_POST
+@console_view(VIEWER)
+def collection_hold_new(request: HttpRequest) -> HttpResponse:
+    """The "hold a collection" form, where the profile is typed rather than in the URL."""
+    form = CollectionHoldForm(request.POST)
+    if not form.is_valid():
+        return error_response(request, f"cannot hold: {form.errors.as_text()}", 400)
+    _report(
+        request,
+        actions.perform(
+            user=request.user,
+            kind="collection",
+            action="hold",
+            item_id=form.cleaned_data["profile"],
+            reason=form.cleaned_data["reason"],
+        ),
+    )
+    return _holds_response(request)
+
+
+def _bulk(
+    request: HttpRequest, *, kind: str, matching: Any, id_validator: Any, back: str
+) -> HttpResponse:
+    """Shared by the job and batch bulk forms: preview destructive ones, then run and report."""
+    form = BulkForm(request.POST, id_validator=id_validator)
+    if not form.is_valid():
+        return error_response(request, f"bad bulk request: {form.errors.as_text()}", 400)
+    action = form.cleaned_data["action"]
+    require_action(request.user, kind, action)
+    limited = False
+    if form.cleaned_data["scope"] == "filter":
+        items, limited = matching()
+    else:
+        items = form.cleaned_data["item"]
+    if not items:
+        return error_response(request, "nothing selected", 400)
+    if actions.is_destructive(kind, action) and not form.cleaned_data["confirmed"]:
+        return render(
+            request,
+            "queues/bulk_confirm.html",
+            {
+                "kind": kind,
+                "action": action,
+                "items": items,
+                "preview": items[:200],
+                "limited": limited,
+                "post": request.POST,
+                "back": back,
+            },
+        )
+    result = actions.perform_bulk(
+        user=request.user,
+        kind=kind,
+        action=action,
+        items=items,
+        reason=form.cleaned_data["reason"],
+    )
+    messages.info(request, f"{action}: {result.summary()}")
+    return render(
+        request,
+        "queues/bulk_result.html",
+        {"kind": kind, "action": action, "result": result, "limited": limited, "back": back},
+    )
+
+
+@require_POST
+@console_view(VIEWER)
+def jobs_bulk(request: HttpRequest) -> HttpResponse:
+    filter_form = JobFilterForm(request.POST)
+    if not filter_form.is_valid():
+        return error_response(request, f"bad filter: {filter_form.errors.as_text()}", 400)
+
+    def matching() -> tuple[list[tuple[str, int | None]], bool]:
+        jids, limited = selectors.jobs_matching(flt=filter_form.to_filter())
+        return [(j, None) for j in jids], limited
+
+    return _bulk(
+        request,
+        kind="job",
+        matching=matching,
+        id_validator=zpaths.jid,
+        back=safe_next(request, request.POST.get("next"), reverse("jobs")),
+    )
+
+
+@require_POST
+@console_view(VIEWER)
+def failed_bulk(request: HttpRequest) -> HttpResponse:
+    """Resume (or delete) failed jobs: the ticked ones or every one the failed filter matches."""
+    filter_form = FailedFilterForm(request.POST)
+    if not filter_form.is_valid():
+        return error_response(request, f"bad filter: {filter_form.errors.as_text()}", 400)
+
+    def matching() -> tuple[list[tuple[str, int | None]], bool]:
+        view = selectors.failed_jobs(**filter_form.cleaned_data)
+        return [(j.jid, j.status.version) for j in view.jobs], view.truncated
+
+    return _bulk(
+        request,
+        kind="job",
+        matching=matching,
+        id_validator=zpaths.jid,
+        back=safe_next(request, request.POST.get("next"), reverse("failed")),
+    )
+
+
+@require_POST
+@console_view(VIEWER)
+def batches_bulk(request: HttpRequest) -> HttpResponse:
+    def matching() -> tuple[list[tuple[str, int | None]], bool]:
+        raise ValueError("batch bulk actions work on a selection")
+
+    return _bulk(
+        request,
+        kind="batch",
+        matching=matching,
+        id_validator=zpaths.bid,
+        back=safe_next(request, request.POST.get("next"), reverse("batches")),
+    )
+
+
+@require_POST
+@console_view(VIEWER)
+def consistency_repair(request: HttpRequest) -> HttpResponse:
+    form = _form(request)
+    outcomes = actions.perform(
+        user=request.user,
+        kind="consistency",
+        action="repair",
+        item_id="tree",
+        reason=form.cleaned_data["reason"],
+    )
+    _report(request, outcomes)
+    return render(
+        request,
+        "queues/consistency.html",
+        {
+            "report": selectors.consistency_report(),
+            "repaired": outcomes[0].detail.split("; ") if outcomes[0].detail else [],
+        },
+    )
+
+
+@require_POST
+@console_view(VIEWER)
+def submit(request: HttpRequest) -> HttpResponse:
+    form = SubmitForm(request.POST)
+    if not form.is_valid():
+        return render(
+            request,
+            "queues/submit.html",
+            {"form": form, "profiles": selectors.known_profiles()},
+            status=400,
+        )
+    outcomes = actions.perform(
+        user=request.user,
+        kind="batch",
+        action="submit",
+        item_id="",
+        params=form.cleaned_data,
+    )
+    _report(request, outcomes)
+    return redirect_after_post(reverse("batch", args=[outcomes[0].id]))
+
+
+@require_POST
+@console_view(VIEWER)
+def token_create(request: HttpRequest) -> HttpResponse:
+    form = TokenForm(request.POST)
+    if not form.is_valid():
+        return error_response(request, "a token needs a name", 400)
+    token, key = ApiToken.issue(user=request.user, name=form.cleaned_data["name"])
+    return render(request, "queues/token_created.html", {"token": token, "key": key})
+
+
+@require_POST
+@console_view(VIEWER)
+def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+    tokens = ApiToken.objects.all() if has_role(request.user, ADMIN) else request.user.api_tokens
+    token = get_object_or_404(tokens, pk=pk)
+    token.delete()
+    messages.success(request, f"Token {token.name} revoked")
+    return redirect_after_post(reverse("tokens"))

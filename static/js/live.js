@@ -1,0 +1,346 @@
+/*
+ * Live console: ZooKeeper changes pushed over a websocket, applied with htmx.
+ *
+ * The page lists what it shows in <body data-live-topics="jobs:state:Failed batch:bid...">.
+ * This script keeps one websocket to /ws/live/ subscribed to those topics. When topic T changes,
+ * every element with data-live~="T" is sent the htmx event "live-refresh"; each element then
+ * refreshes itself with its own hx-get / hx-select / hx-target / hx-trigger="live-refresh".
+ *
+ * An element the operator is working in is never replaced under their hands: while it holds a
+ * focused text field or select, an open <dialog>, a checked selection box or a form that differs
+ * from what was loaded, the refresh waits and is retried when they are done.
+ *
+ * A dropped socket reconnects with exponential back-off (capped at 30 s) and then refreshes
+ * everything live on the page, since changes may have been missed meanwhile. ZooKeeper outages
+ * reported by the server show the #zk-banner; when ZooKeeper is back the page catches up.
+ */
+(function () {
+  "use strict";
+
+  var PATH = "/ws/live/";
+  var MAX_DELAY = 30000;
+  var RETRY_BUSY_MS = 2000;
+  var CLOSE_UNAUTHENTICATED = 4401;
+  var CLOSE_FORBIDDEN = 4403;
+
+  var socket = null;
+  var attempt = 0;
+  var everOpened = false;
+  var reconnectTimer = null;
+  var stopped = false;
+  var pending = new Set(); // ids (or elements without id) waiting for their refresh
+  var queued = new Set(); // elements to refresh in the next flush (one refresh per burst)
+  var flushTimer = null;
+  var retryTimer = null;
+
+  function topics() {
+    var raw = document.body.getAttribute("data-live-topics") || "";
+    return raw.split(/\s+/).filter(Boolean);
+  }
+
+  // ---- status: a small indicator and the ZooKeeper banner --------------------------------
+
+  function indicator() {
+    var el = document.getElementById("live-status");
+    if (!el) {
+      el = document.createElement("div");
+      el.id = "live-status";
+      el.setAttribute("role", "status");
+      el.setAttribute("aria-live", "polite");
+      el.style.cssText =
+        "position:fixed;right:.6rem;bottom:.6rem;z-index:50;font:12px/1.4 system-ui,sans-serif;" +
+        "padding:.15rem .5rem;border-radius:1rem;background:#eee;color:#333;opacity:.85";
+      document.body.appendChild(el);
+    }
+    return el;
+  }
+
+  function setStatus(state, text) {
+    var el = indicator();
+    el.setAttribute("data-state", state);
+    el.textContent = text;
+    el.style.background =
+      state === "live" ? "#d9f2dc" : state === "offline" ? "#f7d4d4" : "#fbeec9";
+    document.body.setAttribute("data-live-state", state);
+  }
+
+  function banner() {
+    var el = document.getElementById("zk-banner");
+    if (!el) {
+      el = document.createElement("div");
+      el.id = "zk-banner";
+      var main = document.getElementById("main");
+      document.body.insertBefore(el, main || document.body.firstChild);
+    }
+    return el;
+  }
+
+  function zkDown() {
+    var el = banner();
+    if (el.querySelector("[data-live-banner]")) return;
+    var p = document.createElement("p");
+    p.className = "banner banner-down";
+    p.setAttribute("role", "alert");
+    p.setAttribute("data-live-banner", "");
+    p.innerHTML =
+      "<strong>\u26a0 ZooKeeper is unreachable.</strong> What you see may be out of date and " +
+      "actions will fail until it is back; this page catches up by itself when it is.";
+    el.hidden = false;
+    el.appendChild(p);
+  }
+
+  function zkUp() {
+    var el = banner();
+    var p = el.querySelector("[data-live-banner]");
+    if (p) p.remove();
+    // The server-rendered notice (if any) refreshes itself when it listens for live-refresh.
+    if (window.htmx && el.hasAttribute("hx-get")) window.htmx.trigger(el, "live-refresh");
+  }
+
+  // ---- refreshing elements -----------------------------------------------------------------
+
+  function isTyping(el) {
+    var tag = el.tagName;
+    if (tag === "TEXTAREA" || tag === "SELECT" || el.isContentEditable) return true;
+    if (tag !== "INPUT") return false;
+    return !/^(button|submit|reset|checkbox|radio|image|hidden|range|color)$/i.test(el.type);
+  }
+
+  function formIsDirty(form) {
+    for (var i = 0; i < form.elements.length; i++) {
+      var c = form.elements[i];
+      if (c.type === "checkbox" || c.type === "radio") {
+        if (c.checked !== c.defaultChecked) return true;
+      } else if (c.tagName === "SELECT") {
+        for (var j = 0; j < c.options.length; j++) {
+          if (c.options[j].selected !== c.options[j].defaultSelected) return true;
+        }
+      } else if ("defaultValue" in c && c.type !== "hidden" && c.value !== c.defaultValue) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  function targetOf(el) {
+    var spec = el.getAttribute("hx-target");
+    if (spec && /^[#.]/.test(spec)) return document.querySelector(spec) || el;
+    return el;
+  }
+
+  // Why an element must not be replaced right now; "" when it may.
+  function busy(el) {
+    var areas = [el];
+    var target = targetOf(el);
+    if (target !== el) areas.push(target);
+    for (var i = 0; i < areas.length; i++) {
+      var area = areas[i];
+      var active = document.activeElement;
+      if (active && active !== document.body && area.contains(active) && isTyping(active)) {
+        return "focus";
+      }
+      if (area.querySelector("dialog[open]")) return "dialog";
+      var boxes = area.querySelectorAll('input[type="checkbox"]');
+      for (var b = 0; b < boxes.length; b++) {
+        // Checked by the operator, not by the page: a selection for a bulk action.
+        if (boxes[b].checked && !boxes[b].defaultChecked) return "selection";
+      }
+      var forms = area.tagName === "FORM" ? [area] : area.querySelectorAll("form");
+      for (var k = 0; k < forms.length; k++) {
+        if (formIsDirty(forms[k])) return "editing";
+      }
+      if (area.classList.contains("htmx-request")) return "loading";
+    }
+    return "";
+  }
+
+  function keyOf(el) {
+    return el.id ? "#" + el.id : el;
+  }
+
+  function resolve(key) {
+    if (typeof key === "string") return document.getElementById(key.slice(1));
+    return document.contains(key) ? key : null;
+  }
+
+  function refresh(el) {
+    if (!window.htmx) return;
+    if (document.hidden || busy(el)) {
+      pending.add(keyOf(el));
+      scheduleRetry();
+      return;
+    }
+    pending.delete(keyOf(el));
+    window.htmx.trigger(el, "live-refresh");
+  }
+
+  function flush() {
+    flushTimer = null;
+    var els = Array.from(queued);
+    queued.clear();
+    els.forEach(function (el) {
+      if (document.contains(el)) refresh(el);
+    });
+  }
+
+  function queue(els) {
+    els.forEach(function (el) {
+      queued.add(el);
+    });
+    // Several topics often change together (a move empties one state and fills another):
+    // gather them so that an element listening to both refreshes once.
+    if (!flushTimer) flushTimer = setTimeout(flush, 30);
+  }
+
+  function elementsFor(topic) {
+    var safe = topic.replace(/["\\]/g, "");
+    return Array.from(document.querySelectorAll('[data-live~="' + safe + '"]'));
+  }
+
+  function refreshTopic(topic) {
+    queue(elementsFor(topic));
+  }
+
+  function refreshAll() {
+    queue(Array.from(document.querySelectorAll("[data-live]")));
+  }
+
+  function retryPending() {
+    retryTimer = null;
+    var keys = Array.from(pending);
+    pending.clear();
+    var els = [];
+    keys.forEach(function (key) {
+      var el = resolve(key);
+      if (el) els.push(el);
+    });
+    queue(els);
+  }
+
+  function scheduleRetry() {
+    if (!retryTimer) retryTimer = setTimeout(retryPending, RETRY_BUSY_MS);
+  }
+
+  function retrySoon() {
+    if (pending.size) {
+      clearTimeout(retryTimer);
+      retryTimer = setTimeout(retryPending, 50);
+    }
+  }
+
+  // The operator finished: focus left, a dialog closed, a request ended, the tab came back.
+  document.addEventListener("focusout", retrySoon);
+  document.addEventListener("close", retrySoon, true);
+  document.addEventListener("change", retrySoon);
+  document.addEventListener("htmx:afterSettle", retrySoon);
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden) {
+      retrySoon();
+      if (!socket && !stopped) connect();
+    }
+  });
+
+  // ---- the socket ---------------------------------------------------------------------------
+
+  function url() {
+    return (location.protocol === "https:" ? "wss://" : "ws://") + location.host + PATH;
+  }
+
+  function send(message) {
+    if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify(message));
+  }
+
+  function onMessage(event) {
+    var message;
+    try {
+      message = JSON.parse(event.data);
+    } catch (e) {
+      return;
+    }
+    switch (message.kind) {
+      case "hello":
+        if (message.zk === "down") zkDown();
+        break;
+      case "changed":
+        refreshTopic(message.topic);
+        break;
+      case "zk-down":
+        zkDown();
+        setStatus("reconnecting", "live \u00b7 ZooKeeper down");
+        break;
+      case "zk-up":
+        zkUp();
+        setStatus("live", "live");
+        refreshAll();
+        break;
+      case "error":
+        if (window.console) console.warn("live:", message.error, message.topic || "");
+        break;
+    }
+  }
+
+  function connect() {
+    clearTimeout(reconnectTimer);
+    reconnectTimer = null;
+    if (stopped) return;
+    var ws;
+    try {
+      ws = new WebSocket(url());
+    } catch (e) {
+      scheduleReconnect();
+      return;
+    }
+    socket = ws;
+    ws.onopen = function () {
+      var missed = everOpened || attempt > 0;
+      attempt = 0;
+      everOpened = true;
+      setStatus("live", "live");
+      send({ subscribe: topics() });
+      if (missed) refreshAll();
+    };
+    ws.onmessage = onMessage;
+    ws.onclose = function (event) {
+      if (socket === ws) socket = null;
+      if (event.code === CLOSE_UNAUTHENTICATED || event.code === CLOSE_FORBIDDEN) {
+        stopped = true;
+        setStatus("offline", "not live: sign in again");
+        return;
+      }
+      scheduleReconnect();
+    };
+  }
+
+  function scheduleReconnect() {
+    if (reconnectTimer || stopped) return;
+    var delay = Math.min(MAX_DELAY, 1000 * Math.pow(2, attempt));
+    attempt += 1;
+    delay = delay / 2 + Math.random() * (delay / 2); // jitter: tabs do not all come back at once
+    setStatus("reconnecting", "reconnecting\u2026");
+    reconnectTimer = setTimeout(connect, delay);
+  }
+
+  window.addEventListener("online", function () {
+    if (!socket && !stopped) connect();
+  });
+
+  // For tests and the curious: window.mrtLive.state() -> "live" | "reconnecting" | "offline".
+  window.mrtLive = {
+    state: function () {
+      return document.body.getAttribute("data-live-state") || "connecting";
+    },
+    refreshAll: refreshAll,
+  };
+
+  function start() {
+    if (!("WebSocket" in window)) return;
+    setStatus("connecting", "connecting\u2026");
+    connect();
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();

@@ -1,0 +1,149 @@
+"""Fixtures for the console: users in each role, logged-in clients, and queue items in any
+state, built with the real ZooKeeper service module in the test's own chroot."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.cache import cache
+from django.test import Client
+from kazoo.client import KazooClient
+
+from queues.auth import ensure_groups
+from queues.states import JOB_STEPS
+from queues.zk import access, batches, jobs
+from queues.zk.records import AccessRequest, Batch, Job
+
+# Playwright's sync API runs an event loop in the test thread; Django's ORM must still work.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+PROFILE = "demo_collection"
+PASSWORD = "correct-horse-battery-staple"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    cache.clear()
+
+
+@pytest.fixture
+def make_user(db: Any) -> Callable[[str | None], Any]:
+    groups = ensure_groups()
+
+    def make(role: str | None, username: str | None = None) -> Any:
+        user = get_user_model().objects.create_user(
+            username=username or f"{role or 'nobody'}-user", password=PASSWORD
+        )
+        if role:
+            user.groups.add(groups[role])
+        return user
+
+    return make
+
+
+def _client(user: Any, **kwargs: Any) -> Client:
+    client = Client(**kwargs)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def viewer(make_user: Callable[..., Any]) -> Client:
+    return _client(make_user("viewer"))
+
+
+@pytest.fixture
+def operator(make_user: Callable[..., Any]) -> Client:
+    return _client(make_user("operator"))
+
+
+@pytest.fixture
+def admin(make_user: Callable[..., Any]) -> Client:
+    return _client(make_user("admin"))
+
+
+@pytest.fixture
+def htmx_admin(make_user: Callable[..., Any]) -> Client:
+    """An admin whose requests look like htmx's (HX-Request header)."""
+    return _client(make_user("admin", "htmx-admin"), HTTP_HX_REQUEST="true")
+
+
+@pytest.fixture
+def make_batch(zk: KazooClient) -> Callable[..., Batch]:
+    def make(profile: str = PROFILE, **submission: Any) -> Batch:
+        return batches.batch_create(
+            zk,
+            submission={
+                "profile": profile,
+                "submitter": "dpr/Ada Lovelace",
+                "payload_url": "https://example.org/payload.zip",
+                "type": "container",
+                "title": "Letters of Ada",
+                **submission,
+            },
+        )
+
+    return make
+
+
+@pytest.fixture
+def make_job(zk: KazooClient, make_batch: Callable[..., Batch]) -> Callable[..., Job]:
+    """A job walked through the real transitions to ``state``.
+
+    ``failed_at`` names the step a Failed job failed in (default Downloading).
+    """
+
+    def make(
+        state: str = "Pending",
+        *,
+        batch: Batch | None = None,
+        profile: str = PROFILE,
+        failed_at: str = "Downloading",
+        message: str = "",
+        priority: int = 5,
+        **configuration: Any,
+    ) -> Job:
+        batch = batch or make_batch(profile=profile)
+        job = jobs.job_create(
+            zk,
+            bid=batch.bid,
+            priority=priority,
+            configuration={
+                "profile": profile,
+                "submitter": "dpr/Ada Lovelace",
+                "payload_url": "https://example.org/a.pdf",
+                "type": "file",
+                **configuration,
+            },
+            identifiers={"primary_id": "ark:/99999/fk4test", "local_id": ["letters-001"]},
+        )
+        if state == "Pending":
+            return job
+        if state == "Held":
+            return jobs.job_transition(zk, job, "Held", message=message or "collection held")
+        target = failed_at if state == "Failed" else state
+        for step in JOB_STEPS[1 : JOB_STEPS.index(target) + 1]:
+            job = jobs.job_transition(zk, job, step)
+        if state == "Failed":
+            job = jobs.job_transition(zk, job, "Failed", message=message or "HTTP 404 on payload")
+        return job
+
+    return make
+
+
+@pytest.fixture
+def make_access(zk: KazooClient) -> Callable[..., AccessRequest]:
+    def make(state: str = "Pending", queue: str = "small") -> AccessRequest:
+        item = access.access_create(zk, queue=queue, token={"object": "ark:/99999/fk4x"})
+        if state == "Pending":
+            return item
+        item = access.access_transition(zk, item, "Processing")
+        if state in ("Completed", "Failed"):
+            item = access.access_transition(zk, item, state, message="assembly failed")
+        return item
+
+    return make

@@ -1,0 +1,145 @@
+"""The JSON API (token auth, same roles and checks as the pages) and Prometheus /metrics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from queues.audit import ApiToken, AuditEntry
+from queues.zk import jobs
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def token_for(make_user):
+    def issue(role: str) -> dict[str, str]:
+        _token, key = ApiToken.issue(user=make_user(role, f"api-{role}"), name="test")
+        return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+
+    return issue
+
+
+def post_json(client, url, data, **headers):
+    return client.post(url, json.dumps(data), content_type="application/json", **headers)
+
+
+def test_the_api_needs_a_token_and_ignores_session_cookies(client, viewer, zk):
+    assert client.get("/api/jobs").status_code == 401
+    assert viewer.get("/api/jobs").status_code == 401
+    assert client.get("/api/jobs", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+
+
+def test_a_viewer_token_reads_jobs_and_the_overview(client, token_for, make_job):
+    job = make_job("Failed")
+    headers = token_for("viewer")
+    listing = client.get("/api/jobs", {"state": "Failed"}, **headers).json()
+    assert listing["total"] == 1 and listing["items"][0]["id"] == job.jid
+    detail = client.get(f"/api/jobs/{job.jid}", **headers).json()
+    assert detail["state"] == "Failed" and detail["configuration"]["profile"]
+    assert detail["path"][-1] == "Failed"
+    overview = client.get("/api/overview", **headers).json()
+    assert overview["jobs"]["Failed"]["count"] == 1
+    assert client.get("/api/failed", **headers).json()["items"][0]["failed_step"] == "Downloading"
+    assert client.get("/api/batches", **headers).json()["total"] == 1
+    assert client.get(f"/api/batches/{job.bid}", **headers).json()["jobs"]["Failed"] == [job.jid]
+    assert client.get("/api/holds", **headers).status_code == 200
+    assert client.get("/api/access", **headers).status_code == 200
+    assert client.get("/api/reports", **headers).status_code == 200
+    assert client.get("/api/audit", **headers).status_code == 200
+
+
+def test_api_actions_follow_the_same_roles_states_and_versions(client, token_for, zk, make_job):
+    job = make_job("Failed")
+    url = f"/api/jobs/{job.jid}/resume"
+    assert post_json(client, url, {}, **token_for("viewer")).status_code == 403
+    operator = token_for("operator")
+    stale = post_json(client, url, {"version": job.status.version + 5}, **operator)
+    assert stale.status_code == 409 and "changed" in stale.json()["error"]
+    done = post_json(client, url, {"version": job.status.version}, **operator)
+    assert done.status_code == 200
+    assert done.json()["outcomes"][0]["after"] == "Downloading"
+    assert jobs.job_load(zk, job.jid).state == "Downloading"
+    assert AuditEntry.objects.filter(item_id=job.jid, ok=True, via="api").exists()
+    again = post_json(client, url, {}, **operator)
+    assert again.status_code == 409
+    assert post_json(client, f"/api/jobs/{job.jid}/delete", {}, **operator).status_code == 403
+
+
+def test_api_rejects_bad_input(client, token_for, make_job):
+    job = make_job("Failed")
+    headers = token_for("admin")
+    bad_json = client.post(
+        f"/api/jobs/{job.jid}/resume", b"{nope", content_type="application/json", **headers
+    )
+    assert bad_json.status_code == 400
+    assert (
+        post_json(client, f"/api/jobs/{job.jid}/resume", {"version": "x"}, **headers).status_code
+        == 400
+    )
+    assert post_json(client, f"/api/jobs/{job.jid}/delete", {}, **headers).status_code == 400
+    assert client.get("/api/jobs/jid1", **headers).status_code == 404
+    assert client.get("/api/jobs", {"bid": "nope"}, **headers).status_code == 400
+    assert client.get(f"/api/jobs/{job.jid}/resume", **headers).status_code == 405
+
+
+def test_api_bulk_reports_done_and_skipped(client, token_for, make_job):
+    a, b = make_job("Failed"), make_job("Pending")
+    result = post_json(
+        client,
+        "/api/jobs/bulk",
+        {"action": "resume", "jobs": [a.jid, {"id": b.jid}]},
+        **token_for("operator"),
+    ).json()
+    assert result["summary"].startswith("1 done, 1 skipped")
+    assert result["skipped"][0]["id"] == b.jid
+
+
+def test_api_submit_creates_a_batch(client, token_for, zk):
+    response = post_json(
+        client,
+        "/api/batches",
+        {
+            "profile": "demo",
+            "submitter": "api",
+            "payload_url": "https://example.org/x.zip",
+            "submission_type": "container",
+        },
+        **token_for("operator"),
+    )
+    assert response.status_code == 200
+    bid = response.json()["outcomes"][0]["id"]
+    assert zk.exists(f"/batches/{bid}/submission")
+
+
+def test_metrics_expose_counts_ages_and_bytes_in_process(client, token_for, zk, make_job):
+    job = make_job("Downloading")
+    jobs.job_set_space_needed(zk, job, 3 * 1024**3)
+    make_job("Failed")
+    assert client.get("/metrics").status_code == 401
+    response = client.get("/metrics", **token_for("viewer"))
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    text = response.content.decode()
+    assert 'mrt_jobs{state="Failed"} 1' in text
+    assert 'mrt_jobs{state="Downloading"} 1' in text
+    assert 'mrt_jobs_oldest_seconds{state="Failed"}' in text
+    assert "mrt_bytes_in_process 3221225472" in text
+    assert "mrt_gb_in_process 3" in text
+    assert 'mrt_queue_held{queue="ingest"} 0' in text
+
+
+def test_metrics_for_a_logged_in_viewer(viewer, zk):
+    assert viewer.get(reverse("metrics")).status_code == 200
+
+
+def test_tokens_are_created_once_and_revoked(viewer, zk):
+    response = viewer.post(reverse("token-create"), {"name": "prometheus"})
+    assert response.status_code == 200
+    token = ApiToken.objects.get(name="prometheus")
+    key = response.context["key"]
+    assert token.key_hash != key and key.startswith(token.prefix)
+    assert viewer.post(reverse("token-revoke", args=[token.pk])).status_code == 303
+    assert not ApiToken.objects.exists()

@@ -1,0 +1,104 @@
+"""Batch list, batch page and batch actions."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from queues.zk import batches, jobs
+
+pytestmark = pytest.mark.django_db
+
+
+def failed_batch(zk, make_job):
+    job = make_job("Failed")
+    batch = batches.batch_load(zk, job.bid)
+    batch = batches.batch_transition(zk, batch, "Processing")
+    batch = batches.batch_transition(zk, batch, "Failed", message="1 job failed")
+    return batch, job
+
+
+def test_batch_list_shows_each_batch_with_its_job_counts(viewer, zk, make_job):
+    job = make_job("Failed")
+    make_job("Pending", batch=batches.batch_load(zk, job.bid))
+    response = viewer.get(reverse("batches"))
+    html = response.content.decode()
+    assert f'id="batch-row-{job.bid}"' in html
+    assert "1 / 0 / 1 / 0" in html  # processing / completed / failed / deleted
+    assert "Letters of Ada" in html
+
+
+def test_batch_list_filters_by_state_and_profile(viewer, zk, make_batch):
+    held = batches.batch_transition(zk, make_batch(profile="maps"), "Held")
+    other = make_batch(profile="letters")
+    html = viewer.get(reverse("batches"), {"state": "Held"}).content.decode()
+    assert held.bid in html and other.bid not in html
+    html = viewer.get(reverse("batches"), {"profile": "letters"}).content.decode()
+    assert other.bid in html and held.bid not in html
+    assert viewer.get(reverse("batches"), {"profile": "../x"}).status_code == 400
+
+
+def test_batch_page_shows_where_its_jobs_are_and_its_reports(viewer, zk, make_job):
+    batch, job = failed_batch(zk, make_job)
+    batches.batch_write_report(zk, batch, failed=[job.jid], successful=[])
+    batches.batch_write_report(zk, batch, failed=[], successful=[job.jid])
+    html = viewer.get(reverse("batch", args=[batch.bid])).content.decode()
+    assert f'id="count-batch-{batch.bid}-Failed"' in html
+    assert "Latest report" in html and "1 newly successful" in html
+    assert f'id="job-row-{job.jid}"' in html
+
+
+def test_release_moves_a_held_batch_to_pending(operator, zk, make_batch):
+    held = batches.batch_transition(zk, make_batch(), "Held")
+    response = operator.post(
+        reverse("batch-action", args=[held.bid, "release"]), {"version": held.status.version}
+    )
+    assert response.status_code == 303
+    assert batches.batch_load(zk, held.bid).state == "Pending"
+
+
+def test_update_reporting_on_a_failed_batch(operator, zk, make_job):
+    batch, _ = failed_batch(zk, make_job)
+    response = operator.post(
+        reverse("batch-action", args=[batch.bid, "update-reporting"]),
+        {"version": batch.status.version, "render": "row"},
+        HTTP_HX_REQUEST="true",
+    )
+    assert response.status_code == 200
+    assert 'data-state="UpdateReporting"' in response.content.decode()
+
+
+def test_release_of_a_batch_that_is_not_held_is_a_conflict(operator, zk, make_batch):
+    batch = make_batch()
+    response = operator.post(reverse("batch-action", args=[batch.bid, "release"]), {})
+    assert response.status_code == 409
+
+
+def test_deleting_a_batch_takes_its_jobs_and_needs_admin_and_reason(operator, admin, zk, make_job):
+    batch, job = failed_batch(zk, make_job)
+    url = reverse("batch-action", args=[batch.bid, "delete"])
+    assert operator.post(url, {"reason": "x"}).status_code == 403
+    preview = admin.get(url)
+    assert preview.status_code == 200 and job.jid in preview.content.decode()
+    assert admin.post(url, {"version": batch.status.version}).status_code == 400
+    response = admin.post(url, {"version": batch.status.version, "reason": "test batch"})
+    assert response.status_code == 303 and response["Location"] == reverse("batches")
+    assert zk.exists(f"/batches/{batch.bid}") is None
+    with pytest.raises(jobs.NotFound):
+        jobs.job_load(zk, job.jid)
+
+
+def test_a_stale_batch_page_cannot_delete(admin, zk, make_job):
+    batch, _ = failed_batch(zk, make_job)
+    batches.batch_transition(zk, batch, "UpdateReporting", admin=True)
+    response = admin.post(
+        reverse("batch-action", args=[batch.bid, "delete"]),
+        {"version": batch.status.version, "reason": "old"},
+    )
+    assert response.status_code == 409
+    assert zk.exists(f"/batches/{batch.bid}") is not None
+
+
+def test_malformed_and_unknown_batch_ids(viewer, zk):
+    assert viewer.get("/batches/bid12/").status_code == 404
+    assert viewer.get("/batches/bid0000099999/").status_code == 404

@@ -1,0 +1,147 @@
+"""The console in a real Chromium: log in, act with clicks, and a screenshot of every page."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from queues.zk import batches, jobs, locks
+
+from .conftest import PASSWORD
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SHOTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("no Chromium at /usr/bin/chromium")
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, live_server, make_user):
+    make_user("admin", "ada")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", "ada")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+    yield page
+    context.close()
+
+
+def shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def test_resume_a_failed_job_from_its_page(page, live_server, make_job):
+    job = make_job("Failed", failed_at="Downloading", message="HTTP 404 on payload")
+    page.goto(f"{live_server.url}/failed/")
+    shot(page, "failed")
+    page.click(f"text={job.jid}")
+    page.wait_for_url(re.compile(rf".*/jobs/{job.jid}/$"))
+    assert "HTTP 404 on payload" in page.inner_text("#job-message")
+    shot(page, "job-failed")
+    page.click("#job-actions button:has-text('Resume')")
+    page.wait_for_selector("#job-panel[data-state='Downloading']")
+    assert "Downloading" in page.inner_text("#job-state")
+    assert "Done" in page.inner_text("#messages")
+    shot(page, "job-resumed")
+
+
+def test_hold_and_release_a_collection(page, live_server, zk, make_job):
+    held = make_job("Held", profile="letters")
+    page.goto(f"{live_server.url}/holds/")
+    page.fill("#hold-profile", "letters")
+    page.click("#hold-collection")
+    page.wait_for_selector("#collection-letters .badge-held")
+    assert locks.collection_held(zk, "letters")
+    shot(page, "holds-collection-held")
+    page.click("#collection-letters button:has-text('Release letters')")
+    # Released with its held job, the collection has nothing left to show.
+    page.wait_for_selector("#collection-letters", state="detached")
+    assert not locks.collection_held(zk, "letters")
+    assert jobs.job_load(zk, held.jid).state == "Pending"
+    shot(page, "holds-released")
+
+
+def test_delete_a_batch_after_confirming(page, live_server, zk, make_job):
+    job = make_job("Failed")
+    bid = job.bid
+    batch = batches.batch_load(zk, bid)
+    batch = batches.batch_transition(zk, batch, "Processing")
+    batch = batches.batch_transition(zk, batch, "Failed", message="1 job failed")
+    page.goto(f"{live_server.url}/batches/{bid}/")
+    shot(page, "batch")
+    page.click("a:has-text('Delete…')")
+    page.wait_for_selector("#confirm-button")
+    assert "1 job" in page.inner_text("main")
+    shot(page, "batch-delete-confirm")
+    page.fill("#id_reason", "test batch, never wanted")
+    page.click("#confirm-button")
+    page.wait_for_url(f"{live_server.url}/batches/")
+    assert "Deleted" in page.inner_text("#messages")
+    assert zk.exists(f"/batches/{bid}") is None
+    shot(page, "batches-after-delete")
+
+
+def test_screenshot_every_page(page, live_server, make_job, make_access, zk):
+    failed = make_job("Failed")
+    make_job("Held")
+    make_job("Processing")
+    make_access("Failed")
+    locks.queue_hold_set(zk, "access-large")
+    pages = {
+        "overview": "/",
+        "jobs": "/jobs/",
+        "jobs-failed-state": "/jobs/?state=Failed",
+        "job": f"/jobs/{failed.jid}/",
+        "job-delete-confirm": f"/jobs/{failed.jid}/delete/",
+        "batches": "/batches/",
+        "batch-page": f"/batches/{failed.bid}/",
+        "failed-by-step": "/failed/?group=step",
+        "reports": "/reports/",
+        "holds": "/holds/",
+        "access": "/access/",
+        "consistency": "/consistency/",
+        "submit": "/submit/",
+        "audit": "/audit/",
+        "tokens": "/tokens/",
+    }
+    for name, url in pages.items():
+        response = page.goto(f"{live_server.url}{url}")
+        assert response.status == 200, name
+        shot(page, name)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{live_server.url}/jobs/?state=Failed")
+    shot(page, "phone-jobs")
+    page.emulate_media(color_scheme="dark")
+    page.goto(f"{live_server.url}/")
+    shot(page, "phone-overview-dark")

@@ -1,0 +1,106 @@
+"""Bulk actions over a selection or over everything a filter matches: "N done, M skipped"."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from queues.audit import AuditEntry
+from queues.zk import jobs
+
+pytestmark = pytest.mark.django_db
+
+
+def item(job) -> str:
+    return f"{job.jid}:{job.status.version}"
+
+
+def test_bulk_resume_of_a_selection_skips_what_it_cannot_resume(operator, zk, make_job):
+    a, b = make_job("Failed"), make_job("Failed")
+    pending = make_job("Pending")
+    response = operator.post(
+        reverse("jobs-bulk"),
+        {"action": "resume", "scope": "selection", "item": [item(a), item(b), item(pending)]},
+    )
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "2 done, 1 skipped" in html
+    assert pending.jid in html and "only a Failed job can be resumed" in html
+    assert jobs.job_load(zk, a.jid).state == "Downloading"
+    assert AuditEntry.objects.filter(action="resume", ok=True).count() == 2
+
+
+def test_bulk_resume_over_the_failed_filter_takes_only_matching_jobs(operator, zk, make_job):
+    ours = [make_job("Failed", profile="letters") for _ in range(3)]
+    theirs = make_job("Failed", profile="maps")
+    response = operator.post(
+        reverse("failed-bulk"), {"action": "resume", "scope": "filter", "profile": "letters"}
+    )
+    assert response.status_code == 200
+    assert "3 done, 0 skipped" in response.content.decode()
+    assert all(jobs.job_load(zk, j.jid).state == "Downloading" for j in ours)
+    assert jobs.job_load(zk, theirs.jid).state == "Failed"
+
+
+def test_bulk_over_the_job_filter_uses_the_filter_evaluated_now(operator, zk, make_job):
+    held = [make_job("Held", profile="letters") for _ in range(2)]
+    response = operator.post(
+        reverse("jobs-bulk"),
+        {"action": "release", "scope": "filter", "state": "Held", "profile": "letters"},
+    )
+    assert response.status_code == 200
+    assert all(jobs.job_load(zk, j.jid).state == "Pending" for j in held)
+
+
+def test_bulk_delete_shows_a_preview_first_and_needs_a_reason(admin, zk, make_job):
+    doomed = [make_job("Failed") for _ in range(2)]
+    data = {"action": "delete", "scope": "selection", "item": [item(j) for j in doomed]}
+    preview = admin.post(reverse("jobs-bulk"), data)
+    assert preview.status_code == 200
+    assert "Delete 2 jobs?" in preview.content.decode()
+    assert all(zk.exists(f"/jobs/{j.jid}") for j in doomed)
+    no_reason = admin.post(reverse("jobs-bulk"), {**data, "confirmed": "1"})
+    assert no_reason.status_code == 400
+    done = admin.post(reverse("jobs-bulk"), {**data, "confirmed": "1", "reason": "test data"})
+    assert done.status_code == 200 and "2 done, 0 skipped" in done.content.decode()
+    assert not any(zk.exists(f"/jobs/{j.jid}") for j in doomed)
+
+
+def test_bulk_delete_is_forbidden_to_an_operator(operator, zk, make_job):
+    job = make_job("Failed")
+    response = operator.post(
+        reverse("jobs-bulk"),
+        {
+            "action": "delete",
+            "scope": "selection",
+            "item": [item(job)],
+            "confirmed": "1",
+            "reason": "x",
+        },
+    )
+    assert response.status_code == 403
+    assert zk.exists(f"/jobs/{job.jid}")
+
+
+def test_a_malformed_id_in_a_bulk_selection_is_bad_input(admin, zk):
+    response = admin.post(
+        reverse("jobs-bulk"),
+        {"action": "resume", "scope": "selection", "item": ["../../batches:1"]},
+    )
+    assert response.status_code == 400
+
+
+def test_bulk_release_of_selected_batches(operator, zk, make_batch):
+    from queues.zk import batches
+
+    held = [batches.batch_transition(zk, make_batch(), "Held") for _ in range(2)]
+    response = operator.post(
+        reverse("batches-bulk"),
+        {
+            "action": "release",
+            "scope": "selection",
+            "item": [f"{b.bid}:{b.status.version}" for b in held],
+        },
+    )
+    assert response.status_code == 200
+    assert all(batches.batch_load(zk, b.bid).state == "Pending" for b in held)

@@ -1,0 +1,88 @@
+"""Queue and collection holds, and the access queue's actions."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from queues.audit import AuditEntry
+from queues.zk import access, jobs, locks
+
+pytestmark = pytest.mark.django_db
+
+
+def test_an_operator_holds_and_releases_a_collection_with_its_held_jobs(operator, zk, make_job):
+    held_job = make_job("Held", profile="letters")
+    assert operator.post(reverse("collection-hold-new"), {"profile": "letters"}).status_code == 303
+    assert locks.collection_held(zk, "letters")
+    page = operator.get(reverse("holds")).content.decode()
+    assert 'id="collection-letters"' in page
+    response = operator.post(
+        reverse("collection-hold", args=["letters", "release"]), {"release_jobs": "1"}
+    )
+    assert response.status_code == 303
+    assert not locks.collection_held(zk, "letters")
+    assert jobs.job_load(zk, held_job.jid).state == "Pending"
+    assert AuditEntry.objects.filter(kind="job", item_id=held_job.jid, after="Pending").exists()
+
+
+def test_holds_page_counts_held_jobs_per_collection(viewer, zk, make_job):
+    for _ in range(2):
+        make_job("Held", profile="maps")
+    locks.collection_hold_set(zk, "maps")
+    html = viewer.get(reverse("holds")).content.decode()
+    assert 'id="collection-maps"' in html
+    assert '<td class="num">2</td>' in html
+
+
+def test_queue_holds_are_for_admins_only(operator, admin, zk):
+    url = reverse("queue-hold", args=["ingest", "hold"])
+    assert operator.post(url).status_code == 403
+    assert not locks.queue_held(zk, "ingest")
+    assert admin.post(url).status_code == 303
+    assert locks.queue_held(zk, "ingest")
+    overview = admin.get(reverse("overview")).content.decode()
+    assert "HELD" in overview
+    htmx = admin.post(reverse("queue-hold", args=["ingest", "release"]), HTTP_HX_REQUEST="true")
+    assert htmx.status_code == 200 and 'id="holds-panel"' in htmx.content.decode()
+    assert not locks.queue_held(zk, "ingest")
+
+
+def test_a_malformed_collection_name_is_bad_input(operator, zk):
+    response = operator.post(reverse("collection-hold-new"), {"profile": "../../locks"})
+    assert response.status_code == 400
+    assert operator.post("/holds/collection/a%2Fb/hold/").status_code == 404
+    assert operator.post("/holds/queue/everything/hold/").status_code == 404
+
+
+def test_resume_of_a_failed_access_request(operator, zk, make_access):
+    item = make_access("Failed", queue="large")
+    response = operator.post(
+        reverse("access-action", args=["large", item.qid, "resume"]),
+        {"version": item.status.version, "to": "Processing"},
+    )
+    assert response.status_code == 303
+    assert access.access_load(zk, "large", item.qid).state == "Processing"
+
+
+def test_access_delete_needs_admin_and_a_reason(operator, admin, zk, make_access):
+    item = make_access("Completed")
+    url = reverse("access-action", args=["small", item.qid, "delete"])
+    assert operator.post(url, {"reason": "done"}).status_code == 403
+    assert admin.get(url).status_code == 200
+    assert admin.post(url, {}).status_code == 400
+    assert admin.post(url, {"reason": "served"}).status_code == 303
+    assert zk.exists(f"/access/small/{item.qid}") is None
+
+
+def test_access_page_lists_requests_by_state(viewer, zk, make_access):
+    failed = make_access("Failed")
+    pending = make_access("Pending")
+    html = viewer.get(reverse("access"), {"state": "Failed"}).content.decode()
+    assert failed.qid in html and pending.qid not in html
+
+
+def test_resuming_a_pending_access_request_is_a_conflict(operator, zk, make_access):
+    item = make_access("Pending")
+    url = reverse("access-action", args=["small", item.qid, "resume"])
+    assert operator.post(url, {}).status_code == 409

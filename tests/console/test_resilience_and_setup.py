@@ -1,0 +1,127 @@
+"""ZooKeeper outages, single sign-on, the setup command, consistency, submit and audit pages."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.test import Client, override_settings
+from django.urls import reverse
+
+from queues import zk as zkmod
+from queues.audit import AuditEntry
+from queues.zk import batches
+
+pytestmark = pytest.mark.django_db
+
+
+def test_when_zookeeper_is_unreachable_pages_say_so_and_recover(viewer, zk_hosts, make_job):
+    job = make_job("Failed")
+    old_timeout = settings.ZK_TIMEOUT
+    settings.ZK_HOSTS, settings.ZK_TIMEOUT = "127.0.0.1:9", 1.0
+    zkmod.close()
+    try:
+        response = viewer.get(reverse("jobs"))
+        assert response.status_code == 503
+        html = response.content.decode()
+        assert "ZooKeeper is unreachable" in html and 'http-equiv="refresh"' in html
+        assert response["Retry-After"]
+        assert viewer.get(reverse("job", args=[job.jid])).status_code == 503
+        action = viewer.post(reverse("job-action", args=[job.jid, "resume"]), {})
+        assert action.status_code in (403, 503)
+        banner = viewer.get(reverse("zk-health")).content.decode()
+        assert "ZooKeeper is unreachable" in banner
+    finally:
+        settings.ZK_HOSTS, settings.ZK_TIMEOUT = zk_hosts, old_timeout
+        zkmod.close()
+    assert viewer.get(reverse("jobs")).status_code == 200
+    assert "unreachable" not in viewer.get(reverse("zk-health")).content.decode()
+
+
+@override_settings(
+    MRT_SSO_HEADER="X-Remote-User",
+    MIDDLEWARE=[
+        *settings.MIDDLEWARE[
+            : settings.MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware")
+            + 1
+        ],
+        "queues.auth.TrustedHeaderMiddleware",
+        *settings.MIDDLEWARE[
+            settings.MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware")
+            + 1 :
+        ],
+    ],
+    AUTHENTICATION_BACKENDS=[
+        "queues.auth.TrustedHeaderBackend",
+        "django.contrib.auth.backends.ModelBackend",
+    ],
+)
+def test_single_sign_on_header_logs_in_a_new_user_as_viewer(zk, make_user):
+    make_user("viewer", "someone-else")  # creates the groups
+    client = Client()
+    response = client.get(reverse("overview"), HTTP_X_REMOTE_USER="grace")
+    assert response.status_code == 200
+    user = get_user_model().objects.get(username="grace")
+    assert list(user.groups.values_list("name", flat=True)) == ["viewer"]
+    assert client.get(reverse("overview")).status_code == 200  # the session persists
+
+
+def test_setupconsole_creates_groups_and_a_first_admin_once(db, tmp_path, capsys):
+    settings.MRT_VAR_DIR = tmp_path
+    call_command("setupconsole")
+    out = capsys.readouterr().out
+    admin = get_user_model().objects.get(username="admin")
+    password = (tmp_path / "admin-password").read_text().strip()
+    assert admin.is_superuser and admin.check_password(password) and password in out
+    from django.contrib.auth.models import Group
+
+    assert set(Group.objects.values_list("name", flat=True)) == {"viewer", "operator", "admin"}
+    operator = Group.objects.get(name="operator")
+    assert operator.permissions.filter(codename="operate_queues").exists()
+    assert not operator.permissions.filter(codename="administer_queues").exists()
+    call_command("setupconsole")
+    assert get_user_model().objects.count() == 1
+
+
+def test_consistency_page_reports_and_an_admin_repairs(viewer, operator, admin, zk, make_job):
+    job = make_job("Failed")
+    zk.delete(f"/jobs/states/failed/05-{job.jid}")
+    html = viewer.get(reverse("consistency")).content.decode()
+    assert "job-unindexed" in html
+    assert operator.post(reverse("consistency-repair"), {"reason": "x"}).status_code == 403
+    assert admin.post(reverse("consistency-repair"), {}).status_code == 400
+    response = admin.post(reverse("consistency-repair"), {"reason": "index lost in crash"})
+    assert response.status_code == 200
+    assert zk.exists(f"/jobs/states/failed/05-{job.jid}") is not None
+    assert 'id="consistency-ok"' in response.content.decode()
+    assert AuditEntry.objects.filter(action="repair", ok=True).exists()
+
+
+def test_submit_form_creates_a_batch_like_submitbatch(operator, viewer, zk):
+    data = {
+        "profile": "demo",
+        "submitter": "dpr/Ada",
+        "payload_url": "https://example.org/a.zip",
+        "submission_type": "container",
+        "title": "Notes",
+    }
+    assert viewer.post(reverse("submit"), data).status_code == 403
+    response = operator.post(reverse("submit"), data)
+    assert response.status_code == 303
+    bid = response["Location"].rstrip("/").rsplit("/", 1)[-1]
+    batch = batches.batch_load(zk, bid)
+    assert batch.state == "Pending" and batch.title == "Notes"
+    bad = operator.post(reverse("submit"), {**data, "payload_url": "ftp://x"})
+    assert bad.status_code == 400
+    assert operator.post(reverse("submit"), {**data, "profile": "a/b"}).status_code == 400
+
+
+def test_audit_page_shows_who_did_what_and_filters(operator, make_job):
+    job = make_job("Failed")
+    operator.post(reverse("job-action", args=[job.jid, "resume"]), {})
+    operator.post(reverse("job-action", args=[job.jid, "resume"]), {})  # refused: not Failed
+    html = operator.get(reverse("audit")).content.decode()
+    assert "operator-user" in html and "Failed → Downloading" in html and "✖ refused" in html
+    only_refused = operator.get(reverse("audit"), {"ok": "0"}).content.decode()
+    assert "✔ done" not in only_refused
