@@ -242,7 +242,8 @@ def batch_complete_if_done(*, bid: str) -> bool:
     """Move a Processing batch whose every job has finished to Reporting.
 
     Called after a job reaches Completed or Failed, and by the reporting consumer's sweep. Two
-    callers racing both see an empty folder; the status version lets exactly one of them move it.
+    callers racing both see an empty folder; the status version lets only one of them write, and
+    the other finds the same move already made (both may return True).
     """
     zk = client()
     batch = batch_load(zk, zpaths.bid(bid))

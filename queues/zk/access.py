@@ -17,7 +17,7 @@ from .batches import simple_status
 from .codecs import decode_json, encode_json
 from .errors import Conflict, ItemLocked, MalformedNode, NotFound
 from .locks import lock_create, lock_release
-from .nodes import children, commit, exists_many, lock_info, read_many, stamp
+from .nodes import children, commit, exists_many, landed, lock_info, read_many, stamp
 from .records import AccessRequest, Broken, Status
 
 
@@ -112,7 +112,7 @@ def access_transition(
         commit(txn, what=f"move {item.qid} from {item.state} to {new_state}")
     except Conflict:
         current = access_load(zk, item.queue, item.qid)
-        if current.status.raw == raw:
+        if landed(current.status, item.status, raw):
             return current
         raise
     return replace(

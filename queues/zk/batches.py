@@ -19,7 +19,16 @@ from .codecs import decode_json, encode_json, now_stamp
 from .errors import Conflict, ItemLocked, MalformedNode, NotFound
 from .jobs import job_load, job_remove
 from .locks import lock_create, lock_release
-from .nodes import children, children_many, commit, exists_many, lock_info, read_many, stamp
+from .nodes import (
+    children,
+    children_many,
+    commit,
+    exists_many,
+    landed,
+    lock_info,
+    read_many,
+    stamp,
+)
 from .records import Batch, Broken, Status
 
 BATCH_NODES = ("submission", "status", "status-report")
@@ -183,7 +192,7 @@ def batch_transition(
         commit(txn, what=f"move {batch.bid} from {batch.state} to {new_state}")
     except Conflict:
         current = batch_load(zk, batch.bid)
-        if current.status.raw == raw:
+        if landed(current.status, batch.status, raw):
             return current
         raise
     return replace(

@@ -55,8 +55,9 @@ def configured_hosts() -> str:
 def connect(hosts: str | None = None, *, timeout: float | None = None) -> KazooClient:
     """A new, started client with bounded retries. The caller owns it (and stops it)."""
     timeout = timeout or settings.ZK_TIMEOUT
+    hosts = hosts or configured_hosts()
     zk = KazooClient(
-        hosts=hosts or configured_hosts(),
+        hosts=hosts,
         timeout=timeout,
         connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=5),
         command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=2),
@@ -66,7 +67,7 @@ def connect(hosts: str | None = None, *, timeout: float | None = None) -> KazooC
     except KazooTimeoutError as exc:
         zk.stop()
         zk.close()
-        raise Unavailable(f"cannot reach ZooKeeper at {zk.hosts}: {exc}") from exc
+        raise Unavailable(f"cannot reach ZooKeeper at {hosts}: {exc}") from exc
     ensure_layout(zk)
     return zk
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from queues.states import JOB, InvalidTransition, job_resume_target
+from queues.states import JOB, InvalidTransition, job_batch_folder, job_resume_target
 
 from . import paths
 from .codecs import decode_int, decode_json, decode_str, encode_int, encode_json, now_stamp
@@ -19,8 +19,10 @@ from .locks import lock_create, lock_release
 from .nodes import (
     children,
     commit,
+    ensure_folder,
     ensure_paths,
     exists_many,
+    landed,
     lock_info,
     read_many,
     stamp,
@@ -96,12 +98,13 @@ def job_create(
     """
     paths.bid(bid)
     check_priority(priority)
+    ensure_folder(zk, paths.JOB_STATES, paths.job_state_folder("Pending"))
+    ensure_folder(zk, paths.batch(bid), paths.batch_index(bid, job_batch_folder("Pending")))
     created = zk.create(f"{paths.JOBS}/jid", b"", sequence=True)
     jid = posixpath.basename(created)
     status = new_status()
     index = paths.job_index_entry("Pending", priority, jid)
     batch_entry = paths.batch_index_entry(bid, "Pending", jid)
-    ensure_paths(zk, [posixpath.dirname(index), posixpath.dirname(batch_entry)])
     txn = zk.transaction()
     txn.check(paths.batch(bid), -1)
     txn.create(paths.job_node(jid, "bid"), bid.encode())
@@ -242,6 +245,8 @@ def job_transition(
     if new_state == "Deleted":
         raise InvalidTransition("job: use job_delete to delete a job")
     JOB.check(job.state, new_state, admin=admin)
+    if job.state == "Failed":
+        _check_resumable(job)  # a permanent failure stays failed, whoever moves it
     new_priority = job.priority if priority is None else check_priority(priority)
     raw = next_status(job.status, new_state, message=message, retry=retry, permanent=permanent)
     deletes, creates = _index_moves(zk, job, new_state, new_priority)
@@ -259,7 +264,7 @@ def job_transition(
     except Conflict:
         # After a connection loss the first attempt may have landed: that is success.
         current = job_load(zk, job.jid)
-        if current.status.raw == raw:
+        if landed(current.status, job.status, raw) and current.priority == new_priority:
             return current
         raise
     return replace(
@@ -273,12 +278,16 @@ def job_resume_state(job: Job) -> str:
     """Where an admin resume takes this failed job, or InvalidTransition with the reason."""
     if job.state != "Failed":
         raise InvalidTransition(f"job: only a Failed job can be resumed; {job.jid} is {job.state}")
+    _check_resumable(job)
+    return job_resume_target(job.status.last_successful_status)
+
+
+def _check_resumable(job: Job) -> None:
     if job.status.raw.get("resumable") is False:
         raise InvalidTransition(
             f"job: {job.jid} failed permanently ({job.status.message or 'no reason given'}); "
             "submit the object again"
         )
-    return job_resume_target(job.status.last_successful_status)
 
 
 def job_set_priority(zk: KazooClient, job: Job, priority: int) -> Job:

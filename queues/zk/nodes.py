@@ -18,7 +18,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import ZnodeStat
 
 from .errors import Conflict, NotFound
-from .records import LockInfo
+from .records import LockInfo, Status
 
 Read = tuple[bytes, ZnodeStat] | None
 
@@ -96,11 +96,43 @@ def commit(txn: TransactionRequest, *, what: str) -> list[Any]:
     raise first
 
 
+def landed(current: Status, read: Status, raw: dict[str, Any]) -> bool:
+    """Whether ``current`` is the one write of ``raw`` on top of ``read``.
+
+    A move refused with a version conflict may be our own earlier attempt that landed before a
+    connection loss: then it is done. The timestamp is left out (a retry computes a new one).
+    """
+
+    def content(value: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in value.items() if k != "last_modified"}
+
+    return current.version == read.version + 1 and content(current.raw) == content(raw)
+
+
 def ensure_paths(zk: KazooClient, node_paths: Iterable[str]) -> None:
     """Create folders a transaction will write into; harmless when they exist."""
     for path in node_paths:
         if zk.exists(path) is None:
             zk.ensure_path(path)
+
+
+def ensure_folder(zk: KazooClient, root: str, folder: str) -> None:
+    """Create ``folder`` and the folders between it and ``root``, but never ``root`` itself.
+
+    ``root`` is the item the folder belongs to. ``ensure_path`` would quietly create a missing
+    (or just deleted) item as an empty ghost; this raises NotFound instead.
+    """
+    if zk.exists(folder) is not None:
+        return
+    current = root
+    for part in folder[len(root) :].strip("/").split("/"):
+        current = f"{current}/{part}"
+        try:
+            zk.create(current, b"")
+        except NodeExistsError:
+            continue
+        except NoNodeError as exc:
+            raise NotFound(f"{root} does not exist") from exc
 
 
 def require(read: Read, path: str, what: str) -> tuple[bytes, ZnodeStat]:

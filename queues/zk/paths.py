@@ -32,7 +32,8 @@ QID_RE = re.compile(r"^qid[0-9]{10}$")
 UUID_RE = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
-PROFILE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+# "." and ".." are not node names: ZooKeeper refuses them as relative paths.
+PROFILE_RE = re.compile(r"^(?!\.\.?$)[A-Za-z0-9_.-]{1,100}$")
 INDEX_ENTRY_RE = re.compile(r"^([0-9]{2})-(jid[0-9]{10})$")
 
 # Queue holds: the node name under /locks/queue for each queue an operator can hold.

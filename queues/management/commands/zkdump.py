@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.core.management.base import CommandError
+
 from queues.zk import client
 from queues.zk.tree import walk
 
@@ -17,9 +19,9 @@ class Command(QueueCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         path = opts["path"]
-        if not path.startswith("/") or "//" in path or (path != "/" and path.endswith("/")):
-            self.stderr.write(f"not a ZooKeeper path: {path!r}")
-            raise SystemExit(2)
+        parts = [] if path == "/" else path.split("/")[1:]
+        if not path.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            raise CommandError(f"not a ZooKeeper path: {path!r}", returncode=2)
         zk = self.run_safely(client)
         count = 0
         for node, data, ephemeral in walk(zk, path):
@@ -28,5 +30,4 @@ class Command(QueueCommand):
             flag = " (ephemeral)" if ephemeral else ""
             self.stdout.write(f"{node}{flag}" + (f"  {shown}" if shown else ""))
         if count == 0:
-            self.stderr.write(f"{path} does not exist")
-            raise SystemExit(1)
+            raise CommandError(f"{path} does not exist")

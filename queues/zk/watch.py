@@ -1,0 +1,420 @@
+"""ZooKeeper watches for the live console: which nodes changed, named by topic.
+
+ZooKeeper is the event bus: every client (our daemons, an operator in another tab, Merritt's Java
+ingest) writes the same tree, so the web process learns of a move by watching the tree, not by
+being told. ``QueueWatcher`` keeps one-shot ZooKeeper watches on the folders the console shows
+and reports each change as ``(topic, detail)`` through a callback:
+
+    jobs:state:<State>   /jobs/states/<state> children (every job state)
+    batches              /batches children, and the status of the newest batches
+    holds                /locks/queue and /locks/collections children
+    access:<queue>       /access/<queue> children, and the status of the newest requests
+    batch:<bid>          the batch's status, status-report, lock and states/<folder> children
+    job:<jid>            the job's status, priority and lock
+    zk:down / zk:up      the connection to ZooKeeper went away / came back
+
+The first four are always watched; ``batch:`` and ``job:`` topics only while someone subscribes
+(reference counted), so a page showing one batch costs watches only while it is open.
+
+Why not kazoo's ChildrenWatch/DataWatch recipes: ChildrenWatch stops for good when its folder
+does not exist (a batch's ``states/batch-failed`` appears only with its first failed job, and a
+fresh ensemble has no ``/jobs/states/failed``) and neither can be switched off and on again by
+reference count. The primitive here is small: read with a watch; on any event read again with a
+new watch, then report. A missing node is watched for creation instead. kazoo drops every watch
+when the connection is suspended (``_reset_watchers``) and a new session has none, so on every
+reconnect all active watches are armed again and every active topic is reported as changed, for
+whatever happened while we were away.
+
+Callbacks run on kazoo's threads and must return quickly; the live hub hands them to its event
+loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NoNodeError, SessionExpiredError
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+
+from queues.states import BATCH_INDEX_FOLDERS, JOB
+
+from . import paths
+from .errors import InvalidID
+
+log = logging.getLogger(__name__)
+
+Report = Callable[[str, dict[str, Any]], None]
+
+ZK_DOWN = "zk:down"
+ZK_UP = "zk:up"
+BATCHES = "batches"
+HOLDS = "holds"
+
+# Per-item status watches of the batches list and the access queues cover only the newest items
+# (the highest sequence numbers): old items are finished, and a queue of tens of thousands must
+# not cost tens of thousands of watches in every web process.
+ITEM_WATCH_LIMIT = 2000
+# How long subscribe() waits for a new topic's watches to be set before it returns anyway; the
+# watches are armed on reconnect when ZooKeeper is away, so nothing is lost by not waiting longer.
+ARM_WAIT = 5.0
+# Errors that mean "not connected now": the reconnect handler re-arms everything.
+_OFFLINE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError)
+
+
+def job_state_topic(state: str) -> str:
+    return f"jobs:state:{state}"
+
+
+def access_topic(queue: str) -> str:
+    return f"access:{paths.access_queue(queue)}"
+
+
+def batch_topic(bid: str) -> str:
+    return f"batch:{paths.bid(bid)}"
+
+
+def job_topic(jid: str) -> str:
+    return f"job:{paths.jid(jid)}"
+
+
+FIXED_TOPICS: tuple[str, ...] = (
+    *(job_state_topic(s) for s in JOB.states),
+    BATCHES,
+    HOLDS,
+    *(f"access:{q}" for q in paths.ACCESS_QUEUES),
+)
+
+
+def is_on_demand(topic: str) -> bool:
+    return topic.startswith(("batch:", "job:"))
+
+
+def validate_topic(topic: object) -> str:
+    """The topic itself when it is one this module can watch; InvalidID otherwise.
+
+    Item topics go through the ID validators of ``paths``, so a topic can never name a path
+    outside the item it is about.
+    """
+    if not isinstance(topic, str) or len(topic) > 64:
+        raise InvalidID(f"topic {str(topic)[:64]!r} is not a live topic")
+    if topic in FIXED_TOPICS:
+        return topic
+    kind, _, ident = topic.partition(":")
+    if kind == "batch":
+        return batch_topic(ident)
+    if kind == "job":
+        return job_topic(ident)
+    raise InvalidID(f"topic {topic[:64]!r} is not a live topic")
+
+
+class _Watch:
+    """One node kept under a one-shot watch that is set again every time it fires.
+
+    ``children`` watches a folder's children (reported with their count, the folder's
+    ``cversion``, which rises by one per child created or deleted, and its ``pzxid``); ``data``
+    watches a node's existence and data (reported with its version and ``mzxid``). A missing
+    node gets an exists-watch, which fires when it is created.
+    """
+
+    def __init__(
+        self,
+        owner: QueueWatcher,
+        topic: str,
+        path: str,
+        kind: str,
+        *,
+        on_children: Callable[[list[str]], None] | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        self.owner = owner
+        self.topic = topic
+        self.path = path
+        self.kind = kind
+        self.on_children = on_children
+        self.detail = detail or {}
+        self.active = True
+        self.armed = threading.Event()
+
+    def arm(self, *, report: bool = False) -> None:
+        """Read the node with a watch (never blocks: kazoo answers on its own threads)."""
+        zk = self.owner.zk
+        try:
+            if self.kind == "children":
+                result = zk.get_children_async(self.path, watch=self._fired, include_data=True)
+            else:
+                result = zk.exists_async(self.path, watch=self._fired)
+        except _OFFLINE:
+            return
+        result.rawlink(lambda r: self._read(r, report))
+
+    def _read(self, result: Any, report: bool) -> None:
+        try:
+            value = result.get()
+        except NoNodeError:
+            self._watch_creation(report)
+            return
+        except _OFFLINE:
+            return
+        except Exception:
+            log.exception("watching %s failed", self.path)
+            return
+        self.armed.set()
+        if self.kind == "children":
+            kids, stat = value
+            if self.on_children is not None:
+                self.on_children(kids)
+            # pzxid: the transaction that last changed the children, so a reader can tell
+            # whether a message already reflects a write it knows the zxid of.
+            detail = {"count": len(kids), "version": stat.cversion, "zxid": stat.pzxid}
+        elif value is None:
+            detail = {"exists": False}
+        else:
+            detail = {"exists": True, "version": value.version, "zxid": value.mzxid}
+        if report:
+            self.owner.report(self.topic, {**self.detail, **detail})
+
+    def _watch_creation(self, report: bool) -> None:
+        try:
+            result = self.owner.zk.exists_async(self.path, watch=self._fired)
+        except _OFFLINE:
+            return
+
+        def created(r: Any) -> None:
+            try:
+                stat = r.get()
+            except _OFFLINE:
+                return
+            except Exception:
+                log.exception("watching %s for creation failed", self.path)
+                return
+            self.armed.set()
+            if stat is not None:
+                # Created between the two reads: a change whoever asked, and now a folder
+                # whose children can be watched after all.
+                self.arm(report=True)
+            elif report:
+                self.owner.report(self.topic, {**self.detail, "count": 0, "exists": False})
+
+        result.rawlink(created)
+
+    def _fired(self, event: WatchedEvent) -> None:
+        # kazoo sends NONE to every watch when the connection drops; the reconnect re-arms them.
+        if event.type == EventType.NONE:
+            return
+        if not self.active or self.owner.stopped:
+            self.owner.forget(self)
+            return
+        self.arm(report=True)
+
+
+class QueueWatcher:
+    """Watches of the console's topics on one kazoo client, reported through ``report``."""
+
+    def __init__(
+        self, zk: KazooClient, report: Report, *, item_limit: int = ITEM_WATCH_LIMIT
+    ) -> None:
+        self.zk = zk
+        self._report = report
+        self.item_limit = item_limit
+        self.stopped = False
+        self._lock = threading.RLock()
+        # (topic, path) -> watch. Inactive watches stay until they fire or the connection
+        # drops, so a page opened again reuses the watch kazoo still holds instead of adding one.
+        self._watches: dict[tuple[str, str], _Watch] = {}
+        self._refs: dict[str, int] = {}
+        self._items: dict[str, set[str]] = {}  # collection folder -> items with a status watch
+        self._up = False
+
+    # Lifecycle
+
+    def start(self) -> None:
+        """Arm the fixed topics' watches and follow the connection state."""
+        self._up = bool(self.zk.connected)
+        self.zk.add_listener(self._on_state)
+        with self._lock:
+            for topic in FIXED_TOPICS:
+                self._refs[topic] = 1
+                self._add_topic(topic)
+
+    def stop(self) -> None:
+        """Stop reporting. Watches already set in ZooKeeper fire once more and are ignored."""
+        self.stopped = True
+        self.zk.remove_listener(self._on_state)
+        with self._lock:
+            for watch in self._watches.values():
+                watch.active = False
+            self._watches.clear()
+            self._refs.clear()
+
+    @property
+    def connected(self) -> bool:
+        return self._up
+
+    def active_topics(self) -> list[str]:
+        with self._lock:
+            return sorted(t for t, n in self._refs.items() if n > 0)
+
+    # Subscriptions
+
+    def subscribe(self, topic: str) -> None:
+        """Watch an item topic while at least one subscriber wants it (fixed topics: no-op).
+
+        Blocks until the new watches are set (bounded by ARM_WAIT), so that a change made after
+        this returns is reported.
+        """
+        topic = validate_topic(topic)
+        if not is_on_demand(topic):
+            return
+        with self._lock:
+            self._refs[topic] = self._refs.get(topic, 0) + 1
+            if self._refs[topic] > 1:
+                return
+            watches = self._add_topic(topic)
+        deadline = time.monotonic() + ARM_WAIT
+        for watch in watches:
+            if not watch.armed.wait(max(0.0, deadline - time.monotonic())):
+                log.info("watches of %s not set yet (ZooKeeper unavailable?)", topic)
+                break
+
+    def unsubscribe(self, topic: str) -> None:
+        topic = validate_topic(topic)
+        if not is_on_demand(topic):
+            return
+        with self._lock:
+            refs = self._refs.get(topic, 0) - 1
+            if refs > 0:
+                self._refs[topic] = refs
+                return
+            self._refs.pop(topic, None)
+            for (t, _path), watch in self._watches.items():
+                if t == topic:
+                    watch.active = False
+
+    def refs(self, topic: str) -> int:
+        with self._lock:
+            return self._refs.get(topic, 0)
+
+    # Internals
+
+    def report(self, topic: str, detail: dict[str, Any]) -> None:
+        if self.stopped:
+            return
+        try:
+            self._report(topic, detail)
+        except Exception:
+            log.exception("live report of %s failed", topic)
+
+    def forget(self, watch: _Watch) -> None:
+        with self._lock:
+            key = (watch.topic, watch.path)
+            if self._watches.get(key) is watch and not watch.active:
+                del self._watches[key]
+
+    def _add_topic(self, topic: str) -> list[_Watch]:
+        watches = [self._watch(topic, path, kind, **extra) for path, kind, extra in _plan(topic)]
+        if topic == BATCHES:
+            watches[0].on_children = self._items_follower(topic, paths.BATCHES, paths.BID_RE)
+        elif topic.startswith("access:"):
+            folder = f"{paths.ACCESS}/{topic.partition(':')[2]}"
+            watches[0].on_children = self._items_follower(topic, folder, paths.QID_RE)
+        for watch in watches:
+            watch.arm()
+        return watches
+
+    def _watch(self, topic: str, path: str, kind: str, **extra: Any) -> _Watch:
+        """The watch for (topic, path): the dormant one reactivated, or a new one."""
+        watch = self._watches.get((topic, path))
+        if watch is None:
+            watch = _Watch(self, topic, path, kind, **extra)
+            self._watches[(topic, path)] = watch
+        watch.active = True
+        return watch
+
+    def _items_follower(self, topic: str, folder: str, pattern: Any) -> Callable[[list[str]], None]:
+        """Keep a status watch on each of the newest items of a collection folder."""
+
+        def follow(children: list[str]) -> None:
+            newest = set(sorted(c for c in children if pattern.fullmatch(c))[-self.item_limit :])
+            with self._lock:
+                if self.stopped:
+                    return
+                before = self._items.get(folder, set())
+                for item in before - newest:
+                    watch = self._watches.get((topic, f"{folder}/{item}/status"))
+                    if watch is not None:
+                        watch.active = False
+                added = [
+                    self._watch(topic, f"{folder}/{item}/status", "data", detail={"item": item})
+                    for item in newest - before
+                ]
+                self._items[folder] = newest
+            for watch in added:
+                watch.arm()
+
+        return follow
+
+    def _on_state(self, state: str) -> None:
+        # Runs on kazoo's connection thread: no ZooKeeper calls here, hand them over.
+        if state in (KazooState.SUSPENDED, KazooState.LOST):
+            if self._up:
+                self._up = False
+                self.report(ZK_DOWN, {"state": str(state)})
+        elif state == KazooState.CONNECTED and not self._up:
+            self._up = True
+            self.zk.handler.spawn(self._rearm)
+
+    def _rearm(self) -> None:
+        """After a reconnect: set every active watch again and report every topic changed."""
+        if self.stopped:
+            return
+        self.report(ZK_UP, {})
+        with self._lock:
+            for key, watch in list(self._watches.items()):
+                if not watch.active:
+                    del self._watches[key]  # kazoo dropped it with the connection
+            watches = list(self._watches.values())
+            topics = sorted(t for t, n in self._refs.items() if n > 0)
+        for watch in watches:
+            watch.armed.clear()
+            watch.arm()
+        # Report once the watches are set, so that a page refreshing on this report cannot
+        # miss a change made after its refresh (bounded: on failure the next reconnect retries).
+        deadline = time.monotonic() + ARM_WAIT
+        for watch in watches:
+            if not watch.armed.wait(max(0.0, deadline - time.monotonic())):
+                break
+        for topic in topics:
+            self.report(topic, {"reconnected": True})
+
+
+def _plan(topic: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(path, kind, extra) of each watch a topic needs; the first one leads collections."""
+    if topic.startswith("jobs:state:"):
+        return [(paths.job_state_folder(topic.rpartition(":")[2]), "children", {})]
+    if topic == BATCHES:
+        return [(paths.BATCHES, "children", {})]
+    if topic == HOLDS:
+        return [
+            (paths.QUEUE_LOCKS, "children", {"detail": {"folder": "queue"}}),
+            (paths.COLLECTION_LOCKS, "children", {"detail": {"folder": "collections"}}),
+        ]
+    if topic.startswith("access:"):
+        return [(f"{paths.ACCESS}/{paths.access_queue(topic.partition(':')[2])}", "children", {})]
+    if topic.startswith("batch:"):
+        bid = paths.bid(topic.partition(":")[2])
+        return [
+            *((paths.batch_node(bid, n), "data", {}) for n in ("status", "status-report", "lock")),
+            *(
+                (paths.batch_index(bid, f), "children", {"detail": {"folder": f}})
+                for f in BATCH_INDEX_FOLDERS
+            ),
+        ]
+    if topic.startswith("job:"):
+        jid = paths.jid(topic.partition(":")[2])
+        return [(paths.job_node(jid, n), "data", {}) for n in ("status", "priority", "lock")]
+    raise InvalidID(f"topic {topic!r} is not a live topic")

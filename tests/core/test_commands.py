@@ -1,0 +1,285 @@
+"""The operator commands: submitbatch, queue, queuecheck and zkdump."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from kazoo.client import KazooClient
+
+from queues.zk import access, batches, jobs, locks
+from queues.zk.records import Batch, Job
+
+from .helpers import BID_RE, assert_batch_status, assert_job_status, read_json, walk_job
+
+MANAGE = Path(settings.BASE_DIR) / "manage.py"
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def test_submitbatch_creates_a_pending_batch_and_prints_its_id(zk: KazooClient) -> None:
+    out = run(
+        "submitbatch",
+        "--profile",
+        "ucb_lib_test",
+        "--submitter",
+        "dpr/Ada Lovelace",
+        "--payload-url",
+        "https://example.org/manifest.checkm",
+        "--type",
+        "batch-manifest",
+        "--title",
+        "Notes",
+    )
+    bid = out.strip()
+    assert BID_RE.fullmatch(bid)
+    assert_batch_status(zk, bid, status="Pending")
+    submission = read_json(zk, f"/batches/{bid}/submission")
+    assert submission["profile"] == "ucb_lib_test"
+    assert submission["submitter"] == "dpr/Ada Lovelace"
+    assert submission["payload_url"] == "https://example.org/manifest.checkm"
+    assert submission["type"] == "batch-manifest"
+    assert submission["title"] == "Notes"
+    assert zk.get(f"/batch-uuids/{submission['batchID']}")[0] == bid.encode()
+
+
+def test_submitbatch_records_a_digest_in_lower_case(zk: KazooClient) -> None:
+    bid = run(
+        "submitbatch",
+        "--profile",
+        "ucb_lib_test",
+        "--submitter",
+        "dpr",
+        "--payload-url",
+        "file:///tmp/object.zip",
+        "--digest-alg",
+        "sha256",
+        "--digest-value",
+        "ABC123",
+    ).strip()
+    submission = read_json(zk, f"/batches/{bid}/submission")
+    assert submission["digest"] == {"alg": "sha256", "value": "abc123"}
+    assert submission["type"] == "file"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--profile", "../x"], "profile"),
+        (["--payload-url", "ftp://example.org/a"], "payload URL"),
+        (["--submitter", "  "], "submitter"),
+    ],
+)
+def test_submitbatch_refuses_bad_input_with_a_clear_message(
+    zk: KazooClient, args: list[str], message: str
+) -> None:
+    base = {
+        "--profile": "ucb_lib_test",
+        "--submitter": "dpr",
+        "--payload-url": "https://example.org/a.zip",
+    }
+    base[args[0]] = args[1]
+    with pytest.raises(CommandError, match=message):
+        run("submitbatch", *[x for pair in base.items() for x in pair])
+    assert batches.batch_ids(zk) == []
+
+
+def test_queue_resume_prints_each_move(
+    zk: KazooClient, make_job: Callable[..., Job], batch: Batch
+) -> None:
+    first, second = make_job(), make_job()
+    jobs.job_transition(zk, first, "Failed", message="boom")
+    failed = walk_job(zk, second, "Downloading")
+    jobs.job_transition(zk, failed, "Failed")
+    out = run("queue", "resume", first.jid, second.jid)
+    assert out.splitlines() == [
+        f"job {first.jid}: Failed -> Estimating (retry 1)",
+        f"job {second.jid}: Failed -> Downloading (retry 1)",
+    ]
+    assert_job_status(zk, second.jid, status="Downloading", last_successful="Provisioning", retry=1)
+
+
+def test_queue_fail_hold_release_and_delete_jobs(zk: KazooClient, job: Job) -> None:
+    assert run("queue", "hold", job.jid).strip() == f"job {job.jid}: Pending -> Held"
+    assert run("queue", "release", job.jid).strip() == f"job {job.jid}: Held -> Pending"
+    assert (
+        run("queue", "fail", job.jid, "--message", "bad host").strip()
+        == f"job {job.jid}: Pending -> Failed"
+    )
+    assert read_json(zk, f"/jobs/{job.jid}/status")["message"] == "bad host"
+    assert run("queue", "delete", job.jid).strip().startswith(f"job {job.jid}: Failed -> Deleted")
+    assert zk.exists(f"/jobs/{job.jid}") is None
+
+
+def test_queue_update_reporting_and_delete_batches(zk: KazooClient, batch: Batch) -> None:
+    for state in ("Processing", "Reporting", "Failed"):
+        batch = batches.batch_transition(zk, batch, state)
+    assert (
+        run("queue", "update-reporting", batch.bid).strip()
+        == f"batch {batch.bid}: Failed -> UpdateReporting"
+    )
+    assert_batch_status(zk, batch.bid, status="UpdateReporting")
+    batch = batches.batch_transition(zk, batches.batch_load(zk, batch.bid), "Completed")
+    assert run("queue", "delete", batch.bid).strip() == (
+        f"batch {batch.bid}: Completed -> Deleted (0 jobs deleted)"
+    )
+
+
+def test_queue_holds_and_releases_queues_and_collections(
+    zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    assert run("queue", "hold-queue", "ingest").strip() == "queue ingest: released -> held"
+    assert zk.get("/locks/queue/ingest")[0] == b""
+    assert run("queue", "release-queue", "ingest").strip() == "queue ingest: held -> released"
+    out = run("queue", "hold-collection", "ucb_lib_test")
+    assert out.strip() == "collection ucb_lib_test: released -> held"
+    assert locks.collection_held(zk, "ucb_lib_test")
+    held = make_job()
+    jobs.job_transition(zk, held, "Held")
+    out = run("queue", "release-collection", "ucb_lib_test", "--release-held")
+    assert out.splitlines() == [
+        "collection ucb_lib_test: held -> released",
+        f"job {held.jid}: Held -> Pending",
+    ]
+    assert not locks.collection_held(zk, "ucb_lib_test")
+
+
+def test_queue_resumes_and_deletes_access_requests(zk: KazooClient) -> None:
+    item = access.access_create(zk, queue="small", token={"token": "t"})
+    item = access.access_transition(zk, item, "Processing")
+    access.access_transition(zk, item, "Failed")
+    out = run("queue", "resume", f"small/{item.qid}", "--to", "Processing")
+    assert out.strip() == f"access {item.qid}: Failed -> Processing"
+    item = access.access_load(zk, "small", item.qid)
+    access.access_transition(zk, item, "Completed")
+    assert run("queue", "delete", f"small/{item.qid}").strip().endswith("Completed -> Deleted")
+    assert access.access_ids(zk, "small") == []
+
+
+def test_queue_cleanup_reports_how_many_batches_went(zk: KazooClient, batch: Batch) -> None:
+    for state in ("Processing", "Reporting", "Completed"):
+        batch = batches.batch_transition(zk, batch, state)
+    out = run("queue", "cleanup")
+    assert out.splitlines()[-1] == "1 completed batches cleaned up"
+    assert batches.batch_ids(zk) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["resume", "jid0000000001"], "only a Failed job can be resumed"),
+        (["resume", "jid12"], "malformed"),
+        (["resume", "jid0000009999"], "does not exist"),
+        (["update-reporting", "jid0000000001"], "applies to: batch"),
+        (["hold-collection", "a/b"], "malformed"),
+        (["resume", "small"], "not one of those"),
+        (["resume", "medium/qid0000000001"], "not one of"),
+        (["delete", "bid0000000000"], "cannot move"),
+        (["resume"], "needs at least one ID"),
+    ],
+)
+def test_queue_refuses_with_a_clear_message_and_changes_nothing(
+    zk: KazooClient, job: Job, args: list[str], message: str
+) -> None:
+    err = StringIO()
+    with pytest.raises(CommandError) as caught:
+        call_command("queue", *args, stdout=StringIO(), stderr=err)
+    assert message in err.getvalue() + str(caught.value)
+    assert_job_status(zk, job.jid, status="Pending", last_successful=None)
+
+
+def test_queue_carries_on_after_a_failed_item_and_exits_non_zero(
+    zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    failed, pending = make_job(), make_job()
+    jobs.job_transition(zk, failed, "Failed")
+    out, err = StringIO(), StringIO()
+    with pytest.raises(CommandError, match="1 of 2 failed"):
+        call_command("queue", "resume", pending.jid, failed.jid, stdout=out, stderr=err)
+    assert f"job {failed.jid}: Failed -> Estimating" in out.getvalue()
+    assert pending.jid in err.getvalue()
+
+
+def test_queuecheck_reports_and_repairs(zk: KazooClient, job: Job) -> None:
+    assert "0 findings" in run("queuecheck")
+    zk.delete(f"/jobs/states/pending/05-{job.jid}")
+    out = run("queuecheck")
+    assert "1 findings" in out
+    assert "job-unindexed" in out and "[repairable]" in out
+    assert zk.exists(f"/jobs/states/pending/05-{job.jid}") is None
+    out = run("queuecheck", "--repair")
+    assert f"repaired: created /jobs/states/pending/05-{job.jid}" in out
+    assert "0 findings" in run("queuecheck")
+
+
+def test_zkdump_prints_decoded_data(zk: KazooClient, job: Job) -> None:
+    lines = run("zkdump", f"/jobs/{job.jid}").splitlines()
+    assert lines[0] == f"/jobs/{job.jid}"
+    by_path = dict(line.split("  ", 1) for line in lines[1:])
+    assert by_path[f"/jobs/{job.jid}/priority"] == "5"
+    assert json.loads(by_path[f"/jobs/{job.jid}/status"])["status"] == "Pending"
+    assert json.loads(by_path[f"/jobs/{job.jid}/bid"]) == job.bid
+
+
+def test_zkdump_marks_ephemeral_nodes(zk: KazooClient, other_zk: KazooClient, job: Job) -> None:
+    other_zk.create(f"/jobs/{job.jid}/lock", b"", ephemeral=True)
+    assert f"/jobs/{job.jid}/lock (ephemeral)" in run("zkdump", f"/jobs/{job.jid}")
+
+
+@pytest.mark.parametrize("path", ["jobs", "/jobs/", "/jobs//x", "/jobs/..", "/jobs/jid9"])
+def test_zkdump_refuses_a_bad_or_missing_path(zk: KazooClient, path: str) -> None:
+    with pytest.raises(CommandError):
+        run("zkdump", path)
+
+
+def test_manage_py_runs_commands_against_the_configured_ensemble(
+    zk: KazooClient, zk_hosts: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, "ZK_HOSTS": zk_hosts, "MRT_VAR_DIR": str(tmp_path)}
+
+    def manage(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(MANAGE), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    done = manage(
+        "submitbatch",
+        "--profile",
+        "ucb_lib_test",
+        "--submitter",
+        "dpr",
+        "--payload-url",
+        "https://example.org/a.zip",
+    )
+    assert done.returncode == 0, done.stderr
+    bid = done.stdout.strip()
+    assert BID_RE.fullmatch(bid)
+    assert batches.batch_load(zk, bid).state == "Pending"
+    refused = manage("queue", "update-reporting", bid)
+    assert refused.returncode != 0
+    assert "cannot move an item from Pending to UpdateReporting" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert_batch_status(zk, bid, status="Pending")
+
+
+def test_zkserver_leaves_a_configured_ensemble_alone(zk_hosts: str) -> None:
+    out = run("zkserver", "status")
+    assert out.strip() == f"ZK_HOSTS is set ({zk_hosts}); no local server is used"

@@ -1,0 +1,213 @@
+"""The consistency check finds each kind of damage, repairs it, and then finds nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from kazoo.client import KazooClient
+
+from queues.zk import batches, check, jobs
+from queues.zk.records import Batch, Job
+
+from .helpers import assert_indexed, walk_job
+
+
+def kinds(report: check.Report) -> dict[str, list[str]]:
+    return {kind: sorted(f.path for f in found) for kind, found in report.by_kind().items()}
+
+
+def repair_and_recheck(zk: KazooClient, report: check.Report, **kwargs: object) -> list[str]:
+    lines = check.repair(zk, report, **kwargs)
+    again = check.run_check(zk)
+    assert again.ok, again.findings
+    return lines
+
+
+def test_healthy_tree_has_no_findings(
+    zk: KazooClient, make_job: Callable[..., Job], batch: Batch
+) -> None:
+    walk_job(zk, make_job(), "Completed")
+    jobs.job_transition(zk, make_job(), "Failed")
+    walk_job(zk, make_job(), "Storing")
+    report = check.run_check(zk)
+    assert report.ok, report.findings
+    assert (report.jobs, report.batches, report.index_entries) == (3, 1, 3)
+
+
+def test_job_in_no_state_folder_is_reindexed(zk: KazooClient, job: Job, batch: Batch) -> None:
+    zk.delete(f"/jobs/states/pending/05-{job.jid}")
+    report = check.run_check(zk)
+    assert kinds(report) == {"job-unindexed": [f"/jobs/{job.jid}"]}
+    assert report.findings[0].repairable
+    lines = repair_and_recheck(zk, report)
+    assert lines == [f"created /jobs/states/pending/05-{job.jid}"]
+    assert_indexed(zk, job, batch.bid, "Pending")
+
+
+def test_job_in_two_state_folders_keeps_only_the_one_its_status_names(
+    zk: KazooClient, job: Job, batch: Batch
+) -> None:
+    job = walk_job(zk, job, "Downloading")
+    zk.create(f"/jobs/states/pending/05-{job.jid}", b"", makepath=True)
+    report = check.run_check(zk)
+    assert kinds(report) == {"job-multiple-index": [f"/jobs/{job.jid}"]}
+    repair_and_recheck(zk, report)
+    assert_indexed(zk, job, batch.bid, "Downloading")
+
+
+def test_job_in_the_wrong_state_folder_is_moved(zk: KazooClient, job: Job, batch: Batch) -> None:
+    job = walk_job(zk, job, "Estimating")
+    zk.delete(f"/jobs/states/estimating/05-{job.jid}")
+    zk.create(f"/jobs/states/processing/10-{job.jid}", b"", makepath=True)
+    report = check.run_check(zk)
+    assert kinds(report) == {"job-misindexed": [f"/jobs/states/processing/10-{job.jid}"]}
+    repair_and_recheck(zk, report)
+    assert_indexed(zk, job, batch.bid, "Estimating")
+
+
+def test_index_entry_without_its_job_is_deleted(zk: KazooClient, job: Job) -> None:
+    zk.create("/jobs/states/pending/05-jid0000000777", b"")
+    zk.ensure_path("/jobs/states/failed")
+    zk.create("/jobs/states/failed/00-jid0000000778", b"")
+    report = check.run_check(zk)
+    assert kinds(report) == {
+        "orphan-index": [
+            "/jobs/states/failed/00-jid0000000778",
+            "/jobs/states/pending/05-jid0000000777",
+        ]
+    }
+    repair_and_recheck(zk, report)
+    assert zk.get_children("/jobs/states/pending") == [f"05-{job.jid}"]
+
+
+def test_batch_index_entry_in_the_wrong_folder_is_moved(
+    zk: KazooClient, job: Job, batch: Batch
+) -> None:
+    job = walk_job(zk, job, "Completed")
+    zk.delete(f"/batches/{batch.bid}/states/batch-completed/{job.jid}")
+    zk.create(f"/batches/{batch.bid}/states/batch-processing/{job.jid}", b"")
+    report = check.run_check(zk)
+    assert kinds(report) == {
+        "batch-index-wrong": [f"/batches/{batch.bid}/states/batch-completed/{job.jid}"]
+    }
+    repair_and_recheck(zk, report)
+    assert_indexed(zk, job, batch.bid, "Completed")
+
+
+def test_batch_index_entry_without_its_job_is_deleted(
+    zk: KazooClient, job: Job, batch: Batch
+) -> None:
+    zk.create(f"/batches/{batch.bid}/states/batch-failed/jid0000000555", b"", makepath=True)
+    report = check.run_check(zk)
+    assert kinds(report) == {
+        "orphan-batch-index": [f"/batches/{batch.bid}/states/batch-failed/jid0000000555"]
+    }
+    repair_and_recheck(zk, report)
+    assert zk.get_children(f"/batches/{batch.bid}/states/batch-failed") == []
+
+
+def test_uuid_without_its_batch_is_deleted(zk: KazooClient, batch: Batch) -> None:
+    ghost = "/batch-uuids/0b7c1d2e-3f40-4a5b-8c6d-7e8f90a1b2c3"
+    zk.create(ghost, b"bid0000000404")
+    report = check.run_check(zk)
+    assert kinds(report) == {"orphan-uuid": [ghost]}
+    repair_and_recheck(zk, report)
+    assert zk.exists(ghost) is None
+    assert zk.exists(f"/batch-uuids/{batch.uuid}") is not None
+
+
+def test_lock_older_than_the_threshold_is_reported_and_broken_on_request(
+    zk: KazooClient, other_zk: KazooClient, job: Job, batch: Batch
+) -> None:
+    other_zk.create(f"/jobs/{job.jid}/lock", b"", ephemeral=True)
+    other_zk.create(f"/batches/{batch.bid}/lock", b"", ephemeral=True)
+    assert check.run_check(zk).ok
+    report = check.run_check(zk, stale_lock_seconds=0)
+    assert kinds(report) == {
+        "stale-lock": sorted([f"/jobs/{job.jid}/lock", f"/batches/{batch.bid}/lock"])
+    }
+    assert not any(f.repairable for f in report.findings)
+    assert check.repair(zk, report) == []
+    assert zk.exists(f"/jobs/{job.jid}/lock") is not None
+    lines = check.repair(zk, report, break_stale_locks=True)
+    assert sorted(lines) == sorted(
+        [f"broke /jobs/{job.jid}/lock", f"broke /batches/{batch.bid}/lock"]
+    )
+    assert check.run_check(zk, stale_lock_seconds=0).ok
+
+
+def test_abandoned_half_created_job_is_removed(
+    zk: KazooClient, job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    zk.create("/jobs/jid0000000321", b"")
+    zk.create("/jobs/jid0000000321/bid", b"bid0000000000")
+    young = check.run_check(zk)
+    assert kinds(young) == {"incomplete-job": ["/jobs/jid0000000321"]}
+    assert not young.findings[0].repairable
+    assert check.repair(zk, young) == []
+    assert zk.exists("/jobs/jid0000000321") is not None
+    monkeypatch.setattr(check, "ABANDONED_SECONDS", -1)
+    report = check.run_check(zk)
+    assert report.findings[0].repairable
+    assert check.repair(zk, report) == ["removed abandoned /jobs/jid0000000321"]
+    assert zk.exists("/jobs/jid0000000321") is None
+    assert check.run_check(zk).ok
+    assert jobs.job_load(zk, job.jid).state == "Pending"
+
+
+def test_abandoned_half_created_batch_is_removed(
+    zk: KazooClient, batch: Batch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    zk.create("/batches/bid0000000321", b"")
+    monkeypatch.setattr(check, "ABANDONED_SECONDS", -1)
+    report = check.run_check(zk)
+    assert kinds(report) == {"incomplete-batch": ["/batches/bid0000000321"]}
+    repair_and_recheck(zk, report)
+    assert batches.batch_ids(zk) == [batch.bid]
+
+
+def test_processing_batch_whose_jobs_all_finished_is_moved_to_reporting(
+    zk: KazooClient, job: Job, batch: Batch
+) -> None:
+    batch = batches.batch_transition(zk, batch, "Processing")
+    jobs.job_transition(zk, job, "Failed")
+    report = check.run_check(zk)
+    assert kinds(report) == {"batch-complete-not-reporting": [f"/batches/{batch.bid}/status"]}
+    assert check.repair(zk, report) == [f"moved {batch.bid} to Reporting"]
+    assert batches.batch_load(zk, batch.bid).state == "Reporting"
+    assert check.run_check(zk).ok
+
+
+def test_malformed_job_is_reported_not_repaired(zk: KazooClient, job: Job) -> None:
+    zk.set(f"/jobs/{job.jid}/status", b"not json")
+    report = check.run_check(zk)
+    assert kinds(report) == {"malformed-node": [f"/jobs/{job.jid}/status"]}
+    assert check.repair(zk, report) == []
+    assert zk.get(f"/jobs/{job.jid}/status")[0] == b"not json"
+
+
+def test_several_kinds_of_damage_are_all_found_and_repaired_at_once(
+    zk: KazooClient, make_job: Callable[..., Job], batch: Batch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unindexed, doubled, done = make_job(), make_job(), make_job()
+    zk.delete(f"/jobs/states/pending/05-{unindexed.jid}")
+    zk.create(f"/jobs/states/held/05-{doubled.jid}", b"", makepath=True)
+    done = walk_job(zk, done, "Completed")
+    zk.delete(f"/batches/{batch.bid}/states/batch-completed/{done.jid}")
+    zk.create("/jobs/states/pending/05-jid0000000888", b"")
+    zk.create("/batch-uuids/0b7c1d2e-3f40-4a5b-8c6d-7e8f90a1b2c3", b"bid0000000404")
+    zk.create("/jobs/jid0000000889", b"")
+    monkeypatch.setattr(check, "ABANDONED_SECONDS", -1)
+    report = check.run_check(zk)
+    assert set(kinds(report)) == {
+        "job-unindexed",
+        "job-multiple-index",
+        "batch-index-wrong",
+        "orphan-index",
+        "orphan-uuid",
+        "incomplete-job",
+    }
+    repair_and_recheck(zk, report)
+    for job, state in ((unindexed, "Pending"), (doubled, "Pending"), (done, "Completed")):
+        assert_indexed(zk, job, batch.bid, state)

@@ -1,0 +1,249 @@
+"""Item locks: ephemeral markers, priority order, races between clients, session loss."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from kazoo.client import KazooClient
+
+from queues.zk import access, batches, jobs
+from queues.zk.locks import lock_create, lock_owned, lock_release
+from queues.zk.records import Batch, Job
+
+from .helpers import walk_job
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def assert_ephemeral_marker(zk: KazooClient, path: str, owner: KazooClient) -> None:
+    data, stat = zk.get(path)
+    assert data == b""
+    assert stat.ephemeralOwner == owner.client_id[0]
+
+
+def test_acquire_returns_jobs_in_priority_order_then_by_jid(
+    zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    low = make_job(priority=10)
+    normal_a = make_job()
+    urgent = make_job(priority=0)
+    normal_b = make_job()
+    got = [jobs.job_acquire(zk, "Pending") for _ in range(4)]
+    assert [j.jid for j in got if j] == [urgent.jid, normal_a.jid, normal_b.jid, low.jid]
+    assert jobs.job_acquire(zk, "Pending") is None
+
+
+def test_acquired_job_holds_an_ephemeral_empty_lock(zk: KazooClient, job: Job) -> None:
+    acquired = jobs.job_acquire(zk, "Pending")
+    assert acquired is not None and acquired.jid == job.jid
+    assert_ephemeral_marker(zk, f"/jobs/{job.jid}/lock", zk)
+    assert acquired.lock is not None and acquired.lock.session_id == zk.client_id[0]
+    jobs.job_unlock(zk, acquired)
+    assert zk.exists(f"/jobs/{job.jid}/lock") is None
+
+
+def test_acquire_skips_a_job_locked_by_another_client(
+    zk: KazooClient, other_zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    head, second = make_job(), make_job()
+    theirs = jobs.job_acquire(other_zk, "Pending")
+    assert theirs is not None and theirs.jid == head.jid
+    mine = jobs.job_acquire(zk, "Pending")
+    assert mine is not None and mine.jid == second.jid
+    assert jobs.job_acquire(zk, "Pending") is None
+
+
+def test_acquire_only_looks_at_the_requested_state(
+    zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    pending = make_job()
+    walk_job(zk, make_job(), "Downloading")
+    assert jobs.job_acquire(zk, "Estimating") is None
+    acquired = jobs.job_acquire(zk, "Pending")
+    assert acquired is not None and acquired.jid == pending.jid
+
+
+def test_acquire_skips_a_job_the_accept_filter_refuses(
+    zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    first = make_job(profile="collection_a")
+    second = make_job(profile="collection_b")
+    acquired = jobs.job_acquire(zk, "Pending", accept=lambda j: j.profile == "collection_b")
+    assert acquired is not None and acquired.jid == second.jid
+    assert zk.exists(f"/jobs/{first.jid}/lock") is None
+
+
+def test_acquire_skips_a_job_that_moved_on_since_the_listing(
+    zk: KazooClient, job: Job, batch: Batch
+) -> None:
+    # A stale index entry (the job already moved) must not hand the job to a second consumer.
+    jobs.job_transition(zk, job, "Estimating")
+    zk.create(f"/jobs/states/pending/05-{job.jid}", b"")
+    assert jobs.job_acquire(zk, "Pending") is None
+    assert zk.exists(f"/jobs/{job.jid}/lock") is None
+
+
+def test_lock_release_leaves_another_sessions_lock_alone(
+    zk: KazooClient, other_zk: KazooClient, job: Job
+) -> None:
+    path = f"/jobs/{job.jid}/lock"
+    assert lock_create(other_zk, path)
+    assert not lock_create(zk, path)
+    lock_release(zk, path)
+    assert zk.exists(path) is not None
+    assert lock_owned(other_zk, path) and not lock_owned(zk, path)
+
+
+def race(clients: tuple[KazooClient, KazooClient], take: Callable[[KazooClient], object]) -> list:
+    """Run ``take`` on both clients at the same moment; return both results."""
+    got: list[object] = [None, None]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2, timeout=10)
+
+    def run(index: int) -> None:
+        try:
+            barrier.wait()
+            got[index] = take(clients[index])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert not errors
+    return got
+
+
+def test_two_clients_racing_for_the_head_never_both_get_it(
+    zk: KazooClient, other_zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    for _ in range(25):
+        head = make_job()
+        got = race((zk, other_zk), lambda client: jobs.job_acquire(client, "Pending"))
+        winners = [(i, j) for i, j in enumerate(got) if j is not None]
+        assert [j.jid for _, j in winners] == [head.jid]
+        index, winner = winners[0]
+        client = (zk, other_zk)[index]
+        jobs.job_unlock(client, jobs.job_transition(client, winner, "Estimating"))
+
+
+def test_workers_on_two_clients_process_every_job_exactly_once(
+    zk: KazooClient, other_zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    created = {make_job().jid for _ in range(30)}
+    done: list[list[str]] = [[], []]
+    errors: list[BaseException] = []
+
+    def worker(client: KazooClient, seen: list[str]) -> None:
+        try:
+            while (job := jobs.job_acquire(client, "Pending")) is not None:
+                jobs.job_transition(client, job, "Estimating")
+                jobs.job_unlock(client, job)
+                seen.append(job.jid)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=worker, args=(client, seen))
+        for client, seen in zip((zk, other_zk), done, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    everything = done[0] + done[1]
+    assert sorted(everything) == sorted(created)
+    assert zk.get_children("/jobs/states/pending") == []
+
+
+def test_lock_of_a_client_whose_session_ends_is_released(
+    zk: KazooClient, other_zk: KazooClient, job: Job
+) -> None:
+    theirs = jobs.job_acquire(other_zk, "Pending")
+    assert theirs is not None
+    assert jobs.job_acquire(zk, "Pending") is None
+    other_zk.stop()
+    assert wait_until(lambda: zk.exists(f"/jobs/{job.jid}/lock") is None)
+    mine = jobs.job_acquire(zk, "Pending")
+    assert mine is not None and mine.jid == job.jid
+    assert_ephemeral_marker(zk, f"/jobs/{job.jid}/lock", zk)
+
+
+def test_batch_acquire_takes_the_oldest_batch_in_the_state_and_skips_locked(
+    zk: KazooClient, other_zk: KazooClient, make_batch: Callable[..., Batch]
+) -> None:
+    first, second, third = make_batch(), make_batch(), make_batch()
+    batches.batch_transition(zk, second, "Held")
+    theirs = batches.batch_acquire(other_zk, "Pending")
+    assert theirs is not None and theirs.bid == first.bid
+    assert_ephemeral_marker(zk, f"/batches/{first.bid}/lock", other_zk)
+    mine = batches.batch_acquire(zk, "Pending")
+    assert mine is not None and mine.bid == third.bid
+    assert mine.lock is not None
+    assert batches.batch_acquire(zk, "Pending") is None
+    other_zk.stop()
+    assert wait_until(lambda: zk.exists(f"/batches/{first.bid}/lock") is None)
+    again = batches.batch_acquire(zk, "Pending")
+    assert again is not None and again.bid == first.bid
+    batches.batch_unlock(zk, again)
+    assert zk.exists(f"/batches/{first.bid}/lock") is None
+
+
+@pytest.mark.parametrize("queue", ["small", "large"])
+def test_access_acquire_takes_pending_requests_in_order_and_skips_locked(
+    zk: KazooClient, other_zk: KazooClient, queue: str
+) -> None:
+    token = {"token": "t"}
+    first = access.access_create(zk, queue=queue, token=token)
+    second = access.access_create(zk, queue=queue, token=token)
+    theirs = access.access_acquire(other_zk, queue)
+    assert theirs is not None and theirs.qid == first.qid
+    assert_ephemeral_marker(zk, f"/access/{queue}/{first.qid}/lock", other_zk)
+    mine = access.access_acquire(zk, queue)
+    assert mine is not None and mine.qid == second.qid
+    assert access.access_acquire(zk, queue) is None
+    other_zk.stop()
+    assert wait_until(lambda: zk.exists(f"/access/{queue}/{first.qid}/lock") is None)
+    again = access.access_acquire(zk, queue)
+    assert again is not None and again.qid == first.qid
+    access.access_unlock(zk, again)
+    assert zk.exists(f"/access/{queue}/{first.qid}/lock") is None
+
+
+def test_two_clients_racing_for_a_batch_never_both_get_it(
+    zk: KazooClient, other_zk: KazooClient, make_batch: Callable[..., Batch]
+) -> None:
+    for _ in range(10):
+        created = make_batch()
+        got = race((zk, other_zk), lambda client: batches.batch_acquire(client, "Pending"))
+        winners = [(i, b) for i, b in enumerate(got) if b is not None]
+        assert [b.bid for _, b in winners] == [created.bid]
+        index, winner = winners[0]
+        client = (zk, other_zk)[index]
+        batches.batch_unlock(client, batches.batch_transition(client, winner, "Processing"))
+
+
+def test_two_clients_racing_for_an_access_request_never_both_get_it(
+    zk: KazooClient, other_zk: KazooClient
+) -> None:
+    for _ in range(10):
+        created = access.access_create(zk, queue="small", token={"token": "t"})
+        got = race((zk, other_zk), lambda client: access.access_acquire(client, "small"))
+        winners = [(i, a) for i, a in enumerate(got) if a is not None]
+        assert [a.qid for _, a in winners] == [created.qid]
+        index, winner = winners[0]
+        client = (zk, other_zk)[index]
+        access.access_unlock(client, access.access_transition(client, winner, "Processing"))

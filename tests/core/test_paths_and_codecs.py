@@ -1,0 +1,105 @@
+"""The contract's identifiers, paths and byte encodings (no ZooKeeper needed)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from queues.zk import InvalidID, MalformedNode, paths
+from queues.zk.codecs import (
+    decode_any,
+    decode_int,
+    decode_json,
+    encode_int,
+    encode_json,
+    now_stamp,
+    parse_stamp,
+)
+
+from .helpers import STAMP_RE
+
+
+@pytest.mark.parametrize(
+    ("check", "good", "bad"),
+    [
+        (paths.bid, "bid0000000042", ["bid42", "bid00000000420", "BID0000000042", "../bid"]),
+        (paths.jid, "jid0000000042", ["jid42", "jid0000000042/lock", "", "jid000000004x"]),
+        (paths.qid, "qid0000000042", ["qid1", "small/qid0000000042"]),
+        (paths.profile, "ucb_lib.test-1", ["", ".", "..", "a/b", "a b", "x" * 101]),
+        (paths.access_queue, "large", ["medium", "Large", "small/"]),
+    ],
+)
+def test_identifiers_must_match_their_exact_pattern(check, good: str, bad: list[str]) -> None:
+    assert check(good) == good
+    for value in bad:
+        with pytest.raises(InvalidID):
+            check(value)
+
+
+def test_paths_follow_the_contract_layout() -> None:
+    assert paths.job_index_entry("Pending", 5, "jid0000000001") == (
+        "/jobs/states/pending/05-jid0000000001"
+    )
+    assert paths.job_index_entry("Storing", 10, "jid0000000001") == (
+        "/jobs/states/storing/10-jid0000000001"
+    )
+    assert paths.batch_index_entry("bid0000000001", "Completed", "jid0000000002") == (
+        "/batches/bid0000000001/states/batch-completed/jid0000000002"
+    )
+    assert paths.batch_index_entry("bid0000000001", "Held", "jid0000000002").endswith(
+        "/states/batch-processing/jid0000000002"
+    )
+    assert paths.queue_lock("access-small") == "/locks/queue/accessSmall"
+    assert paths.collection_lock("ucb_lib") == "/locks/collections/ucb_lib"
+    assert paths.access_node("large", "qid0000000003", "token") == (
+        "/access/large/qid0000000003/token"
+    )
+
+
+def test_object_locks_replace_colon_question_mark_and_slash() -> None:
+    ark = "ark:/13030/m5abc?v=1"
+    assert paths.object_lock_name(ark) == "ark__13030_m5abc_v=1"
+    assert paths.storage_lock(ark) == "/locks/storage/ark__13030_m5abc_v=1"
+    assert paths.inventory_lock(ark) == "/locks/inventory/ark__13030_m5abc_v=1"
+
+
+def test_json_is_compact_utf8_and_integers_are_plain_text() -> None:
+    assert (
+        encode_json({"a": 1, "b": [1, 2], "t": "café"}) == '{"a":1,"b":[1,2],"t":"café"}'.encode()
+    )
+    assert encode_int(5) == b"5"
+    assert encode_int(0) == b"0"
+    assert decode_int("/p", b" 10\n") == 10
+
+
+@pytest.mark.parametrize("data", [None, b"", b"nope", b"[]", b'"text"', b"\xff"])
+def test_json_that_is_not_an_object_is_malformed(data: bytes | None) -> None:
+    with pytest.raises(MalformedNode, match=r"^/x/status: "):
+        decode_json("/x/status", data)
+
+
+def test_timestamp_is_local_time_with_a_numeric_offset() -> None:
+    assert STAMP_RE.fullmatch(now_stamp())
+    moment = datetime(2026, 11, 21, 10, 2, 3, tzinfo=timezone(timedelta(hours=-8)))
+    stamp = now_stamp(moment)
+    assert STAMP_RE.fullmatch(stamp)
+    assert parse_stamp(stamp) == moment
+
+
+@pytest.mark.parametrize("value", [None, "", 5, "yesterday"])
+def test_unparseable_timestamp_reads_as_none(value: object) -> None:
+    assert parse_stamp(value) is None
+
+
+def test_iso_timestamps_from_other_tools_are_understood() -> None:
+    assert parse_stamp("2026-11-21T10:02:03-08:00") == datetime(
+        2026, 11, 21, 10, 2, 3, tzinfo=timezone(timedelta(hours=-8))
+    )
+
+
+def test_dump_decoding_never_fails() -> None:
+    assert decode_any(b"") is None
+    assert decode_any(b'{"a":1}') == {"a": 1}
+    assert decode_any(b"bid0000000001") == "bid0000000001"
+    assert decode_any(b"\xff\x00") == "<2 bytes of binary data>"
