@@ -120,6 +120,8 @@ def close() -> None:
     global _client
     with _lock:
         if _client is not None:
+            # A deliberate close is not a lost session: nobody needs to hear about it.
+            _client.remove_listener(_on_state)
             try:
                 _client.stop()
                 _client.close()

@@ -20,7 +20,6 @@ from .nodes import (
     children,
     commit,
     ensure_folder,
-    ensure_paths,
     exists_many,
     landed,
     lock_info,
@@ -250,7 +249,11 @@ def job_transition(
     new_priority = job.priority if priority is None else check_priority(priority)
     raw = next_status(job.status, new_state, message=message, retry=retry, permanent=permanent)
     deletes, creates = _index_moves(zk, job, new_state, new_priority)
-    ensure_paths(zk, {posixpath.dirname(p) for p in creates})
+    # Folders are created below their owner only: a job whose batch was deleted meanwhile gets
+    # NotFound instead of recreating an empty ghost of the batch.
+    for path in creates:
+        root = paths.JOB_STATES if path.startswith(paths.JOB_STATES) else paths.batch(job.bid)
+        ensure_folder(zk, root, posixpath.dirname(path))
     txn = zk.transaction()
     txn.set_data(paths.job_node(job.jid, "status"), encode_json(raw), version=job.status.version)
     if new_priority != job.priority:

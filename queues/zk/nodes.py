@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -107,13 +107,6 @@ def landed(current: Status, read: Status, raw: dict[str, Any]) -> bool:
         return {k: v for k, v in value.items() if k != "last_modified"}
 
     return current.version == read.version + 1 and content(current.raw) == content(raw)
-
-
-def ensure_paths(zk: KazooClient, node_paths: Iterable[str]) -> None:
-    """Create folders a transaction will write into; harmless when they exist."""
-    for path in node_paths:
-        if zk.exists(path) is None:
-            zk.ensure_path(path)
 
 
 def ensure_folder(zk: KazooClient, root: str, folder: str) -> None:
