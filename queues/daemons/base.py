@@ -18,7 +18,6 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -28,16 +27,16 @@ from queues import services
 from queues.zk import client
 from queues.zk import paths as zpaths
 from queues.zk.access import access_acquire, access_transition, access_unlock
-from queues.zk.batches import batch_ids, batch_load, batch_states, batch_transition, batch_unlock
+from queues.zk.batches import batch_acquire, batch_transition, batch_unlock
+from queues.zk.daemon_support import ChangeSignal
 from queues.zk.errors import (
     Conflict,
     InvalidTransition,
-    MalformedNode,
     NotFound,
     is_connection_error,
 )
 from queues.zk.jobs import job_acquire, job_load, job_transition, job_unlock
-from queues.zk.locks import lock_create, lock_release, queue_held
+from queues.zk.locks import lock_create, queue_held
 from queues.zk.records import AccessRequest, Batch, Job
 
 log = logging.getLogger("queues.daemons")
@@ -172,6 +171,10 @@ class Daemon(ABC, Generic[T]):
     def after(self, item: T, step: Next) -> None:
         """Work that follows a successful move (cleanup, batch completion)."""
 
+    def wake_path(self) -> str | None:
+        """A folder whose children changing means new work: the idle loop wakes on it."""
+        return None
+
     # The loop -----------------------------------------------------------------------------
 
     def claiming_allowed(self) -> bool:
@@ -194,7 +197,12 @@ class Daemon(ABC, Generic[T]):
 
     def run(self, stop: threading.Event) -> None:
         log.info("%s: started (poll %.1fs)", self.name, self.poll)
+        path = self.wake_path()
+        signal = ChangeSignal(self.zk, path) if path else None
         while not stop.is_set():
+            if signal is not None:
+                # Armed before claiming, so work arriving while we claim still wakes us.
+                signal.arm()
             try:
                 busy = self.run_once()
             except Exception as exc:
@@ -207,7 +215,10 @@ class Daemon(ABC, Generic[T]):
                 # Long-lived threads must not keep a broken or stale database connection.
                 close_old_connections()
             if not busy:
-                stop.wait(self.poll)
+                if signal is not None:
+                    signal.wait(stop, self.poll)
+                else:
+                    stop.wait(self.poll)
         log.info("%s: stopped", self.name)
 
     def handle(self, item: T) -> ItemResult:
@@ -277,6 +288,9 @@ class JobDaemon(Daemon[Job]):
     def claim(self) -> Job | None:
         return job_acquire(self.zk, self.state, accept=self.accept)
 
+    def wake_path(self) -> str | None:
+        return zpaths.job_state_folder(self.state)
+
     def item_id(self, item: Job) -> str:
         return item.jid
 
@@ -305,31 +319,6 @@ class JobDaemon(Daemon[Job]):
         return job_load(self.zk, job.jid)
 
 
-def acquire_batch(zk: Any, state: str, accept: Callable[[str], bool] | None = None) -> Batch | None:
-    """Lock and return the oldest batch in ``state`` that ``accept(bid)`` allows.
-
-    Like batches.batch_acquire, but a batch that must wait (``accept`` False) does not keep the
-    younger ones from being worked on.
-    """
-    ids = batch_ids(zk)
-    for bid, found in batch_states(zk, ids).items():
-        if found != state or (accept is not None and not accept(bid)):
-            continue
-        lock = zpaths.batch_node(bid, "lock")
-        if not lock_create(zk, lock):
-            continue
-        try:
-            batch = batch_load(zk, bid)
-        except (NotFound, MalformedNode):
-            lock_release(zk, lock)
-            continue
-        if batch.state != state:
-            lock_release(zk, lock)
-            continue
-        return batch
-    return None
-
-
 class BatchDaemon(Daemon[Batch]):
     state: ClassVar[str]
 
@@ -337,7 +326,11 @@ class BatchDaemon(Daemon[Batch]):
         return True
 
     def claim(self) -> Batch | None:
-        return acquire_batch(self.zk, self.state, self.accept)
+        return batch_acquire(self.zk, self.state, accept=self.accept)
+
+    def wake_path(self) -> str | None:
+        # New batches appear as children of /batches; status moves are seen by the poll.
+        return zpaths.BATCHES
 
     def item_id(self, item: Batch) -> str:
         return item.bid
@@ -354,6 +347,9 @@ class BatchDaemon(Daemon[Batch]):
 
 class AccessDaemon(Daemon[AccessRequest]):
     queue: ClassVar[str]  # "small" | "large"
+
+    def wake_path(self) -> str | None:
+        return f"{zpaths.ACCESS}/{self.queue}"
 
     def claim(self) -> AccessRequest | None:
         # Processing first: those were interrupted (or resumed there by an operator).

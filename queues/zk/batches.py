@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import posixpath
 import uuid as uuidlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -242,12 +242,17 @@ def report_changes(previous: dict[str, Any] | None, current: dict[str, Any]) -> 
     }
 
 
-def batch_acquire(zk: KazooClient, state: str) -> Batch | None:
-    """Lock and return the oldest batch in ``state``, skipping locked ones."""
+def batch_acquire(
+    zk: KazooClient, state: str, *, accept: Callable[[str], bool] | None = None
+) -> Batch | None:
+    """Lock and return the oldest batch in ``state`` that ``accept(bid)`` allows.
+
+    Locked batches are skipped, and so are those ``accept`` turns down: a batch that has to wait
+    does not keep younger ones from being worked on.
+    """
     ids = batch_ids(zk)
-    states = batch_states(zk, ids)
-    for bid in ids:
-        if states.get(bid) != state:
+    for bid, found in batch_states(zk, ids).items():
+        if found != state or (accept is not None and not accept(bid)):
             continue
         lock_path = paths.batch_node(bid, "lock")
         if not lock_create(zk, lock_path):
