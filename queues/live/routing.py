@@ -1,3 +1,9 @@
 """Websocket routes of the live console."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from .consumers import LiveConsumer
+
+websocket_urlpatterns = [
+    path("ws/live/", LiveConsumer.as_asgi()),
+]

@@ -9,7 +9,8 @@ and reports each change as ``(topic, detail)`` through a callback:
     batches              /batches children, and the status of the newest batches
     holds                /locks/queue and /locks/collections children
     access:<queue>       /access/<queue> children, and the status of the newest requests
-    batch:<bid>          the batch's status, status-report, lock and states/<folder> children
+    batch:<bid>          the batch's status, status-report, lock and states/<folder> children,
+                         and the status of each of its jobs still in batch-processing
     job:<jid>            the job's status, priority and lock
     zk:down / zk:up      the connection to ZooKeeper went away / came back
 
@@ -163,11 +164,10 @@ class _Watch:
         except Exception:
             log.exception("watching %s failed", self.path)
             return
-        self.armed.set()
         if self.kind == "children":
             kids, stat = value
             if self.on_children is not None:
-                self.on_children(kids)
+                self.on_children(kids)  # before armed: subscribe() then waits for these too
             # pzxid: the transaction that last changed the children, so a reader can tell
             # whether a message already reflects a write it knows the zxid of.
             detail = {"count": len(kids), "version": stat.cversion, "zxid": stat.pzxid}
@@ -175,6 +175,7 @@ class _Watch:
             detail = {"exists": False}
         else:
             detail = {"exists": True, "version": value.version, "zxid": value.mzxid}
+        self.armed.set()
         if report:
             self.owner.report(self.topic, {**self.detail, **detail})
 
@@ -227,7 +228,7 @@ class QueueWatcher:
         # drops, so a page opened again reuses the watch kazoo still holds instead of adding one.
         self._watches: dict[tuple[str, str], _Watch] = {}
         self._refs: dict[str, int] = {}
-        self._items: dict[str, set[str]] = {}  # collection folder -> items with a status watch
+        self._items: dict[str, set[str]] = {}  # topic -> items whose status it watches
         self._up = False
 
     # Lifecycle
@@ -276,10 +277,19 @@ class QueueWatcher:
                 return
             watches = self._add_topic(topic)
         deadline = time.monotonic() + ARM_WAIT
+        if not self._wait_armed(watches, deadline):
+            return
+        # The topic's own watches have listed their folders: now also the items found there.
+        with self._lock:
+            followers = [w for (t, _p), w in self._watches.items() if t == topic and w.active]
+        self._wait_armed(followers, deadline)
+
+    def _wait_armed(self, watches: list[_Watch], deadline: float) -> bool:
         for watch in watches:
             if not watch.armed.wait(max(0.0, deadline - time.monotonic())):
-                log.info("watches of %s not set yet (ZooKeeper unavailable?)", topic)
-                break
+                log.info("watch of %s not set yet (ZooKeeper unavailable?)", watch.path)
+                return False
+        return True
 
     def unsubscribe(self, topic: str) -> None:
         topic = validate_topic(topic)
@@ -291,6 +301,7 @@ class QueueWatcher:
                 self._refs[topic] = refs
                 return
             self._refs.pop(topic, None)
+            self._items.pop(topic, None)
             for (t, _path), watch in self._watches.items():
                 if t == topic:
                     watch.active = False
@@ -322,6 +333,11 @@ class QueueWatcher:
         elif topic.startswith("access:"):
             folder = f"{paths.ACCESS}/{topic.partition(':')[2]}"
             watches[0].on_children = self._items_follower(topic, folder, paths.QID_RE)
+        elif topic.startswith("batch:"):
+            # A job's steps (Estimating -> ... -> Notify) all happen inside batch-processing,
+            # so the folders alone would miss them: watch the status of the jobs in there.
+            processing = next(w for w in watches if w.path.endswith("/batch-processing"))
+            processing.on_children = self._items_follower(topic, paths.JOBS, paths.JID_RE)
         for watch in watches:
             watch.arm()
         return watches
@@ -343,7 +359,9 @@ class QueueWatcher:
             with self._lock:
                 if self.stopped:
                     return
-                before = self._items.get(folder, set())
+                if self._refs.get(topic, 0) <= 0:
+                    return  # a late answer for a topic nobody watches any more
+                before = self._items.get(topic, set())
                 for item in before - newest:
                     watch = self._watches.get((topic, f"{folder}/{item}/status"))
                     if watch is not None:
@@ -352,7 +370,7 @@ class QueueWatcher:
                     self._watch(topic, f"{folder}/{item}/status", "data", detail={"item": item})
                     for item in newest - before
                 ]
-                self._items[folder] = newest
+                self._items[topic] = newest
             for watch in added:
                 watch.arm()
 

@@ -1,8 +1,9 @@
 /*
  * Live console: ZooKeeper changes pushed over a websocket, applied with htmx.
  *
- * The page lists what it shows in <body data-live-topics="jobs:state:Failed batch:bid...">.
- * This script keeps one websocket to /ws/live/ subscribed to those topics. When topic T changes,
+ * Elements that show queue state say which topics they show: data-live="jobs:state:Failed ...",
+ * with extra page-wide topics in <body data-live-topics="...">. This script keeps one websocket
+ * to /ws/live/ subscribed to all of them (again after every htmx swap). When topic T changes,
  * every element with data-live~="T" is sent the htmx event "live-refresh"; each element then
  * refreshes itself with its own hx-get / hx-select / hx-target / hx-trigger="live-refresh".
  *
@@ -33,9 +34,38 @@
   var flushTimer = null;
   var retryTimer = null;
 
+  var subscribed = new Set(); // topics the current socket is subscribed to
+  var detailsOpen = new Map(); // <details> id -> open, kept across a refresh of its element
+
+  function words(value) {
+    return (value || "").split(/\s+/).filter(Boolean);
+  }
+
+  // What the page shows: the topics on <body> and those of every element listening for one.
+  // Pages whose content changes (a refreshed table with other rows) change their topics too.
   function topics() {
-    var raw = document.body.getAttribute("data-live-topics") || "";
-    return raw.split(/\s+/).filter(Boolean);
+    var all = new Set(words(document.body.getAttribute("data-live-topics")));
+    document.querySelectorAll("[data-live]").forEach(function (el) {
+      words(el.getAttribute("data-live")).forEach(function (t) {
+        all.add(t);
+      });
+    });
+    return all;
+  }
+
+  function syncTopics() {
+    if (!socket || socket.readyState !== WebSocket.OPEN) return;
+    var wanted = topics();
+    var add = Array.from(wanted).filter(function (t) {
+      return !subscribed.has(t);
+    });
+    var drop = Array.from(subscribed).filter(function (t) {
+      return !wanted.has(t);
+    });
+    if (add.length || drop.length) {
+      send({ subscribe: add, unsubscribe: drop });
+      subscribed = wanted;
+    }
   }
 
   // ---- status: a small indicator and the ZooKeeper banner --------------------------------
@@ -77,7 +107,7 @@
 
   function zkDown() {
     var el = banner();
-    if (el.querySelector("[data-live-banner]")) return;
+    if (el.querySelector("[data-live-banner], .banner-down")) return;
     var p = document.createElement("p");
     p.className = "banner banner-down";
     p.setAttribute("role", "alert");
@@ -171,6 +201,12 @@
       return;
     }
     pending.delete(keyOf(el));
+    // An operator's opened or closed <details> stays as they left it.
+    var details = el.tagName === "DETAILS" ? [el] : [];
+    details = details.concat(Array.from(el.querySelectorAll("details[id]")));
+    details.forEach(function (d) {
+      if (d.id) detailsOpen.set(d.id, d.open);
+    });
     window.htmx.trigger(el, "live-refresh");
   }
 
@@ -232,7 +268,15 @@
   document.addEventListener("focusout", retrySoon);
   document.addEventListener("close", retrySoon, true);
   document.addEventListener("change", retrySoon);
-  document.addEventListener("htmx:afterSettle", retrySoon);
+  document.addEventListener("htmx:afterSettle", function () {
+    detailsOpen.forEach(function (open, id) {
+      var d = document.getElementById(id);
+      if (d && d.tagName === "DETAILS") d.open = open;
+    });
+    detailsOpen.clear();
+    retrySoon();
+    syncTopics();
+  });
   document.addEventListener("visibilitychange", function () {
     if (!document.hidden) {
       retrySoon();
@@ -296,7 +340,8 @@
       attempt = 0;
       everOpened = true;
       setStatus("live", "live");
-      send({ subscribe: topics() });
+      subscribed = new Set();
+      syncTopics();
       if (missed) refreshAll();
     };
     ws.onmessage = onMessage;
@@ -324,12 +369,15 @@
     if (!socket && !stopped) connect();
   });
 
-  // For tests and the curious: window.mrtLive.state() -> "live" | "reconnecting" | "offline".
+  // For tests and the curious: state() is "live", "reconnecting" or "offline".
   window.mrtLive = {
     state: function () {
       return document.body.getAttribute("data-live-state") || "connecting";
     },
     refreshAll: refreshAll,
+    pending: function () {
+      return pending.size; // refreshes waiting for the operator
+    },
   };
 
   function start() {

@@ -1,0 +1,143 @@
+"""The live console's websocket: a page subscribes to the topics it shows and hears of changes.
+
+Protocol (JSON text frames):
+
+    client -> {"subscribe": ["jobs:state:Failed", "batch:bid0000000001", ...]}
+              {"unsubscribe": [...]}
+    server -> {"kind": "hello", "zk": "up"|"down"}                  once, after the handshake
+              {"kind": "subscribed", "topics": [...]}                after every (un)subscribe
+              {"kind": "changed", "topic": T, "events": n, ...}     T changed (n events folded)
+              {"kind": "zk-down"|"zk-up", "topic": "zk"}             ZooKeeper went away / is back
+              {"kind": "error", "error": "...", "topic": T?}        a bad request; socket stays
+
+Anonymous sockets are closed with 4401 and users without the viewer role with 4403 (after the
+handshake, so the browser sees the code and stops reconnecting).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from queues.auth import VIEWER, has_role
+from queues.zk.errors import InvalidID
+from queues.zk.watch import validate_topic
+
+from .hub import Hub, get_hub
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+MAX_TOPICS = 200
+# Channel layers drop a group member after group_expiry (a day by default); operators keep the
+# console open all day and longer, so the socket joins its groups again well before that.
+REJOIN_SECONDS = 3600.0
+USAGE = "expected {'subscribe': [topics]} or {'unsubscribe': [topics]}"
+
+
+class LiveConsumer(AsyncJsonWebsocketConsumer):
+    hub: Hub | None = None
+
+    async def connect(self) -> None:
+        self.topics: set[str] = set()
+        self.hub = None
+        self._rejoin: asyncio.Task[None] | None = None
+        user = self.scope.get("user")
+        await self.accept()
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await database_sync_to_async(has_role)(user, VIEWER):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.hub = await get_hub()
+        await self.channel_layer.group_add(self.hub.zk_group, self.channel_name)
+        await self.send_json({"kind": "hello", "zk": "up" if self.hub.zk_up else "down"})
+        self._rejoin = asyncio.get_running_loop().create_task(self._keep_joined())
+
+    async def disconnect(self, code: int) -> None:
+        if self._rejoin is not None:
+            self._rejoin.cancel()
+        if self.hub is None:
+            return
+        await self.channel_layer.group_discard(self.hub.zk_group, self.channel_name)
+        for topic in list(self.topics):
+            await self._leave(topic)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.hub is None:
+            return  # refused socket: ignore whatever arrives before the close completes
+        try:
+            content = json.loads(text_data or "")
+        except ValueError:
+            await self.send_json({"kind": "error", "error": "expected a JSON object"})
+            return
+        await self.receive_json(content)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if not isinstance(content, dict) or not set(content) <= {"subscribe", "unsubscribe"}:
+            await self.send_json({"kind": "error", "error": USAGE})
+            return
+        for key in ("subscribe", "unsubscribe"):
+            topics = content.get(key, [])
+            if not isinstance(topics, list):
+                await self.send_json({"kind": "error", "error": f"{key} takes a list of topics"})
+                return
+            for raw in topics:
+                try:
+                    topic = validate_topic(raw)
+                except InvalidID as exc:
+                    await self.send_json({"kind": "error", "error": str(exc), "topic": str(raw)})
+                    continue
+                if key == "unsubscribe":
+                    await self._leave(topic)
+                elif len(self.topics) >= MAX_TOPICS:
+                    await self.send_json(
+                        {"kind": "error", "error": f"at most {MAX_TOPICS} topics", "topic": topic}
+                    )
+                else:
+                    await self._join(topic)
+        await self.send_json({"kind": "subscribed", "topics": sorted(self.topics)})
+
+    async def _join(self, topic: str) -> None:
+        assert self.hub is not None
+        if topic in self.topics:
+            return
+        # Watch first, then join: a change after the "subscribed" reply is never missed.
+        await self.hub.subscribe(topic)
+        await self.channel_layer.group_add(self.hub.group(topic), self.channel_name)
+        self.topics.add(topic)
+
+    async def _leave(self, topic: str) -> None:
+        assert self.hub is not None
+        if topic not in self.topics:
+            return
+        self.topics.discard(topic)
+        await self.channel_layer.group_discard(self.hub.group(topic), self.channel_name)
+        await self.hub.unsubscribe(topic)
+
+    async def _keep_joined(self) -> None:
+        while True:
+            await asyncio.sleep(REJOIN_SECONDS)
+            if self.hub is None:
+                return
+            with contextlib.suppress(Exception):
+                await self.channel_layer.group_add(self.hub.zk_group, self.channel_name)
+                for topic in list(self.topics):
+                    await self.channel_layer.group_add(self.hub.group(topic), self.channel_name)
+
+    # Channel-layer handlers (message "type" live.changed -> live_changed)
+
+    async def live_changed(self, event: dict[str, Any]) -> None:
+        topic = event["topic"]
+        if topic not in self.topics:
+            return  # left the group while this message was on its way
+        message = {**event.get("detail", {}), "topic": topic, "kind": "changed"}
+        await self.send_json({**message, "events": event["events"]})
+
+    async def live_zk(self, event: dict[str, Any]) -> None:
+        await self.send_json({"topic": "zk", "kind": f"zk-{event['state']}"})

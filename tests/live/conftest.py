@@ -1,0 +1,191 @@
+"""Fixtures for the live console: a logged-in session, websocket clients, queue items."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from channels.layers import channel_layers
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from kazoo.client import KazooClient
+
+from queues.live.hub import reset_hub
+from queues.zk import batches, jobs
+from queues.zk.records import Batch, Job
+
+T = TypeVar("T")
+DAPHNE = [sys.executable, "-m", "daphne", "-b", "127.0.0.1"]
+CONFIGURATION = {
+    "profile": "ucb_lib_test",
+    "submitter": "dpr/Ada Lovelace",
+    "payload_url": "https://example.org/object.zip",
+    "type": "container",
+}
+
+
+def run(coro: Awaitable[T], timeout: float = 60.0) -> T:
+    """Run one async scenario on a fresh event loop, bounded so a hang fails instead."""
+
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(bounded())
+
+
+@pytest.fixture
+def live(zk: KazooClient) -> Iterator[None]:
+    """A fresh hub and channel layer per test, stopped before the test's ZooKeeper goes away."""
+    reset_hub()
+    channel_layers.backends.clear()
+    yield
+    reset_hub()
+    channel_layers.backends.clear()
+
+
+@pytest.fixture
+def session_cookie(client: Any, django_user_model: Any) -> str:
+    """The session cookie of a logged-in operator, as a browser would send it."""
+    user = django_user_model.objects.create_superuser("ada", "ada@example.org", "secret-pw-1")
+    client.force_login(user)
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+def communicator(cookie: str | None) -> WebsocketCommunicator:
+    from mrtadmin.asgi import application
+
+    headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
+    if cookie is not None:
+        headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
+    return WebsocketCommunicator(application, "/ws/live/", headers=headers)
+
+
+async def open_socket(cookie: str, topics: list[str]) -> WebsocketCommunicator:
+    """Connect, read the hello, subscribe and wait for the acknowledgement."""
+    socket = communicator(cookie)
+    connected, _ = await socket.connect(timeout=10)
+    assert connected
+    hello = await socket.receive_json_from(timeout=10)
+    assert hello["kind"] == "hello"
+    await socket.send_json_to({"subscribe": topics})
+    ack = await socket.receive_json_from(timeout=10)
+    assert ack == {"kind": "subscribed", "topics": sorted(topics)}
+    return socket
+
+
+async def receive_until(
+    socket: WebsocketCommunicator,
+    done: Callable[[dict[str, Any]], bool],
+    *,
+    timeout: float = 20.0,
+) -> list[dict[str, Any]]:
+    """Every message up to and including the first one ``done`` accepts (bounded)."""
+    seen: list[dict[str, Any]] = []
+
+    async def collect() -> None:
+        while True:
+            message = await socket.receive_json_from(timeout=timeout)
+            seen.append(message)
+            if done(message):
+                return
+
+    try:
+        await asyncio.wait_for(collect(), timeout)
+    except TimeoutError as exc:
+        raise AssertionError(f"expected message not received; got {json.dumps(seen)}") from exc
+    return seen
+
+
+@pytest.fixture
+def make_batch(zk: KazooClient) -> Callable[[], Batch]:
+    def make() -> Batch:
+        return batches.batch_create(zk, submission={"profile": "ucb_lib_test", "type": "container"})
+
+    return make
+
+
+@pytest.fixture
+def make_job(zk: KazooClient) -> Callable[[Batch], Job]:
+    def make(batch: Batch) -> Job:
+        return jobs.job_create(zk, bid=batch.bid, configuration=CONFIGURATION)
+
+    return make
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def console_env(
+    zk_hosts: str, tmp_path: Path, *, user: str, password: str, **extra: str
+) -> dict[str, str]:
+    """Environment for console processes on the test's ZooKeeper chroot and a fresh database,
+    migrated, with a superuser ``user``."""
+    env = {
+        **os.environ,
+        "ZK_HOSTS": zk_hosts,
+        "MRT_VAR_DIR": str(tmp_path / "var"),
+        "MRT_DATABASE_PATH": str(tmp_path / "console.sqlite3"),
+        "DJANGO_SECRET_KEY": "live-test-" + "x" * 40,
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "DJANGO_SUPERUSER_PASSWORD": password,
+        "LOG_LEVEL": "WARNING",
+        **extra,
+    }
+    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+    subprocess.run([*manage, "migrate", "--noinput"], env=env, check=True, capture_output=True)
+    subprocess.run(
+        [*manage, "createsuperuser", "--noinput", "--username", user, "--email", "a@example.org"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    return env
+
+
+@contextlib.contextmanager
+def daphne(env: dict[str, str], log: Path) -> Iterator[str]:
+    """The ASGI app under daphne on a free port (pytest-django's live_server has no websockets);
+    yields its base URL once it answers."""
+    port = free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*DAPHNE, "-p", str(port), "mrtadmin.asgi:application"],
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"{url}/healthz", timeout=5) as answer,
+            ):
+                if answer.status == 200:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"daphne did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

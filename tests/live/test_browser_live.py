@@ -1,0 +1,153 @@
+"""The live console in a real Chromium against daphne: pages follow ZooKeeper without reloads.
+
+pytest-django's live_server speaks WSGI only (no websockets), so the console runs under daphne
+in a subprocess, on its own SQLite file and on the test's ZooKeeper chroot; the test moves jobs
+with a separate ZooKeeper client, as another consumer or Merritt's Java ingest would.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from kazoo.client import KazooClient
+
+from queues.zk import jobs
+from queues.zk.records import Batch, Job
+
+from .conftest import console_env, daphne
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SHOTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+USER, PASSWORD = "ada", "a-long-test-password-1"
+WAIT_MS = 20_000
+
+
+@pytest.fixture
+def console_url(zk_hosts: str, tmp_path: Path) -> Iterator[str]:
+    """The console under daphne on a free port, with a user ``ada`` in a fresh database."""
+    env = console_env(zk_hosts, tmp_path, user=USER, password=PASSWORD)
+    with daphne(env, tmp_path / "daphne.log") as url:
+        yield url
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("no Chromium at /usr/bin/chromium")
+    # Playwright's sync API runs an event loop in this thread; Django would refuse ORM calls.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def context(browser: Any, console_url: str) -> Iterator[Any]:
+    """A logged-in browser context (its pages share the session cookie, like tabs)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(WAIT_MS)
+    page = context.new_page()
+    page.goto(f"{console_url}/login/")
+    page.fill("#id_username", USER)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{console_url}/")
+    page.close()
+    yield context
+    context.close()
+
+
+def open_live(context: Any, url: str) -> Any:
+    """A new tab on ``url``, once its websocket is subscribed; marked to detect a reload."""
+    page = context.new_page()
+    page.goto(url)
+    page.wait_for_function("window.mrtLive && window.mrtLive.state() === 'live'")
+    page.evaluate("window.__notReloaded = true")
+    return page
+
+
+def not_reloaded(page: Any) -> bool:
+    return bool(page.evaluate("window.__notReloaded === true"))
+
+
+def shot(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"live-{name}.png"), full_page=True)
+
+
+def test_overview_and_batch_page_follow_moves_made_elsewhere(
+    context: Any,
+    console_url: str,
+    other_zk: KazooClient,
+    make_batch: Callable[[], Batch],
+    make_job: Callable[[Batch], Job],
+) -> None:
+    batch = make_batch()
+    queued = [make_job(batch) for _ in range(3)]
+    overview = open_live(context, f"{console_url}/")
+    batch_page = open_live(context, f"{console_url}/batches/{batch.bid}/")
+    assert (overview.text_content("#count-job-Pending") or "").startswith("3 ")
+    for job in queued:
+        assert batch_page.get_attribute(f"#job-row-{job.jid}", "data-state") == "Pending"
+
+    failed = [jobs.job_transition(other_zk, j, "Failed", admin=True) for j in queued[:2]]
+    jobs.job_transition(other_zk, queued[2], "Estimating")
+
+    overview.wait_for_function(
+        "document.querySelector('#count-job-Failed')?.textContent.startsWith('2 ')"
+    )
+    overview.wait_for_function(
+        "document.querySelector('#count-job-Estimating')?.textContent.startsWith('1 ')"
+    )
+    for job in failed:
+        batch_page.wait_for_selector(f"#batch-jobs-Failed #job-row-{job.jid}[data-state=Failed]")
+    # Its state's list is a closed <details>: the row is there, not shown.
+    batch_page.wait_for_selector(
+        f"#job-row-{queued[2].jid}[data-state=Estimating]", state="attached"
+    )
+    assert not_reloaded(overview) and not_reloaded(batch_page)
+    shot(overview, "overview")
+    shot(batch_page, "batch")
+
+
+def test_a_ticked_row_holds_the_update_until_the_operator_is_done(
+    context: Any,
+    console_url: str,
+    other_zk: KazooClient,
+    make_batch: Callable[[], Batch],
+    make_job: Callable[[Batch], Job],
+) -> None:
+    batch = make_batch()
+    mine, theirs = make_job(batch), make_job(batch)
+    page = open_live(context, f"{console_url}/batches/{batch.bid}/")
+    page.check(f"#job-row-{mine.jid} input[type=checkbox]")
+
+    jobs.job_transition(other_zk, theirs, "Estimating")
+    # The page was told (the socket message arrives) but keeps the operator's selection.
+    page.wait_for_function("window.mrtLive.pending() > 0")
+    assert page.is_checked(f"#job-row-{mine.jid} input[type=checkbox]")
+    assert page.get_attribute(f"#job-row-{theirs.jid}", "data-state") == "Pending"
+    shot(page, "batch-selection-kept")
+
+    page.uncheck(f"#job-row-{mine.jid} input[type=checkbox]")
+    page.wait_for_selector(f"#job-row-{theirs.jid}[data-state=Estimating]", state="attached")
+    assert not_reloaded(page)

@@ -1,0 +1,175 @@
+"""The live websocket: authenticated pages hear of the moves they show, and only those."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from django.conf import settings
+from kazoo.client import KazooClient
+
+from queues.live.hub import current_hub
+from queues.zk import jobs
+from queues.zk.records import Batch, Job
+
+from .conftest import communicator, open_socket, receive_until, run
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("live")]
+
+
+def test_anonymous_socket_is_closed_with_4401() -> None:
+    async def scenario() -> dict:
+        socket = communicator(cookie=None)
+        connected, _ = await socket.connect(timeout=10)
+        assert connected  # accepted only so that the browser can read the close code
+        return await socket.receive_output(timeout=10)
+
+    assert run(scenario()) == {"type": "websocket.close", "code": 4401}
+
+
+def test_a_user_without_a_role_is_closed_with_4403(client: Any, django_user_model: Any) -> None:
+    nobody = django_user_model.objects.create_user("eve", "eve@example.org", "secret-pw-2")
+    client.force_login(nobody)
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+
+    async def scenario() -> dict:
+        socket = communicator(cookie)
+        await socket.connect(timeout=10)
+        return await socket.receive_output(timeout=10)
+
+    assert run(scenario()) == {"type": "websocket.close", "code": 4403}
+
+
+def test_unknown_and_malformed_topics_are_refused_one_by_one(session_cookie: str) -> None:
+    async def scenario() -> list[dict]:
+        socket = await open_socket(session_cookie, [])
+        await socket.send_json_to(
+            {"subscribe": ["batch:../../jobs", "jobs:state:Nope", "jobs:state:Failed"]}
+        )
+        replies = [await socket.receive_json_from(timeout=10) for _ in range(3)]
+        await socket.disconnect()
+        return replies
+
+    first, second, ack = run(scenario())
+    assert first["kind"] == "error" and first["topic"] == "batch:../../jobs"
+    assert second["kind"] == "error" and second["topic"] == "jobs:state:Nope"
+    assert ack == {"kind": "subscribed", "topics": ["jobs:state:Failed"]}
+
+
+def test_job_moved_by_another_client_reaches_the_pages_that_show_it(
+    session_cookie: str,
+    other_zk: KazooClient,
+    make_batch: Callable[[], Batch],
+    make_job: Callable[[Batch], Job],
+) -> None:
+    shown, hidden = make_batch(), make_batch()
+    shown_job, hidden_job = make_job(shown), make_job(hidden)
+    shown_topic, hidden_topic = f"batch:{shown.bid}", f"batch:{hidden.bid}"
+
+    async def scenario() -> tuple[list[dict], list[dict], list[dict]]:
+        page = await open_socket(session_cookie, ["jobs:state:Failed", shown_topic])
+        other_page = await open_socket(session_cookie, [hidden_topic])
+        # The hidden batch moves first: were the page subscribed to it, that message would be
+        # sent before the shown batch's, so it would be among what the page receives below.
+        await asyncio.to_thread(jobs.job_transition, other_zk, hidden_job, "Failed", admin=True)
+        other = await receive_until(other_page, lambda m: m.get("topic") == hidden_topic)
+        await asyncio.to_thread(jobs.job_transition, other_zk, shown_job, "Failed", admin=True)
+        wanted = {"jobs:state:Failed", shown_topic}
+        got: set[str] = set()
+
+        def all_seen(message: dict) -> bool:
+            got.add(message.get("topic", ""))
+            return wanted <= got
+
+        seen = await receive_until(page, all_seen)
+        # Anything still in flight for the page arrives within the coalescing window.
+        await asyncio.sleep(0.6)
+        while not await page.receive_nothing(timeout=0.2):
+            seen.append(await page.receive_json_from())
+        leftover = []
+        while not await other_page.receive_nothing(timeout=0.2):
+            leftover.append(await other_page.receive_json_from())
+        await page.disconnect()
+        await other_page.disconnect()
+        return seen, other, leftover
+
+    seen, other, leftover = run(scenario())
+    topics = {m["topic"] for m in seen}
+    assert {"jobs:state:Failed", shown_topic} <= topics
+    assert hidden_topic not in topics
+    assert all(m["kind"] == "changed" for m in seen)
+    assert other[-1]["kind"] == "changed"
+    assert shown_topic not in {m["topic"] for m in leftover}
+
+
+def test_job_page_hears_its_own_job_and_not_another(
+    session_cookie: str,
+    other_zk: KazooClient,
+    make_batch: Callable[[], Batch],
+    make_job: Callable[[Batch], Job],
+) -> None:
+    batch = make_batch()
+    mine, theirs = make_job(batch), make_job(batch)
+
+    async def scenario() -> list[dict]:
+        page = await open_socket(session_cookie, [f"job:{mine.jid}"])
+        await asyncio.to_thread(jobs.job_transition, other_zk, theirs, "Estimating")
+        await asyncio.to_thread(jobs.job_transition, other_zk, mine, "Estimating")
+        seen = await receive_until(page, lambda m: m.get("topic") == f"job:{mine.jid}")
+        await page.disconnect()
+        return seen
+
+    seen = run(scenario())
+    assert [m["topic"] for m in seen] == [f"job:{mine.jid}"]
+
+
+def test_closing_the_last_page_of_a_batch_drops_its_watches(
+    session_cookie: str, make_batch: Callable[[], Batch]
+) -> None:
+    batch = make_batch()
+    topic = f"batch:{batch.bid}"
+
+    async def scenario() -> tuple[int, int, int]:
+        first = await open_socket(session_cookie, [topic])
+        second = await open_socket(session_cookie, [topic])
+        hub = current_hub()
+        assert hub is not None and hub.watcher is not None
+        both = hub.watcher.refs(topic)
+        await first.disconnect()
+        one = hub.watcher.refs(topic)
+        await second.disconnect()
+        await asyncio.sleep(0.1)  # disconnect handling finishes after the close frame
+        return both, one, hub.watcher.refs(topic)
+
+    assert run(scenario()) == (2, 1, 0)
+
+
+def test_a_burst_of_moves_is_coalesced_into_a_few_messages(
+    session_cookie: str,
+    other_zk: KazooClient,
+    make_batch: Callable[[], Batch],
+    make_job: Callable[[Batch], Job],
+) -> None:
+    moves = 300
+    batch = make_batch()
+    waiting = [make_job(batch) for _ in range(moves)]
+
+    def move_all() -> None:
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda j: jobs.job_transition(other_zk, j, "Estimating"), waiting))
+
+    async def scenario() -> list[dict]:
+        page = await open_socket(session_cookie, ["jobs:state:Estimating"])
+        mover = asyncio.create_task(asyncio.to_thread(move_all))
+        seen = await receive_until(page, lambda m: m.get("count") == moves, timeout=60)
+        await mover
+        await page.disconnect()
+        return seen
+
+    seen = run(scenario(), timeout=120)
+    assert 1 <= len(seen) < moves / 5
+    assert seen[-1]["count"] == moves
+    assert sum(m["events"] for m in seen) <= moves
