@@ -1,0 +1,337 @@
+"""Live console latency, ZooKeeper write -> websocket message: ``python bench/live_latency.py``.
+
+Starts its own ZooKeeper (or uses ``--zk-hosts``, in a fresh chroot), the console under daphne
+in a subprocess with a throwaway SQLite database, and a websocket client (the ``websockets``
+package) logged in with a real session cookie and subscribed to ``jobs:state:Estimating``. A
+separate ZooKeeper client then moves jobs Pending -> Estimating with ``job_transition``:
+
+- at rest: ``--rest`` single moves, ``--spacing`` seconds apart (longer than the coalescing
+  window, so each one is a quiet topic's first change);
+- in a burst: ``--burst`` moves as fast as ``--writers`` threads can make them.
+
+Which message reflects which write is decided by ZooKeeper's own transaction ids, not by
+guessing: every message carries the folder's ``pzxid`` (the transaction that last changed its
+children) and a move's transaction id is its status node's ``mzxid``. A move's latency is the
+time from just before its ``job_transition`` call to the first message with ``zxid`` >= the
+move's. Prints median and 95th percentile, also measured from the write's acknowledgement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import contextlib
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import (
+    ROOT,
+    machine,
+    median,
+    new_chroot,
+    p95,
+    setup_django,
+    throwaway_zookeeper,
+    zookeeper_version,
+)
+
+TOPIC = "jobs:state:Estimating"
+
+
+@dataclass
+class Received:
+    """Messages on the socket for TOPIC: arrival time and the folder's pzxid, in order."""
+
+    times: list[float] = field(default_factory=list)
+    zxids: list[int] = field(default_factory=list)
+    events: list[int] = field(default_factory=list)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def first_reflecting(self, zxid: int, after: float = 0.0) -> float | None:
+        """Arrival time of the first message at or after ``after`` whose zxid >= ``zxid``."""
+        start = bisect.bisect_left(self.times, after)
+        for i in range(start, len(self.times)):
+            if self.zxids[i] >= zxid:
+                return self.times[i]
+        return None
+
+
+@dataclass
+class Move:
+    start: float
+    done: float
+    zxid: int = 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def console(env: dict[str, str], port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """The ASGI app under daphne, like production; stopped on exit."""
+    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            [*command, "mrtadmin.asgi:application"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    url = f"http://127.0.0.1:{port}/healthz"
+                    with urllib.request.urlopen(url, timeout=5) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise RuntimeError(f"daphne did not start:\n{log.read().decode()[-3000:]}")
+                time.sleep(0.2)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def session_cookie() -> str:
+    """A logged-in superuser's session, written straight into the console's database."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.auth.models import User
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+    user = User.objects.create_superuser("bench", "bench@example.org", secrets.token_urlsafe(16))
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.save()
+    assert session.session_key is not None
+    return session.session_key
+
+
+def make_jobs(zk: Any, count: int) -> list[Any]:
+    from queues.zk import batches, jobs
+
+    batch = batches.batch_create(zk, submission={"profile": "bench", "type": "container"})
+    configuration = {"profile": "bench", "submitter": "bench", "type": "container"}
+    with ThreadPoolExecutor(8) as pool:
+        return list(
+            pool.map(
+                lambda _: jobs.job_create(zk, bid=batch.bid, configuration=configuration),
+                range(count),
+            )
+        )
+
+
+def status_zxids(zk: Any, jids: list[str]) -> list[int]:
+    from queues.zk import paths
+
+    pending = [zk.exists_async(paths.job_node(j, "status")) for j in jids]
+    return [p.get().mzxid for p in pending]
+
+
+async def read_socket(ws: Any, received: Received) -> None:
+    async for raw in ws:
+        now = time.perf_counter()
+        message = json.loads(raw)
+        if message.get("topic") == TOPIC and "zxid" in message:
+            received.times.append(now)
+            received.zxids.append(int(message["zxid"]))
+            received.events.append(int(message.get("events", 1)))
+            received.arrived.set()
+
+
+async def wait_reflecting(received: Received, zxid: int, after: float, timeout: float) -> float:
+    deadline = time.perf_counter() + timeout
+    while True:
+        at = received.first_reflecting(zxid, after)
+        if at is not None:
+            return at
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            raise TimeoutError(f"no message reflecting zxid {zxid:#x} within {timeout}s")
+        received.arrived.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(received.arrived.wait(), left)
+
+
+async def measure(args: argparse.Namespace, port: int, cookie: str, zk: Any) -> dict[str, Any]:
+    import websockets
+
+    from queues.zk import jobs
+
+    todo = await asyncio.to_thread(make_jobs, zk, args.rest + args.burst)
+    rest_jobs, burst_jobs = todo[: args.rest], todo[args.rest :]
+    received = Received()
+    async with websockets.connect(
+        f"ws://127.0.0.1:{port}/ws/live/",
+        additional_headers={"Cookie": f"sessionid={cookie}", "Origin": f"http://127.0.0.1:{port}"},
+        max_queue=None,
+    ) as ws:
+        hello = json.loads(await ws.recv())
+        assert hello["kind"] == "hello", hello
+        await ws.send(json.dumps({"subscribe": [TOPIC]}))
+        ack = json.loads(await ws.recv())
+        assert ack == {"kind": "subscribed", "topics": [TOPIC]}, ack
+        reader = asyncio.create_task(read_socket(ws, received))
+
+        rest: list[Move] = []
+        for job in rest_jobs:
+            start = time.perf_counter()
+            await asyncio.to_thread(jobs.job_transition, zk, job, "Estimating")
+            move = Move(start, time.perf_counter())
+            move.zxid = (await asyncio.to_thread(status_zxids, zk, [job.jid]))[0]
+            await wait_reflecting(received, move.zxid, move.start, timeout=30)
+            rest.append(move)
+            await asyncio.sleep(args.spacing)
+
+        await asyncio.sleep(1.0)  # let the last window close before the burst
+        first_burst_message = len(received.times)
+        burst: dict[str, Move] = {}
+        lock = threading.Lock()
+
+        def move_one(job: Any) -> None:
+            start = time.perf_counter()
+            jobs.job_transition(zk, job, "Estimating")
+            with lock:
+                burst[job.jid] = Move(start, time.perf_counter())
+
+        def move_all() -> float:
+            began = time.perf_counter()
+            with ThreadPoolExecutor(args.writers) as pool:
+                list(pool.map(move_one, burst_jobs))
+            return time.perf_counter() - began
+
+        burst_seconds = await asyncio.to_thread(move_all)
+        zxids = await asyncio.to_thread(status_zxids, zk, [j.jid for j in burst_jobs])
+        for job, zxid in zip(burst_jobs, zxids, strict=True):
+            burst[job.jid].zxid = zxid
+        last = max(zxids)
+        await wait_reflecting(received, last, 0.0, timeout=60)
+        reader.cancel()
+
+    def latencies(moves: list[Move]) -> tuple[list[float], list[float]]:
+        from_start, from_ack = [], []
+        for m in moves:
+            at = received.first_reflecting(m.zxid, m.start)
+            assert at is not None
+            from_start.append(at - m.start)
+            from_ack.append(at - m.done)
+        return from_start, from_ack
+
+    burst_messages = len(received.times) - first_burst_message
+    return {
+        "rest": latencies(rest),
+        "rest_write": [m.done - m.start for m in rest],
+        "burst": latencies(list(burst.values())),
+        "burst_write": [m.done - m.start for m in burst.values()],
+        "burst_seconds": burst_seconds,
+        "burst_messages": burst_messages,
+        "burst_events": sum(received.events[first_burst_message:]),
+    }
+
+
+def ms(values: list[float]) -> str:
+    return f"median {median(values) * 1000:7.1f} ms   p95 {p95(values) * 1000:7.1f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--zk-hosts", default="", help="an existing ZooKeeper (default: own)")
+    parser.add_argument("--rest", type=int, default=50, help="single moves at rest")
+    parser.add_argument("--spacing", type=float, default=0.5, help="seconds between them")
+    parser.add_argument("--burst", type=int, default=1000, help="moves in the burst")
+    parser.add_argument("--writers", type=int, default=8, help="threads writing the burst")
+    args = parser.parse_args()
+
+    with (
+        throwaway_zookeeper(args.zk_hosts) as server,
+        tempfile.TemporaryDirectory(prefix="mrt-bench-live-") as tmp,
+    ):
+        # Settings come from the environment: set it before Django reads it, for this process
+        # (session, ZooKeeper writes) and for daphne alike.
+        os.environ.update(
+            {
+                "MRT_VAR_DIR": str(Path(tmp) / "var"),
+                "MRT_DATABASE_PATH": str(Path(tmp) / "console.sqlite3"),
+                "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+                "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+                "LOG_LEVEL": "WARNING",
+            }
+        )
+        setup_django()
+        hosts = new_chroot(server, "bench-live")
+        os.environ["ZK_HOSTS"] = hosts
+        from django.conf import settings
+
+        from queues import zk as zkmod
+
+        settings.ZK_HOSTS = hosts
+        cookie = session_cookie()
+        port = free_port()
+        writer = zkmod.connect(hosts)
+        try:
+            with console(dict(os.environ), port):
+                result = asyncio.run(measure(args, port, cookie, writer))
+        finally:
+            writer.stop()
+            writer.close()
+        version = zookeeper_version(server)
+
+    window = settings.LIVE_COALESCE_SECONDS
+    rest_start, rest_ack = result["rest"]
+    burst_start, burst_ack = result["burst"]
+    rate = args.burst / result["burst_seconds"]
+    print("Live console: ZooKeeper write -> websocket message (daphne, in-memory channel layer)")
+    print(f"coalescing window {window * 1000:.0f} ms; topic {TOPIC}")
+    print()
+    print(f"at rest, {args.rest} single moves {args.spacing:g} s apart")
+    print(f"  from write call     {ms(rest_start)}")
+    print(f"  from write ack      {ms(rest_ack)}")
+    print(f"  (the write itself   {ms(result['rest_write'])})")
+    print(
+        f"burst of {args.burst} moves by {args.writers} writer threads in "
+        f"{result['burst_seconds']:.2f} s ({rate:,.0f} moves/s)"
+    )
+    print(f"  from write call     {ms(burst_start)}")
+    print(f"  from write ack      {ms(burst_ack)}")
+    print(f"  (the write itself   {ms(result['burst_write'])})")
+    print(
+        f"  messages on the socket: {result['burst_messages']} for {args.burst} moves "
+        f"({result['burst_events']} watch events folded in)"
+    )
+    print()
+    print(f"ZooKeeper {version}; {machine()}")
+
+
+if __name__ == "__main__":
+    main()
