@@ -219,7 +219,8 @@ else:
     EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
     EMAIL_FILE_PATH = MRT_VAR_DIR / "mail"
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "merritt-queue@localhost")
-MRT_MAIL_FROM = env("MRT_MAIL_FROM", DEFAULT_FROM_EMAIL)
+# Sender of summary e-mails; empty: DEFAULT_FROM_EMAIL.
+MRT_MAIL_FROM = env("MRT_MAIL_FROM")
 
 LOGGING = {
     "version": 1,

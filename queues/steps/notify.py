@@ -139,5 +139,5 @@ def send_batch_summary(
         state=state,
         console_url=console_url,
     )
-    sender = getattr(settings, "MRT_MAIL_FROM", None) or settings.DEFAULT_FROM_EMAIL
+    sender = settings.MRT_MAIL_FROM or settings.DEFAULT_FROM_EMAIL
     return send_mail(subject, body, sender, to, fail_silently=False)
