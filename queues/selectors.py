@@ -2,8 +2,10 @@
 
 Every function takes keyword-only arguments and reads through the process's ZooKeeper client
 with pipelined requests. Lists are paged on index names before anything is loaded, so a page of
-50 jobs costs 50 loads however many thousand jobs share its state; counts come from the folders'
-child counts, never from loading the items.
+50 jobs costs 50 loads however many thousand jobs share its state. What would otherwise be read
+again for every page -- state-folder listings, batch states, each job's profile, space needed --
+comes from the process's watch-kept read index (``queues/zk/index.py``), so a page's cost follows
+what it shows, not the size of the queue.
 """
 
 from __future__ import annotations
@@ -15,18 +17,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.core.cache import cache
-
 from queues.states import ACCESS, BATCH, BATCH_INDEX_FOLDERS, JOB, JOB_STEPS, JOB_WORKING
 from queues.zk import client
+from queues.zk import index as zindex
 from queues.zk import paths as zpaths
 from queues.zk.access import access_ids, access_load, accesses_load
-from queues.zk.batches import batch_ids, batch_job_ids, batch_load, batches_load, report_changes
-from queues.zk.codecs import decode_any, decode_int, decode_json
+from queues.zk.batches import batch_job_ids, batch_load, batches_load, report_changes
+from queues.zk.codecs import decode_any, decode_json
 from queues.zk.errors import InvalidTransition, MalformedNode, NotFound, Unavailable
-from queues.zk.jobs import index_entries, job_load, job_resume_state, jobs_load
+from queues.zk.jobs import job_load, job_resume_state, jobs_load
 from queues.zk.locks import Holds, holds_list
-from queues.zk.nodes import children, children_many, exists_many, read_many, stamp
+from queues.zk.nodes import children, exists_many, read_many, stamp
 from queues.zk.records import AccessRequest, Batch, Broken, Job
 
 PER_PAGE = 50
@@ -65,10 +66,9 @@ class StateCount:
 
 
 def job_state_counts() -> dict[str, int]:
-    """Jobs per state from the index folders' child counts (one pipelined round trip)."""
-    folders = {s: zpaths.job_state_folder(s) for s in JOB.states if s != "Deleted"}
-    stats = exists_many(zk_client(), list(folders.values()))
-    return {s: (stats[f].numChildren if stats[f] else 0) for s, f in folders.items()}
+    """Jobs per state, from the read index's listings of the state folders."""
+    idx = zindex.for_client(zk_client())
+    return {s: idx.job_count(s) for s in JOB.states if s != "Deleted"}
 
 
 def job_state_summary() -> dict[str, StateCount]:
@@ -78,19 +78,17 @@ def job_state_summary() -> dict[str, StateCount]:
     created when the job entered the state, so its ctime gives the time spent there.
     """
     zk = zk_client()
-    counts = job_state_counts()
-    folders = {s: zpaths.job_state_folder(s) for s in counts}
-    listed = children_many(zk, [f for s, f in folders.items() if counts[s]])
-    oldest_entry: dict[str, str] = {}
-    for state, folder in folders.items():
-        names = [n for n in listed.get(folder) or [] if zpaths.INDEX_ENTRY_RE.fullmatch(n)]
-        if names:
-            oldest_entry[state] = f"{folder}/{min(names, key=lambda n: n[3:])}"
-    stats = exists_many(zk, list(oldest_entry.values()))
+    idx = zindex.for_client(zk)
+    states = [s for s in JOB.states if s != "Deleted"]
+    oldest = {
+        s: f"{zpaths.job_state_folder(s)}/{name}" for s in states if (name := idx.oldest_entry(s))
+    }
+    stats = exists_many(zk, list(oldest.values()))
     result = {}
-    for state in counts:
-        stat = stats.get(oldest_entry.get(state, ""))
-        result[state] = StateCount(state, counts[state], _age(stamp(stat.ctime)) if stat else None)
+    for state in states:
+        stat = stats.get(oldest.get(state, ""))
+        age = _age(stamp(stat.ctime)) if stat else None
+        result[state] = StateCount(state, idx.job_count(state), age)
     return result
 
 
@@ -123,11 +121,16 @@ def _statuses(zk: Any, node_paths: Sequence[str]) -> list[tuple[str, datetime]]:
 
 
 def batch_state_summary() -> dict[str, StateCount]:
-    zk = zk_client()
-    bids = batch_ids(zk)
-    return _status_summary(
-        BATCH.states, _statuses(zk, [zpaths.batch_node(b, "status") for b in bids])
-    )
+    summary = zindex.for_client(zk_client()).batch_summary()
+    result = {
+        s: StateCount(s, summary[s][0], _age(stamp(summary[s][1])))
+        if s in summary
+        else StateCount(s, 0, None)
+        for s in BATCH.states
+    }
+    for state, (count, oldest) in summary.items():  # unknown states are shown, not hidden
+        result.setdefault(state, StateCount(state, count, _age(stamp(oldest))))
+    return result
 
 
 def access_state_summary() -> dict[str, StateCount]:
@@ -141,44 +144,15 @@ def access_state_summary() -> dict[str, StateCount]:
 
 
 def bytes_in_process() -> int:
-    """Sum of space_needed over jobs in the working states, cached briefly (it reads every one)."""
-    cached = cache.get("mrt:bytes_in_process")
-    if cached is not None:
-        return cached
-    zk = zk_client()
-    listed = children_many(zk, [zpaths.job_state_folder(s) for s in JOB_WORKING])
-    jids = [
-        m.group(2)
-        for names in listed.values()
-        for n in names or []
-        if (m := zpaths.INDEX_ENTRY_RE.fullmatch(n))
-    ]
-    total = 0
-    reads = read_many(zk, [zpaths.job_node(j, "space_needed") for j in jids])
-    for path, read in reads.items():
-        if read is not None:
-            try:
-                total += max(0, decode_int(path, read[0]))
-            except MalformedNode:
-                continue
-    cache.set("mrt:bytes_in_process", total, 15)
-    return total
+    """Sum of space_needed over jobs in the working states (read once per job and state)."""
+    idx = zindex.for_client(zk_client())
+    return sum(idx.space_total(s) for s in JOB_WORKING)
 
 
 def held_jobs_by_collection() -> dict[str, int]:
-    """How many Held jobs each collection (profile) has; only configuration nodes are read."""
-    zk = zk_client()
-    jids = [jid for _p, jid in index_entries(zk, "Held")]
-    counts: Counter[str] = Counter()
-    for path, read in read_many(zk, [zpaths.job_node(j, "configuration") for j in jids]).items():
-        if read is None:
-            continue
-        try:
-            profile = decode_json(path, read[0]).get("profile")
-        except MalformedNode:
-            profile = None
-        counts[profile if isinstance(profile, str) and profile else "(none)"] += 1
-    return dict(sorted(counts.items()))
+    """How many Held jobs each collection (profile) has."""
+    counts = zindex.for_client(zk_client()).profile_counts("Held")
+    return dict(sorted(((p or "(none)"), n) for p, n in counts.items()))
 
 
 @dataclass(frozen=True)
@@ -252,29 +226,35 @@ class Page:
 
 
 def _job_entries(zk: Any, flt: JobFilter) -> list[tuple[int, str]]:
-    """The (priority, jid) entries a filter starts from, in the requested order."""
+    """The (priority, jid) entries a filter starts from, in the requested order.
+
+    Profile and submitter are answered by the read index (facts of each job's configuration,
+    read once); only age, ARK and local ID still need a scan of the jobs' nodes.
+    """
+    idx = zindex.for_client(zk)
+    order = flt.sort if flt.sort in ("oldest", "newest") else "run"
     states = [flt.state] if flt.state else [s for s in JOB.states if s != "Deleted"]
     if len(states) == 1:
-        entries = index_entries(zk, states[0])
+        entries = idx.job_entries_matching(
+            states[0], profile=flt.profile, submitter=flt.submitter, order=order
+        )
     else:
-        listed = children_many(zk, [zpaths.job_state_folder(s) for s in states])
         entries = [
-            (int(m.group(1)), m.group(2))
-            for names in listed.values()
-            for n in names or []
-            if (m := zpaths.INDEX_ENTRY_RE.fullmatch(n))
+            e
+            for s in states
+            for e in idx.job_entries_matching(s, profile=flt.profile, submitter=flt.submitter)
         ]
+        if order == "oldest":
+            entries.sort(key=lambda e: e[1])
+        elif order == "newest":
+            entries.sort(key=lambda e: e[1], reverse=True)
+        else:
+            entries.sort()
     if flt.priority is not None:
         entries = [e for e in entries if e[0] == flt.priority]
     if flt.bid:
         in_batch = {j for jids in batch_job_ids(zk, zpaths.bid(flt.bid)).values() for j in jids}
         entries = [e for e in entries if e[1] in in_batch]
-    if flt.sort == "oldest":
-        entries.sort(key=lambda e: e[1])
-    elif flt.sort == "newest":
-        entries.sort(key=lambda e: e[1], reverse=True)
-    else:
-        entries.sort()
     return entries
 
 
@@ -326,6 +306,9 @@ def _scan(
     ``want(n)`` says whether the n-th match (0-based) should be kept. Returns the kept job IDs,
     the number of matches, the number of entries scanned and whether the limit cut the scan.
     """
+    if not (flt.q or flt.min_age_hours):
+        # Everything asked was answered by _job_entries from the index: every entry matches.
+        return [jid for n, (_p, jid) in enumerate(entries) if want(n)], len(entries), 0, False
     kept: list[str] = []
     matches = 0
     scanned = 0
@@ -483,7 +466,7 @@ class FailedView:
 def failed_jobs(*, bid: str = "", profile: str = "", step: str = "") -> FailedView:
     """Every Failed job (up to FAILED_LIMIT), filtered and grouped three ways."""
     zk = zk_client()
-    entries = index_entries(zk, "Failed")
+    entries = list(zindex.for_client(zk).job_entries("Failed"))  # sorted below: a copy
     if bid:
         in_batch = set(batch_job_ids(zk, zpaths.bid(bid)).get("batch-failed", []))
         entries = [e for e in entries if e[1] in in_batch]
@@ -567,22 +550,15 @@ class BatchFilter:
 
 
 def batches_page(*, flt: BatchFilter, page: int = 1, per_page: int = PER_PAGE) -> Page:
-    """Batches newest first. Without a filter only the page is loaded; filters read the
-    status or submission nodes of every batch (batches number in thousands, not millions)."""
+    """Batches newest first. Without a filter only the page is loaded; the state filter uses
+    the read index's batch states, the other filters read the submissions of every batch
+    (batches number in thousands, not millions)."""
     zk = zk_client()
-    bids = list(reversed(batch_ids(zk)))
+    idx = zindex.for_client(zk)
+    bids = list(reversed(idx.batch_ids()))
     if flt.state:
-        statuses = read_many(zk, [zpaths.batch_node(b, "status") for b in bids])
-        keep = []
-        for b in bids:
-            read = statuses[zpaths.batch_node(b, "status")]
-            try:
-                state = decode_json("status", read[0]).get("status") if read else None
-            except MalformedNode:
-                state = "?"
-            if state == flt.state:
-                keep.append(b)
-        bids = keep
+        states = idx.batch_states()
+        bids = [b for b in bids if (s := states.get(b)) is not None and s.state == flt.state]
     if flt.profile or flt.submitter or flt.q:
         subs = read_many(zk, [zpaths.batch_node(b, "submission") for b in bids])
         keep = []
@@ -709,7 +685,7 @@ class ReportRow:
 def status_reports(*, page: int = 1, per_page: int = 20) -> Page:
     """Batches that have a status report, newest batch first."""
     zk = zk_client()
-    bids = list(reversed(batch_ids(zk)))
+    bids = list(reversed(zindex.for_client(zk).batch_ids()))
     present = exists_many(zk, [zpaths.batch_node(b, "status-report") for b in bids])
     bids = [b for b in bids if present[zpaths.batch_node(b, "status-report")] is not None]
     page = max(1, page)

@@ -104,6 +104,9 @@ def run_check(
                 report.findings.append(Finding("malformed-node", item.path, item.reason))
             else:
                 jobs[item.jid] = item
+                # Optional nodes that do not decode leave the job usable, but still need a look.
+                for path, reason in item.problems.items():
+                    report.findings.append(Finding("malformed-node", path, reason))
         say(f"checked {min(start + chunk, len(job_ids))}/{len(job_ids)} jobs")
     report.jobs = len(jobs)
 
@@ -170,6 +173,8 @@ def run_check(
             report.findings.append(Finding("malformed-node", item.path, item.reason))
         else:
             batches[item.bid] = item
+            for path, reason in item.problems.items():
+                report.findings.append(Finding("malformed-node", path, reason))
     report.batches = len(batches)
     batch_stats = exists_many(zk, [paths.batch(b) for b in bids])
     for bid in bids:

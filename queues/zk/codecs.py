@@ -43,8 +43,9 @@ def decode_json(path: str, data: bytes | None) -> dict[str, Any]:
         raise MalformedNode(path, "empty, expected a JSON object")
     try:
         value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise MalformedNode(path, f"not valid JSON ({exc})") from exc
+    # RecursionError: nesting deeper than the decoder goes, as garbage from another client may be.
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise MalformedNode(path, f"not valid JSON ({str(exc)[:200]})") from exc
     if not isinstance(value, dict):
         raise MalformedNode(path, f"expected a JSON object, found {type(value).__name__}")
     return value
@@ -83,5 +84,5 @@ def decode_any(data: bytes | None) -> Any:
         return f"<{len(data)} bytes of binary data>"
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text

@@ -31,12 +31,15 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import Callback, KeeperState
 
 from . import paths
 from .codecs import decode_int, decode_json
 from .errors import MalformedNode
 
 MAX_FACTS = 1_000_000
+# How long a read waits for kazoo's callback thread before using what it has.
+SETTLE_SECONDS = 2.0
 MAX_FILTERS_PER_LISTING = 32
 
 
@@ -81,6 +84,9 @@ class ReadIndex:
         self._folders: dict[str, _Folder] = {}
         self._batches: dict[str, BatchState | None] = {}
         self._stale_batches: set[str] = set()
+        # Bumped whenever a batch's known state changes, so summaries are computed once per change.
+        self._batch_generation = 0
+        self._batch_summary: tuple[int, dict[str, tuple[int, int]]] | None = None
         self._facts: dict[str, JobFacts] = {}
         self._space: dict[str, dict[str, int]] = {}
         zk.add_listener(self._on_session)
@@ -122,11 +128,24 @@ class ReadIndex:
 
     # Folders ----------------------------------------------------------------------------------
 
+    def settle(self) -> None:
+        """Wait until every watch event kazoo has received so far has marked its entry stale.
+
+        ZooKeeper sends a watch event on a connection before the reply to the write that caused
+        it, but kazoo runs watch callbacks on a thread of their own. Queueing a marker behind
+        them and waiting for it makes this process read its own writes: a page rendered after
+        an action shows the action's result, not the index from just before.
+        """
+        done = threading.Event()
+        self.zk.handler.dispatch_callback(Callback("watch", done.set, ()))
+        done.wait(SETTLE_SECONDS)
+
     def names(self, path: str) -> list[str]:
         """The sorted child names of ``path`` (empty when it does not exist); do not modify."""
         return self._listing(path).names
 
     def _listing(self, path: str) -> _Listing:
+        self.settle()
         with self._lock:
             folder = self._folders.setdefault(path, _Folder())
             if not folder.stale and folder.listing is not None:
@@ -235,12 +254,13 @@ class ReadIndex:
 
     def batch_states(self) -> dict[str, BatchState]:
         """Every batch's state and status mtime; half-created batches are left out."""
-        bids = self.batch_ids()
+        bids = self.batch_ids()  # settles
         with self._lock:
             known = set(bids)
             for gone in [b for b in self._batches if b not in known]:
                 del self._batches[gone]
                 self._stale_batches.discard(gone)
+                self._batch_generation += 1
             todo = [b for b in bids if b not in self._batches or b in self._stale_batches]
             self._stale_batches.difference_update(todo)
         if todo:
@@ -266,6 +286,7 @@ class ReadIndex:
                 fresh[bid] = BatchState(state, stat.mtime)
             with self._lock:
                 self._batches.update(fresh)
+                self._batch_generation += 1
                 self._stale_batches.update(b for b, s in fresh.items() if s is None)
                 if failed is not None:
                     self._stale_batches.update(b for b in todo if b not in fresh)
@@ -274,7 +295,46 @@ class ReadIndex:
         with self._lock:
             return {b: s for b in bids if (s := self._batches.get(b)) is not None}
 
+    def batch_summary(self) -> dict[str, tuple[int, int]]:
+        """Batch state -> (how many, oldest status mtime in ms); recomputed after a change."""
+        states = self.batch_states()
+        with self._lock:
+            generation = self._batch_generation
+            if self._batch_summary is not None and self._batch_summary[0] == generation:
+                return self._batch_summary[1]
+        summary: dict[str, tuple[int, int]] = {}
+        for item in states.values():
+            count, oldest = summary.get(item.state, (0, item.mtime_ms))
+            summary[item.state] = (count + 1, min(oldest, item.mtime_ms))
+        with self._lock:
+            self._batch_summary = (generation, summary)
+        return summary
+
     # Jobs -------------------------------------------------------------------------------------
+
+    def profile_counts(self, state: str) -> dict[str, int]:
+        """Jobs of a state per profile ("" when unknown), computed once per folder change."""
+        listing = self._listing(paths.job_state_folder(state))
+        counts = listing.derived.get("profile-counts")
+        if counts is None:
+            jids = [jid for _p, jid in self._entries(listing, "run")]
+            facts = self.job_facts(jids)
+            counts = {}
+            for jid in jids:
+                profile = facts[jid].profile if jid in facts else ""
+                counts[profile] = counts.get(profile, 0) + 1
+            listing.derived["profile-counts"] = counts
+        return counts
+
+    def space_total(self, state: str) -> int:
+        """Sum of ``space_needed`` over the jobs of a state, computed once per folder change."""
+        listing = self._listing(paths.job_state_folder(state))
+        total = listing.derived.get("space-total")
+        if total is None:
+            jids = [jid for _p, jid in self._entries(listing, "run")]
+            total = sum(self.space_needed(state, jids).values())
+            listing.derived["space-total"] = total
+        return total
 
     def job_facts(self, jids: Sequence[str]) -> dict[str, JobFacts]:
         """Profile, submitter and local ID of each job; unreadable jobs are left out."""
@@ -333,6 +393,10 @@ _indexes_lock = threading.Lock()
 def for_client(zk: KazooClient) -> ReadIndex:
     """The index of ``zk``, made on first use (one per client, so a reconnect starts afresh)."""
     with _indexes_lock:
+        for key, old in list(_indexes.items()):
+            if old.zk.client_state == KeeperState.CLOSED:
+                old.close()
+                del _indexes[key]
         index = _indexes.get(id(zk))
         if index is None or index.zk is not zk:
             index = ReadIndex(zk)

@@ -1,0 +1,100 @@
+"""What every benchmark needs: Django set up, a throwaway ZooKeeper, figures and the machine."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def setup_django() -> None:
+    """Import the project's settings the way manage.py does, from any working directory."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mrtadmin.settings")
+    import django
+
+    django.setup()
+
+
+@contextlib.contextmanager
+def throwaway_zookeeper(hosts: str = "") -> Iterator[str]:
+    """``hosts`` if given, else a fresh local server on a free port with its data in a tmp dir.
+
+    The server gets a larger heap than the development default: 100,000 jobs are about 900,000
+    nodes, and a server short of heap spends its time collecting garbage, not serving.
+    """
+    if hosts:
+        yield hosts
+        return
+    from queues.zk.server import LocalZooKeeper, free_port
+
+    os.environ.setdefault("ZK_LOCAL_HEAP", "3g")
+    with tempfile.TemporaryDirectory(prefix="mrt-bench-zk-") as tmp:
+        server = LocalZooKeeper(Path(tmp), free_port())
+        server.start()
+        try:
+            yield server.hosts
+        finally:
+            server.stop()
+
+
+def new_chroot(hosts: str, name: str) -> str:
+    """A connection string into a fresh chroot, so runs never see each other's nodes."""
+    from queues import zk as zkmod
+
+    chroot = f"/{name}-{uuid.uuid4().hex[:8]}"
+    root = zkmod.connect(hosts)
+    root.ensure_path(chroot)
+    root.stop()
+    root.close()
+    return f"{hosts}{chroot}"
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def machine() -> str:
+    """CPU model, cores and memory, for the line under every table of figures."""
+    model = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory = "?"
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = f"{int(line.split()[1]) / 1024**2:.0f} GiB RAM"
+                break
+    return (
+        f"{model}, {os.cpu_count()} cores, {memory}; Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}"
+    )
+
+
+def zookeeper_version(hosts: str) -> str:
+    from queues.zk.server import four_letter
+
+    host, _, rest = hosts.partition(":")
+    port = int(rest.split(",")[0].split("/")[0])
+    answer = four_letter(port) if host in ("127.0.0.1", "localhost") else None
+    for line in (answer or "").splitlines():
+        if line.startswith("Zookeeper version:"):
+            return line.split(":", 1)[1].split(",")[0].strip()
+    return "unknown"

@@ -1,0 +1,173 @@
+"""The consumer daemons' throughput next to the server's raw rate: ``python bench/daemons.py``.
+
+Loads ``--jobs`` jobs in Estimating, then runs ``--processes`` daemon processes. Each hosts one
+daemon per job step (Estimating ... Notify) built on the project's own loop
+(``queues.daemons.base.JobDaemon``: claim the first job in priority order under its ephemeral
+lock, run the step, one transition, unlock, check the batch), with a step that does no work, so
+what is measured is the loop and ZooKeeper, not downloads. Every job makes 7 transitions on its
+way to Completed. In the same run and on the same server, ``bench/zk_rate.py`` measures the raw
+rate of the transition's five-operation multi with the same number of client processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import multiprocessing
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import machine, new_chroot, setup_django, throwaway_zookeeper
+
+TARGET_SHARE = 0.5
+
+
+def _daemon_process(hosts: str, poll: float, stop_at: float, out: multiprocessing.Queue) -> None:
+    setup_django()
+    from django.conf import settings
+
+    from queues.daemons.base import JobDaemon, Next
+    from queues.states import JOB, JOB_WORKING
+
+    logging.getLogger("queues").setLevel(logging.WARNING)
+    settings.ZK_HOSTS = hosts
+
+    class NoWork(JobDaemon):
+        """A step that has nothing to do: the job moves on to the next state at once."""
+
+        queue_hold = None
+
+        def work(self, item):  # the base class's signature
+            return Next(JOB.successor(item.state) or "Completed")
+
+    daemons = [
+        type(f"NoWork{s}", (NoWork,), {"name": f"bench-{s}", "step": s, "state": s})(poll=poll)
+        for s in JOB_WORKING
+    ]
+    counts = [0] * len(daemons)
+    stop = threading.Event()
+
+    def loop(i: int) -> None:
+        while not stop.is_set() and time.time() < stop_at:
+            try:
+                busy = daemons[i].run_once()
+            except Exception:
+                logging.getLogger("bench").warning("run_once raised", exc_info=True)
+                busy = False
+            last = daemons[i].last
+            if last is not None and last.outcome == "ok":
+                counts[i] += 1
+            if not busy:
+                stop.wait(poll)
+
+    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(len(daemons))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    out.put(sum(counts))
+
+
+@dataclass
+class DaemonRun:
+    processes: int
+    jobs: int
+    transitions: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.transitions / self.seconds if self.seconds else 0.0
+
+
+def run_daemons(hosts: str, *, jobs: int, processes: int, timeout: float = 600) -> DaemonRun:
+    """Move ``jobs`` Estimating jobs to Completed with ``processes`` daemon processes."""
+    from bench.load import load
+    from queues import zk as zkmod
+    from queues.states import JOB_WORKING
+    from queues.zk import paths
+
+    target = new_chroot(hosts, f"bench-daemons-{processes}")
+    # Only jobs waiting for Estimating: every one of them makes all seven transitions.
+    load(
+        target,
+        jobs=jobs,
+        batches=max(1, jobs // 50),
+        distribution={"Estimating": 1.0},
+        quiet=True,
+    )
+    watcher = zkmod.connect(target)
+    done_folder = paths.job_state_folder("Completed")
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    stop_at = time.time() + timeout
+    children = [
+        context.Process(target=_daemon_process, args=(target, 0.05, stop_at, out))
+        for _ in range(processes)
+    ]
+    for child in children:
+        child.start()
+    # The clock starts at the first transition, so process start-up is not counted.
+    began = None
+    while time.time() < stop_at:
+        stat = watcher.exists(paths.job_state_folder("Provisioning"))
+        moved = (stat.numChildren if stat else 0) + watcher.exists(done_folder).numChildren
+        if began is None and moved:
+            began = time.monotonic()
+        if watcher.exists(done_folder).numChildren >= jobs:
+            break
+        time.sleep(0.05)
+    elapsed = time.monotonic() - (began or time.monotonic())
+    completed = watcher.exists(done_folder).numChildren
+    watcher.stop()
+    watcher.close()
+    # Let the children see the deadline and go.
+    for child in children:
+        child.terminate()
+        child.join(timeout=30)
+    return DaemonRun(processes, completed, completed * len(JOB_WORKING), elapsed)
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2_000)
+    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--seconds", type=float, default=8.0, help="length of each raw probe")
+    parser.add_argument("--hosts", default="", help="ZooKeeper to use (default: a throwaway one)")
+    args = parser.parse_args(argv)
+    setup_django()
+    from bench import zk_rate
+
+    lines = [
+        f"Daemon throughput ({args.jobs} jobs, each Estimating -> ... -> Completed, 7 "
+        "transitions; one thread per step in each process) against the raw rate of the same "
+        "five-operation transaction, same server, same number of client processes:",
+        f"  {'processes':>9}{'daemons':>16}{'raw ZooKeeper':>18}{'share':>8}",
+    ]
+    with throwaway_zookeeper(args.hosts) as hosts:
+        for processes in args.processes:
+            run = run_daemons(hosts, jobs=args.jobs, processes=processes)
+            raw = zk_rate.measure(hosts, processes=processes, seconds=args.seconds)
+            share = run.per_second / raw if raw else 0.0
+            verdict = "ok" if share >= TARGET_SHARE else f"under {TARGET_SHARE:.0%}"
+            line = (
+                f"  {processes:>9}{run.per_second:>12.0f} t/s{raw:>14.0f} t/s{share:>7.0%}  "
+                f"{verdict}"
+                + ("" if run.jobs >= args.jobs else f" (only {run.jobs} jobs finished)")
+            )
+            print(line, flush=True)
+            lines.append(line)
+    print()
+    for line in lines:
+        print(line)
+    print(f"Machine: {machine()}")
+    return lines
+
+
+if __name__ == "__main__":
+    main()

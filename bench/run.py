@@ -1,0 +1,44 @@
+"""Every benchmark in one run, then one summary: ``python bench/run.py`` (or ``make bench``).
+
+Pages with 1,000 and 100,000 jobs (``bench/pages.py``), then the daemons' transitions per second
+next to the raw ZooKeeper rate (``bench/daemons.py``), each on a ZooKeeper of its own started for
+the run. The summary ends with the machine it ran on; paste it into README.md "Benchmarks".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import machine
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--large", type=int, default=100_000, help="jobs in the large queue")
+    parser.add_argument("--daemon-jobs", type=int, default=600)
+    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
+    args = parser.parse_args()
+    began = time.monotonic()
+
+    from bench import daemons, pages
+
+    page_lines = pages.main(["--large", str(args.large)])
+    daemon_lines = daemons.main(
+        ["--jobs", str(args.daemon_jobs), "--processes", *map(str, args.processes)]
+    )
+    print()
+    print("=" * 100)
+    print("SUMMARY (python bench/run.py)")
+    for line in [*page_lines, *daemon_lines]:
+        print(line)
+    print(f"Machine: {machine()}")
+    print(f"Whole run: {time.monotonic() - began:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""In a real Chromium: script and markup in submitter, title and file name are shown as text on
+every page and never run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from queues.zk.records import Job
+
+from .conftest import HOSTILE, PASSWORD
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("no Chromium at /usr/bin/chromium")
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+def test_hostile_text_is_shown_and_never_runs(browser, live_server, make_user, hostile_job: Job):
+    make_user("admin", "escaper")
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", "escaper")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+
+    job_page = f"{live_server.url}/jobs/{hostile_job.jid}/"
+    for url in (
+        job_page,
+        f"{live_server.url}/batches/{hostile_job.bid}/",
+        f"{live_server.url}/jobs/?state=Failed",
+        f"{live_server.url}/failed/",
+        f"{live_server.url}/batches/",
+        f"{live_server.url}/",
+    ):
+        page.goto(url)
+        page.wait_for_load_state("networkidle")
+        assert page.locator("img[src=x], svg[onload]").count() == 0, url
+    assert dialogs == []
+
+    page.goto(job_page)
+    text = page.locator("body").inner_text()
+    assert HOSTILE["submitter"] in text
+    assert HOSTILE["filename"] in text
+    context.close()
