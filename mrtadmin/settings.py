@@ -130,7 +130,14 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": Path(env("MRT_DATABASE_PATH", str(MRT_VAR_DIR / "console.sqlite3"))),
-        "OPTIONS": {"timeout": 20},
+        # Several daemon processes record into the local inventory at once. IMMEDIATE takes the
+        # write lock when a transaction starts, so a writer waits out the busy timeout instead
+        # of failing on a read-to-write upgrade; WAL lets pages read while daemons write.
+        "OPTIONS": {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
