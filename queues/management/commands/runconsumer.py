@@ -45,22 +45,42 @@ class Command(BaseCommand):
             raise CommandError("--poll must not be negative")
         if options["threads"] < 1:
             raise CommandError("--threads must be at least 1")
-        try:
-            host = Host(options["name"], threads=options["threads"], poll=options["poll"])
-        except Unavailable as exc:
-            raise CommandError(str(exc)) from exc
+        stop = threading.Event()
+        if not options["once"]:
+            self._install_signals(stop)
+        host = self._connect(options, stop)
+        if host is None:
+            return
         try:
             if options["once"]:
                 code = host.run_once()
                 if code:
                     raise SystemExit(code)
                 return
-            stop = threading.Event()
-            self._install_signals(stop)
             host.run(stop)
         finally:
             host.close()
             close()
+
+    def _connect(self, options: dict[str, Any], stop: threading.Event) -> Host | None:
+        """Connect; a long-running daemon waits (with back-off) for ZooKeeper to come up.
+
+        Daemons are often started together with the ensemble, or restarted while it restarts:
+        exiting then would leave the work to whatever restarts the process. ``--once`` is for
+        scripts, which want the failure at once. None when stopped before a connection.
+        """
+        delay = 1.0
+        while True:
+            try:
+                return Host(options["name"], threads=options["threads"], poll=options["poll"])
+            except Unavailable as exc:
+                if options["once"]:
+                    raise CommandError(str(exc)) from exc
+                self.stderr.write(f"{exc}; retrying in {delay:.0f}s")
+                close()
+            if stop.wait(delay):
+                return None
+            delay = min(delay * 2, 30.0)
 
     def _install_signals(self, stop: threading.Event) -> None:
         def on_signal(signum: int, _frame: object) -> None:
