@@ -20,6 +20,7 @@ __all__ = [
     "MalformedNode",
     "NotFound",
     "QueueHeld",
+    "StaleVersion",
     "Unavailable",
     "is_connection_error",
 ]
@@ -39,6 +40,10 @@ class ItemLocked(DomainError):
 
 class Conflict(DomainError):
     """The item changed since it was read: a stale page or a concurrent move."""
+
+
+class StaleVersion(Conflict):
+    """The status node's version is not the one read: someone else wrote it since."""
 
 
 class QueueHeld(DomainError):

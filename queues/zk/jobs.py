@@ -9,22 +9,26 @@ from datetime import datetime
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from queues.states import JOB, InvalidTransition, job_batch_folder, job_resume_target
 
 from . import paths
 from .codecs import decode_int, decode_json, decode_str, encode_int, encode_json, now_stamp
-from .errors import Conflict, ItemLocked, MalformedNode, NotFound
-from .locks import lock_create, lock_release
+from .errors import Conflict, ItemLocked, MalformedNode, NotFound, StaleVersion
+from .locks import lock_release
 from .nodes import (
     children,
+    collect_exists,
+    collect_reads,
     commit,
     ensure_folder,
     exists_many,
     landed,
     lock_info,
-    read_many,
     stamp,
+    start_exists,
+    start_reads,
 )
 from .records import Broken, Job, Status
 
@@ -176,6 +180,17 @@ def _decode(jid: str, reads: dict[str, Any], job_stat: Any, lock_stat: Any) -> J
     )
 
 
+def _start_load(zk: KazooClient, jids: Sequence[str]) -> tuple[list, list]:
+    """Send every read a load needs, without waiting (one round trip however many jobs)."""
+    reads = start_reads(zk, [paths.job_node(j, n) for j in jids for n in ALL_NODES])
+    stats = start_exists(zk, [p for j in jids for p in (paths.job(j), paths.job_node(j, "lock"))])
+    return reads, stats
+
+
+def _finish_load(jid: str, reads: dict[str, Any], stats: dict[str, Any]) -> Job:
+    return _decode(jid, reads, stats[paths.job(jid)], stats[paths.job_node(jid, "lock")])
+
+
 def jobs_load(zk: KazooClient, jids: Sequence[str]) -> list[Job | Broken]:
     """Load many jobs in one pipelined round trip, in the order given.
 
@@ -184,15 +199,12 @@ def jobs_load(zk: KazooClient, jids: Sequence[str]) -> list[Job | Broken]:
     """
     for jid in jids:
         paths.jid(jid)
-    node_paths = [paths.job_node(j, n) for j in jids for n in ALL_NODES]
-    reads = read_many(zk, node_paths)
-    stats = exists_many(zk, [p for j in jids for p in (paths.job(j), paths.job_node(j, "lock"))])
+    pending_reads, pending_stats = _start_load(zk, jids)
+    reads, stats = collect_reads(pending_reads), collect_exists(pending_stats)
     result: list[Job | Broken] = []
     for jid in jids:
         try:
-            result.append(
-                _decode(jid, reads, stats[paths.job(jid)], stats[paths.job_node(jid, "lock")])
-            )
+            result.append(_finish_load(jid, reads, stats))
         except NotFound:
             continue
         except MalformedNode as exc:
@@ -203,10 +215,8 @@ def jobs_load(zk: KazooClient, jids: Sequence[str]) -> list[Job | Broken]:
 def job_load(zk: KazooClient, jid: str) -> Job:
     """Load one job; NotFound (missing or incomplete) or MalformedNode naming the bad path."""
     paths.jid(jid)
-    node_paths = [paths.job_node(jid, n) for n in ALL_NODES]
-    reads = read_many(zk, node_paths)
-    stats = exists_many(zk, [paths.job(jid), paths.job_node(jid, "lock")])
-    return _decode(jid, reads, stats[paths.job(jid)], stats[paths.job_node(jid, "lock")])
+    pending_reads, pending_stats = _start_load(zk, [jid])
+    return _finish_load(jid, collect_reads(pending_reads), collect_exists(pending_stats))
 
 
 def _index_moves(
@@ -234,12 +244,14 @@ def job_transition(
     retry: bool = False,
     permanent: bool = False,
     priority: int | None = None,
+    release_lock: bool = False,
 ) -> Job:
     """Move a job to ``new_state`` in ONE transaction.
 
     The transaction writes the status JSON (checked against the version ``job`` was read at),
     moves ``/jobs/states/<old>/PP-JID`` to ``/jobs/states/<new>/PP-JID`` and moves the batch
-    index entry. A stale ``job`` raises Conflict and changes nothing.
+    index entry. A stale ``job`` raises Conflict and changes nothing. With ``release_lock`` the
+    caller's ephemeral lock is deleted in the same transaction (a consumer's last step).
     """
     if new_state == "Deleted":
         raise InvalidTransition("job: use job_delete to delete a job")
@@ -248,23 +260,47 @@ def job_transition(
         _check_resumable(job)  # a permanent failure stays failed, whoever moves it
     new_priority = job.priority if priority is None else check_priority(priority)
     raw = next_status(job.status, new_state, message=message, retry=retry, permanent=permanent)
-    deletes, creates = _index_moves(zk, job, new_state, new_priority)
-    # Folders are created below their owner only: a job whose batch was deleted meanwhile gets
-    # NotFound instead of recreating an empty ghost of the batch.
-    for path in creates:
-        root = paths.JOB_STATES if path.startswith(paths.JOB_STATES) else paths.batch(job.bid)
-        ensure_folder(zk, root, posixpath.dirname(path))
-    txn = zk.transaction()
-    txn.set_data(paths.job_node(job.jid, "status"), encode_json(raw), version=job.status.version)
-    if new_priority != job.priority:
-        txn.set_data(paths.job_node(job.jid, "priority"), encode_int(new_priority))
-    for path in deletes:
-        txn.delete(path)
-    for path in creates:
-        txn.create(path, b"")
+    lock = paths.job_node(job.jid, "lock") if release_lock else None
+    old = [job.index_path, job.batch_index_path]
+    new = [
+        paths.job_index_entry(new_state, new_priority, job.jid),
+        paths.batch_index_entry(job.bid, new_state, job.jid),
+    ]
+    what = f"move {job.jid} from {job.state} to {new_state}"
+
+    def attempt(deletes: list[str], creates: list[str], unlock: str | None) -> None:
+        txn = zk.transaction()
+        txn.set_data(
+            paths.job_node(job.jid, "status"), encode_json(raw), version=job.status.version
+        )
+        if new_priority != job.priority:
+            txn.set_data(paths.job_node(job.jid, "priority"), encode_int(new_priority))
+        for path in deletes:
+            txn.delete(path)
+        for path in creates:
+            txn.create(path, b"")
+        if unlock:
+            txn.delete(unlock)
+        commit(txn, what=what)
+
     try:
-        commit(txn, what=f"move {job.jid} from {job.state} to {new_state}")
-    except Conflict:
+        try:
+            # The usual case, in one round trip: the index is where the status says and the
+            # target folders exist. Only when ZooKeeper refuses that is the index looked at.
+            attempt([p for p in old if p not in new], [p for p in new if p not in old], lock)
+        except StaleVersion:
+            raise
+        except Conflict:
+            deletes, creates = _index_moves(zk, job, new_state, new_priority)
+            # Folders are created below their owner only: a job whose batch was deleted
+            # meanwhile gets NotFound instead of recreating an empty ghost of the batch.
+            for path in creates:
+                root = (
+                    paths.JOB_STATES if path.startswith(paths.JOB_STATES) else paths.batch(job.bid)
+                )
+                ensure_folder(zk, root, posixpath.dirname(path))
+            attempt(deletes, creates, lock if lock and zk.exists(lock) else None)
+    except StaleVersion:
         # After a connection loss the first attempt may have landed: that is success.
         current = job_load(zk, job.jid)
         if landed(current.status, job.status, raw) and current.priority == new_priority:
@@ -379,15 +415,28 @@ def job_acquire(
 ) -> Job | None:
     """Lock and return the first job of ``state`` in priority order, skipping locked ones.
 
-    The job is re-read after its lock is taken: between the listing and the lock another
-    consumer may have finished it and moved it on, and then it is not ours to work on.
+    The lock create and the job's reads travel together: ZooKeeper answers a session's requests
+    in order, so the reads see the job as it is once the lock is ours. The job is checked after
+    that: between the listing and the lock another consumer may have finished it and moved it
+    on, and then it is not ours to work on.
     """
-    for _priority, jid in index_entries(zk, state):
+    # "PP-jidNNNNNNNNNN" sorts as text in run order; only the names tried are parsed.
+    for name in sorted(children(zk, paths.job_state_folder(state))):
+        match = paths.INDEX_ENTRY_RE.fullmatch(name)
+        if match is None:
+            continue
+        jid = match.group(2)
         lock_path = paths.job_node(jid, "lock")
-        if not lock_create(zk, lock_path):
+        locking = zk.create_async(lock_path, b"", ephemeral=True)
+        pending_reads, pending_stats = _start_load(zk, [jid])
+        try:
+            locking.get()
+        except (NodeExistsError, NoNodeError):
+            collect_reads(pending_reads)
+            collect_exists(pending_stats)
             continue
         try:
-            job = job_load(zk, jid)
+            job = _finish_load(jid, collect_reads(pending_reads), collect_exists(pending_stats))
         except (NotFound, MalformedNode):
             lock_release(zk, lock_path)
             continue

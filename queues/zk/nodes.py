@@ -17,7 +17,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import ZnodeStat
 
-from .errors import Conflict, NotFound
+from .errors import Conflict, NotFound, StaleVersion
 from .records import LockInfo, Status
 
 Read = tuple[bytes, ZnodeStat] | None
@@ -30,7 +30,15 @@ def stamp(ms: int) -> datetime:
 
 def read_many(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, Read]:
     """Read many nodes in one pipelined round trip; a missing node reads as None."""
-    pending = [(p, zk.get_async(p)) for p in node_paths]
+    return collect_reads(start_reads(zk, node_paths))
+
+
+def start_reads(zk: KazooClient, node_paths: Sequence[str]) -> list[tuple[str, Any]]:
+    """Send the reads without waiting, so that other requests can share the round trip."""
+    return [(p, zk.get_async(p)) for p in node_paths]
+
+
+def collect_reads(pending: list[tuple[str, Any]]) -> dict[str, Read]:
     result: dict[str, Read] = {}
     for path, async_result in pending:
         try:
@@ -43,7 +51,14 @@ def read_many(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, Read]:
 
 
 def exists_many(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, ZnodeStat | None]:
-    pending = [(p, zk.exists_async(p)) for p in node_paths]
+    return collect_exists(start_exists(zk, node_paths))
+
+
+def start_exists(zk: KazooClient, node_paths: Sequence[str]) -> list[tuple[str, Any]]:
+    return [(p, zk.exists_async(p)) for p in node_paths]
+
+
+def collect_exists(pending: list[tuple[str, Any]]) -> dict[str, ZnodeStat | None]:
     return {path: async_result.get() for path, async_result in pending}
 
 
@@ -84,7 +99,7 @@ def commit(txn: TransactionRequest, *, what: str) -> list[Any]:
         return results
     first = failures[0]
     if isinstance(first, BadVersionError):
-        raise Conflict(f"{what}: the item changed since it was read; reload and try again")
+        raise StaleVersion(f"{what}: the item changed since it was read; reload and try again")
     if isinstance(first, NoNodeError):
         raise Conflict(f"{what}: a node it depends on is gone (moved or deleted meanwhile)")
     if isinstance(first, NodeExistsError):
