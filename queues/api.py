@@ -143,7 +143,11 @@ def job_json(job: Job | Broken, *, full: bool = False) -> dict[str, Any]:
     return data
 
 
-def batch_json(batch: Batch | Broken, folders: dict[str, int] | None = None) -> dict[str, Any]:
+def batch_json(
+    batch: Batch | Broken,
+    folders: dict[str, int] | None = None,
+    states: dict[str, int] | None = None,
+) -> dict[str, Any]:
     if isinstance(batch, Broken):
         return {"id": batch.id, "broken": True, "path": batch.path, "reason": batch.reason}
     data = {
@@ -162,6 +166,8 @@ def batch_json(batch: Batch | Broken, folders: dict[str, int] | None = None) -> 
     }
     if folders is not None:
         data["jobs"] = folders
+    if states is not None:
+        data["job_states"] = states
     return data
 
 
@@ -318,7 +324,7 @@ def batches(request: HttpRequest) -> dict[str, Any]:
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
     page = selectors.batches_page(flt=form.to_filter(), page=form.cleaned_data["page"] or 1)
-    return _page(page, [batch_json(r.item, r.folders) for r in page.items])
+    return _page(page, [batch_json(r.item, r.folders, r.states) for r in page.items])
 
 
 @api_view("GET")

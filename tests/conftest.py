@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
 
 from queues import zk as zkmod
 from queues.zk.server import LocalZooKeeper, free_port
+from tests.browser import CHROMIUM, CHROMIUM_ARGS
 
 
 @pytest.fixture(scope="session")
@@ -63,3 +66,20 @@ def other_zk(zk_hosts: str):
     yield client
     client.stop()
     client.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium driven by Playwright; in CI a missing browser fails, never skips."""
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail(f"no Chromium at {CHROMIUM}: bin/run-tests installs it")
+        pytest.skip(f"no Chromium at {CHROMIUM} (bin/run-tests installs it)")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; Django would refuse ORM calls.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()

@@ -33,6 +33,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import Callback, KeeperState
 
+from queues.states import JOB
+
 from . import paths
 from .codecs import decode_int, decode_json
 from .errors import MalformedNode
@@ -69,6 +71,10 @@ class _Folder:
 class BatchState:
     state: str  # "?" when the status node does not decode
     mtime_ms: int
+
+
+def _jid_set(names: list[str]) -> frozenset[str]:
+    return frozenset(m.group(2) for n in names if (m := paths.INDEX_ENTRY_RE.fullmatch(n)))
 
 
 def _text(value: Any) -> str:
@@ -203,6 +209,25 @@ class ReadIndex:
             ordered = sorted(entries, key=lambda e: e[1], reverse=order == "newest")
             listing.derived[order] = ordered
         return ordered
+
+    def job_states_of(self, jids: Iterable[str]) -> dict[str, str]:
+        """The state folder each of ``jids`` is listed in (jobs in none are left out).
+
+        Each folder's set of job IDs is derived once per listing change, so a page of batches
+        costs lookups in memory, not a read of every job's status.
+        """
+        sets = {
+            state: self._derived(paths.job_state_folder(state), "jids", _jid_set)
+            for state in JOB.states
+            if state != "Deleted"
+        }
+        found = {}
+        for jid in jids:
+            for state, members in sets.items():
+                if jid in members:
+                    found[jid] = state
+                    break
+        return found
 
     def job_entries_matching(
         self, state: str, *, profile: str = "", submitter: str = "", order: str = "run"

@@ -2,43 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from queues.zk import batches, jobs, locks
+from tests.browser import SCREENSHOTS
 
 from .conftest import PASSWORD
 
-playwright_api = pytest.importorskip("playwright.sync_api")
-
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-SHOTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("no Chromium at /usr/bin/chromium")
-    with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture
@@ -57,8 +30,8 @@ def page(browser, live_server, make_user):
 
 
 def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
 def test_resume_a_failed_job_from_its_page(page, live_server, make_job):

@@ -3,39 +3,13 @@ every page and never run."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 
 from queues.zk.records import Job
 
 from .conftest import HOSTILE, PASSWORD
 
-playwright_api = pytest.importorskip("playwright.sync_api")
-
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("no Chromium at /usr/bin/chromium")
-    with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield browser
-        browser.close()
 
 
 def test_hostile_text_is_shown_and_never_runs(browser, live_server, make_user, hostile_job: Job):

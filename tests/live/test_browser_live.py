@@ -7,35 +7,21 @@ with a separate ZooKeeper client, as another consumer or Merritt's Java ingest w
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from kazoo.client import KazooClient
 
 from queues.zk import jobs
 from queues.zk.records import Batch, Job
+from tests.browser import SCREENSHOTS
 
 from .conftest import console_env, daphne
 
-playwright_api = pytest.importorskip("playwright.sync_api")
-
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-SHOTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 USER, PASSWORD = "ada", "a-long-test-password-1"
 WAIT_MS = 20_000
 
@@ -46,18 +32,6 @@ def console_url(zk_hosts: str, tmp_path: Path) -> Iterator[str]:
     env = console_env(zk_hosts, tmp_path, user=USER, password=PASSWORD)
     with daphne(env, tmp_path / "daphne.log") as url:
         yield url
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("no Chromium at /usr/bin/chromium")
-    # Playwright's sync API runs an event loop in this thread; Django would refuse ORM calls.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture
@@ -90,8 +64,8 @@ def not_reloaded(page: Any) -> bool:
 
 
 def shot(page: Any, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"live-{name}.png"), full_page=True)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"live-{name}.png"), full_page=True)
 
 
 def test_overview_and_batch_page_follow_moves_made_elsewhere(
