@@ -3,9 +3,12 @@
 A job fits when the working storage, with the job's ``space_needed`` and what the jobs already
 Downloading still expect to write, stays at or below the high-water mark
 (MRT_PROVISION_HIGH_WATER, a fraction of the disk; 0.70 by default). Every cycle evaluates ALL
-jobs in Provisioning in priority order (the index, read without locking) and claims the first
-that fits; jobs that do not fit stay and are evaluated again next cycle, after ``poll`` seconds.
-An unestimated job (0 bytes) goes on only while the disk is under the mark.
+jobs in Provisioning in priority order (the index, read without locking) against one budget and
+keeps, in order, every job that fits; the following claims hand those out one by one (each
+re-checked under its lock), and only when they are used up is everything evaluated again. So
+N waiting jobs cost one read of each per cycle, not per claim. Jobs that do not fit stay and are
+evaluated again next cycle, after ``poll`` seconds. An unestimated job (0 bytes) goes on only
+while the disk is under the mark.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ class Provisioning(JobDaemon):
         super().__init__(*args, **kwargs)
         self.disk_usage = disk_usage
         self.waiting: set[str] = set()  # jobs already logged as waiting, to log each once
+        # Jobs that fitted at the last evaluation, in priority order, still to be handed out.
+        self.fitting: list[str] = []
 
     def budget(self) -> int:
         """Bytes that may still be promised to new downloads before the high-water mark."""
@@ -58,9 +63,22 @@ class Provisioning(JobDaemon):
         return job.space_needed <= budget
 
     def claim(self) -> Job | None:
+        if not self.fitting:
+            self.fitting = self.evaluate()
+        while self.fitting:
+            jid = self.fitting.pop(0)
+            claimed = self._lock(jid)
+            if claimed is not None:
+                self.waiting.discard(jid)
+                return claimed
+        return None
+
+    def evaluate(self) -> list[str]:
+        """Every job in Provisioning that fits, in priority order, against one budget."""
         budget = self.budget()
         entries = [jid for _p, jid in index_entries(self.zk, self.state)]
         candidates = [j for j in jobs_load(self.zk, entries) if isinstance(j, Job)]
+        fitting = []
         for job in candidates:
             if job.lock is not None:
                 continue
@@ -74,12 +92,10 @@ class Provisioning(JobDaemon):
                         max(budget, 0),
                     )
                 continue
-            claimed = self._lock(job.jid)
-            if claimed is not None:
-                self.waiting.discard(job.jid)
-                return claimed
+            budget -= job.space_needed
+            fitting.append(job.jid)
         self.waiting &= {j.jid for j in candidates}
-        return None
+        return fitting
 
     def _lock(self, jid: str) -> Job | None:
         lock = zpaths.job_node(jid, "lock")

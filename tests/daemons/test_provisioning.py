@@ -64,3 +64,25 @@ def test_waiting_job_goes_once_space_is_freed(zk, settings: Any) -> None:
     freed = Provisioning(zk=zk, disk_usage=_disk(used=100))
     assert freed.run_once()
     assert job_load(zk, job.jid).state == "Downloading"
+
+
+def test_one_evaluation_hands_out_every_job_that_fits(zk, settings: Any) -> None:
+    """Waiting jobs are read once per cycle, not once per claim (N jobs, not N squared)."""
+    settings.MRT_PROVISION_HIGH_WATER = 0.7
+    fitting = [_job(zk, 50, priority=p) for p in (1, 2, 3)]
+    too_big = _job(zk, 100, priority=4)  # 3 x 50 leave 50 of the 200 below the mark
+
+    class Counting(Provisioning):
+        evaluations = 0
+
+        def evaluate(self) -> list[str]:
+            Counting.evaluations += 1
+            return super().evaluate()
+
+    daemon = Counting(zk=zk, disk_usage=_disk(used=500))
+    for _ in fitting:
+        assert daemon.run_once()
+    assert Counting.evaluations == 1
+    assert [job_load(zk, j.jid).state for j in fitting] == ["Downloading"] * 3
+    assert not daemon.run_once()
+    assert job_load(zk, too_big.jid).state == "Provisioning"
