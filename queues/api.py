@@ -243,20 +243,34 @@ def job(request: HttpRequest, jid: str) -> dict[str, Any]:
     return {**job_json(detail.job, full=True), "path": detail.path}
 
 
-@api_view("POST")
-def job_action(request: HttpRequest, jid: str, action: str) -> dict[str, Any]:
+def _act(
+    request: HttpRequest,
+    *,
+    kind: str,
+    action: str,
+    item_id: str,
+    params: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One action from a JSON body {"version": ..., "reason": ..., ...}, through the same
+    ``actions.perform`` as the pages (role, state machine, version, audit)."""
     data = _body(request)
     return _outcomes(
         actions.perform(
             user=request.user,
-            kind="job",
+            kind=kind,
             action=action,
-            item_id=jid,
+            item_id=item_id,
             expect_version=_version(data),
             reason=str(data.get("reason", "")),
+            params=params(data) if params else None,
             via="api",
         )
     )
+
+
+@api_view("POST")
+def job_action(request: HttpRequest, jid: str, action: str) -> dict[str, Any]:
+    return _act(request, kind="job", action=action, item_id=jid)
 
 
 @api_view("POST")
@@ -340,18 +354,7 @@ def batch(request: HttpRequest, bid: str) -> dict[str, Any]:
 
 @api_view("POST")
 def batch_action(request: HttpRequest, bid: str, action: str) -> dict[str, Any]:
-    data = _body(request)
-    return _outcomes(
-        actions.perform(
-            user=request.user,
-            kind="batch",
-            action=action,
-            item_id=bid,
-            expect_version=_version(data),
-            reason=str(data.get("reason", "")),
-            via="api",
-        )
-    )
+    return _act(request, kind="batch", action=action, item_id=bid)
 
 
 @api_view("GET")
@@ -364,18 +367,12 @@ def access(request: HttpRequest) -> dict[str, Any]:
 
 @api_view("POST")
 def access_action(request: HttpRequest, queue: str, qid: str, action: str) -> dict[str, Any]:
-    data = _body(request)
-    return _outcomes(
-        actions.perform(
-            user=request.user,
-            kind="access",
-            action=action,
-            item_id=qid,
-            expect_version=_version(data),
-            reason=str(data.get("reason", "")),
-            params={"queue": queue, "to": str(data.get("to", "") or "Pending")},
-            via="api",
-        )
+    return _act(
+        request,
+        kind="access",
+        action=action,
+        item_id=qid,
+        params=lambda data: {"queue": queue, "to": str(data.get("to", "") or "Pending")},
     )
 
 
@@ -391,17 +388,12 @@ def holds(request: HttpRequest) -> dict[str, Any]:
 
 @api_view("POST")
 def hold_action(request: HttpRequest, kind: str, name: str, action: str) -> dict[str, Any]:
-    data = _body(request)
-    return _outcomes(
-        actions.perform(
-            user=request.user,
-            kind=kind,
-            action=action,
-            item_id=name,
-            reason=str(data.get("reason", "")),
-            params={"release_jobs": bool(data.get("release_jobs"))},
-            via="api",
-        )
+    return _act(
+        request,
+        kind=kind,
+        action=action,
+        item_id=name,
+        params=lambda data: {"release_jobs": bool(data.get("release_jobs"))},
     )
 
 
