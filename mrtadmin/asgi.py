@@ -12,6 +12,9 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from queues.live.routing import websocket_urlpatterns  # noqa: E402
+from queues.warmup import warm_in_background  # noqa: E402
+
+warm_in_background()
 
 application = ProtocolTypeRouter(
     {

@@ -1,0 +1,44 @@
+"""A web process fills its read index at start, so the first overview reads nothing more."""
+
+from collections import Counter
+
+from queues import selectors
+from queues.warmup import warm_in_background
+from queues.zk import batches, jobs
+from queues.zk import index as zindex
+
+
+def test_after_warming_the_overview_counts_need_no_folder_listing(zk):
+    batch = batches.batch_create(zk, submission={"profile": "p", "submitter": "s"})
+    for _ in range(3):
+        jobs.job_create(zk, bid=batch.bid, configuration={"profile": "p"})
+    zindex.reset()
+    warm_in_background().join(timeout=60)
+
+    calls: Counter[str] = Counter()
+    original = zk._call
+
+    def counting(request, async_object):
+        calls[type(request).__name__] += 1
+        return original(request, async_object)
+
+    zk._call = counting
+    try:
+        assert selectors.job_state_counts()["Pending"] == 3
+    finally:
+        zk._call = original
+    assert calls["GetChildren"] == 0 and calls["GetChildren2"] == 0
+
+
+def test_warming_without_zookeeper_only_logs(zk_hosts, settings, caplog):
+    from queues import zk as zkmod
+    from queues.zk.server import free_port
+
+    zkmod.close()
+    settings.ZK_HOSTS = f"127.0.0.1:{free_port()}"
+    settings.ZK_TIMEOUT = 1.0
+    try:
+        warm_in_background().join(timeout=60)
+    finally:
+        zkmod.close()
+    assert "could not warm the read index" in caplog.text
