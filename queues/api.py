@@ -21,6 +21,17 @@ from queues import actions, selectors
 from queues.audit import ApiToken, AuditEntry
 from queues.auth import VIEWER, has_role
 from queues.forms import BatchFilterForm, FailedFilterForm, JobFilterForm, SubmitForm
+from queues.routes import (
+    ACCESS_ACTION,
+    BATCH_ACTION,
+    BID,
+    HELD_PROFILE,
+    HOLD_ACTION,
+    JID,
+    JOB_ACTION,
+    QID,
+    QUEUE_HOLD,
+)
 from queues.services import Outcome
 from queues.zk import paths as zpaths
 from queues.zk.errors import is_connection_error
@@ -471,16 +482,13 @@ def audit(request: HttpRequest) -> dict[str, Any]:
     }
 
 
-JID = r"(?P<jid>jid[0-9]{10})"
-BID = r"(?P<bid>bid[0-9]{10})"
-
 urlpatterns = [
     re_path(r"^overview$", overview, name="api-overview"),
     re_path(r"^jobs$", jobs, name="api-jobs"),
     re_path(r"^jobs/bulk$", jobs_bulk, name="api-jobs-bulk"),
     re_path(rf"^jobs/{JID}$", job, name="api-job"),
     re_path(
-        rf"^jobs/{JID}/(?P<action>hold|release|resume|fail|delete)$",
+        rf"^jobs/{JID}/{JOB_ACTION}$",
         job_action,
         name="api-job-action",
     ),
@@ -488,24 +496,24 @@ urlpatterns = [
     re_path(r"^batches$", batches, name="api-batches"),
     re_path(rf"^batches/{BID}$", batch, name="api-batch"),
     re_path(
-        rf"^batches/{BID}/(?P<action>release|update-reporting|delete)$",
+        rf"^batches/{BID}/{BATCH_ACTION}$",
         batch_action,
         name="api-batch-action",
     ),
     re_path(r"^access$", access, name="api-access"),
     re_path(
-        r"^access/(?P<queue>small|large)/(?P<qid>qid[0-9]{10})/(?P<action>resume|delete)$",
+        rf"^access/{QID}/{ACCESS_ACTION}$",
         access_action,
         name="api-access-action",
     ),
     re_path(r"^holds$", holds, name="api-holds"),
     re_path(
-        r"^holds/(?P<kind>queue)/(?P<name>ingest|access-small|access-large)/(?P<action>hold|release)$",
+        rf"^holds/(?P<kind>queue)/{QUEUE_HOLD}/{HOLD_ACTION}$",
         hold_action,
         name="api-queue-hold",
     ),
     re_path(
-        r"^holds/(?P<kind>collection)/(?P<name>[A-Za-z0-9_.-]{1,100})/(?P<action>hold|release)$",
+        rf"^holds/(?P<kind>collection)/{HELD_PROFILE}/{HOLD_ACTION}$",
         hold_action,
         name="api-collection-hold",
     ),

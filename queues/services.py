@@ -42,7 +42,7 @@ from queues.zk.locks import (
     queue_hold_clear,
     queue_hold_set,
 )
-from queues.zk.records import Broken, Status
+from queues.zk.records import AccessRequest, Batch, Broken, Job, Status
 
 SUBMISSION_TYPES = (
     "file",
@@ -77,22 +77,39 @@ def _expect(status: Status, expect_version: int | None, item: str) -> None:
         )
 
 
+def _job(jid: str, expect_version: int | None) -> tuple[Any, Job]:
+    zk = client()
+    job = job_load(zk, zpaths.jid(jid))
+    _expect(job.status, expect_version, jid)
+    return zk, job
+
+
+def _batch(bid: str, expect_version: int | None) -> tuple[Any, Batch]:
+    zk = client()
+    batch = batch_load(zk, zpaths.bid(bid))
+    _expect(batch.status, expect_version, bid)
+    return zk, batch
+
+
+def _access(queue: str, qid: str, expect_version: int | None) -> tuple[Any, AccessRequest]:
+    zk = client()
+    item = access_load(zk, zpaths.access_queue(queue), zpaths.qid(qid))
+    _expect(item.status, expect_version, qid)
+    return zk, item
+
+
 # Jobs ---------------------------------------------------------------------------------------
 
 
 def job_hold(*, jid: str, expect_version: int | None = None, message: str = "") -> Outcome:
-    zk = client()
-    job = job_load(zk, zpaths.jid(jid))
-    _expect(job.status, expect_version, jid)
+    zk, job = _job(jid, expect_version)
     job_transition(zk, job, "Held", admin=True, message=message or "held by an operator")
     return Outcome("job", jid, job.state, "Held")
 
 
 def job_release(*, jid: str, expect_version: int | None = None) -> Outcome:
     """Held -> Pending, once the job's collection is no longer held."""
-    zk = client()
-    job = job_load(zk, zpaths.jid(jid))
-    _expect(job.status, expect_version, jid)
+    zk, job = _job(jid, expect_version)
     states.JOB.check(job.state, "Pending", admin=True)
     if collection_held(zk, job.profile):
         raise QueueHeld(f"collection {job.profile} is still held; release the collection first")
@@ -102,26 +119,20 @@ def job_release(*, jid: str, expect_version: int | None = None) -> Outcome:
 
 def job_resume(*, jid: str, expect_version: int | None = None) -> Outcome:
     """Failed -> the step after last_successful_status, retry_count + 1."""
-    zk = client()
-    job = job_load(zk, zpaths.jid(jid))
-    _expect(job.status, expect_version, jid)
+    zk, job = _job(jid, expect_version)
     target = job_resume_state(job)
     job_transition(zk, job, target, admin=True, retry=True)
     return Outcome("job", jid, job.state, target, f"retry {job.status.retry_count + 1}")
 
 
 def job_fail(*, jid: str, message: str, expect_version: int | None = None) -> Outcome:
-    zk = client()
-    job = job_load(zk, zpaths.jid(jid))
-    _expect(job.status, expect_version, jid)
+    zk, job = _job(jid, expect_version)
     job_transition(zk, job, "Failed", admin=True, message=message or "failed by an operator")
     return Outcome("job", jid, job.state, "Failed")
 
 
 def job_delete(*, jid: str, expect_version: int | None = None) -> Outcome:
-    zk = client()
-    job = job_load(zk, zpaths.jid(jid))
-    _expect(job.status, expect_version, jid)
+    zk, job = _job(jid, expect_version)
     job_remove(zk, job)
     return Outcome("job", jid, job.state, "Deleted", f"batch {job.bid}")
 
@@ -187,9 +198,7 @@ def batch_submit(
 
 
 def batch_release(*, bid: str, expect_version: int | None = None) -> Outcome:
-    zk = client()
-    batch = batch_load(zk, zpaths.bid(bid))
-    _expect(batch.status, expect_version, bid)
+    zk, batch = _batch(bid, expect_version)
     states.BATCH.check(batch.state, "Pending", admin=True)
     if collection_held(zk, batch.profile):
         raise QueueHeld(f"collection {batch.profile} is still held; release the collection first")
@@ -198,18 +207,14 @@ def batch_release(*, bid: str, expect_version: int | None = None) -> Outcome:
 
 
 def batch_update_reporting(*, bid: str, expect_version: int | None = None) -> Outcome:
-    zk = client()
-    batch = batch_load(zk, zpaths.bid(bid))
-    _expect(batch.status, expect_version, bid)
+    zk, batch = _batch(bid, expect_version)
     batch_transition(zk, batch, "UpdateReporting", admin=True)
     return Outcome("batch", bid, batch.state, "UpdateReporting")
 
 
 def batch_remove(*, bid: str, expect_version: int | None = None) -> Outcome:
     """Delete a Held, Failed or Completed batch with every job it lists."""
-    zk = client()
-    batch = batch_load(zk, zpaths.bid(bid))
-    _expect(batch.status, expect_version, bid)
+    zk, batch = _batch(bid, expect_version)
     deleted = batch_delete(zk, batch)
     return Outcome("batch", bid, batch.state, "Deleted", f"{len(deleted)} jobs deleted")
 
@@ -262,9 +267,7 @@ def batch_complete_if_done(*, bid: str) -> bool:
 def access_resume(
     *, queue: str, qid: str, to: str = "Pending", expect_version: int | None = None
 ) -> Outcome:
-    zk = client()
-    item = access_load(zk, zpaths.access_queue(queue), zpaths.qid(qid))
-    _expect(item.status, expect_version, qid)
+    zk, item = _access(queue, qid, expect_version)
     if to not in states.ACCESS.action_targets("resume", item.state):
         raise InvalidTransition(f"access: cannot resume {qid} from {item.state} to {to}")
     access_transition(zk, item, to, admin=True)
@@ -272,9 +275,7 @@ def access_resume(
 
 
 def access_remove(*, queue: str, qid: str, expect_version: int | None = None) -> Outcome:
-    zk = client()
-    item = access_load(zk, zpaths.access_queue(queue), zpaths.qid(qid))
-    _expect(item.status, expect_version, qid)
+    zk, item = _access(queue, qid, expect_version)
     access_delete(zk, item)
     return Outcome("access", qid, item.state, "Deleted")
 

@@ -5,12 +5,18 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 
 from queues import api, metrics
+from queues.routes import (
+    ACCESS_ACTION,
+    BATCH_ACTION,
+    BID,
+    HOLD_ACTION,
+    JID,
+    JOB_ACTION,
+    PROFILE,
+    QID,
+    QUEUE_HOLD,
+)
 from queues.views import pages, writes
-
-JID = r"(?P<jid>jid[0-9]{10})"
-BID = r"(?P<bid>bid[0-9]{10})"
-QID = r"(?P<queue>small|large)/(?P<qid>qid[0-9]{10})"
-PROFILE = r"(?P<profile>[A-Za-z0-9_.-]{1,100})"
 
 urlpatterns = [
     path("", pages.overview, name="overview"),
@@ -21,7 +27,7 @@ urlpatterns = [
     path("jobs/bulk/", writes.jobs_bulk, name="jobs-bulk"),
     re_path(rf"^jobs/{JID}/$", pages.job, name="job"),
     re_path(
-        rf"^jobs/{JID}/(?P<action>hold|release|resume|fail|delete)/$",
+        rf"^jobs/{JID}/{JOB_ACTION}/$",
         writes.job_action,
         name="job-action",
     ),
@@ -29,7 +35,7 @@ urlpatterns = [
     path("batches/bulk/", writes.batches_bulk, name="batches-bulk"),
     re_path(rf"^batches/{BID}/$", pages.batch, name="batch"),
     re_path(
-        rf"^batches/{BID}/(?P<action>release|update-reporting|delete)/$",
+        rf"^batches/{BID}/{BATCH_ACTION}/$",
         writes.batch_action,
         name="batch-action",
     ),
@@ -38,20 +44,18 @@ urlpatterns = [
     path("reports/", pages.reports, name="reports"),
     path("holds/", pages.holds, name="holds"),
     re_path(
-        r"^holds/queue/(?P<name>ingest|access-small|access-large)/(?P<action>hold|release)/$",
+        rf"^holds/queue/{QUEUE_HOLD}/{HOLD_ACTION}/$",
         writes.queue_hold_action,
         name="queue-hold",
     ),
     path("holds/collection/", writes.collection_hold_new, name="collection-hold-new"),
     re_path(
-        rf"^holds/collection/{PROFILE}/(?P<action>hold|release)/$",
+        rf"^holds/collection/{PROFILE}/{HOLD_ACTION}/$",
         writes.collection_hold_action,
         name="collection-hold",
     ),
     path("access/", pages.access, name="access"),
-    re_path(
-        rf"^access/{QID}/(?P<action>resume|delete)/$", writes.access_action, name="access-action"
-    ),
+    re_path(rf"^access/{QID}/{ACCESS_ACTION}/$", writes.access_action, name="access-action"),
     path("consistency/", pages.consistency, name="consistency"),
     path("consistency/repair/", writes.consistency_repair, name="consistency-repair"),
     path("submit/", pages.submit, name="submit"),

@@ -6,6 +6,7 @@ An htmx POST gets back the updated row or panel plus the messages; a plain POST 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -45,6 +46,29 @@ def _report(request: HttpRequest, outcomes: list[Any]) -> None:
         messages.success(request, f"Done: {outcome}")
 
 
+def _act(
+    request: HttpRequest,
+    *,
+    kind: str,
+    action: str,
+    item_id: str,
+    params: Callable[[ActionForm], dict[str, Any]] | None = None,
+) -> ActionForm:
+    """One item action from a posted ActionForm (version, reason), reported as a message."""
+    form = _form(request)
+    outcomes = actions.perform(
+        user=request.user,
+        kind=kind,
+        action=action,
+        item_id=item_id,
+        expect_version=form.cleaned_data["version"],
+        reason=form.cleaned_data["reason"],
+        params=params(form) if params else None,
+    )
+    _report(request, outcomes)
+    return form
+
+
 def _confirm(
     request: HttpRequest, *, kind: str, action: str, item_id: str, preview: dict[str, Any]
 ) -> HttpResponse:
@@ -76,16 +100,7 @@ def job_action(request: HttpRequest, jid: str, action: str) -> HttpResponse:
         )
     if request.method != "POST":
         return HttpResponseNotAllowed(["GET", "POST"])
-    form = _form(request)
-    outcomes = actions.perform(
-        user=request.user,
-        kind="job",
-        action=action,
-        item_id=jid,
-        expect_version=form.cleaned_data["version"],
-        reason=form.cleaned_data["reason"],
-    )
-    _report(request, outcomes)
+    form = _act(request, kind="job", action=action, item_id=jid)
     render_as = form.cleaned_data["render"]
     if request.htmx and render_as == "row":
         if action == "delete":
@@ -117,16 +132,7 @@ def batch_action(request: HttpRequest, bid: str, action: str) -> HttpResponse:
         )
     if request.method != "POST":
         return HttpResponseNotAllowed(["GET", "POST"])
-    form = _form(request)
-    outcomes = actions.perform(
-        user=request.user,
-        kind="batch",
-        action=action,
-        item_id=bid,
-        expect_version=form.cleaned_data["version"],
-        reason=form.cleaned_data["reason"],
-    )
-    _report(request, outcomes)
+    form = _act(request, kind="batch", action=action, item_id=bid)
     if request.htmx and form.cleaned_data["render"] == "row":
         if action == "delete":
             return fragment(request, "queues/batches.html#batch-gone", {"bid": bid})
@@ -154,17 +160,13 @@ def access_action(request: HttpRequest, queue: str, qid: str, action: str) -> Ht
         )
     if request.method != "POST":
         return HttpResponseNotAllowed(["GET", "POST"])
-    form = _form(request)
-    outcomes = actions.perform(
-        user=request.user,
+    form = _act(
+        request,
         kind="access",
         action=action,
         item_id=qid,
-        expect_version=form.cleaned_data["version"],
-        reason=form.cleaned_data["reason"],
-        params={"queue": queue, "to": form.cleaned_data["to"]},
+        params=lambda f: {"queue": queue, "to": f.cleaned_data["to"]},
     )
-    _report(request, outcomes)
     if request.htmx and form.cleaned_data["render"] == "row":
         try:
             item = selectors.access_one(queue=queue, qid=qid)
@@ -192,34 +194,19 @@ def _holds_response(request: HttpRequest, form: ActionForm | None = None) -> Htt
 @require_POST
 @console_view(VIEWER)
 def queue_hold_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
-    form = _form(request)
-    _report(
-        request,
-        actions.perform(
-            user=request.user,
-            kind="queue",
-            action=action,
-            item_id=name,
-            reason=form.cleaned_data["reason"],
-        ),
-    )
+    form = _act(request, kind="queue", action=action, item_id=name)
     return _holds_response(request, form)
 
 
 @require_POST
 @console_view(VIEWER)
 def collection_hold_action(request: HttpRequest, profile: str, action: str) -> HttpResponse:
-    form = _form(request)
-    _report(
+    form = _act(
         request,
-        actions.perform(
-            user=request.user,
-            kind="collection",
-            action=action,
-            item_id=profile,
-            reason=form.cleaned_data["reason"],
-            params={"release_jobs": form.cleaned_data["release_jobs"]},
-        ),
+        kind="collection",
+        action=action,
+        item_id=profile,
+        params=lambda f: {"release_jobs": f.cleaned_data["release_jobs"]},
     )
     return _holds_response(request, form)
 

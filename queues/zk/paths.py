@@ -33,7 +33,9 @@ UUID_RE = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
 # "." and ".." are not node names: ZooKeeper refuses them as relative paths.
-PROFILE_RE = re.compile(r"^(?!\.\.?$)[A-Za-z0-9_.-]{1,100}$")
+PROFILE_CHARS = r"[A-Za-z0-9_.-]{1,100}"
+# "." and ".." are made of allowed characters but name no node ZooKeeper would accept.
+PROFILE_RE = re.compile(rf"^(?!\.\.?$){PROFILE_CHARS}$")
 INDEX_ENTRY_RE = re.compile(r"^([0-9]{2})-(jid[0-9]{10})$")
 
 # Queue holds: the node name under /locks/queue for each queue an operator can hold.

@@ -87,7 +87,7 @@ FIXED_TOPICS: tuple[str, ...] = (
     *(job_state_topic(s) for s in JOB.states),
     BATCHES,
     HOLDS,
-    *(f"access:{q}" for q in paths.ACCESS_QUEUES),
+    *(access_topic(q) for q in paths.ACCESS_QUEUES),
 )
 
 
