@@ -38,6 +38,7 @@ from queues.states import JOB
 from . import paths
 from .codecs import decode_int, decode_json
 from .errors import MalformedNode
+from .nodes import read_many
 
 MAX_FACTS = 1_000_000
 # How long a read waits for kazoo's callback thread before using what it has.
@@ -366,14 +367,16 @@ class ReadIndex:
         with self._lock:
             todo = [j for j in jids if j not in self._facts]
         if todo:
-            pending = [(j, self.zk.get_async(paths.job_node(j, "configuration"))) for j in todo]
+            reads = read_many(self.zk, [paths.job_node(j, "configuration") for j in todo])
             fresh: dict[str, JobFacts] = {}
-            for jid, result in pending:
+            for jid in todo:
+                read = reads[paths.job_node(jid, "configuration")]
                 try:
-                    data, _stat = result.get()
-                    config = decode_json("configuration", data)
-                except (NoNodeError, MalformedNode):
-                    continue  # gone, half-created or broken: asked again next time
+                    if read is None:
+                        continue  # gone or half-created: asked again next time
+                    config = decode_json("configuration", read[0])
+                except MalformedNode:
+                    continue  # broken: asked again next time
                 fresh[jid] = JobFacts(
                     profile=_text(config.get("profile")),
                     submitter=_text(config.get("submitter")),
@@ -397,13 +400,13 @@ class ReadIndex:
         with self._lock:
             known = self._space.get(state, {})
         todo = [j for j in jids if j not in known]
-        pending = [(j, self.zk.get_async(paths.job_node(j, "space_needed"))) for j in todo]
+        reads = read_many(self.zk, [paths.job_node(j, "space_needed") for j in todo])
         fresh: dict[str, int] = {}
-        for jid, result in pending:
+        for jid in todo:
+            read = reads[paths.job_node(jid, "space_needed")]
             try:
-                data, _stat = result.get()
-                fresh[jid] = max(0, decode_int("space_needed", data))
-            except (NoNodeError, MalformedNode):
+                fresh[jid] = 0 if read is None else max(0, decode_int("space_needed", read[0]))
+            except MalformedNode:
                 fresh[jid] = 0
         current = {j: known[j] if j in known else fresh[j] for j in jids}
         with self._lock:

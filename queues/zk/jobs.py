@@ -19,7 +19,6 @@ from .errors import Conflict, ItemLocked, MalformedNode, NotFound, StaleVersion
 from .locks import lock_release
 from .nodes import (
     children,
-    collect_exists,
     collect_reads,
     commit,
     ensure_folder,
@@ -27,7 +26,6 @@ from .nodes import (
     landed,
     lock_info,
     stamp,
-    start_exists,
     start_reads,
 )
 from .records import Broken, Job, Status
@@ -180,15 +178,28 @@ def _decode(jid: str, reads: dict[str, Any], job_stat: Any, lock_stat: Any) -> J
     )
 
 
-def _start_load(zk: KazooClient, jids: Sequence[str]) -> tuple[list, list]:
-    """Send every read a load needs, without waiting (one round trip however many jobs)."""
-    reads = start_reads(zk, [paths.job_node(j, n) for j in jids for n in ALL_NODES])
-    stats = start_exists(zk, [p for j in jids for p in (paths.job(j), paths.job_node(j, "lock"))])
-    return reads, stats
+def _start_load(zk: KazooClient, jids: Sequence[str]) -> Any:
+    """Send every read a load needs, without waiting (one round trip however many jobs).
+
+    The job node and its lock are read for their stats (creation time, lock owner).
+    """
+    return start_reads(
+        zk,
+        [
+            p
+            for j in jids
+            for p in (
+                *(paths.job_node(j, n) for n in ALL_NODES),
+                paths.job(j),
+                paths.job_node(j, "lock"),
+            )
+        ],
+    )
 
 
-def _finish_load(jid: str, reads: dict[str, Any], stats: dict[str, Any]) -> Job:
-    return _decode(jid, reads, stats[paths.job(jid)], stats[paths.job_node(jid, "lock")])
+def _finish_load(jid: str, reads: dict[str, Any]) -> Job:
+    job, lock = reads[paths.job(jid)], reads[paths.job_node(jid, "lock")]
+    return _decode(jid, reads, job and job[1], lock and lock[1])
 
 
 def jobs_load(zk: KazooClient, jids: Sequence[str]) -> list[Job | Broken]:
@@ -199,12 +210,11 @@ def jobs_load(zk: KazooClient, jids: Sequence[str]) -> list[Job | Broken]:
     """
     for jid in jids:
         paths.jid(jid)
-    pending_reads, pending_stats = _start_load(zk, jids)
-    reads, stats = collect_reads(pending_reads), collect_exists(pending_stats)
+    reads = collect_reads(_start_load(zk, jids))
     result: list[Job | Broken] = []
     for jid in jids:
         try:
-            result.append(_finish_load(jid, reads, stats))
+            result.append(_finish_load(jid, reads))
         except NotFound:
             continue
         except MalformedNode as exc:
@@ -215,8 +225,7 @@ def jobs_load(zk: KazooClient, jids: Sequence[str]) -> list[Job | Broken]:
 def job_load(zk: KazooClient, jid: str) -> Job:
     """Load one job; NotFound (missing or incomplete) or MalformedNode naming the bad path."""
     paths.jid(jid)
-    pending_reads, pending_stats = _start_load(zk, [jid])
-    return _finish_load(jid, collect_reads(pending_reads), collect_exists(pending_stats))
+    return _finish_load(jid, collect_reads(_start_load(zk, [jid])))
 
 
 def _index_moves(
@@ -428,15 +437,14 @@ def job_acquire(
         jid = match.group(2)
         lock_path = paths.job_node(jid, "lock")
         locking = zk.create_async(lock_path, b"", ephemeral=True)
-        pending_reads, pending_stats = _start_load(zk, [jid])
+        loading = _start_load(zk, [jid])
         try:
             locking.get()
         except (NodeExistsError, NoNodeError):
-            collect_reads(pending_reads)
-            collect_exists(pending_stats)
+            collect_reads(loading)
             continue
         try:
-            job = _finish_load(jid, collect_reads(pending_reads), collect_exists(pending_stats))
+            job = _finish_load(jid, collect_reads(loading))
         except (NotFound, MalformedNode):
             lock_release(zk, lock_path)
             continue

@@ -17,6 +17,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import ZnodeStat
 
+from . import multiread
 from .errors import Conflict, NotFound, StaleVersion
 from .records import LockInfo, Status
 
@@ -29,37 +30,22 @@ def stamp(ms: int) -> datetime:
 
 
 def read_many(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, Read]:
-    """Read many nodes in one pipelined round trip; a missing node reads as None."""
+    """Read many nodes in one round trip (one multiRead request); a missing node reads as None."""
     return collect_reads(start_reads(zk, node_paths))
 
 
-def start_reads(zk: KazooClient, node_paths: Sequence[str]) -> list[tuple[str, Any]]:
+def start_reads(zk: KazooClient, node_paths: Sequence[str]) -> Any:
     """Send the reads without waiting, so that other requests can share the round trip."""
-    return [(p, zk.get_async(p)) for p in node_paths]
+    return multiread.start(zk, node_paths)
 
 
-def collect_reads(pending: list[tuple[str, Any]]) -> dict[str, Read]:
-    result: dict[str, Read] = {}
-    for path, async_result in pending:
-        try:
-            data, stat = async_result.get()
-        except NoNodeError:
-            result[path] = None
-        else:
-            result[path] = (data, stat)
-    return result
+def collect_reads(pending: Any) -> dict[str, Read]:
+    return pending.collect()
 
 
 def exists_many(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, ZnodeStat | None]:
-    return collect_exists(start_exists(zk, node_paths))
-
-
-def start_exists(zk: KazooClient, node_paths: Sequence[str]) -> list[tuple[str, Any]]:
-    return [(p, zk.exists_async(p)) for p in node_paths]
-
-
-def collect_exists(pending: list[tuple[str, Any]]) -> dict[str, ZnodeStat | None]:
-    return {path: async_result.get() for path, async_result in pending}
+    """The stat of each node, or None; read along with the data (these nodes hold little)."""
+    return {p: (read[1] if read else None) for p, read in read_many(zk, node_paths).items()}
 
 
 def children_many(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, list[str] | None]:

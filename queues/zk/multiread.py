@@ -1,0 +1,175 @@
+"""ZooKeeper's read-only multi (``multiRead``, opcode 22, servers 3.6 and later) for kazoo.
+
+Kazoo sends one request per node read. Every request costs the client a trip through its
+connection thread (a select, a send, a response to parse and a waiter to wake), and that, not
+the server, is what limits a Python consumer. ``multiRead`` asks for many nodes in ONE request:
+the server answers each read on its own (a missing node is an error for that read only), from
+one consistent point of its history, in one response.
+
+The wire format is the one ZooKeeper's own clients use for ``ZooKeeper.multi(List<Op>)`` with
+``Op.getData``: the operations as ``MultiHeader(type, done=false, err=-1)`` + ``GetDataRequest``
+(path, watch=false), closed by ``MultiHeader(-1, true, -1)``; the answer as one
+``MultiHeader(type, done, err)`` per operation followed by a ``GetDataResponse`` (data, stat) or,
+for a failed read, an ``ErrorResponse`` (the error code).
+
+A server without ``multiRead`` (3.5 and older) refuses the opcode; ``MultiRead.supported`` then
+remembers that for the client and the callers fall back to one request per node.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import EXCEPTIONS, NoNodeError, UnimplementedError
+from kazoo.protocol.paths import _prefix_root
+from kazoo.protocol.states import ZnodeStat
+from kazoo.retry import KazooRetry
+
+OPCODE = 22  # ZooDefs.OpCode.multiRead
+GET_DATA = 4  # ZooDefs.OpCode.getData
+ERROR = -1  # ZooDefs.OpCode.error
+
+_INT = struct.Struct("!i")
+_HEADER = struct.Struct("!i?i")  # MultiHeader: type, done, err
+_STAT = struct.Struct("!qqqqiiiqiiq")
+_END = _HEADER.pack(-1, True, -1)
+_NO_NODE = NoNodeError.code
+
+# Reads sent again after a server refused multiRead (and dropped the connection with it).
+_FALLBACK_RETRY = KazooRetry(max_tries=10, delay=0.05, max_delay=1.0, ignore_expire=False)
+
+# The most reads sent in one request: keeps every answer far below the 1 MB packet limit of
+# ZooKeeper's own clients, even for large configuration nodes.
+CHUNK = 200
+
+Read = tuple[bytes, ZnodeStat] | None
+
+
+class MalformedAnswer(Exception):
+    """The server's answer does not parse as a multiRead response."""
+
+
+class MultiReadRequest:
+    """One multiRead request, in the shape kazoo's connection expects of a request object."""
+
+    type = OPCODE
+
+    def __init__(self, full_paths: Sequence[str]) -> None:
+        self.full_paths = list(full_paths)
+
+    def serialize(self) -> bytes:
+        parts = []
+        for path in self.full_paths:
+            encoded = path.encode()
+            parts.append(_HEADER.pack(GET_DATA, False, -1))
+            parts.append(_INT.pack(len(encoded)))
+            parts.append(encoded)
+            parts.append(b"\0")  # no watch
+        parts.append(_END)
+        return b"".join(parts)
+
+    @classmethod
+    def deserialize(cls, buffer: bytes, offset: int) -> list[Read | int]:
+        """One entry per read: ``(data, stat)``, or the error code of a failed read."""
+        results: list[Read | int] = []
+        try:
+            while True:
+                kind, done, _err = _HEADER.unpack_from(buffer, offset)
+                offset += _HEADER.size
+                if done:
+                    return results
+                if kind == GET_DATA:
+                    (length,) = _INT.unpack_from(buffer, offset)
+                    offset += _INT.size
+                    data = None
+                    if length >= 0:
+                        data = bytes(buffer[offset : offset + length])
+                        offset += length
+                    stat = ZnodeStat._make(_STAT.unpack_from(buffer, offset))
+                    offset += _STAT.size
+                    results.append((data, stat))
+                elif kind == ERROR:
+                    (code,) = _INT.unpack_from(buffer, offset)
+                    offset += _INT.size
+                    results.append(code)
+                else:
+                    raise MalformedAnswer(f"unexpected operation type {kind} in a multiRead answer")
+        except struct.error as exc:
+            raise MalformedAnswer(f"truncated multiRead answer: {exc}") from exc
+
+
+def supported(zk: KazooClient) -> bool:
+    """Whether this client's server has answered (or may answer) multiRead."""
+    return getattr(zk, "_mrt_multiread", True)
+
+
+class PendingMultiRead:
+    """Reads sent as multiRead requests; ``collect()`` waits for the answers."""
+
+    def __init__(self, zk: KazooClient, node_paths: Sequence[str]) -> None:
+        self.zk = zk
+        self.node_paths = list(node_paths)
+        self.requests = []
+        for start in range(0, len(self.node_paths), CHUNK):
+            chunk = self.node_paths[start : start + CHUNK]
+            request = MultiReadRequest([_prefix_root(zk.chroot, p) for p in chunk])
+            answer = zk.handler.async_result()
+            zk._call(request, answer)
+            self.requests.append((chunk, answer))
+
+    def collect(self) -> dict[str, Read]:
+        result: dict[str, Read] = {}
+        for chunk, answer in self.requests:
+            try:
+                reads = answer.get()
+            except (UnimplementedError, MalformedAnswer):
+                # An older server: remember it, and read this chunk one node at a time. Such a
+                # server also drops the connection, so the reads wait for the next one.
+                self.zk._mrt_multiread = False
+                retry = _FALLBACK_RETRY.copy()  # a retry object counts its attempts
+                result.update(retry(_read_singly, self.zk, chunk))
+                continue
+            if len(reads) != len(chunk):
+                raise MalformedAnswer(f"{len(reads)} answers for {len(chunk)} reads")
+            for path, read in zip(chunk, reads, strict=True):
+                if isinstance(read, int):
+                    if read != _NO_NODE:
+                        raise _error(read, path)
+                    result[path] = None
+                else:
+                    result[path] = read
+        return result
+
+
+def _error(code: int, path: str) -> Exception:
+    return EXCEPTIONS[code](f"reading {path}")
+
+
+def start(zk: KazooClient, node_paths: Sequence[str]) -> Any:
+    """Send the reads now; the returned object's ``collect()`` gives path -> (data, stat) | None."""
+    if supported(zk):
+        return PendingMultiRead(zk, node_paths)
+    return _PendingSingles(zk, node_paths)
+
+
+def _read_singly(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, Read]:
+    return _PendingSingles(zk, node_paths).collect()
+
+
+class _PendingSingles:
+    """The same reads, one request per node (servers without multiRead)."""
+
+    def __init__(self, zk: KazooClient, node_paths: Sequence[str]) -> None:
+        self.pending = [(p, zk.get_async(p)) for p in node_paths]
+
+    def collect(self) -> dict[str, Read]:
+        result: dict[str, Read] = {}
+        for path, answer in self.pending:
+            try:
+                result[path] = answer.get()
+            except NoNodeError:
+                result[path] = None
+        return result
