@@ -35,7 +35,7 @@ from queues.zk.errors import (
     NotFound,
     is_connection_error,
 )
-from queues.zk.jobs import job_acquire, job_load, job_transition, job_unlock
+from queues.zk.jobs import JobClaimer, job_load, job_transition, job_unlock
 from queues.zk.locks import lock_create, queue_held
 from queues.zk.records import AccessRequest, Batch, Job
 
@@ -284,13 +284,16 @@ class JobDaemon(Daemon[Job]):
     """A daemon working on the jobs of one state, in priority order."""
 
     state: ClassVar[str]
+    _claimer: JobClaimer | None = None
 
     def accept(self, job: Job) -> bool:
         """Whether to take this job now (checked under its lock)."""
         return True
 
     def claim(self) -> Job | None:
-        return job_acquire(self.zk, self.state, accept=self.accept)
+        if self._claimer is None:
+            self._claimer = JobClaimer(self.zk, self.state)
+        return self._claimer.claim(self.accept)
 
     def wake_path(self) -> str | None:
         return zpaths.job_state_folder(self.state)

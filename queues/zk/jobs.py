@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import posixpath
+import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -25,12 +27,17 @@ from .nodes import (
     exists_many,
     landed,
     lock_info,
+    read_many,
     stamp,
     start_reads,
 )
 from .records import Broken, Job, Status
 
 DEFAULT_PRIORITY = 5
+CROWD_WINDOW = 8
+PRUNE_AHEAD = 16
+TAKEN = object()  # a claim attempt lost to another consumer
+SKIPPED = object()  # a claim attempt on a job that is not this consumer's to work on
 REQUIRED_NODES = ("bid", "priority", "configuration", "status")
 OPTIONAL_JSON_NODES = ("identifiers", "metadata", "inventory", "store")
 ALL_NODES = (*REQUIRED_NODES, "space_needed", *OPTIONAL_JSON_NODES)
@@ -419,40 +426,113 @@ def index_entries(zk: KazooClient, state: str) -> list[tuple[int, str]]:
     return result
 
 
+class JobClaimer:
+    """Claims the jobs of one state, first in priority order, for one consumer.
+
+    The state folder's listing is kept between claims for up to ``max_age`` seconds and walked
+    from where the last claim stopped, instead of listed anew for every claim: a folder holding
+    100,000 jobs is a 2 MB answer. A job that arrives meanwhile (even one of higher priority)
+    waits at most ``max_age`` for the next listing, and a walk that finds nothing to claim lists
+    the folder again before it gives up, so no work is missed. ``max_age=0`` lists every time.
+
+    A claim is one write, then one read: the lock is created in a multi-operation that first
+    checks the job's index entry is still in this state's folder, so a job that another consumer
+    has meanwhile moved on is never locked (where it would hold up the next step's consumer);
+    then the job's nodes are read in one multiRead. The job is checked after that: its status
+    must be this state, and ``accept`` must take it. With one consumer the walk follows the
+    listing's order exactly; with several, see ``_walk``.
+    """
+
+    def __init__(self, zk: KazooClient, state: str, *, max_age: float = 1.0) -> None:
+        self.zk = zk
+        self.state = state
+        self.folder = paths.job_state_folder(state)
+        self.max_age = max_age
+        self._names: list[str] = []  # not yet tried, in reverse run order (the next is last)
+        self._crowd = 0  # jobs other consumers took from under the last claim, up to 8
+        self._listed_at = float("-inf")
+
+    def _list(self) -> None:
+        # "PP-jidNNNNNNNNNN" sorts as text in run order; only the names tried are parsed.
+        self._names = sorted(children(self.zk, self.folder), reverse=True)
+        self._listed_at = time.monotonic()
+
+    def claim(self, accept: Callable[[Job], bool] | None = None) -> Job | None:
+        fresh = self.max_age <= 0 or time.monotonic() - self._listed_at >= self.max_age
+        if fresh:
+            self._list()
+        while True:
+            job = self._walk(accept)
+            if job is not None or fresh:
+                return job
+            # Nothing left in a listing from an earlier claim: look again before giving up.
+            self._list()
+            fresh = True
+
+    def _walk(self, accept: Callable[[Job], bool] | None) -> Job | None:
+        # How crowded the folder was at the last claim: how many of the jobs tried other
+        # consumers had taken or moved on. Then much of a kept listing is gone already, and
+        # consumers walking it from the same head would collide at every step: the entries
+        # ahead are checked in one read before a lock is tried, and the pick is spread over
+        # the first few of them.
+        crowd = self._crowd
+        taken = 0
+        stale = crowd > 0
+        while self._names:
+            if stale:
+                self._prune(PRUNE_AHEAD)
+                stale = False
+                if not self._names:
+                    break
+            window = min(crowd, len(self._names) - 1)
+            name = self._names.pop(-1 - random.randint(0, window) if window else -1)
+            match = paths.INDEX_ENTRY_RE.fullmatch(name)
+            if match is None:
+                continue
+            job = self._try(f"{self.folder}/{name}", match.group(2), accept)
+            if isinstance(job, Job):
+                self._crowd = min(CROWD_WINDOW, taken)
+                return job
+            if job is TAKEN:
+                taken += 1
+                stale = crowd > 0
+        self._crowd = min(CROWD_WINDOW, taken)
+        return None
+
+    def _prune(self, count: int) -> None:
+        """Drop the next ``count`` entries that are no longer in the folder."""
+        ahead = self._names[-count:]
+        present = read_many(self.zk, [f"{self.folder}/{n}" for n in ahead])
+        self._names[-count:] = [n for n in ahead if present[f"{self.folder}/{n}"] is not None]
+
+    def _try(self, entry: str, jid: str, accept: Callable[[Job], bool] | None) -> Job | object:
+        """The job, locked; TAKEN when another consumer has it; SKIPPED when it is not for us."""
+        lock_path = paths.job_node(jid, "lock")
+        txn = self.zk.transaction()
+        txn.check(entry, -1)
+        txn.create(lock_path, b"", ephemeral=True)
+        try:
+            locked = not any(isinstance(r, Exception) for r in txn.commit())
+        except (NodeExistsError, NoNodeError):
+            locked = False
+        if not locked:
+            return TAKEN  # locked by another consumer, moved on, or deleted
+        try:
+            job = job_load(self.zk, jid)
+        except (NotFound, MalformedNode):
+            lock_release(self.zk, lock_path)
+            return SKIPPED
+        if job.state != self.state or (accept is not None and not accept(job)):
+            lock_release(self.zk, lock_path)
+            return SKIPPED
+        return job
+
+
 def job_acquire(
     zk: KazooClient, state: str, *, accept: Callable[[Job], bool] | None = None
 ) -> Job | None:
-    """Lock and return the first job of ``state`` in priority order, skipping locked ones.
-
-    The lock create and the job's reads travel together: ZooKeeper answers a session's requests
-    in order, so the reads see the job as it is once the lock is ours. The job is checked after
-    that: between the listing and the lock another consumer may have finished it and moved it
-    on, and then it is not ours to work on.
-    """
-    # "PP-jidNNNNNNNNNN" sorts as text in run order; only the names tried are parsed.
-    for name in sorted(children(zk, paths.job_state_folder(state))):
-        match = paths.INDEX_ENTRY_RE.fullmatch(name)
-        if match is None:
-            continue
-        jid = match.group(2)
-        lock_path = paths.job_node(jid, "lock")
-        locking = zk.create_async(lock_path, b"", ephemeral=True)
-        loading = _start_load(zk, [jid])
-        try:
-            locking.get()
-        except (NodeExistsError, NoNodeError):
-            collect_reads(loading)
-            continue
-        try:
-            job = _finish_load(jid, collect_reads(loading))
-        except (NotFound, MalformedNode):
-            lock_release(zk, lock_path)
-            continue
-        if job.state != state or (accept is not None and not accept(job)):
-            lock_release(zk, lock_path)
-            continue
-        return job
-    return None
+    """Lock and return the first job of ``state`` in priority order, skipping locked ones."""
+    return JobClaimer(zk, state, max_age=0).claim(accept)
 
 
 def job_unlock(zk: KazooClient, job: Job) -> None:

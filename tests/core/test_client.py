@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 import pytest
 from kazoo.client import KazooClient
 
 from queues import zk as zkmod
-from queues.zk.client import BASE_NODES
+from queues.zk.client import BASE_NODES, Handler
 from queues.zk.server import free_port
 
 
@@ -32,3 +35,23 @@ def test_unreachable_ensemble_is_reported_as_unavailable() -> None:
     hosts = f"127.0.0.1:{free_port()}"
     with pytest.raises(zkmod.Unavailable, match=hosts):
         zkmod.connect(hosts, timeout=1.0)
+
+
+@pytest.mark.parametrize("high", [False, True])
+def test_handler_waits_answer_like_kazoos_own(high: bool) -> None:
+    """Sockets below select()'s limit take the short way, above it kazoo's own; same answers."""
+    left, right = socket.socketpair()
+    if high:
+        # A web process with many connections: descriptors past FD_SETSIZE.
+        moved = os.dup2(left.fileno(), 1500)
+        left.close()
+        left = socket.socket(fileno=moved)
+    try:
+        handler = Handler()
+        assert handler.select([left], [], [], 0) == ([], [], [])
+        right.send(b"x")
+        assert handler.select([left], [], [], 1)[0] == [left]
+        assert handler.select([], [left], [], 0)[1] == [left]
+    finally:
+        left.close()
+        right.close()
