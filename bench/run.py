@@ -20,7 +20,7 @@ from bench.common import machine
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--large", type=int, default=100_000, help="jobs in the large queue")
-    parser.add_argument("--daemon-jobs", type=int, default=600)
+    parser.add_argument("--daemon-jobs", type=int, default=2_000)
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
     args = parser.parse_args()
     began = time.monotonic()

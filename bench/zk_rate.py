@@ -19,21 +19,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import setup_django, throwaway_zookeeper
 
 
-def _child(hosts: str, seconds: float, start_at: float, out: multiprocessing.Queue) -> None:
+def _child(
+    hosts: str, seconds: float, start_at: float, locked: bool, out: multiprocessing.Queue
+) -> None:
     setup_django()
     from queues.zk.bulk import transition_rate
 
-    result = transition_rate(hosts, threads=1, seconds=seconds, start_at=start_at)
+    result = transition_rate(hosts, threads=1, seconds=seconds, start_at=start_at, locked=locked)
     out.put((result.transactions, result.seconds))
 
 
-def measure(hosts: str, *, processes: int, seconds: float) -> float:
-    """Transitions per second summed over ``processes`` concurrent client processes."""
+def measure(hosts: str, *, processes: int, seconds: float, locked: bool = False) -> float:
+    """Transitions per second summed over ``processes`` concurrent client processes.
+
+    ``locked``: each transition also creates and deletes an ephemeral lock, as a consumer must.
+    """
     context = multiprocessing.get_context("spawn")  # kazoo's threads do not survive a fork
     out = context.Queue()
     start_at = time.time() + 3.0 + 0.3 * processes  # after every child has connected
     children = [
-        context.Process(target=_child, args=(hosts, seconds, start_at, out))
+        context.Process(target=_child, args=(hosts, seconds, start_at, locked, out))
         for _ in range(processes)
     ]
     for child in children:

@@ -356,6 +356,7 @@ def transition_rate(
     seconds: float = 10.0,
     items: int = 200,
     start_at: float | None = None,
+    locked: bool = False,
 ) -> RateResult:
     """Synchronous multi-operations in the shape of a job transition, from ``threads`` clients.
 
@@ -364,6 +365,9 @@ def transition_rate(
     the new one, and the same for the batch index entry -- the five operations ``job_transition``
     commits. Every thread has its own session, as separate daemon processes do.
     ``start_at`` (a ``time.time()``) lines up the measuring windows of several processes.
+
+    With ``locked`` each move is what the contract asks of a consumer at the least: create the
+    job's ephemeral lock, then the same multi-operation deleting the lock too -- two writes.
     """
     root = f"/bench-rate-{uuidlib.uuid4().hex[:8]}"
     setup = connect(hosts)
@@ -394,12 +398,17 @@ def transition_rate(
                     i = n % items
                     src = where[i]
                     dst = "b" if src == "a" else "a"
+                    lock = f"{base}/status/{i}/lock"
+                    if locked:
+                        zk.create(lock, b"", ephemeral=True)
                     txn = zk.transaction()
                     txn.set_data(f"{base}/status/{i}", encode_json({"status": dst, "n": n}))
                     txn.delete(f"{base}/{src}/{i}")
                     txn.create(f"{base}/{dst}/{i}", b"")
                     txn.delete(f"{base}/b{src}/{i}")
                     txn.create(f"{base}/b{dst}/{i}", b"")
+                    if locked:
+                        txn.delete(lock)
                     results = txn.commit()
                     if any(isinstance(r, Exception) for r in results):
                         raise RuntimeError(f"rate probe transaction failed: {results}")
