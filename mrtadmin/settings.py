@@ -175,7 +175,10 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # The layer waits up to 5 s for each message; redis-py 8 gives up reading a socket
+            # after 5 s by default and the layer then closes every idle page's websocket. A
+            # longer read timeout (unless the URL sets its own) keeps idle pages subscribed.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
         }
     }
 else:

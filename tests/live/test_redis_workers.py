@@ -124,3 +124,37 @@ def test_each_worker_tells_its_own_pages_once(
         on_a, on_b = run(scenario())
     for seen in (on_a, on_b):
         assert [(m["topic"], m["kind"], m["count"]) for m in seen] == [(TOPIC, "changed", 1)]
+
+
+def test_an_idle_page_stays_subscribed_through_redis(
+    zk_hosts: str,
+    tmp_path: Path,
+    redis_url: str,
+    other_zk: KazooClient,
+    make_batch: Callable[[], Batch],
+    make_job: Callable[[Batch], Job],
+) -> None:
+    """A console page open with nothing happening: the layer's wait for a message must outlast
+    the Redis client's read timeout (5 s by default in redis-py 8), or the socket is closed."""
+    import websockets
+
+    job = make_job(make_batch())
+    other_zk.ensure_path("/jobs/states/failed")
+    env = console_env(zk_hosts, tmp_path, user=USER, password=PASSWORD, REDIS_URL=redis_url)
+    with daphne(env, tmp_path / "a.log") as worker:
+        cookie = login(worker)
+
+        async def scenario() -> dict:
+            async with websockets.connect(
+                worker.replace("http://", "ws://") + "/ws/live/",
+                additional_headers={"Cookie": f"sessionid={cookie}", "Origin": worker},
+            ) as ws:
+                assert json.loads(await ws.recv())["kind"] == "hello"
+                await ws.send(json.dumps({"subscribe": [TOPIC]}))
+                assert json.loads(await ws.recv())["kind"] == "subscribed"
+                await asyncio.sleep(8)  # idle, longer than the read timeout
+                await asyncio.to_thread(jobs.job_transition, other_zk, job, "Failed", admin=True)
+                return json.loads(await asyncio.wait_for(ws.recv(), 20))
+
+        message = run(scenario())
+    assert (message["topic"], message["kind"]) == (TOPIC, "changed")
