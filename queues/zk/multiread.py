@@ -111,10 +111,10 @@ class PendingMultiRead:
 
     def __init__(self, zk: KazooClient, node_paths: Sequence[str]) -> None:
         self.zk = zk
-        self.node_paths = list(node_paths)
+        node_paths = list(node_paths)
         self.requests = []
-        for start in range(0, len(self.node_paths), CHUNK):
-            chunk = self.node_paths[start : start + CHUNK]
+        for start in range(0, len(node_paths), CHUNK):
+            chunk = node_paths[start : start + CHUNK]
             request = MultiReadRequest([_prefix_root(zk.chroot, p) for p in chunk])
             answer = zk.handler.async_result()
             zk._call(request, answer)

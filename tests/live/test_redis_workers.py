@@ -13,8 +13,9 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -75,8 +76,9 @@ def login(url: str) -> str:
     return session.cookies["sessionid"]
 
 
-async def page_messages(url: str, cookie: str, moved: asyncio.Event) -> list[dict]:
-    """Subscribe on one worker; after the move, collect until the window has long closed."""
+@contextlib.asynccontextmanager
+async def subscribed(url: str, cookie: str) -> AsyncIterator[Any]:
+    """A live-console socket on ``url``, logged in and subscribed to TOPIC."""
     import websockets
 
     async with websockets.connect(
@@ -86,6 +88,12 @@ async def page_messages(url: str, cookie: str, moved: asyncio.Event) -> list[dic
         assert json.loads(await ws.recv())["kind"] == "hello"
         await ws.send(json.dumps({"subscribe": [TOPIC]}))
         assert json.loads(await ws.recv())["kind"] == "subscribed"
+        yield ws
+
+
+async def page_messages(url: str, cookie: str, moved: asyncio.Event) -> list[dict]:
+    """Subscribe on one worker; after the move, collect until the window has long closed."""
+    async with subscribed(url, cookie) as ws:
         moved.set()
         seen: list[dict] = []
         message = json.loads(await asyncio.wait_for(ws.recv(), 20))
@@ -136,8 +144,6 @@ def test_an_idle_page_stays_subscribed_through_redis(
 ) -> None:
     """A console page open with nothing happening: the layer's wait for a message must outlast
     the Redis client's read timeout (5 s by default in redis-py 8), or the socket is closed."""
-    import websockets
-
     job = make_job(make_batch())
     other_zk.ensure_path("/jobs/states/failed")
     env = console_env(zk_hosts, tmp_path, user=USER, password=PASSWORD, REDIS_URL=redis_url)
@@ -145,13 +151,7 @@ def test_an_idle_page_stays_subscribed_through_redis(
         cookie = login(worker)
 
         async def scenario() -> dict:
-            async with websockets.connect(
-                worker.replace("http://", "ws://") + "/ws/live/",
-                additional_headers={"Cookie": f"sessionid={cookie}", "Origin": worker},
-            ) as ws:
-                assert json.loads(await ws.recv())["kind"] == "hello"
-                await ws.send(json.dumps({"subscribe": [TOPIC]}))
-                assert json.loads(await ws.recv())["kind"] == "subscribed"
+            async with subscribed(worker, cookie) as ws:
                 await asyncio.sleep(8)  # idle, longer than the read timeout
                 await asyncio.to_thread(jobs.job_transition, other_zk, job, "Failed", admin=True)
                 return json.loads(await asyncio.wait_for(ws.recv(), 20))
