@@ -203,26 +203,34 @@ class Daemon(ABC, Generic[T]):
         path = self.wake_path()
         signal = ChangeSignal(self.zk, path) if path else None
         while not stop.is_set():
-            if signal is not None:
-                # Armed before claiming, so work arriving while we claim still wakes us.
+            if self._run_once_logged():
+                continue
+            if signal is None:
+                stop.wait(self.poll)
+                continue
+            if not signal.armed:
+                # The watch is set only once there is nothing to do: on a busy folder it would
+                # fire at every change, and setting it lists the whole folder each time. Work
+                # that arrived between the empty claim and the watch is found by one more claim.
                 signal.arm()
-            try:
-                busy = self.run_once()
-            except Exception as exc:
-                busy = False
-                if is_connection_error(exc):
-                    log.warning("%s: ZooKeeper unavailable: %s", self.name, describe(exc))
-                else:
-                    log.exception("%s: unexpected error outside a step", self.name)
-            finally:
-                # Long-lived threads must not keep a broken or stale database connection.
-                close_old_connections()
-            if not busy:
-                if signal is not None:
-                    signal.wait(stop, self.poll)
-                else:
-                    stop.wait(self.poll)
+                if self._run_once_logged():
+                    continue
+            signal.wait(stop, self.poll)
         log.info("%s: stopped", self.name)
+
+    def _run_once_logged(self) -> bool:
+        """``run_once`` for the long-running loop: an error is logged and counts as idle."""
+        try:
+            return self.run_once()
+        except Exception as exc:
+            if is_connection_error(exc):
+                log.warning("%s: ZooKeeper unavailable: %s", self.name, describe(exc))
+            else:
+                log.exception("%s: unexpected error outside a step", self.name)
+            return False
+        finally:
+            # Long-lived threads must not keep a broken or stale database connection.
+            close_old_connections()
 
     def handle(self, item: T) -> ItemResult:
         started = time.monotonic()

@@ -78,6 +78,11 @@ class ChangeSignal:
         self._armed = False
         self._lock = threading.Lock()
 
+    @property
+    def armed(self) -> bool:
+        """Whether a watch is set and has not fired yet."""
+        return self._armed
+
     def arm(self) -> None:
         with self._lock:
             if self._armed:

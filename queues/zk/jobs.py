@@ -34,7 +34,7 @@ from .nodes import (
 from .records import Broken, Job, Status
 
 DEFAULT_PRIORITY = 5
-CROWD_WINDOW = 8
+CROWD_MAX = 8
 PRUNE_AHEAD = 16
 TAKEN = object()  # a claim attempt lost to another consumer
 SKIPPED = object()  # a claim attempt on a job that is not this consumer's to work on
@@ -440,7 +440,8 @@ class JobClaimer:
     has meanwhile moved on is never locked (where it would hold up the next step's consumer);
     then the job's nodes are read in one multiRead. The job is checked after that: its status
     must be this state, and ``accept`` must take it. With one consumer the walk follows the
-    listing's order exactly; with several, see ``_walk``.
+    listing's order exactly; once it has lost a race to another, it reads which of the next
+    jobs are free before it tries one, and picks among them at random (see ``_walk``).
     """
 
     def __init__(self, zk: KazooClient, state: str, *, max_age: float = 1.0) -> None:
@@ -449,7 +450,7 @@ class JobClaimer:
         self.folder = paths.job_state_folder(state)
         self.max_age = max_age
         self._names: list[str] = []  # not yet tried, in reverse run order (the next is last)
-        self._crowd = 0  # jobs other consumers took from under the last claim, up to 8
+        self._crowd = 0  # races lost to other consumers lately (see _walk)
         self._listed_at = float("-inf")
 
     def _list(self) -> None:
@@ -470,40 +471,47 @@ class JobClaimer:
             fresh = True
 
     def _walk(self, accept: Callable[[Job], bool] | None) -> Job | None:
-        # How crowded the folder was at the last claim: how many of the jobs tried other
-        # consumers had taken or moved on. Then much of a kept listing is gone already, and
-        # consumers walking it from the same head would collide at every step: the entries
-        # ahead are checked in one read before a lock is tried, and the pick is spread over
-        # the first few of them.
+        # Whether the folder has been crowded lately: other consumers locked or moved on jobs
+        # this one tried. Then much of a kept (or even a fresh) listing is locked or gone, and
+        # every lock tried on such a job is a failed write the server has to log: the entries
+        # ahead and their locks are read first, in one read, and the pick is spread over those
+        # found free, so that consumers walking the same listing do not all go for its head.
         crowd = self._crowd
         taken = 0
-        stale = crowd > 0
+        free = 0  # entries at the end of the walk found present and unlocked by the last read
         while self._names:
-            if stale:
-                self._prune(PRUNE_AHEAD)
-                stale = False
-                if not self._names:
-                    break
-            window = min(crowd, len(self._names) - 1)
-            name = self._names.pop(-1 - random.randint(0, window) if window else -1)
+            if crowd and not free:
+                free = self._prune(PRUNE_AHEAD)
+                continue
+            name = self._names.pop(-1 - random.randint(0, free - 1) if free > 1 else -1)
+            free = max(0, free - 1)
             match = paths.INDEX_ENTRY_RE.fullmatch(name)
             if match is None:
                 continue
             job = self._try(f"{self.folder}/{name}", match.group(2), accept)
             if isinstance(job, Job):
-                self._crowd = min(CROWD_WINDOW, taken)
-                return job
+                break
             if job is TAKEN:
                 taken += 1
-                stale = crowd > 0
-        self._crowd = min(CROWD_WINDOW, taken)
-        return None
+                crowd = max(crowd, 1)
+                free = 0  # read again: the others are moving fast
+        else:
+            job = None
+        # Lost races count fully; a claim without one halves the memory of earlier ones.
+        self._crowd = min(CROWD_MAX, taken + crowd // 2)
+        return job
 
-    def _prune(self, count: int) -> None:
-        """Drop the next ``count`` entries that are no longer in the folder."""
-        ahead = self._names[-count:]
-        present = read_many(self.zk, [f"{self.folder}/{n}" for n in ahead])
-        self._names[-count:] = [n for n in ahead if present[f"{self.folder}/{n}"] is not None]
+    def _prune(self, count: int) -> int:
+        """Drop those of the next ``count`` entries that are gone or locked; how many are left."""
+        ahead = []
+        for name in self._names[-count:]:
+            match = paths.INDEX_ENTRY_RE.fullmatch(name)
+            if match is not None:
+                ahead.append((name, f"{self.folder}/{name}", paths.job_node(match[2], "lock")))
+        reads = read_many(self.zk, [p for _, entry, lock in ahead for p in (entry, lock)])
+        free = [n for n, entry, lock in ahead if reads[entry] is not None and reads[lock] is None]
+        self._names[-count:] = free
+        return len(free)
 
     def _try(self, entry: str, jid: str, accept: Callable[[Job], bool] | None) -> Job | object:
         """The job, locked; TAKEN when another consumer has it; SKIPPED when it is not for us."""

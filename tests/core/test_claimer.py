@@ -93,3 +93,22 @@ def test_consumers_sharing_a_folder_claim_every_job_exactly_once(
     claimed = [jid for result in results for jid in result]
     assert sorted(claimed) == sorted(created)  # all of them, none twice
     assert {j for j in created if zk.exists(f"/jobs/{j}/lock")} == set()
+
+
+def test_a_crowded_claimer_reads_which_jobs_are_locked_instead_of_trying_them(
+    zk: KazooClient, other_zk: KazooClient, make_job: Callable[..., Job], monkeypatch
+) -> None:
+    made = [make_job() for _ in range(6)]
+    for job in made[:4]:  # four consumers elsewhere are working on the first four
+        other_zk.create(f"/jobs/{job.jid}/lock", b"", ephemeral=True)
+    claimer = jobs.JobClaimer(zk, "Pending")
+    claimer._crowd = 4  # the last claim lost races: the folder is crowded
+    writes = []
+    real = zk.transaction
+    monkeypatch.setattr(zk, "transaction", lambda: writes.append(1) or real())
+
+    job = claimer.claim()
+    # One of the free jobs, locked at the first try: a lock tried on a locked job is a failed
+    # write the server has to log, where reading the locks ahead is one cheap read.
+    assert job.jid in {made[4].jid, made[5].jid}
+    assert len(writes) == 1

@@ -1,9 +1,15 @@
 """Idle consumers wake on a ZooKeeper watch of their folder instead of sleeping a full poll."""
 
 import threading
+import time
 
+from queues.daemons.base import JobDaemon, Next
+from queues.states import JOB
 from queues.zk import batches, jobs, paths
 from queues.zk.daemon_support import ChangeSignal
+from queues.zk.records import Job
+
+from .conftest import make_job, wait_for
 
 
 def test_signal_reports_a_new_job_in_the_watched_state(zk, other_zk):
@@ -36,3 +42,60 @@ def test_one_watch_is_kept_however_long_the_daemon_idles(zk):
     key = zk.chroot + paths.job_state_folder("Storing")
     watchers = zk._child_watchers.get(key, set()) | zk._data_watchers.get(key, set())
     assert len(watchers) == 1
+
+
+class PassOn(JobDaemon):
+    """A step with nothing to do: each job moves on to the next state at once."""
+
+    name = "test-pass-on"
+    step = "Estimating"
+    state = "Estimating"
+    queue_hold = None
+
+    def work(self, item: Job) -> Next:
+        return Next(JOB.successor(item.state))
+
+
+def run_in_thread(consumer: JobDaemon) -> tuple[threading.Thread, threading.Event]:
+    stop = threading.Event()
+    thread = threading.Thread(target=consumer.run, args=(stop,), daemon=True)
+    thread.start()
+    return thread, stop
+
+
+def test_a_busy_consumer_lists_its_folder_once_not_for_every_job(zk, monkeypatch):
+    made = [make_job(zk, {}, state="Estimating").jid for _ in range(30)]
+    folder = zk.chroot + paths.job_state_folder("Estimating")
+    listings = []
+    real = zk.get_children_async
+
+    def counting(path, *args, **kwargs):
+        if zk.chroot + path == folder:
+            listings.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(zk, "get_children_async", counting)
+    consumer = PassOn(zk=zk, poll=60)
+    consumer._claimer = jobs.JobClaimer(zk, "Estimating", max_age=3600)
+    thread, stop = run_in_thread(consumer)
+    try:
+        wait_for(lambda: not zk.get_children(paths.job_state_folder("Estimating")))
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert {j for j in made if jobs.job_load(zk, j).state == "Provisioning"} == set(made)
+    # One listing to work from, one to make sure it is empty, then the watch and one more look
+    # once idle. The watch used to be set again (a full listing) after every job.
+    assert len(listings) <= 6, len(listings)
+
+
+def test_an_idle_consumer_wakes_for_a_job_that_arrives(zk):
+    consumer = PassOn(zk=zk, poll=3600)  # only the watch can wake it in time
+    thread, stop = run_in_thread(consumer)
+    try:
+        time.sleep(0.5)  # idle, with its watch set
+        job = make_job(zk, {}, state="Estimating")
+        wait_for(lambda: jobs.job_load(zk, job.jid).state == "Provisioning", timeout=30)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
