@@ -27,7 +27,7 @@ from bench.common import machine, median, new_chroot, setup_django, throwaway_zo
 TARGET_SHARE = 0.5
 
 
-def _daemon_process(hosts: str, poll: float, stop_at: float, out: multiprocessing.Queue) -> None:
+def _daemon_process(hosts: str, poll: float, stop_at: float) -> None:
     setup_django()
     from django.conf import settings
 
@@ -49,28 +49,14 @@ def _daemon_process(hosts: str, poll: float, stop_at: float, out: multiprocessin
         type(f"NoWork{s}", (NoWork,), {"name": f"bench-{s}", "step": s, "state": s})(poll=poll)
         for s in JOB_WORKING
     ]
-    counts = [0] * len(daemons)
     stop = threading.Event()
-
-    def loop(i: int) -> None:
-        while not stop.is_set() and time.time() < stop_at:
-            try:
-                busy = daemons[i].run_once()
-            except Exception:
-                logging.getLogger("bench").warning("run_once raised", exc_info=True)
-                busy = False
-            last = daemons[i].last
-            if last is not None and last.outcome == "ok":
-                counts[i] += 1
-            if not busy:
-                stop.wait(poll)
-
-    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(len(daemons))]
+    threads = [threading.Thread(target=daemon.run, args=(stop,), daemon=True) for daemon in daemons]
     for thread in threads:
         thread.start()
+    stop.wait(max(0.0, stop_at - time.time()))
+    stop.set()
     for thread in threads:
         thread.join()
-    out.put(sum(counts))
 
 
 @dataclass
@@ -104,10 +90,9 @@ def run_daemons(hosts: str, *, jobs: int, processes: int, timeout: float = 600) 
     watcher = zkmod.connect(target)
     done_folder = paths.job_state_folder("Completed")
     context = multiprocessing.get_context("spawn")
-    out = context.Queue()
     stop_at = time.time() + timeout
     children = [
-        context.Process(target=_daemon_process, args=(target, 0.05, stop_at, out))
+        context.Process(target=_daemon_process, args=(target, 1.0, stop_at))
         for _ in range(processes)
     ]
     for child in children:
