@@ -1,14 +1,13 @@
 """The consumer daemons' throughput next to the server's raw rate: ``python bench/daemons.py``.
 
 Loads ``--jobs`` jobs in Estimating, then runs ``--processes`` daemon processes. Each hosts one
-daemon per job step (Estimating ... Notify) built on the project's own loop
-(``queues.daemons.base.JobDaemon``: claim the first job in priority order under its ephemeral
-lock, run the step, one transition, unlock, check the batch; idle, wait on the folder's watch),
-with a step that does no work, so
-what is measured is the loop and ZooKeeper, not downloads. Every job makes 7 transitions on its
-way to Completed. In the same run and on the same server, ``bench/zk_rate.py`` measures the raw
-rate of the transition's five-operation multi with the same number of client processes.
-"""
+daemon per job step (Estimating ... Notify) running the project's own loop
+(``queues.daemons.base.Daemon.run``: claim the first job in priority order under its ephemeral
+lock, run the step, one transition, unlock, check the batch; when idle, wait on the folder's
+watch) with a step that does no work, so what is measured is the loop and ZooKeeper, not
+downloads. Every job makes 7 transitions on its way to Completed. In the same run and on the
+same server, ``bench/zk_rate.py`` measures the raw rate of the transition's five-operation multi
+with the same number of client processes, and the rate of lock + move, the contract's least."""
 
 from __future__ import annotations
 
