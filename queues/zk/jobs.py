@@ -441,12 +441,15 @@ class JobClaimer:
     then the job's nodes are read in one multiRead. The job is checked after that: its status
     must be this state, and ``accept`` must take it. With one consumer the walk follows the
     listing's order exactly; once it has lost a race to another, it reads which of the next
-    jobs are free before it tries one, and picks among them at random (see ``_walk``).
+    jobs are free before it tries one, and picks among them at random unless ``strict``.
     """
 
-    def __init__(self, zk: KazooClient, state: str, *, max_age: float = 1.0) -> None:
+    def __init__(
+        self, zk: KazooClient, state: str, *, max_age: float = 1.0, strict: bool = False
+    ) -> None:
         self.zk = zk
         self.state = state
+        self.strict = strict
         self.folder = paths.job_state_folder(state)
         self.max_age = max_age
         self._names: list[str] = []  # not yet tried, in reverse run order (the next is last)
@@ -471,19 +474,20 @@ class JobClaimer:
             fresh = True
 
     def _walk(self, accept: Callable[[Job], bool] | None) -> Job | None:
-        # Whether the folder has been crowded lately: other consumers locked or moved on jobs
-        # this one tried. Then much of a kept (or even a fresh) listing is locked or gone, and
-        # every lock tried on such a job is a failed write the server has to log: the entries
-        # ahead and their locks are read first, in one read, and the pick is spread over those
-        # found free, so that consumers walking the same listing do not all go for its head.
+        # Once a lock tried here has been lost to another consumer, much of the listing may be
+        # locked or gone, and every lock tried on such a job is a failed write the server has
+        # to log: the entries ahead and their locks are read first, in one read, and (unless
+        # the claimer is ``strict``) the pick is spread at random over the entries found free,
+        # so that consumers walking the same listing do not all go for its head.
         crowd = self._crowd
         taken = 0
         free = 0  # entries at the end of the walk found present and unlocked by the last read
         while self._names:
-            if crowd and not free:
+            if (crowd or taken) and not free:
                 free = self._prune(PRUNE_AHEAD)
                 continue
-            name = self._names.pop(-1 - random.randint(0, free - 1) if free > 1 else -1)
+            spread = not self.strict and free > 1
+            name = self._names.pop(-1 - random.randint(0, free - 1) if spread else -1)
             free = max(0, free - 1)
             match = paths.INDEX_ENTRY_RE.fullmatch(name)
             if match is None:
@@ -493,7 +497,6 @@ class JobClaimer:
                 break
             if job is TAKEN:
                 taken += 1
-                crowd = max(crowd, 1)
                 free = 0  # read again: the others are moving fast
         else:
             job = None
@@ -540,7 +543,7 @@ def job_acquire(
     zk: KazooClient, state: str, *, accept: Callable[[Job], bool] | None = None
 ) -> Job | None:
     """Lock and return the first job of ``state`` in priority order, skipping locked ones."""
-    return JobClaimer(zk, state, max_age=0).claim(accept)
+    return JobClaimer(zk, state, max_age=0, strict=True).claim(accept)
 
 
 def job_unlock(zk: KazooClient, job: Job) -> None:

@@ -67,8 +67,8 @@ def test_single_sign_on_header_logs_in_a_new_user_as_viewer(zk, make_user):
     assert client.get(reverse("overview")).status_code == 200  # the session persists
 
 
-def test_setupconsole_creates_groups_and_a_first_admin_once(db, tmp_path, capsys):
-    settings.MRT_VAR_DIR = tmp_path
+def test_setupconsole_creates_groups_and_a_first_admin_once(db, tmp_path, capsys, settings):
+    settings.MRT_VAR_DIR = tmp_path  # pytest-django's settings: put back after the test
     call_command("setupconsole")
     out = capsys.readouterr().out
     admin = get_user_model().objects.get(username="admin")
