@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -126,16 +127,21 @@ def race(clients: tuple[KazooClient, KazooClient], take: Callable[[KazooClient],
     return got
 
 
+def race_winner(clients: tuple[KazooClient, KazooClient], take: Callable[[KazooClient], Any]):
+    """Race ``take`` on both clients; exactly one may get an item: (its client, the item)."""
+    got = race(clients, take)
+    winners = [(client, item) for client, item in zip(clients, got, strict=True) if item]
+    assert len(winners) == 1, got
+    return winners[0]
+
+
 def test_two_clients_racing_for_the_head_never_both_get_it(
     zk: KazooClient, other_zk: KazooClient, make_job: Callable[..., Job]
 ) -> None:
     for _ in range(25):
         head = make_job()
-        got = race((zk, other_zk), lambda client: jobs.job_acquire(client, "Pending"))
-        winners = [(i, j) for i, j in enumerate(got) if j is not None]
-        assert [j.jid for _, j in winners] == [head.jid]
-        index, winner = winners[0]
-        client = (zk, other_zk)[index]
+        client, winner = race_winner((zk, other_zk), lambda c: jobs.job_acquire(c, "Pending"))
+        assert winner.jid == head.jid
         jobs.job_unlock(client, jobs.job_transition(client, winner, "Estimating"))
 
 
@@ -228,11 +234,8 @@ def test_two_clients_racing_for_a_batch_never_both_get_it(
 ) -> None:
     for _ in range(10):
         created = make_batch()
-        got = race((zk, other_zk), lambda client: batches.batch_acquire(client, "Pending"))
-        winners = [(i, b) for i, b in enumerate(got) if b is not None]
-        assert [b.bid for _, b in winners] == [created.bid]
-        index, winner = winners[0]
-        client = (zk, other_zk)[index]
+        client, winner = race_winner((zk, other_zk), lambda c: batches.batch_acquire(c, "Pending"))
+        assert winner.bid == created.bid
         batches.batch_unlock(client, batches.batch_transition(client, winner, "Processing"))
 
 
@@ -241,9 +244,6 @@ def test_two_clients_racing_for_an_access_request_never_both_get_it(
 ) -> None:
     for _ in range(10):
         created = access.access_create(zk, queue="small", token={"token": "t"})
-        got = race((zk, other_zk), lambda client: access.access_acquire(client, "small"))
-        winners = [(i, a) for i, a in enumerate(got) if a is not None]
-        assert [a.qid for _, a in winners] == [created.qid]
-        index, winner = winners[0]
-        client = (zk, other_zk)[index]
+        client, winner = race_winner((zk, other_zk), lambda c: access.access_acquire(c, "small"))
+        assert winner.qid == created.qid
         access.access_unlock(client, access.access_transition(client, winner, "Processing"))
