@@ -204,8 +204,8 @@ MRT_EZID_USER = env("MRT_EZID_USER")
 MRT_EZID_PASSWORD = env("MRT_EZID_PASSWORD")
 MRT_DOWNLOADS_DIR = Path(env("MRT_DOWNLOADS_DIR", str(MRT_VAR_DIR / "downloads")))
 MRT_CONSOLE_URL = env("MRT_CONSOLE_URL", "http://127.0.0.1:8000")
-# Folders a depositor's file:// payload URL may read from (":"-separated). Empty allows any
-# path the daemons can read: fine on one machine, to be set on a shared deployment.
+# Folders a depositor's file:// URLs may read from (":"-separated). Empty: none, file://
+# payloads are refused (the daemons' own working folders and local storage stay readable).
 MRT_FILE_ROOTS = [Path(p) for p in env("MRT_FILE_ROOTS").split(":") if p.strip()]
 # Where remote storage can fetch a job's working folder over HTTP (needed with MRT_STORAGE_URL).
 MRT_WORK_URL = env("MRT_WORK_URL")

@@ -8,7 +8,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from queues import selectors
-from queues.services import SUBMISSION_TYPES
+from queues.services import SUBMISSION_TYPES, check_payload_url
 from queues.states import ACCESS, BATCH, JOB
 from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidID
@@ -185,8 +185,10 @@ class SubmitForm(forms.Form):
 
     def clean_payload_url(self) -> str:
         value = self.cleaned_data["payload_url"].strip()
-        if not value.startswith(("http://", "https://", "file://")):
-            raise ValidationError("the payload URL must start with http://, https:// or file://")
+        try:
+            check_payload_url(value)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from exc
         return value
 
     def clean(self) -> dict[str, Any]:

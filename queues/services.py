@@ -14,6 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from queues import states
+from queues.daemons.clients import payload_roots
+from queues.steps.fetch import DownloadError, local_path
 from queues.zk import client
 from queues.zk import paths as zpaths
 from queues.zk.access import access_delete, access_load, access_transition
@@ -52,6 +54,20 @@ SUBMISSION_TYPES = (
     "container-batch-manifest",
     "batch-manifest",
 )
+
+
+def check_payload_url(url: str) -> None:
+    """ValueError, in words for the submitter, unless the daemons may read ``url``.
+
+    The daemons check again when they read it; this only turns a doomed batch away at the door.
+    """
+    if url.startswith("file://"):
+        try:
+            local_path(url, file_roots=payload_roots())
+        except DownloadError as exc:
+            raise ValueError(f"payload URL {exc.reason}") from None
+    elif not url.startswith(("http://", "https://")):
+        raise ValueError("the payload URL must start with http://, https:// or file://")
 
 
 @dataclass(frozen=True)
@@ -175,8 +191,7 @@ def batch_submit(
         raise ValueError(f"type {submission_type!r} is not one of: {', '.join(SUBMISSION_TYPES)}")
     if not submitter.strip():
         raise ValueError("submitter is required")
-    if not payload_url.startswith(("http://", "https://", "file://")):
-        raise ValueError("payload URL must start with http://, https:// or file://")
+    check_payload_url(payload_url)
     submission: dict[str, Any] = {
         "profile": profile,
         "submitter": submitter.strip(),

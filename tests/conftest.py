@@ -35,6 +35,8 @@ def _var_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     settings.MRT_STORAGE_ROOT = var / "storage"
     settings.MRT_DOWNLOADS_DIR = var / "downloads"
     settings.EMAIL_FILE_PATH = var / "mail"
+    # The tests' file:// payloads are written under their tmp_path folders.
+    settings.MRT_FILE_ROOTS = [tmp_path_factory.getbasetemp()]
     return var
 
 

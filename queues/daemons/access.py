@@ -66,7 +66,7 @@ class AccessSmall(AccessDaemon):
                 name=name,
                 timeout=settings.MRT_HTTP_TIMEOUT,
                 retries=settings.MRT_DOWNLOAD_RETRIES,
-                file_roots=clients.file_roots(),
+                file_roots=clients.internal_roots(),
             )
         except StorageError as exc:
             raise StepFailed(str(exc)) from exc

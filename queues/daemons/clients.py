@@ -31,19 +31,22 @@ from queues.zk.counters import counter_next
 EMAIL_KEYS = ("notification_email", "email", "depositor_email")
 
 
-def file_roots() -> list[Path] | None:
-    """Folders file:// payload URLs may read from; None (anything) unless MRT_FILE_ROOTS is set.
+def payload_roots() -> list[Path]:
+    """Folders a depositor's file:// URLs (payloads, manifests, the files they list) may read.
 
-    Setting it in production keeps a depositor from asking for file:///etc/passwd.
+    MRT_FILE_ROOTS, and nothing when it is empty: a depositor must not be able to ask for
+    file:///etc/passwd, or for another deposit's working folder.
     """
     roots = settings.MRT_FILE_ROOTS
-    if not roots:
-        return None
     if isinstance(roots, str):
-        roots = [r for r in roots.split(":") if r]
-    work = Path(settings.MRT_WORK_DIR)
-    # The storage manifest and the object's files always live in the working folder.
-    return [Path(r) for r in roots] + [work]
+        roots = [r for r in roots.split(":") if r.strip()]
+    return [Path(r) for r in roots or ()]
+
+
+def internal_roots() -> list[Path]:
+    """Folders the file:// URLs this system writes itself point into: the jobs' working
+    folders (storage manifests, downloaded files) and local storage (version manifests)."""
+    return [Path(settings.MRT_WORK_DIR), Path(settings.MRT_STORAGE_ROOT)]
 
 
 def minter(zk: Any) -> Minter:
@@ -66,14 +69,14 @@ def storage(profile: Profile | None = None) -> StorageClient:
         threads=settings.MRT_DOWNLOAD_THREADS,
         retries=settings.MRT_DOWNLOAD_RETRIES,
         timeout=settings.MRT_HTTP_TIMEOUT,
-        file_roots=file_roots(),
+        file_roots=internal_roots(),
     )
 
 
 def inventory() -> InventoryClient:
     if settings.MRT_INVENTORY_URL:
         return HttpInventory(settings.MRT_INVENTORY_URL, timeout=settings.MRT_HTTP_TIMEOUT)
-    return LocalInventory(file_roots=file_roots())
+    return LocalInventory(file_roots=internal_roots())
 
 
 def ark_for_local_id(local_id: str) -> str | None:

@@ -58,7 +58,7 @@ class Downloading(JobDaemon):
                 retries=settings.MRT_DOWNLOAD_RETRIES,
                 backoff=BACKOFF,
                 timeout=settings.MRT_HTTP_TIMEOUT,
-                file_roots=clients.file_roots(),
+                file_roots=clients.payload_roots(),
             )
         except DownloadError as exc:
             raise StepFailed(str(exc)) from exc

@@ -37,7 +37,7 @@ class Estimating(JobDaemon):
             [f.url for f in files],
             threads=settings.MRT_DOWNLOAD_THREADS,
             timeout=settings.MRT_HTTP_TIMEOUT,
-            file_roots=clients.file_roots(),
+            file_roots=clients.payload_roots(),
         )
         # A size the depositor declared stands in for one the server would not tell.
         return sum(sizes.get(f.url) or f.size or 0 for f in files)

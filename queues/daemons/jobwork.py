@@ -49,7 +49,7 @@ def fetch(url: str) -> bytes:
         url,
         timeout=settings.MRT_HTTP_TIMEOUT,
         retries=settings.MRT_DOWNLOAD_RETRIES,
-        file_roots=clients.file_roots(),
+        file_roots=clients.payload_roots(),
     )
 
 

@@ -103,13 +103,15 @@ def local_path(url: str, *, file_roots: Sequence[Path] | None = None) -> Path:
     """The filesystem path of a file:// URL.
 
     ``file_roots`` limits which folders may be read, so that a depositor cannot ask for
-    file:///etc/passwd; None allows any path (development and tests).
+    file:///etc/passwd; an empty list allows none, None any path (library use and tests).
     """
     parts = urlsplit(url)
     if parts.netloc not in ("", "localhost"):
         raise DownloadError(url, f"file URL on another host {parts.netloc!r} is not supported")
     path = Path(url2pathname(unquote(parts.path)))
     if file_roots is not None:
+        if not file_roots:
+            raise DownloadError(url, "file URLs are not accepted here (MRT_FILE_ROOTS is empty)")
         resolved = path.resolve()
         if not any(resolved.is_relative_to(root.resolve()) for root in file_roots):
             raise DownloadError(url, "file URL outside the allowed folders")

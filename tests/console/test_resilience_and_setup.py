@@ -114,6 +114,9 @@ def test_submit_form_creates_a_batch_like_submitbatch(operator, viewer, zk):
     assert batch.state == "Pending" and batch.title == "Notes"
     bad = operator.post(reverse("submit"), {**data, "payload_url": "ftp://x"})
     assert bad.status_code == 400
+    secret = operator.post(reverse("submit"), {**data, "payload_url": "file:///etc/passwd"})
+    assert secret.status_code == 400
+    assert "outside the allowed folders" in secret.content.decode()
     assert operator.post(reverse("submit"), {**data, "profile": "a/b"}).status_code == 400
 
 

@@ -56,7 +56,7 @@ def test_submitbatch_creates_a_pending_batch_and_prints_its_id(zk: KazooClient) 
     assert zk.get(f"/batch-uuids/{submission['batchID']}")[0] == bid.encode()
 
 
-def test_submitbatch_records_a_digest_in_lower_case(zk: KazooClient) -> None:
+def test_submitbatch_records_a_digest_in_lower_case(zk: KazooClient, tmp_path: Path) -> None:
     bid = run(
         "submitbatch",
         "--profile",
@@ -64,7 +64,7 @@ def test_submitbatch_records_a_digest_in_lower_case(zk: KazooClient) -> None:
         "--submitter",
         "dpr",
         "--payload-url",
-        "file:///tmp/object.zip",
+        (tmp_path / "object.zip").as_uri(),
         "--digest-alg",
         "sha256",
         "--digest-value",
@@ -80,6 +80,8 @@ def test_submitbatch_records_a_digest_in_lower_case(zk: KazooClient) -> None:
     [
         (["--profile", "../x"], "profile"),
         (["--payload-url", "ftp://example.org/a"], "payload URL"),
+        (["--payload-url", "file:///etc/passwd"], "outside the allowed folders"),
+        (["--payload-url", "file://otherhost/a.zip"], "another host"),
         (["--submitter", "  "], "submitter"),
     ],
 )
@@ -95,6 +97,20 @@ def test_submitbatch_refuses_bad_input_with_a_clear_message(
     with pytest.raises(CommandError, match=message):
         run("submitbatch", *[x for pair in base.items() for x in pair])
     assert batches.batch_ids(zk) == []
+
+
+def test_file_payloads_are_refused_unless_mrt_file_roots_names_a_folder(
+    zk: KazooClient, tmp_path: Path, settings
+) -> None:
+    settings.MRT_FILE_ROOTS = []
+    args = ["--profile", "ucb_lib_test", "--submitter", "dpr"]
+    with pytest.raises(CommandError, match="MRT_FILE_ROOTS is empty"):
+        run("submitbatch", *args, "--payload-url", (tmp_path / "a.zip").as_uri())
+    assert batches.batch_ids(zk) == []
+    settings.MRT_FILE_ROOTS = [tmp_path]
+    assert BID_RE.fullmatch(
+        run("submitbatch", *args, "--payload-url", (tmp_path / "a.zip").as_uri()).strip()
+    )
 
 
 def test_queue_resume_prints_each_move(

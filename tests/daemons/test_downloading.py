@@ -108,6 +108,18 @@ def test_file_urls_work_for_local_payloads(zk, tmp_path: Path) -> None:
     assert (object_dir(done) / "producer" / "local.txt").read_text() == "local"
 
 
+def test_a_manifest_cannot_list_files_outside_mrt_file_roots(zk, files: FileServer) -> None:
+    # The submission check saw only the manifest's HTTP URL; the lines inside it are the
+    # depositor's too, and the daemon refuses them.
+    for url in ("file:///etc/hostname", "file:///etc/../etc/hostname"):
+        job = _manifest_job(zk, files, [{"url": url, "filename": "stolen"}])
+        daemon(zk, "downloading").run_once()
+        failed = job_load(zk, job.jid)
+        assert failed.state == "Failed"
+        assert "outside the allowed folders" in failed.status.message
+        assert not (object_dir(failed) / "producer" / "stolen").exists()
+
+
 def test_a_rerun_starts_from_an_empty_object_folder(zk, files: FileServer) -> None:
     job = _manifest_job(zk, files, [{"url": files.put("a", "a"), "filename": "a"}])
     stale = object_dir(job) / "producer" / "stale.txt"

@@ -47,6 +47,18 @@ def test_storing_adds_a_version_and_hands_it_to_recording(zk, files: FileServer,
     assert "system/mrt-erc.txt" in names
 
 
+def test_storing_and_recording_read_their_own_files_whatever_mrt_file_roots_says(
+    zk, files: FileServer, settings, tmp_path: Path
+) -> None:
+    # MRT_FILE_ROOTS limits depositors; the storage manifest in the working folder and the
+    # version manifest in local storage are this system's own and must stay readable. (Once,
+    # with it set to a deposits folder, recording could not read storage's version manifest.)
+    job = _processed(zk, files)
+    settings.MRT_FILE_ROOTS = [tmp_path / "deposits"]
+    drive(zk, lambda: job_load(zk, job.jid).state == "Notify", names=["storing", "recording"])
+    assert InventoryObject.objects.filter(ark=job_load(zk, job.jid).primary_id).exists()
+
+
 def test_storing_twice_keeps_one_version(zk, files: FileServer, settings) -> None:
     job = _processed(zk, files)
     daemon(zk, "storing").run_once()

@@ -190,6 +190,7 @@ def test_the_api_refuses_bad_bodies_tokens_and_roles(
         ("queue", "hold-collection", "a/b"),
         ("submitbatch", "--profile", "../x", "--submitter", "me", "--payload-url", "https://x"),
         ("submitbatch", "--profile", "ok", "--submitter", "me", "--payload-url", "ftp://x"),
+        ("submitbatch", "--profile", "ok", "--submitter", "me", "--payload-url", "file:///etc"),
         ("zkdump", "/../.."),
     ],
 )

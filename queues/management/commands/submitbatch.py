@@ -13,7 +13,9 @@ class Command(QueueCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--profile", required=True, help="ingest profile name")
         parser.add_argument("--submitter", required=True)
-        parser.add_argument("--payload-url", required=True, help="http(s):// or file:// URL")
+        parser.add_argument(
+            "--payload-url", required=True, help="http(s):// URL, or file:// under MRT_FILE_ROOTS"
+        )
         parser.add_argument(
             "--type",
             default="file",
