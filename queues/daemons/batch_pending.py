@@ -14,22 +14,29 @@ Job priority comes from the profile's priority (5 by default) and the batch size
 deposit overtakes a bulk load: 1 object -2, 2..10 objects +0, 11..100 +1, more +2 (clamped to
 0..99). With the default profile priority that is 3, 5, 6 and 7.
 
+When the profile says ``queued_mail``, the depositor and the profile's contacts get the list of
+queued jobs before the batch moves on. A mail that cannot be sent is logged and named in the
+batch's status message; it does not hold the jobs back, and the summary mail still follows.
+
 Restart-safe: a batch that already has jobs (a consumer died half-way) gets only the jobs whose
-``batch_seq`` is missing, then moves to Processing.
+``batch_seq`` is missing, then moves to Processing (its queued mail may then go out twice).
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, ClassVar
 
 from django.conf import settings
 
+from queues.daemons import clients
 from queues.daemons.base import BatchDaemon, Next, Step, StepFailed
 from queues.daemons.jobwork import fetch
 from queues.steps.checkm import ManifestError
 from queues.steps.fetch import DownloadError
-from queues.steps.profiles import ProfileError, load_profile
+from queues.steps.notify import batch_queued, send
+from queues.steps.profiles import Profile, ProfileError, load_profile
 from queues.steps.submission import ObjectSpec, expand_submission
 from queues.zk.batches import batch_job_ids
 from queues.zk.daemon_support import job_configuration_update
@@ -37,6 +44,7 @@ from queues.zk.jobs import job_create, jobs_load
 from queues.zk.locks import collection_held, queue_held
 from queues.zk.records import Batch, Job
 
+log = logging.getLogger("queues.daemons")
 # Submission keys that describe the payload, not the batch: never copied into a job, where the
 # object's own values (or their absence) must stand.
 OBJECT_KEYS = frozenset(
@@ -65,6 +73,11 @@ def batch_priority(base: int, objects: int) -> int:
     else:
         offset = 2
     return min(99, max(0, base + offset))
+
+
+def object_name(spec: ObjectSpec) -> str:
+    """The object as its depositor knows it: title, local id, or the payload's file name."""
+    return spec.title or spec.local_id or spec.filename or spec.payload_url.rsplit("/", 1)[-1]
 
 
 def _text(submission: dict[str, Any], key: str) -> str | None:
@@ -118,24 +131,48 @@ class BatchPending(BatchDaemon):
             raise StepFailed(str(exc)) from exc
         specs = expand(item)
         priority = batch_priority(profile.priority, len(specs))
-        existing = self.existing_seqs(item)
+        existing = self.existing_jobs(item)
         base = {k: v for k, v in item.submission.items() if k not in OBJECT_KEYS}
         base.pop("batchID", None)
         base.update(submission_type=item.type or "file", batch_id=item.bid, batch_uuid=item.uuid)
+        queued = []
         for seq, spec in enumerate(specs, start=1):
-            if seq in existing:
-                continue
-            self.create_job(item, base, spec, seq, priority)
-        return Next("Processing", f"{len(specs)} jobs")
+            jid = existing.get(seq) or self.create_job(item, base, spec, seq, priority).jid
+            queued.append((jid, object_name(spec)))
+        message = f"{len(specs)} jobs"
+        if profile.queued_mail:
+            message += "; " + self.mail_queued(item, profile, queued)
+        return Next("Processing", message)
 
-    def existing_seqs(self, batch: Batch) -> set[int]:
+    def existing_jobs(self, batch: Batch) -> dict[int, str]:
+        """The batch's jobs already created, by ``batch_seq``."""
         index = batch_job_ids(self.zk, batch.bid)
         jids = sorted({j for folder in index.values() for j in folder})
-        seqs = set()
+        found = {}
         for job in jobs_load(self.zk, jids):
             if isinstance(job, Job) and isinstance(job.configuration.get("batch_seq"), int):
-                seqs.add(job.configuration["batch_seq"])
-        return seqs
+                found[job.configuration["batch_seq"]] = job.jid
+        return found
+
+    def mail_queued(self, batch: Batch, profile: Profile, jobs: list[tuple[str, str]]) -> str:
+        """Mail the list of queued jobs; returns a few words on it for the status message."""
+        to = clients.recipients(batch.submission, profile)
+        if not to:
+            return "nobody to mail the queued jobs to"
+        subject, body = batch_queued(
+            batch_id=batch.bid,
+            title=batch.title or None,
+            submitter=batch.submitter or None,
+            profile_name=batch.profile,
+            jobs=jobs,
+            console_url=settings.MRT_CONSOLE_URL,
+        )
+        try:
+            send(to, subject, body)
+        except OSError as exc:  # smtplib's errors are OSErrors
+            log.warning("%s batch-pending: queued mail not sent: %s", batch.bid, exc)
+            return f"queued mail not sent: {exc}"
+        return f"queued mail sent to {len(to)}"
 
     def create_job(
         self, batch: Batch, base: dict[str, Any], spec: ObjectSpec, seq: int, priority: int

@@ -1,4 +1,4 @@
-"""Telling depositors: a job's callback URL, and the batch summary mail."""
+"""Telling depositors: a job's callback URL, the batch queued mail and the batch summary mail."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from typing import Any
 import requests
 
 from queues.steps.fetch import USER_AGENT
+
+# How many jobs the queued mail lists by ID; the rest are counted.
+QUEUED_LISTED = 1000
 
 
 class CallbackError(Exception):
@@ -81,10 +84,7 @@ def batch_summary(
     kind = "update" if previous is not None else "report"
     subject = f"Merritt batch {batch_id} {state.lower()}: {label} ({len(succeeded)}/{total} ok)"
     lines = [
-        f"Batch:     {batch_id}",
-        f"Title:     {title or '(none)'}",
-        f"Submitter: {submitter or '(unknown)'}",
-        f"Profile:   {profile_name}",
+        *_header(batch_id, title, submitter, profile_name),
         f"State:     {state}",
         f"Report:    {kind}, {report.get('last_modified', '')}".rstrip(", "),
         "",
@@ -103,6 +103,47 @@ def batch_summary(
     lines += _section(f"Failed jobs ({len(failed)})", failed, empty="none")
     lines.append(f"Details: {console_url.rstrip('/')}/batches/{batch_id}/")
     return subject, "\n".join(lines) + "\n"
+
+
+def batch_queued(
+    *,
+    batch_id: str,
+    title: str | None,
+    submitter: str | None,
+    profile_name: str,
+    jobs: Sequence[tuple[str, str]],
+    console_url: str,
+) -> tuple[str, str]:
+    """Subject and plain-text body of the mail confirming that a batch's jobs are queued.
+
+    ``jobs`` are (job ID, the object as the depositor named it) in the batch's order; a huge
+    batch lists its first QUEUED_LISTED jobs and says how many more there are.
+    """
+    count = f"{len(jobs)} job" + ("" if len(jobs) == 1 else "s")
+    subject = f"Merritt batch {batch_id} queued: {title or batch_id} ({count})"
+    shown = [f"  {jid}  {name}".rstrip() for jid, name in jobs[:QUEUED_LISTED]]
+    if len(jobs) > QUEUED_LISTED:
+        shown.append(f"  ... and {len(jobs) - QUEUED_LISTED} more")
+    lines = [
+        *_header(batch_id, title, submitter, profile_name),
+        f"Jobs:      {len(jobs)}",
+        "",
+        "Queued jobs:",
+        *shown,
+        "",
+        "A summary follows once every job has completed or failed.",
+        f"Details: {console_url.rstrip('/')}/batches/{batch_id}/",
+    ]
+    return subject, "\n".join(lines) + "\n"
+
+
+def _header(batch_id: str, title: str | None, submitter: str | None, profile: str) -> list[str]:
+    return [
+        f"Batch:     {batch_id}",
+        f"Title:     {title or '(none)'}",
+        f"Submitter: {submitter or '(unknown)'}",
+        f"Profile:   {profile}",
+    ]
 
 
 def _section(heading: str, ids: Sequence[str], *, empty: str | None = None) -> list[str]:
@@ -124,9 +165,6 @@ def send_batch_summary(
     console_url: str,
 ) -> int:
     """Mail the batch summary to ``to`` with Django's mail backend; returns messages sent."""
-    from django.conf import settings
-    from django.core.mail import send_mail
-
     if not to:
         return 0
     subject, body = batch_summary(
@@ -139,5 +177,15 @@ def send_batch_summary(
         state=state,
         console_url=console_url,
     )
+    return send(to, subject, body)
+
+
+def send(to: Sequence[str], subject: str, body: str) -> int:
+    """Mail with Django's backend from MRT_MAIL_FROM; returns messages sent; errors raise."""
+    from django.conf import settings
+    from django.core.mail import send_mail
+
+    if not to:
+        return 0
     sender = settings.MRT_MAIL_FROM or settings.DEFAULT_FROM_EMAIL
-    return send_mail(subject, body, sender, to, fail_silently=False)
+    return send_mail(subject, body, sender, list(to), fail_silently=False)

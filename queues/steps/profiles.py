@@ -9,6 +9,8 @@ A profile file ``<name>.json``::
       "storage_node": "9501",                   storage node id (required)
       "priority": 5,                            job priority 0..99, lower runs first (default 5)
       "callback_url": "https://...",            POSTed when a job completes (optional)
+      "queued_mail": true,                      mail the depositor and contacts the list of
+                                                jobs once a batch is queued (default false)
       "description": "..."                      shown on the console (optional)
     }
 """
@@ -46,6 +48,7 @@ class Profile:
     priority: int = DEFAULT_PRIORITY
     callback_url: str | None = None
     description: str = ""
+    queued_mail: bool = False
 
 
 def profiles_dir() -> Path:
@@ -124,6 +127,9 @@ def _from_json(name: str, data: Any) -> Profile:
     description = data.get("description", "")
     if not isinstance(description, str):
         raise fail("description must be text")
+    queued_mail = data.get("queued_mail", False)
+    if not isinstance(queued_mail, bool):
+        raise fail(f"queued_mail must be true or false, got {queued_mail!r}")
     return Profile(
         name=name,
         collection=collection,
@@ -133,4 +139,5 @@ def _from_json(name: str, data: Any) -> Profile:
         priority=priority,
         callback_url=callback,
         description=description,
+        queued_mail=queued_mail,
     )

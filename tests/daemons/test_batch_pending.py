@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import zipfile
 
 import pytest
@@ -13,6 +14,7 @@ from queues.steps.checkm import CONTAINER_BATCH_MANIFEST, SINGLE_FILE_BATCH_MANI
 from queues.zk.batches import batch_job_ids, batch_load
 from queues.zk.jobs import job_create, job_load
 from queues.zk.locks import collection_hold_set, queue_hold_set
+from queues.zk.server import free_port
 
 from .conftest import DEMO, FileServer, batch_manifest, daemon, md5, object_manifest
 
@@ -181,3 +183,56 @@ def test_priority_follows_batch_size() -> None:
     assert batch_priority(0, 1) == 0
     assert batch_priority(99, 500) == 99
     assert BatchPending.queue_hold is None
+
+
+def _queued_mail_on(profiles) -> None:
+    path = profiles / f"{DEMO}.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "queued_mail": True}))
+
+
+def test_queued_mail_lists_every_job_when_the_profile_asks(
+    zk, files: FileServer, profiles, mailoutbox
+) -> None:
+    _queued_mail_on(profiles)
+    rows = [{"url": files.put(f"f{n}", str(n)), "title": f"<b>Page {n}</b>"} for n in range(3)]
+    bid = _submit(
+        files.put("b.checkm", batch_manifest(rows, SINGLE_FILE_BATCH_MANIFEST)),
+        "single-file-batch-manifest",
+        title="Scans",
+    )
+    # A consumer died after creating the first job: the mail still names all three.
+    first = job_create(zk, bid=bid, configuration={"profile": DEMO, "batch_seq": 1})
+    daemon(zk, "batch-pending").run_once()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Processing"
+    assert "queued mail sent to 2" in batch.status.message
+    [mail] = mailoutbox
+    assert mail.to == ["depositor@example.org", "merritt-demo@example.org"]
+    assert mail.subject == f"Merritt batch {bid} queued: Scans (3 jobs)"
+    jids = sorted(j.jid for j in _jobs(zk, bid))
+    assert first.jid in jids
+    for jid in jids:
+        assert jid in mail.body
+    assert "<b>Page 2</b>" in mail.body  # plain text: nothing to escape
+    assert f"/batches/{bid}/" in mail.body
+
+
+def test_no_queued_mail_unless_the_profile_asks(zk, files: FileServer, mailoutbox) -> None:
+    bid = _submit(files.put("f", "x"), "file")
+    daemon(zk, "batch-pending").run_once()
+    assert batch_load(zk, bid).state == "Processing"
+    assert mailoutbox == []
+
+
+def test_a_mail_server_that_refuses_does_not_hold_the_jobs_back(
+    zk, files: FileServer, profiles, settings
+) -> None:
+    _queued_mail_on(profiles)
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", free_port()
+    bid = _submit(files.put("f", "x"), "file")
+    daemon(zk, "batch-pending").run_once()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Processing"
+    assert "queued mail not sent" in batch.status.message
+    assert len(_jobs(zk, bid)) == 1

@@ -4,7 +4,14 @@ import json
 
 import pytest
 
-from queues.steps.notify import CallbackError, batch_summary, post_callback, send_batch_summary
+from queues.steps.notify import (
+    QUEUED_LISTED,
+    CallbackError,
+    batch_queued,
+    batch_summary,
+    post_callback,
+    send_batch_summary,
+)
 from tests.steps.conftest import Loopback, Reply
 
 REPORT = {
@@ -141,3 +148,25 @@ def test_no_contacts_means_no_mail() -> None:
         )
         == 0
     )
+
+
+def test_queued_mail_names_each_job_and_counts_what_it_leaves_out() -> None:
+    jobs = [(f"jid{n:010d}", f"object {n}") for n in range(QUEUED_LISTED + 5)]
+    subject, body = batch_queued(
+        batch_id="bid0000000001",
+        title=None,
+        submitter="dpr",
+        profile_name="p",
+        jobs=jobs,
+        console_url="http://c/",
+    )
+    assert subject == f"Merritt batch bid0000000001 queued: bid0000000001 ({len(jobs)} jobs)"
+    assert "  jid0000000000  object 0\n" in body
+    assert f"jid{QUEUED_LISTED - 1:010d}" in body
+    assert f"jid{QUEUED_LISTED:010d}" not in body
+    assert "  ... and 5 more\n" in body
+    assert body.endswith("Details: http://c/batches/bid0000000001/\n")
+    one, _ = batch_queued(
+        batch_id="b", title="T", submitter=None, profile_name="p", jobs=jobs[:1], console_url=""
+    )
+    assert one == "Merritt batch b queued: T (1 job)"

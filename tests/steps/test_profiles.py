@@ -80,6 +80,7 @@ def test_unsafe_names_are_refused(tmp_path: Path, name: str) -> None:
         ({"ark_shoulder": "doi:10.5072/FK2"}, "ark_shoulder must look like"),
         ({"callback_url": "ftp://x"}, "callback_url must be an http(s) URL"),
         ({"storage_node": ""}, "storage_node must be a node id"),
+        ({"queued_mail": "yes"}, "queued_mail must be true or false"),
     ],
 )
 def test_malformed_profiles_say_what_is_wrong(
