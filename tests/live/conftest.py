@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from kazoo.client import KazooClient
 from queues.live.hub import reset_hub
 from queues.zk import batches, jobs
 from queues.zk.records import Batch, Job
+from queues.zk.server import free_port
 
 T = TypeVar("T")
 DAPHNE = [sys.executable, "-m", "daphne", "-b", "127.0.0.1"]
@@ -121,12 +121,6 @@ def make_job(zk: KazooClient) -> Callable[[Batch], Job]:
         return jobs.job_create(zk, bid=batch.bid, configuration=CONFIGURATION)
 
     return make
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def console_env(

@@ -23,8 +23,9 @@ from kazoo.client import KazooClient
 
 from queues.zk import jobs
 from queues.zk.records import Batch, Job
+from queues.zk.server import free_port
 
-from .conftest import console_env, daphne, free_port, run
+from .conftest import console_env, daphne, run
 
 pytestmark = pytest.mark.slow
 
