@@ -7,7 +7,10 @@ by ``<NAME>_FILE`` so that they never have to sit in the process environment.
 
 import os
 import secrets
+import time
 from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -52,10 +55,21 @@ def _secret_key() -> str:
     if configured:
         return configured
     key_file = MRT_VAR_DIR / "secret_key"
-    if not key_file.exists():
-        key_file.write_text(secrets.token_urlsafe(50), encoding="utf-8")
-        key_file.chmod(0o600)
-    return key_file.read_text(encoding="utf-8").strip()
+    try:
+        # Created readable by its owner only, and by exactly one of the processes starting
+        # together on a fresh MRT_VAR_DIR; the others read what it wrote.
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(secrets.token_urlsafe(50))
+    for _ in range(50):
+        key = key_file.read_text(encoding="utf-8").strip()
+        if key:
+            return key
+        time.sleep(0.1)  # created a moment ago by another process, not yet written
+    raise ImproperlyConfigured(f"{key_file} is empty: delete it or set DJANGO_SECRET_KEY")
 
 
 SECRET_KEY = _secret_key()
