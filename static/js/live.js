@@ -9,7 +9,9 @@
  *
  * An element the operator is working in is never replaced under their hands: while it holds a
  * focused text field or select, an open <dialog>, a checked selection box or a form that differs
- * from what was loaded, the refresh waits and is retried when they are done.
+ * from what was loaded, the refresh waits and is retried when they are done. Meanwhile the
+ * element carries data-live-paused="why", which the stylesheet shows above it, so that nobody
+ * takes a held view for the current one.
  *
  * A dropped socket reconnects with exponential back-off (capped at 30 s) and then refreshes
  * everything live on the page, since changes may have been missed meanwhile. ZooKeeper outages
@@ -21,6 +23,13 @@
   var PATH = "/ws/live/";
   var MAX_DELAY = 30000;
   var RETRY_BUSY_MS = 2000;
+  // Why a refresh waits, as the note above a held element says it ("loading" shows nothing).
+  var PAUSED_BECAUSE = {
+    focus: "you are typing here",
+    dialog: "a dialog is open",
+    selection: "rows are ticked",
+    editing: "a form here is being edited",
+  };
   var CLOSE_UNAUTHENTICATED = 4401;
   var CLOSE_FORBIDDEN = 4403;
 
@@ -92,6 +101,12 @@
     el.style.background =
       state === "live" ? "#d9f2dc" : state === "offline" ? "#f7d4d4" : "#fbeec9";
     document.body.setAttribute("data-live-state", state);
+  }
+
+  // The corner indicator, always in sight, also says when part of the page is held back.
+  function notePaused() {
+    if (document.body.getAttribute("data-live-state") !== "live") return;
+    indicator().textContent = pending.size ? "live \u00b7 updates paused" : "live";
   }
 
   function banner() {
@@ -195,12 +210,18 @@
 
   function refresh(el) {
     if (!window.htmx) return;
-    if (document.hidden || busy(el)) {
+    var why = busy(el);
+    if (document.hidden || why) {
+      if (PAUSED_BECAUSE[why]) el.setAttribute("data-live-paused", PAUSED_BECAUSE[why]);
       pending.add(keyOf(el));
+      notePaused();
       scheduleRetry();
       return;
     }
     pending.delete(keyOf(el));
+    notePaused();
+    // The refresh is under way: the note goes (the swapped-in element has none either).
+    el.removeAttribute("data-live-paused");
     // An operator's opened or closed <details> stays as they left it.
     var details = el.tagName === "DETAILS" ? [el] : [];
     details = details.concat(Array.from(el.querySelectorAll("details[id]")));

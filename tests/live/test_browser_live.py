@@ -120,8 +120,17 @@ def test_a_ticked_row_holds_the_update_until_the_operator_is_done(
     page.wait_for_function("window.mrtLive.pending() > 0")
     assert page.is_checked(f"#job-row-{mine.jid} input[type=checkbox]")
     assert page.get_attribute(f"#job-row-{theirs.jid}", "data-state") == "Pending"
+    # ... and says that what it shows is held back, and why.
+    assert page.get_attribute("#batch-live", "data-live-paused") == "rows are ticked"
+    note = page.evaluate(
+        "getComputedStyle(document.getElementById('batch-live'), '::before').content"
+    )
+    assert "Live updates paused while rows are ticked." in note
+    assert page.text_content("#live-status") == "live · updates paused"
     shot(page, "batch-selection-kept")
 
     page.uncheck(f"#job-row-{mine.jid} input[type=checkbox]")
     page.wait_for_selector(f"#job-row-{theirs.jid}[data-state=Estimating]", state="attached")
+    assert page.get_attribute("#batch-live", "data-live-paused") is None
+    assert page.text_content("#live-status") == "live"
     assert not_reloaded(page)
