@@ -3,17 +3,24 @@
 Used when ``ZK_HOSTS`` is empty (development, the README's run command) and by the tests. The
 server is a detached Java process with its data, log, pid and config under one folder, so several
 projects (or test runs) can each have their own on different ports.
+
+A folder's data belongs to one server. A command started with another ``ZK_LOCAL_PORT`` than the
+running console (a shell without its environment) uses the server already running from the
+folder, on that server's port, rather than starting a second one on the same data.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +89,10 @@ class LocalZooKeeper:
     def log_file(self) -> Path:
         return self.directory / "zookeeper.log"
 
+    @property
+    def config_file(self) -> Path:
+        return self.directory / "zoo.cfg"
+
     def pid(self) -> int | None:
         try:
             pid = int(self.pid_file.read_text().strip())
@@ -95,18 +106,73 @@ class LocalZooKeeper:
             return pid
         return pid
 
+    def running(self) -> int | None:
+        """The process id of the server started from this folder, while it runs."""
+        pid = self.pid()
+        if pid is None:
+            return None
+        try:
+            arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return pid  # no /proc to ask: trust the pid file
+        # After a reboot the pid file may name some other process.
+        return pid if str(self.config_file).encode() in arguments else None
+
+    def configured_port(self) -> int | None:
+        """The client port in this folder's zoo.cfg (that of the last server started here)."""
+        try:
+            found = re.search(r"^clientPort=(\d+)$", self.config_file.read_text(), re.M)
+        except OSError:
+            return None
+        return int(found.group(1)) if found else None
+
     def is_serving(self) -> bool:
         answer = four_letter(self.port)
         return bool(answer) and "Zookeeper version" in answer
 
+    @contextlib.contextmanager
+    def _starting(self) -> Iterator[None]:
+        """One process at a time decides whether to start the server."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with (self.directory / "start.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
     def start(self, *, wait: float = 60.0) -> None:
-        """Start the server unless it already serves; wait until it answers."""
-        if self.is_serving():
-            return
+        """Start the server unless it already serves; wait until it answers.
+
+        When this folder's server already runs on another port, that port is used instead.
+        """
+        with self._starting():
+            self.follow_running()
+            if self.is_serving():
+                return
+            if self.running() is not None:  # started by another process, not answering yet
+                self._wait_until_serving(wait, lambda: self.running() is None)
+                return
+            self._spawn(wait)
+
+    def follow_running(self) -> None:
+        """Take the port of the server running from this folder, when nothing serves on ours."""
+        if self.running() is not None and not self.is_serving():
+            self.port = self.configured_port() or self.port
+
+    def _wait_until_serving(self, wait: float, exited: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if self.is_serving():
+                return
+            if exited():
+                tail = self.log_file.read_text(errors="replace")[-2000:]
+                raise LocalServerError(f"ZooKeeper exited; see {self.log_file}:\n{tail}")
+            time.sleep(0.2)
+        raise LocalServerError(f"ZooKeeper did not answer on port {self.port} within {wait}s")
+
+    def _spawn(self, wait: float) -> None:
         install()
         data = self.directory / "data"
         data.mkdir(parents=True, exist_ok=True)
-        config = self.directory / "zoo.cfg"
+        config = self.config_file
         config.write_text(
             "\n".join(
                 [
@@ -145,27 +211,17 @@ class LocalZooKeeper:
                 cwd=self.directory,
             )
         self.pid_file.write_text(str(proc.pid))
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if self.is_serving():
-                return
-            if proc.poll() is not None:
-                tail = self.log_file.read_text(errors="replace")[-2000:]
-                raise LocalServerError(
-                    f"ZooKeeper exited with status {proc.returncode}; see {self.log_file}:\n{tail}"
-                )
-            time.sleep(0.2)
-        raise LocalServerError(f"ZooKeeper did not answer on port {self.port} within {wait}s")
+        self._wait_until_serving(wait, lambda: proc.poll() is not None)
 
     def stop(self, *, wait: float = 20.0) -> bool:
         """Stop the server this folder started; True when a process was stopped."""
-        pid = self.pid()
+        pid = self.running()
         if pid is None:
             return False
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if self.pid() is None:
+            if self.running() is None:
                 break
             # Reap it when it is our own child (tests); harmless otherwise.
             with contextlib.suppress(ChildProcessError):
@@ -173,5 +229,7 @@ class LocalZooKeeper:
             time.sleep(0.1)
         else:
             os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
         self.pid_file.unlink(missing_ok=True)
         return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,46 @@ def test_second_server_on_another_port_starts_serves_and_stops(
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert zk_server.is_serving()
+
+
+def servers_of(folder: Path) -> list[int]:
+    """The processes running a ZooKeeper configured from ``folder``."""
+    config = str(folder / "zoo.cfg").encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and config in (entry / "cmdline").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_folder_runs_one_server_whatever_port_later_commands_ask_for(tmp_path: Path) -> None:
+    folder = tmp_path / "zk"
+    # Processes starting together, each with another idea of the port (a console, and shells
+    # without its environment), end up on one server.
+    servers = [LocalZooKeeper(folder, free_port()) for _ in range(3)]
+    threads = [threading.Thread(target=s.start) for s in servers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    try:
+        assert len(servers_of(folder)) == 1
+        assert len({s.port for s in servers}) == 1
+        assert all(s.is_serving() for s in servers)
+        status = LocalZooKeeper(folder, free_port())
+        status.follow_running()
+        assert status.port == servers[0].port
+    finally:
+        assert LocalZooKeeper(folder, free_port()).stop() is True
+    assert servers_of(folder) == []
+
+
+def test_a_stale_pid_file_names_no_server(tmp_path: Path) -> None:
+    server = LocalZooKeeper(tmp_path / "zk", free_port())
+    server.directory.mkdir()
+    server.pid_file.write_text(str(os.getpid()))  # alive, but not a ZooKeeper of this folder
+    assert server.running() is None
+    assert server.stop() is False  # and it is not signalled

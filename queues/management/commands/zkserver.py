@@ -30,5 +30,6 @@ class Command(BaseCommand):
             stopped = server.stop()
             self.stdout.write("ZooKeeper stopped" if stopped else "ZooKeeper was not running")
         else:
+            server.follow_running()
             state = "serving" if server.is_serving() else "not running"
             self.stdout.write(f"ZooKeeper on {server.hosts}: {state}")
