@@ -65,7 +65,7 @@ def check_payload_url(url: str) -> None:
         try:
             local_path(url, file_roots=payload_roots())
         except DownloadError as exc:
-            raise ValueError(f"payload URL {exc.reason}") from None
+            raise ValueError(f"payload URL refused: {exc.reason}") from None
     elif not url.startswith(("http://", "https://")):
         raise ValueError("the payload URL must start with http://, https:// or file://")
 
