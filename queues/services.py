@@ -266,8 +266,11 @@ def batch_complete_if_done(*, bid: str) -> bool:
     the other finds the same move already made (both may return True).
     """
     zk = client()
-    batch = batch_load(zk, zpaths.bid(bid))
-    if batch.state != "Processing" or not batch_is_complete(zk, bid):
+    # The cheap question first: most jobs finish while others of their batch are still working.
+    if not batch_is_complete(zk, zpaths.bid(bid)):
+        return False
+    batch = batch_load(zk, bid)
+    if batch.state != "Processing":
         return False
     try:
         batch_transition(zk, batch, "Reporting")

@@ -170,11 +170,13 @@ def batch_job_ids(zk: KazooClient, bid: str) -> dict[str, list[str]]:
 
 
 def batch_is_complete(zk: KazooClient, bid: str) -> bool:
-    """A started batch is complete when its batch-processing folder exists and is empty."""
-    try:
-        return not zk.get_children(paths.batch_index(bid, "batch-processing"))
-    except NoNodeError:
-        return False
+    """A started batch is complete when its batch-processing folder exists and is empty.
+
+    Asked after every job's last step: the folder's child count, not its listing, which for a
+    batch of N jobs would make the batch's whole run read O(N^2) names.
+    """
+    stat = zk.exists(paths.batch_index(bid, "batch-processing"))
+    return stat is not None and stat.numChildren == 0
 
 
 def batch_transition(

@@ -124,6 +124,25 @@ def test_batch_moves_to_reporting_only_when_batch_processing_is_empty(
     assert services.batch_complete_if_done(bid=batch.bid) is False
 
 
+def test_the_completion_check_counts_the_jobs_left_without_listing_them(
+    zk: KazooClient, batch: Batch, make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It runs after every job's last step: listing a big batch's folder each time would read
+    # the batch's job IDs over and over, O(N^2) names for N jobs.
+    jobs_made = [make_job() for _ in range(3)]
+    bring(zk, batch, "Processing")
+    listed = []
+    real = zk.get_children_async
+    monkeypatch.setattr(zk, "get_children_async", lambda *a, **k: listed.append(a) or real(*a, **k))
+    for job in jobs_made:
+        assert services.batch_complete_if_done(bid=batch.bid) is False
+        walk_job(zk, job, "Completed")
+    listed.clear()
+    assert services.batch_complete_if_done(bid=batch.bid) is True
+    assert listed == []
+    assert_batch_status(zk, batch.bid, status="Reporting")
+
+
 def test_batch_without_jobs_is_not_complete(zk: KazooClient, batch: Batch) -> None:
     bring(zk, batch, "Processing")
     assert batches.batch_is_complete(zk, batch.bid) is False
