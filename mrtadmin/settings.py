@@ -226,6 +226,8 @@ MRT_WORK_URL = env("MRT_WORK_URL")
 # Base URL of assembled access archives; default: the console's /downloads/.
 MRT_DOWNLOADS_URL = env("MRT_DOWNLOADS_URL")
 MRT_HTTP_TIMEOUT = env_float("MRT_HTTP_TIMEOUT", 30.0)
+# A bulk action over more items than this runs in the background with a progress page.
+MRT_BULK_INLINE_MAX = env_int("MRT_BULK_INLINE_MAX", 200)
 MRT_DOWNLOAD_RETRIES = env_int("MRT_DOWNLOAD_RETRIES", 3)
 MRT_DOWNLOAD_THREADS = env_int("MRT_DOWNLOAD_THREADS", 4)
 MRT_PROVISION_HIGH_WATER = env_float("MRT_PROVISION_HIGH_WATER", 0.70)

@@ -160,15 +160,27 @@ class BulkResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (id, why)
 
     def summary(self) -> str:
-        text = f"{len(self.done)} done, {len(self.skipped)} skipped"
-        if self.skipped:
-            reasons: dict[str, int] = {}
-            for _id, why in self.skipped:
-                short = _short(why)
-                reasons[short] = reasons.get(short, 0) + 1
-            common = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
-            text += " (" + "; ".join(f"{n} x {why}" for why, n in common) + ")"
-        return text
+        reasons: dict[str, int] = {}
+        for _id, why in self.skipped:
+            short = short_reason(why)
+            reasons[short] = reasons.get(short, 0) + 1
+        return bulk_summary(len(self.done), reasons)
+
+
+def bulk_summary(done: int, reasons: dict[str, int]) -> str:
+    """ "N done, M skipped (the three commonest reasons)" from skip reasons and their counts."""
+    text = f"{done} done, {sum(reasons.values())} skipped"
+    if reasons:
+        common = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
+        text += " (" + "; ".join(f"{n} x {why}" for why, n in common) + ")"
+    return text
+
+
+def check_bulk(*, user: Any, kind: str, action: str, reason: str) -> None:
+    """What a bulk action needs before its first item: the role, and a reason if destructive."""
+    require_action(user, kind, action)
+    if is_destructive(kind, action) and not reason.strip():
+        raise ReasonRequired(f"{action} is destructive: give a reason")
 
 
 def perform_bulk(
@@ -185,9 +197,7 @@ def perform_bulk(
 
     The role and the reason are checked once up front: without them nothing is attempted.
     """
-    require_action(user, kind, action)
-    if is_destructive(kind, action) and not reason.strip():
-        raise ReasonRequired(f"{action} is destructive: give a reason")
+    check_bulk(user=user, kind=kind, action=action, reason=reason)
     result = BulkResult()
     for item_id, version in items:
         try:
@@ -209,6 +219,6 @@ def perform_bulk(
 _ITEM_ID = re.compile(r"\b(?:jid|bid|qid)[0-9]{10}\b")
 
 
-def _short(why: str) -> str:
+def short_reason(why: str) -> str:
     """The reason without the item ID, so that equal reasons group in the summary."""
     return _ITEM_ID.sub("the item", why)

@@ -56,3 +56,4 @@ class InventoryFile(models.Model):
 
 
 from queues.audit import ApiToken, AuditEntry  # noqa: E402, F401
+from queues.bulkrun import BulkRun  # noqa: E402, F401

@@ -41,6 +41,9 @@ urlpatterns = [
     ),
     path("failed/", pages.failed, name="failed"),
     path("failed/bulk/", writes.failed_bulk, name="failed-bulk"),
+    path("bulk/", pages.bulk_runs, name="bulk-runs"),
+    path("bulk/<int:pk>/", pages.bulk_run, name="bulk-run"),
+    path("bulk/<int:pk>/continue/", writes.bulk_run_resume, name="bulk-run-resume"),
     path("reports/", pages.reports, name="reports"),
     path("holds/", pages.holds, name="holds"),
     re_path(

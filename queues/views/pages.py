@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from queues import diagrams, selectors
 from queues.audit import ApiToken, AuditEntry
-from queues.auth import ADMIN, VIEWER, has_role
+from queues.auth import ADMIN, VIEWER, has_role, may
+from queues.bulkrun import BulkRun
 from queues.forms import (
     AccessFilterForm,
     BatchFilterForm,
@@ -301,6 +303,28 @@ def audit(request: HttpRequest) -> HttpResponse:
         request,
         "queues/audit.html",
         {"page": page, "filters": filters, "query": querystring_without(request, "page")},
+    )
+
+
+@require_GET
+@console_view(VIEWER)
+def bulk_runs(request: HttpRequest) -> HttpResponse:
+    runs = BulkRun.objects.select_related("user").defer("items")[:50]
+    return render(
+        request,
+        "queues/bulk_runs.html",
+        {"runs": runs, "inline_max": settings.MRT_BULK_INLINE_MAX},
+    )
+
+
+@require_GET
+@console_view(VIEWER)
+def bulk_run(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(BulkRun.objects.select_related("user").defer("items"), pk=pk)
+    return render(
+        request,
+        "queues/bulk_run.html",
+        {"run": run, "can_resume": may(request.user, run.kind, run.action)},
     )
 
 

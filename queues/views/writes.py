@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from queues import actions, selectors
+from queues import actions, bulkrun, selectors
 from queues.audit import ApiToken
 from queues.auth import ADMIN, VIEWER, has_role, require_action
 from queues.forms import (
@@ -261,6 +262,18 @@ def _bulk(
                 "back": back,
             },
         )
+    if len(items) > settings.MRT_BULK_INLINE_MAX:
+        run = bulkrun.start(
+            user=request.user,
+            kind=kind,
+            action=action,
+            items=items,
+            reason=form.cleaned_data["reason"],
+            limited=limited,
+            back=back,
+        )
+        messages.info(request, f"{action} of {len(items)} {kind}s started in the background")
+        return redirect_after_post(reverse("bulk-run", args=[run.pk]))
     result = actions.perform_bulk(
         user=request.user,
         kind=kind,
@@ -394,3 +407,15 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     token.delete()
     messages.success(request, f"Token {token.name} revoked")
     return redirect_after_post(reverse("tokens"))
+
+
+@require_POST
+@console_view(VIEWER)
+def bulk_run_resume(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(bulkrun.BulkRun, pk=pk)
+    require_action(request.user, run.kind, run.action)
+    if bulkrun.resume(run):
+        messages.info(request, f"{run.action} continues from item {run.position + 1}")
+    else:
+        messages.info(request, "nothing to continue: the run is going or has finished")
+    return redirect_after_post(reverse("bulk-run", args=[run.pk]))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
+from queues import bulkrun
 from queues.zk import batches, jobs, locks
 from tests.browser import SCREENSHOTS
 
@@ -83,6 +85,30 @@ def test_delete_a_batch_after_confirming(page, live_server, zk, make_job):
     assert "Deleted" in page.inner_text("#messages")
     assert zk.exists(f"/batches/{bid}") is None
     shot(page, "batches-after-delete")
+
+
+def test_a_long_bulk_resume_shows_its_progress_until_done(
+    page, live_server, zk, make_job, settings, monkeypatch
+):
+    settings.MRT_BULK_INLINE_MAX = 2
+    failed = [make_job("Failed", profile="letters") for _ in range(6)]
+    real = bulkrun.actions.perform
+
+    def slow(**kwargs):
+        time.sleep(0.3)  # long enough for the page to be seen part-way
+        return real(**kwargs)
+
+    monkeypatch.setattr(bulkrun.actions, "perform", slow)
+    page.goto(f"{live_server.url}/failed/")
+    page.check("input[name=scope][value=filter]")
+    page.click("#bulk-apply")
+    page.wait_for_url(re.compile(r".*/bulk/[0-9]+/$"))
+    assert page.get_attribute("#bulk-run", "data-state") == "running"
+    shot(page, "bulk-run-running")
+    page.wait_for_selector("#bulk-run[data-state=finished]", timeout=30_000)
+    assert "6 of 6 handled (100%): 6 done, 0 skipped" in page.inner_text("#bulk-progress")
+    assert all(jobs.job_load(zk, j.jid).state == "Downloading" for j in failed)
+    shot(page, "bulk-run-finished")
 
 
 def test_screenshot_every_page(page, live_server, make_job, make_access, zk):

@@ -1,0 +1,187 @@
+"""Long bulk actions run in the background, with a progress line the operator can watch.
+
+A bulk action over more than ``MRT_BULK_INLINE_MAX`` items (say "resume every Failed job",
+8,000 of them) would hold one web request for minutes with nothing to show. Instead it becomes a
+``BulkRun``: its items and progress are kept in the database, a thread of the web process works
+through them (each item exactly as ``actions.perform`` does it, audited one by one) and the page
+``/bulk/N/`` shows how far it got, refreshing itself until it is done.
+
+A run whose thread died with its process (a restart, a crash) stops sending heartbeats; its page
+then says it was interrupted and offers to continue from the first item not yet handled. Every
+item is version-checked or refused by the state machine, so an item handled twice is a skip,
+never a second move.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, models
+from django.utils import timezone
+
+from queues import actions
+from queues.zk.errors import DomainError
+
+log = logging.getLogger("queues.bulk")
+
+# How often a running thread records its progress (and so proves it is alive).
+SAVE_EVERY = 0.5
+# A run whose last heartbeat is older than this has lost its thread.
+STALE_AFTER = timedelta(seconds=30)
+SKIPS_KEPT = 200
+
+
+class BulkRun(models.Model):
+    RUNNING, FINISHED, FAILED = "running", "finished", "failed"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    kind = models.CharField(max_length=20)
+    action = models.CharField(max_length=40)
+    reason = models.TextField(blank=True)
+    items = models.JSONField()  # [[item id, expected status version or null], ...]
+    total = models.IntegerField()  # len(items), so that the progress page never loads them
+    limited = models.BooleanField(default=False)  # the filter stopped at its scan limit
+    back = models.CharField(max_length=500, blank=True)  # the list the run was started from
+    position = models.IntegerField(default=0)  # items handled so far
+    # Counts, and the first SKIPS_KEPT skips in full: the progress written twice a second must
+    # not grow with the run (each move is in the audit log anyway).
+    done = models.IntegerField(default=0)
+    skips = models.IntegerField(default=0)
+    reasons = models.JSONField(default=dict)  # why items were skipped -> how many
+    skipped = models.JSONField(default=list)  # [[item id, why], ...], the first SKIPS_KEPT
+    state = models.CharField(max_length=10, default=RUNNING)
+    error = models.TextField(blank=True)
+    started = models.DateTimeField(default=timezone.now)
+    heartbeat = models.DateTimeField(default=timezone.now)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        app_label = "queues"
+        ordering = ["-started", "-id"]
+
+    def __str__(self) -> str:
+        return f"bulk run {self.pk}: {self.action} of {self.total} {self.kind}s"
+
+    @property
+    def percent(self) -> int:
+        return 100 * self.position // self.total if self.total else 100
+
+    @property
+    def interrupted(self) -> bool:
+        return self.state == self.RUNNING and timezone.now() - self.heartbeat > STALE_AFTER
+
+    @property
+    def resumable(self) -> bool:
+        return self.interrupted or self.state == self.FAILED
+
+    def summary(self) -> str:
+        return actions.bulk_summary(self.done, self.reasons)
+
+    def skip(self, item_id: str, why: str) -> None:
+        self.skips += 1
+        short = actions.short_reason(why)
+        self.reasons[short] = self.reasons.get(short, 0) + 1
+        if len(self.skipped) < SKIPS_KEPT:
+            self.skipped.append([item_id, why])
+
+
+def start(
+    *,
+    user: Any,
+    kind: str,
+    action: str,
+    items: Sequence[tuple[str, int | None]],
+    reason: str = "",
+    limited: bool = False,
+    back: str = "",
+) -> BulkRun:
+    """Record the run and start working through it; the role and reason are checked first."""
+    actions.check_bulk(user=user, kind=kind, action=action, reason=reason)
+    run = BulkRun.objects.create(
+        user=user,
+        kind=kind,
+        action=action,
+        reason=reason.strip(),
+        items=[[item_id, version] for item_id, version in items],
+        total=len(items),
+        limited=limited,
+        back=back,
+    )
+    _spawn(run.pk)
+    return run
+
+
+def resume(run: BulkRun) -> bool:
+    """Continue an interrupted or failed run from its first item not handled; False when there
+    is nothing to continue (still alive, finished, or just taken over by another request)."""
+    if not run.resumable:
+        return False
+    taken = BulkRun.objects.filter(pk=run.pk, state=run.state, heartbeat=run.heartbeat).update(
+        state=BulkRun.RUNNING, heartbeat=timezone.now(), error="", finished=None
+    )
+    if taken:
+        _spawn(run.pk)
+    return bool(taken)
+
+
+def _spawn(pk: int) -> None:
+    threading.Thread(target=work, args=(pk,), name=f"bulk-run-{pk}", daemon=True).start()
+
+
+def work(pk: int) -> None:
+    """Handle the run's remaining items, saving progress every SAVE_EVERY seconds."""
+    run = BulkRun.objects.get(pk=pk)
+    try:
+        saved = time.monotonic()
+        while run.position < run.total:
+            item_id, version = run.items[run.position]
+            try:
+                actions.perform(
+                    user=run.user,
+                    kind=run.kind,
+                    action=run.action,
+                    item_id=item_id,
+                    expect_version=version,
+                    reason=run.reason,
+                )
+                run.done += 1
+            except DomainError as exc:
+                run.skip(item_id, str(exc))
+            run.position += 1
+            if time.monotonic() - saved >= SAVE_EVERY:
+                _save(run)
+                saved = time.monotonic()
+        run.state = BulkRun.FINISHED
+    except Exception as exc:
+        # Not an item's refusal (those are skips): ZooKeeper gone, the database, a bug.
+        log.exception("bulk run %s stopped at item %s of %s", pk, run.position, run.total)
+        run.state, run.error = BulkRun.FAILED, str(exc) or type(exc).__name__
+    finally:
+        run.finished = timezone.now()
+        _save(run)
+        close_old_connections()
+
+
+def _save(run: BulkRun) -> None:
+    run.heartbeat = timezone.now()
+    run.save(
+        update_fields=[
+            "position",
+            "done",
+            "skips",
+            "reasons",
+            "skipped",
+            "state",
+            "error",
+            "heartbeat",
+            "finished",
+        ]
+    )

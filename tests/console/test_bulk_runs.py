@@ -1,0 +1,153 @@
+"""Bulk actions too big for one request run in the background, with a progress page."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.urls import reverse
+from django.utils import timezone
+
+from queues import bulkrun
+from queues.actions import ReasonRequired
+from queues.audit import AuditEntry
+from queues.bulkrun import BulkRun
+from queues.zk import jobs
+
+# The run's thread has a database connection of its own: it must see committed rows.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _small_inline_limit(settings):
+    settings.MRT_BULK_INLINE_MAX = 2
+
+
+def user_named(name: str):
+    return get_user_model().objects.get(username=name)
+
+
+def ended(pk: int, timeout: float = 60) -> BulkRun:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = BulkRun.objects.get(pk=pk)
+        if run.state != BulkRun.RUNNING:
+            return run
+        time.sleep(0.1)
+    raise AssertionError(f"bulk run {pk} still running after {timeout}s")
+
+
+def test_a_big_bulk_action_runs_in_the_background_and_reports_its_progress(operator, zk, make_job):
+    failed = [make_job("Failed", profile="letters") for _ in range(4)]
+    held = make_job("Held", profile="letters")
+    response = operator.post(
+        reverse("jobs-bulk"),
+        {
+            "action": "resume",
+            "scope": "selection",
+            "item": [f"{j.jid}:{j.status.version}" for j in [*failed, held]],
+        },
+    )
+    assert response.status_code == 303
+    run = BulkRun.objects.get()
+    assert response["Location"] == reverse("bulk-run", args=[run.pk])
+    run = ended(run.pk)
+    assert (run.state, run.position, run.total, run.done, run.skips) == ("finished", 5, 5, 4, 1)
+    assert all(jobs.job_load(zk, j.jid).state == "Downloading" for j in failed)
+    assert AuditEntry.objects.filter(action="resume", ok=True).count() == 4
+
+    html = operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
+    assert "5 of 5 handled (100%): 4 done, 1 skipped" in html
+    assert held.jid in html and "only a Failed job can be resumed" in html
+    assert 'hx-trigger="every 1s"' not in html  # finished: the page stops polling
+    assert f"#{run.pk}" in operator.get(reverse("bulk-runs")).content.decode()
+
+
+def test_a_running_run_polls_its_page(operator, make_job):
+    run = BulkRun.objects.create(
+        kind="job", action="resume", items=[["jid0000000001", None]] * 3, total=3, position=1
+    )
+    html = operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
+    assert 'hx-trigger="every 1s"' in html
+    assert "1 of 3 handled (33%)" in html
+    assert "Continue" not in html  # alive: nothing to continue
+
+
+def test_an_interrupted_run_continues_from_its_first_unhandled_item(operator, viewer, zk, make_job):
+    failed = [make_job("Failed") for _ in range(4)]
+    # Its web process died after two items: the first two jobs were resumed, then nothing.
+    for job in failed[:2]:
+        jobs.job_transition(zk, jobs.job_load(zk, job.jid), "Downloading", admin=True, retry=True)
+    run = BulkRun.objects.create(
+        user=user_named("operator-user"),
+        kind="job",
+        action="resume",
+        items=[[j.jid, None] for j in failed],
+        total=4,
+        position=2,
+        done=2,
+        heartbeat=timezone.now() - timedelta(minutes=5),
+    )
+    page = operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
+    assert "Interrupted" in page and "Continue from item 3" in page
+    resume = reverse("bulk-run-resume", args=[run.pk])
+    assert viewer.post(resume).status_code == 403  # resuming is an operator's action
+    assert operator.post(resume).status_code in (302, 303)
+    run = ended(run.pk)
+    assert (run.state, run.position, run.done, run.skips) == ("finished", 4, 4, 0)
+    assert all(jobs.job_load(zk, j.jid).state == "Downloading" for j in failed)
+    # Only the two left were handled by the continuation.
+    assert AuditEntry.objects.filter(action="resume").count() == 2
+    assert operator.post(resume).status_code in (302, 303)  # finished: nothing happens
+    assert AuditEntry.objects.filter(action="resume").count() == 2
+
+
+def test_a_run_needs_the_role_and_a_reason_before_its_first_item(viewer, admin, make_job):
+    items = [(make_job("Failed").jid, None) for _ in range(3)]
+    with pytest.raises(PermissionDenied, match="needs the operator role"):
+        bulkrun.start(user=user_named("viewer-user"), kind="job", action="resume", items=items)
+    with pytest.raises(ReasonRequired, match="give a reason"):
+        bulkrun.start(user=user_named("admin-user"), kind="job", action="delete", items=items)
+    assert not BulkRun.objects.exists()
+
+
+def test_the_progress_page_needs_login_and_a_real_run(client, operator):
+    assert client.get(reverse("bulk-run", args=[1])).status_code == 302
+    assert operator.get(reverse("bulk-run", args=[999])).status_code == 404
+    assert operator.get("/bulk/abc/").status_code == 404
+    assert operator.get(reverse("bulk-run-resume", args=[1])).status_code == 405
+
+
+def test_a_run_stopped_by_an_outage_says_where_and_continues_from_there(
+    operator, zk, make_job, monkeypatch
+):
+    failed = [make_job("Failed") for _ in range(3)]
+    real = bulkrun.actions.perform
+    calls = []
+
+    def outage_at_the_second(**kwargs):
+        calls.append(kwargs["item_id"])
+        if len(calls) == 2:
+            raise ConnectionError("ZooKeeper unreachable")
+        return real(**kwargs)
+
+    monkeypatch.setattr(bulkrun.actions, "perform", outage_at_the_second)
+    run = bulkrun.start(
+        user=user_named("operator-user"),
+        kind="job",
+        action="resume",
+        items=[(j.jid, None) for j in failed],
+    )
+    run = ended(run.pk)
+    assert (run.state, run.position, run.done) == ("failed", 1, 1)
+    page = operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
+    assert "Stopped at item 2: ZooKeeper unreachable" in page
+    assert "Continue from item 2" in page
+    monkeypatch.setattr(bulkrun.actions, "perform", real)
+    operator.post(reverse("bulk-run-resume", args=[run.pk]))
+    run = ended(run.pk)
+    assert (run.state, run.position, run.done, run.error) == ("finished", 3, 3, "")
+    assert all(jobs.job_load(zk, j.jid).state == "Downloading" for j in failed)
