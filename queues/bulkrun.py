@@ -138,50 +138,63 @@ def _spawn(pk: int) -> None:
 
 def work(pk: int) -> None:
     """Handle the run's remaining items, saving progress every SAVE_EVERY seconds."""
-    run = BulkRun.objects.get(pk=pk)
     try:
-        saved = time.monotonic()
-        while run.position < run.total:
-            item_id, version = run.items[run.position]
-            try:
-                actions.perform(
-                    user=run.user,
-                    kind=run.kind,
-                    action=run.action,
-                    item_id=item_id,
-                    expect_version=version,
-                    reason=run.reason,
-                )
-                run.done += 1
-            except DomainError as exc:
-                run.skip(item_id, str(exc))
-            run.position += 1
-            if time.monotonic() - saved >= SAVE_EVERY:
-                _save(run)
-                saved = time.monotonic()
-        run.state = BulkRun.FINISHED
-    except Exception as exc:
-        # Not an item's refusal (those are skips): ZooKeeper gone, the database, a bug.
-        log.exception("bulk run %s stopped at item %s of %s", pk, run.position, run.total)
-        run.state, run.error = BulkRun.FAILED, str(exc) or type(exc).__name__
-    finally:
+        run = BulkRun.objects.get(pk=pk)
+        try:
+            if not _advance(run):
+                log.warning("bulk run %s was taken over by another process", pk)
+                return
+            run.state = BulkRun.FINISHED
+        except Exception as exc:
+            # Not an item's refusal (those are skips): ZooKeeper gone, the database, a bug.
+            log.exception("bulk run %s stopped at item %s of %s", pk, run.position, run.total)
+            run.state, run.error = BulkRun.FAILED, str(exc) or type(exc).__name__
         run.finished = timezone.now()
         _save(run)
+    finally:
         close_old_connections()
 
 
-def _save(run: BulkRun) -> None:
-    run.heartbeat = timezone.now()
-    run.save(
-        update_fields=[
-            "position",
-            "done",
-            "skips",
-            "reasons",
-            "skipped",
-            "state",
-            "error",
-            "heartbeat",
-            "finished",
-        ]
+def _advance(run: BulkRun) -> bool:
+    """Work through the items; False when another thread has taken the run over meanwhile
+    (this one was thought dead and was continued)."""
+    saved = time.monotonic()
+    while run.position < run.total:
+        item_id, version = run.items[run.position]
+        try:
+            actions.perform(
+                user=run.user,
+                kind=run.kind,
+                action=run.action,
+                item_id=item_id,
+                expect_version=version,
+                reason=run.reason,
+            )
+            run.done += 1
+        except DomainError as exc:
+            run.skip(item_id, str(exc))
+        run.position += 1
+        if time.monotonic() - saved >= SAVE_EVERY:
+            if not _save(run):
+                return False
+            saved = time.monotonic()
+    return True
+
+
+def _save(run: BulkRun) -> bool:
+    """Write the progress if this thread still owns the run (the heartbeat it last wrote is
+    still there); the new heartbeat proves it alive."""
+    now = timezone.now()
+    owned = BulkRun.objects.filter(pk=run.pk, heartbeat=run.heartbeat).update(
+        position=run.position,
+        done=run.done,
+        skips=run.skips,
+        reasons=run.reasons,
+        skipped=run.skipped,
+        state=run.state,
+        error=run.error,
+        finished=run.finished,
+        heartbeat=now,
     )
+    run.heartbeat = now
+    return bool(owned)

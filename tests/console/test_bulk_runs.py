@@ -151,3 +151,14 @@ def test_a_run_stopped_by_an_outage_says_where_and_continues_from_there(
     run = ended(run.pk)
     assert (run.state, run.position, run.done, run.error) == ("finished", 3, 3, "")
     assert all(jobs.job_load(zk, j.jid).state == "Downloading" for j in failed)
+
+
+def test_a_thread_thought_dead_stops_writing_once_its_run_is_continued_elsewhere() -> None:
+    run = BulkRun.objects.create(
+        kind="job", action="resume", items=[["jid0000000001", None]] * 2, total=2
+    )
+    slow = BulkRun.objects.get(pk=run.pk)  # the thread that was slow, not dead
+    BulkRun.objects.filter(pk=run.pk).update(heartbeat=timezone.now() + timedelta(seconds=1))
+    slow.position = 1
+    assert bulkrun._save(slow) is False
+    assert BulkRun.objects.get(pk=run.pk).position == 0
