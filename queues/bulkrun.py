@@ -43,6 +43,14 @@ class BulkRun(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    # Who pressed "Continue" last: the items after that are done in their name (and audited so).
+    continued_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
     kind = models.CharField(max_length=20)
     action = models.CharField(max_length=40)
     reason = models.TextField(blank=True)
@@ -119,13 +127,14 @@ def start(
     return run
 
 
-def resume(run: BulkRun) -> bool:
-    """Continue an interrupted or failed run from its first item not handled; False when there
-    is nothing to continue (still alive, finished, or just taken over by another request)."""
+def resume(run: BulkRun, *, user: Any) -> bool:
+    """Continue an interrupted or failed run from its first item not handled, as ``user``;
+    False when there is nothing to continue (still alive, finished, or just taken over by
+    another request)."""
     if not run.resumable:
         return False
     taken = BulkRun.objects.filter(pk=run.pk, state=run.state, heartbeat=run.heartbeat).update(
-        state=BulkRun.RUNNING, heartbeat=timezone.now(), error="", finished=None
+        state=BulkRun.RUNNING, heartbeat=timezone.now(), error="", finished=None, continued_by=user
     )
     if taken:
         _spawn(run.pk)
@@ -163,7 +172,7 @@ def _advance(run: BulkRun) -> bool:
         item_id, version = run.items[run.position]
         try:
             actions.perform(
-                user=run.user,
+                user=run.continued_by or run.user,
                 kind=run.kind,
                 action=run.action,
                 item_id=item_id,

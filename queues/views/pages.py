@@ -306,10 +306,15 @@ def audit(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _bulk_runs() -> Any:
+    # Never the items (up to a filter's whole match): pages show counts only.
+    return BulkRun.objects.select_related("user", "continued_by").defer("items")
+
+
 @require_GET
 @console_view(VIEWER)
 def bulk_runs(request: HttpRequest) -> HttpResponse:
-    runs = BulkRun.objects.select_related("user").defer("items")[:50]
+    runs = _bulk_runs()[:50]
     return render(
         request,
         "queues/bulk_runs.html",
@@ -320,7 +325,7 @@ def bulk_runs(request: HttpRequest) -> HttpResponse:
 @require_GET
 @console_view(VIEWER)
 def bulk_run(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_object_or_404(BulkRun.objects.select_related("user").defer("items"), pk=pk)
+    run = get_object_or_404(_bulk_runs(), pk=pk)
     return render(
         request,
         "queues/bulk_run.html",

@@ -414,7 +414,7 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
 def bulk_run_resume(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(bulkrun.BulkRun, pk=pk)
     require_action(request.user, run.kind, run.action)
-    if bulkrun.resume(run):
+    if bulkrun.resume(run, user=request.user):
         messages.info(request, f"{run.action} continues from item {run.position + 1}")
     else:
         messages.info(request, "nothing to continue: the run is going or has finished")

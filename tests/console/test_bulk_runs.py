@@ -76,7 +76,9 @@ def test_a_running_run_polls_its_page(operator, make_job):
     assert "Continue" not in html  # alive: nothing to continue
 
 
-def test_an_interrupted_run_continues_from_its_first_unhandled_item(operator, viewer, zk, make_job):
+def test_an_interrupted_run_continues_from_its_first_unhandled_item(
+    operator, viewer, admin, zk, make_job
+):
     failed = [make_job("Failed") for _ in range(4)]
     # Its web process died after two items: the first two jobs were resumed, then nothing.
     for job in failed[:2]:
@@ -95,12 +97,16 @@ def test_an_interrupted_run_continues_from_its_first_unhandled_item(operator, vi
     assert "Interrupted" in page and "Continue from item 3" in page
     resume = reverse("bulk-run-resume", args=[run.pk])
     assert viewer.post(resume).status_code == 403  # resuming is an operator's action
-    assert operator.post(resume).status_code in (302, 303)
+    assert admin.post(resume).status_code in (302, 303)
     run = ended(run.pk)
     assert (run.state, run.position, run.done, run.skips) == ("finished", 4, 4, 0)
     assert all(jobs.job_load(zk, j.jid).state == "Downloading" for j in failed)
-    # Only the two left were handled by the continuation.
-    assert AuditEntry.objects.filter(action="resume").count() == 2
+    # Only the two left were handled by the continuation, in the name of who continued it.
+    entries = AuditEntry.objects.filter(action="resume")
+    assert sorted(e.item_id for e in entries) == sorted(j.jid for j in failed[2:])
+    assert {e.username for e in entries} == {"admin-user"}
+    page = admin.get(reverse("bulk-run", args=[run.pk])).content.decode()
+    assert "continued by admin-user" in page
     assert operator.post(resume).status_code in (302, 303)  # finished: nothing happens
     assert AuditEntry.objects.filter(action="resume").count() == 2
 
