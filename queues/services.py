@@ -9,6 +9,7 @@ has moved since, the action is refused instead of undoing a newer change.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,7 +29,7 @@ from queues.zk.batches import (
     batch_states,
     batch_transition,
 )
-from queues.zk.errors import Conflict, InvalidTransition, NotFound, QueueHeld
+from queues.zk.errors import Conflict, InvalidTransition, ItemLocked, NotFound, QueueHeld
 from queues.zk.jobs import (
     index_entries,
     job_load,
@@ -234,11 +235,15 @@ def batch_remove(*, bid: str, expect_version: int | None = None) -> Outcome:
     return Outcome("batch", bid, batch.state, "Deleted", f"{len(deleted)} jobs deleted")
 
 
-def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> list[Outcome]:
-    """Delete Completed batches (and their jobs) that completed at least ``older_than`` ago."""
+def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome]:
+    """Delete Completed batches (and their jobs) that completed at least ``older_than`` ago.
+
+    Yields each batch as it goes, so that a cleanup of thousands shows its progress and one
+    stopped by an outage has said what it already did. A batch locked or changed meanwhile is
+    left alone: its outcome stays Completed and says why.
+    """
     zk = client()
     cutoff = datetime.now().astimezone() - older_than
-    done = []
     ids = batch_ids(zk)
     for bid, state in batch_states(zk, ids).items():
         if state != "Completed":
@@ -246,9 +251,12 @@ def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> list[Outcome]:
         batch = batch_load(zk, bid)
         if batch.status.mtime > cutoff:
             continue
-        deleted = batch_delete(zk, batch)
-        done.append(Outcome("batch", bid, "Completed", "Deleted", f"{len(deleted)} jobs deleted"))
-    return done
+        try:
+            deleted = batch_delete(zk, batch)
+        except (Conflict, ItemLocked) as exc:
+            yield Outcome("batch", bid, "Completed", "Completed", f"left alone: {exc}")
+            continue
+        yield Outcome("batch", bid, "Completed", "Deleted", f"{len(deleted)} jobs deleted")
 
 
 BATCH_ACTIONS = {

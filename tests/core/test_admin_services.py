@@ -268,8 +268,8 @@ def test_cleanup_deletes_only_completed_batches(
         completed = batches.batch_transition(zk, completed, state)
     for state in ("Processing", "Reporting", "Failed"):
         failed = batches.batch_transition(zk, failed, state)
-    assert services.batches_cleanup(older_than=timedelta(days=1)) == []
-    done = services.batches_cleanup()
+    assert list(services.batches_cleanup(older_than=timedelta(days=1))) == []
+    done = list(services.batches_cleanup())
     assert [(o.id, o.after, o.detail) for o in done] == [
         (completed.bid, "Deleted", "1 jobs deleted")
     ]
@@ -325,3 +325,17 @@ def test_collection_release_held_releases_every_held_job_and_batch_of_the_collec
     assert jobs.job_load(zk, running.jid).state == "Estimating"
     assert_batch_status(zk, mine_batch.bid, status="Pending")
     assert_batch_status(zk, their_batch.bid, status="Held")
+
+
+def test_cleanup_leaves_a_locked_batch_alone_and_goes_on(
+    zk: KazooClient, other_zk: KazooClient, make_batch: Callable[..., Batch]
+) -> None:
+    first, second = make_batch(), make_batch()
+    for state in ("Processing", "Reporting", "Completed"):
+        first = batches.batch_transition(zk, first, state)
+        second = batches.batch_transition(zk, second, state)
+    other_zk.create(f"/batches/{first.bid}/lock", b"", ephemeral=True)  # someone works on it
+    done = {o.id: o for o in services.batches_cleanup()}
+    assert done[first.bid].after == "Completed" and "left alone" in done[first.bid].detail
+    assert done[second.bid].after == "Deleted"
+    assert batches.batch_ids(zk) == [first.bid]

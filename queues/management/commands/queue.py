@@ -100,12 +100,7 @@ class Command(QueueCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         action, ids = opts["action"], opts["ids"]
         if action == "cleanup":
-            outcomes = self.run_safely(
-                lambda: services.batches_cleanup(older_than=timedelta(days=opts["older_than_days"]))
-            )
-            for outcome in outcomes:
-                self.stdout.write(str(outcome))
-            self.stdout.write(f"{len(outcomes)} completed batches cleaned up")
+            self.run_safely(lambda: self.cleanup(timedelta(days=opts["older_than_days"])))
             return
         if not ids:
             raise CommandError(f"{action} needs at least one ID")
@@ -121,6 +116,14 @@ class Command(QueueCommand):
                 self.stdout.write(str(outcome))
         if failures:
             raise CommandError(f"{failures} of {len(ids)} failed")
+
+    def cleanup(self, older_than: timedelta) -> None:
+        """One line per batch as it goes (thousands take a while), then the count."""
+        cleaned = 0
+        for outcome in services.batches_cleanup(older_than=older_than):
+            self.stdout.write(str(outcome))
+            cleaned += outcome.after == "Deleted"
+        self.stdout.write(f"{cleaned} completed batches cleaned up")
 
     def _run(self, action: str, item: str, opts: dict) -> list[services.Outcome]:
         if action in HOLD_ACTIONS:
