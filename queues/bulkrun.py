@@ -22,7 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, models
+from django.db import close_old_connections, models, transaction
 from django.utils import timezone
 
 from queues import actions
@@ -142,7 +142,9 @@ def resume(run: BulkRun, *, user: Any) -> bool:
 
 
 def _spawn(pk: int) -> None:
-    threading.Thread(target=work, args=(pk,), name=f"bulk-run-{pk}", daemon=True).start()
+    """Start the thread once the run's row is committed (at once outside a transaction)."""
+    thread = threading.Thread(target=work, args=(pk,), name=f"bulk-run-{pk}", daemon=True)
+    transaction.on_commit(thread.start)
 
 
 def work(pk: int) -> None:

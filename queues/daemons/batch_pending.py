@@ -45,6 +45,7 @@ from queues.zk.locks import collection_held, queue_held
 from queues.zk.records import Batch, Job
 
 log = logging.getLogger("queues.daemons")
+
 # Submission keys that describe the payload, not the batch: never copied into a job, where the
 # object's own values (or their absence) must stand.
 OBJECT_KEYS = frozenset(
