@@ -35,10 +35,11 @@ SAVE_EVERY = 0.5
 # A run whose last heartbeat is older than this has lost its thread.
 STALE_AFTER = timedelta(seconds=30)
 SKIPS_KEPT = 200
+LOST = "lost"  # _advance: another thread continued the run
 
 
 class BulkRun(models.Model):
-    RUNNING, FINISHED, FAILED = "running", "finished", "failed"
+    RUNNING, FINISHED, FAILED, STOPPED = "running", "finished", "failed", "stopped"
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
@@ -66,6 +67,7 @@ class BulkRun(models.Model):
     reasons = models.JSONField(default=dict)  # why items were skipped -> how many
     skipped = models.JSONField(default=list)  # [[item id, why], ...], the first SKIPS_KEPT
     state = models.CharField(max_length=10, default=RUNNING)
+    stop_requested = models.BooleanField(default=False)  # "Stop" pressed; the thread obeys
     error = models.TextField(blank=True)
     started = models.DateTimeField(default=timezone.now)
     heartbeat = models.DateTimeField(default=timezone.now)
@@ -88,7 +90,11 @@ class BulkRun(models.Model):
 
     @property
     def resumable(self) -> bool:
-        return self.interrupted or self.state == self.FAILED
+        return self.interrupted or self.state in (self.FAILED, self.STOPPED)
+
+    @property
+    def stoppable(self) -> bool:
+        return self.state == self.RUNNING and not self.stop_requested
 
     def summary(self) -> str:
         return actions.bulk_summary(self.done, self.reasons)
@@ -134,11 +140,29 @@ def resume(run: BulkRun, *, user: Any) -> bool:
     if not run.resumable:
         return False
     taken = BulkRun.objects.filter(pk=run.pk, state=run.state, heartbeat=run.heartbeat).update(
-        state=BulkRun.RUNNING, heartbeat=timezone.now(), error="", finished=None, continued_by=user
+        state=BulkRun.RUNNING,
+        heartbeat=timezone.now(),
+        error="",
+        finished=None,
+        stop_requested=False,
+        continued_by=user,
     )
     if taken:
         _spawn(run.pk)
     return bool(taken)
+
+
+def stop(run: BulkRun) -> bool:
+    """Ask a running run to stop after its current item (it can be continued later); an
+    interrupted one is marked stopped at once. False when it is not running."""
+    if not run.stoppable:
+        return False
+    running = BulkRun.objects.filter(pk=run.pk, state=BulkRun.RUNNING)
+    if run.interrupted:
+        # No thread to obey a request: the run is stopped here (unless continued meanwhile).
+        stopped = running.filter(heartbeat=run.heartbeat)
+        return bool(stopped.update(state=BulkRun.STOPPED, finished=timezone.now()))
+    return bool(running.update(stop_requested=True))
 
 
 def _spawn(pk: int) -> None:
@@ -152,23 +176,24 @@ def work(pk: int) -> None:
     try:
         run = BulkRun.objects.get(pk=pk)
         try:
-            if not _advance(run):
+            ended = _advance(run)
+            if ended == LOST:
                 log.warning("bulk run %s was taken over by another process", pk)
                 return
-            run.state = BulkRun.FINISHED
+            run.state = ended
         except Exception as exc:
             # Not an item's refusal (those are skips): ZooKeeper gone, the database, a bug.
             log.exception("bulk run %s stopped at item %s of %s", pk, run.position, run.total)
             run.state, run.error = BulkRun.FAILED, str(exc) or type(exc).__name__
         run.finished = timezone.now()
-        _save(run)
+        _save(run, final=True)
     finally:
         close_old_connections()
 
 
-def _advance(run: BulkRun) -> bool:
-    """Work through the items; False when another thread has taken the run over meanwhile
-    (this one was thought dead and was continued)."""
+def _advance(run: BulkRun) -> str:
+    """Work through the items: FINISHED at the end, STOPPED when asked to stop, LOST when
+    another thread has taken the run over meanwhile (this one was thought dead)."""
     saved = time.monotonic()
     while run.position < run.total:
         item_id, version = run.items[run.position]
@@ -187,16 +212,21 @@ def _advance(run: BulkRun) -> bool:
         run.position += 1
         if time.monotonic() - saved >= SAVE_EVERY:
             if not _save(run):
-                return False
+                mine = BulkRun.objects.filter(pk=run.pk, heartbeat=run.heartbeat)
+                return BulkRun.STOPPED if mine.exists() else LOST
             saved = time.monotonic()
-    return True
+    return BulkRun.FINISHED
 
 
-def _save(run: BulkRun) -> bool:
+def _save(run: BulkRun, *, final: bool = False) -> bool:
     """Write the progress if this thread still owns the run (the heartbeat it last wrote is
-    still there); the new heartbeat proves it alive."""
+    still there) and, unless ``final``, nobody asked it to stop; the new heartbeat proves it
+    alive."""
     now = timezone.now()
-    owned = BulkRun.objects.filter(pk=run.pk, heartbeat=run.heartbeat).update(
+    rows = BulkRun.objects.filter(pk=run.pk, heartbeat=run.heartbeat)
+    if not final:
+        rows = rows.filter(stop_requested=False)
+    owned = rows.update(
         position=run.position,
         done=run.done,
         skips=run.skips,
@@ -207,5 +237,6 @@ def _save(run: BulkRun) -> bool:
         finished=run.finished,
         heartbeat=now,
     )
-    run.heartbeat = now
+    if owned:
+        run.heartbeat = now
     return bool(owned)

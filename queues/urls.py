@@ -44,6 +44,7 @@ urlpatterns = [
     path("bulk/", pages.bulk_runs, name="bulk-runs"),
     path("bulk/<int:pk>/", pages.bulk_run, name="bulk-run"),
     path("bulk/<int:pk>/continue/", writes.bulk_run_resume, name="bulk-run-resume"),
+    path("bulk/<int:pk>/stop/", writes.bulk_run_stop, name="bulk-run-stop"),
     path("reports/", pages.reports, name="reports"),
     path("holds/", pages.holds, name="holds"),
     re_path(

@@ -419,3 +419,15 @@ def bulk_run_resume(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         messages.info(request, "nothing to continue: the run is going or has finished")
     return redirect_after_post(reverse("bulk-run", args=[run.pk]))
+
+
+@require_POST
+@console_view(VIEWER)
+def bulk_run_stop(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(bulkrun.BulkRun, pk=pk)
+    require_action(request.user, run.kind, run.action)
+    if bulkrun.stop(run):
+        messages.info(request, f"{run.action}: stopping after the item in hand")
+    else:
+        messages.info(request, "nothing to stop: the run has ended")
+    return redirect_after_post(reverse("bulk-run", args=[run.pk]))

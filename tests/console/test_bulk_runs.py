@@ -168,3 +168,52 @@ def test_a_thread_thought_dead_stops_writing_once_its_run_is_continued_elsewhere
     slow.position = 1
     assert bulkrun._save(slow) is False
     assert BulkRun.objects.get(pk=run.pk).position == 0
+
+
+def test_stop_halts_a_run_after_the_item_in_hand_and_continue_finishes_it(
+    operator, viewer, zk, make_job, monkeypatch
+):
+    failed = [make_job("Failed") for _ in range(12)]
+    real = bulkrun.actions.perform
+
+    def slow(**kwargs):
+        time.sleep(0.2)
+        return real(**kwargs)
+
+    monkeypatch.setattr(bulkrun.actions, "perform", slow)
+    monkeypatch.setattr(bulkrun, "SAVE_EVERY", 0.1)
+    run = bulkrun.start(
+        user=user_named("operator-user"),
+        kind="job",
+        action="resume",
+        items=[(j.jid, None) for j in failed],
+    )
+    stop = reverse("bulk-run-stop", args=[run.pk])
+    assert f'action="{stop}"' in operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
+    assert viewer.post(stop).status_code == 403
+    assert operator.post(stop).status_code in (302, 303)
+    run = ended(run.pk)
+    assert run.state == "stopped" and 0 < run.position < len(failed)
+    moved = [j for j in failed if jobs.job_load(zk, j.jid).state == "Downloading"]
+    assert len(moved) == run.done == run.position
+    assert (
+        "Stopped at your request"
+        in operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
+    )
+    operator.post(reverse("bulk-run-resume", args=[run.pk]))
+    run = ended(run.pk)
+    assert (run.state, run.position, run.done) == ("finished", 12, 12)
+    assert operator.post(stop).status_code in (302, 303)  # ended: nothing to stop
+    assert BulkRun.objects.get(pk=run.pk).state == "finished"
+
+
+def test_an_interrupted_run_can_be_abandoned(operator) -> None:
+    run = BulkRun.objects.create(
+        kind="job",
+        action="resume",
+        items=[["jid0000000001", None]],
+        total=1,
+        heartbeat=timezone.now() - timedelta(minutes=5),
+    )
+    operator.post(reverse("bulk-run-stop", args=[run.pk]))
+    assert BulkRun.objects.get(pk=run.pk).state == "stopped"
