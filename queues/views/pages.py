@@ -80,6 +80,8 @@ def overview(request: HttpRequest) -> HttpResponse:
             noun="request",
         ),
         "unknown_batch_states": [s for s in ov.batches if not BATCH.is_state(s)],
+        # Bulk runs not ended: going, or interrupted and waiting for someone to continue them.
+        "bulk_open": list(_bulk_runs().filter(state=BulkRun.RUNNING)),
     }
     if request.htmx and request.htmx.target == "overview-live":
         return render(request, "queues/overview.html#overview-live", context)

@@ -217,3 +217,18 @@ def test_an_interrupted_run_can_be_abandoned(operator) -> None:
     )
     operator.post(reverse("bulk-run-stop", args=[run.pk]))
     assert BulkRun.objects.get(pk=run.pk).state == "stopped"
+
+
+def test_the_overview_names_runs_under_way_and_interrupted_ones(operator, zk) -> None:
+    def make(**kw):
+        return BulkRun.objects.create(
+            kind="job", action="resume", items=[["jid0000000001", None]] * 4, total=4, **kw
+        )
+
+    going = make(position=1)
+    lost = make(heartbeat=timezone.now() - timedelta(minutes=5))
+    make(state="finished", position=4)
+    html = operator.get(reverse("overview")).content.decode()
+    assert reverse("bulk-run", args=[going.pk]) in html and "resume of 4 jobs</a>: 25%" in html
+    assert reverse("bulk-run", args=[lost.pk]) in html and "<strong>interrupted</strong>" in html
+    assert html.count("resume of 4 jobs") == 2  # not the finished one
