@@ -9,6 +9,7 @@ has moved since, the action is refused instead of undoing a newer change.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,7 +30,14 @@ from queues.zk.batches import (
     batch_states,
     batch_transition,
 )
-from queues.zk.errors import Conflict, InvalidTransition, ItemLocked, NotFound, QueueHeld
+from queues.zk.errors import (
+    Conflict,
+    DomainError,
+    InvalidTransition,
+    ItemLocked,
+    NotFound,
+    QueueHeld,
+)
 from queues.zk.jobs import (
     index_entries,
     job_load,
@@ -46,6 +54,8 @@ from queues.zk.locks import (
     queue_hold_set,
 )
 from queues.zk.records import AccessRequest, Batch, Broken, Job, Status
+
+log = logging.getLogger("queues.services")
 
 SUBMISSION_TYPES = (
     "file",
@@ -145,6 +155,7 @@ def job_resume(*, jid: str, expect_version: int | None = None) -> Outcome:
 def job_fail(*, jid: str, message: str, expect_version: int | None = None) -> Outcome:
     zk, job = _job(jid, expect_version)
     job_transition(zk, job, "Failed", admin=True, message=message or "failed by an operator")
+    _batch_check(job.bid)
     return Outcome("job", jid, job.state, "Failed")
 
 
@@ -264,6 +275,16 @@ BATCH_ACTIONS = {
     "update-reporting": batch_update_reporting,
     "delete": batch_remove,
 }
+
+
+def _batch_check(bid: str) -> None:
+    """After an operator failed a job: its batch may be done, and moves on now rather than at
+    the reporting consumer's next sweep. A problem here does not undo the job's move (the
+    sweep tries again), so it is only logged."""
+    try:
+        batch_complete_if_done(bid=bid)
+    except (DomainError, ValueError) as exc:
+        log.warning("%s: completion check after an operator's move: %s", bid, exc)
 
 
 def batch_complete_if_done(*, bid: str) -> bool:

@@ -2,8 +2,9 @@
 
 Reporting: once every job of a batch is Completed or Failed, write ``status-report`` (the
 failed and successful job IDs), mail the summary to the depositor and the profile's contacts,
-and move the batch to Completed (no failed job) or Failed. Each cycle also sweeps the Processing
-batches, so a batch whose last job was failed by an operator (not by a daemon) still moves on.
+and move the batch to Completed (no failed job) or Failed. Every SWEEP_EVERY seconds it also
+sweeps the Processing batches, so a batch whose last job was finished by another client
+(Merritt's own services; a check here that failed) still moves on.
 
 Update Reporting (an operator's move after troubleshooting a Failed batch): wait while any job
 of the batch is still being worked on (a resumed job), then report what changed since the last
@@ -19,6 +20,7 @@ being better than a depositor who never hears.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -31,8 +33,8 @@ from queues.steps.profiles import ProfileError, load_profile
 from queues.zk.batches import (
     batch_ids,
     batch_job_ids,
-    batch_states,
     batch_write_report,
+    open_batch_states,
     report_changes,
 )
 from queues.zk.daemon_support import batch_report_update
@@ -40,6 +42,10 @@ from queues.zk.errors import is_connection_error
 from queues.zk.records import Batch
 
 log = logging.getLogger("queues.daemons")
+
+# The sweep is the safety net for a batch whose last job was finished by another client (an
+# operator's move here already checks the batch): it reads every open batch, so not per claim.
+SWEEP_EVERY = 30.0
 
 
 def round_key(batch: Batch) -> str:
@@ -53,14 +59,18 @@ class BatchReporting(BatchDaemon):
     step: ClassVar[str] = "batch-reporting"
     state: ClassVar[str] = "Reporting"
 
+    _swept: float = float("-inf")
+
     def claim(self) -> Batch | None:
-        self.sweep()
+        if time.monotonic() - self._swept >= SWEEP_EVERY:
+            self.sweep()
+            self._swept = time.monotonic()
         return super().claim()
 
     def sweep(self) -> None:
         """Move every Processing batch whose jobs have all finished to Reporting."""
         ids = batch_ids(self.zk)
-        for bid, state in batch_states(self.zk, ids).items():
+        for bid, state in open_batch_states(self.zk, ids).items():
             if state != "Processing":
                 continue
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import posixpath
 import uuid as uuidlib
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -160,6 +161,21 @@ def batch_states(zk: KazooClient, bids: Sequence[str]) -> dict[str, str]:
     return result
 
 
+# Per client: the batch IDs seen Completed. A batch leaves Completed only by being deleted, and
+# no consumer works on a Completed batch, so the consumers' scans need not read them again; on a
+# queue whose finished batches are kept for weeks those are nearly all of them.
+_completed: weakref.WeakKeyDictionary[KazooClient, set[str]] = weakref.WeakKeyDictionary()
+
+
+def open_batch_states(zk: KazooClient, bids: Sequence[str]) -> dict[str, str]:
+    """``batch_states`` of the batches not already seen Completed (by this client)."""
+    known = _completed.setdefault(zk, set())
+    known.intersection_update(bids)  # forget the deleted ones
+    found = batch_states(zk, [b for b in bids if b not in known])
+    known.update(b for b, state in found.items() if state == "Completed")
+    return {b: state for b, state in found.items() if state != "Completed"}
+
+
 def batch_job_ids(zk: KazooClient, bid: str) -> dict[str, list[str]]:
     """The batch's job index: folder name -> sorted job IDs."""
     found = children_many(zk, [paths.batch_index(bid, f) for f in BATCH_INDEX_FOLDERS])
@@ -253,7 +269,7 @@ def batch_acquire(
     does not keep younger ones from being worked on.
     """
     ids = batch_ids(zk)
-    for bid, found in batch_states(zk, ids).items():
+    for bid, found in open_batch_states(zk, ids).items():
         if found != state or (accept is not None and not accept(bid)):
             continue
         lock_path = paths.batch_node(bid, "lock")

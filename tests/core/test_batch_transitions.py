@@ -271,3 +271,14 @@ def test_two_clients_completing_a_batch_at_once_write_its_status_once(
     assert all(r == "Reporting" or isinstance(r, Conflict) for r in results)
     assert zk.get(f"/batches/{batch.bid}/status")[1].version == batch.status.version + 1
     assert_batch_status(zk, batch.bid, status="Reporting")
+
+
+def test_an_operator_failing_the_last_job_moves_the_batch_on_at_once(
+    zk: KazooClient, batch: Batch, make_job: Callable[..., Job]
+) -> None:
+    done, last = make_job(), make_job()
+    bring(zk, batch, "Processing")
+    walk_job(zk, done, "Completed")
+    services.job_fail(jid=last.jid, message="operator gave up")
+    # Not left for the reporting consumer's next sweep.
+    assert_batch_status(zk, batch.bid, status="Reporting")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from queues import services
+from queues.daemons.batch_reporting import SWEEP_EVERY as BATCH_SWEEP_EVERY
 from queues.daemons.batch_reporting import BatchReporting
 from queues.states import JOB_STEPS
+from queues.zk import batches
 from queues.zk.batches import batch_create, batch_load, batch_transition
 from queues.zk.jobs import job_create, job_load, job_transition
 
@@ -95,3 +97,30 @@ def test_update_reporting_waits_for_resumed_jobs_then_reports_changes(zk, mailou
     assert "Completed since the last report" in mailoutbox[1].body
     assert "batch-update-reporting" not in batch.status.message
     assert "1 completed since the last report" in batch.status.message
+
+
+def test_the_sweep_runs_every_sweep_every_seconds_not_per_claim(zk, monkeypatch) -> None:
+    worker = daemon(zk, "batch-reporting")
+    swept = []
+    monkeypatch.setattr(worker, "sweep", lambda: swept.append(1))
+    for _ in range(5):
+        worker.claim()
+    assert len(swept) == 1
+    monkeypatch.setattr(worker, "_swept", worker._swept - BATCH_SWEEP_EVERY)
+    worker.claim()
+    assert len(swept) == 2
+
+
+def test_consumers_read_a_completed_batch_once(zk, mailoutbox, monkeypatch) -> None:
+    done, _ = _batch(zk, ["Completed"], state="Reporting")
+    open_bid, _ = _batch(zk, ["Failed"])
+    daemon(zk, "batch-reporting").run_once()  # reports `done`; the sweep moves `open_bid` on
+    assert batch_load(zk, done).state == "Completed"
+    asked = []
+    real = batches.batch_states
+    monkeypatch.setattr(
+        batches, "batch_states", lambda zk_, bids: asked.append(list(bids)) or real(zk_, bids)
+    )
+    assert batches.open_batch_states(zk, batches.batch_ids(zk)) == {open_bid: "Reporting"}
+    assert batches.open_batch_states(zk, batches.batch_ids(zk)) == {open_bid: "Reporting"}
+    assert done not in asked[-1]
