@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import posixpath
+import threading
 import uuid as uuidlib
 import weakref
 from collections.abc import Callable, Sequence
@@ -165,14 +166,18 @@ def batch_states(zk: KazooClient, bids: Sequence[str]) -> dict[str, str]:
 # no consumer works on a Completed batch, so the consumers' scans need not read them again; on a
 # queue whose finished batches are kept for weeks those are nearly all of them.
 _completed: weakref.WeakKeyDictionary[KazooClient, set[str]] = weakref.WeakKeyDictionary()
+_completed_lock = threading.Lock()  # the consumers of one process share their client
 
 
 def open_batch_states(zk: KazooClient, bids: Sequence[str]) -> dict[str, str]:
     """``batch_states`` of the batches not already seen Completed (by this client)."""
-    known = _completed.setdefault(zk, set())
-    known.intersection_update(bids)  # forget the deleted ones
-    found = batch_states(zk, [b for b in bids if b not in known])
-    known.update(b for b, state in found.items() if state == "Completed")
+    with _completed_lock:
+        known = _completed.setdefault(zk, set())
+        known.intersection_update(bids)  # forget the deleted ones
+        unknown = [b for b in bids if b not in known]
+    found = batch_states(zk, unknown)
+    with _completed_lock:
+        known.update(b for b, state in found.items() if state == "Completed")
     return {b: state for b, state in found.items() if state != "Completed"}
 
 
