@@ -9,12 +9,17 @@ re-checked under its lock), and only when they are used up is everything evaluat
 N waiting jobs cost one read of each per cycle, not per claim. Jobs that do not fit stay and are
 evaluated again next cycle, after ``poll`` seconds. An unestimated job (0 bytes) goes on only
 while the disk is under the mark.
+
+An evaluation that lets nothing through is not repeated for IDLE_EVALUATION_GAP seconds: with
+the disk full, every job arriving in Provisioning wakes the consumer, and re-reading all N
+waiting jobs per arrival would cost N squared reads while a big batch piles up.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,6 +36,7 @@ from queues.zk.records import Job
 log = logging.getLogger("queues.daemons")
 
 DiskUsage = Callable[[Path], Any]
+IDLE_EVALUATION_GAP = 2.0
 
 
 class Provisioning(JobDaemon):
@@ -44,6 +50,7 @@ class Provisioning(JobDaemon):
         self.waiting: set[str] = set()  # jobs already logged as waiting, to log each once
         # Jobs that fitted at the last evaluation, in priority order, still to be handed out.
         self.fitting: list[str] = []
+        self.fruitless_at = float("-inf")  # when an evaluation last let nothing through
 
     def budget(self) -> int:
         """Bytes that may still be promised to new downloads before the high-water mark."""
@@ -64,7 +71,11 @@ class Provisioning(JobDaemon):
 
     def claim(self) -> Job | None:
         if not self.fitting:
+            if time.monotonic() - self.fruitless_at < IDLE_EVALUATION_GAP:
+                return None
             self.fitting = self.evaluate()
+            if not self.fitting:
+                self.fruitless_at = time.monotonic()
         while self.fitting:
             jid = self.fitting.pop(0)
             claimed = self._lock(jid)

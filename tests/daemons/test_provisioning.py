@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import namedtuple
 from typing import Any
 
-from queues.daemons.provisioning import Provisioning
+from queues.daemons.provisioning import IDLE_EVALUATION_GAP, Provisioning
 from queues.zk.jobs import job_load, job_set_space_needed
 
 from .conftest import make_job
@@ -86,3 +86,26 @@ def test_one_evaluation_hands_out_every_job_that_fits(zk, settings: Any) -> None
     assert [job_load(zk, j.jid).state for j in fitting] == ["Downloading"] * 3
     assert not daemon.run_once()
     assert job_load(zk, too_big.jid).state == "Provisioning"
+
+
+def test_with_the_disk_full_arrivals_do_not_each_reread_every_waiting_job(
+    zk, settings: Any
+) -> None:
+    settings.MRT_PROVISION_HIGH_WATER = 0.7
+    for _ in range(3):
+        _job(zk, 100)
+
+    class Counting(Provisioning):
+        evaluations = 0
+
+        def evaluate(self) -> list[str]:
+            Counting.evaluations += 1
+            return super().evaluate()
+
+    daemon = Counting(zk=zk, disk_usage=_disk(used=800))
+    for _ in range(5):  # five wake-ups in a row, as five arrivals would cause
+        assert daemon.claim() is None
+    assert Counting.evaluations == 1
+    daemon.fruitless_at -= IDLE_EVALUATION_GAP  # the gap has passed
+    assert daemon.claim() is None
+    assert Counting.evaluations == 2
