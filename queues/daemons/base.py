@@ -372,9 +372,7 @@ class AccessDaemon(Daemon[AccessRequest]):
 
     def claim(self) -> AccessRequest | None:
         # Processing first: those were interrupted (or resumed there by an operator).
-        return access_acquire(self.zk, self.queue, "Processing") or access_acquire(
-            self.zk, self.queue, "Pending"
-        )
+        return access_acquire(self.zk, self.queue, "Processing", "Pending")
 
     def item_id(self, item: AccessRequest) -> str:
         return item.qid

@@ -17,6 +17,7 @@ from .batches import simple_status
 from .codecs import decode_json, encode_json
 from .errors import Conflict, ItemLocked, MalformedNode, NotFound
 from .locks import lock_create, lock_release
+from .memory import CompletedMemory
 from .nodes import children, commit, exists_many, landed, lock_info, read_many, stamp
 from .records import AccessRequest, Broken, Status
 
@@ -141,10 +142,21 @@ def access_delete(zk: KazooClient, item: AccessRequest) -> None:
     commit(txn, what=f"delete {item.qid}")
 
 
-def access_acquire(zk: KazooClient, queue: str, state: str = "Pending") -> AccessRequest | None:
-    for item in accesses_load(zk, queue, access_ids(zk, queue)):
-        if isinstance(item, Broken) or item.state != state or item.lock is not None:
-            continue
+_completed = {queue: CompletedMemory() for queue in paths.ACCESS_QUEUES}
+
+
+def access_acquire(zk: KazooClient, queue: str, *states: str) -> AccessRequest | None:
+    """Lock and return the oldest request in the first of ``states`` (Pending by default) that
+    has one unlocked; every request is read once, Completed ones only the first time."""
+    states = states or ("Pending",)
+    memory = _completed[paths.access_queue(queue)]
+    loaded = accesses_load(zk, queue, memory.unknown(zk, access_ids(zk, queue)))
+    items = [i for i in loaded if isinstance(i, AccessRequest)]
+    memory.remember(zk, (i.qid for i in items if i.state == "Completed"))
+    candidates = [i for i in items if i.state in states and i.lock is None]
+    candidates.sort(key=lambda i: states.index(i.state))  # stable: oldest first within a state
+    for item in candidates:
+        state = item.state
         lock_path = paths.access_node(queue, item.qid, "lock")
         if not lock_create(zk, lock_path):
             continue

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import posixpath
-import threading
 import uuid as uuidlib
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -21,6 +19,7 @@ from .codecs import decode_json, encode_json, now_stamp
 from .errors import Conflict, ItemLocked, MalformedNode, NotFound
 from .jobs import job_load, job_remove
 from .locks import lock_create, lock_release
+from .memory import CompletedMemory
 from .nodes import (
     children,
     children_many,
@@ -162,22 +161,13 @@ def batch_states(zk: KazooClient, bids: Sequence[str]) -> dict[str, str]:
     return result
 
 
-# Per client: the batch IDs seen Completed. A batch leaves Completed only by being deleted, and
-# no consumer works on a Completed batch, so the consumers' scans need not read them again; on a
-# queue whose finished batches are kept for weeks those are nearly all of them.
-_completed: weakref.WeakKeyDictionary[KazooClient, set[str]] = weakref.WeakKeyDictionary()
-_completed_lock = threading.Lock()  # the consumers of one process share their client
+_completed = CompletedMemory()
 
 
 def open_batch_states(zk: KazooClient, bids: Sequence[str]) -> dict[str, str]:
     """``batch_states`` of the batches not already seen Completed (by this client)."""
-    with _completed_lock:
-        known = _completed.setdefault(zk, set())
-        known.intersection_update(bids)  # forget the deleted ones
-        unknown = [b for b in bids if b not in known]
-    found = batch_states(zk, unknown)
-    with _completed_lock:
-        known.update(b for b, state in found.items() if state == "Completed")
+    found = batch_states(zk, _completed.unknown(zk, bids))
+    _completed.remember(zk, (b for b, state in found.items() if state == "Completed"))
     return {b: state for b, state in found.items() if state != "Completed"}
 
 

@@ -229,6 +229,29 @@ def test_access_acquire_takes_pending_requests_in_order_and_skips_locked(
     assert zk.exists(f"/access/{queue}/{first.qid}/lock") is None
 
 
+def test_access_acquire_prefers_the_first_state_and_reads_a_completed_request_once(
+    zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = {"token": "t"}
+    done, waiting, interrupted = (
+        access.access_create(zk, queue="small", token=token) for _ in "abc"
+    )
+    access.access_transition(zk, access.access_transition(zk, done, "Processing"), "Completed")
+    access.access_transition(zk, interrupted, "Processing")
+    loaded: list[list[str]] = []
+    real = access.accesses_load
+    monkeypatch.setattr(
+        access, "accesses_load", lambda c, q, ids: loaded.append(list(ids)) or real(c, q, ids)
+    )
+    first = access.access_acquire(zk, "small", "Processing", "Pending")
+    assert first is not None and first.qid == interrupted.qid  # younger, but Processing first
+    second = access.access_acquire(zk, "small", "Processing", "Pending")
+    assert second is not None and second.qid == waiting.qid
+    assert access.access_acquire(zk, "small", "Processing", "Pending") is None
+    assert done.qid in loaded[0]
+    assert all(done.qid not in ids for ids in loaded[1:])  # Completed: not read again
+
+
 def test_two_clients_racing_for_a_batch_never_both_get_it(
     zk: KazooClient, other_zk: KazooClient, make_batch: Callable[..., Batch]
 ) -> None:
