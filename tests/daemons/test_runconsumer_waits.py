@@ -5,11 +5,15 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from io import StringIO
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
+from kazoo.exceptions import ConnectionLoss
 
+from queues.management.commands import runconsumer
 from queues.zk.server import LocalZooKeeper, free_port
 
 from .conftest import wait_for
@@ -49,3 +53,28 @@ def test_once_fails_at_once_without_zookeeper(tmp_path: Path) -> None:
     )
     assert result.returncode != 0
     assert "cannot reach ZooKeeper" in result.stderr
+
+
+def test_a_connection_lost_while_starting_up_is_waited_out_too(monkeypatch) -> None:
+    # Chaos run: a consumer restarted while ZooKeeper restarted connected, then lost the
+    # connection while its first nodes were checked, and exited with ConnectionLoss.
+    started = []
+
+    class FlakyHost:
+        def __init__(self, name: str, **_kwargs) -> None:
+            started.append(name)
+            if len(started) == 1:
+                raise ConnectionLoss()
+
+        def run(self, stop) -> None:
+            started.append("ran")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(runconsumer, "Host", FlakyHost)
+    monkeypatch.setattr(runconsumer.signal, "signal", lambda *_args: None)  # pytest's own stay
+    err = StringIO()
+    call_command("runconsumer", "estimating", stderr=err)
+    assert started == ["estimating", "estimating", "ran"]
+    assert "ConnectionLoss; retrying in 1s" in err.getvalue()

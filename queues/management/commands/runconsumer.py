@@ -19,10 +19,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from queues.daemons.base import describe
 from queues.daemons.registry import NAMES
 from queues.daemons.runner import Host
 from queues.zk import close
-from queues.zk.errors import Unavailable
+from queues.zk.errors import is_connection_error
 
 
 class Command(BaseCommand):
@@ -73,10 +74,15 @@ class Command(BaseCommand):
         while True:
             try:
                 return Host(options["name"], threads=options["threads"], poll=options["poll"])
-            except Unavailable as exc:
+            except Exception as exc:
+                # Unreachable, or lost again while the first nodes were being checked (an
+                # ensemble restarting): both are waited out, anything else is a bug.
+                if not is_connection_error(exc):
+                    raise
+                message = describe(exc)
                 if options["once"]:
-                    raise CommandError(str(exc)) from exc
-                self.stderr.write(f"{exc}; retrying in {delay:.0f}s")
+                    raise CommandError(message) from exc
+                self.stderr.write(f"{message}; retrying in {delay:.0f}s")
                 close()
             if stop.wait(delay):
                 return None
