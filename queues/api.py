@@ -12,14 +12,15 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.urls import re_path
+from django.urls import re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
 
-from queues import actions, selectors
+from queues import actions, bulkrun, selectors
 from queues.audit import ApiToken, AuditEntry
-from queues.auth import VIEWER, has_role
+from queues.auth import VIEWER, has_role, require_action
 from queues.forms import BatchFilterForm, FailedFilterForm, JobFilterForm, SubmitForm
 from queues.routes import (
     ACCESS_ACTION,
@@ -34,7 +35,7 @@ from queues.routes import (
 )
 from queues.services import Outcome
 from queues.zk import paths as zpaths
-from queues.zk.errors import is_connection_error
+from queues.zk.errors import InvalidTransition, NotFound, is_connection_error
 from queues.zk.records import AccessRequest, Batch, Broken, Job
 
 from .views.common import status_for
@@ -285,22 +286,39 @@ def job_action(request: HttpRequest, jid: str, action: str) -> dict[str, Any]:
 
 
 @api_view("POST")
-def jobs_bulk(request: HttpRequest) -> dict[str, Any]:
-    """{"action": ..., "jobs": [{"id":..., "version":...}, ...] | "filter": {...}, "reason": ...}"""
+def jobs_bulk(request: HttpRequest) -> dict[str, Any] | HttpResponse:
+    """{"action": ..., "jobs": [{"id":..., "version":...}, ...] | "filter": {...}, "reason": ...}
+
+    Over MRT_BULK_INLINE_MAX jobs it answers 202 at once with the background run (its URL in
+    Location), as the console does; otherwise with what was done once it is done."""
     data = _body(request)
     if isinstance(data.get("filter"), dict):
         form = JobFilterForm(data["filter"])
         if not form.is_valid():
             raise ValueError(form.errors.as_text())
-        jids, _limited = selectors.jobs_matching(flt=form.to_filter())
+        jids, limited = selectors.jobs_matching(flt=form.to_filter())
         items: list[tuple[str, int | None]] = [(j, None) for j in jids]
     elif isinstance(data.get("jobs"), list):
+        limited = False
         items = []
         for entry in data["jobs"]:
             entry = entry if isinstance(entry, dict) else {"id": entry}
             items.append((zpaths.jid(str(entry.get("id", ""))), _version(entry)))
     else:
         raise ValueError('give "jobs" (a list) or "filter" (an object)')
+    if len(items) > settings.MRT_BULK_INLINE_MAX:
+        run = bulkrun.start(
+            user=request.user,
+            kind="job",
+            action=str(data.get("action", "")),
+            items=items,
+            reason=str(data.get("reason", "")),
+            limited=limited,
+            via="api",
+        )
+        response = JsonResponse(bulk_run_json(run), status=202)
+        response["Location"] = reverse("api-bulk-run", args=[run.pk])
+        return response
     result = actions.perform_bulk(
         user=request.user,
         kind="job",
@@ -482,6 +500,49 @@ def audit(request: HttpRequest) -> dict[str, Any]:
     }
 
 
+def bulk_run_json(run: bulkrun.BulkRun) -> dict[str, Any]:
+    return {
+        "id": run.pk,
+        "url": reverse("api-bulk-run", args=[run.pk]),
+        "kind": run.kind,
+        "action": run.action,
+        "state": run.shown_state,
+        "total": run.total,
+        "position": run.position,
+        "done": run.done,
+        "skipped_count": run.skips,
+        "skipped": [{"id": i, "reason": why} for i, why in run.skipped],
+        "summary": run.summary(),
+        "limited": run.limited,
+        "error": run.error,
+        "started": run.started.isoformat(),
+        "finished": run.finished.isoformat() if run.finished else None,
+    }
+
+
+@api_view("GET")
+def bulk_run(request: HttpRequest, pk: int) -> dict[str, Any]:
+    return bulk_run_json(_bulk_run(int(pk)))
+
+
+@api_view("POST")
+def bulk_run_control(request: HttpRequest, pk: int, verb: str) -> dict[str, Any]:
+    """POST .../stop or .../continue: the same as the run page's buttons, same permission."""
+    run = _bulk_run(int(pk))
+    require_action(request.user, run.kind, run.action)
+    changed = bulkrun.stop(run) if verb == "stop" else bulkrun.resume(run, user=request.user)
+    if not changed:
+        raise InvalidTransition(f"bulk run {pk} is {run.shown_state}: nothing to {verb}")
+    return bulk_run_json(_bulk_run(run.pk))
+
+
+def _bulk_run(pk: int) -> bulkrun.BulkRun:
+    try:
+        return bulkrun.BulkRun.objects.defer("items").get(pk=pk)
+    except bulkrun.BulkRun.DoesNotExist:
+        raise NotFound(f"no bulk run {pk}") from None
+
+
 urlpatterns = [
     re_path(r"^overview$", overview, name="api-overview"),
     re_path(r"^jobs$", jobs, name="api-jobs"),
@@ -520,4 +581,6 @@ urlpatterns = [
     re_path(r"^reports$", reports, name="api-reports"),
     re_path(r"^consistency$", consistency, name="api-consistency"),
     re_path(r"^audit$", audit, name="api-audit"),
+    re_path(r"^bulk/(?P<pk>[0-9]{1,18})$", bulk_run, name="api-bulk-run"),
+    re_path(r"^bulk/(?P<pk>[0-9]{1,18})/(?P<verb>stop|continue)$", bulk_run_control),
 ]

@@ -59,6 +59,7 @@ class BulkRun(models.Model):
     total = models.IntegerField()  # len(items), so that the progress page never loads them
     limited = models.BooleanField(default=False)  # the filter stopped at its scan limit
     back = models.CharField(max_length=500, blank=True)  # the list the run was started from
+    via = models.CharField(max_length=10, default="web")  # "web" or "api", for the audit log
     position = models.IntegerField(default=0)  # items handled so far
     # Counts, and the first SKIPS_KEPT skips in full: the progress written twice a second must
     # not grow with the run (each move is in the audit log anyway).
@@ -96,6 +97,11 @@ class BulkRun(models.Model):
     def stoppable(self) -> bool:
         return self.state == self.RUNNING and not self.stop_requested
 
+    @property
+    def shown_state(self) -> str:
+        """The state as people should read it: a run without its thread is "interrupted"."""
+        return "interrupted" if self.interrupted else self.state
+
     def summary(self) -> str:
         return actions.bulk_summary(self.done, self.reasons)
 
@@ -116,6 +122,7 @@ def start(
     reason: str = "",
     limited: bool = False,
     back: str = "",
+    via: str = "web",
 ) -> BulkRun:
     """Record the run and start working through it; the role and reason are checked first."""
     actions.check_bulk(user=user, kind=kind, action=action, reason=reason)
@@ -128,6 +135,7 @@ def start(
         total=len(items),
         limited=limited,
         back=back,
+        via=via,
     )
     _spawn(run.pk)
     return run
@@ -205,6 +213,7 @@ def _advance(run: BulkRun) -> str:
                 item_id=item_id,
                 expect_version=version,
                 reason=run.reason,
+                via=run.via,
             )
             run.done += 1
         except DomainError as exc:

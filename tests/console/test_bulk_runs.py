@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 
@@ -13,7 +14,7 @@ from django.utils import timezone
 
 from queues import bulkrun
 from queues.actions import ReasonRequired
-from queues.audit import AuditEntry
+from queues.audit import ApiToken, AuditEntry
 from queues.bulkrun import BulkRun
 from queues.zk import jobs
 
@@ -232,3 +233,29 @@ def test_the_overview_names_runs_under_way_and_interrupted_ones(operator, zk) ->
     assert reverse("bulk-run", args=[going.pk]) in html and "resume of 4 jobs</a>: 25%" in html
     assert reverse("bulk-run", args=[lost.pk]) in html and "<strong>interrupted</strong>" in html
     assert html.count("resume of 4 jobs") == 2  # not the finished one
+
+
+def test_a_big_api_bulk_call_answers_202_with_its_run_and_can_follow_it(
+    client, make_user, zk, make_job
+):
+    _token, key = ApiToken.issue(user=make_user("operator", "api-op"), name="test")
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+    failed = [make_job("Failed") for _ in range(3)]
+    response = client.post(
+        "/api/jobs/bulk",
+        json.dumps({"action": "resume", "jobs": [j.jid for j in failed]}),
+        content_type="application/json",
+        **auth,
+    )
+    assert response.status_code == 202
+    started = response.json()
+    assert response["Location"] == started["url"] == f"/api/bulk/{started['id']}"
+    ended(started["id"])
+    run = client.get(started["url"], **auth).json()
+    assert (run["state"], run["position"], run["done"], run["total"]) == ("finished", 3, 3, 3)
+    assert {e.via for e in AuditEntry.objects.filter(action="resume")} == {"api"}
+    # Nothing left to stop or continue: a 409 that says so.
+    refused = client.post(f"{started['url']}/stop", **auth)
+    assert refused.status_code == 409 and "nothing to stop" in refused.json()["error"]
+    assert client.get("/api/bulk/999", **auth).status_code == 404
+    assert client.get(started["url"]).status_code == 401
