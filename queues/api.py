@@ -20,7 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from queues import actions, bulkrun, selectors
 from queues.audit import ApiToken, AuditEntry
-from queues.auth import VIEWER, has_role, require_action
+from queues.auth import VIEWER, has_role
 from queues.forms import BatchFilterForm, FailedFilterForm, JobFilterForm, SubmitForm
 from queues.routes import (
     ACCESS_ACTION,
@@ -529,9 +529,7 @@ def bulk_run(request: HttpRequest, pk: int) -> dict[str, Any]:
 def bulk_run_control(request: HttpRequest, pk: int, verb: str) -> dict[str, Any]:
     """POST .../stop or .../continue: the same as the run page's buttons, same permission."""
     run = _bulk_run(int(pk))
-    require_action(request.user, run.kind, run.action)
-    changed = bulkrun.stop(run) if verb == "stop" else bulkrun.resume(run, user=request.user)
-    if not changed:
+    if not bulkrun.control(run, verb, user=request.user):
         raise InvalidTransition(f"bulk run {pk} is {run.shown_state}: nothing to {verb}")
     return bulk_run_json(_bulk_run(run.pk))
 

@@ -26,6 +26,7 @@ from django.db import close_old_connections, models, transaction
 from django.utils import timezone
 
 from queues import actions
+from queues.auth import require_action
 from queues.zk.errors import DomainError
 
 log = logging.getLogger("queues.bulk")
@@ -171,6 +172,21 @@ def stop(run: BulkRun) -> bool:
         stopped = running.filter(heartbeat=run.heartbeat)
         return bool(stopped.update(state=BulkRun.STOPPED, finished=timezone.now()))
     return bool(running.update(stop_requested=True))
+
+
+VERBS = ("stop", "continue")
+
+
+def control(run: BulkRun, verb: str, *, user: Any) -> bool:
+    """The run's two buttons, for someone allowed the run's action: ``stop`` or ``continue``.
+
+    False when there is nothing to do (the run has ended, or is going already)."""
+    require_action(user, run.kind, run.action)
+    if verb == "stop":
+        return stop(run)
+    if verb == "continue":
+        return resume(run, user=user)
+    raise ValueError(f"a bulk run can only {' or '.join(VERBS)}, not {verb!r}")
 
 
 def _spawn(pk: int) -> None:

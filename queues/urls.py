@@ -43,8 +43,11 @@ urlpatterns = [
     path("failed/bulk/", writes.failed_bulk, name="failed-bulk"),
     path("bulk/", pages.bulk_runs, name="bulk-runs"),
     path("bulk/<int:pk>/", pages.bulk_run, name="bulk-run"),
-    path("bulk/<int:pk>/continue/", writes.bulk_run_resume, name="bulk-run-resume"),
-    path("bulk/<int:pk>/stop/", writes.bulk_run_stop, name="bulk-run-stop"),
+    re_path(
+        r"^bulk/(?P<pk>[0-9]{1,18})/(?P<verb>stop|continue)/$",
+        writes.bulk_run_control,
+        name="bulk-run-control",
+    ),
     path("reports/", pages.reports, name="reports"),
     path("holds/", pages.holds, name="holds"),
     re_path(

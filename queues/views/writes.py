@@ -411,23 +411,11 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @console_view(VIEWER)
-def bulk_run_resume(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_object_or_404(bulkrun.BulkRun, pk=pk)
-    require_action(request.user, run.kind, run.action)
-    if bulkrun.resume(run, user=request.user):
-        messages.info(request, f"{run.action} continues from item {run.position + 1}")
+def bulk_run_control(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
+    run = get_object_or_404(bulkrun.BulkRun.objects.defer("items"), pk=pk)
+    if bulkrun.control(run, verb, user=request.user):
+        done = "stopping after the item in hand" if verb == "stop" else "continues"
+        messages.info(request, f"{run.action} of {run.total} {run.kind}s: {done}")
     else:
-        messages.info(request, "nothing to continue: the run is going or has finished")
-    return redirect_after_post(reverse("bulk-run", args=[run.pk]))
-
-
-@require_POST
-@console_view(VIEWER)
-def bulk_run_stop(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_object_or_404(bulkrun.BulkRun, pk=pk)
-    require_action(request.user, run.kind, run.action)
-    if bulkrun.stop(run):
-        messages.info(request, f"{run.action}: stopping after the item in hand")
-    else:
-        messages.info(request, "nothing to stop: the run has ended")
+        messages.info(request, f"nothing to {verb}: the run is {run.shown_state}")
     return redirect_after_post(reverse("bulk-run", args=[run.pk]))

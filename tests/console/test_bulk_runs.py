@@ -96,7 +96,7 @@ def test_an_interrupted_run_continues_from_its_first_unhandled_item(
     )
     page = operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
     assert "Interrupted" in page and "Continue from item 3" in page
-    resume = reverse("bulk-run-resume", args=[run.pk])
+    resume = reverse("bulk-run-control", args=[run.pk, "continue"])
     assert viewer.post(resume).status_code == 403  # resuming is an operator's action
     assert admin.post(resume).status_code in (302, 303)
     run = ended(run.pk)
@@ -125,7 +125,7 @@ def test_the_progress_page_needs_login_and_a_real_run(client, operator):
     assert client.get(reverse("bulk-run", args=[1])).status_code == 302
     assert operator.get(reverse("bulk-run", args=[999])).status_code == 404
     assert operator.get("/bulk/abc/").status_code == 404
-    assert operator.get(reverse("bulk-run-resume", args=[1])).status_code == 405
+    assert operator.get(reverse("bulk-run-control", args=[1, "continue"])).status_code == 405
 
 
 def test_a_run_stopped_by_an_outage_says_where_and_continues_from_there(
@@ -154,7 +154,7 @@ def test_a_run_stopped_by_an_outage_says_where_and_continues_from_there(
     assert "Stopped at item 2: ZooKeeper unreachable" in page
     assert "Continue from item 2" in page
     monkeypatch.setattr(bulkrun.actions, "perform", real)
-    operator.post(reverse("bulk-run-resume", args=[run.pk]))
+    operator.post(reverse("bulk-run-control", args=[run.pk, "continue"]))
     run = ended(run.pk)
     assert (run.state, run.position, run.done, run.error) == ("finished", 3, 3, "")
     assert all(jobs.job_load(zk, j.jid).state == "Downloading" for j in failed)
@@ -189,7 +189,7 @@ def test_stop_halts_a_run_after_the_item_in_hand_and_continue_finishes_it(
         action="resume",
         items=[(j.jid, None) for j in failed],
     )
-    stop = reverse("bulk-run-stop", args=[run.pk])
+    stop = reverse("bulk-run-control", args=[run.pk, "stop"])
     assert f'action="{stop}"' in operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
     assert viewer.post(stop).status_code == 403
     assert operator.post(stop).status_code in (302, 303)
@@ -201,7 +201,7 @@ def test_stop_halts_a_run_after_the_item_in_hand_and_continue_finishes_it(
         "Stopped at your request"
         in operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
     )
-    operator.post(reverse("bulk-run-resume", args=[run.pk]))
+    operator.post(reverse("bulk-run-control", args=[run.pk, "continue"]))
     run = ended(run.pk)
     assert (run.state, run.position, run.done) == ("finished", 12, 12)
     assert operator.post(stop).status_code in (302, 303)  # ended: nothing to stop
@@ -216,7 +216,7 @@ def test_an_interrupted_run_can_be_abandoned(operator) -> None:
         total=1,
         heartbeat=timezone.now() - timedelta(minutes=5),
     )
-    operator.post(reverse("bulk-run-stop", args=[run.pk]))
+    operator.post(reverse("bulk-run-control", args=[run.pk, "stop"]))
     assert BulkRun.objects.get(pk=run.pk).state == "stopped"
 
 
