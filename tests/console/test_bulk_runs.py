@@ -126,6 +126,10 @@ def test_the_progress_page_needs_login_and_a_real_run(client, operator):
     assert operator.get(reverse("bulk-run", args=[999])).status_code == 404
     assert operator.get("/bulk/abc/").status_code == 404
     assert operator.get(reverse("bulk-run-control", args=[1, "continue"])).status_code == 405
+    assert operator.post("/bulk/1/pause/").status_code == 404  # only stop and continue
+    assert operator.post(reverse("bulk-run-control", args=[999, "stop"])).status_code == 404
+    anonymous = client.post(reverse("bulk-run-control", args=[1, "stop"]))
+    assert anonymous.status_code == 302 and "/login" in anonymous["Location"]
 
 
 def test_a_run_stopped_by_an_outage_says_where_and_continues_from_there(
