@@ -95,7 +95,7 @@ def test_a_long_bulk_resume_shows_its_progress_until_done(
     real = bulkrun.actions.perform
 
     def slow(**kwargs):
-        time.sleep(0.3)  # long enough for the page to be seen part-way
+        time.sleep(0.5)  # long enough for the page to be seen part-way, even on a slow CI
         return real(**kwargs)
 
     monkeypatch.setattr(bulkrun.actions, "perform", slow)

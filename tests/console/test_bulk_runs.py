@@ -182,7 +182,7 @@ def test_stop_halts_a_run_after_the_item_in_hand_and_continue_finishes_it(
     real = bulkrun.actions.perform
 
     def slow(**kwargs):
-        time.sleep(0.2)
+        time.sleep(0.3)  # the stop must land before the 12 items are done, even on a slow CI
         return real(**kwargs)
 
     monkeypatch.setattr(bulkrun.actions, "perform", slow)
