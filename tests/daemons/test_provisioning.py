@@ -24,6 +24,18 @@ def _job(zk, space: int, priority: int = 5):
     return job_set_space_needed(zk, job, space)
 
 
+class Counting(Provisioning):
+    """Provisioning that counts its evaluations (each reads every waiting job)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.evaluations = 0
+
+    def evaluate(self) -> list[str]:
+        self.evaluations += 1
+        return super().evaluate()
+
+
 def test_job_that_fits_goes_on_to_downloading(zk, settings: Any) -> None:
     settings.MRT_PROVISION_HIGH_WATER = 0.7
     job = _job(zk, 100)
@@ -72,17 +84,10 @@ def test_one_evaluation_hands_out_every_job_that_fits(zk, settings: Any) -> None
     fitting = [_job(zk, 50, priority=p) for p in (1, 2, 3)]
     too_big = _job(zk, 100, priority=4)  # 3 x 50 leave 50 of the 200 below the mark
 
-    class Counting(Provisioning):
-        evaluations = 0
-
-        def evaluate(self) -> list[str]:
-            Counting.evaluations += 1
-            return super().evaluate()
-
     daemon = Counting(zk=zk, disk_usage=_disk(used=500))
     for _ in fitting:
         assert daemon.run_once()
-    assert Counting.evaluations == 1
+    assert daemon.evaluations == 1
     assert [job_load(zk, j.jid).state for j in fitting] == ["Downloading"] * 3
     assert not daemon.run_once()
     assert job_load(zk, too_big.jid).state == "Provisioning"
@@ -95,17 +100,10 @@ def test_with_the_disk_full_arrivals_do_not_each_reread_every_waiting_job(
     for _ in range(3):
         _job(zk, 100)
 
-    class Counting(Provisioning):
-        evaluations = 0
-
-        def evaluate(self) -> list[str]:
-            Counting.evaluations += 1
-            return super().evaluate()
-
     daemon = Counting(zk=zk, disk_usage=_disk(used=800))
     for _ in range(5):  # five wake-ups in a row, as five arrivals would cause
         assert daemon.claim() is None
-    assert Counting.evaluations == 1
+    assert daemon.evaluations == 1
     daemon.fruitless_at -= IDLE_EVALUATION_GAP  # the gap has passed
     assert daemon.claim() is None
-    assert Counting.evaluations == 2
+    assert daemon.evaluations == 2
