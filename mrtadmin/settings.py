@@ -232,6 +232,22 @@ MRT_DOWNLOAD_RETRIES = env_int("MRT_DOWNLOAD_RETRIES", 3)
 MRT_DOWNLOAD_THREADS = env_int("MRT_DOWNLOAD_THREADS", 4)
 MRT_PROVISION_HIGH_WATER = env_float("MRT_PROVISION_HIGH_WATER", 0.70)
 MRT_LARGE_JOB_BYTES = env_int("MRT_LARGE_JOB_BYTES", 10 * 1024**3)
+# The fetch policy for every request made for a depositor (queues/steps/netpolicy.py):
+# addresses that may be fetched although they are loopback/private (comma-separated networks).
+MRT_FETCH_ALLOW = env("MRT_FETCH_ALLOW")
+MRT_FETCH_MAX_REDIRECTS = env_int("MRT_FETCH_MAX_REDIRECTS", 5)
+# One file: a wall-clock limit (all attempts), and a minimum rate over every window.
+MRT_DOWNLOAD_DEADLINE = env_float("MRT_DOWNLOAD_DEADLINE", 6 * 3600.0)
+MRT_DOWNLOAD_MIN_RATE = env_int("MRT_DOWNLOAD_MIN_RATE", 1024)
+MRT_DOWNLOAD_RATE_WINDOW = env_float("MRT_DOWNLOAD_RATE_WINDOW", 60.0)
+# One object: bytes downloaded and unpacked, and how far a container may expand.
+MRT_MAX_OBJECT_BYTES = env_int("MRT_MAX_OBJECT_BYTES", 200 * 1024**3)
+MRT_MAX_COMPRESSION_RATIO = env_float("MRT_MAX_COMPRESSION_RATIO", 100.0)
+# What provisioning counts for a file whose size the server would not tell.
+MRT_UNKNOWN_SIZE_BYTES = env_int("MRT_UNKNOWN_SIZE_BYTES", 1024**3)
+# Jobs downloading at once in one process, and at most this many from one depositor host.
+MRT_DOWNLOAD_JOBS = env_int("MRT_DOWNLOAD_JOBS", 4)
+MRT_DOWNLOADS_PER_HOST = env_int("MRT_DOWNLOADS_PER_HOST", 2)
 
 # Mail: SMTP when EMAIL_HOST is set, else files under MRT_VAR_DIR/mail the console can show.
 EMAIL_HOST = env("EMAIL_HOST")

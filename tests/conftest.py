@@ -18,6 +18,9 @@ from queues.zk.server import LocalZooKeeper, free_port
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 
 
+LOOPBACK = "127.0.0.0/8,::1"
+
+
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalZooKeeper]:
     server = LocalZooKeeper(tmp_path_factory.mktemp("zookeeper"), free_port())
@@ -37,6 +40,9 @@ def _var_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     settings.EMAIL_FILE_PATH = var / "mail"
     # The tests' file:// payloads are written under their tmp_path folders.
     settings.MRT_FILE_ROOTS = [tmp_path_factory.getbasetemp()]
+    # The tests' depositors are loopback servers; tests of the fetch policy itself set "".
+    settings.MRT_FETCH_ALLOW = LOOPBACK
+    os.environ["MRT_FETCH_ALLOW"] = LOOPBACK  # for the daemons and servers tests start
     return var
 
 

@@ -141,6 +141,11 @@ class Daemon(ABC, Generic[T]):
         self.poll = poll
         self.last: ItemResult | None = None
 
+    @classmethod
+    def default_copies(cls) -> int:
+        """Loops of this daemon a process runs at least (``--threads`` may ask for more)."""
+        return 1
+
     # Hooks --------------------------------------------------------------------------------
 
     @abstractmethod

@@ -1,9 +1,17 @@
 """Job Downloading: GET every file at once into the job's working folder.
 
-Each download is retried a bounded number of times with back-off (MRT_DOWNLOAD_RETRIES), checked
-against the depositor's digest and size when given, and lands under its final name only when
-complete. A container is unpacked into ``object/producer``. Any file that cannot be fetched fails
-the job with a message naming it. ``space_needed`` is then set to what the folder really holds.
+Each download goes through the depositor fetch policy (queues/daemons/fetching.py: addresses,
+redirects, a deadline and a minimum rate per file), is retried a bounded number of times with
+back-off (MRT_DOWNLOAD_RETRIES), checked against the depositor's digest and size when given, and
+lands under its final name only when complete. The object as a whole may not take more than
+MRT_MAX_OBJECT_BYTES, counted while the bytes arrive and again while a container is unpacked
+into ``object/producer`` (which may also expand at most MRT_MAX_COMPRESSION_RATIO times). Any file
+that cannot be fetched fails the job with a message naming it. ``space_needed`` is then set to
+what the folder really holds.
+
+A process runs MRT_DOWNLOAD_JOBS downloading loops, and passes over a job whose depositor host
+already has MRT_DOWNLOADS_PER_HOST downloads under way in it: one slow depositor cannot hold
+every loop while other depositors' jobs wait.
 
 Safe to run twice: the object folder is emptied first, so a re-run never keeps a file from an
 earlier attempt that the payload no longer has.
@@ -11,13 +19,15 @@ earlier attempt that the payload no longer has.
 
 from __future__ import annotations
 
+import logging
 import shutil
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from django.conf import settings
 
 from queues.daemons import clients
-from queues.daemons.base import JobDaemon, Next, Step, StepFailed
+from queues.daemons.base import ItemResult, JobDaemon, Next, Step, StepFailed
+from queues.daemons.fetching import HOST_SLOTS, depositor_host, depositor_policy
 from queues.daemons.jobwork import (
     CONTAINERS_DIR,
     disk_bytes,
@@ -32,6 +42,8 @@ from queues.steps.fetch import ContainerError, DownloadError, download_all, extr
 from queues.zk.jobs import job_set_space_needed
 from queues.zk.records import Job
 
+log = logging.getLogger("queues.daemons")
+
 BACKOFF = 0.5
 
 
@@ -39,6 +51,34 @@ class Downloading(JobDaemon):
     name: ClassVar[str] = "downloading"
     step: ClassVar[str] = "downloading"
     state: ClassVar[str] = "Downloading"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slot: str | None = None  # the depositor host this loop holds a download slot of
+
+    @classmethod
+    def default_copies(cls) -> int:
+        return max(1, settings.MRT_DOWNLOAD_JOBS)
+
+    def accept(self, job: Job) -> bool:
+        self._give_back_slot()
+        host = depositor_host(str(job.configuration.get("payload_url") or ""))
+        if not HOST_SLOTS.try_take(host, settings.MRT_DOWNLOADS_PER_HOST):
+            log.debug("%s downloading: passed over, %s has its downloads under way", job.jid, host)
+            return False
+        self.slot = host
+        return True
+
+    def handle(self, item: Job) -> ItemResult:
+        try:
+            return super().handle(item)
+        finally:
+            self._give_back_slot()
+
+    def _give_back_slot(self) -> None:
+        if self.slot is not None:
+            HOST_SLOTS.give_back(self.slot)
+            self.slot = None
 
     def work(self, item: Job) -> Step:
         spec = job_spec(item)
@@ -59,16 +99,25 @@ class Downloading(JobDaemon):
                 backoff=BACKOFF,
                 timeout=settings.MRT_HTTP_TIMEOUT,
                 file_roots=clients.payload_roots(),
+                policy=depositor_policy(),
+                max_bytes=settings.MRT_MAX_OBJECT_BYTES,
             )
         except DownloadError as exc:
             raise StepFailed(str(exc)) from exc
         if spec.payload_type == "container":
+            unpacked = 0
             for result in results:
                 try:
-                    extract_container(result.path, producer)
+                    extract_container(
+                        result.path,
+                        producer,
+                        max_bytes=settings.MRT_MAX_OBJECT_BYTES - unpacked,
+                        max_ratio=settings.MRT_MAX_COMPRESSION_RATIO,
+                    )
                 except ContainerError as exc:
                     raise StepFailed(f"container {result.url}: {exc}") from exc
                 result.path.unlink(missing_ok=True)
+                unpacked = disk_bytes(producer)
             shutil.rmtree(folder / CONTAINERS_DIR, ignore_errors=True)
         if not any(producer.rglob("*")):
             raise StepFailed(f"{spec.payload_url} gave no files")

@@ -1,8 +1,10 @@
 """Job Estimating: HEAD every file at once and record the sum of their sizes in ``space_needed``.
 
-It never fails: a size that cannot be told (no Content-Length, an unreachable server, a manifest
-that will not load) counts as 0, and Provisioning treats an unestimated job cautiously. A job
-larger than MRT_LARGE_JOB_BYTES is moved behind the ordinary ones (priority at least 10).
+It never fails: a file whose size cannot be told (no Content-Length, an unreachable server) counts
+as MRT_UNKNOWN_SIZE_BYTES (a depositor's declared size stands in when given), and so does an object
+whose manifest will not load: never 0, which Provisioning would let through whatever the disk
+holds. A job larger than MRT_LARGE_JOB_BYTES is moved behind the ordinary ones (priority at
+least 10).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from django.conf import settings
 
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Step
+from queues.daemons.fetching import depositor_policy
 from queues.daemons.jobwork import job_spec, object_files, priority_for_size
 from queues.steps.fetch import head_all
 from queues.zk.jobs import job_set_space_needed
@@ -22,25 +25,34 @@ from queues.zk.records import Job
 log = logging.getLogger("queues.daemons")
 
 
+def _known(told: int | None, declared: int | None, unknown: int) -> int:
+    """The server's size, else the depositor's, else the stand-in for an unknown size."""
+    for size in (told, declared):
+        if size is not None:
+            return size
+    return unknown
+
+
 class Estimating(JobDaemon):
     name: ClassVar[str] = "estimating"
     step: ClassVar[str] = "estimating"
     state: ClassVar[str] = "Estimating"
 
     def estimate(self, job: Job) -> int:
+        unknown = settings.MRT_UNKNOWN_SIZE_BYTES
         try:
             files = object_files(job_spec(job))
         except Exception as exc:
             log.info("%s estimating: size unknown (%s)", job.jid, exc)
-            return 0
+            return unknown
         sizes = head_all(
             [f.url for f in files],
             threads=settings.MRT_DOWNLOAD_THREADS,
             timeout=settings.MRT_HTTP_TIMEOUT,
             file_roots=clients.payload_roots(),
+            policy=depositor_policy(),
         )
-        # A size the depositor declared stands in for one the server would not tell.
-        return sum(sizes.get(f.url) or f.size or 0 for f in files)
+        return sum(_known(sizes.get(f.url), f.size, unknown) for f in files)
 
     def work(self, item: Job) -> Step:
         space = self.estimate(item)

@@ -1,6 +1,6 @@
 """What the job steps share: the job's object spec, its files, and its working folder.
 
-Working folder of a job (``configuration.working_dir``, normally MRT_WORK_DIR/<bid>/<jid>)::
+Working folder of a job (always MRT_WORK_DIR/<bid>/<jid>)::
 
     object/producer/...            the depositor's files (downloaded, containers unpacked)
     object/system/mrt-erc.txt      written by Processing
@@ -24,6 +24,7 @@ from django.conf import settings
 
 from queues.daemons import clients
 from queues.daemons.base import StepFailed
+from queues.daemons.fetching import depositor_policy
 from queues.steps.checkm import ManifestError
 from queues.steps.fetch import fetch_bytes
 from queues.steps.submission import ObjectSpec, PayloadFile, payload_files
@@ -45,11 +46,13 @@ def job_spec(job: Job) -> ObjectSpec:
 
 
 def fetch(url: str) -> bytes:
+    """A depositor's manifest, under the depositor fetch policy."""
     return fetch_bytes(
         url,
         timeout=settings.MRT_HTTP_TIMEOUT,
         retries=settings.MRT_DOWNLOAD_RETRIES,
         file_roots=clients.payload_roots(),
+        policy=depositor_policy(),
     )
 
 
@@ -81,19 +84,13 @@ def object_files(spec: ObjectSpec) -> list[PayloadFile]:
 
 
 def workdir(job: Job) -> Path:
-    """The job's working folder, always inside MRT_WORK_DIR.
+    """The job's working folder: always MRT_WORK_DIR/<bid>/<jid>, derived, never read.
 
-    A ``working_dir`` from the configuration is used only when it lies inside MRT_WORK_DIR:
-    the folder is deleted when the job completes, and a configuration written by another
-    client must never make this process delete anything else.
+    A ``working_dir`` in the configuration (written by another client, or an older version of
+    this one) is ignored: the folder is deleted when the job completes, and a configuration
+    must never make this process write into or delete another job's folder.
     """
-    root = Path(settings.MRT_WORK_DIR).resolve()
-    configured = job.configuration.get("working_dir")
-    if isinstance(configured, str) and configured:
-        path = Path(configured).resolve()
-        if path != root and path.is_relative_to(root):
-            return path
-    return root / job.bid / job.jid
+    return Path(settings.MRT_WORK_DIR).resolve() / job.bid / job.jid
 
 
 def work_relative(path: Path) -> str:

@@ -28,7 +28,9 @@ class Host:
         self.zk = client()
         self.gate = SessionGate()
         self.daemons: list[Daemon] = [
-            cls(zk=self.zk, gate=self.gate, poll=poll) for cls in classes for _ in range(threads)
+            cls(zk=self.zk, gate=self.gate, poll=poll)
+            for cls in classes
+            for _ in range(max(threads, cls.default_copies()))
         ]
         add_state_listener(self.gate.on_state)
 

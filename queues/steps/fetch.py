@@ -22,19 +22,26 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
-
-import requests
+from zlib import error as zlib_error
 
 from queues.steps.checkm import HASH_LENGTHS, filename_problem
+from queues.steps.netpolicy import (
+    USER_AGENT as USER_AGENT,  # notify's callbacks send the same User-Agent
+)
+from queues.steps.netpolicy import (
+    FetchPolicy,
+    FetchRefused,
+    OpenResponse,
+    TooSlow,
+    TransferFailed,
+    short_error,
+)
 
-USER_AGENT = "merritt-queue-console"
 CHUNK = 1024 * 1024
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_TEXT = 50 * 1024 * 1024
 # 408/429 are the two client errors that mean "try again later" rather than "you asked wrong".
 RETRY_STATUSES = frozenset({408, 429})
-# Servers that gzip on the fly would otherwise hand us bytes whose digest is not the file's.
-BASE_HEADERS = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
 
 T = TypeVar("T")
 
@@ -65,6 +72,33 @@ class DownloadsFailed(DownloadError):
 
 class ContainerError(ValueError):
     """A zip or tar that cannot be unpacked safely."""
+
+
+class Budget:
+    """Bytes one object may still take on disk, shared by the threads downloading its files.
+
+    Checked while the bytes arrive, so an endless body or a lying Content-Length stops at the
+    limit instead of filling the disk. ``what`` names the limit in the failure message.
+    """
+
+    def __init__(self, limit: int | None, what: str = "the per-object limit") -> None:
+        self.limit = limit
+        self.what = what
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, size: int, url: str) -> None:
+        if self.limit is None:
+            return
+        with self._lock:
+            self.used += size
+            over = self.used > self.limit
+        if over:
+            raise DownloadError(url, f"the object is larger than {self.what} of {self.limit} bytes")
+
+    def give_back(self, size: int) -> None:
+        with self._lock:
+            self.used -= size
 
 
 class _Retry(Exception):
@@ -131,61 +165,69 @@ def _retrying(url: str, attempt: Callable[[], T], *, retries: int, backoff: floa
         number += 1
 
 
+def _policy(policy: FetchPolicy | None, timeout: float) -> FetchPolicy:
+    """The caller's policy, or the system's own (any address) with ``timeout``."""
+    if policy is not None:
+        return policy
+    return FetchPolicy(restrict=False, timeout=timeout)
+
+
 @contextmanager
-def _get(url: str, timeout: float) -> Iterator[requests.Response]:
-    """A streaming GET that turns transport trouble into _Retry and 4xx into DownloadError."""
+def _get(url: str, policy: FetchPolicy, started: float) -> Iterator[OpenResponse]:
+    """A GET under ``policy``: transport trouble becomes _Retry, a refusal or 4xx DownloadError."""
     try:
-        response = requests.get(url, stream=True, timeout=timeout, headers=BASE_HEADERS)
-    except requests.Timeout:
-        raise _Retry(f"timed out after {timeout:g}s") from None
-    except requests.ConnectionError as exc:
-        raise _Retry(f"connection failed ({_short(exc)})") from None
-    except requests.RequestException as exc:
-        raise DownloadError(url, f"bad request ({_short(exc)})") from None
+        response = policy.open(url, started=started)
+    except TransferFailed as exc:
+        raise _Retry(str(exc)) from None
+    except FetchRefused as exc:
+        raise DownloadError(url, exc.reason) from None
+    except TooSlow as exc:
+        raise DownloadError(url, exc.reason) from None
     with response:
-        if response.status_code >= 500 or response.status_code in RETRY_STATUSES:
-            raise _Retry(f"HTTP {response.status_code} {response.reason}")
-        if response.status_code >= 400:
-            raise DownloadError(url, f"HTTP {response.status_code} {response.reason}")
+        if response.status >= 500 or response.status in RETRY_STATUSES:
+            raise _Retry(f"HTTP {response.status} {response.reason}")
+        if response.status >= 400:
+            raise DownloadError(url, f"HTTP {response.status} {response.reason}")
         yield response
 
 
-def _chunks(response: requests.Response, timeout: float) -> Iterator[bytes]:
+def _chunks(url: str, response: OpenResponse) -> Iterator[bytes]:
     try:
-        yield from response.iter_content(CHUNK)
-    except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
-        raise _Retry(f"connection broke off ({_short(exc)})") from None
-    except requests.Timeout:
-        raise _Retry(f"timed out after {timeout:g}s") from None
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
+        yield from response.chunks(CHUNK)
+    except TransferFailed as exc:
+        raise _Retry(str(exc)) from None
+    except TooSlow as exc:
+        # A server this slow is not retried: it would hold a download slot for as long again.
+        raise DownloadError(url, exc.reason) from None
 
 
 def head_size(
-    url: str, timeout: float = 10.0, *, file_roots: Sequence[Path] | None = None
+    url: str,
+    timeout: float = 10.0,
+    *,
+    file_roots: Sequence[Path] | None = None,
+    policy: FetchPolicy | None = None,
 ) -> int | None:
     """The size of what ``url`` points at, or None when it cannot be told. Never raises.
 
-    Used for estimating, which must not fail a job: an unknown size just counts as 0.
+    Used for estimating, which must not fail a job: an unknown size is the caller's to judge.
     """
     try:
         if _scheme(url) == "file":
             return local_path(url, file_roots=file_roots).stat().st_size
         if _scheme(url) not in ("http", "https"):
             return None
-        response = requests.head(url, timeout=timeout, allow_redirects=True, headers=BASE_HEADERS)
-        if response.status_code in (405, 501):
+        rules = _policy(policy, timeout)
+        with rules.open(url, method="HEAD") as response:
+            status, length = response.status, response.header("Content-Length")
+        if status in (405, 501):
             # Some servers refuse HEAD; a GET whose body we never read tells the same.
-            with requests.get(url, stream=True, timeout=timeout, headers=BASE_HEADERS) as got:
-                response = got
-        if response.status_code >= 400:
+            with rules.open(url) as response:
+                status, length = response.status, response.header("Content-Length")
+        if status >= 400:
             return None
-        length = response.headers.get("Content-Length", "")
         return int(length) if length.isdigit() else None
-    except (requests.RequestException, OSError, ValueError, DownloadError):
+    except (FetchRefused, TransferFailed, TooSlow, OSError, ValueError, DownloadError):
         return None
 
 
@@ -195,11 +237,14 @@ def head_all(
     threads: int = 8,
     timeout: float = 10.0,
     file_roots: Sequence[Path] | None = None,
+    policy: FetchPolicy | None = None,
 ) -> dict[str, int | None]:
     """head_size for many URLs at once; the result maps each URL to its size or None."""
     unique = list(dict.fromkeys(urls))
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        sizes = pool.map(lambda u: head_size(u, timeout, file_roots=file_roots), unique)
+        sizes = pool.map(
+            lambda u: head_size(u, timeout, file_roots=file_roots, policy=policy), unique
+        )
         return dict(zip(unique, sizes, strict=True))
 
 
@@ -211,6 +256,7 @@ def fetch_bytes(
     retries: int = 2,
     backoff: float = 0.5,
     file_roots: Sequence[Path] | None = None,
+    policy: FetchPolicy | None = None,
 ) -> bytes:
     """The body at ``url``, refusing more than ``max_bytes`` (manifests, not payloads)."""
     if _scheme(url) == "file":
@@ -224,11 +270,13 @@ def fetch_bytes(
             raise DownloadError(url, f"larger than the limit of {max_bytes} bytes")
         return data
     _require_http(url)
+    rules = _policy(policy, timeout)
+    started = time.monotonic()
 
     def attempt() -> bytes:
-        with _get(url, timeout) as response:
+        with _get(url, rules, started) as response:
             body = bytearray()
-            for chunk in _chunks(response, timeout):
+            for chunk in _chunks(url, response):
                 body += chunk
                 if len(body) > max_bytes:
                     raise DownloadError(url, f"larger than the limit of {max_bytes} bytes")
@@ -245,6 +293,7 @@ def fetch_text(
     retries: int = 2,
     backoff: float = 0.5,
     file_roots: Sequence[Path] | None = None,
+    policy: FetchPolicy | None = None,
 ) -> str:
     """fetch_bytes decoded as UTF-8; a decoding error names the line it is on."""
     data = fetch_bytes(
@@ -254,6 +303,7 @@ def fetch_text(
         retries=retries,
         backoff=backoff,
         file_roots=file_roots,
+        policy=policy,
     )
     try:
         return data.decode("utf-8")
@@ -288,23 +338,35 @@ def download(
     digest_value: str | None = None,
     expected_size: int | None = None,
     file_roots: Sequence[Path] | None = None,
+    policy: FetchPolicy | None = None,
+    budget: Budget | None = None,
 ) -> DownloadResult:
     """Fetch ``url`` into ``dest``, verifying the depositor's digest and size when given.
 
     Connection errors, timeouts and 5xx are retried ``retries`` times with back-off
-    ``backoff * 2**n`` seconds; 4xx, a digest mismatch or a size mismatch fail at once because
+    ``backoff * 2**n`` seconds; 4xx, a digest mismatch, a size mismatch, a refusal by the
+    policy, a body slower than the policy allows or one over ``budget`` fail at once because
     asking again will give the same answer.
     """
     dest.parent.mkdir(parents=True, exist_ok=True)
+    budget = budget or Budget(None)
+    rules = _policy(policy, timeout)
+    started = time.monotonic()
 
     def copy_into(handle: IO[bytes], chunks: Iterable[bytes]) -> tuple[int, dict[str, str]]:
         hashers = _hashers(digest_alg)
         size = 0
-        for chunk in chunks:
-            handle.write(chunk)
-            size += len(chunk)
-            for hasher in hashers.values():
-                hasher.update(chunk)
+        try:
+            for chunk in chunks:
+                budget.take(len(chunk), url)
+                size += len(chunk)
+                handle.write(chunk)
+                for hasher in hashers.values():
+                    hasher.update(chunk)
+        except BaseException:
+            # A failed attempt's bytes are deleted with its .part file: not counted any more.
+            budget.give_back(size)
+            raise
         return size, {alg: h.hexdigest() for alg, h in hashers.items()}
 
     def attempt() -> tuple[Path, int, dict[str, str]]:
@@ -316,8 +378,8 @@ def download(
                 if _scheme(url) == "file":
                     size, digests = _copy_local(url, handle, copy_into, file_roots)
                 else:
-                    with _get(url, timeout) as response:
-                        size, digests = copy_into(handle, _chunks(response, timeout))
+                    with _get(url, rules, started) as response:
+                        size, digests = copy_into(handle, _chunks(url, response))
         except BaseException:
             Path(handle.name).unlink(missing_ok=True)
             raise
@@ -376,14 +438,18 @@ def download_all(
     backoff: float = 0.5,
     timeout: float = DEFAULT_TIMEOUT,
     file_roots: Sequence[Path] | None = None,
+    policy: FetchPolicy | None = None,
+    max_bytes: int | None = None,
 ) -> list[DownloadResult]:
     """Download every file to ``workdir/<filename>`` with ``threads`` workers, in input order.
 
-    After the first failure no new download starts (a wrong base URL should not cost an hour
-    of retries); DownloadsFailed then lists every download that failed.
+    ``max_bytes`` caps the files together, checked as the bytes arrive. After the first failure
+    no new download starts (a wrong base URL should not cost an hour of retries);
+    DownloadsFailed then lists every download that failed.
     """
     targets = [target_path(workdir, f.filename) for f in files]
     stop = threading.Event()
+    budget = Budget(max_bytes)
 
     def one(item: DownloadItem, dest: Path) -> DownloadResult:
         if stop.is_set():
@@ -399,6 +465,8 @@ def download_all(
                 digest_value=item.digest_value,
                 expected_size=item.size,
                 file_roots=file_roots,
+                policy=policy,
+                budget=budget,
             )
         except BaseException:
             stop.set()
@@ -422,7 +490,7 @@ def download_all(
             if error.reason != "not attempted after an earlier failure":
                 failures.append(error)
         else:
-            failures.append(DownloadError(item.url, _short(error)))
+            failures.append(DownloadError(item.url, short_error(error)))
     if failures:
         raise DownloadsFailed(failures, len(files))
     return results
@@ -435,22 +503,71 @@ def is_zip(path: Path) -> bool:
         return handle.read(4) in (b"PK\x03\x04", b"PK\x05\x06")
 
 
-def extract_container(path: Path, dest: Path, *, max_bytes: int | None = None) -> list[str]:
+def extract_container(
+    path: Path,
+    dest: Path,
+    *,
+    max_bytes: int | None = None,
+    max_ratio: float | None = None,
+) -> list[str]:
     """Unpack a zip or tar(.gz/.bz2/.xz) into ``dest``; return the file paths, sorted, posix.
 
-    Refuses absolute names, ``..``, links pointing outside ``dest``, device files, and (with
-    ``max_bytes``) archives that would unpack to more than that many bytes.
+    The one extraction policy for depositors' containers: only regular files and folders are
+    unpacked. Absolute names, ``..``, symbolic and hard links (a chain of individually harmless
+    links can climb out of the object, CVE-2025-4138/4330), device files and FIFOs are refused.
+    The bytes written are counted as they are written (a member's declared size can lie):
+    more than ``max_bytes`` in all, or more than ``max_ratio`` times the container's own size
+    (a compression bomb), stops the extraction with a message naming the limit.
     """
     dest.mkdir(parents=True, exist_ok=True)
+    limit = _Unpacked(path, max_bytes, max_ratio)
     if is_zip(path):
-        return _extract_zip(path, dest, max_bytes)
+        return _extract_zip(path, dest, limit)
     try:
         is_tar = tarfile.is_tarfile(path)
     except OSError as exc:
         raise ContainerError(f"{path.name}: {exc}") from None
     if is_tar:
-        return _extract_tar(path, dest, max_bytes)
+        return _extract_tar(path, dest, limit)
     raise ContainerError(f"{path.name} is neither a zip nor a tar file")
+
+
+class _Unpacked:
+    """Bytes written so far by one extraction, against its two limits."""
+
+    def __init__(self, path: Path, max_bytes: int | None, max_ratio: float | None) -> None:
+        self.container = path.name
+        self.caps: list[tuple[int, str]] = []
+        if max_bytes is not None:
+            self.caps.append((max_bytes, f"the per-object limit of {max_bytes} bytes"))
+        if max_ratio is not None:
+            packed = path.stat().st_size
+            self.caps.append(
+                (
+                    int(max(packed, 1) * max_ratio),
+                    f"{max_ratio:g} times its packed size of {packed} bytes "
+                    "(the compression-ratio limit)",
+                )
+            )
+        self.total = 0
+
+    def check(self, size: int) -> None:
+        for cap, words in self.caps:
+            if size > cap:
+                raise ContainerError(f"{self.container} unpacks to more than {words}")
+
+    def add(self, size: int) -> None:
+        self.total += size
+        self.check(self.total)
+
+    def copy(self, source: IO[bytes], out: Path) -> None:
+        # O_EXCL and O_NOFOLLOW: the member is a new regular file, never a file reached
+        # through something already on disk.
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as sink:
+            while chunk := source.read(CHUNK):
+                self.add(len(chunk))
+                sink.write(chunk)
 
 
 def _member_name(name: str, container: str) -> str:
@@ -461,20 +578,29 @@ def _member_name(name: str, container: str) -> str:
     return "/".join(parts)
 
 
-def _check_link(dest: Path, link_dir: PurePosixPath, target: str, container: str) -> None:
-    # resolve() follows links already on disk, so calling this again right before creating each
-    # link also catches chains of individually harmless links that together climb out.
-    root = dest.resolve()
-    if target.startswith("/") or not (root / link_dir / target).resolve().is_relative_to(root):
-        raise ContainerError(f"{container}: link to {target!r} points outside the object")
+def _no_link(container: str, name: str, kind: str) -> ContainerError:
+    return ContainerError(
+        f"{container}: member {name!r} is a {kind}; links are not accepted in containers "
+        "(unpack them into plain files)"
+    )
 
 
-def _check_total(total: int, max_bytes: int | None, container: str) -> None:
-    if max_bytes is not None and total > max_bytes:
-        raise ContainerError(f"{container} unpacks to {total} bytes, over {max_bytes}")
+def _prepare(dest: Path, name: str, container: str, *, is_dir: bool) -> Path:
+    """The path for member ``name`` under ``dest``, its parent folders made (never via a link)."""
+    out = dest / name
+    parent = out if is_dir else out.parent
+    current = dest
+    for part in parent.relative_to(dest).parts:
+        current = current / part
+        if current.is_symlink() or (current.exists() and not current.is_dir()):
+            raise ContainerError(f"{container}: member {name!r} goes through a non-folder")
+        current.mkdir(exist_ok=True)
+    if not is_dir and (out.is_symlink() or out.exists()):
+        raise ContainerError(f"{container}: member {name!r} appears twice")
+    return out
 
 
-def _extract_zip(path: Path, dest: Path, max_bytes: int | None) -> list[str]:
+def _extract_zip(path: Path, dest: Path, limit: _Unpacked) -> list[str]:
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
@@ -482,44 +608,36 @@ def _extract_zip(path: Path, dest: Path, max_bytes: int | None) -> list[str]:
     names: list[str] = []
     with archive:
         infos = archive.infolist()
-        _check_total(sum(i.file_size for i in infos), max_bytes, path.name)
-        plan: list[tuple[zipfile.ZipInfo, str, bool]] = []
+        # The declared sizes first: a bomb that admits it is refused before a byte is written.
+        limit.check(sum(i.file_size for i in infos))
+        plan: list[tuple[zipfile.ZipInfo, str]] = []
         for info in infos:
             name = _member_name(info.filename, path.name)
-            is_link = stat.S_ISLNK(info.external_attr >> 16)
-            if is_link:
-                target = archive.read(info).decode("utf-8", "replace")
-                _check_link(dest, PurePosixPath(name).parent, target, path.name)
-            plan.append((info, name, is_link))
-        root = dest.resolve()
+            mode = info.external_attr >> 16
+            if stat.S_ISLNK(mode):
+                raise _no_link(path.name, info.filename, "symbolic link")
+            # Zips made on Windows or by zipfile.writestr carry no file type at all.
+            if stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
+                raise ContainerError(f"{path.name}: member {info.filename!r} is not a file")
+            plan.append((info, name))
         try:
-            for info, name, is_link in plan:
+            for info, name in plan:
                 if not name:
                     continue
-                out = dest / name
-                if not out.parent.resolve().is_relative_to(root):
-                    raise ContainerError(f"{path.name}: member {name!r} goes through a link")
                 if info.is_dir():
-                    out.mkdir(parents=True, exist_ok=True)
+                    _prepare(dest, name, path.name, is_dir=True)
                     continue
-                out.parent.mkdir(parents=True, exist_ok=True)
-                if is_link:
-                    target = archive.read(info).decode("utf-8", "replace")
-                    _check_link(dest, PurePosixPath(name).parent, target, path.name)
-                    out.unlink(missing_ok=True)
-                    out.symlink_to(target)
-                else:
-                    with archive.open(info) as source, out.open("wb") as sink:
-                        while chunk := source.read(CHUNK):
-                            sink.write(chunk)
+                out = _prepare(dest, name, path.name, is_dir=False)
+                with archive.open(info) as source:
+                    limit.copy(source, out)
                 names.append(name)
-        except (zipfile.BadZipFile, OSError, RuntimeError) as exc:
+        except (zipfile.BadZipFile, OSError, RuntimeError, EOFError) as exc:
             # RuntimeError is how zipfile reports encrypted members.
             raise ContainerError(f"{path.name}: {exc}") from None
     return sorted(names)
 
 
-def _extract_tar(path: Path, dest: Path, max_bytes: int | None) -> list[str]:
+def _extract_tar(path: Path, dest: Path, limit: _Unpacked) -> list[str]:
     try:
         archive = tarfile.open(path, "r:*")  # noqa: SIM115 - closed by the with below
     except (tarfile.TarError, OSError) as exc:
@@ -530,20 +648,30 @@ def _extract_tar(path: Path, dest: Path, max_bytes: int | None) -> list[str]:
             members = archive.getmembers()
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise ContainerError(f"{path.name}: {exc}") from None
-        _check_total(sum(m.size for m in members if m.isfile()), max_bytes, path.name)
+        limit.check(sum(m.size for m in members if m.isfile()))
         for member in members:
-            name = _member_name(member.name, path.name)
+            _member_name(member.name, path.name)
             if member.issym():
-                _check_link(dest, PurePosixPath(name).parent, member.linkname, path.name)
-            elif member.islnk():
-                # Hard link targets are archive paths, relative to the archive root.
-                _check_link(dest, PurePosixPath(), member.linkname, path.name)
-            elif not (member.isfile() or member.isdir()):
+                raise _no_link(path.name, member.name, "symbolic link")
+            if member.islnk():
+                raise _no_link(path.name, member.name, "hard link")
+            if not (member.isfile() or member.isdir()):
                 raise ContainerError(f"{path.name}: member {member.name!r} is not a file")
-            if name and not member.isdir():
-                names.append(name)
         try:
-            archive.extractall(dest, members=members, filter="data")
-        except (tarfile.TarError, OSError, EOFError) as exc:
+            for member in members:
+                name = _member_name(member.name, path.name)
+                if not name:
+                    continue
+                if member.isdir():
+                    _prepare(dest, name, path.name, is_dir=True)
+                    continue
+                out = _prepare(dest, name, path.name, is_dir=False)
+                source = archive.extractfile(member)
+                if source is None:
+                    raise ContainerError(f"{path.name}: member {member.name!r} has no data")
+                with source:
+                    limit.copy(source, out)
+                names.append(name)
+        except (tarfile.TarError, OSError, EOFError, zlib_error) as exc:
             raise ContainerError(f"{path.name}: {exc}") from None
     return sorted(names)
