@@ -18,10 +18,11 @@ from queues import services
 from queues.audit import record
 from queues.auth import require_action
 from queues.selectors import zk_client
-from queues.states import DomainError
+from queues.states import REMOVE, DomainError
 
 DESTRUCTIVE = frozenset(
     {("job", "delete"), ("job", "fail"), ("batch", "delete"), ("access", "delete")}
+    | {(kind, REMOVE) for kind in ("job", "batch", "access")}
     | {("consistency", "repair")}
 )
 
@@ -85,6 +86,9 @@ def _call(
             expect_version=version,
         ),
         ("access", "delete"): lambda: services.access_remove(
+            queue=params.get("queue", ""), qid=item_id, expect_version=version
+        ),
+        ("access", REMOVE): lambda: services.access_remove_deleted(
             queue=params.get("queue", ""), qid=item_id, expect_version=version
         ),
         ("queue", "hold"): lambda: services.queue_hold(name=item_id),

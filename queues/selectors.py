@@ -66,9 +66,10 @@ class StateCount:
 
 
 def job_state_counts() -> dict[str, int]:
-    """Jobs per state, from the read index's listings of the state folders."""
+    """Jobs per state, from the read index's listings of the state folders (Deleted too: jobs
+    Merritt's library marked Deleted stay until they are removed)."""
     idx = zindex.for_client(zk_client())
-    return {s: idx.job_count(s) for s in JOB.states if s != "Deleted"}
+    return {s: idx.job_count(s) for s in JOB.states}
 
 
 def job_state_summary() -> dict[str, StateCount]:
@@ -79,7 +80,7 @@ def job_state_summary() -> dict[str, StateCount]:
     """
     zk = zk_client()
     idx = zindex.for_client(zk)
-    states = [s for s in JOB.states if s != "Deleted"]
+    states = list(JOB.states)
     oldest = {
         s: f"{zpaths.job_state_folder(s)}/{name}" for s in states if (name := idx.oldest_entry(s))
     }

@@ -20,12 +20,19 @@ from queues.daemons.clients import payload_roots
 from queues.steps.fetch import DownloadError, local_path
 from queues.zk import client
 from queues.zk import paths as zpaths
-from queues.zk.access import access_delete, access_load, access_transition
+from queues.zk.access import (
+    access_delete,
+    access_ids,
+    access_load,
+    access_transition,
+    accesses_load,
+)
 from queues.zk.batches import (
     batch_create,
     batch_delete,
     batch_ids,
     batch_is_complete,
+    batch_job_ids,
     batch_load,
     batch_states,
     batch_transition,
@@ -35,6 +42,7 @@ from queues.zk.errors import (
     DomainError,
     InvalidTransition,
     ItemLocked,
+    MalformedNode,
     NotFound,
     QueueHeld,
 )
@@ -159,10 +167,24 @@ def job_fail(*, jid: str, message: str, expect_version: int | None = None) -> Ou
     return Outcome("job", jid, job.state, "Failed")
 
 
+REMOVED = "removed"  # the "after" of an Outcome whose item's nodes are gone without a move
+
+
 def job_delete(*, jid: str, expect_version: int | None = None) -> Outcome:
+    """Delete a Held, Failed or Completed job; a job already marked Deleted is removed."""
     zk, job = _job(jid, expect_version)
     job_remove(zk, job)
+    if job.state == "Deleted":
+        return Outcome("job", jid, "Deleted", REMOVED, f"was marked Deleted; batch {job.bid}")
     return Outcome("job", jid, job.state, "Deleted", f"batch {job.bid}")
+
+
+def job_remove_deleted(*, jid: str, expect_version: int | None = None) -> Outcome:
+    """The remove action: every node of a job marked Deleted (by Merritt's library) goes."""
+    zk, job = _job(jid, expect_version)
+    states.JOB.check_remove(job.state)
+    job_remove(zk, job)
+    return Outcome("job", jid, job.state, REMOVED, f"batch {job.bid}")
 
 
 JOB_ACTIONS = {
@@ -171,6 +193,7 @@ JOB_ACTIONS = {
     "resume": job_resume,
     "fail": job_fail,
     "delete": job_delete,
+    states.REMOVE: job_remove_deleted,
 }
 
 
@@ -240,40 +263,94 @@ def batch_update_reporting(*, bid: str, expect_version: int | None = None) -> Ou
 
 
 def batch_remove(*, bid: str, expect_version: int | None = None) -> Outcome:
-    """Delete a Held, Failed or Completed batch with every job it lists."""
+    """Delete a Held, Failed or Completed batch with every job it lists; a batch already
+    marked Deleted is removed the same way."""
     zk, batch = _batch(bid, expect_version)
     deleted = batch_delete(zk, batch)
-    return Outcome("batch", bid, batch.state, "Deleted", f"{len(deleted)} jobs deleted")
+    after = REMOVED if batch.state == "Deleted" else "Deleted"
+    return Outcome("batch", bid, batch.state, after, f"{len(deleted)} jobs deleted")
+
+
+def batch_remove_deleted(*, bid: str, expect_version: int | None = None) -> Outcome:
+    """The remove action: a batch marked Deleted goes, with every job it lists."""
+    zk, batch = _batch(bid, expect_version)
+    states.BATCH.check_remove(batch.state)
+    deleted = batch_delete(zk, batch)
+    return Outcome("batch", bid, batch.state, REMOVED, f"{len(deleted)} jobs deleted")
+
+
+CLEANUP_BATCH_STATES = ("Completed", "Deleted")
 
 
 def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome]:
-    """Delete Completed batches (and their jobs) that completed at least ``older_than`` ago.
+    """Delete Completed batches, and remove Deleted ones, with their jobs, when their status was
+    written at least ``older_than`` ago.
 
     Yields each batch as it goes, so that a cleanup of thousands shows its progress and one
     stopped by an outage has said what it already did. A batch locked or changed meanwhile is
-    left alone: its outcome stays Completed and says why.
+    left alone: its outcome keeps its state and says why. So is a Deleted batch some of whose
+    jobs are still at work (as the library's own sweep does).
     """
     zk = client()
     cutoff = datetime.now().astimezone() - older_than
     ids = batch_ids(zk)
     for bid, state in batch_states(zk, ids).items():
-        if state != "Completed":
+        if state not in CLEANUP_BATCH_STATES:
             continue
-        batch = batch_load(zk, bid)
-        if batch.status.mtime > cutoff:
+        try:
+            batch = batch_load(zk, bid)
+        except (NotFound, MalformedNode):
             continue
+        if batch.state != state or batch.status.mtime > cutoff:
+            continue
+        if state == "Deleted":
+            working = batch_job_ids(zk, bid)["batch-processing"]
+            if working:
+                detail = f"left alone: {len(working)} jobs at work"
+                yield Outcome("batch", bid, state, state, detail)
+                continue
         try:
             deleted = batch_delete(zk, batch)
         except (Conflict, ItemLocked) as exc:
-            yield Outcome("batch", bid, "Completed", "Completed", f"left alone: {exc}")
+            yield Outcome("batch", bid, state, state, f"left alone: {exc}")
             continue
-        yield Outcome("batch", bid, "Completed", "Deleted", f"{len(deleted)} jobs deleted")
+        after = "Deleted" if state == "Completed" else REMOVED
+        yield Outcome("batch", bid, state, after, f"{len(deleted)} jobs deleted")
+
+
+def deleted_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome]:
+    """Remove the jobs and access requests marked Deleted at least ``older_than`` ago (Merritt's
+    library marks them instead of removing them). A locked or changed one is left alone."""
+    zk = client()
+    cutoff = datetime.now().astimezone() - older_than
+    jids = [jid for _p, jid in index_entries(zk, "Deleted")]
+    for start in range(0, len(jids), 500):
+        for job in jobs_load(zk, jids[start : start + 500]):
+            if isinstance(job, Broken) or job.state != "Deleted" or job.status.mtime > cutoff:
+                continue
+            try:
+                job_remove(zk, job)
+            except (Conflict, ItemLocked, NotFound) as exc:
+                yield Outcome("job", job.jid, "Deleted", "Deleted", f"left alone: {exc}")
+                continue
+            yield Outcome("job", job.jid, "Deleted", REMOVED, f"batch {job.bid}")
+    for queue in zpaths.ACCESS_QUEUES:
+        for item in accesses_load(zk, queue, access_ids(zk, queue)):
+            if isinstance(item, Broken) or item.state != "Deleted" or item.status.mtime > cutoff:
+                continue
+            try:
+                access_delete(zk, item)
+            except (Conflict, ItemLocked, NotFound) as exc:
+                yield Outcome("access", item.qid, "Deleted", "Deleted", f"left alone: {exc}")
+                continue
+            yield Outcome("access", item.qid, "Deleted", REMOVED, f"{queue} queue")
 
 
 BATCH_ACTIONS = {
     "release": batch_release,
     "update-reporting": batch_update_reporting,
     "delete": batch_remove,
+    states.REMOVE: batch_remove_deleted,
 }
 
 
@@ -322,9 +399,18 @@ def access_resume(
 
 
 def access_remove(*, queue: str, qid: str, expect_version: int | None = None) -> Outcome:
+    """Delete a Failed or Completed request; one already marked Deleted is removed."""
     zk, item = _access(queue, qid, expect_version)
     access_delete(zk, item)
-    return Outcome("access", qid, item.state, "Deleted")
+    return Outcome("access", qid, item.state, REMOVED if item.state == "Deleted" else "Deleted")
+
+
+def access_remove_deleted(*, queue: str, qid: str, expect_version: int | None = None) -> Outcome:
+    """The remove action: a request marked Deleted (by Merritt's library) goes."""
+    zk, item = _access(queue, qid, expect_version)
+    states.ACCESS.check_remove(item.state)
+    access_delete(zk, item)
+    return Outcome("access", qid, item.state, REMOVED)
 
 
 # Holds --------------------------------------------------------------------------------------
@@ -388,23 +474,28 @@ def collection_release_held(*, profile: str) -> list[Outcome]:
 __all__ = [
     "BATCH_ACTIONS",
     "JOB_ACTIONS",
+    "REMOVED",
     "SUBMISSION_TYPES",
     "Outcome",
     "access_remove",
+    "access_remove_deleted",
     "access_resume",
     "batch_complete_if_done",
     "batch_release",
     "batch_remove",
+    "batch_remove_deleted",
     "batch_submit",
     "batch_update_reporting",
     "batches_cleanup",
     "collection_hold",
     "collection_release",
     "collection_release_held",
+    "deleted_cleanup",
     "job_delete",
     "job_fail",
     "job_hold",
     "job_release",
+    "job_remove_deleted",
     "job_resume",
     "queue_hold",
     "queue_release",

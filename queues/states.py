@@ -36,6 +36,11 @@ class Move:
     action: str = ""  # the operator action name for admin moves ("resume", "delete", ...)
 
 
+# The operator action that removes an item already marked Deleted (by Merritt's library, which
+# writes the status Deleted and leaves the nodes): no state change, the nodes go.
+REMOVE = "remove"
+
+
 @dataclass(frozen=True)
 class Machine:
     name: str
@@ -43,6 +48,8 @@ class Machine:
     initial: str
     moves: tuple[Move, ...]
     terminal: frozenset[str]
+    # States whose items an operator may remove outright (``REMOVE``): no move, so no arrow.
+    removable: frozenset[str] = frozenset()
     # Where each state sits on the diagram: (column, row) on a grid.
     layout: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False)
 
@@ -51,6 +58,8 @@ class Machine:
         for move in self.moves:
             if move.source not in known or move.target not in known:
                 raise ValueError(f"{self.name}: move {move} names an unknown state")
+        if not self.removable <= known:
+            raise ValueError(f"{self.name}: removable names an unknown state")
 
     def is_state(self, state: str) -> bool:
         return state in self.states
@@ -82,8 +91,29 @@ class Machine:
                 f"{self.name}: {who} cannot move an item from {source} to {target}"
             )
 
+    def check_delete(self, source: str) -> None:
+        """Raise InvalidTransition unless an operator may delete an item in ``source``.
+
+        An item already Deleted (as Merritt's library leaves it) may be deleted again: that
+        removes its nodes. It is never refused as a move "from Deleted to Deleted".
+        """
+        if source in self.removable:
+            return
+        self.check(source, "Deleted", admin=True)
+
+    def check_remove(self, source: str) -> None:
+        """Raise InvalidTransition unless an item in ``source`` may be removed (``REMOVE``)."""
+        if source not in self.removable:
+            allowed = ", ".join(sorted(self.removable)) or "no state"
+            raise InvalidTransition(
+                f"{self.name}: only an item in {allowed} can be removed; this one is {source}"
+                + (" (delete it instead)" if self.allows(source, "Deleted", admin=True) else "")
+            )
+
     def action_sources(self, action: str) -> frozenset[str]:
         """The states from which the operator ``action`` may start."""
+        if action == REMOVE:
+            return self.removable
         return frozenset(m.source for m in self.moves if m.action == action)
 
     def action_targets(self, action: str, source: str) -> tuple[str, ...]:
@@ -95,6 +125,8 @@ class Machine:
         for move in self.moves:
             if move.source == state and move.action and move.action not in seen:
                 seen.append(move.action)
+        if state in self.removable:
+            seen.append(REMOVE)
         return tuple(seen)
 
     @property
@@ -103,6 +135,8 @@ class Machine:
         for move in self.moves:
             if move.action and move.action not in seen:
                 seen.append(move.action)
+        if self.removable:
+            seen.append(REMOVE)
         return tuple(seen)
 
 
@@ -130,6 +164,7 @@ JOB = Machine(
     states=(*JOB_STEPS[:1], "Held", *JOB_STEPS[1:], "Failed", "Deleted"),
     initial="Pending",
     terminal=frozenset({"Completed", "Failed", "Deleted"}),
+    removable=frozenset({"Deleted"}),
     moves=(
         *_chain(JOB_STEPS),
         Move("Pending", "Held", Kind.HOLD),
@@ -173,6 +208,7 @@ BATCH = Machine(
     ),
     initial="Pending",
     terminal=frozenset({"Completed", "Failed", "Deleted"}),
+    removable=frozenset({"Deleted"}),
     moves=(
         Move("Pending", "Processing", Kind.SUCCESS),
         Move("Processing", "Reporting", Kind.SUCCESS),
@@ -206,6 +242,7 @@ ACCESS = Machine(
     states=("Pending", "Processing", "Completed", "Failed", "Deleted"),
     initial="Pending",
     terminal=frozenset({"Completed", "Failed", "Deleted"}),
+    removable=frozenset({"Deleted"}),
     moves=(
         Move("Pending", "Processing", Kind.SUCCESS),
         Move("Processing", "Completed", Kind.SUCCESS),

@@ -36,6 +36,13 @@ def _link(name: str, **query: str) -> str:
     return f"{reverse(name)}?{urlencode(query)}"
 
 
+def _job_state_link(state: str) -> str | None:
+    """The job list of a state, for a diagram's node; none where the filter cannot show it
+    (the filter form lists Deleted once it offers it)."""
+    offered = {value for value, _label in JobFilterForm.base_fields["state"].choices}
+    return _link("jobs", state=state) if state in offered else None
+
+
 def _bad_form(request: HttpRequest, template: str, context: dict[str, Any]) -> HttpResponse:
     return render(request, template, context, status=400)
 
@@ -59,7 +66,7 @@ def overview(request: HttpRequest) -> HttpResponse:
             JOB,
             counts=job_counts,
             oldest=job_oldest,
-            href=lambda s: None if s == "Deleted" else _link("jobs", state=s),
+            href=_job_state_link,
             title="Jobs by state",
             noun="job",
         ),
@@ -134,7 +141,7 @@ def job_context(request: HttpRequest, jid: str) -> dict[str, Any]:
             JOB,
             current=detail.job.state,
             path=detail.path,
-            href=lambda s: None if s == "Deleted" else _link("jobs", state=s),
+            href=_job_state_link,
             title=f"Where {jid} is",
             id_prefix="jobpath",
         )

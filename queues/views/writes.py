@@ -28,11 +28,15 @@ from queues.forms import (
     SubmitForm,
     TokenForm,
 )
+from queues.states import REMOVE
 from queues.zk import paths as zpaths
 from queues.zk.errors import NotFound
 
 from .common import console_view, error_response, fragment, redirect_after_post, safe_next
 from .pages import job_context
+
+# Actions after which the item is no longer there to show.
+GONE = ("delete", REMOVE)
 
 
 def _form(request: HttpRequest) -> ActionForm:
@@ -104,16 +108,16 @@ def job_action(request: HttpRequest, jid: str, action: str) -> HttpResponse:
     form = _act(request, kind="job", action=action, item_id=jid)
     render_as = form.cleaned_data["render"]
     if request.htmx and render_as == "row":
-        if action == "delete":
+        if action in GONE:
             return fragment(request, "queues/jobs.html#job-gone", {"jid": jid})
         return fragment(
             request,
             "queues/jobs.html#job-row",
             {"job": selectors.job_one(jid=jid), "next": form.cleaned_data["next"]},
         )
-    if request.htmx and render_as == "panel" and action != "delete":
+    if request.htmx and render_as == "panel" and action not in GONE:
         return fragment(request, "queues/job.html#job-body", job_context(request, jid))
-    default = reverse("jobs") if action == "delete" else reverse("job", args=[jid])
+    default = reverse("jobs") if action in GONE else reverse("job", args=[jid])
     return redirect_after_post(safe_next(request, form.cleaned_data["next"], default))
 
 
@@ -135,14 +139,14 @@ def batch_action(request: HttpRequest, bid: str, action: str) -> HttpResponse:
         return HttpResponseNotAllowed(["GET", "POST"])
     form = _act(request, kind="batch", action=action, item_id=bid)
     if request.htmx and form.cleaned_data["render"] == "row":
-        if action == "delete":
+        if action in GONE:
             return fragment(request, "queues/batches.html#batch-gone", {"bid": bid})
         return fragment(
             request,
             "queues/batches.html#batch-row",
             {"row": selectors.batch_one(bid=bid), "next": form.cleaned_data["next"]},
         )
-    default = reverse("batches") if action == "delete" else reverse("batch", args=[bid])
+    default = reverse("batches") if action in GONE else reverse("batch", args=[bid])
     return redirect_after_post(safe_next(request, form.cleaned_data["next"], default))
 
 

@@ -128,7 +128,8 @@ def access_set_token(zk: KazooClient, item: AccessRequest, token: dict[str, Any]
 
 
 def access_delete(zk: KazooClient, item: AccessRequest) -> None:
-    ACCESS.check(item.state, "Deleted", admin=True)
+    """Remove a Failed, Completed or (as Merritt's library leaves it) Deleted request."""
+    ACCESS.check_delete(item.state)
     base = paths.access(item.queue, item.qid)
     if zk.exists(f"{base}/lock") is not None:
         raise ItemLocked(f"access request {item.qid} is locked by a running consumer")

@@ -16,7 +16,7 @@ from queues.states import BATCH, BATCH_INDEX_FOLDERS
 
 from . import paths
 from .codecs import decode_json, encode_json, now_stamp
-from .errors import Conflict, ItemLocked, MalformedNode, NotFound
+from .errors import Conflict, ItemLocked, MalformedNode, NotFound, StaleVersion
 from .jobs import job_load, job_remove
 from .locks import lock_create, lock_release
 from .memory import CompletedMemory
@@ -46,12 +46,15 @@ def simple_status(state: str, message: str = "", old: dict[str, Any] | None = No
 
 
 def batch_create(zk: KazooClient, *, submission: dict[str, Any]) -> Batch:
-    """Create a Pending batch with its submission, status and uuid index entry.
+    """Create a Pending batch with its submission, status and ``/batch-uuids`` entry.
 
-    ``submission["batchID"]`` is the batch UUID; one is generated when absent.
+    ``submission["batchID"]`` is the batch's external id: any safe node name
+    (``paths.batch_uuid``: Merritt's ingest writes ``bid-<uuid>``); a UUID is generated when the
+    key is absent. The ``states`` marker is not written: a batch without it is pending, and it
+    is created with the batch's first move out of Pending (``batch_transition``).
     """
     submission = dict(submission)
-    batch_uuid = paths.batch_uuid(str(submission.setdefault("batchID", str(uuidlib.uuid4()))))
+    batch_uuid = paths.batch_uuid(submission.setdefault("batchID", str(uuidlib.uuid4())))
     created = zk.create(f"{paths.BATCHES}/bid", b"", sequence=True)
     bid = posixpath.basename(created)
     txn = zk.transaction()
@@ -193,16 +196,40 @@ def batch_is_complete(zk: KazooClient, bid: str) -> bool:
 def batch_transition(
     zk: KazooClient, batch: Batch, new_state: str, *, message: str = "", admin: bool = False
 ) -> Batch:
-    """Write the batch's new status, checked against the version it was read at."""
+    """Write the batch's new status, checked against the version it was read at.
+
+    A move to any state but Pending of a batch that has no ``states`` marker (its first move out
+    of Pending: to Processing or Held) creates the marker in the same transaction: the library
+    takes a batch without it for a pending one. The marker may already exist (the batch's jobs
+    were created first, and their index entries live below it), and it may appear between the
+    look and the write: then the write is made again without it, still checked against the
+    status version.
+    """
     if new_state == "Deleted":
         raise ValueError("use batch_delete to delete a batch")
     BATCH.check(batch.state, new_state, admin=admin)
     raw = simple_status(new_state, message, batch.status.raw)
     path = paths.batch_node(batch.bid, "status")
-    txn = zk.transaction()
-    txn.set_data(path, encode_json(raw), version=batch.status.version)
+    marker = paths.batch_node(batch.bid, "states")
+    what = f"move {batch.bid} from {batch.state} to {new_state}"
+
+    def attempt(create_marker: bool) -> None:
+        txn = zk.transaction()
+        txn.set_data(path, encode_json(raw), version=batch.status.version)
+        if create_marker:
+            txn.create(marker, b"")
+        commit(txn, what=what)
+
     try:
-        commit(txn, what=f"move {batch.bid} from {batch.state} to {new_state}")
+        create_marker = new_state != "Pending" and zk.exists(marker) is None
+        try:
+            attempt(create_marker)
+        except StaleVersion:
+            raise
+        except Conflict:
+            if not create_marker or zk.exists(marker) is None:
+                raise
+            attempt(False)  # the marker appeared meanwhile (a job was created)
     except Conflict:
         current = batch_load(zk, batch.bid)
         if landed(current.status, batch.status, raw):
@@ -211,6 +238,7 @@ def batch_transition(
     return replace(
         batch,
         status=Status(raw=raw, version=batch.status.version + 1, mtime=datetime.now().astimezone()),
+        started=batch.started or new_state != "Pending",
     )
 
 
@@ -294,7 +322,7 @@ def batch_delete(zk: KazooClient, batch: Batch, *, check_state: bool = True) -> 
     delete leaves the batch visible and a second delete finishes the work.
     """
     if check_state:
-        BATCH.check(batch.state, "Deleted", admin=True)
+        BATCH.check_delete(batch.state)  # an already Deleted batch is removed
     if zk.exists(paths.batch_node(batch.bid, "lock")) is not None:
         raise ItemLocked(f"batch {batch.bid} is locked by a running consumer; try again later")
     index = batch_job_ids(zk, batch.bid)
@@ -318,12 +346,29 @@ def batch_delete(zk: KazooClient, batch: Batch, *, check_state: bool = True) -> 
             txn.delete(path, version=batch.status.version)
         else:
             txn.delete(path)
-    if batch.uuid and paths.UUID_RE.fullmatch(batch.uuid):
-        uuid_path = paths.uuid_entry(batch.uuid)
-        if zk.exists(uuid_path) is not None:
-            txn.delete(uuid_path)
+    uuid_entry = _own_uuid_entry(zk, batch)
+    if uuid_entry is not None:
+        txn.delete(uuid_entry[0], version=uuid_entry[1])
     commit(txn, what=f"delete {batch.bid}")
     return deleted
+
+
+def _own_uuid_entry(zk: KazooClient, batch: Batch) -> tuple[str, int] | None:
+    """The batch's ``/batch-uuids`` entry and its version, when it names this batch.
+
+    Whatever the batchID looks like: only a name no node can have is skipped. An entry that
+    names another batch (a later batch with the same batchID) is left to that batch.
+    """
+    if not paths.is_batch_uuid(batch.uuid):
+        return None
+    path = paths.uuid_entry(batch.uuid)
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError:
+        return None
+    if data.decode("utf-8", errors="replace").strip() != batch.bid:
+        return None
+    return path, stat.version
 
 
 def _tree(zk: KazooClient, root: str) -> list[str]:

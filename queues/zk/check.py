@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from queues.states import BATCH_INDEX_FOLDERS, JOB, job_batch_folder, job_index_folder
 
@@ -234,6 +234,16 @@ def run_check(
                 )
             )
     for bid, batch in batches.items():
+        if batch.state != "Pending" and not batch.started:
+            report.findings.append(
+                Finding(
+                    "batch-states-missing",
+                    paths.batch_node(bid, "states"),
+                    f"{batch.state} batch without its states marker: Merritt's library takes it "
+                    "for a pending batch (repair creates the marker)",
+                    True,
+                )
+            )
         if (
             batch.state == "Processing"
             and folders.get(paths.batch_index(bid, "batch-processing")) == []
@@ -274,8 +284,39 @@ def run_check(
                     f"held for {hours:.1f} h by session {stat.ephemeralOwner:#x}",
                 )
             )
+    _check_object_locks(zk, report)
     say(f"{len(report.findings)} findings")
     return report
+
+
+def _check_object_locks(zk: KazooClient, report: Report) -> None:
+    """Per-object locks named by the console's old rule (every ':' and '/' on its own became
+    '_': ``ark__13030_m5abc``). Merritt's storage and inventory services lock
+    ``ark_13030_m5abc`` and never see them. A persistent one is left over and can go; an
+    ephemeral one belongs to a session ZooKeeper still counts as live (a consumer of an older
+    version at work) and goes with it: it is reported, never broken."""
+    for root in (paths.STORAGE_LOCKS, paths.INVENTORY_LOCKS):
+        names = sorted(n for n in children(zk, root) if paths.is_legacy_object_lock_name(n))
+        stats = exists_many(zk, [f"{root}/{n}" for n in names])
+        for name in names:
+            path = f"{root}/{name}"
+            stat = stats[path]
+            if stat is None:
+                continue
+            detail = (
+                f"per-object lock in the old name form; the contract's is "
+                f"{root}/ark_{name[len('ark__') :]}"
+            )
+            if stat.ephemeralOwner:
+                detail += (
+                    f"; held by session {stat.ephemeralOwner:#x} (a consumer of an older version "
+                    "at work): it goes when that session ends"
+                )
+            else:
+                detail += "; persistent, so nothing will remove it: safe to delete"
+            report.findings.append(
+                Finding("legacy-object-lock", path, detail, repairable=not stat.ephemeralOwner)
+            )
 
 
 def repair(zk: KazooClient, report: Report, *, break_stale_locks: bool = False) -> list[str]:
@@ -284,7 +325,7 @@ def repair(zk: KazooClient, report: Report, *, break_stale_locks: bool = False) 
     for finding in report.findings:
         try:
             line = _repair_one(zk, finding, break_stale_locks=break_stale_locks)
-        except (NoNodeError, NodeExistsError, NotEmptyError) as exc:
+        except (NoNodeError, NodeExistsError, NotEmptyError, BadVersionError) as exc:
             line = f"skipped {finding.path}: changed meanwhile ({type(exc).__name__})"
         if line:
             done.append(line)
@@ -341,6 +382,17 @@ def _repair_one(zk: KazooClient, finding: Finding, *, break_stale_locks: bool) -
     if kind in ("incomplete-job", "incomplete-batch"):
         zk.delete(path, recursive=True)
         return f"removed abandoned {path}"
+    if kind == "legacy-object-lock":
+        stat = zk.exists(path)
+        if stat is None or stat.ephemeralOwner:
+            return ""
+        zk.delete(path, version=stat.version)
+        return f"deleted {path}"
+    if kind == "batch-states-missing":
+        if zk.exists(path) is not None:
+            return ""
+        zk.create(path, b"")
+        return f"created {path}"
     if kind == "batch-complete-not-reporting":
         bid = path.split("/")[2]
         batch_transition(zk, batch_load(zk, bid), "Reporting")

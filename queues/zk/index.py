@@ -220,7 +220,6 @@ class ReadIndex:
         sets = {
             state: self._derived(paths.job_state_folder(state), "jids", _jid_set)
             for state in JOB.states
-            if state != "Deleted"
         }
         found = {}
         for jid in jids:

@@ -41,6 +41,15 @@ SKIPPED = object()  # a claim attempt on a job that is not this consumer's to wo
 REQUIRED_NODES = ("bid", "priority", "configuration", "status")
 OPTIONAL_JSON_NODES = ("identifiers", "metadata", "inventory", "store")
 ALL_NODES = (*REQUIRED_NODES, "space_needed", *OPTIONAL_JSON_NODES)
+# A job status holds exactly these keys, as Merritt's library writes it.
+STATUS_KEYS = ("status", "last_modified", "last_successful_status", "retry_count", "message")
+# The message of a failure no resume can help (a digest mismatch, a corrupt manifest) starts
+# with this marker. It is how "not resumable" is recorded: the status node keeps the library's
+# five keys (docs/zookeeper-contract-notes.md), and the next move replaces the message anyway.
+NOT_RESUMABLE = "Not resumable: "
+# The key earlier versions of the console added to such a status; still honoured when read,
+# dropped by the next write.
+LEGACY_RESUMABLE_KEY = "resumable"
 
 
 class Incomplete(NotFound):
@@ -62,9 +71,10 @@ def next_status(
 ) -> dict[str, Any]:
     """The status JSON after a move, by the contract's field rules.
 
-    Unknown keys of the old JSON are kept. ``last_successful_status`` records the state left,
-    except that failing/deleting does not count as success and leaving Failed/Deleted (a resume
-    or release) keeps the step the job had reached.
+    Unknown keys of the old JSON are kept (the console's own old ``resumable`` key excepted).
+    ``last_successful_status`` records the state left, except that failing/deleting does not
+    count as success and leaving Failed/Deleted (a resume or release) keeps the step the job had
+    reached. A ``permanent`` failure's message starts with ``NOT_RESUMABLE``.
     """
     raw = dict(old.raw)
     old_state = old.status
@@ -74,12 +84,18 @@ def next_status(
     raw["status"] = new_state
     raw["last_modified"] = now_stamp()
     raw["retry_count"] = old.retry_count + (1 if retry else 0)
+    if permanent and new_state == "Failed" and not message.startswith(NOT_RESUMABLE):
+        message = NOT_RESUMABLE + message
     raw["message"] = message
-    if permanent:
-        raw["resumable"] = False
-    else:
-        raw.pop("resumable", None)
+    raw.pop(LEGACY_RESUMABLE_KEY, None)
     return raw
+
+
+def is_permanent_failure(status: Status) -> bool:
+    """Whether a Failed job's status says that resuming it cannot help."""
+    return status.status == "Failed" and (
+        status.message.startswith(NOT_RESUMABLE) or status.raw.get(LEGACY_RESUMABLE_KEY) is False
+    )
 
 
 def check_priority(priority: int) -> int:
@@ -338,10 +354,10 @@ def job_resume_state(job: Job) -> str:
 
 
 def _check_resumable(job: Job) -> None:
-    if job.status.raw.get("resumable") is False:
+    if is_permanent_failure(job.status):
+        reason = job.status.message.removeprefix(NOT_RESUMABLE) or "no reason given"
         raise InvalidTransition(
-            f"job: {job.jid} failed permanently ({job.status.message or 'no reason given'}); "
-            "submit the object again"
+            f"job: {job.jid} failed permanently ({reason}); submit the object again"
         )
 
 
@@ -388,11 +404,12 @@ def job_set_json(zk: KazooClient, job: Job, name: str, value: dict[str, Any]) ->
 def job_remove(zk: KazooClient, job: Job, *, check_state: bool = True) -> None:
     """Delete every node of a job and both its index entries in one transaction.
 
-    With ``check_state`` the state machine must allow the delete (Held, Failed, Completed);
-    a batch delete removes its jobs whatever their state. A locked job is never removed.
+    With ``check_state`` the state machine must allow the delete (Held, Failed, Completed, or
+    Deleted: a job Merritt's library marked Deleted); a batch delete removes its jobs whatever
+    their state. A locked job is never removed.
     """
     if check_state:
-        JOB.check(job.state, "Deleted", admin=True)
+        JOB.check_delete(job.state)
     lock_path = paths.job_node(job.jid, "lock")
     if zk.exists(lock_path) is not None:
         raise ItemLocked(f"job {job.jid} is locked by a running consumer; try again later")

@@ -29,9 +29,12 @@ MINTER_COUNTERS = "/mrt-console/minter"
 BID_RE = re.compile(r"^bid[0-9]{10}$")
 JID_RE = re.compile(r"^jid[0-9]{10}$")
 QID_RE = re.compile(r"^qid[0-9]{10}$")
-UUID_RE = re.compile(
-    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-)
+# A batch's external id (its submission's batchID, the name under /batch-uuids): any safe node
+# name. Merritt's ingest writes "bid-<uuid>", the library accepts any non-empty string; the
+# contract allows any name without "/", without control characters (nor the other characters
+# ZooKeeper refuses in a path), other than "." and "..", of at most 200 characters.
+BATCH_UUID_MAX = 200
+BATCH_UUID_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff/]")
 # "." and ".." are not node names: ZooKeeper refuses them as relative paths.
 PROFILE_CHARS = r"[A-Za-z0-9_.-]{1,100}"
 # "." and ".." are made of allowed characters but name no node ZooKeeper would accept.
@@ -66,7 +69,40 @@ def profile(value: str) -> str:
 
 
 def batch_uuid(value: str) -> str:
-    return _valid(value, UUID_RE, "batch UUID")
+    """A batch's external id (``batchID``), the one validator for it wherever it comes from.
+
+    Raises InvalidID saying what is wrong: empty, too long, ``.``/``..``, a ``/`` or a control
+    character. Anything else is accepted as it is (``bid-<uuid>``, a UUID, any plain string).
+    """
+    what = "batchID"
+    if not isinstance(value, str) or not value:
+        raise InvalidID(f"{what} must be a non-empty string")
+    if len(value) > BATCH_UUID_MAX:
+        raise InvalidID(
+            f"{what} is {len(value)} characters long; at most {BATCH_UUID_MAX} are allowed"
+        )
+    if value in (".", ".."):
+        raise InvalidID(f"{what} {value!r} is not a node name")
+    bad = BATCH_UUID_BAD_CHARS.search(value)
+    if bad:
+        char = bad.group()
+        if char == "/":
+            why = "a slash"
+        elif char <= "\x9f":
+            why = f"the control character U+{ord(char):04X}"
+        else:
+            why = f"U+{ord(char):04X}, a character ZooKeeper refuses in a node name"
+        raise InvalidID(f"{what} {value[:60]!r} contains {why}")
+    return value
+
+
+def is_batch_uuid(value: object) -> bool:
+    """Whether ``value`` would pass ``batch_uuid`` (for readers that must not raise)."""
+    try:
+        batch_uuid(value)  # type: ignore[arg-type]
+    except InvalidID:
+        return False
+    return True
 
 
 def access_queue(value: str) -> str:
@@ -137,9 +173,23 @@ def collection_lock(p: str) -> str:
     return f"{COLLECTION_LOCKS}/{profile(p)}"
 
 
+OBJECT_LOCK_SEPARATOR = re.compile(":?/")
+# What the console wrote before it followed the contract's rule: every ':', '?' and '/' became
+# '_' on its own, so "ark:/13030/m5abc" was locked as "ark__13030_m5abc". Every ARK starts with
+# "ark:/", whose "ark_" under the contract's rule is never followed by a second "_".
+LEGACY_OBJECT_LOCK_RE = re.compile(r"^ark__")
+
+
 def object_lock_name(ark: str) -> str:
-    """An ARK made safe for a node name: every ':', '?' and '/' becomes '_'."""
-    return re.sub(r"[:?/]", "_", ark)
+    """The node name of an ARK's per-object lock, by the contract (and Merritt's Java library):
+    every match of the regular expression ``:?/`` becomes one ``_``, so ``ark:/13030/m5abc``
+    is locked as ``ark_13030_m5abc``."""
+    return OBJECT_LOCK_SEPARATOR.sub("_", ark)
+
+
+def is_legacy_object_lock_name(name: str) -> bool:
+    """Whether a name under /locks/storage or /locks/inventory is in the old, wrong form."""
+    return bool(LEGACY_OBJECT_LOCK_RE.match(name))
 
 
 def storage_lock(ark: str) -> str:

@@ -189,7 +189,7 @@ def test_queue_cleanup_reports_how_many_batches_went(zk: KazooClient, batch: Bat
     for state in ("Processing", "Reporting", "Completed"):
         batch = batches.batch_transition(zk, batch, state)
     out = run("queue", "cleanup")
-    assert out.splitlines()[-1] == "1 completed batches cleaned up"
+    assert out.splitlines()[-1] == "1 completed batches cleaned up, 0 items marked Deleted removed"
     assert batches.batch_ids(zk) == []
 
 

@@ -57,11 +57,12 @@ def test_paths_follow_the_contract_layout() -> None:
     )
 
 
-def test_object_locks_replace_colon_question_mark_and_slash() -> None:
+def test_object_locks_replace_each_optional_colon_and_slash_by_one_underscore() -> None:
     ark = "ark:/13030/m5abc?v=1"
-    assert paths.object_lock_name(ark) == "ark__13030_m5abc_v=1"
-    assert paths.storage_lock(ark) == "/locks/storage/ark__13030_m5abc_v=1"
-    assert paths.inventory_lock(ark) == "/locks/inventory/ark__13030_m5abc_v=1"
+    assert paths.object_lock_name(ark) == "ark_13030_m5abc?v=1"
+    assert paths.storage_lock(ark) == "/locks/storage/ark_13030_m5abc?v=1"
+    assert paths.inventory_lock(ark) == "/locks/inventory/ark_13030_m5abc?v=1"
+    assert paths.object_lock_name("ark:/13030/m5abc") == "ark_13030_m5abc"
 
 
 def test_json_is_compact_utf8_and_integers_are_plain_text() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from queues import services
 from queues.zk.errors import InvalidTransition
-from queues.zk.jobs import job_load
+from queues.zk.jobs import NOT_RESUMABLE, STATUS_KEYS, is_permanent_failure, job_load
 from queues.zk.locks import collection_hold_set
 
 from .conftest import DEMO, FileServer, daemon, make_job, md5, object_manifest
@@ -36,7 +36,7 @@ def test_manifest_digest_mismatch_fails_for_good(zk, files: FileServer) -> None:
     failed = job_load(zk, job.jid)
     assert failed.state == "Failed"
     assert "digest" in failed.status.message
-    assert failed.status.message.startswith("pending: ")
+    assert failed.status.message.startswith(NOT_RESUMABLE + "pending: ")
     assert d.last is not None and d.last.outcome == "failed"
     with pytest.raises(InvalidTransition):
         services.job_resume(jid=job.jid)
@@ -49,7 +49,8 @@ def test_corrupt_object_manifest_fails_naming_the_line(zk, files: FileServer) ->
     failed = job_load(zk, job.jid)
     assert failed.state == "Failed"
     assert "line 2" in failed.status.message
-    assert failed.status.raw["resumable"] is False
+    assert is_permanent_failure(failed.status)
+    assert tuple(failed.status.raw) == STATUS_KEYS  # "not resumable" is in the message only
 
 
 def test_matching_manifest_digest_passes(zk, files: FileServer) -> None:

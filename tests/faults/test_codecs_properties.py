@@ -155,9 +155,12 @@ def test_non_ids_are_refused_before_any_path_is_built(value: str) -> None:
 
 
 @given(st.text(max_size=60))
-def test_object_lock_names_have_no_separators(ark: str) -> None:
+def test_object_lock_names_have_no_slash_and_one_underscore_per_separator(ark: str) -> None:
     name = paths.object_lock_name(ark)
-    assert not set(name) & {":", "?", "/"}
+    assert "/" not in name
+    separators = ark.count("/")  # each ":/" or "/" (the contract's `:?/`) becomes one "_"
+    assert name.count("_") == ark.count("_") + separators
+    assert len(name) == len(ark) - ark.count(":/")
 
 
 @given(st.integers(0, 99), st.integers(0, 9_999_999_999))

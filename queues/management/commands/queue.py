@@ -39,6 +39,8 @@ def _access(action: str) -> Callable[[str, dict], list[services.Outcome]]:
             raise CommandError(f"access requests are named QUEUE/QID (small/qid...), got {item!r}")
         if action == "resume":
             return [services.access_resume(queue=queue, qid=qid, to=opts["to"] or "Pending")]
+        if action == "remove":
+            return [services.access_remove_deleted(queue=queue, qid=qid)]
         return [services.access_remove(queue=queue, qid=qid)]
 
     return run
@@ -57,6 +59,8 @@ ACTIONS: dict[str, dict[str, Callable[[str, dict], list[services.Outcome]]]] = {
     "resume": {"job": _job("resume"), "access": _access("resume")},
     "fail": {"job": _job("fail")},
     "delete": {"job": _job("delete"), "batch": _batch("delete"), "access": _access("delete")},
+    # Items marked Deleted (by Merritt's library): their nodes go. "delete" does the same.
+    "remove": {"job": _job("remove"), "batch": _batch("remove"), "access": _access("remove")},
     "update-reporting": {"batch": _batch("update-reporting")},
 }
 
@@ -73,9 +77,10 @@ HOLD_ACTIONS = {
 
 class Command(QueueCommand):
     help = (
-        "Operator moves: hold|release|resume|fail|delete JID..., release|update-reporting|delete "
-        "BID..., resume|delete small/QID..., hold-queue|release-queue ingest|access-small|"
-        "access-large, hold-collection|release-collection|release-held PROFILE, cleanup."
+        "Operator moves: hold|release|resume|fail|delete|remove JID..., release|update-reporting|"
+        "delete|remove BID..., resume|delete|remove small/QID..., hold-queue|release-queue ingest|"
+        "access-small|access-large, hold-collection|release-collection|release-held PROFILE, "
+        "cleanup (Completed batches, and every item marked Deleted)."
     )
 
     def add_arguments(self, parser: Any) -> None:
@@ -94,7 +99,7 @@ class Command(QueueCommand):
             "--older-than-days",
             type=float,
             default=0,
-            help="cleanup: completed at least N days ago",
+            help="cleanup: completed (or marked Deleted) at least N days ago",
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -118,12 +123,22 @@ class Command(QueueCommand):
             raise CommandError(f"{failures} of {len(ids)} failed")
 
     def cleanup(self, older_than: timedelta) -> None:
-        """One line per batch as it goes (thousands take a while), then the count."""
-        cleaned = 0
+        """One line per item as it goes (thousands take a while), then the counts.
+
+        Completed batches are deleted with their jobs; batches, jobs and access requests marked
+        Deleted (Merritt's library marks instead of removing) are removed.
+        """
+        cleaned = removed = 0
         for outcome in services.batches_cleanup(older_than=older_than):
             self.stdout.write(str(outcome))
             cleaned += outcome.after == "Deleted"
-        self.stdout.write(f"{cleaned} completed batches cleaned up")
+            removed += outcome.after == services.REMOVED
+        for outcome in services.deleted_cleanup(older_than=older_than):
+            self.stdout.write(str(outcome))
+            removed += outcome.after == services.REMOVED
+        self.stdout.write(
+            f"{cleaned} completed batches cleaned up, {removed} items marked Deleted removed"
+        )
 
     def _run(self, action: str, item: str, opts: dict) -> list[services.Outcome]:
         if action in HOLD_ACTIONS:
