@@ -1,15 +1,17 @@
-"""Access small / large: assemble a stored object into a zip the requester downloads.
+"""Access small / large: assemble a stored object into an archive the requester downloads.
 
-The token (opaque JSON, written by whoever asked) names the object:
-
-    ark | object | objectID     the object's ARK (required)
-    version                     a version number (optional; the latest by default)
-    content: "producer"         only the depositor's files, without system/ (optional)
+The token node says what to assemble in one of three documented forms (``queues.steps.access``
+and docs/merritt-access.md): the console's own (``ark``, ``version``, ``content``, ``format``),
+Merritt storage's assembly request document (``objectIDS``, ``versionID``, ``archiveContent``,
+``archiveType``, ``filterList``), or Merritt's queue entry (``token``, ``delivery-node``, ...),
+whose assembly request is read from ``MRT_ACCESS_REQUESTS_URL``. A token that does not say what
+to assemble fails, permanently, with a message naming what it lacks; nothing is guessed.
 
 The step moves the request Pending -> Processing (so the console shows it in work), builds
-``MRT_DOWNLOADS_DIR/<qid>-<ark folder>[_v<n>].zip`` and adds to the token ``url``, ``size``,
-``sha256``, ``archive`` and ``path``, then moves it to Completed. A request found in Processing
-unlocked (its consumer died, or an operator resumed it there) is simply done again: the zip is
+``MRT_DOWNLOADS_DIR/<qid>-<ark folder>[_v<n>|_all][_producer].<zip|tar|tar.gz>`` and adds to the
+token ``url``, ``size``, ``sha256``, ``archive`` and ``path`` (every other key is kept, the
+library's ones included), then moves it to Completed. A request found in Processing unlocked
+(its consumer died, or an operator resumed it there) is simply done again: the archive is
 rebuilt under the same name.
 """
 
@@ -22,24 +24,30 @@ from django.conf import settings
 
 from queues.daemons import clients
 from queues.daemons.base import AccessDaemon, Next, Step, StepFailed
-from queues.steps.access import archive_name, build_archive
+from queues.steps.access import (
+    OBJECT,
+    PRODUCER,
+    AssemblyRequest,
+    RequestError,
+    UnsupportedRequest,
+    build_archive,
+    resolve,
+)
 from queues.steps.storage import StorageError
 from queues.zk.access import access_set_token, access_transition
 from queues.zk.records import AccessRequest
 
-ARK_KEYS = ("ark", "object", "objectID", "object_id")
 
-
-def requested(token: dict[str, Any]) -> tuple[str, int | None, bool]:
-    ark = next((token[k] for k in ARK_KEYS if isinstance(token.get(k), str) and token[k]), "")
-    if not ark:
-        raise StepFailed("the token names no object (ark)", permanent=True)
-    version = token.get("version")
-    if isinstance(version, str) and version.isdigit():
-        version = int(version)
-    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
-        raise StepFailed(f"version {version!r} is not a number", permanent=True)
-    return ark, version, token.get("content") == "producer"
+def requested(token: dict[str, Any]) -> AssemblyRequest:
+    """What the token asks for; StepFailed (permanent unless worth retrying) when unclear."""
+    try:
+        return resolve(
+            token,
+            requests_base=getattr(settings, "MRT_ACCESS_REQUESTS_URL", "") or "",
+            timeout=settings.MRT_HTTP_TIMEOUT,
+        )
+    except RequestError as exc:
+        raise StepFailed(str(exc), permanent=exc.permanent) from exc
 
 
 class AccessSmall(AccessDaemon):
@@ -54,20 +62,24 @@ class AccessSmall(AccessDaemon):
         return item
 
     def work(self, item: AccessRequest) -> Step:
-        ark, version, producer_only = requested(item.token)
-        name = f"{item.qid}-{archive_name(ark, version, producer_only=producer_only)}"
+        request = requested(item.token)
         try:
             archive = build_archive(
                 storage=clients.storage(),
-                ark=ark,
+                ark=request.ark,
                 downloads_dir=Path(settings.MRT_DOWNLOADS_DIR),
-                version=version,
-                producer_only=producer_only,
-                name=name,
+                version=request.version,
+                producer_only=request.content == PRODUCER,
+                all_versions=request.content == OBJECT,
+                archive_type=request.archive_type,
+                exclude=request.exclude,
+                name=f"{item.qid}-{request.archive_name()}",
                 timeout=settings.MRT_HTTP_TIMEOUT,
                 retries=settings.MRT_DOWNLOAD_RETRIES,
                 file_roots=clients.internal_roots(),
             )
+        except UnsupportedRequest as exc:
+            raise StepFailed(str(exc), permanent=True) from exc
         except StorageError as exc:
             raise StepFailed(str(exc)) from exc
         token = dict(item.token)
@@ -79,7 +91,10 @@ class AccessSmall(AccessDaemon):
             path=str(archive.path),
         )
         access_set_token(self.zk, item, token)
-        return Next("Completed", f"{archive.size} bytes")
+        detail = f"{archive.size} bytes" + (
+            "" if request.form == "console" else f" ({request.form})"
+        )
+        return Next("Completed", detail)
 
 
 class AccessLarge(AccessSmall):
