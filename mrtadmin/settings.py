@@ -5,9 +5,11 @@ ZooKeeper, storage, inventory and mail under ``MRT_VAR_DIR``. Secrets may come f
 by ``<NAME>_FILE`` so that they never have to sit in the process environment.
 """
 
+import ipaddress
 import os
 import secrets
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -94,6 +96,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "channels",
+    "axes",
     "queues",
 ]
 
@@ -107,20 +110,54 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "queues.security.ContentSecurityPolicyMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into its "locked out" page.
+    "axes.middleware.AxesMiddleware",
 ]
 
+# Password logins: django-axes counts failures per user name and per client address and locks
+# either out after MRT_LOGIN_FAILURE_LIMIT of them for MRT_LOGIN_COOLOFF_MINUTES (SSO and API
+# tokens go on working; `manage.py axes_reset` lifts lockouts at once). Behind a proxy that
+# every browser comes through, MRT_LOGIN_LOCKOUT_BY=username keeps one person's typos from
+# locking out everybody's password logins.
+AUTHENTICATION_BACKENDS = [
+    "queues.auth.LoginAttemptsBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+MRT_LOGIN_FAILURE_LIMIT = env_int("MRT_LOGIN_FAILURE_LIMIT", 5)
+MRT_LOGIN_COOLOFF_MINUTES = env_int("MRT_LOGIN_COOLOFF_MINUTES", 15)
+AXES_FAILURE_LIMIT = MRT_LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(minutes=MRT_LOGIN_COOLOFF_MINUTES)
+MRT_LOGIN_LOCKOUT_BY = [
+    p.strip() for p in env("MRT_LOGIN_LOCKOUT_BY", "username,ip_address").split(",") if p.strip()
+]
+if not MRT_LOGIN_LOCKOUT_BY or set(MRT_LOGIN_LOCKOUT_BY) - {"username", "ip_address"}:
+    raise ImproperlyConfigured("MRT_LOGIN_LOCKOUT_BY: username, ip_address or both")
+AXES_LOCKOUT_PARAMETERS = MRT_LOGIN_LOCKOUT_BY
+if "ip_address" not in MRT_LOGIN_LOCKOUT_BY:
+    # axes warns that a lockout without the address can be dodged by changing cookies or the
+    # User-Agent; a lockout by user name uses neither, so the warning does not apply.
+    SILENCED_SYSTEM_CHECKS = ["axes.W006"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "queues.auth.lockout_response"
+
 # Single sign-on: Merritt's load balancer authenticates and passes the user name in a header.
-# Only enable this behind a proxy that strips the header from client requests.
-MRT_SSO_HEADER = env("MRT_SSO_HEADER")
+# Only enable this behind a proxy that strips the header from client requests, with daphne
+# reachable from the proxy only; MRT_SSO_PROXIES (addresses or networks, comma-separated)
+# makes the console itself ignore the header from any other address.
+MRT_SSO_HEADER = env("MRT_SSO_HEADER").strip()
+MRT_SSO_PROXIES = [p.strip() for p in env("MRT_SSO_PROXIES").split(",") if p.strip()]
+for _proxy in MRT_SSO_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"MRT_SSO_PROXIES: {_proxy!r} is not an address") from _exc
 if MRT_SSO_HEADER:
     MIDDLEWARE.insert(
         MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
         "queues.auth.TrustedHeaderMiddleware",
     )
-    AUTHENTICATION_BACKENDS = [
-        "queues.auth.TrustedHeaderBackend",
-        "django.contrib.auth.backends.ModelBackend",
-    ]
+    AUTHENTICATION_BACKENDS.insert(1, "queues.auth.TrustedHeaderBackend")
 
 ROOT_URLCONF = "mrtadmin.urls"
 ASGI_APPLICATION = "mrtadmin.asgi.application"
@@ -177,10 +214,25 @@ WHITENOISE_USE_FINDERS = True
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
-SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", False)
-CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+
+# TLS. DJANGO_SECURE=1 when browsers reach the console over HTTPS (usually through a proxy):
+# Secure session and CSRF cookies, and HSTS on HTTPS answers. Behind a TLS proxy, name the
+# header it sets (DJANGO_SECURE_PROXY_SSL_HEADER=X-Forwarded-Proto, value "https") so Django
+# knows which requests came over TLS; only when the proxy always sets or strips that header.
+DJANGO_SECURE = env_bool("DJANGO_SECURE", False)
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", DJANGO_SECURE)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 31_536_000 if DJANGO_SECURE else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", False)
+# Off by default: the proxy usually redirects, and health checks come over plain HTTP.
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SSL_REDIRECT", False)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+_ssl_header = env("DJANGO_SECURE_PROXY_SSL_HEADER").strip()
+if _ssl_header:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _ssl_header.upper().replace("-", "_"), "https")
 
 # Channels: the in-memory layer serves one web process; with REDIS_URL, channels-redis carries
 # the messages of several daphne workers. Each worker watches ZooKeeper itself (queues/live/hub.py).
@@ -270,5 +322,9 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
-    "loggers": {"kazoo": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+    "loggers": {
+        "kazoo": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},
+    },
 }

@@ -54,7 +54,9 @@ def open_live(context: Any, url: str) -> Any:
     """A new tab on ``url``, once its websocket is subscribed; marked to detect a reload."""
     page = context.new_page()
     page.goto(url)
-    page.wait_for_function("window.mrtLive && window.mrtLive.state() === 'live'")
+    # A predicate as a function: Playwright would eval() a bare expression, which the
+    # console's Content-Security-Policy forbids.
+    page.wait_for_function("() => window.mrtLive && window.mrtLive.state() === 'live'")
     page.evaluate("window.__notReloaded = true")
     return page
 
@@ -87,10 +89,10 @@ def test_overview_and_batch_page_follow_moves_made_elsewhere(
     jobs.job_transition(other_zk, queued[2], "Estimating")
 
     overview.wait_for_function(
-        "document.querySelector('#count-job-Failed')?.textContent.startsWith('2 ')"
+        "() => document.querySelector('#count-job-Failed')?.textContent.startsWith('2 ')"
     )
     overview.wait_for_function(
-        "document.querySelector('#count-job-Estimating')?.textContent.startsWith('1 ')"
+        "() => document.querySelector('#count-job-Estimating')?.textContent.startsWith('1 ')"
     )
     for job in failed:
         batch_page.wait_for_selector(f"#batch-jobs-Failed #job-row-{job.jid}[data-state=Failed]")
@@ -117,7 +119,7 @@ def test_a_ticked_row_holds_the_update_until_the_operator_is_done(
 
     jobs.job_transition(other_zk, theirs, "Estimating")
     # The page was told (the socket message arrives) but keeps the operator's selection.
-    page.wait_for_function("window.mrtLive.pending() > 0")
+    page.wait_for_function("() => window.mrtLive.pending() > 0")
     assert page.is_checked(f"#job-row-{mine.jid} input[type=checkbox]")
     assert page.get_attribute(f"#job-row-{theirs.jid}", "data-state") == "Pending"
     # ... and says that what it shows is held back, and why.
