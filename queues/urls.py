@@ -72,4 +72,6 @@ urlpatterns = [
     path("tokens/<int:pk>/revoke/", writes.token_revoke, name="token-revoke"),
     path("metrics", metrics.metrics, name="metrics"),
     path("api/", include(api.urlpatterns)),
+    # Merritt ingest's depositor door: POST /poster/submit|update (queues/views/poster.py)
+    path("poster/", include("queues.views.poster")),
 ]

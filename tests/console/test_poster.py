@@ -1,0 +1,328 @@
+"""POST /poster/submit|update: Merritt ingest's depositor door, through the Django test client
+and once over real HTTP, against the test's own ZooKeeper. What the answers look like is in
+docs/merritt-poster.md (Merritt's batch-state and exception documents)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+
+from queues.audit import ApiToken, AuditEntry
+from queues.daemons.registry import DAEMONS
+from queues.zk.batches import batch_id_for_uuid, batch_job_ids, batch_load
+from queues.zk.jobs import jobs_load
+
+PROFILE = "merritt_demo_content"
+BAT = "{http://uc3.cdlib.org/ontology/mrt/ingest/batch}"
+EXC = "{http://uc3.cdlib.org/ontology/mrt/core/exc}"
+
+
+@pytest.fixture(autouse=True)
+def work_dir(settings: Any, tmp_path: Path) -> Path:
+    """A working folder of the test's own, so what a test leaves there is its own."""
+    settings.MRT_WORK_DIR = tmp_path / "work"
+    return settings.MRT_WORK_DIR
+
+
+@pytest.fixture
+def token_for(make_user: Callable[..., Any]) -> Callable[[str], str]:
+    def issue(role: str) -> str:
+        user = make_user(role, f"{role}-poster")
+        user.first_name, user.last_name = "Ada", "Lovelace"
+        user.save()
+        return ApiToken.issue(user=user, name="poster")[1]
+
+    return issue
+
+
+@pytest.fixture
+def operator_key(token_for: Callable[[str], str]) -> str:
+    return token_for("operator")
+
+
+def post(
+    key: str | None, data: dict[str, Any], path: str = "/poster/submit", **headers: str
+) -> Any:
+    if key is not None:
+        headers.setdefault("HTTP_AUTHORIZATION", f"Bearer {key}")
+    return Client().post(path, data, **headers)
+
+
+def fields(**changes: Any) -> dict[str, Any]:
+    data = {
+        "profile": PROFILE,
+        "url": "https://example.org/letters/letter-1.pdf",
+        "type": "file",
+        "title": "Letter one",
+        "creator": "Ada Lovelace",
+        "date": "1843",
+        "localIdentifier": "letters-001",
+        "responseForm": "xml",
+    }
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def batch_state(response: Any) -> dict[str, str]:
+    root = ET.fromstring(response.content)  # noqa: S314 - our own answer
+    assert root.tag == f"{BAT}batchState"
+    return {child.tag.removeprefix(BAT): child.text or "" for child in root}
+
+
+def exception(response: Any) -> dict[str, str]:
+    root = ET.fromstring(response.content)  # noqa: S314 - our own answer
+    assert root.tag.startswith(f"{EXC}tException.")
+    return {child.tag.removeprefix(EXC): child.text or "" for child in root}
+
+
+def submitted(zk: Any, response: Any) -> Any:
+    return batch_load(zk, response["X-Batch-ID"])
+
+
+# Accepted ----------------------------------------------------------------------------------
+
+
+def test_url_submission_makes_a_batch_the_first_step_turns_into_a_job(zk, operator_key) -> None:
+    response = post(operator_key, fields(**{"DC.rights": "CC-BY", "note": "from a script"}))
+
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/xml")
+    state = batch_state(response)
+    assert state["batchStatus"] == "QUEUED"
+    assert state["batchID"].startswith("bid-")
+    assert state["userAgent"] == "operator-poster/Ada Lovelace"
+    assert state["updateFlag"] == "false"
+    assert "T" in state["submissionDate"] and state["jobStates"] == ""
+
+    batch = submitted(zk, response)
+    assert batch_id_for_uuid(zk, state["batchID"]) == batch.bid
+    sub = batch.submission
+    assert sub["batchID"] == state["batchID"]
+    assert sub["profile"] == PROFILE
+    assert sub["payload_url"] == "https://example.org/letters/letter-1.pdf"
+    assert sub["type"] == "file"
+    assert (sub["title"], sub["creator"], sub["date"]) == ("Letter one", "Ada Lovelace", "1843")
+    assert sub["localID"] == "letters-001"
+    assert sub["update"] is False
+    assert (sub["DCrights"], sub["note"], sub["responseForm"]) == ("CC-BY", "from a script", "xml")
+    assert response["Location"] == f"/api/batches/{batch.bid}"
+
+    assert DAEMONS["batch-pending"](zk=zk, poll=0.05).run_once()
+    batch = batch_load(zk, batch.bid)
+    assert batch.state == "Processing", batch.status.message
+    (job,) = jobs_load(zk, batch_job_ids(zk, batch.bid)["batch-processing"])
+    assert job.state == "Pending"
+    assert job.configuration["payload_url"] == "https://example.org/letters/letter-1.pdf"
+
+
+@pytest.mark.parametrize(
+    ("merritt", "ours"),
+    [
+        ("manifest", "object-manifest"),
+        ("batchManifest", "batch-manifest"),
+        ("batchManifestFile", "single-file-batch-manifest"),
+        ("batchManifestContainer", "container-batch-manifest"),
+        ("container", "container"),
+        ("container-batch-manifest", "container-batch-manifest"),
+    ],
+)
+def test_merritt_type_names_map_to_ours(zk, operator_key, merritt, ours) -> None:
+    response = post(operator_key, fields(type=merritt, url="https://example.org/m.checkm"))
+    assert response.status_code == 200, response.content
+    assert submitted(zk, response).submission["type"] == ours
+
+
+def test_upload_is_kept_in_the_batch_folder_and_read_by_the_first_step(
+    zk, operator_key, settings
+) -> None:
+    upload = SimpleUploadedFile("scan.tif", b"II*\x00 a scan", content_type="image/tiff")
+    data = fields(url=None, file=upload, digestType="MD5", digestValue="0" * 32)
+    data.pop("digestType"), data.pop("digestValue")
+
+    response = post(operator_key, data)
+
+    assert response.status_code == 200, response.content
+    batch_id = batch_state(response)["batchID"]
+    sub = submitted(zk, response).submission
+    stored = Path(settings.MRT_WORK_DIR).resolve() / "poster" / batch_id / "scan.tif"
+    assert sub["payload_url"] == stored.as_uri()
+    assert sub["filename"] == "scan.tif"
+    assert stored.read_bytes() == b"II*\x00 a scan"
+    assert [p.name for p in stored.parent.iterdir()] == ["scan.tif"]
+
+    assert DAEMONS["batch-pending"](zk=zk, poll=0.05).run_once()
+    assert batch_load(zk, response["X-Batch-ID"]).state == "Processing"
+
+
+def test_filename_field_names_the_upload(zk, operator_key, settings) -> None:
+    upload = SimpleUploadedFile("tmp123", b"text", content_type="text/plain")
+    response = post(operator_key, fields(url=None, file=upload, filename="notes.txt"))
+    assert response.status_code == 200, response.content
+    assert submitted(zk, response).submission["payload_url"].endswith("/notes.txt")
+
+
+def test_json_and_anvl_answers(zk, operator_key) -> None:
+    as_json = post(operator_key, fields(responseForm="json"))
+    assert as_json.status_code == 200
+    assert as_json["Content-Type"].startswith("application/json")
+    state = json.loads(as_json.content)["bat:batchState"]
+    assert state["xmlns:bat"] == "http://uc3.cdlib.org/ontology/mrt/ingest/batch"
+    assert state["bat:batchStatus"] == "QUEUED"
+    assert state["bat:updateFlag"] is False
+
+    as_anvl = post(operator_key, fields(responseForm=None), HTTP_ACCEPT="text/x-anvl")
+    assert as_anvl.status_code == 200
+    lines = dict(line.split(": ", 1) for line in as_anvl.content.decode().splitlines())
+    assert lines["batchStatus"] == "QUEUED"
+    assert lines["batchID"].startswith("bid-")
+
+
+def test_update_with_the_object_in_the_path(zk, operator_key) -> None:
+    response = post(operator_key, fields(), path="/poster/update/ark:/99999/fk4upd")
+
+    assert response.status_code == 200, response.content
+    assert batch_state(response)["updateFlag"] == "true"
+    sub = submitted(zk, response).submission
+    assert sub["primaryID"] == "ark:/99999/fk4upd"
+    assert (sub["update"], sub["submission_mode"]) == (True, "update")
+
+
+def test_http_basic_with_the_token_as_password(zk, operator_key) -> None:
+    basic = base64.b64encode(f"operator-poster:{operator_key}".encode()).decode()
+    response = post(None, fields(), HTTP_AUTHORIZATION=f"Basic {basic}")
+    assert response.status_code == 200, response.content
+
+    wrong_user = base64.b64encode(f"someone-else:{operator_key}".encode()).decode()
+    response = post(None, fields(), HTTP_AUTHORIZATION=f"Basic {wrong_user}")
+    assert response.status_code == 401
+
+
+def test_over_real_http(live_server, zk, operator_key, tmp_path) -> None:
+    response = requests.post(
+        f"{live_server.url}/poster/submit",
+        headers={"Authorization": f"Bearer {operator_key}"},
+        data={"profile": PROFILE, "type": "file", "responseForm": "json", "title": "Over HTTP"},
+        files={"file": ("page.txt", b"a page of text", "text/plain")},
+        timeout=30,
+    )
+
+    assert response.status_code == 200, response.text
+    state = response.json()["bat:batchState"]
+    assert state["bat:batchStatus"] == "QUEUED"
+    batch = batch_load(zk, response.headers["X-Batch-ID"])
+    assert batch.submission["batchID"] == state["bat:batchID"]
+    assert batch.submission["title"] == "Over HTTP"
+    assert Path(batch.submission["payload_url"].removeprefix("file://")).read_bytes() == (
+        b"a page of text"
+    )
+
+
+# Refused -----------------------------------------------------------------------------------
+
+
+def test_refused_without_a_token(zk, db) -> None:
+    response = post(None, fields())
+
+    assert response.status_code == 401
+    assert "Basic" in response["WWW-Authenticate"]
+    exc = exception(response)
+    assert exc["statusName"] == "USER_NOT_AUTHENTICATED"
+    assert "API token is required" in exc["detail"]
+
+
+def test_refused_with_an_unknown_token_in_json(zk, db) -> None:
+    response = post("not-a-key", fields(), HTTP_ACCEPT="application/json")
+    assert response.status_code == 401
+    body = json.loads(response.content)["exc:tException.USER_NOT_AUTHENTICATED"]
+    assert body["exc:statusDescription"] == "User not authenticated"
+
+
+def test_refused_with_a_viewer_token_and_audited(zk, token_for) -> None:
+    response = post(token_for("viewer"), fields())
+
+    assert response.status_code == 403
+    assert exception(response)["statusName"] == "USER_NOT_AUTHORIZED"
+    entry = AuditEntry.objects.get(via="poster")
+    assert (entry.action, entry.ok, entry.username) == ("submit", False, "viewer-poster")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"type": None}, "type is required"),
+        ({"type": "bagit"}, "type 'bagit' is not one of"),
+        ({"profile": None}, "profile: This field is required."),
+        ({"profile": "../etc"}, "profile"),
+        ({"url": None}, "a payload is required"),
+        ({"url": "ftp://example.org/x"}, "payload URL must start with"),
+        ({"digestValue": "abc"}, "give both a digest algorithm and a digest value"),
+        ({"digestType": "sha512", "digestValue": "abc"}, "digest_alg"),
+    ],
+)
+def test_refused_for_bad_fields(zk, operator_key, changes, message) -> None:
+    response = post(operator_key, fields(**changes))
+
+    assert response.status_code == 400, response.content
+    exc = exception(response)
+    assert exc["statusName"] == "REQUEST_INVALID"
+    assert exc["statusDescription"] == "User/request supplied required parm is missing or invalid"
+    assert message in exc["detail"]
+    assert message in exc["error"]
+
+
+@pytest.mark.parametrize("name", ["../evil.txt", "..", "a/../../b", ".hidden"])
+def test_upload_named_outside_its_folder_is_refused(zk, operator_key, settings, name) -> None:
+    upload = SimpleUploadedFile("ok.txt", b"data", content_type="text/plain")
+
+    response = post(operator_key, fields(url=None, file=upload, filename=name))
+
+    assert response.status_code == 400, response.content
+    assert "filename" in exception(response)["detail"]
+    assert not any((Path(settings.MRT_WORK_DIR) / "poster").rglob("*"))
+    assert not (Path(settings.MRT_WORK_DIR) / "evil.txt").exists()
+
+
+def test_file_and_url_together_are_refused(zk, operator_key) -> None:
+    upload = SimpleUploadedFile("a.txt", b"a")
+    response = post(operator_key, fields(file=upload))
+    assert response.status_code == 400
+    assert "either a file or a url" in exception(response)["detail"]
+
+
+def test_upload_over_the_cap_is_413(zk, operator_key, settings) -> None:
+    settings.MRT_POSTER_MAX_BYTES = 10
+    upload = SimpleUploadedFile("big.bin", b"x" * 100)
+
+    response = post(operator_key, fields(url=None, file=upload))
+
+    assert response.status_code == 413
+    assert "over 10 bytes" in exception(response)["detail"]
+    assert not any((Path(settings.MRT_WORK_DIR) / "poster").rglob("*"))
+
+
+def test_uploads_off_when_the_daemons_may_not_read_them(zk, operator_key, settings) -> None:
+    settings.MRT_FILE_ROOTS = []
+    upload = SimpleUploadedFile("a.txt", b"a")
+
+    response = post(operator_key, fields(url=None, file=upload))
+
+    assert response.status_code == 501
+    exc = exception(response)
+    assert exc["statusName"] == "REQUEST_ELEMENT_UNSUPPORTED"
+    assert "MRT_FILE_ROOTS" in exc["detail"]
+    assert post(operator_key, fields()).status_code == 200
+
+
+def test_only_post(zk, operator_key) -> None:
+    response = Client().get("/poster/submit", HTTP_AUTHORIZATION=f"Bearer {operator_key}")
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"
