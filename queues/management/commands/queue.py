@@ -131,7 +131,7 @@ class Command(QueueCommand):
         cleaned = removed = 0
         for outcome in services.batches_cleanup(older_than=older_than):
             self.stdout.write(str(outcome))
-            cleaned += outcome.after == "Deleted"
+            cleaned += outcome.before == "Completed" and outcome.after == "Deleted"
             removed += outcome.after == services.REMOVED
         for outcome in services.deleted_cleanup(older_than=older_than):
             self.stdout.write(str(outcome))
