@@ -12,8 +12,12 @@ def archive(tmp_path):
 
 
 @pytest.mark.django_db
-def test_logged_in_user_downloads_an_assembled_archive(client, archive):
-    client.force_login(User.objects.create_user("viewer", password="pw-123456789"))
+def test_an_operator_downloads_an_assembled_archive(client, archive):
+    from queues.auth import ensure_groups
+
+    user = User.objects.create_user("operator", password="pw-123456789")
+    user.groups.add(ensure_groups()["operator"])
+    client.force_login(user)
     response = client.get(f"/downloads/{archive.name}")
     assert response.status_code == 200
     assert b"".join(response.streaming_content) == archive.read_bytes()
@@ -32,7 +36,11 @@ def test_download_requires_login(client, archive):
     "name", ["..%2Fsecret_key", ".hidden.zip", "x.txt", "a%00.zip", "missing.zip"]
 )
 def test_download_refuses_names_outside_the_archive_pattern(client, archive, name):
-    client.force_login(User.objects.create_user("viewer", password="pw-123456789"))
+    from queues.auth import ensure_groups
+
+    user = User.objects.create_user("operator", password="pw-123456789")
+    user.groups.add(ensure_groups()["operator"])
+    client.force_login(user)
     assert client.get(f"/downloads/{name}").status_code == 404
 
 

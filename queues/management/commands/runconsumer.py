@@ -46,6 +46,7 @@ class Command(BaseCommand):
             raise CommandError("--poll must not be negative")
         if options["threads"] < 1:
             raise CommandError("--threads must be at least 1")
+        self._check_migrated()
         stop = threading.Event()
         if not options["once"]:
             self._install_signals(stop)
@@ -62,6 +63,25 @@ class Command(BaseCommand):
         finally:
             host.close()
             close()
+
+    def _check_migrated(self) -> None:
+        """Refuse to start on a database with unapplied migrations, before claiming anything.
+
+        The steps write the local inventory and read other tables: without them every job would
+        fail at the step that first touches one, for a reason that is the host's, not the job's.
+        """
+        from django.db import DEFAULT_DB_ALIAS, connections
+        from django.db.migrations.executor import MigrationExecutor
+
+        connection = connections[DEFAULT_DB_ALIAS]
+        executor = MigrationExecutor(connection)
+        pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        if pending:
+            raise CommandError(
+                f"the database {connection.settings_dict['NAME']} is not migrated "
+                f"({len(pending)} migrations pending): run `manage.py migrate` first",
+                returncode=2,
+            )
 
     def _connect(self, options: dict[str, Any], stop: threading.Event) -> Host | None:
         """Connect; a long-running daemon waits (with back-off) for ZooKeeper to come up.

@@ -1,0 +1,213 @@
+"""Operations: /healthz during an outage, runconsumer on an unmigrated database, and
+bin/run-console stopped by a signal to its own PID."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from kazoo.client import KazooClient
+
+from queues import zk as zkmod
+from queues.zk import batches, jobs
+from queues.zk.server import LocalZooKeeper, four_letter, free_port
+
+BASE = Path(settings.BASE_DIR)
+# A hang guard only: the old /healthz took 25-30 s with ZooKeeper down, the new one answers
+# at once; a request that has no answer by then raises instead of passing.
+HANG_GUARD = 5.0
+
+
+# ---- /healthz while ZooKeeper is down ---------------------------------------------------------
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[LocalZooKeeper]:
+    """A ZooKeeper of this test's own, which it may stop."""
+    server = LocalZooKeeper(tmp_path / "zookeeper", free_port())
+    server.start()
+    old = settings.ZK_HOSTS
+    settings.ZK_HOSTS = server.hosts
+    zkmod.close()
+    yield server
+    zkmod.close()
+    settings.ZK_HOSTS = old
+    server.stop()
+
+
+def health(base: str) -> int:
+    try:
+        with urllib.request.urlopen(f"{base}/healthz", timeout=HANG_GUARD) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_healthz_answers_503_at_once_while_zookeeper_is_down(
+    own_server: LocalZooKeeper, live_server: object
+) -> None:
+    base = str(live_server)
+    assert health(base) == 200
+    own_server.stop()
+    # The process's connected client, now talking to nobody.
+    assert health(base) == 503
+    # No client yet: connecting would take ZK_TIMEOUT, the answer may not.
+    zkmod.close()
+    assert health(base) == 503
+    assert health(base) == 503  # joins the probe still under way
+    own_server.start()
+    deadline = time.monotonic() + 60
+    while health(base) != 200:
+        assert time.monotonic() < deadline, "/healthz did not recover"
+        time.sleep(0.5)
+
+
+# ---- runconsumer on a database that was never migrated --------------------------------------
+
+
+def test_runconsumer_refuses_an_unmigrated_database_before_claiming(
+    zk: KazooClient, zk_hosts: str, tmp_path: Path
+) -> None:
+    batch = batches.batch_create(zk, submission={"profile": "ucb_lib_test", "type": "file"})
+    job = jobs.job_create(zk, bid=batch.bid, configuration={"profile": "ucb_lib_test"})
+    env = {
+        **os.environ,
+        "ZK_HOSTS": zk_hosts,
+        "MRT_VAR_DIR": str(tmp_path / "var"),
+        "MRT_DATABASE_PATH": str(tmp_path / "never-migrated.sqlite3"),
+        "DJANGO_SECRET_KEY": "x" * 50,
+    }
+    try:
+        done = subprocess.run(
+            [sys.executable, str(BASE / "manage.py"), "runconsumer", "all"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("runconsumer started on a database that was never migrated")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "manage.py migrate" in lines[0]
+    # Nothing was claimed or moved.
+    assert jobs.job_load(zk, job.jid).state == "Pending"
+    assert zk.exists(f"/jobs/{job.jid}/lock") is None
+    assert batches.batch_load(zk, batch.bid).state == "Pending"
+
+
+# ---- bin/run-console and signals ----------------------------------------------------------------
+
+
+def children_of(pid: int) -> set[int]:
+    """Every live descendant of ``pid``."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (entry / "stat").read_text()
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent and child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def processes_using(marker: str) -> list[str]:
+    """Live processes whose command line or environment mention ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not alive(int(entry.name)):
+            continue
+        with contextlib.suppress(OSError):
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = (entry / "environ").read_bytes().decode(errors="replace")
+            if marker in cmdline or marker in environ:
+                found.append(f"{entry.name}: {cmdline[:200]}")
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_run_console_stops_everything_on_a_signal_to_its_pid(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    var = tmp_path / "var"
+    web_port, zk_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("ZK_HOSTS", "REDIS_URL")}
+    env.update(
+        MRT_VAR_DIR=str(var),
+        MRT_BIND="127.0.0.1",
+        MRT_PORT=str(web_port),
+        ZK_LOCAL_PORT=str(zk_port),
+        DJANGO_STATIC_ROOT=str(tmp_path / "static"),
+        LOG_LEVEL="WARNING",
+    )
+    log = tmp_path / "run-console.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["bash", str(BASE / "bin" / "run-console")],
+            cwd=BASE,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own group, for the clean-up below only
+        )
+    try:
+        deadline = time.monotonic() + 300  # bin/install may have packages to add first
+        while True:
+            with contextlib.suppress(OSError):
+                url = f"http://127.0.0.1:{web_port}/healthz"
+                with urllib.request.urlopen(url, timeout=5) as answer:
+                    if answer.status == 200:
+                        break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"run-console did not serve:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        started = children_of(proc.pid)
+        assert four_letter(zk_port)  # its own ZooKeeper serves
+        # Give runconsumer time to be up too, so the signal finds every part running.
+        time.sleep(2)
+        started |= children_of(proc.pid)
+
+        os.kill(proc.pid, signum)
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"run-console ignored {signum.name}:\n{log.read_text()[-3000:]}")
+        left = [pid for pid in started if alive(pid)]
+        assert left == [], f"children still running after {signum.name}: {left}"
+        assert processes_using(str(var)) == []
+        assert four_letter(zk_port) is None  # the local ZooKeeper is stopped
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        # A ZooKeeper it left behind runs in its own session: stop it through its folder.
+        LocalZooKeeper(var / "zookeeper", zk_port).stop()
