@@ -32,8 +32,9 @@ from queues.zk.errors import MalformedNode, NotFound, is_connection_error
 from queues.zk.paths import ACCESS_QUEUES
 from queues.zk.records import AccessRequest
 
-# qid0000000001-ark+=99999=fk4abc_v1.zip: no slash, no leading dot, nothing but these characters.
-ARCHIVE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]{0,250}\.zip$")
+# qid0000000001-ark+=99999=fk4abc_v1.zip (or .tar, .tar.gz: the access consumers' archive
+# types): no slash, no leading dot, nothing but these characters.
+ARCHIVE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]{0,250}\.(zip|tar|tar\.gz)$")
 QID_PREFIX_RE = re.compile(r"^(qid[0-9]{10})-")
 MIN_TOKEN_LENGTH = 16
 

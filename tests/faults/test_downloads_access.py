@@ -16,14 +16,16 @@ from queues.zk.records import AccessRequest
 ARK_FOLDER = "ark+=99999=fk4abc"
 
 
-def assembled(zk: KazooClient, downloads: Path, queue: str, **token: Any) -> tuple[str, str]:
+def assembled(
+    zk: KazooClient, downloads: Path, queue: str, suffix: str = ".zip", **token: Any
+) -> tuple[str, str]:
     """An access request as the access consumer leaves it: its archive on disk, named in its
     token. Returns (archive name, the requester's token string)."""
     secret = token.pop("token", str(uuid.uuid4()))
     item: AccessRequest = access_create(
         zk, queue=queue, token={"token": secret, "ark": "ark:/99999/fk4abc", **token}
     )
-    name = f"{item.qid}-{ARK_FOLDER}_{queue}.zip"
+    name = f"{item.qid}-{ARK_FOLDER}_{queue}{suffix}"
     (downloads / name).write_bytes(b"PK\x05\x06" + queue.encode() + b"\0" * 14)
     access_set_token(zk, item, {**item.token, "archive": name, "url": f"/downloads/{name}"})
     return name, secret
@@ -87,3 +89,15 @@ def test_without_token_only_operators_and_admins_may_download(
     assert viewer.get(f"/downloads/{name}", {"token": token}).status_code == 200
     assert operator.get(f"/downloads/{name}").status_code == 200
     assert admin.get(f"/downloads/{name}").status_code == 200
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("suffix", [".tar", ".tar.gz"])
+def test_tar_archives_are_served_the_same_way(
+    zk: KazooClient, downloads: Path, suffix: str
+) -> None:
+    name, token = assembled(zk, downloads, "small", suffix=suffix)
+    assert Client().get(f"/downloads/{name}").status_code == 302
+    response = Client().get(f"/downloads/{name}", {"token": token})
+    assert response.status_code == 200
+    assert body(response) == (downloads / name).read_bytes()
