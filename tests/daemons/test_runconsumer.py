@@ -12,6 +12,9 @@ from queues.zk.jobs import job_load
 
 from .conftest import FileServer, make_job
 
+# runconsumer checks that the database is migrated before it starts.
+pytestmark = pytest.mark.django_db
+
 
 def test_once_handles_one_item_and_exits_zero(zk, files: FileServer) -> None:
     first = make_job(zk, {"payload_url": files.put("a", "x"), "type": "file"})

@@ -55,7 +55,7 @@ def test_once_fails_at_once_without_zookeeper(tmp_path: Path) -> None:
     assert "cannot reach ZooKeeper" in result.stderr
 
 
-def test_a_connection_lost_while_starting_up_is_waited_out_too(monkeypatch) -> None:
+def test_a_connection_lost_while_starting_up_is_waited_out_too(monkeypatch, db) -> None:
     # Chaos run: a consumer restarted while ZooKeeper restarted connected, then lost the
     # connection while its first nodes were checked, and exited with ConnectionLoss.
     started = []
