@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from queues.states import ACCESS, BATCH, BATCH_INDEX_FOLDERS, JOB, JOB_STEPS, JOB_WORKING
+from queues.steps.submission import processing_problem
 from queues.zk import client
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
@@ -293,6 +294,7 @@ def _scan_match(flt: JobFilter, jid: str, reads: dict[str, Any]) -> bool:
         ids = json_node("identifiers")
         local = ids.get("local_id") if isinstance(ids.get("local_id"), list) else []
         candidates = [str(ids.get("primary_id") or ""), str(config.get("localID") or "")]
+        candidates.append(str(config.get("objectID") or ""))  # Merritt's ingest key
         candidates += [str(v) for v in local]
         if not any(flt.q in c for c in candidates if c):
             return False
@@ -403,6 +405,8 @@ class JobDetail:
     path: list[str]
     resume_target: str | None
     resume_refusal: str | None
+    # Why this console's daemons leave the job alone (one written by Merritt's ingest), or None.
+    not_processable: str | None = None
 
 
 def job_detail(*, jid: str) -> JobDetail:
@@ -439,6 +443,11 @@ def job_detail(*, jid: str) -> JobDetail:
         path=job_path(job),
         resume_target=target,
         resume_refusal=refusal,
+        not_processable=(
+            processing_problem(job.configuration)
+            if job.state not in ("Completed", "Deleted")
+            else None
+        ),
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from queues import states
 from queues.daemons.clients import payload_roots
+from queues.steps import submission as submission_steps
 from queues.steps.fetch import DownloadError, local_path
 from queues.zk import client
 from queues.zk import paths as zpaths
@@ -72,6 +73,8 @@ SUBMISSION_TYPES = (
     "single-file-batch-manifest",
     "container-batch-manifest",
     "batch-manifest",
+    # Merritt ingest's names for the same types, accepted as the same thing.
+    *submission_steps.MERRITT_TYPE_NAMES,
 )
 
 
@@ -224,6 +227,7 @@ def batch_submit(
     zpaths.profile(profile)
     if submission_type not in SUBMISSION_TYPES:
         raise ValueError(f"type {submission_type!r} is not one of: {', '.join(SUBMISSION_TYPES)}")
+    submission_type = submission_steps.canonical_type(submission_type)
     if not submitter.strip():
         raise ValueError("submitter is required")
     check_payload_url(payload_url)
@@ -244,6 +248,8 @@ def batch_submit(
     if digest_alg and digest_value:
         submission["digest"] = {"alg": digest_alg.lower(), "value": digest_value.lower()}
     submission.update(extra or {})
+    # Merritt ingest's keys beside the console's (its readers need them): type, update, ...
+    submission.update(submission_steps.merritt_submission_keys(submission))
     return batch_create(client(), submission=submission).bid
 
 

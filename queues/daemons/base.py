@@ -9,11 +9,17 @@ of item (job, batch, access request). The loop itself knows nothing about the st
 - a lost session drops every lock this process held (ZooKeeper removed them): the step in hand
   re-takes its item's lock before moving it, or leaves the item to whoever took it meanwhile;
 - an exception in a step fails that item with ``"<step>: <reason>"`` as its message; the daemon
-  goes on. A ZooKeeper connection error fails nothing: the item is simply claimed again later.
+  goes on. A ZooKeeper connection error fails nothing: the item is simply claimed again later;
+- an item this console cannot work on at all (a job written by Merritt's ingest, whose payload
+  is on ingest's own disk: ``unprocessable``, or a step raising :class:`NotProcessable`) is
+  unlocked untouched, neither moved nor failed, with one log line; the daemon then passes it
+  over until it changes (its status, or a job's configuration), so it never spins on it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import threading
 import time
@@ -24,6 +30,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from django.db import close_old_connections
 
 from queues import services
+from queues.steps.submission import processing_problem
 from queues.zk import client
 from queues.zk import paths as zpaths
 from queues.zk.access import access_acquire, access_transition, access_unlock
@@ -66,6 +73,16 @@ class Next:
     error: bool = False
 
 
+class NotProcessable(Exception):
+    """This console's daemons cannot work on the item at all (e.g. a job written by Merritt's
+    ingest: no ``payload_url``, its payload on ingest's own disk). It is unlocked untouched, not
+    moved and not failed, and passed over until it changes."""
+
+
+NOT_PROCESSABLE = "not processable by this console's daemons"
+SKIP_MEMORY = 10_000  # items remembered as passed over, per daemon
+
+
 @dataclass(frozen=True)
 class Stay:
     """The item stays where it is (it waits for a resource); it is unlocked untouched."""
@@ -80,7 +97,9 @@ Step = Next | Stay
 class ItemResult:
     id: str
     step: str
-    outcome: str  # ok | held | failed (the step failed the item) | waiting | dropped
+    # ok | held | failed (the step failed the item) | waiting | dropped | skipped (not
+    # processable here: left untouched)
+    outcome: str
     duration: float
     detail: str = ""
 
@@ -140,6 +159,8 @@ class Daemon(ABC, Generic[T]):
         self.gate = gate or SessionGate()
         self.poll = poll
         self.last: ItemResult | None = None
+        # Items passed over as not processable: id -> their fingerprint when they were.
+        self.skipped: dict[str, object] = {}
 
     @classmethod
     def default_copies(cls) -> int:
@@ -183,6 +204,17 @@ class Daemon(ABC, Generic[T]):
         """A folder whose children changing means new work: the idle loop wakes on it."""
         return None
 
+    def unprocessable(self, item: T) -> str | None:
+        """Why this console cannot work on ``item`` at all (it is then left untouched), or None."""
+        return None
+
+    def fingerprint(self, item: T) -> object:
+        """What must change before an item passed over as not processable is looked at again."""
+        return item.status.version
+
+    def passed_over(self, ident: str, fingerprint: object) -> bool:
+        return ident in self.skipped and self.skipped[ident] == fingerprint
+
     # The loop -----------------------------------------------------------------------------
 
     def claiming_allowed(self) -> bool:
@@ -198,9 +230,16 @@ class Daemon(ABC, Generic[T]):
         item = self.claim()
         if item is None:
             return False
+        if self.passed_over(self.item_id(item), self.fingerprint(item)):
+            # Claimed again unchanged (a daemon with a claim of its own): give it back quietly.
+            self._unlock_quietly(item)
+            return False
         result = self.handle(item)
         self.last = result
-        log.info("%s", result.line())
+        if result.outcome == "skipped":
+            log.warning("%s", result.line())
+        else:
+            log.info("%s", result.line())
         return result.outcome not in ("waiting", "dropped")
 
     def run(self, stop: threading.Event) -> None:
@@ -243,12 +282,19 @@ class Daemon(ABC, Generic[T]):
         ident = self.item_id(item)
         released = False
         try:
+            reason = self.unprocessable(item)
+            if reason:
+                return self._skip(item, reason, started)
             try:
                 item = self.prepare(item)
             except (Conflict, InvalidTransition, NotFound) as exc:
                 return self._result(ident, "dropped", started, f"not started: {describe(exc)}")
+            except NotProcessable as exc:
+                return self._skip(item, describe(exc), started)
             try:
                 step = self.work(item)
+            except NotProcessable as exc:
+                return self._skip(item, describe(exc), started)
             except Exception as exc:
                 if is_connection_error(exc):
                     return self._result(ident, "dropped", started, f"ZooKeeper: {describe(exc)}")
@@ -281,6 +327,19 @@ class Daemon(ABC, Generic[T]):
                     # The lock is ephemeral: if it cannot be deleted now it goes with the session.
                     log.warning("%s %s: unlock failed: %s", ident, self.step, describe(exc))
 
+    def _skip(self, item: T, reason: str, started: float) -> ItemResult:
+        """Leave ``item`` as it is (``handle`` unlocks it) and pass it over until it changes."""
+        if len(self.skipped) >= SKIP_MEMORY:
+            self.skipped.clear()
+        self.skipped[self.item_id(item)] = self.fingerprint(item)
+        return self._result(self.item_id(item), "skipped", started, f"{NOT_PROCESSABLE}: {reason}")
+
+    def _unlock_quietly(self, item: T) -> None:
+        try:
+            self.unlock(item)
+        except Exception as exc:
+            log.warning("%s %s: unlock failed: %s", self.item_id(item), self.step, describe(exc))
+
     def failure(self, item: T, exc: Exception) -> Next:
         if isinstance(exc, StepFailed):
             log.debug("%s %s failed", self.item_id(item), self.step, exc_info=True)
@@ -306,7 +365,17 @@ class JobDaemon(Daemon[Job]):
     def claim(self) -> Job | None:
         if self._claimer is None:
             self._claimer = JobClaimer(self.zk, self.state)
-        return self._claimer.claim(self.accept)
+        return self._claimer.claim(self._accept)
+
+    def _accept(self, job: Job) -> bool:
+        return not self.passed_over(job.jid, self.fingerprint(job)) and self.accept(job)
+
+    def unprocessable(self, item: Job) -> str | None:
+        return processing_problem(item.configuration)
+
+    def fingerprint(self, item: Job) -> object:
+        config = json.dumps(item.configuration, sort_keys=True, default=str).encode()
+        return (item.status.version, hashlib.sha256(config).hexdigest())
 
     def wake_path(self) -> str | None:
         return zpaths.job_state_folder(self.state)
@@ -349,7 +418,14 @@ class BatchDaemon(Daemon[Batch]):
         return True
 
     def claim(self) -> Batch | None:
-        return batch_acquire(self.zk, self.state, accept=self.accept)
+        return batch_acquire(self.zk, self.state, accept=self._accept)
+
+    def _accept(self, bid: str) -> bool:
+        if bid in self.skipped:
+            stat = self.zk.exists(zpaths.batch_node(bid, "status"))
+            if stat is not None and self.skipped[bid] == stat.version:
+                return False
+        return self.accept(bid)
 
     def wake_path(self) -> str | None:
         # New batches appear as children of /batches; status moves are seen by the poll.

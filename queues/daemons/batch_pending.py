@@ -5,10 +5,16 @@ operator releases it). Otherwise the payload is read: a file, a container or an 
 is one object; the three batch manifests give one object per line. A corrupt manifest, or one of
 the wrong kind, fails the batch with a message naming the line.
 
-Each job's ``configuration`` is the batch submission's own keys (profile, submitter, mode, ...,
-with the batch's ``type`` kept as ``submission_type``) overlaid with the object's keys
-(ObjectSpec.to_configuration), plus ``batch_id``, ``batch_uuid``, ``batch_seq`` (1-based place in
-the batch) and ``working_dir`` (MRT_WORK_DIR/<bid>/<jid>).
+Each job's ``configuration`` is the batch submission's own keys (profile, submitter, batchID,
+submissionDate, update, ..., with the batch's type in the console's naming as
+``submission_type``) overlaid with the object's keys (ObjectSpec.to_configuration: Merritt's
+``type``, ``filename``, ``objectID``, ``digestType``/``digestValue``, ... beside the console's
+``payload_url``), plus ``queuePriority`` and, as Merritt's ingest writes them, ``jobID`` and
+``update`` (a boolean), and the console's ``batch_id``, ``batch_uuid``, ``batch_seq`` (1-based
+place in the batch) and ``working_dir`` (MRT_WORK_DIR/<bid>/<jid>).
+
+A batch written by Merritt's ingest (no ``payload_url``: the payload is on ingest's own disk)
+is left untouched for Merritt's own batch consumer.
 
 Job priority comes from the profile's priority (5 by default) and the batch size, so a single
 deposit overtakes a bulk load: 1 object -2, 2..10 objects +0, 11..100 +1, more +2 (clamped to
@@ -37,7 +43,12 @@ from queues.steps.checkm import ManifestError
 from queues.steps.fetch import DownloadError
 from queues.steps.notify import batch_queued, send
 from queues.steps.profiles import Profile, ProfileError, load_profile
-from queues.steps.submission import ObjectSpec, expand_submission
+from queues.steps.submission import (
+    ObjectSpec,
+    canonical_type,
+    expand_submission,
+    processing_problem,
+)
 from queues.zk.batches import batch_job_ids
 from queues.zk.daemon_support import job_configuration_update
 from queues.zk.jobs import job_create, jobs_load
@@ -58,7 +69,10 @@ OBJECT_KEYS = frozenset(
         "date",
         "localID",
         "primaryID",
+        "objectID",
         "digest",
+        "digestType",
+        "digestValue",
         "size",
     }
 )
@@ -86,6 +100,15 @@ def _text(submission: dict[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) and value.strip() else None
 
 
+def batch_type(batch: Batch) -> str:
+    """The batch's submission type in the console's naming (the submission may give Merritt's)."""
+    given = batch.submission.get("submission_type") or batch.type or "file"
+    try:
+        return canonical_type(str(given))
+    except ValueError as exc:
+        raise StepFailed(str(exc)) from exc
+
+
 def expand(batch: Batch) -> list[ObjectSpec]:
     sub = batch.submission
     digest = sub.get("digest") if isinstance(sub.get("digest"), dict) else {}
@@ -94,7 +117,7 @@ def expand(batch: Batch) -> list[ObjectSpec]:
         raise StepFailed("the submission has no payload_url")
     try:
         return expand_submission(
-            submission_type=batch.type or "file",
+            submission_type=batch_type(batch),
             payload_url=payload_url,
             fetch_text=fetch,
             filename=_text(sub, "filename"),
@@ -121,6 +144,9 @@ class BatchPending(BatchDaemon):
     # A held ingest queue does not stop this daemon: it parks new batches as Held instead.
     queue_hold: ClassVar[str | None] = None
 
+    def unprocessable(self, item: Batch) -> str | None:
+        return processing_problem(item.submission)
+
     def work(self, item: Batch) -> Step:
         if collection_held(self.zk, item.profile):
             return Next("Held", f"collection {item.profile} is held")
@@ -134,8 +160,9 @@ class BatchPending(BatchDaemon):
         priority = batch_priority(profile.priority, len(specs))
         existing = self.existing_jobs(item)
         base = {k: v for k, v in item.submission.items() if k not in OBJECT_KEYS}
-        base.pop("batchID", None)
-        base.update(submission_type=item.type or "file", batch_id=item.bid, batch_uuid=item.uuid)
+        base.update(submission_type=batch_type(item), batch_id=item.bid, batch_uuid=item.uuid)
+        base["update"] = base.get("update") is True
+        base["queuePriority"] = f"{priority:02d}"
         queued = []
         for seq, spec in enumerate(specs, start=1):
             jid = existing.get(seq) or self.create_job(item, base, spec, seq, priority).jid
@@ -198,5 +225,5 @@ class BatchPending(BatchDaemon):
         # The job ID is known only once the job exists, and its folder is named after it. A
         # crash before this write leaves the key out; jobwork.workdir() then uses the same path.
         folder = Path(settings.MRT_WORK_DIR).resolve() / batch.bid / job.jid
-        job_configuration_update(self.zk, job.jid, {"working_dir": str(folder)})
+        job_configuration_update(self.zk, job.jid, {"working_dir": str(folder), "jobID": job.jid})
         return job

@@ -23,11 +23,11 @@ from pathlib import Path
 from django.conf import settings
 
 from queues.daemons import clients
-from queues.daemons.base import StepFailed
+from queues.daemons.base import NotProcessable, StepFailed
 from queues.daemons.fetching import depositor_policy
 from queues.steps.checkm import ManifestError
 from queues.steps.fetch import fetch_bytes
-from queues.steps.submission import ObjectSpec, PayloadFile, payload_files
+from queues.steps.submission import ObjectSpec, PayloadFile, PayloadNotHere, payload_files
 from queues.zk.records import Job
 
 OBJECT_DIR = "object"
@@ -40,6 +40,9 @@ LARGE_JOB_PRIORITY = 10
 def job_spec(job: Job) -> ObjectSpec:
     try:
         return ObjectSpec.from_configuration(job.configuration)
+    except PayloadNotHere as exc:
+        # A job written by Merritt's ingest: left untouched for Merritt's consumers.
+        raise NotProcessable(str(exc)) from exc
     except (ValueError, TypeError) as exc:
         # Nothing an operator can resume: the job itself describes no usable object.
         raise StepFailed(f"unusable job configuration: {exc}", permanent=True) from exc

@@ -1,5 +1,5 @@
-"""Job Processing: settle the object's ARK, write its ERC and Dublin Core, build its storage
-manifest.
+"""Job Processing: settle the object's ARK, write the version's system files, build its storage
+manifest, and write the ``store`` and ``inventory`` nodes as Merritt's ingest does.
 
 The ARK, in order: one already in ``identifiers`` (given by the depositor, or minted by an
 earlier run of this step), else the one inventory has for the local id (a new version of that
@@ -7,30 +7,71 @@ object), else a new one minted on the profile's shoulder and written to ``identi
 so a re-run never mints twice. A given ARK that differs from the one the local id already has
 fails the job.
 
-The storage manifest lists every file of ``object/`` with its sha256 and size; its URL goes into
-the job's ``store`` node for Storing.
+The system files are those Merritt's ingest writes (``docs/merritt-ingest-formats.md``):
+``mrt-erc.txt``, ``mrt-dc.xml``, ``mrt-ingest.txt``, ``mrt-mom.txt``, ``mrt-owner.txt`` and
+``mrt-membership.txt`` (when the profile names an owner and collections), the depositor's
+manifest as ``mrt-submission-manifest.txt`` for an object manifest, and on an update the
+depositor's ``mrt-delete.txt``.
+
+The storage manifest lists every file of ``object/`` with its sha256 and size. Processing ends
+by writing, in one transaction, ``store`` = ``{"manifest_url", "mode": "add/<node>/<url-encoded
+ark>", "delete": ""}`` and ``inventory`` = ``{"manifest_url": "<storage>/manifest/<node>/<url-
+encoded ark>", "mode": ""}``: what Merritt's storage service (which claims Storing jobs) and
+inventory service (Recording) read, and what this console's own Storing and Recording read.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+from pathlib import Path
 from typing import Any, ClassVar
+
+from django.conf import settings
 
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Step, StepFailed
-from queues.daemons.jobwork import STORAGE_MANIFEST, job_spec, object_dir, work_relative, workdir
+from queues.daemons.jobwork import (
+    STORAGE_MANIFEST,
+    fetch,
+    job_spec,
+    object_dir,
+    work_relative,
+    workdir,
+)
+from queues.steps import merritt
 from queues.steps.erc import (
     PRODUCER_DIR,
     Erc,
+    dublin_core_elements,
     http_url_for,
     write_dublin_core,
     write_erc,
     write_storage_manifest,
 )
 from queues.steps.minting import MintError
-from queues.steps.profiles import ProfileError, load_profile
-from queues.steps.submission import ObjectSpec
-from queues.zk.jobs import job_set_json
+from queues.steps.objectfiles import (
+    IngestRecord,
+    VersionFiles,
+    move_delete_file,
+    write_submission_manifest,
+    write_version_files,
+)
+from queues.steps.profiles import Profile, ProfileError, load_profile
+from queues.steps.submission import ObjectSpec, filename_from_url
+from queues.zk.jobs import job_set_json, job_set_nodes
 from queues.zk.records import Job
+
+# The steps that made the version, as mrt-ingest.txt's "handlers" line names them.
+HANDLERS = tuple(
+    f"queues.daemons.{name}/not-available"
+    for name in (
+        "job_pending.JobPending",
+        "estimating.Estimating",
+        "provisioning.Provisioning",
+        "downloading.Downloading",
+        "processing.Processing",
+    )
+)
 
 
 def job_erc(job: Job, spec: ObjectSpec) -> Erc:
@@ -55,6 +96,7 @@ class Processing(JobDaemon):
     def settle_ark(self, job: Job, spec: ObjectSpec, local_id: str | None) -> str:
         ark = job.primary_id or (spec.primary_id or "")
         known = clients.ark_for_local_id(local_id) if local_id else None
+        self.retrieved_ark = known
         if ark and known and ark != known:
             raise StepFailed(f"ARK {ark} conflicts with {known}, which local id {local_id} has")
         if ark and ark == job.primary_id:
@@ -76,6 +118,8 @@ class Processing(JobDaemon):
         job_set_json(self.zk, job, "identifiers", identifiers)
         return ark
 
+    retrieved_ark: str | None = None
+
     def work(self, item: Job) -> Step:
         spec = job_spec(item)
         folder = workdir(item)
@@ -83,21 +127,112 @@ class Processing(JobDaemon):
         producer = target / PRODUCER_DIR
         if not producer.is_dir() or not any(p.is_file() for p in producer.rglob("*")):
             raise StepFailed(f"no downloaded files in {producer}; resume from Downloading")
+        try:
+            profile = load_profile(item.profile)
+        except ProfileError as exc:
+            raise StepFailed(str(exc)) from exc
+        try:
+            node = merritt.storage_node_number(profile.storage_node)
+        except ValueError as exc:
+            raise StepFailed(f"profile {profile.name}: {exc}") from exc
         local_id = (item.local_ids or [spec.local_id or ""])[0] or None
         erc = job_erc(item, spec)
+        self.retrieved_ark = None
         ark = self.settle_ark(item, spec, local_id)
+        config = item.configuration
+        update = config.get("update") is True
         write_erc(target, erc=erc, ark=ark, local_id=local_id)
-        write_dublin_core(target, erc=erc, ark=ark, local_id=local_id)
+        write_dublin_core(target, dublin_core_elements(config))
+        validity = None
+        if spec.payload_type == "object-manifest":
+            write_submission_manifest(target, fetch(spec.payload_url))
+            validity = "valid"
+        delete = move_delete_file(target) if update else ""
+        storage_url = storage_service_url(profile)
+        write_version_files(
+            target,
+            self.version_files(item, spec, profile, ark, local_id, erc, storage_url, validity),
+        )
         served = clients.work_url(work_relative(target))
         manifest = write_storage_manifest(
             target,
             folder / STORAGE_MANIFEST,
             url_for=http_url_for(served) if served else None,
         )
-        manifest_served = clients.work_url(work_relative(manifest))
-        store: dict[str, Any] = dict(item.store or {})
-        store.update(
-            manifest_url=manifest_served or manifest.resolve().as_uri(), mode="add", delete=False
+        manifest_url = clients.work_url(work_relative(manifest)) or manifest.resolve().as_uri()
+        store = merritt.store_node(
+            manifest_url=manifest_url, ark=ark, node=node, update=update, delete=delete
         )
-        job_set_json(self.zk, item, "store", store)
+        inventory = merritt.inventory_node(storage_url=storage_url, ark=ark, node=node)
+        kept = {k: v for k, v in (item.inventory or {}).items() if k not in ("version", "ark")}
+        job_set_nodes(
+            self.zk,
+            item,
+            {"store": {**(item.store or {}), **store}, "inventory": {**kept, **inventory}},
+        )
         return Next("Storing")
+
+    def version_files(
+        self,
+        item: Job,
+        spec: ObjectSpec,
+        profile: Profile,
+        ark: str,
+        local_id: str | None,
+        erc: Erc,
+        storage_url: str,
+        validity: str | None,
+    ) -> VersionFiles:
+        config = item.configuration
+        supplied = spec.primary_id
+        retrieved = self.retrieved_ark if not supplied and self.retrieved_ark == ark else None
+        assigned = ark if not supplied and not retrieved else None
+        submitted = config.get("submitted")
+        if not isinstance(submitted, str) or not submitted:
+            submitted = datetime.now().astimezone().isoformat(timespec="seconds")
+        note = config.get("note")
+        record = IngestRecord(
+            submission_date=submitted,
+            batch=str(config.get("batchID") or config.get("batch_uuid") or item.bid),
+            job=str(config.get("jobID") or item.jid),
+            filename=spec.filename or filename_from_url(spec.payload_url),
+            package_type=merritt.merritt_type(spec.payload_type),
+            profile=profile.name,
+            collections=profile.all_collections,
+            storage_service=storage_url,
+            storage_node=str(profile.storage_node),
+            notification=profile.contacts,
+            supplied_identifier=supplied,
+            digest_type=spec.digest_alg,
+            digest_value=spec.digest_value,
+            creator=erc.who,
+            title=erc.what,
+            date=erc.when,
+            local_identifier=local_id,
+            note=note if isinstance(note, str) else None,
+            user_agent=item.submitter or None,
+            manifest_validity=validity,
+            assigned_identifier=assigned,
+            retrieved_identifier=retrieved,
+            handlers=HANDLERS,
+        )
+        return VersionFiles(
+            ingest=record,
+            primary_identifier=ark,
+            local_identifier=local_id,
+            owner=profile.owner,
+            collections=profile.all_collections,
+            object_type=profile.object_type,
+            object_role=profile.object_role,
+            aggregate=profile.aggregate,
+        )
+
+
+def storage_service_url(profile: Profile) -> str:
+    """The storage service a version goes to: the profile's (a Merritt profile names it), else
+    MRT_STORAGE_URL, else local storage's folder as a file URL."""
+    return (
+        profile.storage_service
+        or settings.MRT_STORAGE_URL
+        or Path(settings.MRT_STORAGE_ROOT).resolve().as_uri()
+    ).rstrip("/")

@@ -1,5 +1,9 @@
 """Job Recording: record the stored version in inventory (Merritt's service or local tables).
 
+It reads the ``inventory`` node as Merritt's inventory service does (``manifest_url``); the
+version number, which only this console's Storing adds, is needed by the local inventory
+alone: Merritt's inventory service reads it from the manifest.
+
 Recording the same version twice changes nothing (both inventories key it by ARK and number),
 so a re-run is harmless; the per-object lock ``/locks/inventory/<ark'>`` keeps two jobs of one
 object from recording at once.
@@ -8,6 +12,8 @@ object from recording at once.
 from __future__ import annotations
 
 from typing import ClassVar
+
+from django.conf import settings
 
 from queues.daemons import clients
 from queues.daemons.base import Next, Stay, Step, StepFailed
@@ -33,6 +39,8 @@ class Recording(ObjectLockDaemon):
         manifest_url = inventory.get("manifest_url")
         version = inventory.get("version")
         ark = item.primary_id
+        if not isinstance(version, int) and settings.MRT_INVENTORY_URL:
+            version = 0  # unknown here; Merritt's inventory reads it from the manifest
         if not ark or not isinstance(manifest_url, str) or not isinstance(version, int):
             raise StepFailed("no stored version to record yet; resume from Storing")
         spec = job_spec(item)
@@ -51,4 +59,4 @@ class Recording(ObjectLockDaemon):
             raise StepFailed(str(exc)) from exc
         finally:
             lock_release(self.zk, lock)
-        return Next("Notify", f"recorded {ark} version {version}")
+        return Next("Notify", f"recorded {ark}" + (f" version {version}" if version else ""))

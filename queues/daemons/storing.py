@@ -1,9 +1,14 @@
 """Job Storing: hand the storage manifest to storage, which adds a version of the object.
 
+It reads the ``store`` node as Merritt's storage service does (that service claims Storing
+jobs itself when this console runs beside Merritt): ``manifest_url``, ``mode`` split on ``/``
+into the action, the integer storage node and the URL-encoded ARK, and ``delete`` (a string).
+
 The per-object lock ``/locks/storage/<ark'>`` (ephemeral) keeps two jobs of the same object from
 storing at once; a job whose object is locked waits in Storing. LocalStorage returns the latest
 version instead of adding one when the content is the same, so a re-run stores nothing twice.
-The version's manifest URL and number go into the job's ``inventory`` node for Recording.
+The version's manifest URL and number go into the job's ``inventory`` node for Recording (its
+``mode`` is left as Processing wrote it).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any, ClassVar
 
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
+from queues.steps.merritt import parse_store_mode
 from queues.steps.profiles import ProfileError, load_profile
 from queues.steps.storage import StorageError
 from queues.zk import paths as zpaths
@@ -45,10 +51,24 @@ class Storing(ObjectLockDaemon):
         return zpaths.storage_lock(ark)
 
     def work(self, item: Job) -> Step:
-        ark = item.primary_id
-        manifest_url = (item.store or {}).get("manifest_url")
-        if not ark or not isinstance(manifest_url, str) or not manifest_url:
+        store = item.store or {}
+        manifest_url = store.get("manifest_url")
+        if not item.primary_id or not isinstance(manifest_url, str) or not manifest_url:
             raise StepFailed("no ARK or storage manifest yet; resume from Processing")
+        try:
+            mode = parse_store_mode(store.get("mode"))
+        except ValueError as exc:
+            raise StepFailed(f"{exc}; resume from Processing") from exc
+        ark = mode.ark
+        if ark != item.primary_id:
+            raise StepFailed(f"the store node names {ark}, the job {item.primary_id}")
+        delete = store.get("delete", "")
+        if not isinstance(delete, str):
+            raise StepFailed("the store node's delete is not a string; resume from Processing")
+        if mode.action == "update":
+            # An update adds only the files sent and deletes those listed: Merritt's storage
+            # service does that; the clients here store whole versions.
+            raise StepFailed("an update version needs Merritt's storage service (MRT_OWN_STEPS)")
         try:
             profile = load_profile(item.profile)
         except ProfileError:
@@ -63,8 +83,7 @@ class Storing(ObjectLockDaemon):
         finally:
             lock_release(self.zk, lock)
         inventory: dict[str, Any] = dict(item.inventory or {})
-        inventory.update(
-            manifest_url=stored.manifest_url, mode="add", ark=stored.ark, version=stored.version
-        )
+        inventory.setdefault("mode", "")
+        inventory.update(manifest_url=stored.manifest_url, ark=stored.ark, version=stored.version)
         job_set_json(self.zk, item, "inventory", inventory)
         return Next("Recording", f"stored {ark} version {stored.version}")

@@ -5,6 +5,12 @@ An object folder prepared for storage looks like::
     <object_dir>/producer/...          the depositor's files
     <object_dir>/system/mrt-erc.txt    written by write_erc
     <object_dir>/system/mrt-dc.xml     written by write_dublin_core
+    <object_dir>/system/mrt-*.txt      the other version files (queues.steps.objectfiles)
+
+Both files are written as Merritt's ingest writes them (docs/merritt-ingest-formats.md): the ERC
+is ANVL opening with ``erc: `` (a space after the colon, an empty value), the Dublin Core a
+``DublinCore`` root element declaring the ``dc`` namespace, holding the submission's ``DC*``
+values.
 """
 
 from __future__ import annotations
@@ -17,9 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
-
-# ElementTree only writes here; nothing parses untrusted XML with it.
-from xml.etree import ElementTree as ET
 
 from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
 
@@ -48,8 +51,9 @@ def _anvl_value(value: str | None) -> str:
 
 
 def erc_text(*, erc: Erc, ark: str | None, local_id: str | None) -> str:
+    # "erc" is written like every other ANVL key, "key: value", with an empty value.
     lines = [
-        "erc:",
+        "erc: ",
         f"who: {_anvl_value(erc.who)}",
         f"what: {_anvl_value(erc.what)}",
         f"when: {_anvl_value(erc.when)}",
@@ -59,22 +63,61 @@ def erc_text(*, erc: Erc, ark: str | None, local_id: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def dublin_core_xml(*, erc: Erc, ark: str | None, local_id: str | None) -> str:
-    ET.register_namespace("dc", DC_NS)
-    root = ET.Element(f"{{{DC_NS}}}dc")
-    for tag, value in (
-        ("creator", erc.who),
-        ("title", erc.what),
-        ("date", erc.when),
-        ("identifier", ark),
-        ("identifier", local_id),
-    ):
-        text = _XML_ILLEGAL.sub("", value or "").strip()
-        if text:
-            ET.SubElement(root, f"{{{DC_NS}}}{tag}").text = text
-    ET.indent(root)
-    body = ET.tostring(root, encoding="unicode")
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n"
+# Merritt's Dublin Core elements, in the order its ingest adds a submission's ``DC*`` values
+# (``DCrights`` is accepted in a submission but not written by it), and the ones split on ";".
+DC_ELEMENTS = (
+    "contributor",
+    "coverage",
+    "creator",
+    "date",
+    "description",
+    "format",
+    "identifier",
+    "language",
+    "publisher",
+    "relation",
+    "source",
+    "subject",
+    "title",
+    "type",
+)
+DC_REPEATABLE = frozenset({"creator", "subject", "relation", "identifier"})
+XSI_NS = "http://www.w3.org/2001/XMLSchema-instance"
+
+
+def dublin_core_elements(configuration: dict[str, object]) -> list[tuple[str, str]]:
+    """The (element, value) pairs of a job's ``DC*`` configuration keys (``DCtitle`` ...), in
+    Merritt's order; a repeatable element's value is split on ";" into several elements."""
+    pairs: list[tuple[str, str]] = []
+    for name in DC_ELEMENTS:
+        value = configuration.get(f"DC{name}")
+        if not isinstance(value, str) or not value.strip():
+            continue
+        parts = value.split(";") if name in DC_REPEATABLE else [value]
+        pairs.extend((name, part.strip()) for part in parts if part.strip())
+    return pairs
+
+
+def _xml_text(value: str) -> str:
+    text = _XML_ILLEGAL.sub("", value)
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def dublin_core_xml(elements: list[tuple[str, str]] | None = None) -> str:
+    """``mrt-dc.xml`` as Merritt's ingest writes it: one line, a ``DublinCore`` root declaring
+    the ``xsi`` and ``dc`` namespaces, a ``dc:<name>`` child per element (none is fine)."""
+    head = (
+        '<?xml version="1.0" encoding="UTF-8" standalone="no"?>'
+        f'<DublinCore xmlns:xsi="{XSI_NS}" xmlns:dc="{DC_NS}"'
+    )
+    children = [
+        f"<dc:{name}>{_xml_text(value)}</dc:{name}>"
+        for name, value in elements or []
+        if name in DC_ELEMENTS
+    ]
+    if not children:
+        return head + "/>"
+    return head + ">" + "".join(children) + "</DublinCore>"
 
 
 def write_atomic(path: Path, text: str) -> Path:
@@ -93,9 +136,8 @@ def write_erc(object_dir: Path, *, erc: Erc, ark: str | None, local_id: str | No
     return write_atomic(object_dir / SYSTEM_DIR / ERC_FILE, text)
 
 
-def write_dublin_core(object_dir: Path, *, erc: Erc, ark: str | None, local_id: str | None) -> Path:
-    text = dublin_core_xml(erc=erc, ark=ark, local_id=local_id)
-    return write_atomic(object_dir / SYSTEM_DIR / DC_FILE, text)
+def write_dublin_core(object_dir: Path, elements: list[tuple[str, str]] | None = None) -> Path:
+    return write_atomic(object_dir / SYSTEM_DIR / DC_FILE, dublin_core_xml(elements))
 
 
 def file_sha256(path: Path) -> str:

@@ -12,7 +12,31 @@ A profile file ``<name>.json``::
       "queued_mail": true,                      mail the depositor and contacts the list of
                                                 jobs once a batch is queued (default false)
       "description": "..."                      shown on the console (optional)
+      "owner": "ark:/13030/j2..."               owner ARK, written to mrt-owner.txt (optional)
     }
+
+Merritt's own profiles are read too: ANVL text files ``<name>.txt`` (or ``<name>`` without an
+extension), read as Java properties the way Merritt's ingest reads them (``ProfileUtil``)::
+
+    ProfileID: merritt_demo_content
+    ProfileDescription: Demo collection
+    Identifier-scheme: ARK
+    Identifier-namespace: 99999
+    Collection.1: ark:/13030/m5demo01            collection (the first one is "the" collection)
+    Type: MRT-curatorial                          object type and role, for mrt-mom.txt
+    Role: MRT-content
+    Aggregate:
+    Owner: ark:/13030/j2owner                     owner ARK, for mrt-owner.txt
+    Notification.1: curator@example.org           contacts
+    StorageService: http://store.example.org:35121
+    StorageNode: 9501
+    ObjectMinterURL: https://ezid.cdlib.org/shoulder/ark:/99999/fk4   the shoulder is its end
+    CallbackURL: https://example.org/callback     (optional)
+    NotificationFormat: xml                       (optional)
+    Priority: 5                                   (optional, 0..99)
+    Handler.1: org.cdlib.mrt.ingest.handlers...   (and other keys: read, not used here)
+
+A JSON profile wins over a text one of the same name.
 """
 
 from __future__ import annotations
@@ -22,7 +46,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -49,6 +73,20 @@ class Profile:
     callback_url: str | None = None
     description: str = ""
     queued_mail: bool = False
+    # Merritt's profile keys (an ANVL profile has them; a JSON one may have an owner).
+    owner: str | None = None
+    collections: tuple[str, ...] = ()
+    storage_service: str | None = None
+    minter_url: str | None = None
+    notification_format: str | None = None
+    object_type: str | None = None
+    object_role: str | None = None
+    aggregate: str | None = None
+    source: str = "json"  # "json" | "anvl"
+
+    @property
+    def all_collections(self) -> tuple[str, ...]:
+        return self.collections or (self.collection,)
 
 
 def profiles_dir() -> Path:
@@ -68,29 +106,188 @@ def validate_name(name: str) -> str:
     return name
 
 
-def load_profile(name: str, *, directory: Path | None = None) -> Profile:
-    validate_name(name)
-    path = (directory or profiles_dir()) / f"{name}.json"
+def _read(path: Path, name: str) -> str | None:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ProfileNotFound(f"no profile named {name!r}") from None
+        return None
+    except IsADirectoryError:
+        return None
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError(f"profile {name!r} unreadable: {exc}") from None
+
+
+def load_profile(name: str, *, directory: Path | None = None) -> Profile:
+    """The profile ``name``: ``<name>.json``, else Merritt's ``<name>.txt`` or ``<name>``."""
+    validate_name(name)
+    folder = directory or profiles_dir()
+    text = _read(folder / f"{name}.json", name)
+    if text is not None:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ProfileError(f"profile {name!r} is not valid JSON: {exc}") from None
+        return _from_json(name, data)
+    for candidate in (folder / f"{name}.txt", folder / name):
+        text = _read(candidate, name)
+        if text is not None:
+            return _from_anvl(name, parse_properties(text))
+    raise ProfileNotFound(f"no profile named {name!r}")
+
+
+def _is_anvl_profile(path: Path) -> bool:
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ProfileError(f"profile {name!r} is not valid JSON: {exc}") from None
-    return _from_json(name, data)
+        return "ProfileID" in parse_properties(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def all_profiles(*, directory: Path | None = None) -> list[Profile]:
-    """Every profile in the folder, by name; a malformed file raises ProfileError."""
+    """Every profile in the folder, by name; a malformed file raises ProfileError.
+
+    Text files count only when they say ``ProfileID`` (the folder may hold other text)."""
     folder = directory or profiles_dir()
     if not folder.is_dir():
         return []
-    names = sorted(p.stem for p in folder.glob("*.json") if NAME.match(p.stem))
-    return [load_profile(name, directory=folder) for name in names]
+    names = {p.stem for p in folder.glob("*.json") if NAME.match(p.stem)}
+    names |= {p.stem for p in folder.glob("*.txt") if NAME.match(p.stem) and _is_anvl_profile(p)}
+    return [load_profile(name, directory=folder) for name in sorted(names)]
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    out = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[i + 2 : i + 6]):
+                out.append(chr(int(text[i + 2 : i + 6], 16)))
+                i += 6
+                continue
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Key/value pairs of a Java properties text, as ``java.util.Properties.load`` reads them:
+    ``#``/``!`` comments, ``key: value``, ``key=value`` or ``key value``, a trailing backslash
+    continues a line, backslash escapes. A repeated key keeps its last value."""
+    result: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _continues(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip(" \t\f")
+            i += 1
+        if _continues(line):
+            line = line[:-1]
+        key_end = 0
+        while key_end < len(line):
+            char = line[key_end]
+            if char == "\\":
+                key_end += 2
+                continue
+            if char in ":= \t\f":
+                break
+            key_end += 1
+        key, rest = line[:key_end], line[key_end:]
+        rest = rest.lstrip(" \t\f")
+        if rest[:1] in (":", "="):
+            rest = rest[1:].lstrip(" \t\f")
+        result[_unescape(key)] = _unescape(rest)
+    return result
+
+
+def _continues(line: str) -> bool:
+    trailing = len(line) - len(line.rstrip("\\"))
+    return trailing % 2 == 1
+
+
+_SHOULDER_IN_URL = re.compile(r"(ark:/[0-9]+/[0-9a-z]*)/?$")
+
+
+def _numbered(props: dict[str, str], prefix: str) -> list[str]:
+    found = []
+    for key, value in props.items():
+        if key.startswith(prefix) and value.strip():
+            suffix = key[len(prefix) :]
+            found.append((int(suffix) if suffix.isdigit() else 10**9, key, value.strip()))
+    return [value for _n, _k, value in sorted(found)]
+
+
+def _from_anvl(name: str, props: dict[str, str]) -> Profile:
+    """A Merritt ANVL profile as a Profile; ProfileError for what the console cannot use."""
+
+    def fail(problem: str) -> ProfileError:
+        return ProfileError(f"profile {name!r}: {problem}")
+
+    def text(key: str) -> str | None:
+        value = props.get(key, "").strip()
+        return value or None
+
+    collections = tuple(_numbered(props, "Collection."))
+    if not collections:
+        raise fail("no Collection.N line")
+    for collection in collections:
+        if not collection.startswith("ark:/"):
+            raise fail(f"collection must be an ARK, got {collection!r}")
+    minter_url = text("ObjectMinterURL")
+    match = _SHOULDER_IN_URL.search(unquote(urlsplit(minter_url or "").path))
+    if not match:
+        raise fail(f"ObjectMinterURL must end in an ARK shoulder, got {minter_url!r}")
+    contacts = tuple(_numbered(props, "Notification."))
+    bad = [c for c in contacts if not EMAIL.match(c)]
+    if bad:
+        raise fail(f"Notification must be e-mail addresses, got {bad[0]!r}")
+    node = text("StorageNode")
+    if node is None or not node.isdigit():
+        raise fail(f"StorageNode must be a node number, got {node!r}")
+    priority_text = text("Priority")
+    priority = DEFAULT_PRIORITY
+    if priority_text is not None:
+        if not priority_text.isdigit() or not 0 <= int(priority_text) <= 99:
+            raise fail(f"Priority must be a whole number 0..99, got {priority_text!r}")
+        priority = int(priority_text)
+    callback = text("CallbackURL")
+    if callback is not None and urlsplit(callback).scheme not in ("http", "https"):
+        raise fail(f"CallbackURL must be an http(s) URL, got {callback!r}")
+    storage = text("StorageService")
+    if storage is not None and urlsplit(storage).scheme not in ("http", "https"):
+        raise fail(f"StorageService must be an http(s) URL, got {storage!r}")
+    owner = text("Owner")
+    if owner is not None and not owner.startswith("ark:/"):
+        raise fail(f"Owner must be an ARK, got {owner!r}")
+    return Profile(
+        name=name,
+        collection=collections[0],
+        ark_shoulder=match.group(1),
+        contacts=contacts,
+        storage_node=node,
+        priority=priority,
+        callback_url=callback,
+        description=text("ProfileDescription") or "",
+        owner=owner,
+        collections=collections,
+        storage_service=storage,
+        minter_url=minter_url,
+        notification_format=text("NotificationFormat"),
+        object_type=text("Type"),
+        object_role=text("Role"),
+        aggregate=text("Aggregate"),
+        source="anvl",
+    )
 
 
 def _from_json(name: str, data: Any) -> Profile:
@@ -130,7 +327,11 @@ def _from_json(name: str, data: Any) -> Profile:
     queued_mail = data.get("queued_mail", False)
     if not isinstance(queued_mail, bool):
         raise fail(f"queued_mail must be true or false, got {queued_mail!r}")
+    owner = data.get("owner") or None
+    if owner is not None and (not isinstance(owner, str) or not owner.startswith("ark:/")):
+        raise fail(f"owner must be an ARK, got {owner!r}")
     return Profile(
+        owner=owner,
         name=name,
         collection=collection,
         ark_shoulder=shoulder,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
+from queues.steps import merritt
 from queues.steps.checkm import (
     BATCH_MANIFEST,
     CONTAINER_BATCH_MANIFEST,
@@ -33,6 +34,19 @@ BATCH_TYPES: dict[str, tuple[str, PayloadType]] = {
     "batch-manifest": (BATCH_MANIFEST, "object-manifest"),
 }
 SUBMISSION_TYPES: tuple[str, ...] = (*PAYLOAD_TYPES, *BATCH_TYPES)
+# Merritt ingest's names for the same types (``manifest`` for an object manifest, ...), accepted
+# wherever a type is given.
+TYPE_ALIASES: dict[str, str] = dict(merritt.TYPE_ALIASES)
+MERRITT_TYPE_NAMES: tuple[str, ...] = tuple(
+    name for ours, name in merritt.MERRITT_TYPES.items() if name != ours
+)
+canonical_type = merritt.canonical_type
+
+
+class PayloadNotHere(ValueError):
+    """A job whose payload this console cannot reach: written by Merritt's ingest, which keeps
+    the payload on its own disk and writes no ``payload_url``."""
+
 
 FetchText = Callable[[str], str | bytes]
 
@@ -56,25 +70,33 @@ class ObjectSpec:
     def to_configuration(self) -> dict[str, Any]:
         """The keys this spec contributes to a job's ``configuration`` JSON node.
 
-        Stable key names (Merritt's spelling where it has one)::
+        Merritt's ingest keys (its readers need them) and the console's own beside them::
 
-            payload_url  str               the payload (file, container or object manifest)
-            type         str               "file" | "container" | "object-manifest"
+            type         str               Merritt's name: "file" | "container" | "manifest"
             filename     str               path of a single file inside the object
-            primaryID    str               ARK requested by the depositor
+            objectID     str               ARK requested by the depositor (Merritt's key)
             localID      str               depositor's local identifier
             creator      str               ERC who
             title        str               ERC what
             date         str               ERC when
-            digest       {"alg", "value"}  depositor's digest of the payload
-            size         int               depositor's size of the payload in bytes
+            digestType   str               depositor's digest of the payload (Merritt's keys)
+            digestValue  str
+            size         str               depositor's size of the payload in bytes (a string,
+                                           as Merritt's ingest writes it)
+            payload_url  str               the console's: where the payload is
+            primaryID    str               the console's spelling of objectID
+            digest       {"alg", "value"}  the console's spelling of digestType/digestValue
 
         Empty values are left out so that merging into an existing node never blanks a key that
         another writer (e.g. the batch's own submission) already filled.
         """
-        config: dict[str, Any] = {"payload_url": self.payload_url, "type": self.payload_type}
+        config: dict[str, Any] = {
+            "payload_url": self.payload_url,
+            "type": merritt.merritt_type(self.payload_type),
+        }
         for key, value in (
             ("filename", self.filename),
+            ("objectID", self.primary_id),
             ("primaryID", self.primary_id),
             ("localID", self.local_id),
             ("creator", self.creator),
@@ -84,40 +106,127 @@ class ObjectSpec:
             if value:
                 config[key] = value
         if self.digest_alg and self.digest_value:
+            config["digestType"] = self.digest_alg
+            config["digestValue"] = self.digest_value
             config["digest"] = {"alg": self.digest_alg, "value": self.digest_value}
         if self.size is not None:
-            config["size"] = self.size
+            config["size"] = str(self.size)
         return config
 
     @classmethod
     def from_configuration(cls, config: Mapping[str, Any]) -> ObjectSpec:
-        """Read a spec back from a job configuration, also one written by Merritt's Java ingest.
+        """Read a spec back from a job configuration, the console's or Merritt's.
 
-        Java writes ``payload_type`` with underscores (``object_manifest``) and may put the ERC
-        under ``erc_*`` keys; both are accepted so that its jobs can be worked on here.
+        Merritt's keys are read as well as the console's: ``type`` in either naming
+        (``manifest`` or ``object-manifest``; ``payload_type`` as the mrt-zk library's own
+        helper writes it), ``objectID``, ``digestType``/``digestValue``, ``size`` as text.
+        A configuration without ``payload_url`` raises :class:`PayloadNotHere`: Merritt's
+        ingest keeps the payload on its own disk, out of this console's reach.
         """
         raw_type = str(config.get("type") or config.get("payload_type") or "file")
-        payload_type = raw_type.replace("_", "-")
+        try:
+            payload_type = canonical_type(raw_type)
+        except ValueError:
+            payload_type = raw_type
         if payload_type not in PAYLOAD_TYPES:
             raise ValueError(f"job configuration has unknown payload type {raw_type!r}")
         payload_url = config.get("payload_url")
         if not payload_url:
-            raise ValueError("job configuration has no payload_url")
-        digest = config.get("digest") or {}
+            raise PayloadNotHere(payload_elsewhere_reason(config))
+        digest = config.get("digest")
+        alg = value = None
+        if isinstance(digest, Mapping):
+            alg, value = _text(digest.get("alg")), _text(digest.get("value"))
+        if not (alg and value):
+            alg = _digest_name(config.get("digestType"))
+            value = _text(config.get("digestValue"))
         size = config.get("size")
         return cls(
             payload_url=str(payload_url),
             payload_type=payload_type,  # type: ignore[arg-type]
             filename=str(config.get("filename") or ""),
-            primary_id=_text(config.get("primaryID") or config.get("primary_id")),
+            primary_id=_text(
+                config.get("primaryID") or config.get("objectID") or config.get("primary_id")
+            ),
             local_id=_text(config.get("localID") or config.get("local_id")),
             creator=_text(config.get("creator") or config.get("erc_who")),
             title=_text(config.get("title") or config.get("erc_what")),
             date=_text(config.get("date") or config.get("erc_when")),
-            digest_alg=_text(digest.get("alg")) if isinstance(digest, Mapping) else None,
-            digest_value=_text(digest.get("value")) if isinstance(digest, Mapping) else None,
-            size=int(size) if size not in (None, "") else None,
+            digest_alg=alg if value else None,
+            digest_value=value if alg else None,
+            size=int(str(size).strip()) if size not in (None, "") else None,
         )
+
+
+def payload_elsewhere_reason(config: Mapping[str, Any]) -> str:
+    """Why a job configuration (or batch submission) without ``payload_url`` cannot be worked on
+    here, in words."""
+    batch, job = config.get("batchID"), config.get("jobID")
+    where = None
+    if isinstance(batch, str) and batch:
+        where = f"queue/{batch}"
+        if isinstance(job, str) and job:
+            where += f"/{job}/producer"
+    if where:
+        return (
+            "written by Merritt's ingest: no payload_url, the payload is on ingest's own disk "
+            f"({where})"
+        )
+    return "no payload_url: the payload is not where this console can reach it"
+
+
+def processing_problem(config: Mapping[str, Any]) -> str | None:
+    """Why this console's daemons cannot work on a job with this configuration, or None.
+
+    Only a payload out of reach counts (a job written by Merritt's ingest): such a job is left
+    untouched for Merritt's own consumers. Anything else wrong with a configuration is the
+    job's own failure, reported by the step that meets it.
+    """
+    if not isinstance(config, Mapping):
+        return None
+    payload_url = config.get("payload_url")
+    if isinstance(payload_url, str) and payload_url:
+        return None
+    return payload_elsewhere_reason(config)
+
+
+def merritt_submission_keys(submission: Mapping[str, Any]) -> dict[str, Any]:
+    """Merritt ingest's keys for a batch ``submission`` written with the console's keys.
+
+    Merritt's ingest writes ``type`` with its own name (``manifest``, ``batchManifest``, ...),
+    ``objectID``, ``digestType``/``digestValue``, ``filename``, ``update`` (a boolean its readers
+    require), ``notificationFormat`` and ``submissionDate``; ``batchID``, ``profile``,
+    ``submitter``, ``title``, ``creator``, ``date``, ``localID`` share the console's names. The
+    console's own type name stays as ``submission_type``. Values already present (``update``
+    from an update request, a ``submissionDate``) are kept.
+    """
+    ours = canonical_type(
+        str(submission.get("submission_type") or submission.get("type") or "file")
+    )
+    keys: dict[str, Any] = {
+        "type": merritt.merritt_type(ours),
+        "submission_type": ours,
+        "update": submission.get("update") is True,
+        "submissionDate": submission.get("submissionDate") or merritt.java_date_text(),
+        "notificationFormat": submission.get("notificationFormat") or "xml",
+    }
+    primary = _text(submission.get("primaryID") or submission.get("objectID"))
+    if primary:
+        keys["objectID"] = primary
+    digest = submission.get("digest")
+    if isinstance(digest, Mapping) and _text(digest.get("alg")) and _text(digest.get("value")):
+        keys["digestType"] = str(digest["alg"])
+        keys["digestValue"] = str(digest["value"])
+    payload_url = submission.get("payload_url")
+    if not _text(submission.get("filename")) and isinstance(payload_url, str) and payload_url:
+        keys["filename"] = filename_from_url(payload_url)
+    return keys
+
+
+def _digest_name(value: object) -> str | None:
+    """A digest algorithm as the console names it: ``SHA-256`` (Java's name) -> ``sha256``."""
+    text = _text(value)
+    return text.lower().replace("-", "") if text else None
 
 
 @dataclass(frozen=True)
@@ -175,8 +284,9 @@ def expand_submission(
     the row alone: the submission's own title etc. describe the batch, not its objects.
     ``fetch_text`` returns bytes or text; given bytes, UTF-8 errors are reported with a line.
     Raises ManifestError for a corrupt manifest, a kind that differs from the declared type,
-    or an empty batch; ValueError for an unknown type.
+    or an empty batch; ValueError for an unknown type. Merritt's type names are accepted.
     """
+    submission_type = canonical_type(submission_type)
     if submission_type in PAYLOAD_TYPES:
         alg, value = _check_digest(digest_alg, digest_value)
         name = filename or filename_from_url(payload_url)

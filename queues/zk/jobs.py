@@ -401,6 +401,23 @@ def job_set_json(zk: KazooClient, job: Job, name: str, value: dict[str, Any]) ->
     return replace(job, **{name: value})
 
 
+def job_set_nodes(zk: KazooClient, job: Job, values: dict[str, dict[str, Any]]) -> Job:
+    """Write several optional JSON nodes in one transaction (Processing's ``store`` and
+    ``inventory``, which Merritt's storage and inventory services read): both or neither."""
+    if not set(values) <= set(OPTIONAL_JSON_NODES):
+        raise ValueError(f"only {', '.join(OPTIONAL_JSON_NODES)} may be written this way")
+    found = exists_many(zk, [paths.job_node(job.jid, name) for name in values])
+    txn = zk.transaction()
+    for name, value in values.items():
+        path = paths.job_node(job.jid, name)
+        if found[path] is None:
+            txn.create(path, encode_json(value))
+        else:
+            txn.set_data(path, encode_json(value))
+    commit(txn, what=f"write {', '.join(values)} of {job.jid}")
+    return replace(job, **values)
+
+
 def job_remove(zk: KazooClient, job: Job, *, check_state: bool = True) -> None:
     """Delete every node of a job and both its index entries in one transaction.
 

@@ -51,7 +51,10 @@ def test_submitbatch_creates_a_pending_batch_and_prints_its_id(zk: KazooClient) 
     assert submission["profile"] == "ucb_lib_test"
     assert submission["submitter"] == "dpr/Ada Lovelace"
     assert submission["payload_url"] == "https://example.org/manifest.checkm"
-    assert submission["type"] == "batch-manifest"
+    # Merritt ingest's type name (its readers need it); the console's beside it.
+    assert submission["type"] == "batchManifest"
+    assert submission["submission_type"] == "batch-manifest"
+    assert submission["update"] is False
     assert submission["title"] == "Notes"
     assert zk.get(f"/batch-uuids/{submission['batchID']}")[0] == bid.encode()
 

@@ -67,7 +67,9 @@ def test_container_and_object_manifest_are_one_job(zk, files: FileServer, kind: 
     bid = _submit(url, kind)
     daemon(zk, "batch-pending").run_once()
     [job] = _jobs(zk, bid)
-    assert job.configuration["type"] == kind
+    # Merritt ingest's name for the type; the console's stays as submission_type.
+    assert job.configuration["type"] == {"object-manifest": "manifest"}.get(kind, kind)
+    assert job.configuration["submission_type"] == kind
 
 
 def test_manifest_of_manifests_gives_one_job_per_line_with_row_metadata(
@@ -88,7 +90,7 @@ def test_manifest_of_manifests_gives_one_job_per_line_with_row_metadata(
     daemon(zk, "batch-pending").run_once()
     jobs = _jobs(zk, bid)
     assert [j.configuration["batch_seq"] for j in jobs] == [1, 2, 3]
-    assert {j.configuration["type"] for j in jobs} == {"object-manifest"}
+    assert {j.configuration["type"] for j in jobs} == {"manifest"}
     assert [j.metadata["erc_what"] for j in jobs] == ["Object 0", "Object 1", "Object 2"]
     assert jobs[2].identifiers["primary_id"] == "ark:/99999/fk4given"
     assert {j.priority for j in jobs} == {5}

@@ -46,12 +46,21 @@ def test_mints_an_ark_and_writes_erc_dc_and_storage_manifest(zk) -> None:
     assert f"where: {ark}" in erc
     assert "who: Ann" in erc
     assert "where: loc-9" in erc
-    assert "<dc:title>Title</dc:title>" in (object_dir(done) / "system" / "mrt-dc.xml").read_text()
+    # Dublin Core holds the submission's DC* values (none here), as Merritt's ingest writes it.
+    assert "<DublinCore " in (object_dir(done) / "system" / "mrt-dc.xml").read_text()
     manifest = parse_checkm(fetch_bytes(done.store["manifest_url"]))
     names = sorted(r.filename for r in manifest.rows)
-    assert names == ["producer/a.txt", "system/mrt-dc.xml", "system/mrt-erc.txt"]
+    assert names == [
+        "producer/a.txt",
+        "system/mrt-dc.xml",
+        "system/mrt-erc.txt",
+        "system/mrt-ingest.txt",
+        "system/mrt-membership.txt",
+        "system/mrt-mom.txt",
+    ]
     assert all(r.hash_alg == "sha256" and len(r.hash_value) == 64 for r in manifest.rows)
-    assert done.store["mode"] == "add"
+    assert done.store["mode"] == f"add/9501/{ark.replace(':', '%3A').replace('/', '%2F')}"
+    assert done.store["delete"] == ""
 
 
 def test_a_rerun_reuses_the_ark_instead_of_minting_again(zk) -> None:

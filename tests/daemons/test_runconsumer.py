@@ -26,7 +26,7 @@ def test_once_handles_one_item_and_exits_zero(zk, files: FileServer) -> None:
 
 
 def test_once_exits_one_when_the_item_failed(zk) -> None:
-    make_job(zk, {"type": "file"})  # no payload_url: a configuration no step can use
+    make_job(zk, {"payload_url": "http://x/a", "type": "folder"})  # no step can use it
     with pytest.raises(SystemExit) as exc:
         call_command("runconsumer", "pending", "--once")
     assert exc.value.code == 1

@@ -64,7 +64,7 @@ def run_in_thread(consumer: JobDaemon) -> tuple[threading.Thread, threading.Even
 
 
 def test_a_busy_consumer_lists_its_folder_once_not_for_every_job(zk, other_zk, monkeypatch):
-    made = [make_job(zk, {}, state="Estimating").jid for _ in range(30)]
+    made = [make_job(zk, {"payload_url": "http://h/a"}, state="Estimating").jid for _ in range(30)]
     folder = zk.chroot + paths.job_state_folder("Estimating")
     listings = []
     real = zk.get_children_async
@@ -95,7 +95,7 @@ def test_an_idle_consumer_wakes_for_a_job_that_arrives(zk):
     thread, stop = run_in_thread(consumer)
     try:
         time.sleep(0.5)  # idle, with its watch set
-        job = make_job(zk, {}, state="Estimating")
+        job = make_job(zk, {"payload_url": "http://h/a"}, state="Estimating")
         wait_for(lambda: jobs.job_load(zk, job.jid).state == "Provisioning", timeout=30)
     finally:
         stop.set()

@@ -58,7 +58,7 @@ def test_container_submission_goes_from_url_to_inventory_and_archive(
     ark = LocalMinter(lambda shoulder: 1).mint("ark:/99999/fk4")
     erc = Erc(spec.creator, spec.title, spec.date)
     write_erc(work / "object", erc=erc, ark=ark, local_id=spec.local_id)
-    write_dublin_core(work / "object", erc=erc, ark=ark, local_id=spec.local_id)
+    write_dublin_core(work / "object")
     manifest = write_storage_manifest(work / "object", work / "storage-manifest.txt")
     storage = LocalStorage(tmp_path / "store")
     stored = storage.store(ark=ark, manifest_url=manifest.as_uri())

@@ -1,7 +1,9 @@
 """``manage.py runconsumer NAME [--once] [--poll SECONDS] [--threads N]``: host consumer daemons.
 
 NAME is one daemon (``batch-pending``, ``pending``, ``estimating``, ..., ``access-large``) or
-``all``: every daemon in one process, each in its own thread(s), sharing one ZooKeeper client.
+``all``: every daemon this deployment serves (MRT_DEPLOYMENT, MRT_OWN_STEPS; see
+``queues.daemons.registry``) in one process, each in its own thread(s), sharing one ZooKeeper
+client. A daemon the deployment leaves to Merritt's services is refused, with the reason.
 Any number of copies may run, on one host or many; the items' ephemeral locks keep them from
 working on one item at the same time.
 
@@ -12,6 +14,7 @@ the process exits 0; a second signal exits at once (the item is picked up again 
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -20,7 +23,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from queues.daemons.base import describe
-from queues.daemons.registry import NAMES
+from queues.daemons.registry import (
+    ALL,
+    NAMES,
+    DeploymentError,
+    daemon_classes,
+    deployment_mode,
+    deployment_problems,
+)
 from queues.daemons.runner import Host
 from queues.zk import close
 from queues.zk.errors import is_connection_error
@@ -90,6 +100,7 @@ class Command(BaseCommand):
         exiting then would leave the work to whatever restarts the process. ``--once`` is for
         scripts, which want the failure at once. None when stopped before a connection.
         """
+        self._check_deployment(options["name"])
         delay = 1.0
         while True:
             try:
@@ -107,6 +118,22 @@ class Command(BaseCommand):
             if stop.wait(delay):
                 return None
             delay = min(delay * 2, 30.0)
+
+    def _check_deployment(self, name: str) -> None:
+        """Refuse a daemon this deployment does not serve (MRT_DEPLOYMENT, MRT_OWN_STEPS), or
+        settings under which the served ones cannot work beside Merritt, with the reason."""
+        try:
+            classes = daemon_classes(name)
+            problems = deployment_problems()
+        except DeploymentError as exc:
+            raise CommandError(str(exc)) from exc
+        if problems:
+            raise CommandError("; ".join(problems))
+        if name == ALL:
+            served = ", ".join(cls.name for cls in classes) or "none"
+            logging.getLogger("queues.daemons").info(
+                "deployment %s: serving %s", deployment_mode(), served
+            )
 
     def _install_signals(self, stop: threading.Event) -> None:
         def on_signal(signum: int, _frame: object) -> None:

@@ -1,0 +1,148 @@
+"""What this console writes and reads the way Merritt's own services do.
+
+Each fact here was read in Merritt's public source; ``docs/merritt-ingest-formats.md`` names the
+repository, file and method of each one.
+
+* Submission type names: Merritt's ingest calls its package types ``file``, ``container``,
+  ``manifest``, ``batchManifestFile``, ``batchManifestContainer`` and ``batchManifest``; the
+  console (and Merritt's inventory) use ``object-manifest`` and the hyphenated batch names.
+  Both are accepted wherever a type is given; :func:`canonical_type` gives the console's name,
+  :func:`merritt_type` Merritt's.
+* The ``store`` and ``inventory`` job nodes that Processing writes for Merritt's storage and
+  inventory services (:func:`store_node`, :func:`inventory_node`), and how Merritt's storage
+  consumer reads ``store.mode`` back (:func:`parse_store_mode`).
+* URL-encoding the way Java's ``URLEncoder`` does it (:func:`java_urlencode`), and the date text
+  of ``submissionDate`` (:func:`java_date_text`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import quote_plus, unquote_plus
+
+# The console's name -> Merritt ingest's package type name.
+MERRITT_TYPES: dict[str, str] = {
+    "file": "file",
+    "container": "container",
+    "object-manifest": "manifest",
+    "single-file-batch-manifest": "batchManifestFile",
+    "container-batch-manifest": "batchManifestContainer",
+    "batch-manifest": "batchManifest",
+}
+# Every other accepted spelling -> the console's name. ``object_manifest`` is how earlier
+# configurations spelled it.
+TYPE_ALIASES: dict[str, str] = {
+    **{merritt: ours for ours, merritt in MERRITT_TYPES.items() if merritt != ours},
+    "object_manifest": "object-manifest",
+}
+
+STORE_ACTIONS = ("add", "update")
+
+
+def canonical_type(name: str) -> str:
+    """The console's name for a submission type given in either spelling; ValueError if none."""
+    text = (name or "").strip()
+    if text in MERRITT_TYPES:
+        return text
+    if text in TYPE_ALIASES:
+        return TYPE_ALIASES[text]
+    raise ValueError(f"unknown submission type {name!r}")
+
+
+def merritt_type(name: str) -> str:
+    """Merritt ingest's package type name for a type given in either spelling."""
+    return MERRITT_TYPES[canonical_type(name)]
+
+
+def java_urlencode(text: str) -> str:
+    """``text`` encoded as Java's ``URLEncoder.encode(text, "utf-8")`` does it.
+
+    Java leaves letters, digits and ``.-*_`` alone and writes a space as ``+``; everything else,
+    ``~`` included, is percent-encoded. ``ark:/13030/m5abc`` -> ``ark%3A%2F13030%2Fm5abc``.
+    """
+    return quote_plus(text, safe="*").replace("~", "%7E")
+
+
+def java_urldecode(text: str) -> str:
+    """The inverse, as Java's ``URLDecoder.decode(text, "utf-8")``: ``+`` is a space."""
+    return unquote_plus(text)
+
+
+def java_date_text(moment: datetime | None = None) -> str:
+    """A date as ``java.util.Date#toString()`` writes it: ``Sat Nov 21 10:02:03 PST 2026``.
+
+    Merritt's ingest puts a ``java.util.Date`` into the batch submission's ``submissionDate``,
+    and org.json writes such a value with its ``toString()``.
+    """
+    moment = (moment or datetime.now()).astimezone()
+    zone = moment.strftime("%Z") or moment.strftime("%z")
+    return moment.strftime(f"%a %b %d %H:%M:%S {zone} %Y")
+
+
+def store_mode(ark: str, node: int | str, *, update: bool = False) -> str:
+    """``store.mode`` as Merritt's ingest writes it: ``add/<node>/<url-encoded ark>``."""
+    action = "update" if update else "add"
+    return f"{action}/{storage_node_number(node)}/{java_urlencode(ark)}"
+
+
+def store_node(
+    *, manifest_url: str, ark: str, node: int | str, update: bool = False, delete: str = ""
+) -> dict[str, str]:
+    """The ``store`` node: ``{"manifest_url", "mode", "delete"}``, every value a string."""
+    return {
+        "manifest_url": manifest_url,
+        "mode": store_mode(ark, node, update=update),
+        "delete": delete,
+    }
+
+
+def inventory_manifest_url(storage_url: str, ark: str, node: int | str) -> str:
+    """Where storage serves an object's manifest: ``<storage>/manifest/<node>/<encoded ark>``."""
+    return f"{storage_url.rstrip('/')}/manifest/{storage_node_number(node)}/{java_urlencode(ark)}"
+
+
+def inventory_node(*, storage_url: str, ark: str, node: int | str) -> dict[str, str]:
+    """The ``inventory`` node: ``{"manifest_url": <the object's storage manifest>, "mode": ""}``."""
+    return {"manifest_url": inventory_manifest_url(storage_url, ark, node), "mode": ""}
+
+
+def storage_node_number(node: int | str) -> int:
+    """A storage node as the integer Merritt's storage consumer parses; ValueError otherwise."""
+    if isinstance(node, bool):
+        raise ValueError(f"storage node {node!r} is not a number")
+    try:
+        number = int(str(node).strip())
+    except ValueError:
+        raise ValueError(f"storage node {node!r} is not a number") from None
+    if number < 0:
+        raise ValueError(f"storage node {node!r} is not a number")
+    return number
+
+
+@dataclass(frozen=True)
+class StoreMode:
+    action: str  # "add" | "update"
+    node: int
+    ark: str
+
+
+def parse_store_mode(mode: object) -> StoreMode:
+    """Read ``store.mode`` as Merritt's storage consumer does: split on ``/`` into an action, an
+    integer node and a URL-decoded ARK. ValueError for anything it would refuse."""
+    if not isinstance(mode, str):
+        raise ValueError(f"store mode must be a string, got {mode!r}")
+    parts = mode.split("/")
+    if len(parts) != 3:
+        raise ValueError(f"store mode {mode!r} is not <action>/<node>/<ark>")
+    action, node, ark = parts
+    if action not in STORE_ACTIONS:
+        raise ValueError(f"store mode {mode!r}: action {action!r} is not add or update")
+    try:
+        number = int(node)
+    except ValueError:
+        raise ValueError(f"store mode {mode!r}: node {node!r} is not a number") from None
+    decoded = java_urldecode(ark)
+    if not decoded:
+        raise ValueError(f"store mode {mode!r} names no object")
+    return StoreMode(action, number, decoded)
