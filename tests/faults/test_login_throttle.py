@@ -52,7 +52,7 @@ def test_the_right_password_is_refused_after_too_many_wrong_ones(make_user: Call
     assert not is_logged_in(other)
 
 
-def test_failures_and_the_lockout_are_in_the_audit_log(make_user: Callable) -> None:
+def test_failures_and_the_lockout_are_in_the_audit_log(make_user: Callable, viewer: Client) -> None:
     make_user("viewer", "ada")
     client = Client()
     for _ in range(LIMIT):
@@ -62,6 +62,9 @@ def test_failures_and_the_lockout_are_in_the_audit_log(make_user: Callable) -> N
     assert not any(entry.ok for entry in failed)
     assert "127.0.0.1" in failed.first().detail
     assert AuditEntry.objects.filter(action="login-locked-out", item_id="ada").exists()
+    page = viewer.get("/audit/", {"kind": "login"})
+    assert page.status_code == 200
+    assert b"login-failed" in page.content and b"login-locked-out" in page.content
 
 
 def test_a_few_typos_do_not_lock_anyone_out(make_user: Callable) -> None:
