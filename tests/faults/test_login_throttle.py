@@ -177,3 +177,41 @@ def test_under_daphne_lockout_holds_and_tokens_and_sso_still_work(
         status, page = open_(browser_session(), sso)
         assert status == 200
         assert f">{USER}</a>" in page
+
+
+def _settings_with(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    code = (
+        "import django, json; django.setup(); from django.conf import settings as s; "
+        "print(json.dumps([s.AXES_LOCKOUT_PARAMETERS, s.AXES_FAILURE_LIMIT, "
+        "s.AXES_COOLOFF_TIME.total_seconds()]))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "DJANGO_SETTINGS_MODULE": "mrtadmin.settings",
+            "DJANGO_SECRET_KEY": "x" * 50,
+            **env,
+        },
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_the_lockout_is_configured_from_the_environment(tmp_path: Path) -> None:
+    var = {"MRT_VAR_DIR": str(tmp_path)}
+    default = _settings_with(var)
+    assert default.stdout.strip().splitlines()[-1] == '[["username", "ip_address"], 5, 900.0]'
+    behind_proxy = _settings_with(
+        {
+            **var,
+            "MRT_LOGIN_LOCKOUT_BY": "username",
+            "MRT_LOGIN_FAILURE_LIMIT": "10",
+            "MRT_LOGIN_COOLOFF_MINUTES": "60",
+        }
+    )
+    assert behind_proxy.stdout.strip().splitlines()[-1] == '[["username"], 10, 3600.0]'
+    wrong = _settings_with({**var, "MRT_LOGIN_LOCKOUT_BY": "cookie"})
+    assert wrong.returncode != 0
+    assert "MRT_LOGIN_LOCKOUT_BY" in wrong.stderr
