@@ -221,7 +221,8 @@ def batch_transition(
         commit(txn, what=what)
 
     try:
-        create_marker = new_state != "Pending" and zk.exists(marker) is None
+        # A marker seen when the batch was read is never removed: no need to look again.
+        create_marker = new_state != "Pending" and not batch.started and zk.exists(marker) is None
         try:
             attempt(create_marker)
         except StaleVersion:
