@@ -8,7 +8,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from queues import selectors
-from queues.services import SUBMISSION_TYPES, check_payload_url
+from queues.services import SUBMISSION_TYPES, check_filename, check_payload_url
 from queues.states import ACCESS, BATCH, JOB
 from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidID
@@ -187,6 +187,14 @@ class SubmitForm(forms.Form):
         value = self.cleaned_data["payload_url"].strip()
         try:
             check_payload_url(value)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from exc
+        return value
+
+    def clean_filename(self) -> str:
+        value = self.cleaned_data["filename"]
+        try:
+            check_filename(value)
         except ValueError as exc:
             raise ValidationError(str(exc)) from exc
         return value

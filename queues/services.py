@@ -17,8 +17,12 @@ from typing import Any
 
 from queues import states
 from queues.daemons.clients import payload_roots
+from queues.daemons.fetching import depositor_policy
 from queues.steps import submission as submission_steps
+from queues.steps.checkm import filename_problem
 from queues.steps.fetch import DownloadError, local_path
+from queues.steps.netpolicy import FetchRefused
+from queues.steps.submission import filename_from_url
 from queues.zk import client
 from queues.zk import paths as zpaths
 from queues.zk.access import (
@@ -90,6 +94,18 @@ def check_payload_url(url: str) -> None:
             raise ValueError(f"payload URL refused: {exc.reason}") from None
     elif not url.startswith(("http://", "https://")):
         raise ValueError("the payload URL must start with http://, https:// or file://")
+    else:
+        try:
+            depositor_policy().check_url(url)
+        except FetchRefused as exc:
+            raise ValueError(f"payload URL refused: {exc.reason}") from None
+
+
+def check_filename(filename: str) -> None:
+    """ValueError unless ``filename`` may name a file inside an object (the daemons' rule)."""
+    problem = filename_problem(filename) if filename else None
+    if problem:
+        raise ValueError(f"file name {filename!r} {problem}")
 
 
 @dataclass(frozen=True)
@@ -231,6 +247,8 @@ def batch_submit(
     if not submitter.strip():
         raise ValueError("submitter is required")
     check_payload_url(payload_url)
+    # The name the daemons will give the file: the depositor's, or the URL's last part.
+    check_filename(filename or filename_from_url(payload_url))
     submission: dict[str, Any] = {
         "profile": profile,
         "submitter": submitter.strip(),

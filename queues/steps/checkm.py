@@ -7,6 +7,7 @@ Failed, and the only help the depositor gets is the message, so every error name
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import PurePosixPath
@@ -260,12 +261,26 @@ def _check_filename(name: str, number: int) -> None:
         raise ManifestError(f"file name {name!r} {problem}", line=number)
 
 
+# Characters that reorder how a name is shown (U+202E makes "gpj.exe" read as "exe.jpg").
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+
+
 def filename_problem(name: str) -> str | None:
-    """Why ``name`` cannot be a path inside an object, or None when it can."""
+    """Why ``name`` cannot be a path inside an object, or None when it can.
+
+    The one rule for file names, applied at every door (the console's form, the API,
+    ``submitbatch``), to manifest rows and to container members alike.
+    """
     if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
         return "is absolute"
     if "\x00" in name:
         return "contains a NUL character"
+    if any(unicodedata.category(c) == "Cc" for c in name):
+        return "contains a control character (such as a line break or a tab)"
+    if any(c in BIDI_CONTROLS for c in name):
+        return "contains a bidirectional-text control character"
     # Backslashes count as separators so a Windows-style "..\\x" cannot climb out either.
     if ".." in PurePosixPath(name.replace("\\", "/")).parts:
         return "contains '..'"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -149,12 +150,22 @@ def file_sha256(path: Path) -> str:
 
 
 def object_files(object_dir: Path) -> list[str]:
-    """Every regular file under ``object_dir`` as a sorted posix path relative to it."""
+    """Every regular file under ``object_dir`` as a sorted posix path relative to it.
+
+    Links are never followed: a link anywhere in the object (which no container can put there
+    any more, but a folder can be written by anything) raises ValueError, so nothing outside
+    the object is ever hashed into a storage manifest.
+    """
     found = []
-    for dirpath, _dirnames, filenames in os.walk(object_dir):
+    for dirpath, dirnames, filenames in os.walk(object_dir):
+        for name in (*dirnames, *filenames):
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                rel = path.relative_to(object_dir).as_posix()
+                raise ValueError(f"the object holds a link, {rel}: links are not stored")
         for name in filenames:
             path = Path(dirpath) / name
-            if path.is_file():
+            if stat.S_ISREG(path.lstat().st_mode):
                 found.append(path.relative_to(object_dir).as_posix())
     return sorted(found)
 

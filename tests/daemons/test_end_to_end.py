@@ -44,6 +44,8 @@ class Consumers:
             MRT_VAR_DIR=str(var),
             MRT_DATABASE_PATH=str(self.db),
             MRT_DOWNLOAD_RETRIES="1",
+            # The depositors here are loopback servers.
+            MRT_FETCH_ALLOW="127.0.0.0/8",
             # Provisioning must not hold the jobs back on a build machine whose disk is fuller
             # than the default mark; throttling itself is tested in test_provisioning.
             MRT_PROVISION_HIGH_WATER="0.99",

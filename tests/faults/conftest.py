@@ -7,6 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+# The daemons' loopback file server, and each test its own work and storage folders, for the
+# hostile-depositor tests.
+from daemons.conftest import daemon_dirs, files  # noqa: F401
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.test import Client

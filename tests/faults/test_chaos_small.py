@@ -1,5 +1,5 @@
 """A short chaos run: consumers killed with SIGKILL and ZooKeeper restarted while 30 jobs go
-through every daemon; the run's own verdict must find nothing."""
+through every daemon beside five hostile depositors; the run's own verdict must find nothing."""
 
 from __future__ import annotations
 
@@ -47,3 +47,6 @@ def test_thirty_jobs_survive_kills_and_a_zookeeper_restart(tmp_path: Path) -> No
     assert result.returncode == 0, output[-4000:]
     assert "VERDICT: OK" in output
     assert "SIGKILL" in output
+    # Hostile depositors ran among the good jobs (chaosrun's default) and each failed for its
+    # own reason: the verdict checks each of them, and the refused address was never asked.
+    assert "hostile depositors: 5 failed for their reasons, the refused address asked 0" in output

@@ -11,7 +11,12 @@ Completed or Failed (or ``--timeout`` passes) the consumers are stopped and the 
   manifest line became exactly one job;
 - no lock is left (item locks, per-object storage/inventory locks);
 - every batch has exactly one status report that lists exactly its jobs, and exactly one
-  summary mail went out for it.
+  summary mail went out for it;
+- with hostile depositors (the default; ``--no-hostile`` leaves them out): two more batches
+  whose objects are a zip bomb, a symbolic-link chain in a zip and in a tar, a server that
+  trickles, and a URL at an address the fetch policy refuses. Every good job must be Completed,
+  every hostile one Failed with its reason, the refused address never asked, and nothing left
+  in the working folders or storage that is a link or reads as a host file.
 
 Everything runs in a scratch folder (ZooKeeper data, working folders, storage, mail, SQLite); by
 default a ZooKeeper of its own on a free port, or a fresh chroot of ``ZK_HOSTS`` (which cannot
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import logging
 import os
 import random
@@ -34,10 +40,11 @@ import tempfile
 import threading
 import time
 import uuid
+import zipfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +52,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from queues.states import JOB
-from queues.steps.checkm import SINGLE_FILE_BATCH_MANIFEST, ManifestRow, write_checkm
+from queues.steps.checkm import (
+    CONTAINER_BATCH_MANIFEST,
+    SINGLE_FILE_BATCH_MANIFEST,
+    ManifestRow,
+    write_checkm,
+)
 from queues.zk import connect
 from queues.zk.server import LocalZooKeeper, free_port
 
@@ -58,6 +70,84 @@ MANAGE = Path(settings.BASE_DIR) / "manage.py"
 class QuietHandler(SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+# Hostile depositors: local ID -> (what is served, the words its failure must contain).
+HOSTILE_FAILURES = {
+    "hostile-bomb": "the compression-ratio limit",
+    "hostile-chain-zip": "links are not accepted in containers",
+    "hostile-chain-tar": "links are not accepted in containers",
+    "hostile-trickle": "below the minimum of",
+    "hostile-ssrf": "a loopback address, which is not fetched for depositors",
+}
+# The consumers' fetch policy in a chaos run: the good server's address only, and a trickle
+# found out within seconds rather than a minute.
+CHAOS_FETCH_ENV = {
+    "MRT_FETCH_ALLOW": "127.0.0.1/32",
+    "MRT_DOWNLOAD_MIN_RATE": "1024",
+    "MRT_DOWNLOAD_RATE_WINDOW": "5",
+}
+
+
+class HostileRoutes(QuietHandler):
+    """The good file server, plus /trickle (one byte every second, never finishing)."""
+
+    stop = threading.Event()
+
+    def do_GET(self) -> None:
+        if not self.path.startswith("/trickle"):
+            super().do_GET()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", "1000000")
+        self.end_headers()
+        with contextlib.suppress(OSError):
+            while not self.stop.wait(1.0):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+
+
+class Sentinel(BaseHTTPRequestHandler):
+    """Stands where a depositor must never make us go (127.0.0.2); counts who came anyway."""
+
+    hits = 0
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        type(self).hits += 1
+        self.send_response(200)
+        self.send_header("Content-Length", "7")
+        self.end_headers()
+        self.wfile.write(b"private")
+
+    do_HEAD = do_GET
+
+
+def _zip(entries: dict[str, bytes], links: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, data in entries.items():
+            zf.writestr(name, data)
+        for name, target in links.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = 0o120777 << 16
+            zf.writestr(info, target)
+    return buffer.getvalue()
+
+
+def _link_tar(links: dict[str, str]) -> bytes:
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tf:
+        for name, target in links.items():
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            info.linkname = target
+            tf.addfile(info)
+    return buffer.getvalue()
 
 
 @dataclass
@@ -101,6 +191,12 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait at most")
         parser.add_argument("--seed", type=int, default=None)
         parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+        parser.add_argument(
+            "--no-hostile",
+            dest="hostile",
+            action="store_false",
+            help="leave out the hostile depositors (zip bomb, link chains, trickle, SSRF URL)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         jobs: int = options["jobs"]
@@ -196,22 +292,35 @@ class Command(BaseCommand):
             check=True,
         )
         payload = scratch / "payload"
-        http = ThreadingHTTPServer(("127.0.0.1", 0), partial(QuietHandler, directory=str(payload)))
+        HostileRoutes.stop.clear()
+        http = ThreadingHTTPServer(("127.0.0.1", 0), partial(HostileRoutes, directory=str(payload)))
+        http.daemon_threads = True
         threading.Thread(target=http.serve_forever, daemon=True).start()
         base_url = f"http://127.0.0.1:{http.server_address[1]}"
+        Sentinel.hits = 0
+        sentinel = ThreadingHTTPServer(("127.0.0.2", 0), Sentinel)
+        sentinel.daemon_threads = True
+        threading.Thread(target=sentinel.serve_forever, daemon=True).start()
+        sentinel_url = f"http://127.0.0.2:{sentinel.server_address[1]}"
         zk = connect(hosts, timeout=30)
         consumers = [
             Consumer(n, scratch / f"consumer-{n}.log") for n in range(options["consumers"])
         ]
         try:
             expected = self.submit(zk, payload, base_url, jobs=jobs, batches=batches)
+            if options["hostile"]:
+                expected.update(self.submit_hostile(zk, payload, base_url, sentinel_url))
             for consumer in consumers:
                 self.start(consumer, env)
             self.chaos(zk, server, consumers, env, expected, tally, rng, options)
             for consumer in consumers:
                 self.stop(consumer)
             self.judge(zk, var, expected, tally, lock_wait=settings_timeout(env) * 3 + 5)
+            if options["hostile"]:
+                self.judge_hostile(zk, var, tally)
         finally:
+            HostileRoutes.stop.set()
+            sentinel.shutdown()
             for consumer in consumers:
                 if consumer.proc is not None and consumer.proc.poll() is None:
                     consumer.proc.kill()
@@ -245,6 +354,7 @@ class Command(BaseCommand):
                 "ZK_TIMEOUT": env.get("CHAOS_ZK_TIMEOUT", "4"),
                 "PYTHONUNBUFFERED": "1",
                 "LOG_LEVEL": "WARNING",
+                **CHAOS_FETCH_ENV,
             }
         )
         return env
@@ -297,6 +407,99 @@ class Command(BaseCommand):
             expected[batch.bid] = {row.local_id for row in rows}
         self.say(f"submitted {len(expected)} batches, {number} manifest lines")
         return expected
+
+    def submit_hostile(
+        self, zk: Any, payload: Path, base_url: str, sentinel_url: str
+    ) -> dict[str, set[str]]:
+        """Two batches of hostile objects among the good ones; returns bid -> local IDs."""
+        from queues.zk.batches import batch_create
+
+        chain = {"l1": "l2/l2/l2/../../../../../../../etc/passwd", "l2": "."}
+        (payload / "hostile").mkdir()
+        served = {
+            "bomb.zip": _zip({"zeros.bin": b"\0" * (50 * 1024 * 1024)}, {}),
+            "chain.zip": _zip({}, chain),
+            "chain.tgz": _link_tar(chain),
+        }
+        for name, data in served.items():
+            (payload / "hostile" / name).write_bytes(data)
+        batches = {
+            CONTAINER_BATCH_MANIFEST: [
+                ("hostile-bomb", f"{base_url}/hostile/bomb.zip"),
+                ("hostile-chain-zip", f"{base_url}/hostile/chain.zip"),
+                ("hostile-chain-tar", f"{base_url}/hostile/chain.tgz"),
+            ],
+            SINGLE_FILE_BATCH_MANIFEST: [
+                ("hostile-trickle", f"{base_url}/trickle"),
+                ("hostile-ssrf", f"{sentinel_url}/django-admin/"),
+            ],
+        }
+        expected: dict[str, set[str]] = {}
+        for kind, rows in batches.items():
+            name = f"hostile/{kind}.checkm"
+            manifest = [
+                ManifestRow(url=url, filename=lid, local_id=lid, title=lid) for lid, url in rows
+            ]
+            (payload / name).write_text(write_checkm(manifest, kind=kind))
+            batch_type = (
+                "container-batch-manifest"
+                if kind == CONTAINER_BATCH_MANIFEST
+                else "single-file-batch-manifest"
+            )
+            batch = batch_create(
+                zk,
+                submission={
+                    "profile": PROFILE,
+                    "submitter": "chaos@example.org",
+                    "payload_url": f"{base_url}/{name}",
+                    "type": batch_type,
+                    "title": f"Hostile depositors ({kind})",
+                    "submission_mode": "add",
+                },
+            )
+            expected[batch.bid] = {lid for lid, _url in rows}
+        self.say(f"submitted {len(expected)} hostile batches, {len(HOSTILE_FAILURES)} objects")
+        return expected
+
+    def judge_hostile(self, zk: Any, var: Path, tally: Tally) -> None:
+        """Good jobs Completed, hostile ones Failed for their reason, nothing escaped."""
+        from queues.zk import paths
+        from queues.zk.jobs import jobs_load
+        from queues.zk.nodes import children
+        from queues.zk.records import Job
+
+        jids = sorted(j for j in children(zk, paths.JOBS) if paths.JID_RE.fullmatch(j))
+        seen: set[str] = set()
+        for start in range(0, len(jids), 500):
+            for job in jobs_load(zk, jids[start : start + 500]):
+                if not isinstance(job, Job):
+                    continue
+                lid = str(job.configuration.get("localID") or (job.local_ids or [""])[0])
+                reason = HOSTILE_FAILURES.get(lid)
+                if reason is None:
+                    if job.state != "Completed":
+                        tally.fail(f"good job {job.jid} ({lid}) ended {job.state}")
+                    continue
+                seen.add(lid)
+                if job.state != "Failed" or reason not in job.status.message:
+                    tally.fail(
+                        f"hostile job {job.jid} ({lid}) ended {job.state}: "
+                        f"{job.status.message[:200]!r}, expected a failure with {reason!r}"
+                    )
+        for lid in sorted(set(HOSTILE_FAILURES) - seen):
+            tally.fail(f"hostile object {lid} made no job")
+        if Sentinel.hits:
+            tally.fail(f"the refused address was asked {Sentinel.hits} time(s)")
+        for folder in (var / "work", var / "storage"):
+            for path in folder.rglob("*") if folder.is_dir() else ():
+                if path.is_symlink():
+                    tally.fail(f"a link was left in {path}")
+                elif path.is_file() and b"root:x:0:0" in path.read_bytes()[:65536]:
+                    tally.fail(f"a host file was copied into {path}")
+        self.say(
+            f"hostile depositors: {len(seen)} failed for their reasons, the refused address "
+            f"asked {Sentinel.hits} times"
+        )
 
     def start(self, consumer: Consumer, env: dict[str, str]) -> None:
         log = consumer.log.open("ab")
