@@ -101,3 +101,76 @@ def test_nothing_downloaded_fails_with_advice(zk) -> None:
     failed = job_load(zk, job.jid)
     assert failed.state == "Failed"
     assert "Downloading" in failed.status.message
+
+
+def test_version_files_as_merritt_ingest_writes_them_with_a_merritt_profile(
+    zk, files, profiles
+) -> None:
+    from tests.steps.test_profiles import MERRITT_PROFILE
+
+    (profiles / "ucb_lib_letters.txt").write_text(MERRITT_PROFILE)
+    manifest_text = "#%checkm_0.7\n" + files.url + "/a.txt | md5 | \n#%eof\n"
+    manifest_url = files.put("o.checkm", manifest_text)
+    job = make_job(
+        zk,
+        {
+            "profile": "ucb_lib_letters",
+            "payload_url": manifest_url,
+            "type": "manifest",  # Merritt's name for an object manifest
+            "filename": "o.checkm",
+            "title": "Letters",
+            "localID": "letters-001",
+            "batchID": "bid-1234",
+            "jobID": "jid0000000099",
+            "submitted": "2026-11-21T10:02:03-08:00",
+            "DCtitle": "Letters; of Ada",
+            "DCsubject": "letters;mathematics",
+        },
+        state="Processing",
+        identifiers={"primary_id": "", "local_id": ["letters-001"]},
+    )
+    producer = object_dir(job) / "producer"
+    producer.mkdir(parents=True)
+    (producer / "a.txt").write_text("content")
+    assert Processing(zk=zk).run_once()
+    done = job_load(zk, job.jid)
+    assert done.state == "Storing", done.status.message
+    ark = done.primary_id
+    assert ark.startswith("ark:/13030/m5")  # the shoulder ends ObjectMinterURL
+    system = object_dir(done) / "system"
+    ingest = (system / "mrt-ingest.txt").read_text()
+    for line in (
+        "submissionDate:\t2026-11-21T10:02:03-08:00",
+        "batch:\tbid-1234",
+        "job:\tjid0000000099",
+        "file:\to.checkm",
+        "type:\tmanifest",
+        "profile:\tucb_lib_letters",
+        "collection:\tark:/13030/m5letters; ark:/13030/m5ucblib",
+        "storageService:\thttp://store.example.org:35121",
+        "storageNode:\t9501",
+        "notification:\tcurator@example.org;archivist@example.org",
+        "suppliedIdentifier:\t(:unas)",
+        "title:\tLetters",
+        "localIdentifier:\tletters-001",
+        "manifestValidity:\tvalid",
+        f"assignedIdentifier:\t{ark}",
+        "retrievedIdentifier:\t(:unas)",
+    ):
+        assert line in ingest.splitlines(), line
+    assert (system / "mrt-mom.txt").read_text() == (
+        f"primaryIdentifier:\t{ark}\ntype:\tMRT-curatorial\nrole:\tMRT-content\n"
+        "localIdentifier:\tletters-001\n"
+    )
+    assert (system / "mrt-owner.txt").read_text() == "ark:/13030/j2ucblib"
+    assert (system / "mrt-membership.txt").read_text() == (
+        "ark:/13030/m5letters\nark:/13030/m5ucblib\n"
+    )
+    assert (system / "mrt-submission-manifest.txt").read_text() == manifest_text
+    assert (system / "mrt-erc.txt").read_text().startswith("erc: \nwho: (:unas)\nwhat: Letters\n")
+    dc = (system / "mrt-dc.xml").read_text()
+    assert "<dc:title>Letters; of Ada</dc:title>" in dc
+    assert "<dc:subject>letters</dc:subject><dc:subject>mathematics</dc:subject>" in dc
+    assert done.inventory["manifest_url"].startswith(
+        "http://store.example.org:35121/manifest/9501/"
+    )

@@ -103,3 +103,122 @@ def test_missing_key_and_bad_json_are_profile_errors(tmp_path: Path) -> None:
         load_profile("short", directory=tmp_path)
     with pytest.raises(ProfileError, match="not valid JSON"):
         load_profile("broken", directory=tmp_path)
+
+
+# Merritt's own ANVL profiles -------------------------------------------------------------------
+
+# As Merritt's ingest profiles look (ProfileUtil reads them as Java properties).
+MERRITT_PROFILE = """\
+#*********************************************************************
+#   Merritt ingest profile
+#*********************************************************************
+ProfileID: ucb_lib_letters
+ProfileDescription: UC Berkeley Library letters
+Identifier-scheme: ARK
+Identifier-namespace: 13030
+Collection.1: ark:/13030/m5letters
+Collection.2: ark:/13030/m5ucblib
+Type: MRT-curatorial
+Role: MRT-content
+Aggregate:
+Owner: ark:/13030/j2ucblib
+Notification.1: curator@example.org
+Notification.2 = archivist@example.org
+Context: ucb_lib
+# === START Handlers ===
+HandlerQueue.1: org.cdlib.mrt.ingest.handlers.queue.HandlerDisaggregate
+Handler.1: org.cdlib.mrt.ingest.handlers.initialize.HandlerInitialize
+Handler.2: org.cdlib.mrt.ingest.handlers.process.HandlerMinter
+StorageService: http://store.example.org:35121
+StorageNode: 9501
+CreationDate: 2010-01-19T13:28:14-08:00
+ModificationDate: 2010-01-19T13:28:14-08:00
+ObjectMinterURL: https://ezid.cdlib.org/shoulder/ark:/13030/m5
+CallbackURL: https://callbacks.example.org/merritt
+NotificationFormat: xml
+Priority: 03
+"""
+
+
+def test_a_merritt_anvl_profile_is_read(tmp_path: Path) -> None:
+    (tmp_path / "ucb_lib_letters.txt").write_text(MERRITT_PROFILE)
+
+    profile = load_profile("ucb_lib_letters", directory=tmp_path)
+
+    assert profile.source == "anvl"
+    assert profile.collection == "ark:/13030/m5letters"
+    assert profile.collections == ("ark:/13030/m5letters", "ark:/13030/m5ucblib")
+    assert profile.ark_shoulder == "ark:/13030/m5"
+    assert profile.contacts == ("curator@example.org", "archivist@example.org")
+    assert profile.storage_node == "9501"
+    assert profile.storage_service == "http://store.example.org:35121"
+    assert profile.owner == "ark:/13030/j2ucblib"
+    assert profile.callback_url == "https://callbacks.example.org/merritt"
+    assert profile.priority == 3
+    assert profile.notification_format == "xml"
+    assert (profile.object_type, profile.object_role, profile.aggregate) == (
+        "MRT-curatorial",
+        "MRT-content",
+        None,
+    )
+    assert profile.description == "UC Berkeley Library letters"
+
+
+def test_a_merritt_profile_without_extension_is_read_and_listed(tmp_path: Path) -> None:
+    (tmp_path / "ucb_lib_letters").write_text(MERRITT_PROFILE)
+    (tmp_path / "README.txt").write_text("not a profile: it names no ProfileID\n")
+    (tmp_path / "other.txt").write_text(MERRITT_PROFILE.replace("ucb_lib_letters", "other"))
+
+    assert load_profile("ucb_lib_letters", directory=tmp_path).owner == "ark:/13030/j2ucblib"
+    assert [p.name for p in all_profiles(directory=tmp_path)] == ["other"]
+
+
+def test_a_json_profile_wins_over_a_text_one(tmp_path: Path) -> None:
+    write(tmp_path, "both", GOOD)
+    (tmp_path / "both.txt").write_text(MERRITT_PROFILE)
+
+    assert load_profile("both", directory=tmp_path).source == "json"
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (("Collection.1: ark:/13030/m5letters\n", ""), None),  # Collection.2 is still there
+        (
+            ("ObjectMinterURL: https://ezid.cdlib.org/shoulder/ark:/13030/m5", "ObjectMinterURL:"),
+            "shoulder",
+        ),
+        (("StorageNode: 9501", "StorageNode: nine"), "StorageNode"),
+        (("Notification.1: curator@example.org", "Notification.1: curator"), "e-mail"),
+        (("Priority: 03", "Priority: 100"), "Priority"),
+        (("Owner: ark:/13030/j2ucblib", "Owner: someone"), "Owner"),
+        (
+            ("CallbackURL: https://callbacks.example.org/merritt", "CallbackURL: ftp://x"),
+            "CallbackURL",
+        ),
+    ],
+)
+def test_merritt_profile_problems_are_named(
+    tmp_path: Path, change: tuple[str, str], problem: str | None
+) -> None:
+    (tmp_path / "p.txt").write_text(MERRITT_PROFILE.replace(*change))
+    if problem is None:
+        assert load_profile("p", directory=tmp_path).collection == "ark:/13030/m5ucblib"
+        return
+    with pytest.raises(ProfileError, match=problem):
+        load_profile("p", directory=tmp_path)
+
+
+def test_a_merritt_profile_needs_a_collection(tmp_path: Path) -> None:
+    text = "\n".join(line for line in MERRITT_PROFILE.splitlines() if "Collection" not in line)
+    (tmp_path / "p.txt").write_text(text)
+    with pytest.raises(ProfileError, match="Collection"):
+        load_profile("p", directory=tmp_path)
+
+
+def test_properties_text_is_read_as_java_reads_it() -> None:
+    from queues.steps.profiles import parse_properties
+
+    props = parse_properties("a: 1\nb=2\nc 3\n! note\n  d : four \\\n     five\ne:\nf\\:g: h\\tI\n")
+
+    assert props == {"a": "1", "b": "2", "c": "3", "d": "four five", "e": "", "f:g": "h\tI"}
