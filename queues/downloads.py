@@ -4,8 +4,8 @@ Who may fetch an archive:
 
 * the holder of its access request's token: the ``token`` string in the request's ``token``
   node (a UUID in Merritt), given as ``?token=...`` or in an ``X-Access-Token`` header, with
-  or without a login. The archive's name begins with the request's qid
-  (``qid0000000001-ark+=99999=fk4abc_v1.zip``), and when the token node names its archive
+  or without a login. The archive's name begins with the request's queue and qid
+  (``small-qid0000000001-ark+=99999=fk4abc_v1.zip``), and when the token node names its archive
   (``archive``, written by the access consumer) it must be this one. Tokens shorter than
   ``MIN_TOKEN_LENGTH`` are never accepted as a credential;
 * a logged-in operator or admin, who may fetch any archive (to check what a requester got).
@@ -32,10 +32,11 @@ from queues.zk.errors import MalformedNode, NotFound, is_connection_error
 from queues.zk.paths import ACCESS_QUEUES
 from queues.zk.records import AccessRequest
 
-# qid0000000001-ark+=99999=fk4abc_v1.zip (or .tar, .tar.gz: the access consumers' archive
+# small-qid0000000001-ark+=99999=fk4abc_v1.zip (or .tar, .tar.gz: the access consumers' archive
 # types): no slash, no leading dot, nothing but these characters.
 ARCHIVE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]{0,250}\.(zip|tar|tar\.gz)$")
-QID_PREFIX_RE = re.compile(r"^(qid[0-9]{10})-")
+# The queue prefix is absent from archives built before it was added.
+QID_PREFIX_RE = re.compile(r"^(?:(small|large)-)?(qid[0-9]{10})-")
 MIN_TOKEN_LENGTH = 16
 
 
@@ -59,9 +60,11 @@ def token_grants(name: str, presented: str) -> bool:
     if not match or len(presented) < MIN_TOKEN_LENGTH:
         return False
     zk = client()
-    for queue in ACCESS_QUEUES:  # small and large number their requests independently
+    # small and large number their requests independently: the name says which one.
+    queues = (match.group(1),) if match.group(1) else ACCESS_QUEUES
+    for queue in queues:
         try:
-            item = access_load(zk, queue, match.group(1))
+            item = access_load(zk, queue, match.group(2))
         except (NotFound, MalformedNode):
             continue
         if _token_fits(item, name, presented):

@@ -73,7 +73,8 @@ class AccessSmall(AccessDaemon):
                 all_versions=request.content == OBJECT,
                 archive_type=request.archive_type,
                 exclude=request.exclude,
-                name=f"{item.qid}-{request.archive_name()}",
+                # The queue in the name: small and large number their requests independently.
+                name=f"{item.queue}-{item.qid}-{request.archive_name()}",
                 timeout=settings.MRT_HTTP_TIMEOUT,
                 retries=settings.MRT_DOWNLOAD_RETRIES,
                 file_roots=clients.internal_roots(),

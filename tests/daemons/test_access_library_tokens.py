@@ -101,7 +101,7 @@ def test_queue_entry_is_assembled_from_its_request_in_a_folder(
     assert done.state == "Completed", done.status.message
     kept_library_keys(done)
     path = Path(done.token["path"])
-    assert path.name == f"{done.qid}-{TOP}_producer.zip"
+    assert path.name == f"{queue}-{done.qid}-{TOP}_producer.zip"
     assert done.token["url"].endswith("/" + path.name)
     assert done.token["size"] == path.stat().st_size
     with zipfile.ZipFile(path) as zf:

@@ -25,7 +25,7 @@ def assembled(
     item: AccessRequest = access_create(
         zk, queue=queue, token={"token": secret, "ark": "ark:/99999/fk4abc", **token}
     )
-    name = f"{item.qid}-{ARK_FOLDER}_{queue}{suffix}"
+    name = f"{queue}-{item.qid}-{ARK_FOLDER}{suffix}"
     (downloads / name).write_bytes(b"PK\x05\x06" + queue.encode() + b"\0" * 14)
     access_set_token(zk, item, {**item.token, "archive": name, "url": f"/downloads/{name}"})
     return name, secret
@@ -66,7 +66,9 @@ def test_small_and_large_requests_with_one_qid_each_keep_their_archive(
 ) -> None:
     small, small_token = assembled(zk, downloads, "small")
     large, large_token = assembled(zk, downloads, "large")
-    assert small.split("-")[0] == large.split("-")[0]  # both queues count from 0
+    # Both queues count from 0; the queue in the archive's name keeps the two files apart.
+    assert small.split("-")[1] == large.split("-")[1]
+    assert small != large
     assert Client().get(f"/downloads/{large}", {"token": large_token}).status_code == 200
     assert Client().get(f"/downloads/{large}", {"token": small_token}).status_code == 404
     assert Client().get(f"/downloads/{small}", {"token": small_token}).status_code == 200
@@ -101,3 +103,4 @@ def test_tar_archives_are_served_the_same_way(
     response = Client().get(f"/downloads/{name}", {"token": token})
     assert response.status_code == 200
     assert body(response) == (downloads / name).read_bytes()
+
