@@ -27,7 +27,8 @@ def _choices(states: tuple[str, ...], blank: str) -> list[tuple[str, str]]:
 
 class JobFilterForm(forms.Form):
     state = forms.ChoiceField(
-        choices=_choices(tuple(s for s in JOB.states if s != "Deleted"), "any state"),
+        # Deleted too: Merritt's library leaves deleted jobs in place for an admin to remove.
+        choices=_choices(JOB.states, "any state"),
         required=False,
     )
     profile = forms.CharField(required=False, max_length=100, label="Collection (profile)")
