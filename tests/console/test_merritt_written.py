@@ -58,3 +58,37 @@ def test_our_own_jobs_carry_no_such_note(viewer, make_job) -> None:
     job = make_job("Estimating")
     text = htmllib.unescape(viewer.get(reverse("job", args=[job.jid])).content.decode())
     assert "Not processable" not in text
+
+
+def test_the_submit_form_and_submitbatch_take_merritts_type_names(admin, zk) -> None:
+    from django.core.management import call_command
+
+    from queues.zk.batches import batch_ids, batch_load
+
+    response = admin.post(
+        "/submit/",
+        {
+            "profile": "demo_collection",
+            "submitter": "me",
+            "payload_url": "https://example.org/o.checkm",
+            "submission_type": "manifest",
+        },
+    )
+    assert response.status_code == 303, response.content.decode()[:500]
+    call_command(
+        "submitbatch",
+        "--profile",
+        "demo_collection",
+        "--submitter",
+        "me",
+        "--payload-url",
+        "https://example.org/b.checkm",
+        "--type",
+        "batchManifestContainer",
+    )
+    made = [batch_load(zk, bid).submission for bid in batch_ids(zk)]
+    assert {(s["type"], s["submission_type"]) for s in made} == {
+        ("manifest", "object-manifest"),
+        ("batchManifestContainer", "container-batch-manifest"),
+    }
+    assert all(s["update"] is False for s in made)
