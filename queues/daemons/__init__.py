@@ -19,6 +19,8 @@ access-small, access-large  access requests  zip of a stored object, its URL in 
 ==========================  ===============  =====================================================
 
 ``base`` holds the shared loop, ``clients`` the choice of outside services, ``jobwork`` the job
-helpers, ``registry`` the names, ``runner`` the threads of one process. The real work (manifests,
-downloads, minting, storage, inventory, mail) is in ``queues.steps``.
+helpers, ``registry`` the names and which of them this deployment serves (MRT_DEPLOYMENT:
+``standalone``, or ``beside-merritt`` where Merritt's storage and inventory services take the
+Storing and Recording jobs; MRT_OWN_STEPS), ``runner`` the threads of one process. The real
+work (manifests, downloads, minting, storage, inventory, mail) is in ``queues.steps``.
 """
