@@ -13,22 +13,49 @@ inventory  MRT_INVENTORY_URL: Merritt's   LocalInventory, tables in this project
 mail       EMAIL_HOST: SMTP               files under MRT_VAR_DIR/mail (Django's backends,
                                           chosen in settings)
 =========  =============================  =================================================
+
+Each remote service gets one pooled ``requests.Session`` per process (``_session``), with
+urllib3 retries for connections that could not be made (see queues/steps/merritt_wire.py).
+What each client sends and reads is in docs/merritt-services.md.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+import requests
 from django.conf import settings
 
-from queues.steps.inventory import HttpInventory, InventoryClient, LocalInventory
-from queues.steps.minting import EzidMinter, LocalMinter, Minter
-from queues.steps.profiles import Profile
+from queues.steps.erc import Erc
+from queues.steps.inventory import HttpInventory, InventoryClient, InventoryError, LocalInventory
+from queues.steps.merritt_wire import service_session
+from queues.steps.minting import (
+    EzidMinter,
+    LocalMinter,
+    Minter,
+    MintError,
+    erc_record,
+    ezid_metadata,
+    merritt_target,
+)
+from queues.steps.notify import merritt_job_state
+from queues.steps.profiles import Profile, ProfileError, load_profile
 from queues.steps.storage import HttpStorage, LocalStorage, StorageClient
 from queues.zk.counters import counter_next
 
 EMAIL_KEYS = ("notification_email", "email", "depositor_email")
+# Where EZID sends an ARK's resolver: Merritt's object page, ``{this}/m/{ark}``.
+DEFAULT_EZID_TARGET_URL = "https://merritt.cdlib.org"
+
+
+@cache
+def _session(service: str) -> requests.Session:
+    """One pooled session per remote service and process, shared by the daemons' threads.
+    Inventory's adds and local-id records are idempotent, so its POSTs may be repeated."""
+    return service_session(retry_posts=service == "inventory")
 
 
 def payload_roots() -> list[Path]:
@@ -56,14 +83,61 @@ def minter(zk: Any) -> Minter:
             settings.MRT_EZID_USER,
             settings.MRT_EZID_PASSWORD,
             timeout=settings.MRT_HTTP_TIMEOUT,
+            session=_session("ezid"),
         )
     return LocalMinter(lambda shoulder: counter_next(zk, f"ark-{shoulder}"))
+
+
+def mint_ark(
+    zk: Any, profile: Profile, *, erc: Erc | None = None, local_id: str | None = None
+) -> str:
+    """A new ARK on the profile's shoulder, described in EZID the way Merritt's ingest does.
+
+    With EZID: mint with the ERC record (who/what/when, the local id), ``mrt.creator`` and
+    ``_owner``, then, now that the ARK is known, update it with the ERC naming it and
+    ``_target`` = ``{MRT_EZID_TARGET_URL}/m/{ARK encoded twice}``. If that update fails the
+    ARK stays minted without its target and MintError says which ARK it is. Without EZID:
+    the local minter. Raises MintError.
+    """
+    found = minter(zk)
+    if not isinstance(found, EzidMinter):
+        return found.mint(profile.ark_shoulder)
+    erc = erc or Erc()
+    owner = getattr(profile, "ezid_coowner", None)
+    context = getattr(profile, "context", None)
+
+    def record(ark: str | None) -> str:
+        return erc_record(who=erc.who, what=erc.what, when=erc.when, ark=ark, local_id=local_id)
+
+    ark = found.mint(
+        profile.ark_shoulder,
+        ezid_metadata(erc=record(None), owner=owner, creator_context=context),
+    )
+    base = getattr(settings, "MRT_EZID_TARGET_URL", "") or DEFAULT_EZID_TARGET_URL
+    try:
+        found.update(
+            ark,
+            ezid_metadata(
+                erc=record(ark),
+                target=merritt_target(base, ark),
+                owner=owner,
+                creator_context=context,
+            ),
+        )
+    except MintError as exc:
+        raise MintError(f"minted {ark}, but could not set its EZID target: {exc}") from exc
+    return ark
 
 
 def storage(profile: Profile | None = None) -> StorageClient:
     if settings.MRT_STORAGE_URL:
         node = (profile.storage_node if profile else "") or settings.MRT_STORAGE_NODE
-        return HttpStorage(settings.MRT_STORAGE_URL, node, timeout=settings.MRT_HTTP_TIMEOUT)
+        return HttpStorage(
+            settings.MRT_STORAGE_URL,
+            node,
+            timeout=settings.MRT_HTTP_TIMEOUT,
+            session=_session("storage"),
+        )
     return LocalStorage(
         Path(settings.MRT_STORAGE_ROOT),
         threads=settings.MRT_DOWNLOAD_THREADS,
@@ -75,18 +149,41 @@ def storage(profile: Profile | None = None) -> StorageClient:
 
 def inventory() -> InventoryClient:
     if settings.MRT_INVENTORY_URL:
-        return HttpInventory(settings.MRT_INVENTORY_URL, timeout=settings.MRT_HTTP_TIMEOUT)
+        return HttpInventory(
+            settings.MRT_INVENTORY_URL,
+            timeout=settings.MRT_HTTP_TIMEOUT,
+            session=_session("inventory"),
+        )
     return LocalInventory(file_roots=internal_roots())
 
 
-def ark_for_local_id(local_id: str) -> str | None:
+def _owner(profile_name: str | None, local_id: str) -> str:
+    """The profile's owner ARK, which Merritt's inventory files local ids under."""
+    try:
+        profile = load_profile(profile_name or "")
+    except ProfileError as exc:
+        raise InventoryError(f"cannot use local id {local_id!r} with inventory: {exc}") from exc
+    if not profile.owner:
+        raise InventoryError(
+            f"profile {profile.name} names no Owner, under which Merritt's inventory keeps "
+            f"local ids; local id {local_id!r} cannot be looked up or recorded"
+        )
+    return profile.owner
+
+
+def ark_for_local_id(local_id: str, profile_name: str | None = None) -> str | None:
     """The ARK inventory already has for a depositor's local id, or None.
 
-    Only the local inventory can answer: the steps' HTTP inventory client has no look-up call,
-    so with MRT_INVENTORY_URL set every object without a given ARK gets a new one.
+    With MRT_INVENTORY_URL: Merritt's inventory, asked under the profile's owner
+    (``GET primary/{owner}/{local id}?t=json``), as Merritt's ingest asks; else the local
+    inventory tables. Raises InventoryError when Merritt's inventory cannot answer.
     """
-    if not local_id or settings.MRT_INVENTORY_URL:
+    if not local_id:
         return None
+    if settings.MRT_INVENTORY_URL:
+        found = inventory()
+        assert isinstance(found, HttpInventory)
+        return found.primary_for_local_id(_owner(profile_name, local_id), local_id)
     from queues.models import InventoryObject
 
     return (
@@ -94,6 +191,49 @@ def ark_for_local_id(local_id: str) -> str | None:
         .order_by("ark")
         .values_list("ark", flat=True)
         .first()
+    )
+
+
+def record_local_id(ark: str, local_id: str | None, profile_name: str | None) -> None:
+    """Tell Merritt's inventory that ``ark`` has ``local_id`` (``POST primary/{ark}/{owner}/
+    {local id}``), as Merritt's ingest does at the end of Processing. The local inventory
+    records local ids itself in Recording, so without MRT_INVENTORY_URL this does nothing.
+    Raises InventoryError."""
+    if not local_id or not settings.MRT_INVENTORY_URL:
+        return
+    found = inventory()
+    assert isinstance(found, HttpInventory)
+    found.add_local_id(ark, _owner(profile_name, local_id), local_id)
+
+
+def callback_state(job: Any, *, status: str = "COMPLETED", message: str = "") -> dict[str, Any]:
+    """The JSON job state Merritt's ingest posts to ``{CallbackURL}/mc/{jobID}``, for a job
+    record (queues.zk.records.Job), in Merritt's configuration keys where the job has them."""
+    config = job.configuration or {}
+    meta = job.metadata or {}
+    inventory_node = job.inventory or {}
+
+    def text(*values: Any) -> str | None:
+        return next((v.strip() for v in values if isinstance(v, str) and v.strip()), None)
+
+    version = inventory_node.get("version")
+    return merritt_job_state(
+        job_id=job.jid,
+        batch_id=text(config.get("batchID"), config.get("batch_uuid")) or job.bid,
+        status=status,
+        primary_id=job.primary_id or None,
+        local_ids=job.local_ids,
+        package_name=text(config.get("filename")),
+        title=text(meta.get("erc_what"), config.get("title")),
+        creator=text(meta.get("erc_who"), config.get("creator")),
+        date=text(meta.get("erc_when"), config.get("date")),
+        version=version if isinstance(version, int) else None,
+        object_state=text(inventory_node.get("manifest_url")),
+        submitter=job.submitter or None,
+        profile=job.profile or None,
+        submitted=job.created,
+        completed=datetime.now().astimezone(),
+        message=message or None,
     )
 
 

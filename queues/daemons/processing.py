@@ -95,11 +95,12 @@ class Processing(JobDaemon):
 
     def settle_ark(self, job: Job, spec: ObjectSpec, local_id: str | None) -> str:
         ark = job.primary_id or (spec.primary_id or "")
-        known = clients.ark_for_local_id(local_id) if local_id else None
+        known = clients.ark_for_local_id(local_id, job.profile) if local_id else None
         self.retrieved_ark = known
         if ark and known and ark != known:
             raise StepFailed(f"ARK {ark} conflicts with {known}, which local id {local_id} has")
         if ark and ark == job.primary_id:
+            clients.record_local_id(ark, local_id, job.profile)
             return ark
         if not ark and known:
             ark = known
@@ -109,13 +110,14 @@ class Processing(JobDaemon):
             except ProfileError as exc:
                 raise StepFailed(f"cannot mint an ARK: {exc}") from exc
             try:
-                ark = clients.minter(self.zk).mint(profile.ark_shoulder)
+                ark = clients.mint_ark(self.zk, profile, erc=job_erc(job, spec), local_id=local_id)
             except MintError as exc:
                 raise StepFailed(str(exc)) from exc
         identifiers: dict[str, Any] = dict(job.identifiers or {})
         identifiers["primary_id"] = ark
         identifiers["local_id"] = job.local_ids or ([local_id] if local_id else [])
         job_set_json(self.zk, job, "identifiers", identifiers)
+        clients.record_local_id(ark, local_id, job.profile)
         return ark
 
     retrieved_ark: str | None = None

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import requests
 
 from queues.steps.checkm import ManifestError, parse_checkm
 from queues.steps.erc import Erc
 from queues.steps.fetch import DEFAULT_TIMEOUT, DownloadError, fetch_bytes
+from queues.steps.merritt_wire import java_urlencode, local_name, merritt_error, service_session
 from queues.steps.submission import filename_from_url
 
 
@@ -31,13 +32,43 @@ class InventoryClient(Protocol):
 
 
 class HttpInventory:
-    """Merritt's inventory service: ``POST {base}/add`` with form field ``url`` (the storage
-    manifest URL). The service reads everything else from that manifest, so ``local_id`` and
-    ``erc`` are not sent."""
+    """Client for Merritt's inventory service (mrt-inventory), speaking its own wire format.
 
-    def __init__(self, base_url: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    * ``record``: ``POST {base}/add`` as multipart form data (the only form the service takes
+      there) with ``url`` = the storage manifest URL and ``responseForm=xml``. The service reads
+      everything else from the object, so ``local_id`` and ``erc`` are not sent.
+    * ``primary_for_local_id``: ``GET {base}/primary/{owner}/{local id}?t=json``, answered by a
+      local-container state: ``{"invloc:localContainerState": {"invloc:exists": ...,
+      "invloc:primaryIdentifier": ...}}``; ``exists`` false means no object has that local id.
+    * ``add_local_id``: ``POST {base}/primary/{ark}/{owner}/{local id}?t=xml``, how Merritt's
+      ingest records a new object's local id.
+
+    Path segments are URL-encoded the way Merritt's ingest encodes them. A refusal is the
+    service's exception document; its reason ends up in InventoryError.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        session: requests.Session | None = None,
+        retries: int = 3,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        # Inventory's adds and local-id records are keyed by ARK, version and id: repeating
+        # one after a lost reply changes nothing, so POSTs may be retried too.
+        self.session = session or service_session(retries=retries, retry_posts=True)
+
+    def _call(self, method: str, url: str, what: str, **kwargs: Any) -> requests.Response:
+        try:
+            response = self.session.request(method, url, timeout=self.timeout, **kwargs)
+        except requests.RequestException as exc:
+            raise InventoryError(f"inventory service unreachable at {url}: {exc}") from None
+        if not response.ok:
+            raise InventoryError(f"inventory service refused {what}: {merritt_error(response)}")
+        return response
 
     def record(
         self,
@@ -48,18 +79,47 @@ class HttpInventory:
         local_id: str | None = None,
         erc: Erc | None = None,
     ) -> None:
-        url = f"{self.base_url}/add"
+        # (None, value) parts make requests send multipart/form-data fields without file names.
+        fields = {"url": (None, manifest_url), "responseForm": (None, "xml")}
+        self._call("POST", f"{self.base_url}/add", f"to record {ark} v{version}", files=fields)
+
+    def primary_for_local_id(self, owner: str, local_id: str) -> str | None:
+        """The ARK inventory holds for ``local_id`` under ``owner``, or None."""
+        url = f"{self.base_url}/primary/{java_urlencode(owner)}/{java_urlencode(local_id)}"
+        what = f"the look-up of local id {local_id!r} (owner {owner})"
+        response = self._call("GET", url, what, params={"t": "json"})
         try:
-            response = requests.post(
-                url, data={"url": manifest_url, "responseForm": "xml"}, timeout=self.timeout
-            )
-        except requests.RequestException as exc:
-            raise InventoryError(f"inventory service unreachable at {url}: {exc}") from None
-        if not response.ok:
+            data = response.json()
+        except ValueError:
             raise InventoryError(
-                f"inventory refused {ark} v{version}: HTTP {response.status_code} "
-                f"{response.text[:300]}"
+                f"inventory service answered {what} with no JSON: {response.text[:200]!r}"
+            ) from None
+        state = _keyed(data, "localContainerState")
+        if not isinstance(state, dict):
+            raise InventoryError(
+                f"inventory service answered {what} without a localContainerState: "
+                f"{response.text[:200]!r}"
             )
+        exists = _keyed(state, "exists")
+        if exists is not True and str(exists).lower() != "true":
+            return None
+        primary = _keyed(state, "primaryIdentifier")
+        return primary.strip() if isinstance(primary, str) and primary.strip() else None
+
+    def add_local_id(self, ark: str, owner: str, local_id: str) -> None:
+        """Record that ``ark`` has ``local_id`` under ``owner`` (repeating it changes nothing)."""
+        url = (
+            f"{self.base_url}/primary/{java_urlencode(ark)}/{java_urlencode(owner)}/"
+            f"{java_urlencode(local_id)}"
+        )
+        self._call("POST", url, f"local id {local_id!r} for {ark}", params={"t": "xml"})
+
+
+def _keyed(data: object, name: str) -> Any:
+    """The value under the key whose local name (after any ``invloc:`` prefix) is ``name``."""
+    if not isinstance(data, dict):
+        return None
+    return next((v for k, v in data.items() if local_name(str(k)) == name), None)
 
 
 class LocalInventory:

@@ -8,6 +8,8 @@ from urllib.parse import quote
 
 import requests
 
+from queues.steps.merritt_wire import java_urlencode, service_session
+
 # NOID's "betanumeric" digits: no vowels (no accidental words) and no "l" (looks like 1).
 XDIGITS = "0123456789bcdfghjkmnpqrstvwxz"
 
@@ -73,24 +75,87 @@ def anvl(metadata: Mapping[str, str]) -> str:
     return "".join(f"{_anvl_escape(k, key=True)}: {_anvl_escape(v)}\n" for k, v in metadata.items())
 
 
-class EzidMinter:
-    """Mints through EZID's API: ``POST {base}/shoulder/{shoulder}``.
+def erc_record(
+    *,
+    who: str | None = None,
+    what: str | None = None,
+    when: str | None = None,
+    ark: str | None = None,
+    local_id: str | None = None,
+) -> str:
+    """The ERC record Merritt's ingest sends EZID as the value of its ``erc`` element:
+    ``who``/``what``/``when`` lines, then ``where`` lines for the ARK and the local id, each
+    present only when known (the ARK is not, at mint time)."""
+    lines = [
+        f"{label}: {value}"
+        for label, value in (
+            ("who", who),
+            ("what", what),
+            ("when", when),
+            ("where", ark),
+            ("where", local_id),
+        )
+        if value and value.strip()
+    ]
+    return "".join(line + "\n" for line in lines)
 
-    EZID answers ``success: ark:/...`` (possibly followed by `` | shadow``) or
-    ``error: reason``; the latter, any non-2xx status and transport errors raise MintError.
-    Minting is not retried: a retry after a lost response would burn a second ARK, and the job's
-    resume does the same more visibly.
+
+def merritt_target(base_url: str, ark: str) -> str:
+    """``{merritt}/m/{ark}`` with the ARK URL-encoded twice, as Merritt's ingest sets EZID's
+    ``_target`` (EZID percent-decodes the value once, leaving the path segment encoded)."""
+    return f"{base_url.rstrip('/')}/m/{java_urlencode(java_urlencode(ark))}"
+
+
+def ezid_metadata(
+    *,
+    erc: str | None = None,
+    target: str | None = None,
+    owner: str | None = None,
+    creator_context: str | None = None,
+) -> dict[str, str]:
+    """EZID metadata as Merritt's ingest sends it: ``erc`` (the record above),
+    ``mrt.creator`` (the profile's Context), ``_target`` and ``_owner`` (the profile's EZID
+    co-owner), each only when there is a value."""
+    pairs = (
+        ("erc", erc),
+        ("mrt.creator", creator_context),
+        ("_target", target),
+        ("_owner", owner),
+    )
+    return {key: value for key, value in pairs if value}
+
+
+class EzidMinter:
+    """Mints and describes ARKs through EZID's API, as Merritt's ingest does.
+
+    * ``mint``: ``POST {base}/shoulder/{shoulder}`` with ANVL metadata (``text/plain``).
+    * ``update``: ``POST {base}/id/{identifier}`` with ANVL metadata; ingest sends the ERC,
+      ``_target`` and ``_owner`` this way once the ARK exists.
+
+    EZID answers ``success: ark:/...`` (possibly followed by `` | shadow``) or ``error: reason``
+    (with 400 for a bad request, 401 for bad credentials, ...); the latter, any non-2xx status
+    and transport errors raise MintError. Requests are retried only when the connection could
+    not be made at all: a mint repeated after a lost reply would burn a second ARK.
     """
 
-    def __init__(self, base_url: str, username: str, password: str, timeout: float = 30.0):
+    def __init__(
+        self,
+        base_url: str,
+        username: str,
+        password: str,
+        timeout: float = 30.0,
+        *,
+        session: requests.Session | None = None,
+        retries: int = 3,
+    ):
         self.base_url = base_url.rstrip("/")
         self._auth = (username, password)
         self.timeout = timeout
+        self.session = session or service_session(retries=retries)
 
-    def mint(self, shoulder: str, metadata: Mapping[str, str] | None = None) -> str:
-        url = f"{self.base_url}/shoulder/{quote(shoulder, safe=':/')}"
+    def _post(self, url: str, metadata: Mapping[str, str] | None, what: str) -> str:
         try:
-            response = requests.post(
+            response = self.session.post(
                 url,
                 data=anvl(metadata or {}).encode("utf-8"),
                 auth=self._auth,
@@ -103,12 +168,22 @@ class EzidMinter:
         first = body.splitlines()[0] if body else ""
         if first.startswith("error:"):
             reason = first.removeprefix("error:").strip()
-            raise MintError(f"EZID refused to mint on {shoulder}: {reason}")
+            raise MintError(f"EZID refused to {what}: {reason} (HTTP {response.status_code})")
         if not response.ok:
-            raise MintError(f"EZID answered HTTP {response.status_code} for {shoulder}")
+            raise MintError(f"EZID answered HTTP {response.status_code} to {what}")
         if not first.startswith("success:"):
-            raise MintError(f"EZID answered something unexpected: {first[:200]!r}")
-        identifier = first.removeprefix("success:").split("|", 1)[0].strip()
+            raise MintError(f"EZID answered something unexpected to {what}: {first[:200]!r}")
+        return first.removeprefix("success:").split("|", 1)[0].strip()
+
+    def mint(self, shoulder: str, metadata: Mapping[str, str] | None = None) -> str:
+        url = f"{self.base_url}/shoulder/{quote(shoulder, safe=':/')}"
+        identifier = self._post(url, metadata, f"mint on {shoulder}")
         if not identifier.startswith(shoulder):
             raise MintError(f"EZID minted {identifier!r}, which is not on shoulder {shoulder}")
         return identifier
+
+    def update(self, identifier: str, metadata: Mapping[str, str]) -> None:
+        url = f"{self.base_url}/id/{quote(identifier, safe=':/')}"
+        answered = self._post(url, metadata, f"update {identifier}")
+        if answered and answered != identifier:
+            raise MintError(f"EZID answered the update of {identifier} for {answered!r}")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
+from functools import lru_cache
 from typing import Any
+from urllib.parse import quote
 
 import requests
 
 from queues.steps.fetch import USER_AGENT
+from queues.steps.merritt_wire import service_session
 
 # How many jobs the queued mail lists by ID; the rest are counted.
 QUEUED_LISTED = 1000
@@ -21,6 +24,21 @@ class CallbackError(Exception):
         super().__init__(f"callback {url}: {message}")
 
 
+# Merritt's job state, as its ingest formats it for a callback (docs/merritt-services.md).
+JOB_STATE_NAMESPACE = "http://uc3.cdlib.org/ontology/mrt/ingest/job"
+_CALLBACK_STATUSES = (500, 502, 503, 504)
+
+
+@lru_cache(maxsize=8)
+def _callback_session(retries: int, backoff: float) -> requests.Session:
+    # One pooled session per process (per retry policy) for every depositor's endpoint. A
+    # callback may be repeated (steps are at-least-once, the receiver deduplicates by job ID),
+    # so lost replies and server errors are retried for POST as well.
+    return service_session(
+        retries=retries, backoff=backoff, retry_posts=True, statuses=_CALLBACK_STATUSES
+    )
+
+
 def post_callback(
     url: str,
     payload: Mapping[str, Any],
@@ -31,29 +49,90 @@ def post_callback(
 ) -> int:
     """POST ``payload`` as JSON to ``url`` and return the 2xx status.
 
-    Connection errors and 5xx are retried; any other non-2xx raises CallbackError at once.
-    A depositor's endpoint may see the same job twice (steps are at-least-once), so the payload
-    carries the job ID for it to deduplicate.
+    Connection errors and 5xx are retried (``retries`` times); any other non-2xx raises
+    CallbackError at once. User and password in the URL (``https://u:p@host/...``) are sent
+    as HTTP Basic authentication, as Merritt's ingest does.
     """
-    attempt = 0
-    while True:
-        try:
-            response = requests.post(
-                url, json=dict(payload), timeout=timeout, headers={"User-Agent": USER_AGENT}
-            )
-        except requests.RequestException as exc:
-            error = CallbackError(url, f"unreachable ({exc})")
-        else:
-            if 200 <= response.status_code < 300:
-                return response.status_code
-            status = response.status_code
-            error = CallbackError(url, f"HTTP {status}", status=status)
-            if status < 500:
-                raise error
-        if attempt >= retries:
-            raise error
-        time.sleep(backoff * 2**attempt)
-        attempt += 1
+    session = _callback_session(retries, backoff)
+    try:
+        response = session.post(
+            url, json=dict(payload), timeout=timeout, headers={"User-Agent": USER_AGENT}
+        )
+    except requests.RequestException as exc:
+        raise CallbackError(url, f"unreachable ({exc})") from None
+    if 200 <= response.status_code < 300:
+        return response.status_code
+    status = response.status_code
+    raise CallbackError(url, f"HTTP {status}", status=status)
+
+
+def job_callback_url(callback_url: str, job_id: str) -> str:
+    """``{CallbackURL}/mc/{jobID}``: where Merritt's ingest posts a job's state."""
+    return f"{callback_url.rstrip('/')}/mc/{quote(job_id, safe='')}"
+
+
+def merritt_job_state(
+    *,
+    job_id: str,
+    batch_id: str,
+    status: str = "COMPLETED",
+    primary_id: str | None = None,
+    local_ids: Sequence[str] = (),
+    package_name: str | None = None,
+    title: str | None = None,
+    creator: str | None = None,
+    date: str | None = None,
+    version: int | None = None,
+    object_state: str | None = None,
+    submitter: str | None = None,
+    profile: str | None = None,
+    submitted: datetime | None = None,
+    completed: datetime | None = None,
+    message: str | None = None,
+) -> dict[str, Any]:
+    """The JSON job state Merritt's ingest posts to a callback: one ``job:jobState`` object
+    whose keys are the job's properties with the ``job:`` prefix (absent ones left out).
+    Local ids are joined with ``"; "``, as ingest keeps several."""
+    fields: dict[str, Any] = {
+        "jobID": job_id,
+        "batchID": batch_id,
+        "jobStatus": status,
+        "primaryID": primary_id,
+        "localID": "; ".join(i for i in local_ids if i) or None,
+        "packageName": package_name,
+        "objectTitle": title,
+        "objectCreator": creator,
+        "objectDate": date,
+        "versionID": version,
+        "objectState": object_state,
+        "userAgent": submitter,
+        "objectProfile": profile,
+        "submissionDate": submitted.isoformat(timespec="seconds") if submitted else None,
+        "completionDate": completed.isoformat(timespec="seconds") if completed else None,
+        "jobStatusMessage": message,
+    }
+    state: dict[str, Any] = {"xmlns:job": JOB_STATE_NAMESPACE}
+    state.update({f"job:{k}": v for k, v in fields.items() if v not in (None, "")})
+    return {"job:jobState": state}
+
+
+def post_job_callback(
+    callback_url: str,
+    job_id: str,
+    state: Mapping[str, Any],
+    *,
+    timeout: float = 10.0,
+    retries: int = 2,
+    backoff: float = 0.5,
+) -> int:
+    """POST a job's state (``merritt_job_state``) to ``{CallbackURL}/mc/{jobID}``."""
+    return post_callback(
+        job_callback_url(callback_url, job_id),
+        state,
+        timeout=timeout,
+        retries=retries,
+        backoff=backoff,
+    )
 
 
 def _ids(report: Mapping[str, Any] | None, key: str) -> list[str]:

@@ -17,13 +17,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple, Protocol
-from urllib.parse import quote
 
 import requests
 
 from queues.steps.checkm import OBJECT_MANIFEST, ManifestError, parse_checkm, write_checkm
 from queues.steps.erc import PRODUCER_DIR, SYSTEM_DIR
 from queues.steps.fetch import DEFAULT_TIMEOUT, DownloadError, download_all, fetch_bytes
+from queues.steps.merritt_wire import (
+    child_text,
+    java_urlencode,
+    local_name,
+    merritt_error,
+    parse_xml,
+    service_session,
+)
 from queues.steps.submission import PayloadFile
 
 VERSION_MANIFEST = "mrt-version-manifest.txt"
@@ -241,57 +248,93 @@ class LocalStorage:
 
 
 class HttpStorage:
-    """Client for Merritt's remote storage service (best effort on its wire format).
+    """Client for Merritt's storage service (mrt-store), speaking its own wire format.
 
-    * ``store``: ``POST {base}/add/{node}/{url-encoded ark}`` with form fields ``manifest``
-      (the storage manifest URL) and ``responseForm=xml``. The new version number is taken
-      from the response's ``versionID``/``identifier``/``version`` element or JSON key.
-      The manifest URL handed on to inventory is ``{base}/manifest/{node}/{ark}``.
-    * ``fetch_object``: ``GET {base}/manifest/{node}/{ark}[/{version}]``, read as a checkm
-      object manifest whose rows give each file's name and URL.
+    * ``store``: ``POST {base}/add/{node}/{ark}``, the ARK URL-encoded as Merritt's ingest
+      encodes it, with a url-encoded form: ``url`` = the storage manifest's URL (``manifest``
+      would be the manifest's text) and ``t=xml``. Storage answers a version-state document,
+      root ``ver:versionState``, whose ``ver:identifier`` is the new version number.
+      The manifest URL handed on to inventory is ``{base}/manifest/{node}/{ark}``, the
+      object's manifest, as Merritt's ingest writes it into the job's ``inventory`` node.
+    * ``fetch_object``: ``GET {base}/manifest/{node}/{ark}``. The real service answers its
+      object manifest as XML (root ``objectInfo``); this client reads a checkm object manifest
+      there (what a mirror of this project's storage serves) and says plainly that it cannot
+      list files from the XML form. Merritt's manifest has no per-version form.
+    * A refusal is the service's exception document; its reason ends up in StorageError.
 
-    Only tested against a loopback server that speaks this format, not the real service.
+    One pooled session per client; a storage add is never sent twice (a second add would make a
+    second version), only retried when the connection could not be made at all.
     """
 
-    def __init__(self, base_url: str, node_id: str | int, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(
+        self,
+        base_url: str,
+        node_id: str | int,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        session: requests.Session | None = None,
+        retries: int = 3,
+    ):
         self.base_url = base_url.rstrip("/")
-        self.node_id = str(node_id)
+        node = str(node_id).strip()
+        if not node.isdigit():
+            # Merritt's storage (and its queue consumer) read the node as an integer.
+            raise StorageError(f"storage node {node_id!r} is not a node number")
+        self.node_id = node
         self.timeout = timeout
+        self.session = session or service_session(retries=retries)
 
     def _object_url(self, action: str, ark: str) -> str:
-        return f"{self.base_url}/{action}/{quote(self.node_id, safe='')}/{quote(ark, safe='')}"
+        return f"{self.base_url}/{action}/{self.node_id}/{java_urlencode(ark)}"
+
+    def manifest_url(self, ark: str) -> str:
+        return self._object_url("manifest", ark)
 
     def store(self, *, ark: str, manifest_url: str) -> StoredVersion:
         url = self._object_url("add", ark)
         try:
-            response = requests.post(
-                url,
-                data={"manifest": manifest_url, "responseForm": "xml"},
-                timeout=self.timeout,
+            response = self.session.post(
+                url, data={"url": manifest_url, "t": "xml"}, timeout=self.timeout
             )
         except requests.RequestException as exc:
             raise StorageError(f"storage service unreachable at {url}: {exc}") from None
         if not response.ok:
             raise StorageError(
-                f"storage refused {ark}: HTTP {response.status_code} {response.text[:300]}"
+                f"storage service refused to add {ark} on node {self.node_id}: "
+                f"{merritt_error(response)}"
             )
         version = version_from_response(response.text)
         if version is None:
-            raise StorageError(f"storage response for {ark} names no version number")
-        return StoredVersion(
-            ark=ark, version=version, manifest_url=self._object_url("manifest", ark)
-        )
+            raise StorageError(
+                f"storage service answered the add of {ark} without a version state "
+                f"(ver:versionState/ver:identifier): {response.text[:200]!r}"
+            )
+        return StoredVersion(ark=ark, version=version, manifest_url=self.manifest_url(ark))
 
     def fetch_object(self, ark: str, version: int | None = None) -> list[ObjectFile]:
-        url = self._object_url("manifest", ark) + (f"/{version}" if version is not None else "")
+        if version is not None:
+            raise StorageError(
+                f"storage's manifest of {ark} has no per-version form; version {version} "
+                "cannot be listed through this client"
+            )
+        url = self.manifest_url(ark)
         try:
-            response = requests.get(url, timeout=self.timeout)
+            response = self.session.get(url, timeout=self.timeout)
         except requests.RequestException as exc:
             raise StorageError(f"storage service unreachable at {url}: {exc}") from None
         if response.status_code == 404:
-            raise ObjectNotFound(f"{ark} (version {version or 'latest'}) is not in storage")
+            raise ObjectNotFound(f"{ark} is not in storage: {merritt_error(response)}")
         if not response.ok:
-            raise StorageError(f"storage answered HTTP {response.status_code} for {url}")
+            raise StorageError(
+                f"storage service refused the manifest of {ark}: {merritt_error(response)}"
+            )
+        root = parse_xml(response.content)
+        if root is not None:
+            raise StorageError(
+                f"storage answered the manifest of {ark} as XML (<{local_name(root.tag)}>), "
+                "Merritt's own object manifest; this client lists files only from a checkm "
+                "object manifest"
+            )
         try:
             manifest = parse_checkm(response.content)
         except ManifestError as exc:
@@ -299,32 +342,32 @@ class HttpStorage:
         return sorted(ObjectFile(row.filename, row.url) for row in manifest.rows)
 
 
-_VERSION_XML = re.compile(
-    r"<(?:[\w.-]+:)?(?:versionID|versionNumber|identifier|version)>\s*(\d+)\s*</", re.I
-)
-
-
 def version_from_response(text: str) -> int | None:
+    """The version number in storage's version state: ``ver:versionState`` with
+    ``ver:identifier``, as XML (``t=xml``) or JSON (``t=json``); None when it is not one."""
+    root = parse_xml(text)
+    if root is not None:
+        if local_name(root.tag) != "versionState":
+            return None
+        return _int(child_text(root, "identifier"))
     try:
         data = json.loads(text)
     except ValueError:
-        match = _VERSION_XML.search(text)
-        return int(match.group(1)) if match else None
-    return _version_in_json(data)
+        return None
+    if not isinstance(data, dict):
+        return None
+    state = next((v for k, v in data.items() if local_name(k) == "versionState"), None)
+    if not isinstance(state, dict):
+        return None
+    value = next((v for k, v in state.items() if local_name(k) == "identifier"), None)
+    return _int(value)
 
 
-def _version_in_json(data: object) -> int | None:
-    if isinstance(data, dict):
-        for key, value in data.items():
-            is_number = isinstance(value, int) or (isinstance(value, str) and value.isdigit())
-            if is_number and key.lower() in ("versionid", "versionnumber", "version", "identifier"):
-                return int(value)
-            found = _version_in_json(value)
-            if found is not None:
-                return found
-    elif isinstance(data, list):
-        for item in data:
-            found = _version_in_json(item)
-            if found is not None:
-                return found
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
     return None

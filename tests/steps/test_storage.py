@@ -165,53 +165,40 @@ def test_local_storage_fetches_http_manifests_and_files(
     )
 
 
-def test_http_storage_posts_the_manifest_url_and_reads_the_version(
-    http_server: Loopback,
-) -> None:
-    path = f"/add/9501/{QUOTED}"
-    http_server.add(
-        "POST",
-        path,
-        Reply(200, b"<vers:versionState><vers:identifier>3</vers:identifier></vers:versionState>"),
-    )
-
-    stored = HttpStorage(http_server.url + "/", "9501").store(
-        ark=ARK, manifest_url="http://h/m.txt"
-    )
-
-    assert stored == StoredVersion(ARK, 3, f"{http_server.url}/manifest/9501/{QUOTED}")
-    [request] = http_server.seen("POST", path)
-    assert request.form() == {"manifest": "http://h/m.txt", "responseForm": "xml"}
+# HttpStorage on the wire: tests/steps/test_merritt_storage.py, against a stand-in of
+# Merritt's storage service. Here, what it reads from the replies.
 
 
-def test_http_storage_refusal_names_the_status(http_server: Loopback) -> None:
-    http_server.add("POST", f"/add/9501/{QUOTED}", Reply(409, b"locked"))
-
-    with pytest.raises(StorageError, match="storage refused ark:/99999/fk4abc: HTTP 409 locked"):
-        HttpStorage(http_server.url, 9501).store(ark=ARK, manifest_url="http://h/m")
-
-
-def test_http_storage_lists_an_object_from_its_manifest(http_server: Loopback) -> None:
+def test_http_storage_lists_an_object_from_a_checkm_manifest(http_server: Loopback) -> None:
     manifest = write_checkm(
         [{"url": "http://s/content/a", "filename": "producer/a"}], kind=OBJECT_MANIFEST
     )
-    http_server.add("GET", f"/manifest/9501/{QUOTED}/2", Reply(body=manifest.encode()))
+    http_server.add("GET", f"/manifest/9501/{QUOTED}", Reply(body=manifest.encode()))
 
-    files = HttpStorage(http_server.url, "9501").fetch_object(ARK, 2)
+    files = HttpStorage(http_server.url, "9501").fetch_object(ARK)
 
     assert files == [ObjectFile("producer/a", "http://s/content/a")]
     with pytest.raises(ObjectNotFound):
-        HttpStorage(http_server.url, "9501").fetch_object(ARK, 3)
+        HttpStorage(http_server.url, "9501").fetch_object("ark:/99999/fk4other")
+
+
+VERSION_NS = 'xmlns:ver="http://uc3.cdlib.org/ontology/mrt/store/version"'
+STATE = "<ver:versionState " + VERSION_NS + ">{}</ver:versionState>"
+ENTITY = '<!DOCTYPE x [<!ENTITY e "6">]><versionState><identifier>&e;</identifier></versionState>'
 
 
 @pytest.mark.parametrize(
     ("text", "version"),
     [
-        ('{"versionState": {"versionID": 4}}', 4),
-        ('{"version": "5"}', 5),
-        ("<versionState><versionID>6</versionID></versionState>", 6),
-        ("<ok/>", None),
+        (STATE.format("<ver:identifier>6</ver:identifier>"), 6),
+        ('{"ver:versionState": {"ver:identifier": 4, "ver:numFiles": 2}}', 4),
+        ('{"ver:versionState": {"ver:identifier": "5"}}', 5),
+        # Not a version state, or one without its number: no version.
+        ("<objectInfo><identifier>6</identifier></objectInfo>", None),
+        ('{"version": "5"}', None),
+        (STATE.format("<ver:numFiles>3</ver:numFiles>"), None),
+        (ENTITY, None),
     ],
 )
-def test_version_is_read_from_json_or_xml(text: str, version: int | None) -> None:
+def test_version_is_read_from_storages_version_state(text: str, version: int | None) -> None:
     assert version_from_response(text) == version

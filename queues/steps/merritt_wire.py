@@ -1,0 +1,135 @@
+"""What the HTTP clients of Merritt's services share: pooled sessions and Merritt's error documents.
+
+See docs/merritt-services.md for the facts behind this module and their sources.
+
+Merritt's Java services (storage, inventory) answer a refusal with an exception document: the
+service's ``TException`` formatted in the response form asked for (XML unless told otherwise),
+under an HTTP status taken from the exception (400 for a bad request, 404 for an unknown item,
+500/503 for a failure). In XML its root element is named after the exception class,
+``exc:tException.REQUEST_INVALID`` say, in the namespace ``http://uc3.cdlib.org/ontology/mrt/core/exc``,
+and its children carry the reason (``error``, ``description``) and the status name. In JSON the
+same document is one object keyed by the root name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection
+from urllib.parse import quote_plus
+from xml.etree import ElementTree
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+EXC_NAMESPACE = "http://uc3.cdlib.org/ontology/mrt/core/exc"
+# Replies worth asking again for: the service, or a proxy in front of it, is briefly away.
+RETRY_STATUSES = (502, 503, 504)
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+
+
+def service_session(
+    *,
+    retries: int = 3,
+    backoff: float = 0.5,
+    retry_posts: bool = False,
+    statuses: Collection[int] = RETRY_STATUSES,
+    pool: int = 16,
+) -> requests.Session:
+    """A pooled session for one remote service.
+
+    Connection errors (nothing reached the service) are retried for every method. A lost
+    reply or a 502/503/504 is retried only for methods that are safe to repeat, and for POST
+    only when ``retry_posts`` says the service's POSTs are idempotent: a second storage add
+    would make a second version, a second mint a second ARK.
+    """
+    methods = _SAFE_METHODS | ({"POST"} if retry_posts else set())
+    retry = Retry(
+        total=retries,
+        connect=retries,
+        read=retries,
+        status=retries,
+        other=0,
+        allowed_methods=methods,
+        status_forcelist=tuple(statuses),
+        backoff_factor=backoff,
+        raise_on_status=False,
+        respect_retry_after_header=True,
+    )
+    adapter = HTTPAdapter(max_retries=retry, pool_connections=4, pool_maxsize=pool)
+    session = requests.Session()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def local_name(tag: str) -> str:
+    """``{namespace}name`` or ``prefix:name`` -> ``name``."""
+    return tag.rsplit("}", 1)[-1].rsplit(":", 1)[-1]
+
+
+def parse_xml(text: str | bytes) -> ElementTree.Element | None:
+    """The root element, or None when the text is not XML. Merritt's documents carry no
+    document type declaration; one that does is refused, so no entity is ever expanded."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    if b"<!DOCTYPE" in data.upper() or b"<!ENTITY" in data.upper():
+        return None
+    try:
+        return ElementTree.fromstring(data)  # noqa: S314 - no DTD, so no entities (above)
+    except ElementTree.ParseError:
+        return None
+
+
+def child_text(element: ElementTree.Element, *names: str) -> str | None:
+    """Text of the first direct child whose local name is one of ``names`` (in that order)."""
+    for name in names:
+        for child in element:
+            if local_name(child.tag) == name and (child.text or "").strip():
+                return (child.text or "").strip()
+    return None
+
+
+_EXCEPTION_ROOT = re.compile(r"^tException(?:\.(?P<kind>[A-Z_]+))?$", re.I)
+
+
+def merritt_error(response: requests.Response) -> str:
+    """A one-line reason from a refusal: Merritt's exception document when the body is one,
+    else the HTTP status and the start of the body."""
+    status = f"HTTP {response.status_code}"
+    body = response.content[:20000]
+    root = parse_xml(body)
+    if root is not None:
+        match = _EXCEPTION_ROOT.match(local_name(root.tag))
+        if match:
+            kind = match.group("kind") or child_text(root, "statusName", "status")
+            reason = child_text(root, "error", "description", "statusDescription")
+            return _reason(status, kind, reason)
+    try:
+        data = json.loads(body.decode("utf-8", "replace"))
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and len(data) == 1:
+        [(key, inner)] = data.items()
+        match = _EXCEPTION_ROOT.match(local_name(key))
+        if match and isinstance(inner, dict):
+            values = {local_name(k): v for k, v in inner.items() if isinstance(v, str | int)}
+            kind = match.group("kind") or values.get("statusName")
+            reason = values.get("error") or values.get("description")
+            return _reason(status, str(kind) if kind else None, str(reason) if reason else None)
+    text = " ".join(body.decode("utf-8", "replace").split())
+    return f"{status} {text[:300]}".rstrip()
+
+
+def _reason(status: str, kind: str | None, reason: str | None) -> str:
+    head = f"{status} {kind}" if kind else status
+    return f"{head}: {reason}" if reason else head
+
+
+def java_urlencode(text: str) -> str:
+    """``java.net.URLEncoder.encode(text, "UTF-8")``: what Merritt's Java code puts in URLs.
+
+    Letters, digits and ``.-*_`` stay, a space becomes ``+``, everything else is %XX of its
+    UTF-8 bytes (so ``ark:/13030/m5x`` -> ``ark%3A%2F13030%2Fm5x``).
+    """
+    return quote_plus(text, safe="*").replace("~", "%7E")

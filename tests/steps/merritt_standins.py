@@ -1,0 +1,452 @@
+"""Stand-ins for Merritt's services on loopback ports, answering as the real ones are documented
+to (docs/merritt-services.md): storage, inventory, EZID and a depositor's callback receiver.
+
+Each is a small ``http.server`` that records what it was sent, keeps the little state its
+answers need, and refuses the way the real service refuses: Merritt's Java services with their
+exception document (``exc:tException.<KIND>``) under the exception's HTTP status, EZID with a
+``error: reason`` line. ``refuse_next(...)`` makes the next request fail on purpose.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from email.parser import BytesParser
+from email.policy import HTTP
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, unquote_plus, urlsplit
+from xml.sax.saxutils import escape
+
+import requests
+
+EXC_NS = "http://uc3.cdlib.org/ontology/mrt/core/exc"
+VERSION_NS = "http://uc3.cdlib.org/ontology/mrt/store/version"
+# The TException kinds these stand-ins use, with the HTTP status Merritt gives each.
+EXCEPTION_STATUS = {
+    "REQUEST_INVALID": 400,
+    "INVALID_OR_MISSING_PARM": 400,
+    "REQUESTED_ITEM_NOT_FOUND": 404,
+    "GENERAL_EXCEPTION": 500,
+    "EXTERNAL_SERVICE_UNAVAILABLE": 503,
+}
+
+
+@dataclass
+class Request:
+    method: str
+    path: str  # raw, still percent-encoded
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+
+    def form(self) -> dict[str, str]:
+        return {k: v[0] for k, v in parse_qs(self.body.decode(), keep_blank_values=True).items()}
+
+    def multipart(self) -> dict[str, str]:
+        head = f"Content-Type: {self.headers.get('Content-Type', '')}\r\n\r\n".encode()
+        message = BytesParser(policy=HTTP).parsebytes(head + self.body)
+        fields: dict[str, str] = {}
+        for part in message.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            if name:
+                fields[str(name)] = part.get_content().strip() if part.get_content() else ""
+        return fields
+
+
+@dataclass
+class Answer:
+    status: int
+    body: bytes
+    content_type: str = "text/xml; charset=UTF-8"
+
+
+def exception_document(kind: str, error: str, *, form: str = "xml") -> Answer:
+    """Merritt's exception document for a TException of ``kind``, in XML or JSON."""
+    status = EXCEPTION_STATUS[kind]
+    if form == "json":
+        body = {
+            f"exc:tException.{kind}": {
+                "xmlns:exc": EXC_NS,
+                "exc:statusName": kind,
+                "exc:httpResponse": status,
+                "exc:error": error,
+                "exc:description": error,
+            }
+        }
+        return Answer(status, json.dumps(body).encode(), "application/json")
+    xml = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f'<exc:tException.{kind} xmlns:exc="{EXC_NS}">'
+        f"<exc:statusName>{kind}</exc:statusName>"
+        f"<exc:httpResponse>{status}</exc:httpResponse>"
+        f"<exc:error>{escape(error)}</exc:error>"
+        f"<exc:description>{escape(error)}</exc:description>"
+        f"</exc:tException.{kind}>"
+    )
+    return Answer(status, xml.encode())
+
+
+class StandIn:
+    """A loopback HTTP server; subclasses answer in ``handle``."""
+
+    name = "stand-in"
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.lock = threading.Lock()
+        self._refusals: list[Answer] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    def refuse_next(self, answer: Answer) -> None:
+        with self.lock:
+            self._refusals.append(answer)
+
+    def seen(self, method: str | None = None) -> list[Request]:
+        with self.lock:
+            return [r for r in self.requests if method is None or r.method == method]
+
+    def handle(self, request: Request) -> Answer:
+        raise NotImplementedError
+
+    def _dispatch(self, request: Request) -> Answer:
+        with self.lock:
+            self.requests.append(request)
+            refusal = self._refusals.pop(0) if self._refusals else None
+        return refusal or self.handle(request)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                parts = urlsplit(self.path)
+                query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+                request = Request(self.command, parts.path, query, dict(self.headers), body)
+                answer = stand_in._dispatch(request)
+                self.send_response(answer.status)
+                self.send_header("Content-Type", answer.content_type)
+                self.send_header("Content-Length", str(len(answer.body)))
+                self.end_headers()
+                self.wfile.write(answer.body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _serve
+
+        return Handler
+
+    def start(self) -> StandIn:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def _segments(path: str) -> list[str]:
+    """Path segments, each URL-decoded once as JAX-RS decodes a @PathParam."""
+    return [unquote(s) for s in path.strip("/").split("/")]
+
+
+@dataclass
+class StoredObject:
+    versions: list[int] = field(default_factory=list)
+    manifests: list[str] = field(default_factory=list)
+
+
+class StorageStandIn(StandIn):
+    """mrt-store's ingest entry points: ``POST add/{node}/{ark}`` (url-encoded form, or
+    multipart) and ``GET manifest/{node}/{ark}``.
+
+    An add needs ``url`` (the manifest's URL, fetched here to count its files) or ``manifest``
+    (its text); it answers the version state in the form ``t`` names (``xhtml`` by default, read
+    as XML here). Unknown nodes and objects are REQUESTED_ITEM_NOT_FOUND, a missing manifest
+    REQUEST_INVALID.
+    """
+
+    name = "storage"
+
+    def __init__(self, nodes: tuple[int, ...] = (9501,)) -> None:
+        super().__init__()
+        self.nodes = set(nodes)
+        self.objects: dict[tuple[int, str], StoredObject] = {}
+
+    def handle(self, request: Request) -> Answer:
+        segments = _segments(request.path)
+        if len(segments) != 3 or segments[0] not in ("add", "manifest"):
+            return exception_document("REQUEST_INVALID", f"no such resource: {request.path}")
+        action, node_text, ark = segments
+        if not node_text.isdigit():
+            return exception_document("REQUEST_INVALID", f"nodeID not numeric: {node_text}")
+        node = int(node_text)
+        if node not in self.nodes:
+            return exception_document("REQUESTED_ITEM_NOT_FOUND", f"node not found: {node}")
+        if action == "manifest" and request.method == "GET":
+            return self._manifest(node, ark)
+        if action == "add" and request.method == "POST":
+            return self._add(request, node, ark)
+        return exception_document("REQUEST_INVALID", f"{request.method} not supported here")
+
+    def _add(self, request: Request, node: int, ark: str) -> Answer:
+        if request.content_type == "application/x-www-form-urlencoded":
+            form = request.form()
+            response_form = form.get("t", "xhtml")
+        elif request.content_type == "multipart/form-data":
+            form = request.multipart()
+            response_form = form.get("responseForm", "xhtml")
+        else:
+            return Answer(415, b"Unsupported Media Type", "text/plain")
+        if not ark.startswith("ark:/"):
+            return exception_document("REQUEST_INVALID", f"objectID not valid: {ark}")
+        manifest_url, manifest_text = form.get("url", ""), form.get("manifest", "")
+        if not manifest_url and not manifest_text:
+            return exception_document("REQUEST_INVALID", "manifest or url required")
+        if manifest_url:
+            try:
+                fetched = requests.get(manifest_url, timeout=10)
+            except requests.RequestException as exc:
+                return exception_document("EXTERNAL_SERVICE_UNAVAILABLE", f"manifest: {exc}")
+            if not fetched.ok:
+                return exception_document(
+                    "REQUEST_INVALID", f"manifest not retrieved: {fetched.status_code}"
+                )
+            manifest_text = fetched.text
+        files = [ln for ln in manifest_text.splitlines() if ln.strip() and not ln.startswith("#")]
+        with self.lock:
+            stored = self.objects.setdefault((node, ark), StoredObject())
+            version = len(stored.versions) + 1
+            stored.versions.append(version)
+            stored.manifests.append(manifest_url)
+        link = f"{self.url}/state/{node}/{quote_ark(ark)}/{version}"
+        if response_form == "json":
+            state = {
+                "ver:versionState": {
+                    "xmlns:ver": VERSION_NS,
+                    "ver:objectID": ark,
+                    "ver:identifier": version,
+                    "ver:version": link,
+                    "ver:numFiles": len(files),
+                }
+            }
+            return Answer(200, json.dumps(state).encode(), "application/json")
+        xml = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n'
+            f'<ver:versionState xmlns:ver="{VERSION_NS}">'
+            f"<ver:objectID>{escape(ark)}</ver:objectID>"
+            f"<ver:identifier>{version}</ver:identifier>"
+            f"<ver:version>{escape(link)}</ver:version>"
+            f"<ver:numFiles>{len(files)}</ver:numFiles>"
+            "</ver:versionState>"
+        )
+        return Answer(200, xml.encode())
+
+    def _manifest(self, node: int, ark: str) -> Answer:
+        with self.lock:
+            stored = self.objects.get((node, ark))
+        if stored is None:
+            return exception_document("REQUESTED_ITEM_NOT_FOUND", f"object not found: {ark}")
+        versions = "".join(f'<version id="{v}"/>' for v in stored.versions)
+        # Only the root element's name is documented (mrt-store's ServiceDriverIT); the
+        # children here are placeholders, which the client does not read.
+        xml = f'<?xml version="1.0"?>\n<objectInfo><object id="{escape(ark)}"/>{versions}'
+        xml += "</objectInfo>"
+        return Answer(200, xml.encode())
+
+
+def quote_ark(ark: str) -> str:
+    from urllib.parse import quote
+
+    return quote(ark, safe="")
+
+
+class InventoryStandIn(StandIn):
+    """mrt-inventory's entry points ingest uses: ``POST add`` (multipart form data only:
+    ``url``, ``responseForm``), ``GET primary/{owner}/{local id}?t=json`` and
+    ``POST primary/{ark}/{owner}/{local ids}``."""
+
+    name = "inventory"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added: list[str] = []
+        self.local_ids: dict[tuple[str, str], str] = {}  # (owner, local id) -> ark
+
+    def handle(self, request: Request) -> Answer:
+        segments = _segments(request.path)
+        form = request.query.get("t", "xhtml")
+        if segments == ["add"] and request.method == "POST":
+            if request.content_type != "multipart/form-data":
+                # The add resource consumes multipart/form-data only.
+                return Answer(415, b"Unsupported Media Type", "text/plain")
+            fields = request.multipart()
+            url = fields.get("url", "")
+            if not url.startswith(("http://", "https://")):
+                return exception_document("REQUEST_INVALID", f"manifest URL required: {url!r}")
+            with self.lock:
+                self.added.append(url)
+            xml = f"<invp:invProcessState><invp:url>{escape(url)}</invp:url></invp:invProcessState>"
+            return Answer(200, xml.encode())
+        if segments[:1] == ["primary"] and len(segments) == 3 and request.method == "GET":
+            owner, local_id = segments[1], segments[2]
+            with self.lock:
+                ark = self.local_ids.get((owner, local_id))
+            return self._local_state(owner, local_id, ark, form)
+        if segments[:1] == ["primary"] and len(segments) == 4 and request.method == "POST":
+            ark, owner, local_ids = segments[1], segments[2], segments[3]
+            if not ark.startswith("ark:/"):
+                return exception_document("REQUEST_INVALID", f"objectID not valid: {ark}")
+            with self.lock:
+                for local_id in local_ids.split(";"):
+                    if local_id.strip():
+                        self.local_ids[(owner, local_id.strip())] = ark
+            return self._local_state(owner, local_ids, ark, form)
+        return exception_document("REQUEST_INVALID", f"no such resource: {request.path}")
+
+    def _local_state(self, owner: str, local_id: str, ark: str | None, form: str) -> Answer:
+        state: dict[str, Any] = {
+            "xmlns:invloc": "http://uc3.cdlib.org/ontology/mrt/inventory/localcontainer",
+            "invloc:ownerID": owner,
+            "invloc:localIDs": local_id,
+            "invloc:exists": ark is not None,
+            "invloc:countLocalIDs": 1 if ark else 0,
+        }
+        if ark:
+            state["invloc:primaryIdentifier"] = ark
+            state["invloc:local"] = {
+                "invloc:primaryLocalState": {
+                    "invloc:primaryID": ark,
+                    "invloc:ownerID": owner,
+                    "invloc:localID": local_id,
+                }
+            }
+        if form == "json":
+            body = json.dumps({"invloc:localContainerState": state}).encode()
+            return Answer(200, body, "application/json")
+        items = "".join(
+            f"<{k}>{escape(str(v).lower() if isinstance(v, bool) else str(v))}</{k}>"
+            for k, v in state.items()
+            if not k.startswith("xmlns") and not isinstance(v, dict)
+        )
+        return Answer(
+            200, f"<invloc:localContainerState>{items}</invloc:localContainerState>".encode()
+        )
+
+
+class EzidStandIn(StandIn):
+    """EZID's API as Merritt's ingest uses it: ``POST /shoulder/{shoulder}`` mints,
+    ``POST /id/{identifier}`` updates; ANVL ``text/plain`` both ways, HTTP Basic auth."""
+
+    name = "EZID"
+
+    def __init__(self, user: str, password: str) -> None:
+        super().__init__()
+        self.credentials = (user, password)
+        self.counter = 0
+        self.identifiers: dict[str, dict[str, str]] = {}
+
+    @staticmethod
+    def parse_anvl(body: bytes) -> dict[str, str]:
+        metadata: dict[str, str] = {}
+        for line in body.decode("utf-8").splitlines():
+            if not line.strip():
+                continue
+            key, _, value = line.partition(":")
+            metadata[unquote(key.strip())] = unquote(value.strip())
+        return metadata
+
+    def _text(self, status: int, line: str) -> Answer:
+        return Answer(status, (line + "\n").encode(), "text/plain; charset=UTF-8")
+
+    def handle(self, request: Request) -> Answer:
+        auth = request.headers.get("Authorization", "")
+        expected = "Basic " + base64.b64encode(":".join(self.credentials).encode()).decode()
+        if auth != expected:
+            return self._text(401, "error: unauthorized")
+        if request.method != "POST":
+            return self._text(405, "error: method not allowed")
+        if not request.content_type.startswith("text/plain"):
+            return self._text(400, "error: bad request - unsupported content type")
+        try:
+            metadata = self.parse_anvl(request.body)
+        except UnicodeDecodeError:
+            return self._text(400, "error: bad request - ANVL parse error (not UTF-8)")
+        path = unquote(request.path)
+        if path.startswith("/shoulder/"):
+            shoulder = path.removeprefix("/shoulder/")
+            if not shoulder.startswith("ark:/"):
+                return self._text(400, f"error: bad request - unrecognized shoulder: {shoulder}")
+            with self.lock:
+                self.counter += 1
+                identifier = f"{shoulder}{self.counter:04d}"
+                self.identifiers[identifier] = dict(metadata)
+            return self._text(201, f"success: {identifier}")
+        if path.startswith("/id/"):
+            identifier = path.removeprefix("/id/")
+            with self.lock:
+                if identifier not in self.identifiers:
+                    return self._text(400, "error: bad request - no such identifier")
+                self.identifiers[identifier].update(metadata)
+            return self._text(200, f"success: {identifier}")
+        return self._text(404, "error: not found")
+
+
+class CallbackReceiver(StandIn):
+    """A depositor's endpoint behind a profile's CallbackURL: takes ``POST .../mc/{jobID}``
+    with a JSON job state and answers ``status`` (200 unless told)."""
+
+    name = "callback receiver"
+
+    def __init__(self, status: int = 200) -> None:
+        super().__init__()
+        self.status = status
+        self.received: dict[str, Any] = {}
+
+    def handle(self, request: Request) -> Answer:
+        if request.method != "POST" or "/mc/" not in request.path:
+            return Answer(404, b"not found", "text/plain")
+        job_id = unquote_plus(request.path.rsplit("/mc/", 1)[1])
+        try:
+            state = json.loads(request.body)
+        except ValueError:
+            return Answer(400, b"not JSON", "text/plain")
+        with self.lock:
+            self.received[job_id] = state
+        return Answer(self.status, b"thanks", "text/plain")
+
+
+@contextmanager
+def running(stand_in: StandIn) -> Iterator[Any]:
+    stand_in.start()
+    try:
+        yield stand_in
+    finally:
+        stand_in.stop()
+
+
+def unused_url() -> str:
+    """A loopback URL nothing listens on (the port was free a moment ago)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"

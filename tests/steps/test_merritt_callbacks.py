@@ -1,0 +1,112 @@
+"""Callbacks as Merritt's ingest makes them: ``POST {CallbackURL}/mc/{jobID}`` with the JSON
+job state, to a stand-in receiver; refusals and an unreachable receiver."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from datetime import datetime
+
+import pytest
+
+from queues.daemons import clients
+from queues.steps.notify import (
+    CallbackError,
+    job_callback_url,
+    merritt_job_state,
+    post_job_callback,
+)
+from queues.zk.records import Job, Status
+from tests.steps.merritt_standins import CallbackReceiver, running, unused_url
+
+JID = "jid0000000042"
+
+
+@pytest.fixture
+def receiver() -> Iterator[CallbackReceiver]:
+    with running(CallbackReceiver()) as stand_in:
+        yield stand_in
+
+
+def _job() -> Job:
+    stamp = datetime(2026, 11, 21, 10, 2, 3).astimezone()
+    return Job(
+        jid=JID,
+        bid="bid0000000007",
+        priority=5,
+        space_needed=0,
+        configuration={
+            "batchID": "bid-8c6d2d4e",
+            "profile": "demo",
+            "submitter": "jdoe",
+            "filename": "notes.zip",
+            "title": "Field notes",
+        },
+        status=Status({"status": "Notify"}, 0, stamp),
+        created=stamp,
+        identifiers={"primary_id": "ark:/99999/fk4x", "local_id": ["n-1", "n-2"]},
+        metadata={"erc_who": "Doe, Jane"},
+        inventory={"manifest_url": "http://s/manifest/9501/ark%3A%2F99999%2Ffk4x", "version": 3},
+    )
+
+
+def test_the_job_state_goes_to_mc_and_the_job_id(receiver: CallbackReceiver) -> None:
+    status = post_job_callback(receiver.url + "/hooks/", JID, clients.callback_state(_job()))
+
+    assert status == 200
+    [request] = receiver.seen("POST")
+    assert request.path == f"/hooks/mc/{JID}"
+    assert request.content_type == "application/json"
+    state = receiver.received[JID]["job:jobState"]
+    assert {k: v for k, v in state.items() if k not in ("job:completionDate",)} == {
+        "xmlns:job": "http://uc3.cdlib.org/ontology/mrt/ingest/job",
+        "job:jobID": JID,
+        "job:batchID": "bid-8c6d2d4e",
+        "job:jobStatus": "COMPLETED",
+        "job:primaryID": "ark:/99999/fk4x",
+        "job:localID": "n-1; n-2",
+        "job:packageName": "notes.zip",
+        "job:objectTitle": "Field notes",
+        "job:objectCreator": "Doe, Jane",
+        "job:versionID": 3,
+        "job:objectState": "http://s/manifest/9501/ark%3A%2F99999%2Ffk4x",
+        "job:userAgent": "jdoe",
+        "job:objectProfile": "demo",
+        "job:submissionDate": _job().created.isoformat(timespec="seconds"),
+    }
+
+
+def test_credentials_in_the_callback_url_become_basic_auth(receiver: CallbackReceiver) -> None:
+    url = receiver.url.replace("http://", "http://depositor:pw@") + "/cb"
+    post_job_callback(url, JID, merritt_job_state(job_id=JID, batch_id="b"))
+
+    [request] = receiver.seen("POST")
+    assert request.headers["Authorization"] == "Basic " + base64.b64encode(b"depositor:pw").decode()
+
+
+def test_a_refusal_is_named_and_not_repeated(receiver: CallbackReceiver) -> None:
+    receiver.status = 403
+    with pytest.raises(CallbackError) as refused:
+        post_job_callback(receiver.url, JID, merritt_job_state(job_id=JID, batch_id="b"))
+    assert refused.value.status == 403
+    assert str(refused.value) == f"callback {receiver.url}/mc/{JID}: HTTP 403"
+    assert len(receiver.seen("POST")) == 1
+
+
+def test_a_failing_receiver_is_asked_again_then_named(receiver: CallbackReceiver) -> None:
+    receiver.status = 503
+    with pytest.raises(CallbackError, match="HTTP 503"):
+        post_job_callback(
+            receiver.url, JID, merritt_job_state(job_id=JID, batch_id="b"), retries=2, backoff=0
+        )
+    assert len(receiver.seen("POST")) == 3
+
+
+def test_an_unreachable_receiver_is_a_callback_error() -> None:
+    url = unused_url()
+    with pytest.raises(CallbackError, match="unreachable"):
+        post_job_callback(url, JID, {}, retries=0, timeout=2)
+
+
+def test_the_job_id_is_one_path_segment() -> None:
+    assert job_callback_url("https://x/cb/", "jid/1") == "https://x/cb/mc/jid%2F1"

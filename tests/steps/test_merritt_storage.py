@@ -1,0 +1,105 @@
+"""HttpStorage against a stand-in of Merritt's storage service (tests/steps/merritt_standins.py).
+
+Success, the service's refusal (its exception document, named in the error) and a storage
+service that is not there, each as the real one behaves (docs/merritt-services.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
+from queues.steps.storage import HttpStorage, ObjectNotFound, StorageError, StoredVersion
+from tests.steps.conftest import Loopback
+from tests.steps.merritt_standins import (
+    StorageStandIn,
+    exception_document,
+    running,
+    unused_url,
+)
+
+ARK = "ark:/99999/fk4abc"
+ENCODED = "ark%3A%2F99999%2Ffk4abc"
+
+
+@pytest.fixture
+def storage() -> Iterator[StorageStandIn]:
+    with running(StorageStandIn(nodes=(9501,))) as stand_in:
+        yield stand_in
+
+
+def _manifest(http_server: Loopback) -> str:
+    content = http_server.file("/job/producer/a.txt", b"hello")
+    text = write_checkm(
+        [{"url": content, "filename": "producer/a.txt", "hash_alg": "sha256", "size": 5}],
+        kind=OBJECT_MANIFEST,
+    )
+    return http_server.file("/job/mrt-manifest.txt", text.encode())
+
+
+def test_add_posts_the_manifest_url_and_reads_the_version_state(
+    storage: StorageStandIn, http_server: Loopback
+) -> None:
+    manifest_url = _manifest(http_server)
+    client = HttpStorage(storage.url + "/", "9501", timeout=5)
+
+    first = client.store(ark=ARK, manifest_url=manifest_url)
+    second = client.store(ark=ARK, manifest_url=manifest_url)
+
+    inventory_url = f"{storage.url}/manifest/9501/{ENCODED}"
+    assert first == StoredVersion(ARK, 1, inventory_url)
+    assert second.version == 2
+    [request, _] = storage.seen("POST")
+    assert request.path == f"/add/9501/{ENCODED}"
+    assert request.content_type == "application/x-www-form-urlencoded"
+    assert request.form() == {"url": manifest_url, "t": "xml"}
+    # The stand-in fetched the manifest from that URL, as storage does.
+    assert [r.path for r in http_server.seen("GET", "/job/mrt-manifest.txt")] != []
+
+
+def test_storage_refusal_names_the_service_and_its_reason(
+    storage: StorageStandIn, http_server: Loopback
+) -> None:
+    manifest_url = _manifest(http_server)
+
+    with pytest.raises(StorageError) as unknown_node:
+        HttpStorage(storage.url, 7777, timeout=5).store(ark=ARK, manifest_url=manifest_url)
+    assert str(unknown_node.value) == (
+        f"storage service refused to add {ARK} on node 7777: "
+        "HTTP 404 REQUESTED_ITEM_NOT_FOUND: node not found: 7777"
+    )
+
+    missing = http_server.url + "/job/nothing-here.txt"
+    with pytest.raises(StorageError, match="HTTP 400 REQUEST_INVALID: manifest not retrieved"):
+        HttpStorage(storage.url, 9501, timeout=5).store(ark=ARK, manifest_url=missing)
+
+    storage.refuse_next(exception_document("GENERAL_EXCEPTION", "cloud write failed", form="json"))
+    with pytest.raises(StorageError, match="HTTP 500 GENERAL_EXCEPTION: cloud write failed"):
+        HttpStorage(storage.url, 9501, timeout=5).store(ark=ARK, manifest_url=manifest_url)
+
+
+def test_an_unknown_object_is_not_found_and_the_xml_manifest_is_named(
+    storage: StorageStandIn, http_server: Loopback
+) -> None:
+    client = HttpStorage(storage.url, 9501, timeout=5)
+    with pytest.raises(ObjectNotFound, match="REQUESTED_ITEM_NOT_FOUND: object not found"):
+        client.fetch_object(ARK)
+
+    client.store(ark=ARK, manifest_url=_manifest(http_server))
+    with pytest.raises(StorageError, match=r"as XML \(<objectInfo>\)"):
+        client.fetch_object(ARK)
+    with pytest.raises(StorageError, match="no per-version form"):
+        client.fetch_object(ARK, 1)
+
+
+def test_an_unreachable_storage_service_is_a_storage_error() -> None:
+    url = unused_url()
+    with pytest.raises(StorageError, match=f"storage service unreachable at {url}/add/9501/"):
+        HttpStorage(url, 9501, timeout=2, retries=0).store(ark=ARK, manifest_url="http://h/m")
+
+
+def test_a_node_that_is_not_a_number_is_refused_before_any_request() -> None:
+    with pytest.raises(StorageError, match="is not a node number"):
+        HttpStorage("http://127.0.0.1:9", "node-a")
