@@ -284,6 +284,11 @@ MRT_DOWNLOAD_RETRIES = env_int("MRT_DOWNLOAD_RETRIES", 3)
 MRT_DOWNLOAD_THREADS = env_int("MRT_DOWNLOAD_THREADS", 4)
 MRT_PROVISION_HIGH_WATER = env_float("MRT_PROVISION_HIGH_WATER", 0.70)
 MRT_LARGE_JOB_BYTES = env_int("MRT_LARGE_JOB_BYTES", 10 * 1024**3)
+# "standalone" (every step ours) or "beside-merritt" (Merritt's storage and inventory services
+# claim Storing and Recording jobs, and storage the access requests, themselves).
+MRT_DEPLOYMENT = env("MRT_DEPLOYMENT", "standalone")
+# The daemons this console serves, comma-separated, or "all"; empty: the mode's default.
+MRT_OWN_STEPS = env("MRT_OWN_STEPS")
 # The fetch policy for every request made for a depositor (queues/steps/netpolicy.py):
 # addresses that may be fetched although they are loopback/private (comma-separated networks).
 MRT_FETCH_ALLOW = env("MRT_FETCH_ALLOW")

@@ -8,8 +8,8 @@ Two deployment modes (setting ``MRT_DEPLOYMENT``):
 * ``beside-merritt``: the console manages a ZooKeeper queue shared with Merritt's own services.
   Processing writes the ``store`` and ``inventory`` job nodes exactly as Merritt's ingest does and
   leaves the job in Storing: Merritt's storage service claims Storing jobs and its inventory
-  service Recording jobs, so by default this console's daemons serve every step but ``storing``
-  and ``recording``.
+  service Recording jobs (and storage assembles access requests), so by default this console's
+  daemons serve every step but ``storing``, ``recording``, ``access-small`` and ``access-large``.
 
 ``MRT_OWN_STEPS`` (daemon names, comma-separated, or ``all``) names the steps this console's
 daemons serve, overriding the mode's default. ``runconsumer all`` runs only those; asking for
@@ -63,7 +63,8 @@ MODES = (STANDALONE, BESIDE_MERRITT)
 # What a mode leaves to Merritt's services unless MRT_OWN_STEPS says otherwise.
 LEFT_TO_MERRITT: dict[str, frozenset[str]] = {
     STANDALONE: frozenset(),
-    BESIDE_MERRITT: frozenset({"storing", "recording"}),
+    # Merritt's storage service also assembles access requests (its own queue consumer).
+    BESIDE_MERRITT: frozenset({"storing", "recording", "access-small", "access-large"}),
 }
 
 

@@ -181,7 +181,7 @@ def test_standalone_storing_and_recording_read_the_nodes_processing_wrote(
 
 def test_runconsumer_refuses_a_step_the_deployment_leaves_to_merritt(zk, settings) -> None:
     _beside(settings, MRT_OWN_STEPS="")
-    for name in ("storing", "recording"):
+    for name in ("storing", "recording", "access-small", "access-large"):
         with pytest.raises(CommandError, match=f"{name} is not a step this deployment serves"):
             call_command("runconsumer", name, "--once")
     call_command("runconsumer", "pending", "--once")  # an owned one runs
