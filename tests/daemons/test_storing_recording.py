@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +19,13 @@ from queues.steps.storage import LocalStorage
 from queues.zk import paths as zpaths
 from queues.zk.jobs import job_load, job_transition
 from queues.zk.locks import lock_create, lock_release
+from tests.steps.merritt_standins import (
+    EzidStandIn,
+    InventoryStandIn,
+    StorageStandIn,
+    exception_document,
+    running,
+)
 
 from .conftest import FileServer, daemon, drive, make_job
 
@@ -110,3 +123,84 @@ def test_recording_without_a_stored_version_fails(zk) -> None:
     failed = job_load(zk, job.jid)
     assert failed.state == "Failed"
     assert "Storing" in failed.status.message
+
+
+# Against Merritt's services -----------------------------------------------------------------
+
+
+@contextmanager
+def _served(folder: Path) -> Iterator[str]:
+    """``folder`` over HTTP on loopback, as MRT_WORK_URL serves the working folders."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handler = partial(_QuietFiles, directory=str(folder))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+class _QuietFiles(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_storing_and_recording_with_merritts_services_and_a_resubmission_by_local_id(
+    zk, files: FileServer, settings, profiles: Path
+) -> None:
+    demo = profiles / "merritt_demo_content.json"
+    demo.write_text(json.dumps({**json.loads(demo.read_text()), "owner": "ark:/13030/j2own"}))
+    with (
+        running(EzidStandIn("apitest", "pw")) as ezid,
+        running(StorageStandIn(nodes=(9501,))) as storage,
+        running(InventoryStandIn()) as inventory,
+        _served(Path(settings.MRT_WORK_DIR)) as work_url,
+    ):
+        settings.MRT_EZID_URL, settings.MRT_EZID_USER, settings.MRT_EZID_PASSWORD = (
+            ezid.url,
+            "apitest",
+            "pw",
+        )
+        settings.MRT_STORAGE_URL = storage.url
+        settings.MRT_INVENTORY_URL = inventory.url
+        settings.MRT_WORK_URL = work_url
+
+        first = _processed(zk, files, identifiers={"primary_id": "", "local_id": ["loc-9"]})
+        ark = first.primary_id
+        assert ark == "ark:/99999/fk40001"
+        assert inventory.local_ids == {("ark:/13030/j2own", "loc-9"): ark}
+        assert ezid.identifiers[ark]["_target"].endswith("/m/ark%253A%252F99999%252Ffk40001")
+        drive(zk, lambda: job_load(zk, first.jid).state == "Notify", names=["storing", "recording"])
+
+        stored = job_load(zk, first.jid)
+        manifest_url = f"{storage.url}/manifest/9501/ark%3A%2F99999%2Ffk40001"
+        assert stored.inventory["manifest_url"] == manifest_url
+        assert stored.inventory["version"] == 1
+        [add] = storage.seen("POST")
+        assert add.form()["url"] == stored.store["manifest_url"]
+        assert add.form()["url"].startswith(work_url)
+        assert inventory.added == [manifest_url]
+
+        # The same local id again: the ARK comes from inventory, no second mint.
+        second = _processed(
+            zk, files, "b.txt", "two", identifiers={"primary_id": "", "local_id": ["loc-9"]}
+        )
+        assert second.primary_id == ark
+        assert len(ezid.identifiers) == 1
+        drive(
+            zk, lambda: job_load(zk, second.jid).state == "Notify", names=["storing", "recording"]
+        )
+        assert job_load(zk, second.jid).inventory["version"] == 2
+
+        # Storage refusing: the job fails with storage's reason.
+        third = _processed(zk, files, "c.txt", "three")
+        storage.refuse_next(exception_document("GENERAL_EXCEPTION", "cloud write failed"))
+        daemon(zk, "storing").run_once()
+        failed = job_load(zk, third.jid)
+        assert failed.state == "Failed"
+        assert "HTTP 500 GENERAL_EXCEPTION: cloud write failed" in failed.status.message
