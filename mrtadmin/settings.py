@@ -289,6 +289,10 @@ MRT_LARGE_JOB_BYTES = env_int("MRT_LARGE_JOB_BYTES", 10 * 1024**3)
 MRT_DEPLOYMENT = env("MRT_DEPLOYMENT", "standalone")
 # The daemons this console serves, comma-separated, or "all"; empty: the mode's default.
 MRT_OWN_STEPS = env("MRT_OWN_STEPS")
+# Where Merritt's access assembly requests (<token>/status) can be read; empty: not at all.
+MRT_ACCESS_REQUESTS_URL = env("MRT_ACCESS_REQUESTS_URL")
+# The largest file /poster/submit|update accepts.
+MRT_POSTER_MAX_BYTES = env_int("MRT_POSTER_MAX_BYTES", 1024**3)
 # The fetch policy for every request made for a depositor (queues/steps/netpolicy.py):
 # addresses that may be fetched although they are loopback/private (comma-separated networks).
 MRT_FETCH_ALLOW = env("MRT_FETCH_ALLOW")

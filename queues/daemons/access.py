@@ -43,7 +43,7 @@ def requested(token: dict[str, Any]) -> AssemblyRequest:
     try:
         return resolve(
             token,
-            requests_base=getattr(settings, "MRT_ACCESS_REQUESTS_URL", "") or "",
+            requests_base=settings.MRT_ACCESS_REQUESTS_URL,
             timeout=settings.MRT_HTTP_TIMEOUT,
         )
     except RequestError as exc:

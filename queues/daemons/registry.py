@@ -73,7 +73,7 @@ class DeploymentError(ValueError):
 
 
 def deployment_mode() -> str:
-    mode = str(getattr(settings, "MRT_DEPLOYMENT", STANDALONE) or STANDALONE).strip().lower()
+    mode = str(settings.MRT_DEPLOYMENT or STANDALONE).strip().lower()
     mode = mode.replace("_", "-")
     if mode not in MODES:
         raise DeploymentError(f"MRT_DEPLOYMENT must be one of {', '.join(MODES)}, got {mode!r}")
@@ -91,7 +91,7 @@ def _names(value: object) -> list[str]:
 def owned_steps() -> list[str]:
     """The daemons this deployment serves, in pipeline order."""
     mode = deployment_mode()
-    names = _names(getattr(settings, "MRT_OWN_STEPS", ""))
+    names = _names(settings.MRT_OWN_STEPS)
     if not names:
         return [n for n in DAEMONS if n not in LEFT_TO_MERRITT[mode]]
     if ALL in names:
@@ -107,7 +107,7 @@ def owned_steps() -> list[str]:
 
 def not_owned_reason(name: str) -> str:
     mode = deployment_mode()
-    if _names(getattr(settings, "MRT_OWN_STEPS", "")):
+    if _names(settings.MRT_OWN_STEPS):
         why = f"MRT_OWN_STEPS does not name it ({', '.join(owned_steps()) or 'nothing'})"
     else:
         why = f"MRT_DEPLOYMENT={mode} leaves it to Merritt's services"
@@ -130,7 +130,7 @@ def deployment_problems() -> list[str]:
     they can): beside Merritt, storage must be able to fetch the manifests Processing writes."""
     problems = []
     beside = deployment_mode() == BESIDE_MERRITT and "processing" in owned_steps()
-    if beside and not getattr(settings, "MRT_WORK_URL", ""):
+    if beside and not settings.MRT_WORK_URL:
         problems.append(
             "beside Merritt, Processing's storage manifests must be served over HTTP for "
             "Merritt's storage service: set MRT_WORK_URL"

@@ -59,7 +59,6 @@ from queues.zk.errors import DomainError, is_connection_error
 
 log = logging.getLogger("queues.poster")
 
-DEFAULT_MAX_BYTES = 1024**3
 BATCH_NS = "http://uc3.cdlib.org/ontology/mrt/ingest/batch"
 EXC_NS = "http://uc3.cdlib.org/ontology/mrt/core/exc"
 
@@ -220,7 +219,7 @@ def _token(request: HttpRequest) -> ApiToken | None:
 
 
 def max_bytes() -> int:
-    return int(getattr(settings, "MRT_POSTER_MAX_BYTES", DEFAULT_MAX_BYTES))
+    return int(settings.MRT_POSTER_MAX_BYTES)
 
 
 def upload_root() -> Path:
