@@ -252,6 +252,11 @@ class Command(BaseCommand):
         self.say(
             f"VERDICT: OK: {jobs} jobs and {batches} batches consistent after {tally.kills} "
             f"SIGKILLs and {tally.zk_restarts} ZooKeeper restarts"
+            + (
+                f", {len(HOSTILE_FAILURES)} hostile depositors failed for their reasons"
+                if options["hostile"]
+                else ""
+            )
         )
 
     def chroot(self, hosts: str) -> str:
