@@ -25,9 +25,21 @@ def env(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
 
 
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
+
+
 def env_bool(name: str, default: bool) -> bool:
+    """A yes/no variable; anything but the usual words is an error naming the variable."""
     value = env(name, "1" if default else "0").strip().lower()
-    return value in {"1", "true", "yes", "on"}
+    if value in TRUE_WORDS:
+        return True
+    if value in FALSE_WORDS:
+        return False
+    raise ImproperlyConfigured(
+        f"environment variable {name} must be one of 1/0, true/false, yes/no, on/off, "
+        f"got {value!r}"
+    )
 
 
 def env_int(name: str, default: int) -> int:
