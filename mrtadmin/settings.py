@@ -280,6 +280,8 @@ MRT_INVENTORY_URL = env("MRT_INVENTORY_URL")
 MRT_EZID_URL = env("MRT_EZID_URL")
 MRT_EZID_USER = env("MRT_EZID_USER")
 MRT_EZID_PASSWORD = env("MRT_EZID_PASSWORD")
+# EZID's _target for a minted ARK: {this}/m/{ARK URL-encoded twice}, as Merritt's ingest sets it.
+MRT_EZID_TARGET_URL = env("MRT_EZID_TARGET_URL", "https://merritt.cdlib.org")
 MRT_DOWNLOADS_DIR = Path(env("MRT_DOWNLOADS_DIR", str(MRT_VAR_DIR / "downloads")))
 MRT_CONSOLE_URL = env("MRT_CONSOLE_URL", "http://127.0.0.1:8000")
 # Folders a depositor's file:// URLs may read from (":"-separated). Empty: none, file://

@@ -113,7 +113,7 @@ def mint_ark(
         profile.ark_shoulder,
         ezid_metadata(erc=record(None), owner=owner, creator_context=context),
     )
-    base = getattr(settings, "MRT_EZID_TARGET_URL", "") or DEFAULT_EZID_TARGET_URL
+    base = settings.MRT_EZID_TARGET_URL or DEFAULT_EZID_TARGET_URL
     try:
         found.update(
             ark,

@@ -2,8 +2,11 @@
 folder is deleted once the job is Completed, and a batch whose last job this was moves on to
 Reporting.
 
-The callback may be called twice for one job (steps are at-least-once); its JSON carries the
-job ID for the receiver to recognise a repeat.
+The callback is Merritt ingest's: ``POST {CallbackURL}/mc/{jobID}`` with the job's state as
+JSON (``job:jobState``, docs/merritt-services.md), through the depositor fetch policy. It may be
+called twice for one job (steps are at-least-once); the job ID lets the receiver see a repeat.
+Unlike Merritt's ingest, which only logs a failed callback, a callback that cannot be delivered
+fails the job (resumable): the operator sees it, and a resume calls it again.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from typing import ClassVar
 
 from django.conf import settings
 
+from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Step, StepFailed
+from queues.daemons.fetching import depositor_policy
 from queues.daemons.jobwork import remove_workdir
-from queues.steps.notify import CallbackError, post_callback
+from queues.steps.notify import CallbackError, post_job_callback
 from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile
 from queues.zk.records import Job
 
@@ -32,21 +37,14 @@ class Notify(JobDaemon):
         except ProfileError as exc:
             raise StepFailed(str(exc)) from exc
         if profile is not None and profile.callback_url:
-            inventory = item.inventory or {}
-            payload = {
-                "job_id": item.jid,
-                "batch_id": item.bid,
-                "batch_uuid": item.configuration.get("batch_uuid", ""),
-                "status": "Completed",
-                "profile": item.profile,
-                "submitter": item.submitter,
-                "ark": item.primary_id,
-                "local_id": item.local_ids,
-                "version": inventory.get("version"),
-                "manifest_url": inventory.get("manifest_url"),
-            }
             try:
-                post_callback(profile.callback_url, payload, timeout=settings.MRT_HTTP_TIMEOUT)
+                post_job_callback(
+                    profile.callback_url,
+                    item.jid,
+                    clients.callback_state(item),
+                    timeout=settings.MRT_HTTP_TIMEOUT,
+                    policy=depositor_policy(),
+                )
             except CallbackError as exc:
                 raise StepFailed(str(exc)) from exc
         return Next("Completed")

@@ -156,23 +156,35 @@ class FetchPolicy:
 
     # Requests -----------------------------------------------------------------------------
 
-    def open(self, url: str, *, method: str = "GET", started: float | None = None) -> OpenResponse:
-        """Send ``method`` to ``url`` following redirects under the policy; the body unread."""
+    def open(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        started: float | None = None,
+        body: bytes | None = None,
+        content_type: str = "",
+    ) -> OpenResponse:
+        """Send ``method`` to ``url`` following redirects under the policy; the body unread.
+
+        A ``body`` (a callback's JSON) goes along with 307 and 308 redirects; 301, 302 and 303
+        turn the request into a GET without it, as browsers do.
+        """
         started = time.monotonic() if started is None else started
         for _hop in range(self.max_redirects + 1):
-            pool, response = self._send(url, method, started)
+            pool, response = self._send(url, method, started, body, content_type)
             location = response.headers.get("Location")
             if response.status not in REDIRECTS or not location:
                 return OpenResponse(self, url, response, started, pool)
             response.release_conn()
             pool.close()
             url = urljoin(url, location)
-            if response.status == 303 and method != "HEAD":
-                method = "GET"
+            if response.status in (301, 302, 303) and method not in ("GET", "HEAD"):
+                method, body = "GET", None
         raise FetchRefused(url, f"more than {self.max_redirects} redirects")
 
     def _send(
-        self, url: str, method: str, started: float
+        self, url: str, method: str, started: float, body: bytes | None, content_type: str
     ) -> tuple[urllib3.HTTPConnectionPool, urllib3.BaseHTTPResponse]:
         host, port, ip = self.resolve(url)
         parts = urlsplit(url)
@@ -202,7 +214,9 @@ class FetchPolicy:
         )
         if parts.username is not None:
             credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-            headers.update(urllib3.make_headers(basic_auth=credentials))
+            headers["Authorization"] = urllib3.make_headers(basic_auth=credentials)["authorization"]
+        if content_type:
+            headers["Content-Type"] = content_type
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
@@ -210,6 +224,7 @@ class FetchPolicy:
             return pool, pool.urlopen(
                 method,
                 target,
+                body=body,
                 headers=headers,
                 redirect=False,
                 retries=False,

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
-import requests
-
-from queues.steps.fetch import USER_AGENT
-from queues.steps.merritt_wire import service_session
+from queues.steps.netpolicy import FetchPolicy, FetchRefused, TooSlow, TransferFailed
 
 # How many jobs the queued mail lists by ID; the rest are counted.
 QUEUED_LISTED = 1000
@@ -29,16 +27,6 @@ JOB_STATE_NAMESPACE = "http://uc3.cdlib.org/ontology/mrt/ingest/job"
 _CALLBACK_STATUSES = (500, 502, 503, 504)
 
 
-@lru_cache(maxsize=8)
-def _callback_session(retries: int, backoff: float) -> requests.Session:
-    # One pooled session per process (per retry policy) for every depositor's endpoint. A
-    # callback may be repeated (steps are at-least-once, the receiver deduplicates by job ID),
-    # so lost replies and server errors are retried for POST as well.
-    return service_session(
-        retries=retries, backoff=backoff, retry_posts=True, statuses=_CALLBACK_STATUSES
-    )
-
-
 def post_callback(
     url: str,
     payload: Mapping[str, Any],
@@ -46,24 +34,39 @@ def post_callback(
     timeout: float = 10.0,
     retries: int = 2,
     backoff: float = 0.5,
+    policy: FetchPolicy | None = None,
 ) -> int:
-    """POST ``payload`` as JSON to ``url`` and return the 2xx status.
+    """POST ``payload`` as JSON to ``url`` under ``policy`` and return the 2xx status.
 
-    Connection errors and 5xx are retried (``retries`` times); any other non-2xx raises
-    CallbackError at once. User and password in the URL (``https://u:p@host/...``) are sent
-    as HTTP Basic authentication, as Merritt's ingest does.
+    The callback URL is the depositor's (their profile's), so it goes through the depositor
+    fetch policy like their payloads: a callback to a refused address fails at once, naming
+    it. Connection errors and 5xx are retried (``retries`` times, the receiver deduplicates by
+    job ID); any other non-2xx raises CallbackError at once. User and password in the URL
+    (``https://u:p@host/...``) are sent as HTTP Basic authentication, as Merritt's ingest does.
     """
-    session = _callback_session(retries, backoff)
-    try:
-        response = session.post(
-            url, json=dict(payload), timeout=timeout, headers={"User-Agent": USER_AGENT}
-        )
-    except requests.RequestException as exc:
-        raise CallbackError(url, f"unreachable ({exc})") from None
-    if 200 <= response.status_code < 300:
-        return response.status_code
-    status = response.status_code
-    raise CallbackError(url, f"HTTP {status}", status=status)
+    rules = policy or FetchPolicy(restrict=False, timeout=timeout)
+    body = json.dumps(dict(payload)).encode()
+    attempt = 0
+    while True:
+        try:
+            with rules.open(
+                url, method="POST", body=body, content_type="application/json"
+            ) as response:
+                status = response.status
+        except FetchRefused as exc:
+            raise CallbackError(url, exc.reason) from None
+        except (TransferFailed, TooSlow) as exc:
+            status, problem = None, f"unreachable ({exc})"
+        else:
+            if 200 <= status < 300:
+                return status
+            problem = f"HTTP {status}"
+            if status not in _CALLBACK_STATUSES:
+                raise CallbackError(url, problem, status=status)
+        if attempt >= retries:
+            raise CallbackError(url, problem, status=status)
+        time.sleep(backoff * 2**attempt)
+        attempt += 1
 
 
 def job_callback_url(callback_url: str, job_id: str) -> str:
@@ -124,6 +127,7 @@ def post_job_callback(
     timeout: float = 10.0,
     retries: int = 2,
     backoff: float = 0.5,
+    policy: FetchPolicy | None = None,
 ) -> int:
     """POST a job's state (``merritt_job_state``) to ``{CallbackURL}/mc/{jobID}``."""
     return post_callback(
@@ -132,6 +136,7 @@ def post_job_callback(
         timeout=timeout,
         retries=retries,
         backoff=backoff,
+        policy=policy,
     )
 
 

@@ -37,8 +37,10 @@ def test_callback_is_posted_then_completed_and_folder_removed(
     done = job_load(zk, job.jid)
     assert done.state == "Completed"
     [(path, body)] = files.posts
-    assert path == "/hook"
-    assert json.loads(body)["job_id"] == job.jid
+    assert path == f"/hook/mc/{job.jid}"
+    state = json.loads(body)["job:jobState"]
+    assert state["job:jobID"] == job.jid
+    assert state["job:jobStatus"] == "COMPLETED"
     assert not workdir(job).exists()
     # It was the batch's only job: the batch moves on to Reporting.
     assert batch_load(zk, job.bid).state == "Reporting"
@@ -62,3 +64,16 @@ def test_failing_callback_fails_the_job_and_keeps_the_folder(
     assert "404" in failed.status.message
     assert failed.status.message.startswith("notify: ")
     assert workdir(job).exists()
+
+
+def test_a_callback_to_a_refused_address_fails_the_job_without_a_request(
+    zk, files: FileServer, profiles: Path, settings
+) -> None:
+    settings.MRT_FETCH_ALLOW = ""
+    _with_callback(profiles, files.url + "/hook")
+    job = _notify_job(zk)
+    daemon(zk, "notify").run_once()
+    failed = job_load(zk, job.jid)
+    assert failed.state == "Failed"
+    assert "a loopback address, which is not fetched for depositors" in failed.status.message
+    assert files.posts == []
