@@ -103,8 +103,8 @@ def mint_ark(
     if not isinstance(found, EzidMinter):
         return found.mint(profile.ark_shoulder)
     erc = erc or Erc()
-    owner = getattr(profile, "ezid_coowner", None)
-    context = getattr(profile, "context", None)
+    owner = profile.ezid_coowner
+    context = profile.context
 
     def record(ark: str | None) -> str:
         return erc_record(who=erc.who, what=erc.what, when=erc.when, ark=ark, local_id=local_id)

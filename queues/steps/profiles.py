@@ -82,6 +82,9 @@ class Profile:
     object_type: str | None = None
     object_role: str | None = None
     aggregate: str | None = None
+    # Sent to EZID with a mint as mrt.creator and _owner (ANVL Context, EZID_co-owner).
+    context: str | None = None
+    ezid_coowner: str | None = None
     source: str = "json"  # "json" | "anvl"
 
     @property
@@ -286,6 +289,8 @@ def _from_anvl(name: str, props: dict[str, str]) -> Profile:
         object_type=text("Type"),
         object_role=text("Role"),
         aggregate=text("Aggregate"),
+        context=text("Context"),
+        ezid_coowner=text("EZID_co-owner"),
         source="anvl",
     )
 

@@ -23,7 +23,8 @@ def ezid() -> Iterator[EzidStandIn]:
 
 
 def _profile(**extra: str) -> SimpleNamespace:
-    return SimpleNamespace(name="demo", ark_shoulder=SHOULDER, **extra)
+    fields = {"ezid_coowner": None, "context": None, **extra}
+    return SimpleNamespace(name="demo", ark_shoulder=SHOULDER, **fields)
 
 
 def test_minting_sends_the_erc_then_the_target_and_owner(ezid: EzidStandIn, settings) -> None:

@@ -125,6 +125,7 @@ Owner: ark:/13030/j2ucblib
 Notification.1: curator@example.org
 Notification.2 = archivist@example.org
 Context: ucb_lib
+EZID_co-owner: merritt
 # === START Handlers ===
 HandlerQueue.1: org.cdlib.mrt.ingest.handlers.queue.HandlerDisaggregate
 Handler.1: org.cdlib.mrt.ingest.handlers.initialize.HandlerInitialize
@@ -162,6 +163,8 @@ def test_a_merritt_anvl_profile_is_read(tmp_path: Path) -> None:
         None,
     )
     assert profile.description == "UC Berkeley Library letters"
+    # What a mint sends EZID as mrt.creator and _owner.
+    assert (profile.context, profile.ezid_coowner) == ("ucb_lib", "merritt")
 
 
 def test_a_merritt_profile_without_extension_is_read_and_listed(tmp_path: Path) -> None:
