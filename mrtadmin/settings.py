@@ -203,6 +203,21 @@ DATABASES = {
         },
     }
 }
+# DATABASE_URL (postgres://user:password@host:port/name, for production; may come from
+# DATABASE_URL_FILE) replaces the SQLite file: the audit log, tokens, bulk runs, the local
+# inventory and the archive of finished jobs then live in PostgreSQL (driver: psycopg 3).
+DATABASE_URL = env("DATABASE_URL").strip()
+if DATABASE_URL:
+    import dj_database_url
+
+    try:
+        DATABASES["default"] = dj_database_url.parse(DATABASE_URL, conn_health_checks=True)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL cannot be used: {exc}") from None
+    if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured(
+            "DATABASE_URL must be a postgres:// URL (leave it empty for the SQLite file)"
+        )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
