@@ -279,7 +279,8 @@ else:
 # The live console folds a topic's ZooKeeper events arriving within this window into one message.
 LIVE_COALESCE_SECONDS = env_float("LIVE_COALESCE_SECONDS", 0.25)
 
-# ZooKeeper. Empty ZK_HOSTS means: run the project's own ZooKeeper on loopback.
+# ZooKeeper: the ensemble, or "local" for the project's own server on loopback (bin/run-console
+# sets that); empty uses the local server only while one runs, never starts it.
 ZK_HOSTS = env("ZK_HOSTS")
 ZK_LOCAL_PORT = env_int("ZK_LOCAL_PORT", 2191)
 ZK_TIMEOUT = env_float("ZK_TIMEOUT", 10.0)
@@ -322,6 +323,10 @@ MRT_OWN_STEPS = env("MRT_OWN_STEPS")
 MRT_ACCESS_REQUESTS_URL = env("MRT_ACCESS_REQUESTS_URL")
 # The largest file /poster/submit|update accepts.
 MRT_POSTER_MAX_BYTES = env_int("MRT_POSTER_MAX_BYTES", 1024**3)
+# Retention (queues/archive.py): batches finished, with all their jobs, at least this many days
+# ago are archived into the database and removed from ZooKeeper, a sweep every so many seconds.
+MRT_RETENTION_DAYS = env_float("MRT_RETENTION_DAYS", 30.0)
+MRT_RETENTION_SWEEP_SECONDS = env_float("MRT_RETENTION_SWEEP_SECONDS", 3600.0)
 # The fetch policy for every request made for a depositor (queues/steps/netpolicy.py):
 # addresses that may be fetched although they are loopback/private (comma-separated networks).
 MRT_FETCH_ALLOW = env("MRT_FETCH_ALLOW")

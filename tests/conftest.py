@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -13,10 +12,8 @@ import pytest
 from django.conf import settings
 
 from queues import zk as zkmod
-from queues.zk.errors import Unavailable
 from queues.zk.server import LocalZooKeeper, free_port
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
-
 
 LOOPBACK = "127.0.0.0/8,::1"
 
@@ -44,26 +41,6 @@ def _var_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     settings.MRT_FETCH_ALLOW = LOOPBACK
     os.environ["MRT_FETCH_ALLOW"] = LOOPBACK  # for the daemons and servers tests start
     return var
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _no_local_zookeeper() -> Iterator[None]:
-    """Outside a test's own chroot nothing may fall back to starting the project's ZooKeeper.
-
-    A browser request still in flight after its test had ended did, and that server outlived
-    the run. Such a request now fails at once, as with an unreachable ensemble.
-    """
-    client_module = importlib.import_module("queues.zk.client")
-    real = client_module.configured_hosts
-
-    def configured_hosts() -> str:
-        if not settings.ZK_HOSTS:
-            raise Unavailable("tests connect only into their own chroot (ZK_HOSTS is empty)")
-        return real()
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(client_module, "configured_hosts", configured_hosts)
-        yield
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """One ZooKeeper client per process, with bounded retries and a session-state listener.
 
-``client()`` returns the process's client, connecting on first use. With ``ZK_HOSTS`` empty the
-project's own server (``server.py``) is started on ``ZK_LOCAL_PORT`` under ``MRT_VAR_DIR``.
+``client()`` returns the process's client, connecting on first use. With ``ZK_HOSTS=local`` the
+project's own server (``server.py``) is started on ``ZK_LOCAL_PORT`` under ``MRT_VAR_DIR``; with
+``ZK_HOSTS`` empty that server is used only when it already runs (``bin/run-console`` or
+``manage.py zkserver start`` started it), never started behind the operator's back.
 """
 
 from __future__ import annotations
@@ -78,13 +80,30 @@ def local_server() -> LocalZooKeeper:
     return LocalZooKeeper(settings.MRT_VAR_DIR / "zookeeper", settings.ZK_LOCAL_PORT)
 
 
+LOCAL = "local"
+
+
 def configured_hosts() -> str:
-    """The connection string: ZK_HOSTS, or the local server (started when needed)."""
-    if settings.ZK_HOSTS:
-        return settings.ZK_HOSTS
+    """The connection string: ZK_HOSTS, or the project's own server when asked for.
+
+    ``local`` starts that server when needed. Empty uses it only while it runs from
+    MRT_VAR_DIR (a shell command beside ``bin/run-console``); otherwise Unavailable says what to
+    set: a production host with ZK_HOSTS forgotten must not quietly get an empty queue of its own.
+    """
+    hosts = settings.ZK_HOSTS.strip()
+    if hosts and hosts != LOCAL:
+        return hosts
     server = local_server()
-    server.start()
-    return server.hosts
+    if hosts == LOCAL:
+        server.start()
+        return server.hosts
+    if server.running() is not None:
+        server.follow_running()
+        return server.hosts
+    raise Unavailable(
+        "ZK_HOSTS is not set: name the ensemble (host:port,host:port[/chroot]), or set "
+        "ZK_HOSTS=local for the project's own ZooKeeper under MRT_VAR_DIR"
+    )
 
 
 def connect(hosts: str | None = None, *, timeout: float | None = None) -> KazooClient:

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from queues import zk as zkmod
+from queues.zk.client import configured_hosts, local_server
+from queues.zk.errors import Unavailable
 from queues.zk.server import LocalZooKeeper, four_letter, free_port
 
 
@@ -86,3 +88,34 @@ def test_a_stale_pid_file_names_no_server(tmp_path: Path) -> None:
     server.pid_file.write_text(str(os.getpid()))  # alive, but not a ZooKeeper of this folder
     assert server.running() is None
     assert server.stop() is False  # and it is not signalled
+
+
+# Which server a process uses: never one it started behind the operator's back ---------------
+
+
+def test_an_empty_zk_hosts_starts_nothing_and_says_what_to_set(settings, tmp_path: Path) -> None:
+    settings.ZK_HOSTS = ""
+    settings.MRT_VAR_DIR = tmp_path
+    with pytest.raises(Unavailable, match="ZK_HOSTS is not set: name the ensemble"):
+        configured_hosts()
+    assert not (tmp_path / "zookeeper").exists(), "no server folder, no server"
+
+
+def test_local_starts_the_projects_server_and_an_empty_setting_then_follows_it(
+    settings, tmp_path: Path
+) -> None:
+    settings.MRT_VAR_DIR = tmp_path
+    settings.ZK_LOCAL_PORT = free_port()
+    settings.ZK_HOSTS = "local"
+    hosts = configured_hosts()
+    server = local_server()
+    try:
+        assert hosts == f"127.0.0.1:{settings.ZK_LOCAL_PORT}"
+        assert server.is_serving()
+        # A shell command beside bin/run-console (ZK_HOSTS unset) uses the running server,
+        # even when it asks for another port.
+        settings.ZK_HOSTS = ""
+        settings.ZK_LOCAL_PORT = free_port()
+        assert configured_hosts() == hosts
+    finally:
+        server.stop()

@@ -219,7 +219,7 @@ class Command(BaseCommand):
         )
         server: LocalZooKeeper | None = None
         try:
-            if settings.ZK_HOSTS:
+            if settings.ZK_HOSTS.strip() not in ("", "local"):
                 hosts = self.chroot(settings.ZK_HOSTS)
                 self.say(f"using ZK_HOSTS chroot {hosts}; ZooKeeper restarts skipped")
             else:

@@ -5,18 +5,18 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from queues.zk.client import local_server
+from queues.zk.client import LOCAL, local_server
 from queues.zk.server import LocalServerError
 
 
 class Command(BaseCommand):
-    help = "Start, stop or show the project's own ZooKeeper (used when ZK_HOSTS is empty)."
+    help = "Start, stop or show the project's own ZooKeeper (ZK_HOSTS=local, or empty)."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("action", choices=["start", "stop", "status"])
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        if settings.ZK_HOSTS:
+        if settings.ZK_HOSTS.strip() not in ("", LOCAL):
             self.stdout.write(f"ZK_HOSTS is set ({settings.ZK_HOSTS}); no local server is used")
             return
         server = local_server()
