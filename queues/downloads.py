@@ -23,6 +23,7 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.http import require_GET
 
 from queues.auth import OPERATOR, has_role
@@ -73,7 +74,7 @@ def token_grants(name: str, presented: str) -> bool:
 
 
 @require_GET
-def download(request: HttpRequest, name: str) -> HttpResponse:
+def download(request: HttpRequest, name: str) -> HttpResponseBase:
     if not ARCHIVE_NAME_RE.fullmatch(name) or ".." in name:
         raise Http404("no such archive")
     token = presented_token(request)

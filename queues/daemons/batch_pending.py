@@ -111,7 +111,8 @@ def batch_type(batch: Batch) -> str:
 
 def expand(batch: Batch) -> list[ObjectSpec]:
     sub = batch.submission
-    digest = sub.get("digest") if isinstance(sub.get("digest"), dict) else {}
+    given = sub.get("digest")
+    digest: dict[str, Any] = given if isinstance(given, dict) else {}
     payload_url = _text(sub, "payload_url")
     if not payload_url:
         raise StepFailed("the submission has no payload_url")

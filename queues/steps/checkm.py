@@ -315,7 +315,8 @@ def write_checkm(
         cells = []
         for column in columns:
             key = _FIELD_KEYS_FOLDED.get(column.lower())
-            value = values.get(key) if key else values.get("extra", {}).get(column)
+            extra = values.get("extra")
+            value = values.get(key) if key else (extra or {}).get(column)  # type: ignore[attr-defined]
             cells.append(_cell(value, column))
         lines.append(" | ".join(cells).rstrip())
     lines.append("#%eof")
@@ -334,7 +335,7 @@ def _row_values(row: ManifestRow | Mapping[str, object], row_keys: set[str]) -> 
     if unknown:
         raise ValueError(f"unknown manifest row keys: {sorted(unknown)}")
     values = dict(row)
-    values["extra"] = dict(values.get("extra") or ())  # type: ignore[arg-type]
+    values["extra"] = dict(values.get("extra") or ())  # type: ignore[call-overload]
     return values
 
 

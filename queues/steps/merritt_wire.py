@@ -114,9 +114,9 @@ def merritt_error(response: requests.Response) -> str:
         match = _EXCEPTION_ROOT.match(local_name(key))
         if match and isinstance(inner, dict):
             values = {local_name(k): v for k, v in inner.items() if isinstance(v, str | int)}
-            kind = match.group("kind") or values.get("statusName")
-            reason = values.get("error") or values.get("description")
-            return _reason(status, str(kind) if kind else None, str(reason) if reason else None)
+            named = match.group("kind") or values.get("statusName")
+            said = values.get("error") or values.get("description")
+            return _reason(status, str(named) if named else None, str(said) if said else None)
     text = " ".join(body.decode("utf-8", "replace").split())
     return f"{status} {text[:300]}".rstrip()
 

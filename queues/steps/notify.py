@@ -56,15 +56,15 @@ def post_callback(
         except FetchRefused as exc:
             raise CallbackError(url, exc.reason) from None
         except (TransferFailed, TooSlow) as exc:
-            status, problem = None, f"unreachable ({exc})"
+            answered, problem = None, f"unreachable ({exc})"
         else:
             if 200 <= status < 300:
                 return status
-            problem = f"HTTP {status}"
+            answered, problem = status, f"HTTP {status}"
             if status not in _CALLBACK_STATUSES:
                 raise CallbackError(url, problem, status=status)
         if attempt >= retries:
-            raise CallbackError(url, problem, status=status)
+            raise CallbackError(url, problem, status=answered)
         time.sleep(backoff * 2**attempt)
         attempt += 1
 

@@ -18,6 +18,7 @@ import uuid as uuidlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -378,7 +379,7 @@ def transition_rate(
             for i in range(items):
                 base = f"{root}/t{t}"
                 for path in (f"{base}/status/{i}", f"{base}/a/{i}", f"{base}/ba/{i}"):
-                    creates.append(lambda p=path: setup.create_async(p, b"{}", makepath=True))
+                    creates.append(partial(setup.create_async, path, b"{}", makepath=True))
         # makepath issues its parents serially: create one per folder first, then pipeline.
         for t in range(threads):
             for folder in ("status", "a", "b", "ba", "bb"):

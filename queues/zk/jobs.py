@@ -398,7 +398,7 @@ def job_set_json(zk: KazooClient, job: Job, name: str, value: dict[str, Any]) ->
         zk.create(path, encode_json(value))
     else:
         zk.set(path, encode_json(value))
-    return replace(job, **{name: value})
+    return replace(job, **{name: value})  # type: ignore[arg-type]
 
 
 def job_set_nodes(zk: KazooClient, job: Job, values: dict[str, dict[str, Any]]) -> Job:
@@ -415,7 +415,7 @@ def job_set_nodes(zk: KazooClient, job: Job, values: dict[str, dict[str, Any]]) 
         else:
             txn.set_data(path, encode_json(value))
     commit(txn, what=f"write {', '.join(values)} of {job.jid}")
-    return replace(job, **values)
+    return replace(job, **values)  # type: ignore[arg-type]
 
 
 def job_remove(zk: KazooClient, job: Job, *, check_state: bool = True) -> None:

@@ -90,7 +90,8 @@ class MultiReadRequest:
                         offset += length
                     stat = ZnodeStat._make(_STAT.unpack_from(buffer, offset))
                     offset += _STAT.size
-                    results.append((data, stat))
+                    # Null data (length -1) stays None, as kazoo's own get returns it.
+                    results.append((data, stat))  # type: ignore[arg-type]
                 elif kind == ERROR:
                     (code,) = _INT.unpack_from(buffer, offset)
                     offset += _INT.size

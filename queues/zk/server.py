@@ -128,7 +128,7 @@ class LocalZooKeeper:
 
     def is_serving(self) -> bool:
         answer = four_letter(self.port)
-        return bool(answer) and "Zookeeper version" in answer
+        return answer is not None and "Zookeeper version" in answer
 
     @contextlib.contextmanager
     def _starting(self) -> Iterator[None]:

@@ -616,7 +616,7 @@ class Command(BaseCommand):
         try:
             folders = {s: paths.job_state_folder(s) for s in JOB.states}
             stats = exists_many(zk, list(folders.values()))
-            counts = {s: stats[f].numChildren for s, f in folders.items() if stats[f]}
+            counts = {s: st.numChildren for s, f in folders.items() if (st := stats[f]) is not None}
             states = batch_states(zk, list(expected))
         except Exception:  # ZooKeeper is restarting: report again once it is back
             return None
