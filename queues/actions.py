@@ -152,7 +152,7 @@ def perform(
             before=outcome.before,
             after=outcome.after,
             reason=reason,
-            detail=outcome.detail,
+            detail=f"{outcome.detail}; {outcome.failure}" if outcome.failure else outcome.detail,
             via=via,
         )
     return outcomes

@@ -7,7 +7,9 @@ so that "who deleted bid0000000042, and why?" has an answer after the batch is g
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -117,3 +119,46 @@ class ApiToken(models.Model):
             return None
         cls.objects.filter(pk=token.pk).update(last_used=timezone.now())
         return token
+
+
+# "retry 2; failed in Downloading: HTTP 404 on payload": the detail of a resume's entry, which
+# keeps the failure message the move replaced (the status node keeps only its five keys).
+_FAILURE = re.compile(
+    r"^retry (?P<retry>[0-9]+); failed in (?P<step>[A-Za-z]+): (?P<message>.*)$", re.S
+)
+
+
+@dataclass(frozen=True)
+class EarlierFailure:
+    at: Any
+    step: str  # the step it failed in (where the resume restarted it)
+    message: str
+    retry: int
+    resumed_by: str
+    resumed_to: str
+    reason: str
+
+
+def failure_of(entry: AuditEntry) -> EarlierFailure | None:
+    """The failure a successful resume entry moved the job away from, or None."""
+    if entry.action != "resume" or entry.kind != "job" or not entry.ok:
+        return None
+    match = _FAILURE.match(entry.detail or "")
+    if match is None:
+        return None
+    return EarlierFailure(
+        at=entry.at,
+        step=match["step"],
+        message=match["message"],
+        retry=int(match["retry"]),
+        resumed_by=entry.username,
+        resumed_to=entry.after,
+        reason=entry.reason,
+    )
+
+
+def earlier_failures(jid: str) -> list[EarlierFailure]:
+    """The job's failures before its current status, oldest first, from its resume entries."""
+    entries = AuditEntry.objects.filter(item_id=jid, kind="job", action="resume", ok=True)
+    found = (failure_of(e) for e in entries.order_by("at", "id")[:200])
+    return [f for f in found if f is not None]

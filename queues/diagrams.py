@@ -115,7 +115,7 @@ def _node(
     count: int | None,
     oldest: float | None,
     current: bool,
-    step_number: int | None,
+    step_number: str | None,
     href: str | None,
     noun: str,
     id_prefix: str,
@@ -214,12 +214,15 @@ def _node(
             )
         )
     if step_number is not None:
+        # A state visited more than once (a failed step resumed) carries every visit's number.
+        rx = max(10, 4 + 3.6 * len(step_number))
         parts.append(
             format_html(
-                '<circle class="step" cx="{}" cy="{}" r="10"/>'
+                '<ellipse class="step" cx="{}" cy="{}" rx="{}" ry="10"/>'
                 '<text class="step-number" x="{}" y="{}" text-anchor="middle">{}</text>',
                 x + 4,
                 y + 4,
+                f"{rx:.1f}",
                 x + 4,
                 y + 8,
                 step_number,
@@ -261,8 +264,12 @@ def render(
     title: str = "",
     noun: str = "item",
     id_prefix: str | None = None,
+    admin_from: str | None = None,
 ) -> SafeString:
-    """The machine as an <svg>; ``path`` (a list of states) is drawn as numbered steps."""
+    """The machine as an <svg>; ``path`` (a list of states) is drawn as numbered steps.
+
+    With ``admin_from`` the operator-only (dashed) moves are drawn only out of that state, the
+    ones an operator can take from there (a job's page), so they do not cross each other."""
     id_prefix = id_prefix or machine.name
     cols = max(c for c, _r in machine.layout.values()) + 1
     rows = max(r for _c, r in machine.layout.values()) - min(r for _c, r in machine.layout.values())
@@ -273,6 +280,8 @@ def render(
     drawn = _edges(machine)
     pairs = {(s, t) for s, t, _k, _t in drawn}
     for source, target, kind, edge_title in drawn:
+        if admin_from is not None and kind == "admin" and source != admin_from:
+            continue
         (c1, r1), (c2, r2) = machine.layout[source], machine.layout[target]
         neighbours = abs(c1 - c2) + abs(r1 - r2) == 1
         # Arrows both ways between two states bend apart; long ones bend around the nodes.
@@ -300,9 +309,10 @@ def render(
                     id_prefix,
                 )
             )
-    positions = {}
+    visits: dict[str, list[str]] = {}
     for i, state in enumerate(path):
-        positions.setdefault(state, i + 1)
+        visits.setdefault(state, []).append(str(i + 1))
+    positions = {state: ",".join(numbers) for state, numbers in visits.items()}
     node_parts = [
         _node(
             machine,

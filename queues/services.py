@@ -117,6 +117,8 @@ class Outcome:
     before: str
     after: str
     detail: str = ""
+    # For the audit entry only: the failure a resume moved the job away from.
+    failure: str = ""
 
     def __str__(self) -> str:
         text = f"{self.kind} {self.id}: {self.before} -> {self.after}"
@@ -176,7 +178,16 @@ def job_resume(*, jid: str, expect_version: int | None = None) -> Outcome:
     zk, job = _job(jid, expect_version)
     target = job_resume_state(job)
     job_transition(zk, job, target, admin=True, retry=True)
-    return Outcome("job", jid, job.state, target, f"retry {job.status.retry_count + 1}")
+    # The status message is replaced by the move (the contract's rule): the failure being
+    # resumed from is kept in the audit entry instead (queues/audit.py, failure_of).
+    return Outcome(
+        "job",
+        jid,
+        job.state,
+        target,
+        f"retry {job.status.retry_count + 1}",
+        failure=f"failed in {target}: {job.status.message}",
+    )
 
 
 def job_fail(*, jid: str, message: str, expect_version: int | None = None) -> Outcome:

@@ -16,7 +16,7 @@ from queues.routes import (
     QID,
     QUEUE_HOLD,
 )
-from queues.views import pages, writes
+from queues.views import cockpit, pages, writes
 
 urlpatterns = [
     path("", pages.overview, name="overview"),
@@ -49,6 +49,8 @@ urlpatterns = [
         name="bulk-run-control",
     ),
     path("reports/", pages.reports, name="reports"),
+    re_path(rf"^reports/{BID}\.(?P<fmt>csv|json)$", cockpit.report_export, name="report-export"),
+    path("search/", cockpit.search, name="search"),
     path("holds/", pages.holds, name="holds"),
     re_path(
         rf"^holds/queue/{QUEUE_HOLD}/{HOLD_ACTION}/$",

@@ -88,3 +88,28 @@ def may(user: Any, kind: str, action: str) -> bool:
 @register.filter
 def role(user: Any) -> str:
     return auth.role_of(user) or "no role"
+
+
+MESSAGE_HEAD = 60
+MESSAGE_TAIL = 40
+
+
+@register.simple_tag
+def message_cell(message: str | None) -> str:
+    """A failure message in a list: whole when short; else its start and its end (where the
+    digest mismatch or the HTTP status usually is), with the full text one click away."""
+    text = message or ""
+    if not text:
+        return format_html('<span class="muted">{}</span>', "—")
+    if len(text) <= MESSAGE_HEAD + MESSAGE_TAIL + 10:
+        return format_html('<span class="msg">{}</span>', text)
+    return format_html(
+        '<details class="msg"><summary title="{}"><span class="msg-head">{}</span>'
+        '<span aria-hidden="true"> … </span><span class="msg-tail">{}</span>'
+        '<span class="visually-hidden"> (show the whole message)</span></summary>'
+        '<div class="msg-full">{}</div></details>',
+        text,
+        text[:MESSAGE_HEAD],
+        text[-MESSAGE_TAIL:],
+        text,
+    )

@@ -13,7 +13,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from queues import diagrams, selectors
-from queues.audit import ApiToken, AuditEntry
+from queues.audit import ApiToken, AuditEntry, earlier_failures
 from queues.auth import ADMIN, VIEWER, has_role, may
 from queues.bulkrun import BulkRun
 from queues.forms import (
@@ -29,6 +29,7 @@ from queues.templatetags.console import actions_for
 from queues.zk import paths as zpaths
 from queues.zk.errors import is_connection_error
 
+from . import cockpit
 from .common import console_view, error_response, querystring_without
 
 
@@ -136,20 +137,29 @@ def job_context(request: HttpRequest, jid: str) -> dict[str, Any]:
     """What the job page shows; also re-rendered in place after an htmx action on it."""
     detail = selectors.job_detail(jid=jid)
     svg = None
+    audit = list(AuditEntry.objects.filter(item_id=jid)[:50])
+    failures = earlier_failures(jid)
+    path = detail.path
     if detail.job is not None:
+        # Earlier failures (kept in the audit log) are visits to Failed on the path too.
+        path = cockpit.path_with_failures(detail.job, detail.path, failures)
         svg = diagrams.render(
             JOB,
             current=detail.job.state,
-            path=detail.path,
+            path=path,
             href=_job_state_link,
             title=f"Where {jid} is",
             id_prefix="jobpath",
+            admin_from=detail.job.state,
         )
     return {
         "detail": detail,
         "j": detail.job,
         "svg": svg,
-        "audit": AuditEntry.objects.filter(item_id=jid)[:50],
+        "path": path,
+        "audit": audit,
+        "failures": failures,
+        "timeline": cockpit.timeline(detail.job, audit[::-1]) if detail.job else [],
         "next": reverse("job", args=[jid]),
     }
 
@@ -203,6 +213,10 @@ def batch(request: HttpRequest, bid: str) -> HttpResponse:
         ),
         "audit": AuditEntry.objects.filter(item_id=bid)[:50],
         "next": request.get_full_path(),
+        # The job rows' checkboxes belong to this page's own bulk form (issue 15).
+        "bulk_actions": _bulk_actions(request.user, ""),
+        "failed_count": len(detail.folders.get("batch-failed", [])),
+        "mails": cockpit.batch_mails(bid),
     }
     return render(request, "queues/batch.html", context)
 
@@ -239,17 +253,22 @@ def reports(request: HttpRequest) -> HttpResponse:
         number = max(1, int(request.GET.get("page", "1")))
     except ValueError:
         return error_response(request, "page must be a number", 400)
-    return render(request, "queues/reports.html", {"page": selectors.status_reports(page=number)})
+    page = selectors.status_reports(page=number)
+    # Per batch on this page: its latest report's failed jobs grouped by their message.
+    reasons = {
+        row.batch.bid: cockpit.failure_reasons(row.reports[0].failed_jobs)
+        for row in page.items
+        if row.reports and row.reports[0].failed_jobs
+    }
+    return render(request, "queues/reports.html", {"page": page, "reasons": reasons})
 
 
 @require_GET
 @console_view(VIEWER)
 def holds(request: HttpRequest) -> HttpResponse:
-    return render(
-        request,
-        "queues/holds.html",
-        {"view": selectors.holds_view(), "profiles": selectors.known_profiles()},
-    )
+    held = request.GET.get("held", "")
+    just_held = held if zpaths.PROFILE_RE.fullmatch(held) else ""
+    return render(request, "queues/holds.html", cockpit.holds_context(just_held=just_held))
 
 
 @require_GET

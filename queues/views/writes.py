@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from queues import actions, bulkrun, selectors
+from queues.actions import ReasonRequired
 from queues.audit import ApiToken
 from queues.auth import ADMIN, VIEWER, has_role, require_action
 from queues.forms import (
@@ -29,9 +30,11 @@ from queues.forms import (
     TokenForm,
 )
 from queues.states import REMOVE
+from queues.zk import index as zindex
 from queues.zk import paths as zpaths
-from queues.zk.errors import NotFound
+from queues.zk.errors import DomainError, NotFound
 
+from . import cockpit
 from .common import console_view, error_response, fragment, redirect_after_post, safe_next
 from .pages import job_context
 
@@ -185,20 +188,39 @@ def access_action(request: HttpRequest, queue: str, qid: str, action: str) -> Ht
     return redirect_after_post(safe_next(request, form.cleaned_data["next"], reverse("access")))
 
 
-def _holds_response(request: HttpRequest, form: ActionForm | None = None) -> HttpResponse:
+def _holds_response(
+    request: HttpRequest, form: ActionForm | None = None, *, just_held: str = ""
+) -> HttpResponse:
     if request.htmx:
         return fragment(
-            request,
-            "queues/holds.html#holds-panel",
-            {"view": selectors.holds_view(), "profiles": selectors.known_profiles()},
+            request, "queues/holds.html#holds-panel", cockpit.holds_context(just_held=just_held)
         )
     target = form.cleaned_data["next"] if form is not None else ""
-    return redirect_after_post(safe_next(request, target, reverse("holds")))
+    default = reverse("holds")
+    if just_held:
+        default += f"?held={just_held}"
+    return redirect_after_post(safe_next(request, target, default))
 
 
-@require_POST
 @console_view(VIEWER)
 def queue_hold_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
+    """Holding a whole queue is confirmed on a page that says what it stops, with a reason
+    (kept in the audit log and shown on the holds page); releasing is one click."""
+    if request.method == "GET":
+        if action != "hold":
+            return HttpResponseNotAllowed(["POST"])
+        require_action(request.user, "queue", action)
+        return render(
+            request,
+            "queues/queue_hold_confirm.html",
+            {"name": name, **(cockpit.queue_hold_preview() if name == "ingest" else {})},
+        )
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["GET", "POST"])
+    if action == "hold":
+        require_action(request.user, "queue", action)
+        if not request.POST.get("reason", "").strip():
+            raise ReasonRequired(f"holding the {name} queue needs a reason")
     form = _act(request, kind="queue", action=action, item_id=name)
     return _holds_response(request, form)
 
@@ -233,7 +255,37 @@ def collection_hold_new(request: HttpRequest) -> HttpResponse:
             reason=form.cleaned_data["reason"],
         ),
     )
-    return _holds_response(request)
+    return _holds_response(request, just_held=form.cleaned_data["profile"])
+
+
+PREVIEW_ROWS = 10
+
+
+def _preview_rows(kind: str, items: list[tuple[str, int | None]]) -> list[Any]:
+    """The first items as they are now, for the confirmation's table."""
+    rows: list[Any] = []
+    for item_id, _version in items:
+        try:
+            rows.append(
+                selectors.job_one(jid=item_id)
+                if kind == "job"
+                else selectors.batch_one(bid=item_id)
+            )
+        except DomainError as exc:
+            rows.append({"id": item_id, "problem": str(exc)})
+    return rows
+
+
+def _preview_states(kind: str, items: list[tuple[str, int | None]]) -> dict[str, int]:
+    """How many of the items are in each state now (jobs, from the read index)."""
+    if kind != "job":
+        return {}
+    where = zindex.for_client(selectors.zk_client()).job_states_of(i for i, _v in items)
+    counts: dict[str, int] = {}
+    for item_id, _v in items:
+        state = where.get(item_id, "not listed")
+        counts[state] = counts.get(state, 0) + 1
+    return counts
 
 
 def _bulk(
@@ -252,7 +304,12 @@ def _bulk(
         items = form.cleaned_data["item"]
     if not items:
         return error_response(request, "nothing selected", 400)
-    if actions.is_destructive(kind, action) and not form.cleaned_data["confirmed"]:
+    destructive = actions.is_destructive(kind, action)
+    # A destructive action, and any action over a whole filter (whose extent the operator has
+    # not seen item by item), is previewed and confirmed first.
+    if (destructive or form.cleaned_data["scope"] == "filter") and not form.cleaned_data[
+        "confirmed"
+    ]:
         return render(
             request,
             "queues/bulk_confirm.html",
@@ -261,6 +318,10 @@ def _bulk(
                 "action": action,
                 "items": items,
                 "preview": items[:200],
+                "rows": _preview_rows(kind, items[:PREVIEW_ROWS]),
+                "states": _preview_states(kind, items),
+                "destructive": destructive,
+                "scope": form.cleaned_data["scope"],
                 "limited": limited,
                 "post": request.POST,
                 "back": back,

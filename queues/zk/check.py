@@ -10,6 +10,7 @@ unless it is an abandoned, half-created item.
 from __future__ import annotations
 
 import posixpath
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,7 +64,49 @@ def _age(stat_ctime_ms: int) -> float:
     return (datetime.now().astimezone() - stamp(stat_ctime_ms)).total_seconds()
 
 
+# Findings a move in flight shows for a moment: a consumer's or operator's transaction is
+# atomic, but the check reads the index folders and the status nodes at different instants.
+# Each is read again after RECHECK_SECONDS and reported only when still there.
+TRANSIENT_KINDS = frozenset(
+    {
+        "job-unindexed",
+        "job-multiple-index",
+        "job-misindexed",
+        "orphan-index",
+        "orphan-batch-index",
+        "batch-index-wrong",
+        "batch-complete-not-reporting",
+    }
+)
+RECHECK_SECONDS = 1.0
+
+
 def run_check(
+    zk: KazooClient,
+    *,
+    stale_lock_seconds: float = 6 * 3600,
+    progress: Callable[[str], None] | None = None,
+    recheck_seconds: float = RECHECK_SECONDS,
+) -> Report:
+    """The check; findings of the transient kinds are re-checked once after a pause and
+    dropped when gone (a job that was only moving), so a busy queue raises no false alarm."""
+    report = _check_once(zk, stale_lock_seconds=stale_lock_seconds, progress=progress)
+    transient = [f for f in report.findings if f.kind in TRANSIENT_KINDS]
+    if not transient or recheck_seconds <= 0:
+        return report
+    say = progress or (lambda _msg: None)
+    say(f"re-checking {len(transient)} findings that may be moves in flight")
+    time.sleep(recheck_seconds)
+    again = _check_once(zk, stale_lock_seconds=stale_lock_seconds)
+    still = {(f.kind, f.path) for f in again.findings if f.kind in TRANSIENT_KINDS}
+    report.findings = [
+        f for f in report.findings if f.kind not in TRANSIENT_KINDS or (f.kind, f.path) in still
+    ]
+    say(f"{len(report.findings)} findings after the re-check")
+    return report
+
+
+def _check_once(
     zk: KazooClient,
     *,
     stale_lock_seconds: float = 6 * 3600,

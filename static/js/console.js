@@ -4,9 +4,14 @@
  *
  * <a data-back href="/fallback/">: goes back in the tab's history when there is any,
  * else follows its href.
+ * "/" anywhere but in a field focuses the header's search box (#header-q).
+ * #toggle-admin-moves (overview): shows or hides the diagrams' dashed operator moves, by a
+ * class on <html> that live refreshes do not touch; the choice is kept in localStorage.
  */
 (function () {
   "use strict";
+
+  var ADMIN_MOVES_KEY = "mrt-console.hide-admin-moves";
 
   document.addEventListener("click", function (event) {
     var link = event.target.closest && event.target.closest("a[data-back]");
@@ -17,4 +22,54 @@
       window.history.back();
     }
   });
+
+  function typing(target) {
+    if (!target || !target.tagName) return false;
+    var tag = target.tagName.toLowerCase();
+    return tag === "input" || tag === "textarea" || tag === "select" || target.isContentEditable;
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "/" || event.metaKey || event.ctrlKey || event.altKey) return;
+    if (event.defaultPrevented || typing(event.target)) return;
+    var box = document.getElementById("header-q");
+    if (!box) return;
+    event.preventDefault();
+    box.focus();
+    box.select();
+  });
+
+  function stored() {
+    try {
+      return window.localStorage.getItem(ADMIN_MOVES_KEY) === "1";
+    } catch (e) {
+      return false;
+    }
+  }
+
+  function setHidden(hidden) {
+    document.documentElement.classList.toggle("hide-admin-moves", hidden);
+    try {
+      window.localStorage.setItem(ADMIN_MOVES_KEY, hidden ? "1" : "0");
+    } catch (e) {
+      /* storage refused: the choice lasts for this page only */
+    }
+  }
+
+  function setUpToggle() {
+    var box = document.getElementById("toggle-admin-moves");
+    if (!box) return;
+    var hidden = stored();
+    box.checked = !hidden;
+    document.documentElement.classList.toggle("hide-admin-moves", hidden);
+    box.addEventListener("change", function () {
+      setHidden(!box.checked);
+    });
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", setUpToggle);
+  } else {
+    setUpToggle();
+  }
 })();

@@ -102,6 +102,10 @@ def test_a_long_bulk_resume_shows_its_progress_until_done(
     page.goto(f"{live_server.url}/failed/")
     page.check("input[name=scope][value=filter]")
     page.click("#bulk-apply")
+    # Over a filter the action is previewed and confirmed first (issue 15).
+    page.wait_for_selector("#bulk-confirm")
+    assert "6 Failed" in page.inner_text("#bulk-preview-counts")
+    page.click("#confirm-button")
     page.wait_for_url(re.compile(r".*/bulk/[0-9]+/$"))
     assert page.get_attribute("#bulk-run", "data-state") == "running"
     shot(page, "bulk-run-running")

@@ -34,7 +34,9 @@ def test_bulk_resume_over_the_failed_filter_takes_only_matching_jobs(operator, z
     ours = [make_job("Failed", profile="letters") for _ in range(3)]
     theirs = make_job("Failed", profile="maps")
     response = operator.post(
-        reverse("failed-bulk"), {"action": "resume", "scope": "filter", "profile": "letters"}
+        reverse("failed-bulk"),
+        # Over a filter the action is previewed first (issue 15): this is the confirmed post.
+        {"action": "resume", "scope": "filter", "profile": "letters", "confirmed": "1"},
     )
     assert response.status_code == 200
     assert "3 done, 0 skipped" in response.content.decode()
@@ -47,6 +49,18 @@ def test_bulk_over_the_job_filter_uses_the_filter_evaluated_now(operator, zk, ma
     response = operator.post(
         reverse("jobs-bulk"),
         {"action": "release", "scope": "filter", "state": "Held", "profile": "letters"},
+    )
+    assert response.status_code == 200 and 'id="bulk-confirm"' in response.content.decode()
+    assert all(jobs.job_load(zk, j.jid).state == "Held" for j in held)
+    response = operator.post(
+        reverse("jobs-bulk"),
+        {
+            "action": "release",
+            "scope": "filter",
+            "state": "Held",
+            "profile": "letters",
+            "confirmed": "1",
+        },
     )
     assert response.status_code == 200
     assert all(jobs.job_load(zk, j.jid).state == "Pending" for j in held)

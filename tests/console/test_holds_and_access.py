@@ -39,7 +39,9 @@ def test_queue_holds_are_for_admins_only(operator, admin, zk):
     url = reverse("queue-hold", args=["ingest", "hold"])
     assert operator.post(url).status_code == 403
     assert not locks.queue_held(zk, "ingest")
-    assert admin.post(url).status_code == 303
+    assert admin.post(url).status_code == 400  # a queue hold needs a reason (issue 15)
+    assert not locks.queue_held(zk, "ingest")
+    assert admin.post(url, {"reason": "storage maintenance"}).status_code == 303
     assert locks.queue_held(zk, "ingest")
     overview = admin.get(reverse("overview")).content.decode()
     assert "HELD" in overview
