@@ -37,7 +37,7 @@ def access_create(zk: KazooClient, *, queue: str, token: dict[str, Any]) -> Acce
     return access_load(zk, queue, qid)
 
 
-def _decode(queue: str, qid: str, reads: dict, stats: dict) -> AccessRequest:
+def _decode(queue: str, qid: str, reads: dict[str, Any], stats: dict[str, Any]) -> AccessRequest:
     def node(name: str) -> str:
         return paths.access_node(queue, qid, name)
 

@@ -36,7 +36,9 @@ BATCH_NODES = ("submission", "status", "status-report")
 REPORT_HISTORY = 20
 
 
-def simple_status(state: str, message: str = "", old: dict[str, Any] | None = None) -> dict:
+def simple_status(
+    state: str, message: str = "", old: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Status JSON of batches and access requests: {status, last_modified, message}."""
     raw = dict(old or {})
     raw["status"] = state
@@ -146,7 +148,8 @@ def batch_id_for_uuid(zk: KazooClient, batch_uuid: str) -> str:
         data, _ = zk.get(path)
     except NoNodeError as exc:
         raise NotFound(f"no batch has UUID {batch_uuid}") from exc
-    return data.decode("utf-8", errors="replace").strip()
+    bid: str = data.decode("utf-8", errors="replace").strip()
+    return bid
 
 
 def batch_states(zk: KazooClient, bids: Sequence[str]) -> dict[str, str]:
@@ -270,7 +273,9 @@ def batch_write_report(
     return report
 
 
-def report_changes(previous: dict[str, Any] | None, current: dict[str, Any]) -> dict[str, list]:
+def report_changes(
+    previous: dict[str, Any] | None, current: dict[str, Any]
+) -> dict[str, list[str]]:
     """What changed between two reports: jobs that now succeed, still fail, newly fail."""
     before_failed = set((previous or {}).get("failed_jobs") or [])
     before_ok = set((previous or {}).get("successful_jobs") or [])

@@ -123,7 +123,8 @@ def _sequential(zk: KazooClient, prefix: str, count: int, *, per_request: int = 
         txn = zk.transaction()
         for _ in range(size):
             txn.create(prefix, b"", sequence=True)
-        return txn.commit_async
+        commit: Callable[[], Any] = txn.commit_async
+        return commit
 
     def keep(index: int, created: list[str]) -> None:
         base = index * per_request
@@ -240,7 +241,8 @@ def bulk_load(
                 ),
             )
         result.nodes += len(txn.operations)
-        return txn.commit_async
+        commit: Callable[[], Any] = txn.commit_async
+        return commit
 
     # Jobs first (their IDs are needed by the batch's report), batch by batch in chunks.
     chunk_batches = max(1, 4000 // max(1, jobs // batches))
@@ -333,7 +335,8 @@ def _job_request(
     txn.create(paths.job_index_entry(state, priority, jid), b"")
     txn.create(paths.batch_index_entry(bid, state, jid), b"")
     result.nodes += len(txn.operations)
-    return txn.commit_async
+    commit: Callable[[], Any] = txn.commit_async
+    return commit
 
 
 # Raw rate -------------------------------------------------------------------------------------

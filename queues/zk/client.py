@@ -14,6 +14,7 @@ import selectors
 import threading
 import types
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from kazoo.client import KazooClient, KazooState
@@ -60,10 +61,12 @@ _POLL = types.SimpleNamespace(
 _SELECT_LIMIT = 1024  # FD_SETSIZE
 
 
-class Handler(SequentialThreadingHandler):
+class Handler(SequentialThreadingHandler):  # type: ignore[misc]  # kazoo has no types
     """kazoo's threading handler with cheaper waits (see above); same answers."""
 
-    def select(self, rlist, wlist, xlist, timeout=None):
+    def select(
+        self, rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: float | None = None
+    ) -> Any:
         try:
             if all(0 <= _fd(obj) < _SELECT_LIMIT for obj in (*rlist, *wlist, *xlist)):
                 return select.select(rlist, wlist, xlist, timeout)
@@ -72,8 +75,8 @@ class Handler(SequentialThreadingHandler):
         return selector_select(rlist, wlist, xlist, timeout, selectors_module=_POLL)
 
 
-def _fd(obj) -> int:
-    return obj if isinstance(obj, int) else obj.fileno()
+def _fd(obj: Any) -> int:
+    return obj if isinstance(obj, int) else int(obj.fileno())
 
 
 def local_server() -> LocalZooKeeper:

@@ -146,7 +146,8 @@ class PendingMultiRead:
 
 
 def _error(code: int, path: str) -> Exception:
-    return EXCEPTIONS[code](f"reading {path}")
+    error: Exception = EXCEPTIONS[code](f"reading {path}")
+    return error
 
 
 def start(zk: KazooClient, node_paths: Sequence[str]) -> Any:

@@ -40,7 +40,8 @@ def start_reads(zk: KazooClient, node_paths: Sequence[str]) -> Any:
 
 
 def collect_reads(pending: Any) -> dict[str, Read]:
-    return pending.collect()
+    reads: dict[str, Read] = pending.collect()
+    return reads
 
 
 def exists_many(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, ZnodeStat | None]:
@@ -61,7 +62,8 @@ def children_many(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, list[
 
 def children(zk: KazooClient, path: str) -> list[str]:
     try:
-        return zk.get_children(path)
+        names: list[str] = zk.get_children(path)
+        return names
     except NoNodeError:
         return []
 
@@ -77,7 +79,7 @@ def commit(txn: TransactionRequest, *, what: str) -> list[Any]:
 
     ZooKeeper applies all of a multi-operation or none of it, so on any error nothing changed.
     """
-    results = txn.commit()
+    results: list[Any] = txn.commit()
     failures = [
         r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)
     ]
