@@ -244,7 +244,8 @@ def jobs(request: HttpRequest) -> dict[str, Any]:
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
     page = selectors.jobs_page(flt=form.to_filter(), page=form.cleaned_data["page"] or 1)
-    return _page(page, [job_json(j) for j in page.items])
+    # "loading": a search answered before the read index has every job's local ID and ARK.
+    return {**_page(page, [job_json(j) for j in page.items]), "loading": page.loading}
 
 
 @api_view("GET")
@@ -336,14 +337,32 @@ def jobs_bulk(request: HttpRequest) -> dict[str, Any] | HttpResponse:
 
 @api_view("GET")
 def failed(request: HttpRequest) -> dict[str, Any]:
+    """Failed jobs, oldest first, ``selectors.FAILED_ROWS_PER_PAGE`` (50) per page (``page``),
+    filtered by ``bid``, ``profile``, ``step``; with the counts per batch, collection and
+    failing step of everything the filter matches."""
     form = FailedFilterForm(request.GET)
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
-    view = selectors.failed_jobs(**form.cleaned_data)
+    number = request.GET.get("page") or "1"
+    if not number.isdigit() or int(number) < 1:
+        raise ValueError("page must be a positive number")
+    page, steps, matches = selectors.failed_page(**form.cleaned_data, page=int(number))
+    groups: dict[str, dict[str, int]] = {"batch": {}, "collection": {}, "step": {}}
+    for _jid, bid, profile, step in matches:
+        for name, key in (("batch", bid), ("collection", profile or "(none)"), ("step", step)):
+            groups[name][key] = groups[name].get(key, 0) + 1
     return {
-        "total": view.total,
-        "truncated": view.truncated,
-        "items": [{**job_json(j), "failed_step": view.steps[j.jid]} for j in view.jobs],
+        **_page(
+            page,
+            [
+                {**job_json(j), "failed_step": steps.get(j.jid, "")}
+                if isinstance(j, Job)
+                else job_json(j)
+                for j in page.items
+            ],
+        ),
+        "groups": {name: dict(sorted(counts.items())) for name, counts in groups.items()},
+        "loading": page.loading,
     }
 
 
@@ -426,25 +445,36 @@ def hold_action(request: HttpRequest, kind: str, name: str, action: str) -> dict
     )
 
 
+REPORTS_PER_PAGE = 50
+
+
 @api_view("GET")
 def reports(request: HttpRequest) -> dict[str, Any]:
-    page = selectors.status_reports(page=1, per_page=1000)
+    """Batches with a status report, newest first, ``REPORTS_PER_PAGE`` (50) per page."""
+    number = request.GET.get("page") or "1"
+    if not number.isdigit() or int(number) < 1:
+        raise ValueError("page must be a positive number")
+    page = selectors.status_reports(page=int(number), per_page=REPORTS_PER_PAGE)
     return {
-        "items": [
-            {
-                "batch": row.batch.bid,
-                "reports": [
-                    {
-                        "last_modified": r.last_modified,
-                        "failed_jobs": r.failed_jobs,
-                        "successful_jobs": r.successful_jobs,
-                        "changes": r.changes,
-                    }
-                    for r in row.reports
-                ],
-            }
-            for row in page.items
-        ]
+        **_page(
+            page,
+            [
+                {
+                    "batch": row.batch.bid,
+                    "reports": [
+                        {
+                            "last_modified": r.last_modified,
+                            "failed_jobs": r.failed_jobs,
+                            "successful_jobs": r.successful_jobs,
+                            "changes": r.changes,
+                        }
+                        for r in row.reports
+                    ],
+                }
+                for row in page.items
+            ],
+        ),
+        "loading": page.loading,
     }
 
 

@@ -200,8 +200,8 @@ class JobFilter:
 
     @property
     def scans(self) -> bool:
-        """True when matching needs each job's nodes, not only its index entry."""
-        return bool(self.profile or self.submitter or self.q or self.min_age_hours)
+        """True when matching needs each job's nodes, not only the read index (the age)."""
+        return bool(self.min_age_hours)
 
 
 @dataclass(frozen=True)
@@ -213,6 +213,9 @@ class Page:
     has_next: bool
     scanned: int = 0
     scan_limited: bool = False
+    # What the read index is still loading after a start, when that can make the page
+    # incomplete (e.g. a search before every job's local ID and ARK are read); "" otherwise.
+    loading: str = ""
 
     @property
     def pages(self) -> int | None:
@@ -261,44 +264,52 @@ def _job_entries(zk: Any, flt: JobFilter) -> list[tuple[int, str]]:
 
 
 def _scan_nodes(flt: JobFilter) -> tuple[str, ...]:
-    names = []
-    if flt.profile or flt.submitter or flt.q:
-        names.append("configuration")
-    if flt.q:
-        names.append("identifiers")
-    if flt.min_age_hours:
-        names.append("status")
-    return tuple(names)
+    return ("status",) if flt.min_age_hours else ()
 
 
 def _scan_match(flt: JobFilter, jid: str, reads: dict[str, Any]) -> bool:
-    def json_node(name: str) -> dict[str, Any]:
-        read = reads.get(zpaths.job_node(jid, name))
-        if read is None:
-            return {}
-        try:
-            return decode_json(zpaths.job_node(jid, name), read[0])
-        except MalformedNode:
-            return {}
-
-    config = json_node("configuration") if (flt.profile or flt.submitter or flt.q) else {}
-    if flt.profile and config.get("profile") != flt.profile:
-        return False
-    if flt.submitter and flt.submitter.lower() not in str(config.get("submitter", "")).lower():
-        return False
     if flt.min_age_hours:
         read = reads.get(zpaths.job_node(jid, "status"))
         if read is None or (_age(stamp(read[1].mtime)) or 0) < flt.min_age_hours * 3600:
             return False
-    if flt.q:
-        ids = json_node("identifiers")
-        local = ids.get("local_id") if isinstance(ids.get("local_id"), list) else []
-        candidates = [str(ids.get("primary_id") or ""), str(config.get("localID") or "")]
-        candidates.append(str(config.get("objectID") or ""))  # Merritt's ingest key
-        candidates += [str(v) for v in local]
-        if not any(flt.q in c for c in candidates if c):
-            return False
     return True
+
+
+def _search(zk: Any, flt: JobFilter) -> tuple[list[Job | Broken], str]:
+    """Every job whose local ID or ARK is exactly ``flt.q`` and that the other filters take,
+    in the filter's order, and what the index is still loading ("" when the answer is
+    complete).
+
+    The read index maps every local ID and ARK to its jobs, so this is a dictionary lookup
+    and a load of the jobs found, however many jobs the queue holds.
+    """
+    idx = zindex.for_client(zk)
+    jids, complete = idx.find(flt.q)
+    found: list[Job | Broken] = []
+    for item in jobs_load(zk, sorted(jids)):
+        if isinstance(item, Broken):
+            found.append(item)
+            continue
+        if flt.state and item.state != flt.state:
+            continue
+        if not flt.state and item.state == "Deleted":
+            continue
+        if flt.profile and item.profile != flt.profile:
+            continue
+        if flt.submitter and flt.submitter.lower() not in item.submitter.lower():
+            continue
+        if flt.bid and item.bid != flt.bid:
+            continue
+        if flt.priority is not None and item.priority != flt.priority:
+            continue
+        if flt.min_age_hours and item.status.age_seconds < flt.min_age_hours * 3600:
+            continue
+        found.append(item)
+    if flt.sort == "newest":
+        found.reverse()
+    elif flt.sort != "oldest":
+        found.sort(key=lambda j: (isinstance(j, Broken), getattr(j, "priority", 0)))
+    return found, "" if complete else (idx.loading() or "job details")
 
 
 def _scan(
@@ -309,7 +320,7 @@ def _scan(
     ``want(n)`` says whether the n-th match (0-based) should be kept. Returns the kept job IDs,
     the number of matches, the number of entries scanned and whether the limit cut the scan.
     """
-    if not (flt.q or flt.min_age_hours):
+    if not flt.min_age_hours:
         # Everything asked was answered by _job_entries from the index: every entry matches.
         return [jid for n, (_p, jid) in enumerate(entries) if want(n)], len(entries), 0, False
     kept: list[str] = []
@@ -333,9 +344,19 @@ def _scan(
 def jobs_page(*, flt: JobFilter, page: int = 1, per_page: int = PER_PAGE) -> Page:
     """One page of jobs; only the page's jobs are loaded."""
     zk = zk_client()
-    entries = _job_entries(zk, flt)
     page = max(1, page)
     start = (page - 1) * per_page
+    if flt.q:
+        found, loading = _search(zk, flt)
+        return Page(
+            items=found[start : start + per_page],
+            number=page,
+            per_page=per_page,
+            total=len(found),
+            has_next=start + per_page < len(found),
+            loading=loading,
+        )
+    entries = _job_entries(zk, flt)
     if not flt.scans:
         jids = [jid for _p, jid in entries[start : start + per_page]]
         return Page(
@@ -363,6 +384,9 @@ def jobs_matching(*, flt: JobFilter) -> tuple[list[str], bool]:
     """Every job ID the filter matches now (for "act on everything matching"), and whether the
     scan limit cut the list short."""
     zk = zk_client()
+    if flt.q:
+        found, _loading = _search(zk, flt)
+        return [j.id if isinstance(j, Broken) else j.jid for j in found], False
     entries = _job_entries(zk, flt)
     if not flt.scans:
         return [jid for _p, jid in entries], False
@@ -458,61 +482,209 @@ def job_one(*, jid: str) -> Job:
 
 # Failed jobs --------------------------------------------------------------------------------
 
-FAILED_LIMIT = 5000
+# Rows of one group shown per page, and groups per page. The API pages its rows the same way.
+FAILED_ROWS_PER_PAGE = 50
+FAILED_GROUPS_PER_PAGE = 50
+FAILED_GROUPINGS = ("batch", "collection", "step")
+
+
+@dataclass(frozen=True)
+class FailedGroup:
+    key: str
+    count: int
 
 
 @dataclass(frozen=True)
 class FailedView:
-    jobs: list[Job]
-    broken: list[Broken]
-    by_batch: dict[str, list[Job]]
-    by_profile: dict[str, list[Job]]
-    by_step: dict[str, list[Job]]
-    total: int
-    truncated: bool
-    steps: dict[str, str]  # jid -> failing step
+    """The Failed jobs a filter matches, grouped, with rows only where asked for.
+
+    Counts come from the read index (each Failed job's batch, collection and failing step,
+    read once per job); only the rows shown are loaded, at most ``FAILED_ROWS_PER_PAGE``.
+    """
+
+    group: str  # "batch", "collection" or "step"
+    groups: list[FailedGroup]  # this page of groups
+    group_page: Page  # paging of the groups (items: the same FailedGroup list)
+    total: int  # Failed jobs the filter matches
+    failed_total: int  # every job in the Failed state
+    # Rows: key -> (page of that group's jobs); every group when all matches fit in one page,
+    # else only the open one.
+    rows: dict[str, Page]
+    open: str  # the group whose rows were asked for ("" when none)
+    steps: dict[str, str]  # jid -> failing step, for the rows shown
+    unindexed: list[Job | Broken]  # Failed jobs whose batch or status cannot be read
+    loading: str = ""
+
+    @property
+    def broken(self) -> list[Broken]:
+        return [j for j in self.unindexed if isinstance(j, Broken)]
+
+    @property
+    def shown(self) -> int:
+        return sum(len(p.items) for p in self.rows.values())
 
 
-def failed_jobs(*, bid: str = "", profile: str = "", step: str = "") -> FailedView:
-    """Every Failed job (up to FAILED_LIMIT), filtered and grouped three ways."""
+def _failed_matches(
+    zk: Any, *, bid: str = "", profile: str = "", step: str = ""
+) -> list[tuple[str, str, str, str]]:
+    """(jid, batch, collection, step) of every Failed job the filter takes, oldest first;
+    from the read index, computed once per change of the Failed folder and filter."""
+    idx = zindex.for_client(zk)
+
+    def build() -> list[tuple[str, str, str, str]]:
+        failed = idx.failed_facts()
+        jids = sorted(failed)
+        facts = idx.job_facts(jids)
+        found = []
+        for jid in jids:
+            ff = failed[jid]
+            collection = facts[jid].profile if jid in facts else ""
+            if bid and ff.bid != bid:
+                continue
+            if profile and collection != profile:
+                continue
+            if step and ff.step != step:
+                continue
+            found.append((jid, ff.bid, collection, ff.step))
+        return found
+
+    return idx.derived("Failed", ("failed", bid, profile, step), build)
+
+
+def failed_matching(*, bid: str = "", profile: str = "", step: str = "") -> list[str]:
+    """Every Failed job ID the filter matches now (for "resume everything matching")."""
     zk = zk_client()
-    entries = list(zindex.for_client(zk).job_entries("Failed"))  # sorted below: a copy
-    if bid:
-        in_batch = set(batch_job_ids(zk, zpaths.bid(bid)).get("batch-failed", []))
-        entries = [e for e in entries if e[1] in in_batch]
-    entries.sort(key=lambda e: e[1])
-    truncated = len(entries) > FAILED_LIMIT
-    jobs: list[Job] = []
-    broken: list[Broken] = []
-    jids = [jid for _p, jid in entries[:FAILED_LIMIT]]
-    for start in range(0, len(jids), SCAN_CHUNK):
-        for item in jobs_load(zk, jids[start : start + SCAN_CHUNK]):
-            if isinstance(item, Broken):
-                broken.append(item)
-            elif item.state == "Failed":
-                jobs.append(item)
-    steps = {j.jid: failing_step(j) for j in jobs}
-    jobs = [
-        j
-        for j in jobs
-        if (not profile or j.profile == profile) and (not step or steps[j.jid] == step)
-    ]
-    by_batch: dict[str, list[Job]] = defaultdict(list)
-    by_profile: dict[str, list[Job]] = defaultdict(list)
-    by_step: dict[str, list[Job]] = defaultdict(list)
-    for job in jobs:
-        by_batch[job.bid].append(job)
-        by_profile[job.profile or "(none)"].append(job)
-        by_step[steps[job.jid]].append(job)
+    return [m[0] for m in _failed_matches(zk, bid=bid, profile=profile, step=step)]
+
+
+def _failed_key(match: tuple[str, str, str, str], group: str) -> str:
+    if group == "collection":
+        return match[2] or "(none)"
+    return match[3] if group == "step" else match[1]
+
+
+def failed_jobs(
+    *,
+    bid: str = "",
+    profile: str = "",
+    step: str = "",
+    group: str = "batch",
+    group_page: int = 1,
+    open_group: str = "",
+    row_page: int = 1,
+) -> FailedView:
+    """The failed list: groups with counts (a page of them), and rows of at most one page.
+
+    When everything the filter matches fits in one page of rows, every group shows its rows;
+    otherwise only ``open_group`` does, ``row_page`` of it.
+    """
+    zk = zk_client()
+    idx = zindex.for_client(zk)
+    group = group if group in FAILED_GROUPINGS else "batch"
+    matches = _failed_matches(zk, bid=bid, profile=profile, step=step)
+
+    def counted() -> dict[str, int]:
+        counts = Counter(_failed_key(m, group) for m in matches)
+        if group == "step":
+            order = [s for s in JOB.states if s in counts] + sorted(
+                s for s in counts if not JOB.is_state(s)
+            )
+        else:
+            order = sorted(counts)
+        return {k: counts[k] for k in order}
+
+    counts = idx.derived("Failed", ("failed-groups", bid, profile, step, group), counted)
+    keys = list(counts)
+    group_page = max(1, group_page)
+    if open_group and open_group in counts:  # the page of groups that holds the open one
+        group_page = keys.index(open_group) // FAILED_GROUPS_PER_PAGE + 1
+    first = (group_page - 1) * FAILED_GROUPS_PER_PAGE
+    shown = [FailedGroup(k, counts[k]) for k in keys[first : first + FAILED_GROUPS_PER_PAGE]]
+    paging = Page(
+        shown,
+        group_page,
+        FAILED_GROUPS_PER_PAGE,
+        len(keys),
+        first + FAILED_GROUPS_PER_PAGE < len(keys),
+    )
+
+    wanted: dict[str, list[str]] = {}
+    row_page = max(1, row_page)
+    if len(matches) <= FAILED_ROWS_PER_PAGE:
+        row_page = 1
+        for m in matches:
+            wanted.setdefault(_failed_key(m, group), []).append(m[0])
+    elif open_group in counts:
+        wanted[open_group] = [m[0] for m in matches if _failed_key(m, group) == open_group]
+    steps = {m[0]: m[3] for m in matches}
+    rows: dict[str, Page] = {}
+    row_first = (row_page - 1) * FAILED_ROWS_PER_PAGE
+    page_jids = {
+        key: jids[row_first : row_first + FAILED_ROWS_PER_PAGE] for key, jids in wanted.items()
+    }
+    loaded = {
+        (j.id if isinstance(j, Broken) else j.jid): j
+        for j in jobs_load(zk, [j for jids in page_jids.values() for j in jids])
+    }
+    for key, jids in page_jids.items():
+        rows[key] = Page(
+            [loaded[j] for j in jids if j in loaded],
+            row_page,
+            FAILED_ROWS_PER_PAGE,
+            len(wanted[key]),
+            row_first + FAILED_ROWS_PER_PAGE < len(wanted[key]),
+        )
+    shown_steps = {
+        j: steps[j] for p in rows.values() for i in p.items if (j := getattr(i, "jid", "")) in steps
+    }
+    # Failed jobs the index could not read (no batch node, an unreadable status): listed so
+    # that nothing failed is hidden; there are normally none.
+    unindexed: list[Job | Broken] = []
+    if not (bid or profile or step):
+        failed = idx.failed_facts()
+        missing = [j for _p, j in idx.job_entries("Failed") if j not in failed]
+        unindexed = jobs_load(zk, missing[:FAILED_ROWS_PER_PAGE])
     return FailedView(
-        jobs=jobs,
-        broken=broken,
-        by_batch=dict(sorted(by_batch.items())),
-        by_profile=dict(sorted(by_profile.items())),
-        by_step={s: by_step[s] for s in JOB.states if s in by_step},
-        total=len(entries),
-        truncated=truncated,
-        steps=steps,
+        group=group,
+        groups=shown,
+        group_page=paging,
+        total=len(matches),
+        failed_total=idx.job_count("Failed"),
+        rows=rows,
+        open=open_group if open_group in counts else "",
+        steps=shown_steps,
+        unindexed=unindexed,
+        loading=idx.loading(),
+    )
+
+
+def failed_page(
+    *,
+    bid: str = "",
+    profile: str = "",
+    step: str = "",
+    page: int = 1,
+    per_page: int = FAILED_ROWS_PER_PAGE,
+) -> tuple[Page, dict[str, str], list[tuple[str, str, str, str]]]:
+    """One page of every matching Failed job, oldest first (the API's paging), with each
+    shown job's failing step, and every match's (jid, batch, collection, step)."""
+    zk = zk_client()
+    matches = _failed_matches(zk, bid=bid, profile=profile, step=step)
+    page = max(1, page)
+    first = (page - 1) * per_page
+    part = matches[first : first + per_page]
+    items = jobs_load(zk, [m[0] for m in part])
+    return (
+        Page(
+            items,
+            page,
+            per_page,
+            len(matches),
+            first + per_page < len(matches),
+            loading=zindex.for_client(zk).loading(),
+        ),
+        {m[0]: m[3] for m in part},
+        matches,
     )
 
 
@@ -705,11 +877,12 @@ class ReportRow:
 
 
 def status_reports(*, page: int = 1, per_page: int = 20) -> Page:
-    """Batches that have a status report, newest batch first."""
+    """Batches that have a status report, newest batch first: which ones comes from the read
+    index (each batch's report is looked for once, again only when a watch says it changed);
+    only the page's batches are loaded."""
     zk = zk_client()
-    bids = list(reversed(zindex.for_client(zk).batch_ids()))
-    present = exists_many(zk, [zpaths.batch_node(b, "status-report") for b in bids])
-    bids = [b for b in bids if present[zpaths.batch_node(b, "status-report")] is not None]
+    idx = zindex.for_client(zk)
+    bids = idx.reported_batch_ids()
     page = max(1, page)
     start = (page - 1) * per_page
     rows = [
@@ -717,7 +890,9 @@ def status_reports(*, page: int = 1, per_page: int = 20) -> Page:
         for b in batches_load(zk, bids[start : start + per_page])
         if isinstance(b, Batch)
     ]
-    return Page(rows, page, per_page, len(bids), start + per_page < len(bids))
+    return Page(
+        rows, page, per_page, len(bids), start + per_page < len(bids), loading=idx.loading()
+    )
 
 
 # Access requests ----------------------------------------------------------------------------

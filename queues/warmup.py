@@ -1,7 +1,10 @@
 """Fill the web process's read index when it starts, not on the first operator's page view.
 
-With 100,000 jobs the first overview after a start otherwise pays for listing every state
-folder and reading every batch's status (seconds); afterwards watches keep the index current.
+The fill runs in a background thread and reads in the order pages need it: the overview's
+counts and batch states first, then each Failed job's batch and step, then every job's
+configuration and identifiers (collection filters and the search by local ID or ARK). Pages
+asked meanwhile answer from what is ready and say what is still loading
+(``ReadIndex.loading``); afterwards watches keep the index current.
 """
 
 from __future__ import annotations
@@ -10,13 +13,14 @@ import logging
 import threading
 
 from queues import selectors
+from queues.zk import index as zindex
 
 log = logging.getLogger(__name__)
 
 
 def warm_read_index() -> None:
     try:
-        selectors.overview()
+        zindex.for_client(selectors.zk_client()).fill(first=selectors.overview)
     # ZooKeeper may be down at start: pages say so, and the index fills on first use instead.
     except Exception as exc:
         log.warning("could not warm the read index: %s", exc)

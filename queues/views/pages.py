@@ -228,18 +228,32 @@ def failed(request: HttpRequest) -> HttpResponse:
     if request.GET and not form.is_valid():
         return _bad_form(request, "queues/failed.html", {"form": form})
     data = form.cleaned_data if form.is_bound else {"bid": "", "profile": "", "step": ""}
-    view = selectors.failed_jobs(bid=data["bid"], profile=data["profile"], step=data["step"])
+    try:  # paging of the groups, and of the open group's rows (selectors.failed_jobs)
+        group_page = max(1, int(request.GET.get("gpage") or 1))
+        row_page = max(1, int(request.GET.get("rpage") or 1))
+    except ValueError:
+        return error_response(request, "gpage and rpage must be numbers", 400)
     group = request.GET.get("group", "batch")
-    groups = {"batch": view.by_batch, "collection": view.by_profile, "step": view.by_step}
+    group = group if group in selectors.FAILED_GROUPINGS else "batch"
+    view = selectors.failed_jobs(
+        bid=data["bid"],
+        profile=data["profile"],
+        step=data["step"],
+        group=group,
+        group_page=group_page,
+        open_group=request.GET.get("open", "")[:200],
+        row_page=row_page,
+    )
+    filters = {k: v for k, v in data.items() if v}
     return render(
         request,
         "queues/failed.html",
         {
             "form": form,
             "view": view,
-            "group": group if group in groups else "batch",
-            "groups": groups.get(group, view.by_batch),
-            "filter_query": urlencode({k: v for k, v in data.items() if v}),
+            "group": group,
+            "filter_query": urlencode(filters),
+            "group_query": urlencode({**filters, "group": group}),
             "filter_data": data,
             "next": request.get_full_path(),
         },

@@ -383,8 +383,8 @@ def failed_bulk(request: HttpRequest) -> HttpResponse:
         return error_response(request, f"bad filter: {filter_form.errors.as_text()}", 400)
 
     def matching() -> tuple[list[tuple[str, int | None]], bool]:
-        view = selectors.failed_jobs(**filter_form.cleaned_data)
-        return [(j.jid, j.status.version) for j in view.jobs], view.truncated
+        # Every match, from the read index (no job is loaded); each action checks its state.
+        return [(j, None) for j in selectors.failed_matching(**filter_form.cleaned_data)], False
 
     return _bulk(
         request,

@@ -4,11 +4,15 @@ A page of 50 jobs must not cost a listing of the 60,000 names in ``/jobs/states/
 and the overview must not read 2,000 batch status nodes on every refresh. This index keeps, per
 process, what those pages would otherwise read again and again:
 
-- the sorted entries of every watched folder (job state folders, ``/batches``), re-listed only
-  after a child watch said the folder changed;
-- every batch's state, re-read only after a data watch on its ``status`` node fired;
-- facts about a job that never change once it exists (profile, submitter, local ID: its
+- the entries of every job state folder (parsed once into (priority, jid) pairs) and the names
+  of ``/batches``, re-listed only after a child watch said the folder changed;
+- every batch's state and whether it has a status report, re-read only after a watch on its
+  ``status`` or ``status-report`` node fired;
+- facts about a job that never change once it exists (profile, submitter: its
   ``configuration``), read once per job;
+- the search keys of every job -- local IDs (``localID``, ``objectID``, ``identifiers``) and
+  its ARK -- mapped to the job, so a search is a dictionary lookup however large the queue;
+- the batch and failing step of every Failed job, for the grouped failed list;
 - ``space_needed`` per job and state, re-read when the job moves to another state.
 
 Watches only mark entries stale; the next reader refreshes them. So a busy queue costs the web
@@ -18,16 +22,32 @@ Correctness rests on one rule: an entry is marked clean *before* the read that r
 dropped connection kazoo fires every watch with an empty event and forgets it (it does not
 restore watches on reconnect); the index then marks everything stale.
 
+The search keys follow the same watches: a job new in any state folder has its configuration
+and identifiers read once; a job without an ARK has its identifiers read again when it appears
+in a state past Processing (the step that mints it). A job that is gone stays a key until it is
+looked up, when loading it finds nothing.
+
+Start-up: ``fill()`` (run in a background thread by ``queues/warmup.py``) reads everything in
+the order pages need it; meanwhile pages answer from what is ready and ``loading()`` says what
+is not (a search then may miss a job whose details are not read yet, and says so).
+
+Memory: per job the index keeps one interned job ID string (shared by every structure that
+names the job), its entry in its state's list, a shared (profile, submitter) pair and its search
+keys.
+
 ``space_needed`` is the one approximation: the Estimating step writes it while the job stays in
-Estimating, so a value read during that step stays until the job moves on (seconds).
+Estimating, so a value read during that step stays until the job moves on (seconds). The same
+holds for a Failed job's step if it was resumed and failed again between two reads of the list.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -36,50 +56,90 @@ from kazoo.protocol.states import Callback, KeeperState
 from queues.states import JOB
 
 from . import paths
-from .codecs import decode_int, decode_json
+from .codecs import decode_int, decode_json, decode_str
 from .errors import MalformedNode
 from .nodes import read_many
 
-MAX_FACTS = 1_000_000
+MAX_FACTS = 5_000_000
 # How long a read waits for kazoo's callback thread before using what it has.
 SETTLE_SECONDS = 2.0
 MAX_FILTERS_PER_LISTING = 32
+# Jobs whose nodes one step of a fill or sync reads at once (one pipelined multiRead).
+READ_CHUNK = 2000
+# States a job can be in after Processing minted its ARK.
+ARK_STATES = frozenset({"Storing", "Recording", "Notify", "Completed", "Failed", "Deleted"})
 
 
-@dataclass(frozen=True)
-class JobFacts:
+class JobFacts(NamedTuple):
     """What a job's ``configuration`` says about it; written once when the job is created."""
 
     profile: str
     submitter: str
-    local_id: str
 
 
-@dataclass(frozen=True)
+class FailedFacts(NamedTuple):
+    """A Failed job's batch and the step it failed in (fixed while it stays Failed)."""
+
+    bid: str
+    step: str
+
+
+@dataclass
 class _Listing:
-    names: list[str]
-    # Views derived from exactly these names (parsed, re-sorted), computed on first use.
-    derived: dict[str, Any] = field(default_factory=dict)
+    names: list[str]  # /batches and other folders; empty for job state folders
+    entries: list[tuple[int, str]] | None = None  # job state folders: (priority, jid), run order
+    # Views derived from exactly this listing (re-sorted, filtered, counted), on first use.
+    derived: dict[Any, Any] = field(default_factory=dict)
 
 
 @dataclass
 class _Folder:
     listing: _Listing | None = None
     stale: bool = True
+    refresh: threading.Lock = field(default_factory=threading.Lock)
 
 
 @dataclass(frozen=True)
 class BatchState:
     state: str  # "?" when the status node does not decode
     mtime_ms: int
+    has_report: bool = False
 
 
-def _jid_set(names: list[str]) -> frozenset[str]:
-    return frozenset(m.group(2) for n in names if (m := paths.INDEX_ENTRY_RE.fullmatch(n)))
+def _jid_set(entries: list[tuple[int, str]]) -> frozenset[str]:
+    return frozenset(jid for _p, jid in entries)
 
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def _failing_step(last: Any) -> str:
+    """The step a Failed job failed in: the one after its last successful step."""
+    if not isinstance(last, str) or not last:
+        return "Pending"
+    return JOB.successor(last) or last
+
+
+def search_keys(configuration: dict[str, Any], identifiers: dict[str, Any]) -> list[str]:
+    """Every value a search for this job may give: local IDs and ARKs, exactly as written.
+
+    A ``localID`` holding several IDs separated by ``;`` (as Merritt's ingest allows) is also
+    found by each of them.
+    """
+    found: list[str] = []
+    for value in (configuration.get("localID"), configuration.get("objectID")):
+        if isinstance(value, str) and value.strip():
+            found.append(value.strip())
+            if ";" in value:
+                found += [p.strip() for p in value.split(";") if p.strip()]
+    primary = identifiers.get("primary_id")
+    if isinstance(primary, str) and primary.strip():
+        found.append(primary.strip())
+    local = identifiers.get("local_id")
+    if isinstance(local, list):
+        found += [v.strip() for v in local if isinstance(v, str) and v.strip()]
+    return list(dict.fromkeys(found))
 
 
 class ReadIndex:
@@ -95,7 +155,19 @@ class ReadIndex:
         self._batch_generation = 0
         self._batch_summary: tuple[int, dict[str, tuple[int, int]]] | None = None
         self._facts: dict[str, JobFacts] = {}
+        self._shared: dict[tuple[str, ...], Any] = {}  # one object per distinct pair
         self._space: dict[str, dict[str, int]] = {}
+        self._failed: dict[str, FailedFacts] = {}
+        self._failed_lock = threading.Lock()
+        # Search: key -> jid (or a tuple of jids when several jobs share a key).
+        self._keys: dict[str, str | tuple[str, ...]] = {}
+        self._no_ark: set[str] = set()  # jobs whose identifiers had no ARK when last read
+        # state -> the job IDs of the listing whose jobs have been read for search.
+        self._synced: dict[str, frozenset[str]] = {}
+        self._sync_lock = threading.Lock()
+        self._search_complete = False
+        self._filler: threading.Thread | None = None
+        self._fill_stage = ""  # what the background fill is reading now ("" when idle)
         zk.add_listener(self._on_session)
 
     def close(self) -> None:
@@ -148,7 +220,9 @@ class ReadIndex:
         done.wait(SETTLE_SECONDS)
 
     def names(self, path: str) -> list[str]:
-        """The sorted child names of ``path`` (empty when it does not exist); do not modify."""
+        """The sorted child names of ``path`` (empty when it does not exist); do not modify.
+
+        Job state folders keep parsed entries instead (``job_entries``)."""
         return self._listing(path).names
 
     def _listing(self, path: str) -> _Listing:
@@ -157,30 +231,60 @@ class ReadIndex:
             folder = self._folders.setdefault(path, _Folder())
             if not folder.stale and folder.listing is not None:
                 return folder.listing
-            folder.stale = False
-        try:
-            try:
-                names = sorted(self.zk.get_children(path, watch=self._on_folder_event))
-            except NoNodeError:
-                # Watch for the folder's creation instead; until then it is empty.
-                if self.zk.exists(path, watch=self._on_folder_event) is not None:
-                    names = sorted(self.zk.get_children(path, watch=self._on_folder_event))
-                else:
-                    names = []
-        except BaseException:
+        # One reader refreshes a folder; others asking meanwhile wait for its answer.
+        with folder.refresh:
             with self._lock:
-                folder.stale = True
-            raise
-        listing = _Listing(names)
-        with self._lock:
-            folder.listing = listing
-        return listing
+                if not folder.stale and folder.listing is not None:
+                    return folder.listing
+                folder.stale = False
+            try:
+                try:
+                    names = self.zk.get_children(path, watch=self._on_folder_event)
+                except NoNodeError:
+                    # Watch for the folder's creation instead; until then it is empty.
+                    if self.zk.exists(path, watch=self._on_folder_event) is not None:
+                        names = self.zk.get_children(path, watch=self._on_folder_event)
+                    else:
+                        names = []
+            except BaseException:
+                with self._lock:
+                    folder.stale = True
+                raise
+            names.sort()
+            if path.startswith(paths.JOB_STATES + "/"):
+                # Zero-padded priorities: the names' own order is run order. The names
+                # themselves are not kept; one interned string per job ID is.
+                entries = []
+                intern = sys.intern
+                for name in names:
+                    match = paths.INDEX_ENTRY_RE.fullmatch(name)
+                    if match:
+                        entries.append((int(match.group(1)), intern(match.group(2))))
+                listing = _Listing([], entries)
+            else:
+                listing = _Listing(names)
+            with self._lock:
+                folder.listing = listing
+            return listing
 
     def _derived(self, path: str, key: str, build: Any) -> Any:
         listing = self._listing(path)
         value = listing.derived.get(key)
         if value is None:
-            value = build(listing.names)
+            value = build(listing.entries if listing.entries is not None else listing.names)
+            listing.derived[key] = value
+        return value
+
+    def derived(self, state: str, key: Any, build: Callable[[], Any]) -> Any:
+        """A value computed from a job state's current listing, cached until it changes
+        (for selectors: e.g. the failed list's groups per filter)."""
+        listing = self._listing(paths.job_state_folder(state))
+        value = listing.derived.get(key)
+        if value is None:
+            value = build()
+            filters = [k for k in listing.derived if isinstance(k, tuple)]
+            if isinstance(key, tuple) and len(filters) >= MAX_FILTERS_PER_LISTING:
+                del listing.derived[filters[0]]
             listing.derived[key] = value
         return value
 
@@ -194,15 +298,7 @@ class ReadIndex:
 
     @staticmethod
     def _entries(listing: _Listing, order: str) -> list[tuple[int, str]]:
-        entries = listing.derived.get("run")
-        if entries is None:
-            entries = []
-            for name in listing.names:
-                match = paths.INDEX_ENTRY_RE.fullmatch(name)
-                if match:
-                    entries.append((int(match.group(1)), match.group(2)))
-            # Zero-padded priorities: the names' own order is run order.
-            listing.derived["run"] = entries
+        entries = listing.entries or []
         if order not in ("oldest", "newest"):
             return entries
         ordered = listing.derived.get(order)
@@ -217,10 +313,7 @@ class ReadIndex:
         Each folder's set of job IDs is derived once per listing change, so a page of batches
         costs lookups in memory, not a read of every job's status.
         """
-        sets = {
-            state: self._derived(paths.job_state_folder(state), "jids", _jid_set)
-            for state in JOB.states
-        }
+        sets = {state: self.job_id_set(state) for state in JOB.states}
         found = {}
         for jid in jids:
             for state, members in sets.items():
@@ -228,6 +321,10 @@ class ReadIndex:
                     found[jid] = state
                     break
         return found
+
+    def job_id_set(self, state: str) -> frozenset[str]:
+        """The job IDs listed in a state folder, once per listing change."""
+        return self._derived(paths.job_state_folder(state), "jids", _jid_set)
 
     def job_entries_matching(
         self, state: str, *, profile: str = "", submitter: str = "", order: str = "run"
@@ -263,9 +360,11 @@ class ReadIndex:
     def oldest_entry(self, state: str) -> str | None:
         """The index name with the lowest job ID (the job longest in the queue), if any."""
 
-        def oldest(names: list[str]) -> str:
-            valid = [n for n in names if paths.INDEX_ENTRY_RE.fullmatch(n)]
-            return min(valid, key=lambda n: n[3:]) if valid else ""
+        def oldest(entries: list[tuple[int, str]]) -> str:
+            if not entries:
+                return ""
+            priority, jid = min(entries, key=lambda e: e[1])
+            return f"{priority:02d}-{jid}"
 
         return self._derived(paths.job_state_folder(state), "oldest-name", oldest) or None
 
@@ -278,7 +377,8 @@ class ReadIndex:
     # Batches ----------------------------------------------------------------------------------
 
     def batch_states(self) -> dict[str, BatchState]:
-        """Every batch's state and status mtime; half-created batches are left out."""
+        """Every batch's state, status mtime and whether it has a status report; half-created
+        batches are left out."""
         bids = self.batch_ids()  # settles
         with self._lock:
             known = set(bids)
@@ -288,37 +388,46 @@ class ReadIndex:
                 self._batch_generation += 1
             todo = [b for b in bids if b not in self._batches or b in self._stale_batches]
             self._stale_batches.difference_update(todo)
-        if todo:
-            pending = [
-                (b, self.zk.get_async(paths.batch_node(b, "status"), watch=self._on_batch_event))
-                for b in todo
-            ]
-            fresh: dict[str, BatchState | None] = {}
-            failed: BaseException | None = None
-            for bid, result in pending:
-                try:
-                    data, stat = result.get()
-                except NoNodeError:
-                    fresh[bid] = None  # not a watch: read again next time
-                    continue
-                except BaseException as exc:
-                    failed = failed or exc
-                    continue
-                try:
-                    state = _text(decode_json("status", data).get("status")) or "?"
-                except MalformedNode:
-                    state = "?"
-                fresh[bid] = BatchState(state, stat.mtime)
-            with self._lock:
-                self._batches.update(fresh)
-                self._batch_generation += 1
-                self._stale_batches.update(b for b, s in fresh.items() if s is None)
-                if failed is not None:
-                    self._stale_batches.update(b for b in todo if b not in fresh)
-            if failed is not None:
-                raise failed
+        for start in range(0, len(todo), READ_CHUNK * 5):
+            self._read_batches(todo[start : start + READ_CHUNK * 5])
         with self._lock:
             return {b: s for b in bids if (s := self._batches.get(b)) is not None}
+
+    def _read_batches(self, todo: list[str]) -> None:
+        watch = self._on_batch_event
+        pending = [
+            (
+                b,
+                self.zk.get_async(paths.batch_node(b, "status"), watch=watch),
+                self.zk.exists_async(paths.batch_node(b, "status-report"), watch=watch),
+            )
+            for b in todo
+        ]
+        fresh: dict[str, BatchState | None] = {}
+        failed: BaseException | None = None
+        for bid, result, report in pending:
+            try:
+                has_report = report.get() is not None
+                data, stat = result.get()
+            except NoNodeError:
+                fresh[bid] = None  # not a watch: read again next time
+                continue
+            except BaseException as exc:
+                failed = failed or exc
+                continue
+            try:
+                state = _text(decode_json("status", data).get("status")) or "?"
+            except MalformedNode:
+                state = "?"
+            fresh[bid] = BatchState(sys.intern(state), stat.mtime, has_report)
+        with self._lock:
+            self._batches.update(fresh)
+            self._batch_generation += 1
+            self._stale_batches.update(b for b, s in fresh.items() if s is None)
+            if failed is not None:
+                self._stale_batches.update(b for b in todo if b not in fresh)
+        if failed is not None:
+            raise failed
 
     def batch_summary(self) -> dict[str, tuple[int, int]]:
         """Batch state -> (how many, oldest status mtime in ms); recomputed after a change."""
@@ -335,7 +444,26 @@ class ReadIndex:
             self._batch_summary = (generation, summary)
         return summary
 
+    def reported_batch_ids(self) -> list[str]:
+        """Batches with a status report, newest first (from the index: no read per batch)."""
+        states = self.batch_states()
+        with self._lock:
+            generation = self._batch_generation
+        cached = getattr(self, "_reported", None)
+        if cached is not None and cached[0] == generation:
+            return cached[1]
+        found = [b for b in reversed(self.batch_ids()) if (s := states.get(b)) and s.has_report]
+        self._reported = (generation, found)
+        return found
+
     # Jobs -------------------------------------------------------------------------------------
+
+    def _share(self, value: tuple[str, ...], make: Callable[..., Any]) -> Any:
+        """One object per distinct value (thousands of jobs share a profile and submitter)."""
+        found = self._shared.get(value)
+        if found is None:
+            found = self._shared[value] = make(*(sys.intern(v) for v in value))
+        return found
 
     def profile_counts(self, state: str) -> dict[str, int]:
         """Jobs of a state per profile ("" when unknown), computed once per folder change."""
@@ -362,33 +490,74 @@ class ReadIndex:
         return total
 
     def job_facts(self, jids: Sequence[str]) -> dict[str, JobFacts]:
-        """Profile, submitter and local ID of each job; unreadable jobs are left out."""
+        """Profile and submitter of each job; unreadable jobs are left out."""
         with self._lock:
             todo = [j for j in jids if j not in self._facts]
-        if todo:
-            reads = read_many(self.zk, [paths.job_node(j, "configuration") for j in todo])
-            fresh: dict[str, JobFacts] = {}
-            for jid in todo:
-                read = reads[paths.job_node(jid, "configuration")]
-                try:
-                    if read is None:
-                        continue  # gone or half-created: asked again next time
-                    config = decode_json("configuration", read[0])
-                except MalformedNode:
-                    continue  # broken: asked again next time
-                fresh[jid] = JobFacts(
-                    profile=_text(config.get("profile")),
-                    submitter=_text(config.get("submitter")),
-                    local_id=_text(config.get("localID")),
-                )
-            with self._lock:
-                # Facts of deleted jobs are never asked for again; a bound keeps them from
-                # piling up in a process that runs for months.
-                if len(self._facts) + len(fresh) > MAX_FACTS:
-                    self._facts.clear()
-                self._facts.update(fresh)
+        for start in range(0, len(todo), READ_CHUNK):
+            self._read_jobs(todo[start : start + READ_CHUNK], [])
         with self._lock:
             return {j: f for j in jids if (f := self._facts.get(j)) is not None}
+
+    def _read_jobs(self, config_jids: Sequence[str], ids_jids: Sequence[str]) -> None:
+        """Read the configuration and identifiers of ``config_jids`` (facts and search keys)
+        and the identifiers alone of ``ids_jids`` (search keys: an ARK minted since)."""
+        node = paths.job_node
+        wanted = [node(j, "configuration") for j in config_jids]
+        wanted += [node(j, "identifiers") for j in (*config_jids, *ids_jids)]
+        reads = read_many(self.zk, wanted)
+
+        def json_of(path: str) -> dict[str, Any] | None:
+            read = reads.get(path)
+            if read is None:
+                return None
+            try:
+                value = decode_json(path, read[0])
+            except MalformedNode:
+                return None
+            return value if isinstance(value, dict) else None
+
+        facts: dict[str, JobFacts] = {}
+        keys: list[tuple[str, str]] = []
+        with_ark: list[str] = []
+        without_ark: list[str] = []
+        for jid in config_jids:
+            config = json_of(node(jid, "configuration"))
+            if config is None:
+                continue  # gone, or broken: asked again next time
+            facts[jid] = self._share(
+                (_text(config.get("profile")), _text(config.get("submitter"))), JobFacts
+            )
+            ids = json_of(node(jid, "identifiers")) or {}
+            keys += [(k, jid) for k in search_keys(config, ids)]
+            (with_ark if _text(ids.get("primary_id")) else without_ark).append(jid)
+        for jid in ids_jids:
+            ids = json_of(node(jid, "identifiers")) or {}
+            keys += [(k, jid) for k in search_keys({}, ids)]
+            (with_ark if _text(ids.get("primary_id")) else without_ark).append(jid)
+        with self._lock:
+            # Facts of deleted jobs are never asked for again; a bound keeps them from
+            # piling up in a process that runs for months (everything is read again).
+            if len(self._facts) + len(facts) > MAX_FACTS:
+                self._facts.clear()
+                self._keys.clear()
+                self._no_ark.clear()
+                self._synced.clear()
+                self._search_complete = False
+            self._facts.update(facts)
+            for key, jid in keys:
+                self._add_key(key, jid)
+            self._no_ark.difference_update(with_ark)
+            self._no_ark.update(without_ark)
+
+    def _add_key(self, key: str, jid: str) -> None:
+        known = self._keys.get(key)
+        if known is None:
+            self._keys[key] = jid
+        elif isinstance(known, str):
+            if known != jid:
+                self._keys[key] = (known, jid)
+        elif jid not in known:
+            self._keys[key] = (*known, jid)
 
     def space_needed(self, state: str, jids: Iterable[str]) -> dict[str, int]:
         """``space_needed`` of each job, cached for as long as the job stays in ``state``.
@@ -411,6 +580,175 @@ class ReadIndex:
         with self._lock:
             self._space[state] = current
         return current
+
+    # Failed jobs ------------------------------------------------------------------------------
+
+    def failed_facts(self) -> dict[str, FailedFacts]:
+        """Batch and failing step of every Failed job, re-read only for jobs new in Failed.
+
+        Jobs whose nodes cannot be read are left out (the failed page lists them by loading).
+        """
+        listing = self._listing(paths.job_state_folder("Failed"))
+        cached = listing.derived.get("failed-facts")
+        if cached is not None:
+            return cached
+        with self._failed_lock:  # one reader computes; others asking meanwhile wait for it
+            cached = listing.derived.get("failed-facts")
+            if cached is not None:
+                return cached
+            jids = [jid for _p, jid in listing.entries or []]
+            with self._lock:
+                known = self._failed
+            todo = [j for j in jids if j not in known]
+            fresh: dict[str, FailedFacts] = {}
+            for start in range(0, len(todo), READ_CHUNK):
+                part = todo[start : start + READ_CHUNK]
+                reads = read_many(
+                    self.zk,
+                    [paths.job_node(j, n) for j in part for n in ("bid", "status")],
+                )
+                for jid in part:
+                    bid_read = reads[paths.job_node(jid, "bid")]
+                    status_read = reads[paths.job_node(jid, "status")]
+                    if bid_read is None or status_read is None:
+                        continue
+                    try:
+                        bid = decode_str("bid", bid_read[0]).strip()
+                        status = decode_json("status", status_read[0])
+                    except MalformedNode:
+                        continue
+                    if not paths.BID_RE.fullmatch(bid) or not isinstance(status, dict):
+                        continue
+                    step = _failing_step(status.get("last_successful_status"))
+                    fresh[jid] = self._share((bid, step), FailedFacts)
+            current = {j: f for j in jids if (f := known.get(j) or fresh.get(j)) is not None}
+            with self._lock:
+                self._failed = current
+            listing.derived["failed-facts"] = current
+            return current
+
+    # Search -----------------------------------------------------------------------------------
+
+    def find(self, key: str) -> tuple[list[str], bool]:
+        """The jobs whose local ID or ARK is exactly ``key``, and whether the answer is
+        complete (False while the background fill has not read every job yet)."""
+        key = key.strip()
+        filling = self.filling
+        if not filling:
+            with self._sync_lock:
+                self.sync_jobs()
+        with self._lock:
+            found = self._keys.get(key)
+            complete = self._search_complete
+        if found is None:
+            return [], complete
+        return ([found] if isinstance(found, str) else list(found)), complete
+
+    def sync_jobs(self, *, progress: Callable[[int], None] | None = None) -> None:
+        """Read the jobs new in any state folder since the last sync, for facts and search.
+
+        The first sync reads every job (the background fill does it at start); later ones only
+        what the watches said changed.
+        """
+        for state in JOB.states:
+            members = self.job_id_set(state)
+            with self._lock:
+                before = self._synced.get(state)
+            if before is members:
+                continue
+            new = members if before is None else members - before
+            with self._lock:
+                config = [j for j in new if j not in self._facts]
+                ids = (
+                    [j for j in new if j in self._no_ark and j in self._facts]
+                    if state in ARK_STATES
+                    else []
+                )
+            for start in range(0, max(len(config), len(ids)), READ_CHUNK):
+                self._read_jobs(config[start : start + READ_CHUNK], ids[start : start + READ_CHUNK])
+                if progress is not None:
+                    progress(len(config[start : start + READ_CHUNK]))
+                time.sleep(0)  # let page requests in between chunks
+            with self._lock:
+                self._synced[state] = members
+        with self._lock:
+            self._search_complete = True
+
+    # Start-up ---------------------------------------------------------------------------------
+
+    @property
+    def filling(self) -> bool:
+        filler = self._filler
+        return filler is not None and filler.is_alive() and filler is not threading.current_thread()
+
+    def fill(self, first: Callable[[], Any] | None = None) -> None:
+        """Read everything pages need, in the order they need it (run in a thread of its own).
+
+        ``first`` reads what the overview shows (the selectors' own call, so exactly that is
+        warm); then the batch states, the failed list, and every job's details for search and
+        collection filters.
+        """
+        with self._lock:
+            self._filler = threading.current_thread()
+        try:
+            self._fill_stage = "job counts and batch states"
+            if first is not None:
+                first()
+            self.batch_states()
+            self._fill_stage = "failed jobs' batches and steps"
+            self.failed_facts()
+            total = sum(self.job_count(s) for s in JOB.states)
+            done = [len(self._facts)]
+
+            def step(n: int) -> None:
+                done[0] += n
+                self._fill_stage = (
+                    f"job details for search and collection filters: "
+                    f"{min(done[0], total):,} of {total:,} jobs"
+                )
+
+            step(0)
+            with self._sync_lock:
+                self.sync_jobs(progress=step)
+        finally:
+            self._fill_stage = ""
+            with self._lock:
+                self._filler = None
+
+    def start_fill(self, first: Callable[[], Any] | None = None) -> threading.Thread:
+        thread = threading.Thread(
+            target=self._fill_logged, args=(first,), name="fill-read-index", daemon=True
+        )
+        with self._lock:
+            self._filler = thread
+        thread.start()
+        return thread
+
+    def _fill_logged(self, first: Callable[[], Any] | None) -> None:
+        import logging
+
+        try:
+            self.fill(first)
+        # ZooKeeper may be down at start: pages say so, and the index fills on first use.
+        except Exception as exc:
+            logging.getLogger(__name__).warning("could not warm the read index: %s", exc)
+
+    def loading(self) -> str:
+        """What the background fill has not read yet, for pages to say; "" when nothing."""
+        if not self.filling:
+            return ""
+        return self._fill_stage or "starting"
+
+    def memory_counts(self) -> dict[str, int]:
+        """How many items each structure holds (for benchmarks and tests)."""
+        with self._lock:
+            return {
+                "facts": len(self._facts),
+                "search_keys": len(self._keys),
+                "without_ark": len(self._no_ark),
+                "failed": len(self._failed),
+                "batches": len(self._batches),
+            }
 
 
 _indexes: dict[int, ReadIndex] = {}

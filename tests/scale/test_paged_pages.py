@@ -1,0 +1,223 @@
+"""Pages whose cost follows what they show: the grouped failed list, search through the read
+index's maps, and an index that answers while it is still being filled after a start."""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
+
+from queues import selectors
+from queues.zk import index as zindex
+from queues.zk.batches import batch_create
+from queues.zk.bulk import bulk_load
+from queues.zk.codecs import decode_json
+from queues.zk.jobs import job_create, job_load, job_set_json, job_transition
+
+ROW = re.compile(r'<tr id="job-row-(jid[0-9]{10})"')
+GROUP = re.compile(r'class="card failed-group"[^>]*data-key="([^"]+)" data-count="([0-9]+)"')
+
+
+def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def viewer(db, zk) -> Client:
+    call_command("setupconsole", stdout=io.StringIO())
+    user = User.objects.create_user("scale-viewer", password="pw-123456789")
+    user.groups.add(Group.objects.get(name="viewer"))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def loaded(zk):
+    """600 jobs in 12 batches, half of them Failed (at several steps, in several collections)."""
+    zindex.reset()
+    result = bulk_load(zk, batches=12, jobs=600, distribution={"Failed": 0.5, "Completed": 0.5})
+    yield result
+    zindex.reset()
+
+
+def _expected_groups(zk, jids: list[str]) -> dict[str, Counter[str]]:
+    """What the groups must count, read straight from each job's nodes."""
+    found: dict[str, Counter[str]] = {
+        "batch": Counter(),
+        "collection": Counter(),
+        "step": Counter(),
+    }
+    for jid in jids:
+        job = job_load(zk, jid)
+        found["batch"][job.bid] += 1
+        found["collection"][job.profile] += 1
+        found["step"][selectors.failing_step(job)] += 1
+    return found
+
+
+def test_failed_page_shows_groups_with_counts_and_a_bounded_number_of_rows(zk, viewer, loaded):
+    failed = loaded.jobs_by_state["Failed"]
+    assert len(failed) == 300 > selectors.FAILED_ROWS_PER_PAGE
+    expected = _expected_groups(zk, failed)
+
+    for group in ("batch", "collection", "step"):
+        html = viewer.get(reverse("failed"), {"group": group}).content.decode()
+        assert 'data-total="300"' in html
+        groups = {key: int(count) for key, count in GROUP.findall(html)}
+        assert groups == dict(expected[group]), group
+        assert ROW.findall(html) == []  # rows only on demand
+
+    # One group opened: a page of its rows, the next page the rest, nothing of other groups.
+    bid, count = expected["batch"].most_common(1)[0]
+    assert count > 0
+    html = viewer.get(reverse("failed"), {"group": "batch", "open": bid}).content.decode()
+    rows = ROW.findall(html)
+    assert 0 < len(rows) <= selectors.FAILED_ROWS_PER_PAGE
+    assert len(rows) == min(count, selectors.FAILED_ROWS_PER_PAGE)
+    assert all(job_load(zk, j).bid == bid for j in rows)
+    if count > selectors.FAILED_ROWS_PER_PAGE:
+        more = viewer.get(reverse("failed"), {"group": "batch", "open": bid, "rpage": 2})
+        rest = ROW.findall(more.content.decode())
+        assert len(rest) == count - selectors.FAILED_ROWS_PER_PAGE and not set(rest) & set(rows)
+
+    # A filter narrows the counts; "everything matching" is exactly what the filter takes.
+    step, step_count = expected["step"].most_common(1)[0]
+    html = viewer.get(reverse("failed"), {"group": "batch", "step": step}).content.decode()
+    assert f'data-total="{step_count}"' in html
+    matching = selectors.failed_matching(step=step)
+    assert len(matching) == step_count
+    assert all(selectors.failing_step(job_load(zk, j)) == step for j in matching)
+
+
+def test_api_failed_is_paged_with_group_counts(zk, loaded, token_headers):
+    client = Client()
+    first = client.get("/api/failed", **token_headers).json()
+    assert first["total"] == 300 and first["per_page"] == selectors.FAILED_ROWS_PER_PAGE
+    assert len(first["items"]) == selectors.FAILED_ROWS_PER_PAGE and first["has_next"]
+    assert sum(first["groups"]["batch"].values()) == 300
+    last = client.get("/api/failed", {"page": 6}, **token_headers).json()
+    assert len(last["items"]) == 50 and not last["has_next"]
+    seen = {
+        i["id"]
+        for p in range(1, 7)
+        for i in client.get("/api/failed", {"page": p}, **token_headers).json()["items"]
+    }
+    assert seen == set(loaded.jobs_by_state["Failed"])
+    assert client.get("/api/failed", {"page": "x"}, **token_headers).status_code == 400
+
+
+@pytest.fixture
+def token_headers(db) -> dict[str, str]:
+    from queues.audit import ApiToken
+
+    call_command("setupconsole", stdout=io.StringIO())
+    user = User.objects.create_user("scale-api", password="pw-123456789")
+    user.groups.add(Group.objects.get(name="viewer"))
+    _token, key = ApiToken.issue(user=user, name="scale")
+    return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+
+
+def _requests_during(zk, action: Callable[[], Any]) -> tuple[Any, Counter[str]]:
+    calls: Counter[str] = Counter()
+    original = zk._call
+
+    def counting(request, async_object):
+        calls[type(request).__name__] += 1
+        if type(request).__name__ == "MultiRead" or hasattr(request, "path"):
+            calls["paths"] += len(getattr(request, "paths", None) or [1])
+        return original(request, async_object)
+
+    zk._call = counting
+    try:
+        return action(), calls
+    finally:
+        zk._call = original
+
+
+def test_search_is_a_lookup_in_the_index_maps_kept_current_by_watches(zk, loaded):
+    """Exact and complete at any size: no scan, so no scan limit. The lookup reads nothing
+    but the job it finds, and jobs created or given an ARK after the index is warm are found
+    through the watches that keep the index current."""
+    idx = zindex.for_client(zk)
+    completed = loaded.jobs_by_state["Completed"]
+    target = completed[len(completed) // 2]
+    config = decode_json("c", zk.get(f"/jobs/{target}/configuration")[0])
+    ark = decode_json("i", zk.get(f"/jobs/{target}/identifiers")[0])["primary_id"]
+    assert selectors.jobs_page(flt=selectors.JobFilter(q=config["localID"])).items  # warm
+
+    page, calls = _requests_during(
+        zk, lambda: selectors.jobs_page(flt=selectors.JobFilter(q=config["localID"]))
+    )
+    assert [j.jid for j in page.items] == [target] and page.total == 1 and not page.loading
+    # Listing nothing, reading one job's nodes: a lookup, whatever the number of jobs.
+    assert calls["GetChildren"] + calls["GetChildren2"] == 0
+    assert calls["paths"] <= 20, calls
+    assert [j.jid for j in selectors.jobs_page(flt=selectors.JobFilter(q=ark)).items] == [target]
+    assert selectors.jobs_page(flt=selectors.JobFilter(q="local-nothing")).total == 0
+    # The state filter still applies to what the lookup found.
+    assert selectors.jobs_page(flt=selectors.JobFilter(q=ark, state="Failed")).total == 0
+
+    # Created after the index is warm: found by its local ID at once.
+    batch = batch_create(zk, submission={"profile": "p", "submitter": "s"})
+    new = job_create(
+        zk, bid=batch.bid, configuration={"profile": "p", "submitter": "s", "localID": "late-1"}
+    )
+    found = selectors.jobs_page(flt=selectors.JobFilter(q="late-1"))
+    assert [j.jid for j in found.items] == [new.jid]
+
+    # Given its ARK by Processing, then moved on: found by the ARK.
+    for step in ("Estimating", "Provisioning", "Downloading", "Processing"):
+        new = job_transition(zk, new, step)
+    job_set_json(zk, new, "identifiers", {"primary_id": "ark:/99999/fk4late", "local_id": []})
+    new = job_transition(zk, job_load(zk, new.jid), "Storing")
+    assert eventually(
+        lambda: (
+            [
+                j.jid
+                for j in selectors.jobs_page(flt=selectors.JobFilter(q="ark:/99999/fk4late")).items
+            ]
+            == [new.jid]
+        )
+    )
+    assert idx.memory_counts()["facts"] >= 601
+
+
+def test_the_index_answers_while_still_loading_and_the_page_says_so(zk, viewer, loaded):
+    """A fill held at its first step: pages answer from what is ready and say what is not."""
+    idx = zindex.for_client(zk)
+    release = threading.Event()
+    filler = idx.start_fill(first=lambda: release.wait(30))
+    try:
+        assert eventually(lambda: idx.filling)
+        html = viewer.get(reverse("failed")).content.decode()
+        assert 'id="index-loading"' in html and 'data-total="300"' in html
+        reports = viewer.get(reverse("reports")).content.decode()
+        assert 'id="index-loading"' in reports and "12 batches with a report" in reports
+        target = loaded.jobs_by_state["Completed"][0]
+        local = decode_json("c", zk.get(f"/jobs/{target}/configuration")[0])["localID"]
+        page = selectors.jobs_page(flt=selectors.JobFilter(q=local))
+        assert page.loading  # not read yet: the page says so rather than claiming no match
+    finally:
+        release.set()
+        filler.join(60)
+    assert not idx.filling and idx.loading() == ""
+    html = viewer.get(reverse("failed")).content.decode()
+    assert 'id="index-loading"' not in html
+    page = selectors.jobs_page(flt=selectors.JobFilter(q=local))
+    assert [j.jid for j in page.items] == [target] and not page.loading
