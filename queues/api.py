@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
 
-from queues import actions, bulkrun, selectors
+from queues import actions, archive, bulkrun, selectors
 from queues.audit import ApiToken, AuditEntry
 from queues.auth import VIEWER, has_role
 from queues.forms import BatchFilterForm, FailedFilterForm, JobFilterForm, SubmitForm
@@ -250,7 +250,13 @@ def jobs(request: HttpRequest) -> dict[str, Any]:
 
 @api_view("GET")
 def job(request: HttpRequest, jid: str) -> dict[str, Any]:
-    detail = selectors.job_detail(jid=jid)
+    try:
+        detail = selectors.job_detail(jid=jid)
+    except NotFound:
+        row = archive.archived_job(zpaths.jid(jid))
+        if row is None:
+            raise
+        return archive.job_json(row)
     if detail.job is None:
         return {"id": jid, "broken": True, "path": detail.broken.path, "nodes": detail.nodes}
     return {**job_json(detail.job, full=True), "path": detail.path}
@@ -391,7 +397,13 @@ def batches(request: HttpRequest) -> dict[str, Any]:
 
 @api_view("GET")
 def batch(request: HttpRequest, bid: str) -> dict[str, Any]:
-    detail = selectors.batch_detail(bid=bid)
+    try:
+        detail = selectors.batch_detail(bid=bid)
+    except NotFound:
+        row = archive.archived_batch(zpaths.bid(bid))
+        if row is None:
+            raise
+        return archive.batch_json(row)
     return {
         **batch_json(detail.batch),
         "jobs": {s: [j.jid for j in js] for s, js in detail.by_state.items()},

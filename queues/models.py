@@ -55,5 +55,83 @@ class InventoryFile(models.Model):
         return self.path
 
 
+class ArchivedBatch(models.Model):
+    """A finished batch archived out of ZooKeeper by retention (``queues/archive.py``).
+
+    Written only once the batch and all its jobs have finished, before their nodes are removed;
+    never live queue state. Keyed by the batch ID, so archiving again updates the same row.
+    """
+
+    bid = models.CharField(max_length=20, unique=True)
+    batch_uuid = models.CharField(max_length=255, blank=True, db_index=True)  # batchID
+    profile = models.CharField(max_length=255, blank=True)
+    submitter = models.CharField(max_length=255, blank=True)
+    title = models.TextField(blank=True)
+    final_state = models.CharField(max_length=40)
+    final_message = models.TextField(blank=True)
+    created = models.DateTimeField(null=True, blank=True)
+    last_modified = models.DateTimeField(null=True, blank=True)
+    report_modified = models.DateTimeField(null=True, blank=True)
+    successful_jobs = models.JSONField(default=list, blank=True)
+    failed_jobs = models.JSONField(default=list, blank=True)
+    # The nodes as they were, for the read-only page: submission, status, status-report.
+    submission = models.JSONField(default=dict, blank=True)
+    status = models.JSONField(default=dict, blank=True)
+    status_report = models.JSONField(null=True, blank=True)
+    job_ids = models.JSONField(default=list, blank=True)
+    archived_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-bid"]
+
+    def __str__(self) -> str:
+        return f"{self.bid} (archived)"
+
+
+class ArchivedJob(models.Model):
+    """A finished job archived out of ZooKeeper with its batch; searchable by job ID, batch ID,
+    ARK and local ID through indexed columns (local IDs in ``ArchivedLocalId``)."""
+
+    jid = models.CharField(max_length=20, unique=True)
+    bid = models.CharField(max_length=20, db_index=True)
+    profile = models.CharField(max_length=255, blank=True)
+    submitter = models.CharField(max_length=255, blank=True)
+    primary_id = models.CharField(max_length=255, blank=True, db_index=True)  # the ARK
+    title = models.TextField(blank=True)
+    final_state = models.CharField(max_length=40)
+    final_message = models.TextField(blank=True)
+    last_successful_status = models.CharField(max_length=40, blank=True)
+    retry_count = models.IntegerField(default=0)
+    created = models.DateTimeField(null=True, blank=True)
+    last_modified = models.DateTimeField(null=True, blank=True)
+    # The states it went through as far as ZooKeeper knows them: [{state, at}], at = null where
+    # ZooKeeper keeps no time; and the operator actions of the audit log.
+    states = models.JSONField(default=list, blank=True)
+    audit = models.JSONField(default=list, blank=True)
+    local_ids = models.JSONField(default=list, blank=True)
+    # The nodes as they were: configuration, status, identifiers, metadata, store, inventory.
+    nodes = models.JSONField(default=dict, blank=True)
+    archived_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-jid"]
+
+    def __str__(self) -> str:
+        return f"{self.jid} (archived)"
+
+
+class ArchivedLocalId(models.Model):
+    job = models.ForeignKey(ArchivedJob, on_delete=models.CASCADE, related_name="local_id_rows")
+    value = models.CharField(max_length=255, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "value"], name="archived_local_id_unique")
+        ]
+
+    def __str__(self) -> str:
+        return self.value
+
+
 from queues.audit import ApiToken, AuditEntry  # noqa: E402, F401
 from queues.bulkrun import BulkRun  # noqa: E402, F401

@@ -33,6 +33,7 @@ from queues.daemons.notify import Notify
 from queues.daemons.processing import Processing
 from queues.daemons.provisioning import Provisioning
 from queues.daemons.recording import Recording
+from queues.daemons.retention import Retention
 from queues.daemons.storing import Storing
 
 # In pipeline order: ``all --once`` runs them in this order, so one pass moves an item far.
@@ -52,6 +53,7 @@ DAEMONS: dict[str, type[Daemon]] = {
         BatchUpdateReporting,
         AccessSmall,
         AccessLarge,
+        Retention,
     )
 }
 ALL = "all"

@@ -8,11 +8,12 @@ from django.conf import settings
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from queues import diagrams, selectors
+from queues import archive, diagrams, selectors
 from queues.audit import ApiToken, AuditEntry, earlier_failures
 from queues.auth import ADMIN, VIEWER, has_role, may
 from queues.bulkrun import BulkRun
@@ -27,7 +28,7 @@ from queues.forms import (
 from queues.states import ACCESS, BATCH, JOB
 from queues.templatetags.console import actions_for
 from queues.zk import paths as zpaths
-from queues.zk.errors import is_connection_error
+from queues.zk.errors import NotFound, is_connection_error
 
 from . import cockpit
 from .common import console_view, error_response, querystring_without
@@ -116,11 +117,15 @@ def jobs(request: HttpRequest) -> HttpResponse:
             "query": querystring_without(request, "page"),
             "next": request.get_full_path(),
             "bulk_actions": _bulk_actions(request.user, flt.state),
+            # Jobs archived out of ZooKeeper by retention: exact IDs, ARK, local ID.
+            "archived": archive.archived_jobs_matching(flt.q or flt.bid),
         }
     )
     if request.htmx and request.htmx.target == "job-table":
-        return render(request, "queues/jobs.html#job-table", context)
-    return render(request, "queues/jobs.html", context)
+        table = render(request, "queues/jobs.html#job-table", context)
+        table.write(render_to_string("queues/_archived_jobs.html", {**context, "oob": True}))
+        return table
+    return render(request, "queues/jobs_archived.html", context)
 
 
 def _bulk_actions(user: Any, state: str) -> list[str]:
@@ -167,7 +172,14 @@ def job_context(request: HttpRequest, jid: str) -> dict[str, Any]:
 @require_GET
 @console_view(VIEWER)
 def job(request: HttpRequest, jid: str) -> HttpResponse:
-    return render(request, "queues/job.html", job_context(request, jid))
+    try:
+        context = job_context(request, jid)
+    except NotFound:
+        row = archive.archived_job(zpaths.jid(jid))
+        if row is None:
+            raise
+        return render(request, "queues/archived_job.html", {"row": row})
+    return render(request, "queues/job.html", context)
 
 
 @require_GET
@@ -196,7 +208,14 @@ def batches(request: HttpRequest) -> HttpResponse:
 @require_GET
 @console_view(VIEWER)
 def batch(request: HttpRequest, bid: str) -> HttpResponse:
-    detail = selectors.batch_detail(bid=bid)
+    try:
+        detail = selectors.batch_detail(bid=bid)
+    except NotFound:
+        row = archive.archived_batch(zpaths.bid(bid))
+        if row is None:
+            raise
+        jobs = archive.archived_batch_jobs(bid)
+        return render(request, "queues/archived_batch.html", {"row": row, "jobs": jobs})
     context = {
         "detail": detail,
         "b": detail.batch,

@@ -3,8 +3,18 @@ databases: SQLite (the default) and a throwaway PostgreSQL cluster (tests/pg.py)
 
 from __future__ import annotations
 
-import pytest
+import uuid
+from collections.abc import Callable
+from typing import Any
 
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from queues.auth import ensure_groups
+from queues.states import JOB_STEPS
+from queues.zk import batches, jobs
+from queues.zk.records import Batch, Job
 from tests.pg import pg_cluster, pg_db, pg_url  # noqa: F401
 
 
@@ -14,3 +24,79 @@ def database(request: pytest.FixtureRequest, db: None) -> str:
     if request.param == "postgresql":
         request.getfixturevalue("pg_db")
     return request.param
+
+
+PROFILE = "demo_collection"
+
+
+@pytest.fixture
+def finished_batch(zk: Any) -> Callable[..., tuple[Batch, list[Job]]]:
+    """A batch walked through the real transitions with its jobs: each job to the state given
+    (Completed, Failed, or a working state), the batch to ``batch_state`` with its report."""
+
+    def make(
+        job_states: tuple[str, ...] = ("Completed", "Completed", "Failed"),
+        *,
+        batch_state: str = "auto",
+        tag: str = "",
+    ) -> tuple[Batch, list[Job]]:
+        batch = batches.batch_create(
+            zk,
+            submission={
+                "profile": PROFILE,
+                "submitter": "dpr/Ada Lovelace",
+                "payload_url": "https://example.org/manifest.checkm",
+                "type": "batch-manifest",
+                "title": f"Letters of Ada {tag}".strip(),
+                "batchID": f"bid-{uuid.uuid4()}",
+            },
+        )
+        batch = batches.batch_transition(zk, batch, "Processing")
+        made: list[Job] = []
+        for n, state in enumerate(job_states):
+            job = jobs.job_create(
+                zk,
+                bid=batch.bid,
+                configuration={
+                    "profile": PROFILE,
+                    "submitter": "dpr/Ada Lovelace",
+                    "payload_url": f"https://example.org/{n}.pdf",
+                    "type": "file",
+                    "title": f"Letter {n} {tag}".strip(),
+                    "localID": f"letters-{tag}{n:03d}",
+                },
+                identifiers={
+                    "primary_id": f"ark:/99999/fk4{tag}{n:03d}",
+                    "local_id": [f"letters-{tag}{n:03d}", f"alt-{tag}{n:03d}"],
+                },
+            )
+            target = "Downloading" if state == "Failed" else state
+            for step in JOB_STEPS[1 : JOB_STEPS.index(target) + 1]:
+                job = jobs.job_transition(zk, job, step)
+            if state == "Failed":
+                job = jobs.job_transition(zk, job, "Failed", message="HTTP 404 on payload")
+            made.append(job)
+        if batch_state == "auto":
+            batch_state = "Failed" if "Failed" in job_states else "Completed"
+        if batch_state in ("Completed", "Failed"):
+            batch = batches.batch_transition(zk, batch, "Reporting")
+            batches.batch_write_report(
+                zk,
+                batch,
+                failed=[j.jid for j in made if j.state == "Failed"],
+                successful=[j.jid for j in made if j.state == "Completed"],
+            )
+            batch = batches.batch_transition(zk, batch, batch_state, message="report written")
+        return batches.batch_load(zk, batch.bid), made
+
+    return make
+
+
+@pytest.fixture
+def viewer_client(database: str) -> Client:
+    groups = ensure_groups()
+    user = get_user_model().objects.create_user(username="retention-viewer", password="x" * 20)
+    user.groups.add(groups["viewer"])
+    client = Client()
+    client.force_login(user)
+    return client

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from queues import services
+from queues import archive, services
 from queues.zk import paths
 from queues.zk.errors import DomainError
 
@@ -80,12 +80,13 @@ class Command(QueueCommand):
         "Operator moves: hold|release|resume|fail|delete|remove JID..., release|update-reporting|"
         "delete|remove BID..., resume|delete|remove small/QID..., hold-queue|release-queue ingest|"
         "access-small|access-large, hold-collection|release-collection|release-held PROFILE, "
-        "cleanup (Completed batches, and every item marked Deleted)."
+        "cleanup (Completed batches, and every item marked Deleted), archive (finished batches "
+        "and their jobs into the database, then out of ZooKeeper)."
     )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
-            "action", choices=[*ACTIONS, *HOLD_ACTIONS, "cleanup"], help="what to do"
+            "action", choices=[*ACTIONS, *HOLD_ACTIONS, "cleanup", "archive"], help="what to do"
         )
         parser.add_argument("ids", nargs="*", help="job, batch or access IDs; queue or profile")
         parser.add_argument("--message", default="", help="reason, for fail")
@@ -98,14 +99,22 @@ class Command(QueueCommand):
         parser.add_argument(
             "--older-than-days",
             type=float,
-            default=0,
-            help="cleanup: completed (or marked Deleted) at least N days ago",
+            default=None,
+            help="cleanup: completed (or marked Deleted) at least N days ago (default 0); "
+            "archive: finished at least N days ago (default MRT_RETENTION_DAYS)",
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         action, ids = opts["action"], opts["ids"]
+        days = opts["older_than_days"]
+        if days is not None and days < 0:
+            raise CommandError("--older-than-days must not be negative")
         if action == "cleanup":
-            self.run_safely(lambda: self.cleanup(timedelta(days=opts["older_than_days"])))
+            self.run_safely(lambda: self.cleanup(timedelta(days=days or 0)))
+            return
+        if action == "archive":
+            age = archive.retention_age() if days is None else timedelta(days=days)
+            self.run_safely(lambda: self.archive(age))
             return
         if not ids:
             raise CommandError(f"{action} needs at least one ID")
@@ -138,6 +147,19 @@ class Command(QueueCommand):
             removed += outcome.after == services.REMOVED
         self.stdout.write(
             f"{cleaned} completed batches cleaned up, {removed} items marked Deleted removed"
+        )
+
+    def archive(self, older_than: timedelta) -> None:
+        """Retention by hand: one line per finished batch as it goes, then the counts."""
+        archived = left = jobs = 0
+        for outcome in archive.sweep(older_than=older_than):
+            self.stdout.write(str(outcome))
+            archived += outcome.done
+            left += not outcome.done
+            jobs += outcome.jobs if outcome.done else 0
+        self.stdout.write(
+            f"{archived} batches ({jobs} jobs) archived and removed from ZooKeeper, "
+            f"{left} left alone (finished at least {older_than.total_seconds() / 86400:g} days ago)"
         )
 
     def _run(self, action: str, item: str, opts: dict) -> list[services.Outcome]:

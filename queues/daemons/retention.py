@@ -1,0 +1,104 @@
+"""Retention: every ``MRT_RETENTION_SWEEP_SECONDS`` archive the batches (with their jobs) that
+finished at least ``MRT_RETENTION_DAYS`` ago into the database and remove them from ZooKeeper
+(``queues/archive.py``), with one log line per batch archived or left alone.
+
+Not a consumer of one state: it claims nothing and takes no lock (the removers refuse a locked
+item and check every status version against what was archived), so it is not stopped by a
+queue hold either. Several copies may run; the archive rows are keyed by ID.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, ClassVar
+
+from django.conf import settings
+from django.db import close_old_connections
+
+from queues import archive
+from queues.daemons.base import Daemon, ItemResult, Next, Step, describe
+from queues.zk.errors import is_connection_error
+
+log = logging.getLogger("queues.daemons")
+
+
+class Retention(Daemon[Any]):
+    name: ClassVar[str] = "retention"
+    step: ClassVar[str] = "retention"
+    queue_hold: ClassVar[str | None] = None
+
+    def sweep(self) -> ItemResult:
+        """One sweep: a line per batch, then a summary line; the summary is returned."""
+        started = time.monotonic()
+        archived = left = jobs = 0
+        for outcome in archive.sweep(zk=self.zk):
+            if outcome.done:
+                archived += 1
+                jobs += outcome.jobs
+                log.info("%s retention archived %s", outcome.bid, _detail(outcome))
+            else:
+                left += 1
+                log.info("%s retention left alone %s", outcome.bid, _detail(outcome))
+        days = archive.retention_age().total_seconds() / 86400
+        detail = (
+            f"{archived} batches ({jobs} jobs) archived and removed from ZooKeeper, "
+            f"{left} left alone; finished at least {days:g} days ago"
+        )
+        return ItemResult("sweep", self.step, "ok", time.monotonic() - started, detail)
+
+    def run_once(self) -> bool:
+        self.last = None
+        if not self.gate.connected:
+            return False
+        self.last = self.sweep()
+        log.info("%s", self.last.line())
+        return False
+
+    def run(self, stop: threading.Event) -> None:
+        every = float(settings.MRT_RETENTION_SWEEP_SECONDS)
+        log.info("%s: started (a sweep every %gs)", self.name, every)
+        while not stop.is_set():
+            try:
+                self.run_once()
+            except Exception as exc:
+                if is_connection_error(exc):
+                    log.warning("%s: ZooKeeper unavailable: %s", self.name, describe(exc))
+                else:
+                    log.exception("%s: unexpected error in a sweep", self.name)
+            finally:
+                close_old_connections()
+            # Not connected: try again soon rather than after a whole interval.
+            stop.wait(every if self.last is not None else min(every, self.poll))
+        log.info("%s: stopped", self.name)
+
+    # The consumer hooks: retention claims nothing, so none of them is ever called.
+
+    def claim(self) -> None:
+        return None
+
+    def work(self, item: Any) -> Step:
+        return Next(item.state)
+
+    def item_id(self, item: Any) -> str:
+        return str(getattr(item, "bid", item))
+
+    def lock_path(self, item: Any) -> str:
+        raise NotImplementedError("retention takes no lock")
+
+    def move(self, item: Any, step: Next) -> bool:
+        raise NotImplementedError("retention makes no moves")
+
+    def unlock(self, item: Any) -> None:
+        return None
+
+
+def _detail(outcome: archive.ArchiveOutcome) -> str:
+    if outcome.done:
+        text = f"{outcome.state} batch, {outcome.jobs} jobs"
+        if outcome.detail:
+            text += f" ({outcome.detail})"
+    else:
+        text = f"{outcome.state} batch: {outcome.detail}"
+    return f"{text} {outcome.seconds:.2f}s"
