@@ -41,7 +41,7 @@ from queues.zk import client
 from queues.zk import paths as zpaths
 from queues.zk.batches import batch_delete, batch_ids, batch_job_ids, batch_load, batch_states
 from queues.zk.codecs import parse_stamp
-from queues.zk.errors import Conflict, ItemLocked, MalformedNode, NotFound
+from queues.zk.errors import Conflict, ItemLocked, MalformedNode, NotFound, is_connection_error
 from queues.zk.jobs import job_remove, jobs_load
 from queues.zk.records import Batch, Broken, Job
 
@@ -261,6 +261,18 @@ def _job_defaults(job: Job, now: datetime) -> dict[str, Any]:
     }
 
 
+def _clean(value: Any) -> Any:
+    """``value`` with every NUL character replaced: PostgreSQL stores none, in text or JSON,
+    and a depositor's title may carry one."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
 def _id_list(report: dict[str, Any] | None, key: str) -> list[str]:
     value = (report or {}).get(key)
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
@@ -296,7 +308,7 @@ def write_rows(batch: Batch, jobs: list[Job]) -> None:
     for attempt in range(2):
         try:
             with transaction.atomic():
-                defaults = _batch_defaults(batch, jobs, now)
+                defaults = _clean(_batch_defaults(batch, jobs, now))
                 # Jobs removed before a crash are no longer listed by the batch: keep them.
                 earlier = ArchivedBatch.objects.filter(bid=batch.bid).values_list(
                     "job_ids", flat=True
@@ -306,7 +318,7 @@ def write_rows(batch: Batch, jobs: list[Job]) -> None:
                 ArchivedBatch.objects.update_or_create(bid=batch.bid, defaults=defaults)
                 for job in jobs:
                     row, _ = ArchivedJob.objects.update_or_create(
-                        jid=job.jid, defaults=_job_defaults(job, now)
+                        jid=job.jid, defaults=_clean(_job_defaults(job, now))
                     )
                     row.local_id_rows.exclude(value__in=row.local_ids).delete()
                     have = set(row.local_id_rows.values_list("value", flat=True))
@@ -444,6 +456,12 @@ def sweep(*, older_than: timedelta | None = None, zk: Any = None) -> Iterator[Ar
             found = archive_batch(zk, bid, older_than=age, state=state)
         except (Conflict, ItemLocked, NotFound) as exc:
             found = ArchiveOutcome(bid, state, False, detail=str(exc))
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise
+            # One batch the database refuses must not stop the sweep for every other batch.
+            log.warning("%s: archiving failed", bid, exc_info=True)
+            found = ArchiveOutcome(bid, state, False, detail=f"archiving failed: {exc}")
         if not found.done and found.detail == "finished too recently":
             continue  # the common case, said once per sweep in the summary instead
         yield found

@@ -300,3 +300,16 @@ def test_archive_refuses_negative_age(db: None, days: str) -> None:
 
     with pytest.raises(CommandError, match="must not be negative"):
         call_command("queue", "archive", "--older-than-days", days)
+
+
+def test_odd_text_is_archived_and_shown_as_text(
+    database: str, zk: Any, finished_batch: Any, viewer_client: Client
+) -> None:
+    """A NUL (which PostgreSQL stores nowhere) and markup in a depositor's title and ids."""
+    _batch, made = finished_batch(("Completed",), tag="<i>x</i>\x00")
+    [outcome] = archive.sweep(older_than=NOW)
+    assert outcome.done, outcome.detail
+    row = ArchivedJob.objects.get(jid=made[0].jid)
+    assert "\x00" not in row.title and row.title.startswith("Letter 0 <i>x</i>")
+    html = viewer_client.get(f"/jobs/{made[0].jid}/").content.decode()
+    assert "&lt;i&gt;x&lt;/i&gt;" in html and "<i>x</i>" not in html
