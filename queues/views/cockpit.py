@@ -82,6 +82,7 @@ class TimelineEvent:
     detail: str = ""
     ok: bool = True
     kind: str = "state"  # "state", "action", "refused"
+    sort_at: datetime | None = None  # where it goes in the order, when not ``at``
 
 
 def timeline(job: Job, entries: list[AuditEntry]) -> list[TimelineEvent]:
@@ -107,11 +108,28 @@ def timeline(job: Job, entries: list[AuditEntry]) -> list[TimelineEvent]:
                 kind="action" if entry.ok else "refused",
             )
         )
-    last = job.status.last_modified
+    # The status node's own modification time: to the millisecond, where last_modified in it
+    # is to the second (and would sort before the audit entry of the move that wrote it).
+    last = job.status.mtime or job.status.last_modified
     if last is not None:
+        # The operator's move into the current state is written to ZooKeeper a moment before
+        # its audit entry: the state it entered is listed after it.
+        entered = [
+            e.at
+            for e in entries
+            if e.ok and e.after == job.state and abs((e.at - last).total_seconds()) < 5
+        ]
         text = f"Entered {job.state} (status last modified)"
-        events.append(TimelineEvent(last, text, detail=job.status.message, kind="state"))
-    return sorted(events, key=lambda e: e.at)
+        events.append(
+            TimelineEvent(
+                last,
+                text,
+                detail=job.status.message,
+                kind="state",
+                sort_at=max([last, *entered]),
+            )
+        )
+    return sorted(events, key=lambda e: e.sort_at or e.at)
 
 
 # A batch's summary mails ----------------------------------------------------------------------
