@@ -67,6 +67,8 @@ ACTION_ROLES: dict[tuple[str, str], str] = {
     ("queue", "hold"): ADMIN,
     ("queue", "release"): ADMIN,
     ("consistency", "repair"): ADMIN,
+    ("consumer", "drain"): OPERATOR,
+    ("consumer", "undrain"): OPERATOR,
 }
 
 
@@ -215,7 +217,7 @@ class TrustedHeaderMiddleware(PersistentRemoteUserMiddleware):
             if request.user.get_username() == self.clean_username(username, request):
                 return
             # Someone else is logged in on this session: the proxy's word wins.
-            self._remove_invalid_user(request)
+            auth.logout(request)
         user = auth.authenticate(request, remote_user=username)
         if user:
             request.user = user
@@ -230,7 +232,7 @@ class TrustedHeaderBackend(RemoteUserBackend):
 
     create_unknown_user = True
 
-    def configure_user(self, request: HttpRequest, user: Any, created: bool = True) -> Any:
+    def configure_user(self, request: HttpRequest | None, user: Any, created: bool = True) -> Any:
         if created:
             group, _ = Group.objects.get_or_create(name=VIEWER)
             user.groups.add(group)

@@ -10,14 +10,13 @@ has moved since, the action is refused instead of undoing a newer change.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from queues import states
-from queues.daemons.clients import payload_roots
-from queues.daemons.fetching import depositor_policy
+from queues.depositors import depositor_policy, payload_roots
 from queues.steps import submission as submission_steps
 from queues.steps.checkm import filename_problem
 from queues.steps.fetch import DownloadError, local_path
@@ -217,7 +216,7 @@ def job_remove_deleted(*, jid: str, expect_version: int | None = None) -> Outcom
     return Outcome("job", jid, job.state, REMOVED, f"batch {job.bid}")
 
 
-JOB_ACTIONS = {
+JOB_ACTIONS: dict[str, Callable[..., Outcome]] = {
     "hold": job_hold,
     "release": job_release,
     "resume": job_resume,
@@ -381,7 +380,7 @@ def deleted_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome
             yield Outcome("access", item.qid, "Deleted", REMOVED, f"{queue} queue")
 
 
-BATCH_ACTIONS = {
+BATCH_ACTIONS: dict[str, Callable[..., Outcome]] = {
     "release": batch_release,
     "update-reporting": batch_update_reporting,
     "delete": batch_remove,

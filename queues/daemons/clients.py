@@ -29,8 +29,9 @@ from typing import Any
 import requests
 from django.conf import settings
 
+from queues.inventory_db import LocalInventory
 from queues.steps.erc import Erc
-from queues.steps.inventory import HttpInventory, InventoryClient, InventoryError, LocalInventory
+from queues.steps.inventory import HttpInventory, InventoryClient, InventoryError
 from queues.steps.merritt_wire import service_session
 from queues.steps.minting import (
     EzidMinter,
@@ -56,18 +57,6 @@ def _session(service: str) -> requests.Session:
     """One pooled session per remote service and process, shared by the daemons' threads.
     Inventory's adds and local-id records are idempotent, so its POSTs may be repeated."""
     return service_session(retry_posts=service == "inventory")
-
-
-def payload_roots() -> list[Path]:
-    """Folders a depositor's file:// URLs (payloads, manifests, the files they list) may read.
-
-    MRT_FILE_ROOTS, and nothing when it is empty: a depositor must not be able to ask for
-    file:///etc/passwd, or for another deposit's working folder.
-    """
-    roots = settings.MRT_FILE_ROOTS
-    if isinstance(roots, str):
-        roots = [r for r in roots.split(":") if r.strip()]
-    return [Path(r) for r in roots or ()]
 
 
 def internal_roots() -> list[Path]:

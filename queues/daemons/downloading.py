@@ -25,9 +25,8 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
-from queues.daemons import clients
 from queues.daemons.base import ItemResult, JobDaemon, Next, Step, StepFailed
-from queues.daemons.fetching import HOST_SLOTS, depositor_host, depositor_policy
+from queues.daemons.fetching import HOST_SLOTS, depositor_host
 from queues.daemons.jobwork import (
     CONTAINERS_DIR,
     disk_bytes,
@@ -37,6 +36,7 @@ from queues.daemons.jobwork import (
     priority_for_size,
     workdir,
 )
+from queues.depositors import depositor_policy, payload_roots
 from queues.steps.erc import PRODUCER_DIR
 from queues.steps.fetch import ContainerError, DownloadError, download_all, extract_container
 from queues.zk.jobs import job_set_space_needed
@@ -98,7 +98,7 @@ class Downloading(JobDaemon):
                 retries=settings.MRT_DOWNLOAD_RETRIES,
                 backoff=BACKOFF,
                 timeout=settings.MRT_HTTP_TIMEOUT,
-                file_roots=clients.payload_roots(),
+                file_roots=payload_roots(),
                 policy=depositor_policy(),
                 max_bytes=settings.MRT_MAX_OBJECT_BYTES,
             )

@@ -14,10 +14,9 @@ from typing import ClassVar
 
 from django.conf import settings
 
-from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Step
-from queues.daemons.fetching import depositor_policy
 from queues.daemons.jobwork import job_spec, object_files, priority_for_size
+from queues.depositors import depositor_policy, payload_roots
 from queues.steps.fetch import head_all
 from queues.zk.jobs import job_set_space_needed
 from queues.zk.records import Job
@@ -49,7 +48,7 @@ class Estimating(JobDaemon):
             [f.url for f in files],
             threads=settings.MRT_DOWNLOAD_THREADS,
             timeout=settings.MRT_HTTP_TIMEOUT,
-            file_roots=clients.payload_roots(),
+            file_roots=payload_roots(),
             policy=depositor_policy(),
         )
         return sum(_known(sizes.get(f.url), f.size, unknown) for f in files)

@@ -1,9 +1,5 @@
-"""The fetch policy for depositors' URLs, built from settings in this one place.
-
-Every request the system makes for a depositor (estimating's HEADs, downloads, manifests, the
-checks at the submission door) uses :func:`depositor_policy`; the system's own requests (to
-Merritt's storage and inventory on its own network) do not.
-"""
+"""Downloads under way per depositor host, so one slow depositor cannot hold every
+downloading loop of a process (the policy itself is in queues/depositors.py)."""
 
 from __future__ import annotations
 
@@ -12,22 +8,6 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
-
-from django.conf import settings
-
-from queues.steps.netpolicy import FetchPolicy, parse_networks
-
-
-def depositor_policy(*, timeout: float | None = None) -> FetchPolicy:
-    return FetchPolicy(
-        restrict=True,
-        allow=parse_networks(settings.MRT_FETCH_ALLOW),
-        max_redirects=settings.MRT_FETCH_MAX_REDIRECTS,
-        timeout=settings.MRT_HTTP_TIMEOUT if timeout is None else timeout,
-        deadline=settings.MRT_DOWNLOAD_DEADLINE or None,
-        min_rate=settings.MRT_DOWNLOAD_MIN_RATE,
-        rate_window=settings.MRT_DOWNLOAD_RATE_WINDOW,
-    )
 
 
 def depositor_host(url: str) -> str:

@@ -22,9 +22,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from queues.daemons import clients
 from queues.daemons.base import NotProcessable, StepFailed
-from queues.daemons.fetching import depositor_policy
+from queues.depositors import depositor_policy, payload_roots
 from queues.steps.checkm import ManifestError
 from queues.steps.fetch import fetch_bytes
 from queues.steps.submission import ObjectSpec, PayloadFile, PayloadNotHere, payload_files
@@ -54,7 +53,7 @@ def fetch(url: str) -> bytes:
         url,
         timeout=settings.MRT_HTTP_TIMEOUT,
         retries=settings.MRT_DOWNLOAD_RETRIES,
-        file_roots=clients.payload_roots(),
+        file_roots=payload_roots(),
         policy=depositor_policy(),
     )
 

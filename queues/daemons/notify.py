@@ -17,8 +17,8 @@ from django.conf import settings
 
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Step, StepFailed
-from queues.daemons.fetching import depositor_policy
 from queues.daemons.jobwork import remove_workdir
+from queues.depositors import depositor_policy
 from queues.steps.notify import CallbackError, post_job_callback
 from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile
 from queues.zk.records import Job

@@ -53,7 +53,7 @@ from queues import actions
 from queues.api import token_from
 from queues.audit import ApiToken
 from queues.auth import may
-from queues.daemons.clients import payload_roots
+from queues.depositors import payload_roots
 from queues.forms import SubmitForm
 from queues.zk.errors import DomainError, is_connection_error
 
@@ -404,7 +404,9 @@ def _submit_parsed(
     submit_form = SubmitForm(data)
     if not submit_form.is_valid():
         problems = "; ".join(
-            f"{field}: {' '.join(errors)}" if field != "__all__" else " ".join(errors)
+            f"{field}: {' '.join(map(str, errors))}"
+            if field != "__all__"
+            else " ".join(map(str, errors))
             for field, errors in submit_form.errors.items()
         )
         raise Refused(problems)

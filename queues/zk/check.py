@@ -211,12 +211,12 @@ def _check_once(
     bids = batch_ids(zk)
     say(f"reading {len(bids)} batches")
     batches = {}
-    for item in batches_load(zk, bids):
-        if isinstance(item, Broken):
-            report.findings.append(Finding("malformed-node", item.path, item.reason))
+    for loaded in batches_load(zk, bids):
+        if isinstance(loaded, Broken):
+            report.findings.append(Finding("malformed-node", loaded.path, loaded.reason))
         else:
-            batches[item.bid] = item
-            for path, reason in item.problems.items():
+            batches[loaded.bid] = loaded
+            for path, reason in loaded.problems.items():
                 report.findings.append(Finding("malformed-node", path, reason))
     report.batches = len(batches)
     batch_stats = exists_many(zk, [paths.batch(b) for b in bids])

@@ -14,9 +14,10 @@ import selectors
 import threading
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
@@ -28,6 +29,34 @@ from .errors import Unavailable
 from .server import LocalZooKeeper
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ZkSettings:
+    """What this module needs to know, handed in by the application (it imports no Django)."""
+
+    hosts: str  # ZK_HOSTS
+    timeout: float  # ZK_TIMEOUT, seconds
+    var_dir: Path  # MRT_VAR_DIR: the local server's data lives in var_dir/zookeeper
+    local_port: int  # ZK_LOCAL_PORT
+
+
+_settings_source: Callable[[], ZkSettings] | None = None
+
+
+def configure(source: Callable[[], ZkSettings]) -> None:
+    """Where the settings come from: called for each connection, so changes are seen."""
+    global _settings_source
+    _settings_source = source
+
+
+def _settings() -> ZkSettings:
+    if _settings_source is None:
+        raise RuntimeError(
+            "queues.zk is not configured: call queues.zk.client.configure() first "
+            "(the Django app does so when it starts)"
+        )
+    return _settings_source()
 
 _lock = threading.Lock()
 _client: KazooClient | None = None
@@ -80,7 +109,8 @@ def _fd(obj: Any) -> int:
 
 
 def local_server() -> LocalZooKeeper:
-    return LocalZooKeeper(settings.MRT_VAR_DIR / "zookeeper", settings.ZK_LOCAL_PORT)
+    config = _settings()
+    return LocalZooKeeper(Path(config.var_dir) / "zookeeper", config.local_port)
 
 
 LOCAL = "local"
@@ -93,7 +123,7 @@ def configured_hosts() -> str:
     MRT_VAR_DIR (a shell command beside ``bin/run-console``); otherwise Unavailable says what to
     set: a production host with ZK_HOSTS forgotten must not quietly get an empty queue of its own.
     """
-    hosts = settings.ZK_HOSTS.strip()
+    hosts = _settings().hosts.strip()
     if hosts and hosts != LOCAL:
         return hosts
     server = local_server()
@@ -111,7 +141,7 @@ def configured_hosts() -> str:
 
 def connect(hosts: str | None = None, *, timeout: float | None = None) -> KazooClient:
     """A new, started client with bounded retries. The caller owns it (and stops it)."""
-    timeout = timeout or settings.ZK_TIMEOUT
+    timeout = timeout or _settings().timeout
     hosts = hosts or configured_hosts()
     zk = KazooClient(
         hosts=hosts,

@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from queues.inventory_db import LocalInventory
 from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
 from queues.steps.erc import Erc
-from queues.steps.inventory import HttpInventory, InventoryError, LocalInventory
+from queues.steps.inventory import HttpInventory, InventoryError
 from tests.steps.conftest import Loopback, Reply
 
 ARK = "ark:/99999/fk4inv"

@@ -1,0 +1,39 @@
+"""What a depositor's URLs may reach, from settings in this one place.
+
+Every request the system makes for a depositor (estimating's HEADs, downloads, manifests,
+callbacks, and the checks at the submission doors) uses :func:`depositor_policy`, and their
+``file://`` URLs may read only under :func:`payload_roots`. The system's own requests (to
+Merritt's storage and inventory on its own network, its own working folders) do not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+
+from queues.steps.netpolicy import FetchPolicy, parse_networks
+
+
+def payload_roots() -> list[Path]:
+    """Folders a depositor's file:// URLs (payloads, manifests, the files they list) may read.
+
+    MRT_FILE_ROOTS, and nothing when it is empty: a depositor must not be able to ask for
+    file:///etc/passwd, or for another deposit's working folder.
+    """
+    roots = settings.MRT_FILE_ROOTS
+    if isinstance(roots, str):
+        roots = [r for r in roots.split(":") if r.strip()]
+    return [Path(r) for r in roots or ()]
+
+
+def depositor_policy(*, timeout: float | None = None) -> FetchPolicy:
+    return FetchPolicy(
+        restrict=True,
+        allow=parse_networks(settings.MRT_FETCH_ALLOW),
+        max_redirects=settings.MRT_FETCH_MAX_REDIRECTS,
+        timeout=settings.MRT_HTTP_TIMEOUT if timeout is None else timeout,
+        deadline=settings.MRT_DOWNLOAD_DEADLINE or None,
+        min_rate=settings.MRT_DOWNLOAD_MIN_RATE,
+        rate_window=settings.MRT_DOWNLOAD_RATE_WINDOW,
+    )
