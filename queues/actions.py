@@ -57,6 +57,21 @@ def _repair(**_: Any) -> list[services.Outcome]:
     ]
 
 
+def _drain(name: str, reason: str, params: dict[str, Any], *, cancel: bool) -> services.Outcome:
+    """Ask a consumer process to stop claiming (or to claim again): queues/zk/consumers.py."""
+    from datetime import UTC, datetime
+
+    from queues.zk import consumers
+
+    zk = zk_client()
+    if cancel:
+        had = consumers.drain_cancel(zk, name)
+        return services.Outcome("consumer", name, "draining" if had else "running", "running")
+    info = {"by": params.get("by", ""), "at": datetime.now(UTC).isoformat(), "reason": reason}
+    consumers.drain_request(zk, name, info)
+    return services.Outcome("consumer", name, "running", "draining", "stops claiming")
+
+
 def _submit(**params: Any) -> services.Outcome:
     bid = services.batch_submit(**params)
     return services.Outcome("batch", bid, "", "Pending", "submitted")
@@ -98,6 +113,8 @@ def _call(
             profile=item_id, release_jobs=bool(params.get("release_jobs"))
         ),
         ("consistency", "repair"): _repair,
+        ("consumer", "drain"): lambda: _drain(item_id, reason, params, cancel=False),
+        ("consumer", "undrain"): lambda: _drain(item_id, reason, params, cancel=True),
     }
     runner = runners.get((kind, action))
     if runner is None:

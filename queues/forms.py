@@ -38,6 +38,7 @@ class JobFilterForm(forms.Form):
     priority = forms.IntegerField(required=False, min_value=0, max_value=99)
     q = forms.CharField(required=False, max_length=300, label="Search job/batch ID, ARK, local ID")
     sort = forms.ChoiceField(choices=list(selectors.JOB_SORTS.items()), required=False)
+    stuck = forms.BooleanField(required=False, label="Stuck only")
     page = forms.IntegerField(required=False, min_value=1)
 
     def clean_profile(self) -> str:
@@ -65,6 +66,7 @@ class JobFilterForm(forms.Form):
             priority=data["priority"],
             q=q,
             sort=data["sort"] or "run",
+            stuck=bool(data.get("stuck")),
         )
 
 

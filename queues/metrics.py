@@ -89,8 +89,51 @@ def render_metrics() -> str:
         "number of collection holds",
         [("", len(ov.holds.collections))],
     )
+    _cockpit_families(lines)
     _family(lines, "mrt_zookeeper_up", "gauge", "1 when ZooKeeper answered", [("", 1)])
     return "\n".join(lines) + "\n"
+
+
+def _cockpit_families(lines: list[str]) -> None:
+    """Stuck jobs per state and the registered consumer processes (queues/stuck.py,
+    queues/zk/consumers.py)."""
+    from queues import stuck
+    from queues.views.workers import consumers_context
+
+    zk = selectors.zk_client()
+    _family(
+        lines,
+        "mrt_jobs_stuck",
+        "gauge",
+        "jobs far longer in their state (or under one lock) than its usual time, per state",
+        [(f'state="{_label(s)}"', n) for s, n in stuck.stuck_counts(zk).items()],
+    )
+    procs = consumers_context(None)["consumers"]
+    modes = {"claiming": 0, "draining": 0, "drained": 0}
+    for p in procs:
+        mode = "drained" if p.get("drained") else "draining" if p.get("draining") else "claiming"
+        modes[mode] += 1
+    _family(
+        lines,
+        "mrt_consumers",
+        "gauge",
+        "registered consumer processes, by whether they claim",
+        [(f'mode="{m}"', n) for m, n in modes.items()],
+    )
+    _family(
+        lines,
+        "mrt_consumer_threads_busy",
+        "gauge",
+        "consumer threads holding an item",
+        [("", sum(p["busy"] for p in procs))],
+    )
+    _family(
+        lines,
+        "mrt_consumer_threads_flagged",
+        "gauge",
+        "consumer threads holding one item far longer than its step usually takes",
+        [("", sum(p["flagged"] for p in procs))],
+    )
 
 
 @require_GET

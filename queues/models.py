@@ -133,5 +133,42 @@ class ArchivedLocalId(models.Model):
         return self.value
 
 
+class StepRecord(models.Model):
+    """One step a consumer daemon ran on one item (the step history, ``queues/history.py``).
+
+    Written in batches by each daemon process's background writer
+    (``queues/daemons/stephistory.py``), pruned after ``MRT_STEP_HISTORY_DAYS``. A record of
+    finished work, never live queue state: ZooKeeper stays the truth about where items are.
+    """
+
+    kind = models.CharField(max_length=10)  # job | batch | access
+    item_id = models.CharField(max_length=40)
+    step = models.CharField(max_length=40)  # the daemon's step name
+    state = models.CharField(max_length=40)  # the state the item was claimed in
+    outcome = models.CharField(max_length=10)  # ok | held | failed | waiting | dropped | skipped
+    started = models.DateTimeField()
+    duration = models.FloatField()  # seconds
+    # Seconds the item waited in its state before this step took it (from its status node's
+    # modification time, i.e. the previous step's end or an operator's move); None if unknown.
+    waited = models.FloatField(null=True, blank=True)
+    hour = models.IntegerField()  # started, in whole hours since the epoch (UTC): the buckets
+    host = models.CharField(max_length=255)
+    consumer = models.CharField(max_length=255, blank=True)  # <host>-<pid>
+    bytes = models.BigIntegerField(null=True, blank=True)  # bytes moved, where known
+    detail = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["hour", "step", "outcome"], name="steprecord_hour_step"),
+            models.Index(fields=["step", "started"], name="steprecord_step_started"),
+            models.Index(fields=["state", "started"], name="steprecord_state_started"),
+            models.Index(fields=["item_id", "started"], name="steprecord_item"),
+            models.Index(fields=["started"], name="steprecord_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.item_id} {self.step} {self.outcome}"
+
+
 from queues.audit import ApiToken, AuditEntry  # noqa: E402, F401
 from queues.bulkrun import BulkRun  # noqa: E402, F401

@@ -197,6 +197,7 @@ class JobFilter:
     priority: int | None = None
     q: str = ""  # an ARK or local ID (job and batch IDs are turned into bid/redirects by views)
     sort: str = "run"
+    stuck: bool = False  # only jobs far past their state's usual time (queues/stuck.py)
 
     @property
     def scans(self) -> bool:
@@ -260,6 +261,10 @@ def _job_entries(zk: Any, flt: JobFilter) -> list[tuple[int, str]]:
     if flt.bid:
         in_batch = {j for jids in batch_job_ids(zk, zpaths.bid(flt.bid)).values() for j in jids}
         entries = [e for e in entries if e[1] in in_batch]
+    if flt.stuck:
+        from queues.stuck import only_stuck
+
+        entries = only_stuck(zk, entries)
     return entries
 
 

@@ -16,7 +16,7 @@ from queues.routes import (
     QID,
     QUEUE_HOLD,
 )
-from queues.views import cockpit, pages, writes
+from queues.views import cockpit, pages, workers, writes
 
 urlpatterns = [
     path("", pages.overview, name="overview"),
@@ -72,6 +72,15 @@ urlpatterns = [
     path("tokens/", pages.tokens, name="tokens"),
     path("tokens/new/", writes.token_create, name="token-create"),
     path("tokens/<int:pk>/revoke/", writes.token_revoke, name="token-revoke"),
+    # Consumers, step history, stuck jobs (queues/views/workers.py)
+    path("consumers/", workers.consumers, name="consumers"),
+    re_path(
+        r"^consumers/(?P<name>[A-Za-z0-9_.-]{1,200})/(?P<verb>drain|undrain)/$",
+        workers.consumer_drain,
+        name="consumer-drain",
+    ),
+    path("history/", workers.history_page, name="history"),
+    path("stuck/", workers.stuck_jobs, name="stuck"),
     path("metrics", metrics.metrics, name="metrics"),
     path("api/", include(api.urlpatterns)),
     # Merritt ingest's depositor door: POST /poster/submit|update (queues/views/poster.py)

@@ -151,6 +151,8 @@ class Daemon(ABC, Generic[T]):
     step: ClassVar[str]  # the word in log lines and failure messages
     # The queue hold that stops this daemon claiming (None: never held).
     queue_hold: ClassVar[str | None] = "ingest"
+    # Set by the runner's Host: registration, drain and step history (registration.py).
+    observer: Any = None
 
     def __init__(
         self, *, zk: Any = None, gate: SessionGate | None = None, poll: float = DEFAULT_POLL
@@ -218,7 +220,7 @@ class Daemon(ABC, Generic[T]):
     # The loop -----------------------------------------------------------------------------
 
     def claiming_allowed(self) -> bool:
-        if not self.gate.connected:
+        if not self.gate.connected or (self.observer is not None and self.observer.draining):
             return False
         return not (self.queue_hold and queue_held(self.zk, self.queue_hold))
 
@@ -277,6 +279,17 @@ class Daemon(ABC, Generic[T]):
             close_old_connections()
 
     def handle(self, item: T) -> ItemResult:
+        if self.observer is None:
+            return self._handle(item)
+        token = self.observer.begin(self, item)
+        result = None
+        try:
+            result = self._handle(item)
+            return result
+        finally:
+            self.observer.end(token, result)
+
+    def _handle(self, item: T) -> ItemResult:
         started = time.monotonic()
         generation = self.gate.generation
         ident = self.item_id(item)

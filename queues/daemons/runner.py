@@ -6,6 +6,7 @@ import logging
 import threading
 
 from queues.daemons.base import Daemon, SessionGate
+from queues.daemons.registration import ProcessObserver
 from queues.daemons.registry import daemon_classes
 from queues.zk import client
 from queues.zk.client import add_state_listener, remove_state_listener
@@ -21,7 +22,9 @@ class Host:
     session gate.
     """
 
-    def __init__(self, name: str, *, threads: int = 1, poll: float = 5.0) -> None:
+    def __init__(
+        self, name: str, *, threads: int = 1, poll: float = 5.0, record: bool = True
+    ) -> None:
         if threads < 1:
             raise ValueError("threads must be at least 1")
         classes = daemon_classes(name)
@@ -33,12 +36,18 @@ class Host:
             for _ in range(max(threads, cls.default_copies()))
         ]
         add_state_listener(self.gate.on_state)
+        # Registration under /mrt-console/consumers, drain, step history (registration.py).
+        self.observer = ProcessObserver(self.zk, self.daemons, record=record)
+        for daemon in self.daemons:
+            daemon.observer = self.observer
 
     def close(self) -> None:
         remove_state_listener(self.gate.on_state)
+        self.observer.stop()
 
     def run_once(self) -> int:
         """One pass: each daemon (first copy) handles at most one item; 1 if any item failed."""
+        self.observer.start(background=False)
         seen: set[str] = set()
         failed = False
         for daemon in self.daemons:
@@ -57,6 +66,7 @@ class Host:
 
     def run(self, stop: threading.Event) -> None:
         """Run every daemon until ``stop`` is set; each finishes the item in hand first."""
+        self.observer.start()
         threads = [
             threading.Thread(target=d.run, args=(stop,), name=f"{d.name}-{i}", daemon=True)
             for i, d in enumerate(self.daemons)

@@ -1,0 +1,261 @@
+"""What a ``runconsumer`` process tells about itself, and the step history it keeps.
+
+:class:`ProcessObserver` is hooked into every daemon of a :class:`~queues.daemons.runner.Host`
+(``Daemon.observer``): ``begin``/``end`` around each item a thread handles, ``draining`` before
+each claim. Both sides are cheap for the daemon threads (a dictionary entry under a lock, one
+tuple appended for the step history); the ZooKeeper writes and database inserts happen in
+background threads:
+
+- the registration node (``queues/zk/consumers.py``) is rewritten every
+  ``MRT_CONSUMER_PUBLISH_SECONDS`` (default 5): host, pid, version, steps, start time, each
+  thread's item and since when, draining/drained. It is ephemeral: a lost process vanishes with
+  its ZooKeeper session; after a lost session the next write creates it again.
+- a drain request node is watched (and read again at each write): while it exists the daemons
+  claim nothing, finish what they hold, and the node says ``drained`` once no thread holds
+  anything. Deleting the request lets them claim again.
+- step records go to :class:`~queues.daemons.stephistory.StepRecorder`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+
+from queues.daemons.stephistory import StepRecorder, record_of
+from queues.zk import consumers as zconsumers
+from queues.zk.errors import is_connection_error
+
+log = logging.getLogger("queues.daemons")
+
+DEFAULT_PUBLISH_SECONDS = 5.0
+_version: str | None = None
+
+
+def version() -> str:
+    """``MRT_VERSION`` if set, else ``git describe`` of the checkout, else ``unknown``."""
+    global _version
+    if _version is None:
+        value = str(getattr(settings, "MRT_VERSION", "") or "").strip()
+        if not value:
+            try:
+                out = subprocess.run(
+                    ["git", "describe", "--always", "--tags", "--dirty"],
+                    cwd=settings.BASE_DIR,
+                    capture_output=True,
+                    text=True,
+                    timeout=3,
+                    check=False,
+                )
+                value = out.stdout.strip() if out.returncode == 0 else ""
+            except (OSError, subprocess.SubprocessError):
+                value = ""
+        _version = value or "unknown"
+    return _version
+
+
+def _iso(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="seconds")
+
+
+class ProcessObserver:
+    """Registration, drain and step history of one daemon process."""
+
+    def __init__(
+        self,
+        zk: Any,
+        daemons: list[Any],
+        *,
+        record: bool = True,
+        publish_seconds: float | None = None,
+        host: str | None = None,
+        pid: int | None = None,
+    ) -> None:
+        self.zk = zk
+        self.daemons = daemons
+        self.host = host or socket.gethostname()
+        self.pid = pid if pid is not None else os.getpid()
+        self.name = zconsumers.consumer_name(self.host, self.pid)
+        self.started = time.time()
+        self.publish_seconds = float(
+            publish_seconds
+            if publish_seconds is not None
+            else getattr(settings, "MRT_CONSUMER_PUBLISH_SECONDS", DEFAULT_PUBLISH_SECONDS)
+        )
+        self.recorder = StepRecorder(consumer=self.name, host=self.host) if record else None
+        self._busy: dict[int, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._draining = threading.Event()
+        self._drain_info: dict[str, Any] | None = None
+        self._drained_logged = False
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.handled = 0
+        self.failed = 0
+        self.published = 0
+        self._started = False
+
+    # The daemons' side ------------------------------------------------------------------------
+
+    @property
+    def draining(self) -> bool:
+        return self._draining.is_set()
+
+    def begin(self, daemon: Any, item: Any) -> tuple[Any, ...]:
+        wall = time.time()
+        try:
+            info = record_of(daemon, item)
+            ident = daemon.item_id(item)
+        except Exception:  # never let the bookkeeping fail a step
+            info, ident = {"kind": "item", "state": "", "waited": None, "nbytes": None}, "?"
+        with self._lock:
+            self._busy[id(daemon)] = {
+                "item": ident,
+                "kind": info["kind"],
+                "state": info["state"],
+                "since": _iso(wall),
+            }
+        return (daemon, ident, info, wall, time.monotonic())
+
+    def end(self, token: tuple[Any, ...], result: Any) -> None:
+        daemon, ident, info, wall, mono = token
+        duration = time.monotonic() - mono
+        with self._lock:
+            self._busy.pop(id(daemon), None)
+            self.handled += 1
+            if result is not None and result.outcome == "failed":
+                self.failed += 1
+            drained = self._draining.is_set() and not self._busy
+        if self.recorder is not None:
+            self.recorder.add(
+                kind=info["kind"],
+                item_id=ident,
+                step=daemon.step,
+                state=info["state"],
+                outcome=result.outcome if result is not None else "error",
+                started=wall,
+                duration=result.duration if result is not None else duration,
+                waited=info["waited"],
+                nbytes=info["nbytes"],
+                detail=result.detail if result is not None else "raised",
+            )
+        if drained:
+            self._wake.set()  # say "drained" now, not at the next tick
+
+    # Registration ----------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            busy = dict(self._busy)
+            handled, failed = self.handled, self.failed
+        threads = []
+        for n, daemon in enumerate(self.daemons):
+            entry = {"thread": f"{daemon.name}-{n}", "step": daemon.step}
+            held = busy.get(id(daemon))
+            if held:
+                entry.update(held)
+            threads.append(entry)
+        steps = list(dict.fromkeys(d.name for d in self.daemons))
+        return {
+            "host": self.host,
+            "pid": self.pid,
+            "version": version(),
+            "steps": steps,
+            "started": _iso(self.started),
+            "updated": _iso(time.time()),
+            "publish_seconds": self.publish_seconds,
+            "handled": handled,
+            "failed": failed,
+            "draining": self.draining,
+            "drained": self.draining and not busy,
+            "drain": self._drain_info,
+            "threads": threads,
+        }
+
+    def _on_drain_event(self, _event: Any) -> None:
+        self._wake.set()
+
+    def _read_drain(self) -> None:
+        info = zconsumers.drain_read(self.zk, self.name, watch=self._on_drain_event)
+        if info is not None and not self._draining.is_set():
+            log.info(
+                "%s: drain asked by %s: claiming nothing more, finishing the items in hand",
+                self.name,
+                info.get("by", "?"),
+            )
+            self._drained_logged = False
+            self._draining.set()
+        elif info is None and self._draining.is_set():
+            log.info("%s: drain withdrawn: claiming again", self.name)
+            self._draining.clear()
+        self._drain_info = info
+
+    def publish(self) -> None:
+        """Read the drain request and write the registration node once."""
+        self._read_drain()
+        data = self.snapshot()
+        zconsumers.consumer_publish(self.zk, self.name, data)
+        self.published += 1
+        if data["drained"] and not self._drained_logged:
+            self._drained_logged = True
+            log.info("%s: drained: no item in hand, claiming nothing", self.name)
+
+    def start(self, *, background: bool = True) -> None:
+        """Register (a drain request left by an earlier process of this name is removed first)
+        and, with ``background``, start the threads that keep the node current and write the
+        step history. Without (``runconsumer --once``), the records are written by ``stop``.
+        Starting twice does nothing; ZooKeeper being away now only delays the node."""
+        if self._started:
+            return
+        self._started = True
+        try:
+            zconsumers.drain_cancel(self.zk, self.name)
+            zconsumers.drains_prune(self.zk, keep=self.name)
+            self.publish()
+        except Exception as exc:
+            log.warning("%s: not registered yet: %s", self.name, exc)
+        if not background:
+            return
+        if self.recorder is not None:
+            self.recorder.start()
+        self._thread = threading.Thread(target=self._run, name="registration", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.publish_seconds)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self.publish()
+            except Exception as exc:
+                if is_connection_error(exc):
+                    log.debug("%s: registration not written: %s", self.name, exc)
+                else:
+                    log.warning("%s: registration not written: %s", self.name, exc)
+
+    def stop(self) -> None:
+        """Stop writing, remove the registration node, write the last step records."""
+        if not self._started:
+            return
+        self._started = False
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        try:
+            zconsumers.consumer_remove(self.zk, self.name)
+        except Exception as exc:
+            log.debug("%s: registration not removed (it goes with the session): %s", self.name, exc)
+        if self.recorder is not None:
+            self.recorder.stop()

@@ -1,0 +1,212 @@
+"""The step history, written from the daemons: every step run becomes one ``StepRecord`` row.
+
+A daemon thread never touches the database for this: it appends a plain tuple to an in-memory
+list (one lock, no I/O). A background writer thread of the process flushes the list in one
+``bulk_create`` every ``FLUSH_SECONDS`` or as soon as ``FLUSH_ROWS`` are waiting, and once an
+hour deletes the records older than ``MRT_STEP_HISTORY_DAYS`` (default 30). A database that is
+away costs records, never the daemons' work: rows that cannot be written are dropped (with one
+log line) once more than ``MAX_PENDING`` wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections
+
+log = logging.getLogger("queues.daemons")
+
+FLUSH_SECONDS = 2.0
+FLUSH_ROWS = 500
+MAX_PENDING = 50_000
+PRUNE_EVERY = 3600.0
+DEFAULT_DAYS = 30
+
+
+def retention_days() -> float:
+    return float(getattr(settings, "MRT_STEP_HISTORY_DAYS", DEFAULT_DAYS))
+
+
+def prune(*, now: datetime | None = None) -> int:
+    """Delete records older than the retention; returns how many went."""
+    from queues.models import StepRecord
+
+    cutoff = (now or datetime.now(UTC)) - timedelta(days=retention_days())
+    deleted, _ = StepRecord.objects.filter(started__lt=cutoff).delete()
+    return deleted
+
+
+class StepRecorder:
+    """Collects step records in memory and writes them in batches from its own thread."""
+
+    def __init__(
+        self,
+        *,
+        consumer: str = "",
+        host: str | None = None,
+        flush_seconds: float = FLUSH_SECONDS,
+        flush_rows: int = FLUSH_ROWS,
+        prune_every: float = PRUNE_EVERY,
+    ) -> None:
+        self.host = host or socket.gethostname()
+        self.consumer = consumer
+        self.flush_seconds = flush_seconds
+        self.flush_rows = flush_rows
+        self.prune_every = prune_every
+        self._rows: list[tuple] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.written = 0
+        self.batches = 0
+        self.dropped = 0
+        self._last_prune = 0.0
+
+    # The daemons' side: no I/O --------------------------------------------------------------
+
+    def add(
+        self,
+        *,
+        kind: str,
+        item_id: str,
+        step: str,
+        state: str,
+        outcome: str,
+        started: float,
+        duration: float,
+        waited: float | None = None,
+        nbytes: int | None = None,
+        detail: str = "",
+    ) -> None:
+        """One step run; ``started`` is a wall-clock time (seconds since the epoch)."""
+        row = (kind, item_id, step, state, outcome, started, duration, waited, nbytes, detail)
+        with self._lock:
+            if len(self._rows) >= MAX_PENDING:
+                self.dropped += 1
+                return
+            self._rows.append(row)
+            full = len(self._rows) >= self.flush_rows
+        if full:
+            self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._rows)
+
+    # The writer ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="step-history", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Write what is waiting and stop the writer."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        else:
+            self.flush()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._wake.wait(self.flush_seconds)
+                self._wake.clear()
+                self.flush()
+                if time.monotonic() - self._last_prune >= self.prune_every:
+                    self._last_prune = time.monotonic()
+                    try:
+                        n = prune()
+                        if n:
+                            log.info("step history: %d records older than %g days removed", n,
+                                     retention_days())  # fmt: skip
+                    except Exception as exc:
+                        log.warning("step history: prune failed: %s", exc)
+            self.flush()
+        finally:
+            close_old_connections()
+
+    def flush(self) -> int:
+        """Write every waiting record in one statement per ``flush_rows``; returns how many."""
+        from queues.models import StepRecord
+
+        with self._lock:
+            rows, self._rows = self._rows, []
+        if not rows:
+            return 0
+        objs = []
+        for kind, item_id, step, state, outcome, started, duration, waited, nbytes, detail in rows:
+            objs.append(
+                StepRecord(
+                    kind=kind,
+                    item_id=item_id[:40],
+                    step=step[:40],
+                    state=state[:40],
+                    outcome=outcome[:10],
+                    started=datetime.fromtimestamp(started, UTC),
+                    duration=max(0.0, duration),
+                    waited=None if waited is None else max(0.0, waited),
+                    hour=int(started // 3600),
+                    host=self.host[:255],
+                    consumer=self.consumer[:255],
+                    bytes=nbytes,
+                    detail=(detail or "")[:500],
+                )
+            )
+        try:
+            StepRecord.objects.bulk_create(objs, batch_size=self.flush_rows)
+        except Exception as exc:
+            # Keep them for the next flush unless too many wait; the daemons go on either way.
+            log.warning("step history: %d records not written yet: %s", len(objs), exc)
+            close_old_connections()
+            with self._lock:
+                room = MAX_PENDING - len(self._rows)
+                kept = rows[: max(0, room)]
+                self.dropped += len(rows) - len(kept)
+                self._rows = kept + self._rows
+            return 0
+        self.written += len(objs)
+        self.batches += 1
+        return len(objs)
+
+
+def record_of(daemon: Any, item: Any) -> dict[str, Any]:
+    """What is known of an item when a step takes it: kind, state, the time it waited in that
+    state (from its status node's modification time) and the bytes the step moves, if known."""
+    from queues.zk.records import AccessRequest, Batch, Job
+
+    kind = (
+        "job"
+        if isinstance(item, Job)
+        else "batch"
+        if isinstance(item, Batch)
+        else "access"
+        if isinstance(item, AccessRequest)
+        else "item"
+    )
+    state = getattr(item, "state", "") or ""
+    waited = None
+    status = getattr(item, "status", None)
+    mtime = getattr(status, "mtime", None)
+    if mtime is not None:
+        waited = max(0.0, time.time() - mtime.timestamp())
+    nbytes = None
+    if kind == "job" and daemon.step in BYTES_STEPS:
+        nbytes = getattr(item, "space_needed", None) or None
+    return {"kind": kind, "state": str(state), "waited": waited, "nbytes": nbytes}
+
+
+# The steps whose work is moving the object's bytes: the job's space_needed is what they move.
+BYTES_STEPS = frozenset({"downloading", "storing"})

@@ -1,0 +1,159 @@
+"""The consumers page (who is working, on what, since when; drain), the history page (how fast,
+over time) and the stuck-job list (issue 15, items 1-5).
+
+The consumers come from their registration nodes (``queues/zk/consumers.py``), the history from
+the step records in the database (``queues/history.py``), stuck jobs from ``queues/stuck.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from queues import actions, history, stuck
+from queues.auth import OPERATOR, VIEWER, may
+from queues.selectors import zk_client
+from queues.zk import consumers as zconsumers
+
+from .common import console_view, redirect_after_post
+
+STALE_AFTER = 3  # publish intervals without a write before a registration is called stale
+
+
+def _seconds_since(stamp: Any, now: float) -> float | None:
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return max(0.0, now - datetime.fromisoformat(stamp).timestamp())
+    except ValueError:
+        return None
+
+
+def lock_limits() -> dict[str, float]:
+    """Per state, how long one thread may hold one item before it is flagged."""
+    limits = {s: t.lock for s, t in stuck.thresholds().items()}
+    try:
+        usual = history.usual_times()
+    except Exception:
+        usual = {}
+    default = stuck.default_limit()
+    for state, u in usual.items():
+        if state not in limits:
+            limits[state] = stuck.limit_from(u.step_p95, u.n, default)
+    return limits
+
+
+def consumers_context(user: Any) -> dict[str, Any]:
+    zk = zk_client()
+    now = time.time()
+    limits = lock_limits()
+    default = stuck.default_limit()
+    procs = []
+    flagged_total = 0
+    for data in zconsumers.consumers_list(zk):
+        threads = []
+        for t in data.get("threads") or []:
+            if not isinstance(t, dict):
+                continue
+            held = _seconds_since(t.get("since"), now) if t.get("item") else None
+            limit = limits.get(str(t.get("state", "")), default)
+            flagged = held is not None and held > limit
+            flagged_total += flagged
+            threads.append({**t, "held": held, "limit": limit, "flagged": flagged})
+        every = float(data.get("publish_seconds") or 5)
+        age = _seconds_since(data.get("updated"), now)
+        procs.append(
+            {
+                **data,
+                "threads": threads,
+                "busy": sum(1 for t in threads if t.get("item")),
+                "flagged": sum(1 for t in threads if t["flagged"]),
+                "uptime": _seconds_since(data.get("started"), now),
+                "updated_ago": age,
+                "stale": age is not None and age > STALE_AFTER * every + 5,
+            }
+        )
+    return {
+        "consumers": procs,
+        "flagged_total": flagged_total,
+        "can_drain": may(user, "consumer", "drain"),
+    }
+
+
+@require_GET
+@console_view(VIEWER)
+def consumers(request: HttpRequest) -> HttpResponse:
+    context = consumers_context(request.user)
+    if request.htmx and request.htmx.target == "consumers-live":
+        return render(request, "queues/consumers.html#consumers-live", context)
+    return render(request, "queues/consumers.html", context)
+
+
+@require_POST
+@console_view(OPERATOR)
+def consumer_drain(request: HttpRequest, name: str, verb: str) -> HttpResponse:
+    """Ask a process to stop claiming (``drain``) or to claim again (``undrain``); audited."""
+    zconsumers.name(name)
+    # A refusal (role, a process that is gone) is audited by perform and answered by
+    # console_view: 403, 404.
+    outcomes = actions.perform(
+        user=request.user,
+        kind="consumer",
+        action=verb,
+        item_id=name,
+        reason=request.POST.get("reason", "")[:500],
+        params={"by": request.user.get_username()},
+    )
+    if verb == "drain":
+        text = f"{name} asked to drain: it finishes the items in hand and claims nothing more"
+    else:
+        text = f"{name} claims again"
+    messages.success(request, f"{text} ({outcomes[0].before} → {outcomes[0].after})")
+    return redirect_after_post(reverse("consumers"))
+
+
+@require_GET
+@console_view(VIEWER)
+def history_page(request: HttpRequest) -> HttpResponse:
+    range_name = request.GET.get("range", "24h")
+    if range_name not in history.RANGES:
+        range_name = "24h"
+    bucket = request.GET.get("bucket") or history.RANGES[range_name][2]
+    if (range_name, bucket) not in history.ALLOWED:
+        bucket = history.RANGES[range_name][2]
+    context = {
+        **history.page_context(range_name, bucket),
+        "range": range_name,
+        "bucket": bucket,
+        "range_label": history.RANGES[range_name][0],
+        "ranges": [(k, v[0]) for k, v in history.RANGES.items()],
+        "allowed": sorted(b for r, b in history.ALLOWED if r == range_name),
+    }
+    if request.htmx and request.htmx.target == "history-live":
+        return render(request, "queues/history.html#history-live", context)
+    return render(request, "queues/history.html", context)
+
+
+@require_GET
+@console_view(VIEWER)
+def stuck_jobs(request: HttpRequest) -> HttpResponse:
+    """Every stuck job with why, and the consumer holding it now (if one registered does)."""
+    zk = zk_client()
+    found = stuck.find_stuck(zk)
+    holders = {}
+    for data in zconsumers.consumers_list(zk):
+        for t in data.get("threads") or []:
+            if isinstance(t, dict) and t.get("item"):
+                holders[t["item"]] = (data.get("name"), t.get("thread"))
+    return render(
+        request,
+        "queues/stuck.html",
+        {"stuck": found, "holders": holders, "limits": stuck.thresholds()},
+    )

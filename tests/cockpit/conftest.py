@@ -1,0 +1,109 @@
+"""Cockpit tests (issue 15): the consumers registry, drain, step history, aggregation and stuck
+detection against the real ZooKeeper of tests/conftest.py and the real database (SQLite, and
+PostgreSQL from tests/pg.py where a test asks for ``database``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from queues import history, stuck
+from queues.daemons.base import JobDaemon, Next
+from queues.states import JOB
+from tests.console.conftest import (  # noqa: F401
+    PASSWORD,
+    _fresh_cache,
+    admin,
+    make_access,
+    make_batch,
+    make_job,
+    make_user,
+    operator,
+    viewer,
+)
+from tests.pg import pg_cluster, pg_db, pg_url  # noqa: F401
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, db: None) -> str:
+    """Each test that asks for it runs twice: on SQLite, then with the ORM on PostgreSQL."""
+    if request.param == "postgresql":
+        request.getfixturevalue("pg_db")
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state() -> Iterator[None]:
+    history.clear_cache()
+    stuck.reset()
+    yield
+    history.clear_cache()
+    stuck.reset()
+
+
+def wait_for(check: Callable[[], Any], *, timeout: float = 30.0, every: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting after {timeout}s")
+        time.sleep(every)
+
+
+class SlowStep(JobDaemon):
+    """A job step that takes ``delay`` seconds and moves the job on: the loop, the lock and the
+    transitions are the real ones."""
+
+    name = "slow"
+    step = "slow"
+    state = "Estimating"
+    queue_hold = None
+    delay = 0.0
+
+    def work(self, item):  # the base class's signature
+        time.sleep(self.delay)
+        return Next(JOB.successor(item.state) or "Completed")
+
+
+class Running:
+    """Daemons running in threads until ``stop()``."""
+
+    def __init__(self, daemons: list[Any]) -> None:
+        self.stop_event = threading.Event()
+        self.threads = [
+            threading.Thread(target=d.run, args=(self.stop_event,), daemon=True) for d in daemons
+        ]
+        for t in self.threads:
+            t.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(timeout=30)
+
+
+def record(**kw: Any) -> Any:
+    """A StepRecord with sensible defaults (not saved)."""
+    from queues.models import StepRecord
+
+    started = kw.pop("started", datetime.now(UTC) - timedelta(minutes=5))
+    values = {
+        "kind": "job",
+        "item_id": "jid0000000001",
+        "step": "estimating",
+        "state": "Estimating",
+        "outcome": "ok",
+        "duration": 1.0,
+        "waited": None,
+        "host": "h1",
+        "consumer": "h1-1",
+        **kw,
+    }
+    return StepRecord(started=started, hour=int(started.timestamp() // 3600), **values)

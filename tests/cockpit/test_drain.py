@@ -1,0 +1,90 @@
+"""Drain: an operator's POST (CSRF, audited) asks a process to stop claiming; it finishes the
+item in hand, claims nothing more, and says "drained"; "claim again" undoes it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.test import Client
+
+from queues import zk as zkmod
+from queues.audit import AuditEntry
+from queues.daemons.registration import ProcessObserver
+from queues.zk import consumers as zconsumers
+from queues.zk.jobs import job_load
+
+from .conftest import Running, SlowStep, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def consumer(zk, zk_hosts):
+    other = zkmod.connect(zk_hosts)
+    daemon = SlowStep(zk=other, poll=0.1)
+    daemon.delay = 1.5
+    observer = ProcessObserver(
+        other, [daemon], record=False, publish_seconds=0.2, host="worker1", pid=77
+    )
+    daemon.observer = observer
+    observer.start()
+    running = Running([daemon])
+    yield observer
+    running.stop()
+    observer.stop()
+    other.stop()
+    other.close()
+
+
+def _entry(zk):
+    (entry,) = zconsumers.consumers_list(zk)
+    return entry
+
+
+def test_drain_finishes_the_item_in_hand_then_claims_nothing(zk, consumer, operator, make_job):
+    first = make_job("Estimating")
+    wait_for(lambda: _entry(zk)["threads"][0].get("item") == first.jid)
+    response = operator.post("/consumers/worker1-77/drain/", {"reason": "host maintenance"})
+    assert response.status_code == 303
+    # Asked while the item was in hand: draining, not yet drained.
+    entry = wait_for(lambda: (e := _entry(zk))["draining"] and e)
+    assert entry["drain"]["by"] == "operator-user"
+    assert entry["drain"]["reason"] == "host maintenance"
+    page = operator.get("/consumers/").content.decode()
+    assert "draining" in page or "drained" in page
+    second = make_job("Estimating")
+    # The item in hand is finished...
+    wait_for(lambda: job_load(zk, first.jid).state == "Provisioning", timeout=15)
+    entry = wait_for(lambda: (e := _entry(zk))["drained"] and e)
+    assert not any(t.get("item") for t in entry["threads"])
+    page = operator.get("/consumers/").content.decode()
+    assert "drained" in page and 'id="state-worker1-77"' in page
+    # ...and nothing more is claimed.
+    time.sleep(1.0)
+    assert job_load(zk, second.jid).state == "Estimating"
+    entry = AuditEntry.objects.get(kind="consumer", action="drain")
+    assert (entry.item_id, entry.username, entry.ok) == ("worker1-77", "operator-user", True)
+    assert entry.reason == "host maintenance"
+    # Claim again: the waiting job goes on.
+    assert operator.post("/consumers/worker1-77/undrain/").status_code == 303
+    wait_for(lambda: job_load(zk, second.jid).state == "Provisioning", timeout=15)
+    assert not _entry(zk)["draining"]
+    assert AuditEntry.objects.filter(kind="consumer", action="undrain", ok=True).count() == 1
+
+
+def test_drain_needs_the_operator_role_and_csrf(zk, consumer, viewer, make_user):
+    response = viewer.post("/consumers/worker1-77/drain/")
+    assert response.status_code == 403
+    assert zconsumers.drain_read(zk, "worker1-77") is None
+    user = make_user("operator", "csrf-op")
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(user)
+    assert strict.post("/consumers/worker1-77/drain/").status_code == 403
+    assert zconsumers.drain_read(zk, "worker1-77") is None
+
+
+def test_draining_a_process_that_is_gone_is_refused(zk, operator):
+    response = operator.post("/consumers/nobody-1/drain/")
+    assert response.status_code in (403, 404, 409)
+    assert AuditEntry.objects.filter(kind="consumer", action="drain", ok=False).count() == 1

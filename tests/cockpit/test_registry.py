@@ -1,0 +1,117 @@
+"""The consumers registry: a process's ephemeral node appears, says what each thread holds, and
+vanishes with its ZooKeeper session, also when the process is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from queues import zk as zkmod
+from queues.daemons.registration import ProcessObserver
+from queues.zk import consumers as zconsumers
+from queues.zk.jobs import job_load
+
+from .conftest import Running, SlowStep, wait_for
+
+
+def _names(zk) -> list[str]:
+    return [c["name"] for c in zconsumers.consumers_list(zk)]
+
+
+def test_registration_appears_and_vanishes_with_the_session(zk, zk_hosts) -> None:
+    other = zkmod.connect(zk_hosts)  # the consumer process's own session
+    daemon = SlowStep(zk=other, poll=0.1)
+    observer = ProcessObserver(
+        other, [daemon], record=False, publish_seconds=0.2, host="host.example", pid=4242
+    )
+    observer.start()
+    try:
+        (entry,) = zconsumers.consumers_list(zk)
+        assert entry["name"] == "host.example-4242"
+        assert (entry["host"], entry["pid"]) == ("host.example", 4242)
+        assert entry["steps"] == ["slow"]
+        assert entry["version"] and entry["version"] != ""
+        assert entry["started"] and entry["threads"] == [{"thread": "slow-0", "step": "slow"}]
+        assert entry["draining"] is False
+        # The node is outside the contract's folders, under the console's own subtree.
+        assert zk.exists("/mrt-console/consumers/host.example-4242") is not None
+    finally:
+        # The process dies without a word: only its session ends.
+        observer._stop.set()
+        other.stop()
+        other.close()
+    wait_for(lambda: "host.example-4242" not in _names(zk), timeout=20)
+
+
+def test_a_thread_says_which_item_it_holds_since_when(zk, zk_hosts, make_job) -> None:
+    other = zkmod.connect(zk_hosts)
+    daemon = SlowStep(zk=other, poll=0.1)
+    daemon.delay = 1.5
+    observer = ProcessObserver(other, [daemon], record=False, publish_seconds=0.2)
+    daemon.observer = observer
+    observer.start()
+    job = make_job("Estimating")
+    running = Running([daemon])
+    try:
+
+        def holding():
+            (entry,) = zconsumers.consumers_list(zk)
+            return entry["threads"][0] if entry["threads"][0].get("item") else None
+
+        thread = wait_for(holding, timeout=15)
+        assert thread["item"] == job.jid
+        assert (thread["kind"], thread["state"], thread["step"]) == ("job", "Estimating", "slow")
+        assert thread["since"]
+        wait_for(lambda: job_load(zk, job.jid).state == "Provisioning", timeout=15)
+        # Once the step is done the thread is idle again (at the next write, within 0.2 s).
+        wait_for(lambda: not zconsumers.consumers_list(zk)[0]["threads"][0].get("item"))
+        assert zconsumers.consumers_list(zk)[0]["handled"] == 1
+    finally:
+        running.stop()
+        observer.stop()
+        other.stop()
+        other.close()
+    assert _names(zk) == []  # a clean stop removes the node at once
+
+
+@pytest.mark.slow
+def test_a_killed_runconsumer_vanishes_when_its_session_expires(zk, zk_hosts, tmp_path) -> None:
+    """A real ``runconsumer`` process registers itself; SIGKILL leaves ZooKeeper to expire its
+    session (ZK_TIMEOUT), and its node goes with it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MRT_", "ZK_", "DJANGO_"))}
+    env.update(
+        DJANGO_SETTINGS_MODULE="mrtadmin.settings",
+        ZK_HOSTS=zk_hosts,
+        ZK_TIMEOUT="4",
+        MRT_VAR_DIR=str(tmp_path),
+        MRT_DATABASE_PATH=str(tmp_path / "console.sqlite3"),
+        MRT_CONSUMER_PUBLISH_SECONDS="0.5",
+    )
+    base = Path(settings.BASE_DIR)
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "--noinput"], cwd=base, env=env, check=True,
+                   capture_output=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [*manage, "runconsumer", "pending", "--poll", "0.5"],
+        cwd=base,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: any(n.endswith(f"-{proc.pid}") for n in _names(zk)), timeout=60)
+        (entry,) = zconsumers.consumers_list(zk)
+        assert entry["pid"] == proc.pid and entry["steps"] == ["pending"]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        wait_for(lambda: _names(zk) == [], timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -1,0 +1,110 @@
+"""Step records: written by a background thread in batches, never one insert per step; what a
+real daemon run records; pruned after MRT_STEP_HISTORY_DAYS."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from queues.daemons.runner import Host
+from queues.daemons.stephistory import StepRecorder, prune
+from queues.models import StepRecord
+from queues.zk.jobs import job_load
+
+from .conftest import record, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _add(recorder: StepRecorder, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        recorder.add(
+            kind="job",
+            item_id=f"jid{i:010d}",
+            step="estimating",
+            state="Estimating",
+            outcome="ok",
+            started=time.time(),
+            duration=0.01,
+            waited=0.5,
+        )
+
+
+def test_records_are_written_in_batches_by_row_count() -> None:
+    recorder = StepRecorder(consumer="h-1", host="h", flush_seconds=60, flush_rows=5)
+    recorder.start()
+    try:
+        _add(recorder, 4)
+        time.sleep(0.5)
+        assert StepRecord.objects.count() == 0  # nothing written per step
+        _add(recorder, 1, start=4)
+        wait_for(lambda: StepRecord.objects.count() == 5, timeout=10)
+        assert recorder.batches == 1
+        _add(recorder, 3, start=5)
+    finally:
+        recorder.stop()  # writes what waits
+    assert StepRecord.objects.count() == 8
+    assert recorder.batches == 2
+    row = StepRecord.objects.get(item_id="jid0000000000")
+    assert (row.kind, row.step, row.state, row.outcome, row.host) == (
+        "job",
+        "estimating",
+        "Estimating",
+        "ok",
+        "h",
+    )
+    assert row.hour == int(row.started.timestamp() // 3600)
+
+
+def test_records_are_written_in_batches_by_time() -> None:
+    recorder = StepRecorder(flush_seconds=0.3, flush_rows=500)
+    recorder.start()
+    try:
+        _add(recorder, 7)
+        wait_for(lambda: StepRecord.objects.count() == 7, timeout=10)
+        assert recorder.batches == 1  # one statement for the seven
+    finally:
+        recorder.stop()
+
+
+def test_a_daemon_run_records_every_step(zk, make_job, settings) -> None:
+    settings.MRT_CONSUMER_PUBLISH_SECONDS = 0.2
+    job = make_job("Pending")
+    host = Host("pending", poll=0.1)
+    stop = threading.Event()
+    thread = threading.Thread(target=host.run, args=(stop,))
+    thread.start()
+    try:
+        wait_for(lambda: job_load(zk, job.jid).state == "Estimating", timeout=30)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        host.close()
+    (row,) = StepRecord.objects.filter(item_id=job.jid)
+    assert (row.kind, row.step, row.state, row.outcome) == ("job", "pending", "Pending", "ok")
+    assert row.duration >= 0 and row.waited is not None and row.waited >= 0
+    assert row.consumer == host.observer.name and row.host == host.observer.host
+    assert "Estimating" in row.detail
+
+
+def test_records_older_than_the_retention_are_pruned(settings) -> None:
+    settings.MRT_STEP_HISTORY_DAYS = 30
+    now = datetime.now(UTC)
+    StepRecord.objects.bulk_create(
+        [
+            record(item_id="jid0000000001", started=now - timedelta(days=40)),
+            record(item_id="jid0000000002", started=now - timedelta(days=31)),
+            record(item_id="jid0000000003", started=now - timedelta(days=29)),
+            record(item_id="jid0000000004", started=now - timedelta(hours=1)),
+        ]
+    )
+    assert prune() == 2
+    assert sorted(StepRecord.objects.values_list("item_id", flat=True)) == [
+        "jid0000000003",
+        "jid0000000004",
+    ]
+    settings.MRT_STEP_HISTORY_DAYS = 0.5
+    assert prune() == 1

@@ -1,0 +1,79 @@
+"""Stuck jobs: past their state's usual time (p95 of the step history times the factor) or past
+MRT_STUCK_SECONDS, by time in state or by lock age; on the overview, as a job-list filter, in
+/metrics and on /stuck/."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from queues import stuck
+from queues.models import StepRecord
+from queues.zk import paths as zpaths
+from queues.zk.locks import lock_create
+
+from .conftest import record
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_job_past_the_setting_is_stuck_and_a_fresh_one_is_not(zk, make_job, settings):
+    settings.MRT_STUCK_SECONDS = 1.0
+    old = make_job("Downloading")
+    time.sleep(1.3)
+    fresh = make_job("Downloading")
+    found = stuck.find_stuck(zk, fresh=True)
+    assert [s.jid for s in found] == [old.jid]
+    assert found[0].state == "Downloading" and found[0].threshold.source == "setting"
+    assert "in Downloading for" in found[0].why
+    assert fresh.jid not in stuck.stuck_ids(zk)
+    assert stuck.stuck_counts(zk)["Downloading"] == 1
+
+
+def test_thresholds_follow_the_step_history(zk, make_job, settings):
+    settings.MRT_STUCK_SECONDS = 3600
+    settings.MRT_STUCK_FACTOR = 3
+    settings.MRT_STUCK_MIN_SECONDS = 0.5
+    now = datetime.now(UTC)
+    # Estimating usually takes 0.1 s after waiting 20 s: locked 0.5 s (3 x 0.1, at least the
+    # floor) is far too long; 60.3 s (3 x 20.1) in the state in all.
+    StepRecord.objects.bulk_create(
+        [record(duration=0.1, waited=20.0, started=now - timedelta(minutes=i)) for i in range(25)]
+    )
+    limits = stuck.thresholds()
+    assert limits["Estimating"].source == "history"
+    assert limits["Estimating"].lock == pytest.approx(0.5)
+    assert limits["Estimating"].in_state == pytest.approx(60.3)
+    assert limits["Processing"].source == "setting"
+    locked = make_job("Estimating")
+    idle = make_job("Estimating")
+    assert lock_create(zk, zpaths.job_node(locked.jid, "lock"))
+    time.sleep(0.8)
+    found = stuck.find_stuck(zk, fresh=True)
+    assert [s.jid for s in found] == [locked.jid]  # the idle one waits less than usual
+    assert found[0].lock_age is not None and found[0].lock_age > 0.5
+    assert "locked by a consumer" in found[0].why
+    assert idle.jid not in stuck.stuck_ids(zk)
+
+
+def test_stuck_jobs_on_the_overview_the_job_list_and_metrics(zk, make_job, viewer, settings):
+    settings.MRT_STUCK_SECONDS = 1.0
+    old = make_job("Processing")
+    time.sleep(1.3)
+    fresh = make_job("Processing")
+    stuck.reset()
+    page = viewer.get("/").content.decode()
+    assert 'id="count-stuck-total">1<' in page
+    assert "stuck=on" in page
+    listing = viewer.get("/jobs/?stuck=on").content.decode()
+    assert old.jid in listing and fresh.jid not in listing
+    everything = viewer.get("/jobs/").content.decode()
+    assert old.jid in everything and fresh.jid in everything
+    metrics = viewer.get("/metrics").content.decode()
+    assert 'mrt_jobs_stuck{state="Processing"} 1' in metrics
+    assert 'mrt_jobs_stuck{state="Estimating"} 0' in metrics
+    assert 'mrt_consumers{mode="claiming"} 0' in metrics
+    detail = viewer.get("/stuck/").content.decode()
+    assert old.jid in detail and "no registered consumer" in detail
