@@ -74,7 +74,10 @@ class ArchiveOutcome:
 
 
 def retention_age() -> timedelta:
-    return timedelta(days=float(settings.MRT_RETENTION_DAYS))
+    days = float(settings.MRT_RETENTION_DAYS)
+    if days < 0:
+        raise ValueError(f"MRT_RETENTION_DAYS must not be negative, got {days:g}")
+    return timedelta(days=days)
 
 
 # Reading what the console shows ---------------------------------------------------------------

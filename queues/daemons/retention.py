@@ -28,9 +28,14 @@ class Retention(Daemon[Any]):
     name: ClassVar[str] = "retention"
     step: ClassVar[str] = "retention"
     queue_hold: ClassVar[str | None] = None
+    _stop: threading.Event | None = None
 
     def sweep(self) -> ItemResult:
-        """One sweep: a line per batch, then a summary line; the summary is returned."""
+        """One sweep: a line per batch, then a summary line; the summary is returned.
+
+        A stop (SIGTERM) ends the sweep after the batch in hand, as consumers finish the item in
+        hand; the next start sweeps again from the oldest batch.
+        """
         started = time.monotonic()
         archived = left = jobs = 0
         for outcome in archive.sweep(zk=self.zk):
@@ -41,6 +46,8 @@ class Retention(Daemon[Any]):
             else:
                 left += 1
                 log.info("%s retention left alone %s", outcome.bid, _detail(outcome))
+            if self._stop is not None and self._stop.is_set():
+                break
         days = archive.retention_age().total_seconds() / 86400
         detail = (
             f"{archived} batches ({jobs} jobs) archived and removed from ZooKeeper, "
@@ -57,6 +64,7 @@ class Retention(Daemon[Any]):
         return False
 
     def run(self, stop: threading.Event) -> None:
+        self._stop = stop
         every = float(settings.MRT_RETENTION_SWEEP_SECONDS)
         log.info("%s: started (a sweep every %gs)", self.name, every)
         while not stop.is_set():

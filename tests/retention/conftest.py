@@ -26,6 +26,15 @@ def database(request: pytest.FixtureRequest, db: None) -> str:
     return request.param
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_for_threads(request: pytest.FixtureRequest, transactional_db: None) -> str:
+    """``database`` for a test whose daemon writes from a thread of its own: on SQLite the test
+    may then not hold a transaction open (pytest-django's ``transactional_db``)."""
+    if request.param == "postgresql":
+        request.getfixturevalue("pg_db")
+    return request.param
+
+
 PROFILE = "demo_collection"
 
 

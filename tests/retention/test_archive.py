@@ -313,3 +313,38 @@ def test_odd_text_is_archived_and_shown_as_text(
     assert "\x00" not in row.title and row.title.startswith("Letter 0 <i>x</i>")
     html = viewer_client.get(f"/jobs/{made[0].jid}/").content.decode()
     assert "&lt;i&gt;x&lt;/i&gt;" in html and "<i>x</i>" not in html
+
+
+def test_daemon_loop_sweeps_at_start_then_every_interval(
+    database_for_threads: str,
+    zk: Any,
+    finished_batch: Any,
+    settings: Any,
+    django_db_blocker: Any,
+) -> None:
+    first, _ = finished_batch(("Completed",), tag="e")
+    settings.MRT_RETENTION_DAYS = 0
+    settings.MRT_RETENTION_SWEEP_SECONDS = 3600
+    daemon = Retention(zk=zk, poll=0.1)
+    stop = threading.Event()
+
+    def run() -> None:
+        with django_db_blocker.unblock():  # the test's database, from the daemon's thread
+            daemon.run(stop)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 15
+        while exists(zk, paths.batch(first.bid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not exists(zk, paths.batch(first.bid))
+        # The next sweep is an hour away: a batch finished now stays until then.
+        second, _ = finished_batch(("Completed",), tag="f")
+        time.sleep(1.0)
+        assert exists(zk, paths.batch(second.bid))
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+    assert ArchivedBatch.objects.filter(bid=first.bid).exists()
