@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import email
 import io
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from email.header import decode_header, make_header
@@ -35,6 +36,8 @@ from .common import console_view, error_response
 
 # Search ---------------------------------------------------------------------------------------
 
+UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
 
 @require_GET
 @console_view(VIEWER)
@@ -48,6 +51,8 @@ def search(request: HttpRequest) -> HttpResponse:
         return redirect("job", jid=q)
     if zpaths.BID_RE.fullmatch(q):
         return redirect("batch", bid=q)
+    if q.startswith("bid-") or UUID_RE.fullmatch(q):  # a batch's external ID (Merritt's)
+        return redirect(f"{reverse('batches')}?{urlencode({'q': q})}")
     return redirect(f"{reverse('jobs')}?{urlencode({'q': q})}")
 
 

@@ -210,6 +210,8 @@ def test_the_header_search_goes_to_the_item_or_the_job_search(viewer, make_job):
     job = make_job("Pending")
     assert viewer.get("/search/", {"q": f" {job.jid} "})["Location"] == f"/jobs/{job.jid}/"
     assert viewer.get("/search/", {"q": job.bid})["Location"] == f"/batches/{job.bid}/"
+    uuid = "0f8e2c1a-3b4d-4e5f-8a9b-0c1d2e3f4a5b"
+    assert viewer.get("/search/", {"q": uuid})["Location"] == f"/batches/?q={uuid}"
     found = viewer.get("/search/", {"q": "ark:/99999/fk4test"})
     assert found["Location"] == "/jobs/?q=ark%3A%2F99999%2Ffk4test"
     assert job.jid in viewer.get(found["Location"]).content.decode()
