@@ -2,27 +2,29 @@
 
 A bulk action over more than ``MRT_BULK_INLINE_MAX`` items (say "resume every Failed job",
 8,000 of them) would hold one web request for minutes with nothing to show. Instead it becomes a
-``BulkRun``: its items and progress are kept in the database, a thread of the web process works
-through them (each item exactly as ``actions.perform`` does it, audited one by one) and the page
-``/bulk/N/`` shows how far it got, refreshing itself until it is done.
+``BulkRun``: its items and progress are kept in the database, and the ``bulk-runs`` consumer
+daemon (``runconsumer bulk-runs``, part of ``all``; queues/daemons/bulk_runs.py) claims it and
+works through it (each item exactly as ``actions.perform`` does it, audited one by one) while the
+page ``/bulk/N/`` shows how far it got. The web process only records the run, so restarting the
+web process loses nothing.
 
-A run whose thread died with its process (a restart, a crash) stops sending heartbeats; its page
-then says it was interrupted and offers to continue from the first item not yet handled. Every
-item is version-checked or refused by the state machine, so an item handled twice is a skip,
-never a second move.
+A run waits (``owner`` empty) until a daemon claims it. A run whose daemon died (a restart, a
+crash) stops sending heartbeats; its page then says it was interrupted and offers to continue
+from the first item not yet handled, which hands it to a daemon again. Every item is
+version-checked or refused by the state machine, so an item handled twice is a skip, never a
+second move.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, models, transaction
+from django.db import close_old_connections, models
 from django.utils import timezone
 
 from queues import actions
@@ -31,12 +33,12 @@ from queues.zk.errors import DomainError
 
 log = logging.getLogger("queues.bulk")
 
-# How often a running thread records its progress (and so proves it is alive).
+# How often a working daemon records its progress (and so proves it is alive).
 SAVE_EVERY = 0.5
-# A run whose last heartbeat is older than this has lost its thread.
+# A claimed run whose last heartbeat is older than this has lost its daemon.
 STALE_AFTER = timedelta(seconds=30)
 SKIPS_KEPT = 200
-LOST = "lost"  # _advance: another thread continued the run
+LOST = "lost"  # _advance: another daemon continued the run
 
 
 class BulkRun(models.Model):
@@ -69,7 +71,9 @@ class BulkRun(models.Model):
     reasons = models.JSONField(default=dict)  # why items were skipped -> how many
     skipped = models.JSONField(default=list)  # [[item id, why], ...], the first SKIPS_KEPT
     state = models.CharField(max_length=10, default=RUNNING)
-    stop_requested = models.BooleanField(default=False)  # "Stop" pressed; the thread obeys
+    stop_requested = models.BooleanField(default=False)  # "Stop" pressed; the daemon obeys
+    # The daemon working on it ("host:pid:n"); empty while it waits for one to claim it.
+    owner = models.CharField(max_length=200, blank=True, default="")
     error = models.TextField(blank=True)
     started = models.DateTimeField(default=timezone.now)
     heartbeat = models.DateTimeField(default=timezone.now)
@@ -87,8 +91,17 @@ class BulkRun(models.Model):
         return 100 * self.position // self.total if self.total else 100
 
     @property
+    def waiting(self) -> bool:
+        """Recorded (or continued), not yet claimed by a bulk-runs daemon."""
+        return self.state == self.RUNNING and not self.owner
+
+    @property
     def interrupted(self) -> bool:
-        return self.state == self.RUNNING and timezone.now() - self.heartbeat > STALE_AFTER
+        return (
+            self.state == self.RUNNING
+            and bool(self.owner)
+            and timezone.now() - self.heartbeat > STALE_AFTER
+        )
 
     @property
     def resumable(self) -> bool:
@@ -100,8 +113,11 @@ class BulkRun(models.Model):
 
     @property
     def shown_state(self) -> str:
-        """The state as people should read it: a run without its thread is "interrupted"."""
-        return "interrupted" if self.interrupted else self.state
+        """The state as people should read it: a run whose daemon died is "interrupted", one
+        no daemon has claimed yet "waiting"."""
+        if self.interrupted:
+            return "interrupted"
+        return "waiting" if self.waiting else self.state
 
     def summary(self) -> str:
         return actions.bulk_summary(self.done, self.reasons)
@@ -125,7 +141,7 @@ def start(
     back: str = "",
     via: str = "web",
 ) -> BulkRun:
-    """Record the run and start working through it; the role and reason are checked first."""
+    """Record the run for a bulk-runs daemon to claim; the role and reason are checked first."""
     actions.check_bulk(user=user, kind=kind, action=action, reason=reason)
     run = BulkRun.objects.create(
         user=user,
@@ -138,7 +154,6 @@ def start(
         back=back,
         via=via,
     )
-    _spawn(run.pk)
     return run
 
 
@@ -155,9 +170,8 @@ def resume(run: BulkRun, *, user: Any) -> bool:
         finished=None,
         stop_requested=False,
         continued_by=user,
+        owner="",  # for a daemon to claim
     )
-    if taken:
-        _spawn(run.pk)
     return bool(taken)
 
 
@@ -167,9 +181,9 @@ def stop(run: BulkRun) -> bool:
     if not run.stoppable:
         return False
     running = BulkRun.objects.filter(pk=run.pk, state=BulkRun.RUNNING)
-    if run.interrupted:
-        # No thread to obey a request: the run is stopped here (unless continued meanwhile).
-        stopped = running.filter(heartbeat=run.heartbeat)
+    if run.interrupted or run.waiting:
+        # No daemon to obey a request: the run is stopped here (unless claimed meanwhile).
+        stopped = running.filter(heartbeat=run.heartbeat, owner=run.owner)
         return bool(stopped.update(state=BulkRun.STOPPED, finished=timezone.now()))
     return bool(running.update(stop_requested=True))
 
@@ -189,10 +203,21 @@ def control(run: BulkRun, verb: str, *, user: Any) -> bool:
     raise ValueError(f"a bulk run can only {' or '.join(VERBS)}, not {verb!r}")
 
 
-def _spawn(pk: int) -> None:
-    """Start the thread once the run's row is committed (at once outside a transaction)."""
-    thread = threading.Thread(target=work, args=(pk,), name=f"bulk-run-{pk}", daemon=True)
-    transaction.on_commit(thread.start)
+def claim(owner: str) -> BulkRun | None:
+    """The oldest waiting run, now ``owner``'s; None when none waits. Several daemons may ask
+    at once: the update that takes a run checks it is still unclaimed, so only one gets it."""
+    for pk, heartbeat in (
+        BulkRun.objects.filter(state=BulkRun.RUNNING, owner="")
+        .order_by("started", "id")
+        .values_list("pk", "heartbeat")[:10]
+    ):
+        now = timezone.now()
+        taken = BulkRun.objects.filter(
+            pk=pk, state=BulkRun.RUNNING, owner="", heartbeat=heartbeat
+        ).update(owner=owner, heartbeat=now)
+        if taken:
+            return BulkRun.objects.get(pk=pk)
+    return None
 
 
 def work(pk: int) -> None:
@@ -217,7 +242,7 @@ def work(pk: int) -> None:
 
 def _advance(run: BulkRun) -> str:
     """Work through the items: FINISHED at the end, STOPPED when asked to stop, LOST when
-    another thread has taken the run over meanwhile (this one was thought dead)."""
+    another daemon has taken the run over meanwhile (this one was thought dead)."""
     saved = time.monotonic()
     while run.position < run.total:
         item_id, version = run.items[run.position]
@@ -244,7 +269,7 @@ def _advance(run: BulkRun) -> str:
 
 
 def _save(run: BulkRun, *, final: bool = False) -> bool:
-    """Write the progress if this thread still owns the run (the heartbeat it last wrote is
+    """Write the progress if this daemon still owns the run (the heartbeat it last wrote is
     still there) and, unless ``final``, nobody asked it to stop; the new heartbeat proves it
     alive."""
     now = timezone.now()

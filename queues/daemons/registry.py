@@ -26,6 +26,7 @@ from queues.daemons.access import AccessLarge, AccessSmall
 from queues.daemons.base import Daemon
 from queues.daemons.batch_pending import BatchPending
 from queues.daemons.batch_reporting import BatchReporting, BatchUpdateReporting
+from queues.daemons.bulk_runs import BulkRuns
 from queues.daemons.downloading import Downloading
 from queues.daemons.estimating import Estimating
 from queues.daemons.job_pending import JobPending
@@ -54,6 +55,7 @@ DAEMONS: dict[str, type[Daemon]] = {
         AccessSmall,
         AccessLarge,
         Retention,
+        BulkRuns,
     )
 }
 ALL = "all"

@@ -147,3 +147,20 @@ def make_access(zk: KazooClient) -> Callable[..., AccessRequest]:
         return item
 
     return make
+
+
+@pytest.fixture
+def bulk_runs_daemon(zk: KazooClient) -> Any:
+    """The bulk-runs consumer daemon, running in a thread of the test process (as
+    ``runconsumer bulk-runs`` runs it), so that the bulk runs the console records get done."""
+    import threading
+
+    from queues.daemons.bulk_runs import BulkRuns
+
+    daemon = BulkRuns(zk=zk, poll=0.05)
+    stop = threading.Event()
+    thread = threading.Thread(target=daemon.run, args=(stop,), daemon=True)
+    thread.start()
+    yield daemon
+    stop.set()
+    thread.join(timeout=30)

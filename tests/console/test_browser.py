@@ -88,7 +88,7 @@ def test_delete_a_batch_after_confirming(page, live_server, zk, make_job):
 
 
 def test_a_long_bulk_resume_shows_its_progress_until_done(
-    page, live_server, zk, make_job, settings, monkeypatch
+    page, live_server, zk, make_job, settings, monkeypatch, bulk_runs_daemon
 ):
     settings.MRT_BULK_INLINE_MAX = 2
     failed = [make_job("Failed", profile="letters") for _ in range(6)]

@@ -18,13 +18,18 @@ from queues.audit import ApiToken, AuditEntry
 from queues.bulkrun import BulkRun
 from queues.zk import jobs
 
-# The run's thread has a database connection of its own: it must see committed rows.
-pytestmark = pytest.mark.django_db(transaction=True)
+# The bulk-runs daemon works in a thread with a database connection of its own: it must see
+# committed rows.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("bulk_runs_daemon")]
 
 
 @pytest.fixture(autouse=True)
 def _small_inline_limit(settings):
     settings.MRT_BULK_INLINE_MAX = 2
+
+
+# Runs made here as a daemon would have left them: claimed by one that is alive or dead.
+ALIVE, DEAD = "alive-host:1:1", "dead-host:1:1"
 
 
 def user_named(name: str):
@@ -69,7 +74,12 @@ def test_a_big_bulk_action_runs_in_the_background_and_reports_its_progress(opera
 
 def test_a_running_run_polls_its_page(operator, make_job):
     run = BulkRun.objects.create(
-        kind="job", action="resume", items=[["jid0000000001", None]] * 3, total=3, position=1
+        kind="job",
+        action="resume",
+        items=[["jid0000000001", None]] * 3,
+        total=3,
+        position=1,
+        owner=ALIVE,
     )
     html = operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
     assert 'hx-trigger="every 1s"' in html
@@ -93,6 +103,7 @@ def test_an_interrupted_run_continues_from_its_first_unhandled_item(
         position=2,
         done=2,
         heartbeat=timezone.now() - timedelta(minutes=5),
+        owner=DEAD,
     )
     page = operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
     assert "Interrupted" in page and "Continue from item 3" in page
@@ -166,7 +177,7 @@ def test_a_run_stopped_by_an_outage_says_where_and_continues_from_there(
 
 def test_a_thread_thought_dead_stops_writing_once_its_run_is_continued_elsewhere() -> None:
     run = BulkRun.objects.create(
-        kind="job", action="resume", items=[["jid0000000001", None]] * 2, total=2
+        kind="job", action="resume", items=[["jid0000000001", None]] * 2, total=2, owner=ALIVE
     )
     slow = BulkRun.objects.get(pk=run.pk)  # the thread that was slow, not dead
     BulkRun.objects.filter(pk=run.pk).update(heartbeat=timezone.now() + timedelta(seconds=1))
@@ -219,6 +230,7 @@ def test_an_interrupted_run_can_be_abandoned(operator) -> None:
         items=[["jid0000000001", None]],
         total=1,
         heartbeat=timezone.now() - timedelta(minutes=5),
+        owner=DEAD,
     )
     operator.post(reverse("bulk-run-control", args=[run.pk, "stop"]))
     assert BulkRun.objects.get(pk=run.pk).state == "stopped"
@@ -230,8 +242,8 @@ def test_the_overview_names_runs_under_way_and_interrupted_ones(operator, zk) ->
             kind="job", action="resume", items=[["jid0000000001", None]] * 4, total=4, **kw
         )
 
-    going = make(position=1)
-    lost = make(heartbeat=timezone.now() - timedelta(minutes=5))
+    going = make(position=1, owner=ALIVE)
+    lost = make(heartbeat=timezone.now() - timedelta(minutes=5), owner=DEAD)
     make(state="finished", position=4)
     html = operator.get(reverse("overview")).content.decode()
     assert reverse("bulk-run", args=[going.pk]) in html and "resume of 4 jobs</a>: 25%" in html
@@ -263,3 +275,21 @@ def test_a_big_api_bulk_call_answers_202_with_its_run_and_can_follow_it(
     assert refused.status_code == 409 and "nothing to stop" in refused.json()["error"]
     assert client.get("/api/bulk/999", **auth).status_code == 404
     assert client.get(started["url"]).status_code == 401
+
+
+def test_a_run_waits_for_a_daemon_and_the_web_process_never_works_on_it(
+    operator, zk, make_job, bulk_runs_daemon
+):
+    # The web request only records the run; a bulk-runs daemon claims it (its owner is shown
+    # in the database), so restarting the web process cannot cut a run short.
+    failed = [make_job("Failed") for _ in range(3)]
+    run = bulkrun.start(
+        user=user_named("operator-user"),
+        kind="job",
+        action="resume",
+        items=[(j.jid, None) for j in failed],
+    )
+    assert run.owner == "" and run.shown_state == "waiting"
+    run = ended(run.pk)
+    assert run.state == "finished"
+    assert run.owner == bulk_runs_daemon.owner
