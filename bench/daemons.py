@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import multiprocessing
+import os
 import sys
 import threading
 import time
@@ -27,7 +28,7 @@ from bench.common import machine, median, new_chroot, setup_django, throwaway_zo
 TARGET_SHARE = 0.5
 
 
-def _daemon_process(hosts: str, poll: float, stop_at: float) -> None:
+def _daemon_process(hosts: str, poll: float, stop_at: float, record: bool = False) -> None:
     setup_django()
     from django.conf import settings
 
@@ -49,6 +50,16 @@ def _daemon_process(hosts: str, poll: float, stop_at: float) -> None:
         type(f"NoWork{s}", (NoWork,), {"name": f"bench-{s}", "step": s, "state": s})(poll=poll)
         for s in JOB_WORKING
     ]
+    observer = None
+    if record:
+        # What runconsumer's Host adds: registration, and every step recorded in the database
+        # (in batches, by a writer thread).
+        from queues.daemons.registration import ProcessObserver
+
+        observer = ProcessObserver(daemons[0].zk, daemons, record=True)
+        for daemon in daemons:
+            daemon.observer = observer
+        observer.start()
     stop = threading.Event()
     threads = [threading.Thread(target=daemon.run, args=(stop,), daemon=True) for daemon in daemons]
     for thread in threads:
@@ -57,6 +68,8 @@ def _daemon_process(hosts: str, poll: float, stop_at: float) -> None:
     stop.set()
     for thread in threads:
         thread.join()
+    if observer is not None:
+        observer.stop()
 
 
 @dataclass
@@ -71,14 +84,16 @@ class DaemonRun:
         return self.transitions / self.seconds if self.seconds else 0.0
 
 
-def run_daemons(hosts: str, *, jobs: int, processes: int, timeout: float = 600) -> DaemonRun:
+def run_daemons(
+    hosts: str, *, jobs: int, processes: int, timeout: float = 600, record: bool = False
+) -> DaemonRun:
     """Move ``jobs`` Estimating jobs to Completed with ``processes`` daemon processes."""
     from bench.load import load
     from queues import zk as zkmod
     from queues.states import JOB_WORKING
     from queues.zk import paths
 
-    target = new_chroot(hosts, f"bench-daemons-{processes}")
+    target = new_chroot(hosts, f"bench-daemons-{processes}{'-recorded' if record else ''}")
     # Only jobs waiting for Estimating: every one of them makes all seven transitions.
     load(
         target,
@@ -92,7 +107,7 @@ def run_daemons(hosts: str, *, jobs: int, processes: int, timeout: float = 600) 
     context = multiprocessing.get_context("spawn")
     stop_at = time.time() + timeout
     children = [
-        context.Process(target=_daemon_process, args=(target, 1.0, stop_at))
+        context.Process(target=_daemon_process, args=(target, 1.0, stop_at, record))
         for _ in range(processes)
     ]
     for child in children:
@@ -125,7 +140,16 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each raw probe")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each; medians are shown")
     parser.add_argument("--hosts", default="", help="ZooKeeper to use (default: a throwaway one)")
+    parser.add_argument(
+        "--recorder",
+        choices=("off", "on", "both"),
+        default="off",
+        help="step history: off (the raw comparison below), on, or both: the daemons' rate "
+        "without and with every step recorded in the database, side by side",
+    )
     args = parser.parse_args(argv)
+    if args.recorder != "off":
+        return compare_recorder(args)
     setup_django()
     from bench import zk_rate
 
@@ -167,6 +191,73 @@ def main(argv: list[str] | None = None) -> list[str]:
         print(line)
     print(f"Machine: {machine()}")
     return lines
+
+
+RECORDER_BUDGET = 0.05  # the step history may cost the daemons at most this share
+
+
+def compare_recorder(args: argparse.Namespace) -> list[str]:
+    """The daemons' throughput without and with the step history, alternating rounds, on a
+    throwaway SQLite database (the children read MRT_DATABASE_PATH when they start)."""
+    import subprocess
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="mrt-bench-history-")
+    db = Path(tmp) / "history.sqlite3"
+    os.environ["MRT_DATABASE_PATH"] = str(db)
+    os.environ.setdefault("MRT_VAR_DIR", tmp)
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput"],
+        cwd=root,
+        env=os.environ.copy(),
+        check=True,
+        capture_output=True,
+    )
+    setup_django()
+    modes = [False, True] if args.recorder == "both" else [True]
+    lines = [
+        f"Step history's cost: daemon throughput ({args.jobs} jobs, 7 transitions each) without "
+        "and with every step recorded in the database (SQLite, batched by a writer thread), "
+        f"median of {args.rounds} alternating rounds.",
+        f"  {'processes':>9}{'without':>14}{'with history':>16}{'cost':>8}{'records':>10}",
+    ]
+    with throwaway_zookeeper(args.hosts) as hosts:
+        for processes in args.processes:
+            rates: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(args.rounds):
+                for record in modes:
+                    run = run_daemons(hosts, jobs=args.jobs, processes=processes, record=record)
+                    rates[record].append(run.per_second)
+            without = median(rates[False]) if rates[False] else 0.0
+            with_history = median(rates[True])
+            cost = 1 - with_history / without if without else 0.0
+            records = _records(db)
+            verdict = (
+                ""
+                if not without
+                else "ok"
+                if cost < RECORDER_BUDGET
+                else f"over {RECORDER_BUDGET:.0%}"
+            )
+            line = (
+                f"  {processes:>9}{without:>10.0f} t/s{with_history:>12.0f} t/s"
+                f"{cost:>8.1%}{records:>10}  {verdict}"
+            )
+            print(line, flush=True)
+            lines.append(line)
+    print()
+    for line in lines:
+        print(line)
+    print(f"Machine: {machine()}")
+    return lines
+
+
+def _records(db: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT COUNT(*) FROM queues_steprecord").fetchone()[0]
 
 
 if __name__ == "__main__":

@@ -301,7 +301,7 @@ def bars_svg(
     """Stacked columns per bucket: done (solid) and failed (hatched, on top)."""
     width, height, left, bottom, top = 640, 180, 40, 34, 10
     n = max(1, len(labels))
-    plot_w, plot_h = width - left - 8, height - bottom - top
+    plot_w, plot_h = width - left - 36, height - bottom - top
     peak = _nice_max(max((d + f for d, f in zip(done, failed, strict=False)), default=0))
     step = plot_w / n
     bar = max(1.0, step * 0.75)
@@ -313,7 +313,7 @@ def bars_svg(
         'patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
         '<rect class="chart-failed" width="6" height="6"/>'
         '<line class="chart-hatch" x1="0" y1="0" x2="0" y2="6"/></pattern></defs>',
-        f'<line class="chart-axis" x1="{left}" y1="{top + plot_h}" x2="{width - 8}" '
+        f'<line class="chart-axis" x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" '
         f'y2="{top + plot_h}"/>',
         f'<text class="chart-tick" x="{left - 4}" y="{top + 8}" text-anchor="end">'
         f"{int(peak)}</text>",

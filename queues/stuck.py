@@ -89,9 +89,11 @@ def thresholds() -> dict[str, Threshold]:
         if u is not None and u.n >= history.MIN_RECORDS and u.step_p95 is not None:
             total = u.total_p95 if u.total_p95 is not None else u.step_p95
             found[state] = Threshold(
-                state, limit_from(total, u.n, default), limit_from(u.step_p95, u.n, default),
+                state,
+                limit_from(total, u.n, default),
+                limit_from(u.step_p95, u.n, default),
                 "history",
-            )  # fmt: skip
+            )
         else:
             found[state] = Threshold(state, default, default, "setting")
     return found

@@ -130,8 +130,11 @@ class StepRecorder:
                     try:
                         n = prune()
                         if n:
-                            log.info("step history: %d records older than %g days removed", n,
-                                     retention_days())  # fmt: skip
+                            log.info(
+                                "step history: %d records older than %g days removed",
+                                n,
+                                retention_days(),
+                            )
                     except Exception as exc:
                         log.warning("step history: prune failed: %s", exc)
             self.flush()

@@ -95,8 +95,9 @@ def test_a_killed_runconsumer_vanishes_when_its_session_expires(zk, zk_hosts, tm
     )
     base = Path(settings.BASE_DIR)
     manage = [sys.executable, "manage.py"]
-    subprocess.run([*manage, "migrate", "--noinput"], cwd=base, env=env, check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [*manage, "migrate", "--noinput"], cwd=base, env=env, check=True, capture_output=True
+    )
     proc = subprocess.Popen(
         [*manage, "runconsumer", "pending", "--poll", "0.5"],
         cwd=base,
