@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import IO, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -600,17 +601,39 @@ def _prepare(dest: Path, name: str, container: str, *, is_dir: bool) -> Path:
     return out
 
 
+# One member to unpack: its cleaned name, whether it is a folder, and how to open its bytes.
+_Member = tuple[str, bool, Callable[[], IO[bytes] | None]]
+
+
+def _unpack(dest: Path, plan: Sequence[_Member], limit: _Unpacked, container: str) -> list[str]:
+    """Write the checked members of one container; the file paths, sorted."""
+    names: list[str] = []
+    for name, is_dir, opener in plan:
+        if not name:
+            continue
+        if is_dir:
+            _prepare(dest, name, container, is_dir=True)
+            continue
+        out = _prepare(dest, name, container, is_dir=False)
+        source = opener()
+        if source is None:
+            raise ContainerError(f"{container}: member {name!r} has no data")
+        with source:
+            limit.copy(source, out)
+        names.append(name)
+    return sorted(names)
+
+
 def _extract_zip(path: Path, dest: Path, limit: _Unpacked) -> list[str]:
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
         raise ContainerError(f"{path.name}: {exc}") from None
-    names: list[str] = []
     with archive:
         infos = archive.infolist()
         # The declared sizes first: a bomb that admits it is refused before a byte is written.
         limit.check(sum(i.file_size for i in infos))
-        plan: list[tuple[zipfile.ZipInfo, str]] = []
+        plan: list[_Member] = []
         for info in infos:
             name = _member_name(info.filename, path.name)
             mode = info.external_attr >> 16
@@ -619,22 +642,12 @@ def _extract_zip(path: Path, dest: Path, limit: _Unpacked) -> list[str]:
             # Zips made on Windows or by zipfile.writestr carry no file type at all.
             if stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
                 raise ContainerError(f"{path.name}: member {info.filename!r} is not a file")
-            plan.append((info, name))
+            plan.append((name, info.is_dir(), partial(archive.open, info)))
         try:
-            for info, name in plan:
-                if not name:
-                    continue
-                if info.is_dir():
-                    _prepare(dest, name, path.name, is_dir=True)
-                    continue
-                out = _prepare(dest, name, path.name, is_dir=False)
-                with archive.open(info) as source:
-                    limit.copy(source, out)
-                names.append(name)
+            return _unpack(dest, plan, limit, path.name)
         except (zipfile.BadZipFile, OSError, RuntimeError, EOFError) as exc:
             # RuntimeError is how zipfile reports encrypted members.
             raise ContainerError(f"{path.name}: {exc}") from None
-    return sorted(names)
 
 
 def _extract_tar(path: Path, dest: Path, limit: _Unpacked) -> list[str]:
@@ -642,36 +655,23 @@ def _extract_tar(path: Path, dest: Path, limit: _Unpacked) -> list[str]:
         archive = tarfile.open(path, "r:*")  # noqa: SIM115 - closed by the with below
     except (tarfile.TarError, OSError) as exc:
         raise ContainerError(f"{path.name}: {exc}") from None
-    names: list[str] = []
     with archive:
         try:
             members = archive.getmembers()
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise ContainerError(f"{path.name}: {exc}") from None
         limit.check(sum(m.size for m in members if m.isfile()))
+        plan: list[_Member] = []
         for member in members:
-            _member_name(member.name, path.name)
+            name = _member_name(member.name, path.name)
             if member.issym():
                 raise _no_link(path.name, member.name, "symbolic link")
             if member.islnk():
                 raise _no_link(path.name, member.name, "hard link")
             if not (member.isfile() or member.isdir()):
                 raise ContainerError(f"{path.name}: member {member.name!r} is not a file")
+            plan.append((name, member.isdir(), partial(archive.extractfile, member)))
         try:
-            for member in members:
-                name = _member_name(member.name, path.name)
-                if not name:
-                    continue
-                if member.isdir():
-                    _prepare(dest, name, path.name, is_dir=True)
-                    continue
-                out = _prepare(dest, name, path.name, is_dir=False)
-                source = archive.extractfile(member)
-                if source is None:
-                    raise ContainerError(f"{path.name}: member {member.name!r} has no data")
-                with source:
-                    limit.copy(source, out)
-                names.append(name)
+            return _unpack(dest, plan, limit, path.name)
         except (tarfile.TarError, OSError, EOFError, zlib_error) as exc:
             raise ContainerError(f"{path.name}: {exc}") from None
-    return sorted(names)
