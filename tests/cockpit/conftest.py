@@ -37,6 +37,17 @@ def database(request: pytest.FixtureRequest, db: None) -> str:
     return request.param
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_for_threads(request: pytest.FixtureRequest) -> str:
+    """``database`` for a test whose writer thread uses a connection of its own: on SQLite the
+    test may then not hold a transaction open (pytest-django's ``transactional_db``)."""
+    if request.param == "postgresql":
+        request.getfixturevalue("pg_db")
+    else:
+        request.getfixturevalue("transactional_db")
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def _fresh_state() -> Iterator[None]:
     history.clear_cache()

@@ -73,6 +73,19 @@ def test_drain_finishes_the_item_in_hand_then_claims_nothing(zk, consumer, opera
     assert AuditEntry.objects.filter(kind="consumer", action="undrain", ok=True).count() == 1
 
 
+def test_metrics_count_consumers_by_mode_and_busy_threads(zk, consumer, viewer, make_job):
+    make_job("Estimating")
+    wait_for(lambda: _entry(zk)["threads"][0].get("item"))
+    metrics = viewer.get("/metrics").content.decode()
+    assert 'mrt_consumers{mode="claiming"} 1' in metrics
+    assert "mrt_consumer_threads_busy 1" in metrics
+    zconsumers.drain_request(zk, "worker1-77", {"by": "test"})
+    wait_for(lambda: _entry(zk)["drained"], timeout=15)
+    metrics = viewer.get("/metrics").content.decode()
+    assert 'mrt_consumers{mode="drained"} 1' in metrics
+    assert "mrt_consumer_threads_busy 0" in metrics
+
+
 def test_drain_needs_the_operator_role_and_csrf(zk, consumer, viewer, make_user):
     response = viewer.post("/consumers/worker1-77/drain/")
     assert response.status_code == 403

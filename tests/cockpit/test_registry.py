@@ -80,6 +80,23 @@ def test_a_thread_says_which_item_it_holds_since_when(zk, zk_hosts, make_job) ->
     assert _names(zk) == []  # a clean stop removes the node at once
 
 
+def test_the_node_comes_back_after_a_lost_session(zk, zk_hosts) -> None:
+    """A session that expired took the node with it; the process writes it anew."""
+    other = zkmod.connect(zk_hosts)
+    observer = ProcessObserver(
+        other, [SlowStep(zk=other)], record=False, publish_seconds=0.2, host="h", pid=9
+    )
+    observer.start()
+    try:
+        zk.delete(zconsumers.consumer_path("h-9"))  # what the expiry does
+        assert "h-9" not in _names(zk)
+        wait_for(lambda: "h-9" in _names(zk), timeout=10)
+    finally:
+        observer.stop()
+        other.stop()
+        other.close()
+
+
 @pytest.mark.slow
 def test_a_killed_runconsumer_vanishes_when_its_session_expires(zk, zk_hosts, tmp_path) -> None:
     """A real ``runconsumer`` process registers itself; SIGKILL leaves ZooKeeper to expire its

@@ -16,8 +16,6 @@ from queues.zk.jobs import job_load
 
 from .conftest import record, wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
 
 def _add(recorder: StepRecorder, n: int, start: int = 0) -> None:
     for i in range(start, start + n):
@@ -33,7 +31,8 @@ def _add(recorder: StepRecorder, n: int, start: int = 0) -> None:
         )
 
 
-def test_records_are_written_in_batches_by_row_count() -> None:
+@pytest.mark.django_db(transaction=True)
+def test_records_are_written_in_batches_by_row_count(database_for_threads) -> None:
     recorder = StepRecorder(consumer="h-1", host="h", flush_seconds=60, flush_rows=5)
     recorder.start()
     try:
@@ -59,7 +58,8 @@ def test_records_are_written_in_batches_by_row_count() -> None:
     assert row.hour == int(row.started.timestamp() // 3600)
 
 
-def test_records_are_written_in_batches_by_time() -> None:
+@pytest.mark.django_db(transaction=True)
+def test_records_are_written_in_batches_by_time(database_for_threads) -> None:
     recorder = StepRecorder(flush_seconds=0.3, flush_rows=500)
     recorder.start()
     try:
@@ -70,6 +70,7 @@ def test_records_are_written_in_batches_by_time() -> None:
         recorder.stop()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_daemon_run_records_every_step(zk, make_job, settings) -> None:
     settings.MRT_CONSUMER_PUBLISH_SECONDS = 0.2
     job = make_job("Pending")
@@ -90,7 +91,7 @@ def test_a_daemon_run_records_every_step(zk, make_job, settings) -> None:
     assert "Estimating" in row.detail
 
 
-def test_records_older_than_the_retention_are_pruned(settings) -> None:
+def test_records_older_than_the_retention_are_pruned(database, settings) -> None:
     settings.MRT_STEP_HISTORY_DAYS = 30
     now = datetime.now(UTC)
     StepRecord.objects.bulk_create(
