@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -31,8 +32,20 @@ class ReasonRequired(DomainError):
     """A destructive action was asked for without saying why."""
 
 
+# Not destructive, but stopping all ingest must say why (the holds page shows it).
+REASON_REQUIRED = DESTRUCTIVE | {("queue", "hold")}
+
+
 def is_destructive(kind: str, action: str) -> bool:
     return (kind, action) in DESTRUCTIVE
+
+
+def check_reason(kind: str, action: str, reason: str) -> None:
+    """ReasonRequired when ``action`` needs a reason and none was given (every door)."""
+    if (kind, action) in REASON_REQUIRED and not reason.strip():
+        if kind == "queue":
+            raise ReasonRequired("holding a whole queue needs a reason")
+        raise ReasonRequired(f"{action} is destructive: give a reason")
 
 
 def _as_list(result: Any) -> list[services.Outcome]:
@@ -85,12 +98,12 @@ def _call(
             jid=item_id, message=reason, expect_version=version
         ),
         **{
-            ("job", name): (lambda fn=fn: fn(jid=item_id, expect_version=version))
+            ("job", name): partial(fn, jid=item_id, expect_version=version)
             for name, fn in services.JOB_ACTIONS.items()
             if name != "fail"
         },
         **{
-            ("batch", name): (lambda fn=fn: fn(bid=item_id, expect_version=version))
+            ("batch", name): partial(fn, bid=item_id, expect_version=version)
             for name, fn in services.BATCH_ACTIONS.items()
         },
         ("batch", "submit"): lambda: _submit(**params),
@@ -140,8 +153,7 @@ def perform(
     reason = reason.strip()
     try:
         require_action(user, kind, action)
-        if is_destructive(kind, action) and not reason:
-            raise ReasonRequired(f"{action} is destructive: give a reason")
+        check_reason(kind, action, reason)
         outcomes = _call(kind, action, item_id, expect_version, reason, params or {})
     except (PermissionDenied, DomainError, ValueError) as exc:
         record(
@@ -200,8 +212,7 @@ def bulk_summary(done: int, reasons: dict[str, int]) -> str:
 def check_bulk(*, user: Any, kind: str, action: str, reason: str) -> None:
     """What a bulk action needs before its first item: the role, and a reason if destructive."""
     require_action(user, kind, action)
-    if is_destructive(kind, action) and not reason.strip():
-        raise ReasonRequired(f"{action} is destructive: give a reason")
+    check_reason(kind, action, reason)
 
 
 def perform_bulk(

@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.http import QueryDict
 
 from queues import selectors
 from queues.services import SUBMISSION_TYPES, check_filename, check_payload_url
@@ -121,7 +122,9 @@ class ActionForm(forms.Form):
         required=False, choices=[("", ""), ("Pending", "Pending"), ("Processing", "Processing")]
     )
     release_jobs = forms.BooleanField(required=False)
-    render = forms.ChoiceField(
+    # The posted field is named "render" (htmx asks for a row or a panel back); as a form
+    # attribute it shadows Form.render, which this form never uses.
+    render = forms.ChoiceField(  # type: ignore[assignment]
         required=False, choices=[("", ""), ("row", "row"), ("panel", "panel")]
     )
     next = forms.CharField(required=False, max_length=2000)
@@ -140,9 +143,10 @@ class BulkForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.id_validator = id_validator
         # Any value may be posted; clean_item validates each one instead of a fixed choice list.
-        self.fields["item"].choices = (
-            [(v, v) for v in self.data.getlist("item")] if self.data else []
-        )
+        posted = self.data.getlist("item") if isinstance(self.data, QueryDict) else []
+        item_field = self.fields["item"]
+        assert isinstance(item_field, forms.MultipleChoiceField)
+        item_field.choices = [(v, v) for v in posted]
 
     def clean_item(self) -> list[tuple[str, int | None]]:
         items = []
@@ -203,7 +207,7 @@ class SubmitForm(forms.Form):
         return value
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         if bool(data.get("digest_alg")) != bool(data.get("digest_value")):
             raise ValidationError("give both a digest algorithm and a digest value, or neither")
         return data

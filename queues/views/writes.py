@@ -17,7 +17,6 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from queues import actions, bulkrun, selectors
-from queues.actions import ReasonRequired
 from queues.audit import ApiToken
 from queues.auth import ADMIN, VIEWER, has_role, require_action
 from queues.forms import (
@@ -217,10 +216,7 @@ def queue_hold_action(request: HttpRequest, name: str, action: str) -> HttpRespo
         )
     if request.method != "POST":
         return HttpResponseNotAllowed(["GET", "POST"])
-    if action == "hold":
-        require_action(request.user, "queue", action)
-        if not request.POST.get("reason", "").strip():
-            raise ReasonRequired(f"holding the {name} queue needs a reason")
+    # The reason a hold needs is checked by actions.perform, for the API as well.
     form = _act(request, kind="queue", action=action, item_id=name)
     return _holds_response(request, form)
 

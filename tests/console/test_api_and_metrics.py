@@ -143,3 +143,17 @@ def test_tokens_are_created_once_and_revoked(viewer, zk):
     assert token.key_hash != key and key.startswith(token.prefix)
     assert viewer.post(reverse("token-revoke", args=[token.pk])).status_code == 303
     assert not ApiToken.objects.exists()
+
+
+def test_holding_a_whole_queue_through_the_api_needs_a_reason_too(client, token_for, zk):
+    from queues.zk.locks import queue_held
+
+    admin = token_for("admin")
+    refused = post_json(client, "/api/holds/queue/ingest/hold", {}, **admin)
+    assert refused.status_code == 400
+    assert "holding a whole queue needs a reason" in refused.json()["error"]
+    assert not queue_held(zk, "ingest")
+    held = post_json(client, "/api/holds/queue/ingest/hold", {"reason": "storage move"}, **admin)
+    assert held.status_code == 200
+    assert queue_held(zk, "ingest")
+    assert AuditEntry.objects.filter(action="hold", reason="storage move").exists()
