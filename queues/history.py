@@ -166,8 +166,15 @@ PERCENTILE_SQL = (
 )
 
 
-def _spreads(column: str, group: str, since: datetime, outcomes: tuple[str, ...] | None) -> list:
-    """Median and p95 of ``column`` per ``group`` for records started since ``since``."""
+def _spreads(
+    column: str,
+    group: str,
+    since: datetime,
+    outcomes: tuple[str, ...] | None,
+    kind: str | None = None,
+) -> list[Spread]:
+    """Median and p95 of ``column`` per ``group`` for records started since ``since`` (of one
+    ``kind`` of item, or all)."""
     model = _model()
     table = model._meta.db_table
     # Column names from this module only, never from a request.
@@ -178,6 +185,9 @@ def _spreads(column: str, group: str, since: datetime, outcomes: tuple[str, ...]
         if outcomes:
             where += ' AND "outcome" IN (' + ", ".join(["%s"] * len(outcomes)) + ")"
             params += list(outcomes)
+        if kind:
+            where += ' AND "kind" = %s'
+            params.append(kind)
         sql = PERCENTILE_SQL.format(group=group, column=column, table=table, where=where)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -185,6 +195,8 @@ def _spreads(column: str, group: str, since: datetime, outcomes: tuple[str, ...]
     base = model.objects.filter(started__gte=since, **{f"{column}__isnull": False})
     if outcomes:
         base = base.filter(outcome__in=outcomes)
+    if kind:
+        base = base.filter(kind=kind)
     counts = dict(base.values_list(group).annotate(n=Count("*")).order_by())
     found = []
     for name, n in counts.items():
@@ -205,13 +217,26 @@ def durations(range_name: str, *, now: datetime | None = None) -> list[Spread]:
     return sorted(found, key=lambda s: step_order(s.name))
 
 
+KINDS = ("job", "batch", "access")
+
+
 def waits(range_name: str, *, now: datetime | None = None) -> list[Spread]:
-    """Median and p95 of how long items waited in each state before a step took them."""
+    """Median and p95 of how long items waited in each state before a step took them: job
+    states by their name, a batch's or access request's as "batch Pending" and so on."""
     from queues.states import JOB
 
     order = list(JOB.states)
-    found = _spreads("waited", "state", period_start(range_name, now), None)
-    return sorted(found, key=lambda s: (order.index(s.name) if s.name in order else 99, s.name))
+    since = period_start(range_name, now)
+    found: list[Spread] = []
+    for kind in KINDS:
+        spreads = sorted(
+            _spreads("waited", "state", since, None, kind),
+            key=lambda s: (order.index(s.name) if s.name in order else 99, s.name),
+        )
+        if kind != "job":
+            spreads = [Spread(f"{kind} {s.name}", s.n, s.median, s.p95, s.sampled) for s in spreads]
+        found += spreads
+    return found
 
 
 # Thresholds for stuck items --------------------------------------------------------------------
@@ -233,19 +258,19 @@ class Usual:
 
 
 def usual_times(*, now: datetime | None = None, fresh: bool = False) -> dict[str, Usual]:
-    """Per state (job states and the other kinds' states alike), the p95s stuck detection
-    compares with; cached for a minute per process."""
+    """Per job state, the p95s stuck detection compares with (job records only); cached for a
+    minute per process."""
     hit = _cache.get("usual")
     if hit and not fresh and time.monotonic() - hit[0] < CACHE_SECONDS:
         return hit[1]
     since = (now or _now()) - timedelta(days=7)
     model = _model()
-    step = {s.name: s for s in _spreads("duration", "state", since, RAN)}
+    step = {s.name: s for s in _spreads("duration", "state", since, RAN, "job")}
     result: dict[str, Usual] = {}
     for name, spread in step.items():
         values = list(
             model.objects.filter(
-                started__gte=since, state=name, outcome__in=RAN, waited__isnull=False
+                started__gte=since, kind="job", state=name, outcome__in=RAN, waited__isnull=False
             )
             .order_by("-started")
             .values_list("waited", "duration")[:SAMPLE]
@@ -253,6 +278,18 @@ def usual_times(*, now: datetime | None = None, fresh: bool = False) -> dict[str
         total = percentile([w + d for w, d in values], 0.95)
         result[name] = Usual(name, spread.n, spread.p95, total)
     _cache["usual"] = (time.monotonic(), result)
+    return result
+
+
+def usual_step_times(*, now: datetime | None = None) -> dict[str, Spread]:
+    """Per daemon step, its duration's median and p95 over 7 days (a consumer thread holding
+    one item is compared with this); cached for a minute per process."""
+    hit = _cache.get("steps")
+    if hit and time.monotonic() - hit[0] < CACHE_SECONDS:
+        return hit[1]
+    since = (now or _now()) - timedelta(days=7)
+    result = {s.name: s for s in _spreads("duration", "step", since, RAN)}
+    _cache["steps"] = (time.monotonic(), result)
     return result
 
 

@@ -217,6 +217,9 @@ class ProcessObserver:
             return
         self._started = True
         try:
+            self.name = zconsumers.consumer_register(self.zk, self.name, self.snapshot())
+            if self.recorder is not None:
+                self.recorder.consumer = self.name
             zconsumers.drain_cancel(self.zk, self.name)
             zconsumers.drains_prune(self.zk, keep=self.name)
             self.publish()

@@ -36,24 +36,21 @@ def _seconds_since(stamp: Any, now: float) -> float | None:
         return None
 
 
-def lock_limits() -> dict[str, float]:
-    """Per state, how long one thread may hold one item before it is flagged."""
-    limits = {s: t.lock for s, t in stuck.thresholds().items()}
-    try:
-        usual = history.usual_times()
-    except Exception:
-        usual = {}
+def step_limits() -> dict[str, float]:
+    """Per daemon step, how long one thread may hold one item before it is flagged: the
+    step's p95 duration times MRT_STUCK_FACTOR (queues/stuck.py), or MRT_STUCK_SECONDS."""
     default = stuck.default_limit()
-    for state, u in usual.items():
-        if state not in limits:
-            limits[state] = stuck.limit_from(u.step_p95, u.n, default)
-    return limits
+    try:
+        usual = history.usual_step_times()
+    except Exception:  # no table yet, database away: the setting still works
+        usual = {}
+    return {step: stuck.limit_from(u.p95, u.n, default) for step, u in usual.items()}
 
 
 def consumers_context(user: Any) -> dict[str, Any]:
     zk = zk_client()
     now = time.time()
-    limits = lock_limits()
+    limits = step_limits()
     default = stuck.default_limit()
     procs = []
     flagged_total = 0
@@ -63,7 +60,7 @@ def consumers_context(user: Any) -> dict[str, Any]:
             if not isinstance(t, dict):
                 continue
             held = _seconds_since(t.get("since"), now) if t.get("item") else None
-            limit = limits.get(str(t.get("state", "")), default)
+            limit = limits.get(str(t.get("step", "")), default)
             flagged = held is not None and held > limit
             flagged_total += flagged
             threads.append({**t, "held": held, "limit": limit, "flagged": flagged})

@@ -69,6 +69,31 @@ def consumer_publish(zk: KazooClient, consumer: str, data: dict[str, Any]) -> No
         zk.set(path, body)
 
 
+def _own(zk: KazooClient, stat: Any) -> bool:
+    client_id = zk.client_id
+    return stat is not None and client_id is not None and stat.ephemeralOwner == client_id[0]
+
+
+def consumer_register(zk: KazooClient, wanted: str, data: dict[str, Any]) -> str:
+    """Create this process's node under ``wanted``, or ``wanted-2``, ``-3``... when another
+    live session holds that name (two containers on one host, each its own pid 1). Returns the
+    name registered."""
+    for n in range(1, 100):
+        candidate = wanted if n == 1 else f"{wanted}-{n}"
+        path = consumer_path(candidate)
+        try:
+            zk.create(path, encode_json(data), ephemeral=True, makepath=True)
+            return candidate
+        except NodeExistsError:
+            stat = zk.exists(path)
+            if stat is None:
+                continue  # gone meanwhile: try the next name rather than race for this one
+            if _own(zk, stat):
+                zk.set(path, encode_json(data))
+                return candidate
+    raise MalformedNode(CONSUMERS, f"no free consumer name for {wanted}")
+
+
 def consumer_remove(zk: KazooClient, consumer: str) -> None:
     with contextlib.suppress(NoNodeError):
         zk.delete(consumer_path(consumer))

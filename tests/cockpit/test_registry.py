@@ -133,3 +133,22 @@ def test_a_killed_runconsumer_vanishes_when_its_session_expires(zk, zk_hosts, tm
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_two_processes_with_one_host_and_pid_get_two_names(zk, zk_hosts) -> None:
+    """Two containers on one host, each its own pid 1: neither overwrites the other."""
+    sessions = [zkmod.connect(zk_hosts) for _ in range(2)]
+    observers = [
+        ProcessObserver(s, [SlowStep(zk=s)], record=False, host="box", pid=1) for s in sessions
+    ]
+    try:
+        for observer in observers:
+            observer.start()
+        assert [o.name for o in observers] == ["box-1", "box-1-2"]
+        assert _names(zk) == ["box-1", "box-1-2"]
+    finally:
+        for observer, session in zip(observers, sessions, strict=True):
+            observer.stop()
+            session.stop()
+            session.close()
+    assert _names(zk) == []

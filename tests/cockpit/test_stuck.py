@@ -77,3 +77,40 @@ def test_stuck_jobs_on_the_overview_the_job_list_and_metrics(zk, make_job, viewe
     assert 'mrt_consumers{mode="claiming"} 0' in metrics
     detail = viewer.get("/stuck/").content.decode()
     assert old.jid in detail and "no registered consumer" in detail
+
+
+def test_a_consumer_thread_is_flagged_past_its_steps_p95(zk, zk_hosts, make_job, settings):
+    from queues import zk as zkmod
+    from queues.daemons.registration import ProcessObserver
+    from queues.views.workers import consumers_context
+
+    from .conftest import Running, SlowStep, wait_for
+
+    settings.MRT_STUCK_SECONDS = 3600
+    settings.MRT_STUCK_FACTOR = 3
+    settings.MRT_STUCK_MIN_SECONDS = 0.2
+    now = datetime.now(UTC)
+    # The "slow" step usually takes 0.1 s: a thread on one item for 0.3 s is far too long.
+    StepRecord.objects.bulk_create(
+        [record(step="slow", duration=0.1, started=now - timedelta(minutes=i)) for i in range(25)]
+    )
+    other = zkmod.connect(zk_hosts)
+    daemon = SlowStep(zk=other, poll=0.1)
+    daemon.delay = 3.0
+    observer = ProcessObserver(other, [daemon], record=False, publish_seconds=0.2)
+    daemon.observer = observer
+    observer.start()
+    job = make_job("Estimating")
+    running = Running([daemon])
+    try:
+        context = wait_for(lambda: (c := consumers_context(None))["flagged_total"] and c)
+        (proc,) = context["consumers"]
+        (thread,) = proc["threads"]
+        assert thread["item"] == job.jid and thread["flagged"]
+        assert thread["limit"] == pytest.approx(0.3)
+        assert proc["flagged"] == 1
+    finally:
+        running.stop()
+        observer.stop()
+        other.stop()
+        other.close()
