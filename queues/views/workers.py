@@ -88,7 +88,8 @@ def consumers_context(user: Any) -> dict[str, Any]:
 @console_view(VIEWER)
 def consumers(request: HttpRequest) -> HttpResponse:
     context = consumers_context(request.user)
-    if request.htmx and request.htmx.target == "consumers-live":
+    htmx = getattr(request, "htmx", None)
+    if htmx and htmx.target == "consumers-live":
         return render(request, "queues/consumers.html#consumers-live", context)
     return render(request, "queues/consumers.html", context)
 
@@ -133,7 +134,8 @@ def history_page(request: HttpRequest) -> HttpResponse:
         "ranges": [(k, v[0]) for k, v in history.RANGES.items()],
         "allowed": sorted(b for r, b in history.ALLOWED if r == range_name),
     }
-    if request.htmx and request.htmx.target == "history-live":
+    htmx = getattr(request, "htmx", None)
+    if htmx and htmx.target == "history-live":
         return render(request, "queues/history.html#history-live", context)
     return render(request, "queues/history.html", context)
 
