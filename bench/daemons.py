@@ -246,11 +246,45 @@ def compare_recorder(args: argparse.Namespace) -> list[str]:
             )
             print(line, flush=True)
             lines.append(line)
+    per_step, hooks, write = recorder_work_per_step()
+    rate = with_history / max(1, args.processes[-1])
+    lines.append(
+        f"Recorder work per step, measured alone (steady, unlike the rates above on a shared "
+        f"machine): {per_step * 1e6:.1f} us ({hooks * 1e6:.1f} us in the daemon thread, "
+        f"{write * 1e6:.1f} us in the writer); at {rate:.0f} transitions/s per process that is "
+        f"{per_step * rate:.1%} of a process's time."
+    )
     print()
     for line in lines:
         print(line)
     print(f"Machine: {machine()}")
     return lines
+
+
+def recorder_work_per_step(n: int = 20_000) -> tuple[float, float, float]:
+    """Seconds the step history costs per step, in this process: the hooks around a step
+    (registration's bookkeeping, the record appended) and the writer's share of a flush."""
+    from types import SimpleNamespace
+
+    from queues.daemons.base import ItemResult
+    from queues.daemons.registration import ProcessObserver
+    from queues.daemons.stephistory import StepRecorder
+
+    daemon = SimpleNamespace(name="bench", step="bench", item_id=lambda item: item.jid)
+    item = SimpleNamespace(
+        jid="jid0000000001", state="Estimating", status=SimpleNamespace(mtime=None)
+    )
+    observer = ProcessObserver(None, [daemon], record=False, host="bench", pid=1)
+    observer.recorder = StepRecorder(consumer="bench-1", host="bench")
+    result = ItemResult("jid0000000001", "bench", "ok", 0.001, "-> Provisioning")
+    started = time.perf_counter()
+    for _ in range(n):
+        observer.end(observer.begin(daemon, item), result)
+    hooks = time.perf_counter() - started
+    started = time.perf_counter()
+    observer.recorder.flush()
+    write = time.perf_counter() - started
+    return (hooks + write) / n, hooks / n, write / n
 
 
 def _records(db: Path) -> int:

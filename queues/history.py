@@ -123,7 +123,8 @@ def throughput(range_name: str, bucket: str, *, now: datetime | None = None) -> 
     index = {b: i for i, b in enumerate(starts)}
     rows = (
         _model()
-        .objects.filter(hour__gte=first_hour, hour__lte=last_hour, started__gte=start)
+        # On the (hour, step, outcome) index alone: the range's first hour is counted whole.
+        .objects.filter(hour__gte=first_hour, hour__lte=last_hour)
         .annotate(bucket=F("hour") / div)
         .values("bucket", "step", "outcome")
         .annotate(n=Count("*"))

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connection, transaction
 
 log = logging.getLogger("queues.daemons")
 
@@ -142,37 +142,52 @@ class StepRecorder:
             close_old_connections()
 
     def flush(self) -> int:
-        """Write every waiting record in one statement per ``flush_rows``; returns how many."""
-        from queues.models import StepRecord
-
+        """Write every waiting record: one ``executemany`` of a prepared INSERT per
+        ``flush_rows``, in one transaction (no model instances: this thread shares the
+        interpreter with the daemons). Returns how many were written."""
         with self._lock:
             rows, self._rows = self._rows, []
         if not rows:
             return 0
-        objs = []
-        for kind, item_id, step, state, outcome, started, duration, waited, nbytes, detail in rows:
-            objs.append(
-                StepRecord(
-                    kind=kind,
-                    item_id=item_id[:40],
-                    step=step[:40],
-                    state=state[:40],
-                    outcome=outcome[:10],
-                    started=datetime.fromtimestamp(started, UTC),
-                    duration=max(0.0, duration),
-                    waited=None if waited is None else max(0.0, waited),
-                    hour=int(started // 3600),
-                    host=self.host[:255],
-                    consumer=self.consumer[:255],
-                    bytes=nbytes,
-                    detail=(detail or "")[:500],
-                )
+        adapt = connection.ops.adapt_datetimefield_value
+        host, consumer = self.host[:255], self.consumer[:255]
+        params = [
+            (
+                kind,
+                item_id[:40],
+                step[:40],
+                state[:40],
+                outcome[:10],
+                adapt(datetime.fromtimestamp(started, UTC)),
+                max(0.0, duration),
+                None if waited is None else max(0.0, waited),
+                int(started // 3600),
+                host,
+                consumer,
+                nbytes,
+                (detail or "")[:500],
             )
+            for (
+                kind,
+                item_id,
+                step,
+                state,
+                outcome,
+                started,
+                duration,
+                waited,
+                nbytes,
+                detail,
+            ) in rows
+        ]
         try:
-            StepRecord.objects.bulk_create(objs, batch_size=self.flush_rows)
+            sql = _insert_sql()
+            with transaction.atomic(), connection.cursor() as cursor:
+                for start in range(0, len(params), self.flush_rows):
+                    cursor.executemany(sql, params[start : start + self.flush_rows])
         except Exception as exc:
             # Keep them for the next flush unless too many wait; the daemons go on either way.
-            log.warning("step history: %d records not written yet: %s", len(objs), exc)
+            log.warning("step history: %d records not written yet: %s", len(rows), exc)
             close_old_connections()
             with self._lock:
                 room = MAX_PENDING - len(self._rows)
@@ -180,9 +195,36 @@ class StepRecorder:
                 self.dropped += len(rows) - len(kept)
                 self._rows = kept + self._rows
             return 0
-        self.written += len(objs)
+        self.written += len(rows)
         self.batches += 1
-        return len(objs)
+        return len(rows)
+
+
+COLUMNS = (
+    "kind",
+    "item_id",
+    "step",
+    "state",
+    "outcome",
+    "started",
+    "duration",
+    "waited",
+    "hour",
+    "host",
+    "consumer",
+    "bytes",
+    "detail",
+)
+
+
+def _insert_sql() -> str:
+    from queues.models import StepRecord
+
+    qn = connection.ops.quote_name
+    meta = StepRecord._meta
+    columns = ", ".join(qn(meta.get_field(name).column) for name in COLUMNS)
+    marks = ", ".join(["%s"] * len(COLUMNS))
+    return f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES ({marks})"  # noqa: S608
 
 
 def record_of(daemon: Any, item: Any) -> dict[str, Any]:
