@@ -362,6 +362,9 @@ def jobs_page(*, flt: JobFilter, page: int = 1, per_page: int = PER_PAGE) -> Pag
             loading=loading,
         )
     entries = _job_entries(zk, flt)
+    # A collection or submitter filter answered while the index is still being filled counts
+    # only the jobs read so far: the page says so.
+    loading = zindex.for_client(zk).loading() if (flt.profile or flt.submitter) else ""
     if not flt.scans:
         jids = [jid for _p, jid in entries[start : start + per_page]]
         return Page(
@@ -370,6 +373,7 @@ def jobs_page(*, flt: JobFilter, page: int = 1, per_page: int = PER_PAGE) -> Pag
             per_page=per_page,
             total=len(entries),
             has_next=start + per_page < len(entries),
+            loading=loading,
         )
     kept, matches, scanned, limited = _scan(
         zk, flt, entries, lambda n: start <= n < start + per_page
@@ -382,6 +386,7 @@ def jobs_page(*, flt: JobFilter, page: int = 1, per_page: int = PER_PAGE) -> Pag
         has_next=matches > start + per_page or limited,
         scanned=scanned,
         scan_limited=limited,
+        loading=loading,
     )
 
 

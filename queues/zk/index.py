@@ -64,8 +64,12 @@ MAX_FACTS = 5_000_000
 # How long a read waits for kazoo's callback thread before using what it has.
 SETTLE_SECONDS = 2.0
 MAX_FILTERS_PER_LISTING = 32
-# Jobs whose nodes one step of a fill or sync reads at once (one pipelined multiRead).
+# Jobs whose nodes one step of a sync reads at once (one pipelined multiRead); the background
+# fill reads smaller steps and pauses between them, so page requests sharing the connection and
+# the interpreter are not queued behind it.
 READ_CHUNK = 2000
+FILL_CHUNK = 250
+FILL_PAUSE = 0.004
 # States a job can be in after Processing minted its ARK.
 ARK_STATES = frozenset({"Storing", "Recording", "Notify", "Completed", "Failed", "Deleted"})
 
@@ -158,7 +162,10 @@ class ReadIndex:
         self._shared: dict[tuple[str, ...], Any] = {}  # one object per distinct pair
         self._space: dict[str, dict[str, int]] = {}
         self._failed: dict[str, FailedFacts] = {}
-        self._failed_lock = threading.Lock()
+        # Whoever computes a figure many pages share (space, profile counts, the failed facts,
+        # batch states) holds this; a page asking meanwhile waits for that answer instead of
+        # reading the same nodes a second time (at start, the background fill is computing).
+        self._compute = threading.RLock()
         # Search: key -> jid (or a tuple of jids when several jobs share a key).
         self._keys: dict[str, str | tuple[str, ...]] = {}
         self._no_ark: set[str] = set()  # jobs whose identifiers had no ARK when last read
@@ -339,8 +346,20 @@ class ReadIndex:
         found = listing.derived.get(key)
         if found is not None:
             return found
-        facts = self.job_facts([jid for _p, jid in entries])
         wanted = submitter.lower()
+        if self.filling:
+            # At start: answer from the facts read so far (the page says the rest is loading)
+            # rather than reading them all for this page too; not kept.
+            with self._lock:
+                known = self._facts
+                return [
+                    e
+                    for e in entries
+                    if (f := known.get(e[1])) is not None
+                    and (not profile or f.profile == profile)
+                    and (not wanted or wanted in f.submitter.lower())
+                ]
+        facts = self.job_facts([jid for _p, jid in entries])
         found = [
             e
             for e in entries
@@ -380,6 +399,10 @@ class ReadIndex:
         """Every batch's state, status mtime and whether it has a status report; half-created
         batches are left out."""
         bids = self.batch_ids()  # settles
+        with self._compute:
+            return self._batch_states(bids)
+
+    def _batch_states(self, bids: list[str]) -> dict[str, BatchState]:
         with self._lock:
             known = set(bids)
             for gone in [b for b in self._batches if b not in known]:
@@ -469,7 +492,12 @@ class ReadIndex:
         """Jobs of a state per profile ("" when unknown), computed once per folder change."""
         listing = self._listing(paths.job_state_folder(state))
         counts = listing.derived.get("profile-counts")
-        if counts is None:
+        if counts is not None:
+            return counts
+        with self._compute:
+            counts = listing.derived.get("profile-counts")
+            if counts is not None:
+                return counts
             jids = [jid for _p, jid in self._entries(listing, "run")]
             facts = self.job_facts(jids)
             counts = {}
@@ -477,17 +505,22 @@ class ReadIndex:
                 profile = facts[jid].profile if jid in facts else ""
                 counts[profile] = counts.get(profile, 0) + 1
             listing.derived["profile-counts"] = counts
-        return counts
+            return counts
 
     def space_total(self, state: str) -> int:
         """Sum of ``space_needed`` over the jobs of a state, computed once per folder change."""
         listing = self._listing(paths.job_state_folder(state))
         total = listing.derived.get("space-total")
-        if total is None:
+        if total is not None:
+            return total
+        with self._compute:
+            total = listing.derived.get("space-total")
+            if total is not None:
+                return total
             jids = [jid for _p, jid in self._entries(listing, "run")]
             total = sum(self.space_needed(state, jids).values())
             listing.derived["space-total"] = total
-        return total
+            return total
 
     def job_facts(self, jids: Sequence[str]) -> dict[str, JobFacts]:
         """Profile and submitter of each job; unreadable jobs are left out."""
@@ -592,7 +625,7 @@ class ReadIndex:
         cached = listing.derived.get("failed-facts")
         if cached is not None:
             return cached
-        with self._failed_lock:  # one reader computes; others asking meanwhile wait for it
+        with self._compute:  # one reader computes; others asking meanwhile wait for it
             cached = listing.derived.get("failed-facts")
             if cached is not None:
                 return cached
@@ -644,7 +677,9 @@ class ReadIndex:
             return [], complete
         return ([found] if isinstance(found, str) else list(found)), complete
 
-    def sync_jobs(self, *, progress: Callable[[int], None] | None = None) -> None:
+    def sync_jobs(
+        self, *, progress: Callable[[int], None] | None = None, chunk: int = READ_CHUNK
+    ) -> None:
         """Read the jobs new in any state folder since the last sync, for facts and search.
 
         The first sync reads every job (the background fill does it at start); later ones only
@@ -664,11 +699,11 @@ class ReadIndex:
                     if state in ARK_STATES
                     else []
                 )
-            for start in range(0, max(len(config), len(ids)), READ_CHUNK):
-                self._read_jobs(config[start : start + READ_CHUNK], ids[start : start + READ_CHUNK])
+            for start in range(0, max(len(config), len(ids)), chunk):
+                self._read_jobs(config[start : start + chunk], ids[start : start + chunk])
                 if progress is not None:
-                    progress(len(config[start : start + READ_CHUNK]))
-                time.sleep(0)  # let page requests in between chunks
+                    progress(len(config[start : start + chunk]))
+                    time.sleep(FILL_PAUSE)  # let page requests in between the fill's steps
             with self._lock:
                 self._synced[state] = members
         with self._lock:
@@ -709,7 +744,7 @@ class ReadIndex:
 
             step(0)
             with self._sync_lock:
-                self.sync_jobs(progress=step)
+                self.sync_jobs(progress=step, chunk=FILL_CHUNK)
         finally:
             self._fill_stage = ""
             with self._lock:

@@ -1,0 +1,585 @@
+"""Every page and API view timed over HTTP through daphne: ``python bench/http_pages.py``.
+
+For each queue size (default 1,000 and 100,000 jobs; ``--huge`` adds 1,000,000) it starts a
+ZooKeeper of its own, loads it with the bulk loader (``queues/zk/bulk.py``, the same queue as
+``bench/pages.py``), restarts ZooKeeper once (so the snapshot it writes at start holds the whole
+tree, and its size can be printed) and starts a real daphne process on loopback serving the
+console (``mrtadmin.asgi``, with its background fill of the read index), logged in over HTTP as
+a superuser (pages) and with an API token (API views, ``/metrics``).
+
+Cold: for each page, daphne is stopped and started again (a real restart: a new process, an
+empty read index), and the page is asked for as soon as ``/healthz`` answers; the time of that
+first request is printed, with "loading" when the page said the index was still being filled.
+Warm: once the fill is done (``/api/failed`` no longer says ``loading``), the sizes are timed in
+alternating rounds (a warm-up request, then ``--per-round`` timed requests per page and size),
+so that whatever else the machine does weighs on both alike. Printed: median and 95th percentile
+per page and size, the ratio of the largest size's median to the smallest's (and of the cold
+times), flagged when over 1.5x; daphne's resident memory (after the fill, after timing, peak);
+ZooKeeper's node count, snapshot size and data folder per size; searches that did not find
+their job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ROOT, machine, median, p95, setup_django
+
+TARGET_RATIO = 1.5
+USER, PASSWORD = "bench", "bench-password-1"
+FILL_TIMEOUT = 1800.0
+
+
+@dataclass
+class Timings:
+    times: list[float] = field(default_factory=list)
+    error: str = ""
+    missed: int = 0  # searches whose answer did not name the job searched for
+    kib: float = 0.0  # size of the last answer (what the page shows)
+    cold: float | None = None
+    cold_loading: bool = False
+
+    @property
+    def median_ms(self) -> float:
+        return median(self.times) * 1000 if self.times else float("nan")
+
+    @property
+    def p95_ms(self) -> float:
+        return p95(self.times) * 1000 if self.times else float("nan")
+
+
+# name -> (kind, url template); kind "page" (session) or "api" (token). Templates use the
+# fields of Targets; {i} varies the job, batch or search target per request.
+PAGES: list[tuple[str, str, str]] = [
+    ("overview", "page", "/"),
+    ("batch list", "page", "/batches/"),
+    ("batch page", "page", "/batches/{bid}/"),
+    ("job list, largest state", "page", "/jobs/?state={largest}"),
+    ("job list, one collection", "page", "/jobs/?state={largest}&profile=bench_collection_03"),
+    ("job page", "page", "/jobs/{jid}/"),
+    ("search by local id", "page", "/jobs/?q={local}"),
+    ("search by ARK", "page", "/jobs/?q={ark}"),
+    ("failed, by batch", "page", "/failed/"),
+    ("failed, by step", "page", "/failed/?group=step"),
+    ("failed, one batch open", "page", "/failed/?group=batch&open={failed_bid}"),
+    ("reports", "page", "/reports/"),
+    ("holds", "page", "/holds/"),
+    ("access", "page", "/access/"),
+    ("audit", "page", "/audit/"),
+    ("bulk runs", "page", "/bulk/"),
+    ("tokens", "page", "/tokens/"),
+    ("submit", "page", "/submit/"),
+    ("consistency check", "page", "/consistency/"),
+    ("/metrics", "api", "/metrics"),
+    ("/healthz", "api", "/healthz"),
+    ("api overview", "api", "/api/overview"),
+    ("api jobs, largest state", "api", "/api/jobs?state={largest}"),
+    ("api jobs, search", "api", "/api/jobs?q={local}"),
+    ("api job", "api", "/api/jobs/{jid}"),
+    ("api failed", "api", "/api/failed"),
+    ("api batches", "api", "/api/batches"),
+    ("api batch", "api", "/api/batches/{bid}"),
+    ("api access", "api", "/api/access"),
+    ("api holds", "api", "/api/holds"),
+    ("api reports", "api", "/api/reports"),
+    ("api consistency", "api", "/api/consistency"),
+    ("api audit", "api", "/api/audit"),
+]
+SEARCHES = ("search by local id", "search by ARK", "api jobs, search")
+# Full checks by design (they read the whole tree when asked): fewer timed requests.
+SLOW = ("consistency check", "api consistency")
+
+
+@dataclass
+class Targets:
+    """What the URLs of one queue name: jobs, batches and search keys picked from the load."""
+
+    largest: str
+    jids: list[str]
+    bids: list[str]
+    failed_bids: list[str]
+    searched: list[str]  # Completed jobs searched for (they have a local ID and an ARK)
+
+    def url(self, template: str, i: int) -> tuple[str, str]:
+        """The URL of the i-th request, and the job ID it must show ("" when none)."""
+        jid = self.searched[i % len(self.searched)]
+        values = {
+            "largest": self.largest,
+            "jid": self.jids[i % len(self.jids)],
+            "bid": self.bids[i % len(self.bids)],
+            "failed_bid": self.failed_bids[i % len(self.failed_bids)],
+            "local": f"local-{jid[-7:]}",
+            "ark": f"ark:/99999/fk4{jid[-8:]}",
+        }
+        wanted = jid if ("{local}" in template or "{ark}" in template) else ""
+        return template.format(**values), wanted
+
+
+class Console:
+    """One daphne process serving the console against one queue."""
+
+    def __init__(self, size: int, hosts: str, env: dict[str, str], scratch: Path) -> None:
+        self.size = size
+        self.hosts = hosts
+        self.env = {**env, "ZK_HOSTS": hosts}
+        self.log = scratch / f"daphne-{size}.log"
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.session: Any = None
+        self.token = ""
+        self.started_at = 0.0
+        self.first_answer = 0.0
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        from queues.zk.server import free_port
+
+        self.port = free_port()
+        self.started_at = time.monotonic()
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    str(ROOT / ".venv/bin/daphne"),
+                    "-b",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "mrtadmin.asgi:application",
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        import requests
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daphne exited; see {self.log}")
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"{self.base}/healthz", timeout=5).status_code == 200:
+                    self.first_answer = time.monotonic() - self.started_at
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"daphne did not answer within 120 s; see {self.log}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def rss_mib(self, field_name: str = "VmRSS") -> float:
+        if self.proc is None:
+            return float("nan")
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(f"{field_name}:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def log_in(self) -> None:
+        """A browser's login: the form's CSRF cookie and token, then the session cookie."""
+        import requests
+
+        session = requests.Session()
+        form = session.get(f"{self.base}/login/", timeout=30)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
+        answer = session.post(
+            f"{self.base}/login/",
+            data={
+                "username": USER,
+                "password": PASSWORD,
+                "csrfmiddlewaretoken": token.group(1) if token else "",
+            },
+            headers={"Referer": f"{self.base}/login/"},
+            timeout=30,
+            allow_redirects=False,
+        )
+        if answer.status_code != 302:
+            raise RuntimeError(f"login answered {answer.status_code}")
+        self.session = session
+
+    def get(self, kind: str, url: str) -> tuple[float, int, str]:
+        import requests
+
+        headers = {"Authorization": f"Bearer {self.token}"} if kind == "api" else {}
+        client = self.session if kind == "page" else requests
+        began = time.perf_counter()
+        response = client.get(f"{self.base}{url}", headers=headers, timeout=600)
+        body = response.text  # read to the end: the whole answer is timed
+        return time.perf_counter() - began, response.status_code, body
+
+    def wait_until_filled(self) -> float:
+        """Seconds from the start until the read index's background fill is done."""
+        deadline = time.monotonic() + FILL_TIMEOUT
+        while time.monotonic() < deadline:
+            _t, status, body = self.get("api", "/api/failed")
+            # (a console from before the background fill has no "loading": filled at once)
+            if status == 200 and ('"loading": ""' in body or '"loading"' not in body):
+                return time.monotonic() - self.started_at
+            time.sleep(0.25)
+        raise RuntimeError(f"the read index of {self.size} jobs was not filled in time")
+
+
+def loading_said(body: str) -> bool:
+    return 'id="index-loading"' in body or ('"loading": "' in body and '"loading": ""' not in body)
+
+
+@dataclass
+class Queue:
+    size: int
+    batches: int
+    server: Any  # LocalZooKeeper
+    targets: Targets
+    load_seconds: float
+    nodes: int
+    znodes: str = "?"
+    snapshot_mib: float = float("nan")
+    data_mib: float = float("nan")
+
+
+def batches_for(size: int) -> int:
+    """100 batches for 1,000 jobs (a full batch-list page), 50 jobs a batch from 100,000 on."""
+    return max(1, min(size // 10, max(100, size // 50)))
+
+
+def _folder_mib(folder: Path) -> float:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1024**2
+
+
+def load_queue(size: int, batches: int, scratch: Path) -> Queue:
+    from bench.load import load
+    from queues.zk.server import LocalZooKeeper, four_letter, free_port
+
+    server = LocalZooKeeper(scratch / f"zk-{size}", free_port())
+    server.start()
+    print(f"loading {size} jobs in {batches} batches", flush=True)
+    began = time.monotonic()
+    result = load(server.hosts, jobs=size, batches=batches, quiet=size < 10_000)
+    seconds = time.monotonic() - began
+    # A restart makes the server write a snapshot of the whole tree as it starts.
+    server.stop()
+    server.start()
+    snapshots = sorted(
+        (server.directory / "data" / "version-2").glob("snapshot.*"),
+        key=lambda p: p.stat().st_mtime,
+    )
+    mntr = four_letter(server.port, "mntr") or ""
+    count = re.search(r"zk_znode_count\s+(\d+)", mntr)
+    rng = random.Random(7)
+    states = result.jobs_by_state
+    failed = set(states.get("Failed", []))
+    failed_bids: list[str] = []
+    if failed:
+        from queues import zk as zkmod
+
+        client = zkmod.connect(server.hosts)
+        try:
+            for jid in rng.sample(sorted(failed), min(25, len(failed))):
+                failed_bids.append(client.get(f"/jobs/{jid}/bid")[0].decode())
+        finally:
+            client.stop()
+            client.close()
+    targets = Targets(
+        largest=result.largest_state,
+        jids=rng.sample(states[result.largest_state], 25),
+        bids=rng.sample(result.batches, min(25, len(result.batches))),
+        failed_bids=failed_bids or result.batches[:1],
+        searched=rng.sample(states["Completed"], 25),
+    )
+    return Queue(
+        size=size,
+        batches=batches,
+        server=server,
+        targets=targets,
+        load_seconds=seconds,
+        nodes=result.nodes,
+        znodes=count.group(1) if count else "?",
+        snapshot_mib=snapshots[-1].stat().st_size / 1024**2 if snapshots else float("nan"),
+        data_mib=_folder_mib(server.directory / "data"),
+    )
+
+
+def prepare_database(env: dict[str, str]) -> str:
+    """Migrate the benchmark's own database, create its superuser; returns an API token."""
+    os.environ.update(env)
+    setup_django()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from queues.audit import ApiToken
+
+    call_command("migrate", verbosity=0, interactive=False)
+    call_command("setupconsole", stdout=io.StringIO())
+    user_model = get_user_model()
+    user = user_model.objects.filter(username=USER).first()
+    if user is None:
+        user = user_model.objects.create_superuser(USER, "bench@example.org", PASSWORD)
+    _token, key = ApiToken.issue(user=user, name="bench")
+    return key
+
+
+def wanted_page(name: str, only: list[str], skip: list[str]) -> bool:
+    if only and not any(word in name for word in only):
+        return False
+    return not any(word in name for word in skip)
+
+
+def time_cold(
+    console: Console, queue: Queue, figures: dict[str, Timings], only: list[str], skip: list[str]
+) -> None:
+    for i, (name, kind, template) in enumerate(PAGES):
+        if not wanted_page(name, only, skip):
+            continue
+        console.restart()
+        url, _wanted = queue.targets.url(template, i)
+        elapsed, status, body = console.get(kind, url)
+        timing = figures[name]
+        if status != 200:
+            timing.error = f"{url} answered {status} cold"
+            continue
+        timing.cold = elapsed
+        timing.cold_loading = loading_said(body)
+        print(f"  cold {queue.size}: {name} {elapsed * 1000:.0f} ms", flush=True)
+
+
+def time_warm(
+    consoles: list[Console],
+    queues: list[Queue],
+    figures: dict[int, dict[str, Timings]],
+    *,
+    rounds: int,
+    per_round: int,
+    only: list[str],
+    skip: list[str],
+    slow: bool,
+) -> None:
+    """Time the pages (``slow``: only the full checks, else every other page)."""
+    for r in range(rounds):
+        for name, kind, template in PAGES:
+            if not wanted_page(name, only, skip) or (name in SLOW) != slow:
+                continue
+            count = 1 if name in SLOW else per_round
+            for console, queue in zip(consoles, queues, strict=True):
+                timing = figures[queue.size][name]
+                if timing.error:
+                    continue
+                base = r * (per_round + 1)
+                url, _w = queue.targets.url(template, base)
+                _t, status, _b = console.get(kind, url)  # warm-up
+                if status != 200:
+                    timing.error = f"{url} answered {status}"
+                    continue
+                for k in range(count):
+                    url, wanted = queue.targets.url(template, base + 1 + k)
+                    elapsed, status, body = console.get(kind, url)
+                    if status != 200:
+                        timing.error = f"{url} answered {status}"
+                        break
+                    if wanted and wanted not in body:
+                        timing.missed += 1
+                    timing.times.append(elapsed)
+                    timing.kib = len(body.encode()) / 1024
+
+
+def _kib(value: float) -> str:
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
+def _verdict(ratio: float) -> str:
+    return "ok" if ratio <= TARGET_RATIO else f"OVER {TARGET_RATIO}x"
+
+
+def table(figures: dict[int, dict[str, Timings]], sizes: list[int]) -> list[str]:
+    small, large = sizes[0], sizes[-1]
+    head = f"  {'page / API view':<26}"
+    for size in sizes:
+        head += f"{f'{size} jobs: median':>20}{'p95':>9}"
+    head += f"{'ratio':>8}      answer size"
+    lines = [head]
+    for name, _kind, _t in PAGES:
+        if not any(figures[s][name].times or figures[s][name].error for s in sizes):
+            continue
+        row = f"  {name:<26}"
+        errors = [figures[s][name].error for s in sizes if figures[s][name].error]
+        if errors:
+            lines.append(f"{row}not measured: {errors[0]}")
+            continue
+        for size in sizes:
+            t = figures[size][name]
+            row += f"{t.median_ms:>17.1f} ms{t.p95_ms:>6.1f} ms"
+        ratio = figures[large][name].median_ms / figures[small][name].median_ms
+        row += f"{ratio:>7.2f}x  {_verdict(ratio):<10}"
+        row += " / ".join(_kib(figures[s][name].kib) for s in sizes) + " KiB"
+        missed = [
+            f"{figures[s][name].missed} of {len(figures[s][name].times)} missed at {s}"
+            for s in sizes
+            if figures[s][name].missed
+        ]
+        if missed:
+            row += "  SEARCH MISSED " + ", ".join(missed)
+        lines.append(row)
+    return lines
+
+
+def cold_table(figures: dict[int, dict[str, Timings]], sizes: list[int]) -> list[str]:
+    small, large = sizes[0], sizes[-1]
+    lines = [
+        f"  {'page / API view':<26}"
+        + "".join(f"{f'{s} jobs':>16}" for s in sizes)
+        + f"{'ratio':>8}"
+    ]
+    for name, _kind, _t in PAGES:
+        if name not in figures[small] or any(figures[s][name].cold is None for s in sizes):
+            continue
+        row = f"  {name:<26}"
+        for size in sizes:
+            t = figures[size][name]
+            note = "*" if t.cold_loading else " "
+            row += f"{t.cold * 1000:>13.0f} ms{note}"
+        ratio = figures[large][name].cold / figures[small][name].cold
+        lines.append(f"{row}{ratio:>7.2f}x  {_verdict(ratio)}")
+    lines.append("  * the page said the read index was still loading")
+    return lines
+
+
+@contextlib.contextmanager
+def scratch_folder() -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="mrt-bench-http-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 100_000])
+    parser.add_argument("--huge", action="store_true", help="add 1,000,000 jobs (long)")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--per-round", type=int, default=5, help="timed requests per round")
+    parser.add_argument("--pages", nargs="*", default=[], help="only pages whose name has one")
+    parser.add_argument("--skip", nargs="*", default=[], help="leave out pages whose name has one")
+    parser.add_argument("--no-cold", action="store_true", help="skip the cold (restart) pass")
+    args = parser.parse_args(argv)
+    sizes = sorted(set(args.sizes + ([1_000_000] if args.huge else [])))
+    os.environ.setdefault("ZK_LOCAL_HEAP", "3g")
+    lines: list[str] = []
+    with scratch_folder() as scratch:
+        env = {
+            **os.environ,
+            "MRT_VAR_DIR": str(scratch / "var"),
+            "MRT_DATABASE_PATH": str(scratch / "bench.sqlite3"),
+            "DJANGO_SECRET_KEY": "bench-" + "x" * 50,
+            "DJANGO_SETTINGS_MODULE": "mrtadmin.settings",
+            "MRT_OWN_STEPS": "",
+        }
+        env.pop("DATABASE_URL", None)
+        token = prepare_database(env)
+        queues: list[Queue] = []
+        consoles: list[Console] = []
+        try:
+            for size in sizes:
+                queues.append(load_queue(size, batches_for(size), scratch))
+            for queue in queues:
+                console = Console(queue.size, queue.server.hosts, env, scratch)
+                console.token = token
+                consoles.append(console)
+            figures = {q.size: {n: Timings() for n, _k, _t in PAGES} for q in queues}
+            starts: dict[int, tuple[float, float]] = {}
+            for console, queue in zip(consoles, queues, strict=True):
+                console.start()
+                console.log_in()
+                if not args.no_cold:
+                    print(f"cold pass, {queue.size} jobs (daphne restarted before each page)")
+                    time_cold(console, queue, figures[queue.size], args.pages, args.skip)
+                    console.restart()
+                starts[queue.size] = (console.first_answer, console.wait_until_filled())
+            rss_filled = {c.size: c.rss_mib() for c in consoles}
+            print("warm pass", flush=True)
+            for slow in (False, True):  # the full checks last: they read the whole tree
+                time_warm(
+                    consoles,
+                    queues,
+                    figures,
+                    rounds=args.rounds,
+                    per_round=args.per_round,
+                    only=args.pages,
+                    skip=args.skip,
+                    slow=slow,
+                )
+                if not slow:
+                    rss_timed = {c.size: c.rss_mib() for c in consoles}
+            lines.append(
+                f"Every page and API view over HTTP through daphne (a real server process on "
+                f"loopback), {args.rounds * args.per_round} timed requests per page and size "
+                f"after the read index is filled (consistency: {args.rounds}):"
+            )
+            lines += table(figures, sizes)
+            if not args.no_cold:
+                lines.append(
+                    "First request right after a real restart of daphne (cold: a new process, "
+                    "its read index filling in the background):"
+                )
+                lines += cold_table(figures, sizes)
+            for console, queue in zip(consoles, queues, strict=True):
+                first, filled = starts[queue.size]
+                lines.append(
+                    f"{queue.size} jobs: daphne answered {first:.1f} s after it was started, "
+                    f"read index filled after {filled:.1f} s"
+                )
+                lines.append(
+                    f"  web RSS: {rss_filled[queue.size]:.0f} MiB once filled, "
+                    f"{rss_timed[queue.size]:.0f} MiB after timing every page but the "
+                    f"consistency check, {console.rss_mib():.0f} MiB after it too, peak "
+                    f"{console.rss_mib('VmHWM'):.0f} MiB"
+                )
+                lines.append(
+                    f"  ZooKeeper: {queue.znodes} znodes, snapshot {queue.snapshot_mib:.1f} MiB, "
+                    f"data folder {queue.data_mib:.1f} MiB; loaded {queue.nodes} nodes in "
+                    f"{queue.load_seconds:.1f} s ({queue.batches} batches)"
+                )
+        finally:
+            for console in consoles:
+                console.stop()
+            for queue in queues:
+                queue.server.stop()
+    print()
+    for line in lines:
+        print(line)
+    print(f"Machine: {machine()}")
+    return lines
+
+
+if __name__ == "__main__":
+    main()
