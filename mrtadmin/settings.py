@@ -37,8 +37,7 @@ def env_bool(name: str, default: bool) -> bool:
     if value in FALSE_WORDS:
         return False
     raise ImproperlyConfigured(
-        f"environment variable {name} must be one of 1/0, true/false, yes/no, on/off, "
-        f"got {value!r}"
+        f"environment variable {name} must be one of 1/0, true/false, yes/no, on/off, got {value!r}"
     )
 
 
@@ -327,6 +326,15 @@ MRT_POSTER_MAX_BYTES = env_int("MRT_POSTER_MAX_BYTES", 1024**3)
 # ago are archived into the database and removed from ZooKeeper, a sweep every so many seconds.
 MRT_RETENTION_DAYS = env_float("MRT_RETENTION_DAYS", 30.0)
 MRT_RETENTION_SWEEP_SECONDS = env_float("MRT_RETENTION_SWEEP_SECONDS", 3600.0)
+# The operator's cockpit: step history kept this many days; "stuck" is past FACTOR x a step's
+# p95 (never under MIN), or past STUCK_SECONDS while a step's history is thin; consumer processes
+# rewrite their registration this often, with this version (empty: git describe).
+MRT_STEP_HISTORY_DAYS = env_float("MRT_STEP_HISTORY_DAYS", 30.0)
+MRT_STUCK_SECONDS = env_float("MRT_STUCK_SECONDS", 3600.0)
+MRT_STUCK_FACTOR = env_float("MRT_STUCK_FACTOR", 3.0)
+MRT_STUCK_MIN_SECONDS = env_float("MRT_STUCK_MIN_SECONDS", 300.0)
+MRT_CONSUMER_PUBLISH_SECONDS = env_float("MRT_CONSUMER_PUBLISH_SECONDS", 5.0)
+MRT_VERSION = env("MRT_VERSION")
 # The fetch policy for every request made for a depositor (queues/steps/netpolicy.py):
 # addresses that may be fetched although they are loopback/private (comma-separated networks).
 MRT_FETCH_ALLOW = env("MRT_FETCH_ALLOW")

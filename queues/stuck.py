@@ -61,6 +61,7 @@ class StuckJob:
 
 
 def _setting(name: str, default: float) -> float:
+    # Tests and callers may leave a setting out of a trimmed settings object: the default then.
     return float(getattr(settings, name, default))
 
 

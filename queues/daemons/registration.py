@@ -35,7 +35,6 @@ from queues.zk.errors import is_connection_error
 
 log = logging.getLogger("queues.daemons")
 
-DEFAULT_PUBLISH_SECONDS = 5.0
 _version: str | None = None
 
 
@@ -43,7 +42,7 @@ def version() -> str:
     """``MRT_VERSION`` if set, else ``git describe`` of the checkout, else ``unknown``."""
     global _version
     if _version is None:
-        value = str(getattr(settings, "MRT_VERSION", "") or "").strip()
+        value = settings.MRT_VERSION.strip()
         if not value:
             try:
                 out = subprocess.run(
@@ -87,7 +86,7 @@ class ProcessObserver:
         self.publish_seconds = float(
             publish_seconds
             if publish_seconds is not None
-            else getattr(settings, "MRT_CONSUMER_PUBLISH_SECONDS", DEFAULT_PUBLISH_SECONDS)
+            else settings.MRT_CONSUMER_PUBLISH_SECONDS
         )
         self.recorder = StepRecorder(consumer=self.name, host=self.host) if record else None
         self._busy: dict[int, dict[str, Any]] = {}

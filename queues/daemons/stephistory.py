@@ -26,11 +26,10 @@ FLUSH_SECONDS = 2.0
 FLUSH_ROWS = 500
 MAX_PENDING = 50_000
 PRUNE_EVERY = 3600.0
-DEFAULT_DAYS = 30
 
 
 def retention_days() -> float:
-    return float(getattr(settings, "MRT_STEP_HISTORY_DAYS", DEFAULT_DAYS))
+    return float(settings.MRT_STEP_HISTORY_DAYS)
 
 
 def prune(*, now: datetime | None = None) -> int:
