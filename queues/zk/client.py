@@ -58,6 +58,7 @@ def _settings() -> ZkSettings:
         )
     return _settings_source()
 
+
 _lock = threading.Lock()
 _client: KazooClient | None = None
 _listeners: list[Callable[[str], None]] = []
