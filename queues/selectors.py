@@ -295,6 +295,8 @@ def _search(zk: Any, flt: JobFilter) -> tuple[list[Job | Broken], str]:
         if isinstance(item, Broken):
             found.append(item)
             continue
+        if flt.q.strip() not in zindex.search_keys(item.configuration, item.identifiers or {}):
+            continue  # the index keeps hashes of the keys: a collision
         if flt.state and item.state != flt.state:
             continue
         if not flt.state and item.state == "Deleted":
