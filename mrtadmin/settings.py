@@ -11,6 +11,7 @@ import secrets
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -188,7 +189,7 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
+DATABASES: dict[str, Any] = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": Path(env("MRT_DATABASE_PATH", str(MRT_VAR_DIR / "console.sqlite3"))),

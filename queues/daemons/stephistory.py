@@ -221,7 +221,7 @@ def _insert_sql() -> str:
 
     qn = connection.ops.quote_name
     meta = StepRecord._meta
-    columns = ", ".join(qn(meta.get_field(name).column) for name in COLUMNS)
+    columns = ", ".join(qn(str(getattr(meta.get_field(name), "column", name))) for name in COLUMNS)
     marks = ", ".join(["%s"] * len(COLUMNS))
     return f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES ({marks})"  # noqa: S608
 

@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.utils.http import url_has_allowed_host_and_scheme
+from django_htmx.middleware import HtmxDetails
 
 from queues.actions import ReasonRequired
 from queues.auth import role_required
@@ -27,6 +28,13 @@ from queues.zk.errors import (
     QueueHeld,
     is_connection_error,
 )
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request as django-htmx's middleware leaves it (``request.htmx``), for the type checker."""
+
+    htmx: HtmxDetails
+
 
 log = logging.getLogger(__name__)
 

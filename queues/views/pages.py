@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -31,7 +31,7 @@ from queues.zk import paths as zpaths
 from queues.zk.errors import NotFound, is_connection_error
 
 from . import cockpit
-from .common import console_view, error_response, querystring_without
+from .common import HtmxHttpRequest, console_view, error_response, querystring_without
 
 
 def _link(name: str, **query: str) -> str:
@@ -39,19 +39,17 @@ def _link(name: str, **query: str) -> str:
 
 
 def _job_state_link(state: str) -> str | None:
-    """The job list of a state, for a diagram's node; none where the filter cannot show it
-    (the filter form lists Deleted once it offers it)."""
-    offered = {value for value, _label in JobFilterForm.base_fields["state"].choices}
-    return _link("jobs", state=state) if state in offered else None
+    """The job list of a state, for a diagram's node (the filter offers every job state)."""
+    return _link("jobs", state=state) if JOB.is_state(state) else None
 
 
-def _bad_form(request: HttpRequest, template: str, context: dict[str, Any]) -> HttpResponse:
+def _bad_form(request: HtmxHttpRequest, template: str, context: dict[str, Any]) -> HttpResponse:
     return render(request, template, context, status=400)
 
 
 @require_GET
 @console_view(VIEWER)
-def overview(request: HttpRequest) -> HttpResponse:
+def overview(request: HtmxHttpRequest) -> HttpResponse:
     ov = selectors.overview()
 
     def summary(counts: dict[str, selectors.StateCount]) -> tuple[dict, dict]:
@@ -99,7 +97,7 @@ def overview(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @console_view(VIEWER)
-def jobs(request: HttpRequest) -> HttpResponse:
+def jobs(request: HtmxHttpRequest) -> HttpResponse:
     form = JobFilterForm(request.GET or None)
     context: dict[str, Any] = {"form": form, "states": JOB.states}
     if request.GET and not form.is_valid():
@@ -138,7 +136,7 @@ def _bulk_actions(user: Any, state: str) -> list[str]:
     return names
 
 
-def job_context(request: HttpRequest, jid: str) -> dict[str, Any]:
+def job_context(request: HtmxHttpRequest, jid: str) -> dict[str, Any]:
     """What the job page shows; also re-rendered in place after an htmx action on it."""
     detail = selectors.job_detail(jid=jid)
     svg = None
@@ -171,7 +169,7 @@ def job_context(request: HttpRequest, jid: str) -> dict[str, Any]:
 
 @require_GET
 @console_view(VIEWER)
-def job(request: HttpRequest, jid: str) -> HttpResponse:
+def job(request: HtmxHttpRequest, jid: str) -> HttpResponse:
     try:
         context = job_context(request, jid)
     except NotFound:
@@ -184,7 +182,7 @@ def job(request: HttpRequest, jid: str) -> HttpResponse:
 
 @require_GET
 @console_view(VIEWER)
-def batches(request: HttpRequest) -> HttpResponse:
+def batches(request: HtmxHttpRequest) -> HttpResponse:
     form = BatchFilterForm(request.GET or None)
     context: dict[str, Any] = {"form": form}
     if request.GET and not form.is_valid():
@@ -207,7 +205,7 @@ def batches(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @console_view(VIEWER)
-def batch(request: HttpRequest, bid: str) -> HttpResponse:
+def batch(request: HtmxHttpRequest, bid: str) -> HttpResponse:
     try:
         detail = selectors.batch_detail(bid=bid)
     except NotFound:
@@ -242,7 +240,7 @@ def batch(request: HttpRequest, bid: str) -> HttpResponse:
 
 @require_GET
 @console_view(VIEWER)
-def failed(request: HttpRequest) -> HttpResponse:
+def failed(request: HtmxHttpRequest) -> HttpResponse:
     form = FailedFilterForm(request.GET or None)
     if request.GET and not form.is_valid():
         return _bad_form(request, "queues/failed.html", {"form": form})
@@ -281,7 +279,7 @@ def failed(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @console_view(VIEWER)
-def reports(request: HttpRequest) -> HttpResponse:
+def reports(request: HtmxHttpRequest) -> HttpResponse:
     try:
         number = max(1, int(request.GET.get("page", "1")))
     except ValueError:
@@ -298,7 +296,7 @@ def reports(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @console_view(VIEWER)
-def holds(request: HttpRequest) -> HttpResponse:
+def holds(request: HtmxHttpRequest) -> HttpResponse:
     held = request.GET.get("held", "")
     just_held = held if zpaths.PROFILE_RE.fullmatch(held) else ""
     return render(request, "queues/holds.html", cockpit.holds_context(just_held=just_held))
@@ -306,7 +304,7 @@ def holds(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @console_view(VIEWER)
-def access(request: HttpRequest) -> HttpResponse:
+def access(request: HtmxHttpRequest) -> HttpResponse:
     form = AccessFilterForm(request.GET or None)
     if request.GET and not form.is_valid():
         return _bad_form(request, "queues/access.html", {"form": form, "items": []})
@@ -321,7 +319,7 @@ def access(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @console_view(VIEWER)
-def consistency(request: HttpRequest) -> HttpResponse:
+def consistency(request: HtmxHttpRequest) -> HttpResponse:
     report = selectors.consistency_report()
     return render(
         request,
@@ -334,7 +332,7 @@ def consistency(request: HttpRequest) -> HttpResponse:
 
 
 @console_view(VIEWER)
-def submit(request: HttpRequest) -> HttpResponse:
+def submit(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST":
         from .writes import submit as submit_post
 
@@ -348,7 +346,7 @@ def submit(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @console_view(VIEWER)
-def audit(request: HttpRequest) -> HttpResponse:
+def audit(request: HtmxHttpRequest) -> HttpResponse:
     entries = AuditEntry.objects.all()
     filters = {}
     for field in ("username", "kind", "action", "item_id"):
@@ -374,7 +372,7 @@ def _bulk_runs() -> Any:
 
 @require_GET
 @console_view(VIEWER)
-def bulk_runs(request: HttpRequest) -> HttpResponse:
+def bulk_runs(request: HtmxHttpRequest) -> HttpResponse:
     runs = _bulk_runs()[:50]
     return render(
         request,
@@ -385,7 +383,7 @@ def bulk_runs(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @console_view(VIEWER)
-def bulk_run(request: HttpRequest, pk: int) -> HttpResponse:
+def bulk_run(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(_bulk_runs(), pk=pk)
     return render(
         request,
@@ -396,9 +394,11 @@ def bulk_run(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_GET
 @console_view(VIEWER)
-def tokens(request: HttpRequest) -> HttpResponse:
+def tokens(request: HtmxHttpRequest) -> HttpResponse:
     visible = (
-        ApiToken.objects.all() if has_role(request.user, ADMIN) else request.user.api_tokens.all()
+        ApiToken.objects.all()
+        if has_role(request.user, ADMIN)
+        else ApiToken.objects.filter(user__username=request.user.get_username())
     )
     return render(
         request,
@@ -408,7 +408,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-def zk_health(request: HttpRequest) -> HttpResponse:
+def zk_health(request: HtmxHttpRequest) -> HttpResponse:
     """The banner fragment base.html polls: empty while ZooKeeper answers."""
     try:
         selectors.job_state_counts()

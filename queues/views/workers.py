@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -22,7 +22,7 @@ from queues.auth import OPERATOR, VIEWER, may
 from queues.selectors import zk_client
 from queues.zk import consumers as zconsumers
 
-from .common import console_view, redirect_after_post
+from .common import HtmxHttpRequest, console_view, redirect_after_post
 
 STALE_AFTER = 3  # publish intervals without a write before a registration is called stale
 
@@ -86,7 +86,7 @@ def consumers_context(user: Any) -> dict[str, Any]:
 
 @require_GET
 @console_view(VIEWER)
-def consumers(request: HttpRequest) -> HttpResponse:
+def consumers(request: HtmxHttpRequest) -> HttpResponse:
     context = consumers_context(request.user)
     htmx = getattr(request, "htmx", None)
     if htmx and htmx.target == "consumers-live":
@@ -96,7 +96,7 @@ def consumers(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @console_view(OPERATOR)
-def consumer_drain(request: HttpRequest, name: str, verb: str) -> HttpResponse:
+def consumer_drain(request: HtmxHttpRequest, name: str, verb: str) -> HttpResponse:
     """Ask a process to stop claiming (``drain``) or to claim again (``undrain``); audited."""
     zconsumers.name(name)
     # A refusal (role, a process that is gone) is audited by perform and answered by
@@ -119,7 +119,7 @@ def consumer_drain(request: HttpRequest, name: str, verb: str) -> HttpResponse:
 
 @require_GET
 @console_view(VIEWER)
-def history_page(request: HttpRequest) -> HttpResponse:
+def history_page(request: HtmxHttpRequest) -> HttpResponse:
     range_name = request.GET.get("range", "24h")
     if range_name not in history.RANGES:
         range_name = "24h"
@@ -142,7 +142,7 @@ def history_page(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @console_view(VIEWER)
-def stuck_jobs(request: HttpRequest) -> HttpResponse:
+def stuck_jobs(request: HtmxHttpRequest) -> HttpResponse:
     """Every stuck job with why, and the consumer holding it now (if one registered does)."""
     zk = zk_client()
     found = stuck.find_stuck(zk)

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http import HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -34,27 +34,34 @@ from queues.zk import paths as zpaths
 from queues.zk.errors import DomainError, NotFound
 
 from . import cockpit
-from .common import console_view, error_response, fragment, redirect_after_post, safe_next
+from .common import (
+    HtmxHttpRequest,
+    console_view,
+    error_response,
+    fragment,
+    redirect_after_post,
+    safe_next,
+)
 from .pages import job_context
 
 # Actions after which the item is no longer there to show.
 GONE = ("delete", REMOVE)
 
 
-def _form(request: HttpRequest) -> ActionForm:
+def _form(request: HtmxHttpRequest) -> ActionForm:
     form = ActionForm(request.POST)
     if not form.is_valid():
         raise ValueError(f"bad action input: {form.errors.as_text()}")
     return form
 
 
-def _report(request: HttpRequest, outcomes: list[Any]) -> None:
+def _report(request: HtmxHttpRequest, outcomes: list[Any]) -> None:
     for outcome in outcomes:
         messages.success(request, f"Done: {outcome}")
 
 
 def _act(
-    request: HttpRequest,
+    request: HtmxHttpRequest,
     *,
     kind: str,
     action: str,
@@ -77,7 +84,7 @@ def _act(
 
 
 def _confirm(
-    request: HttpRequest, *, kind: str, action: str, item_id: str, preview: dict[str, Any]
+    request: HtmxHttpRequest, *, kind: str, action: str, item_id: str, preview: dict[str, Any]
 ) -> HttpResponse:
     require_action(request.user, kind, action)
     return render(
@@ -94,7 +101,7 @@ def _confirm(
 
 
 @console_view(VIEWER)
-def job_action(request: HttpRequest, jid: str, action: str) -> HttpResponse:
+def job_action(request: HtmxHttpRequest, jid: str, action: str) -> HttpResponse:
     if request.method == "GET":
         if not actions.is_destructive("job", action):
             return HttpResponseNotAllowed(["POST"])
@@ -124,7 +131,7 @@ def job_action(request: HttpRequest, jid: str, action: str) -> HttpResponse:
 
 
 @console_view(VIEWER)
-def batch_action(request: HttpRequest, bid: str, action: str) -> HttpResponse:
+def batch_action(request: HtmxHttpRequest, bid: str, action: str) -> HttpResponse:
     if request.method == "GET":
         if not actions.is_destructive("batch", action):
             return HttpResponseNotAllowed(["POST"])
@@ -153,7 +160,7 @@ def batch_action(request: HttpRequest, bid: str, action: str) -> HttpResponse:
 
 
 @console_view(VIEWER)
-def access_action(request: HttpRequest, queue: str, qid: str, action: str) -> HttpResponse:
+def access_action(request: HtmxHttpRequest, queue: str, qid: str, action: str) -> HttpResponse:
     if request.method == "GET":
         if not actions.is_destructive("access", action):
             return HttpResponseNotAllowed(["POST"])
@@ -188,7 +195,7 @@ def access_action(request: HttpRequest, queue: str, qid: str, action: str) -> Ht
 
 
 def _holds_response(
-    request: HttpRequest, form: ActionForm | None = None, *, just_held: str = ""
+    request: HtmxHttpRequest, form: ActionForm | None = None, *, just_held: str = ""
 ) -> HttpResponse:
     if request.htmx:
         return fragment(
@@ -202,7 +209,7 @@ def _holds_response(
 
 
 @console_view(VIEWER)
-def queue_hold_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
+def queue_hold_action(request: HtmxHttpRequest, name: str, action: str) -> HttpResponse:
     """Holding a whole queue is confirmed on a page that says what it stops, with a reason
     (kept in the audit log and shown on the holds page); releasing is one click."""
     if request.method == "GET":
@@ -223,7 +230,7 @@ def queue_hold_action(request: HttpRequest, name: str, action: str) -> HttpRespo
 
 @require_POST
 @console_view(VIEWER)
-def collection_hold_action(request: HttpRequest, profile: str, action: str) -> HttpResponse:
+def collection_hold_action(request: HtmxHttpRequest, profile: str, action: str) -> HttpResponse:
     form = _act(
         request,
         kind="collection",
@@ -236,7 +243,7 @@ def collection_hold_action(request: HttpRequest, profile: str, action: str) -> H
 
 @require_POST
 @console_view(VIEWER)
-def collection_hold_new(request: HttpRequest) -> HttpResponse:
+def collection_hold_new(request: HtmxHttpRequest) -> HttpResponse:
     """The "hold a collection" form, where the profile is typed rather than in the URL."""
     form = CollectionHoldForm(request.POST)
     if not form.is_valid():
@@ -285,7 +292,7 @@ def _preview_states(kind: str, items: list[tuple[str, int | None]]) -> dict[str,
 
 
 def _bulk(
-    request: HttpRequest, *, kind: str, matching: Any, id_validator: Any, back: str
+    request: HtmxHttpRequest, *, kind: str, matching: Any, id_validator: Any, back: str
 ) -> HttpResponse:
     """Shared by the job and batch bulk forms: preview destructive ones, then run and report."""
     form = BulkForm(request.POST, id_validator=id_validator)
@@ -352,7 +359,7 @@ def _bulk(
 
 @require_POST
 @console_view(VIEWER)
-def jobs_bulk(request: HttpRequest) -> HttpResponse:
+def jobs_bulk(request: HtmxHttpRequest) -> HttpResponse:
     filter_form = JobFilterForm(request.POST)
     if not filter_form.is_valid():
         return error_response(request, f"bad filter: {filter_form.errors.as_text()}", 400)
@@ -372,7 +379,7 @@ def jobs_bulk(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @console_view(VIEWER)
-def failed_bulk(request: HttpRequest) -> HttpResponse:
+def failed_bulk(request: HtmxHttpRequest) -> HttpResponse:
     """Resume (or delete) failed jobs: the ticked ones or every one the failed filter matches."""
     filter_form = FailedFilterForm(request.POST)
     if not filter_form.is_valid():
@@ -393,7 +400,7 @@ def failed_bulk(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @console_view(VIEWER)
-def batches_bulk(request: HttpRequest) -> HttpResponse:
+def batches_bulk(request: HtmxHttpRequest) -> HttpResponse:
     def matching() -> tuple[list[tuple[str, int | None]], bool]:
         raise ValueError("batch bulk actions work on a selection")
 
@@ -408,7 +415,7 @@ def batches_bulk(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @console_view(VIEWER)
-def consistency_repair(request: HttpRequest) -> HttpResponse:
+def consistency_repair(request: HtmxHttpRequest) -> HttpResponse:
     form = _form(request)
     outcomes = actions.perform(
         user=request.user,
@@ -430,7 +437,7 @@ def consistency_repair(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @console_view(VIEWER)
-def submit(request: HttpRequest) -> HttpResponse:
+def submit(request: HtmxHttpRequest) -> HttpResponse:
     form = SubmitForm(request.POST)
     if not form.is_valid():
         return render(
@@ -452,7 +459,7 @@ def submit(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @console_view(VIEWER)
-def token_create(request: HttpRequest) -> HttpResponse:
+def token_create(request: HtmxHttpRequest) -> HttpResponse:
     form = TokenForm(request.POST)
     if not form.is_valid():
         return error_response(request, "a token needs a name", 400)
@@ -462,8 +469,9 @@ def token_create(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @console_view(VIEWER)
-def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
-    tokens = ApiToken.objects.all() if has_role(request.user, ADMIN) else request.user.api_tokens
+def token_revoke(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    mine = ApiToken.objects.filter(user__username=request.user.get_username())
+    tokens = ApiToken.objects.all() if has_role(request.user, ADMIN) else mine
     token = get_object_or_404(tokens, pk=pk)
     token.delete()
     messages.success(request, f"Token {token.name} revoked")
@@ -472,7 +480,7 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @console_view(VIEWER)
-def bulk_run_control(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
+def bulk_run_control(request: HtmxHttpRequest, pk: int, verb: str) -> HttpResponse:
     run = get_object_or_404(bulkrun.BulkRun.objects.defer("items"), pk=pk)
     if bulkrun.control(run, verb, user=request.user):
         done = "stopping after the item in hand" if verb == "stop" else "continues"

@@ -112,7 +112,10 @@ def test_holding_the_ingest_queue_is_confirmed_with_a_reason_shown_on_the_holds_
     assert locks.queue_held(zk, "ingest")
     holds = admin.get(reverse("holds")).content.decode()
     assert "storage &lt;b&gt;maintenance&lt;/b&gt;" in holds
-    entry = AuditEntry.objects.get(kind="queue", action="hold")
+    # The refusal without a reason is in the audit log too, as every refused action is.
+    refused = AuditEntry.objects.get(kind="queue", action="hold", ok=False)
+    assert "needs a reason" in refused.detail
+    entry = AuditEntry.objects.get(kind="queue", action="hold", ok=True)
     assert entry.reason == "storage <b>maintenance</b>"
 
 
