@@ -7,134 +7,48 @@ no action can reach a service without leaving its line in the audit log, refusal
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
 
-from queues import services
+from queues import catalogue, services
 from queues.audit import record
 from queues.auth import require_action
+from queues.models import bulk_summary, short_reason
 from queues.selectors import zk_client
-from queues.states import REMOVE, DomainError
-
-DESTRUCTIVE = frozenset(
-    {("job", "delete"), ("job", "fail"), ("batch", "delete"), ("access", "delete")}
-    | {(kind, REMOVE) for kind in ("job", "batch", "access")}
-    | {("consistency", "repair")}
-)
+from queues.states import DomainError
 
 
 class ReasonRequired(DomainError):
     """A destructive action was asked for without saying why."""
 
 
-# Not destructive, but stopping all ingest must say why (the holds page shows it).
-REASON_REQUIRED = DESTRUCTIVE | {("queue", "hold")}
-
-
 def is_destructive(kind: str, action: str) -> bool:
-    return (kind, action) in DESTRUCTIVE
+    found = catalogue.find(kind, action)
+    return found is not None and found.destructive
 
 
 def check_reason(kind: str, action: str, reason: str) -> None:
     """ReasonRequired when ``action`` needs a reason and none was given (every door)."""
-    if (kind, action) in REASON_REQUIRED and not reason.strip():
-        if kind == "queue":
-            raise ReasonRequired("holding a whole queue needs a reason")
+    found = catalogue.find(kind, action)
+    if found is not None and found.reason_required and not reason.strip():
+        if not found.destructive:
+            raise ReasonRequired(f"{action} on a {kind} needs a reason")
         raise ReasonRequired(f"{action} is destructive: give a reason")
-
-
-def _as_list(result: Any) -> list[services.Outcome]:
-    return list(result) if isinstance(result, list) else [result]
-
-
-def _repair(**_: Any) -> list[services.Outcome]:
-    from queues.zk.check import repair, run_check
-
-    zk = zk_client()
-    report = run_check(zk)
-    fixable = sum(1 for f in report.findings if f.repairable)
-    lines = repair(zk, report)
-    return [
-        services.Outcome(
-            "consistency",
-            "tree",
-            f"{fixable} repairable",
-            f"{len(lines)} changes",
-            "; ".join(lines)[:2000],
-        )
-    ]
-
-
-def _drain(name: str, reason: str, params: dict[str, Any], *, cancel: bool) -> services.Outcome:
-    """Ask a consumer process to stop claiming (or to claim again): queues/zk/consumers.py."""
-    from datetime import UTC, datetime
-
-    from queues.zk import consumers
-
-    zk = zk_client()
-    if cancel:
-        had = consumers.drain_cancel(zk, name)
-        return services.Outcome("consumer", name, "draining" if had else "running", "running")
-    info = {"by": params.get("by", ""), "at": datetime.now(UTC).isoformat(), "reason": reason}
-    consumers.drain_request(zk, name, info)
-    return services.Outcome("consumer", name, "running", "draining", "stops claiming")
-
-
-def _submit(**params: Any) -> services.Outcome:
-    bid = services.batch_submit(**params)
-    return services.Outcome("batch", bid, "", "Pending", "submitted")
 
 
 def _call(
     kind: str, action: str, item_id: str, version: int | None, reason: str, params: dict[str, Any]
 ) -> list[services.Outcome]:
-    runners: dict[tuple[str, str], Callable[[], Any]] = {
-        ("job", "fail"): lambda: services.job_fail(
-            jid=item_id, message=reason, expect_version=version
-        ),
-        **{
-            ("job", name): partial(fn, jid=item_id, expect_version=version)
-            for name, fn in services.JOB_ACTIONS.items()
-            if name != "fail"
-        },
-        **{
-            ("batch", name): partial(fn, bid=item_id, expect_version=version)
-            for name, fn in services.BATCH_ACTIONS.items()
-        },
-        ("batch", "submit"): lambda: _submit(**params),
-        ("access", "resume"): lambda: services.access_resume(
-            queue=params.get("queue", ""),
-            qid=item_id,
-            to=params.get("to") or "Pending",
-            expect_version=version,
-        ),
-        ("access", "delete"): lambda: services.access_remove(
-            queue=params.get("queue", ""), qid=item_id, expect_version=version
-        ),
-        ("access", REMOVE): lambda: services.access_remove_deleted(
-            queue=params.get("queue", ""), qid=item_id, expect_version=version
-        ),
-        ("queue", "hold"): lambda: services.queue_hold(name=item_id),
-        ("queue", "release"): lambda: services.queue_release(name=item_id),
-        ("collection", "hold"): lambda: services.collection_hold(profile=item_id),
-        ("collection", "release"): lambda: services.collection_release(
-            profile=item_id, release_jobs=bool(params.get("release_jobs"))
-        ),
-        ("consistency", "repair"): _repair,
-        ("consumer", "drain"): lambda: _drain(item_id, reason, params, cancel=False),
-        ("consumer", "undrain"): lambda: _drain(item_id, reason, params, cancel=True),
-    }
-    runner = runners.get((kind, action))
-    if runner is None:
+    found = catalogue.find(kind, action)
+    if found is None:
         raise PermissionDenied(f"there is no {action} action for a {kind}")
     # Fail fast while ZooKeeper is away instead of queueing the write behind a reconnect.
     zk_client()
-    return _as_list(runner())
+    result = found.run(catalogue.Call(item_id, version, reason, params))
+    return list(result) if isinstance(result, list) else [result]
 
 
 def perform(
@@ -200,15 +114,6 @@ class BulkResult:
         return bulk_summary(len(self.done), reasons)
 
 
-def bulk_summary(done: int, reasons: dict[str, int]) -> str:
-    """ "N done, M skipped (the three commonest reasons)" from skip reasons and their counts."""
-    text = f"{done} done, {sum(reasons.values())} skipped"
-    if reasons:
-        common = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
-        text += " (" + "; ".join(f"{n} x {why}" for why, n in common) + ")"
-    return text
-
-
 def check_bulk(*, user: Any, kind: str, action: str, reason: str) -> None:
     """What a bulk action needs before its first item: the role, and a reason if destructive."""
     require_action(user, kind, action)
@@ -246,11 +151,3 @@ def perform_bulk(
         except DomainError as exc:
             result.skipped.append((item_id, str(exc)))
     return result
-
-
-_ITEM_ID = re.compile(r"\b(?:jid|bid|qid)[0-9]{10}\b")
-
-
-def short_reason(why: str) -> str:
-    """The reason without the item ID, so that equal reasons group in the summary."""
-    return _ITEM_ID.sub("the item", why)

@@ -1,4 +1,5 @@
-"""The audit log of operator actions and the API tokens, the console's only own tables.
+"""Writing and reading the audit log of operator actions (its table and the API tokens' are in
+queues/models.py).
 
 Queue state never lives here: an entry records what a person asked for and what ZooKeeper said,
 so that "who deleted bid0000000042, and why?" has an answer after the batch is gone.
@@ -6,48 +7,12 @@ so that "who deleted bid0000000042, and why?" has an answer after the batch is g
 
 from __future__ import annotations
 
-import hashlib
 import re
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
-from django.db import models
-from django.utils import timezone
-
-
-class AuditEntry(models.Model):
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    # The user name is kept too: the entry must still say who acted after the user is removed.
-    username = models.CharField(max_length=150, blank=True)
-    at = models.DateTimeField(default=timezone.now, db_index=True)
-    action = models.CharField(max_length=40)
-    kind = models.CharField(max_length=20)
-    item_id = models.CharField(max_length=120, blank=True, db_index=True)
-    before = models.CharField(max_length=40, blank=True)
-    after = models.CharField(max_length=40, blank=True)
-    reason = models.TextField(blank=True)
-    detail = models.TextField(blank=True)
-    ok = models.BooleanField(default=True)
-    via = models.CharField(max_length=10, default="web")  # "web" or "api"
-
-    class Meta:
-        app_label = "queues"
-        ordering = ["-at", "-id"]
-        # The console's roles are groups holding these permissions (see setupconsole).
-        permissions = [
-            ("view_queues", "Can view the queues"),
-            ("operate_queues", "Can hold, release, resume and update reporting"),
-            ("administer_queues", "Can delete, fail, repair and hold queues"),
-        ]
-
-    def __str__(self) -> str:
-        return (
-            f"{self.at:%Y-%m-%d %H:%M:%S} {self.username} {self.action} {self.kind} {self.item_id}"
-        )
+from queues.models import ApiToken as ApiToken  # for the many importers of queues.audit
+from queues.models import AuditEntry
 
 
 def record(
@@ -78,47 +43,6 @@ def record(
         ok=ok,
         via=via,
     )
-
-
-def _digest(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
-class ApiToken(models.Model):
-    """A bearer token for the JSON API and /metrics. Only its SHA-256 is stored."""
-
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
-    )
-    name = models.CharField(max_length=100)
-    key_hash = models.CharField(max_length=64, unique=True)
-    prefix = models.CharField(max_length=8)  # shown in lists so a person can tell tokens apart
-    created = models.DateTimeField(default=timezone.now)
-    last_used = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        app_label = "queues"
-        ordering = ["-created"]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.prefix}…)"
-
-    @classmethod
-    def issue(cls, *, user: Any, name: str) -> tuple[ApiToken, str]:
-        """Create a token; the plain key is returned once and never stored."""
-        key = secrets.token_urlsafe(32)
-        token = cls.objects.create(user=user, name=name, key_hash=_digest(key), prefix=key[:8])
-        return token, key
-
-    @classmethod
-    def find(cls, key: str) -> ApiToken | None:
-        if not key:
-            return None
-        token = cls.objects.select_related("user").filter(key_hash=_digest(key)).first()
-        if token is None or not token.user.is_active:
-            return None
-        cls.objects.filter(pk=token.pk).update(last_used=timezone.now())
-        return token
 
 
 # "retry 2; failed in Downloading: HTTP 404 on payload": the detail of a resume's entry, which

@@ -27,12 +27,10 @@ from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
-log = logging.getLogger(__name__)
+from queues import catalogue
+from queues.roles import ADMIN, OPERATOR, ROLES, VIEWER
 
-VIEWER = "viewer"
-OPERATOR = "operator"
-ADMIN = "admin"
-ROLES = (VIEWER, OPERATOR, ADMIN)
+log = logging.getLogger(__name__)
 
 # The permission each role adds; a role includes the ones before it.
 ROLE_PERMISSION = {
@@ -46,30 +44,9 @@ ROLE_PERMISSIONS = {
     ADMIN: ("view_queues", "view_auditentry", "operate_queues", "administer_queues"),
 }
 
-# (kind, action) -> the role needed. Anything missing here is refused.
-ACTION_ROLES: dict[tuple[str, str], str] = {
-    ("job", "hold"): OPERATOR,
-    ("job", "release"): OPERATOR,
-    ("job", "resume"): OPERATOR,
-    ("job", "fail"): ADMIN,
-    ("job", "delete"): ADMIN,
-    ("job", "remove"): ADMIN,
-    ("batch", "remove"): ADMIN,
-    ("access", "remove"): ADMIN,
-    ("batch", "release"): OPERATOR,
-    ("batch", "update-reporting"): OPERATOR,
-    ("batch", "delete"): ADMIN,
-    ("batch", "submit"): OPERATOR,
-    ("access", "resume"): OPERATOR,
-    ("access", "delete"): ADMIN,
-    ("collection", "hold"): OPERATOR,
-    ("collection", "release"): OPERATOR,
-    ("queue", "hold"): ADMIN,
-    ("queue", "release"): ADMIN,
-    ("consistency", "repair"): ADMIN,
-    ("consumer", "drain"): OPERATOR,
-    ("consumer", "undrain"): OPERATOR,
-}
+# (kind, action) -> the role needed, from the one catalogue of actions. Anything missing is
+# refused.
+ACTION_ROLES: dict[tuple[str, str], str] = {a.key: a.role for a in catalogue.ACTIONS}
 
 
 def has_role(user: Any, role: str) -> bool:

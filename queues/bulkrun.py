@@ -20,114 +20,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
-from django.db import close_old_connections, models
+from django.db import close_old_connections
 from django.utils import timezone
 
 from queues import actions
 from queues.auth import require_action
+from queues.models import BulkRun
 from queues.zk.errors import DomainError
 
 log = logging.getLogger("queues.bulk")
 
 # How often a working daemon records its progress (and so proves it is alive).
 SAVE_EVERY = 0.5
-# A claimed run whose last heartbeat is older than this has lost its daemon.
-STALE_AFTER = timedelta(seconds=30)
-SKIPS_KEPT = 200
 LOST = "lost"  # _advance: another daemon continued the run
-
-
-class BulkRun(models.Model):
-    RUNNING, FINISHED, FAILED, STOPPED = "running", "finished", "failed", "stopped"
-
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    # Who pressed "Continue" last: the items after that are done in their name (and audited so).
-    continued_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    kind = models.CharField(max_length=20)
-    action = models.CharField(max_length=40)
-    reason = models.TextField(blank=True)
-    items = models.JSONField()  # [[item id, expected status version or null], ...]
-    total = models.IntegerField()  # len(items), so that the progress page never loads them
-    limited = models.BooleanField(default=False)  # the filter stopped at its scan limit
-    back = models.CharField(max_length=500, blank=True)  # the list the run was started from
-    via = models.CharField(max_length=10, default="web")  # "web" or "api", for the audit log
-    position = models.IntegerField(default=0)  # items handled so far
-    # Counts, and the first SKIPS_KEPT skips in full: the progress written twice a second must
-    # not grow with the run (each move is in the audit log anyway).
-    done = models.IntegerField(default=0)
-    skips = models.IntegerField(default=0)
-    reasons = models.JSONField(default=dict)  # why items were skipped -> how many
-    skipped = models.JSONField(default=list)  # [[item id, why], ...], the first SKIPS_KEPT
-    state = models.CharField(max_length=10, default=RUNNING)
-    stop_requested = models.BooleanField(default=False)  # "Stop" pressed; the daemon obeys
-    # The daemon working on it ("host:pid:n"); empty while it waits for one to claim it.
-    owner = models.CharField(max_length=200, blank=True, default="")
-    error = models.TextField(blank=True)
-    started = models.DateTimeField(default=timezone.now)
-    heartbeat = models.DateTimeField(default=timezone.now)
-    finished = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        app_label = "queues"
-        ordering = ["-started", "-id"]
-
-    def __str__(self) -> str:
-        return f"bulk run {self.pk}: {self.action} of {self.total} {self.kind}s"
-
-    @property
-    def percent(self) -> int:
-        return 100 * self.position // self.total if self.total else 100
-
-    @property
-    def waiting(self) -> bool:
-        """Recorded (or continued), not yet claimed by a bulk-runs daemon."""
-        return self.state == self.RUNNING and not self.owner
-
-    @property
-    def interrupted(self) -> bool:
-        return (
-            self.state == self.RUNNING
-            and bool(self.owner)
-            and timezone.now() - self.heartbeat > STALE_AFTER
-        )
-
-    @property
-    def resumable(self) -> bool:
-        return self.interrupted or self.state in (self.FAILED, self.STOPPED)
-
-    @property
-    def stoppable(self) -> bool:
-        return self.state == self.RUNNING and not self.stop_requested
-
-    @property
-    def shown_state(self) -> str:
-        """The state as people should read it: a run whose daemon died is "interrupted", one
-        no daemon has claimed yet "waiting"."""
-        if self.interrupted:
-            return "interrupted"
-        return "waiting" if self.waiting else self.state
-
-    def summary(self) -> str:
-        return actions.bulk_summary(self.done, self.reasons)
-
-    def skip(self, item_id: str, why: str) -> None:
-        self.skips += 1
-        short = actions.short_reason(why)
-        self.reasons[short] = self.reasons.get(short, 0) + 1
-        if len(self.skipped) < SKIPS_KEPT:
-            self.skipped.append([item_id, why])
 
 
 def start(

@@ -27,6 +27,8 @@ from django.db.models import Count, F
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from queues.states import JOB_STEPS
+
 SAMPLE = 2000  # records per step (or state) a percentile is computed over without SQL support
 # Outcomes that are a step's work done: the item moved on (or was held) / the item failed.
 DONE = ("ok", "held")
@@ -153,9 +155,8 @@ def throughput(range_name: str, bucket: str, *, now: datetime | None = None) -> 
 
 
 def step_order(step: str) -> tuple[int, str]:
-    from queues.daemons.registry import DAEMONS
-
-    names = list(DAEMONS)
+    """The job steps in pipeline order, then the others (batches, access, ...) by name."""
+    names = [state.lower() for state in JOB_STEPS]
     return (names.index(step) if step in names else len(names), step)
 
 

@@ -3,7 +3,15 @@ finished work that the local inventory keeps in place of Merritt's inventory dat
 
 from __future__ import annotations
 
+import hashlib
+import re
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class InventoryObject(models.Model):
@@ -170,5 +178,191 @@ class StepRecord(models.Model):
         return f"{self.item_id} {self.step} {self.outcome}"
 
 
-from queues.audit import ApiToken, AuditEntry  # noqa: E402, F401
-from queues.bulkrun import BulkRun  # noqa: E402, F401
+# The audit log and the API tokens ----------------------------------------------------------
+
+
+class AuditEntry(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    # The user name is kept too: the entry must still say who acted after the user is removed.
+    username = models.CharField(max_length=150, blank=True)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    action = models.CharField(max_length=40)
+    kind = models.CharField(max_length=20)
+    item_id = models.CharField(max_length=120, blank=True, db_index=True)
+    before = models.CharField(max_length=40, blank=True)
+    after = models.CharField(max_length=40, blank=True)
+    reason = models.TextField(blank=True)
+    detail = models.TextField(blank=True)
+    ok = models.BooleanField(default=True)
+    via = models.CharField(max_length=10, default="web")  # "web" or "api"
+
+    class Meta:
+        app_label = "queues"
+        ordering = ["-at", "-id"]
+        # The console's roles are groups holding these permissions (see setupconsole).
+        permissions = [
+            ("view_queues", "Can view the queues"),
+            ("operate_queues", "Can hold, release, resume and update reporting"),
+            ("administer_queues", "Can delete, fail, repair and hold queues"),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.at:%Y-%m-%d %H:%M:%S} {self.username} {self.action} {self.kind} {self.item_id}"
+        )
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token for the JSON API and /metrics. Only its SHA-256 is stored."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    key_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8)  # shown in lists so a person can tell tokens apart
+    created = models.DateTimeField(default=timezone.now)
+    last_used = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        app_label = "queues"
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @classmethod
+    def issue(cls, *, user: Any, name: str) -> tuple[ApiToken, str]:
+        """Create a token; the plain key is returned once and never stored."""
+        key = secrets.token_urlsafe(32)
+        token = cls.objects.create(user=user, name=name, key_hash=_digest(key), prefix=key[:8])
+        return token, key
+
+    @classmethod
+    def find(cls, key: str) -> ApiToken | None:
+        if not key:
+            return None
+        token = cls.objects.select_related("user").filter(key_hash=_digest(key)).first()
+        if token is None or not token.user.is_active:
+            return None
+        cls.objects.filter(pk=token.pk).update(last_used=timezone.now())
+        return token
+
+
+# Bulk runs (queues/bulkrun.py works through them) --------------------------------------------
+
+# A claimed run whose last heartbeat is older than this has lost its daemon.
+STALE_AFTER = timedelta(seconds=30)
+SKIPS_KEPT = 200
+
+
+_ITEM_ID = re.compile(r"\b(?:jid|bid|qid)[0-9]{10}\b")
+
+
+def short_reason(why: str) -> str:
+    """The reason without the item ID, so that equal reasons group in the summary."""
+    return _ITEM_ID.sub("the item", why)
+
+
+def bulk_summary(done: int, reasons: dict[str, int]) -> str:
+    """ "N done, M skipped (the three commonest reasons)" from skip reasons and their counts."""
+    text = f"{done} done, {sum(reasons.values())} skipped"
+    if reasons:
+        common = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
+        text += " (" + "; ".join(f"{n} x {why}" for why, n in common) + ")"
+    return text
+
+
+class BulkRun(models.Model):
+    RUNNING, FINISHED, FAILED, STOPPED = "running", "finished", "failed", "stopped"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    # Who pressed "Continue" last: the items after that are done in their name (and audited so).
+    continued_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    kind = models.CharField(max_length=20)
+    action = models.CharField(max_length=40)
+    reason = models.TextField(blank=True)
+    items = models.JSONField()  # [[item id, expected status version or null], ...]
+    total = models.IntegerField()  # len(items), so that the progress page never loads them
+    limited = models.BooleanField(default=False)  # the filter stopped at its scan limit
+    back = models.CharField(max_length=500, blank=True)  # the list the run was started from
+    via = models.CharField(max_length=10, default="web")  # "web" or "api", for the audit log
+    position = models.IntegerField(default=0)  # items handled so far
+    # Counts, and the first SKIPS_KEPT skips in full: the progress written twice a second must
+    # not grow with the run (each move is in the audit log anyway).
+    done = models.IntegerField(default=0)
+    skips = models.IntegerField(default=0)
+    reasons = models.JSONField(default=dict)  # why items were skipped -> how many
+    skipped = models.JSONField(default=list)  # [[item id, why], ...], the first SKIPS_KEPT
+    state = models.CharField(max_length=10, default=RUNNING)
+    stop_requested = models.BooleanField(default=False)  # "Stop" pressed; the daemon obeys
+    # The daemon working on it ("host:pid:n"); empty while it waits for one to claim it.
+    owner = models.CharField(max_length=200, blank=True, default="")
+    error = models.TextField(blank=True)
+    started = models.DateTimeField(default=timezone.now)
+    heartbeat = models.DateTimeField(default=timezone.now)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        app_label = "queues"
+        ordering = ["-started", "-id"]
+
+    def __str__(self) -> str:
+        return f"bulk run {self.pk}: {self.action} of {self.total} {self.kind}s"
+
+    @property
+    def percent(self) -> int:
+        return 100 * self.position // self.total if self.total else 100
+
+    @property
+    def waiting(self) -> bool:
+        """Recorded (or continued), not yet claimed by a bulk-runs daemon."""
+        return self.state == self.RUNNING and not self.owner
+
+    @property
+    def interrupted(self) -> bool:
+        return (
+            self.state == self.RUNNING
+            and bool(self.owner)
+            and timezone.now() - self.heartbeat > STALE_AFTER
+        )
+
+    @property
+    def resumable(self) -> bool:
+        return self.interrupted or self.state in (self.FAILED, self.STOPPED)
+
+    @property
+    def stoppable(self) -> bool:
+        return self.state == self.RUNNING and not self.stop_requested
+
+    @property
+    def shown_state(self) -> str:
+        """The state as people should read it: a run whose daemon died is "interrupted", one
+        no daemon has claimed yet "waiting"."""
+        if self.interrupted:
+            return "interrupted"
+        return "waiting" if self.waiting else self.state
+
+    def summary(self) -> str:
+        return bulk_summary(self.done, self.reasons)
+
+    def skip(self, item_id: str, why: str) -> None:
+        self.skips += 1
+        short = short_reason(why)
+        self.reasons[short] = self.reasons.get(short, 0) + 1
+        if len(self.skipped) < SKIPS_KEPT:
+            self.skipped.append([item_id, why])

@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 from django.db import close_old_connections
 
 from queues import bulkrun
-from queues.bulkrun import BulkRun
 from queues.daemons.base import Daemon, ItemResult, Next, Step
+from queues.models import BulkRun
 
 log = logging.getLogger("queues.daemons")
 

@@ -16,15 +16,14 @@ from django.views.decorators.http import require_GET
 from queues import archive, diagrams, selectors
 from queues.audit import ApiToken, AuditEntry, earlier_failures
 from queues.auth import ADMIN, VIEWER, has_role, may
-from queues.bulkrun import BulkRun
 from queues.forms import (
     AccessFilterForm,
     BatchFilterForm,
     FailedFilterForm,
     JobFilterForm,
-    SubmitForm,
     TokenForm,
 )
+from queues.models import BulkRun
 from queues.states import ACCESS, BATCH, JOB
 from queues.templatetags.console import actions_for
 from queues.zk import paths as zpaths
@@ -328,19 +327,6 @@ def consistency(request: HtmxHttpRequest) -> HttpResponse:
             "report": report,
             "repairable": sum(1 for f in report.findings if f.repairable),
         },
-    )
-
-
-@console_view(VIEWER)
-def submit(request: HtmxHttpRequest) -> HttpResponse:
-    if request.method == "POST":
-        from .writes import submit as submit_post
-
-        return submit_post(request)
-    return render(
-        request,
-        "queues/submit.html",
-        {"form": SubmitForm(), "profiles": selectors.known_profiles()},
     )
 
 

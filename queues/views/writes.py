@@ -14,7 +14,7 @@ from django.contrib import messages
 from django.http import HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from queues import actions, bulkrun, selectors
 from queues.audit import ApiToken
@@ -435,9 +435,16 @@ def consistency_repair(request: HtmxHttpRequest) -> HttpResponse:
     )
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @console_view(VIEWER)
 def submit(request: HtmxHttpRequest) -> HttpResponse:
+    """The submission form (GET) and the submission (POST)."""
+    if request.method == "GET":
+        return render(
+            request,
+            "queues/submit.html",
+            {"form": SubmitForm(), "profiles": selectors.known_profiles()},
+        )
     form = SubmitForm(request.POST)
     if not form.is_valid():
         return render(

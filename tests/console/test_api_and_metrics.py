@@ -151,7 +151,7 @@ def test_holding_a_whole_queue_through_the_api_needs_a_reason_too(client, token_
     admin = token_for("admin")
     refused = post_json(client, "/api/holds/queue/ingest/hold", {}, **admin)
     assert refused.status_code == 400
-    assert "holding a whole queue needs a reason" in refused.json()["error"]
+    assert "hold on a queue needs a reason" in refused.json()["error"]
     assert not queue_held(zk, "ingest")
     held = post_json(client, "/api/holds/queue/ingest/hold", {"reason": "storage move"}, **admin)
     assert held.status_code == 200

@@ -206,6 +206,10 @@ def test_stop_halts_a_run_after_the_item_in_hand_and_continue_finishes_it(
     )
     stop = reverse("bulk-run-control", args=[run.pk, "stop"])
     assert f'action="{stop}"' in operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
+    # Stop once the daemon is under way (a run stopped while still waiting handles nothing).
+    deadline = time.monotonic() + 60
+    while BulkRun.objects.get(pk=run.pk).position == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert viewer.post(stop).status_code == 403
     assert operator.post(stop).status_code in (302, 303)
     run = ended(run.pk)

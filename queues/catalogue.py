@@ -1,0 +1,169 @@
+"""Every operator action, written once.
+
+One record per action: the kind of item it acts on, its name, the role it needs, whether it is
+destructive (a confirmation with a reason) or needs a reason anyway, and the service it calls
+with which parameters. The role checks (``auth.may``), the reason rule and the call path
+(``actions.perform``), the confirmation pages and the buttons shown per state read this table;
+the URL patterns of the console and the API take the job, batch and access action names from
+the state machines (``queues/states.py``), whose operator moves name the same actions, and
+``tests/web/test_action_catalogue.py`` holds the two against each other, every route and the API.
+
+Adding an action: one ``Action`` here and its function in ``queues/services.py`` (plus, for an
+action that moves an item, the move in ``queues/states.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from queues import services
+from queues.roles import ADMIN, OPERATOR
+from queues.selectors import zk_client
+from queues.states import REMOVE
+
+
+@dataclass(frozen=True)
+class Call:
+    """What one request asks of an action: the item, the status version it saw, the reason
+    the operator gave and any further parameters of the form (a queue, a target state)."""
+
+    item_id: str
+    version: int | None = None
+    reason: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # job | batch | access | queue | collection | consistency | consumer
+    name: str
+    role: str
+    run: Callable[[Call], Any]  # the service call; returns an Outcome or a list of them
+    destructive: bool = False
+    needs_reason: bool = False  # not destructive, but must say why (holding all ingest)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kind, self.name)
+
+    @property
+    def reason_required(self) -> bool:
+        return self.destructive or self.needs_reason
+
+
+def _job(fn: Callable[..., services.Outcome]) -> Callable[[Call], services.Outcome]:
+    return lambda c: fn(jid=c.item_id, expect_version=c.version)
+
+
+def _batch(fn: Callable[..., services.Outcome]) -> Callable[[Call], services.Outcome]:
+    return lambda c: fn(bid=c.item_id, expect_version=c.version)
+
+
+def _access(fn: Callable[..., services.Outcome]) -> Callable[[Call], services.Outcome]:
+    return lambda c: fn(queue=c.params.get("queue", ""), qid=c.item_id, expect_version=c.version)
+
+
+def _submit(call: Call) -> services.Outcome:
+    bid = services.batch_submit(**call.params)
+    return services.Outcome("batch", bid, "", "Pending", "submitted")
+
+
+def _repair(_call: Call) -> services.Outcome:
+    from queues.zk.check import repair, run_check
+
+    zk = zk_client()
+    report = run_check(zk)
+    fixable = sum(1 for f in report.findings if f.repairable)
+    lines = repair(zk, report)
+    return services.Outcome(
+        "consistency",
+        "tree",
+        f"{fixable} repairable",
+        f"{len(lines)} changes",
+        "; ".join(lines)[:2000],
+    )
+
+
+def _drain(call: Call) -> services.Outcome:
+    """Ask a consumer process to stop claiming: queues/zk/consumers.py."""
+    from queues.zk import consumers
+
+    info = {
+        "by": call.params.get("by", ""),
+        "at": datetime.now(UTC).isoformat(),
+        "reason": call.reason,
+    }
+    consumers.drain_request(zk_client(), call.item_id, info)
+    return services.Outcome("consumer", call.item_id, "running", "draining", "stops claiming")
+
+
+def _undrain(call: Call) -> services.Outcome:
+    from queues.zk import consumers
+
+    had = consumers.drain_cancel(zk_client(), call.item_id)
+    return services.Outcome("consumer", call.item_id, "draining" if had else "running", "running")
+
+
+ACTIONS: tuple[Action, ...] = (
+    Action("job", "hold", OPERATOR, _job(services.job_hold)),
+    Action("job", "release", OPERATOR, _job(services.job_release)),
+    Action("job", "resume", OPERATOR, _job(services.job_resume)),
+    Action(
+        "job",
+        "fail",
+        ADMIN,
+        lambda c: services.job_fail(jid=c.item_id, message=c.reason, expect_version=c.version),
+        destructive=True,
+    ),
+    Action("job", "delete", ADMIN, _job(services.job_delete), destructive=True),
+    Action("job", REMOVE, ADMIN, _job(services.job_remove_deleted), destructive=True),
+    Action("batch", "release", OPERATOR, _batch(services.batch_release)),
+    Action("batch", "update-reporting", OPERATOR, _batch(services.batch_update_reporting)),
+    Action("batch", "delete", ADMIN, _batch(services.batch_remove), destructive=True),
+    Action("batch", REMOVE, ADMIN, _batch(services.batch_remove_deleted), destructive=True),
+    Action("batch", "submit", OPERATOR, _submit),
+    Action(
+        "access",
+        "resume",
+        OPERATOR,
+        lambda c: services.access_resume(
+            queue=c.params.get("queue", ""),
+            qid=c.item_id,
+            to=c.params.get("to") or "Pending",
+            expect_version=c.version,
+        ),
+    ),
+    Action("access", "delete", ADMIN, _access(services.access_remove), destructive=True),
+    Action("access", REMOVE, ADMIN, _access(services.access_remove_deleted), destructive=True),
+    Action(
+        "queue",
+        "hold",
+        ADMIN,
+        lambda c: services.queue_hold(name=c.item_id),
+        needs_reason=True,
+    ),
+    Action("queue", "release", ADMIN, lambda c: services.queue_release(name=c.item_id)),
+    Action("collection", "hold", OPERATOR, lambda c: services.collection_hold(profile=c.item_id)),
+    Action(
+        "collection",
+        "release",
+        OPERATOR,
+        lambda c: services.collection_release(
+            profile=c.item_id, release_jobs=bool(c.params.get("release_jobs"))
+        ),
+    ),
+    Action("consistency", "repair", ADMIN, _repair, destructive=True),
+    Action("consumer", "drain", OPERATOR, _drain),
+    Action("consumer", "undrain", OPERATOR, _undrain),
+)
+
+BY_KEY: dict[tuple[str, str], Action] = {action.key: action for action in ACTIONS}
+if len(BY_KEY) != len(ACTIONS):
+    raise ValueError("an operator action is written twice in the catalogue")
+
+
+def find(kind: str, name: str) -> Action | None:
+    return BY_KEY.get((kind, name))
