@@ -258,7 +258,8 @@ def job(request: HttpRequest, jid: str) -> dict[str, Any]:
             raise
         return archive.job_json(row)
     if detail.job is None:
-        return {"id": jid, "broken": True, "path": detail.broken.path, "nodes": detail.nodes}
+        broken = detail.broken.path if detail.broken is not None else None
+        return {"id": jid, "broken": True, "path": broken, "nodes": detail.nodes}
     return {**job_json(detail.job, full=True), "path": detail.path}
 
 
@@ -388,10 +389,10 @@ def batches(request: HttpRequest) -> dict[str, Any]:
                 via="api",
             )
         )
-    form = BatchFilterForm(request.GET)
-    if not form.is_valid():
-        raise ValueError(form.errors.as_text())
-    page = selectors.batches_page(flt=form.to_filter(), page=form.cleaned_data["page"] or 1)
+    filters = BatchFilterForm(request.GET)
+    if not filters.is_valid():
+        raise ValueError(filters.errors.as_text())
+    page = selectors.batches_page(flt=filters.to_filter(), page=filters.cleaned_data["page"] or 1)
     return _page(page, [batch_json(r.item, r.folders, r.states) for r in page.items])
 
 

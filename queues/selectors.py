@@ -452,11 +452,7 @@ def job_detail(*, jid: str) -> JobDetail:
     zpaths.jid(jid)
     kids = [k for k in children(zk, zpaths.job(jid)) if k != "lock"]
     reads = read_many(zk, [zpaths.job_node(jid, k) for k in kids])
-    nodes = {
-        k: decode_any(reads[zpaths.job_node(jid, k)][0])
-        for k in kids
-        if reads[zpaths.job_node(jid, k)]
-    }
+    nodes = {k: decode_any(read[0]) for k in kids if (read := reads[zpaths.job_node(jid, k)])}
     try:
         job = job_load(zk, jid)
     except MalformedNode as exc:
@@ -808,7 +804,8 @@ def report_views(report: dict[str, Any] | None) -> list[ReportView]:
     before it."""
     if not report:
         return []
-    history = report.get("history") if isinstance(report.get("history"), list) else []
+    given = report.get("history")
+    history: list[Any] = given if isinstance(given, list) else []
     chain = [report, *[h for h in history if isinstance(h, dict)]]
     views = []
     for i, rep in enumerate(chain):

@@ -49,7 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -335,7 +335,9 @@ class ReadIndex:
 
     def job_id_set(self, state: str) -> frozenset[str]:
         """The job IDs listed in a state folder, once per listing change."""
-        return self._derived(paths.job_state_folder(state), "jids", _jid_set)
+        return cast(
+            "frozenset[str]", self._derived(paths.job_state_folder(state), "jids", _jid_set)
+        )
 
     def job_entries_matching(
         self, state: str, *, profile: str = "", submitter: str = "", order: str = "run"
@@ -349,7 +351,7 @@ class ReadIndex:
         key = ("match", order, profile, submitter.lower())
         found = listing.derived.get(key)
         if found is not None:
-            return found
+            return cast("list[tuple[int, str]]", found)
         wanted = submitter.lower()
         if self.filling:
             # At start: answer from the facts read so far (the page says the rest is loading)
@@ -393,8 +395,11 @@ class ReadIndex:
 
     def batch_ids(self) -> list[str]:
         """Every batch ID, oldest first."""
-        return self._derived(
-            paths.BATCHES, "ids", lambda names: [n for n in names if paths.BID_RE.fullmatch(n)]
+        return cast(
+            "list[str]",
+            self._derived(
+                paths.BATCHES, "ids", lambda names: [n for n in names if paths.BID_RE.fullmatch(n)]
+            ),
         )
 
     # Batches ----------------------------------------------------------------------------------
@@ -478,7 +483,7 @@ class ReadIndex:
             generation = self._batch_generation
         cached = getattr(self, "_reported", None)
         if cached is not None and cached[0] == generation:
-            return cached[1]
+            return cast("list[str]", cached[1])
         found = [b for b in reversed(self.batch_ids()) if (s := states.get(b)) and s.has_report]
         self._reported = (generation, found)
         return found
@@ -497,11 +502,11 @@ class ReadIndex:
         listing = self._listing(paths.job_state_folder(state))
         counts = listing.derived.get("profile-counts")
         if counts is not None:
-            return counts
+            return cast("dict[str, int]", counts)
         with self._compute:
             counts = listing.derived.get("profile-counts")
             if counts is not None:
-                return counts
+                return cast("dict[str, int]", counts)
             jids = [jid for _p, jid in self._entries(listing, "run")]
             facts = self.job_facts(jids)
             counts = {}
@@ -516,11 +521,11 @@ class ReadIndex:
         listing = self._listing(paths.job_state_folder(state))
         total = listing.derived.get("space-total")
         if total is not None:
-            return total
+            return cast("int", total)
         with self._compute:
             total = listing.derived.get("space-total")
             if total is not None:
-                return total
+                return cast("int", total)
             jids = [jid for _p, jid in self._entries(listing, "run")]
             total = sum(self.space_needed(state, jids).values())
             listing.derived["space-total"] = total
@@ -628,11 +633,11 @@ class ReadIndex:
         listing = self._listing(paths.job_state_folder("Failed"))
         cached = listing.derived.get("failed-facts")
         if cached is not None:
-            return cached
+            return cast("dict[str, FailedFacts]", cached)
         with self._compute:  # one reader computes; others asking meanwhile wait for it
             cached = listing.derived.get("failed-facts")
             if cached is not None:
-                return cached
+                return cast("dict[str, FailedFacts]", cached)
             jids = [jid for _p, jid in listing.entries or []]
             with self._lock:
                 known = self._failed
