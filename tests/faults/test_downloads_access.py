@@ -103,4 +103,3 @@ def test_tar_archives_are_served_the_same_way(
     response = Client().get(f"/downloads/{name}", {"token": token})
     assert response.status_code == 200
     assert body(response) == (downloads / name).read_bytes()
-
