@@ -36,7 +36,7 @@ def test_every_action_is_written_once_with_a_known_role():
 
 
 def test_the_role_checks_are_the_catalogue():
-    assert ACTION_ROLES == {a.key: a.role for a in catalogue.ACTIONS}
+    assert {a.key: a.role for a in catalogue.ACTIONS} == ACTION_ROLES
 
 
 @pytest.mark.parametrize("kind", sorted(MACHINES))
