@@ -458,6 +458,15 @@ def hold_action(request: HttpRequest, kind: str, name: str, action: str) -> dict
     )
 
 
+@api_view("GET")
+def consumers(request: HttpRequest) -> dict[str, Any]:
+    """The registered consumer processes, their threads and what each holds since when (the
+    /consumers/ page's data); a thread past its step's usual time has ``flagged``."""
+    from queues import stuck
+
+    return stuck.consumer_processes()
+
+
 REPORTS_PER_PAGE = 50
 
 
@@ -622,6 +631,7 @@ urlpatterns = [
     re_path(r"^reports$", reports, name="api-reports"),
     re_path(r"^consistency$", consistency, name="api-consistency"),
     re_path(r"^audit$", audit, name="api-audit"),
+    re_path(r"^consumers$", consumers, name="api-consumers"),
     re_path(r"^bulk/(?P<pk>[0-9]{1,18})$", bulk_run, name="api-bulk-run"),
     re_path(r"^bulk/(?P<pk>[0-9]{1,18})/(?P<verb>stop|continue)$", bulk_run_control),
 ]

@@ -98,7 +98,6 @@ def _cockpit_families(lines: list[str]) -> None:
     """Stuck jobs per state and the registered consumer processes (queues/stuck.py,
     queues/zk/consumers.py)."""
     from queues import stuck
-    from queues.views.workers import consumers_context
 
     zk = selectors.zk_client()
     _family(
@@ -108,7 +107,7 @@ def _cockpit_families(lines: list[str]) -> None:
         "jobs far longer in their state (or under one lock) than its usual time, per state",
         [(f'state="{_label(s)}"', n) for s, n in stuck.stuck_counts(zk).items()],
     )
-    procs = consumers_context(None)["consumers"]
+    procs = stuck.consumer_processes()["consumers"]
     modes = {"claiming": 0, "draining": 0, "drained": 0}
     for p in procs:
         mode = "drained" if p.get("drained") else "draining" if p.get("draining") else "claiming"

@@ -19,13 +19,13 @@ from typing import Any
 
 from queues.states import ACCESS, BATCH, BATCH_INDEX_FOLDERS, JOB, JOB_STEPS, JOB_WORKING
 from queues.steps.submission import processing_problem
-from queues.zk import client
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
 from queues.zk.access import access_ids, access_load, accesses_load
 from queues.zk.batches import batch_job_ids, batch_load, batches_load, report_changes
+from queues.zk.client import connected_client as zk_client
 from queues.zk.codecs import decode_any, decode_json
-from queues.zk.errors import InvalidTransition, MalformedNode, NotFound, Unavailable
+from queues.zk.errors import InvalidTransition, MalformedNode, NotFound
 from queues.zk.jobs import job_load, job_resume_state, jobs_load
 from queues.zk.locks import Holds, holds_list
 from queues.zk.nodes import children, children_many, exists_many, read_many, stamp
@@ -36,18 +36,6 @@ SCAN_CHUNK = 500
 # A filtered job list reads one or two small nodes per job; past this many it stops and says so.
 SCAN_LIMIT = 20_000
 GB = 1024**3
-
-
-def zk_client() -> Any:
-    """The process's client, refusing at once while the connection is down.
-
-    kazoo queues requests during a reconnect; without this check a page would hang until
-    ZooKeeper returned instead of saying that it is gone.
-    """
-    zk = client()
-    if not zk.connected:
-        raise Unavailable("the connection to ZooKeeper is down; reconnecting")
-    return zk
 
 
 def _age(moment: datetime | None) -> float | None:

@@ -18,14 +18,17 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 
 from queues import history
 from queues.states import JOB_STEPS
+from queues.zk import consumers as zconsumers
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
+from queues.zk.client import connected_client as zk_client
 from queues.zk.nodes import exists_many
 
 DEFAULT_SECONDS = 3600.0
@@ -191,3 +194,63 @@ def reset() -> None:
     with _lock:
         _ctimes.clear()
     _cached = None
+
+
+# Consumer processes (their registrations, queues/zk/consumers.py) -----------------------------
+
+STALE_AFTER = 3  # publish intervals without a write before a registration is called stale
+
+
+def _seconds_since(stamp: Any, now: float) -> float | None:
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return max(0.0, now - datetime.fromisoformat(stamp).timestamp())
+    except ValueError:
+        return None
+
+
+def step_limits() -> dict[str, float]:
+    """Per daemon step, how long one thread may hold one item before it is flagged: the
+    step's p95 duration times MRT_STUCK_FACTOR (queues/stuck.py), or MRT_STUCK_SECONDS."""
+    default = default_limit()
+    try:
+        usual = history.usual_step_times()
+    except Exception:  # no table yet, database away: the setting still works
+        usual = {}
+    return {step: limit_from(u.p95, u.n, default) for step, u in usual.items()}
+
+
+def consumer_processes() -> dict[str, Any]:
+    """Every registered consumer process with its threads, each thread flagged when it has held
+    its item past its step's limit: ``{"consumers": [...], "flagged_total": n}``."""
+    zk = zk_client()
+    now = time.time()
+    limits = step_limits()
+    default = default_limit()
+    procs = []
+    flagged_total = 0
+    for data in zconsumers.consumers_list(zk):
+        threads = []
+        for t in data.get("threads") or []:
+            if not isinstance(t, dict):
+                continue
+            held = _seconds_since(t.get("since"), now) if t.get("item") else None
+            limit = limits.get(str(t.get("step", "")), default)
+            flagged = held is not None and held > limit
+            flagged_total += flagged
+            threads.append({**t, "held": held, "limit": limit, "flagged": flagged})
+        every = float(data.get("publish_seconds") or 5)
+        age = _seconds_since(data.get("updated"), now)
+        procs.append(
+            {
+                **data,
+                "threads": threads,
+                "busy": sum(1 for t in threads if t.get("item")),
+                "flagged": sum(1 for t in threads if t["flagged"]),
+                "uptime": _seconds_since(data.get("started"), now),
+                "updated_ago": age,
+                "stale": age is not None and age > STALE_AFTER * every + 5,
+            }
+        )
+    return {"consumers": procs, "flagged_total": flagged_total}

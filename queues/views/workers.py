@@ -7,8 +7,6 @@ the step records in the database (``queues/history.py``), stuck jobs from ``queu
 
 from __future__ import annotations
 
-import time
-from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -24,64 +22,9 @@ from queues.zk import consumers as zconsumers
 
 from .common import HtmxHttpRequest, console_view, redirect_after_post
 
-STALE_AFTER = 3  # publish intervals without a write before a registration is called stale
-
-
-def _seconds_since(stamp: Any, now: float) -> float | None:
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return max(0.0, now - datetime.fromisoformat(stamp).timestamp())
-    except ValueError:
-        return None
-
-
-def step_limits() -> dict[str, float]:
-    """Per daemon step, how long one thread may hold one item before it is flagged: the
-    step's p95 duration times MRT_STUCK_FACTOR (queues/stuck.py), or MRT_STUCK_SECONDS."""
-    default = stuck.default_limit()
-    try:
-        usual = history.usual_step_times()
-    except Exception:  # no table yet, database away: the setting still works
-        usual = {}
-    return {step: stuck.limit_from(u.p95, u.n, default) for step, u in usual.items()}
-
 
 def consumers_context(user: Any) -> dict[str, Any]:
-    zk = zk_client()
-    now = time.time()
-    limits = step_limits()
-    default = stuck.default_limit()
-    procs = []
-    flagged_total = 0
-    for data in zconsumers.consumers_list(zk):
-        threads = []
-        for t in data.get("threads") or []:
-            if not isinstance(t, dict):
-                continue
-            held = _seconds_since(t.get("since"), now) if t.get("item") else None
-            limit = limits.get(str(t.get("step", "")), default)
-            flagged = held is not None and held > limit
-            flagged_total += flagged
-            threads.append({**t, "held": held, "limit": limit, "flagged": flagged})
-        every = float(data.get("publish_seconds") or 5)
-        age = _seconds_since(data.get("updated"), now)
-        procs.append(
-            {
-                **data,
-                "threads": threads,
-                "busy": sum(1 for t in threads if t.get("item")),
-                "flagged": sum(1 for t in threads if t["flagged"]),
-                "uptime": _seconds_since(data.get("started"), now),
-                "updated_ago": age,
-                "stale": age is not None and age > STALE_AFTER * every + 5,
-            }
-        )
-    return {
-        "consumers": procs,
-        "flagged_total": flagged_total,
-        "can_drain": may(user, "consumer", "drain"),
-    }
+    return {**stuck.consumer_processes(), "can_drain": may(user, "consumer", "drain")}
 
 
 @require_GET

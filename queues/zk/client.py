@@ -217,3 +217,15 @@ def close() -> None:
             except KazooException:
                 log.debug("error closing ZooKeeper client", exc_info=True)
             _client = None
+
+
+def connected_client() -> KazooClient:
+    """The process's client, refusing at once while the connection is down.
+
+    kazoo queues requests during a reconnect; without this check a page would hang until
+    ZooKeeper returned instead of saying that it is gone.
+    """
+    zk = client()
+    if not zk.connected:
+        raise Unavailable("the connection to ZooKeeper is down; reconnecting")
+    return zk

@@ -152,3 +152,29 @@ def test_two_processes_with_one_host_and_pid_get_two_names(zk, zk_hosts) -> None
             session.stop()
             session.close()
     assert _names(zk) == []
+
+
+@pytest.mark.django_db
+def test_the_api_lists_the_registered_processes_for_a_token(zk, zk_hosts, make_user) -> None:
+    from django.test import Client
+
+    from queues.audit import ApiToken
+
+    other = zkmod.connect(zk_hosts)
+    daemon = SlowStep(zk=other, poll=0.1)
+    observer = ProcessObserver(
+        other, [daemon], record=False, publish_seconds=0.2, host="api.example", pid=7
+    )
+    observer.start()
+    try:
+        _token, key = ApiToken.issue(user=make_user("viewer", "api-viewer"), name="t")
+        client = Client()
+        assert client.get("/api/consumers").status_code == 401
+        answer = client.get("/api/consumers", HTTP_AUTHORIZATION=f"Bearer {key}").json()
+        (entry,) = answer["consumers"]
+        assert (entry["name"], entry["steps"], entry["flagged"]) == ("api.example-7", ["slow"], 0)
+        assert answer["flagged_total"] == 0
+    finally:
+        observer.stop()
+        other.stop()
+        other.close()
