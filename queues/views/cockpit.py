@@ -11,6 +11,7 @@ import csv
 import email
 import io
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from email.header import decode_header, make_header
@@ -27,6 +28,7 @@ from django.views.decorators.http import require_GET
 from queues import selectors
 from queues.audit import AuditEntry, EarlierFailure, failure_of
 from queues.auth import VIEWER
+from queues.history import fmt_seconds
 from queues.states import JOB_STEPS
 from queues.zk import paths as zpaths
 from queues.zk.jobs import jobs_load
@@ -90,10 +92,23 @@ class TimelineEvent:
     sort_at: datetime | None = None  # where it goes in the order, when not ``at``
 
 
-def timeline(job: Job, entries: list[AuditEntry]) -> list[TimelineEvent]:
-    """Every time we know of in the job's life, oldest first: its creation, each operator
-    action from the audit log (with actor and reason) and the last change of its status."""
+def timeline(job: Job, entries: list[AuditEntry], steps: Sequence[Any] = ()) -> list[TimelineEvent]:
+    """Every time we know of in the job's life, oldest first: its creation, each step a
+    consumer ran (the step history: start, duration, host, outcome), each operator action from
+    the audit log (with actor and reason) and the last change of its status."""
     events = [TimelineEvent(job.created, "Created (Pending)", kind="state")]
+    for step in steps:
+        took = fmt_seconds(step.duration)
+        events.append(
+            TimelineEvent(
+                step.started,
+                f"{step.step} in {step.state}: {step.outcome}, {took}",
+                who=step.host,
+                detail=step.detail,
+                ok=step.outcome != "failed",
+                kind="step" if step.outcome != "failed" else "refused",
+            )
+        )
     for entry in entries:
         failure = failure_of(entry)
         if entry.before or entry.after:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.conf import settings
@@ -13,7 +14,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from queues import archive, diagrams, selectors
+from queues import archive, diagrams, history, selectors
 from queues.audit import ApiToken, AuditEntry, earlier_failures
 from queues.auth import ADMIN, VIEWER, has_role, may
 from queues.forms import (
@@ -31,6 +32,8 @@ from queues.zk.errors import NotFound, is_connection_error
 
 from . import cockpit
 from .common import HtmxHttpRequest, console_view, error_response, querystring_without
+
+log = logging.getLogger("queues.views")
 
 
 def _link(name: str, **query: str) -> str:
@@ -135,6 +138,15 @@ def _bulk_actions(user: Any, state: str) -> list[str]:
     return names
 
 
+def _step_records(jid: str) -> list[Any]:
+    """The job's step records for its timeline; none when the database cannot say."""
+    try:
+        return history.item_steps(jid)
+    except Exception as exc:  # no table yet, database away: the rest of the page still shows
+        log.warning("step records of %s not read: %s", jid, exc)
+        return []
+
+
 def job_context(request: HtmxHttpRequest, jid: str) -> dict[str, Any]:
     """What the job page shows; also re-rendered in place after an htmx action on it."""
     detail = selectors.job_detail(jid=jid)
@@ -161,7 +173,9 @@ def job_context(request: HtmxHttpRequest, jid: str) -> dict[str, Any]:
         "path": path,
         "audit": audit,
         "failures": failures,
-        "timeline": cockpit.timeline(detail.job, audit[::-1]) if detail.job else [],
+        "timeline": (
+            cockpit.timeline(detail.job, audit[::-1], _step_records(jid)) if detail.job else []
+        ),
         "next": reverse("job", args=[jid]),
     }
 

@@ -109,3 +109,51 @@ def test_records_older_than_the_retention_are_pruned(database, settings) -> None
     ]
     settings.MRT_STEP_HISTORY_DAYS = 0.5
     assert prune() == 1
+
+
+@pytest.mark.django_db
+def test_the_job_timeline_puts_steps_and_operator_actions_in_one_time_order(
+    admin, zk, make_job
+) -> None:
+    import re
+    from datetime import UTC, datetime, timedelta
+
+    from django.urls import reverse
+
+    from queues.models import AuditEntry, StepRecord
+
+    from .conftest import record
+
+    job = make_job("Failed")
+    now = datetime.now(UTC)
+    StepRecord.objects.bulk_create(
+        [
+            record(item_id=job.jid, step="estimating", started=now - timedelta(minutes=9)),
+            record(
+                item_id=job.jid,
+                step="downloading",
+                state="Downloading",
+                outcome="failed",
+                started=now - timedelta(minutes=7),
+                duration=12.0,
+                host="ingest-9",
+                detail="-> Failed: HTTP 404",
+            ),
+        ]
+    )
+    AuditEntry.objects.create(
+        username="admin-user",
+        action="hold",
+        kind="job",
+        item_id=job.jid,
+        at=now - timedelta(minutes=8),
+    )
+    page = admin.get(reverse("job", args=[job.jid])).content.decode()
+    timeline = page[page.index('id="job-timeline"') :]
+    timeline = timeline[: timeline.index("</ol>")]
+    order = re.findall(r"<strong>([^<]+)</strong>", timeline)
+    steps = [i for i, what in enumerate(order) if what.startswith(("estimating", "downloading"))]
+    held = next(i for i, what in enumerate(order) if what.startswith("hold"))
+    assert steps[0] < held < steps[1], order
+    assert "downloading in Downloading: failed, 12.0 s" in timeline
+    assert "ingest-9" in timeline and "HTTP 404" in timeline
