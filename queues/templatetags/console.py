@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ from queues import auth
 from queues.actions import is_destructive
 from queues.diagrams import GLYPHS, human_age, shape_of
 from queues.states import MACHINES
+from queues.zk.jobs import NOT_RESUMABLE
 from queues.zk.records import Broken
 
 register = template.Library()
@@ -113,3 +115,60 @@ def message_cell(message: str | None) -> str:
         text[-MESSAGE_TAIL:],
         text,
     )
+
+
+_SERVER = "This failure will repeat unless the depositor's server changes: "
+# (pattern in a failure message, the sentence shown beside Resume); the first match wins.
+_WILL_REPEAT = [
+    (
+        re.compile(r"\bdigest\b.*\bdoes not match\b", re.I | re.S),
+        _SERVER + "the digest does not match.",
+    ),
+    # The fetch's own words: "<url>: HTTP 404 Not Found" (not another service's HTTP 404).
+    (re.compile(r"https?://\S+: HTTP 404\b"), _SERVER + "it answered HTTP 404 (not found)."),
+    (re.compile(r"https?://\S+: HTTP 410\b"), _SERVER + "it answered HTTP 410 (gone)."),
+    (
+        re.compile(r"which is not fetched for depositors"),
+        "This failure will repeat unless the URL changes: it is one the console is not allowed to"
+        " fetch (not fetched for depositors).",
+    ),
+    (
+        re.compile(r"links are not accepted in containers"),
+        _SERVER + "the container holds links, and links are not accepted in containers.",
+    ),
+    (
+        re.compile(
+            r"\b(?:file name|member) ['\"].*?['\"] "
+            r"(?:is absolute|contains|already used|repeated|is not under)"
+        ),
+        "This failure will repeat unless the depositor's manifest or container changes: a file"
+        " name is refused.",
+    ),
+    (
+        re.compile(r"compression-ratio limit"),
+        "This failure will repeat unless the object or the limit changes: it unpacks past the"
+        " compression-ratio limit.",
+    ),
+    (
+        re.compile(r"(?:larger|more) than the (?:per-object )?limit of"),
+        "This failure will repeat unless the object or the limit changes: it is larger than the"
+        " per-object limit.",
+    ),
+]
+
+
+@register.filter
+def will_repeat(message: str | None) -> str:
+    """A sentence for a failure that a resume will only repeat as it is (a digest mismatch, an
+    HTTP 404/410 from the depositor's server, a refused URL, a refused file name, links in a
+    container, an object over a size or compression-ratio limit); "" for any other failure.
+
+    A message starting with "Not resumable: " gets "": the service refuses that resume and says
+    why. Resume stays offered for the others: the depositor may have fixed the cause since."""
+    text = message or ""
+    if not text or text.startswith(NOT_RESUMABLE):
+        return ""
+    for pattern, sentence in _WILL_REPEAT:
+        if pattern.search(text):
+            return sentence
+    return ""
