@@ -15,6 +15,7 @@ DIGEST = (
 )
 CONNECTION = "downloading: https://depositor.example.org/letters/b.pdf: connection failed"
 PHONE = {"width": 390, "height": 844}
+TABLET = {"width": 700, "height": 1000}
 
 
 @pytest.fixture
@@ -118,22 +119,23 @@ def test_resume_beside_a_failure_that_will_repeat_says_so(operator_page, live_se
 
 WIDE = """limit => [...document.body.querySelectorAll('*')]
     .filter(e => e.getBoundingClientRect().right > limit)
-    .filter(e => !e.closest('.table-wrap, .diagram-wrap'))
+    .filter(e => !e.parentElement.closest('.table-wrap, .diagram-wrap')
+                 || ['absolute', 'fixed'].includes(getComputedStyle(e).position))
     .slice(0, 8).map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className)"""
 
 
-def _page_fits(page) -> None:
+def _page_fits(page, viewport=PHONE) -> None:
     width = page.evaluate("document.documentElement.scrollWidth")
-    limit = PHONE["width"] + 1
+    limit = viewport["width"] + 1
     assert width <= limit, f"{width} px wide: {page.evaluate(WIDE, limit)}"
 
 
-def _on_screen(locator) -> None:
+def _on_screen(locator, viewport=PHONE) -> None:
     # Not scrolled into view: that would scroll a table's wrapper sideways and hide the defect.
     assert locator.is_visible()
     box = locator.bounding_box()
     assert box is not None
-    assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], box
+    assert box["x"] >= 0 and box["x"] + box["width"] <= viewport["width"], box
 
 
 @pytest.mark.browser
@@ -152,6 +154,12 @@ def test_job_tables_keep_their_buttons_on_a_phone(phone_page, live_server, make_
         _on_screen(row.locator("a:has-text('Delete')"))
         _page_fits(page)
         shot(page, name)
+    # A tablet: the table scrolls inside its wrapper, the actions column stays in sight.
+    page.set_viewport_size(TABLET)
+    page.goto(f"{live_server.url}/jobs/?state=Failed")
+    _page_fits(page, TABLET)
+    _on_screen(page.locator(f"#job-row-{job.jid} button:has-text('Resume')"), TABLET)
+    shot(page, "tablet-jobs-failed")
 
 
 def _diagram_scale(page, selector: str) -> dict:
