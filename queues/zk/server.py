@@ -229,7 +229,23 @@ class LocalZooKeeper:
             time.sleep(0.1)
         else:
             os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
+        _reap(pid, wait=5.0)
         self.pid_file.unlink(missing_ok=True)
         return True
+
+
+def _reap(pid: int, *, wait: float) -> None:
+    """Collect ``pid`` when it is this process's child (tests start servers themselves).
+
+    A server that has let go of its command line may not have exited yet: one non-blocking
+    wait could miss it and leave a zombie that still answers to its pid.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            done, _status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return  # not our child (another process reaps it), or reaped already
+        if done or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
