@@ -11,6 +11,7 @@ import pytest
 # The daemons' loopback file server, and each test its own work and storage folders, for the
 # hostile-depositor tests.
 from daemons.conftest import daemon_dirs, files  # noqa: F401
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.test import Client
@@ -24,6 +25,25 @@ from queues.zk.records import Job
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 PASSWORD = "correct-horse-battery-staple"
+
+
+def _sso_middleware() -> list[str]:
+    middleware = list(settings.MIDDLEWARE)
+    auth = "django.contrib.auth.middleware.AuthenticationMiddleware"
+    middleware.insert(middleware.index(auth) + 1, "queues.auth.TrustedHeaderMiddleware")
+    return middleware
+
+
+# What settings.py configures when MRT_SSO_HEADER=X-Remote-User (for override_settings).
+SSO_SETTINGS = {
+    "MRT_SSO_HEADER": "X-Remote-User",
+    "MIDDLEWARE": _sso_middleware(),
+    "AUTHENTICATION_BACKENDS": [
+        "queues.auth.LoginAttemptsBackend",
+        "queues.auth.TrustedHeaderBackend",
+        "django.contrib.auth.backends.ModelBackend",
+    ],
+}
 # What a depositor (or another client writing ZooKeeper) might put where the console shows text.
 HOSTILE = {
     "submitter": "<script>alert('submitter')</script>",

@@ -21,7 +21,7 @@ from django.urls import reverse
 from queues.audit import ApiToken, AuditEntry
 from tests.live.conftest import console_env, daphne
 
-from .conftest import PASSWORD
+from .conftest import PASSWORD, SSO_SETTINGS
 
 pytestmark = [pytest.mark.django_db]
 
@@ -86,22 +86,7 @@ def test_api_tokens_work_while_their_user_is_locked_out(make_user: Callable, zk:
     assert response.status_code == 200
 
 
-def _sso_middleware() -> list[str]:
-    middleware = list(settings.MIDDLEWARE)
-    auth = "django.contrib.auth.middleware.AuthenticationMiddleware"
-    middleware.insert(middleware.index(auth) + 1, "queues.auth.TrustedHeaderMiddleware")
-    return middleware
-
-
-@override_settings(
-    MRT_SSO_HEADER="X-Remote-User",
-    MIDDLEWARE=_sso_middleware(),
-    AUTHENTICATION_BACKENDS=[
-        "queues.auth.LoginAttemptsBackend",
-        "queues.auth.TrustedHeaderBackend",
-        "django.contrib.auth.backends.ModelBackend",
-    ],
-)
+@override_settings(**SSO_SETTINGS)
 def test_sso_works_while_the_name_is_locked_out_for_passwords(make_user: Callable, zk: Any) -> None:
     make_user("viewer", "ada")
     for _ in range(LIMIT + 1):

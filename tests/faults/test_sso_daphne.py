@@ -23,6 +23,8 @@ from django.urls import reverse
 
 from tests.live.conftest import console_env, daphne
 
+from .conftest import SSO_SETTINGS
+
 pytestmark = [pytest.mark.slow]
 
 PASSWORD = "a-long-test-password-1"
@@ -116,22 +118,7 @@ def test_sso_settings_refuse_a_proxy_that_is_no_address(tmp_path: Path) -> None:
     assert "MRT_SSO_PROXIES" in done.stderr
 
 
-def _sso_middleware() -> list[str]:
-    middleware = list(settings.MIDDLEWARE)
-    auth = "django.contrib.auth.middleware.AuthenticationMiddleware"
-    middleware.insert(middleware.index(auth) + 1, "queues.auth.TrustedHeaderMiddleware")
-    return middleware
-
-
-@override_settings(
-    MRT_SSO_HEADER="X-Remote-User",
-    MIDDLEWARE=_sso_middleware(),
-    AUTHENTICATION_BACKENDS=[
-        "queues.auth.LoginAttemptsBackend",
-        "queues.auth.TrustedHeaderBackend",
-        "django.contrib.auth.backends.ModelBackend",
-    ],
-)
+@override_settings(**SSO_SETTINGS)
 def test_the_sync_path_reads_the_same_header_and_no_other(zk, make_user) -> None:
     make_user("admin", "admin")
     overview = reverse("overview")
@@ -144,16 +131,7 @@ def test_the_sync_path_reads_the_same_header_and_no_other(zk, make_user) -> None
     assert client.get(overview).status_code == 200  # the session persists
 
 
-@override_settings(
-    MRT_SSO_HEADER="X-Remote-User",
-    MRT_SSO_PROXIES=["10.1.2.0/24"],
-    MIDDLEWARE=_sso_middleware(),
-    AUTHENTICATION_BACKENDS=[
-        "queues.auth.LoginAttemptsBackend",
-        "queues.auth.TrustedHeaderBackend",
-        "django.contrib.auth.backends.ModelBackend",
-    ],
-)
+@override_settings(**SSO_SETTINGS, MRT_SSO_PROXIES=["10.1.2.0/24"])
 def test_the_sync_path_honours_the_proxy_list(zk, make_user) -> None:
     make_user("viewer", "someone-else")
     overview = reverse("overview")
