@@ -1,6 +1,7 @@
 """Where the browser tests find Chromium, how they start it, where they leave screenshots."""
 
 from pathlib import Path
+from typing import Any
 
 CHROMIUM = "/usr/bin/chromium"
 # Headless as root, and nothing that would reach for the network this machine does not have.
@@ -14,3 +15,13 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "screenshots"
+
+
+def close_context(context: Any) -> None:
+    """Close a browser context after leaving its pages: the console's live script keeps asking
+    for /ws/live/ (404 under the tests' WSGI live server), and a request still in the server
+    while the test database is flushed fails the flush with "database table is locked"."""
+    for page in context.pages:
+        page.goto("about:blank")
+        page.wait_for_load_state("networkidle")
+    context.close()

@@ -9,7 +9,7 @@ import pytest
 
 from queues import bulkrun
 from queues.zk import batches, jobs, locks
-from tests.browser import SCREENSHOTS
+from tests.browser import SCREENSHOTS, close_context
 
 from .conftest import PASSWORD
 
@@ -28,7 +28,7 @@ def page(browser, live_server, make_user):
     page.click("button[type=submit]")
     page.wait_for_url(f"{live_server.url}/")
     yield page
-    context.close()
+    close_context(context)
 
 
 def shot(page, name: str) -> None:

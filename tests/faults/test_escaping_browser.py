@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from queues.zk.records import Job
+from tests.browser import close_context
 
 from .conftest import HOSTILE, PASSWORD
 
@@ -43,9 +44,4 @@ def test_hostile_text_is_shown_and_never_runs(browser, live_server, make_user, h
     text = page.locator("body").inner_text()
     assert HOSTILE["submitter"] in text
     assert HOSTILE["filename"] in text
-    # Leave the console before closing: its live script keeps asking for /ws/live/ (404 under
-    # the test's WSGI server), and a request still in the server while the test database is
-    # flushed made the flush fail with "database table is locked".
-    page.goto("about:blank")
-    page.wait_for_load_state("networkidle")
-    context.close()
+    close_context(context)
