@@ -55,6 +55,8 @@ from queues.audit import ApiToken
 from queues.auth import may
 from queues.depositors import payload_roots
 from queues.forms import SubmitForm
+from queues.steps.erc import DC_ELEMENTS
+from queues.steps.merritt import MERRITT_TYPES, canonical_type
 from queues.zk.errors import DomainError, is_connection_error
 
 log = logging.getLogger("queues.poster")
@@ -62,37 +64,11 @@ log = logging.getLogger("queues.poster")
 BATCH_NS = "http://uc3.cdlib.org/ontology/mrt/ingest/batch"
 EXC_NS = "http://uc3.cdlib.org/ontology/mrt/core/exc"
 
-# Merritt's type names (and ours, as the console and the API take them) -> ours.
-TYPES = {
-    "file": "file",
-    "container": "container",
-    "manifest": "object-manifest",
-    "object-manifest": "object-manifest",
-    "batchManifest": "batch-manifest",
-    "batch-manifest": "batch-manifest",
-    "batchManifestFile": "single-file-batch-manifest",
-    "single-file-batch-manifest": "single-file-batch-manifest",
-    "batchManifestContainer": "container-batch-manifest",
-    "container-batch-manifest": "container-batch-manifest",
-}
+# The type names the door takes: Merritt's and ours (queues/steps/merritt.py maps them).
+TYPES = tuple(dict.fromkeys([*MERRITT_TYPES.values(), *MERRITT_TYPES]))
 
-DC_NAMES = (
-    "contributor",
-    "coverage",
-    "creator",
-    "date",
-    "description",
-    "format",
-    "identifier",
-    "language",
-    "publisher",
-    "relation",
-    "rights",
-    "source",
-    "subject",
-    "title",
-    "type",
-)
+# The Dublin Core fields the door takes: those ingest writes, and DCrights, which it accepts too.
+DC_NAMES = (*DC_ELEMENTS, "rights")
 
 # Fields kept in the batch submission under the key Merritt's ingest uses for them.
 PASSED_ON = {
@@ -295,8 +271,10 @@ def _form_data(request: HttpRequest, user: Any) -> tuple[dict[str, str], dict[st
     kind = post.get("type", "").strip()
     if not kind:
         raise Refused(f"type is required: one of {', '.join(TYPES)}")
-    if kind not in TYPES:
-        raise Refused(f"type {kind!r} is not one of: {', '.join(TYPES)}")
+    try:
+        ours = canonical_type(kind)
+    except ValueError:
+        raise Refused(f"type {kind!r} is not one of: {', '.join(TYPES)}") from None
     submitter = post.get("submitter", "").strip()
     if not submitter:
         full = user.get_full_name() if hasattr(user, "get_full_name") else ""
@@ -305,7 +283,7 @@ def _form_data(request: HttpRequest, user: Any) -> tuple[dict[str, str], dict[st
     data = {
         "profile": post.get("profile", ""),
         "submitter": submitter,
-        "submission_type": TYPES[kind],
+        "submission_type": ours,
         "title": post.get("title", ""),
         "creator": post.get("creator", ""),
         "date": post.get("date", ""),
