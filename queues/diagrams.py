@@ -15,13 +15,55 @@ from collections.abc import Callable, Mapping, Sequence
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from queues.states import Kind, Machine
+from queues.states import AccessState, BatchState, JobState, Kind, Machine
 
 NODE_W = 132
 NODE_H = 62
 GAP_X = 30
 GAP_Y = 54
 PAD = 22
+
+# Where each state sits on its machine's diagram: (column, row) on a grid. Drawing only; the
+# rules are in states.py.
+_J, _B, _A = JobState, BatchState, AccessState
+LAYOUTS: dict[str, dict[str, tuple[int, int]]] = {
+    "job": {
+        _J.PENDING: (0, 1),
+        _J.HELD: (0, 0),
+        _J.ESTIMATING: (1, 1),
+        _J.PROVISIONING: (2, 1),
+        _J.DOWNLOADING: (3, 1),
+        _J.PROCESSING: (4, 1),
+        _J.STORING: (5, 1),
+        _J.RECORDING: (6, 1),
+        _J.NOTIFY: (7, 1),
+        _J.COMPLETED: (8, 1),
+        _J.FAILED: (4, 2),
+        _J.DELETED: (8, 2),
+    },
+    "batch": {
+        _B.PENDING: (0, 1),
+        _B.HELD: (0, 0),
+        _B.PROCESSING: (1, 1),
+        _B.REPORTING: (2, 1),
+        _B.COMPLETED: (3, 1),
+        _B.FAILED: (3, 2),
+        _B.UPDATE_REPORTING: (2, 2),
+        _B.DELETED: (4, 2),
+    },
+    "access": {
+        _A.PENDING: (0, 1),
+        _A.PROCESSING: (1, 1),
+        _A.COMPLETED: (2, 1),
+        _A.FAILED: (2, 2),
+        _A.DELETED: (3, 2),
+    },
+}
+
+
+def _layout(machine: Machine) -> dict[str, tuple[int, int]]:
+    return LAYOUTS[machine.name]
+
 
 GLYPHS = {"failed": "✖", "held": "❚❚", "completed": "✔", "deleted": "∅"}
 
@@ -49,11 +91,11 @@ def _plural(noun: str) -> str:
 
 def shape_of(machine: Machine, state: str) -> str:
     """The shape family of a state: failed, held, completed, deleted (final) or step."""
-    if state == "Failed":
+    if state == JobState.FAILED:  # the three machines share these wire names
         return "failed"
-    if state == "Held":
+    if state == JobState.HELD:
         return "held"
-    if state == "Deleted":
+    if state == JobState.DELETED:
         return "deleted"
     if state in machine.terminal:
         return "completed"
@@ -61,8 +103,8 @@ def shape_of(machine: Machine, state: str) -> str:
 
 
 def _center(machine: Machine, state: str) -> tuple[float, float]:
-    col, row = machine.layout[state]
-    row -= min(r for _c, r in machine.layout.values())  # no empty band above the top row
+    col, row = _layout(machine)[state]
+    row -= min(r for _c, r in _layout(machine).values())  # no empty band above the top row
     return (
         PAD + col * (NODE_W + GAP_X) + NODE_W / 2,
         PAD + 14 + row * (NODE_H + GAP_Y) + NODE_H / 2,
@@ -271,9 +313,9 @@ def render(
     With ``admin_from`` the operator-only (dashed) moves are drawn only out of that state, the
     ones an operator can take from there (a job's page), so they do not cross each other."""
     id_prefix = id_prefix or machine.name
-    cols = max(c for c, _r in machine.layout.values()) + 1
-    rows = max(r for _c, r in machine.layout.values()) - min(r for _c, r in machine.layout.values())
-    rows += 1
+    grid = _layout(machine).values()
+    cols = max(c for c, _r in grid) + 1
+    rows = max(r for _c, r in grid) - min(r for _c, r in grid) + 1
     width = PAD * 2 + cols * NODE_W + (cols - 1) * GAP_X
     height = PAD * 2 + 14 + rows * NODE_H + (rows - 1) * GAP_Y
     edge_parts: list[str] = []
@@ -282,7 +324,7 @@ def render(
     for source, target, kind, edge_title in drawn:
         if admin_from is not None and kind == "admin" and source != admin_from:
             continue
-        (c1, r1), (c2, r2) = machine.layout[source], machine.layout[target]
+        (c1, r1), (c2, r2) = _layout(machine)[source], _layout(machine)[target]
         neighbours = abs(c1 - c2) + abs(r1 - r2) == 1
         # Arrows both ways between two states bend apart; long ones bend around the nodes.
         bend = 0.0 if neighbours and (target, source) not in pairs else 16.0
@@ -301,7 +343,7 @@ def render(
             )
         )
     for a, b in itertools.pairwise(path):
-        if a in machine.layout and b in machine.layout:
+        if a in _layout(machine) and b in _layout(machine):
             edge_parts.append(
                 format_html(
                     '<path class="edge edge-path" d="{}" marker-end="url(#arrow-{})"/>',
@@ -326,7 +368,7 @@ def render(
             id_prefix=id_prefix,
         )
         for state in machine.states
-        if state in machine.layout
+        if state in _layout(machine)
     ]
     return format_html(
         '<svg class="diagram" viewBox="0 0 {} {}" width="{}" height="{}" role="img" '

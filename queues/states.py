@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -26,6 +26,46 @@ class Kind(StrEnum):
     FAIL = "fail"  # the step could not do its work
     HOLD = "hold"  # a hold stopped the item before it started
     ADMIN = "admin"  # an operator's move (drawn dashed)
+
+
+class JobState(StrEnum):
+    """A job's status as the contract writes it (``status`` in the job's status node)."""
+
+    PENDING = "Pending"
+    HELD = "Held"
+    ESTIMATING = "Estimating"
+    PROVISIONING = "Provisioning"
+    DOWNLOADING = "Downloading"
+    PROCESSING = "Processing"
+    STORING = "Storing"
+    RECORDING = "Recording"
+    NOTIFY = "Notify"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    DELETED = "Deleted"
+
+
+class BatchState(StrEnum):
+    """A batch's status as the contract writes it."""
+
+    PENDING = "Pending"
+    HELD = "Held"
+    PROCESSING = "Processing"
+    REPORTING = "Reporting"
+    UPDATE_REPORTING = "UpdateReporting"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    DELETED = "Deleted"
+
+
+class AccessState(StrEnum):
+    """An access request's status as the contract writes it."""
+
+    PENDING = "Pending"
+    PROCESSING = "Processing"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    DELETED = "Deleted"
 
 
 @dataclass(frozen=True)
@@ -50,8 +90,6 @@ class Machine:
     terminal: frozenset[str]
     # States whose items an operator may remove outright (``REMOVE``): no move, so no arrow.
     removable: frozenset[str] = frozenset()
-    # Where each state sits on the diagram: (column, row) on a grid.
-    layout: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         known = set(self.states)
@@ -99,15 +137,16 @@ class Machine:
         """
         if source in self.removable:
             return
-        self.check(source, "Deleted", admin=True)
+        self.check(source, JobState.DELETED, admin=True)  # one wire name in all three
 
     def check_remove(self, source: str) -> None:
         """Raise InvalidTransition unless an item in ``source`` may be removed (``REMOVE``)."""
         if source not in self.removable:
             allowed = ", ".join(sorted(self.removable)) or "no state"
+            deletable = self.allows(source, JobState.DELETED, admin=True)
             raise InvalidTransition(
                 f"{self.name}: only an item in {allowed} can be removed; this one is {source}"
-                + (" (delete it instead)" if self.allows(source, "Deleted", admin=True) else "")
+                + (" (delete it instead)" if deletable else "")
             )
 
     def action_sources(self, action: str) -> frozenset[str]:
@@ -145,120 +184,82 @@ def _chain(states: Iterable[str]) -> list[Move]:
     return [Move(a, b, Kind.SUCCESS) for a, b in itertools.pairwise(steps)]
 
 
+J, B, A = JobState, BatchState, AccessState
+
 # The job steps in order; each hands over to the next when its work is done.
-JOB_STEPS: tuple[str, ...] = (
-    "Pending",
-    "Estimating",
-    "Provisioning",
-    "Downloading",
-    "Processing",
-    "Storing",
-    "Recording",
-    "Notify",
-    "Completed",
+JOB_STEPS: tuple[JobState, ...] = (
+    J.PENDING,
+    J.ESTIMATING,
+    J.PROVISIONING,
+    J.DOWNLOADING,
+    J.PROCESSING,
+    J.STORING,
+    J.RECORDING,
+    J.NOTIFY,
+    J.COMPLETED,
 )
 JOB_WORKING = JOB_STEPS[1:-1]  # the states a consumer daemon works on after Pending
 
 JOB = Machine(
     name="job",
-    states=(*JOB_STEPS[:1], "Held", *JOB_STEPS[1:], "Failed", "Deleted"),
-    initial="Pending",
-    terminal=frozenset({"Completed", "Failed", "Deleted"}),
-    removable=frozenset({"Deleted"}),
+    states=(*JOB_STEPS[:1], J.HELD, *JOB_STEPS[1:], J.FAILED, J.DELETED),
+    initial=J.PENDING,
+    terminal=frozenset({J.COMPLETED, J.FAILED, J.DELETED}),
+    removable=frozenset({J.DELETED}),
     moves=(
         *_chain(JOB_STEPS),
-        Move("Pending", "Held", Kind.HOLD),
-        Move("Pending", "Failed", Kind.FAIL),
-        *(Move(s, "Failed", Kind.FAIL) for s in JOB_WORKING),
-        Move("Pending", "Held", Kind.ADMIN, "hold"),
-        Move("Held", "Pending", Kind.ADMIN, "release"),
-        *(Move("Failed", s, Kind.ADMIN, "resume") for s in JOB_STEPS[:-1]),
-        *(Move(s, "Failed", Kind.ADMIN, "fail") for s in ("Pending", *JOB_WORKING)),
-        Move("Held", "Deleted", Kind.ADMIN, "delete"),
-        Move("Failed", "Deleted", Kind.ADMIN, "delete"),
-        Move("Completed", "Deleted", Kind.ADMIN, "delete"),
+        Move(J.PENDING, J.HELD, Kind.HOLD),
+        Move(J.PENDING, J.FAILED, Kind.FAIL),
+        *(Move(s, J.FAILED, Kind.FAIL) for s in JOB_WORKING),
+        Move(J.PENDING, J.HELD, Kind.ADMIN, "hold"),
+        Move(J.HELD, J.PENDING, Kind.ADMIN, "release"),
+        *(Move(J.FAILED, s, Kind.ADMIN, "resume") for s in JOB_STEPS[:-1]),
+        *(Move(s, J.FAILED, Kind.ADMIN, "fail") for s in (J.PENDING, *JOB_WORKING)),
+        Move(J.HELD, J.DELETED, Kind.ADMIN, "delete"),
+        Move(J.FAILED, J.DELETED, Kind.ADMIN, "delete"),
+        Move(J.COMPLETED, J.DELETED, Kind.ADMIN, "delete"),
     ),
-    layout={
-        "Pending": (0, 1),
-        "Held": (0, 0),
-        "Estimating": (1, 1),
-        "Provisioning": (2, 1),
-        "Downloading": (3, 1),
-        "Processing": (4, 1),
-        "Storing": (5, 1),
-        "Recording": (6, 1),
-        "Notify": (7, 1),
-        "Completed": (8, 1),
-        "Failed": (4, 2),
-        "Deleted": (8, 2),
-    },
 )
 
 BATCH = Machine(
     name="batch",
-    states=(
-        "Pending",
-        "Held",
-        "Processing",
-        "Reporting",
-        "UpdateReporting",
-        "Completed",
-        "Failed",
-        "Deleted",
-    ),
-    initial="Pending",
-    terminal=frozenset({"Completed", "Failed", "Deleted"}),
-    removable=frozenset({"Deleted"}),
+    states=tuple(BatchState),
+    initial=B.PENDING,
+    terminal=frozenset({B.COMPLETED, B.FAILED, B.DELETED}),
+    removable=frozenset({B.DELETED}),
     moves=(
-        Move("Pending", "Processing", Kind.SUCCESS),
-        Move("Processing", "Reporting", Kind.SUCCESS),
-        Move("Reporting", "Completed", Kind.SUCCESS),
-        Move("Reporting", "Failed", Kind.FAIL),
-        Move("UpdateReporting", "Completed", Kind.SUCCESS),
-        Move("UpdateReporting", "Failed", Kind.FAIL),
-        Move("Pending", "Held", Kind.HOLD),
-        Move("Pending", "Failed", Kind.FAIL),
-        Move("Processing", "Failed", Kind.FAIL),
-        Move("Held", "Pending", Kind.ADMIN, "release"),
-        Move("Failed", "UpdateReporting", Kind.ADMIN, "update-reporting"),
-        Move("Held", "Deleted", Kind.ADMIN, "delete"),
-        Move("Failed", "Deleted", Kind.ADMIN, "delete"),
-        Move("Completed", "Deleted", Kind.ADMIN, "delete"),
+        Move(B.PENDING, B.PROCESSING, Kind.SUCCESS),
+        Move(B.PROCESSING, B.REPORTING, Kind.SUCCESS),
+        Move(B.REPORTING, B.COMPLETED, Kind.SUCCESS),
+        Move(B.REPORTING, B.FAILED, Kind.FAIL),
+        Move(B.UPDATE_REPORTING, B.COMPLETED, Kind.SUCCESS),
+        Move(B.UPDATE_REPORTING, B.FAILED, Kind.FAIL),
+        Move(B.PENDING, B.HELD, Kind.HOLD),
+        Move(B.PENDING, B.FAILED, Kind.FAIL),
+        Move(B.PROCESSING, B.FAILED, Kind.FAIL),
+        Move(B.HELD, B.PENDING, Kind.ADMIN, "release"),
+        Move(B.FAILED, B.UPDATE_REPORTING, Kind.ADMIN, "update-reporting"),
+        Move(B.HELD, B.DELETED, Kind.ADMIN, "delete"),
+        Move(B.FAILED, B.DELETED, Kind.ADMIN, "delete"),
+        Move(B.COMPLETED, B.DELETED, Kind.ADMIN, "delete"),
     ),
-    layout={
-        "Pending": (0, 1),
-        "Held": (0, 0),
-        "Processing": (1, 1),
-        "Reporting": (2, 1),
-        "Completed": (3, 1),
-        "Failed": (3, 2),
-        "UpdateReporting": (2, 2),
-        "Deleted": (4, 2),
-    },
 )
 
 ACCESS = Machine(
     name="access",
-    states=("Pending", "Processing", "Completed", "Failed", "Deleted"),
-    initial="Pending",
-    terminal=frozenset({"Completed", "Failed", "Deleted"}),
-    removable=frozenset({"Deleted"}),
+    states=tuple(AccessState),
+    initial=A.PENDING,
+    terminal=frozenset({A.COMPLETED, A.FAILED, A.DELETED}),
+    removable=frozenset({A.DELETED}),
     moves=(
-        Move("Pending", "Processing", Kind.SUCCESS),
-        Move("Processing", "Completed", Kind.SUCCESS),
-        Move("Processing", "Failed", Kind.FAIL),
-        Move("Failed", "Processing", Kind.ADMIN, "resume"),
-        Move("Failed", "Pending", Kind.ADMIN, "resume"),
-        Move("Failed", "Deleted", Kind.ADMIN, "delete"),
-        Move("Completed", "Deleted", Kind.ADMIN, "delete"),
+        Move(A.PENDING, A.PROCESSING, Kind.SUCCESS),
+        Move(A.PROCESSING, A.COMPLETED, Kind.SUCCESS),
+        Move(A.PROCESSING, A.FAILED, Kind.FAIL),
+        Move(A.FAILED, A.PROCESSING, Kind.ADMIN, "resume"),
+        Move(A.FAILED, A.PENDING, Kind.ADMIN, "resume"),
+        Move(A.FAILED, A.DELETED, Kind.ADMIN, "delete"),
+        Move(A.COMPLETED, A.DELETED, Kind.ADMIN, "delete"),
     ),
-    layout={
-        "Pending": (0, 1),
-        "Processing": (1, 1),
-        "Completed": (2, 1),
-        "Failed": (2, 2),
-        "Deleted": (3, 2),
-    },
 )
 
 MACHINES: dict[str, Machine] = {m.name: m for m in (JOB, BATCH, ACCESS)}
@@ -270,8 +271,8 @@ def job_resume_target(last_successful_status: str | None) -> str:
     A job that never finished a step (null, Pending, or Held after a release) restarts at
     Estimating, because Pending only re-checks holds and digests the job already passed.
     """
-    if last_successful_status in (None, "", "Pending", "Held"):
-        return "Estimating"
+    if last_successful_status in (None, "", J.PENDING, J.HELD):
+        return J.ESTIMATING
     nxt = JOB.successor(last_successful_status)
     if nxt is None or nxt in JOB.terminal:
         raise InvalidTransition(
@@ -287,11 +288,12 @@ def job_index_folder(state: str) -> str:
 
 def job_batch_folder(state: str) -> str:
     """The batch index folder a job in ``state`` belongs to."""
-    return {
-        "Completed": "batch-completed",
-        "Failed": "batch-failed",
-        "Deleted": "batch-deleted",
-    }.get(state, "batch-processing")
+    folders: dict[str, str] = {
+        J.COMPLETED: "batch-completed",
+        J.FAILED: "batch-failed",
+        J.DELETED: "batch-deleted",
+    }
+    return folders.get(state, "batch-processing")
 
 
 BATCH_INDEX_FOLDERS = ("batch-processing", "batch-completed", "batch-failed", "batch-deleted")
