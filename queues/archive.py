@@ -36,7 +36,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from queues.states import JOB_STEPS
+from queues.states import JOB_STEPS, JobState
 from queues.zk import client
 from queues.zk import paths as zpaths
 from queues.zk.batches import batch_delete, batch_ids, batch_job_ids, batch_load, batch_states
@@ -47,7 +47,7 @@ from queues.zk.records import Batch, Broken, Job
 
 log = logging.getLogger("queues.archive")
 
-FINISHED = ("Completed", "Failed", "Deleted")
+FINISHED = (JobState.COMPLETED, JobState.FAILED, JobState.DELETED)
 LOAD_CHUNK = 500
 SEARCH_LIMIT = 200
 
@@ -180,17 +180,18 @@ def states_through(job: Job) -> list[dict[str, Any]]:
     keeps no time for those), and its final state at its status's last modification."""
     last = job.status.last_successful_status
     final = job.state
-    if final == "Completed":
+    passed: list[str]
+    if final == JobState.COMPLETED:
         passed = list(JOB_STEPS[:-1])
     elif last in JOB_STEPS:
         passed = list(JOB_STEPS[: JOB_STEPS.index(last) + 1])
     else:
-        passed = ["Pending"]
-    if passed[:1] != ["Pending"]:
-        passed.insert(0, "Pending")
-    if final == "Failed" and last in JOB_STEPS[:-2]:
+        passed = [JobState.PENDING]
+    if passed[:1] != [JobState.PENDING]:
+        passed.insert(0, JobState.PENDING)
+    if final == JobState.FAILED and last in JOB_STEPS[:-2]:
         passed.append(JOB_STEPS[JOB_STEPS.index(last) + 1])  # the step it failed in
-    result = [{"state": "Pending", "at": _iso(job.created)}]
+    result = [{"state": JobState.PENDING.value, "at": _iso(job.created)}]
     result += [{"state": s, "at": None} for s in passed[1:]]
     result.append({"state": final, "at": _iso(job.status.last_modified)})
     return result

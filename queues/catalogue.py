@@ -22,7 +22,7 @@ from typing import Any
 from queues import services
 from queues.roles import ADMIN, OPERATOR
 from queues.selectors import zk_client
-from queues.states import REMOVE
+from queues.states import REMOVE, AccessState, BatchState
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def _access(fn: Callable[..., services.Outcome]) -> Callable[[Call], services.Ou
 
 def _submit(call: Call) -> services.Outcome:
     bid = services.batch_submit(**call.params)
-    return services.Outcome("batch", bid, "", "Pending", "submitted")
+    return services.Outcome("batch", bid, "", BatchState.PENDING, "submitted")
 
 
 def _repair(_call: Call) -> services.Outcome:
@@ -132,7 +132,7 @@ ACTIONS: tuple[Action, ...] = (
         lambda c: services.access_resume(
             queue=c.params.get("queue", ""),
             qid=c.item_id,
-            to=c.params.get("to") or "Pending",
+            to=c.params.get("to") or AccessState.PENDING,
             expect_version=c.version,
         ),
     ),

@@ -10,7 +10,7 @@ from django.http import QueryDict
 
 from queues import selectors
 from queues.services import SUBMISSION_TYPES, check_filename, check_payload_url
-from queues.states import ACCESS, BATCH, JOB
+from queues.states import ACCESS, BATCH, JOB, AccessState
 from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidID
 
@@ -119,7 +119,11 @@ class ActionForm(forms.Form):
     version = forms.IntegerField(required=False, min_value=0)
     reason = forms.CharField(required=False, max_length=2000)
     to = forms.ChoiceField(
-        required=False, choices=[("", ""), ("Pending", "Pending"), ("Processing", "Processing")]
+        required=False,
+        choices=[
+            ("", ""),
+            *((s.value, s.value) for s in (AccessState.PENDING, AccessState.PROCESSING)),
+        ],
     )
     release_jobs = forms.BooleanField(required=False)
     # The posted field is named "render" (htmx asks for a row or a panel back); as a form

@@ -17,6 +17,7 @@ from typing import Any
 
 from queues import states
 from queues.depositors import depositor_policy, payload_roots
+from queues.states import AccessState, BatchState, JobState
 from queues.steps import submission as submission_steps
 from queues.steps.checkm import filename_problem
 from queues.steps.fetch import DownloadError, local_path
@@ -158,18 +159,18 @@ def _access(queue: str, qid: str, expect_version: int | None) -> tuple[Any, Acce
 
 def job_hold(*, jid: str, expect_version: int | None = None, message: str = "") -> Outcome:
     zk, job = _job(jid, expect_version)
-    job_transition(zk, job, "Held", admin=True, message=message or "held by an operator")
-    return Outcome("job", jid, job.state, "Held")
+    job_transition(zk, job, JobState.HELD, admin=True, message=message or "held by an operator")
+    return Outcome("job", jid, job.state, JobState.HELD)
 
 
 def job_release(*, jid: str, expect_version: int | None = None) -> Outcome:
     """Held -> Pending, once the job's collection is no longer held."""
     zk, job = _job(jid, expect_version)
-    states.JOB.check(job.state, "Pending", admin=True)
+    states.JOB.check(job.state, JobState.PENDING, admin=True)
     if collection_held(zk, job.profile):
         raise QueueHeld(f"collection {job.profile} is still held; release the collection first")
-    job_transition(zk, job, "Pending", admin=True)
-    return Outcome("job", jid, job.state, "Pending")
+    job_transition(zk, job, JobState.PENDING, admin=True)
+    return Outcome("job", jid, job.state, JobState.PENDING)
 
 
 def job_resume(*, jid: str, expect_version: int | None = None) -> Outcome:
@@ -191,9 +192,9 @@ def job_resume(*, jid: str, expect_version: int | None = None) -> Outcome:
 
 def job_fail(*, jid: str, message: str, expect_version: int | None = None) -> Outcome:
     zk, job = _job(jid, expect_version)
-    job_transition(zk, job, "Failed", admin=True, message=message or "failed by an operator")
+    job_transition(zk, job, JobState.FAILED, admin=True, message=message or "failed by an operator")
     _batch_check(job.bid)
-    return Outcome("job", jid, job.state, "Failed")
+    return Outcome("job", jid, job.state, JobState.FAILED)
 
 
 REMOVED = "removed"  # the "after" of an Outcome whose item's nodes are gone without a move
@@ -203,9 +204,11 @@ def job_delete(*, jid: str, expect_version: int | None = None) -> Outcome:
     """Delete a Held, Failed or Completed job; a job already marked Deleted is removed."""
     zk, job = _job(jid, expect_version)
     job_remove(zk, job)
-    if job.state == "Deleted":
-        return Outcome("job", jid, "Deleted", REMOVED, f"was marked Deleted; batch {job.bid}")
-    return Outcome("job", jid, job.state, "Deleted", f"batch {job.bid}")
+    if job.state == JobState.DELETED:
+        return Outcome(
+            "job", jid, JobState.DELETED, REMOVED, f"was marked Deleted; batch {job.bid}"
+        )
+    return Outcome("job", jid, job.state, JobState.DELETED, f"batch {job.bid}")
 
 
 def job_remove_deleted(*, jid: str, expect_version: int | None = None) -> Outcome:
@@ -283,17 +286,17 @@ def batch_submit(
 
 def batch_release(*, bid: str, expect_version: int | None = None) -> Outcome:
     zk, batch = _batch(bid, expect_version)
-    states.BATCH.check(batch.state, "Pending", admin=True)
+    states.BATCH.check(batch.state, BatchState.PENDING, admin=True)
     if collection_held(zk, batch.profile):
         raise QueueHeld(f"collection {batch.profile} is still held; release the collection first")
-    batch_transition(zk, batch, "Pending", admin=True)
-    return Outcome("batch", bid, batch.state, "Pending")
+    batch_transition(zk, batch, BatchState.PENDING, admin=True)
+    return Outcome("batch", bid, batch.state, BatchState.PENDING)
 
 
 def batch_update_reporting(*, bid: str, expect_version: int | None = None) -> Outcome:
     zk, batch = _batch(bid, expect_version)
-    batch_transition(zk, batch, "UpdateReporting", admin=True)
-    return Outcome("batch", bid, batch.state, "UpdateReporting")
+    batch_transition(zk, batch, BatchState.UPDATE_REPORTING, admin=True)
+    return Outcome("batch", bid, batch.state, BatchState.UPDATE_REPORTING)
 
 
 def batch_remove(*, bid: str, expect_version: int | None = None) -> Outcome:
@@ -301,7 +304,7 @@ def batch_remove(*, bid: str, expect_version: int | None = None) -> Outcome:
     marked Deleted is removed the same way."""
     zk, batch = _batch(bid, expect_version)
     deleted = batch_delete(zk, batch)
-    after = REMOVED if batch.state == "Deleted" else "Deleted"
+    after = REMOVED if batch.state == BatchState.DELETED else BatchState.DELETED
     return Outcome("batch", bid, batch.state, after, f"{len(deleted)} jobs deleted")
 
 
@@ -313,7 +316,7 @@ def batch_remove_deleted(*, bid: str, expect_version: int | None = None) -> Outc
     return Outcome("batch", bid, batch.state, REMOVED, f"{len(deleted)} jobs deleted")
 
 
-CLEANUP_BATCH_STATES = ("Completed", "Deleted")
+CLEANUP_BATCH_STATES = (BatchState.COMPLETED, BatchState.DELETED)
 
 
 def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome]:
@@ -337,7 +340,7 @@ def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome
             continue
         if batch.state != state or batch.status.mtime > cutoff:
             continue
-        if state == "Deleted":
+        if state == BatchState.DELETED:
             working = batch_job_ids(zk, bid)["batch-processing"]
             if working:
                 detail = f"left alone: {len(working)} jobs at work"
@@ -348,7 +351,7 @@ def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome
         except (Conflict, ItemLocked) as exc:
             yield Outcome("batch", bid, state, state, f"left alone: {exc}")
             continue
-        after = "Deleted" if state == "Completed" else REMOVED
+        after = BatchState.DELETED if state == BatchState.COMPLETED else REMOVED
         yield Outcome("batch", bid, state, after, f"{len(deleted)} jobs deleted")
 
 
@@ -357,27 +360,43 @@ def deleted_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome
     library marks them instead of removing them). A locked or changed one is left alone."""
     zk = client()
     cutoff = datetime.now().astimezone() - older_than
-    jids = [jid for _p, jid in index_entries(zk, "Deleted")]
+    jids = [jid for _p, jid in index_entries(zk, JobState.DELETED)]
     for start in range(0, len(jids), 500):
         for job in jobs_load(zk, jids[start : start + 500]):
-            if isinstance(job, Broken) or job.state != "Deleted" or job.status.mtime > cutoff:
+            if (
+                isinstance(job, Broken)
+                or job.state != JobState.DELETED
+                or job.status.mtime > cutoff
+            ):
                 continue
             try:
                 job_remove(zk, job)
             except (Conflict, ItemLocked, NotFound) as exc:
-                yield Outcome("job", job.jid, "Deleted", "Deleted", f"left alone: {exc}")
+                yield Outcome(
+                    "job", job.jid, JobState.DELETED, JobState.DELETED, f"left alone: {exc}"
+                )
                 continue
-            yield Outcome("job", job.jid, "Deleted", REMOVED, f"batch {job.bid}")
+            yield Outcome("job", job.jid, JobState.DELETED, REMOVED, f"batch {job.bid}")
     for queue in zpaths.ACCESS_QUEUES:
         for item in accesses_load(zk, queue, access_ids(zk, queue)):
-            if isinstance(item, Broken) or item.state != "Deleted" or item.status.mtime > cutoff:
+            if (
+                isinstance(item, Broken)
+                or item.state != AccessState.DELETED
+                or item.status.mtime > cutoff
+            ):
                 continue
             try:
                 access_delete(zk, item)
             except (Conflict, ItemLocked, NotFound) as exc:
-                yield Outcome("access", item.qid, "Deleted", "Deleted", f"left alone: {exc}")
+                yield Outcome(
+                    "access",
+                    item.qid,
+                    AccessState.DELETED,
+                    AccessState.DELETED,
+                    f"left alone: {exc}",
+                )
                 continue
-            yield Outcome("access", item.qid, "Deleted", REMOVED, f"{queue} queue")
+            yield Outcome("access", item.qid, AccessState.DELETED, REMOVED, f"{queue} queue")
 
 
 BATCH_ACTIONS: dict[str, Callable[..., Outcome]] = {
@@ -410,10 +429,10 @@ def batch_complete_if_done(*, bid: str) -> bool:
     if not batch_is_complete(zk, zpaths.bid(bid)):
         return False
     batch = batch_load(zk, bid)
-    if batch.state != "Processing":
+    if batch.state != BatchState.PROCESSING:
         return False
     try:
-        batch_transition(zk, batch, "Reporting")
+        batch_transition(zk, batch, BatchState.REPORTING)
     except Conflict:
         return False
     return True
@@ -423,7 +442,7 @@ def batch_complete_if_done(*, bid: str) -> bool:
 
 
 def access_resume(
-    *, queue: str, qid: str, to: str = "Pending", expect_version: int | None = None
+    *, queue: str, qid: str, to: str = AccessState.PENDING, expect_version: int | None = None
 ) -> Outcome:
     zk, item = _access(queue, qid, expect_version)
     if to not in states.ACCESS.action_targets("resume", item.state):
@@ -436,7 +455,12 @@ def access_remove(*, queue: str, qid: str, expect_version: int | None = None) ->
     """Delete a Failed or Completed request; one already marked Deleted is removed."""
     zk, item = _access(queue, qid, expect_version)
     access_delete(zk, item)
-    return Outcome("access", qid, item.state, REMOVED if item.state == "Deleted" else "Deleted")
+    return Outcome(
+        "access",
+        qid,
+        item.state,
+        REMOVED if item.state == AccessState.DELETED else AccessState.DELETED,
+    )
 
 
 def access_remove_deleted(*, queue: str, qid: str, expect_version: int | None = None) -> Outcome:
@@ -481,27 +505,27 @@ def collection_release_held(*, profile: str) -> list[Outcome]:
     if collection_held(zk, profile):
         raise QueueHeld(f"collection {profile} is still held; release the collection first")
     outcomes: list[Outcome] = []
-    held = [jid for _p, jid in index_entries(zk, "Held")]
+    held = [jid for _p, jid in index_entries(zk, JobState.HELD)]
     for job in jobs_load(zk, held):
-        if isinstance(job, Broken) or job.profile != profile or job.state != "Held":
+        if isinstance(job, Broken) or job.profile != profile or job.state != JobState.HELD:
             continue
         try:
-            job_transition(zk, job, "Pending", admin=True)
+            job_transition(zk, job, JobState.PENDING, admin=True)
         except (Conflict, NotFound):
             continue
-        outcomes.append(Outcome("job", job.jid, "Held", "Pending"))
+        outcomes.append(Outcome("job", job.jid, JobState.HELD, JobState.PENDING))
     ids = batch_ids(zk)
     for bid, state in batch_states(zk, ids).items():
-        if state != "Held":
+        if state != BatchState.HELD:
             continue
         batch = batch_load(zk, bid)
         if batch.profile != profile:
             continue
         try:
-            batch_transition(zk, batch, "Pending", admin=True)
+            batch_transition(zk, batch, BatchState.PENDING, admin=True)
         except Conflict:
             continue
-        outcomes.append(Outcome("batch", bid, "Held", "Pending"))
+        outcomes.append(Outcome("batch", bid, BatchState.HELD, BatchState.PENDING))
     return outcomes
 
 

@@ -87,7 +87,8 @@ def thresholds() -> dict[str, Threshold]:
         usual = history.usual_times()
     except Exception:  # no table yet, database away: the setting still works
         usual = {}
-    found = {}
+    found: dict[str, Threshold] = {}
+    state: str
     for state in STATES:
         u = usual.get(state)
         if u is not None and u.n >= history.MIN_RECORDS and u.step_p95 is not None:
@@ -135,6 +136,7 @@ def find_stuck(zk: Any, *, fresh: bool = False) -> list[StuckJob]:
     limits = thresholds()
     now = time.time()
     candidates: list[tuple[str, str, float]] = []
+    state: str
     for state in STATES:
         limit = limits[state]
         entries = idx.job_entries(state)
