@@ -35,7 +35,7 @@ def throwaway_zookeeper(hosts: str = "") -> Iterator[str]:
     if hosts:
         yield hosts
         return
-    from queues.zk.server import LocalZooKeeper, free_port
+    from queues.zkserver import LocalZooKeeper, free_port
 
     os.environ.setdefault("ZK_LOCAL_HEAP", "3g")
     with tempfile.TemporaryDirectory(prefix="mrt-bench-zk-") as tmp:
@@ -89,7 +89,7 @@ def machine() -> str:
 
 
 def zookeeper_version(hosts: str) -> str:
-    from queues.zk.server import four_letter
+    from queues.zkserver import four_letter
 
     host, _, rest = hosts.partition(":")
     port = int(rest.split(",")[0].split("/")[0])

@@ -152,7 +152,7 @@ class Console:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        from queues.zk.server import free_port
+        from queues.zkserver import free_port
 
         self.port = free_port()
         self.started_at = time.monotonic()
@@ -279,7 +279,7 @@ def _folder_mib(folder: Path) -> float:
 
 def load_queue(size: int, batches: int, scratch: Path) -> Queue:
     from bench.load import load
-    from queues.zk.server import LocalZooKeeper, four_letter, free_port
+    from queues.zkserver import LocalZooKeeper, four_letter, free_port
 
     server = LocalZooKeeper(scratch / f"zk-{size}", free_port())
     server.start()

@@ -25,8 +25,8 @@ def load(
     quiet: bool = False,
 ):
     """Load ``jobs`` jobs in ``batches`` batches into ``hosts``; returns the LoadResult."""
+    from bench.loader import bulk_load
     from queues.zk import connect
-    from queues.zk.bulk import bulk_load
 
     def say(line: str) -> None:
         if not quiet:

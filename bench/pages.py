@@ -52,7 +52,7 @@ class Queue:
     jobs: int
     batches: int
     hosts: str
-    result: object  # queues.zk.bulk.LoadResult
+    result: object  # bench.loader.LoadResult
     load_seconds: float
     client: object = None  # the KazooClient the pages use for this queue
 

@@ -23,7 +23,7 @@ def _child(
     hosts: str, seconds: float, start_at: float, locked: bool, out: multiprocessing.Queue
 ) -> None:
     setup_django()
-    from queues.zk.bulk import transition_rate
+    from bench.loader import transition_rate
 
     result = transition_rate(hosts, threads=1, seconds=seconds, start_at=start_at, locked=locked)
     out.put((result.transactions, result.seconds))

@@ -10,13 +10,14 @@ class QueuesConfig(AppConfig):
         # afresh for each connection (tests and commands change them at run time).
         from django.conf import settings
 
+        # ZK_HOSTS=local (or empty, while it runs) is the project's own server: the launcher
+        # lives here, above the contract, which only ever sees a connection string.
+        from queues import zkserver
         from queues.zk.client import ZkSettings, configure
 
         configure(
-            lambda: ZkSettings(
-                hosts=settings.ZK_HOSTS,
-                timeout=settings.ZK_TIMEOUT,
-                var_dir=settings.MRT_VAR_DIR,
-                local_port=settings.ZK_LOCAL_PORT,
-            )
+            lambda: ZkSettings(hosts=settings.ZK_HOSTS, timeout=settings.ZK_TIMEOUT),
+            resolve_hosts=lambda hosts: zkserver.resolve_hosts(
+                hosts, settings.MRT_VAR_DIR, settings.ZK_LOCAL_PORT
+            ),
         )

@@ -72,7 +72,7 @@ def _submit(call: Call) -> services.Outcome:
 
 
 def _repair(_call: Call) -> services.Outcome:
-    from queues.zk.check import repair, run_check
+    from queues.check import repair, run_check
 
     zk = zk_client()
     report = run_check(zk)

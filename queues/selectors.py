@@ -941,6 +941,6 @@ def known_profiles() -> list[str]:
 
 
 def consistency_report() -> Any:
-    from queues.zk.check import run_check
+    from queues.check import run_check
 
     return run_check(zk_client())

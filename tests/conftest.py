@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 
 from queues import zk as zkmod
-from queues.zk.server import LocalZooKeeper, free_port
+from queues.zkserver import LocalZooKeeper, free_port
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 
 LOOPBACK = "127.0.0.0/8,::1"

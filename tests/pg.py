@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from queues.zk.server import free_port
+from queues.zkserver import free_port
 
 SYSTEM_USER = "postgres"  # Debian's postgresql package creates it
 ROLE = "mrt"

@@ -1,9 +1,12 @@
 """One ZooKeeper client per process, with bounded retries and a session-state listener.
 
-``client()`` returns the process's client, connecting on first use. With ``ZK_HOSTS=local`` the
-project's own server (``server.py``) is started on ``ZK_LOCAL_PORT`` under ``MRT_VAR_DIR``; with
-``ZK_HOSTS`` empty that server is used only when it already runs (``bin/run-console`` or
-``manage.py zkserver start`` started it), never started behind the operator's back.
+``client()`` returns the process's client, connecting on first use. The connection string is
+``ZK_HOSTS`` as the application hands it in, passed through the resolver it configured: the Django
+app's resolver (``queues.apps``) turns ``local`` into the project's own server
+(``queues.zkserver``), started on ``ZK_LOCAL_PORT`` under ``MRT_VAR_DIR``, and an empty setting
+into that server only while it already runs (``bin/run-console`` or ``manage.py zkserver start``
+started it), never one started behind the operator's back. This module knows nothing of a local
+server: without a resolver, an empty setting is refused.
 """
 
 from __future__ import annotations
@@ -15,8 +18,7 @@ import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
@@ -26,28 +28,46 @@ from kazoo.retry import KazooRetry
 
 from . import paths
 from .errors import Unavailable
-from .server import LocalZooKeeper
 
 log = logging.getLogger(__name__)
+
+
+# The type of a connected client, for modules above the contract that are handed one (they
+# never import kazoo themselves).
+Client: TypeAlias = KazooClient
 
 
 @dataclass(frozen=True)
 class ZkSettings:
     """What this module needs to know, handed in by the application (it imports no Django)."""
 
-    hosts: str  # ZK_HOSTS
+    hosts: str  # ZK_HOSTS, as set: a connection string, or a name the resolver knows
     timeout: float  # ZK_TIMEOUT, seconds
-    var_dir: Path  # MRT_VAR_DIR: the local server's data lives in var_dir/zookeeper
-    local_port: int  # ZK_LOCAL_PORT
+
+
+def _as_given(hosts: str) -> str:
+    if not hosts:
+        raise Unavailable("ZK_HOSTS is not set: name the ensemble (host:port,host:port[/chroot])")
+    return hosts
 
 
 _settings_source: Callable[[], ZkSettings] | None = None
+_resolve_hosts: Callable[[str], str] = _as_given
 
 
-def configure(source: Callable[[], ZkSettings]) -> None:
-    """Where the settings come from: called for each connection, so changes are seen."""
-    global _settings_source
+def configure(
+    source: Callable[[], ZkSettings], resolve_hosts: Callable[[str], str] | None = None
+) -> None:
+    """Where the settings come from, and how ZK_HOSTS becomes a connection string.
+
+    ``source`` is called for each connection, so changes are seen. ``resolve_hosts`` is given
+    ZK_HOSTS stripped and returns the connection string (it may start a local server, or raise
+    Unavailable saying what to set); by default the setting is used as it is, and an empty one
+    is refused.
+    """
+    global _settings_source, _resolve_hosts
     _settings_source = source
+    _resolve_hosts = resolve_hosts or _as_given
 
 
 def _settings() -> ZkSettings:
@@ -109,35 +129,9 @@ def _fd(obj: Any) -> int:
     return obj if isinstance(obj, int) else int(obj.fileno())
 
 
-def local_server() -> LocalZooKeeper:
-    config = _settings()
-    return LocalZooKeeper(Path(config.var_dir) / "zookeeper", config.local_port)
-
-
-LOCAL = "local"
-
-
 def configured_hosts() -> str:
-    """The connection string: ZK_HOSTS, or the project's own server when asked for.
-
-    ``local`` starts that server when needed. Empty uses it only while it runs from
-    MRT_VAR_DIR (a shell command beside ``bin/run-console``); otherwise Unavailable says what to
-    set: a production host with ZK_HOSTS forgotten must not quietly get an empty queue of its own.
-    """
-    hosts = _settings().hosts.strip()
-    if hosts and hosts != LOCAL:
-        return hosts
-    server = local_server()
-    if hosts == LOCAL:
-        server.start()
-        return server.hosts
-    if server.running() is not None:
-        server.follow_running()
-        return server.hosts
-    raise Unavailable(
-        "ZK_HOSTS is not set: name the ensemble (host:port,host:port[/chroot]), or set "
-        "ZK_HOSTS=local for the project's own ZooKeeper under MRT_VAR_DIR"
-    )
+    """The connection string: ZK_HOSTS through the configured resolver (see the docstring)."""
+    return _resolve_hosts(_settings().hosts.strip())
 
 
 def connect(hosts: str | None = None, *, timeout: float | None = None) -> KazooClient:

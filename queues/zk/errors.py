@@ -1,9 +1,18 @@
-"""Domain errors raised by the ZooKeeper service module."""
+"""Domain errors raised by the ZooKeeper service module, and the node errors it lets through.
+
+``NoNode``, ``NodeExists``, ``BadVersion`` and ``NotEmpty`` are kazoo's own exception classes
+under the contract's names, for the modules above ``queues.zk`` that write nodes directly (the
+consistency check's repairs): they catch these and never import kazoo.
+"""
 
 from kazoo.exceptions import (
+    BadVersionError,
     ConnectionClosedError,
     ConnectionDropped,
     ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
     OperationTimeoutError,
     SessionExpiredError,
 )
@@ -12,18 +21,28 @@ from kazoo.handlers.threading import KazooTimeoutError
 from queues.states import DomainError, InvalidTransition
 
 __all__ = [
+    "BadVersion",
     "Conflict",
     "DomainError",
     "InvalidID",
     "InvalidTransition",
     "ItemLocked",
     "MalformedNode",
+    "NoNode",
+    "NodeExists",
+    "NotEmpty",
     "NotFound",
     "QueueHeld",
     "StaleVersion",
     "Unavailable",
     "is_connection_error",
 ]
+
+# ZooKeeper's answers about one node, as kazoo raises them.
+NoNode = NoNodeError
+NodeExists = NodeExistsError
+BadVersion = BadVersionError
+NotEmpty = NotEmptyError
 
 
 class NotFound(DomainError):

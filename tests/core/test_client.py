@@ -10,7 +10,7 @@ from kazoo.client import KazooClient
 
 from queues import zk as zkmod
 from queues.zk.client import BASE_NODES, Handler
-from queues.zk.server import free_port
+from queues.zkserver import free_port
 
 
 def test_client_is_shared_and_creates_the_base_layout(zk: KazooClient) -> None:

@@ -7,7 +7,8 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooClient
 
-from queues.zk import batches, check, jobs
+from queues import check
+from queues.zk import batches, jobs
 from queues.zk.records import Batch, Job
 
 from .helpers import assert_indexed, walk_job

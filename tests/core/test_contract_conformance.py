@@ -12,9 +12,9 @@ import pytest
 from django.core.management import call_command
 from kazoo.client import KazooClient
 
-from queues import services
+from queues import check, services
 from queues.states import ACCESS, BATCH, JOB, REMOVE
-from queues.zk import InvalidID, InvalidTransition, access, batches, check, jobs, paths
+from queues.zk import InvalidID, InvalidTransition, access, batches, jobs, paths
 from queues.zk.codecs import encode_json, now_stamp
 from queues.zk.records import Batch, Job
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from queues import zk as zkmod
-from queues.zk.client import configured_hosts, local_server
+from queues.zk.client import configured_hosts
 from queues.zk.errors import Unavailable
-from queues.zk.server import LocalZooKeeper, four_letter, free_port
+from queues.zkserver import LocalZooKeeper, four_letter, free_port, local_server
 
 
 def test_second_server_on_another_port_starts_serves_and_stops(
@@ -108,7 +108,7 @@ def test_local_starts_the_projects_server_and_an_empty_setting_then_follows_it(
     settings.ZK_LOCAL_PORT = free_port()
     settings.ZK_HOSTS = "local"
     hosts = configured_hosts()
-    server = local_server()
+    server = local_server(tmp_path, settings.ZK_LOCAL_PORT)
     try:
         assert hosts == f"127.0.0.1:{settings.ZK_LOCAL_PORT}"
         assert server.is_serving()

@@ -14,7 +14,7 @@ from queues.steps.checkm import CONTAINER_BATCH_MANIFEST, SINGLE_FILE_BATCH_MANI
 from queues.zk.batches import batch_job_ids, batch_load
 from queues.zk.jobs import job_create, job_load
 from queues.zk.locks import collection_hold_set, queue_hold_set
-from queues.zk.server import free_port
+from queues.zkserver import free_port
 
 from .conftest import DEMO, FileServer, batch_manifest, daemon, md5, object_manifest
 

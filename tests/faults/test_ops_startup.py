@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 
 from queues import zk as zkmod
 from queues.zk import batches, jobs
-from queues.zk.server import LocalZooKeeper, four_letter, free_port
+from queues.zkserver import LocalZooKeeper, four_letter, free_port
 
 BASE = Path(settings.BASE_DIR)
 # A hang guard only: the old /healthz took 25-30 s with ZooKeeper down, the new one answers

@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 from queues.live.hub import reset_hub
 from queues.zk import batches, jobs
 from queues.zk.records import Batch, Job
-from queues.zk.server import free_port
+from queues.zkserver import free_port
 
 T = TypeVar("T")
 DAPHNE = [sys.executable, "-m", "daphne", "-b", "127.0.0.1"]

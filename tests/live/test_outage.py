@@ -13,7 +13,7 @@ from django.conf import settings
 from queues import zk as zkmod
 from queues.live.hub import reset_hub
 from queues.zk import batches, jobs
-from queues.zk.server import LocalZooKeeper, free_port
+from queues.zkserver import LocalZooKeeper, free_port
 
 from .conftest import CONFIGURATION, open_socket, receive_until, run
 

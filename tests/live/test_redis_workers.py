@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 
 from queues.zk import jobs
 from queues.zk.records import Batch, Job
-from queues.zk.server import free_port
+from queues.zkserver import free_port
 
 from .conftest import console_env, daphne, run
 

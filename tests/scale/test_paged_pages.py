@@ -17,10 +17,10 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
+from bench.loader import bulk_load
 from queues import selectors
 from queues.zk import index as zindex
 from queues.zk.batches import batch_create
-from queues.zk.bulk import bulk_load
 from queues.zk.codecs import decode_json
 from queues.zk.jobs import job_create, job_load, job_set_json, job_transition
 

@@ -32,7 +32,7 @@ def test_after_warming_the_overview_counts_need_no_folder_listing(zk):
 
 def test_warming_without_zookeeper_only_logs(zk_hosts, settings, caplog):
     from queues import zk as zkmod
-    from queues.zk.server import free_port
+    from queues.zkserver import free_port
 
     zkmod.close()
     settings.ZK_HOSTS = f"127.0.0.1:{free_port()}"

@@ -52,7 +52,7 @@ def test_health_reports_a_reachable_zookeeper(client, zk):
 
 def test_health_reports_an_unreachable_zookeeper(client, zk_hosts):
     from queues import zk as zkmod
-    from queues.zk.server import free_port
+    from queues.zkserver import free_port
 
     zkmod.close()
     settings.ZK_HOSTS = f"127.0.0.1:{free_port()}"

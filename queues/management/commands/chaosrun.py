@@ -59,7 +59,7 @@ from queues.steps.checkm import (
     write_checkm,
 )
 from queues.zk import connect
-from queues.zk.server import LocalZooKeeper, free_port
+from queues.zkserver import LocalZooKeeper, free_port
 
 PROFILE = "merritt_demo_content"
 SUBJECT_RE = re.compile(r"^Subject: Merritt batch (bid[0-9]{10}) ", re.MULTILINE)
@@ -637,9 +637,9 @@ class Command(BaseCommand):
     def judge(
         self, zk: Any, var: Path, expected: dict[str, set[str]], tally: Tally, *, lock_wait: float
     ) -> None:
+        from queues.check import run_check
         from queues.zk import paths
         from queues.zk.batches import batch_ids, batch_job_ids, batches_load
-        from queues.zk.check import run_check
         from queues.zk.jobs import jobs_load
         from queues.zk.nodes import children, children_many
         from queues.zk.records import Batch, Broken

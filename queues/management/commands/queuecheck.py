@@ -4,8 +4,8 @@ from typing import Any
 
 from django.conf import settings
 
+from queues.check import repair, run_check
 from queues.zk import client
-from queues.zk.check import repair, run_check
 
 from ._base import QueueCommand
 

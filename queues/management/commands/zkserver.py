@@ -5,8 +5,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from queues.zk.client import LOCAL, local_server
-from queues.zk.server import LocalServerError
+from queues.zkserver import LOCAL, LocalServerError, local_server
 
 
 class Command(BaseCommand):
@@ -19,7 +18,7 @@ class Command(BaseCommand):
         if settings.ZK_HOSTS.strip() not in ("", LOCAL):
             self.stdout.write(f"ZK_HOSTS is set ({settings.ZK_HOSTS}); no local server is used")
             return
-        server = local_server()
+        server = local_server(settings.MRT_VAR_DIR, settings.ZK_LOCAL_PORT)
         if opts["action"] == "start":
             try:
                 server.start()

@@ -21,13 +21,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from kazoo.client import KazooClient
-
 from queues.states import BATCH_INDEX_FOLDERS, JOB, JOB_STEPS, job_batch_folder
-
-from . import paths
-from .client import connect, ensure_layout
-from .codecs import encode_int, encode_json, now_stamp
+from queues.zk import paths
+from queues.zk.client import Client, connect, ensure_layout
+from queues.zk.codecs import encode_int, encode_json, now_stamp
 
 # A queue the size the issue asks for: most jobs done long ago, thousands in every other state.
 DEFAULT_DISTRIBUTION: dict[str, float] = {
@@ -110,7 +107,7 @@ def _pipelined(
     return done
 
 
-def _sequential(zk: KazooClient, prefix: str, count: int, *, per_request: int = 250) -> list[str]:
+def _sequential(zk: Client, prefix: str, count: int, *, per_request: int = 250) -> list[str]:
     """``count`` new sequential nodes under ``prefix``; the server picks the IDs.
 
     Sequential creates go many to a multi-operation: one request (and one log entry) for a few
@@ -162,7 +159,7 @@ def _batch_state(job_states: Sequence[str]) -> str:
 
 
 def bulk_load(
-    zk: KazooClient,
+    zk: Client,
     *,
     batches: int,
     jobs: int,
@@ -288,7 +285,7 @@ def bulk_load(
 
 
 def _job_request(
-    zk: KazooClient,
+    zk: Client,
     result: LoadResult,
     *,
     bid: str,

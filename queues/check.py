@@ -16,18 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
-
 from queues.states import BATCH_INDEX_FOLDERS, JOB, job_batch_folder, job_index_folder
-
-from . import paths
-from .batches import batch_ids, batch_load, batch_transition, batches_load
-from .codecs import decode_str
-from .jobs import jobs_load
-from .locks import lock_break
-from .nodes import children, children_many, exists_many, read_many, stamp
-from .records import Broken, Job
+from queues.zk import paths
+from queues.zk.batches import batch_ids, batch_load, batch_transition, batches_load
+from queues.zk.client import Client
+from queues.zk.codecs import decode_str
+from queues.zk.errors import BadVersion, NodeExists, NoNode, NotEmpty
+from queues.zk.jobs import jobs_load
+from queues.zk.locks import lock_break
+from queues.zk.nodes import children, children_many, exists_many, read_many, stamp
+from queues.zk.records import Broken, Job
 
 # A half-created item older than this was abandoned by its writer and can be removed.
 ABANDONED_SECONDS = 3600
@@ -82,7 +80,7 @@ RECHECK_SECONDS = 1.0
 
 
 def run_check(
-    zk: KazooClient,
+    zk: Client,
     *,
     stale_lock_seconds: float = 6 * 3600,
     progress: Callable[[str], None] | None = None,
@@ -107,7 +105,7 @@ def run_check(
 
 
 def _check_once(
-    zk: KazooClient,
+    zk: Client,
     *,
     stale_lock_seconds: float = 6 * 3600,
     progress: Callable[[str], None] | None = None,
@@ -332,7 +330,7 @@ def _check_once(
     return report
 
 
-def _check_object_locks(zk: KazooClient, report: Report) -> None:
+def _check_object_locks(zk: Client, report: Report) -> None:
     """Per-object locks named by the console's old rule (every ':' and '/' on its own became
     '_': ``ark__13030_m5abc``). Merritt's storage and inventory services lock
     ``ark_13030_m5abc`` and never see them. A persistent one is left over and can go; an
@@ -362,28 +360,28 @@ def _check_object_locks(zk: KazooClient, report: Report) -> None:
             )
 
 
-def repair(zk: KazooClient, report: Report, *, break_stale_locks: bool = False) -> list[str]:
+def repair(zk: Client, report: Report, *, break_stale_locks: bool = False) -> list[str]:
     """Fix every repairable finding; returns one line per change made."""
     done: list[str] = []
     for finding in report.findings:
         try:
             line = _repair_one(zk, finding, break_stale_locks=break_stale_locks)
-        except (NoNodeError, NodeExistsError, NotEmptyError, BadVersionError) as exc:
+        except (NoNode, NodeExists, NotEmpty, BadVersion) as exc:
             line = f"skipped {finding.path}: changed meanwhile ({type(exc).__name__})"
         if line:
             done.append(line)
     return done
 
 
-def _delete(zk: KazooClient, path: str) -> str:
+def _delete(zk: Client, path: str) -> str:
     try:
         zk.delete(path)
-    except NoNodeError:
+    except NoNode:
         return ""
     return f"deleted {path}"
 
 
-def _reindex(zk: KazooClient, jid: str) -> list[str]:
+def _reindex(zk: Client, jid: str) -> list[str]:
     """Make a job's two index entries match its status and priority exactly."""
     loaded = jobs_load(zk, [jid])
     if not loaded or isinstance(loaded[0], Broken):
@@ -406,7 +404,7 @@ def _reindex(zk: KazooClient, jid: str) -> list[str]:
     return [line for line in lines if line]
 
 
-def _repair_one(zk: KazooClient, finding: Finding, *, break_stale_locks: bool) -> str:
+def _repair_one(zk: Client, finding: Finding, *, break_stale_locks: bool) -> str:
     if finding.kind == "stale-lock" and break_stale_locks:
         return f"broke {finding.path}" if lock_break(zk, finding.path) else ""
     if not finding.repairable:

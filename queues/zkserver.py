@@ -1,8 +1,16 @@
 """The project's own ZooKeeper: Debian's ``zookeeper`` package run on a loopback port.
 
-Used when ``ZK_HOSTS`` is empty (development, the README's run command) and by the tests. The
-server is a detached Java process with its data, log, pid and config under one folder, so several
-projects (or test runs) can each have their own on different ports.
+Not part of the contract (``queues.zk`` never starts a server): used when ``ZK_HOSTS=local`` (the
+README's run command sets it), by ``manage.py zkserver``, the chaos run, the benchmarks and the
+tests. ``resolve_hosts`` is what the Django app hands ``queues.zk.client.configure`` to turn
+``ZK_HOSTS`` into a connection string. The server is a detached Java process with its data, log,
+pid and config under one folder, so several projects (or test runs) can each have their own on
+different ports.
+
+Two environment variables tune a server when it starts (one already running keeps its own):
+``ZK_LOCAL_HEAP`` (the JVM's ``-Xmx``, default ``512m``) and ``ZK_JUTE_MAXBUFFER`` (bytes, default
+4 MiB: the largest packet the server accepts, ZooKeeper's ``jute.maxbuffer`` system property;
+raise it for a queue whose biggest folder listing or multi-read answer is larger).
 
 A folder's data belongs to one server. A command started with another ``ZK_LOCAL_PORT`` than the
 running console (a shell without its environment) uses the server already running from the
@@ -24,8 +32,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from queues.zk.errors import Unavailable
+
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+
+LOCAL = "local"  # ZK_HOSTS=local: the project's own server under MRT_VAR_DIR
+
+# ZooKeeper's own default is 0xfffff (1 MiB - 1); 4 MiB holds a 100k-job queue's folder listings.
+DEFAULT_JUTE_MAXBUFFER = 4 * 1024 * 1024
+JUTE_MAXBUFFER_ENV = "ZK_JUTE_MAXBUFFER"
 
 
 class LocalServerError(RuntimeError):
@@ -72,10 +88,29 @@ def four_letter(port: int, word: str = "srvr", timeout: float = 1.0) -> str | No
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
+def jute_maxbuffer_from_env() -> int:
+    """ZK_JUTE_MAXBUFFER in bytes (a plain integer), or the default; a clear error otherwise."""
+    raw = os.environ.get(JUTE_MAXBUFFER_ENV, "").strip()
+    if not raw:
+        return DEFAULT_JUTE_MAXBUFFER
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1024:
+        raise LocalServerError(
+            f"{JUTE_MAXBUFFER_ENV}={raw!r}: expected a number of bytes (at least 1024), "
+            "e.g. 67108864 for 64 MiB"
+        )
+    return value
+
+
 @dataclass
 class LocalZooKeeper:
     directory: Path
     port: int
+    # jute.maxbuffer for a server this object starts; None: ZK_JUTE_MAXBUFFER, or 4 MiB.
+    jute_maxbuffer: int | None = None
 
     @property
     def hosts(self) -> str:
@@ -193,12 +228,14 @@ class LocalZooKeeper:
             )
         )
         heap = os.environ.get("ZK_LOCAL_HEAP", "512m")
+        maxbuffer = self.jute_maxbuffer or jute_maxbuffer_from_env()
         with self.log_file.open("ab") as log:
             proc = subprocess.Popen(
                 [
                     "java",
                     f"-Xmx{heap}",
-                    "-Dzookeeper.jute.maxbuffer=4194304",
+                    # jute.maxbuffer as such: ZooKeeper ignores zookeeper.jute.maxbuffer.
+                    f"-Djute.maxbuffer={maxbuffer}",
                     "-cp",
                     str(ZOOKEEPER_JAR),
                     MAIN_CLASS,
@@ -249,3 +286,30 @@ def _reap(pid: int, *, wait: float) -> None:
         if done or time.monotonic() > deadline:
             return
         time.sleep(0.05)
+
+
+def local_server(var_dir: Path, port: int) -> LocalZooKeeper:
+    """The project's own server: data under ``var_dir/zookeeper``, on ``port`` (ZK_LOCAL_PORT)."""
+    return LocalZooKeeper(Path(var_dir) / "zookeeper", port)
+
+
+def resolve_hosts(hosts: str, var_dir: Path, port: int) -> str:
+    """The connection string for ZK_HOSTS (stripped): the setting, or the project's own server.
+
+    ``local`` starts that server when needed. Empty uses it only while it runs from
+    MRT_VAR_DIR (a shell command beside ``bin/run-console``); otherwise Unavailable says what to
+    set: a production host with ZK_HOSTS forgotten must not quietly get an empty queue of its own.
+    """
+    if hosts and hosts != LOCAL:
+        return hosts
+    server = local_server(var_dir, port)
+    if hosts == LOCAL:
+        server.start()
+        return server.hosts
+    if server.running() is not None:
+        server.follow_running()
+        return server.hosts
+    raise Unavailable(
+        "ZK_HOSTS is not set: name the ensemble (host:port,host:port[/chroot]), or set "
+        "ZK_HOSTS=local for the project's own ZooKeeper under MRT_VAR_DIR"
+    )
