@@ -12,22 +12,19 @@ server: without a resolver, an empty setting is refused.
 from __future__ import annotations
 
 import logging
-import select
-import selectors
 import threading
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
-from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
-from kazoo.handlers.utils import selector_select
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from . import paths
 from .errors import Unavailable
+from .kazoo_private import Handler
 
 log = logging.getLogger(__name__)
 
@@ -94,39 +91,6 @@ BASE_NODES = (
     paths.STORAGE_LOCKS,
     paths.INVENTORY_LOCKS,
 )
-
-
-# kazoo's connection thread waits on its sockets before every request it sends and every answer
-# it reads (about seven waits per request), each time through a fresh ``selectors`` object: an
-# epoll instance made, filled, waited on and closed. With thousands of requests a second, that
-# bookkeeping is most of a consumer process's CPU. These waits are on one or two sockets, which
-# ``select.select`` answers in one C call; descriptors past select()'s limit (a web process
-# with many connections) and an unexpected error go kazoo's own way, with poll() instead of a
-# new epoll instance per wait.
-_POLL = types.SimpleNamespace(
-    DefaultSelector=selectors.PollSelector,
-    EVENT_READ=selectors.EVENT_READ,
-    EVENT_WRITE=selectors.EVENT_WRITE,
-)
-_SELECT_LIMIT = 1024  # FD_SETSIZE
-
-
-class Handler(SequentialThreadingHandler):  # type: ignore[misc]  # kazoo has no types
-    """kazoo's threading handler with cheaper waits (see above); same answers."""
-
-    def select(
-        self, rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: float | None = None
-    ) -> Any:
-        try:
-            if all(0 <= _fd(obj) < _SELECT_LIMIT for obj in (*rlist, *wlist, *xlist)):
-                return select.select(rlist, wlist, xlist, timeout)
-        except (OSError, ValueError):
-            pass  # let kazoo's own path raise what kazoo expects
-        return selector_select(rlist, wlist, xlist, timeout, selectors_module=_POLL)
-
-
-def _fd(obj: Any) -> int:
-    return obj if isinstance(obj, int) else int(obj.fileno())
 
 
 def configured_hosts() -> str:

@@ -12,21 +12,24 @@ The wire format is the one ZooKeeper's own clients use for ``ZooKeeper.multi(Lis
 ``MultiHeader(type, done, err)`` per operation followed by a ``GetDataResponse`` (data, stat) or,
 for a failed read, an ``ErrorResponse`` (the error code).
 
-A server without ``multiRead`` (3.5 and older) refuses the opcode; ``MultiRead.supported`` then
-remembers that for the client and the callers fall back to one request per node.
+A server without ``multiRead`` (3.5 and older) refuses the opcode; ``supported`` then
+remembers that for the client and the callers fall back to one request per node. Sending a
+hand-written request uses kazoo's private API, through ``kazoo_private``.
 """
 
 from __future__ import annotations
 
 import struct
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import EXCEPTIONS, NoNodeError, UnimplementedError
-from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
+
+from .kazoo_private import full_path, send
 
 OPCODE = 22  # ZooDefs.OpCode.multiRead
 GET_DATA = 4  # ZooDefs.OpCode.getData
@@ -102,9 +105,13 @@ class MultiReadRequest:
             raise MalformedAnswer(f"truncated multiRead answer: {exc}") from exc
 
 
+# Clients whose server refused multiRead (kept off kazoo's own object, and gone with it).
+_refused: weakref.WeakSet[KazooClient] = weakref.WeakSet()
+
+
 def supported(zk: KazooClient) -> bool:
     """Whether this client's server has answered (or may answer) multiRead."""
-    return getattr(zk, "_mrt_multiread", True)
+    return zk not in _refused
 
 
 class PendingMultiRead:
@@ -116,9 +123,7 @@ class PendingMultiRead:
         self.requests = []
         for start in range(0, len(node_paths), CHUNK):
             chunk = node_paths[start : start + CHUNK]
-            request = MultiReadRequest([_prefix_root(zk.chroot, p) for p in chunk])
-            answer = zk.handler.async_result()
-            zk._call(request, answer)
+            answer = send(zk, MultiReadRequest([full_path(zk, p) for p in chunk]))
             self.requests.append((chunk, answer))
 
     def collect(self) -> dict[str, Read]:
@@ -129,7 +134,7 @@ class PendingMultiRead:
             except (UnimplementedError, MalformedAnswer):
                 # An older server: remember it, and read this chunk one node at a time. Such a
                 # server also drops the connection, so the reads wait for the next one.
-                self.zk._mrt_multiread = False
+                _refused.add(self.zk)
                 retry = _FALLBACK_RETRY.copy()  # a retry object counts its attempts
                 result.update(retry(_read_singly, self.zk, chunk))
                 continue

@@ -22,9 +22,9 @@ does not exist (a batch's ``states/batch-failed`` appears only with its first fa
 fresh ensemble has no ``/jobs/states/failed``) and neither can be switched off and on again by
 reference count. The primitive here is small: read with a watch; on any event read again with a
 new watch, then report. A missing node is watched for creation instead. kazoo drops every watch
-when the connection is suspended (``_reset_watchers``) and a new session has none, so on every
-reconnect all active watches are armed again and every active topic is reported as changed, for
-whatever happened while we were away.
+when the connection is suspended (``kazoo_private.is_dropped_watch``, behaviour 4 there) and a
+new session has none, so on every reconnect all active watches are armed again and every active
+topic is reported as changed, for whatever happened while we were away.
 
 Callbacks run on kazoo's threads and must return quickly; the live hub hands them to its event
 loop.
@@ -40,12 +40,13 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NoNodeError, SessionExpiredError
-from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+from kazoo.protocol.states import KazooState, WatchedEvent
 
 from queues.states import BATCH_INDEX_FOLDERS, JOB
 
 from . import paths
 from .errors import InvalidID
+from .kazoo_private import is_dropped_watch, spawn
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +206,7 @@ class _Watch:
 
     def _fired(self, event: WatchedEvent) -> None:
         # kazoo sends NONE to every watch when the connection drops; the reconnect re-arms them.
-        if event.type == EventType.NONE:
+        if is_dropped_watch(event):
             return
         if not self.active or self.owner.stopped:
             self.owner.forget(self)
@@ -384,7 +385,7 @@ class QueueWatcher:
                 self.report(ZK_DOWN, {"state": str(state)})
         elif state == KazooState.CONNECTED and not self._up:
             self._up = True
-            self.zk.handler.spawn(self._rearm)
+            spawn(self.zk, self._rearm)
 
     def _rearm(self) -> None:
         """After a reconnect: set every active watch again and report every topic changed."""

@@ -9,7 +9,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from queues import zk as zkmod
-from queues.zk.client import BASE_NODES, Handler
+from queues.zk.client import BASE_NODES
+from queues.zk.kazoo_private import Handler
 from queues.zkserver import free_port
 
 

@@ -1,0 +1,151 @@
+"""Every use of kazoo's private API, in one place, checked against the kazoo it was written for.
+
+kazoo's documented API does not cover four things this project needs; each is done here, on
+internals read in kazoo's source of the versions in ``WRITTEN_FOR``:
+
+1. ``Handler``: cheaper socket waits. kazoo's connection thread waits through its handler's
+   ``select()`` (``kazoo.protocol.connection``) and kazoo's own ``selector_select`` builds an
+   epoll object per wait; the subclass answers the same waits with one ``select.select`` call.
+2. ``send``, ``full_path``: hand-written requests (``multiread.py``'s multiRead). A request is an
+   object with ``type``, ``serialize()`` and ``deserialize(buffer, offset)``, queued with
+   ``KazooClient._call(request, async_result)``; its paths carry the chroot, as
+   ``kazoo.protocol.paths._prefix_root`` adds it to kazoo's own requests.
+3. ``after_watch_callbacks``: read your own writes through watches (the read index's
+   ``settle()``). ``SequentialThreadingHandler`` runs every watch callback on one queue in
+   arrival order (``handler.dispatch_callback``); a marker queued behind them runs after all the
+   watch events received so far.
+4. ``is_dropped_watch`` (and the re-arming in ``watch.py``): when the connection is suspended,
+   kazoo drops every watch it holds (``KazooClient._reset_watchers``) and calls each with an
+   event of type NONE and no path; it does not set them again on reconnect. Our watchers treat
+   that event as "the connection dropped" and arm again themselves on CONNECTED.
+
+Upgrading kazoo: read each of these against the new version's source (the names above), run
+``tests/core/test_kazoo_private.py``, ``tests/core/test_multiread.py`` and ``tests/live``, then
+add the version to ``WRITTEN_FOR`` (and pin it in requirements.txt). Until then importing
+``queues.zk`` fails with ``KazooVersionError``, on purpose: a silently different watch or wire
+behaviour would lose live updates or misread nodes, which is worse than not starting.
+"""
+
+from __future__ import annotations
+
+import select
+import selectors
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+import kazoo.version
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.handlers.utils import selector_select
+from kazoo.protocol.paths import _prefix_root
+from kazoo.protocol.states import Callback, EventType, WatchedEvent
+
+# The kazoo versions whose source the uses below were checked against (requirements.txt pins one).
+WRITTEN_FOR = frozenset({"2.11.0"})
+
+
+class KazooVersionError(RuntimeError):
+    """The installed kazoo is not one this module was written for."""
+
+
+def check_version(version: str) -> None:
+    """Refuse a kazoo this module was not checked against, saying what to do."""
+    if version not in WRITTEN_FOR:
+        raise KazooVersionError(
+            f"kazoo {version} is installed, but queues/zk/kazoo_private.py uses kazoo's private "
+            f"API as it is in kazoo {', '.join(sorted(WRITTEN_FOR))}: install the pinned version "
+            "(pip install -r requirements.txt), or check each use listed in that module against "
+            f"kazoo {version}'s source and add {version!r} to WRITTEN_FOR"
+        )
+
+
+check_version(kazoo.version.__version__)
+
+
+# 1. The handler's socket waits -------------------------------------------------------------
+
+# kazoo's connection thread waits on its sockets before every request it sends and every answer
+# it reads (about seven waits per request), each time through a fresh ``selectors`` object: an
+# epoll instance made, filled, waited on and closed. With thousands of requests a second, that
+# bookkeeping is most of a consumer process's CPU. These waits are on one or two sockets, which
+# ``select.select`` answers in one C call; descriptors past select()'s limit (a web process
+# with many connections) and an unexpected error go kazoo's own way, with poll() instead of a
+# new epoll instance per wait.
+_POLL = types.SimpleNamespace(
+    DefaultSelector=selectors.PollSelector,
+    EVENT_READ=selectors.EVENT_READ,
+    EVENT_WRITE=selectors.EVENT_WRITE,
+)
+_SELECT_LIMIT = 1024  # FD_SETSIZE
+
+
+class Handler(SequentialThreadingHandler):  # type: ignore[misc]  # kazoo has no types
+    """kazoo's threading handler with cheaper waits (see above); same answers."""
+
+    def select(
+        self, rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: float | None = None
+    ) -> Any:
+        try:
+            if all(0 <= _fd(obj) < _SELECT_LIMIT for obj in (*rlist, *wlist, *xlist)):
+                return select.select(rlist, wlist, xlist, timeout)
+        except (OSError, ValueError):
+            pass  # let kazoo's own path raise what kazoo expects
+        return selector_select(rlist, wlist, xlist, timeout, selectors_module=_POLL)
+
+
+def _fd(obj: Any) -> int:
+    return obj if isinstance(obj, int) else int(obj.fileno())
+
+
+# 2. Hand-written requests --------------------------------------------------------------------
+
+
+def full_path(zk: KazooClient, path: str) -> str:
+    """``path`` as the server sees it: under the client's chroot, as kazoo's requests send it."""
+    return str(_prefix_root(zk.chroot, path))
+
+
+def send(zk: KazooClient, request: Any) -> Any:
+    """Queue ``request`` (``type``, ``serialize()``, ``deserialize()``) on the connection.
+
+    Returns kazoo's async result: ``get()`` gives what ``request.deserialize`` returned, or
+    raises the error the server answered (the paths in the request must be ``full_path``s).
+    """
+    answer = zk.handler.async_result()
+    zk._call(request, answer)
+    return answer
+
+
+# 3. Waiting for the watch callbacks received so far ------------------------------------------
+
+
+def after_watch_callbacks(zk: KazooClient, timeout: float) -> bool:
+    """Wait until kazoo has run every watch callback it received before this call.
+
+    ZooKeeper sends a watch event before the reply to the write that caused it, but kazoo runs
+    watch callbacks on a thread of their own; this queues a marker behind them and waits for it
+    (at most ``timeout`` seconds). True when the marker ran.
+    """
+    done = threading.Event()
+    zk.handler.dispatch_callback(Callback("watch", done.set, ()))
+    return done.wait(timeout)
+
+
+# 4. Watches and the connection ---------------------------------------------------------------
+
+
+def is_dropped_watch(event: WatchedEvent) -> bool:
+    """True for the event kazoo sends every watch it drops when the connection is suspended.
+
+    Such a watch is gone from kazoo (and its node may have changed meanwhile); whoever holds
+    it arms it again once the connection is back (``spawn`` from the CONNECTED listener).
+    """
+    return bool(event.type == EventType.NONE)
+
+
+def spawn(zk: KazooClient, func: Callable[[], None]) -> None:
+    """Run ``func`` on a thread of the client's handler (from a state listener, which runs on
+    kazoo's connection thread and must not call ZooKeeper itself)."""
+    zk.handler.spawn(func)
