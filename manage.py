@@ -9,6 +9,11 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mrtadmin.settings")
     from django.core.management import execute_from_command_line
 
+    from mrtadmin import local
+
+    # The one deliberate moment a command-line process creates MRT_VAR_DIR and the generated
+    # secret key (importing the settings creates nothing; see mrtadmin/local.py).
+    local.prepare()
     execute_from_command_line(sys.argv)
 
 

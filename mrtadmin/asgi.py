@@ -1,4 +1,11 @@
-"""ASGI entry point: HTTP through Django, websockets through the live console consumers."""
+"""ASGI entry point: HTTP through Django, websockets through the live console consumers.
+
+Importing this module builds the application and starts nothing. The read index is warmed
+(``queues.warmup``) when the server first hands the application a connection: daphne speaks
+no ASGI lifespan, and the first connection is the moment a server is certainly serving.
+``bin/run-console`` and the image's health check ask ``/healthz`` as soon as daphne listens,
+so the index fills from the start, not on the first operator's page.
+"""
 
 import os
 
@@ -12,15 +19,15 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from queues.live.routing import websocket_urlpatterns  # noqa: E402
-from queues.warmup import warm_in_background  # noqa: E402
+from queues.warmup import WarmOnFirstConnection  # noqa: E402
 
-warm_in_background()
-
-application = ProtocolTypeRouter(
-    {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
-    }
+application = WarmOnFirstConnection(
+    ProtocolTypeRouter(
+        {
+            "http": django_asgi_app,
+            "websocket": AllowedHostsOriginValidator(
+                AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            ),
+        }
+    )
 )

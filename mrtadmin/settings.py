@@ -6,14 +6,16 @@ by ``<NAME>_FILE`` so that they never have to sit in the process environment.
 """
 
 import ipaddress
+import logging
+import math
 import os
-import secrets
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+
+from mrtadmin import local
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -43,50 +45,36 @@ def env_bool(name: str, default: bool) -> bool:
 
 
 def env_int(name: str, default: int) -> int:
+    """A whole number; anything else is an error naming the variable."""
     value = env(name, str(default)).strip()
     try:
         return int(value)
-    except ValueError as exc:
-        raise ValueError(f"environment variable {name} must be an integer, got {value!r}") from exc
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"environment variable {name} must be an integer, got {value!r}"
+        ) from None
 
 
 def env_float(name: str, default: float) -> float:
+    """A number; anything else (including nan and inf) is an error naming the variable."""
     value = env(name, str(default)).strip()
     try:
-        return float(value)
-    except ValueError as exc:
-        raise ValueError(f"environment variable {name} must be a number, got {value!r}") from exc
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise ImproperlyConfigured(f"environment variable {name} must be a number, got {value!r}")
+    return number
 
 
 # Everything written locally (ZooKeeper data, working folders, storage, mail, SQLite) lives here.
+# Importing the settings creates nothing: mrtadmin/local.py says when the folder and the
+# generated secret key are made (manage.py before any command, else the key's first use).
 MRT_VAR_DIR = Path(env("MRT_VAR_DIR", str(BASE_DIR / "var"))).resolve()
-MRT_VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-
-def _secret_key() -> str:
-    """Use DJANGO_SECRET_KEY, else a random key kept under MRT_VAR_DIR so sessions survive."""
-    configured = env("DJANGO_SECRET_KEY")
-    if configured:
-        return configured
-    key_file = MRT_VAR_DIR / "secret_key"
-    try:
-        # Created readable by its owner only, and by exactly one of the processes starting
-        # together on a fresh MRT_VAR_DIR; the others read what it wrote.
-        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(secrets.token_urlsafe(50))
-    for _ in range(50):
-        key = key_file.read_text(encoding="utf-8").strip()
-        if key:
-            return key
-        time.sleep(0.1)  # created a moment ago by another process, not yet written
-    raise ImproperlyConfigured(f"{key_file} is empty: delete it or set DJANGO_SECRET_KEY")
-
-
-SECRET_KEY = _secret_key()
+# DJANGO_SECRET_KEY, else a random key kept in MRT_VAR_DIR/secret_key so sessions survive a
+# restart and every process of one installation signs alike.
+SECRET_KEY = env("DJANGO_SECRET_KEY") or local.lazy_secret_key(MRT_VAR_DIR / "secret_key")
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = [
     h.strip()
@@ -368,12 +356,18 @@ DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "merritt-queue@localhost")
 # Sender of summary e-mails; empty: DEFAULT_FROM_EMAIL.
 MRT_MAIL_FROM = env("MRT_MAIL_FROM")
 
+LOG_LEVEL = env("LOG_LEVEL", "INFO").strip().upper()
+if not isinstance(logging.getLevelNamesMapping().get(LOG_LEVEL), int):
+    raise ImproperlyConfigured(
+        f"environment variable LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, "
+        f"got {LOG_LEVEL!r}"
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "kazoo": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},

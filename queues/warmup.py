@@ -5,12 +5,18 @@ counts and batch states first, then each Failed job's batch and step, then every
 configuration and identifiers (collection filters and the search by local ID or ARK). Pages
 asked meanwhile answer from what is ready and say what is still loading
 (``ReadIndex.loading``); afterwards watches keep the index current.
+
+Nothing starts on import. The web process's ASGI application is wrapped in
+:class:`WarmOnFirstConnection`, which starts the fill when the server hands it its first
+connection (``mrtadmin/asgi.py`` says why then); tests and benchmarks call
+:func:`warm_in_background` themselves.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from queues import selectors
 from queues.zk import index as zindex
@@ -30,3 +36,27 @@ def warm_in_background() -> threading.Thread:
     thread = threading.Thread(target=warm_read_index, name="warm-read-index", daemon=True)
     thread.start()
     return thread
+
+
+class WarmOnFirstConnection:
+    """An ASGI application that starts the warm-up once, on its first call, then passes through.
+
+    Any scope counts (an HTTP request, a websocket, a server's ``lifespan`` start-up), so a
+    health probe is enough to start it. The fill runs in its own thread; the connection is
+    handed on at once.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.warming: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start_warming(self) -> None:
+        with self._lock:
+            if self.warming is None:
+                self.warming = warm_in_background()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> Any:
+        if self.warming is None:
+            self.start_warming()
+        return await self.app(scope, receive, send)

@@ -20,6 +20,7 @@ from kazoo.client import KazooClient
 
 from queues import zk as zkmod
 from queues.zk import batches, jobs
+from queues.zk import consumers as zconsumers
 from queues.zkserver import LocalZooKeeper, four_letter, free_port
 
 BASE = Path(settings.BASE_DIR)
@@ -189,11 +190,21 @@ def test_run_console_stops_everything_on_a_signal_to_its_pid(
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"run-console did not serve:\n{log.read_text()[-3000:]}")
             time.sleep(0.5)
-        started = children_of(proc.pid)
         assert four_letter(zk_port)  # its own ZooKeeper serves
-        # Give runconsumer time to be up too, so the signal finds every part running.
-        time.sleep(2)
-        started |= children_of(proc.pid)
+        # runconsumer is up too once it has registered, so the signal finds every part running.
+        watcher = zkmod.connect(f"127.0.0.1:{zk_port}")
+        try:
+            deadline = time.monotonic() + 120
+            while not (
+                watcher.exists(zconsumers.CONSUMERS) and watcher.get_children(zconsumers.CONSUMERS)
+            ):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"runconsumer did not register:\n{log.read_text()[-3000:]}")
+                time.sleep(0.2)
+        finally:
+            watcher.stop()
+            watcher.close()
+        started = children_of(proc.pid)
 
         os.kill(proc.pid, signum)
         try:

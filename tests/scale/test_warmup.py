@@ -1,9 +1,13 @@
-"""A web process fills its read index at start, so the first overview reads nothing more."""
+"""A web process fills its read index at start, so the first overview reads nothing more.
 
+The web application starts the fill on the first connection the server hands it (daphne has no
+ASGI lifespan), never on import (tests/web/test_settings.py)."""
+
+import asyncio
 from collections import Counter
 
 from queues import selectors
-from queues.warmup import warm_in_background
+from queues.warmup import WarmOnFirstConnection, warm_in_background
 from queues.zk import batches, jobs
 from queues.zk import index as zindex
 
@@ -14,7 +18,32 @@ def test_after_warming_the_overview_counts_need_no_folder_listing(zk):
         jobs.job_create(zk, bid=batch.bid, configuration={"profile": "p"})
     zindex.reset()
     warm_in_background().join(timeout=60)
+    assert_overview_counts_read_nothing(zk)
 
+
+def test_the_web_application_warms_on_its_first_connection_once(zk):
+    batch = batches.batch_create(zk, submission={"profile": "p", "submitter": "s"})
+    for _ in range(3):
+        jobs.job_create(zk, bid=batch.bid, configuration={"profile": "p"})
+    zindex.reset()
+    seen: list[str] = []
+
+    async def inner(scope, receive, send):
+        seen.append(scope["type"])
+
+    app = WarmOnFirstConnection(inner)
+    assert app.warming is None  # built, nothing started
+    asyncio.run(app({"type": "http"}, None, None))
+    first = app.warming
+    assert first is not None
+    first.join(timeout=60)
+    asyncio.run(app({"type": "websocket"}, None, None))
+    assert app.warming is first  # once per process
+    assert seen == ["http", "websocket"]  # every connection handed on
+    assert_overview_counts_read_nothing(zk)
+
+
+def assert_overview_counts_read_nothing(zk):
     calls: Counter[str] = Counter()
     original = zk._call
 

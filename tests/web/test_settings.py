@@ -1,4 +1,4 @@
-"""Settings: the generated secret key on a fresh MRT_VAR_DIR."""
+"""Settings: pure on import; the generated secret key on a fresh MRT_VAR_DIR; strict parsing."""
 
 from __future__ import annotations
 
@@ -10,17 +10,83 @@ from pathlib import Path
 
 from django.conf import settings
 
-PRINT_KEY = "import mrtadmin.settings as s; print(s.SECRET_KEY)"
+PRINT_KEY = "from django.conf import settings; print(settings.SECRET_KEY)"
+IMPORT_ONLY = """
+import os, threading
+os.environ["DJANGO_SETTINGS_MODULE"] = "mrtadmin.settings"
+import mrtadmin.settings
+import mrtadmin.asgi
+print(sorted(t.name for t in threading.enumerate()))
+"""
+
+
+def test_importing_the_settings_and_the_web_application_creates_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "MRT_"))}
+    var = tmp_path / "var"
+    env.update(MRT_VAR_DIR=str(var), ZK_HOSTS="127.0.0.1:9")
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_ONLY],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not var.exists()  # no folder, no secret key
+    assert "warm-read-index" not in done.stdout  # the warm-up waits for a first connection
+    # A command is the deliberate moment: manage.py makes the folder and the key first.
+    subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    key_file = var / "secret_key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    # A web process started on its own reads that key when it first signs something.
+    env["DJANGO_SETTINGS_MODULE"] = "mrtadmin.settings"
+    used = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {PRINT_KEY}"],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert used.stdout.strip() == key_file.read_text().strip()
+
+
+def test_without_manage_py_the_key_is_made_when_first_used(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "MRT_"))}
+    env.update(MRT_VAR_DIR=str(tmp_path / "var"), DJANGO_SETTINGS_MODULE="mrtadmin.settings")
+    used = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {PRINT_KEY}"],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    key_file = tmp_path / "var" / "secret_key"
+    assert used.stdout.strip() == key_file.read_text().strip()
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
 
 
 def test_processes_starting_together_share_one_owner_only_secret_key(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_SECRET_KEY")}
     env["MRT_VAR_DIR"] = str(tmp_path)
-    # The web process and the daemons of bin/run-console (or of a compose project sharing one
-    # volume) start at the same moment; they must not each keep a different key.
+    # The commands of bin/run-console (or of a compose project sharing one volume) may start at
+    # the same moment; they must not each keep a different key.
     started = [
         subprocess.Popen(
-            [sys.executable, "-c", PRINT_KEY],
+            [sys.executable, "manage.py", "shell", "-c", PRINT_KEY],
             cwd=settings.BASE_DIR,
             env=env,
             stdout=subprocess.PIPE,
@@ -28,7 +94,7 @@ def test_processes_starting_together_share_one_owner_only_secret_key(tmp_path: P
         )
         for _ in range(6)
     ]
-    keys = {process.communicate(timeout=120)[0].strip() for process in started}
+    keys = {process.communicate(timeout=120)[0].split()[-1] for process in started}
     assert all(process.returncode == 0 for process in started)
     key_file = tmp_path / "secret_key"
     assert keys == {key_file.read_text().strip()}
@@ -63,3 +129,14 @@ def test_a_number_that_is_not_one_names_the_variable(tmp_path: Path) -> None:
     result = _settings_with(tmp_path, MRT_MAX_OBJECT_BYTES="10GB")
     assert result.returncode != 0
     assert "MRT_MAX_OBJECT_BYTES must be an integer, got '10GB'" in result.stderr
+    for name, value in (("ZK_TIMEOUT", "nan"), ("LIVE_COALESCE_SECONDS", "0,25")):
+        result = _settings_with(tmp_path, **{name: value})
+        assert result.returncode != 0
+        assert f"{name} must be a number, got {value!r}" in result.stderr
+
+
+def test_an_unknown_log_level_names_the_variable(tmp_path: Path) -> None:
+    result = _settings_with(tmp_path, LOG_LEVEL="verbose")
+    assert result.returncode != 0
+    assert "environment variable LOG_LEVEL must be" in result.stderr
+    assert _settings_with(tmp_path, LOG_LEVEL="warning").returncode == 0
