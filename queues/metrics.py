@@ -2,137 +2,150 @@
 
 Scraped with an API token (``Authorization: Bearer <key>``) or by a logged-in viewer. The
 numbers come from the same selectors as the overview page, so the two always agree.
+
+prometheus-client writes the exposition format: :class:`QueueCollector` reads the queue once per
+scrape and yields gauge families, on a registry of its own (the library's default registry
+would add this process's Python and GC figures, which say nothing about the queue).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.registry import Collector
 
 from queues import selectors
 from queues.api import token_from
 from queues.auth import VIEWER, has_role
 from queues.zk.errors import is_connection_error
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# What generate_latest writes: the classic text format.
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+ZOOKEEPER_UP = "mrt_zookeeper_up"
+ZOOKEEPER_UP_HELP = "1 when ZooKeeper answered"
 
 
-def _label(value: str) -> str:
-    """A label value per the exposition format: backslash, quote and newline escaped."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _gauge(
+    name: str, help_text: str, samples: Mapping[str, float], label: str = ""
+) -> GaugeMetricFamily:
+    """One gauge family: with ``label``, one sample per key of ``samples``; without, the
+    single value under the key ``""``."""
+    if not label:
+        return GaugeMetricFamily(name, help_text, value=samples[""])
+    family = GaugeMetricFamily(name, help_text, labels=[label])
+    for key, value in samples.items():
+        family.add_metric([key], value)
+    return family
 
 
-def _family(
-    lines: list[str], name: str, kind: str, help_text: str, samples: list[tuple[str, float]]
-) -> None:
-    lines.append(f"# HELP {name} {help_text}")
-    lines.append(f"# TYPE {name} {kind}")
-    for labels, value in samples:
-        number = str(int(value)) if float(value).is_integer() else repr(float(value))
-        lines.append(f"{name}{{{labels}}} {number}" if labels else f"{name} {number}")
+class QueueCollector(Collector):
+    """The queue's figures, read afresh at every scrape. A ZooKeeper that does not answer
+    raises out of :meth:`collect` (the view then answers 503 with ``mrt_zookeeper_up 0``)."""
+
+    def collect(self) -> Iterator[Metric]:
+        ov = selectors.overview()
+        for noun, summary in (("jobs", ov.jobs), ("batches", ov.batches), ("access", ov.access)):
+            yield _gauge(
+                f"mrt_{noun}",
+                f"{noun} per state",
+                {s: c.count for s, c in summary.items()},
+                "state",
+            )
+            yield _gauge(
+                f"mrt_{noun}_oldest_seconds",
+                f"age of the oldest {noun} item per state, in seconds",
+                {
+                    s: round(c.oldest_seconds)
+                    for s, c in summary.items()
+                    if c.oldest_seconds is not None
+                },
+                "state",
+            )
+        yield _gauge(
+            "mrt_bytes_in_process",
+            "space_needed summed over jobs in the working states, in bytes",
+            {"": ov.bytes_in_process},
+        )
+        yield _gauge(
+            "mrt_gb_in_process",
+            "space_needed summed over jobs in the working states, in GiB",
+            {"": round(ov.gb_in_process, 3)},
+        )
+        yield _gauge(
+            "mrt_queue_held",
+            "1 when the queue is held",
+            {q: 1 if held else 0 for q, held in ov.holds.queues.items()},
+            "queue",
+        )
+        yield _gauge(
+            "mrt_collection_held_jobs",
+            "Held jobs per collection",
+            dict(ov.held_by_collection),
+            "collection",
+        )
+        yield _gauge(
+            "mrt_collections_held", "number of collection holds", {"": len(ov.holds.collections)}
+        )
+        yield from self.cockpit()
+        yield _gauge(ZOOKEEPER_UP, ZOOKEEPER_UP_HELP, {"": 1})
+
+    def cockpit(self) -> Iterator[Metric]:
+        """Stuck jobs per state and the registered consumer processes (queues/stuck.py,
+        queues/zk/consumers.py)."""
+        from queues import stuck
+
+        yield _gauge(
+            "mrt_jobs_stuck",
+            "jobs far longer in their state (or under one lock) than its usual time, per state",
+            dict(stuck.stuck_counts(selectors.zk_client())),
+            "state",
+        )
+        procs = stuck.consumer_processes()["consumers"]
+        modes = {"claiming": 0, "draining": 0, "drained": 0}
+        for p in procs:
+            mode = (
+                "drained" if p.get("drained") else "draining" if p.get("draining") else "claiming"
+            )
+            modes[mode] += 1
+        yield _gauge(
+            "mrt_consumers", "registered consumer processes, by whether they claim", modes, "mode"
+        )
+        yield _gauge(
+            "mrt_consumer_threads_busy",
+            "consumer threads holding an item",
+            {"": sum(p["busy"] for p in procs)},
+        )
+        yield _gauge(
+            "mrt_consumer_threads_flagged",
+            "consumer threads holding one item far longer than its step usually takes",
+            {"": sum(p["flagged"] for p in procs)},
+        )
+
+
+class ZooKeeperDown(Collector):
+    """What a scrape says while ZooKeeper does not answer."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield _gauge(ZOOKEEPER_UP, ZOOKEEPER_UP_HELP, {"": 0})
+
+
+def _registry(collector: Collector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
+
+
+QUEUE = _registry(QueueCollector())
+DOWN = _registry(ZooKeeperDown())
 
 
 def render_metrics() -> str:
-    ov = selectors.overview()
-    lines: list[str] = []
-    for noun, summary in (("jobs", ov.jobs), ("batches", ov.batches), ("access", ov.access)):
-        _family(
-            lines,
-            f"mrt_{noun}",
-            "gauge",
-            f"{noun} per state",
-            [(f'state="{_label(s)}"', c.count) for s, c in summary.items()],
-        )
-        _family(
-            lines,
-            f"mrt_{noun}_oldest_seconds",
-            "gauge",
-            f"age of the oldest {noun} item per state, in seconds",
-            [
-                (f'state="{_label(s)}"', round(c.oldest_seconds))
-                for s, c in summary.items()
-                if c.oldest_seconds is not None
-            ],
-        )
-    _family(
-        lines,
-        "mrt_bytes_in_process",
-        "gauge",
-        "space_needed summed over jobs in the working states, in bytes",
-        [("", ov.bytes_in_process)],
-    )
-    _family(
-        lines,
-        "mrt_gb_in_process",
-        "gauge",
-        "space_needed summed over jobs in the working states, in GiB",
-        [("", round(ov.gb_in_process, 3))],
-    )
-    _family(
-        lines,
-        "mrt_queue_held",
-        "gauge",
-        "1 when the queue is held",
-        [(f'queue="{_label(q)}"', 1 if t else 0) for q, t in ov.holds.queues.items()],
-    )
-    _family(
-        lines,
-        "mrt_collection_held_jobs",
-        "gauge",
-        "Held jobs per collection",
-        [(f'collection="{_label(c)}"', n) for c, n in ov.held_by_collection.items()],
-    )
-    _family(
-        lines,
-        "mrt_collections_held",
-        "gauge",
-        "number of collection holds",
-        [("", len(ov.holds.collections))],
-    )
-    _cockpit_families(lines)
-    _family(lines, "mrt_zookeeper_up", "gauge", "1 when ZooKeeper answered", [("", 1)])
-    return "\n".join(lines) + "\n"
-
-
-def _cockpit_families(lines: list[str]) -> None:
-    """Stuck jobs per state and the registered consumer processes (queues/stuck.py,
-    queues/zk/consumers.py)."""
-    from queues import stuck
-
-    zk = selectors.zk_client()
-    _family(
-        lines,
-        "mrt_jobs_stuck",
-        "gauge",
-        "jobs far longer in their state (or under one lock) than its usual time, per state",
-        [(f'state="{_label(s)}"', n) for s, n in stuck.stuck_counts(zk).items()],
-    )
-    procs = stuck.consumer_processes()["consumers"]
-    modes = {"claiming": 0, "draining": 0, "drained": 0}
-    for p in procs:
-        mode = "drained" if p.get("drained") else "draining" if p.get("draining") else "claiming"
-        modes[mode] += 1
-    _family(
-        lines,
-        "mrt_consumers",
-        "gauge",
-        "registered consumer processes, by whether they claim",
-        [(f'mode="{m}"', n) for m, n in modes.items()],
-    )
-    _family(
-        lines,
-        "mrt_consumer_threads_busy",
-        "gauge",
-        "consumer threads holding an item",
-        [("", sum(p["busy"] for p in procs))],
-    )
-    _family(
-        lines,
-        "mrt_consumer_threads_flagged",
-        "gauge",
-        "consumer threads holding one item far longer than its step usually takes",
-        [("", sum(p["flagged"] for p in procs))],
-    )
+    return generate_latest(QUEUE).decode("utf-8")
 
 
 @require_GET
@@ -148,9 +161,5 @@ def metrics(request: HttpRequest) -> HttpResponse:
     except Exception as exc:
         if not is_connection_error(exc):
             raise
-        body = (
-            "# HELP mrt_zookeeper_up 1 when ZooKeeper answered\n"
-            "# TYPE mrt_zookeeper_up gauge\nmrt_zookeeper_up 0\n"
-        )
-        return HttpResponse(body, content_type=CONTENT_TYPE, status=503)
+        return HttpResponse(generate_latest(DOWN), content_type=CONTENT_TYPE, status=503)
     return HttpResponse(body, content_type=CONTENT_TYPE)

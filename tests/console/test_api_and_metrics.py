@@ -1,4 +1,4 @@
-"""The JSON API (token auth, same roles and checks as the pages) and Prometheus /metrics."""
+"""The JSON API (token auth, same roles and checks as the pages); /metrics is in test_metrics.py."""
 
 from __future__ import annotations
 
@@ -112,27 +112,6 @@ def test_api_submit_creates_a_batch(client, token_for, zk):
     assert response.status_code == 200
     bid = response.json()["outcomes"][0]["id"]
     assert zk.exists(f"/batches/{bid}/submission")
-
-
-def test_metrics_expose_counts_ages_and_bytes_in_process(client, token_for, zk, make_job):
-    job = make_job("Downloading")
-    jobs.job_set_space_needed(zk, job, 3 * 1024**3)
-    make_job("Failed")
-    assert client.get("/metrics").status_code == 401
-    response = client.get("/metrics", **token_for("viewer"))
-    assert response.status_code == 200
-    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
-    text = response.content.decode()
-    assert 'mrt_jobs{state="Failed"} 1' in text
-    assert 'mrt_jobs{state="Downloading"} 1' in text
-    assert 'mrt_jobs_oldest_seconds{state="Failed"}' in text
-    assert "mrt_bytes_in_process 3221225472" in text
-    assert "mrt_gb_in_process 3" in text
-    assert 'mrt_queue_held{queue="ingest"} 0' in text
-
-
-def test_metrics_for_a_logged_in_viewer(viewer, zk):
-    assert viewer.get(reverse("metrics")).status_code == 200
 
 
 def test_tokens_are_created_once_and_revoked(viewer, zk):
