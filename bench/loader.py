@@ -21,27 +21,40 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from queues.states import BATCH_INDEX_FOLDERS, JOB, JOB_STEPS, job_batch_folder
+from queues.states import (
+    BATCH_INDEX_FOLDERS,
+    JOB,
+    JOB_STEPS,
+    BatchState,
+    JobState,
+    job_batch_folder,
+)
 from queues.zk import paths
 from queues.zk.client import Client, connect, ensure_layout
 from queues.zk.codecs import encode_int, encode_json, now_stamp
 
 # A queue the size the issue asks for: most jobs done long ago, thousands in every other state.
 DEFAULT_DISTRIBUTION: dict[str, float] = {
-    "Completed": 0.60,
-    "Failed": 0.08,
-    "Pending": 0.12,
-    "Held": 0.02,
-    "Estimating": 0.03,
-    "Provisioning": 0.03,
-    "Downloading": 0.04,
-    "Processing": 0.03,
-    "Storing": 0.02,
-    "Recording": 0.015,
-    "Notify": 0.015,
+    JobState.COMPLETED: 0.60,
+    JobState.FAILED: 0.08,
+    JobState.PENDING: 0.12,
+    JobState.HELD: 0.02,
+    JobState.ESTIMATING: 0.03,
+    JobState.PROVISIONING: 0.03,
+    JobState.DOWNLOADING: 0.04,
+    JobState.PROCESSING: 0.03,
+    JobState.STORING: 0.02,
+    JobState.RECORDING: 0.015,
+    JobState.NOTIFY: 0.015,
 }
 # Terminal states first: older batches (lower IDs) hold finished jobs, the newest hold the queue.
-STATE_ORDER = ("Completed", "Failed", *JOB_STEPS[-2:0:-1], "Held", "Pending")
+STATE_ORDER = (
+    JobState.COMPLETED,
+    JobState.FAILED,
+    *JOB_STEPS[-2:0:-1],
+    JobState.HELD,
+    JobState.PENDING,
+)
 PROFILES = tuple(f"bench_collection_{i:02d}" for i in range(12))
 SUBMITTERS = tuple(f"user{i:03d}" for i in range(40))
 # Requests in flight at once: enough to keep the server busy, few enough to bound memory.
@@ -67,7 +80,7 @@ class LoadResult:
 def counts_for(jobs: int, distribution: Mapping[str, float]) -> dict[str, int]:
     """Whole job counts per state that add up to ``jobs`` exactly."""
     for state in distribution:
-        if not JOB.is_state(state) or state == "Deleted":
+        if not JOB.is_state(state) or state == JobState.DELETED:
             raise ValueError(f"{state!r} is not a job state a queue can hold")
     total = sum(distribution.values())
     counts = {s: int(jobs * f / total) for s, f in distribution.items()}
@@ -134,12 +147,12 @@ def _sequential(zk: Client, prefix: str, count: int, *, per_request: int = 250) 
 
 def _job_status(state: str, rng: random.Random, stamp: str) -> dict[str, Any]:
     steps = JOB_STEPS
-    if state == "Failed":
+    if state == JobState.FAILED:
         last = rng.choice(steps[:-2])
         message = f"{steps[steps.index(last) + 1]}: simulated failure for the benchmark"
-    elif state == "Held":
+    elif state == JobState.HELD:
         last, message = None, "collection held"
-    elif state == "Pending":
+    elif state == JobState.PENDING:
         last, message = None, ""
     else:
         last, message = steps[steps.index(state) - 1], ""
@@ -154,8 +167,8 @@ def _job_status(state: str, rng: random.Random, stamp: str) -> dict[str, Any]:
 
 def _batch_state(job_states: Sequence[str]) -> str:
     if any(job_batch_folder(s) == "batch-processing" for s in job_states):
-        return "Processing"
-    return "Failed" if "Failed" in job_states else "Completed"
+        return BatchState.PROCESSING
+    return BatchState.FAILED if JobState.FAILED in job_states else BatchState.COMPLETED
 
 
 def bulk_load(
@@ -222,17 +235,17 @@ def bulk_load(
         txn.create(paths.batch_node(bid, "states"), b"")
         for folder in BATCH_INDEX_FOLDERS:
             txn.create(paths.batch_index(bid, folder), b"")
-        if batch_state != "Processing":
+        if batch_state != BatchState.PROCESSING:
             txn.create(
                 paths.batch_node(bid, "status-report"),
                 encode_json(
                     {
                         "last_modified": stamp,
                         "failed_jobs": sorted(
-                            j for j, s in zip(jids, states, strict=True) if s == "Failed"
+                            j for j, s in zip(jids, states, strict=True) if s == JobState.FAILED
                         ),
                         "successful_jobs": sorted(
-                            j for j, s in zip(jids, states, strict=True) if s == "Completed"
+                            j for j, s in zip(jids, states, strict=True) if s == JobState.COMPLETED
                         ),
                     }
                 ),
@@ -309,7 +322,9 @@ def _job_request(
         "batch_id": bid,
     }
     status = _job_status(state, rng, stamp)
-    reached = state if state in JOB_STEPS else (status["last_successful_status"] or "Pending")
+    reached = (
+        state if state in JOB_STEPS else (status["last_successful_status"] or JobState.PENDING)
+    )
     txn = zk.transaction()
     txn.create(paths.job_node(jid, "bid"), bid.encode())
     txn.create(paths.job_node(jid, "priority"), encode_int(priority))
@@ -317,7 +332,7 @@ def _job_request(
     txn.create(paths.job_node(jid, "configuration"), encode_json(configuration))
     txn.create(paths.job_node(jid, "status"), encode_json(status))
     # Processing mints the ARK and writes the ERC: jobs past it carry both nodes.
-    if JOB_STEPS.index(reached) >= JOB_STEPS.index("Storing"):
+    if JOB_STEPS.index(reached) >= JOB_STEPS.index(JobState.STORING):
         ark = f"ark:/99999/fk4{jid[-8:]}"
         txn.create(
             paths.job_node(jid, "identifiers"),

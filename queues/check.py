@@ -16,7 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from queues.states import BATCH_INDEX_FOLDERS, JOB, job_batch_folder, job_index_folder
+from queues.states import (
+    BATCH_INDEX_FOLDERS,
+    JOB,
+    BatchState,
+    job_batch_folder,
+    job_index_folder,
+)
 from queues.zk import paths
 from queues.zk.batches import batch_ids, batch_load, batch_transition, batches_load
 from queues.zk.client import Client
@@ -275,7 +281,7 @@ def _check_once(
                 )
             )
     for bid, batch in batches.items():
-        if batch.state != "Pending" and not batch.started:
+        if batch.state != BatchState.PENDING and not batch.started:
             report.findings.append(
                 Finding(
                     "batch-states-missing",
@@ -286,7 +292,7 @@ def _check_once(
                 )
             )
         if (
-            batch.state == "Processing"
+            batch.state == BatchState.PROCESSING
             and folders.get(paths.batch_index(bid, "batch-processing")) == []
         ):
             report.findings.append(
@@ -436,6 +442,6 @@ def _repair_one(zk: Client, finding: Finding, *, break_stale_locks: bool) -> str
         return f"created {path}"
     if kind == "batch-complete-not-reporting":
         bid = path.split("/")[2]
-        batch_transition(zk, batch_load(zk, bid), "Reporting")
+        batch_transition(zk, batch_load(zk, bid), BatchState.REPORTING)
         return f"moved {bid} to Reporting"
     return ""

@@ -10,7 +10,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from queues.states import ACCESS
+from queues.states import ACCESS, AccessState
 
 from . import paths
 from .batches import simple_status
@@ -28,7 +28,9 @@ def access_create(zk: KazooClient, *, queue: str, token: dict[str, Any]) -> Acce
     qid = posixpath.basename(created)
     txn = zk.transaction()
     txn.create(paths.access_node(queue, qid, "token"), encode_json(token))
-    txn.create(paths.access_node(queue, qid, "status"), encode_json(simple_status("Pending")))
+    txn.create(
+        paths.access_node(queue, qid, "status"), encode_json(simple_status(AccessState.PENDING))
+    )
     try:
         commit(txn, what=f"create access request in {queue}")
     except BaseException:
@@ -99,7 +101,7 @@ def access_ids(zk: KazooClient, queue: str) -> list[str]:
 def access_transition(
     zk: KazooClient, item: AccessRequest, new_state: str, *, message: str = "", admin: bool = False
 ) -> AccessRequest:
-    if new_state == "Deleted":
+    if new_state == AccessState.DELETED:
         raise ValueError("use access_delete to delete an access request")
     ACCESS.check(item.state, new_state, admin=admin)
     raw = simple_status(new_state, message, item.status.raw)
@@ -149,11 +151,11 @@ _completed = {queue: CompletedMemory() for queue in paths.ACCESS_QUEUES}
 def access_acquire(zk: KazooClient, queue: str, *states: str) -> AccessRequest | None:
     """Lock and return the oldest request in the first of ``states`` (Pending by default) that
     has one unlocked; every request is read once, Completed ones only the first time."""
-    states = states or ("Pending",)
+    states = states or (AccessState.PENDING,)
     memory = _completed[paths.access_queue(queue)]
     loaded = accesses_load(zk, queue, memory.unknown(zk, access_ids(zk, queue)))
     items = [i for i in loaded if isinstance(i, AccessRequest)]
-    memory.remember(zk, (i.qid for i in items if i.state == "Completed"))
+    memory.remember(zk, (i.qid for i in items if i.state == AccessState.COMPLETED))
     candidates = [i for i in items if i.state in states and i.lock is None]
     candidates.sort(key=lambda i: states.index(i.state))  # stable: oldest first within a state
     for item in candidates:

@@ -12,7 +12,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from queues.states import BATCH, BATCH_INDEX_FOLDERS
+from queues.states import BATCH, BATCH_INDEX_FOLDERS, BatchState
 
 from . import paths
 from .codecs import decode_json, encode_json, now_stamp
@@ -61,7 +61,7 @@ def batch_create(zk: KazooClient, *, submission: dict[str, Any]) -> Batch:
     bid = posixpath.basename(created)
     txn = zk.transaction()
     txn.create(paths.batch_node(bid, "submission"), encode_json(submission))
-    txn.create(paths.batch_node(bid, "status"), encode_json(simple_status("Pending")))
+    txn.create(paths.batch_node(bid, "status"), encode_json(simple_status(BatchState.PENDING)))
     txn.create(paths.uuid_entry(batch_uuid), bid.encode())
     try:
         commit(txn, what="create batch")
@@ -173,8 +173,8 @@ _completed = CompletedMemory()
 def open_batch_states(zk: KazooClient, bids: Sequence[str]) -> dict[str, str]:
     """``batch_states`` of the batches not already seen Completed (by this client)."""
     found = batch_states(zk, _completed.unknown(zk, bids))
-    _completed.remember(zk, (b for b, state in found.items() if state == "Completed"))
-    return {b: state for b, state in found.items() if state != "Completed"}
+    _completed.remember(zk, (b for b, state in found.items() if state == BatchState.COMPLETED))
+    return {b: state for b, state in found.items() if state != BatchState.COMPLETED}
 
 
 def batch_job_ids(zk: KazooClient, bid: str) -> dict[str, list[str]]:
@@ -208,7 +208,7 @@ def batch_transition(
     look and the write: then the write is made again without it, still checked against the
     status version.
     """
-    if new_state == "Deleted":
+    if new_state == BatchState.DELETED:
         raise ValueError("use batch_delete to delete a batch")
     BATCH.check(batch.state, new_state, admin=admin)
     raw = simple_status(new_state, message, batch.status.raw)
@@ -225,7 +225,9 @@ def batch_transition(
 
     try:
         # A marker seen when the batch was read is never removed: no need to look again.
-        create_marker = new_state != "Pending" and not batch.started and zk.exists(marker) is None
+        create_marker = (
+            new_state != BatchState.PENDING and not batch.started and zk.exists(marker) is None
+        )
         try:
             attempt(create_marker)
         except StaleVersion:
@@ -242,7 +244,7 @@ def batch_transition(
     return replace(
         batch,
         status=Status(raw=raw, version=batch.status.version + 1, mtime=datetime.now().astimezone()),
-        started=batch.started or new_state != "Pending",
+        started=batch.started or new_state != BatchState.PENDING,
     )
 
 

@@ -51,7 +51,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from queues.states import JOB
+from queues.states import JOB, BatchState, JobState
 from queues.steps.checkm import (
     CONTAINER_BATCH_MANIFEST,
     SINGLE_FILE_BATCH_MANIFEST,
@@ -63,7 +63,7 @@ from queues.zkserver import LocalZooKeeper, free_port
 
 PROFILE = "merritt_demo_content"
 SUBJECT_RE = re.compile(r"^Subject: Merritt batch (bid[0-9]{10}) ", re.MULTILINE)
-TERMINAL_BATCH = frozenset({"Completed", "Failed"})
+TERMINAL_BATCH = frozenset({BatchState.COMPLETED, BatchState.FAILED})
 MANAGE = Path(settings.BASE_DIR) / "manage.py"
 
 
@@ -482,11 +482,11 @@ class Command(BaseCommand):
                 lid = str(job.configuration.get("localID") or (job.local_ids or [""])[0])
                 reason = HOSTILE_FAILURES.get(lid)
                 if reason is None:
-                    if job.state != "Completed":
+                    if job.state != JobState.COMPLETED:
                         tally.fail(f"good job {job.jid} ({lid}) ended {job.state}")
                     continue
                 seen.add(lid)
-                if job.state != "Failed" or reason not in job.status.message:
+                if job.state != JobState.FAILED or reason not in job.status.message:
                     tally.fail(
                         f"hostile job {job.jid} ({lid}) ended {job.state}: "
                         f"{job.status.message[:200]!r}, expected a failure with {reason!r}"
@@ -620,13 +620,16 @@ class Command(BaseCommand):
             states = batch_states(zk, list(expected))
         except Exception:  # ZooKeeper is restarting: report again once it is back
             return None
-        finished = counts.get("Completed", 0) + counts.get("Failed", 0)
+        finished = counts.get(JobState.COMPLETED, 0) + counts.get(JobState.FAILED, 0)
         done = sum(1 for s in states.values() if s in TERMINAL_BATCH)
         working = ", ".join(
-            f"{s} {n}" for s, n in counts.items() if n and s not in ("Completed", "Failed")
+            f"{s} {n}"
+            for s, n in counts.items()
+            if n and s not in (JobState.COMPLETED, JobState.FAILED)
         )
         line = (
-            f"jobs: {counts.get('Completed', 0)} Completed, {counts.get('Failed', 0)} Failed"
+            f"jobs: {counts.get(JobState.COMPLETED, 0)} Completed, "
+            f"{counts.get(JobState.FAILED, 0)} Failed"
             + (f", {working}" if working else "")
             + f" | batches: {done}/{len(expected)} finished"
         )
@@ -692,9 +695,9 @@ class Command(BaseCommand):
                     jobs[item.jid] = item
         failures: Counter[str] = Counter()
         for jid, job in jobs.items():
-            if job.state not in ("Completed", "Failed"):
+            if job.state not in (JobState.COMPLETED, JobState.FAILED):
                 tally.fail(f"job {jid} ended {job.state}")
-            if job.state == "Failed":
+            if job.state == JobState.FAILED:
                 failures[job.status.message[:120]] += 1
             if len(entries.get(jid, [])) != 1:
                 tally.fail(f"job {jid} is in {len(entries.get(jid, []))} state folders")
@@ -731,7 +734,7 @@ class Command(BaseCommand):
                 tally.fail(f"batch {bid}: status report does not list exactly its jobs")
             elif batch.report.get("history"):
                 tally.fail(f"batch {bid} was reported {1 + len(batch.report['history'])} times")
-            want = "Failed" if reported_failed else "Completed"
+            want = BatchState.FAILED if reported_failed else BatchState.COMPLETED
             if batch.report and batch.state != want:
                 tally.fail(f"batch {bid} is {batch.state} but its report says {want}")
         for bid in sorted(set(batch_ids(zk)) - set(expected)):
@@ -747,7 +750,7 @@ class Command(BaseCommand):
         for bid in set(mails) - set(expected):
             tally.fail(f"summary mail for unknown batch {bid}")
 
-        completed = sum(1 for j in jobs.values() if j.state == "Completed")
+        completed = sum(1 for j in jobs.values() if j.state == JobState.COMPLETED)
         self.say(
             f"checked {len(jobs)} jobs ({completed} Completed, {len(jobs) - completed} Failed), "
             f"{len(expected)} batches, {sum(mails.values())} summary mails; "

@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from queues import archive, services
+from queues.states import AccessState, BatchState
 from queues.zk import paths
 from queues.zk.errors import DomainError
 
@@ -38,7 +39,9 @@ def _access(action: str) -> Callable[[str, dict], list[services.Outcome]]:
         if not qid:
             raise CommandError(f"access requests are named QUEUE/QID (small/qid...), got {item!r}")
         if action == "resume":
-            return [services.access_resume(queue=queue, qid=qid, to=opts["to"] or "Pending")]
+            return [
+                services.access_resume(queue=queue, qid=qid, to=opts["to"] or AccessState.PENDING)
+            ]
         if action == "remove":
             return [services.access_remove_deleted(queue=queue, qid=qid)]
         return [services.access_remove(queue=queue, qid=qid)]
@@ -140,7 +143,9 @@ class Command(QueueCommand):
         cleaned = removed = 0
         for outcome in services.batches_cleanup(older_than=older_than):
             self.stdout.write(str(outcome))
-            cleaned += outcome.before == "Completed" and outcome.after == "Deleted"
+            cleaned += (
+                outcome.before == BatchState.COMPLETED and outcome.after == BatchState.DELETED
+            )
             removed += outcome.after == services.REMOVED
         for outcome in services.deleted_cleanup(older_than=older_than):
             self.stdout.write(str(outcome))
