@@ -11,7 +11,15 @@ import pytest
 from queues import zk as zkmod
 from queues.zk.client import configured_hosts
 from queues.zk.errors import Unavailable
-from queues.zkserver import LocalZooKeeper, four_letter, free_port, local_server
+from queues.zkserver import (
+    DEFAULT_JUTE_MAXBUFFER,
+    LocalServerError,
+    LocalZooKeeper,
+    four_letter,
+    free_port,
+    jute_maxbuffer_from_env,
+    local_server,
+)
 
 
 def test_second_server_on_another_port_starts_serves_and_stops(
@@ -119,3 +127,29 @@ def test_local_starts_the_projects_server_and_an_empty_setting_then_follows_it(
         assert configured_hosts() == hosts
     finally:
         server.stop()
+
+
+# jute.maxbuffer: the largest packet the server takes (and so the largest folder listing) -----
+
+
+def test_the_server_is_started_with_jute_maxbuffer_and_takes_packets_past_1_mib(
+    zk_server: LocalZooKeeper, zk
+) -> None:
+    pid = zk_server.running()
+    assert pid is not None
+    arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert f"-Djute.maxbuffer={DEFAULT_JUTE_MAXBUFFER}".encode() in arguments
+    big = b"x" * (2 * 1024 * 1024)  # past ZooKeeper's own default of 1 MiB
+    zk.create("/big", big)
+    assert zk.get("/big")[0] == big
+
+
+def test_zk_jute_maxbuffer_sets_it_and_a_bad_value_is_named(monkeypatch) -> None:
+    monkeypatch.delenv("ZK_JUTE_MAXBUFFER", raising=False)
+    assert jute_maxbuffer_from_env() == DEFAULT_JUTE_MAXBUFFER
+    monkeypatch.setenv("ZK_JUTE_MAXBUFFER", " 67108864 ")
+    assert jute_maxbuffer_from_env() == 64 * 1024 * 1024
+    for bad in ("64m", "-1", "12"):
+        monkeypatch.setenv("ZK_JUTE_MAXBUFFER", bad)
+        with pytest.raises(LocalServerError, match="ZK_JUTE_MAXBUFFER"):
+            jute_maxbuffer_from_env()
