@@ -1,8 +1,10 @@
 """The JSON API under /api/: the console's reads and actions for scripts.
 
-Authentication is by token only (``Authorization: Bearer <key>`` or ``Token <key>``), never by
-session cookie, so the endpoints can be CSRF-exempt without a browser being able to forge them.
-Roles, state checks and the audit log are the very ones the web pages use (``queues.actions``).
+Authentication is by token only (``Authorization: Bearer <key>`` or ``Token <key>``, checked by
+``auth.token_from``, the one token check), never by session cookie, so the endpoints can be
+CSRF-exempt without a browser being able to forge them. The reads are the pages' selectors and
+forms, the actions go through the same ``actions.perform`` (roles, state checks, audit log), and
+a refusal gets the status the pages give it (``views.common.refusal_for``), as JSON.
 """
 
 from __future__ import annotations
@@ -13,15 +15,20 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
 
 from queues import actions, archive, bulkrun, selectors
-from queues.audit import ApiToken, AuditEntry
-from queues.auth import VIEWER, has_role
-from queues.forms import BatchFilterForm, FailedFilterForm, JobFilterForm, SubmitForm
+from queues.audit import AuditEntry
+from queues.auth import VIEWER, has_role, token_from
+from queues.forms import (
+    AccessFilterForm,
+    BatchFilterForm,
+    FailedFilterForm,
+    JobFilterForm,
+    SubmitForm,
+)
 from queues.routes import (
     ACCESS_ACTION,
     BATCH_ACTION,
@@ -34,23 +41,16 @@ from queues.routes import (
     QUEUE_HOLD,
 )
 from queues.services import Outcome
+from queues.states import AccessState
 from queues.zk import paths as zpaths
-from queues.zk.errors import InvalidTransition, NotFound, is_connection_error
+from queues.zk.errors import InvalidTransition, NotFound
 from queues.zk.records import AccessRequest, Batch, Broken, Job
 
-from .views.common import status_for
+from .views.common import RETRY_SECONDS, refusal_for
 
 
 def _error(message: str, status: int) -> JsonResponse:
     return JsonResponse({"error": message, "status": status}, status=status)
-
-
-def token_from(request: HttpRequest) -> ApiToken | None:
-    header = request.META.get("HTTP_AUTHORIZATION", "")
-    scheme, _, key = header.partition(" ")
-    if scheme.lower() not in ("bearer", "token"):
-        return None
-    return ApiToken.find(key.strip())
 
 
 def api_view(
@@ -74,17 +74,15 @@ def api_view(
                 return _error("this token's user has no console role", 403)
             try:
                 result = view(request, *args, **kwargs)
-            except PermissionDenied as exc:
-                return _error(str(exc) or "forbidden", 403)
             except Exception as exc:
-                if is_connection_error(exc):
-                    response = _error(f"ZooKeeper is unavailable: {exc}", 503)
-                    response["Retry-After"] = "10"
-                    return response
-                status = status_for(exc)
-                if status == 500:
+                refusal = refusal_for(exc)
+                if refusal is None:
                     raise
-                return _error(str(exc), status)
+                if not refusal.unavailable:
+                    return _error(refusal.message, refusal.status)
+                response = _error(f"ZooKeeper is unavailable: {refusal.message}", 503)
+                response["Retry-After"] = str(RETRY_SECONDS)
+                return response
             return result if isinstance(result, HttpResponse) else JsonResponse(result)
 
         return wrapped
@@ -420,8 +418,11 @@ def batch_action(request: HttpRequest, bid: str, action: str) -> dict[str, Any]:
 
 @api_view("GET")
 def access(request: HttpRequest) -> dict[str, Any]:
+    form = AccessFilterForm(request.GET)
+    if not form.is_valid():
+        raise ValueError(form.errors.as_text())
     items = selectors.access_requests(
-        queue=request.GET.get("queue", ""), state=request.GET.get("state", "")
+        queue=form.cleaned_data["queue"], state=form.cleaned_data["state"]
     )
     return {"items": [access_json(i) for i in items]}
 
@@ -433,7 +434,7 @@ def access_action(request: HttpRequest, queue: str, qid: str, action: str) -> di
         kind="access",
         action=action,
         item_id=qid,
-        params=lambda data: {"queue": queue, "to": str(data.get("to", "") or "Pending")},
+        params=lambda data: {"queue": queue, "to": str(data.get("to", "") or AccessState.PENDING)},
     )
 
 

@@ -26,8 +26,10 @@ from django.contrib.auth.signals import user_login_failed
 from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
+from django_htmx.http import HttpResponseClientRedirect
 
 from queues import catalogue
+from queues.models import ApiToken
 from queues.roles import ADMIN, OPERATOR, ROLES, VIEWER
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,17 @@ def require_action(user: Any, kind: str, action: str) -> None:
         raise PermissionDenied(f"{action} on a {kind} needs the {role} role")
 
 
+def token_from(request: HttpRequest) -> ApiToken | None:
+    """The API token a request carries (``Authorization: Bearer <key>`` or ``Token <key>``),
+    or None. The one token check of every door that takes tokens: the JSON API, ``/metrics``,
+    the poster door (which also takes the key as an HTTP Basic password)."""
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() not in ("bearer", "token"):
+        return None
+    return ApiToken.find(key.strip())
+
+
 def role_required(
     role: str,
 ) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
@@ -86,10 +99,9 @@ def role_required(
                 from django.contrib.auth.views import redirect_to_login
 
                 if getattr(request, "htmx", False):
-                    # A redirect inside an htmx swap would paste the login page into a row.
-                    response = HttpResponse(status=401)
-                    response["HX-Redirect"] = settings.LOGIN_URL
-                    return response
+                    # A redirect inside an htmx swap would paste the login page into a row:
+                    # the browser goes to the login page instead (HX-Redirect).
+                    return HttpResponseClientRedirect(settings.LOGIN_URL, status=401)
                 return redirect_to_login(request.get_full_path())
             if not has_role(request.user, role):
                 raise PermissionDenied(f"this page needs the {role} role")

@@ -1,10 +1,19 @@
-"""What every console view shares: the role gate, error pages, htmx fragments and messages."""
+"""What every console door shares: the role gate, the one mapping of errors to HTTP answers,
+htmx fragments and messages, and the parse-act-report steps of an operator action.
+
+The view modules beside this one are one per resource (overview, jobs, batches, failed,
+reports, access, holds, bulk, consistency, audit, tokens, workers, cockpit, poster); each
+imports this module and nothing else of ``queues.views``. The JSON API (``queues/api.py``)
+maps errors with ``refusal_for`` here too, so a refusal has one status whatever door it came
+through.
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
@@ -12,11 +21,18 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.template.loader import render_to_string
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django_htmx.http import reswap
 from django_htmx.middleware import HtmxDetails
 
+from queues import actions
 from queues.actions import ReasonRequired
-from queues.auth import role_required
+from queues.auth import require_action, role_required
+from queues.forms import ActionForm
+from queues.models import BulkRun
+from queues.states import JOB, REMOVE, JobState
+from queues.templatetags.console import actions_for
 from queues.zk.errors import (
     Conflict,
     DomainError,
@@ -40,6 +56,8 @@ log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 10
 
+# Errors -> HTTP answers -----------------------------------------------------------------------
+
 # Domain error -> HTTP status: bad input 400, unknown 404, refused by the state of things 409.
 _STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (InvalidID, 400),
@@ -62,18 +80,40 @@ def status_for(exc: BaseException) -> int:
     return 500
 
 
-def unavailable(request: HttpRequest, exc: BaseException) -> HttpResponse:
+@dataclass(frozen=True)
+class Refusal:
+    """What a door answers for an exception a view let through: the status and the message;
+    ``unavailable`` when ZooKeeper could not be reached (503, retry after RETRY_SECONDS)."""
+
+    status: int
+    message: str
+    unavailable: bool = False
+
+
+def refusal_for(exc: BaseException) -> Refusal | None:
+    """The one mapping of errors to answers, for the console's pages and the JSON API alike:
+    no permission 403, ZooKeeper unreachable 503, domain errors by ``status_for``; None for a
+    real fault (500), which the caller re-raises."""
+    if isinstance(exc, PermissionDenied):
+        return Refusal(403, str(exc) or "you may not do that")
+    if is_connection_error(exc):
+        return Refusal(503, str(exc) or type(exc).__name__, unavailable=True)
+    status = status_for(exc)
+    return None if status == 500 else Refusal(status, str(exc))
+
+
+def unavailable(request: HttpRequest, message: str) -> HttpResponse:
     """ZooKeeper is unreachable: say so plainly, and retry by itself."""
-    log.warning("ZooKeeper unavailable: %s", exc)
+    log.warning("ZooKeeper unavailable: %s", message)
     response = render(
         request,
         "queues/unavailable.html",
-        {"error": str(exc) or type(exc).__name__, "retry": RETRY_SECONDS},
+        {"error": message, "retry": RETRY_SECONDS},
         status=503,
     )
     response["Retry-After"] = str(RETRY_SECONDS)
     if getattr(request, "htmx", False):
-        response["HX-Reswap"] = "none"
+        reswap(response, "none")
     return response
 
 
@@ -93,9 +133,7 @@ def error_response(request: HttpRequest, message: str, status: int) -> HttpRespo
     """A refusal: for htmx only the message (the target stays), else a full error page."""
     if getattr(request, "htmx", False):
         messages.error(request, message)
-        response = HttpResponse(messages_oob(request), status=status)
-        response["HX-Reswap"] = "none"
-        return response
+        return reswap(HttpResponse(messages_oob(request), status=status), "none")
     return render(
         request, "queues/error.html", {"message": message, "status": status}, status=status
     )
@@ -110,19 +148,20 @@ def console_view(role: str) -> Callable[[Callable[..., HttpResponse]], Callable[
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             try:
                 return view(request, *args, **kwargs)
-            except PermissionDenied as exc:
-                return error_response(request, str(exc) or "you may not do that", 403)
             except Exception as exc:
-                if is_connection_error(exc):
-                    return unavailable(request, exc)
-                status = status_for(exc)
-                if status == 500:
+                refusal = refusal_for(exc)
+                if refusal is None:
                     raise
-                return error_response(request, str(exc), status)
+                if refusal.unavailable:
+                    return unavailable(request, refusal.message)
+                return error_response(request, refusal.message, refusal.status)
 
         return role_required(role)(wrapped)
 
     return decorator
+
+
+# Links and redirects --------------------------------------------------------------------------
 
 
 def safe_next(request: HttpRequest, value: str | None, default: str) -> str:
@@ -143,3 +182,94 @@ def querystring_without(request: HttpRequest, *names: str) -> str:
     for name in names:
         query.pop(name, None)
     return query.urlencode()
+
+
+def link(name: str, **query: str) -> str:
+    return f"{reverse(name)}?{urlencode(query)}"
+
+
+def job_state_link(state: str) -> str | None:
+    """The job list of a state, for a diagram's node (the filter offers every job state)."""
+    return link("jobs", state=state) if JOB.is_state(state) else None
+
+
+def shown_bulk_runs() -> Any:
+    """Bulk runs for a page, newest first: never their items (up to a filter's whole match),
+    pages show counts only."""
+    return BulkRun.objects.select_related("user", "continued_by").defer("items")
+
+
+def bad_form(request: HttpRequest, template: str, context: dict[str, Any]) -> HttpResponse:
+    return render(request, template, context, status=400)
+
+
+def bulk_actions(user: Any, state: str) -> list[str]:
+    """The job actions a bulk form offers: those of ``state`` (all states but Deleted when
+    empty) that the user's role allows."""
+    states = [state] if state else [s for s in JOB.states if s != JobState.DELETED]
+    names: list[str] = []
+    for s in states:
+        for action in actions_for("job", s, user):
+            if action["name"] not in names:
+                names.append(action["name"])
+    return names
+
+
+# One operator action: parse, perform, report ----------------------------------------------------
+
+# Actions after which the item is no longer there to show.
+GONE = ("delete", REMOVE)
+
+
+def action_form(request: HttpRequest) -> ActionForm:
+    form = ActionForm(request.POST)
+    if not form.is_valid():
+        raise ValueError(f"bad action input: {form.errors.as_text()}")
+    return form
+
+
+def report(request: HttpRequest, outcomes: list[Any]) -> None:
+    for outcome in outcomes:
+        messages.success(request, f"Done: {outcome}")
+
+
+def act(
+    request: HttpRequest,
+    *,
+    kind: str,
+    action: str,
+    item_id: str,
+    params: Callable[[ActionForm], dict[str, Any]] | None = None,
+) -> ActionForm:
+    """One item action from a posted ActionForm (version, reason), through
+    ``actions.perform`` (role, state machine, version, audit), reported as a message."""
+    form = action_form(request)
+    outcomes = actions.perform(
+        user=request.user,
+        kind=kind,
+        action=action,
+        item_id=item_id,
+        expect_version=form.cleaned_data["version"],
+        reason=form.cleaned_data["reason"],
+        params=params(form) if params else None,
+    )
+    report(request, outcomes)
+    return form
+
+
+def confirm(
+    request: HttpRequest, *, kind: str, action: str, item_id: str, preview: dict[str, Any]
+) -> HttpResponse:
+    """A destructive action's GET: the confirmation page with a preview of the item."""
+    require_action(request.user, kind, action)
+    return render(
+        request,
+        "queues/confirm.html",
+        {
+            "kind": kind,
+            "action": action,
+            "item_id": item_id,
+            "next": safe_next(request, request.GET.get("next"), ""),
+            **preview,
+        },
+    )

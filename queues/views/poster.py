@@ -2,8 +2,8 @@
 
 What Merritt's own door takes and answers is in docs/merritt-poster.md, with its sources. Here:
 
-* **Authentication** by the console's API token, checked by the API's own code
-  (``queues.api.token_from``, ``ApiToken.find``): ``Authorization: Bearer KEY``, or HTTP Basic
+* **Authentication** by the console's API token, checked by the same code as the API's
+  (``queues.auth.token_from``, ``ApiToken.find``): ``Authorization: Bearer KEY``, or HTTP Basic
   with the key as the password (the user name, when given, must be the token's user), which is
   how Merritt's depositor tools send credentials. A session cookie is never enough, which is
   why the view may be CSRF-exempt. The user needs the role of the ``("batch", "submit")``
@@ -50,9 +50,8 @@ from django.urls import re_path
 from django.views.decorators.csrf import csrf_exempt
 
 from queues import actions
-from queues.api import token_from
 from queues.audit import ApiToken
-from queues.auth import may
+from queues.auth import may, token_from
 from queues.depositors import payload_roots
 from queues.forms import SubmitForm
 from queues.steps.erc import DC_ELEMENTS

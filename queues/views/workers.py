@@ -31,8 +31,7 @@ def consumers_context(user: Any) -> dict[str, Any]:
 @console_view(VIEWER)
 def consumers(request: HtmxHttpRequest) -> HttpResponse:
     context = consumers_context(request.user)
-    htmx = getattr(request, "htmx", None)
-    if htmx and htmx.target == "consumers-live":
+    if request.htmx and request.htmx.target == "consumers-live":
         return render(request, "queues/consumers.html#consumers-live", context)
     return render(request, "queues/consumers.html", context)
 
@@ -77,8 +76,7 @@ def history_page(request: HtmxHttpRequest) -> HttpResponse:
         "ranges": [(k, v[0]) for k, v in history.RANGES.items()],
         "allowed": sorted(b for r, b in history.ALLOWED if r == range_name),
     }
-    htmx = getattr(request, "htmx", None)
-    if htmx and htmx.target == "history-live":
+    if request.htmx and request.htmx.target == "history-live":
         return render(request, "queues/history.html#history-live", context)
     return render(request, "queues/history.html", context)
 

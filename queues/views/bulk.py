@@ -1,0 +1,226 @@
+"""Bulk actions and bulk runs: one action over many jobs or batches (the ticked rows, or every
+item a filter matches), previewed and confirmed when destructive or filter-wide, run at once
+or, over ``MRT_BULK_INLINE_MAX`` items, as a background bulk run with its own pages and
+stop/continue buttons."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from queues import actions, bulkrun, selectors
+from queues.auth import VIEWER, may, require_action
+from queues.forms import BulkForm, FailedFilterForm, JobFilterForm
+from queues.zk import index as zindex
+from queues.zk import paths as zpaths
+from queues.zk.errors import DomainError
+
+from .common import (
+    HtmxHttpRequest,
+    console_view,
+    error_response,
+    redirect_after_post,
+    safe_next,
+    shown_bulk_runs,
+)
+
+Items = list[tuple[str, int | None]]  # (item ID, the status version seen, if any)
+
+PREVIEW_ROWS = 10
+
+
+def _preview_rows(kind: str, items: Items) -> list[Any]:
+    """The first items as they are now, for the confirmation's table."""
+    rows: list[Any] = []
+    for item_id, _version in items:
+        try:
+            rows.append(
+                selectors.job_one(jid=item_id)
+                if kind == "job"
+                else selectors.batch_one(bid=item_id)
+            )
+        except DomainError as exc:
+            rows.append({"id": item_id, "problem": str(exc)})
+    return rows
+
+
+def _preview_states(kind: str, items: Items) -> dict[str, int]:
+    """How many of the items are in each state now (jobs, from the read index)."""
+    if kind != "job":
+        return {}
+    where = zindex.for_client(selectors.zk_client()).job_states_of(i for i, _v in items)
+    counts: dict[str, int] = {}
+    for item_id, _v in items:
+        state = where.get(item_id, "not listed")
+        counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
+def _bulk(
+    request: HtmxHttpRequest,
+    *,
+    kind: str,
+    matching: Callable[[], tuple[Items, bool]],
+    id_validator: Callable[[str], str],
+    back: str,
+) -> HttpResponse:
+    """Shared by the job, failed-job and batch bulk forms: preview, then run and report."""
+    form = BulkForm(request.POST, id_validator=id_validator)
+    if not form.is_valid():
+        return error_response(request, f"bad bulk request: {form.errors.as_text()}", 400)
+    action = form.cleaned_data["action"]
+    require_action(request.user, kind, action)
+    limited = False
+    if form.cleaned_data["scope"] == "filter":
+        items, limited = matching()
+    else:
+        items = form.cleaned_data["item"]
+    if not items:
+        return error_response(request, "nothing selected", 400)
+    destructive = actions.is_destructive(kind, action)
+    # A destructive action, and any action over a whole filter (whose extent the operator has
+    # not seen item by item), is previewed and confirmed first.
+    if (destructive or form.cleaned_data["scope"] == "filter") and not form.cleaned_data[
+        "confirmed"
+    ]:
+        return render(
+            request,
+            "queues/bulk_confirm.html",
+            {
+                "kind": kind,
+                "action": action,
+                "items": items,
+                "preview": items[:200],
+                "rows": _preview_rows(kind, items[:PREVIEW_ROWS]),
+                "states": _preview_states(kind, items),
+                "destructive": destructive,
+                "scope": form.cleaned_data["scope"],
+                "limited": limited,
+                "post": request.POST,
+                "back": back,
+            },
+        )
+    if len(items) > settings.MRT_BULK_INLINE_MAX:
+        run = bulkrun.start(
+            user=request.user,
+            kind=kind,
+            action=action,
+            items=items,
+            reason=form.cleaned_data["reason"],
+            limited=limited,
+            back=back,
+        )
+        messages.info(request, f"{action} of {len(items)} {kind}s started in the background")
+        return redirect_after_post(reverse("bulk-run", args=[run.pk]))
+    result = actions.perform_bulk(
+        user=request.user,
+        kind=kind,
+        action=action,
+        items=items,
+        reason=form.cleaned_data["reason"],
+    )
+    messages.info(request, f"{action}: {result.summary()}")
+    return render(
+        request,
+        "queues/bulk_result.html",
+        {"kind": kind, "action": action, "result": result, "limited": limited, "back": back},
+    )
+
+
+@require_POST
+@console_view(VIEWER)
+def jobs_bulk(request: HtmxHttpRequest) -> HttpResponse:
+    filter_form = JobFilterForm(request.POST)
+    if not filter_form.is_valid():
+        return error_response(request, f"bad filter: {filter_form.errors.as_text()}", 400)
+
+    def matching() -> tuple[Items, bool]:
+        jids, limited = selectors.jobs_matching(flt=filter_form.to_filter())
+        return [(j, None) for j in jids], limited
+
+    return _bulk(
+        request,
+        kind="job",
+        matching=matching,
+        id_validator=zpaths.jid,
+        back=safe_next(request, request.POST.get("next"), reverse("jobs")),
+    )
+
+
+@require_POST
+@console_view(VIEWER)
+def failed_bulk(request: HtmxHttpRequest) -> HttpResponse:
+    """Resume (or delete) failed jobs: the ticked ones or every one the failed filter matches."""
+    filter_form = FailedFilterForm(request.POST)
+    if not filter_form.is_valid():
+        return error_response(request, f"bad filter: {filter_form.errors.as_text()}", 400)
+
+    def matching() -> tuple[Items, bool]:
+        # Every match, from the read index (no job is loaded); each action checks its state.
+        return [(j, None) for j in selectors.failed_matching(**filter_form.cleaned_data)], False
+
+    return _bulk(
+        request,
+        kind="job",
+        matching=matching,
+        id_validator=zpaths.jid,
+        back=safe_next(request, request.POST.get("next"), reverse("failed")),
+    )
+
+
+@require_POST
+@console_view(VIEWER)
+def batches_bulk(request: HtmxHttpRequest) -> HttpResponse:
+    def matching() -> tuple[Items, bool]:
+        raise ValueError("batch bulk actions work on a selection")
+
+    return _bulk(
+        request,
+        kind="batch",
+        matching=matching,
+        id_validator=zpaths.bid,
+        back=safe_next(request, request.POST.get("next"), reverse("batches")),
+    )
+
+
+# Bulk runs (in the background) ------------------------------------------------------------------
+
+
+@require_GET
+@console_view(VIEWER)
+def bulk_runs(request: HtmxHttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "queues/bulk_runs.html",
+        {"runs": shown_bulk_runs()[:50], "inline_max": settings.MRT_BULK_INLINE_MAX},
+    )
+
+
+@require_GET
+@console_view(VIEWER)
+def bulk_run(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(shown_bulk_runs(), pk=pk)
+    return render(
+        request,
+        "queues/bulk_run.html",
+        {"run": run, "can_resume": may(request.user, run.kind, run.action)},
+    )
+
+
+@require_POST
+@console_view(VIEWER)
+def bulk_run_control(request: HtmxHttpRequest, pk: int, verb: str) -> HttpResponse:
+    run = get_object_or_404(bulkrun.BulkRun.objects.defer("items"), pk=pk)
+    if bulkrun.control(run, verb, user=request.user):
+        done = "stopping after the item in hand" if verb == "stop" else "continues"
+        messages.info(request, f"{run.action} of {run.total} {run.kind}s: {done}")
+    else:
+        messages.info(request, f"nothing to {verb}: the run is {run.shown_state}")
+    return redirect_after_post(reverse("bulk-run", args=[run.pk]))

@@ -1,0 +1,54 @@
+"""Failed jobs: grouped by batch, collection or failing step, paged, with each group's rows.
+Resuming (or deleting) them in bulk is ``bulk.failed_bulk``."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET
+
+from queues import selectors
+from queues.auth import VIEWER
+from queues.forms import FailedFilterForm
+
+from .common import HtmxHttpRequest, bad_form, console_view, error_response
+
+
+@require_GET
+@console_view(VIEWER)
+def failed(request: HtmxHttpRequest) -> HttpResponse:
+    form = FailedFilterForm(request.GET or None)
+    if request.GET and not form.is_valid():
+        return bad_form(request, "queues/failed.html", {"form": form})
+    data = form.cleaned_data if form.is_bound else {"bid": "", "profile": "", "step": ""}
+    try:  # paging of the groups, and of the open group's rows (selectors.failed_jobs)
+        group_page = max(1, int(request.GET.get("gpage") or 1))
+        row_page = max(1, int(request.GET.get("rpage") or 1))
+    except ValueError:
+        return error_response(request, "gpage and rpage must be numbers", 400)
+    group = request.GET.get("group", "batch")
+    group = group if group in selectors.FAILED_GROUPINGS else "batch"
+    view = selectors.failed_jobs(
+        bid=data["bid"],
+        profile=data["profile"],
+        step=data["step"],
+        group=group,
+        group_page=group_page,
+        open_group=request.GET.get("open", "")[:200],
+        row_page=row_page,
+    )
+    filters = {k: v for k, v in data.items() if v}
+    return render(
+        request,
+        "queues/failed.html",
+        {
+            "form": form,
+            "view": view,
+            "group": group,
+            "filter_query": urlencode(filters),
+            "group_query": urlencode({**filters, "group": group}),
+            "filter_data": data,
+            "next": request.get_full_path(),
+        },
+    )

@@ -1,0 +1,146 @@
+"""Holds: the holds page (queue and collection holds, why each queue was held, the held
+batches and jobs) and holding or releasing a queue or a collection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from queues import actions, selectors
+from queues.audit import AuditEntry
+from queues.auth import VIEWER, require_action
+from queues.forms import ActionForm, CollectionHoldForm
+from queues.states import JOB_STEPS, BatchState, JobState
+from queues.zk import paths as zpaths
+
+from .common import (
+    HtmxHttpRequest,
+    act,
+    console_view,
+    error_response,
+    fragment,
+    redirect_after_post,
+    report,
+    safe_next,
+)
+
+HELD_SHOWN = 10
+
+
+def holds_context(*, just_held: str = "") -> dict[str, Any]:
+    """What the holds page shows: the holds, why each queue was held (its audit entry), and the
+    held batches and jobs themselves (counted, the first few linked, the rest one link away)."""
+    view = selectors.holds_view()
+    reasons: dict[str, AuditEntry] = {}
+    for name, since in view.holds.queues.items():
+        if since:
+            entry = (
+                AuditEntry.objects.filter(kind="queue", action="hold", item_id=name, ok=True)
+                .order_by("-at", "-id")
+                .first()
+            )
+            if entry is not None:
+                reasons[name] = entry
+    held_jobs = selectors.jobs_page(
+        flt=selectors.JobFilter(state=JobState.HELD), per_page=HELD_SHOWN
+    )
+    held_batches = selectors.batches_page(
+        flt=selectors.BatchFilter(state=BatchState.HELD), per_page=HELD_SHOWN
+    )
+    return {
+        "view": view,
+        "profiles": selectors.known_profiles(),
+        "queue_reasons": reasons,
+        "held_jobs": held_jobs,
+        "held_batches": held_batches,
+        "held_jobs_more": max(0, (held_jobs.total or 0) - len(held_jobs.items)),
+        "held_batches_more": max(0, (held_batches.total or 0) - len(held_batches.items)),
+        "just_held": just_held,
+    }
+
+
+def queue_hold_preview() -> dict[str, Any]:
+    """What holding the ingest queue stops: the jobs waiting to start and those under way."""
+    counts = selectors.job_state_counts()
+    waiting = counts.get(JobState.PENDING, 0)
+    working = sum(n for s, n in counts.items() if s in JOB_STEPS and s != JobState.PENDING)
+    return {"waiting": waiting, "working": working, "counts": counts}
+
+
+@require_GET
+@console_view(VIEWER)
+def holds(request: HtmxHttpRequest) -> HttpResponse:
+    held = request.GET.get("held", "")
+    just_held = held if zpaths.PROFILE_RE.fullmatch(held) else ""
+    return render(request, "queues/holds.html", holds_context(just_held=just_held))
+
+
+def _holds_response(
+    request: HtmxHttpRequest, form: ActionForm | None = None, *, just_held: str = ""
+) -> HttpResponse:
+    if request.htmx:
+        return fragment(
+            request, "queues/holds.html#holds-panel", holds_context(just_held=just_held)
+        )
+    target = form.cleaned_data["next"] if form is not None else ""
+    default = reverse("holds")
+    if just_held:
+        default += f"?held={just_held}"
+    return redirect_after_post(safe_next(request, target, default))
+
+
+@console_view(VIEWER)
+def queue_hold_action(request: HtmxHttpRequest, name: str, action: str) -> HttpResponse:
+    """Holding a whole queue is confirmed on a page that says what it stops, with a reason
+    (kept in the audit log and shown on the holds page); releasing is one click."""
+    if request.method == "GET":
+        if action != "hold":
+            return HttpResponseNotAllowed(["POST"])
+        require_action(request.user, "queue", action)
+        return render(
+            request,
+            "queues/queue_hold_confirm.html",
+            {"name": name, **(queue_hold_preview() if name == "ingest" else {})},
+        )
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["GET", "POST"])
+    # The reason a hold needs is checked by actions.perform, for the API as well.
+    form = act(request, kind="queue", action=action, item_id=name)
+    return _holds_response(request, form)
+
+
+@require_POST
+@console_view(VIEWER)
+def collection_hold_action(request: HtmxHttpRequest, profile: str, action: str) -> HttpResponse:
+    form = act(
+        request,
+        kind="collection",
+        action=action,
+        item_id=profile,
+        params=lambda f: {"release_jobs": f.cleaned_data["release_jobs"]},
+    )
+    return _holds_response(request, form)
+
+
+@require_POST
+@console_view(VIEWER)
+def collection_hold_new(request: HtmxHttpRequest) -> HttpResponse:
+    """The "hold a collection" form, where the profile is typed rather than in the URL."""
+    form = CollectionHoldForm(request.POST)
+    if not form.is_valid():
+        return error_response(request, f"cannot hold: {form.errors.as_text()}", 400)
+    report(
+        request,
+        actions.perform(
+            user=request.user,
+            kind="collection",
+            action="hold",
+            item_id=form.cleaned_data["profile"],
+            reason=form.cleaned_data["reason"],
+        ),
+    )
+    return _holds_response(request, just_held=form.cleaned_data["profile"])
