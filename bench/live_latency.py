@@ -14,6 +14,13 @@ guessing: every message carries the folder's ``pzxid`` (the transaction that las
 children) and a move's transaction id is its status node's ``mzxid``. A move's latency is the
 time from just before its ``job_transition`` call to the first message with ``zxid`` >= the
 move's. Prints median and 95th percentile, also measured from the write's acknowledgement.
+
+Beside it, the bare-watch baseline: a kazoo ``ChildrenWatch`` of its own (a separate session)
+on the same folder the console watches, timed from the same write to the first callback whose
+children include the moved job. What the console adds is the difference. The console runs once
+per ``--windows`` value (``LIVE_COALESCE_SECONDS``; default 0.25 and 0), so the table also
+separates what the coalescing window costs from what delivery through daphne, the channel layer
+and the websocket costs.
 """
 
 from __future__ import annotations
@@ -77,6 +84,42 @@ class Move:
     start: float
     done: float
     zxid: int = 0
+
+
+class BareWatch:
+    """A raw kazoo ChildrenWatch on ``path`` in a session of its own: when each job first
+    appeared among the children (``perf_counter`` at the callback)."""
+
+    def __init__(self, hosts: str, path: str) -> None:
+        from kazoo.client import KazooClient
+
+        self.seen: dict[str, float] = {}
+        self.callbacks = 0
+        self.changed = threading.Condition()
+        self.client = KazooClient(hosts=hosts)
+        self.client.start(timeout=30)
+        # A ChildrenWatch on a missing folder stops for good; a fresh chroot has none yet.
+        self.client.ensure_path(path)
+        self.client.ChildrenWatch(path, self._children)
+
+    def _children(self, children: list[str]) -> None:
+        now = time.perf_counter()
+        with self.changed:
+            self.callbacks += 1
+            for name in children:
+                jid = name.rpartition("-")[2]  # index entries are <priority>-<jid>
+                self.seen.setdefault(jid, now)
+            self.changed.notify_all()
+
+    def wait_for(self, jids: list[str], timeout: float) -> None:
+        with self.changed:
+            if not self.changed.wait_for(lambda: all(j in self.seen for j in jids), timeout):
+                missing = [j for j in jids if j not in self.seen]
+                raise TimeoutError(f"the bare watch never saw {len(missing)} moves: {missing[:3]}")
+
+    def close(self) -> None:
+        self.client.stop()
+        self.client.close()
 
 
 def free_port() -> int:
@@ -184,12 +227,15 @@ async def wait_reflecting(received: Received, zxid: int, after: float, timeout: 
             await asyncio.wait_for(received.arrived.wait(), left)
 
 
-async def measure(args: argparse.Namespace, port: int, cookie: str, zk: Any) -> dict[str, Any]:
+async def measure(
+    args: argparse.Namespace, port: int, cookie: str, zk: Any, hosts: str
+) -> dict[str, Any]:
     import websockets
 
-    from queues.zk import jobs
+    from queues.zk import jobs, paths
 
     todo = await asyncio.to_thread(make_jobs, zk, args.rest + args.burst)
+    bare = await asyncio.to_thread(BareWatch, hosts, paths.job_state_folder("Estimating"))
     rest_jobs, burst_jobs = todo[: args.rest], todo[args.rest :]
     received = Received()
     async with websockets.connect(
@@ -211,6 +257,7 @@ async def measure(args: argparse.Namespace, port: int, cookie: str, zk: Any) -> 
             move = Move(start, time.perf_counter())
             move.zxid = (await asyncio.to_thread(status_zxids, zk, [job.jid]))[0]
             await wait_reflecting(received, move.zxid, move.start, timeout=30)
+            await asyncio.to_thread(bare.wait_for, [job.jid], 30)
             rest.append(move)
             await asyncio.sleep(args.spacing)
 
@@ -237,7 +284,9 @@ async def measure(args: argparse.Namespace, port: int, cookie: str, zk: Any) -> 
             burst[job.jid].zxid = zxid
         last = max(zxids)
         await wait_reflecting(received, last, 0.0, timeout=60)
+        await asyncio.to_thread(bare.wait_for, [j.jid for j in burst_jobs], 60)
         reader.cancel()
+    await asyncio.to_thread(bare.close)
 
     def latencies(moves: list[Move]) -> tuple[list[float], list[float]]:
         from_start, from_ack = [], []
@@ -248,8 +297,14 @@ async def measure(args: argparse.Namespace, port: int, cookie: str, zk: Any) -> 
             from_ack.append(at - m.done)
         return from_start, from_ack
 
+    def bare_latencies(moves: dict[str, Move]) -> list[float]:
+        return [bare.seen[jid] - m.start for jid, m in moves.items()]
+
     burst_messages = len(received.times) - first_burst_message
     return {
+        "bare_rest": bare_latencies({j.jid: m for j, m in zip(rest_jobs, rest, strict=True)}),
+        "bare_burst": bare_latencies(burst),
+        "bare_callbacks": bare.callbacks,
         "rest": latencies(rest),
         "rest_write": [m.done - m.start for m in rest],
         "burst": latencies(list(burst.values())),
@@ -264,6 +319,67 @@ def ms(values: list[float]) -> str:
     return f"median {median(values) * 1000:7.1f} ms   p95 {p95(values) * 1000:7.1f} ms"
 
 
+def row(label: str, values: list[float]) -> str:
+    return f"  {label:<38} {ms(values)}"
+
+
+def report(args: argparse.Namespace, runs: dict[float, dict[str, Any]]) -> None:
+    print("Live console: ZooKeeper write -> websocket message (daphne, in-memory channel layer),")
+    print("beside a bare kazoo ChildrenWatch on the same folder (write -> callback);")
+    print(f"all times from just before the write call; topic {TOPIC}")
+    for window, result in runs.items():
+        rate = args.burst / result["burst_seconds"]
+        print()
+        print(f"coalescing window LIVE_COALESCE_SECONDS={window:g} ({window * 1000:.0f} ms)")
+        print(f" at rest, {args.rest} single moves {args.spacing:g} s apart")
+        print(row("bare watch (write -> callback)", result["bare_rest"]))
+        print(row("console (write -> websocket message)", result["rest"][0]))
+        print(row("  console, from the write's ack", result["rest"][1]))
+        print(row("  (the write itself)", result["rest_write"]))
+        print(
+            f" burst of {args.burst} moves by {args.writers} writer threads in "
+            f"{result['burst_seconds']:.2f} s ({rate:,.0f} moves/s)"
+        )
+        print(row("bare watch (write -> callback)", result["bare_burst"]))
+        print(row("console (write -> websocket message)", result["burst"][0]))
+        print(row("  console, from the write's ack", result["burst"][1]))
+        print(row("  (the write itself)", result["burst_write"]))
+        print(
+            f"  {result['bare_callbacks']} bare-watch callbacks; {result['burst_messages']} "
+            f"socket messages for {args.burst} moves ({result['burst_events']} watch events "
+            "folded in)"
+        )
+
+    def cell(values: list[float], base: list[float]) -> str:
+        return (
+            f"{(median(values) - median(base)) * 1000:+7.1f} ms"
+            f" {(p95(values) - p95(base)) * 1000:+7.1f} ms"
+        )
+
+    print()
+    print("What the console adds (differences of medians, then of p95s):")
+    print(f"  {'':<44} {'at rest':>19}   {'burst':>19}")
+    for window, result in runs.items():
+        print(
+            f"  {f'console {window * 1000:.0f} ms window - bare watch':<44} "
+            f"{cell(result['rest'][0], result['bare_rest'])}   "
+            f"{cell(result['burst'][0], result['bare_burst'])}"
+        )
+    windows = sorted(runs)
+    if len(windows) > 1:
+        low, high = runs[windows[0]], runs[windows[-1]]
+        label = f"the {windows[-1] * 1000:.0f} ms window itself (vs {windows[0] * 1000:.0f} ms)"
+        print(
+            f"  {label:<44} {cell(high['rest'][0], low['rest'][0])}   "
+            f"{cell(high['burst'][0], low['burst'][0])}"
+        )
+        print(
+            f"  socket messages in the burst: {high['burst_messages']} with the "
+            f"{windows[-1] * 1000:.0f} ms window, {low['burst_messages']} with "
+            f"{windows[0] * 1000:.0f} ms"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--zk-hosts", default="", help="an existing ZooKeeper (default: own)")
@@ -271,8 +387,16 @@ def main() -> None:
     parser.add_argument("--spacing", type=float, default=0.5, help="seconds between them")
     parser.add_argument("--burst", type=int, default=1000, help="moves in the burst")
     parser.add_argument("--writers", type=int, default=8, help="threads writing the burst")
+    parser.add_argument(
+        "--windows",
+        type=float,
+        nargs="+",
+        default=[0.25, 0.0],
+        help="LIVE_COALESCE_SECONDS values to run the console with, one daphne each",
+    )
     args = parser.parse_args()
 
+    runs: dict[float, dict[str, Any]] = {}
     with (
         throwaway_zookeeper(args.zk_hosts) as server,
         tempfile.TemporaryDirectory(prefix="mrt-bench-live-") as tmp,
@@ -289,46 +413,27 @@ def main() -> None:
             }
         )
         setup_django()
-        hosts = new_chroot(server, "bench-live")
-        os.environ["ZK_HOSTS"] = hosts
         from django.conf import settings
 
         from queues import zk as zkmod
 
-        settings.ZK_HOSTS = hosts
         cookie = session_cookie()
-        port = free_port()
-        writer = zkmod.connect(hosts)
-        try:
-            with console(dict(os.environ), port):
-                result = asyncio.run(measure(args, port, cookie, writer))
-        finally:
-            writer.stop()
-            writer.close()
+        for window in args.windows:
+            # A fresh chroot per run: each console starts on an empty Estimating folder.
+            hosts = new_chroot(server, "bench-live")
+            settings.ZK_HOSTS = hosts
+            env = {**os.environ, "ZK_HOSTS": hosts, "LIVE_COALESCE_SECONDS": repr(window)}
+            port = free_port()
+            writer = zkmod.connect(hosts)
+            try:
+                with console(env, port):
+                    runs[window] = asyncio.run(measure(args, port, cookie, writer, hosts))
+            finally:
+                writer.stop()
+                writer.close()
         version = zookeeper_version(server)
 
-    window = settings.LIVE_COALESCE_SECONDS
-    rest_start, rest_ack = result["rest"]
-    burst_start, burst_ack = result["burst"]
-    rate = args.burst / result["burst_seconds"]
-    print("Live console: ZooKeeper write -> websocket message (daphne, in-memory channel layer)")
-    print(f"coalescing window {window * 1000:.0f} ms; topic {TOPIC}")
-    print()
-    print(f"at rest, {args.rest} single moves {args.spacing:g} s apart")
-    print(f"  from write call     {ms(rest_start)}")
-    print(f"  from write ack      {ms(rest_ack)}")
-    print(f"  (the write itself   {ms(result['rest_write'])})")
-    print(
-        f"burst of {args.burst} moves by {args.writers} writer threads in "
-        f"{result['burst_seconds']:.2f} s ({rate:,.0f} moves/s)"
-    )
-    print(f"  from write call     {ms(burst_start)}")
-    print(f"  from write ack      {ms(burst_ack)}")
-    print(f"  (the write itself   {ms(result['burst_write'])})")
-    print(
-        f"  messages on the socket: {result['burst_messages']} for {args.burst} moves "
-        f"({result['burst_events']} watch events folded in)"
-    )
+    report(args, runs)
     print()
     print(f"ZooKeeper {version}; {machine()}")
 
