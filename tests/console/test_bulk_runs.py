@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import timedelta
 
@@ -191,9 +192,18 @@ def test_stop_halts_a_run_after_the_item_in_hand_and_continue_finishes_it(
 ):
     failed = [make_job("Failed") for _ in range(12)]
     real = bulkrun.actions.perform
+    second_in_hand = threading.Event()
+    stop_sent = threading.Event()
+    calls = 0
 
     def slow(**kwargs):
-        time.sleep(0.3)  # the stop must land before the 12 items are done, even on a slow CI
+        # The second item is held in hand until the stop has been sent, so the stop always
+        # lands mid-run, however fast or slow the machine.
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            second_in_hand.set()
+            assert stop_sent.wait(60), "the test never sent its stop"
         return real(**kwargs)
 
     monkeypatch.setattr(bulkrun.actions, "perform", slow)
@@ -206,12 +216,11 @@ def test_stop_halts_a_run_after_the_item_in_hand_and_continue_finishes_it(
     )
     stop = reverse("bulk-run-control", args=[run.pk, "stop"])
     assert f'action="{stop}"' in operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
-    # Stop once the daemon is under way (a run stopped while still waiting handles nothing).
-    deadline = time.monotonic() + 60
-    while BulkRun.objects.get(pk=run.pk).position == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # Stop once the run is under way (a run stopped while still waiting handles nothing).
+    assert second_in_hand.wait(60), "the run never reached its second item"
     assert viewer.post(stop).status_code == 403
     assert operator.post(stop).status_code in (302, 303)
+    stop_sent.set()
     run = ended(run.pk)
     assert run.state == "stopped" and 0 < run.position < len(failed)
     moved = [j for j in failed if jobs.job_load(zk, j.jid).state == "Downloading"]

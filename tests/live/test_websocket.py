@@ -20,6 +20,14 @@ from .conftest import communicator, open_socket, receive_until, run
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("live")]
 
 
+async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Poll ``condition`` on the event loop until it holds (a generous bound, not a margin)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
 def test_anonymous_socket_is_closed_with_4401() -> None:
     async def scenario() -> dict:
         socket = communicator(cookie=None)
@@ -85,8 +93,11 @@ def test_job_moved_by_another_client_reaches_the_pages_that_show_it(
             return wanted <= got
 
         seen = await receive_until(page, all_seen)
-        # Anything still in flight for the page arrives within the coalescing window.
-        await asyncio.sleep(0.6)
+        # Anything still in flight for the page: every coalescing window closed (its trailing
+        # message handed to the layer), then whatever the layer still carries.
+        hub = current_hub()
+        assert hub is not None
+        await until(lambda: not hub._windows)
         while not await page.receive_nothing(timeout=0.2):
             seen.append(await page.receive_json_from())
         leftover = []
@@ -141,7 +152,8 @@ def test_closing_the_last_page_of_a_batch_drops_its_watches(
         await first.disconnect()
         one = hub.watcher.refs(topic)
         await second.disconnect()
-        await asyncio.sleep(0.1)  # disconnect handling finishes after the close frame
+        # Disconnect handling finishes after the close frame.
+        await until(lambda: hub.watcher is not None and hub.watcher.refs(topic) == 0)
         return both, one, hub.watcher.refs(topic)
 
     assert run(scenario()) == (2, 1, 0)
