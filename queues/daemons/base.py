@@ -24,12 +24,14 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from django.db import close_old_connections
 
 from queues import services
+from queues.states import AccessState, JobState
 from queues.steps.submission import processing_problem
 from queues.zk import client
 from queues.zk import paths as zpaths
@@ -46,10 +48,13 @@ from queues.zk.jobs import JobClaimer, job_load, job_transition, job_unlock
 from queues.zk.locks import lock_create, queue_held
 from queues.zk.records import AccessRequest, Batch, Job
 
+from .pipeline import JobPipeline, LockKeeper, LockLost
+
 log = logging.getLogger("queues.daemons")
 
 DEFAULT_POLL = 5.0
 T = TypeVar("T", Job, Batch, AccessRequest)
+R = TypeVar("R")
 
 
 class StepFailed(Exception):
@@ -137,6 +142,19 @@ class SessionGate:
     @property
     def connected(self) -> bool:
         return self._connected.is_set()
+
+    def send_if_current(self, generation: int, send: Callable[[], R]) -> R:
+        """Run ``send`` (which hands requests to the client) unless a session was lost since
+        ``generation``: then LockLost, and nothing is sent.
+
+        The client calls ``on_state("LOST")`` before it fails the requests still queued for the
+        expired session, and ``on_state`` waits for this lock: a request sent here either goes
+        out in the session that holds the locks or is failed with it, never sent in a new one.
+        """
+        with self._lock:
+            if self.generation != generation:
+                raise LockLost()
+            return send()
 
 
 def describe(exc: BaseException) -> str:
@@ -238,10 +256,7 @@ class Daemon(ABC, Generic[T]):
             return False
         result = self.handle(item)
         self.last = result
-        if result.outcome == "skipped":
-            log.warning("%s", result.line())
-        else:
-            log.info("%s", result.line())
+        self.log_result(result)
         return result.outcome not in ("waiting", "dropped")
 
     def run(self, stop: threading.Event) -> None:
@@ -289,31 +304,61 @@ class Daemon(ABC, Generic[T]):
         finally:
             self.observer.end(token, result)
 
+    def run_step(self, item: T, started: float) -> tuple[T, Next | None, ItemResult | None]:
+        """Everything of one item up to its move: the item as ``prepare`` left it, and the move
+        asked for or the result of an item that ends here (skipped, dropped, waiting; the caller
+        unlocks those)."""
+        ident = self.item_id(item)
+        reason = self.unprocessable(item)
+        if reason:
+            return item, None, self._skip(item, reason, started)
+        try:
+            item = self.prepare(item)
+        except (Conflict, InvalidTransition, NotFound) as exc:
+            return (
+                item,
+                None,
+                self._result(ident, "dropped", started, f"not started: {describe(exc)}"),
+            )
+        except NotProcessable as exc:
+            return item, None, self._skip(item, describe(exc), started)
+        try:
+            step = self.work(item)
+        except NotProcessable as exc:
+            return item, None, self._skip(item, describe(exc), started)
+        except Exception as exc:
+            if is_connection_error(exc):
+                return (
+                    item,
+                    None,
+                    self._result(ident, "dropped", started, f"ZooKeeper: {describe(exc)}"),
+                )
+            step = self.failure(item, exc)
+        if isinstance(step, Stay):
+            return item, None, self._result(ident, "waiting", started, step.reason)
+        return item, step, None
+
+    def moved_result(self, ident: str, step: Next, started: float) -> ItemResult:
+        outcome = "failed" if step.error else "held" if step.target == JobState.HELD else "ok"
+        detail = f"-> {step.target}" + (f": {step.message}" if step.message else "")
+        return self._result(ident, outcome, started, detail)
+
+    def log_result(self, result: ItemResult) -> None:
+        if result.outcome == "skipped":
+            log.warning("%s", result.line())
+        else:
+            log.info("%s", result.line())
+
     def _handle(self, item: T) -> ItemResult:
         started = time.monotonic()
         generation = self.gate.generation
         ident = self.item_id(item)
         released = False
         try:
-            reason = self.unprocessable(item)
-            if reason:
-                return self._skip(item, reason, started)
-            try:
-                item = self.prepare(item)
-            except (Conflict, InvalidTransition, NotFound) as exc:
-                return self._result(ident, "dropped", started, f"not started: {describe(exc)}")
-            except NotProcessable as exc:
-                return self._skip(item, describe(exc), started)
-            try:
-                step = self.work(item)
-            except NotProcessable as exc:
-                return self._skip(item, describe(exc), started)
-            except Exception as exc:
-                if is_connection_error(exc):
-                    return self._result(ident, "dropped", started, f"ZooKeeper: {describe(exc)}")
-                step = self.failure(item, exc)
-            if isinstance(step, Stay):
-                return self._result(ident, "waiting", started, step.reason)
+            item, step, ended = self.run_step(item, started)
+            if ended is not None:
+                return ended
+            assert step is not None
             if self.gate.generation != generation:
                 # The session was lost during the step: our lock is gone. Take it back, or
                 # leave the item to the consumer that took it meanwhile.
@@ -329,9 +374,7 @@ class Daemon(ABC, Generic[T]):
                 self.after(item, step)
             except Exception as exc:
                 log.warning("%s %s: after %s: %s", ident, self.step, step.target, describe(exc))
-            outcome = "failed" if step.error else "held" if step.target == "Held" else "ok"
-            detail = f"-> {step.target}" + (f": {step.message}" if step.message else "")
-            return self._result(ident, outcome, started, detail)
+            return self.moved_result(ident, step, started)
         finally:
             if self.gate.generation == generation and not released:
                 try:
@@ -359,17 +402,59 @@ class Daemon(ABC, Generic[T]):
         else:
             log.warning("%s %s raised", self.item_id(item), self.step, exc_info=True)
         permanent = isinstance(exc, StepFailed) and exc.permanent
-        return Next("Failed", f"{self.step}: {describe(exc)}", permanent=permanent, error=True)
+        return Next(
+            JobState.FAILED, f"{self.step}: {describe(exc)}", permanent=permanent, error=True
+        )
 
     def _result(self, ident: str, outcome: str, started: float, detail: str = "") -> ItemResult:
         return ItemResult(ident, self.step, outcome, time.monotonic() - started, detail)
 
+    result = _result
+
 
 class JobDaemon(Daemon[Job]):
-    """A daemon working on the jobs of one state, in priority order."""
+    """A daemon working on the jobs of one state, in priority order.
+
+    ``run`` uses the batched loop (``queues.daemons.pipeline``) when the daemon takes more than
+    one job per claim (``batch``) or shares a ``LockKeeper`` with the next step's daemon in the
+    same process, unless a subclass claims or handles its jobs its own way; ``run_once`` always
+    handles one job.
+    """
 
     state: ClassVar[str]
+    # Jobs one claim takes at most (one lock multi, one read, one move multi for all of them).
+    batch: ClassVar[int] = 1
     _claimer: JobClaimer | None = None
+
+    def __init__(
+        self,
+        *,
+        batch: int | None = None,
+        keeper: LockKeeper | None = None,
+        strict: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.batch_size = max(1, batch if batch is not None else type(self).batch)
+        self.keeper = keeper
+        self.strict = strict  # claim exactly in run order (no spreading after lost races)
+        self._deferred: set[str] | None = None
+
+    def batched(self) -> bool:
+        """Whether ``run`` uses the batched loop."""
+        cls = type(self)
+        plain = (
+            cls.claim is JobDaemon.claim
+            and cls.handle is Daemon.handle
+            and cls.run_once is Daemon.run_once
+        )
+        return plain and (self.batch_size > 1 or self.keeper is not None)
+
+    def run(self, stop: threading.Event) -> None:
+        if not self.batched():
+            super().run(stop)
+            return
+        JobPipeline(self, keeper=self.keeper).run(stop)
 
     def accept(self, job: Job) -> bool:
         """Whether to take this job now (checked under its lock)."""
@@ -377,11 +462,13 @@ class JobDaemon(Daemon[Job]):
 
     def claim(self) -> Job | None:
         if self._claimer is None:
-            self._claimer = JobClaimer(self.zk, self.state)
+            self._claimer = JobClaimer(self.zk, self.state, strict=self.strict)
         return self._claimer.claim(self._accept)
 
     def _accept(self, job: Job) -> bool:
         return not self.passed_over(job.jid, self.fingerprint(job)) and self.accept(job)
+
+    wants = _accept
 
     def unprocessable(self, item: Job) -> str | None:
         return processing_problem(item.configuration)
@@ -416,8 +503,28 @@ class JobDaemon(Daemon[Job]):
         job_unlock(self.zk, item)
 
     def after(self, item: Job, step: Next) -> None:
-        if step.target in ("Completed", "Failed"):
-            services.batch_complete_if_done(bid=item.bid)
+        if step.target in (JobState.COMPLETED, JobState.FAILED):
+            if self._deferred is not None:
+                self._deferred.add(item.bid)
+            else:
+                services.batch_complete_if_done(bid=item.bid)
+
+    def after_move(self, item: Job, step: Next) -> set[str]:
+        """``after`` for the batched loop: the batches to check once the whole batch moved."""
+        self._deferred = set()
+        try:
+            self.after(item, step)
+        except Exception as exc:
+            log.warning("%s %s: after %s: %s", item.jid, self.step, step.target, describe(exc))
+        finally:
+            deferred, self._deferred = self._deferred, None
+        return deferred
+
+    def batch_done(self, bid: str) -> None:
+        try:
+            services.batch_complete_if_done(bid=bid)
+        except Exception as exc:
+            log.warning("%s %s: batch completion: %s", bid, self.step, describe(exc))
 
     def reload(self, job: Job) -> Job:
         """The job as it is now (a step that wrote optional nodes and needs them back)."""
@@ -466,7 +573,7 @@ class AccessDaemon(Daemon[AccessRequest]):
 
     def claim(self) -> AccessRequest | None:
         # Processing first: those were interrupted (or resumed there by an operator).
-        return access_acquire(self.zk, self.queue, "Processing", "Pending")
+        return access_acquire(self.zk, self.queue, AccessState.PROCESSING, AccessState.PENDING)
 
     def item_id(self, item: AccessRequest) -> str:
         return item.qid

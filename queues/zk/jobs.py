@@ -6,14 +6,14 @@ import posixpath
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from queues.states import JOB, InvalidTransition, job_batch_folder, job_resume_target
+from queues.states import JOB, InvalidTransition, JobState, job_batch_folder, job_resume_target
 
 from . import paths
 from .codecs import decode_int, decode_json, decode_str, encode_int, encode_json, now_stamp
@@ -56,7 +56,7 @@ class Incomplete(NotFound):
     """A job whose creation has not finished (or was abandoned by another client)."""
 
 
-def new_status(state: str = "Pending") -> dict[str, Any]:
+def new_status(state: str = JobState.PENDING) -> dict[str, Any]:
     return {
         "status": state,
         "last_modified": now_stamp(),
@@ -78,13 +78,14 @@ def next_status(
     """
     raw = dict(old.raw)
     old_state = old.status
-    if new_state not in ("Failed", "Deleted") and old_state not in ("Failed", "Deleted"):
+    ended = (JobState.FAILED, JobState.DELETED)
+    if new_state not in ended and old_state not in ended:
         raw["last_successful_status"] = old_state
     raw.setdefault("last_successful_status", None)
     raw["status"] = new_state
     raw["last_modified"] = now_stamp()
     raw["retry_count"] = old.retry_count + (1 if retry else 0)
-    if permanent and new_state == "Failed" and not message.startswith(NOT_RESUMABLE):
+    if permanent and new_state == JobState.FAILED and not message.startswith(NOT_RESUMABLE):
         message = NOT_RESUMABLE + message
     raw["message"] = message
     raw.pop(LEGACY_RESUMABLE_KEY, None)
@@ -93,7 +94,7 @@ def next_status(
 
 def is_permanent_failure(status: Status) -> bool:
     """Whether a Failed job's status says that resuming it cannot help."""
-    return status.status == "Failed" and (
+    return status.status == JobState.FAILED and (
         status.message.startswith(NOT_RESUMABLE) or status.raw.get(LEGACY_RESUMABLE_KEY) is False
     )
 
@@ -122,13 +123,13 @@ def job_create(
     """
     paths.bid(bid)
     check_priority(priority)
-    ensure_folder(zk, paths.JOB_STATES, paths.job_state_folder("Pending"))
-    ensure_folder(zk, paths.batch(bid), paths.batch_index(bid, job_batch_folder("Pending")))
+    ensure_folder(zk, paths.JOB_STATES, paths.job_state_folder(JobState.PENDING))
+    ensure_folder(zk, paths.batch(bid), paths.batch_index(bid, job_batch_folder(JobState.PENDING)))
     created = zk.create(f"{paths.JOBS}/jid", b"", sequence=True)
     jid = posixpath.basename(created)
     status = new_status()
-    index = paths.job_index_entry("Pending", priority, jid)
-    batch_entry = paths.batch_index_entry(bid, "Pending", jid)
+    index = paths.job_index_entry(JobState.PENDING, priority, jid)
+    batch_entry = paths.batch_index_entry(bid, JobState.PENDING, jid)
     txn = zk.transaction()
     txn.check(paths.batch(bid), -1)
     txn.create(paths.job_node(jid, "bid"), bid.encode())
@@ -220,6 +221,18 @@ def _start_load(zk: KazooClient, jids: Sequence[str]) -> Any:
     )
 
 
+def jobs_start_load(zk: KazooClient, jids: Sequence[str]) -> Any:
+    """Send the reads of ``jobs_finish_load`` now; ``collect_reads`` of the answer waits."""
+    for jid in jids:
+        paths.jid(jid)
+    return _start_load(zk, jids)
+
+
+def jobs_finish_load(jid: str, reads: dict[str, Any]) -> Job:
+    """One job out of collected reads; NotFound (missing, incomplete) or MalformedNode."""
+    return _finish_load(jid, reads)
+
+
 def _finish_load(jid: str, reads: dict[str, Any]) -> Job:
     job, lock = reads[paths.job(jid)], reads[paths.job_node(jid, "lock")]
     return _decode(jid, reads, job and job[1], lock and lock[1])
@@ -266,6 +279,104 @@ def _index_moves(
     return deletes, creates
 
 
+@dataclass(frozen=True)
+class TransitionPlan:
+    """One job's move, worked out but not yet written: exactly the writes ``job_transition``
+    makes, so a batched move (several jobs in one multi, ``queues.zk.pipeline``) writes the
+    same bytes as the one-job path.
+
+    ``lock`` says what happens to the job's ephemeral lock in the same transaction: ``None``
+    leaves it alone (an operator's move), ``"release"`` deletes it (a consumer's last step),
+    ``"keep"`` checks it still exists and leaves it (a consumer that keeps the job for its next
+    step). With a lock operation the transaction fails when the lock is gone.
+    """
+
+    job: Job
+    new_state: str
+    raw: dict[str, Any]
+    new_priority: int
+    lock: str | None = None  # None | "release" | "keep"
+
+    @property
+    def lock_path(self) -> str:
+        return paths.job_node(self.job.jid, "lock")
+
+    @property
+    def what(self) -> str:
+        return f"move {self.job.jid} from {self.job.state} to {self.new_state}"
+
+    def index_changes(self) -> tuple[list[str], list[str]]:
+        """Index entries to delete and to create when the index is where the status says."""
+        old = [self.job.index_path, self.job.batch_index_path]
+        new = [
+            paths.job_index_entry(self.new_state, self.new_priority, self.job.jid),
+            paths.batch_index_entry(self.job.bid, self.new_state, self.job.jid),
+        ]
+        return [p for p in old if p not in new], [p for p in new if p not in old]
+
+    def add_to(
+        self,
+        txn: TransactionRequest,
+        deletes: Sequence[str] | None = None,
+        creates: Sequence[str] | None = None,
+        *,
+        lock: str | None,
+    ) -> None:
+        """Append this move's operations to ``txn``: the index changes as given (else the usual
+        ones), and ``lock`` (None | "release" | "keep") for the lock."""
+        if deletes is None or creates is None:
+            deletes, creates = self.index_changes()
+        job = self.job
+        txn.set_data(
+            paths.job_node(job.jid, "status"), encode_json(self.raw), version=job.status.version
+        )
+        if self.new_priority != job.priority:
+            txn.set_data(paths.job_node(job.jid, "priority"), encode_int(self.new_priority))
+        for path in deletes:
+            txn.delete(path)
+        for path in creates:
+            txn.create(path, b"")
+        if lock == "release":
+            txn.delete(self.lock_path)
+        elif lock == "keep":
+            txn.check(self.lock_path, -1)
+
+    def moved(self) -> Job:
+        """The job as this move leaves it (status version one up)."""
+        job = self.job
+        return replace(
+            job,
+            status=Status(
+                raw=self.raw, version=job.status.version + 1, mtime=datetime.now().astimezone()
+            ),
+            priority=self.new_priority,
+        )
+
+
+def transition_plan(
+    job: Job,
+    new_state: str,
+    *,
+    message: str = "",
+    admin: bool = False,
+    retry: bool = False,
+    permanent: bool = False,
+    priority: int | None = None,
+    lock: str | None = None,
+) -> TransitionPlan:
+    """Check a move against the state machine and work out its writes (nothing is sent)."""
+    if new_state == JobState.DELETED:
+        raise InvalidTransition("job: use job_delete to delete a job")
+    if lock not in (None, "release", "keep"):
+        raise ValueError(f"lock must be None, 'release' or 'keep', got {lock!r}")
+    JOB.check(job.state, new_state, admin=admin)
+    if job.state == JobState.FAILED:
+        _check_resumable(job)  # a permanent failure stays failed, whoever moves it
+    new_priority = job.priority if priority is None else check_priority(priority)
+    raw = next_status(job.status, new_state, message=message, retry=retry, permanent=permanent)
+    return TransitionPlan(job, new_state, raw, new_priority, lock)
+
+
 def job_transition(
     zk: KazooClient,
     job: Job,
@@ -277,53 +388,55 @@ def job_transition(
     permanent: bool = False,
     priority: int | None = None,
     release_lock: bool = False,
+    keep_lock: bool = False,
 ) -> Job:
     """Move a job to ``new_state`` in ONE transaction.
 
     The transaction writes the status JSON (checked against the version ``job`` was read at),
     moves ``/jobs/states/<old>/PP-JID`` to ``/jobs/states/<new>/PP-JID`` and moves the batch
     index entry. A stale ``job`` raises Conflict and changes nothing. With ``release_lock`` the
-    caller's ephemeral lock is deleted in the same transaction (a consumer's last step).
+    caller's ephemeral lock is deleted in the same transaction (a consumer's last step); with
+    ``keep_lock`` the transaction checks the lock is still there and leaves it (a consumer that
+    keeps the job for its next step): without the lock nothing is written.
     """
-    if new_state == "Deleted":
-        raise InvalidTransition("job: use job_delete to delete a job")
-    JOB.check(job.state, new_state, admin=admin)
-    if job.state == "Failed":
-        _check_resumable(job)  # a permanent failure stays failed, whoever moves it
-    new_priority = job.priority if priority is None else check_priority(priority)
-    raw = next_status(job.status, new_state, message=message, retry=retry, permanent=permanent)
-    lock = paths.job_node(job.jid, "lock") if release_lock else None
-    old = [job.index_path, job.batch_index_path]
-    new = [
-        paths.job_index_entry(new_state, new_priority, job.jid),
-        paths.batch_index_entry(job.bid, new_state, job.jid),
-    ]
-    what = f"move {job.jid} from {job.state} to {new_state}"
+    plan = transition_plan(
+        job,
+        new_state,
+        message=message,
+        admin=admin,
+        retry=retry,
+        permanent=permanent,
+        priority=priority,
+        lock="keep" if keep_lock else "release" if release_lock else None,
+    )
+    return transition_apply(zk, plan)
 
-    def attempt(deletes: list[str], creates: list[str], unlock: str | None) -> None:
+
+def transition_apply(zk: KazooClient, plan: TransitionPlan, *, require_lock: bool = False) -> Job:
+    """Write one planned move (see ``job_transition``), repairing the index when it must.
+
+    A plan that releases the lock goes ahead without it when the lock has vanished meanwhile,
+    unless ``require_lock``: then, as for a kept lock, nothing is written without it.
+    """
+    job = plan.job
+
+    def attempt(deletes: Sequence[str], creates: Sequence[str], lock: str | None) -> None:
         txn = zk.transaction()
-        txn.set_data(
-            paths.job_node(job.jid, "status"), encode_json(raw), version=job.status.version
-        )
-        if new_priority != job.priority:
-            txn.set_data(paths.job_node(job.jid, "priority"), encode_int(new_priority))
-        for path in deletes:
-            txn.delete(path)
-        for path in creates:
-            txn.create(path, b"")
-        if unlock:
-            txn.delete(unlock)
-        commit(txn, what=what)
+        plan.add_to(txn, deletes, creates, lock=lock)
+        commit(txn, what=plan.what)
 
     try:
         try:
             # The usual case, in one round trip: the index is where the status says and the
             # target folders exist. Only when ZooKeeper refuses that is the index looked at.
-            attempt([p for p in old if p not in new], [p for p in new if p not in old], lock)
+            attempt(*plan.index_changes(), plan.lock)
         except StaleVersion:
             raise
         except Conflict:
-            deletes, creates = _index_moves(zk, job, new_state, new_priority)
+            strict = plan.lock == "keep" or (plan.lock == "release" and require_lock)
+            if strict and zk.exists(plan.lock_path) is None:
+                raise
+            deletes, creates = _index_moves(zk, job, plan.new_state, plan.new_priority)
             # Folders are created below their owner only: a job whose batch was deleted
             # meanwhile gets NotFound instead of recreating an empty ghost of the batch.
             for path in creates:
@@ -331,23 +444,22 @@ def job_transition(
                     paths.JOB_STATES if path.startswith(paths.JOB_STATES) else paths.batch(job.bid)
                 )
                 ensure_folder(zk, root, posixpath.dirname(path))
-            attempt(deletes, creates, lock if lock and zk.exists(lock) else None)
+            lock = plan.lock
+            if lock == "release" and zk.exists(plan.lock_path) is None:
+                lock = None
+            attempt(deletes, creates, lock)
     except StaleVersion:
         # After a connection loss the first attempt may have landed: that is success.
         current = job_load(zk, job.jid)
-        if landed(current.status, job.status, raw) and current.priority == new_priority:
+        if landed(current.status, job.status, plan.raw) and current.priority == plan.new_priority:
             return current
         raise
-    return replace(
-        job,
-        status=Status(raw=raw, version=job.status.version + 1, mtime=datetime.now().astimezone()),
-        priority=new_priority,
-    )
+    return plan.moved()
 
 
 def job_resume_state(job: Job) -> str:
     """Where an admin resume takes this failed job, or InvalidTransition with the reason."""
-    if job.state != "Failed":
+    if job.state != JobState.FAILED:
         raise InvalidTransition(f"job: only a Failed job can be resumed; {job.jid} is {job.state}")
     _check_resumable(job)
     return job_resume_target(job.status.last_successful_status)

@@ -1,0 +1,418 @@
+"""The batched job loop: many jobs per request, requests pipelined, locks kept between steps.
+
+``JobDaemon.run`` uses this loop when its daemon takes more than one job per claim (``batch``)
+or shares a :class:`LockKeeper` with the other job daemons of its process. One cycle:
+
+1. take the next jobs in run order from the state's listing (``StateListing``): entries of
+   jobs whose lock this process kept from their previous step, and others;
+2. send in one go, without waiting: the queue-hold read, ONE lock multi for the jobs not yet
+   ours, ONE multiRead of every picked job (ZooKeeper answers a session's requests in order, so
+   the read sees the new locks);
+3. collect the previous cycle's move (it travelled with those requests); then the hold (held:
+   every lock just taken or kept is given back, nothing runs) and the claim (failed on
+   contention: each job tried on its own);
+4. run the step on each job, in run order, as the one-job loop does (skips, failures, waits);
+5. send ONE multi carrying every job's transition, refused before it leaves if the session that
+   took the locks is gone (``SessionGate.send_if_current``). Each transition deletes its lock,
+   or, when this process runs the next step too and that loop has room, checks the lock is
+   still there and keeps it: the job is handed to that loop, which still takes it in run order,
+   re-reads it and the queue hold, and runs it under the same lock. When the multi fails (an
+   operator moved a job meanwhile) each job is moved on its own.
+
+A lost session (``SessionGate.generation`` changes, or the client's session id) drops every
+kept job: the locks went with the session and nothing is committed for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from queues.zk import paths as zpaths
+from queues.zk.errors import InvalidTransition, MalformedNode, NotFound
+from queues.zk.jobs import (
+    TransitionPlan,
+    jobs_finish_load,
+    jobs_start_load,
+    transition_plan,
+)
+from queues.zk.nodes import collect_reads
+from queues.zk.pipeline import (
+    FolderWatch,
+    PendingClaim,
+    PendingMove,
+    Pick,
+    StateListing,
+    release_locks,
+    send_exists,
+    session_id,
+)
+from queues.zk.records import Job
+
+if TYPE_CHECKING:
+    from queues.daemons.base import ItemResult, JobDaemon, Next
+
+log = logging.getLogger("queues.daemons")
+
+KEEP_ROOM = 2  # a loop accepts kept jobs up to this many batches' worth
+
+
+class LockLost(Exception):
+    """The session that took the locks is gone: nothing may be written for those jobs."""
+
+
+@dataclass(frozen=True)
+class Holding:
+    """A lock this process holds: the session it was taken in."""
+
+    generation: int
+    session: int | None
+
+
+class LockKeeper:
+    """The job loops of one process, by state: where a job goes with its lock kept."""
+
+    def __init__(self) -> None:
+        self._loops: dict[str, JobPipeline] = {}
+        self._lock = threading.Lock()
+
+    def register(self, loop: JobPipeline) -> None:
+        with self._lock:
+            self._loops.setdefault(loop.daemon.state, loop)
+
+    def unregister(self, loop: JobPipeline) -> None:
+        with self._lock:
+            if self._loops.get(loop.daemon.state) is loop:
+                del self._loops[loop.daemon.state]
+
+    def taker(self, state: str) -> JobPipeline | None:
+        """The loop that would take a job moved into ``state`` with its lock, if it has room."""
+        with self._lock:
+            loop = self._loops.get(state)
+        return loop if loop is not None and loop.has_room() else None
+
+
+@dataclass
+class Work:
+    """One job of a cycle on its way through the step."""
+
+    pick: Pick
+    job: Job
+    started: float
+    token: Any = None
+    step: Next | None = None
+    plan: TransitionPlan | None = None
+    taker: JobPipeline | None = None
+
+
+@dataclass
+class InFlight:
+    move: PendingMove
+    works: list[Work]
+    holding: Holding
+    bids: set[str] = field(default_factory=set)
+
+
+class JobPipeline:
+    """The batched loop of one JobDaemon (see the module's docstring)."""
+
+    def __init__(self, daemon: JobDaemon, *, keeper: LockKeeper | None = None) -> None:
+        self.daemon = daemon
+        self.zk = daemon.zk
+        self.keeper = keeper
+        self.batch = max(1, daemon.batch_size)
+        self.listing = StateListing(self.zk, daemon.state, strict=daemon.strict)
+        self.kept: dict[str, str] = {}  # jid -> its entry name; this loop's thread only
+        self.holding: dict[str, Holding] = {}
+        self._handed: list[tuple[str, str, Holding]] = []  # from other loops' threads
+        self._handed_lock = threading.Lock()
+        self.wake = threading.Event()
+        self.inflight: InFlight | None = None
+        self.stopping = False
+        self._closed = False  # no more hand-overs (under _handed_lock)
+
+    # Hand-over from another loop of the process --------------------------------------------
+
+    def has_room(self) -> bool:
+        if self.stopping or not self.daemon.gate.connected:
+            return False
+        observer = self.daemon.observer
+        if observer is not None and observer.draining:
+            return False
+        with self._handed_lock:
+            waiting = len(self._handed)
+        return len(self.kept) + waiting < KEEP_ROOM * self.batch
+
+    def hand(self, job: Job, holding: Holding) -> bool:
+        """Take ``job`` with its lock; False when this loop has stopped (give it back)."""
+        with self._handed_lock:
+            if self._closed:
+                return False
+            self._handed.append((job.jid, zpaths.index_name(job.priority, job.jid), holding))
+        self.wake.set()
+        return True
+
+    def _absorb(self) -> None:
+        with self._handed_lock:
+            handed, self._handed = self._handed, []
+        for jid, name, holding in handed:
+            self.kept[jid] = name
+            self.holding[jid] = holding
+            self.listing.add(name)
+
+    def _current(self) -> Holding:
+        return Holding(self.daemon.gate.generation, session_id(self.zk))
+
+    def _drop_stale(self, now: Holding) -> None:
+        """Forget kept jobs whose session is gone: ZooKeeper removed their locks already."""
+        for jid in [j for j, h in self.holding.items() if h != now]:
+            self.holding.pop(jid, None)
+            self.kept.pop(jid, None)
+
+    def _give_back(self, jids: list[str], now: Holding) -> None:
+        """Delete the locks of ``jids`` (when still this session's) and forget them."""
+        mine = [j for j in jids if self.holding.pop(j, None) == now]
+        for jid in jids:
+            self.kept.pop(jid, None)
+        if mine:
+            try:
+                self.daemon.gate.send_if_current(
+                    now.generation, lambda: release_locks(self.zk, mine)
+                )
+            except LockLost:
+                pass
+            except Exception as exc:
+                # Ephemeral: what cannot be deleted now goes with the session.
+                log.warning("%s: giving back %d locks failed: %s", self.daemon.name, len(mine), exc)
+
+    # The loop -----------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        daemon = self.daemon
+        log.info(
+            "%s: started (batched, %d a claim, poll %.1fs)", daemon.name, self.batch, daemon.poll
+        )
+        if self.keeper is not None:
+            self.keeper.register(self)
+        watch = FolderWatch(self.zk, zpaths.job_state_folder(daemon.state), self.wake)
+        try:
+            while not stop.is_set():
+                if self._cycle_logged():
+                    continue
+                # Idle: the folder's watch, a hand-over or the poll wakes the loop. Work that
+                # arrived between the empty cycle and the watch is found by one more cycle.
+                watch.arm()
+                if self._cycle_logged():
+                    continue
+                self.wake.wait(daemon.poll)
+                self.wake.clear()
+        finally:
+            self.stopping = True
+            if self.keeper is not None:
+                self.keeper.unregister(self)
+            self._close()
+        log.info("%s: stopped", daemon.name)
+
+    def _close(self) -> None:
+        try:
+            self._finish_move()
+        except Exception as exc:
+            log.warning("%s: last move: %s", self.daemon.name, exc)
+        with self._handed_lock:
+            self._closed = True
+        self._absorb()
+        now = self._current()
+        self._drop_stale(now)
+        self._give_back(list(self.kept), now)
+
+    def _cycle_logged(self) -> bool:
+        from django.db import close_old_connections
+
+        from queues.zk.errors import is_connection_error
+
+        try:
+            return self.cycle()
+        except Exception as exc:
+            if is_connection_error(exc):
+                log.warning("%s: ZooKeeper unavailable: %s", self.daemon.name, exc)
+            else:
+                log.exception("%s: unexpected error outside a step", self.daemon.name)
+            self.inflight = None
+            return False
+        finally:
+            close_old_connections()
+
+    def cycle(self) -> bool:
+        """One batch; True when it is worth looking again at once."""
+        daemon = self.daemon
+        self._absorb()
+        now = self._current()
+        self._drop_stale(now)
+        observer = daemon.observer
+        if not daemon.gate.connected or (observer is not None and observer.draining):
+            self._finish_move()
+            self._give_back(list(self.kept), now)
+            return False
+        picks = self.listing.take(self.batch, self.kept)
+        if not picks:
+            self._finish_move()
+            return False
+        # One round trip: the hold, the claim, the reads (and the previous move ahead of them).
+        hold = (
+            send_exists(self.zk, zpaths.queue_lock(daemon.queue_hold))
+            if daemon.queue_hold
+            else None
+        )
+        fresh = [p for p in picks if not p.kept]
+        claim = PendingClaim(self.zk, fresh, self.listing.folder) if fresh else None
+        reads = jobs_start_load(self.zk, [p.jid for p in picks])
+        self._finish_move()
+        held = hold is not None and hold.get() is not None
+        locked = claim.collect() if claim is not None else set()
+        if claim is not None and claim.fell_back:
+            self.listing.crowded()
+        for jid in locked:
+            self.holding[jid] = now
+        mine = [p for p in picks if p.kept or p.jid in locked]
+        if held:
+            # A hold placed at any time stops the work: kept jobs are given back too.
+            self._give_back([p.jid for p in mine], now)
+            return False
+        loaded = collect_reads(reads)
+        if claim is not None and claim.fell_back and locked:
+            # Those reads were answered before the one-by-one claims: read them again.
+            loaded.update(collect_reads(jobs_start_load(self.zk, sorted(locked))))
+        works = []
+        for pick in mine:
+            work = self._start(pick, loaded)
+            if work is not None:
+                works.append(work)
+        self._send_move(works, now)
+        return True
+
+    def _start(self, pick: Pick, loaded: dict[str, Any]) -> Work | None:
+        """Check a locked job and run the step on it; None when it ended here (lock given back)."""
+        daemon = self.daemon
+        now = self.holding.get(pick.jid) or self._current()
+        started = time.monotonic()
+        try:
+            job = jobs_finish_load(pick.jid, loaded)
+        except (NotFound, MalformedNode):
+            self._give_back([pick.jid], now)
+            return None
+        if job.state != daemon.state or not daemon.wants(job):
+            # Moved on (an operator, another client) or not this loop's to take now.
+            self._give_back([pick.jid], now)
+            return None
+        self.kept.pop(pick.jid, None)
+        work = Work(pick, job, started)
+        if daemon.observer is not None:
+            work.token = daemon.observer.begin(daemon, job)
+        job, step, result = daemon.run_step(job, started)
+        work.job = job
+        if result is not None:
+            self._give_back([pick.jid], now)
+            self._end(work, result)
+            return None
+        assert step is not None
+        work.step = step
+        taker = self.keeper.taker(step.target) if self.keeper is not None else None
+        try:
+            work.plan = transition_plan(
+                job,
+                step.target,
+                message=step.message,
+                permanent=step.permanent,
+                priority=step.priority,
+                lock="keep" if taker is not None else "release",
+            )
+        except InvalidTransition as exc:
+            self._give_back([pick.jid], now)
+            self._end(work, daemon.result(job.jid, "dropped", started, f"not moved: {exc}"))
+            return None
+        work.taker = taker
+        return work
+
+    def _send_move(self, works: list[Work], now: Holding) -> None:
+        if not works:
+            return
+        plans = [w.plan for w in works if w.plan is not None]
+        try:
+            move = self.daemon.gate.send_if_current(
+                now.generation, lambda: self._send_checked(plans, now)
+            )
+        except LockLost:
+            for work in works:
+                self.holding.pop(work.job.jid, None)
+                self._end(
+                    work,
+                    self.daemon.result(
+                        work.job.jid, "dropped", work.started, "lock lost with the session"
+                    ),
+                )
+            return
+        self.inflight = InFlight(move, works, now)
+
+    def _send_checked(self, plans: list[TransitionPlan], now: Holding) -> PendingMove:
+        if session_id(self.zk) != now.session:
+            raise LockLost()
+        return PendingMove(self.zk, plans)
+
+    def _finish_move(self) -> None:
+        flight, self.inflight = self.inflight, None
+        if flight is None:
+            return
+        daemon = self.daemon
+        now = flight.holding
+
+        def guard(fn: Any) -> Any:
+            if session_id(self.zk) != now.session:
+                raise LockLost()
+            return daemon.gate.send_if_current(now.generation, fn)
+
+        try:
+            outcomes = flight.move.collect(guard)
+        except LockLost:
+            outcomes = [NotFound("lock lost with the session")] * len(flight.works)
+        except Exception as exc:
+            from queues.zk.errors import is_connection_error
+
+            if not is_connection_error(exc):
+                raise
+            # Whether it landed is unknown: the next claim finds the jobs wherever they are.
+            for work in flight.works:
+                self.holding.pop(work.job.jid, None)
+                self._end(
+                    work, daemon.result(work.job.jid, "dropped", work.started, f"ZooKeeper: {exc}")
+                )
+            return
+        bids: set[str] = set()
+        for work, outcome in zip(flight.works, outcomes, strict=True):
+            jid = work.job.jid
+            step = work.step
+            assert step is not None and work.plan is not None
+            if not isinstance(outcome, Job):
+                self._give_back([jid], now)
+                self._end(
+                    work, daemon.result(jid, "dropped", work.started, f"not moved: {outcome}")
+                )
+                continue
+            if work.plan.lock == "keep" and (
+                work.taker is None or not work.taker.hand(outcome, now)
+            ):
+                self._give_back([jid], now)
+            self.holding.pop(jid, None)
+            bids.update(daemon.after_move(work.job, step))
+            self._end(work, daemon.moved_result(jid, step, work.started))
+        for bid in bids:
+            daemon.batch_done(bid)
+
+    def _end(self, work: Work, result: ItemResult) -> None:
+        daemon = self.daemon
+        daemon.last = result
+        daemon.log_result(result)
+        if daemon.observer is not None and work.token is not None:
+            daemon.observer.end(work.token, result)

@@ -1,0 +1,279 @@
+"""Batched, pipelined job claims and moves for the consumer daemons.
+
+A consumer's cost is per ZooKeeper request far more than per operation. So the daemons' batched
+loop (``queues.daemons.pipeline``) claims several jobs with ONE multi (for each job: check its
+index entry is still in the state's folder, create its ephemeral lock), reads them with one
+multiRead, and moves them with ONE multi carrying every job's transition, exactly the writes of
+``job_transition`` (``TransitionPlan``). Requests are sent with kazoo's public async API
+(``transaction().commit_async()``, ``exists_async``, ``delete_async``) without waiting, so one
+round trip carries the queue-hold read, the claim, the read of the claimed jobs and the previous
+batch's move. ZooKeeper applies one session's requests in the order they were sent, so the read
+sees the locks the claim before it created.
+
+A batched multi is all or nothing. When it fails on contention (another consumer's lock already
+there, an entry moved on, a status changed: NodeExists, NoNode, BadVersion) nothing was written,
+and each job is tried again on its own: claims as one small multi per job (all sent at once),
+moves through ``transition_apply`` (the one-job path, with its index repair).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from . import paths
+from .errors import Conflict, InvalidTransition, NotFound
+from .jobs import TransitionPlan, transition_apply
+from .nodes import children, read_many
+from .records import Job
+
+
+@dataclass(frozen=True)
+class Pick:
+    """An index entry chosen for the next batch; ``kept``: its lock is already ours."""
+
+    name: str  # "PP-jidNNNNNNNNNN"
+    jid: str
+    kept: bool = False
+
+
+class StateListing:
+    """The entries of one job state folder in run order (priority, then age), for one consumer.
+
+    Like ``JobClaimer``, the listing is kept up to ``max_age`` seconds and listed again when it
+    runs out. Entries of jobs this consumer already holds (locks kept from its previous step)
+    are put in at their place in the order, so they wait behind higher-priority jobs as any job
+    does. After a lost race (``crowded``) the entries ahead and their locks are read first and
+    the batch is taken from a random run of the free ones (unless ``strict``), so consumers
+    walking the same listing do not all go for its head.
+    """
+
+    def __init__(
+        self, zk: KazooClient, state: str, *, max_age: float = 1.0, strict: bool = False
+    ) -> None:
+        self.zk = zk
+        self.state = state
+        self.folder = paths.job_state_folder(state)
+        self.max_age = max_age
+        self.strict = strict
+        self._heap: list[str] = []
+        self._listed_at = float("-inf")
+        self._crowd = 0
+
+    def _list(self, extra: Iterable[str]) -> None:
+        names = set(children(self.zk, self.folder))
+        names.update(extra)
+        self._heap = [n for n in names if paths.INDEX_ENTRY_RE.fullmatch(n)]
+        heapq.heapify(self._heap)
+        self._listed_at = time.monotonic()
+
+    def add(self, name: str) -> None:
+        heapq.heappush(self._heap, name)
+
+    def crowded(self) -> None:
+        self._crowd = min(8, self._crowd + 2)
+
+    def take(self, count: int, kept: dict[str, str]) -> list[Pick]:
+        """Up to ``count`` entries in run order; ``kept`` maps jid -> entry name of jobs whose
+        lock this consumer holds (always free to it)."""
+        if time.monotonic() - self._listed_at >= self.max_age:
+            self._list(kept.values())
+            fresh = True
+        else:
+            fresh = False
+        picks = self._take(count, kept)
+        if not picks and not fresh:
+            # Nothing left in a listing from an earlier batch: look again before giving up.
+            self._list(kept.values())
+            picks = self._take(count, kept)
+        self._crowd //= 2
+        return picks
+
+    def _pop(self, kept: dict[str, str]) -> Pick | None:
+        while self._heap:
+            name = heapq.heappop(self._heap)
+            match = paths.INDEX_ENTRY_RE.fullmatch(name)
+            if match is None:
+                continue
+            jid = match.group(2)
+            if jid in kept and kept[jid] != name:
+                continue  # an old entry of a kept job (its priority changed)
+            return Pick(name, jid, jid in kept)
+        return None
+
+    def _take(self, count: int, kept: dict[str, str]) -> list[Pick]:
+        picks: list[Pick] = []
+        seen: set[str] = set()
+        if not self._crowd:
+            while len(picks) < count and (pick := self._pop(kept)) is not None:
+                if pick.jid not in seen:
+                    seen.add(pick.jid)
+                    picks.append(pick)
+            return picks
+        # Crowded: read a window ahead (entries and locks, one request), keep the free ones.
+        window: list[Pick] = []
+        while len(window) < 4 * count and (pick := self._pop(kept)) is not None:
+            if pick.jid not in seen:
+                seen.add(pick.jid)
+                window.append(pick)
+        others = [p for p in window if not p.kept]
+        reads = read_many(
+            self.zk,
+            [x for p in others for x in (f"{self.folder}/{p.name}", paths.job_node(p.jid, "lock"))],
+        )
+        free = [
+            p
+            for p in window
+            if p.kept
+            or (
+                reads[f"{self.folder}/{p.name}"] is not None
+                and reads[paths.job_node(p.jid, "lock")] is None
+            )
+        ]
+        kept_picks = [p for p in free if p.kept]
+        free = [p for p in free if not p.kept]
+        room = max(0, count - len(kept_picks))
+        start = 0
+        if not self.strict and len(free) > room:
+            start = random.randrange(0, (len(free) - room) // max(1, room) + 1) * room
+        chosen = free[start : start + room]
+        for p in free:
+            if p not in chosen:
+                heapq.heappush(self._heap, p.name)
+        result = kept_picks + chosen
+        result.sort(key=lambda p: p.name)
+        return result
+
+
+class PendingClaim:
+    """Locks for several jobs in one multi, sent at once; ``collect`` says which were taken."""
+
+    def __init__(self, zk: KazooClient, picks: Sequence[Pick], folder: str) -> None:
+        self.zk = zk
+        self.folder = folder
+        self.picks = list(picks)
+        self.fell_back = False
+        txn = zk.transaction()
+        for pick in self.picks:
+            _lock_ops(txn, f"{folder}/{pick.name}", pick.jid)
+        self._answer = txn.commit_async()
+
+    def collect(self) -> set[str]:
+        """The jids now locked by this session (connection errors propagate)."""
+        if not _failed(self._answer.get()):
+            return {p.jid for p in self.picks}
+        if len(self.picks) == 1:
+            return set()
+        # Contention: nothing was written; try each job on its own, all in one round trip.
+        self.fell_back = True
+        singles = []
+        for pick in self.picks:
+            txn = self.zk.transaction()
+            _lock_ops(txn, f"{self.folder}/{pick.name}", pick.jid)
+            singles.append((pick.jid, txn.commit_async()))
+        return {jid for jid, answer in singles if not _failed(answer.get())}
+
+
+def _lock_ops(txn: Any, entry: str, jid: str) -> None:
+    txn.check(entry, -1)
+    txn.create(paths.job_node(jid, "lock"), b"", ephemeral=True)
+
+
+def _failed(results: Any) -> bool:
+    return not isinstance(results, list) or any(isinstance(r, Exception) for r in results)
+
+
+Outcome = Job | Conflict | InvalidTransition | NotFound
+
+
+class PendingMove:
+    """Several jobs' transitions in one multi, sent at once (``send`` may refuse to send it)."""
+
+    def __init__(self, zk: KazooClient, plans: Sequence[TransitionPlan]) -> None:
+        self.zk = zk
+        self.plans = list(plans)
+        self.fell_back = False
+        txn = zk.transaction()
+        for plan in self.plans:
+            plan.add_to(txn, lock=plan.lock)
+        self._answer = txn.commit_async()
+
+    def collect(self, guard: Callable[[Callable[[], Job]], Job]) -> list[Outcome]:
+        """Each plan's moved job, or the error that kept it where it was.
+
+        When the multi failed nothing was written; each job is then moved on its own through
+        ``transition_apply`` (the one-job path), each call run through ``guard`` (which refuses
+        once the session that holds the locks is gone).
+        """
+        if not _failed(self._answer.get()):
+            return [plan.moved() for plan in self.plans]
+        self.fell_back = True
+        outcomes: list[Outcome] = []
+        for plan in self.plans:
+            try:
+                outcomes.append(guard(partial(transition_apply, self.zk, plan, require_lock=True)))
+            except (Conflict, InvalidTransition, NotFound) as exc:
+                outcomes.append(exc)
+        return outcomes
+
+
+def send_exists(zk: KazooClient, path: str) -> Any:
+    """An ``exists`` sent now; ``.get()`` gives the stat or None."""
+    return zk.exists_async(path)
+
+
+def release_locks(zk: KazooClient, jids: Iterable[str]) -> None:
+    """Delete the locks of ``jids`` (this session's own: the caller knows it holds them), all
+    in one round trip; a lock already gone is fine."""
+    answers = [zk.delete_async(paths.job_node(jid, "lock")) for jid in jids]
+    for answer in answers:
+        try:
+            answer.get()
+        except NoNodeError:
+            continue
+
+
+def session_id(zk: KazooClient) -> int | None:
+    """The client's current ZooKeeper session (None while it has none)."""
+    ident = zk.client_id
+    return ident[0] if ident else None
+
+
+class FolderWatch:
+    """Sets ``event`` when the children of ``path`` change: one watch at a time, re-armed by
+    ``arm`` (a watch fires once). An unreachable server leaves it unarmed; the caller polls."""
+
+    def __init__(self, zk: KazooClient, path: str, event: threading.Event) -> None:
+        self._zk = zk
+        self._path = path
+        self._event = event
+        self._armed = False
+        self._lock = threading.Lock()
+
+    def arm(self) -> None:
+        with self._lock:
+            if self._armed:
+                return
+            self._armed = True
+        try:
+            try:
+                self._zk.get_children(self._path, watch=self._fire)
+            except NoNodeError:
+                self._zk.exists(self._path, watch=self._fire)
+        except Exception:
+            with self._lock:
+                self._armed = False
+
+    def _fire(self, _event: Any) -> None:
+        with self._lock:
+            self._armed = False
+        self._event.set()

@@ -1,0 +1,364 @@
+"""The batched job loop: several jobs per claim and per move, locks kept between steps, and
+everything the one-job loop guarantees (holds, priority order, lost sessions, exact nodes)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from typing import Any, ClassVar
+
+import pytest
+from kazoo.client import KazooClient
+
+from queues import zk as zkmod
+from queues.daemons.base import JobDaemon, Next, SessionGate, Step
+from queues.daemons.pipeline import JobPipeline, LockKeeper
+from queues.states import JobState
+from queues.zk import paths as zpaths
+from queues.zk.jobs import job_load
+from queues.zk.locks import lock_create, queue_hold_set
+from queues.zk.records import Job
+
+from .conftest import make_job, wait_for
+
+CONFIG = {"payload_url": "http://x/a", "type": "file"}
+
+
+class Step1(JobDaemon):
+    """Estimating -> Provisioning, recording the jobs it worked on, in order."""
+
+    name: ClassVar[str] = "test-estimating"
+    step: ClassVar[str] = "test-estimating"
+    state: ClassVar[str] = JobState.ESTIMATING
+    queue_hold: ClassVar[str | None] = "ingest"
+    target: ClassVar[str] = JobState.PROVISIONING
+
+    def __init__(self, *args: Any, action: Any = None, priority: int | None = None, **kw: Any):
+        super().__init__(*args, **kw)
+        self.seen: list[str] = []
+        self.action = action
+        self.priority = priority
+
+    def work(self, item: Job) -> Step:
+        self.seen.append(item.jid)
+        if self.action is not None:
+            self.action(self, item)
+        return Next(self.target, priority=self.priority)
+
+
+class Step2(Step1):
+    name: ClassVar[str] = "test-provisioning"
+    step: ClassVar[str] = "test-provisioning"
+    state: ClassVar[str] = JobState.PROVISIONING
+    target: ClassVar[str] = JobState.DOWNLOADING
+
+
+def jobs_in(zk: KazooClient, n: int, state: str = JobState.ESTIMATING, **kw: Any) -> list[Job]:
+    return [make_job(zk, CONFIG, state=state, **kw) for _ in range(n)]
+
+
+def lock_owner(zk: KazooClient, jid: str) -> int | None:
+    stat = zk.exists(zpaths.job_node(jid, "lock"))
+    return stat.ephemeralOwner if stat else None
+
+
+def in_state(zk: KazooClient, state: str) -> int:
+    stat = zk.exists(zpaths.job_state_folder(state))
+    return stat.numChildren if stat else 0
+
+
+def cycle_until_idle(loop: JobPipeline) -> None:
+    """Cycles until one finds nothing, then the last move collected (no timing involved)."""
+    for _ in range(200):
+        if not loop.cycle():
+            break
+    loop._finish_move()
+
+
+def job_tree(zk: KazooClient, job: Job) -> dict[str, Any]:
+    """Every node a job transition writes, with the contract's bytes (the timestamp left out)."""
+    nodes: dict[str, Any] = {}
+    for name in sorted(zk.get_children(zpaths.job(job.jid))):
+        data, _ = zk.get(zpaths.job_node(job.jid, name))
+        if name == "status":
+            raw = json.loads(data)
+            assert data == json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode()
+            raw.pop("last_modified")
+            nodes[name] = raw
+        else:
+            nodes[name] = data
+    entries = []
+    for folder in zk.get_children(zpaths.JOB_STATES):
+        for entry in zk.get_children(f"{zpaths.JOB_STATES}/{folder}"):
+            if entry.endswith(job.jid):
+                data, _ = zk.get(f"{zpaths.JOB_STATES}/{folder}/{entry}")
+                entries.append((folder, entry, data))
+    batch_entries = []
+    states = zpaths.batch_node(job.bid, "states")
+    for folder in zk.get_children(states):
+        for entry in zk.get_children(f"{states}/{folder}"):
+            data, _ = zk.get(f"{states}/{folder}/{entry}")
+            batch_entries.append((folder, entry, data))
+    return {"nodes": nodes, "index": entries, "batch": batch_entries}
+
+
+def test_batched_move_writes_exactly_what_the_one_job_path_writes(zk: KazooClient) -> None:
+    single, batched = jobs_in(zk, 1)[0], jobs_in(zk, 3)
+    one = Step1(zk=zk, priority=12)
+    assert one.run_once()  # the one-job path
+    many = Step1(zk=zk, priority=12, batch=8)
+    loop = JobPipeline(many)
+    cycle_until_idle(loop)
+    assert many.seen == [j.jid for j in batched]
+    expected = job_tree(zk, single)
+    assert expected["nodes"]["priority"] == b"12"
+    assert expected["index"] == [("provisioning", f"12-{single.jid}", b"")]
+    for job in batched:
+        got = job_tree(zk, job)
+        # Same bytes, names following the job's own id and batch.
+        assert got["nodes"] == {**expected["nodes"], "bid": job.bid.encode()}
+        assert got["index"] == [("provisioning", f"12-{job.jid}", b"")]
+        assert got["batch"] == [("batch-processing", job.jid, b"")]
+        assert "lock" not in got["nodes"]
+
+
+def test_one_multi_claims_and_one_multi_moves_a_whole_batch(zk: KazooClient) -> None:
+    jobs_in(zk, 1, state=JobState.PROVISIONING)  # the target folder exists (the usual case)
+    jobs = jobs_in(zk, 5)
+    sent: Counter[str] = Counter()
+    real_commit = type(zk.transaction()).commit_async
+
+    def counting(self: Any) -> Any:
+        sent["multi"] += 1
+        return real_commit(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(zk.transaction()), "commit_async", counting)
+        loop = JobPipeline(Step1(zk=zk, batch=5))
+        assert loop.cycle()
+        loop._finish_move()
+    assert sent["multi"] == 2  # one claim, one move
+    assert all(job_load(zk, j.jid).state == JobState.PROVISIONING for j in jobs)
+    assert all(job_load(zk, j.jid).lock is None for j in jobs)
+
+
+def test_batched_claim_falls_back_to_one_job_at_a_time_under_contention(
+    zk: KazooClient, other_zk: KazooClient
+) -> None:
+    jobs = jobs_in(zk, 6)
+    taken = {jobs[1].jid, jobs[4].jid}
+    for jid in taken:
+        assert lock_create(other_zk, zpaths.job_node(jid, "lock"))
+    worker = Step1(zk=zk, batch=6, strict=True)
+    loop = JobPipeline(worker)
+    assert loop.cycle()
+    loop._finish_move()
+    free = [j.jid for j in jobs if j.jid not in taken]
+    assert worker.seen == free  # the others, still in run order
+    for job in jobs:
+        current = job_load(zk, job.jid)
+        if job.jid in taken:
+            assert current.state == JobState.ESTIMATING
+            assert lock_owner(zk, job.jid) == other_zk.client_id[0]
+        else:
+            assert current.state == JobState.PROVISIONING
+            assert current.lock is None
+
+
+def test_two_clients_racing_batched_loops_move_every_job_exactly_once(
+    zk: KazooClient, other_zk: KazooClient
+) -> None:
+    jobs = jobs_in(zk, 40)
+    seen: Counter[str] = Counter()
+    guard = threading.Lock()
+
+    def count(_daemon: Any, item: Job) -> None:
+        with guard:
+            seen[item.jid] += 1
+
+    workers = [Step1(zk=c, batch=8, action=count, poll=0.05) for c in (zk, other_zk)]
+    stop = threading.Event()
+    threads = [threading.Thread(target=w.run, args=(stop,)) for w in workers]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(lambda: in_state(zk, JobState.PROVISIONING) == 40)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert seen == Counter({j.jid: 1 for j in jobs})
+    assert all(job_load(zk, j.jid).lock is None for j in jobs)
+
+
+def test_batched_move_falls_back_when_one_job_changed_meanwhile(zk: KazooClient) -> None:
+    from queues import services
+
+    jobs = jobs_in(zk, 4)
+
+    def operator_fails_the_second(_daemon: Any, item: Job) -> None:
+        if item.jid == jobs[1].jid:
+            services.job_fail(jid=item.jid, message="stopped by an operator")
+
+    worker = Step1(zk=zk, batch=4, action=operator_fails_the_second)
+    loop = JobPipeline(worker)
+    assert loop.cycle()
+    loop._finish_move()
+    states = [job_load(zk, j.jid).state for j in jobs]
+    p, f = JobState.PROVISIONING, JobState.FAILED
+    assert states == [p, f, p, p]
+    assert all(job_load(zk, j.jid).lock is None for j in jobs)
+
+
+def test_lock_is_kept_from_one_step_to_the_next_in_one_process(zk: KazooClient) -> None:
+    [job] = jobs_in(zk, 1)
+    keeper = LockKeeper()
+    first, second = Step1(zk=zk, keeper=keeper), Step2(zk=zk, keeper=keeper)
+    one, two = JobPipeline(first, keeper=keeper), JobPipeline(second, keeper=keeper)
+    keeper.register(one)
+    keeper.register(two)
+    cycle_until_idle(one)
+    moved = job_load(zk, job.jid)
+    assert moved.state == JobState.PROVISIONING
+    assert lock_owner(zk, job.jid) == zk.client_id[0]  # kept, not released
+    cycle_until_idle(two)
+    assert second.seen == [job.jid]
+    done = job_load(zk, job.jid)
+    assert done.state == JobState.DOWNLOADING
+    assert done.lock is None  # no loop here for Downloading: released with the move
+    # What the kept-lock path wrote is what the contract says: last_successful_status etc.
+    assert done.status.raw["last_successful_status"] == JobState.PROVISIONING
+
+
+def test_a_kept_lock_honours_a_queue_hold_placed_between_steps(zk: KazooClient) -> None:
+    [job] = jobs_in(zk, 1)
+    keeper = LockKeeper()
+    first, second = Step1(zk=zk, keeper=keeper), Step2(zk=zk, keeper=keeper)
+    one, two = JobPipeline(first, keeper=keeper), JobPipeline(second, keeper=keeper)
+    keeper.register(one)
+    keeper.register(two)
+    cycle_until_idle(one)
+    assert lock_owner(zk, job.jid) == zk.client_id[0]
+    queue_hold_set(zk, "ingest")
+    assert not two.cycle()
+    assert second.seen == []
+    assert job_load(zk, job.jid).state == JobState.PROVISIONING
+    assert job_load(zk, job.jid).lock is None  # given back, not kept through the hold
+    assert not two.kept
+
+
+def test_priority_order_is_kept_in_batches_and_across_kept_locks(zk: KazooClient) -> None:
+    low, normal, urgent = (
+        jobs_in(zk, 1, priority=20)[0],
+        jobs_in(zk, 1)[0],
+        jobs_in(zk, 1, priority=0)[0],
+    )
+    worker = Step1(zk=zk, batch=2, strict=True)
+    cycle_until_idle(JobPipeline(worker))
+    assert worker.seen == [urgent.jid, normal.jid, low.jid]
+    # A job handed over with its lock waits behind a more urgent job of the next state.
+    [kept] = jobs_in(zk, 1, priority=5)
+    [first_in_line] = jobs_in(zk, 1, state=JobState.PROVISIONING, priority=1)
+    keeper = LockKeeper()
+    first = Step1(zk=zk, keeper=keeper, strict=True)
+    second = Step2(zk=zk, keeper=keeper, strict=True)
+    one, two = JobPipeline(first, keeper=keeper), JobPipeline(second, keeper=keeper)
+    keeper.register(one)
+    keeper.register(two)
+    cycle_until_idle(one)
+    assert lock_owner(zk, kept.jid) == zk.client_id[0]
+    # Provisioning also holds the three jobs moved above (priority 0, 5, 20).
+    cycle_until_idle(two)
+    order = [j for j in second.seen if j in (kept.jid, first_in_line.jid, urgent.jid)]
+    assert order == [urgent.jid, first_in_line.jid, kept.jid]
+
+
+def expire_session(zk: KazooClient, hosts: str) -> None:
+    """End ``zk``'s session on the server, as a long network outage would."""
+    thief = KazooClient(hosts=hosts, client_id=zk.client_id)
+    thief.start(timeout=10)
+    thief.stop()
+    thief.close()
+
+
+@pytest.fixture
+def own_zk(zk_hosts: str):
+    """A client whose session this test may expire, with a gate fed by its state changes."""
+    client = zkmod.connect(zk_hosts)
+    gate = SessionGate()
+    client.add_listener(lambda state: gate.on_state(str(state)))
+    yield client, gate
+    client.stop()
+    client.close()
+
+
+def test_session_expiry_during_a_step_commits_nothing(
+    zk: KazooClient, zk_hosts: str, own_zk
+) -> None:
+    client, gate = own_zk
+    jobs = jobs_in(zk, 3)
+    old = client.client_id[0]
+
+    def expire(_daemon: Any, item: Job) -> None:
+        if item.jid == jobs[0].jid:
+            expire_session(client, zk_hosts)
+            wait_for(lambda: client.connected and client.client_id[0] != old, timeout=30)
+
+    worker = Step1(zk=client, gate=gate, batch=3, action=expire)
+    loop = JobPipeline(worker)
+    assert loop.cycle()
+    loop._finish_move()
+    assert gate.generation == 1
+    assert worker.last is not None and worker.last.outcome == "dropped"
+    for job in jobs:
+        current = job_load(zk, job.jid)
+        assert current.state == JobState.ESTIMATING  # nothing committed without the lock
+        assert current.lock is None  # the locks went with the session
+
+
+def test_session_expiry_drops_kept_locks_and_nothing_moves_under_them(
+    zk: KazooClient, other_zk: KazooClient, zk_hosts: str, own_zk
+) -> None:
+    client, gate = own_zk
+    jobs = jobs_in(zk, 2)
+    keeper = LockKeeper()
+    first = Step1(zk=client, gate=gate, keeper=keeper, batch=2)
+    second = Step2(zk=client, gate=gate, keeper=keeper, batch=2)
+    one, two = JobPipeline(first, keeper=keeper), JobPipeline(second, keeper=keeper)
+    keeper.register(one)
+    keeper.register(two)
+    cycle_until_idle(one)
+    old = client.client_id[0]
+    assert all(lock_owner(zk, j.jid) == old for j in jobs)
+    expire_session(client, zk_hosts)
+    wait_for(lambda: client.connected and client.client_id[0] != old, timeout=30)
+    assert all(lock_owner(zk, j.jid) is None for j in jobs)
+    # Another consumer takes one of them meanwhile: it is theirs now.
+    assert lock_create(other_zk, zpaths.job_node(jobs[0].jid, "lock"))
+    cycle_until_idle(two)
+    assert not two.holding or all(h.session != old for h in two.holding.values())
+    assert second.seen == [jobs[1].jid]  # claimed anew under the new session
+    theirs = job_load(zk, jobs[0].jid)
+    assert theirs.state == JobState.PROVISIONING
+    assert lock_owner(zk, jobs[0].jid) == other_zk.client_id[0]
+    mine = job_load(zk, jobs[1].jid)
+    assert mine.state == JobState.DOWNLOADING and mine.lock is None
+
+
+def test_run_gives_kept_locks_back_when_it_stops(zk: KazooClient) -> None:
+    jobs = jobs_in(zk, 3)
+    keeper = LockKeeper()
+    first = Step1(zk=zk, keeper=keeper, batch=3, poll=0.05)
+    # A Provisioning loop that never gets to run its jobs: registered, then stopped.
+    second = Step2(zk=zk, keeper=keeper, batch=3, poll=0.05)
+    two = JobPipeline(second, keeper=keeper)
+    keeper.register(two)
+    one = JobPipeline(first, keeper=keeper)
+    cycle_until_idle(one)
+    assert all(lock_owner(zk, j.jid) == zk.client_id[0] for j in jobs)
+    stop = threading.Event()
+    stop.set()
+    two.run(stop)  # stops at once: what it was handed goes back
+    assert all(job_load(zk, j.jid).lock is None for j in jobs)
+    assert all(job_load(zk, j.jid).state == JobState.PROVISIONING for j in jobs)
