@@ -37,8 +37,10 @@ def test_records_are_written_in_batches_by_row_count(database_for_threads) -> No
     recorder.start()
     try:
         _add(recorder, 4)
-        time.sleep(0.5)
-        assert StepRecord.objects.count() == 0  # nothing written per step
+        # Nothing written per step: the rows wait in memory (a flush would have taken them),
+        # and the one batch counted below holds all five.
+        assert recorder.pending == 4
+        assert StepRecord.objects.count() == 0
         _add(recorder, 1, start=4)
         wait_for(lambda: StepRecord.objects.count() == 5, timeout=10)
         assert recorder.batches == 1

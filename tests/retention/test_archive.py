@@ -222,7 +222,12 @@ def test_daemon_sweep_respects_the_age_setting(
     database: str, zk: Any, finished_batch: Any, settings: Any, caplog: Any
 ) -> None:
     older, _ = finished_batch(("Completed",), tag="a")
-    time.sleep(2.5)
+    # Time must pass between the two (the contract's stamps are whole seconds); the age limit
+    # is then set to fall halfway, measured when it is set, so a slow first sweep cannot move
+    # the newer batch past it.
+    time.sleep(1.5)
+    halfway = time.time()
+    time.sleep(1.5)
     newer, _ = finished_batch(("Completed",), tag="b")
     daemon = Retention(zk=zk)
 
@@ -232,8 +237,8 @@ def test_daemon_sweep_respects_the_age_setting(
     assert not ArchivedBatch.objects.exists()
     assert exists(zk, paths.batch(older.bid)) and exists(zk, paths.batch(newer.bid))
 
-    # Finished at least 1.2 s ago: the older batch (2.5 s) yes, the newer one not yet.
-    settings.MRT_RETENTION_DAYS = 1.2 / 86400
+    # Finished before halfway: the older batch yes, the newer one not yet.
+    settings.MRT_RETENTION_DAYS = (time.time() - halfway) / 86400
     with caplog.at_level(logging.INFO, logger="queues.daemons"):
         daemon.run_once()
     assert list(ArchivedBatch.objects.values_list("bid", flat=True)) == [older.bid]
@@ -315,6 +320,18 @@ def test_odd_text_is_archived_and_shown_as_text(
     assert "&lt;i&gt;x&lt;/i&gt;" in html and "<i>x</i>" not in html
 
 
+class WaitsRecorded(threading.Event):
+    """A stop event that notes how long each wait on it was asked to last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        return super().wait(timeout)
+
+
 def test_daemon_loop_sweeps_at_start_then_every_interval(
     database_for_threads: str,
     zk: Any,
@@ -326,7 +343,7 @@ def test_daemon_loop_sweeps_at_start_then_every_interval(
     settings.MRT_RETENTION_DAYS = 0
     settings.MRT_RETENTION_SWEEP_SECONDS = 3600
     daemon = Retention(zk=zk, poll=0.1)
-    stop = threading.Event()
+    stop = WaitsRecorded()
 
     def run() -> None:
         with django_db_blocker.unblock():  # the test's database, from the daemon's thread
@@ -339,9 +356,12 @@ def test_daemon_loop_sweeps_at_start_then_every_interval(
         while exists(zk, paths.batch(first.bid)) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not exists(zk, paths.batch(first.bid))
-        # The next sweep is an hour away: a batch finished now stays until then.
+        # The next sweep is an hour away: the loop waits the whole interval after a sweep, so a
+        # batch finished now stays until then.
         second, _ = finished_batch(("Completed",), tag="f")
-        time.sleep(1.0)
+        while 3600 not in stop.timeouts and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stop.timeouts[-1] == 3600  # parked for the interval after its sweep
         assert exists(zk, paths.batch(second.bid))
     finally:
         stop.set()
