@@ -64,6 +64,12 @@ class Status:
         return (datetime.now().astimezone() - self.mtime).total_seconds()
 
 
+def _text(node: dict[str, Any], key: str) -> str:
+    """A text field of a decoded node; anything else (missing, null, a number) reads as ""."""
+    value = node.get(key)
+    return value if isinstance(value, str) else ""
+
+
 @dataclass(frozen=True)
 class Job:
     jid: str
@@ -87,18 +93,15 @@ class Job:
 
     @property
     def profile(self) -> str:
-        value = self.configuration.get("profile", "")
-        return value if isinstance(value, str) else ""
+        return _text(self.configuration, "profile")
 
     @property
     def submitter(self) -> str:
-        value = self.configuration.get("submitter", "")
-        return value if isinstance(value, str) else ""
+        return _text(self.configuration, "submitter")
 
     @property
     def primary_id(self) -> str:
-        value = (self.identifiers or {}).get("primary_id") or ""
-        return value if isinstance(value, str) else ""
+        return _text(self.identifiers or {}, "primary_id")
 
     @property
     def local_ids(self) -> list[str]:
@@ -131,28 +134,23 @@ class Batch:
 
     @property
     def uuid(self) -> str:
-        value = self.submission.get("batchID", "")
-        return value if isinstance(value, str) else ""
-
-    def _text(self, key: str) -> str:
-        value = self.submission.get(key, "")
-        return value if isinstance(value, str) else ""
+        return _text(self.submission, "batchID")
 
     @property
     def profile(self) -> str:
-        return self._text("profile")
+        return _text(self.submission, "profile")
 
     @property
     def submitter(self) -> str:
-        return self._text("submitter")
+        return _text(self.submission, "submitter")
 
     @property
     def title(self) -> str:
-        return self._text("title")
+        return _text(self.submission, "title")
 
     @property
     def type(self) -> str:
-        return self._text("type")
+        return _text(self.submission, "type")
 
 
 @dataclass(frozen=True)
