@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -19,11 +20,20 @@ from .conftest import record
 pytestmark = pytest.mark.django_db
 
 
+def past_halfway(make_job: Any, state: str, gap: float) -> tuple[Any, Any, float]:
+    """An old and a fresh job in ``state`` with ``gap`` seconds either side of a halfway
+    moment, and that moment. Time must pass for a job to be old; the setting is then put at
+    halfway when it is set, so however long making the fresh job took, it is not yet stuck."""
+    old = make_job(state)
+    time.sleep(gap)
+    halfway = time.time()
+    time.sleep(gap)
+    return old, make_job(state), halfway
+
+
 def test_a_job_past_the_setting_is_stuck_and_a_fresh_one_is_not(zk, make_job, settings):
-    settings.MRT_STUCK_SECONDS = 1.0
-    old = make_job("Downloading")
-    time.sleep(1.3)
-    fresh = make_job("Downloading")
+    old, fresh, halfway = past_halfway(make_job, "Downloading", 0.7)
+    settings.MRT_STUCK_SECONDS = time.time() - halfway
     found = stuck.find_stuck(zk, fresh=True)
     assert [s.jid for s in found] == [old.jid]
     assert found[0].state == "Downloading" and found[0].threshold.source == "setting"
@@ -50,8 +60,11 @@ def test_thresholds_follow_the_step_history(zk, make_job, settings):
     locked = make_job("Estimating")
     idle = make_job("Estimating")
     assert lock_create(zk, zpaths.job_node(locked.jid, "lock"))
-    time.sleep(0.8)
-    found = stuck.find_stuck(zk, fresh=True)
+    # Stuck once its lock is older than 0.5 s; the idle job stays 60 s away from it.
+    deadline = time.monotonic() + 30
+    while not (found := stuck.find_stuck(zk, fresh=True)):
+        assert time.monotonic() < deadline, "the locked job never became stuck"
+        time.sleep(0.05)
     assert [s.jid for s in found] == [locked.jid]  # the idle one waits less than usual
     assert found[0].lock_age is not None and found[0].lock_age > 0.5
     assert "locked by a consumer" in found[0].why
@@ -59,10 +72,8 @@ def test_thresholds_follow_the_step_history(zk, make_job, settings):
 
 
 def test_stuck_jobs_on_the_overview_the_job_list_and_metrics(zk, make_job, viewer, settings):
-    settings.MRT_STUCK_SECONDS = 1.0
-    old = make_job("Processing")
-    time.sleep(1.3)
-    fresh = make_job("Processing")
+    old, fresh, halfway = past_halfway(make_job, "Processing", 1.0)
+    settings.MRT_STUCK_SECONDS = time.time() - halfway
     stuck.reset()
     page = viewer.get("/").content.decode()
     assert 'id="count-stuck-total">1<' in page

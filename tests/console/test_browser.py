@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-import time
+import threading
 
 import pytest
 
@@ -93,9 +93,11 @@ def test_a_long_bulk_resume_shows_its_progress_until_done(
     settings.MRT_BULK_INLINE_MAX = 2
     failed = [make_job("Failed", profile="letters") for _ in range(6)]
     real = bulkrun.actions.perform
+    seen_part_way = threading.Event()
 
     def slow(**kwargs):
-        time.sleep(0.5)  # long enough for the page to be seen part-way, even on a slow CI
+        # The run waits at its items until the test has seen its page part-way.
+        assert seen_part_way.wait(60), "the test never looked at the running page"
         return real(**kwargs)
 
     monkeypatch.setattr(bulkrun.actions, "perform", slow)
@@ -108,8 +110,11 @@ def test_a_long_bulk_resume_shows_its_progress_until_done(
     page.click("#confirm-button")
     page.wait_for_url(re.compile(r".*/bulk/[0-9]+/$"))
     # Recorded by the web process, then taken by the bulk-runs daemon.
-    assert page.get_attribute("#bulk-run", "data-state") in ("waiting", "running")
-    shot(page, "bulk-run-running")
+    try:
+        assert page.get_attribute("#bulk-run", "data-state") in ("waiting", "running")
+        shot(page, "bulk-run-running")
+    finally:
+        seen_part_way.set()
     page.wait_for_selector("#bulk-run[data-state=finished]", timeout=30_000)
     assert "6 of 6 handled (100%): 6 done, 0 skipped" in page.inner_text("#bulk-progress")
     assert all(jobs.job_load(zk, j.jid).state == "Downloading" for j in failed)
