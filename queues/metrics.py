@@ -20,8 +20,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 from queues import selectors
-from queues.api import token_from
-from queues.auth import VIEWER, has_role
+from queues.auth import VIEWER, has_role, token_from
 from queues.zk.errors import is_connection_error
 
 # What generate_latest writes: the classic text format.
