@@ -14,7 +14,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
@@ -24,6 +23,7 @@ from queues.audit import AuditEntry
 from queues.auth import VIEWER, has_role, token_from
 from queues.forms import (
     AccessFilterForm,
+    ActionForm,
     BatchFilterForm,
     FailedFilterForm,
     JobFilterForm,
@@ -41,12 +41,18 @@ from queues.routes import (
     QUEUE_HOLD,
 )
 from queues.services import Outcome
-from queues.states import AccessState
 from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidTransition, NotFound
 from queues.zk.records import AccessRequest, Batch, Broken, Job
 
-from .views.common import RETRY_SECONDS, refusal_for
+from .views.common import (
+    RETRY_SECONDS,
+    batch_or_archived,
+    job_or_archived,
+    perform_posted,
+    refusal_for,
+    run_bulk,
+)
 
 
 def _error(message: str, status: int) -> JsonResponse:
@@ -248,13 +254,9 @@ def jobs(request: HttpRequest) -> dict[str, Any]:
 
 @api_view("GET")
 def job(request: HttpRequest, jid: str) -> dict[str, Any]:
-    try:
-        detail = selectors.job_detail(jid=jid)
-    except NotFound:
-        row = archive.archived_job(zpaths.jid(jid))
-        if row is None:
-            raise
-        return archive.job_json(row)
+    detail, archived = job_or_archived(jid)
+    if detail is None:
+        return archive.job_json(archived)
     if detail.job is None:
         broken = detail.broken.path if detail.broken is not None else None
         return {"id": jid, "broken": True, "path": broken, "nodes": detail.nodes}
@@ -267,23 +269,20 @@ def _act(
     kind: str,
     action: str,
     item_id: str,
-    params: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    params: Callable[[ActionForm], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One action from a JSON body {"version": ..., "reason": ..., ...}, through the same
-    ``actions.perform`` as the pages (role, state machine, version, audit)."""
-    data = _body(request)
-    return _outcomes(
-        actions.perform(
-            user=request.user,
-            kind=kind,
-            action=action,
-            item_id=item_id,
-            expect_version=_version(data),
-            reason=str(data.get("reason", "")),
-            params=params(data) if params else None,
-            via="api",
-        )
+    """One action from a JSON body {"version": ..., "reason": ..., ...}: the same fields, checks
+    and ``actions.perform`` as the console's action views (role, state machine, version, audit)."""
+    _form, outcomes = perform_posted(
+        request.user,
+        _body(request),
+        kind=kind,
+        action=action,
+        item_id=item_id,
+        params=params,
+        via="api",
     )
+    return _outcomes(outcomes)
 
 
 @api_view("POST")
@@ -312,27 +311,19 @@ def jobs_bulk(request: HttpRequest) -> dict[str, Any] | HttpResponse:
             items.append((zpaths.jid(str(entry.get("id", ""))), _version(entry)))
     else:
         raise ValueError('give "jobs" (a list) or "filter" (an object)')
-    if len(items) > settings.MRT_BULK_INLINE_MAX:
-        run = bulkrun.start(
-            user=request.user,
-            kind="job",
-            action=str(data.get("action", "")),
-            items=items,
-            reason=str(data.get("reason", "")),
-            limited=limited,
-            via="api",
-        )
-        response = JsonResponse(bulk_run_json(run), status=202)
-        response["Location"] = reverse("api-bulk-run", args=[run.pk])
-        return response
-    result = actions.perform_bulk(
+    result = run_bulk(
         user=request.user,
         kind="job",
         action=str(data.get("action", "")),
         items=items,
         reason=str(data.get("reason", "")),
+        limited=limited,
         via="api",
     )
+    if isinstance(result, bulkrun.BulkRun):
+        response = JsonResponse(bulk_run_json(result), status=202)
+        response["Location"] = reverse("api-bulk-run", args=[result.pk])
+        return response
     return {
         **_outcomes(result.done),
         "skipped": [{"id": i, "reason": why} for i, why in result.skipped],
@@ -396,13 +387,9 @@ def batches(request: HttpRequest) -> dict[str, Any]:
 
 @api_view("GET")
 def batch(request: HttpRequest, bid: str) -> dict[str, Any]:
-    try:
-        detail = selectors.batch_detail(bid=bid)
-    except NotFound:
-        row = archive.archived_batch(zpaths.bid(bid))
-        if row is None:
-            raise
-        return archive.batch_json(row)
+    detail, archived = batch_or_archived(bid)
+    if detail is None:
+        return archive.batch_json(archived)
     return {
         **batch_json(detail.batch),
         "jobs": {s: [j.jid for j in js] for s, js in detail.by_state.items()},
@@ -434,7 +421,7 @@ def access_action(request: HttpRequest, queue: str, qid: str, action: str) -> di
         kind="access",
         action=action,
         item_id=qid,
-        params=lambda data: {"queue": queue, "to": str(data.get("to", "") or AccessState.PENDING)},
+        params=lambda form: {"queue": queue, "to": form.cleaned_data["to"]},
     )
 
 
@@ -455,7 +442,7 @@ def hold_action(request: HttpRequest, kind: str, name: str, action: str) -> dict
         kind=kind,
         action=action,
         item_id=name,
-        params=lambda data: {"release_jobs": bool(data.get("release_jobs"))},
+        params=lambda form: {"release_jobs": form.cleaned_data["release_jobs"]},
     )
 
 

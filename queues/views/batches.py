@@ -24,13 +24,13 @@ from queues.auth import VIEWER
 from queues.forms import BatchFilterForm, SubmitForm
 from queues.states import BATCH, JOB
 from queues.zk import paths as zpaths
-from queues.zk.errors import NotFound
 
 from .common import (
     GONE,
     HtmxHttpRequest,
     act,
     bad_form,
+    batch_or_archived,
     bulk_actions,
     confirm,
     console_view,
@@ -69,14 +69,10 @@ def batches(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 @console_view(VIEWER)
 def batch(request: HtmxHttpRequest, bid: str) -> HttpResponse:
-    try:
-        detail = selectors.batch_detail(bid=bid)
-    except NotFound:
-        row = archive.archived_batch(zpaths.bid(bid))
-        if row is None:
-            raise
+    detail, archived = batch_or_archived(bid)
+    if detail is None:
         jobs = archive.archived_batch_jobs(bid)
-        return render(request, "queues/archived_batch.html", {"row": row, "jobs": jobs})
+        return render(request, "queues/archived_batch.html", {"row": archived, "jobs": jobs})
     context = {
         "detail": detail,
         "b": detail.batch,

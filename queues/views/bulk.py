@@ -27,6 +27,7 @@ from .common import (
     console_view,
     error_response,
     redirect_after_post,
+    run_bulk,
     safe_next,
     shown_bulk_runs,
 )
@@ -107,25 +108,18 @@ def _bulk(
                 "back": back,
             },
         )
-    if len(items) > settings.MRT_BULK_INLINE_MAX:
-        run = bulkrun.start(
-            user=request.user,
-            kind=kind,
-            action=action,
-            items=items,
-            reason=form.cleaned_data["reason"],
-            limited=limited,
-            back=back,
-        )
-        messages.info(request, f"{action} of {len(items)} {kind}s started in the background")
-        return redirect_after_post(reverse("bulk-run", args=[run.pk]))
-    result = actions.perform_bulk(
+    result = run_bulk(
         user=request.user,
         kind=kind,
         action=action,
         items=items,
         reason=form.cleaned_data["reason"],
+        limited=limited,
+        back=back,
     )
+    if isinstance(result, bulkrun.BulkRun):
+        messages.info(request, f"{action} of {len(items)} {kind}s started in the background")
+        return redirect_after_post(reverse("bulk-run", args=[result.pk]))
     messages.info(request, f"{action}: {result.summary()}")
     return render(
         request,
@@ -134,15 +128,18 @@ def _bulk(
     )
 
 
-@require_POST
-@console_view(VIEWER)
-def jobs_bulk(request: HtmxHttpRequest) -> HttpResponse:
-    filter_form = JobFilterForm(request.POST)
+def _job_bulk(
+    request: HtmxHttpRequest,
+    filter_form: JobFilterForm | FailedFilterForm,
+    match: Callable[[Any], tuple[list[str], bool]],
+    back: str,
+) -> HttpResponse:
+    """A job bulk form: its filter (for "every match") checked first, then ``_bulk``."""
     if not filter_form.is_valid():
         return error_response(request, f"bad filter: {filter_form.errors.as_text()}", 400)
 
     def matching() -> tuple[Items, bool]:
-        jids, limited = selectors.jobs_matching(flt=filter_form.to_filter())
+        jids, limited = match(filter_form)
         return [(j, None) for j in jids], limited
 
     return _bulk(
@@ -150,28 +147,31 @@ def jobs_bulk(request: HtmxHttpRequest) -> HttpResponse:
         kind="job",
         matching=matching,
         id_validator=zpaths.jid,
-        back=safe_next(request, request.POST.get("next"), reverse("jobs")),
+        back=safe_next(request, request.POST.get("next"), reverse(back)),
+    )
+
+
+@require_POST
+@console_view(VIEWER)
+def jobs_bulk(request: HtmxHttpRequest) -> HttpResponse:
+    return _job_bulk(
+        request,
+        JobFilterForm(request.POST),
+        lambda form: selectors.jobs_matching(flt=form.to_filter()),
+        "jobs",
     )
 
 
 @require_POST
 @console_view(VIEWER)
 def failed_bulk(request: HtmxHttpRequest) -> HttpResponse:
-    """Resume (or delete) failed jobs: the ticked ones or every one the failed filter matches."""
-    filter_form = FailedFilterForm(request.POST)
-    if not filter_form.is_valid():
-        return error_response(request, f"bad filter: {filter_form.errors.as_text()}", 400)
-
-    def matching() -> tuple[Items, bool]:
-        # Every match, from the read index (no job is loaded); each action checks its state.
-        return [(j, None) for j in selectors.failed_matching(**filter_form.cleaned_data)], False
-
-    return _bulk(
+    """Resume (or delete) failed jobs: the ticked ones or every one the failed filter matches
+    (from the read index, no job loaded; each action checks the job's state)."""
+    return _job_bulk(
         request,
-        kind="job",
-        matching=matching,
-        id_validator=zpaths.jid,
-        back=safe_next(request, request.POST.get("next"), reverse("failed")),
+        FailedFilterForm(request.POST),
+        lambda form: (selectors.failed_matching(**form.cleaned_data), False),
+        "failed",
     )
 
 

@@ -1,21 +1,23 @@
 """What every console door shares: the role gate, the one mapping of errors to HTTP answers,
-htmx fragments and messages, and the parse-act-report steps of an operator action.
+htmx fragments and messages, the reads of an item that may have been archived, and the steps
+of an operator action (parse the posted fields, perform, report; one or many items).
 
 The view modules beside this one are one per resource (overview, jobs, batches, failed,
-reports, access, holds, bulk, consistency, audit, tokens, workers, cockpit, poster); each
-imports this module and nothing else of ``queues.views``. The JSON API (``queues/api.py``)
-maps errors with ``refusal_for`` here too, so a refusal has one status whatever door it came
-through.
+reports, access, holds, bulk, consistency, audit, tokens, workers, cockpit, poster), each with
+its GET and POST views; each imports this module and no other of ``queues.views``. The JSON
+API (``queues/api.py``) takes the same pieces from here, so a read, an action and a refusal are
+the same whatever door they come through.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -26,13 +28,15 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django_htmx.http import reswap
 from django_htmx.middleware import HtmxDetails
 
-from queues import actions
+from queues import actions, archive, bulkrun, selectors
 from queues.actions import ReasonRequired
 from queues.auth import require_action, role_required
 from queues.forms import ActionForm
 from queues.models import BulkRun
+from queues.services import Outcome
 from queues.states import JOB, REMOVE, JobState
 from queues.templatetags.console import actions_for
+from queues.zk import paths as zpaths
 from queues.zk.errors import (
     Conflict,
     DomainError,
@@ -215,17 +219,71 @@ def bulk_actions(user: Any, state: str) -> list[str]:
     return names
 
 
-# One operator action: parse, perform, report ----------------------------------------------------
+# Items that may have been archived -------------------------------------------------------------
+
+
+def job_or_archived(jid: str) -> tuple[selectors.JobDetail | None, Any]:
+    """A job as ZooKeeper has it, else (None, its row) once retention archived it; NotFound
+    when neither knows it. The job page and the API's job both read it so."""
+    try:
+        return selectors.job_detail(jid=jid), None
+    except NotFound:
+        row = archive.archived_job(zpaths.jid(jid))
+        if row is None:
+            raise
+        return None, row
+
+
+def batch_or_archived(bid: str) -> tuple[selectors.BatchDetail | None, Any]:
+    """A batch as ZooKeeper has it, else (None, its archived row); NotFound when neither."""
+    try:
+        return selectors.batch_detail(bid=bid), None
+    except NotFound:
+        row = archive.archived_batch(zpaths.bid(bid))
+        if row is None:
+            raise
+        return None, row
+
+
+# Operator actions: parse, perform, report -------------------------------------------------------
 
 # Actions after which the item is no longer there to show.
 GONE = ("delete", REMOVE)
 
 
-def action_form(request: HttpRequest) -> ActionForm:
-    form = ActionForm(request.POST)
+def action_form(data: Mapping[str, Any]) -> ActionForm:
+    """The fields of an action (version, reason, to, release_jobs, ...), from a form post or
+    an API body alike; bad input is a ValueError (400)."""
+    form = ActionForm(data)
     if not form.is_valid():
         raise ValueError(f"bad action input: {form.errors.as_text()}")
     return form
+
+
+def perform_posted(
+    user: Any,
+    data: Mapping[str, Any],
+    *,
+    kind: str,
+    action: str,
+    item_id: str,
+    params: Callable[[ActionForm], dict[str, Any]] | None = None,
+    via: str = "web",
+) -> tuple[ActionForm, list[Outcome]]:
+    """One item action from posted fields, through ``actions.perform`` (role, state machine,
+    version, reason, audit): the console's action views and the API's."""
+    form = action_form(data)
+    outcomes = actions.perform(
+        user=user,
+        kind=kind,
+        action=action,
+        item_id=item_id,
+        expect_version=form.cleaned_data["version"],
+        reason=form.cleaned_data["reason"],
+        params=params(form) if params else None,
+        via=via,
+    )
+    return form, outcomes
 
 
 def report(request: HttpRequest, outcomes: list[Any]) -> None:
@@ -241,20 +299,41 @@ def act(
     item_id: str,
     params: Callable[[ActionForm], dict[str, Any]] | None = None,
 ) -> ActionForm:
-    """One item action from a posted ActionForm (version, reason), through
-    ``actions.perform`` (role, state machine, version, audit), reported as a message."""
-    form = action_form(request)
-    outcomes = actions.perform(
-        user=request.user,
-        kind=kind,
-        action=action,
-        item_id=item_id,
-        expect_version=form.cleaned_data["version"],
-        reason=form.cleaned_data["reason"],
-        params=params(form) if params else None,
+    """One item action from a console form post, reported as a message."""
+    form, outcomes = perform_posted(
+        request.user, request.POST, kind=kind, action=action, item_id=item_id, params=params
     )
     report(request, outcomes)
     return form
+
+
+def run_bulk(
+    *,
+    user: Any,
+    kind: str,
+    action: str,
+    items: list[tuple[str, int | None]],
+    reason: str,
+    limited: bool,
+    back: str = "",
+    via: str = "web",
+) -> BulkRun | actions.BulkResult:
+    """One action over many items: over ``MRT_BULK_INLINE_MAX`` a background bulk run (the
+    console shows its page, the API answers 202), else done now, each refusal a skip."""
+    if len(items) > settings.MRT_BULK_INLINE_MAX:
+        return bulkrun.start(
+            user=user,
+            kind=kind,
+            action=action,
+            items=items,
+            reason=reason,
+            limited=limited,
+            back=back,
+            via=via,
+        )
+    return actions.perform_bulk(
+        user=user, kind=kind, action=action, items=items, reason=reason, via=via
+    )
 
 
 def confirm(

@@ -27,7 +27,7 @@ def consistency(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @console_view(VIEWER)
 def consistency_repair(request: HtmxHttpRequest) -> HttpResponse:
-    form = action_form(request)
+    form = action_form(request.POST)
     outcomes = actions.perform(
         user=request.user,
         kind="consistency",

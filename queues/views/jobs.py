@@ -27,7 +27,6 @@ from queues.forms import JobFilterForm
 from queues.history import fmt_seconds
 from queues.states import JOB, JOB_STEPS, JobState
 from queues.zk import paths as zpaths
-from queues.zk.errors import NotFound
 from queues.zk.records import Job
 
 from .common import (
@@ -39,6 +38,7 @@ from .common import (
     confirm,
     console_view,
     fragment,
+    job_or_archived,
     job_state_link,
     querystring_without,
     redirect_after_post,
@@ -184,9 +184,9 @@ def _step_records(jid: str) -> list[Any]:
         return []
 
 
-def job_context(jid: str) -> dict[str, Any]:
+def job_context(detail: selectors.JobDetail) -> dict[str, Any]:
     """What the job page shows; also re-rendered in place after an htmx action on it."""
-    detail = selectors.job_detail(jid=jid)
+    jid = detail.jid
     svg = None
     audit = list(AuditEntry.objects.filter(item_id=jid)[:50])
     failures = earlier_failures(jid)
@@ -218,14 +218,10 @@ def job_context(jid: str) -> dict[str, Any]:
 @require_GET
 @console_view(VIEWER)
 def job(request: HtmxHttpRequest, jid: str) -> HttpResponse:
-    try:
-        context = job_context(jid)
-    except NotFound:
-        row = archive.archived_job(zpaths.jid(jid))
-        if row is None:
-            raise
-        return render(request, "queues/archived_job.html", {"row": row})
-    return render(request, "queues/job.html", context)
+    detail, archived = job_or_archived(jid)
+    if detail is None:
+        return render(request, "queues/archived_job.html", {"row": archived})
+    return render(request, "queues/job.html", job_context(detail))
 
 
 @console_view(VIEWER)
@@ -253,6 +249,7 @@ def job_action(request: HtmxHttpRequest, jid: str, action: str) -> HttpResponse:
             {"job": selectors.job_one(jid=jid), "next": form.cleaned_data["next"]},
         )
     if request.htmx and render_as == "panel" and action not in GONE:
-        return fragment(request, "queues/job.html#job-body", job_context(jid))
+        detail = selectors.job_detail(jid=jid)
+        return fragment(request, "queues/job.html#job-body", job_context(detail))
     default = reverse("jobs") if action in GONE else reverse("job", args=[jid])
     return redirect_after_post(safe_next(request, form.cleaned_data["next"], default))
