@@ -88,6 +88,16 @@ def four_letter(port: int, word: str = "srvr", timeout: float = 1.0) -> str | No
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
+def heap_from_env() -> str:
+    """ZK_LOCAL_HEAP, a Java heap size (512m, 2g, ...), or 512m; a clear error otherwise."""
+    raw = os.environ.get("ZK_LOCAL_HEAP", "").strip() or "512m"
+    if not re.fullmatch(r"[1-9][0-9]*[kKmMgG]?", raw):
+        raise LocalServerError(
+            f"ZK_LOCAL_HEAP={raw!r}: expected a Java heap size such as 512m or 2g"
+        )
+    return raw
+
+
 def jute_maxbuffer_from_env() -> int:
     """ZK_JUTE_MAXBUFFER in bytes (a plain integer), or the default; a clear error otherwise."""
     raw = os.environ.get(JUTE_MAXBUFFER_ENV, "").strip()
@@ -227,7 +237,7 @@ class LocalZooKeeper:
                 ]
             )
         )
-        heap = os.environ.get("ZK_LOCAL_HEAP", "512m")
+        heap = heap_from_env()
         maxbuffer = self.jute_maxbuffer or jute_maxbuffer_from_env()
         with self.log_file.open("ab") as log:
             proc = subprocess.Popen(

@@ -84,6 +84,20 @@ def test_setupconsole_creates_groups_and_a_first_admin_once(db, tmp_path, capsys
     assert get_user_model().objects.count() == 1
 
 
+def test_setupconsole_reads_the_admin_password_from_a_file(
+    db, tmp_path, capsys, settings, monkeypatch
+):
+    settings.MRT_VAR_DIR = tmp_path
+    secret = tmp_path / "admin-secret"
+    secret.write_text("from-a-file-0123\n", encoding="utf-8")
+    monkeypatch.setenv("MRT_ADMIN_USER", "keeper")
+    monkeypatch.setenv("MRT_ADMIN_PASSWORD_FILE", str(secret))
+    call_command("setupconsole")
+    assert "from-a-file" not in capsys.readouterr().out
+    assert get_user_model().objects.get(username="keeper").check_password("from-a-file-0123")
+    assert not (tmp_path / "admin-password").exists()
+
+
 def test_consistency_page_reports_and_an_admin_repairs(viewer, operator, admin, zk, make_job):
     job = make_job("Failed")
     zk.delete(f"/jobs/states/failed/05-{job.jid}")

@@ -17,6 +17,7 @@ from queues.zkserver import (
     LocalZooKeeper,
     four_letter,
     free_port,
+    heap_from_env,
     jute_maxbuffer_from_env,
     local_server,
 )
@@ -153,3 +154,13 @@ def test_zk_jute_maxbuffer_sets_it_and_a_bad_value_is_named(monkeypatch) -> None
         monkeypatch.setenv("ZK_JUTE_MAXBUFFER", bad)
         with pytest.raises(LocalServerError, match="ZK_JUTE_MAXBUFFER"):
             jute_maxbuffer_from_env()
+
+
+def test_local_heap_is_checked_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZK_LOCAL_HEAP", "2g")
+    assert heap_from_env() == "2g"
+    monkeypatch.setenv("ZK_LOCAL_HEAP", "")
+    assert heap_from_env() == "512m"
+    monkeypatch.setenv("ZK_LOCAL_HEAP", "lots")
+    with pytest.raises(LocalServerError, match="ZK_LOCAL_HEAP"):
+        heap_from_env()

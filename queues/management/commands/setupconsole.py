@@ -6,7 +6,6 @@ only created when there is no superuser at all.
 
 from __future__ import annotations
 
-import os
 import secrets
 from typing import Any
 
@@ -14,6 +13,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from mrtadmin.settings import env
 from queues.auth import ADMIN, ensure_groups
 
 
@@ -26,8 +26,9 @@ class Command(BaseCommand):
         users = get_user_model()
         if users.objects.filter(is_superuser=True).exists():
             return
-        username = os.environ.get("MRT_ADMIN_USER") or "admin"
-        password = os.environ.get("MRT_ADMIN_PASSWORD", "")
+        # Through settings' reader, so MRT_ADMIN_PASSWORD_FILE works like every other secret.
+        username = env("MRT_ADMIN_USER") or "admin"
+        password = env("MRT_ADMIN_PASSWORD")
         generated = not password
         if generated:
             password = secrets.token_urlsafe(18)
