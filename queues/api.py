@@ -491,17 +491,7 @@ def reports(request: HttpRequest) -> dict[str, Any]:
 @api_view("GET", "POST")
 def consistency(request: HttpRequest) -> dict[str, Any]:
     if request.method == "POST":
-        data = _body(request)
-        return _outcomes(
-            actions.perform(
-                user=request.user,
-                kind="consistency",
-                action="repair",
-                item_id="tree",
-                reason=str(data.get("reason", "")),
-                via="api",
-            )
-        )
+        return _act(request, kind="consistency", action="repair", item_id="tree")
     report = selectors.consistency_report()
     return {
         "ok": report.ok,

@@ -251,15 +251,6 @@ def batch_or_archived(bid: str) -> tuple[selectors.BatchDetail | None, Any]:
 GONE = ("delete", REMOVE)
 
 
-def action_form(data: Mapping[str, Any]) -> ActionForm:
-    """The fields of an action (version, reason, to, release_jobs, ...), from a form post or
-    an API body alike; bad input is a ValueError (400)."""
-    form = ActionForm(data)
-    if not form.is_valid():
-        raise ValueError(f"bad action input: {form.errors.as_text()}")
-    return form
-
-
 def perform_posted(
     user: Any,
     data: Mapping[str, Any],
@@ -271,8 +262,11 @@ def perform_posted(
     via: str = "web",
 ) -> tuple[ActionForm, list[Outcome]]:
     """One item action from posted fields, through ``actions.perform`` (role, state machine,
-    version, reason, audit): the console's action views and the API's."""
-    form = action_form(data)
+    version, reason, audit): the console's action views and the API's. The fields (version,
+    reason, to, release_jobs, ...) are ActionForm's; bad input is a ValueError (400)."""
+    form = ActionForm(data)
+    if not form.is_valid():
+        raise ValueError(f"bad action input: {form.errors.as_text()}")
     outcomes = actions.perform(
         user=user,
         kind=kind,

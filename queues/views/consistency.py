@@ -7,10 +7,10 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
-from queues import actions, selectors
+from queues import selectors
 from queues.auth import VIEWER
 
-from .common import HtmxHttpRequest, action_form, console_view, report
+from .common import HtmxHttpRequest, console_view, perform_posted, report
 
 
 @require_GET
@@ -27,13 +27,8 @@ def consistency(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @console_view(VIEWER)
 def consistency_repair(request: HtmxHttpRequest) -> HttpResponse:
-    form = action_form(request.POST)
-    outcomes = actions.perform(
-        user=request.user,
-        kind="consistency",
-        action="repair",
-        item_id="tree",
-        reason=form.cleaned_data["reason"],
+    _form, outcomes = perform_posted(
+        request.user, request.POST, kind="consistency", action="repair", item_id="tree"
     )
     report(request, outcomes)
     return render(
