@@ -11,13 +11,22 @@ what it shows, not the size of the queue.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast, overload
 
-from queues.states import ACCESS, BATCH, BATCH_INDEX_FOLDERS, JOB, JOB_STEPS, JOB_WORKING
+from queues.states import (
+    ACCESS,
+    BATCH,
+    BATCH_INDEX_FOLDERS,
+    JOB,
+    JOB_STEPS,
+    JOB_WORKING,
+    JobState,
+)
 from queues.steps.submission import processing_problem
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
@@ -65,20 +74,26 @@ def job_state_summary() -> dict[str, StateCount]:
     """Count and age of the oldest entry of every job state.
 
     The oldest entry is the one with the lowest job ID (IDs are sequential); its index entry was
-    created when the job entered the state, so its ctime gives the time spent there.
+    created when the job entered the state, so its ctime gives the time spent there. While the
+    read index is still filling after a start, a folder not listed yet is counted from its stat
+    (no listing, no waiting) and its age is left out.
     """
     zk = zk_client()
     idx = zindex.for_client(zk)
     states = list(JOB.states)
-    oldest = {
-        s: f"{zpaths.job_state_folder(s)}/{name}" for s in states if (name := idx.oldest_entry(s))
-    }
+    if idx.filling:
+        counts = idx.job_counts_now()
+        names = {s: idx.oldest_entry_now(s) for s in states}
+    else:
+        counts = {s: idx.job_count(s) for s in states}
+        names = {s: idx.oldest_entry(s) for s in states}
+    oldest = {s: f"{zpaths.job_state_folder(s)}/{name}" for s, name in names.items() if name}
     stats = exists_many(zk, list(oldest.values()))
     result = {}
     for state in states:
         stat = stats.get(oldest.get(state, ""))
         age = _age(stamp(stat.ctime)) if stat else None
-        result[state] = StateCount(state, idx.job_count(state), age)
+        result[state] = StateCount(state, counts[state] or 0, age)
     return result
 
 
@@ -111,7 +126,9 @@ def _statuses(zk: Any, node_paths: Sequence[str]) -> list[tuple[str, datetime]]:
 
 
 def batch_state_summary() -> dict[str, StateCount]:
-    summary = zindex.for_client(zk_client()).batch_summary()
+    idx = zindex.for_client(zk_client())
+    # While the read index fills: the batches read so far (the overview says it is loading).
+    summary = idx.batch_summary_now() if idx.filling else idx.batch_summary()
     result = {
         s: StateCount(s, summary[s][0], _age(stamp(summary[s][1])))
         if s in summary
@@ -134,14 +151,22 @@ def access_state_summary() -> dict[str, StateCount]:
 
 
 def bytes_in_process() -> int:
-    """Sum of space_needed over jobs in the working states (read once per job and state)."""
+    """Sum of space_needed over jobs in the working states (read once per job and state);
+    while the read index fills, of the states whose sum is known so far."""
     idx = zindex.for_client(zk_client())
+    if idx.filling:
+        return sum(idx.space_total_now(s) or 0 for s in JOB_WORKING)
     return sum(idx.space_total(s) for s in JOB_WORKING)
 
 
 def held_jobs_by_collection() -> dict[str, int]:
-    """How many Held jobs each collection (profile) has."""
-    counts = zindex.for_client(zk_client()).profile_counts("Held")
+    """How many Held jobs each collection (profile) has (while the read index fills: of the
+    Held jobs whose collection is read so far)."""
+    idx = zindex.for_client(zk_client())
+    if idx.filling:
+        counts = idx.profile_counts_now(JobState.HELD) or {}
+    else:
+        counts = idx.profile_counts(JobState.HELD)
     return dict(sorted(((p or "(none)"), n) for p, n in counts.items()))
 
 
@@ -153,6 +178,10 @@ class Overview:
     holds: Holds
     held_by_collection: dict[str, int]
     bytes_in_process: int
+    # What the read index is still loading after a start ("" when nothing): counts of job
+    # states not listed yet come from their folders' stats, without ages; batch states,
+    # GB in process and held jobs per collection count what is read so far.
+    loading: str = ""
 
     @property
     def gb_in_process(self) -> float:
@@ -160,6 +189,7 @@ class Overview:
 
 
 def overview() -> Overview:
+    loading = zindex.for_client(zk_client()).loading()
     return Overview(
         jobs=job_state_summary(),
         batches=batch_state_summary(),
@@ -167,6 +197,7 @@ def overview() -> Overview:
         holds=holds_list(zk_client()),
         held_by_collection=held_jobs_by_collection(),
         bytes_in_process=bytes_in_process(),
+        loading=loading,
     )
 
 
@@ -219,7 +250,7 @@ class Page:
         return (self.number - 1) * self.per_page
 
 
-def _job_entries(zk: Any, flt: JobFilter) -> list[tuple[int, str]]:
+def _job_entries(zk: Any, flt: JobFilter) -> Sequence[tuple[int, str]]:
     """The (priority, jid) entries a filter starts from, in the requested order.
 
     Profile and submitter are answered by the read index (facts of each job's configuration,
@@ -227,32 +258,30 @@ def _job_entries(zk: Any, flt: JobFilter) -> list[tuple[int, str]]:
     """
     idx = zindex.for_client(zk)
     order = flt.sort if flt.sort in ("oldest", "newest") else "run"
-    states = [flt.state] if flt.state else [s for s in JOB.states if s != "Deleted"]
+    states = [flt.state] if flt.state else [s for s in JOB.states if s != JobState.DELETED]
     if len(states) == 1:
         entries = idx.job_entries_matching(
             states[0], profile=flt.profile, submitter=flt.submitter, order=order
         )
     else:
-        entries = [
-            e
-            for s in states
-            for e in idx.job_entries_matching(s, profile=flt.profile, submitter=flt.submitter)
-        ]
-        if order == "oldest":
-            entries.sort(key=lambda e: e[1])
-        elif order == "newest":
-            entries.sort(key=lambda e: e[1], reverse=True)
-        else:
-            entries.sort()
+        entries = idx.job_entries_all(
+            states, profile=flt.profile, submitter=flt.submitter, order=order
+        )
     if flt.priority is not None:
-        entries = [e for e in entries if e[0] == flt.priority]
+        wanted = flt.priority
+        entries = entries.where(lambda p, _n: p == wanted)
     if flt.bid:
-        in_batch = {j for jids in batch_job_ids(zk, zpaths.bid(flt.bid)).values() for j in jids}
-        entries = [e for e in entries if e[1] in in_batch]
+        in_batch = {
+            int(j[3:])
+            for jids in batch_job_ids(zk, zpaths.bid(flt.bid)).values()
+            for j in jids
+            if zpaths.JID_RE.fullmatch(j)
+        }
+        entries = entries.where(lambda _p, n: n in in_batch)
     if flt.stuck:
         from queues.stuck import only_stuck
 
-        entries = only_stuck(zk, entries)
+        return only_stuck(zk, list(entries))
     return entries
 
 
@@ -287,7 +316,7 @@ def _search(zk: Any, flt: JobFilter) -> tuple[list[Job | Broken], str]:
             continue  # the index keeps hashes of the keys: a collision
         if flt.state and item.state != flt.state:
             continue
-        if not flt.state and item.state == "Deleted":
+        if not flt.state and item.state == JobState.DELETED:
             continue
         if flt.profile and item.profile != flt.profile:
             continue
@@ -308,7 +337,7 @@ def _search(zk: Any, flt: JobFilter) -> tuple[list[Job | Broken], str]:
 
 
 def _scan(
-    zk: Any, flt: JobFilter, entries: list[tuple[int, str]], want: Callable[[int], bool]
+    zk: Any, flt: JobFilter, entries: Sequence[tuple[int, str]], want: Callable[[int], bool]
 ) -> tuple[list[str], int, int, bool]:
     """Walk entries in chunks reading only the nodes the filter needs.
 
@@ -401,7 +430,7 @@ def failing_step(job: Job) -> str:
     """
     last = job.status.last_successful_status
     if last is None:
-        return "Pending"
+        return JobState.PENDING
     return JOB.successor(last) or last
 
 
@@ -410,12 +439,12 @@ def job_path(job: Job) -> list[str]:
     state = job.state
     if state in JOB_STEPS:
         return list(JOB_STEPS[: JOB_STEPS.index(state) + 1])
-    if state == "Held":
-        return ["Pending", "Held"]
-    if state == "Failed":
+    if state == JobState.HELD:
+        return [JobState.PENDING, JobState.HELD]
+    if state == JobState.FAILED:
         step = failing_step(job)
-        upto = JOB_STEPS[: JOB_STEPS.index(step) + 1] if step in JOB_STEPS else ("Pending",)
-        return [*upto, "Failed"]
+        upto = JOB_STEPS[: JOB_STEPS.index(step) + 1] if step in JOB_STEPS else (JobState.PENDING,)
+        return [*upto, JobState.FAILED]
     return [state]
 
 
@@ -449,7 +478,7 @@ def job_detail(*, jid: str) -> JobDetail:
         )
     batch_items = batches_load(zk, [job.bid])
     target = refusal = None
-    if job.state == "Failed":
+    if job.state == JobState.FAILED:
         try:
             target = job_resume_state(job)
         except InvalidTransition as exc:  # a permanent failure: the page shows why
@@ -465,7 +494,7 @@ def job_detail(*, jid: str) -> JobDetail:
         resume_refusal=refusal,
         not_processable=(
             processing_problem(job.configuration)
-            if job.state not in ("Completed", "Deleted")
+            if job.state not in (JobState.COMPLETED, JobState.DELETED)
             else None
         ),
     )
@@ -520,37 +549,80 @@ class FailedView:
         return sum(len(p.items) for p in self.rows.values())
 
 
-def _failed_matches(
-    zk: Any, *, bid: str = "", profile: str = "", step: str = ""
-) -> list[tuple[str, str, str, str]]:
-    """(jid, batch, collection, step) of every Failed job the filter takes, oldest first;
-    from the read index, computed once per change of the Failed folder and filter."""
-    idx = zindex.for_client(zk)
+class FailedMatches(Sequence[tuple[str, str, str, str]]):
+    """(jid, batch, collection, step) of Failed jobs, oldest first: a job number each and one
+    shared (batch, collection, step) triple per distinct triple, items made when asked for."""
 
-    def build() -> list[tuple[str, str, str, str]]:
-        failed = idx.failed_facts()
-        jids = sorted(failed)
-        facts = idx.job_facts(jids)
-        found = []
-        for jid in jids:
-            ff = failed[jid]
-            collection = facts[jid].profile if jid in facts else ""
+    __slots__ = ("infos", "numbers")
+
+    def __init__(self, numbers: array[int], infos: list[tuple[str, str, str]]) -> None:
+        self.numbers = numbers
+        self.infos = infos
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[str, str, str, str]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[str, str, str, str]]: ...
+
+    def __getitem__(
+        self, i: int | slice
+    ) -> tuple[str, str, str, str] | list[tuple[str, str, str, str]]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self.numbers)))]
+        info = self.infos[i]
+        return (f"jid{self.numbers[i]:010d}", *info)
+
+    def __iter__(self) -> Iterator[tuple[str, str, str, str]]:
+        for number, info in zip(self.numbers, self.infos, strict=True):
+            yield (f"jid{number:010d}", *info)
+
+    def jids(self) -> list[str]:
+        return [f"jid{n:010d}" for n in self.numbers]
+
+
+def _failed_matches(zk: Any, *, bid: str = "", profile: str = "", step: str = "") -> FailedMatches:
+    """(jid, batch, collection, step) of every Failed job the filter takes, oldest first;
+    from the read index, computed once per change of the Failed folder and filter. While the
+    read index fills, of the Failed jobs read so far (not kept)."""
+    idx = zindex.for_client(zk)
+    filling = idx.filling
+
+    def build() -> FailedMatches:
+        failed = idx.failed_numbers(wait=not filling)
+        numbers = sorted(failed)
+        facts = idx.job_facts_by_number(numbers, read=not filling)
+        shared: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+        kept = array("q")
+        infos = []
+        for number in numbers:
+            ff = failed[number]
+            collection = facts[number].profile if number in facts else ""
             if bid and ff.bid != bid:
                 continue
             if profile and collection != profile:
                 continue
             if step and ff.step != step:
                 continue
-            found.append((jid, ff.bid, collection, ff.step))
-        return found
+            info = (ff.bid, collection, ff.step)
+            kept.append(number)
+            infos.append(shared.setdefault(info, info))
+        return FailedMatches(kept, infos)
 
-    return idx.derived("Failed", ("failed", bid, profile, step), build)
+    if filling:
+        return build()
+    return cast(
+        "FailedMatches", idx.derived(JobState.FAILED, ("failed", bid, profile, step), build)
+    )
 
 
 def failed_matching(*, bid: str = "", profile: str = "", step: str = "") -> list[str]:
     """Every Failed job ID the filter matches now (for "resume everything matching")."""
     zk = zk_client()
-    return [m[0] for m in _failed_matches(zk, bid=bid, profile=profile, step=step)]
+    return _failed_matches(zk, bid=bid, profile=profile, step=step).jids()
 
 
 def _failed_key(match: tuple[str, str, str, str], group: str) -> str:
@@ -589,7 +661,10 @@ def failed_jobs(
             order = sorted(counts)
         return {k: counts[k] for k in order}
 
-    counts = idx.derived("Failed", ("failed-groups", bid, profile, step, group), counted)
+    if idx.filling:
+        counts = counted()
+    else:
+        counts = idx.derived(JobState.FAILED, ("failed-groups", bid, profile, step, group), counted)
     keys = list(counts)
     group_page = max(1, group_page)
     if open_group and open_group in counts:  # the page of groups that holds the open one
@@ -636,16 +711,18 @@ def failed_jobs(
     # Failed jobs the index could not read (no batch node, an unreadable status): listed so
     # that nothing failed is hidden; there are normally none.
     unindexed: list[Job | Broken] = []
-    if not (bid or profile or step):
-        failed = idx.failed_facts()
-        missing = [j for _p, j in idx.job_entries("Failed") if j not in failed]
+    if not (bid or profile or step) and not idx.filling:
+        failed = idx.failed_numbers(wait=not idx.filling)
+        missing = [
+            f"jid{n:010d}" for n in idx.job_entries(JobState.FAILED).numbers() if n not in failed
+        ][:FAILED_ROWS_PER_PAGE]
         unindexed = jobs_load(zk, missing[:FAILED_ROWS_PER_PAGE])
     return FailedView(
         group=group,
         groups=shown,
         group_page=paging,
         total=len(matches),
-        failed_total=idx.job_count("Failed"),
+        failed_total=idx.job_count(JobState.FAILED),
         rows=rows,
         open=open_group if open_group in counts else "",
         steps=shown_steps,
@@ -661,7 +738,7 @@ def failed_page(
     step: str = "",
     page: int = 1,
     per_page: int = FAILED_ROWS_PER_PAGE,
-) -> tuple[Page, dict[str, str], list[tuple[str, str, str, str]]]:
+) -> tuple[Page, dict[str, str], FailedMatches]:
     """One page of every matching Failed job, oldest first (the API's paging), with each
     shown job's failing step, and every match's (jid, batch, collection, step)."""
     zk = zk_client()

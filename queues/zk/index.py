@@ -32,10 +32,24 @@ Start-up: ``fill()`` (run in a background thread by ``queues/warmup.py``) reads 
 the order pages need it; meanwhile pages answer from what is ready and ``loading()`` says what
 is not (a search then may miss a job whose details are not read yet, and says so).
 
-Memory: per job the index keeps one interned job ID string (shared by every structure that
-names the job), its entry in its state's list and set, a shared (profile, submitter) pair and the
-hashes of its search keys; no folder's names are kept once parsed. About 500 bytes a job in all
-(100,000 jobs: 130 MiB web RSS against 83 MiB with 1,000; ``bench/http_pages.py``).
+Memory: a job is a number, not a string. A job ID of the contract's form (``jid`` and ten
+digits) is kept as its number, from which the ID is written back exactly; any other ID gets a
+number of its own past the ten-digit range, and its string is kept once in a side table
+(``JobCodes``). Every per-job structure is a flat ``array`` of 64-bit integers with the job's
+number packed beside what is kept of it: a state folder's entries (priority and number, in run
+order, and the same by age, ``Entries``), every job's facts (its (profile, submitter) pair as
+an index into a table of the distinct pairs, and whether it has no ARK yet) and every search key
+(29 bits of the key's hash and the job's number). Lookups are binary searches; additions go to
+a small dictionary merged into the sorted array in one sort when it grows (``_PackedTable``,
+``_KeyTable``). About 60 bytes a job in all, against about 400 with per-job strings, tuples,
+dictionaries and sets (measured: ``tests/scale/test_index_memory.py`` and daphne's RSS in
+``bench/http_pages.py``).
+
+A state folder is listed with one request whose answer is parsed straight from the bytes
+(``_RawChildren``), not into a million strings first, so a folder of 600,000 jobs is read in a
+fraction of a second. While the background fill runs, the ``*_now`` readers answer the overview
+without waiting for it: counts from each folder's stat until its listing is read, batch states
+read so far.
 
 ``space_needed`` is the one approximation: the Estimating step writes it while the job stays in
 Estimating, so a value read during that step stays until the job moves on (seconds). The same
@@ -44,20 +58,24 @@ holds for a Failed job's step if it was resumed and failed again between two rea
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, cast, overload
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
-from kazoo.protocol.states import Callback, KeeperState
+from kazoo.protocol.serialization import GetChildren
+from kazoo.protocol.states import KeeperState
 
-from queues.states import JOB
+from queues.states import JOB, JobState
 
-from . import paths
+from . import kazoo_private, paths
 from .codecs import decode_int, decode_json, decode_str
 from .errors import MalformedNode
 from .nodes import read_many
@@ -70,10 +88,317 @@ MAX_FILTERS_PER_LISTING = 32
 # fill reads smaller steps and pauses between them, so page requests sharing the connection and
 # the interpreter are not queued behind it.
 READ_CHUNK = 2000
-FILL_CHUNK = 250
+FILL_CHUNK = 500
 FILL_PAUSE = 0.004
 # States a job can be in after Processing minted its ARK.
-ARK_STATES = frozenset({"Storing", "Recording", "Notify", "Completed", "Failed", "Deleted"})
+ARK_STATES = frozenset(
+    {
+        JobState.STORING,
+        JobState.RECORDING,
+        JobState.NOTIFY,
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.DELETED,
+    }
+)
+
+# Job numbers. A contract job ID is "jid" and ten digits: its number is below 10**10 (< 2**34)
+# and gives the ID back exactly. Any other ID is numbered from 10**10 on (a side table).
+_JID = re.compile(r"jid([0-9]{10})")
+ODD_BASE = 10**10
+NUM_BITS = 34
+NUM_MASK = (1 << NUM_BITS) - 1
+PRIO_BITS = 7  # priorities are two digits
+PRIO_MASK = (1 << PRIO_BITS) - 1
+# Facts: number << 25 | (pair index << 1 | no ARK yet).
+FACT_BITS = 25
+FACT_MASK = (1 << FACT_BITS) - 1
+NO_ARK = 1
+MAX_PAIRS = (1 << (FACT_BITS - 1)) - 1
+# Search keys: 29 bits of the key's hash << 34 | number (a hash match is checked by the caller).
+HASH_BITS = 29
+HASH_MASK = (1 << HASH_BITS) - 1
+# A state folder's answer, read from the bytes: each name is its length (16) and then
+# "PP-jid" and ten digits. No name holds a NUL byte, so a match can only start at a length.
+_RAW_ENTRY = re.compile(rb"\x00\x00\x00\x10([0-9]{2})-jid([0-9]{10})")
+
+
+class JobCodes:
+    """Job IDs as numbers that give them back exactly (see the module's doc)."""
+
+    def __init__(self) -> None:
+        self._odd: list[str] = []
+        self._odd_numbers: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def number(self, jid: str) -> int:
+        match = _JID.fullmatch(jid)
+        if match:
+            return int(match.group(1))
+        found = self._odd_numbers.get(jid)
+        if found is None:
+            with self._lock:
+                found = self._odd_numbers.get(jid)
+                if found is None:
+                    found = ODD_BASE + len(self._odd)
+                    self._odd.append(jid)
+                    self._odd_numbers[jid] = found
+        return found
+
+    def known(self, jid: str) -> int | None:
+        """The number of ``jid`` if it has one already (never adds to the side table)."""
+        match = _JID.fullmatch(jid)
+        if match:
+            return int(match.group(1))
+        return self._odd_numbers.get(jid)
+
+    def jid(self, number: int) -> str:
+        return f"jid{number:010d}" if number < ODD_BASE else self._odd[number - ODD_BASE]
+
+    def __len__(self) -> int:
+        return len(self._odd)
+
+
+def _jid_of(number: int) -> str:
+    return f"jid{number:010d}"
+
+
+class Entries(Sequence[tuple[int, str]]):
+    """A state folder's (priority, job ID) entries, one 64-bit integer each.
+
+    ``by_age`` False: priority << 34 | number (sorted: run order, the index names' own order);
+    True: number << 7 | priority (sorted: oldest first). Items are made when asked for; a
+    slice is a list. Entries come from index names, so their IDs are always contract IDs.
+    """
+
+    __slots__ = ("by_age", "keys", "reverse")
+
+    def __init__(self, keys: array[int], *, by_age: bool = False, reverse: bool = False) -> None:
+        self.keys = keys
+        self.by_age = by_age
+        self.reverse = reverse
+
+    def _item(self, key: int) -> tuple[int, str]:
+        if self.by_age:
+            return key & PRIO_MASK, _jid_of(key >> PRIO_BITS)
+        return key >> NUM_BITS, _jid_of(key & NUM_MASK)
+
+    def number(self, key: int) -> int:
+        return key >> PRIO_BITS if self.by_age else key & NUM_MASK
+
+    def priority(self, key: int) -> int:
+        return key & PRIO_MASK if self.by_age else key >> NUM_BITS
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, str]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[int, str]]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[int, str] | list[tuple[int, str]]:
+        keys = self.keys
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(keys))
+            if self.reverse:
+                n = len(keys)
+                return [self._item(keys[n - 1 - k]) for k in range(start, stop, step)]
+            if step == 1:
+                return [self._item(k) for k in keys[start:stop]]
+            return [self._item(keys[k]) for k in range(start, stop, step)]
+        if i < 0:
+            i += len(keys)
+        if not 0 <= i < len(keys):
+            raise IndexError(i)
+        return self._item(keys[len(keys) - 1 - i] if self.reverse else keys[i])
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        item = self._item
+        return (item(k) for k in (reversed(self.keys) if self.reverse else self.keys))
+
+    def numbers(self) -> Iterator[int]:
+        """The entries' job numbers, in order, without making their IDs."""
+        keys = reversed(self.keys) if self.reverse else self.keys
+        if self.by_age:
+            return (k >> PRIO_BITS for k in keys)
+        return (k & NUM_MASK for k in keys)
+
+    def jids(self) -> list[str]:
+        return [_jid_of(n) for n in self.numbers()]
+
+    def where(self, keep: Callable[[int, int], bool]) -> Entries:
+        """The entries whose (priority, number) ``keep`` takes, in the same order."""
+        number, priority = self.number, self.priority
+        kept = array("q", [k for k in self.keys if keep(priority(k), number(k))])
+        return Entries(kept, by_age=self.by_age, reverse=self.reverse)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Entries | list | tuple):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Entries({list(self)!r})"
+
+
+EMPTY = Entries(array("q"))
+
+
+def _contains(sorted_age_keys: array[int], number: int) -> bool:
+    i = bisect_left(sorted_age_keys, number << PRIO_BITS)
+    return i < len(sorted_age_keys) and sorted_age_keys[i] >> PRIO_BITS == number
+
+
+class _PackedTable:
+    """number -> small value for millions of numbers at 8 bytes each: a sorted array of
+    number << bits | value, searched by bisection, and a dictionary of recent additions merged
+    into it by one sort when it grows past an eighth of the array."""
+
+    __slots__ = ("bits", "main", "mask", "tail")
+
+    def __init__(self, bits: int) -> None:
+        self.main = array("q")
+        self.tail: dict[int, int] = {}
+        self.bits = bits
+        self.mask = (1 << bits) - 1
+
+    def get(self, number: int) -> int | None:
+        found = self.tail.get(number)
+        if found is not None:
+            return found
+        main = self.main
+        i = bisect_left(main, number << self.bits)
+        if i < len(main) and main[i] >> self.bits == number:
+            return main[i] & self.mask
+        return None
+
+    def set(self, number: int, value: int) -> None:
+        if number in self.tail:
+            self.tail[number] = value
+            return
+        main = self.main
+        i = bisect_left(main, number << self.bits)
+        if i < len(main) and main[i] >> self.bits == number:
+            main[i] = number << self.bits | value
+            return
+        self.tail[number] = value
+        if len(self.tail) > max(4096, len(main) >> 3):
+            self.compact()
+
+    def compact(self) -> None:
+        if not self.tail:
+            return
+        bits = self.bits
+        added = sorted(n << bits | v for n, v in self.tail.items())
+        main = self.main
+        if not main or added[0] > main[-1]:
+            main.extend(added)
+        else:
+            self.main = array("q", sorted([*main, *added]))
+        self.tail = {}
+
+    def values(self) -> Iterator[int]:
+        mask = self.mask
+        yield from (k & mask for k in self.main)
+        yield from self.tail.values()
+
+    def clear(self) -> None:
+        self.main = array("q")
+        self.tail = {}
+
+    def __len__(self) -> int:
+        return len(self.main) + len(self.tail)
+
+
+class _KeyTable:
+    """Hash of a search key -> job numbers, 8 bytes a key (see ``_PackedTable``)."""
+
+    __slots__ = ("main", "size", "tail")
+
+    def __init__(self) -> None:
+        self.main = array("q")
+        self.tail: dict[int, list[int]] = {}
+        self.size = 0
+
+    @staticmethod
+    def _hash(key: str) -> int:
+        return hash(key) & HASH_MASK
+
+    def add(self, key: str, number: int) -> None:
+        h = self._hash(key)
+        packed = h << NUM_BITS | number
+        main = self.main
+        i = bisect_left(main, packed)
+        if i < len(main) and main[i] == packed:
+            return
+        known = self.tail.setdefault(h, [])
+        if number in known:
+            return
+        known.append(number)
+        self.size += 1
+        if self.size > max(4096, len(main) >> 3):
+            self.compact()
+
+    def find(self, key: str) -> list[int]:
+        h = self._hash(key)
+        main = self.main
+        i = bisect_left(main, h << NUM_BITS)
+        found = []
+        while i < len(main) and main[i] >> NUM_BITS == h:
+            found.append(main[i] & NUM_MASK)
+            i += 1
+        return found + [n for n in self.tail.get(h, ()) if n not in found]
+
+    def compact(self) -> None:
+        if not self.tail:
+            return
+        added = [h << NUM_BITS | n for h, numbers in self.tail.items() for n in numbers]
+        self.main = array("q", sorted([*self.main, *added]))
+        self.tail = {}
+        self.size = 0
+
+    def clear(self) -> None:
+        self.main = array("q")
+        self.tail = {}
+        self.size = 0
+
+    def __len__(self) -> int:
+        return len(self.main) + self.size
+
+
+class _RawChildren(GetChildren):  # type: ignore[misc]
+    """A child listing whose answer is kept as bytes, parsed by the caller (``_parse_entries``):
+    kazoo's own parse makes a string per name on its connection thread. Being a
+    ``GetChildren``, kazoo registers its child watch as for its own listing (kazoo 2.11's
+    ``_read_response``; ``kazoo_private`` checks the version)."""
+
+    @classmethod
+    def deserialize(cls, buffer: Any, offset: int) -> bytes:  # type: ignore[override]
+        return bytes(buffer[offset:])
+
+
+def _parse_entries(raw: bytes) -> array[int]:
+    """A state folder's answer as sorted run keys (names that are not index entries are left
+    out, as ``paths.INDEX_ENTRY_RE`` leaves them out)."""
+    found = _RAW_ENTRY.findall(raw)
+    return array("q", sorted([int(p) << NUM_BITS | int(n) for p, n in found]))
+
+
+def _give_back_memory() -> None:
+    """Return the heap memory the fill's reads freed to the system (glibc keeps freed memory
+    mapped otherwise: the process would keep the fill's peak, not what the index holds)."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to give back this way
+        pass
 
 
 class JobFacts(NamedTuple):
@@ -93,7 +418,7 @@ class FailedFacts(NamedTuple):
 @dataclass
 class _Listing:
     names: list[str]  # /batches and other folders; empty for job state folders
-    entries: list[tuple[int, str]] | None = None  # job state folders: (priority, jid), run order
+    entries: Entries | None = None  # job state folders, in run order
     # Views derived from exactly this listing (re-sorted, filtered, counted), on first use.
     derived: dict[Any, Any] = field(default_factory=dict)
 
@@ -112,10 +437,6 @@ class BatchState:
     has_report: bool = False
 
 
-def _jid_set(entries: list[tuple[int, str]]) -> frozenset[str]:
-    return frozenset(jid for _p, jid in entries)
-
-
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
@@ -123,8 +444,8 @@ def _text(value: Any) -> str:
 def _failing_step(last: Any) -> str:
     """The step a Failed job failed in: the one after its last successful step."""
     if not isinstance(last, str) or not last:
-        return "Pending"
-    return JOB.successor(last) or last
+        return str(JobState.PENDING)
+    return str(JOB.successor(last) or last)
 
 
 def search_keys(configuration: dict[str, Any], identifiers: dict[str, Any]) -> list[str]:
@@ -160,21 +481,24 @@ class ReadIndex:
         # Bumped whenever a batch's known state changes, so summaries are computed once per change.
         self._batch_generation = 0
         self._batch_summary: tuple[int, dict[str, tuple[int, int]]] | None = None
-        self._facts: dict[str, JobFacts] = {}
+        self._reported: tuple[int, list[str]] | None = None
+        self.codes = JobCodes()
+        # Job number -> its (profile, submitter) pair's index << 1 | no ARK yet.
+        self._facts = _PackedTable(FACT_BITS)
+        self._pairs: list[JobFacts] = []
+        self._pair_index: dict[tuple[str, str], int] = {}
         self._shared: dict[tuple[str, ...], Any] = {}  # one object per distinct pair
-        self._space: dict[str, dict[str, int]] = {}
-        self._failed: dict[str, FailedFacts] = {}
+        self._space: dict[str, dict[int, int]] = {}
+        self._failed: dict[int, FailedFacts] = {}
         # Whoever computes a figure many pages share (space, profile counts, the failed facts,
         # batch states) holds this; a page asking meanwhile waits for that answer instead of
         # reading the same nodes a second time (at start, the background fill is computing).
         self._compute = threading.RLock()
-        # Search: hash of a key -> jid (or a tuple of jids when several jobs share the hash).
-        # The hash (an int) costs less than the key itself; whoever looks a key up loads the
-        # jobs found and keeps those that really have it (``search_keys``).
-        self._keys: dict[int, str | tuple[str, ...]] = {}
-        self._no_ark: set[str] = set()  # jobs whose identifiers had no ARK when last read
-        # state -> the job IDs of the listing whose jobs have been read for search.
-        self._synced: dict[str, frozenset[str]] = {}
+        # Search: hash of a key -> job numbers. Whoever looks a key up loads the jobs found and
+        # keeps those that really have it (``search_keys``).
+        self._keys = _KeyTable()
+        # state -> the entries of the listing whose jobs have been read for search.
+        self._synced: dict[str, array[int]] = {}
         self._sync_lock = threading.Lock()
         self._search_complete = False
         self._filler: threading.Thread | None = None
@@ -226,15 +550,17 @@ class ReadIndex:
         them and waiting for it makes this process read its own writes: a page rendered after
         an action shows the action's result, not the index from just before.
         """
-        done = threading.Event()
-        self.zk.handler.dispatch_callback(Callback("watch", done.set, ()))
-        done.wait(SETTLE_SECONDS)
+        kazoo_private.after_watch_callbacks(self.zk, SETTLE_SECONDS)
 
     def names(self, path: str) -> list[str]:
         """The sorted child names of ``path`` (empty when it does not exist); do not modify.
 
         Job state folders keep parsed entries instead (``job_entries``)."""
         return self._listing(path).names
+
+    def _list_raw(self, path: str) -> bytes:
+        request = _RawChildren(kazoo_private.full_path(self.zk, path), self._on_folder_event)
+        return cast("bytes", kazoo_private.send(self.zk, request).get())
 
     def _listing(self, path: str) -> _Listing:
         self.settle()
@@ -248,35 +574,42 @@ class ReadIndex:
                 if not folder.stale and folder.listing is not None:
                     return folder.listing
                 folder.stale = False
+            job_folder = path.startswith(paths.JOB_STATES + "/")
+            raw = b""
+            names: list[str] = []
             try:
                 try:
-                    names = self.zk.get_children(path, watch=self._on_folder_event)
+                    if job_folder:
+                        raw = self._list_raw(path)
+                    else:
+                        names = self.zk.get_children(path, watch=self._on_folder_event)
                 except NoNodeError:
                     # Watch for the folder's creation instead; until then it is empty.
                     if self.zk.exists(path, watch=self._on_folder_event) is not None:
-                        names = self.zk.get_children(path, watch=self._on_folder_event)
-                    else:
-                        names = []
+                        if job_folder:
+                            raw = self._list_raw(path)
+                        else:
+                            names = self.zk.get_children(path, watch=self._on_folder_event)
             except BaseException:
                 with self._lock:
                     folder.stale = True
                 raise
-            names.sort()
-            if path.startswith(paths.JOB_STATES + "/"):
-                # Zero-padded priorities: the names' own order is run order. The names
-                # themselves are not kept; one interned string per job ID is.
-                entries = []
-                intern = sys.intern
-                for name in names:
-                    match = paths.INDEX_ENTRY_RE.fullmatch(name)
-                    if match:
-                        entries.append((int(match.group(1)), intern(match.group(2))))
-                listing = _Listing([], entries)
+            if job_folder:
+                listing = _Listing([], Entries(_parse_entries(raw)))
             else:
+                names.sort()
                 listing = _Listing(names)
             with self._lock:
                 folder.listing = listing
             return listing
+
+    def _ready_listing(self, path: str) -> _Listing | None:
+        """The folder's listing if it is read and current, without reading or waiting."""
+        with self._lock:
+            folder = self._folders.get(path)
+            if folder is None or folder.stale or folder.listing is None:
+                return None
+            return folder.listing
 
     def _derived(self, path: str, key: str, build: Any) -> Any:
         listing = self._listing(path)
@@ -299,49 +632,64 @@ class ReadIndex:
             listing.derived[key] = value
         return value
 
-    def job_entries(self, state: str, *, order: str = "run") -> list[tuple[int, str]]:
+    def job_entries(self, state: str, *, order: str = "run") -> Entries:
         """The (priority, jid) entries of a state folder, like ``jobs.index_entries``.
 
         ``order``: "run" (priority, then age: the index names' own order), "oldest" or "newest"
-        (by job ID). The list is shared: callers slice it, never modify it.
+        (by job ID). The entries are shared: callers slice them, never modify them.
         """
         return self._entries(self._listing(paths.job_state_folder(state)), order)
 
     @staticmethod
-    def _entries(listing: _Listing, order: str) -> list[tuple[int, str]]:
-        entries = listing.entries or []
+    def _by_age(listing: _Listing) -> Entries:
+        found = listing.derived.get("oldest")
+        if found is None:
+            keys = (listing.entries or EMPTY).keys
+            found = Entries(
+                array("q", sorted([(k & NUM_MASK) << PRIO_BITS | k >> NUM_BITS for k in keys])),
+                by_age=True,
+            )
+            listing.derived["oldest"] = found
+        return cast("Entries", found)
+
+    @classmethod
+    def _entries(cls, listing: _Listing, order: str) -> Entries:
+        entries = listing.entries or EMPTY
         if order not in ("oldest", "newest"):
             return entries
-        ordered = listing.derived.get(order)
-        if ordered is None:
-            ordered = sorted(entries, key=lambda e: e[1], reverse=order == "newest")
-            listing.derived[order] = ordered
-        return ordered
+        oldest = cls._by_age(listing)
+        if order == "oldest":
+            return oldest
+        return Entries(oldest.keys, by_age=True, reverse=True)
 
     def job_states_of(self, jids: Iterable[str]) -> dict[str, str]:
         """The state folder each of ``jids`` is listed in (jobs in none are left out).
 
-        Each folder's set of job IDs is derived once per listing change, so a page of batches
-        costs lookups in memory, not a read of every job's status.
+        Each folder's entries sorted by job number are derived once per listing change, so a
+        page of batches costs binary searches in memory, not a read of every job's status.
         """
-        sets = {state: self.job_id_set(state) for state in JOB.states}
+        listings = [(s, self._listing(paths.job_state_folder(s))) for s in JOB.states]
+        by_age = [(s, self._by_age(listing).keys) for s, listing in listings]
+        by_age.sort(key=lambda item: -len(item[1]))  # the largest folder is the likeliest
         found = {}
         for jid in jids:
-            for state, members in sets.items():
-                if jid in members:
+            match = _JID.fullmatch(jid)
+            if not match:
+                continue  # index entries only ever name contract IDs
+            number = int(match.group(1))
+            for state, keys in by_age:
+                if _contains(keys, number):
                     found[jid] = state
                     break
         return found
 
     def job_id_set(self, state: str) -> frozenset[str]:
-        """The job IDs listed in a state folder, once per listing change."""
-        return cast(
-            "frozenset[str]", self._derived(paths.job_state_folder(state), "jids", _jid_set)
-        )
+        """The job IDs listed in a state folder (made on each call: for tests and tools)."""
+        return frozenset(self.job_entries(state).jids())
 
     def job_entries_matching(
         self, state: str, *, profile: str = "", submitter: str = "", order: str = "run"
-    ) -> list[tuple[int, str]]:
+    ) -> Entries:
         """The entries of a state whose job has this profile and a submitter containing
         ``submitter`` (case-insensitive); computed once per folder change and filter."""
         listing = self._listing(paths.job_state_folder(state))
@@ -351,47 +699,92 @@ class ReadIndex:
         key = ("match", order, profile, submitter.lower())
         found = listing.derived.get(key)
         if found is not None:
-            return cast("list[tuple[int, str]]", found)
+            return cast("Entries", found)
         wanted = submitter.lower()
-        if self.filling:
-            # At start: answer from the facts read so far (the page says the rest is loading)
-            # rather than reading them all for this page too; not kept.
-            with self._lock:
-                known = self._facts
-                return [
-                    e
-                    for e in entries
-                    if (f := known.get(e[1])) is not None
-                    and (not profile or f.profile == profile)
-                    and (not wanted or wanted in f.submitter.lower())
-                ]
-        facts = self.job_facts([jid for _p, jid in entries])
-        found = [
-            e
-            for e in entries
-            if (f := facts.get(e[1])) is not None
-            and (not profile or f.profile == profile)
+        if not self.filling:
+            self._ensure_facts(entries.numbers())
+        pairs = self._pairs
+        ok = {
+            i << 1 | flag
+            for i, f in enumerate(list(pairs))
+            if (not profile or f.profile == profile)
             and (not wanted or wanted in f.submitter.lower())
-        ]
+            for flag in (0, 1)
+        }
+        # At start: answered from the facts read so far (the page says the rest is loading)
+        # rather than reading them all for this page too; not kept.
+        get = self._facts.get
+        with self._lock:
+            found = entries.where(lambda _p, n: get(n) in ok)
+        if self.filling:
+            return found
         filters = [k for k in listing.derived if isinstance(k, tuple)]
         if len(filters) >= MAX_FILTERS_PER_LISTING:
             del listing.derived[filters[0]]
         listing.derived[key] = found
         return found
 
+    def job_entries_all(
+        self,
+        states: Sequence[str],
+        *,
+        profile: str = "",
+        submitter: str = "",
+        order: str = "run",
+    ) -> Entries:
+        """The entries of several states together, in one order (the job list of every state)."""
+        parts = [self.job_entries_matching(s, profile=profile, submitter=submitter) for s in states]
+        if order in ("oldest", "newest"):
+            keys = [p.number(k) << PRIO_BITS | p.priority(k) for p in parts for k in p.keys]
+            return Entries(array("q", sorted(keys)), by_age=True, reverse=order == "newest")
+        return Entries(array("q", sorted([k for p in parts for k in p.keys])))
+
     def job_count(self, state: str) -> int:
         return len(self.job_entries(state))
 
+    def job_counts_now(self) -> dict[str, int | None]:
+        """Jobs per state without waiting for a listing being read: the listing's count when it
+        is current, else the child count in the folder's stat (one request for every folder,
+        pipelined); None when a folder cannot be asked."""
+        counts: dict[str, int | None] = {}
+        asked = {}
+        for state in JOB.states:
+            path = paths.job_state_folder(state)
+            listing = self._ready_listing(path)
+            if listing is not None:
+                counts[state] = len(listing.entries or EMPTY)
+            else:
+                asked[state] = self.zk.exists_async(path)
+        for state, answer in asked.items():
+            try:
+                stat = answer.get()
+            except Exception:
+                counts[state] = None
+                continue
+            counts[state] = stat.numChildren if stat is not None else 0
+        return {s: counts[s] for s in JOB.states}
+
     def oldest_entry(self, state: str) -> str | None:
         """The index name with the lowest job ID (the job longest in the queue), if any."""
+        return self._oldest(self._listing(paths.job_state_folder(state)))
 
-        def oldest(entries: list[tuple[int, str]]) -> str:
-            if not entries:
-                return ""
-            priority, jid = min(entries, key=lambda e: e[1])
-            return f"{priority:02d}-{jid}"
+    def oldest_entry_now(self, state: str) -> str | None:
+        """``oldest_entry`` if the folder's listing is current, else None (without waiting)."""
+        listing = self._ready_listing(paths.job_state_folder(state))
+        return self._oldest(listing) if listing is not None else None
 
-        return self._derived(paths.job_state_folder(state), "oldest-name", oldest) or None
+    @staticmethod
+    def _oldest(listing: _Listing) -> str | None:
+        found = listing.derived.get("oldest-name")
+        if found is None:
+            keys = (listing.entries or EMPTY).keys
+            if not keys:
+                found = ""
+            else:
+                low = min(keys, key=lambda k: k & NUM_MASK)
+                found = f"{low >> NUM_BITS:02d}-{_jid_of(low & NUM_MASK)}"
+            listing.derived["oldest-name"] = found
+        return cast("str", found) or None
 
     def batch_ids(self) -> list[str]:
         """Every batch ID, oldest first."""
@@ -410,6 +803,11 @@ class ReadIndex:
         bids = self.batch_ids()  # settles
         with self._compute:
             return self._batch_states(bids)
+
+    def batch_states_now(self) -> dict[str, BatchState]:
+        """The batch states read so far, without waiting (while the fill reads them)."""
+        with self._lock:
+            return {b: s for b, s in self._batches.items() if s is not None}
 
     def _batch_states(self, bids: list[str]) -> dict[str, BatchState]:
         with self._lock:
@@ -461,6 +859,14 @@ class ReadIndex:
         if failed is not None:
             raise failed
 
+    @staticmethod
+    def _summary(states: Iterable[BatchState]) -> dict[str, tuple[int, int]]:
+        summary: dict[str, tuple[int, int]] = {}
+        for item in states:
+            count, oldest = summary.get(item.state, (0, item.mtime_ms))
+            summary[item.state] = (count + 1, min(oldest, item.mtime_ms))
+        return summary
+
     def batch_summary(self) -> dict[str, tuple[int, int]]:
         """Batch state -> (how many, oldest status mtime in ms); recomputed after a change."""
         states = self.batch_states()
@@ -468,22 +874,23 @@ class ReadIndex:
             generation = self._batch_generation
             if self._batch_summary is not None and self._batch_summary[0] == generation:
                 return self._batch_summary[1]
-        summary: dict[str, tuple[int, int]] = {}
-        for item in states.values():
-            count, oldest = summary.get(item.state, (0, item.mtime_ms))
-            summary[item.state] = (count + 1, min(oldest, item.mtime_ms))
+        summary = self._summary(states.values())
         with self._lock:
             self._batch_summary = (generation, summary)
         return summary
+
+    def batch_summary_now(self) -> dict[str, tuple[int, int]]:
+        """``batch_summary`` of the batches read so far, without waiting."""
+        return self._summary(self.batch_states_now().values())
 
     def reported_batch_ids(self) -> list[str]:
         """Batches with a status report, newest first (from the index: no read per batch)."""
         states = self.batch_states()
         with self._lock:
             generation = self._batch_generation
-        cached = getattr(self, "_reported", None)
+        cached = self._reported
         if cached is not None and cached[0] == generation:
-            return cast("list[str]", cached[1])
+            return cached[1]
         found = [b for b in reversed(self.batch_ids()) if (s := states.get(b)) and s.has_report]
         self._reported = (generation, found)
         return found
@@ -494,7 +901,19 @@ class ReadIndex:
         """One object per distinct value (thousands of jobs share a profile and submitter)."""
         found = self._shared.get(value)
         if found is None:
-            found = self._shared[value] = make(*(sys.intern(v) for v in value))
+            found = self._shared[value] = make(*(sys.intern(str(v)) for v in value))
+        return found
+
+    def _pair(self, profile: str, submitter: str) -> int:
+        """The index of a (profile, submitter) pair in the table of distinct pairs."""
+        key = (profile, submitter)
+        found = self._pair_index.get(key)
+        if found is None:
+            if len(self._pairs) >= MAX_PAIRS:
+                raise OverflowError("too many distinct (profile, submitter) pairs")
+            found = len(self._pairs)
+            self._pairs.append(JobFacts(sys.intern(profile), sys.intern(submitter)))
+            self._pair_index[key] = found
         return found
 
     def profile_counts(self, state: str) -> dict[str, int]:
@@ -507,14 +926,36 @@ class ReadIndex:
             counts = listing.derived.get("profile-counts")
             if counts is not None:
                 return cast("dict[str, int]", counts)
-            jids = [jid for _p, jid in self._entries(listing, "run")]
-            facts = self.job_facts(jids)
-            counts = {}
-            for jid in jids:
-                profile = facts[jid].profile if jid in facts else ""
-                counts[profile] = counts.get(profile, 0) + 1
+            entries = self._entries(listing, "run")
+            self._ensure_facts(entries.numbers())
+            counts = self._profile_counts(entries)
             listing.derived["profile-counts"] = counts
             return counts
+
+    def profile_counts_now(self, state: str) -> dict[str, int] | None:
+        """``profile_counts`` without waiting: None until the folder is read; from the facts
+        read so far while the fill runs (not kept)."""
+        listing = self._ready_listing(paths.job_state_folder(state))
+        if listing is None:
+            return None
+        counts = listing.derived.get("profile-counts")
+        if counts is not None:
+            return cast("dict[str, int]", counts)
+        return self._profile_counts(self._entries(listing, "run"))
+
+    def _profile_counts(self, entries: Entries) -> dict[str, int]:
+        by_pair: dict[int | None, int] = {}
+        get = self._facts.get
+        with self._lock:
+            for number in entries.numbers():
+                value = get(number)
+                pair = None if value is None else value >> 1
+                by_pair[pair] = by_pair.get(pair, 0) + 1
+        counts: dict[str, int] = {}
+        for pair, n in by_pair.items():
+            profile = "" if pair is None else self._pairs[pair].profile
+            counts[profile] = counts.get(profile, 0) + n
+        return counts
 
     def space_total(self, state: str) -> int:
         """Sum of ``space_needed`` over the jobs of a state, computed once per folder change."""
@@ -526,19 +967,57 @@ class ReadIndex:
             total = listing.derived.get("space-total")
             if total is not None:
                 return cast("int", total)
-            jids = [jid for _p, jid in self._entries(listing, "run")]
-            total = sum(self.space_needed(state, jids).values())
+            total = sum(self.space_needed(state, self._entries(listing, "run").jids()).values())
             listing.derived["space-total"] = total
             return total
 
-    def job_facts(self, jids: Sequence[str]) -> dict[str, JobFacts]:
-        """Profile and submitter of each job; unreadable jobs are left out."""
+    def space_total_now(self, state: str) -> int | None:
+        """``space_total`` if it is known for the folder's current listing, else None."""
+        listing = self._ready_listing(paths.job_state_folder(state))
+        if listing is None:
+            return None
+        return cast("int | None", listing.derived.get("space-total"))
+
+    def _ensure_facts(self, numbers: Iterable[int]) -> None:
+        """Read the facts of the jobs (contract IDs' numbers) whose facts are not known."""
+        get = self._facts.get
         with self._lock:
-            todo = [j for j in jids if j not in self._facts]
+            todo = [_jid_of(n) for n in numbers if get(n) is None]
         for start in range(0, len(todo), READ_CHUNK):
             self._read_jobs(todo[start : start + READ_CHUNK], [])
+
+    def job_facts(self, jids: Sequence[str]) -> dict[str, JobFacts]:
+        """Profile and submitter of each job; unreadable jobs are left out."""
+        number = self.codes.number
+        get = self._facts.get
         with self._lock:
-            return {j: f for j in jids if (f := self._facts.get(j)) is not None}
+            todo = [j for j in jids if get(number(j)) is None]
+        for start in range(0, len(todo), READ_CHUNK):
+            self._read_jobs(todo[start : start + READ_CHUNK], [])
+        pairs = self._pairs
+        found = {}
+        with self._lock:
+            for jid in jids:
+                value = get(number(jid))
+                if value is not None:
+                    found[jid] = pairs[value >> 1]
+        return found
+
+    def job_facts_by_number(
+        self, numbers: Sequence[int], *, read: bool = True
+    ) -> dict[int, JobFacts]:
+        """``job_facts`` of contract job numbers; ``read`` False: only those known already."""
+        if read:
+            self._ensure_facts(numbers)
+        get = self._facts.get
+        pairs = self._pairs
+        found = {}
+        with self._lock:
+            for number in numbers:
+                value = get(number)
+                if value is not None:
+                    found[number] = pairs[value >> 1]
+        return found
 
     def _read_jobs(self, config_jids: Sequence[str], ids_jids: Sequence[str]) -> None:
         """Read the configuration and identifiers of ``config_jids`` (facts and search keys)
@@ -558,48 +1037,46 @@ class ReadIndex:
                 return None
             return value if isinstance(value, dict) else None
 
-        facts: dict[str, JobFacts] = {}
+        facts: list[tuple[str, str, str, bool]] = []  # jid, profile, submitter, has an ARK
         keys: list[tuple[str, str]] = []
-        with_ark: list[str] = []
-        without_ark: list[str] = []
+        arks: list[tuple[str, bool]] = []
         for jid in config_jids:
             config = json_of(node(jid, "configuration"))
             if config is None:
                 continue  # gone, or broken: asked again next time
-            facts[jid] = self._share(
-                (_text(config.get("profile")), _text(config.get("submitter"))), JobFacts
-            )
             ids = json_of(node(jid, "identifiers")) or {}
             keys += [(k, jid) for k in search_keys(config, ids)]
-            (with_ark if _text(ids.get("primary_id")) else without_ark).append(jid)
+            facts.append(
+                (
+                    jid,
+                    _text(config.get("profile")),
+                    _text(config.get("submitter")),
+                    bool(_text(ids.get("primary_id"))),
+                )
+            )
         for jid in ids_jids:
             ids = json_of(node(jid, "identifiers")) or {}
             keys += [(k, jid) for k in search_keys({}, ids)]
-            (with_ark if _text(ids.get("primary_id")) else without_ark).append(jid)
+            arks.append((jid, bool(_text(ids.get("primary_id")))))
+        number = self.codes.number
         with self._lock:
             # Facts of deleted jobs are never asked for again; a bound keeps them from
             # piling up in a process that runs for months (everything is read again).
             if len(self._facts) + len(facts) > MAX_FACTS:
                 self._facts.clear()
                 self._keys.clear()
-                self._no_ark.clear()
                 self._synced.clear()
                 self._search_complete = False
-            self._facts.update(facts)
+            table = self._facts
+            for jid, profile, submitter, has_ark in facts:
+                table.set(number(jid), self._pair(profile, submitter) << 1 | (not has_ark))
+            for jid, has_ark in arks:
+                n = number(jid)
+                value = table.get(n)
+                if value is not None:
+                    table.set(n, value & ~NO_ARK | (not has_ark))
             for key, jid in keys:
-                self._add_key(hash(key), jid)
-            self._no_ark.difference_update(with_ark)
-            self._no_ark.update(without_ark)
-
-    def _add_key(self, key: int, jid: str) -> None:
-        known = self._keys.get(key)
-        if known is None:
-            self._keys[key] = jid
-        elif isinstance(known, str):
-            if known != jid:
-                self._keys[key] = (known, jid)
-        elif jid not in known:
-            self._keys[key] = (*known, jid)
+                self._keys.add(key, number(jid))
 
     def space_needed(self, state: str, jids: Iterable[str]) -> dict[str, int]:
         """``space_needed`` of each job, cached for as long as the job stays in ``state``.
@@ -607,9 +1084,10 @@ class ReadIndex:
         Pass every job of the state: jobs not passed are forgotten for it.
         """
         jids = list(jids)
+        number = self.codes.number
         with self._lock:
             known = self._space.get(state, {})
-        todo = [j for j in jids if j not in known]
+        todo = [j for j in jids if number(j) not in known]
         reads = read_many(self.zk, [paths.job_node(j, "space_needed") for j in todo])
         fresh: dict[str, int] = {}
         for jid in todo:
@@ -618,37 +1096,39 @@ class ReadIndex:
                 fresh[jid] = 0 if read is None else max(0, decode_int("space_needed", read[0]))
             except MalformedNode:
                 fresh[jid] = 0
-        current = {j: known[j] if j in known else fresh[j] for j in jids}
+        current = {j: known[n] if (n := number(j)) in known else fresh[j] for j in jids}
         with self._lock:
-            self._space[state] = current
+            self._space[state] = {number(j): v for j, v in current.items()}
         return current
 
     # Failed jobs ------------------------------------------------------------------------------
 
-    def failed_facts(self) -> dict[str, FailedFacts]:
-        """Batch and failing step of every Failed job, re-read only for jobs new in Failed.
-
-        Jobs whose nodes cannot be read are left out (the failed page lists them by loading).
-        """
-        listing = self._listing(paths.job_state_folder("Failed"))
+    def failed_numbers(self, *, wait: bool = True) -> dict[int, FailedFacts]:
+        """Batch and failing step of every Failed job (by job number), re-read only for jobs
+        new in Failed. Jobs whose nodes cannot be read are left out (the failed page lists them
+        by loading). ``wait`` False: while the fill is reading them, those read so far."""
+        listing = self._listing(paths.job_state_folder(JobState.FAILED))
         cached = listing.derived.get("failed-facts")
         if cached is not None:
-            return cast("dict[str, FailedFacts]", cached)
+            return cast("dict[int, FailedFacts]", cached)
+        if not wait and self.filling:
+            with self._lock:
+                return dict(self._failed)
         with self._compute:  # one reader computes; others asking meanwhile wait for it
             cached = listing.derived.get("failed-facts")
             if cached is not None:
-                return cast("dict[str, FailedFacts]", cached)
-            jids = [jid for _p, jid in listing.entries or []]
+                return cast("dict[int, FailedFacts]", cached)
+            entries = listing.entries or EMPTY
             with self._lock:
-                known = self._failed
-            todo = [j for j in jids if j not in known]
-            fresh: dict[str, FailedFacts] = {}
+                known = dict(self._failed)
+            todo = [n for n in entries.numbers() if n not in known]
             for start in range(0, len(todo), READ_CHUNK):
-                part = todo[start : start + READ_CHUNK]
+                part = [_jid_of(n) for n in todo[start : start + READ_CHUNK]]
                 reads = read_many(
                     self.zk,
                     [paths.job_node(j, n) for j in part for n in ("bid", "status")],
                 )
+                fresh: dict[int, FailedFacts] = {}
                 for jid in part:
                     bid_read = reads[paths.job_node(jid, "bid")]
                     status_read = reads[paths.job_node(jid, "status")]
@@ -662,12 +1142,19 @@ class ReadIndex:
                     if not paths.BID_RE.fullmatch(bid) or not isinstance(status, dict):
                         continue
                     step = _failing_step(status.get("last_successful_status"))
-                    fresh[jid] = self._share((bid, step), FailedFacts)
-            current = {j: f for j in jids if (f := known.get(j) or fresh.get(j)) is not None}
+                    fresh[int(jid[3:])] = self._share((bid, step), FailedFacts)
+                known.update(fresh)
+                with self._lock:
+                    self._failed.update(fresh)  # pages asking meanwhile see what is read
+            current = {n: f for n in entries.numbers() if (f := known.get(n)) is not None}
             with self._lock:
                 self._failed = current
             listing.derived["failed-facts"] = current
             return current
+
+    def failed_facts(self) -> dict[str, FailedFacts]:
+        """``failed_numbers`` keyed by job ID."""
+        return {_jid_of(n): f for n, f in self.failed_numbers().items()}
 
     # Search -----------------------------------------------------------------------------------
 
@@ -681,11 +1168,9 @@ class ReadIndex:
             with self._sync_lock:
                 self.sync_jobs()
         with self._lock:
-            found = self._keys.get(hash(key))
+            found = self._keys.find(key)
             complete = self._search_complete
-        if found is None:
-            return [], complete
-        return ([found] if isinstance(found, str) else list(found)), complete
+        return [self.codes.jid(n) for n in found], complete
 
     def sync_jobs(
         self, *, progress: Callable[[int], None] | None = None, chunk: int = READ_CHUNK
@@ -695,28 +1180,38 @@ class ReadIndex:
         The first sync reads every job (the background fill does it at start); later ones only
         what the watches said changed.
         """
+        get = self._facts.get
         for state in JOB.states:
-            members = self.job_id_set(state)
+            entries = self.job_entries(state)
+            keys = entries.keys
             with self._lock:
                 before = self._synced.get(state)
-            if before is members:
+            if before is keys:
                 continue
-            new = members if before is None else members - before
+            if before is None:
+                new: Iterable[int] = entries.numbers()
+            else:
+                old = set(before)
+                new = [k & NUM_MASK for k in keys if k not in old]
+            config: list[str] = []
+            ids: list[str] = []
             with self._lock:
-                config = [j for j in new if j not in self._facts]
-                ids = (
-                    [j for j in new if j in self._no_ark and j in self._facts]
-                    if state in ARK_STATES
-                    else []
-                )
+                for n in new:
+                    value = get(n)
+                    if value is None:
+                        config.append(_jid_of(n))
+                    elif value & NO_ARK and state in ARK_STATES:
+                        ids.append(_jid_of(n))
             for start in range(0, max(len(config), len(ids)), chunk):
                 self._read_jobs(config[start : start + chunk], ids[start : start + chunk])
                 if progress is not None:
                     progress(len(config[start : start + chunk]))
                     time.sleep(FILL_PAUSE)  # let page requests in between the fill's steps
             with self._lock:
-                self._synced[state] = members
+                self._synced[state] = keys
         with self._lock:
+            self._facts.compact()
+            self._keys.compact()
             self._search_complete = True
 
     # Start-up ---------------------------------------------------------------------------------
@@ -737,11 +1232,13 @@ class ReadIndex:
             self._filler = threading.current_thread()
         try:
             self._fill_stage = "job counts and batch states"
+            for state in JOB.states:  # the listings first: every job list can answer
+                self.job_entries(state)
             if first is not None:
                 first()
             self.batch_states()
             self._fill_stage = "failed jobs' batches and steps"
-            self.failed_facts()
+            self.failed_numbers()
             total = sum(self.job_count(s) for s in JOB.states)
             done = [len(self._facts)]
 
@@ -759,6 +1256,7 @@ class ReadIndex:
             self._fill_stage = ""
             with self._lock:
                 self._filler = None
+            _give_back_memory()
 
     def start_fill(self, first: Callable[[], Any] | None = None) -> threading.Thread:
         thread = threading.Thread(
@@ -790,9 +1288,10 @@ class ReadIndex:
             return {
                 "facts": len(self._facts),
                 "search_keys": len(self._keys),
-                "without_ark": len(self._no_ark),
+                "without_ark": sum(v & NO_ARK for v in self._facts.values()),
                 "failed": len(self._failed),
                 "batches": len(self._batches),
+                "odd_ids": len(self.codes),
             }
 
 

@@ -1,0 +1,164 @@
+"""The read index keeps jobs as numbers in flat arrays: IDs come back byte-exact, IDs that are
+not of the contract's form still work (kept as strings), and the tables answer like the
+dictionaries they replace."""
+
+from __future__ import annotations
+
+import gc
+import random
+import tracemalloc
+from array import array
+from types import SimpleNamespace
+
+import pytest
+
+from queues.zk import index
+from queues.zk.errors import InvalidID
+from queues.zk.index import (
+    ODD_BASE,
+    Entries,
+    JobCodes,
+    ReadIndex,
+    _KeyTable,
+    _PackedTable,
+    _parse_entries,
+)
+
+ODD_IDS = [
+    "jid123",  # too short
+    "jid00000000012",  # too long
+    "JID0000000001",  # another case
+    "jid000000000\u0661",  # an Arabic-Indic digit: int() would take it, the form does not
+    "jid0000000001\n",  # a trailing newline ($ would match before it)
+    " jid0000000001",
+    "jid+000000001",
+    "jid_000000001",
+    "legacy-7",
+    "ü",
+    "",
+]
+
+
+def test_contract_ids_are_numbers_that_give_the_id_back_exactly() -> None:
+    codes = JobCodes()
+    for jid in ("jid0000000000", "jid0000000001", "jid0123456789", "jid9999999999"):
+        number = codes.number(jid)
+        assert number < ODD_BASE
+        assert codes.jid(number) == jid
+        assert codes.jid(number).encode() == jid.encode()
+    assert len(codes) == 0  # no string kept for any of them
+
+
+def test_other_ids_are_kept_as_strings_and_round_trip() -> None:
+    codes = JobCodes()
+    numbers = [codes.number(j) for j in ODD_IDS]
+    assert all(n >= ODD_BASE for n in numbers)
+    assert len(set(numbers)) == len(ODD_IDS)
+    assert [codes.jid(n) for n in numbers] == ODD_IDS
+    assert [codes.number(j) for j in ODD_IDS] == numbers  # the same number again
+    assert codes.known("never-seen") is None and codes.known("jid0000000042") == 42
+
+
+def test_entries_read_like_the_list_of_pairs_they_replace() -> None:
+    pairs = [(5, "jid0000000003"), (2, "jid0000000009"), (5, "jid0000000001"), (99, "jid0")]
+    names = [f"{p:02d}-{j}" for p, j in pairs]
+    raw = b"".join(len(n).to_bytes(4, "big") + n.encode() for n in names)
+    raw = len(names).to_bytes(4, "big") + raw
+    entries = Entries(_parse_entries(raw))
+    expected = sorted(p for p in pairs if len(p[1]) == 13)  # "jid0" is no index entry
+    assert entries == expected and list(entries) == expected and len(entries) == 3
+    assert entries[0] == expected[0] and entries[-1] == expected[-1]
+    assert entries[1:] == expected[1:] and entries[::-1] == expected[::-1]
+    with pytest.raises(IndexError):
+        entries[3]
+    assert entries.jids() == [j for _p, j in expected]
+    assert entries.where(lambda p, _n: p == 5) == [e for e in expected if e[0] == 5]
+
+
+def test_packed_table_answers_like_a_dictionary() -> None:
+    rng = random.Random(3)
+    table = _PackedTable(index.FACT_BITS)
+    model: dict[int, int] = {}
+    for _ in range(30_000):
+        number = rng.choice([rng.randrange(0, 2**34), rng.randrange(0, 5000)])
+        value = rng.randrange(0, 2**index.FACT_BITS)
+        table.set(number, value)
+        model[number] = value
+    for number, value in model.items():
+        assert table.get(number) == value
+    assert table.get(2**34 - 1) == model.get(2**34 - 1)
+    assert len(table) == len(model)
+    table.compact()
+    assert all(table.get(n) == v for n, v in model.items()) and len(table) == len(model)
+
+
+def test_key_table_finds_every_job_of_a_key() -> None:
+    table = _KeyTable()
+    model: dict[str, set[int]] = {}
+    rng = random.Random(5)
+    for i in range(20_000):
+        key = f"local-{rng.randrange(0, 8000)}"
+        number = rng.choice([i, ODD_BASE + i % 7])
+        table.add(key, number)
+        model.setdefault(key, set()).add(number)
+    for key, numbers in model.items():
+        assert numbers <= set(table.find(key))  # a superset: the hash is checked by callers
+    table.compact()
+    for key, numbers in model.items():
+        assert numbers <= set(table.find(key))
+
+
+def test_an_id_not_of_the_contract_form_keeps_its_string_through_the_tables() -> None:
+    """Such an ID never comes from an index listing (the entries' form is fixed) and the
+    contract's paths refuse it, but the index's tables hold whatever number it is given."""
+    fake = SimpleNamespace(add_listener=lambda _f: None, remove_listener=lambda _f: None)
+    idx = ReadIndex(fake)  # type: ignore[arg-type]
+    odd, usual = "legacy-job-7", "jid0000000007"
+    with idx._lock:
+        for jid in (odd, usual):
+            idx._facts.set(idx.codes.number(jid), idx._pair("p", jid) << 1)
+            idx._keys.add("shared-local", idx.codes.number(jid))
+    assert sorted(idx.codes.jid(n) for n in idx._keys.find("shared-local")) == [usual, odd]
+    assert (
+        idx.job_facts_by_number([idx.codes.number(odd)], read=False)[
+            idx.codes.number(odd)
+        ].submitter
+        == odd
+    )
+
+
+def test_the_contract_paths_still_refuse_a_malformed_id(zk) -> None:
+    idx = ReadIndex(zk)
+    try:
+        with pytest.raises(InvalidID):
+            idx.job_facts(["legacy-job-7"])
+    finally:
+        idx.close()
+
+
+def test_per_job_memory_of_the_tables_is_small() -> None:
+    """What the index keeps for 100,000 jobs in two states with two search keys each, measured
+    by tracemalloc: a few dozen bytes a job (a dictionary entry alone costs more)."""
+    jobs = 100_000
+    fake = SimpleNamespace(add_listener=lambda _f: None, remove_listener=lambda _f: None)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        idx = ReadIndex(fake)  # type: ignore[arg-type]
+        run = array("q", sorted((n % 10) << index.NUM_BITS | n for n in range(jobs)))
+        listing = index._Listing([], Entries(run))
+        ReadIndex._by_age(listing)
+        with idx._lock:
+            for n in range(jobs):
+                idx._facts.set(n, idx._pair(f"coll_{n % 40}", f"user {n % 7}") << 1)
+                idx._keys.add(f"local-{n}", n)
+                idx._keys.add(f"ark:/99999/fk4{n:08d}", n)
+            idx._facts.compact()
+            idx._keys.compact()
+        gc.collect()
+        per_job = (tracemalloc.get_traced_memory()[0] - before) / jobs
+    finally:
+        tracemalloc.stop()
+    assert listing.entries is not None and len(listing.entries) == jobs
+    assert per_job < 60, per_job
