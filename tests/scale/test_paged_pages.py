@@ -19,6 +19,7 @@ from django.urls import reverse
 
 from bench.loader import bulk_load
 from queues import selectors
+from queues.states import JobState
 from queues.zk import index as zindex
 from queues.zk.batches import batch_create
 from queues.zk.codecs import decode_json
@@ -211,6 +212,11 @@ def test_the_index_answers_while_still_loading_and_the_page_says_so(zk, viewer, 
         assert 'id="index-loading"' in html and "of 300 in the Failed state" in html
         reports = viewer.get(reverse("reports")).content.decode()
         assert 'id="index-loading"' in reports and "12 batches with a report" in reports
+        overview = viewer.get(reverse("overview")).content.decode()
+        assert 'id="index-loading"' in overview
+        ov = selectors.overview()
+        assert ov.loading and ov.jobs[JobState.FAILED].count == 300
+        assert ov.jobs[JobState.COMPLETED].count == 300
         target = loaded.jobs_by_state["Completed"][0]
         local = decode_json("c", zk.get(f"/jobs/{target}/configuration")[0])["localID"]
         page = selectors.jobs_page(flt=selectors.JobFilter(q=local))
@@ -223,3 +229,17 @@ def test_the_index_answers_while_still_loading_and_the_page_says_so(zk, viewer, 
     assert 'id="index-loading"' not in html
     page = selectors.jobs_page(flt=selectors.JobFilter(q=local))
     assert [j.jid for j in page.items] == [target] and not page.loading
+
+
+def test_job_counts_without_a_listing_come_from_the_folders_stats(zk, loaded):
+    """What the overview shows before a folder is listed: its stat's child count."""
+    fresh = zindex.ReadIndex(zk)
+    try:
+        counts = fresh.job_counts_now()
+        assert counts[JobState.FAILED] == 300 and counts[JobState.COMPLETED] == 300
+        assert counts[JobState.PENDING] == 0
+        assert fresh.oldest_entry_now(JobState.FAILED) is None  # not listed: no age yet
+        assert fresh.job_count(JobState.FAILED) == 300
+        assert fresh.oldest_entry_now(JobState.FAILED) == fresh.oldest_entry(JobState.FAILED)
+    finally:
+        fresh.close()
