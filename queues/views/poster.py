@@ -56,7 +56,7 @@ from queues.depositors import payload_roots
 from queues.forms import SubmitForm
 from queues.steps.erc import DC_ELEMENTS
 from queues.steps.merritt import MERRITT_TYPES, canonical_type
-from queues.zk.errors import DomainError, is_connection_error
+from queues.views.common import refusal_for
 
 log = logging.getLogger("queues.poster")
 
@@ -427,19 +427,19 @@ def door(
         return _submit(request, verb, primary_id)
     except Refused as exc:
         return error_response(request, exc, _form_of(request))
-    except (DomainError, ValueError) as exc:
-        return error_response(request, Refused(str(exc)), _form_of(request))
-    except PermissionDenied as exc:
-        return error_response(request, Refused(str(exc), "USER_NOT_AUTHORIZED"), _form_of(request))
     except Exception as exc:
-        if not is_connection_error(exc):
+        refusal = refusal_for(exc)
+        if refusal is None:
             raise
-        response = error_response(
-            request,
-            Refused(f"ZooKeeper is unavailable: {exc}", "EXTERNAL_SERVICE_UNAVAILABLE"),
-            _form_of(request),
+        # The console's one mapping, in Merritt's error names: 403 not authorized, 503 a service
+        # (ZooKeeper) unreachable, anything else the depositor's request.
+        name = {403: "USER_NOT_AUTHORIZED", 503: "EXTERNAL_SERVICE_UNAVAILABLE"}.get(
+            refusal.status, "REQUEST_INVALID"
         )
-        response["Retry-After"] = "10"
+        message = f"ZooKeeper is unavailable: {exc}" if refusal.unavailable else refusal.message
+        response = error_response(request, Refused(message, name), _form_of(request))
+        if refusal.unavailable:
+            response["Retry-After"] = "10"
         return response
 
 

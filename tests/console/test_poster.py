@@ -334,3 +334,21 @@ def test_only_post(zk, operator_key) -> None:
     response = Client().get("/poster/submit", HTTP_AUTHORIZATION=f"Bearer {operator_key}")
     assert response.status_code == 405
     assert response["Allow"] == "POST"
+
+
+def test_zookeeper_unreachable_is_a_service_error_to_retry(zk_hosts, operator_key) -> None:
+    from django.conf import settings
+
+    from queues import zk as zkmod
+
+    old = settings.ZK_HOSTS, settings.ZK_TIMEOUT
+    settings.ZK_HOSTS, settings.ZK_TIMEOUT = "127.0.0.1:9", 1.0
+    zkmod.close()
+    try:
+        response = post(operator_key, fields())
+    finally:
+        settings.ZK_HOSTS, settings.ZK_TIMEOUT = old
+        zkmod.close()
+    assert response.status_code == 503
+    assert response["Retry-After"] == "10"
+    assert exception(response)["statusName"] == "EXTERNAL_SERVICE_UNAVAILABLE"
