@@ -20,7 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from queues import actions, archive, bulkrun, selectors
 from queues.audit import AuditEntry
-from queues.auth import VIEWER, has_role, token_from
+from queues.auth import BEARER_CHALLENGE, VIEWER, has_role, token_from
 from queues.forms import (
     AccessFilterForm,
     ActionForm,
@@ -73,7 +73,7 @@ def api_view(
             token = token_from(request)
             if token is None:
                 response = _error("a valid API token is required", 401)
-                response["WWW-Authenticate"] = 'Bearer realm="mrt-console"'
+                response["WWW-Authenticate"] = BEARER_CHALLENGE
                 return response
             request.user = token.user
             if not has_role(token.user, VIEWER):

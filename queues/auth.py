@@ -76,6 +76,10 @@ def require_action(user: Any, kind: str, action: str) -> None:
         raise PermissionDenied(f"{action} on a {kind} needs the {role} role")
 
 
+# The WWW-Authenticate answer of a door that wants a token (the API, /metrics).
+BEARER_CHALLENGE = 'Bearer realm="mrt-console"'
+
+
 def token_from(request: HttpRequest) -> ApiToken | None:
     """The API token a request carries (``Authorization: Bearer <key>`` or ``Token <key>``),
     or None. The one token check of every door that takes tokens: the JSON API, ``/metrics``,

@@ -20,7 +20,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 from queues import selectors
-from queues.auth import VIEWER, has_role, token_from
+from queues.auth import BEARER_CHALLENGE, VIEWER, has_role, token_from
 from queues.zk.errors import is_connection_error
 
 # What generate_latest writes: the classic text format.
@@ -153,7 +153,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
     user = token.user if token is not None else request.user
     if not has_role(user, VIEWER):
         response = HttpResponse("a viewer's API token is required\n", status=401)
-        response["WWW-Authenticate"] = 'Bearer realm="mrt-console"'
+        response["WWW-Authenticate"] = BEARER_CHALLENGE
         return response
     try:
         body = render_metrics()

@@ -51,7 +51,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from queues import actions
 from queues.audit import ApiToken
-from queues.auth import may, token_from
+from queues.auth import BEARER_CHALLENGE, may, token_from
 from queues.depositors import payload_roots
 from queues.forms import SubmitForm
 from queues.steps.erc import DC_ELEMENTS
@@ -154,7 +154,7 @@ def error_response(request: HttpRequest, exc: Refused, form: str = "") -> HttpRe
         _document(f"tException.{exc.name}", "exc", EXC_NS, fields, form), form, exc.status
     )
     if exc.status == 401:
-        response["WWW-Authenticate"] = 'Basic realm="mrt-console", Bearer realm="mrt-console"'
+        response["WWW-Authenticate"] = f'Basic realm="mrt-console", {BEARER_CHALLENGE}'
     return response
 
 
