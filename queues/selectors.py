@@ -10,12 +10,14 @@ what it shows, not the size of the queue.
 
 from __future__ import annotations
 
+import heapq
 import math
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import islice
 from typing import Any, cast, overload
 
 from queues.states import (
@@ -26,6 +28,7 @@ from queues.states import (
     JOB_STEPS,
     JOB_WORKING,
     JobState,
+    job_batch_folder,
 )
 from queues.steps.submission import processing_problem
 from queues.zk import index as zindex
@@ -38,7 +41,7 @@ from queues.zk.errors import InvalidTransition, MalformedNode, NotFound
 from queues.zk.jobs import job_load, job_resume_state, jobs_load
 from queues.zk.locks import Holds, holds_list
 from queues.zk.nodes import children, children_many, exists_many, read_many, stamp
-from queues.zk.records import AccessRequest, Batch, Broken, Job
+from queues.zk.records import AccessRequest, Batch, Broken, Job, Status
 
 PER_PAGE = 50
 SCAN_CHUNK = 500
@@ -236,6 +239,8 @@ class Page:
     # What the read index is still loading after a start, when that can make the page
     # incomplete (e.g. a search before every job's local ID and ARK are read); "" otherwise.
     loading: str = ""
+    # True when the items include the archived ones the filter finds (after the live ones).
+    archived_included: bool = False
 
     @property
     def pages(self) -> int | None:
@@ -248,6 +253,122 @@ class Page:
     @property
     def first_index(self) -> int:
         return (self.number - 1) * self.per_page
+
+
+# Archived items: finished batches and jobs that retention moved out of ZooKeeper into the
+# database (queues/archive.py). Lists and searches show them after the live ones, marked
+# ``archived``, as the records pages already know; nothing can be done to them.
+
+
+@dataclass(frozen=True)
+class ArchivedJob(Job):
+    """An archived job as a read-only job record (status version -1: no node to write)."""
+
+    archived: bool = True
+    archived_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ArchivedBatch(Batch):
+    """An archived batch as a read-only batch record (status version -1)."""
+
+    archived: bool = True
+    archived_at: datetime | None = None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def archived_job_item(row: Any) -> ArchivedJob:
+    """The record of an ``ArchivedJob`` row, from the nodes it kept."""
+    nodes = _dict(row.nodes)
+    config = _dict(nodes.get("configuration")) or {
+        "profile": row.profile,
+        "submitter": row.submitter,
+    }
+    raw = _dict(nodes.get("status")) or {
+        "status": row.final_state,
+        "message": row.final_message,
+        "retry_count": row.retry_count,
+    }
+    ids = _dict(nodes.get("identifiers")) or {
+        "primary_id": row.primary_id,
+        "local_id": list(row.local_ids or []),
+    }
+    moment = row.last_modified or row.archived_at
+    return ArchivedJob(
+        jid=row.jid,
+        bid=row.bid,
+        priority=_int(nodes.get("priority")),
+        space_needed=_int(nodes.get("space_needed")),
+        configuration=config,
+        status=Status(raw, -1, moment),
+        created=row.created or moment,
+        identifiers=ids,
+        metadata=_dict(nodes.get("metadata")) or None,
+        inventory=_dict(nodes.get("inventory")) or None,
+        store=_dict(nodes.get("store")) or None,
+        archived_at=row.archived_at,
+    )
+
+
+def archived_batch_item(row: Any) -> ArchivedBatch:
+    """The record of an ``ArchivedBatch`` row, from the nodes it kept."""
+    raw = _dict(row.status) or {"status": row.final_state, "message": row.final_message}
+    submission = _dict(row.submission) or {
+        "batchID": row.batch_uuid,
+        "profile": row.profile,
+        "submitter": row.submitter,
+        "title": row.title,
+    }
+    moment = row.last_modified or row.archived_at
+    return ArchivedBatch(
+        bid=row.bid,
+        submission=submission,
+        status=Status(raw, -1, moment),
+        created=row.created or moment,
+        started=True,
+        report=_dict(row.status_report) or None,
+        archived_at=row.archived_at,
+    )
+
+
+def _archived_jobs(flt: JobFilter, live: set[str]) -> list[ArchivedJob]:
+    """Archived jobs a search (``q``: job or batch ID, ARK, local ID) or a batch filter finds,
+    with the job list's other filters; not those still live (an archiving under way)."""
+    from queues import archive
+
+    if flt.q:
+        rows = archive.archived_jobs_matching(flt.q)
+    elif flt.bid:
+        rows = archive.archived_batch_jobs(flt.bid)
+    else:
+        return []
+    found = []
+    for row in rows:
+        if row.jid in live:
+            continue
+        if flt.bid and row.bid != flt.bid:
+            continue
+        if flt.state and row.final_state != flt.state:
+            continue
+        if flt.profile and row.profile != flt.profile:
+            continue
+        if flt.submitter and flt.submitter.lower() not in row.submitter.lower():
+            continue
+        item = archived_job_item(row)
+        if flt.priority is not None and item.priority != flt.priority:
+            continue
+        if flt.min_age_hours and item.status.age_seconds < flt.min_age_hours * 3600:
+            continue
+        found.append(item)
+    found.sort(key=lambda j: j.jid, reverse=flt.sort == "newest")
+    return found
 
 
 def _job_entries(zk: Any, flt: JobFilter) -> Sequence[tuple[int, str]]:
@@ -366,33 +487,44 @@ def _scan(
 
 
 def jobs_page(*, flt: JobFilter, page: int = 1, per_page: int = PER_PAGE) -> Page:
-    """One page of jobs; only the page's jobs are loaded."""
+    """One page of jobs; only the page's jobs are loaded. A search or a batch filter also
+    finds archived jobs (``ArchivedJob`` items, after the live ones)."""
     zk = zk_client()
     page = max(1, page)
     start = (page - 1) * per_page
     if flt.q:
         found, loading = _search(zk, flt)
+        every: list[Any] = [*found, *_archived_jobs(flt, {_item_id(j) for j in found})]
         return Page(
-            items=found[start : start + per_page],
+            items=every[start : start + per_page],
             number=page,
             per_page=per_page,
-            total=len(found),
-            has_next=start + per_page < len(found),
+            total=len(every),
+            has_next=start + per_page < len(every),
             loading=loading,
+            archived_included=True,
         )
     entries = _job_entries(zk, flt)
     # A collection or submitter filter answered while the index is still being filled counts
     # only the jobs read so far: the page says so.
     loading = zindex.for_client(zk).loading() if (flt.profile or flt.submitter) else ""
     if not flt.scans:
-        jids = [jid for _p, jid in entries[start : start + per_page]]
+        archived: list[ArchivedJob] = []
+        if flt.bid and not flt.stuck:
+            archived = _archived_jobs(flt, {jid for _p, jid in entries})
+        total = len(entries) + len(archived)
+        items: list[Any] = jobs_load(zk, [jid for _p, jid in entries[start : start + per_page]])
+        if start + per_page > len(entries):
+            first = max(0, start - len(entries))
+            items += archived[first : first + per_page - len(items)]
         return Page(
-            items=jobs_load(zk, jids),
+            items=items,
             number=page,
             per_page=per_page,
-            total=len(entries),
-            has_next=start + per_page < len(entries),
+            total=total,
+            has_next=start + per_page < total,
             loading=loading,
+            archived_included=bool(flt.bid and not flt.stuck),
         )
     kept, matches, scanned, limited = _scan(
         zk, flt, entries, lambda n: start <= n < start + per_page
@@ -407,6 +539,10 @@ def jobs_page(*, flt: JobFilter, page: int = 1, per_page: int = PER_PAGE) -> Pag
         scan_limited=limited,
         loading=loading,
     )
+
+
+def _item_id(item: Job | Broken) -> str:
+    return item.id if isinstance(item, Broken) else item.jid
 
 
 def jobs_matching(*, flt: JobFilter) -> tuple[list[str], bool]:
@@ -816,10 +952,59 @@ class BatchFilter:
     q: str = ""  # batch UUID or title fragment
 
 
+def _archived_batches(flt: BatchFilter) -> Any:
+    """The archived batches a batch filter takes, newest first (a query: nothing read yet)."""
+    from django.db.models import Q
+
+    from queues.models import ArchivedBatch as Row
+
+    rows = Row.objects.all()
+    if flt.state:
+        rows = rows.filter(final_state=flt.state)
+    if flt.profile:
+        rows = rows.filter(profile=flt.profile)
+    if flt.submitter:
+        rows = rows.filter(submitter__icontains=flt.submitter)
+    if flt.q:
+        rows = rows.filter(Q(batch_uuid=flt.q) | Q(title__icontains=flt.q))
+    return rows.order_by("-bid")
+
+
+def archived_batch_rows(bids: Sequence[str]) -> list[BatchRow]:
+    """Rows of archived batches for a batch list: each batch's jobs counted per final state
+    (one grouped query) and per the batch index folder each state belongs in."""
+    from django.db.models import Count
+
+    from queues.models import ArchivedBatch as Row
+    from queues.models import ArchivedJob as JobRow
+
+    rows = {r.bid: r for r in Row.objects.filter(bid__in=list(bids))}
+    counted: dict[str, Counter[str]] = defaultdict(Counter)
+    for found in (
+        JobRow.objects.filter(bid__in=list(bids))
+        .values("bid", "final_state")
+        .annotate(n=Count("id"))
+    ):
+        counted[found["bid"]][found["final_state"]] += found["n"]
+    result = []
+    for bid in bids:
+        row = rows.get(bid)
+        if row is None:
+            continue
+        counts = counted[bid]
+        folders: Counter[str] = Counter()
+        for state, n in counts.items():
+            folders[job_batch_folder(state) if JOB.is_state(state) else "?"] += n
+        states = {s: counts[s] for s in (*JOB.states, *sorted(counts)) if counts.get(s)}
+        result.append(BatchRow(archived_batch_item(row), dict(folders), states))
+    return result
+
+
 def batches_page(*, flt: BatchFilter, page: int = 1, per_page: int = PER_PAGE) -> Page:
-    """Batches newest first. Without a filter only the page is loaded; the state filter uses
-    the read index's batch states, the other filters read the submissions of every batch
-    (batches number in thousands, not millions)."""
+    """Batches newest first, the archived ones among them (``ArchivedBatch`` items, by batch
+    ID like the others). Without a filter only the page is loaded; the state filter uses the
+    read index's batch states, the other filters read the submissions of every batch (batches
+    number in thousands, not millions); archived batches are filtered by the database."""
     zk = zk_client()
     idx = zindex.for_client(zk)
     bids = list(reversed(idx.batch_ids()))
@@ -847,12 +1032,25 @@ def batches_page(*, flt: BatchFilter, page: int = 1, per_page: int = PER_PAGE) -
         bids = keep
     page = max(1, page)
     start = (page - 1) * per_page
+    end = start + per_page
+    # Archived batch IDs down to this page (IDs only), merged with the live ones by ID; a batch
+    # in both (being archived right now) is shown live.
+    archived_rows = _archived_batches(flt)
+    live = set(bids)
+    fetched = list(archived_rows.values_list("bid", flat=True)[: end + per_page])
+    archived = [b for b in fetched if b not in live]
+    total = len(bids) + archived_rows.count() - (len(fetched) - len(archived))
+    window = list(islice(heapq.merge(bids, archived, reverse=True), start, end))
+    archived_set = set(archived)
+    live_rows = {r.bid: r for r in batch_rows(zk, [b for b in window if b not in archived_set])}
+    old_rows = {r.bid: r for r in archived_batch_rows([b for b in window if b in archived_set])}
+    items = [row for b in window if (row := live_rows.get(b) or old_rows.get(b)) is not None]
     return Page(
-        items=batch_rows(zk, bids[start : start + per_page]),
+        items=items,
         number=page,
         per_page=per_page,
-        total=len(bids),
-        has_next=start + per_page < len(bids),
+        total=total,
+        has_next=end < total,
     )
 
 

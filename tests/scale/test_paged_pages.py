@@ -29,6 +29,10 @@ ROW = re.compile(r'<tr id="job-row-(jid[0-9]{10})"')
 GROUP = re.compile(r'class="card failed-group"[^>]*data-key="([^"]+)" data-count="([0-9]+)"')
 
 
+# A search or a batch filter also looks in the database for archived jobs.
+pytestmark = pytest.mark.django_db
+
+
 def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
     deadline = time.monotonic() + timeout
     while True:
