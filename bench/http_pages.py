@@ -1,7 +1,7 @@
 """Every page and API view timed over HTTP through daphne: ``python bench/http_pages.py``.
 
 For each queue size (default 1,000 and 100,000 jobs; ``--huge`` adds 1,000,000) it starts a
-ZooKeeper of its own, loads it with the bulk loader (``queues/zk/bulk.py``, the same queue as
+ZooKeeper of its own, loads it with the bulk loader (``bench/loader.py``, the same queue as
 ``bench/pages.py``), restarts ZooKeeper once (so the snapshot it writes at start holds the whole
 tree, and its size can be printed) and starts a real daphne process on loopback serving the
 console (``mrtadmin.asgi``, with its background fill of the read index), logged in over HTTP as
@@ -494,6 +494,10 @@ def main(argv: list[str] | None = None) -> list[str]:
     args = parser.parse_args(argv)
     sizes = sorted(set(args.sizes + ([1_000_000] if args.huge else [])))
     os.environ.setdefault("ZK_LOCAL_HEAP", "3g")
+    if sizes[-1] >= 1_000_000:
+        # A state folder of 600,000 jobs is listed in one answer of about 12 MB: past the
+        # default 4 MiB packet limit of the local server (ZK_JUTE_MAXBUFFER, queues/zkserver.py).
+        os.environ.setdefault("ZK_JUTE_MAXBUFFER", str(64 * 1024**2))
     lines: list[str] = []
     with scratch_folder() as scratch:
         env = {
@@ -505,6 +509,7 @@ def main(argv: list[str] | None = None) -> list[str]:
             "MRT_OWN_STEPS": "",
         }
         env.pop("DATABASE_URL", None)
+        (scratch / "var").mkdir()  # made by manage.py for a console; here by the benchmark
         token = prepare_database(env)
         queues: list[Queue] = []
         consoles: list[Console] = []
@@ -552,6 +557,14 @@ def main(argv: list[str] | None = None) -> list[str]:
                     "its read index filling in the background):"
                 )
                 lines += cold_table(figures, sizes)
+            if len(queues) > 1:
+                small, large = queues[0].size, queues[-1].size
+                per_job = (rss_filled[large] - rss_filled[small]) * 1024**2 / (large - small)
+                lines.append(
+                    f"Web RSS per job once filled: {per_job:.0f} bytes "
+                    f"(({rss_filled[large]:.0f} - {rss_filled[small]:.0f} MiB) / "
+                    f"({large} - {small} jobs))"
+                )
             for console, queue in zip(consoles, queues, strict=True):
                 first, filled = starts[queue.size]
                 lines.append(

@@ -1009,7 +1009,8 @@ def batches_page(*, flt: BatchFilter, page: int = 1, per_page: int = PER_PAGE) -
     idx = zindex.for_client(zk)
     bids = list(reversed(idx.batch_ids()))
     if flt.state:
-        states = idx.batch_states()
+        # While the read index fills after a start: the batches whose state is read so far.
+        states = idx.batch_states_now() if idx.filling else idx.batch_states()
         bids = [b for b in bids if (s := states.get(b)) is not None and s.state == flt.state]
     if flt.profile or flt.submitter or flt.q:
         subs = read_many(zk, [zpaths.batch_node(b, "submission") for b in bids])
@@ -1154,7 +1155,7 @@ def status_reports(*, page: int = 1, per_page: int = 20) -> Page:
     only the page's batches are loaded."""
     zk = zk_client()
     idx = zindex.for_client(zk)
-    bids = idx.reported_batch_ids()
+    bids = idx.reported_batch_ids(wait=not idx.filling)
     page = max(1, page)
     start = (page - 1) * per_page
     rows = [

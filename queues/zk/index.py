@@ -883,8 +883,12 @@ class ReadIndex:
         """``batch_summary`` of the batches read so far, without waiting."""
         return self._summary(self.batch_states_now().values())
 
-    def reported_batch_ids(self) -> list[str]:
-        """Batches with a status report, newest first (from the index: no read per batch)."""
+    def reported_batch_ids(self, *, wait: bool = True) -> list[str]:
+        """Batches with a status report, newest first (from the index: no read per batch).
+        ``wait`` False: while the fill reads the batch states, of those read so far."""
+        if not wait and self.filling:
+            known = self.batch_states_now()
+            return [b for b in reversed(self.batch_ids()) if (s := known.get(b)) and s.has_report]
         states = self.batch_states()
         with self._lock:
             generation = self._batch_generation
