@@ -12,7 +12,7 @@ them locked and none changed for at least ``MRT_RETENTION_DAYS``, is
 2. then removed from ZooKeeper by the existing removers, in the contract's delete order: each
    job in its own transaction (``job_remove``: checked against the status version that was
    archived, refused while locked), then the batch's own nodes and its ``/batch-uuids`` entry in
-   one transaction (``batch_delete``).
+   one transaction (``batch_remove``).
 
 Nothing live moves to the database: only items that are finished, after they are finished. An
 item that changed between the two steps (an operator resumed a job, a consumer locked it) stops
@@ -39,7 +39,7 @@ from django.utils import timezone
 from queues.states import JOB_STEPS, JobState
 from queues.zk import client
 from queues.zk import paths as zpaths
-from queues.zk.batches import batch_delete, batch_ids, batch_job_ids, batch_load, batch_states
+from queues.zk.batches import batch_ids, batch_job_ids, batch_load, batch_remove, batch_states
 from queues.zk.codecs import parse_stamp
 from queues.zk.errors import Conflict, ItemLocked, MalformedNode, NotFound, is_connection_error
 from queues.zk.jobs import job_remove, jobs_load
@@ -422,7 +422,7 @@ def remove_archived(zk: Any, batch: Batch, jobs: list[Job]) -> tuple[bool, int, 
         for job in jobs:
             job_remove(zk, job)
             removed += 1
-        batch_delete(zk, batch)
+        batch_remove(zk, batch)
     except (Conflict, ItemLocked, NotFound) as exc:
         if removed == len(jobs) and not zk.exists(zpaths.batch(batch.bid)):
             return True, removed, "removed meanwhile by another archiver"

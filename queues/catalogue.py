@@ -122,7 +122,7 @@ ACTIONS: tuple[Action, ...] = (
     Action("job", REMOVE, ADMIN, _job(services.job_remove_deleted), destructive=True),
     Action("batch", "release", OPERATOR, _batch(services.batch_release)),
     Action("batch", "update-reporting", OPERATOR, _batch(services.batch_update_reporting)),
-    Action("batch", "delete", ADMIN, _batch(services.batch_remove), destructive=True),
+    Action("batch", "delete", ADMIN, _batch(services.batch_delete), destructive=True),
     Action("batch", REMOVE, ADMIN, _batch(services.batch_remove_deleted), destructive=True),
     Action("batch", "submit", OPERATOR, _submit),
     Action(
@@ -136,7 +136,7 @@ ACTIONS: tuple[Action, ...] = (
             expect_version=c.version,
         ),
     ),
-    Action("access", "delete", ADMIN, _access(services.access_remove), destructive=True),
+    Action("access", "delete", ADMIN, _access(services.access_delete), destructive=True),
     Action("access", REMOVE, ADMIN, _access(services.access_remove_deleted), destructive=True),
     Action(
         "queue",

@@ -10,7 +10,7 @@ has moved since, the action is refused instead of undoing a newer change.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,19 +26,19 @@ from queues.steps.submission import filename_from_url
 from queues.zk import client
 from queues.zk import paths as zpaths
 from queues.zk.access import (
-    access_delete,
     access_ids,
     access_load,
+    access_remove,
     access_transition,
     accesses_load,
 )
 from queues.zk.batches import (
     batch_create,
-    batch_delete,
     batch_ids,
     batch_is_complete,
     batch_job_ids,
     batch_load,
+    batch_remove,
     batch_states,
     batch_transition,
 )
@@ -219,16 +219,6 @@ def job_remove_deleted(*, jid: str, expect_version: int | None = None) -> Outcom
     return Outcome("job", jid, job.state, REMOVED, f"batch {job.bid}")
 
 
-JOB_ACTIONS: dict[str, Callable[..., Outcome]] = {
-    "hold": job_hold,
-    "release": job_release,
-    "resume": job_resume,
-    "fail": job_fail,
-    "delete": job_delete,
-    states.REMOVE: job_remove_deleted,
-}
-
-
 # Batches ------------------------------------------------------------------------------------
 
 
@@ -299,11 +289,11 @@ def batch_update_reporting(*, bid: str, expect_version: int | None = None) -> Ou
     return Outcome("batch", bid, batch.state, BatchState.UPDATE_REPORTING)
 
 
-def batch_remove(*, bid: str, expect_version: int | None = None) -> Outcome:
+def batch_delete(*, bid: str, expect_version: int | None = None) -> Outcome:
     """Delete a Held, Failed or Completed batch with every job it lists; a batch already
     marked Deleted is removed the same way."""
     zk, batch = _batch(bid, expect_version)
-    deleted = batch_delete(zk, batch)
+    deleted = batch_remove(zk, batch)
     after = REMOVED if batch.state == BatchState.DELETED else BatchState.DELETED
     return Outcome("batch", bid, batch.state, after, f"{len(deleted)} jobs deleted")
 
@@ -312,7 +302,7 @@ def batch_remove_deleted(*, bid: str, expect_version: int | None = None) -> Outc
     """The remove action: a batch marked Deleted goes, with every job it lists."""
     zk, batch = _batch(bid, expect_version)
     states.BATCH.check_remove(batch.state)
-    deleted = batch_delete(zk, batch)
+    deleted = batch_remove(zk, batch)
     return Outcome("batch", bid, batch.state, REMOVED, f"{len(deleted)} jobs deleted")
 
 
@@ -347,7 +337,7 @@ def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome
                 yield Outcome("batch", bid, state, state, detail)
                 continue
         try:
-            deleted = batch_delete(zk, batch)
+            deleted = batch_remove(zk, batch)
         except (Conflict, ItemLocked) as exc:
             yield Outcome("batch", bid, state, state, f"left alone: {exc}")
             continue
@@ -386,7 +376,7 @@ def deleted_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome
             ):
                 continue
             try:
-                access_delete(zk, item)
+                access_remove(zk, item)
             except (Conflict, ItemLocked, NotFound) as exc:
                 yield Outcome(
                     "access",
@@ -397,14 +387,6 @@ def deleted_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome
                 )
                 continue
             yield Outcome("access", item.qid, AccessState.DELETED, REMOVED, f"{queue} queue")
-
-
-BATCH_ACTIONS: dict[str, Callable[..., Outcome]] = {
-    "release": batch_release,
-    "update-reporting": batch_update_reporting,
-    "delete": batch_remove,
-    states.REMOVE: batch_remove_deleted,
-}
 
 
 def _batch_check(bid: str) -> None:
@@ -451,10 +433,10 @@ def access_resume(
     return Outcome("access", qid, item.state, to)
 
 
-def access_remove(*, queue: str, qid: str, expect_version: int | None = None) -> Outcome:
+def access_delete(*, queue: str, qid: str, expect_version: int | None = None) -> Outcome:
     """Delete a Failed or Completed request; one already marked Deleted is removed."""
     zk, item = _access(queue, qid, expect_version)
-    access_delete(zk, item)
+    access_remove(zk, item)
     return Outcome(
         "access",
         qid,
@@ -467,7 +449,7 @@ def access_remove_deleted(*, queue: str, qid: str, expect_version: int | None = 
     """The remove action: a request marked Deleted (by Merritt's library) goes."""
     zk, item = _access(queue, qid, expect_version)
     states.ACCESS.check_remove(item.state)
-    access_delete(zk, item)
+    access_remove(zk, item)
     return Outcome("access", qid, item.state, REMOVED)
 
 
@@ -530,17 +512,15 @@ def collection_release_held(*, profile: str) -> list[Outcome]:
 
 
 __all__ = [
-    "BATCH_ACTIONS",
-    "JOB_ACTIONS",
     "REMOVED",
     "SUBMISSION_TYPES",
     "Outcome",
-    "access_remove",
+    "access_delete",
     "access_remove_deleted",
     "access_resume",
     "batch_complete_if_done",
+    "batch_delete",
     "batch_release",
-    "batch_remove",
     "batch_remove_deleted",
     "batch_submit",
     "batch_update_reporting",

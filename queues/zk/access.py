@@ -102,7 +102,7 @@ def access_transition(
     zk: KazooClient, item: AccessRequest, new_state: str, *, message: str = "", admin: bool = False
 ) -> AccessRequest:
     if new_state == AccessState.DELETED:
-        raise ValueError("use access_delete to delete an access request")
+        raise ValueError("use access_remove to delete an access request")
     ACCESS.check(item.state, new_state, admin=admin)
     raw = simple_status(new_state, message, item.status.raw)
     txn = zk.transaction()
@@ -129,7 +129,7 @@ def access_set_token(zk: KazooClient, item: AccessRequest, token: dict[str, Any]
     return replace(item, token=token)
 
 
-def access_delete(zk: KazooClient, item: AccessRequest) -> None:
+def access_remove(zk: KazooClient, item: AccessRequest) -> None:
     """Remove a Failed, Completed or (as Merritt's library leaves it) Deleted request."""
     ACCESS.check_delete(item.state)
     base = paths.access(item.queue, item.qid)

@@ -209,7 +209,7 @@ def batch_transition(
     status version.
     """
     if new_state == BatchState.DELETED:
-        raise ValueError("use batch_delete to delete a batch")
+        raise ValueError("use batch_remove to delete a batch")
     BATCH.check(batch.state, new_state, admin=admin)
     raw = simple_status(new_state, message, batch.status.raw)
     path = paths.batch_node(batch.bid, "status")
@@ -322,7 +322,7 @@ def batch_unlock(zk: KazooClient, batch: Batch) -> None:
     lock_release(zk, paths.batch_node(batch.bid, "lock"))
 
 
-def batch_delete(zk: KazooClient, batch: Batch, *, check_state: bool = True) -> list[str]:
+def batch_remove(zk: KazooClient, batch: Batch, *, check_state: bool = True) -> list[str]:
     """Delete a batch and every job it lists; returns the deleted job IDs.
 
     Jobs go first, each in its own transaction (a batch may hold thousands, more than one

@@ -100,7 +100,7 @@ def test_operator_deletes_a_finished_access_request(zk: KazooClient, outcome: st
     item = access.access_create(zk, queue="small", token=TOKEN)
     item = access.access_transition(zk, item, "Processing")
     access.access_transition(zk, item, outcome)
-    result = services.access_remove(queue="small", qid=item.qid)
+    result = services.access_delete(queue="small", qid=item.qid)
     assert result.after == "Deleted"
     assert zk.exists(f"/access/small/{item.qid}") is None
 
@@ -109,7 +109,7 @@ def test_running_access_request_cannot_be_deleted(zk: KazooClient) -> None:
     item = access.access_create(zk, queue="small", token=TOKEN)
     item = access.access_transition(zk, item, "Processing")
     with pytest.raises(InvalidTransition):
-        services.access_remove(queue="small", qid=item.qid)
+        services.access_delete(queue="small", qid=item.qid)
     assert zk.exists(f"/access/small/{item.qid}/status") is not None
 
 
@@ -119,7 +119,7 @@ def test_locked_access_request_cannot_be_deleted(zk: KazooClient, other_zk: Kazo
     access.access_transition(zk, item, "Completed")
     other_zk.create(f"/access/small/{item.qid}/lock", b"", ephemeral=True)
     with pytest.raises(ItemLocked):
-        services.access_remove(queue="small", qid=item.qid)
+        services.access_delete(queue="small", qid=item.qid)
     assert zk.exists(f"/access/small/{item.qid}/token") is not None
 
 

@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 from kazoo.client import KazooClient
 
-from queues import services
+from queues import catalogue, services
+from queues.catalogue import Call
 from queues.zk import (
     Conflict,
     InvalidID,
@@ -151,7 +152,7 @@ def test_action_on_a_page_rendered_from_an_old_version_is_refused(
     jobs.job_transition(zk, job, "Failed")
     before = job_tree(zk, batch.bid)
     with pytest.raises(Conflict, match="reload"):
-        services.JOB_ACTIONS[action](jid=job.jid, expect_version=version)
+        catalogue.find("job", action).run(Call(job.jid, version))
     assert job_tree(zk, batch.bid) == before
 
 
@@ -165,7 +166,7 @@ def test_action_with_the_current_version_goes_ahead(zk: KazooClient, job: Job) -
 @pytest.mark.parametrize("action", ["hold", "release", "resume", "delete"])
 def test_malformed_job_id_is_refused(zk: KazooClient, bad: str, action: str) -> None:
     with pytest.raises(InvalidID):
-        services.JOB_ACTIONS[action](jid=bad)
+        catalogue.find("job", action).run(Call(bad))
 
 
 def test_unknown_job_is_not_found(zk: KazooClient) -> None:
@@ -219,7 +220,7 @@ def test_batch_delete_removes_the_batch_its_jobs_and_its_uuid(
     for state in ("Processing", "Reporting", "Failed"):
         batch = batches.batch_transition(zk, batch, state)
     batches.batch_write_report(zk, batch, failed=[failed.jid], successful=[done.jid])
-    outcome = services.batch_remove(bid=batch.bid)
+    outcome = services.batch_delete(bid=batch.bid)
     assert outcome.detail == "2 jobs deleted"
     assert zk.exists(f"/batches/{batch.bid}") is None
     assert zk.exists(f"/batch-uuids/{batch.uuid}") is None
@@ -232,7 +233,7 @@ def test_batch_delete_removes_the_batch_its_jobs_and_its_uuid(
 
 def test_held_batch_without_jobs_can_be_deleted(zk: KazooClient, batch: Batch) -> None:
     batches.batch_transition(zk, batch, "Held")
-    services.batch_remove(bid=batch.bid)
+    services.batch_delete(bid=batch.bid)
     assert batches.batch_ids(zk) == []
     assert zk.get_children("/batch-uuids") == []
 
@@ -244,7 +245,7 @@ def test_running_batch_cannot_be_deleted(zk: KazooClient, batch: Batch, state: s
     ):
         batch = batches.batch_transition(zk, batch, target)
     with pytest.raises(InvalidTransition):
-        services.batch_remove(bid=batch.bid)
+        services.batch_delete(bid=batch.bid)
     assert zk.exists(f"/batches/{batch.bid}/status") is not None
 
 
@@ -254,7 +255,7 @@ def test_locked_batch_cannot_be_deleted(
     batches.batch_transition(zk, batch, "Held")
     other_zk.create(f"/batches/{batch.bid}/lock", b"", ephemeral=True)
     with pytest.raises(ItemLocked):
-        services.batch_remove(bid=batch.bid)
+        services.batch_delete(bid=batch.bid)
     assert zk.exists(f"/batches/{batch.bid}/status") is not None
 
 
@@ -285,14 +286,14 @@ def test_batch_action_on_an_old_version_is_refused(
     version = batch.status.version
     batches.batch_transition(zk, batch, "Held")
     with pytest.raises(Conflict):
-        services.BATCH_ACTIONS[action](bid=batch.bid, expect_version=version)
+        catalogue.find("batch", action).run(Call(batch.bid, version))
     assert_batch_status(zk, batch.bid, status="Held")
 
 
 @pytest.mark.parametrize("action", ["release", "update-reporting", "delete"])
 def test_malformed_batch_id_is_refused(zk: KazooClient, action: str) -> None:
     with pytest.raises(InvalidID):
-        services.BATCH_ACTIONS[action](bid="bid12")
+        catalogue.find("batch", action).run(Call("bid12"))
 
 
 # Collections --------------------------------------------------------------------------------

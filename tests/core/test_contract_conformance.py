@@ -109,7 +109,7 @@ def test_batch_delete_removes_the_uuid_entry_whatever_its_format(zk: KazooClient
     batch_id = f"bid-{uuid.uuid4()}"
     batch = batches.batch_create(zk, submission=submission(batchID=batch_id))
     batch = batches.batch_transition(zk, batch, "Held")
-    services.batch_remove(bid=batch.bid)
+    services.batch_delete(bid=batch.bid)
     assert zk.exists(f"/batch-uuids/{batch_id}") is None
 
 
@@ -118,7 +118,7 @@ def test_batch_delete_leaves_a_uuid_entry_that_names_another_batch(zk: KazooClie
     zk.delete("/batch-uuids/shared-name")
     second = batches.batch_create(zk, submission=submission(batchID="shared-name"))
     batches.batch_transition(zk, first, "Held")
-    services.batch_remove(bid=first.bid)
+    services.batch_delete(bid=first.bid)
     assert raw(zk, "/batch-uuids/shared-name") == second.bid.encode()
 
 
@@ -296,7 +296,7 @@ def test_a_job_the_library_marked_deleted_loads_shows_and_is_removed(
     assert check.run_check(zk).ok
     with pytest.raises(InvalidTransition, match="only an item in Deleted can be removed"):
         services.job_remove_deleted(jid=make_job().jid)
-    outcome = services.JOB_ACTIONS[REMOVE](jid=job.jid, expect_version=loaded.status.version)
+    outcome = services.job_remove_deleted(jid=job.jid, expect_version=loaded.status.version)
     assert (outcome.before, outcome.after) == ("Deleted", services.REMOVED)
     assert zk.exists(f"/jobs/{job.jid}") is None
     assert zk.get_children("/jobs/states/deleted") == []

@@ -118,7 +118,7 @@ def test_garbage_status_in_a_batch_makes_a_broken_batch(zk: KazooClient, data: b
     for action in (
         lambda: services.batch_release(bid=batch.bid),
         lambda: services.batch_update_reporting(bid=batch.bid),
-        lambda: services.batch_remove(bid=batch.bid),
+        lambda: services.batch_delete(bid=batch.bid),
     ):
         with pytest.raises(DomainError):
             action()
@@ -154,7 +154,7 @@ def test_garbage_in_an_access_request_makes_it_broken(
     assert isinstance(item, Broken)
     before = _snapshot(zk)
     with pytest.raises(DomainError):
-        services.access_remove(queue="small", qid=request.qid)
+        services.access_delete(queue="small", qid=request.qid)
     assert _snapshot(zk) == before
 
 
@@ -198,7 +198,7 @@ def test_a_garbage_id_never_reaches_zookeeper(zk: KazooClient) -> None:
         with pytest.raises(DomainError):
             services.job_resume(jid=bad)
         with pytest.raises(DomainError):
-            services.batch_remove(bid=bad)
+            services.batch_delete(bid=bad)
     with pytest.raises(DomainError):
-        services.access_remove(queue="../small", qid="qid0000000001")
+        services.access_delete(queue="../small", qid="qid0000000001")
     assert _snapshot(zk) == before

@@ -2,51 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import CommandError
 
-from queues import archive, services
+from queues import archive, catalogue, services
 from queues.states import AccessState, BatchState
-from queues.zk import paths
 from queues.zk.errors import DomainError
 
 from ._base import QueueCommand
 
+# The catalogue's kinds an action name applies to on the command line, and the item names each
+# kind takes. Every move goes through its catalogue record, as from the console and the API.
+ITEM_ACTIONS: dict[str, tuple[str, ...]] = {
+    name: tuple(k for k in ("job", "batch", "access") if catalogue.find(k, name))
+    for name in ("hold", "release", "resume", "fail", "delete", "remove", "update-reporting")
+}
 
-def _job(action: str) -> Callable[[str, dict], list[services.Outcome]]:
-    def run(item: str, opts: dict) -> list[services.Outcome]:
-        func = services.JOB_ACTIONS[action]
-        if action == "fail":
-            return [func(jid=item, message=opts["message"] or "failed by an operator")]
-        return [func(jid=item)]
-
-    return run
-
-
-def _batch(action: str) -> Callable[[str, dict], list[services.Outcome]]:
-    def run(item: str, opts: dict) -> list[services.Outcome]:
-        return [services.BATCH_ACTIONS[action](bid=item)]
-
-    return run
-
-
-def _access(action: str) -> Callable[[str, dict], list[services.Outcome]]:
-    def run(item: str, opts: dict) -> list[services.Outcome]:
-        queue, _, qid = item.partition("/")
-        if not qid:
-            raise CommandError(f"access requests are named QUEUE/QID (small/qid...), got {item!r}")
-        if action == "resume":
-            return [
-                services.access_resume(queue=queue, qid=qid, to=opts["to"] or AccessState.PENDING)
-            ]
-        if action == "remove":
-            return [services.access_remove_deleted(queue=queue, qid=qid)]
-        return [services.access_remove(queue=queue, qid=qid)]
-
-    return run
+# Holds: command name -> (kind, action) in the catalogue.
+HOLD_ACTIONS: dict[str, tuple[str, str]] = {
+    "hold-queue": ("queue", "hold"),
+    "release-queue": ("queue", "release"),
+    "hold-collection": ("collection", "hold"),
+    "release-collection": ("collection", "release"),
+}
 
 
 def _kind_of(item: str) -> str:
@@ -56,26 +36,8 @@ def _kind_of(item: str) -> str:
     return "access" if "/" in item else "unknown"
 
 
-ACTIONS: dict[str, dict[str, Callable[[str, dict], list[services.Outcome]]]] = {
-    "hold": {"job": _job("hold")},
-    "release": {"job": _job("release"), "batch": _batch("release")},
-    "resume": {"job": _job("resume"), "access": _access("resume")},
-    "fail": {"job": _job("fail")},
-    "delete": {"job": _job("delete"), "batch": _batch("delete"), "access": _access("delete")},
-    # Items marked Deleted (by Merritt's library): their nodes go. "delete" does the same.
-    "remove": {"job": _job("remove"), "batch": _batch("remove"), "access": _access("remove")},
-    "update-reporting": {"batch": _batch("update-reporting")},
-}
-
-HOLD_ACTIONS = {
-    "hold-queue": lambda name, o: [services.queue_hold(name=name)],
-    "release-queue": lambda name, o: [services.queue_release(name=name)],
-    "hold-collection": lambda name, o: [services.collection_hold(profile=name)],
-    "release-collection": lambda name, o: services.collection_release(
-        profile=name, release_jobs=o["release_held"]
-    ),
-    "release-held": lambda name, o: services.collection_release_held(profile=name),
-}
+def _outcomes(result: Any) -> list[services.Outcome]:
+    return list(result) if isinstance(result, list) else [result]
 
 
 class Command(QueueCommand):
@@ -89,7 +51,9 @@ class Command(QueueCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
-            "action", choices=[*ACTIONS, *HOLD_ACTIONS, "cleanup", "archive"], help="what to do"
+            "action",
+            choices=[*ITEM_ACTIONS, *HOLD_ACTIONS, "release-held", "cleanup", "archive"],
+            help="what to do",
         )
         parser.add_argument("ids", nargs="*", help="job, batch or access IDs; queue or profile")
         parser.add_argument("--message", default="", help="reason, for fail")
@@ -168,15 +132,20 @@ class Command(QueueCommand):
         )
 
     def _run(self, action: str, item: str, opts: dict) -> list[services.Outcome]:
+        if action == "release-held":
+            return services.collection_release_held(profile=item)
+        params: dict[str, Any] = {}
         if action in HOLD_ACTIONS:
-            return HOLD_ACTIONS[action](item, opts)
-        kind = _kind_of(item)
-        if kind == "job":
-            paths.jid(item)
-        elif kind == "batch":
-            paths.bid(item)
-        handlers = ACTIONS[action]
-        if kind not in handlers:
-            valid = ", ".join(sorted(handlers))
-            raise CommandError(f"{action} applies to: {valid}; {item!r} is not one of those")
-        return handlers[kind](item, opts)
+            kind, name = HOLD_ACTIONS[action]
+            params["release_jobs"] = opts["release_held"]
+        else:
+            kind, name = _kind_of(item), action
+            if kind not in ITEM_ACTIONS[action]:
+                valid = ", ".join(ITEM_ACTIONS[action])
+                raise CommandError(f"{action} applies to: {valid}; {item!r} is not one of those")
+            if kind == "access":
+                params["queue"], _, item = item.partition("/")
+                params["to"] = opts["to"] or AccessState.PENDING
+        record = catalogue.find(kind, name)
+        assert record is not None  # ITEM_ACTIONS and HOLD_ACTIONS name only catalogued actions
+        return _outcomes(record.run(catalogue.Call(item, reason=opts["message"], params=params)))
