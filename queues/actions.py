@@ -18,7 +18,7 @@ from queues.audit import record
 from queues.auth import require_action
 from queues.models import bulk_summary, short_reason
 from queues.selectors import zk_client
-from queues.states import DomainError
+from queues.zk.errors import DomainError
 
 
 class ReasonRequired(DomainError):
