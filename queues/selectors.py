@@ -816,14 +816,17 @@ def failed_jobs(
     )
 
     wanted: dict[str, list[str]] = {}
+    steps: dict[str, str] = {}  # of the jobs whose rows may be shown
     row_page = max(1, row_page)
     if len(matches) <= FAILED_ROWS_PER_PAGE:
         row_page = 1
         for m in matches:
             wanted.setdefault(_failed_key(m, group), []).append(m[0])
+            steps[m[0]] = m[3]
     elif open_group in counts:
-        wanted[open_group] = [m[0] for m in matches if _failed_key(m, group) == open_group]
-    steps = {m[0]: m[3] for m in matches}
+        members = [m for m in matches if _failed_key(m, group) == open_group]
+        wanted[open_group] = [m[0] for m in members]
+        steps = {m[0]: m[3] for m in members}
     rows: dict[str, Page] = {}
     row_first = (row_page - 1) * FAILED_ROWS_PER_PAGE
     page_jids = {

@@ -81,6 +81,8 @@ from .errors import MalformedNode
 from .nodes import read_many
 
 MAX_FACTS = 5_000_000
+# The threads that fill an index (``start_fill``'s, and ``queues.warmup``'s at a web start).
+FILL_THREADS = frozenset({"fill-read-index", "warm-read-index"})
 # How long a read waits for kazoo's callback thread before using what it has.
 SETTLE_SECONDS = 2.0
 MAX_FILTERS_PER_LISTING = 32
@@ -90,6 +92,7 @@ MAX_FILTERS_PER_LISTING = 32
 READ_CHUNK = 2000
 FILL_CHUNK = 500
 FILL_PAUSE = 0.004
+FILL_SWITCH_INTERVAL = 0.0005  # seconds (sys.setswitchinterval) while the fill runs
 # States a job can be in after Processing minted its ARK.
 ARK_STATES = frozenset(
     {
@@ -246,9 +249,25 @@ class Entries(Sequence[tuple[int, str]]):
 EMPTY = Entries(array("q"))
 
 
-def _contains(sorted_age_keys: array[int], number: int) -> bool:
-    i = bisect_left(sorted_age_keys, number << PRIO_BITS)
-    return i < len(sorted_age_keys) and sorted_age_keys[i] >> PRIO_BITS == number
+def _blocks(run_keys: array[int]) -> list[tuple[int, int]]:
+    """Where each priority's run of a run-ordered array starts: (priority, index), found by
+    bisection (a folder holds few distinct priorities, each a run sorted by job number)."""
+    found = []
+    i = 0
+    while i < len(run_keys):
+        priority = run_keys[i] >> NUM_BITS
+        found.append((priority, i))
+        i = bisect_left(run_keys, (priority + 1) << NUM_BITS, i)
+    return found
+
+
+def _has(run_keys: array[int], blocks: list[tuple[int, int]], number: int) -> bool:
+    for priority, start in blocks:
+        key = priority << NUM_BITS | number
+        i = bisect_left(run_keys, key, start)
+        if i < len(run_keys) and run_keys[i] == key:
+            return True
+    return False
 
 
 class _PackedTable:
@@ -382,8 +401,8 @@ class _RawChildren(GetChildren):  # type: ignore[misc]
 def _parse_entries(raw: bytes) -> array[int]:
     """A state folder's answer as sorted run keys (names that are not index entries are left
     out, as ``paths.INDEX_ENTRY_RE`` leaves them out)."""
-    found = _RAW_ENTRY.findall(raw)
-    return array("q", sorted([int(p) << NUM_BITS | int(n) for p, n in found]))
+    keys = array("q", (int(m[1]) << NUM_BITS | int(m[2]) for m in _RAW_ENTRY.finditer(raw)))
+    return array("q", sorted(keys))
 
 
 def _give_back_memory() -> None:
@@ -503,6 +522,7 @@ class ReadIndex:
         self._search_complete = False
         self._filler: threading.Thread | None = None
         self._fill_stage = ""  # what the background fill is reading now ("" when idle)
+        self._filled = False  # a fill has run to its end
         zk.add_listener(self._on_session)
 
     def close(self) -> None:
@@ -665,23 +685,34 @@ class ReadIndex:
     def job_states_of(self, jids: Iterable[str]) -> dict[str, str]:
         """The state folder each of ``jids`` is listed in (jobs in none are left out).
 
-        Each folder's entries sorted by job number are derived once per listing change, so a
-        page of batches costs binary searches in memory, not a read of every job's status.
+        A folder's entries are sorted by priority, then job number: a job is looked for by
+        bisection in each priority's run, so a page of batches costs binary searches in
+        memory, not a read of every job's status.
         """
-        listings = [(s, self._listing(paths.job_state_folder(s))) for s in JOB.states]
-        by_age = [(s, self._by_age(listing).keys) for s, listing in listings]
-        by_age.sort(key=lambda item: -len(item[1]))  # the largest folder is the likeliest
+        folders = []
+        for state in JOB.states:
+            listing = self._listing(paths.job_state_folder(state))
+            keys = (listing.entries or EMPTY).keys
+            folders.append((state, keys, self._priority_blocks(listing)))
+        folders.sort(key=lambda item: -len(item[1]))  # the largest folder is the likeliest
         found = {}
         for jid in jids:
             match = _JID.fullmatch(jid)
             if not match:
                 continue  # index entries only ever name contract IDs
             number = int(match.group(1))
-            for state, keys in by_age:
-                if _contains(keys, number):
+            for state, keys, blocks in folders:
+                if _has(keys, blocks, number):
                     found[jid] = state
                     break
         return found
+
+    @staticmethod
+    def _priority_blocks(listing: _Listing) -> list[tuple[int, int]]:
+        found = listing.derived.get("blocks")
+        if found is None:
+            found = listing.derived["blocks"] = _blocks((listing.entries or EMPTY).keys)
+        return cast("list[tuple[int, int]]", found)
 
     def job_id_set(self, state: str) -> frozenset[str]:
         """The job IDs listed in a state folder (made on each call: for tests and tools)."""
@@ -713,9 +744,10 @@ class ReadIndex:
         }
         # At start: answered from the facts read so far (the page says the rest is loading)
         # rather than reading them all for this page too; not kept.
+        # Read without the lock (a long loop at a large queue must not hold up the watches):
+        # the tables are only ever added to or replaced whole, so a read sees a whole table.
         get = self._facts.get
-        with self._lock:
-            found = entries.where(lambda _p, n: get(n) in ok)
+        found = entries.where(lambda _p, n: get(n) in ok)
         if self.filling:
             return found
         filters = [k for k in listing.derived if isinstance(k, tuple)]
@@ -773,15 +805,17 @@ class ReadIndex:
         listing = self._ready_listing(paths.job_state_folder(state))
         return self._oldest(listing) if listing is not None else None
 
-    @staticmethod
-    def _oldest(listing: _Listing) -> str | None:
+    @classmethod
+    def _oldest(cls, listing: _Listing) -> str | None:
         found = listing.derived.get("oldest-name")
         if found is None:
             keys = (listing.entries or EMPTY).keys
-            if not keys:
+            # Each priority's run starts with its lowest job number.
+            firsts = [keys[start] for _p, start in cls._priority_blocks(listing)]
+            if not firsts:
                 found = ""
             else:
-                low = min(keys, key=lambda k: k & NUM_MASK)
+                low = min(firsts, key=lambda k: k & NUM_MASK)
                 found = f"{low >> NUM_BITS:02d}-{_jid_of(low & NUM_MASK)}"
             listing.derived["oldest-name"] = found
         return cast("str", found) or None
@@ -949,12 +983,11 @@ class ReadIndex:
 
     def _profile_counts(self, entries: Entries) -> dict[str, int]:
         by_pair: dict[int | None, int] = {}
-        get = self._facts.get
-        with self._lock:
-            for number in entries.numbers():
-                value = get(number)
-                pair = None if value is None else value >> 1
-                by_pair[pair] = by_pair.get(pair, 0) + 1
+        get = self._facts.get  # without the lock, as in ``job_entries_matching``
+        for number in entries.numbers():
+            value = get(number)
+            pair = None if value is None else value >> 1
+            by_pair[pair] = by_pair.get(pair, 0) + 1
         counts: dict[str, int] = {}
         for pair, n in by_pair.items():
             profile = "" if pair is None else self._pairs[pair].profile
@@ -1223,6 +1256,14 @@ class ReadIndex:
     @property
     def filling(self) -> bool:
         filler = self._filler
+        if filler is None and not self._filled:
+            # A fill thread started for this process (``queues.warmup``) that has not reached
+            # ``fill`` yet (it connects first): pages asked meanwhile must not read everything
+            # themselves, as they would if the fill were not coming.
+            filler = next(
+                (t for t in threading.enumerate() if t.name in FILL_THREADS and t.is_alive()),
+                None,
+            )
         return filler is not None and filler.is_alive() and filler is not threading.current_thread()
 
     def fill(self, first: Callable[[], Any] | None = None) -> None:
@@ -1234,6 +1275,12 @@ class ReadIndex:
         """
         with self._lock:
             self._filler = threading.current_thread()
+        # The fill is CPU-bound (parsing thousands of nodes a second) and pages are not (each
+        # waits on ZooKeeper's answers, then needs the interpreter back). With the usual 5 ms
+        # switch interval a page waits up to that long after every answer; while the fill
+        # runs, the interpreter switches threads ten times as often.
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch, FILL_SWITCH_INTERVAL))
         try:
             self._fill_stage = "job counts and batch states"
             for state in JOB.states:  # the listings first: every job list can answer
@@ -1256,7 +1303,9 @@ class ReadIndex:
             step(0)
             with self._sync_lock:
                 self.sync_jobs(progress=step, chunk=FILL_CHUNK)
+            self._filled = True
         finally:
+            sys.setswitchinterval(switch)
             self._fill_stage = ""
             with self._lock:
                 self._filler = None

@@ -162,3 +162,16 @@ def test_per_job_memory_of_the_tables_is_small() -> None:
         tracemalloc.stop()
     assert listing.entries is not None and len(listing.entries) == jobs
     assert per_job < 60, per_job
+
+
+def test_a_job_is_found_in_each_priority_run_and_the_oldest_is_the_lowest_number() -> None:
+    pairs = [(9, 40), (1, 7), (1, 3), (5, 2), (5, 11), (9, 1)]
+    run = array("q", sorted(p << index.NUM_BITS | n for p, n in pairs))
+    listing = index._Listing([], Entries(run))
+    blocks = ReadIndex._priority_blocks(listing)
+    assert [p for p, _i in blocks] == [1, 5, 9]
+    for _p, n in pairs:
+        assert index._has(run, blocks, n)
+    assert not any(index._has(run, blocks, n) for n in (0, 4, 39, 41, 2**34 - 1))
+    assert ReadIndex._oldest(listing) == "09-jid0000000001"
+    assert ReadIndex._oldest(index._Listing([], Entries(array("q")))) is None
