@@ -1230,19 +1230,21 @@ class ReadIndex:
             else:
                 old = set(before)
                 new = [k & NUM_MASK for k in keys if k not in old]
-            config: list[str] = []
-            ids: list[str] = []
-            with self._lock:
-                for n in new:
-                    value = get(n)
-                    if value is None:
-                        config.append(_jid_of(n))
-                    elif value & NO_ARK and state in ARK_STATES:
-                        ids.append(_jid_of(n))
+            # Numbers, not IDs, until a chunk is read (600,000 ID strings would be 40 MB).
+            config = array("q")
+            ids = array("q")
+            ark_state = state in ARK_STATES
+            for n in new:  # without the lock, as in ``job_entries_matching``
+                value = get(n)
+                if value is None:
+                    config.append(n)
+                elif value & NO_ARK and ark_state:
+                    ids.append(n)
             for start in range(0, max(len(config), len(ids)), chunk):
-                self._read_jobs(config[start : start + chunk], ids[start : start + chunk])
+                part = [_jid_of(n) for n in config[start : start + chunk]]
+                self._read_jobs(part, [_jid_of(n) for n in ids[start : start + chunk]])
                 if progress is not None:
-                    progress(len(config[start : start + chunk]))
+                    progress(len(part))
                     time.sleep(FILL_PAUSE)  # let page requests in between the fill's steps
             with self._lock:
                 self._synced[state] = keys
