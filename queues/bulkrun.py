@@ -182,7 +182,9 @@ def _save(run: BulkRun, *, final: bool = False) -> bool:
     now = timezone.now()
     rows = BulkRun.objects.filter(pk=run.pk, heartbeat=run.heartbeat)
     if not final:
-        rows = rows.filter(stop_requested=False)
+        # A stop asked for, or one made outright while the run looked interrupted (its item in
+        # hand took longer than STALE_AFTER): either way this daemon goes no further.
+        rows = rows.filter(stop_requested=False, state=BulkRun.RUNNING)
     owned = rows.update(
         position=run.position,
         done=run.done,
