@@ -1,23 +1,35 @@
-"""The consumer daemons' throughput next to the server's raw rate: ``python bench/daemons.py``.
+"""Consumer daemons against the pipelined raw rate: ``python bench/daemons.py``.
 
 Loads ``--jobs`` jobs in Estimating, then runs ``--processes`` daemon processes. Each hosts one
-daemon per job step (Estimating ... Notify) running the project's own loop
-(``queues.daemons.base.Daemon.run``: claim the first job in priority order under its ephemeral
-lock, run the step, one transition, unlock, check the batch; when idle, wait on the folder's
-watch) with a step that does no work, so what is measured is the loop and ZooKeeper, not
-downloads. Every job makes 7 transitions on its way to Completed. In the same run and on the
-same server, ``bench/zk_rate.py`` measures the raw rate of the transition's five-operation multi
-with the same number of client processes, and the rate of lock + move, the contract's least."""
+daemon per job step (Estimating ... Notify) running the project's own batched loop
+(``queues.daemons.pipeline``: the queue-hold read, one lock multi and one multiRead for up to
+``--batch`` jobs in one round trip, the step, one move multi for all of them, locks kept from
+one step to the next inside the process, the batch's completion checked at the end) with a step
+that does no work, so what is measured is the loop and ZooKeeper, not downloads. Every job
+makes 7 transitions on its way to Completed.
+
+In the same run and on the same server, a raw probe with the SAME concurrency: the same number
+of client processes, each keeping as many single-job transitions in flight (pipelined with
+kazoo's async API) as its daemons keep jobs in hand (7 loops x ``--batch``). A raw transition
+is the five-operation multi of ``job_transition`` (status JSON of the contract's size, index
+entry and batch entry moved); the raw probe claims nothing, reads nothing and checks no hold.
+
+Requests per transition come from the server's own count (``mntr``: ``zk_packets_received``
+before and after, over the transitions made meanwhile): pings and start-up included.
+"""
 
 from __future__ import annotations
 
 import argparse
+import collections
 import logging
 import multiprocessing
 import os
+import re
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,29 +37,40 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import machine, median, new_chroot, setup_django, throwaway_zookeeper
 
-TARGET_SHARE = 0.5
+TARGET_SHARE = 0.8
+LOOPS = 7  # one daemon per job step after Pending: Estimating ... Notify
 
 
-def _daemon_process(hosts: str, poll: float, stop_at: float, record: bool = False) -> None:
+def _daemon_process(
+    hosts: str,
+    poll: float,
+    stop_at: float,
+    record: bool = False,
+    batch: int = 16,
+    keep: bool = True,
+) -> None:
     setup_django()
     from django.conf import settings
 
     from queues.daemons.base import JobDaemon, Next
-    from queues.states import JOB, JOB_WORKING
+    from queues.daemons.pipeline import LockKeeper
+    from queues.states import JOB, JOB_WORKING, JobState
 
     logging.getLogger("queues").setLevel(logging.WARNING)
     settings.ZK_HOSTS = hosts
 
     class NoWork(JobDaemon):
-        """A step that has nothing to do: the job moves on to the next state at once."""
-
-        queue_hold = None
+        """A step that has nothing to do: the job moves on to the next state at once. The
+        ingest queue's hold is read as every real job daemon reads it."""
 
         def work(self, item):  # the base class's signature
-            return Next(JOB.successor(item.state) or "Completed")
+            return Next(JOB.successor(item.state) or JobState.COMPLETED)
 
+    keeper = LockKeeper() if keep else None
     daemons = [
-        type(f"NoWork{s}", (NoWork,), {"name": f"bench-{s}", "step": s, "state": s})(poll=poll)
+        type(f"NoWork{s}", (NoWork,), {"name": f"bench-{s}", "step": s, "state": s})(
+            poll=poll, batch=batch, keeper=keeper
+        )
         for s in JOB_WORKING
     ]
     observer = None
@@ -72,25 +95,51 @@ def _daemon_process(hosts: str, poll: float, stop_at: float, record: bool = Fals
         observer.stop()
 
 
+def packets_received(hosts: str) -> int | None:
+    """The server's count of requests received (``mntr``), or None when it cannot be asked."""
+    from queues.zkserver import four_letter
+
+    host, _, rest = hosts.partition(":")
+    if host not in ("127.0.0.1", "localhost"):
+        return None
+    port = int(rest.split(",")[0].split("/")[0])
+    found = re.search(r"zk_packets_received\s+(\d+)", four_letter(port, "mntr") or "")
+    return int(found.group(1)) if found else None
+
+
 @dataclass
 class DaemonRun:
     processes: int
     jobs: int
     transitions: int
     seconds: float
+    packets: int | None = None
 
     @property
     def per_second(self) -> float:
         return self.transitions / self.seconds if self.seconds else 0.0
 
+    @property
+    def requests_per_transition(self) -> float | None:
+        if self.packets is None or not self.transitions:
+            return None
+        return self.packets / self.transitions
+
 
 def run_daemons(
-    hosts: str, *, jobs: int, processes: int, timeout: float = 600, record: bool = False
+    hosts: str,
+    *,
+    jobs: int,
+    processes: int,
+    timeout: float = 600,
+    record: bool = False,
+    batch: int = 16,
+    keep: bool = True,
 ) -> DaemonRun:
     """Move ``jobs`` Estimating jobs to Completed with ``processes`` daemon processes."""
     from bench.load import load
     from queues import zk as zkmod
-    from queues.states import JOB_WORKING
+    from queues.states import JOB_WORKING, JobState
     from queues.zk import paths
 
     target = new_chroot(hosts, f"bench-daemons-{processes}{'-recorded' if record else ''}")
@@ -99,30 +148,35 @@ def run_daemons(
         target,
         jobs=jobs,
         batches=max(1, jobs // 50),
-        distribution={"Estimating": 1.0},
+        distribution={JobState.ESTIMATING: 1.0},
         quiet=True,
     )
     watcher = zkmod.connect(target)
-    done_folder = paths.job_state_folder("Completed")
+    done_folder = paths.job_state_folder(JobState.COMPLETED)
+    watcher.ensure_path(done_folder)
     context = multiprocessing.get_context("spawn")
     stop_at = time.time() + timeout
+    packets_before = packets_received(hosts)
     children = [
-        context.Process(target=_daemon_process, args=(target, 1.0, stop_at, record))
+        context.Process(target=_daemon_process, args=(target, 1.0, stop_at, record, batch, keep))
         for _ in range(processes)
     ]
     for child in children:
         child.start()
-    # The clock starts at the first transition, so process start-up is not counted.
+    # The clock starts at the first transition, so process start-up is not counted. The
+    # folder is looked at every 0.2 s (those requests are counted with the daemons').
     began = None
+    estimating = paths.job_state_folder(JobState.ESTIMATING)
     while time.time() < stop_at:
-        stat = watcher.exists(paths.job_state_folder("Provisioning"))
-        moved = (stat.numChildren if stat else 0) + watcher.exists(done_folder).numChildren
-        if began is None and moved:
+        stat = watcher.exists(estimating)
+        done = watcher.exists(done_folder).numChildren
+        if began is None and (stat is None or stat.numChildren < jobs):
             began = time.monotonic()
-        if watcher.exists(done_folder).numChildren >= jobs:
+        if done >= jobs:
             break
-        time.sleep(0.05)
+        time.sleep(0.2 if began else 0.01)
     elapsed = time.monotonic() - (began or time.monotonic())
+    packets_after = packets_received(hosts)
     completed = watcher.exists(done_folder).numChildren
     watcher.stop()
     watcher.close()
@@ -130,14 +184,110 @@ def run_daemons(
     for child in children:
         child.terminate()
         child.join(timeout=30)
-    return DaemonRun(processes, completed, completed * len(JOB_WORKING), elapsed)
+    packets = (
+        packets_after - packets_before
+        if packets_before is not None and packets_after is not None
+        else None
+    )
+    return DaemonRun(processes, completed, completed * len(JOB_WORKING), elapsed, packets)
+
+
+def _raw_child(
+    hosts: str, inflight: int, seconds: float, start_at: float, out: multiprocessing.Queue
+) -> None:
+    """``inflight`` single-job transitions kept in flight on one session for ``seconds``."""
+    setup_django()
+    from queues import zk as zkmod
+    from queues.zk.codecs import encode_json
+    from queues.zk.jobs import new_status
+
+    zk = zkmod.connect(hosts)
+    root = f"/bench-raw-{uuid.uuid4().hex[:8]}"
+    for folder in ("status", "a", "b", "ba", "bb"):
+        zk.ensure_path(f"{root}/{folder}")
+    status = encode_json({**new_status(), "last_successful_status": "Estimating"})
+    creates = [
+        zk.create_async(f"{root}/{folder}/{i}", status if folder == "status" else b"")
+        for i in range(inflight)
+        for folder in ("status", "a", "ba")
+    ]
+    for answer in creates:
+        answer.get()
+    where = ["a"] * inflight
+
+    def send(i: int):
+        src = where[i]
+        dst = "b" if src == "a" else "a"
+        txn = zk.transaction()
+        txn.set_data(f"{root}/status/{i}", status)
+        txn.delete(f"{root}/{src}/{i}")
+        txn.create(f"{root}/{dst}/{i}", b"")
+        txn.delete(f"{root}/b{src}/{i}")
+        txn.create(f"{root}/b{dst}/{i}", b"")
+        where[i] = dst
+        return txn.commit_async()
+
+    time.sleep(max(0.0, start_at - time.time()))
+    end = start_at + seconds
+    pending = collections.deque((i, send(i)) for i in range(inflight))
+    done = 0
+    while pending:
+        i, answer = pending.popleft()
+        results = answer.get()
+        if any(isinstance(r, Exception) for r in results):
+            raise RuntimeError(f"raw probe transaction failed: {results}")
+        now = time.time()
+        if now <= end:
+            done += 1
+            pending.append((i, send(i)))
+    out.put((done, seconds))
+    zk.delete(root, recursive=True)
+    zk.stop()
+    zk.close()
+
+
+@dataclass
+class RawRun:
+    per_second: float
+    requests_per_transition: float | None
+
+
+def measure_raw(hosts: str, *, processes: int, inflight: int, seconds: float) -> RawRun:
+    """Transitions per second summed over ``processes`` pipelined client processes."""
+    context = multiprocessing.get_context("spawn")  # kazoo's threads do not survive a fork
+    out = context.Queue()
+    start_at = time.time() + 4.0 + 0.3 * processes  # after every child has connected and set up
+    children = [
+        context.Process(target=_raw_child, args=(hosts, inflight, seconds, start_at, out))
+        for _ in range(processes)
+    ]
+    for child in children:
+        child.start()
+    time.sleep(max(0.0, start_at - time.time()))
+    before = packets_received(hosts)
+    time.sleep(seconds)
+    after = packets_received(hosts)
+    results = [out.get(timeout=seconds + 120) for _ in children]
+    for child in children:
+        child.join(timeout=30)
+    total = sum(n for n, _ in results)
+    per_request = (after - before) / total if before is not None and after is not None else None
+    return RawRun(sum(n / s for n, s in results), per_request)
+
+
+def _figure(value: float | None, spec: str) -> str:
+    return "?" if value is None else format(value, spec)
 
 
 def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2_000)
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--seconds", type=float, default=8.0, help="length of each raw probe")
+    parser.add_argument("--batch", type=int, default=16, help="jobs per claim and per move")
+    parser.add_argument(
+        "--no-keep", action="store_true", help="release every lock with its move (no keeping)"
+    )
+    parser.add_argument("--seconds", type=float, default=6.0, help="length of each raw probe")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each; medians are shown")
     parser.add_argument("--hosts", default="", help="ZooKeeper to use (default: a throwaway one)")
     parser.add_argument(
@@ -151,37 +301,46 @@ def main(argv: list[str] | None = None) -> list[str]:
     if args.recorder != "off":
         return compare_recorder(args)
     setup_django()
-    from bench import zk_rate
-
+    inflight = LOOPS * args.batch
+    keep = not args.no_keep
     lines = [
         f"Daemon throughput ({args.jobs} jobs, each Estimating -> ... -> Completed, 7 "
-        "transitions; one thread per step in each process) against the raw rate of the same "
-        "five-operation transaction, same server, same number of client processes (median of "
-        f"{args.rounds} alternating rounds). 'lock+move' is the least a consumer's transition "
-        "costs by the contract: the ephemeral lock created, then the move deleting it.",
-        "'ceiling' is lock+move over raw: the share no consumer following the contract can "
-        "pass once the server is the bottleneck.",
-        f"  {'processes':>9}{'daemons':>14}{'raw ZooKeeper':>17}{'share':>7}"
-        f"{'raw lock+move':>17}{'share':>7}{'ceiling':>9}",
+        f"transitions; one loop per step in each process, {args.batch} jobs a claim and a move, "
+        f"locks {'kept between steps' if keep else 'released with every move'}, the ingest "
+        "hold read with every claim) against a raw probe of the same concurrency: the same "
+        f"processes, each keeping {inflight} single-job five-operation transitions in flight "
+        f"(median of {args.rounds} alternating rounds). 'req/t': ZooKeeper requests per "
+        "transition, from the server's mntr count.",
+        f"  {'processes':>9}{'daemons':>14}{'req/t':>7}{'raw pipelined':>17}{'req/t':>7}"
+        f"{'share':>8}",
     ]
     with throwaway_zookeeper(args.hosts) as hosts:
         for processes in args.processes:
-            daemon_rates, raw_rates, floor_rates, finished = [], [], [], args.jobs
+            daemon_rates, raw_rates, finished = [], [], args.jobs
+            daemon_req, raw_req = [], []
             for _ in range(args.rounds):
-                run = run_daemons(hosts, jobs=args.jobs, processes=processes)
-                daemon_rates.append(run.per_second)
-                finished = min(finished, run.jobs)
-                raw_rates.append(zk_rate.measure(hosts, processes=processes, seconds=args.seconds))
-                floor_rates.append(
-                    zk_rate.measure(hosts, processes=processes, seconds=args.seconds, locked=True)
+                run = run_daemons(
+                    hosts, jobs=args.jobs, processes=processes, batch=args.batch, keep=keep
                 )
-            rate, raw, floor = median(daemon_rates), median(raw_rates), median(floor_rates)
-            share = rate / raw if raw else 0.0
+                daemon_rates.append(run.per_second)
+                if run.requests_per_transition is not None:
+                    daemon_req.append(run.requests_per_transition)
+                finished = min(finished, run.jobs)
+                raw = measure_raw(
+                    hosts, processes=processes, inflight=inflight, seconds=args.seconds
+                )
+                raw_rates.append(raw.per_second)
+                if raw.requests_per_transition is not None:
+                    raw_req.append(raw.requests_per_transition)
+            rate, raw_rate = median(daemon_rates), median(raw_rates)
+            share = rate / raw_rate if raw_rate else 0.0
             verdict = "ok" if share >= TARGET_SHARE else f"under {TARGET_SHARE:.0%}"
             line = (
-                f"  {processes:>9}{rate:>10.0f} t/s{raw:>13.0f} t/s{share:>7.0%}"
-                f"{floor:>13.0f} t/s{rate / floor if floor else 0:>7.0%}"
-                f"{floor / raw if raw else 0:>9.0%}  {verdict}"
+                f"  {processes:>9}{rate:>10.0f} t/s"
+                f"{_figure(median(daemon_req) if daemon_req else None, '>7.2f')}"
+                f"{raw_rate:>13.0f} t/s"
+                f"{_figure(median(raw_req) if raw_req else None, '>7.2f')}"
+                f"{share:>8.0%}  {verdict}"
                 + ("" if finished >= args.jobs else f" (only {finished} jobs finished)")
             )
             print(line, flush=True)

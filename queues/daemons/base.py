@@ -466,7 +466,10 @@ class JobDaemon(Daemon[Job]):
         return self._claimer.claim(self._accept)
 
     def _accept(self, job: Job) -> bool:
-        return not self.passed_over(job.jid, self.fingerprint(job)) and self.accept(job)
+        # The fingerprint (a hash of the configuration) only for a job passed over before.
+        if job.jid in self.skipped and self.passed_over(job.jid, self.fingerprint(job)):
+            return False
+        return self.accept(job)
 
     wants = _accept
 

@@ -25,12 +25,14 @@ kept job: the locks went with the session and nothing is committed for them.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from queues.states import JOB
 from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidTransition, MalformedNode, NotFound
 from queues.zk.jobs import (
@@ -44,6 +46,7 @@ from queues.zk.pipeline import (
     FolderWatch,
     PendingClaim,
     PendingMove,
+    PendingSingles,
     Pick,
     StateListing,
     release_locks,
@@ -57,7 +60,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("queues.daemons")
 
-KEEP_ROOM = 2  # a loop accepts kept jobs up to this many batches' worth
+KEEP_ROOM = 4  # a loop accepts kept jobs up to this many batches' worth
+MAX_MOVES = 3  # moves under way at once per loop (older ones are waited for)
 
 
 class LockLost(Exception):
@@ -88,6 +92,17 @@ class LockKeeper:
             if self._loops.get(loop.daemon.state) is loop:
                 del self._loops[loop.daemon.state]
 
+    def loop_for(self, state: str | None) -> JobPipeline | None:
+        if state is None:
+            return None
+        with self._lock:
+            return self._loops.get(state)
+
+    def upstream_of(self, state: str) -> list[JobPipeline]:
+        """The loops whose step leads into ``state`` (woken when it has room again)."""
+        with self._lock:
+            return [loop for loop in self._loops.values() if loop.successor == state]
+
     def taker(self, state: str) -> JobPipeline | None:
         """The loop that would take a job moved into ``state`` with its lock, if it has room."""
         with self._lock:
@@ -109,6 +124,19 @@ class Work:
 
 
 @dataclass
+class Outgoing:
+    """A batch whose requests are under way: hold read, claim multi, reads."""
+
+    picks: list[Pick]
+    new: list[Pick]
+    hold: Any
+    claim: PendingClaim | None
+    reads: Any
+    holding: Holding
+    after_look_ahead: bool = False  # sent after the listing's look-ahead read
+
+
+@dataclass
 class InFlight:
     move: PendingMove
     works: list[Work]
@@ -125,12 +153,19 @@ class JobPipeline:
         self.keeper = keeper
         self.batch = max(1, daemon.batch_size)
         self.listing = StateListing(self.zk, daemon.state, strict=daemon.strict)
+        # Where a successful step leads: when this process's loop for that state is full, this
+        # loop claims no new jobs (it would only have to give their locks back after the move)
+        # and works on the ones it holds; the full loop wakes it when it has room again.
+        self.successor = JOB.successor(daemon.state)
         self.kept: dict[str, str] = {}  # jid -> its entry name; this loop's thread only
         self.holding: dict[str, Holding] = {}
         self._handed: list[tuple[str, str, Holding]] = []  # from other loops' threads
         self._handed_lock = threading.Lock()
         self.wake = threading.Event()
-        self.inflight: InFlight | None = None
+        self.inflight: collections.deque[InFlight] = collections.deque()  # moves under way
+        self.pending: Outgoing | None = None  # the batch sent by the last cycle
+        # Claims' fallbacks under way, oldest first (each: one claim per job).
+        self.singles: collections.deque[tuple[PendingSingles, Holding]] = collections.deque()
         self.stopping = False
         self._closed = False  # no more hand-overs (under _handed_lock)
 
@@ -162,6 +197,18 @@ class JobPipeline:
             self.kept[jid] = name
             self.holding[jid] = holding
             self.listing.add(name)
+
+    def _collect_singles(self, *, wait: bool = True) -> None:
+        """The one-by-one claims sent after a failed claim multi: what they locked is this
+        loop's now, taken like a kept job in its place in the run order."""
+        while self.singles and (wait or self.singles[0][0].ready()):
+            singles, holding = self.singles.popleft()
+            locked, lost = singles.collect()
+            self.listing.busy(p.jid for p in lost)
+            for pick in locked:
+                self.kept[pick.jid] = pick.name
+                self.holding[pick.jid] = holding
+                self.listing.add(pick.name)
 
     def _current(self) -> Holding:
         return Holding(self.daemon.gate.generation, session_id(self.zk))
@@ -205,7 +252,7 @@ class JobPipeline:
                 # Idle: the folder's watch, a hand-over or the poll wakes the loop. Work that
                 # arrived between the empty cycle and the watch is found by one more cycle.
                 watch.arm()
-                if self._cycle_logged():
+                if self._cycle_logged(fresh=True):
                     continue
                 self.wake.wait(daemon.poll)
                 self.wake.clear()
@@ -217,81 +264,153 @@ class JobPipeline:
         log.info("%s: stopped", daemon.name)
 
     def _close(self) -> None:
-        try:
-            self._finish_move()
-        except Exception as exc:
-            log.warning("%s: last move: %s", self.daemon.name, exc)
         with self._handed_lock:
             self._closed = True
         self._absorb()
-        now = self._current()
-        self._drop_stale(now)
-        self._give_back(list(self.kept), now)
+        try:
+            self._collect_singles()
+        except Exception as exc:
+            log.warning("%s: last claims: %s", self.daemon.name, exc)
+        self._drop_stale(self._current())
+        try:
+            self._abandon()
+        except Exception as exc:
+            log.warning("%s: stopping: %s", self.daemon.name, exc)
 
-    def _cycle_logged(self) -> bool:
+    def _cycle_logged(self, *, fresh: bool = False) -> bool:
         from django.db import close_old_connections
 
         from queues.zk.errors import is_connection_error
 
         try:
-            return self.cycle()
+            return self.cycle(fresh=fresh)
         except Exception as exc:
             if is_connection_error(exc):
                 log.warning("%s: ZooKeeper unavailable: %s", self.daemon.name, exc)
             else:
                 log.exception("%s: unexpected error outside a step", self.daemon.name)
-            self.inflight = None
+            try:
+                self._abandon()  # what this loop holds goes back; it starts again afresh
+            except Exception:
+                log.debug("%s: giving back after an error failed", self.daemon.name, exc_info=True)
+            self.inflight.clear()
+            self.pending = None
             return False
         finally:
             close_old_connections()
 
-    def cycle(self) -> bool:
-        """One batch; True when it is worth looking again at once."""
+    def cycle(self, *, fresh: bool = False) -> bool:
+        """One step of the loop; True when it is worth looking again at once. ``fresh``: list
+        the state's folder anew (the loop does before it goes idle).
+
+        Two batches are under way at a time: the requests of the next batch (hold, claim,
+        reads) are sent before the batch sent by the previous cycle is worked on, so its
+        answers arrive while the step runs on the one before.
+        """
         daemon = self.daemon
+        self._finish_move(wait=False)
         self._absorb()
+        self._collect_singles(wait=False)
         now = self._current()
         self._drop_stale(now)
         observer = daemon.observer
         if not daemon.gate.connected or (observer is not None and observer.draining):
-            self._finish_move()
-            self._give_back(list(self.kept), now)
+            self._abandon()
             return False
-        picks = self.listing.take(self.batch, self.kept)
+        outgoing = self._send_batch(fresh, now)
+        previous, self.pending = self.pending, outgoing
+        if previous is not None:
+            self._finish_batch(previous)
+            return True
+        if outgoing is not None:
+            return True
+        # Nothing sent, nothing to finish: wait for what is still under way.
+        self._finish_move()
+        if self.singles:
+            self._collect_singles()  # what they locked is worked on by the next cycle
+            return True
+        return False
+
+    def _send_batch(self, fresh: bool, now: Holding) -> Outgoing | None:
+        """Pick the next batch and send its requests, in one go and without waiting."""
+        daemon = self.daemon
+        downstream = self.keeper.loop_for(self.successor) if self.keeper is not None else None
+        claiming = downstream is None or downstream.has_room()
+        picks = self.listing.take(self.batch, self.kept, claim=claiming, fresh=fresh)
         if not picks:
-            self._finish_move()
-            return False
-        # One round trip: the hold, the claim, the reads (and the previous move ahead of them).
+            return None
+        for pick in picks:
+            self.kept.pop(pick.jid, None)  # this batch's now (its lock stays in holding)
         hold = (
             send_exists(self.zk, zpaths.queue_lock(daemon.queue_hold))
             if daemon.queue_hold
             else None
         )
-        fresh = [p for p in picks if not p.kept]
-        claim = PendingClaim(self.zk, fresh, self.listing.folder) if fresh else None
+        new = [p for p in picks if not p.kept]
+        claim = PendingClaim(self.zk, new, self.listing.folder) if new else None
+        after = self.listing.looking_ahead
         reads = jobs_start_load(self.zk, [p.jid for p in picks])
-        self._finish_move()
-        held = hold is not None and hold.get() is not None
-        locked = claim.collect() if claim is not None else set()
-        if claim is not None and claim.fell_back:
+        self.listing.look_ahead(self.batch, self.kept)
+        return Outgoing(picks, new, hold, claim, reads, now, after)
+
+    def _finish_batch(self, batch: Outgoing) -> None:
+        """The answers of a batch sent earlier: the hold, the claim; then the step on each job
+        and one move for all of them."""
+        daemon = self.daemon
+        now = batch.holding
+        held = batch.hold is not None and batch.hold.get() is not None
+        locked = batch.claim.collect() if batch.claim is not None else set()
+        if batch.after_look_ahead:
+            self.listing.apply_look_ahead()  # answered before this batch's requests
+        if batch.claim is not None and batch.claim.fell_back:
+            # Contention: each job tried on its own, sent now and collected by the next cycle
+            # (what they lock is worked on then), so the jobs in hand do not wait for them.
             self.listing.crowded()
+            singles = batch.claim.fallback()
+            if singles is not None:
+                self.singles.append((singles, now))
+            else:
+                self.listing.busy(p.jid for p in batch.new)
         for jid in locked:
             self.holding[jid] = now
-        mine = [p for p in picks if p.kept or p.jid in locked]
+        mine = [p for p in batch.picks if p.kept or p.jid in locked]
         if held:
             # A hold placed at any time stops the work: kept jobs are given back too.
             self._give_back([p.jid for p in mine], now)
-            return False
-        loaded = collect_reads(reads)
-        if claim is not None and claim.fell_back and locked:
-            # Those reads were answered before the one-by-one claims: read them again.
-            loaded.update(collect_reads(jobs_start_load(self.zk, sorted(locked))))
+            return
+        if now != self._current():
+            # The session was lost since the batch was sent: its locks are gone.
+            for pick in mine:
+                self.holding.pop(pick.jid, None)
+            return
+        loaded = collect_reads(batch.reads)
         works = []
         for pick in mine:
             work = self._start(pick, loaded)
             if work is not None:
                 works.append(work)
         self._send_move(works, now)
-        return True
+        if self.keeper is not None and any(p.kept for p in batch.picks):
+            for upstream in self.keeper.upstream_of(daemon.state):
+                upstream.wake.set()  # room again for the jobs it moves here
+
+    def _abandon(self) -> None:
+        """Stop claiming (a drain, a suspended connection, a stop): the batch sent but not
+        started is given back with every kept lock; the move under way is collected."""
+        batch, self.pending = self.pending, None
+        now = self._current()
+        if batch is not None:
+            try:
+                locked = batch.claim.collect() if batch.claim is not None else set()
+            except Exception as exc:
+                log.warning("%s: last claim: %s", self.daemon.name, exc)
+                locked = set()
+            for jid in locked:
+                self.holding[jid] = batch.holding
+            self._give_back([p.jid for p in batch.picks if p.kept or p.jid in locked], now)
+        self._finish_move()
+        self.listing.apply_look_ahead()
+        self._give_back(list(self.kept), now)
 
     def _start(self, pick: Pick, loaded: dict[str, Any]) -> Work | None:
         """Check a locked job and run the step on it; None when it ended here (lock given back)."""
@@ -354,17 +473,22 @@ class JobPipeline:
                     ),
                 )
             return
-        self.inflight = InFlight(move, works, now)
+        self.inflight.append(InFlight(move, works, now))
+        while len(self.inflight) > MAX_MOVES:
+            self._finish_one()
 
     def _send_checked(self, plans: list[TransitionPlan], now: Holding) -> PendingMove:
         if session_id(self.zk) != now.session:
             raise LockLost()
         return PendingMove(self.zk, plans)
 
-    def _finish_move(self) -> None:
-        flight, self.inflight = self.inflight, None
-        if flight is None:
-            return
+    def _finish_move(self, *, wait: bool = True) -> None:
+        """Collect the moves under way: all of them, or (``wait`` False) those answered."""
+        while self.inflight and (wait or self.inflight[0].move.ready()):
+            self._finish_one()
+
+    def _finish_one(self) -> None:
+        flight = self.inflight.popleft()
         daemon = self.daemon
         now = flight.holding
 

@@ -152,8 +152,10 @@ def job_create(
 
 
 def _decode(jid: str, reads: dict[str, Any], job_stat: Any, lock_stat: Any) -> Job:
+    base = paths.job(jid)  # validated once; the node paths below are built from it
+
     def node(name: str) -> str:
-        return paths.job_node(jid, name)
+        return f"{base}/{name}"
 
     if job_stat is None:
         raise NotFound(f"job {jid} does not exist")
@@ -207,18 +209,13 @@ def _start_load(zk: KazooClient, jids: Sequence[str]) -> Any:
 
     The job node and its lock are read for their stats (creation time, lock owner).
     """
-    return start_reads(
-        zk,
-        [
-            p
-            for j in jids
-            for p in (
-                *(paths.job_node(j, n) for n in ALL_NODES),
-                paths.job(j),
-                paths.job_node(j, "lock"),
-            )
-        ],
-    )
+    reads: list[str] = []
+    for j in jids:
+        base = paths.job(j)
+        reads.extend(f"{base}/{n}" for n in ALL_NODES)
+        reads.append(base)
+        reads.append(f"{base}/lock")
+    return start_reads(zk, reads)
 
 
 def jobs_start_load(zk: KazooClient, jids: Sequence[str]) -> Any:
@@ -234,7 +231,8 @@ def jobs_finish_load(jid: str, reads: dict[str, Any]) -> Job:
 
 
 def _finish_load(jid: str, reads: dict[str, Any]) -> Job:
-    job, lock = reads[paths.job(jid)], reads[paths.job_node(jid, "lock")]
+    base = paths.job(jid)
+    job, lock = reads[base], reads[f"{base}/lock"]
     return _decode(jid, reads, job and job[1], lock and lock[1])
 
 

@@ -33,7 +33,7 @@ from kazoo.exceptions import NoNodeError
 from . import paths
 from .errors import Conflict, InvalidTransition, NotFound
 from .jobs import TransitionPlan, transition_apply
-from .nodes import children, read_many
+from .nodes import children, collect_reads, start_reads
 from .records import Job
 
 
@@ -68,8 +68,15 @@ class StateListing:
         self._heap: list[str] = []
         self._listed_at = float("-inf")
         self._crowd = 0
+        # Jobs found locked by another consumer (or moved on): passed over until then, so a
+        # listing taken again does not send claims that are bound to fail.
+        self._busy: dict[str, float] = {}
+        self.busy_for = max(2.0, 2 * max_age)
+        self._ahead: tuple[list[str], Any] | None = None  # a look-ahead read under way
 
     def _list(self, extra: Iterable[str]) -> None:
+        now = time.monotonic()
+        self._busy = {j: t for j, t in self._busy.items() if t > now}
         names = set(children(self.zk, self.folder))
         names.update(extra)
         self._heap = [n for n in names if paths.INDEX_ENTRY_RE.fullmatch(n)]
@@ -80,22 +87,33 @@ class StateListing:
         heapq.heappush(self._heap, name)
 
     def crowded(self) -> None:
-        self._crowd = min(8, self._crowd + 2)
+        self._crowd = min(16, self._crowd + 8)
 
-    def take(self, count: int, kept: dict[str, str]) -> list[Pick]:
+    def busy(self, jids: Iterable[str]) -> None:
+        """These jobs were taken by another consumer: pass them over for ``busy_for`` s."""
+        until = time.monotonic() + self.busy_for
+        for jid in jids:
+            self._busy[jid] = until
+
+    def take(
+        self, count: int, kept: dict[str, str], *, claim: bool = True, fresh: bool = False
+    ) -> list[Pick]:
         """Up to ``count`` entries in run order; ``kept`` maps jid -> entry name of jobs whose
-        lock this consumer holds (always free to it)."""
-        if time.monotonic() - self._listed_at >= self.max_age:
+        lock this consumer holds (always free to it). Without ``claim`` the batch ends with
+        its last kept job: new jobs are taken only ahead of a kept one in the run order.
+
+        The folder is listed again when the listing is ``max_age`` old, or when ``fresh`` is
+        asked for: the caller does so before it goes idle (after setting its folder watch), so
+        no job is missed; a listing that merely ran out is not listed again at once (a loop fed
+        with kept jobs would otherwise list its folder for every batch).
+        """
+        if fresh or time.monotonic() - self._listed_at >= self.max_age:
             self._list(kept.values())
-            fresh = True
-        else:
-            fresh = False
         picks = self._take(count, kept)
-        if not picks and not fresh:
-            # Nothing left in a listing from an earlier batch: look again before giving up.
-            self._list(kept.values())
-            picks = self._take(count, kept)
-        self._crowd //= 2
+        self._crowd = max(0, self._crowd - 1)
+        if not claim:
+            while picks and not picks[-1].kept:
+                heapq.heappush(self._heap, picks.pop().name)
         return picks
 
     def _pop(self, kept: dict[str, str]) -> Pick | None:
@@ -105,45 +123,38 @@ class StateListing:
             if match is None:
                 continue
             jid = match.group(2)
-            if jid in kept and kept[jid] != name:
-                continue  # an old entry of a kept job (its priority changed)
-            return Pick(name, jid, jid in kept)
+            if jid in kept:
+                if kept[jid] != name:
+                    continue  # an old entry of a kept job (its priority changed)
+                return Pick(name, jid, True)
+            if jid in self._busy:
+                if self._busy[jid] > time.monotonic():
+                    continue
+                del self._busy[jid]
+            return Pick(name, jid, False)
         return None
 
     def _take(self, count: int, kept: dict[str, str]) -> list[Pick]:
-        picks: list[Pick] = []
-        seen: set[str] = set()
-        if not self._crowd:
-            while len(picks) < count and (pick := self._pop(kept)) is not None:
-                if pick.jid not in seen:
-                    seen.add(pick.jid)
-                    picks.append(pick)
-            return picks
-        # Crowded: read a window ahead (entries and locks, one request), keep the free ones.
+        crowded = self._crowd > 0 and not self.strict
         window: list[Pick] = []
-        while len(window) < 4 * count and (pick := self._pop(kept)) is not None:
+        seen: set[str] = set()
+        while len(window) < (4 * count if crowded else count):
+            pick = self._pop(kept)
+            if pick is None:
+                break
             if pick.jid not in seen:
                 seen.add(pick.jid)
                 window.append(pick)
-        others = [p for p in window if not p.kept]
-        reads = read_many(
-            self.zk,
-            [x for p in others for x in (f"{self.folder}/{p.name}", paths.job_node(p.jid, "lock"))],
-        )
-        free = [
-            p
-            for p in window
-            if p.kept
-            or (
-                reads[f"{self.folder}/{p.name}"] is not None
-                and reads[paths.job_node(p.jid, "lock")] is None
-            )
-        ]
-        kept_picks = [p for p in free if p.kept]
-        free = [p for p in free if not p.kept]
+        if not crowded:
+            return window
+        # Crowded: the batch is a random run of the entries ahead (those the last look ahead
+        # found taken are passed over already), so consumers walking the same listing do not
+        # all go for its head.
+        kept_picks = [p for p in window if p.kept]
+        free = [p for p in window if not p.kept]
         room = max(0, count - len(kept_picks))
         start = 0
-        if not self.strict and len(free) > room:
+        if len(free) > room:
             start = random.randrange(0, (len(free) - room) // max(1, room) + 1) * room
         chosen = free[start : start + room]
         for p in free:
@@ -152,6 +163,45 @@ class StateListing:
         result = kept_picks + chosen
         result.sort(key=lambda p: p.name)
         return result
+
+    def look_ahead(self, count: int, kept: dict[str, str]) -> None:
+        """While crowded: send a read of the next entries and their locks now (it travels with
+        the caller's claim); ``apply_look_ahead`` passes over those found gone or locked, so a
+        listing up to ``max_age`` old does not cost failed claims."""
+        if not self._crowd or self._ahead is not None:
+            return
+        names = [
+            n
+            for n in heapq.nsmallest(8 * count, self._heap)
+            if (m := paths.INDEX_ENTRY_RE.fullmatch(n)) and m.group(2) not in kept
+        ]
+        if names:
+            reads = [
+                x
+                for n in names
+                for x in (f"{self.folder}/{n}", paths.job_node(n.partition("-")[2], "lock"))
+            ]
+            self._ahead = (names, start_reads(self.zk, reads))
+
+    @property
+    def looking_ahead(self) -> bool:
+        """Whether a look-ahead read is under way (requests sent now are answered after it)."""
+        return self._ahead is not None
+
+    def apply_look_ahead(self) -> None:
+        """Pass over the entries the look-ahead read found gone or locked (call it once a
+        request sent after that read has been answered: then it has been too)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return
+        names, pending = ahead
+        reads = collect_reads(pending)
+        self.busy(
+            n.partition("-")[2]
+            for n in names
+            if reads[f"{self.folder}/{n}"] is None
+            or reads[paths.job_node(n.partition("-")[2], "lock")] is not None
+        )
 
 
 class PendingClaim:
@@ -168,19 +218,42 @@ class PendingClaim:
         self._answer = txn.commit_async()
 
     def collect(self) -> set[str]:
-        """The jids now locked by this session (connection errors propagate)."""
+        """The jids the multi locked: all of them, or none when it failed on contention (then
+        nothing was written, and ``fallback`` tries each job on its own). Connection errors
+        propagate."""
         if not _failed(self._answer.get()):
             return {p.jid for p in self.picks}
-        if len(self.picks) == 1:
-            return set()
-        # Contention: nothing was written; try each job on its own, all in one round trip.
         self.fell_back = True
-        singles = []
-        for pick in self.picks:
-            txn = self.zk.transaction()
-            _lock_ops(txn, f"{self.folder}/{pick.name}", pick.jid)
-            singles.append((pick.jid, txn.commit_async()))
-        return {jid for jid, answer in singles if not _failed(answer.get())}
+        return set()
+
+    def fallback(self) -> PendingSingles | None:
+        """After a failed multi: one claim per job, all sent now, collected later."""
+        if len(self.picks) < 2:
+            return None  # that one job was tried already
+        return PendingSingles(self.zk, self.picks, self.folder)
+
+
+class PendingSingles:
+    """One small lock multi per job (check the entry, create the lock), sent at once; the
+    caller collects them on its next round trip instead of waiting for them now."""
+
+    def __init__(self, zk: KazooClient, picks: Sequence[Pick], folder: str) -> None:
+        self.answers: list[tuple[Pick, Any]] = []
+        for pick in picks:
+            txn = zk.transaction()
+            _lock_ops(txn, f"{folder}/{pick.name}", pick.jid)
+            self.answers.append((pick, txn.commit_async()))
+
+    def ready(self) -> bool:
+        return all(answer.ready() for _pick, answer in self.answers)
+
+    def collect(self) -> tuple[list[Pick], list[Pick]]:
+        """The picks now locked by this session, and those another consumer had."""
+        locked: list[Pick] = []
+        lost: list[Pick] = []
+        for pick, answer in self.answers:
+            (lost if _failed(answer.get()) else locked).append(pick)
+        return locked, lost
 
 
 def _lock_ops(txn: Any, entry: str, jid: str) -> None:
@@ -206,6 +279,10 @@ class PendingMove:
         for plan in self.plans:
             plan.add_to(txn, lock=plan.lock)
         self._answer = txn.commit_async()
+
+    def ready(self) -> bool:
+        """Whether the server has answered (``collect`` will not wait for the multi)."""
+        return bool(self._answer.ready())
 
     def collect(self, guard: Callable[[Callable[[], Job]], Job]) -> list[Outcome]:
         """Each plan's moved job, or the error that kept it where it was.

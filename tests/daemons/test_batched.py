@@ -136,8 +136,7 @@ def test_one_multi_claims_and_one_multi_moves_a_whole_batch(zk: KazooClient) -> 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(type(zk.transaction()), "commit_async", counting)
         loop = JobPipeline(Step1(zk=zk, batch=5))
-        assert loop.cycle()
-        loop._finish_move()
+        cycle_until_idle(loop)
     assert sent["multi"] == 2  # one claim, one move
     assert all(job_load(zk, j.jid).state == JobState.PROVISIONING for j in jobs)
     assert all(job_load(zk, j.jid).lock is None for j in jobs)
@@ -152,8 +151,10 @@ def test_batched_claim_falls_back_to_one_job_at_a_time_under_contention(
         assert lock_create(other_zk, zpaths.job_node(jid, "lock"))
     worker = Step1(zk=zk, batch=6, strict=True)
     loop = JobPipeline(worker)
-    assert loop.cycle()
-    loop._finish_move()
+    assert loop.cycle()  # the batch's requests go out
+    assert loop.cycle()  # the multi failed: the one-by-one claims go out
+    assert worker.seen == []
+    cycle_until_idle(loop)  # the next cycle works on what they locked
     free = [j.jid for j in jobs if j.jid not in taken]
     assert worker.seen == free  # the others, still in run order
     for job in jobs:
@@ -202,9 +203,7 @@ def test_batched_move_falls_back_when_one_job_changed_meanwhile(zk: KazooClient)
             services.job_fail(jid=item.jid, message="stopped by an operator")
 
     worker = Step1(zk=zk, batch=4, action=operator_fails_the_second)
-    loop = JobPipeline(worker)
-    assert loop.cycle()
-    loop._finish_move()
+    cycle_until_idle(JobPipeline(worker))
     states = [job_load(zk, j.jid).state for j in jobs]
     p, f = JobState.PROVISIONING, JobState.FAILED
     assert states == [p, f, p, p]
@@ -241,7 +240,7 @@ def test_a_kept_lock_honours_a_queue_hold_placed_between_steps(zk: KazooClient) 
     cycle_until_idle(one)
     assert lock_owner(zk, job.jid) == zk.client_id[0]
     queue_hold_set(zk, "ingest")
-    assert not two.cycle()
+    cycle_until_idle(two)
     assert second.seen == []
     assert job_load(zk, job.jid).state == JobState.PROVISIONING
     assert job_load(zk, job.jid).lock is None  # given back, not kept through the hold
@@ -307,7 +306,8 @@ def test_session_expiry_during_a_step_commits_nothing(
 
     worker = Step1(zk=client, gate=gate, batch=3, action=expire)
     loop = JobPipeline(worker)
-    assert loop.cycle()
+    assert loop.cycle()  # the batch's requests go out
+    assert loop.cycle()  # its answers: the step runs, the session expires, no move is sent
     loop._finish_move()
     assert gate.generation == 1
     assert worker.last is not None and worker.last.outcome == "dropped"
