@@ -24,6 +24,7 @@ from django.conf import settings
 
 from queues.daemons import clients
 from queues.daemons.base import AccessDaemon, Next, Step, StepFailed
+from queues.states import AccessState
 from queues.steps.access import (
     OBJECT,
     PRODUCER,
@@ -57,8 +58,8 @@ class AccessSmall(AccessDaemon):
     queue_hold: ClassVar[str | None] = "access-small"
 
     def prepare(self, item: AccessRequest) -> AccessRequest:
-        if item.state == "Pending":
-            return access_transition(self.zk, item, "Processing")
+        if item.state == AccessState.PENDING:
+            return access_transition(self.zk, item, AccessState.PROCESSING)
         return item
 
     def work(self, item: AccessRequest) -> Step:
@@ -95,7 +96,7 @@ class AccessSmall(AccessDaemon):
         detail = f"{archive.size} bytes" + (
             "" if request.form == "console" else f" ({request.form})"
         )
-        return Next("Completed", detail)
+        return Next(AccessState.COMPLETED, detail)
 
 
 class AccessLarge(AccessSmall):

@@ -39,6 +39,7 @@ from django.conf import settings
 from queues.daemons import clients
 from queues.daemons.base import BatchDaemon, Next, Step, StepFailed
 from queues.daemons.jobwork import fetch
+from queues.states import BatchState
 from queues.steps.checkm import ManifestError
 from queues.steps.fetch import DownloadError
 from queues.steps.notify import batch_queued, send
@@ -141,7 +142,7 @@ def expand(batch: Batch) -> list[ObjectSpec]:
 class BatchPending(BatchDaemon):
     name: ClassVar[str] = "batch-pending"
     step: ClassVar[str] = "batch-pending"
-    state: ClassVar[str] = "Pending"
+    state: ClassVar[str] = BatchState.PENDING
     # A held ingest queue does not stop this daemon: it parks new batches as Held instead.
     queue_hold: ClassVar[str | None] = None
 
@@ -150,9 +151,9 @@ class BatchPending(BatchDaemon):
 
     def work(self, item: Batch) -> Step:
         if collection_held(self.zk, item.profile):
-            return Next("Held", f"collection {item.profile} is held")
+            return Next(BatchState.HELD, f"collection {item.profile} is held")
         if queue_held(self.zk, "ingest"):
-            return Next("Held", "the ingest queue is held")
+            return Next(BatchState.HELD, "the ingest queue is held")
         try:
             profile = load_profile(item.profile)
         except ProfileError as exc:
@@ -171,7 +172,7 @@ class BatchPending(BatchDaemon):
         message = f"{len(specs)} jobs"
         if profile.queued_mail:
             message += "; " + self.mail_queued(item, profile, queued)
-        return Next("Processing", message)
+        return Next(BatchState.PROCESSING, message)
 
     def existing_jobs(self, batch: Batch) -> dict[int, str]:
         """The batch's jobs already created, by ``batch_seq``."""

@@ -28,6 +28,7 @@ from django.conf import settings
 from queues import services
 from queues.daemons import clients
 from queues.daemons.base import BatchDaemon, Next, Step, StepFailed
+from queues.states import BatchState
 from queues.steps.notify import send_batch_summary
 from queues.steps.profiles import ProfileError, load_profile
 from queues.zk.batches import (
@@ -57,7 +58,7 @@ def round_key(batch: Batch) -> str:
 class BatchReporting(BatchDaemon):
     name: ClassVar[str] = "batch-reporting"
     step: ClassVar[str] = "batch-reporting"
-    state: ClassVar[str] = "Reporting"
+    state: ClassVar[str] = BatchState.REPORTING
 
     _swept: float = float("-inf")
 
@@ -71,7 +72,7 @@ class BatchReporting(BatchDaemon):
         """Move every Processing batch whose jobs have all finished to Reporting."""
         ids = batch_ids(self.zk)
         for bid, state in open_batch_states(self.zk, ids).items():
-            if state != "Processing":
+            if state != BatchState.PROCESSING:
                 continue
             try:
                 if services.batch_complete_if_done(bid=bid):
@@ -84,7 +85,7 @@ class BatchReporting(BatchDaemon):
     def work(self, item: Batch) -> Step:
         report, previous = self.write_report(item)
         failed = report.get("failed_jobs") or []
-        target = "Failed" if failed else "Completed"
+        target = BatchState.FAILED if failed else BatchState.COMPLETED
         if not report.get("mailed"):
             self.mail(item, report, previous, target)
             batch_report_update(self.zk, item.bid, {"mailed": True})
@@ -144,7 +145,7 @@ class BatchReporting(BatchDaemon):
 class BatchUpdateReporting(BatchReporting):
     name: ClassVar[str] = "batch-update-reporting"
     step: ClassVar[str] = "batch-update-reporting"
-    state: ClassVar[str] = "UpdateReporting"
+    state: ClassVar[str] = BatchState.UPDATE_REPORTING
 
     def claim(self) -> Batch | None:
         return super(BatchReporting, self).claim()

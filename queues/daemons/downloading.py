@@ -37,6 +37,7 @@ from queues.daemons.jobwork import (
     workdir,
 )
 from queues.depositors import depositor_policy, payload_roots
+from queues.states import JobState
 from queues.steps.erc import PRODUCER_DIR
 from queues.steps.fetch import ContainerError, DownloadError, download_all, extract_container
 from queues.zk.jobs import job_set_space_needed
@@ -50,7 +51,7 @@ BACKOFF = 0.5
 class Downloading(JobDaemon):
     name: ClassVar[str] = "downloading"
     step: ClassVar[str] = "downloading"
-    state: ClassVar[str] = "Downloading"
+    state: ClassVar[str] = JobState.DOWNLOADING
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -123,4 +124,4 @@ class Downloading(JobDaemon):
             raise StepFailed(f"{spec.payload_url} gave no files")
         space = disk_bytes(folder)
         job_set_space_needed(self.zk, item, space)
-        return Next("Processing", priority=priority_for_size(item.priority, space))
+        return Next(JobState.PROCESSING, priority=priority_for_size(item.priority, space))

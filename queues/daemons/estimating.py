@@ -17,6 +17,7 @@ from django.conf import settings
 from queues.daemons.base import JobDaemon, Next, Step
 from queues.daemons.jobwork import job_spec, object_files, priority_for_size
 from queues.depositors import depositor_policy, payload_roots
+from queues.states import JobState
 from queues.steps.fetch import head_all
 from queues.zk.jobs import job_set_space_needed
 from queues.zk.records import Job
@@ -35,7 +36,7 @@ def _known(told: int | None, declared: int | None, unknown: int) -> int:
 class Estimating(JobDaemon):
     name: ClassVar[str] = "estimating"
     step: ClassVar[str] = "estimating"
-    state: ClassVar[str] = "Estimating"
+    state: ClassVar[str] = JobState.ESTIMATING
 
     def estimate(self, job: Job) -> int:
         unknown = settings.MRT_UNKNOWN_SIZE_BYTES
@@ -56,4 +57,4 @@ class Estimating(JobDaemon):
     def work(self, item: Job) -> Step:
         space = self.estimate(item)
         job_set_space_needed(self.zk, item, space)
-        return Next("Provisioning", priority=priority_for_size(item.priority, space))
+        return Next(JobState.PROVISIONING, priority=priority_for_size(item.priority, space))

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from queues.daemons.base import JobDaemon, Next, Step
 from queues.daemons.jobwork import job_spec, object_files
+from queues.states import JobState
 from queues.zk.locks import collection_held
 from queues.zk.records import Job
 
@@ -20,11 +21,11 @@ from queues.zk.records import Job
 class JobPending(JobDaemon):
     name: ClassVar[str] = "pending"
     step: ClassVar[str] = "pending"
-    state: ClassVar[str] = "Pending"
+    state: ClassVar[str] = JobState.PENDING
 
     def work(self, item: Job) -> Step:
         if collection_held(self.zk, item.profile):
-            return Next("Held", f"collection {item.profile} is held")
+            return Next(JobState.HELD, f"collection {item.profile} is held")
         spec = job_spec(item)
         object_files(spec)
-        return Next("Estimating")
+        return Next(JobState.ESTIMATING)

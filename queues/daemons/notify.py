@@ -19,6 +19,7 @@ from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Step, StepFailed
 from queues.daemons.jobwork import remove_workdir
 from queues.depositors import depositor_policy
+from queues.states import JobState
 from queues.steps.notify import CallbackError, post_job_callback
 from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile
 from queues.zk.records import Job
@@ -27,7 +28,7 @@ from queues.zk.records import Job
 class Notify(JobDaemon):
     name: ClassVar[str] = "notify"
     step: ClassVar[str] = "notify"
-    state: ClassVar[str] = "Notify"
+    state: ClassVar[str] = JobState.NOTIFY
 
     def work(self, item: Job) -> Step:
         try:
@@ -47,9 +48,9 @@ class Notify(JobDaemon):
                 )
             except CallbackError as exc:
                 raise StepFailed(str(exc)) from exc
-        return Next("Completed")
+        return Next(JobState.COMPLETED)
 
     def after(self, item: Job, step: Next) -> None:
-        if step.target == "Completed":
+        if step.target == JobState.COMPLETED:
             remove_workdir(item)
         super().after(item, step)

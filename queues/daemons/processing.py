@@ -38,6 +38,7 @@ from queues.daemons.jobwork import (
     work_relative,
     workdir,
 )
+from queues.states import JobState
 from queues.steps import merritt
 from queues.steps.erc import (
     PRODUCER_DIR,
@@ -91,7 +92,7 @@ def job_erc(job: Job, spec: ObjectSpec) -> Erc:
 class Processing(JobDaemon):
     name: ClassVar[str] = "processing"
     step: ClassVar[str] = "processing"
-    state: ClassVar[str] = "Processing"
+    state: ClassVar[str] = JobState.PROCESSING
 
     def settle_ark(self, job: Job, spec: ObjectSpec, local_id: str | None) -> str:
         ark = job.primary_id or (spec.primary_id or "")
@@ -172,7 +173,7 @@ class Processing(JobDaemon):
             item,
             {"store": {**(item.store or {}), **store}, "inventory": {**kept, **inventory}},
         )
-        return Next("Storing")
+        return Next(JobState.STORING)
 
     def version_files(
         self,

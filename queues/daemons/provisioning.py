@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 from django.conf import settings
 
 from queues.daemons.base import JobDaemon, Next, Step
+from queues.states import JobState
 from queues.zk import paths as zpaths
 from queues.zk.errors import MalformedNode, NotFound
 from queues.zk.jobs import index_entries, job_load, jobs_load
@@ -42,7 +43,7 @@ IDLE_EVALUATION_GAP = 2.0
 class Provisioning(JobDaemon):
     name: ClassVar[str] = "provisioning"
     step: ClassVar[str] = "provisioning"
-    state: ClassVar[str] = "Provisioning"
+    state: ClassVar[str] = JobState.PROVISIONING
 
     def __init__(self, *args: Any, disk_usage: DiskUsage = shutil.disk_usage, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -58,7 +59,7 @@ class Provisioning(JobDaemon):
         root.mkdir(parents=True, exist_ok=True)
         usage = self.disk_usage(root)
         limit = int(usage.total * settings.MRT_PROVISION_HIGH_WATER)
-        downloading = [jid for _p, jid in index_entries(self.zk, "Downloading")]
+        downloading = [jid for _p, jid in index_entries(self.zk, JobState.DOWNLOADING)]
         promised = sum(
             j.space_needed for j in jobs_load(self.zk, downloading) if isinstance(j, Job)
         )
@@ -123,4 +124,4 @@ class Provisioning(JobDaemon):
         return job
 
     def work(self, item: Job) -> Step:
-        return Next("Downloading")
+        return Next(JobState.DOWNLOADING)

@@ -20,6 +20,7 @@ from queues.daemons.base import Next, Stay, Step, StepFailed
 from queues.daemons.jobwork import job_spec
 from queues.daemons.processing import job_erc
 from queues.daemons.storing import ObjectLockDaemon
+from queues.states import JobState
 from queues.steps.inventory import InventoryError
 from queues.zk import paths as zpaths
 from queues.zk.locks import lock_create, lock_release
@@ -29,7 +30,7 @@ from queues.zk.records import Job
 class Recording(ObjectLockDaemon):
     name: ClassVar[str] = "recording"
     step: ClassVar[str] = "recording"
-    state: ClassVar[str] = "Recording"
+    state: ClassVar[str] = JobState.RECORDING
 
     def object_lock(self, ark: str) -> str:
         return zpaths.inventory_lock(ark)
@@ -59,4 +60,4 @@ class Recording(ObjectLockDaemon):
             raise StepFailed(str(exc)) from exc
         finally:
             lock_release(self.zk, lock)
-        return Next("Notify", f"recorded {ark}" + (f" version {version}" if version else ""))
+        return Next(JobState.NOTIFY, f"recorded {ark}" + (f" version {version}" if version else ""))

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
+from queues.states import JobState
 from queues.steps.merritt import parse_store_mode
 from queues.steps.profiles import ProfileError, load_profile
 from queues.steps.storage import StorageError
@@ -45,7 +46,7 @@ class ObjectLockDaemon(JobDaemon):
 class Storing(ObjectLockDaemon):
     name: ClassVar[str] = "storing"
     step: ClassVar[str] = "storing"
-    state: ClassVar[str] = "Storing"
+    state: ClassVar[str] = JobState.STORING
 
     def object_lock(self, ark: str) -> str:
         return zpaths.storage_lock(ark)
@@ -86,4 +87,4 @@ class Storing(ObjectLockDaemon):
         inventory.setdefault("mode", "")
         inventory.update(manifest_url=stored.manifest_url, ark=stored.ark, version=stored.version)
         job_set_json(self.zk, item, "inventory", inventory)
-        return Next("Recording", f"stored {ark} version {stored.version}")
+        return Next(JobState.RECORDING, f"stored {ark} version {stored.version}")

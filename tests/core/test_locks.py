@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -270,3 +271,49 @@ def test_two_clients_racing_for_an_access_request_never_both_get_it(
         client, winner = race_winner((zk, other_zk), lambda c: access.access_acquire(c, "small"))
         assert winner.qid == created.qid
         access.access_unlock(client, access.access_transition(client, winner, "Processing"))
+
+
+def test_a_move_that_keeps_the_lock_leaves_it_in_place_and_needs_it(
+    zk: KazooClient, other_zk: KazooClient, job: Job
+) -> None:
+    from queues.zk.errors import Conflict
+    from queues.zk.locks import lock_break
+
+    acquired = jobs.job_acquire(zk, "Pending")
+    assert acquired is not None
+    moved = jobs.job_transition(zk, acquired, "Estimating", keep_lock=True)
+    assert_ephemeral_marker(zk, f"/jobs/{job.jid}/lock", zk)  # kept for the next step
+    # Without the lock (gone with a session, or broken) a move that keeps it writes nothing.
+    lock_break(zk, f"/jobs/{job.jid}/lock")
+    with pytest.raises(Conflict):
+        jobs.job_transition(zk, moved, "Provisioning", keep_lock=True)
+    with pytest.raises(Conflict):
+        jobs.transition_apply(
+            zk, jobs.transition_plan(moved, "Provisioning", lock="release"), require_lock=True
+        )
+    current = jobs.job_load(zk, job.jid)
+    assert current.state == "Estimating"
+    assert current.status.version == moved.status.version
+    assert zk.exists(f"/jobs/states/estimating/05-{job.jid}") is not None
+
+
+def test_a_batched_move_and_the_one_job_move_write_the_same_bytes(
+    zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    from queues.zk.pipeline import PendingMove
+
+    one, two, three = make_job(), make_job(), make_job()
+    jobs.job_transition(zk, one, "Estimating", priority=7)
+    plans = [jobs.transition_plan(j, "Estimating", priority=7) for j in (two, three)]
+    PendingMove(zk, plans).collect(lambda fn: fn())
+
+    def content(jid: str) -> tuple[dict, bytes]:
+        raw = json.loads(zk.get(f"/jobs/{jid}/status")[0])
+        raw.pop("last_modified")
+        return raw, zk.get(f"/jobs/{jid}/priority")[0]
+
+    assert content(two.jid) == content(one.jid) == content(three.jid)
+    for j in (one, two, three):
+        assert zk.exists(f"/jobs/states/estimating/07-{j.jid}") is not None
+        assert zk.exists(f"/jobs/states/pending/05-{j.jid}") is None
+        assert zk.exists(f"/batches/{j.bid}/states/batch-processing/{j.jid}") is not None
