@@ -336,7 +336,9 @@ class JobPipeline:
         daemon = self.daemon
         downstream = self.keeper.loop_for(self.successor) if self.keeper is not None else None
         claiming = downstream is None or downstream.has_room()
-        picks = self.listing.take(self.batch, self.kept, claim=claiming, fresh=fresh)
+        picks = self.listing.take(
+            self.batch, self.kept, claim=claiming, fresh=fresh, exclude=self._in_hand()
+        )
         if not picks:
             return None
         for pick in picks:
@@ -393,6 +395,13 @@ class JobPipeline:
         if self.keeper is not None and any(p.kept for p in batch.picks):
             for upstream in self.keeper.upstream_of(daemon.state):
                 upstream.wake.set()  # room again for the jobs it moves here
+
+    def _in_hand(self) -> set[str]:
+        """Jobs of the batch sent last and of the moves under way (still in the folder)."""
+        jids = {w.job.jid for flight in self.inflight for w in flight.works}
+        if self.pending is not None:
+            jids.update(p.jid for p in self.pending.picks)
+        return jids
 
     def _abandon(self) -> None:
         """Stop claiming (a drain, a suspended connection, a stop): the batch sent but not

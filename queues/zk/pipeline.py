@@ -22,7 +22,7 @@ import heapq
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -73,15 +73,39 @@ class StateListing:
         self._busy: dict[str, float] = {}
         self.busy_for = max(2.0, 2 * max_age)
         self._ahead: tuple[list[str], Any] | None = None  # a look-ahead read under way
+        self._listing: tuple[float, Any] | None = None  # a listing under way: sent at, answer
+        self._exclude: Collection[str] = ()
 
     def _list(self, extra: Iterable[str]) -> None:
+        self._listing = None
+        self._apply_listing(time.monotonic(), children(self.zk, self.folder), extra)
+
+    def _apply_listing(self, sent: float, found: Iterable[str], extra: Iterable[str]) -> None:
         now = time.monotonic()
         self._busy = {j: t for j, t in self._busy.items() if t > now}
-        names = set(children(self.zk, self.folder))
+        names = set(found)
         names.update(extra)
         self._heap = [n for n in names if paths.INDEX_ENTRY_RE.fullmatch(n)]
         heapq.heapify(self._heap)
-        self._listed_at = time.monotonic()
+        self._listed_at = sent
+
+    def _refresh(self, kept: dict[str, str], fresh: bool) -> None:
+        """List the folder again when asked to (at once) or when the listing is ``max_age``
+        old: then the listing is sent and used once answered, without waiting for it unless
+        nothing is left to take."""
+        if fresh or self._listed_at == float("-inf"):
+            self._list(kept.values())  # asked for, or the first listing: wait for it
+            return
+        now = time.monotonic()
+        if self._listing is None and now - self._listed_at >= self.max_age:
+            self._listing = (now, self.zk.get_children_async(self.folder))
+        if self._listing is not None and (self._listing[1].ready() or not self._heap):
+            (sent, answer), self._listing = self._listing, None
+            try:
+                found = answer.get()
+            except NoNodeError:
+                found = []
+            self._apply_listing(sent, found, kept.values())
 
     def add(self, name: str) -> None:
         heapq.heappush(self._heap, name)
@@ -96,7 +120,13 @@ class StateListing:
             self._busy[jid] = until
 
     def take(
-        self, count: int, kept: dict[str, str], *, claim: bool = True, fresh: bool = False
+        self,
+        count: int,
+        kept: dict[str, str],
+        *,
+        claim: bool = True,
+        fresh: bool = False,
+        exclude: Collection[str] = (),
     ) -> list[Pick]:
         """Up to ``count`` entries in run order; ``kept`` maps jid -> entry name of jobs whose
         lock this consumer holds (always free to it). Without ``claim`` the batch ends with
@@ -105,11 +135,15 @@ class StateListing:
         The folder is listed again when the listing is ``max_age`` old, or when ``fresh`` is
         asked for: the caller does so before it goes idle (after setting its folder watch), so
         no job is missed; a listing that merely ran out is not listed again at once (a loop fed
-        with kept jobs would otherwise list its folder for every batch).
+        with kept jobs would otherwise list its folder for every batch). ``exclude``: jobs this
+        consumer has in hand (claimed or moving), which a new listing still shows.
         """
-        if fresh or time.monotonic() - self._listed_at >= self.max_age:
-            self._list(kept.values())
-        picks = self._take(count, kept)
+        self._refresh(kept, fresh)
+        self._exclude = exclude
+        try:
+            picks = self._take(count, kept)
+        finally:
+            self._exclude = ()
         self._crowd = max(0, self._crowd - 1)
         if not claim:
             while picks and not picks[-1].kept:
@@ -127,6 +161,8 @@ class StateListing:
                 if kept[jid] != name:
                     continue  # an old entry of a kept job (its priority changed)
                 return Pick(name, jid, True)
+            if jid in self._exclude:
+                continue
             if jid in self._busy:
                 if self._busy[jid] > time.monotonic():
                     continue
