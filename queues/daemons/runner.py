@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from queues.daemons.base import Daemon, SessionGate
+from django.conf import settings
+
+from queues.daemons.base import Daemon, JobDaemon, SessionGate
+from queues.daemons.pipeline import LockKeeper
 from queues.daemons.registration import ProcessObserver
 from queues.daemons.registry import daemon_classes
 from queues.zk import client
@@ -30,8 +33,16 @@ class Host:
         classes = daemon_classes(name)
         self.zk = client()
         self.gate = SessionGate()
+        # Job daemons take MRT_CLAIM_BATCH jobs a claim and, with MRT_KEEP_LOCKS, hand a job
+        # on to this process's next step with its lock (daemons with a claim of their own, such
+        # as provisioning and downloading, keep the one-job loop whatever is set).
+        keeper = LockKeeper() if settings.MRT_KEEP_LOCKS else None
         self.daemons: list[Daemon] = [
-            cls(zk=self.zk, gate=self.gate, poll=poll)
+            cls(
+                zk=self.zk, gate=self.gate, poll=poll, batch=settings.MRT_CLAIM_BATCH, keeper=keeper
+            )
+            if issubclass(cls, JobDaemon)
+            else cls(zk=self.zk, gate=self.gate, poll=poll)
             for cls in classes
             for _ in range(max(threads, cls.default_copies()))
         ]

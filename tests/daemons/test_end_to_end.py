@@ -128,7 +128,14 @@ def _state(zk: Any, bid: str) -> str:
     return batch_load(zk, bid).state
 
 
-def test_manifest_of_manifests_end_to_end(zk, files: FileServer, consumers: Consumers) -> None:
+# The one-job loop, and the batched loop with locks kept between a process's steps.
+LOOPS = [{}, {"MRT_CLAIM_BATCH": "8", "MRT_KEEP_LOCKS": "1"}]
+
+
+@pytest.mark.parametrize("loop", LOOPS, ids=["one-job", "batched"])
+def test_manifest_of_manifests_end_to_end(
+    zk, files: FileServer, consumers: Consumers, loop: dict[str, str]
+) -> None:
     rows = []
     for n in range(3):
         names = [f"obj{n}/page{k}.txt" for k in range(2)]
@@ -164,7 +171,7 @@ def test_manifest_of_manifests_end_to_end(zk, files: FileServer, consumers: Cons
         submission_type="batch-manifest",
         title="End to end",
     )
-    proc = consumers.start("all", "--poll", "0.2")
+    proc = consumers.start("all", "--poll", "0.2", **loop)
     try:
         wait_for(lambda: _state(zk, bid) in ("Completed", "Failed"), timeout=120)
     except AssertionError:

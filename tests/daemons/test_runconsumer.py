@@ -6,6 +6,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from queues import zk as zkmod
+from queues.daemons.base import JobDaemon
 from queues.daemons.registry import DAEMONS
 from queues.daemons.runner import Host
 from queues.zk.jobs import job_load
@@ -54,3 +55,23 @@ def test_threads_run_that_many_copies_of_each_daemon(zk) -> None:
         assert {d.name for d in everything.daemons} == set(DAEMONS)
     finally:
         everything.close()
+
+
+def test_claim_batch_and_kept_locks_reach_the_job_daemons(zk, settings) -> None:
+    settings.MRT_CLAIM_BATCH, settings.MRT_KEEP_LOCKS = 8, True
+    host = Host("all")
+    try:
+        batched = {d.name for d in host.daemons if isinstance(d, JobDaemon) and d.batched()}
+        # Estimating .. Notify but provisioning and downloading, which claim their own way.
+        assert {"estimating", "processing", "storing", "recording", "notify"} <= batched
+        assert "downloading" not in batched and "provisioning" not in batched
+        keepers = {d.keeper for d in host.daemons if isinstance(d, JobDaemon)}
+        assert len(keepers) == 1 and None not in keepers  # one per process, shared
+    finally:
+        host.close()
+    settings.MRT_CLAIM_BATCH, settings.MRT_KEEP_LOCKS = 1, False
+    plain = Host("all")
+    try:
+        assert not any(isinstance(d, JobDaemon) and d.batched() for d in plain.daemons)
+    finally:
+        plain.close()
