@@ -49,7 +49,7 @@ def throwaway_zookeeper(hosts: str = "") -> Iterator[str]:
 
 def new_chroot(hosts: str, name: str) -> str:
     """A connection string into a fresh chroot, so runs never see each other's nodes."""
-    from queues import zk as zkmod
+    from queues.zk import client as zkmod
 
     chroot = f"/{name}-{uuid.uuid4().hex[:8]}"
     root = zkmod.connect(hosts)

@@ -138,8 +138,8 @@ def run_daemons(
 ) -> DaemonRun:
     """Move ``jobs`` Estimating jobs to Completed with ``processes`` daemon processes."""
     from bench.load import load
-    from queues import zk as zkmod
     from queues.states import JOB_WORKING, JobState
+    from queues.zk import client as zkmod
     from queues.zk import paths
 
     target = new_chroot(hosts, f"bench-daemons-{processes}{'-recorded' if record else ''}")
@@ -197,7 +197,7 @@ def _raw_child(
 ) -> None:
     """``inflight`` single-job transitions kept in flight on one session for ``seconds``."""
     setup_django()
-    from queues import zk as zkmod
+    from queues.zk import client as zkmod
     from queues.zk.codecs import encode_json
     from queues.zk.jobs import new_status
 

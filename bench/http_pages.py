@@ -301,7 +301,7 @@ def load_queue(size: int, batches: int, scratch: Path) -> Queue:
     failed = set(states.get("Failed", []))
     failed_bids: list[str] = []
     if failed:
-        from queues import zk as zkmod
+        from queues.zk import client as zkmod
 
         client = zkmod.connect(server.hosts)
         try:

@@ -415,7 +415,7 @@ def main() -> None:
         setup_django()
         from django.conf import settings
 
-        from queues import zk as zkmod
+        from queues.zk import client as zkmod
 
         cookie = session_cookie()
         for window in args.windows:

@@ -26,7 +26,7 @@ def load(
 ):
     """Load ``jobs`` jobs in ``batches`` batches into ``hosts``; returns the LoadResult."""
     from bench.loader import bulk_load
-    from queues.zk import connect
+    from queues.zk.client import connect
 
     def say(line: str) -> None:
         if not quiet:

@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     setup_django()
     from django.test.utils import setup_test_environment
 
-    from queues import zk as zkmod
+    from queues.zk import client as zkmod
 
     setup_test_environment()  # lets the test client's host name through ALLOWED_HOSTS
     web = logged_in_client()

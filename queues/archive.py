@@ -37,9 +37,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from queues.states import JOB_STEPS, JobState
-from queues.zk import client
 from queues.zk import paths as zpaths
 from queues.zk.batches import batch_ids, batch_job_ids, batch_load, batch_remove, batch_states
+from queues.zk.client import client
 from queues.zk.codecs import parse_stamp
 from queues.zk.errors import Conflict, ItemLocked, MalformedNode, NotFound, is_connection_error
 from queues.zk.jobs import job_remove, jobs_load

@@ -27,8 +27,8 @@ from django.http.response import HttpResponseBase
 from django.views.decorators.http import require_GET
 
 from queues.auth import OPERATOR, has_role
-from queues.zk import client
 from queues.zk.access import access_load
+from queues.zk.client import client
 from queues.zk.errors import MalformedNode, NotFound, is_connection_error
 from queues.zk.paths import ACCESS_QUEUES
 from queues.zk.records import AccessRequest

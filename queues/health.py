@@ -17,7 +17,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from queues.zk import client
+from queues.zk.client import client
 
 BUDGET = 1.5  # seconds; load balancers expect an answer well within 2 s
 

@@ -23,7 +23,6 @@ from queues.steps.checkm import filename_problem
 from queues.steps.fetch import DownloadError, local_path
 from queues.steps.netpolicy import FetchRefused
 from queues.steps.submission import filename_from_url
-from queues.zk import client
 from queues.zk import paths as zpaths
 from queues.zk.access import (
     access_ids,
@@ -42,6 +41,7 @@ from queues.zk.batches import (
     batch_states,
     batch_transition,
 )
+from queues.zk.client import client
 from queues.zk.errors import (
     Conflict,
     DomainError,

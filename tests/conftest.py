@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from queues import zk as zkmod
+from queues.zk import client as zkmod
 from queues.zkserver import LocalZooKeeper, free_port
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 

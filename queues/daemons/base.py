@@ -33,10 +33,10 @@ from django.db import close_old_connections
 from queues import services
 from queues.states import AccessState, JobState
 from queues.steps.submission import processing_problem
-from queues.zk import client
 from queues.zk import paths as zpaths
 from queues.zk.access import access_acquire, access_transition, access_unlock
 from queues.zk.batches import batch_acquire, batch_transition, batch_unlock
+from queues.zk.client import client
 from queues.zk.daemon_support import ChangeSignal
 from queues.zk.errors import (
     Conflict,

@@ -11,8 +11,7 @@ from queues.daemons.base import Daemon, JobDaemon, SessionGate
 from queues.daemons.pipeline import LockKeeper
 from queues.daemons.registration import ProcessObserver
 from queues.daemons.registry import daemon_classes
-from queues.zk import client
-from queues.zk.client import add_state_listener, remove_state_listener
+from queues.zk.client import add_state_listener, client, remove_state_listener
 
 log = logging.getLogger("queues.daemons")
 

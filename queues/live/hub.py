@@ -33,7 +33,7 @@ from typing import Any
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from queues import zk as zkmod
+from queues.zk import client as zkmod
 from queues.zk.watch import ZK_DOWN, ZK_UP, QueueWatcher, is_on_demand, validate_topic
 
 log = logging.getLogger(__name__)

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from queues import zk as zkmod
 from queues.daemons.registration import ProcessObserver
 from queues.models import StepRecord
+from queues.zk import client as zkmod
 from tests.browser import SCREENSHOTS
 
 from .conftest import PASSWORD, Running, SlowStep, record

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from queues import zk as zkmod
 from queues.audit import AuditEntry
 from queues.daemons.registration import ProcessObserver
+from queues.zk import client as zkmod
 from queues.zk import consumers as zconsumers
 from queues.zk.jobs import job_load
 

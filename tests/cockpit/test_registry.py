@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from queues import zk as zkmod
 from queues.daemons.registration import ProcessObserver
+from queues.zk import client as zkmod
 from queues.zk import consumers as zconsumers
 from queues.zk.jobs import job_load
 

@@ -91,9 +91,9 @@ def test_stuck_jobs_on_the_overview_the_job_list_and_metrics(zk, make_job, viewe
 
 
 def test_a_consumer_thread_is_flagged_past_its_steps_p95(zk, zk_hosts, make_job, settings):
-    from queues import zk as zkmod
     from queues.daemons.registration import ProcessObserver
     from queues.views.workers import consumers_context
+    from queues.zk import client as zkmod
 
     from .conftest import Running, SlowStep, wait_for
 

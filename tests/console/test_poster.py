@@ -339,7 +339,7 @@ def test_only_post(zk, operator_key) -> None:
 def test_zookeeper_unreachable_is_a_service_error_to_retry(zk_hosts, operator_key) -> None:
     from django.conf import settings
 
-    from queues import zk as zkmod
+    from queues.zk import client as zkmod
 
     old = settings.ZK_HOSTS, settings.ZK_TIMEOUT
     settings.ZK_HOSTS, settings.ZK_TIMEOUT = "127.0.0.1:9", 1.0

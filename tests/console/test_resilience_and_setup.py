@@ -9,9 +9,9 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from queues import zk as zkmod
 from queues.audit import AuditEntry
 from queues.zk import batches
+from queues.zk import client as zkmod
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from queues import services
-from queues.zk import InvalidID, InvalidTransition, ItemLocked, NotFound, access
+from queues.zk import access
+from queues.zk.errors import InvalidID, InvalidTransition, ItemLocked, NotFound
 
 from .helpers import QID_RE, assert_stamp, compact, raw, read_json, snapshot
 

@@ -10,17 +10,8 @@ from kazoo.client import KazooClient
 
 from queues import catalogue, services
 from queues.catalogue import Call
-from queues.zk import (
-    Conflict,
-    InvalidID,
-    InvalidTransition,
-    ItemLocked,
-    NotFound,
-    QueueHeld,
-    batches,
-    jobs,
-    locks,
-)
+from queues.zk import batches, jobs, locks
+from queues.zk.errors import Conflict, InvalidID, InvalidTransition, ItemLocked, NotFound, QueueHeld
 from queues.zk.records import Batch, Job
 
 from .helpers import (

@@ -9,7 +9,8 @@ from kazoo.client import KazooClient
 
 from queues import services
 from queues.states import BATCH_INDEX_FOLDERS, JOB
-from queues.zk import Conflict, batches, jobs
+from queues.zk import batches, jobs
+from queues.zk.errors import Conflict
 from queues.zk.records import Batch, Job
 
 from .helpers import assert_indexed, raw, snapshot, walk_job

@@ -7,7 +7,8 @@ import uuid
 import pytest
 from kazoo.client import KazooClient
 
-from queues.zk import Conflict, InvalidID, batches, jobs
+from queues.zk import batches, jobs
+from queues.zk.errors import Conflict, InvalidID
 
 from .helpers import BID_RE, assert_batch_status, raw, read_json
 

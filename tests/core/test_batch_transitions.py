@@ -9,7 +9,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from queues import services
-from queues.zk import Conflict, InvalidTransition, batches, jobs
+from queues.zk import batches, jobs
+from queues.zk.errors import Conflict, InvalidTransition
 from queues.zk.records import Batch, Job
 
 from .helpers import assert_batch_status, assert_stamp, compact, raw, read_json, snapshot, walk_job

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient
 
-from queues import zk as zkmod
+from queues.zk import client as zkmod
 from queues.zk import jobs
 from queues.zk.records import Job
 

@@ -8,8 +8,9 @@ import socket
 import pytest
 from kazoo.client import KazooClient
 
-from queues import zk as zkmod
+from queues.zk import client as zkmod
 from queues.zk.client import BASE_NODES
+from queues.zk.errors import Unavailable
 from queues.zk.kazoo_private import Handler
 from queues.zkserver import free_port
 
@@ -34,7 +35,7 @@ def test_close_ends_the_session_and_the_next_call_reconnects(zk: KazooClient) ->
 
 def test_unreachable_ensemble_is_reported_as_unavailable() -> None:
     hosts = f"127.0.0.1:{free_port()}"
-    with pytest.raises(zkmod.Unavailable, match=hosts):
+    with pytest.raises(Unavailable, match=hosts):
         zkmod.connect(hosts, timeout=1.0)
 
 

@@ -14,8 +14,9 @@ from kazoo.client import KazooClient
 
 from queues import check, services
 from queues.states import ACCESS, BATCH, JOB, REMOVE
-from queues.zk import InvalidID, InvalidTransition, access, batches, jobs, paths
+from queues.zk import access, batches, jobs, paths
 from queues.zk.codecs import encode_json, now_stamp
+from queues.zk.errors import InvalidID, InvalidTransition
 from queues.zk.records import Batch, Job
 
 from . import library_reader as lib

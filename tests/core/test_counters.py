@@ -7,8 +7,8 @@ import threading
 import pytest
 from kazoo.client import KazooClient
 
-from queues.zk import MalformedNode
 from queues.zk.counters import counter_next, counter_path
+from queues.zk.errors import MalformedNode
 
 
 def test_counter_starts_at_one_and_counts_up_as_plain_text(zk: KazooClient) -> None:

@@ -6,7 +6,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from queues import services
-from queues.zk import InvalidID, locks
+from queues.zk import locks
+from queues.zk.errors import InvalidID
 
 from .helpers import assert_marker
 

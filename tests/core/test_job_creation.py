@@ -7,7 +7,8 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooClient
 
-from queues.zk import InvalidID, NotFound, jobs
+from queues.zk import jobs
+from queues.zk.errors import InvalidID, NotFound
 from queues.zk.records import Batch, Job
 
 from .helpers import JID_RE, assert_indexed, assert_job_status, raw, read_json

@@ -7,7 +7,8 @@ from kazoo.client import KazooClient
 
 from queues import services
 from queues.states import job_resume_target
-from queues.zk import InvalidTransition, jobs
+from queues.zk import jobs
+from queues.zk.errors import InvalidTransition
 from queues.zk.records import Batch, Job
 
 from .helpers import assert_indexed, assert_job_status, failed_after, snapshot, walk_job

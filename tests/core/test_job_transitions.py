@@ -9,7 +9,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from queues.states import JOB_STEPS, JOB_WORKING
-from queues.zk import InvalidTransition, jobs
+from queues.zk import jobs
+from queues.zk.errors import InvalidTransition
 from queues.zk.records import Batch, Job
 
 from .helpers import (

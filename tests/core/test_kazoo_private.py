@@ -33,7 +33,7 @@ def test_an_unknown_version_is_refused_saying_what_to_do(version: str) -> None:
 
 
 def test_importing_the_contract_with_another_kazoo_fails_at_once() -> None:
-    program = "import kazoo.version\nkazoo.version.__version__ = '9.9.9'\nimport queues.zk\n"
+    program = "import kazoo.version\nkazoo.version.__version__ = '9.9.9'\nimport queues.zk.client\n"
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
     )

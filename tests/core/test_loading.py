@@ -7,7 +7,8 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooClient
 
-from queues.zk import InvalidID, InvalidTransition, MalformedNode, NotFound, access, batches, jobs
+from queues.zk import access, batches, jobs
+from queues.zk.errors import InvalidID, InvalidTransition, MalformedNode, NotFound
 from queues.zk.records import Batch, Broken, Job
 
 

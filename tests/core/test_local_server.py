@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from queues import zk as zkmod
+from queues.zk import client as zkmod
 from queues.zk.client import configured_hosts
 from queues.zk.errors import Unavailable
 from queues.zkserver import (

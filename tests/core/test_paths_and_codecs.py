@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from queues.zk import InvalidID, MalformedNode, paths
+from queues.zk import paths
 from queues.zk.codecs import (
     decode_any,
     decode_int,
@@ -16,6 +16,7 @@ from queues.zk.codecs import (
     now_stamp,
     parse_stamp,
 )
+from queues.zk.errors import InvalidID, MalformedNode
 
 from .helpers import STAMP_RE
 

@@ -11,10 +11,10 @@ from typing import Any, ClassVar
 import pytest
 from kazoo.client import KazooClient
 
-from queues import zk as zkmod
 from queues.daemons.base import JobDaemon, Next, SessionGate, Step
 from queues.daemons.pipeline import JobPipeline, LockKeeper
 from queues.states import JobState
+from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
 from queues.zk.jobs import job_load
 from queues.zk.locks import lock_create, queue_hold_set

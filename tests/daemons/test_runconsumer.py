@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from django.core.management import CommandError, call_command
 
-from queues import zk as zkmod
 from queues.daemons.base import JobDaemon
 from queues.daemons.registry import DAEMONS
 from queues.daemons.runner import Host
+from queues.zk import client as zkmod
 from queues.zk.jobs import job_load
 
 from .conftest import FileServer, make_job

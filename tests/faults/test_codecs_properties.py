@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from queues.zk import InvalidID, MalformedNode, paths
+from queues.zk import paths
 from queues.zk.codecs import (
     decode_any,
     decode_int,
@@ -24,6 +24,7 @@ from queues.zk.codecs import (
     now_stamp,
     parse_stamp,
 )
+from queues.zk.errors import InvalidID, MalformedNode
 from queues.zk.jobs import new_status, next_status
 from queues.zk.records import Status
 

@@ -9,9 +9,9 @@ from kazoo.client import KazooClient
 
 from queues import services
 from queues.check import run_check
-from queues.zk import DomainError
 from queues.zk.access import access_create, accesses_load
 from queues.zk.batches import batch_create, batches_load
+from queues.zk.errors import DomainError
 from queues.zk.jobs import job_acquire, job_create, jobs_load
 from queues.zk.records import Batch, Broken, Job
 

@@ -18,8 +18,8 @@ import pytest
 from django.conf import settings
 from kazoo.client import KazooClient
 
-from queues import zk as zkmod
 from queues.zk import batches, jobs
+from queues.zk import client as zkmod
 from queues.zk import consumers as zconsumers
 from queues.zkserver import LocalZooKeeper, four_letter, free_port
 

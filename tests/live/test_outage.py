@@ -10,9 +10,9 @@ import pytest
 from channels.layers import channel_layers
 from django.conf import settings
 
-from queues import zk as zkmod
 from queues.live.hub import reset_hub
 from queues.zk import batches, jobs
+from queues.zk import client as zkmod
 from queues.zkserver import LocalZooKeeper, free_port
 
 from .conftest import CONFIGURATION, open_socket, receive_until, run

@@ -60,7 +60,7 @@ def assert_overview_counts_read_nothing(zk):
 
 
 def test_warming_without_zookeeper_only_logs(zk_hosts, settings, caplog):
-    from queues import zk as zkmod
+    from queues.zk import client as zkmod
     from queues.zkserver import free_port
 
     zkmod.close()

@@ -51,7 +51,7 @@ def test_health_reports_a_reachable_zookeeper(client, zk):
 
 
 def test_health_reports_an_unreachable_zookeeper(client, zk_hosts):
-    from queues import zk as zkmod
+    from queues.zk import client as zkmod
     from queues.zkserver import free_port
 
     zkmod.close()

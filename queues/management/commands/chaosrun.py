@@ -58,7 +58,7 @@ from queues.steps.checkm import (
     ManifestRow,
     write_checkm,
 )
-from queues.zk import connect
+from queues.zk.client import connect
 from queues.zkserver import LocalZooKeeper, free_port
 
 PROFILE = "merritt_demo_content"

@@ -5,7 +5,7 @@ from typing import Any
 from django.conf import settings
 
 from queues.check import repair, run_check
-from queues.zk import client
+from queues.zk.client import client
 
 from ._base import QueueCommand
 

@@ -32,7 +32,7 @@ from queues.daemons.registry import (
     deployment_problems,
 )
 from queues.daemons.runner import Host
-from queues.zk import close
+from queues.zk.client import close
 from queues.zk.errors import is_connection_error
 
 

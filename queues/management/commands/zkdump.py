@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from queues.zk import client
+from queues.zk.client import client
 from queues.zk.tree import walk
 
 from ._base import QueueCommand
