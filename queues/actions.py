@@ -17,7 +17,7 @@ from queues import catalogue, services
 from queues.audit import record
 from queues.auth import require_action
 from queues.models import bulk_summary, short_reason
-from queues.selectors import zk_client
+from queues.zk.client import connected_client
 from queues.zk.errors import DomainError
 
 
@@ -46,7 +46,7 @@ def _call(
     if found is None:
         raise PermissionDenied(f"there is no {action} action for a {kind}")
     # Fail fast while ZooKeeper is away instead of queueing the write behind a reconnect.
-    zk_client()
+    connected_client()
     result = found.run(catalogue.Call(item_id, version, reason, params))
     return list(result) if isinstance(result, list) else [result]
 

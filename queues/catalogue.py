@@ -21,8 +21,8 @@ from typing import Any
 
 from queues import services
 from queues.roles import ADMIN, OPERATOR
-from queues.selectors import zk_client
 from queues.states import REMOVE, AccessState, BatchState
+from queues.zk.client import connected_client
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def _submit(call: Call) -> services.Outcome:
 def _repair(_call: Call) -> services.Outcome:
     from queues.check import repair, run_check
 
-    zk = zk_client()
+    zk = connected_client()
     report = run_check(zk)
     fixable = sum(1 for f in report.findings if f.repairable)
     lines = repair(zk, report)
@@ -96,14 +96,14 @@ def _drain(call: Call) -> services.Outcome:
         "at": datetime.now(UTC).isoformat(),
         "reason": call.reason,
     }
-    consumers.drain_request(zk_client(), call.item_id, info)
+    consumers.drain_request(connected_client(), call.item_id, info)
     return services.Outcome("consumer", call.item_id, "running", "draining", "stops claiming")
 
 
 def _undrain(call: Call) -> services.Outcome:
     from queues.zk import consumers
 
-    had = consumers.drain_cancel(zk_client(), call.item_id)
+    had = consumers.drain_cancel(connected_client(), call.item_id)
     return services.Outcome("consumer", call.item_id, "draining" if had else "running", "running")
 
 

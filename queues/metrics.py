@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from queues import selectors
 from queues.auth import BEARER_CHALLENGE, VIEWER, has_role, token_from
+from queues.zk.client import connected_client
 from queues.zk.errors import is_connection_error
 
 # What generate_latest writes: the classic text format.
@@ -101,7 +102,7 @@ class QueueCollector(Collector):
         yield _gauge(
             "mrt_jobs_stuck",
             "jobs far longer in their state (or under one lock) than its usual time, per state",
-            dict(stuck.stuck_counts(selectors.zk_client())),
+            dict(stuck.stuck_counts(connected_client())),
             "state",
         )
         procs = stuck.consumer_processes()["consumers"]

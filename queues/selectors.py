@@ -35,7 +35,7 @@ from queues.zk import index as zindex
 from queues.zk import paths as zpaths
 from queues.zk.access import access_ids, access_load, accesses_load
 from queues.zk.batches import batch_job_ids, batch_load, batches_load, report_changes
-from queues.zk.client import connected_client as zk_client
+from queues.zk.client import connected_client
 from queues.zk.codecs import decode_any, decode_json
 from queues.zk.errors import InvalidTransition, MalformedNode, NotFound
 from queues.zk.jobs import job_load, job_resume_state, jobs_load
@@ -69,7 +69,7 @@ class StateCount:
 def job_state_counts() -> dict[str, int]:
     """Jobs per state, from the read index's listings of the state folders (Deleted too: jobs
     Merritt's library marked Deleted stay until they are removed)."""
-    idx = zindex.for_client(zk_client())
+    idx = zindex.for_client(connected_client())
     return {s: idx.job_count(s) for s in JOB.states}
 
 
@@ -81,7 +81,7 @@ def job_state_summary() -> dict[str, StateCount]:
     read index is still filling after a start, a folder not listed yet is counted from its stat
     (no listing, no waiting) and its age is left out.
     """
-    zk = zk_client()
+    zk = connected_client()
     idx = zindex.for_client(zk)
     states = list(JOB.states)
     if idx.filling:
@@ -129,7 +129,7 @@ def _statuses(zk: Any, node_paths: Sequence[str]) -> list[tuple[str, datetime]]:
 
 
 def batch_state_summary() -> dict[str, StateCount]:
-    idx = zindex.for_client(zk_client())
+    idx = zindex.for_client(connected_client())
     # While the read index fills: the batches read so far (the overview says it is loading).
     summary = idx.batch_summary_now() if idx.filling else idx.batch_summary()
     result = {
@@ -144,7 +144,7 @@ def batch_state_summary() -> dict[str, StateCount]:
 
 
 def access_state_summary() -> dict[str, StateCount]:
-    zk = zk_client()
+    zk = connected_client()
     node_paths = [
         zpaths.access_node(q, qid, "status")
         for q in zpaths.ACCESS_QUEUES
@@ -156,7 +156,7 @@ def access_state_summary() -> dict[str, StateCount]:
 def bytes_in_process() -> int:
     """Sum of space_needed over jobs in the working states (read once per job and state);
     while the read index fills, of the states whose sum is known so far."""
-    idx = zindex.for_client(zk_client())
+    idx = zindex.for_client(connected_client())
     if idx.filling:
         return sum(idx.space_total_now(s) or 0 for s in JOB_WORKING)
     return sum(idx.space_total(s) for s in JOB_WORKING)
@@ -165,7 +165,7 @@ def bytes_in_process() -> int:
 def held_jobs_by_collection() -> dict[str, int]:
     """How many Held jobs each collection (profile) has (while the read index fills: of the
     Held jobs whose collection is read so far)."""
-    idx = zindex.for_client(zk_client())
+    idx = zindex.for_client(connected_client())
     if idx.filling:
         counts = idx.profile_counts_now(JobState.HELD) or {}
     else:
@@ -192,12 +192,12 @@ class Overview:
 
 
 def overview() -> Overview:
-    loading = zindex.for_client(zk_client()).loading()
+    loading = zindex.for_client(connected_client()).loading()
     return Overview(
         jobs=job_state_summary(),
         batches=batch_state_summary(),
         access=access_state_summary(),
-        holds=holds_list(zk_client()),
+        holds=holds_list(connected_client()),
         held_by_collection=held_jobs_by_collection(),
         bytes_in_process=bytes_in_process(),
         loading=loading,
@@ -489,7 +489,7 @@ def _scan(
 def jobs_page(*, flt: JobFilter, page: int = 1, per_page: int = PER_PAGE) -> Page:
     """One page of jobs; only the page's jobs are loaded. A search or a batch filter also
     finds archived jobs (``ArchivedJob`` items, after the live ones)."""
-    zk = zk_client()
+    zk = connected_client()
     page = max(1, page)
     start = (page - 1) * per_page
     if flt.q:
@@ -548,7 +548,7 @@ def _item_id(item: Job | Broken) -> str:
 def jobs_matching(*, flt: JobFilter) -> tuple[list[str], bool]:
     """Every job ID the filter matches now (for "act on everything matching"), and whether the
     scan limit cut the list short."""
-    zk = zk_client()
+    zk = connected_client()
     if flt.q:
         found, _loading = _search(zk, flt)
         return [j.id if isinstance(j, Broken) else j.jid for j in found], False
@@ -601,7 +601,7 @@ class JobDetail:
 def job_detail(*, jid: str) -> JobDetail:
     """One job with every node decoded; a malformed job comes back as ``broken`` (not an
     error) so the page can show which node is bad."""
-    zk = zk_client()
+    zk = connected_client()
     zpaths.jid(jid)
     kids = [k for k in children(zk, zpaths.job(jid)) if k != "lock"]
     reads = read_many(zk, [zpaths.job_node(jid, k) for k in kids])
@@ -638,7 +638,7 @@ def job_detail(*, jid: str) -> JobDetail:
 
 def job_one(*, jid: str) -> Job:
     """One job for re-rendering a row after an action."""
-    return job_load(zk_client(), zpaths.jid(jid))
+    return job_load(connected_client(), zpaths.jid(jid))
 
 
 # Failed jobs --------------------------------------------------------------------------------
@@ -757,7 +757,7 @@ def _failed_matches(zk: Any, *, bid: str = "", profile: str = "", step: str = ""
 
 def failed_matching(*, bid: str = "", profile: str = "", step: str = "") -> list[str]:
     """Every Failed job ID the filter matches now (for "resume everything matching")."""
-    zk = zk_client()
+    zk = connected_client()
     return _failed_matches(zk, bid=bid, profile=profile, step=step).jids()
 
 
@@ -782,7 +782,7 @@ def failed_jobs(
     When everything the filter matches fits in one page of rows, every group shows its rows;
     otherwise only ``open_group`` does, ``row_page`` of it.
     """
-    zk = zk_client()
+    zk = connected_client()
     idx = zindex.for_client(zk)
     group = group if group in FAILED_GROUPINGS else "batch"
     matches = _failed_matches(zk, bid=bid, profile=profile, step=step)
@@ -880,7 +880,7 @@ def failed_page(
 ) -> tuple[Page, dict[str, str], FailedMatches]:
     """One page of every matching Failed job, oldest first (the API's paging), with each
     shown job's failing step, and every match's (jid, batch, collection, step)."""
-    zk = zk_client()
+    zk = connected_client()
     matches = _failed_matches(zk, bid=bid, profile=profile, step=step)
     page = max(1, page)
     first = (page - 1) * per_page
@@ -1008,7 +1008,7 @@ def batches_page(*, flt: BatchFilter, page: int = 1, per_page: int = PER_PAGE) -
     ID like the others). Without a filter only the page is loaded; the state filter uses the
     read index's batch states, the other filters read the submissions of every batch (batches
     number in thousands, not millions); archived batches are filtered by the database."""
-    zk = zk_client()
+    zk = connected_client()
     idx = zindex.for_client(zk)
     bids = list(reversed(idx.batch_ids()))
     if flt.state:
@@ -1107,7 +1107,7 @@ class BatchDetail:
 
 
 def batch_detail(*, bid: str) -> BatchDetail:
-    zk = zk_client()
+    zk = connected_client()
     batch = batch_load(zk, zpaths.bid(bid))
     folders = batch_job_ids(zk, bid)
     jids = sorted({j for v in folders.values() for j in v})
@@ -1133,7 +1133,7 @@ def batch_detail(*, bid: str) -> BatchDetail:
 
 
 def batch_one(*, bid: str) -> BatchRow:
-    zk = zk_client()
+    zk = connected_client()
     rows = batch_rows(zk, [zpaths.bid(bid)])
     if not rows:
         raise NotFound(f"batch {bid} does not exist")
@@ -1142,7 +1142,7 @@ def batch_one(*, bid: str) -> BatchRow:
 
 def batch_preview(*, bid: str) -> tuple[Batch, dict[str, list[str]]]:
     """What a batch delete would remove: the batch and the job IDs it lists."""
-    zk = zk_client()
+    zk = connected_client()
     return batch_load(zk, zpaths.bid(bid)), batch_job_ids(zk, bid)
 
 
@@ -1156,7 +1156,7 @@ def status_reports(*, page: int = 1, per_page: int = 20) -> Page:
     """Batches that have a status report, newest batch first: which ones comes from the read
     index (each batch's report is looked for once, again only when a watch says it changed);
     only the page's batches are loaded."""
-    zk = zk_client()
+    zk = connected_client()
     idx = zindex.for_client(zk)
     bids = idx.reported_batch_ids(wait=not idx.filling)
     page = max(1, page)
@@ -1175,7 +1175,7 @@ def status_reports(*, page: int = 1, per_page: int = 20) -> Page:
 
 
 def access_requests(*, queue: str = "", state: str = "") -> list[AccessRequest | Broken]:
-    zk = zk_client()
+    zk = connected_client()
     queues = [zpaths.access_queue(queue)] if queue else list(zpaths.ACCESS_QUEUES)
     items: list[AccessRequest | Broken] = []
     for q in queues:
@@ -1186,7 +1186,7 @@ def access_requests(*, queue: str = "", state: str = "") -> list[AccessRequest |
 
 
 def access_one(*, queue: str, qid: str) -> AccessRequest:
-    return access_load(zk_client(), zpaths.access_queue(queue), zpaths.qid(qid))
+    return access_load(connected_client(), zpaths.access_queue(queue), zpaths.qid(qid))
 
 
 # Holds --------------------------------------------------------------------------------------
@@ -1200,7 +1200,7 @@ class HoldsView:
 
 
 def holds_view() -> HoldsView:
-    holds = holds_list(zk_client())
+    holds = holds_list(connected_client())
     held = held_jobs_by_collection()
     names = sorted(set(holds.collections) | {c for c in held if c != "(none)"})
     return HoldsView(holds=holds, held_jobs=held, collections=names)
@@ -1222,4 +1222,4 @@ def known_profiles() -> list[str]:
 def consistency_report() -> Any:
     from queues.check import run_check
 
-    return run_check(zk_client())
+    return run_check(connected_client())

@@ -28,7 +28,7 @@ from queues.states import JOB_STEPS
 from queues.zk import consumers as zconsumers
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
-from queues.zk.client import connected_client as zk_client
+from queues.zk.client import connected_client
 from queues.zk.nodes import exists_many
 
 DEFAULT_SECONDS = 3600.0
@@ -226,7 +226,7 @@ def step_limits() -> dict[str, float]:
 def consumer_processes() -> dict[str, Any]:
     """Every registered consumer process with its threads, each thread flagged when it has held
     its item past its step's limit: ``{"consumers": [...], "flagged_total": n}``."""
-    zk = zk_client()
+    zk = connected_client()
     now = time.time()
     limits = step_limits()
     default = default_limit()

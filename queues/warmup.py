@@ -20,13 +20,14 @@ from typing import Any
 
 from queues import selectors
 from queues.zk import index as zindex
+from queues.zk.client import connected_client
 
 log = logging.getLogger(__name__)
 
 
 def warm_read_index() -> None:
     try:
-        zindex.for_client(selectors.zk_client()).fill(first=selectors.overview)
+        zindex.for_client(connected_client()).fill(first=selectors.overview)
     # ZooKeeper may be down at start: pages say so, and the index fills on first use instead.
     except Exception as exc:
         log.warning("could not warm the read index: %s", exc)

@@ -10,7 +10,7 @@ from typing import Any
 from django import template
 
 from queues import history, stuck
-from queues.selectors import zk_client
+from queues.zk.client import connected_client
 
 register = template.Library()
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ def duration(seconds: float | None) -> str:
 def stuck_card() -> dict[str, Any]:
     """How many jobs are stuck now, per state, with links to them."""
     try:
-        counts = stuck.stuck_counts(zk_client())
+        counts = stuck.stuck_counts(connected_client())
     except Exception as exc:  # the overview must still show when this cannot be answered
         log.warning("stuck jobs not counted: %s", exc)
         return {"error": str(exc) or type(exc).__name__}
@@ -56,7 +56,7 @@ def job_steps(jid: str) -> dict[str, Any]:
     try:
         from queues.zk import consumers as zconsumers
 
-        for data in zconsumers.consumers_list(zk_client()):
+        for data in zconsumers.consumers_list(connected_client()):
             for t in data.get("threads") or []:
                 if isinstance(t, dict) and t.get("item") == jid:
                     holder = {"name": data.get("name"), **t}

@@ -20,6 +20,7 @@ from queues.auth import VIEWER, may, require_action
 from queues.forms import BulkForm, FailedFilterForm, JobFilterForm
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
+from queues.zk.client import connected_client
 from queues.zk.errors import DomainError
 
 from .common import (
@@ -56,7 +57,7 @@ def _preview_states(kind: str, items: Items) -> dict[str, int]:
     """How many of the items are in each state now (jobs, from the read index)."""
     if kind != "job":
         return {}
-    where = zindex.for_client(selectors.zk_client()).job_states_of(i for i, _v in items)
+    where = zindex.for_client(connected_client()).job_states_of(i for i, _v in items)
     counts: dict[str, int] = {}
     for item_id, _v in items:
         state = where.get(item_id, "not listed")

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET
 from queues import selectors
 from queues.auth import VIEWER
 from queues.states import JobState
+from queues.zk.client import connected_client
 from queues.zk.jobs import jobs_load
 from queues.zk.records import Job
 
@@ -44,7 +45,7 @@ def failure_reasons(jids: list[str]) -> list[tuple[str, list[str]]]:
     """A report's failed jobs grouped by the message their status holds now, the commonest
     first: (message, job IDs). A job resumed since is grouped by where it is now."""
     groups: dict[str, list[str]] = {}
-    zk = selectors.zk_client()
+    zk = connected_client()
     for start in range(0, min(len(jids), REASON_JOBS_READ), 100):
         for item in jobs_load(zk, jids[start : min(start + 100, REASON_JOBS_READ)]):
             if not isinstance(item, Job):

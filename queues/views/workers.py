@@ -17,8 +17,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from queues import actions, history, stuck
 from queues.auth import OPERATOR, VIEWER, may
-from queues.selectors import zk_client
 from queues.zk import consumers as zconsumers
+from queues.zk.client import connected_client
 
 from .common import HtmxHttpRequest, console_view, redirect_after_post
 
@@ -85,7 +85,7 @@ def history_page(request: HtmxHttpRequest) -> HttpResponse:
 @console_view(VIEWER)
 def stuck_jobs(request: HtmxHttpRequest) -> HttpResponse:
     """Every stuck job with why, and the consumer holding it now (if one registered does)."""
-    zk = zk_client()
+    zk = connected_client()
     found = stuck.find_stuck(zk)
     holders = {}
     for data in zconsumers.consumers_list(zk):
