@@ -424,7 +424,7 @@ def table(figures: dict[int, dict[str, Timings]], sizes: list[int]) -> list[str]
     small, large = sizes[0], sizes[-1]
     head = f"  {'page / API view':<26}"
     for size in sizes:
-        head += f"{f'{size} jobs: median':>20}{'p95':>9}"
+        head += f"{f'{size} jobs: median':>22}{'p95':>9}"
     head += f"{'ratio':>8}      answer size"
     lines = [head]
     for name, _kind, _t in PAGES:
@@ -437,7 +437,7 @@ def table(figures: dict[int, dict[str, Timings]], sizes: list[int]) -> list[str]
             continue
         for size in sizes:
             t = figures[size][name]
-            row += f"{t.median_ms:>17.1f} ms{t.p95_ms:>6.1f} ms"
+            row += f"{t.median_ms:>19.1f} ms{t.p95_ms:>6.1f} ms"
         ratio = figures[large][name].median_ms / figures[small][name].median_ms
         row += f"{ratio:>7.2f}x  {_verdict(ratio):<10}"
         row += " / ".join(_kib(figures[s][name].kib) for s in sizes) + " KiB"
