@@ -41,9 +41,10 @@ order, and the same by age, ``Entries``), every job's facts (its (profile, submi
 an index into a table of the distinct pairs, and whether it has no ARK yet) and every search key
 (29 bits of the key's hash and the job's number). Lookups are binary searches; additions go to
 a small dictionary merged into the sorted array in one sort when it grows (``_PackedTable``,
-``_KeyTable``). About 60 bytes a job in all, against about 400 with per-job strings, tuples,
-dictionaries and sets (measured: ``tests/scale/test_index_memory.py`` and daphne's RSS in
-``bench/http_pages.py``).
+``_KeyTable``). The tables hold about 60 bytes a job (``tests/scale/test_index_compact.py``);
+the web process grows by about 160 bytes a job with what reading them leaves behind (daphne's
+RSS in ``bench/http_pages.py``: 233 MiB at 1,000,000 jobs once filled, 83 MiB at 1,000),
+against about 500 with per-job strings, tuples, dictionaries and sets.
 
 A state folder is listed with one request whose answer is parsed straight from the bytes
 (``_RawChildren``), not into a million strings first, so a folder of 600,000 jobs is read in a
