@@ -18,7 +18,7 @@ batch-update-reporting      UpdateReporting  report of what changed -> Completed
 access-small, access-large  access requests  zip of a stored object, its URL in the token
 ==========================  ===============  =====================================================
 
-``base`` holds the shared loop, ``clients`` the choice of outside services, ``jobwork`` the job
+``base`` holds the shared loop, ``clients`` the choice of outside services, ``workfolder`` the job
 helpers, ``registry`` the names and which of them this deployment serves (MRT_DEPLOYMENT:
 ``standalone``, or ``beside-merritt`` where Merritt's storage and inventory services take the
 Storing and Recording jobs; MRT_OWN_STEPS), ``runner`` the threads of one process. The real

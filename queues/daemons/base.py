@@ -37,7 +37,6 @@ from queues.zk import paths as zpaths
 from queues.zk.access import access_acquire, access_transition, access_unlock
 from queues.zk.batches import batch_acquire, batch_transition, batch_unlock
 from queues.zk.client import client
-from queues.zk.daemon_support import ChangeSignal
 from queues.zk.errors import (
     Conflict,
     InvalidTransition,
@@ -47,6 +46,7 @@ from queues.zk.errors import (
 from queues.zk.jobs import JobClaimer, job_load, job_transition, job_unlock
 from queues.zk.locks import lock_create, queue_held
 from queues.zk.records import AccessRequest, Batch, Job
+from queues.zk.watch import ChangeSignal
 
 from .pipeline import JobPipeline, LockKeeper, LockLost
 

@@ -38,7 +38,7 @@ from django.conf import settings
 
 from queues.daemons import clients
 from queues.daemons.base import BatchDaemon, Next, Step, StepFailed
-from queues.daemons.jobwork import fetch
+from queues.daemons.workfolder import fetch
 from queues.states import BatchState
 from queues.steps.checkm import ManifestError
 from queues.steps.fetch import DownloadError
@@ -51,8 +51,7 @@ from queues.steps.submission import (
     processing_problem,
 )
 from queues.zk.batches import batch_job_ids
-from queues.zk.daemon_support import job_configuration_update
-from queues.zk.jobs import job_create, jobs_load
+from queues.zk.jobs import job_configuration_update, job_create, jobs_load
 from queues.zk.locks import collection_held, queue_held
 from queues.zk.records import Batch, Job
 
@@ -225,7 +224,7 @@ class BatchPending(BatchDaemon):
             },
         )
         # The job ID is known only once the job exists, and its folder is named after it. A
-        # crash before this write leaves the key out; jobwork.workdir() then uses the same path.
+        # crash before this write leaves the key out; workfolder.workdir() then uses the same path.
         folder = Path(settings.MRT_WORK_DIR).resolve() / batch.bid / job.jid
         job_configuration_update(self.zk, job.jid, {"working_dir": str(folder), "jobID": job.jid})
         return job

@@ -34,11 +34,11 @@ from queues.steps.profiles import ProfileError, load_profile
 from queues.zk.batches import (
     batch_ids,
     batch_job_ids,
+    batch_report_update,
     batch_write_report,
     open_batch_states,
     report_changes,
 )
-from queues.zk.daemon_support import batch_report_update
 from queues.zk.errors import is_connection_error
 from queues.zk.records import Batch
 

@@ -27,7 +27,7 @@ from django.conf import settings
 
 from queues.daemons.base import ItemResult, JobDaemon, Next, Step, StepFailed
 from queues.daemons.fetching import HOST_SLOTS, depositor_host
-from queues.daemons.jobwork import (
+from queues.daemons.workfolder import (
     CONTAINERS_DIR,
     disk_bytes,
     job_spec,

@@ -15,7 +15,7 @@ from typing import ClassVar
 from django.conf import settings
 
 from queues.daemons.base import JobDaemon, Next, Step
-from queues.daemons.jobwork import job_spec, object_files, priority_for_size
+from queues.daemons.workfolder import job_spec, object_files, priority_for_size
 from queues.depositors import depositor_policy, payload_roots
 from queues.states import JobState
 from queues.steps.fetch import head_all

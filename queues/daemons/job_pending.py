@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from queues.daemons.base import JobDaemon, Next, Step
-from queues.daemons.jobwork import job_spec, object_files
+from queues.daemons.workfolder import job_spec, object_files
 from queues.states import JobState
 from queues.zk.locks import collection_held
 from queues.zk.records import Job

@@ -17,7 +17,7 @@ from django.conf import settings
 
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Step, StepFailed
-from queues.daemons.jobwork import remove_workdir
+from queues.daemons.workfolder import remove_workdir
 from queues.depositors import depositor_policy
 from queues.states import JobState
 from queues.steps.notify import CallbackError, post_job_callback

@@ -30,7 +30,7 @@ from django.conf import settings
 
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Step, StepFailed
-from queues.daemons.jobwork import (
+from queues.daemons.workfolder import (
     STORAGE_MANIFEST,
     fetch,
     job_spec,

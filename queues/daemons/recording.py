@@ -17,9 +17,9 @@ from django.conf import settings
 
 from queues.daemons import clients
 from queues.daemons.base import Next, Stay, Step, StepFailed
-from queues.daemons.jobwork import job_spec
 from queues.daemons.processing import job_erc
 from queues.daemons.storing import ObjectLockDaemon
+from queues.daemons.workfolder import job_spec
 from queues.states import JobState
 from queues.steps.inventory import InventoryError
 from queues.zk import paths as zpaths

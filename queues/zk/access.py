@@ -16,8 +16,8 @@ from . import paths
 from .batches import simple_status
 from .codecs import decode_json, encode_json
 from .errors import Conflict, ItemLocked, MalformedNode, NotFound
+from .finished import CompletedMemory
 from .locks import lock_create, lock_release
-from .memory import CompletedMemory
 from .nodes import children, commit, exists_many, landed, lock_info, read_many, stamp
 from .records import AccessRequest, Broken, Status
 

@@ -17,14 +17,15 @@ from queues.states import BATCH, BATCH_INDEX_FOLDERS, BatchState
 from . import paths
 from .codecs import decode_json, encode_json, now_stamp
 from .errors import Conflict, ItemLocked, MalformedNode, NotFound, StaleVersion
+from .finished import CompletedMemory
 from .jobs import job_load, job_remove
 from .locks import lock_create, lock_release
-from .memory import CompletedMemory
 from .nodes import (
     children,
     children_many,
     commit,
     exists_many,
+    json_merge,
     landed,
     lock_info,
     read_many,
@@ -397,3 +398,10 @@ def _remove_tree(zk: KazooClient, root: str) -> None:
     for path in _tree(zk, root):
         txn.delete(path)
     commit(txn, what=f"remove {root}")
+
+
+def batch_report_update(zk: KazooClient, bid: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``changes`` into ``/batches/BID/status-report`` (version-checked, other keys kept):
+    the reporting daemon's bookkeeping keys (which reporting round the report belongs to,
+    whether its mail went out)."""
+    return json_merge(zk, paths.batch_node(paths.bid(bid), "status-report"), changes)

@@ -25,6 +25,7 @@ from .nodes import (
     commit,
     ensure_folder,
     exists_many,
+    json_merge,
     landed,
     lock_info,
     read_many,
@@ -692,3 +693,12 @@ def job_acquire(
 
 def job_unlock(zk: KazooClient, job: Job) -> None:
     lock_release(zk, paths.job_node(job.jid, "lock"))
+
+
+def job_configuration_update(zk: KazooClient, jid: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``changes`` into ``/jobs/JID/configuration`` (version-checked, other keys kept).
+
+    The batch daemon writes a job's ``working_dir`` this way: the folder is named after the job
+    ID, which exists only once the job has been created.
+    """
+    return json_merge(zk, paths.job_node(paths.jid(jid), "configuration"), changes)

@@ -18,7 +18,8 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import ZnodeStat
 
 from . import multiread
-from .errors import Conflict, NotFound, StaleVersion
+from .codecs import decode_json, encode_json
+from .errors import Conflict, MalformedNode, NotFound, StaleVersion
 from .records import LockInfo, Status
 
 Read = tuple[bytes, ZnodeStat] | None
@@ -135,3 +136,21 @@ def require(read: Read, path: str, what: str) -> tuple[bytes, ZnodeStat]:
     if read is None:
         raise NotFound(f"{what}: {path} does not exist")
     return read
+
+
+def json_merge(zk: KazooClient, path: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``changes`` into the JSON object at ``path``, checked against the version read
+    (Conflict when the node changed meanwhile); every other key is kept. Returns the object."""
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError as exc:
+        raise NotFound(f"{path} does not exist") from exc
+    value = decode_json(path, data)
+    if not isinstance(value, dict):
+        raise MalformedNode(path, "expected a JSON object")
+    value.update(changes)
+    try:
+        zk.set(path, encode_json(value), version=stat.version)
+    except BadVersionError as exc:
+        raise Conflict(f"{path} changed while it was being updated") from exc
+    return value

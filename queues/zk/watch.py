@@ -437,3 +437,61 @@ def _plan(topic: str) -> list[tuple[str, str, dict[str, Any]]]:
         jid = paths.jid(topic.partition(":")[2])
         return [(paths.job_node(jid, n), "data", {}) for n in ("status", "priority", "lock")]
     raise InvalidID(f"topic {topic!r} is not a live topic")
+
+
+class ChangeSignal:
+    """Wakes an idle consumer when the children of its folder change.
+
+    One ZooKeeper watch at a time is kept per signal (a watch fires once and is then re-armed),
+    so an idle daemon costs one registered watch, not one per poll. The poll interval stays the
+    fallback for what a children watch cannot see (a session that expired, a status change).
+    """
+
+    def __init__(self, zk: KazooClient, path: str) -> None:
+        self._zk = zk
+        self._path = path
+        self._fired = threading.Event()
+        self._armed = False
+        self._lock = threading.Lock()
+
+    @property
+    def armed(self) -> bool:
+        """Whether a watch is set and has not fired yet."""
+        return self._armed
+
+    def arm(self) -> None:
+        with self._lock:
+            if self._armed:
+                return
+            self._armed = True
+        try:
+            try:
+                self._zk.get_children(self._path, watch=self._fire)
+            except NoNodeError:
+                self._zk.exists(self._path, watch=self._fire)
+        except Exception:
+            # Unreachable ZooKeeper: fall back to polling; the next arm() tries again.
+            with self._lock:
+                self._armed = False
+
+    def _fire(self, _event: Any) -> None:
+        with self._lock:
+            self._armed = False
+        self._fired.set()
+
+    def wait(self, stop: threading.Event, timeout: float) -> bool:
+        """Sleep until the folder changes, ``stop`` is set or ``timeout`` passes.
+
+        Returns whether the folder changed.
+        """
+        self.arm()
+        deadline = time.monotonic() + timeout
+        while not stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if self._fired.wait(min(remaining, 0.25)):
+                break
+        changed = self._fired.is_set()
+        self._fired.clear()
+        return changed

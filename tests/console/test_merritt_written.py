@@ -47,7 +47,7 @@ def test_a_merritt_batch_and_its_jobs_are_listed(viewer, zk) -> None:
     assert job.jid in listed
     # Found by Merritt's objectID key too.
     jobs.job_set_json(zk, job, "identifiers", {"primary_id": "", "local_id": []})
-    from queues.zk.daemon_support import job_configuration_update
+    from queues.zk.jobs import job_configuration_update
 
     job_configuration_update(zk, job.jid, {"objectID": "ark:/13030/m5found"})
     found = viewer.get(reverse("jobs"), {"q": "ark:/13030/m5found"}).content.decode()

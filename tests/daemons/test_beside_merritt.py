@@ -18,13 +18,12 @@ from urllib.parse import unquote_plus
 import pytest
 from django.core.management import CommandError, call_command
 
-from queues.daemons.jobwork import object_dir
 from queues.daemons.registry import DAEMONS, daemon_classes, owned_steps
+from queues.daemons.workfolder import object_dir
 from queues.states import JOB_STEPS
 from queues.zk import paths as zpaths
 from queues.zk.batches import batch_load
-from queues.zk.daemon_support import job_configuration_update
-from queues.zk.jobs import job_load
+from queues.zk.jobs import job_configuration_update, job_load
 
 from .conftest import FileServer, daemon, drive, make_job, md5
 from .merritt_ingest import merritt_batch, merritt_job

@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 from queues import services
-from queues.daemons.jobwork import object_dir
+from queues.daemons.workfolder import object_dir
 from queues.zk.jobs import job_load
 
 from .conftest import FileServer, daemon, make_job, md5, object_manifest

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from queues.daemons.jobwork import workdir
+from queues.daemons.workfolder import workdir
 from queues.zk.batches import batch_load, batch_transition
 from queues.zk.jobs import job_load
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from queues.daemons.jobwork import object_dir
 from queues.daemons.processing import Processing
+from queues.daemons.workfolder import object_dir
 from queues.models import InventoryObject
 from queues.steps.checkm import parse_checkm
 from queues.steps.fetch import fetch_bytes

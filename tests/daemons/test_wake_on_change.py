@@ -6,8 +6,8 @@ import time
 from queues.daemons.base import JobDaemon, Next
 from queues.states import JOB
 from queues.zk import batches, jobs, paths
-from queues.zk.daemon_support import ChangeSignal
 from queues.zk.records import Job
+from queues.zk.watch import ChangeSignal
 
 from .conftest import make_job, wait_for
 

@@ -27,8 +27,8 @@ from kazoo.client import KazooClient
 
 from queues import services
 from queues.audit import ApiToken
-from queues.daemons.jobwork import workdir
 from queues.daemons.runner import Host
+from queues.daemons.workfolder import workdir
 from queues.steps.erc import object_files
 from queues.zk.jobs import job_load
 from queues.zk.records import Job
