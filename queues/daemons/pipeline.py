@@ -43,7 +43,6 @@ from queues.zk.jobs import (
 )
 from queues.zk.nodes import collect_reads
 from queues.zk.pipeline import (
-    FolderWatch,
     PendingClaim,
     PendingMove,
     PendingSingles,
@@ -54,6 +53,7 @@ from queues.zk.pipeline import (
     session_id,
 )
 from queues.zk.records import Job
+from queues.zk.watch import ChangeSignal
 
 if TYPE_CHECKING:
     from queues.daemons.base import ItemResult, JobDaemon, Next
@@ -244,7 +244,7 @@ class JobPipeline:
         )
         if self.keeper is not None:
             self.keeper.register(self)
-        watch = FolderWatch(self.zk, zpaths.job_state_folder(daemon.state), self.wake)
+        watch = ChangeSignal(self.zk, zpaths.job_state_folder(daemon.state), self.wake)
         try:
             while not stop.is_set():
                 if self._cycle_logged():

@@ -365,7 +365,7 @@ def transition_plan(
 ) -> TransitionPlan:
     """Check a move against the state machine and work out its writes (nothing is sent)."""
     if new_state == JobState.DELETED:
-        raise InvalidTransition("job: use job_delete to delete a job")
+        raise InvalidTransition("job: use job_remove to delete a job")
     if lock not in (None, "release", "keep"):
         raise ValueError(f"lock must be None, 'release' or 'keep', got {lock!r}")
     JOB.check(job.state, new_state, admin=admin)

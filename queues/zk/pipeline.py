@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import heapq
 import random
-import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -359,34 +358,3 @@ def session_id(zk: KazooClient) -> int | None:
     """The client's current ZooKeeper session (None while it has none)."""
     ident = zk.client_id
     return ident[0] if ident else None
-
-
-class FolderWatch:
-    """Sets ``event`` when the children of ``path`` change: one watch at a time, re-armed by
-    ``arm`` (a watch fires once). An unreachable server leaves it unarmed; the caller polls."""
-
-    def __init__(self, zk: KazooClient, path: str, event: threading.Event) -> None:
-        self._zk = zk
-        self._path = path
-        self._event = event
-        self._armed = False
-        self._lock = threading.Lock()
-
-    def arm(self) -> None:
-        with self._lock:
-            if self._armed:
-                return
-            self._armed = True
-        try:
-            try:
-                self._zk.get_children(self._path, watch=self._fire)
-            except NoNodeError:
-                self._zk.exists(self._path, watch=self._fire)
-        except Exception:
-            with self._lock:
-                self._armed = False
-
-    def _fire(self, _event: Any) -> None:
-        with self._lock:
-            self._armed = False
-        self._event.set()

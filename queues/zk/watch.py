@@ -445,12 +445,14 @@ class ChangeSignal:
     One ZooKeeper watch at a time is kept per signal (a watch fires once and is then re-armed),
     so an idle daemon costs one registered watch, not one per poll. The poll interval stays the
     fallback for what a children watch cannot see (a session that expired, a status change).
+    ``event`` is the event a change sets: the signal's own, or one the caller shares with other
+    wake-ups (the batched job loop's).
     """
 
-    def __init__(self, zk: KazooClient, path: str) -> None:
+    def __init__(self, zk: KazooClient, path: str, event: threading.Event | None = None) -> None:
         self._zk = zk
         self._path = path
-        self._fired = threading.Event()
+        self._fired = event if event is not None else threading.Event()
         self._armed = False
         self._lock = threading.Lock()
 
