@@ -46,22 +46,18 @@ FIELD_KEYS: dict[str, str] = {
 # Manifests in the wild differ in the case of field names; match them case-insensitively.
 _FIELD_KEYS_FOLDED = {name.lower(): key for name, key in FIELD_KEYS.items()}
 
-OBJECT_FIELDS: tuple[str, ...] = (
+# The file columns both profiles open with.
+_FILE_FIELDS: tuple[str, ...] = (
     "nfo:fileUrl",
     "nfo:hashAlgorithm",
     "nfo:hashValue",
     "nfo:fileSize",
     "nfo:fileLastModified",
     "nfo:fileName",
-    "mrt:mimeType",
 )
+OBJECT_FIELDS: tuple[str, ...] = (*_FILE_FIELDS, "mrt:mimeType")
 BATCH_FIELDS: tuple[str, ...] = (
-    "nfo:fileUrl",
-    "nfo:hashAlgorithm",
-    "nfo:hashValue",
-    "nfo:fileSize",
-    "nfo:fileLastModified",
-    "nfo:fileName",
+    *_FILE_FIELDS,
     "mrt:primaryIdentifier",
     "mrt:localIdentifier",
     "mrt:creator",
