@@ -99,12 +99,17 @@ class QueueCollector(Collector):
         queues/zk/consumers.py)."""
         from queues import stuck
 
-        yield _gauge(
-            "mrt_jobs_stuck",
-            "jobs far longer in their state (or under one lock) than its usual time, per state",
-            dict(stuck.stuck_counts(connected_client())),
-            "state",
-        )
+        try:
+            counts = stuck.stuck_counts(connected_client(), wait=False)
+        except stuck.StillCounting:
+            counts = None  # the first count after a start is still being made: no figure yet
+        if counts is not None:
+            yield _gauge(
+                "mrt_jobs_stuck",
+                "jobs far longer in their state (or under one lock) than its usual time, per state",
+                dict(counts),
+                "state",
+            )
         procs = stuck.consumer_processes()["consumers"]
         modes = {"claiming": 0, "draining": 0, "drained": 0}
         for p in procs:

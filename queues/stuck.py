@@ -43,6 +43,13 @@ _lock = threading.Lock()
 _ctimes: dict[str, dict[str, float]] = {}  # state -> entry name -> ctime (s since the epoch)
 _owner: list[Any] = [None]  # the client the remembered times were read through
 _cached: tuple[float, Any, list[StuckJob]] | None = None
+# Set while prime() counts in the background (after the read index's fill at start): the first
+# count reads the creation time of every entry in the working states, seconds at a large queue.
+_priming = threading.Event()
+
+
+class StillCounting(Exception):
+    """The overview card and /metrics do not wait for a first count made in the background."""
 
 
 @dataclass(frozen=True)
@@ -126,13 +133,22 @@ def _entry_times(zk: Any, state: str, names: list[str]) -> dict[str, float]:
     return current
 
 
-def find_stuck(zk: Any, *, fresh: bool = False) -> list[StuckJob]:
-    """Every stuck job now, the longest-stuck first (kept ``CACHE_SECONDS`` per process)."""
+def find_stuck(zk: Any, *, fresh: bool = False, wait: bool = True) -> list[StuckJob]:
+    """Every stuck job now, the longest-stuck first (kept ``CACHE_SECONDS`` per process).
+
+    With ``wait=False`` (the overview card, /metrics) a count that would have to read every
+    entry's time while the read index still fills, or while ``prime`` does that in the
+    background, is not made here: the last answer is given, or StillCounting when there is none.
+    """
     global _cached
     hit = _cached
     if not fresh and hit and hit[1] is zk and time.monotonic() - hit[0] < CACHE_SECONDS:
         return hit[2]
     idx = zindex.for_client(zk)
+    if not wait and (idx.filling or _priming.is_set()):
+        if hit and hit[1] is zk:
+            return hit[2]
+        raise StillCounting("counted once the read index is filled")
     limits = thresholds()
     now = time.time()
     candidates: list[tuple[str, str, float]] = []
@@ -174,9 +190,18 @@ def find_stuck(zk: Any, *, fresh: bool = False) -> list[StuckJob]:
     return found
 
 
-def stuck_counts(zk: Any) -> dict[str, int]:
+def prime(zk: Any) -> None:
+    """The first count, made in the background once the read index is filled (warmup.py)."""
+    _priming.set()
+    try:
+        find_stuck(zk, fresh=True)
+    finally:
+        _priming.clear()
+
+
+def stuck_counts(zk: Any, *, wait: bool = True) -> dict[str, int]:
     """Stuck jobs per state (every state a consumer works in, zeros included)."""
-    counts = Counter(s.state for s in find_stuck(zk))
+    counts = Counter(s.state for s in find_stuck(zk, wait=wait))
     return {state: counts.get(state, 0) for state in STATES}
 
 

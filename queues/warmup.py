@@ -18,7 +18,7 @@ import logging
 import threading
 from typing import Any
 
-from queues import selectors
+from queues import selectors, stuck
 from queues.zk import index as zindex
 from queues.zk.client import connected_client
 
@@ -27,7 +27,11 @@ log = logging.getLogger(__name__)
 
 def warm_read_index() -> None:
     try:
-        zindex.for_client(connected_client()).fill(first=selectors.overview)
+        zk = connected_client()
+        zindex.for_client(zk).fill(first=selectors.overview)
+        # Then the stuck jobs' first count, which reads every working entry's creation time:
+        # the overview card and /metrics do not wait for it (stuck.find_stuck(wait=False)).
+        stuck.prime(zk)
     # ZooKeeper may be down at start: pages say so, and the index fills on first use instead.
     except Exception as exc:
         log.warning("could not warm the read index: %s", exc)

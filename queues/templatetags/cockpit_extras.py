@@ -25,7 +25,9 @@ def duration(seconds: float | None) -> str:
 def stuck_card() -> dict[str, Any]:
     """How many jobs are stuck now, per state, with links to them."""
     try:
-        counts = stuck.stuck_counts(connected_client())
+        counts = stuck.stuck_counts(connected_client(), wait=False)
+    except stuck.StillCounting as exc:
+        return {"error": str(exc)}
     except Exception as exc:  # the overview must still show when this cannot be answered
         log.warning("stuck jobs not counted: %s", exc)
         return {"error": str(exc) or type(exc).__name__}
