@@ -143,6 +143,8 @@ def job_json(job: Job | Broken, *, full: bool = False) -> dict[str, Any]:
         "locked": job.lock is not None,
         "lock_age_seconds": round(job.lock.age_seconds) if job.lock else None,
     }
+    if getattr(job, "archived", False):  # retention moved it into the database: read-only
+        data["archived"] = True
     if full:
         data.update(
             {
@@ -180,6 +182,8 @@ def batch_json(
         "seconds_in_state": round(batch.status.age_seconds),
         "locked": batch.lock is not None,
     }
+    if getattr(batch, "archived", False):
+        data["archived"] = True
     if folders is not None:
         data["jobs"] = folders
     if states is not None:

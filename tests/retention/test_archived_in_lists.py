@@ -52,6 +52,7 @@ def test_archived_batches_are_listed_marked_and_filtered(
 
     answer = viewer_client.get("/api/batches", **_api(viewer_client)).json()
     assert [b["id"] for b in answer["items"]] == [live.bid, old.bid] and answer["total"] == 2
+    assert [b.get("archived", False) for b in answer["items"]] == [False, True]
 
 
 def test_a_job_search_finds_archived_jobs_in_the_page_and_the_api(
@@ -79,3 +80,4 @@ def test_a_job_search_finds_archived_jobs_in_the_page_and_the_api(
         answer = viewer_client.get("/api/jobs", {"q": q}, **api).json()
         assert [j["id"] for j in answer["items"]] == [job.jid], q
         assert answer["items"][0]["state"] == JobState.FAILED and answer["total"] == 1
+        assert answer["items"][0]["archived"] is True
