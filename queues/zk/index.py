@@ -47,10 +47,10 @@ RSS in ``bench/http_pages.py``: 233 MiB at 1,000,000 jobs once filled, 83 MiB at
 against about 500 with per-job strings, tuples, dictionaries and sets.
 
 A state folder is listed with one request whose answer is parsed straight from the bytes
-(``_RawChildren``), not into a million strings first, so a folder of 600,000 jobs is read in a
-fraction of a second. While the background fill runs, the ``*_now`` readers answer the overview
-without waiting for it: counts from each folder's stat until its listing is read, batch states
-read so far.
+(``kazoo_private.list_children_raw``), not into a million strings first, so a folder of
+600,000 jobs is read in a fraction of a second. While the background fill runs, the ``*_now``
+readers answer the overview without waiting for it: counts from each folder's stat until its
+listing is read, batch states read so far.
 
 ``space_needed`` is the one approximation: the Estimating step writes it while the job stays in
 Estimating, so a value read during that step stays until the job moves on (seconds). The same
@@ -71,7 +71,6 @@ from typing import Any, NamedTuple, cast, overload
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
-from kazoo.protocol.serialization import GetChildren
 from kazoo.protocol.states import KeeperState
 
 from queues.states import JOB, JobState
@@ -388,17 +387,6 @@ class _KeyTable:
         return len(self.main) + self.size
 
 
-class _RawChildren(GetChildren):  # type: ignore[misc]
-    """A child listing whose answer is kept as bytes, parsed by the caller (``_parse_entries``):
-    kazoo's own parse makes a string per name on its connection thread. Being a
-    ``GetChildren``, kazoo registers its child watch as for its own listing (kazoo 2.11's
-    ``_read_response``; ``kazoo_private`` checks the version)."""
-
-    @classmethod
-    def deserialize(cls, buffer: Any, offset: int) -> bytes:  # type: ignore[override]
-        return bytes(buffer[offset:])
-
-
 def _parse_entries(raw: bytes) -> array[int]:
     """A state folder's answer as sorted run keys (names that are not index entries are left
     out, as ``paths.INDEX_ENTRY_RE`` leaves them out)."""
@@ -580,8 +568,8 @@ class ReadIndex:
         return self._listing(path).names
 
     def _list_raw(self, path: str) -> bytes:
-        request = _RawChildren(kazoo_private.full_path(self.zk, path), self._on_folder_event)
-        return cast("bytes", kazoo_private.send(self.zk, request).get())
+        answer = kazoo_private.list_children_raw(self.zk, path, self._on_folder_event)
+        return cast("bytes", answer.get())
 
     def _listing(self, path: str) -> _Listing:
         self.settle()
