@@ -1,7 +1,6 @@
 """Idle consumers wake on a ZooKeeper watch of their folder instead of sleeping a full poll."""
 
 import threading
-import time
 
 from queues.daemons.base import JobDaemon, Next
 from queues.states import JOB
@@ -90,11 +89,19 @@ def test_a_busy_consumer_lists_its_folder_once_not_for_every_job(zk, other_zk, m
     assert len(listings) <= 6, len(listings)
 
 
-def test_an_idle_consumer_wakes_for_a_job_that_arrives(zk):
+def test_an_idle_consumer_wakes_for_a_job_that_arrives(zk, monkeypatch):
+    idle = threading.Event()  # set once the consumer waits on its armed watch
+    real_wait = ChangeSignal.wait
+
+    def waiting(self, stop, timeout):
+        idle.set()
+        return real_wait(self, stop, timeout)
+
+    monkeypatch.setattr(ChangeSignal, "wait", waiting)
     consumer = PassOn(zk=zk, poll=3600)  # only the watch can wake it in time
     thread, stop = run_in_thread(consumer)
     try:
-        time.sleep(0.5)  # idle, with its watch set
+        assert idle.wait(30), "the consumer never went idle"
         job = make_job(zk, {"payload_url": "http://h/a"}, state="Estimating")
         wait_for(lambda: jobs.job_load(zk, job.jid).state == "Provisioning", timeout=30)
     finally:
