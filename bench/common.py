@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import signal
 import statistics
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,13 +40,27 @@ def throwaway_zookeeper(hosts: str = "") -> Iterator[str]:
     from queues.zkserver import LocalZooKeeper, free_port
 
     os.environ.setdefault("ZK_LOCAL_HEAP", "3g")
-    with tempfile.TemporaryDirectory(prefix="mrt-bench-zk-") as tmp:
-        server = LocalZooKeeper(Path(tmp), free_port())
-        server.start()
-        try:
-            yield server.hosts
-        finally:
-            server.stop()
+    # A benchmark stopped by SIGTERM or a closed terminal stops its server too (the default
+    # handlers end the process without running the ``finally`` below: the servers were left).
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            handlers[sig] = signal.signal(sig, _exit_on_signal)
+    try:
+        with tempfile.TemporaryDirectory(prefix="mrt-bench-zk-") as tmp:
+            server = LocalZooKeeper(Path(tmp), free_port())
+            server.start()
+            try:
+                yield server.hosts
+            finally:
+                server.stop()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def new_chroot(hosts: str, name: str) -> str:
