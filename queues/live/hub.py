@@ -135,30 +135,28 @@ class Hub:
         return self.group(ZK_GROUP_TOPIC)
 
     async def subscribe(self, topic: str) -> None:
-        topic = validate_topic(topic)
-        if not is_on_demand(topic):
-            return
-        with self._lock:
-            watcher = self.watcher
-            if watcher is None:
-                self._waiting[topic] = self._waiting.get(topic, 0) + 1
-                return
-        await self.loop.run_in_executor(None, watcher.subscribe, topic)
+        await self._count(topic, +1)
 
     async def unsubscribe(self, topic: str) -> None:
+        await self._count(topic, -1)
+
+    async def _count(self, topic: str, change: int) -> None:
+        """One more (+1) or one fewer (-1) browser on an on-demand topic: the watcher is told,
+        or, before it exists, the count waits for it."""
         topic = validate_topic(topic)
         if not is_on_demand(topic):
             return
         with self._lock:
             watcher = self.watcher
             if watcher is None:
-                left = self._waiting.get(topic, 0) - 1
+                left = self._waiting.get(topic, 0) + change
                 if left > 0:
                     self._waiting[topic] = left
                 else:
                     self._waiting.pop(topic, None)
                 return
-        await self.loop.run_in_executor(None, watcher.unsubscribe, topic)
+        call = watcher.subscribe if change > 0 else watcher.unsubscribe
+        await self.loop.run_in_executor(None, call, topic)
 
     # From ZooKeeper to the channel layer
 

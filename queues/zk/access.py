@@ -19,7 +19,7 @@ from .errors import Conflict, ItemLocked, MalformedNode, NotFound
 from .finished import CompletedMemory
 from .locks import lock_create, lock_release
 from .nodes import children, commit, exists_many, landed, lock_info, read_many, stamp
-from .records import AccessRequest, Broken, Status
+from .records import AccessRequest, Broken, Status, decode_each
 
 
 def access_create(zk: KazooClient, *, queue: str, token: dict[str, Any]) -> AccessRequest:
@@ -72,15 +72,7 @@ def accesses_load(zk: KazooClient, queue: str, qids: Sequence[str]) -> list[Acce
     stats = exists_many(
         zk, [p for q in qids for p in (paths.access(queue, q), paths.access_node(queue, q, "lock"))]
     )
-    result: list[AccessRequest | Broken] = []
-    for qid in qids:
-        try:
-            result.append(_decode(queue, qid, reads, stats))
-        except NotFound:
-            continue
-        except MalformedNode as exc:
-            result.append(Broken("access", qid, exc.path, exc.reason))
-    return result
+    return decode_each("access", qids, lambda qid: _decode(queue, qid, reads, stats))
 
 
 def access_load(zk: KazooClient, queue: str, qid: str) -> AccessRequest:

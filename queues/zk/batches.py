@@ -31,7 +31,7 @@ from .nodes import (
     read_many,
     stamp,
 )
-from .records import Batch, Broken, Status
+from .records import Batch, Broken, Status, decode_each
 
 BATCH_NODES = ("submission", "status", "status-report")
 REPORT_HISTORY = 20
@@ -118,15 +118,7 @@ def batches_load(zk: KazooClient, bids: Sequence[str]) -> list[Batch | Broken]:
             for p in (paths.batch(b), paths.batch_node(b, "states"), paths.batch_node(b, "lock"))
         ],
     )
-    result: list[Batch | Broken] = []
-    for bid in bids:
-        try:
-            result.append(_decode(bid, reads, stats))
-        except NotFound:
-            continue
-        except MalformedNode as exc:
-            result.append(Broken("batch", bid, exc.path, exc.reason))
-    return result
+    return decode_each("batch", bids, lambda bid: _decode(bid, reads, stats))
 
 
 def batch_load(zk: KazooClient, bid: str) -> Batch:

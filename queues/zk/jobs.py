@@ -32,7 +32,7 @@ from .nodes import (
     stamp,
     start_reads,
 )
-from .records import Broken, Job, Status
+from .records import Broken, Job, Status, decode_each
 
 DEFAULT_PRIORITY = 5
 CROWD_MAX = 8
@@ -246,15 +246,7 @@ def jobs_load(zk: KazooClient, jids: Sequence[str]) -> list[Job | Broken]:
     for jid in jids:
         paths.jid(jid)
     reads = collect_reads(_start_load(zk, jids))
-    result: list[Job | Broken] = []
-    for jid in jids:
-        try:
-            result.append(_finish_load(jid, reads))
-        except NotFound:
-            continue
-        except MalformedNode as exc:
-            result.append(Broken("job", jid, exc.path, exc.reason))
-    return result
+    return decode_each("job", jids, lambda jid: _finish_load(jid, reads))
 
 
 def job_load(zk: KazooClient, jid: str) -> Job:

@@ -6,14 +6,16 @@ and the version of its status node (so a write can be checked against what was r
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from queues.states import job_batch_folder
 
 from . import paths
 from .codecs import parse_stamp
+from .errors import MalformedNode, NotFound
 
 
 @dataclass(frozen=True)
@@ -175,3 +177,20 @@ class Broken:
     id: str
     path: str
     reason: str
+
+
+T = TypeVar("T")
+
+
+def decode_each(kind: str, ids: Iterable[str], decode: Callable[[str], T]) -> list[T | Broken]:
+    """Each item decoded in order: one whose nodes do not decode is a ``Broken`` record (shown,
+    never acted on blindly), one gone since it was listed is left out."""
+    result: list[T | Broken] = []
+    for item_id in ids:
+        try:
+            result.append(decode(item_id))
+        except NotFound:
+            continue
+        except MalformedNode as exc:
+            result.append(Broken(kind, item_id, exc.path, exc.reason))
+    return result
