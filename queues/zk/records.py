@@ -72,8 +72,30 @@ def _text(node: dict[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+class _Item:
+    """What a job and a batch both answer: the state, and whom and which collection the item is
+    for (a job's ``configuration``, a batch's ``submission``)."""
+
+    status: Status
+
+    def _sent(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @property
+    def state(self) -> str:
+        return self.status.status
+
+    @property
+    def profile(self) -> str:
+        return _text(self._sent(), "profile")
+
+    @property
+    def submitter(self) -> str:
+        return _text(self._sent(), "submitter")
+
+
 @dataclass(frozen=True)
-class Job:
+class Job(_Item):
     jid: str
     bid: str
     priority: int
@@ -89,17 +111,8 @@ class Job:
     # Optional nodes that exist but do not decode: path -> reason. Shown, never fatal.
     problems: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def state(self) -> str:
-        return self.status.status
-
-    @property
-    def profile(self) -> str:
-        return _text(self.configuration, "profile")
-
-    @property
-    def submitter(self) -> str:
-        return _text(self.configuration, "submitter")
+    def _sent(self) -> dict[str, Any]:
+        return self.configuration
 
     @property
     def primary_id(self) -> str:
@@ -120,7 +133,7 @@ class Job:
 
 
 @dataclass(frozen=True)
-class Batch:
+class Batch(_Item):
     bid: str
     submission: dict[str, Any]
     status: Status
@@ -130,21 +143,12 @@ class Batch:
     lock: LockInfo | None = None
     problems: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def state(self) -> str:
-        return self.status.status
+    def _sent(self) -> dict[str, Any]:
+        return self.submission
 
     @property
     def uuid(self) -> str:
         return _text(self.submission, "batchID")
-
-    @property
-    def profile(self) -> str:
-        return _text(self.submission, "profile")
-
-    @property
-    def submitter(self) -> str:
-        return _text(self.submission, "submitter")
 
     @property
     def title(self) -> str:
