@@ -289,7 +289,8 @@ def load_queue(size: int, batches: int, scratch: Path) -> Queue:
     seconds = time.monotonic() - began
     # A restart makes the server write a snapshot of the whole tree as it starts.
     server.stop()
-    server.start()
+    # Reading back a million jobs' snapshot and log takes minutes on a busy machine.
+    server.start(wait=max(60.0, size / 1_000))
     snapshots = sorted(
         (server.directory / "data" / "version-2").glob("snapshot.*"),
         key=lambda p: p.stat().st_mtime,
