@@ -290,7 +290,11 @@ def load_queue(size: int, batches: int, scratch: Path) -> Queue:
     # A restart makes the server write a snapshot of the whole tree as it starts.
     server.stop()
     # Reading back a million jobs' snapshot and log takes minutes on a busy machine.
-    server.start(wait=max(60.0, size / 1_000))
+    try:
+        server.start(wait=max(60.0, size / 1_000))
+    except BaseException:
+        server.stop()  # a server that started but was not waited for long enough
+        raise
     snapshots = sorted(
         (server.directory / "data" / "version-2").glob("snapshot.*"),
         key=lambda p: p.stat().st_mtime,
