@@ -77,9 +77,14 @@ class SlowStep(JobDaemon):
     state = "Estimating"
     queue_hold = None
     delay = 0.0
+    # When set: the step holds its item until the test sets this event (at most a minute).
+    until: threading.Event | None = None
 
     def work(self, item):  # the base class's signature
-        time.sleep(self.delay)
+        if self.until is not None:
+            self.until.wait(60)
+        else:
+            time.sleep(self.delay)
         return Next(JOB.successor(item.state) or "Completed")
 
 

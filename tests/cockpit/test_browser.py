@@ -5,12 +5,14 @@ following by itself), /history/ (charts with their numbers), a job's step record
 from __future__ import annotations
 
 import re
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from queues.daemons.registration import ProcessObserver
 from queues.models import StepRecord
+from queues.states import JobState
 from queues.zk import client as zkmod
 from tests.browser import SCREENSHOTS
 
@@ -44,9 +46,12 @@ def test_consumers_page_flags_a_slow_thread_and_drains(
 ):
     settings.MRT_STUCK_SECONDS = 0.5  # no history yet: this is the usual time
     other = zkmod.connect(zk_hosts)
+    # The busy thread holds the job until the test lets it go (after the drain), however slow
+    # the browser is; the idle one works on another state, so it can never take the job first.
     busy = SlowStep(zk=other, poll=0.1)
-    busy.delay = 6.0
+    busy.until = threading.Event()
     idle = SlowStep(zk=other, poll=0.1)
+    idle.state = JobState.PROVISIONING
     observer = ProcessObserver(
         other, [busy, idle], record=False, publish_seconds=0.3, host="ingest-7", pid=3141
     )
@@ -75,6 +80,7 @@ def test_consumers_page_flags_a_slow_thread_and_drains(
         page.wait_for_selector("#state-ingest-7-3141:has-text('draining')")
         assert "kernel update" in page.inner_text(section)
         shot(page, "consumers-draining")
+        busy.until.set()
         # The item in hand finishes; the page follows without a reload.
         page.wait_for_selector("#state-ingest-7-3141:has-text('drained')", timeout=30_000)
         assert page.query_selector("#undrain-ingest-7-3141") is not None
@@ -85,6 +91,7 @@ def test_consumers_page_flags_a_slow_thread_and_drains(
         phone.wait_for_selector(section)
         shot(phone, "consumers-phone")
     finally:
+        busy.until.set()
         context.close()
         running.stop()
         observer.stop()
