@@ -3,6 +3,8 @@ every page polls."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -10,7 +12,7 @@ from django.views.decorators.http import require_GET
 from queues import diagrams, selectors
 from queues.auth import VIEWER
 from queues.models import BulkRun
-from queues.states import ACCESS, BATCH, JOB
+from queues.states import ACCESS, BATCH, JOB, Machine
 from queues.zk.errors import is_connection_error
 
 from .common import HtmxHttpRequest, console_view, job_state_link, link, shown_bulk_runs
@@ -21,39 +23,34 @@ from .common import HtmxHttpRequest, console_view, job_state_link, link, shown_b
 def overview(request: HtmxHttpRequest) -> HttpResponse:
     ov = selectors.overview()
 
-    def summary(counts: dict[str, selectors.StateCount]) -> tuple[dict, dict]:
-        return {s: c.count for s, c in counts.items()}, {
-            s: c.oldest_seconds for s, c in counts.items()
-        }
+    def diagram(
+        machine: Machine,
+        counts: dict[str, selectors.StateCount],
+        href: Callable[[str], str | None],
+        title: str,
+        noun: str,
+    ) -> str:
+        return diagrams.render(
+            machine,
+            counts={s: c.count for s, c in counts.items()},
+            oldest={s: c.oldest_seconds for s, c in counts.items()},
+            href=href,
+            title=title,
+            noun=noun,
+        )
 
-    job_counts, job_oldest = summary(ov.jobs)
-    batch_counts, batch_oldest = summary(ov.batches)
-    access_counts, access_oldest = summary(ov.access)
     context = {
         "ov": ov,
-        "job_svg": diagrams.render(
-            JOB,
-            counts=job_counts,
-            oldest=job_oldest,
-            href=job_state_link,
-            title="Jobs by state",
-            noun="job",
+        "job_svg": diagram(JOB, ov.jobs, job_state_link, "Jobs by state", "job"),
+        "batch_svg": diagram(
+            BATCH, ov.batches, lambda s: link("batches", state=s), "Batches by state", "batch"
         ),
-        "batch_svg": diagrams.render(
-            BATCH,
-            counts=batch_counts,
-            oldest=batch_oldest,
-            href=lambda s: link("batches", state=s),
-            title="Batches by state",
-            noun="batch",
-        ),
-        "access_svg": diagrams.render(
+        "access_svg": diagram(
             ACCESS,
-            counts=access_counts,
-            oldest=access_oldest,
-            href=lambda s: link("access", state=s),
-            title="Access requests by state",
-            noun="request",
+            ov.access,
+            lambda s: link("access", state=s),
+            "Access requests by state",
+            "request",
         ),
         "unknown_batch_states": [s for s in ov.batches if not BATCH.is_state(s)],
         # Bulk runs not ended: going, or interrupted and waiting for someone to continue them.
