@@ -21,19 +21,27 @@ or shares a :class:`LockKeeper` with the other job daemons of its process. One c
 
 A lost session (``SessionGate.generation`` changes, or the client's session id) drops every
 kept job: the locks went with the session and nothing is committed for them.
+
+Fresh jobs are divided between the loops claiming in a state (``ClaimShare``, one member name
+per process when its loops keep locks, so a job claimed by a process at its first step is in
+that process's share at every later one). A draining or stopping loop leaves the division.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from queues.states import JOB
 from queues.zk import paths as zpaths
+from queues.zk.consumers import consumer_name
 from queues.zk.errors import InvalidTransition, MalformedNode, NotFound
 from queues.zk.jobs import (
     TransitionPlan,
@@ -43,6 +51,7 @@ from queues.zk.jobs import (
 )
 from queues.zk.nodes import collect_reads
 from queues.zk.pipeline import (
+    ClaimShare,
     PendingClaim,
     PendingMove,
     PendingSingles,
@@ -76,10 +85,17 @@ class Holding:
     session: int | None
 
 
+def claimer_member() -> str:
+    """A name under which a loop (or a process's loops) takes part in dividing claims: host,
+    pid and a random part, so two processes never share one (containers with the same pid)."""
+    return f"{consumer_name(socket.gethostname(), os.getpid())}-{uuid.uuid4().hex[:8]}"
+
+
 class LockKeeper:
     """The job loops of one process, by state: where a job goes with its lock kept."""
 
     def __init__(self) -> None:
+        self.member = claimer_member()
         self._loops: dict[str, JobPipeline] = {}
         self._lock = threading.Lock()
 
@@ -152,7 +168,9 @@ class JobPipeline:
         self.zk = daemon.zk
         self.keeper = keeper
         self.batch = max(1, daemon.batch_size)
-        self.listing = StateListing(self.zk, daemon.state, strict=daemon.strict)
+        member = keeper.member if keeper is not None else claimer_member()
+        self.share = ClaimShare(self.zk, daemon.state, member)
+        self.listing = StateListing(self.zk, daemon.state, strict=daemon.strict, share=self.share)
         # Where a successful step leads: when this process's loop for that state is full, this
         # loop claims no new jobs (it would only have to give their locks back after the move)
         # and works on the ones it holds; the full loop wakes it when it has room again.
@@ -276,6 +294,10 @@ class JobPipeline:
             self._abandon()
         except Exception as exc:
             log.warning("%s: stopping: %s", self.daemon.name, exc)
+        try:
+            self.share.leave()
+        except Exception as exc:
+            log.debug("%s: leaving the claimers: %s", self.daemon.name, exc)
 
     def _cycle_logged(self, *, fresh: bool = False) -> bool:
         from django.db import close_old_connections
@@ -314,9 +336,14 @@ class JobPipeline:
         now = self._current()
         self._drop_stale(now)
         observer = daemon.observer
-        if not daemon.gate.connected or (observer is not None and observer.draining):
+        if not daemon.gate.connected:
             self._abandon()
             return False
+        if observer is not None and observer.draining:
+            self._abandon()
+            self.share.leave()  # the other loops divide the jobs without this one
+            return False
+        self.share.join()
         outgoing = self._send_batch(fresh, now)
         previous, self.pending = self.pending, outgoing
         if previous is not None:

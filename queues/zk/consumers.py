@@ -11,6 +11,11 @@ Outside the contract's folders, beside the local minter's counters, under the co
   hand and says "drained". Deleting it lets the process claim again. A process removes a request
   of its own name left over from an earlier process when it registers, and requests of
   processes that are gone.
+- ``/mrt-console/claimers/<state>/<member>``: ephemeral, empty, one per batched job loop (or
+  per process, when its loops keep locks from one step to the next) claiming in that state.
+  The sorted names divide the state's fresh jobs between the loops (``zk.pipeline.ClaimShare``),
+  so loops on several hosts do not all race for the same entries. A loop that drains or stops
+  removes its node; a lost session takes it away by itself.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from .nodes import read_many
 
 CONSUMERS = f"{paths.CONSOLE}/consumers"
 DRAINS = f"{paths.CONSOLE}/consumer-drains"
+CLAIMERS = f"{paths.CONSOLE}/claimers"
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 
 
@@ -51,6 +57,34 @@ def consumer_path(value: str) -> str:
 
 def drain_path(value: str) -> str:
     return f"{DRAINS}/{name(value)}"
+
+
+def claimers_folder(state: str) -> str:
+    """Where the loops claiming in job state ``state`` are listed (a state's folder name)."""
+    return f"{CLAIMERS}/{name(state)}"
+
+
+def claimer_join(zk: KazooClient, state: str, member: str) -> None:
+    """List ``member`` among the claimers of ``state`` (ephemeral; there already is fine)."""
+    with contextlib.suppress(NodeExistsError):
+        zk.create(f"{claimers_folder(state)}/{name(member)}", b"", ephemeral=True, makepath=True)
+
+
+def claimer_leave(zk: KazooClient, state: str, member: str) -> None:
+    with contextlib.suppress(NoNodeError):
+        zk.delete(f"{claimers_folder(state)}/{name(member)}")
+
+
+def claimers_list(
+    zk: KazooClient, state: str, watch: Callable[[Any], None] | None = None
+) -> list[str]:
+    """The claimers of ``state``, sorted, setting ``watch`` on the folder's children."""
+    folder = claimers_folder(state)
+    try:
+        return sorted(zk.get_children(folder, watch=watch))
+    except NoNodeError:
+        zk.ensure_path(folder)
+        return sorted(zk.get_children(folder, watch=watch))
 
 
 def consumer_publish(zk: KazooClient, consumer: str, data: dict[str, Any]) -> None:

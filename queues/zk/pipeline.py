@@ -14,13 +14,24 @@ A batched multi is all or nothing. When it fails on contention (another consumer
 there, an entry moved on, a status changed: NodeExists, NoNode, BadVersion) nothing was written,
 and each job is tried again on its own: claims as one small multi per job (all sent at once),
 moves through ``transition_apply`` (the one-job path, with its index repair).
+
+Loops of this project claiming in the same state divide its fresh jobs between them
+(``ClaimShare``): each is listed under ``/mrt-console/claimers/<state>``, and a job belongs to
+the loop at position ``crc32(jid) % count`` of the sorted names. A loop claims its own share in
+run order and the others' only when its own is used up and an entry has waited ``steal_after``
+seconds (its owner is busy, stuck or gone), so several processes walking one listing do not
+race for the same entries, and a job whose lock a process keeps from step to step stays in that
+process's share at every step. The share only chooses what to try first: the lock still decides.
+Merritt's own consumers do not take part and need not.
 """
 
 from __future__ import annotations
 
 import heapq
 import random
+import threading
 import time
+import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -30,6 +41,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from . import paths
+from .consumers import claimer_join, claimer_leave, claimers_list
 from .errors import Conflict, InvalidTransition, NotFound
 from .jobs import TransitionPlan, transition_apply
 from .nodes import children, collect_reads, start_reads
@@ -45,6 +57,65 @@ class Pick:
     kept: bool = False
 
 
+class ClaimShare:
+    """This loop's share of one state's fresh jobs among the loops claiming there (see the
+    module's docstring). ``refresh`` (in the loop's thread) joins, and joins again after a lost
+    session, and reads the members when the watch said they changed; it sends nothing
+    otherwise. Until it has joined, or while it is the only member, every job is its own."""
+
+    def __init__(self, zk: KazooClient, state: str, member: str) -> None:
+        self.zk = zk
+        self.state = state
+        self.member = member
+        self.wanted = True
+        self._changed = threading.Event()
+        self._changed.set()
+        self._session: int | None = None
+        self._index = -1
+        self._count = 0
+
+    def _on_change(self, _event: Any) -> None:
+        self._changed.set()
+
+    def refresh(self) -> None:
+        session = session_id(self.zk)
+        if self.wanted and session != self._session:
+            self._changed.set()  # a new session: the node and the watch went with the old one
+        if not self._changed.is_set():
+            return
+        self._changed.clear()
+        members = claimers_list(self.zk, self.state, watch=self._on_change)
+        if self.wanted and self.member not in members:
+            claimer_join(self.zk, self.state, self.member)
+            members = claimers_list(self.zk, self.state)
+        self._session = session
+        self._count = len(members)
+        self._index = members.index(self.member) if self.member in members else -1
+
+    def leave(self) -> None:
+        """Stop taking part (a drain, a stop): the others divide the jobs without this loop."""
+        if not self.wanted:
+            return
+        self.wanted = False
+        self._index = -1
+        claimer_leave(self.zk, self.state, self.member)
+        self._changed.set()
+
+    def join(self) -> None:
+        if not self.wanted:
+            self.wanted = True
+            self._changed.set()
+
+    @property
+    def members(self) -> int:
+        return self._count
+
+    def mine(self, jid: str) -> bool:
+        if self._index < 0 or self._count <= 1:
+            return True
+        return zlib.crc32(jid.encode()) % self._count == self._index
+
+
 class StateListing:
     """The entries of one job state folder in run order (priority, then age), for one consumer.
 
@@ -53,11 +124,22 @@ class StateListing:
     are put in at their place in the order, so they wait behind higher-priority jobs as any job
     does. After a lost race (``crowded``) the entries ahead and their locks are read first and
     the batch is taken from a random run of the free ones (unless ``strict``), so consumers
-    walking the same listing do not all go for its head.
+    walking the same listing do not all go for its head. With a ``share``, entries of other
+    loops' shares are passed over until this loop's own are used up and they have waited
+    ``steal_after`` seconds.
     """
 
+    FOREIGN_MAX = 100_000  # entries of other shares whose wait is timed, at most
+
     def __init__(
-        self, zk: KazooClient, state: str, *, max_age: float = 1.0, strict: bool = False
+        self,
+        zk: KazooClient,
+        state: str,
+        *,
+        max_age: float = 1.0,
+        strict: bool = False,
+        share: ClaimShare | None = None,
+        steal_after: float = 2.0,
     ) -> None:
         self.zk = zk
         self.state = state
@@ -74,6 +156,10 @@ class StateListing:
         self._ahead: tuple[list[str], Any] | None = None  # a look-ahead read under way
         self._listing: tuple[float, Any] | None = None  # a listing under way: sent at, answer
         self._exclude: Collection[str] = ()
+        self.share = share
+        self.steal_after = steal_after
+        self._deferred: list[Pick] = []  # other shares' entries passed over, in run order
+        self._first_seen: dict[str, float] = {}  # entry name -> when first passed over
 
     def _list(self, extra: Iterable[str]) -> None:
         self._listing = None
@@ -87,6 +173,9 @@ class StateListing:
         self._heap = [n for n in names if paths.INDEX_ENTRY_RE.fullmatch(n)]
         heapq.heapify(self._heap)
         self._listed_at = sent
+        self._deferred = []
+        if self._first_seen:
+            self._first_seen = {n: t for n, t in self._first_seen.items() if n in names}
 
     def _refresh(self, kept: dict[str, str], fresh: bool) -> None:
         """List the folder again when asked to (at once) or when the listing is ``max_age``
@@ -137,6 +226,8 @@ class StateListing:
         with kept jobs would otherwise list its folder for every batch). ``exclude``: jobs this
         consumer has in hand (claimed or moving), which a new listing still shows.
         """
+        if self.share is not None:
+            self.share.refresh()
         self._refresh(kept, fresh)
         self._exclude = exclude
         try:
@@ -166,21 +257,52 @@ class StateListing:
                 if self._busy[jid] > time.monotonic():
                     continue
                 del self._busy[jid]
+            if self.share is not None and not self.share.mine(jid):
+                self._defer(Pick(name, jid, False))
+                continue
             return Pick(name, jid, False)
         return None
+
+    def _defer(self, pick: Pick) -> None:
+        self._deferred.append(pick)
+        if pick.name not in self._first_seen and len(self._first_seen) < self.FOREIGN_MAX:
+            self._first_seen[pick.name] = time.monotonic()
+
+    def _steal(self, room: int) -> list[Pick]:
+        """Up to ``room`` entries of other shares that have waited ``steal_after`` seconds, in
+        run order (called once this loop's own share is used up)."""
+        if room <= 0 or not self._deferred:
+            return []
+        ripe = time.monotonic() - self.steal_after
+        taken: list[Pick] = []
+        left: list[Pick] = []
+        for pick in self._deferred:
+            if (
+                len(taken) < room
+                and pick.jid not in self._exclude
+                and self._first_seen.get(pick.name, ripe + 1) <= ripe
+            ):
+                taken.append(pick)
+            else:
+                left.append(pick)
+        self._deferred = left
+        return taken
 
     def _take(self, count: int, kept: dict[str, str]) -> list[Pick]:
         crowded = self._crowd > 0 and not self.strict
         window: list[Pick] = []
         seen: set[str] = set()
-        while len(window) < (4 * count if crowded else count):
+        want = 4 * count if crowded else count
+        while len(window) < want:
             pick = self._pop(kept)
             if pick is None:
+                window.extend(p for p in self._steal(want - len(window)) if p.jid not in seen)
                 break
             if pick.jid not in seen:
                 seen.add(pick.jid)
                 window.append(pick)
         if not crowded:
+            window.sort(key=lambda p: p.name)
             return window
         # Crowded: the batch is a random run of the entries ahead (those the last look ahead
         # found taken are passed over already), so consumers walking the same listing do not
@@ -205,10 +327,13 @@ class StateListing:
         listing up to ``max_age`` old does not cost failed claims."""
         if not self._crowd or self._ahead is not None:
             return
+        share = self.share
         names = [
             n
             for n in heapq.nsmallest(8 * count, self._heap)
-            if (m := paths.INDEX_ENTRY_RE.fullmatch(n)) and m.group(2) not in kept
+            if (m := paths.INDEX_ENTRY_RE.fullmatch(n))
+            and m.group(2) not in kept
+            and (share is None or share.mine(m.group(2)))
         ]
         if names:
             reads = [

@@ -16,8 +16,10 @@ from queues.daemons.pipeline import JobPipeline, LockKeeper
 from queues.states import JobState
 from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
+from queues.zk.consumers import claimers_folder
 from queues.zk.jobs import job_load
 from queues.zk.locks import lock_create, queue_hold_set
+from queues.zk.pipeline import ClaimShare
 from queues.zk.records import Job
 
 from .conftest import make_job, wait_for
@@ -69,11 +71,13 @@ def in_state(zk: KazooClient, state: str) -> int:
 
 
 def cycle_until_idle(loop: JobPipeline) -> None:
-    """Cycles until one finds nothing, then the last move collected (no timing involved)."""
+    """Cycles until one finds nothing, then the last move collected (no timing involved); the
+    loop then leaves the claimers of its state, as a stopped loop does."""
     for _ in range(200):
         if not loop.cycle():
             break
     loop._finish_move()
+    loop.share.leave()
 
 
 def job_tree(zk: KazooClient, job: Job) -> dict[str, Any]:
@@ -362,3 +366,77 @@ def test_run_gives_kept_locks_back_when_it_stops(zk: KazooClient) -> None:
     two.run(stop)  # stops at once: what it was handed goes back
     assert all(job_load(zk, j.jid).lock is None for j in jobs)
     assert all(job_load(zk, j.jid).state == JobState.PROVISIONING for j in jobs)
+
+
+# Dividing fresh jobs between loops ---------------------------------------------------------------
+
+
+def refreshed(share: ClaimShare, members: int) -> bool:
+    share.refresh()
+    return share.members == members
+
+
+def test_claim_shares_divide_every_job_between_the_loops_of_a_state(
+    zk: KazooClient, other_zk: KazooClient
+) -> None:
+    a = ClaimShare(zk, JobState.ESTIMATING, "host-1-aaaa")
+    b = ClaimShare(other_zk, JobState.ESTIMATING, "host-2-bbbb")
+    a.refresh()
+    b.refresh()
+    wait_for(lambda: refreshed(a, 2))
+    jids = [f"jid{n:010d}" for n in range(400)]
+    mine_a = {j for j in jids if a.mine(j)}
+    mine_b = {j for j in jids if b.mine(j)}
+    assert mine_a.isdisjoint(mine_b) and mine_a | mine_b == set(jids)
+    assert 120 < len(mine_a) < 280  # crc32 spreads them
+    # A loop that leaves (a drain, a stop) leaves every job to the others.
+    b.leave()
+    wait_for(lambda: refreshed(a, 1))
+    assert all(a.mine(j) for j in jids)
+    assert zk.get_children(claimers_folder(JobState.ESTIMATING)) == ["host-1-aaaa"]
+    # The loops of one process that keep locks take part under one name, so a job claimed at
+    # its first step is the same process's at every later step.
+    keeper = LockKeeper()
+    one = JobPipeline(Step1(zk=zk, keeper=keeper), keeper=keeper)
+    two = JobPipeline(Step2(zk=zk, keeper=keeper), keeper=keeper)
+    assert one.share.member == two.share.member == keeper.member
+    assert one.share.state != two.share.state
+
+
+def test_a_loop_takes_other_shares_only_when_its_own_is_used_up_and_they_waited(
+    zk: KazooClient, other_zk: KazooClient
+) -> None:
+    jobs = jobs_in(zk, 24)
+    absent = ClaimShare(other_zk, JobState.ESTIMATING, "zz-busy-elsewhere")
+    absent.refresh()  # a member that never claims (busy, stuck)
+    worker = Step1(zk=zk, batch=4, strict=True)
+    loop = JobPipeline(worker)
+    loop.listing.steal_after = 3600
+    wait_for(lambda: refreshed(loop.share, 2))
+    own = [j.jid for j in jobs if loop.share.mine(j.jid)]
+    assert 0 < len(own) < len(jobs)
+    cycle_until_idle(loop)
+    assert worker.seen == own  # its own share, in run order; the others' wait for their owner
+    assert in_state(zk, JobState.ESTIMATING) == len(jobs) - len(own)
+    # Once they have waited long enough, a loop with nothing of its own takes them.
+    thief = Step1(zk=zk, batch=4, strict=True)
+    loop = JobPipeline(thief)
+    loop.listing.steal_after = 0.0
+    wait_for(lambda: refreshed(loop.share, 2))
+    cycle_until_idle(loop)
+    assert sorted(thief.seen) == sorted(j.jid for j in jobs if j.jid not in own)
+    assert in_state(zk, JobState.ESTIMATING) == 0
+
+
+def test_a_claim_share_joins_again_after_a_lost_session(zk_hosts: str, own_zk) -> None:
+    client, _gate = own_zk
+    share = ClaimShare(client, JobState.ESTIMATING, "host-3-cccc")
+    share.refresh()
+    path = f"{claimers_folder(JobState.ESTIMATING)}/host-3-cccc"
+    assert client.exists(path).ephemeralOwner == client.client_id[0]
+    old = client.client_id[0]
+    expire_session(client, zk_hosts)
+    wait_for(lambda: client.connected and client.client_id[0] != old)
+    wait_for(lambda: (share.refresh(), client.exists(path))[1] is not None)
+    assert client.exists(path).ephemeralOwner == client.client_id[0]
+    assert share.members == 1
