@@ -18,6 +18,7 @@ from queues.states import JOB, InvalidTransition, JobState, job_batch_folder, jo
 from . import paths
 from .codecs import decode_int, decode_json, decode_str, encode_int, encode_json, now_stamp
 from .errors import Conflict, ItemLocked, MalformedNode, NotFound, StaleVersion
+from .kazoo_private import Multi
 from .locks import lock_release
 from .nodes import (
     children,
@@ -412,7 +413,7 @@ def transition_apply(zk: KazooClient, plan: TransitionPlan, *, require_lock: boo
     job = plan.job
 
     def attempt(deletes: Sequence[str], creates: Sequence[str], lock: str | None) -> None:
-        txn = zk.transaction()
+        txn = Multi(zk)
         plan.add_to(txn, deletes, creates, lock=lock)
         commit(txn, what=plan.what)
 

@@ -1,6 +1,6 @@
 """Every use of kazoo's private API, in one place, checked against the kazoo it was written for.
 
-kazoo's documented API does not cover four things this project needs; each is done here, on
+kazoo's documented API does not cover what follows; each is done here, on
 internals read in kazoo's source of the versions in ``WRITTEN_FOR``:
 
 1. ``Handler``: cheaper socket waits. kazoo's connection thread waits through its handler's
@@ -9,7 +9,16 @@ internals read in kazoo's source of the versions in ``WRITTEN_FOR``:
 2. ``send``, ``full_path``: hand-written requests (``multiread.py``'s multiRead). A request is an
    object with ``type``, ``serialize()`` and ``deserialize(buffer, offset)``, queued with
    ``KazooClient._call(request, async_result)``; its paths carry the chroot, as
-   ``kazoo.protocol.paths._prefix_root`` adds it to kazoo's own requests.
+   ``kazoo.protocol.paths._prefix_root`` adds it to kazoo's own requests. ``_prefix_root``
+   splits and rejoins every path; ``full_path`` gives a path that is already normal (absolute,
+   no empty, ``.`` or ``..`` part, no trailing slash: every path ``paths.py`` makes) the chroot
+   by concatenation, and any other path to ``_prefix_root``.
+6. ``Multi``: a multi-operation transaction built from kazoo's own request records
+   (``kazoo.protocol.serialization``: ``Transaction``, ``Create``, ``Delete``, ``SetData``,
+   ``CheckVersion``), as ``KazooClient.transaction()`` builds it, minus the per-operation type
+   checks and path normalising: the same bytes on the wire, and ``commit_async().get()`` gives
+   ``Transaction.deserialize``'s list (a created path still carries the chroot; nothing here
+   reads it).
 3. ``after_watch_callbacks``: read your own writes through watches (the read index's
    ``settle()``). ``SequentialThreadingHandler`` runs every watch callback on one queue in
    arrival order (``handler.dispatch_callback``); a marker queued behind them runs after all the
@@ -32,6 +41,7 @@ behaviour would lose live updates or misread nodes, which is worse than not star
 
 from __future__ import annotations
 
+import functools
 import select
 import selectors
 import threading
@@ -44,8 +54,16 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
 from kazoo.protocol.paths import _prefix_root
-from kazoo.protocol.serialization import GetChildren
+from kazoo.protocol.serialization import (
+    CheckVersion,
+    Create,
+    Delete,
+    GetChildren,
+    SetData,
+    Transaction,
+)
 from kazoo.protocol.states import Callback, EventType, WatchedEvent
+from kazoo.security import OPEN_ACL_UNSAFE
 
 # The kazoo versions whose source the uses below were checked against (requirements.txt pins one).
 WRITTEN_FOR = frozenset({"2.11.0"})
@@ -107,8 +125,27 @@ def _fd(obj: Any) -> int:
 # 2. Hand-written requests --------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=64)
+def _root(chroot: str | None) -> str:
+    """The chroot as ``_prefix_root`` puts it before a path ("" for none)."""
+    return str(_prefix_root(chroot, "/x"))[:-2]
+
+
+def is_normal(path: str) -> bool:
+    """Whether ``_prefix_root`` would leave ``path`` as it is (apart from the chroot)."""
+    return (
+        path.startswith("/")
+        and len(path) > 1
+        and "//" not in path
+        and "/." not in path
+        and not path.endswith("/")
+    )
+
+
 def full_path(zk: KazooClient, path: str) -> str:
     """``path`` as the server sees it: under the client's chroot, as kazoo's requests send it."""
+    if is_normal(path):
+        return _root(zk.chroot) + path
     return str(_prefix_root(zk.chroot, path))
 
 
@@ -121,6 +158,36 @@ def send(zk: KazooClient, request: Any) -> Any:
     answer = zk.handler.async_result()
     zk._call(request, answer)
     return answer
+
+
+class Multi:
+    """A multi-operation transaction with ``KazooClient.transaction()``'s methods (create,
+    delete, set_data, check, commit_async) and the same request on the wire; see 6. above."""
+
+    __slots__ = ("_acl", "operations", "zk")
+
+    def __init__(self, zk: KazooClient) -> None:
+        self.zk = zk
+        self.operations: list[Any] = []
+        self._acl = zk.default_acl or OPEN_ACL_UNSAFE
+
+    def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> None:
+        self.operations.append(Create(full_path(self.zk, path), value, self._acl, int(ephemeral)))
+
+    def delete(self, path: str, version: int = -1) -> None:
+        self.operations.append(Delete(full_path(self.zk, path), version))
+
+    def set_data(self, path: str, value: bytes, version: int = -1) -> None:
+        self.operations.append(SetData(full_path(self.zk, path), value, version))
+
+    def check(self, path: str, version: int) -> None:
+        self.operations.append(CheckVersion(full_path(self.zk, path), version))
+
+    def commit_async(self) -> Any:
+        return send(self.zk, Transaction(self.operations))
+
+    def commit(self) -> list[Any]:
+        return list(self.commit_async().get())
 
 
 class _RawChildren(GetChildren):  # type: ignore[misc]  # kazoo has no types

@@ -44,6 +44,7 @@ from . import paths
 from .consumers import claimer_join, claimer_leave, claimers_list
 from .errors import Conflict, InvalidTransition, NotFound
 from .jobs import TransitionPlan, transition_apply
+from .kazoo_private import Multi
 from .nodes import children, collect_reads, start_reads
 from .records import Job
 
@@ -372,7 +373,7 @@ class PendingClaim:
         self.folder = folder
         self.picks = list(picks)
         self.fell_back = False
-        txn = zk.transaction()
+        txn = Multi(zk)
         for pick in self.picks:
             _lock_ops(txn, f"{folder}/{pick.name}", pick.jid)
         self._answer = txn.commit_async()
@@ -400,7 +401,7 @@ class PendingSingles:
     def __init__(self, zk: KazooClient, picks: Sequence[Pick], folder: str) -> None:
         self.answers: list[tuple[Pick, Any]] = []
         for pick in picks:
-            txn = zk.transaction()
+            txn = Multi(zk)
             _lock_ops(txn, f"{folder}/{pick.name}", pick.jid)
             self.answers.append((pick, txn.commit_async()))
 
@@ -435,7 +436,7 @@ class PendingMove:
         self.zk = zk
         self.plans = list(plans)
         self.fell_back = False
-        txn = zk.transaction()
+        txn = Multi(zk)
         for plan in self.plans:
             plan.add_to(txn, lock=plan.lock)
         self._answer = txn.commit_async()

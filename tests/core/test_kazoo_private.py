@@ -10,8 +10,11 @@ import threading
 import kazoo.version
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
+from kazoo.protocol.paths import _prefix_root
+from kazoo.protocol.serialization import Transaction
 
 from queues.zk import kazoo_private
 from queues.zk.kazoo_private import KazooVersionError, check_version
@@ -66,3 +69,67 @@ def test_after_watch_callbacks_waits_for_the_events_already_received(zk: KazooCl
 def test_full_path_is_inside_the_chroot(zk: KazooClient, zk_hosts: str) -> None:
     chroot = zk_hosts[zk_hosts.index("/") :]
     assert kazoo_private.full_path(zk, "/jobs") == f"{chroot}/jobs"
+
+
+PATHS = [
+    "/jobs",
+    "/jobs/jid0000000001/status",
+    "/jobs/states/estimating/05-jid0000000001",
+    "/",
+    "",
+    "jobs",
+    "//jobs",
+    "/jobs//x",
+    "/jobs/",
+    "/jobs/./x",
+    "/jobs/../x",
+    "/.hidden",
+    "/a.b/c.d",
+]
+
+
+@pytest.mark.parametrize("chroot", ["", "/", "/a", "/a/b/", "//c", "/tests-12ab"])
+def test_full_path_gives_what_kazoo_would_send_for_every_path(chroot: str) -> None:
+    """The concatenation shortcut is taken only where it equals kazoo's own normalising."""
+
+    class Client:
+        pass
+
+    client = Client()
+    client.chroot = chroot  # type: ignore[attr-defined]
+    for path in PATHS:
+        try:
+            expected = str(_prefix_root(chroot, path))
+        except ValueError as exc:
+            with pytest.raises(ValueError, match=str(exc)):
+                kazoo_private.full_path(client, path)  # type: ignore[arg-type]
+            continue
+        assert kazoo_private.full_path(client, path) == expected, path  # type: ignore[arg-type]
+
+
+def test_a_multi_is_the_request_kazoo_transaction_sends(zk: KazooClient) -> None:
+    ours, theirs = kazoo_private.Multi(zk), zk.transaction()
+    for txn in (ours, theirs):
+        txn.check("/jobs/jid0000000001/status", 3)
+        txn.set_data("/jobs/jid0000000001/status", b'{"status":"Provisioning"}', 3)
+        txn.delete("/jobs/states/estimating/05-jid0000000001")
+        txn.create("/jobs/states/provisioning/05-jid0000000001", b"")
+        txn.create("/jobs/jid0000000001/lock", b"", ephemeral=True)
+    assert ours.operations == theirs.operations
+    assert Transaction(ours.operations).serialize() == Transaction(theirs.operations).serialize()
+
+
+def test_a_multi_commits_all_or_nothing_like_kazoos(zk: KazooClient) -> None:
+    zk.create("/m/a", b"1", makepath=True)
+    good = kazoo_private.Multi(zk)
+    good.set_data("/m/a", b"2", 0)
+    good.create("/m/b", b"")
+    results = good.commit()
+    assert results[0].version == 1 and results[1].endswith("/m/b")
+    assert zk.get("/m/a")[0] == b"2"
+    bad = kazoo_private.Multi(zk)
+    bad.delete("/m/b")
+    bad.set_data("/m/a", b"3", 0)  # stale version: nothing is written
+    results = bad.commit()
+    assert any(isinstance(r, BadVersionError) for r in results)
+    assert zk.exists("/m/b") is not None and zk.get("/m/a")[0] == b"2"

@@ -18,6 +18,7 @@ from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
 from queues.zk.consumers import claimers_folder
 from queues.zk.jobs import job_load
+from queues.zk.kazoo_private import Multi
 from queues.zk.locks import lock_create, queue_hold_set
 from queues.zk.pipeline import ClaimShare
 from queues.zk.records import Job
@@ -131,14 +132,14 @@ def test_one_multi_claims_and_one_multi_moves_a_whole_batch(zk: KazooClient) -> 
     jobs_in(zk, 1, state=JobState.PROVISIONING)  # the target folder exists (the usual case)
     jobs = jobs_in(zk, 5)
     sent: Counter[str] = Counter()
-    real_commit = type(zk.transaction()).commit_async
+    real_commit = Multi.commit_async
 
     def counting(self: Any) -> Any:
         sent["multi"] += 1
         return real_commit(self)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(type(zk.transaction()), "commit_async", counting)
+        mp.setattr(Multi, "commit_async", counting)
         loop = JobPipeline(Step1(zk=zk, batch=5))
         cycle_until_idle(loop)
     assert sent["multi"] == 2  # one claim, one move
