@@ -71,6 +71,7 @@ log = logging.getLogger("queues.daemons")
 
 KEEP_ROOM = 4  # a loop accepts kept jobs up to this many batches' worth
 MAX_MOVES = 3  # moves under way at once per loop (older ones are waited for)
+AHEAD = 2  # batches whose requests are under way while the loop works on an earlier one
 
 
 class LockLost(Exception):
@@ -181,7 +182,7 @@ class JobPipeline:
         self._handed_lock = threading.Lock()
         self.wake = threading.Event()
         self.inflight: collections.deque[InFlight] = collections.deque()  # moves under way
-        self.pending: Outgoing | None = None  # the batch sent by the last cycle
+        self.pending: collections.deque[Outgoing] = collections.deque()  # sent, not worked on
         # Claims' fallbacks under way, oldest first (each: one claim per job).
         self.singles: collections.deque[tuple[PendingSingles, Holding]] = collections.deque()
         self.stopping = False
@@ -316,7 +317,7 @@ class JobPipeline:
             except Exception:
                 log.debug("%s: giving back after an error failed", self.daemon.name, exc_info=True)
             self.inflight.clear()
-            self.pending = None
+            self.pending.clear()
             return False
         finally:
             close_old_connections()
@@ -325,9 +326,9 @@ class JobPipeline:
         """One step of the loop; True when it is worth looking again at once. ``fresh``: list
         the state's folder anew (the loop does before it goes idle).
 
-        Two batches are under way at a time: the requests of the next batch (hold, claim,
-        reads) are sent before the batch sent by the previous cycle is worked on, so its
-        answers arrive while the step runs on the one before.
+        ``AHEAD`` + 1 batches are under way at a time: the requests of the next batches (hold,
+        claim, reads) are sent before the one sent earliest is worked on, so their answers
+        arrive while the step runs on the one before.
         """
         daemon = self.daemon
         self._finish_move(wait=False)
@@ -344,10 +345,11 @@ class JobPipeline:
             self.share.leave()  # the other loops divide the jobs without this one
             return False
         self.share.join()
-        outgoing = self._send_batch(fresh, now)
-        previous, self.pending = self.pending, outgoing
-        if previous is not None:
-            self._finish_batch(previous)
+        outgoing = self._send_batch(fresh, now) if len(self.pending) <= AHEAD else None
+        if outgoing is not None:
+            self.pending.append(outgoing)
+        if len(self.pending) > AHEAD or (outgoing is None and self.pending):
+            self._finish_batch(self.pending.popleft())
             return True
         if outgoing is not None:
             return True
@@ -426,16 +428,16 @@ class JobPipeline:
     def _in_hand(self) -> set[str]:
         """Jobs of the batch sent last and of the moves under way (still in the folder)."""
         jids = {w.job.jid for flight in self.inflight for w in flight.works}
-        if self.pending is not None:
-            jids.update(p.jid for p in self.pending.picks)
+        for batch in self.pending:
+            jids.update(p.jid for p in batch.picks)
         return jids
 
     def _abandon(self) -> None:
-        """Stop claiming (a drain, a suspended connection, a stop): the batch sent but not
-        started is given back with every kept lock; the move under way is collected."""
-        batch, self.pending = self.pending, None
+        """Stop claiming (a drain, a suspended connection, a stop): the batches sent but not
+        started are given back with every kept lock; the moves under way are collected."""
         now = self._current()
-        if batch is not None:
+        while self.pending:
+            batch = self.pending.popleft()
             try:
                 locked = batch.claim.collect() if batch.claim is not None else set()
             except Exception as exc:
