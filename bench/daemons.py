@@ -15,7 +15,10 @@ is the five-operation multi of ``job_transition`` (status JSON of the contract's
 entry and batch entry moved); the raw probe claims nothing, reads nothing and checks no hold.
 
 Requests per transition come from the server's own count (``mntr``: ``zk_packets_received``
-before and after, over the transitions made meanwhile): pings and start-up included.
+before and after, over the transitions made meanwhile): pings and start-up included. Where the
+CPU goes is printed beside each rate: the client processes' CPU time per transition (from
+``/proc/<pid>/stat`` over the timed window) and how busy the whole machine was meanwhile (from
+``/proc/stat``), so a rate limited by the machine's cores shows as such.
 """
 
 from __future__ import annotations
@@ -38,6 +41,49 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import machine, median, new_chroot, setup_django, throwaway_zookeeper
 
 TARGET_SHARE = 0.8
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU seconds the processes have used so far (gone ones count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / TICK
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, all) CPU ticks of the machine so far, from /proc/stat's first line."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = values[3] + values[4]  # idle, iowait
+    return sum(values) - idle, sum(values)
+
+
+@dataclass
+class CpuWindow:
+    """CPU used by some processes and by the machine between ``start`` and ``stop``."""
+
+    pids: list[int]
+    client: float = 0.0
+    busy: float = 0.0
+    _start: tuple[float, tuple[int, int]] | None = None
+
+    def start(self) -> None:
+        self._start = (cpu_seconds(self.pids), machine_ticks())
+
+    def stop(self) -> None:
+        if self._start is None:
+            return
+        cpu, (busy, total) = self._start
+        now_busy, now_total = machine_ticks()
+        self.client = cpu_seconds(self.pids) - cpu
+        self.busy = (now_busy - busy) / max(1, now_total - total)
+
+
 LOOPS = 7  # one daemon per job step after Pending: Estimating ... Notify
 
 
@@ -114,6 +160,7 @@ class DaemonRun:
     transitions: int
     seconds: float
     packets: int | None = None
+    cpu: CpuWindow | None = None
 
     @property
     def per_second(self) -> float:
@@ -163,6 +210,7 @@ def run_daemons(
     ]
     for child in children:
         child.start()
+    cpu = CpuWindow([c.pid for c in children if c.pid is not None])
     # The clock starts at the first transition, so process start-up is not counted. The
     # folder is looked at every 0.2 s (those requests are counted with the daemons').
     began = None
@@ -172,9 +220,11 @@ def run_daemons(
         done = watcher.exists(done_folder).numChildren
         if began is None and (stat is None or stat.numChildren < jobs):
             began = time.monotonic()
+            cpu.start()
         if done >= jobs:
             break
         time.sleep(0.2 if began else 0.01)
+    cpu.stop()
     elapsed = time.monotonic() - (began or time.monotonic())
     packets_after = packets_received(hosts)
     completed = watcher.exists(done_folder).numChildren
@@ -189,7 +239,7 @@ def run_daemons(
         if packets_before is not None and packets_after is not None
         else None
     )
-    return DaemonRun(processes, completed, completed * len(JOB_WORKING), elapsed, packets)
+    return DaemonRun(processes, completed, completed * len(JOB_WORKING), elapsed, packets, cpu)
 
 
 def _raw_child(
@@ -250,6 +300,8 @@ def _raw_child(
 class RawRun:
     per_second: float
     requests_per_transition: float | None
+    transitions: int = 0
+    cpu: CpuWindow | None = None
 
 
 def measure_raw(hosts: str, *, processes: int, inflight: int, seconds: float) -> RawRun:
@@ -263,20 +315,32 @@ def measure_raw(hosts: str, *, processes: int, inflight: int, seconds: float) ->
     ]
     for child in children:
         child.start()
+    cpu = CpuWindow([c.pid for c in children if c.pid is not None])
     time.sleep(max(0.0, start_at - time.time()))
     before = packets_received(hosts)
+    cpu.start()
     time.sleep(seconds)
+    cpu.stop()
     after = packets_received(hosts)
     results = [out.get(timeout=seconds + 120) for _ in children]
     for child in children:
         child.join(timeout=30)
     total = sum(n for n, _ in results)
     per_request = (after - before) / total if before is not None and after is not None else None
-    return RawRun(sum(n / s for n, s in results), per_request)
+    return RawRun(sum(n / s for n, s in results), per_request, total, cpu)
 
 
 def _figure(value: float | None, spec: str) -> str:
     return "?" if value is None else format(value, spec)
+
+
+def _cpu_figures(rounds: list[tuple[float, float]]) -> str:
+    """Median client CPU per transition (microseconds) and machine busy share."""
+    if not rounds:
+        return f"{'?':>6}{'?':>6}"
+    per = median([r[0] for r in rounds]) * 1e6
+    busy = median([r[1] for r in rounds])
+    return f"{per:>6.0f}{busy:>6.0%}"
 
 
 def main(argv: list[str] | None = None) -> list[str]:
@@ -310,14 +374,17 @@ def main(argv: list[str] | None = None) -> list[str]:
         "hold read with every claim) against a raw probe of the same concurrency: the same "
         f"processes, each keeping {inflight} single-job five-operation transitions in flight "
         f"(median of {args.rounds} alternating rounds). 'req/t': ZooKeeper requests per "
-        "transition, from the server's mntr count.",
-        f"  {'processes':>9}{'daemons':>14}{'req/t':>7}{'raw pipelined':>17}{'req/t':>7}"
-        f"{'share':>8}",
+        "transition, from the server's mntr count; 'us/t': the client processes' CPU time per "
+        "transition; 'busy': the whole machine's CPU use meanwhile.",
+        f"  {'processes':>9}{'daemons':>14}{'req/t':>7}{'us/t':>6}{'busy':>6}"
+        f"{'raw pipelined':>17}{'req/t':>7}{'us/t':>6}{'busy':>6}{'share':>8}",
     ]
     with throwaway_zookeeper(args.hosts) as hosts:
         for processes in args.processes:
             daemon_rates, raw_rates, finished = [], [], args.jobs
             daemon_req, raw_req = [], []
+            daemon_cpu: list[tuple[float, float]] = []
+            raw_cpu: list[tuple[float, float]] = []
             for _ in range(args.rounds):
                 run = run_daemons(
                     hosts, jobs=args.jobs, processes=processes, batch=args.batch, keep=keep
@@ -326,10 +393,14 @@ def main(argv: list[str] | None = None) -> list[str]:
                 if run.requests_per_transition is not None:
                     daemon_req.append(run.requests_per_transition)
                 finished = min(finished, run.jobs)
+                if run.cpu is not None and run.transitions:
+                    daemon_cpu.append((run.cpu.client / run.transitions, run.cpu.busy))
                 raw = measure_raw(
                     hosts, processes=processes, inflight=inflight, seconds=args.seconds
                 )
                 raw_rates.append(raw.per_second)
+                if raw.cpu is not None and raw.transitions:
+                    raw_cpu.append((raw.cpu.client / raw.transitions, raw.cpu.busy))
                 if raw.requests_per_transition is not None:
                     raw_req.append(raw.requests_per_transition)
             rate, raw_rate = median(daemon_rates), median(raw_rates)
@@ -338,8 +409,10 @@ def main(argv: list[str] | None = None) -> list[str]:
             line = (
                 f"  {processes:>9}{rate:>10.0f} t/s"
                 f"{_figure(median(daemon_req) if daemon_req else None, '>7.2f')}"
+                f"{_cpu_figures(daemon_cpu)}"
                 f"{raw_rate:>13.0f} t/s"
                 f"{_figure(median(raw_req) if raw_req else None, '>7.2f')}"
+                f"{_cpu_figures(raw_cpu)}"
                 f"{share:>8.0%}  {verdict}"
                 + ("" if finished >= args.jobs else f" (only {finished} jobs finished)")
             )
