@@ -17,13 +17,21 @@ per page and size, the ratio of the largest size's median to the smallest's (and
 times), flagged when over 1.5x; daphne's resident memory (after the fill, after timing, peak);
 ZooKeeper's node count, snapshot size and data folder per size; searches that did not find
 their job.
+
+``--zk-dir DIR`` keeps each size's loaded ZooKeeper in ``DIR/zk-<size>`` and leaves it running
+when the run ends: the next run with the same ``--zk-dir`` uses it as it is instead of loading
+the queue again (loading and reading back 1,000,000 jobs takes about 15 minutes). The pages only
+read, so a kept queue stays the queue that was loaded. ``--stop-zk`` stops the kept servers at
+the end; the data stays in ``DIR`` for the next run.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
+import json
 import os
 import random
 import re
@@ -279,9 +287,14 @@ def _folder_mib(folder: Path) -> float:
 
 def load_queue(size: int, batches: int, scratch: Path) -> Queue:
     from bench.load import load
-    from queues.zkserver import LocalZooKeeper, four_letter, free_port
+    from queues.zkserver import LocalZooKeeper, free_port
 
     server = LocalZooKeeper(scratch / f"zk-{size}", free_port())
+    kept = server.directory / "queue.json"
+    if kept.exists():  # loaded by an earlier run (--zk-dir): started as it is
+        return _kept_queue(server, json.loads(kept.read_text()))
+    if (server.directory / "data").exists():
+        raise RuntimeError(f"{server.directory} holds a load that did not finish: remove it")
     server.start()
     print(f"loading {size} jobs in {batches} batches", flush=True)
     began = time.monotonic()
@@ -289,18 +302,7 @@ def load_queue(size: int, batches: int, scratch: Path) -> Queue:
     seconds = time.monotonic() - began
     # A restart makes the server write a snapshot of the whole tree as it starts.
     server.stop()
-    # Reading back a million jobs' snapshot and log takes minutes on a busy machine.
-    try:
-        server.start(wait=max(60.0, size / 1_000))
-    except BaseException:
-        server.stop()  # a server that started but was not waited for long enough
-        raise
-    snapshots = sorted(
-        (server.directory / "data" / "version-2").glob("snapshot.*"),
-        key=lambda p: p.stat().st_mtime,
-    )
-    mntr = four_letter(server.port, "mntr") or ""
-    count = re.search(r"zk_znode_count\s+(\d+)", mntr)
+    _start_loaded(server, size)
     rng = random.Random(7)
     states = result.jobs_by_state
     failed = set(states.get("Failed", []))
@@ -322,13 +324,48 @@ def load_queue(size: int, batches: int, scratch: Path) -> Queue:
         failed_bids=failed_bids or result.batches[:1],
         searched=rng.sample(states["Completed"], 25),
     )
+    facts = {
+        "size": size,
+        "batches": batches,
+        "targets": dataclasses.asdict(targets),
+        "load_seconds": seconds,
+        "nodes": result.nodes,
+    }
+    kept.write_text(json.dumps(facts))
+    return _kept_queue(server, facts)
+
+
+def _start_loaded(server: Any, size: int) -> None:
+    # Reading back a million jobs' snapshot and log takes minutes on a busy machine.
+    try:
+        server.start(wait=max(60.0, size / 1_000))
+    except BaseException:
+        server.stop()  # a server that started but was not waited for long enough
+        raise
+
+
+def _kept_queue(server: Any, facts: dict[str, Any]) -> Queue:
+    """The queue a loaded server holds (``facts``: what its load wrote to queue.json)."""
+    from queues.zkserver import four_letter
+
+    if not server.is_serving():
+        server.follow_running()  # still running from the last run, on its own port
+    if not server.is_serving():
+        print(f"starting the kept ZooKeeper of {facts['size']} jobs", flush=True)
+        _start_loaded(server, facts["size"])
+    snapshots = sorted(
+        (server.directory / "data" / "version-2").glob("snapshot.*"),
+        key=lambda p: p.stat().st_mtime,
+    )
+    mntr = four_letter(server.port, "mntr") or ""
+    count = re.search(r"zk_znode_count\s+(\d+)", mntr)
     return Queue(
-        size=size,
-        batches=batches,
+        size=facts["size"],
+        batches=facts["batches"],
         server=server,
-        targets=targets,
-        load_seconds=seconds,
-        nodes=result.nodes,
+        targets=Targets(**facts["targets"]),
+        load_seconds=facts["load_seconds"],
+        nodes=facts["nodes"],
         znodes=count.group(1) if count else "?",
         snapshot_mib=snapshots[-1].stat().st_size / 1024**2 if snapshots else float("nan"),
         data_mib=_folder_mib(server.directory / "data"),
@@ -496,6 +533,14 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--pages", nargs="*", default=[], help="only pages whose name has one")
     parser.add_argument("--skip", nargs="*", default=[], help="leave out pages whose name has one")
     parser.add_argument("--no-cold", action="store_true", help="skip the cold (restart) pass")
+    parser.add_argument(
+        "--zk-dir",
+        default="",
+        help="keep each size's loaded ZooKeeper here, running, and use it again in later runs",
+    )
+    parser.add_argument(
+        "--stop-zk", action="store_true", help="with --zk-dir: stop the kept servers at the end"
+    )
     args = parser.parse_args(argv)
     sizes = sorted(set(args.sizes + ([1_000_000] if args.huge else [])))
     # 10.5 million nodes at 1,000,000 jobs: with 3 GB the server's collector paused long
@@ -521,8 +566,9 @@ def main(argv: list[str] | None = None) -> list[str]:
         queues: list[Queue] = []
         consoles: list[Console] = []
         try:
+            zk_dir = Path(args.zk_dir).resolve() if args.zk_dir else scratch
             for size in sizes:
-                queues.append(load_queue(size, batches_for(size), scratch))
+                queues.append(load_queue(size, batches_for(size), zk_dir))
             for queue in queues:
                 console = Console(queue.size, queue.server.hosts, env, scratch)
                 console.token = token
@@ -593,7 +639,13 @@ def main(argv: list[str] | None = None) -> list[str]:
             for console in consoles:
                 console.stop()
             for queue in queues:
-                queue.server.stop()
+                if args.zk_dir and not args.stop_zk:
+                    print(
+                        f"ZooKeeper of {queue.size} jobs left running on {queue.server.hosts} "
+                        f"(pid {queue.server.running()}; data in {queue.server.directory})"
+                    )
+                else:
+                    queue.server.stop()
     print()
     for line in lines:
         print(line)
