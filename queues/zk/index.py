@@ -92,6 +92,8 @@ MAX_FILTERS_PER_LISTING = 32
 READ_CHUNK = 2000
 FILL_CHUNK = 500
 FILL_PAUSE = 0.004
+# Jobs read between two returns of freed memory to the system while the fill reads every job.
+TRIM_EVERY = 20_000
 FILL_SWITCH_INTERVAL = 0.0005  # seconds (sys.setswitchinterval) while the fill runs
 # States a job can be in after Processing minted its ARK.
 ARK_STATES = frozenset(
@@ -121,6 +123,11 @@ MAX_PAIRS = (1 << (FACT_BITS - 1)) - 1
 # Search keys: 29 bits of the key's hash << 34 | number (a hash match is checked by the caller).
 HASH_BITS = 29
 HASH_MASK = (1 << HASH_BITS) - 1
+# Additions kept in a table's dictionary before they are merged into its sorted array: an
+# eighth of the array, at most TAIL_MAX (a dictionary entry costs 100-170 bytes where the array
+# costs 8, so an unbounded eighth was 30-40 MB at a million jobs).
+TAIL_MIN = 4096
+TAIL_MAX = 1 << 16
 # A state folder's answer, read from the bytes: each name is its length (16) and then
 # "PP-jid" and ten digits. No name holds a NUL byte, so a match can only start at a length.
 _RAW_ENTRY = re.compile(rb"\x00\x00\x00\x10([0-9]{2})-jid([0-9]{10})")
@@ -270,6 +277,32 @@ def _has(run_keys: array[int], blocks: list[tuple[int, int]], number: int) -> bo
     return False
 
 
+def _tail_limit(size: int) -> int:
+    return min(max(TAIL_MIN, size >> 3), TAIL_MAX)
+
+
+def _merged(main: array[int], added: list[int]) -> array[int]:
+    """The sorted array ``main`` and the sorted ``added`` as one new sorted array.
+
+    Copied run by run between the places ``added`` goes (found by bisection): no Python int is
+    made for the elements of ``main``. Sorting the two together made one for each (32 bytes
+    and a list slot for each of 1,700,000 search keys: about 70 MB for a moment at a million
+    jobs, the peak of the fill) and took longer.
+    """
+    merged = array("q", [0]) * (len(main) + len(added))
+    with memoryview(main) as source, memoryview(merged) as target:
+        start = at = 0
+        for value in added:
+            end = bisect_left(main, value, start)
+            stop = at + end - start
+            target[at:stop] = source[start:end]
+            target[stop] = value
+            at = stop + 1
+            start = end
+        target[at:] = source[start:]
+    return merged
+
+
 class _PackedTable:
     """number -> small value for millions of numbers at 8 bytes each: a sorted array of
     number << bits | value, searched by bisection, and a dictionary of recent additions merged
@@ -303,19 +336,19 @@ class _PackedTable:
             main[i] = number << self.bits | value
             return
         self.tail[number] = value
-        if len(self.tail) > max(4096, len(main) >> 3):
+        if len(self.tail) > _tail_limit(len(main)):
             self.compact()
 
     def compact(self) -> None:
         if not self.tail:
             return
         bits = self.bits
-        added = sorted(n << bits | v for n, v in self.tail.items())
+        added = sorted([n << bits | v for n, v in self.tail.items()])
         main = self.main
         if not main or added[0] > main[-1]:
             main.extend(added)
         else:
-            self.main = array("q", sorted([*main, *added]))
+            self.main = _merged(main, added)
         self.tail = {}
 
     def values(self) -> Iterator[int]:
@@ -357,7 +390,7 @@ class _KeyTable:
             return
         known.append(number)
         self.size += 1
-        if self.size > max(4096, len(main) >> 3):
+        if self.size > _tail_limit(len(main)):
             self.compact()
 
     def find(self, key: str) -> list[int]:
@@ -373,8 +406,8 @@ class _KeyTable:
     def compact(self) -> None:
         if not self.tail:
             return
-        added = [h << NUM_BITS | n for h, numbers in self.tail.items() for n in numbers]
-        self.main = array("q", sorted([*self.main, *added]))
+        added = sorted([h << NUM_BITS | n for h, numbers in self.tail.items() for n in numbers])
+        self.main = _merged(self.main, added)
         self.tail = {}
         self.size = 0
 
@@ -397,16 +430,36 @@ def _parse_entries(raw: bytes) -> array[int]:
 def _give_back_memory() -> None:
     """Return the heap memory the fill's reads freed to the system (glibc keeps freed memory
     mapped otherwise: the process would keep the fill's peak, not what the index holds)."""
-    import ctypes
-    import ctypes.util
     import gc
 
     gc.collect()
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to give back this way
-        pass
+    _trim()
+
+
+def _trim() -> None:
+    """glibc's malloc_trim: give the free memory of every heap back to the system (a few ms).
+
+    glibc otherwise keeps what a thread freed mapped in that thread's heap, and a freed block
+    of one large read raises the size from which it maps blocks of their own: memory the fill
+    freed stayed in the process, tens of MB at a million jobs, added to what it holds."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+_libc: list[Any] = []
+
+
+def _malloc_trim() -> Any:
+    if not _libc:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _libc.append(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim)
+        except (OSError, AttributeError):  # not glibc: nothing to give back this way
+            _libc.append(None)
+    return _libc[0]
 
 
 class JobFacts(NamedTuple):
@@ -1114,14 +1167,16 @@ class ReadIndex:
         with self._lock:
             known = self._space.get(state, {})
         todo = [j for j in jids if number(j) not in known]
-        reads = read_many(self.zk, [paths.job_node(j, "space_needed") for j in todo])
         fresh: dict[str, int] = {}
-        for jid in todo:
-            read = reads[paths.job_node(jid, "space_needed")]
-            try:
-                fresh[jid] = 0 if read is None else max(0, decode_int("space_needed", read[0]))
-            except MalformedNode:
-                fresh[jid] = 0
+        for start in range(0, len(todo), READ_CHUNK):  # each chunk's answers freed before the next
+            part = todo[start : start + READ_CHUNK]
+            reads = read_many(self.zk, [paths.job_node(j, "space_needed") for j in part])
+            for jid in part:
+                read = reads[paths.job_node(jid, "space_needed")]
+                try:
+                    fresh[jid] = 0 if read is None else max(0, decode_int("space_needed", read[0]))
+                except MalformedNode:
+                    fresh[jid] = 0
         current = {j: known[n] if (n := number(j)) in known else fresh[j] for j in jids}
         with self._lock:
             self._space[state] = {number(j): v for j, v in current.items()}
@@ -1234,6 +1289,8 @@ class ReadIndex:
                 self._read_jobs(part, [_jid_of(n) for n in ids[start : start + chunk]])
                 if progress is not None:
                     progress(len(part))
+                    if start % TRIM_EVERY < chunk:
+                        _trim()
                     time.sleep(FILL_PAUSE)  # let page requests in between the fill's steps
             with self._lock:
                 self._synced[state] = keys
@@ -1279,8 +1336,10 @@ class ReadIndex:
             if first is not None:
                 first()
             self.batch_states()
+            _trim()
             self._fill_stage = "failed jobs' batches and steps"
             self.failed_numbers()
+            _trim()
             total = sum(self.job_count(s) for s in JOB.states)
             done = [len(self._facts)]
 

@@ -108,6 +108,49 @@ def test_key_table_finds_every_job_of_a_key() -> None:
         assert numbers <= set(table.find(key))
 
 
+def test_merging_additions_into_a_table_gives_the_sorted_union() -> None:
+    rng = random.Random(11)
+    main = array("q", sorted(rng.randrange(0, 2**62) for _ in range(50_000)))
+    for added in (
+        sorted(rng.randrange(0, 2**62) for _ in range(5_000)),
+        [0, 1, 2],  # before every element
+        [2**62 + 1, 2**62 + 2],  # after every element
+        [main[0], main[100], main[-1]],  # equal to elements already there
+        [],
+    ):
+        assert index._merged(main, added) == array("q", sorted([*main, *added]))
+    assert index._merged(array("q"), [3, 4]) == array("q", [3, 4])
+
+
+def test_a_merge_makes_no_python_int_per_element_of_the_table() -> None:
+    """Compacting a table of 400,000 keys: at most the new array and the sorted additions
+    besides the old array (sorting all together made a 32-byte int and a list slot for each
+    of them, the read index's memory peak during the fill at a million jobs)."""
+    rng = random.Random(13)
+    table = _KeyTable()
+    table.main = array("q", sorted(rng.randrange(0, 2**62) for _ in range(400_000)))
+    for n in range(20_000):
+        table.add(f"key-{n}", n)
+    assert table.tail
+    gc.collect()
+    tracemalloc.start()
+    try:
+        table.compact()
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(table.main) == 420_000 and not table.tail
+    # The new array (8 bytes a key) and the 20,000 additions sorted (about 40 bytes each);
+    # sorting all together allocated about 50 bytes a key, 22 MB here.
+    assert peak < 2 * 8 * 420_000, peak
+
+
+def test_a_table_keeps_a_bounded_number_of_additions_outside_its_array() -> None:
+    assert index._tail_limit(0) == index.TAIL_MIN
+    assert index._tail_limit(100_000) == 100_000 >> 3
+    assert index._tail_limit(10_000_000) == index.TAIL_MAX
+
+
 def test_an_id_not_of_the_contract_form_keeps_its_string_through_the_tables() -> None:
     """Such an ID never comes from an index listing (the entries' form is fixed) and the
     contract's paths refuse it, but the index's tables hold whatever number it is given."""
