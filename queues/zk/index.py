@@ -542,6 +542,8 @@ class ReadIndex:
         # Bumped whenever a batch's known state changes, so summaries are computed once per change.
         self._batch_generation = 0
         self._batch_summary: tuple[int, dict[str, tuple[int, int]]] | None = None
+        # batch_states' last answer: (the batch list it is for, the generation, the states).
+        self._batch_states_kept: tuple[list[str], int, dict[str, BatchState]] | None = None
         self._reported: tuple[int, list[str]] | None = None
         self.codes = JobCodes()
         # Job number -> its (profile, submitter) pair's index << 1 | no ARK yet.
@@ -875,8 +877,19 @@ class ReadIndex:
 
     def batch_states(self) -> dict[str, BatchState]:
         """Every batch's state, status mtime and whether it has a status report; half-created
-        batches are left out."""
+        batches are left out. The answer is shared (do not modify it): while the batch list
+        and every batch's state are as they were, the same one is given again, without a look
+        at each of 20,000 batches per page (16 ms of every overview at 1,000,000 jobs)."""
         bids = self.batch_ids()  # settles
+        with self._lock:
+            kept = self._batch_states_kept
+            if (
+                kept is not None
+                and kept[0] is bids
+                and kept[1] == self._batch_generation
+                and not self._stale_batches
+            ):
+                return kept[2]
         with self._compute:
             return self._batch_states(bids)
 
@@ -897,7 +910,12 @@ class ReadIndex:
         for start in range(0, len(todo), READ_CHUNK * 5):
             self._read_batches(todo[start : start + READ_CHUNK * 5])
         with self._lock:
-            return {b: s for b in bids if (s := self._batches.get(b)) is not None}
+            found = {b: s for b in bids if (s := self._batches.get(b)) is not None}
+            # Kept only when every batch is read and current (a watch since, or a batch whose
+            # status could not be read, leaves a stale batch: computed again next time).
+            if not self._stale_batches:
+                self._batch_states_kept = (bids, self._batch_generation, found)
+            return found
 
     def _read_batches(self, todo: list[str]) -> None:
         watch = self._on_batch_event

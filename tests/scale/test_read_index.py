@@ -120,6 +120,17 @@ def test_batch_states_follow_status_changes(zk, idx) -> None:
     other = batch_create(zk, submission={"profile": "p", "submitter": "s"})
     assert eventually(lambda: set(idx.batch_states()) == {batch.bid, other.bid})
 
+    # Nothing changed since: the same answer again, not a look at every batch per page.
+    assert idx.batch_states() is idx.batch_states()
+    kept = idx.batch_states()
+    batch_transition(zk, batch_load(zk, other.bid), "Processing")
+    assert eventually(lambda: idx.batch_states()[other.bid].state == "Processing")
+    assert kept[other.bid].state == "Pending"  # an answer given out is never changed
+    # A dropped connection: every batch is read again.
+    kept = idx.batch_states()
+    idx.mark_all_stale()
+    assert idx.batch_states() is not kept and idx.batch_states() == kept
+
 
 def test_space_needed_is_read_again_when_a_job_changes_state(zk, idx, make_job) -> None:
     job = make_job()
