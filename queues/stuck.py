@@ -8,17 +8,26 @@ fewer than ``history.MIN_RECORDS`` records uses ``MRT_STUCK_SECONDS`` (3600) for
 
 What it costs: the state folders' listings come from the read index; the time a job entered
 its state is its index entry's creation time, read once per entry and remembered while the
-entry exists (an entry is made anew at every move); a lock is read only for the jobs already
-in their state longer than the lock threshold. The answer is kept ``CACHE_SECONDS``.
+entry exists (an entry is made anew at every move), as an array of times beside the listing's
+own array of entries. A lock is read only where it decides: for the count (the overview card,
+/metrics) only for jobs in their state longer than the lock threshold and not yet longer than
+the state's; for the list (``find_stuck``: the stuck page and the job list's filter) for every
+job past either. Answers are kept ``CACHE_SECONDS``; the overview card and /metrics never count
+in the request once there is a count: past that time they get the last one while a thread of
+its own counts again (at 1,000,000 jobs a count walks about 290,000 working entries).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from array import array
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import repeat
 from typing import Any
 
 from django.conf import settings
@@ -31,18 +40,26 @@ from queues.zk import paths as zpaths
 from queues.zk.client import connected_client
 from queues.zk.nodes import exists_many
 
+log = logging.getLogger(__name__)
+
 DEFAULT_SECONDS = 3600.0
 DEFAULT_FACTOR = 3.0
 DEFAULT_MIN_SECONDS = 300.0
 CACHE_SECONDS = 15.0
 READ_CHUNK = 1000
+CARRY_BLOCK = 8192  # entries whose kept times are looked up in one go (see _carried)
+# Between two chunks of entry times read in the background: page requests sharing the
+# connection and the interpreter go first (as the read index's fill does).
+READ_PAUSE = 0.004
 # The states a consumer works in (Completed is final; Held and Failed wait for an operator).
 STATES = JOB_STEPS[:-1]
 
 _lock = threading.Lock()
-_ctimes: dict[str, dict[str, float]] = {}  # state -> entry name -> ctime (s since the epoch)
 _owner: list[Any] = [None]  # the client the remembered times were read through
-_cached: tuple[float, Any, list[StuckJob]] | None = None
+_cached: tuple[float, Any, list[StuckJob]] | None = None  # the list (find_stuck)
+_counted: tuple[float, Any, dict[str, int]] | None = None  # the counts per state
+_counting = threading.Lock()  # one count at a time
+_recount: list[threading.Thread | None] = [None]  # the background recount, while it runs
 # Set while prime() counts in the background (after the read index's fill at start): the first
 # count reads the creation time of every entry in the working states, seconds at a large queue.
 _priming = threading.Event()
@@ -68,6 +85,18 @@ class StuckJob:
     lock_age: float | None  # seconds its lock has been held, None: not locked
     threshold: Threshold
     why: str
+
+
+@dataclass(frozen=True)
+class _Times:
+    """Creation times (s since the epoch) of a state's entries, in the order of ``keys``, the
+    read index's array of that listing (0.0: not read, the entry was gone when asked)."""
+
+    keys: array[int]
+    ctimes: array[float]
+
+
+_times: dict[str, _Times] = {}
 
 
 def _setting(name: str, default: float) -> float:
@@ -111,66 +140,108 @@ def thresholds() -> dict[str, Threshold]:
     return found
 
 
-def _entry_times(zk: Any, state: str, names: list[str]) -> dict[str, float]:
-    """Creation time of each index entry of ``state`` (remembered while the entry exists)."""
-    folder = zpaths.job_state_folder(state)
+def _zeros(values: array[float]) -> list[int]:
+    """Where ``values`` holds 0.0 (found by the array's own search, not a loop per item)."""
+    found: list[int] = []
+    at = -1
+    while True:
+        try:
+            at = values.index(0.0, at + 1)
+        except ValueError:
+            return found
+        found.append(at)
+
+
+def _carried(known: _Times, keys: array[int]) -> array[float]:
+    """The times ``known`` has for ``keys`` (0.0 where it has none), block by block.
+
+    Both arrays are sorted: each block of ``keys`` looks only at the part of ``known.keys`` in
+    its range. Each step is one call into C that holds the interpreter; a block keeps it short
+    (a page request waits for the interpreter, not for 120,000 entries at once).
+    """
+    carried = array("d")
+    old_keys, old_times = known.keys, known.ctimes
+    for start in range(0, len(keys), CARRY_BLOCK):
+        block = keys[start : start + CARRY_BLOCK]
+        low = bisect_left(old_keys, block[0])
+        high = bisect_right(old_keys, block[-1], low)
+        before = dict(zip(old_keys[low:high], old_times[low:high], strict=True))
+        carried.extend(map(before.get, block, repeat(0.0)))
+    return carried
+
+
+def _entry_times(
+    zk: Any, idx: zindex.ReadIndex, state: str, *, pause: float = 0.0
+) -> tuple[zindex.Entries, array[float]]:
+    """A state's entries (run order) and the creation time of each, read only for entries not
+    in the last listing the times were kept for."""
+    entries = idx.job_entries(state)
+    keys = entries.keys
     with _lock:
         if _owner[0] is not zk:  # another client (another ensemble or chroot): start again
-            _ctimes.clear()
+            _times.clear()
             _owner[0] = zk
-        known = _ctimes.get(state, {})
-    current = {n: known[n] for n in names if n in known}
-    missing = [n for n in names if n not in known]
-    for start in range(0, len(missing), READ_CHUNK):
-        part = missing[start : start + READ_CHUNK]
-        stats = exists_many(zk, [f"{folder}/{n}" for n in part])
-        for n in part:
-            stat = stats.get(f"{folder}/{n}")
-            if stat is not None:
-                current[n] = stat.ctime / 1000.0
+        known = _times.get(state)
+    if known is not None and known.keys is keys:
+        ctimes = known.ctimes
+    elif known is not None:  # the folder changed: keep the times of the entries still there
+        ctimes = _carried(known, keys)
+    else:
+        ctimes = array("d", [0.0]) * len(keys)
+    missing = _zeros(ctimes)
+    if missing:
+        ctimes = array("d", ctimes)  # a copy: a reader of the kept one never sees it half-read
+        folder = zpaths.job_state_folder(state)
+        for start in range(0, len(missing), READ_CHUNK):
+            part = missing[start : start + READ_CHUNK]
+            node_paths = [f"{folder}/{entries.name(keys[i])}" for i in part]
+            stats = exists_many(zk, node_paths)
+            for i, path in zip(part, node_paths, strict=True):
+                stat = stats.get(path)
+                if stat is not None:
+                    ctimes[i] = stat.ctime / 1000.0
+            if pause:
+                time.sleep(pause)
     with _lock:
-        _ctimes[state] = current
-    return current
+        if _owner[0] is zk:
+            _times[state] = _Times(keys, ctimes)
+    return entries, ctimes
 
 
-def find_stuck(zk: Any, *, fresh: bool = False, wait: bool = True) -> list[StuckJob]:
-    """Every stuck job now, the longest-stuck first (kept ``CACHE_SECONDS`` per process).
+def _lock_stats(zk: Any, jids: list[str]) -> dict[str, Any]:
+    """The stat of each job's lock node, or None (read in chunks)."""
+    found: dict[str, Any] = {}
+    for start in range(0, len(jids), READ_CHUNK):
+        part = jids[start : start + READ_CHUNK]
+        stats = exists_many(zk, [zpaths.job_node(j, "lock") for j in part])
+        found.update((j, stats.get(zpaths.job_node(j, "lock"))) for j in part)
+    return found
 
-    With ``wait=False`` (the overview card, /metrics) a count that would have to read every
-    entry's time while the read index still fills, or while ``prime`` does that in the
-    background, is not made here: the last answer is given, or StillCounting when there is none.
-    """
-    global _cached
+
+def find_stuck(zk: Any, *, fresh: bool = False) -> list[StuckJob]:
+    """Every stuck job now, the longest-stuck first (kept ``CACHE_SECONDS`` per process)."""
+    global _cached, _counted
     hit = _cached
     if not fresh and hit and hit[1] is zk and time.monotonic() - hit[0] < CACHE_SECONDS:
         return hit[2]
     idx = zindex.for_client(zk)
-    if not wait and (idx.filling or _priming.is_set()):
-        if hit and hit[1] is zk:
-            return hit[2]
-        raise StillCounting("counted once the read index is filled")
     limits = thresholds()
     now = time.time()
     candidates: list[tuple[str, str, float]] = []
     state: str
     for state in STATES:
         limit = limits[state]
-        entries = idx.job_entries(state)
-        names = [zpaths.index_name(p, j) for p, j in entries]
-        times = _entry_times(zk, state, names)
-        lowest = min(limit.in_state, limit.lock)
-        for (_p, jid), n in zip(entries, names, strict=False):
-            created = times.get(n)
-            if created is not None and now - created > lowest:
-                candidates.append((jid, state, now - created))
-    locks = {}
-    for start in range(0, len(candidates), READ_CHUNK):
-        part = candidates[start : start + READ_CHUNK]
-        locks.update(exists_many(zk, [zpaths.job_node(j, "lock") for j, _s, _a in part]))
+        entries, ctimes = _entry_times(zk, idx, state)
+        cut = now - min(limit.in_state, limit.lock)
+        keys = entries.keys
+        candidates += [
+            (entries.jid(keys[i]), state, now - t) for i, t in enumerate(ctimes) if 0.0 < t < cut
+        ]
+    locks = _lock_stats(zk, [jid for jid, _s, _a in candidates])
     found = []
     for jid, state, age in candidates:
         limit = limits[state]
-        stat = locks.get(zpaths.job_node(jid, "lock"))
+        stat = locks.get(jid)
         lock_age = max(0.0, now - stat.ctime / 1000.0) if stat is not None else None
         why = []
         if age > limit.in_state:
@@ -186,23 +257,94 @@ def find_stuck(zk: Any, *, fresh: bool = False, wait: bool = True) -> list[Stuck
         if why:
             found.append(StuckJob(jid, state, age, lock_age, limit, "; ".join(why)))
     found.sort(key=lambda s: -s.in_state)
+    counts = Counter(s.state for s in found)
     _cached = (time.monotonic(), zk, found)
+    _counted = (time.monotonic(), zk, {s: counts.get(s, 0) for s in STATES})
     return found
+
+
+def _count(zk: Any, *, pause: float = 0.0) -> dict[str, int]:
+    """Stuck jobs per state, by ``find_stuck``'s rule, reading a lock only where it decides:
+    a job longer in its state than the state's threshold is stuck whatever its lock; one in it
+    no longer than the lock threshold cannot be (its lock is younger than its entry)."""
+    global _counted
+    with _counting:
+        idx = zindex.for_client(zk)
+        limits = thresholds()
+        now = time.time()
+        counts: dict[str, int] = {}
+        state: str
+        for state in STATES:
+            limit = limits[state]
+            entries, ctimes = _entry_times(zk, idx, state, pause=pause)
+            in_cut = now - limit.in_state
+            # Known times before the cut (a time not read is 0.0, before every cut).
+            count = sum(map(in_cut.__gt__, ctimes)) - ctimes.count(0.0)
+            if limit.lock < limit.in_state:
+                lock_cut = now - limit.lock
+                keys = entries.keys
+                band = [
+                    entries.jid(keys[i]) for i, t in enumerate(ctimes) if in_cut <= t < lock_cut
+                ]
+                for stat in _lock_stats(zk, band).values():
+                    if stat is not None and now - stat.ctime / 1000.0 > limit.lock:
+                        count += 1
+            counts[state] = count
+        _counted = (time.monotonic(), zk, counts)
+        return counts
+
+
+def _count_in_background(zk: Any) -> None:
+    """Count again in a thread of its own (one at a time); the last count stays meanwhile."""
+    with _lock:
+        running = _recount[0]
+        if running is not None and running.is_alive():
+            return
+        thread = threading.Thread(
+            target=_recount_logged, args=(zk,), name="count-stuck-jobs", daemon=True
+        )
+        _recount[0] = thread
+        thread.start()
+
+
+def _recount_logged(zk: Any) -> None:
+    from django.db import connections
+
+    try:
+        _count(zk, pause=READ_PAUSE)
+    except Exception as exc:  # ZooKeeper away: the last count stays, the next view tries again
+        log.warning("stuck jobs not counted again: %s", exc)
+    finally:
+        connections.close_all()  # this thread's own (the step history's thresholds)
 
 
 def prime(zk: Any) -> None:
     """The first count, made in the background once the read index is filled (warmup.py)."""
     _priming.set()
     try:
-        find_stuck(zk, fresh=True)
+        _count(zk, pause=READ_PAUSE)
     finally:
         _priming.clear()
 
 
 def stuck_counts(zk: Any, *, wait: bool = True) -> dict[str, int]:
-    """Stuck jobs per state (every state a consumer works in, zeros included)."""
-    counts = Counter(s.state for s in find_stuck(zk, wait=wait))
-    return {state: counts.get(state, 0) for state in STATES}
+    """Stuck jobs per state (every state a consumer works in, zeros included).
+
+    With ``wait=False`` (the overview card, /metrics) this never counts in the request once a
+    count was made: a count older than ``CACHE_SECONDS`` is given while a background thread
+    counts again. Before the first count, while the read index still fills or ``prime`` makes
+    it, StillCounting.
+    """
+    hit = _counted
+    if hit and hit[1] is zk:
+        if time.monotonic() - hit[0] < CACHE_SECONDS:
+            return hit[2]
+        if not wait:
+            _count_in_background(zk)
+            return hit[2]
+    elif not wait and (zindex.for_client(zk).filling or _priming.is_set()):
+        raise StillCounting("counted once the read index is filled")
+    return _count(zk)
 
 
 def stuck_ids(zk: Any) -> set[str]:
@@ -216,11 +358,13 @@ def only_stuck(zk: Any, entries: list[tuple[int, str]]) -> list[tuple[int, str]]
 
 
 def reset() -> None:
-    """Forget the remembered entry times and answer (tests, a new ZooKeeper client)."""
-    global _cached
+    """Forget the remembered entry times and answers (tests, a new ZooKeeper client)."""
+    global _cached, _counted
     with _lock:
-        _ctimes.clear()
+        _times.clear()
+        _owner[0] = None
     _cached = None
+    _counted = None
 
 
 # Consumer processes (their registrations, queues/zk/consumers.py) -----------------------------

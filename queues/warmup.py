@@ -30,7 +30,7 @@ def warm_read_index() -> None:
         zk = connected_client()
         zindex.for_client(zk).fill(first=selectors.overview)
         # Then the stuck jobs' first count, which reads every working entry's creation time:
-        # the overview card and /metrics do not wait for it (stuck.find_stuck(wait=False)).
+        # the overview card and /metrics do not wait for it (stuck.stuck_counts(wait=False)).
         stuck.prime(zk)
     # ZooKeeper may be down at start: pages say so, and the index fills on first use instead.
     except Exception as exc:

@@ -196,6 +196,13 @@ class Entries(Sequence[tuple[int, str]]):
     def number(self, key: int) -> int:
         return key >> PRIO_BITS if self.by_age else key & NUM_MASK
 
+    def name(self, key: int) -> str:
+        """The index entry's node name ("PP-jid..."), as ``paths.index_name`` writes it."""
+        return f"{self.priority(key):02d}-{_jid_of(self.number(key))}"
+
+    def jid(self, key: int) -> str:
+        return _jid_of(self.number(key))
+
     def priority(self, key: int) -> int:
         return key & PRIO_MASK if self.by_age else key >> NUM_BITS
 

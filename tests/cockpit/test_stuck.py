@@ -125,3 +125,63 @@ def test_a_consumer_thread_is_flagged_past_its_steps_p95(zk, zk_hosts, make_job,
         observer.stop()
         other.stop()
         other.close()
+
+
+def test_the_count_reads_the_lock_of_a_job_between_the_two_thresholds(zk, make_job, settings):
+    """The overview's count reads a lock only for jobs longer in their state than the lock
+    threshold but not yet than the state's: it finds the same stuck jobs as the list."""
+    settings.MRT_STUCK_SECONDS = 3600
+    settings.MRT_STUCK_FACTOR = 3
+    settings.MRT_STUCK_MIN_SECONDS = 0.5
+    now = datetime.now(UTC)
+    StepRecord.objects.bulk_create(
+        [record(duration=0.1, waited=20.0, started=now - timedelta(minutes=i)) for i in range(25)]
+    )
+    locked = make_job("Estimating")
+    make_job("Estimating")
+    assert lock_create(zk, zpaths.job_node(locked.jid, "lock"))
+    deadline = time.monotonic() + 30
+    while True:
+        stuck.reset()
+        counts = stuck.stuck_counts(zk)
+        if counts["Estimating"]:
+            break
+        assert time.monotonic() < deadline, "the locked job was never counted"
+        time.sleep(0.05)
+    assert counts == {s: int(s == "Estimating") for s in stuck.STATES}
+    assert [s.jid for s in stuck.find_stuck(zk, fresh=True)] == [locked.jid]
+
+
+def test_the_overview_card_gives_the_last_count_and_counts_again_in_the_background(
+    zk, make_job, settings, monkeypatch
+):
+    from .conftest import wait_for
+
+    old, _fresh, halfway = past_halfway(make_job, "Processing", 0.7)
+    settings.MRT_STUCK_SECONDS = 3600
+    assert stuck.stuck_counts(zk)["Processing"] == 0
+    settings.MRT_STUCK_SECONDS = time.time() - halfway  # the old job is stuck from now on
+    assert stuck.stuck_counts(zk, wait=False)["Processing"] == 0  # kept CACHE_SECONDS
+    monkeypatch.setattr(stuck, "CACHE_SECONDS", 0.0)
+    # Past that time the card does not count in the request: it gets the last count at once
+    # while a thread of its own counts again, and the new count once that is done.
+    assert stuck.stuck_counts(zk, wait=False)["Processing"] == 0
+    assert wait_for(lambda: stuck.stuck_counts(zk, wait=False)["Processing"] == 1)
+    assert [s.jid for s in stuck.find_stuck(zk)] == [old.jid]
+
+
+def test_entry_times_are_kept_for_the_entries_still_listed() -> None:
+    """A folder listed anew keeps the creation times of the entries it still holds (only new
+    entries are read), looked up block by block through both sorted arrays."""
+    from array import array
+
+    old_keys = array("q", range(0, 60_000, 2))
+    old_times = array("d", (1000.0 + k for k in old_keys))
+    known = stuck._Times(old_keys, old_times)
+    # Every third old entry gone, odd ones new (not read yet: 0.0).
+    keys = array("q", sorted({k for k in old_keys if k % 3} | set(range(1, 60_000, 10))))
+    carried = stuck._carried(known, keys)
+    assert len(carried) == len(keys) > stuck.CARRY_BLOCK * 2
+    assert list(carried) == [1000.0 + k if k % 2 == 0 else 0.0 for k in keys]
+    assert len(stuck._carried(known, array("q"))) == 0
+    assert list(stuck._carried(stuck._Times(array("q"), array("d")), keys[:3])) == [0.0] * 3
