@@ -40,11 +40,14 @@ number packed beside what is kept of it: a state folder's entries (priority and 
 order, and the same by age, ``Entries``), every job's facts (its (profile, submitter) pair as
 an index into a table of the distinct pairs, and whether it has no ARK yet) and every search key
 (29 bits of the key's hash and the job's number). Lookups are binary searches; additions go to
-a small dictionary merged into the sorted array in one sort when it grows (``_PackedTable``,
-``_KeyTable``). The tables hold about 60 bytes a job (``tests/scale/test_index_compact.py``);
-the web process grows by about 160 bytes a job with what reading them leaves behind (daphne's
-RSS in ``bench/http_pages.py``: 233 MiB at 1,000,000 jobs once filled, 83 MiB at 1,000),
-against about 500 with per-job strings, tuples, dictionaries and sets.
+a small dictionary (at most ``TAIL_MAX`` entries) merged into the sorted array run by run when
+it grows (``_PackedTable``, ``_KeyTable``; sorting array and additions together made a Python
+int for every element, the fill's peak). The tables hold about 60 bytes a job
+(``tests/scale/test_index_compact.py``); the web process grows by about 120 bytes a job with
+what reading them leaves behind (daphne's RSS in ``bench/http_pages.py``: 201 MiB at 1,000,000
+jobs once filled, 83 MiB at 1,000; at most 230 MiB during the fill, which gives freed memory
+back to the system as it goes), against about 500 with per-job strings, tuples, dictionaries
+and sets.
 
 A state folder is listed with one request whose answer is parsed straight from the bytes
 (``kazoo_private.list_children_raw``), not into a million strings first, so a folder of
@@ -444,7 +447,7 @@ def _give_back_memory() -> None:
 
 
 def _trim() -> None:
-    """glibc's malloc_trim: give the free memory of every heap back to the system (a few ms).
+    """glibc's malloc_trim: give the free memory of every heap back to the system.
 
     glibc otherwise keeps what a thread freed mapped in that thread's heap, and a freed block
     of one large read raises the size from which it maps blocks of their own: memory the fill
