@@ -111,6 +111,13 @@ def test_runconsumer_refuses_an_unmigrated_database_before_claiming(
 # ---- bin/run-console and signals ----------------------------------------------------------------
 
 
+def command_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return "?"
+
+
 def children_of(pid: int) -> set[int]:
     """Every live descendant of ``pid``."""
     parents: dict[int, int] = {}
@@ -210,7 +217,11 @@ def test_run_console_stops_everything_on_a_signal_to_its_pid(
         try:
             proc.wait(timeout=90)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"run-console ignored {signum.name}:\n{log.read_text()[-3000:]}")
+            living = "\n".join(f"  {pid}: {command_of(pid)}" for pid in started if alive(pid))
+            pytest.fail(
+                f"run-console ignored {signum.name}; still running:\n{living}\n"
+                f"{log.read_text()[-3000:]}"
+            )
         left = [pid for pid in started if alive(pid)]
         assert left == [], f"children still running after {signum.name}: {left}"
         assert processes_using(str(var)) == []
