@@ -19,7 +19,9 @@ its own counts again (at 1,000,000 jobs a count walks about 290,000 working entr
 
 from __future__ import annotations
 
+import heapq
 import logging
+import math
 import threading
 import time
 from array import array
@@ -237,6 +239,19 @@ def find_stuck(zk: Any, *, fresh: bool = False) -> list[StuckJob]:
         candidates += [
             (entries.jid(keys[i]), state, now - t) for i, t in enumerate(ctimes) if 0.0 < t < cut
         ]
+    found = _judge(zk, candidates, limits, now)
+    found.sort(key=lambda s: -s.in_state)
+    counts = Counter(s.state for s in found)
+    _cached = (time.monotonic(), zk, found)
+    _counted = (time.monotonic(), zk, {s: counts.get(s, 0) for s in STATES})
+    return found
+
+
+def _judge(
+    zk: Any, candidates: list[tuple[str, str, float]], limits: dict[str, Threshold], now: float
+) -> list[StuckJob]:
+    """The candidates (jid, state, seconds in it) that are stuck, with why, in the same order
+    (their locks read in chunks)."""
     locks = _lock_stats(zk, [jid for jid, _s, _a in candidates])
     found = []
     for jid, state, age in candidates:
@@ -256,11 +271,67 @@ def find_stuck(zk: Any, *, fresh: bool = False) -> list[StuckJob]:
             )
         if why:
             found.append(StuckJob(jid, state, age, lock_age, limit, "; ".join(why)))
-    found.sort(key=lambda s: -s.in_state)
-    counts = Counter(s.state for s in found)
-    _cached = (time.monotonic(), zk, found)
-    _counted = (time.monotonic(), zk, {s: counts.get(s, 0) for s in STATES})
     return found
+
+
+PAGE_SIZE = 100
+
+
+@dataclass(frozen=True)
+class StuckPage:
+    items: list[StuckJob]
+    number: int
+    per_page: int
+    total: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, math.ceil(self.total / self.per_page))
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    @property
+    def has_next(self) -> bool:
+        return self.number < self.pages
+
+
+def stuck_page(zk: Any, number: int = 1, *, per_page: int = PAGE_SIZE) -> StuckPage:
+    """Page ``number`` of ``find_stuck``'s list (the longest in their state first), reading no
+    more than that page needs: per state the oldest entries past the lower threshold (a heap of
+    the page's depth, not a list of every stuck job) and the locks of those only. The total is
+    the background count's (``stuck_counts``)."""
+    idx = zindex.for_client(zk)
+    limits = thresholds()
+    now = time.time()
+    want = number * per_page
+    folders = []
+    for state in STATES:
+        limit = limits[state]
+        entries, ctimes = _entry_times(zk, idx, state)
+        folders.append((state, entries, ctimes, now - min(limit.in_state, limit.lock)))
+    depth = want
+    while True:
+        heads: list[tuple[float, str, Any, int]] = []
+        bound = math.inf  # candidates up to here are all in ``heads``
+        for state, entries, ctimes, cut in folders:
+            oldest = heapq.nsmallest(depth, ((t, i) for i, t in enumerate(ctimes) if 0.0 < t < cut))
+            heads += [(t, state, entries, i) for t, i in oldest]
+            if len(oldest) == depth:
+                bound = min(bound, oldest[-1][0])
+        heads.sort(key=lambda h: h[0])
+        candidates = [
+            (entries.jid(entries.keys[i]), state, now - t)
+            for t, state, entries, i in heads
+            if t < bound
+        ]
+        found = _judge(zk, candidates, limits, now)
+        if len(found) >= want or bound == math.inf:
+            break
+        depth *= 2  # locks left some out: look deeper
+    total = max(sum(stuck_counts(zk).values()), len(found))
+    return StuckPage(found[want - per_page : want], number, per_page, total)
 
 
 def _count(zk: Any, *, pause: float = 0.0) -> dict[str, int]:

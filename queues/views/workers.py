@@ -20,7 +20,7 @@ from queues.auth import OPERATOR, VIEWER, may
 from queues.zk import consumers as zconsumers
 from queues.zk.client import connected_client
 
-from .common import HtmxHttpRequest, console_view, redirect_after_post
+from .common import HtmxHttpRequest, console_view, error_response, redirect_after_post
 
 
 def consumers_context(user: Any) -> dict[str, Any]:
@@ -84,9 +84,14 @@ def history_page(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 @console_view(VIEWER)
 def stuck_jobs(request: HtmxHttpRequest) -> HttpResponse:
-    """Every stuck job with why, and the consumer holding it now (if one registered does)."""
+    """Stuck jobs with why, a page at a time (the longest stuck first), and the consumer
+    holding each now (if one registered does)."""
+    try:
+        number = max(1, int(request.GET.get("page", "1")))
+    except ValueError:
+        return error_response(request, "page must be a number", 400)
     zk = connected_client()
-    found = stuck.find_stuck(zk)
+    page = stuck.stuck_page(zk, number, per_page=stuck.PAGE_SIZE)
     holders = {}
     for data in zconsumers.consumers_list(zk):
         for t in data.get("threads") or []:
@@ -95,5 +100,5 @@ def stuck_jobs(request: HtmxHttpRequest) -> HttpResponse:
     return render(
         request,
         "queues/stuck.html",
-        {"stuck": found, "holders": holders, "limits": stuck.thresholds()},
+        {"page": page, "holders": holders, "limits": stuck.thresholds()},
     )

@@ -185,3 +185,44 @@ def test_entry_times_are_kept_for_the_entries_still_listed() -> None:
     assert list(carried) == [1000.0 + k if k % 2 == 0 else 0.0 for k in keys]
     assert len(stuck._carried(known, array("q"))) == 0
     assert list(stuck._carried(stuck._Times(array("q"), array("d")), keys[:3])) == [0.0] * 3
+
+
+def test_the_stuck_list_is_paged_in_its_order_looking_only_as_deep_as_a_page_needs(
+    zk, make_job, viewer, settings, monkeypatch
+):
+    """Pages are slices of the whole list, also when locks decide (the page's search goes
+    deeper when the oldest candidates turn out not to be stuck)."""
+    settings.MRT_STUCK_SECONDS = 3600
+    settings.MRT_STUCK_FACTOR = 3
+    settings.MRT_STUCK_MIN_SECONDS = 0.5
+    now = datetime.now(UTC)
+    StepRecord.objects.bulk_create(
+        [record(duration=0.1, waited=20.0, started=now - timedelta(minutes=i)) for i in range(25)]
+    )
+    jobs = []
+    for _ in range(9):
+        jobs.append(make_job("Estimating"))
+        time.sleep(0.02)  # distinct creation times: one order for the list and the pages
+    locked = jobs[1::2]  # stuck by their lock only; the others are not stuck
+    for job in locked:
+        assert lock_create(zk, zpaths.job_node(job.jid, "lock"))
+    deadline = time.monotonic() + 30
+    while len(whole := stuck.find_stuck(zk, fresh=True)) < len(locked):
+        assert time.monotonic() < deadline, "the locked jobs never became stuck"
+        time.sleep(0.1)
+    assert [s.jid for s in whole] == [j.jid for j in locked]
+    pages = [stuck.stuck_page(zk, n, per_page=3) for n in (1, 2, 3)]
+    assert [[s.jid for s in p.items] for p in pages] == [
+        [j.jid for j in locked[:3]],
+        [locked[3].jid],
+        [],
+    ]
+    assert [(p.total, p.pages, p.has_previous, p.has_next) for p in pages[:2]] == [
+        (4, 2, False, True),
+        (4, 2, True, False),
+    ]
+    monkeypatch.setattr(stuck, "PAGE_SIZE", 3)
+    second = viewer.get("/stuck/?page=2").content.decode()
+    assert "4 stuck jobs · page 2 of 2" in second and "?page=1" in second
+    assert locked[3].jid in second and locked[0].jid not in second
+    assert viewer.get("/stuck/?page=x").status_code == 400
