@@ -400,9 +400,10 @@ def _job_entries(zk: Any, flt: JobFilter) -> Sequence[tuple[int, str]]:
         }
         entries = entries.where(lambda _p, n: n in in_batch)
     if flt.stuck:
-        from queues.stuck import only_stuck
+        from queues.stuck import is_in, stuck_numbers
 
-        return only_stuck(zk, list(entries))
+        stuck = stuck_numbers(zk, states)
+        entries = entries.where(lambda _p, n: is_in(stuck, n))
     return entries
 
 

@@ -418,14 +418,35 @@ def stuck_counts(zk: Any, *, wait: bool = True) -> dict[str, int]:
     return _count(zk)
 
 
-def stuck_ids(zk: Any) -> set[str]:
-    return {s.jid for s in find_stuck(zk)}
+def stuck_numbers(zk: Any, states: list[str] | tuple[str, ...] = STATES) -> array[int]:
+    """The read index's numbers of the stuck jobs in ``states``, sorted (the job list's
+    ``stuck`` filter looks each entry up by bisection): ``find_stuck``'s rule without a record
+    per job, reading a lock only where it decides, as the count does."""
+    idx = zindex.for_client(zk)
+    limits = thresholds()
+    now = time.time()
+    found = array("q")
+    for state in states:
+        if state not in STATES:
+            continue
+        limit = limits[state]
+        entries, ctimes = _entry_times(zk, idx, state)
+        keys, number = entries.keys, entries.number
+        in_cut = now - limit.in_state
+        found.extend(number(keys[i]) for i, t in enumerate(ctimes) if 0.0 < t < in_cut)
+        if limit.lock < limit.in_state:
+            lock_cut = now - limit.lock
+            band = {entries.jid(keys[i]): i for i, t in enumerate(ctimes) if in_cut <= t < lock_cut}
+            for jid, stat in _lock_stats(zk, list(band)).items():
+                if stat is not None and now - stat.ctime / 1000.0 > limit.lock:
+                    found.append(number(keys[band[jid]]))
+    return array("q", sorted(found))
 
 
-def only_stuck(zk: Any, entries: list[tuple[int, str]]) -> list[tuple[int, str]]:
-    """The job list's ``stuck`` filter: the entries of stuck jobs, order kept."""
-    ids = stuck_ids(zk)
-    return [e for e in entries if e[1] in ids]
+def is_in(numbers: array[int], value: int) -> bool:
+    """Whether the sorted ``numbers`` hold ``value``."""
+    at = bisect_left(numbers, value)
+    return at < len(numbers) and numbers[at] == value
 
 
 def reset() -> None:

@@ -5,6 +5,7 @@ MRT_STUCK_SECONDS, by time in state or by lock age; on the overview, as a job-li
 from __future__ import annotations
 
 import time
+from array import array
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -38,7 +39,9 @@ def test_a_job_past_the_setting_is_stuck_and_a_fresh_one_is_not(zk, make_job, se
     assert [s.jid for s in found] == [old.jid]
     assert found[0].state == "Downloading" and found[0].threshold.source == "setting"
     assert "in Downloading for" in found[0].why
-    assert fresh.jid not in stuck.stuck_ids(zk)
+    numbers = stuck.stuck_numbers(zk)
+    assert numbers == array("q", [int(old.jid[3:])])
+    assert stuck.is_in(numbers, int(old.jid[3:])) and not stuck.is_in(numbers, int(fresh.jid[3:]))
     assert stuck.stuck_counts(zk)["Downloading"] == 1
 
 
@@ -68,7 +71,7 @@ def test_thresholds_follow_the_step_history(zk, make_job, settings):
     assert [s.jid for s in found] == [locked.jid]  # the idle one waits less than usual
     assert found[0].lock_age is not None and found[0].lock_age > 0.5
     assert "locked by a consumer" in found[0].why
-    assert idle.jid not in stuck.stuck_ids(zk)
+    assert int(idle.jid[3:]) not in stuck.stuck_numbers(zk)
 
 
 def test_stuck_jobs_on_the_overview_the_job_list_and_metrics(zk, make_job, viewer, settings):
@@ -211,6 +214,11 @@ def test_the_stuck_list_is_paged_in_its_order_looking_only_as_deep_as_a_page_nee
         assert time.monotonic() < deadline, "the locked jobs never became stuck"
         time.sleep(0.1)
     assert [s.jid for s in whole] == [j.jid for j in locked]
+    # The job list's filter finds the same jobs, its lock reads only in the band between.
+    assert list(stuck.stuck_numbers(zk)) == sorted(int(j.jid[3:]) for j in locked)
+    listing = viewer.get("/jobs/?stuck=on").content.decode()
+    assert all(j.jid in listing for j in locked)
+    assert not any(j.jid in listing for j in jobs if j not in locked)
     pages = [stuck.stuck_page(zk, n, per_page=3) for n in (1, 2, 3)]
     assert [[s.jid for s in p.items] for p in pages] == [
         [j.jid for j in locked[:3]],
