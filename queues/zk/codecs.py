@@ -5,6 +5,7 @@ crashing on it.
 """
 
 import json
+import time
 from datetime import datetime
 from typing import Any
 
@@ -13,10 +14,23 @@ from .errors import MalformedNode
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S %z"
 
 
+_last_stamp: tuple[int, str] = (-1, "")  # the current second and its stamp
+
+
 def now_stamp(moment: datetime | None = None) -> str:
-    """Local time in the contract's format, e.g. ``2026-11-21 10:02:03 -0800``."""
-    moment = moment or datetime.now().astimezone()
-    return moment.astimezone().strftime(TIMESTAMP_FORMAT)
+    """Local time in the contract's format, e.g. ``2026-11-21 10:02:03 -0800``.
+
+    The format counts whole seconds, so the current time's stamp is made once a second (a
+    consumer moving thousands of jobs a second stamps every one)."""
+    global _last_stamp
+    if moment is not None:
+        return moment.astimezone().strftime(TIMESTAMP_FORMAT)
+    second = int(time.time())
+    last = _last_stamp
+    if last[0] != second:
+        last = (second, datetime.fromtimestamp(second).astimezone().strftime(TIMESTAMP_FORMAT))
+        _last_stamp = last
+    return last[1]
 
 
 def parse_stamp(value: Any) -> datetime | None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 
 from queues.zk import paths
 from queues.zk.codecs import (
+    TIMESTAMP_FORMAT,
     decode_any,
     decode_int,
     decode_json,
@@ -186,3 +189,14 @@ def test_unknown_status_keys_survive_a_transition(extra: dict[str, Any]) -> None
     for key, value in extra.items():
         if key not in status_json and key != "resumable":
             assert after[key] == value
+
+
+def test_now_stamp_is_the_current_second_in_local_time() -> None:
+    """Made once a second and reused within it: always the second it is asked in."""
+    for _ in range(3):
+        before = datetime.now().astimezone().replace(microsecond=0)
+        stamp = now_stamp()
+        after = datetime.now().astimezone()
+        assert before <= datetime.strptime(stamp, TIMESTAMP_FORMAT) <= after
+        assert stamp == now_stamp() or now_stamp() > stamp
+        time.sleep(0.6)
