@@ -176,16 +176,26 @@ def test_run_console_stops_everything_on_a_signal_to_its_pid(
         LOG_LEVEL="WARNING",
     )
     log = tmp_path / "run-console.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            ["bash", str(BASE / "bin" / "run-console")],
-            cwd=BASE,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own group, for the clean-up below only
-        )
+    # A shell started with SIGINT ignored cannot trap it (POSIX), and a test run started in the
+    # background by a non-interactive shell has it ignored: the script is started as from a
+    # terminal, with SIGINT at its default (a Python handler is not inherited across exec).
+    inherited = signal.getsignal(signal.SIGINT)
+    if inherited is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                ["bash", str(BASE / "bin" / "run-console")],
+                cwd=BASE,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own group, for the clean-up below only
+            )
+    finally:
+        if inherited is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         deadline = time.monotonic() + 300  # bin/install may have packages to add first
         while True:
