@@ -32,6 +32,18 @@ def past_halfway(make_job: Any, state: str, gap: float) -> tuple[Any, Any, float
     return old, make_job(state), halfway
 
 
+def estimating_history(settings: Any) -> None:
+    """Estimating usually takes 0.1 s after waiting 20 s: locked 0.5 s (3 x 0.1, at least the
+    floor) is far too long; 60.3 s (3 x 20.1) in the state in all."""
+    settings.MRT_STUCK_SECONDS = 3600
+    settings.MRT_STUCK_FACTOR = 3
+    settings.MRT_STUCK_MIN_SECONDS = 0.5
+    now = datetime.now(UTC)
+    StepRecord.objects.bulk_create(
+        [record(duration=0.1, waited=20.0, started=now - timedelta(minutes=i)) for i in range(25)]
+    )
+
+
 def test_a_job_past_the_setting_is_stuck_and_a_fresh_one_is_not(zk, make_job, settings):
     old, fresh, halfway = past_halfway(make_job, "Downloading", 0.7)
     settings.MRT_STUCK_SECONDS = time.time() - halfway
@@ -46,15 +58,7 @@ def test_a_job_past_the_setting_is_stuck_and_a_fresh_one_is_not(zk, make_job, se
 
 
 def test_thresholds_follow_the_step_history(zk, make_job, settings):
-    settings.MRT_STUCK_SECONDS = 3600
-    settings.MRT_STUCK_FACTOR = 3
-    settings.MRT_STUCK_MIN_SECONDS = 0.5
-    now = datetime.now(UTC)
-    # Estimating usually takes 0.1 s after waiting 20 s: locked 0.5 s (3 x 0.1, at least the
-    # floor) is far too long; 60.3 s (3 x 20.1) in the state in all.
-    StepRecord.objects.bulk_create(
-        [record(duration=0.1, waited=20.0, started=now - timedelta(minutes=i)) for i in range(25)]
-    )
+    estimating_history(settings)
     limits = stuck.thresholds()
     assert limits["Estimating"].source == "history"
     assert limits["Estimating"].lock == pytest.approx(0.5)
@@ -133,13 +137,7 @@ def test_a_consumer_thread_is_flagged_past_its_steps_p95(zk, zk_hosts, make_job,
 def test_the_count_reads_the_lock_of_a_job_between_the_two_thresholds(zk, make_job, settings):
     """The overview's count reads a lock only for jobs longer in their state than the lock
     threshold but not yet than the state's: it finds the same stuck jobs as the list."""
-    settings.MRT_STUCK_SECONDS = 3600
-    settings.MRT_STUCK_FACTOR = 3
-    settings.MRT_STUCK_MIN_SECONDS = 0.5
-    now = datetime.now(UTC)
-    StepRecord.objects.bulk_create(
-        [record(duration=0.1, waited=20.0, started=now - timedelta(minutes=i)) for i in range(25)]
-    )
+    estimating_history(settings)
     locked = make_job("Estimating")
     make_job("Estimating")
     assert lock_create(zk, zpaths.job_node(locked.jid, "lock"))
@@ -195,13 +193,7 @@ def test_the_stuck_list_is_paged_in_its_order_looking_only_as_deep_as_a_page_nee
 ):
     """Pages are slices of the whole list, also when locks decide (the page's search goes
     deeper when the oldest candidates turn out not to be stuck)."""
-    settings.MRT_STUCK_SECONDS = 3600
-    settings.MRT_STUCK_FACTOR = 3
-    settings.MRT_STUCK_MIN_SECONDS = 0.5
-    now = datetime.now(UTC)
-    StepRecord.objects.bulk_create(
-        [record(duration=0.1, waited=20.0, started=now - timedelta(minutes=i)) for i in range(25)]
-    )
+    estimating_history(settings)
     jobs = []
     for _ in range(9):
         jobs.append(make_job("Estimating"))
