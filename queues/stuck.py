@@ -351,18 +351,27 @@ def _count(zk: Any, *, pause: float = 0.0) -> dict[str, int]:
             in_cut = now - limit.in_state
             # Known times before the cut (a time not read is 0.0, before every cut).
             count = sum(map(in_cut.__gt__, ctimes)) - ctimes.count(0.0)
-            if limit.lock < limit.in_state:
-                lock_cut = now - limit.lock
-                keys = entries.keys
-                band = [
-                    entries.jid(keys[i]) for i, t in enumerate(ctimes) if in_cut <= t < lock_cut
-                ]
-                for stat in _lock_stats(zk, band).values():
-                    if stat is not None and now - stat.ctime / 1000.0 > limit.lock:
-                        count += 1
-            counts[state] = count
+            counts[state] = count + len(_stuck_by_lock(zk, entries, ctimes, limit, now))
         _counted = (time.monotonic(), zk, counts)
         return counts
+
+
+def _stuck_by_lock(
+    zk: Any, entries: zindex.Entries, ctimes: array[float], limit: Threshold, now: float
+) -> list[int]:
+    """Positions of the entries stuck by their lock alone: in the state longer than the lock
+    threshold but not than the state's, under a lock older than the lock threshold (the only
+    jobs whose lock is read)."""
+    if limit.lock >= limit.in_state:
+        return []
+    in_cut, lock_cut = now - limit.in_state, now - limit.lock
+    keys = entries.keys
+    band = {entries.jid(keys[i]): i for i, t in enumerate(ctimes) if in_cut <= t < lock_cut}
+    return [
+        band[jid]
+        for jid, stat in _lock_stats(zk, list(band)).items()
+        if stat is not None and now - stat.ctime / 1000.0 > limit.lock
+    ]
 
 
 def _count_in_background(zk: Any) -> None:
@@ -434,12 +443,7 @@ def stuck_numbers(zk: Any, states: list[str] | tuple[str, ...] = STATES) -> arra
         keys, number = entries.keys, entries.number
         in_cut = now - limit.in_state
         found.extend(number(keys[i]) for i, t in enumerate(ctimes) if 0.0 < t < in_cut)
-        if limit.lock < limit.in_state:
-            lock_cut = now - limit.lock
-            band = {entries.jid(keys[i]): i for i, t in enumerate(ctimes) if in_cut <= t < lock_cut}
-            for jid, stat in _lock_stats(zk, list(band)).items():
-                if stat is not None and now - stat.ctime / 1000.0 > limit.lock:
-                    found.append(number(keys[band[jid]]))
+        found.extend(number(keys[i]) for i in _stuck_by_lock(zk, entries, ctimes, limit, now))
     return array("q", sorted(found))
 
 
