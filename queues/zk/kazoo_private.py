@@ -13,12 +13,13 @@ internals read in kazoo's source of the versions in ``WRITTEN_FOR``:
    splits and rejoins every path; ``full_path`` gives a path that is already normal (absolute,
    no empty, ``.`` or ``..`` part, no trailing slash: every path ``paths.py`` makes) the chroot
    by concatenation, and any other path to ``_prefix_root``.
-6. ``Multi``: a multi-operation transaction built from kazoo's own request records
-   (``kazoo.protocol.serialization``: ``Transaction``, ``Create``, ``Delete``, ``SetData``,
-   ``CheckVersion``), as ``KazooClient.transaction()`` builds it, minus the per-operation type
-   checks and path normalising: the same bytes on the wire, and ``commit_async().get()`` gives
-   ``Transaction.deserialize``'s list (a created path still carries the chroot; nothing here
-   reads it).
+6. ``Multi``: a multi-operation transaction with the bytes on the wire that kazoo's own
+   ``Transaction`` of ``Create``, ``Delete``, ``SetData`` and ``CheckVersion`` records
+   (``kazoo.protocol.serialization``) sends, each operation encoded as it is added (kazoo
+   builds a record per operation and encodes it again, field by field, when it sends), without
+   ``KazooClient.transaction()``'s per-operation type checks and path normalising. Its request
+   has ``Transaction``'s type, so kazoo's connection strips the chroot from created paths as
+   for its own; ``commit_async().get()`` gives the list ``Transaction.deserialize`` gives.
 3. ``after_watch_callbacks``: read your own writes through watches (the read index's
    ``settle()``). ``SequentialThreadingHandler`` runs every watch callback on one queue in
    arrival order (``handler.dispatch_callback``); a marker queued behind them runs after all the
@@ -44,6 +45,7 @@ from __future__ import annotations
 import functools
 import select
 import selectors
+import struct
 import threading
 import types
 from collections.abc import Callable
@@ -51,19 +53,13 @@ from typing import Any
 
 import kazoo.version
 from kazoo.client import KazooClient
+from kazoo.exceptions import EXCEPTIONS
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
 from kazoo.protocol.paths import _prefix_root
-from kazoo.protocol.serialization import (
-    CheckVersion,
-    Create,
-    Delete,
-    GetChildren,
-    SetData,
-    Transaction,
-)
-from kazoo.protocol.states import Callback, EventType, WatchedEvent
-from kazoo.security import OPEN_ACL_UNSAFE
+from kazoo.protocol.serialization import GetChildren, Transaction
+from kazoo.protocol.states import Callback, EventType, WatchedEvent, ZnodeStat
+from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
 # The kazoo versions whose source the uses below were checked against (requirements.txt pins one).
 WRITTEN_FOR = frozenset({"2.11.0"})
@@ -160,31 +156,120 @@ def send(zk: KazooClient, request: Any) -> Any:
     return answer
 
 
+_INT = struct.Struct("!i")
+_MULTI_HEADER = struct.Struct("!iBi")  # operation type, done, error
+_STAT = struct.Struct("!qqqqiiiqiiq")
+_CREATE, _DELETE, _SET_DATA, _CHECK = 1, 2, 5, 13  # kazoo's Create.type, Delete.type, ...
+_OP = {kind: _MULTI_HEADER.pack(kind, False, -1) for kind in (_CREATE, _DELETE, _SET_DATA, _CHECK)}
+_MULTI_END = _MULTI_HEADER.pack(-1, True, -1)
+
+
+def _string(text: str) -> bytes:
+    """kazoo's ``write_string``: length and UTF-8, or -1 for an empty string."""
+    if not text:
+        return _INT.pack(-1)
+    encoded = text.encode()
+    return _INT.pack(len(encoded)) + encoded
+
+
+def _buffer(data: bytes | None) -> bytes:
+    """kazoo's ``write_buffer``: length and bytes, or -1 for None."""
+    return _INT.pack(-1) if data is None else _INT.pack(len(data)) + data
+
+
+@functools.lru_cache(maxsize=16)
+def _acl_bytes(acl: tuple[ACL, ...]) -> bytes:
+    """A create's ACL list as ``Create.serialize`` writes it."""
+    return _INT.pack(len(acl)) + b"".join(
+        _INT.pack(a.perms) + _string(a.id.scheme) + _string(a.id.id) for a in acl
+    )
+
+
+class _MultiRequest:
+    """A multi request already encoded (see 6. above); kazoo's connection calls
+    ``serialize()`` when it sends it and ``deserialize`` on the answer."""
+
+    type = Transaction.type
+    __slots__ = ("body",)
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def serialize(self) -> bytes:
+        return self.body
+
+    @classmethod
+    def deserialize(cls, buffer: Any, offset: int) -> list[Any]:
+        """``Transaction.deserialize``'s list: a created path, True for a delete or a check,
+        the ZnodeStat of a set, an exception instance for a failed operation."""
+        results: list[Any] = []
+        while True:
+            kind, done, _err = _MULTI_HEADER.unpack_from(buffer, offset)
+            offset += _MULTI_HEADER.size
+            if done:
+                return results
+            if kind == _CREATE:
+                (length,) = _INT.unpack_from(buffer, offset)
+                offset += _INT.size
+                if length >= 0:
+                    path = bytes(buffer[offset : offset + length]).decode()
+                    offset += length
+                    if path:  # kazoo leaves an empty answer out
+                        results.append(path)
+            elif kind in (_DELETE, _CHECK):
+                results.append(True)
+            elif kind == _SET_DATA:
+                results.append(ZnodeStat._make(_STAT.unpack_from(buffer, offset)))
+                offset += _STAT.size
+            elif kind == -1:
+                (code,) = _INT.unpack_from(buffer, offset)
+                offset += _INT.size
+                results.append(EXCEPTIONS[code]())
+            else:
+                raise ValueError(f"unexpected operation type {kind} in a multi's answer")
+
+
 class Multi:
     """A multi-operation transaction with ``KazooClient.transaction()``'s methods (create,
     delete, set_data, check, commit_async) and the same request on the wire; see 6. above."""
 
-    __slots__ = ("_acl", "operations", "zk")
+    __slots__ = ("_acl", "_parts", "zk")
 
     def __init__(self, zk: KazooClient) -> None:
         self.zk = zk
-        self.operations: list[Any] = []
-        self._acl = zk.default_acl or OPEN_ACL_UNSAFE
+        self._parts: list[bytes] = []
+        self._acl = _acl_bytes(tuple(zk.default_acl or OPEN_ACL_UNSAFE))
+
+    def __len__(self) -> int:
+        """How many operations were added."""
+        return len(self._parts)
 
     def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> None:
-        self.operations.append(Create(full_path(self.zk, path), value, self._acl, int(ephemeral)))
+        self._parts.append(
+            _OP[_CREATE]
+            + _string(full_path(self.zk, path))
+            + _buffer(value)
+            + self._acl
+            + _INT.pack(int(ephemeral))
+        )
 
     def delete(self, path: str, version: int = -1) -> None:
-        self.operations.append(Delete(full_path(self.zk, path), version))
+        self._parts.append(_OP[_DELETE] + _string(full_path(self.zk, path)) + _INT.pack(version))
 
     def set_data(self, path: str, value: bytes, version: int = -1) -> None:
-        self.operations.append(SetData(full_path(self.zk, path), value, version))
+        self._parts.append(
+            _OP[_SET_DATA] + _string(full_path(self.zk, path)) + _buffer(value) + _INT.pack(version)
+        )
 
     def check(self, path: str, version: int) -> None:
-        self.operations.append(CheckVersion(full_path(self.zk, path), version))
+        self._parts.append(_OP[_CHECK] + _string(full_path(self.zk, path)) + _INT.pack(version))
+
+    def request(self) -> _MultiRequest:
+        """The request as it will be sent."""
+        return _MultiRequest(b"".join(self._parts) + _MULTI_END)
 
     def commit_async(self) -> Any:
-        return send(self.zk, Transaction(self.operations))
+        return send(self.zk, self.request())
 
     def commit(self) -> list[Any]:
         return list(self.commit_async().get())

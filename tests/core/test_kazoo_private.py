@@ -15,6 +15,7 @@ from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
 from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.serialization import Transaction
+from kazoo.protocol.states import ZnodeStat
 
 from queues.zk import kazoo_private
 from queues.zk.kazoo_private import KazooVersionError, check_version
@@ -115,8 +116,43 @@ def test_a_multi_is_the_request_kazoo_transaction_sends(zk: KazooClient) -> None
         txn.delete("/jobs/states/estimating/05-jid0000000001")
         txn.create("/jobs/states/provisioning/05-jid0000000001", b"")
         txn.create("/jobs/jid0000000001/lock", b"", ephemeral=True)
-    assert ours.operations == theirs.operations
-    assert Transaction(ours.operations).serialize() == Transaction(theirs.operations).serialize()
+    assert len(ours) == 5
+    assert ours.request().serialize() == Transaction(theirs.operations).serialize()
+
+
+def test_a_multis_answer_reads_as_kazoos_transaction_reads_it(zk: KazooClient) -> None:
+    """Every kind of operation's answer, and a failed multi's (one error per operation)."""
+    zk.create("/r/a", b"1", makepath=True)
+    zk.create("/r/b", b"")
+    answers: list[bytes] = []
+
+    class Keep(kazoo_private._MultiRequest):
+        @classmethod
+        def deserialize(cls, buffer, offset):  # type: ignore[no-untyped-def]
+            answers.append(bytes(buffer[offset:]))
+            return super().deserialize(buffer, offset)
+
+    for version in (0, 7):  # the second multi fails on the stale version
+        txn = kazoo_private.Multi(zk)
+        txn.check("/r/a", version)
+        txn.set_data("/r/a", b"2", version)
+        txn.delete("/r/b")
+        txn.create("/r/b", b"x")
+        txn.create("/r/c", b"", ephemeral=True)
+        kazoo_private.send(zk, Keep(txn.request().body)).get()
+    assert len(answers) == 2
+    for answer in answers:
+        ours = kazoo_private._MultiRequest.deserialize(answer, 0)
+        theirs = Transaction.deserialize(answer, 0)
+        assert [type(r) for r in ours] == [type(r) for r in theirs]
+        assert [r for r in ours if not isinstance(r, Exception)] == [
+            r for r in theirs if not isinstance(r, Exception)
+        ]
+    assert isinstance(kazoo_private._MultiRequest.deserialize(answers[0], 0)[1], ZnodeStat)
+    assert any(
+        isinstance(r, BadVersionError)
+        for r in kazoo_private._MultiRequest.deserialize(answers[1], 0)
+    )
 
 
 def test_a_multi_commits_all_or_nothing_like_kazoos(zk: KazooClient) -> None:
