@@ -45,11 +45,15 @@ from queues.zk.consumers import consumer_name
 from queues.zk.errors import InvalidTransition, MalformedNode, NotFound
 from queues.zk.jobs import (
     TransitionPlan,
+    job_refresh,
     jobs_finish_load,
-    jobs_start_load,
+    load_paths,
+    refresh_paths,
     transition_plan,
+    write_mark,
+    written_since,
 )
-from queues.zk.nodes import collect_reads
+from queues.zk.nodes import collect_reads, start_reads
 from queues.zk.pipeline import (
     ClaimShare,
     PendingClaim,
@@ -134,6 +138,7 @@ class Work:
     pick: Pick
     job: Job
     started: float
+    mark: int = 0  # write_mark() when the job was read
     token: Any = None
     step: Next | None = None
     plan: TransitionPlan | None = None
@@ -150,6 +155,7 @@ class Outgoing:
     claim: PendingClaim | None
     reads: Any
     holding: Holding
+    known: dict[str, Job]  # kept jobs read again in part only (``job_refresh``)
     after_look_ahead: bool = False  # sent after the listing's look-ahead read
 
 
@@ -177,8 +183,11 @@ class JobPipeline:
         # and works on the ones it holds; the full loop wakes it when it has room again.
         self.successor = JOB.successor(daemon.state)
         self.kept: dict[str, str] = {}  # jid -> its entry name; this loop's thread only
+        # Kept jobs as the move that handed them over left them, when this process wrote
+        # nothing else of them since they were read: only what others may change is read again.
+        self.known: dict[str, Job] = {}
         self.holding: dict[str, Holding] = {}
-        self._handed: list[tuple[str, str, Holding]] = []  # from other loops' threads
+        self._handed: list[tuple[Job, Holding, bool]] = []  # from other loops' threads
         self._handed_lock = threading.Lock()
         self.wake = threading.Event()
         self.inflight: collections.deque[InFlight] = collections.deque()  # moves under way
@@ -200,21 +209,26 @@ class JobPipeline:
             waiting = len(self._handed)
         return len(self.kept) + waiting < KEEP_ROOM * self.batch
 
-    def hand(self, job: Job, holding: Holding) -> bool:
-        """Take ``job`` with its lock; False when this loop has stopped (give it back)."""
+    def hand(self, job: Job, holding: Holding, *, current: bool = False) -> bool:
+        """Take ``job`` with its lock; False when this loop has stopped (give it back).
+        ``current``: ``job`` is as ZooKeeper has it, but for what others may have changed
+        since (``job_refresh``); otherwise it is read again in full."""
         with self._handed_lock:
             if self._closed:
                 return False
-            self._handed.append((job.jid, zpaths.index_name(job.priority, job.jid), holding))
+            self._handed.append((job, holding, current))
         self.wake.set()
         return True
 
     def _absorb(self) -> None:
         with self._handed_lock:
             handed, self._handed = self._handed, []
-        for jid, name, holding in handed:
-            self.kept[jid] = name
-            self.holding[jid] = holding
+        for job, holding, current in handed:
+            name = zpaths.index_name(job.priority, job.jid)
+            self.kept[job.jid] = name
+            self.holding[job.jid] = holding
+            if current:
+                self.known[job.jid] = job
             self.listing.add(name)
 
     def _collect_singles(self, *, wait: bool = True) -> None:
@@ -237,12 +251,14 @@ class JobPipeline:
         for jid in [j for j, h in self.holding.items() if h != now]:
             self.holding.pop(jid, None)
             self.kept.pop(jid, None)
+            self.known.pop(jid, None)
 
     def _give_back(self, jids: list[str], now: Holding) -> None:
         """Delete the locks of ``jids`` (when still this session's) and forget them."""
         mine = [j for j in jids if self.holding.pop(j, None) == now]
         for jid in jids:
             self.kept.pop(jid, None)
+            self.known.pop(jid, None)
         if mine:
             try:
                 self.daemon.gate.send_if_current(
@@ -380,9 +396,11 @@ class JobPipeline:
         new = [p for p in picks if not p.kept]
         claim = PendingClaim(self.zk, new, self.listing.folder) if new else None
         after = self.listing.looking_ahead
-        reads = jobs_start_load(self.zk, [p.jid for p in picks])
+        known = {p.jid: self.known.pop(p.jid) for p in picks if p.kept and p.jid in self.known}
+        full = [p.jid for p in picks if p.jid not in known]
+        reads = start_reads(self.zk, load_paths(full) + refresh_paths(list(known)))
         self.listing.look_ahead(self.batch, self.kept)
-        return Outgoing(picks, new, hold, claim, reads, now, after)
+        return Outgoing(picks, new, hold, claim, reads, now, known, after)
 
     def _finish_batch(self, batch: Outgoing) -> None:
         """The answers of a batch sent earlier: the hold, the claim; then the step on each job
@@ -417,7 +435,7 @@ class JobPipeline:
         loaded = collect_reads(batch.reads)
         works = []
         for pick in mine:
-            work = self._start(pick, loaded)
+            work = self._start(pick, loaded, batch.known.get(pick.jid))
             if work is not None:
                 works.append(work)
         self._send_move(works, now)
@@ -450,13 +468,18 @@ class JobPipeline:
         self.listing.apply_look_ahead()
         self._give_back(list(self.kept), now)
 
-    def _start(self, pick: Pick, loaded: dict[str, Any]) -> Work | None:
-        """Check a locked job and run the step on it; None when it ended here (lock given back)."""
+    def _start(self, pick: Pick, loaded: dict[str, Any], known: Job | None) -> Work | None:
+        """Check a locked job and run the step on it; None when it ended here (lock given back).
+        ``known``: the job as handed over, of which only part was read again."""
         daemon = self.daemon
         now = self.holding.get(pick.jid) or self._current()
         started = time.monotonic()
+        mark = write_mark()
         try:
-            job = jobs_finish_load(pick.jid, loaded)
+            if known is not None:
+                job = job_refresh(known, loaded)
+            else:
+                job = jobs_finish_load(pick.jid, loaded)
         except (NotFound, MalformedNode):
             self._give_back([pick.jid], now)
             return None
@@ -465,7 +488,7 @@ class JobPipeline:
             self._give_back([pick.jid], now)
             return None
         self.kept.pop(pick.jid, None)
-        work = Work(pick, job, started)
+        work = Work(pick, job, started, mark)
         if daemon.observer is not None:
             work.token = daemon.observer.begin(daemon, job)
         job, step, result = daemon.run_step(job, started)
@@ -562,8 +585,9 @@ class JobPipeline:
                     work, daemon.result(jid, "dropped", work.started, f"not moved: {outcome}")
                 )
                 continue
+            current = not written_since(jid, work.mark)
             if work.plan.lock == "keep" and (
-                work.taker is None or not work.taker.hand(outcome, now)
+                work.taker is None or not work.taker.hand(outcome, now, current=current)
             ):
                 self._give_back([jid], now)
             self.holding.pop(jid, None)

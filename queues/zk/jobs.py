@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import posixpath
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -164,12 +165,7 @@ def _decode(jid: str, reads: dict[str, Any], job_stat: Any, lock_stat: Any) -> J
     missing = [n for n in REQUIRED_NODES if reads[node(n)] is None]
     if missing:
         raise Incomplete(f"job {jid} is incomplete: {', '.join(node(n) for n in missing)} missing")
-    status_data, status_stat = reads[node("status")]
-    status = Status(
-        raw=decode_json(node("status"), status_data),
-        version=status_stat.version,
-        mtime=stamp(status_stat.mtime),
-    )
+    status = _status(node("status"), reads[node("status")])
     bid = decode_str(node("bid"), reads[node("bid")][0]).strip()
     if not paths.BID_RE.fullmatch(bid):
         raise MalformedNode(node("bid"), f"expected a batch ID, found {bid[:40]!r}")
@@ -206,25 +202,96 @@ def _decode(jid: str, reads: dict[str, Any], job_stat: Any, lock_stat: Any) -> J
     )
 
 
-def _start_load(zk: KazooClient, jids: Sequence[str]) -> Any:
-    """Send every read a load needs, without waiting (one round trip however many jobs).
+def _status(path: str, read: Any) -> Status:
+    data, stat = read
+    return Status(raw=decode_json(path, data), version=stat.version, mtime=stamp(stat.mtime))
 
-    The job node and its lock are read for their stats (creation time, lock owner).
-    """
+
+# A job's nodes that another client may change while this process holds the job's lock: an
+# operator's hold, resume or delete (status), priority, configuration. The others are written by
+# the step that holds the lock (space_needed, identifiers, metadata, store, inventory) or never
+# change (bid, the job node, the lock itself).
+REFRESHED_NODES = ("status", "priority", "configuration")
+
+
+def refresh_paths(jids: Sequence[str]) -> list[str]:
+    """What ``job_refresh`` reads of each job (send them with ``start_reads``)."""
+    return [f"{paths.job(j)}/{n}" for j in jids for n in REFRESHED_NODES]
+
+
+def load_paths(jids: Sequence[str]) -> list[str]:
+    """What ``jobs_finish_load`` reads of each job (send them with ``start_reads``)."""
     reads: list[str] = []
     for j in jids:
         base = paths.job(j)
         reads.extend(f"{base}/{n}" for n in ALL_NODES)
         reads.append(base)
         reads.append(f"{base}/lock")
-    return start_reads(zk, reads)
+    return reads
 
 
-def jobs_start_load(zk: KazooClient, jids: Sequence[str]) -> Any:
-    """Send the reads of ``jobs_finish_load`` now; ``collect_reads`` of the answer waits."""
-    for jid in jids:
-        paths.jid(jid)
-    return _start_load(zk, jids)
+def job_refresh(known: Job, reads: dict[str, Any]) -> Job:
+    """``known`` (loaded and moved by this process, its lock held since, nothing of it written
+    by this process meanwhile: ``written_since``) with the nodes others may have changed read
+    again (``refresh_paths``); NotFound when the job is gone."""
+    base = paths.job(known.jid)
+    status, priority, configuration = (reads[f"{base}/{n}"] for n in REFRESHED_NODES)
+    if status is None or priority is None or configuration is None:
+        raise NotFound(f"job {known.jid} does not exist")
+    return replace(
+        known,
+        status=_status(f"{base}/status", status),
+        priority=decode_int(f"{base}/priority", priority[0]),
+        configuration=decode_json(f"{base}/configuration", configuration[0]),
+    )
+
+
+class _LocalWrites:
+    """This process's writes of jobs' nodes outside a move (a step's space_needed or
+    identifiers, an operator's priority): what was loaded before one of them is out of date.
+    Remembers the last ``keep`` jobs written; anything older counts as written."""
+
+    def __init__(self, keep: int = 100_000) -> None:
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._last: dict[str, int] = {}  # jid -> sequence number of its last write, oldest first
+        self._forgotten = 0  # the newest sequence number dropped from _last
+
+    def note(self, jid: str) -> None:
+        with self._lock:
+            self._seq += 1
+            self._last.pop(jid, None)
+            self._last[jid] = self._seq
+            if len(self._last) > self.keep:
+                self._forgotten = self._last.pop(next(iter(self._last)))
+
+    def mark(self) -> int:
+        return self._seq
+
+    def since(self, jid: str, mark: int) -> bool:
+        return self._last.get(jid, self._forgotten) > mark
+
+
+_local_writes = _LocalWrites()
+
+
+def write_mark() -> int:
+    """A mark to give ``written_since`` later (take it before loading a job)."""
+    return _local_writes.mark()
+
+
+def written_since(jid: str, mark: int) -> bool:
+    """Whether this process wrote a node of ``jid`` (outside a move) since ``mark``."""
+    return _local_writes.since(jid, mark)
+
+
+def _start_load(zk: KazooClient, jids: Sequence[str]) -> Any:
+    """Send every read a load needs, without waiting (one round trip however many jobs).
+
+    The job node and its lock are read for their stats (creation time, lock owner).
+    """
+    return start_reads(zk, load_paths(jids))
 
 
 def jobs_finish_load(jid: str, reads: dict[str, Any]) -> Job:
@@ -470,6 +537,7 @@ def job_set_priority(zk: KazooClient, job: Job, priority: int) -> Job:
     check_priority(priority)
     if priority == job.priority:
         return job
+    _local_writes.note(job.jid)
     deletes, creates = _index_moves(zk, job, job.state, priority)
     txn = zk.transaction()
     txn.check(paths.job_node(job.jid, "status"), job.status.version)
@@ -485,6 +553,7 @@ def job_set_priority(zk: KazooClient, job: Job, priority: int) -> Job:
 def job_set_space_needed(zk: KazooClient, job: Job, space_needed: int) -> Job:
     if space_needed < 0:
         raise ValueError("space_needed cannot be negative")
+    _local_writes.note(job.jid)
     path = paths.job_node(job.jid, "space_needed")
     if zk.exists(path) is None:
         zk.create(path, encode_int(space_needed))
@@ -497,6 +566,7 @@ def job_set_json(zk: KazooClient, job: Job, name: str, value: dict[str, Any]) ->
     """Write one of the optional JSON nodes (identifiers, metadata, inventory, store)."""
     if name not in OPTIONAL_JSON_NODES:
         raise ValueError(f"{name!r} is not one of {', '.join(OPTIONAL_JSON_NODES)}")
+    _local_writes.note(job.jid)
     path = paths.job_node(job.jid, name)
     if zk.exists(path) is None:
         zk.create(path, encode_json(value))
@@ -510,6 +580,7 @@ def job_set_nodes(zk: KazooClient, job: Job, values: dict[str, dict[str, Any]]) 
     ``inventory``, which Merritt's storage and inventory services read): both or neither."""
     if not set(values) <= set(OPTIONAL_JSON_NODES):
         raise ValueError(f"only {', '.join(OPTIONAL_JSON_NODES)} may be written this way")
+    _local_writes.note(job.jid)
     found = exists_many(zk, [paths.job_node(job.jid, name) for name in values])
     txn = zk.transaction()
     for name, value in values.items():
@@ -694,4 +765,5 @@ def job_configuration_update(zk: KazooClient, jid: str, changes: dict[str, Any])
     The batch daemon writes a job's ``working_dir`` this way: the folder is named after the job
     ID, which exists only once the job has been created.
     """
-    return json_merge(zk, paths.job_node(paths.jid(jid), "configuration"), changes)
+    _local_writes.note(paths.jid(jid))
+    return json_merge(zk, paths.job_node(jid, "configuration"), changes)

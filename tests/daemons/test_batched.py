@@ -11,13 +11,20 @@ from typing import Any, ClassVar
 import pytest
 from kazoo.client import KazooClient
 
+from queues.daemons import pipeline as pipeline_module
 from queues.daemons.base import JobDaemon, Next, SessionGate, Step
 from queues.daemons.pipeline import JobPipeline, LockKeeper
 from queues.states import JobState
 from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
 from queues.zk.consumers import claimers_folder
-from queues.zk.jobs import job_load
+from queues.zk.jobs import (
+    _LocalWrites,
+    job_configuration_update,
+    job_load,
+    job_set_json,
+    job_set_priority,
+)
 from queues.zk.kazoo_private import Multi
 from queues.zk.locks import lock_create, queue_hold_set
 from queues.zk.pipeline import ClaimShare
@@ -40,11 +47,13 @@ class Step1(JobDaemon):
     def __init__(self, *args: Any, action: Any = None, priority: int | None = None, **kw: Any):
         super().__init__(*args, **kw)
         self.seen: list[str] = []
+        self.items: list[Job] = []
         self.action = action
         self.priority = priority
 
     def work(self, item: Job) -> Step:
         self.seen.append(item.jid)
+        self.items.append(item)
         if self.action is not None:
             self.action(self, item)
         return Next(self.target, priority=self.priority)
@@ -233,6 +242,84 @@ def test_lock_is_kept_from_one_step_to_the_next_in_one_process(zk: KazooClient) 
     assert done.lock is None  # no loop here for Downloading: released with the move
     # What the kept-lock path wrote is what the contract says: last_successful_status etc.
     assert done.status.raw["last_successful_status"] == JobState.PROVISIONING
+
+
+def two_steps(zk: KazooClient, action: Any = None) -> tuple[Step1, Step2, JobPipeline, JobPipeline]:
+    keeper = LockKeeper()
+    first, second = Step1(zk=zk, keeper=keeper, action=action), Step2(zk=zk, keeper=keeper)
+    one, two = JobPipeline(first, keeper=keeper), JobPipeline(second, keeper=keeper)
+    keeper.register(one)
+    keeper.register(two)
+    return first, second, one, two
+
+
+def test_a_kept_job_is_read_again_only_in_part_and_seen_as_a_full_read_sees_it(
+    zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [job] = jobs_in(zk, 1)
+    _first, second, one, two = two_steps(zk)
+    cycle_until_idle(one)
+    two._absorb()
+    assert set(two.known) == {job.jid}  # handed over as the move left it
+    before = job_load(zk, job.jid)
+    sent: list[list[str]] = []
+    real = pipeline_module.start_reads
+
+    def counting(zk_: KazooClient, node_paths: list[str]) -> Any:
+        sent.append(list(node_paths))
+        return real(zk_, node_paths)
+
+    monkeypatch.setattr(pipeline_module, "start_reads", counting)
+    cycle_until_idle(two)
+    assert sent == [[zpaths.job_node(job.jid, n) for n in ("status", "priority", "configuration")]]
+    assert second.items == [before]  # the same Job a full read gives
+
+
+def test_what_an_operator_changes_between_kept_steps_is_seen_by_the_next_step(
+    zk: KazooClient,
+) -> None:
+    [job] = jobs_in(zk, 1)
+    _first, second, one, two = two_steps(zk)
+    cycle_until_idle(one)
+    # Another client changes the job while this process keeps its lock.
+    job_configuration_update(zk, job.jid, {"note": "changed"})
+    job_set_priority(zk, job_load(zk, job.jid), 3)
+    expected = job_load(zk, job.jid)
+    cycle_until_idle(two)
+    assert second.items == [expected]
+    assert expected.configuration["note"] == "changed" and expected.priority == 3
+    assert job_load(zk, job.jid).state == JobState.DOWNLOADING
+
+
+def test_a_job_its_step_wrote_is_handed_on_to_be_read_in_full(zk: KazooClient) -> None:
+    [job] = jobs_in(zk, 1)
+
+    def name_it(daemon: Any, item: Job) -> None:
+        job_set_json(daemon.zk, item, "identifiers", {"primary_id": "ark:/99999/fk4written"})
+
+    _first, second, one, two = two_steps(zk, action=name_it)
+    cycle_until_idle(one)
+    two._absorb()
+    assert job.jid in two.kept and job.jid not in two.known
+    cycle_until_idle(two)
+    [seen] = second.items
+    assert seen.identifiers == {"primary_id": "ark:/99999/fk4written"}
+
+
+def test_local_writes_forget_old_jobs_by_counting_them_as_written() -> None:
+    writes = _LocalWrites(keep=2)
+    mark = writes.mark()
+    assert not writes.since("jid0000000001", mark)
+    writes.note("jid0000000001")
+    assert writes.since("jid0000000001", mark)
+    assert not writes.since("jid0000000001", writes.mark())
+    later = writes.mark()
+    writes.note("jid0000000002")
+    writes.note("jid0000000003")  # jid0000000001 is forgotten now
+    assert writes.since("jid0000000001", mark)  # written after mark: still true
+    assert not writes.since("jid0000000009", writes.mark())
+    assert writes.since("jid0000000009", mark)  # unknown, but a forgotten write is newer
+    assert writes.since("jid0000000002", later)
 
 
 def test_a_kept_lock_honours_a_queue_hold_placed_between_steps(zk: KazooClient) -> None:
