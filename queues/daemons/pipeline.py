@@ -10,7 +10,7 @@ or shares a :class:`LockKeeper` with the other job daemons of its process. One c
    the read sees the new locks);
 3. collect the previous cycle's move (it travelled with those requests); then the hold (held:
    every lock just taken or kept is given back, nothing runs) and the claim (failed on
-   contention: each job tried on its own);
+   contention: the job it failed on is passed over, the others claimed again);
 4. run the step on each job, in run order, as the one-job loop does (skips, failures, waits);
 5. send ONE multi carrying every job's transition, refused before it leaves if the session that
    took the locks is gone (``SessionGate.send_if_current``). Each transition deletes its lock,
@@ -58,7 +58,7 @@ from queues.zk.pipeline import (
     ClaimShare,
     PendingClaim,
     PendingMove,
-    PendingSingles,
+    PendingRetry,
     Pick,
     StateListing,
     release_locks,
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("queues.daemons")
 
 KEEP_ROOM = 4  # a loop accepts kept jobs up to this many batches' worth
+IN_TRANSIT_FOR = 30.0  # s a job moving with its kept lock is left out of this process's claims
 MAX_MOVES = 3  # moves under way at once per loop (older ones are waited for)
 AHEAD = 2  # batches whose requests are under way while the loop works on an earlier one
 
@@ -103,6 +104,32 @@ class LockKeeper:
         self.member = claimer_member()
         self._loops: dict[str, JobPipeline] = {}
         self._lock = threading.Lock()
+        # Jobs moving to another loop of this process with their lock kept, until it takes
+        # them in: that loop's listing shows them first, and a claim of them (their lock is
+        # there, this process's own) would fail and take its whole batch's claim down with it.
+        self._transit: dict[str, float] = {}  # jid -> until when
+
+    def sending(self, jids: list[str]) -> None:
+        """These jobs' moves are about to be sent with their locks kept."""
+        until = time.monotonic() + IN_TRANSIT_FOR
+        with self._lock:
+            for jid in jids:
+                self._transit[jid] = until
+
+    def arrived(self, jids: list[str]) -> None:
+        """These jobs were taken in, given back or not moved: claimable again."""
+        with self._lock:
+            for jid in jids:
+                self._transit.pop(jid, None)
+
+    def in_transit(self) -> set[str]:
+        """Jobs on their way between this process's loops (forgotten after IN_TRANSIT_FOR s,
+        should a hand-over have been lost to an error)."""
+        now = time.monotonic()
+        with self._lock:
+            if any(until < now for until in self._transit.values()):
+                self._transit = {j: t for j, t in self._transit.items() if t >= now}
+            return set(self._transit)
 
     def register(self, loop: JobPipeline) -> None:
         with self._lock:
@@ -192,8 +219,8 @@ class JobPipeline:
         self.wake = threading.Event()
         self.inflight: collections.deque[InFlight] = collections.deque()  # moves under way
         self.pending: collections.deque[Outgoing] = collections.deque()  # sent, not worked on
-        # Claims' fallbacks under way, oldest first (each: one claim per job).
-        self.singles: collections.deque[tuple[PendingSingles, Holding]] = collections.deque()
+        # Claims sent again after a failed claim multi, oldest first.
+        self.retries: collections.deque[tuple[PendingRetry, Holding]] = collections.deque()
         self.stopping = False
         self._closed = False  # no more hand-overs (under _handed_lock)
 
@@ -223,6 +250,8 @@ class JobPipeline:
     def _absorb(self) -> None:
         with self._handed_lock:
             handed, self._handed = self._handed, []
+        if handed and self.keeper is not None:
+            self.keeper.arrived([job.jid for job, _holding, _current in handed])
         for job, holding, current in handed:
             name = zpaths.index_name(job.priority, job.jid)
             self.kept[job.jid] = name
@@ -231,13 +260,16 @@ class JobPipeline:
                 self.known[job.jid] = job
             self.listing.add(name)
 
-    def _collect_singles(self, *, wait: bool = True) -> None:
-        """The one-by-one claims sent after a failed claim multi: what they locked is this
-        loop's now, taken like a kept job in its place in the run order."""
-        while self.singles and (wait or self.singles[0][0].ready()):
-            singles, holding = self.singles.popleft()
-            locked, lost = singles.collect()
+    def _collect_retries(self, *, wait: bool = True) -> None:
+        """The claims sent again after a failed claim multi: what they locked is this loop's
+        now, taken like a kept job in its place in the run order; what they did not try goes
+        back to the listing."""
+        while self.retries and (wait or self.retries[0][0].ready()):
+            retry, holding = self.retries.popleft()
+            locked, lost, untried = retry.collect()
             self.listing.busy(p.jid for p in lost)
+            for pick in untried:
+                self.listing.add(pick.name)
             for pick in locked:
                 self.kept[pick.jid] = pick.name
                 self.holding[pick.jid] = holding
@@ -303,7 +335,7 @@ class JobPipeline:
             self._closed = True
         self._absorb()
         try:
-            self._collect_singles()
+            self._collect_retries()
         except Exception as exc:
             log.warning("%s: last claims: %s", self.daemon.name, exc)
         self._drop_stale(self._current())
@@ -349,7 +381,7 @@ class JobPipeline:
         daemon = self.daemon
         self._finish_move(wait=False)
         self._absorb()
-        self._collect_singles(wait=False)
+        self._collect_retries(wait=False)
         now = self._current()
         self._drop_stale(now)
         observer = daemon.observer
@@ -371,8 +403,8 @@ class JobPipeline:
             return True
         # Nothing sent, nothing to finish: wait for what is still under way.
         self._finish_move()
-        if self.singles:
-            self._collect_singles()  # what they locked is worked on by the next cycle
+        if self.retries:
+            self._collect_retries()  # what they locked is worked on by the next cycle
             return True
         return False
 
@@ -412,12 +444,13 @@ class JobPipeline:
         if batch.after_look_ahead:
             self.listing.apply_look_ahead()  # answered before this batch's requests
         if batch.claim is not None and batch.claim.fell_back:
-            # Contention: each job tried on its own, sent now and collected by the next cycle
-            # (what they lock is worked on then), so the jobs in hand do not wait for them.
+            # Contention: the other jobs are claimed again, sent now and collected by the next
+            # cycle (what they lock is worked on then), so the jobs in hand do not wait.
             self.listing.crowded()
-            singles = batch.claim.fallback()
-            if singles is not None:
-                self.singles.append((singles, now))
+            retry = batch.claim.fallback()
+            if retry is not None:
+                self.listing.busy(p.jid for p in retry.lost)
+                self.retries.append((retry, now))
             else:
                 self.listing.busy(p.jid for p in batch.new)
         for jid in locked:
@@ -444,10 +477,14 @@ class JobPipeline:
                 upstream.wake.set()  # room again for the jobs it moves here
 
     def _in_hand(self) -> set[str]:
-        """Jobs of the batch sent last and of the moves under way (still in the folder)."""
-        jids = {w.job.jid for flight in self.inflight for w in flight.works}
+        """Jobs of the batches sent and of the moves under way (still in the folder), and
+        those on their way here from another loop of this process with their locks."""
+        jids = self.keeper.in_transit() if self.keeper is not None else set()
+        jids.update(w.job.jid for flight in self.inflight for w in flight.works)
         for batch in self.pending:
             jids.update(p.jid for p in batch.picks)
+        for retry, _holding in self.retries:
+            jids.update(p.jid for picks, _answer in retry.answers for p in picks)
         return jids
 
     def _abandon(self) -> None:
@@ -520,11 +557,16 @@ class JobPipeline:
         if not works:
             return
         plans = [w.plan for w in works if w.plan is not None]
+        handing = [w.job.jid for w in works if w.taker is not None]
+        if handing and self.keeper is not None:
+            self.keeper.sending(handing)
         try:
             move = self.daemon.gate.send_if_current(
                 now.generation, lambda: self._send_checked(plans, now)
             )
         except LockLost:
+            if handing and self.keeper is not None:
+                self.keeper.arrived(handing)
             for work in works:
                 self.holding.pop(work.job.jid, None)
                 self._end(
@@ -568,12 +610,23 @@ class JobPipeline:
             if not is_connection_error(exc):
                 raise
             # Whether it landed is unknown: the next claim finds the jobs wherever they are.
+            if self.keeper is not None:
+                self.keeper.arrived([w.job.jid for w in flight.works])
             for work in flight.works:
                 self.holding.pop(work.job.jid, None)
                 self._end(
                     work, daemon.result(work.job.jid, "dropped", work.started, f"ZooKeeper: {exc}")
                 )
             return
+        if self.keeper is not None:
+            # Those handed over stay in transit until their loop takes them in.
+            self.keeper.arrived(
+                [
+                    w.job.jid
+                    for w, outcome in zip(flight.works, outcomes, strict=True)
+                    if w.taker is not None and not isinstance(outcome, Job)
+                ]
+            )
         bids: set[str] = set()
         for work, outcome in zip(flight.works, outcomes, strict=True):
             jid = work.job.jid
@@ -590,6 +643,8 @@ class JobPipeline:
                 work.taker is None or not work.taker.hand(outcome, now, current=current)
             ):
                 self._give_back([jid], now)
+                if self.keeper is not None:
+                    self.keeper.arrived([jid])
             self.holding.pop(jid, None)
             bids.update(daemon.after_move(work.job, step))
             self._end(work, daemon.moved_result(jid, step, work.started))

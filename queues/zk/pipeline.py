@@ -11,9 +11,11 @@ batch's move. ZooKeeper applies one session's requests in the order they were se
 sees the locks the claim before it created.
 
 A batched multi is all or nothing. When it fails on contention (another consumer's lock already
-there, an entry moved on, a status changed: NodeExists, NoNode, BadVersion) nothing was written,
-and each job is tried again on its own: claims as one small multi per job (all sent at once),
-moves through ``transition_apply`` (the one-job path, with its index repair).
+there, an entry moved on, a status changed: NodeExists, NoNode, BadVersion) nothing was written.
+A claim's answer names the operation it failed on: that job is passed over, and the jobs before
+and after it are claimed again as two multis (sent at once, collected on the next round trip).
+A failed move moves each job on its own through ``transition_apply`` (the one-job path, with its
+index repair).
 
 Loops of this project claiming in the same state divide its fresh jobs between them
 (``ClaimShare``): each is listed under ``/mrt-console/claimers/<state>``, and a job belongs to
@@ -38,7 +40,7 @@ from functools import partial
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoNodeError, RolledBackError, RuntimeInconsistency
 
 from . import paths
 from .consumers import claimer_join, claimer_leave, claimers_list
@@ -373,48 +375,81 @@ class PendingClaim:
         self.folder = folder
         self.picks = list(picks)
         self.fell_back = False
-        txn = Multi(zk)
-        for pick in self.picks:
-            _lock_ops(txn, f"{folder}/{pick.name}", pick.jid)
-        self._answer = txn.commit_async()
+        self._answer = _send_claim(zk, self.picks, folder)
 
     def collect(self) -> set[str]:
         """The jids the multi locked: all of them, or none when it failed on contention (then
-        nothing was written, and ``fallback`` tries each job on its own). Connection errors
+        nothing was written, and ``fallback`` tries the others again). Connection errors
         propagate."""
         if not _failed(self._answer.get()):
             return {p.jid for p in self.picks}
         self.fell_back = True
         return set()
 
-    def fallback(self) -> PendingSingles | None:
-        """After a failed multi: one claim per job, all sent now, collected later."""
+    def fallback(self) -> PendingRetry | None:
+        """After a failed multi: the job whose operation failed is lost (ZooKeeper's answer
+        names the first failed operation; the multi stops there); the jobs before it and those
+        after it are claimed again as two multis, sent now and collected later. None when the
+        multi held that one job only."""
         if len(self.picks) < 2:
-            return None  # that one job was tried already
-        return PendingSingles(self.zk, self.picks, self.folder)
+            return None
+        failed = _first_failure(self._answer.get())
+        if failed is None:  # no operation named: each job on its own
+            return PendingRetry(self.zk, [[p] for p in self.picks], self.folder, [])
+        k = failed // 2  # two operations a job: the entry's check, the lock's create
+        groups = [g for g in (self.picks[:k], self.picks[k + 1 :]) if g]
+        return PendingRetry(self.zk, groups, self.folder, [self.picks[k]])
 
 
-class PendingSingles:
-    """One small lock multi per job (check the entry, create the lock), sent at once; the
-    caller collects them on its next round trip instead of waiting for them now."""
+class PendingRetry:
+    """Claims sent again after a failed claim multi, a multi per group of jobs; the caller
+    collects them on its next round trip instead of waiting for them now."""
 
-    def __init__(self, zk: KazooClient, picks: Sequence[Pick], folder: str) -> None:
-        self.answers: list[tuple[Pick, Any]] = []
-        for pick in picks:
-            txn = Multi(zk)
-            _lock_ops(txn, f"{folder}/{pick.name}", pick.jid)
-            self.answers.append((pick, txn.commit_async()))
+    def __init__(
+        self, zk: KazooClient, groups: Sequence[Sequence[Pick]], folder: str, lost: list[Pick]
+    ) -> None:
+        self.lost = list(lost)
+        self.answers = [(list(g), _send_claim(zk, g, folder)) for g in groups]
 
     def ready(self) -> bool:
-        return all(answer.ready() for _pick, answer in self.answers)
+        return all(answer.ready() for _picks, answer in self.answers)
 
-    def collect(self) -> tuple[list[Pick], list[Pick]]:
-        """The picks now locked by this session, and those another consumer had."""
+    def collect(self) -> tuple[list[Pick], list[Pick], list[Pick]]:
+        """The picks now locked by this session; those another consumer had (or that moved
+        on); and those of a group that failed on another job's account, not tried."""
         locked: list[Pick] = []
-        lost: list[Pick] = []
-        for pick, answer in self.answers:
-            (lost if _failed(answer.get()) else locked).append(pick)
-        return locked, lost
+        lost = list(self.lost)
+        untried: list[Pick] = []
+        for picks, answer in self.answers:
+            results = answer.get()
+            if not _failed(results):
+                locked.extend(picks)
+                continue
+            failed = _first_failure(results)
+            k = failed // 2 if failed is not None and len(picks) > 1 else 0
+            lost.append(picks[k])
+            untried.extend(p for i, p in enumerate(picks) if i != k)
+        return locked, lost, untried
+
+
+def _send_claim(zk: KazooClient, picks: Sequence[Pick], folder: str) -> Any:
+    txn = Multi(zk)
+    for pick in picks:
+        _lock_ops(txn, f"{folder}/{pick.name}", pick.jid)
+    return txn.commit_async()
+
+
+def _first_failure(results: Any) -> int | None:
+    """The index of the operation a failed multi failed on (the others answer that they were
+    rolled back or not run), or None when the answer names none."""
+    if not isinstance(results, list):
+        return None
+    for i, result in enumerate(results):
+        if isinstance(result, Exception) and not isinstance(
+            result, (RolledBackError, RuntimeInconsistency)
+        ):
+            return i
+    return None
 
 
 def _lock_ops(txn: Any, entry: str, jid: str) -> None:

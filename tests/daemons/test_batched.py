@@ -156,7 +156,7 @@ def test_one_multi_claims_and_one_multi_moves_a_whole_batch(zk: KazooClient) -> 
     assert all(job_load(zk, j.jid).lock is None for j in jobs)
 
 
-def test_batched_claim_falls_back_to_one_job_at_a_time_under_contention(
+def test_a_failed_batched_claim_passes_over_the_job_it_failed_on_and_claims_the_others_again(
     zk: KazooClient, other_zk: KazooClient
 ) -> None:
     jobs = jobs_in(zk, 6)
@@ -166,7 +166,13 @@ def test_batched_claim_falls_back_to_one_job_at_a_time_under_contention(
     worker = Step1(zk=zk, batch=6, strict=True)
     loop = JobPipeline(worker)
     assert loop.cycle()  # the batch's requests go out
-    assert loop.cycle()  # the multi failed: the one-by-one claims go out
+    assert loop.cycle()  # the multi failed on jobs[1]: the jobs before and after claimed again
+    [(retry, _holding)] = loop.retries
+    assert [p.jid for p in retry.lost] == [jobs[1].jid]
+    assert [[p.jid for p in picks] for picks, _answer in retry.answers] == [
+        [jobs[0].jid],
+        [j.jid for j in jobs[2:]],
+    ]
     assert worker.seen == []
     cycle_until_idle(loop)  # the next cycle works on what they locked
     free = [j.jid for j in jobs if j.jid not in taken]
@@ -288,6 +294,30 @@ def test_what_an_operator_changes_between_kept_steps_is_seen_by_the_next_step(
     cycle_until_idle(two)
     assert second.items == [expected]
     assert expected.configuration["note"] == "changed" and expected.priority == 3
+    assert job_load(zk, job.jid).state == JobState.DOWNLOADING
+
+
+def test_a_job_on_its_way_with_its_kept_lock_is_not_claimed_by_the_loop_it_goes_to(
+    zk: KazooClient,
+) -> None:
+    """Its new entry is listed before the move's answer hands it over: a claim of it would fail
+    on this process's own lock and take the whole batch's claim down."""
+    [job] = jobs_in(zk, 1)
+    zk.ensure_path(zpaths.job_state_folder(JobState.PROVISIONING))  # the usual case
+    _first, second, one, two = two_steps(zk)
+    for _ in range(20):
+        if one.inflight:
+            break
+        one.cycle()
+    assert one.inflight  # the move is sent; its answer not collected yet
+    wait_for(lambda: job_load(zk, job.jid).state == JobState.PROVISIONING)
+    assert one.keeper is not None and job.jid in one.keeper.in_transit()
+    two.cycle(fresh=True)
+    assert not two.pending and not two.retries  # nothing claimed, nothing failed
+    one._finish_move()  # the answer: handed over, taken in by the next cycle
+    cycle_until_idle(two)
+    assert second.seen == [job.jid]
+    assert not one.keeper.in_transit()
     assert job_load(zk, job.jid).state == JobState.DOWNLOADING
 
 
