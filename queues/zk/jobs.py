@@ -34,7 +34,7 @@ from .nodes import (
     stamp,
     start_reads,
 )
-from .records import Broken, Job, Status, decode_each
+from .records import Broken, Job, Status, decode_each, evolve
 
 DEFAULT_PRIORITY = 5
 CROWD_MAX = 8
@@ -238,7 +238,7 @@ def job_refresh(known: Job, reads: dict[str, Any]) -> Job:
     status, priority, configuration = (reads[f"{base}/{n}"] for n in REFRESHED_NODES)
     if status is None or priority is None or configuration is None:
         raise NotFound(f"job {known.jid} does not exist")
-    return replace(
+    return evolve(
         known,
         status=_status(f"{base}/status", status),
         priority=decode_int(f"{base}/priority", priority[0]),
@@ -403,7 +403,7 @@ class TransitionPlan:
     def moved(self) -> Job:
         """The job as this move leaves it (status version one up)."""
         job = self.job
-        return replace(
+        return evolve(
             job,
             status=Status(
                 raw=self.raw, version=job.status.version + 1, mtime=datetime.now().astimezone()

@@ -5,6 +5,7 @@ the ``*_id`` validators before it is joined into a path, so that nothing like ``
 can ever address a node it should not.
 """
 
+import functools
 import re
 
 from queues.states import job_batch_folder, job_index_folder
@@ -53,11 +54,26 @@ def _valid(value: str, pattern: re.Pattern[str], what: str) -> str:
 
 
 def bid(value: str) -> str:
-    return _valid(value, BID_RE, "batch ID (expected bid + 10 digits)")
+    return _bid(value) if isinstance(value, str) else _valid(value, BID_RE, _BID)
 
 
 def jid(value: str) -> str:
-    return _valid(value, JID_RE, "job ID (expected jid + 10 digits)")
+    return _jid(value) if isinstance(value, str) else _valid(value, JID_RE, _JID)
+
+
+# A daemon builds a job's paths many times a transition; the IDs seen last are not matched again.
+_BID = "batch ID (expected bid + 10 digits)"
+_JID = "job ID (expected jid + 10 digits)"
+
+
+@functools.lru_cache(maxsize=4096)
+def _bid(value: str) -> str:
+    return _valid(value, BID_RE, _BID)
+
+
+@functools.lru_cache(maxsize=16384)
+def _jid(value: str) -> str:
+    return _valid(value, JID_RE, _JID)
 
 
 def qid(value: str) -> str:

@@ -66,6 +66,22 @@ class Status:
         return (datetime.now().astimezone() - self.mtime).total_seconds()
 
 
+R = TypeVar("R")
+
+
+def evolve(record: R, **changes: Any) -> R:
+    """``dataclasses.replace`` for these records, made by copying the fields instead of running
+    the generated ``__init__`` again (the daemons make a moved Job at every transition)."""
+    fields: dict[str, Any] = record.__dataclass_fields__  # type: ignore[attr-defined]
+    unknown = changes.keys() - fields.keys()
+    if unknown:
+        raise TypeError(f"{type(record).__name__} has no field {', '.join(sorted(unknown))}")
+    new = object.__new__(type(record))
+    new.__dict__.update(record.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
 def _text(node: dict[str, Any], key: str) -> str:
     """A text field of a decoded node; anything else (missing, null, a number) reads as ""."""
     value = node.get(key)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -17,6 +18,7 @@ from queues.zk.codecs import (
     parse_stamp,
 )
 from queues.zk.errors import InvalidID, MalformedNode
+from queues.zk.records import Status, evolve
 
 from .helpers import STAMP_RE
 
@@ -32,10 +34,22 @@ from .helpers import STAMP_RE
     ],
 )
 def test_identifiers_must_match_their_exact_pattern(check, good: str, bad: list[str]) -> None:
-    assert check(good) == good
-    for value in bad:
-        with pytest.raises(InvalidID):
-            check(value)
+    for _ in range(2):  # the job and batch IDs seen last are remembered: still refused twice
+        assert check(good) == good
+        for value in bad:
+            with pytest.raises(InvalidID):
+                check(value)
+        for value in (None, 42, ["jid0000000042"]):  # not text, not even hashable
+            with pytest.raises(InvalidID):
+                check(value)
+
+
+def test_evolve_is_dataclasses_replace_and_refuses_unknown_fields() -> None:
+    status = Status(raw={"status": "Pending"}, version=3, mtime=datetime.now(UTC))
+    assert evolve(status, version=4) == replace(status, version=4)
+    assert evolve(status, version=4) is not status and status.version == 3
+    with pytest.raises(TypeError, match="no field colour"):
+        evolve(status, colour="blue")
 
 
 def test_paths_follow_the_contract_layout() -> None:
