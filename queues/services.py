@@ -10,7 +10,7 @@ has moved since, the action is refused instead of undoing a newer change.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,6 +40,7 @@ from queues.zk.batches import (
     batch_remove,
     batch_states,
     batch_transition,
+    batches_complete,
 )
 from queues.zk.client import client
 from queues.zk.errors import (
@@ -410,6 +411,20 @@ def batch_complete_if_done(*, bid: str) -> bool:
     # The cheap question first: most jobs finish while others of their batch are still working.
     if not batch_is_complete(zk, zpaths.bid(bid)):
         return False
+    return _to_reporting(bid)
+
+
+def batches_complete_if_done(*, bids: Iterable[str]) -> list[str]:
+    """``batch_complete_if_done`` for several batches (the daemons' batched loop, after a move
+    of jobs of several batches), the cheap question asked of all of them in one round trip;
+    the batches moved to Reporting."""
+    return [bid for bid in batches_complete(client(), bids) if _to_reporting(bid)]
+
+
+def _to_reporting(bid: str) -> bool:
+    """Move a complete Processing batch to Reporting (False: not Processing, or moved by
+    another caller meanwhile)."""
+    zk = client()
     batch = batch_load(zk, bid)
     if batch.state != BatchState.PROCESSING:
         return False
@@ -525,6 +540,7 @@ __all__ = [
     "batch_submit",
     "batch_update_reporting",
     "batches_cleanup",
+    "batches_complete_if_done",
     "collection_hold",
     "collection_release",
     "collection_release_held",

@@ -523,11 +523,15 @@ class JobDaemon(Daemon[Job]):
             deferred, self._deferred = self._deferred, None
         return deferred
 
-    def batch_done(self, bid: str) -> None:
+    def batches_done(self, bids: set[str]) -> None:
+        """The completion check of the batches whose jobs a batched move finished."""
+        if not bids:
+            return
         try:
-            services.batch_complete_if_done(bid=bid)
+            services.batches_complete_if_done(bids=sorted(bids))
         except Exception as exc:
-            log.warning("%s %s: batch completion: %s", bid, self.step, describe(exc))
+            names = ", ".join(sorted(bids))
+            log.warning("%s %s: batch completion: %s", names, self.step, describe(exc))
 
     def reload(self, job: Job) -> Job:
         """The job as it is now (a step that wrote optional nodes and needs them back)."""

@@ -648,8 +648,7 @@ class JobPipeline:
             self.holding.pop(jid, None)
             bids.update(daemon.after_move(work.job, step))
             self._end(work, daemon.moved_result(jid, step, work.started))
-        for bid in bids:
-            daemon.batch_done(bid)
+        daemon.batches_done(bids)
 
     def _end(self, work: Work, result: ItemResult) -> None:
         daemon = self.daemon

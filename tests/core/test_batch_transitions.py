@@ -144,6 +144,32 @@ def test_the_completion_check_counts_the_jobs_left_without_listing_them(
     assert_batch_status(zk, batch.bid, status="Reporting")
 
 
+def test_several_batches_are_checked_in_one_round_trip_and_only_complete_ones_move(
+    zk: KazooClient,
+    make_batch: Callable[..., Batch],
+    make_job: Callable[..., Job],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    done, working, empty = make_batch(), make_batch(), make_batch()
+    finished, unfinished = make_job(bid=done.bid), make_job(bid=working.bid)
+    for each in (done, working, empty):
+        bring(zk, each, "Processing")
+    walk_job(zk, finished, "Completed")
+    asked = []
+    real = zk.exists
+    monkeypatch.setattr(zk, "exists", lambda *a, **k: asked.append(a) or real(*a, **k))
+    moved = services.batches_complete_if_done(bids=[done.bid, working.bid, empty.bid])
+    assert moved == [done.bid]
+    assert asked == []  # the counts were asked together (exists_async), not one by one
+    assert_batch_status(zk, done.bid, status="Reporting")
+    assert_batch_status(zk, working.bid, status="Processing")
+    assert_batch_status(zk, empty.bid, status="Processing")  # no jobs: not complete
+    assert unfinished.state != "Completed"
+    assert services.batches_complete_if_done(bids=[done.bid]) == []  # moved already
+    assert services.batch_complete_if_done(bid=working.bid) is False
+    assert len(asked) == 1  # the one-batch check, by contrast, asks with exists
+
+
 def test_batch_without_jobs_is_not_complete(zk: KazooClient, batch: Batch) -> None:
     bring(zk, batch, "Processing")
     assert batches.batch_is_complete(zk, batch.bid) is False
