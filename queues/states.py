@@ -7,6 +7,7 @@ console draws its diagrams from the same table, so the picture and the rules can
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -109,13 +110,18 @@ class Machine:
                 return move.target
         return None
 
+    @functools.cached_property
+    def _allowed(self) -> dict[tuple[str, str], bool]:
+        """(source, target) -> whether an operator's move only (a consumer may not make it)."""
+        allowed: dict[tuple[str, str], bool] = {}
+        for move in self.moves:
+            key = (move.source, move.target)
+            allowed[key] = allowed.get(key, True) and move.kind is Kind.ADMIN
+        return allowed
+
     def allows(self, source: str, target: str, *, admin: bool = False) -> bool:
-        return any(
-            move.source == source
-            and move.target == target
-            and (move.kind is not Kind.ADMIN or admin)
-            for move in self.moves
-        )
+        admin_only = self._allowed.get((source, target))
+        return admin_only is not None and (admin or not admin_only)
 
     def check(self, source: str, target: str, *, admin: bool = False) -> None:
         """Raise InvalidTransition unless ``source -> target`` is a legal move."""

@@ -317,9 +317,13 @@ class JobPipeline:
                 if self._cycle_logged():
                     continue
                 # Idle: the folder's watch, a hand-over or the poll wakes the loop. Work that
-                # arrived between the empty cycle and the watch is found by one more cycle.
-                watch.arm()
-                if self._cycle_logged(fresh=True):
+                # arrived between the empty cycle and the watch is found by one more cycle, on
+                # the listing the watch was set with (or a new one when it was set already).
+                listed = time.monotonic()
+                names = watch.arm()
+                if names is not None:
+                    self.listing.listed(listed, names, self.kept.values())
+                if self._cycle_logged(fresh=names is None):
                     continue
                 self.wake.wait(daemon.poll)
                 self.wake.clear()

@@ -113,6 +113,11 @@ class ClaimShare:
     def members(self) -> int:
         return self._count
 
+    @property
+    def divided(self) -> bool:
+        """Whether other members share the jobs with this one (else every job is its own)."""
+        return self._index >= 0 and self._count > 1
+
     def mine(self, jid: str) -> bool:
         if self._index < 0 or self._count <= 1:
             return True
@@ -161,24 +166,49 @@ class StateListing:
         self._exclude: Collection[str] = ()
         self.share = share
         self.steal_after = steal_after
-        self._deferred: list[Pick] = []  # other shares' entries passed over, in run order
+        self._deferred: list[str] = []  # other shares' entries passed over, in run order
         self._first_seen: dict[str, float] = {}  # entry name -> when first passed over
+        self._ripe_at = float("inf")  # no deferred entry may be taken before then
 
     def _list(self, extra: Iterable[str]) -> None:
+        self.listed(time.monotonic(), children(self.zk, self.folder), extra)
+
+    def listed(self, sent: float, found: Iterable[str], extra: Iterable[str]) -> None:
+        """Use ``found``, the folder's children as listed at ``sent`` (by the caller, with its
+        watch), instead of the listing held; ``extra``: entries of kept jobs."""
         self._listing = None
-        self._apply_listing(time.monotonic(), children(self.zk, self.folder), extra)
+        self._apply_listing(sent, found, extra)
 
     def _apply_listing(self, sent: float, found: Iterable[str], extra: Iterable[str]) -> None:
         now = time.monotonic()
         self._busy = {j: t for j, t in self._busy.items() if t > now}
         names = set(found)
         names.update(extra)
-        self._heap = [n for n in names if paths.INDEX_ENTRY_RE.fullmatch(n)]
-        heapq.heapify(self._heap)
-        self._listed_at = sent
+        entries = [n for n in names if paths.INDEX_ENTRY_RE.fullmatch(n)]
         self._deferred = []
+        self._ripe_at = float("inf")
         if self._first_seen:
             self._first_seen = {n: t for n, t in self._first_seen.items() if n in names}
+        share = self.share
+        if share is not None and share.divided:
+            # Other shares' entries go straight to the deferred list (what ``_pop`` would do
+            # with each of them, one by one, at every listing); entries of kept jobs are ours.
+            kept = set(extra)
+            heap = []
+            foreign = []
+            for name in entries:
+                jid = name[3:]  # "PP-" + jid
+                if name in kept or share.mine(jid):
+                    heap.append(name)
+                elif jid not in self._busy:
+                    foreign.append(name)
+            foreign.sort()
+            for name in foreign:
+                self._defer(name, now)
+            entries = heap
+        self._heap = entries
+        heapq.heapify(self._heap)
+        self._listed_at = sent
 
     def _refresh(self, kept: dict[str, str], fresh: bool) -> None:
         """List the folder again when asked to (at once) or when the listing is ``max_age``
@@ -261,34 +291,44 @@ class StateListing:
                     continue
                 del self._busy[jid]
             if self.share is not None and not self.share.mine(jid):
-                self._defer(Pick(name, jid, False))
+                self._defer(name, time.monotonic())
                 continue
             return Pick(name, jid, False)
         return None
 
-    def _defer(self, pick: Pick) -> None:
-        self._deferred.append(pick)
-        if pick.name not in self._first_seen and len(self._first_seen) < self.FOREIGN_MAX:
-            self._first_seen[pick.name] = time.monotonic()
+    def _defer(self, name: str, now: float) -> None:
+        self._deferred.append(name)
+        seen = self._first_seen.get(name)
+        if seen is None and len(self._first_seen) < self.FOREIGN_MAX:
+            seen = self._first_seen[name] = now
+        if seen is not None and seen + self.steal_after < self._ripe_at:
+            self._ripe_at = seen + self.steal_after
 
     def _steal(self, room: int) -> list[Pick]:
         """Up to ``room`` entries of other shares that have waited ``steal_after`` seconds, in
         run order (called once this loop's own share is used up)."""
-        if room <= 0 or not self._deferred:
+        now = time.monotonic()
+        if room <= 0 or not self._deferred or now < self._ripe_at:
             return []
-        ripe = time.monotonic() - self.steal_after
+        ripe = now - self.steal_after
         taken: list[Pick] = []
-        left: list[Pick] = []
-        for pick in self._deferred:
+        left: list[str] = []
+        next_ripe = float("inf")
+        for name in self._deferred:
+            seen = self._first_seen.get(name)
             if (
                 len(taken) < room
-                and pick.jid not in self._exclude
-                and self._first_seen.get(pick.name, ripe + 1) <= ripe
+                and seen is not None
+                and seen <= ripe
+                and name[3:] not in self._exclude
             ):
-                taken.append(pick)
-            else:
-                left.append(pick)
+                taken.append(Pick(name, name[3:], False))
+                continue
+            left.append(name)
+            if seen is not None and seen + self.steal_after < next_ripe:
+                next_ripe = seen + self.steal_after
         self._deferred = left
+        self._ripe_at = next_ripe
         return taken
 
     def _take(self, count: int, kept: dict[str, str]) -> list[Pick]:

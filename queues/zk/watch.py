@@ -461,20 +461,25 @@ class ChangeSignal:
         """Whether a watch is set and has not fired yet."""
         return self._armed
 
-    def arm(self) -> None:
+    def arm(self) -> list[str] | None:
+        """Set the watch unless it is set already. Returns the folder's children as the watch
+        was set ([] when the folder does not exist), or None when no watch was set now."""
         with self._lock:
             if self._armed:
-                return
+                return None
             self._armed = True
         try:
             try:
-                self._zk.get_children(self._path, watch=self._fire)
+                names: list[str] = self._zk.get_children(self._path, watch=self._fire)
+                return names
             except NoNodeError:
                 self._zk.exists(self._path, watch=self._fire)
+                return []
         except Exception:
             # Unreachable ZooKeeper: fall back to polling; the next arm() tries again.
             with self._lock:
                 self._armed = False
+            return None
 
     def _fire(self, _event: Any) -> None:
         with self._lock:

@@ -55,3 +55,22 @@ def test_batch_folder_follows_the_job_state() -> None:
     assert job_batch_folder("Deleted") == "batch-deleted"
     assert job_batch_folder("Held") == "batch-processing"
     assert job_batch_folder("Notify") == "batch-processing"
+
+
+@pytest.mark.parametrize("machine", [JOB, BATCH, ACCESS], ids=lambda m: m.name)
+def test_allows_answers_as_the_list_of_moves_says(machine) -> None:
+    """``allows`` looks moves up in a table built once; it must answer what a walk over the
+    machine's moves answers, for every pair of states, consumer and operator alike."""
+    from queues.states import Kind
+
+    for source in machine.states:
+        for target in machine.states:
+            for admin in (False, True):
+                walked = any(
+                    m.source == source
+                    and m.target == target
+                    and (m.kind is not Kind.ADMIN or admin)
+                    for m in machine.moves
+                )
+                assert machine.allows(source, target, admin=admin) is walked, (source, target)
+    assert not machine.allows("nowhere", machine.initial)

@@ -27,7 +27,7 @@ from queues.zk.jobs import (
 )
 from queues.zk.kazoo_private import Multi
 from queues.zk.locks import lock_create, queue_hold_set
-from queues.zk.pipeline import ClaimShare
+from queues.zk.pipeline import ClaimShare, StateListing
 from queues.zk.records import Job
 
 from .conftest import make_job, wait_for
@@ -544,6 +544,40 @@ def test_a_loop_takes_other_shares_only_when_its_own_is_used_up_and_they_waited(
     cycle_until_idle(loop)
     assert sorted(thief.seen) == sorted(j.jid for j in jobs if j.jid not in own)
     assert in_state(zk, JobState.ESTIMATING) == 0
+
+
+def test_a_divided_listing_sorts_out_other_shares_entries_when_it_lists(
+    zk: KazooClient, other_zk: KazooClient
+) -> None:
+    """Other shares' entries are set aside as the folder is listed (not popped one by one at
+    every listing); a kept job is taken wherever its entry falls; a busy entry is not stolen;
+    nothing is stolen before it has waited ``steal_after``."""
+    jobs = jobs_in(zk, 24)
+    other = ClaimShare(other_zk, JobState.ESTIMATING, "zz-other")
+    other.refresh()
+    share = ClaimShare(zk, JobState.ESTIMATING, "aa-this")
+    wait_for(lambda: refreshed(share, 2))
+    names = {j.jid: zpaths.index_name(j.priority, j.jid) for j in jobs}
+    own = sorted(names[j.jid] for j in jobs if share.mine(j.jid))
+    foreign = sorted(names[j.jid] for j in jobs if not share.mine(j.jid))
+    assert own and len(foreign) > 2
+    kept_jid = foreign[0][3:]
+    kept = {kept_jid: foreign[0]}
+
+    patient = StateListing(zk, JobState.ESTIMATING, share=share, steal_after=3600)
+    picks = patient.take(100, kept)
+    assert [p.name for p in picks] == sorted([*own, foreign[0]])
+    assert [p.kept for p in picks] == [p.jid == kept_jid for p in picks]
+    assert patient.take(100, {}) == []  # the others' entries have not waited long enough
+
+    eager = StateListing(zk, JobState.ESTIMATING, share=share, steal_after=0.0)
+    eager.busy([foreign[1][3:]])  # found locked by another consumer a moment ago
+    taken = eager.take(100, {}, exclude={foreign[2][3:]})
+    # Its own share and, the room left, what the others left waiting: in run order.
+    assert [p.name for p in taken] == sorted(own + [n for n in foreign if n not in foreign[1:3]])
+    assert not any(p.kept for p in taken)
+    # What was excluded (in hand) is still there to take once it no longer is.
+    assert [p.name for p in eager.take(100, {})] == [foreign[2]]
 
 
 def test_a_claim_share_joins_again_after_a_lost_session(zk_hosts: str, own_zk) -> None:

@@ -107,3 +107,22 @@ def test_an_idle_consumer_wakes_for_a_job_that_arrives(zk, monkeypatch):
     finally:
         stop.set()
         thread.join(timeout=30)
+
+
+def test_arming_returns_the_listing_the_watch_was_set_with(zk, other_zk):
+    """The batched loop uses the children the watch was set with as its fresh listing, instead
+    of listing the folder a second time before it goes idle."""
+    folder = paths.job_state_folder("Provisioning")
+    fired = threading.Event()
+    signal = ChangeSignal(zk, folder, fired)
+    assert signal.arm() == []  # no folder yet: an existence watch, nothing listed
+    zk.ensure_path(f"{folder}/05-jid0000000001")
+    assert fired.wait(60)
+    wait_for(lambda: not signal.armed)
+    fired.clear()
+    assert signal.arm() == ["05-jid0000000001"]
+    assert signal.arm() is None  # set already, and nothing changed: no new listing
+    other_zk.create(f"{folder}/05-jid0000000002")
+    assert fired.wait(60)
+    wait_for(lambda: not signal.armed)
+    assert sorted(signal.arm() or []) == ["05-jid0000000001", "05-jid0000000002"]
