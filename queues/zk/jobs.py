@@ -238,9 +238,15 @@ def job_refresh(known: Job, reads: dict[str, Any]) -> Job:
     status, priority, configuration = (reads[f"{base}/{n}"] for n in REFRESHED_NODES)
     if status is None or priority is None or configuration is None:
         raise NotFound(f"job {known.jid} does not exist")
+    stat = status[1]
+    if stat.version == known.status.version:
+        # As this process wrote it (a status changes only with its version): not decoded again.
+        current = Status(raw=known.status.raw, version=stat.version, mtime=stamp(stat.mtime))
+    else:
+        current = _status(f"{base}/status", status)
     return evolve(
         known,
-        status=_status(f"{base}/status", status),
+        status=current,
         priority=decode_int(f"{base}/priority", priority[0]),
         configuration=decode_json(f"{base}/configuration", configuration[0]),
     )

@@ -48,7 +48,7 @@ import selectors
 import struct
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import kazoo.version
@@ -145,6 +145,12 @@ def full_path(zk: KazooClient, path: str) -> str:
     return str(_prefix_root(zk.chroot, path))
 
 
+def full_paths(zk: KazooClient, node_paths: Sequence[str]) -> list[str]:
+    """``full_path`` of each of ``node_paths`` (the chroot looked up once)."""
+    root = _root(zk.chroot)
+    return [root + p if is_normal(p) else full_path(zk, p) for p in node_paths]
+
+
 def send(zk: KazooClient, request: Any) -> Any:
     """Queue ``request`` (``type``, ``serialize()``, ``deserialize()``) on the connection.
 
@@ -233,12 +239,17 @@ class Multi:
     """A multi-operation transaction with ``KazooClient.transaction()``'s methods (create,
     delete, set_data, check, commit_async) and the same request on the wire; see 6. above."""
 
-    __slots__ = ("_acl", "_parts", "zk")
+    __slots__ = ("_acl", "_parts", "_root", "zk")
 
     def __init__(self, zk: KazooClient) -> None:
         self.zk = zk
         self._parts: list[bytes] = []
         self._acl = _acl_bytes(tuple(zk.default_acl or OPEN_ACL_UNSAFE))
+        self._root = _root(zk.chroot)
+
+    def _path(self, path: str) -> bytes:
+        """``path`` as the server sees it, as a string on the wire."""
+        return _string(self._root + path if is_normal(path) else full_path(self.zk, path))
 
     def __len__(self) -> int:
         """How many operations were added."""
@@ -246,23 +257,17 @@ class Multi:
 
     def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> None:
         self._parts.append(
-            _OP[_CREATE]
-            + _string(full_path(self.zk, path))
-            + _buffer(value)
-            + self._acl
-            + _INT.pack(int(ephemeral))
+            _OP[_CREATE] + self._path(path) + _buffer(value) + self._acl + _INT.pack(int(ephemeral))
         )
 
     def delete(self, path: str, version: int = -1) -> None:
-        self._parts.append(_OP[_DELETE] + _string(full_path(self.zk, path)) + _INT.pack(version))
+        self._parts.append(_OP[_DELETE] + self._path(path) + _INT.pack(version))
 
     def set_data(self, path: str, value: bytes, version: int = -1) -> None:
-        self._parts.append(
-            _OP[_SET_DATA] + _string(full_path(self.zk, path)) + _buffer(value) + _INT.pack(version)
-        )
+        self._parts.append(_OP[_SET_DATA] + self._path(path) + _buffer(value) + _INT.pack(version))
 
     def check(self, path: str, version: int) -> None:
-        self._parts.append(_OP[_CHECK] + _string(full_path(self.zk, path)) + _INT.pack(version))
+        self._parts.append(_OP[_CHECK] + self._path(path) + _INT.pack(version))
 
     def request(self) -> _MultiRequest:
         """The request as it will be sent."""

@@ -29,7 +29,7 @@ from kazoo.exceptions import EXCEPTIONS, NoNodeError, UnimplementedError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
-from .kazoo_private import full_path, send
+from .kazoo_private import full_paths, send
 
 OPCODE = 22  # ZooDefs.OpCode.multiRead
 GET_DATA = 4  # ZooDefs.OpCode.getData
@@ -39,6 +39,7 @@ _INT = struct.Struct("!i")
 _HEADER = struct.Struct("!i?i")  # MultiHeader: type, done, err
 _STAT = struct.Struct("!qqqqiiiqiiq")
 _END = _HEADER.pack(-1, True, -1)
+_READ_HEADER = struct.Struct(_HEADER.format + "i")  # a read's header and its path's length
 _NO_NODE = NoNodeError.code
 
 # Reads sent again after a server refused multiRead (and dropped the connection with it).
@@ -67,8 +68,7 @@ class MultiReadRequest:
         parts = []
         for path in self.full_paths:
             encoded = path.encode()
-            parts.append(_HEADER.pack(GET_DATA, False, -1))
-            parts.append(_INT.pack(len(encoded)))
+            parts.append(_READ_HEADER.pack(GET_DATA, False, -1, len(encoded)))  # and the length
             parts.append(encoded)
             parts.append(b"\0")  # no watch
         parts.append(_END)
@@ -123,7 +123,7 @@ class PendingMultiRead:
         self.requests = []
         for start in range(0, len(node_paths), CHUNK):
             chunk = node_paths[start : start + CHUNK]
-            answer = send(zk, MultiReadRequest([full_path(zk, p) for p in chunk]))
+            answer = send(zk, MultiReadRequest(full_paths(zk, chunk)))
             self.requests.append((chunk, answer))
 
     def collect(self) -> dict[str, Read]:

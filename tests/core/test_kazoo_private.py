@@ -106,6 +106,20 @@ def test_full_path_gives_what_kazoo_would_send_for_every_path(chroot: str) -> No
                 kazoo_private.full_path(client, path)  # type: ignore[arg-type]
             continue
         assert kazoo_private.full_path(client, path) == expected, path  # type: ignore[arg-type]
+    # Many at once (the chroot looked up once) give what one at a time gives.
+    valid = [p for p in PATHS if _sendable(chroot, p)]
+    assert kazoo_private.full_paths(client, valid) == [  # type: ignore[arg-type]
+        kazoo_private.full_path(client, p)  # type: ignore[arg-type]
+        for p in valid
+    ]
+
+
+def _sendable(chroot: str, path: str) -> bool:
+    try:
+        _prefix_root(chroot, path)
+    except ValueError:
+        return False
+    return True
 
 
 def test_a_multi_is_the_request_kazoo_transaction_sends(zk: KazooClient) -> None:

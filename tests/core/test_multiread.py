@@ -79,3 +79,22 @@ def test_a_server_without_multiread_gets_one_request_per_node(zk, monkeypatch):
 def test_a_garbled_answer_is_an_error_not_a_wrong_result(answer):
     with pytest.raises(multiread.MalformedAnswer):
         multiread.MultiReadRequest.deserialize(answer, 0)
+
+
+def test_a_multiread_request_is_jutes_getdata_operations_in_a_multi_header_frame():
+    """ZooKeeper's MultiOperationRecord of GetDataRequests: per read a MultiHeader (type 4,
+    done false, err -1), the path as a length-prefixed string and the watch flag; then the
+    closing header (-1, true, -1)."""
+    import struct
+
+    from queues.zk.multiread import MultiReadRequest
+
+    paths = ["/jobs/jid0000000001/status", "/a/\u00e9t\u00e9"]
+    expected = b"".join(
+        struct.pack("!i?i", 4, False, -1)
+        + struct.pack("!i", len(p.encode()))
+        + p.encode()
+        + b"\x00"
+        for p in paths
+    ) + struct.pack("!i?i", -1, True, -1)
+    assert MultiReadRequest(paths).serialize() == expected

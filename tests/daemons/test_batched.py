@@ -290,10 +290,18 @@ def test_what_an_operator_changes_between_kept_steps_is_seen_by_the_next_step(
     # Another client changes the job while this process keeps its lock.
     job_configuration_update(zk, job.jid, {"note": "changed"})
     job_set_priority(zk, job_load(zk, job.jid), 3)
+    # Its status rewritten in the same state (a new version): read and decoded again.
+    status = job_load(zk, job.jid).status
+    zk.set(
+        zpaths.job_node(job.jid, "status"),
+        json.dumps({**status.raw, "message": "looked at"}).encode(),
+        version=status.version,
+    )
     expected = job_load(zk, job.jid)
     cycle_until_idle(two)
     assert second.items == [expected]
     assert expected.configuration["note"] == "changed" and expected.priority == 3
+    assert expected.status.message == "looked at"
     assert job_load(zk, job.jid).state == JobState.DOWNLOADING
 
 
