@@ -222,19 +222,32 @@ class JobPipeline:
         # Claims sent again after a failed claim multi, oldest first.
         self.retries: collections.deque[tuple[PendingRetry, Holding]] = collections.deque()
         self.stopping = False
+        self.throttled = False  # the last cycle waited for room in the next step's loop
         self._closed = False  # no more hand-overs (under _handed_lock)
 
     # Hand-over from another loop of the process --------------------------------------------
 
-    def has_room(self) -> bool:
+    def _taking(self) -> bool:
+        """Whether this loop takes hand-overs at all (not stopping, draining or cut off)."""
         if self.stopping or not self.daemon.gate.connected:
             return False
         observer = self.daemon.observer
-        if observer is not None and observer.draining:
-            return False
+        return observer is None or not observer.draining
+
+    def _waiting(self) -> int:
+        """Jobs handed to this loop and not worked on yet."""
         with self._handed_lock:
-            waiting = len(self._handed)
-        return len(self.kept) + waiting < KEEP_ROOM * self.batch
+            return len(self.kept) + len(self._handed)
+
+    def has_room(self) -> bool:
+        return self._taking() and self._waiting() < KEEP_ROOM * self.batch
+
+    def backlogged(self, coming: int) -> bool:
+        """Whether ``coming`` more jobs would fill this loop's room while it is taking them:
+        then the loop before it waits instead of moving jobs on without their locks, which
+        someone would have to claim (and read in full) again. A loop that takes nothing (it
+        stops, drains, lost its connection) holds nobody up."""
+        return self._taking() and self._waiting() + coming > KEEP_ROOM * self.batch
 
     def hand(self, job: Job, holding: Holding, *, current: bool = False) -> bool:
         """Take ``job`` with its lock; False when this loop has stopped (give it back).
@@ -315,6 +328,12 @@ class JobPipeline:
         try:
             while not stop.is_set():
                 if self._cycle_logged():
+                    continue
+                if self.throttled:
+                    # Waiting for room downstream, which wakes this loop: the folder's news
+                    # cannot be worked on before then, so it is neither watched nor listed.
+                    self.wake.wait(daemon.poll)
+                    self.wake.clear()
                     continue
                 # Idle: the folder's watch, a hand-over or the poll wakes the loop. Work that
                 # arrived between the empty cycle and the watch is found by one more cycle, on
@@ -416,6 +435,13 @@ class JobPipeline:
         """Pick the next batch and send its requests, in one go and without waiting."""
         daemon = self.daemon
         downstream = self.keeper.loop_for(self.successor) if self.keeper is not None else None
+        self.throttled = downstream is not None and downstream.backlogged(
+            self._under_way() + self.batch
+        )
+        if self.throttled:
+            # The next step's loop is full: the jobs held here wait (locked) until it has room
+            # and wakes this loop, rather than going on unlocked. Nothing new is claimed.
+            return None
         claiming = downstream is None or downstream.has_room()
         picks = self.listing.take(
             self.batch, self.kept, claim=claiming, fresh=fresh, exclude=self._in_hand()
@@ -479,6 +505,10 @@ class JobPipeline:
         if self.keeper is not None and any(p.kept for p in batch.picks):
             for upstream in self.keeper.upstream_of(daemon.state):
                 upstream.wake.set()  # room again for the jobs it moves here
+
+    def _under_way(self) -> int:
+        """Jobs of the batches sent and of the moves not collected yet."""
+        return sum(len(b.picks) for b in self.pending) + sum(len(f.works) for f in self.inflight)
 
     def _in_hand(self) -> set[str]:
         """Jobs of the batches sent and of the moves under way (still in the folder), and
@@ -561,6 +591,7 @@ class JobPipeline:
         if not works:
             return
         plans = [w.plan for w in works if w.plan is not None]
+        self.listing.leaving(w.job.jid for w in works)
         handing = [w.job.jid for w in works if w.taker is not None]
         if handing and self.keeper is not None:
             self.keeper.sending(handing)

@@ -169,6 +169,10 @@ class StateListing:
         self._deferred: list[str] = []  # other shares' entries passed over, in run order
         self._first_seen: dict[str, float] = {}  # entry name -> when first passed over
         self._ripe_at = float("inf")  # no deferred entry may be taken before then
+        # Jobs this consumer is moving out of the state: jid -> when the move was sent. A
+        # listing sent before that may still show them (one sent after it cannot: ZooKeeper
+        # answers a session's requests in order), and a claim of such an entry would fail.
+        self._leaving: dict[str, float] = {}
 
     def _list(self, extra: Iterable[str]) -> None:
         self.listed(time.monotonic(), children(self.zk, self.folder), extra)
@@ -185,6 +189,9 @@ class StateListing:
         names = set(found)
         names.update(extra)
         entries = [n for n in names if paths.INDEX_ENTRY_RE.fullmatch(n)]
+        if self._leaving:
+            self._leaving = {j: t for j, t in self._leaving.items() if t >= sent}
+            entries = [n for n in entries if n[3:] not in self._leaving]
         self._deferred = []
         self._ripe_at = float("inf")
         if self._first_seen:
@@ -230,6 +237,13 @@ class StateListing:
 
     def add(self, name: str) -> None:
         heapq.heappush(self._heap, name)
+
+    def leaving(self, jids: Iterable[str]) -> None:
+        """These jobs' moves out of the state are being sent (same session as the listings):
+        listings sent before now leave them out."""
+        now = time.monotonic()
+        for jid in jids:
+            self._leaving[jid] = now
 
     def crowded(self) -> None:
         self._crowd = min(16, self._crowd + 8)
@@ -305,31 +319,45 @@ class StateListing:
             self._ripe_at = seen + self.steal_after
 
     def _steal(self, room: int) -> list[Pick]:
-        """Up to ``room`` entries of other shares that have waited ``steal_after`` seconds, in
-        run order (called once this loop's own share is used up)."""
+        """Up to ``room`` entries of other shares that have waited ``steal_after`` seconds
+        (called once this loop's own share is used up). Unless ``strict``, a run of them at a
+        random place in the later half of those of the first priority: their owner works from
+        the first, and other loops steal too, so they do not all race for the same locks (a
+        lost race fails the whole claim multi). A higher priority's entries are still taken
+        before a lower one's."""
         now = time.monotonic()
         if room <= 0 or not self._deferred or now < self._ripe_at:
             return []
-        ripe = now - self.steal_after
-        taken: list[Pick] = []
-        left: list[str] = []
+        ripe_before = now - self.steal_after
+        ripe: list[str] = []
         next_ripe = float("inf")
         for name in self._deferred:
             seen = self._first_seen.get(name)
-            if (
-                len(taken) < room
-                and seen is not None
-                and seen <= ripe
-                and name[3:] not in self._exclude
-            ):
-                taken.append(Pick(name, name[3:], False))
+            if seen is None:
                 continue
-            left.append(name)
-            if seen is not None and seen + self.steal_after < next_ripe:
+            if seen <= ripe_before and name[3:] not in self._exclude:
+                ripe.append(name)
+            elif seen + self.steal_after < next_ripe:
                 next_ripe = seen + self.steal_after
-        self._deferred = left
+        if not ripe:
+            self._ripe_at = next_ripe
+            return []
+        if self.strict:
+            chosen = ripe[:room]
+        else:
+            first = min(name[:2] for name in ripe)  # the priority that runs first
+            same = [name for name in ripe if name[:2] == first]
+            # A run in the later half: the owner's first entries may be taken since the
+            # listing (a claim of one fails); other thieves pick other places.
+            low = min(len(same) // 2, max(0, len(same) - room))
+            start = random.randint(low, max(low, len(same) - room))
+            chosen = same[start : start + room]
+        taken = set(chosen)
+        self._deferred = [name for name in self._deferred if name not in taken]
+        if len(chosen) < len(ripe):
+            next_ripe = now  # ripe ones are left: the next take looks again
         self._ripe_at = next_ripe
-        return taken
+        return [Pick(name, name[3:], False) for name in chosen]
 
     def _take(self, count: int, kept: dict[str, str]) -> list[Pick]:
         crowded = self._crowd > 0 and not self.strict

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from typing import Any, ClassVar
 
@@ -329,6 +330,79 @@ def test_a_job_on_its_way_with_its_kept_lock_is_not_claimed_by_the_loop_it_goes_
     assert job_load(zk, job.jid).state == JobState.DOWNLOADING
 
 
+def narrow_steps(zk: KazooClient) -> tuple[JobPipeline, JobPipeline]:
+    """Two loops of one process, one job a claim, room for one kept job downstream."""
+    keeper = LockKeeper()
+    one = JobPipeline(Step1(zk=zk, keeper=keeper, batch=1), keeper=keeper)
+    two = JobPipeline(Step2(zk=zk, keeper=keeper, batch=1), keeper=keeper)
+    keeper.register(one)
+    keeper.register(two)
+    return one, two
+
+
+def cycle_until(loop: JobPipeline, done: Any) -> None:
+    for _ in range(100):
+        if done():
+            return
+        loop.cycle()
+    raise AssertionError("the loop never got there")
+
+
+def test_a_loop_waits_while_the_next_steps_loop_is_full_and_goes_on_when_woken(
+    zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Back-pressure: rather than moving jobs on without their locks (someone would claim and
+    read them in full again), the loop waits; the next loop wakes it once it has room."""
+    monkeypatch.setattr(pipeline_module, "KEEP_ROOM", 1)
+    a, b = jobs_in(zk, 2)
+    one, two = narrow_steps(zk)
+    cycle_until(one, lambda: job_load(zk, a.jid).state == JobState.PROVISIONING)
+    one._finish_move()  # handed over: the next loop's room is used up
+    assert two._waiting() == 1 and not two.has_room()
+    one.wake.clear()
+    assert one.cycle() is False and one.throttled
+    assert job_load(zk, b.jid).state == JobState.ESTIMATING
+    assert lock_owner(zk, b.jid) is None  # not claimed while it could not be moved on
+    # The next loop works on what it was handed, and says it has room again.
+    cycle_until(two, lambda: job_load(zk, a.jid).state == JobState.DOWNLOADING)
+    assert one.wake.is_set()
+    cycle_until(one, lambda: job_load(zk, b.jid).state == JobState.PROVISIONING)
+    one._finish_move()
+    assert lock_owner(zk, b.jid) == zk.client_id[0]  # moved on with its lock kept
+    assert b.jid in two.kept or any(job.jid == b.jid for job, _h, _c in two._handed)
+
+
+def test_a_next_loop_that_takes_nothing_holds_nobody_up(
+    zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stopping (or draining, or cut off) loop takes no hand-overs: the loop before it does
+    not wait for its room, it moves its jobs on without their locks."""
+    monkeypatch.setattr(pipeline_module, "KEEP_ROOM", 1)
+    a, b = jobs_in(zk, 2)
+    one, two = narrow_steps(zk)
+    cycle_until(one, lambda: job_load(zk, a.jid).state == JobState.PROVISIONING)
+    one._finish_move()
+    assert two.backlogged(1)
+    two.stopping = True
+    assert not two.backlogged(100)
+    one.cycle()
+    assert not one.throttled
+    assert job_load(zk, b.jid).state == JobState.ESTIMATING  # nothing new claimed meanwhile
+
+
+def test_a_listing_sent_before_a_move_out_does_not_offer_the_moved_job(zk: KazooClient) -> None:
+    """ZooKeeper answers a session's requests in order: a listing sent before the move may
+    show the job's old entry, one sent after it cannot."""
+    listing = StateListing(zk, JobState.ESTIMATING)
+    gone, staying = "05-jid0000000001", "05-jid0000000002"
+    before = time.monotonic()
+    listing.leaving(["jid0000000001"])
+    listing.listed(before, [gone, staying], [])
+    assert [p.name for p in listing.take(10, {})] == [staying]
+    listing.listed(time.monotonic(), [gone, staying], [])  # (a move that failed: still there)
+    assert [p.name for p in listing.take(10, {})] == [gone, staying]
+
+
 def test_a_job_its_step_wrote_is_handed_on_to_be_read_in_full(zk: KazooClient) -> None:
     [job] = jobs_in(zk, 1)
 
@@ -586,6 +660,32 @@ def test_a_divided_listing_sorts_out_other_shares_entries_when_it_lists(
     assert not any(p.kept for p in taken)
     # What was excluded (in hand) is still there to take once it no longer is.
     assert [p.name for p in eager.take(100, {})] == [foreign[2]]
+
+
+def test_a_thief_takes_a_run_from_the_later_half_of_the_waiting_entries(
+    zk: KazooClient, other_zk: KazooClient
+) -> None:
+    """Their owner works from the first ones: a thief takes a run from the later half (a
+    strict loop, in run order, the first)."""
+    jobs = jobs_in(zk, 40)
+    other = ClaimShare(other_zk, JobState.ESTIMATING, "zz-other")
+    other.refresh()
+    share = ClaimShare(zk, JobState.ESTIMATING, "aa-this")
+    wait_for(lambda: refreshed(share, 2))
+    names = sorted(zpaths.index_name(j.priority, j.jid) for j in jobs)
+    own = [n for n in names if share.mine(n[3:])]
+    foreign = [n for n in names if not share.mine(n[3:])]
+    assert len(foreign) >= 8
+    for strict in (False, True):
+        listing = StateListing(zk, JobState.ESTIMATING, share=share, steal_after=0.0)
+        listing.strict = strict
+        assert [p.name for p in listing.take(len(own), {})] == own
+        stolen = [p.name for p in listing.take(2, {})]
+        if strict:
+            assert stolen == foreign[:2]
+        else:
+            start = foreign.index(stolen[0])
+            assert stolen == foreign[start : start + 2] and start >= len(foreign) // 2
 
 
 def test_a_claim_share_joins_again_after_a_lost_session(zk_hosts: str, own_zk) -> None:
