@@ -7,6 +7,8 @@ deletes the node or its session ends. Holds are persistent empty markers under `
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -15,6 +17,46 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from . import paths
 from .nodes import children, exists_many, stamp
+
+
+class LockLedger:
+    """The ephemeral locks this process believes it holds (chroot-less paths).
+
+    Every place that takes or gives up a lock notes it here, so the process can tell a lock of
+    its session that a thread works under from one that nobody claims (an orphan: a create or
+    delete answered with ConnectionLoss that the server had in fact applied). The consumer
+    registration publishes it; the consistency check and /consumers/ compare it with the
+    server's locks and their ``ephemeralOwner``.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: set[str] = set()
+
+    def taken(self, paths_: Iterable[str]) -> None:
+        with self._lock:
+            self._held.update(paths_)
+
+    def given_up(self, paths_: Iterable[str]) -> None:
+        with self._lock:
+            self._held.difference_update(paths_)
+
+    def forget_all(self) -> None:
+        """The session is gone, and every ephemeral lock with it."""
+        with self._lock:
+            self._held.clear()
+
+    def held(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._held)
+
+
+LEDGER = LockLedger()
+
+
+def locks_held() -> frozenset[str]:
+    """The locks this process believes it holds (see :class:`LockLedger`)."""
+    return LEDGER.held()
 
 
 def lock_create(zk: KazooClient, path: str) -> bool:
