@@ -2,7 +2,8 @@
 
 Not part of the contract (``queues.zk`` never starts a server): used when ``ZK_HOSTS=local`` (the
 README's run command sets it), by ``manage.py zkserver``, the chaos run, the benchmarks and the
-tests. ``resolve_hosts`` is what the Django app hands ``queues.zk.client.configure`` to turn
+tests, which also start a three-member ensemble on loopback (``LocalEnsemble``).
+``resolve_hosts`` is what the Django app hands ``queues.zk.client.configure`` to turn
 ``ZK_HOSTS`` into a connection string. The server is a detached Java process with its data, log,
 pid and config under one folder, so several projects (or test runs) can each have their own on
 different ports.
@@ -36,6 +37,7 @@ from queues.zk.errors import Unavailable
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
 LOCAL = "local"  # ZK_HOSTS=local: the project's own server under MRT_VAR_DIR
 
@@ -121,6 +123,9 @@ class LocalZooKeeper:
     port: int
     # jute.maxbuffer for a server this object starts; None: ZK_JUTE_MAXBUFFER, or 4 MiB.
     jute_maxbuffer: int | None = None
+    # A member of an ensemble: its server id and the ``server.N=...`` lines of every member.
+    myid: int | None = None
+    peers: tuple[str, ...] = ()
 
     @property
     def hosts(self) -> str:
@@ -193,7 +198,7 @@ class LocalZooKeeper:
             if self.is_serving():
                 return
             if self.running() is not None:  # started by another process, not answering yet
-                self._wait_until_serving(wait, lambda: self.running() is None)
+                self.wait_until_serving(wait, lambda: self.running() is None)
                 return
             self._spawn(wait)
 
@@ -202,7 +207,7 @@ class LocalZooKeeper:
         if self.running() is not None and not self.is_serving():
             self.port = self.configured_port() or self.port
 
-    def _wait_until_serving(self, wait: float, exited: Callable[[], bool]) -> None:
+    def wait_until_serving(self, wait: float, exited: Callable[[], bool]) -> None:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.is_serving():
@@ -214,29 +219,42 @@ class LocalZooKeeper:
         raise LocalServerError(f"ZooKeeper did not answer on port {self.port} within {wait}s")
 
     def _spawn(self, wait: float) -> None:
+        proc = self.launch()
+        self.wait_until_serving(wait, lambda: proc.poll() is not None)
+
+    def _config_lines(self, data: Path) -> list[str]:
+        lines = [
+            "tickTime=2000",
+            f"dataDir={data}",
+            f"clientPort={self.port}",
+            "clientPortAddress=127.0.0.1",
+            "maxClientCnxns=0",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=srvr,ruok,mntr,stat",
+            "autopurge.snapRetainCount=3",
+            "autopurge.purgeInterval=1",
+            # Tests and benchmarks create many sessions quickly.
+            "minSessionTimeout=2000",
+            "maxSessionTimeout=30000",
+        ]
+        if self.peers:
+            # A follower that loses its leader elects a new one within a few ticks.
+            lines += ["initLimit=10", "syncLimit=5", *self.peers]
+        return [*lines, ""]
+
+    def launch(self) -> subprocess.Popen[bytes]:
+        """Write the config and start the server process, without waiting for it to answer.
+
+        An ensemble's members only answer once a quorum of them runs, so it starts them all
+        before waiting for any.
+        """
         install()
         data = self.directory / "data"
         data.mkdir(parents=True, exist_ok=True)
+        if self.myid is not None:
+            (data / "myid").write_text(f"{self.myid}\n")
         config = self.config_file
-        config.write_text(
-            "\n".join(
-                [
-                    "tickTime=2000",
-                    f"dataDir={data}",
-                    f"clientPort={self.port}",
-                    "clientPortAddress=127.0.0.1",
-                    "maxClientCnxns=0",
-                    "admin.enableServer=false",
-                    "4lw.commands.whitelist=srvr,ruok,mntr,stat",
-                    "autopurge.snapRetainCount=3",
-                    "autopurge.purgeInterval=1",
-                    # Tests and benchmarks create many sessions quickly.
-                    "minSessionTimeout=2000",
-                    "maxSessionTimeout=30000",
-                    "",
-                ]
-            )
-        )
+        config.write_text("\n".join(self._config_lines(data)))
         heap = heap_from_env()
         maxbuffer = self.jute_maxbuffer or jute_maxbuffer_from_env()
         with self.log_file.open("ab") as log:
@@ -248,7 +266,8 @@ class LocalZooKeeper:
                     f"-Djute.maxbuffer={maxbuffer}",
                     "-cp",
                     str(ZOOKEEPER_JAR),
-                    MAIN_CLASS,
+                    # A member's main class reads the server.N lines; alone it would refuse them.
+                    QUORUM_MAIN_CLASS if self.peers else MAIN_CLASS,
                     str(config),
                 ],
                 stdout=log,
@@ -258,7 +277,22 @@ class LocalZooKeeper:
                 cwd=self.directory,
             )
         self.pid_file.write_text(str(proc.pid))
-        self._wait_until_serving(wait, lambda: proc.poll() is not None)
+        return proc
+
+    def mode(self) -> str | None:
+        """``leader``, ``follower`` or ``standalone`` from ``srvr``; None when it does not serve."""
+        answer = four_letter(self.port)
+        found = re.search(r"^Mode: (\w+)", answer or "", re.M)
+        return found.group(1) if found else None
+
+    def kill(self) -> None:
+        """SIGKILL the server: no goodbye to its peers or clients, as when a host dies."""
+        pid = self.running()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGKILL)
+        _reap(pid, wait=5.0)
+        self.pid_file.unlink(missing_ok=True)
 
     def stop(self, *, wait: float = 20.0) -> bool:
         """Stop the server this folder started; True when a process was stopped."""
@@ -296,6 +330,77 @@ def _reap(pid: int, *, wait: float) -> None:
         if done or time.monotonic() > deadline:
             return
         time.sleep(0.05)
+
+
+class LocalEnsemble:
+    """Several of Debian's ZooKeeper servers on loopback forming one ensemble (3 by default).
+
+    For the tests and the chaos run: a leader killed, a member stopped and started again, as an
+    operator's ensemble lives through them. Members are numbered from 1 (their ``myid``), each
+    with its own folder under ``directory`` and its own client, quorum and election ports.
+    """
+
+    def __init__(self, directory: Path, size: int = 3) -> None:
+        ports = [(free_port(), free_port(), free_port()) for _ in range(size)]
+        peers = tuple(
+            f"server.{n}=127.0.0.1:{quorum}:{election}"
+            for n, (_client, quorum, election) in enumerate(ports, start=1)
+        )
+        self.members: dict[int, LocalZooKeeper] = {
+            n: LocalZooKeeper(Path(directory) / f"zk{n}", client, myid=n, peers=peers)
+            for n, (client, _quorum, _election) in enumerate(ports, start=1)
+        }
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(member.hosts for member in self.members.values())
+
+    def start(self, *, wait: float = 90.0) -> None:
+        """Start every member that is not running and wait until all of them serve."""
+        for member in self.members.values():
+            if member.running() is None:
+                member.launch()
+        deadline = time.monotonic() + wait
+        for member in self.members.values():
+            member.wait_until_serving(
+                max(deadline - time.monotonic(), 0.1), lambda m=member: m.running() is None
+            )
+
+    def stop(self) -> None:
+        for member in self.members.values():
+            member.stop()
+
+    def leader(self) -> int | None:
+        """The member that answers ``Mode: leader`` to ``srvr``; None during an election."""
+        for n, member in self.members.items():
+            if member.mode() == "leader":
+                return n
+        return None
+
+    def wait_for_leader(self, *, wait: float = 60.0, other_than: int | None = None) -> int:
+        """The leader once one is elected (one other than ``other_than`` when given)."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            n = self.leader()
+            if n is not None and n != other_than:
+                return n
+            time.sleep(0.2)
+        raise LocalServerError(f"no leader elected within {wait}s")
+
+    def kill(self, n: int) -> None:
+        """SIGKILL member ``n``."""
+        self.members[n].kill()
+
+    def start_one(self, n: int, *, wait: float = 60.0) -> None:
+        """Start member ``n`` again and wait until it has rejoined and serves."""
+        member = self.members[n]
+        if member.running() is None:
+            proc = member.launch()
+            member.wait_until_serving(wait, lambda: proc.poll() is not None)
+
+    def stop_one(self, n: int) -> None:
+        """Stop member ``n`` cleanly (SIGTERM)."""
+        self.members[n].stop()
 
 
 def local_server(var_dir: Path, port: int) -> LocalZooKeeper:

@@ -1,0 +1,48 @@
+"""The three-member ensemble the fault tests run on: a killed leader is replaced, data survives."""
+
+from __future__ import annotations
+
+from queues.zk import client as zkmod
+from queues.zkserver import LocalEnsemble
+from tests.ensemble import ensemble, ensemble_hosts  # noqa: F401
+
+
+def test_killing_the_leader_elects_another_and_keeps_the_data(
+    ensemble: LocalEnsemble,  # noqa: F811
+    ensemble_hosts: str,  # noqa: F811
+) -> None:
+    zk = zkmod.connect(ensemble_hosts)
+    try:
+        zk.create("/written-before", b"kept")
+        first = ensemble.wait_for_leader()
+        modes = sorted(member.mode() or "" for member in ensemble.members.values())
+        assert modes == ["follower", "follower", "leader"]
+
+        ensemble.kill(first)
+        second = ensemble.wait_for_leader(other_than=first)
+
+        assert second != first
+        assert ensemble.members[first].mode() is None
+        assert zk.get("/written-before")[0] == b"kept"
+        zk.create("/written-after", b"")
+
+        ensemble.start_one(first)
+        assert ensemble.members[first].mode() == "follower"
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_a_stopped_member_rejoins_as_a_follower(
+    ensemble: LocalEnsemble,  # noqa: F811
+    ensemble_hosts: str,  # noqa: F811
+) -> None:
+    leader = ensemble.wait_for_leader()
+    follower = next(n for n in ensemble.members if n != leader)
+    ensemble.stop_one(follower)
+    assert ensemble.members[follower].mode() is None
+    assert ensemble.leader() == leader
+
+    ensemble.start_one(follower)
+
+    assert ensemble.members[follower].mode() == "follower"
