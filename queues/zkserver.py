@@ -168,6 +168,9 @@ class LocalZooKeeper:
         # After a reboot the pid file may name some other process.
         return pid if str(self.config_file).encode() in arguments else None
 
+    def stopped(self) -> bool:
+        return self.running() is None
+
     def configured_port(self) -> int | None:
         """The client port in this folder's zoo.cfg (that of the last server started here)."""
         try:
@@ -362,9 +365,7 @@ class LocalEnsemble:
                 member.launch()
         deadline = time.monotonic() + wait
         for member in self.members.values():
-            member.wait_until_serving(
-                max(deadline - time.monotonic(), 0.1), lambda m=member: m.running() is None
-            )
+            member.wait_until_serving(max(deadline - time.monotonic(), 0.1), member.stopped)
 
     def stop(self) -> None:
         for member in self.members.values():
