@@ -18,6 +18,7 @@ of item (job, batch, access request). The loop itself knows nothing about the st
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -28,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections, connections
 
-from queues import services
+from queues import services, transient
 from queues.states import AccessState, JobState
 from queues.steps.submission import processing_problem
 from queues.zk import paths as zpaths
@@ -322,6 +323,13 @@ class Daemon(ABC, Generic[T]):
             )
         except NotProcessable as exc:
             return item, None, self._skip(item, describe(exc), started)
+        except Exception as exc:
+            # An outage met while preparing waits like one met in the step; anything else is
+            # the loop's error, as before.
+            stay = self.failure(item, exc) if transient.is_transient(exc) else None
+            if not isinstance(stay, Stay):
+                raise
+            return item, None, self._result(ident, "waiting", started, stay.reason)
         try:
             step = self.work(item)
         except NotProcessable as exc:
@@ -334,6 +342,9 @@ class Daemon(ABC, Generic[T]):
                     self._result(ident, "dropped", started, f"ZooKeeper: {describe(exc)}"),
                 )
             step = self.failure(item, exc)
+        else:
+            if transient.backoff_of(self).clear():
+                log.info("%s: working again: the outage it waited for is over", self.name)
         if isinstance(step, Stay):
             return item, None, self._result(ident, "waiting", started, step.reason)
         return item, step, None
@@ -396,7 +407,24 @@ class Daemon(ABC, Generic[T]):
         except Exception as exc:
             log.warning("%s %s: unlock failed: %s", self.item_id(item), self.step, describe(exc))
 
-    def failure(self, item: T, exc: Exception) -> Next:
+    def failure(self, item: T, exc: Exception) -> Step:
+        """What a step's exception means for its item: Failed, with the reason as its message,
+        unless an outage caused it (the database away or locked, the working disk full). Then
+        the item stays where it is, to be tried again: this loop waits a back-off first (growing
+        while the outage lasts, short enough that a stop is never held up long), and a thread's
+        broken database connection is closed so the next try opens a fresh one."""
+        if transient.is_transient(exc):
+            why = transient.reason(exc)
+            if transient.is_database_outage(exc):
+                for conn in connections.all(initialized_only=True):
+                    if not conn.in_atomic_block:
+                        with contextlib.suppress(DatabaseError):
+                            conn.close()
+            backoff = transient.backoff_of(self)
+            if backoff.failures == 0:
+                log.warning("%s: %s; items wait in their step until it is back", self.name, why)
+            time.sleep(backoff.next_delay())
+            return Stay(why)
         if isinstance(exc, StepFailed):
             log.debug("%s %s failed", self.item_id(item), self.step, exc_info=True)
         else:

@@ -1,0 +1,173 @@
+"""Which errors an outage causes, and so a wait cures: the database away or locked, the disk full.
+
+A step that meets one of these leaves its item where it is and tries again later; a page
+answers 503. Everything else is a real failure of the work (or a bug) and stays one. The rules
+are exact on purpose: an ``IntegrityError`` is a wrong write whatever the server's state, and a
+SQLite "no such table" is a missing migration, not an outage.
+
+Django wraps a driver's exception in its own class and chains the driver's as ``__cause__``;
+a step may wrap either in its own error the same way. So every rule looks along the chain of
+causes (and at an implicit ``__context__`` unless it was suppressed) for the driver's or the
+operating system's own exception.
+
+Pure: the standard library and the drivers' exception classes only, no Django, no kazoo.
+"""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+import threading
+from collections.abc import Iterator
+from weakref import WeakKeyDictionary
+
+try:  # PostgreSQL's driver is installed with the project; the rules stand without it.
+    import psycopg
+except ImportError:  # pragma: no cover - psycopg is in requirements.txt
+    psycopg = None  # type: ignore[assignment]
+
+# The operating system's answers that mean "not now" rather than "never": space or quota on
+# the working disk, and file handles (freed when other work ends).
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+HANDLE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+
+# SQLite primary result codes a wait cures: another writer holds the file (BUSY, LOCKED), the
+# disk is full or failing for now (FULL, IOERR), the file cannot be opened at the moment
+# (CANTOPEN: its folder unmounted, no file handles), the WAL lock protocol raced (PROTOCOL).
+SQLITE_TRANSIENT = frozenset({5, 6, 10, 13, 14, 15})
+
+# PostgreSQL SQLSTATEs a retry cures. Whole classes: 08 connection exception, 53 insufficient
+# resources (disk full, out of memory, too many connections), 58 system error (I/O).
+PG_TRANSIENT_CLASSES = frozenset({"08", "53", "58"})
+PG_TRANSIENT_STATES = frozenset(
+    {
+        "40001",  # serialization_failure
+        "40P01",  # deadlock_detected
+        "40003",  # statement_completion_unknown
+        "55P03",  # lock_not_available
+        "57014",  # query_canceled (a statement timeout)
+        "57P01",  # admin_shutdown: the server is restarting
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now: starting up or shutting down
+        "57P05",  # idle_session_timeout
+    }
+)
+
+DATABASE = "database"
+DISK = "disk"
+
+MAX_CHAIN = 16  # causes looked at, against a cycle or an absurd chain
+
+
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from or while handling, nearest first."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < MAX_CHAIN:
+        seen.add(id(current))
+        yield current
+        if current.__cause__ is not None:
+            current = current.__cause__
+        elif not current.__suppress_context__:
+            current = current.__context__
+        else:
+            current = None
+
+
+def _database_error(exc: BaseException) -> bool:
+    if isinstance(exc, sqlite3.OperationalError):
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is not None:
+            return code & 0xFF in SQLITE_TRANSIENT
+        text = str(exc).lower()
+        return "database is locked" in text or "database table is locked" in text
+    if psycopg is None or not isinstance(exc, psycopg.Error):
+        return False
+    if isinstance(exc, psycopg.InterfaceError):
+        return True  # the connection is closed or unusable: a new one is the cure
+    state = getattr(exc, "sqlstate", None)
+    if state is None:
+        # Raised by the driver itself: refused, reset, closed by the server, timed out.
+        return isinstance(exc, psycopg.OperationalError)
+    return state[:2] in PG_TRANSIENT_CLASSES or state in PG_TRANSIENT_STATES
+
+
+def _disk_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in DISK_ERRNOS | HANDLE_ERRNOS
+
+
+def _driver_error(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.Error) or (
+        psycopg is not None and isinstance(exc, psycopg.Error)
+    )
+
+
+def transient_kind(exc: BaseException) -> str | None:
+    """``"database"`` or ``"disk"`` when ``exc`` (or what it was raised from) is an outage of
+    that kind, which waiting cures; None for anything else.
+
+    The first driver error along the chain decides for the database: an integrity error raised
+    while handling a lost connection is still a wrong write."""
+    for cause in causes(exc):
+        if _database_error(cause):
+            return DATABASE
+        if _driver_error(cause):
+            return None
+        if _disk_error(cause):
+            return DISK
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    return transient_kind(exc) is not None
+
+
+def is_database_outage(exc: BaseException) -> bool:
+    return transient_kind(exc) == DATABASE
+
+
+def reason(exc: BaseException) -> str:
+    """One line for a log, a step record or a page: what is away, and the driver's words."""
+    kind = transient_kind(exc)
+    detail = " ".join((str(exc).strip() or type(exc).__name__).split())
+    if len(detail) > 300:
+        detail = detail[:297] + "..."
+    if kind == DATABASE:
+        return f"database unavailable: {detail}"
+    if kind == DISK:
+        return f"working disk: {detail}"
+    return detail
+
+
+class Backoff:
+    """The wait before trying again after an outage: ``first`` seconds, doubling with every
+    outage met in a row, at most ``most``; ``clear`` when work went through again."""
+
+    def __init__(self, *, first: float = 0.5, most: float = 5.0) -> None:
+        self.first = first
+        self.most = most
+        self.failures = 0
+
+    def next_delay(self) -> float:
+        delay = min(self.most, self.first * 2 ** min(self.failures, 32))
+        self.failures += 1
+        return delay
+
+    def clear(self) -> bool:
+        """Forget the outage; True when there was one (to say once that it is over)."""
+        had = self.failures > 0
+        self.failures = 0
+        return had
+
+
+_backoffs: WeakKeyDictionary[object, Backoff] = WeakKeyDictionary()
+_backoffs_lock = threading.Lock()
+
+
+def backoff_of(owner: object) -> Backoff:
+    """The back-off of one loop (a daemon instance), made on first use and gone with it."""
+    with _backoffs_lock:
+        backoff = _backoffs.get(owner)
+        if backoff is None:
+            backoff = _backoffs[owner] = Backoff()
+        return backoff
