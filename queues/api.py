@@ -453,10 +453,9 @@ def hold_action(request: HttpRequest, kind: str, name: str, action: str) -> dict
 @api_view("GET")
 def consumers(request: HttpRequest) -> dict[str, Any]:
     """The registered consumer processes, their threads and what each holds since when (the
-    /consumers/ page's data); a thread past its step's usual time has ``flagged``."""
-    from queues import stuck
-
-    return stuck.consumer_processes()
+    /consumers/ page's data); a thread past its step's usual time has ``flagged``; each
+    process's ``orphan_locks`` are locks of its session that no thread of it claims."""
+    return selectors.consumers_overview()
 
 
 REPORTS_PER_PAGE = 50

@@ -5,6 +5,12 @@ the contract says should exist, and reports each difference as a Finding. ``repa
 ones that are safe: the job's own status node is the truth and index entries are rebuilt from
 it; nothing that holds depositor data (a job's configuration, a batch's submission) is deleted
 unless it is an abandoned, half-created item.
+
+Locks are read once too (items' ``lock`` children and the per-object locks), with their owner
+session: a lock held by a live console process (its registration node has the same
+``ephemeralOwner``) whose published ledger does not list it is an orphan, a lock no thread of
+that process works under and none will release (issue 23); :func:`lock_survey` does the same
+for /consumers/ without the rest of the check.
 """
 
 from __future__ import annotations
@@ -12,9 +18,10 @@ from __future__ import annotations
 import posixpath
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from queues.states import (
     BATCH_INDEX_FOLDERS,
@@ -27,6 +34,7 @@ from queues.zk import paths
 from queues.zk.batches import batch_ids, batch_load, batch_transition, batches_load
 from queues.zk.client import Client
 from queues.zk.codecs import decode_str
+from queues.zk.consumers import Registration, registrations
 from queues.zk.errors import BadVersion, NodeExists, NoNode, NotEmpty
 from queues.zk.jobs import jobs_load
 from queues.zk.locks import lock_break
@@ -43,6 +51,10 @@ class Finding:
     path: str
     detail: str
     repairable: bool = False
+    # An orphan lock's owner and creation zxid: repair deletes that very node, not a lock
+    # taken again since under the same path.
+    session: int = 0
+    czxid: int = 0
 
 
 @dataclass
@@ -80,6 +92,8 @@ TRANSIENT_KINDS = frozenset(
         "orphan-batch-index",
         "batch-index-wrong",
         "batch-complete-not-reporting",
+        # A lock being released: the ledger already let it go, the delete is in flight.
+        "orphan-lock",
     }
 )
 RECHECK_SECONDS = 1.0
@@ -317,53 +331,164 @@ def _check_once(
                 Finding("orphan-uuid", path, f"batch {target!r} does not exist", True)
             )
 
-    # Locks held far too long: a consumer stuck in a step (reported, not broken automatically).
-    lock_paths = [paths.job_node(j, "lock") for j in jobs] + [
-        paths.batch_node(b, "lock") for b in batches
-    ]
-    for path, stat in exists_many(zk, lock_paths).items():
+    # Locks: held far too long (a consumer stuck in a step: reported, not broken
+    # automatically), or held by a console process that no thread of it claims.
+    held = registrations(zk)
+    item_locks = _item_lock_paths(zk, job_ids, bids)
+    object_locks = _object_lock_paths(zk)
+    stats = exists_many(zk, item_locks + object_locks)
+    for path in item_locks:
+        stat = stats[path]
         if stat is not None and _age(stat.ctime) > stale_lock_seconds:
             hours = _age(stat.ctime) / 3600
             report.findings.append(
                 Finding(
                     "stale-lock",
                     path,
-                    f"held for {hours:.1f} h by session {stat.ephemeralOwner:#x}",
+                    f"held for {hours:.1f} h by {lock_holder(stat.ephemeralOwner, held)}",
                 )
             )
-    _check_object_locks(zk, report)
+    _check_object_locks(object_locks, stats, report)
+    for orphan in orphan_locks(stats, held):
+        report.findings.append(
+            Finding(
+                "orphan-lock",
+                orphan.path,
+                orphan.detail,
+                repairable=True,
+                session=orphan.session,
+                czxid=orphan.czxid,
+            )
+        )
     say(f"{len(report.findings)} findings")
     return report
 
 
-def _check_object_locks(zk: Client, report: Report) -> None:
+def _item_lock_paths(zk: Client, job_ids: Sequence[str], bids: Sequence[str]) -> list[str]:
+    """The ``lock`` child of every job, batch and access request (whether there or not)."""
+    found = [paths.job_node(j, "lock") for j in job_ids]
+    found += [paths.batch_node(b, "lock") for b in bids]
+    queues = [f"{paths.ACCESS}/{q}" for q in paths.ACCESS_QUEUES]
+    for folder, qids in children_many(zk, queues).items():
+        found += [f"{folder}/{q}/lock" for q in qids or [] if paths.QID_RE.fullmatch(q)]
+    return found
+
+
+def _object_lock_paths(zk: Client) -> list[str]:
+    roots = (paths.STORAGE_LOCKS, paths.INVENTORY_LOCKS)
+    return [
+        f"{root}/{name}" for root, names in children_many(zk, roots).items() for name in names or []
+    ]
+
+
+def _check_object_locks(
+    object_locks: Sequence[str], stats: Mapping[str, Any], report: Report
+) -> None:
     """Per-object locks named by the console's old rule (every ':' and '/' on its own became
     '_': ``ark__13030_m5abc``). Merritt's storage and inventory services lock
     ``ark_13030_m5abc`` and never see them. A persistent one is left over and can go; an
     ephemeral one belongs to a session ZooKeeper still counts as live (a consumer of an older
     version at work) and goes with it: it is reported, never broken."""
-    for root in (paths.STORAGE_LOCKS, paths.INVENTORY_LOCKS):
-        names = sorted(n for n in children(zk, root) if paths.is_legacy_object_lock_name(n))
-        stats = exists_many(zk, [f"{root}/{n}" for n in names])
-        for name in names:
-            path = f"{root}/{name}"
-            stat = stats[path]
-            if stat is None:
-                continue
-            detail = (
-                f"per-object lock in the old name form; the contract's is "
-                f"{root}/ark_{name[len('ark__') :]}"
+    for path in sorted(object_locks):
+        root, name = posixpath.split(path)
+        stat = stats[path]
+        if stat is None or not paths.is_legacy_object_lock_name(name):
+            continue
+        detail = (
+            f"per-object lock in the old name form; the contract's is "
+            f"{root}/ark_{name[len('ark__') :]}"
+        )
+        if stat.ephemeralOwner:
+            detail += (
+                f"; held by session {stat.ephemeralOwner:#x} (a consumer of an older version "
+                "at work): it goes when that session ends"
             )
-            if stat.ephemeralOwner:
-                detail += (
-                    f"; held by session {stat.ephemeralOwner:#x} (a consumer of an older version "
-                    "at work): it goes when that session ends"
-                )
-            else:
-                detail += "; persistent, so nothing will remove it: safe to delete"
-            report.findings.append(
-                Finding("legacy-object-lock", path, detail, repairable=not stat.ephemeralOwner)
-            )
+        else:
+            detail += "; persistent, so nothing will remove it: safe to delete"
+        report.findings.append(
+            Finding("legacy-object-lock", path, detail, repairable=not stat.ephemeralOwner)
+        )
+
+
+@dataclass(frozen=True)
+class OrphanLock:
+    """A lock of a live console process's session that no thread of that process claims."""
+
+    path: str
+    consumer: str
+    session: int
+    czxid: int
+    age: float  # seconds since the lock was created
+
+    @property
+    def detail(self) -> str:
+        return (
+            f"orphan lock held by {self.consumer} (session {self.session:#x}) that no thread "
+            f"of it claims, for {self.age:.0f} s: nothing will release it while that process "
+            "runs (repair deletes it)"
+        )
+
+
+def lock_holder(session: int, held: Sequence[Registration]) -> str:
+    """Who holds a lock of ``session``, in words."""
+    if not session:
+        return "no session (a persistent node)"
+    for reg in held:
+        if reg.session == session:
+            return f"{reg.name} (session {session:#x})"
+    return f"session {session:#x}, a session that is not a console process"
+
+
+def orphan_locks(stats: Mapping[str, Any], held: Sequence[Registration]) -> list[OrphanLock]:
+    """The locks among ``stats`` (path -> stat or None) that are orphans.
+
+    A lock counts only once it is older than two of its process's publish intervals and the
+    process's registration was written at least one interval after the lock was made: a lock
+    just taken is not in the ledger the process last published. A process that does not
+    publish its whole ledger (an older version, a list cut short, a bad node) is not judged;
+    a session with no registration (Merritt's own consumers) is never an orphan's owner.
+    """
+    by_session = {reg.session: reg for reg in held if reg.session}
+    found = []
+    for path, stat in sorted(stats.items()):
+        if stat is None or not stat.ephemeralOwner:
+            continue
+        reg = by_session.get(stat.ephemeralOwner)
+        ledger = reg.ledger if reg is not None else None
+        if reg is None or ledger is None or path in ledger:
+            continue
+        age = _age(stat.ctime)
+        every = reg.publish_seconds
+        if age > 2 * every and (reg.written_ms - stat.ctime) / 1000 > every:
+            found.append(OrphanLock(path, reg.name, stat.ephemeralOwner, stat.czxid, age))
+    return found
+
+
+@dataclass(frozen=True)
+class LockSurvey:
+    """Every lock in the tree against the console processes that hold them (/consumers/)."""
+
+    at: datetime
+    locks: int
+    orphans: list[OrphanLock]
+    # Locks of sessions with no registration: Merritt's own consumers, or tools.
+    foreign: int
+
+
+def lock_survey(zk: Client) -> LockSurvey:
+    """Read every item and per-object lock (pipelined) and find the orphans among them."""
+    held = registrations(zk)
+    job_ids = [n for n in children(zk, paths.JOBS) if paths.JID_RE.fullmatch(n)]
+    item_locks = _item_lock_paths(zk, job_ids, batch_ids(zk))
+    stats = exists_many(zk, item_locks + _object_lock_paths(zk))
+    sessions = {reg.session for reg in held}
+    present = [s for s in stats.values() if s is not None and s.ephemeralOwner]
+    return LockSurvey(
+        at=datetime.now().astimezone(),
+        locks=len(present),
+        orphans=orphan_locks(stats, held),
+        foreign=sum(1 for s in present if s.ephemeralOwner not in sessions),
+    )
 
 
 def repair(zk: Client, report: Report, *, break_stale_locks: bool = False) -> list[str]:
@@ -429,6 +554,12 @@ def _repair_one(zk: Client, finding: Finding, *, break_stale_locks: bool) -> str
     if kind in ("incomplete-job", "incomplete-batch"):
         zk.delete(path, recursive=True)
         return f"removed abandoned {path}"
+    if kind == "orphan-lock":
+        stat = zk.exists(path)
+        if stat is None or (stat.ephemeralOwner, stat.czxid) != (finding.session, finding.czxid):
+            return ""
+        zk.delete(path, version=stat.version)
+        return f"deleted orphan lock {path} of session {finding.session:#x}"
     if kind == "legacy-object-lock":
         stat = zk.exists(path)
         if stat is None or stat.ephemeralOwner:

@@ -8,8 +8,11 @@ background threads:
 
 - the registration node (``queues/zk/consumers.py``) is rewritten every
   ``MRT_CONSUMER_PUBLISH_SECONDS`` (default 5): host, pid, version, steps, start time, each
-  thread's item and since when, draining/drained. It is ephemeral: a lost process vanishes with
-  its ZooKeeper session; after a lost session the next write creates it again.
+  thread's item and since when, draining/drained, and the locks the process believes it holds
+  (``queues.zk.locks.locks_held``). It is ephemeral: a lost process vanishes with its
+  ZooKeeper session; after a lost session the next write creates it again. Its owner being the
+  process's session, the consistency check and /consumers/ can tell a lock of that session that
+  no thread claims (an orphan) from one at work.
 - a drain request node is watched (and read again at each write): while it exists the daemons
   claim nothing, finish what they hold, and the node says ``drained`` once no thread holds
   anything. Deleting the request lets them claim again.
@@ -24,14 +27,18 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
 from queues.daemons.stephistory import StepRecorder, record_of
+from queues.daemons.vardir import ensure_shared_var_dir
 from queues.zk import consumers as zconsumers
 from queues.zk.errors import is_connection_error
+from queues.zk.locks import locks_held
 
 log = logging.getLogger("queues.daemons")
 
@@ -76,12 +83,20 @@ class ProcessObserver:
         publish_seconds: float | None = None,
         host: str | None = None,
         pid: int | None = None,
+        ledger: Callable[[], frozenset[str]] = locks_held,
+        var_dir: Path | None = None,
     ) -> None:
         self.zk = zk
         self.daemons = daemons
         self.host = host or socket.gethostname()
         self.pid = pid if pid is not None else os.getpid()
         self.name = zconsumers.consumer_name(self.host, self.pid)
+        # Before anything is claimed: a daemon whose MRT_VAR_DIR is not the shared one would
+        # fail every job whose working folder another host wrote (raises VarDirNotShared).
+        ensure_shared_var_dir(
+            zk, Path(var_dir if var_dir is not None else settings.MRT_VAR_DIR), host=self.host
+        )
+        self.ledger = ledger
         self.started = time.time()
         self.publish_seconds = float(
             publish_seconds
@@ -163,6 +178,7 @@ class ProcessObserver:
                 entry.update(held)
             threads.append(entry)
         steps = list(dict.fromkeys(d.name for d in self.daemons))
+        locks = sorted(self.ledger())
         return {
             "host": self.host,
             "pid": self.pid,
@@ -177,6 +193,8 @@ class ProcessObserver:
             "drained": self.draining and not busy,
             "drain": self._drain_info,
             "threads": threads,
+            "locks": locks[: zconsumers.LOCKS_PUBLISHED],
+            "locks_count": len(locks),
         }
 
     def _on_drain_event(self, _event: Any) -> None:

@@ -15,7 +15,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from queues import actions, history, stuck
+from queues import actions, history, selectors, stuck
 from queues.auth import OPERATOR, VIEWER, may
 from queues.zk import consumers as zconsumers
 from queues.zk.client import connected_client
@@ -24,7 +24,11 @@ from .common import HtmxHttpRequest, console_view, error_response, redirect_afte
 
 
 def consumers_context(user: Any) -> dict[str, Any]:
-    return {**stuck.consumer_processes(), "can_drain": may(user, "consumer", "drain")}
+    return {
+        **selectors.consumers_overview(),
+        "can_drain": may(user, "consumer", "drain"),
+        "can_repair": may(user, "consistency", "repair"),
+    }
 
 
 @require_GET

@@ -16,13 +16,22 @@ Outside the contract's folders, beside the local minter's counters, under the co
   The sorted names divide the state's fresh jobs between the loops (``zk.pipeline.ClaimShare``),
   so loops on several hosts do not all race for the same entries. A loop that drains or stops
   removes its node; a lost session takes it away by itself.
+- ``/mrt-console/var-dir``: persistent, JSON (token, path, host, at): the ``MRT_VAR_DIR`` the
+  daemons share, named by the first daemon process, which wrote the same token into a marker
+  file in that folder (``queues/daemons/vardir.py``).
+
+A registration node is written by any process that reaches the ensemble, so it is read as
+untrusted: :func:`registration_check` keeps the fields of the expected types and says what is
+wrong with the others, and a bad node is listed with an ``error`` rather than breaking a page.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -36,6 +45,7 @@ from .nodes import read_many
 CONSUMERS = f"{paths.CONSOLE}/consumers"
 DRAINS = f"{paths.CONSOLE}/consumer-drains"
 CLAIMERS = f"{paths.CONSOLE}/claimers"
+VAR_DIR = f"{paths.CONSOLE}/var-dir"
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 
 
@@ -133,26 +143,150 @@ def consumer_remove(zk: KazooClient, consumer: str) -> None:
         zk.delete(consumer_path(consumer))
 
 
-def consumers_list(zk: KazooClient) -> list[dict[str, Any]]:
-    """Every registered process's node (``name`` added), sorted by name; unreadable ones are
-    listed with an ``error``."""
+# What a registration node may hold, by key: the field's check and what it should be.
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 2000
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_seconds(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def _is_texts(value: Any) -> bool:
+    return isinstance(value, list) and all(_is_text(v) for v in value)
+
+
+def _is_flag(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "host": (_is_text, "a string"),
+    "pid": (_is_count, "a whole number"),
+    "version": (_is_text, "a string"),
+    "steps": (_is_texts, "a list of strings"),
+    "started": (_is_text, "a string"),
+    "updated": (_is_text, "a string"),
+    "publish_seconds": (_is_seconds, "a positive number"),
+    "handled": (_is_count, "a whole number"),
+    "failed": (_is_count, "a whole number"),
+    "draining": (_is_flag, "true or false"),
+    "drained": (_is_flag, "true or false"),
+    "locks": (_is_texts, "a list of strings"),
+    "locks_count": (_is_count, "a whole number"),
+}
+_THREAD_KEYS = ("thread", "step", "item", "kind", "state", "since")
+# Locks listed in a registration at most: a process holds a few dozen, and the node must stay
+# far below ZooKeeper's 1 MiB (``locks_count`` still says how many there were).
+LOCKS_PUBLISHED = 2000
+
+
+def registration_check(raw: Any) -> tuple[dict[str, Any], list[str]]:
+    """The fields of a registration node that have their expected type, and one line per field
+    that does not (left out). Keys nobody writes are dropped; a missing key is not a problem
+    (a process of an older version writes fewer)."""
+    if not isinstance(raw, dict):
+        return {}, [f"expected a JSON object, found {type(raw).__name__}"]
+    data: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, (valid, expected) in _FIELDS.items():
+        if key not in raw:
+            continue
+        if valid(raw[key]):
+            data[key] = raw[key]
+        else:
+            problems.append(f"{key} is not {expected}: {_excerpt(raw[key])}")
+    if "threads" in raw:
+        threads = raw["threads"]
+        if isinstance(threads, list) and all(
+            isinstance(t, dict) and all(_is_text(t.get(k, "")) for k in _THREAD_KEYS)
+            for t in threads
+        ):
+            data["threads"] = [{k: t[k] for k in _THREAD_KEYS if k in t} for t in threads]
+        else:
+            problems.append(f"threads is not a list of thread entries: {_excerpt(threads)}")
+    if "drain" in raw:
+        drain = raw["drain"]
+        if drain is None or (isinstance(drain, dict) and all(_is_text(v) for v in drain.values())):
+            data["drain"] = drain
+        else:
+            problems.append(f"drain is not an object of strings: {_excerpt(drain)}")
+    if "locks" in data and data.get("locks_count", len(data["locks"])) < len(data["locks"]):
+        problems.append("locks_count is smaller than the locks listed")
+        del data["locks"]
+    return data, problems
+
+
+def _excerpt(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One registration node as read: its valid fields, what is wrong with it, and who wrote
+    it (the node is ephemeral, so its owner is the live session of that process)."""
+
+    name: str
+    data: dict[str, Any]
+    problems: tuple[str, ...]
+    session: int
+    written_ms: int
+
+    @property
+    def publish_seconds(self) -> float:
+        return float(self.data.get("publish_seconds", 5))
+
+    @property
+    def ledger(self) -> frozenset[str] | None:
+        """The locks the process says it holds, or None when it does not say them all (an
+        older version, a list cut at LOCKS_PUBLISHED, a bad node)."""
+        locks = self.data.get("locks")
+        if locks is None or self.data.get("locks_count", len(locks)) != len(locks):
+            return None
+        return frozenset(locks)
+
+
+def registrations(zk: KazooClient) -> list[Registration]:
+    """Every registration node, sorted by name (one pipelined read)."""
     try:
         names = sorted(zk.get_children(CONSUMERS))
     except NoNodeError:
         return []
-    found = []
     reads = read_many(zk, [f"{CONSUMERS}/{n}" for n in names])
+    found = []
     for n in names:
-        path = f"{CONSUMERS}/{n}"
-        read = reads.get(path)
+        read = reads.get(f"{CONSUMERS}/{n}")
         if read is None:
             continue  # gone between the listing and the read
+        body, stat = read
         try:
-            data = decode_json(path, read[0])
+            data, problems = registration_check(decode_json(f"{CONSUMERS}/{n}", body))
         except MalformedNode as exc:
-            data = {"error": str(exc)}
-        data["name"] = n
-        found.append(data)
+            data, problems = {}, [exc.reason]
+        found.append(Registration(n, data, tuple(problems), stat.ephemeralOwner, stat.mtime))
+    return found
+
+
+def consumers_list(zk: KazooClient) -> list[dict[str, Any]]:
+    """Every registered process's node (``name`` and ``session`` added), sorted by name; a
+    node with fields of the wrong type keeps its good ones and says what is wrong in
+    ``error``."""
+    found = []
+    for reg in registrations(zk):
+        entry = {**reg.data, "name": reg.name, "session": f"{reg.session:#x}"}
+        if reg.problems:
+            entry["error"] = "; ".join(reg.problems)
+        found.append(entry)
     return found
 
 
@@ -237,3 +371,26 @@ def drains_prune(zk: KazooClient, *, keep: str = "") -> int:
         except (NoNodeError, NotEmptyError):
             pass
     return removed
+
+
+def var_dir_read(zk: KazooClient) -> dict[str, Any] | None:
+    """The shared folder's record (None: no daemon named one yet); MalformedNode when the
+    node is not a JSON object."""
+    try:
+        body, _stat = zk.get(VAR_DIR)
+    except NoNodeError:
+        return None
+    return decode_json(VAR_DIR, body)
+
+
+def var_dir_claim(zk: KazooClient, record: dict[str, Any]) -> dict[str, Any]:
+    """Name ``record`` as the shared folder unless a process did first; returns the record
+    that stands."""
+    try:
+        zk.create(VAR_DIR, encode_json(record), makepath=True)
+    except NodeExistsError:
+        standing = var_dir_read(zk)
+        if standing is not None:
+            return standing
+        return var_dir_claim(zk, record)  # removed between the create and the read
+    return record

@@ -1,0 +1,177 @@
+"""Orphan locks (issue 23, item 1): a lock held by a running console process's live session
+that no thread of it claims is reported by the consistency check, ``queuecheck``,
+/consumers/ and /api/consumers, and repaired by deleting that very node; a lock in the
+process's ledger, a lock just taken and a lock of a session that is not a console process are
+not orphans."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from queues import check, selectors
+from queues.daemons.registration import ProcessObserver
+from queues.zk import client as zkmod
+from queues.zk import paths
+
+from .conftest import SlowStep, wait_for
+
+STORAGE_LOCK = f"{paths.STORAGE_LOCKS}/{paths.object_lock_name('ark:/99999/fk4orphan')}"
+
+
+class Ledger:
+    """What the process believes it holds, as ``queues.zk.locks.LockLedger`` tells it."""
+
+    def __init__(self) -> None:
+        self.paths: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self.paths)
+
+
+class Consumer:
+    """A registered console process: its own ZooKeeper session, its registration publishing
+    the ledger every ``publish_seconds``."""
+
+    def __init__(self, zk_hosts: str, *, publish_seconds: float = 0.2) -> None:
+        self.zk = zkmod.connect(zk_hosts)
+        self.ledger = Ledger()
+        self.observer = ProcessObserver(
+            self.zk,
+            [SlowStep(zk=self.zk)],
+            record=False,
+            publish_seconds=publish_seconds,
+            host="worker9",
+            pid=99,
+            ledger=self.ledger,
+        )
+        self.observer.start()
+        self.session = self.zk.client_id[0]
+
+    def lock(self, path: str, *, in_ledger: bool) -> None:
+        self.zk.create(path, b"", ephemeral=True, makepath=True)
+        if in_ledger:
+            self.ledger.paths.add(path)
+
+    def close(self) -> None:
+        self.observer.stop()
+        self.zk.stop()
+        self.zk.close()
+
+
+@pytest.fixture
+def consumer(zk_hosts: str) -> Iterator[Consumer]:
+    made = Consumer(zk_hosts)
+    yield made
+    made.close()
+
+
+def _orphans(zk: Any) -> list[str]:
+    return [
+        f.path for f in check.run_check(zk, recheck_seconds=0).findings if f.kind == "orphan-lock"
+    ]
+
+
+def test_the_check_reports_a_lock_no_thread_of_its_console_process_claims(
+    zk, consumer, other_zk, make_job
+) -> None:
+    orphan, working, foreign = (make_job("Estimating") for _ in range(3))
+    orphan_lock = paths.job_node(orphan.jid, "lock")
+    working_lock = paths.job_node(working.jid, "lock")
+    foreign_lock = paths.job_node(foreign.jid, "lock")
+    consumer.lock(orphan_lock, in_ledger=False)
+    consumer.lock(STORAGE_LOCK, in_ledger=False)
+    consumer.lock(working_lock, in_ledger=True)
+    # Merritt's own consumers do not register: their locks are theirs, never orphans.
+    other_zk.create(foreign_lock, b"", ephemeral=True)
+
+    wait_for(lambda: len(_orphans(zk)) == 2, timeout=20)
+    report = check.run_check(zk, stale_lock_seconds=0)
+    found = {f.path: f for f in report.by_kind()["orphan-lock"]}
+    assert sorted(found) == sorted([orphan_lock, STORAGE_LOCK])
+    session = f"{consumer.session:#x}"
+    assert found[orphan_lock].detail.startswith(
+        f"orphan lock held by worker9-99 (session {session}) that no thread of it claims"
+    )
+    assert found[orphan_lock].repairable
+    stale = {f.path: f.detail for f in report.by_kind()["stale-lock"]}
+    assert f"by worker9-99 (session {session})" in stale[working_lock]
+    assert "a session that is not a console process" in stale[foreign_lock]
+
+    out = StringIO()
+    call_command("queuecheck", stdout=out, stderr=StringIO())
+    assert "orphan-lock" in out.getvalue() and orphan_lock in out.getvalue()
+
+    lines = check.repair(zk, report)
+    assert f"deleted orphan lock {orphan_lock} of session {session}" in lines
+    assert f"deleted orphan lock {STORAGE_LOCK} of session {session}" in lines
+    assert zk.exists(orphan_lock) is None and zk.exists(STORAGE_LOCK) is None
+    # The lock a thread works under and the other session's lock are left alone.
+    assert zk.exists(working_lock).ephemeralOwner == consumer.session
+    assert zk.exists(foreign_lock) is not None
+    assert _orphans(zk) == []
+
+
+def test_repair_leaves_a_lock_taken_again_since_the_check(zk, consumer, make_job) -> None:
+    job = make_job("Estimating")
+    lock = paths.job_node(job.jid, "lock")
+    consumer.lock(lock, in_ledger=False)
+    wait_for(lambda: _orphans(zk) == [lock], timeout=20)
+    report = check.run_check(zk, recheck_seconds=0)
+    # Released and taken again (now by a thread that claims it) before the repair runs.
+    consumer.zk.delete(lock)
+    consumer.lock(lock, in_ledger=True)
+    assert check.repair(zk, report) == []
+    assert zk.exists(lock).ephemeralOwner == consumer.session
+
+
+def test_a_lock_taken_after_the_last_published_ledger_is_not_an_orphan(
+    zk, zk_hosts, make_job
+) -> None:
+    # This process publishes once a minute: its ledger was written before the lock was taken.
+    slow = Consumer(zk_hosts, publish_seconds=60)
+    try:
+        job = make_job("Estimating")
+        slow.lock(paths.job_node(job.jid, "lock"), in_ledger=False)
+        assert _orphans(zk) == []
+    finally:
+        slow.close()
+
+
+@pytest.mark.django_db
+def test_consumers_page_and_api_show_the_orphan_lock_under_its_process(
+    zk, consumer, viewer, make_user, make_job
+) -> None:
+    from queues.audit import ApiToken
+
+    orphan, working = make_job("Estimating"), make_job("Estimating")
+    orphan_lock = paths.job_node(orphan.jid, "lock")
+    working_lock = paths.job_node(working.jid, "lock")
+    consumer.lock(orphan_lock, in_ledger=False)
+    consumer.lock(working_lock, in_ledger=True)
+    wait_for(lambda: _orphans(zk) == [orphan_lock], timeout=20)
+    selectors.consumer_lock_survey_reset()
+
+    response = viewer.get("/consumers/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'id="orphans-worker9-99"' in page
+    assert f"<code>{orphan_lock}</code>" in page
+    assert working_lock not in page
+    assert 'id="orphan-total"' in page
+
+    _token, key = ApiToken.issue(user=make_user("viewer", "api-viewer"), name="t")
+    answer = viewer.get("/api/consumers", HTTP_AUTHORIZATION=f"Bearer {key}").json()
+    (entry,) = answer["consumers"]
+    assert [o["path"] for o in entry["orphan_locks"]] == [orphan_lock]
+    assert entry["orphan_locks"][0]["session"] == f"{consumer.session:#x}"
+    assert answer["orphan_total"] == 1
+    assert answer["locks"]["held"] == 2 and answer["locks"]["foreign"] == 0
+    selectors.consumer_lock_survey_reset()
