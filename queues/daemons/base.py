@@ -145,12 +145,15 @@ class SessionGate:
         return self._connected.is_set()
 
     def send_if_current(self, generation: int, send: Callable[[], R]) -> R:
-        """Run ``send`` (which hands requests to the client) unless a session was lost since
-        ``generation``: then LockLost, and nothing is sent.
+        """Run ``send`` unless a session was lost since ``generation``: then LockLost, and
+        nothing is sent.
 
         The client calls ``on_state("LOST")`` before it fails the requests still queued for the
         expired session, and ``on_state`` waits for this lock: a request sent here either goes
         out in the session that holds the locks or is failed with it, never sent in a new one.
+        So ``send`` must only hand requests to the client (kazoo's ``*_async`` calls) and
+        return their answers unread: waiting for an answer here would keep the connection
+        thread from failing it, and both would wait for ever.
         """
         with self._lock:
             if self.generation != generation:

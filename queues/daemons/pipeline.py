@@ -53,6 +53,7 @@ from queues.zk.jobs import (
     write_mark,
     written_since,
 )
+from queues.zk.locks import ledger_of
 from queues.zk.nodes import collect_reads, start_reads
 from queues.zk.pipeline import (
     ClaimShare,
@@ -61,8 +62,9 @@ from queues.zk.pipeline import (
     PendingRetry,
     Pick,
     StateListing,
-    release_locks,
+    collect_releases,
     send_exists,
+    send_releases,
     session_id,
 )
 from queues.zk.records import Job
@@ -305,14 +307,18 @@ class JobPipeline:
             self.kept.pop(jid, None)
             self.known.pop(jid, None)
         if mine:
+            # Sent under the gate, waited for outside it: the client's connection thread takes
+            # the gate's lock when the session is lost, before it fails the requests still
+            # waiting for an answer (these deletes among them).
             try:
-                self.daemon.gate.send_if_current(
-                    now.generation, lambda: release_locks(self.zk, mine)
+                sent = self.daemon.gate.send_if_current(
+                    now.generation, lambda: send_releases(self.zk, mine)
                 )
             except LockLost:
-                pass
+                return
+            try:
+                collect_releases(self.zk, sent)
             except Exception as exc:
-                # Ephemeral: what cannot be deleted now goes with the session.
                 log.warning("%s: giving back %d locks failed: %s", self.daemon.name, len(mine), exc)
 
     # The loop -----------------------------------------------------------------------------------
@@ -366,6 +372,7 @@ class JobPipeline:
             self._abandon()
         except Exception as exc:
             log.warning("%s: stopping: %s", self.daemon.name, exc)
+        self._drop_in_hand()
         try:
             self.share.leave()
         except Exception as exc:
@@ -387,8 +394,7 @@ class JobPipeline:
                 self._abandon()  # what this loop holds goes back; it starts again afresh
             except Exception:
                 log.debug("%s: giving back after an error failed", self.daemon.name, exc_info=True)
-            self.inflight.clear()
-            self.pending.clear()
+            self._drop_in_hand()
             return False
         finally:
             close_old_connections()
@@ -521,6 +527,27 @@ class JobPipeline:
             jids.update(p.jid for picks, _answer in retry.answers for p in picks)
         return jids
 
+    def _drop_in_hand(self) -> None:
+        """Forget every job this loop still has in hand (after an error, or when it stops):
+        their locks, which the server may still hold for this session, are left to the lock
+        reconciler, which deletes them. Without it they would pin the jobs for as long as the
+        session lives."""
+        jids = set(self.holding)
+        jids.update(w.job.jid for flight in self.inflight for w in flight.works)
+        for batch in self.pending:
+            jids.update(p.jid for p in batch.picks)
+        for retry, _holding in self.retries:
+            jids.update(p.jid for picks, _answer in retry.answers for p in picks)
+        self.inflight.clear()
+        self.pending.clear()
+        self.retries.clear()
+        self.holding.clear()
+        self.kept.clear()
+        self.known.clear()
+        if self.keeper is not None:
+            self.keeper.arrived(list(jids))
+        ledger_of(self.zk).in_doubt(zpaths.job_node(jid, "lock") for jid in sorted(jids))
+
     def _abandon(self) -> None:
         """Stop claiming (a drain, a suspended connection, a stop): the batches sent but not
         started are given back with every kept lock; the moves under way are collected."""
@@ -630,13 +657,14 @@ class JobPipeline:
         daemon = self.daemon
         now = flight.holding
 
-        def guard(fn: Any) -> Any:
+        def gate(send: Any) -> Any:
+            # Sends only: the answer is waited for outside the gate's lock.
             if session_id(self.zk) != now.session:
                 raise LockLost()
-            return daemon.gate.send_if_current(now.generation, fn)
+            return daemon.gate.send_if_current(now.generation, send)
 
         try:
-            outcomes = flight.move.collect(guard)
+            outcomes = flight.move.collect(gate)
         except LockLost:
             outcomes = [NotFound("lock lost with the session")] * len(flight.works)
         except Exception as exc:

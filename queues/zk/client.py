@@ -25,6 +25,7 @@ from kazoo.retry import KazooRetry
 from . import paths
 from .errors import Unavailable
 from .kazoo_private import Handler
+from .locks import adopt
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,8 @@ def client() -> KazooClient:
         if _client is None:
             zk = connect()
             zk.add_listener(_on_state)
+            # The process's locks are noted in one ledger, reconciled with this session's.
+            adopt(zk)
             _client = zk
         return _client
 

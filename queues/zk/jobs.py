@@ -12,15 +12,22 @@ from datetime import datetime
 from typing import Any
 
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 
 from queues.states import JOB, InvalidTransition, JobState, job_batch_folder, job_resume_target
 
 from . import paths
 from .codecs import decode_int, decode_json, decode_str, encode_int, encode_json, now_stamp
-from .errors import Conflict, ItemLocked, MalformedNode, NotFound, StaleVersion
+from .errors import (
+    Conflict,
+    ItemLocked,
+    MalformedNode,
+    NotFound,
+    StaleVersion,
+    is_connection_error,
+)
 from .kazoo_private import Multi
-from .locks import lock_release
+from .locks import ledger_of, lock_release
 from .nodes import (
     children,
     collect_reads,
@@ -477,19 +484,59 @@ def job_transition(
     return transition_apply(zk, plan)
 
 
-def transition_apply(zk: KazooClient, plan: TransitionPlan, *, require_lock: bool = False) -> Job:
+class _Gated:
+    """A multi whose request is handed to the server through ``gate`` (which may refuse to
+    send it); its answer is waited for outside ``gate``."""
+
+    def __init__(self, txn: Multi, gate: Callable[[Callable[[], Any]], Any]) -> None:
+        self.txn = txn
+        self.gate = gate
+
+    def commit(self) -> list[Any]:
+        return list(self.gate(self.txn.commit_async).get())
+
+
+def transition_apply(
+    zk: KazooClient,
+    plan: TransitionPlan,
+    *,
+    require_lock: bool = False,
+    gate: Callable[[Callable[[], Any]], Any] | None = None,
+) -> Job:
     """Write one planned move (see ``job_transition``), repairing the index when it must.
 
     A plan that releases the lock goes ahead without it when the lock has vanished meanwhile,
-    unless ``require_lock``: then, as for a kept lock, nothing is written without it.
+    unless ``require_lock``: then, as for a kept lock, nothing is written without it. ``gate``
+    is handed each write's sending (``SessionGate.send_if_current`` of the daemons: it refuses
+    once the session that took the lock is gone); the answer is waited for outside it.
     """
-    job = plan.job
 
     def attempt(deletes: Sequence[str], creates: Sequence[str], lock: str | None) -> None:
         txn = Multi(zk)
         plan.add_to(txn, deletes, creates, lock=lock)
-        commit(txn, what=plan.what)
+        commit(txn if gate is None else _Gated(txn, gate), what=plan.what)
 
+    try:
+        moved = _apply(zk, plan, attempt, require_lock=require_lock)
+    except Exception as exc:
+        if plan.lock == "release" and is_connection_error(exc):
+            # Unanswered: the lock may be gone with the move or still there; no one works
+            # under it any more, and the reconciler looks once the connection is back.
+            ledger_of(zk).in_doubt((plan.lock_path,))
+        raise
+    if plan.lock == "release":
+        ledger_of(zk).given_up((plan.lock_path,))
+    return moved
+
+
+def _apply(
+    zk: KazooClient,
+    plan: TransitionPlan,
+    attempt: Callable[[Sequence[str], Sequence[str], str | None], None],
+    *,
+    require_lock: bool,
+) -> Job:
+    job = plan.job
     try:
         try:
             # The usual case, in one round trip: the index is where the status says and the
@@ -734,14 +781,23 @@ class JobClaimer:
     def _try(self, entry: str, jid: str, accept: Callable[[Job], bool] | None) -> Job | object:
         """The job, locked; TAKEN when another consumer has it; SKIPPED when it is not for us."""
         lock_path = paths.job_node(jid, "lock")
+        ledger = ledger_of(self.zk)
+        if not ledger.claim(lock_path):
+            return TAKEN  # another thread of this process has it
         txn = self.zk.transaction()
         txn.check(entry, -1)
         txn.create(lock_path, b"", ephemeral=True)
         try:
-            locked = not any(isinstance(r, Exception) for r in txn.commit())
+            results = txn.commit()
         except (NodeExistsError, NoNodeError):
-            locked = False
-        if not locked:
+            results = [NoNodeError()]
+        except Exception as exc:
+            # Unanswered: the server may hold the lock for this session (the reconciler looks).
+            (ledger.in_doubt if is_connection_error(exc) else ledger.given_up)((lock_path,))
+            raise
+        locked = not any(isinstance(r, Exception) for r in results)
+        if not locked and not self._ours_already(results, lock_path):
+            ledger.given_up((lock_path,))
             return TAKEN  # locked by another consumer, moved on, or deleted
         try:
             job = job_load(self.zk, jid)
@@ -752,6 +808,17 @@ class JobClaimer:
             lock_release(self.zk, lock_path)
             return SKIPPED
         return job
+
+    def _ours_already(self, results: list[Any], lock_path: str) -> bool:
+        """Whether a claim refused only for its lock found this session's own lock there (a
+        create answered with ConnectionLoss that the server had applied): then it is ours."""
+        if len(results) != 2 or not isinstance(results[1], NodeExistsError):
+            return False
+        if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+            return False
+        stat = self.zk.exists(lock_path)
+        ident = self.zk.client_id
+        return stat is not None and ident is not None and stat.ephemeralOwner == ident[0]
 
 
 def job_acquire(

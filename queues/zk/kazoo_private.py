@@ -32,6 +32,10 @@ internals read in kazoo's source of the versions in ``WRITTEN_FOR``:
    kazoo drops every watch it holds (``KazooClient._reset_watchers``) and calls each with an
    event of type NONE and no path; it does not set them again on reconnect. Our watchers treat
    that event as "the connection dropped" and arm again themselves on CONNECTED.
+7. ``session_ephemerals``: ZooKeeper's ``getEphemerals`` (opcode 103, servers 3.6 and later),
+   which kazoo has no call for: the ephemeral nodes the server holds for this client's session.
+   Sent through ``send`` (2. above) as a request of our own; the server matches the prefix as
+   text against full paths, so the chroot goes on the prefix and comes off the answer.
 
 Upgrading kazoo: read each of these against the new version's source (the names above), run
 ``tests/core/test_kazoo_private.py``, ``tests/core/test_multiread.py`` and ``tests/live``, then
@@ -325,3 +329,42 @@ def spawn(zk: KazooClient, func: Callable[[], None]) -> None:
     """Run ``func`` on a thread of the client's handler (from a state listener, which runs on
     kazoo's connection thread and must not call ZooKeeper itself)."""
     zk.handler.spawn(func)
+
+
+# 7. The ephemeral nodes of this session ----------------------------------------------------
+
+
+class _GetEphemerals:
+    """``GetEphemeralsRequest {ustring prefixPath}``; the answer is ``{vector<ustring>}``."""
+
+    type = 103
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def serialize(self) -> bytes:
+        return _string(self.prefix)
+
+    @classmethod
+    def deserialize(cls, buffer: Any, offset: int) -> list[str]:
+        (count,) = _INT.unpack_from(buffer, offset)
+        offset += _INT.size
+        found: list[str] = []
+        for _ in range(max(count, 0)):
+            (length,) = _INT.unpack_from(buffer, offset)
+            offset += _INT.size
+            found.append(bytes(buffer[offset : offset + max(length, 0)]).decode())
+            offset += max(length, 0)
+        return found
+
+
+def session_ephemerals(zk: KazooClient) -> list[str]:
+    """The ephemeral nodes this session owns under the client's chroot (chroot-less paths).
+
+    Raises ``UnimplementedError`` from a server older than 3.6, and the connection errors of
+    any request.
+    """
+    root = _root(zk.chroot)
+    found: list[str] = send(zk, _GetEphemerals(root + "/")).get()
+    return [p[len(root) :] for p in found if p.startswith(root + "/")]

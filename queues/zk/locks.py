@@ -2,56 +2,152 @@
 
 An item lock is the item's ephemeral ``lock`` child: whoever creates it owns the item until it
 deletes the node or its session ends. Holds are persistent empty markers under ``/locks``.
+
+A create or delete answered with ConnectionLoss may have been applied by the server, and the
+session usually survives the outage: a lock nobody works under would then pin its item for as
+long as the process lives. So every lock taken or given up is noted in the client's
+:class:`LockLedger`, and a :class:`Reconciler` compares it with what the server holds for the
+session after every reconnect and every request left in doubt, deleting the orphans.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, UnimplementedError
+from kazoo.protocol.states import KazooState, KeeperState
 
 from . import paths
+from .errors import is_connection_error
+from .kazoo_private import session_ephemerals
 from .nodes import children, exists_many, stamp
+
+log = logging.getLogger(__name__)
 
 
 class LockLedger:
-    """The ephemeral locks this process believes it holds (chroot-less paths).
+    """The ephemeral locks one client's session holds as far as this process knows.
 
     Every place that takes or gives up a lock notes it here, so the process can tell a lock of
     its session that a thread works under from one that nobody claims (an orphan: a create or
     delete answered with ConnectionLoss that the server had in fact applied). The consumer
     registration publishes it; the consistency check and /consumers/ compare it with the
-    server's locks and their ``ephemeralOwner``.
+    server's locks and their ``ephemeralOwner``; the :class:`Reconciler` deletes the orphans.
+
+    ``doubt`` holds the locks whose create or delete came back without an answer: the server
+    may or may not hold them. A lock stays in doubt until a reconciliation has looked at it,
+    even when a thread takes it meanwhile (a claim that then fails on it leaves it there).
+
+    While a reconciliation runs, every lock taken or given up is also noted in ``_touched``:
+    the reconciler's view of the server is from before, and it leaves such a lock alone (it may
+    have been given up and taken since by another client).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: set[str] = set()
+        self._doubt: set[str] = set()
+        self._touched: set[str] | None = None
+        self.on_doubt: Callable[[], None] | None = None  # the reconciler's wake-up
+
+    def _touch(self, paths_: Iterable[str]) -> None:
+        if self._touched is not None:
+            self._touched.update(paths_)
+
+    def claim(self, path: str) -> bool:
+        """Note ``path`` as taken unless another thread of this process holds it already."""
+        with self._lock:
+            if path in self._held:
+                return False
+            self._held.add(path)
+            self._touch((path,))
+            return True
 
     def taken(self, paths_: Iterable[str]) -> None:
+        """Note locks about to be created (before the request leaves, so that a reconciliation
+        never takes one of them for an orphan)."""
+        paths_ = list(paths_)
         with self._lock:
             self._held.update(paths_)
+            self._touch(paths_)
 
     def given_up(self, paths_: Iterable[str]) -> None:
+        """Note locks deleted, or not taken after all (after their request was sent)."""
+        paths_ = list(paths_)
         with self._lock:
             self._held.difference_update(paths_)
+            self._touch(paths_)
+
+    def in_doubt(self, paths_: Iterable[str]) -> None:
+        """No thread works under these locks any more, but the server may still hold them (a
+        create or delete answered with a connection error): the reconciler looks."""
+        paths_ = list(paths_)
+        if not paths_:
+            return
+        with self._lock:
+            self._held.difference_update(paths_)
+            self._doubt.update(paths_)
+            self._touch(paths_)
+        if self.on_doubt is not None:
+            self.on_doubt()
 
     def forget_all(self) -> None:
         """The session is gone, and every ephemeral lock with it."""
         with self._lock:
             self._held.clear()
+            self._doubt.clear()
+            self._touch(())
 
     def held(self) -> frozenset[str]:
         with self._lock:
             return frozenset(self._held)
 
+    def doubtful(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._doubt)
+
+    def begin_check(self) -> None:
+        with self._lock:
+            self._touched = set()
+
+    def end_check(self, checked: Iterable[str]) -> None:
+        """The reconciliation is over: ``checked`` are settled unless touched meanwhile."""
+        with self._lock:
+            touched = self._touched or set()
+            self._doubt.difference_update(p for p in checked if p not in touched)
+            self._touched = None
+
+    def send_deletes(self, zk: KazooClient, orphans: Iterable[str]) -> list[tuple[str, Any]]:
+        """Send a delete of each orphan that no thread holds and none took or gave up since the
+        check began; returns the requests under way (waited for by the caller, not here).
+
+        The requests are queued under the ledger's lock, so a thread that claims one of these
+        paths afterwards sends its create after the delete, and the server applies them in
+        that order.
+        """
+        sent = []
+        with self._lock:
+            touched = self._touched or set()
+            for path in orphans:
+                if path not in self._held and path not in touched:
+                    sent.append((path, zk.delete_async(path)))
+        return sent
+
 
 LEDGER = LockLedger()
+
+# Each client's ledger: the process's shared client has LEDGER (``adopt``); any other client
+# (a test's second consumer, a tool's own connection) gets one of its own on first use.
+_ledgers: weakref.WeakKeyDictionary[KazooClient, LockLedger] = weakref.WeakKeyDictionary()
+_ledgers_lock = threading.Lock()
 
 
 def locks_held() -> frozenset[str]:
@@ -59,27 +155,211 @@ def locks_held() -> frozenset[str]:
     return LEDGER.held()
 
 
+def ledger_of(zk: KazooClient) -> LockLedger:
+    """The ledger of ``zk``'s locks, with its reconciler listening to the client's states."""
+    with _ledgers_lock:
+        ledger = _ledgers.get(zk)
+        if ledger is None:
+            ledger = _ledgers[zk] = LockLedger()
+            Reconciler(zk, ledger).listen()
+        return ledger
+
+
+def adopt(zk: KazooClient) -> None:
+    """Make LEDGER the ledger of ``zk``, the process's shared client (``client.client``)."""
+    with _ledgers_lock:
+        if _ledgers.get(zk) is not LEDGER:
+            LEDGER.forget_all()  # a new client: what an earlier one held went with its session
+            _ledgers[zk] = LEDGER
+            Reconciler(zk, LEDGER).listen()
+
+
+def is_item_lock(path: str) -> bool:
+    """Whether ``path`` is an item's lock or a per-object lock (what the ledger keeps)."""
+    if path.startswith((paths.STORAGE_LOCKS + "/", paths.INVENTORY_LOCKS + "/")):
+        return True
+    return path.endswith("/lock") and path.startswith(
+        (paths.JOBS + "/", paths.BATCHES + "/", paths.ACCESS + "/")
+    )
+
+
+def session_of(zk: KazooClient) -> int | None:
+    ident = zk.client_id
+    return ident[0] if ident else None
+
+
+class Reconciler:
+    """Deletes the locks the server holds for this client's session that no thread claims.
+
+    It runs after the connection comes back with the session kept (CONNECTED after SUSPENDED:
+    a create or delete sent just before may have been applied without an answer) and whenever a
+    lock request ended in doubt, in a short-lived thread of its own (a state listener must not
+    call ZooKeeper). It asks the server for the session's ephemeral nodes (``getEphemerals``,
+    ZooKeeper 3.6 and later); an older server is asked about each lock in doubt instead. A run
+    that meets a connection error is tried again with back-off until it is done, or until the
+    session is gone (then the ledger is empty and nothing is left to do).
+    """
+
+    FIRST_DELAY = 0.2
+    MAX_DELAY = 5.0
+
+    def __init__(self, zk: KazooClient, ledger: LockLedger) -> None:
+        self.zk = zk
+        self.ledger = ledger
+        self._lock = threading.Lock()
+        self._wanted = False
+        self._running = False
+        self._suspended = False
+        self._wake = threading.Event()
+        self.runs = 0  # reconciliations completed (tests and the log)
+
+    def listen(self) -> None:
+        self.ledger.on_doubt = self.request
+        self.zk.add_listener(self.on_state)
+
+    def on_state(self, state: str) -> None:
+        """kazoo's connection thread: flags only, and a thread started."""
+        if state == KazooState.LOST:
+            self._suspended = False
+            self.ledger.forget_all()
+        elif state == KazooState.SUSPENDED:
+            self._suspended = True
+        elif state == KazooState.CONNECTED:
+            self._wake.set()
+            if self._suspended:
+                self._suspended = False
+                self.request()
+
+    def request(self) -> None:
+        """Reconcile soon (now when connected, else once the connection is back)."""
+        with self._lock:
+            self._wanted = True
+            if self._running:
+                self._wake.set()
+                return
+            self._running = True
+        threading.Thread(target=self._run, name="lock-reconciler", daemon=True).start()
+
+    def _run(self) -> None:
+        delay = self.FIRST_DELAY
+        while True:
+            with self._lock:
+                if not self._wanted or self.zk.client_state == KeeperState.CLOSED:
+                    self._running = False
+                    return
+                self._wanted = False
+            self._wake.clear()
+            try:
+                if not self.zk.connected:
+                    raise ConnectionLoss("not connected")
+                self.reconcile()
+                delay = self.FIRST_DELAY
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    log.exception("lock reconciliation failed")
+                with self._lock:
+                    self._wanted = True
+                self._wake.wait(delay)
+                delay = min(delay * 2, self.MAX_DELAY)
+
+    def reconcile(self) -> list[str]:
+        """One reconciliation; returns the orphan locks it deleted."""
+        ledger = self.ledger
+        session = session_of(self.zk)
+        ledger.begin_check()
+        doubt = ledger.doubtful()
+        checked: set[str] = set(doubt)
+        try:
+            try:
+                ours = {p for p in session_ephemerals(self.zk) if is_item_lock(p)}
+            except UnimplementedError:
+                stats = exists_many(self.zk, sorted(doubt))
+                ours = {
+                    p for p, s in stats.items() if s is not None and s.ephemeralOwner == session
+                }
+            checked.update(ours)
+            if session_of(self.zk) != session:
+                return []  # a new session: the old one's locks are gone with it
+            sent = ledger.send_deletes(self.zk, sorted(ours))
+            deleted = []
+            for path, answer in sent:
+                try:
+                    answer.get()
+                except NoNodeError:
+                    continue
+                deleted.append(path)
+        except BaseException:
+            ledger.end_check(())
+            raise
+        ledger.end_check(checked)
+        self.runs += 1
+        if deleted:
+            log.warning(
+                "deleted %d lock(s) this session held that no thread works under: %s",
+                len(deleted),
+                ", ".join(deleted[:20]),
+            )
+        return deleted
+
+
 def lock_create(zk: KazooClient, path: str) -> bool:
-    """Take an item's ephemeral lock; False when another client has it or the item is gone."""
-    try:
-        zk.create(path, b"", ephemeral=True)
-    except (NodeExistsError, NoNodeError):
+    """Take an item's ephemeral lock; False when another client (or another thread of this
+    process) has it or the item is gone.
+
+    A lock that exists already and belongs to this session (a create answered with
+    ConnectionLoss that the server had applied, or a release that failed) is this caller's to
+    work under. A create answered with a connection error leaves the lock in doubt (the
+    reconciler looks once the connection is back) and raises.
+    """
+    ledger = ledger_of(zk)
+    if not ledger.claim(path):
         return False
+    try:
+        try:
+            zk.create(path, b"", ephemeral=True)
+        except NodeExistsError:
+            stat = zk.exists(path)
+            if stat is not None and stat.ephemeralOwner == session_of(zk):
+                return True
+            ledger.given_up((path,))
+            return False
+        except NoNodeError:
+            ledger.given_up((path,))
+            return False
+    except Exception as exc:
+        if is_connection_error(exc):
+            ledger.in_doubt((path,))
+        else:
+            ledger.given_up((path,))
+        raise
     return True
 
 
 def lock_owned(zk: KazooClient, path: str) -> bool:
     stat = zk.exists(path)
-    return stat is not None and stat.ephemeralOwner == zk.client_id[0]
+    return stat is not None and stat.ephemeralOwner == session_of(zk)
 
 
 def lock_release(zk: KazooClient, path: str) -> None:
-    """Delete the lock if this session owns it; another session's lock is left alone."""
-    stat = zk.exists(path)
-    if stat is None or stat.ephemeralOwner != zk.client_id[0]:
+    """Delete the lock if this session owns it; another session's lock is left alone.
+
+    A release that meets a connection error is left to the reconciler, which deletes the lock
+    once the connection is back (or finds it gone with the session): the caller goes on.
+    """
+    ledger = ledger_of(zk)
+    try:
+        stat = zk.exists(path)
+        if stat is not None and stat.ephemeralOwner == session_of(zk):
+            with contextlib.suppress(NoNodeError):
+                zk.delete(path, version=stat.version)
+    except Exception as exc:
+        if not is_connection_error(exc):
+            ledger.given_up((path,))
+            raise
+        log.info("releasing %s: %s; the lock reconciler will delete it", path, exc)
+        ledger.in_doubt((path,))
         return
-    with contextlib.suppress(NoNodeError):
-        zk.delete(path, version=stat.version)
+    ledger.given_up((path,))
 
 
 def lock_break(zk: KazooClient, path: str) -> bool:
@@ -88,6 +368,8 @@ def lock_break(zk: KazooClient, path: str) -> bool:
         zk.delete(path)
     except NoNodeError:
         return False
+    finally:
+        ledger_of(zk).given_up((path,))
     return True
 
 

@@ -36,7 +36,6 @@ import time
 import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -44,9 +43,10 @@ from kazoo.exceptions import NoNodeError, RolledBackError, RuntimeInconsistency
 
 from . import paths
 from .consumers import claimer_join, claimer_leave, claimers_list
-from .errors import Conflict, InvalidTransition, NotFound
+from .errors import Conflict, InvalidTransition, NotFound, is_connection_error
 from .jobs import TransitionPlan, transition_apply
 from .kazoo_private import Multi
+from .locks import ledger_of
 from .nodes import children, collect_reads, start_reads
 from .records import Job
 
@@ -448,10 +448,11 @@ class PendingClaim:
     def collect(self) -> set[str]:
         """The jids the multi locked: all of them, or none when it failed on contention (then
         nothing was written, and ``fallback`` tries the others again). Connection errors
-        propagate."""
-        if not _failed(self._answer.get()):
+        propagate, the locks left in doubt."""
+        if not _failed(_claim_answer(self.zk, self._answer, self.picks)):
             return {p.jid for p in self.picks}
         self.fell_back = True
+        ledger_of(self.zk).given_up(_lock_paths(self.picks))
         return set()
 
     def fallback(self) -> PendingRetry | None:
@@ -476,6 +477,7 @@ class PendingRetry:
     def __init__(
         self, zk: KazooClient, groups: Sequence[Sequence[Pick]], folder: str, lost: list[Pick]
     ) -> None:
+        self.zk = zk
         self.lost = list(lost)
         self.answers = [(list(g), _send_claim(zk, g, folder)) for g in groups]
 
@@ -488,11 +490,18 @@ class PendingRetry:
         locked: list[Pick] = []
         lost = list(self.lost)
         untried: list[Pick] = []
-        for picks, answer in self.answers:
-            results = answer.get()
+        for i, (picks, answer) in enumerate(self.answers):
+            try:
+                results = _claim_answer(self.zk, answer, picks)
+            except Exception:
+                # The groups not collected yet are in doubt too: their answers will not come.
+                for later, _answer in self.answers[i + 1 :]:
+                    ledger_of(self.zk).in_doubt(_lock_paths(later))
+                raise
             if not _failed(results):
                 locked.extend(picks)
                 continue
+            ledger_of(self.zk).given_up(_lock_paths(picks))
             failed = _first_failure(results)
             k = failed // 2 if failed is not None and len(picks) > 1 else 0
             lost.append(picks[k])
@@ -500,11 +509,30 @@ class PendingRetry:
         return locked, lost, untried
 
 
+def _lock_paths(picks: Iterable[Pick]) -> list[str]:
+    return [paths.job_node(p.jid, "lock") for p in picks]
+
+
 def _send_claim(zk: KazooClient, picks: Sequence[Pick], folder: str) -> Any:
     txn = Multi(zk)
     for pick in picks:
         _lock_ops(txn, f"{folder}/{pick.name}", pick.jid)
+    # Noted before the request leaves: a reconciliation never takes these for orphans.
+    ledger_of(zk).taken(_lock_paths(picks))
     return txn.commit_async()
+
+
+def _claim_answer(zk: KazooClient, answer: Any, picks: Sequence[Pick]) -> Any:
+    """A claim multi's answer; a connection error leaves its locks in doubt (the server may
+    have created them: the reconciler looks) and propagates."""
+    try:
+        return answer.get()
+    except Exception as exc:
+        if is_connection_error(exc):
+            ledger_of(zk).in_doubt(_lock_paths(picks))
+        else:
+            ledger_of(zk).given_up(_lock_paths(picks))
+        raise
 
 
 def _first_failure(results: Any) -> int | None:
@@ -548,22 +576,37 @@ class PendingMove:
         """Whether the server has answered (``collect`` will not wait for the multi)."""
         return bool(self._answer.ready())
 
-    def collect(self, guard: Callable[[Callable[[], Job]], Job]) -> list[Outcome]:
+    def collect(self, gate: Callable[[Callable[[], Any]], Any]) -> list[Outcome]:
         """Each plan's moved job, or the error that kept it where it was.
 
         When the multi failed nothing was written; each job is then moved on its own through
-        ``transition_apply`` (the one-job path), each call run through ``guard`` (which refuses
-        once the session that holds the locks is gone).
+        ``transition_apply`` (the one-job path), each of its writes sent through ``gate``
+        (which refuses once the session that holds the locks is gone) and waited for outside
+        it. A connection error leaves every lock of the move in doubt (the caller forgets the
+        jobs; the reconciler deletes what the server still holds) and propagates.
         """
-        if not _failed(self._answer.get()):
+        ledger = ledger_of(self.zk)
+        locks = [plan.lock_path for plan in self.plans if plan.lock is not None]
+        try:
+            answer = self._answer.get()
+        except Exception as exc:
+            if is_connection_error(exc):
+                ledger.in_doubt(locks)
+            raise
+        if not _failed(answer):
+            ledger.given_up(plan.lock_path for plan in self.plans if plan.lock == "release")
             return [plan.moved() for plan in self.plans]
         self.fell_back = True
         outcomes: list[Outcome] = []
-        for plan in self.plans:
+        for i, plan in enumerate(self.plans):
             try:
-                outcomes.append(guard(partial(transition_apply, self.zk, plan, require_lock=True)))
+                outcomes.append(transition_apply(self.zk, plan, require_lock=True, gate=gate))
             except (Conflict, InvalidTransition, NotFound) as exc:
                 outcomes.append(exc)
+            except Exception as exc:
+                if is_connection_error(exc):
+                    ledger.in_doubt(p.lock_path for p in self.plans[i:] if p.lock is not None)
+                raise
         return outcomes
 
 
@@ -572,15 +615,36 @@ def send_exists(zk: KazooClient, path: str) -> Any:
     return zk.exists_async(path)
 
 
-def release_locks(zk: KazooClient, jids: Iterable[str]) -> None:
-    """Delete the locks of ``jids`` (this session's own: the caller knows it holds them), all
-    in one round trip; a lock already gone is fine."""
-    answers = [zk.delete_async(paths.job_node(jid, "lock")) for jid in jids]
-    for answer in answers:
+def send_releases(zk: KazooClient, jids: Iterable[str]) -> list[tuple[str, Any]]:
+    """Send a delete of each of the locks of ``jids`` (this session's own: the caller knows it
+    holds them), all at once and without waiting (``collect_releases`` waits)."""
+    sent = [(path, zk.delete_async(path)) for path in (paths.job_node(j, "lock") for j in jids)]
+    # Noted once the deletes are queued: a reconciliation that began before saw these locks
+    # as held, and leaves them alone now (another client may take one once it is deleted).
+    ledger_of(zk).given_up(path for path, _answer in sent)
+    return sent
+
+
+def collect_releases(zk: KazooClient, sent: list[tuple[str, Any]]) -> None:
+    """Wait for the deletes ``send_releases`` sent; a lock already gone is fine. One that
+    came back with a connection error is left to the lock reconciler (it deletes it once the
+    connection is back, or finds it gone with the session)."""
+    doubt = []
+    for path, answer in sent:
         try:
             answer.get()
         except NoNodeError:
             continue
+        except Exception as exc:
+            if not is_connection_error(exc):
+                raise
+            doubt.append(path)
+    ledger_of(zk).in_doubt(doubt)
+
+
+def release_locks(zk: KazooClient, jids: Iterable[str]) -> None:
+    """Delete the locks of ``jids`` in one round trip (``send_releases``, ``collect_releases``)."""
+    collect_releases(zk, send_releases(zk, jids))
 
 
 def session_id(zk: KazooClient) -> int | None:
