@@ -11,7 +11,10 @@ Protocol (JSON text frames):
               {"kind": "error", "error": "...", "topic": T?}        a bad request; socket stays
 
 Anonymous sockets are closed with 4401 and users without the viewer role with 4403 (after the
-handshake, so the browser sees the code and stops reconnecting).
+handshake, so the browser sees the code and stops reconnecting). While the channel layer (Redis)
+is unreachable a socket is closed with 4503 (or refused, when that is known before the
+handshake) and the browser tries again with growing back-off; the process logs the outage once
+(``queues.live.layer``), not a traceback per socket.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from queues.zk.errors import InvalidID
 from queues.zk.watch import validate_topic
 
 from .hub import Hub, get_hub
+from .layer import health, unreachable
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
+CLOSE_LAYER_DOWN = 4503
 MAX_TOPICS = 200
 # Channel layers drop a group member after group_expiry (a day by default); operators keep the
 # console open all day and longer, so the socket joins its groups again well before that.
@@ -40,12 +45,26 @@ USAGE = "expected {'subscribe': [topics]} or {'unsubscribe': [topics]}"
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
-    hub: Hub | None = None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.topics: set[str] = set()
+        self.hub: Hub | None = None
+        self._rejoin: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            # The layer failed under this socket (joining a group, or the wait for its next
+            # message): the socket cannot be live, the browser retries later.
+            health.failed(exc)
+            await self._forget()
+            with contextlib.suppress(Exception):
+                await send({"type": "websocket.close", "code": CLOSE_LAYER_DOWN})
 
     async def connect(self) -> None:
-        self.topics: set[str] = set()
-        self.hub = None
-        self._rejoin: asyncio.Task[None] | None = None
         user = self.scope.get("user")
         await self.accept()
         if user is None or not user.is_authenticated:
@@ -56,17 +75,28 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return
         self.hub = await get_hub()
         await self.channel_layer.group_add(self.hub.zk_group, self.channel_name)
+        health.worked()
         await self.send_json({"kind": "hello", "zk": "up" if self.hub.zk_up else "down"})
         self._rejoin = asyncio.get_running_loop().create_task(self._keep_joined())
 
     async def disconnect(self, code: int) -> None:
+        hub, topics = self.hub, sorted(self.topics)
+        await self._forget()
+        if hub is None:
+            return
+        await self.channel_layer.group_discard(hub.zk_group, self.channel_name)
+        for topic in topics:
+            await self.channel_layer.group_discard(hub.group(topic), self.channel_name)
+
+    async def _forget(self) -> None:
+        """Give back this socket's watches, whether or not the layer can still be told."""
         if self._rejoin is not None:
             self._rejoin.cancel()
-        if self.hub is None:
-            return
-        await self.channel_layer.group_discard(self.hub.zk_group, self.channel_name)
-        for topic in list(self.topics):
-            await self._leave(topic)
+        hub, topics = self.hub, list(self.topics)
+        self.hub, self.topics = None, set()
+        if hub is not None:
+            for topic in topics:
+                await hub.unsubscribe(topic)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.hub is None:
@@ -107,10 +137,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         assert self.hub is not None
         if topic in self.topics:
             return
-        # Watch first, then join: a change after the "subscribed" reply is never missed.
+        # Watch first, then join: a change after the "subscribed" reply is never missed. The
+        # topic is noted before the join, which may fail, so that the watch is always given back.
         await self.hub.subscribe(topic)
-        await self.channel_layer.group_add(self.hub.group(topic), self.channel_name)
         self.topics.add(topic)
+        await self.channel_layer.group_add(self.hub.group(topic), self.channel_name)
 
     async def _leave(self, topic: str) -> None:
         assert self.hub is not None

@@ -36,6 +36,8 @@ from django.conf import settings
 from queues.zk import client as zkmod
 from queues.zk.watch import ZK_DOWN, ZK_UP, QueueWatcher, is_on_demand, validate_topic
 
+from .layer import health, unreachable
+
 log = logging.getLogger(__name__)
 
 ZK_GROUP_TOPIC = "zk"
@@ -199,10 +201,22 @@ class Hub:
     def _send(self, topic: str, detail: dict[str, Any], events: int) -> None:
         message = {"type": "live.changed", "topic": topic, "events": events, "detail": detail}
         self.sent += 1
-        self._spawn(self.layer.group_send(self.group(topic), message))
+        self._spawn(self._to_layer(self.group(topic), message))
 
     async def _publish_zk(self, state: str) -> None:
-        await self.layer.group_send(self.zk_group, {"type": "live.zk", "state": state})
+        await self._to_layer(self.zk_group, {"type": "live.zk", "state": state})
+
+    async def _to_layer(self, group: str, message: dict[str, Any]) -> None:
+        """Send to a group; a layer outage is noted once (its pages are closed meanwhile and
+        refresh when they reconnect), not raised once per message."""
+        try:
+            await self.layer.group_send(group, message)
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            health.failed(exc)
+        else:
+            health.worked()
 
     def _spawn(self, coro: Any) -> None:
         task = self.loop.create_task(coro)

@@ -13,15 +13,21 @@
  * element carries data-live-paused="why", which the stylesheet shows above it, so that nobody
  * takes a held view for the current one.
  *
- * A dropped socket reconnects with exponential back-off (capped at 30 s) and then refreshes
- * everything live on the page, since changes may have been missed meanwhile. ZooKeeper outages
- * reported by the server show the #zk-banner; when ZooKeeper is back the page catches up.
+ * A dropped socket reconnects with exponential back-off and jitter (capped at 30 s). The back-off
+ * starts again from one second only once a socket has stayed live for STABLE_MS: a server that
+ * opens sockets and closes them at once (its channel layer, Redis, unreachable: code 4503) is
+ * asked less and less often, not every second. A socket counts as live when the server says
+ * "hello"; the first hello after a drop catches the page up with one refresh of its live part
+ * (pages have one), since changes may have been missed meanwhile; a socket that never got that
+ * far refreshes nothing. ZooKeeper outages reported by the server show the #zk-banner; when
+ * ZooKeeper is back the page catches up.
  */
 (function () {
   "use strict";
 
   var PATH = "/ws/live/";
   var MAX_DELAY = 30000;
+  var STABLE_MS = 30000;
   var RETRY_BUSY_MS = 2000;
   // Why a refresh waits, as the note above a held element says it ("loading" shows nothing).
   var PAUSED_BECAUSE = {
@@ -32,11 +38,13 @@
   };
   var CLOSE_UNAUTHENTICATED = 4401;
   var CLOSE_FORBIDDEN = 4403;
+  var CLOSE_LAYER_DOWN = 4503;
 
   var socket = null;
   var attempt = 0;
-  var everOpened = false;
+  var everLive = false; // a socket of this page has been live: a later one must catch up
   var reconnectTimer = null;
+  var stableTimer = null;
   var stopped = false;
   var pending = new Set(); // ids (or elements without id) waiting for their refresh
   var queued = new Set(); // elements to refresh in the next flush (one refresh per burst)
@@ -301,7 +309,7 @@
   document.addEventListener("visibilitychange", function () {
     if (!document.hidden) {
       retrySoon();
-      if (!socket && !stopped) connect();
+      if (!socket && !reconnectTimer && !stopped) connect();
     }
   });
 
@@ -324,6 +332,7 @@
     }
     switch (message.kind) {
       case "hello":
+        live();
         if (message.zk === "down") zkDown();
         break;
       case "changed":
@@ -352,40 +361,52 @@
     try {
       ws = new WebSocket(url());
     } catch (e) {
-      scheduleReconnect();
+      scheduleReconnect("reconnecting\u2026");
       return;
     }
     socket = ws;
-    ws.onopen = function () {
-      var missed = everOpened || attempt > 0;
-      attempt = 0;
-      everOpened = true;
-      setStatus("live", "live");
-      subscribed = new Set();
-      syncTopics();
-      if (missed) refreshAll();
-    };
     ws.onmessage = onMessage;
     ws.onclose = function (event) {
       if (socket === ws) socket = null;
+      clearTimeout(stableTimer);
+      stableTimer = null;
       if (event.code === CLOSE_UNAUTHENTICATED || event.code === CLOSE_FORBIDDEN) {
         stopped = true;
         setStatus("offline", "not live: sign in again");
         return;
       }
-      scheduleReconnect();
+      scheduleReconnect(
+        event.code === CLOSE_LAYER_DOWN
+          ? "live updates unavailable, retrying\u2026"
+          : "reconnecting\u2026"
+      );
     };
   }
 
-  function scheduleReconnect() {
+  // The server said hello: this socket is live.
+  function live() {
+    setStatus("live", "live");
+    subscribed = new Set();
+    syncTopics();
+    if (everLive) refreshAll();
+    everLive = true;
+    clearTimeout(stableTimer);
+    stableTimer = setTimeout(function () {
+      stableTimer = null;
+      attempt = 0;
+    }, STABLE_MS);
+  }
+
+  function scheduleReconnect(why) {
     if (reconnectTimer || stopped) return;
     var delay = Math.min(MAX_DELAY, 1000 * Math.pow(2, attempt));
     attempt += 1;
     delay = delay / 2 + Math.random() * (delay / 2); // jitter: tabs do not all come back at once
-    setStatus("reconnecting", "reconnecting\u2026");
+    setStatus("reconnecting", why);
     reconnectTimer = setTimeout(connect, delay);
   }
 
+  // The network is back: one attempt now (the back-off goes on growing if it fails).
   window.addEventListener("online", function () {
     if (!socket && !stopped) connect();
   });
