@@ -175,3 +175,27 @@ def test_consumers_page_and_api_show_the_orphan_lock_under_its_process(
     assert answer["orphan_total"] == 1
     assert answer["locks"]["held"] == 2 and answer["locks"]["foreign"] == 0
     selectors.consumer_lock_survey_reset()
+
+
+@pytest.mark.django_db
+def test_an_admin_deletes_the_orphan_lock_from_the_consistency_page(
+    zk, consumer, admin, operator, make_job
+) -> None:
+    from queues.audit import AuditEntry
+
+    job = make_job("Estimating")
+    lock = paths.job_node(job.jid, "lock")
+    consumer.lock(lock, in_ledger=False)
+    wait_for(lambda: _orphans(zk) == [lock], timeout=20)
+    page = admin.get("/consistency/").content.decode()
+    assert "orphan-lock (1)" in page and f"<code>{lock}</code>" in page
+    assert 'id="repair-button"' in page
+    # An operator may not; the lock stays.
+    assert operator.post("/consistency/repair/", {"reason": "orphan"}).status_code == 403
+    assert zk.exists(lock) is not None
+    response = admin.post("/consistency/repair/", {"reason": "orphan after a restart"})
+    assert response.status_code == 200
+    assert zk.exists(lock) is None
+    entry = AuditEntry.objects.get(kind="consistency", action="repair", ok=True)
+    assert f"deleted orphan lock {lock}" in entry.detail
+    assert entry.reason == "orphan after a restart"
