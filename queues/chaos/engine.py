@@ -1,0 +1,509 @@
+"""One chaos run, from the scratch folder to the verdict.
+
+The run serves the depositors' files on loopback, submits good batches and hostile depositors,
+starts ``--consumers`` ``runconsumer all`` processes (and a daphne web worker when a fault
+concerns the web), kills random consumers with SIGKILL all along, strikes the selected faults
+one after another as the jobs finish, and when every batch has finished (or nothing has moved
+for ``stall`` seconds after the last fault) judges, consumers still running: every lock gone
+within ``lock_grace`` of the last heal, nothing stuck; then, consumers stopped by SIGTERM within
+``stop_timeout``: the queue consistent and complete, one storage version per object, no good
+job Failed, none by the infrastructure, every hostile depositor Failed for its own reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from queues.chaos import depositors, judge
+from queues.chaos.faults import (
+    BlackHole,
+    Consumer,
+    DatabaseOutage,
+    DiskFull,
+    Fault,
+    FaultLog,
+    LeaderKill,
+    Pause,
+    RedisStop,
+    Stage,
+    ZooKeeperRestart,
+    schedule,
+)
+from queues.chaos.infra import Postgres, Redis, WebWorker, WorkDisk
+from queues.chaos.servers import (
+    BlackHoleProxy,
+    DepositorRoutes,
+    Sentinel,
+    StorageStandIn,
+    depositor_server,
+    files_server,
+    sentinel_server,
+)
+from queues.zk.client import connect
+from queues.zkserver import LocalZooKeeper, free_port
+
+# The consumers' fetch policy in a chaos run: the good server's address only, and slow
+# depositors found out within seconds rather than minutes.
+FETCH_ENV = {
+    "MRT_FETCH_ALLOW": "127.0.0.1/32",
+    "MRT_DOWNLOAD_MIN_RATE": "1024",
+    "MRT_DOWNLOAD_RATE_WINDOW": "5",
+    "MRT_DOWNLOAD_DEADLINE": "20",
+}
+# Settings of the operator's shell that would point a run at real services or folders.
+CLEARED_ENV = (
+    "MRT_STORAGE_URL", "MRT_INVENTORY_URL", "MRT_EZID_URL", "EMAIL_HOST", "MRT_DATABASE_PATH",
+    "MRT_WORK_DIR", "MRT_STORAGE_ROOT", "MRT_FILE_ROOTS", "MRT_DOWNLOADS_DIR", "MRT_WORK_URL",
+    "DATABASE_URL", "REDIS_URL", "MRT_CLAIM_BATCH", "MRT_KEEP_LOCKS",
+)  # fmt: skip
+
+
+@dataclass
+class Options:
+    jobs: int = 1000
+    batches: int = 0  # 0: one per 100 jobs
+    consumers: int = 3
+    kills: bool = True
+    kill_every: tuple[float, float] = (2.0, 6.0)
+    session_timeout: float = 4.0
+    zk_restarts: int = 2
+    zk_down: float | None = None  # None: half the session timeout
+    ensemble: bool = False
+    leader_kills: int = 0
+    leader_down: float = 2.0
+    pauses: int = 0
+    pause_seconds: float | None = None  # None: twice the session timeout and 2 s
+    black_holes: int = 0
+    black_hole_seconds: float | None = None  # as pauses
+    database: str = "sqlite"  # or "postgres"
+    db_outages: int = 0
+    db_outage_seconds: float = 10.0
+    web: bool = False
+    redis_stops: int = 0
+    redis_down: float = 10.0
+    disk_fills: int = 0
+    disk_full_seconds: float = 7.0
+    work_disk_mb: int = 64
+    loop: str = "one"  # or "batched"
+    claim_batch: int = 8
+    storage: str = "http"  # or "local"
+    storage_add_seconds: float = 0.5
+    hostile: bool = True
+    lock_grace: float = 60.0
+    stall: float = 180.0
+    stop_timeout: float = 60.0
+    timeout: float = 1800.0
+    seed: int | None = None
+    keep: bool = False
+    zk_hosts: str = ""  # an existing ensemble (a chroot of it is used); empty: our own
+    zk_port: int = 0
+    files_port: int = 0
+    storage_port: int = 0
+    work_port: int = 0
+    web_port: int = 0
+    redis_port: int = 0
+    pg_port: int = 0
+    proxy_port: int = 0
+
+    def strikes(self) -> list[Fault]:
+        outage = self.session_timeout * 2 + 2
+        found: list[Fault] = []
+        found += [ZooKeeperRestart(self.zk_down or self.session_timeout / 2)] * self.zk_restarts
+        found += [LeaderKill(self.leader_down)] * self.leader_kills
+        found += [
+            Pause(self.pause_seconds or outage, after_add=n % 2 == 0) for n in range(self.pauses)
+        ]
+        found += [BlackHole(self.black_hole_seconds or outage)] * self.black_holes
+        found += [DatabaseOutage(self.db_outage_seconds)] * self.db_outages
+        found += [RedisStop(self.redis_down)] * self.redis_stops
+        found += [DiskFull(self.disk_full_seconds)] * self.disk_fills
+        return found
+
+
+class ChaosError(RuntimeError):
+    """The run cannot be made as asked (a missing program, a fault that needs root)."""
+
+
+@dataclass
+class Run:
+    options: Options
+    say: Callable[[str], None]
+    manage: Path
+    scratch: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mrt-chaos-")))
+    verdict: judge.Verdict = field(default_factory=judge.Verdict)
+    kills: int = 0
+    summary: str = ""
+    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def execute(self) -> judge.Verdict:
+        opts = self.options
+        seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1 << 30)
+        self.rng = random.Random(seed)
+        batches = min(opts.batches or max(1, round(opts.jobs / 100)), opts.jobs)
+        # The monitor's own reconnects during ZooKeeper faults are expected, not news.
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+        self.say(
+            f"chaos run: {opts.jobs} jobs in {batches} batches, {opts.consumers} consumers, "
+            f"{opts.loop} loop, {opts.storage} storage, {opts.database}, seed {seed}, "
+            f"scratch {self.scratch}"
+        )
+        try:
+            with self._stack:
+                self._prepare()
+                self._run(batches)
+        finally:
+            if opts.keep:
+                self.say(f"scratch folder kept: {self.scratch}")
+            else:
+                shutil.rmtree(self.scratch, ignore_errors=True)
+        return self.verdict
+
+    # Setting up -----------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        opts = self.options
+        self.log = FaultLog(self.say)
+        self.var = self.scratch / "var"
+        self.var.mkdir()
+        self.stage = Stage(
+            consumers=[], rng=self.rng, log=self.log, session_timeout=opts.session_timeout
+        )
+        self.hosts = self._zookeeper()
+        env = self._base_env()
+        if opts.database == "postgres":
+            pg = Postgres.create(self.scratch / "postgres", port=opts.pg_port)
+            pg.start()
+            self._stack.callback(pg.stop)
+            self.stage.postgres = pg
+            env["DATABASE_URL"] = pg.url
+        else:
+            self.stage.sqlite_path = self.var / "console.sqlite3"
+        if opts.disk_fills:
+            disk = WorkDisk(self.scratch / "work-disk", opts.work_disk_mb)
+            try:
+                disk.mount()
+            except (OSError, subprocess.CalledProcessError, RuntimeError) as exc:
+                raise ChaosError(f"cannot make a small working disk: {exc}") from None
+            self._stack.callback(disk.unmount)
+            self.stage.disk = disk
+            env["MRT_WORK_DIR"] = str(disk.mount_point)
+        work_dir = Path(env.get("MRT_WORK_DIR") or self.var / "work")
+        work_dir.mkdir(parents=True, exist_ok=True)
+        if opts.storage == "http":
+            storage = StorageStandIn(port=opts.storage_port, add_seconds=opts.storage_add_seconds)
+            self._stack.callback(storage.stop)
+            self.storage: StorageStandIn | None = storage
+            self.stage.storage = storage
+            work = files_server(str(work_dir), port=opts.work_port)
+            self._stack.callback(work.stop)
+            env["MRT_STORAGE_URL"] = storage.url
+            env["MRT_WORK_URL"] = work.url
+        else:
+            self.storage = None
+        if opts.loop == "batched":
+            env["MRT_CLAIM_BATCH"] = str(opts.claim_batch)
+            env["MRT_KEEP_LOCKS"] = "1"
+        self.env = env
+        subprocess.run(
+            [sys.executable, str(self.manage), "migrate", "--noinput", "-v", "0"],
+            env=env,
+            check=True,
+        )
+        self.web: WebWorker | None = None
+        if opts.web or opts.redis_stops:
+            web_env = dict(env)
+            if opts.redis_stops:
+                redis = Redis(self.scratch / "redis", port=opts.redis_port)
+                redis.start()
+                self._stack.callback(redis.stop)
+                self.stage.redis = redis
+                web_env["REDIS_URL"] = redis.url
+            self.web = WebWorker(self.manage, web_env, self.scratch / "web.log", port=opts.web_port)
+            self.web.start()
+            self._stack.callback(self.web.stop)
+            self.say(f"web worker at {self.web.url}" + (" with Redis" if opts.redis_stops else ""))
+
+    def _zookeeper(self) -> str:
+        opts = self.options
+        if opts.zk_hosts:
+            hosts = _chroot(opts.zk_hosts)
+            if opts.zk_restarts or opts.leader_kills:
+                self.say(f"using {hosts}: ZooKeeper restarts and leader kills skipped")
+                opts.zk_restarts = opts.leader_kills = 0
+            return hosts
+        if opts.ensemble:
+            from queues.zkserver import LocalEnsemble
+
+            ensemble = LocalEnsemble(self.scratch / "ensemble")
+            ensemble.start()
+            self._stack.callback(ensemble.stop)
+            ensemble.wait_for_leader()
+            self.stage.ensemble = ensemble
+            return ensemble.hosts
+        if opts.leader_kills:
+            raise ChaosError("leader kills need the ensemble (--ensemble)")
+        server = LocalZooKeeper(self.scratch / "zookeeper", opts.zk_port or free_port())
+        server.start()
+        self._stack.callback(server.stop)
+        self.stage.zookeeper = server
+        return server.hosts
+
+    def _base_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV}
+        env.update(
+            {
+                "ZK_HOSTS": self.hosts,
+                "MRT_VAR_DIR": str(self.var),
+                # Short sessions: a killed consumer's locks go within seconds, not minutes.
+                "ZK_TIMEOUT": f"{self.options.session_timeout:g}",
+                "PYTHONUNBUFFERED": "1",
+                "LOG_LEVEL": "WARNING",
+                **FETCH_ENV,
+            }
+        )
+        return env
+
+    def _proxied_hosts(self) -> str:
+        """Consumer 0's ZK_HOSTS: each server behind a black-hole proxy of its own."""
+        servers, slash, chroot = self.hosts.partition("/")
+        proxied = []
+        for number, server in enumerate(servers.split(",")):
+            host, _colon, port = server.rpartition(":")
+            wanted = self.options.proxy_port + number if self.options.proxy_port else 0
+            proxy = BlackHoleProxy((host, int(port)), port=wanted)
+            self._stack.callback(proxy.close)
+            self.stage.proxies.append(proxy)
+            proxied.append(f"127.0.0.1:{proxy.port}")
+        return ",".join(proxied) + slash + chroot
+
+    # The run --------------------------------------------------------------------------------
+
+    def _run(self, batches: int) -> None:
+        opts = self.options
+        payload = self.scratch / "payload"
+        payload.mkdir()
+        files = depositor_server(str(payload), port=opts.files_port)
+        self._stack.callback(files.stop)
+        self._stack.callback(DepositorRoutes.stop.set)
+        sentinel = sentinel_server()
+        self._stack.callback(sentinel.stop)
+        zk = connect(self.hosts, timeout=30)
+        self._stack.callback(lambda: (zk.stop(), zk.close()))
+        expected = depositors.submit_good(zk, payload, files.url, jobs=opts.jobs, batches=batches)
+        self.say(f"submitted {len(expected)} batches, {opts.jobs} manifest lines")
+        if opts.hostile:
+            hostile = depositors.submit_hostile(
+                zk, payload, files.url, sentinel.url, f"http://127.0.0.1:{free_port()}"
+            )
+            expected.update(hostile)
+            self.say(f"submitted {len(hostile)} hostile batches, {len(depositors.HOSTILE)} objects")
+        for number in range(opts.consumers):
+            env = dict(self.env)
+            if number == 0 and opts.black_holes:
+                env["ZK_HOSTS"] = self._proxied_hosts()
+            consumer = Consumer(number, self.scratch / f"consumer-{number}.log", env)
+            consumer.start(self.manage)
+            self.stage.consumers.append(consumer)
+        self._stack.callback(self._kill_all)
+
+        self._chaos(zk, expected)
+        # Every lock must go within the grace after the last fault, the consumers still
+        # running: stopping them first would end the sessions of orphan locks and hide them.
+        judge.wait_for_locks(
+            zk, self.verdict, until=self.log.last_heal + opts.lock_grace, say=self.say
+        )
+        judge.judge_stuck(zk, self.verdict)
+        for consumer in self.stage.consumers:
+            self._stop(consumer)
+        jobs = judge.judge_queue(zk, self.var, expected, self.verdict, self.say)
+        if self.storage is not None:
+            judge.judge_versions(self.storage.versions(), self.verdict, self.say)
+        else:
+            judge.judge_versions(judge.local_versions(self.var / "storage"), self.verdict, self.say)
+        judge.judge_failures(jobs, self.verdict, self.say)
+        if opts.hostile:
+            judge.judge_hostile(jobs, self.var, Sentinel.hits, self.verdict, self.say)
+        if self.web is not None:
+            self._judge_web()
+        self.say(f"faults: {self.log.summary()}; {self.kills} SIGKILLs")
+        self.summary = (
+            f"{opts.jobs} jobs and {batches} batches consistent after {self.kills} SIGKILLs "
+            f"and these faults: {self.log.summary()}"
+            + (
+                f"; {len(depositors.HOSTILE)} hostile depositors failed for their reasons"
+                if opts.hostile
+                else ""
+            )
+        )
+
+    def conclude(self) -> bool:
+        """Print the notes and the verdict; True when the run is clean."""
+        verdict = self.verdict
+        for note in sorted(set(verdict.notes)):
+            self.say(f"note: {note} ({verdict.notes.count(note)}x); restarted")
+        if verdict.violations:
+            self.say(f"VERDICT: FAILED, {len(verdict.violations)} violation(s):")
+            for line in verdict.violations[:60]:
+                self.say(f"  - {line}")
+            if len(verdict.violations) > 60:
+                self.say(f"  ... and {len(verdict.violations) - 60} more")
+            return False
+        self.say(f"VERDICT: OK: {self.summary}")
+        return True
+
+    def _chaos(self, zk: Any, expected: dict[str, set[str]]) -> None:
+        """Kill consumers and strike the faults until every batch has finished."""
+        opts = self.options
+        total = sum(len(v) for v in expected.values())
+        finished = [0]
+        plan = schedule(opts.strikes())
+        striking = threading.Thread(
+            target=self._strike_all, args=(plan, total, finished), daemon=True
+        )
+        striking.start()
+        low, high = sorted(opts.kill_every)
+        began = self.log.began
+        next_kill = began + self.rng.uniform(low, high)
+        next_report = began
+        last_change, last_finished = began, -1
+        while True:
+            now = time.monotonic()
+            progress = judge.progress(zk, expected)
+            if progress is not None:
+                finished[0], done_batches, line = progress
+                if finished[0] != last_finished:
+                    last_change, last_finished = now, finished[0]
+                if now >= next_report:
+                    self.say(f"[{now - began:6.0f}s] {line} | SIGKILLs {self.kills}")
+                    next_report = now + 5
+                if done_batches == len(expected) and not striking.is_alive():
+                    self.say(f"[{now - began:6.0f}s] every batch finished: {line}")
+                    return
+            faults_over = not striking.is_alive()
+            quiet_since = max(last_change, self.log.last_heal)
+            if faults_over and now - quiet_since > opts.stall:
+                self.verdict.fail(
+                    f"stalled: nothing finished for {opts.stall:.0f}s after the last fault healed"
+                )
+                return
+            if now - began > opts.timeout:
+                self.verdict.fail(f"not finished within {opts.timeout:.0f}s")
+                return
+            if opts.kills and now >= next_kill:
+                self._kill_one()
+                next_kill = time.monotonic() + self.rng.uniform(low, high)
+            for consumer in self.stage.consumers:
+                if consumer.proc is not None and consumer.proc.poll() not in (None, -9):
+                    self._exited(consumer)
+                    consumer.start(self.manage)
+            time.sleep(0.25)
+
+    def _strike_all(self, plan: list[tuple[float, Fault]], total: int, finished: list[int]) -> None:
+        for share, fault in plan:
+            while finished[0] < share * total:
+                time.sleep(0.2)
+            try:
+                fault.strike(self.stage)
+            except Exception as exc:  # a fault that could not be caused is the run's failure
+                self.verdict.fail(f"the fault {fault.name} could not be caused: {exc}")
+                self.log.healed(fault.name, f"{fault.name} abandoned: {exc}")
+
+    def _kill_one(self) -> None:
+        with self.stage.lock:
+            victims = [
+                c for c in self.stage.consumers if c.alive() and c.number not in self.stage.busy
+            ]
+            if not victims:
+                return
+            victim = self.rng.choice(victims)
+            self.stage.busy.add(victim.number)
+        try:
+            assert victim.proc is not None
+            victim.proc.send_signal(signal.SIGKILL)
+            victim.proc.wait()
+            self.kills += 1
+            self.log.last_heal = time.monotonic()
+            time.sleep(self.rng.uniform(0.2, 1.5))
+            victim.start(self.manage)
+        finally:
+            with self.stage.lock:
+                self.stage.busy.discard(victim.number)
+
+    def _exited(self, consumer: Consumer) -> None:
+        """A consumer that ended by itself: expected only when it started while ZooKeeper was
+        away (runconsumer then exits with a clear error and its supervisor starts it again)."""
+        tail = consumer.log.read_text(errors="replace").strip().splitlines()[-3:]
+        if any("cannot reach ZooKeeper" in line for line in tail):
+            self.verdict.notes.append(f"consumer {consumer.number} found ZooKeeper away at start")
+            return
+        code = consumer.proc.returncode if consumer.proc else "?"
+        self.verdict.fail(
+            f"consumer {consumer.number} exited by itself with status {code}: "
+            + " / ".join(tail)[-400:]
+        )
+
+    def _stop(self, consumer: Consumer) -> None:
+        """SIGTERM; a consumer still running after the stop timeout is a violation."""
+        proc = consumer.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGCONT)  # a paused one must be able to hear the SIGTERM
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=self.options.stop_timeout)
+        except subprocess.TimeoutExpired:
+            self.verdict.fail(
+                f"consumer {consumer.number} (pid {proc.pid}) ignored SIGTERM for "
+                f"{self.options.stop_timeout:.0f}s"
+            )
+            proc.kill()
+            proc.wait()
+
+    def _kill_all(self) -> None:
+        for consumer in self.stage.consumers:
+            if consumer.alive() and consumer.proc is not None:
+                consumer.proc.kill()
+                consumer.proc.wait()
+
+    def _judge_web(self) -> None:
+        web = self.web
+        assert web is not None
+        for error, count in Counter(web.errors).most_common():
+            self.verdict.fail(f"web: {error} ({count}x)")
+        outages = self.log.counts.get(RedisStop.name, 0)
+        tracebacks = web.tracebacks()
+        if outages and tracebacks > outages:
+            self.verdict.fail(
+                f"web: {tracebacks} tracebacks logged over {outages} Redis outage(s); "
+                "one line per outage expected"
+            )
+        answers = ", ".join(f"{k}: {n}" for k, n in sorted(web.answers.items()))
+        self.say(f"web worker answers: {answers}; tracebacks logged: {tracebacks}")
+
+
+def _chroot(hosts: str) -> str:
+    """A fresh chroot of ``hosts`` (itself maybe a chroot), so nothing else is touched."""
+    chroot = f"/chaos-{uuid.uuid4().hex[:8]}"
+    zk = connect(hosts)
+    try:
+        zk.ensure_path(chroot)
+    finally:
+        zk.stop()
+        zk.close()
+    return f"{hosts}{chroot}"

@@ -1,0 +1,332 @@
+"""The faults of a chaos run, each caused for real and healed, one at a time, in the fault log.
+
+A fault strikes when its share of the jobs has finished (the strikes of every selected fault
+are spread evenly over the run) and the next one waits until it has healed. Consumer SIGKILLs
+are not here: they go on all through the run, in the engine's loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from random import Random
+from typing import TYPE_CHECKING
+
+from queues.chaos.infra import Postgres, Redis, WorkDisk
+from queues.chaos.servers import BlackHoleProxy, StorageStandIn
+from queues.zkserver import LocalZooKeeper
+
+if TYPE_CHECKING:
+    from queues.zkserver import LocalEnsemble
+
+
+@dataclass
+class Consumer:
+    """One ``runconsumer all`` process, its environment and its log."""
+
+    number: int
+    log: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, manage: Path) -> None:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(manage), "runconsumer", "all", "--poll", "0.5"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        self.starts += 1
+
+
+@dataclass
+class FaultLog:
+    """What was done when, printed as it happens; ``last_heal`` is when the last fault ended
+    (monotonic), from which the judge gives locks and stuck jobs their grace."""
+
+    say: Callable[[str], None]
+    began: float = field(default_factory=time.monotonic)
+    lines: list[str] = field(default_factory=list)
+    last_heal: float = field(default_factory=time.monotonic)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def note(self, text: str) -> None:
+        line = f"[{time.monotonic() - self.began:6.0f}s] fault: {text}"
+        self.lines.append(line)
+        self.say(line)
+
+    def healed(self, name: str, text: str) -> None:
+        self.last_heal = time.monotonic()
+        self.counts[name] = self.counts.get(name, 0) + 1
+        self.note(text)
+
+    def summary(self) -> str:
+        return ", ".join(f"{n} x {name}" for name, n in sorted(self.counts.items())) or "none"
+
+
+@dataclass
+class Stage:
+    """What the faults act on."""
+
+    consumers: list[Consumer]
+    rng: Random
+    log: FaultLog
+    session_timeout: float
+    zookeeper: LocalZooKeeper | None = None
+    ensemble: LocalEnsemble | None = None
+    proxies: list[BlackHoleProxy] = field(default_factory=list)
+    postgres: Postgres | None = None
+    sqlite_path: Path | None = None
+    redis: Redis | None = None
+    disk: WorkDisk | None = None
+    storage: StorageStandIn | None = None
+    # Consumers a fault is acting on, which the SIGKILLs leave alone meanwhile.
+    busy: set[int] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Fault:
+    name = "fault"
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def strike(self, stage: Stage) -> None:
+        raise NotImplementedError
+
+
+class ZooKeeperRestart(Fault):
+    """Every server stopped, then started again on its data after ``seconds`` (shorter than the
+    session timeout by default: sessions must survive it)."""
+
+    name = "ZooKeeper restart"
+
+    def strike(self, stage: Stage) -> None:
+        servers = (
+            list(stage.ensemble.members.values())
+            if stage.ensemble is not None
+            else [stage.zookeeper]
+            if stage.zookeeper is not None
+            else []
+        )
+        stage.log.note(f"ZooKeeper stopped ({len(servers)} server(s)) for {self.seconds:g}s")
+        for server in servers:
+            server.stop()
+        time.sleep(self.seconds)
+        if stage.ensemble is not None:
+            stage.ensemble.start()
+            stage.ensemble.wait_for_leader()
+        else:
+            for server in servers:
+                server.start()
+        stage.log.healed(self.name, "ZooKeeper is back")
+
+
+class LeaderKill(Fault):
+    """The ensemble's leader killed (SIGKILL), started again ``seconds`` after a new leader
+    was elected."""
+
+    name = "leader kill"
+
+    def strike(self, stage: Stage) -> None:
+        ensemble = stage.ensemble
+        assert ensemble is not None, "leader kills need the ensemble"
+        leader = ensemble.wait_for_leader()
+        ensemble.kill(leader)
+        stage.log.note(f"killed the ensemble's leader, server {leader}")
+        elected = ensemble.wait_for_leader(other_than=leader)
+        stage.log.note(f"server {elected} leads; server {leader} stays down {self.seconds:g}s")
+        time.sleep(self.seconds)
+        ensemble.start_one(leader)
+        stage.log.healed(self.name, f"server {leader} rejoined")
+
+
+def _pick(stage: Stage, candidates: list[Consumer]) -> Consumer | None:
+    with stage.lock:
+        free = [c for c in candidates if c.alive() and c.number not in stage.busy]
+        if not free:
+            return None
+        chosen = stage.rng.choice(free)
+        stage.busy.add(chosen.number)
+        return chosen
+
+
+def socket_owner(port: int, consumers: list[Consumer]) -> Consumer | None:
+    """The consumer whose loopback TCP connection has the local ``port`` (from /proc)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    for consumer in consumers:
+        if not consumer.alive() or consumer.proc is None:
+            continue
+        fds = Path(f"/proc/{consumer.proc.pid}/fd")
+        with contextlib.suppress(OSError):
+            for fd in fds.iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return consumer
+    return None
+
+
+def _sender_of_an_add(stage: Stage, wait: float) -> Consumer | None:
+    """A consumer whose storage add has been made and not yet answered, within ``wait``."""
+    if stage.storage is None or not stage.storage.add_seconds:
+        return None
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        with stage.storage.lock:
+            ports = list(stage.storage.answering)
+        for port in ports:
+            consumer = socket_owner(port, stage.consumers)
+            if consumer is not None:
+                with stage.lock:
+                    if consumer.number not in stage.busy:
+                        stage.busy.add(consumer.number)
+                        return consumer
+        time.sleep(0.05)
+    return None
+
+
+class Pause(Fault):
+    """A consumer stopped with SIGSTOP past its session timeout, then continued: every other
+    time the one whose storage add has just been made and not yet answered (the version is
+    there, the consumer does not know it), otherwise any."""
+
+    name = "SIGSTOP pause"
+
+    def __init__(self, seconds: float, *, after_add: bool) -> None:
+        super().__init__(seconds)
+        self.after_add = after_add
+
+    def strike(self, stage: Stage) -> None:
+        consumer = _sender_of_an_add(stage, 20.0) if self.after_add else None
+        if consumer is not None:
+            stage.log.note(
+                f"consumer {consumer.number} caught between a storage add and its answer"
+            )
+        else:
+            consumer = _pick(stage, stage.consumers)
+        if consumer is None or consumer.proc is None:
+            stage.log.note("no running consumer to pause")
+            return
+        pid = consumer.proc.pid
+        try:
+            consumer.proc.send_signal(signal.SIGSTOP)
+            stage.log.note(f"consumer {consumer.number} (pid {pid}) paused for {self.seconds:g}s")
+            time.sleep(self.seconds)
+            with contextlib.suppress(ProcessLookupError):
+                consumer.proc.send_signal(signal.SIGCONT)
+        finally:
+            with stage.lock:
+                stage.busy.discard(consumer.number)
+        stage.log.healed(self.name, f"consumer {consumer.number} (pid {pid}) continued")
+
+
+class BlackHole(Fault):
+    """The proxy in front of consumer 0's ZooKeeper connection stops forwarding, without
+    closing anything, past the session timeout; then forwards again."""
+
+    name = "black hole"
+
+    def strike(self, stage: Stage) -> None:
+        with stage.lock:
+            stage.busy.add(0)
+        try:
+            for proxy in stage.proxies:
+                proxy.hole()
+            stage.log.note(f"consumer 0 cut off from ZooKeeper for {self.seconds:g}s")
+            time.sleep(self.seconds)
+            for proxy in stage.proxies:
+                proxy.heal()
+        finally:
+            with stage.lock:
+                stage.busy.discard(0)
+        stage.log.healed(self.name, "consumer 0's connection forwards again")
+
+
+class DatabaseOutage(Fault):
+    """PostgreSQL stopped for ``seconds`` then started; or the SQLite file held by another
+    writer (an open write transaction) for ``seconds``."""
+
+    name = "database outage"
+
+    def strike(self, stage: Stage) -> None:
+        if stage.postgres is not None:
+            stage.postgres.stop()
+            stage.log.note(f"PostgreSQL stopped for {self.seconds:g}s")
+            time.sleep(self.seconds)
+            stage.postgres.start()
+            stage.log.healed(self.name, "PostgreSQL is back")
+            return
+        assert stage.sqlite_path is not None
+        writer = sqlite3.connect(stage.sqlite_path, timeout=60, isolation_level=None)
+        try:
+            writer.execute("BEGIN IMMEDIATE")
+            stage.log.note(f"SQLite held by another writer for {self.seconds:g}s")
+            time.sleep(self.seconds)
+            writer.execute("ROLLBACK")
+        finally:
+            writer.close()
+        stage.log.healed(self.name, "SQLite's writer let go")
+
+
+class RedisStop(Fault):
+    name = "Redis stop"
+
+    def strike(self, stage: Stage) -> None:
+        assert stage.redis is not None
+        stage.redis.stop()
+        stage.log.note(f"Redis stopped for {self.seconds:g}s")
+        time.sleep(self.seconds)
+        stage.redis.start()
+        stage.log.healed(self.name, "Redis is back")
+
+
+class DiskFull(Fault):
+    name = "full disk"
+
+    def strike(self, stage: Stage) -> None:
+        assert stage.disk is not None
+        written = stage.disk.fill()
+        stage.log.note(
+            f"working disk filled ({written // (1 << 20)} MiB written) for {self.seconds:g}s"
+        )
+        try:
+            time.sleep(self.seconds)
+        finally:
+            stage.disk.free()
+        stage.log.healed(self.name, "working disk freed")
+
+
+def schedule(strikes: list[Fault]) -> list[tuple[float, Fault]]:
+    """Each strike with the share of the jobs that must have finished before it: the strikes
+    spread evenly over the first two thirds of the jobs (a strike takes a while, and must find
+    work in flight), the kinds taking turns."""
+    kinds: dict[str, list[Fault]] = {}
+    for fault in strikes:
+        kinds.setdefault(fault.name, []).append(fault)
+    ordered: list[Fault] = []
+    while any(kinds.values()):
+        for queue in kinds.values():
+            if queue:
+                ordered.append(queue.pop(0))
+    return [((i + 0.5) / len(ordered) * 2 / 3, fault) for i, fault in enumerate(ordered)]

@@ -1,0 +1,294 @@
+"""The outside parts a chaos fault acts on, each started by the run in its scratch folder:
+a PostgreSQL cluster, a Redis server, a web worker under daphne and a small working disk."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+from queues.zkserver import free_port
+
+
+class InfraError(RuntimeError):
+    pass
+
+
+def wait_for_port(port: int, *, wait: float, what: str) -> None:
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            return
+        time.sleep(0.1)
+    raise InfraError(f"{what} did not listen on port {port} within {wait:.0f}s")
+
+
+# PostgreSQL -------------------------------------------------------------------------------------
+
+PG_SYSTEM_USER = "postgres"  # Debian's postgresql package creates it
+PG_ROLE = "mrt"
+
+
+@dataclass
+class Postgres:
+    """A throwaway cluster of Debian's PostgreSQL on a loopback port, password login over TCP.
+
+    PostgreSQL refuses to run as root, so a root run starts it as the ``postgres`` system user.
+    """
+
+    directory: Path
+    port: int = 0
+    password: str = field(default_factory=lambda: secrets.token_hex(12))
+    owner: str | None = None
+    bin_dir: Path = field(default_factory=Path)
+
+    @classmethod
+    def create(cls, directory: Path, *, port: int = 0) -> Postgres:
+        found = glob.glob("/usr/lib/postgresql/*/bin/initdb")
+        if not found:
+            raise InfraError(
+                "PostgreSQL is not installed (/usr/lib/postgresql/*/bin/initdb): "
+                "bin/install --tests installs Debian's postgresql package"
+            )
+        bin_dir = Path(max(found, key=lambda p: int(Path(p).parts[-3]))).parent
+        owner = PG_SYSTEM_USER if os.geteuid() == 0 else None
+        cluster = cls(directory, port or free_port(), owner=owner, bin_dir=bin_dir)
+        cluster.initdb()
+        return cluster
+
+    @property
+    def data(self) -> Path:
+        return self.directory / "data"
+
+    @property
+    def url(self) -> str:
+        return f"postgres://{PG_ROLE}:{self.password}@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        command = [str(self.bin_dir / args[0]), *args[1:]]
+        if self.owner:
+            command = ["runuser", "-u", self.owner, "--", *command]
+        return subprocess.run(
+            command, check=check, capture_output=True, text=True, cwd=self.directory
+        )
+
+    def initdb(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        pwfile = self.directory / "pwfile"
+        pwfile.write_text(self.password + "\n")
+        if self.owner:
+            entry = pwd.getpwnam(self.owner)
+            for path in (self.directory, pwfile):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+        self._run(
+            "initdb", "-D", str(self.data), "-U", PG_ROLE, "--pwfile", str(pwfile),
+            "--auth-host=scram-sha-256", "--auth-local=reject", "-E", "UTF8", "--locale=C",
+            "--no-sync",
+        )  # fmt: skip
+        pwfile.unlink()
+
+    def start(self) -> None:
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        )
+        log = self.directory / "postgres.log"
+        done = self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(log), "-o", options, "-w", "start",
+            check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise InfraError(f"pg_ctl start failed: {done.stderr}\n{tail}")
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", check=False)
+
+
+# Redis ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Redis:
+    directory: Path
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        self.port = self.port or free_port()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        server = shutil.which("redis-server")
+        if server is None:
+            raise InfraError("redis-server is not installed: bin/install --tests installs it")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [server, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no"],
+            cwd=self.directory, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_for_port(self.port, wait=20, what="redis-server")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+# The web worker ---------------------------------------------------------------------------------
+
+WEB_USER, WEB_PASSWORD = "chaos-admin", secrets.token_hex(16)
+
+
+@dataclass
+class WebWorker:
+    """One daphne worker of the console, and a poller that reads the overview page and
+    ``/healthz`` every second as an operator's open tab would, counting every answer."""
+
+    manage: Path
+    env: dict[str, str]
+    log: Path
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    answers: Counter[str] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.port = self.port or free_port()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        env = {**self.env, "DJANGO_SUPERUSER_PASSWORD": WEB_PASSWORD}
+        subprocess.run(
+            [sys.executable, str(self.manage), "createsuperuser", "--noinput", "--username",
+             WEB_USER, "--email", "chaos@example.org"],
+            env=env, check=True, capture_output=True,
+        )  # fmt: skip
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                 "mrtadmin.asgi:application"],
+                cwd=self.manage.parent, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        wait_for_port(self.port, wait=60, what="daphne")
+        threading.Thread(target=self._poll, daemon=True).start()
+
+    def _login(self) -> requests.Session:
+        session = requests.Session()
+        session.get(f"{self.url}/login/", timeout=10)
+        session.post(
+            f"{self.url}/login/",
+            data={"username": WEB_USER, "password": WEB_PASSWORD},
+            headers={"X-CSRFToken": session.cookies.get("csrftoken", ""),
+                     "Referer": f"{self.url}/login/"},
+            timeout=10,
+        )  # fmt: skip
+        return session
+
+    def _poll(self) -> None:
+        session: requests.Session | None = None
+        while not self.stopping.wait(1.0):
+            try:
+                if session is None:
+                    session = self._login()
+                for page in ("/", "/healthz"):
+                    answer = session.get(f"{self.url}{page}", timeout=15, allow_redirects=False)
+                    self.answers[f"{page} {answer.status_code}"] += 1
+                    if answer.status_code >= 500 and answer.status_code != 503:
+                        self.errors.append(f"{page} answered {answer.status_code}")
+            except requests.RequestException as exc:
+                self.answers["no answer"] += 1
+                self.errors.append(f"the web worker did not answer: {type(exc).__name__}")
+                session = None
+
+    def tracebacks(self) -> int:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return text.count("Traceback (most recent call last)")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# The working disk -------------------------------------------------------------------------------
+
+
+@dataclass
+class WorkDisk:
+    """A small tmpfs mounted as the run's MRT_WORK_DIR (root only), that ``fill`` fills to the
+    last byte and ``free`` empties again."""
+
+    mount_point: Path
+    megabytes: int
+    filler: Path | None = None
+
+    def mount(self) -> None:
+        if os.geteuid() != 0:
+            raise InfraError("a full working disk needs root (it mounts a tmpfs)")
+        self.mount_point.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={self.megabytes}m,mode=0755", "tmpfs",
+             str(self.mount_point)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+
+    def fill(self) -> int:
+        """Write one file until the disk refuses; the bytes written."""
+        self.filler = self.mount_point / f".chaos-filler-{os.getpid()}"
+        written = 0
+        block = b"\0" * (1 << 20)
+        with self.filler.open("wb", buffering=0) as out:
+            while True:
+                try:
+                    written += out.write(block)
+                except OSError:
+                    break
+            while True:  # the last partial megabyte, byte by byte in pages
+                try:
+                    written += out.write(b"\0" * 4096)
+                except OSError:
+                    break
+        return written
+
+    def free(self) -> None:
+        if self.filler is not None:
+            self.filler.unlink(missing_ok=True)
+            self.filler = None
+
+    def unmount(self) -> None:
+        self.free()
+        subprocess.run(["umount", "-l", str(self.mount_point)], check=False, capture_output=True)

@@ -1,0 +1,366 @@
+"""The chaos run's verdict: what must hold after any fault, each breach one violation line."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from queues.chaos.depositors import HOSTILE
+from queues.check import run_check
+from queues.states import JOB, BatchState, JobState
+from queues.zk import paths
+from queues.zk.batches import batch_ids, batch_job_ids, batch_states, batches_load
+from queues.zk.consumers import CONSUMERS
+from queues.zk.jobs import jobs_load
+from queues.zk.nodes import children, children_many, exists_many
+from queues.zk.records import Batch, Broken, Job
+
+SUBJECT_RE = re.compile(r"^Subject: Merritt batch (bid[0-9]{10}) ", re.MULTILINE)
+TERMINAL_BATCH = frozenset({BatchState.COMPLETED, BatchState.FAILED})
+TERMINAL_JOB = frozenset({JobState.COMPLETED, JobState.FAILED})
+# A Failed job whose message names one of these was failed by our infrastructure (ZooKeeper,
+# the database, Redis, the disk, a connection of ours), not by its depositor.
+INFRASTRUCTURE = re.compile(
+    r"zookeeper|connectionloss|sessionexpired|session expired|connection loss|"
+    r"database|sqlite|psycopg|operationalerror|interfaceerror|redis|errno 28|"
+    r"no space left|enospc|disk is full|storage service unreachable|"
+    r"connection (?:refused|reset|aborted)",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class Verdict:
+    violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def fail(self, line: str) -> None:
+        self.violations.append(line)
+
+
+@dataclass(frozen=True, order=True)
+class Lock:
+    path: str
+    owner: int  # the session that holds it
+    age: float  # seconds since it was created
+
+
+def locks(zk: Any) -> list[Lock]:
+    """Every item lock (jobs, batches) and per-object storage/inventory lock."""
+    candidates = [
+        paths.job_node(j, "lock") for j in children(zk, paths.JOBS) if paths.JID_RE.fullmatch(j)
+    ]
+    candidates += [
+        paths.batch_node(b, "lock")
+        for b in children(zk, paths.BATCHES)
+        if paths.BID_RE.fullmatch(b)
+    ]
+    for folder in (paths.STORAGE_LOCKS, paths.INVENTORY_LOCKS):
+        candidates += [f"{folder}/{name}" for name in children(zk, folder)]
+    now = time.time()
+    return sorted(
+        Lock(p, stat.ephemeralOwner, now - stat.ctime / 1000)
+        for p, stat in exists_many(zk, candidates).items()
+        if stat is not None
+    )
+
+
+def consumer_sessions(zk: Any) -> dict[int, str]:
+    """Session -> the consumer process registered in it (``host-pid``)."""
+    names = children(zk, CONSUMERS)
+    stats = exists_many(zk, [f"{CONSUMERS}/{n}" for n in names])
+    return {stat.ephemeralOwner: path.rsplit("/", 1)[1] for path, stat in stats.items() if stat}
+
+
+def progress(zk: Any, expected: dict[str, set[str]]) -> tuple[int, int, str] | None:
+    """(finished jobs, finished batches, a line), or None while ZooKeeper cannot answer."""
+    try:
+        folders = {s: paths.job_state_folder(s) for s in JOB.states}
+        stats = exists_many(zk, list(folders.values()))
+        counts = {s: st.numChildren for s, f in folders.items() if (st := stats[f]) is not None}
+        states = batch_states(zk, list(expected))
+    except Exception:  # ZooKeeper is away: report again once it is back
+        return None
+    finished = counts.get(JobState.COMPLETED, 0) + counts.get(JobState.FAILED, 0)
+    done = sum(1 for s in states.values() if s in TERMINAL_BATCH)
+    working = ", ".join(f"{s} {n}" for s, n in counts.items() if n and s not in TERMINAL_JOB)
+    line = (
+        f"jobs: {counts.get(JobState.COMPLETED, 0)} Completed, "
+        f"{counts.get(JobState.FAILED, 0)} Failed"
+        + (f", {working}" if working else "")
+        + f" | batches: {done}/{len(expected)} finished"
+    )
+    return finished, done, line
+
+
+def wait_for_locks(zk: Any, verdict: Verdict, *, until: float, say: Callable[[str], None]) -> None:
+    """With every consumer still running: each lock must go by ``until`` (monotonic; the last
+    fault's heal plus the grace). A lock that stays is held by a live session that lost track
+    of it (an orphan), or by a job that does not move (stuck)."""
+    while True:
+        found = locks(zk)
+        if not found or time.monotonic() > until:
+            break
+        time.sleep(1.0)
+    sessions = consumer_sessions(zk)
+    for lock in found:
+        holder = sessions.get(lock.owner)
+        who = f"consumer {holder}, still running" if holder else "a session no consumer names"
+        verdict.fail(
+            f"lock left after the grace: {lock.path}, held {lock.age:.0f}s by session "
+            f"0x{lock.owner:x} ({who})"
+        )
+    say(f"locks after the grace: {len(found)}")
+
+
+def load_jobs(zk: Any, verdict: Verdict) -> dict[str, Job]:
+    jids = sorted(j for j in children(zk, paths.JOBS) if paths.JID_RE.fullmatch(j))
+    jobs: dict[str, Job] = {}
+    for start in range(0, len(jids), 500):
+        for item in jobs_load(zk, jids[start : start + 500]):
+            if isinstance(item, Broken):
+                verdict.fail(f"job {item.id} does not load: {item.path}: {item.reason}")
+            else:
+                jobs[item.jid] = item
+    return jobs
+
+
+def local_id(job: Job) -> str:
+    return str(job.configuration.get("localID") or (job.local_ids or [""])[0])
+
+
+def judge_stuck(zk: Any, verdict: Verdict) -> None:
+    """No job outside Completed and Failed at the end; each one that is, with its lock."""
+    held = {lock.path: lock for lock in locks(zk)}
+    for jid, job in sorted(load_jobs(zk, verdict).items()):
+        if job.state in TERMINAL_JOB:
+            continue
+        lock = held.get(paths.job_node(jid, "lock"))
+        how = f"locked for {lock.age:.0f}s" if lock else "not locked"
+        verdict.fail(f"stuck: job {jid} ({local_id(job)}) still {job.state}, {how}")
+
+
+def judge_queue(
+    zk: Any, var: Path, expected: dict[str, set[str]], verdict: Verdict, say: Callable[[str], None]
+) -> dict[str, Job]:
+    """The queue after every consumer stopped: consistent, every job ended once, every batch
+    reported and mailed once. Returns the jobs."""
+    for lock in locks(zk):
+        verdict.fail(f"lock left after every consumer stopped: {lock.path}")
+    # A consumer killed between reserving a job ID (the sequential create the contract
+    # prescribes) and the transaction that writes the job leaves an empty /jobs/jid node; that
+    # window cannot be closed, and `queuecheck --repair` removes such nodes once abandoned.
+    empty = empty_jobs(zk)
+    for path in empty:
+        zk.delete(path)
+    if empty:
+        say(
+            f"removed {len(empty)} empty job node(s) left by consumers killed or cut off "
+            f"during job creation: {', '.join(empty[:5])}"
+        )
+    report = run_check(zk, stale_lock_seconds=0)
+    for finding in report.findings:
+        if finding.kind != "stale-lock":  # locks are judged on their own, above
+            verdict.fail(f"consistency check: {finding.kind} {finding.path}: {finding.detail}")
+
+    folders = children(zk, paths.JOB_STATES)
+    listed = children_many(zk, [f"{paths.JOB_STATES}/{f}" for f in folders])
+    entries: dict[str, list[str]] = defaultdict(list)
+    for folder in folders:
+        for name in listed[f"{paths.JOB_STATES}/{folder}"] or []:
+            match = paths.INDEX_ENTRY_RE.fullmatch(name)
+            if match:
+                entries[match.group(2)].append(folder)
+    jobs = load_jobs(zk, verdict)
+    failures: Counter[str] = Counter()
+    for jid, job in jobs.items():
+        if job.state not in TERMINAL_JOB:
+            verdict.fail(f"job {jid} ended {job.state}")
+        if job.state == JobState.FAILED:
+            failures[job.status.message[:120]] += 1
+        if len(entries.get(jid, [])) != 1:
+            verdict.fail(f"job {jid} is in {len(entries.get(jid, []))} state folders")
+
+    loaded = {b.bid: b for b in batches_load(zk, list(expected)) if isinstance(b, Batch)}
+    for bid, local_ids in expected.items():
+        _judge_batch(zk, bid, local_ids, loaded.get(bid), jobs, verdict)
+    for bid in sorted(set(batch_ids(zk)) - set(expected)):
+        verdict.fail(f"unexpected batch {bid}")
+    lines = sum(len(v) for v in expected.values())
+    if len(jobs) != lines:
+        verdict.fail(f"{len(jobs)} jobs exist for {lines} manifest lines")
+
+    sent = mails(var / "mail")
+    for bid in expected:
+        if sent[bid] != 1:
+            verdict.fail(f"batch {bid}: {sent[bid]} summary mails, expected exactly 1")
+    for bid in set(sent) - set(expected):
+        verdict.fail(f"summary mail for unknown batch {bid}")
+
+    completed = sum(1 for j in jobs.values() if j.state == JobState.COMPLETED)
+    say(
+        f"checked {len(jobs)} jobs ({completed} Completed, {len(jobs) - completed} Failed), "
+        f"{len(expected)} batches, {sum(sent.values())} summary mails; "
+        f"consistency check: {len(report.findings)} findings"
+    )
+    for message, count in failures.most_common(8):
+        say(f"  failed jobs: {count} x {message}")
+    return jobs
+
+
+def _judge_batch(
+    zk: Any,
+    bid: str,
+    local_ids: set[str],
+    batch: Batch | None,
+    jobs: dict[str, Job],
+    verdict: Verdict,
+) -> None:
+    """Every manifest line exactly one job; the batch reported exactly once."""
+    if batch is None:
+        verdict.fail(f"batch {bid} is gone or broken")
+        return
+    if batch.state not in TERMINAL_BATCH:
+        verdict.fail(f"batch {bid} ended {batch.state}")
+    index = batch_job_ids(zk, bid)
+    members = sorted({j for js in index.values() for j in js})
+    seen = Counter(
+        lid
+        for j in members
+        if j in jobs
+        for lid in (jobs[j].local_ids or [str(jobs[j].configuration.get("localID", ""))])
+    )
+    duplicated = sorted(lid for lid, n in seen.items() if n > 1)
+    missing = sorted(local_ids - set(seen))
+    if duplicated:
+        verdict.fail(f"batch {bid}: manifest lines made more than one job: {duplicated[:5]}")
+    if missing:
+        verdict.fail(f"batch {bid}: manifest lines without a job: {missing[:5]}")
+    report = batch.report or {}
+    reported_ok = report.get("successful_jobs") or []
+    reported_failed = report.get("failed_jobs") or []
+    if not batch.report:
+        verdict.fail(f"batch {bid} has no status report")
+    elif sorted(reported_ok + reported_failed) != members:
+        verdict.fail(f"batch {bid}: status report does not list exactly its jobs")
+    elif batch.report.get("history"):
+        verdict.fail(f"batch {bid} was reported {1 + len(batch.report['history'])} times")
+    want = BatchState.FAILED if reported_failed else BatchState.COMPLETED
+    if batch.report and batch.state != want:
+        verdict.fail(f"batch {bid} is {batch.state} but its report says {want}")
+
+
+def judge_failures(jobs: dict[str, Job], verdict: Verdict, say: Callable[[str], None]) -> None:
+    """Good jobs Completed, and none Failed by the infrastructure."""
+    by_infrastructure = 0
+    for jid, job in sorted(jobs.items()):
+        lid = local_id(job)
+        if lid in HOSTILE or job.state != JobState.FAILED:
+            continue
+        message = job.status.message
+        if INFRASTRUCTURE.search(message):
+            by_infrastructure += 1
+            verdict.fail(f"failed by the infrastructure: job {jid} ({lid}): {message[:200]!r}")
+        else:
+            verdict.fail(f"good job {jid} ({lid}) failed: {message[:200]!r}")
+    say(f"good jobs failed by the infrastructure: {by_infrastructure}")
+
+
+def judge_hostile(
+    jobs: dict[str, Job],
+    var: Path,
+    sentinel_hits: int,
+    verdict: Verdict,
+    say: Callable[[str], None],
+) -> None:
+    """Every hostile depositor Failed for its own reason, the refused address never asked,
+    nothing left in the working folders or storage that is a link or reads as a host file."""
+    seen: set[str] = set()
+    for job in jobs.values():
+        hostile = HOSTILE.get(local_id(job))
+        if hostile is None:
+            continue
+        seen.add(hostile.local_id)
+        message = job.status.message if job.state == JobState.FAILED else ""
+        if not any(reason in message for reason in hostile.reasons):
+            verdict.fail(
+                f"hostile job {job.jid} ({hostile.local_id}) ended {job.state}: "
+                f"{job.status.message[:200]!r}, expected a failure with "
+                + " or ".join(repr(r) for r in hostile.reasons)
+            )
+    for lid in sorted(set(HOSTILE) - seen):
+        verdict.fail(f"hostile object {lid} made no job")
+    if sentinel_hits:
+        verdict.fail(f"the refused address was asked {sentinel_hits} time(s)")
+    for folder in (var / "work", var / "storage"):
+        for path in folder.rglob("*") if folder.is_dir() else ():
+            if path.is_symlink():
+                verdict.fail(f"a link was left in {path}")
+            elif path.is_file() and b"root:x:0:0" in path.read_bytes()[:65536]:
+                verdict.fail(f"a host file was copied into {path}")
+    good = sum(
+        1
+        for job in jobs.values()
+        if (h := HOSTILE.get(local_id(job))) is not None
+        and job.state == JobState.FAILED
+        and any(reason in job.status.message for reason in h.reasons)
+    )
+    say(
+        f"hostile depositors: {good} of {len(HOSTILE)} failed for their reasons, the refused "
+        f"address asked {sentinel_hits} times"
+    )
+
+
+def judge_versions(
+    versions: dict[str, list[str]], verdict: Verdict, say: Callable[[str], None]
+) -> None:
+    """One storage version per object: each object is added once, and an add sent again after
+    a lost claim must not make a second version of the same content."""
+    doubled = 0
+    for ark, digests in sorted(versions.items()):
+        if len(digests) > 1:
+            doubled += len(digests) - 1
+            same = "identical content" if len(set(digests)) == 1 else "different content"
+            verdict.fail(f"storage: {ark} has {len(digests)} versions ({same}); expected one")
+    say(f"storage: {len(versions)} objects, {doubled} extra versions")
+
+
+def local_versions(root: Path) -> dict[str, list[str]]:
+    """The local store's objects: ARK folder -> the content digest of each version."""
+    found: dict[str, list[str]] = {}
+    for folder in sorted(root.iterdir()) if root.is_dir() else ():
+        if not folder.is_dir():
+            continue
+        numbers = sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and p.is_dir())
+        digests = []
+        for number in numbers:
+            try:
+                info = json.loads((folder / str(number) / "version.json").read_text())
+            except (OSError, ValueError):
+                info = {}
+            digests.append(str(info.get("content_digest", number)))
+        if digests:
+            found[folder.name] = digests
+    return found
+
+
+def empty_jobs(zk: Any) -> list[str]:
+    candidates = [paths.job(j) for j in children(zk, paths.JOBS) if paths.JID_RE.fullmatch(j)]
+    return sorted(
+        p for p, stat in exists_many(zk, candidates).items() if stat and stat.numChildren == 0
+    )
+
+
+def mails(folder: Path) -> Counter[str]:
+    """Summary mails per batch ID, from the file mail backend's folder."""
+    found: Counter[str] = Counter()
+    if folder.is_dir():
+        for path in folder.iterdir():
+            found.update(SUBJECT_RE.findall(path.read_text(errors="replace")))
+    return found
