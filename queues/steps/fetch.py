@@ -17,7 +17,7 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import IO, Protocol, TypeVar
@@ -212,6 +212,9 @@ def head_size(
     """The size of what ``url`` points at, or None when it cannot be told. Never raises.
 
     Used for estimating, which must not fail a job: an unknown size is the caller's to judge.
+    The question as a whole (the HEAD, and the GET when HEAD is refused, redirects included)
+    has ``timeout`` seconds: a server that trickles its headers cannot hold estimating for as
+    long as a download may take.
     """
     try:
         if _scheme(url) == "file":
@@ -219,11 +222,13 @@ def head_size(
         if _scheme(url) not in ("http", "https"):
             return None
         rules = _policy(policy, timeout)
-        with rules.open(url, method="HEAD") as response:
+        rules = replace(rules, deadline=min(rules.deadline or timeout, timeout))
+        started = time.monotonic()
+        with rules.open(url, method="HEAD", started=started) as response:
             status, length = response.status, response.header("Content-Length")
         if status in (405, 501):
             # Some servers refuse HEAD; a GET whose body we never read tells the same.
-            with rules.open(url) as response:
+            with rules.open(url, started=started) as response:
                 status, length = response.status, response.header("Content-Length")
         if status >= 400:
             return None

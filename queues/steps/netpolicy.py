@@ -10,11 +10,17 @@ here, under a :class:`FetchPolicy`:
   to the checked address (the name is kept for the ``Host`` header and for TLS), so a DNS
   answer that changes between check and connect cannot send the request elsewhere;
 - loopback, private, link-local, multicast, reserved and unspecified addresses are refused
-  unless ``allow`` names them (the tests and the one-machine demo allow loopback);
+  unless ``allow`` names them (the tests and the one-machine demo allow loopback); an IPv6
+  address that embeds an IPv4 one (IPv4-mapped, IPv4-compatible, NAT64, 6to4, Teredo) is
+  judged by the IPv4 address it embeds as well, so ``2002:7f00:1::`` is loopback too;
 - redirects are followed here, one hop at a time (at most ``max_redirects``), each hop checked
   like the first;
-- a body is read under a wall-clock ``deadline`` and a minimum throughput (``min_rate`` bytes
-  per second over every ``rate_window`` seconds), besides the per-read ``timeout``.
+- the whole response runs under a wall-clock ``deadline``: connecting, the TLS handshake, the
+  response headers and the body. A watchdog shuts the socket down when it passes, because a
+  server that sends one header byte every few seconds never trips the per-read ``timeout``;
+- the response headers must arrive within one ``rate_window`` when a ``min_rate`` is set (a few
+  hundred bytes that take a whole window are below any sensible rate), and the body must keep
+  ``min_rate`` bytes per second over every ``rate_window`` seconds.
 
 Requests the system makes for itself (to Merritt's storage or inventory service on its own
 network) use :data:`SYSTEM`, which checks nothing about addresses but reads bodies the same way.
@@ -23,16 +29,27 @@ network) use :data:`SYSTEM`, which checks nothing about addresses but reads bodi
 from __future__ import annotations
 
 import contextlib
+import heapq
 import ipaddress
+import itertools
 import socket
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
 import certifi
 import urllib3
-from urllib3.exceptions import HTTPError, ProtocolError, TimeoutError
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    HTTPError,
+    NewConnectionError,
+    ProtocolError,
+    TimeoutError,
+)
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -80,9 +97,7 @@ def parse_networks(text: str) -> tuple[IPNetwork, ...]:
 
 
 def _forbidden(ip: IPAddress) -> str | None:
-    """Why a depositor may not make us connect to ``ip``, or None."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    """Why a depositor may not make us connect to ``ip`` as such, or None."""
     for test, words in (
         (ip.is_loopback, "a loopback address"),
         (ip.is_unspecified, "an unspecified address"),
@@ -95,6 +110,184 @@ def _forbidden(ip: IPAddress) -> str | None:
         if test:
             return words
     return None
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """An IPv4 address carried inside an IPv6 one."""
+
+    form: str  # "an IPv4-mapped address", "a 6to4 address", ...
+    ipv4: ipaddress.IPv4Address
+    # True when the IPv6 prefix only says "reach this IPv4 address" (mapped, NAT64): the IPv4
+    # address is then all there is to judge. False when the IPv6 address is routed as such
+    # and a gateway on the way may hand it to the embedded address (6to4, Teredo, compatible).
+    translated: bool
+
+
+def embedded_ipv4(ip: IPAddress) -> list[Embedded]:
+    """The IPv4 addresses ``ip`` embeds (RFC 4291, 6052, 3056, 4380); none for an IPv4 one."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return []
+    found: list[Embedded] = []
+    if ip.ipv4_mapped is not None:
+        found.append(Embedded("an IPv4-mapped address", ip.ipv4_mapped, True))
+    if ip in _NAT64:
+        found.append(Embedded("a NAT64 address", ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF), True))
+    if ip.sixtofour is not None:
+        found.append(Embedded("a 6to4 address", ip.sixtofour, False))
+    if ip.teredo is not None:
+        server, client = ip.teredo  # the client's address is stored inverted; this is undone
+        found.append(Embedded("a Teredo address", client, False))
+        found.append(Embedded("a Teredo address", server, False))
+    # :: and ::1 are themselves, not the compatible forms of 0.0.0.0 and 0.0.0.1.
+    if ip in _IPV4_COMPATIBLE and int(ip) > 1:
+        found.append(Embedded("an IPv4-compatible address", ipaddress.IPv4Address(int(ip)), False))
+    return found
+
+
+def connect_key(ip: IPAddress) -> str:
+    """One spelling per destination: an IPv4-mapped address and its IPv4 address are the same."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
+class _Alarm:
+    """The time one request may run until, and the socket to shut down when it passes.
+
+    The watchdog keeps a duplicate of the connection's socket: shutting that down ends the
+    connection whoever is blocked reading it (plain or TLS), and the duplicate's descriptor
+    is ours, so it can never be a number the process has since reused for something else.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._generation = 0  # a new arm or a disarm makes what the watchdog holds stale
+        self._armed = False
+        self.fired = False
+        self.reason = ""
+
+    def arm(self, due: float, reason: str) -> None:
+        with self._lock:
+            self._generation += 1
+            self._armed = True
+            self.reason = reason
+            generation = self._generation
+        _WATCHDOG.schedule(due, generation, self)
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._generation += 1
+            self._armed = False
+
+    def watch(self, sock: socket.socket) -> None:
+        """The connection's socket, just connected; shut down at once if the time is up."""
+        with self._lock:
+            if not self._armed:
+                return
+            self._sock = sock.dup()
+            if self.fired:
+                self._shutdown()
+
+    def is_current(self, generation: int) -> bool:
+        # Read without the lock: a generation only grows, so a stale answer is never "current".
+        return generation == self._generation
+
+    def fire(self, generation: int) -> None:
+        with self._lock:
+            if generation != self._generation:
+                return
+            self.fired = True
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        with self._lock:
+            self._generation += 1
+            self._armed = False
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+
+
+class _Watchdog:
+    """One thread for the process that fires alarms when their time comes."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: list[tuple[float, int, int, _Alarm]] = []
+        self._order = itertools.count()
+        self._live = 0
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, due: float, generation: int, alarm: _Alarm) -> None:
+        with self._cond:
+            # Entries of requests long finished would otherwise wait out their deadline here
+            # (hours): drop them whenever they outnumber the live ones.
+            if len(self._due) > max(256, 2 * self._live):
+                self._due = [entry for entry in self._due if entry[3].is_current(entry[2])]
+                heapq.heapify(self._due)
+                self._live = len(self._due)
+            heapq.heappush(self._due, (due, next(self._order), generation, alarm))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="fetch-deadlines", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    wait = self._due[0][0] - time.monotonic() if self._due else None
+                    self._cond.wait(wait)
+                _due, _order, generation, alarm = heapq.heappop(self._due)
+            # Outside the condition: a socket shutdown must not hold up scheduling.
+            alarm.fire(generation)
+
+
+_WATCHDOG = _Watchdog()
+
+
+class _WatchedHTTP(HTTPConnection):
+    def __init__(self, *args: Any, alarm: _Alarm, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.alarm = alarm
+
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()
+        self.alarm.watch(sock)
+        return sock
+
+
+class _WatchedHTTPS(HTTPSConnection):
+    def __init__(self, *args: Any, alarm: _Alarm, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.alarm = alarm
+
+    def _new_conn(self) -> socket.socket:
+        # Watched before the TLS handshake, which a server can trickle as well.
+        sock = super()._new_conn()
+        self.alarm.watch(sock)
+        return sock
+
+
+class _Pool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTP
+
+
+class _TLSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPS
 
 
 @dataclass(frozen=True)
@@ -113,8 +306,19 @@ class FetchPolicy:
 
     # Addresses ----------------------------------------------------------------------------
 
+    def _allowed(self, ip: IPAddress) -> bool:
+        return any(ip in net for net in self.allow)
+
     def check_address(self, ip: IPAddress) -> str | None:
-        if not self.restrict or any(ip in net for net in self.allow):
+        """Why ``ip`` may not be fetched from under this policy, or None when it may."""
+        if not self.restrict or self._allowed(ip):
+            return None
+        embedded = embedded_ipv4(ip)
+        for inner in embedded:
+            why = None if self._allowed(inner.ipv4) else _forbidden(inner.ipv4)
+            if why:
+                return f"{inner.form} embedding {inner.ipv4}, {why}"
+        if embedded and all(inner.translated for inner in embedded):
             return None
         return _forbidden(ip)
 
@@ -172,10 +376,11 @@ class FetchPolicy:
         """
         started = time.monotonic() if started is None else started
         for _hop in range(self.max_redirects + 1):
-            pool, response = self._send(url, method, started, body, content_type)
+            pool, response, alarm = self._send(url, method, started, body, content_type)
             location = response.headers.get("Location")
             if response.status not in REDIRECTS or not location:
-                return OpenResponse(self, url, response, started, pool)
+                return OpenResponse(self, url, response, started, pool, alarm)
+            alarm.close()
             response.release_conn()
             pool.close()
             url = urljoin(url, location)
@@ -185,14 +390,16 @@ class FetchPolicy:
 
     def _send(
         self, url: str, method: str, started: float, body: bytes | None, content_type: str
-    ) -> tuple[urllib3.HTTPConnectionPool, urllib3.BaseHTTPResponse]:
+    ) -> tuple[urllib3.HTTPConnectionPool, urllib3.BaseHTTPResponse, _Alarm]:
         host, port, ip = self.resolve(url)
         parts = urlsplit(url)
         read_timeout = self._read_timeout(started)
-        timeout = urllib3.Timeout(connect=min(self.timeout, read_timeout), read=read_timeout)
+        connect_timeout = min(self.timeout, read_timeout)
+        timeout = urllib3.Timeout(connect=connect_timeout, read=read_timeout)
+        alarm = _Alarm()
         pool: urllib3.HTTPConnectionPool
         if parts.scheme.lower() == "https":
-            pool = urllib3.HTTPSConnectionPool(
+            pool = _TLSPool(
                 str(ip),
                 port,
                 timeout=timeout,
@@ -202,11 +409,10 @@ class FetchPolicy:
                 assert_hostname=host,
                 cert_reqs="CERT_REQUIRED",
                 ca_certs=certifi.where(),
+                alarm=alarm,
             )
         else:
-            pool = urllib3.HTTPConnectionPool(
-                str(ip), port, timeout=timeout, retries=False, maxsize=1
-            )
+            pool = _Pool(str(ip), port, timeout=timeout, retries=False, maxsize=1, alarm=alarm)
         netloc_host = f"[{host}]" if ":" in host else host
         headers = dict(self.headers)
         headers["Host"] = (
@@ -220,8 +426,10 @@ class FetchPolicy:
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
+        where = f"{netloc_host}:{port}" if host == str(ip) else f"{netloc_host}:{port} ({ip})"
+        self._arm_for_headers(alarm, started)
         try:
-            return pool, pool.urlopen(
+            response = pool.urlopen(
                 method,
                 target,
                 body=body,
@@ -231,12 +439,54 @@ class FetchPolicy:
                 preload_content=False,
                 assert_same_host=False,
             )
-        except TimeoutError:
+        except BaseException as exc:
+            alarm.close()
             pool.close()
-            raise TransferFailed(f"timed out after {read_timeout:g}s") from None
-        except HTTPError as exc:
-            pool.close()
-            raise TransferFailed(f"connection failed ({short_error(exc)})") from None
+            if alarm.fired:
+                raise TooSlow(alarm.reason) from None
+            if isinstance(exc, NewConnectionError):
+                # urllib3 files this under timeouts; the reason is the OSError beneath it.
+                cause = exc.__cause__
+                if isinstance(cause, ConnectionRefusedError):
+                    raise TransferFailed(f"connection refused by {where}") from None
+                raise TransferFailed(
+                    f"cannot connect to {where} ({short_error(cause or exc)})"
+                ) from None
+            if isinstance(exc, ConnectTimeoutError):
+                raise TransferFailed(
+                    f"connecting to {where} timed out after {connect_timeout:g}s"
+                ) from None
+            if isinstance(exc, TimeoutError):
+                raise TransferFailed(
+                    f"no answer from {where}, timed out after {read_timeout:g}s"
+                ) from None
+            if isinstance(exc, HTTPError):
+                raise TransferFailed(f"connection to {where} failed ({short_error(exc)})") from None
+            raise
+        if self.deadline is None:
+            alarm.disarm()
+        else:
+            alarm.arm(started + self.deadline, self._deadline_words())
+        return pool, response, alarm
+
+    def _deadline_words(self) -> str:
+        return f"took longer than the limit of {self.deadline:g}s"
+
+    def _arm_for_headers(self, alarm: _Alarm, started: float) -> None:
+        """Until the response headers are in: the deadline, and one rate window at most."""
+        limits: list[tuple[float, str]] = []
+        if self.deadline is not None:
+            limits.append((started + self.deadline, self._deadline_words()))
+        if self.min_rate:
+            limits.append(
+                (
+                    time.monotonic() + self.rate_window,
+                    f"sent no complete response headers within {self.rate_window:g}s, "
+                    f"below the minimum of {self.min_rate} bytes/s",
+                )
+            )
+        if limits:
+            alarm.arm(*min(limits))
 
     def _read_timeout(self, started: float) -> float:
         if self.deadline is None:
@@ -256,6 +506,7 @@ class OpenResponse:
     raw: urllib3.BaseHTTPResponse
     started: float
     pool: urllib3.HTTPConnectionPool
+    alarm: _Alarm  # the deadline, shutting the connection down when it passes
 
     @property
     def status(self) -> int:
@@ -276,11 +527,16 @@ class OpenResponse:
             try:
                 # read1: whatever has arrived, so a trickle is seen as one, not waited out.
                 chunk = self.raw.read1(size)
-            except TimeoutError:
-                raise TransferFailed(f"timed out after {policy.timeout:g}s") from None
             except (ProtocolError, HTTPError, OSError) as exc:
+                if self.alarm.fired:
+                    raise TooSlow(self.alarm.reason) from None
+                if isinstance(exc, TimeoutError):
+                    raise TransferFailed(f"timed out after {policy.timeout:g}s") from None
                 raise TransferFailed(f"connection broke off ({short_error(exc)})") from None
             if not chunk:
+                # A body that ends with the connection ends early when the watchdog cut it.
+                if self.alarm.fired:
+                    raise TooSlow(self.alarm.reason)
                 return
             yield chunk
             window_bytes += len(chunk)
@@ -297,6 +553,7 @@ class OpenResponse:
                 window_start, window_bytes = now, 0
 
     def close(self) -> None:
+        self.alarm.close()
         self.raw.release_conn()
         self.raw.close()
         self.pool.close()

@@ -1,0 +1,150 @@
+"""The fetch policy's limits on the whole response, and what its failures are called.
+
+Real loopback servers below HTTP (tests/steps/slow_servers.py): one trickles its status line and
+headers a byte at a time, one never answers, and a port that refuses. Assertions are on what the
+server saw (connections, clients hanging up before it finished) and on the messages.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from queues.steps.fetch import DownloadError, download, head_size
+from queues.steps.netpolicy import FetchPolicy, FetchRefused, parse_networks
+from tests.steps.conftest import Loopback
+from tests.steps.slow_servers import HeaderTrickle, Silent, refused_port
+
+
+@pytest.fixture
+def trickle() -> Iterator[HeaderTrickle]:
+    server = HeaderTrickle()
+    yield server
+    server.close()
+
+
+def _cut_off(server: HeaderTrickle) -> tuple[int, int, int]:
+    """The server's counts once it has noticed the client is gone (or finished after all)."""
+    for _ in range(200):
+        connections, hung_up, finished = server.counts()
+        if hung_up + finished >= connections > 0:
+            break
+        time.sleep(0.05)
+    return server.counts()
+
+
+def test_trickled_headers_are_cut_off_at_the_deadline(
+    trickle: HeaderTrickle, tmp_path: Path
+) -> None:
+    policy = FetchPolicy(restrict=False, deadline=1.0, timeout=10.0)
+
+    with pytest.raises(DownloadError, match=r"took longer than the limit of 1s$"):
+        download(trickle.url + "/a", tmp_path / "a", policy=policy, retries=2, backoff=0.01)
+
+    assert _cut_off(trickle) == (1, 1, 0), "one connection, abandoned, never asked again"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_headers_slower_than_the_minimum_rate_fail_after_one_window(
+    trickle: HeaderTrickle, tmp_path: Path
+) -> None:
+    policy = FetchPolicy(restrict=False, deadline=None, min_rate=1000, rate_window=1.0)
+
+    with pytest.raises(
+        DownloadError,
+        match=r"sent no complete response headers within 1s, below the minimum of 1000 bytes/s",
+    ):
+        download(trickle.url + "/a", tmp_path / "a", policy=policy, retries=0)
+
+    assert _cut_off(trickle) == (1, 1, 0)
+
+
+def test_a_size_question_gets_its_timeout_for_the_whole_answer(trickle: HeaderTrickle) -> None:
+    # The depositor policy's deadline is hours, made for downloads; estimating's HEAD may not
+    # take that long just because each header byte comes within the per-read timeout.
+    policy = FetchPolicy(restrict=False, deadline=6 * 3600.0, timeout=10.0)
+
+    assert head_size(trickle.url + "/a", timeout=1.0, policy=policy) is None
+
+    assert _cut_off(trickle) == (1, 1, 0)
+
+
+def test_a_refused_connection_is_called_refused(tmp_path: Path) -> None:
+    with refused_port() as port, pytest.raises(DownloadError) as caught:
+        download(f"http://127.0.0.1:{port}/a", tmp_path / "a", retries=0, timeout=5.0)
+
+    assert caught.value.reason == (
+        f"connection refused by 127.0.0.1:{port} (gave up after attempt)"
+    )
+
+
+def test_a_refused_connection_names_the_host_as_written_and_its_address(tmp_path: Path) -> None:
+    with refused_port() as port, pytest.raises(DownloadError) as caught:
+        download(f"http://127.1:{port}/a", tmp_path / "a", retries=0, timeout=5.0)
+
+    assert f"connection refused by 127.1:{port} (127.0.0.1)" in caught.value.reason
+
+
+def test_a_server_that_never_answers_is_a_timeout_naming_it(tmp_path: Path) -> None:
+    silent = Silent()
+    try:
+        with pytest.raises(DownloadError) as caught:
+            download(silent.url + "/a", tmp_path / "a", retries=0, timeout=0.5)
+    finally:
+        silent.close()
+
+    assert caught.value.reason == (
+        f"no answer from 127.0.0.1:{silent.port}, timed out after 0.5s (gave up after attempt)"
+    )
+
+
+# IPv6 addresses that carry an IPv4 one ----------------------------------------------------
+
+LOOPBACK_INSIDE = {
+    "2002:7f00:1::": "a 6to4 address embedding 127.0.0.1, a loopback address",
+    "2002:a00:1::5": "a 6to4 address embedding 10.0.0.1, a private address",
+    "64:ff9b::7f00:1": "a NAT64 address embedding 127.0.0.1, a loopback address",
+    "64:ff9b::a9fe:a9fe": "a NAT64 address embedding 169.254.169.254, a link-local address",
+    "::ffff:7f00:1": "an IPv4-mapped address embedding 127.0.0.1, a loopback address",
+    "::7f00:1": "an IPv4-compatible address embedding 127.0.0.1, a loopback address",
+    # Teredo stores the client's address inverted: 0x80fffffe is 127.0.0.1.
+    "2001:0:4136:e378:8000:63bf:80ff:fffe": (
+        "a Teredo address embedding 127.0.0.1, a loopback address"
+    ),
+}
+
+
+@pytest.mark.parametrize(("address", "why"), list(LOOPBACK_INSIDE.items()))
+def test_an_ipv6_address_is_judged_by_the_ipv4_address_it_embeds(address: str, why: str) -> None:
+    policy = FetchPolicy(restrict=True)
+    url = f"http://[{address}]:8080/a"
+
+    with pytest.raises(FetchRefused) as caught:
+        policy.resolve(url)
+
+    assert caught.value.reason == (
+        f"host {address} resolves to {ipaddress.ip_address(address)}, {why}, "
+        "which is not fetched for depositors"
+    )
+
+
+def test_a_translated_address_of_a_public_ipv4_one_is_fetched() -> None:
+    # What DNS64 hands an IPv6-only host for a depositor with IPv4 only.
+    policy = FetchPolicy(restrict=True)
+
+    assert policy.check_address(ipaddress.ip_address("64:ff9b::808:808")) is None
+    assert policy.check_address(ipaddress.ip_address("::ffff:8.8.8.8")) is None
+
+
+def test_an_allowed_network_covers_its_addresses_in_ipv6_dress(
+    http_server: Loopback, tmp_path: Path
+) -> None:
+    policy = FetchPolicy(restrict=True, allow=parse_networks("127.0.0.0/8"))
+    url = http_server.file("/a", b"mapped").replace("127.0.0.1", "[::ffff:127.0.0.1]")
+
+    assert download(url, tmp_path / "a", policy=policy).size == len(b"mapped")
+    assert http_server.seen("GET", "/a")
