@@ -5,14 +5,18 @@ jobs itself when this console runs beside Merritt): ``manifest_url``, ``mode`` s
 into the action, the integer storage node and the URL-encoded ARK, and ``delete`` (a string).
 
 The per-object lock ``/locks/storage/<ark'>`` (ephemeral) keeps two jobs of the same object from
-storing at once; a job whose object is locked waits in Storing. LocalStorage returns the latest
-version instead of adding one when the content is the same, so a re-run stores nothing twice.
-The version's manifest URL and number go into the job's ``inventory`` node for Recording (its
-``mode`` is left as Processing wrote it).
+storing at once; a job whose object is locked waits in Storing. A storage add is a side effect
+that no ZooKeeper lock fences once its holder's session is gone, so before sending one the step
+records it (``queues.zk.store_intents``, in one transaction checked under the job's lock); a
+claimer that finds the record asks storage what the object holds and does not add a version whose
+content is already the latest (Merritt's storage makes a new version for every add). The
+version's manifest URL and number go into the job's ``inventory`` node for Recording (its
+``mode`` is left as Processing wrote it); the record goes once the job is in Recording.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, ClassVar
 
 from queues.daemons import clients
@@ -20,12 +24,16 @@ from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
 from queues.states import JobState
 from queues.steps.merritt import parse_store_mode
 from queues.steps.profiles import ProfileError, load_profile
-from queues.steps.storage import StorageError
+from queues.steps.storage import StorageBusy, StorageClient, StorageError, StoredVersion
 from queues.zk import paths as zpaths
-from queues.zk.jobs import job_set_json
+from queues.zk.errors import Conflict, StaleVersion
+from queues.zk.jobs import job_set_json_locked
 from queues.zk.locks import lock_create, lock_release
 from queues.zk.nodes import exists_many
 from queues.zk.records import Job
+from queues.zk.store_intents import store_intent_clear, store_intent_read, store_intent_record
+
+log = logging.getLogger("queues.daemons")
 
 
 class ObjectLockDaemon(JobDaemon):
@@ -78,13 +86,61 @@ class Storing(ObjectLockDaemon):
         if not lock_create(self.zk, lock):
             return Stay(f"{ark} is being stored by another job")
         try:
-            stored = clients.storage(profile).store(ark=ark, manifest_url=manifest_url)
+            stored = self.store_once(
+                item, clients.storage(profile), ark=ark, node=str(mode.node), url=manifest_url
+            )
+        except StorageBusy as exc:
+            return Stay(str(exc))
         except StorageError as exc:
             raise StepFailed(str(exc)) from exc
+        except (Conflict, StaleVersion) as exc:
+            # The job's lock or status changed before the add was recorded: it is not ours.
+            return Stay(f"not stored: {exc}")
         finally:
             lock_release(self.zk, lock)
         inventory: dict[str, Any] = dict(item.inventory or {})
         inventory.setdefault("mode", "")
         inventory.update(manifest_url=stored.manifest_url, ark=stored.ark, version=stored.version)
-        job_set_json(self.zk, item, "inventory", inventory)
+        try:
+            job_set_json_locked(self.zk, item, "inventory", inventory)
+        except (Conflict, StaleVersion) as exc:
+            # The session (and the job's lock) went during the add: the add is recorded, and
+            # whoever claims the job next finds its version instead of adding one.
+            return Stay(f"stored {ark} version {stored.version}, but not recorded: {exc}")
         return Next(JobState.RECORDING, f"stored {ark} version {stored.version}")
+
+    def store_once(
+        self, item: Job, storage: StorageClient, *, ark: str, node: str, url: str
+    ) -> StoredVersion:
+        """Add the manifest's version unless an add recorded by an earlier claim of this job
+        already made it: then that version, as storage reports it."""
+        manifest = storage.read_manifest(url)
+        intent = store_intent_read(self.zk, item.jid)
+        if intent is not None:
+            found = storage.stored_as(ark=ark, manifest=manifest)
+            if found is not None:
+                log.info(
+                    "%s storing: version %d of %s already holds this content (added by the "
+                    "claim of session %s at %s); not added again",
+                    item.jid,
+                    found.version,
+                    ark,
+                    intent.session or "?",
+                    intent.since or "?",
+                )
+                return found
+        store_intent_record(
+            self.zk,
+            item,
+            manifest_url=url,
+            manifest_sha256=manifest.sha256,
+            node=node,
+            ark=ark,
+            replace=intent is not None,
+        )
+        return storage.store(ark=ark, manifest_url=url)
+
+    def after(self, item: Job, step: Next) -> None:
+        super().after(item, step)
+        if step.target == JobState.RECORDING:
+            store_intent_clear(self.zk, item.jid)

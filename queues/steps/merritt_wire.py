@@ -90,6 +90,33 @@ def child_text(element: ElementTree.Element, *names: str) -> str | None:
     return None
 
 
+def state_fields(body: str | bytes) -> tuple[str, dict[str, str]] | None:
+    """One of Merritt's state documents (``obj:objectState``, ``ver:versionState``,
+    ``fil:fileState``, ...) as its root's local name and its leaf children by local name, from
+    XML or from the JSON form (one object keyed by the root's name); None when it is neither.
+    Booleans read as ``true``/``false``, as in the XML."""
+    root = parse_xml(body)
+    if root is not None:
+        leaves = {local_name(c.tag): (c.text or "").strip() for c in root if len(c) == 0}
+        return local_name(root.tag), leaves
+    data = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict) or len(parsed) != 1:
+        return None
+    [(key, inner)] = parsed.items()
+    if not isinstance(inner, dict):
+        return None
+    fields = {
+        local_name(k): str(v).lower() if isinstance(v, bool) else str(v)
+        for k, v in inner.items()
+        if isinstance(v, str | int | float | bool) and not k.startswith("xmlns")
+    }
+    return local_name(key), fields
+
+
 _EXCEPTION_ROOT = re.compile(r"^tException(?:\.(?P<kind>[A-Z_]+))?$", re.I)
 
 

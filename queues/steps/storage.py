@@ -6,17 +6,21 @@ that is how Merritt's storage service works, and it lets the local store fetch t
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple, Protocol
+from urllib.parse import quote
 
 import requests
 
@@ -30,11 +34,17 @@ from queues.steps.merritt_wire import (
     merritt_error,
     parse_xml,
     service_session,
+    state_fields,
 )
 from queues.steps.submission import PayloadFile
 
 VERSION_MANIFEST = "mrt-version-manifest.txt"
 VERSION_INFO = "version.json"
+# Beside each object's folder, ``<ark folder>.lock``: the file whose flock serialises "is the
+# content already the latest version?", the numbering and the publishing of a version between
+# threads and processes (a regular file, which flock over NFS needs; the folder holds only
+# versions).
+LOCK_SUFFIX = ".lock"
 _ARK = re.compile(r"^ark:/[A-Za-z0-9]+/[A-Za-z0-9_.~*@$/-]+$")
 
 
@@ -44,6 +54,10 @@ class StorageError(Exception):
 
 class ObjectNotFound(StorageError):
     pass
+
+
+class StorageBusy(StorageError):
+    """Another thread or process is writing a version of the object: try again later."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +74,20 @@ class ObjectFile(NamedTuple):
     location: Path | str
 
 
+@dataclass(frozen=True)
+class StorageManifest:
+    """A storage manifest as read: its URL, the sha256 of its bytes and the files it lists."""
+
+    url: str
+    sha256: str
+    files: list[PayloadFile]
+
+
 class StorageClient(Protocol):
+    def read_manifest(self, manifest_url: str) -> StorageManifest: ...
+
+    def stored_as(self, *, ark: str, manifest: StorageManifest) -> StoredVersion | None: ...
+
     def store(self, *, ark: str, manifest_url: str) -> StoredVersion: ...
 
     def fetch_object(self, ark: str, version: int | None = None) -> list[ObjectFile]: ...
@@ -85,6 +112,39 @@ def content_digest(entries: Sequence[tuple[str, str]]) -> str:
     return digest.hexdigest()
 
 
+def parse_storage_manifest(manifest_url: str, data: bytes) -> StorageManifest:
+    """A storage manifest's files, each under producer/ or system/ and named once."""
+    try:
+        manifest = parse_checkm(data)
+    except ManifestError as exc:
+        raise StorageError(f"unusable storage manifest {manifest_url}: {exc}") from exc
+    if manifest.kind not in (None, OBJECT_MANIFEST):
+        raise StorageError(f"storage manifest {manifest_url} is a {manifest.kind}")
+    if not manifest.rows:
+        raise StorageError(f"storage manifest {manifest_url} lists no files")
+    files: list[PayloadFile] = []
+    seen: set[str] = set()
+    for row in manifest.rows:
+        top = row.filename.split("/", 1)[0]
+        if top not in (PRODUCER_DIR, SYSTEM_DIR) or "/" not in row.filename:
+            raise StorageError(
+                f"line {row.line}: file name {row.filename!r} is not under producer/ or system/"
+            )
+        if row.filename in seen:
+            raise StorageError(f"line {row.line}: file name {row.filename!r} repeated")
+        seen.add(row.filename)
+        files.append(
+            PayloadFile(
+                url=row.url,
+                filename=row.filename,
+                digest_alg=row.hash_alg or None,
+                digest_value=row.hash_value or None,
+                size=row.size,
+            )
+        )
+    return StorageManifest(manifest_url, hashlib.sha256(data).hexdigest(), files)
+
+
 class LocalStorage:
     """A version store on the local disk: ``root/<ark folder>/<n>/producer|system/...``.
 
@@ -92,7 +152,10 @@ class LocalStorage:
     ``mrt-version-manifest.txt`` (checkm, file:// URLs, sha256) and ``version.json``.
     A version appears by one rename of a fully written folder, so a reader never sees half of
     one; storing content identical to the latest version returns that version instead of
-    adding another, which makes a re-run Storing step harmless.
+    adding another, which makes a re-run Storing step harmless. That check, the numbering and
+    the rename happen under the object's file lock (``<ark folder>.lock`` beside its folder),
+    so no two writers, even one paused past its ZooKeeper session, make two versions of one
+    content or two versions with one number.
     """
 
     def __init__(
@@ -103,12 +166,14 @@ class LocalStorage:
         retries: int = 2,
         timeout: float = DEFAULT_TIMEOUT,
         file_roots: Sequence[Path] | None = None,
+        lock_wait: float = 60.0,
     ) -> None:
         self.root = root
         self.threads = threads
         self.retries = retries
         self.timeout = timeout
         self.file_roots = file_roots
+        self.lock_wait = lock_wait
 
     def object_dir(self, ark: str) -> Path:
         return self.root / ark_folder_name(ark)
@@ -129,8 +194,23 @@ class LocalStorage:
     def manifest_url(self, ark: str, version: int) -> str:
         return (self.object_dir(ark) / str(version) / VERSION_MANIFEST).resolve().as_uri()
 
+    def read_manifest(self, manifest_url: str) -> StorageManifest:
+        try:
+            data = fetch_bytes(manifest_url, file_roots=self.file_roots)
+        except DownloadError as exc:
+            raise StorageError(f"unusable storage manifest {manifest_url}: {exc}") from exc
+        return parse_storage_manifest(manifest_url, data)
+
+    def stored_as(self, *, ark: str, manifest: StorageManifest) -> StoredVersion | None:
+        """The latest version when it holds exactly the manifest's files (by name and sha256);
+        None when it does not, or when the manifest does not give every file's sha256."""
+        if any(f.digest_alg != "sha256" or not f.digest_value for f in manifest.files):
+            return None
+        entries = [(f.filename, (f.digest_value or "").lower()) for f in manifest.files]
+        return self._latest_with_digest(ark, content_digest(entries))
+
     def store(self, *, ark: str, manifest_url: str) -> StoredVersion:
-        files = self._read_manifest(manifest_url)
+        files = self.read_manifest(manifest_url).files
         folder = self.object_dir(ark)
         folder.mkdir(parents=True, exist_ok=True)
         incoming = Path(tempfile.mkdtemp(prefix=".incoming-", dir=folder))
@@ -150,77 +230,78 @@ class LocalStorage:
                 (f.filename, r.digests["sha256"]) for f, r in zip(files, results, strict=True)
             ]
             digest = content_digest(entries)
-            existing = self._latest_with_digest(ark, digest)
-            if existing is not None:
-                return existing
-            version = (self.versions(ark) or [0])[-1] + 1
-            target = folder / str(version)
-            rows = [
-                {
-                    "url": (target / f.filename).resolve().as_uri(),
-                    "hash_alg": "sha256",
-                    "hash_value": r.digests["sha256"],
-                    "size": r.size,
-                    "filename": f.filename,
-                }
-                for f, r in zip(files, results, strict=True)
-            ]
-            (incoming / VERSION_MANIFEST).write_text(
-                write_checkm(rows, kind=OBJECT_MANIFEST), encoding="utf-8"
-            )
-            info = {
-                "ark": ark,
-                "version": version,
-                "content_digest": digest,
-                "source_manifest_url": manifest_url,
-                "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            }
-            (incoming / VERSION_INFO).write_text(json.dumps(info), encoding="utf-8")
-            try:
-                os.rename(incoming, target)
-            except OSError:
-                # Someone else stored a version with this number meanwhile (the per-object
-                # storage lock should prevent it); fine if it is our content, else an error.
+            # The object's ZooKeeper lock goes with its holder's session, and a paused or
+            # cut-off holder goes on running when it wakes: this lock, on the disk, still holds.
+            with self._object_lock(ark):
                 existing = self._latest_with_digest(ark, digest)
                 if existing is not None:
                     return existing
-                raise StorageError(f"version {version} of {ark} was written concurrently") from None
+                version = (self.versions(ark) or [0])[-1] + 1
+                target = folder / str(version)
+                rows = [
+                    {
+                        "url": (target / f.filename).resolve().as_uri(),
+                        "hash_alg": "sha256",
+                        "hash_value": r.digests["sha256"],
+                        "size": r.size,
+                        "filename": f.filename,
+                    }
+                    for f, r in zip(files, results, strict=True)
+                ]
+                (incoming / VERSION_MANIFEST).write_text(
+                    write_checkm(rows, kind=OBJECT_MANIFEST), encoding="utf-8"
+                )
+                info = {
+                    "ark": ark,
+                    "version": version,
+                    "content_digest": digest,
+                    "source_manifest_url": manifest_url,
+                    "created": datetime.now(UTC).isoformat(timespec="seconds"),
+                }
+                (incoming / VERSION_INFO).write_text(json.dumps(info), encoding="utf-8")
+                try:
+                    os.rename(incoming, target)
+                except OSError:
+                    # Only a writer that does not take the lock (a console from before it, or a
+                    # filesystem without flock) can have made this number meanwhile.
+                    existing = self._latest_with_digest(ark, digest)
+                    if existing is not None:
+                        return existing
+                    raise StorageError(
+                        f"version {version} of {ark} was written by another process meanwhile"
+                    ) from None
             return StoredVersion(
                 ark=ark, version=version, manifest_url=self.manifest_url(ark, version)
             )
         finally:
             shutil.rmtree(incoming, ignore_errors=True)
 
-    def _read_manifest(self, manifest_url: str) -> list[PayloadFile]:
+    @contextmanager
+    def _object_lock(self, ark: str) -> Iterator[None]:
+        """Hold the object's version lock; StorageBusy after ``lock_wait`` seconds without it.
+
+        Polled, not waited for: a thread blocked in flock cannot be stopped, and the holder may
+        be a process paused for as long as anyone lets it be."""
+        path = self.root / f"{ark_folder_name(ark)}{LOCK_SUFFIX}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            manifest = parse_checkm(fetch_bytes(manifest_url, file_roots=self.file_roots))
-        except (DownloadError, ManifestError) as exc:
-            raise StorageError(f"unusable storage manifest {manifest_url}: {exc}") from exc
-        if manifest.kind not in (None, OBJECT_MANIFEST):
-            raise StorageError(f"storage manifest {manifest_url} is a {manifest.kind}")
-        if not manifest.rows:
-            raise StorageError(f"storage manifest {manifest_url} lists no files")
-        files: list[PayloadFile] = []
-        seen: set[str] = set()
-        for row in manifest.rows:
-            top = row.filename.split("/", 1)[0]
-            if top not in (PRODUCER_DIR, SYSTEM_DIR) or "/" not in row.filename:
-                raise StorageError(
-                    f"line {row.line}: file name {row.filename!r} is not under producer/ or system/"
-                )
-            if row.filename in seen:
-                raise StorageError(f"line {row.line}: file name {row.filename!r} repeated")
-            seen.add(row.filename)
-            files.append(
-                PayloadFile(
-                    url=row.url,
-                    filename=row.filename,
-                    digest_alg=row.hash_alg or None,
-                    digest_value=row.hash_value or None,
-                    size=row.size,
-                )
-            )
-        return files
+            deadline = time.monotonic() + self.lock_wait
+            pause = 0.02
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise StorageBusy(
+                            f"{ark}: another process is writing a version in local storage"
+                        ) from None
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.5)
+            yield
+        finally:
+            # Closing the descriptor releases the lock.
+            os.close(fd)
 
     def _latest_with_digest(self, ark: str, digest: str) -> StoredVersion | None:
         versions = self.versions(ark)
@@ -289,6 +370,56 @@ class HttpStorage:
 
     def manifest_url(self, ark: str) -> str:
         return self._object_url("manifest", ark)
+
+    def read_manifest(self, manifest_url: str) -> StorageManifest:
+        try:
+            response = self.session.get(manifest_url, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise StorageError(f"storage manifest {manifest_url} unreachable: {exc}") from None
+        if not response.ok:
+            raise StorageError(
+                f"storage manifest {manifest_url} unreadable: HTTP {response.status_code}"
+            )
+        return parse_storage_manifest(manifest_url, response.content)
+
+    def stored_as(self, *, ark: str, manifest: StorageManifest) -> StoredVersion | None:
+        """The object's current version when it holds exactly the manifest's files, by storage's
+        state documents: the object's (its number of versions, the last one current), that
+        version's (its number of files) and each file's (its size, and its digest where the
+        answer gives one in the manifest's algorithm). None when the object or any file is not
+        there or differs. One request per file: this runs only for a job whose add may have been
+        sent before its claim was lost."""
+        state = self._state(ark)
+        latest = _int(state.get("numVersions")) if state is not None else None
+        if not latest:
+            return None
+        version = self._state(ark, str(latest))
+        if version is None or _int(version.get("numFiles")) != len(manifest.files):
+            return None
+        for entry in manifest.files:
+            file_state = self._state(ark, str(latest), entry.filename)
+            if file_state is None or not _same_file(entry, file_state):
+                return None
+        return StoredVersion(ark=ark, version=latest, manifest_url=self.manifest_url(ark))
+
+    def _state(self, ark: str, *below: str) -> dict[str, str] | None:
+        """``GET state/{node}/{ark}[/{version}[/{file}]]?t=xml`` as its fields; None for 404.
+
+        A file name is %-encoded whole (``producer%2Fa%20b.txt``): a path segment decodes a
+        ``+`` as itself, and storage reads the name from one segment."""
+        url = self._object_url("state", ark) + "".join(f"/{quote(p, safe='')}" for p in below)
+        try:
+            response = self.session.get(url, params={"t": "xml"}, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise StorageError(f"storage service unreachable at {url}: {exc}") from None
+        if response.status_code == 404:
+            return None
+        if not response.ok:
+            raise StorageError(f"storage service refused {url}: {merritt_error(response)}")
+        document = state_fields(response.content)
+        if document is None:
+            raise StorageError(f"storage answered {url} without a state document")
+        return document[1]
 
     def store(self, *, ark: str, manifest_url: str) -> StoredVersion:
         url = self._object_url("add", ark)
@@ -361,6 +492,19 @@ def version_from_response(text: str) -> int | None:
         return None
     value = next((v for k, v in state.items() if local_name(k) == "identifier"), None)
     return _int(value)
+
+
+def _same_file(entry: PayloadFile, state: dict[str, str]) -> bool:
+    """A file state (``fil:size``, ``fil:messageDigest`` as ``algorithm=value``) against the
+    manifest's line for the file."""
+    size = _int(state.get("size"))
+    if size is None or (entry.size is not None and size != entry.size):
+        return False
+    algorithm, _, value = state.get("messageDigest", "").partition("=")
+    wanted = (entry.digest_alg or "").lower().replace("-", "")
+    if value and wanted and algorithm.strip().lower().replace("-", "") == wanted:
+        return value.strip().lower() == (entry.digest_value or "").lower()
+    return True
 
 
 def _int(value: object) -> int | None:

@@ -646,6 +646,25 @@ def job_set_nodes(zk: KazooClient, job: Job, values: dict[str, dict[str, Any]]) 
     return replace(job, **values)  # type: ignore[arg-type]
 
 
+def job_set_json_locked(zk: KazooClient, job: Job, name: str, value: dict[str, Any]) -> Job:
+    """``job_set_json`` for a consumer, in one transaction that checks the job's lock exists and
+    its status is the one ``job`` was read at: a consumer whose session (and so its lock) was
+    lost during a step never writes the job. Conflict or StaleVersion when it is not its own."""
+    if name not in OPTIONAL_JSON_NODES:
+        raise ValueError(f"{name!r} is not one of {', '.join(OPTIONAL_JSON_NODES)}")
+    _local_writes.note(job.jid)
+    path = paths.job_node(job.jid, name)
+    txn = Multi(zk)
+    txn.check(paths.job_node(job.jid, "lock"), -1)
+    txn.check(paths.job_node(job.jid, "status"), job.status.version)
+    if getattr(job, name) is None:
+        txn.create(path, encode_json(value))
+    else:
+        txn.set_data(path, encode_json(value))
+    commit(txn, what=f"write {name} of {job.jid}")
+    return replace(job, **{name: value})  # type: ignore[arg-type]
+
+
 def job_remove(zk: KazooClient, job: Job, *, check_state: bool = True) -> None:
     """Delete every node of a job and both its index entries in one transaction.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from email.parser import BytesParser
@@ -24,8 +24,12 @@ from xml.sax.saxutils import escape
 
 import requests
 
+from queues.steps.checkm import ManifestError, parse_checkm
+
 EXC_NS = "http://uc3.cdlib.org/ontology/mrt/core/exc"
 VERSION_NS = "http://uc3.cdlib.org/ontology/mrt/store/version"
+OBJECT_NS = "http://uc3.cdlib.org/ontology/mrt/store/object"
+FILE_NS = "http://uc3.cdlib.org/ontology/mrt/store/file"
 # The TException kinds these stand-ins use, with the HTTP status Merritt gives each.
 EXCEPTION_STATUS = {
     "REQUEST_INVALID": 400,
@@ -167,20 +171,37 @@ def _segments(path: str) -> list[str]:
     return [unquote(s) for s in path.strip("/").split("/")]
 
 
+@dataclass(frozen=True)
+class StoredFile:
+    """A file of a version as storage keeps it: its name, size and digest."""
+
+    name: str
+    size: int
+    algorithm: str
+    digest: str
+
+
 @dataclass
 class StoredObject:
     versions: list[int] = field(default_factory=list)
     manifests: list[str] = field(default_factory=list)
+    files: list[list[StoredFile]] = field(default_factory=list)  # per version
 
 
 class StorageStandIn(StandIn):
-    """mrt-store's ingest entry points: ``POST add/{node}/{ark}`` (url-encoded form, or
-    multipart) and ``GET manifest/{node}/{ark}``.
+    """mrt-store's entry points ingest and the Storing step use: ``POST add/{node}/{ark}``
+    (url-encoded form, or multipart), ``GET manifest/{node}/{ark}`` and the state documents
+    ``GET state/{node}/{ark}[/{version}[/{file}]]``.
 
-    An add needs ``url`` (the manifest's URL, fetched here to count its files) or ``manifest``
-    (its text); it answers the version state in the form ``t`` names (``xhtml`` by default, read
-    as XML here). Unknown nodes and objects are REQUESTED_ITEM_NOT_FOUND, a missing manifest
-    REQUEST_INVALID.
+    An add needs ``url`` (the manifest's URL, fetched here and read as checkm) or ``manifest``
+    (its text); like Merritt's storage it makes a new version for EVERY add, identical content
+    or not, and answers the version state in the form ``t`` names (``xhtml`` by default, read as
+    XML here). The state documents answer the object (``obj:objectState``: its number of
+    versions), a version (``ver:versionState``: its number of files and total size, links to
+    its file states; version 0 is the current one) and a file (``fil:fileState``: its name,
+    size and ``messageDigest`` as ``algorithm=value``), in XML or, with ``t=json``, JSON.
+    Unknown nodes, objects, versions and files are REQUESTED_ITEM_NOT_FOUND (404), a missing
+    manifest REQUEST_INVALID.
     """
 
     name = "storage"
@@ -189,12 +210,18 @@ class StorageStandIn(StandIn):
         super().__init__()
         self.nodes = set(nodes)
         self.objects: dict[tuple[int, str], StoredObject] = {}
+        # Called with the ARK and the new version number once an add has made its version and
+        # before it is answered: where a test makes the adding client lose its session.
+        self.on_add: Callable[[str, int], None] | None = None
 
     def handle(self, request: Request) -> Answer:
         segments = _segments(request.path)
-        if len(segments) != 3 or segments[0] not in ("add", "manifest"):
+        known = (segments[0] == "state" and 3 <= len(segments) <= 5) or (
+            len(segments) == 3 and segments[0] in ("add", "manifest")
+        )
+        if not known:
             return exception_document("REQUEST_INVALID", f"no such resource: {request.path}")
-        action, node_text, ark = segments
+        action, node_text, ark = segments[:3]
         if not node_text.isdigit():
             return exception_document("REQUEST_INVALID", f"nodeID not numeric: {node_text}")
         node = int(node_text)
@@ -202,6 +229,8 @@ class StorageStandIn(StandIn):
             return exception_document("REQUESTED_ITEM_NOT_FOUND", f"node not found: {node}")
         if action == "manifest" and request.method == "GET":
             return self._manifest(node, ark)
+        if action == "state" and request.method == "GET":
+            return self._state(node, ark, segments[3:], request.query.get("t", "xhtml"))
         if action == "add" and request.method == "POST":
             return self._add(request, node, ark)
         return exception_document("REQUEST_INVALID", f"{request.method} not supported here")
@@ -230,12 +259,22 @@ class StorageStandIn(StandIn):
                     "REQUEST_INVALID", f"manifest not retrieved: {fetched.status_code}"
                 )
             manifest_text = fetched.text
-        files = [ln for ln in manifest_text.splitlines() if ln.strip() and not ln.startswith("#")]
+        try:
+            rows = parse_checkm(manifest_text).rows
+        except ManifestError as exc:
+            return exception_document("REQUEST_INVALID", f"manifest not valid: {exc}")
+        files = [
+            StoredFile(r.filename, r.size or 0, r.hash_alg.lower(), r.hash_value.lower())
+            for r in rows
+        ]
         with self.lock:
             stored = self.objects.setdefault((node, ark), StoredObject())
             version = len(stored.versions) + 1
             stored.versions.append(version)
             stored.manifests.append(manifest_url)
+            stored.files.append(files)
+        if self.on_add is not None:
+            self.on_add(ark, version)
         link = f"{self.url}/state/{node}/{quote_ark(ark)}/{version}"
         if response_form == "json":
             state = {
@@ -270,6 +309,88 @@ class StorageStandIn(StandIn):
         xml = f'<?xml version="1.0"?>\n<objectInfo><object id="{escape(ark)}"/>{versions}'
         xml += "</objectInfo>"
         return Answer(200, xml.encode())
+
+    def _state(self, node: int, ark: str, below: list[str], form: str) -> Answer:
+        with self.lock:
+            stored = self.objects.get((node, ark))
+            versions = list(stored.files) if stored is not None else []
+        if not versions:
+            return _not_found(f"object not found: {ark}", form)
+        base = f"{self.url}/state/{node}/{quote_ark(ark)}"
+        if not below:
+            return _state_document(
+                "obj:objectState",
+                OBJECT_NS,
+                {
+                    "obj:identifier": ark,
+                    "obj:numVersions": len(versions),
+                    "obj:numFiles": sum(len(v) for v in versions),
+                    "obj:currentVersionState": f"{base}/{len(versions)}",
+                },
+                form,
+            )
+        number = int(below[0]) if below[0].isdigit() else -1
+        number = len(versions) if number == 0 else number
+        if not 1 <= number <= len(versions):
+            return _not_found(f"versionID not found: {below[0]}", form)
+        files = versions[number - 1]
+        if len(below) == 1:
+            links = [f"{base}/{number}/{quote_ark(f.name)}" for f in files]
+            return _state_document(
+                "ver:versionState",
+                VERSION_NS,
+                {
+                    "ver:identifier": number,
+                    "ver:current": number == len(versions),
+                    "ver:numFiles": len(files),
+                    "ver:totalSize": sum(f.size for f in files),
+                    "ver:objectState": base,
+                    "ver:fileStates": {"ver:fileState": links},
+                },
+                form,
+            )
+        found = next((f for f in files if f.name == below[1]), None)
+        if found is None:
+            return _not_found(f"component not found: {below[1]}", form)
+        return _state_document(
+            "fil:fileState",
+            FILE_NS,
+            {
+                "fil:identifier": found.name,
+                "fil:size": found.size,
+                "fil:messageDigest": f"{found.algorithm}={found.digest}",
+                "fil:versionState": f"{base}/{number}",
+            },
+            form,
+        )
+
+
+def _not_found(error: str, form: str) -> Answer:
+    return exception_document("REQUESTED_ITEM_NOT_FOUND", error, form=form)
+
+
+def _state_document(root: str, namespace: str, fields: dict[str, Any], form: str) -> Answer:
+    """A state document as Merritt's formatter writes one: XML elements (a list repeats its
+    element inside its wrapper), or one JSON object keyed by the root's name."""
+    prefix = root.split(":", 1)[0]
+    if form == "json":
+        body = {root: {f"xmlns:{prefix}": namespace, **fields}}
+        return Answer(200, json.dumps(body).encode(), "application/json")
+
+    def element(name: str, value: Any) -> str:
+        if isinstance(value, dict):
+            inner = "".join(
+                "".join(element(k, item) for item in v) if isinstance(v, list) else element(k, v)
+                for k, v in value.items()
+            )
+            return f"<{name}>{inner}</{name}>"
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        return f"<{name}>{escape(text)}</{name}>"
+
+    children = "".join(element(k, v) for k, v in fields.items())
+    head = f'<?xml version="1.0" encoding="UTF-8"?>\n<{root} xmlns:{prefix}="{namespace}">'
+    xml = f"{head}{children}</{root}>"
+    return Answer(200, xml.encode())
 
 
 def quote_ark(ark: str) -> str:

@@ -1,0 +1,122 @@
+"""What Storing records before it asks storage for a version: ``/mrt-console/store-intents/JID``.
+
+A storage add is a side effect outside ZooKeeper: a consumer that loses its session between the
+add and the move loses the job, and the next claimer would add again (Merritt's storage makes a
+new version for every add, identical or not). So Storing writes this record first, in one
+transaction that checks the job's lock and status, and a claimer that finds it asks storage what
+the object holds before adding. The record is JSON: the manifest's URL and sha256, the storage
+node, the ARK, when and by which session the add was started. Storing deletes it once the job has
+moved to Recording; docs/zookeeper-contract-notes.md says why it lives here and not in the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from . import paths
+from .codecs import decode_any, encode_json, now_stamp
+from .errors import Conflict
+from .kazoo_private import Multi
+from .nodes import commit
+from .records import Job
+
+STORE_INTENTS = f"{paths.CONSOLE}/store-intents"
+
+
+def store_intent_path(jid: str) -> str:
+    return f"{STORE_INTENTS}/{paths.jid(jid)}"
+
+
+@dataclass(frozen=True)
+class StoreIntent:
+    """An add of ``manifest_url`` to ``ark`` on storage node ``node`` that may have been sent."""
+
+    manifest_url: str
+    manifest_sha256: str
+    node: str
+    ark: str
+    since: str = ""  # the contract's timestamp
+    session: str = ""  # the ZooKeeper session that recorded it, in hex
+
+
+def store_intent_read(zk: KazooClient, jid: str) -> StoreIntent | None:
+    """The job's record, or None when no add was started. A record that does not parse still
+    means an add may have been sent, so it reads as one with empty fields."""
+    try:
+        data, _stat = zk.get(store_intent_path(jid))
+    except NoNodeError:
+        return None
+    value = decode_any(data)
+    fields = value if isinstance(value, dict) else {}
+
+    def text(name: str) -> str:
+        item = fields.get(name)
+        return item if isinstance(item, str) else ""
+
+    return StoreIntent(
+        manifest_url=text("manifest_url"),
+        manifest_sha256=text("manifest_sha256"),
+        node=text("node"),
+        ark=text("ark"),
+        since=text("since"),
+        session=text("session"),
+    )
+
+
+def store_intent_record(
+    zk: KazooClient,
+    job: Job,
+    *,
+    manifest_url: str,
+    manifest_sha256: str,
+    node: str,
+    ark: str,
+    replace: bool,
+) -> StoreIntent:
+    """Write the job's record (``replace``: over the one ``store_intent_read`` found) in one
+    transaction that also checks that the job's lock exists and that its status is the one ``job``
+    was read at. The write can only succeed while this client's session lives, and an ephemeral
+    lock that exists while the session lives was not lost with it: a consumer whose session (and
+    lock) went cannot record, and so never adds. Conflict or StaleVersion when the job is no
+    longer this consumer's to store.
+    """
+    intent = StoreIntent(
+        manifest_url=manifest_url,
+        manifest_sha256=manifest_sha256,
+        node=node,
+        ark=ark,
+        since=now_stamp(),
+        session=f"{zk.client_id[0]:x}" if zk.client_id else "",
+    )
+    data = encode_json(asdict(intent))
+    try:
+        _write(zk, job, data, replace=replace)
+    except Conflict:
+        # The folder is made on first use; any other refusal is about the job's lock or status.
+        if replace or zk.exists(STORE_INTENTS) is not None:
+            raise
+        zk.ensure_path(STORE_INTENTS)
+        _write(zk, job, data, replace=replace)
+    return intent
+
+
+def _write(zk: KazooClient, job: Job, data: bytes, *, replace: bool) -> None:
+    path = store_intent_path(job.jid)
+    txn = Multi(zk)
+    txn.check(paths.job_node(job.jid, "lock"), -1)
+    txn.check(paths.job_node(job.jid, "status"), job.status.version)
+    if replace:
+        txn.set_data(path, data)
+    else:
+        txn.create(path, data)
+    commit(txn, what=f"record the storage add of {job.jid}")
+
+
+def store_intent_clear(zk: KazooClient, jid: str) -> None:
+    """Remove the job's record (the add it recorded has been handed on to Recording)."""
+    with contextlib.suppress(NoNodeError):
+        zk.delete(store_intent_path(jid))

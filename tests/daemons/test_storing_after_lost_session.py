@@ -1,0 +1,148 @@
+"""Storing against a stand-in of Merritt's storage, which makes a version for every add: a
+consumer that loses its session between the add and the move does not cost the object a second
+version when the next claimer stores the job (issue 23, item 3)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from queues.daemons.base import SessionGate
+from queues.daemons.storing import Storing
+from queues.zk import client as zkmod
+from queues.zk.jobs import job_load, job_transition
+from queues.zk.records import Job
+from queues.zk.store_intents import store_intent_read
+from tests.steps.merritt_standins import StorageStandIn, exception_document, running
+
+from .conftest import FileServer, drive, make_job, wait_for
+from .test_batched import expire_session
+
+pytestmark = pytest.mark.django_db
+
+
+class _QuietFiles(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def _served(folder: Path) -> Iterator[str]:
+    """``folder`` over HTTP on loopback, as MRT_WORK_URL serves the working folders."""
+    folder.mkdir(parents=True, exist_ok=True)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietFiles, directory=str(folder)))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture
+def merritt_storage(settings: Any) -> Iterator[StorageStandIn]:
+    with (
+        running(StorageStandIn(nodes=(9501,))) as storage,
+        _served(Path(settings.MRT_WORK_DIR)) as work_url,
+    ):
+        settings.MRT_STORAGE_URL = storage.url
+        settings.MRT_WORK_URL = work_url
+        yield storage
+
+
+@pytest.fixture
+def own_zk(zk_hosts: str) -> Iterator[tuple[KazooClient, SessionGate]]:
+    """A consumer's client whose session this test ends, with a gate fed by its states."""
+    client = zkmod.connect(zk_hosts)
+    gate = SessionGate()
+    client.add_listener(lambda state: gate.on_state(str(state)))
+    yield client, gate
+    client.stop()
+    client.close()
+
+
+def _in_storing(zk: KazooClient, files: FileServer, name: str, text: str) -> Job:
+    job = make_job(
+        zk,
+        {"payload_url": files.put(name, text), "type": "file", "filename": name},
+        state="Downloading",
+    )
+    drive(zk, lambda: job_load(zk, job.jid).state == "Storing", names=["downloading", "processing"])
+    return job_load(zk, job.jid)
+
+
+def test_a_claim_lost_between_add_and_move_costs_no_second_version(
+    zk: KazooClient,
+    other_zk: KazooClient,
+    zk_hosts: str,
+    own_zk: tuple[KazooClient, SessionGate],
+    files: FileServer,
+    merritt_storage: StorageStandIn,
+) -> None:
+    client, gate = own_zk
+    job = _in_storing(zk, files, "a.txt", "content")
+    old = client.client_id[0]
+    next_claims: list[bool] = []
+
+    def lose_the_session_then_let_the_next_consumer_claim(_ark: str, _version: int) -> None:
+        # Storage has made the version; its answer has not reached the consumer yet.
+        merritt_storage.on_add = None
+        expire_session(client, zk_hosts)
+        wait_for(lambda: client.connected and client.client_id[0] != old, timeout=30)
+        next_claims.append(Storing(zk=other_zk).run_once())
+
+    merritt_storage.on_add = lose_the_session_then_let_the_next_consumer_claim
+    first = Storing(zk=client, gate=gate)
+    first.run_once()
+
+    assert next_claims == [True]
+    assert first.last is not None and first.last.outcome in ("waiting", "dropped")
+    assert len(merritt_storage.seen("POST")) == 1
+    [stored] = merritt_storage.objects.values()
+    assert stored.versions == [1]
+    done = job_load(zk, job.jid)
+    assert done.state == "Recording", done.status.message
+    assert done.inventory["version"] == 1
+    assert store_intent_read(zk, job.jid) is None
+
+
+def test_an_add_that_made_no_version_is_sent_again_on_resume(
+    zk: KazooClient, files: FileServer, merritt_storage: StorageStandIn
+) -> None:
+    earlier = _in_storing(zk, files, "a.txt", "first content")
+    drive(zk, lambda: job_load(zk, earlier.jid).state == "Recording", names=["storing"])
+    # A second job of the same object, whose add storage refuses: no version is made.
+    job = make_job(
+        zk,
+        {"payload_url": files.put("b.txt", "second"), "type": "file", "filename": "b.txt"},
+        state="Downloading",
+        identifiers={"primary_id": earlier.primary_id, "local_id": []},
+    )
+    drive(zk, lambda: job_load(zk, job.jid).state == "Storing", names=["downloading", "processing"])
+    merritt_storage.refuse_next(exception_document("EXTERNAL_SERVICE_UNAVAILABLE", "cloud down"))
+    Storing(zk=zk).run_once()
+    failed = job_load(zk, job.jid)
+    assert failed.state == "Failed", failed.status.message
+    intent = store_intent_read(zk, job.jid)
+    assert intent is not None and intent.manifest_url == failed.store["manifest_url"]
+
+    job_transition(zk, failed, "Storing", admin=True, retry=True)
+    Storing(zk=zk).run_once()
+
+    stored = job_load(zk, job.jid)
+    assert stored.state == "Recording", stored.status.message
+    assert stored.inventory["version"] == 2
+    [versions] = [o.versions for o in merritt_storage.objects.values()]
+    assert versions == [1, 2]
+    assert store_intent_read(zk, job.jid) is None
