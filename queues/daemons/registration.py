@@ -8,11 +8,11 @@ background threads:
 
 - the registration node (``queues/zk/consumers.py``) is rewritten every
   ``MRT_CONSUMER_PUBLISH_SECONDS`` (default 5): host, pid, version, steps, start time, each
-  thread's item and since when, draining/drained, and the locks the process believes it holds
-  (``queues.zk.locks.locks_held``). It is ephemeral: a lost process vanishes with its
-  ZooKeeper session; after a lost session the next write creates it again. Its owner being the
-  process's session, the consistency check and /consumers/ can tell a lock of that session that
-  no thread claims (an orphan) from one at work.
+  thread's item and since when, draining/drained, and the locks the process believes its
+  session holds (``queues.zk.locks.ledger_of``). It is ephemeral: a lost process vanishes with
+  its ZooKeeper session; after a lost session the next write creates it again. Its owner being
+  the process's session, the consistency check and /consumers/ can tell a lock of that session
+  that no thread claims (an orphan) from one at work.
 - a drain request node is watched (and read again at each write): while it exists the daemons
   claim nothing, finish what they hold, and the node says ``drained`` once no thread holds
   anything. Deleting the request lets them claim again.
@@ -38,7 +38,7 @@ from queues.daemons.stephistory import StepRecorder, record_of
 from queues.daemons.vardir import ensure_shared_var_dir
 from queues.zk import consumers as zconsumers
 from queues.zk.errors import is_connection_error
-from queues.zk.locks import locks_held
+from queues.zk.locks import ledger_of
 
 log = logging.getLogger("queues.daemons")
 
@@ -83,7 +83,7 @@ class ProcessObserver:
         publish_seconds: float | None = None,
         host: str | None = None,
         pid: int | None = None,
-        ledger: Callable[[], frozenset[str]] = locks_held,
+        ledger: Callable[[], frozenset[str]] | None = None,
         var_dir: Path | None = None,
     ) -> None:
         self.zk = zk
@@ -96,7 +96,8 @@ class ProcessObserver:
         ensure_shared_var_dir(
             zk, Path(var_dir if var_dir is not None else settings.MRT_VAR_DIR), host=self.host
         )
-        self.ledger = ledger
+        # The locks of this client's session, the one that owns the registration node.
+        self.ledger = ledger if ledger is not None else ledger_of(zk).held
         self.started = time.time()
         self.publish_seconds = float(
             publish_seconds

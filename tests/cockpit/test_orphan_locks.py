@@ -6,7 +6,6 @@ not orphans."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from io import StringIO
 from typing import Any
@@ -17,32 +16,21 @@ from django.core.management import call_command
 from queues import check, selectors
 from queues.daemons.registration import ProcessObserver
 from queues.zk import client as zkmod
+from queues.zk import consumers as zconsumers
 from queues.zk import paths
+from queues.zk.locks import lock_create
 
 from .conftest import SlowStep, wait_for
 
 STORAGE_LOCK = f"{paths.STORAGE_LOCKS}/{paths.object_lock_name('ark:/99999/fk4orphan')}"
 
 
-class Ledger:
-    """What the process believes it holds, as ``queues.zk.locks.LockLedger`` tells it."""
-
-    def __init__(self) -> None:
-        self.paths: set[str] = set()
-        self._lock = threading.Lock()
-
-    def __call__(self) -> frozenset[str]:
-        with self._lock:
-            return frozenset(self.paths)
-
-
 class Consumer:
     """A registered console process: its own ZooKeeper session, its registration publishing
-    the ledger every ``publish_seconds``."""
+    the session's lock ledger every ``publish_seconds``."""
 
     def __init__(self, zk_hosts: str, *, publish_seconds: float = 0.2) -> None:
         self.zk = zkmod.connect(zk_hosts)
-        self.ledger = Ledger()
         self.observer = ProcessObserver(
             self.zk,
             [SlowStep(zk=self.zk)],
@@ -50,15 +38,17 @@ class Consumer:
             publish_seconds=publish_seconds,
             host="worker9",
             pid=99,
-            ledger=self.ledger,
         )
         self.observer.start()
         self.session = self.zk.client_id[0]
 
     def lock(self, path: str, *, in_ledger: bool) -> None:
-        self.zk.create(path, b"", ephemeral=True, makepath=True)
+        """Take a lock as a thread does (noted in the ledger), or as a create answered with
+        ConnectionLoss that the server applied leaves it (held, noted nowhere)."""
         if in_ledger:
-            self.ledger.paths.add(path)
+            assert lock_create(self.zk, path)
+        else:
+            self.zk.create(path, b"", ephemeral=True, makepath=True)
 
     def close(self) -> None:
         self.observer.stop()
@@ -93,6 +83,11 @@ def test_the_check_reports_a_lock_no_thread_of_its_console_process_claims(
     other_zk.create(foreign_lock, b"", ephemeral=True)
 
     wait_for(lambda: len(_orphans(zk)) == 2, timeout=20)
+    # The registration publishes what the process's threads hold: the lock taken as a thread
+    # takes it, not the two its session holds unawares.
+    (entry,) = zconsumers.consumers_list(zk)
+    assert (entry["locks"], entry["locks_count"]) == ([working_lock], 1)
+    assert entry["session"] == f"{consumer.session:#x}"
     report = check.run_check(zk, stale_lock_seconds=0)
     found = {f.path: f for f in report.by_kind()["orphan-lock"]}
     assert sorted(found) == sorted([orphan_lock, STORAGE_LOCK])
