@@ -27,7 +27,7 @@ from .errors import (
     is_connection_error,
 )
 from .kazoo_private import Multi
-from .locks import ledger_of, lock_release
+from .locks import ledger_of, lock_owned, lock_release
 from .nodes import (
     children,
     collect_reads,
@@ -647,15 +647,20 @@ def job_set_nodes(zk: KazooClient, job: Job, values: dict[str, dict[str, Any]]) 
 
 
 def job_set_json_locked(zk: KazooClient, job: Job, name: str, value: dict[str, Any]) -> Job:
-    """``job_set_json`` for a consumer, in one transaction that checks the job's lock exists and
-    its status is the one ``job`` was read at: a consumer whose session (and so its lock) was
-    lost during a step never writes the job. Conflict or StaleVersion when it is not its own."""
+    """``job_set_json`` for a consumer: once the job's lock is seen to belong to this client's
+    session, in one transaction that checks the lock still exists and the job's status is the
+    one ``job`` was read at. A consumer whose session (and so its lock) was lost during a step
+    never writes the job, even when the next consumer holds the lock by now. Conflict or
+    StaleVersion when the job is not its own."""
     if name not in OPTIONAL_JSON_NODES:
         raise ValueError(f"{name!r} is not one of {', '.join(OPTIONAL_JSON_NODES)}")
+    lock = paths.job_node(job.jid, "lock")
+    if not lock_owned(zk, lock):
+        raise Conflict(f"write {name} of {job.jid}: its lock is not this session's")
     _local_writes.note(job.jid)
     path = paths.job_node(job.jid, name)
     txn = Multi(zk)
-    txn.check(paths.job_node(job.jid, "lock"), -1)
+    txn.check(lock, -1)
     txn.check(paths.job_node(job.jid, "status"), job.status.version)
     if getattr(job, name) is None:
         txn.create(path, encode_json(value))

@@ -21,6 +21,7 @@ from . import paths
 from .codecs import decode_any, encode_json, now_stamp
 from .errors import Conflict
 from .kazoo_private import Multi
+from .locks import lock_owned
 from .nodes import commit
 from .records import Job
 
@@ -77,12 +78,12 @@ def store_intent_record(
     ark: str,
     replace: bool,
 ) -> StoreIntent:
-    """Write the job's record (``replace``: over the one ``store_intent_read`` found) in one
-    transaction that also checks that the job's lock exists and that its status is the one ``job``
-    was read at. The write can only succeed while this client's session lives, and an ephemeral
-    lock that exists while the session lives was not lost with it: a consumer whose session (and
-    lock) went cannot record, and so never adds. Conflict or StaleVersion when the job is no
-    longer this consumer's to store.
+    """Write the job's record (``replace``: over the one ``store_intent_read`` found) once the
+    job's lock is seen to belong to this client's session, in one transaction that checks the
+    lock still exists and the job's status is the one ``job`` was read at. A consumer whose
+    session (and so its lock) went since its claim cannot record, and so never adds, even when
+    the next consumer holds the lock by now. Conflict or StaleVersion when the job is no longer
+    this consumer's to store.
     """
     intent = StoreIntent(
         manifest_url=manifest_url,
@@ -106,8 +107,11 @@ def store_intent_record(
 
 def _write(zk: KazooClient, job: Job, data: bytes, *, replace: bool) -> None:
     path = store_intent_path(job.jid)
+    lock = paths.job_node(job.jid, "lock")
+    if not lock_owned(zk, lock):
+        raise Conflict(f"record the storage add of {job.jid}: its lock is not this session's")
     txn = Multi(zk)
-    txn.check(paths.job_node(job.jid, "lock"), -1)
+    txn.check(lock, -1)
     txn.check(paths.job_node(job.jid, "status"), job.status.version)
     if replace:
         txn.set_data(path, data)

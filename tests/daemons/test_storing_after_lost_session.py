@@ -5,7 +5,7 @@ version when the next claimer stores the job (issue 23, item 3)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -18,7 +18,9 @@ from kazoo.client import KazooClient
 from queues.daemons.base import SessionGate
 from queues.daemons.storing import Storing
 from queues.zk import client as zkmod
+from queues.zk import paths as zpaths
 from queues.zk.jobs import job_load, job_transition
+from queues.zk.locks import lock_create
 from queues.zk.records import Job
 from queues.zk.store_intents import store_intent_read
 from tests.steps.merritt_standins import StorageStandIn, exception_document, running
@@ -29,21 +31,33 @@ from .test_batched import expire_session
 pytestmark = pytest.mark.django_db
 
 
+class _WorkFolder(ThreadingHTTPServer):
+    # Called with each GET's path before it is answered: where a test acts while a consumer
+    # reads the storage manifest.
+    on_get: Callable[[str], None] | None = None
+
+
 class _QuietFiles(SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
 
+    def do_GET(self) -> None:
+        hook = getattr(self.server, "on_get", None)
+        if hook is not None:
+            hook(self.path)
+        super().do_GET()
+
 
 @contextmanager
-def _served(folder: Path) -> Iterator[str]:
+def _served(folder: Path) -> Iterator[_WorkFolder]:
     """``folder`` over HTTP on loopback, as MRT_WORK_URL serves the working folders."""
     folder.mkdir(parents=True, exist_ok=True)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietFiles, directory=str(folder)))
+    server = _WorkFolder(("127.0.0.1", 0), partial(_QuietFiles, directory=str(folder)))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield server
     finally:
         server.shutdown()
         server.server_close()
@@ -51,13 +65,16 @@ def _served(folder: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def merritt_storage(settings: Any) -> Iterator[StorageStandIn]:
-    with (
-        running(StorageStandIn(nodes=(9501,))) as storage,
-        _served(Path(settings.MRT_WORK_DIR)) as work_url,
-    ):
+def work_folder(settings: Any) -> Iterator[_WorkFolder]:
+    with _served(Path(settings.MRT_WORK_DIR)) as server:
+        settings.MRT_WORK_URL = f"http://127.0.0.1:{server.server_address[1]}"
+        yield server
+
+
+@pytest.fixture
+def merritt_storage(settings: Any, work_folder: _WorkFolder) -> Iterator[StorageStandIn]:
+    with running(StorageStandIn(nodes=(9501,))) as storage:
         settings.MRT_STORAGE_URL = storage.url
-        settings.MRT_WORK_URL = work_url
         yield storage
 
 
@@ -146,3 +163,37 @@ def test_an_add_that_made_no_version_is_sent_again_on_resume(
     [versions] = [o.versions for o in merritt_storage.objects.values()]
     assert versions == [1, 2]
     assert store_intent_read(zk, job.jid) is None
+
+
+def test_a_consumer_whose_claim_went_with_its_session_neither_records_nor_adds(
+    zk: KazooClient,
+    other_zk: KazooClient,
+    zk_hosts: str,
+    own_zk: tuple[KazooClient, SessionGate],
+    files: FileServer,
+    work_folder: _WorkFolder,
+    merritt_storage: StorageStandIn,
+) -> None:
+    client, gate = own_zk
+    job = _in_storing(zk, files, "a.txt", "content")
+    old = client.client_id[0]
+
+    def lose_the_session_and_the_claim(path: str) -> None:
+        if not path.endswith(".txt") or work_folder.on_get is None:
+            return
+        work_folder.on_get = None
+        expire_session(client, zk_hosts)
+        wait_for(lambda: client.connected and client.client_id[0] != old, timeout=30)
+        # The next consumer claims the job: its lock exists again, but it is not ours.
+        assert lock_create(other_zk, zpaths.job_node(job.jid, "lock"))
+
+    work_folder.on_get = lose_the_session_and_the_claim
+    first = Storing(zk=client, gate=gate)
+    first.run_once()
+
+    assert first.last is not None and first.last.outcome == "waiting", first.last
+    assert merritt_storage.seen("POST") == []
+    assert store_intent_read(zk, job.jid) is None
+    still = job_load(zk, job.jid)
+    assert still.state == "Storing"
+    assert still.lock is not None and still.lock.session_id == other_zk.client_id[0]
