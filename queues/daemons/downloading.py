@@ -9,9 +9,10 @@ into ``object/producer`` (which may also expand at most MRT_MAX_COMPRESSION_RATI
 that cannot be fetched fails the job with a message naming it. ``space_needed`` is then set to
 what the folder really holds.
 
-A process runs MRT_DOWNLOAD_JOBS downloading loops, and passes over a job whose depositor host
+A process runs MRT_DOWNLOAD_JOBS downloading loops, and passes over a job whose depositor server
 already has MRT_DOWNLOADS_PER_HOST downloads under way in it: one slow depositor cannot hold
-every loop while other depositors' jobs wait.
+every loop while other depositors' jobs wait. The server is the address the fetch policy
+resolves the payload URL to, so spelling one address several ways does not buy more loops.
 
 Safe to run twice: the object folder is emptied first, so a re-run never keeps a file from an
 earlier attempt that the payload no longer has.
@@ -26,7 +27,7 @@ from typing import Any, ClassVar
 from django.conf import settings
 
 from queues.daemons.base import ItemResult, JobDaemon, Next, Step, StepFailed
-from queues.daemons.fetching import HOST_SLOTS, depositor_host
+from queues.daemons.fetching import HOST_SLOTS, SERVER_KEYS
 from queues.daemons.workfolder import (
     CONTAINERS_DIR,
     disk_bytes,
@@ -55,7 +56,7 @@ class Downloading(JobDaemon):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.slot: str | None = None  # the depositor host this loop holds a download slot of
+        self.slot: str | None = None  # the depositor server this loop holds a download slot of
 
     @classmethod
     def default_copies(cls) -> int:
@@ -63,11 +64,12 @@ class Downloading(JobDaemon):
 
     def accept(self, job: Job) -> bool:
         self._give_back_slot()
-        host = depositor_host(str(job.configuration.get("payload_url") or ""))
-        if not HOST_SLOTS.try_take(host, settings.MRT_DOWNLOADS_PER_HOST):
-            log.debug("%s downloading: passed over, %s has its downloads under way", job.jid, host)
+        url = str(job.configuration.get("payload_url") or "")
+        server = SERVER_KEYS.key(url, depositor_policy())
+        if not HOST_SLOTS.try_take(server, settings.MRT_DOWNLOADS_PER_HOST):
+            log.debug("%s downloading: passed over, %s is at its download cap", job.jid, server)
             return False
-        self.slot = host
+        self.slot = server
         return True
 
     def handle(self, item: Job) -> ItemResult:

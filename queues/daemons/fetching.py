@@ -1,24 +1,66 @@
-"""Downloads under way per depositor host, so one slow depositor cannot hold every
+"""Downloads under way per depositor server, so one slow depositor cannot hold every
 downloading loop of a process (the policy itself is in queues/depositors.py)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
+from queues.steps.netpolicy import FetchPolicy, FetchRefused, TransferFailed, connect_key
+
+# How long a host's resolved address is reused for the cap: a job passed over is asked about
+# again on every claim, and a DNS query each time would cost more than the answer is worth.
+ADDRESS_SECONDS = 30.0
+_ADDRESS_ENTRIES = 4096
+
 
 def depositor_host(url: str) -> str:
-    """The host a payload URL is fetched from, lowercased ("" for file:// URLs)."""
+    """The host a payload URL names, lowercased ("" for file:// URLs)."""
     return (urlsplit(url).hostname or "").lower()
 
 
-class HostSlots:
-    """Downloads under way per depositor host in this process, at most ``per_host`` each.
+class ServerKeys:
+    """What the per-host cap counts a payload URL under: the address the policy connects to.
 
-    A consumer asks before it takes a job (``try_take``) and passes over a job whose host is
+    ``127.0.0.2``, ``127.2``, ``2130706434``, ``0x7f.2`` and ``[::ffff:127.0.0.2]`` are one
+    server, and so are two names of one address; counting the host as written would give one
+    server a slot per spelling. A URL the policy refuses or cannot resolve now is counted under
+    its host as written: its download fails, or waits, whatever the count.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: dict[str, tuple[float, str]] = {}
+
+    def key(self, url: str, policy: FetchPolicy) -> str:
+        host = depositor_host(url)
+        if not host:
+            return ""
+        now = time.monotonic()
+        with self._lock:
+            known = self._known.get(host)
+        if known is not None and known[0] > now:
+            return known[1]
+        try:
+            _name, _port, ip = policy.resolve(url)
+        except (FetchRefused, TransferFailed):
+            return host
+        key = connect_key(ip)
+        with self._lock:
+            if len(self._known) >= _ADDRESS_ENTRIES:
+                self._known.clear()
+            self._known[host] = (now + ADDRESS_SECONDS, key)
+        return key
+
+
+class HostSlots:
+    """Downloads under way per depositor server in this process, at most ``per_host`` each.
+
+    A consumer asks before it takes a job (``try_take``) and passes over a job whose server is
     full, so one slow depositor occupies at most ``per_host`` download threads, never all.
     """
 
@@ -52,3 +94,4 @@ class HostSlots:
 
 
 HOST_SLOTS = HostSlots()
+SERVER_KEYS = ServerKeys()

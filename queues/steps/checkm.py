@@ -263,6 +263,26 @@ BIDI_CONTROLS = frozenset(
 )
 
 
+# Unicode gives control characters no names; these are the ones a depositor meets.
+_CONTROL_NAMES = {
+    "\x00": "NUL",
+    "\t": "TAB",
+    "\n": "LINE FEED",
+    "\x0b": "LINE TABULATION",
+    "\x0c": "FORM FEED",
+    "\r": "CARRIAGE RETURN",
+    "\x1b": "ESCAPE",
+    "\x7f": "DELETE",
+    "\x85": "NEXT LINE",
+}
+
+
+def _char_words(char: str) -> str:
+    """``U+2028 (LINE SEPARATOR)``: a character named the way Unicode names it."""
+    name = unicodedata.name(char, "") or _CONTROL_NAMES.get(char, "")
+    return f"U+{ord(char):04X} ({name})" if name else f"U+{ord(char):04X}"
+
+
 def filename_problem(name: str) -> str | None:
     """Why ``name`` cannot be a path inside an object, or None when it can.
 
@@ -271,12 +291,18 @@ def filename_problem(name: str) -> str | None:
     """
     if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
         return "is absolute"
-    if "\x00" in name:
-        return "contains a NUL character"
-    if any(unicodedata.category(c) == "Cc" for c in name):
-        return "contains a control character (such as a line break or a tab)"
-    if any(c in BIDI_CONTROLS for c in name):
-        return "contains a bidirectional-text control character"
+    for char in name:
+        kind = unicodedata.category(char)
+        if kind == "Cc":
+            # C0, DEL and C1: line breaks, tabs, NEL (U+0085), the file separators that
+            # str.splitlines also splits at.
+            return f"contains the control character {_char_words(char)}"
+        if kind in ("Zl", "Zp"):
+            return f"contains {_char_words(char)}, which splits a log or manifest line"
+        if kind == "Cs":
+            return f"contains {_char_words(char)}, half of a surrogate pair, not a character"
+        if char in BIDI_CONTROLS:
+            return f"contains the bidirectional-text control character {_char_words(char)}"
     # Backslashes count as separators so a Windows-style "..\\x" cannot climb out either.
     if ".." in PurePosixPath(name.replace("\\", "/")).parts:
         return "contains '..'"

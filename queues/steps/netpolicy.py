@@ -174,6 +174,8 @@ class _Alarm:
 
     def arm(self, due: float, reason: str) -> None:
         with self._lock:
+            if self.fired:
+                return  # the connection is down already, for the reason it went down
             self._generation += 1
             self._armed = True
             self.reason = reason
@@ -463,6 +465,13 @@ class FetchPolicy:
             if isinstance(exc, HTTPError):
                 raise TransferFailed(f"connection to {where} failed ({short_error(exc)})") from None
             raise
+        if alarm.fired:
+            # http.client takes the end of the connection for the end of the headers, so a
+            # response cut off in its headers comes back as if it were whole.
+            response.release_conn()
+            alarm.close()
+            pool.close()
+            raise TooSlow(alarm.reason)
         if self.deadline is None:
             alarm.disarm()
         else:
