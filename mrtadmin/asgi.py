@@ -1,5 +1,9 @@
 """ASGI entry point: HTTP through Django, websockets through the live console consumers.
 
+Request bodies are bounded before they are read (``mrtadmin.bodylimit``): in front of the
+application, and, when daphne serves it, inside daphne, which otherwise writes a whole body to
+disk before the application sees the request.
+
 Importing this module builds the application and starts nothing. The read index is warmed
 (``queues.warmup``) when the server first hands the application a connection: daphne speaks
 no ASGI lifespan, and the first connection is the moment a server is certainly serving.
@@ -8,6 +12,7 @@ so the index fills from the start, not on the first operator's page.
 """
 
 import os
+import sys
 
 from django.core.asgi import get_asgi_application
 
@@ -18,13 +23,18 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from mrtadmin.bodylimit import BodyLimit, install_in_daphne  # noqa: E402
 from queues.live.routing import websocket_urlpatterns  # noqa: E402
 from queues.warmup import WarmOnFirstConnection  # noqa: E402
+
+# Only when daphne runs this process: importing Twisted first would choose its reactor for it.
+if "daphne.server" in sys.modules:
+    install_in_daphne()
 
 application = WarmOnFirstConnection(
     ProtocolTypeRouter(
         {
-            "http": django_asgi_app,
+            "http": BodyLimit(django_asgi_app),
             "websocket": AllowedHostsOriginValidator(
                 AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
             ),

@@ -311,6 +311,11 @@ MRT_OWN_STEPS = env("MRT_OWN_STEPS")
 MRT_ACCESS_REQUESTS_URL = env("MRT_ACCESS_REQUESTS_URL")
 # The largest file /poster/submit|update accepts.
 MRT_POSTER_MAX_BYTES = env_int("MRT_POSTER_MAX_BYTES", 1024**3)
+# The largest request body, refused (413) from its headers before it is read
+# (mrtadmin/bodylimit.py): from a signed-in user, and from anyone else; /poster/ takes
+# MRT_POSTER_MAX_BYTES from a depositor with an API token.
+MRT_MAX_REQUEST_BYTES = env_int("MRT_MAX_REQUEST_BYTES", 10 * 1024**2)
+MRT_MAX_ANONYMOUS_REQUEST_BYTES = env_int("MRT_MAX_ANONYMOUS_REQUEST_BYTES", 2 * 1024**2)
 # Retention (queues/archive.py): batches finished, with all their jobs, at least this many days
 # ago are archived into the database and removed from ZooKeeper, a sweep every so many seconds.
 MRT_RETENTION_DAYS = env_float("MRT_RETENTION_DAYS", 30.0)

@@ -175,7 +175,9 @@ def batch_state(
 # Who is asking -----------------------------------------------------------------------------
 
 
-def _token(request: HttpRequest) -> ApiToken | None:
+def depositor_token(request: HttpRequest) -> ApiToken | None:
+    """The depositor's API token (Bearer, or HTTP Basic with the key as the password), or None;
+    also asked by ``mrtadmin.bodylimit`` before a large upload is read."""
     header = request.META.get("HTTP_AUTHORIZATION", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() != "basic":
@@ -297,7 +299,7 @@ def _form_data(request: HttpRequest, user: Any) -> tuple[dict[str, str], dict[st
 
 
 def _submit(request: HttpRequest, verb: str, primary_id: str) -> HttpResponse:
-    token = _token(request)
+    token = depositor_token(request)
     if token is None:
         raise Refused(
             "a valid API token is required (Authorization: Bearer KEY, or HTTP Basic with the "

@@ -1,0 +1,377 @@
+"""The largest request body, decided from the headers before a byte of the body is kept.
+
+Under daphne the whole body of a request reaches the disk before the application is called:
+Twisted writes every body of 100,000 bytes or more (or of unknown length) to a temporary file
+as it arrives, and only then does daphne hand the request on; Django's ASGI handler then copies
+it into a spooled file of its own. An anonymous 400 MB POST to any URL was written out whole
+before any check could run. So the limit is applied twice, by the same rule:
+
+* in daphne, by the request class this module puts in place of daphne's (``install_in_daphne``,
+  called by ``mrtadmin.asgi`` when daphne serves it): the declared ``Content-Length`` is judged
+  as soon as the headers are in, a chunked body is counted as it arrives, and a body over the
+  limit is answered 413 at once and never written anywhere;
+* in front of the ASGI application (``BodyLimit``), for any other ASGI server.
+
+The rule: a request that proves no user may send ``MRT_MAX_ANONYMOUS_REQUEST_BYTES`` (login
+forms and API JSON are small); a signed-in user (session, SSO header from a trusted proxy, API
+token) ``MRT_MAX_REQUEST_BYTES``; ``/poster/`` takes up to ``MRT_POSTER_MAX_BYTES`` (and room for
+the form fields) from a depositor who presents an API token, as that door asks, and no session
+is enough there. Credentials are checked (in a thread: sessions and tokens are database rows)
+only when the body may be larger than an anonymous one; meanwhile the connection is not read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from http import HTTPStatus
+from io import BytesIO
+from typing import Any
+from urllib.parse import urlsplit
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import Error as DatabaseError
+from django.db import close_old_connections
+from django.http import HttpRequest
+
+log = logging.getLogger("mrtadmin.bodylimit")
+
+POSTER_PREFIX = "/poster/"
+# Room for the fields around a poster upload (the door itself refuses more than this above
+# MRT_POSTER_MAX_BYTES).
+POSTER_FIELDS_BYTES = 1024**2
+# After a 413 the connection stays open this long for reading (and dropping) what the client
+# is still sending, so that a client that writes its whole body before reading gets the answer
+# instead of a reset connection.
+LINGER_SECONDS = 2.0
+# What may wait in memory while a sender's credentials are checked: the connection is not read
+# meanwhile, but what came in the same reads as the headers (Twisted reads 64 KiB at a time)
+# is already there.
+HELD_BYTES = 1024**2
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[..., Awaitable[None]]
+
+
+def anonymous_limit() -> int:
+    return int(settings.MRT_MAX_ANONYMOUS_REQUEST_BYTES)
+
+
+def limit_for(path: str, signed_in: bool) -> int:
+    if not signed_in:
+        return anonymous_limit()
+    if path.startswith(POSTER_PREFIX):
+        return max(int(settings.MRT_POSTER_MAX_BYTES) + POSTER_FIELDS_BYTES, anonymous_limit())
+    return max(int(settings.MRT_MAX_REQUEST_BYTES), anonymous_limit())
+
+
+def may_be_signed_in(headers: dict[str, str]) -> bool:
+    """Whether the request carries anything that could prove a user (no database asked)."""
+    if "authorization" in headers:
+        return True
+    if settings.MRT_SSO_HEADER and settings.MRT_SSO_HEADER.lower() in headers:
+        return True
+    return f"{settings.SESSION_COOKIE_NAME}=" in headers.get("cookie", "")
+
+
+def _request(path: str, headers: dict[str, str], client: str) -> HttpRequest:
+    """A Django request with just the headers, for the console's own credential checks."""
+    from django.http.cookie import parse_cookie
+
+    request = HttpRequest()
+    request.path = request.path_info = path
+    request.META["REMOTE_ADDR"] = client
+    for name, value in headers.items():
+        if "_" in name:
+            continue  # as Django's ASGI request: an underscore name could pose as another
+        request.META["HTTP_" + name.upper().replace("-", "_")] = value
+    request.COOKIES = parse_cookie(headers.get("cookie", ""))
+    return request
+
+
+def signed_in(path: str, headers: dict[str, str], client: str) -> bool:
+    """Whether the headers prove a user the door at ``path`` accepts (database reads)."""
+    from importlib import import_module
+
+    from django.contrib import auth
+
+    from queues.auth import trusted_username
+    from queues.views.poster import depositor_token
+
+    close_old_connections()
+    try:
+        request = _request(path, headers, client)
+        if path.startswith(POSTER_PREFIX):
+            return depositor_token(request) is not None
+        if depositor_token(request) is not None or trusted_username(request):
+            return True
+        key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
+        if not key:
+            return False
+        request.session = import_module(settings.SESSION_ENGINE).SessionStore(key)
+        user = auth.get_user(request)
+        return bool(user.is_authenticated and user.is_active)
+    finally:
+        close_old_connections()
+
+
+def refusal_text(limit: int) -> str:
+    return (
+        f"413 Request Entity Too Large: this request may send at most {limit} bytes; larger "
+        "uploads are taken only from a signed-in user (on /poster/, with an API token).\n"
+    )
+
+
+# When the database that holds sessions and tokens cannot be asked: an outage, not a refusal.
+UNAVAILABLE_TEXT = (
+    "503 Service Unavailable: the console's database cannot be reached to check who sends "
+    "this request; try again shortly.\n"
+)
+
+
+def raw_answer(status: HTTPStatus, text: str, *, retry_after: int | None = None) -> bytes:
+    """A whole plain-text HTTP/1.1 answer that closes the connection."""
+    body = text.encode()
+    head = [
+        f"HTTP/1.1 {status.value} {status.phrase}",
+        "Content-Type: text/plain; charset=utf-8",
+        "Connection: close",
+        f"Content-Length: {len(body)}",
+    ]
+    if retry_after is not None:
+        head.append(f"Retry-After: {retry_after}")
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def _note(method: str, path: str, client: str, size: str, limit: int) -> None:
+    log.info("413 %s %s from %s: %s bytes, at most %d here", method, path, client, size, limit)
+
+
+# In daphne ---------------------------------------------------------------------------------
+
+
+def install_in_daphne() -> None:
+    """Make daphne's HTTP server build its requests from ``bounded(daphne's WebRequest)``.
+
+    daphne's factory looks its request class up by name at every connection, so replacing the
+    name reaches every server in this process; nothing else of daphne changes.
+    """
+    import daphne.http_protocol as daphne_http
+
+    if not getattr(daphne_http.WebRequest, "bounded", False):
+        daphne_http.WebRequest = bounded(daphne_http.WebRequest)
+
+
+def bounded(base: type[Any]) -> type[Any]:
+    """``base`` (daphne's Twisted request) judging its body before keeping it."""
+    from twisted.internet import threads
+
+    class BoundedRequest(base):  # type: ignore[misc, valid-type]
+        bounded = True
+
+        def gotLength(self, length: int | None) -> None:
+            self._received = 0
+            self._held: list[bytes] | None = None  # a list while the credentials are checked
+            self._complete: tuple[bytes, bytes, bytes] | None = None
+            self._refused = False
+            self._limit = anonymous_limit()
+            self._path = self._client = ""
+            # The channel has the request line; the request learns it only with the body.
+            self._method = self.channel._command.decode("latin-1")
+            if length is not None and length <= self._limit:
+                super().gotLength(length)
+                return
+            self._path = urlsplit(self.channel._path.decode("latin-1")).path
+            self._client = getattr(self.getClientAddress(), "host", "")
+            headers = {
+                name.decode("latin-1").lower(): b", ".join(values).decode("latin-1")
+                for name, values in self.requestHeaders.getAllRawHeaders()
+            }
+            if not may_be_signed_in(headers):
+                self._judge(length, signed=False)
+                return
+            # Not a byte more is read until the credentials are checked; what came with the
+            # headers waits in memory.
+            self._held = []
+            self.channel._networkProducer.pauseProducing()
+            checked = threads.deferToThread(signed_in, self._path, headers, self._client)
+            checked.addCallbacks(lambda ok: self._checked(length, bool(ok)), self._check_failed)
+            checked.addErrback(lambda failure: log.error("%s", failure.getTraceback()))
+
+        def _check_failed(self, failure: Any) -> None:
+            if self.channel is None or self._refused:
+                return
+            if failure.check(DatabaseError):
+                log.warning("could not check a large request's sender: %s", failure.value)
+                self._close_with(
+                    raw_answer(HTTPStatus.SERVICE_UNAVAILABLE, UNAVAILABLE_TEXT, retry_after=10)
+                )
+                return
+            log.error("checking a large request's sender failed: %s", failure.getTraceback())
+            status = HTTPStatus.INTERNAL_SERVER_ERROR
+            self._close_with(raw_answer(status, f"{status.value} {status.phrase}\n"))
+
+        def _checked(self, length: int | None, ok: bool) -> None:
+            if self.channel is None or self._refused:
+                return  # the client went away, or sent too much, meanwhile
+            held, self._held = self._held or [], None
+            self._received = 0
+            self.channel._networkProducer.resumeProducing()
+            if not self._judge(length, signed=ok):
+                return
+            for data in held:
+                self.handleContentChunk(data)
+            if self._complete is not None and not self._refused:
+                super().requestReceived(*self._complete)
+
+        def _judge(self, length: int | None, *, signed: bool) -> bool:
+            self._limit = limit_for(self._path, signed)
+            if length is not None and length > self._limit:
+                self._refuse(str(length))
+                return False
+            super().gotLength(length)
+            return True
+
+        def handleContentChunk(self, data: bytes) -> None:
+            if self._refused:
+                return
+            self._received += len(data)
+            if self._held is not None:
+                self._held.append(data)
+                if self._received > max(anonymous_limit(), HELD_BYTES):
+                    self._refuse(f"over {self._received}")
+                return
+            if self._received > self._limit:
+                self._refuse(f"over {self._received}")
+                return
+            super().handleContentChunk(data)
+
+        def _refuse(self, size: str) -> None:
+            _note(self._method, self._path, self._client, size, self._limit)
+            refusal = raw_answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, refusal_text(self._limit))
+            self._close_with(refusal)
+
+        def _close_with(self, answer: bytes) -> None:
+            """Answer, keep nothing of the body, and close once the client had time to read."""
+            self._refused = True
+            self._held = None
+            self.content = BytesIO()
+            # Twisted answers "Expect: 100-continue" right after gotLength: not to this one.
+            self.requestHeaders.removeHeader(b"expect")
+            transport = self.channel.transport
+            transport.write(answer)
+            self.channel._networkProducer.resumeProducing()
+            lose_write = getattr(transport, "loseWriteConnection", None)
+            if lose_write is not None:
+                lose_write()
+            # The channel's own clock (Twisted's reactor, which tests may replace).
+            self.channel.callLater(LINGER_SECONDS, transport.loseConnection)
+
+        def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+            if self._refused:
+                return
+            if self._held is not None:
+                # The whole (small, chunked) body came before the credentials were checked.
+                self._complete = (command, path, version)
+                return
+            super().requestReceived(command, path, version)
+
+    return BoundedRequest
+
+
+# In front of the ASGI application ----------------------------------------------------------
+
+
+class BodyLimit:
+    """The same limit for ASGI servers that stream the body to the application."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = _headers(scope.get("headers", ()))
+        path = scope.get("path", "")
+        client = (scope.get("client") or ("", 0))[0]
+        try:
+            length: int | None = int(headers["content-length"])
+        except (KeyError, ValueError):
+            length = None
+        limit = anonymous_limit()
+        if (length is None or length > limit) and may_be_signed_in(headers):
+            try:
+                ok = await sync_to_async(signed_in, thread_sensitive=False)(path, headers, client)
+            except DatabaseError as exc:
+                log.warning("could not check a large request's sender: %s", exc)
+                unavailable = HTTPStatus.SERVICE_UNAVAILABLE
+                await _send_text(send, unavailable, UNAVAILABLE_TEXT, retry_after=10)
+                return
+            limit = limit_for(path, ok)
+        if length is not None and length > limit:
+            _note(scope.get("method", "?"), path, client, str(length), limit)
+            await _send_text(send, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, refusal_text(limit))
+            return
+        counted = _Counted(receive, limit)
+        started = False
+
+        async def noting(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        await self.app(scope, counted, noting)
+        if counted.over and not started:
+            _note(scope.get("method", "?"), path, client, f"over {counted.received}", limit)
+            await _send_text(send, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, refusal_text(limit))
+
+
+class _Counted:
+    """``receive`` that stops the application at the limit: past it, the application is told
+    the client left (Django then answers nothing) and the wrapper answers 413."""
+
+    def __init__(self, receive: Receive, limit: int) -> None:
+        self.receive = receive
+        self.limit = limit
+        self.received = 0
+        self.over = False
+
+    async def __call__(self) -> Message:
+        if self.over:
+            return {"type": "http.disconnect"}
+        message = await self.receive()
+        if message["type"] == "http.request":
+            self.received += len(message.get("body", b""))
+            if self.received > self.limit:
+                self.over = True
+                return {"type": "http.disconnect"}
+        return message
+
+
+def _headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    return headers
+
+
+async def _send_text(
+    send: Send, status: HTTPStatus, text: str, *, retry_after: int | None = None
+) -> None:
+    body = text.encode()
+    headers = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"connection", b"close"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status.value, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
