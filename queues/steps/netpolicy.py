@@ -15,9 +15,10 @@ here, under a :class:`FetchPolicy`:
   judged by the IPv4 address it embeds as well, so ``2002:7f00:1::`` is loopback too;
 - redirects are followed here, one hop at a time (at most ``max_redirects``), each hop checked
   like the first;
-- the whole response runs under a wall-clock ``deadline``: connecting, the TLS handshake, the
-  response headers and the body. A watchdog shuts the socket down when it passes, because a
-  server that sends one header byte every few seconds never trips the per-read ``timeout``;
+- the whole response runs under a wall-clock ``deadline``: connecting and the TLS handshake
+  (which Python's ssl module holds to the connect timeout as a whole), the response headers
+  and the body. A watchdog shuts the socket down when it passes, because a server that sends
+  one header byte every few seconds never trips the per-read ``timeout``;
 - the response headers must arrive within one ``rate_window`` when a ``min_rate`` is set (a few
   hundred bytes that take a whole window are below any sensible rate), and the body must keep
   ``min_rate`` bytes per second over every ``rate_window`` seconds.
@@ -278,7 +279,6 @@ class _WatchedHTTPS(HTTPSConnection):
         self.alarm = alarm
 
     def _new_conn(self) -> socket.socket:
-        # Watched before the TLS handshake, which a server can trickle as well.
         sock = super()._new_conn()
         self.alarm.watch(sock)
         return sock
