@@ -187,7 +187,8 @@ class Run:
         self.hosts = self._zookeeper()
         env = self._base_env()
         if opts.database == "postgres":
-            pg = Postgres.create(self.scratch / "postgres", port=opts.pg_port)
+            pg = Postgres.create(port=opts.pg_port)
+            self._stack.callback(pg.remove)
             pg.start()
             self._stack.callback(pg.stop)
             self.stage.postgres = pg
@@ -368,15 +369,31 @@ class Run:
         return True
 
     def _chaos(self, zk: Any, expected: dict[str, set[str]]) -> None:
-        """Kill consumers and strike the faults until every batch has finished."""
-        opts = self.options
+        """Kill consumers and strike the faults until every batch has finished; a fault
+        being caused when the run ends is healed first, the ones not yet due are dropped."""
         total = sum(len(v) for v in expected.values())
         finished = [0]
-        plan = schedule(opts.strikes())
+        ending = threading.Event()
+        plan = schedule(self.options.strikes())
         striking = threading.Thread(
-            target=self._strike_all, args=(plan, total, finished), daemon=True
+            target=self._strike_all, args=(plan, total, finished, ending), daemon=True
         )
         striking.start()
+        try:
+            self._watch(zk, expected, total, finished, striking)
+        finally:
+            ending.set()
+            striking.join()
+
+    def _watch(
+        self,
+        zk: Any,
+        expected: dict[str, set[str]],
+        total: int,
+        finished: list[int],
+        striking: threading.Thread,
+    ) -> None:
+        opts = self.options
         low, high = sorted(opts.kill_every)
         began = self.log.began
         next_kill = began + self.rng.uniform(low, high)
@@ -414,10 +431,18 @@ class Run:
                     consumer.start(self.manage)
             time.sleep(0.25)
 
-    def _strike_all(self, plan: list[tuple[float, Fault]], total: int, finished: list[int]) -> None:
-        for share, fault in plan:
+    def _strike_all(
+        self,
+        plan: list[tuple[float, Fault]],
+        total: int,
+        finished: list[int],
+        ending: threading.Event,
+    ) -> None:
+        for number, (share, fault) in enumerate(plan):
             while finished[0] < share * total:
-                time.sleep(0.2)
+                if ending.wait(0.2):
+                    self.log.note(f"{len(plan) - number} fault(s) not caused: the run ended")
+                    return
             try:
                 fault.strike(self.stage)
             except Exception as exc:  # a fault that could not be caused is the run's failure

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -57,7 +58,9 @@ class Postgres:
     bin_dir: Path = field(default_factory=Path)
 
     @classmethod
-    def create(cls, directory: Path, *, port: int = 0) -> Postgres:
+    def create(cls, *, port: int = 0) -> Postgres:
+        """A new cluster in a folder of its own: not under the run's scratch folder, which
+        the ``postgres`` user of a root run cannot enter. ``remove`` deletes it."""
         found = glob.glob("/usr/lib/postgresql/*/bin/initdb")
         if not found:
             raise InfraError(
@@ -66,9 +69,17 @@ class Postgres:
             )
         bin_dir = Path(max(found, key=lambda p: int(Path(p).parts[-3]))).parent
         owner = PG_SYSTEM_USER if os.geteuid() == 0 else None
+        directory = Path(tempfile.mkdtemp(prefix="mrt-chaos-pg-"))
         cluster = cls(directory, port or free_port(), owner=owner, bin_dir=bin_dir)
-        cluster.initdb()
+        try:
+            cluster.initdb()
+        except subprocess.CalledProcessError as exc:
+            cluster.remove()
+            raise InfraError(f"initdb failed: {exc.stderr}") from None
         return cluster
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
 
     @property
     def data(self) -> Path:

@@ -1,0 +1,96 @@
+"""The chaos run's judge against a real ZooKeeper and its storage stand-in over HTTP: what it
+must call a violation (a lock a live consumer holds past the grace, a job stuck, a second
+version of the same content, a job failed by the infrastructure), and what it must not."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import requests
+
+from queues.chaos import judge
+from queues.chaos.servers import StorageStandIn
+from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
+from queues.zk import batches, jobs, paths
+from queues.zk.consumers import CONSUMERS
+from queues.zk.records import Job
+
+CONFIGURATION = {
+    "profile": "merritt_demo_content",
+    "payload_url": "http://127.0.0.1:1/f.txt",
+    "type": "file",
+}
+
+
+def a_job(zk: Any, local_id: str) -> Job:
+    batch = batches.batch_create(zk, submission={**CONFIGURATION, "submitter": "chaos"})
+    return jobs.job_create(zk, bid=batch.bid, configuration={**CONFIGURATION, "localID": local_id})
+
+
+def test_a_lock_held_past_the_grace_by_a_live_consumer_is_an_orphan(zk: Any, other_zk: Any) -> None:
+    job = jobs.job_transition(zk, a_job(zk, "chaos-1"), "Estimating")
+    other_zk.create(f"{CONSUMERS}/host-4242", b"{}", ephemeral=True, makepath=True)
+    other_zk.create(paths.job_node(job.jid, "lock"), b"", ephemeral=True)
+    verdict, said = judge.Verdict(), []
+    judge.wait_for_locks(zk, verdict, until=time.monotonic(), say=said.append)
+    [violation] = verdict.violations
+    assert violation.startswith(f"lock left after the grace: {paths.job_node(job.jid, 'lock')}")
+    assert "(consumer host-4242, still running)" in violation
+    judge.judge_stuck(zk, verdict)
+    assert f"stuck: job {job.jid} (chaos-1) still Estimating, locked for" in verdict.violations[1]
+
+
+def test_a_lock_released_within_the_grace_is_no_violation(zk: Any, other_zk: Any) -> None:
+    job = a_job(zk, "chaos-2")
+    lock = paths.job_node(job.jid, "lock")
+    other_zk.create(lock, b"", ephemeral=True)
+    released = threading.Timer(1.0, other_zk.delete, args=(lock,))
+    released.start()
+    verdict, said = judge.Verdict(), []
+    judge.wait_for_locks(zk, verdict, until=time.monotonic() + 30, say=said.append)
+    released.join()
+    assert verdict.violations == []
+    assert said == ["locks after the grace: 0"]
+
+
+def test_two_adds_of_the_same_manifest_are_two_versions_and_a_violation() -> None:
+    storage = StorageStandIn()
+    try:
+        manifest = write_checkm(
+            [{"url": "http://127.0.0.1:1/a.txt", "hash_alg": "md5", "hash_value": "0" * 32,
+              "size": 3, "filename": "producer/a.txt"}],
+            kind=OBJECT_MANIFEST,
+        )  # fmt: skip
+        for _ in range(2):
+            answer = requests.post(
+                f"{storage.url}/add/9501/ark%3A%2F99999%2Ffk4one",
+                data={"manifest": manifest, "t": "xml"},
+                timeout=10,
+            )
+            assert answer.ok, answer.text
+        state = requests.get(f"{storage.url}/state/9501/ark%3A%2F99999%2Ffk4one", timeout=10)
+        assert "<obj:numVersions>2</obj:numVersions>" in state.text
+    finally:
+        storage.stop()
+    verdict, said = judge.Verdict(), []
+    judge.judge_versions(storage.versions(), verdict, said.append)
+    assert verdict.violations == [
+        "storage: ark:/99999/fk4one has 2 versions (identical content); expected one"
+    ]
+    assert said == ["storage: 1 objects, 1 extra versions"]
+
+
+def test_a_job_failed_by_the_database_is_failed_by_the_infrastructure(zk: Any) -> None:
+    job = jobs.job_transition(zk, a_job(zk, "chaos-3"), "Estimating")
+    jobs.job_transition(zk, job, "Failed", message="recording: database is locked")
+    depositor = jobs.job_transition(zk, a_job(zk, "chaos-4"), "Estimating")
+    jobs.job_transition(zk, depositor, "Failed", message="estimating: HTTP 404 from depositor")
+    verdict, said = judge.Verdict(), []
+    judge.judge_failures(judge.load_jobs(zk, verdict), verdict, said.append)
+    assert sorted(verdict.violations) == [
+        f"failed by the infrastructure: job {job.jid} (chaos-3): 'recording: database is locked'",
+        f"good job {depositor.jid} (chaos-4) failed: 'estimating: HTTP 404 from depositor'",
+    ]
+    assert said == ["good jobs failed by the infrastructure: 1"]
