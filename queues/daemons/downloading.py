@@ -1,9 +1,10 @@
 """Job Downloading: GET every file at once into the job's working folder.
 
-Each download goes through the depositor fetch policy (queues/daemons/fetching.py: addresses,
-redirects, a deadline and a minimum rate per file), is retried a bounded number of times with
-back-off (MRT_DOWNLOAD_RETRIES), checked against the depositor's digest and size when given, and
-lands under its final name only when complete. The object as a whole may not take more than
+Each download goes through the depositor fetch policy (queues/steps/netpolicy.py, set up in
+queues/depositors.py: addresses, redirects, a deadline on the whole response and a minimum rate,
+headers included), is retried a bounded number of times with back-off (MRT_DOWNLOAD_RETRIES),
+checked against the depositor's digest and size when given, and lands under its final name only
+when complete. The object as a whole may not take more than
 MRT_MAX_OBJECT_BYTES, counted while the bytes arrive and again while a container is unpacked
 into ``object/producer`` (which may also expand at most MRT_MAX_COMPRESSION_RATIO times). Any file
 that cannot be fetched fails the job with a message naming it. ``space_needed`` is then set to
