@@ -264,3 +264,24 @@ def test_in_front_of_any_asgi_server_the_same_limits_hold() -> None:
     # Under the limit the page answers for itself (a login POST without a CSRF cookie: 403).
     small = asyncio.run(asgi_post("/login/", 1024, [b"t" * 1024]))
     assert small[0]["status"] == 403
+
+
+def test_a_large_request_meets_a_database_outage_with_503_not_413(
+    console: Console, tmp_path: Path
+) -> None:
+    """Whether a large request's sender is signed in is a database question: while the
+    database cannot answer, the request is told to come back, not refused for its size."""
+    database = tmp_path / "console.sqlite3"
+    moved = tmp_path / "console.sqlite3.away"
+    database.rename(moved)
+    database.mkdir()  # SQLite cannot open a folder: "unable to open database file"
+    try:
+        answer, held = answer_to_a_slow_body(
+            console, "/poster/submit", POSTER_LIMIT, Authorization=f"Bearer {console.key}"
+        )
+    finally:
+        database.rmdir()
+        moved.rename(database)
+    assert answer.startswith(b"HTTP/1.1 503 "), answer
+    assert b"Retry-After: 10" in answer
+    assert held == []
