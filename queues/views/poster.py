@@ -54,6 +54,7 @@ from queues.audit import ApiToken
 from queues.auth import BEARER_CHALLENGE, may, token_from
 from queues.depositors import payload_roots
 from queues.forms import SubmitForm
+from queues.steps.checkm import filename_problem as object_filename_problem
 from queues.steps.erc import DC_ELEMENTS
 from queues.steps.merritt import MERRITT_TYPES, canonical_type
 from queues.views.common import refusal_for
@@ -216,9 +217,12 @@ def filename_problem(name: str) -> str | None:
         return "filename is longer than 255 characters"
     if name in (".", "..") or "/" in name or "\\" in name or ".." in name.split("."):
         return f"filename {name!r} must be a plain file name (no folders, no '..')"
-    if name.startswith(".") or any(ord(c) < 32 or ord(c) == 127 for c in name):
-        return f"filename {name!r} must not start with '.' or hold control characters"
-    return None
+    if name.startswith("."):
+        return f"filename {name!r} must not start with '.'"
+    # The one character rule of every door (controls, line separators, bidi controls), checked
+    # before the upload is moved under this name.
+    problem = object_filename_problem(name)
+    return f"filename {name!r} {problem}" if problem else None
 
 
 class _Capped(FileUploadHandler):

@@ -287,7 +287,9 @@ def test_refused_for_bad_fields(zk, operator_key, changes, message) -> None:
     assert message in exc["error"]
 
 
-@pytest.mark.parametrize("name", ["../evil.txt", "..", "a/../../b", ".hidden"])
+@pytest.mark.parametrize(
+    "name", ["../evil.txt", "..", "a/../../b", ".hidden", "line\u2028split.txt", "nel\x85.txt"]
+)
 def test_upload_named_outside_its_folder_is_refused(zk, operator_key, settings, name) -> None:
     upload = SimpleUploadedFile("ok.txt", b"data", content_type="text/plain")
 
