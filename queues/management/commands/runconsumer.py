@@ -9,7 +9,9 @@ working on one item at the same time.
 
 ``--once`` handles at most one item (with ``all``: at most one per daemon, in pipeline order)
 and exits 0, or 1 when that item failed. SIGTERM or SIGINT lets the item in hand finish, then
-the process exits 0; a second signal exits at once (the item is picked up again later).
+the process exits 0; a second signal, or ``--stop-timeout`` seconds without the items finished
+(a step stuck on a server that does not answer), exits at once with status 1 (the items are
+picked up again later: their locks go with the session).
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ from queues.daemons.runner import Host
 from queues.zk.client import close
 from queues.zk.errors import is_connection_error
 
+# Docker waits 10 s after SIGTERM before SIGKILL, Kubernetes 30 s: within the longer one, so an
+# orchestrator that allows it sees the process end by itself.
+DEFAULT_STOP_TIMEOUT = 25.0
+
 
 class Command(BaseCommand):
     help = "Run a consumer daemon (or all of them) on the ZooKeeper queues."
@@ -50,16 +56,25 @@ class Command(BaseCommand):
         parser.add_argument(
             "--threads", type=int, default=1, help="copies of the daemon loop (default 1)"
         )
+        parser.add_argument(
+            "--stop-timeout",
+            type=float,
+            default=DEFAULT_STOP_TIMEOUT,
+            help="seconds the items in hand may take to finish after SIGTERM/SIGINT before "
+            f"the process exits anyway (default {DEFAULT_STOP_TIMEOUT:.0f})",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["poll"] < 0:
             raise CommandError("--poll must not be negative")
         if options["threads"] < 1:
             raise CommandError("--threads must be at least 1")
+        if options["stop_timeout"] <= 0:
+            raise CommandError("--stop-timeout must be positive")
         self._check_migrated()
         stop = threading.Event()
         if not options["once"]:
-            self._install_signals(stop)
+            self._install_signals(stop, options["stop_timeout"])
         host = self._connect(options, stop)
         if host is None:
             return
@@ -135,13 +150,30 @@ class Command(BaseCommand):
                 "deployment %s: serving %s", deployment_mode(), served
             )
 
-    def _install_signals(self, stop: threading.Event) -> None:
+    def _install_signals(self, stop: threading.Event, timeout: float) -> None:
         def on_signal(signum: int, _frame: object) -> None:
             if stop.is_set():
                 # Second signal: do not wait for the item in hand; its lock goes with the session.
                 os._exit(1)
-            self.stderr.write(f"{signal.Signals(signum).name}: finishing the current items")
+            self.stderr.write(
+                f"{signal.Signals(signum).name}: finishing the current items (at most {timeout:g}s)"
+            )
             stop.set()
+            # A thread stuck in a step (or on a request no server answers) would otherwise keep
+            # the process alive for ever; the timer's thread does not wait for any of them.
+            timer = threading.Timer(timeout, self._give_up, args=(timeout,))
+            timer.daemon = True
+            timer.start()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+
+    def _give_up(self, timeout: float) -> None:
+        me = threading.current_thread()
+        names = sorted(t.name for t in threading.enumerate() if t is not me and t.is_alive())
+        self.stderr.write(
+            f"stopping: items still in hand after {timeout:g}s; exiting without them (their "
+            f"locks go with the session). Threads: {', '.join(names)}"
+        )
+        self.stderr.flush()
+        os._exit(1)
