@@ -103,6 +103,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # A database outage met anywhere in a view (the session, a token, the roles) is a 503
+    # with the outage banner; outermost of the middleware with a process_exception.
+    "queues.views.outage.DatabaseOutageMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -172,6 +175,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "queues.views.outage.banner",
             ],
         },
     },
@@ -206,6 +210,10 @@ if DATABASE_URL:
         raise ImproperlyConfigured(
             "DATABASE_URL must be a postgres:// URL (leave it empty for the SQLite file)"
         )
+    # A server that does not answer (a partition, a host down) fails a connection attempt
+    # in seconds, as a refused one does, instead of holding a daemon thread or a page for the
+    # operating system's TCP timeout; "?connect_timeout=" in the URL overrides it.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

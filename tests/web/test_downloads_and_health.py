@@ -44,7 +44,7 @@ def test_download_refuses_names_outside_the_archive_pattern(client, archive, nam
     assert client.get(f"/downloads/{name}").status_code == 404
 
 
-def test_health_reports_a_reachable_zookeeper(client, zk):
+def test_health_reports_a_reachable_zookeeper(client, zk, db):
     response = client.get("/healthz")
     assert response.status_code == 200
     assert response.json()["zookeeper"] == "connected"

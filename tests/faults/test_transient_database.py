@@ -1,0 +1,224 @@
+"""A database outage is not a job's failure (issue 23, item 4).
+
+A PostgreSQL server of the test's own is stopped under the Recording daemon (local inventory
+and the step history write to it) and started again; a SQLite file is held by a second, real
+connection in ``BEGIN EXCLUSIVE`` while Recording writes. No job fails: each waits in its step,
+the reason shown in the step's result and history, and completes once the database is back.
+While PostgreSQL is down the console answers 503 with the outage banner (pages, htmx, the API)
+and ``/healthz`` says the database is unreachable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemons.conftest import FileServer, daemon, drive, make_job, wait_for
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.db import connections
+from django.db.utils import load_backend
+from django.test import Client
+
+from queues.auth import ensure_groups
+from queues.daemons.registration import ProcessObserver
+from queues.models import ApiToken, InventoryObject, StepRecord
+from queues.zk.jobs import job_load
+from queues.zk.records import Job
+from tests.pg import PostgresCluster, PostgresUnavailable, default_database, start_cluster
+
+
+@contextlib.contextmanager
+def database(settings_dict: dict[str, Any]) -> Iterator[None]:
+    """Django's default database is ``settings_dict`` for this thread and every thread started
+    meanwhile (the daemon's, its step history writer, the health probe)."""
+    complete = connections.configure_settings({"default": settings_dict})["default"]
+    old_connection, old_settings = connections["default"], connections.settings["default"]
+    connections.settings["default"] = complete
+    connections["default"] = load_backend(complete["ENGINE"]).DatabaseWrapper(complete, "default")
+    try:
+        yield
+    finally:
+        connections["default"].close()
+        connections.settings["default"] = old_settings
+        connections["default"] = old_connection
+
+
+@pytest.fixture(scope="module")
+def own_pg(django_db_blocker: Any) -> Iterator[tuple[PostgresCluster, str]]:
+    """A PostgreSQL cluster this module may stop and start, with a migrated database."""
+    try:
+        cluster = start_cluster()
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        url = cluster.create_database("mrt_outage")
+        with django_db_blocker.unblock(), default_database(url):
+            call_command("migrate", verbosity=0, interactive=False)
+        yield cluster, url
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.directory, ignore_errors=True)
+
+
+def pg_start_again(cluster: PostgresCluster) -> None:
+    """Start the stopped cluster on its data, port and settings (``start`` makes a new one)."""
+    options = (
+        f"-p {cluster.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' "
+        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    )
+    data, log = str(cluster.data), str(cluster.log_file)
+    cluster._run("pg_ctl", "-D", data, "-l", log, "-o", options, "-w", "start")
+
+
+@pytest.fixture
+def on_pg(own_pg: tuple[PostgresCluster, str], django_db_blocker: Any) -> Iterator[PostgresCluster]:
+    cluster, url = own_pg
+    with django_db_blocker.unblock(), default_database(url):
+        try:
+            yield cluster
+        finally:
+            if not cluster.data.joinpath("postmaster.pid").exists():
+                pg_start_again(cluster)
+            call_command("flush", verbosity=0, interactive=False)
+
+
+def recording_job(zk: Any, files: FileServer, name: str) -> Job:
+    """A job Storing has stored, waiting in Recording."""
+    job = make_job(
+        zk,
+        {"payload_url": files.put(name, f"content of {name}"), "type": "file", "filename": name},
+        state="Downloading",
+    )
+    drive(
+        zk,
+        lambda: job_load(zk, job.jid).state == "Recording",
+        names=["downloading", "processing", "storing"],
+    )
+    return job_load(zk, job.jid)
+
+
+def test_jobs_wait_out_a_postgresql_stop_in_recording_and_all_complete(
+    zk: Any, files: FileServer, on_pg: PostgresCluster
+) -> None:
+    jobs = [recording_job(zk, files, f"file-{n}.txt") for n in range(4)]
+    recording = daemon(zk, "recording")
+    observer = ProcessObserver(zk, [recording], record=True, publish_seconds=0.5)
+    recording.observer = observer
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=recording.run, args=(stop,), name="recording-under-test", daemon=True
+    )
+    on_pg.stop()
+    observer.start()
+    thread.start()
+    try:
+        try:
+            wait_for(lambda: observer.handled >= 1, timeout=60, every=0.05)
+            assert observer.failed == 0
+            assert {job_load(zk, j.jid).state for j in jobs} == {"Recording"}
+        finally:
+            pg_start_again(on_pg)
+        wait_for(lambda: {job_load(zk, j.jid).state for j in jobs} == {"Notify"}, timeout=60)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        observer.stop()
+    arks = {job_load(zk, j.jid).primary_id for j in jobs}
+    assert set(InventoryObject.objects.filter(ark__in=arks).values_list("ark", flat=True)) == arks
+    # The history kept the waits it could not write during the outage, with their reason.
+    records = StepRecord.objects.filter(step="recording")
+    assert set(records.filter(outcome="ok").values_list("item_id", flat=True)) == {
+        j.jid for j in jobs
+    }
+    waits = records.filter(outcome="waiting")
+    assert waits.exists()
+    assert all(
+        d.startswith("database unavailable:") for d in waits.values_list("detail", flat=True)
+    )
+    assert not records.filter(outcome="failed").exists()
+
+
+def test_pages_and_the_api_answer_503_with_the_banner_while_postgresql_is_down(
+    zk: Any, on_pg: PostgresCluster
+) -> None:
+    user = get_user_model().objects.create_user(username="viewer-outage", password="x" * 20)
+    user.groups.add(ensure_groups()["viewer"])
+    _token, key = ApiToken.issue(user=user, name="outage")
+    browser = Client()
+    browser.force_login(user)
+    htmx = Client(HTTP_HX_REQUEST="true")
+    htmx.force_login(user)
+    assert browser.get("/").status_code == 200
+    on_pg.stop()
+    try:
+        page = browser.get("/")
+        assert page.status_code == 503
+        assert page["Retry-After"]
+        assert b"database is unreachable" in page.content
+        assert b'data-outage="database"' in page.content  # the banner, which polls by itself
+        fragment = htmx.get("/jobs/")
+        assert fragment.status_code == 503
+        assert b'hx-swap-oob="true"' in fragment.content
+        assert b'data-outage="database"' in fragment.content
+        api = Client().get("/api/overview", HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert api.status_code == 503
+        assert api.json()["error"].startswith("the database is unavailable")
+        health = Client().get("/healthz")
+        assert health.status_code == 503
+        assert health.json()["database"] == "unreachable"
+        assert health.json()["zookeeper"] == "connected"
+    finally:
+        pg_start_again(on_pg)
+    wait_for(lambda: Client().get("/healthz").status_code == 200, timeout=30)
+    assert browser.get("/").status_code == 200
+
+
+# ---- SQLite held by another writer ---------------------------------------------------------
+
+
+@pytest.fixture
+def sqlite_file(tmp_path: Path, django_db_blocker: Any) -> Iterator[Path]:
+    """The console's SQLite settings on a file of the test's own, migrated, with a short busy
+    timeout (the wait a writer gives another before "database is locked")."""
+    path = tmp_path / "console.sqlite3"
+    configured = settings.DATABASES["default"]
+    own = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": path,
+        "OPTIONS": {**configured.get("OPTIONS", {}), "timeout": 0.5},
+    }
+    with django_db_blocker.unblock(), database(own):
+        call_command("migrate", verbosity=0, interactive=False)
+        yield path
+
+
+def test_recording_waits_while_another_writer_holds_sqlite_then_completes(
+    zk: Any, files: FileServer, sqlite_file: Path
+) -> None:
+    job = recording_job(zk, files, "locked.txt")
+    recording = daemon(zk, "recording")
+    holder = sqlite3.connect(sqlite_file, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        recording.run_once()
+        waited = recording.last
+        assert waited is not None
+        assert waited.outcome == "waiting", waited.line()
+        assert "database is locked" in waited.detail
+        assert job_load(zk, job.jid).state == "Recording"
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    recording.run_once()
+    assert recording.last is not None and recording.last.outcome == "ok", recording.last
+    done = job_load(zk, job.jid)
+    assert done.state == "Notify"
+    assert InventoryObject.objects.filter(ark=done.primary_id).exists()
