@@ -2,11 +2,14 @@
 
 A job fits when the working storage, with the job's ``space_needed`` and what the jobs already
 Downloading still expect to write, stays at or below the high-water mark
-(MRT_PROVISION_HIGH_WATER, a fraction of the disk; 0.70 by default). Every cycle evaluates ALL
-jobs in Provisioning in priority order (the index, read without locking) against one budget and
-keeps, in order, every job that fits; the following claims hand those out one by one (each
-re-checked under its lock), and only when they are used up is everything evaluated again. So
-N waiting jobs cost one read of each per cycle, not per claim. Jobs that do not fit stay and are
+(MRT_PROVISION_HIGH_WATER, a fraction of the disk; 0.70 by default) and within what the disk
+really has free (``shutil.disk_usage``: other writers, a quota or reserved blocks may leave less
+than the mark says). Every cycle evaluates ALL jobs in Provisioning in priority order (the
+index, read without locking) against one budget and keeps, in order, every job that fits; the
+following claims hand those out one by one (each re-checked under its lock), and only when they
+are used up is everything evaluated again. So N waiting jobs cost one read of each per cycle,
+not per claim. The disk is asked again before each hand-out: when something else has filled it
+since the evaluation, the jobs still kept go back to waiting. Jobs that do not fit stay and are
 evaluated again next cycle, after ``poll`` seconds. An unestimated job (0 bytes) goes on only
 while the disk is under the mark.
 
@@ -49,21 +52,29 @@ class Provisioning(JobDaemon):
         super().__init__(*args, **kwargs)
         self.disk_usage = disk_usage
         self.waiting: set[str] = set()  # jobs already logged as waiting, to log each once
-        # Jobs that fitted at the last evaluation, in priority order, still to be handed out.
-        self.fitting: list[str] = []
+        # Jobs that fitted at the last evaluation, in priority order, still to be handed out,
+        # with the bytes each needs.
+        self.fitting: list[tuple[str, int]] = []
         self.fruitless_at = float("-inf")  # when an evaluation last let nothing through
 
-    def budget(self) -> int:
-        """Bytes that may still be promised to new downloads before the high-water mark."""
+    def room(self) -> int:
+        """Bytes the working disk itself can take now: below the high-water mark, and no more
+        than it has free."""
         root = Path(settings.MRT_WORK_DIR)
         root.mkdir(parents=True, exist_ok=True)
         usage = self.disk_usage(root)
         limit = int(usage.total * settings.MRT_PROVISION_HIGH_WATER)
+        return min(limit - usage.used, usage.free)
+
+    def budget(self) -> int:
+        """Bytes that may still be promised to new downloads: the disk's room less what the
+        jobs already Downloading expect to write."""
+        room = self.room()
         downloading = [jid for _p, jid in index_entries(self.zk, JobState.DOWNLOADING)]
         promised = sum(
             j.space_needed for j in jobs_load(self.zk, downloading) if isinstance(j, Job)
         )
-        return limit - usage.used - promised
+        return room - promised
 
     def fits(self, job: Job, budget: int) -> bool:
         if job.space_needed == 0:
@@ -78,14 +89,30 @@ class Provisioning(JobDaemon):
             if not self.fitting:
                 self.fruitless_at = time.monotonic()
         while self.fitting:
-            jid = self.fitting.pop(0)
+            jid, space = self.fitting[0]
+            if not self.fits_now(space):
+                log.info(
+                    "provisioning: the working disk filled up since the last evaluation; "
+                    "%d jobs wait again",
+                    len(self.fitting),
+                )
+                self.fitting = []
+                self.fruitless_at = time.monotonic()
+                return None
+            self.fitting.pop(0)
             claimed = self._lock(jid)
             if claimed is not None:
                 self.waiting.discard(jid)
                 return claimed
         return None
 
-    def evaluate(self) -> list[str]:
+    def fits_now(self, space: int) -> bool:
+        """Whether the disk as it is now still takes a job of ``space`` bytes (the evaluation's
+        budget counted the jobs handed out since; this catches other writers)."""
+        room = self.room()
+        return room > 0 if space == 0 else space <= room
+
+    def evaluate(self) -> list[tuple[str, int]]:
         """Every job in Provisioning that fits, in priority order, against one budget."""
         budget = self.budget()
         entries = [jid for _p, jid in index_entries(self.zk, self.state)]
@@ -105,7 +132,7 @@ class Provisioning(JobDaemon):
                     )
                 continue
             budget -= job.space_needed
-            fitting.append(job.jid)
+            fitting.append((job.jid, job.space_needed))
         self.waiting &= {j.jid for j in candidates}
         return fitting
 
