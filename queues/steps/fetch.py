@@ -25,6 +25,7 @@ from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 from zlib import error as zlib_error
 
+from queues import transient
 from queues.steps.checkm import HASH_LENGTHS, filename_problem
 from queues.steps.netpolicy import (
     USER_AGENT as USER_AGENT,  # notify's callbacks send the same User-Agent
@@ -421,7 +422,8 @@ def _copy_local(
         with path.open("rb") as source:
             return copy_into(handle, iter(lambda: source.read(CHUNK), b""))
     except OSError as exc:
-        raise DownloadError(url, exc.strerror or str(exc)) from None
+        # Chained: a full working disk is an outage the daemon waits out (queues.transient).
+        raise DownloadError(url, exc.strerror or str(exc)) from exc
 
 
 def target_path(workdir: Path, filename: str) -> Path:
@@ -495,6 +497,8 @@ def download_all(
         elif isinstance(error, DownloadError):
             if error.reason != "not attempted after an earlier failure":
                 failures.append(error)
+        elif transient.is_transient(error):
+            raise error  # the working disk full, not the file: the job waits, it did not fail
         else:
             failures.append(DownloadError(item.url, short_error(error)))
     if failures:
@@ -651,8 +655,9 @@ def _extract_zip(path: Path, dest: Path, limit: _Unpacked) -> list[str]:
         try:
             return _unpack(dest, plan, limit, path.name)
         except (zipfile.BadZipFile, OSError, RuntimeError, EOFError) as exc:
-            # RuntimeError is how zipfile reports encrypted members.
-            raise ContainerError(f"{path.name}: {exc}") from None
+            # RuntimeError is how zipfile reports encrypted members. Chained: a full working
+            # disk is an outage the daemon waits out (queues.transient).
+            raise ContainerError(f"{path.name}: {exc}") from exc
 
 
 def _extract_tar(path: Path, dest: Path, limit: _Unpacked) -> list[str]:
@@ -679,4 +684,4 @@ def _extract_tar(path: Path, dest: Path, limit: _Unpacked) -> list[str]:
         try:
             return _unpack(dest, plan, limit, path.name)
         except (tarfile.TarError, OSError, EOFError, zlib_error) as exc:
-            raise ContainerError(f"{path.name}: {exc}") from None
+            raise ContainerError(f"{path.name}: {exc}") from exc  # as for zip files

@@ -101,6 +101,32 @@ def test_processing_waits_while_the_working_disk_is_full_then_completes(
     assert job_load(zk, job.jid).state == "Storing"
 
 
+@pytest.mark.parametrize("scheme", ["http", "file"])
+def test_downloading_waits_while_the_working_disk_is_full_then_completes(
+    zk: Any, files: FileServer, small_disk: SmallDisk, scheme: str
+) -> None:
+    url = files.put("b.txt", "downloaded content")
+    if scheme == "file":
+        url = (files.root / "b.txt").as_uri()  # MRT_FILE_ROOTS of the tests covers tmp_path
+    job = make_job(
+        zk, {"payload_url": url, "type": "file", "filename": "b.txt"}, state="Downloading"
+    )
+    small_disk.fill()
+    downloading = daemon(zk, "downloading")
+    try:
+        downloading.run_once()
+        waited = downloading.last
+        assert waited is not None
+        assert waited.outcome == "waiting", waited.line()
+        assert waited.detail.startswith("working disk:"), waited.detail
+        assert job_load(zk, job.jid).state == "Downloading"
+    finally:
+        small_disk.free()
+    downloading.run_once()
+    assert downloading.last is not None and downloading.last.outcome == "ok", downloading.last
+    assert job_load(zk, job.jid).state == "Processing"
+
+
 def test_provisioning_holds_jobs_back_when_the_disk_fills_after_it_counted(
     zk: Any, small_disk: SmallDisk
 ) -> None:
