@@ -105,11 +105,13 @@ def recording_job(zk: Any, files: FileServer, name: str) -> Job:
     return job_load(zk, job.jid)
 
 
+@pytest.mark.parametrize("batch", [1, 4], ids=["one-job-loop", "batched-loop"])
 def test_jobs_wait_out_a_postgresql_stop_in_recording_and_all_complete(
-    zk: Any, files: FileServer, on_pg: PostgresCluster
+    zk: Any, files: FileServer, on_pg: PostgresCluster, batch: int
 ) -> None:
     jobs = [recording_job(zk, files, f"file-{n}.txt") for n in range(4)]
-    recording = daemon(zk, "recording")
+    recording = daemon(zk, "recording", batch=batch)
+    assert recording.batched() == (batch > 1)
     observer = ProcessObserver(zk, [recording], record=True, publish_seconds=0.5)
     recording.observer = observer
     stop = threading.Event()
