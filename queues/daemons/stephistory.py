@@ -4,8 +4,9 @@ A daemon thread never touches the database for this: it appends a plain tuple to
 list (one lock, no I/O). A background writer thread of the process flushes the list in one
 ``bulk_create`` every ``FLUSH_SECONDS`` or as soon as ``FLUSH_ROWS`` are waiting, and once an
 hour deletes the records older than ``MRT_STEP_HISTORY_DAYS`` (default 30). A database that is
-away costs records, never the daemons' work: rows that cannot be written are dropped (with one
-log line) once more than ``MAX_PENDING`` wait.
+away costs records, never the daemons' work: rows that cannot be written are kept for the next
+flush and dropped only once more than ``MAX_PENDING`` wait; an outage is logged once when it
+starts and once when the records are written again, not at every flush in between.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class StepRecorder:
         self.batches = 0
         self.dropped = 0
         self._last_prune = 0.0
+        self.failing = False  # the last flush could not write (its outage was logged)
 
     # The daemons' side: no I/O --------------------------------------------------------------
 
@@ -186,7 +188,15 @@ class StepRecorder:
                     cursor.executemany(sql, params[start : start + self.flush_rows])
         except Exception as exc:
             # Keep them for the next flush unless too many wait; the daemons go on either way.
-            log.warning("step history: %d records not written yet: %s", len(rows), exc)
+            if self.failing:
+                log.debug("step history: %d records not written yet: %s", len(rows), exc)
+            else:
+                log.warning(
+                    "step history: %d records not written yet, kept until they can be: %s",
+                    len(rows),
+                    exc,
+                )
+            self.failing = True
             close_old_connections()
             with self._lock:
                 room = MAX_PENDING - len(self._rows)
@@ -196,6 +206,9 @@ class StepRecorder:
             return 0
         self.written += len(rows)
         self.batches += 1
+        if self.failing:
+            self.failing = False
+            log.info("step history: written again (%d records)", len(rows))
         return len(rows)
 
 

@@ -11,9 +11,11 @@ and ``/healthz`` says the database is unreachable.
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from django.test import Client
 
 from queues.auth import ensure_groups
 from queues.daemons.registration import ProcessObserver
+from queues.daemons.stephistory import StepRecorder
 from queues.models import ApiToken, InventoryObject, StepRecord
 from queues.zk.jobs import job_load
 from queues.zk.records import Job
@@ -181,6 +184,36 @@ def test_pages_and_the_api_answer_503_with_the_banner_while_postgresql_is_down(
         pg_start_again(on_pg)
     wait_for(lambda: Client().get("/healthz").status_code == 200, timeout=30)
     assert browser.get("/").status_code == 200
+
+
+def test_the_step_history_logs_an_outage_once_and_writes_what_it_kept(
+    on_pg: PostgresCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = StepRecorder(consumer="outage-test", host="here")
+    on_pg.stop()
+    try:
+        for n in range(5):
+            recorder.add(
+                kind="job",
+                item_id=f"jid{n:010d}",
+                step="recording",
+                state="Recording",
+                outcome="waiting",
+                started=time.time(),
+                duration=0.1,
+                detail="database unavailable: test",
+            )
+            with caplog.at_level(logging.INFO, logger="queues.daemons"):
+                assert recorder.flush() == 0
+    finally:
+        pg_start_again(on_pg)
+    with caplog.at_level(logging.INFO, logger="queues.daemons"):
+        assert wait_for(recorder.flush, timeout=30) == 5
+    lines = [r for r in caplog.records if r.getMessage().startswith("step history")]
+    assert [r.levelno for r in lines] == [logging.WARNING, logging.INFO], [
+        r.getMessage() for r in lines
+    ]
+    assert StepRecord.objects.filter(consumer="outage-test").count() == 5
 
 
 # ---- SQLite held by another writer ---------------------------------------------------------
