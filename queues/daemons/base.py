@@ -18,7 +18,6 @@ of item (job, batch, access request). The loop itself knows nothing about the st
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -29,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import close_old_connections
 
 from queues import services, transient
 from queues.states import AccessState, JobState
@@ -45,7 +44,7 @@ from queues.zk.errors import (
     is_connection_error,
 )
 from queues.zk.jobs import JobClaimer, job_load, job_transition, job_unlock
-from queues.zk.locks import lock_create, queue_held
+from queues.zk.locks import ledger_of, lock_create, queue_held
 from queues.zk.records import AccessRequest, Batch, Job
 from queues.zk.watch import ChangeSignal
 
@@ -292,6 +291,10 @@ class Daemon(ABC, Generic[T]):
                 log.warning("%s: ZooKeeper unavailable: %s", self.name, describe(exc))
             else:
                 log.exception("%s: unexpected error outside a step", self.name)
+            # An error that escapes a claim after its lock was taken (the item's read, a
+            # daemon's own check) leaves nobody working under the lock: the reconciler
+            # deletes it if the server holds it, instead of it pinning the item.
+            ledger_of(self.zk).abandon_thread()
             return False
         finally:
             # Long-lived threads must not keep a broken or stale database connection.
@@ -419,10 +422,7 @@ class Daemon(ABC, Generic[T]):
         if transient.is_transient(exc):
             why = transient.reason(exc)
             if transient.is_database_outage(exc):
-                for conn in connections.all(initialized_only=True):
-                    if not conn.in_atomic_block:
-                        with contextlib.suppress(DatabaseError):
-                            conn.close()
+                close_old_connections()
             backoff = transient.backoff_of(self)
             if backoff.failures == 0:
                 log.warning("%s: %s; items wait in their step until it is back", self.name, why)

@@ -825,10 +825,17 @@ class JobClaimer:
             return TAKEN  # locked by another consumer, moved on, or deleted
         try:
             job = job_load(self.zk, jid)
+            wanted = job.state == self.state and (accept is None or accept(job))
         except (NotFound, MalformedNode):
-            lock_release(self.zk, lock_path)
-            return SKIPPED
-        if job.state != self.state or (accept is not None and not accept(job)):
+            wanted = False
+        except Exception as exc:
+            if is_connection_error(exc):
+                # The caller never sees the job: nobody works under its lock any more.
+                ledger.in_doubt((lock_path,))
+            else:
+                lock_release(self.zk, lock_path)
+            raise
+        if not wanted:
             lock_release(self.zk, lock_path)
             return SKIPPED
         return job

@@ -53,7 +53,7 @@ class LockLedger:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._held: set[str] = set()
+        self._held: dict[str, int] = {}  # path -> the thread that took it
         self._doubt: set[str] = set()
         self._touched: set[str] | None = None
         self.on_doubt: Callable[[], None] | None = None  # the reconciler's wake-up
@@ -67,7 +67,7 @@ class LockLedger:
         with self._lock:
             if path in self._held:
                 return False
-            self._held.add(path)
+            self._held[path] = threading.get_ident()
             self._touch((path,))
             return True
 
@@ -75,15 +75,17 @@ class LockLedger:
         """Note locks about to be created (before the request leaves, so that a reconciliation
         never takes one of them for an orphan)."""
         paths_ = list(paths_)
+        me = threading.get_ident()
         with self._lock:
-            self._held.update(paths_)
+            self._held.update((p, me) for p in paths_)
             self._touch(paths_)
 
     def given_up(self, paths_: Iterable[str]) -> None:
         """Note locks deleted, or not taken after all (after their request was sent)."""
         paths_ = list(paths_)
         with self._lock:
-            self._held.difference_update(paths_)
+            for path in paths_:
+                self._held.pop(path, None)
             self._touch(paths_)
 
     def in_doubt(self, paths_: Iterable[str]) -> None:
@@ -93,11 +95,21 @@ class LockLedger:
         if not paths_:
             return
         with self._lock:
-            self._held.difference_update(paths_)
+            for path in paths_:
+                self._held.pop(path, None)
             self._doubt.update(paths_)
             self._touch(paths_)
         if self.on_doubt is not None:
             self.on_doubt()
+
+    def abandon_thread(self) -> list[str]:
+        """The calling thread gave up what it was doing (an error escaped a claim after the
+        lock was taken): its locks are left in doubt, for the reconciler. Returns them."""
+        me = threading.get_ident()
+        with self._lock:
+            mine = [p for p, owner in self._held.items() if owner == me]
+        self.in_doubt(mine)
+        return mine
 
     def forget_all(self) -> None:
         """The session is gone, and every ephemeral lock with it."""
@@ -253,14 +265,18 @@ class Reconciler:
                 if not self.zk.connected:
                     raise ConnectionLoss("not connected")
                 self.reconcile()
-                delay = self.FIRST_DELAY
+                if not self.ledger.doubtful():
+                    delay = self.FIRST_DELAY
+                    continue
+                # Locks a thread took or gave up while this run looked are still in doubt: the
+                # run left them alone, the next one decides.
             except Exception as exc:
                 if not is_connection_error(exc):
                     log.exception("lock reconciliation failed")
-                with self._lock:
-                    self._wanted = True
-                self._wake.wait(delay)
-                delay = min(delay * 2, self.MAX_DELAY)
+            with self._lock:
+                self._wanted = True
+            self._wake.wait(delay)
+            delay = min(delay * 2, self.MAX_DELAY)
 
     def reconcile(self) -> list[str]:
         """One reconciliation; returns the orphan locks it deleted."""
