@@ -30,9 +30,10 @@ from django.db.utils import load_backend
 from django.test import Client
 
 from queues.auth import ensure_groups
+from queues.daemons.bulk_runs import BulkRuns
 from queues.daemons.registration import ProcessObserver
 from queues.daemons.stephistory import StepRecorder
-from queues.models import ApiToken, InventoryObject, StepRecord
+from queues.models import ApiToken, BulkRun, InventoryObject, StepRecord
 from queues.zk.jobs import job_load
 from queues.zk.records import Job
 from tests.pg import PostgresCluster, PostgresUnavailable, default_database, start_cluster
@@ -214,6 +215,31 @@ def test_the_step_history_logs_an_outage_once_and_writes_what_it_kept(
         r.getMessage() for r in lines
     ]
     assert StepRecord.objects.filter(consumer="outage-test").count() == 5
+
+
+def test_the_bulk_runs_daemon_waits_out_a_database_outage_then_does_its_run(
+    zk: Any, on_pg: PostgresCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    operator = get_user_model().objects.create_user(username="operator-outage")
+    operator.groups.add(ensure_groups()["operator"])
+    run = BulkRun.objects.create(
+        user=operator, kind="job", action="resume", items=[["jid0000000001", None]], total=1
+    )
+    loop = BulkRuns(zk=zk, poll=0.05)
+    on_pg.stop()
+    try:
+        with caplog.at_level(logging.INFO, logger="queues.daemons"):
+            for _attempt in range(3):
+                assert loop.run_once() is False
+    finally:
+        pg_start_again(on_pg)
+    with caplog.at_level(logging.INFO, logger="queues.daemons"):
+        wait_for(loop.run_once, timeout=60)
+    run.refresh_from_db()
+    assert run.owner == loop.owner
+    assert run.state == BulkRun.FINISHED, run.error  # its one item skipped: no such job
+    outage = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(outage) == 1 and "database unavailable" in outage[0], outage
 
 
 # ---- SQLite held by another writer ---------------------------------------------------------
