@@ -24,6 +24,7 @@ from queues.daemons.pipeline import LockKeeper
 from queues.states import JobState
 from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
+from queues.zk.kazoo_private import session_ephemerals
 from queues.zk.locks import ledger_of, lock_create, lock_release
 from queues.zk.records import Job
 from queues.zkserver import LocalZooKeeper
@@ -69,6 +70,17 @@ def in_state(zk: KazooClient, jobs: list[Job], state: str) -> bool:
     folder = zpaths.job_state_folder(state)
     names = set(zk.get_children(folder)) if zk.exists(folder) else set()
     return all(zpaths.index_name(j.priority, j.jid) in names for j in jobs)
+
+
+def test_the_server_names_the_ephemeral_nodes_of_a_session_and_of_no_other(
+    zk: KazooClient, other_zk: KazooClient
+) -> None:
+    zk.create("/jobs/jid0000000001/lock", b"", ephemeral=True, makepath=True)
+    other_zk.create("/jobs/jid0000000002/lock", b"", ephemeral=True, makepath=True)
+    zk.create("/jobs/jid0000000003", b"")
+
+    assert session_ephemerals(zk) == ["/jobs/jid0000000001/lock"]
+    assert session_ephemerals(other_zk) == ["/jobs/jid0000000002/lock"]
 
 
 def test_an_unanswered_lock_create_the_server_applied_is_deleted_once_reconnected(
