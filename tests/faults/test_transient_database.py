@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from daemons.conftest import FileServer, daemon, drive, make_job, wait_for
 from django.conf import settings
@@ -34,6 +35,7 @@ from queues.daemons.bulk_runs import BulkRuns
 from queues.daemons.registration import ProcessObserver
 from queues.daemons.stephistory import StepRecorder
 from queues.models import ApiToken, BulkRun, InventoryObject, StepRecord
+from queues.transient import is_transient
 from queues.zk.jobs import job_load
 from queues.zk.records import Job
 from tests.pg import PostgresCluster, PostgresUnavailable, default_database, start_cluster
@@ -242,6 +244,46 @@ def test_the_bulk_runs_daemon_waits_out_a_database_outage_then_does_its_run(
     assert len(outage) == 1 and "database unavailable" in outage[0], outage
 
 
+def test_only_errors_a_wait_cures_count_as_an_outage(
+    on_pg: PostgresCluster, own_pg: tuple[PostgresCluster, str], tmp_path: Path
+) -> None:
+    from django.db import IntegrityError, ProgrammingError, connection
+
+    InventoryObject.objects.create(ark="ark:/99999/fk4outage")
+    with pytest.raises(IntegrityError) as duplicate:
+        InventoryObject.objects.create(ark="ark:/99999/fk4outage")
+    assert not is_transient(duplicate.value)
+    with pytest.raises(ProgrammingError) as missing, connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM no_such_table")
+    assert not is_transient(missing.value)
+    # Two serializable transactions that each read what the other writes: one must retry.
+    _cluster, url = own_pg
+    with psycopg.connect(url) as first, psycopg.connect(url) as second:
+        first.execute("CREATE TABLE pair (id int PRIMARY KEY, v int)")
+        first.execute("INSERT INTO pair VALUES (1, 0), (2, 0)")
+        first.commit()
+        for conn in (first, second):
+            conn.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+            conn.execute("SELECT sum(v) FROM pair").fetchall()
+        first.execute("UPDATE pair SET v = 1 WHERE id = 1")
+        second.execute("UPDATE pair SET v = 1 WHERE id = 2")
+        first.commit()
+        with pytest.raises(psycopg.errors.SerializationFailure) as raced:
+            second.commit()
+        second.rollback()
+        first.execute("DROP TABLE pair")
+        first.commit()
+    assert is_transient(raced.value)
+    plain = sqlite3.connect(tmp_path / "plain.sqlite3")
+    with pytest.raises(sqlite3.OperationalError) as no_table:
+        plain.execute("SELECT * FROM no_such_table")
+    plain.close()
+    assert not is_transient(no_table.value)
+    with pytest.raises(FileNotFoundError) as absent:
+        (tmp_path / "absent").open()
+    assert not is_transient(absent.value)
+
+
 # ---- SQLite held by another writer ---------------------------------------------------------
 
 
@@ -283,3 +325,28 @@ def test_recording_waits_while_another_writer_holds_sqlite_then_completes(
     done = job_load(zk, job.jid)
     assert done.state == "Notify"
     assert InventoryObject.objects.filter(ark=done.primary_id).exists()
+
+
+def test_the_api_and_healthz_answer_503_while_another_writer_holds_sqlite(
+    zk: Any, sqlite_file: Path
+) -> None:
+    user = get_user_model().objects.create_user(username="viewer-locked")
+    user.groups.add(ensure_groups()["viewer"])
+    _token, key = ApiToken.issue(user=user, name="locked")
+    api = Client()
+    assert api.get("/api/overview", HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
+    holder = sqlite3.connect(sqlite_file, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        # Reading the token is fine; noting its use is a write, which waits and is refused.
+        answer = api.get("/api/overview", HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert answer.status_code == 503
+        assert "database is locked" in answer.json()["error"]
+        health = Client().get("/healthz")
+        assert health.status_code == 503
+        assert health.json()["database"] == "locked"
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert api.get("/api/overview", HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
+    wait_for(lambda: Client().get("/healthz").status_code == 200, timeout=30)
