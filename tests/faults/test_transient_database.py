@@ -176,6 +176,10 @@ def test_pages_and_the_api_answer_503_with_the_banner_while_postgresql_is_down(
         assert fragment.status_code == 503
         assert b'hx-swap-oob="true"' in fragment.content
         assert b'data-outage="database"' in fragment.content
+        # The banner every page polls shows the outage too (and goes on polling).
+        polled = htmx.get("/health/zk/")
+        assert b'data-outage="database"' in polled.content
+        assert b"hx-get=" in polled.content
         api = Client().get("/api/overview", HTTP_AUTHORIZATION=f"Bearer {key}")
         assert api.status_code == 503
         assert api.json()["error"].startswith("the database is unavailable")
