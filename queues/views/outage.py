@@ -14,6 +14,12 @@ becomes a 503 with ``Retry-After``, logged as one line, in the door's own form:
 Those answers render without the database: as an anonymous visitor (the header's roles would
 need it) and with the messages kept in their cookie only (the session's wait for later).
 
+Another middleware meets the database too (the SSO login, a session saved after the view):
+Django turns what it raises into its 500 page before this middleware sees anything but the
+response. Django announces such an exception (``got_request_exception``) while handling it, so
+the request is marked then, and this middleware, outside them, answers the marked 500 as the
+503 above.
+
 ``banner`` is the context processor behind the banner every page carries: it shows the
 database outage the health probe (``queues.health``) last found, without waiting for it.
 """
@@ -21,11 +27,13 @@ database outage the health probe (``queues.health``) last found, without waiting
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.messages.storage.cookie import CookieStorage
+from django.core.signals import got_request_exception
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -39,6 +47,17 @@ from .common import RETRY_SECONDS
 log = logging.getLogger(__name__)
 
 API_PREFIX = "/api/"
+OUTAGE_MARK = "_database_outage"
+
+
+def _mark_outage(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
+    """Note on ``request`` the database outage Django is turning into a 500 right now."""
+    exc = sys.exc_info()[1]
+    if request is not None and exc is not None and transient.is_database_outage(exc):
+        setattr(request, OUTAGE_MARK, exc)
+
+
+got_request_exception.connect(_mark_outage, dispatch_uid="queues.views.outage")
 
 
 def _offline(request: HttpRequest) -> None:
@@ -71,11 +90,18 @@ class DatabaseOutageMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
+        response = self.get_response(request)
+        outage = getattr(request, OUTAGE_MARK, None)
+        if response.status_code == 500 and outage is not None:
+            return self._answer(request, outage)
+        return response
 
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
         if not transient.is_database_outage(exc):
             return None
+        return self._answer(request, exc)
+
+    def _answer(self, request: HttpRequest, exc: BaseException) -> HttpResponse:
         # A connection the outage broke is closed now, so the next request opens a new one.
         close_old_connections()
         message = transient.reason(exc).removeprefix("database unavailable: ")

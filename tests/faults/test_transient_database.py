@@ -28,7 +28,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connections
 from django.db.utils import load_backend
-from django.test import Client
+from django.test import Client, override_settings
 
 from queues.auth import ensure_groups
 from queues.daemons.bulk_runs import BulkRuns
@@ -39,6 +39,8 @@ from queues.transient import is_transient
 from queues.zk.jobs import job_load
 from queues.zk.records import Job
 from tests.pg import PostgresCluster, PostgresUnavailable, default_database, start_cluster
+
+from .conftest import SSO_SETTINGS
 
 
 @contextlib.contextmanager
@@ -191,6 +193,25 @@ def test_pages_and_the_api_answer_503_with_the_banner_while_postgresql_is_down(
         pg_start_again(on_pg)
     wait_for(lambda: Client().get("/healthz").status_code == 200, timeout=30)
     assert browser.get("/").status_code == 200
+
+
+@override_settings(**SSO_SETTINGS)
+def test_a_single_sign_on_page_answers_503_while_postgresql_is_down(
+    zk: Any, on_pg: PostgresCluster
+) -> None:
+    # The SSO login runs in a middleware, before any view: Django makes its error a 500 page,
+    # which the outage middleware answers as the 503.
+    user = get_user_model().objects.create_user(username="sso-outage")
+    user.groups.add(ensure_groups()["viewer"])
+    browser = Client(raise_request_exception=False)
+    assert browser.get("/", HTTP_X_REMOTE_USER="sso-outage").status_code == 200
+    on_pg.stop()
+    try:
+        page = Client(raise_request_exception=False).get("/", HTTP_X_REMOTE_USER="sso-outage")
+        assert page.status_code == 503
+        assert b'data-outage="database"' in page.content
+    finally:
+        pg_start_again(on_pg)
 
 
 def test_the_step_history_logs_an_outage_once_and_writes_what_it_kept(
