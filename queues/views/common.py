@@ -97,7 +97,9 @@ class Refusal:
 def refusal_for(exc: BaseException) -> Refusal | None:
     """The one mapping of errors to answers, for the console's pages and the JSON API alike:
     no permission 403, ZooKeeper unreachable 503, domain errors by ``status_for``; None for a
-    real fault (500), which the caller re-raises."""
+    real fault (500), which the caller re-raises. A database outage is None here too: the
+    session and token checks that meet it first run outside the views' wrappers, so the outage
+    middleware (``queues.views.outage``) answers it, 503 with the banner, for every door."""
     if isinstance(exc, PermissionDenied):
         return Refusal(403, str(exc) or "you may not do that")
     if is_connection_error(exc):
