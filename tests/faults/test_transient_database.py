@@ -11,11 +11,16 @@ and ``/healthz`` says the database is unreachable.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shutil
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,7 @@ from django.core.management import call_command
 from django.db import connections
 from django.db.utils import load_backend
 from django.test import Client, override_settings
+from live.conftest import console_env, daphne
 
 from queues.auth import ensure_groups
 from queues.daemons.bulk_runs import BulkRuns
@@ -212,6 +218,59 @@ def test_a_single_sign_on_page_answers_503_while_postgresql_is_down(
         assert b'data-outage="database"' in page.content
     finally:
         pg_start_again(on_pg)
+
+
+def _get(url: str, token: str = "") -> tuple[int, str]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_daphne_answers_503_while_postgresql_is_down_and_200_after(
+    zk_hosts: str, own_pg: tuple[PostgresCluster, str], tmp_path: Path
+) -> None:
+    # The console as it runs, under daphne (ASGI), on a database of its own in the cluster.
+    cluster, _url = own_pg
+    env = console_env(
+        zk_hosts,
+        tmp_path,
+        user="admin-outage",
+        password="p" * 20,
+        DATABASE_URL=cluster.create_database("mrt_outage_daphne"),
+    )
+    issue = (
+        "from django.contrib.auth import get_user_model; from queues.models import ApiToken; "
+        "user = get_user_model().objects.get(username='admin-outage'); "
+        "print(ApiToken.issue(user=user, name='outage')[1])"
+    )
+    shell = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", issue],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    key = shell.stdout.strip().splitlines()[-1]
+    with daphne(env, tmp_path / "daphne.log") as base:
+        assert _get(f"{base}/api/overview", key)[0] == 200
+        cluster.stop()
+        try:
+            # Whichever part meets the outage first (daphne's body limit checks a token's
+            # sender before Django sees the request) says it is the database.
+            status, text = _get(f"{base}/api/overview", key)
+            assert status == 503, text
+            assert "database" in text
+            status, text = _get(f"{base}/healthz")
+            assert status == 503
+            assert json.loads(text)["database"] == "unreachable"
+        finally:
+            pg_start_again(cluster)
+        wait_for(lambda: _get(f"{base}/api/overview", key)[0] == 200, timeout=60)
+        assert _get(f"{base}/healthz")[0] == 200
 
 
 def test_the_step_history_logs_an_outage_once_and_writes_what_it_kept(
