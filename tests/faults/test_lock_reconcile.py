@@ -28,7 +28,7 @@ from queues.zk.kazoo_private import session_ephemerals
 from queues.zk.locks import ledger_of, lock_create, lock_release
 from queues.zk.records import Job
 from queues.zkserver import LocalZooKeeper
-from tests.zkproxy import CREATE, DELETE, MULTI, ZkProxy, request
+from tests.zkproxy import CREATE, DELETE, MULTI, MULTI_READ, ZkProxy, request
 
 pytestmark = pytest.mark.slow
 
@@ -156,6 +156,23 @@ def test_a_claim_the_server_applied_without_answering_does_not_pin_its_jobs(
     jobs = jobs_in(zk, 6)
     proxy.cut_after(request(MULTI, b"/lock"))
     worker = Step1(zk=proxied, gate=SessionGate(), poll=0.2, batch=batch)
+    stop, threads = run_loops([worker], proxied)
+    try:
+        wait_for(proxy.fired.is_set, timeout=30)
+        wait_for(lambda: in_state(zk, jobs, JobState.PROVISIONING), timeout=60)
+    finally:
+        stop_loops(stop, threads)
+    assert locks_left(zk, jobs) == []
+    assert ledger_of(proxied).held() == frozenset()
+
+
+def test_a_claim_whose_job_read_is_cut_off_does_not_pin_the_job(
+    zk: KazooClient, proxied: KazooClient, proxy: ZkProxy
+) -> None:
+    jobs = jobs_in(zk, 3)
+    # The lock is taken and answered; the read of the job that follows it never arrives.
+    proxy.cut_before(lambda opcode, _frame: opcode == MULTI_READ)
+    worker = Step1(zk=proxied, gate=SessionGate(), poll=0.2)
     stop, threads = run_loops([worker], proxied)
     try:
         wait_for(proxy.fired.is_set, timeout=30)
