@@ -144,8 +144,8 @@ class Backoff:
     outage met in a row, at most ``most``; ``clear`` when work went through again.
 
     A daemon waits it holding the item, and the batched loop meets it once per job of a claim
-    (eight by default in a row): at most 2 s keeps such a claim well inside runconsumer's stop
-    timeout, while one attempt per loop every 2 s costs the database nothing."""
+    (MRT_CLAIM_BATCH in a row): at most 2 s keeps a claim of eight well inside runconsumer's
+    stop timeout, while one attempt per loop every 2 s costs the database nothing."""
 
     def __init__(self, *, first: float = 0.5, most: float = 2.0) -> None:
         self.first = first
