@@ -56,6 +56,7 @@ class LockLedger:
         self._held: dict[str, int] = {}  # path -> the thread that took it
         self._doubt: set[str] = set()
         self._touched: set[str] | None = None
+        self._generation = 0  # sessions lost (``forget_all``)
         self.on_doubt: Callable[[], None] | None = None  # the reconciler's wake-up
 
     def _touch(self, paths_: Iterable[str]) -> None:
@@ -116,7 +117,7 @@ class LockLedger:
         with self._lock:
             self._held.clear()
             self._doubt.clear()
-            self._touch(())
+            self._generation += 1
 
     def held(self) -> frozenset[str]:
         with self._lock:
@@ -126,9 +127,11 @@ class LockLedger:
         with self._lock:
             return frozenset(self._doubt)
 
-    def begin_check(self) -> None:
+    def begin_check(self) -> int:
+        """Start noting what is taken and given up; returns the session generation."""
         with self._lock:
             self._touched = set()
+            return self._generation
 
     def end_check(self, checked: Iterable[str]) -> None:
         """The reconciliation is over: ``checked`` are settled unless touched meanwhile."""
@@ -137,16 +140,23 @@ class LockLedger:
             self._doubt.difference_update(p for p in checked if p not in touched)
             self._touched = None
 
-    def send_deletes(self, zk: KazooClient, orphans: Iterable[str]) -> list[tuple[str, Any]]:
+    def send_deletes(
+        self, zk: KazooClient, orphans: Iterable[str], generation: int
+    ) -> list[tuple[str, Any]]:
         """Send a delete of each orphan that no thread holds and none took or gave up since the
         check began; returns the requests under way (waited for by the caller, not here).
 
         The requests are queued under the ledger's lock, so a thread that claims one of these
         paths afterwards sends its create after the delete, and the server applies them in
-        that order.
+        that order. Nothing is sent once the session of ``generation`` is lost: kazoo calls
+        the LOST listener (``forget_all``, which waits for this lock) before it fails the
+        requests still queued, so a delete queued here is never sent in a new session, where
+        the path may be another client's lock by now.
         """
-        sent = []
+        sent: list[tuple[str, Any]] = []
         with self._lock:
+            if generation != self._generation:
+                return sent
             touched = self._touched or set()
             for path in orphans:
                 if path not in self._held and path not in touched:
@@ -223,7 +233,6 @@ class Reconciler:
         self._running = False
         self._suspended = False
         self._wake = threading.Event()
-        self.runs = 0  # reconciliations completed (tests and the log)
 
     def listen(self) -> None:
         self.ledger.on_doubt = self.request
@@ -282,9 +291,10 @@ class Reconciler:
         """One reconciliation; returns the orphan locks it deleted."""
         ledger = self.ledger
         session = session_of(self.zk)
-        ledger.begin_check()
+        generation = ledger.begin_check()
         doubt = ledger.doubtful()
-        checked: set[str] = set(doubt)
+        checked: set[str] = set()
+        deleted: list[str] = []
         try:
             try:
                 ours = {p for p in session_ephemerals(self.zk) if is_item_lock(p)}
@@ -293,22 +303,16 @@ class Reconciler:
                 ours = {
                     p for p, s in stats.items() if s is not None and s.ephemeralOwner == session
                 }
-            checked.update(ours)
-            if session_of(self.zk) != session:
-                return []  # a new session: the old one's locks are gone with it
-            sent = ledger.send_deletes(self.zk, sorted(ours))
-            deleted = []
+            sent = ledger.send_deletes(self.zk, sorted(ours), generation)
             for path, answer in sent:
                 try:
                     answer.get()
                 except NoNodeError:
                     continue
                 deleted.append(path)
-        except BaseException:
-            ledger.end_check(())
-            raise
-        ledger.end_check(checked)
-        self.runs += 1
+            checked = {*doubt, *ours}
+        finally:
+            ledger.end_check(checked)
         if deleted:
             log.warning(
                 "deleted %d lock(s) this session held that no thread works under: %s",
