@@ -403,7 +403,8 @@ class Run:
             now = time.monotonic()
             progress = judge.progress(zk, expected)
             if progress is not None:
-                finished[0], done_batches, line = progress
+                finished[0], done_batches, line, counts = progress
+                self.stage.counts = counts
                 if finished[0] != last_finished:
                     last_change, last_finished = now, finished[0]
                 if now >= next_report:

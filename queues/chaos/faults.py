@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from queues.chaos.infra import Postgres, Redis, WorkDisk
 from queues.chaos.servers import BlackHoleProxy, StorageStandIn
+from queues.states import JobState
 from queues.zkserver import LocalZooKeeper
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ class Stage:
     redis: Redis | None = None
     disk: WorkDisk | None = None
     storage: StorageStandIn | None = None
+    # Jobs per state at the last look.
+    counts: dict[str, int] = field(default_factory=dict)
     # Consumers a fault is acting on, which the SIGKILLs leave alone meanwhile.
     busy: set[int] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -301,11 +304,21 @@ class RedisStop(Fault):
         stage.log.healed(self.name, "Redis is back")
 
 
+WRITING_STATES = (JobState.DOWNLOADING, JobState.PROCESSING)
+
+
 class DiskFull(Fault):
     name = "full disk"
 
     def strike(self, stage: Stage) -> None:
         assert stage.disk is not None
+        # The disk matters to the steps that write the working folders: strike while one of
+        # them has work (waiting 30 s at most, then anyway).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+            stage.counts.get(state) for state in WRITING_STATES
+        ):
+            time.sleep(0.1)
         written = stage.disk.fill()
         stage.log.note(
             f"working disk filled ({written // (1 << 20)} MiB written) for {self.seconds:g}s"

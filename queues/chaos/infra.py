@@ -3,8 +3,10 @@ a PostgreSQL cluster, a Redis server, a web worker under daphne and a small work
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import glob
+import json
 import os
 import pwd
 import secrets
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import requests
 
+from queues.states import JOB
 from queues.zkserver import free_port
 
 
@@ -211,6 +214,7 @@ class WebWorker:
             )  # fmt: skip
         wait_for_port(self.port, wait=60, what="daphne")
         threading.Thread(target=self._poll, daemon=True).start()
+        threading.Thread(target=lambda: asyncio.run(self._listen()), daemon=True).start()
 
     def _login(self) -> requests.Session:
         session = requests.Session()
@@ -239,6 +243,29 @@ class WebWorker:
                 self.answers["no answer"] += 1
                 self.errors.append(f"the web worker did not answer: {type(exc).__name__}")
                 session = None
+
+    async def _listen(self) -> None:
+        """A live-console socket subscribed to every job state, as an open overview keeps one;
+        when the worker drops it, opened again after a second. Counts what it hears."""
+        import websockets  # a test tool: in requirements-dev only
+
+        topics = [f"jobs:state:{state}" for state in JOB.states]
+        while not self.stopping.is_set():
+            try:
+                cookie = (await asyncio.to_thread(self._login)).cookies.get("sessionid", "")
+                async with websockets.connect(
+                    self.url.replace("http://", "ws://") + "/ws/live/",
+                    additional_headers={"Cookie": f"sessionid={cookie}", "Origin": self.url},
+                ) as socket_:
+                    self.answers["socket opened"] += 1
+                    await socket_.send(json.dumps({"subscribe": topics}))
+                    while not self.stopping.is_set():
+                        with contextlib.suppress(TimeoutError):
+                            json.loads(await asyncio.wait_for(socket_.recv(), 1.0))
+                            self.answers["socket messages"] += 1
+            except (OSError, requests.RequestException, websockets.WebSocketException):
+                self.answers["socket dropped"] += 1
+            await asyncio.sleep(1.0)
 
     def tracebacks(self) -> int:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""

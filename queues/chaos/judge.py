@@ -78,8 +78,9 @@ def consumer_sessions(zk: Any) -> dict[int, str]:
     return {stat.ephemeralOwner: path.rsplit("/", 1)[1] for path, stat in stats.items() if stat}
 
 
-def progress(zk: Any, expected: dict[str, set[str]]) -> tuple[int, int, str] | None:
-    """(finished jobs, finished batches, a line), or None while ZooKeeper cannot answer."""
+def progress(zk: Any, expected: dict[str, set[str]]) -> tuple[int, int, str, dict[str, int]] | None:
+    """(finished jobs, finished batches, a line, jobs per state), or None while ZooKeeper
+    cannot answer."""
     try:
         folders = {s: paths.job_state_folder(s) for s in JOB.states}
         stats = exists_many(zk, list(folders.values()))
@@ -96,7 +97,7 @@ def progress(zk: Any, expected: dict[str, set[str]]) -> tuple[int, int, str] | N
         + (f", {working}" if working else "")
         + f" | batches: {done}/{len(expected)} finished"
     )
-    return finished, done, line
+    return finished, done, line, counts
 
 
 def wait_for_locks(zk: Any, verdict: Verdict, *, until: float, say: Callable[[str], None]) -> None:
@@ -204,8 +205,12 @@ def judge_queue(
         verdict.fail(f"summary mail for unknown batch {bid}")
 
     completed = sum(1 for j in jobs.values() if j.state == JobState.COMPLETED)
+    failed = sum(1 for j in jobs.values() if j.state == JobState.FAILED)
+    unfinished = len(jobs) - completed - failed
     say(
-        f"checked {len(jobs)} jobs ({completed} Completed, {len(jobs) - completed} Failed), "
+        f"checked {len(jobs)} jobs ({completed} Completed, {failed} Failed"
+        + (f", {unfinished} unfinished" if unfinished else "")
+        + "), "
         f"{len(expected)} batches, {sum(sent.values())} summary mails; "
         f"consistency check: {len(report.findings)} findings"
     )
