@@ -299,10 +299,7 @@ class BodyLimit:
         headers = _headers(scope.get("headers", ()))
         path = scope.get("path", "")
         client = (scope.get("client") or ("", 0))[0]
-        try:
-            length: int | None = int(headers["content-length"])
-        except (KeyError, ValueError):
-            length = None
+        length = _declared_length(headers)
         limit = anonymous_limit()
         if (length is None or length > limit) and may_be_signed_in(headers):
             try:
@@ -351,6 +348,18 @@ class _Counted:
                 self.over = True
                 return {"type": "http.disconnect"}
         return message
+
+
+def _declared_length(headers: dict[str, str]) -> int | None:
+    """The body's size as the headers give it; None when it is unknown until it has arrived
+    (chunked, or a length that does not parse). No length and no transfer coding is an empty
+    body, as HTTP/1.1 says: every GET, which must not cost a database look-up."""
+    if "content-length" in headers:
+        try:
+            return int(headers["content-length"])
+        except ValueError:
+            return None
+    return None if "transfer-encoding" in headers else 0
 
 
 def _headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.core.asgi import get_asgi_application
 from django.test import override_settings
 
-from mrtadmin.bodylimit import BodyLimit
+from mrtadmin.bodylimit import BodyLimit, _declared_length
 from tests.live.conftest import console_env, daphne
 
 pytestmark = [pytest.mark.slow]
@@ -285,3 +285,18 @@ def test_a_large_request_meets_a_database_outage_with_503_not_413(
     assert answer.startswith(b"HTTP/1.1 503 "), answer
     assert b"Retry-After: 10" in answer
     assert held == []
+
+
+@pytest.mark.parametrize(
+    ("headers", "length"),
+    [
+        ({}, 0),  # a GET: no body, so no sender check (a database look-up) in front of the page
+        ({"content-length": "12"}, 12),
+        ({"transfer-encoding": "chunked"}, None),
+        ({"content-length": "x"}, None),
+    ],
+)
+def test_a_request_without_a_length_or_a_coding_has_an_empty_body(
+    headers: dict[str, str], length: int | None
+) -> None:
+    assert _declared_length(headers) == length
