@@ -11,7 +11,10 @@ from queues import services
 from queues.states import BATCH_INDEX_FOLDERS, JOB
 from queues.zk import batches, jobs
 from queues.zk.errors import Conflict
+from queues.zk.locks import lock_create, lock_release
+from queues.zk.paths import job_node
 from queues.zk.records import Batch, Job
+from queues.zk.store_intents import store_intent_path, store_intent_read, store_intent_record
 
 from .helpers import assert_indexed, raw, snapshot, walk_job
 
@@ -147,3 +150,27 @@ def test_retried_move_with_a_different_outcome_is_a_conflict(
     with pytest.raises(Conflict):
         jobs.job_transition(zk, job, "Estimating", message="another estimate")
     assert tree(zk, batch.bid) == before
+
+
+def test_removing_a_job_removes_its_storage_add_record_with_it(
+    zk: KazooClient, job: Job, batch: Batch
+) -> None:
+    storing = walk_job(zk, job, "Storing")
+    assert lock_create(zk, job_node(job.jid, "lock"))
+    store_intent_record(
+        zk,
+        storing,
+        manifest_url="http://work.example.org/manifest.txt",
+        manifest_sha256="0" * 64,
+        node="9501",
+        ark="ark:/99999/fk4test",
+        replace=False,
+    )
+    lock_release(zk, job_node(job.jid, "lock"))
+    failed = jobs.job_transition(zk, jobs.job_load(zk, job.jid), "Failed", message="storage down")
+    assert store_intent_read(zk, job.jid) is not None
+
+    jobs.job_remove(zk, failed)
+
+    assert zk.exists(store_intent_path(job.jid)) is None
+    assert zk.exists(f"/jobs/{job.jid}") is None
