@@ -9,8 +9,8 @@ unless it is an abandoned, half-created item.
 Locks are read once too (items' ``lock`` children and the per-object locks), with their owner
 session: a lock held by a live console process (its registration node has the same
 ``ephemeralOwner``) whose published ledger does not list it is an orphan, a lock no thread of
-that process works under and none will release (issue 23); :func:`lock_survey` does the same
-for /consumers/ without the rest of the check.
+that process works under and none will release (issue 23). /consumers/ does not read every
+lock: each process finds its own orphans (``registration.ProcessObserver.check_unclaimed``).
 """
 
 from __future__ import annotations
@@ -462,33 +462,6 @@ def orphan_locks(stats: Mapping[str, Any], held: Sequence[Registration]) -> list
         if age > 2 * every and (reg.written_ms - stat.ctime) / 1000 > every:
             found.append(OrphanLock(path, reg.name, stat.ephemeralOwner, stat.czxid, age))
     return found
-
-
-@dataclass(frozen=True)
-class LockSurvey:
-    """Every lock in the tree against the console processes that hold them (/consumers/)."""
-
-    at: datetime
-    locks: int
-    orphans: list[OrphanLock]
-    # Locks of sessions with no registration: Merritt's own consumers, or tools.
-    foreign: int
-
-
-def lock_survey(zk: Client) -> LockSurvey:
-    """Read every item and per-object lock (pipelined) and find the orphans among them."""
-    held = registrations(zk)
-    job_ids = [n for n in children(zk, paths.JOBS) if paths.JID_RE.fullmatch(n)]
-    item_locks = _item_lock_paths(zk, job_ids, batch_ids(zk))
-    stats = exists_many(zk, item_locks + _object_lock_paths(zk))
-    sessions = {reg.session for reg in held}
-    present = [s for s in stats.values() if s is not None and s.ephemeralOwner]
-    return LockSurvey(
-        at=datetime.now().astimezone(),
-        locks=len(present),
-        orphans=orphan_locks(stats, held),
-        foreign=sum(1 for s in present if s.ephemeralOwner not in sessions),
-    )
 
 
 def repair(zk: Client, report: Report, *, break_stale_locks: bool = False) -> list[str]:

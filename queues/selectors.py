@@ -13,7 +13,6 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-import threading
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -33,6 +32,7 @@ from queues.states import (
     job_batch_folder,
 )
 from queues.steps.submission import processing_problem
+from queues.zk import consumers as zconsumers
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
 from queues.zk.access import access_ids, access_load, accesses_load
@@ -1232,87 +1232,36 @@ def consistency_report() -> Any:
 
 # Consumers ----------------------------------------------------------------------------------
 
-# How old the lock survey behind /consumers/ may be before a request starts a new one. It reads
-# every lock in the tree, so pages refreshed every few seconds share one survey a while.
-LOCK_SURVEY_SECONDS = 30.0
-_survey_lock = threading.Lock()
-_survey: Any = None
-_survey_running = False
-
-
-def consumer_lock_survey(*, max_age: float = LOCK_SURVEY_SECONDS) -> Any:
-    """The latest :func:`queues.check.lock_survey` of this process. The first one is made
-    while the caller waits; later ones, once the last is ``max_age`` old, in the background,
-    the caller getting the last one meanwhile (a page never waits on a full read twice)."""
-    global _survey_running
-    with _survey_lock:
-        current = _survey
-        stale = current is None or (
-            (datetime.now().astimezone() - current.at).total_seconds() > max_age
-        )
-        background = stale and current is not None and not _survey_running
-        if background:
-            _survey_running = True
-    if current is None:
-        return _survey_refresh()
-    if background:
-        threading.Thread(target=_survey_background, name="lock-survey", daemon=True).start()
-    return current
-
-
-def _survey_refresh() -> Any:
-    from queues.check import lock_survey
-
-    global _survey
-    made = lock_survey(connected_client())
-    with _survey_lock:
-        _survey = made
-    return made
-
-
-def _survey_background() -> None:
-    global _survey_running
-    try:
-        _survey_refresh()
-    except Exception as exc:  # ZooKeeper away: the last survey stands, the next page retries
-        log.warning("lock survey not made: %s", exc)
-    finally:
-        with _survey_lock:
-            _survey_running = False
-
-
-def consumer_lock_survey_reset() -> None:
-    """Forget the last survey (tests)."""
-    global _survey
-    with _survey_lock:
-        _survey = None
-
 
 def consumers_overview() -> dict[str, Any]:
     """The /consumers/ page's and ``/api/consumers``'s data: every registered process with its
-    threads (``queues.stuck.consumer_processes``) and the orphan locks its session holds
-    (``orphan_locks``), with the survey they come from (``locks``)."""
+    threads (``queues.stuck.consumer_processes``) and the orphan locks it found in its own
+    session (``orphan_locks``: each process asks the server for its session's locks at every
+    publish, so this page reads the registrations only, never every lock in the tree)."""
     from queues import stuck
 
     found = stuck.consumer_processes()
-    survey = consumer_lock_survey()
-    orphans: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for orphan in survey.orphans:
-        orphans[orphan.consumer].append(
-            {
-                "path": orphan.path,
-                "session": f"{orphan.session:#x}",
-                "age": orphan.age,
-                "detail": orphan.detail,
-            }
-        )
+    held = orphans = 0
     for process in found["consumers"]:
-        process["orphan_locks"] = orphans.get(process["name"], [])
-    found["orphan_total"] = len(survey.orphans)
+        paths_ = process.get("orphans") or []
+        process["orphan_locks"] = [
+            {"path": path, "session": process.get("session", ""), "detail": _orphan_words(process)}
+            for path in paths_
+        ]
+        orphans += process.get("orphans_count", len(paths_))
+        held += process.get("locks_count", len(process.get("locks") or []))
+    found["orphan_total"] = orphans
     found["locks"] = {
-        "surveyed": survey.at.isoformat(timespec="seconds"),
-        "held": survey.locks,
-        "orphans": len(survey.orphans),
-        "foreign": survey.foreign,
+        "held": held,
+        "orphans": orphans,
+        "heal_seconds": zconsumers.ORPHAN_HEAL_SECONDS,
     }
     return found
+
+
+def _orphan_words(process: dict[str, Any]) -> str:
+    return (
+        f"orphan lock held by {process.get('name', '?')} (session {process.get('session', '?')}) "
+        "that no thread of it claims: the process deletes it itself after a while, or the "
+        "consistency check's repair does"
+    )

@@ -38,7 +38,7 @@ from queues.daemons.stephistory import StepRecorder, record_of
 from queues.daemons.vardir import ensure_shared_var_dir
 from queues.zk import consumers as zconsumers
 from queues.zk.errors import is_connection_error
-from queues.zk.locks import ledger_of
+from queues.zk.locks import ledger_of, unclaimed_locks
 
 log = logging.getLogger("queues.daemons")
 
@@ -105,6 +105,10 @@ class ProcessObserver:
             else settings.MRT_CONSUMER_PUBLISH_SECONDS
         )
         self.recorder = StepRecorder(consumer=self.name, host=self.host) if record else None
+        # Locks of this session that no thread claims, by when they were first met (see
+        # ``check_unclaimed``), and those met twice: the orphans the registration shows.
+        self._unclaimed: dict[str, float] = {}
+        self.orphans: list[str] = []
         self._busy: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._draining = threading.Event()
@@ -196,6 +200,8 @@ class ProcessObserver:
             "threads": threads,
             "locks": locks[: zconsumers.LOCKS_PUBLISHED],
             "locks_count": len(locks),
+            "orphans": self.orphans[: zconsumers.LOCKS_PUBLISHED],
+            "orphans_count": len(self.orphans),
         }
 
     def _on_drain_event(self, _event: Any) -> None:
@@ -216,9 +222,45 @@ class ProcessObserver:
             self._draining.clear()
         self._drain_info = info
 
+    def check_unclaimed(self) -> list[str]:
+        """Ask the server which locks it holds for this session that no thread claims.
+
+        A lock met in two checks at least a second apart (so not one taken or given up while
+        the answer travelled) is an orphan: a create or delete the server applied while its
+        answer was lost, which the reconciler did not hear of. It is published, so /consumers/
+        shows it without reading every lock in the tree; still there after
+        ``ORPHAN_HEAL_SECONDS`` it is handed to the lock reconciler, which deletes it unless
+        a thread has taken it by then. Returns the orphans.
+        """
+        try:
+            found = unclaimed_locks(self.zk)
+        except Exception as exc:
+            if not is_connection_error(exc):
+                log.warning("%s: lock self-check failed: %s", self.name, exc)
+            return self.orphans
+        now = time.monotonic()
+        self._unclaimed = {p: self._unclaimed.get(p, now) for p in found}
+        met_twice = sorted(p for p, first in self._unclaimed.items() if first <= now - 1.0)
+        overdue = [
+            p for p in met_twice if self._unclaimed[p] <= now - zconsumers.ORPHAN_HEAL_SECONDS
+        ]
+        if overdue:
+            doubted = ledger_of(self.zk).doubt_unclaimed(overdue)
+            if doubted:
+                log.warning(
+                    "%s: %d lock(s) of this session that no thread claims, given to the "
+                    "reconciler: %s",
+                    self.name,
+                    len(doubted),
+                    ", ".join(doubted[:5]),
+                )
+        self.orphans = met_twice
+        return met_twice
+
     def publish(self) -> None:
-        """Read the drain request and write the registration node once."""
+        """Read the drain request, check this session's locks, write the registration node."""
         self._read_drain()
+        self.check_unclaimed()
         data = self.snapshot()
         zconsumers.consumer_publish(self.zk, self.name, data)
         self.published += 1

@@ -112,6 +112,18 @@ class LockLedger:
         self.in_doubt(mine)
         return mine
 
+    def doubt_unclaimed(self, paths_: Iterable[str]) -> list[str]:
+        """Put in doubt those of ``paths_`` (found on the server for this session) that no
+        thread holds now, for the reconciler; a lock a thread took meanwhile is left alone.
+        Returns the paths put in doubt."""
+        with self._lock:
+            doubted = [p for p in paths_ if p not in self._held]
+            self._doubt.update(doubted)
+            self._touch(doubted)
+        if doubted and self.on_doubt is not None:
+            self.on_doubt()
+        return doubted
+
     def forget_all(self) -> None:
         """The session is gone, and every ephemeral lock with it."""
         with self._lock:
@@ -203,6 +215,19 @@ def is_item_lock(path: str) -> bool:
     return path.endswith("/lock") and path.startswith(
         (paths.JOBS + "/", paths.BATCHES + "/", paths.ACCESS + "/")
     )
+
+
+def unclaimed_locks(zk: KazooClient) -> set[str]:
+    """The locks the server holds for ``zk``'s session that its ledger neither holds nor has
+    in doubt: one ``getEphemerals`` request (empty on a server older than 3.6, which cannot
+    say). A lock met here may have been taken or given up while the answer travelled: the
+    caller judges only what it meets in two checks in a row."""
+    ledger = ledger_of(zk)
+    try:
+        ours = {p for p in session_ephemerals(zk) if is_item_lock(p)}
+    except UnimplementedError:
+        return set()
+    return ours - ledger.held() - ledger.doubtful()
 
 
 def session_of(zk: KazooClient) -> int | None:

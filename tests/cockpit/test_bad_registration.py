@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from queues import selectors
 from queues.daemons.registration import ProcessObserver
 from queues.zk import client as zkmod
 from queues.zk import consumers as zconsumers
@@ -36,9 +35,7 @@ def registrations(zk, zk_hosts):
     observer.start()
     for name, body in BAD.items():
         zk.create(f"{zconsumers.CONSUMERS}/{name}", body, ephemeral=True)
-    selectors.consumer_lock_survey_reset()
     yield
-    selectors.consumer_lock_survey_reset()
     observer.stop()
     other.stop()
     other.close()
