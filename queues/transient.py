@@ -16,6 +16,8 @@ Pure: the standard library and the drivers' exception classes only, no Django, n
 from __future__ import annotations
 
 import errno
+import smtplib
+import socket
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -137,6 +139,50 @@ def reason(exc: BaseException) -> str:
     if kind == DISK:
         return f"working disk: {detail}"
     return detail
+
+
+# A mail server that cannot take a message now, as the socket says it: nobody listening,
+# the connection cut or never answered, the host or its network out of reach.
+MAIL_NET_ERRNOS = frozenset(
+    {
+        errno.ECONNREFUSED,
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.EPIPE,
+        errno.ETIMEDOUT,
+        errno.EHOSTUNREACH,
+        errno.EHOSTDOWN,
+        errno.ENETUNREACH,
+        errno.ENETDOWN,
+    }
+)
+
+
+def is_mail_outage(exc: BaseException) -> bool:
+    """True when ``exc``, raised while sending mail, says the mail server cannot take the
+    message now: it refuses or drops the connection, does not answer in time, cannot be
+    resolved for now, or answers 4xx ("try again later"). A 5xx answer (a recipient or
+    sender the server rejects) is the message's own failure, and stays one.
+
+    Apart from ``transient_kind`` on purpose: only a mail sender asks, so that a refused
+    connection elsewhere (a depositor's server) is never taken for an outage of ours."""
+    for cause in causes(exc):
+        if isinstance(cause, smtplib.SMTPRecipientsRefused):
+            codes = [answer[0] for answer in cause.recipients.values()]
+            return bool(codes) and all(400 <= code < 500 for code in codes)
+        if isinstance(cause, (smtplib.SMTPConnectError, smtplib.SMTPServerDisconnected)):
+            return True
+        if isinstance(cause, smtplib.SMTPResponseException):
+            return 400 <= cause.smtp_code < 500
+        if isinstance(cause, smtplib.SMTPException):
+            return False
+        if isinstance(cause, socket.gaierror):
+            return cause.errno == socket.EAI_AGAIN
+        if isinstance(cause, (TimeoutError, ConnectionError)):
+            return True
+        if isinstance(cause, OSError) and cause.errno in MAIL_NET_ERRNOS:
+            return True
+    return False
 
 
 class Backoff:

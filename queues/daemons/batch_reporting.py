@@ -14,7 +14,9 @@ Mail goes out at least once per report, never silently not at all: the report ca
 status version of the round it belongs to (``round``) and ``mailed``. A re-run of the same round
 (a consumer died after mailing) reuses the report and sends no second mail once ``mailed`` is
 true; only a crash between sending and recording ``mailed`` can repeat the mail, a duplicate
-being better than a depositor who never hears.
+being better than a depositor who never hears. A mail server that cannot take the mail now
+(refused, timed out, 4xx) leaves the batch waiting in its step, its report written, until it
+is back; only a 5xx rejection fails the batch.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
-from queues import services
+from queues import services, transient
 from queues.daemons import clients
-from queues.daemons.base import BatchDaemon, Next, Step, StepFailed
+from queues.daemons.base import BatchDaemon, Next, Stay, Step, StepFailed
 from queues.states import BatchState
 from queues.steps.notify import send_batch_summary
 from queues.steps.profiles import ProfileError, load_profile
@@ -43,6 +45,12 @@ from queues.zk.errors import is_connection_error
 from queues.zk.records import Batch
 
 log = logging.getLogger("queues.daemons")
+
+
+class MailUnavailable(Exception):
+    """The mail server cannot take the summary now (down, timing out, answering 4xx): the
+    batch waits in its step, its report written and not mailed, until the server is back."""
+
 
 # The sweep is the safety net for a batch whose last job was finished by another client (an
 # operator's move here already checks the batch): it reads every open batch, so not per claim.
@@ -139,7 +147,22 @@ class BatchReporting(BatchDaemon):
                 console_url=settings.MRT_CONSOLE_URL,
             )
         except Exception as exc:
-            raise StepFailed(f"summary mail not sent: {exc}") from exc
+            detail = " ".join((str(exc).strip() or type(exc).__name__).split())
+            if transient.is_mail_outage(exc):
+                raise MailUnavailable(f"mail server unavailable: {detail}") from exc
+            raise StepFailed(f"summary mail not sent: {detail}") from exc
+
+    def failure(self, item: Batch, exc: Exception) -> Step:
+        """A mail server outage is waited out like a database's: the batch stays in its step
+        and is tried again after the loop's back-off; the report is not written again, and
+        the mail goes once (``mailed``)."""
+        if not isinstance(exc, MailUnavailable):
+            return super().failure(item, exc)
+        backoff = transient.backoff_of(self)
+        if backoff.failures == 0:
+            log.warning("%s: %s; batches wait in their step until it is back", self.name, exc)
+        time.sleep(backoff.next_delay())
+        return Stay(str(exc))
 
 
 class BatchUpdateReporting(BatchReporting):

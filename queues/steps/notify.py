@@ -13,6 +13,8 @@ from queues.steps.netpolicy import FetchPolicy, FetchRefused, TooSlow, TransferF
 
 # How many jobs the queued mail lists by ID; the rest are counted.
 QUEUED_LISTED = 1000
+# Seconds a mail server may take to answer when Django's EMAIL_TIMEOUT is not set.
+MAIL_TIMEOUT = 60.0
 
 
 class CallbackError(Exception):
@@ -267,9 +269,13 @@ def send_batch_summary(
 def send(to: Sequence[str], subject: str, body: str) -> int:
     """Mail with Django's backend from MRT_MAIL_FROM; returns messages sent; errors raise."""
     from django.conf import settings
-    from django.core.mail import send_mail
+    from django.core.mail import get_connection, send_mail
 
     if not to:
         return 0
     sender = settings.MRT_MAIL_FROM or settings.DEFAULT_FROM_EMAIL
-    return send_mail(subject, body, sender, list(to), fail_silently=False)
+    # Without EMAIL_TIMEOUT Django's SMTP connection waits for ever on a server that accepts
+    # and says nothing, and the daemon with it; timing out makes it an outage to wait out.
+    timeout = getattr(settings, "EMAIL_TIMEOUT", None) or MAIL_TIMEOUT
+    connection = get_connection(fail_silently=False, timeout=timeout)
+    return send_mail(subject, body, sender, list(to), connection=connection)

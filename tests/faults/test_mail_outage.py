@@ -1,0 +1,206 @@
+"""A mail server outage is not a batch's failure (issue 23, "transient is not permanent").
+
+A real SMTP responder on loopback (a socket speaking the protocol, stdlib only) stands for the
+site's mail server. While nothing listens on its port, while it accepts and never greets, or
+while it answers 4xx, Batch Reporting leaves the batch in Reporting with the reason in its
+result, its report written once; when the server takes mail again the batch completes with
+exactly one summary. A 5xx rejection of the recipients still fails the batch, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from daemons.conftest import DEMO, wait_for
+from django.test import override_settings
+
+from queues.daemons.batch_reporting import BatchReporting
+from queues.states import JOB_STEPS
+from queues.zk.batches import batch_create, batch_load, batch_transition
+from queues.zk.jobs import job_create, job_transition
+from queues.zkserver import free_port
+
+
+@dataclass
+class SmtpServer:
+    """A minimal SMTP server on 127.0.0.1:``port``: ``up`` listens, ``down`` closes the port.
+
+    ``rcpt`` is its answer to every RCPT TO ("250 OK", "451 ...", "550 ..."); ``silent`` makes
+    it accept connections and never greet. Every message it accepts is kept in ``messages``."""
+
+    port: int
+    rcpt: str = "250 OK"
+    silent: bool = False
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    connections: int = 0
+    _listener: socket.socket | None = None
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _open: list[socket.socket] = field(default_factory=list)
+
+    def up(self) -> None:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(8)
+        self._listener = listener
+        thread = threading.Thread(target=self._accept, args=(listener,), daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def down(self) -> None:
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+            self._listener = None
+        for conn in self._open:
+            with contextlib.suppress(OSError):
+                conn.close()
+        self._open.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            self._open.append(conn)
+            threading.Thread(target=self._session, args=(conn,), daemon=True).start()
+
+    def _session(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), conn, conn.makefile("rb") as lines:
+            if self.silent:
+                conn.recv(1)  # until the client gives up and closes
+                return
+            conn.sendall(b"220 mail.test ESMTP\r\n")
+            message: dict[str, Any] = {"to": []}
+            for raw in lines:
+                command = raw.decode("ascii", "replace").strip()
+                verb = command.split(" ", 1)[0].split(":", 1)[0].upper()
+                if verb in ("EHLO", "HELO"):
+                    conn.sendall(b"250 mail.test\r\n")
+                elif verb == "MAIL":
+                    message = {"from": command, "to": []}
+                    conn.sendall(b"250 OK\r\n")
+                elif verb == "RCPT":
+                    message["to"].append(command.split(":", 1)[1].strip(" <>"))
+                    conn.sendall(f"{self.rcpt}\r\n".encode())
+                elif verb == "DATA":
+                    conn.sendall(b"354 go on\r\n")
+                    body = []
+                    for data in lines:
+                        if data in (b".\r\n", b".\n"):
+                            break
+                        body.append(data)
+                    message["data"] = b"".join(body).decode("utf-8", "replace")
+                    self.messages.append(message)
+                    conn.sendall(b"250 queued\r\n")
+                elif verb == "QUIT":
+                    conn.sendall(b"221 bye\r\n")
+                    return
+                elif verb == "RSET":
+                    conn.sendall(b"250 OK\r\n")
+                else:
+                    conn.sendall(b"502 not here\r\n")
+
+
+@pytest.fixture
+def smtp() -> Iterator[SmtpServer]:
+    server = SmtpServer(free_port())
+    with override_settings(
+        EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend",
+        EMAIL_HOST="127.0.0.1",
+        EMAIL_PORT=server.port,
+        EMAIL_USE_TLS=False,
+        EMAIL_HOST_USER="",
+        EMAIL_HOST_PASSWORD="",
+        EMAIL_TIMEOUT=2,
+    ):
+        try:
+            yield server
+        finally:
+            server.down()
+
+
+def reporting_batch(zk: Any) -> str:
+    """A batch in Reporting whose one job completed."""
+    batch = batch_create(
+        zk, submission={"profile": DEMO, "submitter": "depositor@example.org", "title": "Mine"}
+    )
+    job = job_create(zk, bid=batch.bid, configuration={"profile": DEMO})
+    for step in JOB_STEPS[1:]:
+        job = job_transition(zk, job, step)
+    batch = batch_transition(zk, batch_load(zk, batch.bid), "Processing")
+    batch_transition(zk, batch, "Reporting")
+    return batch.bid
+
+
+def report_versions(zk: Any, bid: str) -> int:
+    _data, stat = zk.get(f"/batches/{bid}/status-report")
+    return int(stat.version)
+
+
+@pytest.mark.parametrize("outage", ["port-closed", "no-greeting", "451-recipient"])
+def test_a_mail_server_outage_leaves_the_batch_waiting_and_it_completes_with_one_mail(
+    zk: Any, smtp: SmtpServer, outage: str
+) -> None:
+    bid = reporting_batch(zk)
+    if outage == "no-greeting":
+        smtp.silent = True
+        smtp.up()
+    elif outage == "451-recipient":
+        smtp.rcpt = "451 4.3.0 try again later"
+        smtp.up()
+    reporting = BatchReporting(zk=zk, poll=0.05)
+    waits = []
+    for _attempt in range(3):
+        assert reporting.run_once() is False
+        assert reporting.last is not None
+        assert reporting.last.outcome == "waiting", reporting.last.line()
+        waits.append(reporting.last.detail)
+        batch = batch_load(zk, bid)
+        assert batch.state == "Reporting"
+        assert batch.report is not None and batch.report["mailed"] is False
+    assert all(w.startswith("mail server unavailable:") for w in waits), waits
+    # The report was written by the first attempt and merely reused by the others.
+    written = report_versions(zk, bid)
+    assert smtp.messages == []
+
+    smtp.down()
+    smtp.silent, smtp.rcpt = False, "250 OK"
+    smtp.up()
+    assert wait_for(reporting.run_once, timeout=30)
+    batch = batch_load(zk, bid)
+    assert batch.state == "Completed"
+    assert batch.report["mailed"] is True
+    [mail] = smtp.messages
+    assert sorted(mail["to"]) == ["depositor@example.org", "merritt-demo@example.org"]
+    assert bid in mail["data"]
+    # One merge more: "mailed"; the report itself was not written again.
+    assert report_versions(zk, bid) == written + 1
+    # Nothing is mailed again once the batch has moved on.
+    assert reporting.run_once() is False
+    assert len(smtp.messages) == 1
+
+
+def test_a_recipient_the_mail_server_rejects_for_good_still_fails_the_batch(
+    zk: Any, smtp: SmtpServer
+) -> None:
+    bid = reporting_batch(zk)
+    smtp.rcpt = "550 5.1.1 no such user"
+    smtp.up()
+    reporting = BatchReporting(zk=zk, poll=0.05)
+    reporting.run_once()
+    assert reporting.last is not None
+    assert reporting.last.outcome == "failed", reporting.last.line()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Failed"
+    assert "summary mail not sent" in batch.status.message
+    assert smtp.messages == []
