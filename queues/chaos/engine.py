@@ -70,7 +70,7 @@ FETCH_ENV = {
 CLEARED_ENV = (
     "MRT_STORAGE_URL", "MRT_INVENTORY_URL", "MRT_EZID_URL", "EMAIL_HOST", "MRT_DATABASE_PATH",
     "MRT_WORK_DIR", "MRT_STORAGE_ROOT", "MRT_FILE_ROOTS", "MRT_DOWNLOADS_DIR", "MRT_WORK_URL",
-    "DATABASE_URL", "REDIS_URL", "MRT_CLAIM_BATCH", "MRT_KEEP_LOCKS",
+    "DATABASE_URL", "REDIS_URL", "MRT_CLAIM_BATCH", "MRT_KEEP_LOCKS", "MRT_UNKNOWN_SIZE_BYTES",
 )  # fmt: skip
 
 
@@ -148,6 +148,7 @@ class Run:
     scratch: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mrt-chaos-")))
     verdict: judge.Verdict = field(default_factory=judge.Verdict)
     kills: int = 0
+    last_kill: float = 0.0
     summary: str = ""
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
@@ -204,6 +205,9 @@ class Run:
             self._stack.callback(disk.unmount)
             self.stage.disk = disk
             env["MRT_WORK_DIR"] = str(disk.mount_point)
+            # A file whose size no server tells is reserved as 1 GiB by default, more than
+            # the small disk holds: provisioning would hold such jobs for ever.
+            env["MRT_UNKNOWN_SIZE_BYTES"] = str(1 << 20)
         work_dir = Path(env.get("MRT_WORK_DIR") or self.var / "work")
         work_dir.mkdir(parents=True, exist_ok=True)
         if opts.storage == "http":
@@ -326,9 +330,8 @@ class Run:
         self._chaos(zk, expected)
         # Every lock must go within the grace after the last fault, the consumers still
         # running: stopping them first would end the sessions of orphan locks and hide them.
-        judge.wait_for_locks(
-            zk, self.verdict, until=self.log.last_heal + opts.lock_grace, say=self.say
-        )
+        healed = max(self.log.last_heal, self.last_kill + opts.session_timeout)
+        judge.wait_for_locks(zk, self.verdict, until=healed + opts.lock_grace, say=self.say)
         judge.judge_stuck(zk, self.verdict)
         for consumer in self.stage.consumers:
             self._stop(consumer)
@@ -464,7 +467,7 @@ class Run:
             victim.proc.send_signal(signal.SIGKILL)
             victim.proc.wait()
             self.kills += 1
-            self.log.last_heal = time.monotonic()
+            self.last_kill = time.monotonic()
             time.sleep(self.rng.uniform(0.2, 1.5))
             victim.start(self.manage)
         finally:

@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import select
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,16 @@ OBJECT_NS = "http://uc3.cdlib.org/ontology/mrt/store/object"
 FILE_NS = "http://uc3.cdlib.org/ontology/mrt/store/file"
 
 
+class QuietServer(ThreadingHTTPServer):
+    """A client killed or paused mid-request (as the run does all along) is no error here."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
 class Served:
     """A ThreadingHTTPServer on a loopback address, served from a daemon thread."""
 
@@ -37,8 +48,7 @@ class Served:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        self.server = ThreadingHTTPServer((host, port), handler)
-        self.server.daemon_threads = True
+        self.server = QuietServer((host, port), handler)
         self.url = f"http://{host}:{self.server.server_address[1]}"
         self.port = int(self.server.server_address[1])
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.1,), daemon=True)

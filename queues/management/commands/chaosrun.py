@@ -10,6 +10,7 @@ depositors among the good ones (``--no-hostile``). Each other fault is chosen by
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,9 @@ class Command(BaseCommand):
         hosts = settings.ZK_HOSTS.strip()
         chosen["zk_hosts"] = "" if hosts in ("", "local") else hosts
         run = Run(Options(**chosen), self.say, Path(settings.BASE_DIR) / "manage.py")
+        # SIGTERM unwinds like Ctrl-C: the servers, consumers and the mounted disk the run
+        # started are stopped and removed on the way out.
+        signal.signal(signal.SIGTERM, _interrupted)
         try:
             run.execute()
         except (ChaosError, InfraError) as exc:
@@ -174,3 +178,7 @@ class Command(BaseCommand):
     def say(self, line: str) -> None:
         self.stdout.write(line)
         self.stdout.flush()
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
