@@ -56,7 +56,7 @@ from queues.chaos.servers import (
     sentinel_server,
 )
 from queues.zk.client import connect
-from queues.zkserver import LocalZooKeeper, free_port
+from queues.zkserver import LocalEnsemble, LocalZooKeeper, free_port
 
 # The consumers' fetch policy in a chaos run: the good server's address only, and slow
 # depositors found out within seconds rather than minutes.
@@ -169,8 +169,8 @@ class Run:
                 self._prepare()
                 self._run(batches)
         finally:
-            if opts.keep:
-                self.say(f"scratch folder kept: {self.scratch}")
+            if opts.keep or self.verdict.violations:
+                self.say(f"scratch folder kept, with each consumer's log: {self.scratch}")
             else:
                 shutil.rmtree(self.scratch, ignore_errors=True)
         return self.verdict
@@ -253,8 +253,6 @@ class Run:
                 opts.zk_restarts = opts.leader_kills = 0
             return hosts
         if opts.ensemble:
-            from queues.zkserver import LocalEnsemble
-
             ensemble = LocalEnsemble(self.scratch / "ensemble")
             ensemble.start()
             self._stack.callback(ensemble.stop)

@@ -19,15 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from random import Random
-from typing import TYPE_CHECKING
 
 from queues.chaos.infra import Postgres, Redis, WorkDisk
 from queues.chaos.servers import BlackHoleProxy, StorageStandIn
 from queues.states import JobState
-from queues.zkserver import LocalZooKeeper
-
-if TYPE_CHECKING:
-    from queues.zkserver import LocalEnsemble
+from queues.zkserver import LocalEnsemble, LocalZooKeeper
 
 
 @dataclass

@@ -143,7 +143,11 @@ class Command(BaseCommand):
         )
         add("--timeout", type=float, default=1800, help="seconds to wait at most")
         add("--seed", type=int, default=None)
-        add("--keep", action="store_true", help="keep the scratch folder and the logs")
+        add(
+            "--keep",
+            action="store_true",
+            help="keep the scratch folder and the logs (always kept when the run fails)",
+        )
         for name in ("zk", "files", "storage", "work", "web", "redis", "pg", "proxy"):
             add(f"--{name}-port", type=int, default=0, help="default: a free port")
 
