@@ -63,12 +63,40 @@ def perform(
     via: str = "web",
 ) -> list[services.Outcome]:
     """Run one action as ``user``; raises PermissionDenied or a DomainError, audited either way."""
+    outcomes = apply(
+        user=user,
+        kind=kind,
+        action=action,
+        item_id=item_id,
+        expect_version=expect_version,
+        reason=reason,
+        params=params,
+        via=via,
+    )
+    audit_outcomes(outcomes, user=user, action=action, reason=reason, params=params, via=via)
+    return outcomes
+
+
+def apply(
+    *,
+    user: Any,
+    kind: str,
+    action: str,
+    item_id: str,
+    expect_version: int | None = None,
+    reason: str = "",
+    params: dict[str, Any] | None = None,
+    via: str = "web",
+) -> list[services.Outcome]:
+    """``perform`` up to the move, a refusal audited: the caller audits the outcomes
+    (``audit_outcomes``). A bulk run keeps a move it made when the database fails under the
+    audit, and writes the entry once the database is back, instead of doing the item again."""
     audit_id = f"{(params or {}).get('queue')}/{item_id}" if kind == "access" else item_id
     reason = reason.strip()
     try:
         require_action(user, kind, action)
         check_reason(kind, action, reason)
-        outcomes = _call(kind, action, item_id, expect_version, reason, params or {})
+        return _call(kind, action, item_id, expect_version, reason, params or {})
     except (PermissionDenied, DomainError, ValueError) as exc:
         record(
             user=user,
@@ -81,6 +109,18 @@ def perform(
             via=via,
         )
         raise
+
+
+def audit_outcomes(
+    outcomes: Sequence[services.Outcome],
+    *,
+    user: Any,
+    action: str,
+    reason: str = "",
+    params: dict[str, Any] | None = None,
+    via: str = "web",
+) -> None:
+    """One audit entry per outcome of an action ``apply`` made."""
     for outcome in outcomes:
         item = (
             f"{(params or {}).get('queue')}/{outcome.id}"
@@ -94,11 +134,10 @@ def perform(
             item_id=item,
             before=outcome.before,
             after=outcome.after,
-            reason=reason,
+            reason=reason.strip(),
             detail=f"{outcome.detail}; {outcome.failure}" if outcome.failure else outcome.detail,
             via=via,
         )
-    return outcomes
 
 
 @dataclass

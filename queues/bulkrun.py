@@ -13,28 +13,68 @@ crash) stops sending heartbeats; its page then says it was interrupted and offer
 from the first item not yet handled, which hands it to a daemon again. Every item is
 version-checked or refused by the state machine, so an item handled twice is a skip, never a
 second move.
+
+An outage (the database away or locked, ZooKeeper unreachable) does not fail a run: it stops
+between two items with the reason on its page, still owned by its daemon, which takes it up
+again where it stopped once the outage is over. Progress and the audit of the item moved last
+that the database could not take are kept in this process meanwhile, so no item is done twice.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import close_old_connections
 from django.utils import timezone
 
-from queues import actions
+from queues import actions, services, transient
 from queues.auth import require_action
 from queues.models import BulkRun
-from queues.zk.errors import DomainError
+from queues.zk.client import connected_client
+from queues.zk.errors import DomainError, is_connection_error
 
 log = logging.getLogger("queues.bulk")
 
 # How often a working daemon records its progress (and so proves it is alive).
 SAVE_EVERY = 0.5
 LOST = "lost"  # _advance: another daemon continued the run
+
+
+@dataclass
+class _Progress:
+    """A run as this process holds it: its progress may be ahead of the database's copy, and
+    the item it moved last may not be audited yet (the database failed under the audit)."""
+
+    run: BulkRun
+    unaudited: list[services.Outcome] = field(default_factory=list)
+    done_as: Any = None  # the user the unaudited move was made as
+
+
+# Runs an outage stopped with progress the database does not have yet, by pk: the daemon that
+# owns the run takes it up again from here, so no item is done a second time.
+_unsaved: dict[int, _Progress] = {}
+_unsaved_lock = threading.Lock()
+
+
+class Interrupted(Exception):
+    """An outage stopped the run between two items; it stays running and owned, with the
+    reason in its ``error``, and ``work`` takes it up there once the outage is over."""
+
+
+def outage_reason(exc: BaseException) -> str | None:
+    """Why ``exc`` is an outage that waiting cures (the database away or locked, ZooKeeper
+    unreachable), or None for anything else."""
+    if transient.is_transient(exc):
+        return transient.reason(exc)
+    if is_connection_error(exc):
+        detail = " ".join((str(exc).strip() or type(exc).__name__).split())
+        return f"ZooKeeper unavailable: {detail}"
+    return None
 
 
 def start(
@@ -123,39 +163,126 @@ def claim(owner: str) -> BulkRun | None:
             pk=pk, state=BulkRun.RUNNING, owner="", heartbeat=heartbeat
         ).update(owner=owner, heartbeat=now)
         if taken:
+            with _unsaved_lock:
+                # Progress an earlier owner here kept through an outage is not this claim's.
+                _unsaved.pop(pk, None)
             return BulkRun.objects.get(pk=pk)
     return None
 
 
 def work(pk: int) -> None:
-    """Handle the run's remaining items, saving progress every SAVE_EVERY seconds."""
+    """Handle the run's remaining items, saving progress every SAVE_EVERY seconds.
+
+    An outage ends it with ``Interrupted`` (raised from the outage's own error): the run stays
+    running with the reason shown, and its progress is kept here when the database cannot take
+    it, for the next ``work(pk)`` of its daemon. Anything else fails the run."""
     try:
-        run = BulkRun.objects.get(pk=pk)
+        progress = _taken_up(pk)
+        if progress is None:
+            return
+        run = progress.run
         try:
-            ended = _advance(run)
+            ended = _advance(progress)
+        except Exception as exc:
+            why = outage_reason(exc)
+            if why is None:
+                # Not an item's refusal (those are skips): a bug, or a record that cannot be read.
+                log.exception("bulk run %s stopped at item %s of %s", pk, run.position, run.total)
+                run.state, run.error = BulkRun.FAILED, str(exc) or type(exc).__name__
+            elif _keep(progress, why):
+                raise Interrupted(_waits(run)) from exc
+            else:
+                return
+        else:
             if ended == LOST:
                 log.warning("bulk run %s was taken over by another process", pk)
                 return
-            run.state = ended
-        except Exception as exc:
-            # Not an item's refusal (those are skips): ZooKeeper gone, the database, a bug.
-            log.exception("bulk run %s stopped at item %s of %s", pk, run.position, run.total)
-            run.state, run.error = BulkRun.FAILED, str(exc) or type(exc).__name__
+            run.state, run.error = ended, ""
         run.finished = timezone.now()
-        _save(run, final=True)
+        try:
+            _save(run, final=True)
+        except Exception as exc:
+            why = outage_reason(exc)
+            if why is None:
+                raise
+            run.state, run.finished = BulkRun.RUNNING, None
+            _keep(progress, why)
+            raise Interrupted(_waits(run)) from exc
     finally:
         close_old_connections()
 
 
-def _advance(run: BulkRun) -> str:
+def _waits(run: BulkRun) -> str:
+    return f"bulk run {run.pk} waits at item {run.position + 1} of {run.total}"
+
+
+def _taken_up(pk: int) -> _Progress | None:
+    """The run as this process left it if an outage kept its progress here (saved now, to
+    learn that it is still this daemon's), else as the database has it; None when it was
+    stopped or taken over meanwhile."""
+    with _unsaved_lock:
+        progress = _unsaved.pop(pk, None)
+    if progress is None:
+        return _Progress(BulkRun.objects.get(pk=pk))
+    try:
+        owned = _save(progress.run)
+    except Exception:
+        with _unsaved_lock:
+            _unsaved.setdefault(pk, progress)
+        raise
+    if not owned:
+        _end_unowned(progress.run)
+        return None
+    return progress
+
+
+def _keep(progress: _Progress, why: str) -> bool:
+    """Show the outage on the run and keep its progress: saved, or held here while the database
+    cannot take it. False when the run was stopped or taken over meanwhile (then it is left)."""
+    run = progress.run
+    if not run.error:
+        log.warning("%s: %s", _waits(run), why)
+    run.error = f"waiting: {why}"
+    try:
+        owned = _save(run)
+    except Exception as exc:
+        if outage_reason(exc) is None:
+            raise
+    else:
+        if not owned:
+            _end_unowned(run)
+            return False
+        if not progress.unaudited:
+            return True
+    with _unsaved_lock:
+        _unsaved[run.pk] = progress
+    return True
+
+
+def _end_unowned(run: BulkRun) -> None:
+    """A run this process may no longer save: stopped meanwhile, or another daemon's now."""
+    mine = BulkRun.objects.filter(pk=run.pk, heartbeat=run.heartbeat, state=BulkRun.RUNNING)
+    if mine.exists():
+        run.state, run.finished = BulkRun.STOPPED, timezone.now()
+        _save(run, final=True)
+    else:
+        log.warning("bulk run %s was taken over by another process", run.pk)
+
+
+def _advance(progress: _Progress) -> str:
     """Work through the items: FINISHED at the end, STOPPED when asked to stop, LOST when
     another daemon has taken the run over meanwhile (this one was thought dead)."""
+    run = progress.run
     saved = time.monotonic()
+    _audit(progress)
     while run.position < run.total:
+        # Not one refusal per item while ZooKeeper is away: the run waits instead.
+        connected_client()
         item_id, version = run.items[run.position]
+        done_as = run.continued_by or run.user
         try:
-            actions.perform(
-                user=run.continued_by or run.user,
+            outcomes = actions.apply(
+                user=done_as,
                 kind=run.kind,
                 action=run.action,
                 item_id=item_id,
@@ -163,16 +290,37 @@ def _advance(run: BulkRun) -> str:
                 reason=run.reason,
                 via=run.via,
             )
-            run.done += 1
         except DomainError as exc:
+            if is_connection_error(exc):
+                raise
             run.skip(item_id, str(exc))
+        else:
+            run.done += 1
+            progress.unaudited, progress.done_as = outcomes, done_as
         run.position += 1
+        run.error = ""  # going again after an outage: the page stops showing it
+        _audit(progress)
         if time.monotonic() - saved >= SAVE_EVERY:
             if not _save(run):
-                mine = BulkRun.objects.filter(pk=run.pk, heartbeat=run.heartbeat)
-                return BulkRun.STOPPED if mine.exists() else LOST
+                return _unowned(run)
             saved = time.monotonic()
     return BulkRun.FINISHED
+
+
+def _unowned(run: BulkRun) -> str:
+    mine = BulkRun.objects.filter(pk=run.pk, heartbeat=run.heartbeat)
+    return BulkRun.STOPPED if mine.exists() else LOST
+
+
+def _audit(progress: _Progress) -> None:
+    """Write the audit entries of the item moved last, if they are not written yet."""
+    if not progress.unaudited:
+        return
+    run = progress.run
+    actions.audit_outcomes(
+        progress.unaudited, user=progress.done_as, action=run.action, reason=run.reason, via=run.via
+    )
+    progress.unaudited = []
 
 
 def _save(run: BulkRun, *, final: bool = False) -> bool:

@@ -92,7 +92,7 @@ def test_a_long_bulk_resume_shows_its_progress_until_done(
 ):
     settings.MRT_BULK_INLINE_MAX = 2
     failed = [make_job("Failed", profile="letters") for _ in range(6)]
-    real = bulkrun.actions.perform
+    real = bulkrun.actions.apply
     seen_part_way = threading.Event()
 
     def slow(**kwargs):
@@ -100,7 +100,7 @@ def test_a_long_bulk_resume_shows_its_progress_until_done(
         assert seen_part_way.wait(60), "the test never looked at the running page"
         return real(**kwargs)
 
-    monkeypatch.setattr(bulkrun.actions, "perform", slow)
+    monkeypatch.setattr(bulkrun.actions, "apply", slow)
     page.goto(f"{live_server.url}/failed/")
     page.check("input[name=scope][value=filter]")
     page.click("#bulk-apply")

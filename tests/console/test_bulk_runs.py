@@ -148,7 +148,7 @@ def test_a_run_stopped_by_an_outage_says_where_and_continues_from_there(
     operator, zk, make_job, monkeypatch
 ):
     failed = [make_job("Failed") for _ in range(3)]
-    real = bulkrun.actions.perform
+    real = bulkrun.actions.apply
     calls = []
 
     def outage_at_the_second(**kwargs):
@@ -157,7 +157,7 @@ def test_a_run_stopped_by_an_outage_says_where_and_continues_from_there(
             raise ConnectionError("ZooKeeper unreachable")
         return real(**kwargs)
 
-    monkeypatch.setattr(bulkrun.actions, "perform", outage_at_the_second)
+    monkeypatch.setattr(bulkrun.actions, "apply", outage_at_the_second)
     run = bulkrun.start(
         user=user_named("operator-user"),
         kind="job",
@@ -169,7 +169,7 @@ def test_a_run_stopped_by_an_outage_says_where_and_continues_from_there(
     page = operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
     assert "Stopped at item 2: ZooKeeper unreachable" in page
     assert "Continue from item 2" in page
-    monkeypatch.setattr(bulkrun.actions, "perform", real)
+    monkeypatch.setattr(bulkrun.actions, "apply", real)
     operator.post(reverse("bulk-run-control", args=[run.pk, "continue"]))
     run = ended(run.pk)
     assert (run.state, run.position, run.done, run.error) == ("finished", 3, 3, "")
@@ -205,7 +205,7 @@ def test_stop_halts_a_run_after_the_item_in_hand_and_continue_finishes_it(
     operator, viewer, zk, make_job, monkeypatch
 ):
     failed = [make_job("Failed") for _ in range(12)]
-    real = bulkrun.actions.perform
+    real = bulkrun.actions.apply
     second_in_hand = threading.Event()
     stop_sent = threading.Event()
     calls = 0
@@ -220,7 +220,7 @@ def test_stop_halts_a_run_after_the_item_in_hand_and_continue_finishes_it(
             assert stop_sent.wait(60), "the test never sent its stop"
         return real(**kwargs)
 
-    monkeypatch.setattr(bulkrun.actions, "perform", slow)
+    monkeypatch.setattr(bulkrun.actions, "apply", slow)
     # A daemon sees a stop when it saves its progress (every SAVE_EVERY seconds): saving after
     # every item makes it see the stop right after the item in hand, however fast the rest
     # would go (with 0.1 s the ten items left could all be done before the next save).
