@@ -66,6 +66,8 @@ FETCH_ENV = {
     "MRT_DOWNLOAD_RATE_WINDOW": "5",
     "MRT_DOWNLOAD_DEADLINE": "20",
 }
+# Seconds before a consumer that exited by itself is started again.
+RESTART_DELAY = 2.0
 # Settings of the operator's shell that would point a run at real services or folders.
 CLEARED_ENV = (
     "MRT_STORAGE_URL", "MRT_INVENTORY_URL", "MRT_EZID_URL", "EMAIL_HOST", "MRT_DATABASE_PATH",
@@ -361,10 +363,11 @@ class Run:
             self.say(f"note: {note} ({verdict.notes.count(note)}x); restarted")
         if verdict.violations:
             self.say(f"VERDICT: FAILED, {len(verdict.violations)} violation(s):")
-            for line in verdict.violations[:60]:
-                self.say(f"  - {line}")
-            if len(verdict.violations) > 60:
-                self.say(f"  ... and {len(verdict.violations) - 60} more")
+            distinct = Counter(verdict.violations)
+            for line, count in list(distinct.items())[:60]:
+                self.say(f"  - {line}" + (f" ({count}x)" if count > 1 else ""))
+            if len(distinct) > 60:
+                self.say(f"  ... and {len(distinct) - 60} more")
             return False
         self.say(f"VERDICT: OK: {self.summary}")
         return True
@@ -428,8 +431,14 @@ class Run:
                 self._kill_one()
                 next_kill = time.monotonic() + self.rng.uniform(low, high)
             for consumer in self.stage.consumers:
-                if consumer.proc is not None and consumer.proc.poll() not in (None, -9):
+                if consumer.proc is None or consumer.proc.poll() in (None, -9):
+                    continue
+                if consumer.exited is None:
                     self._exited(consumer)
+                    consumer.exited = now
+                elif now - consumer.exited >= RESTART_DELAY:
+                    # As a supervisor would: again after a pause, not in a tight loop.
+                    consumer.exited = None
                     consumer.start(self.manage)
             time.sleep(0.25)
 

@@ -35,6 +35,7 @@ class Consumer:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    exited: float | None = None  # when it was found to have ended by itself (monotonic)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
