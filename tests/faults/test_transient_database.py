@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -434,3 +435,32 @@ def test_the_api_and_healthz_answer_503_while_another_writer_holds_sqlite(
         holder.close()
     assert api.get("/api/overview", HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
     wait_for(lambda: Client().get("/healthz").status_code == 200, timeout=30)
+
+
+@pytest.mark.slow
+def test_a_consumer_started_while_the_database_is_down_waits_for_it(
+    own_pg: tuple[PostgresCluster, str], zk_hosts: str, tmp_path: Path
+) -> None:
+    """Chaos run: consumers started (after a SIGKILL) while PostgreSQL was down exited with a
+    traceback from their migration check, and their steps waited on whatever restarted them."""
+    from daemons.test_end_to_end import Consumers
+
+    cluster, url = own_pg
+    consumers = Consumers(tmp_path / "var", zk_hosts)
+    consumers.env["DATABASE_URL"] = url
+    cluster.stop()
+    try:
+        proc = consumers.start("estimating", "--poll", "0.5")
+        log = consumers.procs[-1][1]
+        wait_for(lambda: "retrying in" in log.read_text(), timeout=60)
+        assert "database unavailable" in log.read_text()
+        assert proc.poll() is None, consumers.logs()
+    finally:
+        pg_start_again(cluster)
+    try:
+        wait_for(lambda: "estimating: started" in log.read_text(), timeout=120)
+        assert "Traceback" not in log.read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, consumers.logs()
+    finally:
+        consumers.close()

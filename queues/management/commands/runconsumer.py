@@ -23,6 +23,7 @@ import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import close_old_connections
 
 from queues.daemons.base import describe
 from queues.daemons.registry import (
@@ -34,6 +35,8 @@ from queues.daemons.registry import (
     deployment_problems,
 )
 from queues.daemons.runner import Host
+from queues.transient import is_database_outage
+from queues.transient import reason as transient_reason
 from queues.zk.client import close
 from queues.zk.errors import is_connection_error
 
@@ -71,10 +74,11 @@ class Command(BaseCommand):
             raise CommandError("--threads must be at least 1")
         if options["stop_timeout"] <= 0:
             raise CommandError("--stop-timeout must be positive")
-        self._check_migrated()
         stop = threading.Event()
         if not options["once"]:
             self._install_signals(stop, options["stop_timeout"])
+        if not self._wait_for_database(options, stop):
+            return
         host = self._connect(options, stop)
         if host is None:
             return
@@ -108,6 +112,28 @@ class Command(BaseCommand):
                 returncode=2,
             )
 
+    def _wait_for_database(self, options: dict[str, Any], stop: threading.Event) -> bool:
+        """The migration check, waiting (with back-off) while the database is away: a daemon
+        started while PostgreSQL restarts, or SQLite is held by another writer, would
+        otherwise exit with a traceback and leave its work to whatever restarts it. ``--once``
+        fails at once. False when stopped before the database answered."""
+        delay = 1.0
+        while True:
+            try:
+                self._check_migrated()
+                return True
+            except Exception as exc:
+                if not is_database_outage(exc):
+                    raise
+                message = transient_reason(exc)
+                if options["once"]:
+                    raise CommandError(message) from exc
+                self.stderr.write(f"{message}; retrying in {delay:.0f}s")
+                close_old_connections()
+            if stop.wait(delay):
+                return False
+            delay = min(delay * 2, 30.0)
+
     def _connect(self, options: dict[str, Any], stop: threading.Event) -> Host | None:
         """Connect; a long-running daemon waits (with back-off) for ZooKeeper to come up.
 
@@ -122,10 +148,12 @@ class Command(BaseCommand):
                 return Host(options["name"], threads=options["threads"], poll=options["poll"])
             except Exception as exc:
                 # Unreachable, or lost again while the first nodes were being checked (an
-                # ensemble restarting): both are waited out, anything else is a bug.
-                if not is_connection_error(exc):
+                # ensemble restarting), or the database away while the process registers:
+                # all are waited out, anything else is a bug.
+                if not (is_connection_error(exc) or is_database_outage(exc)):
                     raise
                 message = describe(exc)
+                close_old_connections()
                 if options["once"]:
                     raise CommandError(message) from exc
                 self.stderr.write(f"{message}; retrying in {delay:.0f}s")
