@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
-from queues.daemons.base import JobDaemon, Next, Step
+from queues.daemons.base import JobDaemon, Next, Step, StepFailed
 from queues.states import JobState
 from queues.zk import paths as zpaths
 from queues.zk.errors import MalformedNode, NotFound
@@ -56,15 +56,23 @@ class Provisioning(JobDaemon):
         # with the bytes each needs.
         self.fitting: list[tuple[str, int]] = []
         self.fruitless_at = float("-inf")  # when an evaluation last let nothing through
+        self._capacity = 0  # the disk's capacity for one job at the last evaluation
+
+    def _usage(self) -> Any:
+        root = Path(settings.MRT_WORK_DIR)
+        root.mkdir(parents=True, exist_ok=True)
+        return self.disk_usage(root)
 
     def room(self) -> int:
         """Bytes the working disk itself can take now: below the high-water mark, and no more
         than it has free."""
-        root = Path(settings.MRT_WORK_DIR)
-        root.mkdir(parents=True, exist_ok=True)
-        usage = self.disk_usage(root)
+        usage = self._usage()
         limit = int(usage.total * settings.MRT_PROVISION_HIGH_WATER)
         return min(limit - usage.used, usage.free)
+
+    def capacity(self) -> int:
+        """The most the working disk could ever give one job: its high-water mark, empty."""
+        return int(self._usage().total * settings.MRT_PROVISION_HIGH_WATER)
 
     def budget(self) -> int:
         """Bytes that may still be promised to new downloads: the disk's room less what the
@@ -90,7 +98,8 @@ class Provisioning(JobDaemon):
                 self.fruitless_at = time.monotonic()
         while self.fitting:
             jid, space = self.fitting[0]
-            if not self.fits_now(space):
+            # A job that can never fit is handed out at once: its step fails it (``work``).
+            if space <= self._capacity and not self.fits_now(space):
                 log.info(
                     "provisioning: the working disk filled up since the last evaluation; "
                     "%d jobs wait again",
@@ -115,11 +124,15 @@ class Provisioning(JobDaemon):
     def evaluate(self) -> list[tuple[str, int]]:
         """Every job in Provisioning that fits, in priority order, against one budget."""
         budget = self.budget()
+        self._capacity = self.capacity()
         entries = [jid for _p, jid in index_entries(self.zk, self.state)]
         candidates = [j for j in jobs_load(self.zk, entries) if isinstance(j, Job)]
         fitting = []
         for job in candidates:
             if job.lock is not None:
+                continue
+            if job.space_needed > self._capacity:
+                fitting.append((job.jid, job.space_needed))
                 continue
             if not self.fits(job, budget):
                 if job.jid not in self.waiting:
@@ -151,4 +164,12 @@ class Provisioning(JobDaemon):
         return job
 
     def work(self, item: Job) -> Step:
+        capacity = self.capacity()
+        if item.space_needed > capacity:
+            # Waiting would be for ever, and silent: the operator needs to hear of it.
+            raise StepFailed(
+                f"needs {item.space_needed} bytes of working disk, more than it can ever give "
+                f"one job ({capacity} bytes, MRT_PROVISION_HIGH_WATER of the disk); resume it "
+                "once the working disk is larger"
+            )
         return Next(JobState.DOWNLOADING)

@@ -107,3 +107,19 @@ def test_with_the_disk_full_arrivals_do_not_each_reread_every_waiting_job(
     daemon.fruitless_at -= IDLE_EVALUATION_GAP  # the gap has passed
     assert daemon.claim() is None
     assert daemon.evaluations == 2
+
+
+def test_a_job_larger_than_the_disk_can_ever_give_fails_saying_so(zk, settings: Any) -> None:
+    """It would wait for ever, silently, with the jobs that fit going on around it."""
+    settings.MRT_PROVISION_HIGH_WATER = 0.7
+    huge = _job(zk, 800, priority=1)
+    small = _job(zk, 100, priority=5)
+    daemon = Provisioning(zk=zk, disk_usage=_disk(used=0))
+    assert daemon.run_once()
+    assert daemon.run_once()
+    failed = job_load(zk, huge.jid)
+    assert failed.state == "Failed"
+    assert "needs 800 bytes of working disk, more than it can ever give one job (700 bytes" in (
+        failed.status.message
+    )
+    assert job_load(zk, small.jid).state == "Downloading"
