@@ -74,7 +74,15 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.hub = await get_hub()
-        await self.channel_layer.group_add(self.hub.zk_group, self.channel_name)
+        try:
+            await self.channel_layer.group_add(self.hub.zk_group, self.channel_name)
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            # A connection pooled before the layer went away fails once when it is next used;
+            # a fresh one answers if the layer is back. Without this second try each stale
+            # connection cost the browser a whole back-off wait after Redis returned.
+            await self.channel_layer.group_add(self.hub.zk_group, self.channel_name)
         health.worked()
         await self.send_json({"kind": "hello", "zk": "up" if self.hub.zk_up else "down"})
         self._rejoin = asyncio.get_running_loop().create_task(self._keep_joined())
