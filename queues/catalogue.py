@@ -145,7 +145,14 @@ ACTIONS: tuple[Action, ...] = (
         lambda c: services.queue_hold(name=c.item_id),
         needs_reason=True,
     ),
-    Action("queue", "release", ADMIN, lambda c: services.queue_release(name=c.item_id)),
+    Action(
+        "queue",
+        "release",
+        ADMIN,
+        lambda c: services.queue_release(
+            name=c.item_id, release_held=bool(c.params.get("release_jobs"))
+        ),
+    ),
     Action("collection", "hold", OPERATOR, lambda c: services.collection_hold(profile=c.item_id)),
     Action(
         "collection",

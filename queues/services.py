@@ -10,14 +10,14 @@ has moved since, the action is refused instead of undoing a newer change.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from queues import states
 from queues.depositors import depositor_policy, payload_roots
-from queues.states import AccessState, BatchState, JobState
+from queues.states import INGEST_HELD_MESSAGE, AccessState, BatchState, JobState
 from queues.steps import submission as submission_steps
 from queues.steps.checkm import filename_problem
 from queues.steps.fetch import DownloadError, local_path
@@ -476,9 +476,36 @@ def queue_hold(*, name: str) -> Outcome:
     return Outcome("queue", name, "released" if changed else "held", "held")
 
 
-def queue_release(*, name: str) -> Outcome:
-    changed = queue_hold_clear(client(), zpaths.queue_hold(name))
-    return Outcome("queue", name, "held" if changed else "released", "released")
+def queue_release(*, name: str, release_held: bool = False) -> list[Outcome]:
+    """Clear a queue hold; for the ingest queue with ``release_held``, also release the batches
+    batch-pending parked because the queue was held (their collections not held)."""
+    zk = client()
+    changed = queue_hold_clear(zk, zpaths.queue_hold(name))
+    outcomes = [Outcome("queue", name, "held" if changed else "released", "released")]
+    if release_held and name == "ingest":
+        outcomes += _release_batches(lambda b: b.status.message == INGEST_HELD_MESSAGE)
+    return outcomes
+
+
+def _release_batches(parked: Callable[[Batch], bool]) -> list[Outcome]:
+    """Release the Held batches ``parked`` picks whose collection is not held."""
+    zk = client()
+    outcomes: list[Outcome] = []
+    for bid, state in batch_states(zk, batch_ids(zk)).items():
+        if state != BatchState.HELD:
+            continue
+        try:
+            batch = batch_load(zk, bid)
+        except NotFound:
+            continue
+        if not parked(batch) or collection_held(zk, batch.profile):
+            continue
+        try:
+            batch_transition(zk, batch, BatchState.PENDING, admin=True)
+        except (Conflict, NotFound):
+            continue
+        outcomes.append(Outcome("batch", bid, BatchState.HELD, BatchState.PENDING))
+    return outcomes
 
 
 def collection_hold(*, profile: str) -> Outcome:
@@ -511,18 +538,7 @@ def collection_release_held(*, profile: str) -> list[Outcome]:
         except (Conflict, NotFound):
             continue
         outcomes.append(Outcome("job", job.jid, JobState.HELD, JobState.PENDING))
-    ids = batch_ids(zk)
-    for bid, state in batch_states(zk, ids).items():
-        if state != BatchState.HELD:
-            continue
-        batch = batch_load(zk, bid)
-        if batch.profile != profile:
-            continue
-        try:
-            batch_transition(zk, batch, BatchState.PENDING, admin=True)
-        except Conflict:
-            continue
-        outcomes.append(Outcome("batch", bid, BatchState.HELD, BatchState.PENDING))
+    outcomes += _release_batches(lambda b: b.profile == profile)
     return outcomes
 
 

@@ -204,6 +204,10 @@ JOB_STEPS: tuple[JobState, ...] = (
     J.NOTIFY,
     J.COMPLETED,
 )
+# The status message batch-pending parks a batch with while the ingest queue is held: releasing
+# the queue releases exactly those batches (a batch held by hand, or by its collection, stays).
+INGEST_HELD_MESSAGE = "the ingest queue is held"
+
 JOB_WORKING = JOB_STEPS[1:-1]  # the states a consumer daemon works on after Pending
 
 JOB = Machine(

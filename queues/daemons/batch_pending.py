@@ -39,7 +39,7 @@ from django.conf import settings
 from queues.daemons import clients
 from queues.daemons.base import BatchDaemon, Next, Step, StepFailed
 from queues.daemons.workfolder import fetch
-from queues.states import BatchState
+from queues.states import INGEST_HELD_MESSAGE, BatchState
 from queues.steps.checkm import ManifestError
 from queues.steps.fetch import DownloadError
 from queues.steps.notify import batch_queued, send
@@ -152,7 +152,7 @@ class BatchPending(BatchDaemon):
         if collection_held(self.zk, item.profile):
             return Next(BatchState.HELD, f"collection {item.profile} is held")
         if queue_held(self.zk, "ingest"):
-            return Next(BatchState.HELD, "the ingest queue is held")
+            return Next(BatchState.HELD, INGEST_HELD_MESSAGE)
         try:
             profile = load_profile(item.profile)
         except ProfileError as exc:

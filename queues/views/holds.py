@@ -14,7 +14,7 @@ from queues import actions, selectors
 from queues.audit import AuditEntry
 from queues.auth import VIEWER, require_action
 from queues.forms import ActionForm, CollectionHoldForm
-from queues.states import JOB_STEPS, BatchState, JobState
+from queues.states import JOB_WORKING, BatchState, JobState
 from queues.zk import paths as zpaths
 
 from .common import (
@@ -67,7 +67,7 @@ def queue_hold_preview() -> dict[str, Any]:
     """What holding the ingest queue stops: the jobs waiting to start and those under way."""
     counts = selectors.job_state_counts()
     waiting = counts.get(JobState.PENDING, 0)
-    working = sum(n for s, n in counts.items() if s in JOB_STEPS and s != JobState.PENDING)
+    working = sum(n for s, n in counts.items() if s in JOB_WORKING)
     return {"waiting": waiting, "working": working, "counts": counts}
 
 
@@ -109,7 +109,13 @@ def queue_hold_action(request: HtmxHttpRequest, name: str, action: str) -> HttpR
     if request.method != "POST":
         return HttpResponseNotAllowed(["GET", "POST"])
     # The reason a hold needs is checked by actions.perform, for the API as well.
-    form = act(request, kind="queue", action=action, item_id=name)
+    form = act(
+        request,
+        kind="queue",
+        action=action,
+        item_id=name,
+        params=lambda f: {"release_jobs": f.cleaned_data["release_jobs"]},
+    )
     return _holds_response(request, form)
 
 

@@ -6,7 +6,8 @@ import pytest
 from django.urls import reverse
 
 from queues.audit import AuditEntry
-from queues.zk import access, jobs, locks
+from queues.states import INGEST_HELD_MESSAGE
+from queues.zk import access, batches, jobs, locks
 
 pytestmark = pytest.mark.django_db
 
@@ -88,3 +89,43 @@ def test_resuming_a_pending_access_request_is_a_conflict(operator, zk, make_acce
     item = make_access("Pending")
     url = reverse("access-action", args=["small", item.qid, "resume"])
     assert operator.post(url, {}).status_code == 409
+
+
+def test_the_ingest_hold_confirmation_counts_only_jobs_really_under_way(admin, zk, make_job):
+    for _ in range(3):
+        make_job("Completed")
+    make_job("Estimating")
+    make_job("Notify")
+    for _ in range(2):
+        make_job("Pending")
+    page = admin.get(reverse("queue-hold", args=["ingest", "hold"])).content.decode()
+    assert "<strong>2</strong> jobs waiting in Pending" in page
+    # Completed jobs are not under way: only Estimating and Notify are (issue 25).
+    assert "the <strong>2</strong> jobs already under way" in page
+
+
+def test_releasing_the_ingest_queue_releases_the_batches_its_hold_parked(admin, zk, make_batch):
+    parked = make_batch()
+    by_hand = make_batch()
+    batches.batch_transition(zk, parked, "Held", message=INGEST_HELD_MESSAGE)
+    batches.batch_transition(zk, by_hand, "Held", message="held by an operator")
+    locks.queue_hold_set(zk, "ingest")
+    holds_page = admin.get(reverse("holds")).content.decode()
+    assert "also release the batches it held" in holds_page
+    response = admin.post(reverse("queue-hold", args=["ingest", "release"]), {"release_jobs": "1"})
+    assert response.status_code == 303
+    assert not locks.queue_held(zk, "ingest")
+    assert batches.batch_load(zk, parked.bid).state == "Pending"
+    assert batches.batch_load(zk, by_hand.bid).state == "Held"
+    assert AuditEntry.objects.filter(kind="batch", item_id=parked.bid, after="Pending").exists()
+
+
+def test_releasing_the_ingest_queue_without_the_box_leaves_its_batches_held(
+    admin, zk, make_batch
+):
+    parked = make_batch()
+    batches.batch_transition(zk, parked, "Held", message=INGEST_HELD_MESSAGE)
+    locks.queue_hold_set(zk, "ingest")
+    assert admin.post(reverse("queue-hold", args=["ingest", "release"])).status_code == 303
+    assert not locks.queue_held(zk, "ingest")
+    assert batches.batch_load(zk, parked.bid).state == "Held"

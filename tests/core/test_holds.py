@@ -68,7 +68,9 @@ def test_marker_written_by_another_tool_counts_as_a_hold(zk: KazooClient) -> Non
 def test_services_report_whether_the_hold_changed(zk: KazooClient) -> None:
     assert str(services.queue_hold(name="ingest")) == "queue ingest: released -> held"
     assert str(services.queue_hold(name="ingest")) == "queue ingest: held -> held"
-    assert str(services.queue_release(name="ingest")) == "queue ingest: held -> released"
+    assert [str(o) for o in services.queue_release(name="ingest")] == [
+        "queue ingest: held -> released"
+    ]
     assert (
         str(services.collection_hold(profile="ucb_lib_test"))
         == "collection ucb_lib_test: released -> held"

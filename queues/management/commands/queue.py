@@ -61,7 +61,10 @@ class Command(QueueCommand):
         parser.add_argument(
             "--release-held",
             action="store_true",
-            help="with release-collection: also release the collection's held jobs and batches",
+            help=(
+                "with release-collection: also release the collection's held jobs and batches; "
+                "with release-queue ingest: also release the batches the hold parked"
+            ),
         )
         parser.add_argument(
             "--older-than-days",
