@@ -120,9 +120,7 @@ def test_releasing_the_ingest_queue_releases_the_batches_its_hold_parked(admin, 
     assert AuditEntry.objects.filter(kind="batch", item_id=parked.bid, after="Pending").exists()
 
 
-def test_releasing_the_ingest_queue_without_the_box_leaves_its_batches_held(
-    admin, zk, make_batch
-):
+def test_releasing_the_ingest_queue_without_the_box_leaves_its_batches_held(admin, zk, make_batch):
     parked = make_batch()
     batches.batch_transition(zk, parked, "Held", message=INGEST_HELD_MESSAGE)
     locks.queue_hold_set(zk, "ingest")
