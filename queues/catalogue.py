@@ -163,7 +163,8 @@ ACTIONS: tuple[Action, ...] = (
         ),
     ),
     Action("consistency", "repair", ADMIN, _repair, destructive=True),
-    Action("consumer", "drain", OPERATOR, _drain),
+    # Draining may leave a step with no consumer at all: it says why, like a queue hold.
+    Action("consumer", "drain", OPERATOR, _drain, needs_reason=True),
     Action("consumer", "undrain", OPERATOR, _undrain),
 )
 

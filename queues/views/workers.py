@@ -10,15 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 
 from queues import actions, history, selectors, stuck
-from queues.auth import OPERATOR, VIEWER, may
+from queues.auth import OPERATOR, VIEWER, may, require_action
 from queues.zk import consumers as zconsumers
 from queues.zk.client import connected_client
+from queues.zk.errors import NotFound
 
 from .common import HtmxHttpRequest, console_view, error_response, redirect_after_post
 
@@ -40,13 +41,37 @@ def consumers(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "queues/consumers.html", context)
 
 
-@require_POST
+def drain_preview(name: str) -> dict[str, Any]:
+    """What draining process ``name`` stops: its steps, and those of them no other claiming
+    process serves (their items wait until another consumer starts or this one claims again)."""
+    processes = selectors.consumers_overview()["consumers"]
+    target = next((p for p in processes if p.get("name") == name), None)
+    if target is None:
+        raise NotFound(f"no consumer process {name} is registered")
+    steps = sorted(set(target.get("steps") or []))
+    others = {
+        str(step)
+        for p in processes
+        if p.get("name") != name and not p.get("draining")
+        for step in p.get("steps") or []
+    }
+    return {"process": target, "steps": steps, "alone": [s for s in steps if s not in others]}
+
+
 @console_view(OPERATOR)
 def consumer_drain(request: HtmxHttpRequest, name: str, verb: str) -> HttpResponse:
-    """Ask a process to stop claiming (``drain``) or to claim again (``undrain``); audited."""
+    """Ask a process to stop claiming (``drain``, confirmed on a page that says what stops, with
+    a reason, like a queue hold) or to claim again (``undrain``, one click); audited."""
     zconsumers.name(name)
-    # A refusal (role, a process that is gone) is audited by perform and answered by
-    # console_view: 403, 404.
+    if request.method == "GET":
+        if verb != "drain":
+            return HttpResponseNotAllowed(["POST"])
+        require_action(request.user, "consumer", verb)
+        return render(request, "queues/consumer_drain_confirm.html", drain_preview(name))
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["GET", "POST"])
+    # A refusal (role, no reason, a process that is gone) is audited by perform and answered by
+    # console_view: 403, 400, 404.
     outcomes = actions.perform(
         user=request.user,
         kind="consumer",

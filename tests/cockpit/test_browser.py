@@ -73,8 +73,13 @@ def test_consumers_page_flags_a_slow_thread_and_drains(
         assert job.jid in text and "ingest-7" in text and "3141" in text
         assert "⚠" in page.inner_text("#consumers-summary")
         shot(page, "consumers-flagged")
-        page.fill("#drain-reason-ingest-7-3141", "kernel update")
         page.click("#drain-ingest-7-3141")
+        # A confirmation page says what stops: this process is the only one serving its step.
+        page.wait_for_selector("#drain-confirm")
+        assert "No other claiming process serves" in page.inner_text("#drain-alone")
+        shot(page, "consumers-drain-confirm")
+        page.fill("#id_reason", "kernel update")
+        page.click("#confirm-button")
         page.wait_for_url(re.compile(r".*/consumers/$"))
         assert "asked to drain" in page.inner_text("#messages")
         page.wait_for_selector("#state-ingest-7-3141:has-text('draining')")

@@ -110,6 +110,27 @@ def test_drain_needs_the_operator_role_and_csrf(zk, consumer, viewer, make_user)
 
 
 def test_draining_a_process_that_is_gone_is_refused(zk, operator):
-    response = operator.post("/consumers/nobody-1/drain/")
+    assert operator.get("/consumers/nobody-1/drain/").status_code == 404
+    response = operator.post("/consumers/nobody-1/drain/", {"reason": "host maintenance"})
     assert response.status_code in (403, 404, 409)
     assert AuditEntry.objects.filter(kind="consumer", action="drain", ok=False).count() == 1
+
+
+def test_a_drain_is_confirmed_with_a_reason_and_names_the_steps_left_without_a_consumer(
+    zk, consumer, operator
+):
+    wait_for(lambda: _entry(zk))
+    page = operator.get("/consumers/").content.decode()
+    # The consumers page links to a confirmation; it does not drain in one click.
+    assert 'href="/consumers/worker1-77/drain/"' in page
+    confirm = operator.get("/consumers/worker1-77/drain/")
+    assert confirm.status_code == 200
+    html = confirm.content.decode()
+    step = _entry(zk)["steps"][0]
+    assert 'id="drain-alone"' in html and f"<strong>{step}</strong>" in html
+    assert 'name="reason"' in html and "required" in html
+    # Without a reason it is refused, and nothing is asked of the process.
+    assert operator.post("/consumers/worker1-77/drain/").status_code == 400
+    assert zconsumers.drain_read(zk, "worker1-77") is None
+    assert operator.post("/consumers/worker1-77/drain/", {"reason": "patch"}).status_code == 303
+    assert zconsumers.drain_read(zk, "worker1-77")["reason"] == "patch"
