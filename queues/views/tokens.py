@@ -10,6 +10,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from queues import audit
 from queues.audit import ApiToken
 from queues.auth import ADMIN, VIEWER, has_role
 from queues.forms import TokenForm
@@ -41,6 +42,14 @@ def token_create(request: HtmxHttpRequest) -> HttpResponse:
     if not form.is_valid():
         return error_response(request, "a token needs a name", 400)
     token, key = ApiToken.issue(user=request.user, name=form.cleaned_data["name"])
+    audit.record(
+        user=request.user,
+        action="create",
+        kind="token",
+        item_id=str(token.pk),
+        after=token.prefix,
+        detail=f"named {token.name!r}",
+    )
     return render(request, "queues/token_created.html", {"token": token, "key": key})
 
 
@@ -48,6 +57,15 @@ def token_create(request: HtmxHttpRequest) -> HttpResponse:
 @console_view(VIEWER)
 def token_revoke(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     token = get_object_or_404(_visible(request.user), pk=pk)
+    owner = token.user.get_username()
     token.delete()
+    audit.record(
+        user=request.user,
+        action="revoke",
+        kind="token",
+        item_id=str(pk),
+        before=token.prefix,
+        detail=f"of {owner}, named {token.name!r}",
+    )
     messages.success(request, f"Token {token.name} revoked")
     return redirect_after_post(reverse("tokens"))

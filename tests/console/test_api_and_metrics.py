@@ -122,6 +122,10 @@ def test_tokens_are_created_once_and_revoked(viewer, zk):
     assert token.key_hash != key and key.startswith(token.prefix)
     assert viewer.post(reverse("token-revoke", args=[token.pk])).status_code == 303
     assert not ApiToken.objects.exists()
+    made, revoked = AuditEntry.objects.filter(kind="token").order_by("id")
+    assert (made.action, made.item_id, made.username) == ("create", str(token.pk), "viewer-user")
+    assert (revoked.action, revoked.before) == ("revoke", token.prefix)
+    assert key not in made.detail + revoked.detail
 
 
 def test_holding_a_whole_queue_through_the_api_needs_a_reason_too(client, token_for, zk):

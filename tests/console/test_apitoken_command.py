@@ -1,0 +1,80 @@
+"""``manage.py apitoken``: tokens for deployments with no browser at hand."""
+
+from __future__ import annotations
+
+import stat
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import Client
+
+from queues.audit import ApiToken, AuditEntry
+
+pytestmark = pytest.mark.django_db
+
+
+def _run(*args: str) -> str:
+    out = StringIO()
+    call_command("apitoken", *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+@pytest.fixture
+def monitor(make_user):
+    return make_user("viewer", "monitor")
+
+
+def test_a_token_made_on_the_command_line_works_for_the_api_and_is_audited(monitor, zk):
+    out = _run("create", "--user", "monitor", "--name", "prometheus")
+    key = out.rsplit("keep it): ", 1)[1].strip()
+    token = ApiToken.objects.get(user=monitor)
+    assert token.name == "prometheus" and key.startswith(token.prefix)
+    assert key not in token.key_hash  # only the digest is kept
+    answer = Client().get("/api/overview", HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert answer.status_code == 200
+    entry = AuditEntry.objects.get(kind="token", action="create")
+    assert entry.item_id == str(token.pk) and entry.via == "command"
+    assert "monitor" in entry.detail and key not in entry.detail
+    listed = _run("list")
+    assert f"{token.prefix}…\tmonitor\tprometheus" in listed and key not in listed
+
+
+def test_a_revoked_token_stops_working(monitor, zk):
+    key = _run("create", "--user", "monitor", "--name", "x").rsplit("keep it): ", 1)[1].strip()
+    token = ApiToken.objects.get(user=monitor)
+    out = _run("revoke", token.prefix)
+    assert "revoked" in out
+    assert not ApiToken.objects.exists()
+    answer = Client().get("/api/overview", HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert answer.status_code == 401
+    assert AuditEntry.objects.filter(kind="token", action="revoke", item_id=str(token.pk)).exists()
+
+
+def test_the_key_can_go_to_an_owner_only_file_never_over_another(monitor, tmp_path):
+    target = tmp_path / "key"
+    out = _run("create", "--user", "monitor", "--name", "ci", "--key-file", str(target))
+    key = target.read_text().strip()
+    assert key not in out and "written to" in out
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert ApiToken.objects.get().prefix == key[:8]
+    with pytest.raises(CommandError, match="exists"):
+        _run("create", "--user", "monitor", "--name", "again", "--key-file", str(target))
+    assert ApiToken.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("create", "--name", "x"), "needs --user"),
+        (("create", "--user", "nobody", "--name", "x"), "no console user"),
+        (("create", "--user", "monitor", "--name", "  "), "needs --user"),
+        (("revoke",), "needs the token's id"),
+        (("revoke", "zzzzzzzz"), "no token has"),
+    ],
+)
+def test_bad_input_is_one_clear_line(monitor, args, message):
+    with pytest.raises(CommandError, match=message):
+        _run(*args)
+    assert not ApiToken.objects.exists()
