@@ -9,6 +9,7 @@ import ipaddress
 import logging
 import math
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "queues.views.outage.banner",
+                "queues.views.environment.environment",
             ],
         },
     },
@@ -313,6 +315,14 @@ MRT_LARGE_JOB_BYTES = env_int("MRT_LARGE_JOB_BYTES", 10 * 1024**3)
 # "standalone" (every step ours) or "beside-merritt" (Merritt's storage and inventory services
 # claim Storing and Recording jobs, and storage the access requests, themselves).
 MRT_DEPLOYMENT = env("MRT_DEPLOYMENT", "standalone")
+# The environment every page names (production, stage, development, ...): anything but
+# production is shown in a band no one can miss, so a test console is never taken for the real one.
+MRT_ENVIRONMENT = env("MRT_ENVIRONMENT", "development").strip().lower()
+if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,29}", MRT_ENVIRONMENT):
+    raise ImproperlyConfigured(
+        f"MRT_ENVIRONMENT must be a short name such as production, stage or development "
+        f"(letters, digits, '-'), got {MRT_ENVIRONMENT!r}"
+    )
 # The daemons this console serves, comma-separated, or "all"; empty: the mode's default.
 MRT_OWN_STEPS = env("MRT_OWN_STEPS")
 # Where Merritt's access assembly requests (<token>/status) can be read; empty: not at all.

@@ -140,3 +140,10 @@ def test_an_unknown_log_level_names_the_variable(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "environment variable LOG_LEVEL must be" in result.stderr
     assert _settings_with(tmp_path, LOG_LEVEL="warning").returncode == 0
+
+
+def test_an_environment_name_that_is_not_a_short_name_is_refused(tmp_path: Path) -> None:
+    result = _settings_with(tmp_path, MRT_ENVIRONMENT="<b>prod</b>")
+    assert result.returncode != 0
+    assert "MRT_ENVIRONMENT must be a short name" in result.stderr
+    assert _settings_with(tmp_path, MRT_ENVIRONMENT="Stage").returncode == 0
