@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
 
-from queues import actions, archive, bulkrun, selectors
+from queues import actions, archive, backlog, bulkrun, selectors
 from queues.audit import AuditEntry
 from queues.auth import BEARER_CHALLENGE, VIEWER, has_role, token_from
 from queues.forms import (
@@ -232,6 +232,7 @@ def overview(request: HttpRequest) -> dict[str, Any]:
         },
         "held_jobs_by_collection": ov.held_by_collection,
         "bytes_in_process": ov.bytes_in_process,
+        "backlog": backlog.as_json(backlog.backlog()),
     }
 
 

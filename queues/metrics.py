@@ -92,7 +92,51 @@ class QueueCollector(Collector):
             "mrt_collections_held", "number of collection holds", {"": len(ov.holds.collections)}
         )
         yield from self.cockpit()
+        yield from self.backlog()
         yield _gauge(ZOOKEEPER_UP, ZOOKEEPER_UP_HELP, {"": 1})
+
+    def backlog(self) -> Iterator[Metric]:
+        """The overview's backlog ahead (queues/backlog.py)."""
+        from queues import backlog
+
+        b = backlog.backlog()
+        yield _gauge(
+            "mrt_backlog_jobs",
+            "jobs waiting per state",
+            {s.state: s.jobs for s in b.steps},
+            "state",
+        )
+        yield _gauge(
+            "mrt_backlog_bytes",
+            "estimated bytes of the jobs waiting per state (states whose jobs are estimated)",
+            {s.state: s.bytes for s in b.steps if s.bytes is not None},
+            "state",
+        )
+        yield _gauge(
+            "mrt_jobs_finished_per_hour",
+            f"jobs through their last step per hour, over the last {backlog.WINDOW_HOURS} hours",
+            {"": round(b.rate_per_hour, 3)},
+        )
+        if b.drain_seconds is not None:
+            yield _gauge(
+                "mrt_backlog_drain_seconds",
+                "seconds until the jobs waiting now are through, at the recent pace",
+                {"": round(b.drain_seconds)},
+            )
+        if b.disk is not None:
+            yield _gauge(
+                "mrt_work_disk_free_bytes", "free bytes on the working disk", {"": b.disk.free}
+            )
+            yield _gauge(
+                "mrt_work_disk_room_bytes",
+                "bytes provisioning may still hand out before its high-water mark",
+                {"": b.disk.room},
+            )
+            yield _gauge(
+                "mrt_work_disk_waiting_bytes",
+                "bytes the jobs waiting for Provisioning will ask for",
+                {"": b.disk.to_provision},
+            )
 
     def cockpit(self) -> Iterator[Metric]:
         """Stuck jobs per state and the registered consumer processes (queues/stuck.py,

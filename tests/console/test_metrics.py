@@ -32,6 +32,12 @@ FAMILIES = {
     "mrt_consumers": "mode",
     "mrt_consumer_threads_busy": None,
     "mrt_consumer_threads_flagged": None,
+    "mrt_backlog_jobs": "state",
+    "mrt_backlog_bytes": "state",
+    "mrt_jobs_finished_per_hour": None,
+    "mrt_work_disk_free_bytes": None,
+    "mrt_work_disk_room_bytes": None,
+    "mrt_work_disk_waiting_bytes": None,
     "mrt_zookeeper_up": None,
 }
 

@@ -1,0 +1,159 @@
+"""The backlog ahead (issue 24): jobs and bytes waiting per step, jobs finished per hour over
+the last day, a drain estimate at the recent pace and the working disk against what waits; on
+the overview, in /api/overview and in /metrics alike."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.urls import reverse
+from prometheus_client.parser import text_string_to_metric_families
+
+from queues import backlog
+from queues.audit import ApiToken
+from queues.models import StepRecord
+from queues.zk import jobs
+from tests.browser import SCREENSHOTS, close_context
+
+from .conftest import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+GIB = 1024**3
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rates():
+    backlog.clear_cache()
+    yield
+    backlog.clear_cache()
+
+
+@pytest.fixture
+def token(make_user) -> dict[str, str]:
+    _token, key = ApiToken.issue(user=make_user("viewer", "api-viewer"), name="t")
+    return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+
+
+def _records(step: str, n: int, *, ago: timedelta) -> None:
+    started = datetime.now(UTC) - ago
+    StepRecord.objects.bulk_create(
+        StepRecord(
+            kind="job",
+            item_id=f"jid{i:010d}",
+            step=step,
+            state=step.capitalize(),
+            outcome="ok",
+            started=started,
+            duration=1.0,
+            hour=int(started.timestamp() // 3600),
+            host="h1",
+        )
+        for i in range(n)
+    )
+
+
+@pytest.fixture
+def queue(zk, make_job, settings, tmp_path):
+    """3 Pending, 2 Provisioning (5 GiB and 1 GiB), 1 Downloading (2 GiB); 12 jobs finished
+    their notify step 1 hour ago (4 an hour over the 3-hour window) and 30 a day ago."""
+    settings.MRT_WORK_DIR = tmp_path
+    for _ in range(3):
+        make_job("Pending")
+    for size in (5, 1):
+        jobs.job_set_space_needed(zk, make_job("Provisioning"), size * GIB)
+    jobs.job_set_space_needed(zk, make_job("Downloading"), 2 * GIB)
+    _records("notify", 12, ago=timedelta(hours=1))
+    _records("notify", 30, ago=timedelta(hours=20))
+    _records("provisioning", 3, ago=timedelta(hours=2))
+    return tmp_path
+
+
+def test_the_api_gives_the_backlog_per_step_the_pace_and_a_drain_estimate(client, token, queue):
+    body = client.get("/api/overview", **token).json()["backlog"]
+    steps = {s["state"]: s for s in body["steps"]}
+    assert steps["Pending"] == {
+        "state": "Pending",
+        "jobs": 3,
+        "bytes": None,
+        "done_per_hour": 0,
+        "drain_seconds": None,
+    }
+    assert steps["Provisioning"]["jobs"] == 2 and steps["Provisioning"]["bytes"] == 6 * GIB
+    assert steps["Provisioning"]["done_per_hour"] == 1.0  # 3 over the last 3 hours
+    assert steps["Provisioning"]["drain_seconds"] == 2 * 3600
+    assert steps["Downloading"]["bytes"] == 2 * GIB
+    assert body["waiting_jobs"] == 6 and body["waiting_bytes"] == 8 * GIB
+    assert body["finished_last_day"] == 42
+    assert body["rate_per_hour"] == 4.0
+    # 6 jobs at 4 an hour: 1.5 h, but Provisioning alone needs 2 h at its own pace.
+    assert body["drain_seconds"] == 2 * 3600 and body["bottleneck"] == "Provisioning"
+    disk = body["disk"]
+    usage = shutil.disk_usage(queue)
+    assert disk["total"] == usage.total and disk["to_provision"] == 6 * GIB
+    assert disk["unestimated_jobs"] == 3
+    assert disk["fits"] == (disk["room"] >= 6 * GIB)
+
+
+def test_a_disk_at_its_high_water_mark_does_not_hold_what_waits(client, token, queue, settings):
+    settings.MRT_PROVISION_HIGH_WATER = 0.0
+    disk = client.get("/api/overview", **token).json()["backlog"]["disk"]
+    assert disk["room"] == 0 and disk["fits"] is False
+
+
+def test_no_estimate_without_a_recent_pace(client, token, zk, make_job, settings, tmp_path):
+    settings.MRT_WORK_DIR = tmp_path
+    make_job("Pending")
+    _records("notify", 5, ago=timedelta(hours=10))  # finished, but not lately
+    body = client.get("/api/overview", **token).json()["backlog"]
+    assert body["finished_last_day"] == 5 and body["rate_per_hour"] == 0
+    assert body["drain_seconds"] is None
+
+
+def test_the_overview_shows_the_backlog(viewer, queue):
+    html = viewer.get(reverse("overview")).content.decode()
+    assert 'id="backlog"' in html
+    assert "6 jobs" in html and "42 in 24 h" in html and "4.0 an hour" in html
+    assert "slowest step: Provisioning" in html
+    assert 'id="finished-per-hour"' in html  # the chart of the last day
+    assert 'id="backlog-provisioning"' in html and "6.00 GB" in html
+
+
+def test_metrics_carry_the_same_figures(client, token, queue):
+    text = client.get("/metrics", **token).content.decode()
+    found = {
+        (f.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    assert found[("mrt_backlog_jobs", (("state", "Pending"),))] == 3
+    assert found[("mrt_backlog_bytes", (("state", "Provisioning"),))] == 6 * GIB
+    assert ("mrt_backlog_bytes", (("state", "Pending"),)) not in found
+    assert found[("mrt_jobs_finished_per_hour", ())] == 4.0
+    assert found[("mrt_backlog_drain_seconds", ())] == 7200
+    assert found[("mrt_work_disk_waiting_bytes", ())] == 6 * GIB
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_backlog_in_a_browser(browser, live_server, make_user, queue):
+    make_user("viewer", "vic")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(f"{live_server.url}/login/")
+        page.fill("#id_username", "vic")
+        page.fill("#id_password", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{live_server.url}/")
+        assert "slowest step: Provisioning" in page.inner_text("#backlog-drain")
+        assert not page.is_visible("#backlog-provisioning")
+        page.click("#backlog-steps summary")
+        page.wait_for_selector("#backlog-provisioning")
+        assert "2.0 h" in page.inner_text("#backlog-provisioning")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.locator("#backlog").screenshot(path=str(SCREENSHOTS / "overview-backlog.png"))
+    finally:
+        close_context(context)
