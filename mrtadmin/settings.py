@@ -362,11 +362,12 @@ MRT_MAX_COMPRESSION_RATIO = env_float("MRT_MAX_COMPRESSION_RATIO", 100.0)
 MRT_UNKNOWN_SIZE_BYTES = env_int("MRT_UNKNOWN_SIZE_BYTES", 1024**3)
 # Jobs downloading at once in one process, and at most this many from one depositor host.
 MRT_DOWNLOAD_JOBS = env_int("MRT_DOWNLOAD_JOBS", 4)
-# The batched job loop (queues/daemons/pipeline.py): jobs claimed per lock multi and moved per
-# move multi, and whether a process keeps a job's lock from one of its steps to the next. Worth
-# it where steps are short next to a ZooKeeper round trip; 1 and off is the one-job loop.
-MRT_CLAIM_BATCH = env_int("MRT_CLAIM_BATCH", 1)
-MRT_KEEP_LOCKS = env_bool("MRT_KEEP_LOCKS", False)
+# The batched job loop (queues/daemons/pipeline.py), the default of the steps that are short
+# next to a ZooKeeper round trip (BATCHED_STEPS in queues/daemons/runner.py): jobs claimed per
+# lock multi and moved per move multi, and whether a process keeps a job's lock from one of its
+# steps to the next. 1 and off is the one-job loop for every step.
+MRT_CLAIM_BATCH = env_int("MRT_CLAIM_BATCH", 8)
+MRT_KEEP_LOCKS = env_bool("MRT_KEEP_LOCKS", True)
 MRT_DOWNLOADS_PER_HOST = env_int("MRT_DOWNLOADS_PER_HOST", 2)
 
 # Mail: SMTP when EMAIL_HOST is set, else files under MRT_VAR_DIR/mail the console can show.

@@ -102,7 +102,7 @@ class Options:
     disk_fills: int = 0
     disk_full_seconds: float = 7.0
     work_disk_mb: int = 64
-    loop: str = "one"  # or "batched"
+    loop: str = "batched"  # the default's batched steps, or "one": every step one job a time
     claim_batch: int = 8
     storage: str = "http"  # or "local"
     storage_add_seconds: float = 0.5
@@ -226,6 +226,9 @@ class Run:
         if opts.loop == "batched":
             env["MRT_CLAIM_BATCH"] = str(opts.claim_batch)
             env["MRT_KEEP_LOCKS"] = "1"
+        else:
+            env["MRT_CLAIM_BATCH"] = "1"
+            env["MRT_KEEP_LOCKS"] = "0"
         self.env = env
         subprocess.run(
             [sys.executable, str(self.manage), "migrate", "--noinput", "-v", "0"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from django.conf import settings
 
@@ -14,6 +15,30 @@ from queues.daemons.registry import daemon_classes
 from queues.zk.client import add_state_listener, client, remove_state_listener
 
 log = logging.getLogger("queues.daemons")
+
+# The job steps a process runs in the batched loop: those short next to a ZooKeeper round trip
+# whatever the object's size, so the jobs of a claimed batch (and those kept for the step) never
+# wait long behind one another while another consumer is free.
+BATCHED_STEPS = frozenset(
+    {
+        "pending",  # a collection-hold read and the object's file list
+        "estimating",  # a HEAD per file, all at once, each bounded by MRT_HTTP_TIMEOUT
+        "notify",  # one callback at most, and the working folder removed
+    }
+)
+# The others take one job at a time: provisioning (a claim of its own, by disk room), downloading
+# (MRT_DOWNLOAD_JOBS loops, a cap per depositor host), and processing, storing and recording,
+# which unpack and digest, store or record a whole object: as long as the object is big.
+
+
+def job_loop(cls: type[JobDaemon], keeper: LockKeeper | None) -> dict[str, Any]:
+    """The loop a process runs the job daemon ``cls`` in, as its constructor's arguments: the
+    batched loop (MRT_CLAIM_BATCH jobs a claim, locks kept with MRT_KEEP_LOCKS) for the steps of
+    BATCHED_STEPS, the one-job loop for the others. MRT_CLAIM_BATCH=1 with MRT_KEEP_LOCKS off
+    is the one-job loop for every step."""
+    if cls.name not in BATCHED_STEPS:
+        return {"batch": 1, "keeper": None}
+    return {"batch": settings.MRT_CLAIM_BATCH, "keeper": keeper}
 
 
 class Host:
@@ -32,14 +57,10 @@ class Host:
         classes = daemon_classes(name)
         self.zk = client()
         self.gate = SessionGate()
-        # Job daemons take MRT_CLAIM_BATCH jobs a claim and, with MRT_KEEP_LOCKS, hand a job
-        # on to this process's next step with its lock (daemons with a claim of their own, such
-        # as provisioning and downloading, keep the one-job loop whatever is set).
+        # A job handed on to this process's next step keeps its lock (MRT_KEEP_LOCKS).
         keeper = LockKeeper() if settings.MRT_KEEP_LOCKS else None
         self.daemons: list[Daemon] = [
-            cls(
-                zk=self.zk, gate=self.gate, poll=poll, batch=settings.MRT_CLAIM_BATCH, keeper=keeper
-            )
+            cls(zk=self.zk, gate=self.gate, poll=poll, **job_loop(cls, keeper))
             if issubclass(cls, JobDaemon)
             else cls(zk=self.zk, gate=self.gate, poll=poll)
             for cls in classes

@@ -57,18 +57,25 @@ def test_threads_run_that_many_copies_of_each_daemon(zk) -> None:
         everything.close()
 
 
-def test_claim_batch_and_kept_locks_reach_the_job_daemons(zk, settings) -> None:
-    settings.MRT_CLAIM_BATCH, settings.MRT_KEEP_LOCKS = 8, True
+def test_the_short_steps_run_batched_by_default_and_the_long_ones_one_job_at_a_time(
+    zk,
+) -> None:
     host = Host("all")
     try:
         batched = {d.name for d in host.daemons if isinstance(d, JobDaemon) and d.batched()}
-        # Estimating .. Notify but provisioning and downloading, which claim their own way.
-        assert {"estimating", "processing", "storing", "recording", "notify"} <= batched
-        assert "downloading" not in batched and "provisioning" not in batched
-        keepers = {d.keeper for d in host.daemons if isinstance(d, JobDaemon)}
+        # A claimed batch of jobs never waits behind a step that grows with the object.
+        assert batched == {"pending", "estimating", "notify"}
+        sizes = {d.batch_size for d in host.daemons if d.name in batched}
+        assert sizes == {8}
+        keepers = {d.keeper for d in host.daemons if d.name in batched}
         assert len(keepers) == 1 and None not in keepers  # one per process, shared
     finally:
         host.close()
+
+
+def test_a_claim_batch_of_one_without_kept_locks_is_the_one_job_loop_everywhere(
+    zk, settings
+) -> None:
     settings.MRT_CLAIM_BATCH, settings.MRT_KEEP_LOCKS = 1, False
     plain = Host("all")
     try:

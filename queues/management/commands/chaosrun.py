@@ -43,8 +43,9 @@ class Command(BaseCommand):
         add(
             "--loop",
             choices=("one", "batched"),
-            default="one",
-            help="the one-job loop, or the batched loop (MRT_CLAIM_BATCH, MRT_KEEP_LOCKS)",
+            default="batched",
+            help="the default (the batched loop for its short steps: MRT_CLAIM_BATCH, "
+            "MRT_KEEP_LOCKS), or the one-job loop for every step",
         )
         add("--claim-batch", type=int, default=8, help="MRT_CLAIM_BATCH of the batched loop")
         add(
