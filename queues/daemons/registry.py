@@ -22,12 +22,13 @@ from collections.abc import Iterable
 
 from django.conf import settings
 
+from queues.daemons import alert_rules
 from queues.daemons.access import AccessLarge, AccessSmall
+from queues.daemons.alerts import Alerts
 from queues.daemons.base import Daemon
 from queues.daemons.batch_pending import BatchPending
 from queues.daemons.batch_reporting import BatchReporting, BatchUpdateReporting
 from queues.daemons.bulk_runs import BulkRuns
-from queues.daemons.consistency import ConsistencyCheck
 from queues.daemons.downloading import Downloading
 from queues.daemons.estimating import Estimating
 from queues.daemons.job_pending import JobPending
@@ -57,7 +58,7 @@ DAEMONS: dict[str, type[Daemon]] = {
         AccessLarge,
         Retention,
         BulkRuns,
-        ConsistencyCheck,
+        Alerts,
     )
 }
 ALL = "all"
@@ -142,3 +143,7 @@ def deployment_problems() -> list[str]:
             "Merritt's storage service: set MRT_WORK_URL"
         )
     return problems
+
+
+# The alerts' no-consumer rule looks for a consumer process of every step this deployment serves.
+alert_rules.serve_steps(owned_steps)
