@@ -325,6 +325,12 @@ if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,29}", MRT_ENVIRONMENT):
     )
 # The daemons this console serves, comma-separated, or "all"; empty: the mode's default.
 MRT_OWN_STEPS = env("MRT_OWN_STEPS")
+# Who takes new batches through ingest: "merritt" (submissions made through the console go to
+# Merritt's ingest service, MRT_INGEST_URL) or "console" (this console's daemons); empty: merritt
+# beside Merritt, console standalone (queues/daemons/registry.py, docs/merritt-ownership.md).
+MRT_BATCH_INTAKE = env("MRT_BATCH_INTAKE")
+# Merritt's ingest service (http://host:port/<context>, without /poster/submit).
+MRT_INGEST_URL = env("MRT_INGEST_URL")
 # Where Merritt's access assembly requests (<token>/status) can be read; empty: not at all.
 MRT_ACCESS_REQUESTS_URL = env("MRT_ACCESS_REQUESTS_URL")
 # The largest file /poster/submit|update accepts.
@@ -384,18 +390,6 @@ else:
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "merritt-queue@localhost")
 # Sender of summary e-mails; empty: DEFAULT_FROM_EMAIL.
 MRT_MAIL_FROM = env("MRT_MAIL_FROM")
-# Alerts (queues/daemons/alerts.py): where they go (comma-separated addresses; a webhook URL,
-# posted Slack's {"text": ...} or, with "json", the alert's fields), how often the rules are
-# evaluated, and the hour (local time, 0-23) of the daily digest (negative: none).
-MRT_ALERT_EMAIL = env("MRT_ALERT_EMAIL")
-MRT_ALERT_WEBHOOK_URL = env("MRT_ALERT_WEBHOOK_URL")
-MRT_ALERT_WEBHOOK_FORMAT = env("MRT_ALERT_WEBHOOK_FORMAT", "slack").strip().lower()
-if MRT_ALERT_WEBHOOK_FORMAT not in ("slack", "json"):
-    raise ImproperlyConfigured(
-        f"MRT_ALERT_WEBHOOK_FORMAT must be slack or json, got {MRT_ALERT_WEBHOOK_FORMAT!r}"
-    )
-MRT_ALERT_EVERY = env_float("MRT_ALERT_EVERY", 30.0)
-MRT_ALERT_DIGEST_HOUR = env_int("MRT_ALERT_DIGEST_HOUR", 7)
 
 LOG_LEVEL = env("LOG_LEVEL", "INFO").strip().upper()
 if not isinstance(logging.getLevelNamesMapping().get(LOG_LEVEL), int):

@@ -21,7 +21,7 @@ from typing import Any
 
 from queues import services
 from queues.roles import ADMIN, OPERATOR
-from queues.states import REMOVE, AccessState, BatchState
+from queues.states import REMOVE, AccessState
 from queues.zk.client import connected_client
 
 
@@ -67,19 +67,20 @@ def _access(fn: Callable[..., services.Outcome]) -> Callable[[Call], services.Ou
 
 
 def _submit(call: Call) -> services.Outcome:
-    bid = services.batch_submit(**call.params)
-    return services.Outcome("batch", bid, "", BatchState.PENDING, "submitted")
+    return services.batch_submit_outcome(**call.params)
 
 
 def _repair(_call: Call) -> services.Outcome:
-    """Repair from the findings of the latest finished check run (queues/consistency.py)."""
-    from queues import consistency
+    from queues.check import repair, run_check
 
-    run, lines = consistency.repair_latest(connected_client())
+    zk = connected_client()
+    report = run_check(zk)
+    fixable = sum(1 for f in report.findings if f.repairable)
+    lines = repair(zk, report)
     return services.Outcome(
         "consistency",
         "tree",
-        f"{run.repairable} repairable",
+        f"{fixable} repairable",
         f"{len(lines)} changes",
         "; ".join(lines)[:2000],
     )

@@ -1224,12 +1224,10 @@ def known_profiles() -> list[str]:
 # Consistency --------------------------------------------------------------------------------
 
 
-def consistency_report(*, kind: str = "", page: int = 1) -> dict[str, Any]:
-    """The latest consistency check run (walked in the background: ``queues.consistency``)
-    with one page of its findings; never a walk of the tree in this process."""
-    from queues import consistency
+def consistency_report() -> Any:
+    from queues.check import run_check
 
-    return consistency.run_dict(consistency.latest(), kind=kind, page=page)
+    return run_check(connected_client())
 
 
 # Consumers ----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ has moved since, the action is refused instead of undoing a newer change.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,6 +19,7 @@ from typing import Any
 from queues import states
 from queues.depositors import depositor_policy, payload_roots
 from queues.states import INGEST_HELD_MESSAGE, AccessState, BatchState, JobState
+from queues.steps import merritt_ingest_client as ingest_client
 from queues.steps import submission as submission_steps
 from queues.steps.checkm import filename_problem
 from queues.steps.fetch import DownloadError, local_path
@@ -33,6 +35,7 @@ from queues.zk.access import (
 )
 from queues.zk.batches import (
     batch_create,
+    batch_id_for_uuid,
     batch_ids,
     batch_is_complete,
     batch_job_ids,
@@ -273,6 +276,79 @@ def batch_submit(
     # Merritt ingest's keys beside the console's (its readers need them): type, update, ...
     submission.update(submission_steps.merritt_submission_keys(submission))
     return batch_create(client(), submission=submission).bid
+
+
+# How long a submission sent to Merritt's ingest is looked for in the queue before the answer
+# names only ingest's batch ID (its door writes the batch before it answers).
+MERRITT_BATCH_WAIT = 5.0
+
+
+def batch_submit_outcome(**params: Any) -> Outcome:
+    """The submit action of every door (form, API, ``/poster/``): a Pending batch made by the
+    console, or, beside Merritt with MRT_BATCH_INTAKE=merritt, the submission sent to Merritt's
+    ingest door so that its ingest, which owns intake, writes and works the batch."""
+    if ingest_client.batch_intake() != ingest_client.MERRITT_INTAKE:
+        return Outcome("batch", batch_submit(**params), "", BatchState.PENDING, "submitted")
+    return batch_submit_to_merritt(**params)
+
+
+def batch_submit_to_merritt(
+    *,
+    profile: str,
+    submitter: str,
+    payload_url: str,
+    submission_type: str = "file",
+    title: str = "",
+    creator: str = "",
+    date: str = "",
+    local_id: str = "",
+    primary_id: str = "",
+    digest_alg: str = "",
+    digest_value: str = "",
+    filename: str = "",
+    extra: dict[str, Any] | None = None,
+) -> Outcome:
+    """Send one submission to Merritt's ingest service (queues/steps/merritt_ingest_client.py)
+    after the checks ``batch_submit`` makes; the outcome names the queue's batch (``bid…``)
+    once Merritt's ingest has written it, else ingest's own batch ID (``bid-<uuid>``)."""
+    zpaths.profile(profile)
+    if submission_type not in SUBMISSION_TYPES:
+        raise ValueError(f"type {submission_type!r} is not one of: {', '.join(SUBMISSION_TYPES)}")
+    if not submitter.strip():
+        raise ValueError("submitter is required")
+    check_payload_url(payload_url)
+    check_filename(filename or filename_from_url(payload_url))
+    answer = ingest_client.submit_to_ingest(
+        ingest_client.IngestSubmission(
+            profile=profile,
+            submitter=submitter.strip(),
+            payload_url=payload_url,
+            submission_type=submission_type,
+            title=title,
+            creator=creator,
+            date=date,
+            local_id=local_id,
+            primary_id=primary_id,
+            digest_alg=digest_alg,
+            digest_value=digest_value,
+            filename=filename,
+            extra=extra or {},
+        ),
+        policy=depositor_policy(),
+        file_roots=payload_roots(),
+    )
+    detail = f"sent to Merritt's ingest as {answer.batch_id}"
+    zk = client()
+    deadline = time.monotonic() + MERRITT_BATCH_WAIT
+    while True:
+        try:
+            bid = batch_id_for_uuid(zk, zpaths.batch_uuid(answer.batch_id))
+        except NotFound:
+            if time.monotonic() >= deadline:
+                return Outcome("batch", answer.batch_id, "", answer.status or "QUEUED", detail)
+            time.sleep(0.1)
+            continue
+        return Outcome("batch", bid, "", BatchState.PENDING, detail)
 
 
 def batch_release(*, bid: str, expect_version: int | None = None) -> Outcome:
@@ -554,6 +630,8 @@ __all__ = [
     "batch_release",
     "batch_remove_deleted",
     "batch_submit",
+    "batch_submit_outcome",
+    "batch_submit_to_merritt",
     "batch_update_reporting",
     "batches_cleanup",
     "batches_complete_if_done",

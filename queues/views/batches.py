@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from email.header import decode_header, make_header
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.http import HttpResponse, HttpResponseNotAllowed
@@ -152,7 +153,11 @@ def submit(request: HtmxHttpRequest) -> HttpResponse:
         params=form.cleaned_data,
     )
     report(request, outcomes)
-    return redirect_after_post(reverse("batch", args=[outcomes[0].id]))
+    made = outcomes[0].id
+    if zpaths.BID_RE.fullmatch(made):
+        return redirect_after_post(reverse("batch", args=[made]))
+    # Sent to Merritt's ingest, which has not written its batch yet: its list finds it later.
+    return redirect_after_post(f"{reverse('batches')}?{urlencode({'q': made})}")
 
 
 # A batch's summary mails ----------------------------------------------------------------------

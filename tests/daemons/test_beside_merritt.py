@@ -102,6 +102,8 @@ def _java_store_consumer_reads(store: dict[str, Any]) -> tuple[str, str, int, st
 
 def _beside(settings: Any, **more: Any) -> None:
     settings.MRT_DEPLOYMENT = "beside-merritt"
+    # These tests are about our intake daemons beside Merritt's storage and inventory.
+    settings.MRT_BATCH_INTAKE = "console"
     settings.MRT_WORK_URL = "http://ingest.example.org/work"
     settings.MRT_STORAGE_URL = "http://store.example.org:35121"
     for key, value in more.items():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -571,3 +572,90 @@ def unused_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+BATCH_NS = "http://uc3.cdlib.org/ontology/mrt/ingest/batch"
+
+
+@dataclass
+class PosterUpload:
+    """One ``POST /poster/submit`` as Merritt's ingest read it: its form fields, the uploaded
+    file's name and bytes, and the batch ID ingest minted for it."""
+
+    batch_id: str
+    fields: dict[str, str]
+    filename: str
+    content: bytes
+
+
+class IngestPosterStandIn(StandIn):
+    """Merritt's ingest service's depositor door (docs/merritt-poster.md, mrt-ingest
+    ``JerseyBase``): a multipart ``POST <context>/poster/submit`` with one uploaded file and
+    the form fields. It mints ``bid-<uuid>``, hands the upload to ``accept`` (which writes the
+    batch into the queue, as ingest does before it answers) and answers the batch state in the
+    ``responseForm`` asked for (XML by default), ``batchStatus`` ``QUEUED``; a missing profile,
+    submitter or file is refused with ``REQUEST_INVALID``."""
+
+    name = "ingest"
+
+    def __init__(self, accept: Callable[[PosterUpload], None], context: str = "/ingest") -> None:
+        super().__init__()
+        self.accept = accept
+        self.context = context
+        self.uploads: list[PosterUpload] = []
+
+    @staticmethod
+    def parse(request: Request) -> tuple[dict[str, str], str, bytes] | None:
+        head = f"Content-Type: {request.headers.get('Content-Type', '')}\r\n\r\n".encode()
+        message = BytesParser(policy=HTTP).parsebytes(head + request.body)
+        if not message.is_multipart():
+            return None
+        fields: dict[str, str] = {}
+        filename, content = "", b""
+        for part in message.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            raw = part.get_payload(decode=True) or b""
+            if part.get_filename():
+                filename, content = str(part.get_filename()), raw
+            elif name:
+                fields[str(name)] = raw.decode("utf-8")
+        return fields, filename, content
+
+    def handle(self, request: Request) -> Answer:
+        if request.method != "POST" or request.path != f"{self.context}/poster/submit":
+            return exception_document("REQUESTED_ITEM_NOT_FOUND", f"no route {request.path}")
+        parsed = self.parse(request)
+        if parsed is None:
+            return exception_document("REQUEST_INVALID", "not a multipart form")
+        fields, filename, content = parsed
+        form = fields.get("responseForm", "xml")
+        for needed in ("profile", "submitter"):
+            if not fields.get(needed):
+                return exception_document("REQUEST_INVALID", f"{needed} missing", form=form)
+        if not filename:
+            return exception_document("REQUEST_INVALID", "no file uploaded", form=form)
+        upload = PosterUpload(f"bid-{uuid.uuid4()}", fields, filename, content)
+        self.accept(upload)
+        with self.lock:
+            self.uploads.append(upload)
+        state = {
+            "batchID": upload.batch_id,
+            "batchStatus": "QUEUED",
+            "userAgent": fields["submitter"],
+            "submissionDate": "2026-11-21T10:02:03-08:00",
+            "jobStates": "",
+        }
+        if form == "json":
+            body = {
+                "bat:batchState": {
+                    "xmlns:bat": BATCH_NS,
+                    **{f"bat:{k}": v for k, v in state.items()},
+                }
+            }
+            return Answer(200, json.dumps(body).encode(), "application/json")
+        inner = "".join(f"<bat:{k}>{escape(v)}</bat:{k}>" for k, v in state.items())
+        xml = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n'
+            f'<bat:batchState xmlns:bat="{BATCH_NS}">{inner}</bat:batchState>'
+        )
+        return Answer(200, xml.encode())
