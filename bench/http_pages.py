@@ -94,7 +94,8 @@ PAGES: list[tuple[str, str, str]] = [
     ("bulk runs", "page", "/bulk/"),
     ("tokens", "page", "/tokens/"),
     ("submit", "page", "/submit/"),
-    ("consistency check", "page", "/consistency/"),
+    ("consistency page", "page", "/consistency/"),
+    ("stuck", "page", "/stuck/"),
     ("/metrics", "api", "/metrics"),
     ("/healthz", "api", "/healthz"),
     ("api overview", "api", "/api/overview"),
@@ -111,8 +112,6 @@ PAGES: list[tuple[str, str, str]] = [
     ("api audit", "api", "/api/audit"),
 ]
 SEARCHES = ("search by local id", "search by ARK", "api jobs, search")
-# Full checks by design (they read the whole tree when asked): fewer timed requests.
-SLOW = ("consistency check", "api consistency")
 
 
 @dataclass
@@ -257,6 +256,125 @@ class Console:
                 return time.monotonic() - self.started_at
             time.sleep(0.25)
         raise RuntimeError(f"the read index of {self.size} jobs was not filled in time")
+
+
+@dataclass
+class CheckRun:
+    """One consistency check started from the page and walked by a consistency daemon."""
+
+    seconds: float = float("nan")  # the page's POST to the page showing the findings
+    state: str = ""
+    jobs: int = 0
+    findings: int = 0
+    walker_peak_mib: float = float("nan")  # the daemon process's peak RSS (VmHWM)
+    web_before_mib: float = float("nan")
+    web_after_mib: float = float("nan")
+    web_peak_mib: float = float("nan")
+
+
+def _proc_mib(pid: int, field_name: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field_name}:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def time_check(console: Console, env: dict[str, str], scratch: Path) -> CheckRun:
+    """Start the check from the page as an admin would (POST with the form's CSRF token), with
+    a ``runconsumer consistency`` process running beside daphne, and poll the page until it
+    shows the run finished: the time from the click to the findings, and both processes' RSS."""
+    figures = CheckRun(web_before_mib=console.rss_mib())
+    log = scratch / f"walker-{console.size}.log"
+    with log.open("ab") as out:
+        walker = subprocess.Popen(
+            [
+                str(ROOT / ".venv/bin/python"),
+                "manage.py",
+                "runconsumer",
+                "consistency",
+                "--poll",
+                "0.2",
+            ],
+            cwd=ROOT,
+            env=console.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while b"consistency: started" not in log.read_bytes():
+            if walker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"runconsumer consistency did not start; see {log}")
+            time.sleep(0.1)
+        page = console.session.get(f"{console.base}/consistency/", timeout=60).text
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+        began = time.monotonic()
+        answer = console.session.post(
+            f"{console.base}/consistency/",
+            data={"csrfmiddlewaretoken": token.group(1) if token else ""},
+            headers={"Referer": f"{console.base}/consistency/"},
+            timeout=60,
+            allow_redirects=False,
+        )
+        if answer.status_code != 303:
+            raise RuntimeError(f"starting the check answered {answer.status_code}")
+        while True:
+            body = console.session.get(f"{console.base}/consistency/", timeout=60).text
+            state = re.search(r'id="consistency-run"[^>]*data-state="([a-z]+)"', body)
+            figures.state = state.group(1) if state else "?"
+            if figures.state in ("finished", "failed", "interrupted"):
+                break
+            if walker.poll() is not None:
+                raise RuntimeError(f"runconsumer consistency exited; see {log}")
+            time.sleep(0.2)
+        figures.seconds = time.monotonic() - began
+        checked = re.search(r"Checked (\d+) jobs", body)
+        found = re.search(r"✖ (\d+) finding", body)
+        figures.jobs = int(checked.group(1)) if checked else 0
+        figures.findings = int(found.group(1)) if found else 0
+        figures.walker_peak_mib = _proc_mib(walker.pid, "VmHWM")
+        figures.web_after_mib = console.rss_mib()
+        figures.web_peak_mib = console.rss_mib("VmHWM")
+    finally:
+        walker.send_signal(signal.SIGTERM)
+        try:
+            walker.wait(30)
+        except subprocess.TimeoutExpired:
+            walker.kill()
+            walker.wait(10)
+    print(
+        f"  {console.size}: {figures.state} after {figures.seconds:.1f} s, walker peak "
+        f"{figures.walker_peak_mib:.0f} MiB",
+        flush=True,
+    )
+    return figures
+
+
+def check_table(checks: dict[int, CheckRun], sizes: list[int]) -> list[str]:
+    """The consistency check per size; the time per job flagged when it grows by over 1.5x."""
+    lines = [
+        "Consistency check started from the page (POST) until the page shows its findings, "
+        "walked by a `runconsumer consistency` process (daphne only records the run):",
+        f"  {'jobs':>9}{'start to findings':>19}{'per 1,000 jobs':>16}{'walker peak RSS':>17}"
+        f"{'web RSS before / after / peak':>32}  result",
+    ]
+    small = checks[sizes[0]]
+    for size in sizes:
+        c = checks[size]
+        per = c.seconds / size * 1000
+        ratio = per / (small.seconds / sizes[0] * 1000)
+        lines.append(
+            f"  {size:>9}{c.seconds:>17.1f} s{per:>13.2f} s{c.walker_peak_mib:>13.0f} MiB"
+            f"{c.web_before_mib:>14.0f} / {c.web_after_mib:.0f} / {c.web_peak_mib:.0f} MiB"
+            f"  {c.state}, {c.jobs} jobs, {c.findings} findings"
+            + (
+                f"; per job {ratio:.2f}x the smallest: {_verdict(ratio)}"
+                if size != sizes[0]
+                else ""
+            )
+        )
+    return lines
 
 
 def loading_said(body: str) -> bool:
@@ -424,14 +542,12 @@ def time_warm(
     per_round: int,
     only: list[str],
     skip: list[str],
-    slow: bool,
 ) -> None:
-    """Time the pages (``slow``: only the full checks, else every other page)."""
     for r in range(rounds):
         for name, kind, template in PAGES:
-            if not wanted_page(name, only, skip) or (name in SLOW) != slow:
+            if not wanted_page(name, only, skip):
                 continue
-            count = 1 if name in SLOW else per_round
+            count = per_round
             for console, queue in zip(consoles, queues, strict=True):
                 timing = figures[queue.size][name]
                 if timing.error:
@@ -534,6 +650,9 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--skip", nargs="*", default=[], help="leave out pages whose name has one")
     parser.add_argument("--no-cold", action="store_true", help="skip the cold (restart) pass")
     parser.add_argument(
+        "--no-check", action="store_true", help="skip the consistency check (start to findings)"
+    )
+    parser.add_argument(
         "--zk-dir",
         default="",
         help="keep each size's loaded ZooKeeper here, running, and use it again in later runs",
@@ -585,23 +704,25 @@ def main(argv: list[str] | None = None) -> list[str]:
                 starts[queue.size] = (console.first_answer, console.wait_until_filled())
             rss_filled = {c.size: c.rss_mib() for c in consoles}
             print("warm pass", flush=True)
-            for slow in (False, True):  # the full checks last: they read the whole tree
-                time_warm(
-                    consoles,
-                    queues,
-                    figures,
-                    rounds=args.rounds,
-                    per_round=args.per_round,
-                    only=args.pages,
-                    skip=args.skip,
-                    slow=slow,
-                )
-                if not slow:
-                    rss_timed = {c.size: c.rss_mib() for c in consoles}
+            time_warm(
+                consoles,
+                queues,
+                figures,
+                rounds=args.rounds,
+                per_round=args.per_round,
+                only=args.pages,
+                skip=args.skip,
+            )
+            rss_timed = {c.size: c.rss_mib() for c in consoles}
+            checks: dict[int, CheckRun] = {}
+            if not args.no_check:
+                for console, queue in zip(consoles, queues, strict=True):
+                    print(f"consistency check, {queue.size} jobs", flush=True)
+                    checks[queue.size] = time_check(console, env, scratch)
             lines.append(
                 f"Every page and API view over HTTP through daphne (a real server process on "
                 f"loopback), {args.rounds * args.per_round} timed requests per page and size "
-                f"after the read index is filled (consistency: {args.rounds}):"
+                f"after the read index is filled:"
             )
             lines += table(figures, sizes)
             if not args.no_cold:
@@ -610,6 +731,8 @@ def main(argv: list[str] | None = None) -> list[str]:
                     "its read index filling in the background):"
                 )
                 lines += cold_table(figures, sizes)
+            if checks:
+                lines += check_table(checks, sizes)
             if len(queues) > 1:
                 small, large = queues[0].size, queues[-1].size
                 per_job = (rss_filled[large] - rss_filled[small]) * 1024**2 / (large - small)
@@ -626,8 +749,8 @@ def main(argv: list[str] | None = None) -> list[str]:
                 )
                 lines.append(
                     f"  web RSS: {rss_filled[queue.size]:.0f} MiB once filled, "
-                    f"{rss_timed[queue.size]:.0f} MiB after timing every page but the "
-                    f"consistency check, {console.rss_mib():.0f} MiB after it too, peak "
+                    f"{rss_timed[queue.size]:.0f} MiB after timing every page, "
+                    f"{console.rss_mib():.0f} MiB after the consistency check too, peak "
                     f"{console.rss_mib('VmHWM'):.0f} MiB"
                 )
                 lines.append(

@@ -20,7 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from queues import actions, archive, backlog, bulkrun, selectors
 from queues.audit import AuditEntry
-from queues.auth import BEARER_CHALLENGE, VIEWER, has_role, token_from
+from queues.auth import BEARER_CHALLENGE, VIEWER, has_role, require_action, token_from
 from queues.forms import (
     AccessFilterForm,
     ActionForm,
@@ -494,18 +494,20 @@ def reports(request: HttpRequest) -> dict[str, Any]:
 
 @api_view("GET", "POST")
 def consistency(request: HttpRequest) -> dict[str, Any]:
+    """The latest check run and a page of its findings; POST {"start": true} starts a run (a
+    daemon walks it), any other POST repairs from the latest finished run's findings."""
+    from queues import consistency as checks
+
     if request.method == "POST":
+        if _body(request).get("start"):
+            require_action(request.user, "consistency", "repair")
+            run, _created = checks.start(user=request.user, via="api")
+            return checks.run_dict(run)
         return _act(request, kind="consistency", action="repair", item_id="tree")
-    report = selectors.consistency_report()
-    return {
-        "ok": report.ok,
-        "jobs": report.jobs,
-        "batches": report.batches,
-        "findings": [
-            {"kind": f.kind, "path": f.path, "detail": f.detail, "repairable": f.repairable}
-            for f in report.findings
-        ],
-    }
+    page = request.GET.get("page", "1")
+    return selectors.consistency_report(
+        kind=request.GET.get("kind", "")[:40], page=int(page) if page.isdigit() else 1
+    )
 
 
 @api_view("GET")

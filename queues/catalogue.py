@@ -71,16 +71,14 @@ def _submit(call: Call) -> services.Outcome:
 
 
 def _repair(_call: Call) -> services.Outcome:
-    from queues.check import repair, run_check
+    """Repair from the findings of the latest finished check run (queues/consistency.py)."""
+    from queues import consistency
 
-    zk = connected_client()
-    report = run_check(zk)
-    fixable = sum(1 for f in report.findings if f.repairable)
-    lines = repair(zk, report)
+    run, lines = consistency.repair_latest(connected_client())
     return services.Outcome(
         "consistency",
         "tree",
-        f"{fixable} repairable",
+        f"{run.repairable} repairable",
         f"{len(lines)} changes",
         "; ".join(lines)[:2000],
     )

@@ -1224,10 +1224,12 @@ def known_profiles() -> list[str]:
 # Consistency --------------------------------------------------------------------------------
 
 
-def consistency_report() -> Any:
-    from queues.check import run_check
+def consistency_report(*, kind: str = "", page: int = 1) -> dict[str, Any]:
+    """The latest consistency check run (walked in the background: ``queues.consistency``)
+    with one page of its findings; never a walk of the tree in this process."""
+    from queues import consistency
 
-    return run_check(connected_client())
+    return consistency.run_dict(consistency.latest(), kind=kind, page=page)
 
 
 # Consumers ----------------------------------------------------------------------------------
