@@ -3,8 +3,9 @@
 Beside Merritt with ``MRT_BATCH_INTAKE=merritt`` (queues/daemons/registry.py) the console writes
 no Pending batch into the shared queue: Merritt's ingest consumers would take it and fail it,
 since they look for every batch on their own disk (docs/merritt-ownership.md). A submission goes
-instead through ingest's own depositor door, ``POST <MRT_INGEST_URL>/poster/submit``
-(docs/merritt-poster.md), and Merritt's ingest writes the batch itself.
+instead through ingest's own depositor door, ``POST <MRT_INGEST_URL>/poster/submit`` (``update``
+for a new version, as the console's ``/poster/update`` door marks it; docs/merritt-poster.md),
+and Merritt's ingest writes the batch itself.
 
 That door takes an uploaded file, never a URL. So a payload the console was given by URL is
 handed over as a checkm manifest that names the URL, and Merritt's ingest fetches it as it does
@@ -49,10 +50,12 @@ MERRITT_INTAKE = "merritt"
 CONSOLE_INTAKE = "console"
 INTAKES = (MERRITT_INTAKE, CONSOLE_INTAKE)
 
+# Ingest's door for a new object, and for a new version of one (JerseyPost ``submit``/``update``).
 POSTER_PATH = "/poster/submit"
+POSTER_UPDATE_PATH = "/poster/update"
 MAX_MANIFEST_BYTES = 16 * 1024**2
 # The console's own keys, never sent as ingest fields (the payload travels as the upload).
-_NOT_FIELDS = frozenset({"payload_url", "submission_mode", "digest", "submitted"})
+_NOT_FIELDS = frozenset({"payload_url", "submission_mode", "update", "digest", "submitted"})
 # Merritt's submission keys the console's /poster/ door keeps -> ingest's form field names.
 _MERRITT_FIELDS: dict[str, str] = {
     "note": "note",
@@ -254,7 +257,8 @@ def submit_to_ingest(
     """POST one submission to Merritt's ingest door; its answer, IngestRefused (4xx, with its
     reason) or IngestUnavailable (unreachable, 5xx, or an answer that is not a batch state).
     ``policy`` and ``file_roots`` are the depositor's: what a payload URL may reach."""
-    url = ingest_url() + POSTER_PATH
+    update = sub.extra.get("update") is True or sub.extra.get("submission_mode") == "update"
+    url = ingest_url() + (POSTER_UPDATE_PATH if update else POSTER_PATH)
     ingest_type, name, content = upload_for(sub, policy=policy, file_roots=file_roots)
     try:
         # A POST is not repeated once sent: a second one would make a second batch.

@@ -395,3 +395,25 @@ def test_merritt_ingest_refusing_or_away_is_said_and_nothing_is_written(
     assert b"set MRT_INGEST_URL" in response.content
     assert batch_ids(zk) == []
     assert len(ingest.uploads) == 0
+
+
+def test_a_new_version_goes_to_ingests_update_door_with_its_object(
+    zk: Any, settings: Any, ingest: IngestPosterStandIn, files: FileServer
+) -> None:
+    from queues import services
+
+    _beside(settings, "merritt")
+    outcome = services.batch_submit_outcome(
+        profile=PROFILE,
+        submitter="op",
+        payload_url=files.put("v2.txt", "two"),
+        primary_id="ark:/99999/fk4v2",
+        extra={"update": True, "submission_mode": "update", "note": "second version"},
+    )
+    [request] = ingest.seen("POST")
+    assert request.path == "/ingest/poster/update"
+    fields = ingest.uploads[0].fields
+    assert fields["primaryIdentifier"] == "ark:/99999/fk4v2"
+    assert fields["note"] == "second version"
+    assert "update" not in fields and "submission_mode" not in fields
+    assert batch_load(zk, outcome.id).submission["batchID"] == ingest.uploads[0].batch_id

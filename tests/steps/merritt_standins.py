@@ -622,7 +622,8 @@ class IngestPosterStandIn(StandIn):
         return fields, filename, content
 
     def handle(self, request: Request) -> Answer:
-        if request.method != "POST" or request.path != f"{self.context}/poster/submit":
+        verbs = (f"{self.context}/poster/submit", f"{self.context}/poster/update")
+        if request.method != "POST" or request.path not in verbs:
             return exception_document("REQUESTED_ITEM_NOT_FOUND", f"no route {request.path}")
         parsed = self.parse(request)
         if parsed is None:
