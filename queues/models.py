@@ -458,3 +458,95 @@ class ConsistencyFinding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.path}"
+
+
+# Consistency check runs (queues/consistency.py; the consistency daemon works through them) ---
+
+
+class ConsistencyRun(models.Model):
+    """One walk of the consistency check over the tree, with its progress; its findings are
+    ``ConsistencyFinding`` rows. At most one is running at a time, on any host: the database
+    refuses a second running row (``one_running_check``)."""
+
+    RUNNING, FINISHED, FAILED = "running", "finished", "failed"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    via = models.CharField(max_length=10, default="web")  # web, api or cli
+    state = models.CharField(max_length=10, default=RUNNING)
+    # Constant: the running rows share it, and the unique constraint allows one of them.
+    slot = models.CharField(max_length=10, default="tree", editable=False)
+    owner = models.CharField(max_length=200, blank=True, default="")  # "host:pid:n"; "" waits
+    phase = models.CharField(max_length=200, blank=True, default="")
+    done = models.BigIntegerField(default=0)
+    total = models.BigIntegerField(default=0)
+    jobs = models.BigIntegerField(default=0)
+    batches = models.BigIntegerField(default=0)
+    index_entries = models.BigIntegerField(default=0)
+    findings = models.IntegerField(default=0)
+    repairable = models.IntegerField(default=0)
+    kinds = models.JSONField(default=dict)  # finding kind -> how many
+    error = models.TextField(blank=True)
+    started = models.DateTimeField(default=timezone.now)
+    heartbeat = models.DateTimeField(default=timezone.now)
+    finished = models.DateTimeField(null=True, blank=True)
+    repaired = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        app_label = "queues"
+        ordering = ["-started", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["slot"], condition=models.Q(state="running"), name="one_running_check"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"consistency check {self.pk} ({self.shown_state})"
+
+    @property
+    def waiting(self) -> bool:
+        return self.state == self.RUNNING and not self.owner
+
+    @property
+    def interrupted(self) -> bool:
+        return (
+            self.state == self.RUNNING
+            and bool(self.owner)
+            and timezone.now() - self.heartbeat > STALE_AFTER
+        )
+
+    @property
+    def shown_state(self) -> str:
+        if self.interrupted:
+            return "interrupted"
+        return "waiting" if self.waiting else self.state
+
+    @property
+    def percent(self) -> int:
+        return min(100, 100 * self.done // self.total) if self.total else 0
+
+
+class ConsistencyFinding(models.Model):
+    """One finding of a run (``queues.check.Finding``), kept for paging and for repair."""
+
+    run = models.ForeignKey(ConsistencyRun, on_delete=models.CASCADE, related_name="rows")
+    kind = models.CharField(max_length=40)
+    path = models.TextField()
+    detail = models.TextField()
+    repairable = models.BooleanField(default=False)
+    session = models.BigIntegerField(default=0)
+    czxid = models.BigIntegerField(default=0)
+    owner = models.CharField(max_length=10, blank=True, default="")
+    advice = models.TextField(blank=True)
+    seen = models.JSONField(default=list)
+    repair = models.TextField(blank=True)  # what repair did, once it ran
+
+    class Meta:
+        app_label = "queues"
+        ordering = ["id"]
+        indexes = [models.Index(fields=["run", "kind", "id"], name="consistencyfinding_kind")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.path}"

@@ -1,27 +1,51 @@
-"""The consistency check of the ZooKeeper tree (what is wrong, what can be repaired) and the
-repair, an admin's destructive action."""
+"""The consistency check of the ZooKeeper tree: started here by an admin, walked in the
+background by the ``consistency`` daemon (``queues/consistency.py``), its progress polled and
+its findings paged here; the repair, an admin's destructive action, works from those findings."""
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import render
-from django.views.decorators.http import require_GET, require_POST
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
 
-from queues import selectors
-from queues.auth import VIEWER
+from queues import consistency as checks
+from queues.auth import VIEWER, require_action
+from queues.models import ConsistencyRun
 
-from .common import HtmxHttpRequest, console_view, perform_posted, report
+from .common import HtmxHttpRequest, console_view, perform_posted, redirect_after_post, report
 
 
-@require_GET
+def _page(request: HtmxHttpRequest, run: ConsistencyRun | None) -> dict[str, object]:
+    kind = request.GET.get("kind", "")
+    if run is None or kind not in run.kinds:
+        kind = ""
+    number = request.GET.get("page", "1")
+    page = int(number) if number.isdigit() and int(number) > 0 else 1
+    rows, more = checks.findings_page(run, kind=kind, page=page) if run else ([], False)
+    return {
+        "run": run,
+        "rows": rows,
+        "kind": kind,
+        "page": page,
+        "next_page": page + 1 if more else None,
+        "previous_page": page - 1 if page > 1 else None,
+    }
+
+
+@require_http_methods(["GET", "POST"])
 @console_view(VIEWER)
 def consistency(request: HtmxHttpRequest) -> HttpResponse:
-    found = selectors.consistency_report()
-    return render(
-        request,
-        "queues/consistency.html",
-        {"report": found, "repairable": sum(1 for f in found.findings if f.repairable)},
-    )
+    """GET: the latest run; POST (an admin): start a run, or show the one already going."""
+    if request.method == "POST":
+        # Starting a walk of the whole tree is an admin's, like the repair.
+        require_action(request.user, "consistency", "repair")
+        run, created = checks.start(user=request.user, via="web")
+        if not created:
+            messages.info(request, f"A check is already going (run {run.pk}): showing it.")
+        return redirect_after_post(reverse("consistency"))
+    return render(request, "queues/consistency.html", _page(request, checks.latest()))
 
 
 @require_POST
@@ -31,11 +55,6 @@ def consistency_repair(request: HtmxHttpRequest) -> HttpResponse:
         request.user, request.POST, kind="consistency", action="repair", item_id="tree"
     )
     report(request, outcomes)
-    return render(
-        request,
-        "queues/consistency.html",
-        {
-            "report": selectors.consistency_report(),
-            "repaired": outcomes[0].detail.split("; ") if outcomes[0].detail else [],
-        },
-    )
+    context = _page(request, checks.latest())
+    context["repaired"] = outcomes[0].detail.split("; ") if outcomes[0].detail else []
+    return render(request, "queues/consistency.html", context)

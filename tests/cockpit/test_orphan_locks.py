@@ -69,6 +69,7 @@ def _orphans(zk: Any) -> list[str]:
     ]
 
 
+@pytest.mark.django_db  # queuecheck records its run in the database
 def test_the_check_reports_a_lock_no_thread_of_its_console_process_claims(
     zk, consumer, other_zk, make_job
 ) -> None:

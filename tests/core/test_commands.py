@@ -232,6 +232,7 @@ def test_queue_carries_on_after_a_failed_item_and_exits_non_zero(
     assert pending.jid in err.getvalue()
 
 
+@pytest.mark.django_db  # queuecheck records its run in the database
 def test_queuecheck_reports_and_repairs(zk: KazooClient, job: Job) -> None:
     assert "0 findings" in run("queuecheck")
     zk.delete(f"/jobs/states/pending/05-{job.jid}")

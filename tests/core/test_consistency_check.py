@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import gc
+import json
+from array import array
 from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError
 
 from queues import check
 from queues.zk import batches, jobs
+from queues.zk.codecs import encode_json, now_stamp
 from queues.zk.records import Batch, Job
+from tests.daemons.merritt_ingest import merritt_batch, merritt_job
 
 from .helpers import assert_indexed, walk_job
 
@@ -119,10 +126,11 @@ def test_uuid_without_its_batch_is_deleted(zk: KazooClient, batch: Batch) -> Non
 
 
 def test_lock_older_than_the_threshold_is_reported_and_broken_on_request(
-    zk: KazooClient, other_zk: KazooClient, job: Job, batch: Batch
+    zk: KazooClient, job: Job, batch: Batch
 ) -> None:
-    other_zk.create(f"/jobs/{job.jid}/lock", b"", ephemeral=True)
-    other_zk.create(f"/batches/{batch.bid}/lock", b"", ephemeral=True)
+    # Persistent: left by a writer that is gone, no session will ever remove it.
+    zk.create(f"/jobs/{job.jid}/lock", b"")
+    zk.create(f"/batches/{batch.bid}/lock", b"")
     assert check.run_check(zk).ok
     report = check.run_check(zk, stale_lock_seconds=0)
     assert kinds(report) == {
@@ -136,6 +144,19 @@ def test_lock_older_than_the_threshold_is_reported_and_broken_on_request(
         [f"broke /jobs/{job.jid}/lock", f"broke /batches/{batch.bid}/lock"]
     )
     assert check.run_check(zk, stale_lock_seconds=0).ok
+
+
+def test_a_stale_lock_of_a_live_session_that_is_no_console_process_is_never_broken(
+    zk: KazooClient, other_zk: KazooClient, job: Job
+) -> None:
+    # Merritt's own consumer at work holds it: breaking it would let the job be worked twice.
+    other_zk.create(f"/jobs/{job.jid}/lock", b"", ephemeral=True)
+    report = check.run_check(zk, stale_lock_seconds=0)
+    [finding] = report.findings
+    assert (finding.kind, finding.owner) == ("stale-lock", "merritt")
+    assert "not a console process" in finding.detail and "Ask that service" in finding.advice
+    assert check.repair(zk, report, break_stale_locks=True) == []
+    assert zk.exists(f"/jobs/{job.jid}/lock") is not None
 
 
 def test_abandoned_half_created_job_is_removed(
@@ -212,3 +233,128 @@ def test_several_kinds_of_damage_are_all_found_and_repaired_at_once(
     repair_and_recheck(zk, report)
     for job, state in ((unindexed, "Pending"), (doubled, "Pending"), (done, "Completed")):
         assert_indexed(zk, job, batch.bid, state)
+
+
+# Items the console does not own: Merritt's ingest wrote them (no payload_url) ----------------
+
+
+def _library_hold(zk: KazooClient, bid: str, state: str) -> None:
+    """A batch status written as Merritt's library writes it: the node only, no marker."""
+    zk.set(
+        f"/batches/{bid}/status",
+        encode_json({"status": state, "last_modified": now_stamp(), "message": ""}),
+    )
+
+
+def _library_acquire_pending_batch(zk: KazooClient) -> str | None:
+    """mrt-zk's ``acquirePendingBatch``: the first batch without a ``states`` child whose status
+    is Pending and whose ephemeral lock can be created."""
+    for bid in sorted(zk.get_children("/batches")):
+        if zk.exists(f"/batches/{bid}/states") is not None:
+            continue
+        if json.loads(zk.get(f"/batches/{bid}/status")[0])["status"] != "Pending":
+            continue
+        try:
+            zk.create(f"/batches/{bid}/lock", b"", ephemeral=True)
+        except NodeExistsError:
+            continue
+        return bid
+    return None
+
+
+def test_a_batch_merritt_holds_is_reported_with_advice_and_never_marked(
+    zk: KazooClient, other_zk: KazooClient
+) -> None:
+    held = merritt_batch(zk)
+    _library_hold(zk, held.bid, "Held")
+    report = check.run_check(zk)
+    [finding] = report.findings
+    assert (finding.kind, finding.path) == ("batch-states-missing", f"/batches/{held.bid}/states")
+    assert (finding.repairable, finding.owner) == (False, "merritt")
+    assert "leave it as it is" in finding.advice and "Merritt's ingest" in finding.detail
+    assert check.repair(zk, report, break_stale_locks=True) == []
+    # Even a finding that claims to be repairable (kept from an older check) is looked at again.
+    assert check.repair_one(zk, dataclasses.replace(finding, repairable=True, owner="")) == ""
+    assert zk.exists(f"/batches/{held.bid}/states") is None
+    # Released by Merritt's tools: Merritt's batch consumer takes it up again.
+    _library_hold(zk, held.bid, "Pending")
+    assert _library_acquire_pending_batch(other_zk) == held.bid
+
+
+def test_a_batch_the_console_wrote_still_gets_its_marker(zk: KazooClient, batch: Batch) -> None:
+    _library_hold(zk, batch.bid, "Held")
+    report = check.run_check(zk)
+    assert [(f.kind, f.repairable, f.owner) for f in report.findings] == [
+        ("batch-states-missing", True, "")
+    ]
+    assert check.repair(zk, report) == [f"created /batches/{batch.bid}/states"]
+
+
+def test_a_job_merritt_wrote_out_of_its_folder_is_reported_not_reindexed(
+    zk: KazooClient,
+) -> None:
+    job = merritt_job(zk, state="Estimating")
+    zk.delete(job.index_path)  # a Merritt consumer stopped between its separate writes
+    report = check.run_check(zk)
+    [finding] = report.findings
+    assert (finding.kind, finding.owner, finding.repairable) == ("job-unindexed", "merritt", False)
+    assert "Merritt's operators" in finding.advice
+    assert check.repair(zk, report) == []
+    assert check.repair_one(zk, dataclasses.replace(finding, repairable=True, owner="")) == (
+        f"left /jobs/{job.jid}: Merritt's job, not the console's to repair"
+    )
+    assert zk.exists(job.index_path) is None
+
+
+def test_beside_merritt_an_item_of_unknown_writer_is_not_removed(
+    zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    zk.create("/jobs/jid0000000321", b"")  # half-created, no configuration to tell whose
+    monkeypatch.setattr(check, "ABANDONED_SECONDS", -1)
+    beside = check.run_check(zk, beside_merritt=True)
+    assert [(f.kind, f.repairable, f.owner) for f in beside.findings] == [
+        ("incomplete-job", False, "unknown")
+    ]
+    assert check.repair(zk, beside, beside_merritt=True) == []
+    assert zk.exists("/jobs/jid0000000321") is not None
+    assert check.repair(zk, check.run_check(zk)) == ["removed abandoned /jobs/jid0000000321"]
+
+
+# Bounded memory -------------------------------------------------------------------------------
+
+
+def test_the_walk_holds_one_chunk_of_jobs_at_a_time(
+    zk: KazooClient, make_batch: Callable[..., Batch], make_job: Callable[..., Job]
+) -> None:
+    for _ in range(9):
+        batch = make_batch()
+        for _ in range(7):
+            make_job(bid=batch.bid)
+    alive: list[int] = []
+
+    def count_jobs(_progress: check.Progress) -> None:
+        alive.append(sum(1 for o in gc.get_objects() if type(o) is Job))
+
+    gc.collect()
+    before = sum(1 for o in gc.get_objects() if type(o) is Job)
+    checker = check.Checker(zk, progress=count_jobs, chunk=5)
+    report = checker.run()
+    assert report.ok and (report.jobs, report.batches) == (63, 10)
+    # 63 jobs and 10 batches read five at a time: never more than one chunk decoded at once.
+    assert checker.largest_chunk == 5
+    assert checker.chunks == 13 + 2
+    assert max(alive) - before <= 5
+    # What it keeps of every job is flat arrays, not records.
+    assert isinstance(checker.jobs, array) and isinstance(checker.job_batch, array)
+
+
+def test_findings_go_to_the_sink_as_found_not_into_the_report(
+    zk: KazooClient, make_job: Callable[..., Job], batch: Batch
+) -> None:
+    lost = [make_job() for _ in range(12)]
+    for job in lost:
+        zk.delete(job.index_path)
+    sunk: list[check.Finding] = []
+    report = check.run_check(zk, sink=sunk.append, chunk=4, recheck_seconds=0)
+    assert report.findings == [] and report.found == 12 and not report.ok
+    assert sorted(f.path for f in sunk) == sorted(f"/jobs/{j.jid}" for j in lost)

@@ -1,40 +1,80 @@
 from __future__ import annotations
 
+import os
+import socket
+import sys
 from typing import Any
 
 from django.conf import settings
+from django.core.management.base import CommandError
 
-from queues.check import repair, run_check
+from queues import consistency
+from queues.models import ConsistencyFinding
 from queues.zk.client import client
 
 from ._base import QueueCommand
 
 
 class Command(QueueCommand):
-    help = "Check the queue tree for orphans and inconsistencies; --repair fixes the safe ones."
+    help = (
+        "Check the queue tree for orphans and inconsistencies, walking it in this process in "
+        "bounded memory (recorded as a check run the console shows; one run at a time across "
+        "hosts); --repair fixes the safe ones."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--repair", action="store_true", help="fix what is safe to fix")
         parser.add_argument(
             "--break-stale-locks",
             action="store_true",
-            help="with --repair: also delete locks older than ZK_LOCK_STALE_SECONDS",
+            help="with --repair: also delete locks older than ZK_LOCK_STALE_SECONDS "
+            "(never one a live session that is not a console process holds)",
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         zk = self.run_safely(client)
-        report = run_check(
-            zk,
-            stale_lock_seconds=settings.ZK_LOCK_STALE_SECONDS,
-            progress=lambda msg: self.stderr.write(msg),
-        )
+        owner = f"{socket.gethostname()}:{os.getpid()}:queuecheck"
+        run, created = consistency.start(user=None, via="cli", owner=owner)
+        if not created:
+            # One that no daemon has taken yet is walked here instead.
+            run = consistency.claim(owner) or run
+            if run.owner != owner:
+                raise CommandError(
+                    f"consistency check {run.pk} is already running (on {run.owner}, "
+                    f"{run.phase or 'starting'}); see /consistency/"
+                )
+        tty = sys.stderr.isatty()
+
+        def say(line: str) -> None:
+            self.stderr.write(f"\r{line}\x1b[K" if tty else line, ending="" if tty else "\n")
+
+        try:
+            run = consistency.walk(
+                run,
+                zk,
+                owner=owner,
+                say=say,
+                stale_lock_seconds=settings.ZK_LOCK_STALE_SECONDS,
+            )
+        except consistency.Interrupted as exc:
+            raise CommandError(f"{exc}; run it again") from exc
+        if tty:
+            self.stderr.write("")
         self.stdout.write(
-            f"checked {report.jobs} jobs, {report.batches} batches, "
-            f"{report.index_entries} index entries: {len(report.findings)} findings"
+            f"checked {run.jobs} jobs, {run.batches} batches, "
+            f"{run.index_entries} index entries: {run.findings} findings"
         )
-        for finding in report.findings:
-            mark = "repairable" if finding.repairable else "report only"
-            self.stdout.write(f"{finding.kind:30} {finding.path}  {finding.detail}  [{mark}]")
+        for row in ConsistencyFinding.objects.filter(run=run).order_by("id").iterator(2000):
+            mark = (
+                "Merritt's: not repaired"
+                if row.owner == "merritt"
+                else "repairable"
+                if row.repairable
+                else "report only"
+            )
+            self.stdout.write(f"{row.kind:30} {row.path}  {row.detail}  [{mark}]")
+            if row.advice:
+                self.stdout.write(f"{'':30} what to do: {row.advice}")
         if opts["repair"]:
-            for line in repair(zk, report, break_stale_locks=opts["break_stale_locks"]):
+            for line in consistency.repair(run, zk, break_stale_locks=opts["break_stale_locks"]):
                 self.stdout.write(f"repaired: {line}")
