@@ -39,7 +39,6 @@ from queues.daemons.batch_pending import BatchPending
 from queues.daemons.batch_reporting import BatchReporting, BatchUpdateReporting
 from queues.daemons.bulk_runs import BulkRuns
 from queues.daemons.consistency import ConsistencyCheck
-from queues.daemons.consistency import ConsistencyCheck
 from queues.daemons.downloading import Downloading
 from queues.daemons.estimating import Estimating
 from queues.daemons.job_pending import JobPending
@@ -80,7 +79,6 @@ DAEMONS: dict[str, type[Daemon]] = {
         AccessLarge,
         Retention,
         BulkRuns,
-        ConsistencyCheck,
         ConsistencyCheck,
     )
 }
