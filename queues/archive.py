@@ -37,6 +37,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from queues.states import JOB_STEPS, JobState
+from queues.steps.uploads import remove_uploads
 from queues.zk import paths as zpaths
 from queues.zk.batches import batch_ids, batch_job_ids, batch_load, batch_remove, batch_states
 from queues.zk.client import client
@@ -423,6 +424,7 @@ def remove_archived(zk: Any, batch: Batch, jobs: list[Job]) -> tuple[bool, int, 
             job_remove(zk, job)
             removed += 1
         batch_remove(zk, batch)
+        remove_uploads(settings.MRT_WORK_DIR, batch.submission)
     except (Conflict, ItemLocked, NotFound) as exc:
         if removed == len(jobs) and not zk.exists(zpaths.batch(batch.bid)):
             return True, removed, "removed meanwhile by another archiver"

@@ -13,10 +13,11 @@ from pathlib import Path
 from django.db import transaction
 
 from queues.models import InventoryFile, InventoryObject, InventoryVersion
-from queues.steps.checkm import ManifestError, parse_checkm
+from queues.steps.checkm import ManifestError
 from queues.steps.erc import Erc
 from queues.steps.fetch import DownloadError, fetch_bytes
 from queues.steps.inventory import InventoryError
+from queues.steps.storage import version_entries
 from queues.steps.submission import filename_from_url
 
 
@@ -40,7 +41,7 @@ class LocalInventory:
         erc: Erc | None = None,
     ) -> None:
         try:
-            manifest = parse_checkm(fetch_bytes(manifest_url, file_roots=self.file_roots))
+            files = version_entries(fetch_bytes(manifest_url, file_roots=self.file_roots), version)
         except (DownloadError, ManifestError) as exc:
             raise InventoryError(f"unusable storage manifest {manifest_url}: {exc}") from exc
         erc = erc or Erc()
@@ -70,8 +71,8 @@ class LocalInventory:
                     version=stored,
                     path=row.filename or filename_from_url(row.url),
                     size=row.size,
-                    digest_alg=row.hash_alg,
-                    digest=row.hash_value,
+                    digest_alg=row.digest_alg or "",
+                    digest=row.digest_value or "",
                 )
-                for row in manifest.rows
+                for row in files
             )

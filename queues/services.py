@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
+
 from queues import states
 from queues.depositors import depositor_policy, payload_roots
 from queues.states import INGEST_HELD_MESSAGE, AccessState, BatchState, JobState
@@ -25,6 +27,7 @@ from queues.steps.checkm import filename_problem
 from queues.steps.fetch import DownloadError, local_path
 from queues.steps.netpolicy import FetchRefused
 from queues.steps.submission import filename_from_url
+from queues.steps.uploads import remove_uploads
 from queues.zk import paths as zpaths
 from queues.zk.access import (
     access_ids,
@@ -371,6 +374,7 @@ def batch_delete(*, bid: str, expect_version: int | None = None) -> Outcome:
     marked Deleted is removed the same way."""
     zk, batch = _batch(bid, expect_version)
     deleted = batch_remove(zk, batch)
+    remove_batch_uploads(batch)
     after = REMOVED if batch.state == BatchState.DELETED else BatchState.DELETED
     return Outcome("batch", bid, batch.state, after, f"{len(deleted)} jobs deleted")
 
@@ -380,10 +384,16 @@ def batch_remove_deleted(*, bid: str, expect_version: int | None = None) -> Outc
     zk, batch = _batch(bid, expect_version)
     states.BATCH.check_remove(batch.state)
     deleted = batch_remove(zk, batch)
+    remove_batch_uploads(batch)
     return Outcome("batch", bid, batch.state, REMOVED, f"{len(deleted)} jobs deleted")
 
 
 CLEANUP_BATCH_STATES = (BatchState.COMPLETED, BatchState.DELETED)
+
+
+def remove_batch_uploads(batch: Batch) -> None:
+    """A removed batch's ``/poster/`` uploads go with it (``queues.steps.uploads``)."""
+    remove_uploads(settings.MRT_WORK_DIR, batch.submission)
 
 
 def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome]:
@@ -418,6 +428,7 @@ def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome
         except (Conflict, ItemLocked) as exc:
             yield Outcome("batch", bid, state, state, f"left alone: {exc}")
             continue
+        remove_batch_uploads(batch)
         after = BatchState.DELETED if state == BatchState.COMPLETED else REMOVED
         yield Outcome("batch", bid, state, after, f"{len(deleted)} jobs deleted")
 

@@ -48,6 +48,7 @@ from queues.steps.submission import (
     ObjectSpec,
     canonical_type,
     expand_submission,
+    merritt_job_keys,
     processing_problem,
 )
 from queues.zk.batches import batch_job_ids
@@ -164,6 +165,7 @@ class BatchPending(BatchDaemon):
         base.update(submission_type=batch_type(item), batch_id=item.bid, batch_uuid=item.uuid)
         base["update"] = base.get("update") is True
         base["queuePriority"] = f"{priority:02d}"
+        base.update(merritt_job_keys(item.submission))
         queued = []
         for seq, spec in enumerate(specs, start=1):
             jid = existing.get(seq) or self.create_job(item, base, spec, seq, priority).jid

@@ -32,24 +32,25 @@ from django.conf import settings
 from queues.inventory_db import LocalInventory
 from queues.steps.erc import Erc
 from queues.steps.inventory import HttpInventory, InventoryClient, InventoryError
+from queues.steps.merritt import storage_node_number
 from queues.steps.merritt_wire import service_session
 from queues.steps.minting import (
     EzidMinter,
     LocalMinter,
     Minter,
     MintError,
-    erc_record,
-    ezid_metadata,
-    merritt_target,
+    ark_metadata,
 )
 from queues.steps.notify import merritt_job_state
 from queues.steps.profiles import Profile, ProfileError, load_profile
-from queues.steps.storage import HttpStorage, LocalStorage, StorageClient
+from queues.steps.storage import HttpStorage, LocalStorage, ManifestExport, StorageClient
 from queues.zk.counters import counter_next
 
 EMAIL_KEYS = ("notification_email", "email", "depositor_email")
 # Where EZID sends an ARK's resolver: Merritt's object page, ``{this}/m/{ark}``.
 DEFAULT_EZID_TARGET_URL = "https://merritt.cdlib.org"
+# The folder of MRT_WORK_DIR (and path of MRT_WORK_URL) where local storage publishes objects.
+LOCAL_STORAGE_FOLDER = "storage"
 
 
 @cache
@@ -78,44 +79,78 @@ def minter(zk: Any) -> Minter:
 
 
 def mint_ark(
-    zk: Any, profile: Profile, *, erc: Erc | None = None, local_id: str | None = None
+    zk: Any,
+    profile: Profile,
+    *,
+    erc: Erc | None = None,
+    local_id: str | None = None,
+    depositor_erc: str | None = None,
+    retain_target: bool = False,
 ) -> str:
     """A new ARK on the profile's shoulder, described in EZID the way Merritt's ingest does.
 
     With EZID: mint with the ERC record (who/what/when, the local id), ``mrt.creator`` and
     ``_owner``, then, now that the ARK is known, update it with the ERC naming it and
-    ``_target`` = ``{MRT_EZID_TARGET_URL}/m/{ARK encoded twice}``. If that update fails the
-    ARK stays minted without its target and MintError says which ARK it is. Without EZID:
-    the local minter. Raises MintError.
+    ``_target`` = ``{MRT_EZID_TARGET_URL}/m/{ARK encoded twice}`` (``ark_metadata``: the
+    depositor's own ERC instead of the record, no ``_target`` when asked to retain it). If
+    that update fails the ARK stays minted without its target and MintError says which ARK
+    it is. Without EZID: the local minter. Raises MintError.
     """
     found = minter(zk)
     if not isinstance(found, EzidMinter):
         return found.mint(profile.ark_shoulder)
-    erc = erc or Erc()
-    owner = profile.ezid_coowner
-    context = profile.context
 
-    def record(ark: str | None) -> str:
-        return erc_record(who=erc.who, what=erc.what, when=erc.when, ark=ark, local_id=local_id)
+    def metadata(ark: str | None) -> dict[str, str]:
+        return _ezid_metadata(profile, ark, erc, local_id, depositor_erc, retain_target)
 
-    ark = found.mint(
-        profile.ark_shoulder,
-        ezid_metadata(erc=record(None), owner=owner, creator_context=context),
-    )
-    base = settings.MRT_EZID_TARGET_URL or DEFAULT_EZID_TARGET_URL
+    ark = found.mint(profile.ark_shoulder, metadata(None))
     try:
-        found.update(
-            ark,
-            ezid_metadata(
-                erc=record(ark),
-                target=merritt_target(base, ark),
-                owner=owner,
-                creator_context=context,
-            ),
-        )
+        found.update(ark, metadata(ark))
     except MintError as exc:
         raise MintError(f"minted {ark}, but could not set its EZID target: {exc}") from exc
     return ark
+
+
+def describe_ark(
+    zk: Any,
+    profile: Profile,
+    ark: str,
+    *,
+    erc: Erc | None = None,
+    local_id: str | None = None,
+    depositor_erc: str | None = None,
+    retain_target: bool = False,
+) -> None:
+    """Describe an ARK this console did not mint (the depositor's, or the one its local id
+    has) in EZID as Merritt's ingest does for every object: update it, creating it when EZID
+    does not hold it. Nothing without EZID. Raises MintError."""
+    found = minter(zk)
+    if not isinstance(found, EzidMinter):
+        return
+    found.describe(ark, _ezid_metadata(profile, ark, erc, local_id, depositor_erc, retain_target))
+
+
+def _ezid_metadata(
+    profile: Profile,
+    ark: str | None,
+    erc: Erc | None,
+    local_id: str | None,
+    depositor_erc: str | None,
+    retain_target: bool,
+) -> dict[str, str]:
+    erc = erc or Erc()
+    return ark_metadata(
+        ark,
+        who=erc.who,
+        what=erc.what,
+        when=erc.when,
+        local_id=local_id,
+        target_base=settings.MRT_EZID_TARGET_URL or DEFAULT_EZID_TARGET_URL,
+        owner=profile.ezid_coowner,
+        creator_context=profile.context,
+        depositor_erc=depositor_erc,
+        retain_target=retain_target,
+    )
 
 
 def storage(profile: Profile | None = None) -> StorageClient:
@@ -133,7 +168,22 @@ def storage(profile: Profile | None = None) -> StorageClient:
         retries=settings.MRT_DOWNLOAD_RETRIES,
         timeout=settings.MRT_HTTP_TIMEOUT,
         file_roots=internal_roots(),
+        export=storage_export(profile),
     )
+
+
+def storage_export(profile: Profile | None) -> ManifestExport | None:
+    """Where local storage publishes objects in Merritt storage's form, so that Merritt's
+    inventory can record them: ``$MRT_WORK_DIR/storage``, served as ``$MRT_WORK_URL/storage``
+    (no MRT_WORK_URL, no publishing: only this console's inventory reads local storage)."""
+    base = work_url(LOCAL_STORAGE_FOLDER)
+    if base is None or profile is None:
+        return None
+    try:
+        node = storage_node_number(profile.storage_node)
+    except ValueError:
+        return None
+    return ManifestExport(Path(settings.MRT_WORK_DIR) / LOCAL_STORAGE_FOLDER, base, node)
 
 
 def inventory() -> InventoryClient:

@@ -89,6 +89,16 @@ def job_erc(job: Job, spec: ObjectSpec) -> Erc:
     )
 
 
+def ezid_asks(job: Job) -> dict[str, Any]:
+    """What the depositor asked of EZID (the poster door's ``erc`` and ``retainTargetURL``)."""
+    config = job.configuration
+    erc = config.get("erc")
+    return {
+        "depositor_erc": erc if isinstance(erc, str) and erc.strip() else None,
+        "retain_target": str(config.get("retainTargetURL", "")).lower() == "true",
+    }
+
+
 class Processing(JobDaemon):
     name: ClassVar[str] = "processing"
     step: ClassVar[str] = "processing"
@@ -102,16 +112,21 @@ class Processing(JobDaemon):
             raise StepFailed(f"ARK {ark} conflicts with {known}, which local id {local_id} has")
         if ark and ark == job.primary_id:
             clients.record_local_id(ark, local_id, job.profile)
+            self.describe_ark(job, spec, ark, local_id)
             return ark
         if not ark and known:
             ark = known
-        if not ark:
+        if ark:
+            self.describe_ark(job, spec, ark, local_id)
+        else:
             try:
                 profile = load_profile(job.profile)
             except ProfileError as exc:
                 raise StepFailed(f"cannot mint an ARK: {exc}") from exc
             try:
-                ark = clients.mint_ark(self.zk, profile, erc=job_erc(job, spec), local_id=local_id)
+                ark = clients.mint_ark(
+                    self.zk, profile, erc=job_erc(job, spec), local_id=local_id, **ezid_asks(job)
+                )
             except MintError as exc:
                 raise StepFailed(str(exc)) from exc
         identifiers: dict[str, Any] = dict(job.identifiers or {})
@@ -122,6 +137,16 @@ class Processing(JobDaemon):
         return ark
 
     retrieved_ark: str | None = None
+
+    def describe_ark(self, job: Job, spec: ObjectSpec, ark: str, local_id: str | None) -> None:
+        """EZID is told about an ARK this step did not mint, as Merritt's ingest does."""
+        try:
+            profile = load_profile(job.profile)
+            clients.describe_ark(
+                self.zk, profile, ark, erc=job_erc(job, spec), local_id=local_id, **ezid_asks(job)
+            )
+        except (ProfileError, MintError) as exc:
+            raise StepFailed(f"cannot describe {ark} in EZID: {exc}") from exc
 
     def work(self, item: Job) -> Step:
         spec = job_spec(item)
@@ -203,7 +228,6 @@ class Processing(JobDaemon):
             profile=profile.name,
             collections=profile.all_collections,
             storage_service=storage_url,
-            storage_node=str(profile.storage_node),
             notification=profile.contacts,
             supplied_identifier=supplied,
             digest_type=spec.digest_alg,
@@ -233,9 +257,11 @@ class Processing(JobDaemon):
 
 def storage_service_url(profile: Profile) -> str:
     """The storage service a version goes to: the profile's (a Merritt profile names it), else
-    MRT_STORAGE_URL, else local storage's folder as a file URL."""
+    MRT_STORAGE_URL, else local storage as published under MRT_WORK_URL
+    (``clients.storage_export``), else local storage's folder as a file URL."""
     return (
         profile.storage_service
         or settings.MRT_STORAGE_URL
+        or clients.work_url(clients.LOCAL_STORAGE_FOLDER)
         or Path(settings.MRT_STORAGE_ROOT).resolve().as_uri()
     ).rstrip("/")

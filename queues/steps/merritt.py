@@ -11,14 +11,17 @@ repository, file and method of each one.
 * The ``store`` and ``inventory`` job nodes that Processing writes for Merritt's storage and
   inventory services (:func:`store_node`, :func:`inventory_node`), and how Merritt's storage
   consumer reads ``store.mode`` back (:func:`parse_store_mode`).
-* URL-encoding the way Java's ``URLEncoder`` does it (:func:`java_urlencode`), and the date text
-  of ``submissionDate`` (:func:`java_date_text`).
+* URL-encoding the way Java's ``URLEncoder`` does it (:func:`java_urlencode`), and the date
+  texts of ``submissionDate``: a batch's ``java.util.Date`` text (:func:`java_date_text`), a
+  job's ISO 8601 ``DateState`` text (:func:`iso_date_text`), both read back by
+  :func:`parse_submission_date`.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta, timezone
 from urllib.parse import quote_plus, unquote_plus
 
 # The console's name -> Merritt ingest's package type name.
@@ -78,6 +81,50 @@ def java_date_text(moment: datetime | None = None) -> str:
     moment = (moment or datetime.now()).astimezone()
     zone = moment.strftime("%Z") or moment.strftime("%z")
     return moment.strftime(f"%a %b %d %H:%M:%S {zone} %Y")
+
+
+def iso_date_text(moment: datetime | None = None) -> str:
+    """A date as Merritt's ``DateState.toString()`` writes it: ISO 8601 to the second with the
+    zone's offset, ``2026-11-21T10:02:03-08:00`` (``+00:00`` in UTC, never ``Z``)."""
+    return (moment or datetime.now()).astimezone().isoformat(timespec="seconds")
+
+
+_JAVA_DATE = re.compile(
+    r"[A-Z][a-z]{2} (?P<month>[A-Z][a-z]{2}) (?P<day>\d\d) (?P<time>\d\d:\d\d:\d\d) "
+    r"(?P<zone>\S+) (?P<year>\d{4})"
+)
+
+
+def parse_submission_date(text: str) -> datetime | None:
+    """A ``submissionDate`` in either form Merritt writes (ISO 8601, or ``java.util.Date``
+    text); None for anything else. Java's zone abbreviations are ambiguous: ``UTC``/``GMT``
+    and a numeric offset are understood, any other is taken as this machine's zone."""
+    text = text.strip()
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        moment = None
+    if moment is not None:
+        return moment if moment.tzinfo else moment.astimezone()
+    found = _JAVA_DATE.fullmatch(text)
+    if found is None:
+        return None
+    try:
+        naive = datetime.strptime(
+            f"{found['year']} {found['month']} {found['day']} {found['time']}", "%Y %b %d %H:%M:%S"
+        )
+    except ValueError:
+        return None
+    zone = found["zone"]
+    if zone in ("UTC", "GMT", "Z"):
+        return naive.replace(tzinfo=UTC)
+    offset = re.fullmatch(r"([+-])(\d\d):?(\d\d)", zone)
+    if offset:
+        sign = -1 if offset[1] == "-" else 1
+        delta = timedelta(hours=int(offset[2]), minutes=int(offset[3]))
+        return naive.replace(tzinfo=timezone(sign * delta))
+    # Any other abbreviation (PST, CET, ...) cannot be told apart reliably: this machine's zone.
+    return naive.astimezone()
 
 
 def store_mode(ark: str, node: int | str, *, update: bool = False) -> str:

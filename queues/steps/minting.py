@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Protocol
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import requests
 
@@ -16,6 +16,14 @@ XDIGITS = "0123456789bcdfghjkmnpqrstvwxz"
 
 class MintError(Exception):
     pass
+
+
+class EzidRefused(MintError):
+    """EZID answered ``error: ...``: it understood the request and said no."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Minter(Protocol):
@@ -112,17 +120,74 @@ def ezid_metadata(
     target: str | None = None,
     owner: str | None = None,
     creator_context: str | None = None,
+    depositor_erc: str | None = None,
 ) -> dict[str, str]:
     """EZID metadata as Merritt's ingest sends it: ``erc`` (the record above),
     ``mrt.creator`` (the profile's Context), ``_target`` and ``_owner`` (the profile's EZID
-    co-owner), each only when there is a value."""
+    co-owner), each only when there is a value. A depositor's own ERC (the ``erc`` field of
+    the submission) takes the place of the record, as in Merritt's ``MintUtil.getMetadata``."""
+    given = depositor_metadata(depositor_erc) if depositor_erc else {}
     pairs = (
-        ("erc", erc),
+        ("erc", None if given else erc),
         ("mrt.creator", creator_context),
         ("_target", target),
         ("_owner", owner),
     )
-    return {key: value for key, value in pairs if value}
+    return {**given, **{key: value for key, value in pairs if value}}
+
+
+def depositor_metadata(text: str) -> dict[str, str]:
+    """A depositor's ERC text as EZID metadata elements.
+
+    Merritt's ingest sends the text as the first lines of its ANVL request body; EZID reads
+    ``name: value`` lines (a line starting with white space continues the one before, and
+    ``%XX`` escapes stand for ``%``, line breaks and ``:``). Text that is not in that form is
+    one ``erc`` element. A depositor cannot set the elements the console sets itself
+    (``_target``, ``_owner``, ...): names starting with ``_`` are EZID's reserved ones.
+    """
+    lines: list[str] = []
+    for line in text.replace("\r\n", "\n").split("\n"):
+        if line[:1] in (" ", "\t") and lines:
+            lines[-1] += " " + line.strip()
+        elif line.strip():
+            lines.append(line)
+    elements: dict[str, str] = {}
+    for line in lines:
+        name, colon, value = line.partition(":")
+        name = unquote(name.strip())
+        if not colon or not name or any(c.isspace() for c in name):
+            return {"erc": text.strip()}
+        if not name.startswith("_"):
+            elements[name] = unquote(value.strip())
+    return elements
+
+
+def ark_metadata(
+    ark: str | None,
+    *,
+    who: str | None = None,
+    what: str | None = None,
+    when: str | None = None,
+    local_id: str | None = None,
+    target_base: str = "",
+    owner: str | None = None,
+    creator_context: str | None = None,
+    depositor_erc: str | None = None,
+    retain_target: bool = False,
+) -> dict[str, str]:
+    """What EZID is sent for an object: its ERC record (naming the ARK once it is known), or
+    the depositor's own ERC; ``_target`` = Merritt's object page unless the depositor asked to
+    keep the target EZID has (``retainTargetURL``) or the ARK is not known yet."""
+    target = (
+        None if retain_target or not ark or not target_base else merritt_target(target_base, ark)
+    )
+    return ezid_metadata(
+        erc=erc_record(who=who, what=what, when=when, ark=ark, local_id=local_id),
+        target=target,
+        owner=owner,
+        creator_context=creator_context,
+        depositor_erc=depositor_erc,
+    )
 
 
 class EzidMinter:
@@ -131,6 +196,9 @@ class EzidMinter:
     * ``mint``: ``POST {base}/shoulder/{shoulder}`` with ANVL metadata (``text/plain``).
     * ``update``: ``POST {base}/id/{identifier}`` with ANVL metadata; ingest sends the ERC,
       ``_target`` and ``_owner`` this way once the ARK exists.
+    * ``describe``: ``update``, and when EZID refuses it (an ARK it does not hold, e.g. one the
+      depositor brought), ``PUT {base}/id/{identifier}?update_if_exists=yes``, which creates the
+      identifier, as Merritt's ingest does for every object it has not minted itself.
 
     EZID answers ``success: ark:/...`` (possibly followed by `` | shadow``) or ``error: reason``
     (with 400 for a bad request, 401 for bad credentials, ...); the latter, any non-2xx status
@@ -153,10 +221,20 @@ class EzidMinter:
         self.timeout = timeout
         self.session = session or service_session(retries=retries)
 
-    def _post(self, url: str, metadata: Mapping[str, str] | None, what: str) -> str:
+    def _post(
+        self,
+        url: str,
+        metadata: Mapping[str, str] | None,
+        what: str,
+        *,
+        method: str = "POST",
+        params: Mapping[str, str] | None = None,
+    ) -> str:
         try:
-            response = self.session.post(
+            response = self.session.request(
+                method,
                 url,
+                params=params,
                 data=anvl(metadata or {}).encode("utf-8"),
                 auth=self._auth,
                 timeout=self.timeout,
@@ -168,7 +246,10 @@ class EzidMinter:
         first = body.splitlines()[0] if body else ""
         if first.startswith("error:"):
             reason = first.removeprefix("error:").strip()
-            raise MintError(f"EZID refused to {what}: {reason} (HTTP {response.status_code})")
+            raise EzidRefused(
+                f"EZID refused to {what}: {reason} (HTTP {response.status_code})",
+                response.status_code,
+            )
         if not response.ok:
             raise MintError(f"EZID answered HTTP {response.status_code} to {what}")
         if not first.startswith("success:"):
@@ -187,3 +268,23 @@ class EzidMinter:
         answered = self._post(url, metadata, f"update {identifier}")
         if answered and answered != identifier:
             raise MintError(f"EZID answered the update of {identifier} for {answered!r}")
+
+    def describe(self, identifier: str, metadata: Mapping[str, str]) -> None:
+        """Update an identifier EZID may not hold yet; create it if EZID refuses the update.
+        An unreachable EZID, or bad credentials (401), is not worth a create: MintError."""
+        try:
+            self.update(identifier, metadata)
+            return
+        except EzidRefused as exc:
+            if exc.status == 401:
+                raise
+        url = f"{self.base_url}/id/{quote(identifier, safe=':/')}"
+        answered = self._post(
+            url,
+            metadata,
+            f"create {identifier}",
+            method="PUT",
+            params={"update_if_exists": "yes"},
+        )
+        if answered and answered != identifier:
+            raise MintError(f"EZID answered the creation of {identifier} for {answered!r}")

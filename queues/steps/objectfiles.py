@@ -42,8 +42,11 @@ def _one_line(value: object) -> str:
 def anvl_text(pairs: Iterable[tuple[str, object]], delimiter: str = "\t") -> str:
     """ANVL lines ``key:<delimiter>value`` as Merritt's ``MetadataUtil.writeMetadataANVL``
     writes them (a tab unless told otherwise). A value is folded onto one line, so no value
-    can forge another key."""
-    return "".join(f"{key}:{delimiter}{_one_line(value)}\n" for key, value in pairs)
+    can forge another key; an empty key stands for a value the writer skips (a bare line
+    break)."""
+    return "".join(
+        f"{key}:{delimiter}{_one_line(value)}\n" if key else "\n" for key, value in pairs
+    )
 
 
 def _or_unas(value: object) -> str:
@@ -63,7 +66,6 @@ class IngestRecord:
     profile: str
     collections: Sequence[str]
     storage_service: str
-    storage_node: str
     notification: Sequence[str]
     supplied_identifier: str | None = None
     digest_type: str | None = None
@@ -97,7 +99,8 @@ def ingest_text(record: IngestRecord) -> str:
         ("profile", record.profile),
         ("collection", "; ".join(record.collections)),
         ("storageService", record.storage_service),
-        ("storageNode", record.storage_node),
+        # Merritt's writer skips the node (an Integer), leaving only the line break.
+        ("", None),
         ("notification", ";".join(record.notification)),
         ("suppliedIdentifier", _or_unas(record.supplied_identifier)),
         ("digestType", _or_unas(record.digest_type)),

@@ -6,6 +6,7 @@ that is how Merritt's storage service works, and it lets the local store fetch t
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -16,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple, Protocol
@@ -27,6 +28,7 @@ import requests
 from queues.steps.checkm import OBJECT_MANIFEST, ManifestError, parse_checkm, write_checkm
 from queues.steps.erc import PRODUCER_DIR, SYSTEM_DIR
 from queues.steps.fetch import DEFAULT_TIMEOUT, DownloadError, download_all, fetch_bytes
+from queues.steps.merritt import inventory_manifest_url
 from queues.steps.merritt_wire import (
     child_text,
     java_urlencode,
@@ -35,6 +37,15 @@ from queues.steps.merritt_wire import (
     parse_xml,
     service_session,
     state_fields,
+)
+from queues.steps.objectmap import (
+    MapFile,
+    MapVersion,
+    ObjectMap,
+    ObjectMapError,
+    VersionMissing,
+    object_map_xml,
+    parse_object_map,
 )
 from queues.steps.submission import PayloadFile
 
@@ -145,6 +156,49 @@ def parse_storage_manifest(manifest_url: str, data: bytes) -> StorageManifest:
     return StorageManifest(manifest_url, hashlib.sha256(data).hexdigest(), files)
 
 
+@dataclass(frozen=True)
+class ManifestExport:
+    """Where local storage publishes each object the way Merritt's storage serves it, for
+    Merritt's inventory service (which reads a job's ``inventory.manifest_url`` as
+    ``<storage>/manifest/<node>/<url-encoded ark>`` and the files as
+    ``<storage>/content/<node>/<ark>/<version>/<file>``): under ``folder``, which a web server
+    publishes at ``base_url`` (the working folder under MRT_WORK_URL).
+
+    The manifest is written to ``folder/manifest/<node>/<ark>`` and each version is linked at
+    ``folder/content/<node>/<ark>/<version>``, the ARK's ``/`` making folders: a web server
+    decodes the URL's ``%3A%2F`` before it looks for the file, as nginx and Python's do.
+    """
+
+    folder: Path
+    base_url: str
+    node: int
+
+    def manifest_url(self, ark: str) -> str:
+        return inventory_manifest_url(self.base_url, ark, self.node)
+
+    def _place(self, kind: str, ark: str) -> Path:
+        ark_folder_name(ark)  # refuses what is not an ARK, ".." included
+        return self.folder / kind / str(self.node) / Path(*ark.split("/"))
+
+    def publish(self, storage: LocalStorage, ark: str) -> None:
+        content = self._place("content", ark)
+        content.mkdir(parents=True, exist_ok=True)
+        for number in storage.versions(ark):
+            # A link another writer made meanwhile points at the same version folder.
+            with contextlib.suppress(FileExistsError):
+                (content / str(number)).symlink_to(storage.object_dir(ark).resolve() / str(number))
+        target = self._place("manifest", ark)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, part = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(object_map_xml(ark, storage.object_map_versions(ark)))
+            os.replace(part, target)
+        except BaseException:
+            Path(part).unlink(missing_ok=True)
+            raise
+
+
 class LocalStorage:
     """A version store on the local disk: ``root/<ark folder>/<n>/producer|system/...``.
 
@@ -167,8 +221,10 @@ class LocalStorage:
         timeout: float = DEFAULT_TIMEOUT,
         file_roots: Sequence[Path] | None = None,
         lock_wait: float = 60.0,
+        export: ManifestExport | None = None,
     ) -> None:
         self.root = root
+        self.export = export
         self.threads = threads
         self.retries = retries
         self.timeout = timeout
@@ -207,9 +263,40 @@ class LocalStorage:
         if any(f.digest_alg != "sha256" or not f.digest_value for f in manifest.files):
             return None
         entries = [(f.filename, (f.digest_value or "").lower()) for f in manifest.files]
-        return self._latest_with_digest(ark, content_digest(entries))
+        found = self._latest_with_digest(ark, content_digest(entries))
+        return None if found is None else self._published(found)
 
     def store(self, *, ark: str, manifest_url: str) -> StoredVersion:
+        return self._published(self._store(ark=ark, manifest_url=manifest_url))
+
+    def _published(self, stored: StoredVersion) -> StoredVersion:
+        """With an export, the object's manifest is published in Merritt's form and its URL is
+        the one handed on to inventory; without, the version's own checkm manifest's."""
+        if self.export is None:
+            return stored
+        self.export.publish(self, stored.ark)
+        return replace(stored, manifest_url=self.export.manifest_url(stored.ark))
+
+    def object_map_versions(self, ark: str) -> list[MapVersion]:
+        """Every version of the object with its files, for its manifest in Merritt's form."""
+        found = []
+        for number in self.versions(ark):
+            data = (self.object_dir(ark) / str(number) / VERSION_MANIFEST).read_bytes()
+            created = self.version_info(ark, number).get("created")
+            files = tuple(
+                MapFile(
+                    name=row.filename,
+                    size=row.size,
+                    digest_type=row.hash_alg or None,
+                    digest=row.hash_value or None,
+                    created=created if isinstance(created, str) else None,
+                )
+                for row in parse_checkm(data).rows
+            )
+            found.append(MapVersion(number, files, created if isinstance(created, str) else None))
+        return found
+
+    def _store(self, *, ark: str, manifest_url: str) -> StoredVersion:
         files = self.read_manifest(manifest_url).files
         folder = self.object_dir(ark)
         folder.mkdir(parents=True, exist_ok=True)
@@ -337,10 +424,11 @@ class HttpStorage:
       root ``ver:versionState``, whose ``ver:identifier`` is the new version number.
       The manifest URL handed on to inventory is ``{base}/manifest/{node}/{ark}``, the
       object's manifest, as Merritt's ingest writes it into the job's ``inventory`` node.
-    * ``fetch_object``: ``GET {base}/manifest/{node}/{ark}``. The real service answers its
-      object manifest as XML (root ``objectInfo``); this client reads a checkm object manifest
-      there (what a mirror of this project's storage serves) and says plainly that it cannot
-      list files from the XML form. Merritt's manifest has no per-version form.
+    * ``fetch_object``: ``GET {base}/manifest/{node}/{ark}``, the object's manifest: Merritt's
+      XML document (root ``objectInfo``, every version with its files; ``queues.steps.objectmap``)
+      or, from a mirror of this project's storage, a checkm object manifest (current version
+      only). Each file of the version asked for (the current one by default) is read from
+      ``{base}/content/{node}/{ark}/{version}/{file}``, the file's path %-encoded whole.
     * A refusal is the service's exception document; its reason ends up in StorageError.
 
     One pooled session per client; a storage add is never sent twice (a second add would make a
@@ -442,12 +530,7 @@ class HttpStorage:
             )
         return StoredVersion(ark=ark, version=version, manifest_url=self.manifest_url(ark))
 
-    def fetch_object(self, ark: str, version: int | None = None) -> list[ObjectFile]:
-        if version is not None:
-            raise StorageError(
-                f"storage's manifest of {ark} has no per-version form; version {version} "
-                "cannot be listed through this client"
-            )
+    def _object_manifest(self, ark: str) -> bytes:
         url = self.manifest_url(ark)
         try:
             response = self.session.get(url, timeout=self.timeout)
@@ -459,18 +542,79 @@ class HttpStorage:
             raise StorageError(
                 f"storage service refused the manifest of {ark}: {merritt_error(response)}"
             )
-        root = parse_xml(response.content)
-        if root is not None:
+        return response.content
+
+    def _object_map(self, ark: str, data: bytes) -> ObjectMap:
+        try:
+            return parse_object_map(data)
+        except ObjectMapError as exc:
+            raise StorageError(f"storage manifest of {ark} unreadable: {exc}") from exc
+
+    def versions(self, ark: str) -> list[int]:
+        """The object's version numbers, from Merritt's object manifest."""
+        data = self._object_manifest(ark)
+        if parse_xml(data) is None:
             raise StorageError(
-                f"storage answered the manifest of {ark} as XML (<{local_name(root.tag)}>), "
-                "Merritt's own object manifest; this client lists files only from a checkm "
-                "object manifest"
+                f"storage answered the manifest of {ark} as checkm, which does not list the "
+                "object's versions"
+            )
+        return sorted(self._object_map(ark, data).versions)
+
+    def fetch_object(self, ark: str, version: int | None = None) -> list[ObjectFile]:
+        data = self._object_manifest(ark)
+        if parse_xml(data) is not None:
+            try:
+                found = self._object_map(ark, data).version(version)
+            except VersionMissing as exc:
+                raise ObjectNotFound(str(exc)) from None
+            return sorted(
+                ObjectFile(f.name, self.content_url(ark, found.number, f.name)) for f in found.files
+            )
+        if version is not None:
+            raise StorageError(
+                f"storage answered the manifest of {ark} as checkm, which lists only the "
+                f"current version; version {version} cannot be listed through it"
             )
         try:
-            manifest = parse_checkm(response.content)
+            manifest = parse_checkm(data)
         except ManifestError as exc:
             raise StorageError(f"storage manifest of {ark} unreadable: {exc}") from exc
         return sorted(ObjectFile(row.filename, row.url) for row in manifest.rows)
+
+    def content_url(self, ark: str, version: int, name: str) -> str:
+        """``GET content/{node}/{ark}/{version}/{file}``: a stored file's bytes."""
+        return f"{self._object_url('content', ark)}/{version}/{quote(name, safe='')}"
+
+
+def version_entries(data: bytes, version: int) -> list[PayloadFile]:
+    """The files a version's manifest lists: a checkm manifest (this console's, one version),
+    or Merritt's object manifest (XML, every version; the one numbered ``version`` is read).
+    ManifestError when it is neither, or lacks that version."""
+    if parse_xml(data) is None:
+        return [
+            PayloadFile(
+                url=row.url,
+                filename=row.filename,
+                digest_alg=row.hash_alg or None,
+                digest_value=row.hash_value or None,
+                size=row.size,
+            )
+            for row in parse_checkm(data).rows
+        ]
+    try:
+        found = parse_object_map(data).version(version)
+    except ObjectMapError as exc:
+        raise ManifestError(str(exc)) from exc
+    return [
+        PayloadFile(
+            url="",
+            filename=f.name,
+            digest_alg=f.digest_type,
+            digest_value=f.digest,
+            size=f.size,
+        )
+        for f in found.files
+    ]
 
 
 def version_from_response(text: str) -> int | None:

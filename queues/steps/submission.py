@@ -81,8 +81,8 @@ class ObjectSpec:
             date         str               ERC when
             digestType   str               depositor's digest of the payload (Merritt's keys)
             digestValue  str
-            size         str               depositor's size of the payload in bytes (a string,
-                                           as Merritt's ingest writes it)
+            size         int               depositor's size of the payload in bytes (a number,
+                                           as Merritt's ingest writes sizes)
             payload_url  str               the console's: where the payload is
             primaryID    str               the console's spelling of objectID
             digest       {"alg", "value"}  the console's spelling of digestType/digestValue
@@ -110,7 +110,7 @@ class ObjectSpec:
             config["digestValue"] = self.digest_value
             config["digest"] = {"alg": self.digest_alg, "value": self.digest_value}
         if self.size is not None:
-            config["size"] = str(self.size)
+            config["size"] = self.size
         return config
 
     @classmethod
@@ -119,7 +119,8 @@ class ObjectSpec:
 
         Merritt's keys are read as well as the console's: ``type`` in either naming
         (``manifest`` or ``object-manifest``; ``payload_type`` as the mrt-zk library's own
-        helper writes it), ``objectID``, ``digestType``/``digestValue``, ``size`` as text.
+        helper writes it), ``objectID``, ``digestType``/``digestValue``, ``size`` as a number
+        or, as this console wrote it before, as text.
         A configuration without ``payload_url`` raises :class:`PayloadNotHere`: Merritt's
         ingest keeps the payload on its own disk, out of this console's reach.
         """
@@ -140,7 +141,6 @@ class ObjectSpec:
         if not (alg and value):
             alg = _digest_name(config.get("digestType"))
             value = _text(config.get("digestValue"))
-        size = config.get("size")
         return cls(
             payload_url=str(payload_url),
             payload_type=payload_type,  # type: ignore[arg-type]
@@ -154,7 +154,7 @@ class ObjectSpec:
             date=_text(config.get("date") or config.get("erc_when")),
             digest_alg=alg if value else None,
             digest_value=value if alg else None,
-            size=int(str(size).strip()) if size not in (None, "") else None,
+            size=size_number(config.get("size")),
         )
 
 
@@ -195,10 +195,11 @@ def merritt_submission_keys(submission: Mapping[str, Any]) -> dict[str, Any]:
 
     Merritt's ingest writes ``type`` with its own name (``manifest``, ``batchManifest``, ...),
     ``objectID``, ``digestType``/``digestValue``, ``filename``, ``update`` (a boolean its readers
-    require), ``notificationFormat`` and ``submissionDate``; ``batchID``, ``profile``,
-    ``submitter``, ``title``, ``creator``, ``date``, ``localID`` share the console's names. The
-    console's own type name stays as ``submission_type``. Values already present (``update``
-    from an update request, a ``submissionDate``) are kept.
+    require), ``size`` (a number, 0 when the depositor gave none), ``notificationFormat`` and
+    ``submissionDate`` (``java.util.Date`` text); ``batchID``, ``profile``, ``submitter``,
+    ``title``, ``creator``, ``date``, ``localID`` share the console's names. The console's own
+    type name stays as ``submission_type``. Values already present (``update`` from an update
+    request, a ``submissionDate``) are kept; a size given as text becomes its number.
     """
     ours = canonical_type(
         str(submission.get("submission_type") or submission.get("type") or "file")
@@ -209,6 +210,7 @@ def merritt_submission_keys(submission: Mapping[str, Any]) -> dict[str, Any]:
         "update": submission.get("update") is True,
         "submissionDate": submission.get("submissionDate") or merritt.java_date_text(),
         "notificationFormat": submission.get("notificationFormat") or "xml",
+        "size": size_number(submission.get("size")) or 0,
     }
     primary = _text(submission.get("primaryID") or submission.get("objectID"))
     if primary:
@@ -221,6 +223,35 @@ def merritt_submission_keys(submission: Mapping[str, Any]) -> dict[str, Any]:
     if not _text(submission.get("filename")) and isinstance(payload_url, str) and payload_url:
         keys["filename"] = filename_from_url(payload_url)
     return keys
+
+
+def merritt_job_keys(submission: Mapping[str, Any]) -> dict[str, Any]:
+    """Keys a job's ``configuration`` takes in Merritt's form, from its batch's ``submission``.
+
+    ``submissionDate``: Merritt's ingest gives a job its submission date as a ``DateState``,
+    whose text is ISO 8601 with the zone's offset (``2026-11-21T10:02:03-08:00``), where the
+    batch's is ``java.util.Date`` text. The batch's ``submitted`` (this console's) is used
+    first, else its ``submissionDate`` in either form, else now.
+    """
+    moment = None
+    for key in ("submitted", "submissionDate"):
+        value = submission.get(key)
+        if isinstance(value, str) and value.strip():
+            moment = merritt.parse_submission_date(value)
+            if moment is not None:
+                break
+    return {"submissionDate": merritt.iso_date_text(moment)}
+
+
+def size_number(value: object) -> int | None:
+    """A size given as a number or as its digits (as earlier configurations wrote it); None
+    when there is none or it is not a whole number of bytes."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    text = _text(value)
+    return int(text) if text and text.isdigit() else None
 
 
 def _digest_name(value: object) -> str | None:

@@ -17,6 +17,9 @@ What Merritt's own door takes and answers is in docs/merritt-poster.md, with its
   ``..``) and handed on as its file:// URL. ``MRT_POSTER_MAX_BYTES`` caps an upload (413). The
   daemons read file:// payloads only under ``MRT_FILE_ROOTS``: an upload is accepted only when
   that includes ``MRT_WORK_DIR/poster``.
+* **Merritt's own fields** ``erc`` (the depositor's EZID metadata), ``retainTargetURL`` and
+  ``size`` are kept in the batch's submission under Merritt's keys, and so reach each job's
+  configuration, where Processing reads ``erc`` and ``retainTargetURL`` for EZID.
 * **The answer** is Merritt's batch-state document in the ``responseForm`` field's format (else
   the Accept header's, else XML): ``bat:batchState`` with ``batchID`` (``bid-<uuid>``, which the
   batch's ``submission`` carries as ``batchID``), ``batchStatus`` ``QUEUED``, ``userAgent``,
@@ -54,9 +57,11 @@ from queues.audit import ApiToken
 from queues.auth import BEARER_CHALLENGE, may, token_from
 from queues.depositors import payload_roots
 from queues.forms import SubmitForm
+from queues.steps import uploads
 from queues.steps.checkm import filename_problem as object_filename_problem
 from queues.steps.erc import DC_ELEMENTS
 from queues.steps.merritt import MERRITT_TYPES, canonical_type
+from queues.steps.submission import size_number
 from queues.views.common import refusal_for
 
 log = logging.getLogger("queues.poster")
@@ -90,6 +95,10 @@ EXCEPTIONS = {
 }
 
 FORMS = {"xml": "text/xml", "json": "application/json", "anvl": "text/x-anvl"}
+
+# The depositor's own EZID metadata (``erc``) rides in the batch and each job's ZooKeeper node,
+# which must stay far below ZooKeeper's 1 MiB.
+MAX_ERC_CHARS = 16 * 1024
 
 
 class Refused(Exception):
@@ -201,7 +210,7 @@ def max_bytes() -> int:
 
 
 def upload_root() -> Path:
-    return (Path(settings.MRT_WORK_DIR) / "poster").resolve()
+    return uploads.upload_root(settings.MRT_WORK_DIR)
 
 
 def uploads_readable() -> bool:
@@ -298,8 +307,32 @@ def _form_data(request: HttpRequest, user: Any) -> tuple[dict[str, str], dict[st
         "digest_value": post.get("digestValue", "").strip(),
         "filename": post.get("filename", "").strip(),
     }
-    extra = {ours: post[theirs] for theirs, ours in PASSED_ON.items() if post.get(theirs)}
+    extra: dict[str, Any] = {
+        ours: post[theirs] for theirs, ours in PASSED_ON.items() if post.get(theirs)
+    }
+    extra.update(_merritt_extras(post))
     return data, extra
+
+
+def _merritt_extras(post: Any) -> dict[str, Any]:
+    """``erc``, ``retainTargetURL`` and ``size`` as Merritt's ingest keeps them: the ERC text
+    as given (it is what EZID is sent for the object), ``retainTargetURL`` as ``"true"`` only
+    when asked, the size as a number of bytes."""
+    extra: dict[str, Any] = {}
+    erc = post.get("erc", "")
+    if erc.strip():
+        if len(erc) > MAX_ERC_CHARS:
+            raise Refused(f"erc is longer than {MAX_ERC_CHARS} characters")
+        extra["erc"] = erc
+    if post.get("retainTargetURL", "").strip().lower() == "true":
+        extra["retainTargetURL"] = "true"
+    size = post.get("size", "").strip()
+    if size:
+        number = size_number(size)
+        if number is None:
+            raise Refused(f"size {size!r} is not a number of bytes")
+        extra["size"] = number
+    return extra
 
 
 def _submit(request: HttpRequest, verb: str, primary_id: str) -> HttpResponse:

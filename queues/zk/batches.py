@@ -57,7 +57,7 @@ def batch_create(zk: KazooClient, *, submission: dict[str, Any]) -> Batch:
     is created with the batch's first move out of Pending (``batch_transition``).
     """
     submission = dict(submission)
-    batch_uuid = paths.batch_uuid(submission.setdefault("batchID", str(uuidlib.uuid4())))
+    batch_uuid = paths.batch_uuid(submission.setdefault("batchID", f"bid-{uuidlib.uuid4()}"))
     created = zk.create(f"{paths.BATCHES}/bid", b"", sequence=True)
     bid = posixpath.basename(created)
     txn = zk.transaction()

@@ -25,7 +25,7 @@ def merritt_submission(**overrides: Any) -> dict[str, Any]:
         "batchID": f"bid-{uuid.uuid4()}",
         "profile": PROFILE,
         "type": "file",
-        "size": "2048",
+        "size": 2048,
         "filename": "letters.pdf",
         "update": False,
         "submitter": "dpr/Ada Lovelace",

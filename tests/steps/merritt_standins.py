@@ -10,6 +10,7 @@ exception document (``exc:tException.<KIND>``) under the exception's HTTP status
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import threading
 import uuid
@@ -21,7 +22,7 @@ from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, unquote_plus, urlsplit
-from xml.sax.saxutils import escape
+from xml.sax.saxutils import escape, quoteattr
 
 import requests
 
@@ -174,12 +175,14 @@ def _segments(path: str) -> list[str]:
 
 @dataclass(frozen=True)
 class StoredFile:
-    """A file of a version as storage keeps it: its name, size and digest."""
+    """A file of a version as storage keeps it: its name, size and digest (and its bytes, for
+    an object a test put in with ``put_object``)."""
 
     name: str
     size: int
     algorithm: str
     digest: str
+    content: bytes | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -193,6 +196,13 @@ class StorageStandIn(StandIn):
     """mrt-store's entry points ingest and the Storing step use: ``POST add/{node}/{ark}``
     (url-encoded form, or multipart), ``GET manifest/{node}/{ark}`` and the state documents
     ``GET state/{node}/{ark}[/{version}[/{file}]]``.
+
+    ``GET manifest/{node}/{ark}`` answers the object's manifest as Merritt's storage streams it
+    (the cloud library's ``objectInfo`` document, as its ``ManifestSAX`` reads it: ``object``
+    with its ``id``, each ``version`` with its ``manifest`` of ``file`` elements and their
+    ``size``, ``digestType``, ``digest``, ``creationDate``, ``key``; the object's ``current``
+    and counts after them), and ``GET content/{node}/{ark}/{version}/{file}`` a file's bytes
+    (for objects put in with ``put_object``).
 
     An add needs ``url`` (the manifest's URL, fetched here and read as checkm) or ``manifest``
     (its text); like Merritt's storage it makes a new version for EVERY add, identical content
@@ -217,8 +227,10 @@ class StorageStandIn(StandIn):
 
     def handle(self, request: Request) -> Answer:
         segments = _segments(request.path)
-        known = (segments[0] == "state" and 3 <= len(segments) <= 5) or (
-            len(segments) == 3 and segments[0] in ("add", "manifest")
+        known = (
+            (segments[0] == "state" and 3 <= len(segments) <= 5)
+            or (len(segments) == 3 and segments[0] in ("add", "manifest"))
+            or (len(segments) == 5 and segments[0] == "content")
         )
         if not known:
             return exception_document("REQUEST_INVALID", f"no such resource: {request.path}")
@@ -230,6 +242,8 @@ class StorageStandIn(StandIn):
             return exception_document("REQUESTED_ITEM_NOT_FOUND", f"node not found: {node}")
         if action == "manifest" and request.method == "GET":
             return self._manifest(node, ark)
+        if action == "content" and request.method == "GET":
+            return self._content(node, ark, segments[3], segments[4])
         if action == "state" and request.method == "GET":
             return self._state(node, ark, segments[3:], request.query.get("t", "xhtml"))
         if action == "add" and request.method == "POST":
@@ -299,17 +313,62 @@ class StorageStandIn(StandIn):
         )
         return Answer(200, xml.encode())
 
+    def put_object(self, node: int, ark: str, versions: list[dict[str, bytes]]) -> None:
+        """Put an object in directly, one dict of file name -> bytes per version."""
+        stored = StoredObject()
+        for number, files in enumerate(versions, start=1):
+            stored.versions.append(number)
+            stored.manifests.append("")
+            stored.files.append(
+                [
+                    StoredFile(name, len(data), "sha-256", hashlib.sha256(data).hexdigest(), data)
+                    for name, data in files.items()
+                ]
+            )
+        with self.lock:
+            self.objects[(node, ark)] = stored
+
     def _manifest(self, node: int, ark: str) -> Answer:
         with self.lock:
             stored = self.objects.get((node, ark))
-        if stored is None:
+            versions = list(zip(stored.versions, stored.files, strict=True)) if stored else []
+        if not versions:
             return exception_document("REQUESTED_ITEM_NOT_FOUND", f"object not found: {ark}")
-        versions = "".join(f'<version id="{v}"/>' for v in stored.versions)
-        # Only the root element's name is documented (mrt-store's ServiceDriverIT); the
-        # children here are placeholders, which the client does not read.
-        xml = f'<?xml version="1.0"?>\n<objectInfo><object id="{escape(ark)}"/>{versions}'
-        xml += "</objectInfo>"
-        return Answer(200, xml.encode())
+        parts = [f"<objectInfo><object id={quoteattr(ark)}>"]
+        for number, files in versions:
+            size = sum(f.size for f in files)
+            parts.append(
+                f'<version id="{number}"><manifest count="{len(files)}" size="{size}" '
+                'created="2026-11-21T10:02:03-08:00">'
+            )
+            for f in files:
+                parts.append(
+                    f"<file id={quoteattr(f.name)}><size>{f.size}</size>"
+                    f"<digestType>{escape(f.algorithm)}</digestType>"
+                    f"<digest>{escape(f.digest)}</digest>"
+                    "<creationDate>2026-11-21T10:02:03-08:00</creationDate>"
+                    f"<key>{escape(f'{ark}|{number}|{f.name}')}</key></file>"
+                )
+            parts.append("</manifest></version>")
+        current = versions[-1][1]
+        parts.append(
+            f"<current>{versions[-1][0]}</current><fileCount>{len(current)}</fileCount>"
+            f"<totalSize>{sum(f.size for f in current)}</totalSize></object></objectInfo>"
+        )
+        return Answer(200, ('<?xml version="1.0" encoding="UTF-8"?>\n' + "".join(parts)).encode())
+
+    def _content(self, node: int, ark: str, version: str, name: str) -> Answer:
+        with self.lock:
+            stored = self.objects.get((node, ark))
+            files = (
+                stored.files[int(version) - 1]
+                if stored and version.isdigit() and 0 < int(version) <= len(stored.files)
+                else []
+            )
+        found = next((f for f in files if f.name == name and f.content is not None), None)
+        if found is None or found.content is None:
+            return exception_document("REQUESTED_ITEM_NOT_FOUND", f"file not found: {name}")
+        return Answer(200, found.content, "application/octet-stream")
 
     def _state(self, node: int, ark: str, below: list[str], form: str) -> Answer:
         with self.lock:
@@ -475,7 +534,10 @@ class InventoryStandIn(StandIn):
 
 class EzidStandIn(StandIn):
     """EZID's API as Merritt's ingest uses it: ``POST /shoulder/{shoulder}`` mints,
-    ``POST /id/{identifier}`` updates; ANVL ``text/plain`` both ways, HTTP Basic auth."""
+    ``POST /id/{identifier}`` updates (``error: bad request - no such identifier`` when EZID
+    does not hold it), ``PUT /id/{identifier}`` creates (``update_if_exists=yes``: or updates
+    one that exists; without it an existing one is refused); ANVL ``text/plain`` both ways,
+    HTTP Basic auth."""
 
     name = "EZID"
 
@@ -503,7 +565,7 @@ class EzidStandIn(StandIn):
         expected = "Basic " + base64.b64encode(":".join(self.credentials).encode()).decode()
         if auth != expected:
             return self._text(401, "error: unauthorized")
-        if request.method != "POST":
+        if request.method not in ("POST", "PUT"):
             return self._text(405, "error: method not allowed")
         if not request.content_type.startswith("text/plain"):
             return self._text(400, "error: bad request - unsupported content type")
@@ -512,6 +574,16 @@ class EzidStandIn(StandIn):
         except UnicodeDecodeError:
             return self._text(400, "error: bad request - ANVL parse error (not UTF-8)")
         path = unquote(request.path)
+        if request.method == "PUT":
+            if not path.startswith("/id/"):
+                return self._text(405, "error: method not allowed")
+            identifier = path.removeprefix("/id/")
+            with self.lock:
+                exists = identifier in self.identifiers
+                if exists and request.query.get("update_if_exists") != "yes":
+                    return self._text(400, "error: bad request - identifier already exists")
+                self.identifiers.setdefault(identifier, {}).update(metadata)
+            return self._text(200 if exists else 201, f"success: {identifier}")
         if path.startswith("/shoulder/"):
             shoulder = path.removeprefix("/shoulder/")
             if not shoulder.startswith("ark:/"):

@@ -13,13 +13,12 @@ from queues.steps.access import (
     MERRITT_PRODUCER_FILTER,
     AssemblyRequest,
     RequestError,
-    UnsupportedRequest,
     build_archive,
     resolve,
 )
 from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
 from queues.steps.erc import Erc, write_erc, write_storage_manifest
-from queues.steps.storage import HttpStorage, LocalStorage
+from queues.steps.storage import HttpStorage, LocalStorage, StorageError
 from tests.steps.conftest import Loopback, Reply
 
 ARK = "ark:/99999/fk4acc"
@@ -132,7 +131,11 @@ def test_every_version_each_in_its_own_folder(tmp_path: Path) -> None:
 def test_every_version_from_a_store_that_cannot_list_them_is_refused(
     http_server: Loopback, tmp_path: Path
 ) -> None:
-    with pytest.raises(UnsupportedRequest, match="cannot list an object's versions"):
+    # A mirror of this project's storage answers the object's manifest as checkm, which
+    # names the current version's files only.
+    manifest = write_checkm([{"url": "http://h/a", "filename": "producer/a"}], kind=OBJECT_MANIFEST)
+    http_server.add("GET", "/manifest/9501/ark%3A%2F99999%2Ffk4acc", Reply(body=manifest.encode()))
+    with pytest.raises(StorageError, match="does not list the object's versions"):
         build_archive(
             storage=HttpStorage(http_server.url, "9501"),
             ark=ARK,

@@ -11,7 +11,13 @@ from collections.abc import Iterator
 import pytest
 
 from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
-from queues.steps.storage import HttpStorage, ObjectNotFound, StorageError, StoredVersion
+from queues.steps.storage import (
+    HttpStorage,
+    ObjectFile,
+    ObjectNotFound,
+    StorageError,
+    StoredVersion,
+)
 from tests.steps.conftest import Loopback
 from tests.steps.merritt_standins import (
     StorageStandIn,
@@ -80,7 +86,7 @@ def test_storage_refusal_names_the_service_and_its_reason(
         HttpStorage(storage.url, 9501, timeout=5).store(ark=ARK, manifest_url=manifest_url)
 
 
-def test_an_unknown_object_is_not_found_and_the_xml_manifest_is_named(
+def test_an_unknown_object_is_not_found_and_a_stored_one_is_listed_from_its_xml_manifest(
     storage: StorageStandIn, http_server: Loopback
 ) -> None:
     client = HttpStorage(storage.url, 9501, timeout=5)
@@ -88,10 +94,15 @@ def test_an_unknown_object_is_not_found_and_the_xml_manifest_is_named(
         client.fetch_object(ARK)
 
     client.store(ark=ARK, manifest_url=_manifest(http_server))
-    with pytest.raises(StorageError, match=r"as XML \(<objectInfo>\)"):
-        client.fetch_object(ARK)
-    with pytest.raises(StorageError, match="no per-version form"):
-        client.fetch_object(ARK, 1)
+    client.store(ark=ARK, manifest_url=_manifest(http_server))
+    content = f"{storage.url}/content/9501/{ENCODED}"
+    assert client.fetch_object(ARK) == [
+        ObjectFile("producer/a.txt", f"{content}/2/producer%2Fa.txt")
+    ]
+    assert client.fetch_object(ARK, 1) == [
+        ObjectFile("producer/a.txt", f"{content}/1/producer%2Fa.txt")
+    ]
+    assert client.versions(ARK) == [1, 2]
 
 
 def test_an_unreachable_storage_service_is_a_storage_error() -> None:

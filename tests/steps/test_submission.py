@@ -184,11 +184,11 @@ def test_configuration_round_trips_through_json() -> None:
         "title": "T",
         "date": "D",
         "digest": {"alg": "sha256", "value": "ab" * 32},
-        # Merritt ingest's keys beside the console's; its size is text.
+        # Merritt ingest's keys beside the console's; its size is a number.
         "objectID": "ark:/99999/fk4x",
         "digestType": "sha256",
         "digestValue": "ab" * 32,
-        "size": "12",
+        "size": 12,
     }
     assert ObjectSpec.from_configuration(config) == spec
 
