@@ -33,6 +33,7 @@ from queues.routes import (
     ACCESS_ACTION,
     BATCH_ACTION,
     BID,
+    HELD_NODE,
     HELD_PROFILE,
     HOLD_ACTION,
     JID,
@@ -43,6 +44,7 @@ from queues.routes import (
 from queues.services import Outcome
 from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidTransition, NotFound
+from queues.zk.maintenance import window_info
 from queues.zk.records import AccessRequest, Batch, Broken, Job
 
 from .views.common import (
@@ -437,6 +439,11 @@ def holds(request: HttpRequest) -> dict[str, Any]:
         "queues": {q: _stamp(t) for q, t in view.holds.queues.items()},
         "collections": {c: _stamp(t) for c, t in view.holds.collections.items()},
         "held_jobs_by_collection": view.held_jobs,
+        "nodes": {
+            str(n): {"since": _stamp(h.at), "by": h.by, "reason": h.reason}
+            for n, h in view.nodes.items()
+        },
+        "windows": [window_info(w) for w in view.windows.values()],
     }
 
 
@@ -447,7 +454,11 @@ def hold_action(request: HttpRequest, kind: str, name: str, action: str) -> dict
         kind=kind,
         action=action,
         item_id=name,
-        params=lambda form: {"release_jobs": form.cleaned_data["release_jobs"]},
+        params=lambda form: {
+            "release_jobs": form.cleaned_data["release_jobs"],
+            "until": form.cleaned_data["until"],
+            "by": request.user.get_username(),
+        },
     )
 
 
@@ -611,6 +622,11 @@ urlpatterns = [
         rf"^holds/(?P<kind>collection)/{HELD_PROFILE}/{HOLD_ACTION}$",
         hold_action,
         name="api-collection-hold",
+    ),
+    re_path(
+        rf"^holds/(?P<kind>node)/{HELD_NODE}/{HOLD_ACTION}$",
+        hold_action,
+        name="api-node-hold",
     ),
     re_path(r"^reports$", reports, name="api-reports"),
     re_path(r"^consistency$", consistency, name="api-consistency"),

@@ -13,6 +13,7 @@ from queues.services import SUBMISSION_TYPES, check_filename, check_payload_url
 from queues.states import ACCESS, BATCH, JOB, AccessState
 from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidID
+from queues.zk.maintenance import node_number
 
 
 def _validated(validator: Any, value: str) -> str:
@@ -126,6 +127,9 @@ class ActionForm(forms.Form):
         ],
     )
     release_jobs = forms.BooleanField(required=False)
+    # A hold's maintenance window: released by itself at this time (ISO-8601; without a zone,
+    # the console's time zone).
+    until = forms.DateTimeField(required=False)
     # The posted field is named "render" (htmx asks for a row or a panel back); as a form
     # attribute it shadows Form.render, which this form never uses.
     render = forms.ChoiceField(  # type: ignore[assignment]
@@ -166,9 +170,19 @@ class BulkForm(forms.Form):
 class CollectionHoldForm(forms.Form):
     profile = forms.CharField(max_length=100, label="Collection (profile)")
     reason = forms.CharField(required=False, max_length=2000)
+    until = forms.DateTimeField(required=False)
 
     def clean_profile(self) -> str:
         return _validated(zpaths.profile, self.cleaned_data["profile"].strip())
+
+
+class NodeHoldForm(forms.Form):
+    node = forms.CharField(max_length=9, label="Storage node")
+    reason = forms.CharField(max_length=2000)
+    until = forms.DateTimeField(required=False)
+
+    def clean_node(self) -> str:
+        return str(_validated(node_number, self.cleaned_data["node"].strip()))
 
 
 class SubmitForm(forms.Form):

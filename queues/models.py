@@ -368,6 +368,109 @@ class BulkRun(models.Model):
             self.skipped.append([item_id, why])
 
 
+# Alerts (queues/daemons/alerting.py) --------------------------------------------------------
+
+
+class AlertRule(models.Model):
+    """One alert rule's settings, as admins edit them on the alerts page. A row per rule kind
+    the code knows, made with the kind's defaults when first read (a new kind needs no
+    migration)."""
+
+    kind = models.CharField(max_length=40, unique=True)
+    enabled = models.BooleanField(default=True)
+    threshold = models.FloatField()
+    quiet_seconds = models.FloatField()
+    # Failure spikes in one collection: hold the collection as well as alerting.
+    fuse = models.BooleanField(default=False)
+    updated = models.DateTimeField(default=timezone.now)
+    updated_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        app_label = "queues"
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"alert rule {self.kind}"
+
+
+class AlertEpisode(models.Model):
+    """One episode of one rule for one key (a collection, a step, or "" for the whole queue):
+    from the round its condition was first found to the round it had been clear for the rule's
+    quiet period. At most one open episode per rule and key, which the database enforces, so
+    that evaluators on several hosts never both announce it."""
+
+    kind = models.CharField(max_length=40)
+    key = models.CharField(max_length=200, blank=True, default="")
+    summary = models.TextField()
+    detail = models.TextField(blank=True)
+    opened = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    # When the condition was last found gone while the episode was open (None: it holds now).
+    clear_since = models.DateTimeField(null=True, blank=True)
+    resolved = models.DateTimeField(null=True, blank=True)
+    fused = models.TextField(blank=True)  # what the fuse did, said in the alert
+    evaluator = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        app_label = "queues"
+        ordering = ["-opened", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "key"],
+                condition=models.Q(resolved__isnull=True),
+                name="alertepisode_one_open",
+            )
+        ]
+        indexes = [models.Index(fields=["opened"], name="alertepisode_opened")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}[{self.key}] {self.summary}"
+
+
+class AlertMessage(models.Model):
+    """One message to one channel: written with the change that causes it and sent by whichever
+    alerts daemon claims it, so an outage of the mail server or the webhook delays it and never
+    loses it."""
+
+    FIRED, RESOLVED, DIGEST, TEST = "fired", "resolved", "digest", "test"
+    EMAIL, WEBHOOK = "email", "webhook"
+
+    episode = models.ForeignKey(AlertEpisode, null=True, blank=True, on_delete=models.CASCADE)
+    event = models.CharField(max_length=10)
+    channel = models.CharField(max_length=10)
+    subject = models.CharField(max_length=300)
+    text = models.TextField()
+    payload = models.JSONField()  # the webhook body, fixed when the message is written
+    created = models.DateTimeField(default=timezone.now)
+    next_try = models.DateTimeField(default=timezone.now)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.IntegerField(default=0)
+    sent = models.DateTimeField(null=True, blank=True)
+    failed = models.BooleanField(default=False)  # refused for good (a 5xx mail answer, HTTP 4xx)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        app_label = "queues"
+        ordering = ["-created", "-id"]
+        indexes = [models.Index(fields=["sent", "failed", "next_try"], name="alertmessage_due")]
+
+    def __str__(self) -> str:
+        return f"{self.event} {self.channel}: {self.subject}"
+
+
+class AlertDigest(models.Model):
+    """The day a daily digest was written for: the row's uniqueness makes it once a day."""
+
+    day = models.DateField(unique=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        app_label = "queues"
+
+    def __str__(self) -> str:
+        return f"alert digest {self.day}"
+
+
 # Consistency check runs (queues/consistency.py; the consistency daemon works through them) ---
 
 

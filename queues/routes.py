@@ -6,6 +6,7 @@ import re
 
 from queues.states import ACCESS, BATCH, JOB
 from queues.zk import paths
+from queues.zk.maintenance import NODE_RE
 
 
 def _inner(pattern: re.Pattern[str]) -> str:
@@ -24,6 +25,8 @@ _PROFILE = rf"(?!\.\.?/){paths.PROFILE_CHARS}"
 PROFILE = rf"(?P<profile>{_PROFILE})"
 HELD_PROFILE = rf"(?P<name>{_PROFILE})"  # the API names a collection hold's profile "name"
 QUEUE_HOLD = rf"(?P<name>{_choice(list(paths.QUEUE_HOLDS))})"
+NODE = rf"(?P<node>{_inner(NODE_RE)})"  # a storage node's number
+HELD_NODE = rf"(?P<name>{_inner(NODE_RE)})"  # the API names it "name", as other holds
 HOLD_ACTION = r"(?P<action>hold|release)"
 JOB_ACTION = rf"(?P<action>{_choice(JOB.actions)})"
 BATCH_ACTION = rf"(?P<action>{_choice(BATCH.actions)})"

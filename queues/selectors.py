@@ -42,6 +42,8 @@ from queues.zk.codecs import decode_any, decode_json
 from queues.zk.errors import InvalidTransition, MalformedNode, NotFound
 from queues.zk.jobs import job_load, job_resume_state, jobs_load
 from queues.zk.locks import Holds, holds_list
+from queues.zk.maintenance import NodeHold, Window, node_holds
+from queues.zk.maintenance import windows as maintenance_windows
 from queues.zk.nodes import children, children_many, exists_many, read_many, stamp
 from queues.zk.records import AccessRequest, Batch, Broken, Job, Status
 
@@ -1202,13 +1204,22 @@ class HoldsView:
     holds: Holds
     held_jobs: dict[str, int]  # collection -> Held jobs
     collections: list[str] = field(default_factory=list)  # every collection worth listing
+    nodes: dict[int, NodeHold] = field(default_factory=dict)  # held storage nodes
+    windows: dict[str, Window] = field(default_factory=dict)  # "<kind>:<name>" -> its window
 
 
 def holds_view() -> HoldsView:
-    holds = holds_list(connected_client())
+    zk = connected_client()
+    holds = holds_list(zk)
     held = held_jobs_by_collection()
     names = sorted(set(holds.collections) | {c for c in held if c != "(none)"})
-    return HoldsView(holds=holds, held_jobs=held, collections=names)
+    return HoldsView(
+        holds=holds,
+        held_jobs=held,
+        collections=names,
+        nodes=node_holds(zk),
+        windows={w.key: w for w in maintenance_windows(zk)},
+    )
 
 
 def known_profiles() -> list[str]:

@@ -18,6 +18,7 @@ from queues.routes import (
 )
 from queues.views import (
     access,
+    alerts,
     audit,
     batches,
     bulk,
@@ -95,6 +96,12 @@ urlpatterns = [
     ),
     path("history/", workers.history_page, name="history"),
     path("stuck/", workers.stuck_jobs, name="stuck"),
+    # Alerts: the rules, their firings and a test alert (queues/views/alerts.py)
+    path("alerts/", alerts.alerts, name="alerts"),
+    path("alerts/test/", alerts.alert_test, name="alert-test"),
+    re_path(
+        r"^alerts/rules/(?P<kind>[a-z0-9-]{1,40})/$", alerts.alert_rule_update, name="alert-rule"
+    ),
     path("metrics", metrics.metrics, name="metrics"),
     path("api/", include(api.urlpatterns)),
     # Merritt ingest's depositor door: POST /poster/submit|update (queues/views/poster.py)

@@ -13,7 +13,8 @@ from django.views.decorators.http import require_GET, require_POST
 from queues import actions, selectors
 from queues.audit import AuditEntry
 from queues.auth import VIEWER, require_action
-from queues.forms import ActionForm, CollectionHoldForm
+from queues.daemons.registry import BESIDE_MERRITT, deployment_mode
+from queues.forms import ActionForm, CollectionHoldForm, NodeHoldForm
 from queues.states import JOB_WORKING, BatchState, JobState
 from queues.zk import paths as zpaths
 
@@ -51,8 +52,15 @@ def holds_context(*, just_held: str = "") -> dict[str, Any]:
     held_batches = selectors.batches_page(
         flt=selectors.BatchFilter(state=BatchState.HELD), per_page=HELD_SHOWN
     )
+    windows = {
+        kind: {w.name: w for w in view.windows.values() if w.kind == kind}
+        for kind in ("queue", "collection")
+    }
     return {
         "view": view,
+        "queue_windows": windows["queue"],
+        "collection_windows": windows["collection"],
+        "node_windows": {int(w.name): w for w in view.windows.values() if w.kind == "node"},
         "profiles": selectors.known_profiles(),
         "queue_reasons": reasons,
         "held_jobs": held_jobs,
@@ -60,6 +68,7 @@ def holds_context(*, just_held: str = "") -> dict[str, Any]:
         "held_jobs_more": max(0, (held_jobs.total or 0) - len(held_jobs.items)),
         "held_batches_more": max(0, (held_batches.total or 0) - len(held_batches.items)),
         "just_held": just_held,
+        "beside_merritt": deployment_mode() == BESIDE_MERRITT,
     }
 
 
@@ -114,9 +123,18 @@ def queue_hold_action(request: HtmxHttpRequest, name: str, action: str) -> HttpR
         kind="queue",
         action=action,
         item_id=name,
-        params=lambda f: {"release_jobs": f.cleaned_data["release_jobs"]},
+        params=lambda f: _params(request, f),
     )
     return _holds_response(request, form)
+
+
+def _params(request: HtmxHttpRequest, form: ActionForm) -> dict[str, Any]:
+    """A hold's or release's fields: release what it held, the window's end, who asks."""
+    return {
+        "release_jobs": form.cleaned_data["release_jobs"],
+        "until": form.cleaned_data["until"],
+        "by": request.user.get_username(),
+    }
 
 
 @require_POST
@@ -127,7 +145,7 @@ def collection_hold_action(request: HtmxHttpRequest, profile: str, action: str) 
         kind="collection",
         action=action,
         item_id=profile,
-        params=lambda f: {"release_jobs": f.cleaned_data["release_jobs"]},
+        params=lambda f: _params(request, f),
     )
     return _holds_response(request, form)
 
@@ -147,6 +165,37 @@ def collection_hold_new(request: HtmxHttpRequest) -> HttpResponse:
             action="hold",
             item_id=form.cleaned_data["profile"],
             reason=form.cleaned_data["reason"],
+            params={"until": form.cleaned_data["until"], "by": request.user.get_username()},
         ),
     )
     return _holds_response(request, just_held=form.cleaned_data["profile"])
+
+
+@require_POST
+@console_view(VIEWER)
+def node_hold_new(request: HtmxHttpRequest) -> HttpResponse:
+    """Hold a storage node (typed in the form), with a reason and perhaps an end."""
+    form = NodeHoldForm(request.POST)
+    if not form.is_valid():
+        return error_response(request, f"cannot hold: {form.errors.as_text()}", 400)
+    report(
+        request,
+        actions.perform(
+            user=request.user,
+            kind="node",
+            action="hold",
+            item_id=form.cleaned_data["node"],
+            reason=form.cleaned_data["reason"],
+            params={"until": form.cleaned_data["until"], "by": request.user.get_username()},
+        ),
+    )
+    return _holds_response(request)
+
+
+@require_POST
+@console_view(VIEWER)
+def node_hold_action(request: HtmxHttpRequest, node: str, action: str) -> HttpResponse:
+    form = act(
+        request, kind="node", action=action, item_id=node, params=lambda f: _params(request, f)
+    )
+    return _holds_response(request, form)

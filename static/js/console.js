@@ -7,6 +7,8 @@
  * "/" anywhere but in a field focuses the header's search box (#header-q).
  * #toggle-admin-moves (overview): shows or hides the diagrams' dashed operator moves, by a
  * class on <html> that live refreshes do not touch; the choice is kept in localStorage.
+ * <span data-countdown="ISO time">: the time left until then (a maintenance window's end),
+ * ticking each second, "ended" once it has passed; the server's words stay until then.
  */
 (function () {
   "use strict";
@@ -72,4 +74,23 @@
   } else {
     setUpToggle();
   }
+
+  function left(ms) {
+    var s = Math.floor(ms / 1000);
+    var d = Math.floor(s / 86400);
+    var h = Math.floor((s % 86400) / 3600);
+    var m = Math.floor((s % 3600) / 60);
+    var two = function (n) { return (n < 10 ? "0" : "") + n; };
+    return (d ? d + " d " : "") + h + ":" + two(m) + ":" + two(s % 60);
+  }
+
+  function tick() {
+    var now = Date.now();
+    document.querySelectorAll("[data-countdown]").forEach(function (el) {
+      var end = Date.parse(el.getAttribute("data-countdown"));
+      if (isNaN(end)) return;
+      el.textContent = end > now ? "in " + left(end - now) : "ended";
+    });
+  }
+  window.setInterval(tick, 1000);
 })();

@@ -21,6 +21,7 @@ ROUTES = {
     "access": ("/access/small/qid0000000001/{}/", "/api/access/small/qid0000000001/{}"),
     "queue": ("/holds/queue/ingest/{}/", "/api/holds/queue/ingest/{}"),
     "collection": ("/holds/collection/letters/{}/", "/api/holds/collection/letters/{}"),
+    "node": ("/holds/node/9501/{}/", "/api/holds/node/9501/{}"),
     "consumer": ("/consumers/host-1/{}/", None),
     "consistency": ("/consistency/{}/", None),
 }

@@ -1,0 +1,124 @@
+"""Maintenance windows: a hold (queue, collection or storage node) given an end is released
+at that end, with what it parked (the batches an ingest hold parked, a collection's Held jobs
+and batches), by whichever of the running ``maintenance`` daemons gets there first.
+
+Exactly once across hosts: the window and its hold are deleted in one transaction checked
+against the window's version (``queues/zk/maintenance.py``), so only one daemon's release
+succeeds, and only that one writes the audit entry. It claims nothing else and takes no lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from typing import Any, ClassVar
+
+from django.db import close_old_connections
+
+from queues import audit, services
+from queues.daemons.base import Daemon, ItemResult, Next, Step, describe
+from queues.zk.errors import is_connection_error
+from queues.zk.maintenance import Window, due, release_window
+
+log = logging.getLogger("queues.daemons")
+
+EVERY_SECONDS = 1.0  # how often the windows are read (a handful of small nodes)
+
+
+class Maintenance(Daemon[Any]):
+    name: ClassVar[str] = "maintenance"
+    step: ClassVar[str] = "maintenance"
+    queue_hold: ClassVar[str | None] = None  # it releases holds: a held queue must not stop it
+
+    def sweep(self) -> list[Window]:
+        """Release every window past its end that this process wins; those it released."""
+        released = []
+        for window in due(self.zk):
+            if release_window(self.zk, window):
+                released.append(window)
+                self.released(window)
+        return released
+
+    def released(self, window: Window) -> None:
+        """What the hold parked goes on, and the release is audited (by the winner only)."""
+        parked = []
+        try:
+            if window.kind == "queue" and window.name == "ingest":
+                parked = services.queue_release(name="ingest", release_held=True)[1:]
+            elif window.kind == "collection":
+                parked = services.collection_release_held(profile=window.name)
+        except Exception as exc:  # the hold is released; what it parked can be released by hand
+            log.warning("%s %s: parked items not released: %s", window.kind, window.name, exc)
+        detail = f"maintenance window ended at {window.until.isoformat(timespec='seconds')}"
+        if parked:
+            detail += f"; released {len(parked)} item(s) it had parked"
+        try:
+            audit.record(
+                user=None,
+                action="release",
+                kind=window.kind,
+                item_id=window.name,
+                before="held",
+                after="released",
+                reason=window.reason,
+                detail=f"{detail}, by the maintenance daemon on {socket.gethostname()}",
+                via="daemon",
+            )
+        except Exception as exc:  # the release stands; the log line says what the entry would
+            log.warning("release of %s %s not audited: %s", window.kind, window.name, exc)
+        log.info(
+            "%s:%s maintenance released (%s; window by %s: %s)",
+            window.kind,
+            window.name,
+            detail,
+            window.by or "?",
+            window.reason or "no reason given",
+        )
+
+    def run_once(self) -> bool:
+        self.last = None
+        if not self.gate.connected:
+            return False
+        started = time.monotonic()
+        released = self.sweep()
+        self.last = ItemResult(
+            "windows", self.step, "ok", time.monotonic() - started, f"{len(released)} released"
+        )
+        return bool(released)
+
+    def run(self, stop: threading.Event) -> None:
+        log.info("%s: started (maintenance windows read every %gs)", self.name, EVERY_SECONDS)
+        while not stop.is_set():
+            try:
+                self.run_once()
+            except Exception as exc:
+                if is_connection_error(exc):
+                    log.warning("%s: ZooKeeper unavailable: %s", self.name, describe(exc))
+                else:
+                    log.exception("%s: unexpected error reading the windows", self.name)
+            finally:
+                close_old_connections()
+            stop.wait(EVERY_SECONDS)
+        log.info("%s: stopped", self.name)
+
+    # The consumer hooks: it claims nothing, so none of them is ever called.
+
+    def claim(self) -> None:
+        return None
+
+    def work(self, item: Any) -> Step:
+        return Next(str(item))
+
+    def item_id(self, item: Any) -> str:
+        return str(item)
+
+    def lock_path(self, item: Any) -> str:
+        raise NotImplementedError("maintenance takes no lock")
+
+    def move(self, item: Any, step: Next) -> bool:
+        raise NotImplementedError("maintenance makes no moves")
+
+    def unlock(self, item: Any) -> None:
+        return None

@@ -1,0 +1,46 @@
+"""The overview's incident parts: the held storage nodes with their maintenance windows
+(``queues/zk/maintenance.py``) and the backlog ahead (``queues/backlog.py``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django import template
+
+from queues import backlog, history
+from queues.zk.client import connected_client
+from queues.zk.maintenance import node_holds, windows
+
+register = template.Library()
+log = logging.getLogger(__name__)
+
+
+@register.inclusion_tag("queues/_backlog.html")
+def backlog_section() -> dict[str, Any]:
+    try:
+        b = backlog.backlog()
+    except Exception as exc:  # the overview must still show when this cannot be answered
+        log.warning("backlog not computed: %s", exc)
+        return {"error": str(exc) or type(exc).__name__}
+    chart = history.bars_svg(
+        "finished-per-hour",
+        "Jobs finished per hour over the last day",
+        b.hour_labels,
+        b.finished_per_hour,
+        [0] * len(b.finished_per_hour),
+    )
+    return {"b": b, "chart": chart, "window": backlog.WINDOW_HOURS}
+
+
+@register.inclusion_tag("queues/_node_holds_card.html")
+def node_holds_card() -> dict[str, Any]:
+    """The storage nodes held now, each with the end of its maintenance window if it has one."""
+    try:
+        zk = connected_client()
+        held = node_holds(zk)
+        ends = {int(w.name): w for w in windows(zk) if w.kind == "node"}
+    except Exception as exc:  # the overview must still show when this cannot be answered
+        log.warning("node holds not read: %s", exc)
+        return {"error": str(exc) or type(exc).__name__}
+    return {"nodes": [(n, h, ends.get(n)) for n, h in held.items()]}

@@ -1,0 +1,79 @@
+"""The alerts page in a real Chromium: reached from the navigation, a rule changed and saved,
+a test alert sent to the real SMTP server and webhook receiver; a viewer gets no controls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from console.conftest import PASSWORD
+from faults.test_mail_outage import SmtpServer
+from playwright.sync_api import Page
+
+from queues.models import AlertRule
+from tests.browser import SCREENSHOTS, close_context
+
+from .conftest import Webhook
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def logged_in(browser: Any, live_server: Any, username: str) -> tuple[Any, Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+    return context, page
+
+
+def test_an_admin_changes_a_rule_and_sends_a_test_alert(
+    browser: Any,
+    live_server: Any,
+    make_user: Any,
+    zk: Any,
+    smtp: SmtpServer,
+    webhook: Webhook,
+) -> None:
+    make_user("admin", "ada")
+    context, page = logged_in(browser, live_server, "ada")
+    try:
+        page.click("nav >> text=Alerts")
+        page.wait_for_url(f"{live_server.url}/alerts/")
+        row = page.locator("#rule-failures")
+        row.locator("input[name=threshold]").fill("4")
+        row.locator("input[name=quiet_seconds]").fill("900")
+        row.locator("button:has-text('Save')").click()
+        page.wait_for_selector("#messages .message-success")
+        assert "threshold 10 -> 4" in page.inner_text("#messages")
+        rule = AlertRule.objects.get(kind="failures")
+        assert (rule.threshold, rule.quiet_seconds) == (4.0, 900.0)
+        assert page.locator("#rule-failures input[name=threshold]").input_value() == "4"
+
+        page.click("#send-test")
+        page.wait_for_selector("#messages .message-success")
+        assert "Test alert sent by email" in page.inner_text("#messages")
+        assert "Test alert sent by webhook" in page.inner_text("#messages")
+        assert len(smtp.messages) == 1 and len(webhook.posts) == 1
+        assert "sent" in page.inner_text("#alert-messages")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "alerts.png"), full_page=True)
+    finally:
+        close_context(context)
+
+
+def test_a_viewer_sees_the_rules_without_controls(
+    browser: Any, live_server: Any, make_user: Any, zk: Any
+) -> None:
+    make_user("viewer", "vic")
+    context, page = logged_in(browser, live_server, "vic")
+    try:
+        page.goto(f"{live_server.url}/alerts/")
+        assert "Failures in 10 minutes" in page.inner_text("#alert-rules")
+        assert page.locator("#send-test").count() == 0
+        assert page.locator("#alert-rules button").count() == 0
+    finally:
+        close_context(context)

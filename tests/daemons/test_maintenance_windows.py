@@ -1,0 +1,117 @@
+"""Maintenance windows (issue 24): a hold with an end is released at that end, exactly once
+however many maintenance daemons run, with what it parked; a window past its end whose hold is
+still there is reported as overrun."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from queues.daemons.maintenance import Maintenance
+from queues.states import INGEST_HELD_MESSAGE
+from queues.zk import client as zkmod
+from queues.zk.batches import batch_create, batch_load, batch_transition
+from queues.zk.locks import collection_held, queue_held, queue_hold_set
+from queues.zk.maintenance import (
+    node_held,
+    node_hold_set,
+    overrun,
+    release_window,
+    window_set,
+    windows,
+)
+
+from .conftest import DEMO, wait_for
+from .test_end_to_end import Consumers
+
+pytestmark = pytest.mark.django_db
+
+
+def _soon(seconds: float) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+def test_a_window_is_released_by_exactly_one_of_two_racing_clients(zk, zk_hosts) -> None:
+    other = zkmod.connect(zk_hosts)
+    try:
+        node_hold_set(zk, 9501)
+        window_set(zk, "node", "9501", until=_soon(-1), reason="redeploy")
+        (seen_here,) = windows(zk)
+        (seen_there,) = windows(other)
+        results = [release_window(zk, seen_here), release_window(other, seen_there)]
+        assert results == [True, False]
+        assert not node_held(zk, 9501) and windows(zk) == []
+    finally:
+        other.stop()
+        other.close()
+
+
+def test_a_hold_released_by_hand_before_its_end_leaves_only_its_window_to_end(zk) -> None:
+    node_hold_set(zk, 9502)
+    window_set(zk, "node", "9502", until=_soon(-1))
+    zk.delete("/mrt-console/holds/nodes/9502")
+    (window,) = windows(zk)
+    assert release_window(zk, window)
+    assert windows(zk) == []
+
+
+def test_the_daemon_releases_a_due_window_and_what_the_ingest_hold_parked(zk) -> None:
+    parked = batch_create(zk, submission={"profile": DEMO, "submitter": "t"})
+    batch_transition(zk, parked, "Held", message=INGEST_HELD_MESSAGE)
+    queue_hold_set(zk, "ingest")
+    window_set(zk, "queue", "ingest", until=_soon(-1), reason="weekly redeploy")
+    daemon = Maintenance(zk=zk, poll=0.05)
+    assert daemon.run_once()
+    assert not queue_held(zk, "ingest")
+    assert batch_load(zk, parked.bid).state == "Pending"
+    assert not daemon.run_once()  # nothing left to release
+
+
+def test_a_window_not_yet_due_or_not_releasing_itself_stays(zk) -> None:
+    queue_hold_set(zk, "ingest")
+    window_set(zk, "collection", DEMO, until=_soon(3600))
+    zk.ensure_path(f"/locks/collections/{DEMO}")
+    window_set(zk, "queue", "ingest", until=_soon(-120), auto_release=False)
+    assert not Maintenance(zk=zk, poll=0.05).run_once()
+    assert queue_held(zk, "ingest") and collection_held(zk, DEMO)
+    late = overrun(zk, timedelta(seconds=60))
+    assert [(w.kind, w.name) for w in late] == [("queue", "ingest")]
+
+
+@pytest.fixture
+def three_daemons(tmp_path: Path, zk_hosts: str) -> Iterator[Consumers]:
+    var = tmp_path / "var"
+    var.mkdir()
+    procs = Consumers(var, zk_hosts)
+    for _ in range(3):
+        procs.start("maintenance")
+    yield procs
+    procs.close()
+
+
+@pytest.mark.slow
+def test_a_window_5_s_ahead_is_released_once_with_three_daemons_running(
+    zk, three_daemons: Consumers
+) -> None:
+    wait_for(lambda: three_daemons.logs().count("maintenance: started") == 3, timeout=60)
+    node_hold_set(zk, 9501, reason="storage node patch")
+    window_set(zk, "node", "9501", until=_soon(5), reason="storage node patch")
+    time.sleep(3)
+    assert node_held(zk, 9501)  # not before its end
+    wait_for(lambda: not node_held(zk, 9501), timeout=30)
+    time.sleep(2)  # every daemon has had its next look
+    for proc, _log in three_daemons.procs:
+        assert proc.poll() is None
+    logs = three_daemons.logs()
+    assert logs.count("node:9501 maintenance released") == 1, logs
+    with sqlite3.connect(three_daemons.db) as db:
+        rows = db.execute(
+            "SELECT kind, item_id, action, via FROM queues_auditentry WHERE item_id = '9501'"
+        ).fetchall()
+    assert rows == [("node", "9501", "release", "daemon")]
+    assert windows(zk) == []

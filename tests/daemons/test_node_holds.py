@@ -1,0 +1,72 @@
+"""Storage-node holds (issue 24): jobs bound for a held node wait, unclaimed, in Storing and
+Recording; jobs for other nodes go on; released, the waiting jobs complete."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from queues.daemons.storing import Storing, store_node
+from queues.zk.jobs import job_load
+from queues.zk.maintenance import node_hold_clear, node_hold_set
+
+from .conftest import DEMO, FileServer, daemon, drive, make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def _stored_on(zk, files: FileServer, profiles: Path, node: str, name: str):
+    """A job processed for storage node ``node`` (its profile's node): its store node names it."""
+    path = profiles / f"{DEMO}.json"
+    profile = json.loads(path.read_text())
+    profile["storage_node"] = node
+    path.write_text(json.dumps(profile))
+    job = make_job(
+        zk,
+        {"payload_url": files.put(name, name), "type": "file", "filename": name},
+        state="Downloading",
+    )
+    drive(zk, lambda: job_load(zk, job.jid).state == "Storing", names=["downloading", "processing"])
+    job = job_load(zk, job.jid)
+    assert store_node(job) == int(node)
+    return job
+
+
+def test_jobs_for_a_held_node_wait_while_jobs_for_other_nodes_complete(
+    zk, files: FileServer, profiles: Path
+) -> None:
+    on_a = _stored_on(zk, files, profiles, "9501", "a.txt")
+    on_b = _stored_on(zk, files, profiles, "9502", "b.txt")
+    assert node_hold_set(zk, 9501, by="ops", reason="node 9501 down")
+    drive(zk, lambda: job_load(zk, on_b.jid).state == "Notify", names=["storing", "recording"])
+    # Not claimed at all: no failure, no message, no retry.
+    waiting = job_load(zk, on_a.jid)
+    assert waiting.state == "Storing" and waiting.status.version == on_a.status.version
+    assert not Storing(zk=zk).run_once()
+    assert node_hold_clear(zk, 9501)
+    drive(zk, lambda: job_load(zk, on_a.jid).state == "Notify", names=["storing", "recording"])
+
+
+def test_a_job_stored_before_the_hold_waits_in_recording(
+    zk, files: FileServer, profiles: Path
+) -> None:
+    job = _stored_on(zk, files, profiles, "9501", "c.txt")
+    daemon(zk, "storing").run_once()
+    assert job_load(zk, job.jid).state == "Recording"
+    node_hold_set(zk, 9501)
+    assert not daemon(zk, "recording").run_once()
+    assert job_load(zk, job.jid).state == "Recording"
+    node_hold_clear(zk, 9501)
+    assert daemon(zk, "recording").run_once()
+    assert job_load(zk, job.jid).state == "Notify"
+
+
+def test_a_hold_of_another_node_or_a_malformed_store_node_holds_nothing(
+    zk, files: FileServer, profiles: Path
+) -> None:
+    job = _stored_on(zk, files, profiles, "9501", "d.txt")
+    node_hold_set(zk, 1)
+    assert daemon(zk, "storing").run_once()
+    assert job_load(zk, job.jid).state == "Recording"
