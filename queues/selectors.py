@@ -44,7 +44,7 @@ from queues.zk.jobs import job_load, job_resume_state, jobs_load
 from queues.zk.locks import Holds, holds_list
 from queues.zk.maintenance import NodeHold, Window, node_holds
 from queues.zk.maintenance import windows as maintenance_windows
-from queues.zk.nodes import children, children_many, exists_many, read_many, stamp
+from queues.zk.nodes import children, exists_many, read_many, stamp
 from queues.zk.records import AccessRequest, Batch, Broken, Job, Status
 
 PER_PAGE = 50
@@ -928,29 +928,15 @@ class BatchRow:
 def batch_rows(zk: Any, bids: Sequence[str]) -> list[BatchRow]:
     """The rows of a batch list: each batch with its jobs counted per folder and per state.
 
-    The batch index folders say which jobs a batch has; the read index says which state
-    folder each of them is in, so no job's status node is read.
+    Counted by the read index from the batches' index folders (kept under watches) and the
+    state folders, so no job's node is read and a row shown again costs no listing.
     """
-    folders = children_many(
-        zk, [zpaths.batch_index(b, f) for b in bids for f in BATCH_INDEX_FOLDERS]
-    )
-    members = {
-        b: {f: folders[zpaths.batch_index(b, f)] or [] for f in BATCH_INDEX_FOLDERS} for b in bids
-    }
-    where = zindex.for_client(zk).job_states_of(
-        j for b in bids for f, jids in members[b].items() if f != "batch-deleted" for j in jids
-    )
+    counts = zindex.for_client(zk).batch_job_counts(bids)
     rows = []
     for item in batches_load(zk, bids):
-        key = item.id if isinstance(item, Broken) else item.bid
-        counts = Counter(
-            where.get(j, "?")
-            for f, jids in members[key].items()
-            for j in jids
-            if f != "batch-deleted"
-        )
-        states = {s: counts[s] for s in (*JOB.states, "?") if counts.get(s)}
-        rows.append(BatchRow(item, {f: len(v) for f, v in members[key].items()}, states))
+        found = counts.get(item.id if isinstance(item, Broken) else item.bid)
+        folders = found.folders if found else dict.fromkeys(BATCH_INDEX_FOLDERS, 0)
+        rows.append(BatchRow(item, folders, found.states if found else {}))
     return rows
 
 

@@ -14,6 +14,9 @@ process, what those pages would otherwise read again and again:
   its ARK -- mapped (by their hash) to the job, so a search is a dictionary lookup however
   large the queue;
 - the batch and failing step of every Failed job, for the grouped failed list;
+- the batch index folders (``states/batch-*``) of the batches the batch list showed last, under
+  child watches, and each shown row's jobs counted per folder and state, so a page of batches
+  shown again lists nothing and looks no job up;
 - ``space_needed`` per job and state, re-read when the job moves to another state.
 
 Watches only mark entries stale; the next reader refreshes them. So a busy queue costs the web
@@ -62,12 +65,14 @@ holds for a Failed job's step if it was resumed and failed again between two rea
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 import threading
 import time
 from array import array
 from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast, overload
@@ -76,7 +81,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import KeeperState
 
-from queues.states import JOB, JobState
+from queues.states import BATCH_INDEX_FOLDERS, JOB, JobState, job_batch_folder
 
 from . import kazoo_private, paths
 from .codecs import decode_int, decode_json, decode_str
@@ -89,6 +94,10 @@ FILL_THREADS = frozenset({"fill-read-index", "warm-read-index"})
 # How long a read waits for kazoo's callback thread before using what it has.
 SETTLE_SECONDS = 2.0
 MAX_FILTERS_PER_LISTING = 32
+# Batch index folders kept listed (four a batch: the batches of a few pages of the batch list)
+# and batch rows whose job counts are kept.
+MEMBER_FOLDERS_KEPT = 4000
+BATCH_COUNTS_KEPT = 1000
 # Jobs whose nodes one step of a sync reads at once (one pipelined multiRead); the background
 # fill reads smaller steps and pauses between them, so page requests sharing the connection and
 # the interpreter are not queued behind it.
@@ -486,12 +495,18 @@ class FailedFacts(NamedTuple):
     step: str
 
 
+_SERIALS = itertools.count(1)
+
+
 @dataclass
 class _Listing:
     names: list[str]  # /batches and other folders; empty for job state folders
     entries: Entries | None = None  # job state folders, in run order
     # Views derived from exactly this listing (re-sorted, filtered, counted), on first use.
     derived: dict[Any, Any] = field(default_factory=dict)
+    # Which read of its folder this is (a figure computed from several listings is kept with
+    # their serials, and is current while they are).
+    serial: int = field(default_factory=lambda: next(_SERIALS))
 
 
 @dataclass
@@ -499,6 +514,15 @@ class _Folder:
     listing: _Listing | None = None
     stale: bool = True
     refresh: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    """A batch row's jobs: how many each batch index folder lists, and how many of those (but
+    the deleted ones) each job state folder lists ("?" for jobs listed in none)."""
+
+    folders: dict[str, int]
+    states: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -555,6 +579,12 @@ class ReadIndex:
         # batch_states' last answer: (the batch list it is for, the generation, the states).
         self._batch_states_kept: tuple[list[str], int, dict[str, BatchState]] | None = None
         self._reported: tuple[int, list[str]] | None = None
+        # The batch index folders (``states/batch-*``) of the batches pages showed last, each
+        # kept under a child watch like the state folders, newest use last (at most
+        # MEMBER_FOLDERS_KEPT), and the job counts of their rows (``batch_job_counts``).
+        self._member_folders: OrderedDict[str, _Folder] = OrderedDict()
+        self._batch_counts: OrderedDict[str, tuple[tuple[int, ...], BatchCounts]] = OrderedDict()
+        self._member_lock = threading.Lock()
         self.codes = JobCodes()
         # Job number -> its (profile, submitter) pair's index << 1 | no ARK yet.
         self._facts = _PackedTable(FACT_BITS)
@@ -589,20 +619,24 @@ class ReadIndex:
 
     def mark_all_stale(self) -> None:
         with self._lock:
-            for folder in self._folders.values():
+            for folder in (*self._folders.values(), *self._member_folders.values()):
                 folder.stale = True
             self._stale_batches.update(self._batches)
             # Facts and space are not watched: they are only ever true per job and state.
 
     def _on_folder_event(self, event: Any) -> None:
         with self._lock:
-            folder = self._folders.get(event.path) if event.path else None
-            if folder is not None:
-                folder.stale = True
-            else:  # an empty event: the connection dropped and every watch is gone
-                for each in self._folders.values():
-                    each.stale = True
-                self._stale_batches.update(self._batches)
+            if not kazoo_private.is_dropped_watch(event):
+                path = event.path or ""
+                folder = self._folders.get(path) or self._member_folders.get(path)
+                if folder is not None:
+                    folder.stale = True
+                # else: a batch's folder let go of since its listing (its watch fires once)
+                return
+            # The connection dropped and every watch is gone.
+            for each in (*self._folders.values(), *self._member_folders.values()):
+                each.stale = True
+            self._stale_batches.update(self._batches)
 
     def _on_batch_event(self, event: Any) -> None:
         parts = (event.path or "").split("/")
@@ -767,6 +801,127 @@ class ReadIndex:
         if found is None:
             found = listing.derived["blocks"] = _blocks((listing.entries or EMPTY).keys)
         return cast("list[tuple[int, int]]", found)
+
+    # Batch rows -------------------------------------------------------------------------------
+
+    def batch_job_counts(self, bids: Sequence[str]) -> dict[str, BatchCounts]:
+        """The job counts of batch rows, from the batches' index folders and the state folders.
+
+        A batch's index folders are listed once and kept under a child watch (as the state
+        folders are), the newest-used MEMBER_FOLDERS_KEPT of them; a row's counts are kept
+        while the listings they were counted from are current. So a page of batches shown again
+        costs no request and no look-up of each job; after a change, the page pays for the
+        batches whose folders changed, not for the queue. A missing folder lists no job.
+        """
+        members = self._member_listings(
+            [paths.batch_index(b, f) for b in bids for f in BATCH_INDEX_FOLDERS]
+        )
+        states = [(s, self._listing(paths.job_state_folder(s))) for s in JOB.states]
+        state_serials = tuple(listing.serial for _s, listing in states)
+        found: dict[str, BatchCounts] = {}
+        for bid in bids:
+            listings = [members[paths.batch_index(bid, f)] for f in BATCH_INDEX_FOLDERS]
+            serials = (*state_serials, *(x.serial if x else 0 for x in listings))
+            with self._lock:
+                kept = self._batch_counts.get(bid)
+                if kept is not None and kept[0] == serials:
+                    self._batch_counts.move_to_end(bid)
+                    found[bid] = kept[1]
+                    continue
+            names = {
+                f: listing.names if listing else []
+                for f, listing in zip(BATCH_INDEX_FOLDERS, listings, strict=True)
+            }
+            counted: dict[str, int] = {}
+            for folder, jids in names.items():
+                if folder == "batch-deleted":
+                    continue
+                # The folder says where a job most likely is: look there first.
+                likely = [
+                    (s, listing)
+                    for s, listing in states
+                    if job_batch_folder(s) == folder and s != JobState.DELETED
+                ]
+                order = likely + [item for item in states if item not in likely]
+                for state in self._states_of(jids, order):
+                    counted[state] = counted.get(state, 0) + 1
+            counts = BatchCounts(
+                {f: len(v) for f, v in names.items()},
+                {s: counted[s] for s in (*JOB.states, "?") if counted.get(s)},
+            )
+            with self._lock:
+                self._batch_counts[bid] = (serials, counts)
+                while len(self._batch_counts) > BATCH_COUNTS_KEPT:
+                    self._batch_counts.popitem(last=False)
+            found[bid] = counts
+        return found
+
+    def _states_of(self, jids: Iterable[str], order: list[tuple[str, _Listing]]) -> Iterator[str]:
+        """The state folder each job is listed in ("?" for none), looked for in ``order``."""
+        folders = [
+            (state, (listing.entries or EMPTY).keys, self._priority_blocks(listing))
+            for state, listing in order
+        ]
+        for jid in jids:
+            match = _JID.fullmatch(jid)
+            number = int(match.group(1)) if match else -1
+            yield next(
+                (s for s, keys, blocks in folders if number >= 0 and _has(keys, blocks, number)),
+                "?",
+            )
+
+    def _member_listings(self, folder_paths: Sequence[str]) -> dict[str, _Listing | None]:
+        """Listings of batch index folders (None for a folder that does not exist), kept under
+        a child watch; those not current are read with one pipelined request each."""
+        self.settle()
+        with self._member_lock:  # one reader at a time: a folder being read is not yet known
+            return self._member_listings_read(folder_paths)
+
+    def _member_listings_read(self, folder_paths: Sequence[str]) -> dict[str, _Listing | None]:
+        found: dict[str, _Listing | None] = {}
+        todo: list[tuple[str, _Folder]] = []
+        with self._lock:
+            for path in folder_paths:
+                folder = self._member_folders.get(path)
+                if folder is None:
+                    folder = self._member_folders[path] = _Folder()
+                self._member_folders.move_to_end(path)
+                if not folder.stale:
+                    found[path] = folder.listing
+                else:
+                    folder.stale = False  # before the read that re-arms its watch
+                    todo.append((path, folder))
+            while len(self._member_folders) > max(MEMBER_FOLDERS_KEPT, len(folder_paths)):
+                self._member_folders.popitem(last=False)
+        watch = self._on_folder_event
+        asked = [(p, f, self.zk.get_children_async(p, watch=watch)) for p, f in todo]
+        missing = []
+        failed: BaseException | None = None
+        for path, folder, answer in asked:
+            try:
+                names = sorted(answer.get())
+            except NoNodeError:
+                missing.append((path, folder, self.zk.exists_async(path, watch=watch)))
+                continue
+            except BaseException as exc:
+                failed = failed or exc
+                folder.stale = True
+                continue
+            with self._lock:
+                folder.listing = found[path] = _Listing(names)
+        for path, folder, answer in missing:
+            try:
+                created = answer.get() is not None
+            except BaseException as exc:
+                failed = failed or exc
+                folder.stale = True
+                continue
+            with self._lock:
+                folder.stale = created  # created between the two requests: read next time
+                folder.listing = found[path] = None
+        if failed is not None:
+            raise failed
+        return found
 
     def job_id_set(self, state: str) -> frozenset[str]:
         """The job IDs listed in a state folder (made on each call: for tests and tools)."""
