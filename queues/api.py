@@ -401,7 +401,7 @@ def batch(request: HttpRequest, bid: str) -> dict[str, Any]:
         **batch_json(detail.batch),
         "jobs": {s: [j.jid for j in js] for s, js in detail.by_state.items()},
         "index": detail.folders,
-        "status_report": detail.batch.report,
+        "status_report": detail.report,
     }
 
 
@@ -491,6 +491,11 @@ def reports(request: HttpRequest) -> dict[str, Any]:
                             "last_modified": r.last_modified,
                             "failed_jobs": r.failed_jobs,
                             "successful_jobs": r.successful_jobs,
+                            "failed_count": r.failed_count,
+                            "successful_count": r.successful_count,
+                            # False: a large report's lists stay in ZooKeeper's part nodes;
+                            # /api/batches/BID has the latest two whole.
+                            "whole": r.whole,
                             "changes": r.changes,
                         }
                         for r in row.reports

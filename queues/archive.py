@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,7 +39,14 @@ from django.utils import timezone
 from queues.states import JOB_STEPS, JobState
 from queues.steps.uploads import remove_uploads
 from queues.zk import paths as zpaths
-from queues.zk.batches import batch_ids, batch_job_ids, batch_load, batch_remove, batch_states
+from queues.zk.batches import (
+    batch_ids,
+    batch_job_ids,
+    batch_load,
+    batch_remove,
+    batch_states,
+    report_resolve,
+)
 from queues.zk.client import client
 from queues.zk.codecs import parse_stamp
 from queues.zk.errors import Conflict, ItemLocked, MalformedNode, NotFound, is_connection_error
@@ -408,7 +415,17 @@ def ready_to_archive(zk: Any, bid: str, *, older_than: timedelta) -> tuple[Batch
         raise LeftAlone("locked")
     if batch.status.mtime > cutoff:
         raise LeftAlone("finished too recently")
-    return batch, _finished_jobs(zk, batch, cutoff)
+    return _with_whole_report(zk, batch), _finished_jobs(zk, batch, cutoff)
+
+
+def _with_whole_report(zk: Any, batch: Batch) -> Batch:
+    """The batch with its latest report's lists whole: a large report keeps them in part
+    nodes, which go with the batch. One whose parts cannot be read is kept as it stands."""
+    try:
+        return replace(batch, report=report_resolve(zk, batch.bid, batch.report, depth=1))
+    except MalformedNode as exc:
+        log.warning("%s: archived with its report as it stands: %s", batch.bid, exc)
+        return batch
 
 
 def remove_archived(zk: Any, batch: Batch, jobs: list[Job]) -> tuple[bool, int, str]:

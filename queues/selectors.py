@@ -36,7 +36,15 @@ from queues.zk import consumers as zconsumers
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
 from queues.zk.access import access_ids, access_load, accesses_load
-from queues.zk.batches import batch_job_ids, batch_load, batches_load, report_changes
+from queues.zk.batches import (
+    batch_job_ids,
+    batch_load,
+    batches_load,
+    report_changes,
+    report_counts,
+    report_is_whole,
+    report_resolve,
+)
 from queues.zk.client import connected_client
 from queues.zk.codecs import decode_any, decode_json
 from queues.zk.errors import InvalidTransition, MalformedNode, NotFound
@@ -1054,14 +1062,20 @@ def batches_page(*, flt: BatchFilter, page: int = 1, per_page: int = PER_PAGE) -
 @dataclass(frozen=True)
 class ReportView:
     last_modified: str
-    failed_jobs: list[str]
+    failed_jobs: list[str]  # all of them when ``whole``; else the first ones, or none
     successful_jobs: list[str]
     changes: dict[str, list[str]] | None  # against the report before it; None for the first
+    failed_count: int
+    successful_count: int
+    # Every job ID is in the lists above. False: the report keeps its lists in part nodes that
+    # were not read (a large one on a page of many batches), or they were cut to ``shown``.
+    whole: bool = True
 
 
-def report_views(report: dict[str, Any] | None) -> list[ReportView]:
+def report_views(report: dict[str, Any] | None, *, shown: int | None = None) -> list[ReportView]:
     """The current report and its history, newest first, each with what changed since the one
-    before it."""
+    before it (where both lists are at hand). ``shown``: at most that many IDs of each list
+    (a page of many batches shows counts and the first IDs)."""
     if not report:
         return []
     given = report.get("history")
@@ -1070,12 +1084,24 @@ def report_views(report: dict[str, Any] | None) -> list[ReportView]:
     views = []
     for i, rep in enumerate(chain):
         previous = chain[i + 1] if i + 1 < len(chain) else None
+        failed = [str(j) for j in rep.get("failed_jobs") or []]
+        successful = [str(j) for j in rep.get("successful_jobs") or []]
+        whole = report_is_whole(rep)
+        changes = None
+        if previous is not None and whole and report_is_whole(previous):
+            changes = report_changes(previous, rep)
+        failed_count, successful_count = report_counts(rep)
+        if shown is not None and max(len(failed), len(successful)) > shown:
+            failed, successful, whole = failed[:shown], successful[:shown], False
         views.append(
             ReportView(
                 last_modified=str(rep.get("last_modified", "")),
-                failed_jobs=[str(j) for j in rep.get("failed_jobs") or []],
-                successful_jobs=[str(j) for j in rep.get("successful_jobs") or []],
-                changes=report_changes(previous, rep) if previous is not None else None,
+                failed_jobs=failed,
+                successful_jobs=successful,
+                changes=changes,
+                failed_count=failed_count,
+                successful_count=successful_count,
+                whole=whole,
             )
         )
     return views
@@ -1114,6 +1140,12 @@ def batch_detail(*, bid: str) -> BatchDetail:
             by_state[job.state].append(job)
     ordered = {s: by_state[s] for s in JOB.states if s in by_state}
     ordered.update({s: v for s, v in by_state.items() if s not in ordered})
+    # The latest report whole, and the one before it for what changed; older ones as counts.
+    try:
+        report = report_resolve(zk, batch.bid, batch.report, depth=2)
+    except MalformedNode as exc:
+        log.warning("%s: %s", exc.path, exc.reason)
+        report = batch.report  # shown by its counts
     return BatchDetail(
         batch=batch,
         folders=folders,
@@ -1121,7 +1153,8 @@ def batch_detail(*, bid: str) -> BatchDetail:
         counts={s: len(v) for s, v in ordered.items()},
         by_state=ordered,
         truncated=truncated,
-        reports=report_views(batch.report),
+        reports=report_views(report),
+        report=report,
     )
 
 
@@ -1143,19 +1176,22 @@ def batch_preview(*, bid: str) -> tuple[Batch, dict[str, list[str]]]:
 class ReportRow:
     batch: Batch
     reports: list[ReportView]
+    # ``status-report`` with the lists of its latest two reports whole (read from their parts).
+    report: dict[str, Any] | None = None
 
 
-def status_reports(*, page: int = 1, per_page: int = 20) -> Page:
+def status_reports(*, page: int = 1, per_page: int = 20, shown: int | None = None) -> Page:
     """Batches that have a status report, newest batch first: which ones comes from the read
     index (each batch's report is looked for once, again only when a watch says it changed);
-    only the page's batches are loaded."""
+    only the page's batches are loaded, one round trip, and no report's parts are read: a
+    report that keeps its lists in parts is shown by its counts. ``shown``: see report_views."""
     zk = connected_client()
     idx = zindex.for_client(zk)
     bids = idx.reported_batch_ids(wait=not idx.filling)
     page = max(1, page)
     start = (page - 1) * per_page
     rows = [
-        ReportRow(b, report_views(b.report))
+        ReportRow(b, report_views(b.report, shown=shown))
         for b in batches_load(zk, bids[start : start + per_page])
         if isinstance(b, Batch)
     ]

@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 
 from queues.zk import client as zkmod
-from queues.zkserver import LocalZooKeeper, free_port
+from queues.zkserver import LocalZooKeeper, free_port, jute_maxbuffer_from_env
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 
 LOOPBACK = "127.0.0.0/8,::1"
@@ -24,6 +24,45 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalZooKeep
     server.start()
     yield server
     server.stop()
+
+
+# ZooKeeper's own jute.maxbuffer (1 MiB - 1), which Merritt's ensemble most likely keeps.
+ZOOKEEPER_DEFAULT_MAXBUFFER = 0xFFFFF
+
+
+@pytest.fixture(scope="session")
+def zk_server_1mib(
+    zk_server: LocalZooKeeper, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalZooKeeper]:
+    """A server that takes no request past ZooKeeper's default 1 MiB: the session's own when it
+    has that limit (the default, unless ZK_JUTE_MAXBUFFER says otherwise), else one started."""
+    if (zk_server.jute_maxbuffer or jute_maxbuffer_from_env()) == ZOOKEEPER_DEFAULT_MAXBUFFER:
+        yield zk_server
+        return
+    server = LocalZooKeeper(
+        tmp_path_factory.mktemp("zookeeper-1mib"),
+        free_port(),
+        jute_maxbuffer=ZOOKEEPER_DEFAULT_MAXBUFFER,
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zk_1mib(zk_server_1mib: LocalZooKeeper) -> Iterator[Any]:
+    """``zk`` on the 1 MiB server: the process's shared client, in a chroot of its own."""
+    chroot = f"/test-{uuid.uuid4().hex[:12]}"
+    root = zkmod.connect(zk_server_1mib.hosts)
+    root.ensure_path(chroot)
+    root.stop()
+    root.close()
+    old = settings.ZK_HOSTS
+    settings.ZK_HOSTS = f"{zk_server_1mib.hosts}{chroot}"
+    zkmod.close()
+    yield zkmod.client()
+    zkmod.close()
+    settings.ZK_HOSTS = old
 
 
 @pytest.fixture(scope="session", autouse=True)

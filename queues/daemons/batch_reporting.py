@@ -40,8 +40,9 @@ from queues.zk.batches import (
     batch_write_report,
     open_batch_states,
     report_changes,
+    report_resolve,
 )
-from queues.zk.errors import is_connection_error
+from queues.zk.errors import MalformedNode, is_connection_error
 from queues.zk.records import Batch
 
 log = logging.getLogger("queues.daemons")
@@ -106,12 +107,26 @@ class BatchReporting(BatchDaemon):
 
     def write_report(self, batch: Batch) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """This round's report (written now, or found from an interrupted run) and the one
-        before it, which an update report is compared with."""
+        before it, which an update report is compared with; both with their lists whole (a
+        large report keeps them in part nodes, read back here)."""
         current = batch.report
         key = round_key(batch)
         if current is not None and current.get("round") == key:
-            history = current.get("history") or []
-            return current, history[0] if history and isinstance(history[0], dict) else None
+            try:
+                whole = report_resolve(self.zk, batch.bid, current, depth=2) or {}
+            except MalformedNode as exc:
+                log.warning(
+                    "%s batch-reporting: report unreadable, written again: %s", batch.bid, exc
+                )
+            else:
+                history = whole.get("history") or []
+                return whole, history[0] if history and isinstance(history[0], dict) else None
+        try:
+            previous = report_resolve(self.zk, batch.bid, current, depth=1)
+        except MalformedNode as exc:
+            # Only what changed since it is lost from the mail; the new report is still whole.
+            log.warning("%s batch-reporting: earlier report unreadable: %s", batch.bid, exc)
+            previous = None
         index = batch_job_ids(self.zk, batch.bid)
         report = batch_write_report(
             self.zk,
@@ -119,8 +134,9 @@ class BatchReporting(BatchDaemon):
             failed=index["batch-failed"],
             successful=index["batch-completed"],
         )
-        report = batch_report_update(self.zk, batch.bid, {"round": key, "mailed": False})
-        return report, current
+        bookkeeping = {"round": key, "mailed": False}
+        batch_report_update(self.zk, batch.bid, bookkeeping)
+        return {**report, **bookkeeping}, previous
 
     def mail(
         self, batch: Batch, report: dict[str, Any], previous: dict[str, Any] | None, state: str

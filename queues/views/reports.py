@@ -14,11 +14,18 @@ from django.views.decorators.http import require_GET
 from queues import selectors
 from queues.auth import VIEWER
 from queues.states import JobState
+from queues.zk import paths
 from queues.zk.client import connected_client
-from queues.zk.jobs import jobs_load
-from queues.zk.records import Job
+from queues.zk.codecs import decode_json
+from queues.zk.errors import MalformedNode
+from queues.zk.nodes import Read, read_many
 
 from .common import HtmxHttpRequest, console_view, error_response
+
+# What one batch of the page shows of its latest report: the first IDs of each list (all of
+# them are on the batch page and in the export), and the messages of its first failed jobs.
+REPORT_IDS_SHOWN = 50
+REASON_JOBS_READ = 20
 
 
 @require_GET
@@ -28,35 +35,58 @@ def reports(request: HtmxHttpRequest) -> HttpResponse:
         number = max(1, int(request.GET.get("page", "1")))
     except ValueError:
         return error_response(request, "page must be a number", 400)
-    page = selectors.status_reports(page=number)
-    # Per batch on this page: its latest report's failed jobs grouped by their message.
-    reasons = {
-        row.batch.bid: failure_reasons(row.reports[0].failed_jobs)
-        for row in page.items
-        if row.reports and row.reports[0].failed_jobs
-    }
-    return render(request, "queues/reports.html", {"page": page, "reasons": reasons})
+    page = selectors.status_reports(page=number, shown=REPORT_IDS_SHOWN)
+    reasons = failure_reasons(
+        {
+            row.batch.bid: (row.reports[0].failed_jobs, row.reports[0].failed_count)
+            for row in page.items
+            if row.reports and row.reports[0].failed_count
+        }
+    )
+    return render(
+        request,
+        "queues/reports.html",
+        {"page": page, "reasons": reasons, "reasons_read": REASON_JOBS_READ},
+    )
 
 
-REASON_JOBS_READ = 500  # failed jobs of one report whose message is read
+def failure_reasons(
+    failed: dict[str, tuple[list[str], int]],
+) -> dict[str, list[tuple[str, list[str]]]]:
+    """Per batch, its report's failed jobs grouped by the message their status holds now, the
+    commonest first: (message, job IDs); a job resumed since is grouped by where it is now.
+    ``failed``: batch -> (the failed job IDs at hand, how many the report has). The first
+    REASON_JOBS_READ of each batch are read, every batch's in one round trip: a page costs
+    the same whatever the size of its batches."""
+    wanted = {bid: jids[:REASON_JOBS_READ] for bid, (jids, _count) in failed.items()}
+    reads = read_many(
+        connected_client(),
+        [paths.job_node(j, "status") for jids in wanted.values() for j in jids],
+    )
+    result = {}
+    for bid, jids in wanted.items():
+        groups: dict[str, list[str]] = {}
+        for jid in jids:
+            groups.setdefault(_reason(jid, reads[paths.job_node(jid, "status")]), []).append(jid)
+        rest = failed[bid][1] - len(jids)
+        if rest > 0:
+            groups[f"(not read: {rest} more)"] = failed[bid][0][len(jids) :]
+        result[bid] = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return result
 
 
-def failure_reasons(jids: list[str]) -> list[tuple[str, list[str]]]:
-    """A report's failed jobs grouped by the message their status holds now, the commonest
-    first: (message, job IDs). A job resumed since is grouped by where it is now."""
-    groups: dict[str, list[str]] = {}
-    zk = connected_client()
-    for start in range(0, min(len(jids), REASON_JOBS_READ), 100):
-        for item in jobs_load(zk, jids[start : min(start + 100, REASON_JOBS_READ)]):
-            if not isinstance(item, Job):
-                groups.setdefault("(unreadable job)", []).append(item.id)
-            elif item.state == JobState.FAILED:
-                groups.setdefault(item.status.message or "(no message)", []).append(item.jid)
-            else:
-                groups.setdefault(f"(no longer failed: now {item.state})", []).append(item.jid)
-    if len(jids) > REASON_JOBS_READ:
-        groups[f"(not read: {len(jids) - REASON_JOBS_READ} more)"] = jids[REASON_JOBS_READ:]
-    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+def _reason(jid: str, read: Read) -> str:
+    if read is None:
+        return "(unreadable job)"
+    try:
+        status = decode_json(paths.job_node(jid, "status"), read[0])
+    except MalformedNode:
+        return "(unreadable job)"
+    state = status.get("status") if isinstance(status, dict) else None
+    if state == JobState.FAILED:
+        message = status.get("message")
+        return message if isinstance(message, str) and message else "(no message)"
+    return f"(no longer failed: now {state})"
 
 
 def _report_rows(bid: str) -> tuple[Any, list[dict[str, str]]]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import posixpath
+import re
+import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -10,11 +12,11 @@ from datetime import datetime
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from queues.states import BATCH, BATCH_INDEX_FOLDERS, BatchState
 
-from . import paths
+from . import paths, sized
 from .codecs import decode_json, encode_json, now_stamp
 from .errors import Conflict, ItemLocked, MalformedNode, NotFound, StaleVersion
 from .finished import CompletedMemory
@@ -25,7 +27,6 @@ from .nodes import (
     children_many,
     commit,
     exists_many,
-    json_merge,
     landed,
     lock_info,
     read_many,
@@ -251,7 +252,13 @@ def batch_transition(
 def batch_write_report(
     zk: KazooClient, batch: Batch, *, failed: Sequence[str], successful: Sequence[str]
 ) -> dict[str, Any]:
-    """Write ``status-report``; earlier reports are kept (newest first) under ``history``."""
+    """Write ``status-report``; earlier reports are kept (newest first) under ``history``.
+
+    Returns the report with its lists whole. The node keeps the contract's form
+    (``{last_modified, failed_jobs, successful_jobs, history}``) while that fits in one node;
+    when it does not, the lists of the oldest reports, then of the new one, move into part
+    nodes below it (``docs/zookeeper-contract-notes.md``, "Status reports of any size").
+    """
     report: dict[str, Any] = {
         "last_modified": now_stamp(),
         "failed_jobs": sorted(failed),
@@ -261,18 +268,230 @@ def batch_write_report(
     try:
         data, stat = zk.get(path)
     except NoNodeError:
-        zk.create(path, encode_json(report))
-        return report
-    try:
-        previous = decode_json(path, data)
-    except MalformedNode:
-        previous = None
-    if previous is not None:
-        history = previous.pop("history", [])
-        history = history if isinstance(history, list) else []
-        report["history"] = [previous, *history][:REPORT_HISTORY]
-    zk.set(path, encode_json(report), version=stat.version)
+        data, stat = None, None
+    head = dict(report)
+    if data is not None:
+        try:
+            previous = decode_json(path, data)
+        except MalformedNode:
+            previous = None
+        if isinstance(previous, dict):
+            history = previous.pop("history", [])
+            history = (
+                [h for h in history if isinstance(h, dict)] if isinstance(history, list) else []
+            )
+            # A report whose parts are not all there (its writer died before writing them)
+            # cannot be read back: it is not kept.
+            present = set(children(zk, path))
+            head["history"] = [h for h in [previous, *history] if set(_parts_of(h)) <= present][
+                :REPORT_HISTORY
+            ]
+    encoded, parts = _fit_report(path, head)
+    what = f"status report of {batch.bid}"
+    if stat is None:
+        # The parts live below the head, so a first report that needs them names them before
+        # they exist; a reader meanwhile waits for them (``report_resolve``).
+        try:
+            zk.create(path, encoded)
+        except NodeExistsError as exc:
+            raise Conflict(f"{what}: written by another client meanwhile") from exc
+        sized.put_many(zk, parts, what=what)
+    else:
+        sized.put_many(zk, parts, what=what)
+        try:
+            zk.set(path, encoded, version=stat.version)
+        except BadVersionError as exc:
+            raise Conflict(f"{what}: written by another client meanwhile") from exc
+    _drop_unnamed_parts(zk, path, decode_json(path, encoded))
+    if "history" in head:
+        report["history"] = decode_json(path, encoded)["history"]
     return report
+
+
+REPORT_LISTS = ("failed_jobs", "successful_jobs")
+REPORT_PART_RE = re.compile(r"r[0-9]{6}-[0-9]{4}")
+
+
+def _fit_report(path: str, head: dict[str, Any]) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """The head's bytes, and the part nodes to write first, such that the head fits one node:
+    the lists of the oldest reports move out first, the new report's last, each only once
+    (a report already in parts stays as it is)."""
+    encoded = encode_json(head)
+    if sized.fits(path, encoded):
+        return encoded, []
+    head = dict(head)
+    history: list[dict[str, Any]] = list(head.get("history", []))
+    serial = 1 + max((_serial(e) for e in [head, *history]), default=0)
+    parts: list[tuple[str, bytes]] = []
+    for index in [*reversed(range(len(history))), None]:
+        entry = head if index is None else history[index]
+        if "parts" in entry:
+            continue
+        moved, nodes = _to_parts(path, entry, serial)
+        serial += 1
+        parts += nodes
+        if index is None:
+            head = moved
+        else:
+            history[index] = moved
+        if history:
+            head["history"] = history
+        encoded = encode_json(head)
+        if sized.fits(path, encoded):
+            return encoded, parts
+    raise sized.TooLarge(f"{path}: {len(encoded):,} bytes even with every list in parts")
+
+
+def _serial(entry: dict[str, Any]) -> int:
+    value = entry.get("serial")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _to_parts(
+    path: str, entry: dict[str, Any], serial: int
+) -> tuple[dict[str, Any], list[tuple[str, bytes]]]:
+    """An inline report as a summary (counts, the names of its parts, empty lists) and the part
+    nodes holding its lists: ``<path>/r<serial>-<n>``, JSON ``{failed_jobs, successful_jobs}``,
+    each a slice; read in order they give the lists back."""
+    lists = {k: _id_list(entry.get(k)) for k in REPORT_LISTS}
+    names = []
+    nodes = []
+    for n, part in enumerate(sized.split_lists(lists)):
+        name = f"r{serial:06d}-{n:04d}"
+        names.append(name)
+        nodes.append((f"{path}/{name}", encode_json(part)))
+    summary = {k: v for k, v in entry.items() if k not in REPORT_LISTS}
+    summary.update(
+        failed_jobs=[],
+        successful_jobs=[],
+        failed_count=len(lists["failed_jobs"]),
+        successful_count=len(lists["successful_jobs"]),
+        serial=serial,
+        parts=names,
+    )
+    return summary, nodes
+
+
+def _id_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else []
+
+
+def _named_parts(head: dict[str, Any]) -> list[str]:
+    """Every part name the head and its history refer to."""
+    found: list[str] = []
+    history = head.get("history")
+    for entry in [head, *(history if isinstance(history, list) else [])]:
+        names = entry.get("parts") if isinstance(entry, dict) else None
+        if isinstance(names, list):
+            found += [n for n in names if isinstance(n, str)]
+    return found
+
+
+def _drop_unnamed_parts(zk: KazooClient, path: str, head: dict[str, Any]) -> None:
+    """Delete the parts no report names any more (a report gone from the history, a writer that
+    died before naming its parts). A reader still holding the old head reads it again."""
+    named = set(_named_parts(head))
+    sized.delete_many(zk, [f"{path}/{n}" for n in children(zk, path) if n not in named])
+
+
+def report_counts(entry: dict[str, Any]) -> tuple[int, int]:
+    """(failed, successful) of one report, without reading its parts."""
+    counts = []
+    for key in REPORT_LISTS:
+        inline = len(_id_list(entry.get(key)))
+        total = entry.get(key.replace("_jobs", "_count"))
+        counts.append(total if isinstance(total, int) and "parts" in entry else inline)
+    return counts[0], counts[1]
+
+
+def report_is_whole(entry: dict[str, Any]) -> bool:
+    """Whether the report's lists are all in it (no part still to read)."""
+    return not isinstance(entry.get("parts"), list) or not entry["parts"]
+
+
+REPORT_READ_TRIES = 5
+
+
+def report_resolve(
+    zk: KazooClient, bid: str, head: dict[str, Any] | None, *, depth: int | None = None
+) -> dict[str, Any] | None:
+    """``head`` (a ``status-report`` as read) with the lists of its report, and of the first
+    ``depth - 1`` reports of its history (all with None), read back from their parts.
+
+    A part may be gone because the node was rewritten since ``head`` was read: the head is then
+    read again. A part still missing after that (a writer died between head and parts) raises
+    MalformedNode naming it.
+    """
+    if head is None:
+        return None
+    path = paths.batch_node(paths.bid(bid), "status-report")
+    for attempt in range(REPORT_READ_TRIES):
+        entries = _entries(head, depth)
+        names = [n for e in entries for n in _parts_of(e)]
+        for name in names:
+            if not REPORT_PART_RE.fullmatch(name):
+                raise MalformedNode(path, f"{name!r} is not the name of a report part")
+        if not names:
+            return _whole(head, depth, {})
+        asked = [(n, zk.get_async(f"{path}/{n}")) for n in names]
+        found: dict[str, dict[str, Any]] = {}
+        missing = ""
+        for name, answer in asked:
+            try:
+                value = decode_json(f"{path}/{name}", answer.get()[0])
+            except NoNodeError:
+                missing = missing or name
+                continue
+            found[name] = value if isinstance(value, dict) else {}
+        if not missing:
+            return _whole(head, depth, found)
+        try:
+            fresh = decode_json(path, zk.get(path)[0])
+        except NoNodeError as exc:
+            raise NotFound(f"{path} is gone") from exc
+        if fresh == head:
+            time.sleep(0.05 * (attempt + 1))  # a first report's parts follow its head
+        head = fresh if isinstance(fresh, dict) else {}
+    raise MalformedNode(f"{path}/{missing}", "a part of the status report is missing")
+
+
+def _parts_of(entry: dict[str, Any]) -> list[str]:
+    names = entry.get("parts")
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
+def _entries(head: dict[str, Any], depth: int | None) -> list[dict[str, Any]]:
+    history = head.get("history")
+    chain = [
+        head,
+        *(h for h in (history if isinstance(history, list) else []) if isinstance(h, dict)),
+    ]
+    return chain if depth is None else chain[:depth]
+
+
+def _whole(
+    head: dict[str, Any], depth: int | None, found: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    def filled(entry: dict[str, Any]) -> dict[str, Any]:
+        names = _parts_of(entry)
+        if not names:
+            return entry
+        out = dict(entry)
+        for key in REPORT_LISTS:
+            out[key] = _id_list(entry.get(key)) + [
+                j for n in names for j in _id_list(found.get(n, {}).get(key))
+            ]
+        del out["parts"]
+        return out
+
+    result = filled(head)
+    history = head.get("history")
+    if isinstance(history, list):
+        keep = len(history) if depth is None else max(0, depth - 1)
+        result["history"] = [
+            filled(h) if i < keep and isinstance(h, dict) else h for i, h in enumerate(history)
+        ]
+    return result
 
 
 def report_changes(
@@ -402,5 +621,18 @@ def _remove_tree(zk: KazooClient, root: str) -> None:
 def batch_report_update(zk: KazooClient, bid: str, changes: dict[str, Any]) -> dict[str, Any]:
     """Merge ``changes`` into ``/batches/BID/status-report`` (version-checked, other keys kept):
     the reporting daemon's bookkeeping keys (which reporting round the report belongs to,
-    whether its mail went out)."""
-    return json_merge(zk, paths.batch_node(paths.bid(bid), "status-report"), changes)
+    whether its mail went out). Returns the node as written (its lists may be in parts)."""
+    path = paths.batch_node(paths.bid(bid), "status-report")
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError as exc:
+        raise NotFound(f"{path} does not exist") from exc
+    value = decode_json(path, data)
+    if not isinstance(value, dict):
+        raise MalformedNode(path, "expected a JSON object")
+    value.update(changes)
+    try:
+        zk.set(path, sized.check(path, encode_json(value)), version=stat.version)
+    except BadVersionError as exc:
+        raise Conflict(f"{path} changed while it was being updated") from exc
+    return value
