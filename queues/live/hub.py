@@ -1,8 +1,8 @@
 """The web process's one watcher of ZooKeeper, turned into channel-layer messages.
 
-One hub per web process, started on the first websocket connect. It owns a ``QueueWatcher`` on
-the process's shared ZooKeeper client, coalesces its reports per topic and sends them to the
-channel-layer group of the topic, which every socket showing that topic has joined.
+One hub per web process, started on the first websocket connect. It owns a ``QueueWatcher`` on a
+ZooKeeper session of its own (see ``_connect``), coalesces its reports per topic and sends them to
+the channel-layer group of the topic, which every socket showing that topic has joined.
 
 Coalescing is leading + trailing edge over ``LIVE_COALESCE_SECONDS`` (default 0.25 s): the first
 change of a quiet topic goes out at once; changes arriving during the window are folded into one
@@ -82,9 +82,15 @@ class Hub:
             self._spawn(self._keep_connecting())
 
     async def _connect(self) -> bool:
-        """Create the watcher on the shared client; False while ZooKeeper is unreachable."""
+        """Create the watcher on a session of its own; False while ZooKeeper is unreachable.
+
+        Its own session, not the process's shared client: the watcher keeps persistent watches
+        on the state folders, and ZooKeeper before 3.9 (ZOOKEEPER-4466) turns a session's
+        persistent watch on a path into a one-shot one when the same session sets a one-shot
+        watch there, as the read index does on every listing.
+        """
         try:
-            zk = await self.loop.run_in_executor(None, zkmod.client)
+            zk = await self.loop.run_in_executor(None, zkmod.connect)
         # Whatever keeps us from ZooKeeper (no server, no route, not installed): retry later.
         except Exception as exc:
             log.warning("live console cannot reach ZooKeeper: %s", exc)
@@ -95,6 +101,7 @@ class Hub:
         with self._lock:
             if self._stopped:
                 watcher.stop()
+                _close(zk)
                 return True
             self.watcher = watcher
             waiting, self._waiting = self._waiting, {}
@@ -118,6 +125,7 @@ class Hub:
             watcher, self.watcher = self.watcher, None
         if watcher is not None:
             watcher.stop()
+            _close(watcher.zk)
         for window in self._windows.values():
             if window.handle is not None:
                 window.handle.cancel()
@@ -227,6 +235,15 @@ class Hub:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("live message not sent", exc_info=task.exception())
+
+
+def _close(zk: Any) -> None:
+    """Stop a watcher's own client (a failure to say goodbye to ZooKeeper changes nothing)."""
+    try:
+        zk.stop()
+        zk.close()
+    except Exception:
+        log.debug("closing the live watcher's ZooKeeper client failed", exc_info=True)
 
 
 _hub: Hub | None = None

@@ -37,6 +37,14 @@ internals read in kazoo's source of the versions in ``WRITTEN_FOR``:
    Sent through ``send`` (2. above) as a request of our own; the server matches the prefix as
    text against full paths, so the chroot goes on the prefix and comes off the answer.
 
+8. ``add_persistent_watch``: ZooKeeper's ``addWatch`` in its PERSISTENT mode (opcode 106,
+   servers 3.6 and later), which kazoo has no call for: a watch on a folder that stays set after
+   it fires, so a folder of 600,000 entries is not listed again to be watched again. A
+   ``GetChildren`` subclass, so kazoo registers its watcher as a child watcher when the answer
+   is read; kazoo's connection hands each event to the watchers it holds for the path, taking
+   them out of ``KazooClient._child_watchers`` (``ConnectionHandler._read_watch_event``), so the
+   watcher puts itself back there first each time it is called.
+
 Upgrading kazoo: read each of these against the new version's source (the names above), run
 ``tests/core/test_kazoo_private.py``, ``tests/core/test_multiread.py`` and ``tests/live``, then
 add the version to ``WRITTEN_FOR`` (and pin it in requirements.txt). Until then importing
@@ -368,3 +376,48 @@ def session_ephemerals(zk: KazooClient) -> list[str]:
     root = _root(zk.chroot)
     found: list[str] = send(zk, _GetEphemerals(root + "/")).get()
     return [p[len(root) :] for p in found if p.startswith(root + "/")]
+
+
+# 8. Persistent watches ----------------------------------------------------------------------
+
+
+class _AddWatch(GetChildren):  # type: ignore[misc]  # kazoo has no types
+    """``AddWatchRequest {ustring path; int mode}`` in PERSISTENT mode (the node and its
+    children, not recursive); the answer has no body. Being a ``GetChildren``, kazoo's
+    ``_read_response`` puts its watcher among the path's child watchers as it reads the answer,
+    before any event that follows it."""
+
+    type = 106
+
+    def serialize(self) -> bytes:
+        return _string(self.path) + _INT.pack(0)
+
+    @classmethod
+    def deserialize(cls, buffer: Any, offset: int) -> bool:  # type: ignore[override]
+        return True
+
+
+def add_persistent_watch(
+    zk: KazooClient, path: str, watcher: Callable[[WatchedEvent], bool]
+) -> Any:
+    """Set a persistent watch on ``path``; returns the async result of the request
+    (``UnimplementedError`` from a server older than 3.6).
+
+    ``watcher`` is called on kazoo's callback thread with every child event of the path and its
+    deletion, and returns whether it still wants them. The server sends them until the
+    connection drops; kazoo then calls it with the NONE event (``is_dropped_watch``), and whoever
+    holds it sets it again on reconnect. An event the server sends in the moment between kazoo
+    taking the watcher out and the watcher putting itself back is not delivered to it: a watcher
+    reads the node's state after it is called, which covers that event too.
+    """
+    full = full_path(zk, path)
+
+    def relay(event: WatchedEvent) -> None:
+        if is_dropped_watch(event):
+            watcher(event)
+            return
+        zk._child_watchers[full].add(relay)
+        if not watcher(event):
+            zk._child_watchers.get(full, set()).discard(relay)
+
+    return send(zk, _AddWatch(full, relay))
