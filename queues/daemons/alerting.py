@@ -462,6 +462,9 @@ class Evaluator:
         self.since: dict[tuple[str, str], datetime] = {}
         self.settings: dict[str, RuleSettings] = {}
         self.kept: dict[tuple[str, str], Kept] = {}
+        # The episodes the database had open at the last round it answered: while it is away,
+        # they are not announced again from memory.
+        self.stored_open: set[tuple[str, str]] = set()
 
     # Rules -----------------------------------------------------------------------------------
 
@@ -552,6 +555,8 @@ class Evaluator:
                 AlertEpisode.objects.filter(pk=episode.pk).update(
                     last_seen=now, clear_since=None, summary=finding.summary, detail=finding.detail
                 )
+        self.stored_open = {k for k in self.stored_open if k[0] != kind.kind}
+        self.stored_open |= {(kind.kind, key) for key in set(stored) | set(found)}
         for key, episode in stored.items():
             if key in found:
                 continue
@@ -631,11 +636,11 @@ class Evaluator:
         now: datetime,
         why: str,
     ) -> list[str]:
-        """Open in memory what the database could not take (an episode the database has open
-        already is not known here: a second alert for it is possible, none lost)."""
+        """Open in memory what the database could not take; an episode the database had open
+        at its last answer stays the database's (announced already, resolved once it is back)."""
         said = []
         for key, finding in found.items():
-            if (kind.kind, key) in self.kept:
+            if (kind.kind, key) in self.kept or (kind.kind, key) in self.stored_open:
                 continue
             ep = Episode(kind.kind, key, finding.summary, finding.detail, now)
             ep.detail = "\n".join(filter(None, [ep.detail, f"(the database is away: {why})"]))

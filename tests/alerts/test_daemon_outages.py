@@ -111,10 +111,14 @@ def test_a_stopped_database_is_announced_from_memory_and_resolved_when_it_is_bac
     smtp: SmtpServer,
     no_digest: None,
 ) -> None:
-    only("database", threshold=0.0, quiet_seconds=0.0)
+    only("database", "oldest-pending", threshold=0.0, quiet_seconds=0.0)
     daemon = Alerts(zk=zk, poll=0.05)
+    pending_job(zk)
     t = a_moment()
-    assert daemon.round(now=t) == []  # the rules are read while the database answers
+    # The rules are read while the database answers; the waiting job's alert is written there.
+    assert [s for s in daemon.round(now=t) if "fired" in s] == [
+        "alert oldest-pending[] fired: the oldest Pending job has waited 0 minutes"
+    ]
     on_pg.stop()
     try:
         said = daemon.round(now=later(t, 1))
@@ -122,12 +126,17 @@ def test_a_stopped_database_is_announced_from_memory_and_resolved_when_it_is_bac
         assert daemon.round(now=later(t, 2)) == []
         [alert] = mails_with(smtp, "the database is unreachable")
         assert "ALERT" in alert["data"]
+        assert len(mails_with(smtp, "oldest Pending job")) == 1
     finally:
         pg_start_again(on_pg)
     assert daemon.round(now=later(t, 3)) == []  # clear since now
     said = daemon.round(now=later(t, 4))
     assert said[0] == "alert database[] resolved: the database is unreachable", said
     assert len(mails_with(smtp, "RESOLVED")) == 1
-    assert len(mails_with(smtp, "ALERT")) == 1
-    [episode] = AlertEpisode.objects.all()  # written to the history once the database is back
-    assert episode.kind == "database" and episode.resolved is not None
+    # The waiting job's alert, open in the database all along, was not announced again.
+    assert len(mails_with(smtp, "ALERT")) == 2
+    assert len(mails_with(smtp, "oldest Pending job")) == 1
+    # Written to the history once the database is back.
+    episode = AlertEpisode.objects.get(kind="database")
+    assert episode.resolved is not None
+    assert AlertEpisode.objects.get(kind="oldest-pending").resolved is None
