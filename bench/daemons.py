@@ -32,7 +32,6 @@ import re
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,12 +84,101 @@ class CpuWindow:
 
 
 LOOPS = 7  # one daemon per job step after Pending: Estimating ... Notify
+WARM_UP = 0.05  # share of all transitions made before the window opens (start-up left out)
+POLL = 0.05  # s between two looks at the state folders while timing
+
+
+class BenchError(RuntimeError):
+    """A run that measured nothing worth a figure (no transition in the window, a child that
+    never got ready): said as such rather than divided by zero."""
+
+
+class Progress:
+    """Transitions made so far by jobs loaded in Estimating: a job in the n-th state after it
+    has made n. The state folders' child counts, read in one round trip."""
+
+    def __init__(self, zk) -> None:
+        from queues.states import JOB_WORKING, JobState
+        from queues.zk import paths
+
+        self.zk = zk
+        self.folders = [paths.job_state_folder(s) for s in (*JOB_WORKING, JobState.COMPLETED)]
+        zk.ensure_path(self.folders[-1])
+
+    def read(self) -> tuple[int, int]:
+        """(transitions made, jobs still waiting in the first state)."""
+        answers = [self.zk.exists_async(folder) for folder in self.folders]
+        counts = [
+            (stat.numChildren if stat is not None else 0) for stat in (a.get() for a in answers)
+        ]
+        return sum(i * n for i, n in enumerate(counts)), counts[0]
+
+
+@dataclass
+class Window:
+    """What happened between the window's opening and its close."""
+
+    transitions: int
+    seconds: float
+    packets: int | None
+    cpu: CpuWindow
+
+    @property
+    def per_second(self) -> float:
+        return self.transitions / self.seconds
+
+    @property
+    def requests_per_transition(self) -> float | None:
+        return None if self.packets is None else self.packets / self.transitions
+
+    @property
+    def cpu_per_transition(self) -> float:
+        return self.cpu.client / self.transitions
+
+
+def timed_window(
+    hosts: str, watcher, jobs: int, pids: list[int], *, seconds: float, timeout: float
+) -> Window:
+    """Time the clients ``pids`` moving ``jobs`` jobs from Estimating to Completed, every one of
+    them started and told to go before this is called. The window opens once ``WARM_UP`` of
+    the transitions are made (every client connected, the pipeline filled) and closes after
+    ``seconds``, or earlier once the first state is empty: what follows is the pipeline's drain,
+    not its rate. Only what happened inside it counts: transitions, requests, CPU."""
+    progress = Progress(watcher)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, waiting = progress.read()
+        if done >= WARM_UP * jobs * LOOPS:
+            break
+        if time.monotonic() > deadline:
+            raise BenchError(f"{done} transitions after {timeout:.0f}s: the clients are not moving")
+        time.sleep(POLL / 5)
+    cpu = CpuWindow(pids)
+    cpu.start()
+    packets_before = packets_received(hosts)
+    opened, first = time.monotonic(), done
+    while waiting and time.monotonic() < opened + seconds:
+        time.sleep(POLL)
+        done, waiting = progress.read()
+    closed = time.monotonic()
+    cpu.stop()
+    packets_after = packets_received(hosts)
+    if done <= first:
+        raise BenchError("no transition inside the window: give more --jobs")
+    packets = (
+        packets_after - packets_before
+        if packets_before is not None and packets_after is not None
+        else None
+    )
+    return Window(done - first, closed - opened, packets, cpu)
 
 
 def _daemon_process(
     hosts: str,
     poll: float,
-    stop_at: float,
+    ready,
+    go,
+    stop,
     record: bool = False,
     batch: int = 16,
     keep: bool = True,
@@ -101,6 +189,7 @@ def _daemon_process(
     from queues.daemons.base import JobDaemon, Next
     from queues.daemons.pipeline import LockKeeper
     from queues.states import JOB, JOB_WORKING, JobState
+    from queues.zk.client import client
 
     logging.getLogger("queues").setLevel(logging.WARNING)
     settings.ZK_HOSTS = hosts
@@ -119,6 +208,7 @@ def _daemon_process(
         )
         for s in JOB_WORKING
     ]
+    client().get_children("/")  # connected before it says it is ready
     observer = None
     if record:
         # What runconsumer's Host adds: registration, and every step recorded in the database
@@ -129,12 +219,14 @@ def _daemon_process(
         for daemon in daemons:
             daemon.observer = observer
         observer.start()
-    stop = threading.Event()
-    threads = [threading.Thread(target=daemon.run, args=(stop,), daemon=True) for daemon in daemons]
+    ready.put(os.getpid())
+    go.wait()
+    halt = threading.Event()
+    threads = [threading.Thread(target=daemon.run, args=(halt,), daemon=True) for daemon in daemons]
     for thread in threads:
         thread.start()
-    stop.wait(max(0.0, stop_at - time.time()))
-    stop.set()
+    stop.wait()
+    halt.set()
     for thread in threads:
         thread.join()
     if observer is not None:
@@ -154,43 +246,24 @@ def packets_received(hosts: str) -> int | None:
 
 
 @dataclass
-class DaemonRun:
+class Run:
+    """One timed run, of the daemons or of the raw probe."""
+
     processes: int
-    jobs: int
-    transitions: int
-    seconds: float
-    packets: int | None = None
-    cpu: CpuWindow | None = None
+    window: Window
 
     @property
     def per_second(self) -> float:
-        return self.transitions / self.seconds if self.seconds else 0.0
-
-    @property
-    def requests_per_transition(self) -> float | None:
-        if self.packets is None or not self.transitions:
-            return None
-        return self.packets / self.transitions
+        return self.window.per_second
 
 
-def run_daemons(
-    hosts: str,
-    *,
-    jobs: int,
-    processes: int,
-    timeout: float = 600,
-    record: bool = False,
-    batch: int = 16,
-    keep: bool = True,
-) -> DaemonRun:
-    """Move ``jobs`` Estimating jobs to Completed with ``processes`` daemon processes."""
+def _load_estimating(hosts: str, name: str, jobs: int) -> str:
+    """A fresh chroot holding ``jobs`` jobs waiting in Estimating (every one makes all seven
+    transitions), in 50-job batches."""
     from bench.load import load
-    from queues.states import JOB_WORKING, JobState
-    from queues.zk import client as zkmod
-    from queues.zk import paths
+    from queues.states import JobState
 
-    target = new_chroot(hosts, f"bench-daemons-{processes}{'-recorded' if record else ''}")
-    # Only jobs waiting for Estimating: every one of them makes all seven transitions.
+    target = new_chroot(hosts, name)
     load(
         target,
         jobs=jobs,
@@ -198,136 +271,203 @@ def run_daemons(
         distribution={JobState.ESTIMATING: 1.0},
         quiet=True,
     )
+    return target
+
+
+def _timed_children(
+    hosts: str, target: str, jobs: int, start, *, processes: int, seconds: float, timeout: float
+) -> Window:
+    """Start ``processes`` children (``start(ready, go, stop)`` makes one), wait until every one
+    has connected and set up, tell them to go together, and time the window."""
+    from queues.zk import client as zkmod
+
+    context = multiprocessing.get_context("spawn")  # kazoo's threads do not survive a fork
+    ready, go, stop = context.Queue(), context.Event(), context.Event()
+    children = [start(context, ready, go, stop) for _ in range(processes)]
     watcher = zkmod.connect(target)
-    done_folder = paths.job_state_folder(JobState.COMPLETED)
-    watcher.ensure_path(done_folder)
-    context = multiprocessing.get_context("spawn")
-    stop_at = time.time() + timeout
-    packets_before = packets_received(hosts)
-    children = [
-        context.Process(target=_daemon_process, args=(target, 1.0, stop_at, record, batch, keep))
-        for _ in range(processes)
-    ]
-    for child in children:
-        child.start()
-    cpu = CpuWindow([c.pid for c in children if c.pid is not None])
-    # The clock starts at the first transition, so process start-up is not counted. The
-    # folder is looked at every 0.2 s (those requests are counted with the daemons').
-    began = None
-    estimating = paths.job_state_folder(JobState.ESTIMATING)
-    while time.time() < stop_at:
-        stat = watcher.exists(estimating)
-        done = watcher.exists(done_folder).numChildren
-        if began is None and (stat is None or stat.numChildren < jobs):
-            began = time.monotonic()
-            cpu.start()
-        if done >= jobs:
-            break
-        time.sleep(0.2 if began else 0.01)
-    cpu.stop()
-    elapsed = time.monotonic() - (began or time.monotonic())
-    packets_after = packets_received(hosts)
-    completed = watcher.exists(done_folder).numChildren
-    watcher.stop()
-    watcher.close()
-    # Let the children see the deadline and go.
-    for child in children:
-        child.terminate()
-        child.join(timeout=30)
-    packets = (
-        packets_after - packets_before
-        if packets_before is not None and packets_after is not None
-        else None
+    try:
+        for child in children:
+            child.start()
+        for _ in children:
+            try:
+                ready.get(timeout=timeout)
+            except Exception:
+                raise BenchError(f"a child was not ready after {timeout:.0f}s") from None
+        go.set()
+        window = timed_window(
+            hosts,
+            watcher,
+            jobs,
+            [c.pid for c in children if c.pid is not None],
+            seconds=seconds,
+            timeout=timeout,
+        )
+        failed = [c.exitcode for c in children if c.exitcode not in (None, 0)]
+        if failed:
+            raise BenchError(f"children exited with {failed} inside the window")
+        return window
+    finally:
+        stop.set()
+        for child in (c for c in children if c.pid is not None):
+            child.join(timeout=30)
+            if child.is_alive():
+                child.terminate()
+                child.join(timeout=10)
+        watcher.stop()
+        watcher.close()
+
+
+def run_daemons(
+    hosts: str,
+    *,
+    jobs: int,
+    processes: int,
+    seconds: float = 30.0,
+    timeout: float = 120,
+    record: bool = False,
+    batch: int = 16,
+    keep: bool = True,
+    poll: float = 1.0,
+) -> Run:
+    """``processes`` daemon processes moving ``jobs`` Estimating jobs towards Completed."""
+    target = _load_estimating(
+        hosts, f"bench-daemons-{processes}{'-recorded' if record else ''}", jobs
     )
-    return DaemonRun(processes, completed, completed * len(JOB_WORKING), elapsed, packets, cpu)
+
+    def start(context, ready, go, stop):
+        return context.Process(
+            target=_daemon_process, args=(target, poll, ready, go, stop, record, batch, keep)
+        )
+
+    window = _timed_children(
+        hosts, target, jobs, start, processes=processes, seconds=seconds, timeout=timeout
+    )
+    return Run(processes, window)
 
 
 def _raw_child(
-    hosts: str, inflight: int, seconds: float, start_at: float, out: multiprocessing.Queue
+    hosts: str, index: int, processes: int, batch: int, streams: int, ready, go, stop
 ) -> None:
-    """``inflight`` single-job transitions kept in flight on one session for ``seconds``."""
+    """The contract's requests for every transition, and nothing else: claim (each job's index
+    entry checked and its lock created, one multi a batch), read (the job's nodes, one
+    multiRead a batch) and move (status, index and batch entries, lock deleted: one multi a
+    batch), ``streams`` batches under way at once, each sent without waiting for the others.
+    This child takes every ``processes``-th job of the Estimating listing, so the children never
+    race for a job; each batch walks its jobs through every state to Completed."""
     setup_django()
+    from queues.states import JOB_WORKING, JobState
     from queues.zk import client as zkmod
-    from queues.zk.codecs import encode_json
-    from queues.zk.jobs import new_status
+    from queues.zk import multiread, paths
+    from queues.zk.codecs import encode_json, now_stamp
+    from queues.zk.jobs import load_paths
+    from queues.zk.kazoo_private import Multi
+    from queues.zk.paths import job_batch_folder
 
     zk = zkmod.connect(hosts)
-    root = f"/bench-raw-{uuid.uuid4().hex[:8]}"
-    for folder in ("status", "a", "b", "ba", "bb"):
-        zk.ensure_path(f"{root}/{folder}")
-    status = encode_json({**new_status(), "last_successful_status": "Estimating"})
-    creates = [
-        zk.create_async(f"{root}/{folder}/{i}", status if folder == "status" else b"")
-        for i in range(inflight)
-        for folder in ("status", "a", "ba")
-    ]
-    for answer in creates:
-        answer.get()
-    where = ["a"] * inflight
+    states = (*JOB_WORKING, JobState.COMPLETED)
+    folders = [paths.job_state_folder(s) for s in states]
+    batch_folders = [job_batch_folder(s) for s in states]
+    names = sorted(zk.get_children(folders[0]))[index::processes]
+    waiting = collections.deque(names[i : i + batch] for i in range(0, len(names), batch))
 
-    def send(i: int):
-        src = where[i]
-        dst = "b" if src == "a" else "a"
-        txn = zk.transaction()
-        txn.set_data(f"{root}/status/{i}", status)
-        txn.delete(f"{root}/{src}/{i}")
-        txn.create(f"{root}/{dst}/{i}", b"")
-        txn.delete(f"{root}/b{src}/{i}")
-        txn.create(f"{root}/b{dst}/{i}", b"")
-        where[i] = dst
-        return txn.commit_async()
+    class Walk:
+        """One batch of jobs on its way through the states."""
 
-    time.sleep(max(0.0, start_at - time.time()))
-    end = start_at + seconds
-    pending = collections.deque((i, send(i)) for i in range(inflight))
-    done = 0
-    while pending:
-        i, answer = pending.popleft()
-        results = answer.get()
+        def __init__(self, entries: list[str]) -> None:
+            self.entries = entries
+            self.jids = [e.partition("-")[2] for e in entries]
+            self.locks = [paths.job_node(j, "lock") for j in self.jids]
+            self.statuses = [paths.job_node(j, "status") for j in self.jids]
+            self.reads = load_paths(self.jids)
+            self.batches: list[str] = []  # each job's batch folder, once read
+            self.at = 0  # the state's place
+            self.answers: tuple = ()
+
+        def claim_and_read(self) -> None:
+            txn = Multi(zk)
+            folder = folders[self.at]
+            for entry, lock in zip(self.entries, self.locks, strict=True):
+                txn.check(f"{folder}/{entry}", -1)
+                txn.create(lock, b"", ephemeral=True)
+            self.answers = (txn.commit_async(), multiread.start(zk, self.reads))
+
+        def move(self) -> None:
+            claim, reads = self.answers
+            if any(isinstance(r, Exception) for r in claim.get()):
+                raise RuntimeError(f"raw probe claim failed: {claim.get()}")
+            loaded = reads.collect()
+            if not self.batches:
+                bids = [loaded[paths.job_node(j, "bid")][0].decode() for j in self.jids]
+                self.batches = [f"{paths.batch(b)}/states" for b in bids]
+            old, new = self.at, self.at + 1
+            status = encode_json(
+                {
+                    "status": states[new],
+                    "last_modified": now_stamp(),
+                    "last_successful_status": states[old],
+                    "retry_count": 0,
+                    "message": "",
+                }
+            )
+            txn = Multi(zk)
+            for i, entry in enumerate(self.entries):
+                txn.set_data(self.statuses[i], status, version=loaded[self.statuses[i]][1].version)
+                txn.delete(f"{folders[old]}/{entry}")
+                txn.create(f"{folders[new]}/{entry}", b"")
+                if batch_folders[old] != batch_folders[new]:
+                    base = self.batches[i]
+                    txn.delete(f"{base}/{batch_folders[old]}/{self.jids[i]}")
+                    txn.create(f"{base}/{batch_folders[new]}/{self.jids[i]}", b"")
+                txn.delete(self.locks[i])
+            self.at = new
+            self.answers = (txn.commit_async(),)
+
+    ready.put(os.getpid())
+    go.wait()
+    under_way: collections.deque[Walk] = collections.deque()
+    while (waiting or under_way) and not stop.is_set():
+        while waiting and len(under_way) < streams:
+            walk = Walk(waiting.popleft())
+            walk.claim_and_read()
+            under_way.append(walk)
+        walk = under_way.popleft()
+        if len(walk.answers) == 2:
+            walk.move()
+            under_way.append(walk)
+            continue
+        results = walk.answers[0].get()
         if any(isinstance(r, Exception) for r in results):
-            raise RuntimeError(f"raw probe transaction failed: {results}")
-        now = time.time()
-        if now <= end:
-            done += 1
-            pending.append((i, send(i)))
-    out.put((done, seconds))
-    zk.delete(root, recursive=True)
+            raise RuntimeError(f"raw probe move failed: {results}")
+        if walk.at < len(states) - 1:
+            walk.claim_and_read()
+            under_way.append(walk)
+    stop.wait()
     zk.stop()
     zk.close()
 
 
-@dataclass
-class RawRun:
-    per_second: float
-    requests_per_transition: float | None
-    transitions: int = 0
-    cpu: CpuWindow | None = None
+def measure_raw(
+    hosts: str, *, jobs: int, processes: int, batch: int, seconds: float, timeout: float = 120
+) -> Run:
+    """The raw probe's rate on the same jobs as the daemons, timed the same way."""
+    from queues.daemons.pipeline import AHEAD
 
+    target = _load_estimating(hosts, f"bench-raw-{processes}", jobs)
+    # As many batches under way as the daemons may have: each loop's batches sent ahead of
+    # the one it works on, and the one whose move is on its way.
+    streams = LOOPS * (AHEAD + 2)
+    count = iter(range(processes))
 
-def measure_raw(hosts: str, *, processes: int, inflight: int, seconds: float) -> RawRun:
-    """Transitions per second summed over ``processes`` pipelined client processes."""
-    context = multiprocessing.get_context("spawn")  # kazoo's threads do not survive a fork
-    out = context.Queue()
-    start_at = time.time() + 4.0 + 0.3 * processes  # after every child has connected and set up
-    children = [
-        context.Process(target=_raw_child, args=(hosts, inflight, seconds, start_at, out))
-        for _ in range(processes)
-    ]
-    for child in children:
-        child.start()
-    cpu = CpuWindow([c.pid for c in children if c.pid is not None])
-    time.sleep(max(0.0, start_at - time.time()))
-    before = packets_received(hosts)
-    cpu.start()
-    time.sleep(seconds)
-    cpu.stop()
-    after = packets_received(hosts)
-    results = [out.get(timeout=seconds + 120) for _ in children]
-    for child in children:
-        child.join(timeout=30)
-    total = sum(n for n, _ in results)
-    per_request = (after - before) / total if before is not None and after is not None else None
-    return RawRun(sum(n / s for n, s in results), per_request, total, cpu)
+    def start(context, ready, go, stop):
+        return context.Process(
+            target=_raw_child,
+            args=(target, next(count), processes, batch, streams, ready, go, stop),
+        )
+
+    window = _timed_children(
+        hosts, target, jobs, start, processes=processes, seconds=seconds, timeout=timeout
+    )
+    return Run(processes, window)
 
 
 def _figure(value: float | None, spec: str) -> str:
@@ -345,13 +485,15 @@ def _cpu_figures(rounds: list[tuple[float, float]]) -> str:
 
 def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=2_000)
+    parser.add_argument("--jobs", type=int, default=3_000)
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--batch", type=int, default=16, help="jobs per claim and per move")
     parser.add_argument(
         "--no-keep", action="store_true", help="release every lock with its move (no keeping)"
     )
-    parser.add_argument("--seconds", type=float, default=6.0, help="length of each raw probe")
+    parser.add_argument(
+        "--seconds", type=float, default=30.0, help="the longest timed window of a run"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="runs of each; medians are shown")
     parser.add_argument("--hosts", default="", help="ZooKeeper to use (default: a throwaway one)")
     parser.add_argument(
@@ -365,57 +507,46 @@ def main(argv: list[str] | None = None) -> list[str]:
     if args.recorder != "off":
         return compare_recorder(args)
     setup_django()
-    inflight = LOOPS * args.batch
     keep = not args.no_keep
     lines = [
         f"Daemon throughput ({args.jobs} jobs, each Estimating -> ... -> Completed, 7 "
         f"transitions; one loop per step in each process, {args.batch} jobs a claim and a move, "
         f"locks {'kept between steps' if keep else 'released with every move'}, the ingest "
-        "hold read with every claim) against a raw probe of the same concurrency: the same "
-        f"processes, each keeping {inflight} single-job five-operation transitions in flight "
-        f"(median of {args.rounds} alternating rounds). 'req/t': ZooKeeper requests per "
+        "hold read with every claim) against a raw probe on the same jobs: the same processes, "
+        f"each sending the contract's requests for every transition (claim, read, move), "
+        f"{args.batch} jobs a request, as many batches under way as the daemons may have. "
+        f"Every process is started and connected before the window opens; only the window "
+        f"counts (from {WARM_UP:.0%} of the transitions made until the first state is empty; "
+        f"median of {args.rounds} alternating rounds). 'req/t': ZooKeeper requests per "
         "transition, from the server's mntr count; 'us/t': the client processes' CPU time per "
         "transition; 'busy': the whole machine's CPU use meanwhile.",
         f"  {'processes':>9}{'daemons':>14}{'req/t':>7}{'us/t':>6}{'busy':>6}"
-        f"{'raw pipelined':>17}{'req/t':>7}{'us/t':>6}{'busy':>6}{'share':>8}",
+        f"{'raw probe':>13}{'req/t':>7}{'us/t':>6}{'busy':>6}{'share':>8}",
     ]
     with throwaway_zookeeper(args.hosts) as hosts:
         for processes in args.processes:
-            daemon_rates, raw_rates, finished = [], [], args.jobs
-            daemon_req, raw_req = [], []
-            daemon_cpu: list[tuple[float, float]] = []
-            raw_cpu: list[tuple[float, float]] = []
+            daemon_runs, raw_runs = [], []
             for _ in range(args.rounds):
-                run = run_daemons(
-                    hosts, jobs=args.jobs, processes=processes, batch=args.batch, keep=keep
+                daemon_runs.append(
+                    run_daemons(
+                        hosts,
+                        jobs=args.jobs,
+                        processes=processes,
+                        seconds=args.seconds,
+                        batch=args.batch,
+                        keep=keep,
+                    ).window
                 )
-                daemon_rates.append(run.per_second)
-                if run.requests_per_transition is not None:
-                    daemon_req.append(run.requests_per_transition)
-                finished = min(finished, run.jobs)
-                if run.cpu is not None and run.transitions:
-                    daemon_cpu.append((run.cpu.client / run.transitions, run.cpu.busy))
-                raw = measure_raw(
-                    hosts, processes=processes, inflight=inflight, seconds=args.seconds
+                raw_runs.append(
+                    measure_raw(
+                        hosts,
+                        jobs=args.jobs,
+                        processes=processes,
+                        batch=args.batch,
+                        seconds=args.seconds,
+                    ).window
                 )
-                raw_rates.append(raw.per_second)
-                if raw.cpu is not None and raw.transitions:
-                    raw_cpu.append((raw.cpu.client / raw.transitions, raw.cpu.busy))
-                if raw.requests_per_transition is not None:
-                    raw_req.append(raw.requests_per_transition)
-            rate, raw_rate = median(daemon_rates), median(raw_rates)
-            share = rate / raw_rate if raw_rate else 0.0
-            verdict = "ok" if share >= TARGET_SHARE else f"under {TARGET_SHARE:.0%}"
-            line = (
-                f"  {processes:>9}{rate:>10.0f} t/s"
-                f"{_figure(median(daemon_req) if daemon_req else None, '>7.2f')}"
-                f"{_cpu_figures(daemon_cpu)}"
-                f"{raw_rate:>13.0f} t/s"
-                f"{_figure(median(raw_req) if raw_req else None, '>7.2f')}"
-                f"{_cpu_figures(raw_cpu)}"
-                f"{share:>8.0%}  {verdict}"
-                + ("" if finished >= args.jobs else f" (only {finished} jobs finished)")
-            )
+            line = _table_line(processes, daemon_runs, raw_runs)
             print(line, flush=True)
             lines.append(line)
     print()
@@ -423,6 +554,26 @@ def main(argv: list[str] | None = None) -> list[str]:
         print(line)
     print(f"Machine: {machine()}")
     return lines
+
+
+def _table_line(processes: int, daemons: list[Window], raw: list[Window]) -> str:
+    def figures(windows: list[Window]) -> str:
+        rate = median([w.per_second for w in windows])
+        requests = [r for w in windows if (r := w.requests_per_transition) is not None]
+        cpu = [(w.cpu_per_transition, w.cpu.busy) for w in windows]
+        return (
+            f"{rate:>9.0f} t/s"
+            f"{_figure(median(requests) if requests else None, '>7.2f')}"
+            f"{_cpu_figures(cpu)}"
+        )
+
+    share = median([w.per_second for w in daemons]) / median([w.per_second for w in raw])
+    verdict = "ok" if share >= TARGET_SHARE else f"under {TARGET_SHARE:.0%}"
+    window = median([w.seconds for w in daemons + raw])
+    return (
+        f"  {processes:>9}{figures(daemons):>14}{figures(raw):>13}{share:>8.0%}  {verdict}"
+        f" (windows of {window:.1f}s)"
+    )
 
 
 RECORDER_BUDGET = 0.05  # the step history may cost the daemons at most this share
