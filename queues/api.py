@@ -349,11 +349,7 @@ def failed(request: HttpRequest) -> dict[str, Any]:
     number = request.GET.get("page") or "1"
     if not number.isdigit() or int(number) < 1:
         raise ValueError("page must be a positive number")
-    page, steps, matches = selectors.failed_page(**form.cleaned_data, page=int(number))
-    groups: dict[str, dict[str, int]] = {"batch": {}, "collection": {}, "step": {}}
-    for _jid, bid, profile, step in matches:
-        for name, key in (("batch", bid), ("collection", profile or "(none)"), ("step", step)):
-            groups[name][key] = groups[name].get(key, 0) + 1
+    page, steps = selectors.failed_page(**form.cleaned_data, page=int(number))
     return {
         **_page(
             page,
@@ -364,7 +360,7 @@ def failed(request: HttpRequest) -> dict[str, Any]:
                 for j in page.items
             ],
         ),
-        "groups": {name: dict(sorted(counts.items())) for name, counts in groups.items()},
+        "groups": selectors.failed_group_counts(**form.cleaned_data),
         "loading": page.loading,
     }
 

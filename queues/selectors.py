@@ -782,6 +782,76 @@ def _failed_key(match: tuple[str, str, str, str], group: str) -> str:
     return match[3] if group == "step" else match[1]
 
 
+@dataclass(frozen=True)
+class FailedGroups:
+    """One filter's matches under one grouping: the groups in the page's order, each with the
+    places of its jobs in the matches (oldest first). A page of groups, or a page of one
+    group's rows, is then a slice, not a pass over every Failed job."""
+
+    keys: list[str]
+    counts: dict[str, int]  # in the order of ``keys``
+    where: dict[str, int]  # key -> its place in ``keys``
+    members: dict[str, array[int]]  # key -> places in the matches
+
+
+def _grouped(matches: FailedMatches, group: str) -> FailedGroups:
+    # Jobs share a few thousand (batch, collection, step) triples: each triple's key once.
+    key_of: dict[int, str] = {}
+    members: dict[str, array[int]] = {}
+    for place, info in enumerate(matches.infos):
+        key = key_of.get(id(info))
+        if key is None:
+            key = key_of[id(info)] = _failed_key(("", *info), group)
+        found = members.get(key)
+        if found is None:
+            found = members[key] = array("q")
+        found.append(place)
+    if group == "step":
+        keys = [s for s in JOB.states if s in members] + sorted(
+            s for s in members if not JOB.is_state(s)
+        )
+    else:
+        keys = sorted(members)
+    return FailedGroups(
+        keys, {k: len(members[k]) for k in keys}, {k: i for i, k in enumerate(keys)}, members
+    )
+
+
+def _failed_groups(
+    zk: Any, group: str, *, bid: str = "", profile: str = "", step: str = ""
+) -> tuple[FailedMatches, FailedGroups]:
+    """A filter's matches with their groups, computed together (the groups' places refer to
+    those matches) once per change of the Failed folder; while the read index fills, of the
+    Failed jobs read so far (not kept)."""
+    idx = zindex.for_client(zk)
+
+    def build() -> tuple[FailedMatches, FailedGroups]:
+        matches = _failed_matches(zk, bid=bid, profile=profile, step=step)
+        return matches, _grouped(matches, group)
+
+    if idx.filling:
+        return build()
+    return cast(
+        "tuple[FailedMatches, FailedGroups]",
+        idx.derived(JobState.FAILED, ("failed-groups", bid, profile, step, group), build),
+    )
+
+
+def _failed_unindexed(zk: Any) -> list[str]:
+    """Failed jobs whose batch or status the index could not read (no batch node, an
+    unreadable status), at most a page of them, found once per change of the Failed folder."""
+    idx = zindex.for_client(zk)
+    if idx.filling:
+        return []
+
+    def build() -> list[str]:
+        failed = idx.failed_numbers()
+        entries = idx.job_entries(JobState.FAILED).numbers()
+        return [f"jid{n:010d}" for n in entries if n not in failed][:FAILED_ROWS_PER_PAGE]
+
+    return cast("list[str]", idx.derived(JobState.FAILED, ("failed-unindexed",), build))
+
+
 def failed_jobs(
     *,
     bid: str = "",
@@ -800,26 +870,11 @@ def failed_jobs(
     zk = connected_client()
     idx = zindex.for_client(zk)
     group = group if group in FAILED_GROUPINGS else "batch"
-    matches = _failed_matches(zk, bid=bid, profile=profile, step=step)
-
-    def counted() -> dict[str, int]:
-        counts = Counter(_failed_key(m, group) for m in matches)
-        if group == "step":
-            order = [s for s in JOB.states if s in counts] + sorted(
-                s for s in counts if not JOB.is_state(s)
-            )
-        else:
-            order = sorted(counts)
-        return {k: counts[k] for k in order}
-
-    if idx.filling:
-        counts = counted()
-    else:
-        counts = idx.derived(JobState.FAILED, ("failed-groups", bid, profile, step, group), counted)
-    keys = list(counts)
+    matches, grouped = _failed_groups(zk, group, bid=bid, profile=profile, step=step)
+    keys, counts = grouped.keys, grouped.counts
     group_page = max(1, group_page)
-    if open_group and open_group in counts:  # the page of groups that holds the open one
-        group_page = keys.index(open_group) // FAILED_GROUPS_PER_PAGE + 1
+    if open_group in grouped.where:  # the page of groups that holds the open one
+        group_page = grouped.where[open_group] // FAILED_GROUPS_PER_PAGE + 1
     first = (group_page - 1) * FAILED_GROUPS_PER_PAGE
     shown = [FailedGroup(k, counts[k]) for k in keys[first : first + FAILED_GROUPS_PER_PAGE]]
     paging = Page(
@@ -830,47 +885,39 @@ def failed_jobs(
         first + FAILED_GROUPS_PER_PAGE < len(keys),
     )
 
-    wanted: dict[str, list[str]] = {}
-    steps: dict[str, str] = {}  # of the jobs whose rows may be shown
     row_page = max(1, row_page)
-    if len(matches) <= FAILED_ROWS_PER_PAGE:
-        row_page = 1
-        for m in matches:
-            wanted.setdefault(_failed_key(m, group), []).append(m[0])
-            steps[m[0]] = m[3]
-    elif open_group in counts:
-        members = [m for m in matches if _failed_key(m, group) == open_group]
-        wanted[open_group] = [m[0] for m in members]
-        steps = {m[0]: m[3] for m in members}
-    rows: dict[str, Page] = {}
     row_first = (row_page - 1) * FAILED_ROWS_PER_PAGE
-    page_jids = {
-        key: jids[row_first : row_first + FAILED_ROWS_PER_PAGE] for key, jids in wanted.items()
-    }
+    # key -> (this page of the group's matches, how many the group has)
+    wanted: dict[str, tuple[list[tuple[str, str, str, str]], int]] = {}
+    if len(matches) <= FAILED_ROWS_PER_PAGE:
+        row_page, row_first = 1, 0
+        for m in matches:
+            key = _failed_key(m, group)
+            wanted.setdefault(key, ([], counts[key]))[0].append(m)
+    elif open_group in grouped.members:
+        places = grouped.members[open_group]
+        shown_places = places[row_first : row_first + FAILED_ROWS_PER_PAGE]
+        wanted[open_group] = ([matches[p] for p in shown_places], len(places))
     loaded = {
         (j.id if isinstance(j, Broken) else j.jid): j
-        for j in jobs_load(zk, [j for jids in page_jids.values() for j in jids])
+        for j in jobs_load(zk, [m[0] for ms, _n in wanted.values() for m in ms])
     }
-    for key, jids in page_jids.items():
+    rows: dict[str, Page] = {}
+    shown_steps: dict[str, str] = {}
+    for key, (part, count) in wanted.items():
         rows[key] = Page(
-            [loaded[j] for j in jids if j in loaded],
+            [loaded[m[0]] for m in part if m[0] in loaded],
             row_page,
             FAILED_ROWS_PER_PAGE,
-            len(wanted[key]),
-            row_first + FAILED_ROWS_PER_PAGE < len(wanted[key]),
+            count,
+            row_first + FAILED_ROWS_PER_PAGE < count,
         )
-    shown_steps = {
-        j: steps[j] for p in rows.values() for i in p.items if (j := getattr(i, "jid", "")) in steps
-    }
-    # Failed jobs the index could not read (no batch node, an unreadable status): listed so
-    # that nothing failed is hidden; there are normally none.
+        shown_steps.update((m[0], m[3]) for m in part if isinstance(loaded.get(m[0]), Job))
+    # Listed so that nothing failed is hidden; there are normally none.
     unindexed: list[Job | Broken] = []
-    if not (bid or profile or step) and not idx.filling:
-        failed = idx.failed_numbers(wait=not idx.filling)
-        missing = [
-            f"jid{n:010d}" for n in idx.job_entries(JobState.FAILED).numbers() if n not in failed
-        ][:FAILED_ROWS_PER_PAGE]
-        unindexed = jobs_load(zk, missing[:FAILED_ROWS_PER_PAGE])
+    if not (bid or profile or step):
+        missing = _failed_unindexed(zk)
+        unindexed = jobs_load(zk, missing) if missing else []
     return FailedView(
         group=group,
         groups=shown,
@@ -878,11 +925,25 @@ def failed_jobs(
         total=len(matches),
         failed_total=idx.job_count(JobState.FAILED),
         rows=rows,
-        open=open_group if open_group in counts else "",
+        open=open_group if open_group in grouped.where else "",
         steps=shown_steps,
         unindexed=unindexed,
         loading=idx.loading(),
     )
+
+
+def failed_group_counts(
+    *, bid: str = "", profile: str = "", step: str = ""
+) -> dict[str, dict[str, int]]:
+    """The matches of a filter counted per batch, collection and failing step (the API's
+    ``groups``), each sorted by key; shared answers, not to be modified."""
+    zk = connected_client()
+    found = {}
+    for name in FAILED_GROUPINGS:
+        counts = _failed_groups(zk, name, bid=bid, profile=profile, step=step)[1].counts
+        # Batches and collections are kept sorted by key already; steps in the machine's order.
+        found[name] = dict(sorted(counts.items())) if name == "step" else counts
+    return found
 
 
 def failed_page(
@@ -892,9 +953,9 @@ def failed_page(
     step: str = "",
     page: int = 1,
     per_page: int = FAILED_ROWS_PER_PAGE,
-) -> tuple[Page, dict[str, str], FailedMatches]:
+) -> tuple[Page, dict[str, str]]:
     """One page of every matching Failed job, oldest first (the API's paging), with each
-    shown job's failing step, and every match's (jid, batch, collection, step)."""
+    shown job's failing step."""
     zk = connected_client()
     matches = _failed_matches(zk, bid=bid, profile=profile, step=step)
     page = max(1, page)
@@ -911,7 +972,6 @@ def failed_page(
             loading=zindex.for_client(zk).loading(),
         ),
         {m[0]: m[3] for m in part},
-        matches,
     )
 
 

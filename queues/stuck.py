@@ -15,6 +15,11 @@ the state's; for the list (``find_stuck``: the stuck page and the job list's fil
 job past either. Answers are kept ``CACHE_SECONDS``; the overview card and /metrics never count
 in the request once there is a count: past that time they get the last one while a thread of
 its own counts again (at 1,000,000 jobs a count walks about 290,000 working entries).
+
+The stuck page never walks the entries either: each count also keeps every state's entries
+oldest first (``_Oldest``), and a page takes the oldest still listed from those, reading the
+locks of those it judges only. Before the first count (after a start, while the read index
+fills) the page says what is still loading instead of waiting for it.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Any
 
 from django.conf import settings
@@ -99,6 +105,21 @@ class _Times:
 
 
 _times: dict[str, _Times] = {}
+
+
+@dataclass(frozen=True)
+class _Oldest:
+    """A state's entries oldest first (by the time each entered the state), made by a count
+    from the listing ``source``; entries whose time was not read are left out."""
+
+    source: array[int]
+    keys: array[int]  # run keys (``zindex.Entries``), oldest first
+    ctimes: array[float]  # ascending
+
+
+_oldest: dict[str, _Oldest] = {}
+_oldest_at: list[float] = [0.0]  # time.monotonic() of the count that made ``_oldest``
+_reading: list[str] = [""]  # what a count is reading now (the page says it while it waits)
 
 
 def _setting(name: str, default: float) -> float:
@@ -182,6 +203,7 @@ def _entry_times(
     with _lock:
         if _owner[0] is not zk:  # another client (another ensemble or chroot): start again
             _times.clear()
+            _oldest.clear()
             _owner[0] = zk
         known = _times.get(state)
     if known is not None and known.keys is keys:
@@ -195,6 +217,7 @@ def _entry_times(
         ctimes = array("d", ctimes)  # a copy: a reader of the kept one never sees it half-read
         folder = zpaths.job_state_folder(state)
         for start in range(0, len(missing), READ_CHUNK):
+            _reading[0] = f"{state}: {start:,} of {len(missing):,} entries read"
             part = missing[start : start + READ_CHUNK]
             node_paths = [f"{folder}/{entries.name(keys[i])}" for i in part]
             stats = exists_many(zk, node_paths)
@@ -283,6 +306,9 @@ class StuckPage:
     number: int
     per_page: int
     total: int
+    # What is still being read before stuck jobs can be listed (after a start); "" once listed.
+    loading: str = ""
+    counted_ago: float = 0.0  # seconds since the count the page's order comes from
 
     @property
     def pages(self) -> int:
@@ -297,41 +323,105 @@ class StuckPage:
         return self.number < self.pages
 
 
+def _ranked(keys: array[int], ctimes: array[float]) -> tuple[array[int], array[float]]:
+    """``keys`` and their times, oldest first, leaving out times not read (0.0). Sorted block
+    by block and merged, so that a page request never waits long for the interpreter."""
+    n = len(keys)
+    at = ctimes.__getitem__
+    blocks = [sorted(range(s, min(s + CARRY_BLOCK, n)), key=at) for s in range(0, n, CARRY_BLOCK)]
+    ranked_keys, ranked_times = array("q"), array("d")
+    for i in heapq.merge(*blocks, key=at):
+        t = ctimes[i]
+        if t > 0.0:
+            ranked_keys.append(keys[i])
+            ranked_times.append(t)
+    return ranked_keys, ranked_times
+
+
+def _oldest_of(state: str, entries: zindex.Entries, ctimes: array[float]) -> _Oldest:
+    with _lock:
+        kept = _oldest.get(state)
+    if kept is not None and kept.source is entries.keys:
+        return kept
+    return _Oldest(entries.keys, *_ranked(entries.keys, ctimes))
+
+
+def _still_listed(
+    state: str, kept: _Oldest, end: int, listed: array[int]
+) -> Iterator[tuple[float, str, int]]:
+    """(time, state, key) of ``kept``'s first ``end`` entries still in the state's listing."""
+    keys, ctimes = kept.keys, kept.ctimes
+    for i in range(end):
+        key = keys[i]
+        if is_in(listed, key):
+            yield ctimes[i], state, key
+
+
+def _page_order(zk: Any, idx: zindex.ReadIndex) -> tuple[dict[str, _Oldest], float, str]:
+    """The entries oldest first per state and the age of the count that made them, or what is
+    still loading. Never counts in the request while the read index fills or is primed: the
+    page says so (and starts a count of its own, once, if none runs), instead of reading
+    every working entry's time."""
+    with _lock:
+        kept = dict(_oldest) if _owner[0] is zk else {}
+        made = _oldest_at[0]
+    if len(kept) == len(STATES):
+        age = time.monotonic() - made
+        if age >= CACHE_SECONDS:
+            _count_in_background(zk)  # the last order meanwhile: new entries are younger
+        return kept, age, ""
+    if idx.filling or _priming.is_set() or _counting.locked():
+        if not _priming.is_set():
+            _count_in_background(zk)
+        reading = _reading[0] or "starting"
+        stage = idx.loading()
+        return (
+            {},
+            0.0,
+            (
+                f"the time each working job entered its state ({reading})"
+                + (f"; the read index: {stage}" if stage else "")
+            ),
+        )
+    _count(zk)  # nothing counts and nothing will (no warm-up in this process): count now
+    with _lock:
+        return dict(_oldest), time.monotonic() - _oldest_at[0], ""
+
+
 def stuck_page(zk: Any, number: int = 1, *, per_page: int = PAGE_SIZE) -> StuckPage:
     """Page ``number`` of ``find_stuck``'s list (the longest in their state first), reading no
-    more than that page needs: per state the oldest entries past the lower threshold (a heap of
-    the page's depth, not a list of every stuck job) and the locks of those only. The total is
-    the background count's (``stuck_counts``)."""
+    more than that page needs: the oldest entries of each state past its lower threshold, in
+    the order the last count kept (``_Oldest``), those no longer listed left out, and the
+    locks of those judged only. The total is the last count's (``stuck_counts``)."""
     idx = zindex.for_client(zk)
+    oldest, age, loading = _page_order(zk, idx)
+    if loading:
+        return StuckPage([], number, per_page, 0, loading=loading)
     limits = thresholds()
     now = time.time()
-    want = number * per_page
-    folders = []
+    streams = []
     for state in STATES:
-        limit = limits[state]
-        entries, ctimes = _entry_times(zk, idx, state)
-        folders.append((state, entries, ctimes, now - min(limit.in_state, limit.lock)))
-    depth = want
-    while True:
-        heads: list[tuple[float, str, Any, int]] = []
-        bound = math.inf  # candidates up to here are all in ``heads``
-        for state, entries, ctimes, cut in folders:
-            oldest = heapq.nsmallest(depth, ((t, i) for i, t in enumerate(ctimes) if 0.0 < t < cut))
-            heads += [(t, state, entries, i) for t, i in oldest]
-            if len(oldest) == depth:
-                bound = min(bound, oldest[-1][0])
-        heads.sort(key=lambda h: h[0])
-        candidates = [
-            (entries.jid(entries.keys[i]), state, now - t)
-            for t, state, entries, i in heads
-            if t < bound
-        ]
-        found = _judge(zk, candidates, limits, now)
-        if len(found) >= want or bound == math.inf:
+        limit, kept = limits[state], oldest[state]
+        end = bisect_left(kept.ctimes, now - min(limit.in_state, limit.lock))
+        streams.append(_still_listed(state, kept, end, idx.job_entries(state).keys))
+    candidates = heapq.merge(*streams)
+    want = number * per_page
+    found: list[StuckJob] = []
+    while len(found) < want:
+        part = list(islice(candidates, max(per_page, want - len(found))))
+        if not part:
             break
-        depth *= 2  # locks left some out: look deeper
-    total = max(sum(stuck_counts(zk).values()), len(found))
-    return StuckPage(found[want - per_page : want], number, per_page, total)
+        judged = [(zindex.EMPTY.jid(key), state, now - t) for t, state, key in part]
+        found += _judge(zk, judged, limits, now)
+    hit = _counted
+    counted = sum(hit[2].values()) if hit and hit[1] is zk else 0
+    return StuckPage(
+        found[want - per_page : want],
+        number,
+        per_page,
+        max(counted, len(found)),
+        counted_ago=age,
+    )
 
 
 def _count(zk: Any, *, pause: float = 0.0) -> dict[str, int]:
@@ -344,14 +434,24 @@ def _count(zk: Any, *, pause: float = 0.0) -> dict[str, int]:
         limits = thresholds()
         now = time.time()
         counts: dict[str, int] = {}
+        oldest: dict[str, _Oldest] = {}
         state: str
-        for state in STATES:
-            limit = limits[state]
-            entries, ctimes = _entry_times(zk, idx, state, pause=pause)
-            in_cut = now - limit.in_state
-            # Known times before the cut (a time not read is 0.0, before every cut).
-            count = sum(map(in_cut.__gt__, ctimes)) - ctimes.count(0.0)
-            counts[state] = count + len(_stuck_by_lock(zk, entries, ctimes, limit, now))
+        try:
+            for state in STATES:
+                limit = limits[state]
+                entries, ctimes = _entry_times(zk, idx, state, pause=pause)
+                in_cut = now - limit.in_state
+                # Known times before the cut (a time not read is 0.0, before every cut).
+                count = sum(map(in_cut.__gt__, ctimes)) - ctimes.count(0.0)
+                counts[state] = count + len(_stuck_by_lock(zk, entries, ctimes, limit, now))
+                oldest[state] = _oldest_of(state, entries, ctimes)
+        finally:
+            _reading[0] = ""
+        with _lock:
+            if _owner[0] is zk:
+                _oldest.clear()
+                _oldest.update(oldest)
+                _oldest_at[0] = time.monotonic()
         _counted = (time.monotonic(), zk, counts)
         return counts
 
@@ -458,6 +558,8 @@ def reset() -> None:
     global _cached, _counted
     with _lock:
         _times.clear()
+        _oldest.clear()
+        _oldest_at[0] = 0.0
         _owner[0] = None
     _cached = None
     _counted = None
