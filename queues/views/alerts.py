@@ -48,6 +48,7 @@ def alerts_context(user: Any) -> dict[str, Any]:
     leader, leader_error = _leader()
     return {
         "rules": [{"row": r, "kind": KINDS[r.kind]} for r in rule_rows()],
+        "titles": {name: kind.title for name, kind in KINDS.items()},
         "can_edit": has_role(user, ADMIN),
         "emails": alerting.email_recipients(),
         "webhook": alerting.webhook_shown(),

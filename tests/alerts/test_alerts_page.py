@@ -36,6 +36,7 @@ def test_a_viewer_reads_the_rules_and_the_alerts_but_is_offered_no_change(
     for title in ("Failures in 10 minutes", "Jobs stuck", "ZooKeeper unreachable"):
         assert title in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>alert(1)" not in html
+    assert "<td>Failures in one collection</td>" in html  # the open alert, by its rule's title
     assert "send-test" not in html and "rule-form-" not in html
     assert "no alerts daemon is running" in html
 
