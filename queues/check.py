@@ -54,7 +54,15 @@ from queues.zk.batches import batch_load, batch_transition, batches_load
 from queues.zk.client import Client
 from queues.zk.codecs import decode_json, decode_str
 from queues.zk.consumers import Registration, registrations
-from queues.zk.errors import BadVersion, MalformedNode, NodeExists, NoNode, NotEmpty, NotFound
+from queues.zk.errors import (
+    BadVersion,
+    MalformedNode,
+    NodeExists,
+    NoNode,
+    NotEmpty,
+    NotFound,
+    Unavailable,
+)
 from queues.zk.jobs import jobs_finish_load, jobs_load, load_paths
 from queues.zk.locks import lock_break
 from queues.zk.nodes import (
@@ -249,6 +257,10 @@ class Checker:
     # Output --------------------------------------------------------------------------------
 
     def _say(self, phase: str, done: int = 0, total: int = 0) -> None:
+        # kazoo queues requests while it reconnects: without this a walk would hang through
+        # an outage instead of saying that ZooKeeper is gone.
+        if not self.zk.connected:
+            raise Unavailable("the connection to ZooKeeper is down; reconnecting")
         self._phase = (phase, done, total)
         self._progress(Progress(phase, done, total, self.report.found))
 
