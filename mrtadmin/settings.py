@@ -390,6 +390,18 @@ else:
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "merritt-queue@localhost")
 # Sender of summary e-mails; empty: DEFAULT_FROM_EMAIL.
 MRT_MAIL_FROM = env("MRT_MAIL_FROM")
+# Alerts (queues/daemons/alerts.py): where they go (comma-separated addresses; a webhook URL,
+# posted Slack's {"text": ...} or, with "json", the alert's fields), how often the rules are
+# evaluated, and the hour (local time, 0-23) of the daily digest (negative: none).
+MRT_ALERT_EMAIL = env("MRT_ALERT_EMAIL")
+MRT_ALERT_WEBHOOK_URL = env("MRT_ALERT_WEBHOOK_URL")
+MRT_ALERT_WEBHOOK_FORMAT = env("MRT_ALERT_WEBHOOK_FORMAT", "slack").strip().lower()
+if MRT_ALERT_WEBHOOK_FORMAT not in ("slack", "json"):
+    raise ImproperlyConfigured(
+        f"MRT_ALERT_WEBHOOK_FORMAT must be slack or json, got {MRT_ALERT_WEBHOOK_FORMAT!r}"
+    )
+MRT_ALERT_EVERY = env_float("MRT_ALERT_EVERY", 30.0)
+MRT_ALERT_DIGEST_HOUR = env_int("MRT_ALERT_DIGEST_HOUR", 7)
 
 LOG_LEVEL = env("LOG_LEVEL", "INFO").strip().upper()
 if not isinstance(logging.getLevelNamesMapping().get(LOG_LEVEL), int):

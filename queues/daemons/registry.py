@@ -33,7 +33,9 @@ from collections.abc import Iterable
 
 from django.conf import settings
 
+from queues.daemons import alert_rules
 from queues.daemons.access import AccessLarge, AccessSmall
+from queues.daemons.alerts import Alerts
 from queues.daemons.base import Daemon
 from queues.daemons.batch_pending import BatchPending
 from queues.daemons.batch_reporting import BatchReporting, BatchUpdateReporting
@@ -80,6 +82,7 @@ DAEMONS: dict[str, type[Daemon]] = {
         Retention,
         BulkRuns,
         ConsistencyCheck,
+        Alerts,
     )
 }
 ALL = "all"
@@ -201,3 +204,7 @@ def deployment_problems() -> list[str]:
             "Merritt's storage service: set MRT_WORK_URL"
         )
     return problems
+
+
+# The alerts' no-consumer rule looks for a consumer process of every step this deployment serves.
+alert_rules.serve_steps(owned_steps)
