@@ -15,12 +15,19 @@ children) and a move's transaction id is its status node's ``mzxid``. A move's l
 time from just before its ``job_transition`` call to the first message with ``zxid`` >= the
 move's. Prints median and 95th percentile, also measured from the write's acknowledgement.
 
-Beside it, the bare-watch baseline: a kazoo ``ChildrenWatch`` of its own (a separate session)
-on the same folder the console watches, timed from the same write to the first callback whose
-children include the moved job. What the console adds is the difference. The console runs once
-per ``--windows`` value (``LIVE_COALESCE_SECONDS``; default 0.25 and 0), so the table also
-separates what the coalescing window costs from what delivery through daphne, the channel layer
-and the websocket costs.
+Beside it, the bare-watch baselines, in sessions of their own on the folder the console
+watches, timed from the same write: at rest, the first event of a persistent watch (what
+ZooKeeper itself takes to tell a watcher, with nothing read); in the burst, the first callback
+of a kazoo ``ChildrenWatch`` whose children include the moved job (it lists the folder per
+change, so at a large folder it is slower than the console). What the console adds is the
+difference.
+
+``--preload N`` first loads N jobs into the watched folder (``bench/loader.py``), so the
+figures are those of a large queue: 30,000 is the Estimating folder of a 1,000,000-job queue.
+
+The console runs once per ``--windows`` value (``LIVE_COALESCE_SECONDS``; default 0.25 and 0),
+so the table also separates what the coalescing window costs from what delivery through daphne,
+the channel layer and the websocket costs.
 """
 
 from __future__ import annotations
@@ -87,13 +94,17 @@ class Move:
 
 
 class BareWatch:
-    """A raw kazoo ChildrenWatch on ``path`` in a session of its own: when each job first
-    appeared among the children (``perf_counter`` at the callback)."""
+    """Raw watches on ``path``, each in a session of its own: a kazoo ChildrenWatch (when each
+    job first appeared among the children) and a persistent watch (when each event arrived),
+    ``perf_counter`` at the callback."""
 
     def __init__(self, hosts: str, path: str) -> None:
         from kazoo.client import KazooClient
 
+        from queues.zk.kazoo_private import add_persistent_watch
+
         self.seen: dict[str, float] = {}
+        self.events: list[float] = []
         self.callbacks = 0
         self.changed = threading.Condition()
         self.client = KazooClient(hosts=hosts)
@@ -101,6 +112,18 @@ class BareWatch:
         # A ChildrenWatch on a missing folder stops for good; a fresh chroot has none yet.
         self.client.ensure_path(path)
         self.client.ChildrenWatch(path, self._children)
+        # Not in the ChildrenWatch's session: a one-shot watch on the path would make the
+        # persistent one one-shot too (ZOOKEEPER-4466).
+        self.raw = KazooClient(hosts=hosts)
+        self.raw.start(timeout=30)
+        add_persistent_watch(self.raw, path, self._event).get(timeout=30)
+
+    def _event(self, _event: Any) -> bool:
+        self.events.append(time.perf_counter())
+        return True
+
+    def first_event(self, after: float) -> float:
+        return self.events[bisect.bisect_left(self.events, after)]
 
     def _children(self, children: list[str]) -> None:
         now = time.perf_counter()
@@ -118,8 +141,9 @@ class BareWatch:
                 raise TimeoutError(f"the bare watch never saw {len(missing)} moves: {missing[:3]}")
 
     def close(self) -> None:
-        self.client.stop()
-        self.client.close()
+        for client in (self.client, self.raw):
+            client.stop()
+            client.close()
 
 
 def free_port() -> int:
@@ -154,7 +178,12 @@ def console(env: dict[str, str], port: int) -> Iterator[subprocess.Popen[bytes]]
                     log.seek(0)
                     raise RuntimeError(f"daphne did not start:\n{log.read().decode()[-3000:]}")
                 time.sleep(0.2)
-            yield proc
+            try:
+                yield proc
+            except BaseException:
+                log.seek(0)
+                print(f"daphne's log:\n{log.read().decode(errors='replace')[-4000:]}")
+                raise
         finally:
             proc.terminate()
             try:
@@ -193,6 +222,34 @@ def make_jobs(zk: Any, count: int) -> list[Any]:
                 range(count),
             )
         )
+
+
+def wait_until_filled(port: int, cookie: str, timeout: float = 1800.0) -> float:
+    """Seconds until the console's read index is filled (its background fill competes with
+    the live updates for the interpreter: a queue of 1,000,000 jobs takes minutes), found by
+    the failed page no longer saying it is still loading."""
+    began = time.monotonic()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/failed/", headers={"Cookie": f"sessionid={cookie}"}
+    )
+    while time.monotonic() - began < timeout:
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:  # noqa: S310 (loopback)
+                if answer.status == 200 and b'id="index-loading"' not in answer.read():
+                    return time.monotonic() - began
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"the console's read index was not filled within {timeout:.0f} s")
+
+
+def preload(zk: Any, count: int) -> None:
+    """``count`` jobs in the watched folder, 50 a batch, as the bulk loader writes them."""
+    from bench.loader import bulk_load
+
+    began = time.monotonic()
+    bulk_load(zk, batches=max(1, count // 50), jobs=count, distribution={"Estimating": 1.0})
+    print(f"preloaded {count:,} jobs into Estimating in {time.monotonic() - began:.1f} s")
 
 
 def status_zxids(zk: Any, jids: list[str]) -> list[int]:
@@ -234,6 +291,8 @@ async def measure(
 
     from queues.zk import jobs, paths
 
+    filled = await asyncio.to_thread(wait_until_filled, port, cookie)
+    print(f"  the console's read index was filled after {filled:.1f} s", flush=True)
     todo = await asyncio.to_thread(make_jobs, zk, args.rest + args.burst)
     bare = await asyncio.to_thread(BareWatch, hosts, paths.job_state_folder("Estimating"))
     rest_jobs, burst_jobs = todo[: args.rest], todo[args.rest :]
@@ -302,7 +361,10 @@ async def measure(
 
     burst_messages = len(received.times) - first_burst_message
     return {
-        "bare_rest": bare_latencies({j.jid: m for j, m in zip(rest_jobs, rest, strict=True)}),
+        "bare_rest": [bare.first_event(m.start) - m.start for m in rest],
+        "bare_rest_children": bare_latencies(
+            {j.jid: m for j, m in zip(rest_jobs, rest, strict=True)}
+        ),
         "bare_burst": bare_latencies(burst),
         "bare_callbacks": bare.callbacks,
         "rest": latencies(rest),
@@ -325,14 +387,17 @@ def row(label: str, values: list[float]) -> str:
 
 def report(args: argparse.Namespace, runs: dict[float, dict[str, Any]]) -> None:
     print("Live console: ZooKeeper write -> websocket message (daphne, in-memory channel layer),")
-    print("beside a bare kazoo ChildrenWatch on the same folder (write -> callback);")
-    print(f"all times from just before the write call; topic {TOPIC}")
+    print("beside bare watches on the same folder (a persistent watch's event; a kazoo")
+    print(f"ChildrenWatch's callback); all times from just before the write call; topic {TOPIC}")
+    if args.preload:
+        print(f"{args.preload:,} jobs preloaded into the watched folder")
     for window, result in runs.items():
         rate = args.burst / result["burst_seconds"]
         print()
         print(f"coalescing window LIVE_COALESCE_SECONDS={window:g} ({window * 1000:.0f} ms)")
         print(f" at rest, {args.rest} single moves {args.spacing:g} s apart")
-        print(row("bare watch (write -> callback)", result["bare_rest"]))
+        print(row("bare watch (write -> event)", result["bare_rest"]))
+        print(row("bare ChildrenWatch (write -> callback)", result["bare_rest_children"]))
         print(row("console (write -> websocket message)", result["rest"][0]))
         print(row("  console, from the write's ack", result["rest"][1]))
         print(row("  (the write itself)", result["rest_write"]))
@@ -340,7 +405,7 @@ def report(args: argparse.Namespace, runs: dict[float, dict[str, Any]]) -> None:
             f" burst of {args.burst} moves by {args.writers} writer threads in "
             f"{result['burst_seconds']:.2f} s ({rate:,.0f} moves/s)"
         )
-        print(row("bare watch (write -> callback)", result["bare_burst"]))
+        print(row("bare ChildrenWatch (write -> callback)", result["bare_burst"]))
         print(row("console (write -> websocket message)", result["burst"][0]))
         print(row("  console, from the write's ack", result["burst"][1]))
         print(row("  (the write itself)", result["burst_write"]))
@@ -388,6 +453,9 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=1000, help="moves in the burst")
     parser.add_argument("--writers", type=int, default=8, help="threads writing the burst")
     parser.add_argument(
+        "--preload", type=int, default=0, help="jobs loaded into the watched folder first"
+    )
+    parser.add_argument(
         "--windows",
         type=float,
         nargs="+",
@@ -425,6 +493,8 @@ def main() -> None:
             env = {**os.environ, "ZK_HOSTS": hosts, "LIVE_COALESCE_SECONDS": repr(window)}
             port = free_port()
             writer = zkmod.connect(hosts)
+            if args.preload:
+                preload(writer, args.preload)
             try:
                 with console(env, port):
                     runs[window] = asyncio.run(measure(args, port, cookie, writer, hosts))

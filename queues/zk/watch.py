@@ -21,10 +21,17 @@ Why not kazoo's ChildrenWatch/DataWatch recipes: ChildrenWatch stops for good wh
 does not exist (a batch's ``states/batch-failed`` appears only with its first failed job, and a
 fresh ensemble has no ``/jobs/states/failed``) and neither can be switched off and on again by
 reference count. The primitive here is small: read with a watch; on any event read again with a
-new watch, then report. A missing node is watched for creation instead. kazoo drops every watch
-when the connection is suspended (``kazoo_private.is_dropped_watch``, behaviour 4 there) and a
-new session has none, so on every reconnect all active watches are armed again and every active
-topic is reported as changed, for whatever happened while we were away.
+new watch, then report. A missing node is watched for creation instead. The always-watched
+folders get persistent watches instead (``kazoo_private.add_persistent_watch``): on each event
+only the folder's stat is read, so a change in a folder of 30,000 entries costs what it costs in
+an empty one. kazoo drops every watch when the connection is suspended
+(``kazoo_private.is_dropped_watch``, behaviour 4 there) and a new session has none, so on every
+reconnect all active watches are armed again and every active topic is reported as changed, for
+whatever happened while we were away.
+
+A watcher wants a session of its own (the live hub makes one): ZooKeeper before 3.9 turns a
+session's persistent watch on a path into a one-shot one when the same session sets a one-shot
+watch on that path (ZOOKEEPER-4466), as the read index does whenever it lists a folder.
 
 Callbacks run on kazoo's threads and must return quickly; the live hub hands them to its event
 loop.
