@@ -24,6 +24,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django_htmx.http import reswap
 from django_htmx.middleware import HtmxDetails
@@ -32,7 +33,7 @@ from queues import actions, archive, bulkrun, selectors
 from queues.actions import ReasonRequired
 from queues.auth import require_action, role_required
 from queues.forms import ActionForm
-from queues.models import BulkRun
+from queues.models import AuditEntry, BulkRun
 from queues.services import Outcome
 from queues.states import JOB, REMOVE, JobState
 from queues.templatetags.console import actions_for
@@ -226,25 +227,44 @@ def bulk_actions(user: Any, state: str) -> list[str]:
 
 def job_or_archived(jid: str) -> tuple[selectors.JobDetail | None, Any]:
     """A job as ZooKeeper has it, else (None, its row) once retention archived it; NotFound
-    when neither knows it. The job page and the API's job both read it so."""
+    when neither knows it (saying who removed it, when the audit log knows). The job page and
+    the API's job both read it so."""
     try:
         return selectors.job_detail(jid=jid), None
-    except NotFound:
+    except NotFound as exc:
         row = archive.archived_job(zpaths.jid(jid))
         if row is None:
-            raise
+            raise NotFound(_gone_words("job", jid) or str(exc)) from exc
         return None, row
 
 
 def batch_or_archived(bid: str) -> tuple[selectors.BatchDetail | None, Any]:
-    """A batch as ZooKeeper has it, else (None, its archived row); NotFound when neither."""
+    """A batch as ZooKeeper has it, else (None, its archived row); NotFound when neither
+    (saying who removed it, when the audit log knows)."""
     try:
         return selectors.batch_detail(bid=bid), None
-    except NotFound:
+    except NotFound as exc:
         row = archive.archived_batch(zpaths.bid(bid))
         if row is None:
-            raise
+            raise NotFound(_gone_words("batch", bid) or str(exc)) from exc
         return None, row
+
+
+def _gone_words(kind: str, item_id: str) -> str:
+    """ "batch bid… was deleted by ada on …: reason", from the audit log's last removal of the item;
+    "" when the log has none (a bare not-found then)."""
+    entry = (
+        AuditEntry.objects.filter(kind=kind, item_id=item_id, action__in=GONE, ok=True)
+        .order_by("-at", "-id")
+        .first()
+    )
+    if entry is None:
+        return ""
+    when = timezone.localtime(entry.at).strftime("%Y-%m-%d %H:%M %Z")
+    verb = "deleted" if entry.action == "delete" else "removed from ZooKeeper"
+    who = entry.username or "someone"
+    why = f": {entry.reason}" if entry.reason else " (no reason given)"
+    return f"{kind} {item_id} was {verb} by {who} on {when}{why}"
 
 
 # Operator actions: parse, perform, report -------------------------------------------------------

@@ -7,7 +7,8 @@ import time
 import pytest
 from django.urls import reverse
 
-from queues.zk import jobs
+from queues import actions
+from queues.zk import batches, jobs
 
 pytestmark = pytest.mark.django_db
 
@@ -152,3 +153,22 @@ def test_bad_filter_input_is_a_400_not_an_error(viewer, zk):
     assert viewer.get(reverse("jobs"), {"state": "Nope"}).status_code == 400
     assert viewer.get(reverse("failed"), {"bid": "x"}).status_code == 400
     assert viewer.get(reverse("reports"), {"page": "x"}).status_code == 400
+
+
+def test_a_deleted_job_or_batch_says_who_deleted_it_and_why(
+    admin, make_user, zk, make_job, make_batch
+):
+    job = make_job("Failed")
+    ada = make_user("admin", "ada")
+    actions.perform(user=ada, kind="job", action="delete", item_id=job.jid, reason="duplicate")
+    page = admin.get(reverse("job", args=[job.jid]))
+    assert page.status_code == 404
+    text = page.content.decode()
+    assert f"job {job.jid} was deleted by ada on " in text and ": duplicate" in text
+    batch = make_batch()
+    batch = batches.batch_transition(zk, batch, "Held", message="parked").bid
+    actions.perform(user=ada, kind="batch", action="delete", item_id=batch, reason="a test")
+    text = admin.get(reverse("batch", args=[batch])).content.decode()
+    assert f"batch {batch} was deleted by ada on " in text and ": a test" in text
+    # An ID nobody knows stays a plain "not found".
+    assert "was deleted" not in admin.get(reverse("job", args=["jid0009999999"])).content.decode()
