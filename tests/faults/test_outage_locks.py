@@ -84,9 +84,24 @@ def moved(zk: KazooClient, jobs: list[Job]) -> int:
     return sum(zpaths.index_name(j.priority, j.jid) in names for j in jobs)
 
 
-def run_through_faults(hosts: str, loop: dict[str, Any], fault: Callable[[], None]) -> None:
+def serving(zk: KazooClient) -> str:
+    """Whether the server ``zk`` is connected to answers a read within 5 s."""
+    try:
+        zk.exists_async("/").get(timeout=5)
+    except Exception as exc:
+        return f"a read from the test's own client got no answer in 5 s ({exc!r})"
+    return "the test's own client reads"
+
+
+def run_through_faults(
+    hosts: str,
+    loop: dict[str, Any],
+    fault: Callable[[], None],
+    servers: Callable[[], str] = lambda: "",
+) -> None:
     """Jobs worked on by two consumers while ``fault`` strikes FAULTS times, each once more
-    jobs have moved; then every job must arrive, with no lock left anywhere."""
+    jobs have moved; then every job must arrive, with no lock left anywhere. ``servers`` says
+    what the servers answer, for the message of a run that gets stuck."""
     watcher = zkmod.connect(hosts, timeout=10)
     consumers: list[Consumer] = []
     try:
@@ -94,10 +109,17 @@ def run_through_faults(hosts: str, loop: dict[str, Any], fault: Callable[[], Non
         consumers = [Consumer(hosts, **loop) for _ in range(2)]
         for consumer in consumers:
             consumer.start()
-        for n in range(1, FAULTS + 1):
-            wait_for(lambda n=n: moved(watcher, jobs) >= n * JOBS // (FAULTS + 2), timeout=120)
-            fault()
-        wait_for(lambda: moved(watcher, jobs) == JOBS, timeout=120)
+        for n in range(1, FAULTS + 2):
+            target = JOBS if n > FAULTS else n * JOBS // (FAULTS + 2)
+            try:
+                wait_for(lambda target=target: moved(watcher, jobs) >= target, timeout=120)
+            except AssertionError:
+                raise AssertionError(
+                    f"{moved(watcher, jobs)} of {target} jobs moved after 120 s; "
+                    f"{serving(watcher)}; {servers()}"
+                ) from None
+            if n <= FAULTS:
+                fault()
         locked = [j.jid for j in jobs if watcher.exists(zpaths.job_node(j.jid, "lock"))]
         assert locked == []
         for consumer in consumers:
@@ -128,11 +150,12 @@ def test_a_server_crashing_under_load_leaves_no_orphan_lock_and_no_stuck_job(
     run_through_faults(chrooted(own_server.hosts), loop, crash)
 
 
-# The batched case failed once under the full suite on two cores: no lock was left (the
-# reconciler had deleted 17), yet the last jobs did not move for 120 s with both loops idle.
-# It passed alone five times. Not yet understood: run again up to twice rather than turn CI
-# red, and named in the closing note (a production process's own orphan check does not apply
-# here: these consumers register nothing).
+# The batched case stalled twice in 36 runs on two cores at load averages above 20 (busy loops
+# and other suites beside it): in the run caught with a thread dump every client, the test's
+# own watcher included, was waiting for answers from the ensemble (the loop threads in a plain
+# listing, the watcher in an exists). No lost wake-up or stale loop state was found. Until that is known to be the ensemble's
+# own recovery under starvation it is run again; a stuck run says what the servers and the
+# test's own client answered.
 @pytest.mark.flaky(reruns=2)
 @pytest.mark.parametrize("loop", LOOPS, ids=["one-job", "batched"])
 def test_a_leader_killed_during_claims_leaves_no_orphan_lock_and_no_stuck_job(
@@ -148,4 +171,7 @@ def test_a_leader_killed_during_claims_leaves_no_orphan_lock_and_no_stuck_job(
         ensemble.wait_for_leader(other_than=leader)
         ensemble.start_one(leader)
 
-    run_through_faults(chrooted(ensemble.hosts), loop, kill_leader)
+    def modes() -> str:
+        return ", ".join(f"zk{n}: {m.mode() or 'not serving'}" for n, m in ensemble.members.items())
+
+    run_through_faults(chrooted(ensemble.hosts), loop, kill_leader, modes)
