@@ -238,3 +238,28 @@ def test_a_batch_merritt_holds_is_shown_with_advice_and_not_repaired(
     assert consistency.repair(run, zk) == []
     assert zk.exists(f"/batches/{held.bid}/states") is None
     assert batches.batch_load(zk, held.bid).state == "Held"
+
+
+def test_the_api_starts_a_check_and_pages_its_findings(
+    client: Client, make_user: Callable[..., Any], zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    from queues.audit import ApiToken
+
+    def bearer(role: str) -> dict[str, str]:
+        _token, key = ApiToken.issue(user=make_user(role, f"api-{role}"), name="test")
+        return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+
+    admin, operator = bearer("admin"), bearer("operator")
+    job = make_job()
+    zk.delete(job.index_path)
+    assert client.get("/api/consistency", **operator).json()["run"] is None
+    start = {"path": "/api/consistency", "data": '{"start": true}'}
+    refused = client.post(**start, content_type="application/json", **operator)
+    assert refused.status_code == 403 and not ConsistencyRun.objects.exists()
+    started = client.post(**start, content_type="application/json", **admin).json()
+    assert started["run"]["state"] == "waiting"
+    _walk(zk)
+    answer = client.get("/api/consistency?kind=job-unindexed", **operator).json()
+    assert answer["run"]["state"] == "finished" and answer["run"]["kinds"] == {"job-unindexed": 1}
+    assert [f["path"] for f in answer["findings"]] == [f"/jobs/{job.jid}"]
+    assert answer["next_page"] is None
