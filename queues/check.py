@@ -298,6 +298,7 @@ class Checker:
     # The walk ------------------------------------------------------------------------------
 
     def run(self) -> Report:
+        self._say("reading the console processes' registrations")
         self.held = registrations(self.zk)
         self._say("listing jobs and state folders")
         self._list_jobs()

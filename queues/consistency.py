@@ -202,8 +202,9 @@ def walk(
 
     An outage raises Interrupted (the run stays running, its findings so far gone, to be walked
     again); anything else fails the run and is raised."""
-    ConsistencyFinding.objects.filter(run=run).delete()
     recorder = _Recorder(run, owner, say)
+    recorder.save()  # Lost unless the run is still this walker's: its findings are not ours
+    ConsistencyFinding.objects.filter(run=run).delete()  # those of a walk an outage cut short
     try:
         report = check.run_check(
             zk,

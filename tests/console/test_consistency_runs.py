@@ -191,9 +191,11 @@ def test_one_run_at_a_time_across_hosts(zk: KazooClient) -> None:
     assert created and fresh.pk != first.pk
     gone = ConsistencyRun.objects.get(pk=first.pk)
     assert gone.state == "failed" and "has gone" in gone.error
-    # And the walker that was thought dead may not write to it any more.
+    # And the walker that was thought dead may not write to it any more, nor drop its findings.
+    ConsistencyFinding.objects.create(run=gone, kind="orphan-index", path="/x", detail="kept")
     with pytest.raises(consistency.Lost):
         consistency.walk(gone, zk, owner="host-a:10:1")
+    assert ConsistencyFinding.objects.filter(run=gone).count() == 1
 
 
 def test_queuecheck_walks_in_its_own_process_and_keeps_the_run(
