@@ -301,6 +301,8 @@ class BulkRun(models.Model):
     limited = models.BooleanField(default=False)  # the filter stopped at its scan limit
     back = models.CharField(max_length=500, blank=True)  # the list the run was started from
     via = models.CharField(max_length=10, default="web")  # "web" or "api", for the audit log
+    # The action's further parameters, the same for every item (a resume's chosen step "to").
+    params = models.JSONField(default=dict, blank=True)
     position = models.IntegerField(default=0)  # items handled so far
     # Counts, and the first SKIPS_KEPT skips in full: the progress written twice a second must
     # not grow with the run (each move is in the audit log anyway).
@@ -561,3 +563,33 @@ class ConsistencyFinding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.path}"
+
+
+class Note(models.Model):
+    """An operator's note on a job, a batch or a collection ("depositor asked to wait", "node 9
+    replaced on Monday"): shown on the item's page and timeline and as a marker in lists.
+
+    Kept here, not in ZooKeeper: a note is the team's word about an item, never queue state,
+    and outlives the item (a deleted batch's notes still say what was known of it).
+    """
+
+    KINDS = ("job", "batch", "collection")
+    MAX_LENGTH = 2000
+
+    kind = models.CharField(max_length=20)
+    item_id = models.CharField(max_length=120)
+    text = models.TextField()
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    author_name = models.CharField(max_length=150, blank=True)  # kept when the user goes
+    created = models.DateTimeField(default=timezone.now)
+    edited = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        app_label = "queues"
+        ordering = ["created", "id"]
+        indexes = [models.Index(fields=["kind", "item_id", "created"], name="note_item")]
+
+    def __str__(self) -> str:
+        return f"note {self.pk} on {self.kind} {self.item_id} by {self.author_name}"
