@@ -153,12 +153,14 @@ def _ezid_metadata(
     )
 
 
-def storage(profile: Profile | None = None) -> StorageClient:
+def storage(profile: Profile | None = None, *, node: int | None = None) -> StorageClient:
+    """The storage client; ``node``: the node a job's store node names, which wins over its
+    profile's (a profile changed since Processing does not move the job's object)."""
     if settings.MRT_STORAGE_URL:
-        node = (profile.storage_node if profile else "") or settings.MRT_STORAGE_NODE
+        node_id = node or (profile.storage_node if profile else "") or settings.MRT_STORAGE_NODE
         return HttpStorage(
             settings.MRT_STORAGE_URL,
-            node,
+            node_id,
             timeout=settings.MRT_HTTP_TIMEOUT,
             session=_session("storage"),
         )

@@ -13,14 +13,16 @@ import logging
 import socket
 import threading
 import time
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from django.db import close_old_connections
 
 from queues import audit, services
+from queues.daemons.alert_rules import Context, Finding, rule
 from queues.daemons.base import Daemon, ItemResult, Next, Step, describe
 from queues.zk.errors import is_connection_error
-from queues.zk.maintenance import Window, due, release_window
+from queues.zk.maintenance import Window, due, node_holds, overrun, release_window
 
 log = logging.getLogger("queues.daemons")
 
@@ -122,3 +124,48 @@ class Maintenance(Daemon[Any]):
 
     def unlock(self, item: Any) -> None:
         return None
+
+
+# Alert rules on holds (queues/daemons/alert_rules.py) ---------------------------------------
+
+
+@rule(
+    "hold-overrun",
+    title="Maintenance hold overrun",
+    threshold=300.0,
+    threshold_help="alert when a hold is still in place this many seconds after its "
+    "maintenance window's end",
+)
+def hold_overrun(ctx: Context, threshold: float) -> list[Finding]:
+    found = []
+    for w in overrun(ctx.zk, timedelta(seconds=threshold), ctx.now):
+        late = (ctx.now - w.until).total_seconds() / 60
+        how = "releases itself" if w.auto_release else "is released by hand"
+        found.append(
+            Finding(
+                w.key,
+                f"the {w.kind} hold of {w.name} ran {late:.0f} minutes past its end",
+                f"its window ended at {w.until.isoformat(timespec='minutes')} and {how}; "
+                f"{'no maintenance daemon released it' if w.auto_release else 'nobody has'}"
+                f" (set by {w.by or '?'}: {w.reason or 'no reason given'})",
+            )
+        )
+    return found
+
+
+@rule(
+    "node-held",
+    title="Storage node held",
+    threshold=0.0,
+    threshold_help="alert when a storage node has been held for this many seconds",
+    sustained=True,
+)
+def node_held_rule(ctx: Context, threshold: float) -> list[Finding]:
+    return [
+        Finding(
+            str(n),
+            f"storage node {n} is held: its jobs wait before Storing and Recording",
+            f"held by {h.by or '?'}: {h.reason or 'no reason given'}",
+        )
+        for n, h in node_holds(ctx.zk).items()
+    ]

@@ -29,20 +29,12 @@ from queues.zk import paths as zpaths
 from queues.zk.errors import Conflict, StaleVersion
 from queues.zk.jobs import job_set_json_locked
 from queues.zk.locks import lock_create, lock_release
-from queues.zk.maintenance import node_held
+from queues.zk.maintenance import job_store_node, node_held
 from queues.zk.nodes import exists_many
 from queues.zk.records import Job
 from queues.zk.store_intents import store_intent_clear, store_intent_read, store_intent_record
 
 log = logging.getLogger("queues.daemons")
-
-
-def store_node(job: Job) -> int | None:
-    """The storage node a job is bound for (its ``store`` node's mode), if it names one."""
-    try:
-        return parse_store_mode((job.store or {}).get("mode")).node
-    except ValueError:
-        return None
 
 
 class ObjectLockDaemon(JobDaemon):
@@ -53,7 +45,7 @@ class ObjectLockDaemon(JobDaemon):
 
     def accept(self, job: Job) -> bool:
         # A job bound for a held storage node waits, unclaimed, until the node is released.
-        node = store_node(job)
+        node = job_store_node(job)
         if node is not None and node_held(self.zk, node):
             return False
         # A job whose object another job is storing waits without being claimed, so it does not
@@ -100,7 +92,11 @@ class Storing(ObjectLockDaemon):
             return Stay(f"{ark} is being stored by another job")
         try:
             stored = self.store_once(
-                item, clients.storage(profile), ark=ark, node=str(mode.node), url=manifest_url
+                item,
+                clients.storage(profile, node=mode.node),
+                ark=ark,
+                node=str(mode.node),
+                url=manifest_url,
             )
         except StorageBusy as exc:
             return Stay(str(exc))

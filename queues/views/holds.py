@@ -3,18 +3,20 @@ batches and jobs) and holding or releasing a queue or a collection."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.http import HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from queues import actions, selectors
 from queues.audit import AuditEntry
 from queues.auth import VIEWER, require_action
 from queues.daemons.registry import BESIDE_MERRITT, deployment_mode
-from queues.forms import ActionForm, CollectionHoldForm, NodeHoldForm
+from queues.forms import ActionForm, CollectionHoldForm, NodeFailuresForm, NodeHoldForm
 from queues.states import JOB_WORKING, BatchState, JobState
 from queues.zk import paths as zpaths
 
@@ -199,3 +201,21 @@ def node_hold_action(request: HtmxHttpRequest, node: str, action: str) -> HttpRe
         request, kind="node", action=action, item_id=node, params=lambda f: _params(request, f)
     )
     return _holds_response(request, form)
+
+
+@require_GET
+@console_view(VIEWER)
+def node_failed(request: HtmxHttpRequest) -> HttpResponse:
+    """After a storage-node outage: the jobs bound for a node that failed in Storing or
+    Recording within a time window, as the preview of resuming them all (one bulk run,
+    audited, each job checked again as it is resumed)."""
+    now = timezone.now()
+    initial = {"since": now - timedelta(hours=24), "before": now}
+    form = NodeFailuresForm(request.GET or None, initial=initial)
+    context: dict[str, Any] = {"form": form, "jobs": None}
+    if request.GET:
+        if not form.is_valid():
+            return error_response(request, f"cannot look: {form.errors.as_text()}", 400)
+        jobs, more = selectors.node_failures(**form.cleaned_data)
+        context.update(jobs=jobs, more=more, limit=selectors.NODE_FAILURES_MAX, **form.cleaned_data)
+    return render(request, "queues/node_failed.html", context)

@@ -26,6 +26,7 @@ from . import paths
 from .codecs import decode_json, encode_json
 from .errors import InvalidID, MalformedNode
 from .nodes import children, stamp
+from .records import Job
 
 HOLDS = f"{paths.CONSOLE}/holds"
 NODE_HOLDS = f"{HOLDS}/nodes"
@@ -103,6 +104,16 @@ def node_holds(zk: KazooClient) -> dict[int, NodeHold]:
             reason=str(info.get("reason") or ""),
         )
     return dict(sorted(found.items()))
+
+
+def job_store_node(job: Job) -> int | None:
+    """The storage node a job is bound for: the node in its ``store`` node's mode
+    (``add/<node>/<ark>``, as Merritt's storage consumer splits it); None when it names none."""
+    mode = (job.store or {}).get("mode")
+    parts = mode.split("/") if isinstance(mode, str) else []
+    if len(parts) != 3 or not NODE_RE.fullmatch(parts[1]):
+        return None
+    return int(parts[1])
 
 
 # Maintenance windows ------------------------------------------------------------------------

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from queues.daemons.storing import Storing, store_node
+from queues.daemons.storing import Storing
 from queues.zk.jobs import job_load
-from queues.zk.maintenance import node_hold_clear, node_hold_set
+from queues.zk.maintenance import job_store_node, node_hold_clear, node_hold_set
 
 from .conftest import DEMO, FileServer, daemon, drive, make_job
 
@@ -30,7 +30,7 @@ def _stored_on(zk, files: FileServer, profiles: Path, node: str, name: str):
     )
     drive(zk, lambda: job_load(zk, job.jid).state == "Storing", names=["downloading", "processing"])
     job = job_load(zk, job.jid)
-    assert store_node(job) == int(node)
+    assert job_store_node(job) == int(node)
     return job
 
 
