@@ -59,10 +59,14 @@ def batch_create(zk: KazooClient, *, submission: dict[str, Any]) -> Batch:
     """
     submission = dict(submission)
     batch_uuid = paths.batch_uuid(submission.setdefault("batchID", f"bid-{uuidlib.uuid4()}"))
+    # The depositor's fields may be larger than a node; refused before anything is created.
+    data = sized.check(
+        paths.batch_node("bid0000000000", "submission"), encode_json(submission), what="submission"
+    )
     created = zk.create(f"{paths.BATCHES}/bid", b"", sequence=True)
     bid = posixpath.basename(created)
     txn = zk.transaction()
-    txn.create(paths.batch_node(bid, "submission"), encode_json(submission))
+    txn.create(paths.batch_node(bid, "submission"), data)
     txn.create(paths.batch_node(bid, "status"), encode_json(simple_status(BatchState.PENDING)))
     txn.create(paths.uuid_entry(batch_uuid), bid.encode())
     try:

@@ -118,3 +118,11 @@ def test_a_write_past_the_limit_is_refused_before_it_is_sent(zk_1mib: Any, batch
         batches.batch_report_update(zk_1mib, batch.bid, {"note": "x" * sized.JUTE_MAXBUFFER})
     assert head_of(zk_1mib, batch.bid) == before
     assert zk_1mib.connected
+
+
+def test_a_submission_past_the_limit_is_refused_before_anything_is_created(zk_1mib: Any) -> None:
+    zk_1mib.ensure_path("/batches")
+    with pytest.raises(sized.TooLarge, match="submission"):
+        batch_create(zk_1mib, submission={"profile": "demo", "title": "t" * (1024 * 1024)})
+    assert zk_1mib.get_children("/batches") == []
+    assert zk_1mib.connected
