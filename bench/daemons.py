@@ -8,14 +8,20 @@ one step to the next inside the process, the batch's completion checked at the e
 that does no work, so what is measured is the loop and ZooKeeper, not downloads. Every job
 makes 7 transitions on its way to Completed.
 
-In the same run and on the same server, a raw probe with the SAME concurrency: the same number
-of client processes, each keeping as many single-job transitions in flight (pipelined with
-kazoo's async API) as its daemons keep jobs in hand (7 loops x ``--batch``). A raw transition
-is the five-operation multi of ``job_transition`` (status JSON of the contract's size, index
-entry and batch entry moved); the raw probe claims nothing, reads nothing and checks no hold.
+In the same run and on the same server, a raw probe on the same kind of jobs: the same number
+of client processes, each sending only the contract's requests for every transition -- a claim
+(each job's index entry checked and its ephemeral lock created), a read of the job's nodes and
+the move (status, state and batch index entries, the lock deleted) -- batched 16 jobs a request
+(one multi, one multiRead, one multi) and with as many batches under way as the daemons may
+have, each sent without waiting for the others. It reads no hold and keeps no lock.
+
+Every child of a run is started, connected and set up before any of them starts; the window
+opens once 5% of the transitions are made and closes when the first state is empty (what
+follows is the pipeline's drain) or after ``--seconds``. Only the window counts: transitions
+from the state folders' counts, requests, CPU.
 
 Requests per transition come from the server's own count (``mntr``: ``zk_packets_received``
-before and after, over the transitions made meanwhile): pings and start-up included. Where the
+at the window's opening and close, over the transitions made meanwhile; pings included). Where the
 CPU goes is printed beside each rate: the client processes' CPU time per transition (from
 ``/proc/<pid>/stat`` over the timed window) and how busy the whole machine was meanwhile (from
 ``/proc/stat``), so a rate limited by the machine's cores shows as such.
