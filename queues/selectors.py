@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import islice
 from typing import Any, cast, overload
+from urllib.parse import quote
+
+from django.utils.text import slugify
 
 from queues.states import (
     ACCESS,
@@ -668,6 +671,8 @@ FAILED_GROUPINGS = ("batch", "collection", "step")
 class FailedGroup:
     key: str
     count: int
+    slug: str = ""  # the key as an HTML id
+    quoted: str = ""  # the key as a URL's query value
 
 
 @dataclass(frozen=True)
@@ -792,6 +797,17 @@ class FailedGroups:
     counts: dict[str, int]  # in the order of ``keys``
     where: dict[str, int]  # key -> its place in ``keys``
     members: dict[str, array[int]]  # key -> places in the matches
+    # The groups shown so far, made once per change (a page of 50 groups shows each key in
+    # an id and in links: made in the template, that was most of the page's time).
+    shown: dict[str, FailedGroup] = field(default_factory=dict)
+
+    def group(self, key: str) -> FailedGroup:
+        found = self.shown.get(key)
+        if found is None:
+            found = self.shown[key] = FailedGroup(
+                key, self.counts[key], slugify(key), quote(key, safe="/")
+            )
+        return found
 
 
 def _grouped(matches: FailedMatches, group: str) -> FailedGroups:
@@ -876,7 +892,7 @@ def failed_jobs(
     if open_group in grouped.where:  # the page of groups that holds the open one
         group_page = grouped.where[open_group] // FAILED_GROUPS_PER_PAGE + 1
     first = (group_page - 1) * FAILED_GROUPS_PER_PAGE
-    shown = [FailedGroup(k, counts[k]) for k in keys[first : first + FAILED_GROUPS_PER_PAGE]]
+    shown = [grouped.group(k) for k in keys[first : first + FAILED_GROUPS_PER_PAGE]]
     paging = Page(
         shown,
         group_page,
@@ -938,9 +954,18 @@ def failed_group_counts(
     """The matches of a filter counted per batch, collection and failing step (the API's
     ``groups``), each sorted by key; shared answers, not to be modified."""
     zk = connected_client()
+    # While the read index fills nothing is kept: the matches of what is read so far, once.
+    matches = (
+        _failed_matches(zk, bid=bid, profile=profile, step=step)
+        if zindex.for_client(zk).filling
+        else None
+    )
     found = {}
     for name in FAILED_GROUPINGS:
-        counts = _failed_groups(zk, name, bid=bid, profile=profile, step=step)[1].counts
+        if matches is not None:
+            counts = _grouped(matches, name).counts
+        else:
+            counts = _failed_groups(zk, name, bid=bid, profile=profile, step=step)[1].counts
         # Batches and collections are kept sorted by key already; steps in the machine's order.
         found[name] = dict(sorted(counts.items())) if name == "step" else counts
     return found
