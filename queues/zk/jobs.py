@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import random
 import threading
@@ -16,10 +17,11 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 
 from queues.states import JOB, InvalidTransition, JobState, job_batch_folder, job_resume_target
 
-from . import paths
+from . import caps, paths
 from .codecs import decode_int, decode_json, decode_str, encode_int, encode_json, now_stamp
 from .errors import (
     Conflict,
+    InvalidID,
     ItemLocked,
     MalformedNode,
     NotFound,
@@ -482,7 +484,17 @@ def job_transition(
         priority=priority,
         lock="keep" if keep_lock else "release" if release_lock else None,
     )
-    return transition_apply(zk, plan)
+    moved = transition_apply(zk, plan)
+    if admin:
+        _count_admin_entry(zk, job, new_state)
+    return moved
+
+
+def _count_admin_entry(zk: KazooClient, job: Job, new_state: str) -> None:
+    """An operator's move into flight (a resume) counts against its collection's cap."""
+    if new_state in caps.IN_FLIGHT and job.state not in caps.IN_FLIGHT and job.profile:
+        with contextlib.suppress(InvalidID):
+            caps.count_entry(zk, job.profile, job.jid)
 
 
 class _Gated:
@@ -735,11 +747,18 @@ class JobClaimer:
     """
 
     def __init__(
-        self, zk: KazooClient, state: str, *, max_age: float = 1.0, strict: bool = False
+        self,
+        zk: KazooClient,
+        state: str,
+        *,
+        max_age: float = 1.0,
+        strict: bool = False,
+        skip: Callable[[str], bool] | None = None,
     ) -> None:
         self.zk = zk
         self.state = state
         self.strict = strict
+        self.skip = skip  # jobs to pass over unclaimed (a collection at its cap: zk/caps.py)
         self.folder = paths.job_state_folder(state)
         self.max_age = max_age
         self._names: list[str] = []  # not yet tried, in reverse run order (the next is last)
@@ -748,7 +767,10 @@ class JobClaimer:
 
     def _list(self) -> None:
         # "PP-jidNNNNNNNNNN" sorts as text in run order; only the names tried are parsed.
-        self._names = sorted(children(self.zk, self.folder), reverse=True)
+        names = children(self.zk, self.folder)
+        if self.skip is not None:
+            names = [n for n in names if not self.skip(n[3:])]
+        self._names = sorted(names, reverse=True)
         self._listed_at = time.monotonic()
 
     def claim(self, accept: Callable[[Job], bool] | None = None) -> Job | None:

@@ -148,8 +148,10 @@ class StateListing:
         strict: bool = False,
         share: ClaimShare | None = None,
         steal_after: float = 2.0,
+        skip: Callable[[str], bool] | None = None,
     ) -> None:
         self.zk = zk
+        self.skip = skip  # jobs to pass over unclaimed (a collection at its cap: zk/caps.py)
         self.state = state
         self.folder = paths.job_state_folder(state)
         self.max_age = max_age
@@ -187,6 +189,8 @@ class StateListing:
         now = time.monotonic()
         self._busy = {j: t for j, t in self._busy.items() if t > now}
         names = set(found)
+        if self.skip is not None:
+            names = {n for n in names if not self.skip(n[3:])}
         names.update(extra)
         entries = [n for n in names if paths.INDEX_ENTRY_RE.fullmatch(n)]
         if self._leaving:
