@@ -67,6 +67,12 @@ def batches(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "queues/batches.html", context)
 
 
+# Job rows a batch's page shows per state: the page costs what one page shows, whatever the
+# batch's size (rendering a row is most of a row's cost); each state links to the job list for
+# the rest.
+BATCH_ROWS_PER_STATE = 25
+
+
 @require_GET
 @console_view(VIEWER)
 def batch(request: HtmxHttpRequest, bid: str) -> HttpResponse:
@@ -93,6 +99,10 @@ def batch(request: HtmxHttpRequest, bid: str) -> HttpResponse:
         # The job rows' checkboxes belong to this page's own bulk form (issue 15).
         "bulk_actions": bulk_actions(request.user, ""),
         "failed_count": len(detail.folders.get("batch-failed", [])),
+        "sections": [
+            (state, jobs[:BATCH_ROWS_PER_STATE], len(jobs))
+            for state, jobs in detail.by_state.items()
+        ],
         "mails": batch_mails(bid),
     }
     return render(request, "queues/batch.html", context)

@@ -183,3 +183,22 @@ def test_the_batch_list_shows_each_batch_s_batch_id(
     assert "bid-8f14e45f-ceea-467a-9af0-1c2b3d4e5f60" in html
     api = Client().get("/api/batches", **token_headers).json()
     assert api["items"][0]["uuid"] == "bid-8f14e45f-ceea-467a-9af0-1c2b3d4e5f60"
+
+
+def test_the_batch_page_shows_a_page_of_rows_per_state_and_links_the_rest(
+    zk: KazooClient, viewer: Client, fresh_index: Any
+) -> None:
+    from queues.views.batches import BATCH_ROWS_PER_STATE
+
+    loaded = bulk_load(
+        zk, batches=1, jobs=BATCH_ROWS_PER_STATE + 15, distribution={JobState.PENDING: 1.0}
+    )
+    bid = loaded.batches[0]
+    html = viewer.get(reverse("batch", args=[bid])).content.decode()
+    rows = re.findall(r'<tr id="job-row-(jid[0-9]{10})"', html)
+    assert len(rows) == BATCH_ROWS_PER_STATE
+    assert set(rows) <= set(loaded.jobs_by_state[JobState.PENDING])
+    more = re.search(r'id="batch-jobs-Pending-more">(.*?)</span>', html)
+    assert more is not None
+    assert f"all {BATCH_ROWS_PER_STATE + 15} in the job list" in more.group(1)
+    assert f"state=Pending&amp;bid={bid}" in more.group(1)
