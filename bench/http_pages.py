@@ -283,6 +283,10 @@ def time_check(console: Console, env: dict[str, str], scratch: Path) -> CheckRun
     """Start the check from the page as an admin would (POST with the form's CSRF token), with
     a ``runconsumer consistency`` process running beside daphne, and poll the page until it
     shows the run finished: the time from the click to the findings, and both processes' RSS."""
+    from django.core.management import call_command
+
+    # runconsumer refuses a database with migrations pending (a checkout updated mid-run).
+    call_command("migrate", verbosity=0, interactive=False)
     figures = CheckRun(web_before_mib=console.rss_mib())
     log = scratch / f"walker-{console.size}.log"
     with log.open("ab") as out:
@@ -305,7 +309,8 @@ def time_check(console: Console, env: dict[str, str], scratch: Path) -> CheckRun
         deadline = time.monotonic() + 120
         while b"consistency: started" not in log.read_bytes():
             if walker.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"runconsumer consistency did not start; see {log}")
+                tail = log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"runconsumer consistency did not start:\n{tail}")
             time.sleep(0.1)
         page = console.session.get(f"{console.base}/consistency/", timeout=60).text
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)

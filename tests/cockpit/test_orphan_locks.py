@@ -202,6 +202,11 @@ def test_an_admin_deletes_the_orphan_lock_from_the_consistency_page(
     lock = paths.job_node(job.jid, "lock")
     consumer.lock(lock, in_ledger=False)
     wait_for(lambda: _orphans(zk) == [lock], timeout=20)
+    from queues.daemons.consistency import ConsistencyCheck
+
+    # Started by the admin, walked by the consistency daemon (queues/consistency.py).
+    assert admin.post("/consistency/").status_code == 303
+    assert ConsistencyCheck(zk=zk).run_once()
     page = admin.get("/consistency/").content.decode()
     assert "orphan-lock (1)" in page and f"<code>{lock}</code>" in page
     assert 'id="repair-button"' in page
