@@ -227,7 +227,23 @@ LOGIN_REDIRECT_URL = "overview"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = env("TZ", "America/Los_Angeles")
+
+
+def _server_zone() -> str:
+    """The machine's own time zone name (Debian's /etc/timezone, or the zone /etc/localtime
+    links to); UTC when it names none."""
+    try:
+        name = Path("/etc/timezone").read_text(encoding="utf-8").strip()
+    except OSError:
+        name = ""
+    if not name:
+        link = os.path.realpath("/etc/localtime")
+        name = link.split("/zoneinfo/", 1)[1] if "/zoneinfo/" in link else ""
+    return name or "UTC"
+
+
+# One clock: every time the console shows, mails and writes into CSV is in this zone.
+TIME_ZONE = env("TZ") or _server_zone()
 USE_I18N = False
 USE_TZ = True
 
@@ -377,6 +393,8 @@ MRT_KEEP_LOCKS = env_bool("MRT_KEEP_LOCKS", True)
 MRT_DOWNLOADS_PER_HOST = env_int("MRT_DOWNLOADS_PER_HOST", 2)
 
 # Mail: SMTP when EMAIL_HOST is set, else files under MRT_VAR_DIR/mail the console can show.
+# The Date header in the console's zone, as the body's times (Django's default is -0000).
+EMAIL_USE_LOCALTIME = True
 EMAIL_HOST = env("EMAIL_HOST")
 if EMAIL_HOST:
     EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"

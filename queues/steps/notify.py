@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+from queues.clock import clock_text
 from queues.steps.netpolicy import FetchPolicy, FetchRefused, TooSlow, TransferFailed
 
 # How many jobs the queued mail lists by ID; the rest are counted.
@@ -160,8 +161,10 @@ def batch_summary(
 ) -> tuple[str, str]:
     """Subject and plain-text body of a batch summary mail.
 
-    ``report`` and ``previous`` are status-report nodes: ``{last_modified, failed_jobs,
-    successful_jobs}``. With ``previous`` (an update report) the body starts with what changed.
+    ``report`` and ``previous`` are status reports with their lists whole: ``{last_modified,
+    failed_jobs, successful_jobs}`` (a large report keeps its lists in part nodes; the reporting
+    daemon reads them back with ``batches.report_resolve`` before it mails). With ``previous``
+    (an update report) the body starts with what changed.
     """
     succeeded = _ids(report, "successful_jobs")
     failed = _ids(report, "failed_jobs")
@@ -172,7 +175,7 @@ def batch_summary(
     lines = [
         *_header(batch_id, title, submitter, profile_name),
         f"State:     {state}",
-        f"Report:    {kind}, {report.get('last_modified', '')}".rstrip(", "),
+        f"Report:    {kind}, {clock_text(report.get('last_modified'))}".rstrip(", "),
         "",
     ]
     if previous is not None:

@@ -10,7 +10,7 @@ from typing import Any
 from django import template
 from django.utils.html import format_html
 
-from queues import auth
+from queues import auth, clock
 from queues.actions import is_destructive
 from queues.diagrams import GLYPHS, human_age, shape_of
 from queues.states import MACHINES
@@ -23,6 +23,18 @@ register = template.Library()
 @register.filter
 def age(seconds: float | None) -> str:
     return human_age(seconds)
+
+
+@register.filter
+def when(value: datetime | str | None, precision: str = "seconds") -> str:
+    """``<time>`` in the console's one form (``queues/clock.py``), the exact UTC time on hover."""
+    moment = clock.as_moment(value)
+    if moment is None:
+        return "" if value in (None, "") else str(value)
+    iso = clock.exact(moment)
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>', iso, iso, clock.clock_text(moment, precision)
+    )
 
 
 @register.filter

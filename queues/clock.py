@@ -1,0 +1,45 @@
+"""One clock (issue 25): the one written form of a time everywhere the console shows, mails or
+exports one. The console's zone is Django's TIME_ZONE (``TZ``, by default the server's)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.utils import timezone
+
+FORMATS = {"seconds": "%Y-%m-%d %H:%M:%S %Z", "minutes": "%Y-%m-%d %H:%M %Z"}
+# The contract's stamp (``2026-11-21 10:02:03 -0800``), as status nodes and reports keep it.
+STAMP = "%Y-%m-%d %H:%M:%S %z"
+
+
+def as_moment(value: datetime | str | None) -> datetime | None:
+    """A datetime, or its ISO-8601 or contract-stamp text; a naive one is taken as UTC."""
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str) and value.strip():
+        text = value.strip()
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            try:
+                moment = datetime.strptime(text, STAMP)
+            except ValueError:
+                return None
+    else:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def clock_text(value: datetime | str | None, precision: str = "seconds") -> str:
+    """``2026-11-25 10:04:40 PST``: in the console's zone, to the second (or minute); the
+    text itself when it is no time."""
+    moment = as_moment(value)
+    if moment is None:
+        return "" if value is None else str(value)
+    return timezone.localtime(moment).strftime(FORMATS.get(precision, FORMATS["seconds"]))
+
+
+def exact(value: datetime | str | None) -> str:
+    """The exact time in UTC, ISO-8601, for a hover or a machine."""
+    moment = as_moment(value)
+    return moment.astimezone(UTC).isoformat(timespec="seconds") if moment else ""
