@@ -44,6 +44,9 @@ class Action:
     run: Callable[[Call], Any]  # the service call; returns an Outcome or a list of them
     destructive: bool = False
     needs_reason: bool = False  # not destructive, but must say why (holding all ingest)
+    # A move of its kind's state machine (queues/states.py names it); False for an action that
+    # changes the item where it is (a waiting job's priority).
+    moves: bool = True
 
     @property
     def key(self) -> tuple[str, str]:
@@ -68,6 +71,14 @@ def _access(fn: Callable[..., services.Outcome]) -> Callable[[Call], services.Ou
 
 def _submit(call: Call) -> services.Outcome:
     return services.batch_submit_outcome(**call.params)
+
+
+def _whole(call: Call, name: str) -> int:
+    """A whole-number parameter of the form (a priority, a cap); ValueError when it is not."""
+    value = call.params.get(name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    return value
 
 
 def _repair(_call: Call) -> services.Outcome:
@@ -158,6 +169,37 @@ ACTIONS: tuple[Action, ...] = (
         lambda c: services.collection_release(
             profile=c.item_id, release_jobs=bool(c.params.get("release_jobs"))
         ),
+    ),
+    # Priorities and caps: a waiting job's priority (a batch's or a collection's is this action
+    # over their waiting jobs, as a bulk run); a collection's cap on its jobs in flight.
+    Action(
+        "job",
+        "priority",
+        OPERATOR,
+        lambda c: services.job_priority_set(
+            jid=c.item_id, priority=_whole(c, "priority"), expect_version=c.version
+        ),
+        moves=False,
+    ),
+    Action(
+        "collection",
+        "cap",
+        OPERATOR,
+        lambda c: services.collection_cap_set(
+            profile=c.item_id,
+            limit=_whole(c, "limit"),
+            reason=c.reason,
+            by=c.params.get("by", ""),
+        ),
+    ),
+    Action(
+        "collection", "uncap", OPERATOR, lambda c: services.collection_cap_clear(profile=c.item_id)
+    ),
+    Action(
+        "collection",
+        "recount",
+        OPERATOR,
+        lambda c: services.collection_cap_recount(profile=c.item_id),
     ),
     Action("consistency", "repair", ADMIN, _repair, destructive=True),
     # Draining may leave a step with no consumer at all: it says why, like a queue hold.

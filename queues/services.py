@@ -659,3 +659,131 @@ __all__ = [
     "queue_hold",
     "queue_release",
 ]
+
+
+# Priorities and caps (issue 24) ------------------------------------------------------------------
+
+
+def job_priority_set(*, jid: str, priority: int, expect_version: int | None = None) -> Outcome:
+    """A waiting (Pending or Held) job's priority, its index entry renamed to match."""
+    from queues.zk.priorities import priority_set_waiting
+
+    zk, job = _job(jid, expect_version)
+    changed = priority_set_waiting(zk, job, priority)
+    detail = "" if changed.priority != job.priority else "unchanged"
+    return Outcome("job", jid, f"priority {job.priority}", f"priority {priority}", detail)
+
+
+@dataclass(frozen=True)
+class PriorityScope:
+    """The waiting jobs a batch's or a collection's priority change would touch, in run order,
+    and whether the read index was still filling (then the list may be short)."""
+
+    kind: str  # "batch" | "collection"
+    name: str
+    jids: list[str]
+    by_priority: dict[int, int]
+    loading: bool
+
+
+def _waiting_entries(profile: str = "", bid: str = "") -> tuple[list[tuple[int, str]], bool]:
+    from queues.zk import index as zindex
+    from queues.zk.priorities import WAITING
+
+    zk = client()
+    index = zindex.for_client(zk)
+    if profile:
+        found = [
+            entry
+            for s in sorted(WAITING)
+            for entry in index.job_entries_matching(s, profile=profile)
+        ]
+    else:
+        folder = zpaths.batch_index(bid, states.job_batch_folder(JobState.PENDING))
+        members = set(zk.get_children(folder)) if zk.exists(folder) is not None else set()
+        found = [
+            entry for s in sorted(WAITING) for entry in index.job_entries(s) if entry[1] in members
+        ]
+    return sorted(found), index.filling
+
+
+def priority_scope(*, kind: str, name: str) -> PriorityScope:
+    """The waiting jobs of batch ``name`` (kind "batch") or collection ``name`` ("collection")."""
+    if kind == "batch":
+        entries, loading = _waiting_entries(bid=zpaths.bid(name))
+    elif kind == "collection":
+        entries, loading = _waiting_entries(profile=zpaths.profile(name))
+    else:
+        raise ValueError(f"a priority is changed for a batch or a collection, not a {kind!r}")
+    by_priority: dict[int, int] = {}
+    for priority, _jid in entries:
+        by_priority[priority] = by_priority.get(priority, 0) + 1
+    return PriorityScope(kind, name, [jid for _p, jid in entries], by_priority, loading)
+
+
+def _in_flight_of(profile: str) -> list[str]:
+    """The collection's jobs in flight, from the read index."""
+    from queues.zk import index as zindex
+    from queues.zk.caps import IN_FLIGHT
+
+    index = zindex.for_client(client())
+    return [
+        jid
+        for s in sorted(IN_FLIGHT)
+        for jid in index.job_entries_matching(s, profile=profile).jids()
+    ]
+
+
+def collection_cap_set(*, profile: str, limit: int, reason: str = "", by: str = "") -> Outcome:
+    """Cap a collection's jobs in flight (Estimating to Notify) at ``limit``, and count the
+    jobs in flight now (queues/zk/caps.py)."""
+    from queues.zk import caps
+
+    zk = client()
+    old = caps.cap_set(zk, zpaths.profile(profile), caps.check_limit(limit), by=by, reason=reason)
+    added, removed = caps.recount(zk, profile, _in_flight_of(profile))
+    cap = caps.cap_of(zk, profile)
+    counted = cap.counted if cap is not None else added
+    return Outcome(
+        "collection",
+        profile,
+        f"cap {old}" if old else "no cap",
+        f"cap {limit}",
+        f"{counted} in flight counted (+{added}, -{removed})",
+    )
+
+
+def collection_cap_clear(*, profile: str) -> Outcome:
+    from queues.zk import caps
+
+    old = caps.cap_clear(client(), zpaths.profile(profile))
+    return Outcome("collection", profile, f"cap {old}" if old else "no cap", "no cap")
+
+
+def collection_cap_recount(*, profile: str) -> Outcome:
+    """Count again: jobs in flight without a marker (resumed, moved by Merritt's consumers) are
+    added, markers of jobs gone from flight removed."""
+    from queues.zk import caps
+
+    zk = client()
+    added, removed = caps.recount(zk, zpaths.profile(profile), _in_flight_of(profile))
+    cap = caps.cap_of(zk, profile)
+    if cap is None:
+        raise NotFound(f"collection {profile} has no cap")
+    return Outcome(
+        "collection",
+        profile,
+        f"cap {cap.limit}",
+        f"cap {cap.limit}",
+        f"{cap.counted} in flight counted (+{added}, -{removed})",
+    )
+
+
+__all__ += [
+    "PriorityScope",
+    "collection_cap_clear",
+    "collection_cap_recount",
+    "collection_cap_set",
+    "job_priority_set",
+    "priority_scope",
+]

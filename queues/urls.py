@@ -28,6 +28,7 @@ from queues.views import (
     holds,
     jobs,
     overview,
+    priorities,
     reports,
     tokens,
     workers,
@@ -102,6 +103,22 @@ urlpatterns = [
     re_path(
         r"^alerts/rules/(?P<kind>[a-z0-9-]{1,40})/$", alerts.alert_rule_update, name="alert-rule"
     ),
+    # Priorities and caps: a job's, a batch's, a collection's (queues/views/priorities.py)
+    path("collections/", priorities.collections, name="collections"),
+    re_path(rf"^collections/{PROFILE}/$", priorities.collection, name="collection"),
+    re_path(
+        rf"^collections/{PROFILE}/priority/$",
+        priorities.collection_priority,
+        name="collection-priority",
+    ),
+    re_path(rf"^batches/{BID}/priority/$", priorities.batch_priority, name="batch-priority"),
+    re_path(rf"^jobs/{JID}/priority/$", priorities.job_priority, name="job-priority"),
+    re_path(
+        rf"^holds/collection/{PROFILE}/{priorities.CAP_ACTION}/$",
+        priorities.collection_cap_action,
+        name="collection-cap",
+    ),
+    path("api/", include(priorities.api_urlpatterns)),
     path("metrics", metrics.metrics, name="metrics"),
     path("api/", include(api.urlpatterns)),
     # Merritt ingest's depositor door: POST /poster/submit|update (queues/views/poster.py)

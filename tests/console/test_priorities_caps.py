@@ -1,0 +1,245 @@
+"""Priorities and caps from the console and the API (issue 24): a waiting job's priority, a
+batch's and a whole collection's (previewed, then each job changed and audited, in the
+background when there are many), the contract's index names kept; a collection's cap set,
+counted, recounted and removed, with the same role checks at both doors."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.urls import reverse
+
+from queues.audit import ApiToken, AuditEntry
+from queues.bulkrun import BulkRun
+from queues.zk import caps
+from queues.zk.jobs import job_load, job_transition
+from tests.browser import SCREENSHOTS, close_context
+
+from .conftest import PASSWORD
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("bulk_runs_daemon")]
+
+
+@pytest.fixture
+def token_for(make_user):
+    def issue(role: str) -> dict[str, str]:
+        _token, key = ApiToken.issue(user=make_user(role, f"api-{role}"), name="test")
+        return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+
+    return issue
+
+
+def post_json(client, url, data, **headers):
+    return client.post(url, json.dumps(data), content_type="application/json", **headers)
+
+
+def pending_entries(zk) -> set[str]:
+    return set(zk.get_children("/jobs/states/pending"))
+
+
+def ended(pk: int, timeout: float = 60) -> BulkRun:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = BulkRun.objects.get(pk=pk)
+        if run.state != BulkRun.RUNNING:
+            return run
+        time.sleep(0.1)
+    raise AssertionError(f"bulk run {pk} still running after {timeout}s")
+
+
+def test_an_operator_changes_a_waiting_jobs_priority_and_its_index_entry_is_renamed(
+    operator, zk, make_job
+):
+    job = make_job("Pending", profile="letters")
+    response = operator.post(
+        reverse("job-priority", args=[job.jid]),
+        {"priority": "2", "version": str(job.status.version), "reason": "urgent deposit"},
+    )
+    assert response.status_code in (302, 303)
+    assert job_load(zk, job.jid).priority == 2
+    entries = pending_entries(zk)
+    assert f"02-{job.jid}" in entries and f"05-{job.jid}" not in entries
+    entry = AuditEntry.objects.get(action="priority", item_id=job.jid)
+    assert (entry.kind, entry.before, entry.after, entry.reason, entry.ok) == (
+        "job",
+        "priority 5",
+        "priority 2",
+        "urgent deposit",
+        True,
+    )
+
+
+def test_a_job_in_flight_or_a_viewer_cannot_change_a_priority(operator, viewer, zk, make_job):
+    flying = make_job("Downloading", profile="letters")
+    response = operator.post(reverse("job-priority", args=[flying.jid]), {"priority": "1"})
+    assert response.status_code == 409
+    assert job_load(zk, flying.jid).priority == 5
+    waiting = make_job("Pending", profile="letters")
+    assert (
+        viewer.post(reverse("job-priority", args=[waiting.jid]), {"priority": "1"}).status_code
+        == 403
+    )
+    assert job_load(zk, waiting.jid).priority == 5
+    refused = AuditEntry.objects.filter(action="priority", ok=False)
+    assert {e.item_id for e in refused} == {flying.jid, waiting.jid}
+
+
+def test_a_collections_priority_is_previewed_then_changed_for_its_waiting_jobs_only(
+    operator, zk, make_job, settings
+):
+    settings.MRT_BULK_INLINE_MAX = 200
+    waiting = [make_job("Pending", profile="campaign") for _ in range(3)]
+    held = make_job("Held", profile="campaign")
+    flying = make_job("Estimating", profile="campaign")
+    other = make_job("Pending", profile="letters")
+    url = reverse("collection-priority", args=["campaign"])
+    preview = operator.post(url, {"priority": "9", "reason": "big campaign"})
+    assert preview.status_code == 200
+    page = preview.content.decode()
+    assert "Priority 9 for 4 waiting jobs of collection campaign?" in page
+    assert "<strong>4</strong> at priority 5" in page
+    assert job_load(zk, waiting[0].jid).priority == 5  # nothing done by the preview
+    done = operator.post(url, {"priority": "9", "reason": "big campaign", "confirmed": "1"})
+    assert done.status_code in (302, 303)
+    for job in [*waiting, held]:
+        assert job_load(zk, job.jid).priority == 9
+    entries = pending_entries(zk)
+    assert {f"09-{j.jid}" for j in waiting} <= entries
+    assert f"09-{held.jid}" in set(zk.get_children("/jobs/states/held"))
+    assert job_load(zk, flying.jid).priority == 5
+    assert f"05-{other.jid}" in entries
+    audited = AuditEntry.objects.filter(action="priority", ok=True)
+    assert {e.item_id for e in audited} == {j.jid for j in [*waiting, held]}
+    assert {e.reason for e in audited} == {"big campaign"}
+
+
+def test_a_large_batch_priority_runs_in_the_background(
+    operator, zk, make_job, make_batch, settings
+):
+    settings.MRT_BULK_INLINE_MAX = 2
+    batch = make_batch(profile="letters")
+    jobs = [make_job("Pending", batch=batch, profile="letters") for _ in range(4)]
+    response = operator.post(
+        reverse("batch-priority", args=[batch.bid]), {"priority": "1", "confirmed": "1"}
+    )
+    run = BulkRun.objects.get()
+    assert response["Location"] == reverse("bulk-run", args=[run.pk])
+    assert (run.kind, run.action, run.params, run.total) == ("job", "priority", {"priority": 1}, 4)
+    assert ended(run.pk).done == 4
+    assert {f"01-{j.jid}" for j in jobs} <= pending_entries(zk)
+
+
+def test_the_api_previews_and_changes_a_batch_and_a_collection_and_a_job(
+    client, token_for, zk, make_job, make_batch, settings
+):
+    settings.MRT_BULK_INLINE_MAX = 200
+    operator = token_for("operator")
+    batch = make_batch(profile="letters")
+    in_batch = [make_job("Pending", batch=batch, profile="letters") for _ in range(2)]
+    url = reverse("api-batch-priority", args=[batch.bid])
+    preview = post_json(client, url, {"priority": 3, "preview": True}, **operator).json()
+    assert (preview["jobs"], preview["by_priority"], preview["preview"]) == (2, {"05": 2}, True)
+    assert job_load(zk, in_batch[0].jid).priority == 5
+    answer = post_json(client, url, {"priority": 3, "reason": "r"}, **operator).json()
+    assert answer["summary"].startswith("2 done")
+    assert {f"03-{j.jid}" for j in in_batch} <= pending_entries(zk)
+
+    campaign = [make_job("Pending", profile="campaign") for _ in range(2)]
+    url = reverse("api-collection-priority", args=["campaign"])
+    answer = post_json(client, url, {"priority": 7}, **operator).json()
+    assert sorted(o["id"] for o in answer["outcomes"]) == sorted(j.jid for j in campaign)
+
+    single = make_job("Pending", profile="letters")
+    url = reverse("api-job-priority", args=[single.jid])
+    assert post_json(client, url, {"priority": 100}, **operator).status_code == 400
+    answer = post_json(client, url, {"priority": 0, "version": 99}, **operator)
+    assert answer.status_code == 409  # a stale version
+    answer = post_json(client, url, {"priority": 0}, **operator).json()
+    assert answer["outcomes"][0]["after"] == "priority 0"
+    assert f"00-{single.jid}" in pending_entries(zk)
+    viewer = token_for("viewer")
+    assert post_json(client, url, {"priority": 4}, **viewer).status_code == 403
+
+
+def test_a_cap_is_set_counting_the_jobs_in_flight_recounted_and_removed(
+    operator, client, token_for, zk, make_job
+):
+    flying = [make_job("Downloading", profile="campaign") for _ in range(3)]
+    make_job("Pending", profile="campaign")
+    url = reverse("collection-cap", args=["campaign", "cap"])
+    assert operator.post(url, {"limit": "2", "reason": "fair share"}).status_code in (302, 303)
+    cap = caps.cap_of(zk, "campaign")
+    assert (cap.limit, cap.counted, cap.by, cap.reason) == (2, 3, "operator-user", "fair share")
+    page = operator.get(reverse("collection", args=["campaign"])).content.decode()
+    assert "Cap <strong>2</strong>: <strong>3</strong> counted in flight" in page
+    assert "at its cap" in page
+    entry = AuditEntry.objects.get(action="cap")
+    assert (entry.kind, entry.item_id, entry.before, entry.after) == (
+        "collection",
+        "campaign",
+        "no cap",
+        "cap 2",
+    )
+    # A job leaves flight: a recount (the page's button) takes it off the count.
+    job_transition(zk, job_load(zk, flying[0].jid), "Failed", message="x")
+    assert operator.post(reverse("collection-cap", args=["campaign", "recount"])).status_code in (
+        302,
+        303,
+    )
+    assert caps.cap_of(zk, "campaign").counted == 2
+    api = token_for("operator")
+    listed = client.get(reverse("api-caps"), **api).json()["collections"]["campaign"]
+    assert listed["cap"]["limit"] == 2 and listed["in_flight"] == 2 and listed["waiting"] == 1
+    answer = post_json(
+        client, reverse("api-collection-cap", args=["campaign", "cap"]), {"limit": 5}, **api
+    )
+    assert answer.json()["cap"]["limit"] == 5
+    viewer = token_for("viewer")
+    uncap = reverse("api-collection-cap", args=["campaign", "uncap"])
+    assert post_json(client, uncap, {}, **viewer).status_code == 403
+    assert post_json(client, uncap, {}, **api).json()["cap"] is None
+    assert zk.exists(caps.cap_path("campaign")) is None
+    assert operator.post(url, {"limit": "0"}).status_code == 400
+
+
+def test_an_operator_changes_a_collections_priority_and_cap_in_a_browser(
+    browser, live_server, make_user, zk, make_job
+):
+    make_user("operator", "olga")
+    waiting = [make_job("Pending", profile="campaign") for _ in range(3)]
+    make_job("Processing", profile="campaign")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        page.goto(f"{live_server.url}/login/")
+        page.fill("#id_username", "olga")
+        page.fill("#id_password", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{live_server.url}/")
+        page.click("nav >> text=Collections")
+        assert "3" in page.inner_text("#collection-row-campaign")
+        page.click("#collection-row-campaign a")
+        page.fill("#priority", "8")
+        page.fill("#priority-reason", "campaign after the others")
+        page.click("#preview-priority")
+        assert "3 at priority 5" in page.inner_text("#priority-preview-counts").replace("\n", " ")
+        page.click("#confirm-priority")
+        page.wait_for_selector("#waiting-count >> text=3 at priority 8")
+        assert {f"08-{j.jid}" for j in waiting} <= pending_entries(zk)
+        page.fill("#cap-limit", "2")
+        page.fill("#cap-reason", "fair share")
+        page.click("#set-cap")
+        page.wait_for_selector("#cap-state >> text=1 counted in flight")
+        assert "Cap 2" in page.inner_text("#cap-state")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "collection-priority-cap.png"), full_page=True)
+        cap = caps.cap_of(zk, "campaign")
+        assert (cap.limit, cap.counted, cap.by) == (2, 1, "olga")
+        page.click("#remove-cap")
+        page.wait_for_selector("#cap-state >> text=No cap.")
+        assert caps.cap_of(zk, "campaign") is None
+    finally:
+        close_context(context)
