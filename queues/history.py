@@ -24,6 +24,7 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Count, F
+from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
@@ -109,9 +110,11 @@ def period_start(range_name: str, now: datetime | None = None) -> datetime:
 
 
 def _bucket_label(number: int, bucket: str) -> str:
+    """An hour in the console's zone (one clock, as every other time it shows); a day is a
+    UTC day, the buckets being whole UTC days."""
     if bucket == "day":
-        return datetime.fromtimestamp(number * 86400, UTC).strftime("%m-%d")
-    return datetime.fromtimestamp(number * 3600, UTC).strftime("%m-%d %H:00")
+        return datetime.fromtimestamp(number * 86400, UTC).strftime("%m-%d UTC")
+    return timezone.localtime(datetime.fromtimestamp(number * 3600, UTC)).strftime("%m-%d %H:00 %Z")
 
 
 def throughput(range_name: str, bucket: str, *, now: datetime | None = None) -> Throughput:
