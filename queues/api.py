@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
 
-from queues import actions, archive, backlog, bulkrun, selectors
+from queues import actions, archive, backlog, bulkrun, notes, selectors
 from queues.audit import AuditEntry
 from queues.auth import BEARER_CHALLENGE, VIEWER, has_role, require_action, token_from
 from queues.forms import (
@@ -29,6 +29,7 @@ from queues.forms import (
     JobFilterForm,
     SubmitForm,
 )
+from queues.models import Note
 from queues.routes import (
     ACCESS_ACTION,
     BATCH_ACTION,
@@ -42,6 +43,7 @@ from queues.routes import (
     QUEUE_HOLD,
 )
 from queues.services import Outcome
+from queues.states import JOB_STEPS
 from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidTransition, NotFound
 from queues.zk.maintenance import window_info
@@ -292,9 +294,14 @@ def _act(
     return _outcomes(outcomes)
 
 
+def _resume_step(form: ActionForm) -> dict[str, Any]:
+    """A resume's chosen step ("to"), checked against the job by the service."""
+    return {"to": form.cleaned_data["to"]} if form.cleaned_data["to"] else {}
+
+
 @api_view("POST")
 def job_action(request: HttpRequest, jid: str, action: str) -> dict[str, Any]:
-    return _act(request, kind="job", action=action, item_id=jid)
+    return _act(request, kind="job", action=action, item_id=jid, params=_resume_step)
 
 
 @api_view("POST")
@@ -318,6 +325,9 @@ def jobs_bulk(request: HttpRequest) -> dict[str, Any] | HttpResponse:
             items.append((zpaths.jid(str(entry.get("id", ""))), _version(entry)))
     else:
         raise ValueError('give "jobs" (a list) or "filter" (an object)')
+    to = str(data.get("to") or "")
+    if to and to not in JOB_STEPS:
+        raise ValueError(f'"to" must name a job step, not {to[:40]!r}')
     result = run_bulk(
         user=request.user,
         kind="job",
@@ -326,6 +336,7 @@ def jobs_bulk(request: HttpRequest) -> dict[str, Any] | HttpResponse:
         reason=str(data.get("reason", "")),
         limited=limited,
         via="api",
+        params={"to": to} if to else None,
     )
     if isinstance(result, bulkrun.BulkRun):
         response = JsonResponse(bulk_run_json(result), status=202)
@@ -582,6 +593,37 @@ def bulk_run_control(request: HttpRequest, pk: int, verb: str) -> dict[str, Any]
     return bulk_run_json(_bulk_run(run.pk))
 
 
+@api_view("GET", "POST")
+def notes_list(request: HttpRequest) -> dict[str, Any]:
+    """GET ?kind=job|batch|collection&item=ID: an item's notes, oldest first. POST
+    {"kind": ..., "item": ..., "text": ...}: add one (the operator role)."""
+    if request.method == "POST":
+        data = _body(request)
+        note = notes.note_add(
+            user=request.user,
+            kind=str(data.get("kind", "")),
+            item_id=str(data.get("item", "")),
+            text=str(data.get("text", "")),
+            via="api",
+        )
+        return notes.note_json(note)
+    kind, item = request.GET.get("kind", ""), request.GET.get("item", "")
+    if kind not in Note.KINDS or not item:
+        raise ValueError('give "kind" (job, batch or collection) and "item"')
+    return {"notes": [notes.note_json(n) for n in notes.notes_for(kind, item)]}
+
+
+@api_view("POST")
+def note_change(request: HttpRequest, pk: str, verb: str) -> dict[str, Any]:
+    """POST .../edit {"text": ...} or .../delete: by the note's author or an admin."""
+    if verb == "delete":
+        deleted = notes.note_delete(user=request.user, pk=int(pk), via="api")
+        return {"deleted": notes.note_json(deleted)}
+    data = _body(request)
+    note = notes.note_edit(user=request.user, pk=int(pk), text=str(data.get("text", "")), via="api")
+    return notes.note_json(note)
+
+
 def _bulk_run(pk: int) -> bulkrun.BulkRun:
     try:
         return bulkrun.BulkRun.objects.defer("items").get(pk=pk)
@@ -634,5 +676,7 @@ urlpatterns = [
     re_path(r"^audit$", audit, name="api-audit"),
     re_path(r"^consumers$", consumers, name="api-consumers"),
     re_path(r"^bulk/(?P<pk>[0-9]{1,18})$", bulk_run, name="api-bulk-run"),
+    re_path(r"^notes$", notes_list, name="api-notes"),
+    re_path(r"^notes/(?P<pk>[0-9]{1,18})/(?P<verb>edit|delete)$", note_change, name="api-note"),
     re_path(r"^bulk/(?P<pk>[0-9]{1,18})/(?P<verb>stop|continue)$", bulk_run_control),
 ]

@@ -87,8 +87,10 @@ def start(
     limited: bool = False,
     back: str = "",
     via: str = "web",
+    params: dict[str, Any] | None = None,
 ) -> BulkRun:
-    """Record the run for a bulk-runs daemon to claim; the role and reason are checked first."""
+    """Record the run for a bulk-runs daemon to claim; the role and reason are checked first.
+    ``params`` go to the action with every item (a resume's chosen step "to")."""
     actions.check_bulk(user=user, kind=kind, action=action, reason=reason)
     run = BulkRun.objects.create(
         user=user,
@@ -100,6 +102,7 @@ def start(
         limited=limited,
         back=back,
         via=via,
+        params=params or {},
     )
     return run
 
@@ -288,6 +291,7 @@ def _advance(progress: _Progress) -> str:
                 item_id=item_id,
                 expect_version=version,
                 reason=run.reason,
+                params=run.params or None,
                 via=run.via,
             )
         except DomainError as exc:

@@ -118,7 +118,15 @@ def _undrain(call: Call) -> services.Outcome:
 ACTIONS: tuple[Action, ...] = (
     Action("job", "hold", OPERATOR, _job(services.job_hold)),
     Action("job", "release", OPERATOR, _job(services.job_release)),
-    Action("job", "resume", OPERATOR, _job(services.job_resume)),
+    Action(
+        "job",
+        "resume",
+        OPERATOR,
+        # "to": an earlier step the operator chose; empty, the step after the last one done.
+        lambda c: services.job_resume(
+            jid=c.item_id, expect_version=c.version, to=c.params.get("to") or ""
+        ),
+    ),
     Action(
         "job",
         "fail",

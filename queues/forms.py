@@ -10,7 +10,7 @@ from django.http import QueryDict
 
 from queues import selectors
 from queues.services import SUBMISSION_TYPES, check_filename, check_payload_url
-from queues.states import ACCESS, BATCH, JOB, AccessState
+from queues.states import ACCESS, BATCH, JOB
 from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidID
 from queues.zk.maintenance import node_number
@@ -114,18 +114,25 @@ class AccessFilterForm(forms.Form):
     state = forms.ChoiceField(choices=_choices(ACCESS.states, "any state"), required=False)
 
 
+_RESUME_TARGETS = [
+    (s, s)
+    for s in dict.fromkeys(
+        t
+        for machine in (JOB, ACCESS)
+        for source in machine.action_sources("resume")
+        for t in machine.action_targets("resume", source)
+    )
+]
+
+
 class ActionForm(forms.Form):
     """The fields every action POST may carry."""
 
     version = forms.IntegerField(required=False, min_value=0)
     reason = forms.CharField(required=False, max_length=2000)
-    to = forms.ChoiceField(
-        required=False,
-        choices=[
-            ("", ""),
-            *((s.value, s.value) for s in (AccessState.PENDING, AccessState.PROCESSING)),
-        ],
-    )
+    # Where a resume goes: a job's step or an access request's state, any the state machines
+    # resume to (the service then checks it against the item: a job only to a step it reached).
+    to = forms.ChoiceField(required=False, choices=[("", ""), *_RESUME_TARGETS])
     release_jobs = forms.BooleanField(required=False)
     # A hold's maintenance window: released by itself at this time (ISO-8601; without a zone,
     # the console's time zone).
@@ -145,6 +152,7 @@ class BulkForm(forms.Form):
     scope = forms.ChoiceField(choices=[("selection", "selection"), ("filter", "filter")])
     item = forms.MultipleChoiceField(required=False)  # "jid:version" pairs, checked in clean
     reason = forms.CharField(required=False, max_length=2000)
+    to = forms.ChoiceField(required=False, choices=[("", ""), *_RESUME_TARGETS])  # resume's step
     confirmed = forms.BooleanField(required=False)
 
     def __init__(self, *args: Any, id_validator: Any = zpaths.jid, **kwargs: Any) -> None:

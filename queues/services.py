@@ -9,6 +9,7 @@ has moved since, the action is refused instead of undoing a newer change.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -20,7 +21,7 @@ from django.conf import settings
 
 from queues import states
 from queues.depositors import depositor_policy, payload_roots
-from queues.states import INGEST_HELD_MESSAGE, AccessState, BatchState, JobState
+from queues.states import INGEST_HELD_MESSAGE, JOB_STEPS, AccessState, BatchState, JobState
 from queues.steps import merritt_ingest_client as ingest_client
 from queues.steps import submission as submission_steps
 from queues.steps.checkm import filename_problem
@@ -65,6 +66,8 @@ from queues.zk.jobs import (
     job_resume_state,
     job_transition,
     jobs_load,
+    transition_apply,
+    transition_plan,
 )
 from queues.zk.locks import (
     collection_held,
@@ -180,11 +183,21 @@ def job_release(*, jid: str, expect_version: int | None = None) -> Outcome:
     return Outcome("job", jid, job.state, JobState.PENDING)
 
 
-def job_resume(*, jid: str, expect_version: int | None = None) -> Outcome:
-    """Failed -> the step after last_successful_status, retry_count + 1."""
+def job_resume(*, jid: str, expect_version: int | None = None, to: str = "") -> Outcome:
+    """Failed -> the step after last_successful_status, retry_count + 1; with ``to``, an
+    earlier step the operator chose (``job_resume_steps``), whose work is then done again."""
     zk, job = _job(jid, expect_version)
-    target = job_resume_state(job)
-    job_transition(zk, job, target, admin=True, retry=True)
+    failed_in = job_resume_state(job)
+    target = _resume_at(job, failed_in, to) if to else failed_in
+    if target == failed_in:
+        job_transition(zk, job, target, admin=True, retry=True)
+    else:
+        # Leaving Failed keeps last_successful_status (the contract's rule), which would send
+        # the next plain resume past the steps this one repeats: it becomes the step before the
+        # chosen one, so "resume" (ours or Merritt's library's) restarts there again.
+        plan = transition_plan(job, target, admin=True, retry=True)
+        raw = {**plan.raw, "last_successful_status": _step_before(target)}
+        transition_apply(zk, dataclasses.replace(plan, raw=raw))
     # The status message is replaced by the move (the contract's rule): the failure being
     # resumed from is kept in the audit entry instead (queues/audit.py, failure_of).
     return Outcome(
@@ -193,8 +206,35 @@ def job_resume(*, jid: str, expect_version: int | None = None) -> Outcome:
         job.state,
         target,
         f"retry {job.status.retry_count + 1}",
-        failure=f"failed in {target}: {job.status.message}",
+        failure=f"failed in {failed_in}: {job.status.message}",
     )
+
+
+def job_resume_steps(job: Job) -> tuple[str, ...]:
+    """The steps an operator may resume this Failed job at, earliest first: every step the
+    state machine resumes to, up to the one the job failed in (a later one would skip work it
+    never finished). InvalidTransition when it cannot be resumed at all."""
+    failed_in = job_resume_state(job)
+    allowed = states.JOB.action_targets("resume", JobState.FAILED)
+    return tuple(s for s in JOB_STEPS[: JOB_STEPS.index(failed_in) + 1] if s in allowed)
+
+
+def _resume_at(job: Job, failed_in: str, to: str) -> str:
+    """``to`` when this job may resume there, else InvalidTransition saying which steps it may."""
+    states.JOB.check(job.state, to, admin=True)
+    choices = job_resume_steps(job)
+    if to not in choices:
+        skipped = JOB_STEPS[JOB_STEPS.index(failed_in) : JOB_STEPS.index(to)]
+        raise InvalidTransition(
+            f"job: {job.jid} cannot resume at {to}: it failed in {failed_in}, so that would skip "
+            f"{', '.join(skipped)}; it may resume at {', '.join(choices)}"
+        )
+    return to
+
+
+def _step_before(step: str) -> str | None:
+    index = JOB_STEPS.index(step)
+    return JOB_STEPS[index - 1] if index > 0 else None
 
 
 def job_fail(*, jid: str, message: str, expect_version: int | None = None) -> Outcome:
@@ -656,6 +696,7 @@ __all__ = [
     "job_release",
     "job_remove_deleted",
     "job_resume",
+    "job_resume_steps",
     "queue_hold",
     "queue_release",
 ]

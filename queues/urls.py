@@ -25,6 +25,7 @@ from queues.views import (
     cockpit,
     consistency,
     failed,
+    fixed,
     holds,
     jobs,
     overview,
@@ -49,6 +50,7 @@ urlpatterns = [
     ),
     path("batches/", batches.batches, name="batches"),
     path("batches/bulk/", bulk.batches_bulk, name="batches-bulk"),
+    path("batches/fixed/", fixed.fixed_batches, name="fixed-batches"),
     re_path(rf"^batches/{BID}/$", batches.batch, name="batch"),
     re_path(
         rf"^batches/{BID}/{BATCH_ACTION}/$",
@@ -119,6 +121,7 @@ urlpatterns = [
         name="collection-cap",
     ),
     path("api/", include(priorities.api_urlpatterns)),
+    path("notes/", include("queues.views.notes")),
     path("metrics", metrics.metrics, name="metrics"),
     path("api/", include(api.urlpatterns)),
     # Merritt ingest's depositor door: POST /poster/submit|update (queues/views/poster.py)

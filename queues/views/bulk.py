@@ -15,13 +15,14 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from queues import actions, bulkrun, selectors
+from queues import actions, bulkrun, selectors, services
 from queues.auth import VIEWER, may, require_action
 from queues.forms import BulkForm, FailedFilterForm, JobFilterForm
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
 from queues.zk.client import connected_client
 from queues.zk.errors import DomainError
+from queues.zk.records import Job
 
 from .common import (
     HtmxHttpRequest,
@@ -65,6 +66,36 @@ def _preview_states(kind: str, items: Items) -> dict[str, int]:
     return counts
 
 
+def _resume_params(kind: str, action: str, to: str) -> dict[str, str]:
+    """A job resume's chosen step, as the action's parameters; other actions take none."""
+    if not to:
+        return {}
+    if (kind, action) != ("job", "resume"):
+        raise ValueError(f"a step to start from goes with resume, not with {action}")
+    return {"to": to}
+
+
+def _resume_plan(rows: list[Any], to: str) -> list[tuple[str, str, bool]]:
+    """For the preview of a resume from ``to``: each previewed job, where it would restart, and
+    whether it can (a job that failed before ``to`` would skip steps, and is skipped)."""
+    if not to:
+        return []
+    plan: list[tuple[str, str, bool]] = []
+    for row in rows:
+        if not isinstance(row, Job):
+            continue
+        try:
+            steps = services.job_resume_steps(row)
+        except DomainError as exc:
+            plan.append((row.jid, str(exc), False))
+            continue
+        if to in steps:
+            plan.append((row.jid, f"restarts at {to}", True))
+        else:
+            plan.append((row.jid, f"skipped: it may resume at {', '.join(steps)}", False))
+    return plan
+
+
 def _bulk(
     request: HtmxHttpRequest,
     *,
@@ -87,11 +118,13 @@ def _bulk(
     if not items:
         return error_response(request, "nothing selected", 400)
     destructive = actions.is_destructive(kind, action)
-    # A destructive action, and any action over a whole filter (whose extent the operator has
-    # not seen item by item), is previewed and confirmed first.
-    if (destructive or form.cleaned_data["scope"] == "filter") and not form.cleaned_data[
+    params = _resume_params(kind, action, form.cleaned_data["to"])
+    # A destructive action, any action over a whole filter (whose extent the operator has not
+    # seen item by item) and a resume that repeats steps are previewed and confirmed first.
+    if (destructive or form.cleaned_data["scope"] == "filter" or params) and not form.cleaned_data[
         "confirmed"
     ]:
+        rows = _preview_rows(kind, items[:PREVIEW_ROWS])
         return render(
             request,
             "queues/bulk_confirm.html",
@@ -100,7 +133,9 @@ def _bulk(
                 "action": action,
                 "items": items,
                 "preview": items[:200],
-                "rows": _preview_rows(kind, items[:PREVIEW_ROWS]),
+                "rows": rows,
+                "resume_to": params.get("to", ""),
+                "resume_plan": _resume_plan(rows, params.get("to", "")),
                 "states": _preview_states(kind, items),
                 "destructive": destructive,
                 "scope": form.cleaned_data["scope"],
@@ -117,6 +152,7 @@ def _bulk(
         reason=form.cleaned_data["reason"],
         limited=limited,
         back=back,
+        params=params or None,
     )
     if isinstance(result, bulkrun.BulkRun):
         messages.info(request, f"{action} of {len(items)} {kind}s started in the background")

@@ -333,9 +333,11 @@ def run_bulk(
     limited: bool,
     back: str = "",
     via: str = "web",
+    params: dict[str, Any] | None = None,
 ) -> BulkRun | actions.BulkResult:
     """One action over many items: over ``MRT_BULK_INLINE_MAX`` a background bulk run (the
-    console shows its page, the API answers 202), else done now, each refusal a skip."""
+    console shows its page, the API answers 202), else done now, each refusal a skip.
+    ``params``: the action's further parameters for every item (a resume's step "to")."""
     if len(items) > settings.MRT_BULK_INLINE_MAX:
         return bulkrun.start(
             user=user,
@@ -346,9 +348,10 @@ def run_bulk(
             limited=limited,
             back=back,
             via=via,
+            params=params,
         )
     return actions.perform_bulk(
-        user=user, kind=kind, action=action, items=items, reason=reason, via=via
+        user=user, kind=kind, action=action, items=items, reason=reason, via=via, params=params
     )
 
 

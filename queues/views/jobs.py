@@ -20,13 +20,15 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from queues import actions, archive, diagrams, history, selectors
+from queues import actions, archive, diagrams, history, notes, selectors, services
 from queues.audit import AuditEntry, EarlierFailure, earlier_failures, failure_of
 from queues.auth import VIEWER
-from queues.forms import JobFilterForm
+from queues.forms import ActionForm, JobFilterForm
 from queues.history import fmt_seconds
+from queues.models import Note
 from queues.states import JOB, JOB_STEPS, JobState
 from queues.zk import paths as zpaths
+from queues.zk.errors import DomainError
 from queues.zk.records import Job
 
 from .common import (
@@ -46,6 +48,8 @@ from .common import (
 )
 
 log = logging.getLogger("queues.views")
+
+NOTE_ACTIONS = ("note", "note-edit", "note-delete")
 
 
 @require_GET
@@ -113,11 +117,27 @@ class TimelineEvent:
     sort_at: datetime | None = None  # where it goes in the order, when not ``at``
 
 
-def timeline(job: Job, entries: list[AuditEntry], steps: Sequence[Any] = ()) -> list[TimelineEvent]:
+def timeline(
+    job: Job,
+    entries: list[AuditEntry],
+    steps: Sequence[Any] = (),
+    job_notes: Sequence[Note] = (),
+) -> list[TimelineEvent]:
     """Every time we know of in the job's life, oldest first: its creation, each step a
     consumer ran (the step history: start, duration, host, outcome), each operator action from
-    the audit log (with actor and reason) and the last change of its status."""
+    the audit log (with actor and reason), the operators' notes and the last change of its
+    status."""
     events = [TimelineEvent(job.created, f"Created ({JobState.PENDING})", kind="state")]
+    for note in job_notes:
+        events.append(
+            TimelineEvent(
+                note.created,
+                "Note" + (" (edited)" if note.edited else ""),
+                who=note.author_name or "(unknown)",
+                detail=note.text,
+                kind="note",
+            )
+        )
     for step in steps:
         took = fmt_seconds(step.duration)
         events.append(
@@ -131,6 +151,8 @@ def timeline(job: Job, entries: list[AuditEntry], steps: Sequence[Any] = ()) -> 
             )
         )
     for entry in entries:
+        if entry.ok and entry.action in NOTE_ACTIONS:
+            continue  # the note itself is on the timeline; its audit entries stay in the log
         failure = failure_of(entry)
         if entry.before or entry.after:
             what = f"{entry.action}: {entry.before or '?'} → {entry.after or '?'}"
@@ -210,9 +232,31 @@ def job_context(detail: selectors.JobDetail) -> dict[str, Any]:
         "path": path,
         "audit": audit,
         "failures": failures,
-        "timeline": timeline(detail.job, audit[::-1], _step_records(jid)) if detail.job else [],
+        "timeline": (
+            timeline(detail.job, audit[::-1], _step_records(jid), notes.notes_for("job", jid))
+            if detail.job
+            else []
+        ),
+        "resume_steps": _resume_steps(detail.job),
         "next": reverse("job", args=[jid]),
     }
+
+
+def _resume_steps(job: Job | None) -> tuple[str, ...]:
+    """The steps this job may resume at, for the page's "resume from" choice; none when it
+    cannot be resumed (the page says why) or has only one."""
+    if job is None or job.state != JobState.FAILED:
+        return ()
+    try:
+        steps = services.job_resume_steps(job)
+    except DomainError:
+        return ()
+    return steps if len(steps) > 1 else ()
+
+
+def _resume_step(form: ActionForm) -> dict[str, Any]:
+    """The step a resume was asked to start from, when one was chosen."""
+    return {"to": form.cleaned_data["to"]} if form.cleaned_data["to"] else {}
 
 
 @require_GET
@@ -238,7 +282,7 @@ def job_action(request: HtmxHttpRequest, jid: str, action: str) -> HttpResponse:
         )
     if request.method != "POST":
         return HttpResponseNotAllowed(["GET", "POST"])
-    form = act(request, kind="job", action=action, item_id=jid)
+    form = act(request, kind="job", action=action, item_id=jid, params=_resume_step)
     render_as = form.cleaned_data["render"]
     if request.htmx and render_as == "row":
         if action in GONE:
