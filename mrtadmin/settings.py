@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import re
+import socket
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -313,7 +314,12 @@ MRT_EZID_PASSWORD = env("MRT_EZID_PASSWORD")
 # EZID's _target for a minted ARK: {this}/m/{ARK URL-encoded twice}, as Merritt's ingest sets it.
 MRT_EZID_TARGET_URL = env("MRT_EZID_TARGET_URL", "https://merritt.cdlib.org")
 MRT_DOWNLOADS_DIR = Path(env("MRT_DOWNLOADS_DIR", str(MRT_VAR_DIR / "downloads")))
-MRT_CONSOLE_URL = env("MRT_CONSOLE_URL", "http://127.0.0.1:8000")
+# The console's address as users reach it (links in mail); by default where bin/run-console
+# serves it (MRT_BIND, MRT_PORT), so a console moved to another port does not mail dead links.
+_bind = env("MRT_BIND", "127.0.0.1")
+# Bound to every address: the machine's name is the one a browser can use.
+_host = socket.gethostname() if _bind in ("0.0.0.0", "::", "[::]") else _bind  # noqa: S104
+MRT_CONSOLE_URL = env("MRT_CONSOLE_URL") or f"http://{_host}:{env_int('MRT_PORT', 8000)}"
 # Folders a depositor's file:// URLs may read from (":"-separated). Empty: none, file://
 # payloads are refused (the daemons' own working folders and local storage stay readable).
 MRT_FILE_ROOTS = [Path(p) for p in env("MRT_FILE_ROOTS").split(":") if p.strip()]

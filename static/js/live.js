@@ -94,10 +94,20 @@
       el.id = "live-status";
       el.setAttribute("role", "status");
       el.setAttribute("aria-live", "polite");
+      // In the header, beside the user's name: a badge fixed over the page covered the last
+      // columns of wide tables.
+      var place = document.querySelector("header.top .who");
       el.style.cssText =
-        "position:fixed;right:.6rem;bottom:.6rem;z-index:50;font:12px/1.4 system-ui,sans-serif;" +
-        "padding:.15rem .5rem;border-radius:1rem;background:#eee;color:#333;opacity:.85";
-      document.body.appendChild(el);
+        "font:12px/1.4 system-ui,sans-serif;padding:.15rem .5rem;border-radius:1rem;" +
+        "background:#eee;color:#333;margin-right:.6rem;display:inline-block";
+      if (place) {
+        place.insertBefore(el, place.firstChild);
+      } else {
+        el.style.position = "fixed";
+        el.style.right = ".6rem";
+        el.style.bottom = ".6rem";
+        document.body.appendChild(el);
+      }
     }
     return el;
   }

@@ -102,11 +102,13 @@ def test_processes_starting_together_share_one_owner_only_secret_key(tmp_path: P
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
 
 
-def _settings_with(tmp_path: Path, **variables: str) -> subprocess.CompletedProcess[str]:
+def _settings_with(
+    tmp_path: Path, code: str = "import mrtadmin.settings", **variables: str
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "MRT_"))}
-    env.update(MRT_VAR_DIR=str(tmp_path), **variables)
+    env.update(MRT_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="mrtadmin.settings", **variables)
     return subprocess.run(
-        [sys.executable, "-c", "import mrtadmin.settings"],
+        [sys.executable, "-c", code],
         cwd=settings.BASE_DIR,
         env=env,
         capture_output=True,
@@ -147,3 +149,18 @@ def test_an_environment_name_that_is_not_a_short_name_is_refused(tmp_path: Path)
     assert result.returncode != 0
     assert "MRT_ENVIRONMENT must be a short name" in result.stderr
     assert _settings_with(tmp_path, MRT_ENVIRONMENT="Stage").returncode == 0
+
+
+def test_mail_links_follow_where_the_console_is_served(tmp_path: Path) -> None:
+    show = "from django.conf import settings; print(settings.MRT_CONSOLE_URL)"
+    for env_extra, expected in (
+        ({"MRT_PORT": "8443"}, "http://127.0.0.1:8443"),
+        ({"MRT_BIND": "10.1.2.3", "MRT_PORT": "9000"}, "http://10.1.2.3:9000"),
+        (
+            {"MRT_CONSOLE_URL": "https://queue.example.org", "MRT_PORT": "9000"},
+            "https://queue.example.org",
+        ),
+    ):
+        result = _settings_with(tmp_path, code=show, **env_extra)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == expected
