@@ -489,3 +489,88 @@ def sweep(*, older_than: timedelta | None = None, zk: Any = None) -> Iterator[Ar
             continue  # the common case, said once per sweep in the summary instead
         yield found
     log.debug("retention sweep done (cutoff %s)", cutoff.isoformat())
+
+
+# The console's search (``queues/search.py``) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArchivedSearch:
+    """What the search asks of the archive: the text (stripped, any case), the fields to look
+    in ("id", "submitter", "title", "filename", "error"; none: all) and a time range on the
+    items' creation (``date_of`` "created") or last change ("changed")."""
+
+    text: str
+    fields: frozenset[str]
+    since: datetime | None = None
+    until: datetime | None = None
+    date_of: str = "created"
+
+
+def _wants(search: ArchivedSearch, name: str) -> bool:
+    return not search.fields or name in search.fields
+
+
+def _dated(rows: Any, search: ArchivedSearch) -> Any:
+    column = "created" if search.date_of == "created" else "last_modified"
+    if search.since is not None:
+        rows = rows.filter(**{f"{column}__gte": search.since})
+    if search.until is not None:
+        rows = rows.filter(**{f"{column}__lt": search.until})
+    return rows
+
+
+def archived_jobs_search(search: ArchivedSearch) -> Any:
+    """Archived jobs the search finds, newest first (a query: the caller counts and slices).
+
+    IDs by prefix in any case (job and batch IDs are stored in lower case, so their prefix
+    uses the unique index); ARK and local ID exactly or by prefix, in any case; submitter,
+    title, the configuration's file name and the final message by a part of them.
+    """
+    from django.db.models import Q
+
+    from queues.models import ArchivedJob
+
+    text = search.text.strip()
+    if not text:
+        return ArchivedJob.objects.none()
+    folded = text.casefold()
+    query = Q(pk__in=[])
+    if _wants(search, "id"):
+        query |= Q(jid__startswith=folded) | Q(bid__startswith=folded)
+        query |= Q(primary_id__istartswith=text) | Q(local_id_rows__value__istartswith=text)
+    if _wants(search, "submitter"):
+        query |= Q(submitter__icontains=text)
+    if _wants(search, "title"):
+        query |= Q(title__icontains=text)
+    if _wants(search, "filename"):
+        query |= Q(nodes__configuration__filename__icontains=text)
+    if _wants(search, "error"):
+        query |= Q(final_message__icontains=text)
+    return _dated(ArchivedJob.objects.filter(query), search).distinct().order_by("-jid")
+
+
+def archived_batches_search(search: ArchivedSearch) -> Any:
+    """Archived batches the search finds, newest first: batch ID and the batch's own ID
+    (Merritt's ``bid-…`` or a UUID) by prefix in any case; submitter, title, the submission's
+    file name and the final message by a part of them."""
+    from django.db.models import Q
+
+    from queues.models import ArchivedBatch
+
+    text = search.text.strip()
+    if not text:
+        return ArchivedBatch.objects.none()
+    folded = text.casefold()
+    query = Q(pk__in=[])
+    if _wants(search, "id"):
+        query |= Q(bid__startswith=folded) | Q(batch_uuid__istartswith=text)
+    if _wants(search, "submitter"):
+        query |= Q(submitter__icontains=text)
+    if _wants(search, "title"):
+        query |= Q(title__icontains=text)
+    if _wants(search, "filename"):
+        query |= Q(submission__filename__icontains=text)
+    if _wants(search, "error"):
+        query |= Q(final_message__icontains=text)
+    return _dated(ArchivedBatch.objects.filter(query), search).order_by("-bid")

@@ -395,7 +395,9 @@ class _KeyTable:
 
     @staticmethod
     def _hash(key: str) -> int:
-        return hash(key) & HASH_MASK
+        # Of the case-folded key: a lookup in any case finds the candidates, and each caller
+        # compares as it needs (the job list exactly, the search ignoring case).
+        return hash(key.casefold()) & HASH_MASK
 
     def add(self, key: str, number: int) -> None:
         h = self._hash(key)

@@ -1,0 +1,819 @@
+"""The console's search: one box that finds jobs and batches, live and archived, by what an
+operator remembers of them, in any case; a single exact match opens the item.
+
+What each field searches, and where (each request costs the same at 1,000 or 1,000,000 jobs:
+nothing here walks every job in ZooKeeper):
+
+- **IDs.** A job ID (``jid`` and digits) or batch ID (``bid`` and digits) by prefix: a job ID
+  prefix is a range of job numbers, found by bisection in the read index's state listings
+  (``jid00012`` finds every job from ``jid0001200000`` to ``jid0001299999``); batch IDs and a
+  batch's own ID (Merritt's ``bid-…`` or a UUID) by prefix among the live batches, whose
+  submissions are read once each. ARK and local ID exactly (any case) through the read index's
+  map of every live job's keys, and by prefix among the ``RECENT_JOBS`` newest live jobs.
+- **Submitter**: a part of it, over every live job (the read index's table of distinct
+  collection/submitter pairs) and every live batch.
+- **Title and file name**: a part of them, over every live batch and the ``RECENT_JOBS`` newest
+  live jobs (their configuration, read once per job: neither ever changes).
+- **Error text**: a part of it, in the status message of the ``RECENT_FAILED`` newest Failed
+  jobs and of every Failed batch, and in the step history's failures (``StepRecord.detail``,
+  kept ``MRT_STEP_HISTORY_DAYS``), which covers older failures of this console's daemons.
+- **Archived** jobs and batches (``queues/archive.py``): every field, in the database.
+- **Dates**: created, or last changed (finished, failed, or any other move), between two days;
+  checked for the ``DATE_CHECKED`` newest live matches of each kind (the page says when there
+  were more) and for every archived one.
+
+Each kind of result (live jobs, live batches, archived jobs, archived batches) is paged on its
+own, newest first; the page says what was searched where it is less than everything.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+import threading
+import weakref
+from array import array
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from itertools import islice
+from typing import Any
+
+from django.urls import reverse
+from django.utils import timezone
+
+from queues import archive
+from queues.states import JOB, BatchState, JobState
+from queues.zk import index as zindex
+from queues.zk import paths as zpaths
+from queues.zk.batches import batches_load
+from queues.zk.client import connected_client
+from queues.zk.codecs import decode_json
+from queues.zk.errors import MalformedNode
+from queues.zk.jobs import jobs_load
+from queues.zk.nodes import read_many, stamp
+from queues.zk.records import Batch, Broken, Job
+
+PER_PAGE = 25
+MAX_TEXT = 300  # the header box's maxlength
+MIN_TEXT = 2
+MAX_PAGE = 10_000
+# Newest live jobs whose title, file name and local ID are searched by a part of them.
+RECENT_JOBS = 5000
+# Newest Failed jobs whose status message is searched.
+RECENT_FAILED = 1000
+# Live matches of each kind whose times are read for a date range.
+DATE_CHECKED = 2000
+# Step-history failures taken, newest first.
+HISTORY_TAKEN = 500
+# Candidates of an exact ARK or local ID lookup whose nodes are read to confirm it.
+KEY_CANDIDATES = 2000
+
+FIELDS: dict[str, str] = {
+    "id": "IDs (job, batch, ARK, local ID)",
+    "submitter": "submitter",
+    "title": "title",
+    "filename": "file name",
+    "error": "error text",
+}
+DATE_OF = {"created": "created", "changed": "last changed"}
+SECTIONS = {
+    "jobs": "Jobs",
+    "batches": "Batches",
+    "archived-jobs": "Archived jobs",
+    "archived-batches": "Archived batches",
+}
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_JID_PART = re.compile(r"jid([0-9]{1,10})")
+_BID_PART = re.compile(r"bid[0-9]{0,10}")
+_PRIO = zindex.PRIO_BITS
+
+
+class BadSearch(ValueError):
+    """A search the console will not run (shown with the form, 400)."""
+
+
+@dataclass(frozen=True)
+class Query:
+    text: str = ""
+    scope: str = ""  # the field searched: "" every field, else a key of FIELDS
+    since: datetime | None = None
+    until: datetime | None = None  # exclusive: the start of the day after the one asked
+    date_of: str = "created"
+    pages: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def folded(self) -> str:
+        return self.text.casefold()
+
+    @property
+    def dated(self) -> bool:
+        return self.since is not None or self.until is not None
+
+    @property
+    def until_day(self) -> datetime | None:
+        """The last day of the range, as asked."""
+        return None if self.until is None else self.until - timedelta(days=1)
+
+    def wants(self, name: str) -> bool:
+        return not self.scope or self.scope == name
+
+    def page(self, section: str) -> int:
+        return self.pages.get(section, 1)
+
+    def in_range(self, created: datetime | None, changed: datetime | None) -> bool:
+        moment = created if self.date_of == "created" else changed
+        if moment is None:
+            return False
+        if self.since is not None and moment < self.since:
+            return False
+        return self.until is None or moment < self.until
+
+
+def _day(params: Mapping[str, str], name: str) -> date | None:
+    value = (params.get(name) or "").strip()
+    if not value:
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise BadSearch(f"{name}: {value[:40]!r} is not a day (YYYY-MM-DD)") from None
+
+
+def _start_of(day: date) -> datetime:
+    return datetime.combine(day, time.min, tzinfo=timezone.get_current_timezone())
+
+
+def parse(params: Mapping[str, str]) -> Query:
+    """The search a request asks for; BadSearch for input it refuses."""
+    raw = params.get("q") or ""
+    if len(raw) > MAX_TEXT:
+        raise BadSearch(f"the search is {len(raw):,} characters long; at most {MAX_TEXT}")
+    text = raw.strip()
+    if _CONTROL.search(text):
+        raise BadSearch("the search holds control characters")
+    name = params.get("field") or ""
+    if name and name not in FIELDS:
+        raise BadSearch(f"field: {name[:40]!r} is not one of {', '.join(FIELDS)}")
+    date_of = params.get("date_of") or "created"
+    if date_of not in DATE_OF:
+        raise BadSearch(f"date_of: {date_of[:40]!r} is not one of {', '.join(DATE_OF)}")
+    since, until = _day(params, "since"), _day(params, "until")
+    if since and until and until < since:
+        raise BadSearch("the range ends before it starts")
+    pages = {}
+    for section in SECTIONS:
+        value = params.get(f"page_{section}") or "1"
+        if not value.isdigit() or not 1 <= int(value) <= MAX_PAGE:
+            raise BadSearch(f"page_{section}: {value[:20]!r} is not a page number")
+        pages[section] = int(value)
+    return Query(
+        text=text,
+        scope=name,
+        since=_start_of(since) if since else None,
+        until=_start_of(until + timedelta(days=1)) if until else None,
+        date_of=date_of,
+        pages=pages,
+    )
+
+
+# Results ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    kind: str  # "job" | "batch"
+    id: str
+    archived: bool
+    state: str
+    bid: str  # a job's batch; "" for a batch
+    collection: str
+    submitter: str
+    title: str
+    why: list[tuple[str, str]]  # (field, the value that matched)
+    created: datetime | None
+    changed: datetime | None
+    broken: str = ""  # why its nodes could not be read
+
+    @property
+    def url(self) -> str:
+        return reverse("job" if self.kind == "job" else "batch", args=[self.id])
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str
+    rows: list[Row]
+    total: int
+    page: int
+    notes: list[str]
+
+    @property
+    def title(self) -> str:
+        return SECTIONS[self.key]
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // PER_PAGE))
+
+    @property
+    def has_next(self) -> bool:
+        return self.page * PER_PAGE < self.total
+
+    @property
+    def has_previous(self) -> bool:
+        return self.page > 1
+
+
+@dataclass(frozen=True)
+class Results:
+    query: Query
+    sections: list[Section]
+    opens: str  # the page of the single exact match, "" when there is none
+    loading: str  # what the read index is still reading after a start
+
+    @property
+    def total(self) -> int:
+        return sum(s.total for s in self.sections)
+
+
+# What is kept between searches, per read index ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _BatchText:
+    uuid: str
+    title: str
+    filename: str
+    submitter: str
+
+
+class _Kept:
+    """Texts read for earlier searches: what never changes is read once (a job's title, file
+    name and local ID; a batch's submission), the rest again when its listing or status did."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.jobs: OrderedDict[int, tuple[str, str, str]] = OrderedDict()
+        self.batches: dict[str, _BatchText] = {}
+        self.failed_keys: array[int] | None = None
+        self.failed: dict[int, str] = {}
+        self.batch_messages: dict[str, tuple[int, str]] = {}  # bid -> (status mtime, message)
+
+
+_kept: weakref.WeakKeyDictionary[zindex.ReadIndex, _Kept] = weakref.WeakKeyDictionary()
+_kept_lock = threading.Lock()
+
+
+def _kept_for(idx: zindex.ReadIndex) -> _Kept:
+    with _kept_lock:
+        found = _kept.get(idx)
+        if found is None:
+            found = _kept[idx] = _Kept()
+        return found
+
+
+def _text(node: dict[str, Any], key: str) -> str:
+    value = node.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _json_reads(zk: Any, wanted: list[str]) -> dict[str, tuple[dict[str, Any], Any]]:
+    """Each node that exists and holds a JSON object, with its stat, read a chunk at a time."""
+    found: dict[str, tuple[dict[str, Any], Any]] = {}
+    for start in range(0, len(wanted), zindex.READ_CHUNK):
+        reads = read_many(zk, wanted[start : start + zindex.READ_CHUNK])
+        for path, read in reads.items():
+            if read is None:
+                continue
+            try:
+                value = decode_json(path, read[0])
+            except MalformedNode:
+                continue
+            if isinstance(value, dict):
+                found[path] = (value, read[1])
+    return found
+
+
+# Live jobs --------------------------------------------------------------------------------------
+
+
+def _desc(keys: array[int], lo: int, hi: int) -> Iterator[int]:
+    """Job numbers of by-age keys ``keys[lo:hi]``, newest first."""
+    return (keys[i] >> _PRIO for i in range(hi - 1, lo - 1, -1))
+
+
+def _unique(numbers: Iterable[int]) -> Iterator[int]:
+    last = -1
+    for n in numbers:
+        if n != last:
+            yield n
+            last = n
+
+
+@dataclass
+class _Jobs:
+    """Live jobs found: many at once as runs of a listing's by-age keys (a job ID prefix, a
+    submitter), the others one by one with the fields they matched."""
+
+    runs: list[tuple[array[int], int, int]] = field(default_factory=list)
+    runs_why: str = ""
+    one: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
+    exact: set[int] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, number: int, why: str, value: str) -> None:
+        found = self.one.setdefault(number, [])
+        if (why, value) not in found:
+            found.append((why, value))
+
+    def in_runs(self, number: int) -> bool:
+        key = number << _PRIO
+        for keys, lo, hi in self.runs:
+            i = bisect_left(keys, key, lo, hi)
+            if i < hi and keys[i] >> _PRIO == number:
+                return True
+        return False
+
+    def count(self) -> int:
+        return sum(hi - lo for _k, lo, hi in self.runs) + sum(
+            1 for n in self.one if not self.in_runs(n)
+        )
+
+    def newest(self) -> Iterator[int]:
+        parts = [_desc(keys, lo, hi) for keys, lo, hi in self.runs]
+        parts.append(iter(sorted(self.one, reverse=True)))
+        return _unique(heapq.merge(*parts, reverse=True))
+
+
+def _recent(idx: zindex.ReadIndex, state_list: Iterable[str], count: int) -> list[int]:
+    """The ``count`` newest job numbers listed in these states."""
+    parts = []
+    for state in state_list:
+        keys = idx.job_entries(state, order="oldest").keys
+        parts.append(_desc(keys, max(0, len(keys) - count), len(keys)))
+    return list(islice(_unique(heapq.merge(*parts, reverse=True)), count))
+
+
+def _job_texts(zk: Any, kept: _Kept, numbers: list[int]) -> dict[int, tuple[str, str, str]]:
+    """Title, file name and local ID of each job (read once per job, kept for the newest)."""
+    with kept.lock:
+        known = {n: t for n in numbers if (t := kept.jobs.get(n)) is not None}
+    todo = [n for n in numbers if n not in known]
+    reads = _json_reads(zk, [zpaths.job_node(f"jid{n:010d}", "configuration") for n in todo])
+    fresh = {}
+    for n in todo:
+        found = reads.get(zpaths.job_node(f"jid{n:010d}", "configuration"))
+        if found is not None:
+            config = found[0]
+            fresh[n] = (_text(config, "title"), _text(config, "filename"), _text(config, "localID"))
+    with kept.lock:
+        kept.jobs.update(fresh)
+        while len(kept.jobs) > 2 * RECENT_JOBS:
+            kept.jobs.popitem(last=False)
+    return {**known, **fresh}
+
+
+def _failed_messages(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> dict[int, str]:
+    """Status messages of the newest Failed jobs, read again when the Failed listing changed."""
+    keys = idx.job_entries(JobState.FAILED, order="oldest").keys
+    with kept.lock:
+        if kept.failed_keys is keys:
+            return kept.failed
+    numbers = list(_desc(keys, max(0, len(keys) - RECENT_FAILED), len(keys)))
+    reads = _json_reads(zk, [zpaths.job_node(f"jid{n:010d}", "status") for n in numbers])
+    messages = {}
+    for n in numbers:
+        found = reads.get(zpaths.job_node(f"jid{n:010d}", "status"))
+        if found is not None and _text(found[0], "message"):
+            messages[n] = _text(found[0], "message")
+    with kept.lock:
+        kept.failed_keys, kept.failed = keys, messages
+    return messages
+
+
+def _confirmed_keys(zk: Any, jids: list[str], folded: str) -> dict[int, tuple[str, str]]:
+    """The jobs among ``jids`` one of whose local IDs or ARK is ``folded`` in any case (the
+    read index keeps hashes), each with the field and the value as written."""
+    wanted = [zpaths.job_node(j, n) for j in jids for n in ("configuration", "identifiers")]
+    reads = _json_reads(zk, wanted)
+    found = {}
+    for jid in jids:
+        config = reads.get(zpaths.job_node(jid, "configuration"))
+        ids = reads.get(zpaths.job_node(jid, "identifiers"))
+        identifiers = ids[0] if ids else {}
+        for key in zindex.search_keys(config[0] if config else {}, identifiers):
+            if key.casefold() == folded:
+                is_ark = key == _text(identifiers, "primary_id").strip()
+                found[int(jid[3:])] = ("ARK" if is_ark else "local ID", key)
+                break
+    return found
+
+
+def _live_jobs(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> _Jobs:
+    found = _Jobs()
+    text, folded = query.text, query.folded
+    id_prefix = _JID_PART.fullmatch(folded)
+    states = list(JOB.states)
+    if query.wants("id") and id_prefix:
+        digits = id_prefix.group(1)
+        scale = 10 ** (10 - len(digits))
+        lo, hi = int(digits) * scale, (int(digits) + 1) * scale
+        for state in states:
+            keys = idx.job_entries(state, order="oldest").keys
+            a, b = bisect_left(keys, lo << _PRIO), bisect_left(keys, hi << _PRIO)
+            if b > a:
+                found.runs.append((keys, a, b))
+        found.runs_why = "job ID"
+        if len(digits) == 10:
+            found.exact.add(int(digits))
+    if query.wants("id") and not id_prefix:
+        jids, _complete = idx.find(text)
+        candidates = [j for j in jids if zpaths.JID_RE.fullmatch(j)]
+        if len(candidates) > KEY_CANDIDATES:
+            found.notes.append(
+                f"{len(candidates):,} jobs may carry this ARK or local ID; "
+                f"the {KEY_CANDIDATES:,} newest were checked"
+            )
+            candidates = sorted(candidates)[-KEY_CANDIDATES:]
+        for n, (why, value) in _confirmed_keys(zk, candidates, folded).items():
+            found.add(n, why, value)
+            found.exact.add(n)
+    if query.wants("submitter") and not (id_prefix and not query.scope):
+        for state in states:
+            entries = idx.job_entries_matching(state, submitter=text, order="oldest")
+            if len(entries):
+                found.runs.append((entries.keys, 0, len(entries)))
+        found.runs_why = found.runs_why or "submitter"
+    if query.wants("title") or query.wants("filename") or query.wants("id"):
+        recent = _recent(idx, states, RECENT_JOBS)
+        for n, (title, filename, local) in _job_texts(zk, kept, recent).items():
+            if query.wants("title") and folded in title.casefold():
+                found.add(n, "title", title)
+            if query.wants("filename") and folded in filename.casefold():
+                found.add(n, "file name", filename)
+            if query.wants("id") and not id_prefix and local.casefold().startswith(folded):
+                found.add(n, "local ID", local)
+        if len(recent) == RECENT_JOBS:
+            fields = [
+                name
+                for name, wanted in (
+                    ("title", query.wants("title")),
+                    ("file name", query.wants("filename")),
+                    ("local ID prefix", query.wants("id")),
+                )
+                if wanted
+            ]
+            found.notes.append(f"{', '.join(fields)}: the {RECENT_JOBS:,} newest jobs searched")
+    if query.wants("error"):
+        messages = _failed_messages(zk, idx, kept)
+        for n, message in messages.items():
+            if folded in message.casefold():
+                found.add(n, "error", message)
+        if idx.job_count(JobState.FAILED) > RECENT_FAILED:
+            found.notes.append(
+                f"error text: the {RECENT_FAILED:,} newest Failed jobs' messages searched, "
+                "and the step history's failures"
+            )
+        _history_failures(idx, found, text)
+    return found
+
+
+def _history_failures(idx: zindex.ReadIndex, found: _Jobs, text: str) -> None:
+    """Live jobs whose step failed with ``text`` in its detail, from the step history."""
+    from queues.models import StepRecord
+
+    rows = (
+        StepRecord.objects.filter(kind="job", outcome="failed", detail__icontains=text)
+        .order_by("-started")
+        .values_list("item_id", "detail")[:HISTORY_TAKEN]
+    )
+    details: dict[str, str] = {}
+    for item_id, detail in rows:
+        if zpaths.JID_RE.fullmatch(item_id):
+            details.setdefault(item_id, detail)
+    for jid in idx.job_states_of(details):  # still live: listed in a state folder
+        found.add(int(jid[3:]), "error (step history)", details[jid])
+
+
+def _status_times(zk: Any, nodes: list[str]) -> dict[str, tuple[datetime, datetime]]:
+    """Created and last changed of each item, from its status node's stat."""
+    times = {}
+    for start in range(0, len(nodes), zindex.READ_CHUNK):
+        for path, read in read_many(zk, nodes[start : start + zindex.READ_CHUNK]).items():
+            if read is not None:
+                times[path] = (stamp(read[1].ctime), stamp(read[1].mtime))
+    return times
+
+
+def _dated(
+    zk: Any, query: Query, ids: Iterator[str], total: int, node: Any, kind: str
+) -> tuple[list[str], list[str]]:
+    """The newest DATE_CHECKED of ``ids`` in the query's range, and a note when there were
+    more than were checked."""
+    checked = list(islice(ids, DATE_CHECKED))
+    times = _status_times(zk, [node(i, "status") for i in checked])
+    kept = [i for i in checked if (t := times.get(node(i, "status"))) and query.in_range(*t)]
+    notes = []
+    if total > DATE_CHECKED:
+        notes.append(
+            f"the date range was checked on the {DATE_CHECKED:,} newest of {total:,} "
+            f"matching {kind}; narrow the search to check them all"
+        )
+    return kept, notes
+
+
+def _job_rows(zk: Any, jids: list[str], found: _Jobs) -> list[Row]:
+    rows = []
+    for item in jobs_load(zk, jids):
+        if isinstance(item, Broken):
+            rows.append(_broken_row("job", item))
+            continue
+        why = list(found.one.get(int(item.jid[3:]), [])) if item.jid[3:].isdigit() else []
+        if found.runs_why and found.in_runs(int(item.jid[3:])):
+            value = item.jid if found.runs_why == "job ID" else item.submitter
+            why.insert(0, (found.runs_why, value))
+        rows.append(_job_row(item, why))
+    return rows
+
+
+def _job_row(job: Job, why: list[tuple[str, str]]) -> Row:
+    return Row(
+        kind="job",
+        id=job.jid,
+        archived=False,
+        state=job.state,
+        bid=job.bid,
+        collection=job.profile,
+        submitter=job.submitter,
+        title=_text(job.configuration, "title"),
+        why=why,
+        created=job.created,
+        changed=job.status.mtime,
+    )
+
+
+def _broken_row(kind: str, item: Broken) -> Row:
+    return Row(kind, item.id, False, "?", "", "", "", "", [], None, None, broken=item.reason)
+
+
+def _jobs_section(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> Section:
+    found = _live_jobs(zk, idx, kept, query)
+    page = query.page("jobs")
+    start = (page - 1) * PER_PAGE
+    notes = list(found.notes)
+    if query.dated:
+        total = found.count()
+        node = zpaths.job_node
+        ids = (f"jid{n:010d}" for n in found.newest())
+        kept_ids, more = _dated(zk, query, ids, total, node, "jobs")
+        notes += more
+        shown, total = kept_ids[start : start + PER_PAGE], len(kept_ids)
+    else:
+        total = found.count()
+        shown = [f"jid{n:010d}" for n in islice(found.newest(), start, start + PER_PAGE)]
+    section = Section("jobs", _job_rows(zk, shown, found), total, page, notes)
+    return section
+
+
+# Live batches -----------------------------------------------------------------------------------
+
+
+def _batch_texts(zk: Any, kept: _Kept, bids: list[str]) -> dict[str, _BatchText]:
+    """Each live batch's searched texts (its submission never changes: read once)."""
+    with kept.lock:
+        todo = [b for b in bids if b not in kept.batches]
+    reads = _json_reads(zk, [zpaths.batch_node(b, "submission") for b in todo])
+    fresh = {}
+    for bid in todo:
+        sub = reads.get(zpaths.batch_node(bid, "submission"))
+        if sub is not None:
+            s = sub[0]
+            fresh[bid] = _BatchText(
+                _text(s, "batchID"), _text(s, "title"), _text(s, "filename"), _text(s, "submitter")
+            )
+    live = set(bids)
+    with kept.lock:
+        kept.batches.update(fresh)
+        for gone in [b for b in kept.batches if b not in live]:
+            del kept.batches[gone]
+        return dict(kept.batches)
+
+
+def _batch_messages(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> dict[str, str]:
+    """Status messages of the Failed batches, each read again only when its status changed."""
+    failed = {b: s.mtime_ms for b, s in idx.batch_states().items() if s.state == BatchState.FAILED}
+    with kept.lock:
+        todo = [b for b, m in failed.items() if kept.batch_messages.get(b, (None,))[0] != m]
+    reads = _json_reads(zk, [zpaths.batch_node(b, "status") for b in todo])
+    with kept.lock:
+        for bid in todo:
+            status = reads.get(zpaths.batch_node(bid, "status"))
+            kept.batch_messages[bid] = (failed[bid], _text(status[0], "message") if status else "")
+        for gone in [b for b in kept.batch_messages if b not in failed]:
+            del kept.batch_messages[gone]
+        return {b: message for b, (_m, message) in kept.batch_messages.items()}
+
+
+def _live_batches(
+    zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query
+) -> tuple[list[str], dict[str, list[tuple[str, str]]], set[str]]:
+    """Matching live batch IDs newest first, what each matched, and the exact matches."""
+    folded = query.folded
+    bids = idx.batch_ids()
+    texts = _batch_texts(zk, kept, bids)
+    messages = _batch_messages(zk, idx, kept) if query.wants("error") else {}
+    why: dict[str, list[tuple[str, str]]] = {}
+    exact: set[str] = set()
+    id_like = bool(_BID_PART.fullmatch(folded))
+    for bid in reversed(bids):
+        t = texts.get(bid)
+        found = []
+        if query.wants("id"):
+            if id_like and bid.startswith(folded):
+                found.append(("batch ID", bid))
+                if bid == folded:
+                    exact.add(bid)
+            if t and t.uuid and t.uuid.casefold().startswith(folded):
+                found.append(("batch's own ID", t.uuid))
+                if t.uuid.casefold() == folded:
+                    exact.add(bid)
+        if t and query.wants("submitter") and folded in t.submitter.casefold():
+            found.append(("submitter", t.submitter))
+        if t and query.wants("title") and folded in t.title.casefold():
+            found.append(("title", t.title))
+        if t and query.wants("filename") and folded in t.filename.casefold():
+            found.append(("file name", t.filename))
+        if folded in messages.get(bid, "\0").casefold():
+            found.append(("error", messages[bid]))
+        if found:
+            why[bid] = found
+    return [b for b in reversed(bids) if b in why], why, exact
+
+
+def _batches_section(
+    zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query
+) -> tuple[Section, set[str]]:
+    bids, why, exact = _live_batches(zk, idx, kept, query)
+    notes: list[str] = []
+    if query.dated:
+        bids, notes = _dated(zk, query, iter(bids), len(bids), zpaths.batch_node, "batches")
+    page = query.page("batches")
+    start = (page - 1) * PER_PAGE
+    rows = []
+    for item in batches_load(zk, bids[start : start + PER_PAGE]):
+        if isinstance(item, Broken):
+            rows.append(_broken_row("batch", item))
+        else:
+            rows.append(_batch_row(item, why.get(item.bid, [])))
+    return Section("batches", rows, len(bids), page, notes), exact & set(bids)
+
+
+def _batch_row(batch: Batch, why: list[tuple[str, str]]) -> Row:
+    return Row(
+        kind="batch",
+        id=batch.bid,
+        archived=False,
+        state=batch.state,
+        bid="",
+        collection=batch.profile,
+        submitter=batch.submitter,
+        title=batch.title,
+        why=why,
+        created=batch.created,
+        changed=batch.status.mtime,
+    )
+
+
+# Archived ---------------------------------------------------------------------------------------
+
+
+def _archived_search(query: Query) -> archive.ArchivedSearch:
+    return archive.ArchivedSearch(
+        text=query.text,
+        fields=frozenset({query.scope} if query.scope else ()),
+        since=query.since,
+        until=query.until,
+        date_of=query.date_of,
+    )
+
+
+def _contains(value: str, folded: str) -> bool:
+    return folded in value.casefold()
+
+
+def _archived_job_why(row: Any, query: Query) -> tuple[list[tuple[str, str]], bool]:
+    folded = query.folded
+    why: list[tuple[str, str]] = []
+    exact = False
+    if query.wants("id"):
+        for name, value in (("job ID", row.jid), ("batch ID", row.bid), ("ARK", row.primary_id)):
+            if value and value.casefold().startswith(folded):
+                why.append((name, value))
+                exact = exact or (value.casefold() == folded and name != "batch ID")
+        for value in row.local_ids or []:
+            if isinstance(value, str) and value.casefold().startswith(folded):
+                why.append(("local ID", value))
+                exact = exact or value.casefold() == folded
+    configuration = (row.nodes or {}).get("configuration") or {}
+    filename = _text(configuration, "filename") if isinstance(configuration, dict) else ""
+    for name, field_name, value in (
+        ("submitter", "submitter", row.submitter),
+        ("title", "title", row.title),
+        ("file name", "filename", filename),
+        ("error", "error", row.final_message),
+    ):
+        if query.wants(field_name) and value and _contains(value, folded):
+            why.append((name, value))
+    return why, exact
+
+
+def _archived_batch_why(row: Any, query: Query) -> tuple[list[tuple[str, str]], bool]:
+    folded = query.folded
+    why: list[tuple[str, str]] = []
+    exact = False
+    if query.wants("id"):
+        for name, value in (("batch ID", row.bid), ("batch's own ID", row.batch_uuid)):
+            if value and value.casefold().startswith(folded):
+                why.append((name, value))
+                exact = exact or value.casefold() == folded
+    submission = row.submission if isinstance(row.submission, dict) else {}
+    for name, field_name, value in (
+        ("submitter", "submitter", row.submitter),
+        ("title", "title", row.title),
+        ("file name", "filename", _text(submission, "filename")),
+        ("error", "error", row.final_message),
+    ):
+        if query.wants(field_name) and value and _contains(value, folded):
+            why.append((name, value))
+    return why, exact
+
+
+def _archived_sections(query: Query) -> tuple[list[Section], list[str]]:
+    """The archived jobs' and batches' sections, and the pages of their exact matches."""
+    search = _archived_search(query)
+    sections, exact = [], []
+    for key, rows, explain, kind in (
+        ("archived-jobs", archive.archived_jobs_search(search), _archived_job_why, "job"),
+        ("archived-batches", archive.archived_batches_search(search), _archived_batch_why, "batch"),
+    ):
+        page = query.page(key)
+        start = (page - 1) * PER_PAGE
+        total = rows.count()
+        shown = []
+        for row in rows[start : start + PER_PAGE]:
+            why, is_exact = explain(row, query)
+            item = Row(
+                kind=kind,
+                id=row.jid if kind == "job" else row.bid,
+                archived=True,
+                state=row.final_state,
+                bid=row.bid if kind == "job" else "",
+                collection=row.profile,
+                submitter=row.submitter,
+                title=row.title,
+                why=why,
+                created=row.created,
+                changed=row.last_modified,
+            )
+            shown.append(item)
+            if is_exact and total == 1:
+                exact.append(item.url)
+        sections.append(Section(key, shown, total, page, []))
+    return sections, exact
+
+
+# The search -------------------------------------------------------------------------------------
+
+
+def run(query: Query) -> Results:
+    """Every section of one search; ``opens`` the single exact match's page, if that is all
+    it found."""
+    zk = connected_client()
+    idx = zindex.for_client(zk)
+    kept = _kept_for(idx)
+    jobs = _jobs_section(zk, idx, kept, query)
+    batches, exact_batches = _batches_section(zk, idx, kept, query)
+    archived, exact_archived = _archived_sections(query)
+    sections = [jobs, batches, *archived]
+    opens = ""
+    if sum(s.total for s in sections) == 1:
+        if jobs.total == 1 and jobs.rows and _is_exact_job(jobs.rows[0], query):
+            opens = jobs.rows[0].url
+        elif batches.total == 1 and exact_batches:
+            opens = reverse("batch", args=[next(iter(exact_batches))])
+        elif exact_archived:
+            opens = exact_archived[0]
+    return Results(query, sections, opens, idx.loading())
+
+
+def _is_exact_job(row: Row, query: Query) -> bool:
+    folded = query.folded
+    if row.id == folded:
+        return True
+    return any(
+        name in ("ARK", "local ID") and value.casefold() == folded for name, value in row.why
+    )
