@@ -459,6 +459,7 @@ def page_context(range_name: str, bucket: str) -> dict[str, Any]:
                 "rows": rows,
                 "done": s.total_done,
                 "failed": s.total_failed,
+                "runs": s.total_done + s.total_failed,
             }
         )
     dur = durations(range_name)
@@ -466,6 +467,8 @@ def page_context(range_name: str, bucket: str) -> dict[str, Any]:
     context = {
         "throughput": tp,
         "charts": charts,
+        "total_done": sum(c["done"] for c in charts),
+        "total_failed": sum(c["failed"] for c in charts),
         "durations": dur,
         "durations_svg": spread_svg(
             "durations", "Step duration per step: median and 95th percentile", dur

@@ -154,6 +154,14 @@ def test_history_page_draws_charts_with_their_numbers(browser, live_server, make
         assert page.inner_text("#table-estimating tfoot").split() == ["Total", str(total), "0"]
         assert page.inner_text("#table-downloading tfoot").split() == ["Total", str(total), "4"]
         assert page.query_selector("svg#tp-downloading rect.chart-failed-bar") is not None
+        # The totals come first, above the charts, each step linking to its chart.
+        totals = page.locator("#history-totals")
+        assert totals.bounding_box()["y"] < page.locator("#chart-estimating").bounding_box()["y"]
+        assert page.inner_text("#total-done") == str(2 * total)
+        assert page.inner_text("#total-failed") == "4"
+        assert page.get_attribute("#history-totals a:has-text('downloading')", "href") == (
+            "#step-downloading"
+        )
         durations = page.inner_text("#table-durations")
         assert "estimating" in durations and "downloading" in durations
         assert page.query_selector("svg#durations rect.chart-median") is not None
