@@ -60,7 +60,9 @@ from .nodes import children, collect_reads, read_many, start_reads
 
 CAPS = f"{paths.CONSOLE}/caps"
 IN_FLIGHT = frozenset(JOB_WORKING)  # Estimating .. Notify
-LIMIT_MAX = 100_000
+# A cap's markers are one folder's children: well within what a client lists in 1 MiB.
+LIMIT_MAX = 10_000
+CLEAR_CHUNK = 1_000  # marker deletes per multi when a cap is removed
 RESERVE_TRIES = 8  # lost races on the count's version before a claim gives up for now
 RECHECK = 1.0  # s a collection found at its cap stays so before it is verified again
 WAITING_MAX = 200_000  # jobs remembered as waiting for room, per consumer loop
@@ -138,8 +140,10 @@ def cap_set(zk: KazooClient, profile: str, limit: int, *, by: str = "", reason: 
 
 
 def cap_clear(zk: KazooClient, profile: str) -> int:
-    """Remove a collection's cap and its count; the limit it had, 0 when it had none."""
-    path = cap_path(profile)
+    """Remove a collection's cap and its count; the limit it had, 0 when it had none. The
+    markers go first, in multis of ``CLEAR_CHUNK`` (the count only falls meanwhile: the cap is
+    going anyway), then the folder and the cap node together."""
+    path, flight = cap_path(profile), flight_path(profile)
     for _attempt in range(RESERVE_TRIES):
         found = read_many(zk, [path])[path]
         if found is None:
@@ -148,12 +152,15 @@ def cap_clear(zk: KazooClient, profile: str) -> int:
             old = int(_decode_cap(profile, found[0])["limit"])
         except MalformedNode:
             old = 0
-        markers = children(zk, flight_path(profile))
+        markers = children(zk, flight)
+        for start in range(0, len(markers), CLEAR_CHUNK):
+            txn = zk.transaction()
+            for jid in markers[start : start + CLEAR_CHUNK]:
+                txn.delete(f"{flight}/{jid}")
+            txn.commit()  # a marker verify deleted meanwhile fails its chunk: looked at again
         txn = zk.transaction()
-        for jid in markers:
-            txn.delete(f"{flight_path(profile)}/{jid}")
-        if zk.exists(flight_path(profile)) is not None:
-            txn.delete(flight_path(profile))
+        if zk.exists(flight) is not None:
+            txn.delete(flight)
         txn.delete(path, version=found[1].version)
         results = txn.commit()
         if not any(isinstance(r, Exception) for r in results):

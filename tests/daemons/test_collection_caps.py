@@ -208,3 +208,20 @@ def test_consumers_racing_on_two_sessions_get_exactly_the_cap(
         thread.join()
     assert got.count(True) == 3
     assert caps.cap_of(zk, DEMO).counted == 3
+
+
+def test_a_count_left_by_jobs_deleted_behind_its_back_is_repaired_by_the_next_verify(
+    zk, files: FileServer
+) -> None:
+    """Merritt's library deletes jobs without knowing of the markers: the count is too high
+    until the consumer that finds the collection full verifies it, then the job goes on."""
+    caps.cap_set(zk, DEMO, 2)
+    for gone in ("jid0000999998", "jid0000999999"):
+        zk.create(caps.marker_path(DEMO, gone), b"")
+    jid = _job(zk, files, DEMO, "after-delete.txt")
+    daemon = JobPending(zk=zk, poll=0.05)
+    assert not daemon.run_once()
+    assert _states(zk, [jid])[jid] == "Pending"
+    time.sleep(caps.RECHECK)
+    assert daemon.run_once() and daemon.last.id == jid
+    assert zk.get_children(caps.flight_path(DEMO)) == [jid]
