@@ -729,7 +729,7 @@ class PriorityScope:
 
 def _waiting_entries(profile: str = "", bid: str = "") -> tuple[list[tuple[int, str]], bool]:
     from queues.zk import index as zindex
-    from queues.zk.priorities import WAITING
+    from queues.zk.priorities import WAITING, batch_waiting
 
     zk = client()
     index = zindex.for_client(zk)
@@ -740,11 +740,7 @@ def _waiting_entries(profile: str = "", bid: str = "") -> tuple[list[tuple[int, 
             for entry in index.job_entries_matching(s, profile=profile)
         ]
     else:
-        folder = zpaths.batch_index(bid, states.job_batch_folder(JobState.PENDING))
-        members = set(zk.get_children(folder)) if zk.exists(folder) is not None else set()
-        found = [
-            entry for s in sorted(WAITING) for entry in index.job_entries(s) if entry[1] in members
-        ]
+        found = batch_waiting(zk, bid, index.job_states_of)
     return sorted(found), index.filling
 
 
