@@ -182,3 +182,15 @@ def test_a_background_bulk_run_resumes_every_job_from_the_chosen_step(
         time.sleep(0.1)
     assert [jobs.job_load(zk, j.jid).state for j in failed] == ["Storing"] * 3
     assert AuditEntry.objects.filter(action="resume", after="Storing", ok=True).count() == 3
+    page = operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
+    assert "Resume of 3 jobs from Storing</h1>" in page
+
+
+def test_the_failed_and_job_lists_offer_a_step_to_resume_from(operator, make_job):
+    make_job("Failed")
+    for url in (reverse("failed"), reverse("jobs") + "?state=Failed"):
+        form = operator.get(url).content.decode().split('id="bulk-form"')[1].split("</form>")[0]
+        choice = form.split('id="bulk-to"')[1].split("</select>")[0]
+        assert '<option value="">the step each job failed in</option>' in choice
+        assert 'value="Pending"' in choice and 'value="Notify"' in choice
+        assert 'value="Completed"' not in choice

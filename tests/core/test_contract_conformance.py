@@ -444,6 +444,36 @@ def test_an_ordinary_failure_is_resumed_with_the_five_keys(
     assert tuple(read_json(zk, f"/jobs/{job.jid}/status")) == lib.JOB_STATUS_KEYS
 
 
+# The contract's resume rule: the state after last_successful_status (null/Pending: Estimating).
+_AFTER = {
+    None: "Estimating",
+    "Pending": "Estimating",
+    "Estimating": "Provisioning",
+    "Provisioning": "Downloading",
+    "Downloading": "Processing",
+    "Processing": "Storing",
+    "Storing": "Recording",
+    "Recording": "Notify",
+}
+
+
+def test_a_resume_from_an_earlier_step_leaves_the_library_resuming_there(
+    zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    job = make_job()
+    for step in ("Estimating", "Provisioning", "Downloading", "Processing", "Storing"):
+        job = jobs.job_transition(zk, job, step)
+    jobs.job_transition(zk, job, "Failed", message="storage refused the manifest")
+    assert services.job_resume(jid=job.jid, to="Processing").after == "Processing"
+    moved = lib.read_job(zk, job.jid)
+    assert tuple(moved.status) == lib.JOB_STATUS_KEYS
+    assert (moved.status["status"], moved.status["retry_count"]) == ("Processing", 1)
+    # Failing again in the repeated step, the library's own resume restarts it there.
+    again = jobs.job_transition(zk, jobs.job_load(zk, job.jid), "Failed", message="again")
+    assert _AFTER[lib.read_job(zk, job.jid).status["last_successful_status"]] == "Processing"
+    assert again.status.last_successful_status == "Downloading"
+
+
 def test_an_old_resumable_key_is_still_honoured_and_dropped_by_the_next_write(
     zk: KazooClient, make_job: Callable[..., Job]
 ) -> None:
