@@ -67,7 +67,7 @@ class Downloading(JobDaemon):
         self._give_back_slot()
         url = str(job.configuration.get("payload_url") or "")
         server = SERVER_KEYS.key(url, depositor_policy())
-        if not HOST_SLOTS.try_take(server, settings.MRT_DOWNLOADS_PER_HOST):
+        if not HOST_SLOTS.try_take(server, settings.MRT_DOWNLOADS_PER_HOST, job=job.jid):
             log.debug("%s downloading: passed over, %s is at its download cap", job.jid, server)
             return False
         self.slot = server

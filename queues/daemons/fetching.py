@@ -64,16 +64,34 @@ class HostSlots:
     full, so one slow depositor occupies at most ``per_host`` download threads, never all.
     """
 
+    # A job passed over is remembered this long (it is looked at again far sooner) so that the
+    # process's registration can say what it waits for.
+    PASSED_SECONDS = 60.0
+    PASSED_SHOWN = 50
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._busy: Counter[str] = Counter()
+        self._passed: dict[str, tuple[str, float]] = {}  # job -> (server, when passed over)
 
-    def try_take(self, host: str, per_host: int) -> bool:
+    def try_take(self, host: str, per_host: int, *, job: str = "") -> bool:
         with self._lock:
             if host and self._busy[host] >= per_host:
+                if job:
+                    self._passed[job] = (host, time.monotonic())
                 return False
             self._busy[host] += 1
+            self._passed.pop(job, None)
             return True
+
+    def passed_over(self) -> dict[str, str]:
+        """Jobs passed over lately because their server was at its cap: job -> server."""
+        cutoff = time.monotonic() - self.PASSED_SECONDS
+        with self._lock:
+            for job in [j for j, (_h, t) in self._passed.items() if t < cutoff]:
+                del self._passed[job]
+            recent = sorted(self._passed.items(), key=lambda kv: -kv[1][1])
+            return {job: host for job, (host, _t) in recent[: self.PASSED_SHOWN]}
 
     def give_back(self, host: str) -> None:
         with self._lock:

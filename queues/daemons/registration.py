@@ -34,6 +34,7 @@ from typing import Any
 
 from django.conf import settings
 
+from queues.daemons.fetching import HOST_SLOTS
 from queues.daemons.stephistory import StepRecorder, record_of
 from queues.daemons.vardir import ensure_shared_var_dir
 from queues.zk import consumers as zconsumers
@@ -202,6 +203,8 @@ class ProcessObserver:
             "locks_count": len(locks),
             "orphans": self.orphans[: zconsumers.LOCKS_PUBLISHED],
             "orphans_count": len(self.orphans),
+            # Jobs its downloading loops pass over: their depositor's server is at its cap.
+            "slot_waits": HOST_SLOTS.passed_over() if "downloading" in steps else {},
         }
 
     def _on_drain_event(self, _event: Any) -> None:

@@ -7,8 +7,10 @@ import logging
 from typing import Any
 
 from django import template
+from django.conf import settings
 
 from queues import backlog, history
+from queues.zk import consumers as zconsumers
 from queues.zk.client import connected_client
 from queues.zk.maintenance import node_holds, windows
 
@@ -44,3 +46,19 @@ def node_holds_card() -> dict[str, Any]:
         log.warning("node holds not read: %s", exc)
         return {"error": str(exc) or type(exc).__name__}
     return {"nodes": [(n, h, ends.get(n)) for n, h in held.items()]}
+
+
+@register.inclusion_tag("queues/_slot_wait.html")
+def download_slot_wait(jid: str, state: str) -> dict[str, Any]:
+    """Why a Downloading job is not being downloaded: a consumer process passes it over because
+    its depositor's server already has MRT_DOWNLOADS_PER_HOST downloads under way there."""
+    if state != "Downloading":
+        return {}
+    try:
+        processes = zconsumers.consumers_list(connected_client())
+    except Exception as exc:  # the job page must still show
+        log.warning("registrations not read for %s: %s", jid, exc)
+        return {}
+    waits = [(p.get("name", "?"), (p.get("slot_waits") or {}).get(jid)) for p in processes]
+    found = [(name, server) for name, server in waits if server]
+    return {"waits": found, "cap": settings.MRT_DOWNLOADS_PER_HOST}

@@ -169,6 +169,10 @@ def _is_flag(value: Any) -> bool:
     return isinstance(value, bool)
 
 
+def _is_text_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(_is_text(k) and _is_text(v) for k, v in value.items())
+
+
 _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "host": (_is_text, "a string"),
     "pid": (_is_count, "a whole number"),
@@ -185,6 +189,8 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "locks_count": (_is_count, "a whole number"),
     "orphans": (_is_texts, "a list of strings"),
     "orphans_count": (_is_count, "a whole number"),
+    # Downloading jobs passed over because their depositor's server is at its cap: job -> server.
+    "slot_waits": (_is_text_map, "an object of strings"),
 }
 _THREAD_KEYS = ("thread", "step", "item", "kind", "state", "since")
 # Locks listed in a registration at most: a process holds a few dozen, and the node must stay
