@@ -150,3 +150,29 @@ def test_notes_on_a_job_a_batch_and_a_collection_show_as_text_where_listed(
     )
     shot(page, "holds-collection-note")
     assert page.title() != "owned"
+
+
+def test_notes_and_the_resume_choice_fit_a_phone_in_dark_mode(
+    browser, live_server, make_user, make_job
+):
+    make_user("operator", "grace")
+    context = browser.new_context(viewport={"width": 390, "height": 844}, color_scheme="dark")
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        page.goto(f"{live_server.url}/login/")
+        page.fill("#id_username", "grace")
+        page.fill("#id_password", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{live_server.url}/")
+        job = make_job("Failed", failed_at="Storing")
+        page.goto(f"{live_server.url}/jobs/{job.jid}/")
+        page.fill(f"#note-new-job-{job.jid}", "a long note " * 40)
+        page.click(f"#note-add-job-{job.jid}")
+        page.wait_for_selector(f"#notes-job-{job.jid} li.note")
+        for selector in ("#resume-to", f"#notes-job-{job.jid} li.note", f"#note-new-job-{job.jid}"):
+            box = page.locator(selector).bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, selector
+        shot(page, "job-notes-phone-dark")
+    finally:
+        close_context(context)
