@@ -43,7 +43,7 @@ from queues.routes import (
     QUEUE_HOLD,
 )
 from queues.services import Outcome
-from queues.states import JOB_STEPS
+from queues.states import JOB, JobState
 from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidTransition, NotFound
 from queues.zk.maintenance import window_info
@@ -326,8 +326,8 @@ def jobs_bulk(request: HttpRequest) -> dict[str, Any] | HttpResponse:
     else:
         raise ValueError('give "jobs" (a list) or "filter" (an object)')
     to = str(data.get("to") or "")
-    if to and to not in JOB_STEPS:
-        raise ValueError(f'"to" must name a job step, not {to[:40]!r}')
+    if to and to not in JOB.action_targets("resume", JobState.FAILED):
+        raise ValueError(f'"to" must name a job step a resume may go to, not {to[:40]!r}')
     result = run_bulk(
         user=request.user,
         kind="job",

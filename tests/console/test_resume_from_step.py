@@ -194,3 +194,24 @@ def test_the_failed_and_job_lists_offer_a_step_to_resume_from(operator, make_job
         assert '<option value="">the step each job failed in</option>' in choice
         assert 'value="Pending"' in choice and 'value="Notify"' in choice
         assert 'value="Completed"' not in choice
+
+
+def test_the_api_bulk_resume_takes_a_step_and_refuses_a_state_that_is_none(
+    client, make_user, zk, make_job
+):
+    _token, key = ApiToken.issue(user=make_user("operator", "api-bulk"), name="t")
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+    job = make_job("Failed", failed_at="Storing")
+
+    def bulk(to):
+        body = {"action": "resume", "jobs": [job.jid], "to": to}
+        return client.post(
+            "/api/jobs/bulk", json.dumps(body), content_type="application/json", **headers
+        )
+
+    refused = bulk("Completed")
+    assert refused.status_code == 400 and '"to" must name a job step' in refused.json()["error"]
+    done = bulk("Processing")
+    assert done.status_code == 200, done.content
+    assert [o["after"] for o in done.json()["outcomes"]] == ["Processing"]
+    assert jobs.job_load(zk, job.jid).state == "Processing"
