@@ -467,8 +467,8 @@ def page_context(range_name: str, bucket: str) -> dict[str, Any]:
     context = {
         "throughput": tp,
         "charts": charts,
-        "total_done": sum(c["done"] for c in charts),
-        "total_failed": sum(c["failed"] for c in charts),
+        "total_done": sum(s.total_done for s in tp.steps),
+        "total_failed": sum(s.total_failed for s in tp.steps),
         "durations": dur,
         "durations_svg": spread_svg(
             "durations", "Step duration per step: median and 95th percentile", dur
