@@ -38,7 +38,7 @@ class Call:
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # job | batch | access | queue | collection | consistency | consumer
+    kind: str  # job | batch | access | queue | collection | node | consistency | consumer
     name: str
     role: str
     run: Callable[[Call], Any]  # the service call; returns an Outcome or a list of them
@@ -71,6 +71,15 @@ def _access(fn: Callable[..., services.Outcome]) -> Callable[[Call], services.Ou
 
 def _submit(call: Call) -> services.Outcome:
     return services.batch_submit_outcome(**call.params)
+
+
+def _window(call: Call) -> dict[str, Any]:
+    """A hold's maintenance window from the form: its end (``until``), reason and author."""
+    return {
+        "until": call.params.get("until"),
+        "reason": call.reason,
+        "by": call.params.get("by", ""),
+    }
 
 
 def _whole(call: Call, name: str) -> int:
@@ -158,7 +167,7 @@ ACTIONS: tuple[Action, ...] = (
         "queue",
         "hold",
         ADMIN,
-        lambda c: services.queue_hold(name=c.item_id),
+        lambda c: services.queue_hold(name=c.item_id, **_window(c)),
         needs_reason=True,
     ),
     Action(
@@ -169,7 +178,21 @@ ACTIONS: tuple[Action, ...] = (
             name=c.item_id, release_held=bool(c.params.get("release_jobs"))
         ),
     ),
-    Action("collection", "hold", OPERATOR, lambda c: services.collection_hold(profile=c.item_id)),
+    Action(
+        "collection",
+        "hold",
+        OPERATOR,
+        lambda c: services.collection_hold(profile=c.item_id, **_window(c)),
+    ),
+    # Storage nodes: the jobs bound for a node wait before Storing and Recording.
+    Action(
+        "node",
+        "hold",
+        OPERATOR,
+        lambda c: services.node_hold(node=c.item_id, **_window(c)),
+        needs_reason=True,
+    ),
+    Action("node", "release", OPERATOR, lambda c: services.node_release(node=c.item_id)),
     Action(
         "collection",
         "release",

@@ -184,6 +184,24 @@ class CollectionHoldForm(forms.Form):
         return _validated(zpaths.profile, self.cleaned_data["profile"].strip())
 
 
+class NodeFailuresForm(forms.Form):
+    """Which failures "resume what failed on node N between T1 and T2" looks for."""
+
+    node = forms.CharField(max_length=9, label="Storage node")
+    since = forms.DateTimeField(label="Failed after")
+    before = forms.DateTimeField(label="and before")
+
+    def clean_node(self) -> int:
+        return int(_validated(node_number, self.cleaned_data["node"].strip()))
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        since, before = data.get("since"), data.get("before")
+        if since and before and since >= before:
+            raise ValidationError("the window must start before it ends")
+        return data
+
+
 class NodeHoldForm(forms.Form):
     node = forms.CharField(max_length=9, label="Storage node")
     reason = forms.CharField(max_length=2000)

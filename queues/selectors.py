@@ -1204,6 +1204,8 @@ class BatchDetail:
     by_state: dict[str, list[Job]]
     truncated: bool
     reports: list[ReportView]
+    # ``status-report`` with the lists of its latest two reports whole (read from their parts).
+    report: dict[str, Any] | None = None
 
     @property
     def total_jobs(self) -> int:
@@ -1261,8 +1263,6 @@ def batch_preview(*, bid: str) -> tuple[Batch, dict[str, list[str]]]:
 class ReportRow:
     batch: Batch
     reports: list[ReportView]
-    # ``status-report`` with the lists of its latest two reports whole (read from their parts).
-    report: dict[str, Any] | None = None
 
 
 def status_reports(*, page: int = 1, per_page: int = 20, shown: int | None = None) -> Page:
@@ -1385,3 +1385,35 @@ def _orphan_words(process: dict[str, Any]) -> str:
         "that no thread of it claims: the process deletes it itself after a while, or the "
         "consistency check's repair does"
     )
+
+
+# Incidents ----------------------------------------------------------------------------------
+
+NODE_FAILURES_MAX = 5000  # jobs one "resume what failed on node N" run lists and resumes
+
+
+def node_failures(*, node: int, since: datetime, before: datetime) -> tuple[list[Job], bool]:
+    """Failed jobs bound for storage node ``node`` that failed in Storing or Recording (the
+    steps that reach the node) between ``since`` and ``before``, oldest failure first; and
+    whether there were more than ``NODE_FAILURES_MAX``. Only the jobs the index lists as failed
+    in those steps are read, a chunk at a time."""
+    from queues.zk.maintenance import job_store_node
+
+    zk = connected_client()
+    candidates = [
+        jid
+        for step in (JobState.STORING, JobState.RECORDING)
+        for jid in _failed_matches(zk, step=step).jids()
+    ]
+    found: list[Job] = []
+    for start in range(0, len(candidates), 500):
+        for job in jobs_load(zk, candidates[start : start + 500]):
+            if not isinstance(job, Job) or job.state != JobState.FAILED:
+                continue
+            failed_at = job.status.last_modified
+            if job_store_node(job) != node or failed_at is None:
+                continue
+            if since <= failed_at <= before:
+                found.append(job)
+    found.sort(key=lambda j: j.status.last_modified or since)
+    return found[:NODE_FAILURES_MAX], len(found) > NODE_FAILURES_MAX

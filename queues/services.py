@@ -76,6 +76,13 @@ from queues.zk.locks import (
     queue_hold_clear,
     queue_hold_set,
 )
+from queues.zk.maintenance import (
+    node_hold_clear,
+    node_hold_set,
+    node_number,
+    window_clear,
+    window_set,
+)
 from queues.zk.records import AccessRequest, Batch, Broken, Job, Status
 
 log = logging.getLogger("queues.services")
@@ -598,9 +605,49 @@ def access_remove_deleted(*, queue: str, qid: str, expect_version: int | None = 
 # Holds --------------------------------------------------------------------------------------
 
 
-def queue_hold(*, name: str) -> Outcome:
-    changed = queue_hold_set(client(), zpaths.queue_hold(name))
-    return Outcome("queue", name, "released" if changed else "held", "held")
+def queue_hold(
+    *, name: str, until: datetime | None = None, reason: str = "", by: str = ""
+) -> Outcome:
+    """Hold a queue; with ``until``, a maintenance window: released by itself at that time."""
+    zk = client()
+    changed = queue_hold_set(zk, zpaths.queue_hold(name))
+    _window(zk, "queue", name, until, reason, by)
+    return Outcome("queue", name, "released" if changed else "held", "held", _until_words(until))
+
+
+def _window(zk: Any, kind: str, name: str, until: datetime | None, reason: str, by: str) -> None:
+    """Give a hold just made its end, or take an earlier end away (held again without one)."""
+    if until is None:
+        window_clear(zk, kind, name)
+        return
+    if until <= datetime.now(until.tzinfo):
+        raise ValueError(f"the end of a maintenance window must be in the future, not {until}")
+    window_set(zk, kind, name, until=until, reason=reason, by=by)
+
+
+def _until_words(until: datetime | None) -> str:
+    return f"until {until.isoformat(timespec='minutes')}" if until else ""
+
+
+def node_hold(
+    *, node: str, until: datetime | None = None, reason: str = "", by: str = ""
+) -> Outcome:
+    """Hold a storage node: jobs bound for it wait before Storing and Recording."""
+    zk = client()
+    number = node_number(node)
+    changed = node_hold_set(zk, number, by=by, reason=reason)
+    _window(zk, "node", str(number), until, reason, by)
+    return Outcome(
+        "node", str(number), "released" if changed else "held", "held", _until_words(until)
+    )
+
+
+def node_release(*, node: str) -> Outcome:
+    zk = client()
+    number = node_number(node)
+    changed = node_hold_clear(zk, number)
+    window_clear(zk, "node", str(number))
+    return Outcome("node", str(number), "held" if changed else "released", "released")
 
 
 def queue_release(*, name: str, release_held: bool = False) -> list[Outcome]:
@@ -608,6 +655,7 @@ def queue_release(*, name: str, release_held: bool = False) -> list[Outcome]:
     batch-pending parked because the queue was held (their collections not held)."""
     zk = client()
     changed = queue_hold_clear(zk, zpaths.queue_hold(name))
+    window_clear(zk, "queue", name)
     outcomes = [Outcome("queue", name, "held" if changed else "released", "released")]
     if release_held and name == "ingest":
         outcomes += _release_batches(lambda b: b.status.message == INGEST_HELD_MESSAGE)
@@ -635,14 +683,21 @@ def _release_batches(parked: Callable[[Batch], bool]) -> list[Outcome]:
     return outcomes
 
 
-def collection_hold(*, profile: str) -> Outcome:
-    changed = collection_hold_set(client(), zpaths.profile(profile))
-    return Outcome("collection", profile, "released" if changed else "held", "held")
+def collection_hold(
+    *, profile: str, until: datetime | None = None, reason: str = "", by: str = ""
+) -> Outcome:
+    zk = client()
+    changed = collection_hold_set(zk, zpaths.profile(profile))
+    _window(zk, "collection", profile, until, reason, by)
+    return Outcome(
+        "collection", profile, "released" if changed else "held", "held", _until_words(until)
+    )
 
 
 def collection_release(*, profile: str, release_jobs: bool = False) -> list[Outcome]:
     """Clear a collection hold; with ``release_jobs`` also release its held jobs and batches."""
     changed = collection_hold_clear(client(), zpaths.profile(profile))
+    window_clear(client(), "collection", profile)
     outcomes = [Outcome("collection", profile, "held" if changed else "released", "released")]
     if release_jobs:
         outcomes += collection_release_held(profile=profile)
@@ -697,6 +752,8 @@ __all__ = [
     "job_remove_deleted",
     "job_resume",
     "job_resume_steps",
+    "node_hold",
+    "node_release",
     "queue_hold",
     "queue_release",
 ]

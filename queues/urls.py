@@ -12,6 +12,7 @@ from queues.routes import (
     HOLD_ACTION,
     JID,
     JOB_ACTION,
+    NODE,
     PROFILE,
     QID,
     QUEUE_HOLD,
@@ -76,6 +77,13 @@ urlpatterns = [
         name="queue-hold",
     ),
     path("holds/collection/", holds.collection_hold_new, name="collection-hold-new"),
+    path("holds/node/", holds.node_hold_new, name="node-hold-new"),
+    path("holds/node-failed/", holds.node_failed, name="node-failed"),
+    re_path(
+        rf"^holds/node/{NODE}/{HOLD_ACTION}/$",
+        holds.node_hold_action,
+        name="node-hold",
+    ),
     re_path(
         rf"^holds/collection/{PROFILE}/{HOLD_ACTION}/$",
         holds.collection_hold_action,

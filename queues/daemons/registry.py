@@ -44,6 +44,7 @@ from queues.daemons.consistency import ConsistencyCheck
 from queues.daemons.downloading import Downloading
 from queues.daemons.estimating import Estimating
 from queues.daemons.job_pending import JobPending
+from queues.daemons.maintenance import Maintenance
 from queues.daemons.notify import Notify
 from queues.daemons.processing import Processing
 from queues.daemons.provisioning import Provisioning
@@ -79,6 +80,7 @@ DAEMONS: dict[str, type[Daemon]] = {
         BatchUpdateReporting,
         AccessSmall,
         AccessLarge,
+        Maintenance,
         Retention,
         BulkRuns,
         ConsistencyCheck,

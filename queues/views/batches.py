@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from queues import actions, archive, diagrams, selectors
 from queues.audit import AuditEntry
-from queues.auth import VIEWER
+from queues.auth import VIEWER, require_action
 from queues.forms import BatchFilterForm, SubmitForm
 from queues.states import BATCH, JOB
 from queues.zk import paths as zpaths
@@ -140,7 +140,9 @@ def batch_action(request: HtmxHttpRequest, bid: str, action: str) -> HttpRespons
 @require_http_methods(["GET", "POST"])
 @console_view(VIEWER)
 def submit(request: HtmxHttpRequest) -> HttpResponse:
-    """The submission form (GET) and the submission (POST), which makes a batch."""
+    """The submission form (GET) and the submission (POST), which makes a batch. Who may not
+    submit is refused the form as well (a viewer got the form, then a 403 for filling it in)."""
+    require_action(request.user, "batch", "submit")
     if request.method == "GET":
         return render(
             request,

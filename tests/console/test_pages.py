@@ -172,3 +172,10 @@ def test_a_deleted_job_or_batch_says_who_deleted_it_and_why(
     assert f"batch {batch} was deleted by ada on " in text and ": a test" in text
     # An ID nobody knows stays a plain "not found".
     assert "was deleted" not in admin.get(reverse("job", args=["jid0009999999"])).content.decode()
+
+
+def test_a_viewer_is_refused_the_submission_form_not_only_its_post(viewer, operator, zk):
+    page = viewer.get(reverse("submit"))
+    assert page.status_code == 403
+    assert 'name="payload_url"' not in page.content.decode()
+    assert operator.get(reverse("submit")).status_code == 200
