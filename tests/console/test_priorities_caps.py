@@ -243,3 +243,12 @@ def test_an_operator_changes_a_collections_priority_and_cap_in_a_browser(
         assert caps.cap_of(zk, "campaign") is None
     finally:
         close_context(context)
+
+
+def test_the_job_page_links_to_its_priority_form_while_it_waits(operator, viewer, make_job):
+    waiting = make_job("Pending")
+    page = operator.get(f"/jobs/{waiting.jid}/").content.decode()
+    assert f'href="/jobs/{waiting.jid}/priority/" id="job-priority-link"' in page
+    assert 'id="job-priority-link"' not in viewer.get(f"/jobs/{waiting.jid}/").content.decode()
+    done = make_job("Completed")
+    assert 'id="job-priority-link"' not in operator.get(f"/jobs/{done.jid}/").content.decode()
