@@ -523,9 +523,9 @@ def _dated(rows: Any, search: ArchivedSearch) -> Any:
 def archived_jobs_search(search: ArchivedSearch) -> Any:
     """Archived jobs the search finds, newest first (a query: the caller counts and slices).
 
-    IDs by prefix in any case (job and batch IDs are stored in lower case, so their prefix
-    uses the unique index); ARK and local ID exactly or by prefix, in any case; submitter,
-    title, the configuration's file name and the final message by a part of them.
+    The job ID by prefix in any case (stored in lower case, so the prefix uses the unique
+    index; a batch ID finds the batch, not its jobs); ARK and local ID by prefix, in any case;
+    submitter, title, the configuration's file name and the final message by a part of them.
     """
     from django.db.models import Q
 
@@ -537,8 +537,8 @@ def archived_jobs_search(search: ArchivedSearch) -> Any:
     folded = text.casefold()
     query = Q(pk__in=[])
     if _wants(search, "id"):
-        query |= Q(jid__startswith=folded) | Q(bid__startswith=folded)
-        query |= Q(primary_id__istartswith=text) | Q(local_id_rows__value__istartswith=text)
+        query |= Q(jid__startswith=folded) | Q(primary_id__istartswith=text)
+        query |= Q(local_id_rows__value__istartswith=text)
     if _wants(search, "submitter"):
         query |= Q(submitter__icontains=text)
     if _wants(search, "title"):

@@ -710,10 +710,10 @@ def _archived_job_why(row: Any, query: Query) -> tuple[list[tuple[str, str]], bo
     why: list[tuple[str, str]] = []
     exact = False
     if query.wants("id"):
-        for name, value in (("job ID", row.jid), ("batch ID", row.bid), ("ARK", row.primary_id)):
+        for name, value in (("job ID", row.jid), ("ARK", row.primary_id)):
             if value and value.casefold().startswith(folded):
                 why.append((name, value))
-                exact = exact or (value.casefold() == folded and name != "batch ID")
+                exact = exact or value.casefold() == folded
         for value in row.local_ids or []:
             if isinstance(value, str) and value.casefold().startswith(folded):
                 why.append(("local ID", value))

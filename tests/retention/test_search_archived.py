@@ -58,6 +58,9 @@ def test_archived_items_are_found_by_every_field(
     assert found("ALT-ARC000", "archived-jobs") == [completed.jid]
     assert found(completed.jid.upper(), "archived-jobs") == [completed.jid]
     assert found(batch.uuid.upper(), "archived-batches") == [batch.bid]
+    # The batch ID opens the batch (its jobs are on its page, not among the matches).
+    opened = viewer_client.get("/search/", {"q": f" {batch.bid.upper()} "})
+    assert opened.status_code == 302 and opened["Location"] == f"/batches/{batch.bid}/"
     opened = viewer_client.get(f"/jobs/{completed.jid}/")
     assert opened.status_code == 200 and "archived" in opened.content.decode().lower()
 
