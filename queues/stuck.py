@@ -35,7 +35,8 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import islice, repeat
+from itertools import compress, islice, repeat
+from operator import and_
 from typing import Any
 
 from django.conf import settings
@@ -56,6 +57,9 @@ DEFAULT_MIN_SECONDS = 300.0
 CACHE_SECONDS = 15.0
 READ_CHUNK = 1000
 CARRY_BLOCK = 8192  # entries whose kept times are looked up in one go (see _carried)
+# How far ahead of a count the stuck page's order reaches (``_Oldest``): a page looked at
+# recounts every CACHE_SECONDS, so an order is normally far younger than this.
+HORIZON = 600.0
 # Between two chunks of entry times read in the background: page requests sharing the
 # connection and the interpreter go first (as the read index's fill does).
 READ_PAUSE = 0.004
@@ -109,12 +113,15 @@ _times: dict[str, _Times] = {}
 
 @dataclass(frozen=True)
 class _Oldest:
-    """A state's entries oldest first (by the time each entered the state), made by a count
-    from the listing ``source``; entries whose time was not read are left out."""
+    """A state's entries that entered it before ``horizon``, oldest first, made by a count
+    from the listing ``source``; entries whose time was not read are left out. Only those
+    can be on the stuck page until the next count (``HORIZON``): in a queue that flows, a
+    few, not every working entry."""
 
     source: array[int]
     keys: array[int]  # run keys (``zindex.Entries``), oldest first
     ctimes: array[float]  # ascending
+    horizon: float
 
 
 _oldest: dict[str, _Oldest] = {}
@@ -323,27 +330,41 @@ class StuckPage:
         return self.number < self.pages
 
 
-def _ranked(keys: array[int], ctimes: array[float]) -> tuple[array[int], array[float]]:
-    """``keys`` and their times, oldest first, leaving out times not read (0.0). Sorted block
-    by block and merged, so that a page request never waits long for the interpreter."""
-    n = len(keys)
+def _ranked(
+    keys: array[int], ctimes: array[float], low: float, high: float
+) -> tuple[array[int], array[float]]:
+    """The ``keys`` whose time is in [low, high) (read: not 0.0) with their times, oldest
+    first. The candidates are picked in C; they are sorted block by block and merged, so that
+    a page request never waits long for the interpreter behind a count."""
+    picked = compress(
+        range(len(keys)), map(and_, map(high.__gt__, ctimes), map(max(low, 1e-9).__le__, ctimes))
+    )
     at = ctimes.__getitem__
-    blocks = [sorted(range(s, min(s + CARRY_BLOCK, n)), key=at) for s in range(0, n, CARRY_BLOCK)]
+    positions = array("q", picked)
+    blocks = [
+        sorted(positions[s : s + CARRY_BLOCK], key=at)
+        for s in range(0, len(positions), CARRY_BLOCK)
+    ]
     ranked_keys, ranked_times = array("q"), array("d")
     for i in heapq.merge(*blocks, key=at):
-        t = ctimes[i]
-        if t > 0.0:
-            ranked_keys.append(keys[i])
-            ranked_times.append(t)
+        ranked_keys.append(keys[i])
+        ranked_times.append(ctimes[i])
     return ranked_keys, ranked_times
 
 
-def _oldest_of(state: str, entries: zindex.Entries, ctimes: array[float]) -> _Oldest:
+def _oldest_of(
+    state: str, entries: zindex.Entries, ctimes: array[float], horizon: float
+) -> _Oldest:
     with _lock:
         kept = _oldest.get(state)
-    if kept is not None and kept.source is entries.keys:
+    if kept is None or kept.source is not entries.keys:
+        return _Oldest(entries.keys, *_ranked(entries.keys, ctimes, 0.0, horizon), horizon)
+    if kept.horizon >= horizon:
         return kept
-    return _Oldest(entries.keys, *_ranked(entries.keys, ctimes))
+    # The same listing: the entries that came within the horizon since are all younger than
+    # the kept ones, so they go after them.
+    more_keys, more_times = _ranked(entries.keys, ctimes, kept.horizon, horizon)
+    return _Oldest(kept.source, kept.keys + more_keys, kept.ctimes + more_times, horizon)
 
 
 def _still_listed(
@@ -444,7 +465,8 @@ def _count(zk: Any, *, pause: float = 0.0) -> dict[str, int]:
                 # Known times before the cut (a time not read is 0.0, before every cut).
                 count = sum(map(in_cut.__gt__, ctimes)) - ctimes.count(0.0)
                 counts[state] = count + len(_stuck_by_lock(zk, entries, ctimes, limit, now))
-                oldest[state] = _oldest_of(state, entries, ctimes)
+                horizon = now + HORIZON - min(limit.in_state, limit.lock)
+                oldest[state] = _oldest_of(state, entries, ctimes, horizon)
         finally:
             _reading[0] = ""
         with _lock:

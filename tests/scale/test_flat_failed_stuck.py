@@ -248,3 +248,24 @@ def _eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
         if value or time.monotonic() > deadline:
             return value
         time.sleep(0.05)
+
+
+def test_the_order_a_count_keeps_reaches_its_horizon_and_grows_with_the_same_listing() -> None:
+    """Only entries that can be on the stuck page before the next count are kept in order; a
+    later count of the same listing adds those that came within reach since, after the rest."""
+    from array import array
+
+    stuck.reset()
+    entries = zindex.Entries(array("q", range(10)))
+    ctimes = array("d", [5.0, 1.0, 0.0, 9.0, 3.0, 7.0, 2.0, 8.0, 6.0, 4.0])  # 0.0: not read
+    first = stuck._oldest_of("Pending", entries, ctimes, 5.0)
+    assert (list(first.keys), list(first.ctimes)) == ([1, 6, 4, 9], [1.0, 2.0, 3.0, 4.0])
+    with stuck._lock:
+        stuck._oldest["Pending"] = first
+    assert stuck._oldest_of("Pending", entries, ctimes, 4.0) is first
+    later = stuck._oldest_of("Pending", entries, ctimes, 8.0)
+    assert list(later.keys) == [1, 6, 4, 9, 0, 8, 5] and later.source is entries.keys
+    other = zindex.Entries(array("q", range(10)))  # listed anew: ordered afresh
+    again = stuck._oldest_of("Pending", other, ctimes, 8.0)
+    assert list(again.keys) == list(later.keys) and again.source is other.keys
+    stuck.reset()
