@@ -20,7 +20,9 @@ the batch's removal; its row is dropped again while it lives on in ZooKeeper, so
 shows ZooKeeper's version, and the next sweep archives it once it has finished again.
 
 The console reads archived items through ``archived_job``, ``archived_batch`` and
-``archived_jobs_matching`` (exact job ID, batch ID, ARK or local ID, all indexed columns).
+``archived_jobs_matching`` (exact job ID, batch ID, ARK or local ID, all indexed columns); the
+header search through ``archived_jobs_search`` and ``archived_batches_search`` (every field,
+in any case, by prefix or part).
 """
 
 from __future__ import annotations
