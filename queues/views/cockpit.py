@@ -25,7 +25,13 @@ def search(request: HtmxHttpRequest) -> HttpResponse:
     ID prefix, ARK, local ID, submitter, title, file name or error text, in any case, paged by
     kind (``queues/search.py`` says what each field searches). A single exact match opens the
     item; input the search refuses is a 400 with the form."""
-    context: dict[str, Any] = {"fields": search_module.FIELDS, "date_of": search_module.DATE_OF}
+    context: dict[str, Any] = {
+        "fields": search_module.FIELDS,
+        "date_of": search_module.DATE_OF,
+        "recent_jobs": search_module.RECENT_JOBS,
+        "recent_failed": search_module.RECENT_FAILED,
+        "date_checked": search_module.DATE_CHECKED,
+    }
     try:
         query = search_module.parse(request.GET)
     except search_module.BadSearch as exc:
