@@ -93,7 +93,7 @@ def test_resume_beside_a_failure_that_will_repeat_says_so(operator_page, live_se
 
     page.goto(f"{live_server.url}/jobs/{digest.jid}/")
     actions = page.locator("#job-actions")
-    assert actions.locator("button:has-text('Resume')").is_visible()  # still offered
+    assert actions.locator("button:text-is('Resume')").is_visible()  # still offered
     note = actions.locator(".repeat-note")
     assert note.is_visible()
     text = note.inner_text()
@@ -102,17 +102,17 @@ def test_resume_beside_a_failure_that_will_repeat_says_so(operator_page, live_se
     shot(page, "repeat-note-job")
 
     page.goto(f"{live_server.url}/jobs/{flaky.jid}/")
-    assert page.locator("#job-actions button:has-text('Resume')").is_visible()
+    assert page.locator("#job-actions button:text-is('Resume')").is_visible()
     assert page.locator("#job-actions .repeat-note").count() == 0
 
     for url in ("/failed/", "/jobs/?state=Failed"):
         page.goto(f"{live_server.url}{url}")
         row = page.locator(f"#job-row-{digest.jid}")
         cell = row.locator("td.actions")
-        assert cell.locator("button:has-text('Resume')").is_visible(), url
+        assert cell.locator("button:text-is('Resume')").is_visible(), url
         assert "digest does not match" in cell.locator(".repeat-note").inner_text(), url
         flaky_row = page.locator(f"#job-row-{flaky.jid}")
-        assert flaky_row.locator("button:has-text('Resume')").is_visible(), url
+        assert flaky_row.locator("button:text-is('Resume')").is_visible(), url
         assert flaky_row.locator(".repeat-note").count() == 0, url
     shot(page, "repeat-note-failed")
 
@@ -150,7 +150,7 @@ def test_job_tables_keep_their_buttons_on_a_phone(phone_page, live_server, make_
     for url, name in shots.items():
         page.goto(f"{live_server.url}{url}")
         row = page.locator(f"#job-row-{job.jid}")
-        _on_screen(row.locator("button:has-text('Resume')"))
+        _on_screen(row.locator("button:text-is('Resume')"))
         _on_screen(row.locator("a:has-text('Delete')"))
         _page_fits(page)
         shot(page, name)
@@ -158,7 +158,7 @@ def test_job_tables_keep_their_buttons_on_a_phone(phone_page, live_server, make_
     page.set_viewport_size(TABLET)
     page.goto(f"{live_server.url}/jobs/?state=Failed")
     _page_fits(page, TABLET)
-    _on_screen(page.locator(f"#job-row-{job.jid} button:has-text('Resume')"), TABLET)
+    _on_screen(page.locator(f"#job-row-{job.jid} button:text-is('Resume')"), TABLET)
     shot(page, "tablet-jobs-failed")
 
 
