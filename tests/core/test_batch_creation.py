@@ -32,7 +32,8 @@ def test_batch_submission_is_compact_json_with_its_uuid(zk: KazooClient) -> None
     created = batches.batch_create(zk, submission=SUBMISSION)
     submission = read_json(zk, f"/batches/{created.bid}/submission")
     batch_uuid = submission.pop("batchID")
-    assert uuid.UUID(batch_uuid)
+    # As Merritt's ingest names batches: "bid-" and a UUID.
+    assert batch_uuid.startswith("bid-") and uuid.UUID(batch_uuid.removeprefix("bid-"))
     assert submission == SUBMISSION
     assert created.uuid == batch_uuid
 
