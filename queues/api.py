@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
 
-from queues import actions, archive, backlog, bulkrun, notes, selectors
+from queues import actions, archive, backlog, bulkrun, failure_causes, notes, selectors
 from queues.audit import AuditEntry
 from queues.auth import BEARER_CHALLENGE, VIEWER, has_role, require_action, token_from
 from queues.forms import (
@@ -376,6 +376,25 @@ def failed(request: HttpRequest) -> dict[str, Any]:
     }
 
 
+@api_view("GET")
+def failed_causes(request: HttpRequest) -> dict[str, Any]:
+    """Failed jobs grouped by cause (failing step and normalised message), most jobs first,
+    ``failure_causes.GROUPS_PER_PAGE`` groups per page; the same filters as ``failed``."""
+    form = FailedFilterForm(request.GET)
+    if not form.is_valid():
+        raise ValueError(form.errors.as_text())
+    number = request.GET.get("page") or "1"
+    if not number.isdigit() or int(number) < 1:
+        raise ValueError("page must be a positive number")
+    causes = failure_causes.failure_causes(**form.cleaned_data)
+    page = failure_causes.page_of(causes, int(number))
+    return {
+        **_page(page, [failure_causes.group_json(g) for g in page.items]),
+        "jobs": causes.total,
+        "loading": page.loading,
+    }
+
+
 @api_view("GET", "POST")
 def batches(request: HttpRequest) -> dict[str, Any]:
     if request.method == "POST":
@@ -642,6 +661,7 @@ urlpatterns = [
         name="api-job-action",
     ),
     re_path(r"^failed$", failed, name="api-failed"),
+    re_path(r"^failed/causes$", failed_causes, name="api-failed-causes"),
     re_path(r"^batches$", batches, name="api-batches"),
     re_path(rf"^batches/{BID}$", batch, name="api-batch"),
     re_path(

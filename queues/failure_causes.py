@@ -1,0 +1,298 @@
+"""Failed jobs grouped by cause: each failure message reduced to a signature (the words that
+stay when numbers, URLs, hosts, paths, job and batch IDs, ARKs and digests are taken out), and
+the Failed jobs counted per (failing step, signature) with the batches and collections they
+touch, their first and last failure time and the newest message as a sample.
+
+Cost: each Failed job's status is read once, when it is first seen in the Failed folder, in
+multi-reads of ``READ_CHUNK`` nodes (100k Failed jobs: 50 requests, on the first request after
+a start); the groups are computed once per change of the Failed folder (the read index's
+``derived``) and kept with their members' places, so a page of groups is a slice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import weakref
+from array import array
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from queues import selectors
+from queues.states import JOB, JobState
+from queues.zk import index as zindex
+from queues.zk import paths as zpaths
+from queues.zk.client import connected_client
+from queues.zk.codecs import decode_json
+from queues.zk.errors import MalformedNode
+from queues.zk.nodes import read_many, stamp
+from queues.zk.records import Status
+
+GROUPS_PER_PAGE = 50
+SIGNATURE_MAX = 300  # characters of a signature kept (a stack trace's first lines suffice)
+NO_MESSAGE = "(no message)"
+KEY_RE = re.compile(r"^[0-9a-f]{16}$")
+
+# Order matters: a URL holds a host, a path and numbers; an ARK holds a path.
+_REDACTIONS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"<>()\[\]]*[^\s'\"<>()\[\].,:;]", re.I), "<url>"),
+    (re.compile(r"\bark:/?\d{5,}/[^\s'\"<>()\[\],;]+", re.I), "<ark>"),
+    (re.compile(r"\bjid\d{10}\b"), "<job>"),
+    (re.compile(r"\bbid\d{10}\b"), "<batch>"),
+    (re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b"), "<email>"),
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<id>"),
+    (re.compile(r"\b[0-9a-f]{16,}\b", re.I), "<digest>"),
+    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<host>"),
+    (
+        re.compile(
+            r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2})?(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+        ),
+        "<time>",
+    ),
+    (re.compile(r"(?<![\w.<])(?:~|\.{1,2})?/[^\s'\"<>()\[\],;:]+"), "<path>"),
+    (re.compile(r"\b[\w.-]+(?:/[\w.-]+)+"), "<path>"),
+    # Hosts: a name under a common top-level domain (not a Java class such as java.io.File),
+    # or any name with a port.
+    (
+        re.compile(
+            r"\b(?:[a-z0-9-]+\.)+(?:org|edu|com|net|gov|io|us|uk|local|internal|localdomain)"
+            r"(?::\d+)?(?![\w-]|\.\w)",
+            re.I,
+        ),
+        "<host>",
+    ),
+    (re.compile(r"\b[a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*:\d{2,5}\b", re.I), "<host>"),
+    (re.compile(r"(?<![A-Za-z_<])[-+]?\d+(?:[.,:]\d+)*"), "<n>"),
+]
+_SPACES = re.compile(r"\s+")
+
+
+def signature(message: str) -> str:
+    """The message with what differs between failures of one cause taken out."""
+    text = message.strip()
+    if not text:
+        return NO_MESSAGE
+    for pattern, placeholder in _REDACTIONS:
+        text = pattern.sub(placeholder, text)
+    return _SPACES.sub(" ", text).strip()[:SIGNATURE_MAX]
+
+
+def group_key(step: str, sig: str) -> str:
+    """A short stable name for a (step, signature) group, safe in URLs and form fields."""
+    return hashlib.sha256(f"{step}\n{sig}".encode()).hexdigest()[:16]
+
+
+@dataclass
+class CauseGroup:
+    key: str
+    step: str
+    signature: str
+    count: int
+    batches: list[str]  # sorted
+    collections: list[str]  # sorted; "" (no collection known) left out
+    first_seen: datetime
+    last_seen: datetime
+    sample: str  # the newest failure's message
+    sample_jid: str
+    members: array[int] = field(repr=False)  # places in the matches, oldest job first
+
+
+@dataclass(frozen=True)
+class FailureCauses:
+    groups: list[CauseGroup]  # most jobs first, then most recent
+    by_key: dict[str, CauseGroup]
+    matches: selectors.FailedMatches
+    total: int
+    unread: int  # matching Failed jobs whose status could not be read (not grouped)
+
+    def jids(self, key: str) -> list[str]:
+        group = self.by_key.get(key)
+        if group is None:
+            return []
+        return [f"jid{self.matches.numbers[p]:010d}" for p in group.members]
+
+
+class _Seen:
+    """What each Failed job's status said when it was first seen Failed: its signature (an
+    index into ``signatures``), its failure time, and the newest message per signature. Kept
+    across changes of the Failed folder so that a change reads only the jobs new in it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.signatures: list[str] = []
+        self.where: dict[str, int] = {}
+        self.sig_of: dict[int, int] = {}  # job number -> signature index
+        self.when: dict[int, float] = {}  # job number -> failure time (epoch seconds)
+        self.samples: dict[int, tuple[int, str]] = {}  # signature -> (job number, message)
+
+    def intern(self, sig: str) -> int:
+        found = self.where.get(sig)
+        if found is None:
+            found = self.where[sig] = len(self.signatures)
+            self.signatures.append(sig)
+        return found
+
+    def read(self, zk: Any, numbers: list[int]) -> None:
+        """Read the statuses of ``numbers`` (in chunks) and remember their signatures."""
+        for start in range(0, len(numbers), zindex.READ_CHUNK):
+            part = numbers[start : start + zindex.READ_CHUNK]
+            node_paths = [zpaths.job_node(f"jid{n:010d}", "status") for n in part]
+            reads = read_many(zk, node_paths)
+            for number, path in zip(part, node_paths, strict=True):
+                found = reads.get(path)
+                if found is None:  # gone meanwhile: the next change of the folder says so
+                    continue
+                try:
+                    raw = decode_json(path, found[0])
+                except MalformedNode:
+                    continue
+                if not isinstance(raw, dict):
+                    continue
+                status = Status(raw=raw, version=found[1].version, mtime=stamp(found[1].mtime))
+                sig_index = self.intern(signature(status.message))
+                when = (status.last_modified or status.mtime).timestamp()
+                self.sig_of[number] = sig_index
+                self.when[number] = when
+                sample = self.samples.get(sig_index)
+                if sample is None or self.when.get(sample[0], 0.0) <= when:
+                    self.samples[sig_index] = (number, status.message)
+
+    def forget_except(self, keep: set[int]) -> None:
+        for number in [n for n in self.sig_of if n not in keep]:
+            del self.sig_of[number]
+            self.when.pop(number, None)
+
+
+_SEEN: weakref.WeakKeyDictionary[Any, _Seen] = weakref.WeakKeyDictionary()
+_SEEN_LOCK = threading.Lock()
+
+
+def _seen_for(idx: Any) -> _Seen:
+    with _SEEN_LOCK:
+        found = _SEEN.get(idx)
+        if found is None:
+            found = _SEEN[idx] = _Seen()
+        return found
+
+
+def _messages(zk: Any, numbers: list[int]) -> dict[int, str]:
+    """The failure messages of a few jobs (the samples), in one read."""
+    node_paths = {n: zpaths.job_node(f"jid{n:010d}", "status") for n in numbers}
+    reads = read_many(zk, list(node_paths.values()))
+    found: dict[int, str] = {}
+    for number, path in node_paths.items():
+        read = reads.get(path)
+        if read is None:
+            continue
+        try:
+            raw = decode_json(path, read[0])
+        except MalformedNode:
+            continue
+        if isinstance(raw, dict) and isinstance(raw.get("message"), str):
+            found[number] = raw["message"]
+    return found
+
+
+def _build(zk: Any, matches: selectors.FailedMatches, keep: set[int] | None) -> FailureCauses:
+    seen = _seen_for(zindex.for_client(zk))
+    numbers = matches.numbers
+    with seen.lock:
+        seen.read(zk, [n for n in numbers if n not in seen.sig_of])
+        if keep is not None:
+            seen.forget_except(keep)
+        # (step, signature index) -> places in the matches
+        members: dict[tuple[str, int], array[int]] = {}
+        unread = 0
+        for place, number in enumerate(numbers):
+            sig_index = seen.sig_of.get(number)
+            if sig_index is None:
+                unread += 1
+                continue
+            key = (matches.infos[place][2], sig_index)
+            found = members.get(key)
+            if found is None:
+                found = members[key] = array("q")
+            found.append(place)
+        groups: list[CauseGroup] = []
+        for (step, sig_index), places in members.items():
+            whens = [seen.when[numbers[p]] for p in places]
+            # The newest failure; of those in one second (the status says no more), the newest job.
+            newest = numbers[places[max(range(len(places)), key=lambda i: (whens[i], i))]]
+            sample_number, sample = seen.samples.get(sig_index, (-1, ""))
+            infos = {id(matches.infos[p]): matches.infos[p] for p in places}.values()
+            sig = seen.signatures[sig_index]
+            groups.append(
+                CauseGroup(
+                    key=group_key(step, sig),
+                    step=step,
+                    signature=sig,
+                    count=len(places),
+                    batches=sorted({i[0] for i in infos}),
+                    collections=sorted({i[1] for i in infos if i[1]}),
+                    first_seen=datetime.fromtimestamp(min(whens), tz=UTC).astimezone(),
+                    last_seen=datetime.fromtimestamp(max(whens), tz=UTC).astimezone(),
+                    sample=sample if sample_number == newest else "",
+                    sample_jid=f"jid{newest:010d}",
+                    members=places,
+                )
+            )
+    # A group whose newest job is not the one its signature's message was kept from (another
+    # step's, another filter's, or one gone from Failed): that job's message, one read for all.
+    missing = [int(g.sample_jid[3:]) for g in groups if not g.sample]
+    if missing:
+        messages = _messages(zk, missing)
+        for group in groups:
+            if not group.sample:
+                group.sample = messages.get(int(group.sample_jid[3:]), "")
+    order = {s: i for i, s in enumerate(JOB.states)}
+    groups.sort(key=lambda g: (-g.count, -g.last_seen.timestamp(), order.get(g.step, 99)))
+    return FailureCauses(groups, {g.key: g for g in groups}, matches, len(numbers), unread)
+
+
+def failure_causes(*, bid: str = "", profile: str = "", step: str = "") -> FailureCauses:
+    """The Failed jobs the filter matches, grouped by cause; computed once per change of the
+    Failed folder and filter (while the read index fills, of what is read so far, not kept)."""
+    zk = connected_client()
+    idx = zindex.for_client(zk)
+    if idx.filling:
+        return _build(zk, selectors._failed_matches(zk, bid=bid, profile=profile, step=step), None)
+
+    def build() -> FailureCauses:
+        matches = selectors._failed_matches(zk, bid=bid, profile=profile, step=step)
+        # Jobs no longer Failed are forgotten: one that fails again is read again.
+        return _build(zk, matches, set(idx.failed_numbers()))
+
+    return cast(
+        "FailureCauses",
+        idx.derived(JobState.FAILED, ("failure-causes", bid, profile, step), build),
+    )
+
+
+def page_of(causes: FailureCauses, page: int) -> selectors.Page:
+    first = (max(1, page) - 1) * GROUPS_PER_PAGE
+    shown = causes.groups[first : first + GROUPS_PER_PAGE]
+    return selectors.Page(
+        shown,
+        max(1, page),
+        GROUPS_PER_PAGE,
+        len(causes.groups),
+        first + GROUPS_PER_PAGE < len(causes.groups),
+        loading=zindex.for_client(connected_client()).loading(),
+    )
+
+
+def group_json(group: CauseGroup) -> dict[str, Any]:
+    return {
+        "key": group.key,
+        "step": group.step,
+        "signature": group.signature,
+        "count": group.count,
+        "batches": group.batches,
+        "collections": group.collections,
+        "first_seen": group.first_seen.isoformat(),
+        "last_seen": group.last_seen.isoformat(),
+        "sample": group.sample,
+        "sample_job": group.sample_jid,
+    }
