@@ -307,3 +307,10 @@ def job_batch_folder(state: str) -> str:
 
 
 BATCH_INDEX_FOLDERS = ("batch-processing", "batch-completed", "batch-failed", "batch-deleted")
+# What each batch index folder holds, in the words the console shows (not the folder names).
+BATCH_FOLDER_WORDS = {
+    "batch-processing": "in process",
+    "batch-completed": "completed",
+    "batch-failed": "failed",
+    "batch-deleted": "deleted",
+}

@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from queues import auth, clock
 from queues.actions import is_destructive
 from queues.diagrams import GLYPHS, human_age, shape_of
-from queues.states import MACHINES
+from queues.states import BATCH_FOLDER_WORDS, MACHINES
 from queues.zk.jobs import NOT_RESUMABLE
 from queues.zk.records import Broken
 
@@ -35,6 +35,12 @@ def when(value: datetime | str | None, precision: str = "seconds") -> str:
     return format_html(
         '<time datetime="{}" title="{}">{}</time>', iso, iso, clock.clock_text(moment, precision)
     )
+
+
+@register.filter
+def folder_words(folder: str) -> str:
+    """A batch index folder as people say it: ``batch-completed`` -> ``completed``."""
+    return BATCH_FOLDER_WORDS.get(folder, folder)
 
 
 @register.filter

@@ -104,3 +104,14 @@ def test_a_stale_batch_page_cannot_delete(admin, zk, make_job):
 def test_malformed_and_unknown_batch_ids(viewer, zk):
     assert viewer.get("/batches/bid12/").status_code == 404
     assert viewer.get("/batches/bid0000099999/").status_code == 404
+
+
+def test_the_batch_page_shows_its_jobs_before_its_diagrams_in_plain_words(viewer, make_job):
+    job = make_job("Completed")
+    make_job("Failed", batch=None)
+    html = viewer.get(f"/batches/{job.bid}/").content.decode()
+    counts = html[html.index('id="batch-job-counts"') :]
+    counts = counts[: counts.index("</dd>")]
+    assert "1 completed" in counts and "batch-completed" not in counts
+    # The job table comes first; the diagrams follow, folded.
+    assert html.index('id="batch-jobs-Completed"') < html.index('id="batch-diagrams"')

@@ -187,6 +187,8 @@ def test_state_diagrams_stay_readable_on_a_phone(phone_page, live_server, make_b
         (f"/jobs/{job.jid}/", "phone-job"),
     ):
         page.goto(f"{live_server.url}{url}")
+        if page.locator("#batch-diagrams").count():  # below the jobs, folded: open them
+            page.click("#batch-diagrams summary")
         for index in range(page.locator("svg.diagram").count()):
             svg = f"(//*[local-name()='svg' and contains(@class,'diagram')])[{index + 1}]"
             measured = _diagram_scale(page, f"xpath={svg}")
