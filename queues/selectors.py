@@ -1017,6 +1017,27 @@ class BatchRow:
     def total_jobs(self) -> int:
         return sum(self.folders.values())
 
+    @property
+    def finished_jobs(self) -> int:
+        """Jobs that ended: completed, failed or deleted."""
+        return sum(n for f, n in self.folders.items() if f != "batch-processing")
+
+    @property
+    def percent_done(self) -> int | None:
+        total = self.total_jobs
+        return None if not total else (100 * self.finished_jobs) // total
+
+    @property
+    def elapsed_seconds(self) -> float | None:
+        """From submission to now, or to its last change once the batch has ended."""
+        if isinstance(self.item, Broken):
+            return None
+        batch = self.item
+        ended = batch.state in BATCH.terminal
+        until = batch.status.last_modified if ended else None
+        until = until or datetime.now().astimezone()
+        return max(0.0, (until - batch.created).total_seconds())
+
 
 def batch_rows(zk: Any, bids: Sequence[str]) -> list[BatchRow]:
     """The rows of a batch list: each batch with its jobs counted per folder and per state.

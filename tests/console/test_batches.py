@@ -115,3 +115,16 @@ def test_the_batch_page_shows_its_jobs_before_its_diagrams_in_plain_words(viewer
     assert "1 completed" in counts and "batch-completed" not in counts
     # The job table comes first; the diagrams follow, folded.
     assert html.index('id="batch-jobs-Completed"') < html.index('id="batch-diagrams"')
+
+
+def test_the_batch_list_says_how_far_each_batch_is_and_how_long_it_has_taken(
+    viewer, zk, make_batch, make_job
+):
+    batch = make_batch()
+    for state in ("Completed", "Completed", "Failed", "Estimating"):
+        make_job(state, batch=batch)
+    html = viewer.get("/batches/").content.decode()
+    row = html[html.index(f'id="batch-row-{batch.bid}"') :]
+    row = row[: row.index("</tr>")]
+    assert "75% done" in row and 'title="3 of 4 jobs ended"' in row
+    assert 'class="elapsed"' in row
