@@ -33,6 +33,7 @@ from queues.zk.records import Status
 GROUPS_PER_PAGE = 50
 SIGNATURE_MAX = 300  # characters of a signature kept (a stack trace's first lines suffice)
 NO_MESSAGE = "(no message)"
+LISTED_MAX = 100  # batches and collections a group names in the API
 KEY_RE = re.compile(r"^[0-9a-f]{16}$")
 
 # Order matters: a URL holds a host, a path and numbers; an ARK holds a path.
@@ -289,8 +290,11 @@ def group_json(group: CauseGroup) -> dict[str, Any]:
         "step": group.step,
         "signature": group.signature,
         "count": group.count,
-        "batches": group.batches,
-        "collections": group.collections,
+        # A cause may span thousands of batches: the first ones, and how many there are.
+        "batches": group.batches[:LISTED_MAX],
+        "batch_count": len(group.batches),
+        "collections": group.collections[:LISTED_MAX],
+        "collection_count": len(group.collections),
         "first_seen": group.first_seen.isoformat(),
         "last_seen": group.last_seen.isoformat(),
         "sample": group.sample,
