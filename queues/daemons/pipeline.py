@@ -673,10 +673,16 @@ class JobPipeline:
             if not is_connection_error(exc):
                 raise
             # Whether it landed is unknown: the next claim finds the jobs wherever they are.
+            # Their locks, kept or not, may still be on the server with this session: no thread
+            # works under them now, so they are left in doubt for the lock reconciler (noted as
+            # held, they would stay until the session ended).
             if self.keeper is not None:
                 self.keeper.arrived([w.job.jid for w in flight.works])
+            ledger_of(self.zk).in_doubt(zpaths.job_node(w.job.jid, "lock") for w in flight.works)
             for work in flight.works:
                 self.holding.pop(work.job.jid, None)
+                self.kept.pop(work.job.jid, None)
+                self.known.pop(work.job.jid, None)
                 self._end(
                     work, daemon.result(work.job.jid, "dropped", work.started, f"ZooKeeper: {exc}")
                 )
