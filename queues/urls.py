@@ -62,7 +62,7 @@ urlpatterns = [
     path("failed/", failed.failed, name="failed"),
     path("failed/bulk/", bulk.failed_bulk, name="failed-bulk"),
     path("failed/causes/", causes.failed_causes, name="failed-causes"),
-    path("failed/causes/bulk/", causes.failed_causes_bulk, name="failed-causes-bulk"),
+    path("failed/causes/bulk/", bulk.failed_cause_bulk, name="failed-causes-bulk"),
     path("bulk/", bulk.bulk_runs, name="bulk-runs"),
     path("bulk/<int:pk>/", bulk.bulk_run, name="bulk-run"),
     re_path(

@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from queues import actions, bulkrun, selectors, services
+from queues import actions, bulkrun, failure_causes, selectors, services
 from queues.auth import VIEWER, may, require_action
 from queues.forms import BulkForm, FailedFilterForm, JobFilterForm
 from queues.zk import index as zindex
@@ -209,6 +209,23 @@ def failed_bulk(request: HtmxHttpRequest) -> HttpResponse:
         FailedFilterForm(request.POST),
         lambda form: (selectors.failed_matching(**form.cleaned_data), False),
         "failed",
+    )
+
+
+@require_POST
+@console_view(VIEWER)
+def failed_cause_bulk(request: HtmxHttpRequest) -> HttpResponse:
+    """Resume (or delete) one cause's Failed jobs (``failure_causes``): posted with scope
+    "filter" and the group's key, so they are previewed as they are now, then acted on."""
+    key = request.POST.get("cause", "")
+    if not failure_causes.KEY_RE.fullmatch(key):
+        return error_response(request, "cause must be a group's key", 400)
+    return _job_bulk(
+        request,
+        FailedFilterForm(request.POST),
+        # None left (all resumed meanwhile): "nothing selected".
+        lambda form: (failure_causes.failure_causes(**form.cleaned_data).jids(key), False),
+        "failed-causes",
     )
 
 

@@ -11,7 +11,7 @@ from django.urls import reverse
 from queues import failure_causes
 from queues.audit import ApiToken
 from queues.zk import index as zindex
-from queues.zk import jobs
+from queues.zk import jobs, locks
 from queues.zk.errors import NotFound
 
 pytestmark = pytest.mark.django_db
@@ -197,9 +197,20 @@ def test_a_bad_cause_key_is_refused(zk, operator):
     assert answer.status_code == 400
 
 
-def test_the_page_offers_a_hold_of_the_groups_collections(zk, two_causes, operator, viewer):
+def test_the_page_offers_a_hold_of_the_groups_collections(
+    zk, two_causes, make_job, operator, viewer
+):
+    make_job("Pending", profile="letters")
+    zindex.for_client(zk).settle()
     html = operator.get(reverse("failed-causes")).content.decode()
     assert f'action="{reverse("collection-hold", args=["letters", "hold"])}"' in html
+    assert 'Hold letters</button> <span class="small cause-hold-pending">1 of its jobs' in html
+    answer = operator.post(
+        reverse("collection-hold", args=["letters", "hold"]),
+        {"reason": "depositor down", "next": reverse("failed-causes")},
+    )
+    assert answer.status_code == 303 and answer["Location"] == reverse("failed-causes")
+    assert "letters" in locks.holds_list(zk).collections
     assert "cause-resume" in html and "cause-delete" not in html  # delete is an admin's
     seen = viewer.get(reverse("failed-causes")).content.decode()
     assert "cause-resume" not in seen and "collection-hold" not in seen
