@@ -16,6 +16,7 @@ import re
 import threading
 import weakref
 from array import array
+from collections.abc import Container
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -34,6 +35,8 @@ GROUPS_PER_PAGE = 50
 SIGNATURE_MAX = 300  # characters of a signature kept (a stack trace's first lines suffice)
 NO_MESSAGE = "(no message)"
 LISTED_MAX = 100  # batches and collections a group names in the API
+WHEN_BITS = 40  # epoch seconds fit until the year 36812
+WHEN_MASK = (1 << WHEN_BITS) - 1
 KEY_RE = re.compile(r"^[0-9a-f]{16}$")
 
 # Order matters: a URL holds a host, a path and numbers; an ARK holds a path.
@@ -124,8 +127,9 @@ class _Seen:
         self.lock = threading.Lock()
         self.signatures: list[str] = []
         self.where: dict[str, int] = {}
-        self.sig_of: dict[int, int] = {}  # job number -> signature index
-        self.when: dict[int, float] = {}  # job number -> failure time (epoch seconds)
+        # job number -> signature index << WHEN_BITS | failure time in epoch seconds (the
+        # status's precision): one int per Failed job, not two dict entries
+        self.facts: dict[int, int] = {}
         self.samples: dict[int, tuple[int, str]] = {}  # signature -> (job number, message)
 
     def intern(self, sig: str) -> int:
@@ -153,17 +157,18 @@ class _Seen:
                     continue
                 status = Status(raw=raw, version=found[1].version, mtime=stamp(found[1].mtime))
                 sig_index = self.intern(signature(status.message))
-                when = (status.last_modified or status.mtime).timestamp()
-                self.sig_of[number] = sig_index
-                self.when[number] = when
+                when = max(0, int((status.last_modified or status.mtime).timestamp()))
+                self.facts[number] = sig_index << WHEN_BITS | when
                 sample = self.samples.get(sig_index)
-                if sample is None or self.when.get(sample[0], 0.0) <= when:
+                if sample is None or self.when(sample[0]) <= when:
                     self.samples[sig_index] = (number, status.message)
 
-    def forget_except(self, keep: set[int]) -> None:
-        for number in [n for n in self.sig_of if n not in keep]:
-            del self.sig_of[number]
-            self.when.pop(number, None)
+    def when(self, number: int) -> int:
+        return self.facts.get(number, 0) & WHEN_MASK
+
+    def forget_except(self, keep: Container[int]) -> None:
+        for number in [n for n in self.facts if n not in keep]:
+            del self.facts[number]
 
 
 _SEEN: weakref.WeakKeyDictionary[Any, _Seen] = weakref.WeakKeyDictionary()
@@ -196,21 +201,23 @@ def _messages(zk: Any, numbers: list[int]) -> dict[int, str]:
     return found
 
 
-def _build(zk: Any, matches: selectors.FailedMatches, keep: set[int] | None) -> FailureCauses:
+def _build(zk: Any, matches: selectors.FailedMatches, keep: Container[int] | None) -> FailureCauses:
     seen = _seen_for(zindex.for_client(zk))
     numbers = matches.numbers
     with seen.lock:
-        seen.read(zk, [n for n in numbers if n not in seen.sig_of])
+        facts = seen.facts
+        seen.read(zk, [n for n in numbers if n not in facts])
         if keep is not None:
             seen.forget_except(keep)
         # (step, signature index) -> places in the matches
         members: dict[tuple[str, int], array[int]] = {}
         unread = 0
         for place, number in enumerate(numbers):
-            sig_index = seen.sig_of.get(number)
-            if sig_index is None:
+            fact = facts.get(number)
+            if fact is None:
                 unread += 1
                 continue
+            sig_index = fact >> WHEN_BITS
             key = (matches.infos[place][2], sig_index)
             found = members.get(key)
             if found is None:
@@ -218,7 +225,7 @@ def _build(zk: Any, matches: selectors.FailedMatches, keep: set[int] | None) -> 
             found.append(place)
         groups: list[CauseGroup] = []
         for (step, sig_index), places in members.items():
-            whens = [seen.when[numbers[p]] for p in places]
+            whens = [facts[numbers[p]] & WHEN_MASK for p in places]
             # The newest failure; of those in one second (the status says no more), the newest job.
             newest = numbers[places[max(range(len(places)), key=lambda i: (whens[i], i))]]
             sample_number, sample = seen.samples.get(sig_index, (-1, ""))
@@ -263,7 +270,7 @@ def failure_causes(*, bid: str = "", profile: str = "", step: str = "") -> Failu
     def build() -> FailureCauses:
         matches = selectors._failed_matches(zk, bid=bid, profile=profile, step=step)
         # Jobs no longer Failed are forgotten: one that fails again is read again.
-        return _build(zk, matches, set(idx.failed_numbers()))
+        return _build(zk, matches, idx.failed_numbers())
 
     return cast(
         "FailureCauses",

@@ -230,3 +230,29 @@ def test_the_api_lists_the_groups(zk, two_causes, make_user, client):
     ).json()
     assert [g["count"] for g in filtered["items"]] == [1]
     assert client.get("/api/failed/causes").status_code == 401
+
+
+def test_a_new_failure_reads_only_its_own_status(zk, make_job, make_batch, viewer):
+    batch = make_batch()
+    for i in range(30):
+        make_job("Failed", batch=batch, message=f"HTTP {500 + i % 4} from host{i}.example.org")
+    assert viewer.get(reverse("failed-causes")).status_code == 200  # every status read once
+    make_job("Failed", batch=batch, message="HTTP 502 from host99.example.org")
+    zindex.for_client(zk).settle()
+    statuses: list[str] = []
+    original = zk._call
+
+    def counting(request, async_object):
+        for path in getattr(request, "full_paths", None) or [getattr(request, "path", "")]:
+            if path.endswith("/status") and "/jobs/jid" in path:
+                statuses.append(path)
+        return original(request, async_object)
+
+    zk._call = counting
+    try:
+        html = viewer.get(reverse("failed-causes")).content.decode()
+    finally:
+        zk._call = original
+    assert 'data-count="31"' in html
+    # The read index's read of the new job and this module's: none of the 30 read before.
+    assert len(statuses) <= 2 and all(p.endswith("jid0000000031/status") for p in statuses)
