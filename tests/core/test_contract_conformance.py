@@ -669,7 +669,7 @@ def test_the_console_shows_deleted_items_with_a_remove_button(
     overview = browser.get("/").content.decode()
     assert re.search(r'id="count-[^"]*-Deleted">1 job<', overview)
     batch_page = browser.get(f"/batches/{batch.bid}/").content.decode()
-    assert "batch-deleted: 1" in batch_page
+    assert "1 deleted" in batch_page
     listed = browser.get("/jobs/", {"state": "Deleted"})
     assert listed.status_code == 200
     assert f'href="/jobs/{job.jid}/"' in listed.content.decode()
