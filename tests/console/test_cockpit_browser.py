@@ -112,7 +112,7 @@ def test_a_resumed_job_keeps_its_failure_path_and_timeline(
     # The Downloading box carries both its visits.
     assert page.text_content("#node-jobpath-Downloading .step-number") == "4,6"
     timeline = page.locator("#job-timeline li").all_inner_texts()
-    assert timeline[0].split(" ", 2)[2].startswith("Created")
+    assert timeline[0].split(" ", 3)[3].startswith("Created")  # after "date time zone"
     assert any("resume: Failed → Downloading" in t and "olga" in t for t in timeline)
     assert "Entered Downloading" in timeline[-1]
     shot(page, "cockpit-job-resumed-history")
