@@ -119,9 +119,12 @@ def audit_outcomes(
     reason: str = "",
     params: dict[str, Any] | None = None,
     via: str = "web",
+    group: str = "",
 ) -> None:
-    """One audit entry per outcome of an action ``apply`` made."""
+    """One audit entry per outcome of an action ``apply`` made; ``group`` (``bulk run #N``)
+    begins each entry's detail, so the log can fold a bulk run's entries under one line."""
     for outcome in outcomes:
+        detail = f"{outcome.detail}; {outcome.failure}" if outcome.failure else outcome.detail
         item = (
             f"{(params or {}).get('queue')}/{outcome.id}"
             if outcome.kind == "access"
@@ -135,7 +138,7 @@ def audit_outcomes(
             before=outcome.before,
             after=outcome.after,
             reason=reason.strip(),
-            detail=f"{outcome.detail}; {outcome.failure}" if outcome.failure else outcome.detail,
+            detail=f"{group}: {detail}" if group else detail,
             via=via,
         )
 

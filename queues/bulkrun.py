@@ -32,7 +32,7 @@ from typing import Any
 from django.db import close_old_connections
 from django.utils import timezone
 
-from queues import actions, services, transient
+from queues import actions, audit, services, transient
 from queues.auth import require_action
 from queues.models import BulkRun
 from queues.zk.client import connected_client
@@ -104,7 +104,23 @@ def start(
         via=via,
         params=params or {},
     )
+    # One line in the audit log for the run; its items' entries are folded under it.
+    audit.record(
+        user=user,
+        # Not the action's own name: counting an action's entries counts its items, as before.
+        action=f"bulk-{action}"[:40],
+        kind="bulk",
+        item_id=str(run.pk),
+        reason=run.reason,
+        detail=f"{run.total} {kind}s in the background ({group_of(run)})",
+        via=via,
+    )
     return run
+
+
+def group_of(run: BulkRun) -> str:
+    """What begins the detail of every audit entry of the run's items."""
+    return f"bulk run #{run.pk}"
 
 
 def resume(run: BulkRun, *, user: Any) -> bool:
@@ -322,7 +338,12 @@ def _audit(progress: _Progress) -> None:
         return
     run = progress.run
     actions.audit_outcomes(
-        progress.unaudited, user=progress.done_as, action=run.action, reason=run.reason, via=run.via
+        progress.unaudited,
+        user=progress.done_as,
+        action=run.action,
+        reason=run.reason,
+        via=run.via,
+        group=group_of(run),
     )
     progress.unaudited = []
 

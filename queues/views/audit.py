@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -26,6 +27,17 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
     if request.GET.get("ok") in ("0", "1"):
         entries = entries.filter(ok=request.GET["ok"] == "1")
         filters["ok"] = request.GET["ok"]
+    bulk = request.GET.get("bulk", "")
+    if bulk.isdigit():
+        # One bulk run's item entries (and its own line).
+        entries = entries.filter(
+            Q(detail__startswith=f"bulk run #{int(bulk)}:") | Q(kind="bulk", item_id=str(int(bulk)))
+        )
+        filters["bulk"] = bulk
+    elif not ({"item_id", "kind"} & set(filters)) and request.GET.get("items") != "all":
+        # A background bulk run is one line here, not one per item (486 for one delete): its
+        # items are a click away. Looking for an item or a kind shows every entry.
+        entries = entries.exclude(detail__startswith="bulk run #")
     page = Paginator(entries, 100).get_page(request.GET.get("page"))
     return render(
         request,

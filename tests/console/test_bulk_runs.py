@@ -323,3 +323,30 @@ def test_a_run_waits_for_a_daemon_and_the_web_process_never_works_on_it(
     run = ended(run.pk)
     assert run.state == "finished"
     assert run.owner == bulk_runs_daemon.owner
+
+
+def test_the_audit_log_folds_a_background_run_into_one_line(operator, zk, make_job):
+    failed = [make_job("Failed", profile="letters") for _ in range(4)]
+    response = operator.post(
+        reverse("jobs-bulk"),
+        {
+            "action": "resume",
+            "scope": "selection",
+            "item": [f"{j.jid}:{j.status.version}" for j in failed],
+            "reason": "storage back",
+        },
+    )
+    assert response.status_code == 303
+    run = ended(BulkRun.objects.get().pk)
+    assert run.done == 4
+    log = operator.get(reverse("audit")).content.decode()
+    assert f'href="/bulk/{run.pk}/">run #{run.pk}</a>' in log
+    assert "resume, in bulk" in log and "4 jobs in the background" in log
+    assert not any(j.jid in log for j in failed)  # folded
+    items = operator.get(reverse("audit"), {"bulk": run.pk}).content.decode()
+    assert all(j.jid in items for j in failed)
+    every = operator.get(reverse("audit"), {"items": "all"}).content.decode()
+    assert all(j.jid in every for j in failed)
+    # Looking for one item shows its entry wherever it came from.
+    one = operator.get(reverse("audit"), {"item_id": failed[0].jid}).content.decode()
+    assert f"bulk run #{run.pk}:" in one
