@@ -14,6 +14,7 @@ from queues import auth, clock
 from queues.actions import is_destructive
 from queues.diagrams import GLYPHS, human_age, shape_of
 from queues.states import BATCH_FOLDER_WORDS, MACHINES
+from queues.steps.submission import processing_problem
 from queues.zk.jobs import NOT_RESUMABLE
 from queues.zk.records import Broken
 
@@ -35,6 +36,14 @@ def when(value: datetime | str | None, precision: str = "seconds") -> str:
     return format_html(
         '<time datetime="{}" title="{}">{}</time>', iso, iso, clock.clock_text(moment, precision)
     )
+
+
+@register.filter
+def left_to_merritt(job: Any) -> bool:
+    """A job this console's daemons never process (written by Merritt's ingest, its payload on
+    ingest's disk): a list says so beside its Resume."""
+    config = getattr(job, "configuration", None)
+    return isinstance(config, dict) and processing_problem(config) is not None
 
 
 @register.filter

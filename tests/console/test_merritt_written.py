@@ -10,6 +10,7 @@ import pytest
 from django.urls import reverse
 
 from queues.zk import jobs
+from queues.zk.jobs import job_transition
 from tests.daemons.merritt_ingest import merritt_batch, merritt_job
 
 pytestmark = pytest.mark.django_db
@@ -92,3 +93,19 @@ def test_the_submit_form_and_submitbatch_take_merritts_type_names(admin, zk) -> 
         ("batchManifestContainer", "container-batch-manifest"),
     }
     assert all(s["update"] is False for s in made)
+
+
+def test_a_failed_merritt_job_in_a_list_says_only_merritt_takes_it_on(
+    operator, zk, make_job
+) -> None:
+    batch = merritt_batch(zk)
+    theirs = merritt_job(zk, batch, state="Estimating")
+    theirs = job_transition(zk, theirs, "Failed", message="estimating: timed out")
+    ours = make_job("Failed")
+    html = operator.get("/jobs/?state=Failed").content.decode()
+    their_row = html[html.index(f'id="job-row-{theirs.jid}"') :]
+    their_row = their_row[: their_row.index("</tr>")]
+    our_row = html[html.index(f'id="job-row-{ours.jid}"') :]
+    our_row = our_row[: our_row.index("</tr>")]
+    assert "only Merritt's consumers take it on" in their_row
+    assert "only Merritt's consumers take it on" not in our_row
