@@ -21,7 +21,6 @@ import contextlib
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -34,7 +33,7 @@ from django.utils import timezone
 from queues import transient
 from queues.daemons.alert_rules import KINDS
 from queues.daemons.alerting import Evaluator, deliver_due, digest_if_due
-from queues.daemons.base import Daemon, ItemResult, Next, Step, describe
+from queues.daemons.base import ItemResult, PeriodicDaemon
 from queues.zk.errors import is_connection_error
 from queues.zk.leader import leader_resign, leader_take
 
@@ -43,10 +42,9 @@ log = logging.getLogger("queues.daemons")
 ROLE = "alerts"
 
 
-class Alerts(Daemon[Any]):
+class Alerts(PeriodicDaemon):
     name: ClassVar[str] = "alerts"
     step: ClassVar[str] = "alerts"
-    queue_hold: ClassVar[str | None] = None
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -105,43 +103,15 @@ class Alerts(Daemon[Any]):
         log.info("%s", self.last.line())
         return False
 
-    def run(self, stop: threading.Event) -> None:
-        every = float(settings.MRT_ALERT_EVERY)
-        log.info("%s: started (a round every %gs)", self.name, every)
-        while not stop.is_set():
-            try:
-                said = self.round()
-                for line in said:
-                    log.info("%s: %s", self.name, line)
-            except Exception as exc:
-                if is_connection_error(exc):
-                    log.warning("%s: ZooKeeper unavailable: %s", self.name, describe(exc))
-                else:
-                    log.exception("%s: unexpected error in a round", self.name)
-            finally:
-                close_old_connections()
-            stop.wait(every)
+    def every(self) -> float:
+        return float(settings.MRT_ALERT_EVERY)
+
+    def tick(self) -> bool:
+        for line in self.round():
+            log.info("%s: %s", self.name, line)
+        return True
+
+    def stopping(self) -> None:
         if self.leading:
             with contextlib.suppress(Exception):
                 leader_resign(self.zk, ROLE)
-        log.info("%s: stopped", self.name)
-
-    # The consumer hooks: alerts claim nothing, so none of them is ever called.
-
-    def claim(self) -> None:
-        return None
-
-    def work(self, item: Any) -> Step:
-        return Next(str(item))
-
-    def item_id(self, item: Any) -> str:
-        return str(item)
-
-    def lock_path(self, item: Any) -> str:
-        raise NotImplementedError("the alerts daemon takes no item lock")
-
-    def move(self, item: Any, step: Next) -> bool:
-        raise NotImplementedError("the alerts daemon moves no item")
-
-    def unlock(self, item: Any) -> None:
-        return None

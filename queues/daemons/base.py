@@ -443,6 +443,67 @@ class Daemon(ABC, Generic[T]):
     result = _result
 
 
+class PeriodicDaemon(Daemon[Any]):
+    """A daemon that claims no item: it does one round of its work every ``every()`` seconds
+    (retention's sweep, the maintenance windows, the alert rules). A round that fails on
+    ZooKeeper is logged as an outage and tried again at the next round; the loop never ends on
+    an error."""
+
+    queue_hold: ClassVar[str | None] = None  # nothing it does is stopped by a held queue
+    round_name: ClassVar[str] = "round"
+    _stop: threading.Event | None = None  # the loop's stop, for a round that checks it
+
+    def every(self) -> float:
+        raise NotImplementedError
+
+    def tick(self) -> bool:
+        """One round; False when it could not run (not connected): then the next comes after
+        ``poll`` seconds rather than a whole interval."""
+        raise NotImplementedError
+
+    def stopping(self) -> None:
+        """Called once the loop has stopped (a leader resigns here)."""
+
+    def run(self, stop: threading.Event) -> None:
+        self._stop = stop
+        every = self.every()
+        log.info("%s: started (a %s every %gs)", self.name, self.round_name, every)
+        while not stop.is_set():
+            ran = True
+            try:
+                ran = self.tick()
+            except Exception as exc:
+                if is_connection_error(exc):
+                    log.warning("%s: ZooKeeper unavailable: %s", self.name, describe(exc))
+                else:
+                    log.exception("%s: unexpected error in a %s", self.name, self.round_name)
+            finally:
+                close_old_connections()
+            stop.wait(every if ran else min(every, self.poll))
+        self.stopping()
+        log.info("%s: stopped", self.name)
+
+    # The consumer hooks: it claims nothing, so none of them is ever called.
+
+    def claim(self) -> None:
+        return None
+
+    def work(self, item: Any) -> Step:
+        return Next(str(item))
+
+    def item_id(self, item: Any) -> str:
+        return str(item)
+
+    def lock_path(self, item: Any) -> str:
+        raise NotImplementedError(f"{self.name} takes no item lock")
+
+    def move(self, item: Any, step: Next) -> bool:
+        raise NotImplementedError(f"{self.name} moves no item")
+
+    def unlock(self, item: Any) -> None:
+        return None
+
+
 class JobDaemon(Daemon[Job]):
     """A daemon working on the jobs of one state, in priority order.
 

@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 import time
 from datetime import timedelta
-from typing import Any, ClassVar
-
-from django.db import close_old_connections
+from typing import ClassVar
 
 from queues import audit, services
 from queues.daemons.alert_rules import Context, Finding, rule
-from queues.daemons.base import Daemon, ItemResult, Next, Step, describe
-from queues.zk.errors import is_connection_error
+from queues.daemons.base import ItemResult, PeriodicDaemon
 from queues.zk.maintenance import Window, due, node_holds, overrun, release_window
 
 log = logging.getLogger("queues.daemons")
@@ -29,10 +25,10 @@ log = logging.getLogger("queues.daemons")
 EVERY_SECONDS = 1.0  # how often the windows are read (a handful of small nodes)
 
 
-class Maintenance(Daemon[Any]):
+class Maintenance(PeriodicDaemon):
     name: ClassVar[str] = "maintenance"
     step: ClassVar[str] = "maintenance"
-    queue_hold: ClassVar[str | None] = None  # it releases holds: a held queue must not stop it
+    round_name: ClassVar[str] = "look at the windows"
 
     def sweep(self) -> list[Window]:
         """Release every window past its end that this process wins; those it released."""
@@ -90,40 +86,12 @@ class Maintenance(Daemon[Any]):
         )
         return bool(released)
 
-    def run(self, stop: threading.Event) -> None:
-        log.info("%s: started (maintenance windows read every %gs)", self.name, EVERY_SECONDS)
-        while not stop.is_set():
-            try:
-                self.run_once()
-            except Exception as exc:
-                if is_connection_error(exc):
-                    log.warning("%s: ZooKeeper unavailable: %s", self.name, describe(exc))
-                else:
-                    log.exception("%s: unexpected error reading the windows", self.name)
-            finally:
-                close_old_connections()
-            stop.wait(EVERY_SECONDS)
-        log.info("%s: stopped", self.name)
+    def every(self) -> float:
+        return EVERY_SECONDS
 
-    # The consumer hooks: it claims nothing, so none of them is ever called.
-
-    def claim(self) -> None:
-        return None
-
-    def work(self, item: Any) -> Step:
-        return Next(str(item))
-
-    def item_id(self, item: Any) -> str:
-        return str(item)
-
-    def lock_path(self, item: Any) -> str:
-        raise NotImplementedError("maintenance takes no lock")
-
-    def move(self, item: Any, step: Next) -> bool:
-        raise NotImplementedError("maintenance makes no moves")
-
-    def unlock(self, item: Any) -> None:
-        return None
+    def tick(self) -> bool:
+        self.run_once()
+        return self.last is not None
 
 
 # Alert rules on holds (queues/daemons/alert_rules.py) ---------------------------------------

@@ -10,25 +10,21 @@ queue hold either. Several copies may run; the archive rows are keyed by ID.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from django.conf import settings
-from django.db import close_old_connections
 
 from queues import archive
-from queues.daemons.base import Daemon, ItemResult, Next, Step, describe
-from queues.zk.errors import is_connection_error
+from queues.daemons.base import ItemResult, PeriodicDaemon
 
 log = logging.getLogger("queues.daemons")
 
 
-class Retention(Daemon[Any]):
+class Retention(PeriodicDaemon):
     name: ClassVar[str] = "retention"
     step: ClassVar[str] = "retention"
-    queue_hold: ClassVar[str | None] = None
-    _stop: threading.Event | None = None
+    round_name: ClassVar[str] = "sweep"
 
     def sweep(self) -> ItemResult:
         """One sweep: a line per batch, then a summary line; the summary is returned.
@@ -63,43 +59,12 @@ class Retention(Daemon[Any]):
         log.info("%s", self.last.line())
         return False
 
-    def run(self, stop: threading.Event) -> None:
-        self._stop = stop
-        every = float(settings.MRT_RETENTION_SWEEP_SECONDS)
-        log.info("%s: started (a sweep every %gs)", self.name, every)
-        while not stop.is_set():
-            try:
-                self.run_once()
-            except Exception as exc:
-                if is_connection_error(exc):
-                    log.warning("%s: ZooKeeper unavailable: %s", self.name, describe(exc))
-                else:
-                    log.exception("%s: unexpected error in a sweep", self.name)
-            finally:
-                close_old_connections()
-            # Not connected: try again soon rather than after a whole interval.
-            stop.wait(every if self.last is not None else min(every, self.poll))
-        log.info("%s: stopped", self.name)
+    def every(self) -> float:
+        return float(settings.MRT_RETENTION_SWEEP_SECONDS)
 
-    # The consumer hooks: retention claims nothing, so none of them is ever called.
-
-    def claim(self) -> None:
-        return None
-
-    def work(self, item: Any) -> Step:
-        return Next(item.state)
-
-    def item_id(self, item: Any) -> str:
-        return str(getattr(item, "bid", item))
-
-    def lock_path(self, item: Any) -> str:
-        raise NotImplementedError("retention takes no lock")
-
-    def move(self, item: Any, step: Next) -> bool:
-        raise NotImplementedError("retention makes no moves")
-
-    def unlock(self, item: Any) -> None:
-        return None
+    def tick(self) -> bool:
+        self.run_once()
+        return self.last is not None
 
 
 def _detail(outcome: archive.ArchiveOutcome) -> str:
