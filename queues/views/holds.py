@@ -152,25 +152,36 @@ def collection_hold_action(request: HtmxHttpRequest, profile: str, action: str) 
     return _holds_response(request, form)
 
 
+def _hold_typed(request: HtmxHttpRequest, form: Any, kind: str, field: str) -> str | None:
+    """Hold what a form names (a collection's profile, a storage node's number) with its
+    reason and window's end; the item held, or None when the form is bad (answered by the
+    caller)."""
+    if not form.is_valid():
+        return None
+    item = form.cleaned_data[field]
+    report(
+        request,
+        actions.perform(
+            user=request.user,
+            kind=kind,
+            action="hold",
+            item_id=item,
+            reason=form.cleaned_data["reason"],
+            params={"until": form.cleaned_data["until"], "by": request.user.get_username()},
+        ),
+    )
+    return str(item)
+
+
 @require_POST
 @console_view(VIEWER)
 def collection_hold_new(request: HtmxHttpRequest) -> HttpResponse:
     """The "hold a collection" form, where the profile is typed rather than in the URL."""
     form = CollectionHoldForm(request.POST)
-    if not form.is_valid():
+    held = _hold_typed(request, form, "collection", "profile")
+    if held is None:
         return error_response(request, f"cannot hold: {form.errors.as_text()}", 400)
-    report(
-        request,
-        actions.perform(
-            user=request.user,
-            kind="collection",
-            action="hold",
-            item_id=form.cleaned_data["profile"],
-            reason=form.cleaned_data["reason"],
-            params={"until": form.cleaned_data["until"], "by": request.user.get_username()},
-        ),
-    )
-    return _holds_response(request, just_held=form.cleaned_data["profile"])
+    return _holds_response(request, just_held=held)
 
 
 @require_POST
@@ -178,19 +189,8 @@ def collection_hold_new(request: HtmxHttpRequest) -> HttpResponse:
 def node_hold_new(request: HtmxHttpRequest) -> HttpResponse:
     """Hold a storage node (typed in the form), with a reason and perhaps an end."""
     form = NodeHoldForm(request.POST)
-    if not form.is_valid():
+    if _hold_typed(request, form, "node", "node") is None:
         return error_response(request, f"cannot hold: {form.errors.as_text()}", 400)
-    report(
-        request,
-        actions.perform(
-            user=request.user,
-            kind="node",
-            action="hold",
-            item_id=form.cleaned_data["node"],
-            reason=form.cleaned_data["reason"],
-            params={"until": form.cleaned_data["until"], "by": request.user.get_username()},
-        ),
-    )
     return _holds_response(request)
 
 
