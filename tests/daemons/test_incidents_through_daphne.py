@@ -1,0 +1,103 @@
+"""The incident console through daphne with the daemons running (issue 24): a token made by
+``manage.py apitoken``; a storage node held through the API with a maintenance window a few
+seconds long, released by a ``runconsumer maintenance`` process at its end; the backlog in
+``/api/overview``; the environment named on the pages daphne serves."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from tests.live.conftest import console_env, daphne
+
+from .conftest import wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def _call(url: str, key: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url,
+        data=urllib.parse.urlencode(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {key}"},
+        method="POST" if body is not None else "GET",
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return dict(json.load(answer))
+
+
+def test_a_node_hold_with_a_window_through_daphne_ends_by_itself(
+    zk: Any, zk_hosts: str, tmp_path: Path
+) -> None:
+    env = console_env(
+        zk_hosts, tmp_path, user="ops", password="pw-" + "x" * 20, MRT_ENVIRONMENT="stage"
+    )
+    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+    key_file = tmp_path / "key"
+    subprocess.run(
+        [
+            *manage,
+            "apitoken",
+            "create",
+            "--user",
+            "ops",
+            "--name",
+            "ops",
+            "--key-file",
+            str(key_file),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    key = key_file.read_text().strip()
+    log = tmp_path / "maintenance.log"
+    with log.open("wb") as out:
+        daemon = subprocess.Popen(
+            [*manage, "runconsumer", "maintenance"],
+            cwd=settings.BASE_DIR,
+            env={**env, "LOG_LEVEL": "INFO"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        with daphne(env, tmp_path / "daphne.log") as url:
+            login = urllib.request.urlopen(f"{url}/login/", timeout=30).read().decode()
+            assert "STAGE · not production" in login and "<title>[STAGE] " in login
+            end = datetime.now(UTC) + timedelta(seconds=4)
+            held = _call(
+                f"{url}/api/holds/node/9501/hold",
+                key,
+                {"reason": "node 9501 patch", "until": end.isoformat()},
+            )
+            assert held, held
+            holds = _call(f"{url}/api/holds", key)
+            assert holds["nodes"]["9501"]["reason"] == "node 9501 patch"
+            assert [(w["kind"], w["name"]) for w in holds["windows"]] == [("node", "9501")]
+            overview = _call(f"{url}/api/overview", key)
+            assert "backlog" in overview and "disk" in overview["backlog"]
+            # Released by the maintenance process at the window's end, not before.
+            assert _call(f"{url}/api/holds", key)["nodes"]
+            wait_for(lambda: not _call(f"{url}/api/holds", key)["nodes"], timeout=60)
+            assert datetime.now(UTC) >= end
+            assert _call(f"{url}/api/holds", key)["windows"] == []
+            entries = _call(f"{url}/api/audit", key)
+            actions = sorted(e["action"] for e in entries["items"] if e["kind"] == "node")
+            assert actions == ["hold", "release"], entries
+        assert "node:9501 maintenance released" in log.read_text()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
