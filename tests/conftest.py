@@ -65,6 +65,23 @@ def zk_1mib(zk_server_1mib: LocalZooKeeper) -> Iterator[Any]:
     settings.ZK_HOSTS = old
 
 
+@pytest.fixture
+def zk_own_1mib(tmp_path: Path) -> Iterator[Any]:
+    """``zk`` on a 1 MiB server of the test's own, stopped with it: for a test that loads more
+    than the session's shared server (and its heap) should carry for every test after it."""
+    server = LocalZooKeeper(tmp_path / "zookeeper", free_port(), jute_maxbuffer=0xFFFFF)
+    server.start()
+    old = settings.ZK_HOSTS
+    settings.ZK_HOSTS = server.hosts
+    zkmod.close()
+    try:
+        yield zkmod.client()
+    finally:
+        zkmod.close()
+        settings.ZK_HOSTS = old
+        server.stop()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _var_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Point everything the project writes locally at a temporary folder."""
