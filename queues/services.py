@@ -276,6 +276,20 @@ def job_remove_deleted(*, jid: str, expect_version: int | None = None) -> Outcom
 # Batches ------------------------------------------------------------------------------------
 
 
+def _check_submission(
+    profile: str, submitter: str, payload_url: str, submission_type: str, filename: str
+) -> None:
+    """The cheap checks every submission passes, whichever side then takes it in."""
+    zpaths.profile(profile)
+    if submission_type not in SUBMISSION_TYPES:
+        raise ValueError(f"type {submission_type!r} is not one of: {', '.join(SUBMISSION_TYPES)}")
+    if not submitter.strip():
+        raise ValueError("submitter is required")
+    check_payload_url(payload_url)
+    # The name the daemons will give the file: the depositor's, or the URL's last part.
+    check_filename(filename or filename_from_url(payload_url))
+
+
 def batch_submit(
     *,
     profile: str,
@@ -297,15 +311,8 @@ def batch_submit(
     Only cheap checks happen here (the step must stay light): the payload itself is read by the
     batch-pending consumer.
     """
-    zpaths.profile(profile)
-    if submission_type not in SUBMISSION_TYPES:
-        raise ValueError(f"type {submission_type!r} is not one of: {', '.join(SUBMISSION_TYPES)}")
+    _check_submission(profile, submitter, payload_url, submission_type, filename)
     submission_type = submission_steps.canonical_type(submission_type)
-    if not submitter.strip():
-        raise ValueError("submitter is required")
-    check_payload_url(payload_url)
-    # The name the daemons will give the file: the depositor's, or the URL's last part.
-    check_filename(filename or filename_from_url(payload_url))
     submission: dict[str, Any] = {
         "profile": profile,
         "submitter": submitter.strip(),
@@ -361,13 +368,7 @@ def batch_submit_to_merritt(
     """Send one submission to Merritt's ingest service (queues/steps/merritt_ingest_client.py)
     after the checks ``batch_submit`` makes; the outcome names the queue's batch (``bid…``)
     once Merritt's ingest has written it, else ingest's own batch ID (``bid-<uuid>``)."""
-    zpaths.profile(profile)
-    if submission_type not in SUBMISSION_TYPES:
-        raise ValueError(f"type {submission_type!r} is not one of: {', '.join(SUBMISSION_TYPES)}")
-    if not submitter.strip():
-        raise ValueError("submitter is required")
-    check_payload_url(payload_url)
-    check_filename(filename or filename_from_url(payload_url))
+    _check_submission(profile, submitter, payload_url, submission_type, filename)
     answer = ingest_client.submit_to_ingest(
         ingest_client.IngestSubmission(
             profile=profile,
