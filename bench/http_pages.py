@@ -7,22 +7,50 @@ tree, and its size can be printed) and starts a real daphne process on loopback 
 console (``mrtadmin.asgi``, with its background fill of the read index), logged in over HTTP as
 a superuser (pages) and with an API token (API views, ``/metrics``).
 
-Cold: for each page, daphne is stopped and started again (a real restart: a new process, an
-empty read index), and the page is asked for as soon as ``/healthz`` answers; the time of that
-first request is printed, with "loading" when the page said the index was still being filled.
-Warm: once the fill is done (``/api/failed`` no longer says ``loading``), the sizes are timed in
-alternating rounds (a warm-up request, then ``--per-round`` timed requests per page and size),
-so that whatever else the machine does weighs on both alike. Printed: median and 95th percentile
-per page and size, the ratio of the largest size's median to the smallest's (and of the cold
-times), flagged when over 1.5x; daphne's resident memory (after the fill, after timing, peak);
-ZooKeeper's node count, snapshot size and data folder per size; searches that did not find
-their job.
+Cold: for each page (``/stuck/`` included), daphne is stopped and started again (a real
+restart: a new process, an empty read index), and the page is asked for as soon as ``/healthz``
+answers; the time of that first request is printed, with whether the answer said the index was
+still loading and whether the index was in fact still filling right after it (``/api/failed``
+asked next), and flagged when over 2 s. Warm: once the fill is done (``/api/failed`` no longer
+says ``loading``), the sizes are timed in alternating rounds (a warm-up request, then
+``--per-round`` timed requests per page and size), so that whatever else the machine does
+weighs on both alike. Printed: median and 95th percentile per page and size, the ratio of the
+largest size's median to the smallest's (and of the cold times), flagged when over 1.5x;
+daphne's resident memory (after the fill, after timing, peak); ZooKeeper's node count,
+snapshot size and data folder per size; for each search, how many of its answers named the job
+searched for ("20 of 20"). The search page (``/search/``) opens the single exact match: its
+answer is that redirect, found when it names the job (the job page it opens is timed as "job
+page"). Then the consistency check, start to findings: started from ``/consistency/`` as an
+admin would, walked by a ``runconsumer consistency`` process, the page polled until it shows
+the findings (``--no-check`` skips it).
+
+Grown (``--grown N``, default 19,000; 0 skips it): a queue that grows under a running console
+is not a fresh one. A ZooKeeper of its own (never a kept one) with an empty queue, a daphne
+started on it, then ``N`` jobs loaded by ``bench/loader.py`` while it runs and a viewer
+reloads the overview, the batch list, ``/api/batches``, ``/failed/`` and ``/stuck/`` (its read
+index kept current by watches); once the load is done and daphne has gone idle again (its CPU
+time stops growing), a second daphne is started fresh on the same data, and both are timed on
+every page in alternating rounds: grown against fresh, the ratio flagged over 1.5x.
+``--sizes`` with no size runs the grown pass alone.
 
 ``--zk-dir DIR`` keeps each size's loaded ZooKeeper in ``DIR/zk-<size>`` and leaves it running
 when the run ends: the next run with the same ``--zk-dir`` uses it as it is instead of loading
 the queue again (loading and reading back 1,000,000 jobs takes about 15 minutes). The pages only
 read, so a kept queue stays the queue that was loaded. ``--stop-zk`` stops the kept servers at
 the end; the data stays in ``DIR`` for the next run.
+
+Views not timed, and why:
+
+- every POST (job, batch, access, hold, priority, cap and consumer actions, bulk actions, token
+  create and revoke, alert rules and the test alert, notes, the consistency repair, the
+  depositors' ``/poster/`` door, logout): they write, and a kept queue must stay the queue that
+  was loaded (the consistency check's start is the one POST, timed start to findings);
+- ``/bulk/<pk>/`` and ``/api/bulk/<pk>``: no bulk run exists in the benchmark's database;
+- ``/reports/<bid>.csv|json``: the loader writes a status report on every batch not left
+  Processing, and what it returns does not say which those are (``/reports/`` and
+  ``/api/reports``, which list them, are timed);
+- ``/downloads/<name>`` (static files) and ``/django-admin/`` (Django's own admin): nothing
+  of the queue.
 """
 
 from __future__ import annotations
@@ -31,6 +59,7 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import itertools
 import json
 import os
 import random
@@ -40,6 +69,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,6 +83,9 @@ from bench.common import ROOT, machine, median, p95, setup_django
 TARGET_RATIO = 1.5
 USER, PASSWORD = "bench", "bench-password-1"
 FILL_TIMEOUT = 1800.0
+TICK = os.sysconf("SC_CLK_TCK")
+IDLE_SHARE = 0.02  # a process using less CPU than this share of the wall time is idle
+COLD_TARGET = 2.0  # s: every page answers within this of a cold start, saying what is loading
 
 
 @dataclass
@@ -62,7 +95,8 @@ class Timings:
     missed: int = 0  # searches whose answer did not name the job searched for
     kib: float = 0.0  # size of the last answer (what the page shows)
     cold: float | None = None
-    cold_loading: bool = False
+    cold_loading: bool = False  # the cold answer said the read index was still loading
+    cold_filling: bool = False  # the index was still filling right after the cold answer
 
     @property
     def median_ms(self) -> float:
@@ -73,29 +107,45 @@ class Timings:
         return p95(self.times) * 1000 if self.times else float("nan")
 
 
-# name -> (kind, url template); kind "page" (session) or "api" (token). Templates use the
-# fields of Targets; {i} varies the job, batch or search target per request.
+# name -> (kind, url template); kind "page" (session), "search" (session; a single exact match
+# answers with a redirect to the job's page, which counts as found when it names the job) or
+# "api" (token). Templates use the fields of Targets; {i} varies the job, batch or search target
+# per request. Views left out, and why, are listed in the module's docstring.
 PAGES: list[tuple[str, str, str]] = [
     ("overview", "page", "/"),
     ("batch list", "page", "/batches/"),
     ("batch page", "page", "/batches/{bid}/"),
+    ("batch priority", "page", "/batches/{bid}/priority/"),
+    ("fixed batches", "page", "/batches/fixed/"),
     ("job list, largest state", "page", "/jobs/?state={largest}"),
     ("job list, one collection", "page", "/jobs/?state={largest}&profile=bench_collection_03"),
     ("job page", "page", "/jobs/{jid}/"),
-    ("search by local id", "page", "/jobs/?q={local}"),
-    ("search by ARK", "page", "/jobs/?q={ark}"),
+    ("job priority", "page", "/jobs/{jid}/priority/"),
+    ("search by local id", "search", "/search/?q={local}"),
+    ("search by ARK", "search", "/search/?q={ark}"),
+    ("job list search, local id", "page", "/jobs/?q={local}"),
+    ("job list search, ARK", "page", "/jobs/?q={ark}"),
     ("failed, by batch", "page", "/failed/"),
     ("failed, by step", "page", "/failed/?group=step"),
     ("failed, one batch open", "page", "/failed/?group=batch&open={failed_bid}"),
+    ("failed causes", "page", "/failed/causes/"),
+    ("stuck", "page", "/stuck/"),
+    ("consumers", "page", "/consumers/"),
+    ("history", "page", "/history/"),
     ("reports", "page", "/reports/"),
     ("holds", "page", "/holds/"),
+    ("holds, node failed", "page", "/holds/node-failed/"),
+    ("collections", "page", "/collections/"),
+    ("collection page", "page", "/collections/bench_collection_03/"),
+    ("alerts", "page", "/alerts/"),
     ("access", "page", "/access/"),
     ("audit", "page", "/audit/"),
     ("bulk runs", "page", "/bulk/"),
     ("tokens", "page", "/tokens/"),
     ("submit", "page", "/submit/"),
     ("consistency page", "page", "/consistency/"),
-    ("stuck", "page", "/stuck/"),
+    ("zk health", "page", "/health/zk/"),
+    ("login page", "page", "/login/"),
     ("/metrics", "api", "/metrics"),
     ("/healthz", "api", "/healthz"),
     ("api overview", "api", "/api/overview"),
@@ -103,15 +153,25 @@ PAGES: list[tuple[str, str, str]] = [
     ("api jobs, search", "api", "/api/jobs?q={local}"),
     ("api job", "api", "/api/jobs/{jid}"),
     ("api failed", "api", "/api/failed"),
+    ("api failed causes", "api", "/api/failed/causes"),
     ("api batches", "api", "/api/batches"),
     ("api batch", "api", "/api/batches/{bid}"),
     ("api access", "api", "/api/access"),
     ("api holds", "api", "/api/holds"),
+    ("api caps", "api", "/api/caps"),
+    ("api consumers", "api", "/api/consumers"),
     ("api reports", "api", "/api/reports"),
     ("api consistency", "api", "/api/consistency"),
     ("api audit", "api", "/api/audit"),
+    ("api notes", "api", "/api/notes?kind=job&item={jid}"),
 ]
-SEARCHES = ("search by local id", "search by ARK", "api jobs, search")
+SEARCHES = (
+    "search by local id",
+    "search by ARK",
+    "job list search, local id",
+    "job list search, ARK",
+    "api jobs, search",
+)
 
 
 @dataclass
@@ -142,11 +202,13 @@ class Targets:
 class Console:
     """One daphne process serving the console against one queue."""
 
-    def __init__(self, size: int, hosts: str, env: dict[str, str], scratch: Path) -> None:
+    def __init__(
+        self, size: int, hosts: str, env: dict[str, str], scratch: Path, label: str = ""
+    ) -> None:
         self.size = size
         self.hosts = hosts
         self.env = {**env, "ZK_HOSTS": hosts}
-        self.log = scratch / f"daphne-{size}.log"
+        self.log = scratch / f"daphne-{label or size}.log"
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.session: Any = None
@@ -214,6 +276,28 @@ class Console:
                 return int(line.split()[1]) / 1024
         return float("nan")
 
+    def cpu_seconds(self) -> float:
+        """User and system CPU time the process has used so far."""
+        if self.proc is None:
+            return float("nan")
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+
+    def wait_idle(self, *, step: float = 2.0, timeout: float = 1800.0) -> tuple[float, float]:
+        """Wait until the process has gone idle: its CPU time grew by less than ``IDLE_SHARE``
+        of the wall time in two steps in a row. Returns (seconds waited, CPU seconds used)."""
+        began, cpu = time.monotonic(), self.cpu_seconds()
+        quiet = 0
+        last = cpu
+        while quiet < 2:
+            if time.monotonic() - began > timeout:
+                raise RuntimeError(f"daphne ({self.log.name}) did not go idle in {timeout:.0f} s")
+            time.sleep(step)
+            now = self.cpu_seconds()
+            quiet = quiet + 1 if now - last < IDLE_SHARE * step else 0
+            last = now
+        return time.monotonic() - began, last - cpu
+
     def log_in(self) -> None:
         """A browser's login: the form's CSRF cookie and token, then the session cookie."""
         import requests
@@ -237,14 +321,27 @@ class Console:
         self.session = session
 
     def get(self, kind: str, url: str) -> tuple[float, int, str]:
+        """Time one request; (seconds, status, body). A search's redirect to the single exact
+        match is its answer (status 200, the body naming where it sends the browser): the
+        job's page it opens is timed as "job page"."""
         import requests
 
         headers = {"Authorization": f"Bearer {self.token}"} if kind == "api" else {}
-        client = self.session if kind == "page" else requests
+        client = requests if kind == "api" else self.session
         began = time.perf_counter()
-        response = client.get(f"{self.base}{url}", headers=headers, timeout=600)
+        response = client.get(
+            f"{self.base}{url}", headers=headers, timeout=600, allow_redirects=kind != "search"
+        )
         body = response.text  # read to the end: the whole answer is timed
-        return time.perf_counter() - began, response.status_code, body
+        elapsed = time.perf_counter() - began
+        if kind == "search" and response.status_code == 302:
+            return elapsed, 200, f"redirected to {response.headers.get('Location', '')}"
+        return elapsed, response.status_code, body
+
+    def filling(self) -> bool:
+        """Whether the read index's background fill is still under way (``/api/failed``)."""
+        _t, status, body = self.get("api", "/api/failed")
+        return status == 200 and '"loading": "' in body and '"loading": ""' not in body
 
     def wait_until_filled(self) -> float:
         """Seconds from the start until the read index's background fill is done."""
@@ -535,26 +632,30 @@ def time_cold(
             continue
         timing.cold = elapsed
         timing.cold_loading = loading_said(body)
-        print(f"  cold {queue.size}: {name} {elapsed * 1000:.0f} ms", flush=True)
+        timing.cold_filling = console.filling()
+        said = "said it was loading" if timing.cold_loading else "did not say it was loading"
+        filling = "still filling after it" if timing.cold_filling else "filled"
+        print(
+            f"  cold {queue.size}: {name} {elapsed * 1000:.0f} ms ({said}; index {filling})",
+            flush=True,
+        )
 
 
 def time_warm(
-    consoles: list[Console],
-    queues: list[Queue],
-    figures: dict[int, dict[str, Timings]],
+    runs: list[tuple[Console, Queue, dict[str, Timings]]],
     *,
     rounds: int,
     per_round: int,
     only: list[str],
     skip: list[str],
 ) -> None:
+    """Time every page on each (console, queue) in alternating rounds, into its figures."""
     for r in range(rounds):
         for name, kind, template in PAGES:
             if not wanted_page(name, only, skip):
                 continue
-            count = per_round
-            for console, queue in zip(consoles, queues, strict=True):
-                timing = figures[queue.size][name]
+            for console, queue, figures in runs:
+                timing = figures[name]
                 if timing.error:
                     continue
                 base = r * (per_round + 1)
@@ -563,7 +664,7 @@ def time_warm(
                 if status != 200:
                     timing.error = f"{url} answered {status}"
                     continue
-                for k in range(count):
+                for k in range(per_round):
                     url, wanted = queue.targets.url(template, base + 1 + k)
                     elapsed, status, body = console.get(kind, url)
                     if status != 200:
@@ -604,15 +705,16 @@ def table(figures: dict[int, dict[str, Timings]], sizes: list[int]) -> list[str]
         ratio = figures[large][name].median_ms / figures[small][name].median_ms
         row += f"{ratio:>7.2f}x  {_verdict(ratio):<10}"
         row += " / ".join(_kib(figures[s][name].kib) for s in sizes) + " KiB"
-        missed = [
-            f"{figures[s][name].missed} of {len(figures[s][name].times)} missed at {s}"
-            for s in sizes
-            if figures[s][name].missed
-        ]
-        if missed:
-            row += "  SEARCH MISSED " + ", ".join(missed)
+        if name in SEARCHES:
+            row += "  " + found_note([figures[s][name] for s in sizes])
         lines.append(row)
     return lines
+
+
+def found_note(timings: list[Timings]) -> str:
+    """'20 of 20 found' per column of a search's figures, flagged when one missed."""
+    found = " / ".join(f"{len(t.times) - t.missed} of {len(t.times)}" for t in timings)
+    return f"found {found}" + ("  SEARCH MISSED" if any(t.missed for t in timings) else "")
 
 
 def cold_table(figures: dict[int, dict[str, Timings]], sizes: list[int]) -> list[str]:
@@ -626,13 +728,202 @@ def cold_table(figures: dict[int, dict[str, Timings]], sizes: list[int]) -> list
         if name not in figures[small] or any(figures[s][name].cold is None for s in sizes):
             continue
         row = f"  {name:<26}"
+        cold = {s: figures[s][name].cold or 0.0 for s in sizes}
         for size in sizes:
             t = figures[size][name]
-            note = "*" if t.cold_loading else " "
-            row += f"{t.cold * 1000:>13.0f} ms{note}"
-        ratio = figures[large][name].cold / figures[small][name].cold
-        lines.append(f"{row}{ratio:>7.2f}x  {_verdict(ratio)}")
-    lines.append("  * the page said the read index was still loading")
+            note = "*" if t.cold_loading else "!" if t.cold_filling else " "
+            row += f"{cold[size] * 1000:>13.0f} ms{note}"
+        ratio = cold[large] / cold[small]
+        row += f"{ratio:>7.2f}x  {_verdict(ratio)}"
+        if cold[large] > COLD_TARGET:
+            row += f"  OVER {COLD_TARGET:.0f} s"
+        lines.append(row)
+    lines.append(
+        "  * the answer said the read index was still loading; ! it did not say so, and the "
+        "index was still filling right after it"
+    )
+    return lines
+
+
+def targets_of(result: Any, hosts: str) -> Targets:
+    """What the URLs name on a queue ``bench/loader.py`` loaded (``result``: its LoadResult):
+    the jobs, batches and searches picked as for the loaded sizes."""
+    from queues.zk import client as zkmod
+
+    rng = random.Random(7)
+    states = result.jobs_by_state
+    failed = sorted(states.get("Failed", []))
+    client = zkmod.connect(hosts)
+    try:
+        failed_bids = [
+            client.get(f"/jobs/{jid}/bid")[0].decode()
+            for jid in rng.sample(failed, min(25, len(failed)))
+        ]
+    finally:
+        client.stop()
+        client.close()
+    return Targets(
+        largest=result.largest_state,
+        jids=rng.sample(states[result.largest_state], 25),
+        bids=rng.sample(result.batches, min(25, len(result.batches))),
+        failed_bids=failed_bids or result.batches[:1],
+        searched=rng.sample(states["Completed"], 25),
+    )
+
+
+@dataclass
+class GrownRun:
+    """A queue loaded under a running console, and a console started fresh on it."""
+
+    size: int
+    load_seconds: float
+    idle_after: float  # s from the load's end until the grown console was idle
+    cpu_load: float  # CPU seconds the grown console used from the load's start until idle
+    figures: dict[str, dict[str, Timings]]  # "grown" | "fresh" -> page -> timings
+    rss: dict[str, tuple[float, float]]  # "grown" | "fresh" -> (before timing, after) MiB
+    fresh_filled: float
+
+
+VIEWED = ("/", "/batches/", "/api/batches", "/failed/", "/stuck/")  # what the viewer reloads
+
+
+def view_while(console: Console, done: threading.Event, pause: float = 0.5) -> None:
+    """An operator's open console while the queue grows: the overview, the batch list, the
+    batches API, the failed and stuck pages, reloaded in turn every ``pause`` seconds until
+    ``done``, so the read index refreshes what the watches marked stale as it goes."""
+    for url in itertools.cycle(VIEWED):
+        if done.wait(pause):
+            return
+        console.get("api" if url.startswith("/api/") else "page", url)
+
+
+def grown_pass(
+    size: int,
+    env: dict[str, str],
+    token: str,
+    scratch: Path,
+    *,
+    rounds: int,
+    per_round: int,
+    only: list[str],
+    skip: list[str],
+) -> GrownRun:
+    """A console started on an empty queue of a throwaway ZooKeeper of its own, ``size`` jobs
+    loaded by ``bench/loader.py`` while it runs (its read index kept current by watches), timed
+    once it has gone idle again; beside it, a console started afresh on the same data. Both
+    run at once and are timed in alternating rounds."""
+    from bench.load import load
+    from queues.zk import client as zkmod
+    from queues.zkserver import LocalZooKeeper, free_port
+
+    server = LocalZooKeeper(scratch / "zk-grown", free_port())
+    server.start()
+    consoles: dict[str, Console] = {}
+    try:
+        zk = zkmod.connect(server.hosts)
+        try:
+            zkmod.ensure_layout(zk)
+        finally:
+            zk.stop()
+            zk.close()
+        for label in ("grown", "fresh"):
+            consoles[label] = Console(size, server.hosts, env, scratch, label=label)
+            consoles[label].token = token
+        grown = consoles["grown"]
+        grown.start()
+        grown.log_in()
+        grown.wait_until_filled()
+        grown.wait_idle()
+        cpu = grown.cpu_seconds()
+        print(f"grown pass: loading {size} jobs while daphne runs, viewed", flush=True)
+        viewing = threading.Event()
+        viewer = threading.Thread(target=view_while, args=(grown, viewing), daemon=True)
+        viewer.start()
+        began = time.monotonic()
+        try:
+            result = load(server.hosts, jobs=size, batches=batches_for(size), quiet=size < 10_000)
+        finally:
+            viewing.set()
+            viewer.join()
+        load_seconds = time.monotonic() - began
+        idle_after, _used = grown.wait_idle()
+        cpu_load = grown.cpu_seconds() - cpu
+        print(
+            f"  loaded in {load_seconds:.1f} s; daphne idle {idle_after:.1f} s later, "
+            f"{cpu_load:.1f} s of its CPU since the load began",
+            flush=True,
+        )
+        queue = Queue(
+            size=size,
+            batches=batches_for(size),
+            server=server,
+            targets=targets_of(result, server.hosts),
+            load_seconds=load_seconds,
+            nodes=result.nodes,
+        )
+        fresh = consoles["fresh"]
+        fresh.start()
+        fresh.log_in()
+        fresh_filled = fresh.wait_until_filled()
+        fresh.wait_idle()
+        figures = {label: {n: Timings() for n, _k, _t in PAGES} for label in consoles}
+        rss = {label: c.rss_mib() for label, c in consoles.items()}
+        print("grown pass: timing the grown and the fresh console", flush=True)
+        time_warm(
+            [(c, queue, figures[label]) for label, c in consoles.items()],
+            rounds=rounds,
+            per_round=per_round,
+            only=only,
+            skip=skip,
+        )
+        return GrownRun(
+            size=size,
+            load_seconds=load_seconds,
+            idle_after=idle_after,
+            cpu_load=cpu_load,
+            figures=figures,
+            rss={label: (rss[label], c.rss_mib()) for label, c in consoles.items()},
+            fresh_filled=fresh_filled,
+        )
+    finally:
+        for console in consoles.values():
+            console.stop()
+        server.stop()
+
+
+def grown_table(run: GrownRun) -> list[str]:
+    """Grown against fresh, page by page, the ratio flagged when over 1.5x."""
+    grown, fresh = run.figures["grown"], run.figures["fresh"]
+    lines = [
+        f"A queue grown under a running console ({run.size} jobs loaded in "
+        f"{run.load_seconds:.1f} s into an empty ZooKeeper while daphne ran, its read index "
+        f"kept current by watches, a viewer reloading {', '.join(VIEWED)} in turn every "
+        f"0.5 s; daphne idle {run.idle_after:.1f} s after the load, "
+        f"{run.cpu_load:.1f} s of its CPU) against a daphne started fresh on the same data "
+        f"(index filled {run.fresh_filled:.1f} s after its start); both running, timed in "
+        "alternating rounds:",
+        f"  {'page / API view':<26}{'grown: median':>16}{'p95':>9}{'fresh: median':>17}"
+        f"{'p95':>9}{'grown/fresh':>13}",
+    ]
+    for name, _kind, _t in PAGES:
+        g, f = grown[name], fresh[name]
+        if not (g.times or g.error or f.times or f.error):
+            continue
+        row = f"  {name:<26}"
+        if g.error or f.error:
+            lines.append(f"{row}not measured: {g.error or f.error}")
+            continue
+        ratio = g.median_ms / f.median_ms
+        row += (
+            f"{g.median_ms:>13.1f} ms{g.p95_ms:>6.1f} ms{f.median_ms:>14.1f} ms"
+            f"{f.p95_ms:>6.1f} ms{ratio:>12.2f}x  {_verdict(ratio)}"
+        )
+        if name in SEARCHES:
+            row += "  " + found_note([g, f])
+        lines.append(row)
+    for label in ("grown", "fresh"):
+        before, after = run.rss[label]
+        lines.append(f"  {label} daphne RSS: {before:.0f} MiB before timing, {after:.0f} MiB after")
     return lines
 
 
@@ -647,7 +938,9 @@ def scratch_folder() -> Iterator[Path]:
 
 def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 100_000])
+    parser.add_argument(
+        "--sizes", type=int, nargs="*", default=[1_000, 100_000], help="none: the grown pass only"
+    )
     parser.add_argument("--huge", action="store_true", help="add 1,000,000 jobs (long)")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--per-round", type=int, default=5, help="timed requests per round")
@@ -656,6 +949,14 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--no-cold", action="store_true", help="skip the cold (restart) pass")
     parser.add_argument(
         "--no-check", action="store_true", help="skip the consistency check (start to findings)"
+    )
+    parser.add_argument(
+        "--grown",
+        type=int,
+        default=19_000,
+        metavar="N",
+        help="also load N jobs into an empty queue while a console runs and time it against a "
+        "console started fresh on the same data (0: skip)",
     )
     parser.add_argument(
         "--zk-dir",
@@ -669,8 +970,9 @@ def main(argv: list[str] | None = None) -> list[str]:
     sizes = sorted(set(args.sizes + ([1_000_000] if args.huge else [])))
     # 10.5 million nodes at 1,000,000 jobs: with 3 GB the server's collector paused long
     # enough for the loader's session to drop at 776,000 jobs.
-    os.environ.setdefault("ZK_LOCAL_HEAP", "8g" if sizes[-1] >= 1_000_000 else "3g")
-    if sizes[-1] >= 1_000_000:
+    largest = max([*sizes, args.grown])
+    os.environ.setdefault("ZK_LOCAL_HEAP", "8g" if largest >= 1_000_000 else "3g")
+    if largest >= 1_000_000:
         # A state folder of 600,000 jobs is listed in one answer of about 12 MB: past the
         # default 4 MiB packet limit of the local server (ZK_JUTE_MAXBUFFER, queues/zkserver.py).
         os.environ.setdefault("ZK_JUTE_MAXBUFFER", str(64 * 1024**2))
@@ -710,9 +1012,7 @@ def main(argv: list[str] | None = None) -> list[str]:
             rss_filled = {c.size: c.rss_mib() for c in consoles}
             print("warm pass", flush=True)
             time_warm(
-                consoles,
-                queues,
-                figures,
+                [(c, q, figures[q.size]) for c, q in zip(consoles, queues, strict=True)],
                 rounds=args.rounds,
                 per_round=args.per_round,
                 only=args.pages,
@@ -724,45 +1024,59 @@ def main(argv: list[str] | None = None) -> list[str]:
                 for console, queue in zip(consoles, queues, strict=True):
                     print(f"consistency check, {queue.size} jobs", flush=True)
                     checks[queue.size] = time_check(console, env, scratch)
-            lines.append(
-                f"Every page and API view over HTTP through daphne (a real server process on "
-                f"loopback), {args.rounds * args.per_round} timed requests per page and size "
-                f"after the read index is filled:"
-            )
-            lines += table(figures, sizes)
-            if not args.no_cold:
+            if queues:
                 lines.append(
-                    "First request right after a real restart of daphne (cold: a new process, "
-                    "its read index filling in the background):"
+                    f"Every page and API view over HTTP through daphne (a real server process on "
+                    f"loopback), {args.rounds * args.per_round} timed requests per page and size "
+                    f"after the read index is filled:"
                 )
-                lines += cold_table(figures, sizes)
-            if checks:
-                lines += check_table(checks, sizes)
-            if len(queues) > 1:
-                small, large = queues[0].size, queues[-1].size
-                per_job = (rss_filled[large] - rss_filled[small]) * 1024**2 / (large - small)
-                lines.append(
-                    f"Web RSS per job once filled: {per_job:.0f} bytes "
-                    f"(({rss_filled[large]:.0f} - {rss_filled[small]:.0f} MiB) / "
-                    f"({large} - {small} jobs))"
+                lines += table(figures, sizes)
+                if not args.no_cold:
+                    lines.append(
+                        "First request right after a real restart of daphne (cold: a new process, "
+                        "its read index filling in the background):"
+                    )
+                    lines += cold_table(figures, sizes)
+                if checks:
+                    lines += check_table(checks, sizes)
+                if len(queues) > 1:
+                    small, large = queues[0].size, queues[-1].size
+                    per_job = (rss_filled[large] - rss_filled[small]) * 1024**2 / (large - small)
+                    lines.append(
+                        f"Web RSS per job once filled: {per_job:.0f} bytes "
+                        f"(({rss_filled[large]:.0f} - {rss_filled[small]:.0f} MiB) / "
+                        f"({large} - {small} jobs))"
+                    )
+                for console, queue in zip(consoles, queues, strict=True):
+                    first, filled = starts[queue.size]
+                    lines.append(
+                        f"{queue.size} jobs: daphne answered {first:.1f} s after it was started, "
+                        f"read index filled after {filled:.1f} s"
+                    )
+                    lines.append(
+                        f"  web RSS: {rss_filled[queue.size]:.0f} MiB once filled, "
+                        f"{rss_timed[queue.size]:.0f} MiB after timing every page, "
+                        f"{console.rss_mib():.0f} MiB after the consistency check too, peak "
+                        f"{console.rss_mib('VmHWM'):.0f} MiB"
+                    )
+                    lines.append(
+                        f"  ZooKeeper: {queue.znodes} znodes, snapshot "
+                        f"{queue.snapshot_mib:.1f} MiB, data folder {queue.data_mib:.1f} MiB; "
+                        f"loaded {queue.nodes} nodes in "
+                        f"{queue.load_seconds:.1f} s ({queue.batches} batches)"
+                    )
+            if args.grown:
+                run = grown_pass(
+                    args.grown,
+                    env,
+                    token,
+                    scratch,
+                    rounds=args.rounds,
+                    per_round=args.per_round,
+                    only=args.pages,
+                    skip=args.skip,
                 )
-            for console, queue in zip(consoles, queues, strict=True):
-                first, filled = starts[queue.size]
-                lines.append(
-                    f"{queue.size} jobs: daphne answered {first:.1f} s after it was started, "
-                    f"read index filled after {filled:.1f} s"
-                )
-                lines.append(
-                    f"  web RSS: {rss_filled[queue.size]:.0f} MiB once filled, "
-                    f"{rss_timed[queue.size]:.0f} MiB after timing every page, "
-                    f"{console.rss_mib():.0f} MiB after the consistency check too, peak "
-                    f"{console.rss_mib('VmHWM'):.0f} MiB"
-                )
-                lines.append(
-                    f"  ZooKeeper: {queue.znodes} znodes, snapshot {queue.snapshot_mib:.1f} MiB, "
-                    f"data folder {queue.data_mib:.1f} MiB; loaded {queue.nodes} nodes in "
-                    f"{queue.load_seconds:.1f} s ({queue.batches} batches)"
-                )
+                lines += grown_table(run)
         finally:
             for console in consoles:
                 console.stop()
