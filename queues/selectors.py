@@ -41,6 +41,7 @@ from queues.zk import paths as zpaths
 from queues.zk.access import access_ids, access_load, accesses_load
 from queues.zk.batches import (
     batch_job_ids,
+    batch_jobs_per_state,
     batch_load,
     batches_load,
     report_changes,
@@ -1213,39 +1214,39 @@ def report_views(report: dict[str, Any] | None, *, shown: int | None = None) -> 
     return views
 
 
-BATCH_JOB_LIMIT = 2000
+# Jobs a batch's page loads per state (its rows); the counts are of every job.
+BATCH_ROWS_PER_STATE = 25
 
 
 @dataclass(frozen=True)
 class BatchDetail:
     batch: Batch
-    folders: dict[str, list[str]]
-    jobs: list[Job | Broken]
-    counts: dict[str, int]  # job state -> count among the loaded jobs
+    folders: dict[str, int]  # batch index folder -> how many jobs it lists
+    counts: dict[str, int]  # job state -> how many of the batch's jobs are in it (all of them)
+    # The first ``BATCH_ROWS_PER_STATE`` jobs of each state, loaded, by the state they are in.
     by_state: dict[str, list[Job]]
-    truncated: bool
     reports: list[ReportView]
     # ``status-report`` with the lists of its latest two reports whole (read from their parts).
     report: dict[str, Any] | None = None
 
     @property
     def total_jobs(self) -> int:
-        return sum(len(v) for v in self.folders.values())
+        return sum(self.folders.values())
 
 
-def batch_detail(*, bid: str) -> BatchDetail:
+def batch_detail(*, bid: str, per_state: int = BATCH_ROWS_PER_STATE) -> BatchDetail:
+    """A batch, the counts of its jobs per state and per index folder (the read index: no
+    read of each job), and a page of rows per state: the first ``per_state`` job IDs of each
+    state are loaded, whatever the batch's size."""
     zk = connected_client()
     batch = batch_load(zk, zpaths.bid(bid))
-    folders = batch_job_ids(zk, bid)
-    jids = sorted({j for v in folders.values() for j in v})
-    truncated = len(jids) > BATCH_JOB_LIMIT
-    jobs: list[Job | Broken] = []
-    for start in range(0, min(len(jids), BATCH_JOB_LIMIT), SCAN_CHUNK):
-        jobs += jobs_load(zk, jids[start : min(start + SCAN_CHUNK, BATCH_JOB_LIMIT)])
+    counted, rows = batch_jobs_per_state(zk, bid, per_state)
+    jids = sorted(j for ids in rows.values() for j in ids)
     by_state: dict[str, list[Job]] = defaultdict(list)
-    for job in jobs:
-        if isinstance(job, Job):
-            by_state[job.state].append(job)
+    for start in range(0, len(jids), SCAN_CHUNK):
+        for job in jobs_load(zk, jids[start : start + SCAN_CHUNK]):
+            if isinstance(job, Job):
+                by_state[job.state].append(job)
     ordered = {s: by_state[s] for s in JOB.states if s in by_state}
     ordered.update({s: v for s, v in by_state.items() if s not in ordered})
     # The latest report whole, and the one before it for what changed; older ones as counts.
@@ -1256,11 +1257,9 @@ def batch_detail(*, bid: str) -> BatchDetail:
         report = batch.report  # shown by its counts
     return BatchDetail(
         batch=batch,
-        folders=folders,
-        jobs=jobs,
-        counts={s: len(v) for s, v in ordered.items()},
+        folders=counted.folders,
+        counts={s: n for s, n in counted.states.items() if n},
         by_state=ordered,
-        truncated=truncated,
         reports=report_views(report),
         report=report,
     )

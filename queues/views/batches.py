@@ -68,9 +68,9 @@ def batches(request: HtmxHttpRequest) -> HttpResponse:
 
 
 # Job rows a batch's page shows per state: the page costs what one page shows, whatever the
-# batch's size (rendering a row is most of a row's cost); each state links to the job list for
-# the rest.
-BATCH_ROWS_PER_STATE = 25
+# batch's size (only those rows' jobs are loaded; the counts come from the read index); each
+# state links to the job list for the rest.
+BATCH_ROWS_PER_STATE = selectors.BATCH_ROWS_PER_STATE
 
 
 @require_GET
@@ -85,7 +85,7 @@ def batch(request: HtmxHttpRequest, bid: str) -> HttpResponse:
         "b": detail.batch,
         "svg": diagrams.render(
             JOB,
-            counts=detail.counts,
+            counts={s: n for s, n in detail.counts.items() if JOB.is_state(s)},
             href=lambda s: link("jobs", state=s, bid=bid),
             title=f"Jobs of {bid} by state",
             noun="job",
@@ -98,9 +98,9 @@ def batch(request: HtmxHttpRequest, bid: str) -> HttpResponse:
         "next": request.get_full_path(),
         # The job rows' checkboxes belong to this page's own bulk form (issue 15).
         "bulk_actions": bulk_actions(request.user, ""),
-        "failed_count": len(detail.folders.get("batch-failed", [])),
+        "failed_count": detail.folders.get("batch-failed", 0),
         "sections": [
-            (state, jobs[:BATCH_ROWS_PER_STATE], len(jobs))
+            (state, jobs[:BATCH_ROWS_PER_STATE], max(detail.counts.get(state, 0), len(jobs)))
             for state, jobs in detail.by_state.items()
         ],
         "mails": batch_mails(bid),

@@ -238,11 +238,13 @@ def job_or_archived(jid: str) -> tuple[selectors.JobDetail | None, Any]:
         return None, row
 
 
-def batch_or_archived(bid: str) -> tuple[selectors.BatchDetail | None, Any]:
-    """A batch as ZooKeeper has it, else (None, its archived row); NotFound when neither
-    (saying who removed it, when the audit log knows)."""
+def batch_or_archived(
+    bid: str, *, per_state: int = selectors.BATCH_ROWS_PER_STATE
+) -> tuple[selectors.BatchDetail | None, Any]:
+    """A batch as ZooKeeper has it (``per_state`` jobs of each state loaded), else (None, its
+    archived row); NotFound when neither (saying who removed it, when the audit log knows)."""
     try:
-        return selectors.batch_detail(bid=bid), None
+        return selectors.batch_detail(bid=bid, per_state=per_state), None
     except NotFound as exc:
         row = archive.archived_batch(zpaths.bid(bid))
         if row is None:

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET
 from queues import selectors
 from queues.auth import VIEWER
 from queues.states import JobState
+from queues.zk import index as zindex
 from queues.zk import paths
 from queues.zk.client import connected_client
 from queues.zk.codecs import decode_json
@@ -90,13 +91,21 @@ def _reason(jid: str, read: Read) -> str:
 
 
 def _report_rows(bid: str) -> tuple[Any, list[dict[str, str]]]:
-    detail = selectors.batch_detail(bid=bid)
+    """The latest report's jobs, each with the state it is in now (the read index) and, for a
+    job Failed now, its message (its status read: one multiRead per 200 such jobs)."""
+    detail = selectors.batch_detail(bid=bid, per_state=0)
     reports = detail.reports
     if not reports:
         return detail, []
     latest = reports[0]
-    messages = {j.jid: j.status.message for j in detail.by_state.get(JobState.FAILED, [])}
-    states = {j.jid: j.state for jobs in detail.by_state.values() for j in jobs}
+    zk = connected_client()
+    states = zindex.for_client(zk).job_states_of([*latest.failed_jobs, *latest.successful_jobs])
+    failed_now = [j for j in latest.failed_jobs if states.get(j) == JobState.FAILED]
+    reads = read_many(zk, [paths.job_node(j, "status") for j in failed_now])
+    messages = {
+        j: _message(paths.job_node(j, "status"), reads.get(paths.job_node(j, "status")))
+        for j in failed_now
+    }
     rows = [
         {
             "batch": bid,
@@ -120,6 +129,18 @@ def _report_rows(bid: str) -> tuple[Any, list[dict[str, str]]]:
         for jid in latest.successful_jobs
     ]
     return detail, rows
+
+
+def _message(path: str, read: Read) -> str:
+    """A status node's message ("" when it is gone or does not decode)."""
+    if read is None:
+        return ""
+    try:
+        status = decode_json(path, read[0])
+    except MalformedNode:
+        return ""
+    message = status.get("message") if isinstance(status, dict) else None
+    return message if isinstance(message, str) else ""
 
 
 REPORT_FIELDS = ["batch", "report", "job", "outcome", "state_now", "message"]

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import heapq
 import posixpath
 import re
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from queues.states import BATCH, BATCH_INDEX_FOLDERS, BatchState
+from queues.states import BATCH, BATCH_INDEX_FOLDERS, JOB, BatchState, JobState
 
+from . import index as zindex
 from . import paths, sized
 from .codecs import decode_json, encode_json, now_stamp
 from .errors import Conflict, ItemLocked, MalformedNode, NotFound, StaleVersion
@@ -182,6 +185,156 @@ def batch_job_ids(zk: KazooClient, bid: str) -> dict[str, list[str]]:
         f: sorted(j for j in (found[paths.batch_index(bid, f)] or []) if paths.JID_RE.fullmatch(j))
         for f in BATCH_INDEX_FOLDERS
     }
+
+
+# A batch's jobs as the read index has them ------------------------------------------------
+#
+# A batch page or API answer shows counts of all the batch's jobs and a page of them. Both come
+# from the read index: the batch's index folders (listed once, kept under a child watch) and the
+# job state folders (likewise), a job's state found by binary search in memory. So a batch of
+# 10,000 jobs costs the requests of a batch of 10: none when the listings are current.
+
+# The state of a job the state folders do not list (moving, or damaged).
+UNLISTED = "?"
+# Jobs whose state is looked up at once while a page is gathered.
+_STATES_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class BatchJobs:
+    """A batch's job counts and one page of its jobs (by job ID) with their states."""
+
+    folders: dict[str, int]  # how many jobs each batch index folder lists
+    states: dict[str, int]  # how many jobs are in each state (UNLISTED: in no state folder)
+    page: list[tuple[str, str]]  # (jid, state), by job ID
+    next: str | None  # the ``after`` of the next page; None when this one is the last
+
+    @property
+    def total(self) -> int:
+        return sum(self.folders.values())
+
+    def by_state(self) -> dict[str, list[str]]:
+        """The page's job IDs per state, in the states' order."""
+        found: dict[str, list[str]] = {}
+        for jid, state in self.page:
+            found.setdefault(state, []).append(jid)
+        ordered = {s: found.pop(s) for s in (*JOB.states, UNLISTED) if s in found}
+        return {**ordered, **found}
+
+
+def _listed(idx: zindex.ReadIndex, bid: str) -> dict[str, list[str]]:
+    """The batch's index folders' sorted names (empty for a folder that does not exist)."""
+    folders = [paths.batch_index(bid, f) for f in BATCH_INDEX_FOLDERS]
+    listings = idx._member_listings(folders)
+    return {
+        f: (listing.names if listing is not None else [])
+        for f, listing in zip(BATCH_INDEX_FOLDERS, (listings[p] for p in folders), strict=True)
+    }
+
+
+def _merged(listed: dict[str, list[str]], after: str) -> Iterator[tuple[str, bool]]:
+    """Each job ID the folders list after ``after``, once, by ID; with whether only
+    batch-deleted lists it (a job removed since: not shown when no state folder has it)."""
+
+    def tail(folder: str, names: list[str]) -> Iterator[tuple[str, bool]]:
+        deleted = folder == "batch-deleted"
+        for i in range(bisect_right(names, after) if after else 0, len(names)):
+            if paths.JID_RE.fullmatch(names[i]):
+                yield names[i], deleted
+
+    last = ""
+    only_deleted = True
+    for jid, deleted in heapq.merge(*(tail(f, n) for f, n in listed.items())):
+        if jid != last:
+            if last:
+                yield last, only_deleted
+            last, only_deleted = jid, True
+        only_deleted = only_deleted and deleted
+    if last:
+        yield last, only_deleted
+
+
+def _classified(
+    idx: zindex.ReadIndex, listed: dict[str, list[str]], after: str
+) -> Iterator[tuple[str, str]]:
+    """(jid, state) for the batch's jobs after ``after``, by ID, looked up a chunk at a time."""
+    merged = _merged(listed, after)
+    while True:
+        chunk = [item for _, item in zip(range(_STATES_CHUNK), merged, strict=False)]
+        if not chunk:
+            return
+        states = idx.job_states_of(jid for jid, _deleted in chunk)
+        for jid, deleted in chunk:
+            state = states.get(jid)
+            if state is not None:
+                yield jid, state
+            elif not deleted:
+                yield jid, UNLISTED
+
+
+def batch_jobs(
+    zk: KazooClient,
+    bid: str,
+    *,
+    state: str = "",
+    after: str = "",
+    skip: int = 0,
+    limit: int = 500,
+) -> BatchJobs:
+    """The batch's job counts, and ``limit`` of its jobs (in ``state`` if given) after the job
+    ID ``after`` (else after the first ``skip`` of them), from the read index: no request per
+    job, none at all while the listings are current. A job only ``batch-deleted`` lists and no
+    state folder does (removed since) is neither counted in ``states`` nor shown."""
+    idx = zindex.for_client(zk)
+    counts = idx.batch_job_counts([bid])[bid]
+    listed = _listed(idx, bid)
+    states = dict(counts.states)
+    # batch_job_counts leaves out what batch-deleted lists: the jobs still there are Deleted.
+    gone = listed["batch-deleted"]
+    if gone:
+        deleted = sum(1 for s in idx.job_states_of(gone).values() if s == JobState.DELETED)
+        if deleted:
+            states[JobState.DELETED] = states.get(JobState.DELETED, 0) + deleted
+    page: list[tuple[str, str]] = []
+    more = False
+    for jid, found in _classified(idx, listed, after):
+        if state and found != state:
+            continue
+        if skip:
+            skip -= 1
+            continue
+        if len(page) == limit:
+            more = True
+            break
+        page.append((jid, found))
+    return BatchJobs(
+        folders=dict(counts.folders),
+        states=states,
+        page=page,
+        next=page[-1][0] if more and page else None,
+    )
+
+
+def batch_jobs_per_state(
+    zk: KazooClient, bid: str, per_state: int
+) -> tuple[BatchJobs, dict[str, list[str]]]:
+    """The batch's job counts and the first ``per_state`` job IDs of each of its states; the
+    walk through its IDs (in memory) stops once every state has its rows."""
+    whole = batch_jobs(zk, bid, limit=0)
+    wanted = {s: min(n, per_state) for s, n in whole.states.items() if n}
+    found: dict[str, list[str]] = {}
+    missing = sum(wanted.values())
+    if not missing:
+        return whole, found
+    idx = zindex.for_client(zk)
+    for jid, state in _classified(idx, _listed(idx, bid), ""):
+        rows = found.setdefault(state, [])
+        if len(rows) < per_state:
+            rows.append(jid)
+            missing -= state in wanted
+            if missing <= 0:
+                break
+    return whole, found
 
 
 def batch_is_complete(zk: KazooClient, bid: str) -> bool:
