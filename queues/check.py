@@ -615,14 +615,26 @@ class Checker:
         self._say("reading batch folders", 0, len(loaded))
         for start in range(0, len(loaded), self.chunk):
             part = loaded[start : start + self.chunk]
-            folders = [
+            every = [
                 (bpos, code, paths.batch_index(_bid_path(self.batches[bpos]), folder))
                 for bpos in part
                 for code, folder in enumerate(BATCH_INDEX_FOLDERS, 1)
             ]
-            pending = scan.start(zk, [path for _b, _c, path in folders])
-            for (bpos, code, path), (_path, answer) in zip(folders, pending, strict=True):
-                listing = scan.id_listing(scan.collect(answer), "jid")
+            # Each folder's stat first (read with its empty data: one multiRead per 200
+            # folders), then only the folders that have children are listed. Most of a
+            # batch's four folders are empty or missing: one listing request each was most of
+            # this pass's requests. A folder filled between the two reads shows as a move in
+            # flight, looked at again like any other.
+            stats = exists_many(zk, [path for _b, _c, path in every])
+            folders = [f for f in every if (stat := stats[f[2]]) is not None and stat.numChildren]
+            pending = dict(scan.start(zk, [path for _b, _c, path in folders]))
+            for bpos, code, path in every:
+                if stats[path] is None:
+                    listing = scan.Listing(exists=False)
+                elif path in pending:
+                    listing = scan.id_listing(scan.collect(pending[path]), "jid")
+                else:
+                    listing = scan.Listing()
                 for name in listing.others:
                     self._found(Finding("bad-index-name", f"{path}/{name}", "not jidNNNNNNNNNN"))
                 folder = BATCH_INDEX_FOLDERS[code - 1]
