@@ -22,9 +22,11 @@ does not exist (a batch's ``states/batch-failed`` appears only with its first fa
 fresh ensemble has no ``/jobs/states/failed``) and neither can be switched off and on again by
 reference count. The primitive here is small: read with a watch; on any event read again with a
 new watch, then report. A missing node is watched for creation instead. The always-watched
-folders get persistent watches instead (``kazoo_private.add_persistent_watch``): on each event
-only the folder's stat is read, so a change in a folder of 30,000 entries costs what it costs in
-an empty one. kazoo drops every watch when the connection is suspended
+folders get persistent watches instead (``kazoo_private.add_persistent_watch``): each event is
+reported as it arrives, nothing read, so a change in a folder of 30,000 entries costs what it
+costs in an empty one and reaches the browser one hop after ZooKeeper's event (issue 27: the
+stat read per event for a count and zxid nobody showed was most of what the console added to a
+bare watch). kazoo drops every watch when the connection is suspended
 (``kazoo_private.is_dropped_watch``, behaviour 4 there) and a new session has none, so on every
 reconnect all active watches are armed again and every active topic is reported as changed, for
 whatever happened while we were away.
@@ -133,14 +135,20 @@ class _Watch:
     ``children`` watches a folder's children (reported with their count, the folder's
     ``cversion``, which rises by one per child created or deleted, and its ``pzxid``); ``data``
     watches a node's existence and data (reported with its version and ``mzxid``). A missing
-    node gets an exists-watch, which fires when it is created.
+    node gets an exists-watch, which fires when it is created. A one-shot watch reports after
+    the read that sets it again, so a change after the report is always reported too.
 
     A ``children`` watch with ``persistent`` set (the always-watched folders: the job state
-    folders hold up to hundreds of thousands of entries) is a persistent watch: set once, and on
-    each event the folder's stat alone is read for the report, not its children. A one-shot
-    child watch can only be set again by listing the folder, which cost 77 ms per change at a
-    30,000-entry folder (issue 27). A folder whose items are followed (``on_children``) is
-    listed after the report has gone out. A server older than 3.6 gets one-shot watches.
+    folders hold up to hundreds of thousands of entries) is a persistent watch: set once, and
+    each event reported at once with the watch's own detail alone (``folder`` for the holds),
+    no count and no zxid: reading them cost a round trip per change before the message could
+    go, and the pages refresh from the topic alone. A one-shot child watch can only be set
+    again by listing the folder, which cost 77 ms per change at a 30,000-entry folder (issue
+    27). kazoo can drop an event that arrives while the previous one is handed to us
+    (``add_persistent_watch``); the report of that previous one is made after the dropped one
+    arrived, so no change goes unreported, but one report may stand for several changes. A
+    folder whose items are followed (``on_children``) is listed after the report has gone out.
+    A server older than 3.6 gets one-shot watches.
     """
 
     def __init__(
@@ -195,47 +203,29 @@ class _Watch:
         except Exception:
             log.exception("watching %s failed", self.path)
             return
-        self._stat(report=report, first=True)
+        # Set: every change from now on is an event. A followed folder counts as set once its
+        # items are listed (subscribe() waits for their watches too).
+        if self.on_children is None:
+            self.armed.set()
+        if report:
+            self.owner.report(self.topic, dict(self.detail))
+        if self.on_children is not None:
+            self._list_for_follower()
 
     def _event(self, event: WatchedEvent) -> bool:
-        """A persistent watch's event (kazoo's callback thread); whether to keep the watch."""
+        """A persistent watch's event (kazoo's callback thread); whether to keep the watch.
+
+        Reported at once, nothing read first: the message is on its way one thread hop after
+        ZooKeeper's event, whatever the size of the folder."""
         if is_dropped_watch(event):
             return False  # the reconnect sets it again
         if not self.active or self.owner.stopped:
             self.owner.forget(self)
             return False
-        self._stat(report=True, first=False)
+        self.owner.report(self.topic, dict(self.detail))
+        if self.on_children is not None:
+            self._list_for_follower()
         return True
-
-    def _stat(self, *, report: bool, first: bool) -> None:
-        """Report the folder's count and versions from its stat; then, for a followed folder,
-        list it for the follower."""
-        zk = self.owner.zk
-        try:
-            result = zk.exists_async(self.path)
-        except _OFFLINE:
-            return
-
-        def done(r: Any) -> None:
-            try:
-                stat = r.get()
-            except _OFFLINE:
-                return
-            except Exception:
-                log.exception("reading %s failed", self.path)
-                return
-            if stat is None:
-                detail: dict[str, Any] = {"count": 0, "exists": False}
-            else:
-                detail = {"count": stat.numChildren, "version": stat.cversion, "zxid": stat.pzxid}
-            if self.on_children is None or stat is None:
-                self.armed.set()
-            if report:
-                self.owner.report(self.topic, {**self.detail, **detail})
-            if self.on_children is not None and stat is not None:
-                self._list_for_follower()
-
-        result.rawlink(done)
 
     def _list_for_follower(self) -> None:
         try:
@@ -342,13 +332,20 @@ class QueueWatcher:
     # Lifecycle
 
     def start(self) -> None:
-        """Arm the fixed topics' watches and follow the connection state."""
+        """Arm the fixed topics' watches and follow the connection state.
+
+        Returns once the watches are set (bounded by ARM_WAIT), so that a change made after
+        this returns is reported: a socket subscribed to a fixed topic is told of every change
+        after its subscription, the first one included.
+        """
         self._up = bool(self.zk.connected)
         self.zk.add_listener(self._on_state)
+        watches: list[_Watch] = []
         with self._lock:
             for topic in FIXED_TOPICS:
                 self._refs[topic] = 1
-                self._add_topic(topic)
+                watches.extend(self._add_topic(topic))
+        self._wait_armed(watches, time.monotonic() + ARM_WAIT)
 
     def stop(self) -> None:
         """Stop reporting. Watches already set in ZooKeeper fire once more and are ignored."""

@@ -132,7 +132,7 @@ def test_each_worker_tells_its_own_pages_once(
 
         on_a, on_b = run(scenario())
     for seen in (on_a, on_b):
-        assert [(m["topic"], m["kind"], m["count"]) for m in seen] == [(TOPIC, "changed", 1)]
+        assert [(m["topic"], m["kind"], m["events"]) for m in seen] == [(TOPIC, "changed", 1)]
 
 
 def test_an_idle_page_stays_subscribed_through_redis(
