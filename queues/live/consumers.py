@@ -10,6 +10,12 @@ Protocol (JSON text frames):
               {"kind": "zk-down"|"zk-up", "topic": "zk"}             ZooKeeper went away / is back
               {"kind": "error", "error": "...", "topic": T?}        a bad request; socket stays
 
+A "changed" message says which topic to refresh, nothing about the new state: the always-watched
+topics (job states, batches, holds, access queues) carry only ``events`` (at least one; a message
+may stand for more changes than it counts) and, for ``holds``, the ``folder``; the item topics
+(``batch:``, ``job:``) also carry what their watch read as it was set again (``count``,
+``version``, ``zxid``, ``exists``, ``item``). Pages refresh what shows the topic.
+
 Anonymous sockets are closed with 4401 and users without the viewer role with 4403 (after the
 handshake, so the browser sees the code and stops reconnecting). While the channel layer (Redis)
 is unreachable a socket is closed with 4503 (or refused, when that is known before the
