@@ -296,14 +296,16 @@ def job_index_folder(state: str) -> str:
     return state.lower()
 
 
+_ENDED_FOLDERS: dict[str, str] = {
+    J.COMPLETED: "batch-completed",
+    J.FAILED: "batch-failed",
+    J.DELETED: "batch-deleted",
+}
+
+
 def job_batch_folder(state: str) -> str:
     """The batch index folder a job in ``state`` belongs to."""
-    folders: dict[str, str] = {
-        J.COMPLETED: "batch-completed",
-        J.FAILED: "batch-failed",
-        J.DELETED: "batch-deleted",
-    }
-    return folders.get(state, "batch-processing")
+    return _ENDED_FOLDERS.get(state, "batch-processing")
 
 
 BATCH_INDEX_FOLDERS = ("batch-processing", "batch-completed", "batch-failed", "batch-deleted")

@@ -361,10 +361,9 @@ class Daemon(ABC, Generic[T]):
         return self._result(ident, outcome, started, detail)
 
     def log_result(self, result: ItemResult) -> None:
-        if result.outcome == "skipped":
-            log.warning("%s", result.line())
-        else:
-            log.info("%s", result.line())
+        level = logging.WARNING if result.outcome == "skipped" else logging.INFO
+        if log.isEnabledFor(level):  # a batched loop logs thousands a second
+            log.log(level, "%s", result.line())
 
     def _handle(self, item: T) -> ItemResult:
         started = time.monotonic()

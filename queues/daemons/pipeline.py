@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from queues.states import JOB
 from queues.zk import paths as zpaths
@@ -78,6 +78,7 @@ log = logging.getLogger("queues.daemons")
 KEEP_ROOM = 4  # a loop accepts kept jobs up to this many batches' worth
 IN_TRANSIT_FOR = 30.0  # s a job moving with its kept lock is left out of this process's claims
 MAX_MOVES = 3  # moves under way at once per loop (older ones are waited for)
+DB_CHECK_EVERY = 1.0  # s between looks at the thread's database connection
 AHEAD = 2  # batches whose requests are under way while the loop works on an earlier one
 
 
@@ -85,9 +86,9 @@ class LockLost(Exception):
     """The session that took the locks is gone: nothing may be written for those jobs."""
 
 
-@dataclass(frozen=True)
-class Holding:
-    """A lock this process holds: the session it was taken in."""
+class Holding(NamedTuple):
+    """A lock this process holds: the session it was taken in (a tuple: every cycle compares
+    the session of each lock held with the current one)."""
 
     generation: int
     session: int | None
@@ -110,6 +111,7 @@ class LockKeeper:
         # them in: that loop's listing shows them first, and a claim of them (their lock is
         # there, this process's own) would fail and take its whole batch's claim down with it.
         self._transit: dict[str, float] = {}  # jid -> until when
+        self._transit_ends = float("inf")  # the earliest of those
 
     def sending(self, jids: list[str]) -> None:
         """These jobs' moves are about to be sent with their locks kept."""
@@ -117,6 +119,7 @@ class LockKeeper:
         with self._lock:
             for jid in jids:
                 self._transit[jid] = until
+            self._transit_ends = min(self._transit_ends, until)
 
     def arrived(self, jids: list[str]) -> None:
         """These jobs were taken in, given back or not moved: claimable again."""
@@ -129,8 +132,9 @@ class LockKeeper:
         should a hand-over have been lost to an error)."""
         now = time.monotonic()
         with self._lock:
-            if any(until < now for until in self._transit.values()):
+            if self._transit_ends < now:
                 self._transit = {j: t for j, t in self._transit.items() if t >= now}
+                self._transit_ends = min(self._transit.values(), default=float("inf"))
             return set(self._transit)
 
     def register(self, loop: JobPipeline) -> None:
@@ -226,6 +230,7 @@ class JobPipeline:
         self.stopping = False
         self.throttled = False  # the last cycle waited for room in the next step's loop
         self._closed = False  # no more hand-overs (under _handed_lock)
+        self._db_checked = float("-inf")
 
     # Hand-over from another loop of the process --------------------------------------------
 
@@ -251,14 +256,15 @@ class JobPipeline:
         stops, drains, lost its connection) holds nobody up."""
         return self._taking() and self._waiting() + coming > KEEP_ROOM * self.batch
 
-    def hand(self, job: Job, holding: Holding, *, current: bool = False) -> bool:
-        """Take ``job`` with its lock; False when this loop has stopped (give it back).
-        ``current``: ``job`` is as ZooKeeper has it, but for what others may have changed
-        since (``job_refresh``); otherwise it is read again in full."""
+    def hand(self, jobs: list[tuple[Job, bool]], holding: Holding) -> bool:
+        """Take ``jobs`` with their locks (one wake-up for all); False when this loop has
+        stopped (give them back). With each job, ``current``: the job is as ZooKeeper has it,
+        but for what others may have changed since (``job_refresh``); otherwise it is read
+        again in full."""
         with self._handed_lock:
             if self._closed:
                 return False
-            self._handed.append((job, holding, current))
+            self._handed.extend((job, holding, current) for job, current in jobs)
         self.wake.set()
         return True
 
@@ -383,8 +389,11 @@ class JobPipeline:
 
         from queues.zk.errors import is_connection_error
 
+        failed = True
         try:
-            return self.cycle(fresh=fresh)
+            result = self.cycle(fresh=fresh)
+            failed = False
+            return result
         except Exception as exc:
             if is_connection_error(exc):
                 log.warning("%s: ZooKeeper unavailable: %s", self.daemon.name, exc)
@@ -397,7 +406,13 @@ class JobPipeline:
             self._drop_in_hand()
             return False
         finally:
-            close_old_connections()
+            # Long-lived threads must not keep a broken or stale database connection; a cycle
+            # takes a fraction of a millisecond, so it is looked at once a second (and after an
+            # error) rather than at every cycle.
+            moment = time.monotonic()
+            if failed or moment - self._db_checked >= DB_CHECK_EVERY:
+                self._db_checked = moment
+                close_old_connections()
 
     def cycle(self, *, fresh: bool = False) -> bool:
         """One step of the loop; True when it is worth looking again at once. ``fresh``: list
@@ -441,6 +456,9 @@ class JobPipeline:
         """Pick the next batch and send its requests, in one go and without waiting."""
         daemon = self.daemon
         downstream = self.keeper.loop_for(self.successor) if self.keeper is not None else None
+        # Set before the next loop's room is looked at: that loop wakes a throttled loop once
+        # it has made room, and one whose room is made after this look finds the flag set.
+        self.throttled = downstream is not None
         self.throttled = downstream is not None and downstream.backlogged(
             self._under_way() + self.batch
         )
@@ -475,6 +493,9 @@ class JobPipeline:
         and one move for all of them."""
         daemon = self.daemon
         now = batch.holding
+        # The reads were sent last: once they are answered everything before them is, and the
+        # answers below are taken without waiting (one wake-up for the batch, not three).
+        batch.reads.wait()
         held = batch.hold is not None and batch.hold.get() is not None
         locked = batch.claim.collect() if batch.claim is not None else set()
         if batch.after_look_ahead:
@@ -510,7 +531,8 @@ class JobPipeline:
         self._send_move(works, now)
         if self.keeper is not None and any(p.kept for p in batch.picks):
             for upstream in self.keeper.upstream_of(daemon.state):
-                upstream.wake.set()  # room again for the jobs it moves here
+                if upstream.throttled:
+                    upstream.wake.set()  # room again for the jobs it moves here
 
     def _under_way(self) -> int:
         """Jobs of the batches sent and of the moves not collected yet."""
@@ -697,6 +719,7 @@ class JobPipeline:
                 ]
             )
         bids: set[str] = set()
+        handing: dict[JobPipeline, list[tuple[Job, bool]]] = {}
         for work, outcome in zip(flight.works, outcomes, strict=True):
             jid = work.job.jid
             step = work.step
@@ -707,16 +730,23 @@ class JobPipeline:
                     work, daemon.result(jid, "dropped", work.started, f"not moved: {outcome}")
                 )
                 continue
-            current = not written_since(jid, work.mark)
-            if work.plan.lock == "keep" and (
-                work.taker is None or not work.taker.hand(outcome, now, current=current)
-            ):
-                self._give_back([jid], now)
-                if self.keeper is not None:
-                    self.keeper.arrived([jid])
+            if work.plan.lock == "keep":
+                if work.taker is not None:
+                    current = not written_since(jid, work.mark)
+                    handing.setdefault(work.taker, []).append((outcome, current))
+                else:
+                    self._give_back([jid], now)
+                    if self.keeper is not None:
+                        self.keeper.arrived([jid])
             self.holding.pop(jid, None)
             bids.update(daemon.after_move(work.job, step))
             self._end(work, daemon.moved_result(jid, step, work.started))
+        for taker, jobs in handing.items():
+            if not taker.hand(jobs, now):  # it stopped meanwhile: the locks are given back
+                jids = [job.jid for job, _current in jobs]
+                self._give_back(jids, now)
+                if self.keeper is not None:
+                    self.keeper.arrived(jids)
         daemon.batches_done(bids)
 
     def _end(self, work: Work, result: ItemResult) -> None:

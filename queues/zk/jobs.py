@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import posixpath
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any
 
 from kazoo.client import KazooClient, TransactionRequest
@@ -18,7 +18,15 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from queues.states import JOB, InvalidTransition, JobState, job_batch_folder, job_resume_target
 
 from . import caps, paths
-from .codecs import decode_int, decode_json, decode_str, encode_int, encode_json, now_stamp
+from .codecs import (
+    decode_int,
+    decode_json,
+    decode_str,
+    encode_int,
+    encode_json,
+    local_time,
+    now_stamp,
+)
 from .errors import (
     Conflict,
     InvalidID,
@@ -180,6 +188,7 @@ def _decode(jid: str, reads: dict[str, Any], job_stat: Any, lock_stat: Any) -> J
     if not paths.BID_RE.fullmatch(bid):
         raise MalformedNode(node("bid"), f"expected a batch ID, found {bid[:40]!r}")
     space = reads[node("space_needed")]
+    configuration = reads[node("configuration")]
     problems: dict[str, str] = {}
     optional: dict[str, dict[str, Any] | None] = {}
     for name in OPTIONAL_JSON_NODES:
@@ -203,11 +212,12 @@ def _decode(jid: str, reads: dict[str, Any], job_stat: Any, lock_stat: Any) -> J
         bid=bid,
         priority=decode_int(node("priority"), reads[node("priority")][0]),
         space_needed=space_needed,
-        configuration=decode_json(node("configuration"), reads[node("configuration")][0]),
+        configuration=decode_json(node("configuration"), configuration[0]),
         status=status,
         created=stamp(job_stat.ctime),
         lock=lock_info(lock_stat),
         problems=problems,
+        configuration_version=configuration[1].version,
         **optional,
     )
 
@@ -254,11 +264,17 @@ def job_refresh(known: Job, reads: dict[str, Any]) -> Job:
         current = Status(raw=known.status.raw, version=stat.version, mtime=stamp(stat.mtime))
     else:
         current = _status(f"{base}/status", status)
+    version = configuration[1].version
+    if version == known.configuration_version:
+        settings = known.configuration  # unchanged since it was decoded
+    else:
+        settings = decode_json(f"{base}/configuration", configuration[0])
     return evolve(
         known,
         status=current,
         priority=decode_int(f"{base}/priority", priority[0]),
-        configuration=decode_json(f"{base}/configuration", configuration[0]),
+        configuration=settings,
+        configuration_version=version,
     )
 
 
@@ -372,7 +388,7 @@ class TransitionPlan:
     new_priority: int
     lock: str | None = None  # None | "release" | "keep"
 
-    @property
+    @functools.cached_property
     def lock_path(self) -> str:
         return paths.job_node(self.job.jid, "lock")
 
@@ -382,12 +398,22 @@ class TransitionPlan:
 
     def index_changes(self) -> tuple[list[str], list[str]]:
         """Index entries to delete and to create when the index is where the status says."""
-        old = [self.job.index_path, self.job.batch_index_path]
-        new = [
-            paths.job_index_entry(self.new_state, self.new_priority, self.job.jid),
-            paths.batch_index_entry(self.job.bid, self.new_state, self.job.jid),
-        ]
-        return [p for p in old if p not in new], [p for p in new if p not in old]
+        job = self.job
+        state = job.state
+        old_entry, new_entry = job.index_path, job.index_path
+        if state != self.new_state or job.priority != self.new_priority:
+            new_entry = paths.job_index_entry(self.new_state, self.new_priority, job.jid)
+        old_folder, new_folder = job_batch_folder(state), job_batch_folder(self.new_state)
+        if old_folder == new_folder:
+            if old_entry == new_entry:
+                return [], []
+            return [old_entry], [new_entry]
+        batches = paths.batch(job.bid)
+        old_batch = f"{batches}/states/{old_folder}/{job.jid}"
+        new_batch = f"{batches}/states/{new_folder}/{job.jid}"
+        if old_entry == new_entry:
+            return [old_batch], [new_batch]
+        return [old_entry, old_batch], [new_entry, new_batch]
 
     def add_to(
         self,
@@ -402,11 +428,10 @@ class TransitionPlan:
         if deletes is None or creates is None:
             deletes, creates = self.index_changes()
         job = self.job
-        txn.set_data(
-            paths.job_node(job.jid, "status"), encode_json(self.raw), version=job.status.version
-        )
+        base = paths.job(job.jid)
+        txn.set_data(f"{base}/status", encode_json(self.raw), version=job.status.version)
         if self.new_priority != job.priority:
-            txn.set_data(paths.job_node(job.jid, "priority"), encode_int(self.new_priority))
+            txn.set_data(f"{base}/priority", encode_int(self.new_priority))
         for path in deletes:
             txn.delete(path)
         for path in creates:
@@ -421,9 +446,7 @@ class TransitionPlan:
         job = self.job
         return evolve(
             job,
-            status=Status(
-                raw=self.raw, version=job.status.version + 1, mtime=datetime.now().astimezone()
-            ),
+            status=Status(raw=self.raw, version=job.status.version + 1, mtime=local_time()),
             priority=self.new_priority,
         )
 

@@ -126,6 +126,13 @@ class PendingMultiRead:
             answer = send(zk, MultiReadRequest(full_paths(zk, chunk)))
             self.requests.append((chunk, answer))
 
+    def wait(self) -> None:
+        """Wait for the last answer: the server answers a session's requests in order, so then
+        every request sent before these has its answer too, and collecting them (and this)
+        wakes the caller once instead of once per answer."""
+        if self.requests:
+            self.requests[-1][1].wait()
+
     def collect(self) -> dict[str, Read]:
         result: dict[str, Read] = {}
         for chunk, answer in self.requests:
@@ -171,6 +178,10 @@ class _PendingSingles:
 
     def __init__(self, zk: KazooClient, node_paths: Sequence[str]) -> None:
         self.pending = [(p, zk.get_async(p)) for p in node_paths]
+
+    def wait(self) -> None:
+        if self.pending:
+            self.pending[-1][1].wait()
 
     def collect(self) -> dict[str, Read]:
         result: dict[str, Read] = {}

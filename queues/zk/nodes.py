@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from kazoo.client import KazooClient, TransactionRequest
@@ -18,7 +18,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import ZnodeStat
 
 from . import multiread
-from .codecs import decode_json, encode_json
+from .codecs import decode_json, encode_json, local_time
 from .errors import Conflict, MalformedNode, NotFound, StaleVersion
 from .records import LockInfo, Status
 
@@ -27,7 +27,7 @@ Read = tuple[bytes, ZnodeStat] | None
 
 def stamp(ms: int) -> datetime:
     """A ZooKeeper ctime/mtime in milliseconds as local time."""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone()
+    return local_time(ms / 1000)
 
 
 def read_many(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, Read]:

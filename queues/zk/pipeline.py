@@ -175,6 +175,7 @@ class StateListing:
         # listing sent before that may still show them (one sent after it cannot: ZooKeeper
         # answers a session's requests in order), and a claim of such an entry would fail.
         self._leaving: dict[str, float] = {}
+        self._checked: set[str] = set()  # the last listing's index entry names
 
     def _list(self, extra: Iterable[str]) -> None:
         self.listed(time.monotonic(), children(self.zk, self.folder), extra)
@@ -192,7 +193,10 @@ class StateListing:
         if self.skip is not None:
             names = {n for n in names if not self.skip(n[3:])}
         names.update(extra)
-        entries = [n for n in names if paths.INDEX_ENTRY_RE.fullmatch(n)]
+        # Names checked at the last listing are not checked again (most of a big folder).
+        checked = self._checked
+        entries = [n for n in names if n in checked or paths.INDEX_ENTRY_RE.fullmatch(n)]
+        self._checked = set(entries)
         if self._leaving:
             self._leaving = {j: t for j, t in self._leaving.items() if t >= sent}
             entries = [n for n in entries if n[3:] not in self._leaving]
@@ -240,6 +244,7 @@ class StateListing:
             self._apply_listing(sent, found, kept.values())
 
     def add(self, name: str) -> None:
+        """Put in an index entry name (``paths.index_name``'s, or one taken from a listing)."""
         heapq.heappush(self._heap, name)
 
     def leaving(self, jids: Iterable[str]) -> None:
@@ -294,10 +299,7 @@ class StateListing:
     def _pop(self, kept: dict[str, str]) -> Pick | None:
         while self._heap:
             name = heapq.heappop(self._heap)
-            match = paths.INDEX_ENTRY_RE.fullmatch(name)
-            if match is None:
-                continue
-            jid = match.group(2)
+            jid = name[3:]  # "PP-" + jid: only index entry names are put in (checked then)
             if jid in kept:
                 if kept[jid] != name:
                     continue  # an old entry of a kept job (its priority changed)

@@ -6,6 +6,7 @@ and the version of its status node (so a write can be checked against what was r
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,8 +37,9 @@ class Status:
     version: int
     mtime: datetime
 
-    @property
+    @functools.cached_property
     def status(self) -> str:
+        """The state (looked up once: a consumer asks a job's state many times a move)."""
         value = self.raw.get("status")
         return value if isinstance(value, str) else "?"
 
@@ -126,6 +128,9 @@ class Job(_Item):
     lock: LockInfo | None = None
     # Optional nodes that exist but do not decode: path -> reason. Shown, never fatal.
     problems: dict[str, str] = field(default_factory=dict)
+    # The configuration node's version when read (-1: not known), so a job read again while
+    # its lock is held is not decoded again when nobody changed it.
+    configuration_version: int = field(default=-1, compare=False, repr=False)
 
     def _sent(self) -> dict[str, Any]:
         return self.configuration
