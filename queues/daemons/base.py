@@ -181,6 +181,7 @@ class Daemon(ABC, Generic[T]):
         self.zk = zk if zk is not None else client()
         self.gate = gate or SessionGate()
         self.poll = poll
+        self._backoff: transient.Backoff | None = None
         self.last: ItemResult | None = None
         # Items passed over as not processable: id -> their fingerprint when they were.
         self.skipped: dict[str, object] = {}
@@ -349,7 +350,9 @@ class Daemon(ABC, Generic[T]):
                 )
             step = self.failure(item, exc)
         else:
-            if transient.backoff_of(self).clear():
+            backoff = transient.backoff_of(self) if self._backoff is None else self._backoff
+            self._backoff = backoff  # looked up once: the batched loop runs thousands a second
+            if backoff.failures and backoff.clear():
                 log.info("%s: working again: the outage it waited for is over", self.name)
         if isinstance(step, Stay):
             return item, None, self._result(ident, "waiting", started, step.reason)

@@ -524,8 +524,9 @@ class JobPipeline:
             return
         loaded = collect_reads(batch.reads)
         works = []
+        takers: dict[str, JobPipeline | None] = {}  # by target state, for this batch
         for pick in mine:
-            work = self._start(pick, loaded, batch.known.get(pick.jid))
+            work = self._start(pick, loaded, batch.known.get(pick.jid), takers)
             if work is not None:
                 works.append(work)
         self._send_move(works, now)
@@ -588,9 +589,16 @@ class JobPipeline:
         self.listing.apply_look_ahead()
         self._give_back(list(self.kept), now)
 
-    def _start(self, pick: Pick, loaded: dict[str, Any], known: Job | None) -> Work | None:
+    def _start(
+        self,
+        pick: Pick,
+        loaded: dict[str, Any],
+        known: Job | None,
+        takers: dict[str, JobPipeline | None],
+    ) -> Work | None:
         """Check a locked job and run the step on it; None when it ended here (lock given back).
-        ``known``: the job as handed over, of which only part was read again."""
+        ``known``: the job as handed over, of which only part was read again; ``takers``: the
+        loops that take jobs moved to a state with their locks, as found for this batch."""
         daemon = self.daemon
         now = self.holding.get(pick.jid) or self._current()
         started = time.monotonic()
@@ -619,7 +627,12 @@ class JobPipeline:
             return None
         assert step is not None
         work.step = step
-        taker = self.keeper.taker(step.target) if self.keeper is not None else None
+        if step.target in takers:
+            taker = takers[step.target]
+        else:
+            taker = takers[step.target] = (
+                self.keeper.taker(step.target) if self.keeper is not None else None
+            )
         try:
             work.plan = transition_plan(
                 job,
