@@ -26,8 +26,10 @@ In a burst, the messages are coalesced, and neither the console's messages nor a
 watch's events say which write they follow (kazoo may also drop an event that arrives while the
 previous one is being handed over; the message sent after it covers it). A move's burst
 latency is therefore taken to the first message that arrives after the move's write was
-acknowledged: ZooKeeper queues a watch event for its watchers before the reply to the write.
-The burst shows what the coalescing window costs and how many messages a burst becomes.
+acknowledged (ZooKeeper queues a watch event for its watchers before the reply to the write),
+or to the burst's last message for a write acknowledged after it (that message may precede the
+ack: with no window it leaves as soon as the last event arrives). The burst shows what the
+coalescing window costs and how many messages a burst becomes.
 
 ``--preload N`` first loads N jobs into the watched folder (``bench/loader.py``), so the
 figures are those of a large queue: 30,000 is the Estimating folder of a 1,000,000-job queue.
@@ -334,18 +336,22 @@ async def measure(
 
         burst_seconds = await asyncio.to_thread(move_all)
         last_ack = max(m.done for m in burst)
-        await wait_after(received, last_ack, timeout=60)
-        await asyncio.sleep(max(1.0, 2 * window))  # the burst's last window closes
+        began = min(m.start for m in burst)
+        await wait_after(received, began, timeout=60)
+        # Until the burst's last window has closed: a quiet spell of two windows (at least 1 s).
+        heard = -1
+        while heard != len(received.times):
+            heard = len(received.times)
+            await asyncio.sleep(max(1.0, 2 * window))
         reader.cancel()
     await asyncio.to_thread(bare.close)
 
+    last_message = received.times[-1]
+
     def after_ack(moves: list[Move]) -> list[float]:
-        out = []
-        for m in moves:
-            at = received.first_after(m.done)
-            assert at is not None
-            out.append(at - m.start)
-        return out
+        # A write acknowledged after the burst's last message was told by that message (it is
+        # the last one, sent after every event the hub received).
+        return [(received.first_after(m.done) or last_message) - m.start for m in moves]
 
     burst_messages = len(received.times) - first_burst_message
     return {
@@ -359,7 +365,7 @@ async def measure(
         "burst": after_ack(burst),
         "burst_write": [m.done - m.start for m in burst],
         "burst_seconds": burst_seconds,
-        "burst_last": (received.first_after(last_ack) or last_ack) - last_ack,
+        "burst_last": last_message - last_ack,
         "burst_messages": burst_messages,
         "burst_events": sum(received.events[first_burst_message:]),
     }
@@ -399,7 +405,7 @@ def report(args: argparse.Namespace, runs: dict[float, dict[str, Any]]) -> None:
         print(row("console (write -> first message after ack)", result["burst"]))
         print(row("  (the write itself)", result["burst_write"]))
         print(
-            f"  last write's ack -> next message: {result['burst_last'] * 1000:.1f} ms; "
+            f"  last write's ack -> last message: {result['burst_last'] * 1000:+.1f} ms; "
             f"{result['burst_messages']} socket messages for {args.burst} moves "
             f"({result['burst_events']} watch events folded in)"
         )
