@@ -14,6 +14,7 @@ from typing import Any
 
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
+from kazoo.protocol.states import ZnodeStat
 
 from queues.states import JOB, InvalidTransition, JobState, job_batch_folder, job_resume_target
 
@@ -258,13 +259,21 @@ def job_refresh(known: Job, reads: dict[str, Any]) -> Job:
     status, priority, configuration = (reads[f"{base}/{n}"] for n in REFRESHED_NODES)
     if status is None or priority is None or configuration is None:
         raise NotFound(f"job {known.jid} does not exist")
-    stat = status[1]
-    if stat.version == known.status.version:
-        # As this process wrote it (a status changes only with its version): not decoded again.
-        current = Status(raw=known.status.raw, version=stat.version, mtime=stamp(stat.mtime))
+    number = decode_int(f"{base}/priority", priority[0])
+    version = configuration[1].version
+    if (
+        status[1].version == known.status.version
+        and number == known.priority
+        and version == known.configuration_version
+    ):
+        # Nobody wrote it since this process moved it (a status and a configuration change
+        # only with their versions): ``known`` as it is, its status as the move's answer
+        # stamped it.
+        return known
+    if status[1].version == known.status.version:
+        current = known.status  # as this process wrote it: not decoded again
     else:
         current = _status(f"{base}/status", status)
-    version = configuration[1].version
     if version == known.configuration_version:
         settings = known.configuration  # unchanged since it was decoded
     else:
@@ -272,7 +281,7 @@ def job_refresh(known: Job, reads: dict[str, Any]) -> Job:
     return evolve(
         known,
         status=current,
-        priority=decode_int(f"{base}/priority", priority[0]),
+        priority=number,
         configuration=settings,
         configuration_version=version,
     )
@@ -441,14 +450,15 @@ class TransitionPlan:
         elif lock == "keep":
             txn.check(self.lock_path, -1)
 
-    def moved(self) -> Job:
-        """The job as this move leaves it (status version one up)."""
+    def moved(self, stat: ZnodeStat | None = None) -> Job:
+        """The job as this move leaves it: its status as the server stamped it (``stat``, the
+        status write's answer), or else one version up and written now."""
         job = self.job
-        return evolve(
-            job,
-            status=Status(raw=self.raw, version=job.status.version + 1, mtime=local_time()),
-            priority=self.new_priority,
-        )
+        if stat is None:
+            status = Status(raw=self.raw, version=job.status.version + 1, mtime=local_time())
+        else:
+            status = Status(raw=self.raw, version=stat.version, mtime=stamp(stat.mtime))
+        return evolve(job, status=status, priority=self.new_priority)
 
 
 def transition_plan(
@@ -547,10 +557,10 @@ def transition_apply(
     once the session that took the lock is gone); the answer is waited for outside it.
     """
 
-    def attempt(deletes: Sequence[str], creates: Sequence[str], lock: str | None) -> None:
+    def attempt(deletes: Sequence[str], creates: Sequence[str], lock: str | None) -> list[Any]:
         txn = Multi(zk)
         plan.add_to(txn, deletes, creates, lock=lock)
-        commit(txn if gate is None else _Gated(txn, gate), what=plan.what)
+        return commit(txn if gate is None else _Gated(txn, gate), what=plan.what)
 
     try:
         moved = _apply(zk, plan, attempt, require_lock=require_lock)
@@ -568,7 +578,7 @@ def transition_apply(
 def _apply(
     zk: KazooClient,
     plan: TransitionPlan,
-    attempt: Callable[[Sequence[str], Sequence[str], str | None], None],
+    attempt: Callable[[Sequence[str], Sequence[str], str | None], list[Any]],
     *,
     require_lock: bool,
 ) -> Job:
@@ -577,7 +587,7 @@ def _apply(
         try:
             # The usual case, in one round trip: the index is where the status says and the
             # target folders exist. Only when ZooKeeper refuses that is the index looked at.
-            attempt(*plan.index_changes(), plan.lock)
+            answer = attempt(*plan.index_changes(), plan.lock)
         except StaleVersion:
             raise
         except Conflict:
@@ -595,14 +605,15 @@ def _apply(
             lock = plan.lock
             if lock == "release" and zk.exists(plan.lock_path) is None:
                 lock = None
-            attempt(deletes, creates, lock)
+            answer = attempt(deletes, creates, lock)
     except StaleVersion:
         # After a connection loss the first attempt may have landed: that is success.
         current = job_load(zk, job.jid)
         if landed(current.status, job.status, plan.raw) and current.priority == plan.new_priority:
             return current
         raise
-    return plan.moved()
+    # The status write answers first among the move's writes that answer a stat.
+    return plan.moved(next((r for r in answer if isinstance(r, ZnodeStat)), None))
 
 
 def job_resume_state(job: Job) -> str:

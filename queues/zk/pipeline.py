@@ -40,6 +40,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, RolledBackError, RuntimeInconsistency
+from kazoo.protocol.states import ZnodeStat
 
 from . import paths
 from .consumers import claimer_join, claimer_leave, claimers_list
@@ -601,7 +602,15 @@ class PendingMove:
             raise
         if not _failed(answer):
             ledger.given_up(plan.lock_path for plan in self.plans if plan.lock == "release")
-            return [plan.moved() for plan in self.plans]
+            # The status writes' answers, in the plans' order (a plan that changes the priority
+            # writes that node too, after its status): each moved job as the server stamped it.
+            stats = iter([r for r in answer if isinstance(r, ZnodeStat)])
+            moved: list[Outcome] = []
+            for plan in self.plans:
+                moved.append(plan.moved(next(stats, None)))
+                if plan.new_priority != plan.job.priority:
+                    next(stats, None)
+            return moved
         self.fell_back = True
         outcomes: list[Outcome] = []
         for i, plan in enumerate(self.plans):
