@@ -33,9 +33,9 @@ import re
 import threading
 import weakref
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from itertools import islice
@@ -70,6 +70,8 @@ DATE_CHECKED = 2000
 HISTORY_TAKEN = 500
 # Candidates of an exact ARK or local ID lookup whose nodes are read to confirm it.
 KEY_CANDIDATES = 2000
+# Lines holding a search's text tried one by one; more are counted by a pattern in C.
+LOOK_AT_MOST = 200
 
 FIELDS: dict[str, str] = {
     "id": "IDs (job, batch, ARK, local ID)",
@@ -240,6 +242,85 @@ class Results:
         return sum(s.total for s in self.sections)
 
 
+# Searched lines ---------------------------------------------------------------------------------
+
+_SEP = "\x1f"  # between the fields of a line; no search holds it (control characters refused)
+_NL = "\n"  # before every line
+
+
+def _clean(value: str) -> str:
+    return value.casefold().replace(_NL, " ").replace(_SEP, " ")
+
+
+@dataclass(frozen=True)
+class _Lines:
+    """The searched texts of many items, prepared once: one string of case-folded lines, one
+    an item in the order results are shown (newest first), fields apart, so a search is one
+    regular expression run over it in C (``_pattern``) instead of a Python loop per item, and
+    a page of results is read off its first matches."""
+
+    items: list[Any]  # each line's item (a job number, a batch ID)
+    texts: list[tuple[str, ...]]  # each line's fields as written (to say what matched)
+    blob: str
+    starts: array[int]  # where each line's newline is in ``blob``
+    line_of: dict[Any, int]
+
+    @classmethod
+    def of(cls, items: Sequence[Any], texts: Sequence[tuple[str, ...]]) -> _Lines:
+        parts, starts, at = [], array("q"), 0
+        for fields in texts:
+            line = _NL + _SEP.join(_clean(f) for f in fields)
+            starts.append(at)
+            at += len(line)
+            parts.append(line)
+        line_of = {item: i for i, item in enumerate(items)}
+        return cls(list(items), list(texts), "".join(parts), starts, line_of)
+
+    def count(self, match: _Match) -> int:
+        """How many lines match: those holding the text looked at one by one when they are
+        few, else counted by the pattern in C (a match never spans two lines)."""
+        if self.blob.count(match.needle, 0) <= LOOK_AT_MOST:
+            return sum(1 for _ in self.matching(match))
+        return len(match.regex.findall(self.blob))
+
+    def matching(self, match: _Match) -> Iterator[Any]:
+        """The items of the matching lines, in order, found as they are asked for: only the
+        lines holding the text (found by ``str.find``) are tried."""
+        blob, starts, items, regex = self.blob, self.starts, self.items, match.regex
+        end = len(starts)
+        at = blob.find(match.needle)
+        while at >= 0:
+            i = bisect_right(starts, at) - 1
+            if regex.match(blob, starts[i]):
+                yield items[i]
+            if i + 1 >= end:
+                return
+            at = blob.find(match.needle, starts[i + 1])
+
+    def matches(self, item: Any, match: _Match) -> bool:
+        i = self.line_of.get(item)
+        return i is not None and match.regex.match(self.blob, self.starts[i]) is not None
+
+    def texts_of(self, item: Any) -> tuple[str, ...] | None:
+        i = self.line_of.get(item)
+        return None if i is None else self.texts[i]
+
+
+@dataclass(frozen=True)
+class _Match:
+    needle: str  # the case-folded text: a line that matches holds it
+    regex: re.Pattern[str]  # the fields it must be in, matched from a line's start
+
+
+def _pattern(folded: str, contains: Iterable[int] = (), starts: Iterable[int] = ()) -> Any:
+    """A match of a line whose field ``i`` contains ``folded`` (for ``i`` in ``contains``)
+    or starts with it (``starts``); None when no field is searched."""
+    needle = re.escape(folded)
+    ways = [f"(?:[^{_SEP}{_NL}]*{_SEP}){{{i}}}[^{_SEP}{_NL}]*?{needle}" for i in contains]
+    ways += [f"(?:[^{_SEP}{_NL}]*{_SEP}){{{i}}}{needle}" for i in starts]
+    return _Match(folded, re.compile(f"{_NL}(?:{'|'.join(ways)})")) if ways else None
+
+
 # What is kept between searches, per read index ------------------------------------------------
 
 
@@ -253,15 +334,22 @@ class _BatchText:
 
 class _Kept:
     """Texts read for earlier searches: what never changes is read once (a job's title, file
-    name and local ID; a batch's submission), the rest again when its listing or status did."""
+    name and local ID; a batch's submission), the rest again when its listing or status did.
+    The searched lines (``_Lines``) are prepared from them once per change of the read index's
+    listings they come from, not per search."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.jobs: OrderedDict[int, tuple[str, str, str]] = OrderedDict()
         self.batches: dict[str, _BatchText] = {}
         self.failed_keys: array[int] | None = None
-        self.failed: dict[int, str] = {}
+        self.failed: _Lines = _Lines.of([], [])
         self.batch_messages: dict[str, tuple[int, str]] = {}  # bid -> (status mtime, message)
+        # The newest jobs' lines (local ID, title, file name), for these state listings and
+        # window size, and how many jobs the window held.
+        self.window: tuple[tuple[array[int], ...], int, _Lines, int] | None = None
+        # Every live batch's lines, for this batch list and these batch states.
+        self.batch_lines: tuple[list[str], Any, _Lines] | None = None
 
 
 _kept: weakref.WeakKeyDictionary[zindex.ReadIndex, _Kept] = weakref.WeakKeyDictionary()
@@ -314,13 +402,24 @@ def _unique(numbers: Iterable[int]) -> Iterator[int]:
             last = n
 
 
+@dataclass(frozen=True)
+class _Window:
+    """Prepared lines and the pattern of a search over them, with what a match says."""
+
+    lines: _Lines
+    pattern: _Match
+    explain: Callable[[tuple[str, ...]], list[tuple[str, str]]]
+
+
 @dataclass
 class _Jobs:
     """Live jobs found: many at once as runs of a listing's by-age keys (a job ID prefix, a
-    submitter), the others one by one with the fields they matched."""
+    submitter), as the matching lines of windows of prepared texts (newest first), the others
+    one by one with the fields they matched."""
 
     runs: list[tuple[array[int], int, int]] = field(default_factory=list)
     runs_why: str = ""
+    windows: list[_Window] = field(default_factory=list)
     one: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
     exact: set[int] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
@@ -339,14 +438,40 @@ class _Jobs:
         return False
 
     def count(self) -> int:
-        return sum(hi - lo for _k, lo, hi in self.runs) + sum(
-            1 for n in self.one if not self.in_runs(n)
+        """How many jobs were found (each once). The first window's matches are counted in
+        C; the other windows' and the single finds are looked up in it one by one (they are
+        few: exact keys, error texts), unless runs were found too."""
+        extra = set(self.one)
+        for window in self.windows[1:]:
+            extra.update(window.lines.matching(window.pattern))
+        if self.runs:
+            if self.windows:
+                first = self.windows[0]
+                extra.update(first.lines.matching(first.pattern))
+            return sum(hi - lo for _k, lo, hi in self.runs) + sum(
+                1 for n in extra if not self.in_runs(n)
+            )
+        if not self.windows:
+            return len(extra)
+        first = self.windows[0]
+        return first.lines.count(first.pattern) + sum(
+            1 for n in extra if not first.lines.matches(n, first.pattern)
         )
 
     def newest(self) -> Iterator[int]:
         parts = [_desc(keys, lo, hi) for keys, lo, hi in self.runs]
+        parts += [w.lines.matching(w.pattern) for w in self.windows]
         parts.append(iter(sorted(self.one, reverse=True)))
         return _unique(heapq.merge(*parts, reverse=True))
+
+    def why(self, number: int) -> list[tuple[str, str]]:
+        """What a shown job matched (the runs' field aside)."""
+        found = list(self.one.get(number, []))
+        for window in self.windows:
+            texts = window.lines.texts_of(number)
+            if texts is not None and window.lines.matches(number, window.pattern):
+                found += [w for w in window.explain(texts) if w not in found]
+        return found
 
 
 def _recent(idx: zindex.ReadIndex, state_list: Iterable[str], count: int) -> list[int]:
@@ -377,8 +502,9 @@ def _job_texts(zk: Any, kept: _Kept, numbers: list[int]) -> dict[int, tuple[str,
     return {**known, **fresh}
 
 
-def _failed_messages(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> dict[int, str]:
-    """Status messages of the newest Failed jobs, read again when the Failed listing changed."""
+def _failed_messages(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> _Lines:
+    """Status messages of the newest Failed jobs, newest first, read again (and prepared for
+    search) when the Failed listing changed."""
     keys = idx.job_entries(JobState.FAILED, order="oldest").keys
     with kept.lock:
         if kept.failed_keys is keys:
@@ -390,9 +516,32 @@ def _failed_messages(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> dict[int, s
         found = reads.get(zpaths.job_node(f"jid{n:010d}", "status"))
         if found is not None and _text(found[0], "message"):
             messages[n] = _text(found[0], "message")
+    lines = _Lines.of(list(messages), [(m,) for m in messages.values()])
     with kept.lock:
-        kept.failed_keys, kept.failed = keys, messages
-    return messages
+        kept.failed_keys, kept.failed = keys, lines
+    return lines
+
+
+def _job_window(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> tuple[_Lines, int]:
+    """The ``RECENT_JOBS`` newest live jobs' local ID, title and file name, prepared once
+    per change of any job state listing; and how many jobs the window held."""
+    keys = tuple(idx.job_entries(s, order="oldest").keys for s in JOB.states)
+    with kept.lock:
+        window = kept.window
+        if (
+            window is not None
+            and window[1] == RECENT_JOBS
+            and len(window[0]) == len(keys)
+            and all(a is b for a, b in zip(window[0], keys, strict=True))
+        ):
+            return window[2], window[3]
+    recent = _recent(idx, JOB.states, RECENT_JOBS)
+    texts = _job_texts(zk, kept, recent)
+    numbers = [n for n in recent if n in texts]
+    lines = _Lines.of(numbers, [(texts[n][2], texts[n][0], texts[n][1]) for n in numbers])
+    with kept.lock:
+        kept.window = (keys, RECENT_JOBS, lines, len(recent))
+    return lines, len(recent)
 
 
 def _confirmed_keys(zk: Any, jids: list[str], folded: str) -> dict[int, tuple[str, str]]:
@@ -411,6 +560,19 @@ def _confirmed_keys(zk: Any, jids: list[str], folded: str) -> dict[int, tuple[st
                 found[int(jid[3:])] = ("ARK" if is_ark else "local ID", key)
                 break
     return found
+
+
+def _some_submitter(idx: zindex.ReadIndex, text: str) -> bool:
+    """Whether any live job's submitter may contain ``text``: the read index's table of
+    distinct (collection, submitter) pairs, compared as ``job_entries_matching`` does, once
+    the jobs new since the last search are read into it (as ``ReadIndex.find`` does; while
+    the index fills, what is read so far). A search no submitter holds does not filter every
+    state's entries for it."""
+    if not idx.filling:
+        with idx._sync_lock:
+            idx.sync_jobs()
+    wanted = text.lower()
+    return any(wanted in pair.submitter.lower() for pair in list(idx._pairs))
 
 
 def _live_jobs(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> _Jobs:
@@ -442,27 +604,41 @@ def _live_jobs(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> _Jo
         for n, (why, value) in _confirmed_keys(zk, candidates, folded).items():
             found.add(n, why, value)
             found.exact.add(n)
-    if query.wants("submitter") and not (id_prefix and not query.scope):
+    if (
+        query.wants("submitter")
+        and not (id_prefix and not query.scope)
+        and _some_submitter(idx, text)
+    ):
         for state in states:
             entries = idx.job_entries_matching(state, submitter=text, order="oldest")
             if len(entries):
                 found.runs.append((entries.keys, 0, len(entries)))
         found.runs_why = found.runs_why or "submitter"
-    if query.wants("title") or query.wants("filename") or query.wants("id"):
-        recent = _recent(idx, states, RECENT_JOBS)
-        for n, (title, filename, local) in _job_texts(zk, kept, recent).items():
-            if query.wants("title") and folded in title.casefold():
-                found.add(n, "title", title)
-            if query.wants("filename") and folded in filename.casefold():
-                found.add(n, "file name", filename)
-            if query.wants("id") and not id_prefix and local.casefold().startswith(folded):
-                found.add(n, "local ID", local)
-        if len(recent) == RECENT_JOBS:
+    title, filename = query.wants("title"), query.wants("filename")
+    local = query.wants("id") and not id_prefix
+    if title or filename or local:
+        lines, held = _job_window(zk, idx, kept)
+        contains = [i for i, wanted in ((1, title), (2, filename)) if wanted]
+        pattern = _pattern(folded, contains, [0] if local else [])
+
+        def explain(texts: tuple[str, ...]) -> list[tuple[str, str]]:
+            local_id, title_text, filename_text = texts
+            why = []
+            if title and folded in title_text.casefold():
+                why.append(("title", title_text))
+            if filename and folded in filename_text.casefold():
+                why.append(("file name", filename_text))
+            if local and local_id.casefold().startswith(folded):
+                why.append(("local ID", local_id))
+            return why
+
+        found.windows.append(_Window(lines, pattern, explain))
+        if held == RECENT_JOBS:
             fields = [
                 name
                 for name, wanted in (
-                    ("title", query.wants("title")),
-                    ("file name", query.wants("filename")),
+                    ("title", title),
+                    ("file name", filename),
                     ("local ID prefix", query.wants("id")),
                 )
                 if wanted
@@ -470,9 +646,9 @@ def _live_jobs(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> _Jo
             found.notes.append(f"{', '.join(fields)}: the {RECENT_JOBS:,} newest jobs searched")
     if query.wants("error"):
         messages = _failed_messages(zk, idx, kept)
-        for n, message in messages.items():
-            if folded in message.casefold():
-                found.add(n, "error", message)
+        found.windows.append(
+            _Window(messages, _pattern(folded, [0]), lambda texts: [("error", texts[0])])
+        )
         if idx.job_count(JobState.FAILED) > RECENT_FAILED:
             found.notes.append(
                 f"error text: the {RECENT_FAILED:,} newest Failed jobs' messages searched, "
@@ -532,7 +708,7 @@ def _job_rows(zk: Any, jids: list[str], found: _Jobs) -> list[Row]:
         if isinstance(item, Broken):
             rows.append(_broken_row("job", item))
             continue
-        why = list(found.one.get(int(item.jid[3:]), [])) if item.jid[3:].isdigit() else []
+        why = found.why(int(item.jid[3:])) if item.jid[3:].isdigit() else []
         if found.runs_why and found.in_runs(int(item.jid[3:])):
             value = item.jid if found.runs_why == "job ID" else item.submitter
             why.insert(0, (found.runs_why, value))
@@ -618,58 +794,121 @@ def _batch_messages(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> dict[str, st
         return {b: message for b, (_m, message) in kept.batch_messages.items()}
 
 
-def _live_batches(
-    zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query
-) -> tuple[list[str], dict[str, list[tuple[str, str]]], set[str]]:
-    """Matching live batch IDs newest first, what each matched, and the exact matches."""
-    folded = query.folded
+def _batch_lines(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> _Lines:
+    """Every live batch's searched fields, newest first (ID, its own ID, submitter, title,
+    file name, a Failed batch's message), prepared once per change of the batch list or of a
+    batch's state."""
     bids = idx.batch_ids()
+    states = idx.batch_states()
+    with kept.lock:
+        kept_lines = kept.batch_lines
+        if kept_lines is not None and kept_lines[0] is bids and kept_lines[1] is states:
+            return kept_lines[2]
     texts = _batch_texts(zk, kept, bids)
-    messages = _batch_messages(zk, idx, kept) if query.wants("error") else {}
-    why: dict[str, list[tuple[str, str]]] = {}
-    exact: set[str] = set()
-    id_like = bool(_BID_PART.fullmatch(folded))
-    for bid in reversed(bids):
-        t = texts.get(bid)
-        found = []
+    messages = _batch_messages(zk, idx, kept)
+    empty = _BatchText("", "", "", "")
+    newest = list(reversed(bids))
+    rows = []
+    for bid in newest:
+        t = texts.get(bid, empty)
+        rows.append((bid, t.uuid, t.submitter, t.title, t.filename, messages.get(bid, "")))
+    lines = _Lines.of(newest, rows)
+    if len(texts) >= len(bids):  # a batch whose submission could not be read: read it again
+        with kept.lock:
+            kept.batch_lines = (bids, states, lines)
+    return lines
+
+
+@dataclass
+class _Batches:
+    """Live batches found: the matching lines of every live batch's, newest first."""
+
+    lines: _Lines
+    pattern: Any  # None when no batch field is searched
+    query: Query
+    id_like: bool
+
+    def count(self) -> int:
+        return 0 if self.pattern is None else self.lines.count(self.pattern)
+
+    def newest(self) -> Iterator[str]:
+        return iter(()) if self.pattern is None else self.lines.matching(self.pattern)
+
+    def why(self, bid: str) -> tuple[list[tuple[str, str]], bool]:
+        """What a batch matched, and whether it is an exact match of one of its IDs."""
+        texts = self.lines.texts_of(bid)
+        if texts is None:
+            return [], False
+        query, folded = self.query, self.query.folded
+        _bid, uuid, submitter, title, filename, message = texts
+        found: list[tuple[str, str]] = []
+        exact = False
         if query.wants("id"):
-            if id_like and bid.startswith(folded):
+            if self.id_like and bid.startswith(folded):
                 found.append(("batch ID", bid))
-                if bid == folded:
-                    exact.add(bid)
-            if t and t.uuid and t.uuid.casefold().startswith(folded):
-                found.append(("batch's own ID", t.uuid))
-                if t.uuid.casefold() == folded:
-                    exact.add(bid)
-        if t and query.wants("submitter") and folded in t.submitter.casefold():
-            found.append(("submitter", t.submitter))
-        if t and query.wants("title") and folded in t.title.casefold():
-            found.append(("title", t.title))
-        if t and query.wants("filename") and folded in t.filename.casefold():
-            found.append(("file name", t.filename))
-        if folded in messages.get(bid, "\0").casefold():
-            found.append(("error", messages[bid]))
-        if found:
-            why[bid] = found
-    return [b for b in reversed(bids) if b in why], why, exact
+                exact = bid == folded
+            if uuid and uuid.casefold().startswith(folded):
+                found.append(("batch's own ID", uuid))
+                exact = exact or uuid.casefold() == folded
+        for name, key, value in (
+            ("submitter", "submitter", submitter),
+            ("title", "title", title),
+            ("file name", "filename", filename),
+        ):
+            if query.wants(key) and folded in value.casefold():
+                found.append((name, value))
+        if query.wants("error") and message and folded in message.casefold():
+            found.append(("error", message))
+        return found, exact
+
+
+def _live_batches(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> _Batches:
+    """The live batches matching, found in the prepared lines of every live batch."""
+    folded = query.folded
+    id_like = bool(_BID_PART.fullmatch(folded))
+    # Fields: 0 ID, 1 the batch's own ID, 2 submitter, 3 title, 4 file name, 5 error.
+    starts = []
+    if query.wants("id"):
+        starts = [0, 1] if id_like else [1]
+    contains = [
+        i
+        for i, key in ((2, "submitter"), (3, "title"), (4, "filename"), (5, "error"))
+        if query.wants(key)
+    ]
+    if 5 in contains and not folded:
+        contains.remove(5)  # a batch without a message has no error text to match
+    pattern = _pattern(folded, contains, starts)
+    return _Batches(_batch_lines(zk, idx, kept), pattern, query, id_like)
 
 
 def _batches_section(
     zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query
 ) -> tuple[Section, set[str]]:
-    bids, why, exact = _live_batches(zk, idx, kept, query)
+    found = _live_batches(zk, idx, kept, query)
     notes: list[str] = []
-    if query.dated:
-        bids, notes = _dated(zk, query, iter(bids), len(bids), zpaths.batch_node, "batches")
     page = query.page("batches")
     start = (page - 1) * PER_PAGE
+    total = found.count()
+    if query.dated:
+        bids, notes = _dated(zk, query, found.newest(), total, zpaths.batch_node, "batches")
+        total, shown = len(bids), bids[start : start + PER_PAGE]
+    else:
+        shown = list(islice(found.newest(), start, start + PER_PAGE))
     rows = []
-    for item in batches_load(zk, bids[start : start + PER_PAGE]):
+    exact = set()
+    for item in batches_load(zk, shown):
         if isinstance(item, Broken):
             rows.append(_broken_row("batch", item))
-        else:
-            rows.append(_batch_row(item, why.get(item.bid, [])))
-    return Section("batches", rows, len(bids), page, notes), exact & set(bids)
+            continue
+        why, is_exact = found.why(item.bid)
+        rows.append(_batch_row(item, why))
+        if is_exact:
+            exact.add(item.bid)
+    if total == 1 and not shown:  # the one match is on another page than the one asked
+        bid = next(found.newest(), "")
+        if bid and found.why(bid)[1]:
+            exact.add(bid)
+    return Section("batches", rows, total, page, notes), exact
 
 
 def _batch_row(batch: Batch, why: list[tuple[str, str]]) -> Row:
