@@ -2,7 +2,7 @@
 
 Loads ``--jobs`` jobs in Estimating, then runs ``--processes`` daemon processes. Each hosts one
 daemon per job step (Estimating ... Notify) running the project's own batched loop
-(``queues.daemons.pipeline``: the queue-hold read, one lock multi and one multiRead for up to
+(``queues.daemons.pipeline``: one lock multi and one multiRead of the queue hold and up to
 ``--batch`` jobs in one round trip, the step, one move multi for all of them, locks kept from
 one step to the next inside the process, the batch's completion checked at the end) with a step
 that does no work, so what is measured is the loop and ZooKeeper, not downloads. Every job

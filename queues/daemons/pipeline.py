@@ -5,9 +5,9 @@ or shares a :class:`LockKeeper` with the other job daemons of its process. One c
 
 1. take the next jobs in run order from the state's listing (``StateListing``): entries of
    jobs whose lock this process kept from their previous step, and others;
-2. send in one go, without waiting: the queue-hold read, ONE lock multi for the jobs not yet
-   ours, ONE multiRead of every picked job (ZooKeeper answers a session's requests in order, so
-   the read sees the new locks);
+2. send in one go, without waiting: ONE lock multi for the jobs not yet ours, ONE multiRead
+   of the queue hold and every picked job (ZooKeeper answers a session's requests in order, so
+   the read sees the new locks, and a hold placed before the claim);
 3. collect the previous cycle's move (it travelled with those requests); then the hold (held:
    every lock just taken or kept is given back, nothing runs) and the claim (failed on
    contention: the job it failed on is passed over, the others claimed again);
@@ -63,7 +63,6 @@ from queues.zk.pipeline import (
     Pick,
     StateListing,
     collect_releases,
-    send_exists,
     send_releases,
     session_id,
 )
@@ -180,11 +179,11 @@ class Work:
 
 @dataclass
 class Outgoing:
-    """A batch whose requests are under way: hold read, claim multi, reads."""
+    """A batch whose requests are under way: claim multi, reads (the queue hold's among them)."""
 
     picks: list[Pick]
     new: list[Pick]
-    hold: Any
+    hold: str | None  # the queue hold's path, read with the jobs
     claim: PendingClaim | None
     reads: Any
     holding: Holding
@@ -418,8 +417,8 @@ class JobPipeline:
         """One step of the loop; True when it is worth looking again at once. ``fresh``: list
         the state's folder anew (the loop does before it goes idle).
 
-        ``AHEAD`` + 1 batches are under way at a time: the requests of the next batches (hold,
-        claim, reads) are sent before the one sent earliest is worked on, so their answers
+        ``AHEAD`` + 1 batches are under way at a time: the requests of the next batches (claim,
+        reads) are sent before the one sent earliest is worked on, so their answers
         arrive while the step runs on the one before.
         """
         daemon = self.daemon
@@ -474,29 +473,28 @@ class JobPipeline:
             return None
         for pick in picks:
             self.kept.pop(pick.jid, None)  # this batch's now (its lock stays in holding)
-        hold = (
-            send_exists(self.zk, zpaths.queue_lock(daemon.queue_hold))
-            if daemon.queue_hold
-            else None
-        )
         new = [p for p in picks if not p.kept]
         claim = PendingClaim(self.zk, new, self.listing.folder) if new else None
         after = self.listing.looking_ahead
         known = {p.jid: self.known.pop(p.jid) for p in picks if p.kept and p.jid in self.known}
         full = [p.jid for p in picks if p.jid not in known]
-        reads = start_reads(self.zk, load_paths(full) + refresh_paths(list(known)))
+        # The queue hold is read in the same multiRead as the jobs: one request fewer a batch.
+        hold = zpaths.queue_lock(daemon.queue_hold) if daemon.queue_hold else None
+        reads = start_reads(
+            self.zk,
+            ([hold] if hold else []) + load_paths(full) + refresh_paths(list(known)),
+        )
         self.listing.look_ahead(self.batch, self.kept)
         return Outgoing(picks, new, hold, claim, reads, now, known, after)
 
     def _finish_batch(self, batch: Outgoing) -> None:
-        """The answers of a batch sent earlier: the hold, the claim; then the step on each job
+        """The answers of a batch sent earlier: the claim, the hold; then the step on each job
         and one move for all of them."""
         daemon = self.daemon
         now = batch.holding
         # The reads were sent last: once they are answered everything before them is, and the
-        # answers below are taken without waiting (one wake-up for the batch, not three).
+        # answers below are taken without waiting (one wake-up for the batch, not two).
         batch.reads.wait()
-        held = batch.hold is not None and batch.hold.get() is not None
         locked = batch.claim.collect() if batch.claim is not None else set()
         if batch.after_look_ahead:
             self.listing.apply_look_ahead()  # answered before this batch's requests
@@ -513,16 +511,16 @@ class JobPipeline:
         for jid in locked:
             self.holding[jid] = now
         mine = [p for p in batch.picks if p.kept or p.jid in locked]
-        if held:
-            # A hold placed at any time stops the work: kept jobs are given back too.
-            self._give_back([p.jid for p in mine], now)
-            return
         if now != self._current():
             # The session was lost since the batch was sent: its locks are gone.
             for pick in mine:
                 self.holding.pop(pick.jid, None)
             return
         loaded = collect_reads(batch.reads)
+        if batch.hold is not None and loaded[batch.hold] is not None:
+            # A hold placed at any time stops the work: kept jobs are given back too.
+            self._give_back([p.jid for p in mine], now)
+            return
         works = []
         takers: dict[str, JobPipeline | None] = {}  # by target state, for this batch
         for pick in mine:

@@ -625,11 +625,6 @@ class PendingMove:
         return outcomes
 
 
-def send_exists(zk: KazooClient, path: str) -> Any:
-    """An ``exists`` sent now; ``.get()`` gives the stat or None."""
-    return zk.exists_async(path)
-
-
 def send_releases(zk: KazooClient, jids: Iterable[str]) -> list[tuple[str, Any]]:
     """Send a delete of each of the locks of ``jids`` (this session's own: the caller knows it
     holds them), all at once and without waiting (``collect_releases`` waits)."""

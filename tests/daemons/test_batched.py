@@ -278,7 +278,9 @@ def test_a_kept_job_is_read_again_only_in_part_and_seen_as_a_full_read_sees_it(
 
     monkeypatch.setattr(pipeline_module, "start_reads", counting)
     cycle_until_idle(two)
-    assert sent == [[zpaths.job_node(job.jid, n) for n in ("status", "priority", "configuration")]]
+    hold = [zpaths.queue_lock(second.queue_hold)] if second.queue_hold else []
+    nodes = [zpaths.job_node(job.jid, n) for n in ("status", "priority", "configuration")]
+    assert sent == [hold + nodes]  # the queue hold is read with the jobs
     assert second.items == [before]  # the same Job a full read gives
 
 
