@@ -179,6 +179,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "queues.views.outage.banner",
                 "queues.views.environment.environment",
+                "queues.views.common.loading_banner",
             ],
         },
     },

@@ -54,6 +54,7 @@ from queues.zk.records import AccessRequest, Batch, Broken, Job
 from .views.common import (
     RETRY_SECONDS,
     batch_or_archived,
+    index_loading,
     job_or_archived,
     perform_posted,
     refusal_for,
@@ -66,9 +67,13 @@ def _error(message: str, status: int) -> JsonResponse:
 
 
 def api_view(
-    *methods: str,
+    *methods: str, index: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., HttpResponse]]:
-    """Token auth, the viewer role for anything at all, JSON errors with the pages' statuses."""
+    """Token auth, the viewer role for anything at all, JSON errors with the pages' statuses.
+
+    ``index``: a GET answer comes from the read index, and says in ``loading`` what it is
+    still loading after a start ("" once filled), as every page does (``index_loading``);
+    an answer with a ``loading`` of its own (a search not complete yet) keeps it."""
 
     def decorator(view: Callable[..., Any]) -> Callable[..., HttpResponse]:
         @csrf_exempt
@@ -95,7 +100,11 @@ def api_view(
                 response = _error(f"ZooKeeper is unavailable: {refusal.message}", 503)
                 response["Retry-After"] = str(RETRY_SECONDS)
                 return response
-            return result if isinstance(result, HttpResponse) else JsonResponse(result)
+            if isinstance(result, HttpResponse):
+                return result
+            if index and request.method == "GET" and not result.get("loading"):
+                result["loading"] = index_loading()
+            return JsonResponse(result)
 
         return wrapped
 
@@ -225,7 +234,7 @@ def _counts(summary: dict[str, selectors.StateCount]) -> dict[str, Any]:
     return {s: {"count": c.count, "oldest_seconds": c.oldest_seconds} for s, c in summary.items()}
 
 
-@api_view("GET")
+@api_view("GET", index=True)
 def overview(request: HttpRequest) -> dict[str, Any]:
     ov = selectors.overview()
     return {
@@ -253,13 +262,14 @@ def _page(page: selectors.Page, items: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-@api_view("GET")
+@api_view("GET", index=True)
 def jobs(request: HttpRequest) -> dict[str, Any]:
     form = JobFilterForm(request.GET)
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
     page = selectors.jobs_page(flt=form.to_filter(), page=form.cleaned_data["page"] or 1)
-    # "loading": a search answered before the read index has every job's local ID and ARK.
+    # "loading": a search answered before the read index has every job's local ID and ARK
+    # (else, as every answer from the index, what it is still loading after a start).
     return {**_page(page, [job_json(j) for j in page.items]), "loading": page.loading}
 
 
@@ -351,7 +361,7 @@ def jobs_bulk(request: HttpRequest) -> dict[str, Any] | HttpResponse:
     }
 
 
-@api_view("GET")
+@api_view("GET", index=True)
 def failed(request: HttpRequest) -> dict[str, Any]:
     """Failed jobs, oldest first, ``selectors.FAILED_ROWS_PER_PAGE`` (50) per page (``page``),
     filtered by ``bid``, ``profile``, ``step``; with the counts per batch, collection and
@@ -378,7 +388,7 @@ def failed(request: HttpRequest) -> dict[str, Any]:
     }
 
 
-@api_view("GET")
+@api_view("GET", index=True)
 def failed_causes(request: HttpRequest) -> dict[str, Any]:
     """Failed jobs grouped by cause (failing step and normalised message), most jobs first,
     ``failure_causes.GROUPS_PER_PAGE`` groups per page; the same filters as ``failed``."""
@@ -397,7 +407,7 @@ def failed_causes(request: HttpRequest) -> dict[str, Any]:
     }
 
 
-@api_view("GET", "POST")
+@api_view("GET", "POST", index=True)
 def batches(request: HttpRequest) -> dict[str, Any]:
     if request.method == "POST":
         form = SubmitForm(_body(request))
@@ -432,7 +442,7 @@ def _positive(request: HttpRequest, name: str, default: int, most: int) -> int:
     return int(value)
 
 
-@api_view("GET")
+@api_view("GET", index=True)
 def batch(request: HttpRequest, bid: str) -> dict[str, Any]:
     """A batch, the counts of its jobs (per state: ``job_states``; per index folder:
     ``folders``) and one page of its job IDs by state (``jobs``), ``limit`` of them by job ID:
@@ -503,7 +513,7 @@ def access_action(request: HttpRequest, queue: str, qid: str, action: str) -> di
     )
 
 
-@api_view("GET")
+@api_view("GET", index=True)
 def holds(request: HttpRequest) -> dict[str, Any]:
     view = selectors.holds_view()
     return {
@@ -544,7 +554,7 @@ def consumers(request: HttpRequest) -> dict[str, Any]:
 REPORTS_PER_PAGE = 50
 
 
-@api_view("GET")
+@api_view("GET", index=True)
 def reports(request: HttpRequest) -> dict[str, Any]:
     """Batches with a status report, newest first, ``REPORTS_PER_PAGE`` (50) per page."""
     number = request.GET.get("page") or "1"

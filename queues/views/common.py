@@ -1,6 +1,7 @@
 """What every console door shares: the role gate, the one mapping of errors to HTTP answers,
-htmx fragments and messages, the reads of an item that may have been archived, and the steps
-of an operator action (parse the posted fields, perform, report; one or many items).
+htmx fragments and messages, the reads of an item that may have been archived, the steps
+of an operator action (parse the posted fields, perform, report; one or many items), and what
+the read index is still loading after a start (every page's notice, the API's ``loading``).
 
 The view modules beside this one are one per resource (overview, jobs, batches, failed,
 reports, access, holds, bulk, consistency, audit, tokens, workers, cockpit, poster), each with
@@ -37,6 +38,8 @@ from queues.models import AuditEntry, BulkRun
 from queues.services import Outcome
 from queues.states import JOB, REMOVE, JobState
 from queues.templatetags.console import actions_for
+from queues.zk import client as zkmod
+from queues.zk import index as zindex
 from queues.zk import paths as zpaths
 from queues.zk.errors import (
     Conflict,
@@ -373,3 +376,27 @@ def confirm(
             **preview,
         },
     )
+
+
+# What the read index is still loading ---------------------------------------------------------
+
+
+def index_loading() -> str:
+    """What the process's read index is still loading after a start ("" when nothing).
+
+    The web process fills its read index in the background after a start
+    (``queues.warmup``) and pages answer meanwhile from what is read so far: every page says
+    so through ``loading_banner`` (the base template's notice, ``id="index-loading"``; a page
+    with a note of its own then says only what it means there), and every API answer from the
+    index in ``loading``. Nothing here connects, waits or reads: a process whose client is
+    not connected has nothing loading to say (the outage banner says the rest).
+    """
+    zk = zkmod._client
+    if zk is None or not zk.connected:
+        return ""
+    return zindex.for_client(zk).loading()
+
+
+def loading_banner(request: HttpRequest) -> dict[str, Any]:
+    """The context processor behind every page's notice of what is still loading."""
+    return {"index_loading": index_loading()}

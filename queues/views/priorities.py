@@ -329,7 +329,7 @@ def api_collection_priority(request: HttpRequest, profile: str) -> dict[str, Any
     return _api_scoped(request, "collection", zpaths.profile(profile))
 
 
-@api_view("GET")
+@api_view("GET", index=True)
 def api_caps(request: HttpRequest) -> dict[str, Any]:
     rows, loading = collection_rows()
     return {
