@@ -24,6 +24,14 @@ nothing here walks every job in ZooKeeper):
 
 Each kind of result (live jobs, live batches, archived jobs, archived batches) is paged on its
 own, newest first; the page says what was searched where it is less than everything.
+
+The texts searched by a part (the newest jobs' local ID, title and file name, the newest Failed
+jobs' messages, every live batch's fields) are prepared once per change of the read index's
+listings they come from, as case-folded lines in one string (``_Lines``): a search finds the
+lines holding its text with ``str.find`` and tries only those, and reads a page of results off
+the first of them, so a warm search costs the same whether the windows are full or not
+(``tests/scale/test_search_flat.py``). On a queue that changes between two searches, the first
+search after the change prepares the lines again.
 """
 
 from __future__ import annotations
