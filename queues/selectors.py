@@ -1111,6 +1111,27 @@ def archived_batch_rows(bids: Sequence[str]) -> list[BatchRow]:
     return result
 
 
+# The batch IDs of each state, newest first, grouped once per answer of the read index (its
+# batch list and batch states are the same objects while no batch came, went or changed state),
+# so a state's page (the held batches on /holds/, the batch list filtered by state) does not
+# look at every batch per request.
+_by_state: tuple[list[str], dict[str, Any], dict[str, list[str]]] | None = None
+
+
+def _batches_by_state(bids: list[str], states: dict[str, Any]) -> dict[str, list[str]]:
+    global _by_state
+    kept = _by_state
+    if kept is not None and kept[0] is bids and kept[1] is states:
+        return kept[2]
+    grouped: dict[str, list[str]] = {}
+    for bid in reversed(bids):
+        found = states.get(bid)
+        if found is not None:
+            grouped.setdefault(found.state, []).append(bid)
+    _by_state = (bids, states, grouped)
+    return grouped
+
+
 def batches_page(*, flt: BatchFilter, page: int = 1, per_page: int = PER_PAGE) -> Page:
     """Batches newest first, the archived ones among them (``ArchivedBatch`` items, by batch
     ID like the others). Without a filter only the page is loaded; the state filter uses the
@@ -1118,11 +1139,12 @@ def batches_page(*, flt: BatchFilter, page: int = 1, per_page: int = PER_PAGE) -
     number in thousands, not millions); archived batches are filtered by the database."""
     zk = connected_client()
     idx = zindex.for_client(zk)
-    bids = list(reversed(idx.batch_ids()))
     if flt.state:
         # While the read index fills after a start: the batches whose state is read so far.
         states = idx.batch_states_now() if idx.filling else idx.batch_states()
-        bids = [b for b in bids if (s := states.get(b)) is not None and s.state == flt.state]
+        bids = list(_batches_by_state(idx.batch_ids(), states).get(flt.state, ()))
+    else:
+        bids = list(reversed(idx.batch_ids()))
     if flt.profile or flt.submitter or flt.q:
         subs = read_many(zk, [zpaths.batch_node(b, "submission") for b in bids])
         keep = []
