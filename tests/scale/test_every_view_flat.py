@@ -1,0 +1,349 @@
+"""Every GET page and API view of the console costs what it shows (issue 27): asked warm on a
+queue of N jobs and again after 9N more are loaded (10N in all, ten times the batches), each
+sends the same ZooKeeper requests, kind by kind, and runs about as many lines of the project's
+own code. Counted, not timed (``_work`` from ``test_flat_failed_stuck``): a walk over every batch
+or every job of a state or a collection per request shows as requests or lines that grow with
+the queue. Every page of rows is full at N already (see QUEUE), so a view that reads a node per
+row it shows reads as many at both sizes. A batch holds 3 jobs at both sizes: a walk over a
+batch's own jobs is counted by test_batch_pages and test_batch_api_requests (250 against 2,500).
+
+The views are bench/http_pages.py's table (what the page benchmark times at 1k to 1M jobs) and
+the GET views it leaves out (a bulk run's page and API, a batch's report export); a test checks
+that together they name every URL of the console that answers a GET. Views that take an ID use
+one picked from the load: at 10N a job and a batch of the second load.
+
+One queue per module (loading, warming and asking 56 views three times at both sizes takes
+seconds, not a fixture per view): the module's fixture loads it, measures every view at both
+sizes and keeps the figures; each view's test compares its own, so a failure names the view.
+The database rows the fixture makes (users, a token, a bulk run) are rolled back at its end.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.core.management import call_command
+from django.db import transaction
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, resolve
+
+from bench import loader
+from bench.http_pages import PAGES
+from queues import stuck
+from queues.states import JobState
+from queues.zk import client as zkmod
+from queues.zk import index as zindex
+from tests.scale.test_flat_failed_stuck import _work
+
+# The test database is set up only for a session with a test marked so; each test only compares
+# figures, the module's fixture makes the rows (and rolls them back).
+pytestmark = pytest.mark.django_db
+
+N = 600  # jobs at the smaller size; the larger is 10N
+JOBS_PER_BATCH = 3
+# Every kind of job a page shows: done, failed, held, waiting and at work in every step. At N
+# every page of rows is full already: 200 batches, 120 of them finished (a page of batches or
+# reports is 50), Failed jobs in 60 batches (a page of groups, 50), 180 Failed jobs (a page of
+# rows, 50), 150 at work (the stuck page's 100).
+QUEUE = {
+    JobState.COMPLETED: 0.30,
+    JobState.FAILED: 0.30,
+    JobState.PENDING: 0.10,
+    JobState.HELD: 0.05,
+    JobState.ESTIMATING: 0.04,
+    JobState.PROVISIONING: 0.04,
+    JobState.DOWNLOADING: 0.04,
+    JobState.PROCESSING: 0.04,
+    JobState.STORING: 0.03,
+    JobState.RECORDING: 0.03,
+    JobState.NOTIFY: 0.03,
+}
+PROFILES = tuple(f"bench_collection_{i:02d}" for i in (1, 2, 3))
+# Lines that may differ between the sizes: a bisection a level deeper, a dictionary that probes
+# once more, a different number of distinct keys met on the way to a page.
+SLACK = 1.3
+
+# The GET views bench/http_pages.py does not time (it keeps its loaded queue and database as
+# they were), with URL templates over the same fields.
+EXTRA: list[tuple[str, str, str]] = [
+    ("bulk run page", "page", "/bulk/{bulk}/"),
+    ("api bulk run", "api", "/api/bulk/{bulk}"),
+    ("report export, csv", "page", "/reports/{report_bid}.csv"),
+    ("report export, json", "page", "/reports/{report_bid}.json"),
+]
+VIEWS = PAGES + EXTRA
+
+# URL names that answer no GET (every one a write), and the two that are not the console's.
+NOT_GET = {
+    "logout",  # POST only (Django's LogoutView)
+    "job-action",
+    "jobs-bulk",
+    "batch-action",
+    "batches-bulk",
+    "failed-bulk",
+    "failed-causes-bulk",
+    "queue-hold",
+    "collection-hold-new",
+    "node-hold-new",
+    "node-hold",
+    "collection-hold",
+    "access-action",
+    "consistency-repair",
+    "token-create",
+    "token-revoke",
+    "consumer-drain",
+    "alert-test",
+    "alert-rule",
+    "collection-priority",
+    "collection-cap",
+    "api-job-action",
+    "api-jobs-bulk",
+    "api-batch-action",
+    "api-access-action",
+    "api-queue-hold",
+    "api-collection-hold",
+    "api-node-hold",
+    "api-note",
+    "api-job-priority",
+    "api-batch-priority",
+    "api-collection-priority",
+    "api-collection-cap",
+    "note-add",
+    "note-edit",
+    "note-delete",
+    "bulk-run-control",
+    "queues.api.bulk_run_control",  # (unnamed) the API's stop and continue
+    "poster",  # Merritt ingest's depositor door: 405 to anything but a POST
+    "poster-object",
+}
+NOT_CONSOLE = {"download", "django-admin"}  # static files; Django's own admin
+
+
+@dataclass
+class Seen:
+    """One view's warm request at one size."""
+
+    url: str
+    status: int
+    calls: Counter[str] = field(default_factory=Counter)
+    lines: int = 0
+
+
+def _targets(zk: Any, load: Any, bulk: int) -> dict[str, str]:
+    """The fields of the URL templates, picked from ``load`` (the latest one)."""
+    completed = load.jobs_by_state[JobState.COMPLETED][-1]  # has a local ID, an ARK, a report
+    failed = load.jobs_by_state[JobState.FAILED][-1]
+    return {
+        "largest": load.largest_state,
+        "jid": failed,
+        "bid": load.batches[len(load.batches) // 2],
+        "failed_bid": zk.get(f"/jobs/{failed}/bid")[0].decode(),
+        "report_bid": zk.get(f"/jobs/{completed}/bid")[0].decode(),
+        "local": f"local-{completed[-7:]}",
+        "ark": f"ark:/99999/fk4{completed[-8:]}",
+        "bulk": str(bulk),
+    }
+
+
+def _bulk_run(user: Any, jids: list[str]) -> int:
+    """A bulk run over every Failed job (its page and API must not read them per request)."""
+    from queues.models import BulkRun
+
+    run = BulkRun.objects.create(
+        user=user,
+        kind="job",
+        action="resume",
+        reason="flat test",
+        items=[[jid, None] for jid in jids],
+        total=len(jids),
+        state=BulkRun.FINISHED,
+        position=len(jids),
+        done=len(jids),
+    )
+    return run.pk
+
+
+def _ask(viewer: Client, headers: dict[str, str], kind: str, url: str) -> Any:
+    if kind == "api":
+        return Client().get(url, **headers)
+    return viewer.get(url)
+
+
+def _measure(zk: Any, viewer: Client, headers: dict[str, str], values: dict[str, str]) -> dict:
+    """Every view asked twice, then counted on the third request."""
+    found: dict[str, Seen] = {}
+    for name, kind, template in VIEWS:
+        url = template.format(**values)
+        _ask(viewer, headers, kind, url)
+        _ask(viewer, headers, kind, url)
+        answer, calls, lines = _work(zk, lambda k=kind, u=url: _ask(viewer, headers, k, u))
+        found[name] = Seen(url=url, status=answer.status_code, calls=calls, lines=lines)
+    return found
+
+
+@pytest.fixture(scope="module")
+def figures(
+    zk_server: Any, django_db_setup: Any, django_db_blocker: Any
+) -> Iterator[dict[str, tuple[Seen, Seen]]]:
+    """Per view: its warm request at N jobs and at 10N."""
+    chroot = f"/test-{uuid.uuid4().hex[:12]}"
+    root = zkmod.connect(zk_server.hosts)
+    root.ensure_path(chroot)
+    root.stop()
+    root.close()
+    old_hosts = settings.ZK_HOSTS
+    patch = pytest.MonkeyPatch()
+    settings.ZK_HOSTS = f"{zk_server.hosts}{chroot}"
+    zkmod.close()
+    # Every working job is stuck (a millisecond), counted once per load, not again meanwhile.
+    patch.setattr(settings, "MRT_STUCK_SECONDS", 0.001)
+    patch.setattr(stuck, "CACHE_SECONDS", 3600.0)
+    # Three collections (the bench's "bench_collection_03" among them): its jobs of the
+    # largest state fill a page of the job list (50) at N already.
+    patch.setattr(loader, "PROFILES", PROFILES)
+    zindex.reset()
+    stuck.reset()
+    zk = zkmod.client()
+    try:
+        with django_db_blocker.unblock(), transaction.atomic():
+            call_command("setupconsole", stdout=io.StringIO())
+            user = User.objects.create_superuser("flat-all", "flat@example.org", "pw-123456789")
+            user.groups.add(Group.objects.get(name="viewer"))
+            from queues.audit import ApiToken
+
+            _token, key = ApiToken.issue(user=user, name="flat-all")
+            headers = {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+            viewer = Client()
+            viewer.force_login(user)
+
+            found: dict[str, list[Seen]] = {}
+            failed: list[str] = []
+            for jobs, seed in ((N, 1), (9 * N, 2)):
+                load = loader.bulk_load(
+                    zk, batches=jobs // JOBS_PER_BATCH, jobs=jobs, distribution=QUEUE, seed=seed
+                )
+                zindex.for_client(zk).settle()
+                stuck.prime(zk)
+                failed += load.jobs_by_state[JobState.FAILED]
+                values = _targets(zk, load, _bulk_run(user, failed))
+                for name, seen in _measure(zk, viewer, headers, values).items():
+                    found.setdefault(name, []).append(seen)
+            transaction.set_rollback(True)
+    finally:
+        patch.undo()
+        zindex.reset()
+        stuck.reset()
+        zkmod.close()
+        settings.ZK_HOSTS = old_hosts
+    yield {name: (small, large) for name, (small, large) in found.items()}
+
+
+# Views found walking every batch or every job of a collection per request, in files other
+# engineers are changing now or with a fix larger than this test's: reported to the lead, kept
+# visible here (strict: the case fails once the view is flat, so the mark is taken off).
+FOLLOW_UP = (
+    "batches_waiting_for_update_reporting (queues/templatetags/followup.py) takes every Failed "
+    "batch's counts from the read index per request (the overview's 'fixed batches' link, the "
+    "/batches/fixed/ page): its lines grow with the Failed batches (/batches/fixed/: 5,406 at "
+    "600 jobs, 50,949 at 6,000), and past BATCH_COUNTS_KEPT (1,000) Failed batches the "
+    "counts are made again job by job per request"
+)
+WALKS = {
+    "overview": FOLLOW_UP,
+    "fixed batches": FOLLOW_UP,
+    "collection page": (
+        "services.priority_scope makes, sorts and counts by priority every waiting job of the "
+        "collection per request (job IDs, the preview's first ten, counts per priority)"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=WALKS[name]))
+        if name in WALKS
+        else name
+        for name, _kind, _template in VIEWS
+    ],
+)
+def test_a_view_sends_the_same_requests_and_runs_as_many_lines_at_ten_times_the_jobs(
+    figures: dict[str, tuple[Seen, Seen]], name: str
+) -> None:
+    small, large = figures[name]
+    print(
+        f"{name}: {small.lines} lines at {N} jobs, {large.lines} at {10 * N}; {dict(small.calls)}"
+    )
+    assert (small.status, large.status) in ((200, 200), (302, 302)), (small, large)
+    assert large.calls == small.calls, (small.url, dict(small.calls), large.url, dict(large.calls))
+    assert large.lines <= small.lines * SLACK, (small.url, small.lines, large.lines)
+
+
+def _names(patterns: list[Any], found: set[str]) -> set[str]:
+    for entry in patterns:
+        if isinstance(entry, URLResolver):
+            if entry.app_name == "admin":
+                found.add("django-admin")
+                continue
+            _names(entry.url_patterns, found)
+        elif isinstance(entry, URLPattern):
+            found.add(entry.name or entry.lookup_str)
+    return found
+
+
+def test_the_views_counted_are_every_get_view_of_the_console() -> None:
+    """Every URL name answers a GET counted here, or only writes (listed with why above)."""
+    everything = _names(get_resolver().url_patterns, set())
+    sample = {
+        "bid": "bid0000000001",
+        "failed_bid": "bid0000000001",
+        "report_bid": "bid0000000001",
+        "jid": "jid0000000001",
+        "largest": "Failed",
+        "local": "local-1",
+        "ark": "ark:/99999/fk41",
+        "bulk": "1",
+    }
+    counted = {resolve(t.format(**sample).split("?")[0]).url_name for _n, _k, t in VIEWS}
+    assert None not in counted
+    assert everything - NOT_GET - NOT_CONSOLE == counted, (
+        sorted(everything - NOT_GET - NOT_CONSOLE - counted),
+        sorted(counted - everything),
+    )
+
+
+def test_a_state_s_batch_list_follows_a_batch_that_changes_state(zk: Any) -> None:
+    """The batches of each state are grouped once per answer of the read index, not per
+    request: a batch held, then released, is on the Held list (the one /holds/ shows) at once,
+    and off it again, newest first among the others."""
+    from queues import selectors
+    from queues.states import BatchState
+    from queues.zk.batches import batch_create, batch_load, batch_transition
+
+    zindex.reset()
+    try:
+        made = [batch_create(zk, submission={"profile": "p", "submitter": "s"}) for _ in range(4)]
+
+        def held() -> list[str]:
+            zindex.for_client(zk).settle()
+            flt = selectors.BatchFilter(state=BatchState.HELD)
+            return [row.bid for row in selectors.batches_page(flt=flt).items]
+
+        assert held() == []
+        for batch in (made[1], made[3]):
+            batch_transition(zk, batch, BatchState.HELD)
+        assert held() == [made[3].bid, made[1].bid]
+        batch_transition(zk, batch_load(zk, made[3].bid), BatchState.PENDING, admin=True)
+        assert held() == [made[1].bid]
+        pending = selectors.batches_page(flt=selectors.BatchFilter(state=BatchState.PENDING))
+        assert [row.bid for row in pending.items] == [made[3].bid, made[2].bid, made[0].bid]
+    finally:
+        zindex.reset()
