@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, overload
 
 from django.conf import settings
 
@@ -773,6 +773,74 @@ def job_priority_set(*, jid: str, priority: int, expect_version: int | None = No
     return Outcome("job", jid, f"priority {job.priority}", f"priority {priority}", detail)
 
 
+class WaitingJobs(Sequence[str]):
+    """A collection's waiting jobs in run order (priority, then job number), merged when asked
+    from the read index's entries of each waiting state (each already in that order): their
+    number, the first few and the count per priority cost no pass over the jobs, so the
+    collection's page is the same work at 100 waiting jobs as at 100,000; the whole list is
+    made once, when a priority change goes through them."""
+
+    def __init__(self, parts: Sequence[Any]) -> None:
+        self._parts = [p for p in parts if len(p)]  # index Entries in run order
+        self._all: list[str] | None = None
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self._parts)
+
+    def _first(self, count: int) -> list[str]:
+        import heapq
+        from itertools import islice
+
+        from queues.zk import index as zindex
+
+        jid = zindex.EMPTY.jid
+        return [jid(key) for key in islice(heapq.merge(*(p.keys for p in self._parts)), count)]
+
+    def _list(self) -> list[str]:
+        if self._all is None:
+            self._all = self._first(len(self))
+        return self._all
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if (
+            isinstance(i, slice)
+            and self._all is None
+            and not i.start
+            and i.step in (None, 1)
+            and i.stop is not None
+            and 0 <= i.stop < len(self)
+        ):
+            return self._first(i.stop)
+        return self._list()[i]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._list())
+
+    def by_priority(self) -> dict[int, int]:
+        """How many wait at each priority, lowest first: two look-ups per priority present in
+        each state's entries (sorted by priority), none per job."""
+        from bisect import bisect_left
+
+        from queues.zk import index as zindex
+
+        shift = zindex.NUM_BITS
+        found: dict[int, int] = {}
+        for part in self._parts:
+            keys, start = part.keys, 0
+            while start < len(keys):
+                priority = keys[start] >> shift
+                end = bisect_left(keys, (priority + 1) << shift, start)
+                found[priority] = found.get(priority, 0) + end - start
+                start = end
+        return dict(sorted(found.items()))
+
+
 @dataclass(frozen=True)
 class PriorityScope:
     """The waiting jobs a batch's or a collection's priority change would touch, in run order,
@@ -780,40 +848,31 @@ class PriorityScope:
 
     kind: str  # "batch" | "collection"
     name: str
-    jids: list[str]
+    jids: Sequence[str]
     by_priority: dict[int, int]
     loading: bool
 
 
-def _waiting_entries(profile: str = "", bid: str = "") -> tuple[list[tuple[int, str]], bool]:
+def priority_scope(*, kind: str, name: str) -> PriorityScope:
+    """The waiting jobs of batch ``name`` (kind "batch") or collection ``name`` ("collection")."""
     from queues.zk import index as zindex
     from queues.zk.priorities import WAITING, batch_waiting
 
     zk = client()
     index = zindex.for_client(zk)
-    if profile:
-        found = [
-            entry
-            for s in sorted(WAITING)
-            for entry in index.job_entries_matching(s, profile=profile)
-        ]
-    else:
-        found = batch_waiting(zk, bid, index.job_states_of)
-    return sorted(found), index.filling
-
-
-def priority_scope(*, kind: str, name: str) -> PriorityScope:
-    """The waiting jobs of batch ``name`` (kind "batch") or collection ``name`` ("collection")."""
-    if kind == "batch":
-        entries, loading = _waiting_entries(bid=zpaths.bid(name))
-    elif kind == "collection":
-        entries, loading = _waiting_entries(profile=zpaths.profile(name))
-    else:
+    if kind == "collection":
+        profile = zpaths.profile(name)
+        waiting = WaitingJobs(
+            [index.job_entries_matching(s, profile=profile) for s in sorted(WAITING)]
+        )
+        return PriorityScope(kind, name, waiting, waiting.by_priority(), index.filling)
+    if kind != "batch":
         raise ValueError(f"a priority is changed for a batch or a collection, not a {kind!r}")
+    entries = sorted(batch_waiting(zk, zpaths.bid(name), index.job_states_of))
     by_priority: dict[int, int] = {}
     for priority, _jid in entries:
         by_priority[priority] = by_priority.get(priority, 0) + 1
-    return PriorityScope(kind, name, [jid for _p, jid in entries], by_priority, loading)
+    return PriorityScope(kind, name, [jid for _p, jid in entries], by_priority, index.filling)
 
 
 def _in_flight_of(profile: str) -> list[str]:
