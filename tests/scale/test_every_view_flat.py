@@ -72,8 +72,11 @@ PROFILES = tuple(f"bench_collection_{i:02d}" for i in (1, 2, 3))
 SLACK = 1.3
 
 # The GET views bench/http_pages.py does not time (it keeps its loaded queue and database as
-# they were), with URL templates over the same fields.
+# they were), with URL templates over the same fields; and the batch lists of one state (the
+# filter /holds/ uses for its held batches), 60 Failed batches at N.
 EXTRA: list[tuple[str, str, str]] = [
+    ("batch list, one state", "page", "/batches/?state=Failed"),
+    ("api batches, one state", "api", "/api/batches?state=Failed"),
     ("bulk run page", "page", "/bulk/{bulk}/"),
     ("api bulk run", "api", "/api/bulk/{bulk}"),
     ("report export, csv", "page", "/reports/{report_bid}.csv"),
