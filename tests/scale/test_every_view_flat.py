@@ -385,3 +385,40 @@ def test_a_collection_s_waiting_jobs_are_the_sorted_list_without_making_it(zk: A
         ]
     finally:
         zindex.reset()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the fixed-batches count on the overview takes every Failed batch's counts and "
+    "index folders from the read index per request: past its kept counts (BATCH_COUNTS_KEPT) "
+    "and folders (MEMBER_FOLDERS_KEPT) it pushes out the batch list's, which lists them again",
+)
+def test_the_batch_list_costs_the_same_after_an_overview_as_after_itself(
+    zk: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With more Failed batches than the read index keeps counts and folders for (1,000 and
+    4,000 in the console: the page benchmark's 1,000,000 jobs make 1,600 Failed batches; here
+    the limits are 100 and 400, above what a page of 50 batches needs), a look at the overview
+    must not cost the batch list shown next anything the batch list shown again does not."""
+    monkeypatch.setattr(zindex, "BATCH_COUNTS_KEPT", 100)
+    monkeypatch.setattr(zindex, "MEMBER_FOLDERS_KEPT", 400)
+    call_command("setupconsole", stdout=io.StringIO())
+    user = User.objects.create_user("flat-after", password="pw-123456789")
+    user.groups.add(Group.objects.get(name="viewer"))
+    viewer = Client()
+    viewer.force_login(user)
+    zindex.reset()
+    try:
+        # 400 batches of 3 jobs, 30% of them Failed: 120 Failed batches, more than the kept 100.
+        loader.bulk_load(zk, batches=400, jobs=1200, distribution=QUEUE, seed=3)
+        zindex.for_client(zk).settle()
+        for url in ("/batches/", "/", "/batches/", "/"):
+            assert viewer.get(url).status_code == 200
+        _a, after_overview, lines_after_overview = _work(zk, lambda: viewer.get("/batches/"))
+        _b, again, lines_again = _work(zk, lambda: viewer.get("/batches/"))
+        print("after the overview", dict(after_overview), lines_after_overview)
+        print("after itself", dict(again), lines_again)
+        assert after_overview == again, (dict(after_overview), dict(again))
+        assert lines_after_overview <= lines_again * SLACK
+    finally:
+        zindex.reset()
