@@ -97,10 +97,13 @@ def batch_waits_for_update_reporting(detail: Any) -> int:
 
 def batches_waiting_for_update_reporting() -> list[str]:
     """The Failed batches whose jobs have all ended well since, oldest first: from the read
-    index (the batch states and index folders it keeps under watches), no node read."""
+    index, which keeps the answer while no batch changed state and no Failed batch's folders
+    changed (``ReadIndex.fixed_batches``), so a page asking again looks at no batch."""
     idx = zindex.for_client(connected_client())
+    if not idx.filling:
+        return idx.fixed_batches()
     # While the index fills after a start: the batches whose state is read so far.
-    states = idx.batch_states_now() if idx.filling else idx.batch_states()
+    states = idx.batch_states_now()
     failed = [b for b, s in states.items() if s.state == BatchState.FAILED]
     counts = idx.batch_job_counts(sorted(failed))
     return [

@@ -82,6 +82,7 @@ from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import KeeperState
 
 from queues.states import BATCH_INDEX_FOLDERS, JOB, JobState, job_batch_folder
+from queues.states import BatchState as BatchStatus
 
 from . import kazoo_private, paths
 from .codecs import decode_int, decode_json, decode_str
@@ -97,6 +98,7 @@ MAX_FILTERS_PER_LISTING = 32
 # Batch index folders kept listed (four a batch: the batches of a few pages of the batch list)
 # and batch rows whose job counts are kept.
 MEMBER_FOLDERS_KEPT = 4000
+FAILED_BATCH = BatchStatus.FAILED
 BATCH_COUNTS_KEPT = 1000
 # Jobs whose nodes one step of a sync reads at once (one pipelined multiRead); the background
 # fill reads smaller steps and pauses between them, so page requests sharing the connection and
@@ -587,6 +589,14 @@ class ReadIndex:
         self._member_folders: OrderedDict[str, _Folder] = OrderedDict()
         self._batch_counts: OrderedDict[str, tuple[tuple[int, ...], BatchCounts]] = OrderedDict()
         self._member_lock = threading.Lock()
+        # The Failed batches whose jobs have all ended well since (``fixed_batches``): each
+        # Failed batch's verdict from its own folders, listed under watches of their own; the
+        # batches a watch fired for since; the Failed batches of the batch states last seen.
+        self._fixed: dict[str, bool] = {}
+        self._fixed_yes: set[str] = set()
+        self._fixed_dirty: set[str] = set()
+        self._fixed_kept: tuple[dict[str, BatchState], set[str], list[str]] | None = None
+        self._fixed_lock = threading.Lock()
         self.codes = JobCodes()
         # Job number -> its (profile, submitter) pair's index << 1 | no ARK yet.
         self._facts = _PackedTable(FACT_BITS)
@@ -624,6 +634,7 @@ class ReadIndex:
             for folder in (*self._folders.values(), *self._member_folders.values()):
                 folder.stale = True
             self._stale_batches.update(self._batches)
+            self._fixed_dirty.update(self._fixed)
             # Facts and space are not watched: they are only ever true per job and state.
 
     def _on_folder_event(self, event: Any) -> None:
@@ -639,6 +650,14 @@ class ReadIndex:
             for each in (*self._folders.values(), *self._member_folders.values()):
                 each.stale = True
             self._stale_batches.update(self._batches)
+
+    def _on_fixed_event(self, event: Any) -> None:
+        parts = (event.path or "").split("/")
+        with self._lock:
+            if not kazoo_private.is_dropped_watch(event) and len(parts) > 2:
+                self._fixed_dirty.add(parts[2])
+            else:
+                self._fixed_dirty.update(self._fixed)
 
     def _on_batch_event(self, event: Any) -> None:
         parts = (event.path or "").split("/")
@@ -1059,6 +1078,77 @@ class ReadIndex:
                 return kept[2]
         with self._compute:
             return self._batch_states(bids)
+
+    def fixed_batches(self) -> list[str]:
+        """The Failed batches whose jobs have all ended well since (none in ``batch-failed``
+        or ``batch-processing``, one or more in ``batch-completed``), oldest first.
+
+        A Failed batch's three folders are listed when it is first seen Failed and again only
+        after a watch of theirs fired (watches of their own, not among the batch rows' kept
+        folders, so neither pushes the other out). The answer is kept while the batch states
+        are the same and no such watch fired: a page asking again looks at no batch, and a
+        change costs the batches it touched (plus one pass over the batch states when a batch
+        changed state, as ``batch_states`` makes)."""
+        states = self.batch_states()  # settles
+        with self._lock:
+            kept = self._fixed_kept
+            if kept is not None and kept[0] is states and not self._fixed_dirty:
+                return kept[2]
+        with self._fixed_lock:  # one reader at a time: a batch being listed is not yet known
+            with self._lock:
+                kept = self._fixed_kept
+                if kept is not None and kept[0] is states:
+                    failed = kept[1]
+                    todo = [b for b in self._fixed_dirty if b in failed]
+                else:  # a batch came, went or changed state: one pass over the batch states
+                    failed = {b for b, s in states.items() if s.state == FAILED_BATCH}
+                    for gone in [b for b in self._fixed if b not in failed]:
+                        del self._fixed[gone]  # its watches fire once more at most: ignored
+                        self._fixed_yes.discard(gone)
+                    todo = [b for b in failed if b not in self._fixed or b in self._fixed_dirty]
+                self._fixed_dirty.clear()  # before the reads that re-arm the watches
+            try:
+                verdicts = self._fixed_verdicts(todo)
+            except BaseException:
+                with self._lock:
+                    self._fixed_dirty.update(todo)  # read again next time
+                raise
+            with self._lock:
+                for bid, fixed in verdicts.items():
+                    self._fixed[bid] = fixed
+                    if fixed:
+                        self._fixed_yes.add(bid)
+                    else:
+                        self._fixed_yes.discard(bid)
+                answer = sorted(self._fixed_yes)
+                self._fixed_kept = (states, failed, answer)
+                return answer
+
+    def _fixed_verdicts(self, bids: list[str]) -> dict[str, bool]:
+        """Whether each batch's jobs have all ended well, from its folders listed now (one
+        pipelined request each, with a watch; a missing folder lists no job and is watched
+        for its creation)."""
+        watch = self._on_fixed_event
+        wanted = ("batch-failed", "batch-processing", "batch-completed")
+        asked = [
+            (b, f, self.zk.get_children_async(paths.batch_index(b, f), watch=watch))
+            for b in bids
+            for f in wanted
+        ]
+        sizes: dict[str, dict[str, int]] = {b: {} for b in bids}
+        missing = []
+        for bid, folder, answer in asked:
+            try:
+                sizes[bid][folder] = len(answer.get())
+            except NoNodeError:
+                sizes[bid][folder] = 0
+                missing.append(self.zk.exists_async(paths.batch_index(bid, folder), watch=watch))
+        for answer in missing:
+            answer.get()
+        return {
+            b: n["batch-failed"] == 0 and n["batch-processing"] == 0 and n["batch-completed"] > 0
+            for b, n in sizes.items()
+        }
 
     def batch_states_now(self) -> dict[str, BatchState]:
         """The batch states read so far, without waiting (while the fill reads them)."""
