@@ -376,6 +376,22 @@ def _proc_mib(pid: int, field_name: str) -> float:
     return float("nan")
 
 
+def _forget_var_dir(hosts: str) -> None:
+    """Let this run's walker name its own shared folder: a queue kept from an earlier run
+    (``--zk-dir``) names that run's scratch folder, long gone, and daemons refuse another one
+    (``queues.daemons.vardir``); no daemon of that run is left to share it with."""
+    from queues.zk import client as zkmod
+    from queues.zk.consumers import VAR_DIR
+
+    client = zkmod.connect(hosts)
+    try:
+        if client.exists(VAR_DIR) is not None:
+            client.delete(VAR_DIR)
+    finally:
+        client.stop()
+        client.close()
+
+
 def time_check(console: Console, env: dict[str, str], scratch: Path) -> CheckRun:
     """Start the check from the page as an admin would (POST with the form's CSRF token), with
     a ``runconsumer consistency`` process running beside daphne, and poll the page until it
@@ -384,6 +400,7 @@ def time_check(console: Console, env: dict[str, str], scratch: Path) -> CheckRun
 
     # runconsumer refuses a database with migrations pending (a checkout updated mid-run).
     call_command("migrate", verbosity=0, interactive=False)
+    _forget_var_dir(console.env["ZK_HOSTS"])
     figures = CheckRun(web_before_mib=console.rss_mib())
     log = scratch / f"walker-{console.size}.log"
     with log.open("ab") as out:
@@ -1023,7 +1040,11 @@ def main(argv: list[str] | None = None) -> list[str]:
             if not args.no_check:
                 for console, queue in zip(consoles, queues, strict=True):
                     print(f"consistency check, {queue.size} jobs", flush=True)
-                    checks[queue.size] = time_check(console, env, scratch)
+                    try:
+                        checks[queue.size] = time_check(console, env, scratch)
+                    except Exception as exc:  # the tables above are still printed
+                        print(f"  {queue.size}: the check failed: {exc}", flush=True)
+                        checks[queue.size] = CheckRun(state=f"failed: {str(exc)[:200]}")
             if queues:
                 lines.append(
                     f"Every page and API view over HTTP through daphne (a real server process on "
