@@ -15,12 +15,7 @@ thread runs (``sys.settrace``), which a pass per job or per batch shows whatever
 from __future__ import annotations
 
 import io
-import sys
-import threading
 from collections import Counter
-from collections.abc import Callable
-from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
@@ -32,47 +27,15 @@ from bench.loader import bulk_load
 from queues import search
 from queues.zk import index as zindex
 from queues.zk.codecs import decode_json
+from tests.scale.test_flat_failed_stuck import _work
 
 pytestmark = pytest.mark.django_db
 
-PROJECT = str(Path(search.__file__).resolve().parent)
 N = 300
 JOBS_PER_BATCH = 5
 QUEUE = {"Completed": 0.5, "Failed": 0.25, "Pending": 0.25}
 SLACK = 1.15  # a bisection a level deeper, a dictionary lookup that probes once more
 BROAD_WINDOW = 200  # RECENT_JOBS for the text that matches every job: below either size
-
-
-def _work(zk: Any, action: Callable[[], Any]) -> tuple[Any, Counter[str], int]:
-    """``action``'s answer, the ZooKeeper requests this thread sent for it (by type, and
-    ``paths`` for the nodes they name) and the lines of project code it ran."""
-    calls: Counter[str] = Counter()
-    lines = [0]
-    me = threading.current_thread()
-    original = zk._call
-
-    def counting(request: Any, async_object: Any) -> Any:
-        if threading.current_thread() is me:
-            calls[type(request).__name__] += 1
-            calls["paths"] += len(getattr(request, "paths", None) or [1])
-        return original(request, async_object)
-
-    def local(frame: FrameType, event: str, _arg: Any) -> Any:
-        if event == "line":
-            lines[0] += 1
-        return local
-
-    def trace(frame: FrameType, _event: str, _arg: Any) -> Any:
-        return local if frame.f_code.co_filename.startswith(PROJECT) else None
-
-    zk._call = counting
-    sys.settrace(trace)
-    try:
-        answer = action()
-    finally:
-        sys.settrace(None)
-        zk._call = original
-    return answer, calls, lines[0]
 
 
 @pytest.fixture
