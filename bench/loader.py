@@ -365,6 +365,30 @@ class RateResult:
         return self.transactions / self.seconds if self.seconds else 0.0
 
 
+def probe_transition(zk: Any, base: str, where: list[str], n: int, *, locked: bool) -> None:
+    """The rate probe's ``n``-th transition: item ``n % len(where)`` moved between folders
+    ``a`` and ``b`` (its status written, its state and batch index entries moved, its lock taken
+    first and deleted in the same transaction when ``locked``), as one transaction."""
+    i = n % len(where)
+    src = where[i]
+    dst = "b" if src == "a" else "a"
+    lock = f"{base}/status/{i}/lock"
+    if locked:
+        zk.create(lock, b"", ephemeral=True)
+    txn = zk.transaction()
+    txn.set_data(f"{base}/status/{i}", encode_json({"status": dst, "n": n}))
+    txn.delete(f"{base}/{src}/{i}")
+    txn.create(f"{base}/{dst}/{i}", b"")
+    txn.delete(f"{base}/b{src}/{i}")
+    txn.create(f"{base}/b{dst}/{i}", b"")
+    if locked:
+        txn.delete(lock)
+    results = txn.commit()
+    if any(isinstance(r, Exception) for r in results):
+        raise RuntimeError(f"rate probe transaction failed: {results}")
+    where[i] = dst
+
+
 def transition_rate(
     hosts: str,
     *,
@@ -411,24 +435,7 @@ def transition_rate(
                 go.wait()
                 n = 0
                 while not stop.is_set():
-                    i = n % items
-                    src = where[i]
-                    dst = "b" if src == "a" else "a"
-                    lock = f"{base}/status/{i}/lock"
-                    if locked:
-                        zk.create(lock, b"", ephemeral=True)
-                    txn = zk.transaction()
-                    txn.set_data(f"{base}/status/{i}", encode_json({"status": dst, "n": n}))
-                    txn.delete(f"{base}/{src}/{i}")
-                    txn.create(f"{base}/{dst}/{i}", b"")
-                    txn.delete(f"{base}/b{src}/{i}")
-                    txn.create(f"{base}/b{dst}/{i}", b"")
-                    if locked:
-                        txn.delete(lock)
-                    results = txn.commit()
-                    if any(isinstance(r, Exception) for r in results):
-                        raise RuntimeError(f"rate probe transaction failed: {results}")
-                    where[i] = dst
+                    probe_transition(zk, base, where, n, locked=locked)
                     n += 1
                     counts[t] = n
             finally:

@@ -40,8 +40,8 @@ def _child(hosts: str, locked: bool, count, ready, go, stop) -> None:
     """Set up ``ITEMS`` fake jobs, say ready, wait for the go, then move them until told to
     stop, keeping ``count`` (shared memory) at the transitions committed so far."""
     setup_django()
+    from bench.loader import probe_transition
     from queues.zk.client import connect
-    from queues.zk.codecs import encode_json
 
     zk = connect(hosts)
     base = f"/bench-rate-{uuid.uuid4().hex[:8]}"
@@ -60,24 +60,7 @@ def _child(hosts: str, locked: bool, count, ready, go, stop) -> None:
         go.wait()
         n = 0
         while not stop.is_set():
-            i = n % ITEMS
-            src = where[i]
-            dst = "b" if src == "a" else "a"
-            lock = f"{base}/status/{i}/lock"
-            if locked:
-                zk.create(lock, b"", ephemeral=True)
-            txn = zk.transaction()
-            txn.set_data(f"{base}/status/{i}", encode_json({"status": dst, "n": n}))
-            txn.delete(f"{base}/{src}/{i}")
-            txn.create(f"{base}/{dst}/{i}", b"")
-            txn.delete(f"{base}/b{src}/{i}")
-            txn.create(f"{base}/b{dst}/{i}", b"")
-            if locked:
-                txn.delete(lock)
-            results = txn.commit()
-            if any(isinstance(r, Exception) for r in results):
-                raise RuntimeError(f"rate probe transaction failed: {results}")
-            where[i] = dst
+            probe_transition(zk, base, where, n, locked=locked)
             n += 1
             count.value = n
         zk.delete(base, recursive=True)
