@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,3 +115,21 @@ def zookeeper_version(hosts: str) -> str:
         if line.startswith("Zookeeper version:"):
             return line.split(":", 1)[1].split(",")[0].strip()
     return "unknown"
+
+
+class BenchError(RuntimeError):
+    """A run that measured nothing worth a figure (no transition in the window, a child that
+    never got ready): said as such rather than divided by zero."""
+
+
+def start_together(children: list[Any], ready: Any, go: Any, timeout: float) -> None:
+    """Start every child process, wait until each has said it is ready (connected and set up,
+    one item on ``ready``), then let them all go at once (``go``, an Event they wait on)."""
+    for child in children:
+        child.start()
+    for _ in children:
+        try:
+            ready.get(timeout=timeout)
+        except Exception:
+            raise BenchError(f"a child was not ready after {timeout:.0f}s") from None
+    go.set()

@@ -43,7 +43,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import machine, median, new_chroot, setup_django, throwaway_zookeeper
+from bench.common import (
+    BenchError,
+    machine,
+    median,
+    new_chroot,
+    setup_django,
+    start_together,
+    throwaway_zookeeper,
+)
 
 TARGET_SHARE = 0.8
 TICK = os.sysconf("SC_CLK_TCK")
@@ -92,11 +100,6 @@ class CpuWindow:
 LOOPS = 7  # one daemon per job step after Pending: Estimating ... Notify
 WARM_UP = 0.05  # share of all transitions made before the window opens (start-up left out)
 POLL = 0.05  # s between two looks at the state folders while timing
-
-
-class BenchError(RuntimeError):
-    """A run that measured nothing worth a figure (no transition in the window, a child that
-    never got ready): said as such rather than divided by zero."""
 
 
 class Progress:
@@ -292,14 +295,7 @@ def _timed_children(
     children = [start(context, ready, go, stop) for _ in range(processes)]
     watcher = zkmod.connect(target)
     try:
-        for child in children:
-            child.start()
-        for _ in children:
-            try:
-                ready.get(timeout=timeout)
-            except Exception:
-                raise BenchError(f"a child was not ready after {timeout:.0f}s") from None
-        go.set()
+        start_together(children, ready, go, timeout)
         window = timed_window(
             hosts,
             watcher,

@@ -26,14 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import machine, setup_django, throwaway_zookeeper
+from bench.common import BenchError, machine, setup_django, start_together, throwaway_zookeeper
 
 ITEMS = 200  # fake jobs per child, moved one after another between two index folders
 WARM_UP = 1.0  # seconds between the go and the window's opening
-
-
-class BenchError(RuntimeError):
-    """A run that measured nothing worth a figure."""
 
 
 def _child(hosts: str, locked: bool, count, ready, go, stop) -> None:
@@ -85,14 +81,7 @@ def measure(
         for count in counts
     ]
     try:
-        for child in children:
-            child.start()
-        for _ in children:
-            try:
-                ready.get(timeout=timeout)
-            except Exception:
-                raise BenchError(f"a child was not ready after {timeout:.0f}s") from None
-        go.set()
+        start_together(children, ready, go, timeout)
         time.sleep(WARM_UP)
         before = [c.value for c in counts]
         opened = time.monotonic()
