@@ -570,19 +570,6 @@ def _confirmed_keys(zk: Any, jids: list[str], folded: str) -> dict[int, tuple[st
     return found
 
 
-def _some_submitter(idx: zindex.ReadIndex, text: str) -> bool:
-    """Whether any live job's submitter may contain ``text``: the read index's table of
-    distinct (collection, submitter) pairs, compared as ``job_entries_matching`` does, once
-    the jobs new since the last search are read into it (as ``ReadIndex.find`` does; while
-    the index fills, what is read so far). A search no submitter holds does not filter every
-    state's entries for it."""
-    if not idx.filling:
-        with idx._sync_lock:
-            idx.sync_jobs()
-    wanted = text.lower()
-    return any(wanted in pair.submitter.lower() for pair in list(idx._pairs))
-
-
 def _live_jobs(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> _Jobs:
     found = _Jobs()
     text, folded = query.text, query.folded
@@ -615,7 +602,7 @@ def _live_jobs(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> _Jo
     if (
         query.wants("submitter")
         and not (id_prefix and not query.scope)
-        and _some_submitter(idx, text)
+        and idx.any_submitter_holds(text)  # else no entry to filter for it
     ):
         for state in states:
             entries = idx.job_entries_matching(state, submitter=text, order="oldest")

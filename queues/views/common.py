@@ -391,7 +391,7 @@ def index_loading() -> str:
     index in ``loading``. Nothing here connects, waits or reads: a process whose client is
     not connected has nothing loading to say (the outage banner says the rest).
     """
-    zk = zkmod._client
+    zk = zkmod.existing_client()
     if zk is None or not zk.connected:
         return ""
     return zindex.for_client(zk).loading()

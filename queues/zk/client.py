@@ -126,6 +126,11 @@ def ensure_layout(zk: KazooClient) -> None:
         zk.ensure_path(node)
 
 
+def existing_client() -> KazooClient | None:
+    """The process's shared client if it was made already (never connects)."""
+    return _client
+
+
 def client() -> KazooClient:
     """The process's shared client."""
     global _client

@@ -1528,6 +1528,17 @@ class ReadIndex:
             complete = self._search_complete
         return [self.codes.jid(n) for n in found], complete
 
+    def any_submitter_holds(self, text: str) -> bool:
+        """Whether any live job's submitter contains ``text`` (case-insensitive, as
+        ``job_entries_matching`` compares), from the table of distinct (collection, submitter)
+        pairs once the jobs new since the last look are read into it (as ``find`` does; while
+        the index fills, what is read so far)."""
+        if not self.filling:
+            with self._sync_lock:
+                self.sync_jobs()
+        wanted = text.lower()
+        return any(wanted in pair.submitter.lower() for pair in list(self._pairs))
+
     def sync_jobs(
         self, *, progress: Callable[[int], None] | None = None, chunk: int = READ_CHUNK
     ) -> None:
