@@ -281,10 +281,7 @@ def failure_causes(*, bid: str = "", profile: str = "", step: str = "") -> Failu
 def pending_by_collection() -> dict[str, int]:
     """Jobs waiting to start per collection: what holding one of a cause's collections stops
     (once per change of the Pending folder; while the read index fills, of what is read)."""
-    idx = zindex.for_client(connected_client())
-    if idx.filling:
-        return idx.profile_counts_now(JobState.PENDING) or {}
-    return idx.profile_counts(JobState.PENDING)
+    return zindex.for_client(connected_client()).profile_counts_so_far(JobState.PENDING)
 
 
 def page_of(causes: FailureCauses, page: int) -> selectors.Page:

@@ -70,6 +70,11 @@ MIN_TEXT = 2
 MAX_PAGE = 10_000
 # Newest live jobs whose title, file name and local ID are searched by a part of them.
 RECENT_JOBS = 5000
+# Said while the read index fills after a start, when only IDs are looked up.
+LOADING_NOTE = (
+    "the read index is still loading: job, batch and ARK or local IDs are looked up; titles, "
+    "file names, batch fields and error texts are searched once it has loaded"
+)
 # Newest Failed jobs whose status message is searched.
 RECENT_FAILED = 1000
 # Live matches of each kind whose times are read for a date range.
@@ -611,6 +616,11 @@ def _live_jobs(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> _Jo
         found.runs_why = found.runs_why or "submitter"
     title, filename = query.wants("title"), query.wants("filename")
     local = query.wants("id") and not id_prefix
+    if (title or filename or local or query.wants("error")) and idx.filling:
+        # Preparing the texts reads thousands of jobs, which while the index fills after a
+        # start would hold the answer for seconds: IDs, ARKs and local IDs are looked up.
+        found.notes.append(LOADING_NOTE)
+        return found
     if title or filename or local:
         lines, held = _job_window(zk, idx, kept)
         contains = [i for i, wanted in ((1, title), (2, filename)) if wanted]
@@ -858,9 +868,16 @@ class _Batches:
 
 
 def _live_batches(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> _Batches:
-    """The live batches matching, found in the prepared lines of every live batch."""
+    """The live batches matching, found in the prepared lines of every live batch (while the
+    read index fills after a start, the batch whose ID was given whole only)."""
     folded = query.folded
     id_like = bool(_BID_PART.fullmatch(folded))
+    if idx.filling:
+        exact = [folded] if query.wants("id") and zpaths.BID_RE.fullmatch(folded) else []
+        texts = _batch_texts(zk, kept, exact) if exact else {}
+        rows = [(b, t.uuid, t.submitter, t.title, t.filename, "") for b, t in texts.items()]
+        lines = _Lines.of(list(texts), rows)
+        return _Batches(lines, _pattern(folded, [], [0]), query, True)
     # Fields: 0 ID, 1 the batch's own ID, 2 submitter, 3 title, 4 file name, 5 error.
     starts = []
     if query.wants("id"):
@@ -880,7 +897,7 @@ def _batches_section(
     zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query
 ) -> tuple[Section, set[str]]:
     found = _live_batches(zk, idx, kept, query)
-    notes: list[str] = []
+    notes: list[str] = [LOADING_NOTE] if idx.filling else []
     page = query.page("batches")
     start = (page - 1) * PER_PAGE
     total = found.count()

@@ -183,11 +183,7 @@ def bytes_in_process() -> int:
 def held_jobs_by_collection() -> dict[str, int]:
     """How many Held jobs each collection (profile) has (while the read index fills: of the
     Held jobs whose collection is read so far)."""
-    idx = zindex.for_client(connected_client())
-    if idx.filling:
-        counts = idx.profile_counts_now(JobState.HELD) or {}
-    else:
-        counts = idx.profile_counts(JobState.HELD)
+    counts = zindex.for_client(connected_client()).profile_counts_so_far(JobState.HELD)
     return dict(sorted(((p or "(none)"), n) for p, n in counts.items()))
 
 

@@ -73,10 +73,10 @@ def collection_rows() -> tuple[list[dict[str, Any]], bool]:
     waiting: dict[str, int] = {}
     flying: dict[str, int] = {}
     for state in (JobState.PENDING, JobState.HELD):
-        for profile, n in index.profile_counts(state).items():
+        for profile, n in index.profile_counts_so_far(state).items():
             waiting[profile] = waiting.get(profile, 0) + n
     for state in JOB_WORKING:
-        for profile, n in index.profile_counts(state).items():
+        for profile, n in index.profile_counts_so_far(state).items():
             flying[profile] = flying.get(profile, 0) + n
     capped = zcaps.caps(zk)
     names = sorted((set(waiting) | set(flying) | set(capped)) - {""})
@@ -96,7 +96,7 @@ def _collection(profile: str) -> dict[str, Any]:
     zk = connected_client()
     index = zindex.for_client(zk)
     scope = services.priority_scope(kind="collection", name=profile)
-    flying = sum(index.profile_counts(s).get(profile, 0) for s in JOB_WORKING)
+    flying = sum(index.profile_counts_so_far(s).get(profile, 0) for s in JOB_WORKING)
     return {
         "profile": profile,
         "scope": scope,
