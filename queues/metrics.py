@@ -91,6 +91,12 @@ class QueueCollector(Collector):
         yield _gauge(
             "mrt_collections_held", "number of collection holds", {"": len(ov.holds.collections)}
         )
+        yield _gauge(
+            "mrt_index_loading",
+            "1 while the web process's read index is still filling after a start (counts that "
+            "need it are of what is read so far, or left out)",
+            {"": 1 if ov.loading else 0},
+        )
         yield from self.cockpit()
         yield from self.backlog()
         yield _gauge(ZOOKEEPER_UP, ZOOKEEPER_UP_HELP, {"": 1})

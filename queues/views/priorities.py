@@ -331,7 +331,7 @@ def api_collection_priority(request: HttpRequest, profile: str) -> dict[str, Any
 
 @api_view("GET", index=True)
 def api_caps(request: HttpRequest) -> dict[str, Any]:
-    rows, loading = collection_rows()
+    rows, _filling = collection_rows()  # ``loading``, what is still read, is added by api_view
     return {
         "collections": {
             r["profile"]: {
@@ -341,7 +341,6 @@ def api_caps(request: HttpRequest) -> dict[str, Any]:
             }
             for r in rows
         },
-        "loading": loading,
     }
 
 
