@@ -497,7 +497,13 @@ def check_table(checks: dict[int, CheckRun], sizes: list[int]) -> list[str]:
 
 
 def loading_said(body: str) -> bool:
-    return 'id="index-loading"' in body or ('"loading": "' in body and '"loading": ""' not in body)
+    """Whether an answer says the read index is still loading: a page's notice, an API
+    answer's ``loading``, or ``/metrics``'s gauge."""
+    return (
+        'id="index-loading"' in body
+        or ('"loading": "' in body and '"loading": ""' not in body)
+        or "\nmrt_index_loading 1.0" in body
+    )
 
 
 @dataclass
