@@ -153,9 +153,9 @@ def test_a_server_crashing_under_load_leaves_no_orphan_lock_and_no_stuck_job(
 # The batched case stalled twice in 36 runs on two cores at load averages above 20 (busy loops
 # and other suites beside it): in the run caught with a thread dump every client, the test's
 # own watcher included, was waiting for answers from the ensemble (the loop threads in a plain
-# listing, the watcher in an exists). No lost wake-up or stale loop state was found. Until that is known to be the ensemble's
-# own recovery under starvation it is run again; a stuck run says what the servers and the
-# test's own client answered.
+# listing, the watcher in an exists). No lost wake-up or stale loop state was found. Until that
+# is known to be the ensemble's own recovery under starvation it is run again; a stuck run says
+# what the servers and the test's own client answered.
 @pytest.mark.flaky(reruns=2)
 @pytest.mark.parametrize("loop", LOOPS, ids=["one-job", "batched"])
 def test_a_leader_killed_during_claims_leaves_no_orphan_lock_and_no_stuck_job(

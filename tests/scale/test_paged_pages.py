@@ -264,9 +264,7 @@ def test_job_counts_without_a_listing_come_from_the_folders_stats(zk, loaded):
         fresh.close()
 
 
-def test_search_and_collections_answer_without_reading_every_job_while_loading(
-    zk, viewer, loaded
-):
+def test_search_and_collections_answer_without_reading_every_job_while_loading(zk, viewer, loaded):
     """While the fill runs, a search looks IDs up instead of preparing the texts of thousands of
     jobs and every batch, and the collections page counts what is read so far instead of reading
     every waiting job's collection first (each held a cold answer at 1,000,000 jobs for 8-18 s)."""
