@@ -28,6 +28,7 @@ FAMILIES = {
     "mrt_queue_held": "queue",
     "mrt_collection_held_jobs": "collection",
     "mrt_collections_held": None,
+    "mrt_index_loading": None,
     "mrt_jobs_stuck": "state",
     "mrt_consumers": "mode",
     "mrt_consumer_threads_busy": None,
@@ -81,6 +82,7 @@ def test_metrics_expose_counts_ages_and_bytes_in_process(client, viewer_token, z
     assert metrics["mrt_queue_held"][(("queue", "ingest"),)] == 0
     assert metrics["mrt_collections_held"][()] == 0
     assert metrics["mrt_zookeeper_up"][()] == 1
+    assert metrics["mrt_index_loading"][()] == 0  # the read index has filled
     # Nothing of the library's default registry (process, GC, platform figures).
     assert not [name for name in metrics if not name.startswith("mrt_")]
 

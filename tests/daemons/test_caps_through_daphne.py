@@ -39,6 +39,22 @@ def _api(url: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
         return dict(json.load(answer))
 
 
+def _index_filled(url: str, key: str, timeout: float = 30.0) -> None:
+    """Wait until the web process's read index has filled after its start: until then a
+    collection's priority change reaches only the jobs read so far (and is recorded as limited),
+    which is not what this test is about."""
+    request = urllib.request.Request(
+        f"{url}/api/overview", headers={"Authorization": f"Bearer {key}"}
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            if json.load(answer).get("loading") == "":
+                return
+        assert time.monotonic() < deadline, "the read index did not fill"
+        time.sleep(0.1)
+
+
 def _states(zk: Any, jids: list[str]) -> dict[str, str]:
     reads = read_many(zk, [f"/jobs/{j}/status" for j in jids])
     return {j: json.loads(reads[f"/jobs/{j}/status"][0])["status"] for j in jids}
@@ -78,6 +94,7 @@ def test_a_capped_campaign_behind_the_others_through_daphne_and_two_consumer_pro
     campaign = [job(DEMO, f"campaign-{i}.txt", slow=1.0) for i in range(6)]
     others = [job(OTHER, f"other-{i}.txt") for i in range(3)]
     with daphne(env, tmp_path / "daphne.log") as url:
+        _index_filled(url, key)
         moved = _api(f"{url}/api/collections/{DEMO}/priority", key, {"priority": 9})
         assert moved["jobs"] == 6 and moved["summary"].startswith("6 done")
         capped = _api(f"{url}/api/holds/collection/{DEMO}/cap", key, {"limit": 2})
