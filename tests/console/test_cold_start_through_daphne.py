@@ -9,24 +9,15 @@ job page, holds, consumers and ``/api/batches`` answered from a half-read index 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import re
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
-from django.conf import settings
 
 from bench.loader import bulk_load
-from queues.zkserver import free_port
-from tests.live.conftest import DAPHNE, console_env
+from tests.live.conftest import api_json, api_token, console_env, daphne, log_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -72,59 +63,6 @@ API = [
 POLLS = 600
 
 
-@contextlib.contextmanager
-def _daphne(env: dict[str, str], log: Path) -> Iterator[str]:
-    """daphne serving the console with its fill held (``held_fill_asgi``), once it answers."""
-    port = free_port()
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [*DAPHNE, "-p", str(port), "tests.console.held_fill_asgi:application"],
-            cwd=settings.BASE_DIR,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(POLLS):
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/healthz") as answer:
-                if answer.status == 200:
-                    break
-            assert proc.poll() is None, log.read_text()[-3000:]
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"daphne did not start:\n{log.read_text()[-3000:]}")
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-def _log_in(url: str) -> requests.Session:
-    session = requests.Session()
-    form = session.get(f"{url}/login/", timeout=30)
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
-    assert token is not None
-    answer = session.post(
-        f"{url}/login/",
-        data={"username": USER, "password": PASSWORD, "csrfmiddlewaretoken": token.group(1)},
-        headers={"Referer": f"{url}/login/"},
-        timeout=30,
-        allow_redirects=False,
-    )
-    assert answer.status_code == 302, answer.status_code
-    return session
-
-
-def _api(url: str, key: str) -> dict[str, Any]:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        return dict(json.load(answer))
-
-
 def test_every_page_and_index_answer_says_what_is_still_loading_until_the_fill_is_done(
     zk: Any, zk_hosts: str, tmp_path: Path
 ) -> None:
@@ -135,30 +73,14 @@ def test_every_page_and_index_answer_says_what_is_still_loading_until_the_fill_i
     local = json.loads(zk.get(f"/jobs/{jid}/configuration")[0])["localID"]
     names = {"bid": loaded.batches[0], "jid": jid, "local": local}
     env = console_env(zk_hosts, tmp_path, user=USER, password=PASSWORD)
-    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
-    key_file = tmp_path / "key"
-    subprocess.run(
-        [
-            *manage,
-            "apitoken",
-            "create",
-            "--user",
-            USER,
-            "--name",
-            "cold",
-            "--key-file",
-            str(key_file),
-        ],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    key = key_file.read_text().strip()
+    key = api_token(env, tmp_path / "key", user=USER, name="cold")
     gate = tmp_path / "var" / "hold-fill"
     gate.parent.mkdir(parents=True, exist_ok=True)
     gate.touch()
-    with _daphne(env, tmp_path / "daphne.log") as url:
-        session = _log_in(url)
+    with daphne(
+        env, tmp_path / "daphne.log", app="tests.console.held_fill_asgi:application"
+    ) as url:
+        session = log_in(url, USER, PASSWORD)
         for page in PAGES:
             answer = session.get(url + page.format(**names), timeout=60)
             assert answer.status_code == 200, (page, answer.status_code)
@@ -167,12 +89,12 @@ def test_every_page_and_index_answer_says_what_is_still_loading_until_the_fill_i
             assert answer.text.count('id="index-loading"') == 1, page
             assert "Still loading after a start" in answer.text, page
         for path in API:
-            body = _api(url + path.format(**names), key)
+            body = api_json(url + path.format(**names), key)
             assert body["loading"], (path, body.get("loading"))
         gate.unlink()  # the fill goes on; the pages say it until it is done
         polls = 0
         while (
-            _api(f"{url}/api/failed", key)["loading"]
+            api_json(f"{url}/api/failed", key)["loading"]
             or 'id="index-loading"' in session.get(f"{url}/stuck/", timeout=60).text
         ):
             polls += 1
@@ -183,4 +105,4 @@ def test_every_page_and_index_answer_says_what_is_still_loading_until_the_fill_i
             assert answer.status_code == 200, (page, answer.status_code)
             assert 'id="index-loading"' not in answer.text, page
         for path in API:
-            assert _api(url + path.format(**names), key)["loading"] == "", path
+            assert api_json(url + path.format(**names), key)["loading"] == "", path

@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 
 from queues.states import JOB_WORKING
 from queues.zk import caps
 from queues.zk.nodes import read_many
-from tests.live.conftest import console_env, daphne
+from tests.live.conftest import api_json, api_token, console_env, daphne, manage_py
 
 from .conftest import DEMO, FileServer, make_job
 
@@ -43,14 +41,10 @@ def _index_filled(url: str, key: str, timeout: float = 30.0) -> None:
     """Wait until the web process's read index has filled after its start: until then a
     collection's priority change reaches only the jobs read so far (and is recorded as limited),
     which is not what this test is about."""
-    request = urllib.request.Request(
-        f"{url}/api/overview", headers={"Authorization": f"Bearer {key}"}
-    )
     deadline = time.monotonic() + timeout
     while True:
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            if json.load(answer).get("loading") == "":
-                return
+        if api_json(f"{url}/api/overview", key).get("loading") == "":
+            return
         assert time.monotonic() < deadline, "the read index did not fill"
         time.sleep(0.1)
 
@@ -64,25 +58,8 @@ def test_a_capped_campaign_behind_the_others_through_daphne_and_two_consumer_pro
     zk, zk_hosts: str, files: FileServer, tmp_path: Path
 ) -> None:
     env = console_env(zk_hosts, tmp_path, user="ops", password="pw-" + "x" * 20)
-    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
-    key_file = tmp_path / "key"
-    subprocess.run(
-        [
-            *manage,
-            "apitoken",
-            "create",
-            "--user",
-            "ops",
-            "--name",
-            "t",
-            "--key-file",
-            str(key_file),
-        ],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    key = key_file.read_text().strip()
+    manage = manage_py()
+    key = api_token(env, tmp_path / "key", user="ops", name="t")
 
     def job(profile: str, name: str, slow: float = 0.0) -> str:
         url = files.put(name, name * 2000)

@@ -5,10 +5,8 @@ seconds long, released by a ``runconsumer maintenance`` process at its end; the 
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
-import sys
 import urllib.parse
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -18,22 +16,11 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from tests.live.conftest import console_env, daphne
+from tests.live.conftest import api_json, api_token, console_env, daphne, manage_py
 
 from .conftest import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def _call(url: str, key: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    request = urllib.request.Request(
-        url,
-        data=urllib.parse.urlencode(body).encode() if body is not None else None,
-        headers={"Authorization": f"Bearer {key}"},
-        method="POST" if body is not None else "GET",
-    )
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        return dict(json.load(answer))
 
 
 def test_a_node_hold_with_a_window_through_daphne_ends_by_itself(
@@ -42,25 +29,8 @@ def test_a_node_hold_with_a_window_through_daphne_ends_by_itself(
     env = console_env(
         zk_hosts, tmp_path, user="ops", password="pw-" + "x" * 20, MRT_ENVIRONMENT="stage"
     )
-    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
-    key_file = tmp_path / "key"
-    subprocess.run(
-        [
-            *manage,
-            "apitoken",
-            "create",
-            "--user",
-            "ops",
-            "--name",
-            "ops",
-            "--key-file",
-            str(key_file),
-        ],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    key = key_file.read_text().strip()
+    manage = manage_py()
+    key = api_token(env, tmp_path / "key", user="ops", name="ops")
     log = tmp_path / "maintenance.log"
     with log.open("wb") as out:
         daemon = subprocess.Popen(
@@ -75,23 +45,23 @@ def test_a_node_hold_with_a_window_through_daphne_ends_by_itself(
             login = urllib.request.urlopen(f"{url}/login/", timeout=30).read().decode()
             assert "STAGE · not production" in login and "<title>[STAGE] " in login
             end = datetime.now(UTC) + timedelta(seconds=4)
-            held = _call(
+            held = api_json(
                 f"{url}/api/holds/node/9501/hold",
                 key,
                 {"reason": "node 9501 patch", "until": end.isoformat()},
             )
             assert held, held
-            holds = _call(f"{url}/api/holds", key)
+            holds = api_json(f"{url}/api/holds", key)
             assert holds["nodes"]["9501"]["reason"] == "node 9501 patch"
             assert [(w["kind"], w["name"]) for w in holds["windows"]] == [("node", "9501")]
-            overview = _call(f"{url}/api/overview", key)
+            overview = api_json(f"{url}/api/overview", key)
             assert "backlog" in overview and "disk" in overview["backlog"]
             # Released by the maintenance process at the window's end, not before.
-            assert _call(f"{url}/api/holds", key)["nodes"]
-            wait_for(lambda: not _call(f"{url}/api/holds", key)["nodes"], timeout=60)
+            assert api_json(f"{url}/api/holds", key)["nodes"]
+            wait_for(lambda: not api_json(f"{url}/api/holds", key)["nodes"], timeout=60)
             assert datetime.now(UTC) >= end
-            assert _call(f"{url}/api/holds", key)["windows"] == []
-            entries = _call(f"{url}/api/audit", key)
+            assert api_json(f"{url}/api/holds", key)["windows"] == []
+            entries = api_json(f"{url}/api/audit", key)
             actions = sorted(e["action"] for e in entries["items"] if e["kind"] == "node")
             assert actions == ["hold", "release"], entries
         assert "node:9501 maintenance released" in log.read_text()

@@ -19,7 +19,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from queues.audit import ApiToken, AuditEntry
-from tests.live.conftest import console_env, daphne
+from tests.live.conftest import api_token, console_env, daphne
 
 from .conftest import PASSWORD, SSO_SETTINGS
 
@@ -141,14 +141,7 @@ def test_under_daphne_lockout_holds_and_tokens_and_sso_still_work(
     env = console_env(
         zk_hosts, tmp_path, user=USER, password=REAL_PASSWORD, MRT_SSO_HEADER="X-Remote-User"
     )
-    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
-    issue = (
-        "from django.contrib.auth.models import User; from queues.audit import ApiToken; "
-        f"print(ApiToken.issue(user=User.objects.get(username='{USER}'), name='t')[1])"
-    )
-    key = subprocess.run(
-        [*manage, "shell", "-c", issue], env=env, check=True, capture_output=True, text=True
-    ).stdout.split()[-1]
+    key = api_token(env, tmp_path / "key", user=USER, name="t")
     with daphne(env, tmp_path / "daphne.log") as url:
         assert login(url, REAL_PASSWORD) == 302  # the password is right
         for _ in range(LIMIT + 1):

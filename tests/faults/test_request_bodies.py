@@ -14,7 +14,6 @@ import contextlib
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +21,11 @@ from pathlib import Path
 import pytest
 import requests
 from asgiref.testing import ApplicationCommunicator
-from django.conf import settings
 from django.core.asgi import get_asgi_application
 from django.test import override_settings
 
 from mrtadmin.bodylimit import BodyLimit, _declared_length
-from tests.live.conftest import console_env, daphne
+from tests.live.conftest import api_token, console_env, daphne, log_in, manage_py
 
 pytestmark = [pytest.mark.slow]
 
@@ -93,19 +91,11 @@ def console(zk_hosts: str, tmp_path: Path) -> Iterator[Console]:
         MRT_FILE_ROOTS=str(work / "poster"),
         LOG_LEVEL="INFO",
     )
-    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
-    subprocess.run([*manage, "setupconsole"], env=env, check=True, capture_output=True)
-    issue = (
-        "from django.contrib.auth import get_user_model; from queues.audit import ApiToken; "
-        f"print(ApiToken.issue(user=get_user_model().objects.get(username={USER!r}), "
-        "name='bodies')[1])"
-    )
-    made = subprocess.run(
-        [*manage, "shell", "-c", issue], env=env, check=True, capture_output=True, text=True
-    )
+    subprocess.run([*manage_py(), "setupconsole"], env=env, check=True, capture_output=True)
+    key = api_token(env, tmp_path / "key", user=USER, name="bodies")
     with daphne(env, tmp_path / "daphne.log") as url:
         port = int(url.rsplit(":", 1)[1])
-        yield Console(url, port, daphne_pid(port), tmp, made.stdout.strip().splitlines()[-1])
+        yield Console(url, port, daphne_pid(port), tmp, key)
 
 
 def head(path: str, length: int | None, **headers: str) -> bytes:
@@ -169,14 +159,7 @@ def test_a_made_up_token_gets_the_anonymous_limit(console: Console) -> None:
 
 
 def test_a_signed_in_page_may_send_more_than_an_anonymous_one(console: Console) -> None:
-    session = requests.Session()
-    session.get(f"{console.url}/login/", timeout=10)
-    session.post(
-        f"{console.url}/login/",
-        data={"username": USER, "password": PASSWORD},
-        headers={"X-CSRFToken": session.cookies["csrftoken"], "Referer": f"{console.url}/login/"},
-        timeout=10,
-    ).raise_for_status()
+    session = log_in(console.url, USER, PASSWORD)
     body = b"z" * (4 * ANONYMOUS_LIMIT)
     cookies = {"sessionid": session.cookies["sessionid"], "csrftoken": session.cookies["csrftoken"]}
     # Read whole and answered by the page (no such form there), not refused for its size.

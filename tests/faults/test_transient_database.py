@@ -16,8 +16,6 @@ import logging
 import shutil
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -35,7 +33,7 @@ from django.core.management import call_command
 from django.db import connections
 from django.db.utils import load_backend
 from django.test import Client, override_settings
-from live.conftest import console_env, daphne
+from live.conftest import api_token, console_env, daphne
 
 from queues.auth import ensure_groups
 from queues.daemons.bulk_runs import BulkRuns
@@ -242,20 +240,7 @@ def test_daphne_answers_503_while_postgresql_is_down_and_200_after(
         password="p" * 20,
         DATABASE_URL=cluster.create_database("mrt_outage_daphne"),
     )
-    issue = (
-        "from django.contrib.auth import get_user_model; from queues.models import ApiToken; "
-        "user = get_user_model().objects.get(username='admin-outage'); "
-        "print(ApiToken.issue(user=user, name='outage')[1])"
-    )
-    shell = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", issue],
-        cwd=settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    key = shell.stdout.strip().splitlines()[-1]
+    key = api_token(env, tmp_path / "key", user="admin-outage", name="outage")
     with daphne(env, tmp_path / "daphne.log") as base:
         assert _get(f"{base}/api/overview", key)[0] == 200
         cluster.stop()

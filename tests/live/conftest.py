@@ -1,4 +1,6 @@
-"""Fixtures for the live console: a logged-in session, websocket clients, queue items."""
+"""Fixtures for the live console: a logged-in session, websocket clients, queue items; and what
+every test through a real daphne shares: the console's environment, an API token, a log-in and
+daphne itself."""
 
 from __future__ import annotations
 
@@ -6,15 +8,18 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import requests
 from channels.layers import channel_layers
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
@@ -123,6 +128,11 @@ def make_job(zk: KazooClient) -> Callable[[Batch], Job]:
     return make
 
 
+def manage_py() -> list[str]:
+    """The command line that runs the console's ``manage.py`` with this interpreter."""
+    return [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+
+
 def console_env(
     zk_hosts: str, tmp_path: Path, *, user: str, password: str, **extra: str
 ) -> dict[str, str]:
@@ -139,7 +149,7 @@ def console_env(
         "LOG_LEVEL": "WARNING",
         **extra,
     }
-    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+    manage = manage_py()
     subprocess.run([*manage, "migrate", "--noinput"], env=env, check=True, capture_output=True)
     subprocess.run(
         [*manage, "createsuperuser", "--noinput", "--username", user, "--email", "a@example.org"],
@@ -150,14 +160,66 @@ def console_env(
     return env
 
 
+def api_token(env: dict[str, str], key_file: Path, *, user: str, name: str) -> str:
+    """A new API token of ``user``'s, made as an operator would (``manage.py apitoken create``)
+    in the database of ``env`` (from ``console_env``); its key, read back from ``key_file``."""
+    subprocess.run(
+        [
+            *manage_py(),
+            "apitoken",
+            "create",
+            "--user",
+            user,
+            "--name",
+            name,
+            "--key-file",
+            str(key_file),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    return key_file.read_text().strip()
+
+
+def api_json(url: str, key: str, form: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON answer of the console's API at ``url`` to a GET, or to a POST of ``form``, sent
+    with ``key`` as its bearer token."""
+    request = urllib.request.Request(
+        url,
+        data=urllib.parse.urlencode(form).encode() if form is not None else None,
+        headers={"Authorization": f"Bearer {key}"},
+        method="POST" if form is not None else "GET",
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return dict(json.load(answer))
+
+
+def log_in(url: str, user: str, password: str) -> requests.Session:
+    """A browser-like session logged in through the console's form at ``url``."""
+    session = requests.Session()
+    form = session.get(f"{url}/login/", timeout=30)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
+    assert token is not None
+    answer = session.post(
+        f"{url}/login/",
+        data={"username": user, "password": password, "csrfmiddlewaretoken": token.group(1)},
+        headers={"Referer": f"{url}/login/"},
+        timeout=30,
+        allow_redirects=False,
+    )
+    assert answer.status_code == 302, answer.status_code
+    return session
+
+
 @contextlib.contextmanager
-def daphne(env: dict[str, str], log: Path) -> Iterator[str]:
-    """The ASGI app under daphne on a free port (pytest-django's live_server has no websockets);
-    yields its base URL once it answers."""
+def daphne(env: dict[str, str], log: Path, app: str = "mrtadmin.asgi:application") -> Iterator[str]:
+    """The ASGI ``app`` (the console's unless told) under daphne on a free port (pytest-django's
+    live_server has no websockets); yields its base URL once it answers."""
     port = free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [*DAPHNE, "-p", str(port), "mrtadmin.asgi:application"],
+            [*DAPHNE, "-p", str(port), app],
             cwd=settings.BASE_DIR,
             env=env,
             stdout=out,
