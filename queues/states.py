@@ -105,10 +105,16 @@ class Machine:
 
     def successor(self, state: str) -> str | None:
         """Where a successful step in ``state`` leads, or None when nothing follows."""
+        return self._successors.get(state)
+
+    @functools.cached_property
+    def _successors(self) -> dict[str, str]:
+        """state -> where a successful step there leads (the first such move in the table)."""
+        found: dict[str, str] = {}
         for move in self.moves:
-            if move.source == state and move.kind is Kind.SUCCESS:
-                return move.target
-        return None
+            if move.kind is Kind.SUCCESS:
+                found.setdefault(move.source, move.target)
+        return found
 
     @functools.cached_property
     def _allowed(self) -> dict[tuple[str, str], bool]:
@@ -125,6 +131,9 @@ class Machine:
 
     def check(self, source: str, target: str, *, admin: bool = False) -> None:
         """Raise InvalidTransition unless ``source -> target`` is a legal move."""
+        admin_only = self._allowed.get((source, target))
+        if admin_only is not None and (admin or not admin_only):
+            return  # a legal move (known states both): the consumers' path, once a transition
         if not self.is_state(source):
             raise InvalidTransition(f"{self.name}: unknown current state {source!r}")
         if not self.is_state(target):

@@ -225,7 +225,7 @@ def _decode(jid: str, reads: dict[str, Any], job_stat: Any, lock_stat: Any) -> J
 
 def _status(path: str, read: Any) -> Status:
     data, stat = read
-    return Status(raw=decode_json(path, data), version=stat.version, mtime=stamp(stat.mtime))
+    return Status.from_server(decode_json(path, data), stat.version, stat.mtime)
 
 
 # A job's nodes that another client may change while this process holds the job's lock: an
@@ -235,19 +235,41 @@ def _status(path: str, read: Any) -> Status:
 REFRESHED_NODES = ("status", "priority", "configuration")
 
 
+class JobNodes:
+    """One job's node paths, built once: a consumer needs them at every step of every job."""
+
+    __slots__ = ("base", "configuration", "load", "lock", "priority", "refresh", "status")
+
+    def __init__(self, jid: str) -> None:
+        self.base = base = paths.job(jid)  # validates the ID
+        self.status = f"{base}/status"
+        self.priority = f"{base}/priority"
+        self.configuration = f"{base}/configuration"
+        self.lock = f"{base}/lock"
+        # What ``jobs_finish_load`` reads, and what ``job_refresh`` reads.
+        self.load = (*(f"{base}/{n}" for n in ALL_NODES), base, self.lock)
+        self.refresh = (self.status, self.priority, self.configuration)
+
+
+@functools.lru_cache(maxsize=16384)
+def job_nodes(jid: str) -> JobNodes:
+    """``JobNodes`` of ``jid`` (InvalidID for a malformed one)."""
+    return JobNodes(jid)
+
+
 def refresh_paths(jids: Sequence[str]) -> list[str]:
     """What ``job_refresh`` reads of each job (send them with ``start_reads``)."""
-    return [f"{paths.job(j)}/{n}" for j in jids for n in REFRESHED_NODES]
+    reads: list[str] = []
+    for j in jids:
+        reads += job_nodes(j).refresh
+    return reads
 
 
 def load_paths(jids: Sequence[str]) -> list[str]:
     """What ``jobs_finish_load`` reads of each job (send them with ``start_reads``)."""
     reads: list[str] = []
     for j in jids:
-        base = paths.job(j)
-        reads.extend(f"{base}/{n}" for n in ALL_NODES)
-        reads.append(base)
-        reads.append(f"{base}/lock")
+        reads += job_nodes(j).load
     return reads
 
 
@@ -255,11 +277,13 @@ def job_refresh(known: Job, reads: dict[str, Any]) -> Job:
     """``known`` (loaded and moved by this process, its lock held since, nothing of it written
     by this process meanwhile: ``written_since``) with the nodes others may have changed read
     again (``refresh_paths``); NotFound when the job is gone."""
-    base = paths.job(known.jid)
-    status, priority, configuration = (reads[f"{base}/{n}"] for n in REFRESHED_NODES)
+    nodes = job_nodes(known.jid)
+    status = reads[nodes.status]
+    priority = reads[nodes.priority]
+    configuration = reads[nodes.configuration]
     if status is None or priority is None or configuration is None:
         raise NotFound(f"job {known.jid} does not exist")
-    number = decode_int(f"{base}/priority", priority[0])
+    number = decode_int(nodes.priority, priority[0])
     version = configuration[1].version
     if (
         status[1].version == known.status.version
@@ -273,11 +297,11 @@ def job_refresh(known: Job, reads: dict[str, Any]) -> Job:
     if status[1].version == known.status.version:
         current = known.status  # as this process wrote it: not decoded again
     else:
-        current = _status(f"{base}/status", status)
+        current = _status(nodes.status, status)
     if version == known.configuration_version:
         settings = known.configuration  # unchanged since it was decoded
     else:
-        settings = decode_json(f"{base}/configuration", configuration[0])
+        settings = decode_json(nodes.configuration, configuration[0])
     return evolve(
         known,
         status=current,
@@ -397,9 +421,9 @@ class TransitionPlan:
     new_priority: int
     lock: str | None = None  # None | "release" | "keep"
 
-    @functools.cached_property
+    @property
     def lock_path(self) -> str:
-        return paths.job_node(self.job.jid, "lock")
+        return job_nodes(self.job.jid).lock
 
     @property
     def what(self) -> str:
@@ -409,7 +433,7 @@ class TransitionPlan:
         """Index entries to delete and to create when the index is where the status says."""
         job = self.job
         state = job.state
-        old_entry, new_entry = job.index_path, job.index_path
+        old_entry = new_entry = job.index_path
         if state != self.new_state or job.priority != self.new_priority:
             new_entry = paths.job_index_entry(self.new_state, self.new_priority, job.jid)
         old_folder, new_folder = job_batch_folder(state), job_batch_folder(self.new_state)
@@ -437,18 +461,18 @@ class TransitionPlan:
         if deletes is None or creates is None:
             deletes, creates = self.index_changes()
         job = self.job
-        base = paths.job(job.jid)
-        txn.set_data(f"{base}/status", encode_json(self.raw), version=job.status.version)
+        nodes = job_nodes(job.jid)
+        txn.set_data(nodes.status, encode_json(self.raw), version=job.status.version)
         if self.new_priority != job.priority:
-            txn.set_data(f"{base}/priority", encode_int(self.new_priority))
+            txn.set_data(nodes.priority, encode_int(self.new_priority))
         for path in deletes:
             txn.delete(path)
         for path in creates:
             txn.create(path, b"")
         if lock == "release":
-            txn.delete(self.lock_path)
+            txn.delete(nodes.lock)
         elif lock == "keep":
-            txn.check(self.lock_path, -1)
+            txn.check(nodes.lock, -1)
 
     def moved(self, stat: ZnodeStat | None = None) -> Job:
         """The job as this move leaves it: its status as the server stamped it (``stat``, the
@@ -457,7 +481,7 @@ class TransitionPlan:
         if stat is None:
             status = Status(raw=self.raw, version=job.status.version + 1, mtime=local_time())
         else:
-            status = Status(raw=self.raw, version=stat.version, mtime=stamp(stat.mtime))
+            status = Status.from_server(self.raw, stat.version, stat.mtime)
         return evolve(job, status=status, priority=self.new_priority)
 
 

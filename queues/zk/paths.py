@@ -161,6 +161,7 @@ def job_node(j: str, name: str) -> str:
     return f"{job(j)}/{name}"
 
 
+@functools.lru_cache(maxsize=64)
 def job_state_folder(state: str) -> str:
     return f"{JOB_STATES}/{job_index_folder(state)}"
 

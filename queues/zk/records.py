@@ -6,17 +6,18 @@ and the version of its status node (so a write can be checked against what was r
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from queues.states import job_batch_folder
 
 from . import paths
-from .codecs import parse_stamp
+from .codecs import local_time, parse_stamp
 from .errors import MalformedNode, NotFound
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,31 @@ class LockInfo:
         return (datetime.now().astimezone() - self.created).total_seconds()
 
 
-@dataclass(frozen=True)
+class _once(Generic[V]):  # used as a decorator, like functools.cached_property
+    """``functools.cached_property`` without its lock (Python 3.11 takes one at every first
+    look, and a consumer makes two new records a transition): the value is computed at the
+    first look and kept in the instance's ``__dict__``, where later looks find it first. Two
+    threads racing on the first look both compute the same value."""
+
+    def __init__(self, compute: Callable[[Any], V]) -> None:
+        self.compute = compute
+        self.name = compute.__name__
+        self.__doc__ = compute.__doc__
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> _once[V]: ...
+
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> V: ...
+
+    def __get__(self, instance: object, owner: type | None = None) -> V | _once[V]:
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.compute(instance)
+        return value
+
+
+@dataclass(frozen=True, eq=False)
 class Status:
     """A status node: the state name and the rest of its JSON."""
 
@@ -37,7 +62,23 @@ class Status:
     version: int
     mtime: datetime
 
-    @functools.cached_property
+    @staticmethod
+    def from_server(raw: dict[str, Any], version: int, mtime_ms: int) -> Status:
+        """A status as the server's stat gives its version and mtime (milliseconds), the
+        mtime made into local time at its first look only: a consumer reads or moves thousands
+        of jobs a second and looks at few of their mtimes."""
+        status = object.__new__(_ServerStatus)
+        status.__dict__.update(raw=raw, version=version, _mtime_ms=mtime_ms)
+        return status
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Status):
+            return NotImplemented
+        return (self.raw, self.version, self.mtime) == (other.raw, other.version, other.mtime)
+
+    __hash__ = None  # type: ignore[assignment]  # raw is a dict: as unhashable as before
+
+    @_once
     def status(self) -> str:
         """The state (looked up once: a consumer asks a job's state many times a move)."""
         value = self.raw.get("status")
@@ -66,6 +107,15 @@ class Status:
     def age_seconds(self) -> float:
         """Time in the current state, from the node's own modification time."""
         return (datetime.now().astimezone() - self.mtime).total_seconds()
+
+
+class _ServerStatus(Status):
+    """``Status.from_server``'s: ``mtime`` is made at its first look (the dataclass's own
+    ``__init__`` is not run; ``dataclasses.replace`` and ``evolve`` work as on any Status)."""
+
+    @_once
+    def mtime(self) -> datetime:  # type: ignore[override]
+        return local_time(self.__dict__["_mtime_ms"] / 1000)
 
 
 R = TypeVar("R")
