@@ -72,8 +72,13 @@ def parse_stamp(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.astimezone()
 
 
+# json.dumps with any option makes a new encoder at every call; a consumer encodes a status a
+# transition. The encoder keeps no state between calls.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def encode_json(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 def decode_json(path: str, data: bytes | None) -> dict[str, Any]:

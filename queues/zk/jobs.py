@@ -501,8 +501,9 @@ def transition_plan(
         raise InvalidTransition("job: use job_remove to delete a job")
     if lock not in (None, "release", "keep"):
         raise ValueError(f"lock must be None, 'release' or 'keep', got {lock!r}")
-    JOB.check(job.state, new_state, admin=admin)
-    if job.state == JobState.FAILED:
+    state = job.state
+    JOB.check(state, new_state, admin=admin)
+    if state == JobState.FAILED:
         _check_resumable(job)  # a permanent failure stays failed, whoever moves it
     new_priority = job.priority if priority is None else check_priority(priority)
     raw = next_status(job.status, new_state, message=message, retry=retry, permanent=permanent)

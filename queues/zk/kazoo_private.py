@@ -210,26 +210,36 @@ def _acl_bytes(acl: tuple[ACL, ...]) -> bytes:
 
 class _MultiRequest:
     """A multi request already encoded (see 6. above); kazoo's connection calls
-    ``serialize()`` when it sends it and ``deserialize`` on the answer."""
+    ``serialize()`` when it sends it and ``deserialize`` on the answer.
+
+    Reading the answer also notes on the request what a consumer asks of every answer:
+    whether an operation failed (``failed``), and the ZnodeStat of each set_data in order
+    (``stats``). kazoo copies the answer's list (``Transaction.unchroot``), so they are kept
+    here rather than on the list."""
 
     type = Transaction.type
-    __slots__ = ("body",)
+    __slots__ = ("body", "failed", "stats")
 
     def __init__(self, body: bytes) -> None:
         self.body = body
+        self.failed = True  # until an answer says otherwise
+        self.stats: list[ZnodeStat] = []
 
     def serialize(self) -> bytes:
         return self.body
 
-    @classmethod
-    def deserialize(cls, buffer: Any, offset: int) -> list[Any]:
+    def deserialize(self, buffer: Any, offset: int) -> list[Any]:
         """``Transaction.deserialize``'s list: a created path, True for a delete or a check,
         the ZnodeStat of a set, an exception instance for a failed operation."""
         results: list[Any] = []
+        stats: list[ZnodeStat] = []
+        failed = False
         while True:
             kind, done, _err = _MULTI_HEADER.unpack_from(buffer, offset)
             offset += _MULTI_HEADER.size
             if done:
+                self.failed = failed
+                self.stats = stats
                 return results
             if kind == _CREATE:
                 (length,) = _INT.unpack_from(buffer, offset)
@@ -242,14 +252,21 @@ class _MultiRequest:
             elif kind in (_DELETE, _CHECK):
                 results.append(True)
             elif kind == _SET_DATA:
-                results.append(ZnodeStat._make(_STAT.unpack_from(buffer, offset)))
+                stat = new_stat(_STAT.unpack_from(buffer, offset))
                 offset += _STAT.size
+                results.append(stat)
+                stats.append(stat)
             elif kind == -1:
                 (code,) = _INT.unpack_from(buffer, offset)
                 offset += _INT.size
                 results.append(EXCEPTIONS[code]())
+                failed = True
             else:
                 raise ValueError(f"unexpected operation type {kind} in a multi's answer")
+
+
+# ``ZnodeStat._make`` without its Python frame and length check (the struct gives 11 values).
+new_stat: Callable[[tuple[Any, ...]], ZnodeStat] = functools.partial(tuple.__new__, ZnodeStat)
 
 
 class Multi:
@@ -303,7 +320,13 @@ class Multi:
         return _MultiRequest(b"".join(self._parts) + _MULTI_END)
 
     def commit_async(self) -> Any:
-        return send(self.zk, self.request())
+        return self.send()[1]
+
+    def send(self) -> tuple[_MultiRequest, Any]:
+        """``commit_async``, with the request: once the answer is in, the request's ``failed``
+        and ``stats`` say what a caller would otherwise look for in the answer's list."""
+        request = self.request()
+        return request, send(self.zk, request)
 
     def commit(self) -> list[Any]:
         return list(self.commit_async().get())

@@ -29,7 +29,7 @@ from kazoo.exceptions import EXCEPTIONS, NoNodeError, UnimplementedError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
-from .kazoo_private import full_paths, send
+from .kazoo_private import full_paths, new_stat, send
 
 OPCODE = 22  # ZooDefs.OpCode.multiRead
 GET_DATA = 4  # ZooDefs.OpCode.getData
@@ -63,6 +63,7 @@ class MultiReadRequest:
 
     def __init__(self, full_paths: Sequence[str]) -> None:
         self.full_paths = list(full_paths)
+        self.errors: list[int] = []  # the places of the failed reads, once the answer is read
 
     def serialize(self) -> bytes:
         parts = []
@@ -74,15 +75,17 @@ class MultiReadRequest:
         parts.append(_END)
         return b"".join(parts)
 
-    @classmethod
-    def deserialize(cls, buffer: bytes, offset: int) -> list[Read | int]:
-        """One entry per read: ``(data, stat)``, or the error code of a failed read."""
+    def deserialize(self, buffer: bytes, offset: int) -> list[Read | int]:
+        """One entry per read: ``(data, stat)``, or the error code of a failed read (their
+        places are noted in ``errors``)."""
         results: list[Read | int] = []
+        errors: list[int] = []
         try:
             while True:
                 kind, done, _err = _HEADER.unpack_from(buffer, offset)
                 offset += _HEADER.size
                 if done:
+                    self.errors = errors
                     return results
                 if kind == GET_DATA:
                     (length,) = _INT.unpack_from(buffer, offset)
@@ -91,13 +94,14 @@ class MultiReadRequest:
                     if length >= 0:
                         data = bytes(buffer[offset : offset + length])
                         offset += length
-                    stat = ZnodeStat._make(_STAT.unpack_from(buffer, offset))
+                    stat = new_stat(_STAT.unpack_from(buffer, offset))
                     offset += _STAT.size
                     # Null data (length -1) stays None, as kazoo's own get returns it.
                     results.append((data, stat))  # type: ignore[arg-type]
                 elif kind == ERROR:
                     (code,) = _INT.unpack_from(buffer, offset)
                     offset += _INT.size
+                    errors.append(len(results))
                     results.append(code)
                 else:
                     raise MalformedAnswer(f"unexpected operation type {kind} in a multiRead answer")
@@ -123,19 +127,19 @@ class PendingMultiRead:
         self.requests = []
         for start in range(0, len(node_paths), CHUNK):
             chunk = node_paths[start : start + CHUNK]
-            answer = send(zk, MultiReadRequest(full_paths(zk, chunk)))
-            self.requests.append((chunk, answer))
+            request = MultiReadRequest(full_paths(zk, chunk))
+            self.requests.append((chunk, request, send(zk, request)))
 
     def wait(self) -> None:
         """Wait for the last answer: the server answers a session's requests in order, so then
         every request sent before these has its answer too, and collecting them (and this)
         wakes the caller once instead of once per answer."""
         if self.requests:
-            self.requests[-1][1].wait()
+            self.requests[-1][2].wait()
 
     def collect(self) -> dict[str, Read]:
         result: dict[str, Read] = {}
-        for chunk, answer in self.requests:
+        for chunk, request, answer in self.requests:
             try:
                 reads = answer.get()
             except (UnimplementedError, MalformedAnswer):
@@ -147,13 +151,12 @@ class PendingMultiRead:
                 continue
             if len(reads) != len(chunk):
                 raise MalformedAnswer(f"{len(reads)} answers for {len(chunk)} reads")
-            for path, read in zip(chunk, reads, strict=True):
-                if isinstance(read, int):
-                    if read != _NO_NODE:
-                        raise _error(read, path)
-                    result[path] = None
-                else:
-                    result[path] = read
+            result.update(zip(chunk, reads, strict=True))
+            for place in request.errors:  # a read that failed: None for a missing node
+                path, code = chunk[place], reads[place]
+                if code != _NO_NODE:
+                    raise _error(code, path)
+                result[path] = None
         return result
 
 

@@ -154,7 +154,7 @@ def uuid_entry(u: str) -> str:
 
 
 def job(j: str) -> str:
-    return f"{JOBS}/{jid(j)}"
+    return f"{JOBS}/{_jid(j)}"  # _jid: validated or InvalidID, looked up once per ID
 
 
 def job_node(j: str, name: str) -> str:
@@ -171,7 +171,7 @@ def job_index_entry(state: str, priority: int, j: str) -> str:
 
 
 def index_name(priority: int, j: str) -> str:
-    return f"{priority:02d}-{jid(j)}"
+    return f"{priority:02d}-{_jid(j)}"
 
 
 def access(queue: str, q: str) -> str:

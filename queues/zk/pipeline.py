@@ -40,7 +40,6 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, RolledBackError, RuntimeInconsistency
-from kazoo.protocol.states import ZnodeStat
 
 from . import paths
 from .consumers import claimer_join, claimer_leave, claimers_list
@@ -577,7 +576,7 @@ class PendingMove:
         txn = Multi(zk)
         for plan in self.plans:
             plan.add_to(txn, lock=plan.lock)
-        self._answer = txn.commit_async()
+        self._request, self._answer = txn.send()
 
     def ready(self) -> bool:
         """Whether the server has answered (``collect`` will not wait for the multi)."""
@@ -593,18 +592,17 @@ class PendingMove:
         jobs; the reconciler deletes what the server still holds) and propagates.
         """
         ledger = ledger_of(self.zk)
-        locks = [plan.lock_path for plan in self.plans if plan.lock is not None]
         try:
-            answer = self._answer.get()
+            self._answer.get()
         except Exception as exc:
             if is_connection_error(exc):
-                ledger.in_doubt(locks)
+                ledger.in_doubt(plan.lock_path for plan in self.plans if plan.lock is not None)
             raise
-        if not _failed(answer):
+        if not self._request.failed:
             ledger.given_up(plan.lock_path for plan in self.plans if plan.lock == "release")
             # The status writes' answers, in the plans' order (a plan that changes the priority
             # writes that node too, after its status): each moved job as the server stamped it.
-            stats = iter([r for r in answer if isinstance(r, ZnodeStat)])
+            stats = iter(self._request.stats)
             moved: list[Outcome] = []
             for plan in self.plans:
                 moved.append(plan.moved(next(stats, None)))

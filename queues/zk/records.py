@@ -114,7 +114,7 @@ class _ServerStatus(Status):
     ``__init__`` is not run; ``dataclasses.replace`` and ``evolve`` work as on any Status)."""
 
     @_once
-    def mtime(self) -> datetime:  # type: ignore[override]
+    def mtime(self) -> datetime:
         return local_time(self.__dict__["_mtime_ms"] / 1000)
 
 

@@ -141,8 +141,7 @@ def test_a_multis_answer_reads_as_kazoos_transaction_reads_it(zk: KazooClient) -
     answers: list[bytes] = []
 
     class Keep(kazoo_private._MultiRequest):
-        @classmethod
-        def deserialize(cls, buffer, offset):  # type: ignore[no-untyped-def]
+        def deserialize(self, buffer, offset):  # type: ignore[no-untyped-def]
             answers.append(bytes(buffer[offset:]))
             return super().deserialize(buffer, offset)
 
@@ -156,17 +155,20 @@ def test_a_multis_answer_reads_as_kazoos_transaction_reads_it(zk: KazooClient) -
         kazoo_private.send(zk, Keep(txn.request().body)).get()
     assert len(answers) == 2
     for answer in answers:
-        ours = kazoo_private._MultiRequest.deserialize(answer, 0)
+        ours = kazoo_private._MultiRequest(b"").deserialize(answer, 0)
         theirs = Transaction.deserialize(answer, 0)
         assert [type(r) for r in ours] == [type(r) for r in theirs]
         assert [r for r in ours if not isinstance(r, Exception)] == [
             r for r in theirs if not isinstance(r, Exception)
         ]
-    assert isinstance(kazoo_private._MultiRequest.deserialize(answers[0], 0)[1], ZnodeStat)
-    assert any(
-        isinstance(r, BadVersionError)
-        for r in kazoo_private._MultiRequest.deserialize(answers[1], 0)
-    )
+    # What the request notes while reading an answer: whether an operation failed, and the
+    # stat of each set_data, in order.
+    good, bad = kazoo_private._MultiRequest(b""), kazoo_private._MultiRequest(b"")
+    good_answer, bad_answer = good.deserialize(answers[0], 0), bad.deserialize(answers[1], 0)
+    assert isinstance(good_answer[1], ZnodeStat)
+    assert not good.failed and good.stats == [good_answer[1]]
+    assert any(isinstance(r, BadVersionError) for r in bad_answer)
+    assert bad.failed and bad.stats == []
 
 
 def test_a_multi_commits_all_or_nothing_like_kazoos(zk: KazooClient) -> None:

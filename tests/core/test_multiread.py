@@ -78,7 +78,7 @@ def test_a_server_without_multiread_gets_one_request_per_node(zk, monkeypatch):
 )
 def test_a_garbled_answer_is_an_error_not_a_wrong_result(answer):
     with pytest.raises(multiread.MalformedAnswer):
-        multiread.MultiReadRequest.deserialize(answer, 0)
+        multiread.MultiReadRequest([]).deserialize(answer, 0)
 
 
 def test_a_multiread_request_is_jutes_getdata_operations_in_a_multi_header_frame():
