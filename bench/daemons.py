@@ -499,6 +499,11 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each; medians are shown")
     parser.add_argument("--hosts", default="", help="ZooKeeper to use (default: a throwaway one)")
     parser.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="time from the first run on (by default one untimed run of each side comes first)",
+    )
+    parser.add_argument(
         "--recorder",
         choices=("off", "on", "both"),
         default="off",
@@ -519,35 +524,49 @@ def main(argv: list[str] | None = None) -> list[str]:
         f"{args.batch} jobs a request, as many batches under way as the daemons may have. "
         f"Every process is started and connected before the window opens; only the window "
         f"counts (from {WARM_UP:.0%} of the transitions made until the first state is empty; "
-        f"median of {args.rounds} alternating rounds). 'req/t': ZooKeeper requests per "
-        "transition, from the server's mntr count; 'us/t': the client processes' CPU time per "
-        "transition; 'busy': the whole machine's CPU use meanwhile.",
+        f"median of {args.rounds} rounds, each side first in every other round"
+        f"{'' if args.no_warm_up else ', after one untimed run of each on the same server'}). "
+        "'req/t': ZooKeeper requests per transition, from the server's mntr count; 'us/t': "
+        "the client processes' CPU time per transition; 'busy': the whole machine's CPU use "
+        "meanwhile.",
         f"  {'processes':>9}{'daemons':>14}{'req/t':>7}{'us/t':>6}{'busy':>6}"
         f"{'raw probe':>13}{'req/t':>7}{'us/t':>6}{'busy':>6}{'share':>8}",
     ]
     with throwaway_zookeeper(args.hosts) as hosts:
+
+        def daemons(processes: int) -> Window:
+            return run_daemons(
+                hosts,
+                jobs=args.jobs,
+                processes=processes,
+                seconds=args.seconds,
+                batch=args.batch,
+                keep=keep,
+            ).window
+
+        def raw(processes: int) -> Window:
+            return measure_raw(
+                hosts, jobs=args.jobs, processes=processes, batch=args.batch, seconds=args.seconds
+            ).window
+
+        if not args.no_warm_up:
+            # A fresh server runs its request paths interpreted until the JVM has compiled
+            # them: the first runs on it cost the server about twice the CPU a transition of
+            # the later ones. Whichever side ran first paid for that; neither does now.
+            daemons(1)
+            raw(1)
+        round_number = 0
         for processes in args.processes:
             daemon_runs, raw_runs = [], []
             for _ in range(args.rounds):
-                daemon_runs.append(
-                    run_daemons(
-                        hosts,
-                        jobs=args.jobs,
-                        processes=processes,
-                        seconds=args.seconds,
-                        batch=args.batch,
-                        keep=keep,
-                    ).window
-                )
-                raw_runs.append(
-                    measure_raw(
-                        hosts,
-                        jobs=args.jobs,
-                        processes=processes,
-                        batch=args.batch,
-                        seconds=args.seconds,
-                    ).window
-                )
+                # Each side goes first in every other round.
+                if round_number % 2 == 0:
+                    daemon_runs.append(daemons(processes))
+                    raw_runs.append(raw(processes))
+                else:
+                    raw_runs.append(raw(processes))
+                    daemon_runs.append(daemons(processes))
+                round_number += 1
             line = _table_line(processes, daemon_runs, raw_runs)
             print(line, flush=True)
             lines.append(line)
