@@ -312,6 +312,7 @@ _ENDED_FOLDERS: dict[str, str] = {
 }
 
 
+@functools.lru_cache(maxsize=64)
 def job_batch_folder(state: str) -> str:
     """The batch index folder a job in ``state`` belongs to."""
     return _ENDED_FOLDERS.get(state, "batch-processing")

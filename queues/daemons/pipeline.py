@@ -731,6 +731,10 @@ class JobPipeline:
             )
         bids: set[str] = set()
         handing: dict[JobPipeline, list[tuple[Job, bool]]] = {}
+        # A moved job's result is made for the observer and the log only when they take it;
+        # otherwise only the last one, for ``daemon.last``.
+        each = daemon.observer is not None or log.isEnabledFor(logging.INFO)
+        last: Work | None = None
         for work, outcome in zip(flight.works, outcomes, strict=True):
             jid = work.job.jid
             step = work.step
@@ -751,7 +755,12 @@ class JobPipeline:
                         self.keeper.arrived([jid])
             self.holding.pop(jid, None)
             bids.update(daemon.after_move(work.job, step))
-            self._end(work, daemon.moved_result(jid, step, work.started))
+            if each:
+                self._end(work, daemon.moved_result(jid, step, work.started))
+            else:
+                last = work
+        if last is not None and last.step is not None:
+            daemon.last = daemon.moved_result(last.job.jid, last.step, last.started)
         for taker, jobs in handing.items():
             if not taker.hand(jobs, now):  # it stopped meanwhile: the locks are given back
                 jids = [job.jid for job, _current in jobs]

@@ -182,7 +182,7 @@ def processing_problem(config: Mapping[str, Any]) -> str | None:
     untouched for Merritt's own consumers. Anything else wrong with a configuration is the
     job's own failure, reported by the step that meets it.
     """
-    if not isinstance(config, Mapping):
+    if type(config) is not dict and not isinstance(config, Mapping):  # a dict: no ABC check
         return None
     payload_url = config.get("payload_url")
     if isinstance(payload_url, str) and payload_url:

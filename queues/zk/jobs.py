@@ -88,6 +88,9 @@ def new_status(state: str = JobState.PENDING) -> dict[str, Any]:
     }
 
 
+_ENDED = frozenset({JobState.FAILED, JobState.DELETED})
+
+
 def next_status(
     old: Status, new_state: str, *, message: str, retry: bool, permanent: bool
 ) -> dict[str, Any]:
@@ -100,8 +103,7 @@ def next_status(
     """
     raw = dict(old.raw)
     old_state = old.status
-    ended = (JobState.FAILED, JobState.DELETED)
-    if new_state not in ended and old_state not in ended:
+    if new_state not in _ENDED and old_state not in _ENDED:
         raw["last_successful_status"] = old_state
     raw.setdefault("last_successful_status", None)
     raw["status"] = new_state
@@ -432,11 +434,15 @@ class TransitionPlan:
     def index_changes(self) -> tuple[list[str], list[str]]:
         """Index entries to delete and to create when the index is where the status says."""
         job = self.job
-        state = job.state
-        old_entry = new_entry = job.index_path
-        if state != self.new_state or job.priority != self.new_priority:
-            new_entry = paths.job_index_entry(self.new_state, self.new_priority, job.jid)
-        old_folder, new_folder = job_batch_folder(state), job_batch_folder(self.new_state)
+        state, new_state = job.state, self.new_state
+        priority, new_priority = job.priority, self.new_priority
+        # Job.index_path and paths.job_index_entry, spelled out: the consumers' path.
+        old_entry = new_entry = (
+            f"{paths.job_state_folder(state)}/{paths.index_name(priority, job.jid)}"
+        )
+        if state != new_state or priority != new_priority:
+            new_entry = f"{paths.job_state_folder(new_state)}/{new_priority:02d}-{job.jid}"
+        old_folder, new_folder = job_batch_folder(state), job_batch_folder(new_state)
         if old_folder == new_folder:
             if old_entry == new_entry:
                 return [], []
@@ -462,7 +468,7 @@ class TransitionPlan:
             deletes, creates = self.index_changes()
         job = self.job
         nodes = job_nodes(job.jid)
-        txn.set_data(nodes.status, encode_json(self.raw), version=job.status.version)
+        txn.set_data(nodes.status, encode_json(self.raw), job.status.version)
         if self.new_priority != job.priority:
             txn.set_data(nodes.priority, encode_int(self.new_priority))
         for path in deletes:

@@ -269,25 +269,47 @@ class _MultiRequest:
 new_stat: Callable[[tuple[Any, ...]], ZnodeStat] = functools.partial(tuple.__new__, ZnodeStat)
 
 
+# Paths as a multi sends them, by chroot: a consumer writes the same paths again and again (a
+# job's status and lock at every step, an index entry made at one step and deleted at the next).
+# Emptied when full; only paths ``is_normal`` leaves alone are kept.
+_WIRE_PATHS: dict[str, dict[str, bytes]] = {}
+_WIRE_PATHS_MAX = 16384
+_NO_VERSION = _INT.pack(-1)
+_EMPTY = _INT.pack(0)  # a zero-length value (``_buffer(b"")``)
+
+
 class Multi:
     """A multi-operation transaction with ``KazooClient.transaction()``'s methods (create,
     delete, set_data, check, commit_async) and the same request on the wire; see 6. above."""
 
-    __slots__ = ("_acl", "_count", "_parts", "_root", "zk")
+    __slots__ = ("_acl", "_count", "_parts", "_root", "_wire", "zk")
 
     def __init__(self, zk: KazooClient) -> None:
         self.zk = zk
         self._parts: list[bytes] = []  # the operations' pieces, in order
         self._count = 0
         self._acl = _acl_bytes(tuple(zk.default_acl or OPEN_ACL_UNSAFE))
-        self._root = _root(zk.chroot)
+        self._root = root = _root(zk.chroot)
+        wire = _WIRE_PATHS.get(root)
+        if wire is None:
+            if len(_WIRE_PATHS) >= 64:  # many chroots (tests, benchmarks): start again
+                _WIRE_PATHS.clear()
+            wire = _WIRE_PATHS[root] = {}
+        self._wire = wire
 
     def _path(self, path: str) -> bytes:
         """``path`` as the server sees it, as a string on the wire."""
-        if path[:1] == "/" and path[-1:] != "/" and "//" not in path and "/." not in path:
-            encoded = (self._root + path).encode()  # is_normal, inline: the hot path
-            return _INT.pack(len(encoded)) + encoded
-        return _string(full_path(self.zk, path))
+        wire = self._wire.get(path)
+        if wire is not None:
+            return wire
+        if not is_normal(path):
+            return _string(full_path(self.zk, path))
+        encoded = (self._root + path).encode()
+        wire = _INT.pack(len(encoded)) + encoded
+        if len(self._wire) >= _WIRE_PATHS_MAX:
+            self._wire.clear()
+        self._wire[path] = wire
+        return wire
 
     def __len__(self) -> int:
         """How many operations were added."""
@@ -297,22 +319,35 @@ class Multi:
         self._parts += (
             _OP_CREATE,
             self._path(path),
-            _buffer(value),
+            _EMPTY if value == b"" else _buffer(value),
             self._acl,
             _EPHEMERAL if ephemeral else _PERSISTENT,
         )
         self._count += 1
 
     def delete(self, path: str, version: int = -1) -> None:
-        self._parts += (_OP_DELETE, self._path(path), _INT.pack(version))
+        self._parts += (
+            _OP_DELETE,
+            self._path(path),
+            _NO_VERSION if version == -1 else _INT.pack(version),
+        )
         self._count += 1
 
     def set_data(self, path: str, value: bytes, version: int = -1) -> None:
-        self._parts += (_OP_SET_DATA, self._path(path), _buffer(value), _INT.pack(version))
+        self._parts += (
+            _OP_SET_DATA,
+            self._path(path),
+            _buffer(value),
+            _NO_VERSION if version == -1 else _INT.pack(version),
+        )
         self._count += 1
 
     def check(self, path: str, version: int) -> None:
-        self._parts += (_OP_CHECK, self._path(path), _INT.pack(version))
+        self._parts += (
+            _OP_CHECK,
+            self._path(path),
+            _NO_VERSION if version == -1 else _INT.pack(version),
+        )
         self._count += 1
 
     def request(self) -> _MultiRequest:
