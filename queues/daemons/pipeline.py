@@ -78,6 +78,7 @@ KEEP_ROOM = 4  # a loop accepts kept jobs up to this many batches' worth
 IN_TRANSIT_FOR = 30.0  # s a job moving with its kept lock is left out of this process's claims
 MAX_MOVES = 3  # moves under way at once per loop (older ones are waited for)
 DB_CHECK_EVERY = 1.0  # s between looks at the thread's database connection
+IDLE_MIN = 0.05  # s a loop left with other loops' entries only waits at least
 AHEAD = 2  # batches whose requests are under way while the loop works on an earlier one
 
 
@@ -344,6 +345,16 @@ class JobPipeline:
                     # Waiting for room downstream, which wakes this loop: the folder's news
                     # cannot be worked on before then, so it is neither watched nor listed.
                     self.wake.wait(daemon.poll)
+                    self.wake.clear()
+                    continue
+                ripe_in = self.listing.others_only()
+                if ripe_in is not None and not self.kept:
+                    # All that is left in the folder is other loops' share, none of it to be
+                    # taken over yet. Their moves change the folder all the time: a watch
+                    # would list it whole again at every one. The loop waits for the first
+                    # entry it may take over, a hand-over or the poll instead (the poll is
+                    # when it would have listed the folder again anyway).
+                    self.wake.wait(min(daemon.poll, max(ripe_in, IDLE_MIN)))
                     self.wake.clear()
                     continue
                 # Idle: the folder's watch, a hand-over or the poll wakes the loop. Work that

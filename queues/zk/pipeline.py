@@ -114,6 +114,11 @@ class ClaimShare:
         return self._count
 
     @property
+    def index(self) -> int:
+        """This member's place among the sorted members (-1: not among them)."""
+        return self._index
+
+    @property
     def divided(self) -> bool:
         """Whether other members share the jobs with this one (else every job is its own)."""
         return self._index >= 0 and self._count > 1
@@ -176,6 +181,10 @@ class StateListing:
         # answers a session's requests in order), and a claim of such an entry would fail.
         self._leaving: dict[str, float] = {}
         self._checked: set[str] = set()  # the last listing's index entry names
+        # Entry name -> whether it is in this loop's share, for the division it was worked
+        # out for (members, this loop's place among them).
+        self._own: dict[str, bool] = {}
+        self._division = (0, -1)
 
     def _list(self, extra: Iterable[str]) -> None:
         self.listed(time.monotonic(), children(self.zk, self.folder), extra)
@@ -208,18 +217,33 @@ class StateListing:
         if share is not None and share.divided:
             # Other shares' entries go straight to the deferred list (what ``_pop`` would do
             # with each of them, one by one, at every listing); entries of kept jobs are ours.
+            # Whose share an entry is in is worked out once per division of the members.
+            division = (share.members, share.index)
+            if division != self._division or len(self._own) > 2 * len(entries) + 1024:
+                self._division, self._own = division, {}
+            own = self._own
             kept = set(extra)
             heap = []
             foreign = []
             for name in entries:
-                jid = name[3:]  # "PP-" + jid
-                if name in kept or share.mine(jid):
+                mine = own.get(name)
+                if mine is None:
+                    mine = own[name] = share.mine(name[3:])  # "PP-" + jid
+                if mine or name in kept:
                     heap.append(name)
-                elif jid not in self._busy:
+                elif name[3:] not in self._busy:
                     foreign.append(name)
             foreign.sort()
-            for name in foreign:
-                self._defer(name, now)
+            # ``_defer`` for each of them, at once: when each was first passed over, and so
+            # the first time one of them may be taken over.
+            self._deferred = foreign
+            first = self._first_seen
+            room = self.FOREIGN_MAX - len(first)
+            if room > 0:
+                first.update(dict.fromkeys([n for n in foreign if n not in first][:room], now))
+            seen = [t for t in map(first.get, foreign) if t is not None]
+            if seen:
+                self._ripe_at = min(seen) + self.steal_after
             entries = heap
         self._heap = entries
         heapq.heapify(self._heap)
@@ -242,6 +266,13 @@ class StateListing:
             except NoNodeError:
                 found = []
             self._apply_listing(sent, found, kept.values())
+
+    def others_only(self) -> float | None:
+        """When the last listing left nothing to take but other shares' entries, none of them
+        ready to be taken over yet: the seconds until the first is. Otherwise None."""
+        if self._heap or not self._deferred:
+            return None
+        return max(0.0, self._ripe_at - time.monotonic())
 
     def add(self, name: str) -> None:
         """Put in an index entry name (``paths.index_name``'s, or one taken from a listing)."""

@@ -664,6 +664,58 @@ def test_a_divided_listing_sorts_out_other_shares_entries_when_it_lists(
     assert [p.name for p in eager.take(100, {})] == [foreign[2]]
 
 
+def test_a_loop_left_with_other_shares_entries_does_not_list_its_folder_at_every_change(
+    zk: KazooClient, other_zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once its own share is done and only entries another member has yet to take are left,
+    the loop waits for the first it may take over (or the poll); it does not set its folder's
+    watch again, which would list the whole folder at each of the other members' moves."""
+    jobs = jobs_in(zk, 24)
+    other = ClaimShare(other_zk, JobState.ESTIMATING, "zz-other")
+    other.refresh()  # a member that is busy elsewhere: its share waits
+    worker = Step1(zk=zk, batch=4, poll=30.0)
+    loop = JobPipeline(worker)
+    loop.listing.steal_after = 3600
+    wait_for(lambda: refreshed(loop.share, 2))
+    foreign = [j for j in jobs if not loop.share.mine(j.jid)]
+    assert foreign
+    folder = zpaths.job_state_folder(JobState.ESTIMATING)
+    listings: Counter[str] = Counter()
+    real_sync, real_async = zk.get_children, zk.get_children_async
+
+    def counted(path: str, *args: Any, **kwargs: Any) -> Any:
+        listings[path] += 1
+        return real_sync(path, *args, **kwargs)
+
+    def counted_async(path: str, *args: Any, **kwargs: Any) -> Any:
+        listings[path] += 1
+        return real_async(path, *args, **kwargs)
+
+    monkeypatch.setattr(zk, "get_children", counted)
+    monkeypatch.setattr(zk, "get_children_async", counted_async)
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: in_state(zk, JobState.ESTIMATING) == len(foreign))
+        wait_for(lambda: loop.listing.others_only() is not None)
+        before = listings[folder]
+        # The other member's moves: its entries leave the folder and come back, 20 changes,
+        # each given time to reach the loop.
+        entry = f"{folder}/{zpaths.index_name(foreign[0].priority, foreign[0].jid)}"
+        for _ in range(10):
+            other_zk.delete(entry)
+            time.sleep(0.1)
+            other_zk.create(entry, b"")
+            time.sleep(0.1)
+        assert listings[folder] - before <= 2, listings
+        assert worker.seen == [j.jid for j in jobs if loop.share.mine(j.jid)]
+    finally:
+        stop.set()
+        loop.wake.set()  # it waits for the poll otherwise
+        thread.join(timeout=60)
+
+
 def test_a_thief_takes_a_run_from_the_later_half_of_the_waiting_entries(
     zk: KazooClient, other_zk: KazooClient
 ) -> None:
