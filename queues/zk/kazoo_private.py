@@ -6,6 +6,11 @@ internals read in kazoo's source of the versions in ``WRITTEN_FOR``:
 1. ``Handler``: cheaper socket waits. kazoo's connection thread waits through its handler's
    ``select()`` (``kazoo.protocol.connection``) and kazoo's own ``selector_select`` builds an
    epoll object per wait; the subclass answers the same waits with one ``select.select`` call.
+   Its ``create_connection`` wraps the socket kazoo reads from in ``_ReadAhead``, which reads
+   up to 64 KiB at a time and hands kazoo's exact-size reads out of memory;
+   ``ConnectionHandler._read`` skips its wait when the socket's ``pending()`` says bytes are
+   there (kazoo's provision for a TLS socket's buffer), and the handler's ``select()`` answers
+   at once for it.
 2. ``send``, ``full_path``: hand-written requests (``multiread.py``'s multiRead). A request is an
    object with ``type``, ``serialize()`` and ``deserialize(buffer, offset)``, queued with
    ``KazooClient._call(request, async_result)``; its paths carry the chroot, as
@@ -113,11 +118,21 @@ _SELECT_LIMIT = 1024  # FD_SETSIZE
 
 
 class Handler(SequentialThreadingHandler):  # type: ignore[misc]  # kazoo has no types
-    """kazoo's threading handler with cheaper waits (see above); same answers."""
+    """kazoo's threading handler with cheaper waits (see above) and a connection socket read in
+    large pieces (``_ReadAhead``); same answers."""
+
+    def create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        sock = super().create_connection(*args, **kwargs)
+        # A TLS socket has its own ``pending()``, which kazoo's reads already look at.
+        return sock if hasattr(sock, "pending") else _ReadAhead(sock)
 
     def select(
         self, rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: float | None = None
     ) -> Any:
+        if not wlist and not xlist:
+            ready = [obj for obj in rlist if type(obj) is _ReadAhead and obj.pending()]
+            if ready:
+                return ready, [], []  # answers already read: no system call, no wait
         try:
             if all(0 <= _fd(obj) < _SELECT_LIMIT for obj in (*rlist, *wlist, *xlist)):
                 return select.select(rlist, wlist, xlist, timeout)
@@ -128,6 +143,43 @@ class Handler(SequentialThreadingHandler):  # type: ignore[misc]  # kazoo has no
 
 def _fd(obj: Any) -> int:
     return obj if isinstance(obj, int) else int(obj.fileno())
+
+
+class _ReadAhead:
+    """kazoo's connection socket, read up to 64 KiB at a time. kazoo reads every answer in two
+    exact pieces (its length, then its body), each after a wait for the socket, and waits for
+    the socket again before each answer: five system calls an answer, each giving up the
+    interpreter lock, and in a busy consumer process the connection thread then waits for it
+    behind the loop threads at each one. Pipelined answers arrive together; read ahead, they
+    are handed out from memory. kazoo asks ``pending()`` before it waits to read (it does for
+    a TLS socket's own buffer) and ``Handler.select`` answers at once for a socket with bytes
+    pending. Everything else goes to the socket itself."""
+
+    __slots__ = ("_at", "_data", "_sock")
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._data = b""
+        self._at = 0
+
+    def pending(self) -> int:
+        return len(self._data) - self._at
+
+    def recv(self, size: int) -> bytes:
+        if self._at >= len(self._data):
+            data = self._sock.recv(max(size, _READ_AHEAD))
+            if len(data) <= size:
+                return bytes(data)
+            self._data, self._at = data, 0
+        start = self._at
+        self._at = end = min(start + size, len(self._data))
+        return self._data[start:end]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+_READ_AHEAD = 65536
 
 
 # 2. Hand-written requests --------------------------------------------------------------------

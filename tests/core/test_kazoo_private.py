@@ -6,6 +6,7 @@ import inspect
 import subprocess
 import sys
 import threading
+from typing import Any
 
 import kazoo.version
 import pytest
@@ -185,3 +186,57 @@ def test_a_multi_commits_all_or_nothing_like_kazoos(zk: KazooClient) -> None:
     results = bad.commit()
     assert any(isinstance(r, BadVersionError) for r in results)
     assert zk.exists("/m/b") is not None and zk.get("/m/a")[0] == b"2"
+
+
+def test_the_connection_socket_hands_out_pipelined_answers_from_one_read() -> None:
+    """kazoo reads each answer as its length and then its body; answers that arrived together
+    come out of one read of the socket, exactly as kazoo asks for them, and the handler's wait
+    answers at once while bytes are pending (no system call, nothing else waited for)."""
+    import socket
+    import struct
+
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    reads: list[int] = []
+
+    class Counting:
+        def __init__(self, sock: socket.socket) -> None:
+            self.sock = sock
+
+        def recv(self, size: int) -> bytes:
+            reads.append(size)
+            return self.sock.recv(size)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.sock, name)
+
+    sock = kazoo_private._ReadAhead(Counting(ours))
+    handler = kazoo_private.Handler()
+    bodies = [bytes([n]) * (10 * n + 1) for n in range(1, 11)]
+    theirs.sendall(b"".join(struct.pack("!i", len(b)) + b for b in bodies))
+    assert handler.select([sock], [], [], 5)[0] == [sock]  # a real wait: nothing read yet
+    got = []
+    for _ in bodies:
+        if not sock.pending():
+            assert handler.select([sock], [], [], 5)[0] == [sock]
+        (length,) = struct.unpack("!i", sock.recv(4))
+        got.append(sock.recv(length))
+    assert got == bodies
+    assert len(reads) == 1 and sock.pending() == 0
+    # With nothing pending it waits on the socket as before, and a closed peer reads as b"".
+    assert handler.select([sock], [], [], 0.01)[0] == []
+    theirs.close()
+    assert handler.select([sock], [], [], 5)[0] == [sock]
+    assert sock.recv(4) == b""
+    sock.close()  # the socket's own methods pass through
+
+
+def test_a_client_reads_through_the_read_ahead_socket(other_zk: KazooClient) -> None:
+    """A client's many pipelined requests and their answers, read through ``_ReadAhead``."""
+    client = other_zk
+    assert type(client._connection._socket) is kazoo_private._ReadAhead
+    client.ensure_path("/read-ahead")
+    pending = [client.create_async(f"/read-ahead/n{n}", b"x" * n) for n in range(200)]
+    assert [p.get() for p in pending] == [f"/read-ahead/n{n}" for n in range(200)]
+    answers = [client.get_async(f"/read-ahead/n{n}") for n in range(200)]
+    assert [a.get()[0] for a in answers] == [b"x" * n for n in range(200)]
