@@ -244,12 +244,12 @@ class JobNodes:
 
     def __init__(self, jid: str) -> None:
         self.base = base = paths.job(jid)  # validates the ID
-        self.status = f"{base}/status"
-        self.priority = f"{base}/priority"
-        self.configuration = f"{base}/configuration"
-        self.lock = f"{base}/lock"
+        self.status = paths.job_node(jid, "status")
+        self.priority = paths.job_node(jid, "priority")
+        self.configuration = paths.job_node(jid, "configuration")
+        self.lock = paths.job_node(jid, "lock")
         # What ``jobs_finish_load`` reads, and what ``job_refresh`` reads.
-        self.load = (*(f"{base}/{n}" for n in ALL_NODES), base, self.lock)
+        self.load = (*(paths.job_node(jid, n) for n in ALL_NODES), base, self.lock)
         self.refresh = (self.status, self.priority, self.configuration)
 
 
@@ -436,12 +436,9 @@ class TransitionPlan:
         job = self.job
         state, new_state = job.state, self.new_state
         priority, new_priority = job.priority, self.new_priority
-        # Job.index_path and paths.job_index_entry, spelled out: the consumers' path.
-        old_entry = new_entry = (
-            f"{paths.job_state_folder(state)}/{paths.index_name(priority, job.jid)}"
-        )
+        old_entry = new_entry = job.index_path
         if state != new_state or priority != new_priority:
-            new_entry = f"{paths.job_state_folder(new_state)}/{new_priority:02d}-{job.jid}"
+            new_entry = paths.job_index_entry(new_state, new_priority, job.jid)
         old_folder, new_folder = job_batch_folder(state), job_batch_folder(new_state)
         if old_folder == new_folder:
             if old_entry == new_entry:

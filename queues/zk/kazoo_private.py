@@ -208,12 +208,7 @@ def full_path(zk: KazooClient, path: str) -> str:
 def full_paths(zk: KazooClient, node_paths: Sequence[str]) -> list[str]:
     """``full_path`` of each of ``node_paths`` (the chroot looked up once)."""
     root = _root(zk.chroot)
-    return [
-        root + p
-        if p[:1] == "/" and p[-1:] != "/" and "//" not in p and "/." not in p  # is_normal
-        else full_path(zk, p)
-        for p in node_paths
-    ]
+    return [root + p if is_normal(p) else full_path(zk, p) for p in node_paths]
 
 
 def send(zk: KazooClient, request: Any) -> Any:

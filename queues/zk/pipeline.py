@@ -234,16 +234,7 @@ class StateListing:
                 elif name[3:] not in self._busy:
                     foreign.append(name)
             foreign.sort()
-            # ``_defer`` for each of them, at once: when each was first passed over, and so
-            # the first time one of them may be taken over.
-            self._deferred = foreign
-            first = self._first_seen
-            room = self.FOREIGN_MAX - len(first)
-            if room > 0:
-                first.update(dict.fromkeys([n for n in foreign if n not in first][:room], now))
-            seen = [t for t in map(first.get, foreign) if t is not None]
-            if seen:
-                self._ripe_at = min(seen) + self.steal_after
+            self._defer(foreign, now)
             entries = heap
         self._heap = entries
         heapq.heapify(self._heap)
@@ -342,18 +333,22 @@ class StateListing:
                     continue
                 del self._busy[jid]
             if self.share is not None and not self.share.mine(jid):
-                self._defer(name, time.monotonic())
+                self._defer([name], time.monotonic())
                 continue
             return Pick(name, jid, False)
         return None
 
-    def _defer(self, name: str, now: float) -> None:
-        self._deferred.append(name)
-        seen = self._first_seen.get(name)
-        if seen is None and len(self._first_seen) < self.FOREIGN_MAX:
-            seen = self._first_seen[name] = now
-        if seen is not None and seen + self.steal_after < self._ripe_at:
-            self._ripe_at = seen + self.steal_after
+    def _defer(self, names: list[str], now: float) -> None:
+        """Set aside other shares' entries (in run order): when each was first passed over,
+        and so the first time one of them may be taken over. One pass for a whole listing."""
+        self._deferred += names
+        first = self._first_seen
+        room = self.FOREIGN_MAX - len(first)
+        if room > 0:
+            first.update(dict.fromkeys([n for n in names if n not in first][:room], now))
+        seen = [t for t in map(first.get, names) if t is not None]
+        if seen and min(seen) + self.steal_after < self._ripe_at:
+            self._ripe_at = min(seen) + self.steal_after
 
     def _steal(self, room: int) -> list[Pick]:
         """Up to ``room`` entries of other shares that have waited ``steal_after`` seconds
