@@ -25,6 +25,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -51,6 +52,10 @@ from queues.zk.watch import ChangeSignal
 from .pipeline import JobPipeline, LockKeeper, LockLost
 
 log = logging.getLogger("queues.daemons")
+
+# A job moved to one of these may complete its batch (``JobDaemon.after``); none other can.
+_BATCH_ENDS = frozenset({JobState.COMPLETED, JobState.FAILED})
+_NO_BATCHES: frozenset[str] = frozenset()
 
 DEFAULT_POLL = 5.0
 T = TypeVar("T", Job, Batch, AccessRequest)
@@ -600,14 +605,16 @@ class JobDaemon(Daemon[Job]):
         job_unlock(self.zk, item)
 
     def after(self, item: Job, step: Next) -> None:
-        if step.target in (JobState.COMPLETED, JobState.FAILED):
+        if step.target in _BATCH_ENDS:
             if self._deferred is not None:
                 self._deferred.add(item.bid)
             else:
                 services.batch_complete_if_done(bid=item.bid)
 
-    def after_move(self, item: Job, step: Next) -> set[str]:
+    def after_move(self, item: Job, step: Next) -> AbstractSet[str]:
         """``after`` for the batched loop: the batches to check once the whole batch moved."""
+        if step.target not in _BATCH_ENDS and type(self).after is JobDaemon.after:
+            return _NO_BATCHES  # nothing to look at (asked for every job the loop moves)
         self._deferred = set()
         try:
             self.after(item, step)

@@ -36,6 +36,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -198,6 +199,22 @@ class InFlight:
     works: list[Work]
     holding: Holding
     bids: set[str] = field(default_factory=set)
+
+
+class _WhenAsked:
+    """A set of jobs made at the first look into it: a batch of kept jobs only never needs the
+    jobs a loop has in hand (``JobPipeline._in_hand``, some hundreds to gather)."""
+
+    __slots__ = ("_jids", "_make")
+
+    def __init__(self, make: Callable[[], set[str]]) -> None:
+        self._make = make
+        self._jids: set[str] | None = None
+
+    def __contains__(self, jid: object) -> bool:
+        if self._jids is None:
+            self._jids = self._make()
+        return jid in self._jids
 
 
 class JobPipeline:
@@ -478,7 +495,7 @@ class JobPipeline:
             return None
         claiming = downstream is None or downstream.has_room()
         picks = self.listing.take(
-            self.batch, self.kept, claim=claiming, fresh=fresh, exclude=self._in_hand()
+            self.batch, self.kept, claim=claiming, fresh=fresh, exclude=_WhenAsked(self._in_hand)
         )
         if not picks:
             return None

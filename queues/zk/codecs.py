@@ -72,13 +72,25 @@ def parse_stamp(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.astimezone()
 
 
-# json.dumps with any option makes a new encoder at every call; a consumer encodes a status a
-# transition. The encoder keeps no state between calls.
+# json.dumps with any option makes a new encoder at every call, and an encoder makes its C
+# encoding function again at every call as well; a consumer encodes a status a transition. The
+# C function is made once (no circular-reference check: a value with a cycle ends in a
+# RecursionError instead of a ValueError) and keeps no state between calls.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_MAKE_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # None without the C module
+_C_ENCODE = (
+    None
+    if _MAKE_C_ENCODER is None
+    else _MAKE_C_ENCODER(
+        None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", False, False, True
+    )
+)
 
 
 def encode_json(value: dict[str, Any]) -> bytes:
-    return _ENCODER.encode(value).encode("utf-8")
+    if _C_ENCODE is None:
+        return _ENCODER.encode(value).encode("utf-8")
+    return "".join(_C_ENCODE(value, 0)).encode("utf-8")
 
 
 def decode_json(path: str, data: bytes | None) -> dict[str, Any]:

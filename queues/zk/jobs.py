@@ -405,11 +405,12 @@ def _index_moves(
     return deletes, creates
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # made for every job a consumer moves: not frozen (a third of the cost)
 class TransitionPlan:
     """One job's move, worked out but not yet written: exactly the writes ``job_transition``
     makes, so a batched move (several jobs in one multi, ``queues.zk.pipeline``) writes the
-    same bytes as the one-job path.
+    same bytes as the one-job path. Not changed once made (``dataclasses.replace`` makes
+    another).
 
     ``lock`` says what happens to the job's ephemeral lock in the same transaction: ``None``
     leaves it alone (an operator's move), ``"release"`` deletes it (a consumer's last step),
@@ -458,14 +459,18 @@ class TransitionPlan:
         creates: Sequence[str] | None = None,
         *,
         lock: str | None,
+        status: bytes | None = None,
     ) -> None:
         """Append this move's operations to ``txn``: the index changes as given (else the usual
-        ones), and ``lock`` (None | "release" | "keep") for the lock."""
+        ones), and ``lock`` (None | "release" | "keep") for the lock. ``status``: the status
+        JSON already encoded (``encode_json(self.raw)``)."""
         if deletes is None or creates is None:
             deletes, creates = self.index_changes()
         job = self.job
         nodes = job_nodes(job.jid)
-        txn.set_data(nodes.status, encode_json(self.raw), job.status.version)
+        if status is None:
+            status = encode_json(self.raw)
+        txn.set_data(nodes.status, status, job.status.version)
         if self.new_priority != job.priority:
             txn.set_data(nodes.priority, encode_int(self.new_priority))
         for path in deletes:

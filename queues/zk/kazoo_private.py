@@ -345,7 +345,8 @@ class Multi:
         self._wire = wire
 
     def _path(self, path: str) -> bytes:
-        """``path`` as the server sees it, as a string on the wire."""
+        """``path`` as the server sees it, as a string on the wire (the operations below look
+        in ``_wire`` first themselves: one call fewer an operation)."""
         wire = self._wire.get(path)
         if wire is not None:
             return wire
@@ -365,7 +366,7 @@ class Multi:
     def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> None:
         self._parts += (
             _OP_CREATE,
-            self._path(path),
+            self._wire.get(path) or self._path(path),
             _EMPTY if value == b"" else _buffer(value),
             self._acl,
             _EPHEMERAL if ephemeral else _PERSISTENT,
@@ -375,7 +376,7 @@ class Multi:
     def delete(self, path: str, version: int = -1) -> None:
         self._parts += (
             _OP_DELETE,
-            self._path(path),
+            self._wire.get(path) or self._path(path),
             _NO_VERSION if version == -1 else _INT.pack(version),
         )
         self._count += 1
@@ -383,8 +384,9 @@ class Multi:
     def set_data(self, path: str, value: bytes, version: int = -1) -> None:
         self._parts += (
             _OP_SET_DATA,
-            self._path(path),
-            _buffer(value),
+            self._wire.get(path) or self._path(path),
+            _INT.pack(-1) if value is None else _INT.pack(len(value)),
+            b"" if value is None else value,
             _NO_VERSION if version == -1 else _INT.pack(version),
         )
         self._count += 1
@@ -392,7 +394,7 @@ class Multi:
     def check(self, path: str, version: int) -> None:
         self._parts += (
             _OP_CHECK,
-            self._path(path),
+            self._wire.get(path) or self._path(path),
             _NO_VERSION if version == -1 else _INT.pack(version),
         )
         self._count += 1

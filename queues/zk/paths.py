@@ -166,10 +166,14 @@ def job_state_folder(state: str) -> str:
     return f"{JOB_STATES}/{job_index_folder(state)}"
 
 
+# A consumer names a job's index entries at every step (the one it leaves, the one it makes,
+# the one its listing holds): the names of the jobs under way are made once.
+@functools.lru_cache(maxsize=16384)
 def job_index_entry(state: str, priority: int, j: str) -> str:
     return f"{job_state_folder(state)}/{index_name(priority, j)}"
 
 
+@functools.lru_cache(maxsize=16384)
 def index_name(priority: int, j: str) -> str:
     return f"{priority:02d}-{_jid(j)}"
 

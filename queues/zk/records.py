@@ -124,13 +124,14 @@ R = TypeVar("R")
 def evolve(record: R, **changes: Any) -> R:
     """``dataclasses.replace`` for these records, made by copying the fields instead of running
     the generated ``__init__`` again (the daemons make a moved Job at every transition)."""
-    fields: dict[str, Any] = record.__dataclass_fields__  # type: ignore[attr-defined]
-    if not fields.keys() >= changes.keys():
+    new = object.__new__(type(record))
+    values = new.__dict__
+    values.update(record.__dict__)
+    values.update(changes)
+    if len(values) != len(record.__dict__):  # a change that names no field
+        fields: dict[str, Any] = record.__dataclass_fields__  # type: ignore[attr-defined]
         unknown = changes.keys() - fields.keys()
         raise TypeError(f"{type(record).__name__} has no field {', '.join(sorted(unknown))}")
-    new = object.__new__(type(record))
-    new.__dict__.update(record.__dict__)
-    new.__dict__.update(changes)
     return new
 
 

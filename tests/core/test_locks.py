@@ -317,3 +317,24 @@ def test_a_batched_move_and_the_one_job_move_write_the_same_bytes(
         assert zk.exists(f"/jobs/states/estimating/07-{j.jid}") is not None
         assert zk.exists(f"/jobs/states/pending/05-{j.jid}") is None
         assert zk.exists(f"/batches/{j.bid}/states/batch-processing/{j.jid}") is not None
+
+
+def test_a_batched_move_writes_each_job_its_own_status_bytes(
+    zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    # The move encodes a status once for a run of equal ones: an equal status with its keys in
+    # another order, and a different one, are still written as their own JSON.
+    import dataclasses
+
+    from queues.zk.codecs import encode_json
+    from queues.zk.pipeline import PendingMove
+
+    one, two, three, four = (make_job() for _ in range(4))
+    plans = [jobs.transition_plan(j, "Estimating") for j in (one, two, three, four)]
+    plans[1] = dataclasses.replace(plans[1], raw=dict(plans[0].raw))
+    plans[2] = dataclasses.replace(plans[2], raw=dict(reversed(list(plans[0].raw.items()))))
+    plans[3] = dataclasses.replace(plans[3], raw={**plans[0].raw, "message": "other"})
+    PendingMove(zk, plans).collect(lambda fn: fn())
+    for plan in plans:
+        assert zk.get(f"/jobs/{plan.job.jid}/status")[0] == encode_json(plan.raw)
+    assert encode_json(plans[2].raw) != encode_json(plans[0].raw)  # the order counts

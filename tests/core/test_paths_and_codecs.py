@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -86,6 +87,22 @@ def test_json_is_compact_utf8_and_integers_are_plain_text() -> None:
     )
     assert encode_int(5) == b"5"
     assert encode_int(0) == b"0"
+
+
+def test_json_encoding_is_json_dumps_byte_for_byte() -> None:
+    # encode_json keeps one C encoding function for every call (no new encoder per status).
+    values = [
+        {},
+        {"status": "Estimating", "retry_count": 0, "last_successful_status": None},
+        {"z": 1.5, "a": [True, False, None, {"n": '\u2028"x\\'}], "é": "ü", "nan": float("nan")},
+    ]
+    for value in values:
+        expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        assert encode_json(value) == expected
+        assert encode_json(value) == expected  # nothing is kept from one call to the next
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        encode_json({"a": object()})
+    assert encode_json({"after": "an error"}) == b'{"after":"an error"}'
     assert decode_int("/p", b" 10\n") == 10
 
 
