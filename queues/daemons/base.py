@@ -25,7 +25,6 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -55,7 +54,6 @@ log = logging.getLogger("queues.daemons")
 
 # A job moved to one of these may complete its batch (``JobDaemon.after``); none other can.
 _BATCH_ENDS = frozenset({JobState.COMPLETED, JobState.FAILED})
-_NO_BATCHES: frozenset[str] = frozenset()
 
 DEFAULT_POLL = 5.0
 T = TypeVar("T", Job, Batch, AccessRequest)
@@ -611,10 +609,8 @@ class JobDaemon(Daemon[Job]):
             else:
                 services.batch_complete_if_done(bid=item.bid)
 
-    def after_move(self, item: Job, step: Next) -> AbstractSet[str]:
+    def after_move(self, item: Job, step: Next) -> set[str]:
         """``after`` for the batched loop: the batches to check once the whole batch moved."""
-        if step.target not in _BATCH_ENDS and type(self).after is JobDaemon.after:
-            return _NO_BATCHES  # nothing to look at (asked for every job the loop moves)
         self._deferred = set()
         try:
             self.after(item, step)

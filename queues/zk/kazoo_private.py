@@ -385,8 +385,7 @@ class Multi:
         self._parts += (
             _OP_SET_DATA,
             self._wire.get(path) or self._path(path),
-            _INT.pack(-1) if value is None else _INT.pack(len(value)),
-            b"" if value is None else value,
+            _buffer(value),
             _NO_VERSION if version == -1 else _INT.pack(version),
         )
         self._count += 1
