@@ -526,6 +526,8 @@ class JobPipeline:
         locked = batch.claim.collect() if batch.claim is not None else set()
         if batch.after_look_ahead:
             self.listing.apply_look_ahead()  # answered before this batch's requests
+        if batch.claim is not None and batch.claim.busy:
+            self.listing.busy(p.jid for p in batch.claim.busy)  # in hand in another loop here
         if batch.claim is not None and batch.claim.fell_back:
             # Contention: the other jobs are claimed again, sent now and collected by the next
             # cycle (what they lock is worked on then), so the jobs in hand do not wait.
@@ -584,7 +586,10 @@ class JobPipeline:
         jids = set(self.holding)
         jids.update(w.job.jid for flight in self.inflight for w in flight.works)
         for batch in self.pending:
-            jids.update(p.jid for p in batch.picks)
+            # Not the picks another thread holds (``busy``): their locks are that thread's.
+            jids.update(p.jid for p in batch.picks if p.kept)
+            if batch.claim is not None:
+                jids.update(p.jid for p in batch.claim.picks)
         for retry, _holding in self.retries:
             jids.update(p.jid for picks, _answer in retry.answers for p in picks)
         self.inflight.clear()

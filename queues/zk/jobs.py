@@ -935,10 +935,14 @@ class JobClaimer:
 
     def _ours_already(self, results: list[Any], lock_path: str) -> bool:
         """Whether a claim refused only for its lock found this session's own lock there (a
-        create answered with ConnectionLoss that the server had applied): then it is ours."""
+        create answered with ConnectionLoss that the server had applied): then it is ours.
+        Only a lock in doubt can be: one of this session's that no thread holds and whose
+        create was answered is some other thread's work, never taken over."""
         if len(results) != 2 or not isinstance(results[1], NodeExistsError):
             return False
         if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+            return False
+        if lock_path not in ledger_of(self.zk).doubtful():
             return False
         stat = self.zk.exists(lock_path)
         ident = self.zk.client_id

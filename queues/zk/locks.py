@@ -43,8 +43,10 @@ class LockLedger:
     server's locks and their ``ephemeralOwner``; the :class:`Reconciler` deletes the orphans.
 
     ``doubt`` holds the locks whose create or delete came back without an answer: the server
-    may or may not hold them. A lock stays in doubt until a reconciliation has looked at it,
-    even when a thread takes it meanwhile (a claim that then fails on it leaves it there).
+    may or may not hold them. A lock stays in doubt until a reconciliation has looked at it
+    while no thread held it, even when a thread takes it meanwhile (a claim that then fails on
+    it leaves it there). Only a lock in doubt may be found on the server as this session's and
+    taken over by a claim: any other is another thread's work or an orphan.
 
     While a reconciliation runs, every lock taken or given up is also noted in ``_touched``:
     the reconciler's view of the server is from before, and it leaves such a lock alone (it may
@@ -72,14 +74,19 @@ class LockLedger:
             self._touch((path,))
             return True
 
-    def taken(self, paths_: Iterable[str]) -> None:
-        """Note locks about to be created (before the request leaves, so that a reconciliation
-        never takes one of them for an orphan)."""
-        paths_ = list(paths_)
+    def claim_free(self, paths_: Iterable[str]) -> set[str]:
+        """``claim`` for several locks at once: those of ``paths_`` no thread of this process
+        holds are noted as this thread's and returned; the others are left to their holder.
+        Called before the request creating them leaves, so that a reconciliation never takes
+        one of them for an orphan, and so that a claim that then fails gives up only its own
+        (another thread's lock noted as this one's would be given up with it, and a claimer
+        would then take that lock, this session's own on the server, for a free one)."""
         me = threading.get_ident()
         with self._lock:
-            self._held.update((p, me) for p in paths_)
-            self._touch(paths_)
+            free = {p for p in paths_ if p not in self._held}
+            self._held.update((p, me) for p in free)
+            self._touch(free)
+        return free
 
     def given_up(self, paths_: Iterable[str]) -> None:
         """Note locks deleted, or not taken after all (after their request was sent)."""
@@ -146,10 +153,14 @@ class LockLedger:
             return self._generation
 
     def end_check(self, checked: Iterable[str]) -> None:
-        """The reconciliation is over: ``checked`` are settled unless touched meanwhile."""
+        """The reconciliation is over: ``checked`` are settled unless touched meanwhile or
+        held now (a thread's claim of a lock in doubt may be meeting it on the server: it is
+        that claim's to take over, so the doubt stays until the lock is given up)."""
         with self._lock:
             touched = self._touched or set()
-            self._doubt.difference_update(p for p in checked if p not in touched)
+            self._doubt.difference_update(
+                p for p in checked if p not in touched and p not in self._held
+            )
             self._touched = None
 
     def send_deletes(
@@ -351,10 +362,11 @@ def lock_create(zk: KazooClient, path: str) -> bool:
     """Take an item's ephemeral lock; False when another client (or another thread of this
     process) has it or the item is gone.
 
-    A lock that exists already and belongs to this session (a create answered with
-    ConnectionLoss that the server had applied, or a release that failed) is this caller's to
-    work under. A create answered with a connection error leaves the lock in doubt (the
-    reconciler looks once the connection is back) and raises.
+    A lock that exists already, belongs to this session and is in doubt (a create or a
+    release answered with a connection error, which the server may have applied) is this
+    caller's to work under. Any other lock of this session is some thread's work or an orphan
+    the reconciler deletes, never taken over. A create answered with a connection error leaves
+    the lock in doubt (the reconciler looks once the connection is back) and raises.
     """
     ledger = ledger_of(zk)
     if not ledger.claim(path):
@@ -364,7 +376,11 @@ def lock_create(zk: KazooClient, path: str) -> bool:
             zk.create(path, b"", ephemeral=True)
         except NodeExistsError:
             stat = zk.exists(path)
-            if stat is not None and stat.ephemeralOwner == session_of(zk):
+            if (
+                stat is not None
+                and stat.ephemeralOwner == session_of(zk)
+                and path in ledger.doubtful()
+            ):
                 return True
             ledger.given_up((path,))
             return False

@@ -469,19 +469,22 @@ class StateListing:
 
 
 class PendingClaim:
-    """Locks for several jobs in one multi, sent at once; ``collect`` says which were taken."""
+    """Locks for several jobs in one multi, sent at once; ``collect`` says which were taken.
+    Jobs whose lock another thread of this process holds are not sent: they are ``busy``."""
 
     def __init__(self, zk: KazooClient, picks: Sequence[Pick], folder: str) -> None:
         self.zk = zk
         self.folder = folder
-        self.picks = list(picks)
+        self.picks, self.busy = _claimable(zk, picks)
         self.fell_back = False
-        self._answer = _send_claim(zk, self.picks, folder)
+        self._answer = _send_claim(zk, self.picks, folder) if self.picks else None
 
     def collect(self) -> set[str]:
         """The jids the multi locked: all of them, or none when it failed on contention (then
         nothing was written, and ``fallback`` tries the others again). Connection errors
         propagate, the locks left in doubt."""
+        if self._answer is None:
+            return set()
         if not _failed(_claim_answer(self.zk, self._answer, self.picks)):
             return {p.jid for p in self.picks}
         self.fell_back = True
@@ -493,7 +496,7 @@ class PendingClaim:
         names the first failed operation; the multi stops there); the jobs before it and those
         after it are claimed again as two multis, sent now and collected later. None when the
         multi held that one job only."""
-        if len(self.picks) < 2:
+        if len(self.picks) < 2 or self._answer is None:
             return None
         failed = _first_failure(self._answer.get())
         if failed is None:  # no operation named: each job on its own
@@ -512,7 +515,12 @@ class PendingRetry:
     ) -> None:
         self.zk = zk
         self.lost = list(lost)
-        self.answers = [(list(g), _send_claim(zk, g, folder)) for g in groups]
+        self.answers: list[tuple[list[Pick], Any]] = []
+        for group in groups:
+            picks, busy = _claimable(zk, group)
+            self.lost.extend(busy)
+            if picks:
+                self.answers.append((picks, _send_claim(zk, picks, folder)))
 
     def ready(self) -> bool:
         return all(answer.ready() for _picks, answer in self.answers)
@@ -546,12 +554,19 @@ def _lock_paths(picks: Iterable[Pick]) -> list[str]:
     return [paths.job_node(p.jid, "lock") for p in picks]
 
 
+def _claimable(zk: KazooClient, picks: Sequence[Pick]) -> tuple[list[Pick], list[Pick]]:
+    """``picks`` split into those whose locks are now noted as this thread's (to be sent) and
+    those another thread of this process holds (its job in hand there: not to be claimed)."""
+    free = ledger_of(zk).claim_free(_lock_paths(picks))
+    ours = [p for p in picks if paths.job_node(p.jid, "lock") in free]
+    return ours, [p for p in picks if paths.job_node(p.jid, "lock") not in free]
+
+
 def _send_claim(zk: KazooClient, picks: Sequence[Pick], folder: str) -> Any:
+    """The claim multi of ``picks``, whose locks ``_claimable`` noted as this thread's."""
     txn = Multi(zk)
     for pick in picks:
         _lock_ops(txn, f"{folder}/{pick.name}", pick.jid)
-    # Noted before the request leaves: a reconciliation never takes these for orphans.
-    ledger_of(zk).taken(_lock_paths(picks))
     return txn.commit_async()
 
 

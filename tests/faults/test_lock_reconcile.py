@@ -24,8 +24,10 @@ from queues.daemons.pipeline import LockKeeper
 from queues.states import JobState
 from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
+from queues.zk.jobs import JobClaimer
 from queues.zk.kazoo_private import session_ephemerals
 from queues.zk.locks import ledger_of, lock_create, lock_release
+from queues.zk.pipeline import PendingClaim, Pick
 from queues.zk.records import Job
 from queues.zkserver import LocalZooKeeper
 from tests.zkproxy import CREATE, DELETE, MULTI, MULTI_READ, ZkProxy, request
@@ -209,3 +211,55 @@ def test_a_move_with_kept_locks_cut_off_unanswered_does_not_pin_its_jobs(
         stop_loops(stop, threads)
     assert locks_left(zk, jobs) == []
     assert ledger_of(proxied).held() == frozenset()
+
+
+def test_a_lock_another_thread_works_under_is_neither_claimed_in_a_batch_nor_taken_over(
+    zk: KazooClient,
+) -> None:
+    """Seen with four ``runconsumer all`` processes: a job downloaded twice at once in one
+    process, its second download's partial file stored by the next step. One thread downloads
+    under the job's lock; a batched loop of the same process sends a claim from a listing taken
+    before the job moved on, and the claim fails; a second downloading thread then finds the
+    job's lock on the server, its own session's, and must not take it for a lock of its own."""
+    job = make_job(zk, CONFIG, state=JobState.DOWNLOADING)
+    ledger = ledger_of(zk)
+    found: list[Job | None] = []
+
+    def download_thread() -> None:
+        found.append(JobClaimer(zk, JobState.DOWNLOADING).claim())
+
+    first = threading.Thread(target=download_thread)
+    first.start()
+    first.join()
+    assert [j.jid for j in found if j is not None] == [job.jid]
+    assert lock_of(job) in ledger.held()
+
+    stale = Pick(zpaths.index_name(job.priority, job.jid), job.jid)
+    claim = PendingClaim(zk, [stale], zpaths.job_state_folder(JobState.PROVISIONING))
+    assert claim.busy == [stale] and claim.picks == []
+    assert claim.collect() == set()
+    assert lock_of(job) in ledger.held()
+
+    second = threading.Thread(target=download_thread)
+    second.start()
+    second.join()
+    assert found[1] is None
+    assert lock_of(job) in ledger.held()
+    lock_release(zk, lock_of(job))
+
+
+def test_a_lock_of_this_session_no_thread_holds_is_taken_over_only_when_in_doubt(
+    zk: KazooClient,
+) -> None:
+    """A claim that meets its own session's lock takes it only when that lock's create went
+    unanswered (in doubt); otherwise it is left to the reconciler, never worked under twice."""
+    job = make_job(zk, CONFIG, state=JobState.DOWNLOADING)
+    ledger = ledger_of(zk)
+    zk.create(lock_of(job), b"", ephemeral=True)  # this session's, noted nowhere
+    assert JobClaimer(zk, JobState.DOWNLOADING).claim() is None
+    assert lock_of(job) not in ledger.held()
+    ledger.in_doubt([lock_of(job)])
+    taken = JobClaimer(zk, JobState.DOWNLOADING).claim()
+    assert taken is not None and taken.jid == job.jid
+    assert lock_of(job) in ledger.held()
+    lock_release(zk, lock_of(job))
