@@ -38,7 +38,7 @@ from .errors import (
     is_connection_error,
 )
 from .kazoo_private import Multi
-from .locks import ledger_of, lock_owned, lock_release
+from .locks import ledger_of, lock_owned, lock_release, ours_in_doubt
 from .nodes import (
     children,
     collect_reads,
@@ -942,11 +942,7 @@ class JobClaimer:
             return False
         if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
             return False
-        if lock_path not in ledger_of(self.zk).doubtful():
-            return False
-        stat = self.zk.exists(lock_path)
-        ident = self.zk.client_id
-        return stat is not None and ident is not None and stat.ephemeralOwner == ident[0]
+        return ours_in_doubt(self.zk, lock_path)
 
 
 def job_acquire(

@@ -375,12 +375,7 @@ def lock_create(zk: KazooClient, path: str) -> bool:
         try:
             zk.create(path, b"", ephemeral=True)
         except NodeExistsError:
-            stat = zk.exists(path)
-            if (
-                stat is not None
-                and stat.ephemeralOwner == session_of(zk)
-                and path in ledger.doubtful()
-            ):
+            if ours_in_doubt(zk, path):
                 return True
             ledger.given_up((path,))
             return False
@@ -394,6 +389,16 @@ def lock_create(zk: KazooClient, path: str) -> bool:
             ledger.given_up((path,))
         raise
     return True
+
+
+def ours_in_doubt(zk: KazooClient, path: str) -> bool:
+    """Whether the existing lock ``path`` is this session's and in doubt (its create or
+    release answered with a connection error that the server had applied): the only lock of
+    its own session a claim takes over. Any other is another thread's work or an orphan."""
+    if path not in ledger_of(zk).doubtful():
+        return False
+    stat = zk.exists(path)
+    return stat is not None and stat.ephemeralOwner == session_of(zk)
 
 
 def lock_owned(zk: KazooClient, path: str) -> bool:

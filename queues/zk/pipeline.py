@@ -557,9 +557,10 @@ def _lock_paths(picks: Iterable[Pick]) -> list[str]:
 def _claimable(zk: KazooClient, picks: Sequence[Pick]) -> tuple[list[Pick], list[Pick]]:
     """``picks`` split into those whose locks are now noted as this thread's (to be sent) and
     those another thread of this process holds (its job in hand there: not to be claimed)."""
-    free = ledger_of(zk).claim_free(_lock_paths(picks))
-    ours = [p for p in picks if paths.job_node(p.jid, "lock") in free]
-    return ours, [p for p in picks if paths.job_node(p.jid, "lock") not in free]
+    locks = _lock_paths(picks)
+    free = ledger_of(zk).claim_free(locks)
+    ours = [p for p, lock in zip(picks, locks, strict=True) if lock in free]
+    return ours, [p for p, lock in zip(picks, locks, strict=True) if lock not in free]
 
 
 def _send_claim(zk: KazooClient, picks: Sequence[Pick], folder: str) -> Any:

@@ -49,9 +49,13 @@ def _index_filled(url: str, key: str, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def _states(zk: Any, jids: list[str]) -> dict[str, str]:
+def _statuses(zk: Any, jids: list[str]) -> dict[str, dict[str, Any]]:
     reads = read_many(zk, [f"/jobs/{j}/status" for j in jids])
-    return {j: json.loads(reads[f"/jobs/{j}/status"][0])["status"] for j in jids}
+    return {j: json.loads(reads[f"/jobs/{j}/status"][0]) for j in jids}
+
+
+def _states(zk: Any, jids: list[str]) -> dict[str, str]:
+    return {j: status["status"] for j, status in _statuses(zk, jids).items()}
 
 
 def test_a_capped_campaign_behind_the_others_through_daphne_and_two_consumer_processes(
@@ -100,9 +104,10 @@ def test_a_capped_campaign_behind_the_others_through_daphne_and_two_consumer_pro
                 proc.terminate()
             for proc in consumers:
                 proc.wait(timeout=60)
-    states = _states(zk, campaign + others)
     failed = {
-        j: zk.get(f"/jobs/{j}/status")[0].decode() for j, s in states.items() if s != "Completed"
+        j: status
+        for j, status in _statuses(zk, campaign + others).items()
+        if status["status"] != "Completed"
     }
     assert not failed, (
         failed,
