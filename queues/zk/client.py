@@ -24,7 +24,7 @@ from kazoo.retry import KazooRetry
 
 from . import paths
 from .errors import Unavailable
-from .kazoo_private import Handler
+from .kazoo_private import CoalescingClient, Handler
 from .locks import adopt
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def connect(hosts: str | None = None, *, timeout: float | None = None) -> KazooC
     """A new, started client with bounded retries. The caller owns it (and stops it)."""
     timeout = timeout or _settings().timeout
     hosts = hosts or configured_hosts()
-    zk = KazooClient(
+    zk = CoalescingClient(
         hosts=hosts,
         timeout=timeout,
         handler=Handler(),

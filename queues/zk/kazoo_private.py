@@ -50,6 +50,15 @@ internals read in kazoo's source of the versions in ``WRITTEN_FOR``:
    them out of ``KazooClient._child_watchers`` (``ConnectionHandler._read_watch_event``), so the
    watcher puts itself back there first each time it is called.
 
+9. ``CoalescingClient``: one wake-up for many requests. ``KazooClient._call`` queues a request on
+   ``_queue`` and writes a byte to the connection's socket pair (``_write_sock``); the
+   connection thread wakes on ``_read_sock`` and ``ConnectionHandler._send_request`` sends one
+   request (xid, type, body, as ``_submit`` frames it), moves it to ``_pending`` and reads one
+   byte. The subclass writes the byte only when no wake-up is pending, and its connection
+   (``_Connection``, put in place of kazoo's ``ConnectionHandler`` when the client is made)
+   sends everything queued in one ``_write``, keeping kazoo's xids, its ``Auth`` xid and its
+   test hooks (``_SESSION_EXPIRED``, ``_CONNECTION_DROP``).
+
 Upgrading kazoo: read each of these against the new version's source (the names above), run
 ``tests/core/test_kazoo_private.py``, ``tests/core/test_multiread.py`` and ``tests/live``, then
 add the version to ``WRITTEN_FOR`` (and pin it in requirements.txt). Until then importing
@@ -59,6 +68,7 @@ behaviour would lose live updates or misread nodes, which is worse than not star
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import select
 import selectors
@@ -70,12 +80,23 @@ from typing import Any
 
 import kazoo.version
 from kazoo.client import KazooClient
-from kazoo.exceptions import EXCEPTIONS
+from kazoo.exceptions import (
+    EXCEPTIONS,
+    ConnectionClosedError,
+    ConnectionDropped,
+    SessionExpiredError,
+)
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
+from kazoo.protocol.connection import (
+    _CONNECTION_DROP,
+    _SESSION_EXPIRED,
+    AUTH_XID,
+    ConnectionHandler,
+)
 from kazoo.protocol.paths import _prefix_root
-from kazoo.protocol.serialization import GetChildren, Transaction
-from kazoo.protocol.states import Callback, EventType, WatchedEvent, ZnodeStat
+from kazoo.protocol.serialization import Auth, Close, GetChildren, Transaction
+from kazoo.protocol.states import Callback, EventType, KeeperState, WatchedEvent, ZnodeStat
 from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
 # The kazoo versions whose source the uses below were checked against (requirements.txt pins one).
@@ -544,3 +565,95 @@ def add_persistent_watch(
             zk._child_watchers.get(full, set()).discard(relay)
 
     return send(zk, _AddWatch(full, relay))
+
+
+# 9. One wake-up for many requests ------------------------------------------------------------
+
+# kazoo queues every request (``KazooClient._call``) and writes one byte to a socket pair to wake
+# its connection thread, which sends one request per wake-up: a system call in the caller, one
+# wait and one read of that byte, a wait for the server socket and a send in the connection
+# thread, for every request. Each of these gives up the interpreter lock; a process of eight
+# busy threads then spends its time handing the lock about (measured: a third of a consumer's
+# samples in the caller's one-byte send). Here a caller writes the byte only when no wake-up is
+# pending, and the connection thread, woken, sends every request queued so far in one write.
+# Same requests, same order, same xids.
+_CLOSED_STATES = frozenset(
+    {KeeperState.AUTH_FAILED, KeeperState.CLOSED, KeeperState.EXPIRED_SESSION}
+)
+_SEND_AT_MOST = 1 << 16  # bytes written per wake-up before the answers are looked at again
+
+
+class _Connection(ConnectionHandler):  # type: ignore[misc]  # kazoo has no types
+    """kazoo's connection, sending all that is queued at each wake-up (see above).
+
+    ``wake_pending`` is True from a caller's decision to write the wake byte until the
+    connection thread has read the bytes written so far; it is cleared only after that read,
+    so a request queued after the queue was emptied always finds it False or a byte still
+    unread in the socket."""
+
+    wake_pending = False
+
+    def start(self) -> None:
+        self.wake_pending = False  # a new socket pair when the old one was closed
+        super().start()
+
+    def _send_request(self, read_timeout: float, connect_timeout: float) -> None:
+        client = self.client
+        with contextlib.suppress(OSError):
+            self._read_sock.recv(4096)  # every wake byte so far (select said it is readable)
+        self.wake_pending = False
+        queue = client._queue
+        message = bytearray()
+        try:
+            while queue and len(message) < _SEND_AT_MOST:
+                request, async_object = queue[0]
+                if request is _SESSION_EXPIRED:  # kazoo's own test hooks, as kazoo raises them
+                    raise SessionExpiredError("Session expired: Testing")
+                if request is _CONNECTION_DROP:
+                    raise ConnectionDropped("Connection dropped: Testing")
+                if request.type == Auth.type:
+                    xid = AUTH_XID
+                else:
+                    self._xid = (self._xid % 2147483647) + 1  # type: ignore[has-type]
+                    xid = self._xid
+                body = _INT.pack(xid)
+                if request.type:
+                    body += _INT.pack(request.type)
+                body += request.serialize()
+                message += _INT.pack(len(body))
+                message += body
+                queue.popleft()
+                # Pending from here: should the write below fail, kazoo fails them with
+                # ConnectionLoss (sent or not, unknown), as it does for a request it sent.
+                client._pending.append((request, async_object, xid))
+                if request.type == Close.type:
+                    break  # nothing after a close, as when kazoo reads its answer first
+        finally:
+            if message:
+                self._write(bytes(message), connect_timeout)
+        if queue and request.type != Close.type:
+            self.wake_pending = True  # more than one write's worth: come back after the answers
+            self._write_sock.send(b"\0")
+
+
+class CoalescingClient(KazooClient):  # type: ignore[misc]  # kazoo has no types
+    """kazoo's client, waking its connection thread once for many requests (see above)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._connection.__class__ = _Connection
+
+    def _call(self, request: Any, async_object: Any) -> Any:
+        if self._state in _CLOSED_STATES:
+            return super()._call(request, async_object)  # kazoo's own refusal
+        self._queue.append((request, async_object))
+        connection = self._connection
+        if connection.wake_pending:
+            return None  # the connection thread has not read the last wake-up yet
+        connection.wake_pending = True
+        try:
+            connection._write_sock.send(b"\0")
+        except Exception:  # closed meanwhile (None or a closed socket): as kazoo's own _call
+            connection.wake_pending = False
+            async_object.set_exception(ConnectionClosedError("Connection has been closed"))
+        return None

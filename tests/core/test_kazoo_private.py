@@ -240,3 +240,152 @@ def test_a_client_reads_through_the_read_ahead_socket(other_zk: KazooClient) -> 
     assert [p.get() for p in pending] == [f"/read-ahead/n{n}" for n in range(200)]
     answers = [client.get_async(f"/read-ahead/n{n}") for n in range(200)]
     assert [a.get()[0] for a in answers] == [b"x" * n for n in range(200)]
+
+
+class _HeldWrites:
+    """Holds the connection thread inside its first write of requests until ``release()``,
+    and counts the writes and the wake-up bytes callers send meanwhile."""
+
+    def __init__(self, client: KazooClient) -> None:
+        connection = client._connection
+        self.writes: list[int] = []
+        self.wakes = 0
+        self.inside = threading.Event()
+        self._go = threading.Event()
+        write = connection._write
+        wake_socket = connection._write_sock
+
+        def held_write(message: bytes, timeout: float) -> None:
+            self.writes.append(len(message))
+            if len(self.writes) == 1:
+                self.inside.set()
+                self._go.wait(30)
+            write(message, timeout)
+
+        test = self
+
+        class CountingWake:
+            def send(self, data: bytes) -> int:
+                test.wakes += 1
+                return wake_socket.send(data)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(wake_socket, name)
+
+        connection._write = held_write
+        connection._write_sock = CountingWake()
+        self._undo = lambda: (
+            connection.__dict__.pop("_write"),
+            setattr(connection, "_write_sock", wake_socket),
+        )
+
+    def release(self) -> None:
+        self._go.set()
+
+    def undo(self) -> None:
+        self._undo()
+
+
+def test_requests_queued_meanwhile_go_out_in_one_write_after_one_wake_up(
+    other_zk: KazooClient,
+) -> None:
+    """While the connection thread is busy writing, callers queue requests without writing a
+    wake-up byte each; woken once, it sends them all in one write, in the order they were
+    queued (sequence numbers rise in that order), and every one is answered."""
+    client = other_zk
+    assert isinstance(client, kazoo_private.CoalescingClient)
+    client.ensure_path("/coalesced")
+    held = _HeldWrites(client)
+    try:
+        first = client.exists_async("/coalesced")
+        assert held.inside.wait(10)
+        held.wakes = 0
+        pending = [
+            client.create_async("/coalesced/n-", b"%d" % n, sequence=True) for n in range(300)
+        ]
+        assert held.wakes == 1  # one byte for 300 requests
+        held.release()
+        assert first.get(timeout=10) is not None
+        names = [p.get(timeout=10) for p in pending]
+    finally:
+        held.release()
+        held.undo()
+    assert names == sorted(names) and len(set(names)) == 300
+    assert [client.get(name)[0] for name in names[:3]] == [b"0", b"1", b"2"]
+    assert len(held.writes) == 2  # the held one, then the 300 together
+    assert held.writes[1] > 300 * len("/coalesced/n-")
+
+
+def test_many_threads_queueing_at_once_are_all_answered(other_zk: KazooClient) -> None:
+    """No request waits for a wake-up that never comes: eight threads, each sending bursts of
+    pipelined requests and single synchronous ones, all answered, each thread's in order."""
+    client = other_zk
+    client.ensure_path("/burst")
+    failures: list[BaseException] = []
+
+    def worker(index: int) -> None:
+        try:
+            client.ensure_path(f"/burst/t{index}")
+            for round_ in range(20):
+                answers = [
+                    client.create_async(f"/burst/t{index}/n-", b"", sequence=True)
+                    for _ in range(25)
+                ]
+                names = [a.get(timeout=20) for a in answers]
+                assert names == sorted(names)
+                assert client.exists(f"/burst/t{index}") is not None, round_
+        except BaseException as exc:  # reported by the test's thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failures
+    assert all(len(client.get_children(f"/burst/t{i}")) == 500 for i in range(8))
+
+
+@pytest.mark.slow
+def test_a_connection_cut_inside_one_write_loses_no_request_silently(
+    zk_server: Any, zk_hosts: str
+) -> None:
+    """Requests written together, the connection cut in the middle of them (the proxy forwards
+    the first half and drops the rest): each is answered or fails with ConnectionLoss, none
+    waits for ever, and the client reconnects and goes on."""
+    from kazoo.exceptions import ConnectionLoss
+
+    from queues.zk import client as zkmod
+    from tests.zkproxy import CREATE, ZkProxy, request
+
+    proxy = ZkProxy(zk_server.port)
+    client = zkmod.connect(proxy.hosts + zk_hosts[len(zk_server.hosts) :], timeout=10)
+    try:
+        client.ensure_path("/cut")
+        held = _HeldWrites(client)
+        try:
+            first = client.exists_async("/cut")
+            assert held.inside.wait(10)
+            proxy.cut_before(request(CREATE, b"/cut/n50"))
+            pending = [client.create_async(f"/cut/n{n}", b"") for n in range(100)]
+            held.release()
+            first.get(timeout=10)
+        finally:
+            held.release()
+            held.undo()
+        answered, lost = [], []
+        for n, answer in enumerate(pending):
+            try:
+                answer.get(timeout=20)
+                answered.append(n)
+            except ConnectionLoss:
+                lost.append(n)
+        assert proxy.fired.is_set()
+        assert lost and 50 in lost and sorted(answered + lost) == list(range(100))
+        made = {int(name[1:]) for name in client.get_children("/cut")}  # after reconnecting
+        assert made == set(range(50)) >= set(answered)
+        assert client.create("/cut/after", b"") == "/cut/after"
+    finally:
+        client.stop()
+        client.close()
+        proxy.close()
