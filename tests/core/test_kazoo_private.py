@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import subprocess
 import sys
@@ -274,16 +275,14 @@ class _HeldWrites:
 
         connection._write = held_write
         connection._write_sock = CountingWake()
-        self._undo = lambda: (
-            connection.__dict__.pop("_write"),
-            setattr(connection, "_write_sock", wake_socket),
-        )
+        self._connection, self._wake_socket = connection, wake_socket
 
     def release(self) -> None:
         self._go.set()
 
     def undo(self) -> None:
-        self._undo()
+        del self._connection._write  # kazoo's own method again
+        self._connection._write_sock = self._wake_socket
 
 
 def test_requests_queued_meanwhile_go_out_in_one_write_after_one_wake_up(
@@ -352,7 +351,7 @@ def test_a_connection_cut_inside_one_write_loses_no_request_silently(
 ) -> None:
     """Requests written together, the connection cut in the middle of them (the proxy forwards
     the first half and drops the rest): each is answered or fails with ConnectionLoss, none
-    waits for ever, and the client reconnects and goes on."""
+    waits for ever, nothing past the cut is applied, and the client reconnects and goes on."""
     from kazoo.exceptions import ConnectionLoss
 
     from queues.zk import client as zkmod
@@ -369,7 +368,8 @@ def test_a_connection_cut_inside_one_write_loses_no_request_silently(
             proxy.cut_before(request(CREATE, b"/cut/n50"))
             pending = [client.create_async(f"/cut/n{n}", b"") for n in range(100)]
             held.release()
-            first.get(timeout=10)
+            with contextlib.suppress(ConnectionLoss):  # its answer may be lost with the link
+                first.get(timeout=10)
         finally:
             held.release()
             held.undo()
@@ -382,8 +382,10 @@ def test_a_connection_cut_inside_one_write_loses_no_request_silently(
                 lost.append(n)
         assert proxy.fired.is_set()
         assert lost and 50 in lost and sorted(answered + lost) == list(range(100))
-        made = {int(name[1:]) for name in client.get_children("/cut")}  # after reconnecting
-        assert made == set(range(50)) >= set(answered)
+        # After reconnecting: what the server applied is among what passed the proxy (it may
+        # drop what it had not read when the link closed), and holds every answered create.
+        made = {int(name[1:]) for name in client.get_children("/cut")}
+        assert set(answered) <= made <= set(range(50))
         assert client.create("/cut/after", b"") == "/cut/after"
     finally:
         client.stop()
