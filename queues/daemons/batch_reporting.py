@@ -13,10 +13,11 @@ report the same way.
 Mail goes out at least once per report, never silently not at all: the report carries the
 status version of the round it belongs to (``round``) and ``mailed``. A re-run of the same round
 (a consumer died after mailing) reuses the report and sends no second mail once ``mailed`` is
-true; only a crash between sending and recording ``mailed`` can repeat the mail, a duplicate
-being better than a depositor who never hears. A mail server that cannot take the mail now
-(refused, timed out, 4xx) leaves the batch waiting in its step, its report written, until it
-is back; only a 5xx rejection fails the batch.
+true. Recording ``mailed`` is tried again through a connection outage of up to
+``MAILED_PATIENCE`` seconds; only a crash between sending and recording it, or a longer outage,
+can repeat the mail, a duplicate being better than a depositor who never hears. A mail server
+that cannot take the mail now (refused, timed out, 4xx) leaves the batch waiting in its step,
+its report written, until it is back; only a 5xx rejection fails the batch.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from queues.zk.batches import (
     report_changes,
     report_resolve,
 )
-from queues.zk.errors import MalformedNode, is_connection_error
+from queues.zk.errors import MalformedNode, is_connection_error, patiently
 from queues.zk.records import Batch
 
 log = logging.getLogger("queues.daemons")
@@ -56,6 +57,8 @@ class MailUnavailable(Exception):
 # The sweep is the safety net for a batch whose last job was finished by another client (an
 # operator's move here already checks the batch): it reads every open batch, so not per claim.
 SWEEP_EVERY = 30.0
+# How long recording that a summary mail went waits for ZooKeeper to answer again (seconds).
+MAILED_PATIENCE = 30.0
 
 
 def round_key(batch: Batch) -> str:
@@ -97,7 +100,12 @@ class BatchReporting(BatchDaemon):
         target = BatchState.FAILED if failed else BatchState.COMPLETED
         if not report.get("mailed"):
             self.mail(item, report, previous, target)
-            batch_report_update(self.zk, item.bid, {"mailed": True})
+            # The mail went: recorded through a short outage (a ZooKeeper restart, a leader
+            # election) rather than left to the next claim, which would send it again.
+            patiently(
+                lambda: batch_report_update(self.zk, item.bid, {"mailed": True}),
+                patience=MAILED_PATIENCE,
+            )
         succeeded = report.get("successful_jobs") or []
         message = f"{len(succeeded)} completed, {len(failed)} failed"
         if previous is not None:

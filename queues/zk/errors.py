@@ -5,6 +5,10 @@ under the contract's names, for the modules above ``queues.zk`` that write nodes
 consistency check's repairs): they catch these and never import kazoo.
 """
 
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionClosedError,
@@ -19,6 +23,8 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 
 from queues.states import DomainError, InvalidTransition
+
+R = TypeVar("R")
 
 __all__ = [
     "BadVersion",
@@ -36,6 +42,7 @@ __all__ = [
     "StaleVersion",
     "Unavailable",
     "is_connection_error",
+    "patiently",
 ]
 
 # ZooKeeper's answers about one node, as kazoo raises them.
@@ -107,3 +114,24 @@ def is_connection_error(exc: BaseException) -> bool:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return False
+
+
+def patiently(call: Callable[[], R], *, patience: float = 30.0) -> R:
+    """``call()``, made again after a connection error for up to ``patience`` seconds, with
+    back-off: for an idempotent write recording a side effect outside ZooKeeper that already
+    happened (a mail sent), where giving up at the first ConnectionLoss leaves the next claim
+    to repeat it. A closed client (the process is stopping) is not waited for."""
+    deadline = time.monotonic() + patience
+    delay = 0.1
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            if (
+                not is_connection_error(exc)
+                or isinstance(exc, ConnectionClosedError)
+                or time.monotonic() + delay > deadline
+            ):
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
