@@ -604,8 +604,9 @@ class _Connection(ConnectionHandler):  # type: ignore[misc]  # kazoo has no type
         self.wake_pending = False
         queue = client._queue
         message = bytearray()
+        closing = False
         try:
-            while queue and len(message) < _SEND_AT_MOST:
+            while queue and not closing and len(message) < _SEND_AT_MOST:
                 request, async_object = queue[0]
                 if request is _SESSION_EXPIRED:  # kazoo's own test hooks, as kazoo raises them
                     raise SessionExpiredError("Session expired: Testing")
@@ -626,12 +627,12 @@ class _Connection(ConnectionHandler):  # type: ignore[misc]  # kazoo has no type
                 # Pending from here: should the write below fail, kazoo fails them with
                 # ConnectionLoss (sent or not, unknown), as it does for a request it sent.
                 client._pending.append((request, async_object, xid))
-                if request.type == Close.type:
-                    break  # nothing after a close, as when kazoo reads its answer first
+                # Nothing after a close, as when kazoo reads the close's answer first.
+                closing = request.type == Close.type
         finally:
             if message:
                 self._write(bytes(message), connect_timeout)
-        if queue and request.type != Close.type:
+        if queue and not closing:
             self.wake_pending = True  # more than one write's worth: come back after the answers
             self._write_sock.send(b"\0")
 

@@ -15,6 +15,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
+from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.serialization import Transaction
 from kazoo.protocol.states import ZnodeStat
@@ -53,6 +54,13 @@ def test_the_private_names_used_are_still_there() -> None:
     assert callable(KazooClient._reset_watchers)
     assert "selectors_module" in inspect.signature(selector_select).parameters
     assert callable(SequentialThreadingHandler.select)
+    send_request = inspect.signature(ConnectionHandler._send_request).parameters
+    assert list(send_request) == ["self", "read_timeout", "connect_timeout"]
+    assert list(inspect.signature(ConnectionHandler._write).parameters) == [
+        "self",
+        "msg",
+        "timeout",
+    ]
 
 
 def test_after_watch_callbacks_waits_for_the_events_already_received(zk: KazooClient) -> None:
