@@ -395,10 +395,7 @@ def ours_in_doubt(zk: KazooClient, path: str) -> bool:
     """Whether the existing lock ``path`` is this session's and in doubt (its create or
     release answered with a connection error that the server had applied): the only lock of
     its own session a claim takes over. Any other is another thread's work or an orphan."""
-    if path not in ledger_of(zk).doubtful():
-        return False
-    stat = zk.exists(path)
-    return stat is not None and stat.ephemeralOwner == session_of(zk)
+    return path in ledger_of(zk).doubtful() and lock_owned(zk, path)
 
 
 def lock_owned(zk: KazooClient, path: str) -> bool:
