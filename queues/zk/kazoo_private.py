@@ -458,8 +458,12 @@ def after_watch_callbacks(zk: KazooClient, timeout: float) -> bool:
 
     ZooKeeper sends a watch event before the reply to the write that caused it, but kazoo runs
     watch callbacks on a thread of their own; this queues a marker behind them and waits for it
-    (at most ``timeout`` seconds). True when the marker ran.
+    (at most ``timeout`` seconds). True when the marker ran; False at once when the client is
+    stopped (its callback thread is gone: a marker would never run, and a reader still holding
+    a replaced client, such as a background count, would wait the whole timeout at every read).
     """
+    if not zk.handler.running:
+        return False
     done = threading.Event()
     zk.handler.dispatch_callback(Callback("watch", done.set, ()))
     return done.wait(timeout)

@@ -77,6 +77,20 @@ def test_after_watch_callbacks_waits_for_the_events_already_received(zk: KazooCl
     assert seen.is_set()
 
 
+def test_after_watch_callbacks_does_not_wait_on_a_stopped_client(other_zk: KazooClient) -> None:
+    """A stopped client runs no callbacks: the wait ends at once (a background reader still
+    holding a replaced client must not wait out its timeout at every read)."""
+    other_zk.stop()
+    answers: list[bool] = []
+    waiter = threading.Thread(
+        target=lambda: answers.append(kazoo_private.after_watch_callbacks(other_zk, 3600.0)),
+        daemon=True,
+    )
+    waiter.start()
+    waiter.join(60.0)
+    assert answers == [False]
+
+
 def test_full_path_is_inside_the_chroot(zk: KazooClient, zk_hosts: str) -> None:
     chroot = zk_hosts[zk_hosts.index("/") :]
     assert kazoo_private.full_path(zk, "/jobs") == f"{chroot}/jobs"
