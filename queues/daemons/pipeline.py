@@ -81,6 +81,7 @@ MAX_MOVES = 3  # moves under way at once per loop (older ones are waited for)
 DB_CHECK_EVERY = 1.0  # s between looks at the thread's database connection
 IDLE_MIN = 0.05  # s a loop left with other loops' entries only waits at least
 AHEAD = 2  # batches whose requests are under way while the loop works on an earlier one
+STOP_CHECK = 0.25  # s between looks at the stop event while idle (as ChangeSignal.wait)
 
 
 class LockLost(Exception):
@@ -361,8 +362,7 @@ class JobPipeline:
                 if self.throttled:
                     # Waiting for room downstream, which wakes this loop: the folder's news
                     # cannot be worked on before then, so it is neither watched nor listed.
-                    self.wake.wait(daemon.poll)
-                    self.wake.clear()
+                    self._idle(stop, daemon.poll)
                     continue
                 ripe_in = self.listing.others_only()
                 if ripe_in is not None and not self.kept:
@@ -371,8 +371,7 @@ class JobPipeline:
                     # would list it whole again at every one. The loop waits for the first
                     # entry it may take over, a hand-over or the poll instead (the poll is
                     # when it would have listed the folder again anyway).
-                    self.wake.wait(min(daemon.poll, max(ripe_in, IDLE_MIN)))
-                    self.wake.clear()
+                    self._idle(stop, min(daemon.poll, max(ripe_in, IDLE_MIN)))
                     continue
                 # Idle: the folder's watch, a hand-over or the poll wakes the loop. Work that
                 # arrived between the empty cycle and the watch is found by one more cycle, on
@@ -383,14 +382,24 @@ class JobPipeline:
                     self.listing.listed(listed, names, self.kept.values())
                 if self._cycle_logged(fresh=names is None):
                     continue
-                self.wake.wait(daemon.poll)
-                self.wake.clear()
+                self._idle(stop, daemon.poll)
         finally:
             self.stopping = True
             if self.keeper is not None:
                 self.keeper.unregister(self)
             self._close()
         log.info("%s: stopped", daemon.name)
+
+    def _idle(self, stop: threading.Event, seconds: float) -> None:
+        """Wait up to ``seconds`` for a wake-up (a hand-over, room downstream, the folder's
+        watch), looking at ``stop`` every STOP_CHECK s: a stopping process (the weekly redeploy)
+        does not wait out the poll of each idle loop."""
+        deadline = time.monotonic() + seconds
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or self.wake.wait(min(left, STOP_CHECK)):
+                break
+        self.wake.clear()
 
     def _close(self) -> None:
         with self._handed_lock:

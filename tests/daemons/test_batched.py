@@ -712,8 +712,23 @@ def test_a_loop_left_with_other_shares_entries_does_not_list_its_folder_at_every
         assert worker.seen == [j.jid for j in jobs if loop.share.mine(j.jid)]
     finally:
         stop.set()
-        loop.wake.set()  # it waits for the poll otherwise
         thread.join(timeout=60)
+
+
+def test_an_idle_loop_stops_when_told_without_waiting_out_its_poll(zk: KazooClient) -> None:
+    """A process stopping (a redeploy) does not wait for the poll of each idle loop: the loop
+    looks at the stop event while it waits."""
+    jobs = jobs_in(zk, 2)
+    worker = Step1(zk=zk, batch=4, poll=3600.0)
+    loop = JobPipeline(worker)
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    wait_for(lambda: sorted(worker.seen) == sorted(j.jid for j in jobs))
+    wait_for(lambda: in_state(zk, JobState.ESTIMATING) == 0)
+    stop.set()
+    thread.join(timeout=60)  # an hour's poll otherwise
+    assert not thread.is_alive()
 
 
 def test_a_thief_takes_a_run_from_the_later_half_of_the_waiting_entries(
