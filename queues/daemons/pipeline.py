@@ -54,6 +54,7 @@ from queues.zk.jobs import (
     write_mark,
     written_since,
 )
+from queues.zk.kazoo_private import session_id
 from queues.zk.locks import ledger_of
 from queues.zk.nodes import collect_reads, start_reads
 from queues.zk.pipeline import (
@@ -65,7 +66,6 @@ from queues.zk.pipeline import (
     StateListing,
     collect_releases,
     send_releases,
-    session_id,
 )
 from queues.zk.records import Job
 from queues.zk.watch import ChangeSignal
@@ -340,6 +340,9 @@ class JobPipeline:
                 )
             except LockLost:
                 return
+            except Exception:
+                ledger_of(self.zk).in_doubt(zpaths.job_node(j, "lock") for j in mine)
+                raise
             try:
                 collect_releases(self.zk, sent)
             except Exception as exc:
@@ -517,11 +520,16 @@ class JobPipeline:
         full = [p.jid for p in picks if p.jid not in known]
         # The queue hold is read in the same multiRead as the jobs: one request fewer a batch.
         hold = zpaths.queue_lock(daemon.queue_hold) if daemon.queue_hold else None
-        reads = start_reads(
-            self.zk,
-            ([hold] if hold else []) + load_paths(full) + refresh_paths(list(known)),
-        )
-        self.listing.look_ahead(self.batch, self.kept)
+        try:
+            reads = start_reads(
+                self.zk,
+                ([hold] if hold else []) + load_paths(full) + refresh_paths(list(known)),
+            )
+            self.listing.look_ahead(self.batch, self.kept)
+        except Exception:
+            if claim is not None:
+                claim.abandon()  # not in ``pending``, where ``_drop_in_hand`` would find it
+            raise
         return Outgoing(picks, new, hold, claim, reads, now, known, after)
 
     def _finish_batch(self, batch: Outgoing) -> None:
@@ -533,6 +541,13 @@ class JobPipeline:
         # answers below are taken without waiting (one wake-up for the batch, not two).
         batch.reads.wait()
         locked = batch.claim.collect() if batch.claim is not None else set()
+        # In hand at once, before anything else can fail: the batch has left ``pending``, and
+        # a lock nobody has in hand stays noted as held, pinning its job for the session's life.
+        # (The look-ahead read, sent before the claim, may have failed with ConnectionLoss while
+        # the claim, queued after kazoo failed the requests under way, went out on the new
+        # connection and took its locks.)
+        for jid in locked:
+            self.holding[jid] = now
         if batch.after_look_ahead:
             self.listing.apply_look_ahead()  # answered before this batch's requests
         if batch.claim is not None and batch.claim.busy:
@@ -547,8 +562,6 @@ class JobPipeline:
                 self.retries.append((retry, now))
             else:
                 self.listing.busy(p.jid for p in batch.new)
-        for jid in locked:
-            self.holding[jid] = now
         mine = [p for p in batch.picks if p.kept or p.jid in locked]
         if now != self._current():
             # The session was lost since the batch was sent: its locks are gone.
@@ -787,15 +800,17 @@ class JobPipeline:
                     work, daemon.result(jid, "dropped", work.started, f"not moved: {outcome}")
                 )
                 continue
-            if work.plan.lock == "keep":
-                if work.taker is not None:
-                    current = not written_since(jid, work.mark)
-                    handing.setdefault(work.taker, []).append((outcome, current))
-                else:
-                    self._give_back([jid], now)
-                    if self.keeper is not None:
-                        self.keeper.arrived([jid])
-            self.holding.pop(jid, None)
+            if work.plan.lock != "keep":
+                self.holding.pop(jid, None)  # deleted with the move
+            elif work.taker is not None:
+                # Still in ``holding`` until its taker has it: should anything below fail,
+                # ``_drop_in_hand`` leaves the lock in doubt rather than held by nobody.
+                current = not written_since(jid, work.mark)
+                handing.setdefault(work.taker, []).append((outcome, current))
+            else:
+                self._give_back([jid], now)
+                if self.keeper is not None:
+                    self.keeper.arrived([jid])
             bids.update(daemon.after_move(work.job, step))
             if each:
                 self._end(work, daemon.moved_result(jid, step, work.started))
@@ -804,8 +819,11 @@ class JobPipeline:
         if last is not None and last.step is not None:
             daemon.last = daemon.moved_result(last.job.jid, last.step, last.started)
         for taker, jobs in handing.items():
-            if not taker.hand(jobs, now):  # it stopped meanwhile: the locks are given back
-                jids = [job.jid for job, _current in jobs]
+            jids = [job.jid for job, _current in jobs]
+            if taker.hand(jobs, now):
+                for jid in jids:
+                    self.holding.pop(jid, None)
+            else:  # it stopped meanwhile: the locks are given back
                 self._give_back(jids, now)
                 if self.keeper is not None:
                     self.keeper.arrived(jids)

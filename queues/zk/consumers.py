@@ -40,6 +40,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 from . import paths
 from .codecs import decode_json, encode_json
 from .errors import InvalidID, MalformedNode, NotFound
+from .kazoo_private import session_id
 from .nodes import read_many
 
 CONSUMERS = f"{paths.CONSOLE}/consumers"
@@ -114,8 +115,8 @@ def consumer_publish(zk: KazooClient, consumer: str, data: dict[str, Any]) -> No
 
 
 def _own(zk: KazooClient, stat: Any) -> bool:
-    client_id = zk.client_id
-    return stat is not None and client_id is not None and stat.ephemeralOwner == client_id[0]
+    session = session_id(zk)
+    return stat is not None and session is not None and stat.ephemeralOwner == session
 
 
 def consumer_register(zk: KazooClient, wanted: str, data: dict[str, Any]) -> str:

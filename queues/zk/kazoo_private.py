@@ -41,6 +41,9 @@ internals read in kazoo's source of the versions in ``WRITTEN_FOR``:
    which kazoo has no call for: the ephemeral nodes the server holds for this client's session.
    Sent through ``send`` (2. above) as a request of our own; the server matches the prefix as
    text against full paths, so the chroot goes on the prefix and comes off the answer.
+   ``session_id``: the session the client has, read from kazoo's ``_session_id``. Its public
+   ``client_id`` is None whenever the connection is down, though the session and every lock of
+   it live on until it expires; code that took a lock for None then forgets a lock it holds.
 
 8. ``add_persistent_watch``: ZooKeeper's ``addWatch`` in its PERSISTENT mode (opcode 106,
    servers 3.6 and later), which kazoo has no call for: a watch on a folder that stays set after
@@ -513,6 +516,14 @@ class _GetEphemerals:
             found.append(bytes(buffer[offset : offset + max(length, 0)]).decode())
             offset += max(length, 0)
         return found
+
+
+def session_id(zk: KazooClient) -> int | None:
+    """The session this client has, while connected and while it reconnects (kazoo keeps it to
+    resume it); None before the first one and from the moment one is lost (kazoo forgets it
+    after it has told the state listeners LOST)."""
+    session: int | None = zk._session_id
+    return session or None
 
 
 def session_ephemerals(zk: KazooClient) -> list[str]:

@@ -22,7 +22,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from . import paths
 from .codecs import decode_json, encode_json
 from .errors import MalformedNode
-from .locks import session_of
+from .kazoo_private import session_id
 
 LEADERS = f"{paths.CONSOLE}/leaders"
 
@@ -42,14 +42,14 @@ def leader_take(zk: KazooClient, role: str, info: dict[str, Any]) -> bool:
     except NodeExistsError:
         stat = zk.exists(path)
         # A create the server applied but answered with a lost connection is ours as well.
-        return stat is not None and stat.ephemeralOwner == session_of(zk)
+        return stat is not None and stat.ephemeralOwner == session_id(zk)
 
 
 def leader_resign(zk: KazooClient, role: str) -> None:
     """Give the role up if this session holds it (at a clean stop: no wait for the expiry)."""
     path = leader_path(role)
     stat = zk.exists(path)
-    if stat is not None and stat.ephemeralOwner == session_of(zk):
+    if stat is not None and stat.ephemeralOwner == session_id(zk):
         with contextlib.suppress(NoNodeError):
             zk.delete(path, version=stat.version)
 

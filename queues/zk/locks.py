@@ -27,7 +27,7 @@ from kazoo.protocol.states import KazooState, KeeperState
 
 from . import paths
 from .errors import is_connection_error
-from .kazoo_private import session_ephemerals
+from .kazoo_private import session_ephemerals, session_id
 from .nodes import children, exists_many, stamp
 
 log = logging.getLogger(__name__)
@@ -241,11 +241,6 @@ def unclaimed_locks(zk: KazooClient) -> set[str]:
     return ours - ledger.held() - ledger.doubtful()
 
 
-def session_of(zk: KazooClient) -> int | None:
-    ident = zk.client_id
-    return ident[0] if ident else None
-
-
 class Reconciler:
     """Deletes the locks the server holds for this client's session that no thread claims.
 
@@ -326,7 +321,7 @@ class Reconciler:
     def reconcile(self) -> list[str]:
         """One reconciliation; returns the orphan locks it deleted."""
         ledger = self.ledger
-        session = session_of(self.zk)
+        session = session_id(self.zk)
         generation = ledger.begin_check()
         doubt = ledger.doubtful()
         checked: set[str] = set()
@@ -400,7 +395,7 @@ def ours_in_doubt(zk: KazooClient, path: str) -> bool:
 
 def lock_owned(zk: KazooClient, path: str) -> bool:
     stat = zk.exists(path)
-    return stat is not None and stat.ephemeralOwner == session_of(zk)
+    return stat is not None and stat.ephemeralOwner == session_id(zk)
 
 
 def lock_release(zk: KazooClient, path: str) -> None:
@@ -412,7 +407,7 @@ def lock_release(zk: KazooClient, path: str) -> None:
     ledger = ledger_of(zk)
     try:
         stat = zk.exists(path)
-        if stat is not None and stat.ephemeralOwner == session_of(zk):
+        if stat is not None and stat.ephemeralOwner == session_id(zk):
             with contextlib.suppress(NoNodeError):
                 zk.delete(path, version=stat.version)
     except Exception as exc:

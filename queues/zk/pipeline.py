@@ -46,7 +46,7 @@ from .codecs import encode_json
 from .consumers import claimer_join, claimer_leave, claimers_list
 from .errors import Conflict, InvalidTransition, NotFound, is_connection_error
 from .jobs import TransitionPlan, transition_apply
-from .kazoo_private import Multi
+from .kazoo_private import Multi, session_id
 from .locks import ledger_of
 from .nodes import children, collect_reads, start_reads
 from .records import Job
@@ -479,6 +479,12 @@ class PendingClaim:
         self.fell_back = False
         self._answer = _send_claim(zk, self.picks, folder) if self.picks else None
 
+    def abandon(self) -> None:
+        """The caller cannot follow this claim through (an error came between its sending and
+        its locks being taken into a loop's hands): whatever it took is left in doubt, for the
+        lock reconciler. Noted as held, its locks would pin the jobs for the session's life."""
+        ledger_of(self.zk).in_doubt(_lock_paths(self.picks))
+
     def collect(self) -> set[str]:
         """The jids the multi locked: all of them, or none when it failed on contention (then
         nothing was written, and ``fallback`` tries the others again). Connection errors
@@ -519,8 +525,20 @@ class PendingRetry:
         for group in groups:
             picks, busy = _claimable(zk, group)
             self.lost.extend(busy)
-            if picks:
+            if not picks:
+                continue
+            try:
                 self.answers.append((picks, _send_claim(zk, picks, folder)))
+            except Exception:
+                ledger_of(zk).in_doubt(_lock_paths(picks))
+                self.abandon()
+                raise
+
+    def abandon(self) -> None:
+        """As ``PendingClaim.abandon``: every lock these claims may have taken is in doubt."""
+        ledger_of(self.zk).in_doubt(
+            p for picks, _answer in self.answers for p in _lock_paths(picks)
+        )
 
     def ready(self) -> bool:
         return all(answer.ready() for _picks, answer in self.answers)
@@ -535,9 +553,13 @@ class PendingRetry:
             try:
                 results = _claim_answer(self.zk, answer, picks)
             except Exception:
-                # The groups not collected yet are in doubt too: their answers will not come.
-                for later, _answer in self.answers[i + 1 :]:
-                    ledger_of(self.zk).in_doubt(_lock_paths(later))
+                # The groups not collected yet are in doubt too (their answers will not come),
+                # and so are those locked already: the caller never learns of them.
+                ledger_of(self.zk).in_doubt(
+                    path
+                    for group in [locked, *(later for later, _answer in self.answers[i + 1 :])]
+                    for path in _lock_paths(group)
+                )
                 raise
             if not _failed(results):
                 locked.extend(picks)
@@ -702,9 +724,3 @@ def collect_releases(zk: KazooClient, sent: list[tuple[str, Any]]) -> None:
 def release_locks(zk: KazooClient, jids: Iterable[str]) -> None:
     """Delete the locks of ``jids`` in one round trip (``send_releases``, ``collect_releases``)."""
     collect_releases(zk, send_releases(zk, jids))
-
-
-def session_id(zk: KazooClient) -> int | None:
-    """The client's current ZooKeeper session (None while it has none)."""
-    ident = zk.client_id
-    return ident[0] if ident else None

@@ -20,7 +20,7 @@ from kazoo.exceptions import NoNodeError
 from . import paths
 from .codecs import decode_any, encode_json, now_stamp
 from .errors import Conflict
-from .kazoo_private import Multi
+from .kazoo_private import Multi, session_id
 from .locks import lock_owned
 from .nodes import commit
 from .records import Job
@@ -91,7 +91,7 @@ def store_intent_record(
         node=node,
         ark=ark,
         since=now_stamp(),
-        session=f"{zk.client_id[0]:x}" if zk.client_id else "",
+        session=f"{session:x}" if (session := session_id(zk)) else "",
     )
     data = encode_json(asdict(intent))
     try:

@@ -92,6 +92,57 @@ def serving(zk: KazooClient) -> str:
     return "the test's own client reads"
 
 
+def loop_state(daemon: Any, jid: str) -> str:
+    """What a batched loop of a process with a keeper knows of ``jid``."""
+    keeper = getattr(daemon, "keeper", None)
+    loop = keeper.loop_for(daemon.state) if keeper is not None else None
+    if loop is None:
+        return f"{daemon.name}: no batched loop"
+    where = [
+        name
+        for name, found in (
+            ("kept", jid in loop.kept),
+            ("holding", jid in loop.holding),
+            ("handed", any(job.jid == jid for job, _h, _c in loop._handed)),
+            ("pending", any(p.jid == jid for b in loop.pending for p in b.picks)),
+            ("inflight", any(w.job.jid == jid for f in loop.inflight for w in f.works)),
+            (
+                "retries",
+                any(p.jid == jid for r, _h in loop.retries for ps, _a in r.answers for p in ps),
+            ),
+            ("transit", jid in keeper.in_transit()),
+        )
+        if found
+    ]
+    return f"{daemon.name}: {'/'.join(where) or 'nowhere'}"
+
+
+def stranded(zk: KazooClient, jobs: list[Job], consumers: list[Consumer]) -> str:
+    """Where the jobs not moved stand: their state, their lock's owner, and what each
+    consumer's ledger and loops say of them (for the message of a run that gets stuck)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    lines = []
+    folder = zpaths.job_state_folder(JobState.DOWNLOADING)
+    arrived = set(zk.get_children(folder)) if zk.exists(folder) else set()
+    for job in jobs:
+        if zpaths.index_name(job.priority, job.jid) in arrived:
+            continue
+        path = zpaths.job_node(job.jid, "lock")
+        stat = zk.exists(path)
+        owner = hex(stat.ephemeralOwner) if stat else "none"
+        seen = []
+        for n, consumer in enumerate(consumers):
+            ledger = ledger_of(consumer.zk)
+            held = ledger._held.get(path)
+            seen.append(
+                f"consumer {n} (session {hex((consumer.zk.client_id or (0,))[0])}): "
+                f"held by {names.get(held, held)}, doubt {path in ledger.doubtful()}, "
+                + ", ".join(loop_state(d, job.jid) for d in consumer.daemons)
+            )
+        lines.append(f"{job.jid}: lock {owner}; " + "; ".join(seen))
+    return "\n".join(lines)
+
+
 def run_through_faults(
     hosts: str,
     loop: dict[str, Any],
@@ -115,7 +166,8 @@ def run_through_faults(
             except AssertionError:
                 raise AssertionError(
                     f"{moved(watcher, jobs)} of {target} jobs moved after 120 s; "
-                    f"{serving(watcher)}; {servers()}"
+                    f"{serving(watcher)}; {servers()}; "
+                    f"{stranded(watcher, jobs, consumers)}"
                 ) from None
             if n <= FAULTS:
                 fault()
