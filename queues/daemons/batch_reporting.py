@@ -136,15 +136,18 @@ class BatchReporting(BatchDaemon):
             log.warning("%s batch-reporting: earlier report unreadable: %s", batch.bid, exc)
             previous = None
         index = batch_job_ids(self.zk, batch.bid)
+        # The round goes in the report's own write: a report the server applied but answered
+        # with ConnectionLoss is then this round's, found by the next claim, not written again
+        # as a second report (the chaos run's ZooKeeper restart caught a separate write of it
+        # in between).
         report = batch_write_report(
             self.zk,
             batch,
             failed=index["batch-failed"],
             successful=index["batch-completed"],
+            marks={"round": key, "mailed": False},
         )
-        bookkeeping = {"round": key, "mailed": False}
-        batch_report_update(self.zk, batch.bid, bookkeeping)
-        return {**report, **bookkeeping}, previous
+        return report, previous
 
     def mail(
         self, batch: Batch, report: dict[str, Any], previous: dict[str, Any] | None, state: str

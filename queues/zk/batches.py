@@ -8,7 +8,7 @@ import re
 import time
 import uuid as uuidlib
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -407,9 +407,16 @@ def batch_transition(
 
 
 def batch_write_report(
-    zk: KazooClient, batch: Batch, *, failed: Sequence[str], successful: Sequence[str]
+    zk: KazooClient,
+    batch: Batch,
+    *,
+    failed: Sequence[str],
+    successful: Sequence[str],
+    marks: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``status-report``; earlier reports are kept (newest first) under ``history``.
+    ``marks``: keys of the reporting daemon's own written with the report, in the same write
+    (``batch_report_update``).
 
     Returns the report with its lists whole. The node keeps the contract's form
     (``{last_modified, failed_jobs, successful_jobs, history}``) while that fits in one node;
@@ -420,6 +427,7 @@ def batch_write_report(
         "last_modified": now_stamp(),
         "failed_jobs": sorted(failed),
         "successful_jobs": sorted(successful),
+        **(marks or {}),
     }
     path = paths.batch_node(batch.bid, "status-report")
     try:

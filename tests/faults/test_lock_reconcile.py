@@ -266,6 +266,7 @@ def test_a_lock_of_this_session_no_thread_holds_is_taken_over_only_when_in_doubt
     lock_release(zk, lock_of(job))
 
 
+@pytest.mark.django_db  # a cycle closes stale database connections
 def test_a_claim_answered_after_its_look_ahead_read_failed_does_not_pin_its_jobs(
     zk: KazooClient,
 ) -> None:
@@ -314,6 +315,7 @@ def test_the_session_id_outlives_a_dropped_connection(proxied: KazooClient, prox
     assert session_id(proxied) == session
 
 
+@pytest.mark.django_db  # a cycle closes stale database connections
 def test_a_loop_cycling_while_the_connection_is_down_does_not_forget_the_locks_it_holds(
     zk: KazooClient, proxied: KazooClient, proxy: ZkProxy
 ) -> None:
