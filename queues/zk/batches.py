@@ -415,8 +415,8 @@ def batch_write_report(
     marks: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``status-report``; earlier reports are kept (newest first) under ``history``.
-    ``marks``: keys of the reporting daemon's own written with the report, in the same write
-    (``batch_report_update``).
+    ``marks``: the reporting daemon's own keys (its round, whether it mailed; later changed by
+    ``batch_report_update``), written in the same write as the report.
 
     Returns the report with its lists whole. The node keeps the contract's form
     (``{last_modified, failed_jobs, successful_jobs, history}``) while that fits in one node;
