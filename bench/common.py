@@ -76,6 +76,51 @@ def new_chroot(hosts: str, name: str) -> str:
     return f"{hosts}{chroot}"
 
 
+def drop_chroot(target: str, *, per_multi: int = 1000) -> int:
+    """Delete a run's chroot (``target``, from ``new_chroot``) with everything under it, and
+    return how many nodes went.
+
+    A server holding every earlier run's nodes is not the server the next run should meet:
+    ZooKeeper writes a snapshot of its whole tree every so many writes, in the middle of
+    whatever run is timed then, and the snapshot takes longer the bigger the tree has grown.
+    The tree is listed level by level and deleted deepest level first, ``per_multi`` deletes a
+    request, every level's requests sent before any answer is waited for.
+    """
+    from kazoo.exceptions import NoNodeError
+
+    from queues.zk import client as zkmod
+    from queues.zk.kazoo_private import Multi
+
+    hosts, slash, chroot = target.partition("/")
+    if not slash or not chroot:
+        raise BenchError(f"{target!r} names no chroot")
+    root = zkmod.connect(hosts)
+    try:
+        levels = [[f"/{chroot}"]]
+        while levels[-1]:
+            asked = [(path, root.get_children_async(path)) for path in levels[-1]]
+            below: list[str] = []
+            for path, answer in asked:
+                with contextlib.suppress(NoNodeError):  # gone meanwhile
+                    below += [f"{path}/{name}" for name in answer.get()]
+            levels.append(below)
+        for level in reversed(levels):
+            sent = []
+            for start in range(0, len(level), per_multi):
+                txn = Multi(root)
+                for path in level[start : start + per_multi]:
+                    txn.delete(path)
+                sent.append(txn.commit_async())
+            for answer in sent:
+                failed = [r for r in answer.get() if isinstance(r, Exception)]
+                if failed:
+                    raise BenchError(f"deleting {target}: {failed[0]!r}")
+        return sum(len(level) for level in levels)
+    finally:
+        root.stop()
+        root.close()
+
+
 def p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]

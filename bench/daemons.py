@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (
     BenchError,
+    drop_chroot,
     machine,
     median,
     new_chroot,
@@ -287,7 +288,8 @@ def _timed_children(
     hosts: str, target: str, jobs: int, start, *, processes: int, seconds: float, timeout: float
 ) -> Window:
     """Start ``processes`` children (``start(ready, go, stop)`` makes one), wait until every one
-    has connected and set up, tell them to go together, and time the window."""
+    has connected and set up, tell them to go together, and time the window. The run's chroot
+    is deleted afterwards: every run, of either side, meets a server holding only its own jobs."""
     from queues.zk import client as zkmod
 
     context = multiprocessing.get_context("spawn")  # kazoo's threads do not survive a fork
@@ -317,6 +319,10 @@ def _timed_children(
                 child.join(timeout=10)
         watcher.stop()
         watcher.close()
+        try:
+            drop_chroot(target)
+        except Exception as exc:  # the figures stand; the next runs meet a bigger tree
+            print(f"warning: {target} was not deleted: {exc!r}", file=sys.stderr, flush=True)
 
 
 def run_daemons(
