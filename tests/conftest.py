@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from django.conf import settings
 from queues.zk import client as zkmod
 from queues.zkserver import LocalZooKeeper, free_port, jute_maxbuffer_from_env
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.zkproxy import ZkProxy
 
 LOOPBACK = "127.0.0.0/8,::1"
 
@@ -120,6 +121,33 @@ def zk_hosts(zk_server: LocalZooKeeper) -> Iterator[str]:
 def zk(zk_hosts: str):
     """The process's shared client, connected into the test's chroot."""
     return zkmod.client()
+
+
+@pytest.fixture
+def proxy(zk_server: LocalZooKeeper) -> Iterator[ZkProxy]:
+    """A loopback proxy in front of the test's server, to cut or black-hole a connection."""
+    between = ZkProxy(zk_server.port)
+    yield between
+    between.close()
+
+
+@pytest.fixture
+def proxied_client(
+    proxy: ZkProxy, zk_server: LocalZooKeeper, zk_hosts: str
+) -> Iterator[Callable[..., Any]]:
+    """``connect(timeout=10)``: a client with its own session whose connection goes through
+    ``proxy``, in the test's chroot (a consumer on another host); closed after the test."""
+    made: list[Any] = []
+
+    def connect(timeout: float = 10.0) -> Any:
+        client = zkmod.connect(proxy.hosts + zk_hosts[len(zk_server.hosts) :], timeout=timeout)
+        made.append(client)
+        return client
+
+    yield connect
+    for client in made:
+        client.stop()
+        client.close()
 
 
 @pytest.fixture

@@ -369,47 +369,40 @@ def test_many_threads_queueing_at_once_are_all_answered(other_zk: KazooClient) -
 
 @pytest.mark.slow
 def test_a_connection_cut_inside_one_write_loses_no_request_silently(
-    zk_server: Any, zk_hosts: str
+    proxy: Any, proxied_client: Any
 ) -> None:
     """Requests written together, the connection cut in the middle of them (the proxy forwards
     the first half and drops the rest): each is answered or fails with ConnectionLoss, none
     waits for ever, nothing past the cut is applied, and the client reconnects and goes on."""
     from kazoo.exceptions import ConnectionLoss
 
-    from queues.zk import client as zkmod
-    from tests.zkproxy import CREATE, ZkProxy, request
+    from tests.zkproxy import CREATE, request
 
-    proxy = ZkProxy(zk_server.port)
-    client = zkmod.connect(proxy.hosts + zk_hosts[len(zk_server.hosts) :], timeout=10)
+    client = proxied_client()
+    client.ensure_path("/cut")
+    held = _HeldWrites(client)
     try:
-        client.ensure_path("/cut")
-        held = _HeldWrites(client)
-        try:
-            first = client.exists_async("/cut")
-            assert held.inside.wait(10)
-            proxy.cut_before(request(CREATE, b"/cut/n50"))
-            pending = [client.create_async(f"/cut/n{n}", b"") for n in range(100)]
-            held.release()
-            with contextlib.suppress(ConnectionLoss):  # its answer may be lost with the link
-                first.get(timeout=10)
-        finally:
-            held.release()
-            held.undo()
-        answered, lost = [], []
-        for n, answer in enumerate(pending):
-            try:
-                answer.get(timeout=20)
-                answered.append(n)
-            except ConnectionLoss:
-                lost.append(n)
-        assert proxy.fired.is_set()
-        assert lost and 50 in lost and sorted(answered + lost) == list(range(100))
-        # After reconnecting: what the server applied is among what passed the proxy (it may
-        # drop what it had not read when the link closed), and holds every answered create.
-        made = {int(name[1:]) for name in client.get_children("/cut")}
-        assert set(answered) <= made <= set(range(50))
-        assert client.create("/cut/after", b"") == "/cut/after"
+        first = client.exists_async("/cut")
+        assert held.inside.wait(10)
+        proxy.cut_before(request(CREATE, b"/cut/n50"))
+        pending = [client.create_async(f"/cut/n{n}", b"") for n in range(100)]
+        held.release()
+        with contextlib.suppress(ConnectionLoss):  # its answer may be lost with the link
+            first.get(timeout=10)
     finally:
-        client.stop()
-        client.close()
-        proxy.close()
+        held.release()
+        held.undo()
+    answered, lost = [], []
+    for n, answer in enumerate(pending):
+        try:
+            answer.get(timeout=20)
+            answered.append(n)
+        except ConnectionLoss:
+            lost.append(n)
+    assert proxy.fired.is_set()
+    assert lost and 50 in lost and sorted(answered + lost) == list(range(100))
+    # After reconnecting: what the server applied is among what passed the proxy (it may
+    # drop what it had not read when the link closed), and holds every answered create.
+    made = {int(name[1:]) for name in client.get_children("/cut")}
+    assert set(answered) <= made <= set(range(50))
+    assert client.create("/cut/after", b"") == "/cut/after"

@@ -11,10 +11,9 @@ from queues.daemons.batch_reporting import SWEEP_EVERY as BATCH_SWEEP_EVERY
 from queues.daemons.batch_reporting import BatchReporting
 from queues.states import JOB_STEPS
 from queues.zk import batches
-from queues.zk import client as zkmod
 from queues.zk.batches import batch_create, batch_load, batch_transition
 from queues.zk.jobs import job_create, job_load, job_transition
-from tests.zkproxy import CREATE, ZkProxy, request
+from tests.zkproxy import CREATE, request
 
 from .conftest import DEMO, daemon
 
@@ -134,28 +133,21 @@ def test_consumers_read_a_completed_batch_once(zk, mailoutbox, monkeypatch) -> N
 
 @pytest.mark.django_db  # the loop closes stale database connections
 def test_a_report_the_server_wrote_without_answering_is_not_written_again(
-    zk, zk_server, zk_hosts, mailoutbox
+    zk, proxy, proxied_client, mailoutbox
 ) -> None:
     # ZooKeeper applies the report's write, and the connection is cut before the answer (a
     # server restart). The round the report belongs to travels in that same write, so the
     # next claim finds this round's report and does not add a second one: the chaos run saw
     # a batch "reported 2 times" when the round went in a write of its own.
     bid, _ = _batch(zk, ["Completed"], state="Reporting")
-    proxy = ZkProxy(zk_server.port)
-    client = zkmod.connect(proxy.hosts + zk_hosts[len(zk_server.hosts) :], timeout=10)
-    try:
-        proxy.cut_after(request(CREATE, b"status-report"))
-        worker = BatchReporting(zk=client, poll=0.05)
-        for _ in range(100):
-            if batch_load(zk, bid).state == "Completed":
-                break
-            worker._run_once_logged()
-            time.sleep(0.05)
-        assert proxy.fired.is_set()
-    finally:
-        client.stop()
-        client.close()
-        proxy.close()
+    proxy.cut_after(request(CREATE, b"status-report"))
+    worker = BatchReporting(zk=proxied_client(), poll=0.05)
+    for _ in range(100):
+        if batch_load(zk, bid).state == "Completed":
+            break
+        worker._run_once_logged()
+        time.sleep(0.05)
+    assert proxy.fired.is_set()
     batch = batch_load(zk, bid)
     assert batch.state == "Completed"
     assert not batch.report.get("history")

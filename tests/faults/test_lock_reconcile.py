@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,34 +22,21 @@ from kazoo.exceptions import ConnectionLoss
 from queues.daemons.base import SessionGate
 from queues.daemons.pipeline import JobPipeline, LockKeeper
 from queues.states import JobState
-from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
 from queues.zk.jobs import JobClaimer
 from queues.zk.kazoo_private import session_ephemerals, session_id
 from queues.zk.locks import ledger_of, lock_create, lock_release
 from queues.zk.pipeline import PendingClaim, Pick
 from queues.zk.records import Job
-from queues.zkserver import LocalZooKeeper
 from tests.zkproxy import CREATE, DELETE, MULTI, MULTI_READ, ZkProxy, request
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def proxy(zk_server: LocalZooKeeper) -> Iterator[ZkProxy]:
-    cut = ZkProxy(zk_server.port)
-    yield cut
-    cut.close()
-
-
-@pytest.fixture
-def proxied(proxy: ZkProxy, zk_server: LocalZooKeeper, zk_hosts: str) -> Iterator[KazooClient]:
+def proxied(proxied_client) -> KazooClient:
     """A consumer's client whose connection goes through the proxy, in the test's chroot."""
-    chroot = zk_hosts[len(zk_server.hosts) :]
-    client = zkmod.connect(proxy.hosts + chroot, timeout=10)
-    yield client
-    client.stop()
-    client.close()
+    return proxied_client(timeout=10)
 
 
 def lock_of(job: Job) -> str:

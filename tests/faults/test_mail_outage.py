@@ -208,31 +208,24 @@ def test_a_recipient_the_mail_server_rejects_for_good_still_fails_the_batch(
 
 @pytest.mark.slow
 def test_a_zookeeper_cut_between_the_mail_and_its_record_sends_no_second_mail(
-    zk: Any, smtp: SmtpServer, zk_server: Any, zk_hosts: str
+    zk: Any, smtp: SmtpServer, proxy: Any, proxied_client: Any
 ) -> None:
     """The summary went out, and the write recording it (``mailed``) is dropped on its way to
     ZooKeeper with the connection: the daemon records it once the client has reconnected
     (its session lives on) instead of leaving the batch to a claim that mails again. The
     chaos run met this as a ZooKeeper restart right after a mail: two summaries."""
-    from queues.zk import client as zkmod
-    from tests.zkproxy import ZkProxy, request
+    from tests.zkproxy import request
 
     set_data = 5
     bid = reporting_batch(zk)
     smtp.up()
-    proxy = ZkProxy(zk_server.port)
-    cut_off = zkmod.connect(proxy.hosts + zk_hosts[len(zk_server.hosts) :], timeout=10)
-    try:
-        session = cut_off.client_id[0]
-        proxy.cut_before(request(set_data, b"status-report", b'"mailed":true'))
-        reporting = BatchReporting(zk=cut_off, poll=0.05)
-        assert reporting.run_once() is True, reporting.last and reporting.last.line()
-        assert proxy.fired.is_set()  # the first record of the mail never reached the server
-        assert cut_off.client_id[0] == session  # the same session, reconnected
-    finally:
-        cut_off.stop()
-        cut_off.close()
-        proxy.close()
+    cut_off = proxied_client()
+    session = cut_off.client_id[0]
+    proxy.cut_before(request(set_data, b"status-report", b'"mailed":true'))
+    reporting = BatchReporting(zk=cut_off, poll=0.05)
+    assert reporting.run_once() is True, reporting.last and reporting.last.line()
+    assert proxy.fired.is_set()  # the first record of the mail never reached the server
+    assert cut_off.client_id[0] == session  # the same session, reconnected
     batch = batch_load(zk, bid)
     assert batch.state == "Completed"
     assert batch.report is not None and batch.report["mailed"] is True

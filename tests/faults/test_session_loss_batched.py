@@ -12,7 +12,7 @@ processes, deaf to SIGTERM).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
@@ -22,11 +22,9 @@ from kazoo.client import KazooClient
 
 from queues.daemons.base import JobDaemon, Next, SessionGate, Stay, Step
 from queues.states import JobState
-from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
 from queues.zk.consumers import claimers_folder
 from queues.zk.records import Job
-from queues.zkserver import LocalZooKeeper
 from tests.zkproxy import MULTI, MULTI_READ, ZkProxy, request
 
 pytestmark = pytest.mark.slow
@@ -51,19 +49,8 @@ class Phased(JobDaemon):
 
 
 @pytest.fixture
-def proxy(zk_server: LocalZooKeeper) -> Iterator[ZkProxy]:
-    hole = ZkProxy(zk_server.port)
-    yield hole
-    hole.close()
-
-
-@pytest.fixture
-def proxied(proxy: ZkProxy, zk_server: LocalZooKeeper, zk_hosts: str) -> Iterator[KazooClient]:
-    chroot = zk_hosts[len(zk_server.hosts) :]
-    client = zkmod.connect(proxy.hosts + chroot, timeout=SESSION_TIMEOUT)
-    yield client
-    client.stop()
-    client.close()
+def proxied(proxied_client) -> KazooClient:
+    return proxied_client(timeout=SESSION_TIMEOUT)
 
 
 def session_gone(zk: KazooClient, session: int) -> bool:
