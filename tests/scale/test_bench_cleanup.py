@@ -1,6 +1,6 @@
 """Each benchmark run leaves the server as it found it: a tree grown by every earlier run makes
-ZooKeeper's snapshots, taken in the middle of later runs, ever longer (the daemons' raw probe
-went from about 6,800 to 8,300-9,100 transitions/s once runs deleted their chroots)."""
+ZooKeeper's snapshots, taken in the middle of later runs, ever longer, so a bench's last runs
+would meet a slower server than its first."""
 
 from __future__ import annotations
 
