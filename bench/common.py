@@ -86,10 +86,9 @@ def drop_chroot(target: str, *, per_multi: int = 1000) -> int:
     The tree is listed level by level and deleted deepest level first, ``per_multi`` deletes a
     request, every level's requests sent before any answer is waited for.
     """
-    from kazoo.exceptions import NoNodeError
-
     from queues.zk import client as zkmod
     from queues.zk.kazoo_private import Multi
+    from queues.zk.nodes import children_many
 
     hosts, slash, chroot = target.partition("/")
     if not slash or not chroot:
@@ -98,12 +97,8 @@ def drop_chroot(target: str, *, per_multi: int = 1000) -> int:
     try:
         levels = [[f"/{chroot}"]]
         while levels[-1]:
-            asked = [(path, root.get_children_async(path)) for path in levels[-1]]
-            below: list[str] = []
-            for path, answer in asked:
-                with contextlib.suppress(NoNodeError):  # gone meanwhile
-                    below += [f"{path}/{name}" for name in answer.get()]
-            levels.append(below)
+            listed = children_many(root, levels[-1])  # None for a node gone meanwhile
+            levels.append([f"{p}/{name}" for p, names in listed.items() for name in names or ()])
         for level in reversed(levels):
             sent = []
             for start in range(0, len(level), per_multi):
