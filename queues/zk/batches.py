@@ -423,6 +423,7 @@ def batch_write_report(
     when it does not, the lists of the oldest reports, then of the new one, move into part
     nodes below it (``docs/zookeeper-contract-notes.md``, "Status reports of any size").
     """
+    _check_marks(marks or {})
     report: dict[str, Any] = {
         "last_modified": now_stamp(),
         "failed_jobs": sorted(failed),
@@ -474,6 +475,27 @@ def batch_write_report(
 
 
 REPORT_LISTS = ("failed_jobs", "successful_jobs")
+# The report's own keys: the contract's, and those of a report whose lists are in parts. A
+# daemon's marks (``batch_write_report``, ``batch_report_update``) may not name them.
+REPORT_KEYS = frozenset(
+    {
+        "last_modified",
+        "history",
+        *REPORT_LISTS,
+        "failed_count",
+        "successful_count",
+        "serial",
+        "parts",
+    }
+)
+
+
+def _check_marks(marks: Mapping[str, Any]) -> None:
+    taken = sorted(REPORT_KEYS.intersection(marks))
+    if taken:
+        raise ValueError(f"status report marks may not name the report's own keys: {taken}")
+
+
 REPORT_PART_RE = re.compile(r"r[0-9]{6}-[0-9]{4}")
 
 
@@ -788,6 +810,7 @@ def batch_report_update(zk: KazooClient, bid: str, changes: dict[str, Any]) -> d
     the reporting daemon's bookkeeping keys (which reporting round the report belongs to,
     whether its mail went out). Returns the node as written (its lists may be in parts)."""
     path = paths.batch_node(paths.bid(bid), "status-report")
+    _check_marks(changes)
     try:
         data, stat = zk.get(path)
     except NoNodeError as exc:

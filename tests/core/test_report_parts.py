@@ -126,3 +126,20 @@ def test_a_submission_past_the_limit_is_refused_before_anything_is_created(zk_1m
         batch_create(zk_1mib, submission={"profile": "demo", "title": "t" * (1024 * 1024)})
     assert zk_1mib.get_children("/batches") == []
     assert zk_1mib.connected
+
+
+@pytest.mark.parametrize("key", sorted(batches.REPORT_KEYS))
+def test_marks_may_not_name_the_reports_own_keys(zk_1mib: Any, batch: Batch, key: str) -> None:
+    path = f"/batches/{batch.bid}/status-report"
+    with pytest.raises(ValueError, match=key):
+        batches.batch_write_report(zk_1mib, batch, failed=[], successful=jids(0, 3), marks={key: 1})
+    assert zk_1mib.exists(path) is None  # nothing written
+
+    batches.batch_write_report(zk_1mib, batch, failed=[], successful=jids(0, 3), marks={"round": 2})
+    before = zk_1mib.get(path)
+    with pytest.raises(ValueError, match=key):
+        batches.batch_report_update(zk_1mib, batch.bid, {"mailed": True, key: []})
+    assert zk_1mib.get(path) == before  # nor changed
+    after = batches.batch_report_update(zk_1mib, batch.bid, {"mailed": True})
+    assert after["round"] == 2 and after["mailed"] is True
+    assert after["successful_jobs"] == jids(0, 3)
