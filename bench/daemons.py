@@ -4,9 +4,10 @@ Loads ``--jobs`` jobs in Estimating, then runs ``--processes`` daemon processes.
 daemon per job step (Estimating ... Notify) running the project's own batched loop
 (``queues.daemons.pipeline``: one lock multi and one multiRead of the queue hold and up to
 ``--batch`` jobs in one round trip, the step, one move multi for all of them, locks kept from
-one step to the next inside the process, the batch's completion checked at the end) with a step
-that does no work, so what is measured is the loop and ZooKeeper, not downloads. Every job
-makes 7 transitions on its way to Completed.
+one step to the next inside the process, the batch's completion checked at the end), all the
+loops of a process in one thread as ``runconsumer`` runs them (``--thread-each``: a thread each),
+with a step that does no work, so what is measured is the loop and ZooKeeper, not downloads.
+Every job makes 7 transitions on its way to Completed.
 
 In the same run and on the same server, a raw probe on the same kind of jobs: the same number
 of client processes, each sending only the contract's requests for every transition -- a claim
@@ -192,12 +193,14 @@ def _daemon_process(
     record: bool = False,
     batch: int = 16,
     keep: bool = True,
+    shared: bool = True,
 ) -> None:
     setup_django()
     from django.conf import settings
 
     from queues.daemons.base import JobDaemon, Next
     from queues.daemons.pipeline import LockKeeper
+    from queues.daemons.runner import daemon_threads
     from queues.states import JOB, JOB_WORKING, JobState
     from queues.zk.client import client
 
@@ -232,7 +235,7 @@ def _daemon_process(
     ready.put(os.getpid())
     go.wait()
     halt = threading.Event()
-    threads = [threading.Thread(target=daemon.run, args=(halt,), daemon=True) for daemon in daemons]
+    threads = daemon_threads(daemons, halt, shared=shared)  # as runconsumer's Host runs them
     for thread in threads:
         thread.start()
     stop.wait()
@@ -336,6 +339,7 @@ def run_daemons(
     batch: int = 16,
     keep: bool = True,
     poll: float = 1.0,
+    shared: bool = True,
 ) -> Run:
     """``processes`` daemon processes moving ``jobs`` Estimating jobs towards Completed."""
     target = _load_estimating(
@@ -344,7 +348,8 @@ def run_daemons(
 
     def start(context, ready, go, stop):
         return context.Process(
-            target=_daemon_process, args=(target, poll, ready, go, stop, record, batch, keep)
+            target=_daemon_process,
+            args=(target, poll, ready, go, stop, record, batch, keep, shared),
         )
 
     window = _timed_children(
@@ -502,6 +507,11 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument(
         "--seconds", type=float, default=30.0, help="the longest timed window of a run"
     )
+    parser.add_argument(
+        "--thread-each",
+        action="store_true",
+        help="each loop in a thread of its own (MRT_SHARED_LOOPS=0), not all in one",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="runs of each; medians are shown")
     parser.add_argument("--hosts", default="", help="ZooKeeper to use (default: a throwaway one)")
     parser.add_argument(
@@ -523,7 +533,9 @@ def main(argv: list[str] | None = None) -> list[str]:
     keep = not args.no_keep
     lines = [
         f"Daemon throughput ({args.jobs} jobs, each Estimating -> ... -> Completed, 7 "
-        f"transitions; one loop per step in each process, {args.batch} jobs a claim and a move, "
+        f"transitions; one loop per step in each process, "
+        f"{'each in its own thread' if args.thread_each else 'all in one thread'}, "
+        f"{args.batch} jobs a claim and a move, "
         f"locks {'kept between steps' if keep else 'released with every move'}, the ingest "
         "hold read with every claim) against a raw probe on the same jobs: the same processes, "
         f"each sending the contract's requests for every transition (claim, read, move), "
@@ -548,6 +560,7 @@ def main(argv: list[str] | None = None) -> list[str]:
                 seconds=args.seconds,
                 batch=args.batch,
                 keep=keep,
+                shared=not args.thread_each,
             ).window
 
         def raw(processes: int) -> Window:

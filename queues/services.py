@@ -553,7 +553,12 @@ def batches_complete_if_done(*, bids: Iterable[str]) -> list[str]:
     """``batch_complete_if_done`` for several batches (the daemons' batched loop, after a move
     of jobs of several batches), the cheap question asked of all of them in one round trip;
     the batches moved to Reporting."""
-    return [bid for bid in batches_complete(client(), bids) if _to_reporting(bid)]
+    return batches_to_reporting(batches_complete(client(), bids))
+
+
+def batches_to_reporting(complete: Iterable[str]) -> list[str]:
+    """Move the ``complete`` batches (``batches_complete`` said so) to Reporting; those moved."""
+    return [bid for bid in complete if _to_reporting(bid)]
 
 
 def _to_reporting(bid: str) -> bool:
@@ -742,6 +747,7 @@ __all__ = [
     "batch_update_reporting",
     "batches_cleanup",
     "batches_complete_if_done",
+    "batches_to_reporting",
     "collection_hold",
     "collection_release",
     "collection_release_held",

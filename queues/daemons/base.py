@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -35,7 +35,7 @@ from queues.states import AccessState, JobState
 from queues.steps.submission import processing_problem
 from queues.zk import paths as zpaths
 from queues.zk.access import access_acquire, access_transition, access_unlock
-from queues.zk.batches import batch_acquire, batch_transition, batch_unlock
+from queues.zk.batches import CompletionCheck, batch_acquire, batch_transition, batch_unlock
 from queues.zk.client import client
 from queues.zk.errors import (
     Conflict,
@@ -551,7 +551,11 @@ class JobDaemon(Daemon[Job]):
         if not self.batched():
             super().run(stop)
             return
-        JobPipeline(self, keeper=self.keeper).run(stop)
+        self.pipeline().run(stop)
+
+    def pipeline(self) -> JobPipeline:
+        """The batched loop this daemon runs in (when ``batched()``)."""
+        return JobPipeline(self, keeper=self.keeper)
 
     def accept(self, job: Job) -> bool:
         """Whether to take this job now (checked under its lock)."""
@@ -620,15 +624,28 @@ class JobDaemon(Daemon[Job]):
             deferred, self._deferred = self._deferred, None
         return deferred
 
-    def batches_done(self, bids: set[str]) -> None:
-        """The completion check of the batches whose jobs a batched move finished."""
+    def ask_completion(self, bids: set[str]) -> CompletionCheck | None:
+        """Send the completion check of the batches whose jobs a batched move finished; its
+        answers are taken later (``batches_done``), so the loop does not wait for them."""
         if not bids:
-            return
+            return None
         try:
-            services.batches_complete_if_done(bids=sorted(bids))
+            return CompletionCheck(self.zk, sorted(bids))
         except Exception as exc:
-            names = ", ".join(sorted(bids))
-            log.warning("%s %s: batch completion: %s", names, self.step, describe(exc))
+            self._completion_failed(bids, exc)
+            return None
+
+    def batches_done(self, check: CompletionCheck) -> None:
+        """The answers of ``ask_completion``: the complete batches go on to Reporting."""
+        try:
+            services.batches_to_reporting(check.complete())
+        except Exception as exc:
+            self._completion_failed((b for b, _answer in check.asked), exc)
+
+    def _completion_failed(self, bids: Iterable[str], exc: Exception) -> None:
+        log.warning(
+            "%s %s: batch completion: %s", ", ".join(sorted(bids)), self.step, describe(exc)
+        )
 
     def reload(self, job: Job) -> Job:
         """The job as it is now (a step that wrote optional nodes and needs them back)."""

@@ -15,7 +15,6 @@ so the jobs of other collections behind it go on.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, ClassVar
 
 from queues.daemons.base import JobDaemon, Next, Stay, Step
@@ -38,13 +37,10 @@ class JobPending(JobDaemon):
         self.caps = CapGate(self.zk)
         self._claimer = JobClaimer(self.zk, self.state, strict=self.strict, skip=self.caps.waits)
 
-    def run(self, stop: threading.Event) -> None:
-        if not self.batched():
-            super().run(stop)
-            return
-        pipeline = JobPipeline(self, keeper=self.keeper)
+    def pipeline(self) -> JobPipeline:
+        pipeline = super().pipeline()
         pipeline.listing.skip = self.caps.waits
-        pipeline.run(stop)
+        return pipeline
 
     def accept(self, job: Job) -> bool:
         return self.caps.admit(job.profile, job.jid)

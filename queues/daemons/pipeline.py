@@ -30,6 +30,7 @@ that process's share at every later one). A draining or stopping loop leaves the
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import os
 import socket
@@ -72,6 +73,7 @@ from queues.zk.watch import ChangeSignal
 
 if TYPE_CHECKING:
     from queues.daemons.base import ItemResult, JobDaemon, Next
+    from queues.zk.batches import CompletionCheck
 
 log = logging.getLogger("queues.daemons")
 
@@ -82,6 +84,11 @@ DB_CHECK_EVERY = 1.0  # s between looks at the thread's database connection
 IDLE_MIN = 0.05  # s a loop left with other loops' entries only waits at least
 AHEAD = 2  # batches whose requests are under way while the loop works on an earlier one
 STOP_CHECK = 0.25  # s between looks at the stop event while idle (as ChangeSignal.wait)
+
+# The order in which the requests of batches and moves were sent, across the loops of a process.
+# They share one session, whose requests ZooKeeper answers in the order they were sent: the
+# first sent is the first answered, and waiting for it never keeps an earlier answer waiting.
+_sent = itertools.count()
 
 
 class LockLost(Exception):
@@ -192,6 +199,7 @@ class Outgoing:
     holding: Holding
     known: dict[str, Job]  # kept jobs read again in part only (``job_refresh``)
     after_look_ahead: bool = False  # sent after the listing's look-ahead read
+    order: int = field(default_factory=lambda: next(_sent))
 
 
 @dataclass
@@ -200,6 +208,22 @@ class InFlight:
     works: list[Work]
     holding: Holding
     bids: set[str] = field(default_factory=set)
+    order: int = field(default_factory=lambda: next(_sent))
+
+
+class Wake(threading.Event):
+    """A loop's wake-up. When the loop shares its thread with others (``run_together``), setting
+    it wakes that thread too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread: threading.Event | None = None
+
+    def set(self) -> None:
+        super().set()
+        thread = self.thread
+        if thread is not None:
+            thread.set()
 
 
 class _WhenAsked:
@@ -240,15 +264,22 @@ class JobPipeline:
         self.holding: dict[str, Holding] = {}
         self._handed: list[tuple[Job, Holding, bool]] = []  # from other loops' threads
         self._handed_lock = threading.Lock()
-        self.wake = threading.Event()
+        self.wake = Wake()
+        self._watch: ChangeSignal | None = None
         self.inflight: collections.deque[InFlight] = collections.deque()  # moves under way
         self.pending: collections.deque[Outgoing] = collections.deque()  # sent, not worked on
         # Claims sent again after a failed claim multi, oldest first.
         self.retries: collections.deque[tuple[PendingRetry, Holding]] = collections.deque()
+        # Completion checks of batches whose jobs a move finished, sent and not answered yet,
+        # with their place in the order of requests sent.
+        self.completions: collections.deque[tuple[int, CompletionCheck]] = collections.deque()
         self.stopping = False
         self.throttled = False  # the last cycle waited for room in the next step's loop
         self._closed = False  # no more hand-overs (under _handed_lock)
         self._db_checked = float("-inf")
+        # Set by a cycle that would have had to wait for an answer and did not (``block``
+        # False): the order of the request it waits for (see ``run_together``).
+        self.waits_for: int | None = None
 
     # Hand-over from another loop of the process --------------------------------------------
 
@@ -351,47 +382,68 @@ class JobPipeline:
     # The loop -----------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
+        """Run the loop in this thread until ``stop`` is set."""
+        self.begin()
+        try:
+            while not stop.is_set():
+                wait = self.turn()
+                if wait:
+                    self._idle(stop, wait)
+        finally:
+            self.end()
+
+    def begin(self) -> None:
         daemon = self.daemon
         log.info(
             "%s: started (batched, %d a claim, poll %.1fs)", daemon.name, self.batch, daemon.poll
         )
         if self.keeper is not None:
             self.keeper.register(self)
-        watch = ChangeSignal(self.zk, zpaths.job_state_folder(daemon.state), self.wake)
-        try:
-            while not stop.is_set():
-                if self._cycle_logged():
-                    continue
-                if self.throttled:
-                    # Waiting for room downstream, which wakes this loop: the folder's news
-                    # cannot be worked on before then, so it is neither watched nor listed.
-                    self._idle(stop, daemon.poll)
-                    continue
-                ripe_in = self.listing.others_only()
-                if ripe_in is not None and not self.kept:
-                    # All that is left in the folder is other loops' share, none of it to be
-                    # taken over yet. Their moves change the folder all the time: a watch
-                    # would list it whole again at every one. The loop waits for the first
-                    # entry it may take over, a hand-over or the poll instead (the poll is
-                    # when it would have listed the folder again anyway).
-                    self._idle(stop, min(daemon.poll, max(ripe_in, IDLE_MIN)))
-                    continue
-                # Idle: the folder's watch, a hand-over or the poll wakes the loop. Work that
-                # arrived between the empty cycle and the watch is found by one more cycle, on
-                # the listing the watch was set with (or a new one when it was set already).
-                listed = time.monotonic()
-                names = watch.arm()
-                if names is not None:
-                    self.listing.listed(listed, names, self.kept.values())
-                if self._cycle_logged(fresh=names is None):
-                    continue
-                self._idle(stop, daemon.poll)
-        finally:
-            self.stopping = True
-            if self.keeper is not None:
-                self.keeper.unregister(self)
-            self._close()
-        log.info("%s: stopped", daemon.name)
+        self._watch = ChangeSignal(self.zk, zpaths.job_state_folder(daemon.state), self.wake)
+
+    def turn(self, *, block: bool = True) -> float | None:
+        """One turn of the loop: 0 when it is worth another at once, otherwise how long it may
+        wait for a wake-up (a hand-over, room downstream, the folder's watch) before the next.
+        With ``block`` False, a turn that would wait for an answer returns None instead
+        (``waits_for`` says for which)."""
+        daemon = self.daemon
+        if self._cycle_logged(block=block):
+            return 0.0
+        if self.waits_for is not None:
+            return None
+        if self.throttled:
+            # Waiting for room downstream, which wakes this loop: the folder's news cannot be
+            # worked on before then, so it is neither watched nor listed.
+            return daemon.poll
+        ripe_in = self.listing.others_only()
+        if ripe_in is not None and not self.kept:
+            # All that is left in the folder is other loops' share, none of it to be taken
+            # over yet. Their moves change the folder all the time: a watch would list it
+            # whole again at every one. The loop waits for the first entry it may take over,
+            # a hand-over or the poll instead (the poll is when it would have listed the
+            # folder again anyway).
+            return min(daemon.poll, max(ripe_in, IDLE_MIN))
+        # Idle: the folder's watch, a hand-over or the poll wakes the loop. Work that arrived
+        # between the empty cycle and the watch is found by one more cycle, on the listing the
+        # watch was set with (or a new one when it was set already).
+        assert self._watch is not None, "begin() first"
+        listed = time.monotonic()
+        names = self._watch.arm()
+        if names is not None:
+            self.listing.listed(listed, names, self.kept.values())
+        if self._cycle_logged(fresh=names is None, block=block):
+            return 0.0
+        if self.waits_for is not None:
+            return None
+        return daemon.poll
+
+    def end(self) -> None:
+        """The loop has stopped: what it holds goes back, and it takes no more hand-overs."""
+        self.stopping = True
+        if self.keeper is not None:
+            self.keeper.unregister(self)
+        self._close()
+        log.info("%s: stopped", self.daemon.name)
 
     def _idle(self, stop: threading.Event, seconds: float) -> None:
         """Wait up to ``seconds`` for a wake-up (a hand-over, room downstream, the folder's
@@ -418,19 +470,20 @@ class JobPipeline:
         except Exception as exc:
             log.warning("%s: stopping: %s", self.daemon.name, exc)
         self._drop_in_hand()
+        self._finish_completions()
         try:
             self.share.leave()
         except Exception as exc:
             log.debug("%s: leaving the claimers: %s", self.daemon.name, exc)
 
-    def _cycle_logged(self, *, fresh: bool = False) -> bool:
+    def _cycle_logged(self, *, fresh: bool = False, block: bool = True) -> bool:
         from django.db import close_old_connections
 
         from queues.zk.errors import is_connection_error
 
         failed = True
         try:
-            result = self.cycle(fresh=fresh)
+            result = self.cycle(fresh=fresh, block=block)
             failed = False
             return result
         except Exception as exc:
@@ -453,16 +506,19 @@ class JobPipeline:
                 self._db_checked = moment
                 close_old_connections()
 
-    def cycle(self, *, fresh: bool = False) -> bool:
+    def cycle(self, *, fresh: bool = False, block: bool = True) -> bool:
         """One step of the loop; True when it is worth looking again at once. ``fresh``: list
-        the state's folder anew (the loop does before it goes idle).
+        the state's folder anew (the loop does before it goes idle). ``block`` False: rather
+        than wait for an answer, return False with ``waits_for`` set.
 
         ``AHEAD`` + 1 batches are under way at a time: the requests of the next batches (claim,
         reads) are sent before the one sent earliest is worked on, so their answers
         arrive while the step runs on the one before.
         """
         daemon = self.daemon
+        self.waits_for = None
         self._finish_move(wait=False)
+        self._finish_completions(wait=False)
         self._absorb()
         self._collect_retries(wait=False)
         now = self._current()
@@ -480,16 +536,38 @@ class JobPipeline:
         if outgoing is not None:
             self.pending.append(outgoing)
         if len(self.pending) > AHEAD or (outgoing is None and self.pending):
+            unanswered = None if block else self._unanswered(self.pending[0])
+            if unanswered is not None:
+                if outgoing is not None:
+                    return True
+                self.waits_for = unanswered
+                return False
             self._finish_batch(self.pending.popleft())
             return True
         if outgoing is not None:
             return True
         # Nothing sent, nothing to finish: wait for what is still under way.
+        if not block:
+            self._finish_move(wait=False)
+            self._finish_completions(wait=False)
+            if self.inflight or self.completions:
+                self.waits_for = self.inflight[0].order if self.inflight else self.completions[0][0]
+                return False
         self._finish_move()
+        self._finish_completions()
         if self.retries:
             self._collect_retries()  # what they locked is worked on by the next cycle
             return True
         return False
+
+    def _unanswered(self, batch: Outgoing) -> int | None:
+        """What finishing ``batch`` would wait for: its reads, or the oldest move when as many
+        are under way as may be (its move would wait for that one). None when nothing."""
+        if not batch.reads.ready():
+            return batch.order
+        if len(self.inflight) >= MAX_MOVES and not self.inflight[0].move.ready():
+            return self.inflight[0].order
+        return None
 
     def _send_batch(self, fresh: bool, now: Holding) -> Outgoing | None:
         """Pick the next batch and send its requests, in one go and without waiting."""
@@ -827,7 +905,15 @@ class JobPipeline:
                 self._give_back(jids, now)
                 if self.keeper is not None:
                     self.keeper.arrived(jids)
-        daemon.batches_done(bids)
+        check = daemon.ask_completion(bids)
+        if check is not None:
+            self.completions.append((next(_sent), check))
+
+    def _finish_completions(self, *, wait: bool = True) -> None:
+        """Take the answers of the completion checks: all of them, or (``wait`` False) those
+        answered."""
+        while self.completions and (wait or self.completions[0][1].ready()):
+            self.daemon.batches_done(self.completions.popleft()[1])
 
     def _end(self, work: Work, result: ItemResult) -> None:
         daemon = self.daemon
@@ -835,3 +921,55 @@ class JobPipeline:
         daemon.log_result(result)
         if daemon.observer is not None and work.token is not None:
             daemon.observer.end(work.token, result)
+
+
+def run_together(loops: list[JobPipeline], stop: threading.Event) -> None:
+    """Run ``loops`` in this one thread until ``stop`` is set.
+
+    One thread for several loops of short steps costs far less interpreter time than a thread
+    each: those threads would take turns at the interpreter lock, waking one another for every
+    batch (docs/benchmarks.md). Each loop takes its turn when it has work or its wake-up came;
+    a turn does not wait for an answer while another loop can go on. When none can, the thread
+    waits for the request sent first of those the loops wait for, the first to be answered
+    (one session answers in order). A step that blocks holds up every loop of the thread.
+    """
+    woken = threading.Event()
+    for loop in loops:
+        loop.wake.thread = woken
+    begun: list[JobPipeline] = []
+    due = [0.0] * len(loops)  # when each loop's next turn is due at the latest
+    try:
+        for loop in loops:
+            loop.begin()
+            begun.append(loop)
+        while not stop.is_set():
+            woken.clear()
+            worked = False  # some turn did work: another pass at once
+            waiting: list[tuple[int, int]] = []  # (the awaited request's order, the loop's place)
+            for place, loop in enumerate(loops):
+                if not loop.wake.is_set() and due[place] > time.monotonic():
+                    continue
+                loop.wake.clear()
+                wait = loop.turn(block=False)
+                if wait is None:
+                    assert loop.waits_for is not None
+                    waiting.append((loop.waits_for, place))
+                    wait = 0.0
+                else:
+                    worked = worked or wait == 0
+                due[place] = time.monotonic() + wait
+            if worked:
+                continue
+            if waiting:
+                _order, place = min(waiting)
+                wait = loops[place].turn()
+                due[place] = time.monotonic() + (wait or 0.0)
+                continue
+            rest = min(due) - time.monotonic()
+            if rest > 0:
+                woken.wait(min(rest, STOP_CHECK))
+    finally:
+        for loop in begun:
+            loop.stopping = True  # no more hand-overs between them while they stop
+        for loop in begun:
+            loop.end()

@@ -347,11 +347,31 @@ def batch_is_complete(zk: KazooClient, bid: str) -> bool:
     return stat is not None and stat.numChildren == 0
 
 
+class CompletionCheck:
+    """``batch_is_complete`` asked of several batches at once, without waiting for the answers
+    (one round trip for all of them, shared with whatever is sent meanwhile)."""
+
+    def __init__(self, zk: KazooClient, bids: Iterable[str]) -> None:
+        self.asked = [
+            (b, zk.exists_async(paths.batch_index(paths.bid(b), "batch-processing"))) for b in bids
+        ]
+
+    def ready(self) -> bool:
+        """Whether every answer is here (the last sent is the last answered)."""
+        return not self.asked or bool(self.asked[-1][1].ready())
+
+    def complete(self) -> list[str]:
+        """The batches that are complete (waits for the answers)."""
+        return [
+            b
+            for b, answer in self.asked
+            if (stat := answer.get()) is not None and not stat.numChildren
+        ]
+
+
 def batches_complete(zk: KazooClient, bids: Iterable[str]) -> list[str]:
     """Those of ``bids`` that ``batch_is_complete`` says are, all asked in one round trip."""
-    folders = [(b, paths.batch_index(paths.bid(b), "batch-processing")) for b in bids]
-    asked = [(b, zk.exists_async(folder)) for b, folder in folders]
-    return [b for b, answer in asked if (stat := answer.get()) is not None and not stat.numChildren]
+    return CompletionCheck(zk, bids).complete()
 
 
 def batch_transition(

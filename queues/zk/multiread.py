@@ -137,6 +137,10 @@ class PendingMultiRead:
         if self.requests:
             self.requests[-1][2].wait()
 
+    def ready(self) -> bool:
+        """Whether every answer is here (``collect()`` would not wait)."""
+        return not self.requests or bool(self.requests[-1][2].ready())
+
     def collect(self) -> dict[str, Read]:
         result: dict[str, Read] = {}
         for chunk, request, answer in self.requests:
@@ -185,6 +189,9 @@ class _PendingSingles:
     def wait(self) -> None:
         if self.pending:
             self.pending[-1][1].wait()
+
+    def ready(self) -> bool:
+        return not self.pending or bool(self.pending[-1][1].ready())
 
     def collect(self) -> dict[str, Read]:
         result: dict[str, Read] = {}

@@ -15,9 +15,10 @@ from kazoo.client import KazooClient
 from queues.daemons import pipeline as pipeline_module
 from queues.daemons.base import JobDaemon, Next, SessionGate, Step
 from queues.daemons.pipeline import JobPipeline, LockKeeper
-from queues.states import JobState
+from queues.states import BatchState, JobState
 from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
+from queues.zk.batches import CompletionCheck, batch_load, batch_transition
 from queues.zk.consumers import claimers_folder
 from queues.zk.jobs import (
     _LocalWrites,
@@ -769,3 +770,90 @@ def test_a_claim_share_joins_again_after_a_lost_session(zk_hosts: str, own_zk) -
     wait_for(lambda: (share.refresh(), client.exists(path))[1] is not None)
     assert client.exists(path).ephemeralOwner == client.client_id[0]
     assert share.members == 1
+
+
+# Several loops in one thread (run_together) -------------------------------------------------------
+
+
+class Finish(Step1):
+    """Notify -> Completed: the end of a job's way, after which its batch may be complete."""
+
+    name: ClassVar[str] = "test-notify"
+    step: ClassVar[str] = "test-notify"
+    state: ClassVar[str] = JobState.NOTIFY
+    target: ClassVar[str] = JobState.COMPLETED
+
+
+@pytest.mark.django_db
+def test_loops_sharing_a_thread_are_woken_by_watches_and_hand_overs(zk: KazooClient) -> None:
+    """With an hour's poll, only the folder's watch (new jobs) and the hand-over from the first
+    loop (kept locks) can wake the thread: both reach a loop that shares it."""
+    keeper = LockKeeper()
+    ran_in: set[int] = set()
+
+    def note(_daemon: Step1, _job: Job) -> None:
+        ran_in.add(threading.get_ident())
+
+    first = Step1(zk=zk, keeper=keeper, batch=4, poll=3600.0, action=note)
+    second = Step2(zk=zk, keeper=keeper, batch=4, poll=3600.0, action=note)
+    stop = threading.Event()
+    loops = [first.pipeline(), second.pipeline()]
+    thread = threading.Thread(target=pipeline_module.run_together, args=(loops, stop), daemon=True)
+    thread.start()
+    wait_for(lambda: all(loop._watch is not None and loop._watch.armed for loop in loops))
+    jobs = jobs_in(zk, 10)
+    wait_for(lambda: in_state(zk, JobState.DOWNLOADING) == 10)
+    stop.set()
+    thread.join(timeout=60)  # an hour's poll otherwise
+    assert not thread.is_alive()
+    assert ran_in == {thread.ident}
+    assert sorted(second.seen) == sorted(j.jid for j in jobs)  # each job once
+    assert all(job_load(zk, j.jid).lock is None for j in jobs)
+
+
+@pytest.mark.django_db
+def test_a_turn_that_would_wait_for_an_answer_returns_at_once(
+    zk: KazooClient, proxy: Any, proxied_client: Any
+) -> None:
+    """Behind a black hole no answer comes: a turn that does not block leaves the batch it
+    would have waited for in hand and says which request it waits for."""
+    client = proxied_client(timeout=30)
+    jobs_in(zk, 8)
+    loop = JobPipeline(Step1(zk=client, batch=2))
+    assert loop.cycle(fresh=True)  # listed, the first batch sent
+    # Joining the claimers of the state fired the watch on their folder: they are listed again
+    # now, not by a cycle behind the black hole.
+    wait_for(lambda: loop.share._changed.is_set())
+    loop.share.refresh()
+    proxy.blackhole()
+    for _ in range(10):
+        if not loop.cycle(block=False):
+            break
+    assert loop.pending, "a batch was waited for"
+    assert loop.waits_for in {b.order for b in loop.pending} | {f.order for f in loop.inflight}
+    assert loop.turn(block=False) is None  # as run_together sees it
+    proxy.heal()
+
+
+@pytest.mark.django_db
+def test_a_loops_completion_check_asks_about_the_batches_of_a_move_at_once(
+    zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batches a move finished are asked about in one check sent after the move, its
+    answer taken by a later cycle (``completions``), and the complete ones go to Reporting."""
+    jobs = jobs_in(zk, 3, state=JobState.NOTIFY)
+    for job in jobs:
+        batch_transition(zk, batch_load(zk, job.bid), BatchState.PROCESSING)
+    loop = JobPipeline(Finish(zk=zk, batch=3))
+    asked: list[list[str]] = []
+    real = CompletionCheck.complete
+
+    def complete(check: CompletionCheck) -> list[str]:
+        asked.append([bid for bid, _answer in check.asked])
+        return real(check)
+
+    monkeypatch.setattr(CompletionCheck, "complete", complete)
+    cycle_until_idle(loop)
+    assert [sorted(bids) for bids in asked] == [sorted(j.bid for j in jobs)]
+    assert {batch_load(zk, j.bid).state for j in jobs} == {BatchState.REPORTING}
+    assert not loop.completions

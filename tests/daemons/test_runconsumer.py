@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.core.management import CommandError, call_command
 
 from queues.daemons.base import JobDaemon
 from queues.daemons.registry import DAEMONS
-from queues.daemons.runner import Host
+from queues.daemons.runner import Host, daemon_threads
 from queues.zk import client as zkmod
 from queues.zk.jobs import job_load
 
@@ -82,3 +84,21 @@ def test_a_claim_batch_of_one_without_kept_locks_is_the_one_job_loop_everywhere(
         assert not any(isinstance(d, JobDaemon) and d.batched() for d in plain.daemons)
     finally:
         plain.close()
+
+
+def test_the_batched_loops_share_one_thread_a_copy_and_the_others_have_their_own(zk) -> None:
+    host = Host("all", threads=2)
+    stop = threading.Event()
+    try:
+        batched = [d for d in host.daemons if isinstance(d, JobDaemon) and d.batched()]
+        shared = daemon_threads(host.daemons, stop, shared=True)
+        names = [t.name for t in shared]
+        # One thread for the first copy of every batched step, one for the second.
+        assert sorted(n for n in names if n.startswith("batched-")) == ["batched-0", "batched-1"]
+        assert len(shared) == len(host.daemons) - len(batched) + 2
+        assert not any(n.split("-")[0] in {"pending", "estimating", "notify"} for n in names)
+        each = daemon_threads(host.daemons, stop, shared=False)  # MRT_SHARED_LOOPS=0
+        assert len(each) == len(host.daemons)
+        assert not any(t.name.startswith("batched-") for t in each)
+    finally:
+        host.close()
