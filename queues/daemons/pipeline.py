@@ -928,10 +928,11 @@ def run_together(loops: list[JobPipeline], stop: threading.Event) -> None:
 
     One thread for several loops of short steps costs far less interpreter time than a thread
     each: those threads would take turns at the interpreter lock, waking one another for every
-    batch (docs/benchmarks.md). Each loop takes its turn when it has work or its wake-up came;
-    a turn does not wait for an answer while another loop can go on. When none can, the thread
-    waits for the request sent first of those the loops wait for, the first to be answered
-    (one session answers in order). A step that blocks holds up every loop of the thread.
+    batch (docs/benchmarks.md). Each loop takes its turn when it has work or its wake-up came.
+    A turn does not wait for its batches' reads, moves or completion checks while another loop
+    can go on; when none can, the thread waits for the one sent first, which the session
+    answers first. What else a turn waits for (a listing, locks given back, the step itself)
+    holds up every loop of the thread. An error escaping one loop's turn stops none of them.
     """
     woken = threading.Event()
     for loop in loops:
@@ -950,7 +951,7 @@ def run_together(loops: list[JobPipeline], stop: threading.Event) -> None:
                 if not loop.wake.is_set() and due[place] > time.monotonic():
                     continue
                 loop.wake.clear()
-                wait = loop.turn(block=False)
+                wait = _turn(loop, block=False)
                 if wait is None:
                     assert loop.waits_for is not None
                     waiting.append((loop.waits_for, place))
@@ -962,7 +963,7 @@ def run_together(loops: list[JobPipeline], stop: threading.Event) -> None:
                 continue
             if waiting:
                 _order, place = min(waiting)
-                wait = loops[place].turn()
+                wait = _turn(loops[place], block=True)
                 due[place] = time.monotonic() + (wait or 0.0)
                 continue
             rest = min(due) - time.monotonic()
@@ -973,3 +974,13 @@ def run_together(loops: list[JobPipeline], stop: threading.Event) -> None:
             loop.stopping = True  # no more hand-overs between them while they stop
         for loop in begun:
             loop.end()
+
+
+def _turn(loop: JobPipeline, *, block: bool) -> float | None:
+    """``loop.turn``; an error escaping it (outside a cycle, which handles its own) is logged
+    and the loop waits for its poll, while the other loops of the thread go on."""
+    try:
+        return loop.turn(block=block)
+    except Exception:
+        log.exception("%s: unexpected error in its turn", loop.daemon.name)
+        return loop.daemon.poll

@@ -812,6 +812,33 @@ def test_loops_sharing_a_thread_are_woken_by_watches_and_hand_overs(zk: KazooCli
 
 
 @pytest.mark.django_db
+def test_an_error_in_one_loops_turn_stops_no_loop_of_its_thread(zk: KazooClient) -> None:
+    keeper = LockKeeper()
+    first = Step1(zk=zk, keeper=keeper, batch=4, poll=0.05)
+    second = Step2(zk=zk, keeper=keeper, batch=4, poll=0.05)
+    loops = [first.pipeline(), second.pipeline()]
+    looked = Counter[str]()
+    real = loops[1].listing.others_only
+
+    def others_only() -> float | None:  # a bug, once, outside the cycle
+        looked["others_only"] += 1
+        if looked["others_only"] == 1:
+            raise RuntimeError("a bug")
+        return real()
+
+    loops[1].listing.others_only = others_only  # type: ignore[method-assign]
+    stop = threading.Event()
+    thread = threading.Thread(target=pipeline_module.run_together, args=(loops, stop), daemon=True)
+    thread.start()
+    wait_for(lambda: looked["others_only"] > 1)  # the erring loop's turns went on
+    jobs_in(zk, 6)
+    wait_for(lambda: in_state(zk, JobState.DOWNLOADING) == 6)
+    stop.set()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+
+
+@pytest.mark.django_db
 def test_a_turn_that_would_wait_for_an_answer_returns_at_once(
     zk: KazooClient, proxy: Any, proxied_client: Any
 ) -> None:
