@@ -47,7 +47,6 @@ from queues.zk.batches import (
     batch_remove,
     batch_states,
     batch_transition,
-    batches_complete,
 )
 from queues.zk.client import client
 from queues.zk.errors import (
@@ -549,15 +548,9 @@ def batch_complete_if_done(*, bid: str) -> bool:
     return _to_reporting(bid)
 
 
-def batches_complete_if_done(*, bids: Iterable[str]) -> list[str]:
-    """``batch_complete_if_done`` for several batches (the daemons' batched loop, after a move
-    of jobs of several batches), the cheap question asked of all of them in one round trip;
-    the batches moved to Reporting."""
-    return batches_to_reporting(batches_complete(client(), bids))
-
-
 def batches_to_reporting(complete: Iterable[str]) -> list[str]:
-    """Move the ``complete`` batches (``batches_complete`` said so) to Reporting; those moved."""
+    """Move the ``complete`` batches (``CompletionCheck`` said so: the daemons' batched loop,
+    after a move of jobs of several batches) to Reporting; those moved."""
     return [bid for bid in complete if _to_reporting(bid)]
 
 
@@ -746,7 +739,6 @@ __all__ = [
     "batch_submit_to_merritt",
     "batch_update_reporting",
     "batches_cleanup",
-    "batches_complete_if_done",
     "batches_to_reporting",
     "collection_hold",
     "collection_release",

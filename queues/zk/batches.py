@@ -369,11 +369,6 @@ class CompletionCheck:
         ]
 
 
-def batches_complete(zk: KazooClient, bids: Iterable[str]) -> list[str]:
-    """Those of ``bids`` that ``batch_is_complete`` says are, all asked in one round trip."""
-    return CompletionCheck(zk, bids).complete()
-
-
 def batch_transition(
     zk: KazooClient, batch: Batch, new_state: str, *, message: str = "", admin: bool = False
 ) -> Batch:

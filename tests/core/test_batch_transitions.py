@@ -10,6 +10,7 @@ from kazoo.client import KazooClient
 
 from queues import services
 from queues.zk import batches, jobs
+from queues.zk.batches import CompletionCheck
 from queues.zk.errors import Conflict, InvalidTransition
 from queues.zk.records import Batch, Job
 
@@ -158,14 +159,15 @@ def test_several_batches_are_checked_in_one_round_trip_and_only_complete_ones_mo
     asked = []
     real = zk.exists
     monkeypatch.setattr(zk, "exists", lambda *a, **k: asked.append(a) or real(*a, **k))
-    moved = services.batches_complete_if_done(bids=[done.bid, working.bid, empty.bid])
+    check = CompletionCheck(zk, [done.bid, working.bid, empty.bid])
+    moved = services.batches_to_reporting(check.complete())
     assert moved == [done.bid]
     assert asked == []  # the counts were asked together (exists_async), not one by one
     assert_batch_status(zk, done.bid, status="Reporting")
     assert_batch_status(zk, working.bid, status="Processing")
     assert_batch_status(zk, empty.bid, status="Processing")  # no jobs: not complete
     assert unfinished.state != "Completed"
-    assert services.batches_complete_if_done(bids=[done.bid]) == []  # moved already
+    assert services.batches_to_reporting([done.bid]) == []  # moved already
     assert services.batch_complete_if_done(bid=working.bid) is False
     assert len(asked) == 1  # the one-batch check, by contrast, asks with exists
 
