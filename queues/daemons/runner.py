@@ -71,8 +71,8 @@ class Host:
     """The daemons of one ``runconsumer`` process.
 
     ``threads`` copies of each named daemon, each copy its own instance (a daemon keeps
-    per-loop state) in its own thread; all share the process's ZooKeeper client and its
-    session gate.
+    per-loop state) in its own thread, but for the batched loops (``daemon_threads``); all
+    share the process's ZooKeeper client and its session gate.
     """
 
     def __init__(

@@ -2,7 +2,8 @@
 
 NAME is one daemon (``batch-pending``, ``pending``, ``estimating``, ..., ``access-large``) or
 ``all``: every daemon this deployment serves (MRT_DEPLOYMENT, MRT_OWN_STEPS; see
-``queues.daemons.registry``) in one process, each in its own thread(s), sharing one ZooKeeper
+``queues.daemons.registry``) in one process, each in its own thread(s) but for the batched
+loops of the short steps, which share one a copy (MRT_SHARED_LOOPS), all sharing one ZooKeeper
 client. A daemon the deployment leaves to Merritt's services is refused, with the reason.
 Any number of copies may run, on one host or many; the items' ephemeral locks keep them from
 working on one item at the same time.
