@@ -22,6 +22,9 @@ or shares a :class:`LockKeeper` with the other job daemons of its process. One c
 A lost session (``SessionGate.generation`` changes, or the client's session id) drops every
 kept job: the locks went with the session and nothing is committed for them.
 
+The loops of a process's short steps run in one thread (``run_together``), each taking its
+turn; a turn that would wait for an answer (``cycle(block=False)``) lets the next loop go on.
+
 Fresh jobs are divided between the loops claiming in a state (``ClaimShare``, one member name
 per process when its loops keep locks, so a job claimed by a process at its first step is in
 that process's share at every later one). A draining or stopping loop leaves the division.
