@@ -210,7 +210,6 @@ class InFlight:
     move: PendingMove
     works: list[Work]
     holding: Holding
-    bids: set[str] = field(default_factory=set)
     order: int = field(default_factory=lambda: next(_sent))
 
 
