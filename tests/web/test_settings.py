@@ -127,6 +127,16 @@ def test_a_misspelt_yes_or_no_stops_start_up_and_names_the_variable(tmp_path: Pa
         assert _settings_with(tmp_path, DJANGO_SECURE=word).returncode == 0, word
 
 
+def test_a_misspelt_shared_loops_setting_stops_start_up(tmp_path: Path) -> None:
+    result = _settings_with(tmp_path, MRT_SHARED_LOOPS="shared")
+    assert result.returncode != 0
+    assert "environment variable MRT_SHARED_LOOPS must be one of" in result.stderr
+    code = "from django.conf import settings; print(settings.MRT_SHARED_LOOPS)"
+    for word, value in (("0", "False"), ("off", "False"), ("on", "True")):
+        answer = _settings_with(tmp_path, code=code, MRT_SHARED_LOOPS=word)
+        assert answer.stdout.strip() == value, (word, answer.stderr)
+
+
 def test_a_number_that_is_not_one_names_the_variable(tmp_path: Path) -> None:
     result = _settings_with(tmp_path, MRT_MAX_OBJECT_BYTES="10GB")
     assert result.returncode != 0
