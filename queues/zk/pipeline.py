@@ -174,7 +174,8 @@ class StateListing:
         self._exclude: Container[str] = ()
         self.share = share
         self.steal_after = steal_after
-        self._deferred: list[str] = []  # other shares' entries passed over, in run order
+        self._deferred: list[str] = []  # other shares' entries passed over
+        self._deferred_sorted = True  # whether ``_deferred`` is in run order
         self._first_seen: dict[str, float] = {}  # entry name -> when first passed over
         self._ripe_at = float("inf")  # no deferred entry may be taken before then
         # Jobs this consumer is moving out of the state: jid -> when the move was sent. A
@@ -182,10 +183,12 @@ class StateListing:
         # answers a session's requests in order), and a claim of such an entry would fail.
         self._leaving: dict[str, float] = {}
         self._checked: set[str] = set()  # the last listing's index entry names
-        # Entry name -> whether it is in this loop's share, for the division it was worked
-        # out for (members, this loop's place among them).
-        self._own: dict[str, bool] = {}
+        # Entry names in this loop's share and in the others', for the division they were
+        # worked out for (members, this loop's place among them).
+        self._mine: set[str] = set()
+        self._theirs: set[str] = set()
         self._division = (0, -1)
+        self._prefixes: set[str] = set()  # "PP-" of every entry name met
 
     def _list(self, extra: Iterable[str]) -> None:
         self.listed(time.monotonic(), children(self.zk, self.folder), extra)
@@ -197,49 +200,59 @@ class StateListing:
         self._apply_listing(sent, found, extra)
 
     def _apply_listing(self, sent: float, found: Iterable[str], extra: Iterable[str]) -> None:
+        # Every process lists the whole folder, most of it other loops' shares: what is done
+        # for each entry is done with set operations, and in Python only for the entries new
+        # since the last listing (at four processes, a per-entry loop here was a fifth of a
+        # loop thread's time).
         now = time.monotonic()
-        self._busy = {j: t for j, t in self._busy.items() if t > now}
+        if self._busy:
+            self._busy = {j: t for j, t in self._busy.items() if t > now}
         names = set(found)
         if self.skip is not None:
             names = {n for n in names if not self.skip(n[3:])}
-        names.update(extra)
+        kept = set(extra)
+        names |= kept
         # Names checked at the last listing are not checked again (most of a big folder).
-        checked = self._checked
-        entries = [n for n in names if n in checked or paths.INDEX_ENTRY_RE.fullmatch(n)]
-        self._checked = set(entries)
+        entries = names & self._checked
+        new = [n for n in names - entries if paths.INDEX_ENTRY_RE.fullmatch(n)]
+        entries.update(new)
+        self._checked = entries
+        self._prefixes.update(n[:3] for n in new)  # "PP-": the priorities met
         if self._leaving:
             self._leaving = {j: t for j, t in self._leaving.items() if t >= sent}
-            entries = [n for n in entries if n[3:] not in self._leaving]
+            entries = entries - self._names_of(self._leaving)
         self._deferred = []
         self._ripe_at = float("inf")
         if self._first_seen:
-            self._first_seen = {n: t for n, t in self._first_seen.items() if n in names}
+            first = self._first_seen
+            for name in first.keys() - names:
+                del first[name]
         share = self.share
         if share is not None and share.divided:
             # Other shares' entries go straight to the deferred list (what ``_pop`` would do
             # with each of them, one by one, at every listing); entries of kept jobs are ours.
             # Whose share an entry is in is worked out once per division of the members.
             division = (share.members, share.index)
-            if division != self._division or len(self._own) > 2 * len(entries) + 1024:
-                self._division, self._own = division, {}
-            own = self._own
-            kept = set(extra)
-            heap = []
-            foreign = []
-            for name in entries:
-                mine = own.get(name)
-                if mine is None:
-                    mine = own[name] = share.mine(name[3:])  # "PP-" + jid
-                if mine or name in kept:
-                    heap.append(name)
-                elif name[3:] not in self._busy:
-                    foreign.append(name)
-            foreign.sort()
-            self._defer(foreign, now)
-            entries = heap
-        self._heap = entries
+            mine, theirs = self._mine, self._theirs
+            if division != self._division or len(mine) + len(theirs) > 2 * len(entries) + 1024:
+                self._division = division
+                mine.clear()
+                theirs.clear()
+            for name in entries - mine - theirs:
+                (mine if share.mine(name[3:]) else theirs).add(name)
+            foreign = (entries & theirs) - kept
+            if self._busy:
+                foreign -= self._names_of(self._busy)
+            self._defer(list(foreign), now, foreign)
+            entries = (entries & mine) | (entries & kept)
+        self._heap = list(entries)
         heapq.heapify(self._heap)
         self._listed_at = sent
+
+    def _names_of(self, jids: Iterable[str]) -> set[str]:
+        """The index entry names these jobs may have in the listings met so far (one for each
+        priority met)."""
+        return {prefix + jid for prefix in self._prefixes for jid in jids}
 
     def _refresh(self, kept: dict[str, str], fresh: bool) -> None:
         """List the folder again when asked to (at once) or when the listing is ``max_age``
@@ -339,17 +352,32 @@ class StateListing:
             return Pick(name, jid, False)
         return None
 
-    def _defer(self, names: list[str], now: float) -> None:
-        """Set aside other shares' entries (in run order): when each was first passed over,
-        and so the first time one of them may be taken over. One pass for a whole listing."""
+    def _defer(self, names: list[str], now: float, unique: set[str] | None = None) -> None:
+        """Set aside other shares' entries (``unique``: the same as a set, when the caller has
+        it): when each was first passed over, and so the first time one of them may be taken
+        over. One pass for a whole listing. They are put in run order when one is to be
+        taken over (most listings' are never looked at again)."""
         self._deferred += names
+        self._deferred_sorted = False
         first = self._first_seen
         room = self.FOREIGN_MAX - len(first)
         if room > 0:
-            first.update(dict.fromkeys([n for n in names if n not in first][:room], now))
-        seen = [t for t in map(first.get, names) if t is not None]
-        if seen and min(seen) + self.steal_after < self._ripe_at:
-            self._ripe_at = min(seen) + self.steal_after
+            unseen: Iterable[str]
+            if unique is None:  # a few (``_pop``'s): looked up one by one
+                unseen = [n for n in names if n not in first][:room]
+            else:
+                unseen = unique.difference(first)  # in C
+                if len(unseen) > room:
+                    unseen = sorted(unseen)[:room]  # the first in run order
+            first.update(dict.fromkeys(unseen, now))
+        if unique is None:
+            earliest = min((first[n] for n in names if n in first), default=None)
+        else:
+            # After a listing only entries still in the folder are there: the earliest of them
+            # all (one of them taken meanwhile makes a take look once too early).
+            earliest = min(first.values(), default=None)
+        if earliest is not None and earliest + self.steal_after < self._ripe_at:
+            self._ripe_at = earliest + self.steal_after
 
     def _steal(self, room: int) -> list[Pick]:
         """Up to ``room`` entries of other shares that have waited ``steal_after`` seconds
@@ -361,6 +389,9 @@ class StateListing:
         now = time.monotonic()
         if room <= 0 or not self._deferred or now < self._ripe_at:
             return []
+        if not self._deferred_sorted:
+            self._deferred.sort()
+            self._deferred_sorted = True
         ripe_before = now - self.steal_after
         ripe: list[str] = []
         next_ripe = float("inf")

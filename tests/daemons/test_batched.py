@@ -665,6 +665,30 @@ def test_a_divided_listing_sorts_out_other_shares_entries_when_it_lists(
     assert [p.name for p in eager.take(100, {})] == [foreign[2]]
 
 
+def test_a_divided_listing_of_several_priorities_passes_over_busy_and_leaving_jobs(
+    zk: KazooClient, other_zk: KazooClient
+) -> None:
+    """The listing sorts its entries with set operations on entry names: jobs known by jid
+    (locked elsewhere, moving out) are passed over at whichever priority their entry has."""
+    other = ClaimShare(other_zk, JobState.ESTIMATING, "zz-other")
+    other.refresh()
+    share = ClaimShare(zk, JobState.ESTIMATING, "aa-this")
+    wait_for(lambda: refreshed(share, 2))
+    jids = [f"jid{n:010d}" for n in range(1, 41)]
+    names = {j: f"{'03' if n % 2 else '07'}-{j}" for n, j in enumerate(jids)}
+    own = [j for j in jids if share.mine(j)]
+    foreign = [j for j in jids if not share.mine(j)]
+    assert len(own) > 3 and len(foreign) > 3
+    listing = StateListing(zk, JobState.ESTIMATING, share=share, steal_after=0.0, strict=True)
+    before = time.monotonic()
+    listing.leaving([own[0], own[1]])
+    listing.busy([foreign[0], foreign[1]])
+    listing.listed(before, [*names.values(), "not-an-entry"], [])
+    taken = [p.name for p in listing.take(100, {})]
+    # Its own share and, the room left, what the others left waiting: in run order.
+    assert taken == sorted(names[j] for j in own[2:] + foreign[2:])
+
+
 def test_a_loop_left_with_other_shares_entries_does_not_list_its_folder_at_every_change(
     zk: KazooClient, other_zk: KazooClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
