@@ -188,7 +188,7 @@ class StateListing:
         self._mine: set[str] = set()
         self._theirs: set[str] = set()
         self._division = (0, -1)
-        self._prefixes: set[str] = set()  # "PP-" of every entry name met
+        self._priorities: set[int] = set()  # of every entry name met
 
     def _list(self, extra: Iterable[str]) -> None:
         self.listed(time.monotonic(), children(self.zk, self.folder), extra)
@@ -217,7 +217,7 @@ class StateListing:
         new = [n for n in names - entries if paths.INDEX_ENTRY_RE.fullmatch(n)]
         entries.update(new)
         self._checked = entries
-        self._prefixes.update(n[:3] for n in new)  # "PP-": the priorities met
+        self._priorities.update(int(n[:2]) for n in new)
         if self._leaving:
             self._leaving = {j: t for j, t in self._leaving.items() if t >= sent}
             entries = entries - self._names_of(self._leaving)
@@ -243,7 +243,7 @@ class StateListing:
             foreign = (entries & theirs) - kept
             if self._busy:
                 foreign -= self._names_of(self._busy)
-            self._defer(list(foreign), now, foreign)
+            self._defer(foreign, now)
             entries = (entries & mine) | (entries & kept)
         self._heap = list(entries)
         heapq.heapify(self._heap)
@@ -252,7 +252,7 @@ class StateListing:
     def _names_of(self, jids: Iterable[str]) -> set[str]:
         """The index entry names these jobs may have in the listings met so far (one for each
         priority met)."""
-        return {prefix + jid for prefix in self._prefixes for jid in jids}
+        return {paths.index_name(p, jid) for p in self._priorities for jid in jids}
 
     def _refresh(self, kept: dict[str, str], fresh: bool) -> None:
         """List the folder again when asked to (at once) or when the listing is ``max_age``
@@ -352,10 +352,10 @@ class StateListing:
             return Pick(name, jid, False)
         return None
 
-    def _defer(self, names: list[str], now: float, unique: set[str] | None = None) -> None:
-        """Set aside other shares' entries (``unique``: the same as a set, when the caller has
-        it): when each was first passed over, and so the first time one of them may be taken
-        over. One pass for a whole listing. They are put in run order when one is to be
+    def _defer(self, names: list[str] | set[str], now: float) -> None:
+        """Set aside other shares' entries (a listing's, as a set; a few of ``_pop``'s, as a
+        list): when each was first passed over, and so the first time one of them may be
+        taken over. One pass for a whole listing. They are put in run order when one is to be
         taken over (most listings' are never looked at again)."""
         self._deferred += names
         self._deferred_sorted = False
@@ -363,14 +363,14 @@ class StateListing:
         room = self.FOREIGN_MAX - len(first)
         if room > 0:
             unseen: Iterable[str]
-            if unique is None:  # a few (``_pop``'s): looked up one by one
-                unseen = [n for n in names if n not in first][:room]
-            else:
-                unseen = unique.difference(first)  # in C
+            if isinstance(names, set):  # a listing's
+                unseen = names.difference(first)  # in C
                 if len(unseen) > room:
                     unseen = sorted(unseen)[:room]  # the first in run order
+            else:
+                unseen = [n for n in names if n not in first][:room]
             first.update(dict.fromkeys(unseen, now))
-        if unique is None:
+        if isinstance(names, list):
             earliest = min((first[n] for n in names if n in first), default=None)
         else:
             # After a listing only entries still in the folder are there: the earliest of them
