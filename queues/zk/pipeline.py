@@ -189,6 +189,10 @@ class StateListing:
         self._theirs: set[str] = set()
         self._division = (0, -1)
         self._priorities: set[int] = set()  # of every entry name met
+        # The last listing's entries (without kept jobs') and the division of the members it
+        # was sorted out for: when the division changes, it is sorted out again at once.
+        self._found: set[str] = set()
+        self._sorted_for: tuple[int, int] | None = None
 
     def _list(self, extra: Iterable[str]) -> None:
         self.listed(time.monotonic(), children(self.zk, self.folder), extra)
@@ -210,8 +214,10 @@ class StateListing:
         names = set(found)
         if self.skip is not None:
             names = {n for n in names if not self.skip(n[3:])}
+        self._found = names
         kept = set(extra)
-        names |= kept
+        if kept:
+            names = names | kept
         # Names checked at the last listing are not checked again (most of a big folder).
         entries = names & self._checked
         new = [n for n in names - entries if paths.INDEX_ENTRY_RE.fullmatch(n)]
@@ -228,6 +234,7 @@ class StateListing:
             for name in first.keys() - names:
                 del first[name]
         share = self.share
+        self._sorted_for = self._division_now()
         if share is not None and share.divided:
             # Other shares' entries go straight to the deferred list (what ``_pop`` would do
             # with each of them, one by one, at every listing); entries of kept jobs are ours.
@@ -248,6 +255,10 @@ class StateListing:
         self._heap = list(entries)
         heapq.heapify(self._heap)
         self._listed_at = sent
+
+    def _division_now(self) -> tuple[int, int] | None:
+        share = self.share
+        return (share.members, share.index) if share is not None and share.divided else None
 
     def _names_of(self, jids: Iterable[str]) -> set[str]:
         """The index entry names these jobs may have in the listings met so far (one for each
@@ -320,6 +331,15 @@ class StateListing:
         """
         if self.share is not None:
             self.share.refresh()
+            if (
+                not fresh
+                and self._listed_at != float("-inf")
+                and self._division_now() != self._sorted_for
+            ):
+                # Members joined or left since the listing was sorted out: until the next
+                # one (up to ``max_age``) this loop would claim entries now another's (failed
+                # claims) and pass over entries now its own. The same listing, sorted again.
+                self._apply_listing(self._listed_at, self._found, kept.values())
         self._refresh(kept, fresh)
         self._exclude = exclude
         try:

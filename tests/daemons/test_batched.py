@@ -689,6 +689,53 @@ def test_a_divided_listing_of_several_priorities_passes_over_busy_and_leaving_jo
     assert taken == sorted(names[j] for j in own[2:] + foreign[2:])
 
 
+def test_a_listing_is_sorted_again_when_members_join_or_leave_without_listing_again(
+    zk: KazooClient, other_zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing sorted out while this loop claimed alone gives up the other member's entries
+    as soon as that member joins, and takes them back as soon as it leaves: not a listing
+    (up to ``max_age``) later, and without listing the folder again."""
+    share = ClaimShare(zk, JobState.ESTIMATING, "aa-this")
+    wait_for(lambda: refreshed(share, 1))
+    jids = [f"jid{n:010d}" for n in range(1, 41)]
+    names = {j: f"05-{j}" for j in jids}
+    listing = StateListing(zk, JobState.ESTIMATING, share=share, max_age=3600, steal_after=3600)
+    listing.listed(time.monotonic(), names.values(), [])
+    lists: list[str] = []
+    real_sync, real_async = zk.get_children, zk.get_children_async
+
+    def counted(path: str, *args: Any, **kwargs: Any) -> Any:
+        lists.append(path)
+        return real_sync(path, *args, **kwargs)
+
+    def counted_async(path: str, *args: Any, **kwargs: Any) -> Any:
+        lists.append(path)
+        return real_async(path, *args, **kwargs)
+
+    monkeypatch.setattr(zk, "get_children", counted)
+    monkeypatch.setattr(zk, "get_children_async", counted_async)
+    assert [p.name for p in listing.take(1, {})] == [names[jids[0]]]
+    listing.leaving([jids[0]])  # what the loop does with the jobs it took: moves them on
+
+    other = ClaimShare(other_zk, JobState.ESTIMATING, "zz-other")
+    other.refresh()
+    wait_for(lambda: refreshed(share, 2))
+    own = [j for j in jids[1:] if share.mine(j)]
+    assert 3 < len(own) < len(jids) - 4
+    kept = {jids[-1]: names[jids[-1]]}  # a kept job is this loop's whatever its share
+    taken = [p.name for p in listing.take(100, kept)]
+    assert taken == sorted({names[j] for j in own} | set(kept.values()))
+    assert listing.others_only() is not None  # the rest: the other member's, waiting
+    listing.leaving([*own, jids[-1]])
+
+    other.leave()
+    wait_for(lambda: refreshed(share, 1))
+    rest = [j for j in jids[1:-1] if j not in own]
+    assert rest
+    assert [p.name for p in listing.take(100, {})] == [names[j] for j in rest]
+    assert listing.folder not in lists
+
+
 def test_a_loop_left_with_other_shares_entries_does_not_list_its_folder_at_every_change(
     zk: KazooClient, other_zk: KazooClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
