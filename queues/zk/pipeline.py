@@ -183,16 +183,14 @@ class StateListing:
         # answers a session's requests in order), and a claim of such an entry would fail.
         self._leaving: dict[str, float] = {}
         self._checked: set[str] = set()  # the last listing's index entry names
-        # Entry names in this loop's share and in the others', for the division they were
-        # worked out for (members, this loop's place among them).
+        # The division of the members the last listing was sorted out for (members, this
+        # loop's place among them; None: not divided): when it changes, that listing is sorted
+        # out again at once. Entry names in this loop's share and in the others', for it.
+        self._division: tuple[int, int] | None = None
         self._mine: set[str] = set()
         self._theirs: set[str] = set()
-        self._division = (0, -1)
         self._priorities: set[int] = set()  # of every entry name met
-        # The last listing's entries (without kept jobs') and the division of the members it
-        # was sorted out for: when the division changes, it is sorted out again at once.
-        self._found: set[str] = set()
-        self._sorted_for: tuple[int, int] | None = None
+        self._found: set[str] = set()  # the last listing's entries, without kept jobs'
 
     def _list(self, extra: Iterable[str]) -> None:
         self.listed(time.monotonic(), children(self.zk, self.folder), extra)
@@ -234,17 +232,16 @@ class StateListing:
             for name in first.keys() - names:
                 del first[name]
         share = self.share
-        self._sorted_for = self._division_now()
-        if share is not None and share.divided:
+        division = self._division_now()
+        mine, theirs = self._mine, self._theirs
+        if division != self._division or len(mine) + len(theirs) > 2 * len(entries) + 1024:
+            self._division = division
+            mine.clear()
+            theirs.clear()
+        if share is not None and division is not None:
             # Other shares' entries go straight to the deferred list (what ``_pop`` would do
             # with each of them, one by one, at every listing); entries of kept jobs are ours.
             # Whose share an entry is in is worked out once per division of the members.
-            division = (share.members, share.index)
-            mine, theirs = self._mine, self._theirs
-            if division != self._division or len(mine) + len(theirs) > 2 * len(entries) + 1024:
-                self._division = division
-                mine.clear()
-                theirs.clear()
             for name in entries - mine - theirs:
                 (mine if share.mine(name[3:]) else theirs).add(name)
             foreign = (entries & theirs) - kept
@@ -334,7 +331,7 @@ class StateListing:
             if (
                 not fresh
                 and self._listed_at != float("-inf")
-                and self._division_now() != self._sorted_for
+                and self._division_now() != self._division
             ):
                 # Members joined or left since the listing was sorted out: until the next
                 # one (up to ``max_age``) this loop would claim entries now another's (failed

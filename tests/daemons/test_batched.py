@@ -574,6 +574,24 @@ def test_run_gives_kept_locks_back_when_it_stops(zk: KazooClient) -> None:
 # Dividing fresh jobs between loops ---------------------------------------------------------------
 
 
+def count_listings(zk: KazooClient, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Folder path -> how often ``zk`` lists it from now on (sync or async)."""
+    listings: Counter[str] = Counter()
+    real_sync, real_async = zk.get_children, zk.get_children_async
+
+    def counted(path: str, *args: Any, **kwargs: Any) -> Any:
+        listings[path] += 1
+        return real_sync(path, *args, **kwargs)
+
+    def counted_async(path: str, *args: Any, **kwargs: Any) -> Any:
+        listings[path] += 1
+        return real_async(path, *args, **kwargs)
+
+    monkeypatch.setattr(zk, "get_children", counted)
+    monkeypatch.setattr(zk, "get_children_async", counted_async)
+    return listings
+
+
 def refreshed(share: ClaimShare, members: int) -> bool:
     share.refresh()
     return share.members == members
@@ -701,19 +719,7 @@ def test_a_listing_is_sorted_again_when_members_join_or_leave_without_listing_ag
     names = {j: f"05-{j}" for j in jids}
     listing = StateListing(zk, JobState.ESTIMATING, share=share, max_age=3600, steal_after=3600)
     listing.listed(time.monotonic(), names.values(), [])
-    lists: list[str] = []
-    real_sync, real_async = zk.get_children, zk.get_children_async
-
-    def counted(path: str, *args: Any, **kwargs: Any) -> Any:
-        lists.append(path)
-        return real_sync(path, *args, **kwargs)
-
-    def counted_async(path: str, *args: Any, **kwargs: Any) -> Any:
-        lists.append(path)
-        return real_async(path, *args, **kwargs)
-
-    monkeypatch.setattr(zk, "get_children", counted)
-    monkeypatch.setattr(zk, "get_children_async", counted_async)
+    listings = count_listings(zk, monkeypatch)
     assert [p.name for p in listing.take(1, {})] == [names[jids[0]]]
     listing.leaving([jids[0]])  # what the loop does with the jobs it took: moves them on
 
@@ -733,7 +739,7 @@ def test_a_listing_is_sorted_again_when_members_join_or_leave_without_listing_ag
     rest = [j for j in jids[1:-1] if j not in own]
     assert rest
     assert [p.name for p in listing.take(100, {})] == [names[j] for j in rest]
-    assert listing.folder not in lists
+    assert listings[listing.folder] == 0
 
 
 def test_a_loop_left_with_other_shares_entries_does_not_list_its_folder_at_every_change(
@@ -752,19 +758,7 @@ def test_a_loop_left_with_other_shares_entries_does_not_list_its_folder_at_every
     foreign = [j for j in jobs if not loop.share.mine(j.jid)]
     assert foreign
     folder = zpaths.job_state_folder(JobState.ESTIMATING)
-    listings: Counter[str] = Counter()
-    real_sync, real_async = zk.get_children, zk.get_children_async
-
-    def counted(path: str, *args: Any, **kwargs: Any) -> Any:
-        listings[path] += 1
-        return real_sync(path, *args, **kwargs)
-
-    def counted_async(path: str, *args: Any, **kwargs: Any) -> Any:
-        listings[path] += 1
-        return real_async(path, *args, **kwargs)
-
-    monkeypatch.setattr(zk, "get_children", counted)
-    monkeypatch.setattr(zk, "get_children_async", counted_async)
+    listings = count_listings(zk, monkeypatch)
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
     thread.start()
