@@ -14,7 +14,7 @@ from queues.daemons.registration import ProcessObserver
 from queues.models import StepRecord
 from queues.states import JobState
 from queues.zk import client as zkmod
-from tests.browser import SCREENSHOTS
+from tests.browser import SCREENSHOTS, close_context
 
 from .conftest import PASSWORD, Running, SlowStep, record
 
@@ -97,7 +97,7 @@ def test_consumers_page_flags_a_slow_thread_and_drains(
         shot(phone, "consumers-phone")
     finally:
         busy.until.set()
-        context.close()
+        close_context(context)
         running.stop()
         observer.stop()
         other.stop()
@@ -176,7 +176,7 @@ def test_history_page_draws_charts_with_their_numbers(browser, live_server, make
         if not dark:
             shot(page, "history-7d")
     finally:
-        context.close()
+        close_context(context)
 
 
 def test_job_page_lists_its_step_records(browser, live_server, make_user, make_job):
@@ -233,4 +233,4 @@ def test_job_page_lists_its_step_records(browser, live_server, make_user, make_j
         assert "again" in texts[3]  # the second run of downloading: a retry
         shot(page, "job-steps")
     finally:
-        context.close()
+        close_context(context)

@@ -11,7 +11,7 @@ from queues import actions
 from queues.steps import notify
 from queues.zk import batches, jobs
 from queues.zk.records import Job
-from tests.browser import SCREENSHOTS
+from tests.browser import SCREENSHOTS, close_context
 
 from .conftest import PASSWORD
 
@@ -79,4 +79,4 @@ def test_hostile_messages_reasons_and_mails_stay_text(
     assert SCRIPT in page.inner_text("#queue-reason-ingest")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "cockpit-hostile-holds.png"), full_page=True)
-    context.close()
+    close_context(context)
