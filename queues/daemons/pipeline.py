@@ -630,8 +630,9 @@ class JobPipeline:
             self.holding[jid] = now
         if batch.after_look_ahead:
             self.listing.apply_look_ahead()  # answered before this batch's requests
-        if batch.claim is not None and batch.claim.busy:
-            self.listing.busy(p.jid for p in batch.claim.busy)  # in hand in another loop here
+        if batch.claim is not None and (batch.claim.busy or batch.claim.lost):
+            # In hand in another loop here; taken by another consumer (or moved on).
+            self.listing.busy(p.jid for p in batch.claim.busy + batch.claim.lost)
         if batch.claim is not None and batch.claim.fell_back:
             # Contention: the other jobs are claimed again, sent now and collected by the next
             # cycle (what they lock is worked on then), so the jobs in hand do not wait.
@@ -640,8 +641,6 @@ class JobPipeline:
             if retry is not None:
                 self.listing.busy(p.jid for p in retry.lost)
                 self.retries.append((retry, now))
-            else:
-                self.listing.busy(p.jid for p in batch.new)
         mine = [p for p in batch.picks if p.kept or p.jid in locked]
         if now != self._current():
             # The session was lost since the batch was sent: its locks are gone.

@@ -59,6 +59,7 @@ class Pick:
     name: str  # "PP-jidNNNNNNNNNN"
     jid: str
     kept: bool = False
+    stolen: bool = False  # taken over from another loop's share (``StateListing._steal``)
 
 
 class ClaimShare:
@@ -438,7 +439,7 @@ class StateListing:
         if len(chosen) < len(ripe):
             next_ripe = now  # ripe ones are left: the next take looks again
         self._ripe_at = next_ripe
-        return [Pick(name, name[3:], False) for name in chosen]
+        return [Pick(name, name[3:], stolen=True) for name in chosen]
 
     def _take(self, count: int, kept: dict[str, str]) -> list[Pick]:
         crowded = self._crowd > 0 and not self.strict
@@ -517,15 +518,31 @@ class StateListing:
 
 
 class PendingClaim:
-    """Locks for several jobs in one multi, sent at once; ``collect`` says which were taken.
-    Jobs whose lock another thread of this process holds are not sent: they are ``busy``."""
+    """Locks for several jobs, sent at once; ``collect`` says which were taken. The jobs of
+    this loop's own share are claimed in one multi; each job taken over from another share
+    (``Pick.stolen``) in a multi of its own: its owner may have locked or moved any of them
+    since the listing, and one such job would fail a multi of them all (at the end of a run,
+    when loops with nothing left take over, nearly every such multi failed). Jobs whose lock
+    another thread of this process holds are not sent: they are ``busy``."""
 
     def __init__(self, zk: KazooClient, picks: Sequence[Pick], folder: str) -> None:
         self.zk = zk
         self.folder = folder
         self.picks, self.busy = _claimable(zk, picks)
         self.fell_back = False
-        self._answer = _send_claim(zk, self.picks, folder) if self.picks else None
+        self.lost: list[Pick] = []  # found locked by another consumer, or moved on
+        self._together = [p for p in self.picks if not p.stolen]
+        self._answer: Any = None
+        self._alone: list[tuple[Pick, Any]] = []
+        try:
+            if self._together:
+                self._answer = _send_claim(zk, self._together, folder)
+            for pick in self.picks:
+                if pick.stolen:
+                    self._alone.append((pick, _send_claim(zk, [pick], folder)))
+        except Exception:
+            self.abandon()  # whatever was sent may lock its jobs
+            raise
 
     def abandon(self) -> None:
         """The caller cannot follow this claim through (an error came between its sending and
@@ -534,30 +551,56 @@ class PendingClaim:
         ledger_of(self.zk).in_doubt(_lock_paths(self.picks))
 
     def collect(self) -> set[str]:
-        """The jids the multi locked: all of them, or none when it failed on contention (then
-        nothing was written, and ``fallback`` tries the others again). Connection errors
-        propagate, the locks left in doubt."""
-        if self._answer is None:
-            return set()
-        if not _failed(_claim_answer(self.zk, self._answer, self.picks)):
-            return {p.jid for p in self.picks}
-        self.fell_back = True
-        ledger_of(self.zk).given_up(_lock_paths(self.picks))
-        return set()
+        """The jids locked: those of the multi of this loop's share (all of them, or none when
+        it failed on contention: then nothing of it was written, and ``fallback`` tries the
+        others again) and each job taken over that was free (the others are ``lost``). Every
+        answer is taken; then a connection error propagates, every lock left in doubt."""
+        locked: set[str] = set()
+        error: Exception | None = None
+        if self._answer is not None:
+            try:
+                results = _claim_answer(self.zk, self._answer, self._together)
+            except Exception as exc:
+                error = exc
+            else:
+                if not _failed(results):
+                    locked.update(p.jid for p in self._together)
+                else:
+                    self.fell_back = True
+                    ledger_of(self.zk).given_up(_lock_paths(self._together))
+                    if len(self._together) == 1:
+                        self.lost.append(self._together[0])
+        for pick, answer in self._alone:
+            try:
+                results = _claim_answer(self.zk, answer, [pick])
+            except Exception as exc:
+                error = error or exc
+                continue
+            if _failed(results):
+                ledger_of(self.zk).given_up(_lock_paths([pick]))
+                self.lost.append(pick)
+            else:
+                locked.add(pick.jid)
+        if error is not None:
+            # The caller never learns of the locks taken: they are in doubt too.
+            ledger_of(self.zk).in_doubt(_lock_paths(p for p in self.picks if p.jid in locked))
+            raise error
+        return locked
 
     def fallback(self) -> PendingRetry | None:
         """After a failed multi: the job whose operation failed is lost (ZooKeeper's answer
         names the first failed operation; the multi stops there); the jobs before it and those
         after it are claimed again as two multis, sent now and collected later. None when the
-        multi held that one job only."""
-        if len(self.picks) < 2 or self._answer is None:
+        multi did not fail, or held that one job only (it is in ``lost``)."""
+        together = self._together
+        if not self.fell_back or len(together) < 2:
             return None
         failed = _first_failure(self._answer.get())
         if failed is None:  # no operation named: each job on its own
-            return PendingRetry(self.zk, [[p] for p in self.picks], self.folder, [])
+            return PendingRetry(self.zk, [[p] for p in together], self.folder, [])
         k = failed // 2  # two operations a job: the entry's check, the lock's create
-        groups = [g for g in (self.picks[:k], self.picks[k + 1 :]) if g]
-        return PendingRetry(self.zk, groups, self.folder, [self.picks[k]])
+        groups = [g for g in (together[:k], together[k + 1 :]) if g]
+        return PendingRetry(self.zk, groups, self.folder, [together[k]])
 
 
 class PendingRetry:

@@ -29,7 +29,7 @@ from queues.zk.jobs import (
 )
 from queues.zk.kazoo_private import Multi
 from queues.zk.locks import lock_create, queue_hold_set
-from queues.zk.pipeline import ClaimShare, StateListing
+from queues.zk.pipeline import ClaimShare, PendingClaim, StateListing
 from queues.zk.records import Job
 
 from .conftest import make_job, wait_for
@@ -705,6 +705,37 @@ def test_a_divided_listing_of_several_priorities_passes_over_busy_and_leaving_jo
     taken = [p.name for p in listing.take(100, {})]
     # Its own share and, the room left, what the others left waiting: in run order.
     assert taken == sorted(names[j] for j in own[2:] + foreign[2:])
+
+
+def test_jobs_taken_over_from_another_share_are_claimed_each_on_its_own(
+    zk: KazooClient, other_zk: KazooClient
+) -> None:
+    """A job taken over from another share may have been locked by its owner since the
+    listing: its claim fails alone, and the batch's other jobs, its own share's in one multi
+    and the others taken over, are locked all the same."""
+    jobs = jobs_in(zk, 24)
+    other = ClaimShare(other_zk, JobState.ESTIMATING, "zz-other")
+    other.refresh()
+    share = ClaimShare(zk, JobState.ESTIMATING, "aa-this")
+    wait_for(lambda: refreshed(share, 2))
+    foreign = [j.jid for j in jobs if not share.mine(j.jid)]
+    assert len(foreign) > 3
+    listing = StateListing(zk, JobState.ESTIMATING, share=share, steal_after=0.0, strict=True)
+    picks = listing.take(100, {})
+    assert {p.jid for p in picks} == {j.jid for j in jobs}
+    assert [p.stolen for p in picks] == [p.jid in foreign for p in picks]
+    owners = foreign[:2]  # their owner locked them after this listing
+    for jid in owners:
+        other_zk.create(zpaths.job_node(jid, "lock"), b"", ephemeral=True)
+
+    claim = PendingClaim(zk, picks, listing.folder)
+    locked = claim.collect()
+    assert locked == {j.jid for j in jobs} - set(owners)
+    assert sorted(p.jid for p in claim.lost) == sorted(owners)
+    assert not claim.fell_back and claim.fallback() is None
+    session = zk.client_id[0]
+    assert all(lock_owner(zk, jid) == session for jid in locked)
+    assert all(lock_owner(zk, jid) == other_zk.client_id[0] for jid in owners)
 
 
 def test_a_listing_is_sorted_again_when_members_join_or_leave_without_listing_again(
