@@ -200,7 +200,7 @@ def _daemon_process(
 
     from queues.daemons.base import JobDaemon, Next
     from queues.daemons.pipeline import LockKeeper
-    from queues.daemons.runner import daemon_threads
+    from queues.daemons.runner import daemon_threads, tune_collector
     from queues.states import JOB, JOB_WORKING, JobState
     from queues.zk.client import client
 
@@ -222,6 +222,7 @@ def _daemon_process(
         for s in JOB_WORKING
     ]
     client().get_children("/")  # connected before it says it is ready
+    tune_collector()  # as runconsumer does before its loops start
     observer = None
     if record:
         # What runconsumer's Host adds: registration, and every step recorded in the database
@@ -368,6 +369,7 @@ def _raw_child(
     This child takes every ``processes``-th job of the Estimating listing, so the children never
     race for a job; each batch walks its jobs through every state to Completed."""
     setup_django()
+    from queues.daemons.runner import tune_collector
     from queues.states import JOB_WORKING, JobState
     from queues.zk import client as zkmod
     from queues.zk import multiread, paths
@@ -382,6 +384,7 @@ def _raw_child(
     batch_folders = [job_batch_folder(s) for s in states]
     names = sorted(zk.get_children(folders[0]))[index::processes]
     waiting = collections.deque(names[i : i + batch] for i in range(0, len(names), batch))
+    tune_collector()  # the garbage collector set as the daemons' processes set it
 
     class Walk:
         """One batch of jobs on its way through the states."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -10,6 +12,7 @@ from django.core.management import CommandError, call_command
 from queues.daemons.base import JobDaemon
 from queues.daemons.registry import DAEMONS
 from queues.daemons.runner import Host, daemon_threads
+from queues.management.commands import runconsumer
 from queues.zk import client as zkmod
 from queues.zk.jobs import job_load
 
@@ -102,3 +105,34 @@ def test_the_batched_loops_share_one_thread_a_copy_and_the_others_have_their_own
         assert not any(t.name.startswith("batched-") for t in each)
     finally:
         host.close()
+
+
+def test_a_long_running_consumer_sets_the_garbage_collector_before_its_loops_start(
+    zk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done: list[str] = []
+    monkeypatch.setattr(runconsumer, "tune_collector", lambda: done.append("collector set"))
+    monkeypatch.setattr(Host, "run", lambda self, stop: done.append("loops run"))
+    monkeypatch.setattr(runconsumer.Command, "_install_signals", lambda self, stop, timeout: None)
+    call_command("runconsumer", "pending")
+    assert done == ["collector set", "loops run"]
+    done.clear()
+    call_command("runconsumer", "all", "--once")  # one pass (scripts, tests): left alone
+    assert done == []
+
+
+def test_the_collector_leaves_what_a_started_consumer_holds_out_and_collects_less_often() -> None:
+    script = (
+        "import gc, os, django\n"
+        "os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'mrtadmin.settings')\n"
+        "django.setup()\n"
+        "from queues.daemons.runner import COLLECTOR_THRESHOLDS, tune_collector\n"
+        "before = gc.get_freeze_count()\n"
+        "tune_collector()\n"
+        "print(before, gc.get_freeze_count(), gc.get_threshold() == COLLECTOR_THRESHOLDS)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()
+    assert out[0] == "0" and int(out[1]) > 10_000  # Django and every module: frozen
+    assert out[2] == "True"

@@ -35,7 +35,7 @@ from queues.daemons.registry import (
     deployment_mode,
     deployment_problems,
 )
-from queues.daemons.runner import Host
+from queues.daemons.runner import Host, tune_collector
 from queues.transient import is_database_outage
 from queues.transient import reason as transient_reason
 from queues.zk.client import close
@@ -89,6 +89,7 @@ class Command(BaseCommand):
                 if code:
                     raise SystemExit(code)
                 return
+            tune_collector()
             host.run(stop)
         finally:
             host.close()
