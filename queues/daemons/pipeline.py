@@ -195,7 +195,6 @@ class Outgoing:
     """A batch whose requests are under way: claim multi, reads (the queue hold's among them)."""
 
     picks: list[Pick]
-    new: list[Pick]
     hold: str | None  # the queue hold's path, read with the jobs
     claim: PendingClaim | None
     reads: Any
@@ -610,7 +609,7 @@ class JobPipeline:
             if claim is not None:
                 claim.abandon()  # not in ``pending``, where ``_drop_in_hand`` would find it
             raise
-        return Outgoing(picks, new, hold, claim, reads, now, known, after)
+        return Outgoing(picks, hold, claim, reads, now, known, after)
 
     def _finish_batch(self, batch: Outgoing) -> None:
         """The answers of a batch sent earlier: the claim, the hold; then the step on each job
