@@ -44,10 +44,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from django.db import close_old_connections
+
 from queues.states import JOB
 from queues.zk import paths as zpaths
 from queues.zk.consumers import consumer_name
-from queues.zk.errors import InvalidTransition, MalformedNode, NotFound
+from queues.zk.errors import InvalidTransition, MalformedNode, NotFound, is_connection_error
 from queues.zk.jobs import (
     TransitionPlan,
     job_refresh,
@@ -319,6 +321,10 @@ class JobPipeline:
         return True
 
     def _absorb(self) -> None:
+        if not self._handed:
+            # Looked at without the lock (most cycles find nothing): a hand-over appended
+            # meanwhile sets the wake-up, which brings this loop round again.
+            return
         with self._handed_lock:
             handed, self._handed = self._handed, []
         if handed and self.keeper is not None:
@@ -478,10 +484,6 @@ class JobPipeline:
             log.debug("%s: leaving the claimers: %s", self.daemon.name, exc)
 
     def _cycle_logged(self, *, fresh: bool = False, block: bool = True) -> bool:
-        from django.db import close_old_connections
-
-        from queues.zk.errors import is_connection_error
-
         failed = True
         try:
             result = self.cycle(fresh=fresh, block=block)
@@ -834,8 +836,6 @@ class JobPipeline:
         except LockLost:
             outcomes = [NotFound("lock lost with the session")] * len(flight.works)
         except Exception as exc:
-            from queues.zk.errors import is_connection_error
-
             if not is_connection_error(exc):
                 raise
             # Whether it landed is unknown: the next claim finds the jobs wherever they are.
