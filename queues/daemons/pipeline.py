@@ -327,7 +327,7 @@ class JobPipeline:
             return
         with self._handed_lock:
             handed, self._handed = self._handed, []
-        if handed and self.keeper is not None:
+        if self.keeper is not None:
             self.keeper.arrived([job.jid for job, _holding, _current in handed])
         for job, holding, current in handed:
             name = zpaths.index_name(job.priority, job.jid)
