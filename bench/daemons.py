@@ -101,6 +101,7 @@ class CpuWindow:
 
 LOOPS = 7  # one daemon per job step after Pending: Estimating ... Notify
 WARM_UP = 0.05  # share of all transitions made before the window opens (start-up left out)
+WARMED = ", after one untimed run of each side with as many processes on the same server"
 POLL = 0.05  # s between two looks at the state folders while timing
 
 
@@ -520,7 +521,8 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument(
         "--no-warm-up",
         action="store_true",
-        help="time from the first run on (by default one untimed run of each side comes first)",
+        help="time from the first run on (by default one untimed run of each side comes first, "
+        "at each number of processes)",
     )
     parser.add_argument(
         "--recorder",
@@ -546,7 +548,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         f"Every process is started and connected before the window opens; only the window "
         f"counts (from {WARM_UP:.0%} of the transitions made until the first state is empty; "
         f"median of {args.rounds} rounds, each side first in every other round"
-        f"{'' if args.no_warm_up else ', after one untimed run of each on the same server'}). "
+        f"{'' if args.no_warm_up else WARMED}). "
         "'req/t': ZooKeeper requests per transition, from the server's mntr count; 'us/t': "
         "the client processes' CPU time per transition; 'busy': the whole machine's CPU use "
         "meanwhile.",
@@ -571,14 +573,17 @@ def main(argv: list[str] | None = None) -> list[str]:
                 hosts, jobs=args.jobs, processes=processes, batch=args.batch, seconds=args.seconds
             ).window
 
-        if not args.no_warm_up:
-            # A fresh server runs its request paths interpreted until the JVM has compiled
-            # them: the first runs on it cost the server about twice the CPU a transition of
-            # the later ones. Whichever side ran first paid for that; neither does now.
-            daemons(1)
-            raw(1)
         round_number = 0
         for processes in args.processes:
+            if not args.no_warm_up:
+                # A fresh server runs its request paths interpreted until the JVM has compiled
+                # them: the first runs on it cost the server about twice the CPU a transition
+                # of the later ones. And the first run with more processes than any before it
+                # was slow again: the daemons' first run at two or four processes made 30-40%
+                # fewer transitions a second than the next ones in each of the four sequences
+                # measured (2026-11-28). Whichever side ran first paid for that; neither does.
+                daemons(processes)
+                raw(processes)
             daemon_runs, raw_runs = [], []
             for _ in range(args.rounds):
                 # Each side goes first in every other round.
