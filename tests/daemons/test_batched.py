@@ -707,6 +707,46 @@ def test_a_divided_listing_of_several_priorities_passes_over_busy_and_leaving_jo
     assert taken == sorted(names[j] for j in own[2:] + foreign[2:])
 
 
+class _Looks(dict):
+    """A dict that counts its ``get`` calls (how often a listing looks at an entry's wait)."""
+
+    looks = 0
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.looks += 1
+        return super().get(key, default)
+
+
+def test_taking_over_a_big_share_looks_at_each_set_aside_entry_once(
+    zk: KazooClient, other_zk: KazooClient
+) -> None:
+    """A loop whose own share is used up takes over a slow owner's entries some 16 a take; the
+    entries its listing set aside are looked at once, not at every take (every loop of its
+    thread waits while it looks), and still come in run order, each once."""
+    other = ClaimShare(other_zk, JobState.ESTIMATING, "zz-other")
+    other.refresh()
+    share = ClaimShare(zk, JobState.ESTIMATING, "aa-this")
+    wait_for(lambda: refreshed(share, 2))
+    jids = [f"jid{n:010d}" for n in range(1, 3001)]
+    foreign = [f"{'03' if n % 3 else '07'}-{j}" for n, j in enumerate(jids) if not share.mine(j)]
+    assert len(foreign) > 1000
+    for strict in (True, False):
+        listing = StateListing(
+            zk, JobState.ESTIMATING, share=share, steal_after=0.0, max_age=3600, strict=strict
+        )
+        listing._first_seen = _Looks()
+        listing.listed(time.monotonic(), foreign, [])
+        taken: list[str] = []
+        while picks := listing.take(16, {}):
+            assert len(picks) <= 16 and all(p.stolen and not p.kept for p in picks)
+            taken += [p.name for p in picks]
+        assert sorted(taken) == sorted(foreign)  # every one, once
+        assert [n[:2] for n in taken] == sorted(n[:2] for n in taken)  # priority 03 first
+        if strict:
+            assert taken == sorted(foreign)
+        assert listing._first_seen.looks <= len(foreign)
+
+
 def test_jobs_taken_over_from_another_share_are_claimed_each_on_its_own(
     zk: KazooClient, other_zk: KazooClient
 ) -> None:
