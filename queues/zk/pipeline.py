@@ -182,7 +182,6 @@ class StateListing:
         self._deferred: list[str] = []
         self._ripe: list[str] = []
         self._first_seen: dict[str, float] = {}  # entry name -> when first passed over
-        self._ripe_at = float("inf")  # no deferred entry may be taken before then
         self._fresh_at = float("inf")  # none of ``_deferred`` is ripe before then
         # Jobs this consumer is moving out of the state: jid -> when the move was sent. A
         # listing sent before that may still show them (one sent after it cannot: ZooKeeper
@@ -233,7 +232,7 @@ class StateListing:
             entries = entries - self._names_of(self._leaving)
         self._deferred = []
         self._ripe = []
-        self._ripe_at = self._fresh_at = float("inf")
+        self._fresh_at = float("inf")
         if self._first_seen:
             first = self._first_seen
             for name in first.keys() - names:
@@ -292,7 +291,12 @@ class StateListing:
         ready to be taken over yet: the seconds until the first is. Otherwise None."""
         if self._heap or not (self._deferred or self._ripe):
             return None
-        return max(0.0, self._ripe_at - time.monotonic())
+        return max(0.0, self._ripe_from() - time.monotonic())
+
+    def _ripe_from(self) -> float:
+        """When a take may find other shares' entries to take over: at once when some were
+        found ripe (in hand here or not), else when the first of those set aside ripens."""
+        return float("-inf") if self._ripe else self._fresh_at
 
     def add(self, name: str) -> None:
         """Put in an index entry name (``paths.index_name``'s, or one taken from a listing)."""
@@ -401,7 +405,6 @@ class StateListing:
             earliest = min(first.values(), default=None)
         if earliest is not None:
             self._fresh_at = min(self._fresh_at, earliest + self.steal_after)
-            self._ripe_at = min(self._ripe_at, self._fresh_at)
 
     def _steal(self, room: int) -> list[Pick]:
         """Up to ``room`` entries of other shares that have waited ``steal_after`` seconds
@@ -417,7 +420,7 @@ class StateListing:
         was 80 ms a take; now some 30 us). The entries set aside are looked at once they may be
         ripe, and those found ripe join the ripe ones, kept in run order (they stay ripe)."""
         now = time.monotonic()
-        if room <= 0 or not (self._deferred or self._ripe) or now < self._ripe_at:
+        if room <= 0 or not (self._deferred or self._ripe) or now < self._ripe_from():
             return []
         if self._deferred and now >= self._fresh_at:
             ripe_before = now - self.steal_after
@@ -459,8 +462,6 @@ class StateListing:
         if chosen:
             taken = set(chosen)
             ripe[lo:place] = [name for name in ripe[lo:place] if name not in taken]
-        # Ripe ones are left (those in hand now among them): the next take looks again.
-        self._ripe_at = now if ripe else self._fresh_at
         return [Pick(name, name[3:], stolen=True) for name in chosen]
 
     def _take(self, count: int, kept: dict[str, str]) -> list[Pick]:
