@@ -265,6 +265,11 @@ class JobPipeline:
         # nothing else of them since they were read: only what others may change is read again.
         self.known: dict[str, Job] = {}
         self.holding: dict[str, Holding] = {}
+        # Every entry of ``holding`` equals ``_checked`` unless ``_unchecked``: ``_drop_stale``
+        # then has nothing to look at while the session stays (entries come in through
+        # ``_hold`` only).
+        self._checked: Holding | None = None
+        self._unchecked = False
         self._handed: list[tuple[Job, Holding, bool]] = []  # from other loops' threads
         self._handed_lock = threading.Lock()
         self.wake = Wake()
@@ -332,7 +337,7 @@ class JobPipeline:
         for job, holding, current in handed:
             name = zpaths.index_name(job.priority, job.jid)
             self.kept[job.jid] = name
-            self.holding[job.jid] = holding
+            self._hold(job.jid, holding)
             if current:
                 self.known[job.jid] = job
             self.listing.add(name)
@@ -349,18 +354,29 @@ class JobPipeline:
                 self.listing.add(pick.name)
             for pick in locked:
                 self.kept[pick.jid] = pick.name
-                self.holding[pick.jid] = holding
+                self._hold(pick.jid, holding)
                 self.listing.add(pick.name)
 
     def _current(self) -> Holding:
         return Holding(self.daemon.gate.generation, session_id(self.zk))
 
+    def _hold(self, jid: str, holding: Holding) -> None:
+        """Note ``jid``'s lock as held since ``holding``."""
+        self.holding[jid] = holding
+        if holding != self._checked:
+            self._unchecked = True
+
     def _drop_stale(self, now: Holding) -> None:
-        """Forget kept jobs whose session is gone: ZooKeeper removed their locks already."""
+        """Forget kept jobs whose session is gone: ZooKeeper removed their locks already.
+        Every cycle asks; the holdings are looked through only when one may differ from
+        ``now`` (a new session, or a lock noted under another since the last look)."""
+        if now == self._checked and not self._unchecked:
+            return
         for jid in [j for j, h in self.holding.items() if h != now]:
             self.holding.pop(jid, None)
             self.kept.pop(jid, None)
             self.known.pop(jid, None)
+        self._checked, self._unchecked = now, False
 
     def _give_back(self, jids: list[str], now: Holding) -> None:
         """Delete the locks of ``jids`` (when still this session's) and forget them."""
@@ -628,7 +644,7 @@ class JobPipeline:
         # the claim, queued after kazoo failed the requests under way, went out on the new
         # connection and took its locks.)
         for jid in locked:
-            self.holding[jid] = now
+            self._hold(jid, now)
         if batch.after_look_ahead:
             self.listing.apply_look_ahead()  # answered before this batch's requests
         if batch.claim is not None and (batch.claim.busy or batch.claim.lost):
@@ -716,7 +732,7 @@ class JobPipeline:
                 log.warning("%s: last claim: %s", self.daemon.name, exc)
                 locked = set()
             for jid in locked:
-                self.holding[jid] = batch.holding
+                self._hold(jid, batch.holding)
             self._give_back([p.jid for p in batch.picks if p.kept or p.jid in locked], now)
         self._finish_move()
         self.listing.apply_look_ahead()

@@ -14,7 +14,7 @@ from kazoo.client import KazooClient
 
 from queues.daemons import pipeline as pipeline_module
 from queues.daemons.base import JobDaemon, Next, SessionGate, Step
-from queues.daemons.pipeline import JobPipeline, LockKeeper
+from queues.daemons.pipeline import Holding, JobPipeline, LockKeeper
 from queues.states import BatchState, JobState
 from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
@@ -551,6 +551,24 @@ def test_session_expiry_drops_kept_locks_and_nothing_moves_under_them(
     assert lock_owner(zk, jobs[0].jid) == other_zk.client_id[0]
     mine = job_load(zk, jobs[1].jid)
     assert mine.state == JobState.DOWNLOADING and mine.lock is None
+
+
+def test_a_lock_handed_over_from_a_gone_session_is_dropped_by_a_loop_that_looked_already(
+    zk: KazooClient, other_zk: KazooClient
+) -> None:
+    # The loop looks through its holdings only when one may be from another session: here it
+    # has looked (and found nothing) under the current one before a move collected late hands
+    # it a job whose lock was taken in a session since lost (another consumer holds it now).
+    (job,) = jobs_in(zk, 1, state=JobState.PROVISIONING)
+    assert lock_create(other_zk, zpaths.job_node(job.jid, "lock"))
+    _first, second, _one, two = two_steps(zk)
+    cycle_until_idle(two)  # the job is busy: nothing taken, every holding looked at
+    now = two._current()
+    assert two.hand([(job, True)], Holding(now.generation, (now.session or 0) + 1))
+    cycle_until_idle(two)
+    assert second.seen == []  # no step under a lock this session does not hold
+    assert two.holding == {} and two.kept == {}
+    assert lock_owner(zk, job.jid) == other_zk.client_id[0]
 
 
 def test_run_gives_kept_locks_back_when_it_stops(zk: KazooClient) -> None:
