@@ -265,11 +265,9 @@ class JobPipeline:
         # nothing else of them since they were read: only what others may change is read again.
         self.known: dict[str, Job] = {}
         self.holding: dict[str, Holding] = {}
-        # Every entry of ``holding`` equals ``_checked`` unless ``_unchecked``: ``_drop_stale``
-        # then has nothing to look at while the session stays (entries come in through
-        # ``_hold`` only).
+        # When not None, every entry of ``holding`` equals it: ``_drop_stale`` then has nothing
+        # to look at while the session stays (entries come in through ``_hold`` only).
         self._checked: Holding | None = None
-        self._unchecked = False
         self._handed: list[tuple[Job, Holding, bool]] = []  # from other loops' threads
         self._handed_lock = threading.Lock()
         self.wake = Wake()
@@ -364,19 +362,19 @@ class JobPipeline:
         """Note ``jid``'s lock as held since ``holding``."""
         self.holding[jid] = holding
         if holding != self._checked:
-            self._unchecked = True
+            self._checked = None
 
     def _drop_stale(self, now: Holding) -> None:
         """Forget kept jobs whose session is gone: ZooKeeper removed their locks already.
         Every cycle asks; the holdings are looked through only when one may differ from
         ``now`` (a new session, or a lock noted under another since the last look)."""
-        if now == self._checked and not self._unchecked:
+        if now == self._checked:
             return
         for jid in [j for j, h in self.holding.items() if h != now]:
             self.holding.pop(jid, None)
             self.kept.pop(jid, None)
             self.known.pop(jid, None)
-        self._checked, self._unchecked = now, False
+        self._checked = now
 
     def _give_back(self, jids: list[str], now: Holding) -> None:
         """Delete the locks of ``jids`` (when still this session's) and forget them."""
