@@ -516,7 +516,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         action="store_true",
         help="each loop in a thread of its own (MRT_SHARED_LOOPS=0), not all in one",
     )
-    parser.add_argument("--rounds", type=int, default=5, help="runs of each; medians are shown")
+    parser.add_argument("--rounds", type=int, default=9, help="runs of each; medians are shown")
     parser.add_argument("--hosts", default="", help="ZooKeeper to use (default: a throwaway one)")
     parser.add_argument(
         "--no-warm-up",
