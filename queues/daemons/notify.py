@@ -3,32 +3,57 @@ folder is deleted once the job is Completed, and a batch whose last job this was
 Reporting.
 
 The callback is Merritt ingest's: ``POST {CallbackURL}/mc/{jobID}`` with the job's state as
-JSON (``job:jobState``, docs/merritt-services.md), through the depositor fetch policy. It may be
-called twice for one job (steps are at-least-once); the job ID lets the receiver see a repeat.
-Unlike Merritt's ingest, which only logs a failed callback, a callback that cannot be delivered
-fails the job (resumable): the operator sees it, and a resume calls it again.
+JSON (``job:jobState``, docs/merritt-services.md), through the depositor fetch policy. Unlike
+Merritt's ingest, which only logs a failed callback, a callback that cannot be delivered fails the
+job (resumable): the operator sees it, and a resume calls it again.
+
+A callback is a side effect that no ZooKeeper lock fences once its holder's session is gone (a
+batched loop posts a whole batch's callbacks before their one move). So the step records it
+first, under the job's lock (``queues.zk.side_effects``), and marks the record delivered once
+the receiver answered: a claimer that finds a delivered record moves the job on without posting
+again. Only a callback whose answer was lost with the session (or whose mark could not be
+written) is posted twice; the job ID lets the receiver see the repeat.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+import logging
+from typing import Any, ClassVar
 
 from django.conf import settings
 
 from queues.daemons import clients
-from queues.daemons.base import JobDaemon, Next, Step, StepFailed
+from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
 from queues.daemons.workfolder import remove_workdir
 from queues.depositors import depositor_policy
 from queues.states import JobState
 from queues.steps.notify import CallbackError, post_job_callback
 from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile
+from queues.zk.errors import Conflict, StaleVersion
 from queues.zk.records import Job
+from queues.zk.side_effects import (
+    callback_record_clear,
+    callback_record_delivered,
+    callback_record_read,
+    callback_record_start,
+)
+
+log = logging.getLogger("queues.daemons")
+
+RECORDS_KEPT = 10_000
 
 
 class Notify(JobDaemon):
     name: ClassVar[str] = "notify"
     step: ClassVar[str] = "notify"
     state: ClassVar[str] = JobState.NOTIFY
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # Jobs whose callback record this consumer wrote, for ``after`` to delete once they are
+        # Completed (the jobs without a callback cost no request). A job whose move failed is
+        # claimed again, perhaps elsewhere: forgotten past RECORDS_KEPT.
+        self._recorded: set[str] = set()
 
     def work(self, item: Job) -> Step:
         try:
@@ -38,19 +63,57 @@ class Notify(JobDaemon):
         except ProfileError as exc:
             raise StepFailed(str(exc)) from exc
         if profile is not None and profile.callback_url:
-            try:
-                post_job_callback(
-                    profile.callback_url,
-                    item.jid,
-                    clients.callback_state(item),
-                    timeout=settings.MRT_HTTP_TIMEOUT,
-                    policy=depositor_policy(),
-                )
-            except CallbackError as exc:
-                raise StepFailed(str(exc)) from exc
+            return self.call_back_once(item, profile.callback_url)
+        return Next(JobState.COMPLETED)
+
+    def call_back_once(self, item: Job, url: str) -> Step:
+        """Post the job's callback unless an earlier claim of the job delivered it."""
+        found = callback_record_read(self.zk, item.jid)
+        if found is not None and found.delivered:
+            log.info(
+                "%s notify: callback delivered at %s (claim of session %s); not posted again",
+                item.jid,
+                found.delivered,
+                found.session or "?",
+            )
+            return self._completed(item)
+        if found is not None:
+            log.warning(
+                "%s notify: the claim of session %s started the callback at %s; it is not "
+                "recorded as delivered, so it is posted again",
+                item.jid,
+                found.session or "?",
+                found.since or "?",
+            )
+        try:
+            record = callback_record_start(self.zk, item, url, found=found)
+        except (Conflict, StaleVersion) as exc:
+            # The job's lock or status changed since the claim: it is not ours to call back.
+            return Stay(f"callback not posted: {exc}")
+        try:
+            post_job_callback(
+                url,
+                item.jid,
+                clients.callback_state(item),
+                timeout=settings.MRT_HTTP_TIMEOUT,
+                policy=depositor_policy(),
+            )
+        except CallbackError as exc:
+            raise StepFailed(str(exc)) from exc
+        callback_record_delivered(self.zk, item.jid, record)
+        return self._completed(item)
+
+    def _completed(self, item: Job) -> Next:
+        """On to Completed, the job's callback record noted for ``after`` to delete."""
+        if len(self._recorded) >= RECORDS_KEPT:
+            self._recorded.clear()
+        self._recorded.add(item.jid)
         return Next(JobState.COMPLETED)
 
     def after(self, item: Job, step: Next) -> None:
         if step.target == JobState.COMPLETED:
             remove_workdir(item)
+            if item.jid in self._recorded:
+                self._recorded.discard(item.jid)
+                callback_record_clear(self.zk, item.jid)
         super().after(item, step)

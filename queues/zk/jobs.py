@@ -53,6 +53,7 @@ from .nodes import (
     start_reads,
 )
 from .records import Broken, Job, Status, decode_each, evolve
+from .side_effects import callback_record_path
 from .store_intents import store_intent_path
 
 DEFAULT_PRIORITY = 5
@@ -751,8 +752,8 @@ def job_set_json_locked(zk: KazooClient, job: Job, name: str, value: dict[str, A
 
 
 def job_remove(zk: KazooClient, job: Job, *, check_state: bool = True) -> None:
-    """Delete every node of a job, both its index entries and its storage add record
-    (``store_intents``) in one transaction.
+    """Delete every node of a job, both its index entries and its records of side effects
+    (``store_intents``, ``side_effects``) in one transaction.
 
     With ``check_state`` the state machine must allow the delete (Held, Failed, Completed, or
     Deleted: a job Merritt's library marked Deleted); a batch delete removes its jobs whatever
@@ -767,7 +768,13 @@ def job_remove(zk: KazooClient, job: Job, *, check_state: bool = True) -> None:
     entries = [
         p
         for p, stat in exists_many(
-            zk, [job.index_path, job.batch_index_path, store_intent_path(job.jid)]
+            zk,
+            [
+                job.index_path,
+                job.batch_index_path,
+                store_intent_path(job.jid),
+                callback_record_path(job.jid),
+            ],
         ).items()
         if stat is not None
     ]

@@ -18,12 +18,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from . import paths
-from .codecs import decode_any, encode_json, now_stamp
-from .errors import Conflict
-from .kazoo_private import Multi, session_id
-from .locks import lock_owned
-from .nodes import commit
+from .codecs import encode_json, now_stamp
+from .kazoo_private import session_id
 from .records import Job
+from .side_effects import read_record, write_under_lock
 
 STORE_INTENTS = f"{paths.CONSOLE}/store-intents"
 
@@ -47,17 +45,10 @@ class StoreIntent:
 def store_intent_read(zk: KazooClient, jid: str) -> StoreIntent | None:
     """The job's record, or None when no add was started. A record that does not parse still
     means an add may have been sent, so it reads as one with empty fields."""
-    try:
-        data, _stat = zk.get(store_intent_path(jid))
-    except NoNodeError:
+    found = read_record(zk, store_intent_path(jid))
+    if found is None:
         return None
-    value = decode_any(data)
-    fields = value if isinstance(value, dict) else {}
-
-    def text(name: str) -> str:
-        item = fields.get(name)
-        return item if isinstance(item, str) else ""
-
+    text, _version = found
     return StoreIntent(
         manifest_url=text("manifest_url"),
         manifest_sha256=text("manifest_sha256"),
@@ -94,30 +85,15 @@ def store_intent_record(
         session=f"{session:x}" if (session := session_id(zk)) else "",
     )
     data = encode_json(asdict(intent))
-    try:
-        _write(zk, job, data, replace=replace)
-    except Conflict:
-        # The folder is made on first use; any other refusal is about the job's lock or status.
-        if replace or zk.exists(STORE_INTENTS) is not None:
-            raise
-        zk.ensure_path(STORE_INTENTS)
-        _write(zk, job, data, replace=replace)
+    write_under_lock(
+        zk,
+        job,
+        store_intent_path(job.jid),
+        data,
+        replace=replace,
+        what=f"record the storage add of {job.jid}",
+    )
     return intent
-
-
-def _write(zk: KazooClient, job: Job, data: bytes, *, replace: bool) -> None:
-    path = store_intent_path(job.jid)
-    lock = paths.job_node(job.jid, "lock")
-    if not lock_owned(zk, lock):
-        raise Conflict(f"record the storage add of {job.jid}: its lock is not this session's")
-    txn = Multi(zk)
-    txn.check(lock, -1)
-    txn.check(paths.job_node(job.jid, "status"), job.status.version)
-    if replace:
-        txn.set_data(path, data)
-    else:
-        txn.create(path, data)
-    commit(txn, what=f"record the storage add of {job.jid}")
 
 
 def store_intent_clear(zk: KazooClient, jid: str) -> None:

@@ -15,11 +15,13 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from kazoo.client import KazooClient
 
-from queues.daemons.base import Daemon
+from queues.daemons.base import Daemon, SessionGate
 from queues.daemons.registry import DAEMONS
 from queues.states import JOB_STEPS
 from queues.steps.checkm import BATCH_MANIFEST, OBJECT_MANIFEST, write_checkm
+from queues.zk import client as zkmod
 from queues.zk.batches import batch_create
 from queues.zk.jobs import job_create, job_transition
 from queues.zk.records import Job
@@ -38,6 +40,9 @@ class FileServer:
         self.counts: Counter[tuple[str, str]] = Counter()
         self.posts: list[tuple[str, bytes]] = []
         self.post_status = 200
+        # Called with each POST's path once it is recorded, before it is answered: where a
+        # test acts while a consumer waits for a callback's answer.
+        self.on_post: Callable[[str], None] | None = None
         # path -> seconds to spread the body over; "first" ones only slow the first GET.
         self.slow: dict[str, float] = {}
         self.slow_first: dict[str, float] = {}
@@ -119,6 +124,8 @@ def _handler(server: FileServer) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(length) if length else b""
             with server.lock:
                 server.posts.append((route, body))
+            if server.on_post is not None:
+                server.on_post(route)
             self._send_error(server.post_status)
 
     return Handler
@@ -229,3 +236,23 @@ def wait_for(check: Callable[[], Any], *, timeout: float = 60.0, every: float = 
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting after {timeout}s")
         time.sleep(every)
+
+
+def expire_session(zk: KazooClient, hosts: str) -> None:
+    """End ``zk``'s session on the server, as a long network outage would."""
+    thief = KazooClient(hosts=hosts, client_id=zk.client_id)
+    thief.start(timeout=10)
+    thief.stop()
+    thief.close()
+
+
+@pytest.fixture
+def own_zk(zk_hosts: str) -> Iterator[tuple[KazooClient, SessionGate]]:
+    """A consumer's client whose session the test may end (``expire_session``), with a gate
+    fed by its state changes."""
+    client = zkmod.connect(zk_hosts)
+    gate = SessionGate()
+    client.add_listener(lambda state: gate.on_state(str(state)))
+    yield client, gate
+    client.stop()
+    client.close()

@@ -13,10 +13,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from queues.daemons import pipeline as pipeline_module
-from queues.daemons.base import JobDaemon, Next, SessionGate, Step
+from queues.daemons.base import JobDaemon, Next, Step
 from queues.daemons.pipeline import Holding, JobPipeline, LockKeeper
 from queues.states import BatchState, JobState
-from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
 from queues.zk.batches import CompletionCheck, batch_load, batch_transition
 from queues.zk.consumers import claimers_folder
@@ -32,7 +31,7 @@ from queues.zk.locks import lock_create, queue_hold_set
 from queues.zk.pipeline import ClaimShare, PendingClaim, StateListing
 from queues.zk.records import Job
 
-from .conftest import make_job, wait_for
+from .conftest import expire_session, make_job, wait_for
 
 CONFIG = {"payload_url": "http://x/a", "type": "file"}
 
@@ -478,25 +477,6 @@ def test_priority_order_is_kept_in_batches_and_across_kept_locks(zk: KazooClient
     cycle_until_idle(two)
     order = [j for j in second.seen if j in (kept.jid, first_in_line.jid, urgent.jid)]
     assert order == [urgent.jid, first_in_line.jid, kept.jid]
-
-
-def expire_session(zk: KazooClient, hosts: str) -> None:
-    """End ``zk``'s session on the server, as a long network outage would."""
-    thief = KazooClient(hosts=hosts, client_id=zk.client_id)
-    thief.start(timeout=10)
-    thief.stop()
-    thief.close()
-
-
-@pytest.fixture
-def own_zk(zk_hosts: str):
-    """A client whose session this test may expire, with a gate fed by its state changes."""
-    client = zkmod.connect(zk_hosts)
-    gate = SessionGate()
-    client.add_listener(lambda state: gate.on_state(str(state)))
-    yield client, gate
-    client.stop()
-    client.close()
 
 
 def test_session_expiry_during_a_step_commits_nothing(

@@ -17,7 +17,6 @@ from kazoo.client import KazooClient
 
 from queues.daemons.base import SessionGate
 from queues.daemons.storing import Storing
-from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
 from queues.zk.jobs import job_load, job_transition
 from queues.zk.locks import lock_create
@@ -25,8 +24,7 @@ from queues.zk.records import Job
 from queues.zk.store_intents import store_intent_read
 from tests.steps.merritt_standins import StorageStandIn, exception_document, running
 
-from .conftest import FileServer, drive, make_job, wait_for
-from .test_batched import expire_session
+from .conftest import FileServer, drive, expire_session, make_job, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -76,17 +74,6 @@ def merritt_storage(settings: Any, work_folder: _WorkFolder) -> Iterator[Storage
     with running(StorageStandIn(nodes=(9501,))) as storage:
         settings.MRT_STORAGE_URL = storage.url
         yield storage
-
-
-@pytest.fixture
-def own_zk(zk_hosts: str) -> Iterator[tuple[KazooClient, SessionGate]]:
-    """A consumer's client whose session this test ends, with a gate fed by its states."""
-    client = zkmod.connect(zk_hosts)
-    gate = SessionGate()
-    client.add_listener(lambda state: gate.on_state(str(state)))
-    yield client, gate
-    client.stop()
-    client.close()
 
 
 def _in_storing(zk: KazooClient, files: FileServer, name: str, text: str) -> Job:

@@ -1,0 +1,180 @@
+"""Records of what a step did outside ZooKeeper, kept under ``/mrt-console/`` (the contract's
+"Side effects outside ZooKeeper"): a job's lock fences ZooKeeper writes only, so a step whose
+effect elsewhere cannot be undone notes it here, and the next claimer of the job reads the note.
+
+``write_under_lock`` is how every such record is written: only while the job's lock is this
+session's, in one transaction that checks the lock still exists and the job's status is the one
+the step read. Storing's add records (``store_intents``) and Notify's callback records (below)
+use it.
+
+A callback record, ``/mrt-console/callbacks/JID``, JSON ``{url, since, session, delivered}``:
+written before Notify posts the job's callback (``delivered`` empty), marked with the time the
+receiver answered 2xx once it did. A claimer that finds a delivered record does not post again;
+one that finds an undelivered record posts again (the receiver may or may not have it: a callback
+cannot be asked what it holds) and says so in the log. Notify deletes the record once the job is
+Completed; ``job_remove`` deletes it with the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from . import paths
+from .codecs import decode_any, encode_json, now_stamp
+from .errors import Conflict, patiently
+from .kazoo_private import Multi, session_id
+from .locks import lock_owned
+from .nodes import commit
+from .records import Job
+
+log = logging.getLogger("queues.zk")
+
+CALLBACKS = f"{paths.CONSOLE}/callbacks"
+
+# How long marking a callback delivered waits for ZooKeeper to answer again (seconds): the
+# callback went, and a record left undelivered makes the next claim post it again.
+DELIVERED_PATIENCE = 30.0
+
+
+def write_under_lock(
+    zk: KazooClient, job: Job, path: str, data: bytes, *, replace: bool, what: str
+) -> int:
+    """Create (or, with ``replace``, overwrite) ``path`` once the job's lock is seen to belong to
+    this client's session, in one transaction that checks the lock still exists and the job's
+    status is at the version ``job`` was read at; the record's version after the write.
+
+    ZooKeeper's ``check`` compares versions, not owners, and kazoo opens a new session by itself
+    after an expiry: the owner read keeps a consumer whose session went since its claim from
+    writing under the lock the next consumer now holds. Conflict or StaleVersion when the job is
+    no longer this consumer's. The record's folder is made on first use.
+    """
+    lock = paths.job_node(job.jid, "lock")
+    if not lock_owned(zk, lock):
+        raise Conflict(f"{what}: the lock of {job.jid} is not this session's")
+
+    def attempt() -> int:
+        txn = Multi(zk)
+        txn.check(lock, -1)
+        txn.check(paths.job_node(job.jid, "status"), job.status.version)
+        if replace:
+            txn.set_data(path, data)
+        else:
+            txn.create(path, data)
+        results = commit(txn, what=what)
+        return int(results[2].version) if replace else 0
+
+    try:
+        return attempt()
+    except Conflict:
+        # Any refusal other than a missing folder is about the job's lock or status.
+        folder = path.rpartition("/")[0]
+        if replace or zk.exists(folder) is not None:
+            raise
+        zk.ensure_path(folder)
+        return attempt()
+
+
+def callback_record_path(jid: str) -> str:
+    return f"{CALLBACKS}/{paths.jid(jid)}"
+
+
+@dataclass(frozen=True)
+class CallbackRecord:
+    """A job's callback to ``url``, started at ``since`` by the session ``session`` (hex), and
+    answered 2xx at ``delivered`` (empty while not known to be)."""
+
+    url: str
+    since: str = ""
+    session: str = ""
+    delivered: str = ""
+    version: int = 0  # the node's, for marking it delivered
+
+
+def read_record(zk: KazooClient, path: str) -> tuple[Callable[[str], str], int] | None:
+    """The record at ``path``: a getter of its text fields ("" for one missing or not text,
+    and for every field of a record that does not parse: such a record still means the side
+    effect may have happened) and the node's version; None when there is none."""
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError:
+        return None
+    value = decode_any(data)
+    fields = value if isinstance(value, dict) else {}
+
+    def text(name: str) -> str:
+        item = fields.get(name)
+        return item if isinstance(item, str) else ""
+
+    return text, stat.version
+
+
+def callback_record_read(zk: KazooClient, jid: str) -> CallbackRecord | None:
+    """The job's callback record, or None when no callback was started (one that does not
+    parse reads as undelivered)."""
+    found = read_record(zk, callback_record_path(jid))
+    if found is None:
+        return None
+    text, version = found
+    return CallbackRecord(
+        url=text("url"),
+        since=text("since"),
+        session=text("session"),
+        delivered=text("delivered"),
+        version=version,
+    )
+
+
+def _encode(record: CallbackRecord) -> bytes:
+    fields = asdict(record)
+    del fields["version"]
+    return encode_json(fields)
+
+
+def callback_record_start(
+    zk: KazooClient, job: Job, url: str, *, found: CallbackRecord | None
+) -> CallbackRecord:
+    """Record that the job's callback to ``url`` is about to be posted (over ``found``, the
+    record ``callback_record_read`` gave); Conflict or StaleVersion when the job is no longer
+    this consumer's (``write_under_lock``), and then nothing may be posted."""
+    session = session_id(zk)
+    record = CallbackRecord(url=url, since=now_stamp(), session=f"{session:x}" if session else "")
+    version = write_under_lock(
+        zk,
+        job,
+        callback_record_path(job.jid),
+        _encode(record),
+        replace=found is not None,
+        what=f"record the callback of {job.jid}",
+    )
+    return replace(record, version=version)
+
+
+def callback_record_delivered(zk: KazooClient, jid: str, record: CallbackRecord) -> bool:
+    """Mark ``record`` (this claim's, from ``callback_record_start``) delivered, waiting out a
+    connection outage of up to DELIVERED_PATIENCE s. Not under the job's lock: that the callback
+    went is true whoever holds the job now. False when another claim has rewritten or deleted
+    the record meanwhile (its own callback is its to mark) or ZooKeeper stayed away."""
+    data = _encode(replace(record, delivered=now_stamp()))
+    try:
+        patiently(
+            lambda: zk.set(callback_record_path(jid), data, version=record.version),
+            patience=DELIVERED_PATIENCE,
+        )
+    except (BadVersionError, NoNodeError):
+        return False
+    except Exception as exc:
+        log.warning("%s notify: callback delivered, but not recorded: %s", jid, exc)
+        return False
+    return True
+
+
+def callback_record_clear(zk: KazooClient, jid: str) -> None:
+    """Remove the job's callback record (the job is Completed)."""
+    with contextlib.suppress(NoNodeError):
+        zk.delete(callback_record_path(jid))
