@@ -3,7 +3,9 @@
 A collection hold on the batch's profile, or a held ingest queue, parks the batch as Held (an
 operator releases it). Otherwise the payload is read: a file, a container or an object manifest
 is one object; the three batch manifests give one object per line. A corrupt manifest, or one of
-the wrong kind, fails the batch with a message naming the line.
+the wrong kind, fails the batch with a message naming the line; so does a batch manifest of
+more objects than one batch may hold (``BATCH_JOBS_MAX``, about 60,000: its job folders must stay
+listable by Merritt's clients), before any job is made.
 
 Each job's ``configuration`` is the batch submission's own keys (profile, submitter, batchID,
 submissionDate, update, ..., with the batch's type in the console's naming as
@@ -55,6 +57,7 @@ from queues.zk.batches import batch_job_ids
 from queues.zk.jobs import job_configuration_update, job_create, jobs_load
 from queues.zk.locks import collection_held, queue_held
 from queues.zk.records import Batch, Job
+from queues.zk.sized import BATCH_JOBS_MAX
 
 log = logging.getLogger("queues.daemons")
 
@@ -159,6 +162,12 @@ class BatchPending(BatchDaemon):
         except ProfileError as exc:
             raise StepFailed(str(exc)) from exc
         specs = expand(item)
+        if len(specs) > BATCH_JOBS_MAX:
+            raise StepFailed(
+                f"the manifest lists {len(specs):,} objects; one batch holds at most "
+                f"{BATCH_JOBS_MAX:,} (the listing of its jobs must stay within ZooKeeper's "
+                "default 1 MiB, which Merritt's clients read): submit it as several batches"
+            )
         priority = batch_priority(profile.priority, len(specs))
         existing = self.existing_jobs(item)
         base = {k: v for k, v in item.submission.items() if k not in OBJECT_KEYS}

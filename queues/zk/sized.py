@@ -27,6 +27,10 @@ JUTE_MAXBUFFER = 0xFFFFF
 # a multi's framing. A few hundred bytes; kept generous.
 HEADROOM = 16 * 1024
 NODE_BUDGET = JUTE_MAXBUFFER - HEADROOM
+# The most jobs one batch may hold: a listing of one of its job folders
+# (``/batches/BID/states/...``), four bytes of length and the job ID's 13 bytes a child, must
+# come back within what Merritt's Java clients read (the contract's "Sizes"). 60,717.
+BATCH_JOBS_MAX = NODE_BUDGET // (4 + len("jid0000000000"))
 
 
 class TooLarge(DomainError):

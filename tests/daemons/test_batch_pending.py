@@ -14,6 +14,7 @@ from queues.steps.checkm import CONTAINER_BATCH_MANIFEST, SINGLE_FILE_BATCH_MANI
 from queues.zk.batches import batch_job_ids, batch_load
 from queues.zk.jobs import job_create, job_load
 from queues.zk.locks import collection_hold_set, queue_hold_set
+from queues.zk.sized import BATCH_JOBS_MAX
 from queues.zkserver import free_port
 
 from .conftest import DEMO, FileServer, batch_manifest, daemon, md5, object_manifest
@@ -238,3 +239,22 @@ def test_a_mail_server_that_refuses_does_not_hold_the_jobs_back(
     assert batch.state == "Processing"
     assert "queued mail not sent" in batch.status.message
     assert len(_jobs(zk, bid)) == 1
+
+
+def test_a_manifest_of_more_objects_than_a_batch_holds_fails_the_batch_before_any_job(
+    zk, files: FileServer
+) -> None:
+    # One listing of a batch's job folder must stay within the 1 MiB Merritt's clients read.
+    assert BATCH_JOBS_MAX == 60_717
+    rows = [{"url": f"{files.url}/p{n}.txt"} for n in range(BATCH_JOBS_MAX + 1)]
+    manifest = batch_manifest(rows, SINGLE_FILE_BATCH_MANIFEST)
+    bid = _submit(files.put("big.checkm", manifest), "single-file-batch-manifest")
+    daemon(zk, "batch-pending").run_once()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Failed"
+    assert batch.status.message == (
+        "batch-pending: the manifest lists 60,718 objects; one batch holds at most 60,717 (the "
+        "listing of its jobs must stay within ZooKeeper's default 1 MiB, which Merritt's "
+        "clients read): submit it as several batches"
+    )
+    assert _jobs(zk, bid) == []
