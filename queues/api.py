@@ -63,7 +63,10 @@ from .views.common import (
 
 
 def _error(message: str, status: int) -> JsonResponse:
-    return JsonResponse({"error": message, "status": status}, status=status)
+    response = JsonResponse({"error": message, "status": status}, status=status)
+    if status == 503:
+        response["Retry-After"] = str(RETRY_SECONDS)
+    return response
 
 
 def api_view(
@@ -97,9 +100,7 @@ def api_view(
                     raise
                 if not refusal.unavailable:
                     return _error(refusal.message, refusal.status)
-                response = _error(f"ZooKeeper is unavailable: {refusal.message}", 503)
-                response["Retry-After"] = str(RETRY_SECONDS)
-                return response
+                return _error(f"ZooKeeper is unavailable: {refusal.message}", 503)
             if isinstance(result, HttpResponse):
                 return result
             if index and request.method == "GET" and not result.get("loading"):

@@ -57,6 +57,7 @@ from queues.zk.errors import (
     MalformedNode,
     NotFound,
     QueueHeld,
+    StillLoading,
 )
 from queues.zk.jobs import (
     index_entries,
@@ -873,12 +874,24 @@ def priority_scope(*, kind: str, name: str) -> PriorityScope:
     return PriorityScope(kind, name, [jid for _p, jid in entries], by_priority, index.filling)
 
 
+def still_loading(what: str) -> StillLoading:
+    """The refusal of an action that must see every item it names while the read index still
+    fills after a start (``what`` are the items)."""
+    return StillLoading(
+        f"the console is still reading the queue after a start, so {what} are not all known "
+        "yet: nothing was changed; try again in a moment"
+    )
+
+
 def _in_flight_of(profile: str) -> list[str]:
-    """The collection's jobs in flight, from the read index."""
+    """The collection's jobs in flight, from the read index; StillLoading while it fills after a
+    start (it would name only the jobs read so far, and the count would come out short)."""
     from queues.zk import index as zindex
     from queues.zk.caps import IN_FLIGHT
 
     index = zindex.for_client(client())
+    if index.filling:
+        raise still_loading(f"the jobs of collection {profile} in flight")
     return [
         jid
         for s in sorted(IN_FLIGHT)
@@ -892,8 +905,9 @@ def collection_cap_set(*, profile: str, limit: int, reason: str = "", by: str = 
     from queues.zk import caps
 
     zk = client()
+    in_flight = _in_flight_of(profile)  # first: nothing is written while the index fills
     old = caps.cap_set(zk, zpaths.profile(profile), caps.check_limit(limit), by=by, reason=reason)
-    added, removed = caps.recount(zk, profile, _in_flight_of(profile))
+    added, removed = caps.recount(zk, profile, in_flight)
     cap = caps.cap_of(zk, profile)
     counted = cap.counted if cap is not None else added
     return Outcome(

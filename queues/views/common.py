@@ -50,6 +50,7 @@ from queues.zk.errors import (
     MalformedNode,
     NotFound,
     QueueHeld,
+    StillLoading,
     is_connection_error,
 )
 
@@ -77,6 +78,7 @@ _STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (ItemLocked, 409),
     (QueueHeld, 409),
     (MalformedNode, 409),
+    (StillLoading, 503),
     (DomainError, 409),
 )
 
@@ -140,13 +142,18 @@ def fragment(
 
 
 def error_response(request: HttpRequest, message: str, status: int) -> HttpResponse:
-    """A refusal: for htmx only the message (the target stays), else a full error page."""
+    """A refusal: for htmx only the message (the target stays), else a full error page; a 503
+    says when to try again."""
     if getattr(request, "htmx", False):
         messages.error(request, message)
-        return reswap(HttpResponse(messages_oob(request), status=status), "none")
-    return render(
-        request, "queues/error.html", {"message": message, "status": status}, status=status
-    )
+        response = reswap(HttpResponse(messages_oob(request), status=status), "none")
+    else:
+        response = render(
+            request, "queues/error.html", {"message": message, "status": status}, status=status
+        )
+    if status == 503:
+        response["Retry-After"] = str(RETRY_SECONDS)
+    return response
 
 
 def console_view(role: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:

@@ -161,6 +161,8 @@ def _scoped_priority(request: HtmxHttpRequest, *, kind: str, name: str, back: st
     except ValueError as exc:
         return error_response(request, f"bad priority: {exc}", 400)
     scope = services.priority_scope(kind=kind, name=name)
+    if scope.loading and (data["confirmed"] or not scope.jids):
+        raise services.still_loading(f"the waiting jobs of {kind} {name}")
     if not scope.jids:
         messages.info(request, f"{kind} {name} has no waiting job: nothing to change")
         return redirect_after_post(back)
@@ -184,7 +186,7 @@ def _scoped_priority(request: HtmxHttpRequest, *, kind: str, name: str, back: st
         action="priority",
         items=[(jid, None) for jid in scope.jids],
         reason=data["reason"],
-        limited=scope.loading,
+        limited=False,  # the index has filled: every waiting job is listed
         back=back,
         params={"priority": data["priority"]},
     )
@@ -295,13 +297,15 @@ def _api_scoped(request: HttpRequest, kind: str, name: str) -> dict[str, Any] | 
     scope = services.priority_scope(kind=kind, name=name)
     if body.get("preview") in (True, "1", "true"):
         return {**_scope_json(scope, data["priority"]), "preview": True}
+    if scope.loading:
+        raise services.still_loading(f"the waiting jobs of {kind} {name}")
     result = run_bulk(
         user=request.user,
         kind="job",
         action="priority",
         items=[(jid, None) for jid in scope.jids],
         reason=data["reason"],
-        limited=scope.loading,
+        limited=False,
         via="api",
         params={"priority": data["priority"]},
     )

@@ -80,6 +80,11 @@ class Unavailable(DomainError):
     """ZooKeeper cannot be reached."""
 
 
+class StillLoading(DomainError):
+    """The read index is still filling after a start: an action that must see every item it
+    names (a whole collection's priority, a cap's count) waits until it has (503, retry)."""
+
+
 class MalformedNode(DomainError):
     """A node's bytes do not decode to what the contract says; the path is named."""
 

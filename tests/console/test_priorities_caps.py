@@ -6,6 +6,7 @@ counted, recounted and removed, with the same role checks at both doors."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -252,3 +253,54 @@ def test_the_job_page_links_to_its_priority_form_while_it_waits(operator, viewer
     assert 'id="job-priority-link"' not in viewer.get(f"/jobs/{waiting.jid}/").content.decode()
     done = make_job("Completed")
     assert 'id="job-priority-link"' not in operator.get(f"/jobs/{done.jid}/").content.decode()
+
+
+def test_a_collections_priority_and_cap_wait_while_the_read_index_fills(
+    operator, client, token_for, zk, make_job
+):
+    """Right after a start the read index knows only the jobs read so far: a change meant for a
+    whole collection would reach only those (or count only those in flight), so it is refused
+    with a 503 that says to try again, nothing written; the preview says what is loading."""
+    from queues.zk import index as zindex
+
+    waiting = [make_job("Pending", profile="campaign") for _ in range(2)]
+    make_job("Downloading", profile="campaign")
+    token = token_for("operator")
+    idx = zindex.for_client(zk)
+    release = threading.Event()
+    filler = idx.start_fill(first=lambda: release.wait(30))
+    priority_url = reverse("collection-priority", args=["campaign"])
+    cap_url = reverse("collection-cap", args=["campaign", "cap"])
+    try:
+        deadline = time.monotonic() + 10
+        while not idx.filling:
+            assert time.monotonic() < deadline, "the fill did not start"
+            time.sleep(0.05)
+        for answer in (
+            operator.post(priority_url, {"priority": "9", "confirmed": "1"}),
+            operator.post(priority_url, {"priority": "9"}),  # nothing read yet to preview
+            post_json(
+                client,
+                reverse("api-collection-priority", args=["campaign"]),
+                {"priority": 9},
+                **token,
+            ),
+            operator.post(cap_url, {"limit": "2"}),
+        ):
+            assert answer.status_code == 503, answer.content
+            assert answer["Retry-After"]
+            assert "still reading the queue after a start" in answer.content.decode()
+            assert "nothing was changed" in answer.content.decode()
+        assert caps.cap_of(zk, "campaign") is None
+        assert not BulkRun.objects.exists()
+    finally:
+        release.set()
+        filler.join(60)
+    assert not idx.filling
+    assert all(job_load(zk, j.jid).priority == 5 for j in waiting)
+    done = operator.post(priority_url, {"priority": "9", "confirmed": "1"})
+    assert done.status_code in (302, 303)
+    assert all(job_load(zk, j.jid).priority == 9 for j in waiting)
+    assert operator.post(cap_url, {"limit": "2"}).status_code in (302, 303)
+    cap = caps.cap_of(zk, "campaign")
+    assert cap is not None and cap.counted == 1  # the one job in flight

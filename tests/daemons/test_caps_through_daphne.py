@@ -39,8 +39,8 @@ def _api(url: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
 
 def _index_filled(url: str, key: str, timeout: float = 30.0) -> None:
     """Wait until the web process's read index has filled after its start: until then a
-    collection's priority change reaches only the jobs read so far (and is recorded as limited),
-    which is not what this test is about."""
+    collection's priority change is refused (503, try again), which is not what this test is
+    about."""
     deadline = time.monotonic() + timeout
     while True:
         if api_json(f"{url}/api/overview", key).get("loading") == "":
