@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
+
 from queues.chaos import depositors, judge
 from queues.chaos.faults import (
     BlackHole,
@@ -184,6 +186,10 @@ class Run:
         self.log = FaultLog(self.say)
         self.var = self.scratch / "var"
         self.var.mkdir()
+        # The consumers' profiles: this shell's, the run's own profile given a callback once
+        # the depositors' server (its receiver) is up.
+        self.profiles = self.scratch / "profiles"
+        shutil.copytree(settings.MRT_PROFILES_DIR, self.profiles)
         self.stage = Stage(
             consumers=[], rng=self.rng, log=self.log, session_timeout=opts.session_timeout
         )
@@ -278,6 +284,7 @@ class Run:
             {
                 "ZK_HOSTS": self.hosts,
                 "MRT_VAR_DIR": str(self.var),
+                "MRT_PROFILES_DIR": str(self.profiles),
                 # Short sessions: a killed consumer's locks go within seconds, not minutes.
                 "ZK_TIMEOUT": f"{self.options.session_timeout:g}",
                 "PYTHONUNBUFFERED": "1",
@@ -308,6 +315,7 @@ class Run:
         payload.mkdir()
         files = depositor_server(str(payload), port=opts.files_port)
         self._stack.callback(files.stop)
+        depositors.call_back_to(self.profiles, f"{files.url}/callback")
         self._stack.callback(DepositorRoutes.stop.set)
         sentinel = sentinel_server()
         self._stack.callback(sentinel.stop)
@@ -344,6 +352,7 @@ class Run:
         else:
             judge.judge_versions(judge.local_versions(self.var / "storage"), self.verdict, self.say)
         judge.judge_failures(jobs, self.verdict, self.say)
+        judge.judge_callbacks(zk, jobs, DepositorRoutes.callbacks, self.verdict, self.say)
         if opts.hostile:
             judge.judge_hostile(jobs, self.var, Sentinel.hits, self.verdict, self.say)
         if self.web is not None:

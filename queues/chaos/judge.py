@@ -20,6 +20,7 @@ from queues.zk.consumers import CONSUMERS
 from queues.zk.jobs import jobs_load
 from queues.zk.nodes import children, children_many, exists_many
 from queues.zk.records import Batch, Broken, Job
+from queues.zk.side_effects import CALLBACKS
 
 SUBJECT_RE = re.compile(r"^Subject: Merritt batch (bid[0-9]{10}) ", re.MULTILINE)
 TERMINAL_BATCH = frozenset({BatchState.COMPLETED, BatchState.FAILED})
@@ -275,6 +276,29 @@ def judge_failures(jobs: dict[str, Job], verdict: Verdict, say: Callable[[str], 
         else:
             verdict.fail(f"good job {jid} ({lid}) failed: {message[:200]!r}")
     say(f"good jobs failed by the infrastructure: {by_infrastructure}")
+
+
+def judge_callbacks(
+    zk: Any,
+    jobs: dict[str, Job],
+    callbacks: Counter[str],
+    verdict: Verdict,
+    say: Callable[[str], None],
+) -> None:
+    """Every Completed job's callback arrived (at least once: a job is Completed only after its
+    receiver answered). How many went more than once is a figure, not a breach: a claim lost
+    while a callback's answer was on its way posts it again (docs/zookeeper-contract-notes.md,
+    "The callback record"); so are the records left behind (one whose deletion met an outage)."""
+    completed = [jid for jid, job in jobs.items() if job.state == JobState.COMPLETED]
+    for jid in sorted(completed):
+        if callbacks[jid] == 0:
+            verdict.fail(f"job {jid} Completed without its callback")
+    repeated = sum(1 for jid in completed if callbacks[jid] > 1)
+    left = len(children(zk, CALLBACKS))
+    say(
+        f"callbacks: {len(completed)} Completed jobs called back, {repeated} more than once "
+        f"({sum(callbacks.values())} posts); {left} callback records left"
+    )
 
 
 def judge_hostile(

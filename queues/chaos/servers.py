@@ -11,6 +11,7 @@ import socket
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -68,9 +69,25 @@ class QuietFiles(SimpleHTTPRequestHandler):
 class DepositorRoutes(QuietFiles):
     """The good depositors' files, plus two slow servers: ``/trickle`` sends its body one byte a
     second and ``/slow-headers`` its response headers one byte a second, neither ever finishing
-    (until ``stop`` is set at the end of the run)."""
+    (until ``stop`` is set at the end of the run); and the profile's callback receiver:
+    ``POST /callback/mc/<jobID>`` (Merritt ingest's form) is counted per job and answered 200."""
 
     stop = threading.Event()
+    callbacks: Counter[str] = Counter()
+    counting = threading.Lock()
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        prefix = "/callback/mc/"
+        if not self.path.startswith(prefix):
+            self.send_error(404)
+            return
+        with self.counting:
+            self.callbacks[self.path[len(prefix) :]] += 1
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def do_GET(self) -> None:
         if self.path.startswith("/trickle"):
@@ -130,6 +147,7 @@ def files_server(folder: str, *, port: int = 0) -> Served:
 
 def depositor_server(folder: str, *, port: int = 0) -> Served:
     DepositorRoutes.stop.clear()
+    DepositorRoutes.callbacks.clear()
     return Served(partial(DepositorRoutes, directory=folder), port=port)
 
 

@@ -1,11 +1,13 @@
 """The chaos run's judge against a real ZooKeeper and its storage stand-in over HTTP: what it
 must call a violation (a lock a live consumer holds past the grace, a job stuck, a second
-version of the same content, a job failed by the infrastructure), and what it must not."""
+version of the same content, a job failed by the infrastructure, a Completed job never called
+back), and what it must not."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 import requests
@@ -94,3 +96,20 @@ def test_a_job_failed_by_the_database_is_failed_by_the_infrastructure(zk: Any) -
         f"good job {depositor.jid} (chaos-4) failed: 'estimating: HTTP 404 from depositor'",
     ]
     assert said == ["good jobs failed by the infrastructure: 1"]
+
+
+def test_a_completed_job_without_its_callback_is_a_violation_a_repeat_a_figure(zk: Any) -> None:
+    called, twice, silent = (a_job(zk, f"chaos-{n}") for n in (5, 6, 7))
+    for job in (called, twice, silent):
+        for state in ("Estimating", "Provisioning", "Downloading", "Processing", "Storing"):
+            job = jobs.job_transition(zk, job, state)
+        for state in ("Recording", "Notify", "Completed"):
+            job = jobs.job_transition(zk, job, state)
+    posts = Counter({called.jid: 1, twice.jid: 2})
+    verdict, said = judge.Verdict(), []
+    judge.judge_callbacks(zk, judge.load_jobs(zk, verdict), posts, verdict, said.append)
+    assert verdict.violations == [f"job {silent.jid} Completed without its callback"]
+    assert said == [
+        "callbacks: 3 Completed jobs called back, 1 more than once (3 posts); "
+        "0 callback records left"
+    ]

@@ -49,3 +49,4 @@ def test_thirty_jobs_survive_kills_and_a_zookeeper_restart(tmp_path: Path) -> No
         "the refused address asked 0 times"
     ) in output
     assert "storage: 30 objects, 0 extra versions" in output
+    assert "callbacks: 30 Completed jobs called back" in output  # each at least once
