@@ -18,9 +18,9 @@ Completed; ``job_remove`` deletes it with the job.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
@@ -84,7 +84,7 @@ def callback_record_path(jid: str) -> str:
     return f"{CALLBACKS}/{paths.jid(jid)}"
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class CallbackRecord:
     """A job's callback to ``url``, started at ``since`` by the session ``session`` (hex), and
     answered 2xx at ``delivered`` (empty while not known to be)."""
@@ -131,7 +131,7 @@ def callback_record_read(zk: KazooClient, jid: str) -> CallbackRecord | None:
 
 
 def _encode(record: CallbackRecord) -> bytes:
-    fields = asdict(record)
+    fields = dataclasses.asdict(record)
     del fields["version"]
     return encode_json(fields)
 
@@ -152,7 +152,7 @@ def callback_record_start(
         replace=found is not None,
         what=f"record the callback of {job.jid}",
     )
-    return replace(record, version=version)
+    return dataclasses.replace(record, version=version)
 
 
 def callback_record_delivered(zk: KazooClient, jid: str, record: CallbackRecord) -> bool:
@@ -160,7 +160,7 @@ def callback_record_delivered(zk: KazooClient, jid: str, record: CallbackRecord)
     connection outage of up to DELIVERED_PATIENCE s. Not under the job's lock: that the callback
     went is true whoever holds the job now. False when another claim has rewritten or deleted
     the record meanwhile (its own callback is its to mark) or ZooKeeper stayed away."""
-    data = _encode(replace(record, delivered=now_stamp()))
+    data = _encode(dataclasses.replace(record, delivered=now_stamp()))
     try:
         patiently(
             lambda: zk.set(callback_record_path(jid), data, version=record.version),

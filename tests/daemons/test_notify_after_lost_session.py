@@ -18,6 +18,7 @@ from queues.zk.kazoo_private import session_id
 from queues.zk.locks import lock_create
 from queues.zk.records import Job
 from queues.zk.side_effects import (
+    callback_record_delivered,
     callback_record_path,
     callback_record_read,
     callback_record_start,
@@ -117,6 +118,14 @@ def test_a_claim_no_longer_holding_the_job_records_and_posts_nothing(
     record = callback_record_start(zk, job_load(zk, job.jid), url, found=None)
     assert callback_record_read(zk, job.jid) == record
     assert record.session == f"{session_id(zk):x}" and record.delivered == ""
+    # Written again over an undelivered one (a claim that posts again), then marked: only the
+    # latest write may be marked, by its version.
+    again = callback_record_start(zk, job_load(zk, job.jid), url, found=record)
+    assert again.version == record.version + 1
+    assert not callback_record_delivered(zk, job.jid, record)  # an older claim's
+    assert callback_record_delivered(zk, job.jid, again)
+    marked = callback_record_read(zk, job.jid)
+    assert marked is not None and marked.delivered and marked.version == again.version + 1
     assert files.posts == []
 
 
