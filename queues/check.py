@@ -75,6 +75,11 @@ from queues.zk.nodes import (
     start_reads,
 )
 from queues.zk.records import Batch, Broken, Job, decode_each
+from queues.zk.side_effects import CALLBACKS
+from queues.zk.store_intents import STORE_INTENTS
+
+# The console's own records of a job's side effects outside ZooKeeper, one node per job.
+SIDE_EFFECT_FOLDERS = (STORE_INTENTS, CALLBACKS)
 
 # A half-created item older than this was abandoned by its writer and can be removed.
 ABANDONED_SECONDS = 3600
@@ -306,6 +311,7 @@ class Checker:
         self._check_jobs()
         self._check_batch_indexes()
         self._check_uuids()
+        self._check_side_effect_records()
         self._check_other_locks()
         if self._waiting:
             self._say(f"re-checking {len(self._waiting)} findings that may be moves in flight")
@@ -726,6 +732,28 @@ class Checker:
                 self._found(Finding("orphan-uuid", path, f"batch {target!r} does not exist", True))
         self._recheck_due()
 
+    def _check_side_effect_records(self) -> None:
+        """The console's records of storage adds and callbacks (``queues.zk.side_effects``)
+        whose job is gone: deleted by a tool that does not know them (Merritt's own). A job
+        listed after the walk began is looked up before its record is called an orphan."""
+        self._say("reading the records of storage adds and callbacks")
+        for folder in SIDE_EFFECT_FOLDERS:
+            unlisted = [
+                name
+                for name in scan.list_names(self.zk, folder)
+                if not (paths.JID_RE.fullmatch(name) and self._pos(int(name[3:])) >= 0)
+            ]
+            jobs = [paths.job(n) for n in unlisted if paths.JID_RE.fullmatch(n)]
+            stats = exists_many(self.zk, jobs)
+            for name in unlisted:
+                if paths.JID_RE.fullmatch(name) is None:
+                    detail = "not named by a job ID"
+                elif stats[paths.job(name)] is None:
+                    detail = f"job {name} does not exist"
+                else:
+                    continue
+                self._found(Finding("orphan-record", f"{folder}/{name}", detail, True))
+
     def _check_other_locks(self) -> None:
         self._say("reading access request and object locks")
         queues = [f"{paths.ACCESS}/{q}" for q in paths.ACCESS_QUEUES]
@@ -1076,6 +1104,11 @@ def _repair_one(
         return ""
     if kind in ("orphan-index", "orphan-batch-index"):
         if zk.exists(paths.job(_jid_in(path))) is not None:
+            return ""
+        return _delete(zk, path)
+    if kind == "orphan-record":
+        name = posixpath.basename(path)
+        if paths.JID_RE.fullmatch(name) and zk.exists(paths.job(name)) is not None:
             return ""
         return _delete(zk, path)
     if kind == "orphan-uuid":

@@ -125,6 +125,26 @@ def test_uuid_without_its_batch_is_deleted(zk: KazooClient, batch: Batch) -> Non
     assert zk.exists(f"/batch-uuids/{batch.uuid}") is not None
 
 
+def test_a_side_effect_record_without_its_job_is_deleted(zk: KazooClient, job: Job) -> None:
+    # Records of a storage add and a callback: one for a job deleted by a tool that does not
+    # know them, one for a job that exists (left alone), and a node no job could have.
+    gone = "jid0000000666"
+    orphans = [f"/mrt-console/store-intents/{gone}", f"/mrt-console/callbacks/{gone}"]
+    for path in orphans:
+        zk.create(path, b"{}", makepath=True)
+    zk.create(f"/mrt-console/callbacks/{job.jid}", b"{}")
+    zk.create("/mrt-console/callbacks/junk", b"")
+    report = check.run_check(zk)
+    assert kinds(report) == {"orphan-record": sorted([*orphans, "/mrt-console/callbacks/junk"])}
+    assert {f.detail for f in report.findings} == {
+        f"job {gone} does not exist",
+        "not named by a job ID",
+    }
+    repair_and_recheck(zk, report)
+    assert zk.get_children("/mrt-console/store-intents") == []
+    assert zk.get_children("/mrt-console/callbacks") == [job.jid]
+
+
 def test_lock_older_than_the_threshold_is_reported_and_broken_on_request(
     zk: KazooClient, job: Job, batch: Batch
 ) -> None:
