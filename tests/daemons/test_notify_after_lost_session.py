@@ -70,7 +70,7 @@ def test_callbacks_delivered_before_a_lost_session_are_not_posted_again(
     assert all(job_load(zk, j.jid).state == "Notify" for j in jobs)
     # The next claimer finds the three delivered and moves them on without posting.
     cycle_until_idle(JobPipeline(Notify(zk=zk, batch=3, poll=0.05)))
-    assert [s for s in seen] == [(j, f"{old:x}", "") for j in _posted(files)]
+    assert seen == [(j, f"{old:x}", "") for j in _posted(files)]
     assert sorted(_posted(files)) == sorted(j.jid for j in jobs)  # each posted once
     for job in jobs:
         done = job_load(zk, job.jid)
