@@ -143,3 +143,26 @@ def test_a_failed_callback_keeps_its_record_until_the_job_is_deleted(
     job_remove(zk, failed)
     assert zk.exists(callback_record_path(job.jid)) is None
     assert zk.exists(zpaths.job(job.jid)) is None
+
+
+def test_a_job_written_since_its_claim_is_not_called_back_by_that_claim(
+    zk: KazooClient, other_zk: KazooClient, files: FileServer, profiles: Path
+) -> None:
+    _with_callback(profiles, files.url + "/hook")
+    (job,) = _in_notify(zk, 1)
+    worker = Notify(zk=zk, batch=1, poll=0.05)
+    loop = JobPipeline(worker)
+    assert loop.cycle()  # the claim and the job's reads go out
+    # Merritt's library (or an operator) writes the job's status after it was read.
+    status = zpaths.job_node(job.jid, "status")
+    other_zk.set(status, other_zk.get(status)[0])
+    assert loop.cycle()  # the step runs on what it read: the record is refused
+    assert worker.last is not None and worker.last.outcome == "waiting"
+    assert "callback not posted" in worker.last.detail
+    assert files.posts == [] and zk.exists(callback_record_path(job.jid)) is None
+    loop._finish_move()
+    loop.share.leave()
+    # The next claim reads it again and calls back once.
+    cycle_until_idle(JobPipeline(Notify(zk=zk, batch=1, poll=0.05)))
+    assert _posted(files) == [job.jid]
+    assert job_load(zk, job.jid).state == "Completed"
