@@ -153,6 +153,7 @@ def test_a_job_written_since_its_claim_is_not_called_back_by_that_claim(
     worker = Notify(zk=zk, batch=1, poll=0.05)
     loop = JobPipeline(worker)
     assert loop.cycle()  # the claim and the job's reads go out
+    wait_for(lambda: loop.pending[0].reads.ready())  # answered: the job is read
     # Merritt's library (or an operator) writes the job's status after it was read.
     status = zpaths.job_node(job.jid, "status")
     other_zk.set(status, other_zk.get(status)[0])
