@@ -51,7 +51,7 @@ from queues.zk.batches import (
 )
 from queues.zk.client import connected_client
 from queues.zk.codecs import decode_any, decode_json
-from queues.zk.errors import InvalidTransition, MalformedNode, NotFound
+from queues.zk.errors import InvalidTransition, MalformedNode, NotFound, StillLoading
 from queues.zk.jobs import job_load, job_resume_state, jobs_load
 from queues.zk.locks import Holds, holds_list
 from queues.zk.maintenance import NodeHold, Window, node_holds
@@ -562,11 +562,17 @@ def _item_id(item: Job | Broken) -> str:
 
 def jobs_matching(*, flt: JobFilter) -> tuple[list[str], bool]:
     """Every job ID the filter matches now (for "act on everything matching"), and whether the
-    scan limit cut the list short."""
+    scan limit cut the list short. StillLoading while the read index fills after a start and
+    the filter needs what it has not read yet (a search; a collection or submitter): the
+    action would reach only the jobs read so far."""
     zk = connected_client()
     if flt.q:
-        found, _loading = _search(zk, flt)
+        found, loading = _search(zk, flt)
+        if loading:
+            raise StillLoading.about("the jobs this search finds")
         return [j.id if isinstance(j, Broken) else j.jid for j in found], False
+    if (flt.profile or flt.submitter) and zindex.for_client(zk).filling:
+        raise StillLoading.about("the jobs of this collection or submitter")
     entries = _job_entries(zk, flt)
     if not flt.scans:
         return [jid for _p, jid in entries], False
@@ -773,8 +779,12 @@ def _failed_matches(zk: Any, *, bid: str = "", profile: str = "", step: str = ""
 
 
 def failed_matching(*, bid: str = "", profile: str = "", step: str = "") -> list[str]:
-    """Every Failed job ID the filter matches now (for "resume everything matching")."""
+    """Every Failed job ID the filter matches now (for "resume everything matching");
+    StillLoading while the read index fills after a start (it knows the Failed jobs read so
+    far only)."""
     zk = connected_client()
+    if zindex.for_client(zk).filling:
+        raise StillLoading.about("the Failed jobs")
     return _failed_matches(zk, bid=bid, profile=profile, step=step).jids()
 
 

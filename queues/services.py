@@ -874,15 +874,6 @@ def priority_scope(*, kind: str, name: str) -> PriorityScope:
     return PriorityScope(kind, name, [jid for _p, jid in entries], by_priority, index.filling)
 
 
-def still_loading(what: str) -> StillLoading:
-    """The refusal of an action that must see every item it names while the read index still
-    fills after a start (``what`` are the items)."""
-    return StillLoading(
-        f"the console is still reading the queue after a start, so {what} are not all known "
-        "yet: nothing was changed; try again in a moment"
-    )
-
-
 def _in_flight_of(profile: str) -> list[str]:
     """The collection's jobs in flight, from the read index; StillLoading while it fills after a
     start (it would name only the jobs read so far, and the count would come out short)."""
@@ -891,7 +882,7 @@ def _in_flight_of(profile: str) -> list[str]:
 
     index = zindex.for_client(client())
     if index.filling:
-        raise still_loading(f"the jobs of collection {profile} in flight")
+        raise StillLoading.about(f"the jobs of collection {profile} in flight")
     return [
         jid
         for s in sorted(IN_FLIGHT)

@@ -27,6 +27,7 @@ from queues.zk import caps as zcaps
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
 from queues.zk.client import connected_client
+from queues.zk.errors import StillLoading
 from queues.zk.jobs import DEFAULT_PRIORITY
 
 from .common import (
@@ -162,7 +163,7 @@ def _scoped_priority(request: HtmxHttpRequest, *, kind: str, name: str, back: st
         return error_response(request, f"bad priority: {exc}", 400)
     scope = services.priority_scope(kind=kind, name=name)
     if scope.loading and (data["confirmed"] or not scope.jids):
-        raise services.still_loading(f"the waiting jobs of {kind} {name}")
+        raise StillLoading.about(f"the waiting jobs of {kind} {name}")
     if not scope.jids:
         messages.info(request, f"{kind} {name} has no waiting job: nothing to change")
         return redirect_after_post(back)
@@ -298,7 +299,7 @@ def _api_scoped(request: HttpRequest, kind: str, name: str) -> dict[str, Any] | 
     if body.get("preview") in (True, "1", "true"):
         return {**_scope_json(scope, data["priority"]), "preview": True}
     if scope.loading:
-        raise services.still_loading(f"the waiting jobs of {kind} {name}")
+        raise StillLoading.about(f"the waiting jobs of {kind} {name}")
     result = run_bulk(
         user=request.user,
         kind="job",

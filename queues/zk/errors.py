@@ -82,7 +82,16 @@ class Unavailable(DomainError):
 
 class StillLoading(DomainError):
     """The read index is still filling after a start: an action that must see every item it
-    names (a whole collection's priority, a cap's count) waits until it has (503, retry)."""
+    names (a whole collection's priority, a cap's count, a bulk action over a filter) waits
+    until it has (503, retry)."""
+
+    @classmethod
+    def about(cls, what: str) -> "StillLoading":
+        """The refusal naming ``what`` (the items the action would not all see)."""
+        return cls(
+            f"the console is still reading the queue after a start, so {what} are not all "
+            "known yet: nothing was changed; try again in a moment"
+        )
 
 
 class MalformedNode(DomainError):

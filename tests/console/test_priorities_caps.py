@@ -5,6 +5,7 @@ counted, recounted and removed, with the same role checks at both doors."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -34,6 +35,26 @@ def token_for(make_user):
 
 def post_json(client, url, data, **headers):
     return client.post(url, json.dumps(data), content_type="application/json", **headers)
+
+
+@contextlib.contextmanager
+def index_filling(zk):
+    """The read index filling as after a start, held at its first step until the block ends."""
+    from queues.zk import index as zindex
+
+    idx = zindex.for_client(zk)
+    release = threading.Event()
+    filler = idx.start_fill(first=lambda: release.wait(30))
+    try:
+        deadline = time.monotonic() + 10
+        while not idx.filling:
+            assert time.monotonic() < deadline, "the fill did not start"
+            time.sleep(0.05)
+        yield
+    finally:
+        release.set()
+        filler.join(60)
+    assert not idx.filling
 
 
 def pending_entries(zk) -> set[str]:
@@ -261,21 +282,12 @@ def test_a_collections_priority_and_cap_wait_while_the_read_index_fills(
     """Right after a start the read index knows only the jobs read so far: a change meant for a
     whole collection would reach only those (or count only those in flight), so it is refused
     with a 503 that says to try again, nothing written; the preview says what is loading."""
-    from queues.zk import index as zindex
-
     waiting = [make_job("Pending", profile="campaign") for _ in range(2)]
     make_job("Downloading", profile="campaign")
     token = token_for("operator")
-    idx = zindex.for_client(zk)
-    release = threading.Event()
-    filler = idx.start_fill(first=lambda: release.wait(30))
     priority_url = reverse("collection-priority", args=["campaign"])
     cap_url = reverse("collection-cap", args=["campaign", "cap"])
-    try:
-        deadline = time.monotonic() + 10
-        while not idx.filling:
-            assert time.monotonic() < deadline, "the fill did not start"
-            time.sleep(0.05)
+    with index_filling(zk):
         for answer in (
             operator.post(priority_url, {"priority": "9", "confirmed": "1"}),
             operator.post(priority_url, {"priority": "9"}),  # nothing read yet to preview
@@ -293,10 +305,6 @@ def test_a_collections_priority_and_cap_wait_while_the_read_index_fills(
             assert "nothing was changed" in answer.content.decode()
         assert caps.cap_of(zk, "campaign") is None
         assert not BulkRun.objects.exists()
-    finally:
-        release.set()
-        filler.join(60)
-    assert not idx.filling
     assert all(job_load(zk, j.jid).priority == 5 for j in waiting)
     done = operator.post(priority_url, {"priority": "9", "confirmed": "1"})
     assert done.status_code in (302, 303)
@@ -304,3 +312,63 @@ def test_a_collections_priority_and_cap_wait_while_the_read_index_fills(
     assert operator.post(cap_url, {"limit": "2"}).status_code in (302, 303)
     cap = caps.cap_of(zk, "campaign")
     assert cap is not None and cap.counted == 1  # the one job in flight
+
+
+def test_a_bulk_action_over_a_filter_waits_while_the_read_index_fills(
+    operator, client, token_for, zk, make_job
+):
+    """A bulk action over everything a collection, submitter or search filter matches (and any
+    over the failed filter) would, right after a start, reach only the jobs read so far: it is
+    refused with a 503 that says to try again, preview and run alike, nothing written. A
+    selection and a filter by state alone (a folder listing) are not held up."""
+    held = [make_job("Held", profile="letters") for _ in range(2)]
+    failed = make_job("Failed", profile="letters")
+    token = token_for("operator")
+    by_collection = {"action": "release", "scope": "filter", "state": "Held", "profile": "letters"}
+    with index_filling(zk):
+        for answer in (
+            operator.post(reverse("jobs-bulk"), by_collection),
+            operator.post(reverse("jobs-bulk"), {**by_collection, "confirmed": "1"}),
+            operator.post(
+                reverse("jobs-bulk"),
+                {"action": "release", "scope": "filter", "q": "ark:/99999/fk4x", "confirmed": "1"},
+            ),
+            operator.post(
+                reverse("jobs-bulk"),
+                {"action": "release", "scope": "filter", "submitter": "olga", "confirmed": "1"},
+            ),
+            operator.post(
+                reverse("failed-bulk"), {"action": "resume", "scope": "filter", "confirmed": "1"}
+            ),
+            post_json(
+                client,
+                reverse("api-jobs-bulk"),
+                {"action": "release", "filter": {"state": "Held", "profile": "letters"}},
+                **token,
+            ),
+        ):
+            assert answer.status_code == 503, answer.content
+            assert answer["Retry-After"]
+            assert "still reading the queue after a start" in answer.content.decode()
+            assert "nothing was changed" in answer.content.decode()
+        assert not BulkRun.objects.exists()
+        assert all(job_load(zk, j.jid).state == "Held" for j in held)
+        assert job_load(zk, failed.jid).state == "Failed"
+        # A selection names its jobs, and a state's jobs come from the state's folder itself.
+        chosen = operator.post(
+            reverse("jobs-bulk"),
+            {
+                "action": "release",
+                "scope": "selection",
+                "item": [f"{held[0].jid}:{held[0].status.version}"],
+            },
+        )
+        assert chosen.status_code == 200, chosen.content
+        assert job_load(zk, held[0].jid).state == "Pending"
+        by_state = operator.post(
+            reverse("jobs-bulk"), {"action": "release", "scope": "filter", "state": "Held"}
+        )
+        assert by_state.status_code == 200 and 'id="bulk-confirm"' in by_state.content.decode()
+    done = operator.post(reverse("jobs-bulk"), {**by_collection, "confirmed": "1"})
+    assert done.status_code == 200, done.content
+    assert job_load(zk, held[1].jid).state == "Pending"
