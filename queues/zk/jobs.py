@@ -177,11 +177,7 @@ def job_create(
 
 
 def _decode(jid: str, reads: dict[str, Any], job_stat: Any, lock_stat: Any) -> Job:
-    base = paths.job(jid)  # validated once; the node paths below are built from it
-
-    def node(name: str) -> str:
-        return f"{base}/{name}"
-
+    node = job_nodes(jid).named.__getitem__  # the node paths, validated and built once
     if job_stat is None:
         raise NotFound(f"job {jid} does not exist")
     missing = [n for n in REQUIRED_NODES if reads[node(n)] is None]
@@ -241,16 +237,27 @@ REFRESHED_NODES = ("status", "priority", "configuration")
 class JobNodes:
     """One job's node paths, built once: a consumer needs them at every step of every job."""
 
-    __slots__ = ("base", "configuration", "load", "lock", "priority", "refresh", "status")
+    __slots__ = (
+        "base",
+        "configuration",
+        "load",
+        "lock",
+        "named",
+        "priority",
+        "refresh",
+        "status",
+    )
 
     def __init__(self, jid: str) -> None:
-        self.base = base = paths.job(jid)  # validates the ID
-        self.status = paths.job_node(jid, "status")
-        self.priority = paths.job_node(jid, "priority")
-        self.configuration = paths.job_node(jid, "configuration")
-        self.lock = paths.job_node(jid, "lock")
+        self.base = base = paths.job(jid)  # validates the ID; the paths below are built on it
+        # Each of ALL_NODES by name, as ``paths.job_node`` names them.
+        self.named = named = {name: f"{base}/{name}" for name in ALL_NODES}
+        self.status = named["status"]
+        self.priority = named["priority"]
+        self.configuration = named["configuration"]
+        self.lock = f"{base}/lock"
         # What ``jobs_finish_load`` reads, and what ``job_refresh`` reads.
-        self.load = (*(paths.job_node(jid, n) for n in ALL_NODES), base, self.lock)
+        self.load = (*named.values(), base, self.lock)
         self.refresh = (self.status, self.priority, self.configuration)
 
 
@@ -368,8 +375,8 @@ def jobs_finish_load(jid: str, reads: dict[str, Any]) -> Job:
 
 
 def _finish_load(jid: str, reads: dict[str, Any]) -> Job:
-    base = paths.job(jid)
-    job, lock = reads[base], reads[f"{base}/lock"]
+    nodes = job_nodes(jid)
+    job, lock = reads[nodes.base], reads[nodes.lock]
     return _decode(jid, reads, job and job[1], lock and lock[1])
 
 
