@@ -521,6 +521,11 @@ class JobDaemon(Daemon[Job]):
     state: ClassVar[str]
     # Jobs one claim takes at most (one lock multi, one read, one move multi for all of them).
     batch: ClassVar[int] = 1
+    # The step waits on servers outside (a depositor's, a callback's receiver): in the batched
+    # loop it runs in a thread of its own, one job after another as in the loop's thread, so a
+    # slow or silent server holds up this step's jobs only, not the other loops sharing the
+    # loop's thread (nor this loop's claims and reads of its next batch).
+    steps_elsewhere: ClassVar[bool] = False
     _claimer: JobClaimer | None = None
 
     def __init__(

@@ -37,6 +37,7 @@ class Estimating(JobDaemon):
     name: ClassVar[str] = "estimating"
     step: ClassVar[str] = "estimating"
     state: ClassVar[str] = JobState.ESTIMATING
+    steps_elsewhere: ClassVar[bool] = True  # HEADs to depositors' servers
 
     def estimate(self, job: Job) -> int:
         unknown = settings.MRT_UNKNOWN_SIZE_BYTES

@@ -47,6 +47,7 @@ class Notify(JobDaemon):
     name: ClassVar[str] = "notify"
     step: ClassVar[str] = "notify"
     state: ClassVar[str] = JobState.NOTIFY
+    steps_elsewhere: ClassVar[bool] = True  # the depositor's callback
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -12,6 +12,8 @@ or shares a :class:`LockKeeper` with the other job daemons of its process. One c
    every lock just taken or kept is given back, nothing runs) and the claim (failed on
    contention: the job it failed on is passed over, the others claimed again);
 4. run the step on each job, in run order, as the one-job loop does (skips, failures, waits);
+   a step that waits on servers outside (``JobDaemon.steps_elsewhere``) runs in a thread of
+   the loop's own instead, and a later cycle takes its batch on from here once it has ended;
 5. send ONE multi carrying every job's transition, refused before it leaves if the session that
    took the locks is gone (``SessionGate.send_if_current``). Each transition deletes its lock,
    or, when this process runs the next step too and that loop has room, checks the lock is
@@ -41,6 +43,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -87,6 +91,9 @@ IN_TRANSIT_FOR = 30.0  # s a job moving with its kept lock is left out of this p
 MAX_MOVES = 3  # moves under way at once per loop (older ones are waited for)
 DB_CHECK_EVERY = 1.0  # s between looks at the thread's database connection
 IDLE_MIN = 0.05  # s a loop left with other loops' entries only waits at least
+# Batches a loop whose steps run in a thread of their own (``JobDaemon.steps_elsewhere``) may
+# have there; at that many it claims no more until one has ended.
+STEPS_AT_ONCE = 2
 AHEAD = 2  # batches whose requests are under way while the loop works on an earlier one
 STOP_CHECK = 0.25  # s between looks at the stop event while idle (as ChangeSignal.wait)
 
@@ -207,6 +214,18 @@ class Outgoing:
 
 
 @dataclass
+class Stepping:
+    """A batch whose steps run in the loop's step thread: each job's ``run_step``."""
+
+    works: list[Work]
+    holding: Holding
+    futures: list[Future[tuple[Job, Next | None, ItemResult | None]]]
+
+    def ready(self) -> bool:
+        return all(future.done() for future in self.futures)
+
+
+@dataclass
 class InFlight:
     move: PendingMove
     works: list[Work]
@@ -273,6 +292,12 @@ class JobPipeline:
         self.wake = Wake()
         self._watch: ChangeSignal | None = None
         self.inflight: collections.deque[InFlight] = collections.deque()  # moves under way
+        # A step that waits on servers outside (a depositor's, a callback's receiver) runs in a
+        # thread of its own, one job after another, so a slow or silent server holds up only
+        # this step's jobs, not the other loops of this loop's thread; the moves are sent from
+        # here once a batch's steps have ended.
+        self.steps: ThreadPoolExecutor | None = None
+        self.stepping: collections.deque[Stepping] = collections.deque()
         self.pending: collections.deque[Outgoing] = collections.deque()  # sent, not worked on
         # Claims sent again after a failed claim multi, oldest first.
         self.retries: collections.deque[tuple[PendingRetry, Holding]] = collections.deque()
@@ -418,6 +443,8 @@ class JobPipeline:
         log.info(
             "%s: started (batched, %d a claim, poll %.1fs)", daemon.name, self.batch, daemon.poll
         )
+        if daemon.steps_elsewhere and self.steps is None:
+            self.steps = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{daemon.name}-step")
         if self.keeper is not None:
             self.keeper.register(self)
         self._watch = ChangeSignal(self.zk, zpaths.job_state_folder(daemon.state), self.wake)
@@ -432,9 +459,10 @@ class JobPipeline:
             return 0.0
         if self.waits_for is not None:
             return None
-        if self.throttled:
-            # Waiting for room downstream, which wakes this loop: the folder's news cannot be
-            # worked on before then, so it is neither watched nor listed.
+        if self.throttled or len(self.stepping) >= STEPS_AT_ONCE:
+            # Waiting for room downstream, or for its steps to end, either of which wakes this
+            # loop: the folder's news cannot be worked on before then, so it is neither watched
+            # nor listed.
             return daemon.poll
         ripe_in = self.listing.others_only()
         if ripe_in is not None and not self.kept:
@@ -464,6 +492,9 @@ class JobPipeline:
         if self.keeper is not None:
             self.keeper.unregister(self)
         self._close()
+        if self.steps is not None:
+            self.steps.shutdown(wait=True)  # every step has ended (``_close`` waited for them)
+            self.steps = None
         log.info("%s: stopped", self.daemon.name)
 
     def _idle(self, stop: threading.Event, seconds: float) -> None:
@@ -535,6 +566,7 @@ class JobPipeline:
         daemon = self.daemon
         self.waits_for = None
         self._finish_move(wait=False)
+        self._finish_stepping(wait=False)
         self._finish_completions(wait=False)
         self._absorb()
         self._collect_retries(wait=False)
@@ -549,7 +581,8 @@ class JobPipeline:
             self.share.leave()  # the other loops divide the jobs without this one
             return False
         self.share.join()
-        outgoing = self._send_batch(fresh, now) if len(self.pending) <= AHEAD else None
+        room = len(self.pending) <= AHEAD and len(self.stepping) < STEPS_AT_ONCE
+        outgoing = self._send_batch(fresh, now) if room else None
         if outgoing is not None:
             self.pending.append(outgoing)
         if len(self.pending) > AHEAD or (outgoing is None and self.pending):
@@ -668,12 +701,21 @@ class JobPipeline:
             self._give_back([p.jid for p in mine], now)
             return
         works = []
-        takers: dict[str, JobPipeline | None] = {}  # by target state, for this batch
         for pick in mine:
-            work = self._start(pick, loaded, batch.known.get(pick.jid), takers)
+            work = self._begin(pick, loaded, batch.known.get(pick.jid))
             if work is not None:
                 works.append(work)
-        self._send_move(works, now)
+        if self.steps is not None and works:
+            # The steps run in the step thread; a later cycle sends their move.
+            futures = [self.steps.submit(self._step_elsewhere, w) for w in works]
+            stepping = Stepping(works, now, futures)
+            self.stepping.append(stepping)
+            for future in stepping.futures:
+                future.add_done_callback(self._stepped)
+        else:
+            takers: dict[str, JobPipeline | None] = {}  # by target state, for this batch
+            stepped = [w for w in works if self._planned(w, self._step(w), takers)]
+            self._send_move(stepped, now)
         if self.keeper is not None and any(p.kept for p in batch.picks):
             for upstream in self.keeper.upstream_of(daemon.state):
                 if upstream.throttled:
@@ -681,13 +723,18 @@ class JobPipeline:
 
     def _under_way(self) -> int:
         """Jobs of the batches sent and of the moves not collected yet."""
-        return sum(len(b.picks) for b in self.pending) + sum(len(f.works) for f in self.inflight)
+        return (
+            sum(len(b.picks) for b in self.pending)
+            + sum(len(s.works) for s in self.stepping)
+            + sum(len(f.works) for f in self.inflight)
+        )
 
     def _in_hand(self) -> set[str]:
         """Jobs of the batches sent and of the moves under way (still in the folder), and
         those on their way here from another loop of this process with their locks."""
         jids = self.keeper.in_transit() if self.keeper is not None else set()
         jids.update(w.job.jid for flight in self.inflight for w in flight.works)
+        jids.update(w.job.jid for stepping in self.stepping for w in stepping.works)
         for batch in self.pending:
             jids.update(p.jid for p in batch.picks)
         for retry, _holding in self.retries:
@@ -701,6 +748,10 @@ class JobPipeline:
         session lives."""
         jids = set(self.holding)
         jids.update(w.job.jid for flight in self.inflight for w in flight.works)
+        for stepping in self.stepping:
+            # Not left in doubt while their steps still run under the locks: ended first.
+            wait_futures(stepping.futures)
+            jids.update(w.job.jid for w in stepping.works)
         for batch in self.pending:
             # Not the picks another thread holds (``busy``): their locks are that thread's.
             jids.update(p.jid for p in batch.picks if p.kept)
@@ -709,6 +760,7 @@ class JobPipeline:
         for retry, _holding in self.retries:
             jids.update(p.jid for picks, _answer in retry.answers for p in picks)
         self.inflight.clear()
+        self.stepping.clear()
         self.pending.clear()
         self.retries.clear()
         self.holding.clear()
@@ -732,20 +784,14 @@ class JobPipeline:
             for jid in locked:
                 self._hold(jid, batch.holding)
             self._give_back([p.jid for p in batch.picks if p.kept or p.jid in locked], now)
+        self._finish_stepping()  # their side effects are done: they are moved on if they can be
         self._finish_move()
         self.listing.apply_look_ahead()
         self._give_back(list(self.kept), now)
 
-    def _start(
-        self,
-        pick: Pick,
-        loaded: dict[str, Any],
-        known: Job | None,
-        takers: dict[str, JobPipeline | None],
-    ) -> Work | None:
-        """Check a locked job and run the step on it; None when it ended here (lock given back).
-        ``known``: the job as handed over, of which only part was read again; ``takers``: the
-        loops that take jobs moved to a state with their locks, as found for this batch."""
+    def _begin(self, pick: Pick, loaded: dict[str, Any], known: Job | None) -> Work | None:
+        """Check a locked job before its step; None when it ended here (lock given back).
+        ``known``: the job as handed over, of which only part was read again."""
         daemon = self.daemon
         now = self.holding.get(pick.jid) or self._current()
         started = time.monotonic()
@@ -766,12 +812,25 @@ class JobPipeline:
         work = Work(pick, job, started, mark)
         if daemon.observer is not None:
             work.token = daemon.observer.begin(daemon, job)
-        job, step, result = daemon.run_step(job, started)
+        return work
+
+    def _planned(
+        self,
+        work: Work,
+        stepped: tuple[Job, Next | None, ItemResult | None],
+        takers: dict[str, JobPipeline | None],
+    ) -> bool:
+        """Work out the move the step asked for (``stepped``: what ``run_step`` gave); False
+        when the job ended here (lock given back). ``takers``: the loops that take jobs moved
+        to a state with their locks, as found for this batch."""
+        daemon = self.daemon
+        now = self.holding.get(work.pick.jid) or self._current()
+        job, step, result = stepped
         work.job = job
         if result is not None:
-            self._give_back([pick.jid], now)
+            self._give_back([work.pick.jid], now)
             self._end(work, result)
-            return None
+            return False
         assert step is not None
         work.step = step
         if step.target in takers:
@@ -790,11 +849,51 @@ class JobPipeline:
                 lock="keep" if taker is not None else "release",
             )
         except InvalidTransition as exc:
-            self._give_back([pick.jid], now)
-            self._end(work, daemon.result(job.jid, "dropped", started, f"not moved: {exc}"))
-            return None
+            self._give_back([work.pick.jid], now)
+            self._end(work, daemon.result(job.jid, "dropped", work.started, f"not moved: {exc}"))
+            return False
         work.taker = taker
-        return work
+        return True
+
+    def _step(self, work: Work) -> tuple[Job, Next | None, ItemResult | None]:
+        return self.daemon.run_step(work.job, work.started)
+
+    def _step_elsewhere(self, work: Work) -> tuple[Job, Next | None, ItemResult | None]:
+        """``_step`` in the step thread, which keeps no database connection between steps."""
+        try:
+            return self._step(work)
+        finally:
+            close_old_connections()
+
+    def _stepped(self, _future: Future[Any]) -> None:
+        self.wake.set()
+
+    def _finish_stepping(self, *, wait: bool = True) -> None:
+        """Send the moves of the batches whose steps ran in the step thread: all of them
+        (waiting for their steps to end), or (``wait`` False) those whose steps have ended."""
+        while self.stepping and (wait or self.stepping[0].ready()):
+            stepping = self.stepping.popleft()
+            takers: dict[str, JobPipeline | None] = {}
+            moving = []
+            for work, future in zip(stepping.works, stepping.futures, strict=True):
+                try:
+                    stepped = future.result()
+                except Exception as exc:
+                    # In this loop's thread the error would end the cycle and give back every
+                    # lock of the batch; here only this job's goes back.
+                    log.error(
+                        "%s: unexpected error in the step of %s",
+                        self.daemon.name,
+                        work.job.jid,
+                        exc_info=exc,
+                    )
+                    self._give_back([work.job.jid], stepping.holding)
+                    why = f"not moved: the step raised {exc!r}"
+                    self._end(work, self.daemon.result(work.job.jid, "dropped", work.started, why))
+                    continue
+                if self._planned(work, stepped, takers):
+                    moving.append(work)
+            self._send_move(moving, stepping.holding)
 
     def _send_move(self, works: list[Work], now: Holding) -> None:
         if not works:
@@ -945,8 +1044,9 @@ def run_together(loops: list[JobPipeline], stop: threading.Event) -> None:
     batch (docs/benchmarks.md). Each loop takes its turn when it has work or its wake-up came.
     A turn does not wait for its batches' reads, moves or completion checks while another loop
     can go on; when none can, the thread waits for the one sent first, which the session
-    answers first. What else a turn waits for (a listing, locks given back, the step itself)
-    holds up every loop of the thread. An error escaping one loop's turn stops none of them.
+    answers first. What else a turn waits for (a listing, locks given back, a step run in the
+    thread itself) holds up every loop of the thread. An error escaping one loop's turn stops
+    none of them.
     """
     woken = threading.Event()
     for loop in loops:

@@ -1,0 +1,142 @@
+"""A step that waits on servers outside runs in a thread of its own (``steps_elsewhere``): a
+depositor's callback receiver that does not answer holds up its own step only, not the other
+batched steps sharing the loops' thread, as ``runconsumer`` runs them by default."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from queues.daemons.estimating import Estimating
+from queues.daemons.notify import Notify
+from queues.daemons.pipeline import LockKeeper
+from queues.daemons.runner import daemon_threads
+from queues.zk import paths as zpaths
+from queues.zk.jobs import job_load
+from queues.zk.records import Job
+from queues.zk.side_effects import callback_record_path
+
+from .conftest import FileServer, expire_session, make_job, wait_for
+from .test_notify import _with_callback
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _jobs(zk: KazooClient, files: FileServer, state: str, n: int) -> list[Job]:
+    return [
+        make_job(
+            zk, {"payload_url": files.put(f"{state}{i}", b"x" * 10), "type": "file"}, state=state
+        )
+        for i in range(n)
+    ]
+
+
+def test_a_silent_callback_receiver_holds_up_only_notify(
+    zk: KazooClient, files: FileServer, profiles: Path
+) -> None:
+    _with_callback(profiles, files.url + "/hook")
+    called = _jobs(zk, files, "Notify", 2)
+    held = threading.Event()
+    answer = threading.Event()
+
+    def silent(_route: str) -> None:
+        held.set()
+        assert answer.wait(60), "the test did not let the receiver answer"
+
+    files.on_post = silent
+    estimated: list[Job] = []
+    keeper = LockKeeper()
+    loops = [cls(zk=zk, poll=0.05, batch=4, keeper=keeper) for cls in (Estimating, Notify)]
+    stop = threading.Event()
+    (thread,) = daemon_threads(loops, stop, shared=True)  # both loops in one thread
+    thread.start()
+    try:
+        assert held.wait(30), "no callback was posted"
+        # The receiver holds the first callback; jobs reaching Estimating meanwhile go through
+        # the same thread's other loop.
+        estimated += _jobs(zk, files, "Estimating", 3)
+        wait_for(lambda: all(job_load(zk, j.jid).state == "Provisioning" for j in estimated))
+        assert len(files.posts) == 1, "the receiver still holds the first callback"
+        assert [job_load(zk, j.jid).state for j in called] == ["Notify", "Notify"]
+        answer.set()
+        wait_for(lambda: all(job_load(zk, j.jid).state == "Completed" for j in called))
+        assert sorted(path.rpartition("/")[2] for path, _body in files.posts) == sorted(
+            j.jid for j in called
+        )
+    finally:
+        answer.set()
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("notify-step")]
+    for job in called + estimated:
+        assert zk.exists(zpaths.job_node(job.jid, "lock")) is None
+
+
+def _run(daemons: list, stop: threading.Event) -> threading.Thread:
+    (thread,) = daemon_threads(daemons, stop, shared=True)
+    thread.start()
+    return thread
+
+
+def test_a_stop_waits_for_the_step_under_way_and_moves_its_job(
+    zk: KazooClient, files: FileServer, profiles: Path
+) -> None:
+    _with_callback(profiles, files.url + "/hook")
+    (job,) = _jobs(zk, files, "Notify", 1)
+    held = threading.Event()
+    answer = threading.Event()
+    files.on_post = lambda _route: (held.set(), answer.wait(60))
+    stop = threading.Event()
+    thread = _run([Notify(zk=zk, poll=0.05, batch=4)], stop)
+    try:
+        assert held.wait(30), "no callback was posted"
+        stop.set()  # the weekly redeploy, while the receiver holds the callback
+        threading.Timer(0.5, answer.set).start()
+        thread.join(60)
+        assert not thread.is_alive()
+    finally:
+        answer.set()
+        stop.set()
+        thread.join(60)
+    # The callback was answered, so its job moved on before the loop stopped.
+    done = job_load(zk, job.jid)
+    assert (done.state, done.lock) == ("Completed", None)
+    assert zk.exists(callback_record_path(job.jid)) is None
+    assert len(files.posts) == 1
+
+
+def test_a_session_lost_while_the_step_thread_posts_is_not_a_second_callback(
+    zk: KazooClient, zk_hosts: str, own_zk, files: FileServer, profiles: Path
+) -> None:
+    client, gate = own_zk
+    _with_callback(profiles, files.url + "/hook")
+    jobs = _jobs(zk, files, "Notify", 2)
+    old = client.client_id[0]
+
+    def lose_the_session(_route: str) -> None:
+        # The receiver has the first callback; its answer has not reached the consumer.
+        files.on_post = None
+        expire_session(client, zk_hosts)
+        wait_for(lambda: client.connected and client.client_id[0] != old, timeout=30)
+
+    files.on_post = lose_the_session
+    stop = threading.Event()
+    thread = _run([Notify(zk=client, gate=gate, poll=0.05, batch=4)], stop)
+    try:
+        # The batch's move is refused with the old session's locks; the loop claims the jobs
+        # again in its new session, finds both callbacks delivered and moves them on.
+        wait_for(lambda: all(job_load(zk, j.jid).state == "Completed" for j in jobs))
+    finally:
+        stop.set()
+        thread.join(60)
+    assert gate.generation == 1
+    assert sorted(path.rpartition("/")[2] for path, _body in files.posts) == sorted(
+        j.jid for j in jobs
+    )
+    for job in jobs:
+        assert job_load(zk, job.jid).lock is None
+        assert zk.exists(callback_record_path(job.jid)) is None
