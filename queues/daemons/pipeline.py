@@ -213,16 +213,17 @@ class Outgoing:
     order: int = field(default_factory=lambda: next(_sent))
 
 
+Stepped = tuple[Job, "Next | None", "ItemResult | None"]  # what ``run_step`` gives
+
+
 @dataclass
 class Stepping:
-    """A batch whose steps run in the loop's step thread: each job's ``run_step``."""
+    """A batch whose steps run in the loop's step thread: each job's ``run_step``, or the
+    exception it raised, in the order of ``works``."""
 
     works: list[Work]
     holding: Holding
-    futures: list[Future[tuple[Job, Next | None, ItemResult | None]]]
-
-    def ready(self) -> bool:
-        return all(future.done() for future in self.futures)
+    future: Future[list[Stepped | Exception]]
 
 
 @dataclass
@@ -707,11 +708,9 @@ class JobPipeline:
                 works.append(work)
         if self.steps is not None and works:
             # The steps run in the step thread; a later cycle sends their move.
-            futures = [self.steps.submit(self._step_elsewhere, w) for w in works]
-            stepping = Stepping(works, now, futures)
-            self.stepping.append(stepping)
-            for future in stepping.futures:
-                future.add_done_callback(self._stepped)
+            future = self.steps.submit(self._steps_elsewhere, works)
+            self.stepping.append(Stepping(works, now, future))
+            future.add_done_callback(self._stepped)
         else:
             takers: dict[str, JobPipeline | None] = {}  # by target state, for this batch
             stepped = [w for w in works if self._planned(w, self._step(w), takers)]
@@ -750,7 +749,7 @@ class JobPipeline:
         jids.update(w.job.jid for flight in self.inflight for w in flight.works)
         for stepping in self.stepping:
             # Not left in doubt while their steps still run under the locks: ended first.
-            wait_futures(stepping.futures)
+            wait_futures([stepping.future])
             jids.update(w.job.jid for w in stepping.works)
         for batch in self.pending:
             # Not the picks another thread holds (``busy``): their locks are that thread's.
@@ -817,7 +816,7 @@ class JobPipeline:
     def _planned(
         self,
         work: Work,
-        stepped: tuple[Job, Next | None, ItemResult | None],
+        stepped: Stepped,
         takers: dict[str, JobPipeline | None],
     ) -> bool:
         """Work out the move the step asked for (``stepped``: what ``run_step`` gave); False
@@ -855,15 +854,22 @@ class JobPipeline:
         work.taker = taker
         return True
 
-    def _step(self, work: Work) -> tuple[Job, Next | None, ItemResult | None]:
+    def _step(self, work: Work) -> Stepped:
         return self.daemon.run_step(work.job, work.started)
 
-    def _step_elsewhere(self, work: Work) -> tuple[Job, Next | None, ItemResult | None]:
-        """``_step`` in the step thread, which keeps no database connection between steps."""
+    def _steps_elsewhere(self, works: list[Work]) -> list[Stepped | Exception]:
+        """A batch's steps in the step thread, one after another (an exception one raised in
+        its place), keeping no database connection after them."""
+        stepped: list[Stepped | Exception] = []
         try:
-            return self._step(work)
+            for work in works:
+                try:
+                    stepped.append(self._step(work))
+                except Exception as exc:
+                    stepped.append(exc)
         finally:
             close_old_connections()
+        return stepped
 
     def _stepped(self, _future: Future[Any]) -> None:
         self.wake.set()
@@ -871,24 +877,22 @@ class JobPipeline:
     def _finish_stepping(self, *, wait: bool = True) -> None:
         """Send the moves of the batches whose steps ran in the step thread: all of them
         (waiting for their steps to end), or (``wait`` False) those whose steps have ended."""
-        while self.stepping and (wait or self.stepping[0].ready()):
+        while self.stepping and (wait or self.stepping[0].future.done()):
             stepping = self.stepping.popleft()
             takers: dict[str, JobPipeline | None] = {}
             moving = []
-            for work, future in zip(stepping.works, stepping.futures, strict=True):
-                try:
-                    stepped = future.result()
-                except Exception as exc:
+            for work, stepped in zip(stepping.works, stepping.future.result(), strict=True):
+                if isinstance(stepped, Exception):
                     # In this loop's thread the error would end the cycle and give back every
                     # lock of the batch; here only this job's goes back.
                     log.error(
                         "%s: unexpected error in the step of %s",
                         self.daemon.name,
                         work.job.jid,
-                        exc_info=exc,
+                        exc_info=stepped,
                     )
                     self._give_back([work.job.jid], stepping.holding)
-                    why = f"not moved: the step raised {exc!r}"
+                    why = f"not moved: the step raised {stepped!r}"
                     self._end(work, self.daemon.result(work.job.jid, "dropped", work.started, why))
                     continue
                 if self._planned(work, stepped, takers):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from kazoo.client import KazooClient
@@ -20,6 +21,7 @@ from queues.zk.records import Job
 from queues.zk.side_effects import callback_record_path
 
 from .conftest import FileServer, expire_session, make_job, wait_for
+from .test_batched import Step1
 from .test_notify import _with_callback
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -140,3 +142,34 @@ def test_a_session_lost_while_the_step_thread_posts_is_not_a_second_callback(
     for job in jobs:
         assert job_load(zk, job.jid).lock is None
         assert zk.exists(callback_record_path(job.jid)) is None
+
+
+class Elsewhere(Step1):
+    """Estimating -> Provisioning in the step thread; its preparation of one job breaks."""
+
+    steps_elsewhere: ClassVar[bool] = True
+    broken = ""
+
+    def prepare(self, item: Job) -> Job:
+        if item.jid == self.broken:
+            raise RuntimeError("a bug in the step")
+        return item
+
+
+def test_a_step_raising_in_the_step_thread_gives_back_its_job_only(
+    zk: KazooClient, files: FileServer, caplog
+) -> None:
+    jobs = _jobs(zk, files, "Estimating", 3)
+    Elsewhere.broken = jobs[1].jid
+    stop = threading.Event()
+    thread = _run([Elsewhere(zk=zk, poll=0.05, batch=4)], stop)
+    try:
+        wait_for(lambda: job_load(zk, jobs[0].jid).state == "Provisioning")
+        wait_for(lambda: job_load(zk, jobs[2].jid).state == "Provisioning")
+        wait_for(lambda: "unexpected error in the step of " + jobs[1].jid in caplog.text)
+    finally:
+        stop.set()
+        thread.join(60)
+    broken = job_load(zk, jobs[1].jid)
+    assert (broken.state, broken.lock) == ("Estimating", None)  # left for a fixed consumer
+    assert "a bug in the step" in caplog.text
