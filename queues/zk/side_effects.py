@@ -136,14 +136,20 @@ def _encode(record: CallbackRecord) -> bytes:
     return encode_json(fields)
 
 
+def session_label(zk: KazooClient) -> str:
+    """The client's session as a record names the session that wrote it: hex, as ZooKeeper's
+    own tools show a session id ("" without a session)."""
+    session = session_id(zk)
+    return f"{session:x}" if session else ""
+
+
 def callback_record_start(
     zk: KazooClient, job: Job, url: str, *, found: CallbackRecord | None
 ) -> CallbackRecord:
     """Record that the job's callback to ``url`` is about to be posted (over ``found``, the
     record ``callback_record_read`` gave); Conflict or StaleVersion when the job is no longer
     this consumer's (``write_under_lock``), and then nothing may be posted."""
-    session = session_id(zk)
-    record = CallbackRecord(url=url, since=now_stamp(), session=f"{session:x}" if session else "")
+    record = CallbackRecord(url=url, since=now_stamp(), session=session_label(zk))
     version = write_under_lock(
         zk,
         job,

@@ -19,9 +19,8 @@ from kazoo.exceptions import NoNodeError
 
 from . import paths
 from .codecs import encode_json, now_stamp
-from .kazoo_private import session_id
 from .records import Job
-from .side_effects import read_record, write_under_lock
+from .side_effects import read_record, session_label, write_under_lock
 
 STORE_INTENTS = f"{paths.CONSOLE}/store-intents"
 
@@ -82,7 +81,7 @@ def store_intent_record(
         node=node,
         ark=ark,
         since=now_stamp(),
-        session=f"{session:x}" if (session := session_id(zk)) else "",
+        session=session_label(zk),
     )
     data = encode_json(asdict(intent))
     write_under_lock(
