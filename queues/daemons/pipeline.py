@@ -94,6 +94,8 @@ IDLE_MIN = 0.05  # s a loop left with other loops' entries only waits at least
 # Batches a loop whose steps run in a thread of their own (``JobDaemon.steps_elsewhere``) may
 # have there; at that many it claims no more until one has ended.
 STEPS_AT_ONCE = 2
+# s a job whose step raised (a bug, not an outage: those wait in the step) is passed over
+STEP_ERROR_PAUSE = 60.0
 AHEAD = 2  # batches whose requests are under way while the loop works on an earlier one
 STOP_CHECK = 0.25  # s between looks at the stop event while idle (as ChangeSignal.wait)
 
@@ -892,7 +894,9 @@ class JobPipeline:
                         exc_info=stepped,
                     )
                     self._give_back([work.job.jid], stepping.holding)
-                    why = f"not moved: the step raised {stepped!r}"
+                    # Claimed again at once it would raise again, as fast as it can be claimed.
+                    self.listing.busy([work.job.jid], STEP_ERROR_PAUSE)
+                    why = f"not moved: the step raised {stepped!r}; passed over for a while"
                     self._end(work, self.daemon.result(work.job.jid, "dropped", work.started, why))
                     continue
                 if self._planned(work, stepped, takers):

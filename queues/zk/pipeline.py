@@ -312,9 +312,10 @@ class StateListing:
     def crowded(self) -> None:
         self._crowd = min(16, self._crowd + 8)
 
-    def busy(self, jids: Iterable[str]) -> None:
-        """These jobs were taken by another consumer: pass them over for ``busy_for`` s."""
-        until = time.monotonic() + self.busy_for
+    def busy(self, jids: Iterable[str], seconds: float | None = None) -> None:
+        """These jobs were taken by another consumer: pass them over for ``busy_for`` s (or
+        ``seconds``)."""
+        until = time.monotonic() + (self.busy_for if seconds is None else seconds)
         for jid in jids:
             self._busy[jid] = until
 

@@ -167,9 +167,14 @@ def test_a_step_raising_in_the_step_thread_gives_back_its_job_only(
         wait_for(lambda: job_load(zk, jobs[0].jid).state == "Provisioning")
         wait_for(lambda: job_load(zk, jobs[2].jid).state == "Provisioning")
         wait_for(lambda: "unexpected error in the step of " + jobs[1].jid in caplog.text)
+        # The loop goes on cycling (a job made now is taken and moved) without the broken one.
+        (later,) = _jobs(zk, files, "Estimating", 1)
+        wait_for(lambda: job_load(zk, later.jid).state == "Provisioning")
     finally:
         stop.set()
         thread.join(60)
     broken = job_load(zk, jobs[1].jid)
     assert (broken.state, broken.lock) == ("Estimating", None)  # left for a fixed consumer
     assert "a bug in the step" in caplog.text
+    # Passed over afterwards (STEP_ERROR_PAUSE), not claimed and failing again at once.
+    assert caplog.text.count("unexpected error in the step of") == 1
