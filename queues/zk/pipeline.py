@@ -313,8 +313,8 @@ class StateListing:
         self._crowd = min(16, self._crowd + 8)
 
     def busy(self, jids: Iterable[str], seconds: float | None = None) -> None:
-        """These jobs were taken by another consumer: pass them over for ``busy_for`` s (or
-        ``seconds``)."""
+        """Pass these jobs over for ``busy_for`` s (taken by another consumer), or for
+        ``seconds`` (a caller's own reason: a step that raised)."""
         until = time.monotonic() + (self.busy_for if seconds is None else seconds)
         for jid in jids:
             self._busy[jid] = until
