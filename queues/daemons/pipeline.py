@@ -714,9 +714,7 @@ class JobPipeline:
             self.stepping.append(Stepping(works, now, future))
             future.add_done_callback(self._stepped)
         else:
-            takers: dict[str, JobPipeline | None] = {}  # by target state, for this batch
-            stepped = [w for w in works if self._planned(w, self._step(w), takers)]
-            self._send_move(stepped, now)
+            self._move_stepped(works, self._steps(works), now)
         if self.keeper is not None and any(p.kept for p in batch.picks):
             for upstream in self.keeper.upstream_of(daemon.state):
                 if upstream.throttled:
@@ -856,22 +854,23 @@ class JobPipeline:
         work.taker = taker
         return True
 
-    def _step(self, work: Work) -> Stepped:
-        return self.daemon.run_step(work.job, work.started)
+    def _steps(self, works: list[Work]) -> list[Stepped | Exception]:
+        """A batch's steps, one after another: what each ``run_step`` gave, or the exception
+        it raised, in its place."""
+        stepped: list[Stepped | Exception] = []
+        for work in works:
+            try:
+                stepped.append(self.daemon.run_step(work.job, work.started))
+            except Exception as exc:
+                stepped.append(exc)
+        return stepped
 
     def _steps_elsewhere(self, works: list[Work]) -> list[Stepped | Exception]:
-        """A batch's steps in the step thread, one after another (an exception one raised in
-        its place), keeping no database connection after them."""
-        stepped: list[Stepped | Exception] = []
+        """``_steps`` in the step thread, keeping no database connection after them."""
         try:
-            for work in works:
-                try:
-                    stepped.append(self._step(work))
-                except Exception as exc:
-                    stepped.append(exc)
+            return self._steps(works)
         finally:
             close_old_connections()
-        return stepped
 
     def _stepped(self, _future: Future[Any]) -> None:
         self.wake.set()
@@ -881,27 +880,31 @@ class JobPipeline:
         (waiting for their steps to end), or (``wait`` False) those whose steps have ended."""
         while self.stepping and (wait or self.stepping[0].future.done()):
             stepping = self.stepping.popleft()
-            takers: dict[str, JobPipeline | None] = {}
-            moving = []
-            for work, stepped in zip(stepping.works, stepping.future.result(), strict=True):
-                if isinstance(stepped, Exception):
-                    # In this loop's thread the error would end the cycle and give back every
-                    # lock of the batch; here only this job's goes back.
-                    log.error(
-                        "%s: unexpected error in the step of %s",
-                        self.daemon.name,
-                        work.job.jid,
-                        exc_info=stepped,
-                    )
-                    self._give_back([work.job.jid], stepping.holding)
-                    # Claimed again at once it would raise again, as fast as it can be claimed.
-                    self.listing.busy([work.job.jid], STEP_ERROR_PAUSE)
-                    why = f"not moved: the step raised {stepped!r}; passed over for a while"
-                    self._end(work, self.daemon.result(work.job.jid, "dropped", work.started, why))
-                    continue
-                if self._planned(work, stepped, takers):
+            self._move_stepped(stepping.works, stepping.future.result(), stepping.holding)
+
+    def _move_stepped(
+        self, works: list[Work], stepped: list[Stepped | Exception], now: Holding
+    ) -> None:
+        """One move for the jobs of a batch whose steps asked for one (``_steps``' answers).
+        A job whose step raised is given back on its own and, unless ZooKeeper's connection
+        was the cause, passed over for STEP_ERROR_PAUSE: claimed again at once it would raise
+        again as fast as it can be claimed, and its batch-mates go on."""
+        takers: dict[str, JobPipeline | None] = {}  # by target state, for this batch
+        moving = []
+        for work, outcome in zip(works, stepped, strict=True):
+            if not isinstance(outcome, Exception):
+                if self._planned(work, outcome, takers):
                     moving.append(work)
-            self._send_move(moving, stepping.holding)
+                continue
+            jid = work.job.jid
+            name = self.daemon.name
+            log.error("%s: unexpected error in the step of %s", name, jid, exc_info=outcome)
+            self._give_back([jid], now)
+            if not is_connection_error(outcome):
+                self.listing.busy([jid], STEP_ERROR_PAUSE)
+            why = f"not moved: the step raised {outcome!r}"
+            self._end(work, self.daemon.result(jid, "dropped", work.started, why))
+        self._send_move(moving, now)
 
     def _send_move(self, works: list[Work], now: Holding) -> None:
         if not works:

@@ -145,7 +145,8 @@ def test_a_session_lost_while_the_step_thread_posts_is_not_a_second_callback(
 
 
 class Elsewhere(Step1):
-    """Estimating -> Provisioning in the step thread; its preparation of one job breaks."""
+    """Estimating -> Provisioning in the step thread; its preparation of one job breaks (in
+    the step thread, or in the loops' own with ``steps_elsewhere`` False)."""
 
     steps_elsewhere: ClassVar[bool] = True
     broken = ""
@@ -156,13 +157,14 @@ class Elsewhere(Step1):
         return item
 
 
-def test_a_step_raising_in_the_step_thread_gives_back_its_job_only(
-    zk: KazooClient, files: FileServer, caplog
+@pytest.mark.parametrize("elsewhere", [True, False], ids=["step-thread", "loops-thread"])
+def test_a_step_raising_gives_back_its_job_only(
+    zk: KazooClient, files: FileServer, caplog, elsewhere: bool
 ) -> None:
     jobs = _jobs(zk, files, "Estimating", 3)
-    Elsewhere.broken = jobs[1].jid
+    daemon = type("Broken", (Elsewhere,), {"steps_elsewhere": elsewhere, "broken": jobs[1].jid})
     stop = threading.Event()
-    thread = _run([Elsewhere(zk=zk, poll=0.05, batch=4)], stop)
+    thread = _run([daemon(zk=zk, poll=0.05, batch=4)], stop)
     try:
         wait_for(lambda: job_load(zk, jobs[0].jid).state == "Provisioning")
         wait_for(lambda: job_load(zk, jobs[2].jid).state == "Provisioning")
