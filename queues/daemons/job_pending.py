@@ -10,7 +10,8 @@ once the depositor has fixed the file at its URL.
 Caps (``queues/zk/caps.py``): the job is counted in flight for its collection just before its
 move to Estimating, exactly across every consumer on every host; a job whose collection is at
 its cap is given back untouched and then passed over, unclaimed, until the collection has room,
-so the jobs of other collections behind it go on.
+so the jobs of other collections behind it go on. The batched loop runs the step in a thread of
+its own (the manifest's host may be slow); the gate's bookkeeping is shared with the loop's.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class JobPending(JobDaemon):
     name: ClassVar[str] = "pending"
     step: ClassVar[str] = "pending"
     state: ClassVar[str] = JobState.PENDING
+    steps_elsewhere: ClassVar[bool] = True  # an object manifest from the depositor's server
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -36,6 +36,7 @@ page) and removes stale ones.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -355,27 +356,39 @@ class CapGate:
     ``admit`` is the cheap check before a job is worked on (no request unless its collection
     has a cap and was not found full lately); ``enter`` is the exact one, right before the move
     into flight; ``waits`` is what the claim's listing asks of each entry before claiming it.
+    The batched loop asks ``admit`` and ``waits`` in its own thread and ``enter`` in its step
+    thread: what is remembered changes under a lock, never held across a request.
     """
 
     def __init__(self, zk: KazooClient, *, recheck: float = RECHECK) -> None:
         self.zk = zk
         self.recheck = recheck
+        self._lock = threading.Lock()
         self._capped: frozenset[str] = frozenset()
         self._listed_at = float("-inf")
         self._full_until: dict[str, float] = {}
         self._waiting: dict[str, str] = {}  # jid -> profile
 
     def capped(self, profile: str) -> bool:
-        now = time.monotonic()
-        if now - self._listed_at >= self.recheck:
+        if time.monotonic() - self._listed_at >= self.recheck:
             try:
-                found = self.zk.get_children(CAPS)
+                found = frozenset(self.zk.get_children(CAPS))
             except NoNodeError:
-                found = []
-            self._capped = frozenset(found)
-            self._listed_at = now
-            self._full_until = {p: t for p, t in self._full_until.items() if p in self._capped}
+                found = frozenset()
+            with self._lock:
+                self._capped = found
+                self._listed_at = time.monotonic()
+                for gone in [p for p in self._full_until if p not in found]:
+                    del self._full_until[gone]
         return profile in self._capped
+
+    def _found(self, profile: str, full: bool) -> bool:
+        with self._lock:
+            if full:
+                self._full_until[profile] = time.monotonic() + self.recheck
+            else:
+                self._full_until.pop(profile, None)
+        return full
 
     def full(self, profile: str) -> bool:
         """Whether ``profile`` is at its cap: as found within the last ``RECHECK`` s, else
@@ -386,15 +399,10 @@ class CapGate:
         if time.monotonic() < until:
             return True
         if not self.capped(profile):
-            self._full_until.pop(profile, None)
-            return False
+            return self._found(profile, False)
         verify(self.zk, profile)
         cap = cap_of(self.zk, profile)
-        if cap is None or not cap.full:
-            self._full_until.pop(profile, None)
-            return False
-        self._full_until[profile] = time.monotonic() + self.recheck
-        return True
+        return self._found(profile, cap is not None and cap.full)
 
     def waits(self, jid: str) -> bool:
         """Whether to pass ``jid`` over unclaimed: its collection was at its cap when it was
@@ -404,14 +412,16 @@ class CapGate:
             return False
         if self.full(profile):
             return True
-        self._waiting.pop(jid, None)
+        with self._lock:
+            self._waiting.pop(jid, None)
         return False
 
     def _wait(self, profile: str, jid: str) -> None:
-        if len(self._waiting) >= WAITING_MAX:
-            self._waiting.clear()  # forgotten ones are claimed once more, then remembered
-        self._waiting[jid] = profile
-        self._full_until.setdefault(profile, time.monotonic() + self.recheck)
+        with self._lock:
+            if len(self._waiting) >= WAITING_MAX:
+                self._waiting.clear()  # forgotten ones are claimed once more, then remembered
+            self._waiting[jid] = profile
+            self._full_until.setdefault(profile, time.monotonic() + self.recheck)
 
     def admit(self, profile: str, jid: str) -> bool:
         """The cheap check (no request for a collection without a cap, one read for one with
@@ -435,6 +445,6 @@ class CapGate:
         verify(self.zk, profile)
         if reserve(self.zk, profile, jid):
             return True
-        self._full_until[profile] = time.monotonic() + self.recheck
+        self._found(profile, True)
         self._wait(profile, jid)
         return False

@@ -43,6 +43,8 @@ class FileServer:
         # Called with each POST's path once it is recorded, before it is answered: where a
         # test acts while a consumer waits for a callback's answer.
         self.on_post: Callable[[str], None] | None = None
+        # Called with the method and path before a GET or HEAD is answered.
+        self.before_answer: Callable[[str, str], None] | None = None
         # path -> seconds to spread the body over; "first" ones only slow the first GET.
         self.slow: dict[str, float] = {}
         self.slow_first: dict[str, float] = {}
@@ -84,6 +86,8 @@ def _handler(server: FileServer) -> type[BaseHTTPRequestHandler]:
 
         def do_HEAD(self) -> None:
             server._count("HEAD", urlsplit(self.path).path)
+            if server.before_answer is not None:
+                server.before_answer("HEAD", urlsplit(self.path).path)
             path = self._file()
             if path is None:
                 return self._send_error(404)
@@ -94,6 +98,8 @@ def _handler(server: FileServer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             route = urlsplit(self.path).path
             number = server._count("GET", route)
+            if server.before_answer is not None:
+                server.before_answer("GET", route)
             path = self._file()
             if path is None:
                 return self._send_error(404)

@@ -1,6 +1,6 @@
 """A step that waits on servers outside runs in a thread of its own (``steps_elsewhere``): a
-depositor's callback receiver that does not answer holds up its own step only, not the other
-batched steps sharing the loops' thread, as ``runconsumer`` runs them by default."""
+depositor's callback receiver or manifest host that does not answer holds up its own step only,
+not the other batched steps sharing the loops' thread, as ``runconsumer`` runs them by default."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from queues.daemons.estimating import Estimating
+from queues.daemons.job_pending import JobPending
 from queues.daemons.notify import Notify
 from queues.daemons.pipeline import LockKeeper
 from queues.daemons.runner import daemon_threads
@@ -20,7 +21,7 @@ from queues.zk.jobs import job_load
 from queues.zk.records import Job
 from queues.zk.side_effects import callback_record_path
 
-from .conftest import FileServer, expire_session, make_job, wait_for
+from .conftest import FileServer, expire_session, make_job, object_manifest, wait_for
 from .test_batched import Step1
 from .test_notify import _with_callback
 
@@ -180,3 +181,39 @@ def test_a_step_raising_gives_back_its_job_only(
     assert "a bug in the step" in caplog.text
     # Passed over afterwards (STEP_ERROR_PAUSE), not claimed and failing again at once.
     assert caplog.text.count("unexpected error in the step of") == 1
+
+
+def test_a_silent_manifest_host_holds_up_only_pending(zk: KazooClient, files: FileServer) -> None:
+    files.put("a", b"payload")
+    manifest = files.put("m.checkm", object_manifest([{"url": files.url + "/a", "filename": "a"}]))
+    fetching = make_job(zk, {"payload_url": manifest, "type": "object-manifest"}, state="Pending")
+    estimated = _jobs(zk, files, "Estimating", 3)
+    held = threading.Event()
+    answer = threading.Event()
+
+    def silent(method: str, route: str) -> None:
+        if route == "/m.checkm":
+            held.set()
+            assert answer.wait(60), "the test did not let the host answer"
+        elif method == "HEAD":
+            # Estimating's jobs are looked at once the manifest is held, so their moves need
+            # the loops' thread while pending's step waits.
+            assert held.wait(30), "the manifest was not fetched"
+
+    files.before_answer = silent
+    keeper = LockKeeper()
+    loops = [cls(zk=zk, poll=0.05, batch=4, keeper=keeper) for cls in (JobPending, Estimating)]
+    stop = threading.Event()
+    thread = _run(loops, stop)
+    try:
+        wait_for(lambda: all(job_load(zk, j.jid).state == "Provisioning" for j in estimated))
+        assert job_load(zk, fetching.jid).state == "Pending"
+        answer.set()
+        wait_for(lambda: job_load(zk, fetching.jid).state == "Provisioning")
+    finally:
+        answer.set()
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    for job in [fetching, *estimated]:
+        assert zk.exists(zpaths.job_node(job.jid, "lock")) is None
