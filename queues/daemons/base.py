@@ -27,6 +27,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
+from urllib.parse import urlsplit
 
 from django.db import close_old_connections
 
@@ -522,9 +523,9 @@ class JobDaemon(Daemon[Job]):
     # Jobs one claim takes at most (one lock multi, one read, one move multi for all of them).
     batch: ClassVar[int] = 1
     # The step waits on servers outside (a depositor's, a callback's receiver): in the batched
-    # loop it runs in a thread of its own, one job after another as in the loop's thread, so a
-    # slow or silent server holds up this step's jobs only, not the other loops sharing the
-    # loop's thread (nor this loop's claims and reads of its next batch).
+    # loop it runs in threads of its own, the jobs of one server (``server_of``) one after
+    # another, so a slow or silent server holds up only its own jobs, not the other servers'
+    # jobs of this step nor the other loops sharing the loop's thread.
     steps_elsewhere: ClassVar[bool] = False
     _claimer: JobClaimer | None = None
 
@@ -581,6 +582,15 @@ class JobDaemon(Daemon[Job]):
 
     def unprocessable(self, item: Job) -> str | None:
         return processing_problem(item.configuration)
+
+    def server_of(self, item: Job) -> str:
+        """The server outside that the job's step waits on (``steps_elsewhere``): by default
+        the host of the depositor's payload URL."""
+        url = item.configuration.get("payload_url")
+        try:
+            return urlsplit(url).netloc.lower() if isinstance(url, str) else ""
+        except ValueError:  # not a URL: the step fails the job at once
+            return ""
 
     def fingerprint(self, item: Job) -> object:
         config = json.dumps(item.configuration, sort_keys=True, default=str).encode()

@@ -56,6 +56,9 @@ class Notify(JobDaemon):
         # claimed again, perhaps elsewhere: forgotten past RECORDS_KEPT.
         self._recorded: set[str] = set()
 
+    def server_of(self, item: Job) -> str:
+        return f"callback of {item.profile}"  # the collection's receiver
+
     def work(self, item: Job) -> Step:
         try:
             profile = load_profile(item.profile)

@@ -12,8 +12,9 @@ or shares a :class:`LockKeeper` with the other job daemons of its process. One c
    every lock just taken or kept is given back, nothing runs) and the claim (failed on
    contention: the job it failed on is passed over, the others claimed again);
 4. run the step on each job, in run order, as the one-job loop does (skips, failures, waits);
-   a step that waits on servers outside (``JobDaemon.steps_elsewhere``) runs in a thread of
-   the loop's own instead, and a later cycle takes its batch on from here once it has ended;
+   a step that waits on servers outside (``JobDaemon.steps_elsewhere``) runs in threads of
+   the loop's own instead, the batch's jobs of each server as one task, and a later cycle
+   takes each task's jobs on from here once it has ended;
 5. send ONE multi carrying every job's transition, refused before it leaves if the session that
    took the locks is gone (``SessionGate.send_if_current``). Each transition deletes its lock,
    or, when this process runs the next step too and that loop has room, checks the lock is
@@ -43,9 +44,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import close_old_connections
@@ -80,6 +82,8 @@ from queues.zk.pipeline import (
 from queues.zk.records import Job
 from queues.zk.watch import ChangeSignal
 
+from .serial import SerialByKey
+
 if TYPE_CHECKING:
     from queues.daemons.base import ItemResult, JobDaemon, Next
     from queues.zk.batches import CompletionCheck
@@ -91,9 +95,17 @@ IN_TRANSIT_FOR = 30.0  # s a job moving with its kept lock is left out of this p
 MAX_MOVES = 3  # moves under way at once per loop (older ones are waited for)
 DB_CHECK_EVERY = 1.0  # s between looks at the thread's database connection
 IDLE_MIN = 0.05  # s a loop left with other loops' entries only waits at least
-# Batches a loop whose steps run in a thread of their own (``JobDaemon.steps_elsewhere``) may
-# have there; at that many it claims no more until one has ended.
+# Batches' worth of jobs a loop whose steps run in threads of their own
+# (``JobDaemon.steps_elsewhere``) may have there; at that many it claims no more until some
+# have ended.
 STEPS_AT_ONCE = 2
+STEP_THREADS = 4  # threads a loop's steps run in (one server's jobs in one at a time)
+# A server with one job's step under way for SERVER_SLOW s is slow: its tasks not begun are
+# given back, its jobs are passed over for SERVER_SLOW_PAUSE s, and its task under way no longer
+# counts against the loop's room, so a server that does not answer holds up its own task's
+# jobs only.
+SERVER_SLOW = 10.0
+SERVER_SLOW_PAUSE = 30.0
 # s a job whose step raised (a bug, not an outage: those wait in the step) is passed over
 STEP_ERROR_PAUSE = 60.0
 AHEAD = 2  # batches whose requests are under way while the loop works on an earlier one
@@ -220,12 +232,25 @@ Stepped = tuple[Job, "Next | None", "ItemResult | None"]  # what ``run_step`` gi
 
 @dataclass
 class Stepping:
-    """A batch whose steps run in the loop's step thread: each job's ``run_step``, or the
-    exception it raised, in the order of ``works``."""
+    """A batch's jobs of one server, whose steps run in the loop's step threads: each job's
+    ``run_step``, or the exception it raised, in the order of ``works``."""
 
+    server: str
     works: list[Work]
     holding: Holding
-    future: Future[list[Stepped | Exception]]
+    future: Future[list[Stepped | Exception]] = field(init=False)
+    began: float | None = None  # when the step under way began (set by the step thread)
+
+
+class NotStepped(Exception):
+    """In a step's place: the job's step did not begin, because the loop was giving its jobs
+    up (a stop, a drain, a suspended connection) or its server is slow (then ``pause``: how
+    long the job is passed over)."""
+
+    def __init__(self, reason: str, pause: float = 0.0) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.pause = pause
 
 
 @dataclass
@@ -295,12 +320,14 @@ class JobPipeline:
         self.wake = Wake()
         self._watch: ChangeSignal | None = None
         self.inflight: collections.deque[InFlight] = collections.deque()  # moves under way
-        # A step that waits on servers outside (a depositor's, a callback's receiver) runs in a
-        # thread of its own, one job after another, so a slow or silent server holds up only
-        # this step's jobs, not the other loops of this loop's thread; the moves are sent from
-        # here once a batch's steps have ended.
-        self.steps: ThreadPoolExecutor | None = None
-        self.stepping: collections.deque[Stepping] = collections.deque()
+        # A step that waits on servers outside (a depositor's, a callback's receiver) runs in
+        # threads of their own, one server's jobs one after another, so a slow or silent server
+        # holds up only its own jobs, not the other servers' nor the other loops of this loop's
+        # thread; the moves are sent from here once a task's steps have ended.
+        self.steps: SerialByKey | None = None
+        self.stepping: list[Stepping] = []
+        self._giving_up = False  # steps not begun yet are not begun (``_finish_stepping``)
+        self._slow_until: dict[str, float] = {}  # slow servers (``_note_slow_servers``)
         self.pending: collections.deque[Outgoing] = collections.deque()  # sent, not worked on
         # Claims sent again after a failed claim multi, oldest first.
         self.retries: collections.deque[tuple[PendingRetry, Holding]] = collections.deque()
@@ -447,7 +474,7 @@ class JobPipeline:
             "%s: started (batched, %d a claim, poll %.1fs)", daemon.name, self.batch, daemon.poll
         )
         if daemon.steps_elsewhere and self.steps is None:
-            self.steps = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{daemon.name}-step")
+            self.steps = SerialByKey(STEP_THREADS, f"{daemon.name}-step")
         if self.keeper is not None:
             self.keeper.register(self)
         self._watch = ChangeSignal(self.zk, zpaths.job_state_folder(daemon.state), self.wake)
@@ -462,7 +489,7 @@ class JobPipeline:
             return 0.0
         if self.waits_for is not None:
             return None
-        if self.throttled or len(self.stepping) >= STEPS_AT_ONCE:
+        if self.throttled or self._stepping_jobs() >= STEPS_AT_ONCE * self.batch:
             # Waiting for room downstream, or for its steps to end, either of which wakes this
             # loop: the folder's news cannot be worked on before then, so it is neither watched
             # nor listed.
@@ -496,7 +523,7 @@ class JobPipeline:
             self.keeper.unregister(self)
         self._close()
         if self.steps is not None:
-            self.steps.shutdown(wait=True)  # every step has ended (``_close`` waited for them)
+            self.steps.shutdown()  # every step has ended (``_close`` waited for them)
             self.steps = None
         log.info("%s: stopped", self.daemon.name)
 
@@ -569,6 +596,7 @@ class JobPipeline:
         daemon = self.daemon
         self.waits_for = None
         self._finish_move(wait=False)
+        self._note_slow_servers()
         self._finish_stepping(wait=False)
         self._finish_completions(wait=False)
         self._absorb()
@@ -584,7 +612,7 @@ class JobPipeline:
             self.share.leave()  # the other loops divide the jobs without this one
             return False
         self.share.join()
-        room = len(self.pending) <= AHEAD and len(self.stepping) < STEPS_AT_ONCE
+        room = len(self.pending) <= AHEAD and self._stepping_jobs() < STEPS_AT_ONCE * self.batch
         outgoing = self._send_batch(fresh, now) if room else None
         if outgoing is not None:
             self.pending.append(outgoing)
@@ -708,17 +736,64 @@ class JobPipeline:
             work = self._begin(pick, loaded, batch.known.get(pick.jid))
             if work is not None:
                 works.append(work)
-        if self.steps is not None and works:
-            # The steps run in the step thread; a later cycle sends their move.
-            future = self.steps.submit(self._steps_elsewhere, works)
-            self.stepping.append(Stepping(works, now, future))
-            future.add_done_callback(self._stepped)
+        if self.steps is not None:
+            self._step_elsewhere(works, now)
         else:
             self._move_stepped(works, self._steps(works), now)
         if self.keeper is not None and any(p.kept for p in batch.picks):
             for upstream in self.keeper.upstream_of(daemon.state):
                 if upstream.throttled:
                     upstream.wake.set()  # room again for the jobs it moves here
+
+    def _stepping_jobs(self) -> int:
+        """Jobs in the step threads, but a slow server's (``_note_slow_servers``)."""
+        return sum(len(s.works) for s in self.stepping if not self._slow(s.server))
+
+    def _step_elsewhere(self, works: list[Work], now: Holding) -> None:
+        """Hand the steps of a batch's jobs to the step threads, one task a server (a slow
+        server's jobs are given back and passed over); a later cycle sends their moves."""
+        assert self.steps is not None
+        servers: dict[str, list[Work]] = {}
+        for work in works:
+            servers.setdefault(self.daemon.server_of(work.job), []).append(work)
+        for server, group in servers.items():
+            if self._slow(server):
+                self._move_stepped(group, [self._not_stepped(server) for _ in group], now)
+                continue
+            stepping = Stepping(server, group, now)
+            stepping.future = self.steps.submit(server, partial(self._steps_elsewhere, stepping))
+            self.stepping.append(stepping)
+            stepping.future.add_done_callback(self._stepped)
+
+    def _slow(self, server: str) -> bool:
+        return self._slow_until.get(server, 0.0) > time.monotonic()
+
+    def _not_stepped(self, server: str) -> NotStepped:
+        if self._slow(server):
+            return NotStepped(f"{server or 'its server'} is slow", SERVER_SLOW_PAUSE)
+        return NotStepped("not started")
+
+    def _note_slow_servers(self) -> None:
+        """Mark a server slow whose job's step has been under way for SERVER_SLOW s, until
+        SERVER_SLOW_PAUSE s later: its tasks not begun are cancelled (their jobs given back by
+        ``_finish_stepping``), and the task under way goes on with its jobs one by one."""
+        moment = time.monotonic()
+        for server in [s for s, until in self._slow_until.items() if until <= moment]:
+            del self._slow_until[server]
+        for stepping in self.stepping:
+            began = stepping.began
+            if began is None or moment - began < SERVER_SLOW or self._slow(stepping.server):
+                continue
+            log.warning(
+                "%s: %s has not answered a step for %.0f s: its other jobs are passed over",
+                self.daemon.name,
+                stepping.server or "a server",
+                moment - began,
+            )
+            self._slow_until[stepping.server] = moment + SERVER_SLOW_PAUSE
+            for queued in self.stepping:
+                if queued.server == stepping.server:
+                    queued.future.cancel()  # those not begun
 
     def _under_way(self) -> int:
         """Jobs of the batches sent and of the moves not collected yet."""
@@ -747,9 +822,8 @@ class JobPipeline:
         session lives."""
         jids = set(self.holding)
         jids.update(w.job.jid for flight in self.inflight for w in flight.works)
+        self._end_steps()  # not left in doubt while their steps still run under the locks
         for stepping in self.stepping:
-            # Not left in doubt while their steps still run under the locks: ended first.
-            wait_futures([stepping.future])
             jids.update(w.job.jid for w in stepping.works)
         for batch in self.pending:
             # Not the picks another thread holds (``busy``): their locks are that thread's.
@@ -854,21 +928,32 @@ class JobPipeline:
         work.taker = taker
         return True
 
-    def _steps(self, works: list[Work]) -> list[Stepped | Exception]:
+    def _steps(
+        self, works: list[Work], stepping: Stepping | None = None
+    ) -> list[Stepped | Exception]:
         """A batch's steps, one after another: what each ``run_step`` gave, or the exception
-        it raised, in its place."""
+        it raised, in its place. ``stepping``: the task in the step threads they are (then a
+        loop giving its jobs up begins no more of them)."""
         stepped: list[Stepped | Exception] = []
         for work in works:
+            if stepping is not None:
+                if self._giving_up:
+                    stepped.append(self._not_stepped(stepping.server))
+                    continue
+                stepping.began = time.monotonic()
             try:
                 stepped.append(self.daemon.run_step(work.job, work.started))
             except Exception as exc:
                 stepped.append(exc)
+            finally:
+                if stepping is not None:
+                    stepping.began = None
         return stepped
 
-    def _steps_elsewhere(self, works: list[Work]) -> list[Stepped | Exception]:
-        """``_steps`` in the step thread, keeping no database connection after them."""
+    def _steps_elsewhere(self, stepping: Stepping) -> list[Stepped | Exception]:
+        """``_steps`` in a step thread, keeping no database connection after them."""
         try:
-            return self._steps(works)
+            return self._steps(stepping.works, stepping)
         finally:
             close_old_connections()
 
@@ -876,11 +961,33 @@ class JobPipeline:
         self.wake.set()
 
     def _finish_stepping(self, *, wait: bool = True) -> None:
-        """Send the moves of the batches whose steps ran in the step thread: all of them
-        (waiting for their steps to end), or (``wait`` False) those whose steps have ended."""
-        while self.stepping and (wait or self.stepping[0].future.done()):
-            stepping = self.stepping.popleft()
-            self._move_stepped(stepping.works, stepping.future.result(), stepping.holding)
+        """Send the moves of the jobs whose steps ran in the step threads: those whose steps
+        have ended, or (``wait``) all of them, the steps not begun yet given up (their jobs go
+        back) and those under way waited for."""
+        if wait:
+            self._end_steps()
+        for stepping in [s for s in self.stepping if s.future.done()]:
+            self.stepping.remove(stepping)
+            if stepping.future.cancelled():
+                stepped: list[Stepped | Exception] = [
+                    self._not_stepped(stepping.server) for _ in stepping.works
+                ]
+            else:
+                stepped = stepping.future.result()
+            self._move_stepped(stepping.works, stepped, stepping.holding)
+
+    def _end_steps(self) -> None:
+        """Wait for the steps under way in the step threads; those not begun yet are not
+        begun (``NotStepped``)."""
+        if not self.stepping:
+            return
+        self._giving_up = True
+        try:
+            for stepping in self.stepping:
+                stepping.future.cancel()  # a task not begun yet
+            wait_futures([s.future for s in self.stepping])
+        finally:
+            self._giving_up = False
 
     def _move_stepped(
         self, works: list[Work], stepped: list[Stepped | Exception], now: Holding
@@ -898,6 +1005,13 @@ class JobPipeline:
                 continue
             jid = work.job.jid
             name = self.daemon.name
+            if isinstance(outcome, NotStepped):
+                self._give_back([jid], now)
+                if outcome.pause:
+                    self.listing.busy([jid], outcome.pause)
+                why = outcome.reason
+                self._end(work, self.daemon.result(jid, "waiting", work.started, why))
+                continue
             log.error("%s: unexpected error in the step of %s", name, jid, exc_info=outcome)
             self._give_back([jid], now)
             if not is_connection_error(outcome):

@@ -3,6 +3,7 @@ helpers that put jobs where a test needs them."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import threading
@@ -11,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import pytest
@@ -137,20 +138,43 @@ def _handler(server: FileServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@pytest.fixture
-def files(tmp_path: Path) -> Iterator[FileServer]:
-    root = tmp_path / "served"
+Served = TypeVar("Served", bound=ThreadingHTTPServer)
+
+
+@contextlib.contextmanager
+def serving(httpd: Served) -> Iterator[Served]:
+    """Serve ``httpd`` (on loopback) in a thread of its own until the block ends."""
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield httpd
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+
+
+@contextlib.contextmanager
+def _serving(root: Path) -> Iterator[FileServer]:
     root.mkdir()
     fs = FileServer(root)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fs))
-    httpd.daemon_threads = True
-    fs.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield fs
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(timeout=5)
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), _handler(fs))) as httpd:
+        fs.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        yield fs
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Iterator[FileServer]:
+    with _serving(tmp_path / "served") as fs:
+        yield fs
+
+
+@pytest.fixture
+def other_files(tmp_path: Path) -> Iterator[FileServer]:
+    """A second depositor's server."""
+    with _serving(tmp_path / "served-other") as fs:
+        yield fs
 
 
 @pytest.fixture(autouse=True)

@@ -1,16 +1,19 @@
-"""A step that waits on servers outside runs in a thread of its own (``steps_elsewhere``): a
-depositor's callback receiver or manifest host that does not answer holds up its own step only,
-not the other batched steps sharing the loops' thread, as ``runconsumer`` runs them by default."""
+"""A step that waits on servers outside runs in threads of its own (``steps_elsewhere``), one
+server's jobs one after another: a depositor's callback receiver or host that does not answer
+holds up its own jobs only, not another depositor's jobs of the same step nor the other batched
+steps sharing the loops' thread, as ``runconsumer`` runs them by default."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 from typing import ClassVar
+from urllib.parse import urlsplit
 
 import pytest
 from kazoo.client import KazooClient
 
+from queues.daemons import pipeline
 from queues.daemons.estimating import Estimating
 from queues.daemons.job_pending import JobPending
 from queues.daemons.notify import Notify
@@ -83,33 +86,6 @@ def _run(daemons: list, stop: threading.Event) -> threading.Thread:
     (thread,) = daemon_threads(daemons, stop, shared=True)
     thread.start()
     return thread
-
-
-def test_a_stop_waits_for_the_step_under_way_and_moves_its_job(
-    zk: KazooClient, files: FileServer, profiles: Path
-) -> None:
-    _with_callback(profiles, files.url + "/hook")
-    (job,) = _jobs(zk, files, "Notify", 1)
-    held = threading.Event()
-    answer = threading.Event()
-    files.on_post = lambda _route: (held.set(), answer.wait(60))
-    stop = threading.Event()
-    thread = _run([Notify(zk=zk, poll=0.05, batch=4)], stop)
-    try:
-        assert held.wait(30), "no callback was posted"
-        stop.set()  # the weekly redeploy, while the receiver holds the callback
-        threading.Timer(0.5, answer.set).start()
-        thread.join(60)
-        assert not thread.is_alive()
-    finally:
-        answer.set()
-        stop.set()
-        thread.join(60)
-    # The callback was answered, so its job moved on before the loop stopped.
-    done = job_load(zk, job.jid)
-    assert (done.state, done.lock) == ("Completed", None)
-    assert zk.exists(callback_record_path(job.jid)) is None
-    assert len(files.posts) == 1
 
 
 def test_a_session_lost_while_the_step_thread_posts_is_not_a_second_callback(
@@ -217,3 +193,100 @@ def test_a_silent_manifest_host_holds_up_only_pending(zk: KazooClient, files: Fi
     assert not thread.is_alive()
     for job in [fetching, *estimated]:
         assert zk.exists(zpaths.job_node(job.jid, "lock")) is None
+
+
+def test_a_silent_host_holds_up_only_its_own_jobs(
+    zk: KazooClient, files: FileServer, other_files: FileServer, settings, monkeypatch, caplog
+) -> None:
+    settings.MRT_HTTP_TIMEOUT = 60.0  # the host is let answer before the HEAD times out
+    monkeypatch.setattr(pipeline, "SERVER_SLOW", 0.5)
+    monkeypatch.setattr(pipeline, "SERVER_SLOW_PAUSE", 1.0)
+    silent_jobs = _jobs(zk, files, "Estimating", 4)
+    held = threading.Event()
+    answer = threading.Event()
+    lock = threading.Lock()
+    at_once = [0, 0]  # HEADs under way at the silent host, and the most at one time
+
+    def silent(method: str, _route: str) -> None:
+        if method != "HEAD":
+            return
+        with lock:
+            at_once[0] += 1
+            at_once[1] = max(at_once)
+        held.set()
+        try:
+            assert answer.wait(60), "the test did not let the host answer"
+        finally:
+            with lock:
+                at_once[0] -= 1
+
+    files.before_answer = silent
+    stop = threading.Event()
+    thread = _run([Estimating(zk=zk, poll=0.05, batch=2)], stop)
+    others: list[Job] = []
+    try:
+        assert held.wait(30), "the silent host was not asked"
+        # Its first job's step is under way and the loop's room is full with its jobs; once it
+        # is found slow, its task not begun is given back, its jobs are passed over, and
+        # another depositor's jobs go through meanwhile.
+        others += _jobs(zk, other_files, "Estimating", 3)
+        wait_for(lambda: all(job_load(zk, j.jid).state == "Provisioning" for j in others))
+        assert {job_load(zk, j.jid).state for j in silent_jobs} == {"Estimating"}
+        answer.set()
+        wait_for(lambda: all(job_load(zk, j.jid).state == "Provisioning" for j in silent_jobs))
+    finally:
+        answer.set()
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert at_once[1] == 1  # one request at a time to one host, as before
+    host = urlsplit(files.url).netloc
+    assert f"estimating: {host} has not answered a step for" in caplog.text
+    assert all(files.hits("HEAD", f"Estimating{i}") == 1 for i in range(4))
+    for job in silent_jobs + others:
+        assert zk.exists(zpaths.job_node(job.jid, "lock")) is None
+
+
+def test_a_stop_waits_for_the_step_under_way_and_begins_no_more(
+    zk: KazooClient, files: FileServer, profiles: Path
+) -> None:
+    _with_callback(profiles, files.url + "/hook")
+    jobs = _jobs(zk, files, "Notify", 2)  # one batch, one receiver: one task
+    held = threading.Event()
+    answer = threading.Event()
+    files.on_post = lambda _route: (held.set(), answer.wait(60))
+    stop = threading.Event()
+    thread = _run([Notify(zk=zk, poll=0.05, batch=4)], stop)
+    try:
+        assert held.wait(30), "no callback was posted"
+        stop.set()  # the weekly redeploy, while the receiver holds the first callback
+        threading.Timer(0.5, answer.set).start()
+        thread.join(60)
+        assert not thread.is_alive()
+    finally:
+        answer.set()
+        stop.set()
+        thread.join(60)
+    # The callback under way was answered and its job moved on; the other job's step did not
+    # begin, so the stop did not wait for a second receiver's answer.
+    ((posted, _body),) = files.posts
+    for job in jobs:
+        found = job_load(zk, job.jid)
+        expected = "Completed" if posted.endswith(job.jid) else "Notify"
+        assert (found.state, found.lock) == (expected, None)
+        assert zk.exists(callback_record_path(job.jid)) is None
+
+
+def test_a_busy_host_that_answers_is_not_passed_over(zk: KazooClient, files: FileServer, caplog):
+    jobs = _jobs(zk, files, "Estimating", 12)  # one host, six batches' worth
+    stop = threading.Event()
+    thread = _run([Estimating(zk=zk, poll=0.05, batch=2)], stop)
+    try:
+        wait_for(lambda: all(job_load(zk, j.jid).state == "Provisioning" for j in jobs))
+    finally:
+        stop.set()
+        thread.join(60)
+    # Its jobs waited their turn in the loop's room; none was given back untouched.
+    assert caplog.text.count("estimating ok") == 12
+    assert "estimating waiting" not in caplog.text
+    assert all(files.hits("HEAD", f"Estimating{i}") == 1 for i in range(12))

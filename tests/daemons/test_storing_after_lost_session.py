@@ -4,7 +4,6 @@ version when the next claimer stores the job (issue 23, item 3)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -24,7 +23,7 @@ from queues.zk.records import Job
 from queues.zk.store_intents import store_intent_read
 from tests.steps.merritt_standins import StorageStandIn, exception_document, running
 
-from .conftest import FileServer, drive, expire_session, make_job, wait_for
+from .conftest import FileServer, drive, expire_session, make_job, serving, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -50,16 +49,9 @@ class _QuietFiles(SimpleHTTPRequestHandler):
 def _served(folder: Path) -> Iterator[_WorkFolder]:
     """``folder`` over HTTP on loopback, as MRT_WORK_URL serves the working folders."""
     folder.mkdir(parents=True, exist_ok=True)
-    server = _WorkFolder(("127.0.0.1", 0), partial(_QuietFiles, directory=str(folder)))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    handler = partial(_QuietFiles, directory=str(folder))
+    with serving(_WorkFolder(("127.0.0.1", 0), handler)) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture
