@@ -10,7 +10,7 @@ once the depositor has fixed the file at its URL.
 Caps (``queues/zk/caps.py``): the job is counted in flight for its collection just before its
 move to Estimating, exactly across every consumer on every host; a job whose collection is at
 its cap is given back untouched and then passed over, unclaimed, until the collection has room,
-so the jobs of other collections behind it go on. The batched loop runs the step in a thread of
+so the jobs of other collections behind it go on. The batched loop runs the step in threads of
 its own (the manifest's host may be slow); the gate's bookkeeping is shared with the loop's.
 """
 
