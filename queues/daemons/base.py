@@ -27,7 +27,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
-from urllib.parse import urlsplit
 
 from django.db import close_old_connections
 
@@ -49,6 +48,7 @@ from queues.zk.locks import ledger_of, lock_create, queue_held
 from queues.zk.records import AccessRequest, Batch, Job
 from queues.zk.watch import ChangeSignal
 
+from .fetching import depositor_host
 from .pipeline import JobPipeline, LockKeeper, LockLost
 
 log = logging.getLogger("queues.daemons")
@@ -585,10 +585,11 @@ class JobDaemon(Daemon[Job]):
 
     def server_of(self, item: Job) -> str:
         """The server outside that the job's step waits on (``steps_elsewhere``): by default
-        the host of the depositor's payload URL."""
+        the depositor's host as the payload URL names it (``depositor_host``; not resolved, so
+        the loop's thread makes no lookup)."""
         url = item.configuration.get("payload_url")
         try:
-            return urlsplit(url).netloc.lower() if isinstance(url, str) else ""
+            return depositor_host(url) if isinstance(url, str) else ""
         except ValueError:  # not a URL: the step fails the job at once
             return ""
 

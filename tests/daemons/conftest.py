@@ -156,11 +156,11 @@ def serving(httpd: Served) -> Iterator[Served]:
 
 
 @contextlib.contextmanager
-def _serving(root: Path) -> Iterator[FileServer]:
+def _serving(root: Path, address: str = "127.0.0.1") -> Iterator[FileServer]:
     root.mkdir()
     fs = FileServer(root)
-    with serving(ThreadingHTTPServer(("127.0.0.1", 0), _handler(fs))) as httpd:
-        fs.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    with serving(ThreadingHTTPServer((address, 0), _handler(fs))) as httpd:
+        fs.url = f"http://{address}:{httpd.server_address[1]}"
         yield fs
 
 
@@ -172,8 +172,8 @@ def files(tmp_path: Path) -> Iterator[FileServer]:
 
 @pytest.fixture
 def other_files(tmp_path: Path) -> Iterator[FileServer]:
-    """A second depositor's server."""
-    with _serving(tmp_path / "served-other") as fs:
+    """A second depositor's server, on a host of its own (another loopback address)."""
+    with _serving(tmp_path / "served-other", "127.0.0.2") as fs:
         yield fs
 
 

@@ -240,7 +240,7 @@ def test_a_silent_host_holds_up_only_its_own_jobs(
         thread.join(60)
     assert not thread.is_alive()
     assert at_once[1] == 1  # one request at a time to one host, as before
-    host = urlsplit(files.url).netloc
+    host = urlsplit(files.url).hostname
     assert f"estimating: {host} has not answered a step for" in caplog.text
     assert all(files.hits("HEAD", f"Estimating{i}") == 1 for i in range(4))
     for job in silent_jobs + others:
