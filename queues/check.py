@@ -915,7 +915,11 @@ def stale_lock_finding(path: str, stat: Any, held: Sequence[Registration]) -> Fi
     process is Merritt's consumer at work: never broken (``owner`` merritt)."""
     hours = _age(stat.ctime) / 3600
     finding = Finding(
-        "stale-lock", path, f"held for {hours:.1f} h by {lock_holder(stat.ephemeralOwner, held)}"
+        "stale-lock",
+        path,
+        f"held for {hours:.1f} h by {lock_holder(stat.ephemeralOwner, held)}",
+        session=stat.ephemeralOwner,
+        czxid=stat.czxid,
     )
     console = {reg.session for reg in held if reg.session}
     if stat.ephemeralOwner and stat.ephemeralOwner not in console:
@@ -1099,7 +1103,7 @@ def _repair_one(
     if kind == "stale-lock" and break_stale_locks:
         if finding.owner == MERRITT:
             return ""
-        return f"broke {path}" if lock_break(zk, path) else ""
+        return f"broke {path}" if lock_break(zk, path, finding.session) else ""
     if not finding.repairable or finding.owner == MERRITT:
         return ""
     if kind in ("orphan-index", "orphan-batch-index"):

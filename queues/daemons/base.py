@@ -41,15 +41,18 @@ from queues.zk.errors import (
     Conflict,
     InvalidTransition,
     NotFound,
+    StaleVersion,
     is_connection_error,
 )
+from queues.zk.fence import Gate, fenced
 from queues.zk.jobs import JobClaimer, job_load, job_transition, job_unlock
+from queues.zk.kazoo_private import session_id
 from queues.zk.locks import ledger_of, lock_create, queue_held
 from queues.zk.records import AccessRequest, Batch, Job
 from queues.zk.watch import ChangeSignal
 
 from .fetching import depositor_host
-from .pipeline import JobPipeline, LockKeeper, LockLost
+from .pipeline import LOCK_LOST, JobPipeline, LockKeeper, LockLost
 
 log = logging.getLogger("queues.daemons")
 
@@ -80,6 +83,9 @@ class Next:
     # The step could not do its work (as opposed to a step whose result is a Failed item, like
     # a report on a batch with failed jobs): logged as "failed", and --once exits 1.
     error: bool = False
+    # Records of the job's side effects that the move ends, deleted in the move's own multi
+    # (``TransitionPlan.drops``).
+    drops: tuple[str, ...] = ()
 
 
 class NotProcessable(Exception):
@@ -121,6 +127,10 @@ class ItemResult:
         return f"{text} {self.detail}" if self.detail else text
 
 
+# A claim's session: the gate's generation and the client's session id when it was made.
+Claim = tuple[int, "int | None"]
+
+
 class SessionGate:
     """The ZooKeeper session as the daemons see it; fed by the client's state listener.
 
@@ -146,6 +156,22 @@ class SessionGate:
     @property
     def connected(self) -> bool:
         return self._connected.is_set()
+
+    def fence(self, zk: Any, generation: int, session: int | None) -> Gate:
+        """The gate of a claim made in ``generation`` of the client's session ``session``:
+        ``send_if_current`` that also refuses once the client's session is another. Every
+        write a step makes for its job goes through it (``queues.zk.fence``), as its move does.
+        """
+
+        def gate(send: Callable[[], Any]) -> Any:
+            def in_session() -> Any:
+                if session_id(zk) != session:
+                    raise LockLost()
+                return send()
+
+            return self.send_if_current(generation, in_session)
+
+        return gate
 
     def send_if_current(self, generation: int, send: Callable[[], R]) -> R:
         """Run ``send`` unless a session was lost since ``generation``: then LockLost, and
@@ -255,6 +281,9 @@ class Daemon(ABC, Generic[T]):
         self.last = None
         if not self.claiming_allowed():
             return False
+        # The session the claim is made in, taken before it: a session lost meanwhile fences
+        # the step's writes off (a lock the claim took in a newer session is then given up).
+        claim = (self.gate.generation, session_id(self.zk))
         item = self.claim()
         if item is None:
             return False
@@ -262,7 +291,7 @@ class Daemon(ABC, Generic[T]):
             # Claimed again unchanged (a daemon with a claim of its own): give it back quietly.
             self._unlock_quietly(item)
             return False
-        result = self.handle(item)
+        result = self.handle(item, claim)
         self.last = result
         self.log_result(result)
         return result.outcome not in ("waiting", "dropped")
@@ -305,21 +334,36 @@ class Daemon(ABC, Generic[T]):
             # Long-lived threads must not keep a broken or stale database connection.
             close_old_connections()
 
-    def handle(self, item: T) -> ItemResult:
+    def handle(self, item: T, claim: Claim | None = None) -> ItemResult:
+        """Step ``item`` and move it; ``claim``: the session generation and id it was claimed
+        in (by default, the current ones)."""
+        if claim is None:
+            claim = (self.gate.generation, session_id(self.zk))
         if self.observer is None:
-            return self._handle(item)
+            return self._handle(item, claim)
         token = self.observer.begin(self, item)
         result = None
         try:
-            result = self._handle(item)
+            result = self._handle(item, claim)
             return result
         finally:
             self.observer.end(token, result)
 
-    def run_step(self, item: T, started: float) -> tuple[T, Next | None, ItemResult | None]:
+    def run_step(
+        self, item: T, started: float, claim: Claim
+    ) -> tuple[T, Next | None, ItemResult | None]:
         """Everything of one item up to its move: the item as ``prepare`` left it, and the move
         asked for or the result of an item that ends here (skipped, dropped, waiting; the caller
-        unlocks those)."""
+        unlocks those). ``claim``: the session generation and id the item's lock was taken in;
+        every write the step makes for the item is fenced by it (``queues.zk.fence``)."""
+        try:
+            with fenced(self.gate.fence(self.zk, *claim)):
+                return self._run_step(item, started)
+        except LockLost:
+            ident = self.item_id(item)
+            return item, None, self._result(ident, "dropped", started, LOCK_LOST)
+
+    def _run_step(self, item: T, started: float) -> tuple[T, Next | None, ItemResult | None]:
         ident = self.item_id(item)
         reason = self.unprocessable(item)
         if reason:
@@ -334,6 +378,8 @@ class Daemon(ABC, Generic[T]):
             )
         except NotProcessable as exc:
             return item, None, self._skip(item, describe(exc), started)
+        except LockLost:
+            raise
         except Exception as exc:
             # An outage met while preparing waits like one met in the step; anything else is
             # the loop's error, as before.
@@ -345,6 +391,12 @@ class Daemon(ABC, Generic[T]):
             step = self.work(item)
         except NotProcessable as exc:
             return item, None, self._skip(item, describe(exc), started)
+        except LockLost:
+            raise  # the claim's session is gone: ``run_step`` drops the item
+        except (Conflict, StaleVersion) as exc:
+            # A fenced write of the step found the job changed meanwhile (an operator's move):
+            # theirs wins, as for the move.
+            return item, None, self._result(ident, "dropped", started, f"not moved: {exc}")
         except Exception as exc:
             if is_connection_error(exc):
                 return (
@@ -372,13 +424,13 @@ class Daemon(ABC, Generic[T]):
         if log.isEnabledFor(level):  # a batched loop logs thousands a second
             log.log(level, "%s", result.line())
 
-    def _handle(self, item: T) -> ItemResult:
+    def _handle(self, item: T, claim: Claim) -> ItemResult:
         started = time.monotonic()
-        generation = self.gate.generation
+        generation = claim[0]
         ident = self.item_id(item)
         released = False
         try:
-            item, step, ended = self.run_step(item, started)
+            item, step, ended = self.run_step(item, started, claim)
             if ended is not None:
                 return ended
             assert step is not None
@@ -386,7 +438,7 @@ class Daemon(ABC, Generic[T]):
                 # The session was lost during the step: our lock is gone. Take it back, or
                 # leave the item to the consumer that took it meanwhile.
                 if not lock_create(self.zk, self.lock_path(item)):
-                    return self._result(ident, "dropped", started, "lock lost with the session")
+                    return self._result(ident, "dropped", started, LOCK_LOST)
                 generation = self.gate.generation
             try:
                 released = self.move(item, step)
@@ -616,6 +668,7 @@ class JobDaemon(Daemon[Job]):
             permanent=step.permanent,
             priority=step.priority,
             release_lock=True,
+            drops=step.drops,
         )
         return True
 

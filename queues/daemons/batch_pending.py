@@ -54,7 +54,7 @@ from queues.steps.submission import (
     processing_problem,
 )
 from queues.zk.batches import batch_job_ids
-from queues.zk.jobs import job_configuration_update, job_create, jobs_load
+from queues.zk.jobs import job_create, jobs_load
 from queues.zk.locks import collection_held, queue_held
 from queues.zk.records import Batch, Job
 from queues.zk.sized import BATCH_JOBS_MAX
@@ -218,7 +218,10 @@ class BatchPending(BatchDaemon):
         self, batch: Batch, base: dict[str, Any], spec: ObjectSpec, seq: int, priority: int
     ) -> Job:
         configuration = {**base, **spec.to_configuration(), "batch_seq": seq}
-        job = job_create(
+        # The job's working folder is named after its ID, known once the job's node is made:
+        # written in the job's creating transaction (workfolder.workdir() reads it).
+        folder = Path(settings.MRT_WORK_DIR).resolve() / batch.bid
+        return job_create(
             self.zk,
             bid=batch.bid,
             configuration=configuration,
@@ -233,9 +236,5 @@ class BatchPending(BatchDaemon):
                 "erc_when": spec.date or "",
                 "erc_where": spec.primary_id or "",
             },
+            configure=lambda jid: {"working_dir": str(folder / jid), "jobID": jid},
         )
-        # The job ID is known only once the job exists, and its folder is named after it. A
-        # crash before this write leaves the key out; workfolder.workdir() then uses the same path.
-        folder = Path(settings.MRT_WORK_DIR).resolve() / batch.bid / job.jid
-        job_configuration_update(self.zk, job.jid, {"working_dir": str(folder), "jobID": job.jid})
-        return job

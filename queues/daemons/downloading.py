@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
-from queues.daemons.base import ItemResult, JobDaemon, Next, Step, StepFailed
+from queues.daemons.base import Claim, ItemResult, JobDaemon, Next, Step, StepFailed
 from queues.daemons.fetching import HOST_SLOTS, SERVER_KEYS
 from queues.daemons.workfolder import (
     CONTAINERS_DIR,
@@ -73,9 +73,9 @@ class Downloading(JobDaemon):
         self.slot = server
         return True
 
-    def handle(self, item: Job) -> ItemResult:
+    def handle(self, item: Job, claim: Claim | None = None) -> ItemResult:
         try:
-            return super().handle(item)
+            return super().handle(item, claim)
         finally:
             self._give_back_slot()
 

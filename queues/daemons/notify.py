@@ -18,7 +18,7 @@ written) is posted twice; the job ID lets the receiver see the repeat.
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from django.conf import settings
 
@@ -27,20 +27,18 @@ from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
 from queues.daemons.workfolder import remove_workdir
 from queues.depositors import depositor_policy
 from queues.states import JobState
-from queues.steps.notify import CallbackError, post_job_callback
+from queues.steps.notify import CallbackError, delivery_key, post_job_callback
 from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile
 from queues.zk.errors import Conflict, StaleVersion
 from queues.zk.records import Job
 from queues.zk.side_effects import (
-    callback_record_clear,
     callback_record_delivered,
+    callback_record_path,
     callback_record_read,
     callback_record_start,
 )
 
 log = logging.getLogger("queues.daemons")
-
-RECORDS_KEPT = 10_000
 
 
 class Notify(JobDaemon):
@@ -48,13 +46,6 @@ class Notify(JobDaemon):
     step: ClassVar[str] = "notify"
     state: ClassVar[str] = JobState.NOTIFY
     steps_elsewhere: ClassVar[bool] = True  # the depositor's callback
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        # Jobs whose callback record this consumer wrote, for ``after`` to delete once they are
-        # Completed (the jobs without a callback cost no request). A job whose move failed is
-        # claimed again, perhaps elsewhere: forgotten past RECORDS_KEPT.
-        self._recorded: set[str] = set()
 
     def server_of(self, item: Job) -> str:
         return f"callback of {item.profile}"  # the collection's receiver
@@ -95,12 +86,14 @@ class Notify(JobDaemon):
             # The job's lock or status changed since the claim: it is not ours to call back.
             return Stay(f"callback not posted: {exc}")
         try:
+            outcome = "COMPLETED"
             post_job_callback(
                 url,
                 item.jid,
-                clients.callback_state(item),
+                clients.callback_state(item, status=outcome),
                 timeout=settings.MRT_HTTP_TIMEOUT,
                 policy=depositor_policy(),
+                key=delivery_key(item.jid, item.status.retry_count, outcome),
             )
         except CallbackError as exc:
             raise StepFailed(str(exc)) from exc
@@ -108,16 +101,11 @@ class Notify(JobDaemon):
         return self._completed(item)
 
     def _completed(self, item: Job) -> Next:
-        """On to Completed, the job's callback record noted for ``after`` to delete."""
-        if len(self._recorded) >= RECORDS_KEPT:
-            self._recorded.clear()
-        self._recorded.add(item.jid)
-        return Next(JobState.COMPLETED)
+        """On to Completed, the job's callback record deleted in the move's own multi: no
+        record is left behind by a move whose answer is lost or a consumer killed after it."""
+        return Next(JobState.COMPLETED, drops=(callback_record_path(item.jid),))
 
     def after(self, item: Job, step: Next) -> None:
         if step.target == JobState.COMPLETED:
             remove_workdir(item)
-            if item.jid in self._recorded:
-                self._recorded.discard(item.jid)
-                callback_record_clear(self.zk, item.jid)
         super().after(item, step)

@@ -55,7 +55,13 @@ from django.db import close_old_connections
 from queues.states import JOB
 from queues.zk import paths as zpaths
 from queues.zk.consumers import consumer_name
-from queues.zk.errors import InvalidTransition, MalformedNode, NotFound, is_connection_error
+from queues.zk.errors import (
+    InvalidTransition,
+    LockLost,
+    MalformedNode,
+    NotFound,
+    is_connection_error,
+)
 from queues.zk.jobs import (
     TransitionPlan,
     job_refresh,
@@ -117,8 +123,7 @@ STOP_CHECK = 0.25  # s between looks at the stop event while idle (as ChangeSign
 _sent = itertools.count()
 
 
-class LockLost(Exception):
-    """The session that took the locks is gone: nothing may be written for those jobs."""
+LOCK_LOST = "lock lost with the session"
 
 
 class Holding(NamedTuple):
@@ -739,7 +744,7 @@ class JobPipeline:
         if self.steps is not None:
             self._step_elsewhere(works, now)
         else:
-            self._move_stepped(works, self._steps(works), now)
+            self._move_stepped(works, self._steps(works, now), now)
         if self.keeper is not None and any(p.kept for p in batch.picks):
             for upstream in self.keeper.upstream_of(daemon.state):
                 if upstream.throttled:
@@ -929,10 +934,11 @@ class JobPipeline:
         return True
 
     def _steps(
-        self, works: list[Work], stepping: Stepping | None = None
+        self, works: list[Work], holding: Holding, stepping: Stepping | None = None
     ) -> list[Stepped | Exception]:
         """A batch's steps, one after another: what each ``run_step`` gave, or the exception
-        it raised, in its place. ``stepping``: the task in the step threads they are (then a
+        it raised, in its place. ``holding``: the session the jobs' locks were taken in, which
+        fences the steps' writes. ``stepping``: the task in the step threads they are (then a
         loop giving its jobs up begins no more of them)."""
         stepped: list[Stepped | Exception] = []
         for work in works:
@@ -942,7 +948,8 @@ class JobPipeline:
                     continue
                 stepping.began = time.monotonic()
             try:
-                stepped.append(self.daemon.run_step(work.job, work.started))
+                drops=step.drops,
+                stepped.append(self.daemon.run_step(work.job, work.started, claim))
             except Exception as exc:
                 stepped.append(exc)
             finally:
@@ -953,9 +960,10 @@ class JobPipeline:
     def _steps_elsewhere(self, stepping: Stepping) -> list[Stepped | Exception]:
         """``_steps`` in a step thread, keeping no database connection after them."""
         try:
-            return self._steps(stepping.works, stepping)
+            return self._steps(stepping.works, stepping.holding, stepping)
         finally:
             close_old_connections()
+        claim = (holding.generation, holding.session)
 
     def _stepped(self, _future: Future[Any]) -> None:
         self.wake.set()
@@ -1039,9 +1047,7 @@ class JobPipeline:
                 self.holding.pop(work.job.jid, None)
                 self._end(
                     work,
-                    self.daemon.result(
-                        work.job.jid, "dropped", work.started, "lock lost with the session"
-                    ),
+                    self.daemon.result(work.job.jid, "dropped", work.started, LOCK_LOST),
                 )
             return
         self.inflight.append(InFlight(move, works, now))
@@ -1063,16 +1069,13 @@ class JobPipeline:
         daemon = self.daemon
         now = flight.holding
 
-        def gate(send: Any) -> Any:
-            # Sends only: the answer is waited for outside the gate's lock.
-            if session_id(self.zk) != now.session:
-                raise LockLost()
-            return daemon.gate.send_if_current(now.generation, send)
+        # Sends only: the answer is waited for outside the gate's lock.
+        gate = daemon.gate.fence(self.zk, now.generation, now.session)
 
         try:
             outcomes = flight.move.collect(gate)
         except LockLost:
-            outcomes = [NotFound("lock lost with the session")] * len(flight.works)
+            outcomes = [NotFound(LOCK_LOST)] * len(flight.works)
         except Exception as exc:
             if not is_connection_error(exc):
                 raise

@@ -27,7 +27,7 @@ from queues.steps.profiles import ProfileError, load_profile
 from queues.steps.storage import StorageBusy, StorageClient, StorageError, StoredVersion
 from queues.zk import paths as zpaths
 from queues.zk.errors import Conflict, StaleVersion
-from queues.zk.jobs import job_set_json_locked
+from queues.zk.jobs import job_set_json
 from queues.zk.locks import lock_create, lock_release
 from queues.zk.maintenance import job_store_node, node_held
 from queues.zk.nodes import exists_many
@@ -111,7 +111,7 @@ class Storing(ObjectLockDaemon):
         inventory.setdefault("mode", "")
         inventory.update(manifest_url=stored.manifest_url, ark=stored.ark, version=stored.version)
         try:
-            job_set_json_locked(self.zk, item, "inventory", inventory)
+            job_set_json(self.zk, item, "inventory", inventory)
         except (Conflict, StaleVersion) as exc:
             # The session (and the job's lock) went during the add: the add is recorded, and
             # whoever claims the job next finds its version instead of adding one.

@@ -370,15 +370,16 @@ class FetchPolicy:
         started: float | None = None,
         body: bytes | None = None,
         content_type: str = "",
+        headers: Mapping[str, str] | None = None,
     ) -> OpenResponse:
         """Send ``method`` to ``url`` following redirects under the policy; the body unread.
 
         A ``body`` (a callback's JSON) goes along with 307 and 308 redirects; 301, 302 and 303
-        turn the request into a GET without it, as browsers do.
+        turn the request into a GET without it, as browsers do. ``headers`` go with every hop.
         """
         started = time.monotonic() if started is None else started
         for _hop in range(self.max_redirects + 1):
-            pool, response, alarm = self._send(url, method, started, body, content_type)
+            pool, response, alarm = self._send(url, method, started, body, content_type, headers)
             location = response.headers.get("Location")
             if response.status not in REDIRECTS or not location:
                 return OpenResponse(self, url, response, started, pool, alarm)
@@ -391,7 +392,13 @@ class FetchPolicy:
         raise FetchRefused(url, f"more than {self.max_redirects} redirects")
 
     def _send(
-        self, url: str, method: str, started: float, body: bytes | None, content_type: str
+        self,
+        url: str,
+        method: str,
+        started: float,
+        body: bytes | None,
+        content_type: str,
+        extra: Mapping[str, str] | None = None,
     ) -> tuple[urllib3.HTTPConnectionPool, urllib3.BaseHTTPResponse, _Alarm]:
         host, port, ip = self.resolve(url)
         parts = urlsplit(url)
@@ -416,7 +423,7 @@ class FetchPolicy:
         else:
             pool = _Pool(str(ip), port, timeout=timeout, retries=False, maxsize=1, alarm=alarm)
         netloc_host = f"[{host}]" if ":" in host else host
-        headers = dict(self.headers)
+        headers = {**self.headers, **(extra or {})}
         headers["Host"] = (
             netloc_host if port == DEFAULT_PORTS[parts.scheme.lower()] else f"{netloc_host}:{port}"
         )

@@ -38,8 +38,10 @@ def post_callback(
     retries: int = 2,
     backoff: float = 0.5,
     policy: FetchPolicy | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> int:
-    """POST ``payload`` as JSON to ``url`` under ``policy`` and return the 2xx status.
+    """POST ``payload`` as JSON to ``url`` under ``policy`` and return the 2xx status; every
+    attempt carries ``headers``.
 
     The callback URL is the depositor's (their profile's), so it goes through the depositor
     fetch policy like their payloads: a callback to a refused address fails at once, naming
@@ -53,7 +55,7 @@ def post_callback(
     while True:
         try:
             with rules.open(
-                url, method="POST", body=body, content_type="application/json"
+                url, method="POST", body=body, content_type="application/json", headers=headers
             ) as response:
                 status = response.status
         except FetchRefused as exc:
@@ -131,8 +133,10 @@ def post_job_callback(
     retries: int = 2,
     backoff: float = 0.5,
     policy: FetchPolicy | None = None,
+    key: str = "",
 ) -> int:
-    """POST a job's state (``merritt_job_state``) to ``{CallbackURL}/mc/{jobID}``."""
+    """POST a job's state (``merritt_job_state``) to ``{CallbackURL}/mc/{jobID}``, with
+    ``key`` (``delivery_key``) as its ``Idempotency-Key`` header when given."""
     return post_callback(
         job_callback_url(callback_url, job_id),
         state,
@@ -140,7 +144,19 @@ def post_job_callback(
         retries=retries,
         backoff=backoff,
         policy=policy,
+        headers={IDEMPOTENCY_HEADER: key} if key else None,
     )
+
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def delivery_key(job_id: str, resumes: int, outcome: str) -> str:
+    """The key of one outcome of one job, the same in every attempt to deliver it (a retry, a
+    later claim after a crash or a lost session): the job's ID, how many times an operator has
+    resumed it (the status's ``retry_count``: a resumed job's next outcome is a new one) and the
+    outcome's state. A receiver that has seen the key drops the repeat (docs/daemons.md)."""
+    return f"{job_id}.{resumes}.{outcome.lower()}"
 
 
 def _ids(report: Mapping[str, Any] | None, key: str) -> list[str]:

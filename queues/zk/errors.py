@@ -33,6 +33,7 @@ __all__ = [
     "InvalidID",
     "InvalidTransition",
     "ItemLocked",
+    "LockLost",
     "MalformedNode",
     "NoNode",
     "NodeExists",
@@ -54,6 +55,11 @@ NotEmpty = NotEmptyError
 
 class NotFound(DomainError):
     """The item or node does not exist (any more)."""
+
+
+class LockLost(Exception):
+    """The session that took an item's lock is gone (or another took its place in this
+    process): nothing may be written for that item any more."""
 
 
 class InvalidID(DomainError):

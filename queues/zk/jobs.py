@@ -37,8 +37,9 @@ from .errors import (
     StaleVersion,
     is_connection_error,
 )
+from .fence import Gated, Write, write_fenced
 from .kazoo_private import Multi
-from .locks import ledger_of, lock_owned, lock_release, ours_in_doubt
+from .locks import ledger_of, lock_release, ours_in_doubt
 from .nodes import (
     children,
     collect_reads,
@@ -139,12 +140,15 @@ def job_create(
     space_needed: int = 0,
     identifiers: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
+    configure: Callable[[str], dict[str, Any]] | None = None,
 ) -> Job:
     """Create a Pending job in a batch: all its nodes and both index entries in one transaction.
 
     The sequential ``/jobs/jid`` node has to exist first to learn the ID; if the transaction
     then fails the empty node is removed again (and a crash in between leaves an empty job node
-    that listings skip and the consistency check removes).
+    that listings skip and the consistency check removes). ``configure`` gives the keys of the
+    configuration that name the job's ID (its working folder): written in the same transaction,
+    never after the job is there for a consumer to claim.
     """
     paths.bid(bid)
     check_priority(priority)
@@ -152,6 +156,8 @@ def job_create(
     ensure_folder(zk, paths.batch(bid), paths.batch_index(bid, job_batch_folder(JobState.PENDING)))
     created = zk.create(f"{paths.JOBS}/jid", b"", sequence=True)
     jid = posixpath.basename(created)
+    if configure is not None:
+        configuration = {**configuration, **configure(jid)}
     status = new_status()
     index = paths.job_index_entry(JobState.PENDING, priority, jid)
     batch_entry = paths.batch_index_entry(bid, JobState.PENDING, jid)
@@ -431,6 +437,9 @@ class TransitionPlan:
     raw: dict[str, Any]
     new_priority: int
     lock: str | None = None  # None | "release" | "keep"
+    # Nodes of the job's own (records of side effects the move ends) deleted in the same
+    # multi; each must exist, or the move is tried again without the missing ones.
+    drops: tuple[str, ...] = ()
 
     @property
     def lock_path(self) -> str:
@@ -485,6 +494,8 @@ class TransitionPlan:
             txn.delete(path)
         for path in creates:
             txn.create(path, b"")
+        for path in self.drops:
+            txn.delete(path)
         if lock == "release":
             txn.delete(nodes.lock)
         elif lock == "keep":
@@ -511,8 +522,10 @@ def transition_plan(
     permanent: bool = False,
     priority: int | None = None,
     lock: str | None = None,
+    drops: tuple[str, ...] = (),
 ) -> TransitionPlan:
-    """Check a move against the state machine and work out its writes (nothing is sent)."""
+    """Check a move against the state machine and work out its writes (nothing is sent).
+    ``drops``: records of the job's deleted with the move (``TransitionPlan.drops``)."""
     if new_state == JobState.DELETED:
         raise InvalidTransition("job: use job_remove to delete a job")
     if lock not in (None, "release", "keep"):
@@ -523,7 +536,7 @@ def transition_plan(
         _check_resumable(job)  # a permanent failure stays failed, whoever moves it
     new_priority = job.priority if priority is None else check_priority(priority)
     raw = next_status(job.status, new_state, message=message, retry=retry, permanent=permanent)
-    return TransitionPlan(job, new_state, raw, new_priority, lock)
+    return TransitionPlan(job, new_state, raw, new_priority, lock, drops)
 
 
 def job_transition(
@@ -538,6 +551,7 @@ def job_transition(
     priority: int | None = None,
     release_lock: bool = False,
     keep_lock: bool = False,
+    drops: tuple[str, ...] = (),
 ) -> Job:
     """Move a job to ``new_state`` in ONE transaction.
 
@@ -557,6 +571,7 @@ def job_transition(
         permanent=permanent,
         priority=priority,
         lock="keep" if keep_lock else "release" if release_lock else None,
+        drops=drops,
     )
     moved = transition_apply(zk, plan)
     if admin:
@@ -569,18 +584,6 @@ def _count_admin_entry(zk: KazooClient, job: Job, new_state: str) -> None:
     if new_state in caps.IN_FLIGHT and job.state not in caps.IN_FLIGHT and job.profile:
         with contextlib.suppress(InvalidID):
             caps.count_entry(zk, job.profile, job.jid)
-
-
-class _Gated:
-    """A multi whose request is handed to the server through ``gate`` (which may refuse to
-    send it); its answer is waited for outside ``gate``."""
-
-    def __init__(self, txn: Multi, gate: Callable[[Callable[[], Any]], Any]) -> None:
-        self.txn = txn
-        self.gate = gate
-
-    def commit(self) -> list[Any]:
-        return list(self.gate(self.txn.commit_async).get())
 
 
 def transition_apply(
@@ -598,10 +601,12 @@ def transition_apply(
     once the session that took the lock is gone); the answer is waited for outside it.
     """
 
-    def attempt(deletes: Sequence[str], creates: Sequence[str], lock: str | None) -> list[Any]:
+    def attempt(
+        plan: TransitionPlan, deletes: Sequence[str], creates: Sequence[str], lock: str | None
+    ) -> list[Any]:
         txn = Multi(zk)
         plan.add_to(txn, deletes, creates, lock=lock)
-        return commit(txn if gate is None else _Gated(txn, gate), what=plan.what)
+        return commit(txn if gate is None else Gated(txn, gate), what=plan.what)
 
     try:
         moved = _apply(zk, plan, attempt, require_lock=require_lock)
@@ -619,7 +624,7 @@ def transition_apply(
 def _apply(
     zk: KazooClient,
     plan: TransitionPlan,
-    attempt: Callable[[Sequence[str], Sequence[str], str | None], list[Any]],
+    attempt: Callable[[TransitionPlan, Sequence[str], Sequence[str], str | None], list[Any]],
     *,
     require_lock: bool,
 ) -> Job:
@@ -628,7 +633,7 @@ def _apply(
         try:
             # The usual case, in one round trip: the index is where the status says and the
             # target folders exist. Only when ZooKeeper refuses that is the index looked at.
-            answer = attempt(*plan.index_changes(), plan.lock)
+            answer = attempt(plan, *plan.index_changes(), plan.lock)
         except StaleVersion:
             raise
         except Conflict:
@@ -646,7 +651,10 @@ def _apply(
             lock = plan.lock
             if lock == "release" and zk.exists(plan.lock_path) is None:
                 lock = None
-            answer = attempt(deletes, creates, lock)
+            if plan.drops:
+                found = exists_many(zk, list(plan.drops))
+                plan = replace(plan, drops=tuple(p for p in plan.drops if found[p] is not None))
+            answer = attempt(plan, deletes, creates, lock)
     except StaleVersion:
         # After a connection loss the first attempt may have landed: that is success.
         current = job_load(zk, job.jid)
@@ -692,70 +700,35 @@ def job_set_priority(zk: KazooClient, job: Job, priority: int) -> Job:
 
 
 def job_set_space_needed(zk: KazooClient, job: Job, space_needed: int) -> Job:
+    """Write the job's ``space_needed`` as the holder of its lock (``fence.write_fenced``)."""
     if space_needed < 0:
         raise ValueError("space_needed cannot be negative")
-    _local_writes.note(job.jid)
-    path = paths.job_node(job.jid, "space_needed")
-    if zk.exists(path) is None:
-        zk.create(path, encode_int(space_needed))
-    else:
-        zk.set(path, encode_int(space_needed))
-    return replace(job, space_needed=space_needed)
-
-
-def job_set_json(zk: KazooClient, job: Job, name: str, value: dict[str, Any]) -> Job:
-    """Write one of the optional JSON nodes (identifiers, metadata, inventory, store)."""
-    if name not in OPTIONAL_JSON_NODES:
-        raise ValueError(f"{name!r} is not one of {', '.join(OPTIONAL_JSON_NODES)}")
-    _local_writes.note(job.jid)
-    path = paths.job_node(job.jid, name)
-    if zk.exists(path) is None:
-        zk.create(path, encode_json(value))
-    else:
-        zk.set(path, encode_json(value))
-    return replace(job, **{name: value})  # type: ignore[arg-type]
+    return job_write(zk, job, {"space_needed": encode_int(space_needed)}, space_needed=space_needed)
 
 
 def job_set_nodes(zk: KazooClient, job: Job, values: dict[str, dict[str, Any]]) -> Job:
-    """Write several optional JSON nodes in one transaction (Processing's ``store`` and
-    ``inventory``, which Merritt's storage and inventory services read): both or neither."""
+    """Write optional JSON nodes (identifiers, metadata, inventory, store) in one fenced
+    transaction as the holder of the job's lock (Processing's ``store`` and ``inventory``,
+    which Merritt's storage and inventory services read: both or neither)."""
     if not set(values) <= set(OPTIONAL_JSON_NODES):
         raise ValueError(f"only {', '.join(OPTIONAL_JSON_NODES)} may be written this way")
-    _local_writes.note(job.jid)
-    found = exists_many(zk, [paths.job_node(job.jid, name) for name in values])
-    txn = zk.transaction()
-    for name, value in values.items():
-        path = paths.job_node(job.jid, name)
-        if found[path] is None:
-            txn.create(path, encode_json(value))
-        else:
-            txn.set_data(path, encode_json(value))
-    commit(txn, what=f"write {', '.join(values)} of {job.jid}")
-    return replace(job, **values)  # type: ignore[arg-type]
+    encoded = {name: encode_json(value) for name, value in values.items()}
+    return job_write(zk, job, encoded, **values)
 
 
-def job_set_json_locked(zk: KazooClient, job: Job, name: str, value: dict[str, Any]) -> Job:
-    """``job_set_json`` for a consumer: once the job's lock is seen to belong to this client's
-    session, in one transaction that checks the lock still exists and the job's status is the
-    one ``job`` was read at. A consumer whose session (and so its lock) was lost during a step
-    never writes the job, even when the next consumer holds the lock by now. Conflict or
-    StaleVersion when the job is not its own."""
-    if name not in OPTIONAL_JSON_NODES:
-        raise ValueError(f"{name!r} is not one of {', '.join(OPTIONAL_JSON_NODES)}")
-    lock = paths.job_node(job.jid, "lock")
-    if not lock_owned(zk, lock):
-        raise Conflict(f"write {name} of {job.jid}: its lock is not this session's")
+def job_set_json(zk: KazooClient, job: Job, name: str, value: dict[str, Any]) -> Job:
+    """``job_set_nodes`` for one node."""
+    return job_set_nodes(zk, job, {name: value})
+
+
+def job_write(zk: KazooClient, job: Job, nodes: dict[str, bytes], **fields: Any) -> Job:
+    """Every write to a job's own nodes but its moves: under its lock, checked in the same
+    multi (``fence.write_fenced``); the job with ``fields`` changed. LockLost when the claim's
+    session is gone, Conflict or StaleVersion when the job is no longer the writer's."""
     _local_writes.note(job.jid)
-    path = paths.job_node(job.jid, name)
-    txn = Multi(zk)
-    txn.check(lock, -1)
-    txn.check(paths.job_node(job.jid, "status"), job.status.version)
-    if getattr(job, name) is None:
-        txn.create(path, encode_json(value))
-    else:
-        txn.set_data(path, encode_json(value))
-    commit(txn, what=f"write {name} of {job.jid}")
-    return replace(job, **{name: value})  # type: ignore[arg-type]
+    writes = [Write(paths.job_node(job.jid, name), data) for name, data in nodes.items()]
+    write_fenced(zk, job, writes, what=f"write {', '.join(nodes)} of {job.jid}")
+    return replace(job, **fields)
 
 
 def job_remove(zk: KazooClient, job: Job, *, check_state: bool = True) -> None:

@@ -19,18 +19,20 @@ import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, UnimplementedError
 from kazoo.protocol.states import KazooState, KeeperState
 
 from . import paths
-from .errors import is_connection_error
+from .errors import LockLost, is_connection_error
 from .kazoo_private import session_ephemerals, session_id
 from .nodes import children, exists_many, stamp
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 
 class LockLedger:
@@ -163,27 +165,46 @@ class LockLedger:
             )
             self._touched = None
 
-    def send_deletes(
-        self, zk: KazooClient, orphans: Iterable[str], generation: int
-    ) -> list[tuple[str, Any]]:
-        """Send a delete of each orphan that no thread holds and none took or gave up since the
-        check began; returns the requests under way (waited for by the caller, not here).
+    def generation(self) -> int:
+        """How many sessions this client has lost (``forget_all``)."""
+        with self._lock:
+            return self._generation
 
-        The requests are queued under the ledger's lock, so a thread that claims one of these
-        paths afterwards sends its create after the delete, and the server applies them in
-        that order. Nothing is sent once the session of ``generation`` is lost: kazoo calls
-        the LOST listener (``forget_all``, which waits for this lock) before it fails the
-        requests still queued, so a delete queued here is never sent in a new session, where
-        the path may be another client's lock by now.
+    def send_if_current(
+        self, zk: KazooClient, generation: int, session: int | None, send: Callable[[], R]
+    ) -> R:
+        """Call ``send`` (which must only queue requests) unless the session of ``generation``
+        is lost or the client's session is no longer ``session``: then LockLost, nothing sent.
+
+        Under the ledger's lock: kazoo calls the LOST listener (``forget_all``, which waits for
+        this lock) before it fails the requests still queued, so a request queued here goes out
+        in ``session`` or is failed with it, never sent in a new one."""
+        with self._lock:
+            if generation != self._generation or session_id(zk) != session:
+                raise LockLost()
+            return send()
+
+    def send_deletes(
+        self, zk: KazooClient, owned: dict[str, int], generation: int, session: int | None
+    ) -> list[tuple[str, Any]]:
+        """Send a delete of each lock of ``owned`` (path -> the version its owner read showed)
+        that no thread holds and none took or gave up since the check began; returns the
+        requests under way (waited for by the caller, not here).
+
+        ``owned`` must come from a read of each node made after the check began that showed
+        ``session`` as its owner (``Reconciler.reconcile``). The requests are queued under the
+        ledger's lock, so a thread that claims one of these paths afterwards sends its create
+        after the delete, and the server applies them in that order. Nothing is sent once the
+        session of ``generation`` is lost (``send_if_current``).
         """
         sent: list[tuple[str, Any]] = []
         with self._lock:
-            if generation != self._generation:
+            if generation != self._generation or session_id(zk) != session:
                 return sent
             touched = self._touched or set()
-            for path in orphans:
+            for path, version in owned.items():
                 if path not in self._held and path not in touched:
-                    sent.append((path, zk.delete_async(path)))
+                    sent.append((path, zk.delete_async(path, version=version)))
         return sent
 
 
@@ -319,29 +340,45 @@ class Reconciler:
             delay = min(delay * 2, self.MAX_DELAY)
 
     def reconcile(self) -> list[str]:
-        """One reconciliation; returns the orphan locks it deleted."""
+        """One reconciliation; returns the orphan locks it deleted.
+
+        1. ``sync``: the server this client reads from applies every write the leader committed
+           before it, this session's unanswered requests among them (a reconnect moves the
+           session to the new server, and the leader refuses whatever the old one forwards
+           after that). Without it a server behind the leader may still list a lock this
+           session deleted, whose path another session has locked since.
+        2. The session's ephemeral locks (on a server older than 3.6, the locks in doubt), then
+           each one's own stat, read after the list: its owner must be this session. A list is
+           no proof: a node of it may have gone, and another session's lock taken its path.
+        3. The deletes, under the ledger's lock, of those no thread holds or touched since the
+           check began, each at the version its read showed, in this session only.
+        """
         ledger = self.ledger
-        session = session_id(self.zk)
         generation = ledger.begin_check()
+        session = session_id(self.zk)
         doubt = ledger.doubtful()
         checked: set[str] = set()
         deleted: list[str] = []
         try:
+            self.zk.sync("/")
             try:
-                ours = {p for p in session_ephemerals(self.zk) if is_item_lock(p)}
+                listed = {p for p in session_ephemerals(self.zk) if is_item_lock(p)}
             except UnimplementedError:
-                stats = exists_many(self.zk, sorted(doubt))
-                ours = {
-                    p for p, s in stats.items() if s is not None and s.ephemeralOwner == session
-                }
-            sent = ledger.send_deletes(self.zk, sorted(ours), generation)
+                listed = set(doubt)
+            stats = exists_many(self.zk, sorted(listed))
+            owned = {
+                p: s.version
+                for p, s in stats.items()
+                if s is not None and session and s.ephemeralOwner == session
+            }
+            sent = ledger.send_deletes(self.zk, owned, generation, session)
             for path, answer in sent:
                 try:
                     answer.get()
                 except NoNodeError:
                     continue
                 deleted.append(path)
-            checked = {*doubt, *ours}
+            checked = {*doubt, *listed}
         finally:
             ledger.end_check(checked)
         if deleted:
@@ -390,7 +427,10 @@ def ours_in_doubt(zk: KazooClient, path: str) -> bool:
     """Whether the existing lock ``path`` is this session's and in doubt (its create or
     release answered with a connection error that the server had applied): the only lock of
     its own session a claim takes over. Any other is another thread's work or an orphan."""
-    return path in ledger_of(zk).doubtful() and lock_owned(zk, path)
+    if path not in ledger_of(zk).doubtful():
+        return False
+    zk.sync(path)  # the unanswered request may have landed after what this server has applied
+    return lock_owned(zk, path)
 
 
 def lock_owned(zk: KazooClient, path: str) -> bool:
@@ -406,10 +446,21 @@ def lock_release(zk: KazooClient, path: str) -> None:
     """
     ledger = ledger_of(zk)
     try:
+        generation = ledger.generation()
+        session = session_id(zk)
+        if path in ledger.doubtful():
+            zk.sync(path)  # see ``ours_in_doubt``
         stat = zk.exists(path)
-        if stat is not None and stat.ephemeralOwner == session_id(zk):
+        if session and stat is not None and stat.ephemeralOwner == session:
+            # Sent only in the session just seen to own it (a new session's delete of the
+            # path could meet another session's lock).
+            answer = ledger.send_if_current(
+                zk, generation, session, lambda: zk.delete_async(path, version=stat.version)
+            )
             with contextlib.suppress(NoNodeError):
-                zk.delete(path, version=stat.version)
+                answer.get()
+    except LockLost:
+        pass  # the session went, and its lock with it
     except Exception as exc:
         if not is_connection_error(exc):
             ledger.given_up((path,))
@@ -420,10 +471,16 @@ def lock_release(zk: KazooClient, path: str) -> None:
     ledger.given_up((path,))
 
 
-def lock_break(zk: KazooClient, path: str) -> bool:
-    """Remove a lock whatever its owner (repair of a lock held far too long)."""
+def lock_break(zk: KazooClient, path: str, owner: int) -> bool:
+    """Remove the lock ``owner`` (a session id) holds, whatever session this is: an operator's
+    repair of a lock held far too long (``queuecheck --repair --break-stale-locks``), the one
+    delete of a lock that is not its owner's. Only the node the operator's check saw: a lock
+    taken since by another session is left alone."""
     try:
-        zk.delete(path)
+        stat = zk.exists(path)
+        if stat is None or stat.ephemeralOwner != owner:
+            return False
+        zk.delete(path, version=stat.version)
     except NoNodeError:
         return False
     finally:

@@ -11,13 +11,13 @@ A callback record, ``/mrt-console/callbacks/JID``, JSON ``{url, since, session, 
 written before Notify posts the job's callback (``delivered`` empty), marked with the time the
 receiver answered 2xx once it did. A claimer that finds a delivered record does not post again;
 one that finds an undelivered record posts again (the receiver may or may not have it: a callback
-cannot be asked what it holds) and says so in the log. Notify deletes the record once the job is
-Completed; ``job_remove`` deletes it with the job.
+cannot be asked what it holds, but every attempt carries the same ``Idempotency-Key``) and says so
+in the log. Notify's move to Completed deletes the record in its own multi; ``job_remove`` deletes
+it with the job.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -28,9 +28,8 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 from . import paths
 from .codecs import decode_any, encode_json, now_stamp
 from .errors import Conflict, patiently
-from .kazoo_private import Multi, session_id
-from .locks import lock_owned
-from .nodes import commit
+from .fence import Write, write_fenced
+from .kazoo_private import session_id
 from .records import Job
 
 log = logging.getLogger("queues.zk")
@@ -45,28 +44,15 @@ DELIVERED_PATIENCE = 30.0
 def write_under_lock(
     zk: KazooClient, job: Job, path: str, data: bytes, *, replace: bool, what: str
 ) -> int:
-    """Create (or, with ``replace``, overwrite) ``path`` once the job's lock is seen to belong to
-    this client's session, in one transaction that checks the lock still exists and the job's
-    status is at the version ``job`` was read at; the record's version after the write.
-
-    ZooKeeper's ``check`` compares versions, not owners, and kazoo opens a new session by itself
-    after an expiry: the owner read keeps a consumer whose session went since its claim from
-    writing under the lock the next consumer now holds. Conflict or StaleVersion when the job is
-    no longer this consumer's. The record's folder is made on first use.
+    """Create (or, with ``replace``, overwrite) ``path`` as the holder of the job's lock, in one
+    transaction that checks the lock still exists and the job's status is at the version ``job``
+    was read at, sent in the claim's session (``fence.write_fenced``); the record's version
+    after the write. LockLost, Conflict or StaleVersion when the job is no longer this
+    consumer's. The record's folder is made on first use.
     """
-    lock = paths.job_node(job.jid, "lock")
-    if not lock_owned(zk, lock):
-        raise Conflict(f"{what}: the lock of {job.jid} is not this session's")
 
     def attempt() -> int:
-        txn = Multi(zk)
-        txn.check(lock, -1)
-        txn.check(paths.job_node(job.jid, "status"), job.status.version)
-        if replace:
-            txn.set_data(path, data)
-        else:
-            txn.create(path, data)
-        results = commit(txn, what=what)
+        results = write_fenced(zk, job, [Write(path, data, replace)], what=what)
         return int(results[2].version) if replace else 0
 
     try:
@@ -178,9 +164,3 @@ def callback_record_delivered(zk: KazooClient, jid: str, record: CallbackRecord)
         log.warning("%s notify: callback delivered, but not recorded: %s", jid, exc)
         return False
     return True
-
-
-def callback_record_clear(zk: KazooClient, jid: str) -> None:
-    """Remove the job's callback record (the job is Completed)."""
-    with contextlib.suppress(NoNodeError):
-        zk.delete(callback_record_path(jid))

@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from queues import backlog
 from queues.audit import ApiToken
 from queues.models import StepRecord
-from queues.zk import jobs
 from tests.browser import SCREENSHOTS, close_context
+from tests.jobnodes import set_job_nodes
 
 from .conftest import PASSWORD
 
@@ -63,8 +63,8 @@ def queue(zk, make_job, settings, tmp_path):
     for _ in range(3):
         make_job("Pending")
     for size in (5, 1):
-        jobs.job_set_space_needed(zk, make_job("Provisioning"), size * GIB)
-    jobs.job_set_space_needed(zk, make_job("Downloading"), 2 * GIB)
+        set_job_nodes(zk, make_job("Provisioning"), space_needed=size * GIB)
+    set_job_nodes(zk, make_job("Downloading"), space_needed=2 * GIB)
     _records("notify", 12, ago=timedelta(hours=1))
     _records("notify", 30, ago=timedelta(hours=20))
     _records("provisioning", 3, ago=timedelta(hours=2))

@@ -9,9 +9,9 @@ import html as htmllib
 import pytest
 from django.urls import reverse
 
-from queues.zk import jobs
 from queues.zk.jobs import job_transition
 from tests.daemons.merritt_ingest import merritt_batch, merritt_job
+from tests.jobnodes import set_job_nodes
 
 pytestmark = pytest.mark.django_db
 
@@ -47,7 +47,7 @@ def test_a_merritt_batch_and_its_jobs_are_listed(viewer, zk) -> None:
     listed = viewer.get(reverse("jobs"), {"state": "Processing"}).content.decode()
     assert job.jid in listed
     # Found by Merritt's objectID key too.
-    jobs.job_set_json(zk, job, "identifiers", {"primary_id": "", "local_id": []})
+    set_job_nodes(zk, job, identifiers={"primary_id": "", "local_id": []})
     from queues.zk.jobs import job_configuration_update
 
     job_configuration_update(zk, job.jid, {"objectID": "ark:/13030/m5found"})

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from queues import selectors
 from queues.audit import ApiToken
-from queues.zk import jobs
+from tests.jobnodes import set_job_nodes
 
 pytestmark = pytest.mark.django_db
 
@@ -60,7 +60,7 @@ def viewer_token(make_user) -> dict[str, str]:
 
 def test_metrics_expose_counts_ages_and_bytes_in_process(client, viewer_token, zk, make_job):
     job = make_job("Downloading")
-    jobs.job_set_space_needed(zk, job, 3 * 1024**3)
+    set_job_nodes(zk, job, space_needed=3 * 1024**3)
     make_job("Failed")
     assert client.get("/metrics").status_code == 401
     response = client.get("/metrics", **viewer_token)

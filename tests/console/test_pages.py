@@ -8,7 +8,8 @@ import pytest
 from django.urls import reverse
 
 from queues import actions
-from queues.zk import batches, jobs
+from queues.zk import batches
+from tests.jobnodes import set_job_nodes
 
 pytestmark = pytest.mark.django_db
 
@@ -88,9 +89,9 @@ def test_job_list_pages_through_100000_jobs_in_one_state_quickly(viewer, zk, mak
 
 def test_job_page_decodes_every_node_and_shows_status_and_lock(viewer, zk, other_zk, make_job):
     job = make_job("Failed", message="checksum mismatch on a.pdf")
-    jobs.job_set_json(zk, job, "metadata", {"erc_who": "Lovelace, Ada", "erc_what": "Notes"})
-    jobs.job_set_json(zk, job, "store", {"manifest_url": "https://x/m", "mode": "add"})
-    jobs.job_set_json(zk, job, "inventory", {"manifest_url": "https://x/i", "mode": "add"})
+    set_job_nodes(zk, job, metadata={"erc_who": "Lovelace, Ada", "erc_what": "Notes"})
+    set_job_nodes(zk, job, store={"manifest_url": "https://x/m", "mode": "add"})
+    set_job_nodes(zk, job, inventory={"manifest_url": "https://x/i", "mode": "add"})
     other_zk.create(f"/jobs/{job.jid}/lock", b"", ephemeral=True)
     html = viewer.get(reverse("job", args=[job.jid])).content.decode()
     for text in (

@@ -13,6 +13,7 @@ from queues.catalogue import Call
 from queues.zk import batches, jobs, locks
 from queues.zk.errors import Conflict, InvalidID, InvalidTransition, ItemLocked, NotFound, QueueHeld
 from queues.zk.records import Batch, Job
+from tests.jobnodes import set_job_nodes
 
 from .helpers import (
     assert_batch_status,
@@ -103,7 +104,7 @@ def test_delete_removes_every_node_and_both_index_entries(
 ) -> None:
     other = make_job()
     job = walk_job(zk, job, state)
-    jobs.job_set_json(zk, job, "identifiers", {"primary_id": "ark:/1/x", "local_id": []})
+    set_job_nodes(zk, job, identifiers={"primary_id": "ark:/1/x", "local_id": []})
     outcome = services.job_delete(jid=job.jid)
     assert (outcome.before, outcome.after) == (state, "Deleted")
     assert zk.exists(f"/jobs/{job.jid}") is None

@@ -15,6 +15,7 @@ from queues.zk.locks import lock_create, lock_release
 from queues.zk.paths import job_node
 from queues.zk.records import Batch, Job
 from queues.zk.store_intents import store_intent_path, store_intent_read, store_intent_record
+from tests.jobnodes import set_job_nodes
 
 from .helpers import assert_indexed, raw, snapshot, walk_job
 
@@ -88,7 +89,7 @@ def test_stale_delete_is_refused_and_removes_nothing(
     zk: KazooClient, other_zk: KazooClient, job: Job, batch: Batch
 ) -> None:
     failed = jobs.job_transition(zk, job, "Failed")
-    jobs.job_set_json(other_zk, failed, "identifiers", {"primary_id": "", "local_id": []})
+    set_job_nodes(other_zk, failed, identifiers={"primary_id": "", "local_id": []})
     jobs.job_transition(other_zk, jobs.job_load(other_zk, job.jid), "Estimating", admin=True)
     before = tree(zk, batch.bid)
     with pytest.raises(Conflict):

@@ -9,6 +9,7 @@ from kazoo.client import KazooClient
 
 from queues.zk import jobs
 from queues.zk.errors import InvalidID, NotFound
+from queues.zk.locks import lock_create
 from queues.zk.records import Batch, Job
 
 from .helpers import JID_RE, assert_indexed, assert_job_status, raw, read_json
@@ -116,6 +117,7 @@ def test_loaded_job_matches_what_was_written(
 
 
 def test_optional_json_nodes_are_written_later_as_compact_json(zk: KazooClient, job: Job) -> None:
+    assert lock_create(zk, f"/jobs/{job.jid}/lock")  # written by the holder of the job's lock
     job = jobs.job_set_json(zk, job, "identifiers", {"primary_id": "", "local_id": ["a"]})
     job = jobs.job_set_json(zk, job, "identifiers", {"primary_id": "ark:/1/b", "local_id": ["a"]})
     jobs.job_set_json(zk, job, "store", {"manifest_url": "https://x/m", "mode": "add"})
@@ -127,6 +129,7 @@ def test_optional_json_nodes_are_written_later_as_compact_json(zk: KazooClient, 
 
 
 def test_space_needed_is_rewritten_as_plain_integer(zk: KazooClient, job: Job) -> None:
+    assert lock_create(zk, f"/jobs/{job.jid}/lock")
     jobs.job_set_space_needed(zk, job, 123456789012)
     assert raw(zk, f"/jobs/{job.jid}/space_needed") == b"123456789012"
     with pytest.raises(ValueError):

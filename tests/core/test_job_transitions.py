@@ -12,6 +12,7 @@ from queues.states import JOB_STEPS, JOB_WORKING
 from queues.zk import jobs
 from queues.zk.errors import InvalidTransition
 from queues.zk.records import Batch, Job
+from tests.jobnodes import set_job_nodes
 
 from .helpers import (
     assert_indexed,
@@ -78,7 +79,7 @@ def test_estimating_to_provisioning_with_new_priority_renames_the_index_entry(
     zk: KazooClient, job: Job, batch: Batch
 ) -> None:
     job = walk_job(zk, job, "Estimating")
-    job = jobs.job_set_space_needed(zk, job, 1_000_000_000)
+    job = set_job_nodes(zk, job, space_needed=1_000_000_000)
     moved = jobs.job_transition(zk, job, "Provisioning", priority=10)
     assert raw(zk, f"/jobs/{job.jid}/priority") == b"10"
     assert raw(zk, f"/jobs/{job.jid}/space_needed") == b"1000000000"

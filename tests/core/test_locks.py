@@ -284,7 +284,7 @@ def test_a_move_that_keeps_the_lock_leaves_it_in_place_and_needs_it(
     moved = jobs.job_transition(zk, acquired, "Estimating", keep_lock=True)
     assert_ephemeral_marker(zk, f"/jobs/{job.jid}/lock", zk)  # kept for the next step
     # Without the lock (gone with a session, or broken) a move that keeps it writes nothing.
-    lock_break(zk, f"/jobs/{job.jid}/lock")
+    lock_break(zk, f"/jobs/{job.jid}/lock", zk.client_id[0])
     with pytest.raises(Conflict):
         jobs.job_transition(zk, moved, "Provisioning", keep_lock=True)
     with pytest.raises(Conflict):

@@ -40,6 +40,7 @@ class FileServer:
         self.lock = threading.Lock()
         self.counts: Counter[tuple[str, str]] = Counter()
         self.posts: list[tuple[str, bytes]] = []
+        self.post_keys: list[str] = []  # each POST's Idempotency-Key header ("" without one)
         self.post_status = 200
         # Called with each POST's path once it is recorded, before it is answered: where a
         # test acts while a consumer waits for a callback's answer.
@@ -131,6 +132,7 @@ def _handler(server: FileServer) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(length) if length else b""
             with server.lock:
                 server.posts.append((route, body))
+                server.post_keys.append(self.headers.get("Idempotency-Key", ""))
             if server.on_post is not None:
                 server.on_post(route)
             self._send_error(server.post_status)

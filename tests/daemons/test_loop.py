@@ -127,7 +127,7 @@ def test_suspended_session_stops_claiming_until_connected(zk) -> None:
 def test_lost_session_retakes_the_lock_before_moving(zk) -> None:
     def session_lost(daemon, item):
         # What ZooKeeper does when a session expires: the ephemeral lock disappears.
-        lock_break(zk, zpaths.job_node(item.jid, "lock"))
+        lock_break(zk, zpaths.job_node(item.jid, "lock"), zk.client_id[0])
         daemon.gate.on_state("LOST")
         daemon.gate.on_state("CONNECTED")
 
@@ -142,7 +142,7 @@ def test_lost_session_retakes_the_lock_before_moving(zk) -> None:
 def test_lost_session_leaves_the_item_to_whoever_took_it(zk, other_zk) -> None:
     def taken_meanwhile(daemon, item):
         lock = zpaths.job_node(item.jid, "lock")
-        lock_break(zk, lock)
+        lock_break(zk, lock, zk.client_id[0])
         daemon.gate.on_state("LOST")
         assert lock_create(other_zk, lock)
         daemon.gate.on_state("CONNECTED")

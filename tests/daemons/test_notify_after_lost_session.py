@@ -167,3 +167,56 @@ def test_a_job_written_since_its_claim_is_not_called_back_by_that_claim(
     cycle_until_idle(JobPipeline(Notify(zk=zk, batch=1, poll=0.05)))
     assert _posted(files) == [job.jid]
     assert job_load(zk, job.jid).state == "Completed"
+
+
+def test_a_callback_posted_again_carries_the_key_of_its_first_attempt(
+    zk: KazooClient, zk_hosts: str, own_zk, files: FileServer, profiles: Path
+) -> None:
+    """Issue 49: an outage between a callback's post and its "delivered" mark made the next
+    claim post it again, and the receiver had nothing to tell the repeat by."""
+    client, gate = own_zk
+    _with_callback(profiles, files.url + "/hook")
+    (job,) = _in_notify(zk, 1)
+    old = client.client_id[0]
+    record_path = callback_record_path(job.jid)
+
+    def lose_the_mark_and_the_session(_route: str) -> None:
+        files.on_post = None
+        zk.set(record_path, zk.get(record_path)[0])  # the mark, by version, now misses
+        expire_session(client, zk_hosts)
+        wait_for(lambda: client.connected and client.client_id[0] != old, timeout=30)
+
+    files.on_post = lose_the_mark_and_the_session
+    cycle_until_idle(JobPipeline(Notify(zk=client, gate=gate, batch=1, poll=0.05)))
+    assert job_load(zk, job.jid).state == "Notify"
+    cycle_until_idle(JobPipeline(Notify(zk=zk, batch=1, poll=0.05)))
+    assert job_load(zk, job.jid).state == "Completed"
+    assert _posted(files) == [job.jid, job.jid]  # posted twice: the receiver tells by the key
+    assert files.post_keys == [f"{job.jid}.0.completed"] * 2
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched loop", "one-job loop"])
+def test_the_callback_record_goes_with_the_move_and_a_missing_one_does_not_stop_it(
+    zk: KazooClient, files: FileServer, profiles: Path, batched: bool
+) -> None:
+    _with_callback(profiles, files.url + "/hook")
+    kept, gone = _in_notify(zk, 2)
+    seen: dict[str, int] = {}
+
+    def note_the_record(route: str) -> None:
+        jid = route.rpartition("/")[2]
+        seen[jid] = zk.exists(callback_record_path(jid)) is not None
+        if jid == gone.jid:
+            zk.delete(callback_record_path(jid))  # an operator's repair, say
+
+    files.on_post = note_the_record
+    notify = Notify(zk=zk, batch=2, poll=0.05)
+    if batched:
+        cycle_until_idle(JobPipeline(notify))
+    else:
+        while notify.run_once():
+            pass
+    assert seen == {kept.jid: True, gone.jid: True}
+    for job in (kept, gone):
+        assert job_load(zk, job.jid).state == "Completed"
+        assert zk.exists(callback_record_path(job.jid)) is None

@@ -6,7 +6,8 @@ from collections import namedtuple
 from typing import Any
 
 from queues.daemons.provisioning import IDLE_EVALUATION_GAP, Provisioning
-from queues.zk.jobs import job_load, job_set_space_needed
+from queues.zk.jobs import job_load
+from tests.jobnodes import set_job_nodes
 
 from .conftest import make_job
 
@@ -21,7 +22,7 @@ def _job(zk, space: int, priority: int = 5):
     job = make_job(
         zk, {"payload_url": "http://x/a", "type": "file"}, state="Provisioning", priority=priority
     )
-    return job_set_space_needed(zk, job, space)
+    return set_job_nodes(zk, job, space_needed=space)
 
 
 class Counting(Provisioning):

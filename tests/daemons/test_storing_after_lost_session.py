@@ -170,7 +170,9 @@ def test_a_consumer_whose_claim_went_with_its_session_neither_records_nor_adds(
     first = Storing(zk=client, gate=gate)
     first.run_once()
 
-    assert first.last is not None and first.last.outcome == "waiting", first.last
+    # Its write of the add record is fenced by the claim's session: dropped, nothing written.
+    assert first.last is not None and first.last.outcome == "dropped", first.last
+    assert first.last.detail == "lock lost with the session"
     assert merritt_storage.seen("POST") == []
     assert store_intent_read(zk, job.jid) is None
     still = job_load(zk, job.jid)

@@ -10,7 +10,7 @@ import pytest
 
 # The daemons' loopback file server, and each test its own work and storage folders, for the
 # hostile-depositor tests.
-from daemons.conftest import daemon_dirs, files  # noqa: F401
+from daemons.conftest import daemon_dirs, files, own_zk  # noqa: F401
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.cache import cache

@@ -20,7 +20,8 @@ import pytest
 from daemons.conftest import FileServer, daemon, drive, make_job
 
 from queues.daemons.provisioning import Provisioning
-from queues.zk.jobs import job_load, job_set_space_needed
+from queues.zk.jobs import job_load
+from tests.jobnodes import set_job_nodes
 
 pytestmark = [
     pytest.mark.django_db,
@@ -133,7 +134,7 @@ def test_provisioning_holds_jobs_back_when_the_disk_fills_after_it_counted(
     jobs = []
     for _n in range(3):
         job = make_job(zk, {"payload_url": "http://x/a", "type": "file"}, state="Provisioning")
-        jobs.append(job_set_space_needed(zk, job, 1024))
+        jobs.append(set_job_nodes(zk, job, space_needed=1024))
     provisioning = Provisioning(zk=zk, poll=0.05)
     assert provisioning.run_once()
     assert [job_load(zk, j.jid).state for j in jobs].count("Downloading") == 1

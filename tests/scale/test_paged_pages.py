@@ -23,7 +23,8 @@ from queues.states import JobState
 from queues.zk import index as zindex
 from queues.zk.batches import batch_create
 from queues.zk.codecs import decode_json
-from queues.zk.jobs import job_create, job_load, job_set_json, job_transition
+from queues.zk.jobs import job_create, job_load, job_transition
+from tests.jobnodes import set_job_nodes
 
 ROW = re.compile(r'<tr id="job-row-(jid[0-9]{10})"')
 GROUP = re.compile(r'class="card failed-group"[^>]*data-key="([^"]+)" data-count="([0-9]+)"')
@@ -189,7 +190,7 @@ def test_search_is_a_lookup_in_the_index_maps_kept_current_by_watches(zk, loaded
     # Given its ARK by Processing, then moved on: found by the ARK.
     for step in ("Estimating", "Provisioning", "Downloading", "Processing"):
         new = job_transition(zk, new, step)
-    job_set_json(zk, new, "identifiers", {"primary_id": "ark:/99999/fk4late", "local_id": []})
+    set_job_nodes(zk, new, identifiers={"primary_id": "ark:/99999/fk4late", "local_id": []})
     new = job_transition(zk, job_load(zk, new.jid), "Storing")
     assert eventually(
         lambda: (

@@ -1,0 +1,123 @@
+"""The fence of a claim: every write a consumer makes for a job it holds goes out in the session
+that took the job's lock, checked in the same multi that the lock is still there, or not at all.
+
+ZooKeeper's ``check`` compares versions, not owners, and every lock node has version 0. What
+ties a write to the lock's owner is two facts together:
+
+1. the multi checks that the lock exists (``check(lock, -1)``), and
+2. it is sent in the session that created the lock, and no release of it was sent since.
+
+A lock is deleted only by its own session (``locks``: the release, and the reconciler after it
+has seen the node's owner) or by the server when that session ends, and the server refuses every
+request of an ended session. So a lock that exists when a multi of its creator's session is
+applied is still the creator's: the write is the owner's. docs/zookeeper-contract-notes.md
+("Deleting a lock") gives the whole argument.
+
+The daemons know the claim's session: for each job they step, the loop makes the daemon's
+``SessionGate.fence`` for the claim this thread's (``fenced``) while the step runs. A gate is
+given a function that only queues requests (kazoo's ``*_async``) and calls it while the claim's
+session is the client's, raising LockLost otherwise; its answer is waited for outside the gate.
+A write with no gate in force (an operator's tool outside the daemons) reads the lock's owner
+first and is sent only while the session it read is still the client's (``owner_gate``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from . import paths
+from .errors import Conflict
+from .kazoo_private import Multi, session_id
+from .locks import ledger_of
+from .nodes import commit, exists_many
+from .records import Job
+
+# Sends (queues) a request and returns what kazoo's ``*_async`` call returned, or raises
+# LockLost without sending when the claim's session is gone.
+Gate = Callable[[Callable[[], Any]], Any]
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def fenced(gate: Gate | None) -> Iterator[None]:
+    """Make ``gate`` the fence of this thread's job writes while the block runs."""
+    previous = getattr(_local, "gate", None)
+    _local.gate = gate
+    try:
+        yield
+    finally:
+        _local.gate = previous
+
+
+def current_gate() -> Gate | None:
+    return getattr(_local, "gate", None)
+
+
+def owner_gate(zk: KazooClient, lock: str) -> Gate:
+    """A gate for a write outside a daemon's step: the lock is read to be this session's now,
+    and the write goes out only while that session lasts (the ledger's session generation,
+    which the client's LOST listener changes before it fails the requests still queued)."""
+    ledger = ledger_of(zk)
+    generation = ledger.generation()
+    session = session_id(zk)
+    stat = zk.exists(lock)
+    if not session or stat is None or stat.ephemeralOwner != session:
+        raise Conflict(f"{lock} is not this session's lock")
+
+    def gate(send: Callable[[], Any]) -> Any:
+        return ledger.send_if_current(zk, generation, session, send)
+
+    return gate
+
+
+class Gated:
+    """A multi whose request is handed to the server through ``gate`` (which may refuse to send
+    it with LockLost); its answer is waited for outside the gate."""
+
+    def __init__(self, txn: Multi, gate: Gate) -> None:
+        self.txn = txn
+        self.gate = gate
+
+    def commit(self) -> list[Any]:
+        return list(self.gate(self.txn.commit_async).get())
+
+
+@dataclass(frozen=True)
+class Write:
+    """One node written by a fenced write: created, or (``replace``) overwritten; ``replace``
+    None: overwritten when it exists now."""
+
+    path: str
+    data: bytes
+    replace: bool | None = None
+
+
+def write_fenced(zk: KazooClient, job: Job, writes: Sequence[Write], *, what: str) -> list[Any]:
+    """Write ``writes`` for ``job`` as the holder of its lock: one multi that checks the lock is
+    there and the job's status is at the version ``job`` was read at, sent through this thread's
+    gate (``fenced``) or, outside a step, ``owner_gate``. The multi's results.
+
+    LockLost when the claim's session is gone (nothing sent); Conflict or StaleVersion when the
+    lock or the status changed (nothing written).
+    """
+    lock = paths.job_node(job.jid, "lock")
+    gate = current_gate() or owner_gate(zk, lock)
+    unknown = [w.path for w in writes if w.replace is None]
+    found = exists_many(zk, unknown) if unknown else {}
+    txn = Multi(zk)
+    txn.check(lock, -1)
+    txn.check(paths.job_node(job.jid, "status"), job.status.version)
+    for write in writes:
+        replace = write.replace if write.replace is not None else found[write.path] is not None
+        if replace:
+            txn.set_data(write.path, write.data)
+        else:
+            txn.create(write.path, write.data)
+    return commit(Gated(txn, gate), what=what)  # type: ignore[arg-type]
