@@ -477,7 +477,8 @@ def batch(request: HttpRequest, bid: str) -> dict[str, Any]:
         "folders": found.folders,
         "total_jobs": found.total,
         "jobs": found.by_state(),
-        "state": state,
+        # The ``state`` filter echoed under its own name: ``state`` is the batch's own.
+        "job_state": state,
         "limit": limit,
         "after": after,
         "page": None if after else number,

@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 
 from queues.audit import ApiToken, AuditEntry
-from queues.zk import jobs
+from queues.zk import batches, jobs
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +32,7 @@ def test_the_api_needs_a_token_and_ignores_session_cookies(client, viewer, zk):
     assert client.get("/api/jobs", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
 
 
-def test_a_viewer_token_reads_jobs_and_the_overview(client, token_for, make_job):
+def test_a_viewer_token_reads_jobs_and_the_overview(client, token_for, make_job, zk):
     job = make_job("Failed")
     headers = token_for("viewer")
     listing = client.get("/api/jobs", {"state": "Failed"}, **headers).json()
@@ -44,7 +44,13 @@ def test_a_viewer_token_reads_jobs_and_the_overview(client, token_for, make_job)
     assert overview["jobs"]["Failed"]["count"] == 1
     assert client.get("/api/failed", **headers).json()["items"][0]["failed_step"] == "Downloading"
     assert client.get("/api/batches", **headers).json()["total"] == 1
-    assert client.get(f"/api/batches/{job.bid}", **headers).json()["jobs"]["Failed"] == [job.jid]
+    batch = client.get(f"/api/batches/{job.bid}", **headers).json()
+    assert batch["jobs"]["Failed"] == [job.jid]
+    # The batch's own state (issue 53: the echo of the state filter overwrote it with "").
+    own = batches.batch_load(zk, job.bid).state
+    assert own and batch["state"] == own and batch["job_state"] == ""
+    filtered = client.get(f"/api/batches/{job.bid}", {"state": "Failed"}, **headers).json()
+    assert filtered["state"] == own and filtered["job_state"] == "Failed"
     assert client.get("/api/holds", **headers).status_code == 200
     assert client.get("/api/access", **headers).status_code == 200
     assert client.get("/api/reports", **headers).status_code == 200
