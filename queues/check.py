@@ -206,6 +206,16 @@ MERRITT_ADVICE: dict[str, str] = {
 MERRITT_ADVICE["incomplete-batch"] = MERRITT_ADVICE["incomplete-job"]
 
 
+# Only a lock's owner deletes it (docs/zookeeper-contract-notes.md, "Deleting a lock"): a check
+# run from another process reads the owner, but another session's lock may have taken the path
+# between that read and a delete. The owning process finds its own orphans and deletes them.
+ORPHAN_LOCK_ADVICE = (
+    "Its own process deletes it: every consumer looks for locks of its session that no thread "
+    "claims at each registration write and deletes them after 30 s. Still here after a minute: "
+    "restart that process (its locks go with its session)."
+)
+
+
 def owner_of(document: Mapping[str, Any] | None) -> str:
     """Who wrote a job (its configuration) or batch (its submission): the console gives every
     item a ``payload_url``; Merritt's ingest keeps the payload on its own disk and writes none."""
@@ -790,9 +800,9 @@ class Checker:
                     "orphan-lock",
                     orphan.path,
                     orphan.detail,
-                    repairable=True,
                     session=orphan.session,
                     czxid=orphan.czxid,
+                    advice=ORPHAN_LOCK_ADVICE,
                 )
             )
 
@@ -1132,11 +1142,7 @@ def _repair_one(
     if kind == "incomplete-batch":
         return _remove_incomplete_batch(zk, path, beside_merritt)
     if kind == "orphan-lock":
-        stat = zk.exists(path)
-        if stat is None or (stat.ephemeralOwner, stat.czxid) != (finding.session, finding.czxid):
-            return ""
-        zk.delete(path, version=stat.version)
-        return f"deleted orphan lock {path} of session {finding.session:#x}"
+        return ""  # its owner's to delete (ORPHAN_LOCK_ADVICE); a run recorded before says so
     if kind == "legacy-object-lock":
         stat = zk.exists(path)
         if stat is None or stat.ephemeralOwner:

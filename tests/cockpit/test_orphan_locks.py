@@ -96,7 +96,9 @@ def test_the_check_reports_a_lock_no_thread_of_its_console_process_claims(
     assert found[orphan_lock].detail.startswith(
         f"orphan lock held by worker9-99 (session {session}) that no thread of it claims"
     )
-    assert found[orphan_lock].repairable
+    # Only its owner deletes a lock: the finding says the process deletes it itself.
+    assert not found[orphan_lock].repairable
+    assert "Its own process deletes it" in found[orphan_lock].advice
     stale = {f.path: f.detail for f in report.by_kind()["stale-lock"]}
     assert f"by worker9-99 (session {session})" in stale[working_lock]
     assert "a session that is not a console process" in stale[foreign_lock]
@@ -105,14 +107,12 @@ def test_the_check_reports_a_lock_no_thread_of_its_console_process_claims(
     call_command("queuecheck", stdout=out, stderr=StringIO())
     assert "orphan-lock" in out.getvalue() and orphan_lock in out.getvalue()
 
-    lines = check.repair(zk, report)
-    assert f"deleted orphan lock {orphan_lock} of session {session}" in lines
-    assert f"deleted orphan lock {STORAGE_LOCK} of session {session}" in lines
-    assert zk.exists(orphan_lock) is None and zk.exists(STORAGE_LOCK) is None
-    # The lock a thread works under and the other session's lock are left alone.
+    # A repair from another session deletes no lock, not even an orphan.
+    assert check.repair(zk, report) == []
+    assert zk.exists(orphan_lock).ephemeralOwner == consumer.session
+    assert zk.exists(STORAGE_LOCK).ephemeralOwner == consumer.session
     assert zk.exists(working_lock).ephemeralOwner == consumer.session
     assert zk.exists(foreign_lock) is not None
-    assert _orphans(zk) == []
 
 
 def test_repair_leaves_a_lock_taken_again_since_the_check(zk, consumer, make_job) -> None:
@@ -193,11 +193,9 @@ def test_a_process_deletes_an_orphan_of_its_own_session_after_showing_it(
 
 
 @pytest.mark.django_db
-def test_an_admin_deletes_the_orphan_lock_from_the_consistency_page(
-    zk, consumer, admin, operator, make_job
+def test_the_consistency_page_leaves_the_orphan_lock_to_its_own_process(
+    zk, consumer, admin, make_job
 ) -> None:
-    from queues.audit import AuditEntry
-
     job = make_job("Estimating")
     lock = paths.job_node(job.jid, "lock")
     consumer.lock(lock, in_ledger=False)
@@ -209,13 +207,8 @@ def test_an_admin_deletes_the_orphan_lock_from_the_consistency_page(
     assert ConsistencyCheck(zk=zk).run_once()
     page = admin.get("/consistency/").content.decode()
     assert "orphan-lock (1)" in page and f"<code>{lock}</code>" in page
-    assert 'id="repair-button"' in page
-    # An operator may not; the lock stays.
-    assert operator.post("/consistency/repair/", {"reason": "orphan"}).status_code == 403
-    assert zk.exists(lock) is not None
-    response = admin.post("/consistency/repair/", {"reason": "orphan after a restart"})
-    assert response.status_code == 200
-    assert zk.exists(lock) is None
-    entry = AuditEntry.objects.get(kind="consistency", action="repair", ok=True)
-    assert f"deleted orphan lock {lock}" in entry.detail
-    assert entry.reason == "orphan after a restart"
+    assert "Its own process deletes it" in page
+    # Nothing the console's own session may repair: a lock is deleted only by its owner.
+    assert 'id="repair-button"' not in page
+    admin.post("/consistency/repair/", {"reason": "orphan after a restart"})
+    assert zk.exists(lock).ephemeralOwner == consumer.session
