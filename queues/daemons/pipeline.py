@@ -447,9 +447,8 @@ class JobPipeline:
             # the gate's lock when the session is lost, before it fails the requests still
             # waiting for an answer (these deletes among them).
             try:
-                sent = self.daemon.gate.send_if_current(
-                    now.generation, lambda: send_releases(self.zk, mine)
-                )
+                fence = self.daemon.gate.fence(self.zk, now.generation, now.session)
+                sent = fence(lambda: send_releases(self.zk, mine))
             except LockLost:
                 return
             except Exception:
@@ -947,8 +946,8 @@ class JobPipeline:
                     stepped.append(self._not_stepped(stepping.server))
                     continue
                 stepping.began = time.monotonic()
-            try:
                 drops=step.drops,
+            try:
                 stepped.append(self.daemon.run_step(work.job, work.started, claim))
             except Exception as exc:
                 stepped.append(exc)
@@ -962,8 +961,8 @@ class JobPipeline:
         try:
             return self._steps(stepping.works, stepping.holding, stepping)
         finally:
-            close_old_connections()
         claim = (holding.generation, holding.session)
+            close_old_connections()
 
     def _stepped(self, _future: Future[Any]) -> None:
         self.wake.set()

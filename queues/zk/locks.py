@@ -22,7 +22,13 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, UnimplementedError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    UnimplementedError,
+)
 from kazoo.protocol.states import KazooState, KeeperState
 
 from . import paths
@@ -375,8 +381,8 @@ class Reconciler:
             for path, answer in sent:
                 try:
                     answer.get()
-                except NoNodeError:
-                    continue
+                except (NoNodeError, BadVersionError):
+                    continue  # gone, or not the node read: left alone
                 deleted.append(path)
             checked = {*doubt, *listed}
         finally:
@@ -457,7 +463,7 @@ def lock_release(zk: KazooClient, path: str) -> None:
             answer = ledger.send_if_current(
                 zk, generation, session, lambda: zk.delete_async(path, version=stat.version)
             )
-            with contextlib.suppress(NoNodeError):
+            with contextlib.suppress(NoNodeError, BadVersionError):
                 answer.get()
     except LockLost:
         pass  # the session went, and its lock with it
