@@ -86,7 +86,7 @@ from queues.zk.pipeline import (
     send_releases,
 )
 from queues.zk.records import Job
-from queues.zk.watch import ChangeSignal
+from queues.zk.watch import ChangeSignal, PresenceWatch
 
 from .serial import SerialByKey
 
@@ -324,6 +324,7 @@ class JobPipeline:
         self._handed_lock = threading.Lock()
         self.wake = Wake()
         self._watch: ChangeSignal | None = None
+        self._hold_watch: PresenceWatch | None = None  # the queue hold, watched (``begin``)
         self.inflight: collections.deque[InFlight] = collections.deque()  # moves under way
         # A step that waits on servers outside (a depositor's, a callback's receiver) runs in
         # threads of their own, one server's jobs one after another, so a slow or silent server
@@ -482,6 +483,10 @@ class JobPipeline:
         if self.keeper is not None:
             self.keeper.register(self)
         self._watch = ChangeSignal(self.zk, zpaths.job_state_folder(daemon.state), self.wake)
+        if daemon.queue_hold:
+            self._hold_watch = PresenceWatch(
+                self.zk, zpaths.queue_lock(daemon.queue_hold), self.wake
+            )
 
     def turn(self, *, block: bool = True) -> float | None:
         """One turn of the loop: 0 when it is worth another at once, otherwise how long it may
@@ -493,6 +498,10 @@ class JobPipeline:
             return 0.0
         if self.waits_for is not None:
             return None
+        if self._queue_held():
+            # Nothing may be taken: no listing, no watch of the folder; the hold's own watch
+            # wakes the loop when it goes (the poll is the fallback).
+            return daemon.poll
         if self.throttled or self._stepping_jobs() >= STEPS_AT_ONCE * self.batch:
             # Waiting for room downstream, or for its steps to end, either of which wakes this
             # loop: the folder's news cannot be worked on before then, so it is neither watched
@@ -523,6 +532,8 @@ class JobPipeline:
     def end(self) -> None:
         """The loop has stopped: what it holds goes back, and it takes no more hand-overs."""
         self.stopping = True
+        if self._hold_watch is not None:
+            self._hold_watch.close()
         if self.keeper is not None:
             self.keeper.unregister(self)
         self._close()
@@ -654,9 +665,20 @@ class JobPipeline:
             return self.inflight[0].order
         return None
 
+    def _queue_held(self) -> bool:
+        """Whether the queue hold's watch sees the hold (never asked before ``begin``)."""
+        return self._hold_watch is not None and self._hold_watch.present() is True
+
     def _send_batch(self, fresh: bool, now: Holding) -> Outgoing | None:
         """Pick the next batch and send its requests, in one go and without waiting."""
         daemon = self.daemon
+        if self._queue_held():
+            # Held: nothing is claimed (a claim would only be given back once its read showed
+            # the hold: issue 51 counted 257,000 requests a minute that way), and the jobs kept
+            # for this step go back, as a hold read with a batch gives them back.
+            if self.kept:
+                self._give_back(list(self.kept), now)
+            return None
         downstream = self.keeper.loop_for(self.successor) if self.keeper is not None else None
         # Set before the next loop's room is looked at: that loop wakes a throttled loop once
         # it has made room, and one whose room is made after this look finds the flag set.
@@ -924,6 +946,7 @@ class JobPipeline:
                 permanent=step.permanent,
                 priority=step.priority,
                 lock="keep" if taker is not None else "release",
+                drops=step.drops,
             )
         except InvalidTransition as exc:
             self._give_back([work.pick.jid], now)
@@ -939,6 +962,7 @@ class JobPipeline:
         it raised, in its place. ``holding``: the session the jobs' locks were taken in, which
         fences the steps' writes. ``stepping``: the task in the step threads they are (then a
         loop giving its jobs up begins no more of them)."""
+        claim = (holding.generation, holding.session)
         stepped: list[Stepped | Exception] = []
         for work in works:
             if stepping is not None:
@@ -946,7 +970,6 @@ class JobPipeline:
                     stepped.append(self._not_stepped(stepping.server))
                     continue
                 stepping.began = time.monotonic()
-                drops=step.drops,
             try:
                 stepped.append(self.daemon.run_step(work.job, work.started, claim))
             except Exception as exc:
@@ -961,7 +984,6 @@ class JobPipeline:
         try:
             return self._steps(stepping.works, stepping.holding, stepping)
         finally:
-        claim = (holding.generation, holding.session)
             close_old_connections()
 
     def _stepped(self, _future: Future[Any]) -> None:

@@ -609,3 +609,45 @@ class ChangeSignal:
         changed = self._fired.is_set()
         self._fired.clear()
         return changed
+
+
+class PresenceWatch:
+    """Whether a node exists (a queue hold), as an exists watch last saw it: one request when
+    the node comes or goes, not one a look. Each change (and a lost session, which takes the
+    watch with it) sets ``event``, so a loop waiting on it wakes when the answer may differ."""
+
+    def __init__(self, zk: KazooClient, path: str, event: threading.Event) -> None:
+        self._zk = zk
+        self._path = path
+        self._event = event
+        self._lock = threading.Lock()
+        self._armed = False
+        self._present = False
+        zk.add_listener(self._on_state)
+
+    def present(self) -> bool | None:
+        """Whether the node exists; None when ZooKeeper could not be asked (then the caller's
+        own reads decide, as without the watch)."""
+        with self._lock:
+            if self._armed:
+                return self._present
+        try:
+            stat = self._zk.exists(self._path, watch=self._fire)
+        except Exception:
+            return None
+        with self._lock:
+            self._armed = True
+            self._present = stat is not None
+            return self._present
+
+    def close(self) -> None:
+        self._zk.remove_listener(self._on_state)
+
+    def _fire(self, _event: Any) -> None:
+        with self._lock:
+            self._armed = False
+        self._event.set()
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._fire(None)
