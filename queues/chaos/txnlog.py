@@ -329,6 +329,7 @@ class Judgement:
     other_job_writes: int = 0  # by sessions that are no consumer's
     failed: int = 0  # errors logged in place of changes
     findings: list[Finding] = field(default_factory=list)
+    names: dict[int, str] = field(default_factory=dict)  # session -> its registration's name
 
     def of(self, kind: str) -> list[Finding]:
         return [f for f in self.findings if f.kind == kind]
@@ -340,7 +341,9 @@ class Judgement:
             f"txn log: {h.entries} entries from {h.servers} server(s), {len(h.txns)} txns "
             f"({self.failed} errors){left_out}; {self.sessions} sessions, {self.consumers} "
             f"consumers; lock creates {self.lock_creates}, deletes {self.lock_deletes} by "
-            f"their owner and {self.lock_closes} with their session; non-owner deletes "
+            f"their owner and {self.lock_closes} with their session"
+            + (f", {self.unknown_deletes} created before the logs" if self.unknown_deletes else "")
+            + "; non-owner deletes "
             f"{len(self.of(NON_OWNER_DELETE))}, locks over live locks "
             f"{len(self.of(OVER_LIVE_LOCK))}, unfenced job writes "
             f"{len(self.of(UNFENCED_WRITE))} (fenced {self.fenced_writes}; job creations "
@@ -383,6 +386,8 @@ def judge_history(
     judged.sessions = len(sessions)
     judged.consumers = len(consumer_sessions & sessions)
 
+    creators: dict[str, int] = {}  # JID -> the session whose multi created it
+    ever_locked: set[str] = set()  # JIDs whose lock was taken at least once
     ephemerals: dict[str, int] = {}  # path (server's) -> owner session
     owned: dict[int, set[str]] = defaultdict(set)
     for txn in applied:
@@ -412,9 +417,12 @@ def judge_history(
                 if path is not None and is_item_lock(path):
                     _lock_delete(judged, txn, path, owner)
         if txn.session in consumer_sessions:
-            _judge_job_writes(judged, txn, local, before, created_locks, chroot)
+            _judge_job_writes(
+                judged, txn, local, before, created_locks, chroot, creators, ever_locked
+            )
         else:
-            _count_other(judged, txn, local)
+            _count_other(judged, txn, local, creators)
+        ever_locked.update(p.split("/")[2] for p in created_locks if p.startswith("/jobs/"))
     return judged
 
 
@@ -491,11 +499,14 @@ def _judge_job_writes(
     before: dict[str, int],
     created_locks: set[str],
     chroot: str,
+    creators: dict[str, int],
+    ever_locked: set[str],
 ) -> None:
     written, created, removed = _written_jobs(txn, local)
     for jid, what in written.items():
         if jid in created:
             judged.creations += 1
+            creators[jid] = txn.session
             continue
         if jid in removed:
             judged.removals += 1
@@ -506,17 +517,28 @@ def _judge_job_writes(
             continue
         holder = before.get(chroot + lock)
         held = f"the lock was session 0x{holder:x}'s" if holder is not None else "no lock"
+        # What helps find the writer: the job's own creator completing it after the creation
+        # multi, while the job could already be claimed, is a pattern of its own.
+        when = []
+        if creators.get(jid) == txn.session:
+            when.append("by the session that created the job")
+        if jid not in ever_locked:
+            when.append("before any claim of it")
         judged.findings.append(
             Finding(
                 UNFENCED_WRITE, txn.zxid, txn.session, f"/jobs/{jid}",
-                f"{', '.join(what)} with {held} ({NAMES.get(txn.type, txn.type)})",
+                f"{', '.join(what)} with {held} ({NAMES.get(txn.type, txn.type)})"
+                + (f", {' and '.join(when)}" if when else ""),
             )
         )  # fmt: skip
 
 
-def _count_other(judged: Judgement, txn: Txn, local: Callable[[str], str | None]) -> None:
+def _count_other(
+    judged: Judgement, txn: Txn, local: Callable[[str], str | None], creators: dict[str, int]
+) -> None:
     written, created, removed = _written_jobs(txn, local)
     judged.creations += len(set(written) & created)
+    creators.update((jid, txn.session) for jid in set(written) & created)
     judged.removals += len(removed)
     judged.other_job_writes += len(set(written) - created - removed)
 

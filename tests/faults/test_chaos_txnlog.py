@@ -150,7 +150,7 @@ def test_a_non_owner_delete_and_an_unfenced_write_are_exactly_the_findings(
     assert f"created by session {owner_id}" in deleted.detail
     unfenced = {f.path: f.detail for f in judgement.of(txnlog.UNFENCED_WRITE)}
     assert unfenced[JOB] == f"create inventory with the lock was session {owner_id}'s (create)"
-    assert unfenced[OTHER] == "setData status with no lock (setData)"
+    assert unfenced[OTHER] == "setData status with no lock (setData), before any claim of it"
     assert judgement.fenced_writes == 2
     assert "non-owner deletes 1, locks over live locks 0, unfenced job writes 2" in (
         judgement.figures()
