@@ -61,9 +61,13 @@ class FaultLog:
     began: float = field(default_factory=time.monotonic)
     lines: list[str] = field(default_factory=list)
     last_heal: float = field(default_factory=time.monotonic)
+    # When a fault last did something (struck, went on, healed): a run is not stalled while
+    # a fault is at work, however long it takes.
+    last_event: float = field(default_factory=time.monotonic)
     counts: dict[str, int] = field(default_factory=dict)
 
     def note(self, text: str) -> None:
+        self.last_event = time.monotonic()
         line = f"[{time.monotonic() - self.began:6.0f}s] fault: {text}"
         self.lines.append(line)
         self.say(line)
@@ -154,6 +158,37 @@ class LeaderKill(Fault):
         time.sleep(self.seconds)
         ensemble.start_one(leader)
         stage.log.healed(self.name, f"server {leader} rejoined")
+
+
+class LeaderStorm(Fault):
+    """The ensemble's leader killed (SIGKILL) ``kills`` times, one kill every ``every`` seconds:
+    each killed server is started again ``seconds`` after a new leader was elected (or as soon
+    as the next kill is due), so elections follow one another while the consumers work and
+    the quorum holds between them."""
+
+    name = "leader-kill storm"
+
+    def __init__(self, seconds: float, *, kills: int = 9, every: float = 9.0) -> None:
+        super().__init__(seconds)
+        self.kills = kills
+        self.every = every
+
+    def strike(self, stage: Stage) -> None:
+        ensemble = stage.ensemble
+        assert ensemble is not None, "leader-kill storms need the ensemble"
+        stage.log.note(f"leader-kill storm: {self.kills} kills, {self.every:g}s apart")
+        for number in range(1, self.kills + 1):
+            due = time.monotonic() + self.every
+            leader = ensemble.wait_for_leader()
+            ensemble.kill(leader)
+            elected = ensemble.wait_for_leader(other_than=leader)
+            stage.log.note(
+                f"storm kill {number}/{self.kills}: server {leader} killed, server {elected} leads"
+            )
+            time.sleep(max(0.0, min(self.seconds, due - time.monotonic())))
+            ensemble.start_one(leader)
+            time.sleep(max(0.0, due - time.monotonic()))
+        stage.log.healed(self.name, f"leader-kill storm over: {self.kills} leaders killed")
 
 
 def _pick(stage: Stage, candidates: list[Consumer]) -> Consumer | None:
