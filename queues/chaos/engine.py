@@ -202,7 +202,11 @@ class Run:
         self.profiles = self.scratch / "profiles"
         shutil.copytree(settings.MRT_PROFILES_DIR, self.profiles)
         self.stage = Stage(
-            consumers=[], rng=self.rng, log=self.log, session_timeout=opts.session_timeout
+            consumers=[],
+            rng=self.rng,
+            log=self.log,
+            session_timeout=opts.session_timeout,
+            kept_logs=self.scratch / "kept-txn-logs",
         )
         self.hosts = self._zookeeper()
         env = self._base_env()
@@ -368,7 +372,7 @@ class Run:
             judge.judge_hostile(jobs, self.var, Sentinel.hits, self.verdict, self.say)
         if self.web is not None:
             self._judge_web()
-        judge.judge_txnlog(self._data_dirs(), "", self.verdict, self.say)
+        judge.judge_txnlog(self._data_dirs(), self.stage.kept_logs, "", self.verdict, self.say)
         self.say(f"faults: {self.log.summary()}; {self.kills} SIGKILLs")
         self.summary = (
             f"{opts.jobs} jobs and {batches} batches consistent ({self.throughput}) "
@@ -589,8 +593,11 @@ class Throughput:
     def __init__(self, began: float) -> None:
         self.began = began
         self.samples: list[tuple[float, int]] = [(began, 0)]
+        self.last_gain = (began, 0)  # when the last job finished, and how many had by then
 
     def add(self, now: float, finished: int) -> None:
+        if finished > self.last_gain[1]:
+            self.last_gain = (now, finished)
         self.samples.append((now, finished))
         while len(self.samples) > 2 and self.samples[1][0] < now - self.WINDOW:
             self.samples.pop(0)
@@ -611,8 +618,10 @@ class Throughput:
         return f"{rate:.2f} jobs/s ({recent:.2f} over the last minute{eta})"
 
     def summary(self) -> str:
-        now, finished = self.samples[-1]
-        return f"{finished} jobs in {now - self.began:.0f}s, {self.rate():.2f} jobs/s"
+        """Up to the last job finished (a fault may go on after it)."""
+        then, finished = self.last_gain
+        took = max(then - self.began, 1e-9)
+        return f"{finished} jobs in {took:.0f}s, {finished / took:.2f} jobs/s"
 
 
 def _chroot(hosts: str) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from random import Random
 
+from queues.chaos import txnlog
 from queues.chaos.infra import Postgres, Redis, WorkDisk
 from queues.chaos.servers import BlackHoleProxy, StorageStandIn
 from queues.states import JobState
@@ -102,6 +103,15 @@ class Stage:
     # Consumers a fault is acting on, which the SIGKILLs leave alone meanwhile.
     busy: set[int] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Where each server's transaction logs are copied before it starts again (a server purges
+    # old logs at start), for the judge of the logs; None: not copied.
+    kept_logs: Path | None = None
+
+    def keep_logs(self, *servers: LocalZooKeeper) -> None:
+        """Copy the servers' transaction logs aside: call before starting them again."""
+        if self.kept_logs is not None:
+            for server in servers:
+                txnlog.keep_logs(server.directory, self.kept_logs / server.directory.name)
 
 
 class Fault:
@@ -132,6 +142,7 @@ class ZooKeeperRestart(Fault):
         for server in servers:
             server.stop()
         time.sleep(self.seconds)
+        stage.keep_logs(*[s for s in servers if s is not None])
         if stage.ensemble is not None:
             stage.ensemble.start()
             stage.ensemble.wait_for_leader()
@@ -156,6 +167,7 @@ class LeaderKill(Fault):
         elected = ensemble.wait_for_leader(other_than=leader)
         stage.log.note(f"server {elected} leads; server {leader} stays down {self.seconds:g}s")
         time.sleep(self.seconds)
+        stage.keep_logs(ensemble.members[leader])
         ensemble.start_one(leader)
         stage.log.healed(self.name, f"server {leader} rejoined")
 
@@ -186,6 +198,7 @@ class LeaderStorm(Fault):
                 f"storm kill {number}/{self.kills}: server {leader} killed, server {elected} leads"
             )
             time.sleep(max(0.0, min(self.seconds, due - time.monotonic())))
+            stage.keep_logs(ensemble.members[leader])
             ensemble.start_one(leader)
             time.sleep(max(0.0, due - time.monotonic()))
         stage.log.healed(self.name, f"leader-kill storm over: {self.kills} leaders killed")

@@ -401,7 +401,11 @@ TXNLOG_SHOWN = 20
 
 
 def judge_txnlog(
-    data_dirs: list[Path], chroot: str, verdict: Verdict, say: Callable[[str], None]
+    data_dirs: list[Path],
+    kept: Path | None,
+    chroot: str,
+    verdict: Verdict,
+    say: Callable[[str], None],
 ) -> txnlog.Judgement | None:
     """ZooKeeper's own record of the run (``queues.chaos.txnlog``): every lock deleted by its
     owner or with its session, none taken over a standing one, every consumer write to a job
@@ -409,7 +413,7 @@ def judge_txnlog(
     if not data_dirs:
         say("txn log: not read (the servers are not this run's own)")
         return None
-    judged = txnlog.judge_txnlog(data_dirs, chroot=chroot)
+    judged = txnlog.judge_txnlog(data_dirs, kept=kept, chroot=chroot)
     say(judged.figures())
     for kind in (txnlog.NON_OWNER_DELETE, txnlog.OVER_LIVE_LOCK, txnlog.UNFENCED_WRITE):
         found = judged.of(kind)

@@ -30,6 +30,12 @@ header (``ZKLG``, version, dbid), then entries of an Adler-32 checksum (long), t
 (int length, then a TxnHeader and the record of its type, and in ZooKeeper 3.6+ maybe a tree
 digest) and the byte ``B``. A zero length ends the file (the rest is preallocated zeros).
 
+A server purges its old logs when it starts (``autopurge``: it keeps those of its three latest
+snapshots), and a server killed and started again takes a snapshot at each election: a storm
+of leader kills would leave the early history on no server. So the chaos run copies each
+server's logs aside before it starts the server again (``keep_logs``), and the judge reads a
+server's current logs and, for the files purged since, the copies.
+
 Several servers log the same committed transactions. Merged by zxid, a transaction counts when a
 majority of the servers whose log files span its zxid hold it: a committed transaction was
 logged by a quorum before it was acknowledged, and one a killed leader logged alone (never
@@ -39,6 +45,7 @@ committed, normally truncated when it rejoins) is left out and counted.
 from __future__ import annotations
 
 import re
+import shutil
 import struct
 import zlib
 from collections import Counter, defaultdict
@@ -221,15 +228,31 @@ def read_log(path: Path) -> Iterator[Txn]:
         at = end + 1
 
 
-def log_files(data_dir: Path) -> list[Path]:
+def log_files(data_dir: Path, kept: Path | None = None) -> list[Path]:
     """A server's log files, oldest first: ``data_dir`` may be the server's folder (with
-    ``data/``), its data folder or the ``version-2`` folder itself."""
+    ``data/``), its data folder or the ``version-2`` folder itself. ``kept``: a folder of
+    copies (``keep_logs``), whose files count where the server no longer has them."""
     base = Path(data_dir)
+    found: list[Path] = []
     for candidate in (base / "data" / "version-2", base / "version-2", base):
         found = [p for p in candidate.glob("log.*") if re.fullmatch(r"log\.[0-9a-f]+", p.name)]
         if found:
-            return sorted(found, key=lambda p: int(p.name[4:], 16))
-    return []
+            break
+    if kept is not None and kept.is_dir():
+        current = {p.name for p in found}
+        found += [p for p in log_files(kept) if p.name not in current]
+    return sorted(found, key=lambda p: int(p.name[4:], 16))
+
+
+def keep_logs(data_dir: Path, into: Path) -> int:
+    """Copy a server's log files into ``into`` (before it starts again and purges some);
+    a file copied before is copied again, having grown since. Returns the files copied."""
+    into.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    for path in log_files(data_dir):
+        shutil.copyfile(path, into / path.name)
+        copied += 1
+    return copied
 
 
 @dataclass
@@ -243,20 +266,24 @@ class History:
     conflicts: int = 0  # zxids whose entries differ between servers
 
 
-def merge(data_dirs: Iterable[Path]) -> History:
+def merge(data_dirs: Iterable[Path], kept: Path | None = None) -> History:
     """Every server's log read and merged (see the module's docstring for the majority rule).
+    ``kept``: the folder of ``keep_logs`` copies, one subfolder per server named as its
+    folder.
 
     A server counts for a zxid when its logs begin at or before it and end at or after it: a
     server down for a while and brought up to date from a snapshot has a gap it still counts
     for, and holds a committed transaction's fellow holders to two of three; one whose old
-    files were purged does not count for what they held."""
+    files were purged does not count for what they held. Servers that logged one failed
+    request differently (a multi's ops turned to errors or not) agree: both were not applied."""
     spans: list[tuple[int, int]] = []
     holders: dict[int, list[Txn]] = defaultdict(list)
     entries = 0
     dirs = list(data_dirs)
     for data_dir in dirs:
         zxids = []
-        for path in log_files(data_dir):
+        copies = kept / Path(data_dir).name if kept is not None else None
+        for path in log_files(data_dir, copies):
             for txn in read_log(path):
                 zxids.append(txn.zxid)
                 holders[txn.zxid].append(txn)
@@ -267,13 +294,22 @@ def merge(data_dirs: Iterable[Path]) -> History:
     for zxid in sorted(holders):
         held = holders[zxid]
         covering = sum(1 for first, last in spans if first <= zxid <= last)
-        if len(set(held)) > 1:
+        meanings = Counter(_meaning(t) for t in held)
+        if len(meanings) > 1:
             conflicts += 1
         if len(held) * 2 > covering:
-            txns.append(Counter(held).most_common(1)[0][0])
+            meaning = meanings.most_common(1)[0][0]
+            txns.append(next(t for t in held if _meaning(t) == meaning))
         else:
             minority.append(held[0])
     return History(txns, len(dirs), entries, minority, conflicts)
+
+
+def _meaning(txn: Txn) -> tuple[object, ...]:
+    """What a transaction did: nothing when it failed, whatever its ops were logged as."""
+    if txn.failed:
+        return (txn.session, txn.cxid, "failed")
+    return (txn.session, txn.cxid, txn.type, txn.ops, txn.closed)
 
 
 # The judge ----------------------------------------------------------------------------------
@@ -337,6 +373,8 @@ class Judgement:
     def figures(self) -> str:
         h = self.history
         left_out = f", {len(h.minority)} logged by too few servers left out" if h.minority else ""
+        if h.conflicts:
+            left_out += f", {h.conflicts} logged differently by the servers (the majority's taken)"
         return (
             f"txn log: {h.entries} entries from {h.servers} server(s), {len(h.txns)} txns "
             f"({self.failed} errors){left_out}; {self.sessions} sessions, {self.consumers} "
@@ -544,9 +582,14 @@ def _count_other(
 
 
 def judge_txnlog(
-    data_dirs: Iterable[Path], *, chroot: str = "", consumers: Iterable[int] = ()
+    data_dirs: Iterable[Path],
+    *,
+    kept: Path | None = None,
+    chroot: str = "",
+    consumers: Iterable[int] = (),
 ) -> Judgement:
-    """Read every server's transaction log under ``data_dirs`` and judge the merged history.
-    ``chroot``: the connection string's chroot, whose nodes are judged (none: the whole
-    tree). ``consumers``: sessions to judge as consumers besides those the log shows."""
-    return judge_history(merge(data_dirs), chroot=chroot, consumers=consumers)
+    """Read every server's transaction log under ``data_dirs`` (and the copies under ``kept``)
+    and judge the merged history. ``chroot``: the connection string's chroot, whose nodes are
+    judged (none: the whole tree). ``consumers``: sessions to judge as consumers besides those
+    the log shows."""
+    return judge_history(merge(data_dirs, kept), chroot=chroot, consumers=consumers)

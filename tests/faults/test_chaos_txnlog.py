@@ -232,3 +232,35 @@ def _entry_end(raw: bytes, count: int) -> int:
         size = int.from_bytes(raw[at + 8 : at + 12], "big")
         at += 12 + size + 1
     return at
+
+
+def test_logs_a_restarted_server_purged_are_read_from_their_copies(tmp_path: Path) -> None:
+    """A member of an ensemble purges its old logs when it starts (autopurge keeps those of its
+    three latest snapshots, and it takes one at each election): started again and again, as in
+    a storm, it loses the early history, which the copies made before each start keep for the
+    judge. A standalone server (ZooKeeperServerMain) runs no purge, so here the files a purge
+    would take are removed by hand after the copy, as the purge does at the next start."""
+    zookeeper = LocalZooKeeper(tmp_path / "zk", free_port())
+    kept = tmp_path / "kept" / zookeeper.directory.name
+    for start in range(3):
+        zookeeper.start()
+        try:
+            zk = KazooClient(zookeeper.hosts)
+            zk.start()
+            zk.create(f"/jobs/jid000000000{start}/status", b"{}", makepath=True)
+            close(zk)
+        finally:
+            zookeeper.stop()
+        assert txnlog.keep_logs(zookeeper.directory, kept) == start + 1
+    purged = txnlog.log_files(zookeeper.directory)[:2]
+    for path in purged:
+        path.unlink()
+
+    alone = txnlog.judge_txnlog([zookeeper.directory])
+    whole = txnlog.judge_txnlog([zookeeper.directory], kept=kept.parent)
+    assert alone.creations + alone.other_job_writes == 1
+    assert whole.creations + whole.other_job_writes == 3
+    assert {p.name for p in txnlog.log_files(zookeeper.directory, kept)} == {
+        p.name for p in kept.iterdir()
+    }
+    assert whole.findings == []
