@@ -21,6 +21,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,7 @@ from queues.chaos.servers import (
     sentinel_server,
 )
 from queues.zk.client import connect
+from queues.zk.consumers import consumer_name
 from queues.zkserver import LocalEnsemble, LocalZooKeeper, free_port
 
 # The consumers' fetch policy in a chaos run: the good server's address only, and slow
@@ -480,7 +482,7 @@ class Run:
                 )
                 return
             if opts.kills and now >= next_kill:
-                self._kill_one()
+                self._kill_one(zk)
                 next_kill = time.monotonic() + self.rng.uniform(low, high)
             for consumer in self.stage.consumers:
                 if consumer.proc is None or consumer.proc.poll() in (None, -9):
@@ -512,10 +514,23 @@ class Run:
                 self.verdict.fail(f"the fault {fault.name} could not be caused: {exc}")
                 self.log.healed(fault.name, f"{fault.name} abandoned: {exc}")
 
-    def _kill_one(self) -> None:
+    def _kill_one(self, zk: Any) -> None:
+        """SIGKILL a random consumer that has registered since it started (so has begun its
+        work): on a loaded machine a consumer may take longer to start than the interval
+        between kills, and killing it before it works would stall the run on our own clock."""
+        try:
+            working = set(judge.consumer_sessions(zk).values())
+        except Exception:  # ZooKeeper away: no kill this time
+            return
+        host = socket.gethostname()
         with self.stage.lock:
             victims = [
-                c for c in self.stage.consumers if c.alive() and c.number not in self.stage.busy
+                c
+                for c in self.stage.consumers
+                if c.alive()
+                and c.number not in self.stage.busy
+                and c.proc is not None
+                and consumer_name(host, c.proc.pid) in working
             ]
             if not victims:
                 return
