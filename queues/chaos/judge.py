@@ -415,6 +415,8 @@ def judge_txnlog(
         return None
     judged = txnlog.judge_txnlog(data_dirs, kept=kept, chroot=chroot)
     say(judged.figures())
+    for shape, count in judged.patterns():
+        say(f"  txn log: {count} x {shape}")
     for kind in (txnlog.NON_OWNER_DELETE, txnlog.OVER_LIVE_LOCK, txnlog.UNFENCED_WRITE):
         found = judged.of(kind)
         for finding in found[:TXNLOG_SHOWN]:

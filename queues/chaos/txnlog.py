@@ -370,6 +370,15 @@ class Judgement:
     def of(self, kind: str) -> list[Finding]:
         return [f for f in self.findings if f.kind == kind]
 
+    def patterns(self) -> list[tuple[str, int]]:
+        """The findings grouped by what they say, sessions and lock holders left out: the
+        few code paths behind many findings, most frequent first."""
+        shapes = Counter(
+            f"{f.kind}: " + re.sub(r"session 0x[0-9a-f]+", "another session", f.detail)
+            for f in self.findings
+        )
+        return shapes.most_common()
+
     def figures(self) -> str:
         h = self.history
         left_out = f", {len(h.minority)} logged by too few servers left out" if h.minority else ""

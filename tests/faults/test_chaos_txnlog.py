@@ -152,6 +152,13 @@ def test_a_non_owner_delete_and_an_unfenced_write_are_exactly_the_findings(
     assert unfenced[JOB] == f"create inventory with the lock was session {owner_id}'s (create)"
     assert unfenced[OTHER] == "setData status with no lock (setData), before any claim of it"
     assert judgement.fenced_writes == 2
+    assert dict(judgement.patterns()) == {
+        f"{txnlog.NON_OWNER_DELETE}: created by another session, still open": 1,
+        f"{txnlog.UNFENCED_WRITE}: create inventory with the lock was another session's "
+        "(create)": 1,
+        f"{txnlog.UNFENCED_WRITE}: setData status with no lock (setData), before any claim "
+        "of it": 1,
+    }
     assert "non-owner deletes 1, locks over live locks 0, unfenced job writes 2" in (
         judgement.figures()
     )
