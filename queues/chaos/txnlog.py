@@ -430,6 +430,8 @@ def judge_history(
                 and (path.startswith(REGISTRATIONS) or is_item_lock(path))
             ):
                 consumer_sessions.add(txn.session)
+                if path.startswith(REGISTRATIONS[0]):
+                    judged.names[txn.session] = path.rsplit("/", 1)[1]
     judged.sessions = len(sessions)
     judged.consumers = len(consumer_sessions & sessions)
 

@@ -146,6 +146,7 @@ def test_a_non_owner_delete_and_an_unfenced_write_are_exactly_the_findings(
             (txnlog.UNFENCED_WRITE, OTHER, intruder_id),
         ]
     )
+    assert judgement.names == {int(owner_id, 16): "host-1", int(intruder_id, 16): "host-2"}
     [deleted] = judgement.of(txnlog.NON_OWNER_DELETE)
     assert f"created by session {owner_id}" in deleted.detail
     unfenced = {f.path: f.detail for f in judgement.of(txnlog.UNFENCED_WRITE)}
