@@ -417,7 +417,13 @@ def judge_txnlog(
     say(judged.figures())
     for shape, count in judged.patterns():
         say(f"  txn log: {count} x {shape}")
-    for kind in (txnlog.NON_OWNER_DELETE, txnlog.OVER_LIVE_LOCK, txnlog.UNFENCED_WRITE):
+    kinds = (
+        txnlog.NON_OWNER_DELETE,
+        txnlog.ABSENT_DELETE,
+        txnlog.OVER_LIVE_LOCK,
+        txnlog.UNFENCED_WRITE,
+    )
+    for kind in kinds:
         found = judged.of(kind)
         for finding in found[:TXNLOG_SHOWN]:
             name = judged.names.get(finding.session)

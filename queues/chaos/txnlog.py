@@ -11,7 +11,11 @@ zxid, who held which lock:
     an operator's ``lock_break`` would be the one legitimate exception, and a chaos run never
     breaks a lock.
 (b) a lock created while another live session's lock stood at its path (ZooKeeper refuses
-    that; seeing it would mean the replay, or the server, is wrong).
+    that; seeing it would mean the replay, or the server, is wrong); and, when the logs hold
+    the whole history, a lock delete the server applied although the history had no such
+    lock: the server's tree disagreed with its own log (seen under storms of leader kills on
+    ZooKeeper 3.8.0, where a restarted member's tree kept a lock deleted since, told its
+    owner's session it still held it, and the owner's reconciler deleted it).
 (c) a write to a job's nodes (create, setData or delete under ``/jobs/JID/``, other than the
     lock, or a move of its index entry under ``/jobs/states/``) by a consumer session that did
     not hold the job's lock at that zxid. A lock taken in the same multi counts as held. Job
@@ -346,6 +350,7 @@ class Finding:
 
 
 NON_OWNER_DELETE = "lock deleted by a session that did not create it"
+ABSENT_DELETE = "lock deleted that the committed history had already removed"
 OVER_LIVE_LOCK = "lock created over another live session's lock"
 UNFENCED_WRITE = "job written by a consumer not holding its lock"
 
@@ -391,7 +396,8 @@ class Judgement:
             f"their owner and {self.lock_closes} with their session"
             + (f", {self.unknown_deletes} created before the logs" if self.unknown_deletes else "")
             + "; non-owner deletes "
-            f"{len(self.of(NON_OWNER_DELETE))}, locks over live locks "
+            f"{len(self.of(NON_OWNER_DELETE))}, deletes of absent locks "
+            f"{len(self.of(ABSENT_DELETE))}, locks over live locks "
             f"{len(self.of(OVER_LIVE_LOCK))}, unfenced job writes "
             f"{len(self.of(UNFENCED_WRITE))} (fenced {self.fenced_writes}; job creations "
             f"{self.creations}, removals {self.removals}, by other sessions "
@@ -435,6 +441,9 @@ def judge_history(
     judged.sessions = len(sessions)
     judged.consumers = len(consumer_sessions & sessions)
 
+    # The logs begin with the server's very first transaction (zxid 1 of a standalone server,
+    # of epoch 1 of an ensemble): every node's create is in them.
+    complete = bool(history.txns) and history.txns[0].zxid in (1, 1 << 32 | 1)
     creators: dict[str, int] = {}  # JID -> the session whose multi created it
     ever_locked: set[str] = set()  # JIDs whose lock was taken at least once
     ephemerals: dict[str, int] = {}  # path (server's) -> owner session
@@ -464,7 +473,7 @@ def judge_history(
                 if owner is not None:
                     owned[owner].discard(op.path)
                 if path is not None and is_item_lock(path):
-                    _lock_delete(judged, txn, path, owner)
+                    _lock_delete(judged, txn, path, owner, complete)
         if txn.session in consumer_sessions:
             _judge_job_writes(
                 judged, txn, local, before, created_locks, chroot, creators, ever_locked
@@ -491,8 +500,15 @@ def _lock_create(
         )  # fmt: skip
 
 
-def _lock_delete(judged: Judgement, txn: Txn, path: str, owner: int | None) -> None:
-    if owner is None:
+def _lock_delete(judged: Judgement, txn: Txn, path: str, owner: int | None, complete: bool) -> None:
+    if owner is None and complete:
+        judged.findings.append(
+            Finding(
+                ABSENT_DELETE, txn.zxid, txn.session, path,
+                "the server applied it, its tree disagreeing with its own log",
+            )
+        )  # fmt: skip
+    elif owner is None:
         judged.unknown_deletes += 1
     elif owner == txn.session:
         judged.lock_deletes += 1

@@ -14,6 +14,10 @@ import pytest
 from queues.chaos.depositors import HOSTILE
 
 MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
+# The transaction-log judge's figures when ZooKeeper's own log shows nothing wrong.
+CLEAN_TXNLOG = (
+    "non-owner deletes 0, deletes of absent locks 0, locks over live locks 0, unfenced job writes 0"
+)
 
 
 # A guard against a hung process only: the run ends itself, failed as stalled, when nothing moves
@@ -58,5 +62,5 @@ def test_thirty_jobs_survive_kills_and_a_zookeeper_restart(tmp_path: Path) -> No
     assert "callbacks: 30 Completed jobs called back" in output  # each at least once
     # ZooKeeper's own log of the run, replayed: no lock taken from its owner, no job written
     # by a consumer not holding its lock; and the run says how fast it went.
-    assert "non-owner deletes 0, locks over live locks 0, unfenced job writes 0" in output
+    assert CLEAN_TXNLOG in output
     assert "throughput: 41 jobs in" in output

@@ -19,6 +19,8 @@ from kazoo.exceptions import NodeExistsError
 from queues.chaos import txnlog
 from queues.zkserver import ZOOKEEPER_JAR, LocalZooKeeper, free_port
 
+from .test_chaos_small import CLEAN_TXNLOG
+
 JOB = "/jobs/jid0000000007"
 OTHER = "/jobs/jid0000000008"
 
@@ -114,7 +116,7 @@ def test_an_honest_sequence_gives_no_finding(server: LocalZooKeeper, chroot: str
     assert judgement.creations == 1
     assert judgement.other_job_writes == 1
     figures = judgement.figures()
-    assert "non-owner deletes 0, locks over live locks 0, unfenced job writes 0" in figures
+    assert CLEAN_TXNLOG in figures
 
 
 def test_a_non_owner_delete_and_an_unfenced_write_are_exactly_the_findings(
@@ -160,9 +162,10 @@ def test_a_non_owner_delete_and_an_unfenced_write_are_exactly_the_findings(
         f"{txnlog.UNFENCED_WRITE}: setData status with no lock (setData), before any claim "
         "of it": 1,
     }
-    assert "non-owner deletes 1, locks over live locks 0, unfenced job writes 2" in (
-        judgement.figures()
-    )
+    assert (
+        "non-owner deletes 1, deletes of absent locks 0, locks over live locks 0, "
+        "unfenced job writes 2"
+    ) in judgement.figures()
 
 
 def registered_sessions(server: LocalZooKeeper, chroot: str) -> list[int]:
@@ -272,3 +275,47 @@ def test_logs_a_restarted_server_purged_are_read_from_their_copies(tmp_path: Pat
         p.name for p in kept.iterdir()
     }
     assert whole.findings == []
+
+
+def test_a_lock_deleted_after_the_history_removed_it_is_the_servers_disagreement() -> None:
+    """What a storm of leader kills on ZooKeeper 3.8.0 produced (run of 2026-12-02): a lock
+    taken and given up by one session, taken and given up by another, then deleted again by
+    the first after an election, the server applying it. The history here is the entries of
+    that run, renumbered."""
+    first, second = 0x100001C2D6A0000, 0x200001C2ACF0000
+    lock = "/jobs/jid0000000072/lock"
+    status = "/jobs/jid0000000072/status"
+
+    def txn(zxid: int, session: int, kind: int, *ops: txnlog.Op) -> txnlog.Txn:
+        return txnlog.Txn(zxid, session, 0, 0, kind, tuple(ops))
+
+    history = txnlog.History(
+        [
+            txn(0x100000001, first, txnlog.CREATE_SESSION),
+            txn(0x100000002, second, txnlog.CREATE_SESSION),
+            txn(0x100000003, first, txnlog.CREATE, txnlog.Op(txnlog.CREATE, lock, True)),
+            txn(
+                0x100000004, first, txnlog.MULTI, txnlog.Op(txnlog.SET_DATA, status),
+                txnlog.Op(txnlog.DELETE, lock),
+            ),
+            txn(0x100000005, second, txnlog.CREATE, txnlog.Op(txnlog.CREATE, lock, True)),
+            txn(
+                0x100000006, second, txnlog.MULTI, txnlog.Op(txnlog.SET_DATA, status),
+                txnlog.Op(txnlog.DELETE, lock),
+            ),
+            txn(0x200000001, first, txnlog.DELETE, txnlog.Op(txnlog.DELETE, lock)),
+        ],
+        servers=3,
+        entries=21,
+    )  # fmt: skip
+    judged = txnlog.judge_history(history)
+    assert [(f.kind, f.zxid, f.session, f.path) for f in judged.findings] == [
+        (txnlog.ABSENT_DELETE, 0x200000001, first, lock)
+    ]
+    assert judged.fenced_writes == 2
+    # A history whose beginning was purged cannot tell: a delete of a lock whose create it
+    # does not hold is only counted.
+    history.txns = history.txns[3:]
+    judged = txnlog.judge_history(history)
+    assert judged.findings == []
+    assert judged.unknown_deletes == 2
