@@ -13,9 +13,9 @@ zxid, who held which lock:
 (b) a lock created while another live session's lock stood at its path (ZooKeeper refuses
     that; seeing it would mean the replay, or the server, is wrong); and, when the logs hold
     the whole history, a lock delete the server applied although the history had no such
-    lock: the server's tree disagreed with its own log (seen under storms of leader kills on
-    ZooKeeper 3.8.0, where a restarted member's tree kept a lock deleted since, told its
-    owner's session it still held it, and the owner's reconciler deleted it).
+    lock: the server's tree disagreed with its own log (seen once under a storm of leader
+    kills on ZooKeeper 3.8.0: a new leader's tree still held a lock the history had deleted,
+    listed it among its first owner's ephemerals, and that owner's reconciler deleted it).
 (c) a write to a job's nodes (create, setData or delete under ``/jobs/JID/``, other than the
     lock, or a move of its index entry under ``/jobs/states/``) by a consumer session that did
     not hold the job's lock at that zxid. A lock taken in the same multi counts as held. Job
@@ -34,11 +34,12 @@ header (``ZKLG``, version, dbid), then entries of an Adler-32 checksum (long), t
 (int length, then a TxnHeader and the record of its type, and in ZooKeeper 3.6+ maybe a tree
 digest) and the byte ``B``. A zero length ends the file (the rest is preallocated zeros).
 
-A server purges its old logs when it starts (``autopurge``: it keeps those of its three latest
-snapshots), and a server killed and started again takes a snapshot at each election: a storm
-of leader kills would leave the early history on no server. So the chaos run copies each
-server's logs aside before it starts the server again (``keep_logs``), and the judge reads a
-server's current logs and, for the files purged since, the copies.
+An ensemble member purges its old logs when it starts (``autopurge``: it keeps those of its
+three latest snapshots; a standalone server, ZooKeeperServerMain, runs no purge), and takes a
+snapshot at each election: a storm of leader kills would leave the early history on no server.
+So the chaos run copies each server's logs aside before it starts the server again
+(``keep_logs``), and the judge reads a server's current logs and, for the files purged since,
+the copies.
 
 Several servers log the same committed transactions. Merged by zxid, a transaction counts when a
 majority of the servers whose log files span its zxid hold it: a committed transaction was

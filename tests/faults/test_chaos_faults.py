@@ -7,13 +7,15 @@ a version for every add, and every consumer stops on SIGTERM."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from queues.chaos.depositors import HOSTILE
 
-from .test_chaos_small import CLEAN_TXNLOG, HANG_GUARD, chaosrun
+from .test_chaos_small import CLEAN_TXNLOG, HANG_GUARD, MANAGE, chaosrun
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(HANG_GUARD)]
 
@@ -153,3 +155,23 @@ def test_hostile_depositors_fail_for_their_own_reasons_under_kills(tmp_path: Pat
     assert (
         f"hostile depositors: {len(HOSTILE)} of {len(HOSTILE)} failed for their reasons" in output
     )
+
+
+def test_a_run_where_nothing_moves_fails_as_stalled_not_on_the_clock(tmp_path: Path) -> None:
+    """The only consumer paused far past the stall: no job moves and no fault acts, and the
+    run fails saying so, with its throughput; no limit of time was set."""
+    env = {k: v for k, v in os.environ.items() if k != "ZK_HOSTS"}
+    env["MRT_VAR_DIR"] = str(tmp_path / "var")
+    result = subprocess.run(
+        [sys.executable, str(MANAGE), "chaosrun", "--jobs", "6", "--batches", "1",
+         "--consumers", "1", "--no-kills", "--no-hostile", "--zk-restarts", "0",
+         "--pauses", "1", "--pause-seconds", "120", "--stall", "20", "--lock-grace", "5",
+         "--seed", "3"],
+        env=env, capture_output=True, text=True, timeout=HANG_GUARD,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-4000:]
+    assert "VERDICT: FAILED" in output
+    assert "stalled: no job moved and no fault acted for 20s (" in output
+    assert "the run cannot finish" in output
+    assert "not finished within" not in output
