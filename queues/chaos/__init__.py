@@ -8,5 +8,7 @@ processes while the faults an operator meets in production are caused on purpose
 - ``depositors``: the good batches and the hostile depositors, each with the reason it must fail;
 - ``faults``: each fault, caused and healed, written to the fault log;
 - ``judge``: the verdict;
+- ``txnlog``: the servers' transaction logs decoded, merged and replayed, judged for who
+  deleted which lock and who wrote a job without holding it;
 - ``engine``: one run from start to verdict.
 """

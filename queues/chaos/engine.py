@@ -3,11 +3,14 @@
 The run serves the depositors' files on loopback, submits good batches and hostile depositors,
 starts ``--consumers`` ``runconsumer all`` processes (and a daphne web worker when a fault
 concerns the web), kills random consumers with SIGKILL all along, strikes the selected faults
-one after another as the jobs finish, and when every batch has finished (or nothing has moved
-for ``stall`` seconds after the last fault) judges, consumers still running: every lock gone
-within ``lock_grace`` of the last heal, nothing stuck; then, consumers stopped by SIGTERM within
-``stop_timeout``: the queue consistent and complete, one storage version per object, no good
-job Failed, none by the infrastructure, every hostile depositor Failed for its own reason.
+one after another as the jobs finish, and when every batch has finished (or no job has moved
+and no fault acted for ``stall`` seconds: stalled, a violation; there is no limit of time unless
+``limit`` is given) judges, consumers still running: every lock gone within ``lock_grace`` of
+the last heal, nothing stuck; then, consumers stopped by SIGTERM within ``stop_timeout``: the
+queue consistent and complete, one storage version per object, no good job Failed, none by the
+infrastructure, every hostile depositor Failed for its own reason; last, the servers' own
+transaction logs (``txnlog``): no lock deleted by a session that did not create it, none taken
+over a standing one, no consumer write to a job whose lock it did not hold.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +45,7 @@ from queues.chaos.faults import (
     Fault,
     FaultLog,
     LeaderKill,
+    LeaderStorm,
     Pause,
     RedisStop,
     Stage,
@@ -58,6 +63,7 @@ from queues.chaos.servers import (
     sentinel_server,
 )
 from queues.zk.client import connect
+from queues.zk.consumers import consumer_name
 from queues.zkserver import LocalEnsemble, LocalZooKeeper, free_port
 
 # The consumers' fetch policy in a chaos run: the good server's address only, and slow
@@ -91,6 +97,9 @@ class Options:
     ensemble: bool = False
     leader_kills: int = 0
     leader_down: float = 2.0
+    leader_storms: int = 0
+    storm_kills: int = 9
+    storm_every: float = 9.0
     pauses: int = 0
     pause_seconds: float | None = None  # None: twice the session timeout and 2 s
     black_holes: int = 0
@@ -112,7 +121,7 @@ class Options:
     lock_grace: float = 60.0
     stall: float = 180.0
     stop_timeout: float = 60.0
-    timeout: float = 1800.0
+    limit: float | None = None  # None: no limit but the stall
     seed: int | None = None
     keep: bool = False
     zk_hosts: str = ""  # an existing ensemble (a chroot of it is used); empty: our own
@@ -130,6 +139,9 @@ class Options:
         found: list[Fault] = []
         found += [ZooKeeperRestart(self.zk_down or self.session_timeout / 2)] * self.zk_restarts
         found += [LeaderKill(self.leader_down)] * self.leader_kills
+        found += [
+            LeaderStorm(self.leader_down, kills=self.storm_kills, every=self.storm_every)
+        ] * self.leader_storms
         found += [
             Pause(self.pause_seconds or outage, after_add=n % 2 == 0) for n in range(self.pauses)
         ]
@@ -154,6 +166,7 @@ class Run:
     kills: int = 0
     last_kill: float = 0.0
     summary: str = ""
+    throughput: str = ""
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def execute(self) -> judge.Verdict:
@@ -191,7 +204,11 @@ class Run:
         self.profiles = self.scratch / "profiles"
         shutil.copytree(settings.MRT_PROFILES_DIR, self.profiles)
         self.stage = Stage(
-            consumers=[], rng=self.rng, log=self.log, session_timeout=opts.session_timeout
+            consumers=[],
+            rng=self.rng,
+            log=self.log,
+            session_timeout=opts.session_timeout,
+            kept_logs=self.scratch / "kept-txn-logs",
         )
         self.hosts = self._zookeeper()
         env = self._base_env()
@@ -259,9 +276,9 @@ class Run:
         opts = self.options
         if opts.zk_hosts:
             hosts = _chroot(opts.zk_hosts)
-            if opts.zk_restarts or opts.leader_kills:
+            if opts.zk_restarts or opts.leader_kills or opts.leader_storms:
                 self.say(f"using {hosts}: ZooKeeper restarts and leader kills skipped")
-                opts.zk_restarts = opts.leader_kills = 0
+                opts.zk_restarts = opts.leader_kills = opts.leader_storms = 0
             return hosts
         if opts.ensemble:
             ensemble = LocalEnsemble(self.scratch / "ensemble")
@@ -270,8 +287,8 @@ class Run:
             ensemble.wait_for_leader()
             self.stage.ensemble = ensemble
             return ensemble.hosts
-        if opts.leader_kills:
-            raise ChaosError("leader kills need the ensemble (--ensemble)")
+        if opts.leader_kills or opts.leader_storms:
+            raise ChaosError("leader kills and storms need the ensemble (--ensemble)")
         server = LocalZooKeeper(self.scratch / "zookeeper", opts.zk_port or free_port())
         server.start()
         self._stack.callback(server.stop)
@@ -357,9 +374,11 @@ class Run:
             judge.judge_hostile(jobs, self.var, Sentinel.hits, self.verdict, self.say)
         if self.web is not None:
             self._judge_web()
+        judge.judge_txnlog(self._data_dirs(), self.stage.kept_logs, "", self.verdict, self.say)
         self.say(f"faults: {self.log.summary()}; {self.kills} SIGKILLs")
         self.summary = (
-            f"{opts.jobs} jobs and {batches} batches consistent after {self.kills} SIGKILLs "
+            f"{opts.jobs} jobs and {batches} batches consistent ({self.throughput}) "
+            f"after {self.kills} SIGKILLs "
             f"and these faults: {self.log.summary()}"
             + (
                 f"; {len(depositors.HOSTILE)} hostile depositors failed for their reasons"
@@ -367,6 +386,14 @@ class Run:
                 else ""
             )
         )
+
+    def _data_dirs(self) -> list[Path]:
+        """The folders of the ZooKeeper servers this run started (none on an existing one)."""
+        if self.stage.ensemble is not None:
+            return [member.directory for member in self.stage.ensemble.members.values()]
+        if self.stage.zookeeper is not None:
+            return [self.stage.zookeeper.directory]
+        return []
 
     def conclude(self) -> bool:
         """Print the notes and the verdict; True when the run is clean."""
@@ -414,33 +441,48 @@ class Run:
         began = self.log.began
         next_kill = began + self.rng.uniform(low, high)
         next_report = began
-        last_change, last_finished = began, -1
+        meter = Throughput(began)
+        last_move, last_counts = began, None
         while True:
             now = time.monotonic()
             progress = judge.progress(zk, expected)
             if progress is not None:
                 finished[0], done_batches, line, counts = progress
                 self.stage.counts = counts
-                if finished[0] != last_finished:
-                    last_change, last_finished = now, finished[0]
+                meter.add(now, finished[0])
+                # Any job changing state is progress, not only a job finishing: on a loaded
+                # machine a step may take long, and the run waits while work moves.
+                if (counts, done_batches) != last_counts:
+                    last_move, last_counts = now, (counts, done_batches)
                 if now >= next_report:
-                    self.say(f"[{now - began:6.0f}s] {line} | SIGKILLs {self.kills}")
+                    rate = meter.line(total)
+                    self.say(f"[{now - began:6.0f}s] {line} | {rate} | SIGKILLs {self.kills}")
                     next_report = now + 5
                 if done_batches == len(expected) and not striking.is_alive():
+                    self.throughput = meter.summary()
                     self.say(f"[{now - began:6.0f}s] every batch finished: {line}")
+                    self.say(f"throughput: {meter.summary()}")
                     return
-            faults_over = not striking.is_alive()
-            quiet_since = max(last_change, self.log.last_heal)
-            if faults_over and now - quiet_since > opts.stall:
+            # Stalled: no job moved, no fault acted, for the whole stretch. That, not the
+            # clock, fails a run: a slow machine finishes later, a broken queue never does.
+            quiet_since = max(last_move, self.log.last_event, self.log.last_heal)
+            if now - quiet_since > opts.stall:
+                self.throughput = meter.summary()
                 self.verdict.fail(
-                    f"stalled: nothing finished for {opts.stall:.0f}s after the last fault healed"
+                    f"stalled: no job moved and no fault acted for {opts.stall:.0f}s "
+                    f"({finished[0]} of {total} jobs finished; {meter.summary()}); "
+                    "the run cannot finish"
                 )
                 return
-            if now - began > opts.timeout:
-                self.verdict.fail(f"not finished within {opts.timeout:.0f}s")
+            if opts.limit is not None and now - began > opts.limit:
+                self.throughput = meter.summary()
+                self.verdict.fail(
+                    f"not finished within the --limit of {opts.limit:.0f}s, jobs still moving "
+                    f"({finished[0]} of {total} finished; {meter.summary()})"
+                )
                 return
             if opts.kills and now >= next_kill:
-                self._kill_one()
+                self._kill_one(zk)
                 next_kill = time.monotonic() + self.rng.uniform(low, high)
             for consumer in self.stage.consumers:
                 if consumer.proc is None or consumer.proc.poll() in (None, -9):
@@ -472,10 +514,23 @@ class Run:
                 self.verdict.fail(f"the fault {fault.name} could not be caused: {exc}")
                 self.log.healed(fault.name, f"{fault.name} abandoned: {exc}")
 
-    def _kill_one(self) -> None:
+    def _kill_one(self, zk: Any) -> None:
+        """SIGKILL a random consumer that has registered since it started (so has begun its
+        work): on a loaded machine a consumer may take longer to start than the interval
+        between kills, and killing it before it works would stall the run on our own clock."""
+        try:
+            working = set(judge.consumer_sessions(zk).values())
+        except Exception:  # ZooKeeper away: no kill this time
+            return
+        host = socket.gethostname()
         with self.stage.lock:
             victims = [
-                c for c in self.stage.consumers if c.alive() and c.number not in self.stage.busy
+                c
+                for c in self.stage.consumers
+                if c.alive()
+                and c.number not in self.stage.busy
+                and c.proc is not None
+                and consumer_name(host, c.proc.pid) in working
             ]
             if not victims:
                 return
@@ -543,6 +598,45 @@ class Run:
             )
         answers = ", ".join(f"{k}: {n}" for k, n in sorted(web.answers.items()))
         self.say(f"web worker answers: {answers}; tracebacks logged: {tracebacks}")
+
+
+class Throughput:
+    """Jobs finished per second over the run, and over the last minute."""
+
+    WINDOW = 60.0
+
+    def __init__(self, began: float) -> None:
+        self.began = began
+        self.samples: list[tuple[float, int]] = [(began, 0)]
+        self.last_gain = (began, 0)  # when the last job finished, and how many had by then
+
+    def add(self, now: float, finished: int) -> None:
+        if finished > self.last_gain[1]:
+            self.last_gain = (now, finished)
+        self.samples.append((now, finished))
+        while len(self.samples) > 2 and self.samples[1][0] < now - self.WINDOW:
+            self.samples.pop(0)
+
+    def rate(self) -> float:
+        now, finished = self.samples[-1]
+        return finished / max(now - self.began, 1e-9)
+
+    def recent(self) -> float:
+        (then, before), (now, finished) = self.samples[0], self.samples[-1]
+        return (finished - before) / max(now - then, 1e-9)
+
+    def line(self, total: int) -> str:
+        rate, recent = self.rate(), self.recent()
+        _now, finished = self.samples[-1]
+        left = total - finished
+        eta = f", ~{left / recent:.0f}s to go" if recent > 0 and left > 0 else ""
+        return f"{rate:.2f} jobs/s ({recent:.2f} over the last minute{eta})"
+
+    def summary(self) -> str:
+        """Up to the last job finished (a fault may go on after it)."""
+        then, finished = self.last_gain
+        took = max(then - self.began, 1e-9)
+        return f"{finished} jobs in {took:.0f}s, {finished / took:.2f} jobs/s"
 
 
 def _chroot(hosts: str) -> str:

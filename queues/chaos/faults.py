@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from random import Random
 
+from queues.chaos import txnlog
 from queues.chaos.infra import Postgres, Redis, WorkDisk
 from queues.chaos.servers import BlackHoleProxy, StorageStandIn
 from queues.states import JobState
@@ -61,9 +62,13 @@ class FaultLog:
     began: float = field(default_factory=time.monotonic)
     lines: list[str] = field(default_factory=list)
     last_heal: float = field(default_factory=time.monotonic)
+    # When a fault last did something (struck, went on, healed): a run is not stalled while
+    # a fault is at work, however long it takes.
+    last_event: float = field(default_factory=time.monotonic)
     counts: dict[str, int] = field(default_factory=dict)
 
     def note(self, text: str) -> None:
+        self.last_event = time.monotonic()
         line = f"[{time.monotonic() - self.began:6.0f}s] fault: {text}"
         self.lines.append(line)
         self.say(line)
@@ -98,6 +103,15 @@ class Stage:
     # Consumers a fault is acting on, which the SIGKILLs leave alone meanwhile.
     busy: set[int] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Where each server's transaction logs are copied before it starts again (a server purges
+    # old logs at start), for the judge of the logs; None: not copied.
+    kept_logs: Path | None = None
+
+    def keep_logs(self, *servers: LocalZooKeeper) -> None:
+        """Copy the servers' transaction logs aside: call before starting them again."""
+        if self.kept_logs is not None:
+            for server in servers:
+                txnlog.keep_logs(server.directory, self.kept_logs / server.directory.name)
 
 
 class Fault:
@@ -128,6 +142,7 @@ class ZooKeeperRestart(Fault):
         for server in servers:
             server.stop()
         time.sleep(self.seconds)
+        stage.keep_logs(*[s for s in servers if s is not None])
         if stage.ensemble is not None:
             stage.ensemble.start()
             stage.ensemble.wait_for_leader()
@@ -152,8 +167,41 @@ class LeaderKill(Fault):
         elected = ensemble.wait_for_leader(other_than=leader)
         stage.log.note(f"server {elected} leads; server {leader} stays down {self.seconds:g}s")
         time.sleep(self.seconds)
+        stage.keep_logs(ensemble.members[leader])
         ensemble.start_one(leader)
         stage.log.healed(self.name, f"server {leader} rejoined")
+
+
+class LeaderStorm(Fault):
+    """The ensemble's leader killed (SIGKILL) ``kills`` times, one kill every ``every`` seconds:
+    each killed server is started again ``seconds`` after a new leader was elected (or as soon
+    as the next kill is due), so elections follow one another while the consumers work and
+    the quorum holds between them."""
+
+    name = "leader-kill storm"
+
+    def __init__(self, seconds: float, *, kills: int = 9, every: float = 9.0) -> None:
+        super().__init__(seconds)
+        self.kills = kills
+        self.every = every
+
+    def strike(self, stage: Stage) -> None:
+        ensemble = stage.ensemble
+        assert ensemble is not None, "leader-kill storms need the ensemble"
+        stage.log.note(f"leader-kill storm: {self.kills} kills, {self.every:g}s apart")
+        for number in range(1, self.kills + 1):
+            due = time.monotonic() + self.every
+            leader = ensemble.wait_for_leader()
+            ensemble.kill(leader)
+            elected = ensemble.wait_for_leader(other_than=leader)
+            stage.log.note(
+                f"storm kill {number}/{self.kills}: server {leader} killed, server {elected} leads"
+            )
+            time.sleep(max(0.0, min(self.seconds, due - time.monotonic())))
+            stage.keep_logs(ensemble.members[leader])
+            ensemble.start_one(leader)
+            time.sleep(max(0.0, due - time.monotonic()))
+        stage.log.healed(self.name, f"leader-kill storm over: {self.kills} leaders killed")
 
 
 def _pick(stage: Stage, candidates: list[Consumer]) -> Consumer | None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from queues.chaos import txnlog
 from queues.chaos.depositors import HOSTILE
 from queues.check import run_check
 from queues.states import JOB, BatchState, JobState
@@ -393,3 +394,40 @@ def mails(folder: Path) -> Counter[str]:
         for path in folder.iterdir():
             found.update(SUBJECT_RE.findall(path.read_text(errors="replace")))
     return found
+
+
+# At most this many findings of each kind are written out as violations; the rest are counted.
+TXNLOG_SHOWN = 20
+
+
+def judge_txnlog(
+    data_dirs: list[Path],
+    kept: Path | None,
+    chroot: str,
+    verdict: Verdict,
+    say: Callable[[str], None],
+) -> txnlog.Judgement | None:
+    """ZooKeeper's own record of the run (``queues.chaos.txnlog``): every lock deleted by its
+    owner or with its session, none taken over a standing one, every consumer write to a job
+    made under the job's lock. None when the servers are not the run's own (no logs to read)."""
+    if not data_dirs:
+        say("txn log: not read (the servers are not this run's own)")
+        return None
+    judged = txnlog.judge_txnlog(data_dirs, kept=kept, chroot=chroot)
+    say(judged.figures())
+    for shape, count in judged.patterns():
+        say(f"  txn log: {count} x {shape}")
+    kinds = (
+        txnlog.NON_OWNER_DELETE,
+        txnlog.ABSENT_DELETE,
+        txnlog.OVER_LIVE_LOCK,
+        txnlog.UNFENCED_WRITE,
+    )
+    for kind in kinds:
+        found = judged.of(kind)
+        for finding in found[:TXNLOG_SHOWN]:
+            name = judged.names.get(finding.session)
+            verdict.fail(f"txn log: {finding}" + (f" (consumer {name})" if name else ""))
+        if len(found) > TXNLOG_SHOWN:
+            verdict.fail(f"txn log: {len(found) - TXNLOG_SHOWN} more of: {kind}")
+    return judged

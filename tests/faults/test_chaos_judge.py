@@ -13,6 +13,7 @@ from typing import Any
 import requests
 
 from queues.chaos import judge
+from queues.chaos.engine import Throughput
 from queues.chaos.servers import StorageStandIn
 from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
 from queues.zk import batches, jobs, paths
@@ -113,3 +114,16 @@ def test_a_completed_job_without_its_callback_is_a_violation_a_repeat_a_figure(z
         "callbacks: 3 Completed jobs called back, 1 more than once (3 posts); "
         "0 callback records left"
     ]
+
+
+def test_the_throughput_is_measured_to_the_last_job_finished_and_over_the_last_minute() -> None:
+    meter = Throughput(100.0)
+    for second, finished in ((110.0, 5), (160.0, 20), (200.0, 40), (260.0, 40)):
+        meter.add(second, finished)
+    # 40 jobs by 200 s of a run begun at 100 s: the 60 s after the last one do not count.
+    assert meter.summary() == "40 jobs in 100s, 0.40 jobs/s"
+    # Over the run, and over the last minute from the last sample at or before its start
+    # (160 s to 260 s: 20 jobs), with the time the rest would take at that pace.
+    assert meter.line(50) == "0.25 jobs/s (0.20 over the last minute, ~50s to go)"
+    meter.add(270.0, 43)  # 200 s to 270 s: 3 jobs
+    assert meter.line(50) == "0.25 jobs/s (0.04 over the last minute, ~163s to go)"

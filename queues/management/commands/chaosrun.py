@@ -4,8 +4,14 @@ reads the options and prints. Exits 1 on any violation.
 
 Always on: consumers killed with SIGKILL every ``--kill-every`` seconds (``--no-kills``), hostile
 depositors among the good ones (``--no-hostile``). Each other fault is chosen by its count:
-``--zk-restarts``, ``--leader-kills`` (with ``--ensemble``), ``--pauses``, ``--black-holes``,
-``--db-outages``, ``--redis-stops``, ``--disk-fills``; ``--all-faults`` turns each on.
+``--zk-restarts``, ``--leader-kills`` and ``--leader-storms`` (with ``--ensemble``), ``--pauses``,
+``--black-holes``, ``--db-outages``, ``--redis-stops``, ``--disk-fills``; ``--all-faults`` turns
+each on.
+
+Time is not a verdict: the run waits while jobs move, prints its throughput, and fails as
+stalled when no job moved and no fault acted for ``--stall`` seconds (``--limit`` adds a limit
+of the whole run). At the end it reads the ZooKeeper servers' own transaction logs and judges
+them (``queues.chaos.txnlog``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from queues.chaos.infra import InfraError
 ALL_FAULTS = {
     "zk_restarts": 2,
     "leader_kills": 3,
+    "leader_storms": 1,
     "pauses": 3,
     "black_holes": 2,
     "db_outages": 2,
@@ -33,7 +40,14 @@ ALL_FAULTS = {
 
 
 class Command(BaseCommand):
-    help = "Run jobs through every daemon under faults, then judge the queue."
+    help = (
+        "Run jobs through every daemon under faults, then judge the queue, and ZooKeeper's own "
+        "transaction logs: a lock deleted by a session that did not create it, a lock taken "
+        "over a standing one, or a consumer writing a job whose lock it did not hold at that "
+        "zxid fails the run (on an existing ensemble named by ZK_HOSTS they are not read). "
+        "Prints the throughput (jobs/s) as it goes; fails when nothing moves for --stall "
+        "seconds, not when a slow machine takes long."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         add = parser.add_argument
@@ -86,6 +100,15 @@ class Command(BaseCommand):
         add("--ensemble", action="store_true", help="a 3-server ensemble instead of one server")
         add("--leader-kills", type=int, default=None, help="the ensemble's leader killed")
         add("--leader-down", type=float, default=2.0, help="seconds a killed leader stays down")
+        add(
+            "--leader-storms",
+            type=int,
+            default=None,
+            help="storms of leader kills in the ensemble: --storm-kills kills, --storm-every "
+            "seconds apart, each killed server started again after --leader-down seconds",
+        )
+        add("--storm-kills", type=int, default=9, help="leader kills in one storm (9)")
+        add("--storm-every", type=float, default=9.0, help="seconds between a storm's kills (9)")
         add("--pauses", type=int, default=None, help="a consumer SIGSTOPped, then SIGCONTed")
         add(
             "--pause-seconds",
@@ -134,7 +157,7 @@ class Command(BaseCommand):
             "--stall",
             type=float,
             default=180.0,
-            help="stop and judge when nothing finished for this long after the last fault",
+            help="fail as stalled when no job moved and no fault acted for this long (180)",
         )
         add(
             "--stop-timeout",
@@ -142,7 +165,13 @@ class Command(BaseCommand):
             default=60.0,
             help="seconds a consumer may take to stop on SIGTERM",
         )
-        add("--timeout", type=float, default=1800, help="seconds to wait at most")
+        add(
+            "--limit",
+            type=float,
+            default=None,
+            help="seconds the whole run may take (default: no limit; the run waits while "
+            "jobs move, and --stall fails it when nothing does)",
+        )
         add("--seed", type=int, default=None)
         add(
             "--keep",
@@ -163,9 +192,13 @@ class Command(BaseCommand):
         }  # fmt: skip
         fields = set(Options.__dataclass_fields__)
         chosen = {k: v for k, v in options.items() if k in fields and v is not None}
+        if options["limit"] is not None and options["limit"] <= 0:
+            raise CommandError("--limit must be a positive number of seconds")
         chosen.update(counts)
         chosen["kill_every"] = tuple(options["kill_every"])
-        chosen["ensemble"] = options["ensemble"] or (everything and counts["leader_kills"] > 0)
+        chosen["ensemble"] = options["ensemble"] or (
+            everything and (counts["leader_kills"] > 0 or counts["leader_storms"] > 0)
+        )
         chosen["web"] = options["web"] or everything
         hosts = settings.ZK_HOSTS.strip()
         chosen["zk_hosts"] = "" if hosts in ("", "local") else hosts
