@@ -1,0 +1,172 @@
+"""A request under /api/ is checked whole and answered in JSON (issue 52, items 3 and 4): a
+filter or a body is a closed set of keys, a filter that narrows nothing is "every job" only when
+the request says ``"all": true``, a field that is no text is a 400 (never a 500), and a
+malformed ID in a path is a JSON 400 (never the pages' HTML 404). Each test reads ZooKeeper
+itself after the refusal."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from queues.audit import ApiToken
+from queues.zk import jobs
+from queues.zk import paths as zpaths
+from queues.zk.maintenance import (
+    WINDOWS,
+    node_hold_path,
+)
+
+pytestmark = pytest.mark.django_db
+
+PAST = "2020-01-02T03:04:05+00:00"
+
+
+@pytest.fixture
+def token_for(make_user):
+    def issue(role: str) -> dict[str, str]:
+        _token, key = ApiToken.issue(user=make_user(role, f"api-{role}"), name="test")
+        return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+
+    return issue
+
+
+def post_json(client, url, data, **headers):
+    return client.post(url, json.dumps(data), content_type="application/json", **headers)
+
+
+def nothing_held(zk: Any) -> bool:
+    """No hold of the kinds the tests place, and no window at all."""
+    markers = [zpaths.queue_lock("ingest"), zpaths.collection_lock("letters"), node_hold_path(9501)]
+    return all(zk.exists(m) is None for m in markers) and (
+        zk.exists(WINDOWS) is None or zk.get_children(WINDOWS) == []
+    )
+
+
+# 3: a bulk filter is a closed set of keys, and empty means nothing ----------------------------
+
+
+@pytest.mark.parametrize(
+    "body, named",
+    [
+        ({"filter": {"nosuch": "x"}}, "nosuch"),
+        ({"filter": {"collection": "letters"}}, "collection"),
+        ({"filter": {"state": "Failed", "profil": "letters"}}, "profil"),
+        ({"filter": {}}, "all"),
+        ({"filter": {"page": "2"}}, "page"),
+        ({"filter": {"profile": "letters"}, "all": True}, "all"),
+        ({"filter": {}, "all": "yes"}, "all"),
+        ({"filter": {}, "everything": True}, "everything"),
+        ({"filter": {"state": ["Failed"]}}, "state"),
+        ({"jobs": [], "filter": {}}, "not both"),
+    ],
+)
+def test_a_bulk_filter_it_does_not_know_moves_nothing(client, token_for, zk, make_job, body, named):
+    failed = [make_job("Failed", profile=p) for p in ("letters", "maps")]
+    answer = post_json(
+        client, reverse("api-jobs-bulk"), {"action": "resume", **body}, **token_for("operator")
+    )
+    assert answer.status_code == 400, answer.content
+    assert named in answer.json()["error"]
+    assert [jobs.job_load(zk, j.jid).state for j in failed] == ["Failed", "Failed"]
+
+
+def test_every_job_is_asked_for_in_words(client, token_for, zk, make_job):
+    failed = [make_job("Failed", profile=p) for p in ("letters", "maps")]
+    answer = post_json(
+        client,
+        reverse("api-jobs-bulk"),
+        {"action": "resume", "filter": {}, "all": True},
+        **token_for("operator"),
+    )
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["summary"].startswith("2 done")
+    assert all(jobs.job_load(zk, j.jid).state != "Failed" for j in failed)
+
+
+def test_a_list_filter_with_an_unknown_key_is_refused(client, token_for, zk, make_job):
+    make_job("Failed")
+    headers = token_for("viewer")
+    for url in ("/api/jobs", "/api/failed", "/api/failed/causes", "/api/batches", "/api/access"):
+        answer = client.get(url, {"nosuch": "x"}, **headers)
+        assert answer.status_code == 400, url
+        assert "nosuch" in answer.json()["error"]
+
+
+def test_a_priority_body_with_an_unknown_key_changes_nothing(client, token_for, zk, make_job):
+    job = make_job("Pending", profile="letters")
+    headers = token_for("operator")
+    answer = post_json(
+        client,
+        "/api/collections/letters/priority",
+        {"priority": 1, "preveiw": True},
+        **headers,
+    )
+    assert answer.status_code == 400 and "preveiw" in answer.json()["error"]
+    # A preview asked for in a word it does not know is no go-ahead either.
+    answer = post_json(
+        client,
+        "/api/collections/letters/priority",
+        {"priority": 1, "preview": "yes"},
+        **headers,
+    )
+    assert answer.status_code == 400 and "preview" in answer.json()["error"]
+    assert jobs.job_load(zk, job.jid).priority == job.priority
+
+
+# 4: JSON in, JSON out, 400 for what is malformed -----------------------------------------------
+
+
+@pytest.mark.parametrize("until", [1767225600, 1.5, [PAST], {"at": PAST}, True])
+def test_an_end_that_is_no_text_is_a_400(client, token_for, zk, until):
+    answer = post_json(
+        client,
+        "/api/holds/queue/ingest/hold",
+        {"reason": "redeploy", "until": until},
+        **token_for("admin"),
+    )
+    assert answer.status_code == 400, answer.content
+    assert answer["Content-Type"] == "application/json"
+    assert nothing_held(zk)
+
+
+def test_an_action_body_with_an_unknown_key_is_a_400(client, token_for, zk):
+    answer = post_json(
+        client,
+        "/api/holds/queue/ingest/hold",
+        {"reason": "redeploy", "untill": "2099-01-01T00:00:00Z"},
+        **token_for("admin"),
+    )
+    assert answer.status_code == 400 and "untill" in answer.json()["error"]
+    assert nothing_held(zk)
+
+
+@pytest.mark.parametrize(
+    "method, path, status",
+    [
+        ("post", "/api/holds/collection/bad$name/hold", 400),
+        ("post", "/api/holds/collection/bad name/release", 400),
+        ("post", "/api/collections/bad$name/priority", 400),
+        ("post", "/api/holds/collection/bad$name/cap", 400),
+        ("post", "/api/holds/node/95x1/hold", 400),
+        ("post", "/api/holds/queue/egress/hold", 400),
+        ("get", "/api/jobs/jid12", 400),
+        ("get", "/api/batches/nosuch", 400),
+        ("post", "/api/access/medium/qid0000000001/resume", 400),
+        ("get", "/api/nosuch", 404),
+        ("post", "/api/holds/collection/letters/nosuch", 404),
+    ],
+)
+def test_every_answer_under_api_is_json(client, token_for, zk, method, path, status):
+    headers = token_for("admin")
+    answer = getattr(client, method)(path, **headers)
+    assert answer.status_code == status, answer.content
+    assert answer["Content-Type"] == "application/json"
+    assert answer.json()["status"] == status
+    assert nothing_held(zk)
+    unauthenticated = getattr(client, method)(path)
+    assert unauthenticated.status_code == 401
+    assert unauthenticated["Content-Type"] == "application/json"
