@@ -292,6 +292,23 @@ def _page(page: selectors.Page, items: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _only(data: Mapping[str, Any], *keys: str, what: str = "query") -> None:
+    """A 400 naming any key of ``data`` that is not one of ``keys`` (a closed set)."""
+    unknown = sorted(str(k) for k in data if k not in keys)
+    if unknown:
+        named = ", ".join(repr(k[:40]) for k in unknown[:5])
+        known = ", ".join(keys) if keys else "none"
+        raise ValueError(f"{what}: unknown key {named}; the keys are {known}")
+
+
+def _text(data: Mapping[str, Any], key: str) -> str:
+    """A body's text field ("" when not given); a number, a list or an object is a 400."""
+    value = data.get(key, "")
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be text")
+    return value
+
+
 def _query(request: HttpRequest, form_class: type[forms.Form], *, also: Iterable[str] = ()) -> Any:
     """A list's filter from the query string: a closed set of keys, as a bulk filter's."""
     form_input(request.GET, form_class, also=also, what="filter")
@@ -499,7 +516,7 @@ def failed_causes(request: HttpRequest) -> dict[str, Any]:
 @api_view("GET", "POST", index=True)
 def batches(request: HttpRequest) -> dict[str, Any]:
     if request.method == "POST":
-        form = SubmitForm(_body(request))
+        form = SubmitForm(form_input(_body(request), SubmitForm, what="submission"))
         if not form.is_valid():
             raise ValueError(form.errors.as_text())
         return _outcomes(
@@ -538,6 +555,7 @@ def batch(request: HttpRequest, bid: str) -> dict[str, Any]:
     after the job ID ``after`` (the previous answer's ``next``, null on the last page) or on page
     ``page``; ``state`` keeps one state's jobs. Counts and IDs come from the read index: the
     answer costs the same requests for a batch of 10 jobs as for one of 100,000."""
+    _only(request.GET, "limit", "after", "page", "state")
     limit = _positive(request, "limit", BATCH_JOBS_PER_PAGE, BATCH_JOBS_MAX_PER_PAGE)
     after = request.GET.get("after") or ""
     if after and not zpaths.JID_RE.fullmatch(after):
@@ -646,6 +664,7 @@ REPORTS_PER_PAGE = 50
 @api_view("GET", index=True)
 def reports(request: HttpRequest) -> dict[str, Any]:
     """Batches with a status report, newest first, ``REPORTS_PER_PAGE`` (50) per page."""
+    _only(request.GET, "page")
     number = request.GET.get("page") or "1"
     if not number.isdigit() or int(number) < 1:
         raise ValueError("page must be a positive number")
@@ -690,6 +709,7 @@ def consistency(request: HttpRequest) -> dict[str, Any]:
             run, _created = checks.start(user=request.user, via="api")
             return checks.run_dict(run)
         return _act(request, kind="consistency", action="repair", item_id="tree", also=("start",))
+    _only(request.GET, "page", "kind")
     page = request.GET.get("page", "1")
     return selectors.consistency_report(
         kind=request.GET.get("kind", "")[:40], page=int(page) if page.isdigit() else 1
@@ -698,6 +718,7 @@ def consistency(request: HttpRequest) -> dict[str, Any]:
 
 @api_view("GET")
 def audit(request: HttpRequest) -> dict[str, Any]:
+    _only(request.GET, "item_id")
     entries = AuditEntry.objects.all()
     item = request.GET.get("item_id", "").strip()
     if item:
@@ -762,14 +783,16 @@ def notes_list(request: HttpRequest) -> dict[str, Any]:
     {"kind": ..., "item": ..., "text": ...}: add one (the operator role)."""
     if request.method == "POST":
         data = _body(request)
+        _only(data, "kind", "item", "text", what="note")
         note = notes.note_add(
             user=request.user,
-            kind=str(data.get("kind", "")),
-            item_id=str(data.get("item", "")),
-            text=str(data.get("text", "")),
+            kind=_text(data, "kind"),
+            item_id=_text(data, "item"),
+            text=_text(data, "text"),
             via="api",
         )
         return notes.note_json(note)
+    _only(request.GET, "kind", "item")
     kind, item = request.GET.get("kind", ""), request.GET.get("item", "")
     if kind not in Note.KINDS or not item:
         raise ValueError('give "kind" (job, batch or collection) and "item"')
@@ -783,7 +806,8 @@ def note_change(request: HttpRequest, pk: str, verb: str) -> dict[str, Any]:
         deleted = notes.note_delete(user=request.user, pk=int(pk), via="api")
         return {"deleted": notes.note_json(deleted)}
     data = _body(request)
-    note = notes.note_edit(user=request.user, pk=int(pk), text=str(data.get("text", "")), via="api")
+    _only(data, "text", what="note")
+    note = notes.note_edit(user=request.user, pk=int(pk), text=_text(data, "text"), via="api")
     return notes.note_json(note)
 
 

@@ -170,3 +170,33 @@ def test_every_answer_under_api_is_json(client, token_for, zk, method, path, sta
     unauthenticated = getattr(client, method)(path)
     assert unauthenticated.status_code == 401
     assert unauthenticated["Content-Type"] == "application/json"
+
+
+def test_every_other_read_and_body_is_a_closed_set_too(client, token_for, zk, make_job):
+    job = make_job("Failed")
+    headers = token_for("admin")
+    for url, query, named in [
+        ("/api/audit", {"item": job.jid}, "item"),  # item_id misspelt: every entry was listed
+        ("/api/reports", {"pages": "2"}, "pages"),
+        ("/api/consistency", {"kinds": "x"}, "kinds"),
+        (f"/api/batches/{job.bid}", {"states": "Failed"}, "states"),
+        ("/api/notes", {"kind": "job", "item": job.jid, "items": "x"}, "items"),
+    ]:
+        answer = client.get(url, query, **headers)
+        assert answer.status_code == 400, (url, answer.content)
+        assert repr(named) in answer.json()["error"]
+    for body in [
+        {"kind": "job", "item": job.jid, "text": "a note", "pinned": True},
+        {"kind": "job", "item": job.jid, "text": ["a note"]},
+    ]:
+        assert post_json(client, "/api/notes", body, **headers).status_code == 400
+    submission = {
+        "profile": "letters",
+        "submitter": "me",
+        "payload_url": "https://example.org/a.pdf",
+        "submission_type": "file",
+        "localid": "letters-002",  # local_id, misspelt: it would be submitted without one
+    }
+    answer = post_json(client, "/api/batches", submission, **headers)
+    assert answer.status_code == 400 and "localid" in answer.json()["error"]
+    assert client.get("/api/batches", **headers).json()["total"] == 1  # only the job's own
