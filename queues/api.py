@@ -401,7 +401,7 @@ def _bulk_items(data: dict[str, Any]) -> tuple[list[tuple[str, int | None]], boo
         items: list[tuple[str, int | None]] = []
         for entry in data["jobs"]:
             entry = entry if isinstance(entry, dict) else {"id": entry}
-            if isinstance(entry.get("id"), dict | list):
+            if isinstance(entry.get("id"), dict | list) or set(entry) - {"id", "version"}:
                 raise ValueError('a job in "jobs" is an ID or {"id": ..., "version": ...}')
             items.append((zpaths.jid(str(entry.get("id", ""))), _version(entry)))
         return items, False
@@ -704,7 +704,16 @@ def consistency(request: HttpRequest) -> dict[str, Any]:
     from queues import consistency as checks
 
     if request.method == "POST":
-        if _body(request).get("start"):
+        body = _body(request)
+        # JSON true/false, or a form's "true"/"1" and "false"/"0": a word it does not know is
+        # neither a start nor a repair.
+        start = {"true": True, "1": True, "false": False, "0": False}.get(
+            str(body.get("start", False)).lower()
+        )
+        if start is None:
+            raise ValueError('"start" must be true or false')
+        if start:
+            _only(body, "start", what="start")
             require_action(request.user, "consistency", "repair")
             run, _created = checks.start(user=request.user, via="api")
             return checks.run_dict(run)

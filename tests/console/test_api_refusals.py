@@ -200,3 +200,23 @@ def test_every_other_read_and_body_is_a_closed_set_too(client, token_for, zk, ma
     answer = post_json(client, "/api/batches", submission, **headers)
     assert answer.status_code == 400 and "localid" in answer.json()["error"]
     assert client.get("/api/batches", **headers).json()["total"] == 1  # only the job's own
+
+
+def test_a_word_it_does_not_know_starts_nothing(client, token_for, zk, make_job):
+    from queues.models import ConsistencyRun
+
+    headers = token_for("admin")
+    for body in [{"start": "no"}, {"start": "yes"}, {"start": True, "full": True}]:
+        answer = post_json(client, "/api/consistency", body, **headers)
+        assert answer.status_code == 400, (body, answer.content)
+    assert not ConsistencyRun.objects.exists()
+    # A job list's entry is an ID and a version, nothing else: a misspelt version is no check.
+    job = make_job("Failed")
+    answer = post_json(
+        client,
+        reverse("api-jobs-bulk"),
+        {"action": "resume", "jobs": [{"id": job.jid, "versoin": job.status.version + 9}]},
+        **headers,
+    )
+    assert answer.status_code == 400
+    assert jobs.job_load(zk, job.jid).state == "Failed"
