@@ -416,7 +416,7 @@ def _bulk_items(data: dict[str, Any]) -> tuple[list[tuple[str, int | None]], boo
     form = JobFilterForm(form_input(flt, JobFilterForm, what="filter"))
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
-    narrows = any(v not in ("", None, False) for v in form.cleaned_data.values())
+    narrows = form.narrows()
     if narrows and every:
         raise ValueError('"all": true means every job: give it without a filter that narrows')
     if not narrows and not every:

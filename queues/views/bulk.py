@@ -210,10 +210,7 @@ def _job_bulk(
         return error_response(request, f"bad bulk request: unknown field {unknown}", 400)
     if not filter_form.is_valid():
         return error_response(request, f"bad filter: {filter_form.errors.as_text()}", 400)
-    shown = ("page", "sort")  # choose the rows a list shows, not the jobs it matches
-    narrows = narrowed or any(
-        v not in ("", None, False) for k, v in filter_form.cleaned_data.items() if k not in shown
-    )
+    narrows = narrowed or filter_form.narrows()
 
     def matching() -> tuple[Items, bool]:
         jids, limited = match(filter_form)

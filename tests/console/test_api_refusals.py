@@ -56,6 +56,7 @@ def nothing_held(zk: Any) -> bool:
         ({"filter": {"collection": "letters"}}, "collection"),
         ({"filter": {"state": "Failed", "profil": "letters"}}, "profil"),
         ({"filter": {}}, "all"),
+        ({"filter": {"min_age_hours": 0, "q": " "}}, "all"),  # leaves no job out
         ({"filter": {"page": "2"}}, "page"),
         ({"filter": {"profile": "letters"}, "all": True}, "all"),
         ({"filter": {}, "all": "yes"}, "all"),
@@ -76,6 +77,14 @@ def test_a_bulk_filter_it_does_not_know_moves_nothing(client, token_for, zk, mak
 
 def test_every_job_is_asked_for_in_words(client, token_for, zk, make_job):
     failed = [make_job("Failed", profile=p) for p in ("letters", "maps")]
+    # Priority 0 is a filter (the jobs at priority 0: none here), not the absence of one.
+    none = post_json(
+        client,
+        reverse("api-jobs-bulk"),
+        {"action": "resume", "filter": {"priority": 0}},
+        **token_for("admin"),
+    )
+    assert none.status_code == 200 and none.json()["summary"].startswith("0 done")
     answer = post_json(
         client,
         reverse("api-jobs-bulk"),

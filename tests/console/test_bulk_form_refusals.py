@@ -31,6 +31,7 @@ def states(zk, items) -> list[str]:
         ("jobs-bulk", {"state": "Failed", "nosuch": "x"}, "nosuch"),
         ("jobs-bulk", {}, "narrows nothing"),
         ("jobs-bulk", {"sort": "oldest"}, "narrows nothing"),
+        ("jobs-bulk", {"min_age_hours": "0", "submitter": " "}, "narrows nothing"),
         ("failed-causes-bulk", {"cause": "0" * 16, "profil": "letters"}, "profil"),
     ],
 )
