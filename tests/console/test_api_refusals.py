@@ -15,6 +15,7 @@ from django.urls import reverse
 from queues.audit import ApiToken
 from queues.zk import jobs
 from queues.zk import paths as zpaths
+from queues.zk.locks import queue_hold_set
 from queues.zk.maintenance import (
     WINDOWS,
     node_hold_path,
@@ -229,3 +230,17 @@ def test_a_word_it_does_not_know_starts_nothing(client, token_for, zk, make_job)
     )
     assert answer.status_code == 400
     assert jobs.job_load(zk, job.jid).state == "Failed"
+
+
+def test_a_field_of_another_action_is_refused_not_dropped(client, token_for, zk, make_job):
+    """A release "until" a time would release now, a hold "to" a step would hold anyway."""
+    headers = token_for("admin")
+    queue_hold_set(zk, "ingest")
+    later = "2099-01-01T00:00:00+00:00"
+    answer = post_json(client, "/api/holds/queue/ingest/release", {"until": later}, **headers)
+    assert answer.status_code == 400 and "until goes with hold" in answer.json()["error"]
+    assert zk.exists(zpaths.queue_lock("ingest")) is not None
+    job = make_job("Pending")
+    answer = post_json(client, f"/api/jobs/{job.jid}/hold", {"to": "Processing"}, **headers)
+    assert answer.status_code == 400 and "to goes with resume" in answer.json()["error"]
+    assert jobs.job_load(zk, job.jid).state == "Pending"
