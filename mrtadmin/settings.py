@@ -440,7 +440,14 @@ if not isinstance(logging.getLevelNamesMapping().get(LOG_LEVEL), int):
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    # Every record's text from outside (reason phrases, names) with its control characters
+    # escaped: queues/outside_text.py.
+    "formatters": {
+        "plain": {
+            "class": "queues.outside_text.LogFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        }
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from django import forms
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
@@ -48,7 +50,7 @@ from queues.zk import batches as zbatches
 from queues.zk import paths as zpaths
 from queues.zk.client import connected_client
 from queues.zk.errors import InvalidTransition, NotFound
-from queues.zk.maintenance import window_info
+from queues.zk.maintenance import node_number, window_info
 from queues.zk.records import AccessRequest, Batch, Broken, Job
 
 from .views.common import (
@@ -123,6 +125,33 @@ def _body(request: HttpRequest) -> dict[str, Any]:
             raise ValueError("the body must be a JSON object")
         return data
     return request.POST.dict()
+
+
+def form_input(
+    data: Mapping[str, Any], form_class: type[forms.Form], *, also: Iterable[str] = (), what: str
+) -> dict[str, str]:
+    """A JSON object's fields for ``form_class``, as a browser would post them: a closed set of
+    keys (the form's fields and ``also``), each text, a number, true/false or null (null: not
+    given). An unknown key is a 400 naming it, never a field quietly left out (a filter key
+    misspelt would otherwise widen the filter, a hold's end misspelt would hold with no end);
+    a list or an object where a field goes is a 400, never a 500 from the field's parser."""
+    known = set(form_class.base_fields) | set(also)
+    unknown = sorted(str(k) for k in data if k not in known)
+    if unknown:
+        names = ", ".join(repr(k[:40]) for k in unknown[:5])
+        raise ValueError(
+            f"{what}: unknown key{'s' if len(unknown) > 1 else ''} {names}; "
+            f"the keys are {', '.join(sorted(known))}"
+        )
+    fields: dict[str, str] = {}
+    for key, value in data.items():
+        if value is None or key not in form_class.base_fields:
+            continue
+        if isinstance(value, dict | list):
+            kind = "an object" if isinstance(value, dict) else "a list"
+            raise ValueError(f"{what}: {key} must be text, a number or true/false, not {kind}")
+        fields[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return fields
 
 
 def _version(data: dict[str, Any]) -> int | None:
@@ -263,9 +292,32 @@ def _page(page: selectors.Page, items: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _only(data: Mapping[str, Any], *keys: str, what: str = "query") -> None:
+    """A 400 naming any key of ``data`` that is not one of ``keys`` (a closed set)."""
+    unknown = sorted(str(k) for k in data if k not in keys)
+    if unknown:
+        named = ", ".join(repr(k[:40]) for k in unknown[:5])
+        known = ", ".join(keys) if keys else "none"
+        raise ValueError(f"{what}: unknown key {named}; the keys are {known}")
+
+
+def _text(data: Mapping[str, Any], key: str) -> str:
+    """A body's text field ("" when not given); a number, a list or an object is a 400."""
+    value = data.get(key, "")
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be text")
+    return value
+
+
+def _query(request: HttpRequest, form_class: type[forms.Form], *, also: Iterable[str] = ()) -> Any:
+    """A list's filter from the query string: a closed set of keys, as a bulk filter's."""
+    form_input(request.GET, form_class, also=also, what="filter")
+    return form_class(request.GET)
+
+
 @api_view("GET", index=True)
 def jobs(request: HttpRequest) -> dict[str, Any]:
-    form = JobFilterForm(request.GET)
+    form = _query(request, JobFilterForm)
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
     page = selectors.jobs_page(flt=form.to_filter(), page=form.cleaned_data["page"] or 1)
@@ -292,12 +344,14 @@ def _act(
     action: str,
     item_id: str,
     params: Callable[[ActionForm], dict[str, Any]] | None = None,
+    also: Iterable[str] = (),
 ) -> dict[str, Any]:
     """One action from a JSON body {"version": ..., "reason": ..., ...}: the same fields, checks
-    and ``actions.perform`` as the console's action views (role, state machine, version, audit)."""
+    and ``actions.perform`` as the console's action views (role, state machine, version, audit);
+    a key that is no field of an action (nor in ``also``) is refused before anything is done."""
     _form, outcomes = perform_posted(
         request.user,
-        _body(request),
+        form_input(_body(request), ActionForm, also=also, what=f"{action} of a {kind}"),
         kind=kind,
         action=action,
         item_id=item_id,
@@ -317,36 +371,87 @@ def job_action(request: HttpRequest, jid: str, action: str) -> dict[str, Any]:
     return _act(request, kind="job", action=action, item_id=jid, params=_resume_step)
 
 
+# The keys of POST /api/jobs/bulk, and of its "filter": the job list's filter but its page and
+# order, which choose rows to show, not jobs to act on.
+BULK_KEYS = ("action", "jobs", "filter", "all", "reason", "to")
+BULK_FILTER_UNUSED = ("page", "sort")
+
+
+def _bulk_items(data: dict[str, Any]) -> tuple[list[tuple[str, int | None]], bool]:
+    """The jobs a bulk request names, checked whole before any is acted on: a list of jobs, or
+    a filter (a closed set of keys; one that narrows nothing is refused unless the request says
+    ``"all": true``, the one way to ask for every job); and whether the filter's scan stopped."""
+    unknown = sorted(str(k) for k in data if k not in BULK_KEYS)
+    if unknown:
+        raise ValueError(
+            f"unknown key {', '.join(repr(k[:40]) for k in unknown[:5])}: "
+            f"a bulk request has {', '.join(BULK_KEYS)}"
+        )
+    every = data.get("all", False)
+    if not isinstance(every, bool):
+        raise ValueError('"all" must be true or false')
+    given = [k for k in ("jobs", "filter") if k in data]
+    if len(given) > 1:
+        raise ValueError('give "jobs" or "filter", not both')
+    if "jobs" in data:
+        if every:
+            raise ValueError('"all": true means every job: give it without "jobs"')
+        if not isinstance(data["jobs"], list):
+            raise ValueError('"jobs" must be a list')
+        items: list[tuple[str, int | None]] = []
+        for entry in data["jobs"]:
+            entry = entry if isinstance(entry, dict) else {"id": entry}
+            if isinstance(entry.get("id"), dict | list) or set(entry) - {"id", "version"}:
+                raise ValueError('a job in "jobs" is an ID or {"id": ..., "version": ...}')
+            items.append((zpaths.jid(str(entry.get("id", ""))), _version(entry)))
+        return items, False
+    flt = data.get("filter", {})
+    if not isinstance(flt, dict):
+        raise ValueError('"filter" must be an object')
+    if not given and not every:
+        raise ValueError('give "jobs" (a list) or "filter" (an object)')
+    shown = [k for k in BULK_FILTER_UNUSED if k in flt]
+    if shown:
+        raise ValueError(f"filter: {' and '.join(shown)} choose rows to show, not jobs to act on")
+    form = JobFilterForm(form_input(flt, JobFilterForm, what="filter"))
+    if not form.is_valid():
+        raise ValueError(form.errors.as_text())
+    narrows = form.narrows()
+    if narrows and every:
+        raise ValueError('"all": true means every job: give it without a filter that narrows')
+    if not narrows and not every:
+        raise ValueError(
+            'the filter narrows nothing: say "all": true to act on every job, or narrow it'
+        )
+    jids, limited = selectors.jobs_matching(flt=form.to_filter())
+    return [(j, None) for j in jids], limited
+
+
 @api_view("POST")
 def jobs_bulk(request: HttpRequest) -> dict[str, Any] | HttpResponse:
     """{"action": ..., "jobs": [{"id":..., "version":...}, ...] | "filter": {...}, "reason": ...}
 
-    Over MRT_BULK_INLINE_MAX jobs it answers 202 at once with the background run (its URL in
-    Location), as the console does; otherwise with what was done once it is done."""
+    ``filter`` takes the job list's filter keys (``state``, ``profile``, ``bid``, ``submitter``,
+    ``min_age_hours``, ``priority``, ``q``, ``stuck``) and no others; every job, whatever its
+    state and collection, is ``"all": true`` and nothing else. Over MRT_BULK_INLINE_MAX jobs it
+    answers 202 at once with the background run (its URL in Location), as the console does;
+    otherwise with what was done once it is done."""
     data = _body(request)
-    if isinstance(data.get("filter"), dict):
-        form = JobFilterForm(data["filter"])
-        if not form.is_valid():
-            raise ValueError(form.errors.as_text())
-        jids, limited = selectors.jobs_matching(flt=form.to_filter())
-        items: list[tuple[str, int | None]] = [(j, None) for j in jids]
-    elif isinstance(data.get("jobs"), list):
-        limited = False
-        items = []
-        for entry in data["jobs"]:
-            entry = entry if isinstance(entry, dict) else {"id": entry}
-            items.append((zpaths.jid(str(entry.get("id", ""))), _version(entry)))
-    else:
-        raise ValueError('give "jobs" (a list) or "filter" (an object)')
-    to = str(data.get("to") or "")
-    if to and to not in JOB.action_targets("resume", JobState.FAILED):
-        raise ValueError(f'"to" must name a job step a resume may go to, not {to[:40]!r}')
+    to = data.get("to") or ""
+    if not isinstance(to, str) or (to and to not in JOB.action_targets("resume", JobState.FAILED)):
+        raise ValueError(f'"to" must name a job step a resume may go to, not {str(to)[:40]!r}')
+    for key in ("action", "reason"):
+        if not isinstance(data.get(key, ""), str):
+            raise ValueError(f'"{key}" must be text')
+    action, reason = data.get("action", ""), data.get("reason", "")
+    actions.check_bulk(user=request.user, kind="job", action=action, reason=reason)
+    items, limited = _bulk_items(data)
     result = run_bulk(
         user=request.user,
         kind="job",
-        action=str(data.get("action", "")),
+        action=action,
         items=items,
-        reason=str(data.get("reason", "")),
+        reason=reason,
         limited=limited,
         via="api",
         params={"to": to} if to else None,
@@ -367,7 +472,7 @@ def failed(request: HttpRequest) -> dict[str, Any]:
     """Failed jobs, oldest first, ``selectors.FAILED_ROWS_PER_PAGE`` (50) per page (``page``),
     filtered by ``bid``, ``profile``, ``step``; with the counts per batch, collection and
     failing step of everything the filter matches."""
-    form = FailedFilterForm(request.GET)
+    form = _query(request, FailedFilterForm, also=("page",))
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
     number = request.GET.get("page") or "1"
@@ -393,7 +498,7 @@ def failed(request: HttpRequest) -> dict[str, Any]:
 def failed_causes(request: HttpRequest) -> dict[str, Any]:
     """Failed jobs grouped by cause (failing step and normalised message), most jobs first,
     ``failure_causes.GROUPS_PER_PAGE`` groups per page; the same filters as ``failed``."""
-    form = FailedFilterForm(request.GET)
+    form = _query(request, FailedFilterForm, also=("page",))
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
     number = request.GET.get("page") or "1"
@@ -411,7 +516,7 @@ def failed_causes(request: HttpRequest) -> dict[str, Any]:
 @api_view("GET", "POST", index=True)
 def batches(request: HttpRequest) -> dict[str, Any]:
     if request.method == "POST":
-        form = SubmitForm(_body(request))
+        form = SubmitForm(form_input(_body(request), SubmitForm, what="submission"))
         if not form.is_valid():
             raise ValueError(form.errors.as_text())
         return _outcomes(
@@ -424,7 +529,7 @@ def batches(request: HttpRequest) -> dict[str, Any]:
                 via="api",
             )
         )
-    filters = BatchFilterForm(request.GET)
+    filters = _query(request, BatchFilterForm)
     if not filters.is_valid():
         raise ValueError(filters.errors.as_text())
     page = selectors.batches_page(flt=filters.to_filter(), page=filters.cleaned_data["page"] or 1)
@@ -450,6 +555,7 @@ def batch(request: HttpRequest, bid: str) -> dict[str, Any]:
     after the job ID ``after`` (the previous answer's ``next``, null on the last page) or on page
     ``page``; ``state`` keeps one state's jobs. Counts and IDs come from the read index: the
     answer costs the same requests for a batch of 10 jobs as for one of 100,000."""
+    _only(request.GET, "limit", "after", "page", "state")
     limit = _positive(request, "limit", BATCH_JOBS_PER_PAGE, BATCH_JOBS_MAX_PER_PAGE)
     after = request.GET.get("after") or ""
     if after and not zpaths.JID_RE.fullmatch(after):
@@ -495,7 +601,7 @@ def batch_action(request: HttpRequest, bid: str, action: str) -> dict[str, Any]:
 
 @api_view("GET")
 def access(request: HttpRequest) -> dict[str, Any]:
-    form = AccessFilterForm(request.GET)
+    form = _query(request, AccessFilterForm)
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
     items = selectors.access_requests(
@@ -559,6 +665,7 @@ REPORTS_PER_PAGE = 50
 @api_view("GET", index=True)
 def reports(request: HttpRequest) -> dict[str, Any]:
     """Batches with a status report, newest first, ``REPORTS_PER_PAGE`` (50) per page."""
+    _only(request.GET, "page")
     number = request.GET.get("page") or "1"
     if not number.isdigit() or int(number) < 1:
         raise ValueError("page must be a positive number")
@@ -598,11 +705,21 @@ def consistency(request: HttpRequest) -> dict[str, Any]:
     from queues import consistency as checks
 
     if request.method == "POST":
-        if _body(request).get("start"):
+        body = _body(request)
+        # JSON true/false, or a form's "true"/"1" and "false"/"0": a word it does not know is
+        # neither a start nor a repair.
+        start = {"true": True, "1": True, "false": False, "0": False}.get(
+            str(body.get("start", False)).lower()
+        )
+        if start is None:
+            raise ValueError('"start" must be true or false')
+        if start:
+            _only(body, "start", what="start")
             require_action(request.user, "consistency", "repair")
             run, _created = checks.start(user=request.user, via="api")
             return checks.run_dict(run)
-        return _act(request, kind="consistency", action="repair", item_id="tree")
+        return _act(request, kind="consistency", action="repair", item_id="tree", also=("start",))
+    _only(request.GET, "page", "kind")
     page = request.GET.get("page", "1")
     return selectors.consistency_report(
         kind=request.GET.get("kind", "")[:40], page=int(page) if page.isdigit() else 1
@@ -611,6 +728,7 @@ def consistency(request: HttpRequest) -> dict[str, Any]:
 
 @api_view("GET")
 def audit(request: HttpRequest) -> dict[str, Any]:
+    _only(request.GET, "item_id")
     entries = AuditEntry.objects.all()
     item = request.GET.get("item_id", "").strip()
     if item:
@@ -675,14 +793,16 @@ def notes_list(request: HttpRequest) -> dict[str, Any]:
     {"kind": ..., "item": ..., "text": ...}: add one (the operator role)."""
     if request.method == "POST":
         data = _body(request)
+        _only(data, "kind", "item", "text", what="note")
         note = notes.note_add(
             user=request.user,
-            kind=str(data.get("kind", "")),
-            item_id=str(data.get("item", "")),
-            text=str(data.get("text", "")),
+            kind=_text(data, "kind"),
+            item_id=_text(data, "item"),
+            text=_text(data, "text"),
             via="api",
         )
         return notes.note_json(note)
+    _only(request.GET, "kind", "item")
     kind, item = request.GET.get("kind", ""), request.GET.get("item", "")
     if kind not in Note.KINDS or not item:
         raise ValueError('give "kind" (job, batch or collection) and "item"')
@@ -696,7 +816,8 @@ def note_change(request: HttpRequest, pk: str, verb: str) -> dict[str, Any]:
         deleted = notes.note_delete(user=request.user, pk=int(pk), via="api")
         return {"deleted": notes.note_json(deleted)}
     data = _body(request)
-    note = notes.note_edit(user=request.user, pk=int(pk), text=str(data.get("text", "")), via="api")
+    _only(data, "text", what="note")
+    note = notes.note_edit(user=request.user, pk=int(pk), text=_text(data, "text"), via="api")
     return notes.note_json(note)
 
 
@@ -705,6 +826,32 @@ def _bulk_run(pk: int) -> bulkrun.BulkRun:
         return bulkrun.BulkRun.objects.defer("items").get(pk=pk)
     except bulkrun.BulkRun.DoesNotExist:
         raise NotFound(f"no bulk run {pk}") from None
+
+
+# Where an API path names an item. A path that no route above takes is answered here, in JSON
+# as every answer under /api/: 400 when it has an item's place and the ID there is malformed
+# (the routes take only well-formed IDs), else 404.
+_ID_PLACES: tuple[tuple[re.Pattern[str], Callable[..., object]], ...] = (
+    (re.compile(r"^jobs/(?P<a>[^/]*)(?:/|$)"), zpaths.jid),
+    (re.compile(r"^batches/(?P<a>[^/]*)(?:/|$)"), zpaths.bid),
+    (re.compile(r"^access/(?P<a>[^/]*)(?:/|$)"), zpaths.access_queue),
+    (re.compile(r"^access/[^/]*/(?P<a>[^/]*)(?:/|$)"), zpaths.qid),
+    (re.compile(r"^holds/queue/(?P<a>[^/]*)(?:/|$)"), zpaths.queue_hold),
+    (re.compile(r"^holds/collection/(?P<a>[^/]*)(?:/|$)"), zpaths.profile),
+    (re.compile(r"^holds/node/(?P<a>[^/]*)(?:/|$)"), node_number),
+    (re.compile(r"^collections/(?P<a>[^/]*)(?:/|$)"), zpaths.profile),
+)
+
+
+@api_view("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+def unknown_path(request: HttpRequest, rest: str) -> HttpResponse:
+    """Any other path under /api/, after the token check: a JSON 400 for a malformed ID in an
+    item's place (InvalidID), else a JSON 404; never the pages' HTML."""
+    for place, validate in _ID_PLACES:
+        found = place.match(rest)
+        if found is not None:
+            validate(found["a"])
+    return _error(f"no API endpoint at /api/{rest[:200]}", 404)
 
 
 urlpatterns = [
@@ -756,4 +903,6 @@ urlpatterns = [
     re_path(r"^notes$", notes_list, name="api-notes"),
     re_path(r"^notes/(?P<pk>[0-9]{1,18})/(?P<verb>edit|delete)$", note_change, name="api-note"),
     re_path(r"^bulk/(?P<pk>[0-9]{1,18})/(?P<verb>stop|continue)$", bulk_run_control),
+    # Last: what no route above takes (queues/urls.py includes these after every other api/).
+    re_path(r"^(?P<rest>.*)$", unknown_path, name="unknown-api-path"),
 ]

@@ -54,6 +54,16 @@ class JobFilterForm(forms.Form):
     def clean_q(self) -> str:
         return self.cleaned_data["q"].strip()
 
+    def narrows(self) -> bool:
+        """Whether the (valid) filter leaves any job out: a bulk action over a filter that
+        does not is over every job, which a request must ask for in words."""
+        data = self.cleaned_data
+        return bool(
+            any(data[k] for k in ("state", "profile", "bid", "submitter", "q", "stuck"))
+            or (data["min_age_hours"] or 0) > 0
+            or data["priority"] is not None
+        )
+
     def to_filter(self) -> selectors.JobFilter:
         data = self.cleaned_data
         q, bid = data["q"], data["bid"]
@@ -97,6 +107,10 @@ class FailedFilterForm(forms.Form):
     bid = forms.CharField(required=False, max_length=13, label="Batch")
     profile = forms.CharField(required=False, max_length=100, label="Collection")
     step = forms.ChoiceField(choices=_choices(JOB.states, "any step"), required=False)
+
+    def narrows(self) -> bool:
+        """Whether the (valid) filter leaves any failed job out (see JobFilterForm.narrows)."""
+        return any(self.cleaned_data[k] for k in ("bid", "profile", "step"))
 
     def clean_bid(self) -> str:
         value = self.cleaned_data["bid"].strip()

@@ -77,6 +77,7 @@ from queues.zk.locks import (
     queue_hold_set,
 )
 from queues.zk.maintenance import (
+    check_window_end,
     node_hold_clear,
     node_hold_set,
     node_number,
@@ -605,23 +606,37 @@ def access_remove_deleted(*, queue: str, qid: str, expect_version: int | None = 
 # Holds --------------------------------------------------------------------------------------
 
 
+# A hold's reason and author as a window or a node hold keeps them (the forms allow as much).
+HOLD_TEXT_MAX = 2000
+
+
+def _check_hold(until: datetime | None, reason: str, by: str) -> None:
+    """Everything a hold is asked with, checked before anything is written: a refused hold
+    places nothing (no hold without its end, no end without its hold)."""
+    check_window_end(until)
+    for name, text in (("reason", reason), ("by", by)):
+        if not isinstance(text, str) or len(text) > HOLD_TEXT_MAX:
+            raise ValueError(f"a hold's {name} must be text of at most {HOLD_TEXT_MAX} characters")
+
+
 def queue_hold(
     *, name: str, until: datetime | None = None, reason: str = "", by: str = ""
 ) -> Outcome:
     """Hold a queue; with ``until``, a maintenance window: released by itself at that time."""
+    marker = zpaths.queue_hold(name)
+    _check_hold(until, reason, by)
     zk = client()
-    changed = queue_hold_set(zk, zpaths.queue_hold(name))
+    changed = queue_hold_set(zk, marker)
     _window(zk, "queue", name, until, reason, by)
     return Outcome("queue", name, "released" if changed else "held", "held", _until_words(until))
 
 
 def _window(zk: Any, kind: str, name: str, until: datetime | None, reason: str, by: str) -> None:
-    """Give a hold just made its end, or take an earlier end away (held again without one)."""
+    """Give a hold just made its end, or take an earlier end away (held again without one);
+    ``until`` was checked (``_check_hold``) before the hold was placed."""
     if until is None:
         window_clear(zk, kind, name)
         return
-    if until <= datetime.now(until.tzinfo):
-        raise ValueError(f"the end of a maintenance window must be in the future, not {until}")
     window_set(zk, kind, name, until=until, reason=reason, by=by)
 
 
@@ -633,8 +648,9 @@ def node_hold(
     *, node: str, until: datetime | None = None, reason: str = "", by: str = ""
 ) -> Outcome:
     """Hold a storage node: jobs bound for it wait before Storing and Recording."""
-    zk = client()
     number = node_number(node)
+    _check_hold(until, reason, by)
+    zk = client()
     changed = node_hold_set(zk, number, by=by, reason=reason)
     _window(zk, "node", str(number), until, reason, by)
     return Outcome(
@@ -686,8 +702,10 @@ def _release_batches(parked: Callable[[Batch], bool]) -> list[Outcome]:
 def collection_hold(
     *, profile: str, until: datetime | None = None, reason: str = "", by: str = ""
 ) -> Outcome:
+    checked = zpaths.profile(profile)
+    _check_hold(until, reason, by)
     zk = client()
-    changed = collection_hold_set(zk, zpaths.profile(profile))
+    changed = collection_hold_set(zk, checked)
     _window(zk, "collection", profile, until, reason, by)
     return Outcome(
         "collection", profile, "released" if changed else "held", "held", _until_words(until)

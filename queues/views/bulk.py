@@ -10,6 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.forms import Form
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -96,6 +97,21 @@ def _resume_plan(rows: list[Any], to: str) -> list[tuple[str, str, bool]]:
     return plan
 
 
+# What a bulk form posts beside its BulkForm and filter fields; "all" says in words that a filter
+# narrowing nothing means every item (the preview of such a filter posts it back, nothing else).
+BULK_POST_KEYS = ("csrfmiddlewaretoken", "next", "all")
+
+
+def _unknown_fields(
+    request: HtmxHttpRequest, *forms: type[Form], also: tuple[str, ...] = ()
+) -> str:
+    """The posted field names no form of the door (nor ``also``) takes, as a refusal's words
+    ("" when none): a misspelt filter field would otherwise widen the filter unseen."""
+    known = {k for f in forms for k in f.base_fields} | set(BULK_POST_KEYS) | set(also)
+    unknown = sorted(k for k in request.POST if k not in known)
+    return ", ".join(repr(k[:40]) for k in unknown[:5])
+
+
 def _bulk(
     request: HtmxHttpRequest,
     *,
@@ -103,15 +119,26 @@ def _bulk(
     matching: Callable[[], tuple[Items, bool]],
     id_validator: Callable[[str], str],
     back: str,
+    everything: bool = False,
 ) -> HttpResponse:
-    """Shared by the job, failed-job and batch bulk forms: preview, then run and report."""
+    """Shared by the job, failed-job and batch bulk forms: preview, then run and report.
+    ``everything``: the filter narrows nothing, so "every match" is every item; it is previewed
+    saying so, and run only when the post says ``all`` (which that preview posts)."""
     form = BulkForm(request.POST, id_validator=id_validator)
     if not form.is_valid():
         return error_response(request, f"bad bulk request: {form.errors.as_text()}", 400)
     action = form.cleaned_data["action"]
     require_action(request.user, kind, action)
+    scope = form.cleaned_data["scope"]
+    everything = everything and scope == "filter"
+    if everything and form.cleaned_data["confirmed"] and request.POST.get("all") != "1":
+        return error_response(
+            request,
+            f"the filter narrows nothing: {action} of every {kind} is asked for with all=1",
+            400,
+        )
     limited = False
-    if form.cleaned_data["scope"] == "filter":
+    if scope == "filter":
         items, limited = matching()
     else:
         items = form.cleaned_data["item"]
@@ -139,6 +166,7 @@ def _bulk(
                 "states": _preview_states(kind, items),
                 "destructive": destructive,
                 "scope": form.cleaned_data["scope"],
+                "everything": everything,
                 "limited": limited,
                 "post": request.POST,
                 "back": back,
@@ -170,10 +198,19 @@ def _job_bulk(
     filter_form: JobFilterForm | FailedFilterForm,
     match: Callable[[Any], tuple[list[str], bool]],
     back: str,
+    *,
+    also: tuple[str, ...] = (),
+    narrowed: bool = False,
 ) -> HttpResponse:
-    """A job bulk form: its filter (for "every match") checked first, then ``_bulk``."""
+    """A job bulk form: its fields (a closed set: the bulk form's, the filter's and ``also``)
+    and its filter (for "every match") checked first, then ``_bulk``; ``narrowed``: the door
+    narrows the match itself (a cause's jobs), whatever the filter says."""
+    unknown = _unknown_fields(request, BulkForm, type(filter_form), also=also)
+    if unknown:
+        return error_response(request, f"bad bulk request: unknown field {unknown}", 400)
     if not filter_form.is_valid():
         return error_response(request, f"bad filter: {filter_form.errors.as_text()}", 400)
+    narrows = narrowed or filter_form.narrows()
 
     def matching() -> tuple[Items, bool]:
         jids, limited = match(filter_form)
@@ -185,6 +222,7 @@ def _job_bulk(
         matching=matching,
         id_validator=zpaths.jid,
         back=safe_next(request, request.POST.get("next"), reverse(back)),
+        everything=not narrows,
     )
 
 
@@ -226,12 +264,18 @@ def failed_cause_bulk(request: HtmxHttpRequest) -> HttpResponse:
         # None left (all resumed meanwhile): "nothing selected".
         lambda form: (failure_causes.failure_causes(**form.cleaned_data).jids(key), False),
         "failed-causes",
+        also=("cause",),
+        narrowed=True,
     )
 
 
 @require_POST
 @console_view(VIEWER)
 def batches_bulk(request: HtmxHttpRequest) -> HttpResponse:
+    unknown = _unknown_fields(request, BulkForm)
+    if unknown:
+        return error_response(request, f"bad bulk request: unknown field {unknown}", 400)
+
     def matching() -> tuple[Items, bool]:
         raise ValueError("batch bulk actions work on a selection")
 

@@ -285,6 +285,11 @@ def _gone_words(kind: str, item_id: str) -> str:
 GONE = ("delete", REMOVE)
 
 
+# ActionForm's fields that belong to one action. Given to another they would be left out and
+# the action done without what was meant (a release "until" a time would release now).
+ACTION_FIELDS_ONLY_FOR = {"until": ("hold",), "release_jobs": ("release",), "to": ("resume",)}
+
+
 def perform_posted(
     user: Any,
     data: Mapping[str, Any],
@@ -301,6 +306,9 @@ def perform_posted(
     form = ActionForm(data)
     if not form.is_valid():
         raise ValueError(f"bad action input: {form.errors.as_text()}")
+    for name, only in ACTION_FIELDS_ONLY_FOR.items():
+        if form.cleaned_data[name] not in (None, "", False) and action not in only:
+            raise ValueError(f"{name} goes with {' or '.join(only)}, not with {action}")
     outcomes = actions.perform(
         user=user,
         kind=kind,

@@ -19,7 +19,7 @@ from django.urls import re_path, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from queues import actions, bulkrun, selectors, services
-from queues.api import _body, api_view, bulk_run_json
+from queues.api import _body, api_view, bulk_run_json, form_input
 from queues.auth import VIEWER, require_action
 from queues.routes import BID, HELD_PROFILE, JID, PROFILE
 from queues.states import JOB_WORKING, JobState
@@ -277,7 +277,7 @@ def _outcomes(outcomes: list[services.Outcome]) -> list[dict[str, str]]:
 @api_view("POST")
 def api_job_priority(request: HttpRequest, jid: str) -> dict[str, Any]:
     """{"priority": 0..99, "version": ..., "reason": ...}: a waiting job's priority."""
-    data = _form(PriorityForm, _body(request))
+    data = _form(PriorityForm, form_input(_body(request), PriorityForm, what="priority"))
     outcomes = actions.perform(
         user=request.user,
         kind="job",
@@ -293,10 +293,13 @@ def api_job_priority(request: HttpRequest, jid: str) -> dict[str, Any]:
 
 def _api_scoped(request: HttpRequest, kind: str, name: str) -> dict[str, Any] | HttpResponse:
     body = _body(request)
-    data = _form(PriorityForm, body)
+    data = _form(PriorityForm, form_input(body, PriorityForm, also=("preview",), what="priority"))
+    preview = body.get("preview", False)
+    if preview not in (True, False, "1", "0", "true", "false"):
+        raise ValueError(f"preview must be true or false, not {str(preview)[:40]!r}")
     require_action(request.user, "job", "priority")
     scope = services.priority_scope(kind=kind, name=name)
-    if body.get("preview") in (True, "1", "true"):
+    if preview in (True, "1", "true"):
         return {**_scope_json(scope, data["priority"]), "preview": True}
     if scope.loading:
         raise StillLoading.about(f"the waiting jobs of {kind} {name}")
@@ -353,7 +356,7 @@ def api_caps(request: HttpRequest) -> dict[str, Any]:
 def api_collection_cap(request: HttpRequest, name: str, action: str) -> dict[str, Any]:
     """{"limit": N, "reason": ...} for ``cap``; nothing for ``uncap`` and ``recount``."""
     profile = zpaths.profile(name)
-    data = _form(CapForm, _body(request))
+    data = _form(CapForm, form_input(_body(request), CapForm, what=action))
     if action == "cap" and data["limit"] is None:
         raise ValueError("give the cap as limit: how many jobs may be in flight at once")
     outcomes = actions.perform(

@@ -34,6 +34,16 @@ WINDOWS = f"{HOLDS}/windows"
 NODE_RE = re.compile(r"^[1-9][0-9]{0,8}$")  # a storage node number, as profiles name it
 KINDS = ("queue", "collection", "node")
 
+# How far ahead a hold's end may be set. A maintenance window lasts hours or days; a year covers
+# any that is planned, and an end past it is a slip (9999-12-31) that means "no end" while
+# looking like one. docs/console.md ("Holds") says so to operators.
+WINDOW_HORIZON = timedelta(days=365)
+# Ends read back from ZooKeeper are kept this far inside what Python's datetime can hold, so
+# that no arithmetic or time-zone conversion on a stored end (an older console's 9999-12-31,
+# a hand-written node) can overflow.
+_EARLIEST = datetime.min.replace(tzinfo=UTC) + timedelta(days=2)
+_LATEST = datetime.max.replace(tzinfo=UTC) - timedelta(days=2)
+
 
 def node_number(value: object) -> int:
     """A storage node number (``9501``), validated before it touches a path."""
@@ -135,6 +145,28 @@ def window_path(kind: str, name: str) -> str:
     return f"{WINDOWS}/{kind}:{name}"
 
 
+def check_window_end(until: datetime | None, now: datetime | None = None) -> None:
+    """ValueError unless ``until`` may end a hold being placed now: None (no end), or a time
+    with a zone, after now and at most WINDOW_HORIZON ahead. Every door that places a hold
+    calls this before it writes anything (``queues/services.py``)."""
+    if until is None:
+        return
+    if not isinstance(until, datetime):
+        raise ValueError(f"the end of a maintenance window must be a date and time, not {until!r}")
+    if until.tzinfo is None or until.utcoffset() is None:
+        raise ValueError("the end of a maintenance window needs a time zone")
+    when = now or datetime.now(UTC)
+    shown = until.isoformat(timespec="minutes")
+    if until <= when:
+        raise ValueError(f"the end of a maintenance window must be in the future, not {shown}")
+    latest = when + WINDOW_HORIZON
+    if until > latest:
+        raise ValueError(
+            f"the end of a maintenance window may be at most {WINDOW_HORIZON.days} days ahead "
+            f"(by {latest.isoformat(timespec='minutes')}), not {shown}"
+        )
+
+
 @dataclass(frozen=True)
 class Window:
     kind: str
@@ -207,19 +239,34 @@ def _window(zk: KazooClient, key: str) -> Window | None:
         window_path(kind, name)
     except (NoNodeError, MalformedNode, KeyError, ValueError, InvalidID):
         return None
-    if until.tzinfo is None:
-        until = until.replace(tzinfo=UTC)
-    at = info.get("at")
     return Window(
         kind=kind,
         name=name,
-        until=until,
+        until=_stored_time(until),
         reason=str(info.get("reason") or ""),
         by=str(info.get("by") or ""),
-        at=datetime.fromisoformat(at) if isinstance(at, str) else None,
+        at=_stored_at(info.get("at")),
         auto_release=info.get("auto_release") is not False,
         version=stat.version,
     )
+
+
+def _stored_time(value: datetime) -> datetime:
+    """A time read from a window, in UTC and kept inside what compares and converts safely:
+    any stored end, however far off, then costs no arithmetic or display an OverflowError."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        value = value.replace(tzinfo=UTC)
+    return min(max(value, _EARLIEST), _LATEST).astimezone(UTC)
+
+
+def _stored_at(value: object) -> datetime | None:
+    """When a window was set, if it says so readably (it is shown, never acted on)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return _stored_time(datetime.fromisoformat(value))
+    except ValueError:
+        return None
 
 
 def windows(zk: KazooClient) -> list[Window]:
@@ -259,7 +306,11 @@ def overrun(zk: KazooClient, grace: timedelta, now: datetime | None = None) -> l
     """Windows more than ``grace`` past their end whose hold is still there: not released by a
     daemon (none runs, or the window does not release itself)."""
     when = now or datetime.now(UTC)
-    late = [w for w in windows(zk) if w.until + grace <= when]
+    try:
+        ended_by = when - grace
+    except OverflowError:  # a grace longer than the calendar: nothing can be past it
+        return []
+    late = [w for w in windows(zk) if w.until <= ended_by]
     return [w for w in late if zk.exists(hold_marker(w.kind, w.name)) is not None]
 
 

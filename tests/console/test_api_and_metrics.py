@@ -86,7 +86,8 @@ def test_api_rejects_bad_input(client, token_for, make_job):
         == 400
     )
     assert post_json(client, f"/api/jobs/{job.jid}/delete", {}, **headers).status_code == 400
-    assert client.get("/api/jobs/jid1", **headers).status_code == 404
+    malformed = client.get("/api/jobs/jid1", **headers)  # JSON, as every answer under /api/
+    assert malformed.status_code == 400 and "job ID" in malformed.json()["error"]
     assert client.get("/api/jobs", {"bid": "nope"}, **headers).status_code == 400
     assert client.get(f"/api/jobs/{job.jid}/resume", **headers).status_code == 405
 

@@ -338,7 +338,8 @@ def test_a_bulk_action_over_a_filter_waits_while_the_read_index_fills(
                 {"action": "release", "scope": "filter", "submitter": "olga", "confirmed": "1"},
             ),
             operator.post(
-                reverse("failed-bulk"), {"action": "resume", "scope": "filter", "confirmed": "1"}
+                reverse("failed-bulk"),
+                {"action": "resume", "scope": "filter", "confirmed": "1", "all": "1"},
             ),
             post_json(
                 client,

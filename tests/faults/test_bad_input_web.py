@@ -32,14 +32,30 @@ pytestmark = pytest.mark.django_db
         "/access/small/qid1/resume/",
         "/access/medium/qid0000000001/resume/",
         "/holds/collection/a%2Fb/hold/",
-        "/api/jobs/jid1",
-        "/api/batches/bid0000000001/../../x",
     ],
 )
 def test_malformed_ids_in_urls_are_not_found(admin: Client, zk: KazooClient, url: str) -> None:
     before = snapshot(zk)
     assert admin.get(url).status_code == 404
     assert admin.post(url).status_code in (403, 404)
+    assert snapshot(zk) == before
+
+
+@pytest.mark.parametrize(
+    ("url", "status"), [("/api/jobs/jid1", 400), ("/api/batches/bid0000000001/../../x", 404)]
+)
+def test_malformed_ids_in_api_urls_are_json_refusals(
+    admin: Client, make_user, zk: KazooClient, url: str, status: int
+) -> None:
+    """Under /api/ the answer is JSON: 401 to a session without a token, then 400 for a
+    malformed ID and 404 for a path that names no endpoint."""
+    _token, key = ApiToken.issue(user=make_user("admin", "api-admin"), name="t")
+    before = snapshot(zk)
+    for answer in (admin.get(url), admin.post(url)):
+        assert answer.status_code == 401 and answer["Content-Type"] == "application/json"
+    for method in (admin.get, admin.post):
+        answer = method(url, HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert answer.status_code == status and answer.json()["status"] == status
     assert snapshot(zk) == before
 
 

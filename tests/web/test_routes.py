@@ -37,10 +37,17 @@ def test_valid_item_routes_resolve(url, name):
         "/holds/queue/ingest2/hold/",
         "/holds/collection/../hold/",
         "/holds/collection/./hold/",
-        "/api/holds/collection/../release",
         "/holds/collection/a%2Fb/hold/",
     ],
 )
 def test_malformed_ids_and_unknown_actions_do_not_resolve(url):
     with pytest.raises(Resolver404):
         resolve(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["/api/holds/collection/../release", "/api/jobs/jid000000001/resume", "/api/nosuch"]
+)
+def test_under_api_they_reach_no_endpoint_but_the_json_answer_for_them(url):
+    # queues.api.unknown_path: a JSON 400 for the malformed ID, a JSON 404 for the rest.
+    assert resolve(url).url_name == "unknown-api-path"

@@ -1,0 +1,57 @@
+"""Text from outside (a depositor's server, an operator's reason, Merritt's services), escaped
+for where it goes. HTML is Django's autoescaping; here are the others.
+
+- A log line: every log record goes through ``LogFormatter`` (``LOGGING`` in the settings), so
+  a reason phrase with ESC or BEL bytes, or a newline that would forge a second line, reaches
+  the daemons' log as visible escapes (``\\x1b``), one record on one line, whatever the code
+  that logged it put in its arguments.
+- A Slack message: ``for_slack`` escapes the three characters Slack reads as markup (``&``,
+  ``<``, ``>``; Slack's "Formatting text for app surfaces", *Escaping text*), so a reason
+  cannot mention ``<!channel>`` or make a link.
+
+Pure Python, no Django: the logging configuration imports it before the apps are loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+# C0 and C1 control characters, DEL, and the Unicode line and paragraph separators.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _visible(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+def for_log(text: str, *, lines: bool = False) -> str:
+    """``text`` with every control character written as a visible escape; ``lines`` keeps
+    newlines (a traceback's, which the formatter appends on lines of their own)."""
+    return (_CONTROL_BUT_NEWLINE if lines else _CONTROL).sub(_visible, text)
+
+
+def for_slack(text: str) -> str:
+    """``text`` as Slack shows it literally: ``&``, ``<`` and ``>`` as entities."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class LogFormatter(logging.Formatter):
+    """The settings' log format, with each record's message (its arguments filled in) on one
+    line and free of control characters, and its traceback free of all but its newlines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        shown = logging.makeLogRecord(record.__dict__)
+        shown.msg, shown.args = for_log(record.getMessage()), None
+        if record.exc_info and not record.exc_text:
+            shown.exc_text = self.formatException(record.exc_info)
+        if shown.exc_text:
+            shown.exc_text = for_log(shown.exc_text, lines=True)
+        if shown.stack_info:
+            shown.stack_info = for_log(shown.stack_info, lines=True)
+        return super().format(shown)

@@ -1,0 +1,246 @@
+"""A request under /api/ is checked whole and answered in JSON (issue 52, items 3 and 4): a
+filter or a body is a closed set of keys, a filter that narrows nothing is "every job" only when
+the request says ``"all": true``, a field that is no text is a 400 (never a 500), and a
+malformed ID in a path is a JSON 400 (never the pages' HTML 404). Each test reads ZooKeeper
+itself after the refusal."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from queues.audit import ApiToken
+from queues.zk import jobs
+from queues.zk import paths as zpaths
+from queues.zk.locks import queue_hold_set
+from queues.zk.maintenance import (
+    WINDOWS,
+    node_hold_path,
+)
+
+pytestmark = pytest.mark.django_db
+
+PAST = "2020-01-02T03:04:05+00:00"
+
+
+@pytest.fixture
+def token_for(make_user):
+    def issue(role: str) -> dict[str, str]:
+        _token, key = ApiToken.issue(user=make_user(role, f"api-{role}"), name="test")
+        return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+
+    return issue
+
+
+def post_json(client, url, data, **headers):
+    return client.post(url, json.dumps(data), content_type="application/json", **headers)
+
+
+def nothing_held(zk: Any) -> bool:
+    """No hold of the kinds the tests place, and no window at all."""
+    markers = [zpaths.queue_lock("ingest"), zpaths.collection_lock("letters"), node_hold_path(9501)]
+    return all(zk.exists(m) is None for m in markers) and (
+        zk.exists(WINDOWS) is None or zk.get_children(WINDOWS) == []
+    )
+
+
+# 3: a bulk filter is a closed set of keys, and empty means nothing ----------------------------
+
+
+@pytest.mark.parametrize(
+    "body, named",
+    [
+        ({"filter": {"nosuch": "x"}}, "nosuch"),
+        ({"filter": {"collection": "letters"}}, "collection"),
+        ({"filter": {"state": "Failed", "profil": "letters"}}, "profil"),
+        ({"filter": {}}, "all"),
+        ({"filter": {"min_age_hours": 0, "q": " "}}, "all"),  # leaves no job out
+        ({"filter": {"page": "2"}}, "page"),
+        ({"filter": {"profile": "letters"}, "all": True}, "all"),
+        ({"filter": {}, "all": "yes"}, "all"),
+        ({"filter": {}, "everything": True}, "everything"),
+        ({"filter": {"state": ["Failed"]}}, "state"),
+        ({"jobs": [], "filter": {}}, "not both"),
+    ],
+)
+def test_a_bulk_filter_it_does_not_know_moves_nothing(client, token_for, zk, make_job, body, named):
+    failed = [make_job("Failed", profile=p) for p in ("letters", "maps")]
+    answer = post_json(
+        client, reverse("api-jobs-bulk"), {"action": "resume", **body}, **token_for("operator")
+    )
+    assert answer.status_code == 400, answer.content
+    assert named in answer.json()["error"]
+    assert [jobs.job_load(zk, j.jid).state for j in failed] == ["Failed", "Failed"]
+
+
+def test_every_job_is_asked_for_in_words(client, token_for, zk, make_job):
+    failed = [make_job("Failed", profile=p) for p in ("letters", "maps")]
+    # Priority 0 is a filter (the jobs at priority 0: none here), not the absence of one.
+    none = post_json(
+        client,
+        reverse("api-jobs-bulk"),
+        {"action": "resume", "filter": {"priority": 0}},
+        **token_for("admin"),
+    )
+    assert none.status_code == 200 and none.json()["summary"].startswith("0 done")
+    answer = post_json(
+        client,
+        reverse("api-jobs-bulk"),
+        {"action": "resume", "filter": {}, "all": True},
+        **token_for("operator"),
+    )
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["summary"].startswith("2 done")
+    assert all(jobs.job_load(zk, j.jid).state != "Failed" for j in failed)
+
+
+def test_a_list_filter_with_an_unknown_key_is_refused(client, token_for, zk, make_job):
+    make_job("Failed")
+    headers = token_for("viewer")
+    for url in ("/api/jobs", "/api/failed", "/api/failed/causes", "/api/batches", "/api/access"):
+        answer = client.get(url, {"nosuch": "x"}, **headers)
+        assert answer.status_code == 400, url
+        assert "nosuch" in answer.json()["error"]
+
+
+def test_a_priority_body_with_an_unknown_key_changes_nothing(client, token_for, zk, make_job):
+    job = make_job("Pending", profile="letters")
+    headers = token_for("operator")
+    answer = post_json(
+        client,
+        "/api/collections/letters/priority",
+        {"priority": 1, "preveiw": True},
+        **headers,
+    )
+    assert answer.status_code == 400 and "preveiw" in answer.json()["error"]
+    # A preview asked for in a word it does not know is no go-ahead either.
+    answer = post_json(
+        client,
+        "/api/collections/letters/priority",
+        {"priority": 1, "preview": "yes"},
+        **headers,
+    )
+    assert answer.status_code == 400 and "preview" in answer.json()["error"]
+    assert jobs.job_load(zk, job.jid).priority == job.priority
+
+
+# 4: JSON in, JSON out, 400 for what is malformed -----------------------------------------------
+
+
+@pytest.mark.parametrize("until", [1767225600, 1.5, [PAST], {"at": PAST}, True])
+def test_an_end_that_is_no_text_is_a_400(client, token_for, zk, until):
+    answer = post_json(
+        client,
+        "/api/holds/queue/ingest/hold",
+        {"reason": "redeploy", "until": until},
+        **token_for("admin"),
+    )
+    assert answer.status_code == 400, answer.content
+    assert answer["Content-Type"] == "application/json"
+    assert nothing_held(zk)
+
+
+def test_an_action_body_with_an_unknown_key_is_a_400(client, token_for, zk):
+    answer = post_json(
+        client,
+        "/api/holds/queue/ingest/hold",
+        {"reason": "redeploy", "untill": "2099-01-01T00:00:00Z"},
+        **token_for("admin"),
+    )
+    assert answer.status_code == 400 and "untill" in answer.json()["error"]
+    assert nothing_held(zk)
+
+
+@pytest.mark.parametrize(
+    "method, path, status",
+    [
+        ("post", "/api/holds/collection/bad$name/hold", 400),
+        ("post", "/api/holds/collection/bad name/release", 400),
+        ("post", "/api/collections/bad$name/priority", 400),
+        ("post", "/api/holds/collection/bad$name/cap", 400),
+        ("post", "/api/holds/node/95x1/hold", 400),
+        ("post", "/api/holds/queue/egress/hold", 400),
+        ("get", "/api/jobs/jid12", 400),
+        ("get", "/api/batches/nosuch", 400),
+        ("post", "/api/access/medium/qid0000000001/resume", 400),
+        ("get", "/api/nosuch", 404),
+        ("post", "/api/holds/collection/letters/nosuch", 404),
+    ],
+)
+def test_every_answer_under_api_is_json(client, token_for, zk, method, path, status):
+    headers = token_for("admin")
+    answer = getattr(client, method)(path, **headers)
+    assert answer.status_code == status, answer.content
+    assert answer["Content-Type"] == "application/json"
+    assert answer.json()["status"] == status
+    assert nothing_held(zk)
+    unauthenticated = getattr(client, method)(path)
+    assert unauthenticated.status_code == 401
+    assert unauthenticated["Content-Type"] == "application/json"
+
+
+def test_every_other_read_and_body_is_a_closed_set_too(client, token_for, zk, make_job):
+    job = make_job("Failed")
+    headers = token_for("admin")
+    for url, query, named in [
+        ("/api/audit", {"item": job.jid}, "item"),  # item_id misspelt: every entry was listed
+        ("/api/reports", {"pages": "2"}, "pages"),
+        ("/api/consistency", {"kinds": "x"}, "kinds"),
+        (f"/api/batches/{job.bid}", {"states": "Failed"}, "states"),
+        ("/api/notes", {"kind": "job", "item": job.jid, "items": "x"}, "items"),
+    ]:
+        answer = client.get(url, query, **headers)
+        assert answer.status_code == 400, (url, answer.content)
+        assert repr(named) in answer.json()["error"]
+    for body in [
+        {"kind": "job", "item": job.jid, "text": "a note", "pinned": True},
+        {"kind": "job", "item": job.jid, "text": ["a note"]},
+    ]:
+        assert post_json(client, "/api/notes", body, **headers).status_code == 400
+    submission = {
+        "profile": "letters",
+        "submitter": "me",
+        "payload_url": "https://example.org/a.pdf",
+        "submission_type": "file",
+        "localid": "letters-002",  # local_id, misspelt: it would be submitted without one
+    }
+    answer = post_json(client, "/api/batches", submission, **headers)
+    assert answer.status_code == 400 and "localid" in answer.json()["error"]
+    assert client.get("/api/batches", **headers).json()["total"] == 1  # only the job's own
+
+
+def test_a_word_it_does_not_know_starts_nothing(client, token_for, zk, make_job):
+    from queues.models import ConsistencyRun
+
+    headers = token_for("admin")
+    for body in [{"start": "no"}, {"start": "yes"}, {"start": True, "full": True}]:
+        answer = post_json(client, "/api/consistency", body, **headers)
+        assert answer.status_code == 400, (body, answer.content)
+    assert not ConsistencyRun.objects.exists()
+    # A job list's entry is an ID and a version, nothing else: a misspelt version is no check.
+    job = make_job("Failed")
+    answer = post_json(
+        client,
+        reverse("api-jobs-bulk"),
+        {"action": "resume", "jobs": [{"id": job.jid, "versoin": job.status.version + 9}]},
+        **headers,
+    )
+    assert answer.status_code == 400
+    assert jobs.job_load(zk, job.jid).state == "Failed"
+
+
+def test_a_field_of_another_action_is_refused_not_dropped(client, token_for, zk, make_job):
+    """A release "until" a time would release now, a hold "to" a step would hold anyway."""
+    headers = token_for("admin")
+    queue_hold_set(zk, "ingest")
+    later = "2099-01-01T00:00:00+00:00"
+    answer = post_json(client, "/api/holds/queue/ingest/release", {"until": later}, **headers)
+    assert answer.status_code == 400 and "until goes with hold" in answer.json()["error"]
+    assert zk.exists(zpaths.queue_lock("ingest")) is not None
+    job = make_job("Pending")
+    answer = post_json(client, f"/api/jobs/{job.jid}/hold", {"to": "Processing"}, **headers)
+    assert answer.status_code == 400 and "to goes with resume" in answer.json()["error"]
+    assert jobs.job_load(zk, job.jid).state == "Pending"

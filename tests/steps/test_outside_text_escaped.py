@@ -1,0 +1,98 @@
+"""Text from outside escaped for where it goes (issue 52, item 13): a depositor server's reason
+phrase with ESC and BEL bytes reaches the log as visible escapes, one record on one line, through
+the log format the settings configure; Slack's markup characters in an operator's words are
+shown, not read."""
+
+from __future__ import annotations
+
+import io
+import logging
+import socket
+import threading
+
+import pytest
+
+from queues.outside_text import LogFormatter, for_slack
+from queues.steps.fetch import DownloadError, fetch_bytes
+
+# Outside text a log call may carry in its arguments: the escape, and a newline forging a line.
+REASON = "Not Found\x1b[2J\x1b]0;owned\x07\nINFO forged line"
+
+
+class RawReason:
+    """A loopback server whose every answer is a 404 with ESC and BEL in its reason phrase
+    (a terminal escape that clears the screen and retitles the window)."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/payload.zip"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _peer = self.listener.accept()
+            except OSError:
+                return
+            with conn:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    data = conn.recv(4096)
+                    if not data:
+                        break
+                    request += data
+                status = b"HTTP/1.1 404 Not Found\x1b[2J\x1b]0;owned\x07\r\n"
+                conn.sendall(status + b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def server():
+    raw = RawReason()
+    yield raw
+    raw.close()
+
+
+@pytest.fixture
+def log_lines():
+    """What a logger writes through the handler the settings configure (its formatter)."""
+    configured = [h for h in logging.getLogger().handlers if isinstance(h.formatter, LogFormatter)]
+    assert configured, "LOGGING's console handler does not use queues.outside_text.LogFormatter"
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(configured[0].formatter)
+    logger = logging.getLogger("queues.daemons")
+    logger.addHandler(handler)
+    yield logger, out
+    logger.removeHandler(handler)
+
+
+def test_a_reason_phrase_reaches_the_log_escaped(server, log_lines):
+    logger, out = log_lines
+    with pytest.raises(DownloadError) as raised:
+        fetch_bytes(server.url, retries=0)
+    assert "\x1b" in str(raised.value)  # the client keeps what the server said, raw
+    logger.warning("jid0000000001 Downloading: %s", raised.value)
+    try:
+        raise raised.value
+    except DownloadError:
+        logger.warning("jid0000000001 Downloading raised", exc_info=True)
+    # And a message whose own arguments would forge a line.
+    logger.warning("%s", REASON)
+    written = out.getvalue()
+    assert "\x1b" not in written and "\x07" not in written
+    assert "\\x1b[2J\\x1b]0;owned\\x07" in written
+    assert "\\nINFO forged line" in written
+    # One line per record, but the traceback's own lines.
+    lines = written.splitlines()
+    assert sum(1 for line in lines if " WARNING queues.daemons " in line) == 3
+    assert not any(line.startswith("INFO forged") for line in lines)
+
+
+def test_slack_markup_in_outside_text_is_shown_not_read():
+    reason = "redeploy <!channel> & <https://evil.example|click>"
+    assert for_slack(reason) == (
+        "redeploy &lt;!channel&gt; &amp; &lt;https://evil.example|click&gt;"
+    )
