@@ -45,6 +45,7 @@ from queues import audit, services, transient
 from queues.daemons.alert_rules import KINDS, Context, Finding, RuleKind, RuleSettings, defaults
 from queues.daemons.alert_rules import rule_settings as load_rule_settings
 from queues.models import AlertDigest, AlertEpisode, AlertMessage
+from queues.outside_text import for_slack
 from queues.steps.netpolicy import SYSTEM
 from queues.steps.notify import CallbackError, post_callback, send
 from queues.zk.errors import is_connection_error
@@ -202,9 +203,11 @@ def _fields(ep: Episode, event: str) -> dict[str, Any]:
 
 
 def payload(draft: Draft, form: str) -> dict[str, Any]:
-    """The webhook body: Slack's incoming-webhook ``{"text": ...}``, or the plain JSON form."""
+    """The webhook body: Slack's incoming-webhook ``{"text": ...}``, or the plain JSON form.
+    Slack reads ``<...>`` as a link or a mention (``<!channel>``) and ``&`` as the start of an
+    entity: every text (an operator's hold reason, a depositor's error) is shown as written."""
     if form == SLACK:
-        return {"text": f"{draft.subject}\n{draft.text}".strip()}
+        return {"text": for_slack(f"{draft.subject}\n{draft.text}".strip())}
     return {
         **draft.fields,
         "subject": draft.subject,

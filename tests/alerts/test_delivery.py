@@ -125,3 +125,13 @@ def test_a_message_claimed_by_one_alerts_daemon_is_not_sent_by_another(
     # A claim nobody finished (the daemon died) is taken again after it runs out.
     assert deliver_due(now=later(t, 180)) == 1
     assert len(smtp.messages) == 1
+
+
+def test_a_slack_message_shows_outside_text_as_written() -> None:
+    """Issue 52, item 13: an operator's hold reason went into Slack unescaped (``<!channel>``)."""
+    from queues.daemons.alerting import SLACK, Draft, payload
+
+    draft = Draft("hold", "held by <!channel>", "reason: a & b <https://x|y>", {})
+    assert payload(draft, SLACK) == {
+        "text": "held by &lt;!channel&gt;\nreason: a &amp; b &lt;https://x|y&gt;"
+    }
