@@ -1,4 +1,6 @@
-# Conveniences over the scripts in bin/ (which are what the README documents).
+# Conveniences over the scripts in bin/ (which are what the README documents). The targets that
+# use the virtual environment's tools run bin/install first, which only does what is missing (on a
+# fresh clone: .venv with ruff, mypy and the rest).
 .PHONY: install run test lint format check bench
 
 install:
@@ -10,16 +12,16 @@ run:
 test:
 	bin/run-tests
 
-lint:
+lint: install
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 
-format:
+format: install
 	.venv/bin/ruff format .
 	.venv/bin/ruff check --fix .
 
-check:
+check: install
 	.venv/bin/python manage.py queuecheck
 
-bench:
+bench: install
 	.venv/bin/python bench/run.py
