@@ -1,7 +1,7 @@
 # Conveniences over the scripts in bin/ (which are what the README documents). The targets that
 # use the virtual environment's tools run bin/install first, which only does what is missing (on a
 # fresh clone: .venv with ruff, mypy and the rest).
-.PHONY: install run test lint format check bench
+.PHONY: install run test quick lint format check bench
 
 install:
 	bin/install
@@ -11,6 +11,9 @@ run:
 
 test:
 	bin/run-tests
+
+quick:
+	bin/run-tests --quick
 
 lint: install
 	.venv/bin/ruff check .

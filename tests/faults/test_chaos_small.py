@@ -33,6 +33,7 @@ def chaosrun(tmp_path: Path, *arguments: str, timeout: float = 600) -> str:
     return output
 
 
+@pytest.mark.zookeeper
 @pytest.mark.slow
 def test_thirty_jobs_survive_kills_and_a_zookeeper_restart(tmp_path: Path) -> None:
     output = chaosrun(
