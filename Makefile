@@ -1,5 +1,7 @@
-# Conveniences over the scripts in bin/ (which are what the README documents).
-.PHONY: install run test lint format check bench
+# Conveniences over the scripts in bin/ (which are what the README documents). The targets that
+# use the virtual environment's tools run bin/install first, which only does what is missing (on a
+# fresh clone: .venv with ruff, mypy and the rest).
+.PHONY: install run test quick lint format check bench
 
 install:
 	bin/install
@@ -10,16 +12,19 @@ run:
 test:
 	bin/run-tests
 
-lint:
+quick:
+	bin/run-tests --quick
+
+lint: install
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 
-format:
+format: install
 	.venv/bin/ruff format .
 	.venv/bin/ruff check --fix .
 
-check:
+check: install
 	.venv/bin/python manage.py queuecheck
 
-bench:
+bench: install
 	.venv/bin/python bench/run.py

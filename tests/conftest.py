@@ -9,11 +9,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
+from django.conf import global_settings, settings
 
 from queues.zk import client as zkmod
 from queues.zkserver import LocalZooKeeper, free_port, jute_maxbuffer_from_env
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.markers import (  # noqa: F401  (the hooks that mark, check and pick the quick tier)
+    pytest_addoption,
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_fixture_setup,
+    pytest_runtest_call,
+    pytest_runtest_makereport,
+    pytest_runtest_setup,
+)
 from tests.zkproxy import ZkProxy
 
 LOOPBACK = "127.0.0.0/8,::1"
@@ -97,6 +106,14 @@ def _var_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # The tests' depositors are loopback servers; tests of the fetch policy itself set "".
     settings.MRT_FETCH_ALLOW = LOOPBACK
     os.environ["MRT_FETCH_ALLOW"] = LOOPBACK  # for the daemons and servers tests start
+    # Django's default hasher takes half a second of CPU per password, by design; the suite makes
+    # and checks hundreds (a login-throttle test alone dozens). Passwords the tests set in this
+    # process are hashed with MD5; the default stays in the list, so a password set by a
+    # manage.py or daphne process the test started (which keeps the real setting) still checks.
+    settings.PASSWORD_HASHERS = [
+        "django.contrib.auth.hashers.MD5PasswordHasher",
+        *global_settings.PASSWORD_HASHERS,
+    ]
     return var
 
 

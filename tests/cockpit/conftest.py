@@ -28,8 +28,11 @@ from tests.console.conftest import (  # noqa: F401
 )
 from tests.pg import pg_cluster, pg_db, pg_url  # noqa: F401
 
+# The PostgreSQL run asks for pg_db at run time, where the markers cannot see it (tests/markers.py).
+ON_POSTGRES = pytest.param("postgresql", marks=pytest.mark.postgres)
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+
+@pytest.fixture(params=["sqlite", ON_POSTGRES])
 def database(request: pytest.FixtureRequest, db: None) -> str:
     """Each test that asks for it runs twice: on SQLite, then with the ORM on PostgreSQL."""
     if request.param == "postgresql":
@@ -37,7 +40,7 @@ def database(request: pytest.FixtureRequest, db: None) -> str:
     return request.param
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", ON_POSTGRES])
 def database_for_threads(request: pytest.FixtureRequest) -> str:
     """``database`` for a test whose writer thread uses a connection of its own: on SQLite the
     test may then not hold a transaction open (pytest-django's ``transactional_db``)."""

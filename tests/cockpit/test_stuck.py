@@ -16,7 +16,7 @@ from queues.models import StepRecord
 from queues.zk import paths as zpaths
 from queues.zk.locks import lock_create
 
-from .conftest import record
+from .conftest import record, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -78,9 +78,34 @@ def test_thresholds_follow_the_step_history(zk, make_job, settings):
     assert int(idle.jid[3:]) not in stuck.stuck_numbers(zk)
 
 
+def processing_history(settings: Any) -> None:
+    """Processing usually takes 0.1 s after waiting 20 minutes: locked 0.5 s (3 x 0.1, at least
+    the floor) is far too long; in the state without a lock, a job is stuck after an hour."""
+    settings.MRT_STUCK_SECONDS = 3600
+    settings.MRT_STUCK_FACTOR = 3
+    settings.MRT_STUCK_MIN_SECONDS = 0.5
+    now = datetime.now(UTC)
+    StepRecord.objects.bulk_create(
+        [
+            record(
+                step="processing",
+                state="Processing",
+                duration=0.1,
+                waited=1200.0,
+                started=now - timedelta(minutes=i),
+            )
+            for i in range(25)
+        ]
+    )
+
+
 def test_stuck_jobs_on_the_overview_the_job_list_and_metrics(zk, make_job, viewer, settings):
-    old, fresh, halfway = past_halfway(make_job, "Processing", 1.0)
-    settings.MRT_STUCK_SECONDS = time.time() - halfway
+    # No margin over the clock: the old job is stuck by its lock, whose age only grows (waited
+    # for), and the fresh one is an hour short of its state's threshold while the pages are read.
+    processing_history(settings)
+    old, fresh = make_job("Processing"), make_job("Processing")
+    assert lock_create(zk, zpaths.job_node(old.jid, "lock"))
+    wait_for(lambda: [s.jid for s in stuck.find_stuck(zk, fresh=True)] == [old.jid])
     stuck.reset()
     page = viewer.get("/").content.decode()
     assert 'id="count-stuck-total">1<' in page
@@ -102,7 +127,7 @@ def test_a_consumer_thread_is_flagged_past_its_steps_p95(zk, zk_hosts, make_job,
     from queues.views.workers import consumers_context
     from queues.zk import client as zkmod
 
-    from .conftest import Running, SlowStep, wait_for
+    from .conftest import Running, SlowStep
 
     settings.MRT_STUCK_SECONDS = 3600
     settings.MRT_STUCK_FACTOR = 3
@@ -156,12 +181,10 @@ def test_the_count_reads_the_lock_of_a_job_between_the_two_thresholds(zk, make_j
 def test_the_overview_card_gives_the_last_count_and_counts_again_in_the_background(
     zk, make_job, settings, monkeypatch
 ):
-    from .conftest import wait_for
-
-    old, _fresh, halfway = past_halfway(make_job, "Processing", 0.7)
-    settings.MRT_STUCK_SECONDS = 3600
+    processing_history(settings)
+    old, _fresh = make_job("Processing"), make_job("Processing")
     assert stuck.stuck_counts(zk)["Processing"] == 0
-    settings.MRT_STUCK_SECONDS = time.time() - halfway  # the old job is stuck from now on
+    assert lock_create(zk, zpaths.job_node(old.jid, "lock"))  # stuck once that is 0.5 s old
     assert stuck.stuck_counts(zk, wait=False)["Processing"] == 0  # kept CACHE_SECONDS
     monkeypatch.setattr(stuck, "CACHE_SECONDS", 0.0)
     # Past that time the card does not count in the request: it gets the last count at once

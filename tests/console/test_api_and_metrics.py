@@ -32,6 +32,7 @@ def test_the_api_needs_a_token_and_ignores_session_cookies(client, viewer, zk):
     assert client.get("/api/jobs", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
 
 
+@pytest.mark.quick
 def test_a_viewer_token_reads_jobs_and_the_overview(client, token_for, make_job, zk):
     job = make_job("Failed")
     headers = token_for("viewer")

@@ -19,7 +19,7 @@ import pytest
 from bench.loader import bulk_load
 from tests.live.conftest import api_json, api_token, console_env, daphne, log_in
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.live_server, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 USER, PASSWORD = "ops", "pw-" + "x" * 20
 PAGES = [

@@ -17,6 +17,7 @@ def act(client: Client, job, action: str, **data):
     return client.post(reverse("job-action", args=[job.jid, action]), data)
 
 
+@pytest.mark.quick
 def test_resume_moves_a_failed_job_back_to_the_step_it_failed_in(operator, zk, make_job):
     job = make_job("Failed", failed_at="Processing")
     response = act(operator, job, "resume")

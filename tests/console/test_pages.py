@@ -87,6 +87,7 @@ def test_job_list_pages_through_100000_jobs_in_one_state_quickly(viewer, zk, mak
     assert time.monotonic() - started < 8
 
 
+@pytest.mark.quick
 def test_job_page_decodes_every_node_and_shows_status_and_lock(viewer, zk, other_zk, make_job):
     job = make_job("Failed", message="checksum mismatch on a.pdf")
     set_job_nodes(zk, job, metadata={"erc_who": "Lovelace, Ada", "erc_what": "Notes"})

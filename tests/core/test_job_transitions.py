@@ -61,6 +61,7 @@ def test_pending_to_held_keeps_the_batch_entry_in_batch_processing(
     assert zk.get_children("/jobs/states/pending") == []
 
 
+@pytest.mark.quick
 def test_operator_hold_and_release_round_trip(zk: KazooClient, job: Job, batch: Batch) -> None:
     held = jobs.job_transition(zk, job, "Held", admin=True, message="by operator")
     released = jobs.job_transition(zk, held, "Pending", admin=True)

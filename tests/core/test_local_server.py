@@ -69,6 +69,7 @@ def servers_of(folder: Path) -> list[int]:
     return found
 
 
+@pytest.mark.zookeeper
 def test_a_folder_runs_one_server_whatever_port_later_commands_ask_for(tmp_path: Path) -> None:
     folder = tmp_path / "zk"
     # Processes starting together, each with another idea of the port (a console, and shells
@@ -110,6 +111,7 @@ def test_an_empty_zk_hosts_starts_nothing_and_says_what_to_set(settings, tmp_pat
     assert not (tmp_path / "zookeeper").exists(), "no server folder, no server"
 
 
+@pytest.mark.zookeeper
 def test_local_starts_the_projects_server_and_an_empty_setting_then_follows_it(
     settings, tmp_path: Path
 ) -> None:

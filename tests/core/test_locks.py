@@ -54,6 +54,7 @@ def test_acquired_job_holds_an_ephemeral_empty_lock(zk: KazooClient, job: Job) -
     assert zk.exists(f"/jobs/{job.jid}/lock") is None
 
 
+@pytest.mark.quick
 def test_acquire_skips_a_job_locked_by_another_client(
     zk: KazooClient, other_zk: KazooClient, make_job: Callable[..., Job]
 ) -> None:

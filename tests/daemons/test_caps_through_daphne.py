@@ -21,7 +21,7 @@ from tests.live.conftest import api_json, api_token, console_env, daphne, manage
 
 from .conftest import DEMO, FileServer, make_job
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.live_server, pytest.mark.django_db(transaction=True)]
 
 OTHER = "merritt_demo_priority"
 

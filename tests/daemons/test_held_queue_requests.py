@@ -22,7 +22,7 @@ from queues.zkserver import LocalZooKeeper, four_letter, free_port
 from .conftest import DEMO, wait_for
 from .test_end_to_end import Consumers
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 
 WINDOW = 10.0  # seconds of requests counted, the same for each case
 WAITING = 300

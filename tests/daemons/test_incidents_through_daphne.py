@@ -20,7 +20,7 @@ from tests.live.conftest import api_json, api_token, console_env, daphne, manage
 
 from .conftest import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.live_server, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_a_node_hold_with_a_window_through_daphne_ends_by_itself(

@@ -8,6 +8,8 @@ import time
 from collections import Counter
 from typing import ClassVar
 
+import pytest
+
 from queues import services
 from queues.daemons.base import JobDaemon, Next, SessionGate, Step
 from queues.daemons.registry import DAEMONS
@@ -43,6 +45,7 @@ def _job(zk, **kw) -> Job:
     return make_job(zk, {"payload_url": "http://x/a", "type": "file"}, state="Estimating", **kw)
 
 
+@pytest.mark.quick
 def test_one_item_one_move_and_one_log_line(zk, caplog) -> None:
     job = _job(zk)
     caplog.set_level(logging.INFO, logger="queues.daemons")

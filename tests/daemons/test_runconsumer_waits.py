@@ -22,6 +22,7 @@ from .test_end_to_end import Consumers
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.zookeeper
 def test_consumer_waits_for_zookeeper_then_works(tmp_path: Path) -> None:
     port = free_port()
     consumers = Consumers(tmp_path / "var", f"127.0.0.1:{port}")

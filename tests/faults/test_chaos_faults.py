@@ -17,7 +17,7 @@ from queues.chaos.depositors import HOSTILE
 
 from .test_chaos_small import CLEAN_TXNLOG, HANG_GUARD, MANAGE, chaosrun
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(HANG_GUARD)]
+pytestmark = [pytest.mark.zookeeper, pytest.mark.slow, pytest.mark.timeout(HANG_GUARD)]
 
 # Few jobs, no SIGKILLs and no hostile depositors: each run shows one fault class on its own.
 QUIET = ("--batches", "2", "--consumers", "2", "--no-kills", "--no-hostile", "--zk-restarts", "0")
@@ -100,6 +100,7 @@ def test_sqlite_held_by_another_writer(tmp_path: Path) -> None:
     judged_clean(output, 60)
 
 
+@pytest.mark.postgres
 def test_a_postgresql_stop_and_start(tmp_path: Path) -> None:
     output = chaosrun(
         tmp_path, "--jobs", "60", *QUIET, "--database", "postgres", "--db-outages", "1",
@@ -109,6 +110,8 @@ def test_a_postgresql_stop_and_start(tmp_path: Path) -> None:
     judged_clean(output, 60)
 
 
+@pytest.mark.redis
+@pytest.mark.live_server
 def test_a_redis_stop_under_a_polled_web_worker(tmp_path: Path) -> None:
     output = chaosrun(
         tmp_path, "--jobs", "40", *QUIET, "--redis-stops", "1", "--redis-down", "8", *GRACE

@@ -42,6 +42,7 @@ def chaosrun(tmp_path: Path, *arguments: str, timeout: float = HANG_GUARD) -> st
     return output
 
 
+@pytest.mark.zookeeper
 @pytest.mark.slow
 @pytest.mark.timeout(HANG_GUARD)
 def test_thirty_jobs_survive_kills_and_a_zookeeper_restart(tmp_path: Path) -> None:

@@ -21,6 +21,8 @@ from queues.zkserver import ZOOKEEPER_JAR, LocalZooKeeper, free_port
 
 from .test_chaos_small import CLEAN_TXNLOG
 
+pytestmark = pytest.mark.zookeeper
+
 JOB = "/jobs/jid0000000007"
 OTHER = "/jobs/jid0000000008"
 

@@ -220,6 +220,7 @@ def cookie(response: http.client.HTTPResponse, name: str) -> str:
     return found[0]
 
 
+@pytest.mark.live_server
 @pytest.mark.slow
 def test_behind_a_tls_proxy_django_secure_sends_hsts_and_secure_cookies(
     zk_hosts: str, tmp_path: Path

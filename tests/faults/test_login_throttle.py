@@ -133,6 +133,7 @@ def login(url: str, password: str) -> int:
     return status
 
 
+@pytest.mark.live_server
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_under_daphne_lockout_holds_and_tokens_and_sso_still_work(

@@ -160,6 +160,8 @@ def processes_using(marker: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.zookeeper
+@pytest.mark.live_server
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_run_console_stops_everything_on_a_signal_to_its_pid(
     tmp_path: Path, signum: signal.Signals

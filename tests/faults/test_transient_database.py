@@ -228,6 +228,7 @@ def _get(url: str, token: str = "") -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+@pytest.mark.live_server
 def test_daphne_answers_503_while_postgresql_is_down_and_200_after(
     zk_hosts: str, own_pg: tuple[PostgresCluster, str], tmp_path: Path
 ) -> None:

@@ -20,7 +20,7 @@ from tests.browser import SCREENSHOTS
 
 from .conftest import console_env, daphne
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.live_server, pytest.mark.browser, pytest.mark.slow]
 
 USER, PASSWORD = "ada", "a-long-test-password-1"
 WAIT_MS = 20_000

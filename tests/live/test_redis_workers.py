@@ -27,7 +27,7 @@ from queues.zkserver import free_port
 
 from .conftest import console_env, daphne, run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.live_server, pytest.mark.slow]
 
 USER, PASSWORD = "ada", "a-long-test-password-1"
 TOPIC = "jobs:state:Failed"

@@ -67,6 +67,7 @@ def test_unknown_and_malformed_topics_are_refused_one_by_one(session_cookie: str
     assert ack == {"kind": "subscribed", "topics": ["jobs:state:Failed"]}
 
 
+@pytest.mark.quick
 def test_job_moved_by_another_client_reaches_the_pages_that_show_it(
     session_cookie: str,
     other_zk: KazooClient,

@@ -179,6 +179,7 @@ def test_the_contract_paths_still_refuse_a_malformed_id(zk) -> None:
         idx.close()
 
 
+@pytest.mark.slow
 def test_per_job_memory_of_the_tables_is_small() -> None:
     """What the index keeps for 100,000 jobs in two states with two search keys each, measured
     by tracemalloc: a few dozen bytes a job (a dictionary entry alone costs more)."""

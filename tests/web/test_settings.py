@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 
 PRINT_KEY = "from django.conf import settings; print(settings.SECRET_KEY)"
@@ -79,6 +80,7 @@ def test_without_manage_py_the_key_is_made_when_first_used(tmp_path: Path) -> No
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
 
 
+@pytest.mark.slow
 def test_processes_starting_together_share_one_owner_only_secret_key(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_SECRET_KEY")}
     env["MRT_VAR_DIR"] = str(tmp_path)
