@@ -127,7 +127,8 @@ NOT_GET = {
     "poster",  # Merritt ingest's depositor door: 405 to anything but a POST
     "poster-object",
 }
-NOT_CONSOLE = {"download", "django-admin"}  # static files; Django's own admin
+# Static files; Django's own admin; the API's answer to a path no route takes (an error).
+NOT_CONSOLE = {"download", "django-admin", "unknown-api-path"}
 
 
 @dataclass
