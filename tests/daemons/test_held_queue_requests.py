@@ -72,6 +72,7 @@ def test_runconsumer_all_asks_no_more_of_a_held_queue_with_waiting_jobs_than_of_
         for _ in range(WAITING):
             job_create(zk, bid=batch.bid, configuration=CONFIGURATION)
         held = requests_in_window(server)
+        print(f"requests in {WINDOW:.0f} s: empty queue {empty}, held ({WAITING} waiting) {held}")
         assert proc.poll() is None, consumers.logs()
         assert held <= 2 * empty + SLACK, (held, empty)
 
