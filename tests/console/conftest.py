@@ -3,6 +3,7 @@ state, built with the real ZooKeeper service module in the test's own chroot."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -13,9 +14,12 @@ from django.core.cache import cache
 from django.test import Client
 from kazoo.client import KazooClient
 
+from queues.audit import ApiToken
 from queues.auth import ensure_groups
 from queues.states import JOB_STEPS
 from queues.zk import access, batches, jobs
+from queues.zk import paths as zpaths
+from queues.zk.maintenance import WINDOWS, node_hold_path
 from queues.zk.records import AccessRequest, Batch, Job
 
 # Playwright's sync API runs an event loop in the test thread; Django's ORM must still work.
@@ -164,3 +168,24 @@ def bulk_runs_daemon(zk: KazooClient) -> Any:
     yield daemon
     stop.set()
     thread.join(timeout=30)
+
+
+@pytest.fixture
+def token_for(make_user):
+    def issue(role: str) -> dict[str, str]:
+        _token, key = ApiToken.issue(user=make_user(role, f"api-{role}"), name="test")
+        return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+
+    return issue
+
+
+def post_json(client, url, data, **headers):
+    return client.post(url, json.dumps(data), content_type="application/json", **headers)
+
+
+def nothing_held(zk: Any) -> bool:
+    """No hold of the kinds the tests place, and no window at all."""
+    markers = [zpaths.queue_lock("ingest"), zpaths.collection_lock("letters"), node_hold_path(9501)]
+    return all(zk.exists(m) is None for m in markers) and (
+        zk.exists(WINDOWS) is None or zk.get_children(WINDOWS) == []
+    )

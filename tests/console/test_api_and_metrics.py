@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from django.urls import reverse
 
 from queues.audit import ApiToken, AuditEntry
 from queues.zk import batches, jobs
 
+from .conftest import post_json
+
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def token_for(make_user):
-    def issue(role: str) -> dict[str, str]:
-        _token, key = ApiToken.issue(user=make_user(role, f"api-{role}"), name="test")
-        return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
-
-    return issue
-
-
-def post_json(client, url, data, **headers):
-    return client.post(url, json.dumps(data), content_type="application/json", **headers)
 
 
 def test_the_api_needs_a_token_and_ignores_session_cookies(client, viewer, zk):

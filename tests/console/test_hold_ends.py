@@ -7,49 +7,28 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from django.urls import reverse
 
-from queues.audit import ApiToken, AuditEntry
+from queues.audit import AuditEntry
 from queues.daemons.alert_rules import Context
 from queues.daemons.maintenance import hold_overrun
 from queues.zk import paths as zpaths
 from queues.zk.locks import collection_hold_set, queue_hold_set
 from queues.zk.maintenance import (
     WINDOWS,
-    node_hold_path,
     node_hold_set,
     window_set,
     windows,
 )
 
+from .conftest import nothing_held, post_json
+
 pytestmark = pytest.mark.django_db
 
 PAST = "2020-01-02T03:04:05+00:00"
 FAR = "9999-12-31T00:00:00+00:00"
-
-
-@pytest.fixture
-def token_for(make_user):
-    def issue(role: str) -> dict[str, str]:
-        _token, key = ApiToken.issue(user=make_user(role, f"api-{role}"), name="test")
-        return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
-
-    return issue
-
-
-def post_json(client, url, data, **headers):
-    return client.post(url, json.dumps(data), content_type="application/json", **headers)
-
-
-def nothing_held(zk: Any) -> bool:
-    """No hold of the kinds the tests place, and no window at all."""
-    markers = [zpaths.queue_lock("ingest"), zpaths.collection_lock("letters"), node_hold_path(9501)]
-    return all(zk.exists(m) is None for m in markers) and (
-        zk.exists(WINDOWS) is None or zk.get_children(WINDOWS) == []
-    )
 
 
 # 1 and 2: a hold's end -----------------------------------------------------------------------

@@ -6,35 +6,21 @@ counted, recounted and removed, with the same role checks at both doors."""
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 
 import pytest
 from django.urls import reverse
 
-from queues.audit import ApiToken, AuditEntry
+from queues.audit import AuditEntry
 from queues.bulkrun import BulkRun
 from queues.zk import caps
 from queues.zk.jobs import job_load, job_transition
 from tests.browser import SCREENSHOTS, close_context
 
-from .conftest import PASSWORD
+from .conftest import PASSWORD, post_json
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("bulk_runs_daemon")]
-
-
-@pytest.fixture
-def token_for(make_user):
-    def issue(role: str) -> dict[str, str]:
-        _token, key = ApiToken.issue(user=make_user(role, f"api-{role}"), name="test")
-        return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
-
-    return issue
-
-
-def post_json(client, url, data, **headers):
-    return client.post(url, json.dumps(data), content_type="application/json", **headers)
 
 
 @contextlib.contextmanager
