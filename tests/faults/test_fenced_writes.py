@@ -39,6 +39,13 @@ def lock_of(job: Job) -> str:
     return zpaths.job_node(job.jid, "lock")
 
 
+def new_session(client: KazooClient, hosts: str) -> None:
+    """End ``client``'s session on the server and wait for the new one the client opens."""
+    old = session_id(client)
+    expire_session(client, hosts)
+    wait_for(lambda: client.connected and session_id(client) not in (None, old), timeout=30)
+
+
 def owner(zk: KazooClient, path: str) -> int | None:
     stat = zk.exists(path)
     return stat.ephemeralOwner if stat is not None else None
@@ -147,8 +154,7 @@ def test_a_write_after_the_claims_session_is_gone_writes_nothing(
     assert lock_create(client, lock_of(job))
     before = _read(zk, node(job))
     # The session is lost just before the write; the process has a new one at once.
-    expire_session(client, zk_hosts)
-    wait_for(lambda: client.connected and session_id(client) not in (None, claim[1]), timeout=30)
+    new_session(client, zk_hosts)
     if taken:
         assert lock_create(zk, lock_of(job))
     with fenced(gate.fence(client, *claim)), pytest.raises(LockLost):
@@ -185,11 +191,9 @@ def test_estimating_whose_session_went_during_its_step_writes_no_size(
 ) -> None:
     client, gate = own_zk
     job = make_job(zk, CONFIG, state=JobState.ESTIMATING)
-    old = session_id(client)
 
     def lose() -> None:
-        expire_session(client, zk_hosts)
-        wait_for(lambda: client.connected and session_id(client) not in (None, old), timeout=30)
+        new_session(client, zk_hosts)
         assert lock_create(other_zk, lock_of(job))  # the next consumer holds the job now
 
     daemon = SizingThenLosing(zk=client, gate=gate, poll=0.05, batch=1)
@@ -219,9 +223,7 @@ def test_the_release_deletes_only_a_lock_of_the_session_it_is_sent_in(
     job = make_job(zk, CONFIG, state=JobState.ESTIMATING)
     lock = lock_of(job)
     assert lock_create(client, lock)
-    old = session_id(client)
-    expire_session(client, zk_hosts)
-    wait_for(lambda: client.connected and session_id(client) not in (None, old), timeout=30)
+    new_session(client, zk_hosts)
     assert lock_create(other_zk, lock)
     locks.lock_release(client, lock)
     assert owner(zk, lock) == other_zk.client_id[0]
