@@ -369,7 +369,9 @@ class Run:
         else:
             judge.judge_versions(judge.local_versions(self.var / "storage"), self.verdict, self.say)
         judge.judge_failures(jobs, self.verdict, self.say)
-        judge.judge_callbacks(zk, jobs, DepositorRoutes.callbacks, self.verdict, self.say)
+        judge.judge_callbacks(
+            zk, jobs, DepositorRoutes.callbacks, self.verdict, self.say, DepositorRoutes.keys
+        )
         if opts.hostile:
             judge.judge_hostile(jobs, self.var, Sentinel.hits, self.verdict, self.say)
         if self.web is not None:

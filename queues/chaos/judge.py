@@ -285,20 +285,29 @@ def judge_callbacks(
     callbacks: Counter[str],
     verdict: Verdict,
     say: Callable[[str], None],
+    keys: dict[str, set[str]] | None = None,
 ) -> None:
-    """Every Completed job's callback arrived (at least once: a job is Completed only after its
-    receiver answered). How many went more than once is a figure, not a breach: a claim lost
-    while a callback's answer was on its way posts it again (docs/zookeeper-contract-notes.md,
-    "The callback record"); so are the records left behind (one whose deletion met an outage)."""
+    """Every Completed job's callback arrived once as its receiver counts it: by its delivery
+    key (``Idempotency-Key``, docs/daemons.md), one key a Completed job, every post keyed. A post
+    repeated with the same key (a claim lost while the answer was on its way posts it again:
+    docs/zookeeper-contract-notes.md, "The callback record") is a figure, dropped by a receiver
+    that keeps its keys; so are records left behind (one whose deletion met an outage)."""
+    keys = keys or {}
     completed = [jid for jid, job in jobs.items() if job.state == JobState.COMPLETED]
     for jid in sorted(completed):
+        seen = keys.get(jid, set())
         if callbacks[jid] == 0:
             verdict.fail(f"job {jid} Completed without its callback")
+        elif "" in seen:
+            verdict.fail(f"job {jid}: a callback without its delivery key")
+        elif len(seen) > 1:
+            verdict.fail(f"job {jid}: one outcome delivered under {len(seen)} keys")
     repeated = sum(1 for jid in completed if callbacks[jid] > 1)
     left = len(children(zk, CALLBACKS))
+    by_key = sum(len(keys.get(jid, set()) - {""}) for jid in completed)
     say(
-        f"callbacks: {len(completed)} Completed jobs called back, {repeated} more than once "
-        f"({sum(callbacks.values())} posts); {left} callback records left"
+        f"callbacks: {len(completed)} Completed jobs called back, {repeated} posted more than "
+        f"once ({sum(callbacks.values())} posts, {by_key} by key); {left} callback records left"
     )
 
 

@@ -70,10 +70,12 @@ class DepositorRoutes(QuietFiles):
     """The good depositors' files, plus two slow servers: ``/trickle`` sends its body one byte a
     second and ``/slow-headers`` its response headers one byte a second, neither ever finishing
     (until ``stop`` is set at the end of the run); and the profile's callback receiver:
-    ``POST /callback/mc/<jobID>`` (Merritt ingest's form) is counted per job and answered 200."""
+    ``POST /callback/mc/<jobID>`` (Merritt ingest's form) is counted per job, with the delivery
+    keys (``Idempotency-Key``) it carried, and answered 200."""
 
     stop = threading.Event()
     callbacks: Counter[str] = Counter()
+    keys: dict[str, set[str]] = {}  # job ID -> the delivery keys its posts carried ("" none)
     counting = threading.Lock()
 
     def do_POST(self) -> None:
@@ -83,8 +85,10 @@ class DepositorRoutes(QuietFiles):
         if not self.path.startswith(prefix):
             self.send_error(404)
             return
+        jid = self.path[len(prefix) :]
         with self.counting:
-            self.callbacks[self.path[len(prefix) :]] += 1
+            self.callbacks[jid] += 1
+            self.keys.setdefault(jid, set()).add(self.headers.get("Idempotency-Key", ""))
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -148,6 +152,7 @@ def files_server(folder: str, *, port: int = 0) -> Served:
 def depositor_server(folder: str, *, port: int = 0) -> Served:
     DepositorRoutes.stop.clear()
     DepositorRoutes.callbacks.clear()
+    DepositorRoutes.keys.clear()
     return Served(partial(DepositorRoutes, directory=folder), port=port)
 
 

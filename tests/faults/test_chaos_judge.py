@@ -99,19 +99,31 @@ def test_a_job_failed_by_the_database_is_failed_by_the_infrastructure(zk: Any) -
     assert said == ["good jobs failed by the infrastructure: 1"]
 
 
-def test_a_completed_job_without_its_callback_is_a_violation_a_repeat_a_figure(zk: Any) -> None:
-    called, twice, silent = (a_job(zk, f"chaos-{n}") for n in (5, 6, 7))
-    for job in (called, twice, silent):
+def test_a_completed_job_without_its_callback_or_its_key_is_a_violation_a_repeat_a_figure(
+    zk: Any,
+) -> None:
+    called, twice, silent, unkeyed, rekeyed = (a_job(zk, f"chaos-{n}") for n in range(5, 10))
+    for job in (called, twice, silent, unkeyed, rekeyed):
         for state in ("Estimating", "Provisioning", "Downloading", "Processing", "Storing"):
             job = jobs.job_transition(zk, job, state)
         for state in ("Recording", "Notify", "Completed"):
             job = jobs.job_transition(zk, job, state)
-    posts = Counter({called.jid: 1, twice.jid: 2})
+    posts = Counter({called.jid: 1, twice.jid: 2, unkeyed.jid: 1, rekeyed.jid: 2})
+    keys = {
+        called.jid: {f"{called.jid}.0.completed"},
+        twice.jid: {f"{twice.jid}.0.completed"},  # a repeat the receiver drops by its key
+        unkeyed.jid: {""},
+        rekeyed.jid: {f"{rekeyed.jid}.0.completed", f"{rekeyed.jid}.1.completed"},
+    }
     verdict, said = judge.Verdict(), []
-    judge.judge_callbacks(zk, judge.load_jobs(zk, verdict), posts, verdict, said.append)
-    assert verdict.violations == [f"job {silent.jid} Completed without its callback"]
+    judge.judge_callbacks(zk, judge.load_jobs(zk, verdict), posts, verdict, said.append, keys)
+    assert verdict.violations == [
+        f"job {silent.jid} Completed without its callback",
+        f"job {unkeyed.jid}: a callback without its delivery key",
+        f"job {rekeyed.jid}: one outcome delivered under 2 keys",
+    ]
     assert said == [
-        "callbacks: 3 Completed jobs called back, 1 more than once (3 posts); "
+        "callbacks: 5 Completed jobs called back, 2 posted more than once (6 posts, 4 by key); "
         "0 callback records left"
     ]
 
