@@ -281,13 +281,24 @@ if _ssl_header:
 # the messages of several daphne workers. Each worker watches ZooKeeper itself (queues/live/hub.py).
 REDIS_URL = env("REDIS_URL")
 if REDIS_URL:
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # The layer waits up to 5 s for each message; redis-py 8 gives up reading a socket
             # after 5 s by default and the layer then closes every idle page's websocket. A
             # longer read timeout (unless the URL sets its own) keeps idle pages subscribed.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
+            # After a Redis restart each connection pooled before it fails the first command
+            # sent on it, and redis-py's pools retry nothing by default: one retry, which
+            # connects afresh, lets a socket's join, a worker's group send and its wait for
+            # messages go through at once instead of failing once per pooled connection.
+            "CONFIG": {
+                "hosts": [
+                    {"address": REDIS_URL, "socket_timeout": 30, "retry": Retry(NoBackoff(), 1)}
+                ]
+            },
         }
     }
 else:

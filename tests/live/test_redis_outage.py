@@ -117,11 +117,6 @@ class Watched:
         return self.sockets, self.refreshes, self.loads
 
 
-# Failed about every other run (the page not caught up 90 s after Redis came back): each
-# connection the channel layer had pooled before the outage failed one socket's join, and each
-# such failure cost the browser a whole back-off wait. The join is now tried twice and the test
-# passed three runs in a row in a third of the time; the reruns stay until CI has shown that.
-@pytest.mark.flaky(reruns=2)
 def test_a_redis_outage_backs_off_without_reloads_and_the_page_catches_up(
     zk_hosts: str,
     tmp_path: Path,
