@@ -944,10 +944,9 @@ def job_unlock(zk: KazooClient, job: Job) -> None:
 
 
 def job_configuration_update(zk: KazooClient, jid: str, changes: dict[str, Any]) -> dict[str, Any]:
-    """Merge ``changes`` into ``/jobs/JID/configuration`` (version-checked, other keys kept).
-
-    The batch daemon writes a job's ``working_dir`` this way: the folder is named after the job
-    ID, which exists only once the job has been created.
+    """Merge ``changes`` into ``/jobs/JID/configuration`` (version-checked, other keys kept),
+    without the job's lock: an operator's or another client's edit, never a consumer's (the
+    batch consumer writes ``working_dir`` in ``job_create``'s own multi: ``configure``).
     """
     _local_writes.note(paths.jid(jid))
     return json_merge(zk, paths.job_node(jid, "configuration"), changes)

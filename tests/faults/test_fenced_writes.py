@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import pytest
 from daemons.conftest import expire_session, make_job, wait_for
-from daemons.test_batched import CONFIG
+from daemons.test_batched import CONFIG, cycle_until_idle
 from kazoo.client import KazooClient
 
 from queues.daemons.estimating import Estimating
@@ -199,10 +199,7 @@ def test_estimating_whose_session_went_during_its_step_writes_no_size(
     daemon = SizingThenLosing(zk=client, gate=gate, poll=0.05, batch=1)
     daemon.lose = lose
     if batched:
-        loop = JobPipeline(daemon)
-        for _ in range(10):
-            loop.cycle()
-        loop._finish_move()
+        cycle_until_idle(JobPipeline(daemon))
     else:
         assert gate.connected
         daemon.run_once()
