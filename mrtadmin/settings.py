@@ -340,6 +340,12 @@ MRT_WORK_URL = env("MRT_WORK_URL")
 # Base URL of assembled access archives; default: the console's /downloads/.
 MRT_DOWNLOADS_URL = env("MRT_DOWNLOADS_URL")
 MRT_HTTP_TIMEOUT = env_float("MRT_HTTP_TIMEOUT", 30.0)
+# Retry policies of the services outside, over queues/retries.py's defaults (docs/configuration.md):
+# MRT_RETRY_STORAGE="attempts=12 first=30s most=30m within=12h"; checked when a daemon starts.
+MRT_RETRY = {
+    name: env(f"MRT_RETRY_{name.upper()}")
+    for name in ("storage", "inventory", "ezid", "depositor", "callback")
+}
 # A bulk action over more items than this runs in the background with a progress page.
 MRT_BULK_INLINE_MAX = env_int("MRT_BULK_INLINE_MAX", 200)
 MRT_DOWNLOAD_RETRIES = env_int("MRT_DOWNLOAD_RETRIES", 3)

@@ -10,8 +10,11 @@ would add this process's Python and GC figures, which say nothing about the queu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 
+from django.db import DatabaseError
+from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CollectorRegistry, generate_latest
@@ -99,7 +102,30 @@ class QueueCollector(Collector):
         )
         yield from self.cockpit()
         yield from self.backlog()
+        yield from self.retries()
         yield _gauge(ZOOKEEPER_UP, ZOOKEEPER_UP_HELP, {"": 1})
+
+    def retries(self) -> Iterator[Metric]:
+        """Steps given back to be tried again after an outage of a service outside
+        (``queues.retries``), per step, over the last hour of the step history."""
+        from queues.models import StepRecord
+
+        since = int(time.time() // 3600) - 1
+        try:
+            rows = list(
+                StepRecord.objects.filter(hour__gte=since, outcome="retry")
+                .values_list("step")
+                .annotate(n=Count("id"))
+            )
+        except DatabaseError:
+            return  # the step history is away: no figure rather than a wrong one
+        yield _gauge(
+            "mrt_step_retries_last_hour",
+            "steps given back to be tried again after a service outside could not answer, "
+            "in this hour and the last, per step",
+            {step: n for step, n in rows},
+            "step",
+        )
 
     def backlog(self) -> Iterator[Metric]:
         """The overview's backlog ahead (queues/backlog.py)."""

@@ -30,7 +30,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from django.db import close_old_connections
 
-from queues import services, transient
+from queues import retries, services, transient
+from queues.retries import RETRY_KEY
 from queues.states import AccessState, JobState
 from queues.steps.submission import processing_problem
 from queues.zk import paths as zpaths
@@ -53,6 +54,7 @@ from queues.zk.watch import ChangeSignal
 
 from .fetching import depositor_host
 from .pipeline import LOCK_LOST, JobPipeline, LockKeeper, LockLost
+from .retrying import RetryWaits, retry_later
 
 log = logging.getLogger("queues.daemons")
 
@@ -100,9 +102,11 @@ SKIP_MEMORY = 10_000  # items remembered as passed over, per daemon
 
 @dataclass(frozen=True)
 class Stay:
-    """The item stays where it is (it waits for a resource); it is unlocked untouched."""
+    """The item stays where it is (it waits for a resource); it is unlocked untouched.
+    ``outcome``: "waiting", or "retry" when its next try is written on it (``queues.retries``)."""
 
     reason: str = ""
+    outcome: str = "waiting"
 
 
 Step = Next | Stay
@@ -112,7 +116,8 @@ Step = Next | Stay
 class ItemResult:
     id: str
     step: str
-    # ok | held | failed (the step failed the item) | waiting | dropped | skipped (not
+    # ok | held | failed (the step failed the item) | waiting | retry (to be tried again after
+    # an outage of a service outside: queues.retries) | dropped | skipped (not
     # processable here: left untouched)
     outcome: str
     duration: float
@@ -411,7 +416,7 @@ class Daemon(ABC, Generic[T]):
             if backoff.failures and backoff.clear():
                 log.info("%s: working again: the outage it waited for is over", self.name)
         if isinstance(step, Stay):
-            return item, None, self._result(ident, "waiting", started, step.reason)
+            return item, None, self._result(ident, step.outcome, started, step.reason)
         return item, step, None
 
     def moved_result(self, ident: str, step: Next, started: float) -> ItemResult:
@@ -594,6 +599,7 @@ class JobDaemon(Daemon[Job]):
         self.keeper = keeper
         self.strict = strict  # claim exactly in run order (no spreading after lost races)
         self._deferred: set[str] | None = None
+        self.retry_waits = RetryWaits()  # jobs waiting for their next try (``failure``)
 
     def batched(self) -> bool:
         """Whether ``run`` uses the batched loop."""
@@ -613,7 +619,13 @@ class JobDaemon(Daemon[Job]):
 
     def pipeline(self) -> JobPipeline:
         """The batched loop this daemon runs in (when ``batched()``)."""
-        return JobPipeline(self, keeper=self.keeper)
+        pipeline = JobPipeline(self, keeper=self.keeper)
+        pipeline.listing.skip = self.waits_unclaimed
+        return pipeline
+
+    def waits_unclaimed(self, jid: str) -> bool:
+        """Whether to pass ``jid`` over unclaimed, by its ID alone: it waits for its next try."""
+        return self.retry_waits.waits(jid)
 
     def accept(self, job: Job) -> bool:
         """Whether to take this job now (checked under its lock)."""
@@ -621,10 +633,14 @@ class JobDaemon(Daemon[Job]):
 
     def claim(self) -> Job | None:
         if self._claimer is None:
-            self._claimer = JobClaimer(self.zk, self.state, strict=self.strict)
+            self._claimer = JobClaimer(
+                self.zk, self.state, strict=self.strict, skip=self.waits_unclaimed
+            )
         return self._claimer.claim(self._accept)
 
     def _accept(self, job: Job) -> bool:
+        if job.status.raw.get(RETRY_KEY) is not None and self.retry_waits.due_later(job):
+            return False  # another process's wait for a retry: passed over from now on
         # The fingerprint (a hash of the configuration) only for a job passed over before.
         if job.jid in self.skipped and self.passed_over(job.jid, self.fingerprint(job)):
             return False
@@ -644,6 +660,24 @@ class JobDaemon(Daemon[Job]):
             return depositor_host(url) if isinstance(url, str) else ""
         except ValueError:  # not a URL: the step fails the job at once
             return ""
+
+    def failure(self, item: Job, exc: Exception) -> Step:
+        """As ``Daemon.failure``; and when a service outside could not answer now
+        (``queues.retries``), the job is given back to be tried again after a back-off, its
+        next try written on its status, until the service's retry policy is spent. Only then
+        does it go to Failed, with the reason of every try."""
+        outage = retries.outage_of(exc)
+        if outage is None:
+            return super().failure(item, exc)
+        try:
+            again, message, until = retry_later(self.zk, item, self.step, outage, describe(exc))
+        except (Conflict, StaleVersion) as exc2:
+            # The lock or the status changed since the claim: the job is not ours to write.
+            return Stay(f"not tried again: {describe(exc2)}")
+        if not again:
+            return Next(JobState.FAILED, message, error=True)
+        self.retry_waits.note(item.jid, until)
+        return Stay(message, outcome="retry")
 
     def fingerprint(self, item: Job) -> object:
         config = json.dumps(item.configuration, sort_keys=True, default=str).encode()

@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from queues.daemons.base import JobDaemon, Next, Stay, Step
-from queues.daemons.pipeline import JobPipeline
 from queues.daemons.workfolder import job_spec, object_files
 from queues.states import JobState
 from queues.zk.caps import CapGate
@@ -37,12 +36,12 @@ class JobPending(JobDaemon):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.caps = CapGate(self.zk)
-        self._claimer = JobClaimer(self.zk, self.state, strict=self.strict, skip=self.caps.waits)
+        self._claimer = JobClaimer(
+            self.zk, self.state, strict=self.strict, skip=self.waits_unclaimed
+        )
 
-    def pipeline(self) -> JobPipeline:
-        pipeline = super().pipeline()
-        pipeline.listing.skip = self.caps.waits
-        return pipeline
+    def waits_unclaimed(self, jid: str) -> bool:
+        return self.caps.waits(jid) or super().waits_unclaimed(jid)
 
     def accept(self, job: Job) -> bool:
         return self.caps.admit(job.profile, job.jid)

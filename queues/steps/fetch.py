@@ -26,6 +26,7 @@ from urllib.request import url2pathname
 from zlib import error as zlib_error
 
 from queues import transient
+from queues.retries import outage_of, service_at, unavailable
 from queues.steps.checkm import HASH_LENGTHS, filename_problem
 from queues.steps.netpolicy import (
     USER_AGENT as USER_AGENT,  # notify's callbacks send the same User-Agent
@@ -162,7 +163,9 @@ def _retrying(url: str, attempt: Callable[[], T], *, retries: int, backoff: floa
         except _Retry as exc:
             if number >= retries:
                 tries = "attempt" if retries == 0 else f"{retries + 1} attempts"
-                raise DownloadError(url, f"{exc} (gave up after {tries})") from None
+                raise DownloadError(url, f"{exc} (gave up after {tries})") from unavailable(
+                    service_at("depositor", url), str(exc)
+                )
         time.sleep(backoff * 2**number)
         number += 1
 
@@ -502,7 +505,11 @@ def download_all(
         else:
             failures.append(DownloadError(item.url, short_error(error)))
     if failures:
-        raise DownloadsFailed(failures, len(files))
+        # Tried again later (queues.retries) only when every failure was the server's "not
+        # now": one wrong URL among them fails the job at once.
+        outages = [outage_of(f) for f in failures]
+        common = outages[0] if all(outages) else None
+        raise DownloadsFailed(failures, len(files)) from common
     return results
 
 

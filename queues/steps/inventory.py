@@ -6,9 +6,18 @@ from typing import Any, Protocol
 
 import requests
 
+from queues.retries import unavailable
 from queues.steps.erc import Erc
 from queues.steps.fetch import DEFAULT_TIMEOUT
-from queues.steps.merritt_wire import java_urlencode, local_name, merritt_error, service_session
+from queues.steps.merritt_wire import (
+    java_urlencode,
+    local_name,
+    merritt_error,
+    service_session,
+    unavailable_answer,
+)
+
+INVENTORY = "inventory"  # the service's name for its retry policy (queues.retries)
 
 
 class InventoryError(Exception):
@@ -61,9 +70,13 @@ class HttpInventory:
         try:
             response = self.session.request(method, url, timeout=self.timeout, **kwargs)
         except requests.RequestException as exc:
-            raise InventoryError(f"inventory service unreachable at {url}: {exc}") from None
+            raise InventoryError(f"inventory service unreachable at {url}: {exc}") from unavailable(
+                INVENTORY, exc
+            )
         if not response.ok:
-            raise InventoryError(f"inventory service refused {what}: {merritt_error(response)}")
+            raise InventoryError(
+                f"inventory service refused {what}: {merritt_error(response)}"
+            ) from unavailable_answer(INVENTORY, response)
         return response
 
     def record(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Collection
 from urllib.parse import quote_plus
 from xml.etree import ElementTree
@@ -23,10 +24,24 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
+from queues.retries import ServiceUnavailable, http_unavailable
+
 EXC_NAMESPACE = "http://uc3.cdlib.org/ontology/mrt/core/exc"
 # Replies worth asking again for: the service, or a proxy in front of it, is briefly away.
 RETRY_STATUSES = (502, 503, 504)
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+
+
+def unavailable_answer(service: str, response: requests.Response) -> ServiceUnavailable | None:
+    """What a client raises its refusal from when the answer means "not now" (408, 429, 5xx;
+    ``queues.retries``): the job is tried again later instead of failing. None otherwise."""
+    return http_unavailable(
+        service,
+        response.status_code,
+        response.reason or "",
+        response.headers.get("Retry-After"),
+        now=time.time(),
+    )
 
 
 def service_session(

@@ -8,7 +8,10 @@ from urllib.parse import quote, unquote
 
 import requests
 
-from queues.steps.merritt_wire import java_urlencode, service_session
+from queues.retries import is_unavailable_status, unavailable
+from queues.steps.merritt_wire import java_urlencode, service_session, unavailable_answer
+
+EZID = "ezid"  # the service's name for its retry policy (queues.retries)
 
 # NOID's "betanumeric" digits: no vowels (no accidental words) and no "l" (looks like 1).
 XDIGITS = "0123456789bcdfghjkmnpqrstvwxz"
@@ -241,7 +244,9 @@ class EzidMinter:
                 headers={"Content-Type": "text/plain; charset=UTF-8"},
             )
         except requests.RequestException as exc:
-            raise MintError(f"EZID at {self.base_url} unreachable: {exc}") from None
+            raise MintError(f"EZID at {self.base_url} unreachable: {exc}") from unavailable(
+                EZID, exc
+            )
         body = response.content.decode("utf-8", "replace").strip()
         first = body.splitlines()[0] if body else ""
         if first.startswith("error:"):
@@ -249,9 +254,11 @@ class EzidMinter:
             raise EzidRefused(
                 f"EZID refused to {what}: {reason} (HTTP {response.status_code})",
                 response.status_code,
-            )
+            ) from unavailable_answer(EZID, response)
         if not response.ok:
-            raise MintError(f"EZID answered HTTP {response.status_code} to {what}")
+            raise MintError(
+                f"EZID answered HTTP {response.status_code} to {what}"
+            ) from unavailable_answer(EZID, response)
         if not first.startswith("success:"):
             raise MintError(f"EZID answered something unexpected to {what}: {first[:200]!r}")
         return first.removeprefix("success:").split("|", 1)[0].strip()
@@ -276,7 +283,7 @@ class EzidMinter:
             self.update(identifier, metadata)
             return
         except EzidRefused as exc:
-            if exc.status == 401:
+            if exc.status == 401 or is_unavailable_status(exc.status):
                 raise
         url = f"{self.base_url}/id/{quote(identifier, safe=':/')}"
         answered = self._post(

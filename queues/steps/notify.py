@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import quote
 
 from queues.clock import clock_text
+from queues.retries import is_unavailable_status, service_at, unavailable
 from queues.steps.netpolicy import FetchPolicy, FetchRefused, TooSlow, TransferFailed
 
 # How many jobs the queued mail lists by ID; the rest are counted.
@@ -27,7 +28,6 @@ class CallbackError(Exception):
 
 # Merritt's job state, as its ingest formats it for a callback (docs/merritt-services.md).
 JOB_STATE_NAMESPACE = "http://uc3.cdlib.org/ontology/mrt/ingest/job"
-_CALLBACK_STATUSES = (500, 502, 503, 504)
 
 
 def post_callback(
@@ -66,10 +66,14 @@ def post_callback(
             if 200 <= status < 300:
                 return status
             answered, problem = status, f"HTTP {status}"
-            if status not in _CALLBACK_STATUSES:
+            if not is_unavailable_status(status):
                 raise CallbackError(url, problem, status=status)
         if attempt >= retries:
-            raise CallbackError(url, problem, status=answered)
+            # The receiver is away or overloaded: the job's notify step is tried again later
+            # (queues.retries), not failed.
+            raise CallbackError(url, problem, status=answered) from unavailable(
+                service_at("callback", url), problem
+            )
         time.sleep(backoff * 2**attempt)
         attempt += 1
 

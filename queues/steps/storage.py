@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 import requests
 
+from queues.retries import unavailable
 from queues.steps.checkm import OBJECT_MANIFEST, ManifestError, parse_checkm, write_checkm
 from queues.steps.erc import PRODUCER_DIR, SYSTEM_DIR
 from queues.steps.fetch import DEFAULT_TIMEOUT, DownloadError, download_all, fetch_bytes
@@ -37,6 +38,7 @@ from queues.steps.merritt_wire import (
     parse_xml,
     service_session,
     state_fields,
+    unavailable_answer,
 )
 from queues.steps.objectmap import (
     MapFile,
@@ -450,6 +452,7 @@ class HttpStorage:
             # Merritt's storage (and its queue consumer) read the node as an integer.
             raise StorageError(f"storage node {node_id!r} is not a node number")
         self.node_id = node
+        self.service = f"storage node {node}"  # its retry policy and breaker (queues.retries)
         self.timeout = timeout
         self.session = session or service_session(retries=retries)
 
@@ -463,11 +466,13 @@ class HttpStorage:
         try:
             response = self.session.get(manifest_url, timeout=self.timeout)
         except requests.RequestException as exc:
-            raise StorageError(f"storage manifest {manifest_url} unreachable: {exc}") from None
+            raise StorageError(
+                f"storage manifest {manifest_url} unreachable: {exc}"
+            ) from unavailable(self.service, exc)
         if not response.ok:
             raise StorageError(
                 f"storage manifest {manifest_url} unreadable: HTTP {response.status_code}"
-            )
+            ) from unavailable_answer(self.service, response)
         return parse_storage_manifest(manifest_url, response.content)
 
     def stored_as(self, *, ark: str, manifest: StorageManifest) -> StoredVersion | None:
@@ -499,11 +504,15 @@ class HttpStorage:
         try:
             response = self.session.get(url, params={"t": "xml"}, timeout=self.timeout)
         except requests.RequestException as exc:
-            raise StorageError(f"storage service unreachable at {url}: {exc}") from None
+            raise StorageError(f"storage service unreachable at {url}: {exc}") from unavailable(
+                self.service, exc
+            )
         if response.status_code == 404:
             return None
         if not response.ok:
-            raise StorageError(f"storage service refused {url}: {merritt_error(response)}")
+            raise StorageError(
+                f"storage service refused {url}: {merritt_error(response)}"
+            ) from unavailable_answer(self.service, response)
         document = state_fields(response.content)
         if document is None:
             raise StorageError(f"storage answered {url} without a state document")
@@ -516,12 +525,14 @@ class HttpStorage:
                 url, data={"url": manifest_url, "t": "xml"}, timeout=self.timeout
             )
         except requests.RequestException as exc:
-            raise StorageError(f"storage service unreachable at {url}: {exc}") from None
+            raise StorageError(f"storage service unreachable at {url}: {exc}") from unavailable(
+                self.service, exc
+            )
         if not response.ok:
             raise StorageError(
                 f"storage service refused to add {ark} on node {self.node_id}: "
                 f"{merritt_error(response)}"
-            )
+            ) from unavailable_answer(self.service, response)
         version = version_from_response(response.text)
         if version is None:
             raise StorageError(
@@ -535,13 +546,15 @@ class HttpStorage:
         try:
             response = self.session.get(url, timeout=self.timeout)
         except requests.RequestException as exc:
-            raise StorageError(f"storage service unreachable at {url}: {exc}") from None
+            raise StorageError(f"storage service unreachable at {url}: {exc}") from unavailable(
+                self.service, exc
+            )
         if response.status_code == 404:
             raise ObjectNotFound(f"{ark} is not in storage: {merritt_error(response)}")
         if not response.ok:
             raise StorageError(
                 f"storage service refused the manifest of {ark}: {merritt_error(response)}"
-            )
+            ) from unavailable_answer(self.service, response)
         return response.content
 
     def _object_map(self, ark: str, data: bytes) -> ObjectMap:

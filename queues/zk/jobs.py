@@ -16,6 +16,7 @@ from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import ZnodeStat
 
+from queues.retries import RETRY_KEY
 from queues.states import JOB, InvalidTransition, JobState, job_batch_folder, job_resume_target
 
 from . import caps, paths
@@ -98,7 +99,8 @@ def next_status(
 ) -> dict[str, Any]:
     """The status JSON after a move, by the contract's field rules.
 
-    Unknown keys of the old JSON are kept (the console's own old ``resumable`` key excepted).
+    Unknown keys of the old JSON are kept (the console's own old ``resumable`` key and its
+    retry key excepted).
     ``last_successful_status`` records the state left, except that failing/deleting does not
     count as success and leaving Failed/Deleted (a resume or release) keeps the step the job had
     reached. A ``permanent`` failure's message starts with ``NOT_RESUMABLE``.
@@ -115,6 +117,7 @@ def next_status(
         message = NOT_RESUMABLE + message
     raw["message"] = message
     raw.pop(LEGACY_RESUMABLE_KEY, None)
+    raw.pop(RETRY_KEY, None)  # a move ends any wait for a retry, whoever makes it
     return raw
 
 
@@ -937,6 +940,22 @@ def job_acquire(
 ) -> Job | None:
     """Lock and return the first job of ``state`` in priority order, skipping locked ones."""
     return JobClaimer(zk, state, max_age=0, strict=True).claim(accept)
+
+
+def job_retry_later(zk: KazooClient, job: Job, retry: dict[str, Any], message: str) -> Job:
+    """Record on the job, as the holder of its lock, that its step is to be tried again: the
+    status keeps its state and Merritt's keys (``retry_count`` untouched: it counts an
+    operator's resumes), with ``message`` and the console's ``RETRY_KEY`` (``queues.retries``).
+    The job as written; LockLost, Conflict or StaleVersion as ``write_fenced``."""
+    raw = dict(job.status.raw)
+    raw["last_modified"] = now_stamp()
+    raw["message"] = message
+    raw[RETRY_KEY] = retry
+    path = paths.job_node(job.jid, "status")
+    results = write_fenced(zk, job, [Write(path, encode_json(raw), replace=True)], what=path)
+    stat = results[-1]
+    version = stat.version if isinstance(stat, ZnodeStat) else job.status.version + 1
+    return evolve(job, status=Status.from_server(raw, version, int(time.time() * 1000)))
 
 
 def job_unlock(zk: KazooClient, job: Job) -> None:

@@ -40,6 +40,7 @@ FAMILIES = {
     "mrt_work_disk_room_bytes": None,
     "mrt_work_disk_waiting_bytes": None,
     "mrt_zookeeper_up": None,
+    "mrt_step_retries_last_hour": "step",
 }
 
 
@@ -85,6 +86,42 @@ def test_metrics_expose_counts_ages_and_bytes_in_process(client, viewer_token, z
     assert metrics["mrt_index_loading"][()] == 0  # the read index has filled
     # Nothing of the library's default registry (process, GC, platform figures).
     assert not [name for name in metrics if not name.startswith("mrt_")]
+
+
+def test_metrics_count_the_retries_of_the_last_hour_per_step(client, viewer_token, zk):
+    from datetime import UTC, datetime, timedelta
+
+    from queues.models import StepRecord
+
+    now = datetime.now(UTC)
+
+    def record(step: str, outcome: str, when: datetime) -> StepRecord:
+        return StepRecord(
+            kind="job",
+            item_id="jid0000000001",
+            step=step,
+            state="Storing",
+            outcome=outcome,
+            started=when,
+            duration=0.1,
+            hour=int(when.timestamp() // 3600),
+            host="h",
+        )
+
+    StepRecord.objects.bulk_create(
+        [
+            record("storing", "retry", now),
+            record("storing", "retry", now),
+            record("notify", "retry", now),
+            record("storing", "waiting", now),  # a database outage's wait is not a retry
+            record("storing", "retry", now - timedelta(hours=3)),  # too old
+        ]
+    )
+    metrics = scrape(client.get("/metrics", **viewer_token).content.decode())
+    assert metrics["mrt_step_retries_last_hour"] == {
+        (("step", "storing"),): 2,
+        (("step", "notify"),): 1,
+    }
 
 
 def test_metrics_for_a_logged_in_viewer(viewer, zk):

@@ -119,6 +119,10 @@ class StandIn:
         with self.lock:
             self._refusals.append(answer)
 
+    def stop_refusing(self) -> None:
+        with self.lock:
+            self._refusals.clear()
+
     def seen(self, method: str | None = None) -> list[Request]:
         with self.lock:
             return [r for r in self.requests if method is None or r.method == method]

@@ -23,6 +23,7 @@ import signal
 import threading
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
@@ -35,6 +36,7 @@ from queues.daemons.registry import (
     deployment_mode,
     deployment_problems,
 )
+from queues.daemons.retrying import check_policies
 from queues.daemons.runner import Host, tune_collector
 from queues.transient import is_database_outage
 from queues.transient import reason as transient_reason
@@ -75,6 +77,10 @@ class Command(BaseCommand):
             raise CommandError("--threads must be at least 1")
         if options["stop_timeout"] <= 0:
             raise CommandError("--stop-timeout must be positive")
+        try:
+            check_policies()
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
         stop = threading.Event()
         if not options["once"]:
             self._install_signals(stop, options["stop_timeout"])

@@ -1,0 +1,119 @@
+"""The daemons' side of retries (``queues.retries``): the policies from settings, the jobs this
+process passes over until their next try, and the record of a wait on the job.
+
+A job whose step met an outage of a service outside is given back with its next try written
+on its status; every loop that finds it passes it over, unlocked, until then: this process's
+own from ``RetryWaits`` without locking it at all, another process's after one look under the
+lock (``due_later``), after which it too passes it over.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from queues import retries
+from queues.clock import clock_text
+from queues.zk.jobs import job_retry_later
+from queues.zk.records import Job
+
+_policies: dict[str, tuple[str, retries.Policy]] = {}
+_policies_lock = threading.Lock()
+
+
+def setting_name(name: str) -> str:
+    return f"MRT_RETRY_{name.upper()}"
+
+
+def policy_for(service: str) -> retries.Policy:
+    """The retry policy of ``service`` (``retries.policy_name``), as ``MRT_RETRY_<NAME>``
+    sets it over the defaults; ImproperlyConfigured naming the variable when it is malformed."""
+    name = retries.policy_name(service)
+    text = getattr(settings, "MRT_RETRY", {}).get(name, "")
+    with _policies_lock:
+        known = _policies.get(name)
+        if known is not None and known[0] == text:
+            return known[1]
+    try:
+        policy = retries.parse_policy(text, retries.DEFAULT_POLICIES[name])
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{setting_name(name)}: {exc}") from None
+    with _policies_lock:
+        _policies[name] = (text, policy)
+    return policy
+
+
+def check_policies() -> None:
+    """Parse every policy now (a daemon's start): a malformed setting stops it at once."""
+    for name in retries.SERVICES:
+        policy_for(name)
+
+
+class RetryWaits:
+    """Jobs this loop passes over until their next try: jid -> epoch seconds."""
+
+    LIMIT = 100_000
+
+    def __init__(self) -> None:
+        self._until: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def note(self, jid: str, until: float) -> None:
+        with self._lock:
+            if len(self._until) >= self.LIMIT:
+                now = time.time()
+                self._until = {j: t for j, t in self._until.items() if t > now}
+            self._until[jid] = until
+
+    def waits(self, jid: str) -> bool:
+        """Whether ``jid`` is to be passed over now (the listing's skip)."""
+        until = self._until.get(jid)
+        if until is None:
+            return False
+        if until > time.time():
+            return True
+        with self._lock:
+            if self._until.get(jid) == until:
+                del self._until[jid]
+        return False
+
+    def due_later(self, job: Job) -> bool:
+        """Whether ``job`` (read under its lock) waits for a later try; noted if so."""
+        until = retries.next_try(job.status.raw)
+        if until is None or until <= time.time():
+            return False
+        self.note(job.jid, until)
+        return True
+
+
+def when(epoch: float) -> str:
+    return clock_text(datetime.fromtimestamp(epoch, UTC))
+
+
+def retry_later(
+    zk: Any, job: Job, step: str, outage: retries.ServiceUnavailable, reason: str
+) -> tuple[bool, str, float]:
+    """Decide and record the job's next try after ``outage`` (met by ``step``, ``reason``:
+    the step's own words). (True, the waiting message, next try) once written on the job; or
+    (False, the Failed message with every try's reason, 0) when the policy is spent."""
+    policy = policy_for(outage.service)
+    now = time.time()
+    decision = retries.decide(policy, job.status.raw, outage, now=now)
+    if not decision.retry:
+        tries = retries.history_text(decision.reasons, when)
+        message = (
+            f"{step}: {reason} (gave up after {decision.attempt} tries of "
+            f"{outage.service}: {tries})"
+        )
+        return False, message, 0.0
+    message = (
+        f"{step}: waiting to try again, try {decision.attempt + 1} of {decision.attempts} "
+        f"at {when(decision.next_at)}: {reason}"
+    )
+    job_retry_later(zk, job, decision.state, message)
+    return True, message, decision.next_at

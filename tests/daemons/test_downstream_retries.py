@@ -1,0 +1,197 @@
+"""Downstream trouble never fails a job (issue 50): storage, inventory, EZID and a callback
+receiver each answering 503 for longer than one try, then recovering. Every job completes,
+none is ever Failed, the depositor hears nothing before the final outcome; a permanent answer
+fails the job at once; a spent policy fails it with every try's reason."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from queues import retries
+from queues.daemons.retrying import policy_for
+from queues.zk.jobs import job_load, job_transition
+from queues.zk.records import Job
+from tests.steps.merritt_standins import (
+    Answer,
+    CallbackReceiver,
+    EzidStandIn,
+    InventoryStandIn,
+    StorageStandIn,
+    exception_document,
+    running,
+)
+
+from .conftest import DEMO, FileServer, daemon, make_job, wait_for
+from .test_storing_recording import _served
+
+pytestmark = [pytest.mark.django_db, pytest.mark.zookeeper]
+
+FAST = "attempts=6 first=0.2s most=0.4s within=1h"
+STEPS = ["downloading", "processing", "storing", "recording", "notify"]
+
+
+def _unavailable() -> Answer:
+    return Answer(503, b"busy, try later", "text/plain")
+
+
+@pytest.fixture
+def services(settings: Any, profiles: Path) -> Iterator[dict[str, Any]]:
+    settings.MRT_RETRY = {name: FAST for name in retries.SERVICES}
+    with (
+        running(StorageStandIn(nodes=(9501,))) as storage,
+        running(InventoryStandIn()) as inventory,
+        running(EzidStandIn("apitest", "s3cret")) as ezid,
+        running(CallbackReceiver()) as receiver,
+        _served(Path(settings.MRT_WORK_DIR)) as work_url,
+    ):
+        settings.MRT_STORAGE_URL = storage.url
+        settings.MRT_INVENTORY_URL = inventory.url
+        settings.MRT_WORK_URL = work_url
+        settings.MRT_EZID_URL = ezid.url
+        settings.MRT_EZID_USER, settings.MRT_EZID_PASSWORD = "apitest", "s3cret"
+        path = profiles / f"{DEMO}.json"
+        profile = json.loads(path.read_text())
+        profile["storage_node"] = "9501"
+        profile["callback_url"] = receiver.url + "/hook"
+        path.write_text(json.dumps(profile))
+        yield {"storage": storage, "inventory": inventory, "ezid": ezid, "receiver": receiver}
+
+
+def _job(zk: Any, files: FileServer, name: str) -> Job:
+    return make_job(
+        zk,
+        {"payload_url": files.put(name, name * 3), "type": "file", "filename": name},
+        state="Downloading",
+    )
+
+
+class Rounds:
+    """The steps' daemons, each one claim at a time, round after round; every state a job was
+    seen in is kept."""
+
+    def __init__(self, zk: Any) -> None:
+        self.zk = zk
+        self.daemons = [daemon(zk, name) for name in STEPS]
+        self.seen: dict[str, list[str]] = {}
+
+    def until(self, check: Any, jobs: list[Job]) -> None:
+        def one_round() -> bool:
+            for d in self.daemons:
+                d.run_once()
+            for job in jobs:
+                status = job_load(self.zk, job.jid).status
+                states = self.seen.setdefault(job.jid, [])
+                if not states or states[-1] != status.status:
+                    states.append(status.status)
+            return bool(check())
+
+        wait_for(one_round, timeout=120, every=0.05)
+
+
+def test_every_service_answering_503_for_a_while_costs_no_job(
+    zk: Any, files: FileServer, services: dict[str, Any]
+) -> None:
+    storage, inventory, ezid, receiver = (
+        services[k] for k in ("storage", "inventory", "ezid", "receiver")
+    )
+    # Each 503 run outlasts one try: the session's own quick repeats of a GET or a PUT
+    # (three), and the callback's in-request repeats (three posts a try) come and go in it.
+    for stand_in, count in ((ezid, 5), (storage, 5), (inventory, 5), (receiver, 7)):
+        for _ in range(count):
+            stand_in.refuse_next(_unavailable())
+    jobs = [_job(zk, files, f"r{i}.txt") for i in range(3)]
+    rounds = Rounds(zk)
+
+    # While the services are away the jobs wait in their steps, unlocked, their next try on
+    # the job's status.
+    def a_waiting_job() -> Job | None:
+        for job in jobs:
+            found = job_load(zk, job.jid)
+            if retries.RETRY_KEY in found.status.raw:
+                return found
+        return None
+
+    rounds.until(lambda: a_waiting_job() is not None, jobs)
+    held = a_waiting_job()
+    assert held is not None
+    assert "waiting to try again, try 2 of 6" in held.status.message, held.status.message
+    assert held.status.retry_count == 0  # Merritt's count of an operator's resumes, untouched
+    assert zk.exists(f"/jobs/{held.jid}/lock") is None
+
+    rounds.until(lambda: all(job_load(zk, j.jid).state == "Completed" for j in jobs), jobs)
+    for job in jobs:
+        assert "Failed" not in rounds.seen[job.jid], rounds.seen[job.jid]
+        done = job_load(zk, job.jid)
+        assert retries.RETRY_KEY not in done.status.raw
+    # The depositor heard of each job once, when it was done.
+    assert sorted(receiver.received) == sorted(j.jid for j in jobs)
+    for state in receiver.received.values():
+        assert "COMPLETED" in json.dumps(state)
+    # One version a job: a refused add made none.
+    assert len(storage.objects) == len(jobs)
+    assert all(len(obj.versions) == 1 for obj in storage.objects.values())
+
+
+def test_a_permanent_answer_fails_the_job_at_once(
+    zk: Any, files: FileServer, services: dict[str, Any]
+) -> None:
+    storage = services["storage"]
+    storage.refuse_next(exception_document("REQUEST_INVALID", "manifest names no files"))
+    job = _job(zk, files, "p.txt")
+    rounds = Rounds(zk)
+    rounds.until(lambda: job_load(zk, job.jid).state in ("Failed", "Recording"), [job])
+    failed = job_load(zk, job.jid)
+    assert failed.state == "Failed"
+    assert retries.RETRY_KEY not in failed.status.raw
+    assert "manifest names no files" in failed.status.message
+    assert failed.status.message.startswith("storing: ")
+    assert len([r for r in storage.seen("POST") if "/add/" in r.path]) == 1
+
+
+def test_a_spent_policy_fails_the_job_with_every_try(
+    zk: Any, files: FileServer, services: dict[str, Any], settings: Any
+) -> None:
+    settings.MRT_RETRY = {**settings.MRT_RETRY, "storage": "attempts=3 first=0.1s most=0.2s"}
+    storage = services["storage"]
+    for _ in range(40):  # down for good (a try may ask several times)
+        storage.refuse_next(_unavailable())
+    job = _job(zk, files, "s.txt")
+    rounds = Rounds(zk)
+    rounds.until(lambda: job_load(zk, job.jid).state in ("Failed", "Recording"), [job])
+    failed = job_load(zk, job.jid)
+    assert failed.state == "Failed", failed.status.message
+    message = failed.status.message
+    assert "gave up after 3 tries of storage node 9501" in message
+    assert message.count("storage node 9501: HTTP 503") == 3
+    assert not storage.objects
+    storage.stop_refusing()
+    # An operator's resume starts over: the count of resumes rises, the tries are forgotten.
+    resumed = job_transition(zk, failed, "Storing", admin=True, retry=True)
+    assert resumed.status.retry_count == 1 and retries.RETRY_KEY not in resumed.status.raw
+    rounds.until(lambda: job_load(zk, job.jid).state == "Completed", [job])
+
+
+def test_a_retry_after_longer_than_the_back_off_is_honoured(settings: Any) -> None:
+    settings.MRT_RETRY = {"storage": "attempts=5 first=1s most=60s"}
+    now = time.time()
+    outage = retries.http_unavailable("storage node 9501", 503, "Busy", "30", now=now)
+    assert outage is not None and outage.retry_after == 30.0
+    waiting = {"status": "Storing"}
+    policy = policy_for("storage node 9501")
+    decision = retries.decide(policy, waiting, outage, now=now, jitter=1.0)
+    assert decision.retry and decision.next_at == pytest.approx(now + 30.0)
+    # Merritt's library keeps a status's unknown keys through its own moves: a record of the
+    # state before is no wait in the next one, and its tries are not counted there.
+    moved = {"status": "Recording", retries.RETRY_KEY: decision.state}
+    assert retries.next_try(moved) is None
+    assert retries.decide(policy, moved, outage, now=now).attempt == 1
+    assert retries.next_try({**waiting, retries.RETRY_KEY: decision.state}) == pytest.approx(
+        decision.next_at
+    )
+    assert retries.http_unavailable("storage node 9501", 404, "Not Found", now=now) is None
