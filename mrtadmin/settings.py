@@ -342,6 +342,10 @@ MRT_DOWNLOADS_URL = env("MRT_DOWNLOADS_URL")
 MRT_HTTP_TIMEOUT = env_float("MRT_HTTP_TIMEOUT", 30.0)
 # Retry policies of the services outside, over queues/retries.py's defaults (docs/configuration.md):
 # MRT_RETRY_STORAGE="attempts=12 first=30s most=30m within=12h"; checked when a daemon starts.
+# A storage node's breaker (queues/daemons/breakers.py): this many outages in a row within this
+# many seconds hold the node until it answers again.
+MRT_BREAKER_FAILURES = env_int("MRT_BREAKER_FAILURES", 5)
+MRT_BREAKER_WINDOW = env_float("MRT_BREAKER_WINDOW", 60.0)
 MRT_RETRY = {
     name: env(f"MRT_RETRY_{name.upper()}")
     for name in ("storage", "inventory", "ezid", "depositor", "callback")

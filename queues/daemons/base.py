@@ -52,6 +52,7 @@ from queues.zk.locks import ledger_of, lock_create, queue_held
 from queues.zk.records import AccessRequest, Batch, Job
 from queues.zk.watch import ChangeSignal
 
+from .breakers import breakers
 from .fetching import depositor_host
 from .pipeline import LOCK_LOST, JobPipeline, LockKeeper, LockLost
 from .retrying import RetryWaits, retry_later
@@ -411,6 +412,7 @@ class Daemon(ABC, Generic[T]):
                 )
             step = self.failure(item, exc)
         else:
+            self.worked(item)
             backoff = transient.backoff_of(self) if self._backoff is None else self._backoff
             self._backoff = backoff  # looked up once: the batched loop runs thousands a second
             if backoff.failures and backoff.clear():
@@ -418,6 +420,9 @@ class Daemon(ABC, Generic[T]):
         if isinstance(step, Stay):
             return item, None, self._result(ident, step.outcome, started, step.reason)
         return item, step, None
+
+    def worked(self, item: T) -> None:
+        """The step went through for ``item`` (whatever it asked for next)."""
 
     def moved_result(self, ident: str, step: Next, started: float) -> ItemResult:
         outcome = "failed" if step.error else "held" if step.target == JobState.HELD else "ok"
@@ -669,6 +674,7 @@ class JobDaemon(Daemon[Job]):
         outage = retries.outage_of(exc)
         if outage is None:
             return super().failure(item, exc)
+        breakers().failed(self.zk, outage.service, outage.reason)
         try:
             again, message, until = retry_later(self.zk, item, self.step, outage, describe(exc))
         except (Conflict, StaleVersion) as exc2:

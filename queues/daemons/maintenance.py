@@ -18,6 +18,7 @@ from typing import ClassVar
 from queues import audit, services
 from queues.daemons.alert_rules import Context, Finding, rule
 from queues.daemons.base import ItemResult, PeriodicDaemon
+from queues.daemons.breakers import breakers
 from queues.zk.maintenance import Window, due, node_holds, overrun, release_window
 
 log = logging.getLogger("queues.daemons")
@@ -81,10 +82,15 @@ class Maintenance(PeriodicDaemon):
             return False
         started = time.monotonic()
         released = self.sweep()
+        closed = breakers().probe(self.zk)
         self.last = ItemResult(
-            "windows", self.step, "ok", time.monotonic() - started, f"{len(released)} released"
+            "windows",
+            self.step,
+            "ok",
+            time.monotonic() - started,
+            f"{len(released)} released, {len(closed)} breaker(s) closed",
         )
-        return bool(released)
+        return bool(released or closed)
 
     def every(self) -> float:
         return EVERY_SECONDS
@@ -132,7 +138,8 @@ def node_held_rule(ctx: Context, threshold: float) -> list[Finding]:
     return [
         Finding(
             str(n),
-            f"storage node {n} is held: its jobs wait before Storing and Recording",
+            f"storage node {n} is held ({h.reason or 'no reason given'}): its jobs wait before "
+            "Storing and Recording",
             f"held by {h.by or '?'}: {h.reason or 'no reason given'}",
         )
         for n, h in node_holds(ctx.zk).items()

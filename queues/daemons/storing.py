@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
+from queues.daemons.breakers import STORAGE_NODE, breakers
 from queues.states import JobState
 from queues.steps.merritt import parse_store_mode
 from queues.steps.profiles import ProfileError, load_profile
@@ -60,6 +61,11 @@ class Storing(ObjectLockDaemon):
     name: ClassVar[str] = "storing"
     step: ClassVar[str] = "storing"
     state: ClassVar[str] = JobState.STORING
+
+    def worked(self, item: Job) -> None:
+        node = job_store_node(item)
+        if node is not None:
+            breakers().worked(f"{STORAGE_NODE}{node}")
 
     def object_lock(self, ark: str) -> str:
         return zpaths.storage_lock(ark)

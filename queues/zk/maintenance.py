@@ -83,6 +83,28 @@ def node_hold_clear(zk: KazooClient, node: object) -> bool:
     return True
 
 
+def breaker_hold_clear(zk: KazooClient, node: object, *, by: str) -> bool:
+    """Release the hold of ``node`` only if ``by`` placed it (a breaker's, not an operator's
+    hold placed meanwhile): deleted at the version read. False when it is not held, or by
+    someone else, or changed since the read."""
+    path = node_hold_path(node)
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError:
+        return False
+    try:
+        info = decode_json(path, data)
+    except MalformedNode:
+        return False
+    if info.get("by") != by:
+        return False
+    try:
+        zk.delete(path, version=stat.version)
+    except (NoNodeError, BadVersionError):
+        return False
+    return True
+
+
 def node_held(zk: KazooClient, node: object) -> bool:
     """Whether jobs bound for ``node`` wait; a value that is no node number names no hold."""
     try:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from queues import retries
+from queues.daemons import breakers as breaker_module
 from queues.daemons.retrying import policy_for
 from queues.zk.jobs import job_load, job_transition
 from queues.zk.records import Job
@@ -41,8 +42,11 @@ def _unavailable() -> Answer:
 
 
 @pytest.fixture
-def services(settings: Any, profiles: Path) -> Iterator[dict[str, Any]]:
+def services(
+    settings: Any, profiles: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, Any]]:
     settings.MRT_RETRY = {name: FAST for name in retries.SERVICES}
+    monkeypatch.setattr(breaker_module, "_breakers", breaker_module.Breakers())
     with (
         running(StorageStandIn(nodes=(9501,))) as storage,
         running(InventoryStandIn()) as inventory,
@@ -84,6 +88,7 @@ class Rounds:
         def one_round() -> bool:
             for d in self.daemons:
                 d.run_once()
+            breaker_module.breakers().probe(self.zk)  # the maintenance daemon's probe
             for job in jobs:
                 status = job_load(self.zk, job.jid).status
                 states = self.seen.setdefault(job.jid, [])
@@ -195,3 +200,52 @@ def test_a_retry_after_longer_than_the_back_off_is_honoured(settings: Any) -> No
         decision.next_at
     )
     assert retries.http_unavailable("storage node 9501", 404, "Not Found", now=now) is None
+
+
+def test_a_storage_node_that_keeps_failing_is_held_by_its_breaker_until_it_answers(
+    zk: Any, files: FileServer, services: dict[str, Any], settings: Any
+) -> None:
+    from queues.daemons.alerting import Evaluator
+    from queues.daemons.breakers import BREAKER, breakers
+    from queues.models import AuditEntry
+    from queues.zk.maintenance import node_holds
+    from tests.alerts.conftest import a_moment, only
+
+    settings.MRT_BREAKER_FAILURES = 3
+    settings.MRT_BREAKER_WINDOW = 600.0
+    only("node-held", quiet_seconds=0.0, threshold=0.0)
+    storage = services["storage"]
+    for _ in range(200):
+        storage.refuse_next(_unavailable())
+    jobs = [_job(zk, files, f"b{i}.txt") for i in range(4)]
+    rounds = Rounds(zk)
+    rounds.until(lambda: 9501 in node_holds(zk), jobs)
+    hold = node_holds(zk)[9501]
+    assert hold.by == BREAKER
+    assert hold.reason.startswith("breaker: 3 x 503 from node 9501 in ")
+    [fired] = Evaluator(name="breaker").evaluate(zk=zk, now=a_moment())
+    assert "storage node 9501 is held" in fired and "breaker: 3 x 503" in fired
+    # While the breaker is open the node's jobs wait, unclaimed, and none fails.
+    asked = len(storage.requests)
+    for _ in range(5):
+        for d in rounds.daemons:
+            d.run_once()
+    assert all(job_load(zk, j.jid).state == "Storing" for j in jobs)
+    assert not any(zk.exists(f"/jobs/{j.jid}/lock") for j in jobs)
+    assert len(storage.requests) == asked  # nothing asked of the held node
+
+    # A probe while the node still answers 503 keeps it held; once it answers, the breaker
+    # closes by itself and every job completes.
+    start = time.monotonic()
+    assert breakers().probe(zk, now=start) == []  # the first probe is 5 s away
+    assert breakers().probe(zk, now=start + 6) == [] and 9501 in node_holds(zk)
+    assert len(storage.requests) == asked + 1  # the probe, and nothing else
+    storage.stop_refusing()
+    assert breakers().probe(zk, now=start + 12) == []  # the next one is 10 s after the last
+    assert breakers().probe(zk, now=start + 17) == [9501]
+    assert 9501 not in node_holds(zk)
+    rounds.until(lambda: all(job_load(zk, j.jid).state == "Completed" for j in jobs), jobs)
+    for job in jobs:
+        assert "Failed" not in rounds.seen[job.jid]
+    entries = AuditEntry.objects.filter(kind="node", item_id="9501", via="daemon")
+    assert sorted(e.action for e in entries) == ["hold", "release"]
