@@ -9,8 +9,9 @@ that never answer a HEAD: half trickle their response headers one byte a second 
 
 The jobs (single files, one batch per 100) are made in Pending first, then moved into
 Estimating one after another at ``--rate`` jobs a second, the hostile ones spread evenly among
-the good ones, as Pending hands them over in a running queue. A job's wait is from its move
-into Estimating to its entry leaving the Estimating folder (seen by a watch on the folder). The
+the good ones, as Pending hands them over in a running queue. A job's wait is from just before
+its move into Estimating to the creation of its entry in the Provisioning folder (ZooKeeper's
+clock, this machine's: the server runs here). The
 same run without the hostile URLs comes first, then with them, ``--rounds`` times each; the
 figures are the good jobs' waits: median, p90, max, and how many waited over 1 s and over 30 s,
 and the ratio of the medians with and without, flagged over 2x.
@@ -24,7 +25,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,50 +129,33 @@ def consumer(target: str, var: Path, log: Path) -> Iterator[subprocess.Popen]:
 
 
 class Departures:
-    """When each job's entry left the Estimating folder, from a watch on the folder (a plain
-    kazoo client of its own: nothing of the project's between the server and the times)."""
+    """When each job left Estimating: the creation time of its entry in the Provisioning folder,
+    made in the move that deleted its Estimating entry (ZooKeeper's clock, which is this
+    machine's: the server runs here)."""
 
-    def __init__(self, target: str) -> None:
-        from kazoo.client import KazooClient
-        from kazoo.recipe.watchers import ChildrenWatch
-
+    def __init__(self, zk: Any) -> None:
         from queues.zk import paths as zpaths
 
-        self.zk = KazooClient(hosts=target)
-        self.zk.start(30)
-        self.lock = threading.Lock()
-        self.seen: set[str] = set()
-        self.left: dict[str, float] = {}
-        self.changed = threading.Event()
-        folder = zpaths.job_state_folder("Estimating")
-        self.zk.ensure_path(folder)  # a watch on a folder not there yet would never fire
-        ChildrenWatch(self.zk, folder, self._children)
+        self.zk = zk
+        self.folder = zpaths.job_state_folder("Provisioning")
 
-    def close(self) -> None:
-        self.zk.stop()
-        self.zk.close()
+    def left(self, jids: set[str]) -> dict[str, float]:
+        """jid -> when it left Estimating (time.time() seconds), for those of ``jids`` gone."""
+        names = {n.rpartition("-")[2]: n for n in self.zk.get_children(self.folder)}
+        found = {}
+        for jid in jids & names.keys():
+            stat = self.zk.exists(f"{self.folder}/{names[jid]}")
+            if stat is not None:
+                found[jid] = stat.ctime / 1000
+        return found
 
-    def _children(self, names: list[str]) -> None:
-        now = time.monotonic()
-        present = {name.rpartition("-")[2] for name in names}
-        with self.lock:
-            for jid in self.seen - present:
-                self.left.setdefault(jid, now)
-            self.seen |= present
-        self.changed.set()
-
-    def arrived(self, jid: str) -> None:
-        with self.lock:
-            self.seen.add(jid)
-
-    def wait_gone(self, jids: list[str], timeout: float) -> bool:
+    def wait_gone(self, jids: set[str], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with self.lock:
-                if all(j in self.left for j in jids):
-                    return True
-            self.changed.wait(0.5)
-            self.changed.clear()
+            names = {n.rpartition("-")[2] for n in self.zk.get_children(self.folder)}
+            if jids <= names:
+                return True
+            time.sleep(0.5)
         return False
 
 
@@ -211,11 +194,11 @@ def run_once(
         warm = _pending_jobs(zk, [good[0]])  # the consumer is up once this one has left
         made = _pending_jobs(zk, order)
         hostile_jids = {job.jid for job, url in zip(made, order, strict=True) if url in bad}
-        departures = Departures(target)
-        with contextlib.closing(departures), consumer(target, var, log):
-            departures.arrived(warm[0].jid)
+        departures = Departures(zk)
+        zk.ensure_path(departures.folder)
+        with consumer(target, var, log):
             job_transition(zk, warm[0], "Estimating")
-            if not departures.wait_gone([warm[0].jid], 120):
+            if not departures.wait_gone({warm[0].jid}, 120):
                 raise BenchError(f"the consumer took no job within 120 s (see {log})")
             arrived: dict[str, float] = {}
             began = time.monotonic()
@@ -223,15 +206,14 @@ def run_once(
                 pause = began + n / rate - time.monotonic() if rate else 0
                 if pause > 0:
                     time.sleep(pause)
-                departures.arrived(job.jid)
-                arrived[job.jid] = time.monotonic()  # the entry is made during the call
+                arrived[job.jid] = time.time()  # its entry is made during the call
                 job_transition(zk, job, "Estimating")
-            good_jids = [j for j in arrived if j not in hostile_jids]
+            good_jids = {j for j in arrived if j not in hostile_jids}
             if not departures.wait_gone(good_jids, SETTLE):
                 raise BenchError(f"good jobs still in Estimating after {SETTLE:.0f} s")
-            departures.wait_gone(list(hostile_jids), 120)
-        with departures.lock:
-            waits = {j: departures.left[j] - t for j, t in arrived.items() if j in departures.left}
+            departures.wait_gone(hostile_jids, 120)
+        left = departures.left(set(arrived))
+        waits = {j: left[j] - t for j, t in arrived.items() if j in left}
         return (
             {j: w for j, w in waits.items() if j not in hostile_jids},
             {j: w for j, w in waits.items() if j in hostile_jids},
