@@ -53,7 +53,7 @@ from queues.zk.records import AccessRequest, Batch, Job
 from queues.zk.watch import ChangeSignal
 
 from .breakers import breakers
-from .fetching import depositor_host
+from .fetching import depositor_server
 from .pipeline import LOCK_LOST, JobPipeline, LockKeeper, LockLost
 from .retrying import RetryWaits, retry_later
 
@@ -658,11 +658,11 @@ class JobDaemon(Daemon[Job]):
 
     def server_of(self, item: Job) -> str:
         """The server outside that the job's step waits on (``steps_elsewhere``): by default
-        the depositor's host as the payload URL names it (``depositor_host``; not resolved, so
-        the loop's thread makes no lookup)."""
+        the depositor's host and port as the payload URL names them (``depositor_server``; not
+        resolved, so the loop's thread makes no lookup)."""
         url = item.configuration.get("payload_url")
         try:
-            return depositor_host(url) if isinstance(url, str) else ""
+            return depositor_server(url) if isinstance(url, str) else ""
         except ValueError:  # not a URL: the step fails the job at once
             return ""
 
@@ -684,6 +684,12 @@ class JobDaemon(Daemon[Job]):
             return Next(JobState.FAILED, message, error=True)
         self.retry_waits.note(item.jid, until)
         return Stay(message, outcome="retry")
+
+    def slow_key(self, item: Job) -> str:
+        """What the job's step asks of its server (``steps_elsewhere``), by which its slowness
+        is judged apart from the server's other jobs': by default the payload URL."""
+        url = item.configuration.get("payload_url")
+        return url if isinstance(url, str) else ""
 
     def fingerprint(self, item: Job) -> object:
         config = json.dumps(item.configuration, sort_keys=True, default=str).encode()

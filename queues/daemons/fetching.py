@@ -10,7 +10,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
-from queues.steps.netpolicy import FetchPolicy, FetchRefused, TransferFailed, connect_key
+from queues.steps.netpolicy import (
+    DEFAULT_PORTS,
+    FetchPolicy,
+    FetchRefused,
+    TransferFailed,
+    connect_key,
+)
 
 # How long a host's resolved address is reused for the cap: a job passed over is asked about
 # again on every claim, and a DNS query each time would cost more than the answer is worth.
@@ -21,6 +27,18 @@ _ADDRESS_ENTRIES = 4096
 def depositor_host(url: str) -> str:
     """The host a payload URL names, lowercased ("" for file:// URLs)."""
     return (urlsplit(url).hostname or "").lower()
+
+
+def depositor_server(url: str) -> str:
+    """The server a payload URL names: its host, lowercased, and port (the scheme's when none
+    is written), as ``host:port`` ("" for file:// URLs). Two ports of one host are two servers.
+    ValueError when the port is not one."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if not host:
+        return ""
+    port = parts.port or DEFAULT_PORTS.get(parts.scheme.lower(), 0)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class ServerKeys:

@@ -50,6 +50,8 @@ class Notify(JobDaemon):
     def server_of(self, item: Job) -> str:
         return f"callback of {item.profile}"  # the collection's receiver
 
+    slow_key = server_of  # one URL a receiver: its slowness is its server's
+
     def work(self, item: Job) -> Step:
         try:
             profile = load_profile(item.profile)

@@ -105,13 +105,27 @@ IDLE_MIN = 0.05  # s a loop left with other loops' entries only waits at least
 # (``JobDaemon.steps_elsewhere``) may have there; at that many it claims no more until some
 # have ended.
 STEPS_AT_ONCE = 2
-STEP_THREADS = 4  # threads a loop's steps run in (one server's jobs in one at a time)
-# A server with one job's step under way for SERVER_SLOW s is slow: its tasks not begun are
-# given back, its jobs are passed over for SERVER_SLOW_PAUSE s, and its task under way no longer
-# counts against the loop's room, so a server that does not answer holds up its own task's
-# jobs only.
+STEP_THREADS = 4  # threads a loop's lanes run in (one server's jobs in one at a time)
+# Slowness is judged per step, per URL and per server (``_note_slow_steps``):
+# - a step of a server's lane under way longer than that server's steps take (ASIDE_PACE times
+#   the median of its last PACE_STEPS steps, at least ASIDE_MIN s, at most SERVER_SLOW) is set
+#   aside: it goes on in a thread of its own and the lane goes on without it, unless the loop
+#   has ASIDE_AT_ONCE steps set aside already or ASIDE_IN_A_ROW of that server's steps were set
+#   aside one after another with none of its steps ending in its lane between;
+# - a step under way for SERVER_SLOW s makes its URL slow (``JobDaemon.slow_key``): that URL's
+#   jobs are passed over for SERVER_SLOW_PAUSE s;
+# - a step under way for SERVER_SLOW s in its lane (not set aside: the server's other steps did
+#   not answer either) makes its server slow: the server's tasks not begun are given back, its
+#   jobs are passed over for SERVER_SLOW_PAUSE s, and its task under way no longer counts
+#   against the loop's room, so a server that does not answer holds up its own task's jobs only.
 SERVER_SLOW = 10.0
 SERVER_SLOW_PAUSE = 30.0
+ASIDE_MIN = 0.25
+ASIDE_PACE = 8.0
+PACE_STEPS = 15
+ASIDE_AT_ONCE = 8  # threads a loop has beside its lanes' for the steps set aside
+ASIDE_IN_A_ROW = 2
+WATCH_EVERY = 0.05  # s between the step watch's looks while steps are under way
 # s a job whose step raised (a bug, not an outage: those wait in the step) is passed over
 STEP_ERROR_PAUSE = 60.0
 AHEAD = 2  # batches whose requests are under way while the loop works on an earlier one
@@ -235,16 +249,93 @@ class Outgoing:
 Stepped = tuple[Job, "Next | None", "ItemResult | None"]  # what ``run_step`` gives
 
 
-@dataclass
+@dataclass(eq=False)
 class Stepping:
-    """A batch's jobs of one server, whose steps run in the loop's step threads: each job's
-    ``run_step``, or the exception it raised, in the order of ``works``."""
+    """A batch's jobs of one server, whose steps run in the loop's step threads, one after
+    another: each job's ``run_step``, or the exception it raised, in the order of ``works``.
+
+    The step thread and the loop share it under ``lock``: the step thread begins ``works[n]``
+    with ``n = len(done)`` and appends its outcome to ``done``; the loop may cut the task while
+    a step is under way (``JobPipeline._set_aside``), leaving that step alone in ``works``."""
 
     server: str
     works: list[Work]
     holding: Holding
     future: Future[list[Stepped | Exception]] = field(init=False)
     began: float | None = None  # when the step under way began (set by the step thread)
+    done: list[Stepped | Exception] = field(default_factory=list)
+    # What the loop made of the step under way already: 0 nothing, 1 looked whether to set it
+    # aside, 2 judged its URL (and maybe server) slow. The step thread sets 0 as a step begins.
+    looked: int = 0
+    aside: bool = False  # its one step set aside: its server's lane goes on without it
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class SlowMarks:
+    """Servers and URLs found slow, each until a time (the loop marks them, step threads read
+    them)."""
+
+    LIMIT = 4096  # marks kept at most; expired ones go first
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._until: dict[str, float] = {}
+
+    def mark(self, key: str, seconds: float) -> None:
+        moment = time.monotonic()
+        with self._lock:
+            if len(self._until) >= self.LIMIT:
+                for gone in [k for k, until in self._until.items() if until <= moment]:
+                    del self._until[gone]
+            self._until[key] = moment + seconds
+
+    def slow(self, key: str) -> bool:
+        with self._lock:
+            return self._until.get(key, 0.0) > time.monotonic()
+
+
+class Paces:
+    """How long each server's steps took lately, and how many of its steps were set aside in a
+    row (step threads write, the loop and the step watch read)."""
+
+    LIMIT = 1024  # servers remembered at most, the longest unheard of forgotten first
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._took: collections.OrderedDict[str, collections.deque[float]] = (
+            collections.OrderedDict()
+        )
+        self._in_a_row: dict[str, int] = {}
+
+    def ended(self, server: str, seconds: float, *, aside: bool) -> None:
+        """A step of ``server`` ended after ``seconds``; ``aside``: it had been set aside."""
+        with self._lock:
+            took = self._took.get(server)
+            if took is None:
+                if len(self._took) >= self.LIMIT:
+                    old, _ = self._took.popitem(last=False)
+                    self._in_a_row.pop(old, None)
+                took = self._took[server] = collections.deque(maxlen=PACE_STEPS)
+            else:
+                self._took.move_to_end(server)
+            took.append(seconds)
+            if not aside:
+                self._in_a_row.pop(server, None)
+
+    def aside_after(self, server: str) -> float:
+        """How long a step of ``server`` may be under way before it is set aside."""
+        with self._lock:
+            took = sorted(self._took.get(server, ()))
+        usual = took[len(took) // 2] if took else 0.0
+        return min(SERVER_SLOW, max(ASIDE_MIN, ASIDE_PACE * usual))
+
+    def may_set_aside(self, server: str) -> bool:
+        with self._lock:
+            return self._in_a_row.get(server, 0) < ASIDE_IN_A_ROW
+
+    def set_aside(self, server: str) -> None:
+        with self._lock:
+            self._in_a_row[server] = self._in_a_row.get(server, 0) + 1
 
 
 class NotStepped(Exception):
@@ -333,7 +424,15 @@ class JobPipeline:
         self.steps: SerialByKey | None = None
         self.stepping: list[Stepping] = []
         self._giving_up = False  # steps not begun yet are not begun (``_finish_stepping``)
-        self._slow_until: dict[str, float] = {}  # slow servers (``_note_slow_servers``)
+        self.marks = SlowMarks()  # slow servers and URLs (``_note_slow_steps``)
+        self.paces = Paces()  # how long each server's steps take
+        # The steps under way in the step threads, for the step watch (``_watch_steps``), which
+        # wakes the loop when one of them is due a look.
+        self._watched: set[Stepping] = set()
+        self._watched_lock = threading.Lock()
+        self._watching = threading.Event()  # set while steps are in the step threads
+        self._watch_stop = threading.Event()
+        self._watch_thread: threading.Thread | None = None
         self.pending: collections.deque[Outgoing] = collections.deque()  # sent, not worked on
         # Claims sent again after a failed claim multi, oldest first.
         self.retries: collections.deque[tuple[PendingRetry, Holding]] = collections.deque()
@@ -479,7 +578,12 @@ class JobPipeline:
             "%s: started (batched, %d a claim, poll %.1fs)", daemon.name, self.batch, daemon.poll
         )
         if daemon.steps_elsewhere and self.steps is None:
-            self.steps = SerialByKey(STEP_THREADS, f"{daemon.name}-step")
+            self.steps = SerialByKey(STEP_THREADS, f"{daemon.name}-step", aside=ASIDE_AT_ONCE)
+            self._watch_stop.clear()
+            self._watch_thread = threading.Thread(
+                target=self._watch_steps, name=f"{daemon.name}-step-watch", daemon=True
+            )
+            self._watch_thread.start()
         if self.keeper is not None:
             self.keeper.register(self)
         self._watch = ChangeSignal(self.zk, zpaths.job_state_folder(daemon.state), self.wake)
@@ -540,6 +644,11 @@ class JobPipeline:
         if self.steps is not None:
             self.steps.shutdown()  # every step has ended (``_close`` waited for them)
             self.steps = None
+        if self._watch_thread is not None:
+            self._watch_stop.set()
+            self._watching.set()
+            self._watch_thread.join()
+            self._watch_thread = None
         log.info("%s: stopped", self.daemon.name)
 
     def _idle(self, stop: threading.Event, seconds: float) -> None:
@@ -611,7 +720,7 @@ class JobPipeline:
         daemon = self.daemon
         self.waits_for = None
         self._finish_move(wait=False)
-        self._note_slow_servers()
+        self._note_slow_steps()
         self._finish_stepping(wait=False)
         self._finish_completions(wait=False)
         self._absorb()
@@ -772,54 +881,171 @@ class JobPipeline:
                     upstream.wake.set()  # room again for the jobs it moves here
 
     def _stepping_jobs(self) -> int:
-        """Jobs in the step threads, but a slow server's (``_note_slow_servers``)."""
-        return sum(len(s.works) for s in self.stepping if not self._slow(s.server))
+        """Jobs in the step threads, but those of a step set aside or of a slow server's task
+        (``_note_slow_steps``)."""
+        return sum(
+            len(s.works) for s in self.stepping if not s.aside and not self.marks.slow(s.server)
+        )
 
     def _step_elsewhere(self, works: list[Work], now: Holding) -> None:
-        """Hand the steps of a batch's jobs to the step threads, one task a server (a slow
-        server's jobs are given back and passed over); a later cycle sends their moves."""
+        """Hand the steps of a batch's jobs to the step threads, one task a server (the jobs of
+        a slow server or URL are given back and passed over); a later cycle sends their
+        moves."""
         assert self.steps is not None
         servers: dict[str, list[Work]] = {}
+        passed: list[tuple[Work, Stepped | Exception]] = []
         for work in works:
-            servers.setdefault(self.daemon.server_of(work.job), []).append(work)
+            server = self.daemon.server_of(work.job)
+            why = self._passed_over(server, work)
+            if why is not None:
+                passed.append((work, why))
+            else:
+                servers.setdefault(server, []).append(work)
+        if passed:
+            self._move_stepped([w for w, _ in passed], [why for _, why in passed], now)
         for server, group in servers.items():
-            if self._slow(server):
-                self._move_stepped(group, [self._not_stepped(server) for _ in group], now)
-                continue
-            stepping = Stepping(server, group, now)
-            stepping.future = self.steps.submit(server, partial(self._steps_elsewhere, stepping))
-            self.stepping.append(stepping)
-            stepping.future.add_done_callback(self._stepped)
+            self._submit(Stepping(server, group, now))
 
-    def _slow(self, server: str) -> bool:
-        return self._slow_until.get(server, 0.0) > time.monotonic()
+    def _submit(self, stepping: Stepping, *, first: bool = False) -> None:
+        """Run ``stepping``'s steps in its server's lane (``first``: before its tasks not begun)."""
+        assert self.steps is not None
+        stepping.future = self.steps.submit(
+            stepping.server, partial(self._steps_elsewhere, stepping), first=first
+        )
+        self.stepping.append(stepping)
+        with self._watched_lock:
+            self._watched.add(stepping)
+        self._watching.set()
+        stepping.future.add_done_callback(self._stepped)
 
-    def _not_stepped(self, server: str) -> NotStepped:
-        if self._slow(server):
+    def _passed_over(self, server: str, work: Work) -> NotStepped | None:
+        """Why ``work``'s step is not begun now: its server or its URL is slow (``pause``: how
+        long the job is passed over)."""
+        if self.marks.slow(server):
             return NotStepped(f"{server or 'its server'} is slow", SERVER_SLOW_PAUSE)
-        return NotStepped("not started")
+        url = self.daemon.slow_key(work.job)
+        if url and self.marks.slow(url):
+            return NotStepped(f"{url} is slow", SERVER_SLOW_PAUSE)
+        return None
 
-    def _note_slow_servers(self) -> None:
-        """Mark a server slow whose job's step has been under way for SERVER_SLOW s, until
-        SERVER_SLOW_PAUSE s later: its tasks not begun are cancelled (their jobs given back by
-        ``_finish_stepping``), and the task under way goes on with its jobs one by one."""
+    def _not_stepped(self, server: str, work: Work) -> NotStepped:
+        return self._passed_over(server, work) or NotStepped("not started")
+
+    def _note_slow_steps(self) -> None:
+        """Look at the steps under way in the step threads (see SERVER_SLOW): set aside those
+        that take longer than their server's steps usually do, and mark slow the URL of a step
+        under way for SERVER_SLOW s, and its server too when the step is still in its lane. A
+        slow server's tasks not begun are cancelled (their jobs given back by
+        ``_finish_stepping``), and its task under way goes on with its jobs one by one."""
         moment = time.monotonic()
-        for server in [s for s, until in self._slow_until.items() if until <= moment]:
-            del self._slow_until[server]
-        for stepping in self.stepping:
-            began = stepping.began
-            if began is None or moment - began < SERVER_SLOW or self._slow(stepping.server):
+        for stepping in list(self.stepping):
+            with stepping.lock:
+                began, looked = stepping.began, stepping.looked
+                if began is None or looked >= 2:
+                    continue
+                work = stepping.works[len(stepping.done)]
+            server = stepping.server
+            url = self.daemon.slow_key(work.job)
+            if looked == 0 and moment - began >= self.paces.aside_after(server):
+                # Where the URL is the server's only one (a callback's receiver), its other
+                # jobs would wait on the same answer: the step is not set aside.
+                self._set_aside(stepping, began, allowed=url != server)
+            if moment - began < SERVER_SLOW:
+                continue
+            with stepping.lock:
+                if stepping.began != began:
+                    continue  # that step ended meanwhile
+                stepping.looked = 2
+                aside = stepping.aside
+            if url and not self.marks.slow(url):
+                log.warning(
+                    "%s: %s has not answered a step for %.0f s: its jobs are passed over for "
+                    "%.0f s",
+                    self.daemon.name,
+                    url,
+                    moment - began,
+                    SERVER_SLOW_PAUSE,
+                )
+                self.marks.mark(url, SERVER_SLOW_PAUSE)
+            if aside or self.marks.slow(server):
                 continue
             log.warning(
                 "%s: %s has not answered a step for %.0f s: its other jobs are passed over",
                 self.daemon.name,
-                stepping.server or "a server",
+                server or "a server",
                 moment - began,
             )
-            self._slow_until[stepping.server] = moment + SERVER_SLOW_PAUSE
+            self.marks.mark(server, SERVER_SLOW_PAUSE)
             for queued in self.stepping:
-                if queued.server == stepping.server:
+                if queued.server == server:
                     queued.future.cancel()  # those not begun
+
+    def _set_aside(self, stepping: Stepping, began: float, *, allowed: bool) -> None:
+        """Let the lane of ``stepping``'s server go on without its step under way (begun at
+        ``began``), when the loop and the server allow (see SERVER_SLOW): the jobs whose steps
+        ended before it move on now, those after it form a task of their own at the head of the
+        lane, and the step goes on alone in its thread."""
+        assert self.steps is not None
+        server = stepping.server
+        allowed = (
+            allowed and self.steps.aside() < ASIDE_AT_ONCE and self.paces.may_set_aside(server)
+        )
+        with stepping.lock:
+            if stepping.began != began or stepping.looked > 0:
+                return  # that step ended meanwhile
+            stepping.looked = 1
+            if not allowed:
+                return
+            at = len(stepping.done)
+            ended, outcomes = stepping.works[:at], list(stepping.done)
+            rest = stepping.works[at + 1 :]
+            stepping.works = [stepping.works[at]]
+            stepping.done.clear()
+        if rest:
+            self._submit(Stepping(server, rest, stepping.holding), first=True)
+        with stepping.lock:
+            stepping.aside = True
+        if not self.steps.set_aside(server, stepping.future):
+            # The step ended meanwhile: its lane goes on with the rest, as it would have.
+            with stepping.lock:
+                stepping.aside = False
+            if ended:
+                self._move_stepped(ended, outcomes, stepping.holding)
+            return
+        self.paces.set_aside(server)
+        log.info(
+            "%s: a step on %s under way for %.1f s is set aside; the server's other jobs go on",
+            self.daemon.name,
+            server or "a server",
+            time.monotonic() - began,
+        )
+        if ended:
+            self._move_stepped(ended, outcomes, stepping.holding)
+
+    def _watch_steps(self) -> None:
+        """The step watch's thread: while steps are in the step threads, wake the loop when one
+        is due a look (``_note_slow_steps``), so that a loop waiting for its poll sets a slow
+        step aside in time. It only reads; the loop does the rest."""
+        signalled: tuple[int, float, int] | None = None
+        while not self._watch_stop.is_set():
+            self._watching.wait()
+            with self._watched_lock:
+                watched = list(self._watched)
+                if not watched:
+                    self._watching.clear()
+                    continue
+            moment = time.monotonic()
+            for stepping in watched:
+                with stepping.lock:
+                    began, looked = stepping.began, stepping.looked
+                if began is None or looked >= 2:
+                    continue
+                due = SERVER_SLOW if looked else self.paces.aside_after(stepping.server)
+                if moment - began >= due and signalled != (id(stepping), began, looked):
+                    signalled = (id(stepping), began, looked)
+                    self.wake.set()
+                    break
+            self._watch_stop.wait(WATCH_EVERY)
 
     def _under_way(self) -> int:
         """Jobs of the batches sent and of the moves not collected yet."""
@@ -859,6 +1085,7 @@ class JobPipeline:
         for retry, _holding in self.retries:
             jids.update(p.jid for picks, _answer in retry.answers for p in picks)
         self.inflight.clear()
+        self._unwatch(self.stepping)
         self.stepping.clear()
         self.pending.clear()
         self.retries.clear()
@@ -955,34 +1182,52 @@ class JobPipeline:
         work.taker = taker
         return True
 
-    def _steps(
-        self, works: list[Work], holding: Holding, stepping: Stepping | None = None
-    ) -> list[Stepped | Exception]:
+    def _steps(self, works: list[Work], holding: Holding) -> list[Stepped | Exception]:
         """A batch's steps, one after another: what each ``run_step`` gave, or the exception
         it raised, in its place. ``holding``: the session the jobs' locks were taken in, which
-        fences the steps' writes. ``stepping``: the task in the step threads they are (then a
-        loop giving its jobs up begins no more of them)."""
+        fences the steps' writes."""
         claim = (holding.generation, holding.session)
         stepped: list[Stepped | Exception] = []
         for work in works:
-            if stepping is not None:
-                if self._giving_up:
-                    stepped.append(self._not_stepped(stepping.server))
-                    continue
-                stepping.began = time.monotonic()
             try:
                 stepped.append(self.daemon.run_step(work.job, work.started, claim))
             except Exception as exc:
                 stepped.append(exc)
-            finally:
-                if stepping is not None:
-                    stepping.began = None
         return stepped
 
     def _steps_elsewhere(self, stepping: Stepping) -> list[Stepped | Exception]:
-        """``_steps`` in a step thread, keeping no database connection after them."""
+        """A task's steps in a step thread, one after another (see ``Stepping``), keeping no
+        database connection after them. A loop giving its jobs up begins no more of them, and
+        the jobs of a server or URL found slow meanwhile are passed over."""
+        holding = stepping.holding
+        claim = (holding.generation, holding.session)
         try:
-            return self._steps(stepping.works, stepping.holding, stepping)
+            while True:
+                with stepping.lock:
+                    at = len(stepping.done)
+                    if at >= len(stepping.works):
+                        return list(stepping.done)
+                    work = stepping.works[at]
+                    skip = (
+                        self._not_stepped(stepping.server, work)
+                        if self._giving_up
+                        else self._passed_over(stepping.server, work)
+                    )
+                    if skip is not None:
+                        stepping.done.append(skip)
+                        continue
+                    began = stepping.began = time.monotonic()
+                    stepping.looked = 0
+                outcome: Stepped | Exception
+                try:
+                    outcome = self.daemon.run_step(work.job, work.started, claim)
+                except Exception as exc:
+                    outcome = exc
+                with stepping.lock:
+                    stepping.done.append(outcome)
+                    stepping.began = None
+                    aside = stepping.aside
+                self.paces.ended(stepping.server, time.monotonic() - began, aside=aside)
         finally:
             close_old_connections()
 
@@ -997,13 +1242,18 @@ class JobPipeline:
             self._end_steps()
         for stepping in [s for s in self.stepping if s.future.done()]:
             self.stepping.remove(stepping)
+            self._unwatch([stepping])
             if stepping.future.cancelled():
                 stepped: list[Stepped | Exception] = [
-                    self._not_stepped(stepping.server) for _ in stepping.works
+                    self._not_stepped(stepping.server, w) for w in stepping.works
                 ]
             else:
                 stepped = stepping.future.result()
             self._move_stepped(stepping.works, stepped, stepping.holding)
+
+    def _unwatch(self, steppings: list[Stepping]) -> None:
+        with self._watched_lock:
+            self._watched.difference_update(steppings)
 
     def _end_steps(self) -> None:
         """Wait for the steps under way in the step threads; those not begun yet are not

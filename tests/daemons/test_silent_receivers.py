@@ -6,6 +6,7 @@ steps sharing the loops' thread, as ``runconsumer`` runs them by default."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlsplit
@@ -202,6 +203,8 @@ def test_a_silent_host_holds_up_only_its_own_jobs(
     monkeypatch.setattr(pipeline, "SERVER_SLOW", 0.5)
     monkeypatch.setattr(pipeline, "SERVER_SLOW_PAUSE", 1.0)
     silent_jobs = _jobs(zk, files, "Estimating", 4)
+    parts = urlsplit(files.url)
+    server = f"{parts.hostname}:{parts.port}"
     held = threading.Event()
     answer = threading.Event()
     lock = threading.Lock()
@@ -226,9 +229,11 @@ def test_a_silent_host_holds_up_only_its_own_jobs(
     others: list[Job] = []
     try:
         assert held.wait(30), "the silent host was not asked"
-        # Its first job's step is under way and the loop's room is full with its jobs; once it
-        # is found slow, its task not begun is given back, its jobs are passed over, and
-        # another depositor's jobs go through meanwhile.
+        # Its first steps are set aside one after another until none of its URLs has answered
+        # ASIDE_IN_A_ROW times in a row; then the step in its lane is waited for, and once that
+        # one is found slow, the host is: its task not begun is given back, its jobs are passed
+        # over, and another depositor's jobs go through meanwhile.
+        wait_for(lambda: f"estimating: {server} has not answered a step for" in caplog.text)
         others += _jobs(zk, other_files, "Estimating", 3)
         wait_for(lambda: all(job_load(zk, j.jid).state == "Provisioning" for j in others))
         assert {job_load(zk, j.jid).state for j in silent_jobs} == {"Estimating"}
@@ -239,9 +244,8 @@ def test_a_silent_host_holds_up_only_its_own_jobs(
         stop.set()
         thread.join(60)
     assert not thread.is_alive()
-    assert at_once[1] == 1  # one request at a time to one host, as before
-    host = urlsplit(files.url).hostname
-    assert f"estimating: {host} has not answered a step for" in caplog.text
+    # Its lane's step, and the steps set aside before the host was found not to answer at all.
+    assert at_once[1] == 1 + pipeline.ASIDE_IN_A_ROW
     assert all(files.hits("HEAD", f"Estimating{i}") == 1 for i in range(4))
     for job in silent_jobs + others:
         assert zk.exists(zpaths.job_node(job.jid, "lock")) is None
@@ -290,3 +294,63 @@ def test_a_busy_host_that_answers_is_not_passed_over(zk: KazooClient, files: Fil
     assert caplog.text.count("estimating ok") == 12
     assert "estimating waiting" not in caplog.text
     assert all(files.hits("HEAD", f"Estimating{i}") == 1 for i in range(12))
+
+
+def test_a_slow_url_holds_up_none_of_its_hosts_other_jobs(
+    zk: KazooClient, files: FileServer, settings, caplog
+) -> None:
+    """Two URLs that never answer a HEAD, on the host and port that serve the good files: the
+    good jobs leave Estimating, their HEADs still one at a time, while both are unanswered."""
+    settings.MRT_HTTP_TIMEOUT = 120.0  # the hostile URLs are let answer before a HEAD times out
+    good: list[Job] = []
+    hostile: list[Job] = []
+    for n in range(14):  # created in run order: four good jobs, one hostile, ...
+        name = f"hostile{n // 5}" if n % 5 == 4 else f"good{n}"
+        url = files.put(name, b"x" * 10)
+        job = make_job(zk, {"payload_url": url, "type": "file"}, state="Estimating")
+        (hostile if name.startswith("hostile") else good).append(job)
+    lock = threading.Lock()
+    asked: set[str] = set()  # hostile URLs whose HEAD is under way
+    at_once = [0, 0]  # good HEADs under way, and the most at one time
+    answer = threading.Event()
+
+    def before(method: str, route: str) -> None:
+        if method != "HEAD":
+            return
+        if route.startswith("/hostile"):
+            with lock:
+                asked.add(route)
+            assert answer.wait(120), "the test did not let the hostile URLs answer"
+            return
+        with lock:
+            at_once[0] += 1
+            at_once[1] = max(at_once)
+        try:
+            time.sleep(0.01)  # long enough for two HEADs at once to meet, were there any
+        finally:
+            with lock:
+                at_once[0] -= 1
+
+    files.before_answer = before
+    stop = threading.Event()
+    # A poll longer than the test: the step watch, not the poll, brings the loop back to set a
+    # slow step aside.
+    thread = _run([Estimating(zk=zk, poll=300.0, batch=4)], stop)
+    try:
+        wait_for(lambda: all(job_load(zk, j.jid).state == "Provisioning" for j in good))
+        # Both hostile URLs were asked and neither has answered: no good job waited for them.
+        assert asked == {"/hostile0", "/hostile1"}
+        assert not answer.is_set()
+        assert {job_load(zk, j.jid).state for j in hostile} == {"Estimating"}
+        answer.set()
+        wait_for(lambda: all(job_load(zk, j.jid).state == "Provisioning" for j in hostile))
+    finally:
+        answer.set()
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert at_once[1] == 1  # the good jobs' HEADs one at a time: the host's lane
+    assert "has not answered a step for" not in caplog.text  # no host (nor URL) judged slow
+    assert all(files.hits("HEAD", f"hostile{n}") == 1 for n in range(2))
+    for job in good + hostile:
+        assert zk.exists(zpaths.job_node(job.jid, "lock")) is None
