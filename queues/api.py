@@ -13,6 +13,7 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
@@ -20,7 +21,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
 
-from queues import actions, archive, backlog, bulkrun, failure_causes, notes, selectors
+from queues import actions, archive, backlog, bulkrun, failure_causes, notes, retries, selectors
 from queues.audit import AuditEntry
 from queues.auth import BEARER_CHALLENGE, VIEWER, has_role, require_action, token_from
 from queues.forms import (
@@ -167,6 +168,23 @@ def _stamp(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+def retry_json(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """A job's wait for its next try after an outage of a service outside (queues.retries):
+    the service, the tries failed so far, the next try (ISO 8601, UTC) and the last reason;
+    None when it waits for none."""
+    record = retries.current(raw)
+    next_at = retries.next_try(raw)
+    if record is None or next_at is None:
+        return None
+    reasons = [r for r in record.get("reasons", []) if isinstance(r, str)]
+    return {
+        "service": str(record.get("service", "")),
+        "failed_tries": record.get("attempt"),
+        "next_try": datetime.fromtimestamp(next_at, UTC).isoformat(timespec="seconds"),
+        "last_reason": reasons[-1].partition(" ")[2] if reasons else "",
+    }
+
+
 def job_json(job: Job | Broken, *, full: bool = False) -> dict[str, Any]:
     if isinstance(job, Broken):
         return {"id": job.id, "broken": True, "path": job.path, "reason": job.reason}
@@ -187,6 +205,7 @@ def job_json(job: Job | Broken, *, full: bool = False) -> dict[str, Any]:
         "space_needed": job.space_needed,
         "locked": job.lock is not None,
         "lock_age_seconds": round(job.lock.age_seconds) if job.lock else None,
+        "retry": retry_json(job.status.raw),
     }
     if getattr(job, "archived", False):  # retention moved it into the database: read-only
         data["archived"] = True

