@@ -374,6 +374,11 @@ MRT_POSTER_MAX_BYTES = env_int("MRT_POSTER_MAX_BYTES", 1024**3)
 # MRT_POSTER_MAX_BYTES from a depositor with an API token.
 MRT_MAX_REQUEST_BYTES = env_int("MRT_MAX_REQUEST_BYTES", 10 * 1024**2)
 MRT_MAX_ANONYMOUS_REQUEST_BYTES = env_int("MRT_MAX_ANONYMOUS_REQUEST_BYTES", 2 * 1024**2)
+# One deadline for the whole of a request (its line, headers and body), past which the client
+# is answered 408 and the connection closed (mrtadmin/bodylimit.py); a depositor's upload to
+# /poster/ (an API token of a user who may submit) has MRT_POSTER_UPLOAD_SECONDS instead.
+MRT_REQUEST_SECONDS = env_float("MRT_REQUEST_SECONDS", 60.0)
+MRT_POSTER_UPLOAD_SECONDS = env_float("MRT_POSTER_UPLOAD_SECONDS", 3600.0)
 # Retention (queues/archive.py): batches finished, with all their jobs, at least this many days
 # ago are archived into the database and removed from ZooKeeper, a sweep every so many seconds.
 MRT_RETENTION_DAYS = env_float("MRT_RETENTION_DAYS", 30.0)
