@@ -400,6 +400,9 @@ MRT_FETCH_MAX_REDIRECTS = env_int("MRT_FETCH_MAX_REDIRECTS", 5)
 MRT_DOWNLOAD_DEADLINE = env_float("MRT_DOWNLOAD_DEADLINE", 6 * 3600.0)
 MRT_DOWNLOAD_MIN_RATE = env_int("MRT_DOWNLOAD_MIN_RATE", 1024)
 MRT_DOWNLOAD_RATE_WINDOW = env_float("MRT_DOWNLOAD_RATE_WINDOW", 60.0)
+# What a web request reads from a depositor's server while its client waits (a batch manifest
+# given by URL, with MRT_BATCH_INTAKE=merritt): one deadline for the whole exchange.
+MRT_IN_REQUEST_FETCH_SECONDS = env_float("MRT_IN_REQUEST_FETCH_SECONDS", 20.0)
 # One object: bytes downloaded and unpacked, and how far a container may expand.
 MRT_MAX_OBJECT_BYTES = env_int("MRT_MAX_OBJECT_BYTES", 200 * 1024**3)
 MRT_MAX_COMPRESSION_RATIO = env_float("MRT_MAX_COMPRESSION_RATIO", 100.0)
