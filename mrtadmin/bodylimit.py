@@ -15,19 +15,34 @@ before any check could run. So the limit is applied twice, by the same rule:
 The rule: a request that proves no user may send ``MRT_MAX_ANONYMOUS_REQUEST_BYTES`` (login
 forms and API JSON are small); a signed-in user (session, SSO header from a trusted proxy, API
 token) ``MRT_MAX_REQUEST_BYTES``; ``/poster/`` takes up to ``MRT_POSTER_MAX_BYTES`` (and room for
-the form fields) from a depositor who presents an API token, as that door asks, and no session
-is enough there. Credentials are checked (in a thread: sessions and tokens are database rows)
-only when the body may be larger than an anonymous one; meanwhile the connection is not read.
+the form fields) from a depositor who presents an API token whose user may submit batches (the
+role that door asks for), and no session is enough there: any other token gets the anonymous
+limit there, as the door refuses it anyway. Credentials are checked (in a thread: sessions and
+tokens are database rows) only when the body may be larger than an anonymous one; meanwhile the
+connection is not read. Paths are judged as Django routes them: under a URL prefix (daphne's
+``--root-path``, its ``Daphne-Root-Path`` header, or ``FORCE_SCRIPT_NAME``) without the prefix.
+
+Every request also has one deadline for the whole of it, request line, headers and body:
+``MRT_REQUEST_SECONDS`` from its first line, or ``MRT_POSTER_UPLOAD_SECONDS`` for a
+depositor's upload to ``/poster/``. A client still sending when it passes is answered 408 and
+the connection closed; the application never sees the request. (Twisted's own idle timeout
+resets at every byte, so one byte every few seconds used to keep a connection for ever.)
+
+When daphne serves the console, ``install_in_daphne`` also keeps secrets out of its access log:
+the values of the query parameters in ``SECRET_QUERY_NAMES`` (an access request's ``?token=``)
+are written as ``REDACTED``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from http import HTTPStatus
 from io import BytesIO
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -49,6 +64,14 @@ LINGER_SECONDS = 2.0
 # meanwhile, but what came in the same reads as the headers (Twisted reads 64 KiB at a time)
 # is already there.
 HELD_BYTES = 1024**2
+# Query parameters whose values are credentials (downloads' ``?token=``): never logged.
+SECRET_QUERY_NAMES = frozenset({"token", "access_token", "key", "api_key"})
+REDACTED = "REDACTED"
+
+# What a request's credentials allow it to send.
+ANONYMOUS = "anonymous"
+SIGNED_IN = "signed-in"
+DEPOSITOR = "depositor"  # an API token whose user may submit, on /poster/
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -61,12 +84,47 @@ def anonymous_limit() -> int:
     return int(settings.MRT_MAX_ANONYMOUS_REQUEST_BYTES)
 
 
-def limit_for(path: str, signed_in: bool) -> int:
-    if not signed_in:
-        return anonymous_limit()
-    if path.startswith(POSTER_PREFIX):
+def limit_for(allowance: str) -> int:
+    if allowance == DEPOSITOR:
         return max(int(settings.MRT_POSTER_MAX_BYTES) + POSTER_FIELDS_BYTES, anonymous_limit())
-    return max(int(settings.MRT_MAX_REQUEST_BYTES), anonymous_limit())
+    if allowance == SIGNED_IN:
+        return max(int(settings.MRT_MAX_REQUEST_BYTES), anonymous_limit())
+    return anonymous_limit()
+
+
+def seconds_for(allowance: str) -> float:
+    """The deadline for the whole request (line, headers, body) of a sender so allowed."""
+    if allowance == DEPOSITOR:
+        return max(float(settings.MRT_POSTER_UPLOAD_SECONDS), request_seconds())
+    return request_seconds()
+
+
+def request_seconds() -> float:
+    return float(settings.MRT_REQUEST_SECONDS)
+
+
+def routed_path(path: str, root_path: str) -> str:
+    """``path`` as Django routes it: without the URL prefix the server was given
+    (``FORCE_SCRIPT_NAME`` first, as Django's ASGI handler takes it)."""
+    from django.core.handlers.asgi import get_script_prefix
+
+    prefix = get_script_prefix({"root_path": root_path})
+    return path.removeprefix(prefix) if prefix else path
+
+
+def redact_query(target: str) -> str:
+    """A request target (path and query) with the values of secret query parameters replaced,
+    for logs; the rest as it was sent."""
+    path, mark, query = target.partition("?")
+    if not mark:
+        return target
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if not any(name.lower() in SECRET_QUERY_NAMES for name, _value in pairs):
+        return target
+    kept = [
+        (name, REDACTED if name.lower() in SECRET_QUERY_NAMES else value) for name, value in pairs
+    ]
+    return f"{path}?{urlencode(kept, safe='/:')}"
 
 
 def may_be_signed_in(headers: dict[str, str]) -> bool:
@@ -93,28 +151,32 @@ def _request(path: str, headers: dict[str, str], client: str) -> HttpRequest:
     return request
 
 
-def signed_in(path: str, headers: dict[str, str], client: str) -> bool:
-    """Whether the headers prove a user the door at ``path`` accepts (database reads)."""
+def allowance_of(path: str, headers: dict[str, str], client: str) -> str:
+    """What the headers prove at the door at ``path`` (routed, without the URL prefix):
+    ``DEPOSITOR``, ``SIGNED_IN`` or ``ANONYMOUS`` (database reads)."""
     from importlib import import_module
 
     from django.contrib import auth
 
-    from queues.auth import trusted_username
+    from queues.auth import may, trusted_username
     from queues.views.poster import depositor_token
 
     close_old_connections()
     try:
         request = _request(path, headers, client)
         if path.startswith(POSTER_PREFIX):
-            return depositor_token(request) is not None
+            # Only a token whose user may submit: the door refuses any other.
+            token = depositor_token(request)
+            ok = token is not None and may(token.user, "batch", "submit")
+            return DEPOSITOR if ok else ANONYMOUS
         if depositor_token(request) is not None or trusted_username(request):
-            return True
+            return SIGNED_IN
         key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
         if not key:
-            return False
+            return ANONYMOUS
         request.session = import_module(settings.SESSION_ENGINE).SessionStore(key)
         user = auth.get_user(request)
-        return bool(user.is_authenticated and user.is_active)
+        return SIGNED_IN if user.is_authenticated and user.is_active else ANONYMOUS
     finally:
         close_old_connections()
 
@@ -122,7 +184,15 @@ def signed_in(path: str, headers: dict[str, str], client: str) -> bool:
 def refusal_text(limit: int) -> str:
     return (
         f"413 Request Entity Too Large: this request may send at most {limit} bytes; larger "
-        "uploads are taken only from a signed-in user (on /poster/, with an API token).\n"
+        "uploads are taken only from a signed-in user (on /poster/, with the API token of a "
+        "user who may submit).\n"
+    )
+
+
+def too_slow_text(seconds: float) -> str:
+    return (
+        f"408 Request Timeout: a request (its headers and whole body) must arrive within "
+        f"{seconds:g} seconds; this one had not.\n"
     )
 
 
@@ -155,51 +225,122 @@ def _note(method: str, path: str, client: str, size: str, limit: int) -> None:
 
 
 def install_in_daphne() -> None:
-    """Make daphne's HTTP server build its requests from ``bounded(daphne's WebRequest)``.
+    """Make daphne's HTTP server build its requests from ``bounded(daphne's WebRequest)``, and
+    its access log leave secrets out (``redacting``).
 
     daphne's factory looks its request class up by name at every connection, so replacing the
-    name reaches every server in this process; nothing else of daphne changes.
+    name reaches every server in this process; its server hands every access-log line to
+    ``Server.log_action``, which is wrapped here before any server exists (``mrtadmin.asgi`` is
+    imported before daphne builds its server). Nothing else of daphne changes.
     """
     import daphne.http_protocol as daphne_http
+    import daphne.server as daphne_server
 
     if not getattr(daphne_http.WebRequest, "bounded", False):
         daphne_http.WebRequest = bounded(daphne_http.WebRequest)
+    if not getattr(daphne_server.Server.log_action, "redacting", False):
+        daphne_server.Server.log_action = redacting(daphne_server.Server.log_action)
+
+
+def redacting(log_action: Callable[..., None]) -> Callable[..., None]:
+    """daphne's ``Server.log_action`` with the request target's secrets redacted."""
+
+    def logged(server: Any, protocol: str, action: str, details: dict[str, Any]) -> None:
+        path = details.get("path")
+        if isinstance(path, str):
+            details = {**details, "path": redact_query(path)}
+        log_action(server, protocol, action, details)
+
+    logged.redacting = True  # type: ignore[attr-defined]
+    return logged
 
 
 def bounded(base: type[Any]) -> type[Any]:
-    """``base`` (daphne's Twisted request) judging its body before keeping it."""
+    """``base`` (daphne's Twisted request) judging its body before keeping it, and giving the
+    whole request one deadline."""
     from twisted.internet import threads
 
     class BoundedRequest(base):  # type: ignore[misc, valid-type]
         bounded = True
 
-        def gotLength(self, length: int | None) -> None:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            # Made when the request line has arrived: the request's clock starts here.
+            self._begun = time.monotonic()
             self._received = 0
             self._held: list[bytes] | None = None  # a list while the credentials are checked
             self._complete: tuple[bytes, bytes, bytes] | None = None
             self._refused = False
+            self._whole = False  # the whole request is in (daphne has it)
             self._limit = anonymous_limit()
-            self._path = self._client = ""
+            self._seconds = request_seconds()
+            self._path = self._client = self._method = ""
+            self._timer: Any = None
+            super().__init__(*args, **kwargs)
+            self._set_deadline(self._seconds)
+
+        # The deadline for the whole request ------------------------------------------------
+
+        def _set_deadline(self, seconds: float) -> None:
+            self._seconds = seconds
+            if self._timer is not None and self._timer.active():
+                self._timer.cancel()
+            left = max(0.0, self._begun + seconds - time.monotonic())
+            # The channel's clock (Twisted's reactor, which tests may replace).
+            self._timer = self.channel.callLater(left, self._too_slow)
+
+        def _stop_deadline(self) -> None:
+            if self._timer is not None and self._timer.active():
+                self._timer.cancel()
+            self._timer = None
+
+        def _too_slow(self) -> None:
+            self._timer = None
+            if self._refused or self._whole or self.channel is None:
+                return
+            log.info(
+                "408 %s %s from %s: not whole after %gs",
+                self._method or "?",
+                self._path or "?",
+                self._client or getattr(self.getClientAddress(), "host", ""),
+                self._seconds,
+            )
+            self._close_with(raw_answer(HTTPStatus.REQUEST_TIMEOUT, too_slow_text(self._seconds)))
+
+        def connectionLost(self, reason: Any) -> None:
+            self._stop_deadline()
+            super().connectionLost(reason)
+
+        # The body's size ------------------------------------------------------------------
+
+        def gotLength(self, length: int | None) -> None:
+            if self._refused:
+                # Too slow already: the rest of the headers came after the answer.
+                self.requestHeaders.removeHeader(b"expect")
+                return
             # The channel has the request line; the request learns it only with the body.
             self._method = self.channel._command.decode("latin-1")
-            if length is not None and length <= self._limit:
-                super().gotLength(length)
-                return
-            self._path = urlsplit(self.channel._path.decode("latin-1")).path
             self._client = getattr(self.getClientAddress(), "host", "")
             headers = {
                 name.decode("latin-1").lower(): b", ".join(values).decode("latin-1")
                 for name, values in self.requestHeaders.getAllRawHeaders()
             }
+            root = self.server.root_path
+            if "daphne-root-path" in headers:  # as daphne reads it
+                root = unquote(headers["daphne-root-path"])
+            raw = urlsplit(self.channel._path.decode("latin-1")).path
+            self._path = routed_path(unquote(raw), root)
+            if length is not None and length <= self._limit:
+                super().gotLength(length)
+                return
             if not may_be_signed_in(headers):
-                self._judge(length, signed=False)
+                self._judge(length, ANONYMOUS)
                 return
             # Not a byte more is read until the credentials are checked; what came with the
             # headers waits in memory.
             self._held = []
             self.channel._networkProducer.pauseProducing()
-            checked = threads.deferToThread(signed_in, self._path, headers, self._client)
-            checked.addCallbacks(lambda ok: self._checked(length, bool(ok)), self._check_failed)
+            checked = threads.deferToThread(allowance_of, self._path, headers, self._client)
+            checked.addCallbacks(lambda allowed: self._checked(length, allowed), self._check_failed)
             checked.addErrback(lambda failure: log.error("%s", failure.getTraceback()))
 
         def _check_failed(self, failure: Any) -> None:
@@ -215,21 +356,25 @@ def bounded(base: type[Any]) -> type[Any]:
             status = HTTPStatus.INTERNAL_SERVER_ERROR
             self._close_with(raw_answer(status, f"{status.value} {status.phrase}\n"))
 
-        def _checked(self, length: int | None, ok: bool) -> None:
+        def _checked(self, length: int | None, allowance: str) -> None:
             if self.channel is None or self._refused:
-                return  # the client went away, or sent too much, meanwhile
+                return  # the client went away, or sent too much, or too slowly, meanwhile
             held, self._held = self._held or [], None
             self._received = 0
             self.channel._networkProducer.resumeProducing()
-            if not self._judge(length, signed=ok):
+            if not self._judge(length, allowance):
                 return
             for data in held:
                 self.handleContentChunk(data)
             if self._complete is not None and not self._refused:
+                self._whole = True
+                self._stop_deadline()
                 super().requestReceived(*self._complete)
 
-        def _judge(self, length: int | None, *, signed: bool) -> bool:
-            self._limit = limit_for(self._path, signed)
+        def _judge(self, length: int | None, allowance: str) -> bool:
+            self._limit = limit_for(allowance)
+            if seconds_for(allowance) != self._seconds:
+                self._set_deadline(seconds_for(allowance))
             if length is not None and length > self._limit:
                 self._refuse(str(length))
                 return False
@@ -258,6 +403,7 @@ def bounded(base: type[Any]) -> type[Any]:
         def _close_with(self, answer: bytes) -> None:
             """Answer, keep nothing of the body, and close once the client had time to read."""
             self._refused = True
+            self._stop_deadline()
             self._held = None
             self.content = BytesIO()
             # Twisted answers "Expect: 100-continue" right after gotLength: not to this one.
@@ -268,7 +414,6 @@ def bounded(base: type[Any]) -> type[Any]:
             lose_write = getattr(transport, "loseWriteConnection", None)
             if lose_write is not None:
                 lose_write()
-            # The channel's own clock (Twisted's reactor, which tests may replace).
             self.channel.callLater(LINGER_SECONDS, transport.loseConnection)
 
         def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
@@ -278,6 +423,8 @@ def bounded(base: type[Any]) -> type[Any]:
                 # The whole (small, chunked) body came before the credentials were checked.
                 self._complete = (command, path, version)
                 return
+            self._whole = True
+            self._stop_deadline()
             super().requestReceived(command, path, version)
 
     return BoundedRequest
@@ -287,7 +434,9 @@ def bounded(base: type[Any]) -> type[Any]:
 
 
 class BodyLimit:
-    """The same limit for ASGI servers that stream the body to the application."""
+    """The same limits for ASGI servers that stream the body to the application: its size,
+    and its deadline (from the moment the application is called: such a server has read the
+    headers by then)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -297,24 +446,26 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         headers = _headers(scope.get("headers", ()))
-        path = scope.get("path", "")
+        path = routed_path(scope.get("path", ""), scope.get("root_path", ""))
         client = (scope.get("client") or ("", 0))[0]
         length = _declared_length(headers)
-        limit = anonymous_limit()
-        if (length is None or length > limit) and may_be_signed_in(headers):
+        allowance = ANONYMOUS
+        if (length is None or length > anonymous_limit()) and may_be_signed_in(headers):
             try:
-                ok = await sync_to_async(signed_in, thread_sensitive=False)(path, headers, client)
+                allowance = await sync_to_async(allowance_of, thread_sensitive=False)(
+                    path, headers, client
+                )
             except DatabaseError as exc:
                 log.warning("could not check a large request's sender: %s", exc)
                 unavailable = HTTPStatus.SERVICE_UNAVAILABLE
                 await _send_text(send, unavailable, UNAVAILABLE_TEXT, retry_after=10)
                 return
-            limit = limit_for(path, ok)
+        limit = limit_for(allowance)
         if length is not None and length > limit:
             _note(scope.get("method", "?"), path, client, str(length), limit)
             await _send_text(send, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, refusal_text(limit))
             return
-        counted = _Counted(receive, limit)
+        counted = _Counted(receive, limit, seconds_for(allowance))
         started = False
 
         async def noting(message: Message) -> None:
@@ -323,30 +474,54 @@ class BodyLimit:
             await send(message)
 
         await self.app(scope, counted, noting)
-        if counted.over and not started:
+        if started:
+            return
+        if counted.over:
             _note(scope.get("method", "?"), path, client, f"over {counted.received}", limit)
             await _send_text(send, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, refusal_text(limit))
+        elif counted.too_slow:
+            log.info(
+                "408 %s %s from %s: not whole after %gs",
+                scope.get("method", "?"),
+                path,
+                client,
+                counted.seconds,
+            )
+            await _send_text(send, HTTPStatus.REQUEST_TIMEOUT, too_slow_text(counted.seconds))
 
 
 class _Counted:
-    """``receive`` that stops the application at the limit: past it, the application is told
-    the client left (Django then answers nothing) and the wrapper answers 413."""
+    """``receive`` that stops the application at the limit or the deadline: past either, the
+    application is told the client left (Django then answers nothing) and the wrapper answers
+    413 or 408. Once the body is whole, ``receive`` is the server's own again (Django listens
+    on it for the client leaving while it answers)."""
 
-    def __init__(self, receive: Receive, limit: int) -> None:
+    def __init__(self, receive: Receive, limit: int, seconds: float) -> None:
         self.receive = receive
         self.limit = limit
+        self.seconds = seconds
+        self.due = time.monotonic() + seconds
         self.received = 0
         self.over = False
+        self.too_slow = False
+        self.whole = False
 
     async def __call__(self) -> Message:
-        if self.over:
+        if self.over or self.too_slow:
             return {"type": "http.disconnect"}
-        message = await self.receive()
+        if self.whole:
+            return await self.receive()
+        try:
+            message = await asyncio.wait_for(self.receive(), max(0.0, self.due - time.monotonic()))
+        except TimeoutError:
+            self.too_slow = True
+            return {"type": "http.disconnect"}
         if message["type"] == "http.request":
             self.received += len(message.get("body", b""))
             if self.received > self.limit:
                 self.over = True
                 return {"type": "http.disconnect"}
+            self.whole = not message.get("more_body", False)
         return message
 
 

@@ -384,6 +384,11 @@ MRT_POSTER_MAX_BYTES = env_int("MRT_POSTER_MAX_BYTES", 1024**3)
 # MRT_POSTER_MAX_BYTES from a depositor with an API token.
 MRT_MAX_REQUEST_BYTES = env_int("MRT_MAX_REQUEST_BYTES", 10 * 1024**2)
 MRT_MAX_ANONYMOUS_REQUEST_BYTES = env_int("MRT_MAX_ANONYMOUS_REQUEST_BYTES", 2 * 1024**2)
+# One deadline for the whole of a request (its line, headers and body), past which the client
+# is answered 408 and the connection closed (mrtadmin/bodylimit.py); a depositor's upload to
+# /poster/ (an API token of a user who may submit) has MRT_POSTER_UPLOAD_SECONDS instead.
+MRT_REQUEST_SECONDS = env_float("MRT_REQUEST_SECONDS", 60.0)
+MRT_POSTER_UPLOAD_SECONDS = env_float("MRT_POSTER_UPLOAD_SECONDS", 3600.0)
 # Retention (queues/archive.py): batches finished, with all their jobs, at least this many days
 # ago are archived into the database and removed from ZooKeeper, a sweep every so many seconds.
 MRT_RETENTION_DAYS = env_float("MRT_RETENTION_DAYS", 30.0)
@@ -405,6 +410,9 @@ MRT_FETCH_MAX_REDIRECTS = env_int("MRT_FETCH_MAX_REDIRECTS", 5)
 MRT_DOWNLOAD_DEADLINE = env_float("MRT_DOWNLOAD_DEADLINE", 6 * 3600.0)
 MRT_DOWNLOAD_MIN_RATE = env_int("MRT_DOWNLOAD_MIN_RATE", 1024)
 MRT_DOWNLOAD_RATE_WINDOW = env_float("MRT_DOWNLOAD_RATE_WINDOW", 60.0)
+# What a web request reads from a depositor's server while its client waits (a batch manifest
+# given by URL, with MRT_BATCH_INTAKE=merritt): one deadline for the whole exchange.
+MRT_IN_REQUEST_FETCH_SECONDS = env_float("MRT_IN_REQUEST_FETCH_SECONDS", 20.0)
 # One object: bytes downloaded and unpacked, and how far a container may expand.
 MRT_MAX_OBJECT_BYTES = env_int("MRT_MAX_OBJECT_BYTES", 200 * 1024**3)
 MRT_MAX_COMPRESSION_RATIO = env_float("MRT_MAX_COMPRESSION_RATIO", 100.0)

@@ -8,6 +8,7 @@ Merritt's storage and inventory on its own network, its own working folders) do 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from django.conf import settings
@@ -37,3 +38,14 @@ def depositor_policy(*, timeout: float | None = None) -> FetchPolicy:
         min_rate=settings.MRT_DOWNLOAD_MIN_RATE,
         rate_window=settings.MRT_DOWNLOAD_RATE_WINDOW,
     )
+
+
+def in_request_policy() -> FetchPolicy:
+    """The depositor policy for what a web request reads while its client waits (a batch
+    manifest given by URL, sent on to Merritt's ingest): one short deadline for the whole
+    exchange, ``MRT_IN_REQUEST_FETCH_SECONDS``, instead of the downloads' hours; below the
+    policy's rate floor it is cut off sooner still."""
+    policy = depositor_policy()
+    seconds = float(settings.MRT_IN_REQUEST_FETCH_SECONDS)
+    deadline = seconds if policy.deadline is None else min(seconds, policy.deadline)
+    return dataclasses.replace(policy, deadline=deadline, timeout=min(policy.timeout, deadline))

@@ -20,13 +20,13 @@ from typing import Any, overload
 from django.conf import settings
 
 from queues import states
-from queues.depositors import depositor_policy, payload_roots
+from queues.depositors import depositor_policy, in_request_policy, payload_roots
 from queues.states import INGEST_HELD_MESSAGE, JOB_STEPS, AccessState, BatchState, JobState
 from queues.steps import merritt_ingest_client as ingest_client
 from queues.steps import submission as submission_steps
 from queues.steps.checkm import filename_problem
 from queues.steps.fetch import DownloadError, local_path
-from queues.steps.netpolicy import FetchRefused
+from queues.steps.netpolicy import FetchRefused, TooSlow
 from queues.steps.submission import filename_from_url
 from queues.steps.uploads import remove_uploads
 from queues.zk import paths as zpaths
@@ -370,25 +370,35 @@ def batch_submit_to_merritt(
     after the checks ``batch_submit`` makes; the outcome names the queue's batch (``bid…``)
     once Merritt's ingest has written it, else ingest's own batch ID (``bid-<uuid>``)."""
     _check_submission(profile, submitter, payload_url, submission_type, filename)
-    answer = ingest_client.submit_to_ingest(
-        ingest_client.IngestSubmission(
-            profile=profile,
-            submitter=submitter.strip(),
-            payload_url=payload_url,
-            submission_type=submission_type,
-            title=title,
-            creator=creator,
-            date=date,
-            local_id=local_id,
-            primary_id=primary_id,
-            digest_alg=digest_alg,
-            digest_value=digest_value,
-            filename=filename,
-            extra=extra or {},
-        ),
-        policy=depositor_policy(),
-        file_roots=payload_roots(),
-    )
+    # A batch manifest given by URL is read while the client waits: under one short deadline
+    # for the whole exchange, and before anything is sent to ingest (nothing left behind).
+    policy = in_request_policy()
+    try:
+        answer = ingest_client.submit_to_ingest(
+            ingest_client.IngestSubmission(
+                profile=profile,
+                submitter=submitter.strip(),
+                payload_url=payload_url,
+                submission_type=submission_type,
+                title=title,
+                creator=creator,
+                date=date,
+                local_id=local_id,
+                primary_id=primary_id,
+                digest_alg=digest_alg,
+                digest_value=digest_value,
+                filename=filename,
+                extra=extra or {},
+            ),
+            policy=policy,
+            file_roots=payload_roots(),
+        )
+    except TooSlow as exc:
+        raise ValueError(
+            f"the payload URL {payload_url} could not be read while the request waited "
+            f"({exc.reason}): nothing was submitted; serve it faster, or give the files it "
+            "lists by their own URLs"
+        ) from None
     detail = f"sent to Merritt's ingest as {answer.batch_id}"
     zk = client()
     deadline = time.monotonic() + MERRITT_BATCH_WAIT

@@ -9,8 +9,9 @@ here, under a :class:`FetchPolicy`:
 - the host is resolved once, every address it resolves to is checked, and the connection goes
   to the checked address (the name is kept for the ``Host`` header and for TLS), so a DNS
   answer that changes between check and connect cannot send the request elsewhere;
-- loopback, private, link-local, multicast, reserved and unspecified addresses are refused
-  unless ``allow`` names them (the tests and the one-machine demo allow loopback); an IPv6
+- loopback, private, link-local, multicast, reserved and unspecified addresses, and every block
+  IANA's special-purpose registries call not globally reachable (``special_addresses``), are
+  refused unless ``allow`` names them (the tests and the one-machine demo allow loopback); an IPv6
   address that embeds an IPv4 one (IPv4-mapped, IPv4-compatible, NAT64, 6to4, Teredo) is
   judged by the IPv4 address it embeds as well, so ``2002:7f00:1::`` is loopback too;
 - redirects are followed here, one hop at a time (at most ``max_redirects``), each hop checked
@@ -51,6 +52,8 @@ from urllib3.exceptions import (
     ProtocolError,
     TimeoutError,
 )
+
+from queues.steps.special_addresses import not_globally_reachable
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -106,10 +109,16 @@ def _forbidden(ip: IPAddress) -> str | None:
         (ip.is_multicast, "a multicast address"),
         (ip.is_private, "a private address"),
         (ip.is_reserved, "a reserved address"),
-        (not ip.is_global, "not a public address"),
     ):
         if test:
             return words
+    # IANA's special-purpose registries, which Python's is_global lags behind (3fff::/20,
+    # fec0::/10 and 192.88.99.0/24 pass it): queues/steps/special_addresses.py.
+    block = not_globally_reachable(ip)
+    if block is not None:
+        return f"in {block.network} ({block.name}, {block.rfc}), not globally reachable"
+    if not ip.is_global:
+        return "not a public address"
     return None
 
 

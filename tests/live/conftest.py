@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -213,13 +213,19 @@ def log_in(url: str, user: str, password: str) -> requests.Session:
 
 
 @contextlib.contextmanager
-def daphne(env: dict[str, str], log: Path, app: str = "mrtadmin.asgi:application") -> Iterator[str]:
+def daphne(
+    env: dict[str, str],
+    log: Path,
+    app: str = "mrtadmin.asgi:application",
+    args: Sequence[str] = (),
+) -> Iterator[str]:
     """The ASGI ``app`` (the console's unless told) under daphne on a free port (pytest-django's
-    live_server has no websockets); yields its base URL once it answers."""
+    live_server has no websockets), with daphne's further ``args``; yields its base URL once it
+    answers."""
     port = free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [*DAPHNE, "-p", str(port), app],
+            [*DAPHNE, "-p", str(port), *args, app],
             cwd=settings.BASE_DIR,
             env=env,
             stdout=out,

@@ -148,3 +148,42 @@ def test_an_allowed_network_covers_its_addresses_in_ipv6_dress(
 
     assert download(url, tmp_path / "a", policy=policy).size == len(b"mapped")
     assert http_server.seen("GET", "/a")
+
+
+# IANA's special-purpose registries, not Python's is_global alone ---------------------------
+
+# One address from each block found passing (Python 3.11's is_global takes them for public
+# ones; 5f00::/16 and 100:0:0:1::/64, also missing from its list, are refused as reserved).
+NOT_GLOBALLY_REACHABLE = {
+    "fec0::1": "fec0::/10 (Deprecated site-local, RFC 3879)",
+    "3fff::1": "3fff::/20 (Documentation, RFC 9637)",
+    "192.88.99.1": "192.88.99.0/24 (Deprecated (6to4 Relay Anycast), RFC 7526)",
+}
+
+
+@pytest.mark.parametrize(("address", "block"), list(NOT_GLOBALLY_REACHABLE.items()))
+def test_a_block_the_iana_registry_calls_not_globally_reachable_is_refused(
+    address: str, block: str
+) -> None:
+    policy = FetchPolicy(restrict=True)
+    host = f"[{address}]" if ":" in address else address
+
+    with pytest.raises(FetchRefused) as caught:
+        policy.resolve(f"http://{host}:8080/a")
+
+    assert caught.value.reason == (
+        f"host {address} resolves to {address}, in {block}, not globally reachable, "
+        "which is not fetched for depositors"
+    )
+
+
+def test_the_registry_tables_decide_by_the_most_specific_block() -> None:
+    from queues.steps.special_addresses import not_globally_reachable, special_block
+
+    # Inside "IETF Protocol Assignments" (not reachable), PCP anycast is reachable.
+    assert not_globally_reachable(ipaddress.ip_address("192.0.0.9")) is None
+    assert not_globally_reachable(ipaddress.ip_address("192.0.0.1")) is not None
+    # Teredo and 6to4 are N/A in the registry: judged by the IPv4 address they embed.
+    assert special_block(ipaddress.ip_address("2002:808:808::1")).globally_reachable is None
+    assert FetchPolicy(restrict=True).check_address(ipaddress.ip_address("8.8.8.8")) is None
+    assert FetchPolicy(restrict=True).check_address(ipaddress.ip_address("2606:4700::1")) is None
