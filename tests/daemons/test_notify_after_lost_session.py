@@ -5,6 +5,7 @@ contract's "Side effects outside ZooKeeper"), and every record of them goes with
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -130,8 +131,9 @@ def test_a_claim_no_longer_holding_the_job_records_and_posts_nothing(
 
 
 def test_a_failed_callback_keeps_its_record_until_the_job_is_deleted(
-    zk: KazooClient, files: FileServer, profiles: Path
+    zk: KazooClient, files: FileServer, profiles: Path, settings: Any
 ) -> None:
+    settings.MRT_RETRY = {**settings.MRT_RETRY, "callback": "attempts=1"}  # no second try
     _with_callback(profiles, files.url + "/hook")
     files.post_status = 503
     (job,) = _in_notify(zk, 1)

@@ -197,10 +197,11 @@ def test_storing_and_recording_with_merritts_services_and_a_resubmission_by_loca
         )
         assert job_load(zk, second.jid).inventory["version"] == 2
 
-        # Storage refusing: the job fails with storage's reason.
+        # Storage failing (500): the job waits to try again, with storage's reason.
         third = _processed(zk, files, "c.txt", "three")
         storage.refuse_next(exception_document("GENERAL_EXCEPTION", "cloud write failed"))
         daemon(zk, "storing").run_once()
         failed = job_load(zk, third.jid)
-        assert failed.state == "Failed"
+        assert failed.state == "Storing"
+        assert "waiting to try again" in failed.status.message
         assert "HTTP 500 GENERAL_EXCEPTION: cloud write failed" in failed.status.message

@@ -143,6 +143,7 @@ def test_downloading_fails_headers_below_the_minimum_rate(
 
 def test_a_refused_download_is_reported_as_refused(zk: KazooClient, settings: Any) -> None:
     settings.MRT_DOWNLOAD_RETRIES = 0
+    settings.MRT_RETRY = {**settings.MRT_RETRY, "depositor": "attempts=1"}  # no second try
     with refused_port() as port:
         url = f"http://127.0.0.1:{port}/a.txt"
         job = make_job(zk, {"payload_url": url, "type": "file"}, state="Downloading")
