@@ -33,7 +33,12 @@ from queues.zk.locks import lock_create, lock_release
 from queues.zk.maintenance import job_store_node, node_held
 from queues.zk.nodes import exists_many
 from queues.zk.records import Job
-from queues.zk.store_intents import store_intent_clear, store_intent_read, store_intent_record
+from queues.zk.store_intents import (
+    StoreIntent,
+    store_intent_clear,
+    store_intent_read,
+    store_intent_record,
+)
 
 log = logging.getLogger("queues.daemons")
 
@@ -133,10 +138,12 @@ class Storing(ObjectLockDaemon):
         intent = store_intent_read(self.zk, item.jid)
         if intent is not None:
             found = storage.stored_as(ark=ark, manifest=manifest)
+            if found is None:
+                found = self._landed(storage, intent, ark)
             if found is not None:
                 log.info(
-                    "%s storing: version %d of %s already holds this content (added by the "
-                    "claim of session %s at %s); not added again",
+                    "%s storing: version %d of %s was added by the claim of session %s at %s; "
+                    "not added again",
                     item.jid,
                     found.version,
                     ark,
@@ -144,6 +151,7 @@ class Storing(ObjectLockDaemon):
                     intent.since or "?",
                 )
                 return found
+        before = storage.latest_version(ark)
         store_intent_record(
             self.zk,
             item,
@@ -152,8 +160,22 @@ class Storing(ObjectLockDaemon):
             node=node,
             ark=ark,
             replace=intent is not None,
+            versions_before=before,
         )
         return storage.store(ark=ark, manifest_url=url)
+
+    @staticmethod
+    def _landed(storage: StorageClient, intent: StoreIntent, ark: str) -> StoredVersion | None:
+        """The version an earlier claim's add made, when storage holds more versions than it
+        did just before that add (under the object's lock, the next one is that add's). Its
+        content may differ from the working folder's now: a step of a claim lost meanwhile
+        (paused past its session) may have written the folder again after the add was sent."""
+        if not intent.versions_before.isdigit() or intent.ark != ark:
+            return None
+        before = int(intent.versions_before)
+        if storage.latest_version(ark) <= before:
+            return None
+        return storage.existing(ark, before + 1)
 
     def after(self, item: Job, step: Next) -> None:
         super().after(item, step)

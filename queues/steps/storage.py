@@ -103,6 +103,10 @@ class StorageClient(Protocol):
 
     def store(self, *, ark: str, manifest_url: str) -> StoredVersion: ...
 
+    def latest_version(self, ark: str) -> int: ...
+
+    def existing(self, ark: str, version: int) -> StoredVersion: ...
+
     def fetch_object(self, ark: str, version: int | None = None) -> list[ObjectFile]: ...
 
 
@@ -270,6 +274,16 @@ class LocalStorage:
 
     def store(self, *, ark: str, manifest_url: str) -> StoredVersion:
         return self._published(self._store(ark=ark, manifest_url=manifest_url))
+
+    def latest_version(self, ark: str) -> int:
+        """The object's number of versions (0: not stored)."""
+        return max(self.versions(ark), default=0)
+
+    def existing(self, ark: str, version: int) -> StoredVersion:
+        """Version ``version`` of the object, as an add that made it would have answered."""
+        if version not in self.versions(ark):
+            raise ObjectNotFound(f"{ark} has no version {version}")
+        return self._published(StoredVersion(ark, version, self.manifest_url(ark, version)))
 
     def _published(self, stored: StoredVersion) -> StoredVersion:
         """With an export, the object's manifest is published in Merritt's form and its URL is
@@ -494,6 +508,16 @@ class HttpStorage:
             if file_state is None or not _same_file(entry, file_state):
                 return None
         return StoredVersion(ark=ark, version=latest, manifest_url=self.manifest_url(ark))
+
+    def latest_version(self, ark: str) -> int:
+        """The object's number of versions by its state document (0: not stored)."""
+        state = self._state(ark)
+        return (_int(state.get("numVersions")) or 0) if state is not None else 0
+
+    def existing(self, ark: str, version: int) -> StoredVersion:
+        """Version ``version`` of the object, as storage's answer to its add would have given
+        it (the object's manifest is what is handed on to inventory)."""
+        return StoredVersion(ark=ark, version=version, manifest_url=self.manifest_url(ark))
 
     def _state(self, ark: str, *below: str) -> dict[str, str] | None:
         """``GET state/{node}/{ark}[/{version}[/{file}]]?t=xml`` as its fields; None for 404.

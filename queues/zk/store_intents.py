@@ -39,6 +39,9 @@ class StoreIntent:
     ark: str
     since: str = ""  # the contract's timestamp
     session: str = ""  # the ZooKeeper session that recorded it, in hex
+    # The object's number of versions in storage just before the add: once storage holds more,
+    # the add landed, whatever the working folder holds by then ("" when not known).
+    versions_before: str = ""
 
 
 def store_intent_read(zk: KazooClient, jid: str) -> StoreIntent | None:
@@ -55,6 +58,7 @@ def store_intent_read(zk: KazooClient, jid: str) -> StoreIntent | None:
         ark=text("ark"),
         since=text("since"),
         session=text("session"),
+        versions_before=text("versions_before"),
     )
 
 
@@ -67,6 +71,7 @@ def store_intent_record(
     node: str,
     ark: str,
     replace: bool,
+    versions_before: int | None = None,
 ) -> StoreIntent:
     """Write the job's record (``replace``: over the one ``store_intent_read`` found) once the
     job's lock is seen to belong to this client's session, in one transaction that checks the
@@ -82,6 +87,7 @@ def store_intent_record(
         ark=ark,
         since=now_stamp(),
         session=session_label(zk),
+        versions_before="" if versions_before is None else str(versions_before),
     )
     data = encode_json(asdict(intent))
     write_under_lock(
