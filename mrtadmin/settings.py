@@ -375,6 +375,9 @@ MRT_OWN_STEPS = env("MRT_OWN_STEPS")
 MRT_BATCH_INTAKE = env("MRT_BATCH_INTAKE")
 # Merritt's ingest service (http://host:port/<context>, without /poster/submit).
 MRT_INGEST_URL = env("MRT_INGEST_URL")
+# Seconds one submission sent to Merritt's ingest may take in all (reading a batch manifest by
+# URL, the upload, ingest's answer): past it the door answers that ingest is away.
+MRT_INGEST_DEADLINE = env_float("MRT_INGEST_DEADLINE", 120.0)
 # Where Merritt's access assembly requests (<token>/status) can be read; empty: not at all.
 MRT_ACCESS_REQUESTS_URL = env("MRT_ACCESS_REQUESTS_URL")
 # The largest file /poster/submit|update accepts.

@@ -137,6 +137,10 @@ class Outcome:
     detail: str = ""
     # For the audit entry only: the failure a resume moved the job away from.
     failure: str = ""
+    # A submission sent to Merritt's ingest door: the batch state it answered, element by
+    # element, and as ingest wrote it (XML), for a door that answers the depositor as ingest.
+    ingest_state: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False)
+    ingest_document: bytes = dataclasses.field(default=b"", compare=False)
 
     def __str__(self) -> str:
         text = f"{self.kind} {self.id}: {self.before} -> {self.after}"
@@ -310,8 +314,16 @@ def batch_submit(
     """Create a Pending batch for one payload URL; returns its batch ID.
 
     Only cheap checks happen here (the step must stay light): the payload itself is read by the
-    batch-pending consumer.
+    batch-pending consumer. Refused (DeploymentError) when Merritt's ingest owns intake
+    (``MRT_BATCH_INTAKE=merritt``): its consumers would take a batch written here; every door
+    submits through ``batch_submit_outcome``, which sends it to ingest's door instead.
     """
+    if ingest_client.batch_intake() == ingest_client.MERRITT_INTAKE:
+        raise ingest_client.DeploymentError(
+            "MRT_BATCH_INTAKE=merritt: Merritt's ingest owns intake, so no batch is written "
+            "into the shared queue here (its consumers would take it); submissions go to "
+            "ingest's door (services.batch_submit_outcome)"
+        )
     _check_submission(profile, submitter, payload_url, submission_type, filename)
     submission_type = submission_steps.canonical_type(submission_type)
     submission: dict[str, Any] = {
@@ -400,6 +412,15 @@ def batch_submit_to_merritt(
             "lists by their own URLs"
         ) from None
     detail = f"sent to Merritt's ingest as {answer.batch_id}"
+    said = Outcome(
+        "batch",
+        answer.batch_id,
+        "",
+        answer.status or "QUEUED",
+        detail,
+        ingest_state=tuple(answer.fields.items()),
+        ingest_document=answer.document,
+    )
     zk = client()
     deadline = time.monotonic() + MERRITT_BATCH_WAIT
     while True:
@@ -407,10 +428,10 @@ def batch_submit_to_merritt(
             bid = batch_id_for_uuid(zk, zpaths.batch_uuid(answer.batch_id))
         except NotFound:
             if time.monotonic() >= deadline:
-                return Outcome("batch", answer.batch_id, "", answer.status or "QUEUED", detail)
+                return said
             time.sleep(0.1)
             continue
-        return Outcome("batch", bid, "", BatchState.PENDING, detail)
+        return dataclasses.replace(said, id=bid, after=BatchState.PENDING)
 
 
 def batch_release(*, bid: str, expect_version: int | None = None) -> Outcome:

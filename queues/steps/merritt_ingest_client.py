@@ -5,7 +5,8 @@ no Pending batch into the shared queue: Merritt's ingest consumers would take it
 since they look for every batch on their own disk (docs/merritt-ownership.md). A submission goes
 instead through ingest's own depositor door, ``POST <MRT_INGEST_URL>/poster/submit`` (``update``
 for a new version, as the console's ``/poster/update`` door marks it; docs/merritt-poster.md),
-and Merritt's ingest writes the batch itself.
+and Merritt's ingest writes the batch itself. Every door of ours (the form, the API, ``/poster/``
+and ``manage.py submitbatch``) comes here through ``services.batch_submit_outcome``.
 
 That door takes an uploaded file, never a URL. So a payload the console was given by URL is
 handed over as a checkm manifest that names the URL, and Merritt's ingest fetches it as it does
@@ -16,32 +17,57 @@ for every manifest its depositors upload:
   carrying the object's identifiers and ERC in its columns;
 * ``object-manifest``: a batch manifest (``batchManifest``) listing that object manifest;
 * a batch manifest by URL is read here (under the depositor fetch policy, at most
-  ``MAX_MANIFEST_BYTES``) and uploaded as it is: a batch manifest cannot list another;
-* a ``file://`` payload (an upload kept by the console's own ``/poster/`` door) is uploaded.
+  ``MAX_MANIFEST_BYTES``, within the exchange's one deadline) and uploaded as it is: a batch
+  manifest cannot list another;
+* a ``file://`` payload (an upload kept by the console's own ``/poster/`` door) is uploaded,
+  streamed from its file.
+
+The row of a manifest written here always names the file (``fileName``): the depositor's name,
+else the URL's last part, the name the console's own intake gives it. Left empty, ingest would
+make one of the URL itself, differently in each handler (docs/merritt-poster.md).
 
 The other fields go as ingest's form fields (``profile``, ``submitter``, ``type``, ``title``,
-``creator``, ``date``, ``localIdentifier``, ``primaryIdentifier``, ``digestType``,
-``digestValue``, and Merritt's keys the console's ``/poster/`` door kept). Ingest answers its
-batch state (``bat:batchID`` = ``bid-<uuid>``, ``bat:batchStatus`` ``QUEUED``), or its exception
-document with the HTTP status of the refusal.
+``creator``, ``date``, ``localIdentifier``, ``primaryIdentifier``, ``erc``, ``retainTargetURL``,
+``note``, ``notification``, ``notificationFormat``, ``DataCite.resourceType``, ``DC.*``). What
+describes the payload itself (``filename``, ``size``, ``digestType``/``digestValue``) goes as a
+form field when the upload is the payload, and in the manifest row when the upload is a manifest
+naming it. Ingest answers its batch state (``bat:batchID`` = ``bid-<uuid>``, ``bat:batchStatus``
+``QUEUED``), or its exception document with the HTTP status of the refusal.
+
+The exchange with ingest goes through ``netpolicy`` like every other outside request: one
+deadline (``MRT_INGEST_DEADLINE``) for all of it, reading a manifest by URL included, enforced by
+its watchdog however slowly ingest answers; no redirect to another host is followed (the
+submission's body would go there); the answer is read up to ``MAX_ANSWER_BYTES``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+import os
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-import requests
 from django.conf import settings
+from urllib3.fields import RequestField
 
 from queues.states import DomainError
 from queues.steps import checkm
-from queues.steps.fetch import local_path
+from queues.steps.fetch import DownloadError, local_path
 from queues.steps.merritt import canonical_type, merritt_type
-from queues.steps.merritt_wire import merritt_error, service_session, state_fields
-from queues.steps.netpolicy import FetchPolicy, FetchRefused, TransferFailed, short_error
+from queues.steps.merritt_wire import exception_kind, merritt_error_text, state_fields
+from queues.steps.netpolicy import (
+    BASE_HEADERS,
+    FetchPolicy,
+    FetchRefused,
+    TooSlow,
+    TransferFailed,
+    short_error,
+)
+from queues.steps.submission import filename_from_url, size_number
 
 STANDALONE = "standalone"
 BESIDE_MERRITT = "beside-merritt"
@@ -54,10 +80,16 @@ INTAKES = (MERRITT_INTAKE, CONSOLE_INTAKE)
 POSTER_PATH = "/poster/submit"
 POSTER_UPDATE_PATH = "/poster/update"
 MAX_MANIFEST_BYTES = 16 * 1024**2
+# Ingest's batch state lists the batch's jobs once it has made them (JerseyBase.submitPost waits
+# up to 30 s for that): a batch of many jobs answers a long document, never an endless one.
+MAX_ANSWER_BYTES = 16 * 1024**2
 # The console's own keys, never sent as ingest fields (the payload travels as the upload).
 _NOT_FIELDS = frozenset({"payload_url", "submission_mode", "update", "digest", "submitted"})
-# Merritt's submission keys the console's /poster/ door keeps -> ingest's form field names.
+# Merritt's submission keys the console's /poster/ door keeps -> ingest's form field names
+# (``size``, a number, is sent with the payload it describes: ``form_fields``, ``_row``).
 _MERRITT_FIELDS: dict[str, str] = {
+    "erc": "erc",
+    "retainTargetURL": "retainTargetURL",
     "note": "note",
     "notification": "notification",
     "notificationFormat": "notificationFormat",
@@ -118,11 +150,24 @@ def batch_intake() -> str:
 
 
 class IngestRefused(ValueError):
-    """Merritt's ingest refused the submission; the message is its reason."""
+    """Merritt's ingest refused the submission (or it could not be sent as it is); the message
+    is the reason. ``status`` and ``kind`` are ingest's HTTP status and exception name when it
+    answered one, for a door that answers the depositor as ingest would."""
+
+    def __init__(self, message: str, *, status: int | None = None, kind: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
 
 
 class IngestUnavailable(DomainError):
-    """Merritt's ingest could not be reached or failed; nothing is known to be submitted."""
+    """Merritt's ingest could not be reached or failed; nothing is known to be submitted.
+    ``status`` and ``kind`` as for IngestRefused, when ingest answered a failure."""
+
+    def __init__(self, message: str, *, status: int | None = None, kind: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -146,11 +191,13 @@ class IngestSubmission:
 
 @dataclass(frozen=True)
 class IngestAnswer:
-    """What ingest answered: its batch ID (``bid-<uuid>``), the batch status, every field."""
+    """What ingest answered: its batch ID (``bid-<uuid>``), the batch status, every field, and
+    the document itself (XML, as asked)."""
 
     batch_id: str
     status: str
     fields: dict[str, str]
+    document: bytes = b""
 
 
 def ingest_url() -> str:
@@ -163,12 +210,40 @@ def ingest_url() -> str:
     return url
 
 
+def ingest_policy(deadline: float | None = None) -> FetchPolicy:
+    """How the console talks to Merritt's ingest: any address (it is the operator's own
+    service), one deadline for the whole exchange, no redirect to another host."""
+    return FetchPolicy(
+        restrict=False,
+        max_redirects=settings.MRT_FETCH_MAX_REDIRECTS,
+        cross_origin_redirects=False,
+        timeout=settings.MRT_HTTP_TIMEOUT,
+        deadline=deadline if deadline is not None else settings.MRT_INGEST_DEADLINE,
+        headers={**BASE_HEADERS, "Accept": "text/xml"},
+        # The bundle ``requests`` trusted when it was ingest's client, for an ingest behind the
+        # operator's own certificate authority.
+        ca_certs=os.environ.get("REQUESTS_CA_BUNDLE", ""),
+    )
+
+
+def payload_name(sub: IngestSubmission) -> str:
+    """The name the payload's file gets: the depositor's, else the URL's last part (what the
+    console's own intake names it, and what ingest names an upload: the file's own name)."""
+    return sub.filename or filename_from_url(sub.payload_url)
+
+
+def payload_size(sub: IngestSubmission) -> int | None:
+    """The payload's size in bytes the depositor gave (``size``, kept by ``/poster/``)."""
+    return size_number(sub.extra.get("size"))
+
+
 def _row(sub: IngestSubmission, url: str) -> dict[str, object]:
     return {
         "url": url,
         "hash_alg": sub.digest_alg or None,
         "hash_value": sub.digest_value or None,
-        "filename": sub.filename or None,
+        "size": payload_size(sub),
+        "filename": payload_name(sub),
         "primary_id": sub.primary_id or None,
         "local_id": sub.local_id or None,
         "creator": sub.creator or None,
@@ -178,15 +253,19 @@ def _row(sub: IngestSubmission, url: str) -> dict[str, object]:
 
 
 def _manifest_for(sub: IngestSubmission, kind: str) -> bytes:
-    """A one-row checkm manifest naming the payload URL; ValueError when checkm cannot carry a
-    value (a ``|`` or a line break in a title, say)."""
-    return checkm.write_checkm([_row(sub, sub.payload_url)], kind=kind).encode("utf-8")
-
-
-def _read_manifest(url: str, policy: FetchPolicy) -> bytes:
-    """A batch manifest given by URL, read under the depositor fetch policy."""
+    """A one-row checkm manifest naming the payload URL; IngestRefused when checkm cannot carry
+    a value (a ``|`` or a line break in a title, say)."""
     try:
-        with policy.open(url) as response:
+        return checkm.write_checkm([_row(sub, sub.payload_url)], kind=kind).encode("utf-8")
+    except ValueError as exc:
+        raise IngestRefused(str(exc)) from exc
+
+
+def _read_manifest(url: str, policy: FetchPolicy, started: float) -> bytes:
+    """A batch manifest given by URL, read under the depositor fetch policy within the
+    exchange's deadline (``policy.deadline``, counted from ``started``)."""
+    try:
+        with policy.open(url, started=started) as response:
             if response.status != 200:
                 raise IngestRefused(f"the manifest at {url} answered HTTP {response.status}")
             data = bytearray()
@@ -197,35 +276,62 @@ def _read_manifest(url: str, policy: FetchPolicy) -> bytes:
                         f"the manifest at {url} is larger than {MAX_MANIFEST_BYTES} bytes"
                     )
             return bytes(data)
+    except TooSlow as exc:
+        raise IngestRefused(
+            f"the manifest at {url} could not be read in time: it {exc.reason}"
+        ) from exc
     except (FetchRefused, TransferFailed, OSError) as exc:
         raise IngestRefused(f"the manifest at {url} could not be read: {short_error(exc)}") from exc
 
 
+@dataclass(frozen=True)
+class Upload:
+    """The file sent to ingest's door: ingest's type for it, its name, its content (bytes, or
+    the file to stream), and whether it is the payload itself or a manifest written here."""
+
+    ingest_type: str
+    name: str
+    content: bytes | Path
+    is_payload: bool
+
+
 def upload_for(
-    sub: IngestSubmission, *, policy: FetchPolicy, file_roots: Sequence[Path]
-) -> tuple[str, str, bytes | IO[bytes]]:
-    """Ingest's type name, the upload's file name and its content for one submission."""
+    sub: IngestSubmission,
+    *,
+    policy: FetchPolicy,
+    file_roots: Sequence[Path],
+    started: float | None = None,
+) -> Upload:
+    """What to upload for one submission (``policy`` reads a batch manifest by URL)."""
+    started = time.monotonic() if started is None else started
     kind = canonical_type(sub.submission_type)
     if sub.payload_url.startswith("file://"):
-        path = Path(local_path(sub.payload_url, file_roots=file_roots))
-        return merritt_type(kind), sub.filename or path.name, path.open("rb")
+        try:
+            path = Path(local_path(sub.payload_url, file_roots=file_roots)).resolve()
+        except DownloadError as exc:
+            raise IngestRefused(f"payload URL refused: {exc.reason}") from exc
+        if not path.is_file():
+            raise IngestRefused(f"the payload {sub.payload_url} is not a file here")
+        return Upload(merritt_type(kind), sub.filename or path.name, path, True)
     if kind == "file":
-        return "manifest", "payload.checkm", _manifest_for(sub, checkm.OBJECT_MANIFEST)
+        content = _manifest_for(sub, checkm.OBJECT_MANIFEST)
+        return Upload("manifest", "payload.checkm", content, False)
     if kind == "container":
         content = _manifest_for(sub, checkm.CONTAINER_BATCH_MANIFEST)
-        return "batchManifestContainer", "payload.checkm", content
+        return Upload("batchManifestContainer", "payload.checkm", content, False)
     if kind == "object-manifest":
-        return "batchManifest", "payload.checkm", _manifest_for(sub, checkm.BATCH_MANIFEST)
-    name = sub.payload_url.rstrip("/").rsplit("/", 1)[-1] or "manifest.checkm"
-    return merritt_type(kind), name, _read_manifest(sub.payload_url, policy)
+        content = _manifest_for(sub, checkm.BATCH_MANIFEST)
+        return Upload("batchManifest", "payload.checkm", content, False)
+    content = _read_manifest(sub.payload_url, policy, started)
+    return Upload(merritt_type(kind), payload_name(sub), content, True)
 
 
-def form_fields(sub: IngestSubmission, ingest_type: str) -> list[tuple[str, str]]:
+def form_fields(sub: IngestSubmission, upload: Upload) -> list[tuple[str, str]]:
     """Ingest's form fields for one submission, in JerseyBase's names."""
     fields = [
         ("profile", sub.profile),
         ("submitter", sub.submitter),
-        ("type", ingest_type),
+        ("type", upload.ingest_type),
         ("responseForm", "xml"),
     ]
     for name, value in (
@@ -237,9 +343,15 @@ def form_fields(sub: IngestSubmission, ingest_type: str) -> list[tuple[str, str]
     ):
         if value:
             fields.append((name, value))
-    # A manifest carries the payload's digest in its own row; the form's digest is the upload's.
-    if sub.digest_alg and sub.digest_value and sub.payload_url.startswith("file://"):
-        fields += [("digestType", sub.digest_alg), ("digestValue", sub.digest_value)]
+    if upload.is_payload:
+        # The upload is the payload: its name, size and digest are the form's. A manifest
+        # written here carries them in its row instead (``_row``).
+        fields.append(("filename", upload.name))
+        size = payload_size(sub)
+        if size is not None:
+            fields.append(("size", str(size)))
+        if sub.digest_alg and sub.digest_value:
+            fields += [("digestType", sub.digest_alg), ("digestValue", sub.digest_value)]
     for key, kept in sub.extra.items():
         field_name = _MERRITT_FIELDS.get(key)
         if field_name and key not in _NOT_FIELDS and isinstance(kept, str) and kept:
@@ -247,46 +359,124 @@ def form_fields(sub: IngestSubmission, ingest_type: str) -> list[tuple[str, str]
     return fields
 
 
+@dataclass(frozen=True)
+class MultipartBody:
+    """A ``multipart/form-data`` body of form fields and one file, encoded as ``requests``
+    encodes one (urllib3's ``RequestField``), read from its file as it is sent."""
+
+    fields: tuple[tuple[str, str], ...]
+    filename: str
+    content: bytes | Path
+    file_field: str = "file"
+    boundary: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def content_type(self) -> str:
+        return f"multipart/form-data; boundary={self.boundary}"
+
+    def _head(self) -> bytes:
+        out = bytearray()
+        for name, value in self.fields:
+            out += self._part(name) + value.encode("utf-8") + b"\r\n"
+        out += self._part(self.file_field, self.filename)
+        return bytes(out)
+
+    def _part(self, name: str, filename: str | None = None) -> bytes:
+        part = RequestField(name=name, data=b"", filename=filename)
+        part.make_multipart(content_type="application/octet-stream" if filename else None)
+        return f"--{self.boundary}\r\n".encode("latin-1") + part.render_headers().encode("utf-8")
+
+    def _tail(self) -> bytes:
+        return f"\r\n--{self.boundary}--\r\n".encode("latin-1")
+
+    @property
+    def length(self) -> int:
+        size = len(self.content) if isinstance(self.content, bytes) else self.content.stat().st_size
+        return len(self._head()) + size + len(self._tail())
+
+    def chunks(self) -> Iterator[bytes]:
+        yield self._head()
+        if isinstance(self.content, bytes):
+            yield self.content
+        else:
+            with self.content.open("rb") as handle:
+                while chunk := handle.read(1024 * 1024):
+                    yield chunk
+        yield self._tail()
+
+
 def submit_to_ingest(
     sub: IngestSubmission,
     *,
     policy: FetchPolicy,
     file_roots: Sequence[Path],
-    timeout: float | None = None,
+    deadline: float | None = None,
 ) -> IngestAnswer:
     """POST one submission to Merritt's ingest door; its answer, IngestRefused (4xx, with its
-    reason) or IngestUnavailable (unreachable, 5xx, or an answer that is not a batch state).
-    ``policy`` and ``file_roots`` are the depositor's: what a payload URL may reach."""
+    reason, or a payload that cannot be sent) or IngestUnavailable (unreachable, 5xx, too
+    slow, redirected elsewhere, or an answer that is not a batch state).
+
+    ``policy`` and ``file_roots`` are the depositor's: what a payload URL may reach. The whole
+    exchange, a batch manifest read by URL included, runs under one deadline
+    (``MRT_INGEST_DEADLINE`` unless ``deadline`` says otherwise)."""
+    started = time.monotonic()
+    rules = ingest_policy(deadline)
     update = sub.extra.get("update") is True or sub.extra.get("submission_mode") == "update"
     url = ingest_url() + (POSTER_UPDATE_PATH if update else POSTER_PATH)
-    ingest_type, name, content = upload_for(sub, policy=policy, file_roots=file_roots)
+    limit = rules.deadline
+    reading = policy
+    if limit is not None and (policy.deadline is None or policy.deadline > limit):
+        reading = dataclasses.replace(policy, deadline=limit)
+    upload = upload_for(sub, policy=reading, file_roots=file_roots, started=started)
+    body = MultipartBody(tuple(form_fields(sub, upload)), upload.name, upload.content)
+    unsent = (
+        "the submission may not have reached it: look for it in the queue before sending it again"
+    )
     try:
-        # A POST is not repeated once sent: a second one would make a second batch.
-        session = service_session(retry_posts=False)
-        response = session.post(
-            url,
-            data=form_fields(sub, ingest_type),
-            files={"file": (name, content, "application/octet-stream")},
-            timeout=timeout or settings.MRT_HTTP_TIMEOUT,
-        )
-    except requests.RequestException as exc:
+        # One POST, never repeated: a second one would make a second batch.
+        with rules.open(
+            url, method="POST", started=started, body=body, content_type=body.content_type
+        ) as response:
+            status = response.status
+            content = bytearray()
+            for chunk in response.chunks(64 * 1024):
+                content += chunk
+                if len(content) > MAX_ANSWER_BYTES:
+                    raise IngestUnavailable(
+                        f"Merritt's ingest at {url} answered more than {MAX_ANSWER_BYTES} bytes; "
+                        + unsent
+                    )
+    except FetchRefused as exc:
         raise IngestUnavailable(
-            f"Merritt's ingest service at {url} did not answer ({short_error(exc)}); the "
-            "submission may not have reached it: look for it before sending it again"
+            f"Merritt's ingest at {url} was not asked: {exc.reason}. Set MRT_INGEST_URL to the "
+            "address ingest answers at itself"
         ) from exc
-    finally:
-        if not isinstance(content, bytes):
-            content.close()
-    if 400 <= response.status_code < 500:
-        raise IngestRefused(f"Merritt's ingest refused the submission: {merritt_error(response)}")
-    if response.status_code != 200:
-        raise IngestUnavailable(f"Merritt's ingest failed: {merritt_error(response)}")
-    parsed = state_fields(response.content)
+    except TooSlow as exc:
+        raise IngestUnavailable(
+            f"Merritt's ingest at {url} did not answer in time (it {exc.reason}, "
+            f"MRT_INGEST_DEADLINE); " + unsent
+        ) from exc
+    except (TransferFailed, OSError) as exc:
+        raise IngestUnavailable(
+            f"Merritt's ingest service at {url} did not answer ({short_error(exc)}); " + unsent
+        ) from exc
+    if status != 200:
+        reason = merritt_error_text(status, bytes(content))
+        kind = exception_kind(bytes(content))
+        if 400 <= status < 500:
+            raise IngestRefused(
+                f"Merritt's ingest refused the submission: {reason}", status=status, kind=kind
+            )
+        raise IngestUnavailable(f"Merritt's ingest failed: {reason}", status=status, kind=kind)
+    parsed = state_fields(bytes(content))
     batch_id = parsed[1].get("batchID", "") if parsed else ""
     if parsed is None or parsed[0] != "batchState" or not batch_id:
         raise IngestUnavailable(
             f"Merritt's ingest at {url} answered HTTP 200 without a batch state document"
         )
     return IngestAnswer(
-        batch_id=batch_id, status=parsed[1].get("batchStatus", ""), fields=parsed[1]
+        batch_id=batch_id,
+        status=parsed[1].get("batchStatus", ""),
+        fields=parsed[1],
+        document=bytes(content),
     )

@@ -138,8 +138,14 @@ _EXCEPTION_ROOT = re.compile(r"^tException(?:\.(?P<kind>[A-Z_]+))?$", re.I)
 def merritt_error(response: requests.Response) -> str:
     """A one-line reason from a refusal: Merritt's exception document when the body is one,
     else the HTTP status and the start of the body."""
-    status = f"HTTP {response.status_code}"
-    body = response.content[:20000]
+    return merritt_error_text(response.status_code, response.content)
+
+
+def merritt_error_text(status_code: int, content: bytes) -> str:
+    """:func:`merritt_error` of an answer read some other way (``netpolicy``): its status and
+    body."""
+    status = f"HTTP {status_code}"
+    body = content[:20000]
     root = parse_xml(body)
     if root is not None:
         match = _EXCEPTION_ROOT.match(local_name(root.tag))
@@ -161,6 +167,24 @@ def merritt_error(response: requests.Response) -> str:
             return _reason(status, str(named) if named else None, str(said) if said else None)
     text = " ".join(body.decode("utf-8", "replace").split())
     return f"{status} {text[:300]}".rstrip()
+
+
+def exception_kind(content: bytes) -> str | None:
+    """The kind of Merritt's exception document (``REQUEST_INVALID``, ...), XML or JSON; None
+    when the body is not one or names none."""
+    root = parse_xml(content[:20000])
+    if root is not None:
+        match = _EXCEPTION_ROOT.match(local_name(root.tag))
+        if not match:
+            return None
+        kind = match.group("kind") or child_text(root, "statusName", "status")
+    else:
+        parsed = state_fields(content[:20000])
+        match = _EXCEPTION_ROOT.match(parsed[0]) if parsed else None
+        if not parsed or not match:
+            return None
+        kind = match.group("kind") or parsed[1].get("statusName")
+    return kind.upper() if kind and re.fullmatch(r"[A-Za-z_]+", kind) else None
 
 
 def _reason(status: str, kind: str | None, reason: str | None) -> str:

@@ -15,7 +15,10 @@ here, under a :class:`FetchPolicy`:
   address that embeds an IPv4 one (IPv4-mapped, IPv4-compatible, NAT64, 6to4, Teredo) is
   judged by the IPv4 address it embeds as well, so ``2002:7f00:1::`` is loopback too;
 - redirects are followed here, one hop at a time (at most ``max_redirects``), each hop checked
-  like the first;
+  like the first; a redirect that would carry the request's body (307, 308) is followed only to
+  the same origin (scheme, host and port): a body is never handed to another host, whoever
+  redirects it there. ``cross_origin_redirects=False`` (Merritt's ingest) follows no redirect to
+  another origin at all;
 - the whole response runs under a wall-clock ``deadline``: connecting and the TLS handshake
   (which Python's ssl module holds to the connect timeout as a whole), the response headers
   and the body. A watchdog shuts the socket down when it passes, because a server that sends
@@ -39,7 +42,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote, urljoin, urlsplit
 
 import certifi
@@ -63,6 +66,29 @@ USER_AGENT = "merritt-queue-console"
 BASE_HEADERS = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class RequestBody(Protocol):
+    """A request body sent in pieces (an upload too large to hold in memory): its length in
+    bytes, and its bytes from the start, afresh on every call (a redirect to the same origin
+    sends it again)."""
+
+    @property
+    def length(self) -> int: ...
+
+    def chunks(self) -> Iterator[bytes]: ...
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """The scheme, host (lower case) and port of ``url``, the port the scheme's default when
+    none is given: two URLs of one origin reach the same server."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or DEFAULT_PORTS.get(scheme)
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port
 
 
 class FetchRefused(Exception):
@@ -309,10 +335,16 @@ class FetchPolicy:
     restrict: bool = True
     allow: tuple[IPNetwork, ...] = ()
     max_redirects: int = 5
+    # False: a redirect to another origin is refused even without a body (a service of the
+    # operator's own, whose answer must come from itself).
+    cross_origin_redirects: bool = True
     timeout: float = 30.0  # connect, and each read
     deadline: float | None = None  # seconds for one whole transfer, all attempts included
     min_rate: int = 0  # bytes per second, checked over each rate_window
     rate_window: float = 60.0
+    # The certificate authorities TLS trusts: a bundle file, else certifi's (a system service
+    # behind the operator's own CA names its bundle, as REQUESTS_CA_BUNDLE did for requests).
+    ca_certs: str = ""
     headers: Mapping[str, str] = field(default_factory=lambda: dict(BASE_HEADERS))
 
     # Addresses ----------------------------------------------------------------------------
@@ -377,14 +409,16 @@ class FetchPolicy:
         *,
         method: str = "GET",
         started: float | None = None,
-        body: bytes | None = None,
+        body: bytes | RequestBody | None = None,
         content_type: str = "",
         headers: Mapping[str, str] | None = None,
     ) -> OpenResponse:
         """Send ``method`` to ``url`` following redirects under the policy; the body unread.
 
-        A ``body`` (a callback's JSON) goes along with 307 and 308 redirects; 301, 302 and 303
-        turn the request into a GET without it, as browsers do. ``headers`` go with every hop.
+        A ``body`` (a callback's JSON, an upload) goes along with 307 and 308 redirects, which
+        are followed only to the same origin: one to another host is refused (FetchRefused)
+        before anything is sent there. 301, 302 and 303 turn the request into a GET without it,
+        as browsers do. ``headers`` go with every hop.
         """
         started = time.monotonic() if started is None else started
         for _hop in range(self.max_redirects + 1):
@@ -392,11 +426,21 @@ class FetchPolicy:
             location = response.headers.get("Location")
             if response.status not in REDIRECTS or not location:
                 return OpenResponse(self, url, response, started, pool, alarm)
+            status = response.status
             alarm.close()
             response.release_conn()
             pool.close()
-            url = urljoin(url, location)
-            if response.status in (301, 302, 303) and method not in ("GET", "HEAD"):
+            target = urljoin(url, location)
+            keeps_body = body is not None and status in (307, 308)
+            if origin(target) != origin(url) and (keeps_body or not self.cross_origin_redirects):
+                what = "the request and its body" if keeps_body else "the request"
+                raise FetchRefused(
+                    target,
+                    f"{url} redirected {what} to another host (HTTP {status}); not followed, "
+                    "nothing was sent there",
+                )
+            url = target
+            if status in (301, 302, 303) and method not in ("GET", "HEAD"):
                 method, body = "GET", None
         raise FetchRefused(url, f"more than {self.max_redirects} redirects")
 
@@ -405,7 +449,7 @@ class FetchPolicy:
         url: str,
         method: str,
         started: float,
-        body: bytes | None,
+        body: bytes | RequestBody | None,
         content_type: str,
         extra: Mapping[str, str] | None = None,
     ) -> tuple[urllib3.HTTPConnectionPool, urllib3.BaseHTTPResponse, _Alarm]:
@@ -426,7 +470,7 @@ class FetchPolicy:
                 server_hostname=host,
                 assert_hostname=host,
                 cert_reqs="CERT_REQUIRED",
-                ca_certs=certifi.where(),
+                ca_certs=self.ca_certs or certifi.where(),
                 alarm=alarm,
             )
         else:
@@ -441,6 +485,13 @@ class FetchPolicy:
             headers["Authorization"] = urllib3.make_headers(basic_auth=credentials)["authorization"]
         if content_type:
             headers["Content-Type"] = content_type
+        data: bytes | Iterator[bytes] | None
+        if body is None or isinstance(body, bytes):
+            data = body
+        else:
+            # Sent as it is read, with its length: no chunked encoding, nothing held in memory.
+            headers["Content-Length"] = str(body.length)
+            data = body.chunks()
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
@@ -450,7 +501,7 @@ class FetchPolicy:
             response = pool.urlopen(
                 method,
                 target,
-                body=body,
+                body=data,
                 headers=headers,
                 redirect=False,
                 retries=False,

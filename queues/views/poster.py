@@ -26,6 +26,11 @@ What Merritt's own door takes and answers is in docs/merritt-poster.md, with its
   ``submissionDate``, ``updateFlag`` and an empty ``jobStates``; the ZooKeeper batch ID is in
   the ``X-Batch-ID`` header and ``Location``. Errors are Merritt's exception document
   (``exc:tException.<NAME>`` with ``statusName``, ``statusDescription``, ``error``, ``detail``).
+* **Beside Merritt with ``MRT_BATCH_INTAKE=merritt``** the same action sends the submission on
+  to Merritt ingest's own door (``queues.steps.merritt_ingest_client``), every field the
+  depositor gave with it, and the answer is ingest's batch state: its own XML document, or its
+  elements in the JSON or ANVL asked for; its ``batchID`` is the one ingest wrote into the
+  queue. The upload kept here to send it is removed once ingest has it.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from queues.steps import uploads
 from queues.steps.checkm import filename_problem as object_filename_problem
 from queues.steps.erc import DC_ELEMENTS
 from queues.steps.merritt import MERRITT_TYPES, canonical_type
+from queues.steps.merritt_ingest_client import IngestRefused, IngestUnavailable
 from queues.steps.submission import size_number
 from queues.views.common import refusal_for
 
@@ -92,6 +98,9 @@ EXCEPTIONS = {
     "USER_NOT_AUTHORIZED": ("User not authorized", 403),
     "REQUEST_ELEMENT_UNSUPPORTED": ("User/request supplied parm type is not supported", 501),
     "EXTERNAL_SERVICE_UNAVAILABLE": ("Unavailable remote service", 503),
+    # Relayed from Merritt's ingest (MRT_BATCH_INTAKE=merritt), as its door answers them.
+    "INVALID_OR_MISSING_PARM": ("Program required parm is missing or invalid", 500),
+    "GENERAL_EXCEPTION": ("Unexpected Programmic exception", 500),
 }
 
 FORMS = {"xml": "text/xml", "json": "application/json", "anvl": "text/x-anvl"}
@@ -437,18 +446,38 @@ def _submit_parsed(
         params={**submit_form.cleaned_data, "extra": extra},
         via="poster",
     )
-    bid = outcomes[0].id
-    log.info("poster %s: %s (%s) by %s", verb, bid, batch_id, user.get_username())
-    body = batch_state(
-        batch_id=batch_id,
-        user_agent=submit_form.cleaned_data["submitter"],
-        submitted=submitted,
-        update=update,
-        form=form,
-    )
+    outcome = outcomes[0]
+    bid = outcome.id
+    if outcome.ingest_state:
+        # Sent to Merritt's ingest (MRT_BATCH_INTAKE=merritt): the depositor gets ingest's own
+        # batch state, its batchID the one its batch carries in the queue. Ingest has the upload
+        # now; the copy kept here for sending it has no batch to go with.
+        shutil.rmtree(folder, ignore_errors=True)
+        state = dict(outcome.ingest_state)
+        log.info(
+            "poster %s: sent to Merritt's ingest as %s (%s) by %s",
+            verb,
+            state.get("batchID", ""),
+            bid,
+            user.get_username(),
+        )
+        if form == "xml" and outcome.ingest_document:
+            body = outcome.ingest_document.decode("utf-8", "replace")  # ingest's own, as it is
+        else:  # the same elements in the format asked for (ingest was asked for XML)
+            body = _document("batchState", "bat", BATCH_NS, list(outcome.ingest_state), form)
+    else:
+        log.info("poster %s: %s (%s) by %s", verb, bid, batch_id, user.get_username())
+        body = batch_state(
+            batch_id=batch_id,
+            user_agent=submit_form.cleaned_data["submitter"],
+            submitted=submitted,
+            update=update,
+            form=form,
+        )
     response = _answer(body, form, 200)
     response["X-Batch-ID"] = bid
-    response["Location"] = f"/api/batches/{bid}"
+    if not bid.startswith("bid-"):  # a batch in the queue (ingest's ID alone names none yet)
+        response["Location"] = f"/api/batches/{bid}"
     return response
 
 
@@ -466,6 +495,8 @@ def door(
         return _submit(request, verb, primary_id)
     except Refused as exc:
         return error_response(request, exc, _form_of(request))
+    except (IngestRefused, IngestUnavailable) as exc:
+        return error_response(request, _from_ingest(exc), _form_of(request))
     except Exception as exc:
         refusal = refusal_for(exc)
         if refusal is None:
@@ -480,6 +511,17 @@ def door(
         if refusal.unavailable:
             response["Retry-After"] = "10"
         return response
+
+
+def _from_ingest(exc: IngestRefused | IngestUnavailable) -> Refused:
+    """Merritt's ingest refused or failed the submission sent on to it: its own exception and
+    status when it answered one of the kinds named here, else REQUEST_INVALID (a refusal) or
+    EXTERNAL_SERVICE_UNAVAILABLE (ingest away, too slow, or failing)."""
+    if exc.kind in EXCEPTIONS and exc.status:
+        return Refused(str(exc), exc.kind, exc.status)
+    if isinstance(exc, IngestRefused):
+        return Refused(str(exc))
+    return Refused(str(exc), "EXTERNAL_SERVICE_UNAVAILABLE")
 
 
 def _form_of(request: HttpRequest) -> str:

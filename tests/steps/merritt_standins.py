@@ -12,7 +12,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,10 +34,11 @@ EXC_NS = "http://uc3.cdlib.org/ontology/mrt/core/exc"
 VERSION_NS = "http://uc3.cdlib.org/ontology/mrt/store/version"
 OBJECT_NS = "http://uc3.cdlib.org/ontology/mrt/store/object"
 FILE_NS = "http://uc3.cdlib.org/ontology/mrt/store/file"
-# The TException kinds these stand-ins use, with the HTTP status Merritt gives each.
+# The TException kinds these stand-ins use, with the HTTP status Merritt gives each
+# (mrt-core2 core/.../utility/TExceptionEnum.java).
 EXCEPTION_STATUS = {
     "REQUEST_INVALID": 400,
-    "INVALID_OR_MISSING_PARM": 400,
+    "INVALID_OR_MISSING_PARM": 500,
     "REQUESTED_ITEM_NOT_FOUND": 404,
     "GENERAL_EXCEPTION": 500,
     "EXTERNAL_SERVICE_UNAVAILABLE": 503,
@@ -73,6 +76,9 @@ class Answer:
     status: int
     body: bytes
     content_type: str = "text/xml; charset=UTF-8"
+    headers: dict[str, str] = field(default_factory=dict)
+    # Seconds between the bytes of the status line and headers: a service that trickles them.
+    trickle: float = 0.0
 
 
 def exception_document(kind: str, error: str, *, form: str = "xml") -> Answer:
@@ -152,11 +158,30 @@ class StandIn:
                 query = {k: v[0] for k, v in parse_qs(parts.query).items()}
                 request = Request(self.command, parts.path, query, dict(self.headers), body)
                 answer = stand_in._dispatch(request)
+                if answer.trickle:
+                    self._trickle(answer)
+                    return
                 self.send_response(answer.status)
                 self.send_header("Content-Type", answer.content_type)
                 self.send_header("Content-Length", str(len(answer.body)))
+                for name, value in answer.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(answer.body)
+
+            def _trickle(self, answer: Answer) -> None:
+                head = [f"HTTP/1.1 {answer.status} OK", f"Content-Type: {answer.content_type}"]
+                head.append(f"Content-Length: {len(answer.body)}")
+                head += [f"{name}: {value}" for name, value in answer.headers.items()]
+                try:
+                    for byte in ("\r\n".join(head) + "\r\n\r\n").encode():
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(answer.trickle)
+                    self.wfile.write(answer.body)
+                except OSError:  # the client gave up
+                    pass
+                self.close_connection = True
 
             do_GET = do_POST = do_PUT = do_DELETE = _serve
 
@@ -653,24 +678,120 @@ def unused_url() -> str:
 BATCH_NS = "http://uc3.cdlib.org/ontology/mrt/ingest/batch"
 
 
+# The form fields Merritt's ingest door reads (mrt-ingest JerseyBase.getFormData, ccc78fe2),
+# and ``retainTargetURL``, which the current one reads too (Merritt's UI forwards it to
+# ``poster/submit``; ``IngestRequest.setRetainTargetURL``). Any other field is logged as not
+# supported and ignored. docs/merritt-poster.md has the sources.
+INGEST_FIELDS = frozenset(
+    {
+        "submitter",
+        "object",
+        "profile",
+        "filename",
+        "type",
+        "size",
+        "digestType",
+        "digestValue",
+        "creator",
+        "title",
+        "date",
+        "localIdentifier",
+        "primaryIdentifier",
+        "note",
+        "erc",
+        "notification",
+        "responseForm",
+        "notificationFormat",
+        "DataCite.resourceType",
+        "synchronousMode",
+        "retainTargetURL",
+        *(
+            f"DC.{name}"
+            for name in (
+                "contributor",
+                "coverage",
+                "creator",
+                "date",
+                "description",
+                "format",
+                "identifier",
+                "language",
+                "publisher",
+                "relation",
+                "rights",
+                "source",
+                "subject",
+                "title",
+                "type",
+            )
+        ),
+    }
+)
+# Ingest's form ``type`` names (JerseyBase maps the hyphenated ones onto PackageTypeEnum).
+INGEST_TYPES = {
+    "file": "file",
+    "container": "container",
+    "manifest": "manifest",
+    "batchManifest": "batchManifest",
+    "batchManifestFile": "batchManifestFile",
+    "batchManifestContainer": "batchManifestContainer",
+    "object-manifest": "manifest",
+    "single-file-batch-manifest": "batchManifestFile",
+    "container-batch-manifest": "batchManifestContainer",
+    "batch-manifest": "batchManifest",
+}
+JAVA_INT_MAX = 2**31 - 1
+
+
+def java_url_file(url: str) -> str:
+    """``java.net.URL.getFile()``: the path and the query, as written in the URL."""
+    parts = urlsplit(url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
 @dataclass
 class PosterUpload:
     """One ``POST /poster/submit`` as Merritt's ingest read it: its form fields, the uploaded
-    file's name and bytes, and the batch ID ingest minted for it."""
+    file's name and bytes, the batch ID ingest minted for it, and the fields it ignored."""
 
     batch_id: str
     fields: dict[str, str]
     filename: str
     content: bytes
+    ignored: list[str] = field(default_factory=list)
+
+    def stored_names(self) -> list[str]:
+        """The names ingest gives the files a manifest upload lists: a row's ``fileName``, else
+        one made of its URL, as each of ingest's handlers makes it. An object manifest
+        (``manifest``): ``download/HandlerRetrieve`` downloads to ``url.getFile()`` without its
+        leading ``/`` (folders and query included). A batch manifest:
+        ``queue/HandlerDisaggregate.unpack`` takes ``url.getFile()`` with every ``/`` removed."""
+        kind = INGEST_TYPES.get(self.fields.get("type", ""), "")
+        if kind not in ("manifest", "batchManifest", "batchManifestFile", "batchManifestContainer"):
+            return [self.filename]
+        names = []
+        for row in parse_checkm(self.content).rows:
+            if row.filename:
+                names.append(row.filename)
+            elif kind == "manifest":
+                names.append(java_url_file(row.url).removeprefix("/"))
+            else:
+                names.append(java_url_file(row.url).replace("/", ""))
+        return names
 
 
 class IngestPosterStandIn(StandIn):
     """Merritt's ingest service's depositor door (docs/merritt-poster.md, mrt-ingest
-    ``JerseyBase``): a multipart ``POST <context>/poster/submit`` with one uploaded file and
-    the form fields. It mints ``bid-<uuid>``, hands the upload to ``accept`` (which writes the
-    batch into the queue, as ingest does before it answers) and answers the batch state in the
-    ``responseForm`` asked for (XML by default), ``batchStatus`` ``QUEUED``; a missing profile,
-    submitter or file is refused with ``REQUEST_INVALID``."""
+    ``JerseyBase``): a multipart ``POST <context>/poster/submit`` (or ``update``) with one
+    uploaded file and the form fields. As ingest's ``getFormData``, it keeps the fields of
+    ``INGEST_FIELDS`` and ignores any other (listed in the upload's ``ignored``), refuses a
+    ``size`` that is not a Java ``int`` (``new Integer(size)``: ``INVALID_OR_MISSING_PARM``) and
+    names the upload by its ``filename`` field, else the part's own file name. It mints
+    ``bid-<uuid>``, hands the upload to ``accept`` (which writes the batch into the queue, as
+    ingest does before it answers) and answers the batch state in the ``responseForm`` asked
+    for (XML by default), ``batchStatus`` ``QUEUED``; a missing profile, submitter or file is
+    refused with ``REQUEST_INVALID``. ``trickle`` (seconds a byte) makes it send the status
+    line and headers of its answers that slowly, once the batch is written."""
 
     name = "ingest"
 
@@ -679,6 +800,7 @@ class IngestPosterStandIn(StandIn):
         self.accept = accept
         self.context = context
         self.uploads: list[PosterUpload] = []
+        self.trickle = 0.0
 
     @staticmethod
     def parse(request: Request) -> tuple[dict[str, str], str, bytes] | None:
@@ -704,14 +826,26 @@ class IngestPosterStandIn(StandIn):
         parsed = self.parse(request)
         if parsed is None:
             return exception_document("REQUEST_INVALID", "not a multipart form")
-        fields, filename, content = parsed
+        sent, filename, content = parsed
+        fields = {k: v for k, v in sent.items() if k in INGEST_FIELDS}
+        ignored = sorted(k for k in sent if k not in INGEST_FIELDS)
         form = fields.get("responseForm", "xml")
+        size = fields.get("size")
+        if size is not None and not (
+            re.fullmatch(r"[+-]?[0-9]+", size) and abs(int(size)) <= JAVA_INT_MAX
+        ):
+            return exception_document(
+                "INVALID_OR_MISSING_PARM",
+                "JerseyBase: Could not process form field: size",
+                form=form,
+            )
         for needed in ("profile", "submitter"):
             if not fields.get(needed):
                 return exception_document("REQUEST_INVALID", f"{needed} missing", form=form)
         if not filename:
             return exception_document("REQUEST_INVALID", "no file uploaded", form=form)
-        upload = PosterUpload(f"bid-{uuid.uuid4()}", fields, filename, content)
+        filename = fields.get("filename") or filename
+        upload = PosterUpload(f"bid-{uuid.uuid4()}", fields, filename, content, ignored)
         self.accept(upload)
         with self.lock:
             self.uploads.append(upload)
@@ -729,10 +863,10 @@ class IngestPosterStandIn(StandIn):
                     **{f"bat:{k}": v for k, v in state.items()},
                 }
             }
-            return Answer(200, json.dumps(body).encode(), "application/json")
+            return Answer(200, json.dumps(body).encode(), "application/json", trickle=self.trickle)
         inner = "".join(f"<bat:{k}>{escape(v)}</bat:{k}>" for k, v in state.items())
         xml = (
             '<?xml version="1.0" encoding="UTF-8"?>\n'
             f'<bat:batchState xmlns:bat="{BATCH_NS}">{inner}</bat:batchState>'
         )
-        return Answer(200, xml.encode())
+        return Answer(200, xml.encode(), trickle=self.trickle)

@@ -8,7 +8,11 @@ from ._base import QueueCommand
 
 
 class Command(QueueCommand):
-    help = "Create a Pending batch for one payload URL and print its batch ID."
+    help = (
+        "Submit one payload URL and print its batch ID: a Pending batch made here, or, with "
+        "MRT_BATCH_INTAKE=merritt, the submission sent to Merritt ingest's door (the batch "
+        "its ingest wrote into the queue, else ingest's own batch ID)."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--profile", required=True, help="ingest profile name")
@@ -34,8 +38,10 @@ class Command(QueueCommand):
         parser.add_argument("--filename", default="")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        bid = self.run_safely(
-            lambda: services.batch_submit(
+        # The submit action of every door: under MRT_BATCH_INTAKE=merritt it goes to ingest's
+        # door, never straight into the shared queue.
+        outcome = self.run_safely(
+            lambda: services.batch_submit_outcome(
                 profile=opts["profile"],
                 submitter=opts["submitter"],
                 payload_url=opts["payload_url"],
@@ -50,4 +56,6 @@ class Command(QueueCommand):
                 filename=opts["filename"],
             )
         )
-        self.stdout.write(bid)
+        if outcome.detail and outcome.detail != "submitted":
+            self.stderr.write(outcome.detail)
+        self.stdout.write(outcome.id)
