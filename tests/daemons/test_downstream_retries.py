@@ -151,7 +151,7 @@ def test_a_permanent_answer_fails_the_job_at_once(
     zk: Any, files: FileServer, services: dict[str, Any]
 ) -> None:
     storage = services["storage"]
-    storage.refuse_next(exception_document("REQUEST_INVALID", "manifest names no files"))
+    storage.refuse_next(exception_document("REQUEST_INVALID", "manifest names no files"), "POST")
     job = _job(zk, files, "p.txt")
     rounds = Rounds(zk)
     rounds.until(lambda: job_load(zk, job.jid).state in ("Failed", "Recording"), [job])

@@ -14,8 +14,11 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from queues.daemons import clients
 from queues.daemons.base import SessionGate
 from queues.daemons.storing import Storing
+from queues.daemons.workfolder import STORAGE_MANIFEST, object_dir, work_relative, workdir
+from queues.steps.erc import SYSTEM_DIR, http_url_for, write_storage_manifest
 from queues.zk import paths as zpaths
 from queues.zk.jobs import job_load, job_transition
 from queues.zk.locks import lock_create
@@ -126,12 +129,13 @@ def test_an_add_that_made_no_version_is_sent_again_on_resume(
         identifiers={"primary_id": earlier.primary_id, "local_id": []},
     )
     drive(zk, lambda: job_load(zk, job.jid).state == "Storing", names=["downloading", "processing"])
-    merritt_storage.refuse_next(exception_document("EXTERNAL_SERVICE_UNAVAILABLE", "cloud down"))
+    merritt_storage.refuse_next(exception_document("REQUEST_INVALID", "cloud says no"), "POST")
     Storing(zk=zk).run_once()
     failed = job_load(zk, job.jid)
     assert failed.state == "Failed", failed.status.message
     intent = store_intent_read(zk, job.jid)
     assert intent is not None and intent.manifest_url == failed.store["manifest_url"]
+    assert intent.versions_before == "1"
 
     job_transition(zk, failed, "Storing", admin=True, retry=True)
     Storing(zk=zk).run_once()
@@ -178,3 +182,44 @@ def test_a_consumer_whose_claim_went_with_its_session_neither_records_nor_adds(
     still = job_load(zk, job.jid)
     assert still.state == "Storing"
     assert still.lock is not None and still.lock.session_id == other_zk.client_id[0]
+
+
+def test_a_landed_add_is_found_when_a_lost_claim_wrote_the_working_folder_again(
+    zk: KazooClient,
+    other_zk: KazooClient,
+    zk_hosts: str,
+    own_zk: tuple[KazooClient, SessionGate],
+    files: FileServer,
+    merritt_storage: StorageStandIn,
+) -> None:
+    """The 1,000-job chaos run's extra version: storage made the version, the claim was lost
+    before its answer, and a step of an older lost claim (Processing, paused past its session)
+    wrote the working folder again, so the manifest the next claimer reads no longer matches
+    the stored version. That claimer must take the version the add made, not add another."""
+    client, gate = own_zk
+    job = _in_storing(zk, files, "a.txt", "content")
+    old = client.client_id[0]
+    next_claims: list[bool] = []
+
+    def lose_the_session_and_rewrite_the_folder(_ark: str, _version: int) -> None:
+        merritt_storage.on_add = None
+        expire_session(client, zk_hosts)
+        wait_for(lambda: client.connected and client.client_id[0] != old, timeout=30)
+        target = object_dir(job)
+        (target / SYSTEM_DIR / "mrt-ingest.txt").write_text("written again by a lost claim\n")
+        served = clients.work_url(work_relative(target))
+        write_storage_manifest(
+            target, workdir(job) / STORAGE_MANIFEST, url_for=http_url_for(served or "")
+        )
+        next_claims.append(Storing(zk=other_zk).run_once())
+
+    merritt_storage.on_add = lose_the_session_and_rewrite_the_folder
+    Storing(zk=client, gate=gate).run_once()
+
+    assert next_claims == [True]
+    assert len(merritt_storage.seen("POST")) == 1
+    [stored] = merritt_storage.objects.values()
+    assert stored.versions == [1]
+    done = job_load(zk, job.jid)
+    assert done.state == "Recording", done.status.message
+    assert done.inventory["version"] == 1

@@ -115,15 +115,16 @@ class StandIn:
     def __init__(self) -> None:
         self.requests: list[Request] = []
         self.lock = threading.Lock()
-        self._refusals: list[Answer] = []
+        self._refusals: list[tuple[str | None, Answer]] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
-    def refuse_next(self, answer: Answer) -> None:
+    def refuse_next(self, answer: Answer, method: str | None = None) -> None:
+        """Answer the next request (of ``method``, if given) with ``answer``."""
         with self.lock:
-            self._refusals.append(answer)
+            self._refusals.append((method, answer))
 
     def stop_refusing(self) -> None:
         with self.lock:
@@ -139,7 +140,12 @@ class StandIn:
     def _dispatch(self, request: Request) -> Answer:
         with self.lock:
             self.requests.append(request)
-            refusal = self._refusals.pop(0) if self._refusals else None
+            refusal = None
+            for index, (method, answer) in enumerate(self._refusals):
+                if method is None or method == request.method:
+                    refusal = answer
+                    del self._refusals[index]
+                    break
         return refusal or self.handle(request)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
