@@ -238,8 +238,63 @@ def install_in_daphne() -> None:
 
     if not getattr(daphne_http.WebRequest, "bounded", False):
         daphne_http.WebRequest = bounded(daphne_http.WebRequest)
+    if not getattr(daphne_http.HTTPFactory.buildProtocol, "bounded", False):
+        daphne_http.HTTPFactory.buildProtocol = line_bounded(daphne_http.HTTPFactory.buildProtocol)
     if not getattr(daphne_server.Server.log_action, "redacting", False):
         daphne_server.Server.log_action = redacting(daphne_server.Server.log_action)
+
+
+# Twisted's HTTPChannel keeps "a request line is awaited" in a name-mangled attribute.
+_AWAITS_LINE = "_HTTPChannel__first_line"
+
+
+def _awaits_line(channel: Any) -> bool:
+    return bool(getattr(channel, _AWAITS_LINE, False))
+
+
+def line_bounded(build: Callable[..., Any]) -> Callable[..., Any]:
+    """daphne's ``HTTPFactory.buildProtocol`` whose channels give a request line the request's
+    deadline too: Twisted makes the request (and so starts its clock) only once the whole first
+    line is in, and its idle timeout starts again at every byte, so a line sent a byte at a time
+    was held with no end. The clock starts at the line's first byte; the request made from the
+    line goes on with it (``BoundedRequest``); a line not whole in time is answered 408."""
+
+    def build_protocol(factory: Any, addr: Any) -> Any:
+        protocol = build(factory, addr)
+        # Twisted hands out a proxy that negotiates the protocol; the HTTP/1.1 channel is its
+        # ``_channel``, whose own dataReceived the proxy calls.
+        channel = getattr(protocol, "_channel", protocol)
+        if channel is None:
+            return protocol
+        received = channel.dataReceived
+        timer: list[Any] = []
+
+        def too_slow() -> None:
+            timer.clear()
+            if not _awaits_line(channel) or channel.transport is None:
+                return
+            seconds = request_seconds()
+            log.info("408 a request line not whole after %gs", seconds)
+            channel.transport.write(raw_answer(HTTPStatus.REQUEST_TIMEOUT, too_slow_text(seconds)))
+            channel.transport.loseConnection()
+
+        def data_received(data: bytes) -> None:
+            if not timer and _awaits_line(channel):
+                channel._mrt_line_began = time.monotonic()
+                timer.append(channel.callLater(request_seconds(), too_slow))
+            received(data)
+            if timer and not _awaits_line(channel):
+                # The line is in: its request has taken the clock over.
+                call = timer.pop()
+                if call.active():
+                    call.cancel()
+                channel._mrt_line_began = None
+
+        channel.dataReceived = data_received
+        return protocol
+
+    build_protocol.bounded = True  # type: ignore[attr-defined]
+    return build_protocol
 
 
 def redacting(log_action: Callable[..., None]) -> Callable[..., None]:
@@ -264,8 +319,10 @@ def bounded(base: type[Any]) -> type[Any]:
         bounded = True
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            # Made when the request line has arrived: the request's clock starts here.
-            self._begun = time.monotonic()
+            # Made when the request line has arrived; the clock started at its first byte
+            # (``line_bounded``), or here.
+            began = getattr(args[0] if args else kwargs.get("channel"), "_mrt_line_began", None)
+            self._begun = began if isinstance(began, float) else time.monotonic()
             self._received = 0
             self._held: list[bytes] | None = None  # a list while the credentials are checked
             self._complete: tuple[bytes, bytes, bytes] | None = None
