@@ -340,6 +340,10 @@ MRT_WORK_URL = env("MRT_WORK_URL")
 # Base URL of assembled access archives; default: the console's /downloads/.
 MRT_DOWNLOADS_URL = env("MRT_DOWNLOADS_URL")
 MRT_HTTP_TIMEOUT = env_float("MRT_HTTP_TIMEOUT", 30.0)
+# One deadline for a whole exchange with inventory or EZID, and with storage (whose add reads
+# every file of the version it makes).
+MRT_SERVICE_DEADLINE = env_float("MRT_SERVICE_DEADLINE", 300.0)
+MRT_STORAGE_ADD_DEADLINE = env_float("MRT_STORAGE_ADD_DEADLINE", 6 * 3600.0)
 # Retry policies of the services outside, over queues/retries.py's defaults (docs/configuration.md):
 # MRT_RETRY_STORAGE="attempts=12 first=30s most=30m within=12h"; checked when a daemon starts.
 # A storage node's breaker (queues/daemons/breakers.py): this many outages in a row within this

@@ -137,7 +137,7 @@ def _answers(base: str, node: int) -> bool:
     """Whether storage answers for ``node`` with anything but "not now": ``GET state/{node}``,
     the node's state document in Merritt's storage service."""
     url = f"{base.rstrip('/')}/state/{node}"
-    session = service_session(retries=0)
+    session = service_session(retries=0, deadline=settings.MRT_HTTP_TIMEOUT)
     try:
         response = session.get(url, params={"t": "xml"}, timeout=settings.MRT_HTTP_TIMEOUT)
     except requests.RequestException:

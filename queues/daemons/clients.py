@@ -56,8 +56,13 @@ LOCAL_STORAGE_FOLDER = "storage"
 @cache
 def _session(service: str) -> requests.Session:
     """One pooled session per remote service and process, shared by the daemons' threads.
-    Inventory's adds and local-id records are idempotent, so its POSTs may be repeated."""
-    return service_session(retry_posts=service == "inventory")
+    Inventory's adds and local-id records are idempotent, so its POSTs may be repeated. Each
+    exchange has one deadline: a storage add reads every file of its version, so storage's is
+    MRT_STORAGE_ADD_DEADLINE; the others' MRT_SERVICE_DEADLINE."""
+    deadline = (
+        settings.MRT_STORAGE_ADD_DEADLINE if service == "storage" else settings.MRT_SERVICE_DEADLINE
+    )
+    return service_session(retry_posts=service == "inventory", deadline=deadline)
 
 
 def internal_roots() -> list[Path]:

@@ -17,6 +17,7 @@ import json
 import re
 import time
 from collections.abc import Collection
+from typing import Any
 from urllib.parse import quote_plus
 from xml.etree import ElementTree
 
@@ -25,10 +26,15 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from queues.retries import ServiceUnavailable, http_unavailable
+from queues.steps.netpolicy import EXCHANGE_POOLS, exchange_deadline
 
 EXC_NAMESPACE = "http://uc3.cdlib.org/ontology/mrt/core/exc"
 # Replies worth asking again for: the service, or a proxy in front of it, is briefly away.
 RETRY_STATUSES = (502, 503, 504)
+# The deadline of one whole exchange with a Merritt service, unless its client is told another
+# (MRT_SERVICE_DEADLINE; a storage add, which reads every file of a version, gets
+# MRT_STORAGE_ADD_DEADLINE).
+DEFAULT_DEADLINE = 300.0
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 
 
@@ -51,6 +57,7 @@ def service_session(
     retry_posts: bool = False,
     statuses: Collection[int] = RETRY_STATUSES,
     pool: int = 16,
+    deadline: float = DEFAULT_DEADLINE,
 ) -> requests.Session:
     """A pooled session for one remote service.
 
@@ -73,10 +80,36 @@ def service_session(
         respect_retry_after_header=True,
     )
     adapter = HTTPAdapter(max_retries=retry, pool_connections=4, pool_maxsize=pool)
-    session = requests.Session()
+    adapter.poolmanager.pool_classes_by_scheme = EXCHANGE_POOLS
+    session = DeadlineSession(deadline)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
+
+
+class DeadlineSession(requests.Session):
+    """A session whose every request, its repeats, redirects and reading of the answer
+    included, has one deadline (``netpolicy.exchange_deadline``): past it the connection is
+    shut down and the request raises ``requests.Timeout`` saying so."""
+
+    def __init__(self, deadline: float) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        with exchange_deadline(self.deadline) as alarm:
+            try:
+                response = super().send(request, **kwargs)
+            except requests.RequestException as exc:
+                if alarm.fired:
+                    raise requests.Timeout(f"{request.url}: {alarm.reason}") from exc
+                raise
+            if alarm.fired:
+                # Cut off inside the headers or the body, the answer may still look whole
+                # (http.client takes an early end of the headers for their end).
+                response.close()
+                raise requests.Timeout(f"{request.url}: {alarm.reason}")
+            return response
 
 
 def local_name(tag: str) -> str:

@@ -228,6 +228,8 @@ class _Alarm:
         with self._lock:
             if not self._armed:
                 return
+            if self._sock is not None:  # a connection of an earlier try of this request
+                self._sock.close()
             self._sock = sock.dup()
             if self.fired:
                 self._shutdown()
@@ -321,6 +323,82 @@ class _WatchedHTTPS(HTTPSConnection):
 
 class _Pool(urllib3.HTTPConnectionPool):
     ConnectionCls = _WatchedHTTP
+
+
+# One deadline for a whole exchange made through another client library's pools (requests'
+# sessions for Merritt's services: ``merritt_wire.service_session``): the thread's alarm while
+# ``exchange_deadline`` runs, watching every connection the exchange opens or takes again
+# from the pool.
+_exchange = threading.local()
+
+
+@contextlib.contextmanager
+def exchange_deadline(seconds: float) -> Iterator[_Alarm]:
+    """Shut down the connection of any request this thread makes in the block (through
+    ``EXCHANGE_POOLS``) once ``seconds`` have passed since the block began; a block inside
+    another (a redirect followed) keeps the outer one's deadline."""
+    current: _Alarm | None = getattr(_exchange, "alarm", None)
+    if current is not None:
+        yield current
+        return
+    alarm = _Alarm()
+    alarm.arm(time.monotonic() + seconds, f"took longer than the limit of {seconds:g}s")
+    _exchange.alarm = alarm
+    try:
+        yield alarm
+    finally:
+        _exchange.alarm = None
+        alarm.close()
+
+
+def _watch_exchange(sock: socket.socket | None) -> None:
+    alarm: _Alarm | None = getattr(_exchange, "alarm", None)
+    if alarm is not None and sock is not None:
+        alarm.watch(sock)
+
+
+class _ExchangeHTTP(HTTPConnection):
+    _raw: socket.socket | None = None  # the plain socket under TLS, which can be duplicated
+
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()
+        self._raw = sock
+        _watch_exchange(sock)
+        return sock
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        if self.sock is not None:  # a connection taken again from the pool
+            _watch_exchange(self._raw)
+        super().request(*args, **kwargs)
+
+
+class _ExchangeHTTPS(HTTPSConnection):
+    _raw: socket.socket | None = None
+
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()
+        self._raw = sock
+        _watch_exchange(sock)
+        return sock
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        if self.sock is not None:
+            _watch_exchange(self._raw)
+        super().request(*args, **kwargs)
+
+
+class _ExchangePool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _ExchangeHTTP
+
+
+class _ExchangeTLSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _ExchangeHTTPS
+
+
+EXCHANGE_POOLS: dict[str, type[urllib3.HTTPConnectionPool]] = {
+    "http": _ExchangePool,
+    "https": _ExchangeTLSPool,
+}
 
 
 class _TLSPool(urllib3.HTTPSConnectionPool):
