@@ -43,6 +43,7 @@ import requests
 
 from queues.steps.erc import PRODUCER_DIR
 from queues.steps.fetch import DEFAULT_TIMEOUT, download
+from queues.steps.merritt_wire import service_session
 from queues.steps.storage import ObjectFile, StorageClient, StorageError, ark_folder_name
 
 # archive type -> file name suffix (the names and suffixes of Merritt's ArchiveBuilder types)
@@ -218,12 +219,17 @@ def _base_folder(base: str) -> Path:
     return Path(base)
 
 
+REQUEST_READ_READS = 4  # the whole read's deadline, in per-read timeouts
+
+
 def read_merritt_request(base: str, token_id: str, *, timeout: float) -> dict[str, Any]:
     """Merritt's assembly request document for ``token_id``, read from ``base``."""
     where = request_location(base, token_id)
     if base.startswith(("http://", "https://")):
         try:
-            response = requests.get(where, timeout=timeout)
+            # One deadline for the whole read: a few times the per-read timeout.
+            with service_session(retries=0, deadline=REQUEST_READ_READS * timeout) as session:
+                response = session.get(where, timeout=timeout)
         except requests.RequestException as exc:
             raise RequestError(
                 f"the assembly request {where} could not be read: {exc}", permanent=False
