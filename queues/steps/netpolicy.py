@@ -357,11 +357,15 @@ def _watch_exchange(sock: socket.socket | None) -> None:
         alarm.watch(sock)
 
 
-class _ExchangeHTTP(HTTPConnection):
+class _ExchangeWatched:
+    """A urllib3 connection (plain or TLS) whose socket the thread's exchange alarm watches,
+    when it connects and whenever the pool hands it out again."""
+
     _raw: socket.socket | None = None  # the plain socket under TLS, which can be duplicated
+    sock: Any
 
     def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
+        sock: socket.socket = super()._new_conn()  # type: ignore[misc]
         self._raw = sock
         _watch_exchange(sock)
         return sock
@@ -369,22 +373,15 @@ class _ExchangeHTTP(HTTPConnection):
     def request(self, *args: Any, **kwargs: Any) -> None:
         if self.sock is not None:  # a connection taken again from the pool
             _watch_exchange(self._raw)
-        super().request(*args, **kwargs)
+        super().request(*args, **kwargs)  # type: ignore[misc]
 
 
-class _ExchangeHTTPS(HTTPSConnection):
-    _raw: socket.socket | None = None
+class _ExchangeHTTP(_ExchangeWatched, HTTPConnection):
+    pass
 
-    def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
-        self._raw = sock
-        _watch_exchange(sock)
-        return sock
 
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        if self.sock is not None:
-            _watch_exchange(self._raw)
-        super().request(*args, **kwargs)
+class _ExchangeHTTPS(_ExchangeWatched, HTTPSConnection):
+    pass
 
 
 class _ExchangePool(urllib3.HTTPConnectionPool):
