@@ -405,10 +405,14 @@ def batch_submit_to_merritt(
             policy=policy,
             file_roots=payload_roots(),
         )
-    except TooSlow as exc:
+    except (TooSlow, ingest_client.IngestRefused) as exc:
+        # The client names a manifest read past its deadline as a refusal caused by TooSlow.
+        slow = exc if isinstance(exc, TooSlow) else exc.__cause__
+        if not isinstance(slow, TooSlow):
+            raise
         raise ValueError(
             f"the payload URL {payload_url} could not be read while the request waited "
-            f"({exc.reason}): nothing was submitted; serve it faster, or give the files it "
+            f"({slow.reason}): nothing was submitted; serve it faster, or give the files it "
             "lists by their own URLs"
         ) from None
     detail = f"sent to Merritt's ingest as {answer.batch_id}"
