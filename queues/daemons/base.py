@@ -625,8 +625,13 @@ class JobDaemon(Daemon[Job]):
     def pipeline(self) -> JobPipeline:
         """The batched loop this daemon runs in (when ``batched()``)."""
         pipeline = JobPipeline(self, keeper=self.keeper)
-        pipeline.listing.skip = self.waits_unclaimed
+        pipeline.listing.skip = self.unclaimed_skip()
         return pipeline
+
+    def unclaimed_skip(self) -> Callable[[str], bool]:
+        """What the listings pass over by ID: the jobs waiting for their next try (false, and
+        so never called, while there are none)."""
+        return self.retry_waits
 
     def waits_unclaimed(self, jid: str) -> bool:
         """Whether to pass ``jid`` over unclaimed, by its ID alone: it waits for its next try."""
@@ -639,7 +644,7 @@ class JobDaemon(Daemon[Job]):
     def claim(self) -> Job | None:
         if self._claimer is None:
             self._claimer = JobClaimer(
-                self.zk, self.state, strict=self.strict, skip=self.waits_unclaimed
+                self.zk, self.state, strict=self.strict, skip=self.unclaimed_skip()
             )
         return self._claimer.claim(self._accept)
 

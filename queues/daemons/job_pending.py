@@ -16,6 +16,7 @@ its own (the manifest's host may be slow); the gate's bookkeeping is shared with
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from queues.daemons.base import JobDaemon, Next, Stay, Step
@@ -37,8 +38,11 @@ class JobPending(JobDaemon):
         super().__init__(**kwargs)
         self.caps = CapGate(self.zk)
         self._claimer = JobClaimer(
-            self.zk, self.state, strict=self.strict, skip=self.waits_unclaimed
+            self.zk, self.state, strict=self.strict, skip=self.unclaimed_skip()
         )
+
+    def unclaimed_skip(self) -> Callable[[str], bool]:
+        return self.waits_unclaimed  # the caps' gate asks of every name
 
     def waits_unclaimed(self, jid: str) -> bool:
         return self.caps.waits(jid) or super().waits_unclaimed(jid)

@@ -70,6 +70,12 @@ class RetryWaits:
                 self._until = {j: t for j, t in self._until.items() if t > now}
             self._until[jid] = until
 
+    def __bool__(self) -> bool:
+        return bool(self._until)
+
+    def __call__(self, jid: str) -> bool:
+        return self.waits(jid)
+
     def waits(self, jid: str) -> bool:
         """Whether ``jid`` is to be passed over now (the listing's skip)."""
         until = self._until.get(jid)

@@ -815,7 +815,9 @@ class JobClaimer:
         self.zk = zk
         self.state = state
         self.strict = strict
-        self.skip = skip  # jobs to pass over unclaimed (a collection at its cap: zk/caps.py)
+        # Jobs to pass over unclaimed (a collection at its cap: zk/caps.py; jobs waiting for
+        # their next try). A skip that is false (nothing to pass over now) costs no call a name.
+        self.skip = skip
         self.folder = paths.job_state_folder(state)
         self.max_age = max_age
         self._names: list[str] = []  # not yet tried, in reverse run order (the next is last)
@@ -825,7 +827,7 @@ class JobClaimer:
     def _list(self) -> None:
         # "PP-jidNNNNNNNNNN" sorts as text in run order; only the names tried are parsed.
         names = children(self.zk, self.folder)
-        if self.skip is not None:
+        if self.skip:
             names = [n for n in names if not self.skip(n[3:])]
         self._names = sorted(names, reverse=True)
         self._listed_at = time.monotonic()

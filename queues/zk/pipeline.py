@@ -159,7 +159,9 @@ class StateListing:
         skip: Callable[[str], bool] | None = None,
     ) -> None:
         self.zk = zk
-        self.skip = skip  # jobs to pass over unclaimed (a collection at its cap: zk/caps.py)
+        # Jobs to pass over unclaimed (a collection at its cap: zk/caps.py; jobs waiting for
+        # their next try). A skip that is false (nothing to pass over now) costs no call a name.
+        self.skip = skip
         self.state = state
         self.folder = paths.job_state_folder(state)
         self.max_age = max_age
@@ -215,7 +217,7 @@ class StateListing:
         if self._busy:
             self._busy = {j: t for j, t in self._busy.items() if t > now}
         names = set(found)
-        if self.skip is not None:
+        if self.skip:
             names = {n for n in names if not self.skip(n[3:])}
         self._found = names
         kept = set(extra)
