@@ -185,7 +185,10 @@ def test_a_burst_of_moves_is_coalesced_into_a_few_messages(
         reader = asyncio.create_task(read())
         await asyncio.to_thread(move_all)
         # Every write is acknowledged, so ZooKeeper has queued each one's event to the hub.
-        acknowledged = len(seen)
+        # (Whether the last moves fall into a window still open, so that its trailing message
+        # comes after the writes' acknowledgements, depends on the machine's pace: on a loaded
+        # one every window had closed before the last acknowledgement arrived. Not asserted.)
+        after_burst = len(seen)
         # The messages go on until a window closes with nothing new: a quiet second.
         count = -1
         while count != len(seen):
@@ -193,13 +196,11 @@ def test_a_burst_of_moves_is_coalesced_into_a_few_messages(
             await asyncio.sleep(1.0)
         reader.cancel()
         await page.disconnect()
-        return seen, acknowledged
+        return seen, after_burst
 
-    seen, acknowledged = run(scenario(), timeout=120)
+    seen, _after_burst = run(scenario(), timeout=120)
     assert all(m["topic"] == "jobs:state:Estimating" and m["kind"] == "changed" for m in seen)
     assert 1 <= len(seen) < moves / 5
-    # The last moves fell into an open window: its trailing message came after them.
-    assert len(seen) > acknowledged
     # Each message says how many events it stands for: at most one per move (kazoo may drop
     # an event that arrives while the one before is handed over; the message after covers it).
     assert 1 <= sum(m["events"] for m in seen) <= moves
