@@ -39,6 +39,7 @@ from queues.routes import (
     BID,
     HELD_NODE,
     HELD_PROFILE,
+    HELD_SERVICE,
     HOLD_ACTION,
     JID,
     JOB_ACTION,
@@ -51,7 +52,7 @@ from queues.zk import batches as zbatches
 from queues.zk import paths as zpaths
 from queues.zk.client import connected_client
 from queues.zk.errors import InvalidTransition, NotFound
-from queues.zk.maintenance import node_number, window_info
+from queues.zk.maintenance import node_number, service_name, window_info
 from queues.zk.records import AccessRequest, Batch, Broken, Job
 
 from .views.common import (
@@ -651,6 +652,10 @@ def holds(request: HttpRequest) -> dict[str, Any]:
             str(n): {"since": _stamp(h.at), "by": h.by, "reason": h.reason}
             for n, h in view.nodes.items()
         },
+        "services": {
+            s: {"since": _stamp(h.at), "by": h.by, "reason": h.reason}
+            for s, h in view.services.items()
+        },
         "windows": [window_info(w) for w in view.windows.values()],
     }
 
@@ -858,6 +863,7 @@ _ID_PLACES: tuple[tuple[re.Pattern[str], Callable[..., object]], ...] = (
     (re.compile(r"^holds/queue/(?P<a>[^/]*)(?:/|$)"), zpaths.queue_hold),
     (re.compile(r"^holds/collection/(?P<a>[^/]*)(?:/|$)"), zpaths.profile),
     (re.compile(r"^holds/node/(?P<a>[^/]*)(?:/|$)"), node_number),
+    (re.compile(r"^holds/service/(?P<a>[^/]*)(?:/|$)"), service_name),
     (re.compile(r"^collections/(?P<a>[^/]*)(?:/|$)"), zpaths.profile),
 )
 
@@ -913,6 +919,11 @@ urlpatterns = [
         rf"^holds/(?P<kind>node)/{HELD_NODE}/{HOLD_ACTION}$",
         hold_action,
         name="api-node-hold",
+    ),
+    re_path(
+        rf"^holds/(?P<kind>service)/{HELD_SERVICE}/{HOLD_ACTION}$",
+        hold_action,
+        name="api-service-hold",
     ),
     re_path(r"^reports$", reports, name="api-reports"),
     re_path(r"^consistency$", consistency, name="api-consistency"),

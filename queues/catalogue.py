@@ -193,6 +193,16 @@ ACTIONS: tuple[Action, ...] = (
         needs_reason=True,
     ),
     Action("node", "release", OPERATOR, lambda c: services.node_release(node=c.item_id)),
+    # Services outside (inventory, EZID, a depositor's or callback receiver's server): opening
+    # and closing a breaker by hand.
+    Action(
+        "service",
+        "hold",
+        OPERATOR,
+        lambda c: services.service_hold(service=c.item_id, **_window(c)),
+        needs_reason=True,
+    ),
+    Action("service", "release", OPERATOR, lambda c: services.service_release(service=c.item_id)),
     Action(
         "collection",
         "release",

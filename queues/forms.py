@@ -13,7 +13,7 @@ from queues.services import SUBMISSION_TYPES, check_filename, check_payload_url
 from queues.states import ACCESS, BATCH, JOB
 from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidID
-from queues.zk.maintenance import node_number
+from queues.zk.maintenance import node_number, service_key
 
 
 def _validated(validator: Any, value: str) -> str:
@@ -223,6 +223,14 @@ class NodeHoldForm(forms.Form):
 
     def clean_node(self) -> str:
         return str(_validated(node_number, self.cleaned_data["node"].strip()))
+
+
+class ServiceHoldForm(forms.Form):
+    service = forms.CharField(max_length=120, label="Service")
+    reason = forms.CharField(max_length=2000)
+
+    def clean_service(self) -> str:
+        return str(_validated(service_key, self.cleaned_data["service"]))
 
 
 class SubmitForm(forms.Form):

@@ -117,26 +117,53 @@ def parse_policy(text: str, default: Policy) -> Policy:
 class ServiceUnavailable(Exception):
     """A service outside answered "not now"; a client raises its own error from this."""
 
-    def __init__(self, service: str, reason: str, *, retry_after: float | None = None) -> None:
+    def __init__(
+        self, service: str, reason: str, *, retry_after: float | None = None, probe: str = ""
+    ) -> None:
         super().__init__(f"{service}: {reason}")
         self.service = service
         self.reason = reason
         self.retry_after = retry_after
+        self.probe = probe  # where a breaker asks whether the service answers again ("": its own)
 
 
-def unavailable(service: str, error: BaseException | str) -> ServiceUnavailable:
+def unavailable(service: str, error: BaseException | str, *, probe: str = "") -> ServiceUnavailable:
     """The marker for a connection that failed, was reset or timed out."""
     text = error if isinstance(error, str) else (str(error) or type(error).__name__)
-    return ServiceUnavailable(service, " ".join(text.split())[:REASON_MAX])
+    return ServiceUnavailable(service, " ".join(text.split())[:REASON_MAX], probe=probe)
+
+
+_PORTS = {"http": 80, "https": 443}
+
+
+def server_of_url(url: str) -> str:
+    """``host:port`` of a URL, the host lowercased and the port the scheme's when none is
+    written (``[::1]:8080`` for an IPv6 address); "?" when the URL names none."""
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        port = parts.port or _PORTS.get(parts.scheme.lower(), 0)
+    except ValueError:
+        return "?"
+    if not host:
+        return "?"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def service_at(kind: str, url: str) -> str:
-    """The service name of a server outside by its URL: ``depositor example.org:8443``."""
+    """The service name of a server outside by its URL: ``depositor example.org:443``."""
+    return f"{kind} {server_of_url(url)}"
+
+
+def origin_of(url: str) -> str:
+    """The root of a URL's server (``https://example.org:8443/``): what a breaker probes."""
     try:
-        where = urlsplit(url).netloc.rsplit("@", 1)[-1] or "?"
+        parts = urlsplit(url)
     except ValueError:
-        where = "?"
-    return f"{kind} {where}"
+        return ""
+    if parts.scheme.lower() not in _PORTS or not parts.netloc:
+        return ""
+    return f"{parts.scheme.lower()}://{parts.netloc.rsplit('@', 1)[-1]}/"
 
 
 def retry_after_seconds(value: str | None, *, now: float) -> float | None:

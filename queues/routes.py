@@ -27,6 +27,10 @@ HELD_PROFILE = rf"(?P<name>{_PROFILE})"  # the API names a collection hold's pro
 QUEUE_HOLD = rf"(?P<name>{_choice(list(paths.QUEUE_HOLDS))})"
 NODE = rf"(?P<node>{_inner(NODE_RE)})"  # a storage node's number
 HELD_NODE = rf"(?P<name>{_inner(NODE_RE)})"  # the API names it "name", as other holds
+# A service outside, as its hold's node is named: ``ezid``, ``depositor:example.org:443``.
+_SERVICE = r"(?:inventory|ezid|(?:depositor|callback):[^/?#\s]{3,110})"
+SERVICE = rf"(?P<service>{_SERVICE})"
+HELD_SERVICE = rf"(?P<name>{_SERVICE})"
 HOLD_ACTION = r"(?P<action>hold|release)"
 JOB_ACTION = rf"(?P<action>{_choice(JOB.actions)})"
 BATCH_ACTION = rf"(?P<action>{_choice(BATCH.actions)})"

@@ -54,7 +54,7 @@ from queues.zk.codecs import decode_any, decode_json
 from queues.zk.errors import InvalidTransition, MalformedNode, NotFound, StillLoading
 from queues.zk.jobs import job_load, job_resume_state, jobs_load
 from queues.zk.locks import Holds, holds_list
-from queues.zk.maintenance import NodeHold, Window, node_holds
+from queues.zk.maintenance import NodeHold, ServiceHold, Window, node_holds, service_holds
 from queues.zk.maintenance import windows as maintenance_windows
 from queues.zk.nodes import children, exists_many, read_many, stamp
 from queues.zk.records import AccessRequest, Batch, Broken, Job, Status
@@ -1360,6 +1360,7 @@ class HoldsView:
     held_jobs: dict[str, int]  # collection -> Held jobs
     collections: list[str] = field(default_factory=list)  # every collection worth listing
     nodes: dict[int, NodeHold] = field(default_factory=dict)  # held storage nodes
+    services: dict[str, ServiceHold] = field(default_factory=dict)  # held services outside
     windows: dict[str, Window] = field(default_factory=dict)  # "<kind>:<name>" -> its window
 
 
@@ -1373,6 +1374,7 @@ def holds_view() -> HoldsView:
         held_jobs=held,
         collections=names,
         nodes=node_holds(zk),
+        services=service_holds(zk),
         windows={w.key: w for w in maintenance_windows(zk)},
     )
 

@@ -81,6 +81,9 @@ from queues.zk.maintenance import (
     node_hold_clear,
     node_hold_set,
     node_number,
+    service_hold_clear,
+    service_hold_set,
+    service_key,
     window_clear,
     window_set,
 )
@@ -699,6 +702,27 @@ def node_release(*, node: str) -> Outcome:
     changed = node_hold_clear(zk, number)
     window_clear(zk, "node", str(number))
     return Outcome("node", str(number), "held" if changed else "released", "released")
+
+
+def service_hold(
+    *, service: str, reason: str = "", by: str = "", until: datetime | None = None
+) -> Outcome:
+    """Hold a service outside by hand (opening its breaker): the jobs whose step needs it wait
+    before that step. It has no end of its own: a hold placed by hand is released by hand (the
+    breaker's probe releases only the breaker's own holds)."""
+    key = service_key(service)
+    if until is not None:
+        raise ValueError("a service's hold has no end: release it by hand")
+    _check_hold(None, reason, by)
+    changed = service_hold_set(client(), key, by=by, reason=reason)
+    return Outcome("service", key, "released" if changed else "held", "held")
+
+
+def service_release(*, service: str) -> Outcome:
+    """Release a service's hold, the breaker's or an operator's (closing its breaker)."""
+    key = service_key(service)
+    changed = service_hold_clear(client(), key)
+    return Outcome("service", key, "held" if changed else "released", "released")
 
 
 def queue_release(*, name: str, release_held: bool = False) -> list[Outcome]:

@@ -16,6 +16,7 @@ from queues.routes import (
     PROFILE,
     QID,
     QUEUE_HOLD,
+    SERVICE,
 )
 from queues.views import (
     access,
@@ -82,6 +83,12 @@ urlpatterns = [
     path("holds/collection/", holds.collection_hold_new, name="collection-hold-new"),
     path("holds/node/", holds.node_hold_new, name="node-hold-new"),
     path("holds/node-failed/", holds.node_failed, name="node-failed"),
+    path("holds/service/", holds.service_hold_new, name="service-hold-new"),
+    re_path(
+        rf"^holds/service/{SERVICE}/{HOLD_ACTION}/$",
+        holds.service_hold_action,
+        name="service-hold",
+    ),
     re_path(
         rf"^holds/node/{NODE}/{HOLD_ACTION}/$",
         holds.node_hold_action,

@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from django.db import close_old_connections
 
 from queues import retries, services, transient
-from queues.retries import RETRY_KEY
+from queues.retries import RETRY_KEY, service_at
 from queues.states import AccessState, JobState
 from queues.steps.submission import processing_problem
 from queues.zk import paths as zpaths
@@ -49,6 +49,7 @@ from queues.zk.fence import Gate, fenced
 from queues.zk.jobs import JobClaimer, job_load, job_transition, job_unlock
 from queues.zk.kazoo_private import session_id
 from queues.zk.locks import ledger_of, lock_create, queue_held
+from queues.zk.maintenance import held_services
 from queues.zk.records import AccessRequest, Batch, Job
 from queues.zk.watch import ChangeSignal
 
@@ -648,9 +649,29 @@ class JobDaemon(Daemon[Job]):
             )
         return self._claimer.claim(self._accept)
 
+    def payload_service(self, item: Job) -> tuple[str, ...]:
+        """The depositor's server the payload URL names, as its outages are named."""
+        url = item.configuration.get("payload_url")
+        if isinstance(url, str) and url.lower().startswith(("http://", "https://")):
+            return (service_at("depositor", url),)
+        return ()
+
+    def services_of(self, item: Job) -> tuple[str, ...]:
+        """The services outside this step talks to for ``item``, as outages name them
+        (``queues.retries``): a held one keeps the job waiting, unclaimed, before the step;
+        one that went through ends its breaker's run of failures."""
+        return ()
+
+    def worked(self, item: Job) -> None:
+        for service in self.services_of(item):
+            breakers().worked(service)
+
     def _accept(self, job: Job) -> bool:
         if job.status.raw.get(RETRY_KEY) is not None and self.retry_waits.due_later(job):
             return False  # another process's wait for a retry: passed over from now on
+        held = held_services(self.zk)
+        if held and any(service in held for service in self.services_of(job)):
+            return False  # a service it needs is held (its breaker, or an operator)
         # The fingerprint (a hash of the configuration) only for a job passed over before.
         if job.jid in self.skipped and self.passed_over(job.jid, self.fingerprint(job)):
             return False
@@ -679,7 +700,7 @@ class JobDaemon(Daemon[Job]):
         outage = retries.outage_of(exc)
         if outage is None:
             return super().failure(item, exc)
-        breakers().failed(self.zk, outage.service, outage.reason)
+        breakers().failed(self.zk, outage.service, outage.reason, probe=outage.probe)
         try:
             again, message, until = retry_later(self.zk, item, self.step, outage, describe(exc))
         except (Conflict, StaleVersion) as exc2:

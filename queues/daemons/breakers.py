@@ -31,7 +31,18 @@ from django.conf import settings
 
 from queues import audit, retries
 from queues.steps.merritt_wire import service_session, unavailable_answer
-from queues.zk.maintenance import NODE_RE, breaker_hold_clear, node_hold_set, node_holds
+from queues.zk.errors import InvalidID
+from queues.zk.maintenance import (
+    NODE_RE,
+    breaker_hold_clear,
+    node_hold_set,
+    node_holds,
+    service_hold_clear,
+    service_hold_set,
+    service_holds,
+    service_key,
+    service_name,
+)
 
 log = logging.getLogger("queues.daemons")
 
@@ -58,24 +69,77 @@ def _short(reason: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def probe_url(service: str, given: str = "") -> str:
+    """Where the breaker of ``service`` asks whether it answers again: a storage node's state
+    (``GET {storage}/state/{node}``), inventory's (``GET {inventory}/state``, JerseyInv in
+    CDLUC3/mrt-inventory), EZID's ``GET {ezid}/status``, or the root of a depositor's or
+    callback receiver's server (``given``, from the URL that failed). "" when none is known."""
+    node = storage_node(service)
+    if node is not None:
+        base = settings.MRT_STORAGE_URL
+        return f"{base.rstrip('/')}/state/{node}?t=xml" if base else ""
+    if service == "inventory":
+        base = settings.MRT_INVENTORY_URL
+        return f"{base.rstrip('/')}/state?t=xml" if base else ""
+    if service == "ezid":
+        base = settings.MRT_EZID_URL
+        return f"{base.rstrip('/')}/status" if base else ""
+    return given
+
+
+def _hold(zk: Any, service: str, why: str, probe: str) -> bool:
+    node = storage_node(service)
+    if node is not None:
+        return node_hold_set(zk, node, by=BREAKER, reason=why)
+    return service_hold_set(zk, service, by=BREAKER, reason=why, probe=probe)
+
+
+def _release(zk: Any, service: str) -> bool:
+    node = storage_node(service)
+    if node is not None:
+        return breaker_hold_clear(zk, node, by=BREAKER)
+    return service_hold_clear(zk, service, by=BREAKER)
+
+
+def breaker_held(zk: Any) -> dict[str, str]:
+    """Every service and node a breaker holds, by service name, with its probe's URL."""
+    held = {
+        f"{STORAGE_NODE}{n}": probe_url(f"{STORAGE_NODE}{n}")
+        for n, h in node_holds(zk).items()
+        if h.by == BREAKER
+    }
+    held.update({s: probe_url(s, h.probe) for s, h in service_holds(zk).items() if h.by == BREAKER})
+    return held
+
+
+def _holdable(service: str) -> str | None:
+    """The name a breaker holds ``service`` under; None for a service no hold can name."""
+    if storage_node(service) is not None:
+        return service
+    try:
+        return service_name(service)
+    except InvalidID:
+        return None
+
+
 class Breakers:
-    """The counts of one process and the probes of the nodes its breakers hold."""
+    """The counts of one process and the probes of the services its breakers hold."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: dict[int, deque[tuple[float, str]]] = {}
-        self._probes: dict[int, tuple[float, float]] = {}  # node -> (next probe, interval)
+        self._runs: dict[str, deque[tuple[float, str]]] = {}
+        self._probes: dict[str, tuple[float, float]] = {}  # service -> (next probe, interval)
 
-    def failed(self, zk: Any, service: str, reason: str) -> bool:
-        """Count one outage of ``service``; True when it opened the node's breaker."""
-        node = storage_node(service)
-        if node is None:
+    def failed(self, zk: Any, service: str, reason: str, *, probe: str = "") -> bool:
+        """Count one outage of ``service``; True when it opened its breaker."""
+        name = _holdable(service)
+        if name is None:
             return False
         limit = settings.MRT_BREAKER_FAILURES
         window = settings.MRT_BREAKER_WINDOW
         now = time.monotonic()
         with self._lock:
-            run = self._runs.setdefault(node, deque())
+            run = self._runs.setdefault(name, deque())
             run.append((now, _short(reason)))
             while run and now - run[0][0] > window:
                 run.popleft()
@@ -86,82 +150,86 @@ class Breakers:
             count = len(run)
             run.clear()
         cause = max(set(causes), key=causes.count)
-        why = f"breaker: {count} x {cause} from node {node} in {span:.0f} s"
-        if not node_hold_set(zk, node, by=BREAKER, reason=why):
+        node = storage_node(name)
+        label = f"node {node}" if node is not None else name
+        why = f"breaker: {count} x {cause} from {label} in {span:.0f} s"
+        if not _hold(zk, name, why, probe_url(name, probe)):
             return False  # held already (another process's breaker, or an operator)
-        log.warning("storage node %d held: %s", node, why)
-        _audit("hold", node, why)
+        log.warning("%s held: %s", name, why)
+        _audit("hold", name, why)
         return True
 
     def worked(self, service: str) -> None:
         """A step of ``service`` went through: its run of outages is over."""
-        node = storage_node(service)
-        if node is not None and node in self._runs:
+        if service in self._runs:
             with self._lock:
-                self._runs.pop(node, None)
+                self._runs.pop(service, None)
 
-    def probe(self, zk: Any, *, now: float | None = None) -> list[int]:
-        """Probe each node a breaker holds whose probe is due; the nodes whose breaker closed."""
-        base = settings.MRT_STORAGE_URL
-        if not base:
-            return []
+    def probe(self, zk: Any, *, now: float | None = None) -> list[str]:
+        """Probe each service a breaker holds whose probe is due; the services whose breaker
+        closed. A service with no URL to probe (its setting gone) is released at its first
+        probe: its steps meet the outage again, if it is one, and the breaker opens again."""
         moment = time.monotonic() if now is None else now
-        held = {n: h for n, h in node_holds(zk).items() if h.by == BREAKER}
+        held = breaker_held(zk)
         closed = []
         with self._lock:
-            for node in list(self._probes):
-                if node not in held:
-                    del self._probes[node]
+            for service in list(self._probes):
+                if service not in held:
+                    del self._probes[service]
             due = []
-            for node in held:
-                at, interval = self._probes.setdefault(node, (moment + PROBE_FIRST, PROBE_FIRST))
+            for service in held:
+                at, _interval = self._probes.setdefault(
+                    service, (moment + PROBE_FIRST, PROBE_FIRST)
+                )
                 if at <= moment:
-                    due.append(node)
-        for node in due:
-            if _answers(base, node):
-                if breaker_hold_clear(zk, node, by=BREAKER):
-                    log.info("storage node %d answers again: its breaker closed", node)
-                    _audit("release", node, "the node answers again")
-                    closed.append(node)
+                    due.append(service)
+        for service in due:
+            if _answers(service, held[service]):
+                if _release(zk, service):
+                    log.info("%s answers again: its breaker closed", service)
+                    _audit("release", service, "it answers again")
+                    closed.append(service)
                 with self._lock:
-                    self._probes.pop(node, None)
+                    self._probes.pop(service, None)
             else:
                 with self._lock:
-                    _at, interval = self._probes.get(node, (moment, PROBE_FIRST))
+                    _at, interval = self._probes.get(service, (moment, PROBE_FIRST))
                     interval = min(PROBE_MOST, interval * 2)
-                    self._probes[node] = (moment + interval, interval)
+                    self._probes[service] = (moment + interval, interval)
         return closed
 
 
-def _answers(base: str, node: int) -> bool:
-    """Whether storage answers for ``node`` with anything but "not now": ``GET state/{node}``,
-    the node's state document in Merritt's storage service."""
-    url = f"{base.rstrip('/')}/state/{node}"
+def _answers(service: str, url: str) -> bool:
+    """Whether ``url`` answers with anything but "not now" (any status but 408, 429, 5xx: a
+    depositor's root answering 404 is up); True when there is nothing to ask."""
+    if not url:
+        return True
     session = service_session(retries=0, deadline=settings.MRT_HTTP_TIMEOUT)
     try:
-        response = session.get(url, params={"t": "xml"}, timeout=settings.MRT_HTTP_TIMEOUT)
+        response = session.get(url, timeout=settings.MRT_HTTP_TIMEOUT)
     except requests.RequestException:
         return False
     finally:
         session.close()
-    return unavailable_answer(f"{STORAGE_NODE}{node}", response) is None
+    return unavailable_answer(service, response) is None
 
 
-def _audit(action: str, node: int, reason: str) -> None:
+def _audit(action: str, service: str, reason: str) -> None:
+    node = storage_node(service)
     try:
         audit.record(
             user=None,
             action=action,
-            kind="node",
-            item_id=str(node),
+            kind="node" if node is not None else "service",
+            item_id=str(node) if node is not None else service_key(service),
             before="released" if action == "hold" else "held",
             after="held" if action == "hold" else "released",
             reason=reason,
-            detail="by the storage node's breaker",
+            detail=f"by the breaker of {service}",
             via="daemon",
         )
     except Exception as exc:  # the hold stands; the log says what the entry would have said
-        log.warning("breaker %s of node %d not audited: %s", action, node, exc)
+        log.warning("breaker %s of %s not audited: %s", action, service, exc)
 
 
 _breakers = Breakers()
@@ -173,4 +241,4 @@ def breakers() -> Breakers:
 
 
 def note_outage(zk: Any, outage: retries.ServiceUnavailable) -> None:
-    breakers().failed(zk, outage.service, outage.reason)
+    breakers().failed(zk, outage.service, outage.reason, probe=outage.probe)

@@ -55,6 +55,9 @@ class Downloading(JobDaemon):
     step: ClassVar[str] = "downloading"
     state: ClassVar[str] = JobState.DOWNLOADING
 
+    def services_of(self, item: Job) -> tuple[str, ...]:
+        return self.payload_service(item)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.slot: str | None = None  # the depositor server this loop holds a download slot of

@@ -39,6 +39,9 @@ class Estimating(JobDaemon):
     state: ClassVar[str] = JobState.ESTIMATING
     steps_elsewhere: ClassVar[bool] = True  # HEADs to depositors' servers
 
+    def services_of(self, item: Job) -> tuple[str, ...]:
+        return self.payload_service(item)
+
     def estimate(self, job: Job) -> int:
         unknown = settings.MRT_UNKNOWN_SIZE_BYTES
         try:

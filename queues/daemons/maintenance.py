@@ -19,7 +19,14 @@ from queues import audit, services
 from queues.daemons.alert_rules import Context, Finding, rule
 from queues.daemons.base import ItemResult, PeriodicDaemon
 from queues.daemons.breakers import breakers
-from queues.zk.maintenance import Window, due, node_holds, overrun, release_window
+from queues.zk.maintenance import (
+    Window,
+    due,
+    node_holds,
+    overrun,
+    release_window,
+    service_holds,
+)
 
 log = logging.getLogger("queues.daemons")
 
@@ -143,4 +150,33 @@ def node_held_rule(ctx: Context, threshold: float) -> list[Finding]:
             f"held by {h.by or '?'}: {h.reason or 'no reason given'}",
         )
         for n, h in node_holds(ctx.zk).items()
+    ]
+
+
+# The steps that wait while a service outside is held (``services_of`` of each step's daemon).
+WAITING_STEPS = {
+    "inventory": "Recording",
+    "ezid": "Processing",
+    "depositor": "Estimating and Downloading",
+    "callback": "Notify",
+}
+
+
+@rule(
+    "service-held",
+    title="Service outside held",
+    threshold=0.0,
+    threshold_help="alert when inventory, EZID, or a depositor's or callback receiver's server "
+    "has been held (by its breaker or by hand) for this many seconds",
+    sustained=True,
+)
+def service_held_rule(ctx: Context, threshold: float) -> list[Finding]:
+    return [
+        Finding(
+            service,
+            f"{service} is held ({h.reason or 'no reason given'}): its jobs wait before "
+            f"{WAITING_STEPS[service.split(' ', 1)[0]]}",
+            f"held by {h.by or '?'}: {h.reason or 'no reason given'}",
+        )
+        for service, h in service_holds(ctx.zk).items()
     ]

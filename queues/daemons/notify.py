@@ -26,6 +26,7 @@ from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
 from queues.daemons.workfolder import remove_workdir
 from queues.depositors import depositor_policy
+from queues.retries import service_at
 from queues.states import JobState
 from queues.steps.notify import CallbackError, delivery_key, post_job_callback
 from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile
@@ -51,6 +52,13 @@ class Notify(JobDaemon):
         return f"callback of {item.profile}"  # the collection's receiver
 
     slow_key = server_of  # one URL a receiver: its slowness is its server's
+
+    def services_of(self, item: Job) -> tuple[str, ...]:
+        try:
+            url = load_profile(item.profile).callback_url
+        except (ProfileNotFound, ProfileError):
+            return ()
+        return (service_at("callback", url),) if url else ()
 
     def work(self, item: Job) -> Step:
         try:

@@ -104,6 +104,9 @@ class Processing(JobDaemon):
     step: ClassVar[str] = "processing"
     state: ClassVar[str] = JobState.PROCESSING
 
+    def services_of(self, item: Job) -> tuple[str, ...]:
+        return ("ezid",) if settings.MRT_EZID_URL else ()  # every object's ARK is described
+
     def settle_ark(self, job: Job, spec: ObjectSpec, local_id: str | None) -> str:
         ark = job.primary_id or (spec.primary_id or "")
         known = clients.ark_for_local_id(local_id, job.profile) if local_id else None

@@ -35,6 +35,9 @@ class Recording(ObjectLockDaemon):
     def object_lock(self, ark: str) -> str:
         return zpaths.inventory_lock(ark)
 
+    def services_of(self, item: Job) -> tuple[str, ...]:
+        return ("inventory",) if settings.MRT_INVENTORY_URL else ()
+
     def work(self, item: Job) -> Step:
         inventory = item.inventory or {}
         manifest_url = inventory.get("manifest_url")

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
-from queues.daemons.breakers import STORAGE_NODE, breakers
+from queues.daemons.breakers import STORAGE_NODE
 from queues.states import JobState
 from queues.steps.merritt import parse_store_mode
 from queues.steps.profiles import ProfileError, load_profile
@@ -67,10 +67,9 @@ class Storing(ObjectLockDaemon):
     step: ClassVar[str] = "storing"
     state: ClassVar[str] = JobState.STORING
 
-    def worked(self, item: Job) -> None:
+    def services_of(self, item: Job) -> tuple[str, ...]:
         node = job_store_node(item)
-        if node is not None:
-            breakers().worked(f"{STORAGE_NODE}{node}")
+        return (f"{STORAGE_NODE}{node}",) if node is not None else ()
 
     def object_lock(self, ark: str) -> str:
         return zpaths.storage_lock(ark)

@@ -26,7 +26,7 @@ from urllib.request import url2pathname
 from zlib import error as zlib_error
 
 from queues import transient
-from queues.retries import outage_of, service_at, unavailable
+from queues.retries import origin_of, outage_of, service_at, unavailable
 from queues.steps.checkm import HASH_LENGTHS, filename_problem
 from queues.steps.netpolicy import (
     USER_AGENT as USER_AGENT,  # notify's callbacks send the same User-Agent
@@ -164,7 +164,7 @@ def _retrying(url: str, attempt: Callable[[], T], *, retries: int, backoff: floa
             if number >= retries:
                 tries = "attempt" if retries == 0 else f"{retries + 1} attempts"
                 raise DownloadError(url, f"{exc} (gave up after {tries})") from unavailable(
-                    service_at("depositor", url), str(exc)
+                    service_at("depositor", url), str(exc), probe=origin_of(url)
                 )
         time.sleep(backoff * 2**number)
         number += 1

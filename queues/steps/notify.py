@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import quote
 
 from queues.clock import clock_text
-from queues.retries import is_unavailable_status, service_at, unavailable
+from queues.retries import is_unavailable_status, origin_of, service_at, unavailable
 from queues.steps.netpolicy import FetchPolicy, FetchRefused, TooSlow, TransferFailed
 
 # How many jobs the queued mail lists by ID; the rest are counted.
@@ -72,7 +72,7 @@ def post_callback(
             # The receiver is away or overloaded: the job's notify step is tried again later
             # (queues.retries), not failed.
             raise CallbackError(url, problem, status=answered) from unavailable(
-                service_at("callback", url), problem
+                service_at("callback", url), problem, probe=origin_of(url)
             )
         time.sleep(backoff * 2**attempt)
         attempt += 1

@@ -22,6 +22,13 @@ register = template.Library()
 
 
 @register.filter
+def dom_id(value: object) -> str:
+    """A name as a piece of an element's id: lowercase letters and digits, runs of anything
+    else one ``-`` (``depositor:files.example.org:443`` -> ``depositor-files-example-org-443``)."""
+    return re.sub(r"[^a-z0-9]+", "-", str(value).lower()).strip("-")
+
+
+@register.filter
 def age(seconds: float | None) -> str:
     return human_age(seconds)
 

@@ -16,7 +16,13 @@ from queues import actions, selectors
 from queues.audit import AuditEntry
 from queues.auth import VIEWER, require_action
 from queues.daemons.registry import BESIDE_MERRITT, deployment_mode
-from queues.forms import ActionForm, CollectionHoldForm, NodeFailuresForm, NodeHoldForm
+from queues.forms import (
+    ActionForm,
+    CollectionHoldForm,
+    NodeFailuresForm,
+    NodeHoldForm,
+    ServiceHoldForm,
+)
 from queues.states import JOB_WORKING, BatchState, JobState
 from queues.zk import paths as zpaths
 
@@ -199,6 +205,40 @@ def node_hold_new(request: HtmxHttpRequest) -> HttpResponse:
 def node_hold_action(request: HtmxHttpRequest, node: str, action: str) -> HttpResponse:
     form = act(
         request, kind="node", action=action, item_id=node, params=lambda f: _params(request, f)
+    )
+    return _holds_response(request, form)
+
+
+@require_POST
+@console_view(VIEWER)
+def service_hold_new(request: HtmxHttpRequest) -> HttpResponse:
+    """Hold a service outside by hand (open its breaker), with a reason."""
+    form = ServiceHoldForm(request.POST)
+    if not form.is_valid():
+        return error_response(request, f"cannot hold: {form.errors.as_text()}", 400)
+    report(
+        request,
+        actions.perform(
+            user=request.user,
+            kind="service",
+            action="hold",
+            item_id=form.cleaned_data["service"],
+            reason=form.cleaned_data["reason"],
+            params={"by": request.user.get_username()},
+        ),
+    )
+    return _holds_response(request)
+
+
+@require_POST
+@console_view(VIEWER)
+def service_hold_action(request: HtmxHttpRequest, service: str, action: str) -> HttpResponse:
+    form = act(
+        request,
+        kind="service",
+        action=action,
+        item_id=service,
+        params=lambda f: {"by": request.user.get_username()},
     )
     return _holds_response(request, form)
 

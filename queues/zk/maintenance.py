@@ -5,6 +5,11 @@ collection holds only; see docs/zookeeper-contract-notes.md).
 ``/mrt-console/holds/nodes/<node>``
     JSON ``{"at", "by", "reason"}``. Jobs bound for storage node ``<node>`` (the node of their
     ``store`` node's mode) wait in Storing and Recording, unclaimed, until it is released.
+``/mrt-console/holds/services/<service>``
+    JSON ``{"at", "by", "reason", "probe"}``: a service outside held, by its breaker or by
+    hand (``inventory``, ``ezid``, ``depositor:<host>:<port>``, ``callback:<host>:<port>``).
+    Jobs whose step needs it wait unclaimed before that step until it is released; ``probe``
+    is the URL the breaker's probe asks.
 ``/mrt-console/holds/windows/<kind>:<name>``
     JSON ``{"kind", "name", "until", "reason", "by", "at", "auto_release"}``: a hold (queue,
     collection or storage node) that ends at ``until``. The maintenance daemon releases it then,
@@ -15,12 +20,15 @@ collection holds only; see docs/zookeeper-contract-notes.md).
 from __future__ import annotations
 
 import re
+import threading
+import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.recipe.watchers import ChildrenWatch
 
 from . import paths
 from .codecs import decode_json, encode_json
@@ -32,7 +40,16 @@ HOLDS = f"{paths.CONSOLE}/holds"
 NODE_HOLDS = f"{HOLDS}/nodes"
 WINDOWS = f"{HOLDS}/windows"
 NODE_RE = re.compile(r"^[1-9][0-9]{0,8}$")  # a storage node number, as profiles name it
+SERVICE_HOLDS = f"{HOLDS}/services"
 KINDS = ("queue", "collection", "node")
+# The services outside a hold can name (storage nodes have holds of their own): a whole service,
+# or a depositor's or callback receiver's server, as ``host:port`` with the port always written
+# (a host name of at most 100 characters, so the name fits the audit log's item column).
+WHOLE_SERVICES = ("inventory", "ezid")
+SERVER_SERVICES = ("depositor", "callback")
+_SERVER_RE = re.compile(
+    r"^(?:\[[0-9a-f:.]{2,45}\]|[a-z0-9](?:[a-z0-9.-]{0,98}[a-z0-9])?):[0-9]{1,5}$"
+)
 
 # How far ahead a hold's end may be set. A maintenance window lasts hours or days; a year covers
 # any that is planned, and an end past it is a slip (9999-12-31) that means "no end" while
@@ -87,22 +104,7 @@ def breaker_hold_clear(zk: KazooClient, node: object, *, by: str) -> bool:
     """Release the hold of ``node`` only if ``by`` placed it (a breaker's, not an operator's
     hold placed meanwhile): deleted at the version read. False when it is not held, or by
     someone else, or changed since the read."""
-    path = node_hold_path(node)
-    try:
-        data, stat = zk.get(path)
-    except NoNodeError:
-        return False
-    try:
-        info = decode_json(path, data)
-    except MalformedNode:
-        return False
-    if info.get("by") != by:
-        return False
-    try:
-        zk.delete(path, version=stat.version)
-    except (NoNodeError, BadVersionError):
-        return False
-    return True
+    return _clear_if_by(zk, node_hold_path(node), by)
 
 
 def node_held(zk: KazooClient, node: object) -> bool:
@@ -136,6 +138,153 @@ def node_holds(zk: KazooClient) -> dict[int, NodeHold]:
             reason=str(info.get("reason") or ""),
         )
     return dict(sorted(found.items()))
+
+
+def _clear_if_by(zk: KazooClient, path: str, by: str) -> bool:
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError:
+        return False
+    try:
+        info = decode_json(path, data)
+    except MalformedNode:
+        return False
+    if info.get("by") != by:
+        return False
+    try:
+        zk.delete(path, version=stat.version)
+    except (NoNodeError, BadVersionError):
+        return False
+    return True
+
+
+# Services outside ---------------------------------------------------------------------------
+
+
+def service_name(value: object) -> str:
+    """A service a hold can name, validated before it touches a path: ``inventory``, ``ezid``,
+    ``depositor example.org:443`` or ``callback 10.0.0.5:8080`` (``:`` between kind and server
+    is taken too, as the node's name spells it). InvalidID otherwise."""
+    text = " ".join(str(value).strip().lower().split())
+    kind, sep, server = text.partition(" ")
+    if not sep:
+        kind, _, server = text.partition(":")
+    if kind in WHOLE_SERVICES and not server:
+        return kind
+    if kind in SERVER_SERVICES and server and _SERVER_RE.fullmatch(server):
+        port = int(server.rsplit(":", 1)[1])
+        if 0 < port < 65536:
+            return f"{kind} {server}"
+    raise InvalidID(f"{value!r} names no service: inventory, ezid, or depositor/callback host:port")
+
+
+def service_key(service: object) -> str:
+    """A service's name as its hold's node, its URLs and the audit log spell it, without a
+    space: ``ezid``, ``depositor:example.org:443``."""
+    return service_name(service).replace(" ", ":", 1)
+
+
+def service_hold_path(service: object) -> str:
+    return f"{SERVICE_HOLDS}/{service_key(service)}"
+
+
+@dataclass(frozen=True)
+class ServiceHold:
+    service: str
+    at: datetime | None
+    by: str
+    reason: str
+    probe: str
+
+    @property
+    def key(self) -> str:
+        return service_key(self.service)
+
+
+def service_hold_set(
+    zk: KazooClient, service: object, *, by: str = "", reason: str = "", probe: str = ""
+) -> bool:
+    """Hold a service outside; False when it was already held (its record is left as it was)."""
+    info = {"at": datetime.now(UTC).isoformat(), "by": by, "reason": reason, "probe": probe}
+    try:
+        zk.create(service_hold_path(service), encode_json(info), makepath=True)
+    except NodeExistsError:
+        return False
+    return True
+
+
+def service_hold_clear(zk: KazooClient, service: object, *, by: str | None = None) -> bool:
+    """Release a service's hold (only if ``by`` placed it, when given: a breaker releases its
+    own hold, never an operator's placed meanwhile); False when nothing was released."""
+    path = service_hold_path(service)
+    if by is not None:
+        return _clear_if_by(zk, path, by)
+    try:
+        zk.delete(path)
+    except NoNodeError:
+        return False
+    return True
+
+
+def service_holds(zk: KazooClient) -> dict[str, ServiceHold]:
+    """Every service hold, by service name (a node whose name names no service is skipped)."""
+    found: dict[str, ServiceHold] = {}
+    for name in children(zk, SERVICE_HOLDS):
+        try:
+            service = service_name(name)
+        except InvalidID:
+            continue
+        path = f"{SERVICE_HOLDS}/{name}"
+        try:
+            data, stat = zk.get(path)
+        except NoNodeError:
+            continue
+        try:
+            info = decode_json(path, data)
+        except MalformedNode:
+            info = {}
+        found[service] = ServiceHold(
+            service=service,
+            at=stamp(stat.ctime),
+            by=str(info.get("by") or ""),
+            reason=str(info.get("reason") or ""),
+            probe=str(info.get("probe") or ""),
+        )
+    return dict(sorted(found.items()))
+
+
+class HeldServices:
+    """The services held now, as a watch on ``/mrt-console/holds/services`` keeps them: asked
+    for every job a step looks at, so it costs no request."""
+
+    def __init__(self, zk: KazooClient) -> None:
+        self.names: frozenset[str] = frozenset()
+        zk.ensure_path(SERVICE_HOLDS)
+        ChildrenWatch(zk, SERVICE_HOLDS, self._changed)
+
+    def _changed(self, children: list[str] | None) -> None:
+        names = set()
+        for child in children or ():
+            try:
+                names.add(service_name(child))
+            except InvalidID:
+                continue
+        self.names = frozenset(names)
+
+
+_held: weakref.WeakKeyDictionary[Any, HeldServices] = weakref.WeakKeyDictionary()
+_held_lock = threading.Lock()
+
+
+def held_services(zk: KazooClient) -> frozenset[str]:
+    """The services held now (``HeldServices`` of this client, made at the first call)."""
+    watch = _held.get(zk)
+    if watch is None:
+        with _held_lock:
+            watch = _held.get(zk)
+            if watch is None:
+                watch = _held[zk] = HeldServices(zk)
+    return watch.names
 
 
 def job_store_node(job: Job) -> int | None:

@@ -50,6 +50,18 @@ class FileServer:
         # path -> seconds to spread the body over; "first" ones only slow the first GET.
         self.slow: dict[str, float] = {}
         self.slow_first: dict[str, float] = {}
+        self.busy = 0  # GETs and HEADs still to be answered 503, whatever they ask for
+
+    def requests(self) -> int:
+        with self.lock:
+            return sum(self.counts.values())
+
+    def _busy(self) -> bool:
+        with self.lock:
+            if self.busy <= 0:
+                return False
+            self.busy -= 1
+            return True
 
     def put(self, name: str, data: bytes | str) -> str:
         path = self.root / name
@@ -88,6 +100,8 @@ def _handler(server: FileServer) -> type[BaseHTTPRequestHandler]:
 
         def do_HEAD(self) -> None:
             server._count("HEAD", urlsplit(self.path).path)
+            if server._busy():
+                return self._send_error(503)
             if server.before_answer is not None:
                 server.before_answer("HEAD", urlsplit(self.path).path)
             path = self._file()
@@ -100,6 +114,8 @@ def _handler(server: FileServer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             route = urlsplit(self.path).path
             number = server._count("GET", route)
+            if server._busy():
+                return self._send_error(503)
             if server.before_answer is not None:
                 server.before_answer("GET", route)
             path = self._file()

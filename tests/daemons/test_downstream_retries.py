@@ -246,10 +246,94 @@ def test_a_storage_node_that_keeps_failing_is_held_by_its_breaker_until_it_answe
     assert len(storage.requests) == asked + 1  # the probe, and nothing else
     storage.stop_refusing()
     assert breakers().probe(zk, now=start + 12) == []  # the next one is 10 s after the last
-    assert breakers().probe(zk, now=start + 17) == [9501]
+    assert breakers().probe(zk, now=start + 17) == ["storage node 9501"]
     assert 9501 not in node_holds(zk)
     rounds.until(lambda: all(job_load(zk, j.jid).state == "Completed" for j in jobs), jobs)
     for job in jobs:
         assert "Failed" not in rounds.seen[job.jid]
     entries = AuditEntry.objects.filter(kind="node", item_id="9501", via="daemon")
+    assert sorted(e.action for e in entries) == ["hold", "release"]
+
+
+def _server(url: str) -> str:
+    return url.split("://", 1)[1].split("/", 1)[0]
+
+
+@pytest.mark.parametrize("kind", ["ezid", "inventory", "callback", "depositor"])
+def test_a_service_that_keeps_failing_is_held_by_its_breaker_until_it_answers(
+    kind: str, zk: Any, files: FileServer, services: dict[str, Any], settings: Any
+) -> None:
+    from queues.daemons.alerting import Evaluator
+    from queues.daemons.breakers import BREAKER, breakers
+    from queues.models import AuditEntry
+    from queues.zk.maintenance import held_services, service_holds
+    from tests.alerts.conftest import a_moment, only
+
+    settings.MRT_BREAKER_FAILURES = 3
+    settings.MRT_BREAKER_WINDOW = 600.0
+    only("service-held", quiet_seconds=0.0, threshold=0.0)
+    receiver = services["receiver"]
+    if kind == "depositor":
+        name = f"depositor {_server(files.url)}"
+        files.busy = 10_000
+
+        def asked() -> int:
+            return files.requests()
+
+        def recover() -> None:
+            files.busy = 0
+    else:
+        stand_in = services["receiver" if kind == "callback" else kind]
+        name = f"callback {_server(receiver.url)}" if kind == "callback" else kind
+        for _ in range(10_000):
+            stand_in.refuse_next(_unavailable())
+
+        def asked() -> int:
+            return len(stand_in.requests)
+
+        def recover() -> None:
+            stand_in.stop_refusing()
+
+    jobs = [_job(zk, files, f"{kind}{i}.txt") for i in range(4)]
+    rounds = Rounds(zk)
+    rounds.until(lambda: name in service_holds(zk), jobs)
+    hold = service_holds(zk)[name]
+    assert hold.by == BREAKER
+    assert hold.reason.startswith(f"breaker: 3 x 503 from {name} in "), hold.reason
+    [fired] = Evaluator(name="breaker").evaluate(zk=zk, now=a_moment())
+    assert f"{name} is held" in fired and "breaker: 3 x 503" in fired
+    wait_for(lambda: name in held_services(zk), timeout=30)  # this process's watch saw it
+
+    # While the breaker is open the service's jobs wait before its step, unclaimed, and none
+    # fails; nothing is asked of the service.
+    before = asked()
+    for _ in range(5):
+        for d in rounds.daemons:
+            d.run_once()
+    assert asked() == before
+    assert not any(zk.exists(f"/jobs/{j.jid}/lock") for j in jobs)
+    assert not any(job_load(zk, j.jid).state in ("Failed", "Completed") for j in jobs)
+    assert receiver.received == {}  # the depositor hears nothing before the final outcome
+
+    # A probe while it still answers 503 keeps it held; once it answers, the breaker closes by
+    # itself, the alert resolves and every job completes.
+    start = time.monotonic()
+    assert breakers().probe(zk, now=start) == []  # the first probe is 5 s away
+    assert breakers().probe(zk, now=start + 6) == [] and name in service_holds(zk)
+    assert asked() == before + 1  # the probe, and nothing else
+    recover()
+    assert breakers().probe(zk, now=start + 12) == []  # the next one is 10 s after the last
+    assert breakers().probe(zk, now=start + 17) == [name]
+    assert name not in service_holds(zk)
+    evaluator = Evaluator(name="breaker")
+    assert evaluator.evaluate(zk=zk, now=a_moment()) == []  # clear from now on
+    [resolved] = evaluator.evaluate(zk=zk, now=a_moment())
+    assert name in resolved and "resolved" in resolved.lower(), resolved
+    rounds.until(lambda: all(job_load(zk, j.jid).state == "Completed" for j in jobs), jobs)
+    for job in jobs:
+        assert "Failed" not in rounds.seen[job.jid], rounds.seen[job.jid]
+    assert sorted(receiver.received) == sorted(j.jid for j in jobs)
+    entries = AuditEntry.objects.filter(
+        kind="service", item_id=name.replace(" ", ":", 1), via="daemon"
+    )
     assert sorted(e.action for e in entries) == ["hold", "release"]

@@ -509,6 +509,13 @@ class InventoryStandIn(StandIn):
     def handle(self, request: Request) -> Answer:
         segments = _segments(request.path)
         form = request.query.get("t", "xhtml")
+        if segments == ["state"] and request.method == "GET":
+            # JerseyInv's ``GET state``: the service's state document (only its status is read
+            # here: the breaker's probe asks whether the service answers).
+            return Answer(
+                200,
+                b"<invs:invServiceState><invs:name>inventory</invs:name></invs:invServiceState>",
+            )
         if segments == ["add"] and request.method == "POST":
             if request.content_type != "multipart/form-data":
                 # The add resource consumes multipart/form-data only.
@@ -596,6 +603,9 @@ class EzidStandIn(StandIn):
         return Answer(status, (line + "\n").encode(), "text/plain; charset=UTF-8")
 
     def handle(self, request: Request) -> Answer:
+        if request.method == "GET" and request.path == "/status":
+            # EZID's API documents a server status check that needs no credentials.
+            return self._text(200, "success: EZID is up")
         auth = request.headers.get("Authorization", "")
         expected = "Basic " + base64.b64encode(":".join(self.credentials).encode()).decode()
         if auth != expected:

@@ -22,6 +22,10 @@ ROUTES = {
     "queue": ("/holds/queue/ingest/{}/", "/api/holds/queue/ingest/{}"),
     "collection": ("/holds/collection/letters/{}/", "/api/holds/collection/letters/{}"),
     "node": ("/holds/node/9501/{}/", "/api/holds/node/9501/{}"),
+    "service": (
+        "/holds/service/depositor:example.org:443/{}/",
+        "/api/holds/service/depositor:example.org:443/{}",
+    ),
     "consumer": ("/consumers/host-1/{}/", None),
     "consistency": ("/consistency/{}/", None),
 }
