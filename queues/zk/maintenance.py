@@ -259,8 +259,18 @@ class HeldServices:
 
     def __init__(self, zk: KazooClient) -> None:
         self.names: frozenset[str] = frozenset()
-        zk.ensure_path(SERVICE_HOLDS)
-        ChildrenWatch(zk, SERVICE_HOLDS, self._changed)
+        self.failed = False
+        # Set up in a thread of its own: the caller (a claim's turn) never waits for ZooKeeper.
+        # Until the watch's first answer nothing counts as held: a job taken meanwhile meets its
+        # service's outage, if there is one, and waits for its next try.
+        threading.Thread(target=self._start, args=(zk,), name="held-services", daemon=True).start()
+
+    def _start(self, zk: KazooClient) -> None:
+        try:
+            zk.ensure_path(SERVICE_HOLDS)
+            ChildrenWatch(zk, SERVICE_HOLDS, self._changed)
+        except Exception:  # ZooKeeper away or the client closed: the next call tries again
+            self.failed = True
 
     def _changed(self, children: list[str] | None) -> None:
         names = set()
@@ -279,10 +289,10 @@ _held_lock = threading.Lock()
 def held_services(zk: KazooClient) -> frozenset[str]:
     """The services held now (``HeldServices`` of this client, made at the first call)."""
     watch = _held.get(zk)
-    if watch is None:
+    if watch is None or watch.failed:
         with _held_lock:
             watch = _held.get(zk)
-            if watch is None:
+            if watch is None or watch.failed:
                 watch = _held[zk] = HeldServices(zk)
     return watch.names
 
