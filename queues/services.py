@@ -78,6 +78,8 @@ from queues.zk.locks import (
 )
 from queues.zk.maintenance import (
     check_window_end,
+    hold_record_clear,
+    hold_record_set,
     node_hold_clear,
     node_hold_set,
     node_number,
@@ -662,6 +664,7 @@ def queue_hold(
     _check_hold(until, reason, by)
     zk = client()
     changed = queue_hold_set(zk, marker)
+    hold_record_set(zk, "queue", name, by=by, reason=reason)
     _window(zk, "queue", name, until, reason, by)
     return Outcome("queue", name, "released" if changed else "held", "held", _until_words(until))
 
@@ -707,6 +710,7 @@ def queue_release(*, name: str, release_held: bool = False) -> list[Outcome]:
     zk = client()
     changed = queue_hold_clear(zk, zpaths.queue_hold(name))
     window_clear(zk, "queue", name)
+    hold_record_clear(zk, "queue", name)
     outcomes = [Outcome("queue", name, "held" if changed else "released", "released")]
     if release_held and name == "ingest":
         outcomes += _release_batches(lambda b: b.status.message == INGEST_HELD_MESSAGE)
@@ -735,12 +739,21 @@ def _release_batches(parked: Callable[[Batch], bool]) -> list[Outcome]:
 
 
 def collection_hold(
-    *, profile: str, until: datetime | None = None, reason: str = "", by: str = ""
+    *,
+    profile: str,
+    until: datetime | None = None,
+    reason: str = "",
+    by: str = "",
+    keep_record: bool = False,
 ) -> Outcome:
+    """Hold a collection; who and why are noted beside the hold (with ``keep_record``, not
+    over the record of a hold already there: the alert fuse finding one held)."""
     checked = zpaths.profile(profile)
     _check_hold(until, reason, by)
     zk = client()
     changed = collection_hold_set(zk, checked)
+    keep = keep_record and not changed
+    hold_record_set(zk, "collection", checked, by=by, reason=reason, keep=keep)
     _window(zk, "collection", profile, until, reason, by)
     return Outcome(
         "collection", profile, "released" if changed else "held", "held", _until_words(until)
@@ -751,6 +764,7 @@ def collection_release(*, profile: str, release_jobs: bool = False) -> list[Outc
     """Clear a collection hold; with ``release_jobs`` also release its held jobs and batches."""
     changed = collection_hold_clear(client(), zpaths.profile(profile))
     window_clear(client(), "collection", profile)
+    hold_record_clear(client(), "collection", profile)
     outcomes = [Outcome("collection", profile, "held" if changed else "released", "released")]
     if release_jobs:
         outcomes += collection_release_held(profile=profile)

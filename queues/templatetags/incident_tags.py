@@ -32,7 +32,7 @@ def backlog_section() -> dict[str, Any]:
         b.finished_per_hour,
         [0] * len(b.finished_per_hour),
     )
-    return {"b": b, "chart": chart, "window": backlog.WINDOW_HOURS}
+    return {"b": b, "chart": chart, "window": backlog.WINDOW_MINUTES}
 
 
 @register.inclusion_tag("queues/_node_holds_card.html")
