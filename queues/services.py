@@ -965,7 +965,7 @@ def collection_cap_set(*, profile: str, limit: int, reason: str = "", by: str = 
     zk = client()
     in_flight = _in_flight_of(profile)  # first: nothing is written while the index fills
     old = caps.cap_set(zk, zpaths.profile(profile), caps.check_limit(limit), by=by, reason=reason)
-    added, removed = caps.recount(zk, profile, in_flight)
+    added, _removed = caps.recount(zk, profile, in_flight)
     cap = caps.cap_of(zk, profile)
     counted = cap.counted if cap is not None else added
     return Outcome(
@@ -973,8 +973,17 @@ def collection_cap_set(*, profile: str, limit: int, reason: str = "", by: str = 
         profile,
         f"cap {old}" if old else "no cap",
         f"cap {limit}",
-        f"{counted} in flight counted (+{added}, -{removed})",
+        _in_flight_words(counted, limit),
     )
+
+
+def _in_flight_words(in_flight: int, limit: int) -> str:
+    """The cap's one figure in plain words, as the pages say it (``queues.waits.CapFigure``):
+    right after a count the cap's own count and the jobs in flight are the same number."""
+    text = f"{in_flight} of {limit} in flight now"
+    if in_flight > limit:
+        return f"{text}, over its cap"
+    return f"{text}, at its cap" if in_flight == limit else text
 
 
 def collection_cap_clear(*, profile: str) -> Outcome:
@@ -999,7 +1008,8 @@ def collection_cap_recount(*, profile: str) -> Outcome:
         profile,
         f"cap {cap.limit}",
         f"cap {cap.limit}",
-        f"{cap.counted} in flight counted (+{added}, -{removed})",
+        _in_flight_words(cap.counted, cap.limit)
+        + (f" (counted again: {added} added, {removed} gone)" if added or removed else ""),
     )
 
 

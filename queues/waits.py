@@ -278,13 +278,16 @@ def waits(*, holds: Holds | None = None, figures: dict[str, CapFigure] | None = 
         return [Wait(s, n, hold=queue) for s in WAITING if (n := counts.get(s) or 0)]
     found: list[Wait] = []
     if counts.get(JobState.PENDING):
-        pending = idx.profile_counts_so_far(JobState.PENDING)
+        figures = figures if figures is not None else cap_figures(zk, idx)
+        full = {n: f for n, f in sorted(figures.items()) if f.full}
+        # The Pending jobs per collection only when a hold or a full cap can keep some: at a
+        # million Pending jobs that count reads every job's collection once.
+        pending = idx.profile_counts_so_far(JobState.PENDING) if holds.collections or full else {}
         for name, hold in holds.collections.items():
             if pending.get(name):
                 found.append(Wait(JobState.PENDING, pending[name], hold=hold))
-        figures = figures if figures is not None else cap_figures(zk, idx)
-        for name, figure in sorted(figures.items()):
-            if figure.full and pending.get(name) and name not in holds.collections:
+        for name, figure in full.items():
+            if pending.get(name) and name not in holds.collections:
                 found.append(Wait(JobState.PENDING, pending[name], cap=figure))
     if holds.nodes:
         for state in NODE_STEPS:

@@ -9,7 +9,7 @@ from typing import Any
 from django import template
 from django.conf import settings
 
-from queues import backlog, history
+from queues import backlog, history, waits
 from queues.zk import consumers as zconsumers
 from queues.zk.client import connected_client
 from queues.zk.maintenance import node_holds, windows
@@ -46,6 +46,18 @@ def node_holds_card() -> dict[str, Any]:
         log.warning("node holds not read: %s", exc)
         return {"error": str(exc) or type(exc).__name__}
     return {"nodes": [(n, h, ends.get(n)) for n, h in held.items()]}
+
+
+@register.inclusion_tag("queues/_job_wait.html")
+def job_wait(job: Any) -> dict[str, Any]:
+    """What keeps this job waiting, if a hold or a cap does: which, why, who, until when."""
+    if job is None:
+        return {}
+    try:
+        return {"wait": waits.job_wait(job)}
+    except Exception as exc:  # the job page must still show
+        log.warning("holds not read for %s: %s", job.jid, exc)
+        return {"error": str(exc) or type(exc).__name__}
 
 
 @register.inclusion_tag("queues/_slot_wait.html")
