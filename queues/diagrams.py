@@ -257,11 +257,13 @@ def _node(
             )
         )
     for i, note in enumerate(notes):
-        # What keeps jobs waiting here (a hold, a cap: queues/waits.py), under the box.
+        # What keeps jobs waiting here (a hold, a cap: queues/waits.py), under the box; moved
+        # right as far as its estimated width needs to stay inside the drawing.
+        nx = max(cx, 4 + 3.4 * len(note))
         parts.append(
             format_html(
                 '<text class="wait" x="{}" y="{}" text-anchor="middle" id="{}">{}</text>',
-                cx,
+                f"{nx:.1f}",
                 y + NODE_H + 13 + 12 * i,
                 f"wait-{id_prefix}-{state}-{i}",
                 note,
