@@ -157,6 +157,16 @@ class QueueCollector(Collector):
                 "each step's recent pace",
                 {"": round(b.drain_seconds)},
             )
+        kept: dict[str, int] = {}
+        for wait in b.forecast.blocked if b.forecast else []:
+            kept[wait.kind] = kept.get(wait.kind, 0) + wait.jobs
+        yield _gauge(
+            "mrt_backlog_kept_jobs",
+            "jobs waiting that a hold or a full cap keeps, by what keeps them (queue, collection, "
+            "node, breaker, cap)",
+            {k: kept.get(k, 0) for k in ("queue", "collection", "node", "breaker", "cap")},
+            "kind",
+        )
         if b.disk is not None:
             yield _gauge(
                 "mrt_work_disk_free_bytes", "free bytes on the working disk", {"": b.disk.free}

@@ -746,14 +746,15 @@ def collection_hold(
     by: str = "",
     keep_record: bool = False,
 ) -> Outcome:
-    """Hold a collection; who and why are noted beside the hold (with ``keep_record``, not
-    over the record of a hold already there: the alert fuse finding one held)."""
+    """Hold a collection; who and why are noted beside the hold (with ``keep_record``, only
+    when this call placed it: the alert fuse finding it held, by an operator or by Merritt's
+    own tools, claims nothing)."""
     checked = zpaths.profile(profile)
     _check_hold(until, reason, by)
     zk = client()
     changed = collection_hold_set(zk, checked)
-    keep = keep_record and not changed
-    hold_record_set(zk, "collection", checked, by=by, reason=reason, keep=keep)
+    if changed or not keep_record:
+        hold_record_set(zk, "collection", checked, by=by, reason=reason)
     _window(zk, "collection", profile, until, reason, by)
     return Outcome(
         "collection", profile, "released" if changed else "held", "held", _until_words(until)

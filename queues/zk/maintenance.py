@@ -175,18 +175,13 @@ def about_path(kind: str, name: str) -> str:
     return f"{ABOUT}/{kind}:{name}"
 
 
-def hold_record_set(
-    zk: KazooClient, kind: str, name: str, *, by: str, reason: str, keep: bool = False
-) -> bool:
-    """Note who placed the hold of ``kind``/``name`` (which must be there) and why; with
-    ``keep``, a record of the same hold already there stays (the fuse finding a collection held
-    by an operator does not claim the hold). False when the hold is not there."""
+def hold_record_set(zk: KazooClient, kind: str, name: str, *, by: str, reason: str) -> bool:
+    """Note who placed the hold of ``kind``/``name`` (which must be there) and why, replacing
+    an earlier note; False when the hold is not there."""
     path = about_path(kind, name)
     marker = zk.exists(hold_marker(kind, name))
     if marker is None:
         return False
-    if keep and (kind, name) in _hold_records(zk, [(kind, name)]):
-        return True
     info = {"by": by, "reason": reason, "at": datetime.now(UTC).isoformat(), "marker": marker.czxid}
     try:
         zk.create(path, encode_json(info), makepath=True)

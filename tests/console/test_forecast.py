@@ -149,6 +149,21 @@ def api(make_user, live_server):
 
 
 @pytest.fixture
+def api_text(make_user, live_server):
+    _token, key = ApiToken.issue(user=make_user("viewer", "metrics-viewer"), name="m")
+
+    def get(path: str) -> str:
+        backlog.clear_cache()
+        request = urllib.request.Request(
+            f"{live_server.url}{path}", headers={"Authorization": f"Bearer {key}"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return str(answer.read().decode())
+
+    return get
+
+
+@pytest.fixture
 def overview(make_user, live_server):
     make_user("viewer", "vic")
     session = log_in(live_server.url, "vic", PASSWORD)
@@ -177,7 +192,7 @@ def test_the_forecast_of_a_replayed_pace_through_the_api_and_the_page(replayed, 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_held_node_blocks_its_jobs_and_a_breaker_says_so(zk, replayed, api, overview):
+def test_a_held_node_blocks_its_jobs_and_a_breaker_says_so(zk, replayed, api, api_text, overview):
     services.node_hold(node="9501", reason="disk swap", by="alice")
     body = api("/api/overview")["backlog"]
     assert body["waits_error"] is None, body
@@ -189,6 +204,9 @@ def test_a_held_node_blocks_its_jobs_and_a_breaker_says_so(zk, replayed, api, ov
     assert wait["detail"].startswith("disk swap, by alice, since ")
     page = overview()
     assert "2 Storing: blocked: node 9501 held" in page and "disk swap, by alice" in page
+    metrics = api_text("/metrics")
+    assert 'mrt_backlog_kept_jobs{kind="node"} 2.0' in metrics
+    assert 'mrt_backlog_kept_jobs{kind="cap"} 0.0' in metrics
     services.node_release(node="9501")
     assert node_hold_set(zk, 9501, by=BREAKER, reason="breaker: 5 x 503 from node 9501 in 3 s")
     (wait,) = api("/api/overview")["backlog"]["forecast"]["blocked"]

@@ -114,11 +114,17 @@ def test_a_collection_held_by_the_fuse_shows_its_reason_and_who(zk, make_job, ap
     assert "12 jobs failed in the last 10 minutes — alert fuse" in holds
     (detail,) = [d for d in api("/api/holds")["details"] if d["kind"] == "collection"]
     assert (detail["name"], detail["by"]) == (PROFILE, "alert fuse")
-    # The fuse finding it held already by an operator does not take the hold over.
+    # The fuse finding it held already (by an operator, or by Merritt's own tools) claims
+    # nothing.
     services.collection_release(profile=PROFILE)
     services.collection_hold(profile=PROFILE, by="olga", reason="bad manifests")
     services.collection_hold(profile=PROFILE, by="alert fuse", reason="burst", keep_record=True)
     assert "bad manifests — olga" in page("/holds/")
+    services.collection_release(profile=PROFILE)
+    collection_hold_set(zk, PROFILE)
+    services.collection_hold(profile=PROFILE, by="alert fuse", reason="burst", keep_record=True)
+    holds = page("/holds/")
+    assert "no reason recorded" in holds and "alert fuse" not in holds
 
 
 def test_a_hold_placed_outside_the_console_says_it_has_no_record(zk, make_job, page):
