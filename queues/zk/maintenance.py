@@ -186,7 +186,12 @@ def hold_record_set(zk: KazooClient, kind: str, name: str, *, by: str, reason: s
     try:
         zk.create(path, encode_json(info), makepath=True)
     except NodeExistsError:
-        zk.set(path, encode_json(info))
+        # Made again rather than changed, so that the pages watching the folder's children
+        # (the live "holds" topic) hear of it.
+        txn = zk.transaction()
+        txn.delete(path)
+        txn.create(path, encode_json(info))
+        txn.commit()
     return True
 
 
