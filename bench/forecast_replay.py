@@ -200,7 +200,7 @@ def main() -> None:
                 ]
                 seen = sorted(seen)[-PACE_SAMPLE:]
                 paces[step] = pace_of(step, seen)
-            f = forecast(counts, [], paces)
+            f = forecast(counts, [], paces, now=t)
             old = old_rule(runs, counts, t, console_up)
             err = None if f.seconds is None else (f.seconds - actual) / actual
             before = None if old is None else (old - actual) / actual
@@ -213,6 +213,7 @@ def main() -> None:
                 f"{'-' if f.seconds is None else f'{f.seconds / 60:8.1f}m':>9} "
                 f"{'-' if err is None else f'{err:+.0%}':>7} "
                 f"{'-' if old is None else f'{old / 60:8.1f}m':>9}"
+                + (f"  idle: {', '.join(st for st, _ in f.stalled)}" if f.stalled else "")
             )
             t += args.every
         if errors:

@@ -47,6 +47,7 @@ PACE_WINDOW = timedelta(minutes=30)  # the runs a pace is measured on: at most t
 PACE_SAMPLE = 500  # ... and at most this many, the latest, per step
 PACE_GAP = 60.0  # s: a pause between runs longer than this is no work time (idle, or down)
 MIN_SPAN = 1.0  # s: the least work time a stretch of runs counts for
+STALL_SECONDS = 300.0  # a step with jobs and no run ended for this long is said to be idle
 WINDOW_MINUTES = int(PACE_WINDOW.total_seconds() // 60)
 DAY_HOURS = 24
 CACHE_SECONDS = 30.0
@@ -61,6 +62,7 @@ class Pace:
     step: str
     done: int  # runs that took an item out of the step
     busy_seconds: float  # the time the step was at work over them
+    last_end: float | None = None  # when the latest of them ended (seconds since the epoch)
 
     @property
     def per_hour(self) -> float:
@@ -86,7 +88,10 @@ def pace_of(step: str, runs: Iterable[tuple[float, float]], *, gap: float = PACE
             last = max(last, start + took)
     if first is not None:
         busy += max(MIN_SPAN, last - first)
-    return Pace(step=step, done=len(ordered), busy_seconds=busy)
+    ends = [start + took for start, took in ordered]
+    return Pace(
+        step=step, done=len(ordered), busy_seconds=busy, last_end=max(ends) if ends else None
+    )
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,10 @@ class Forecast:
     no_pace: str | None  # the first step that jobs must pass and that has no recent pace
     moving: int  # jobs the estimate is for
     blocked: list[waits.Wait] = field(default_factory=list)
+    # Steps with jobs of their own to pass whose last run ended more than STALL_SECONDS ago:
+    # (state, seconds since). The pace is of the time they were at work; while none is (the
+    # consumers down, a run far longer than usual) the time left grows and this says so.
+    stalled: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def kept(self) -> int:
@@ -109,21 +118,31 @@ class Forecast:
 
 
 def forecast(
-    counts: Mapping[str, int], blocked: Sequence[waits.Wait], paces: Mapping[str, Pace]
+    counts: Mapping[str, int],
+    blocked: Sequence[waits.Wait],
+    paces: Mapping[str, Pace],
+    *,
+    now: float | None = None,
 ) -> Forecast:
     """The backlog through, from the jobs waiting per state, those a hold or cap keeps, and
-    each step's pace (by step name: the state in lower case)."""
+    each step's pace (by step name: the state in lower case); with ``now`` (seconds since the
+    epoch), also the steps that have done nothing for a while (``Forecast.stalled``)."""
     kept: dict[str, int] = {}
     for wait in blocked:
         kept[wait.state] = kept.get(wait.state, 0) + wait.jobs
     ahead = 0
     worst: tuple[float, str] | None = None
     no_pace = None
+    stalled: list[tuple[str, float]] = []
     for state in WAITING:
-        ahead += max(0, (counts.get(state) or 0) - kept.get(state, 0))
+        own = max(0, (counts.get(state) or 0) - kept.get(state, 0))
+        ahead += own
         if not ahead:
             continue
         pace = paces.get(state.lower())
+        last = pace.last_end if pace else None
+        if own and now is not None and last is not None and now - last > STALL_SECONDS:
+            stalled.append((str(state), now - last))
         rate = pace.per_hour if pace else 0.0
         if rate <= 0:
             no_pace = no_pace or state
@@ -137,6 +156,7 @@ def forecast(
         no_pace=no_pace,
         moving=ahead,
         blocked=list(blocked),
+        stalled=stalled,
     )
 
 
@@ -334,7 +354,12 @@ def backlog(*, now: datetime | None = None) -> Backlog:
         disk=_disk(sizes[JobState.PROVISIONING] or 0, unestimated),
         loading=loading,
         history_error=rates.error,
-        forecast=forecast({str(k): v for k, v in counts.items()}, kept, rates.paces),
+        forecast=forecast(
+            {str(k): v for k, v in counts.items()},
+            kept,
+            rates.paces,
+            now=(now or datetime.now(UTC)).timestamp(),
+        ),
         waits_error=waits_error,
     )
 
@@ -372,6 +397,7 @@ def as_json(b: Backlog) -> dict[str, Any]:
             "no_pace": f.no_pace,
             "kept": f.kept,
             "blocked": [w.as_json() for w in f.blocked],
+            "stalled": [{"state": st, "seconds": round(sec)} for st, sec in f.stalled],
             "words": forecast_words(f),
         },
         "disk": None
@@ -408,5 +434,6 @@ def forecast_words(f: Forecast) -> str:
                 f"{f.moving} job{'s' if f.moving != 1 else ''}: no estimate, {f.no_pace} did "
                 f"nothing in the last {WINDOW_MINUTES} min"
             )
-    parts += [f"{w.jobs} {w.state} {w.words}" for w in f.blocked]
+    parts += [f"{w.jobs} {w.state}: {w.words}" for w in f.blocked]
+    parts += [f"no {st} run has ended for {history.fmt_seconds(sec)}" for st, sec in f.stalled]
     return "; ".join(parts)

@@ -69,6 +69,17 @@ def test_jobs_a_hold_or_cap_keeps_are_named_not_timed():
     assert forecast({}, [], _paces()).nothing_waits
 
 
+def test_a_step_with_jobs_and_no_run_ended_for_a_while_is_named():
+    paces = _paces()
+    paces["storing"] = Pace("storing", 300, 900.0, last_end=10_000.0)
+    f = forecast({"Storing": 4, "Notify": 1}, [], paces, now=10_000.0 + 420)
+    assert f.stalled == [("Storing", 420.0)]
+    assert "no Storing run has ended for 7.0 min" in backlog.forecast_words(f)
+    # Notify's pace has no end known here; a step with no jobs of its own is never named.
+    assert forecast({"Notify": 1}, [], paces, now=10_000.0 + 420).stalled == []
+    assert pace_of("storing", [(100.0, 5.0), (103.0, 1.0)]).last_end == 105.0
+
+
 def test_no_estimate_when_a_step_the_jobs_need_did_nothing_lately():
     paces = _paces()
     paces["provisioning"] = Pace("provisioning", 0, 0.0)
@@ -184,6 +195,7 @@ def test_the_forecast_of_a_replayed_pace_through_the_api_and_the_page(replayed, 
     assert paces["Storing"] == 1200.0 and paces["Pending"] == 3600.0
     f = body["forecast"]
     assert (f["seconds"], f["bottleneck"], f["jobs"], f["blocked"]) == (39, "Storing", 13, [])
+    assert f["stalled"] == []  # every step's last run ended ten seconds ago
     assert body["drain_seconds"] == 39 and body["pace_window_minutes"] == 30
     assert body["rate_per_hour"] == 3600.0
     page = overview()
