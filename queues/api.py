@@ -21,7 +21,17 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
 
-from queues import actions, archive, backlog, bulkrun, failure_causes, notes, retries, selectors
+from queues import (
+    actions,
+    archive,
+    backlog,
+    bulkrun,
+    failure_causes,
+    notes,
+    retries,
+    selectors,
+    waits,
+)
 from queues.audit import AuditEntry
 from queues.auth import BEARER_CHALLENGE, VIEWER, has_role, require_action, token_from
 from queues.forms import (
@@ -354,7 +364,12 @@ def job(request: HttpRequest, jid: str) -> dict[str, Any]:
     if detail.job is None:
         broken = detail.broken.path if detail.broken is not None else None
         return {"id": jid, "broken": True, "path": broken, "nodes": detail.nodes}
-    return {**job_json(detail.job, full=True), "path": detail.path}
+    wait = waits.job_wait(detail.job)
+    return {
+        **job_json(detail.job, full=True),
+        "path": detail.path,
+        "waiting_for": wait.as_json() if wait else None,
+    }
 
 
 def _act(
@@ -657,6 +672,8 @@ def holds(request: HttpRequest) -> dict[str, Any]:
             for s, h in view.services.items()
         },
         "windows": [window_info(w) for w in view.windows.values()],
+        # Every hold with who placed it, why and until when, in one form for every kind.
+        "details": [h.as_json() for h in view.details.all()],
     }
 
 

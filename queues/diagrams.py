@@ -161,6 +161,7 @@ def _node(
     href: str | None,
     noun: str,
     id_prefix: str,
+    notes: Sequence[str] = (),
 ) -> SafeString:
     cx, cy = _center(machine, state)
     x, y = cx - NODE_W / 2, cy - NODE_H / 2
@@ -255,6 +256,19 @@ def _node(
                 human_age(oldest),
             )
         )
+    for i, note in enumerate(notes):
+        # What keeps jobs waiting here (a hold, a cap: queues/waits.py), under the box; moved
+        # right as far as its estimated width needs to stay inside the drawing.
+        nx = max(cx, 4 + 3.4 * len(note))
+        parts.append(
+            format_html(
+                '<text class="wait" x="{}" y="{}" text-anchor="middle" id="{}">{}</text>',
+                f"{nx:.1f}",
+                y + NODE_H + 13 + 12 * i,
+                f"wait-{id_prefix}-{state}-{i}",
+                note,
+            )
+        )
     if step_number is not None:
         # A state visited more than once (a failed step resumed) carries every visit's number.
         rx = max(10, 4 + 3.6 * len(step_number))
@@ -275,6 +289,8 @@ def _node(
         tooltip += f": {count} {noun if count == 1 else _plural(noun)}"
     if oldest is not None and count:
         tooltip += f", oldest {human_age(oldest)}"
+    for note in notes:
+        tooltip += f"; {note}"
     body = mark_safe("".join(parts))  # noqa: S308 - every part came from format_html
     classes = f"node shape-{shape}" + (" current" if current else "")
     if href:
@@ -307,11 +323,13 @@ def render(
     noun: str = "item",
     id_prefix: str | None = None,
     admin_from: str | None = None,
+    notes: Mapping[str, Sequence[str]] | None = None,
 ) -> SafeString:
     """The machine as an <svg>; ``path`` (a list of states) is drawn as numbered steps.
 
     With ``admin_from`` the operator-only (dashed) moves are drawn only out of that state, the
-    ones an operator can take from there (a job's page), so they do not cross each other."""
+    ones an operator can take from there (a job's page), so they do not cross each other.
+    ``notes`` are lines written under a state's box (what keeps its items waiting)."""
     id_prefix = id_prefix or machine.name
     grid = _layout(machine).values()
     cols = max(c for c, _r in grid) + 1
@@ -366,6 +384,7 @@ def render(
             href=href(state) if href else None,
             noun=noun,
             id_prefix=id_prefix,
+            notes=(notes or {}).get(state, ()),
         )
         for state in machine.states
         if state in _layout(machine)

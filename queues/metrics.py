@@ -146,15 +146,27 @@ class QueueCollector(Collector):
         )
         yield _gauge(
             "mrt_jobs_finished_per_hour",
-            f"jobs through their last step per hour, over the last {backlog.WINDOW_HOURS} hours",
+            "jobs through their last step per hour, at its pace while at work over the last "
+            f"{backlog.WINDOW_MINUTES} minutes",
             {"": round(b.rate_per_hour, 3)},
         )
         if b.drain_seconds is not None:
             yield _gauge(
                 "mrt_backlog_drain_seconds",
-                "seconds until the jobs waiting now are through, at the recent pace",
+                "seconds until the jobs waiting now that no hold or cap keeps are through, at "
+                "each step's recent pace",
                 {"": round(b.drain_seconds)},
             )
+        kept: dict[str, int] = {}
+        for wait in b.forecast.blocked if b.forecast else []:
+            kept[wait.kind] = kept.get(wait.kind, 0) + wait.jobs
+        yield _gauge(
+            "mrt_backlog_kept_jobs",
+            "jobs waiting that a hold or a full cap keeps, by what keeps them (queue, collection, "
+            "node, breaker, cap)",
+            {k: kept.get(k, 0) for k in ("queue", "collection", "node", "breaker", "cap")},
+            "kind",
+        )
         if b.disk is not None:
             yield _gauge(
                 "mrt_work_disk_free_bytes", "free bytes on the working disk", {"": b.disk.free}

@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 from django.utils.text import slugify
 
+from queues import waits
 from queues.states import (
     ACCESS,
     BATCH,
@@ -195,6 +196,10 @@ class Overview:
     holds: Holds
     held_by_collection: dict[str, int]
     bytes_in_process: int
+    # Every hold with who placed it, why and until when; the jobs each hold or cap keeps
+    # waiting per step (queues/waits.py).
+    details: waits.Holds = field(default_factory=lambda: waits.Holds({}, {}, {}))
+    kept: list[waits.Wait] = field(default_factory=list)
     # What the read index is still loading after a start ("" when nothing): counts of job
     # states not listed yet come from their folders' stats, without ages; batch states,
     # GB in process and held jobs per collection count what is read so far.
@@ -207,7 +212,10 @@ class Overview:
 
 def overview() -> Overview:
     loading = zindex.for_client(connected_client()).loading()
+    details = waits.holds_now()
     return Overview(
+        details=details,
+        kept=waits.waits(holds=details),
         jobs=job_state_summary(),
         batches=batch_state_summary(),
         access=access_state_summary(),
@@ -1362,6 +1370,8 @@ class HoldsView:
     nodes: dict[int, NodeHold] = field(default_factory=dict)  # held storage nodes
     services: dict[str, ServiceHold] = field(default_factory=dict)  # held services outside
     windows: dict[str, Window] = field(default_factory=dict)  # "<kind>:<name>" -> its window
+    # Every hold with who placed it, why and until when (queues/waits.py).
+    details: waits.Holds = field(default_factory=lambda: waits.Holds({}, {}, {}))
 
 
 def holds_view() -> HoldsView:
@@ -1376,6 +1386,7 @@ def holds_view() -> HoldsView:
         nodes=node_holds(zk),
         services=service_holds(zk),
         windows={w.key: w for w in maintenance_windows(zk)},
+        details=waits.holds_now(zk),
     )
 
 

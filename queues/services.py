@@ -78,6 +78,8 @@ from queues.zk.locks import (
 )
 from queues.zk.maintenance import (
     check_window_end,
+    hold_record_clear,
+    hold_record_set,
     node_hold_clear,
     node_hold_set,
     node_number,
@@ -665,6 +667,7 @@ def queue_hold(
     _check_hold(until, reason, by)
     zk = client()
     changed = queue_hold_set(zk, marker)
+    hold_record_set(zk, "queue", name, by=by, reason=reason)
     _window(zk, "queue", name, until, reason, by)
     return Outcome("queue", name, "released" if changed else "held", "held", _until_words(until))
 
@@ -731,6 +734,7 @@ def queue_release(*, name: str, release_held: bool = False) -> list[Outcome]:
     zk = client()
     changed = queue_hold_clear(zk, zpaths.queue_hold(name))
     window_clear(zk, "queue", name)
+    hold_record_clear(zk, "queue", name)
     outcomes = [Outcome("queue", name, "held" if changed else "released", "released")]
     if release_held and name == "ingest":
         outcomes += _release_batches(lambda b: b.status.message == INGEST_HELD_MESSAGE)
@@ -759,12 +763,22 @@ def _release_batches(parked: Callable[[Batch], bool]) -> list[Outcome]:
 
 
 def collection_hold(
-    *, profile: str, until: datetime | None = None, reason: str = "", by: str = ""
+    *,
+    profile: str,
+    until: datetime | None = None,
+    reason: str = "",
+    by: str = "",
+    keep_record: bool = False,
 ) -> Outcome:
+    """Hold a collection; who and why are noted beside the hold (with ``keep_record``, only
+    when this call placed it: the alert fuse finding it held, by an operator or by Merritt's
+    own tools, claims nothing)."""
     checked = zpaths.profile(profile)
     _check_hold(until, reason, by)
     zk = client()
     changed = collection_hold_set(zk, checked)
+    if changed or not keep_record:
+        hold_record_set(zk, "collection", checked, by=by, reason=reason)
     _window(zk, "collection", profile, until, reason, by)
     return Outcome(
         "collection", profile, "released" if changed else "held", "held", _until_words(until)
@@ -775,6 +789,7 @@ def collection_release(*, profile: str, release_jobs: bool = False) -> list[Outc
     """Clear a collection hold; with ``release_jobs`` also release its held jobs and batches."""
     changed = collection_hold_clear(client(), zpaths.profile(profile))
     window_clear(client(), "collection", profile)
+    hold_record_clear(client(), "collection", profile)
     outcomes = [Outcome("collection", profile, "held" if changed else "released", "released")]
     if release_jobs:
         outcomes += collection_release_held(profile=profile)
@@ -975,7 +990,7 @@ def collection_cap_set(*, profile: str, limit: int, reason: str = "", by: str = 
     zk = client()
     in_flight = _in_flight_of(profile)  # first: nothing is written while the index fills
     old = caps.cap_set(zk, zpaths.profile(profile), caps.check_limit(limit), by=by, reason=reason)
-    added, removed = caps.recount(zk, profile, in_flight)
+    added, _removed = caps.recount(zk, profile, in_flight)
     cap = caps.cap_of(zk, profile)
     counted = cap.counted if cap is not None else added
     return Outcome(
@@ -983,8 +998,17 @@ def collection_cap_set(*, profile: str, limit: int, reason: str = "", by: str = 
         profile,
         f"cap {old}" if old else "no cap",
         f"cap {limit}",
-        f"{counted} in flight counted (+{added}, -{removed})",
+        _in_flight_words(counted, limit),
     )
+
+
+def _in_flight_words(in_flight: int, limit: int) -> str:
+    """The cap's one figure in plain words, as the pages say it (``queues.waits.CapFigure``):
+    right after a count the cap's own count and the jobs in flight are the same number."""
+    text = f"{in_flight} of {limit} in flight now"
+    if in_flight > limit:
+        return f"{text}, over its cap"
+    return f"{text}, at its cap" if in_flight == limit else text
 
 
 def collection_cap_clear(*, profile: str) -> Outcome:
@@ -1009,7 +1033,8 @@ def collection_cap_recount(*, profile: str) -> Outcome:
         profile,
         f"cap {cap.limit}",
         f"cap {cap.limit}",
-        f"{cap.counted} in flight counted (+{added}, -{removed})",
+        _in_flight_words(cap.counted, cap.limit)
+        + (f" (counted again: {added} added, {removed} gone)" if added or removed else ""),
     )
 
 

@@ -598,7 +598,9 @@ class Evaluator:
         return [line]
 
     def _fuse(self, profile: str, summary: str) -> str:
-        outcome = services.collection_hold(profile=profile)
+        outcome = services.collection_hold(
+            profile=profile, by="alert fuse", reason=summary[:2000], keep_record=True
+        )
         if outcome.before == "held":
             return f"The collection {profile} was already held."
         audit.record(

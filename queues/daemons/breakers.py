@@ -33,6 +33,7 @@ from queues import audit, retries
 from queues.steps.merritt_wire import service_session, unavailable_answer
 from queues.zk.errors import InvalidID
 from queues.zk.maintenance import (
+    BREAKER,
     NODE_RE,
     breaker_hold_clear,
     node_hold_set,
@@ -46,7 +47,6 @@ from queues.zk.maintenance import (
 
 log = logging.getLogger("queues.daemons")
 
-BREAKER = "breaker"  # the ``by`` of the holds a breaker places
 PROBE_FIRST = 5.0
 PROBE_MOST = 300.0
 STORAGE_NODE = "storage node "

@@ -9,7 +9,7 @@ from typing import Any
 from django import template
 from django.conf import settings
 
-from queues import backlog, history
+from queues import backlog, history, waits
 from queues.retries import service_at
 from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile
 from queues.zk import consumers as zconsumers
@@ -34,7 +34,7 @@ def backlog_section() -> dict[str, Any]:
         b.finished_per_hour,
         [0] * len(b.finished_per_hour),
     )
-    return {"b": b, "chart": chart, "window": backlog.WINDOW_HOURS}
+    return {"b": b, "chart": chart, "window": backlog.WINDOW_MINUTES}
 
 
 @register.inclusion_tag("queues/_node_holds_card.html")
@@ -52,6 +52,18 @@ def node_holds_card() -> dict[str, Any]:
         "nodes": [(n, h, ends.get(n)) for n, h in held.items()],
         "services": list(services.items()),
     }
+
+
+@register.inclusion_tag("queues/_job_wait.html")
+def job_wait(job: Any) -> dict[str, Any]:
+    """What keeps this job waiting, if a hold or a cap does: which, why, who, until when."""
+    if job is None:
+        return {}
+    try:
+        return {"wait": waits.job_wait(job)}
+    except Exception as exc:  # the job page must still show
+        log.warning("holds not read for %s: %s", job.jid, exc)
+        return {"error": str(exc) or type(exc).__name__}
 
 
 @register.inclusion_tag("queues/_slot_wait.html")

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from queues import actions, selectors
+from queues import actions, selectors, waits
 from queues.audit import AuditEntry
 from queues.auth import VIEWER, require_action
 from queues.daemons.registry import BESIDE_MERRITT, deployment_mode
@@ -64,6 +64,12 @@ def holds_context(*, just_held: str = "") -> dict[str, Any]:
         kind: {w.name: w for w in view.windows.values() if w.kind == kind}
         for kind in ("queue", "collection")
     }
+    node_kept: dict[int, int] = {}
+    if view.nodes:
+        for wait in waits.waits(holds=view.details):
+            if wait.hold is not None and wait.hold.kind == "node":
+                number = int(wait.hold.name)
+                node_kept[number] = node_kept.get(number, 0) + wait.jobs
     return {
         "view": view,
         "queue_windows": windows["queue"],
@@ -71,6 +77,7 @@ def holds_context(*, just_held: str = "") -> dict[str, Any]:
         "node_windows": {int(w.name): w for w in view.windows.values() if w.kind == "node"},
         "profiles": selectors.known_profiles(),
         "queue_reasons": reasons,
+        "node_kept": node_kept,
         "held_jobs": held_jobs,
         "held_batches": held_batches,
         "held_jobs_more": max(0, (held_jobs.total or 0) - len(held_jobs.items)),

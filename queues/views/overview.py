@@ -29,6 +29,7 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         href: Callable[[str], str | None],
         title: str,
         noun: str,
+        notes: dict[str, list[str]] | None = None,
     ) -> str:
         return diagrams.render(
             machine,
@@ -37,11 +38,17 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
             href=href,
             title=title,
             noun=noun,
+            notes=notes,
         )
+
+    # Under a job state's box: how many of its jobs each hold or cap keeps, and which.
+    notes: dict[str, list[str]] = {}
+    for wait in ov.kept:
+        notes.setdefault(wait.state, []).append(f"{wait.jobs} {wait.words}")
 
     context = {
         "ov": ov,
-        "job_svg": diagram(JOB, ov.jobs, job_state_link, "Jobs by state", "job"),
+        "job_svg": diagram(JOB, ov.jobs, job_state_link, "Jobs by state", "job", notes),
         "batch_svg": diagram(
             BATCH, ov.batches, lambda s: link("batches", state=s), "Batches by state", "batch"
         ),

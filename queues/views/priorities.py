@@ -23,6 +23,7 @@ from queues.api import _body, api_view, bulk_run_json, form_input
 from queues.auth import VIEWER, require_action
 from queues.routes import BID, HELD_PROFILE, JID, PROFILE
 from queues.states import JOB_WORKING, JobState
+from queues.waits import CapFigure
 from queues.zk import caps as zcaps
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
@@ -87,10 +88,26 @@ def collection_rows() -> tuple[list[dict[str, Any]], bool]:
             "waiting": waiting.get(name, 0),
             "in_flight": flying.get(name, 0),
             "cap": capped.get(name),
+            "figure": _figure(capped.get(name), flying.get(name, 0)),
         }
         for name in names
     ]
     return rows, index.filling
+
+
+def _figure(cap: zcaps.Cap | None, in_flight: int) -> CapFigure | None:
+    """A cap in one figure: the collection's jobs in flight now (the read index's count, the
+    one the pages show) against its limit (queues/waits.py)."""
+    if cap is None:
+        return None
+    return CapFigure(
+        profile=cap.profile,
+        limit=cap.limit,
+        in_flight=in_flight,
+        by=cap.by,
+        reason=cap.reason,
+        since=cap.at,
+    )
 
 
 def _collection(profile: str) -> dict[str, Any]:
@@ -98,11 +115,13 @@ def _collection(profile: str) -> dict[str, Any]:
     index = zindex.for_client(zk)
     scope = services.priority_scope(kind="collection", name=profile)
     flying = sum(index.profile_counts_so_far(s).get(profile, 0) for s in JOB_WORKING)
+    cap = zcaps.cap_of(zk, profile)
     return {
         "profile": profile,
         "scope": scope,
         "in_flight": flying,
-        "cap": zcaps.cap_of(zk, profile),
+        "cap": cap,
+        "figure": _figure(cap, flying),
         "first": scope.jids[:PREVIEW_IDS],
     }
 
@@ -119,13 +138,19 @@ def _scope_json(scope: services.PriorityScope, priority: int | None) -> dict[str
     }
 
 
-def _cap_json(cap: zcaps.Cap | None) -> dict[str, Any] | None:
+def _cap_json(cap: zcaps.Cap | None, in_flight: int | None = None) -> dict[str, Any] | None:
+    """A cap; with ``in_flight`` (the collection's jobs in flight from the read index) its one
+    figure too: ``full`` and ``words`` from that count. ``counted`` is the cap's own count,
+    which may stay above it for a moment after a job completes."""
     if cap is None:
         return None
+    figure = _figure(cap, in_flight) if in_flight is not None else None
     return {
         "limit": cap.limit,
         "counted": cap.counted,
-        "full": cap.full,
+        "in_flight": in_flight,
+        "words": figure.plain if figure else None,
+        "full": figure.full if figure else cap.full,
         "by": cap.by,
         "reason": cap.reason,
         "since": cap.at.isoformat() if cap.at else None,
@@ -345,7 +370,7 @@ def api_caps(request: HttpRequest) -> dict[str, Any]:
             r["profile"]: {
                 "waiting": r["waiting"],
                 "in_flight": r["in_flight"],
-                "cap": _cap_json(r["cap"]),
+                "cap": _cap_json(r["cap"], r["in_flight"]),
             }
             for r in rows
         },

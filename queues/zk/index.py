@@ -568,6 +568,22 @@ def search_keys(configuration: dict[str, Any], identifiers: dict[str, Any]) -> l
     return list(dict.fromkeys(found))
 
 
+def store_node_of(path: str, read: Any) -> int:
+    """The storage node a job's ``store`` node binds it to (``add/<node>/<ark>``: Merritt's
+    storage consumer splits its mode so); 0 when it is absent or names none."""
+    if read is None:
+        return 0
+    try:
+        store = decode_json(path, read[0])
+    except MalformedNode:
+        return 0
+    mode = store.get("mode") if isinstance(store, dict) else None
+    parts = mode.split("/") if isinstance(mode, str) else []
+    if len(parts) != 3 or not re.fullmatch(r"[1-9][0-9]{0,8}", parts[1]):
+        return 0
+    return int(parts[1])
+
+
 class ReadIndex:
     """The index of one ZooKeeper client (one per web process; tests make their own)."""
 
@@ -604,6 +620,7 @@ class ReadIndex:
         self._pair_index: dict[tuple[str, str], int] = {}
         self._shared: dict[tuple[str, ...], Any] = {}  # one object per distinct pair
         self._space: dict[str, dict[int, int]] = {}
+        self._store_nodes: dict[str, dict[int, int]] = {}  # state -> job -> node (0: none)
         self._failed: dict[int, FailedFacts] = {}
         # Whoever computes a figure many pages share (space, profile counts, the failed facts,
         # batch states) holds this; a page asking meanwhile waits for that answer instead of
@@ -1464,6 +1481,39 @@ class ReadIndex:
         with self._lock:
             self._space[state] = {number(j): v for j, v in current.items()}
         return current
+
+    def store_node_counts(self, state: str) -> dict[int, int]:
+        """Jobs of a state per storage node they are bound for (the node of their ``store``
+        node's mode; 0 for none yet), computed once per folder change; each job's node is read
+        once for as long as it stays in the state (a job's store node is written before
+        Storing and not changed after)."""
+        listing = self._listing(paths.job_state_folder(state))
+        counts = listing.derived.get("store-nodes")
+        if counts is not None:
+            return cast("dict[int, int]", counts)
+        with self._compute:
+            counts = listing.derived.get("store-nodes")
+            if counts is not None:
+                return cast("dict[int, int]", counts)
+            numbers = list(self._entries(listing, "run").numbers())
+            with self._lock:
+                known = self._store_nodes.get(state, {})
+            todo = [n for n in numbers if n not in known]
+            fresh: dict[int, int] = {}
+            for start in range(0, len(todo), READ_CHUNK):
+                part = todo[start : start + READ_CHUNK]
+                wanted = {n: paths.job_node(_jid_of(n), "store") for n in part}
+                reads = read_many(self.zk, list(wanted.values()))
+                for n, path in wanted.items():
+                    fresh[n] = store_node_of(path, reads[path])
+            current = {n: known[n] if n in known else fresh[n] for n in numbers}
+            with self._lock:
+                self._store_nodes[state] = current
+            counts = {}
+            for node in current.values():
+                counts[node] = counts.get(node, 0) + 1
+            listing.derived["store-nodes"] = counts
+            return counts
 
     # Failed jobs ------------------------------------------------------------------------------
 

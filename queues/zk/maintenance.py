@@ -15,10 +15,16 @@ collection holds only; see docs/zookeeper-contract-notes.md).
     collection or storage node) that ends at ``until``. The maintenance daemon releases it then,
     deleting the window and the hold in one transaction checked against the window's version,
     so with any number of daemons on any number of hosts it is released exactly once.
+``/mrt-console/holds/about/<kind>:<name>``
+    JSON ``{"by", "reason", "at", "marker"}``: who placed a queue or collection hold and why
+    (the contract's hold markers are empty nodes). ``marker`` is the hold marker's ``czxid``:
+    a record whose marker was released and placed again since (by Merritt's own tools, or by
+    a window's end) names another hold and is not shown (``hold_records``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import weakref
@@ -33,15 +39,17 @@ from kazoo.recipe.watchers import ChildrenWatch
 from . import paths
 from .codecs import decode_json, encode_json
 from .errors import InvalidID, MalformedNode
-from .nodes import children, stamp
+from .nodes import children, read_many, stamp
 from .records import Job
 
 HOLDS = f"{paths.CONSOLE}/holds"
 NODE_HOLDS = f"{HOLDS}/nodes"
 WINDOWS = f"{HOLDS}/windows"
+ABOUT = f"{HOLDS}/about"
 NODE_RE = re.compile(r"^[1-9][0-9]{0,8}$")  # a storage node number, as profiles name it
 SERVICE_HOLDS = f"{HOLDS}/services"
 KINDS = ("queue", "collection", "node")
+BREAKER = "breaker"  # the ``by`` of the node holds a breaker places (queues/daemons/breakers.py)
 # The services outside a hold can name (storage nodes have holds of their own): a whole service,
 # or a depositor's or callback receiver's server, as ``host:port`` with the port always written
 # (a host name of at most 100 characters, so the name fits the audit log's item column).
@@ -305,6 +313,91 @@ def job_store_node(job: Job) -> int | None:
     if len(parts) != 3 or not NODE_RE.fullmatch(parts[1]):
         return None
     return int(parts[1])
+
+
+# Who placed a queue or collection hold, and why ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class HoldRecord:
+    kind: str  # queue | collection
+    name: str
+    by: str
+    reason: str
+    at: datetime | None
+
+
+def about_path(kind: str, name: str) -> str:
+    if kind not in ("queue", "collection"):
+        raise InvalidID(f"a hold record is of a queue or a collection, not {kind!r}")
+    hold_marker(kind, name)  # validates the name
+    return f"{ABOUT}/{kind}:{name}"
+
+
+def hold_record_set(zk: KazooClient, kind: str, name: str, *, by: str, reason: str) -> bool:
+    """Note who placed the hold of ``kind``/``name`` (which must be there) and why, replacing
+    an earlier note; False when the hold is not there."""
+    path = about_path(kind, name)
+    marker = zk.exists(hold_marker(kind, name))
+    if marker is None:
+        return False
+    info = {"by": by, "reason": reason, "at": datetime.now(UTC).isoformat(), "marker": marker.czxid}
+    try:
+        zk.create(path, encode_json(info), makepath=True)
+    except NodeExistsError:
+        # Made again rather than changed, so that the pages watching the folder's children
+        # (the live "holds" topic) hear of it.
+        txn = zk.transaction()
+        txn.delete(path)
+        txn.create(path, encode_json(info))
+        txn.commit()
+    return True
+
+
+def hold_record_clear(zk: KazooClient, kind: str, name: str) -> None:
+    with contextlib.suppress(NoNodeError):
+        zk.delete(about_path(kind, name))
+
+
+def _hold_records(
+    zk: KazooClient, wanted: list[tuple[str, str]]
+) -> dict[tuple[str, str], HoldRecord]:
+    records = [about_path(k, n) for k, n in wanted]
+    markers = [hold_marker(k, n) for k, n in wanted]
+    reads = read_many(zk, records + markers)
+    found = {}
+    for (kind, name), rpath, mpath in zip(wanted, records, markers, strict=True):
+        record, marker = reads[rpath], reads[mpath]
+        if record is None or marker is None:
+            continue
+        try:
+            info = decode_json(rpath, record[0])
+        except MalformedNode:
+            continue
+        if info.get("marker") != marker[1].czxid:
+            continue  # the record of an earlier hold of the same name
+        found[(kind, name)] = HoldRecord(
+            kind=kind,
+            name=name,
+            by=str(info.get("by") or ""),
+            reason=str(info.get("reason") or ""),
+            at=_stored_at(info.get("at")),
+        )
+    return found
+
+
+def hold_records(zk: KazooClient) -> dict[tuple[str, str], HoldRecord]:
+    """Who placed each queue and collection hold now there, and why, by (kind, name), in two
+    round trips; a hold placed without the console has none."""
+    wanted = []
+    for key in children(zk, ABOUT):
+        kind, _, name = key.partition(":")
+        try:
+            about_path(kind, name)
+        except InvalidID:
+            continue
+        wanted.append((kind, name))
+    return _hold_records(zk, wanted) if wanted else {}
 
 
 # Maintenance windows ------------------------------------------------------------------------

@@ -60,8 +60,10 @@ from kazoo.protocol.states import KazooState, WatchedEvent
 from queues.states import BATCH_INDEX_FOLDERS, JOB
 
 from . import paths
+from .caps import CAPS
 from .errors import InvalidID
 from .kazoo_private import add_persistent_watch, is_dropped_watch, spawn
+from .maintenance import ABOUT, NODE_HOLDS
 
 log = logging.getLogger(__name__)
 
@@ -527,6 +529,10 @@ def _plan(topic: str) -> list[tuple[str, str, dict[str, Any]]]:
         return [
             (paths.QUEUE_LOCKS, "children", {**kept, "detail": {"folder": "queue"}}),
             (paths.COLLECTION_LOCKS, "children", {**kept, "detail": {"folder": "collections"}}),
+            # The console's own: storage-node holds, who placed a hold and why, caps.
+            (NODE_HOLDS, "children", {**kept, "detail": {"folder": "nodes"}}),
+            (ABOUT, "children", {**kept, "detail": {"folder": "about"}}),
+            (CAPS, "children", {**kept, "detail": {"folder": "caps"}}),
         ]
     if topic.startswith("access:"):
         folder = f"{paths.ACCESS}/{paths.access_queue(topic.partition(':')[2])}"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from queues import services
+from queues import services, waits
 from queues.daemons import alert_rules
 from queues.daemons.alert_rules import Context, Finding, rule
 from queues.daemons.alerting import Evaluator, deliver_due, digest_if_due
@@ -87,6 +87,9 @@ def test_the_fuse_holds_the_failing_collection_and_the_alert_says_so(
     assert "The fuse held the collection letters" in webhook.posts[0]["json"]["text"]
     entry = AuditEntry.objects.get(kind="collection", item_id="letters", action="hold")
     assert entry.via == "alerts" and "alert fuse" in entry.reason
+    # Who held it and why is kept beside the hold, for every page that shows it (issue 53).
+    held = waits.holds_now(zk).collections["letters"]
+    assert held.by == "alert fuse" and "letters" in held.reason
     # Released by an operator while the burst is still counted: not held again in the episode.
     services.collection_release(profile="letters")
     assert evaluator.evaluate(zk=zk, now=later(t, 30)) == []

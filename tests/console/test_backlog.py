@@ -1,6 +1,7 @@
 """The backlog ahead (issue 24): jobs and bytes waiting per step, jobs finished per hour over
-the last day, a drain estimate at the recent pace and the working disk against what waits; on
-the overview, in /api/overview and in /metrics alike."""
+the last day, a drain estimate at the recent pace (each step's pace while at work lately: issue
+53, tests/console/test_forecast.py) and the working disk against what waits; on the overview,
+in /api/overview and in /metrics alike."""
 
 from __future__ import annotations
 
@@ -37,8 +38,10 @@ def token(make_user) -> dict[str, str]:
     return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
 
 
-def _records(step: str, n: int, *, ago: timedelta) -> None:
-    started = datetime.now(UTC) - ago
+def _records(step: str, n: int, *, ago: timedelta, spacing: float = 1.0) -> None:
+    """``n`` runs of ``step`` one after the other from ``ago`` on, each ``spacing`` seconds
+    long: the step's pace while at work is 3600 / ``spacing`` an hour."""
+    first = datetime.now(UTC) - ago
     StepRecord.objects.bulk_create(
         StepRecord(
             kind="job",
@@ -46,8 +49,8 @@ def _records(step: str, n: int, *, ago: timedelta) -> None:
             step=step,
             state=step.capitalize(),
             outcome="ok",
-            started=started,
-            duration=1.0,
+            started=(started := first + timedelta(seconds=i * spacing)),
+            duration=spacing,
             hour=int(started.timestamp() // 3600),
             host="h1",
         )
@@ -57,17 +60,20 @@ def _records(step: str, n: int, *, ago: timedelta) -> None:
 
 @pytest.fixture
 def queue(zk, make_job, settings, tmp_path):
-    """3 Pending, 2 Provisioning (5 GiB and 1 GiB), 1 Downloading (2 GiB); 12 jobs finished
-    their notify step 1 hour ago (4 an hour over the 3-hour window) and 30 a day ago."""
+    """3 Pending, 2 Provisioning (5 GiB and 1 GiB), 1 Downloading (2 GiB); lately every step
+    went at 360 an hour (12 runs of 10 s each, the 12 of Notify finished jobs), Provisioning at
+    60 (3 runs of a minute); 30 more jobs finished a day ago."""
     settings.MRT_WORK_DIR = tmp_path
     for _ in range(3):
         make_job("Pending")
     for size in (5, 1):
         set_job_nodes(zk, make_job("Provisioning"), space_needed=size * GIB)
     set_job_nodes(zk, make_job("Downloading"), space_needed=2 * GIB)
-    _records("notify", 12, ago=timedelta(hours=1))
+    for step in ("pending", "estimating", "downloading", "processing", "storing", "recording"):
+        _records(step, 12, ago=timedelta(minutes=10), spacing=10.0)
+    _records("notify", 12, ago=timedelta(minutes=10), spacing=10.0)
     _records("notify", 30, ago=timedelta(hours=20))
-    _records("provisioning", 3, ago=timedelta(hours=2))
+    _records("provisioning", 3, ago=timedelta(minutes=20), spacing=60.0)
     return tmp_path
 
 
@@ -78,18 +84,19 @@ def test_the_api_gives_the_backlog_per_step_the_pace_and_a_drain_estimate(client
         "state": "Pending",
         "jobs": 3,
         "bytes": None,
-        "done_per_hour": 0,
-        "drain_seconds": None,
+        "done_per_hour": 360.0,
+        "drain_seconds": 30,
+        "waits": [],
     }
     assert steps["Provisioning"]["jobs"] == 2 and steps["Provisioning"]["bytes"] == 6 * GIB
-    assert steps["Provisioning"]["done_per_hour"] == 1.0  # 3 over the last 3 hours
-    assert steps["Provisioning"]["drain_seconds"] == 2 * 3600
+    assert steps["Provisioning"]["done_per_hour"] == 60.0  # 3 runs in 3 minutes of work
+    assert steps["Provisioning"]["drain_seconds"] == 120
     assert steps["Downloading"]["bytes"] == 2 * GIB
     assert body["waiting_jobs"] == 6 and body["waiting_bytes"] == 8 * GIB
     assert body["finished_last_day"] == 42
-    assert body["rate_per_hour"] == 4.0
-    # 6 jobs at 4 an hour: 1.5 h, but Provisioning alone needs 2 h at its own pace.
-    assert body["drain_seconds"] == 2 * 3600 and body["bottleneck"] == "Provisioning"
+    assert body["rate_per_hour"] == 360.0
+    # Provisioning must still pass the 5 jobs at it and before it, at 60 an hour: 5 min.
+    assert body["drain_seconds"] == 300 and body["bottleneck"] == "Provisioning"
     disk = body["disk"]
     usage = shutil.disk_usage(queue)
     assert disk["total"] == usage.total and disk["to_provision"] == 6 * GIB
@@ -109,13 +116,13 @@ def test_no_estimate_without_a_recent_pace(client, token, zk, make_job, settings
     _records("notify", 5, ago=timedelta(hours=10))  # finished, but not lately
     body = client.get("/api/overview", **token).json()["backlog"]
     assert body["finished_last_day"] == 5 and body["rate_per_hour"] == 0
-    assert body["drain_seconds"] is None
+    assert body["drain_seconds"] is None and body["forecast"]["no_pace"] == "Pending"
 
 
 def test_the_overview_shows_the_backlog(viewer, queue):
     html = viewer.get(reverse("overview")).content.decode()
     assert 'id="backlog"' in html
-    assert "6 jobs" in html and "42 in 24 h" in html and "4.0 an hour" in html
+    assert "6 jobs" in html and "42 in 24 h" in html and "360 an hour lately" in html
     assert "slowest step: Provisioning" in html
     assert 'id="finished-per-hour"' in html  # the chart of the last day
     assert 'id="backlog-provisioning"' in html and "6.00 GB" in html
@@ -131,8 +138,8 @@ def test_metrics_carry_the_same_figures(client, token, queue):
     assert found[("mrt_backlog_jobs", (("state", "Pending"),))] == 3
     assert found[("mrt_backlog_bytes", (("state", "Provisioning"),))] == 6 * GIB
     assert ("mrt_backlog_bytes", (("state", "Pending"),)) not in found
-    assert found[("mrt_jobs_finished_per_hour", ())] == 4.0
-    assert found[("mrt_backlog_drain_seconds", ())] == 7200
+    assert found[("mrt_jobs_finished_per_hour", ())] == 360.0
+    assert found[("mrt_backlog_drain_seconds", ())] == 300
     assert found[("mrt_work_disk_waiting_bytes", ())] == 6 * GIB
 
 
@@ -152,7 +159,7 @@ def test_the_backlog_in_a_browser(browser, live_server, make_user, queue):
         assert not page.is_visible("#backlog-provisioning")
         page.click("#backlog-steps summary")
         page.wait_for_selector("#backlog-provisioning")
-        assert "2.0 h" in page.inner_text("#backlog-provisioning")
+        assert "2.0 min" in page.inner_text("#backlog-provisioning")
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.locator("#backlog").screenshot(path=str(SCREENSHOTS / "overview-backlog.png"))
     finally:

@@ -35,6 +35,7 @@ FAMILIES = {
     "mrt_consumer_threads_flagged": None,
     "mrt_backlog_jobs": "state",
     "mrt_backlog_bytes": "state",
+    "mrt_backlog_kept_jobs": "kind",
     "mrt_jobs_finished_per_hour": None,
     "mrt_work_disk_free_bytes": None,
     "mrt_work_disk_room_bytes": None,

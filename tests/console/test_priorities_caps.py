@@ -181,8 +181,9 @@ def test_a_cap_is_set_counting_the_jobs_in_flight_recounted_and_removed(
     cap = caps.cap_of(zk, "campaign")
     assert (cap.limit, cap.counted, cap.by, cap.reason) == (2, 3, "operator-user", "fair share")
     page = operator.get(reverse("collection", args=["campaign"])).content.decode()
-    assert "Cap <strong>2</strong>: <strong>3</strong> counted in flight" in page
-    assert "at its cap" in page
+    # One figure: the jobs in flight now against the limit (issue 53).
+    assert 'Cap <strong>2</strong>: <strong id="in-flight-now">3</strong> of its jobs' in page
+    assert "over its cap" in page and "counted in flight" not in page
     entry = AuditEntry.objects.get(action="cap")
     assert (entry.kind, entry.item_id, entry.before, entry.after) == (
         "collection",
@@ -240,14 +241,14 @@ def test_an_operator_changes_a_collections_priority_and_cap_in_a_browser(
         page.fill("#cap-limit", "2")
         page.fill("#cap-reason", "fair share")
         page.click("#set-cap")
-        page.wait_for_selector("#cap-state >> text=1 counted in flight")
+        page.wait_for_selector("#cap-state >> text=1 of its jobs in flight now")
         assert "Cap 2" in page.inner_text("#cap-state")
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / "collection-priority-cap.png"), full_page=True)
         cap = caps.cap_of(zk, "campaign")
         assert (cap.limit, cap.counted, cap.by) == (2, 1, "olga")
         page.click("#remove-cap")
-        page.wait_for_selector("#cap-state >> text=No cap.")
+        page.wait_for_selector("#cap-state >> text=No cap")
         assert caps.cap_of(zk, "campaign") is None
     finally:
         close_context(context)

@@ -204,3 +204,40 @@ def test_a_burst_of_moves_is_coalesced_into_a_few_messages(
     # Each message says how many events it stands for: at most one per move (kazoo may drop
     # an event that arrives while the one before is handed over; the message after covers it).
     assert 1 <= sum(m["events"] for m in seen) <= moves
+
+
+def test_the_holds_topic_hears_node_holds_caps_and_who_placed_a_hold(
+    session_cookie: str, other_zk: KazooClient
+) -> None:
+    """Issue 53: the overview's cards, its forecast and the holds page follow a storage-node
+    hold, a cap and the record of who placed a collection hold (made again, never changed in
+    place, so its folder's watch hears it), not only the contract's queue and collection
+    markers."""
+    from queues.zk import caps, locks, maintenance
+
+    async def heard(page: Any, folder: str, change: Callable[[], Any]) -> None:
+        # What the page was still to hear of the change before (every coalescing window
+        # closed, its trailing message handed over) is read first, so that the message
+        # looked for below can only be this change's.
+        hub = current_hub()
+        assert hub is not None
+        await until(lambda: not hub._windows)
+        while not await page.receive_nothing(timeout=0.2):
+            await page.receive_json_from()
+        await asyncio.to_thread(change)
+        await receive_until(page, lambda m: m.get("topic") == "holds" and m.get("folder") == folder)
+
+    async def scenario() -> None:
+        page = await open_socket(session_cookie, ["holds"])
+        await heard(page, "nodes", lambda: maintenance.node_hold_set(other_zk, 9501, by="a"))
+        await heard(page, "caps", lambda: caps.cap_set(other_zk, "letters", 3))
+        await asyncio.to_thread(locks.collection_hold_set, other_zk, "letters")
+
+        def record(reason: str) -> None:
+            maintenance.hold_record_set(other_zk, "collection", "letters", by="o", reason=reason)
+
+        await heard(page, "about", lambda: record("first"))
+        await heard(page, "about", lambda: record("second"))
+        await page.disconnect()
+
+    run(scenario())
