@@ -6,6 +6,8 @@ holds page's own action."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils.http import urlencode
@@ -31,15 +33,26 @@ def failed_causes(request: HtmxHttpRequest) -> HttpResponse:
     number = request.GET.get("gpage") or "1"
     if not number.isdigit():
         return error_response(request, "gpage must be a number", 400)
+    # ``cause``: one group alone (the link an alert carries), by its key.
+    cause = request.GET.get("cause") or ""
+    if cause and not failure_causes.KEY_RE.fullmatch(cause):
+        return error_response(request, "cause must be a cause's key (16 hex digits)", 400)
     causes = failure_causes.failure_causes(**data)
     filters = {k: v for k, v in data.items() if v}
+    page = failure_causes.page_of(causes, int(number))
+    if cause:
+        group = causes.by_key.get(cause)
+        page = replace(
+            page, items=[group] if group else [], total=1 if group else 0, has_next=False, number=1
+        )
     return render(
         request,
         "queues/failed_causes.html",
         {
             "form": form,
             "causes": causes,
-            "page": failure_causes.page_of(causes, int(number)),
+            "page": page,
+            "cause": cause,
             "filter_data": data,
             "filter_query": urlencode(filters),
             "collections_shown": COLLECTIONS_SHOWN,
