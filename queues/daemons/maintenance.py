@@ -54,7 +54,7 @@ class Maintenance(PeriodicDaemon):
                 parked = services.collection_release_held(profile=window.name)
         except Exception as exc:  # the hold is released; what it parked can be released by hand
             log.warning("%s %s: parked items not released: %s", window.kind, window.name, exc)
-        detail = f"maintenance window ended at {window.until.isoformat(timespec='seconds')}"
+        detail = f"maintenance window ended at {clock_text(window.until)}"
         if parked:
             detail += f"; released {len(parked)} item(s) it had parked"
         try:
@@ -127,7 +127,7 @@ def hold_overrun(ctx: Context, threshold: float) -> list[Finding]:
             Finding(
                 w.key,
                 f"the {w.kind} hold of {w.name} ran {late:.0f} minutes past its end",
-                f"its window ended at {w.until.isoformat(timespec='minutes')} and {how}; "
+                f"its window ended at {clock_text(w.until, 'minutes')} and {how}; "
                 f"{'no maintenance daemon released it' if w.auto_release else 'nobody has'}"
                 f" (set by {w.by or '?'}: {w.reason or 'no reason given'})",
             )

@@ -18,7 +18,7 @@ from django.shortcuts import render
 from django.urls import re_path, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from queues import actions, bulkrun, selectors, services
+from queues import actions, bulkrun, clock, selectors, services
 from queues.api import _body, api_view, bulk_run_json, form_input
 from queues.auth import VIEWER, require_action
 from queues.routes import BID, HELD_PROFILE, JID, PROFILE
@@ -128,7 +128,7 @@ def _cap_json(cap: zcaps.Cap | None) -> dict[str, Any] | None:
         "full": cap.full,
         "by": cap.by,
         "reason": cap.reason,
-        "since": cap.at.isoformat() if cap.at else None,
+        "since": clock.exact(cap.at) or None,
     }
 
 
