@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 from urllib.parse import urlencode
 
-from queues import selectors
+from queues import clock, selectors
 from queues.states import JOB, JobState
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
@@ -320,6 +320,18 @@ def top_causes(
     return shown, len(wanted) - sum(c.count for c in shown)
 
 
+NODE_STEPS = (JobState.STORING, JobState.RECORDING)  # steps that talk to one storage node
+_NODE_NAMED = re.compile(r"\bnode (?:#)?([1-9][0-9]{0,8})\b")
+
+
+def nodes_named(group: CauseGroup) -> list[int]:
+    """The storage nodes a cause of Storing or Recording names (its newest message's
+    ``storage node 9501`` or ``on node 9501``); none for a cause of another step."""
+    if group.step not in NODE_STEPS:
+        return []
+    return sorted({int(n) for n in _NODE_NAMED.findall(group.sample)})
+
+
 def pending_by_collection() -> dict[str, int]:
     """Jobs waiting to start per collection: what holding one of a cause's collections stops
     (once per change of the Pending folder; while the read index fills, of what is read)."""
@@ -350,8 +362,8 @@ def group_json(group: CauseGroup) -> dict[str, Any]:
         "batch_count": len(group.batches),
         "collections": group.collections[:LISTED_MAX],
         "collection_count": len(group.collections),
-        "first_seen": group.first_seen.isoformat(),
-        "last_seen": group.last_seen.isoformat(),
+        "first_seen": clock.exact(group.first_seen),
+        "last_seen": clock.exact(group.last_seen),
         "sample": group.sample,
         "sample_job": group.sample_jid,
     }
