@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from django import template
+from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
 from queues import auth
@@ -46,6 +47,18 @@ def when(value: datetime | str | None, precision: str = "seconds") -> str:
 def clock(value: datetime | str | None, precision: str = "seconds") -> str:
     """The same written form as plain text, where no element may go (an attribute)."""
     return clock_module.clock_text(value, precision) if value not in (None, "") else ""
+
+
+@register.filter
+def item_url(item_id: str, kind: str) -> str:
+    """The page of a job or batch by its ID ("" for another kind, or an ID no page takes)."""
+    name = {"job": "job", "batch": "batch"}.get(kind)
+    if name is None:
+        return ""
+    try:
+        return reverse(name, args=[item_id])
+    except NoReverseMatch:
+        return ""
 
 
 @register.filter
