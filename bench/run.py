@@ -4,7 +4,8 @@ Every page and API view over HTTP through daphne with 1,000 and 100,000 jobs (``
 1,000,000), cold after a real restart and warm (``bench/http_pages.py``), then the daemons'
 transitions per second next to the raw ZooKeeper rate (``bench/daemons.py``), each on a ZooKeeper
 of its own started for the run. ``bench/pages.py`` (in-process, Django's test client) still runs
-on its own. The summary ends with the machine it ran on; paste it into README.md "Benchmarks".
+on its own. The summary ends with the machine it ran on; paste it into docs/benchmarks.md (and
+README.md "Latest figures").
 """
 
 from __future__ import annotations

@@ -466,6 +466,10 @@ if MRT_ALERT_WEBHOOK_FORMAT not in ("slack", "json"):
     )
 MRT_ALERT_EVERY = env_float("MRT_ALERT_EVERY", 30.0)
 MRT_ALERT_DIGEST_HOUR = env_int("MRT_ALERT_DIGEST_HOUR", 7)
+# Seconds a storage node an operator held (with a reason, and no maintenance window) stays held
+# before the node-held alert pages: the operator meant it; a forgotten hold is worth a page.
+# A breaker's hold, or one with no reason or no name, pages at the rule's own threshold.
+MRT_ALERT_HAND_HOLD_AFTER = env_float("MRT_ALERT_HAND_HOLD_AFTER", 3600.0)
 
 LOG_LEVEL = env("LOG_LEVEL", "INFO").strip().upper()
 if not isinstance(logging.getLevelNamesMapping().get(LOG_LEVEL), int):

@@ -2,10 +2,11 @@ from django.contrib import admin
 from django.urls import include, path
 
 from queues.downloads import download
-from queues.health import healthz
+from queues.health import favicon, healthz
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("favicon.ico", favicon, name="favicon"),
     path("downloads/<str:name>", download, name="download"),
     path("django-admin/", admin.site.urls),
     path("", include("queues.urls")),

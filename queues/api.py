@@ -26,6 +26,7 @@ from queues import (
     archive,
     backlog,
     bulkrun,
+    clock,
     failure_causes,
     notes,
     retries,
@@ -176,7 +177,8 @@ def _version(data: dict[str, Any]) -> int | None:
 
 
 def _stamp(value: Any) -> str | None:
-    return value.isoformat() if value is not None else None
+    """Every time the API answers: one ISO-8601 form, UTC to the second (``queues.clock``)."""
+    return clock.exact(value) or None if value is not None else None
 
 
 def retry_json(raw: dict[str, Any]) -> dict[str, Any] | None:
@@ -191,7 +193,7 @@ def retry_json(raw: dict[str, Any]) -> dict[str, Any] | None:
     return {
         "service": str(record.get("service", "")),
         "failed_tries": record.get("attempt"),
-        "next_try": datetime.fromtimestamp(next_at, UTC).isoformat(timespec="seconds"),
+        "next_try": clock.exact(datetime.fromtimestamp(next_at, UTC)),
         "last_reason": reasons[-1].partition(" ")[2] if reasons else "",
     }
 
@@ -719,7 +721,7 @@ def reports(request: HttpRequest) -> dict[str, Any]:
                     "batch": row.batch.bid,
                     "reports": [
                         {
-                            "last_modified": r.last_modified,
+                            "last_modified": clock.exact(r.last_modified) or r.last_modified,
                             "failed_jobs": r.failed_jobs,
                             "successful_jobs": r.successful_jobs,
                             "failed_count": r.failed_count,
@@ -777,7 +779,7 @@ def audit(request: HttpRequest) -> dict[str, Any]:
     return {
         "items": [
             {
-                "at": e.at.isoformat(),
+                "at": clock.exact(e.at),
                 "user": e.username,
                 "action": e.action,
                 "kind": e.kind,
@@ -809,8 +811,8 @@ def bulk_run_json(run: bulkrun.BulkRun) -> dict[str, Any]:
         "summary": run.summary(),
         "limited": run.limited,
         "error": run.error,
-        "started": run.started.isoformat(),
-        "finished": run.finished.isoformat() if run.finished else None,
+        "started": clock.exact(run.started),
+        "finished": _stamp(run.finished),
     }
 
 

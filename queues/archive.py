@@ -38,6 +38,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from queues import clock
 from queues.states import JOB_STEPS, JobState
 from queues.steps.uploads import remove_uploads
 from queues.zk import paths as zpaths
@@ -133,7 +134,7 @@ def job_json(row: Any) -> dict[str, Any]:
     return {
         "id": row.jid,
         "archived": True,
-        "archived_at": row.archived_at.isoformat(),
+        "archived_at": clock.exact(row.archived_at),
         "batch": row.bid,
         "state": row.final_state,
         "profile": row.profile,
@@ -144,8 +145,8 @@ def job_json(row: Any) -> dict[str, Any]:
         "message": row.final_message,
         "last_successful_status": row.last_successful_status or None,
         "retry_count": row.retry_count,
-        "created": row.created.isoformat() if row.created else None,
-        "last_modified": row.last_modified.isoformat() if row.last_modified else None,
+        "created": clock.exact(row.created) or None,
+        "last_modified": clock.exact(row.last_modified) or None,
         "states": row.states,
         "audit": row.audit,
         "nodes": row.nodes,
@@ -157,16 +158,16 @@ def batch_json(row: Any) -> dict[str, Any]:
     return {
         "id": row.bid,
         "archived": True,
-        "archived_at": row.archived_at.isoformat(),
+        "archived_at": clock.exact(row.archived_at),
         "uuid": row.batch_uuid,
         "state": row.final_state,
         "message": row.final_message,
         "profile": row.profile,
         "submitter": row.submitter,
         "title": row.title,
-        "created": row.created.isoformat() if row.created else None,
-        "last_modified": row.last_modified.isoformat() if row.last_modified else None,
-        "report_modified": row.report_modified.isoformat() if row.report_modified else None,
+        "created": clock.exact(row.created) or None,
+        "last_modified": clock.exact(row.last_modified) or None,
+        "report_modified": clock.exact(row.report_modified) or None,
         "successful_jobs": row.successful_jobs,
         "failed_jobs": row.failed_jobs,
         "jobs": row.job_ids,
@@ -181,7 +182,7 @@ def _text(value: Any) -> str:
 
 
 def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
+    return clock.exact(value) or None if value is not None else None
 
 
 def states_through(job: Job) -> list[dict[str, Any]]:
@@ -212,7 +213,7 @@ def _audit(item_id: str) -> list[dict[str, Any]]:
 
     return [
         {
-            "at": e.at.isoformat(),
+            "at": clock.exact(e.at),
             "user": e.username,
             "action": e.action,
             "before": e.before,

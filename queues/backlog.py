@@ -38,6 +38,7 @@ from django.db import DatabaseError
 from queues import history, waits
 from queues.models import StepRecord
 from queues.states import JOB_STEPS, JOB_WORKING, JobState
+from queues.steps.workdisk import provision_room
 from queues.zk import index as zindex
 from queues.zk.client import connected_client
 
@@ -179,15 +180,15 @@ class Disk:
     path: str
     total: int
     free: int
+    used: int  # blocks in use (not counting those the file system keeps for root)
     high_water: float
     to_provision: int  # bytes the jobs waiting for Provisioning will ask for
     unestimated: int  # jobs whose size nobody knows yet (Pending, Estimating)
 
     @property
     def room(self) -> int:
-        """What provisioning may still hand out before the high-water mark."""
-        used = self.total - self.free
-        return max(0, min(self.free, int(self.total * self.high_water) - used))
+        """What provisioning may still hand out before the high-water mark, by its own rule."""
+        return max(0, provision_room(self, self.high_water))
 
     @property
     def fits(self) -> bool:
@@ -304,6 +305,7 @@ def _disk(to_provision: int, unestimated: int) -> Disk | None:
         path=str(root),
         total=usage.total,
         free=usage.free,
+        used=usage.used,
         high_water=float(settings.MRT_PROVISION_HIGH_WATER),
         to_provision=to_provision,
         unestimated=unestimated,

@@ -7,7 +7,11 @@ from datetime import UTC, datetime
 
 from django.utils import timezone
 
-FORMATS = {"seconds": "%Y-%m-%d %H:%M:%S %Z", "minutes": "%Y-%m-%d %H:%M %Z"}
+FORMATS = {
+    "seconds": "%Y-%m-%d %H:%M:%S %Z",
+    "minutes": "%Y-%m-%d %H:%M %Z",
+    "date": "%Y-%m-%d",  # a day in the console's zone (the day an item was archived)
+}
 # The contract's stamp (``2026-11-21 10:02:03 -0800``), as status nodes and reports keep it.
 STAMP = "%Y-%m-%d %H:%M:%S %z"
 

@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from queues import check, transient
+from queues import check, clock, transient
 from queues.models import ConsistencyFinding, ConsistencyRun
 from queues.zk.client import Client
 from queues.zk.errors import Conflict, is_connection_error
@@ -334,8 +334,8 @@ def run_dict(run: ConsistencyRun | None, *, kind: str = "", page: int = 1) -> di
             "phase": run.phase,
             "done": run.done,
             "total": run.total,
-            "started": run.started.isoformat(),
-            "finished": run.finished.isoformat() if run.finished else None,
+            "started": clock.exact(run.started),
+            "finished": clock.exact(run.finished) or None,
             "jobs": run.jobs,
             "batches": run.batches,
             "index_entries": run.index_entries,

@@ -16,12 +16,13 @@ import re
 import threading
 import weakref
 from array import array
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
+from urllib.parse import urlencode
 
-from queues import selectors
+from queues import clock, selectors
 from queues.states import JOB, JobState
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
@@ -259,10 +260,13 @@ def _build(zk: Any, matches: selectors.FailedMatches, keep: Container[int] | Non
     return FailureCauses(groups, {g.key: g for g in groups}, matches, len(numbers), unread)
 
 
-def failure_causes(*, bid: str = "", profile: str = "", step: str = "") -> FailureCauses:
+def failure_causes(
+    *, bid: str = "", profile: str = "", step: str = "", zk: Any = None
+) -> FailureCauses:
     """The Failed jobs the filter matches, grouped by cause; computed once per change of the
-    Failed folder and filter (while the read index fills, of what is read so far, not kept)."""
-    zk = connected_client()
+    Failed folder and filter (while the read index fills, of what is read so far, not kept).
+    ``zk``: a client of the caller's own (a daemon's), else the process's."""
+    zk = zk if zk is not None else connected_client()
     idx = zindex.for_client(zk)
     if idx.filling:
         return _build(zk, selectors._failed_matches(zk, bid=bid, profile=profile, step=step), None)
@@ -276,6 +280,56 @@ def failure_causes(*, bid: str = "", profile: str = "", step: str = "") -> Failu
         "FailureCauses",
         idx.derived(JobState.FAILED, ("failure-causes", bid, profile, step), build),
     )
+
+
+@dataclass(frozen=True)
+class TopCause:
+    """One cause among some Failed jobs: how many of them, and how many it has in all."""
+
+    key: str
+    step: str
+    signature: str
+    count: int  # of the jobs asked about
+    total: int  # of every Failed job the filter matches
+    query: str  # the causes page's query string that shows this cause alone
+
+
+def top_causes(
+    jids: Iterable[str], *, profile: str = "", zk: Any = None, most: int = 3
+) -> tuple[list[TopCause], int]:
+    """The causes of ``jids`` (Failed jobs) by the grouping of ``/failed/causes/``, most jobs
+    first: the first ``most`` of them, and how many of ``jids`` the others (or no cause the
+    grouping knows yet) account for. ``profile`` filters as the page's filter does."""
+    wanted = {int(j[3:]) for j in jids if zpaths.JID_RE.fullmatch(j)}
+    if not wanted:
+        return [], 0
+    causes = failure_causes(profile=profile, zk=zk)
+    numbers = causes.matches.numbers
+    found = []
+    for group in causes.groups:
+        count = sum(1 for place in group.members if numbers[place] in wanted)
+        if count:
+            query = {"profile": profile, "cause": group.key} if profile else {"cause": group.key}
+            found.append(
+                TopCause(
+                    group.key, group.step, group.signature, count, group.count, urlencode(query)
+                )
+            )
+    found.sort(key=lambda c: -c.count)
+    shown = found[:most]
+    return shown, len(wanted) - sum(c.count for c in shown)
+
+
+NODE_STEPS = (JobState.STORING, JobState.RECORDING)  # steps that talk to one storage node
+_NODE_NAMED = re.compile(r"\bnode (?:#)?([1-9][0-9]{0,8})\b")
+
+
+def nodes_named(group: CauseGroup) -> list[int]:
+    """The storage nodes a cause of Storing or Recording names (its newest message's
+    ``storage node 9501`` or ``on node 9501``); none for a cause of another step."""
+    if group.step not in NODE_STEPS:
+        return []
+    return sorted({int(n) for n in _NODE_NAMED.findall(group.sample)})
 
 
 def pending_by_collection() -> dict[str, int]:
@@ -308,8 +362,8 @@ def group_json(group: CauseGroup) -> dict[str, Any]:
         "batch_count": len(group.batches),
         "collections": group.collections[:LISTED_MAX],
         "collection_count": len(group.collections),
-        "first_seen": group.first_seen.isoformat(),
-        "last_seen": group.last_seen.isoformat(),
+        "first_seen": clock.exact(group.first_seen),
+        "last_seen": clock.exact(group.last_seen),
         "sample": group.sample,
         "sample_job": group.sample_jid,
     }

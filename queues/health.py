@@ -21,10 +21,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -176,3 +177,15 @@ def healthz(request: HttpRequest) -> JsonResponse:
         body["error"] = "; ".join(errors)
         return JsonResponse(body, status=503)
     return JsonResponse(body)
+
+
+FAVICON = Path(__file__).resolve().parents[1] / "static" / "favicon.svg"
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``, which browsers ask for whatever the page links: the console's icon
+    (``static/favicon.svg``), so that no request of it is a 404 in the log."""
+    response = HttpResponse(FAVICON.read_bytes(), content_type="image/svg+xml")
+    response["Cache-Control"] = "public, max-age=86400"
+    return response

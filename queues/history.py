@@ -24,10 +24,10 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Count, F
-from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from queues.clock import clock_text
 from queues.states import JOB_STEPS
 
 SAMPLE = 2000  # records per step (or state) a percentile is computed over without SQL support
@@ -114,7 +114,7 @@ def _bucket_label(number: int, bucket: str) -> str:
     UTC day, the buckets being whole UTC days."""
     if bucket == "day":
         return datetime.fromtimestamp(number * 86400, UTC).strftime("%m-%d UTC")
-    return timezone.localtime(datetime.fromtimestamp(number * 3600, UTC)).strftime("%m-%d %H:00 %Z")
+    return clock_text(datetime.fromtimestamp(number * 3600, UTC), "minutes")
 
 
 def throughput(range_name: str, bucket: str, *, now: datetime | None = None) -> Throughput:

@@ -15,7 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError
 from django.utils import timezone
 
-from queues import archive, selectors
+from queues import archive, clock, selectors
 from queues.audit import record
 from queues.auth import has_role
 from queues.models import Note
@@ -156,8 +156,8 @@ def note_json(note: Note) -> dict[str, Any]:
         "item": note.item_id,
         "text": note.text,
         "author": note.author_name,
-        "created": note.created.isoformat(),
-        "edited": note.edited.isoformat() if note.edited else None,
+        "created": clock.exact(note.created),
+        "edited": clock.exact(note.edited) or None,
     }
 
 

@@ -1400,6 +1400,28 @@ def known_profiles() -> list[str]:
         return []
 
 
+def known_nodes(held: Iterable[int] = ()) -> list[tuple[int, str]]:
+    """The storage nodes this console knows, for the node-hold field's suggestions: those the
+    collection profiles name (with the collections) and those held or given a window in
+    ZooKeeper (``held``); never fails a page."""
+    from queues.steps.profiles import ProfileError, all_profiles
+
+    named: dict[int, list[str]] = {}
+    try:
+        profiles = all_profiles()
+    except (ProfileError, OSError):
+        profiles = []
+    for p in profiles:
+        if p.storage_node.isdigit() and 0 < int(p.storage_node) < 10**9:
+            named.setdefault(int(p.storage_node), []).append(p.name)
+    for node in held:
+        named.setdefault(int(node), [])
+    return [
+        (node, ", ".join(sorted(names)[:5]) + (" …" if len(names) > 5 else ""))
+        for node, names in sorted(named.items())
+    ]
+
+
 # Consistency --------------------------------------------------------------------------------
 
 

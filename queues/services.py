@@ -20,6 +20,7 @@ from typing import Any, overload
 from django.conf import settings
 
 from queues import states
+from queues.clock import clock_text
 from queues.depositors import depositor_policy, in_request_policy, payload_roots
 from queues.states import INGEST_HELD_MESSAGE, JOB_STEPS, AccessState, BatchState, JobState
 from queues.steps import merritt_ingest_client as ingest_client
@@ -653,7 +654,7 @@ HOLD_TEXT_MAX = 2000
 def _check_hold(until: datetime | None, reason: str, by: str) -> None:
     """Everything a hold is asked with, checked before anything is written: a refused hold
     places nothing (no hold without its end, no end without its hold)."""
-    check_window_end(until)
+    check_window_end(until, show=lambda moment: clock_text(moment, "minutes"))
     for name, text in (("reason", reason), ("by", by)):
         if not isinstance(text, str) or len(text) > HOLD_TEXT_MAX:
             raise ValueError(f"a hold's {name} must be text of at most {HOLD_TEXT_MAX} characters")
@@ -682,7 +683,7 @@ def _window(zk: Any, kind: str, name: str, until: datetime | None, reason: str, 
 
 
 def _until_words(until: datetime | None) -> str:
-    return f"until {until.isoformat(timespec='minutes')}" if until else ""
+    return f"until {clock_text(until, 'minutes')}" if until else ""
 
 
 def node_hold(

@@ -31,10 +31,12 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
+from django.conf import settings
 from django.db import IntegrityError, connection
 
-from queues import archive, selectors, stuck
+from queues import archive, failure_causes, selectors, stuck
 from queues.models import AlertRule
 from queues.states import JobState
 from queues.zk import consumers as zconsumers
@@ -48,10 +50,23 @@ PROBE_BUDGET = 3.0  # seconds the database probe may take before it counts as un
 
 
 @dataclass(frozen=True)
+class Cause:
+    """One of a finding's top causes: how many jobs it accounts for, and the console page
+    (a path and query under ``MRT_CONSOLE_URL``) that shows it."""
+
+    count: int
+    what: str  # "Storing: storage node <n> is down"
+    total: int  # every Failed job of this cause now
+    path: str
+
+
+@dataclass(frozen=True)
 class Finding:
     key: str  # "" (the queue as a whole), a collection, a step
     summary: str  # one line: the alert's subject
     detail: str = ""  # a few lines more
+    causes: tuple[Cause, ...] = ()  # what the alert is about, most jobs first
+    link: str = ""  # the console page (path and query) that shows all of it
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,9 @@ class RuleKind:
     sustained: bool = False  # the threshold is seconds the condition must last
     needs_zookeeper: bool = True
     fuse: bool = False  # its keys are collections the fuse may hold
+    # What the "resolved" message says is over, given the episode's key and when it opened
+    # (not the alert's words again); a rule without one says "no longer found: <summary>".
+    cleared: Callable[[str, datetime], str] | None = None
 
 
 KINDS: dict[str, RuleKind] = {}
@@ -93,6 +111,7 @@ def rule(
     sustained: bool = False,
     needs_zookeeper: bool = True,
     fuse: bool = False,
+    cleared: Callable[[str, datetime], str] | None = None,
 ) -> Callable[[Check], Check]:
     """Register ``check`` as the rule ``kind`` (letters, digits and ``-``, at most 40)."""
     if not (0 < len(kind) <= 40 and kind.replace("-", "").isalnum() and kind == kind.lower()):
@@ -100,7 +119,16 @@ def rule(
 
     def register(check: Check) -> Check:
         KINDS[kind] = RuleKind(
-            kind, title, threshold, threshold_help, quiet, check, sustained, needs_zookeeper, fuse
+            kind,
+            title,
+            threshold,
+            threshold_help,
+            quiet,
+            check,
+            sustained,
+            needs_zookeeper,
+            fuse,
+            cleared,
         )
         return check
 
@@ -170,6 +198,33 @@ def recent_failures(zk: Any, now: datetime) -> list[str]:
     return [entries.jid(keys[i]) for i, t in enumerate(ctimes) if t >= since]
 
 
+TOP_CAUSES = 3  # causes an alert on failures names
+
+
+def causes_of(zk: Any, jids: list[str], profile: str = "") -> tuple[tuple[Cause, ...], str, str]:
+    """The top causes of ``jids`` by the grouping of ``/failed/causes/``, the lines that name
+    them, and the link to all of them (the page filtered as the alert is)."""
+    link = "/failed/causes/" + (f"?{urlencode({'profile': profile})}" if profile else "")
+    top, others = failure_causes.top_causes(jids, profile=profile, zk=zk, most=TOP_CAUSES)
+    causes = tuple(
+        Cause(c.count, f"{c.step}: {c.signature}", c.total, f"/failed/causes/?{c.query}")
+        for c in top
+    )
+    lines = ["Top causes:"] if causes else []
+    lines += [
+        f"  {c.count} x {c.what} ({c.total} failed jobs in all): {console_url(c.path)}"
+        for c in causes
+    ]
+    if others:
+        lines.append(f"  {others} of other causes")
+    lines.append(f"All causes: {console_url(link)}")
+    return causes, "\n".join(lines), link
+
+
+def console_url(path: str) -> str:
+    return f"{str(settings.MRT_CONSOLE_URL).rstrip('/')}{path}"
+
+
 def _examples(ids: list[str]) -> str:
     shown = ", ".join(ids[:LISTED])
     return shown + (f" and {len(ids) - LISTED} more" if len(ids) > LISTED else "")
@@ -183,14 +238,31 @@ def _examples(ids: list[str]) -> str:
     title="Failures in 10 minutes",
     threshold=10.0,
     threshold_help="alert when more jobs than this failed in the last 10 minutes",
+    cleared=lambda _key, _since: "failures in the last 10 minutes are back within the threshold",
 )
 def failures(ctx: Context, threshold: float) -> list[Finding]:
     failed = recent_failures(ctx.zk, ctx.now)
     if len(failed) <= threshold:
         return []
+    causes, lines, link = causes_of(ctx.zk, failed)
     return [
-        Finding("", f"{len(failed)} jobs failed in the last 10 minutes", _examples(sorted(failed)))
+        Finding(
+            "",
+            f"{len(failed)} jobs failed in the last 10 minutes{_most(causes)}",
+            f"{lines}\nJobs: {_examples(sorted(failed))}",
+            causes,
+            link,
+        )
     ]
+
+
+def _most(causes: tuple[Cause, ...]) -> str:
+    """``, 12 of them Storing: storage node <n> is down``: the top cause, in the subject."""
+    if not causes:
+        return ""
+    top = causes[0]
+    what = top.what if len(top.what) <= 120 else top.what[:117] + "..."
+    return f", {top.count} of them {what}"
 
 
 @rule(
@@ -200,6 +272,9 @@ def failures(ctx: Context, threshold: float) -> list[Finding]:
     threshold_help="alert when more jobs of one collection than this failed in the last "
     "10 minutes (with the fuse on, also hold that collection)",
     fuse=True,
+    cleared=lambda key, _since: (
+        f"failures of collection {key} in the last 10 minutes are back within the threshold"
+    ),
 )
 def collection_failures(ctx: Context, threshold: float) -> list[Finding]:
     failed = recent_failures(ctx.zk, ctx.now)
@@ -211,15 +286,22 @@ def collection_failures(ctx: Context, threshold: float) -> list[Finding]:
         fact = facts.get(jid)
         if fact is not None and fact.profile:
             per.setdefault(fact.profile, []).append(jid)
-    return [
-        Finding(
-            profile,
-            f"{len(jids)} jobs of collection {profile} failed in the last 10 minutes",
-            _examples(jids),
+    found = []
+    for profile, jids in sorted(per.items()):
+        if len(jids) <= threshold:
+            continue
+        causes, lines, link = causes_of(ctx.zk, jids, profile)
+        found.append(
+            Finding(
+                profile,
+                f"{len(jids)} jobs of collection {profile} failed in the last 10 minutes"
+                + _most(causes),
+                f"{lines}\nJobs: {_examples(jids)}",
+                causes,
+                link,
+            )
         )
-        for profile, jids in sorted(per.items())
-        if len(jids) > threshold
-    ]
+    return found
 
 
 @rule(
@@ -227,6 +309,7 @@ def collection_failures(ctx: Context, threshold: float) -> list[Finding]:
     title="Jobs stuck",
     threshold=0.0,
     threshold_help="alert when more jobs than this are stuck (as the stuck page judges them)",
+    cleared=lambda _key, _since: "no more jobs are stuck than the threshold allows",
 )
 def stuck_jobs(ctx: Context, threshold: float) -> list[Finding]:
     found = stuck.find_stuck(ctx.zk)
@@ -243,6 +326,7 @@ def stuck_jobs(ctx: Context, threshold: float) -> list[Finding]:
     title="Oldest Pending job",
     threshold=3600.0,
     threshold_help="alert when the oldest Pending job has waited longer than this many seconds",
+    cleared=lambda _key, _since: "the oldest Pending job has waited less than the threshold",
 )
 def oldest_pending(ctx: Context, threshold: float) -> list[Finding]:
     pending = selectors.job_state_summary()[JobState.PENDING]
@@ -265,6 +349,7 @@ def oldest_pending(ctx: Context, threshold: float) -> list[Finding]:
     threshold_help="alert when no running consumer process has served a step of this "
     "deployment for this many seconds",
     sustained=True,
+    cleared=lambda key, _since: f"a consumer process serves {key} again",
 )
 def no_consumer(ctx: Context, threshold: float) -> list[Finding]:
     if not _owned:
@@ -286,6 +371,7 @@ def no_consumer(ctx: Context, threshold: float) -> list[Finding]:
     threshold_help="alert when ZooKeeper has been unreachable for this many seconds",
     sustained=True,
     needs_zookeeper=False,
+    cleared=lambda _key, _since: "ZooKeeper answers again",
 )
 def zookeeper_down(ctx: Context, threshold: float) -> list[Finding]:
     if ctx.zk is not None and ctx.zk.connected:
@@ -301,6 +387,7 @@ def zookeeper_down(ctx: Context, threshold: float) -> list[Finding]:
     threshold_help="alert when the console's database has been unreachable for this many seconds",
     sustained=True,
     needs_zookeeper=False,
+    cleared=lambda _key, _since: "the database answers again",
 )
 def database_down(ctx: Context, threshold: float) -> list[Finding]:
     problem = database_probe.problem()
@@ -313,6 +400,7 @@ def database_down(ctx: Context, threshold: float) -> list[Finding]:
     threshold=86400.0,
     threshold_help="alert when a finished batch is still in ZooKeeper this many seconds after "
     "it was due to be archived (MRT_RETENTION_DAYS)",
+    cleared=lambda _key, _since: "no finished batch is overdue for archiving",
 )
 def retention_behind(ctx: Context, threshold: float) -> list[Finding]:
     due = ctx.now - archive.retention_age() - timedelta(seconds=threshold)

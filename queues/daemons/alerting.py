@@ -41,8 +41,16 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from queues import audit, services, transient
-from queues.daemons.alert_rules import KINDS, Context, Finding, RuleKind, RuleSettings, defaults
+from queues import audit, clock, services, transient
+from queues.daemons.alert_rules import (
+    KINDS,
+    Context,
+    Finding,
+    RuleKind,
+    RuleSettings,
+    console_url,
+    defaults,
+)
 from queues.daemons.alert_rules import rule_settings as load_rule_settings
 from queues.models import AlertDigest, AlertEpisode, AlertMessage
 from queues.outside_text import for_slack
@@ -124,7 +132,13 @@ def _tag() -> str:
 
 
 def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat(timespec="seconds") if moment else None
+    """A time in a message's machine fields (the webhook's JSON): the API's one ISO form."""
+    return clock.exact(moment) if moment else None
+
+
+def _when(moment: datetime | None) -> str:
+    """A time in a message's words: the console's one written form (``queues.clock``)."""
+    return clock.clock_text(moment)
 
 
 def _lasted(start: datetime, end: datetime) -> str:
@@ -146,7 +160,8 @@ class Episode:
     fused: str = ""
 
 
-def fired_draft(ep: Episode, settings_: RuleSettings) -> Draft:
+def fired_draft(ep: Episode, settings_: RuleSettings, finding: Finding | None = None) -> Draft:
+    """The alert; ``finding`` (when the episode opens) adds its causes and link as fields."""
     kind = KINDS[ep.kind]
     lines = [ep.summary]
     if ep.detail:
@@ -156,34 +171,57 @@ def fired_draft(ep: Episode, settings_: RuleSettings) -> Draft:
     lines += [
         "",
         f"Rule: {kind.title} (threshold {settings_.threshold:g}: {kind.threshold_help})",
-        f"Since: {_iso(ep.opened)}",
-        f"Alerts: {alerts_url()}",
+        f"Since: {_when(ep.opened)}",
     ]
+    if finding is not None and finding.link:
+        lines.append(f"See: {console_url(finding.link)}")
+    lines.append(f"Alerts: {alerts_url()}")
+    fields = _fields(ep, AlertMessage.FIRED)
+    if finding is not None:
+        fields["causes"] = [
+            {"count": c.count, "cause": c.what, "total": c.total, "url": console_url(c.path)}
+            for c in finding.causes
+        ]
+        fields["link"] = console_url(finding.link) if finding.link else ""
     return Draft(
         AlertMessage.FIRED,
         f"{_tag()} ALERT {kind.title}: {ep.summary}",
         "\n".join(lines) + "\n",
-        _fields(ep, AlertMessage.FIRED),
+        fields,
     )
+
+
+def cleared_text(ep: Episode) -> str:
+    """What is over, in the rule's words ("storage node 9501 is no longer held: released by
+    olga at ..."); a rule without them says the condition is no longer found."""
+    kind = KINDS.get(ep.kind)
+    if kind is not None and kind.cleared is not None:
+        try:
+            return kind.cleared(ep.key, ep.opened)
+        except Exception as exc:  # the words are a nicety: the resolution goes out regardless
+            log.warning("alerts: what cleared %s[%s] not said: %s", ep.kind, ep.key, exc)
+    return f"no longer found: {ep.summary}"
 
 
 def resolved_draft(ep: Episode) -> Draft:
     kind = KINDS.get(ep.kind)
     title = kind.title if kind else ep.kind
     end = ep.resolved or timezone.now()
+    over = cleared_text(ep)
     lines = [
-        f"Resolved: {ep.summary}",
+        f"Resolved: {over}.",
         "",
-        f"Began {_iso(ep.opened)}, resolved {_iso(end)} (after {_lasted(ep.opened, end)}).",
+        f"The alert was: {ep.summary}",
+        f"Began {_when(ep.opened)}, resolved {_when(end)} (after {_lasted(ep.opened, end)}).",
     ]
     if ep.fused:
         lines.append(f"The fuse held the collection: {ep.fused} Release it on the holds page.")
     lines.append(f"Alerts: {alerts_url()}")
     return Draft(
         AlertMessage.RESOLVED,
-        f"{_tag()} RESOLVED {title}: {ep.summary}",
+        f"{_tag()} RESOLVED {title}: {over}",
         "\n".join(lines) + "\n",
-        _fields(ep, AlertMessage.RESOLVED),
+        {**_fields(ep, AlertMessage.RESOLVED), "cleared": over},
     )
 
 
@@ -388,7 +426,7 @@ def digest_draft(now: datetime) -> Draft:
     waiting = AlertMessage.objects.filter(sent__isnull=True, failed=False).count()
     refused = AlertMessage.objects.filter(failed=True, created__gte=since).count()
     lines = [
-        f"Alerts in the 24 hours to {_iso(now)}: {len(episodes) - len(open_now)} resolved "
+        f"Alerts in the 24 hours to {_when(now)}: {len(episodes) - len(open_now)} resolved "
         f"or opened, {len(open_now)} open now.",
         "",
     ]
@@ -396,8 +434,8 @@ def digest_draft(now: datetime) -> Draft:
         lines.append("Nothing fired. The alerts daemon is running and evaluating the rules.")
     for ep in episodes[:DIGEST_EPISODES]:
         title = KINDS[ep.kind].title if ep.kind in KINDS else ep.kind
-        state = f"resolved {_iso(ep.resolved)}" if ep.resolved else "OPEN"
-        lines.append(f"- {title}: {ep.summary} (opened {_iso(ep.opened)}, {state})")
+        state = f"resolved {_when(ep.resolved)}" if ep.resolved else "OPEN"
+        lines.append(f"- {title}: {ep.summary} (opened {_when(ep.opened)}, {state})")
     if len(episodes) > DIGEST_EPISODES:
         lines.append(f"  and {len(episodes) - DIGEST_EPISODES} more")
     if waiting or refused:
@@ -590,7 +628,7 @@ class Evaluator:
                     # holds again (a hold already in place is left as it is) and says so then.
                     row.fused = self._fuse(finding.key, finding.summary)
                     row.save(update_fields=["fused"])
-                write_messages(fired_draft(_episode(row), rule), now, row)
+                write_messages(fired_draft(_episode(row), rule, finding), now, row)
         except IntegrityError:
             return []  # another evaluator opened it first and announces it
         line = f"alert {kind.kind}[{finding.key}] fired: {finding.summary}"
@@ -650,7 +688,7 @@ class Evaluator:
             ep = Episode(kind.kind, key, finding.summary, finding.detail, now)
             ep.detail = "\n".join(filter(None, [ep.detail, f"(the database is away: {why})"]))
             kept = Kept(ep)
-            kept.outbox = [(c, fired_draft(ep, rule)) for c in channels()]
+            kept.outbox = [(c, fired_draft(ep, rule, finding)) for c in channels()]
             self.kept[(kind.kind, key)] = kept
             said.append(f"alert {kind.kind}[{key}] fired (kept in memory): {finding.summary}")
             log.warning("alerts: %s", said[-1])

@@ -209,6 +209,7 @@ class Daemon(ABC, Generic[T]):
     step: ClassVar[str]  # the word in log lines and failure messages
     # The queue hold that stops this daemon claiming (None: never held).
     queue_hold: ClassVar[str | None] = "ingest"
+    claims: ClassVar[bool] = True  # it claims items: a drain of its process stops it
     # Set by the runner's Host: registration, drain and step history (registration.py).
     observer: Any = None
 
@@ -519,6 +520,7 @@ class PeriodicDaemon(Daemon[Any]):
     an error."""
 
     queue_hold: ClassVar[str | None] = None  # nothing it does is stopped by a held queue
+    claims: ClassVar[bool] = False  # a drain does not stop it
     round_name: ClassVar[str] = "round"
     _stop: threading.Event | None = None  # the loop's stop, for a round that checks it
 

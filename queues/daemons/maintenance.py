@@ -12,13 +12,17 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import ClassVar
 
+from django.conf import settings
+
 from queues import audit, services
+from queues.clock import clock_text
 from queues.daemons.alert_rules import Context, Finding, rule
 from queues.daemons.base import ItemResult, PeriodicDaemon
-from queues.daemons.breakers import breakers
+from queues.daemons.breakers import BREAKER, breakers
+from queues.models import AuditEntry
 from queues.zk.maintenance import (
     Window,
     due,
@@ -26,6 +30,7 @@ from queues.zk.maintenance import (
     overrun,
     release_window,
     service_holds,
+    windows,
 )
 
 log = logging.getLogger("queues.daemons")
@@ -57,7 +62,7 @@ class Maintenance(PeriodicDaemon):
                 parked = services.collection_release_held(profile=window.name)
         except Exception as exc:  # the hold is released; what it parked can be released by hand
             log.warning("%s %s: parked items not released: %s", window.kind, window.name, exc)
-        detail = f"maintenance window ended at {window.until.isoformat(timespec='seconds')}"
+        detail = f"maintenance window ended at {clock_text(window.until)}"
         if parked:
             detail += f"; released {len(parked)} item(s) it had parked"
         try:
@@ -116,6 +121,10 @@ class Maintenance(PeriodicDaemon):
     threshold=300.0,
     threshold_help="alert when a hold is still in place this many seconds after its "
     "maintenance window's end",
+    cleared=lambda key, _since: (
+        f"the {key.partition(':')[0]} hold of {key.partition(':')[2]} "
+        "is no longer in place past its end"
+    ),
 )
 def hold_overrun(ctx: Context, threshold: float) -> list[Finding]:
     found = []
@@ -126,7 +135,7 @@ def hold_overrun(ctx: Context, threshold: float) -> list[Finding]:
             Finding(
                 w.key,
                 f"the {w.kind} hold of {w.name} ran {late:.0f} minutes past its end",
-                f"its window ended at {w.until.isoformat(timespec='minutes')} and {how}; "
+                f"its window ended at {clock_text(w.until, 'minutes')} and {how}; "
                 f"{'no maintenance daemon released it' if w.auto_release else 'nobody has'}"
                 f" (set by {w.by or '?'}: {w.reason or 'no reason given'})",
             )
@@ -134,23 +143,66 @@ def hold_overrun(ctx: Context, threshold: float) -> list[Finding]:
     return found
 
 
+def _node_released(key: str, since: datetime) -> str:
+    """What resolved a node-held alert: the node's hold is gone, and who released it."""
+    said = f"storage node {key} is no longer held"
+    entry = (
+        AuditEntry.objects.filter(kind="node", item_id=key, action="release", ok=True)
+        .order_by("-at", "-id")
+        .first()
+    )
+    if entry is None or entry.at < since:
+        return said
+    who = entry.username or ("its breaker" if entry.via == "daemon" else entry.via)
+    return f"{said}: released by {who} at {clock_text(entry.at)}"
+
+
 @rule(
     "node-held",
     title="Storage node held",
     threshold=0.0,
-    threshold_help="alert when a storage node has been held for this many seconds",
+    threshold_help="alert when a storage node has been held by its breaker, or with no reason "
+    "given, for this many seconds (an operator's own hold: after MRT_ALERT_HAND_HOLD_AFTER "
+    "seconds, and not while its maintenance window runs)",
     sustained=True,
+    cleared=_node_released,
 )
 def node_held_rule(ctx: Context, threshold: float) -> list[Finding]:
-    return [
-        Finding(
-            str(n),
-            f"storage node {n} is held ({h.reason or 'no reason given'}): its jobs wait before "
-            "Storing and Recording",
-            f"held by {h.by or '?'}: {h.reason or 'no reason given'}",
+    """A breaker's hold and a hold nobody explained page at once; an operator's own hold is
+    what the operator meant, and pages only when it has lasted ``MRT_ALERT_HAND_HOLD_AFTER``
+    seconds (a forgotten hold) without a maintenance window (``hold-overrun`` watches those)."""
+    hand_after = float(settings.MRT_ALERT_HAND_HOLD_AFTER)
+    in_window = {w.name for w in windows(ctx.zk) if w.kind == "node"}
+    found = []
+    for n, h in node_holds(ctx.zk).items():
+        held_for = (ctx.now - h.at).total_seconds() if h.at else 0.0
+        wait = "its jobs wait before Storing and Recording"
+        reason = h.reason or "no reason given"
+        if h.by == BREAKER:
+            summary = f"storage node {n} is held by its breaker ({reason}): {wait}"
+        elif h.by and h.reason:
+            if str(n) in in_window or held_for < hand_after:
+                continue
+            summary = (
+                f"storage node {n} has been held by {h.by} for {_duration(held_for)} "
+                f"({reason}) and is not released: {wait}"
+            )
+        else:
+            summary = f"storage node {n} is held by {h.by or 'nobody recorded'} ({reason}): {wait}"
+        found.append(
+            Finding(
+                str(n),
+                summary,
+                f"held since {clock_text(h.at)} by {h.by or '?'}: {reason}",
+                link="/holds/",
+            )
         )
-        for n, h in node_holds(ctx.zk).items()
-    ]
+    return found
+
+
+def _duration(seconds: float) -> str:
+    hours, rest = divmod(int(seconds), 3600)
+    return f"{hours} h {rest // 60} min" if hours else f"{rest // 60} min"
 
 
 # The steps that wait while a service outside is held (``services_of`` of each step's daemon).
@@ -167,16 +219,28 @@ WAITING_STEPS = {
     title="Service outside held",
     threshold=0.0,
     threshold_help="alert when inventory, EZID, or a depositor's or callback receiver's server "
-    "has been held (by its breaker or by hand) for this many seconds",
+    "has been held by its breaker, or with no reason given, for this many seconds (an "
+    "operator's own hold: after MRT_ALERT_HAND_HOLD_AFTER seconds)",
     sustained=True,
 )
 def service_held_rule(ctx: Context, threshold: float) -> list[Finding]:
-    return [
-        Finding(
-            service,
-            f"{service} is held ({h.reason or 'no reason given'}): its jobs wait before "
-            f"{WAITING_STEPS[service.split(' ', 1)[0]]}",
-            f"held by {h.by or '?'}: {h.reason or 'no reason given'}",
+    """As ``node-held``: a breaker's hold pages at once, an operator's own hold only once it has
+    lasted ``MRT_ALERT_HAND_HOLD_AFTER`` seconds."""
+    hand_after = float(settings.MRT_ALERT_HAND_HOLD_AFTER)
+    found = []
+    for service, h in service_holds(ctx.zk).items():
+        held_for = (ctx.now - h.at).total_seconds() if h.at else 0.0
+        if h.by != BREAKER and h.by and h.reason and held_for < hand_after:
+            continue
+        reason = h.reason or "no reason given"
+        who = "its breaker" if h.by == BREAKER else (h.by or "nobody recorded")
+        found.append(
+            Finding(
+                service,
+                f"{service} is held by {who} ({reason}): its jobs wait before "
+                f"{WAITING_STEPS[service.split(' ', 1)[0]]}",
+                f"held since {clock_text(h.at)} by {h.by or '?'}: {reason}",
+                link="/holds/",
+            )
         )
-        for service, h in service_holds(ctx.zk).items()
-    ]
+    return found

@@ -31,6 +31,7 @@ from django.conf import settings
 
 from queues.daemons.base import JobDaemon, Next, Step, StepFailed
 from queues.states import JobState
+from queues.steps.workdisk import provision_room
 from queues.zk import paths as zpaths
 from queues.zk.errors import MalformedNode, NotFound
 from queues.zk.jobs import index_entries, job_load, jobs_load
@@ -66,9 +67,7 @@ class Provisioning(JobDaemon):
     def room(self) -> int:
         """Bytes the working disk itself can take now: below the high-water mark, and no more
         than it has free."""
-        usage = self._usage()
-        limit = int(usage.total * settings.MRT_PROVISION_HIGH_WATER)
-        return min(limit - usage.used, usage.free)
+        return provision_room(self._usage(), settings.MRT_PROVISION_HIGH_WATER)
 
     def capacity(self) -> int:
         """The most the working disk could ever give one job: its high-water mark, empty."""

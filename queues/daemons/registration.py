@@ -190,6 +190,9 @@ class ProcessObserver:
             "pid": self.pid,
             "version": version(),
             "steps": steps,
+            # The steps a drain stops (those that claim items); a periodic daemon (alerts,
+            # maintenance, retention...) goes on while its process is drained.
+            "claiming": [s for s in steps if any(d.name == s and d.claims for d in self.daemons)],
             "started": _iso(self.started),
             "updated": _iso(time.time()),
             "publish_seconds": self.publish_seconds,

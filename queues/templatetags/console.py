@@ -8,9 +8,11 @@ from datetime import datetime
 from typing import Any
 
 from django import template
+from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
-from queues import auth, clock
+from queues import auth
+from queues import clock as clock_module
 from queues.actions import is_destructive
 from queues.diagrams import GLYPHS, human_age, shape_of
 from queues.states import BATCH_FOLDER_WORDS, MACHINES
@@ -36,13 +38,34 @@ def age(seconds: float | None) -> str:
 @register.filter
 def when(value: datetime | str | None, precision: str = "seconds") -> str:
     """``<time>`` in the console's one form (``queues/clock.py``), the exact UTC time on hover."""
-    moment = clock.as_moment(value)
+    moment = clock_module.as_moment(value)
     if moment is None:
         return "" if value in (None, "") else str(value)
-    iso = clock.exact(moment)
+    iso = clock_module.exact(moment)
     return format_html(
-        '<time datetime="{}" title="{}">{}</time>', iso, iso, clock.clock_text(moment, precision)
+        '<time datetime="{}" title="{}">{}</time>',
+        iso,
+        iso,
+        clock_module.clock_text(moment, precision),
     )
+
+
+@register.filter
+def clock(value: datetime | str | None, precision: str = "seconds") -> str:
+    """The same written form as plain text, where no element may go (an attribute)."""
+    return clock_module.clock_text(value, precision) if value not in (None, "") else ""
+
+
+@register.filter
+def item_url(item_id: str, kind: str) -> str:
+    """The page of a job or batch by its ID ("" for another kind, or an ID no page takes)."""
+    name = {"job": "job", "batch": "batch"}.get(kind)
+    if name is None:
+        return ""
+    try:
+        return reverse(name, args=[item_id])
+    except NoReverseMatch:
+        return ""
 
 
 @register.filter

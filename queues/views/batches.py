@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import email
 from dataclasses import dataclass
+from datetime import datetime
 from email.header import decode_header, make_header
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -182,7 +184,7 @@ MAIL_SHOWN = 10
 class SentMail:
     subject: str
     to: str
-    date: str
+    date: datetime | str  # the Date header read as a time (shown as every time is), else as sent
     body: str
     file: str
 
@@ -194,6 +196,15 @@ def _header(value: str | None) -> str:
         return str(make_header(decode_header(value)))
     except (ValueError, LookupError):
         return value
+
+
+def _mail_date(header: str) -> datetime | str:
+    """A mail's Date header as a time (``Wed, 25 Nov 2026 10:04:40 -0800``), for the page's
+    one clock; the header as it is when it is no date."""
+    try:
+        return parsedate_to_datetime(header)
+    except (TypeError, ValueError, IndexError):
+        return header
 
 
 def _body(message: email.message.Message) -> str:
@@ -239,7 +250,7 @@ def batch_mails(bid: str) -> list[SentMail]:
                 SentMail(
                     subject=subject,
                     to=_header(message.get("To")),
-                    date=_header(message.get("Date")),
+                    date=_mail_date(_header(message.get("Date"))),
                     body=_body(message),
                     file=path.name,
                 )

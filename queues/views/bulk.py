@@ -185,12 +185,51 @@ def _bulk(
     if isinstance(result, bulkrun.BulkRun):
         messages.info(request, f"{action} of {len(items)} {kind}s started in the background")
         return redirect_after_post(reverse("bulk-run", args=[result.pk]))
-    messages.info(request, f"{action}: {result.summary()}")
+    # The page says the result once (no flash repeating it), each item linked, and offers the
+    # skips that may pass now again.
     return render(
         request,
         "queues/bulk_result.html",
-        {"kind": kind, "action": action, "result": result, "limited": limited, "back": back},
+        {
+            "kind": kind,
+            "action": action,
+            "result": result,
+            "limited": limited,
+            "back": back,
+            "total": len(items),
+            "retry": retry_of(kind, action, result.skipped, form.cleaned_data["reason"], params),
+        },
     )
+
+
+# Skips worth a second try: the item was locked by a consumer ("... try again", as queues.zk's
+# refusals say) or had changed since the page was drawn (the state machine checks it again);
+# a wrong state or a missing item is not.
+RETRY_WORDS = ("try again", "changed since")
+BULK_DOORS = {"job": "jobs-bulk", "batch": "batches-bulk"}
+
+
+def retry_of(
+    kind: str,
+    action: str,
+    skipped: Any,
+    reason: str,
+    params: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """The form that tries the skipped items that may pass now once more (through the kind's
+    bulk door: previewed again when the action is destructive); None when there are none."""
+    door = BULK_DOORS.get(kind)
+    ids = [str(i) for i, why in skipped or [] if any(w in str(why) for w in RETRY_WORDS)]
+    if door is None or not ids:
+        return None
+    return {
+        "url": reverse(door),
+        "action": action,
+        "ids": ids,
+        "reason": reason,
+        "to": (params or {}).get("to", ""),
+        "confirm": actions.is_destructive(kind, action) or bool((params or {}).get("to")),
+    }
 
 
 def _job_bulk(
@@ -305,10 +344,17 @@ def bulk_runs(request: HtmxHttpRequest) -> HttpResponse:
 @console_view(VIEWER)
 def bulk_run(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(shown_bulk_runs(), pk=pk)
+    ended = run.state != "running" or run.interrupted
     return render(
         request,
         "queues/bulk_run.html",
-        {"run": run, "can_resume": may(request.user, run.kind, run.action)},
+        {
+            "run": run,
+            "can_resume": may(request.user, run.kind, run.action),
+            "retry": retry_of(run.kind, run.action, run.skipped, run.reason, run.params)
+            if ended
+            else None,
+        },
     )
 
 

@@ -6,6 +6,9 @@ holds page's own action."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils.http import urlencode
@@ -14,11 +17,25 @@ from django.views.decorators.http import require_GET
 from queues import failure_causes
 from queues.auth import VIEWER
 from queues.forms import FailedFilterForm
+from queues.zk.client import connected_client
+from queues.zk.locks import collection_held
+from queues.zk.maintenance import node_holds
 
 from .common import HtmxHttpRequest, bad_form, console_view, error_response
 
 COLLECTIONS_SHOWN = 10  # collections with a hold button per group; the rest are counted
 BATCHES_SHOWN = 5
+
+
+def held_nodes() -> dict[int, Any]:
+    """Every storage node held now, by its number."""
+    return dict(node_holds(connected_client()))
+
+
+def held_collections(profiles: set[str]) -> set[str]:
+    """Which of ``profiles`` are held now (one exists call each: a page shows a few)."""
+    zk = connected_client()
+    return {p for p in profiles if collection_held(zk, p)}
 
 
 @require_GET
@@ -31,21 +48,39 @@ def failed_causes(request: HtmxHttpRequest) -> HttpResponse:
     number = request.GET.get("gpage") or "1"
     if not number.isdigit():
         return error_response(request, "gpage must be a number", 400)
+    # ``cause``: one group alone (the link an alert carries), by its key.
+    cause = request.GET.get("cause") or ""
+    if cause and not failure_causes.KEY_RE.fullmatch(cause):
+        return error_response(request, "cause must be a cause's key (16 hex digits)", 400)
     causes = failure_causes.failure_causes(**data)
     filters = {k: v for k, v in data.items() if v}
+    page = failure_causes.page_of(causes, int(number))
+    if cause:
+        group = causes.by_key.get(cause)
+        page = replace(
+            page, items=[group] if group else [], total=1 if group else 0, has_next=False, number=1
+        )
     return render(
         request,
         "queues/failed_causes.html",
         {
             "form": form,
             "causes": causes,
-            "page": failure_causes.page_of(causes, int(number)),
+            "page": page,
+            "cause": cause,
             "filter_data": data,
             "filter_query": urlencode(filters),
             "collections_shown": COLLECTIONS_SHOWN,
             # What holding a collection stops: its jobs waiting to start (the holds preview).
             "pending": failure_causes.pending_by_collection(),
             "batches_shown": BATCHES_SHOWN,
+            # A cause of a storage node (a refusal or an outage in Storing or Recording) is
+            # held at the node, not at its collections; a hold in place is said, not offered.
+            "nodes_of": {g.key: failure_causes.nodes_named(g) for g in page.items},
+            "held_nodes": held_nodes(),
+            "held_collections": held_collections(
+                {c for g in page.items for c in g.collections[:COLLECTIONS_SHOWN]}
+            ),
             "next": request.get_full_path(),
         },
     )

@@ -25,12 +25,11 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django_htmx.http import reswap
 from django_htmx.middleware import HtmxDetails
 
-from queues import actions, archive, bulkrun, selectors
+from queues import actions, archive, bulkrun, clock, selectors
 from queues.actions import ReasonRequired
 from queues.auth import require_action, role_required
 from queues.forms import ActionForm
@@ -272,7 +271,7 @@ def _gone_words(kind: str, item_id: str) -> str:
     )
     if entry is None:
         return ""
-    when = timezone.localtime(entry.at).strftime("%Y-%m-%d %H:%M %Z")
+    when = clock.clock_text(entry.at, "minutes")
     verb = "deleted" if entry.action == "delete" else "removed from ZooKeeper"
     who = entry.username or "someone"
     why = f": {entry.reason}" if entry.reason else " (no reason given)"

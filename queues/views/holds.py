@@ -76,6 +76,9 @@ def holds_context(*, just_held: str = "") -> dict[str, Any]:
         "collection_windows": windows["collection"],
         "node_windows": {int(w.name): w for w in view.windows.values() if w.kind == "node"},
         "profiles": selectors.known_profiles(),
+        "nodes": selectors.known_nodes(
+            [*view.nodes, *(int(w.name) for w in view.windows.values() if w.kind == "node")]
+        ),
         "queue_reasons": reasons,
         "node_kept": node_kept,
         "held_jobs": held_jobs,

@@ -18,7 +18,7 @@ from django.shortcuts import render
 from django.urls import re_path, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from queues import actions, bulkrun, selectors, services
+from queues import actions, bulkrun, clock, selectors, services
 from queues.api import _body, api_view, bulk_run_json, form_input
 from queues.auth import VIEWER, require_action
 from queues.routes import BID, HELD_PROFILE, JID, PROFILE
@@ -153,7 +153,7 @@ def _cap_json(cap: zcaps.Cap | None, in_flight: int | None = None) -> dict[str, 
         "full": figure.full if figure else cap.full,
         "by": cap.by,
         "reason": cap.reason,
-        "since": cap.at.isoformat() if cap.at else None,
+        "since": clock.exact(cap.at) or None,
     }
 
 

@@ -11,7 +11,7 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from queues import selectors
+from queues import clock, selectors
 from queues.auth import VIEWER
 from queues.states import JobState
 from queues.zk import index as zindex
@@ -155,12 +155,17 @@ def report_export(request: HtmxHttpRequest, bid: str, fmt: str) -> HttpResponse:
     if not detail.reports:
         return error_response(request, f"batch {bid} has no status report yet", 404)
     filename = f"report-{bid}.{fmt}"
+    # The report's time as each reader takes it: the API's ISO form (UTC) for a program, the
+    # console's written form for the spreadsheet a person opens (queues/clock.py).
+    stamp = detail.reports[0].last_modified
+    shown = clock.exact(stamp) or stamp if fmt == "json" else clock.clock_text(stamp)
+    rows = [{**row, "report": shown} for row in rows]
     if fmt == "json":
         response: HttpResponse = JsonResponse(
             {
                 "batch": bid,
                 "state": detail.batch.state,
-                "report": detail.reports[0].last_modified,
+                "report": shown,
                 "jobs": rows,
             },
             json_dumps_params={"indent": 2, "ensure_ascii": False},

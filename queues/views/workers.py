@@ -48,14 +48,24 @@ def drain_preview(name: str) -> dict[str, Any]:
     target = next((p for p in processes if p.get("name") == name), None)
     if target is None:
         raise NotFound(f"no consumer process {name} is registered")
-    steps = sorted(set(target.get("steps") or []))
+    served = sorted({str(s) for s in target.get("steps") or []})
+    # A drain stops the steps that claim items; the periodic ones (alerts, maintenance,
+    # retention...) go on. A process registered before "claiming" was published: all of them.
+    claiming = target.get("claiming")
+    stopped = served if not isinstance(claiming, list) else sorted(set(map(str, claiming)))
+    going_on = [s for s in served if s not in stopped]
     others = {
         str(step)
         for p in processes
         if p.get("name") != name and not p.get("draining")
-        for step in p.get("steps") or []
+        for step in p.get("claiming", p.get("steps")) or []
     }
-    return {"process": target, "steps": steps, "alone": [s for s in steps if s not in others]}
+    return {
+        "process": target,
+        "steps": stopped,
+        "going_on": going_on,
+        "alone": [s for s in stopped if s not in others],
+    }
 
 
 @console_view(OPERATOR)

@@ -179,6 +179,7 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "pid": (_is_count, "a whole number"),
     "version": (_is_text, "a string"),
     "steps": (_is_texts, "a list of strings"),
+    "claiming": (_is_texts, "a list of strings"),  # the steps a drain stops
     "started": (_is_text, "a string"),
     "updated": (_is_text, "a string"),
     "publish_seconds": (_is_seconds, "a positive number"),

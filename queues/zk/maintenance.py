@@ -28,6 +28,7 @@ import contextlib
 import re
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -419,10 +420,15 @@ def window_path(kind: str, name: str) -> str:
     return f"{WINDOWS}/{kind}:{name}"
 
 
-def check_window_end(until: datetime | None, now: datetime | None = None) -> None:
+def check_window_end(
+    until: datetime | None,
+    now: datetime | None = None,
+    show: Callable[[datetime], str] = lambda d: d.isoformat(timespec="minutes"),
+) -> None:
     """ValueError unless ``until`` may end a hold being placed now: None (no end), or a time
     with a zone, after now and at most WINDOW_HORIZON ahead. Every door that places a hold
-    calls this before it writes anything (``queues/services.py``)."""
+    calls this before it writes anything (``queues/services.py``), ``show`` writing the times its
+    refusal names (the console's clock; this layer imports no Django)."""
     if until is None:
         return
     if not isinstance(until, datetime):
@@ -430,14 +436,14 @@ def check_window_end(until: datetime | None, now: datetime | None = None) -> Non
     if until.tzinfo is None or until.utcoffset() is None:
         raise ValueError("the end of a maintenance window needs a time zone")
     when = now or datetime.now(UTC)
-    shown = until.isoformat(timespec="minutes")
+    shown = show(until)
     if until <= when:
         raise ValueError(f"the end of a maintenance window must be in the future, not {shown}")
     latest = when + WINDOW_HORIZON
     if until > latest:
         raise ValueError(
             f"the end of a maintenance window may be at most {WINDOW_HORIZON.days} days ahead "
-            f"(by {latest.isoformat(timespec='minutes')}), not {shown}"
+            f"(by {show(latest)}), not {shown}"
         )
 
 
@@ -592,7 +598,8 @@ def window_info(w: Window) -> dict[str, Any]:
     return {
         "kind": w.kind,
         "name": w.name,
-        "until": w.until.isoformat(),
+        # The API's one form (queues.clock.exact): UTC, to the second.
+        "until": w.until.astimezone(UTC).isoformat(timespec="seconds"),
         "reason": w.reason,
         "by": w.by,
         "auto_release": w.auto_release,

@@ -134,3 +134,36 @@ def test_a_drain_is_confirmed_with_a_reason_and_names_the_steps_left_without_a_c
     assert zconsumers.drain_read(zk, "worker1-77") is None
     assert operator.post("/consumers/worker1-77/drain/", {"reason": "patch"}).status_code == 303
     assert zconsumers.drain_read(zk, "worker1-77")["reason"] == "patch"
+
+
+def test_the_drain_confirmation_names_only_the_steps_a_drain_stops(zk, zk_hosts, operator):
+    """Issue 53, item 6: a periodic daemon (maintenance, alerts, retention) claims nothing and
+    goes on while its process is drained; the confirmation said it would stop."""
+    from queues.daemons.maintenance import Maintenance
+
+    other = zkmod.connect(zk_hosts)
+    claiming = SlowStep(zk=other, poll=0.1)
+    periodic = Maintenance(zk=other, poll=0.1)
+    observer = ProcessObserver(
+        other, [claiming, periodic], record=False, publish_seconds=0.2, host="worker2", pid=78
+    )
+    observer.start()
+    try:
+        wait_for(lambda: zconsumers.consumers_list(zk))
+        (entry,) = zconsumers.consumers_list(zk)
+        assert entry["claiming"] == [claiming.name]
+        html = operator.get("/consumers/worker2-78/drain/").content.decode()
+        preview = html[html.index('id="drain-preview"') :]
+        preview = preview[: preview.index("</p>")]
+        stops, _, going_on = preview.partition('id="drain-going-on"')
+        assert f"<strong>{claiming.name}</strong>" in stops
+        assert "<strong>maintenance</strong>" not in stops
+        assert "A drain does not stop <strong>maintenance</strong>" in going_on
+        # Only the claiming step is left without a consumer by the drain.
+        alone = html[html.index('id="drain-alone"') :]
+        alone = alone[: alone.index("</p>")]
+        assert claiming.name in alone and "maintenance" not in alone
+    finally:
+        observer.stop()
+        other.stop()
+        other.close()

@@ -14,7 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from queues import backlog
 from queues.audit import ApiToken
+from queues.daemons.provisioning import Provisioning
 from queues.models import StepRecord
+from queues.steps.workdisk import provision_room
 from tests.browser import SCREENSHOTS, close_context
 from tests.jobnodes import set_job_nodes
 
@@ -108,6 +110,28 @@ def test_a_disk_at_its_high_water_mark_does_not_hold_what_waits(client, token, q
     settings.MRT_PROVISION_HIGH_WATER = 0.0
     disk = client.get("/api/overview", **token).json()["backlog"]["disk"]
     assert disk["room"] == 0 and disk["fits"] is False
+
+
+def test_the_disk_card_measures_room_as_provisioning_does(client, token, queue, settings, zk):
+    """Issue 53, item 6: the card said "does not fit" while provisioning let jobs through: it
+    counted the blocks the file system keeps for root as used. It now asks the same rule as the
+    provisioning step, for a mark just above the disk's real use (where the two differed)."""
+    usage = shutil.disk_usage(queue)
+    settings.MRT_PROVISION_HIGH_WATER = min(1.0, (usage.used + 7 * GIB) / usage.total)
+    disk = client.get("/api/overview", **token).json()["backlog"]["disk"]
+    step = Provisioning(zk=zk, poll=0.05)
+    room = step.room()
+    # The disk moves a little between two looks (other tests write): a MiB either way.
+    assert abs(disk["room"] - max(0, room)) < 2**20, (disk, room)
+    assert room > 6 * GIB and disk["fits"] is True  # 7 GiB of room for the 6 that wait
+
+
+def test_the_room_rule_leaves_the_blocks_kept_for_root_out_of_use() -> None:
+    # An ext4 disk of 100 units: 60 in use, 5 kept for root, so 35 free for us.
+    usage = shutil._ntuple_diskusage(total=100 * GIB, used=60 * GIB, free=35 * GIB)
+    assert provision_room(usage, 0.70) == 10 * GIB  # not 70 - (100 - 35) = 5
+    assert provision_room(usage, 0.99) == 35 * GIB  # never more than is free
+    assert provision_room(usage, 0.50) == -10 * GIB  # past the mark
 
 
 def test_no_estimate_without_a_recent_pace(client, token, zk, make_job, settings, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -118,3 +120,43 @@ def test_bulk_release_of_selected_batches(operator, zk, make_batch):
     )
     assert response.status_code == 200
     assert all(batches.batch_load(zk, b.bid).state == "Pending" for b in held)
+
+
+def _retry_form(html: str) -> dict[str, list[str]]:
+    form = html[html.index('id="bulk-retry"') :]
+    form = form[: form.index("</form>")]
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(r'<input type="hidden" name="([a-z]+)" value="([^"]*)">', form):
+        fields.setdefault(name, []).append(value)
+    fields.pop("csrfmiddlewaretoken", None)
+    return fields
+
+
+def test_an_inline_result_says_its_count_once_links_its_items_and_retries_what_may_pass(
+    operator, zk, make_job
+):
+    """Issue 53, item 6: "12 done" three times, IDs without links, only "Back"."""
+    moved, stale, pending = make_job("Failed"), make_job("Failed"), make_job("Pending")
+    items = [item(moved), f"{stale.jid}:0", item(pending)]  # stale: read at an old version
+    response = operator.post(
+        reverse("jobs-bulk"),
+        {"action": "resume", "scope": "selection", "item": items, "reason": "node back"},
+        follow=True,
+    )
+    html = response.content.decode()
+    assert html.count("1 done, 2 skipped") == 1  # the summary once: no heading, no flash again
+    assert "<h1>Resume of 3 jobs</h1>" in html
+    assert f'<a href="/jobs/{moved.jid}/">{moved.jid}</a>: Failed → Downloading' in html
+    assert f'<a href="/jobs/{stale.jid}/">{stale.jid}</a>' in html
+    assert "/audit/?action=resume&amp;kind=job" in html
+    # Only the skip that may pass now is offered again (the Pending job would be refused).
+    retry = _retry_form(html)
+    assert retry == {
+        "action": ["resume"],
+        "scope": ["selection"],
+        "item": [stale.jid],
+        "reason": ["node back"],
+    }
+    again = operator.post(reverse("jobs-bulk"), retry).content.decode()
+    assert "1 done, 0 skipped" in again and 'id="bulk-retry"' not in again
+    assert jobs.job_load(zk, stale.jid).state == "Downloading"

@@ -350,3 +350,23 @@ def test_the_audit_log_folds_a_background_run_into_one_line(operator, zk, make_j
     # Looking for one item shows its entry wherever it came from.
     one = operator.get(reverse("audit"), {"item_id": failed[0].jid}).content.decode()
     assert f"bulk run #{run.pk}:" in one
+
+
+def test_a_background_run_offers_its_skips_that_may_pass_again(operator, zk, make_job, settings):
+    """Issue 53, item 6: "21 skipped (... try again)" had no button to try them again."""
+    settings.MRT_BULK_INLINE_MAX = 2
+    failed = [make_job("Failed") for _ in range(3)]
+    stale = make_job("Failed")
+    items = [f"{j.jid}:{j.status.version}" for j in failed] + [f"{stale.jid}:0"]
+    response = operator.post(
+        reverse("jobs-bulk"), {"action": "resume", "scope": "selection", "item": items}
+    )
+    assert response.status_code == 303
+    run = ended(BulkRun.objects.get().pk)
+    html = operator.get(reverse("bulk-run", args=[run.pk])).content.decode()
+    assert "3 done, 1 skipped" in html
+    form = html[
+        html.index('id="bulk-retry"') : html.index("</form>", html.index('id="bulk-retry"'))
+    ]
+    assert f'name="item" value="{stale.jid}"' in form and "Try the 1 skipped again" in form
+    assert f'<a href="/jobs/{stale.jid}/">{stale.jid}</a>' in html

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from queues import failure_causes
+from queues import clock, failure_causes
 from queues.audit import ApiToken
 from queues.zk import index as zindex
 from queues.zk import jobs, locks
@@ -224,7 +224,7 @@ def test_the_api_lists_the_groups(zk, two_causes, make_user, client):
     top = body["items"][0]
     assert top["count"] == 3 and top["collections"] == ["letters", "maps"]
     assert top["sample"] == down[2].status.message and top["sample_job"] == down[2].jid
-    assert top["first_seen"] == down[0].status.last_modified.isoformat()
+    assert top["first_seen"] == clock.exact(down[0].status.last_modified)
     filtered = client.get(
         "/api/failed/causes?profile=maps", HTTP_AUTHORIZATION=f"Bearer {secret}"
     ).json()
@@ -256,3 +256,37 @@ def test_a_new_failure_reads_only_its_own_status(zk, make_job, make_batch, viewe
     assert 'data-count="31"' in html
     # The read index's read of the new job and this module's: none of the 30 read before.
     assert len(statuses) <= 2 and all(p.endswith("jid0000000031/status") for p in statuses)
+
+
+NODE_DOWN = (
+    "storing: storage service refused to add ark:/99999/fk4{n} on node 9501: "
+    "HTTP 404 REQUESTED_ITEM_NOT_FOUND: node not found: 9501"
+)
+
+
+def test_a_storage_node_cause_offers_the_node_not_its_collections_nor_a_hold_in_place(
+    zk, make_job, operator
+):
+    """Issue 53, item 6: a refusal of storage is held at the node; a hold in place is said."""
+    for n in range(2):
+        make_job("Failed", profile="letters", failed_at="Storing", message=NODE_DOWN.format(n=n))
+    zindex.for_client(zk).settle()
+    html = operator.get(reverse("failed-causes")).content.decode()
+    assert "Hold storage node 9501…" in html and 'name="node" value="9501"' in html
+    assert "Hold its collection" not in html and "Hold letters" not in html
+    held = operator.post(reverse("node-hold-new"), {"node": "9501", "reason": "node down"})
+    assert held.status_code == 303
+    html = operator.get(reverse("failed-causes")).content.decode()
+    assert "Hold storage node 9501…" not in html
+    assert "Storage node 9501 is held by operator-user (node down)" in html
+
+
+def test_a_collection_held_already_is_not_offered_again(zk, two_causes, operator):
+    operator.post(
+        reverse("collection-hold", args=["letters", "hold"]),
+        {"reason": "depositor down", "next": reverse("failed-causes")},
+    )
+    assert "letters" in locks.holds_list(zk).collections
+    html = operator.get(reverse("failed-causes")).content.decode()
+    assert "letters is held already" in html
+    assert f'action="{reverse("collection-hold", args=["letters", "hold"])}"' not in html

@@ -2,7 +2,8 @@
 flight; node A's storage fails some jobs before anyone notices; node A is held, its later jobs
 wait while node B's complete; node A comes back and is released; "resume what failed on node A
 in the window" (the console's preview, then its bulk resume) completes the failed ones. The
-node-held alert fired once and resolved once, by mail and by webhook."""
+node-held alert (the operator's own hold: once it has lasted MRT_ALERT_HAND_HOLD_AFTER) fired
+once and resolved once, by mail and by webhook."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from django.utils import timezone
 from queues.daemons.alerting import Evaluator, deliver_due
 from queues.models import AlertEpisode, AuditEntry
 from queues.zk.jobs import job_load
-from queues.zk.maintenance import node_held
+from queues.zk.maintenance import node_held, node_holds
 from tests.console.conftest import make_user  # noqa: F401 - a fixture
 from tests.steps.merritt_standins import InventoryStandIn, StorageStandIn, running
 
@@ -30,6 +31,7 @@ from .test_storing_recording import _served
 pytestmark = pytest.mark.django_db
 
 QUIET = 60.0
+HAND_HOLD = 120.0  # seconds an operator's own hold lasts before it pages
 
 
 def _for_node(zk: Any, files: FileServer, profiles: Path, node: int, name: str) -> Any:
@@ -60,6 +62,7 @@ def test_a_storage_node_outage_from_first_failure_to_every_job_stored(
     make_user: Any,  # noqa: F811
 ) -> None:
     only("node-held", quiet_seconds=QUIET, threshold=0.0)
+    settings.MRT_ALERT_HAND_HOLD_AFTER = HAND_HOLD
     evaluator = Evaluator(name="scenario")
     operator = Client()
     operator.force_login(make_user("operator", "olga"))
@@ -100,10 +103,15 @@ def test_a_storage_node_outage_from_first_failure_to_every_job_stored(
         for job in late_a:
             waiting = job_load(zk, job.jid)
             assert waiting.state == "Storing" and waiting.status.message == ""
-        fired = evaluator.evaluate(zk=zk, now=later(t0, 5))
+        # The operator's own hold pages only once it has lasted MRT_ALERT_HAND_HOLD_AFTER.
+        held_at = node_holds(zk)[9501].at
+        assert held_at is not None
+        assert evaluator.evaluate(zk=zk, now=later(held_at, 5)) == []
+        fired = evaluator.evaluate(zk=zk, now=later(held_at, HAND_HOLD + 1))
         assert len(fired) == 1 and "node-held" in fired[0]
         for step in (10, 20, 30):
-            assert evaluator.evaluate(zk=zk, now=later(t0, step)) == []
+            assert evaluator.evaluate(zk=zk, now=later(held_at, HAND_HOLD + step)) == []
+        t0 = later(held_at, HAND_HOLD)
 
         # Node A back; released: the waiting jobs complete.
         storage.nodes.add(9501)

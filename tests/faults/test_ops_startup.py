@@ -245,3 +245,78 @@ def test_run_console_stops_everything_on_a_signal_to_its_pid(
             proc.wait(10)
         # A ZooKeeper it left behind runs in its own session: stop it through its folder.
         LocalZooKeeper(var / "zookeeper", zk_port).stop()
+
+
+@pytest.mark.slow
+@pytest.mark.zookeeper
+@pytest.mark.live_server
+def test_run_console_keeps_requests_out_of_its_terminal_and_the_password_in_sight(
+    tmp_path: Path,
+) -> None:
+    """Issue 53, item 6: 6,715 lines in 32 minutes, 174 of them favicon 404s, scrolled the admin
+    password away. Requests go to the access log file; the favicon is served; the password is
+    the last thing the start-up prints."""
+    var = tmp_path / "var"
+    web_port, zk_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("ZK_HOSTS", "REDIS_URL")}
+    env.update(
+        MRT_VAR_DIR=str(var),
+        MRT_BIND="127.0.0.1",
+        MRT_PORT=str(web_port),
+        ZK_LOCAL_PORT=str(zk_port),
+        DJANGO_STATIC_ROOT=str(tmp_path / "static"),
+        LOG_LEVEL="INFO",
+    )
+    log = tmp_path / "run-console.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["bash", str(BASE / "bin" / "run-console")],
+            cwd=BASE,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{web_port}"
+    try:
+        deadline = time.monotonic() + 300  # bin/install may have packages to add first
+        while "console on http" not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"run-console did not serve:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        # The password line comes right after: wait for the start-up to say all it says.
+        deadline = time.monotonic() + 30
+        while "admin user" not in log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        startup = log.read_text(errors="replace").splitlines()
+        password = (var / "admin-password").read_text().strip()
+        said = [i for i, line in enumerate(startup) if password in line]
+        assert said and said[-1] >= len(startup) - 3, startup[-10:]  # among the last lines
+
+        for _ in range(40):
+            for path in ("/healthz", "/login/", "/favicon.ico"):
+                with urllib.request.urlopen(base + path, timeout=10) as answer:
+                    assert answer.status == 200
+                    if path == "/favicon.ico":
+                        assert answer.headers["Content-Type"] == "image/svg+xml"
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(base + "/no-such-page/", timeout=10)
+        access = var / "log" / "access.log"
+        deadline = time.monotonic() + 30
+        while access.read_text().count('"GET /favicon.ico') < 40:
+            assert time.monotonic() < deadline, access.read_text()[-2000:]
+            time.sleep(0.2)
+        terminal = log.read_text(errors="replace")
+        assert "GET /healthz" not in terminal and "favicon" not in terminal
+        assert "Not Found: /no-such-page/" in terminal  # an error still shows here
+        # 121 requests, not one line for them (the daemons' own lines go on as before).
+        assert [line for line in terminal.splitlines() if '"GET ' in line] == []
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)

@@ -130,8 +130,9 @@ NOT_GET = {
     "poster",  # Merritt ingest's depositor door: 405 to anything but a POST
     "poster-object",
 }
-# Static files; Django's own admin; the API's answer to a path no route takes (an error).
-NOT_CONSOLE = {"download", "django-admin", "unknown-api-path"}
+# Static files (the icon browsers ask for at /favicon.ico is one); Django's own admin; the
+# API's answer to a path no route takes (an error).
+NOT_CONSOLE = {"download", "favicon", "django-admin", "unknown-api-path"}
 
 
 @dataclass

@@ -18,6 +18,7 @@ from django.db.models import Q
 
 from queues import audit
 from queues.audit import ApiToken
+from queues.clock import clock_text
 
 from ._base import QueueCommand
 
@@ -94,10 +95,10 @@ class Command(QueueCommand):
         if username:
             tokens = tokens.filter(user__username=username)
         for token in tokens:
-            used = token.last_used.isoformat(timespec="seconds") if token.last_used else "never"
+            used = clock_text(token.last_used) if token.last_used else "never"
             self.stdout.write(
                 f"{token.pk}\t{token.prefix}…\t{token.user.get_username()}\t{token.name}\t"
-                f"created {token.created.isoformat(timespec='seconds')}\tlast used {used}"
+                f"created {clock_text(token.created)}\tlast used {used}"
             )
 
     def revoke(self, ident: str) -> None:
