@@ -69,9 +69,10 @@ COUNT_CAP = 10_000  # matches counted at most (a page says "more than")
 SHORTEST_INDEXED = 3  # a trigram index finds texts of three characters or more
 
 
-def _known_key(number: int, made: int) -> int:
-    """A job's number (34 bits) and the low 24 bits of when it was made, in one integer."""
-    return number << 24 | (made & 0xFFFFFF)
+def _known_key(number: int, made: int, ark: bool) -> int:
+    """A job's number (34 bits), whether its row has an ARK, and the low 24 bits of when it
+    was made, in one integer."""
+    return number << 25 | ark << 24 | (made & 0xFFFFFF)
 
 
 def _crc(text: str) -> int:
@@ -127,9 +128,10 @@ class Feed:
 
     # Sinks: called by the read index on its reader's thread; never wait on the database ------
 
-    def _in_db(self, number: int, made: int) -> bool:
-        """Whether the database holds this job's texts (its number, made at ``made``)."""
-        key = _known_key(number, made)
+    def _in_db(self, number: int, made: int, ark: bool) -> bool:
+        """Whether the database holds this job's texts (its number, made at ``made``, with an
+        ARK or not)."""
+        key = _known_key(number, made, ark)
         if key in self.fresh:
             return True
         known = self.known
@@ -176,7 +178,7 @@ class Feed:
                 values: dict[str, Any]
                 if not t.whole:
                     values = {"ark": t.ark}
-                elif self._in_db(t.number, t.made):
+                elif self._in_db(t.number, t.made, bool(t.ark)):
                     continue  # never changes: already there (an ARK comes as its own update)
                 else:
                     values = {
@@ -209,9 +211,9 @@ class Feed:
         numbers = array("q")
         errors = array("q")
         with connection.cursor() as cursor:
-            cursor.execute("SELECT number, made FROM queues_jobtext")
+            cursor.execute("SELECT number, made, ark <> '' FROM queues_jobtext")
             while chunk := cursor.fetchmany(10_000):
-                numbers.extend(_known_key(n, m) for n, m in chunk)
+                numbers.extend(_known_key(n, m, bool(a)) for n, m, a in chunk)
             cursor.execute("SELECT number, error FROM queues_jobtext WHERE error <> ''")
             while chunk := cursor.fetchmany(10_000):
                 errors.extend(n << 32 | _crc(e) for n, e in chunk)
@@ -221,11 +223,27 @@ class Feed:
             self.known, self.known_errors = numbers, errors
             self.progress.known_loaded = True
 
+    def _needed(self, number: int, values: dict[str, Any]) -> dict[str, Any]:
+        """What of a row taken before the database's rows were known it does not hold yet."""
+        values = dict(values)
+        if "error" in values:
+            error = values["error"]
+            if self._error_in_db(number) == (_crc(error) if error else None):
+                del values["error"]
+        if "made" in values and self._in_db(number, values["made"], bool(values.get("ark"))):
+            for name in ("made", *TEXT_FIELDS):
+                values.pop(name, None)
+        return values
+
     def _take_batch(self) -> list[tuple[int, dict[str, Any]]]:
         with self.lock:
-            batch = []
-            for number in list(self.pending)[:WRITE_BATCH]:
-                batch.append((number, self.pending.pop(number)))
+            batch: list[tuple[int, dict[str, Any]]] = []
+            while self.pending and len(batch) < WRITE_BATCH:
+                number = next(iter(self.pending))
+                values = self._needed(number, self.pending.pop(number))
+                if values:
+                    batch.append((number, values))
+            self.progress.waiting = len(self.pending)
             return batch
 
     def _write(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
@@ -241,29 +259,39 @@ class Feed:
 
     def _write_loop(self) -> None:
         backoff = 0.5
+        said = 0  # the count of rows written last said in the log
         while not self.stopped.is_set():
             try:
                 if self.known is None:
                     self._load_known()
-                batch = self._take_batch()
+                with self.writing:  # taken and written as one, for ``flush``
+                    batch = self._take_batch()
+                    if batch:
+                        try:
+                            self._write(batch)
+                        except BaseException:
+                            with self.lock:  # back in line, newer values first
+                                for number, values in batch:
+                                    newer = self.pending.get(number, {})
+                                    self.pending[number] = {**values, **newer}
+                            raise
                 if not batch:
                     if not self._read_missed():
                         self.progress.reason = ""
+                        if self.progress.written != said:
+                            said = self.progress.written
+                            log.info(
+                                "search text index: caught up, %s jobs written since the start",
+                                f"{said:,}",
+                            )
                         self.wake.wait(5.0)
                         self.wake.clear()
                     continue
-                try:
-                    with self.writing:
-                        self._write(batch)
-                except BaseException:
-                    with self.lock:  # back in line, newer values first
-                        for number, values in batch:
-                            self.pending[number] = {**values, **self.pending.get(number, {})}
-                    raise
                 with self.lock:
                     for number, values in batch:
                         if "made" in values:
-                            self.fresh.add(_known_key(number, values["made"]))
+                            has_ark = bool(values.get("ark"))
+                            self.fresh.add(_known_key(number, values["made"], has_ark))
                         if "error" in values:
                             error = values["error"]
                             self.fresh_errors[number] = _crc(error) if error else None
@@ -486,8 +514,9 @@ def matching(fields: list[str], text: str, *, chunk: int = 200) -> Iterator[tupl
         below = rows[-1][0]
 
 
-def count(fields: list[str], text: str, cap: int = COUNT_CAP) -> int:
-    """How many rows match, counted up to ``cap`` + 1."""
+def count(fields: list[str], text: str, cap: int | None = None) -> int:
+    """How many rows match, counted up to ``cap`` + 1 (``COUNT_CAP`` unless told)."""
+    cap = COUNT_CAP if cap is None else cap
     table, where, params = _where(fields, text)
     sql = f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {where} LIMIT %s) AS found"  # noqa: S608
     with connection.cursor() as cursor:

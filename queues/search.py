@@ -79,7 +79,7 @@ LOADING_NOTE = (
     "made or failed while no console ran once their texts are read"
 )
 # Matches of the database's text index counted at most (a page then says "more than").
-COUNT_CAP = jobtext.COUNT_CAP
+COUNT_CAP = 10_000
 # Live matches of each kind whose times are read for a date range.
 DATE_CHECKED = 2000
 # Step-history failures taken, newest first.
@@ -435,6 +435,7 @@ class _Texts:
     pending: dict[int, dict[str, Any]]
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # rows met, by job number
     gone: int = 0
+    capped: bool = False
     _count: int | None = None
 
     def _live(self, chunk: list[tuple[int, dict[str, Any]]]) -> list[int]:
@@ -467,9 +468,12 @@ class _Texts:
         return _unique(heapq.merge(self._from_db(), waiting, reverse=True))
 
     def count(self) -> int:
-        """How many rows match (up to ``COUNT_CAP`` + 1), the rows not written yet counted."""
+        """How many rows match, the rows not written yet counted; at most ``COUNT_CAP``
+        (``capped`` says whether there were more)."""
         if self._count is None:
-            self._count = jobtext.count(self.fields, self.text) + len(self.pending)
+            found = jobtext.count(self.fields, self.text, COUNT_CAP) + len(self.pending)
+            self.capped = found > COUNT_CAP
+            self._count = min(found, COUNT_CAP)
         return self._count
 
     def matches(self, number: int) -> bool:
@@ -505,6 +509,7 @@ class _Jobs:
     one: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
     exact: set[int] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
+    overlap: bool = False
 
     def add(self, number: int, why: str, value: str) -> None:
         found = self.one.setdefault(number, [])
@@ -520,14 +525,23 @@ class _Jobs:
         return False
 
     def count(self) -> int:
-        """How many jobs were found (each once; the text index's matches up to
-        ``COUNT_CAP``). With runs, the text matches are looked up in them one by one (at
-        most ``COUNT_CAP``); without, the single finds are looked up in the text matches."""
+        """How many jobs were found, each once: the runs' lengths, and the text index's
+        matches (at most ``COUNT_CAP``) and the single finds not in them. Text matches beside
+        runs are looked up in the runs one by one when they are at most ``LOOK_AT_MOST``;
+        more are added as counted (``overlap`` says a job may then be counted twice)."""
         extra = set(self.one)
         texts = self.texts
         if self.runs:
             if texts is not None:
-                extra.update(islice(texts.matching(), COUNT_CAP))
+                if texts.count() <= LOOK_AT_MOST:
+                    extra.update(texts.matching())
+                else:
+                    self.overlap = True
+                    return (
+                        sum(hi - lo for _k, lo, hi in self.runs)
+                        + texts.count()
+                        + sum(1 for n in self.one if not self.in_runs(n))
+                    )
             return sum(hi - lo for _k, lo, hi in self.runs) + sum(
                 1 for n in extra if not self.in_runs(n)
             )
@@ -623,8 +637,12 @@ def _live_jobs(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> _Jo
         if not idx.filling:
             idx.sync()  # what is new since the last look goes to the feed, searched below
         found.texts = _Texts(idx, fields, text, feed.pending_matching(fields, folded))
-        if found.texts.count() > COUNT_CAP:
-            found.notes.append(f"more than {COUNT_CAP:,} jobs hold this text: the newest shown")
+        found.texts.count()
+        if found.texts.capped:
+            found.notes.append(
+                f"more than {COUNT_CAP:,} jobs hold this text: {COUNT_CAP:,} counted, "
+                "the newest shown first"
+            )
         if idx.filling:
             found.notes.append(LOADING_NOTE)
         status = feed.status()
@@ -728,6 +746,8 @@ def _jobs_section(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> 
     else:
         total = found.count()
         shown = [f"jid{n:010d}" for n in islice(found.newest(), start, start + PER_PAGE)]
+    if found.overlap:
+        notes.append("counted by field: a job that matches in more than one may count twice")
     section = Section("jobs", _job_rows(zk, shown, found), total, page, notes)
     return section
 
