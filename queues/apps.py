@@ -23,7 +23,8 @@ class QueuesConfig(AppConfig):
         )
         # Every read index hands what it reads of a job to the search's text index in the
         # database from its first read on (the writer starts with the web process's fill).
-        from queues import jobtext
+        # The failed causes take the Failed jobs' statuses the index reads likewise.
+        from queues import failure_causes, jobtext
         from queues.zk import index as zindex
 
-        zindex.NEW_INDEX_HOOKS.append(jobtext.attach)
+        zindex.NEW_INDEX_HOOKS += [jobtext.attach, failure_causes.attach]

@@ -13,7 +13,7 @@ Fed from the read index (``queues/zk/index.py``), never from a walk of ZooKeeper
 - the index reads a job's ``configuration`` and ``identifiers`` once, when a watch of a state
   folder shows it new (``sync_jobs``), and the ``identifiers`` again when a job without an ARK
   passes Processing; each read hands the texts to ``text_sink``. A Failed job's status is read
-  when it is new in Failed (``failed_numbers``) and its message handed to ``error_sink``.
+  when it is new in Failed (``failed_numbers``) and handed to the ``status_sinks``.
 - ``Feed`` keeps those in memory (``pending``, at most ``MAX_PENDING`` rows) and a writer
   thread upserts them in transactions of ``WRITE_BATCH``. When the database is down the writer
   waits (back-off up to ``MAX_BACKOFF`` seconds, the reason kept for ``status()``) and the
@@ -111,7 +111,7 @@ class Feed:
         self.progress = Progress()
         self.writing = threading.Lock()  # held while a batch is written
         idx.text_sink = self.take_texts
-        idx.error_sink = self.take_errors
+        idx.status_sinks.append(self.take_statuses)
         self.threads: list[threading.Thread] = []
         if start:
             self.start()
@@ -194,6 +194,13 @@ class Feed:
             self.progress.waiting = len(self.pending)
             self.progress.missed = len(self.missed) + len(self.missed_errors)
         self.wake.set()
+
+    def take_statuses(self, statuses: list[tuple[int, dict[str, Any], Any]]) -> None:
+        messages = []
+        for number, status, _stat in statuses:
+            message = status.get("message")
+            messages.append((number, message if isinstance(message, str) else ""))
+        self.take_errors(messages)
 
     def take_errors(self, messages: list[tuple[int, str]]) -> None:
         with self.lock:
@@ -420,7 +427,8 @@ class Feed:
         self.idx.jobs_changed.set()
         if self.idx.text_sink == self.take_texts:
             self.idx.text_sink = None
-            self.idx.error_sink = None
+        if self.take_statuses in self.idx.status_sinks:
+            self.idx.status_sinks.remove(self.take_statuses)
 
 
 _feeds: dict[int, Feed] = {}

@@ -659,7 +659,9 @@ class ReadIndex:
         # (number, message): the console's database text index is fed from here
         # (``queues/jobtext.py``). It must not block: it runs on the reader's thread.
         self.text_sink: Callable[[list[JobText]], None] | None = None
-        self.error_sink: Callable[[list[tuple[int, str]]], None] | None = None
+        # Called with each Failed job's status as it is read new in Failed (job number, the
+        # decoded status, its stat): the search's error texts, the failed causes' signatures.
+        self.status_sinks: list[Callable[[list[tuple[int, dict[str, Any], Any]]], None]] = []
         # Set by every watch event of a job state folder: a feeder waits on it instead of
         # polling (``queues/jobtext.py``).
         self.jobs_changed = threading.Event()
@@ -1548,7 +1550,7 @@ class ReadIndex:
                     [paths.job_node(j, n) for j in part for n in ("bid", "status")],
                 )
                 fresh: dict[int, FailedFacts] = {}
-                messages: list[tuple[int, str]] = []
+                statuses: list[tuple[int, dict[str, Any], Any]] = []
                 for jid in part:
                     bid_read = reads[paths.job_node(jid, "bid")]
                     status_read = reads[paths.job_node(jid, "status")]
@@ -1563,9 +1565,9 @@ class ReadIndex:
                         continue
                     step = _failing_step(status.get("last_successful_status"))
                     fresh[int(jid[3:])] = self._share((bid, step), FailedFacts)
-                    messages.append((int(jid[3:]), _text(status.get("message"))))
-                if self.error_sink is not None and messages:
-                    self.error_sink(messages)
+                    statuses.append((int(jid[3:]), status, status_read[1]))
+                for sink in list(self.status_sinks) if statuses else ():
+                    sink(statuses)
                 known.update(fresh)
                 with self._lock:
                     self._failed.update(fresh)  # pages asking meanwhile see what is read
