@@ -294,17 +294,7 @@ class Feed:
                         self.wake.wait(5.0)
                         self.wake.clear()
                     continue
-                with self.lock:
-                    for number, values in batch:
-                        if "made" in values:
-                            has_ark = bool(values.get("ark"))
-                            self.fresh.add(_known_key(number, values["made"], has_ark))
-                        if "error" in values:
-                            error = values["error"]
-                            self.fresh_errors[number] = _crc(error) if error else None
-                    self._merge_fresh()
-                    self.progress.written += len(batch)
-                    self.progress.waiting = len(self.pending)
+                self._written(batch)
                 backoff = 0.5
                 self.progress.reason = ""
             except Exception as exc:
@@ -317,6 +307,31 @@ class Feed:
                 self.stopped.wait(backoff)
                 backoff = min(MAX_BACKOFF, backoff * 2)
         connection.close()
+
+    def _written(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
+        with self.lock:
+            for number, values in batch:
+                if "made" in values:
+                    has_ark = bool(values.get("ark"))
+                    self.fresh.add(_known_key(number, values["made"], has_ark))
+                if "error" in values:
+                    error = values["error"]
+                    self.fresh_errors[number] = _crc(error) if error else None
+            self._merge_fresh()
+            self.progress.written += len(batch)
+            self.progress.waiting = len(self.pending)
+
+    def write_pending(self) -> int:
+        """Write every row taken so far on the calling thread's connection (in its
+        transaction), not the writer's; how many. For a process that starts no writer (tests
+        that measure pages inside one transaction)."""
+        count = 0
+        with self.writing:
+            while batch := self._take_batch():
+                self._write(batch)
+                self._written(batch)
+                count += len(batch)
+        return count
 
     def _read_missed(self) -> bool:
         """Read again from ZooKeeper a chunk of the jobs whose texts did not fit in memory;
