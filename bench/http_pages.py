@@ -121,13 +121,32 @@ PAGES: list[tuple[str, str, str]] = [
     ("job list, one collection", "page", "/jobs/?state={largest}&profile=bench_collection_03"),
     ("job page", "page", "/jobs/{jid}/"),
     ("job priority", "page", "/jobs/{jid}/priority/"),
+    ("job list, one submitter", "page", "/jobs/?state={largest}&submitter=user007"),
+    ("job list, every state, one submitter", "page", "/jobs/?submitter=user007"),
+    ("job list, one batch", "page", "/jobs/?bid={bid}"),
+    ("job list, priority", "page", "/jobs/?state={largest}&priority=5"),
+    ("job list, in state an hour", "page", "/jobs/?state={largest}&min_age_hours=1"),
+    ("job list, newest first", "page", "/jobs/?state={largest}&sort=newest"),
+    ("job list, stuck only", "page", "/jobs/?stuck=on"),
+    ("batch list, one state", "page", "/batches/?state=Completed"),
+    ("batch list, one collection", "page", "/batches/?profile=bench_collection_03"),
+    ("batch list, one submitter", "page", "/batches/?submitter=user007"),
+    ("batch list, title", "page", "/batches/?q={batch_title}"),
     ("search by local id", "search", "/search/?q={local}"),
     ("search by ARK", "search", "/search/?q={ark}"),
+    ("search by title", "search", "/search/?q={title}&field=title"),
+    ("search by file name", "search", "/search/?q={filename}&field=filename"),
+    ("search by error text", "search", "/search/?q={error}&field=error"),
+    ("search by submitter", "page", "/search/?q=user007&field=submitter"),
+    ("search, no field", "search", "/search/?q={title}"),
     ("job list search, local id", "page", "/jobs/?q={local}"),
     ("job list search, ARK", "page", "/jobs/?q={ark}"),
     ("failed, by batch", "page", "/failed/"),
     ("failed, by step", "page", "/failed/?group=step"),
     ("failed, one batch open", "page", "/failed/?group=batch&open={failed_bid}"),
+    ("failed, one batch", "page", "/failed/?bid={failed_bid}"),
+    ("failed, one collection", "page", "/failed/?profile=bench_collection_03"),
+    ("failed, one step", "page", "/failed/?step=Storing"),
     ("failed causes", "page", "/failed/causes/"),
     ("stuck", "page", "/stuck/"),
     ("consumers", "page", "/consumers/"),
@@ -168,6 +187,10 @@ PAGES: list[tuple[str, str, str]] = [
 SEARCHES = (
     "search by local id",
     "search by ARK",
+    "search by title",
+    "search by file name",
+    "search by error text",
+    "search, no field",
     "job list search, local id",
     "job list search, ARK",
     "api jobs, search",
@@ -183,10 +206,13 @@ class Targets:
     bids: list[str]
     failed_bids: list[str]
     searched: list[str]  # Completed jobs searched for (they have a local ID and an ARK)
+    failed_jids: list[str] = field(default_factory=list)  # Failed jobs searched for by error
 
     def url(self, template: str, i: int) -> tuple[str, str]:
         """The URL of the i-th request, and the job ID it must show ("" when none)."""
         jid = self.searched[i % len(self.searched)]
+        if "{error}" in template:
+            jid = self.failed_jids[i % len(self.failed_jids)]
         values = {
             "largest": self.largest,
             "jid": self.jids[i % len(self.jids)],
@@ -194,8 +220,15 @@ class Targets:
             "failed_bid": self.failed_bids[i % len(self.failed_bids)],
             "local": f"local-{jid[-7:]}",
             "ark": f"ark:/99999/fk4{jid[-8:]}",
+            # The loader's texts (bench/loader.py): each names its job; a title names the last
+            # six digits, so at 1,000,000 jobs two jobs may share one.
+            "title": f"Object {jid[-6:]}".replace(" ", "+"),
+            "filename": f"{jid}.bin",
+            "error": f"benchmark+of+{jid}",
+            "batch_title": f"Benchmark+batch+{self.bids[i % len(self.bids)][-6:]}",
         }
-        wanted = jid if ("{local}" in template or "{ark}" in template) else ""
+        searched = ("{local}", "{ark}", "{title}", "{filename}", "{error}")
+        wanted = jid if any(key in template for key in searched) else ""
         return template.format(**values), wanted
 
 
@@ -225,6 +258,7 @@ class Console:
 
         self.port = free_port()
         self.started_at = time.monotonic()
+        self.log_offset = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [
@@ -337,6 +371,18 @@ class Console:
         if kind == "search" and response.status_code == 302:
             return elapsed, 200, f"redirected to {response.headers.get('Location', '')}"
         return elapsed, response.status_code, body
+
+    def wait_until_written(self, timeout: float = FILL_TIMEOUT) -> float:
+        """Seconds from the start until the search's text index in the database has every
+        job the fill read (its "caught up" line in daphne's log since this start)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.log.open("rb") as log:
+                log.seek(self.log_offset)
+                if b"search text index: caught up" in log.read():
+                    return time.monotonic() - self.started_at
+            time.sleep(1.0)
+        raise RuntimeError("the search text index did not catch up")
 
     def filling(self) -> bool:
         """Whether the read index's background fill is still under way (``/api/failed``)."""
@@ -566,6 +612,7 @@ def load_queue(size: int, batches: int, scratch: Path) -> Queue:
         bids=rng.sample(result.batches, min(25, len(result.batches))),
         failed_bids=failed_bids or result.batches[:1],
         searched=rng.sample(states["Completed"], 25),
+        failed_jids=rng.sample(sorted(failed), min(25, len(failed))),
     )
     facts = {
         "size": size,
@@ -602,17 +649,34 @@ def _kept_queue(server: Any, facts: dict[str, Any]) -> Queue:
     )
     mntr = four_letter(server.port, "mntr") or ""
     count = re.search(r"zk_znode_count\s+(\d+)", mntr)
+    targets = Targets(**facts["targets"])
+    if not targets.failed_jids:  # a queue.json written before they were picked
+        targets.failed_jids = _failed_jids(server.hosts)
     return Queue(
         size=facts["size"],
         batches=facts["batches"],
         server=server,
-        targets=Targets(**facts["targets"]),
+        targets=targets,
         load_seconds=facts["load_seconds"],
         nodes=facts["nodes"],
         znodes=count.group(1) if count else "?",
         snapshot_mib=snapshots[-1].stat().st_size / 1024**2 if snapshots else float("nan"),
         data_mib=_folder_mib(server.directory / "data"),
     )
+
+
+def _failed_jids(hosts: str) -> list[str]:
+    """25 Failed jobs of a loaded queue, picked as the other targets are."""
+    from queues.zk import client as zkmod
+
+    client = zkmod.connect(hosts)
+    try:
+        names = client.get_children("/jobs/states/failed")
+    finally:
+        client.stop()
+        client.close()
+    jids = sorted(name.rsplit("-", 1)[-1] for name in names)
+    return random.Random(7).sample(jids, min(25, len(jids)))
 
 
 def prepare_database(env: dict[str, str]) -> str:
@@ -791,6 +855,7 @@ def targets_of(result: Any, hosts: str) -> Targets:
         bids=rng.sample(result.batches, min(25, len(result.batches))),
         failed_bids=failed_bids or result.batches[:1],
         searched=rng.sample(states["Completed"], 25),
+        failed_jids=rng.sample(sorted(failed), min(25, len(failed))),
     )
 
 
@@ -990,6 +1055,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         "--stop-zk", action="store_true", help="with --zk-dir: stop the kept servers at the end"
     )
     args = parser.parse_args(argv)
+    began_load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     sizes = sorted(set(args.sizes + ([1_000_000] if args.huge else [])))
     # 10.5 million nodes at 1,000,000 jobs: with 3 GB the server's collector paused long
     # enough for the loader's session to drop at 776,000 jobs.
@@ -1024,8 +1090,20 @@ def main(argv: list[str] | None = None) -> list[str]:
                 consoles.append(console)
             figures = {q.size: {n: Timings() for n, _k, _t in PAGES} for q in queues}
             starts: dict[int, tuple[float, float]] = {}
+            written: dict[int, float] = {}
             for console, queue in zip(consoles, queues, strict=True):
                 console.start()
+                console.log_in()
+                # The first start on an empty database writes every job's texts (as the first
+                # start of a console of this version does); the restarts below find them.
+                console.wait_until_filled()
+                written[queue.size] = console.wait_until_written()
+                print(
+                    f"  {queue.size}: search texts written {written[queue.size]:.0f} s after "
+                    "the first start",
+                    flush=True,
+                )
+                console.restart()
                 console.log_in()
                 if not args.no_cold:
                     print(f"cold pass, {queue.size} jobs (daphne restarted before each page)")
@@ -1078,7 +1156,9 @@ def main(argv: list[str] | None = None) -> list[str]:
                     first, filled = starts[queue.size]
                     lines.append(
                         f"{queue.size} jobs: daphne answered {first:.1f} s after it was started, "
-                        f"read index filled after {filled:.1f} s"
+                        f"read index filled after {filled:.1f} s; on an empty database, the "
+                        f"search's text index held every job {written[queue.size]:.0f} s after "
+                        "the first start"
                     )
                     lines.append(
                         f"  web RSS: {rss_filled[queue.size]:.0f} MiB once filled, "
@@ -1119,6 +1199,9 @@ def main(argv: list[str] | None = None) -> list[str]:
     for line in lines:
         print(line)
     print(f"Machine: {machine()}")
+    # The machine is shared: its load average beside the figures, at the start and the end.
+    ended = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"Load average (1, 5, 15 min): {began_load} at the start, {ended} at the end")
     return lines
 
 

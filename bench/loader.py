@@ -145,11 +145,13 @@ def _sequential(zk: Client, prefix: str, count: int, *, per_request: int = 250) 
     return found
 
 
-def _job_status(state: str, rng: random.Random, stamp: str) -> dict[str, Any]:
+def _job_status(state: str, rng: random.Random, stamp: str, jid: str = "") -> dict[str, Any]:
     steps = JOB_STEPS
     if state == JobState.FAILED:
         last = rng.choice(steps[:-2])
-        message = f"{steps[steps.index(last) + 1]}: simulated failure for the benchmark"
+        # The job's ID makes each message findable by error text alone; the failed causes page
+        # takes job IDs out of a message, so its groups are those of one message per step.
+        message = f"{steps[steps.index(last) + 1]}: simulated failure for the benchmark of {jid}"
     elif state == JobState.HELD:
         last, message = None, "collection held"
     elif state == JobState.PENDING:
@@ -321,7 +323,7 @@ def _job_request(
         "filename": f"{jid}.bin",
         "batch_id": bid,
     }
-    status = _job_status(state, rng, stamp)
+    status = _job_status(state, rng, stamp, jid)
     reached = (
         state if state in JOB_STEPS else (status["last_successful_status"] or JobState.PENDING)
     )

@@ -404,6 +404,9 @@ MRT_RETENTION_SWEEP_SECONDS = env_float("MRT_RETENTION_SWEEP_SECONDS", 3600.0)
 # p95 (never under MIN), or past STUCK_SECONDS while a step's history is thin; consumer processes
 # rewrite their registration this often, with this version (empty: git describe).
 MRT_STEP_HISTORY_DAYS = env_float("MRT_STEP_HISTORY_DAYS", 30.0)
+# The search's text index in the database (queues/jobtext.py) follows the queue this many
+# seconds after a watch said a job state folder changed (a search reads what is new itself).
+MRT_SEARCH_FEED_SECONDS = env_float("MRT_SEARCH_FEED_SECONDS", 10.0)
 MRT_STUCK_SECONDS = env_float("MRT_STUCK_SECONDS", 3600.0)
 MRT_STUCK_FACTOR = env_float("MRT_STUCK_FACTOR", 3.0)
 MRT_STUCK_MIN_SECONDS = env_float("MRT_STUCK_MIN_SECONDS", 300.0)

@@ -21,3 +21,10 @@ class QueuesConfig(AppConfig):
                 hosts, settings.MRT_VAR_DIR, settings.ZK_LOCAL_PORT
             ),
         )
+        # Every read index hands what it reads of a job to the search's text index in the
+        # database from its first read on (the writer starts with the web process's fill).
+        # The failed causes take the Failed jobs' statuses the index reads likewise.
+        from queues import failure_causes, jobtext
+        from queues.zk import index as zindex
+
+        zindex.NEW_INDEX_HOOKS += [jobtext.attach, failure_causes.attach]

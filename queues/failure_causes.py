@@ -154,15 +154,24 @@ class _Seen:
                     raw = decode_json(path, found[0])
                 except MalformedNode:
                     continue
-                if not isinstance(raw, dict):
-                    continue
-                status = Status(raw=raw, version=found[1].version, mtime=stamp(found[1].mtime))
-                sig_index = self.intern(signature(status.message))
-                when = max(0, int((status.last_modified or status.mtime).timestamp()))
-                self.facts[number] = sig_index << WHEN_BITS | when
-                sample = self.samples.get(sig_index)
-                if sample is None or self.when(sample[0]) <= when:
-                    self.samples[sig_index] = (number, status.message)
+                if isinstance(raw, dict):
+                    self.remember(number, raw, found[1])
+
+    def remember(self, number: int, raw: dict[str, Any], stat: Any) -> None:
+        status = Status(raw=raw, version=stat.version, mtime=stamp(stat.mtime))
+        sig_index = self.intern(signature(status.message))
+        when = max(0, int((status.last_modified or status.mtime).timestamp()))
+        self.facts[number] = sig_index << WHEN_BITS | when
+        sample = self.samples.get(sig_index)
+        if sample is None or self.when(sample[0]) <= when:
+            self.samples[sig_index] = (number, status.message)
+
+    def take(self, statuses: list[tuple[int, dict[str, Any], Any]]) -> None:
+        """The statuses the read index read of jobs new in Failed (its fill reads every Failed
+        job's at a start): what the page would otherwise read again itself."""
+        with self.lock:
+            for number, raw, stat in statuses:
+                self.remember(number, raw, stat)
 
     def when(self, number: int) -> int:
         return self.facts.get(number, 0) & WHEN_MASK
@@ -202,12 +211,20 @@ def _messages(zk: Any, numbers: list[int]) -> dict[int, str]:
     return found
 
 
-def _build(zk: Any, matches: selectors.FailedMatches, keep: Container[int] | None) -> FailureCauses:
+def attach(idx: Any) -> None:
+    """Take the Failed jobs' statuses ``idx`` reads (``zindex.NEW_INDEX_HOOKS``)."""
+    idx.status_sinks.append(_seen_for(idx).take)
+
+
+def _build(
+    zk: Any, matches: selectors.FailedMatches, keep: Container[int] | None, *, read: bool = True
+) -> FailureCauses:
     seen = _seen_for(zindex.for_client(zk))
     numbers = matches.numbers
     with seen.lock:
         facts = seen.facts
-        seen.read(zk, [n for n in numbers if n not in facts])
+        if read:
+            seen.read(zk, [n for n in numbers if n not in facts])
         if keep is not None:
             seen.forget_except(keep)
         # (step, signature index) -> places in the matches
@@ -269,7 +286,10 @@ def failure_causes(
     zk = zk if zk is not None else connected_client()
     idx = zindex.for_client(zk)
     if idx.filling:
-        return _build(zk, selectors._failed_matches(zk, bid=bid, profile=profile, step=step), None)
+        # The fill reads every Failed job's status and hands it here: the groups of what it
+        # has read, the rest counted as not read yet (the page says the index is loading).
+        matches = selectors._failed_matches(zk, bid=bid, profile=profile, step=step)
+        return _build(zk, matches, None, read=False)
 
     def build() -> FailureCauses:
         matches = selectors._failed_matches(zk, bid=bid, profile=profile, step=step)

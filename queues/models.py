@@ -141,6 +141,30 @@ class ArchivedLocalId(models.Model):
         return self.value
 
 
+class JobText(models.Model):
+    """The searched texts of a live job (``queues/jobtext.py``): what never changes once the job
+    is made (title, file name, submitter, local IDs), its ARK once minted, and the status
+    message it last failed with. Not queue state: a copy, fed from the read index as it reads
+    jobs, so the search reaches every job however old; rows of jobs gone from ZooKeeper are
+    taken away when a search meets them. Searched by a part of any field through SQLite's FTS5
+    (trigram) table ``queues_jobtext_fts`` kept by triggers, or PostgreSQL's ``pg_trgm``
+    indexes (migration 0010)."""
+
+    number = models.BigIntegerField(primary_key=True)  # the job ID's ten digits
+    # When the job's configuration was made (ms since the epoch): a ZooKeeper made afresh
+    # numbers its jobs from 1 again, and a row of an earlier job of the number is rewritten.
+    made = models.BigIntegerField(default=0)
+    title = models.TextField(blank=True)
+    filename = models.TextField(blank=True)
+    submitter = models.TextField(blank=True)
+    local_ids = models.TextField(blank=True)  # one a line
+    ark = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return f"jid{self.number:010d}"
+
+
 class StepRecord(models.Model):
     """One step a consumer daemon ran on one item (the step history, ``queues/history.py``).
 

@@ -9,29 +9,34 @@ nothing here walks every job in ZooKeeper):
   (``jid00012`` finds every job from ``jid0001200000`` to ``jid0001299999``); batch IDs and a
   batch's own ID (Merritt's ``bid-…`` or a UUID) by prefix among the live batches, whose
   submissions are read once each. ARK and local ID exactly (any case) through the read index's
-  map of every live job's keys, and by prefix among the ``RECENT_JOBS`` newest live jobs.
+  map of every live job's keys, and by a part of them in the database's text index.
 - **Submitter**: a part of it, over every live job (the read index's table of distinct
   collection/submitter pairs) and every live batch.
-- **Title and file name**: a part of them, over every live batch and the ``RECENT_JOBS`` newest
-  live jobs (their configuration, read once per job: neither ever changes).
-- **Error text**: a part of it, in the status message of the ``RECENT_FAILED`` newest Failed
-  jobs and of every Failed batch, and in the step history's failures (``StepRecord.detail``,
-  kept ``MRT_STEP_HISTORY_DAYS``), which covers older failures of this console's daemons.
+- **Title and file name**: a part of them, over every live batch and every live job (the
+  database's text index, ``queues/jobtext.py``: an FTS5 trigram table on SQLite, ``pg_trgm``
+  on PostgreSQL, fed from what the read index reads as its watches show new jobs).
+- **Error text**: a part of it, in the message every live job last failed with (the text
+  index, fed as the read index reads jobs new in Failed), of every Failed batch, and in the
+  step history's failures (``StepRecord.detail``, kept ``MRT_STEP_HISTORY_DAYS``).
 - **Archived** jobs and batches (``queues/archive.py``): every field, in the database.
 - **Dates**: created, or last changed (finished, failed, or any other move), between two days;
   checked for the ``DATE_CHECKED`` newest live matches of each kind (the page says when there
   were more) and for every archived one.
 
+The text index's matches are read newest first a chunk at a time, as a page needs them, each
+checked to be still listed in a state folder (a row of a job gone is taken away), and counted
+up to ``COUNT_CAP``. A text of three characters or more is found through the index; a shorter
+one is a scan of the table (SQLite) that stops at a page of matches.
+
 Each kind of result (live jobs, live batches, archived jobs, archived batches) is paged on its
 own, newest first; the page says what was searched where it is less than everything.
 
-The texts searched by a part (the newest jobs' local ID, title and file name, the newest Failed
-jobs' messages, every live batch's fields) are prepared once per change of the read index's
-listings they come from, as case-folded lines in one string (``_Lines``): a search finds the
-lines holding its text with ``str.find`` and tries only those, and reads a page of results off
-the first of them, so a warm search costs the same whether the windows are full or not
-(``tests/scale/test_search_flat.py``). On a queue that changes between two searches, the first
-search after the change prepares the lines again.
+The batches' texts searched by a part (every live batch's fields) are prepared once per
+change of the read index's listings they come from, as case-folded lines in one string
+(``_Lines``): a search finds the lines holding its text with ``str.find`` and tries only
+those, and reads a page of results off the first of them (``tests/scale/test_search_flat.py``).
+On a queue that changes between two searches, the first search after the change prepares the
+lines again.
 """
 
 from __future__ import annotations
@@ -42,8 +47,7 @@ import threading
 import weakref
 from array import array
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from itertools import islice
@@ -52,8 +56,8 @@ from typing import Any
 from django.urls import reverse
 from django.utils import timezone
 
-from queues import archive
-from queues.states import JOB, BatchState, JobState
+from queues import archive, jobtext
+from queues.states import JOB, BatchState
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
 from queues.zk.batches import batches_load
@@ -68,15 +72,14 @@ PER_PAGE = 25
 MAX_TEXT = 300  # the header box's maxlength
 MIN_TEXT = 2
 MAX_PAGE = 10_000
-# Newest live jobs whose title, file name and local ID are searched by a part of them.
-RECENT_JOBS = 5000
-# Said while the read index fills after a start, when only IDs are looked up.
+# Said while the read index fills after a start: jobs are searched in the database's text
+# index, which lacks only what was made or failed while no console ran.
 LOADING_NOTE = (
-    "the read index is still loading: job, batch and ARK or local IDs are looked up; titles, "
-    "file names, batch fields and error texts are searched once it has loaded"
+    "the read index is still loading: batch fields are searched once it has loaded, and jobs "
+    "made or failed while no console ran once their texts are read"
 )
-# Newest Failed jobs whose status message is searched.
-RECENT_FAILED = 1000
+# Matches of the database's text index counted at most (a page then says "more than").
+COUNT_CAP = 10_000
 # Live matches of each kind whose times are read for a date range.
 DATE_CHECKED = 2000
 # Step-history failures taken, newest first.
@@ -353,14 +356,8 @@ class _Kept:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.jobs: OrderedDict[int, tuple[str, str, str]] = OrderedDict()
         self.batches: dict[str, _BatchText] = {}
-        self.failed_keys: array[int] | None = None
-        self.failed: _Lines = _Lines.of([], [])
         self.batch_messages: dict[str, tuple[int, str]] = {}  # bid -> (status mtime, message)
-        # The newest jobs' lines (local ID, title, file name), for these state listings and
-        # window size, and how many jobs the window held.
-        self.window: tuple[tuple[array[int], ...], int, _Lines, int] | None = None
         # Every live batch's lines, for this batch list and these batch states.
         self.batch_lines: tuple[list[str], Any, _Lines] | None = None
 
@@ -415,27 +412,104 @@ def _unique(numbers: Iterable[int]) -> Iterator[int]:
             last = n
 
 
-@dataclass(frozen=True)
-class _Window:
-    """Prepared lines and the pattern of a search over them, with what a match says."""
+# The database's text index names a field by its column; a match says it by these names.
+_DB_FIELDS = {
+    "title": "title",
+    "filename": "file name",
+    "submitter": "submitter",
+    "local_ids": "local ID",
+    "ark": "ARK",
+    "error": "error",
+}
 
-    lines: _Lines
-    pattern: _Match
-    explain: Callable[[tuple[str, ...]], list[tuple[str, str]]]
+
+@dataclass
+class _Texts:
+    """Live jobs whose texts in the database's text index (``queues/jobtext.py``) hold the
+    search's text in ``fields``, newest first, with the rows the feed has not written yet;
+    rows of jobs no longer listed in any state folder are taken away as they are met."""
+
+    idx: zindex.ReadIndex
+    fields: list[str]
+    text: str
+    pending: dict[int, dict[str, Any]]
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # rows met, by job number
+    gone: int = 0
+    capped: bool = False
+    _count: int | None = None
+
+    def _live(self, chunk: list[tuple[int, dict[str, Any]]]) -> list[int]:
+        jids = {f"jid{n:010d}": n for n, _v in chunk}
+        live = self.idx.job_states_of(jids)
+        dead = [n for j, n in jids.items() if j not in live]
+        if dead:
+            self.gone += len(dead)
+            jobtext.forget(dead)
+        found = []
+        for n, values in chunk:
+            if f"jid{n:010d}" in live:
+                self.rows[n] = values
+                found.append(n)
+        return found
+
+    def _from_db(self) -> Iterator[int]:
+        chunk: list[tuple[int, dict[str, Any]]] = []
+        for item in jobtext.matching(self.fields, self.text):
+            chunk.append(item)
+            if len(chunk) >= 100:
+                yield from self._live(chunk)
+                chunk = []
+        if chunk:
+            yield from self._live(chunk)
+
+    def matching(self) -> Iterator[int]:
+        newest = sorted(self.pending, reverse=True)
+        waiting = self._live([(n, self.pending[n]) for n in newest]) if newest else []
+        return _unique(heapq.merge(self._from_db(), waiting, reverse=True))
+
+    def count(self) -> int:
+        """How many rows match, the rows not written yet counted; at most ``COUNT_CAP``
+        (``capped`` says whether there were more)."""
+        if self._count is None:
+            found = jobtext.count(self.fields, self.text, COUNT_CAP) + len(self.pending)
+            self.capped = found > COUNT_CAP
+            self._count = min(found, COUNT_CAP)
+        return self._count
+
+    def matches(self, number: int) -> bool:
+        values = self.rows.get(number) or self.pending.get(number)
+        if values is None:
+            found = jobtext.Row.objects.filter(number=number).values(*jobtext.FIELDS).first()
+            values = self.rows[number] = found or {}
+        folded = self.text.casefold()
+        return any(folded in (values.get(f) or "").casefold() for f in self.fields)
+
+    def why(self, number: int) -> list[tuple[str, str]]:
+        if not self.matches(number):
+            return []
+        folded = self.text.casefold()
+        found = []
+        for name in self.fields:
+            values = self.rows.get(number) or self.pending.get(number) or {}
+            for value in str(values.get(name) or "").split("\n"):
+                if value and folded in value.casefold():
+                    found.append((_DB_FIELDS[name], value))
+        return found
 
 
 @dataclass
 class _Jobs:
     """Live jobs found: many at once as runs of a listing's by-age keys (a job ID prefix, a
-    submitter), as the matching lines of windows of prepared texts (newest first), the others
-    one by one with the fields they matched."""
+    submitter), as the matches of the database's text index (newest first), the others one
+    by one with the fields they matched."""
 
     runs: list[tuple[array[int], int, int]] = field(default_factory=list)
     runs_why: str = ""
-    windows: list[_Window] = field(default_factory=list)
+    texts: _Texts | None = None
     one: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
     exact: set[int] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
+    overlap: bool = False
 
     def add(self, number: int, why: str, value: str) -> None:
         found = self.one.setdefault(number, [])
@@ -451,110 +525,43 @@ class _Jobs:
         return False
 
     def count(self) -> int:
-        """How many jobs were found (each once). The first window's matches are counted in
-        C; the other windows' and the single finds are looked up in it one by one (they are
-        few: exact keys, error texts), unless runs were found too."""
+        """How many jobs were found, each once: the runs' lengths, and the text index's
+        matches (at most ``COUNT_CAP``) and the single finds not in them. Text matches beside
+        runs are looked up in the runs one by one when they are at most ``LOOK_AT_MOST``;
+        more are added as counted (``overlap`` says a job may then be counted twice)."""
         extra = set(self.one)
-        for window in self.windows[1:]:
-            extra.update(window.lines.matching(window.pattern))
+        texts = self.texts
         if self.runs:
-            if self.windows:
-                first = self.windows[0]
-                extra.update(first.lines.matching(first.pattern))
+            if texts is not None:
+                if texts.count() <= LOOK_AT_MOST:
+                    extra.update(texts.matching())
+                else:
+                    self.overlap = True
+                    return (
+                        sum(hi - lo for _k, lo, hi in self.runs)
+                        + texts.count()
+                        + sum(1 for n in self.one if not self.in_runs(n))
+                    )
             return sum(hi - lo for _k, lo, hi in self.runs) + sum(
                 1 for n in extra if not self.in_runs(n)
             )
-        if not self.windows:
+        if texts is None:
             return len(extra)
-        first = self.windows[0]
-        return first.lines.count(first.pattern) + sum(
-            1 for n in extra if not first.lines.matches(n, first.pattern)
-        )
+        return texts.count() + sum(1 for n in extra if not texts.matches(n))
 
     def newest(self) -> Iterator[int]:
         parts = [_desc(keys, lo, hi) for keys, lo, hi in self.runs]
-        parts += [w.lines.matching(w.pattern) for w in self.windows]
+        if self.texts is not None:
+            parts.append(self.texts.matching())
         parts.append(iter(sorted(self.one, reverse=True)))
         return _unique(heapq.merge(*parts, reverse=True))
 
     def why(self, number: int) -> list[tuple[str, str]]:
         """What a shown job matched (the runs' field aside)."""
         found = list(self.one.get(number, []))
-        for window in self.windows:
-            texts = window.lines.texts_of(number)
-            if texts is not None and window.lines.matches(number, window.pattern):
-                found += [w for w in window.explain(texts) if w not in found]
+        if self.texts is not None:
+            found += [w for w in self.texts.why(number) if w not in found]
         return found
-
-
-def _recent(idx: zindex.ReadIndex, state_list: Iterable[str], count: int) -> list[int]:
-    """The ``count`` newest job numbers listed in these states."""
-    parts = []
-    for state in state_list:
-        keys = idx.job_entries(state, order="oldest").keys
-        parts.append(_desc(keys, max(0, len(keys) - count), len(keys)))
-    return list(islice(_unique(heapq.merge(*parts, reverse=True)), count))
-
-
-def _job_texts(zk: Any, kept: _Kept, numbers: list[int]) -> dict[int, tuple[str, str, str]]:
-    """Title, file name and local ID of each job (read once per job, kept for the newest)."""
-    with kept.lock:
-        known = {n: t for n in numbers if (t := kept.jobs.get(n)) is not None}
-    todo = [n for n in numbers if n not in known]
-    reads = _json_reads(zk, [zpaths.job_node(f"jid{n:010d}", "configuration") for n in todo])
-    fresh = {}
-    for n in todo:
-        found = reads.get(zpaths.job_node(f"jid{n:010d}", "configuration"))
-        if found is not None:
-            config = found[0]
-            fresh[n] = (_text(config, "title"), _text(config, "filename"), _text(config, "localID"))
-    with kept.lock:
-        kept.jobs.update(fresh)
-        while len(kept.jobs) > 2 * RECENT_JOBS:
-            kept.jobs.popitem(last=False)
-    return {**known, **fresh}
-
-
-def _failed_messages(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> _Lines:
-    """Status messages of the newest Failed jobs, newest first, read again (and prepared for
-    search) when the Failed listing changed."""
-    keys = idx.job_entries(JobState.FAILED, order="oldest").keys
-    with kept.lock:
-        if kept.failed_keys is keys:
-            return kept.failed
-    numbers = list(_desc(keys, max(0, len(keys) - RECENT_FAILED), len(keys)))
-    reads = _json_reads(zk, [zpaths.job_node(f"jid{n:010d}", "status") for n in numbers])
-    messages = {}
-    for n in numbers:
-        found = reads.get(zpaths.job_node(f"jid{n:010d}", "status"))
-        if found is not None and _text(found[0], "message"):
-            messages[n] = _text(found[0], "message")
-    lines = _Lines.of(list(messages), [(m,) for m in messages.values()])
-    with kept.lock:
-        kept.failed_keys, kept.failed = keys, lines
-    return lines
-
-
-def _job_window(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> tuple[_Lines, int]:
-    """The ``RECENT_JOBS`` newest live jobs' local ID, title and file name, prepared once
-    per change of any job state listing; and how many jobs the window held."""
-    keys = tuple(idx.job_entries(s, order="oldest").keys for s in JOB.states)
-    with kept.lock:
-        window = kept.window
-        if (
-            window is not None
-            and window[1] == RECENT_JOBS
-            and len(window[0]) == len(keys)
-            and all(a is b for a, b in zip(window[0], keys, strict=True))
-        ):
-            return window[2], window[3]
-    recent = _recent(idx, JOB.states, RECENT_JOBS)
-    texts = _job_texts(zk, kept, recent)
-    numbers = [n for n in recent if n in texts]
-    lines = _Lines.of(numbers, [(texts[n][2], texts[n][0], texts[n][1]) for n in numbers])
-    with kept.lock:
-        kept.window = (keys, RECENT_JOBS, lines, len(recent))
-    return lines, len(recent)
 
 
 def _confirmed_keys(zk: Any, jids: list[str], folded: str) -> dict[int, tuple[str, str]]:
@@ -614,51 +621,34 @@ def _live_jobs(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> _Jo
             if len(entries):
                 found.runs.append((entries.keys, 0, len(entries)))
         found.runs_why = found.runs_why or "submitter"
-    title, filename = query.wants("title"), query.wants("filename")
-    local = query.wants("id") and not id_prefix
-    if (title or filename or local or query.wants("error")) and idx.filling:
-        # Preparing the texts reads thousands of jobs, which while the index fills after a
-        # start would hold the answer for seconds: IDs, ARKs and local IDs are looked up.
-        found.notes.append(LOADING_NOTE)
-        return found
-    if title or filename or local:
-        lines, held = _job_window(zk, idx, kept)
-        contains = [i for i, wanted in ((1, title), (2, filename)) if wanted]
-        pattern = _pattern(folded, contains, [0] if local else [])
-
-        def explain(texts: tuple[str, ...]) -> list[tuple[str, str]]:
-            local_id, title_text, filename_text = texts
-            why = []
-            if title and folded in title_text.casefold():
-                why.append(("title", title_text))
-            if filename and folded in filename_text.casefold():
-                why.append(("file name", filename_text))
-            if local and local_id.casefold().startswith(folded):
-                why.append(("local ID", local_id))
-            return why
-
-        found.windows.append(_Window(lines, pattern, explain))
-        if held == RECENT_JOBS:
-            fields = [
-                name
-                for name, wanted in (
-                    ("title", title),
-                    ("file name", filename),
-                    ("local ID prefix", query.wants("id")),
-                )
-                if wanted
-            ]
-            found.notes.append(f"{', '.join(fields)}: the {RECENT_JOBS:,} newest jobs searched")
-    if query.wants("error"):
-        messages = _failed_messages(zk, idx, kept)
-        found.windows.append(
-            _Window(messages, _pattern(folded, [0]), lambda texts: [("error", texts[0])])
+    fields = [
+        name
+        for name, wanted in (
+            ("title", query.wants("title")),
+            ("filename", query.wants("filename")),
+            ("local_ids", query.wants("id") and not id_prefix),
+            ("ark", query.wants("id") and not id_prefix),
+            ("error", query.wants("error")),
         )
-        if idx.job_count(JobState.FAILED) > RECENT_FAILED:
+        if wanted
+    ]
+    if fields:
+        feed = jobtext.feed_for(idx)
+        if not idx.filling:
+            idx.sync()  # what is new since the last look goes to the feed, searched below
+        found.texts = _Texts(idx, fields, text, feed.pending_matching(fields, folded))
+        found.texts.count()
+        if found.texts.capped:
             found.notes.append(
-                f"error text: the {RECENT_FAILED:,} newest Failed jobs' messages searched, "
-                "and the step history's failures"
+                f"more than {COUNT_CAP:,} jobs hold this text: {COUNT_CAP:,} counted, "
+                "the newest shown first"
             )
+        if idx.filling:
+            found.notes.append(LOADING_NOTE)
+        status = feed.status()
+        if status:
+            found.notes.append(status)
+    if query.wants("error"):
         _history_failures(idx, found, text)
     return found
 
@@ -756,6 +746,8 @@ def _jobs_section(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> 
     else:
         total = found.count()
         shown = [f"jid{n:010d}" for n in islice(found.newest(), start, start + PER_PAGE)]
+    if found.overlap:
+        notes.append("counted by field: a job that matches in more than one may count twice")
     section = Section("jobs", _job_rows(zk, shown, found), total, page, notes)
     return section
 

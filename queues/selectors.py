@@ -13,8 +13,10 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import threading
+import weakref
 from array import array
-from collections import Counter, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -1146,6 +1148,95 @@ def _batches_by_state(bids: list[str], states: dict[str, Any]) -> dict[str, list
     return grouped
 
 
+# A batch's submission never changes: its profile, submitter, title and own ID are read once
+# per batch for the batch list's filters, and forgotten when the batch is gone. Each filter's
+# answer is kept for as long as the read index's batch list (and, for a state, its batch
+# states) are the same objects, so a filtered page asked again costs what an unfiltered one
+# does, whatever the number of batches.
+class _BatchFilters:
+    def __init__(self) -> None:
+        self.submissions: dict[str, tuple[str, str, str, str]] = {}
+        self.filtered: OrderedDict[tuple[Any, ...], tuple[Any, list[str]]] = OrderedDict()
+
+
+# Per read index (one per ZooKeeper client: batch IDs of another queue are other batches).
+_batch_filters: weakref.WeakKeyDictionary[Any, _BatchFilters] = weakref.WeakKeyDictionary()
+_filter_lock = threading.Lock()
+FILTERS_KEPT = 32
+
+
+def _batch_submissions(zk: Any, idx: Any, bids: list[str]) -> dict[str, tuple[str, str, str, str]]:
+    with _filter_lock:
+        kept = _batch_filters.get(idx)
+        if kept is None:
+            kept = _batch_filters[idx] = _BatchFilters()
+        _submissions = kept.submissions
+        todo = [b for b in bids if b not in _submissions]
+    for start in range(0, len(todo), zindex.READ_CHUNK):
+        part = todo[start : start + zindex.READ_CHUNK]
+        reads = read_many(zk, [zpaths.batch_node(b, "submission") for b in part])
+        fresh = {}
+        for b in part:
+            read = reads[zpaths.batch_node(b, "submission")]
+            try:
+                sub = decode_json("submission", read[0]) if read else {}
+            except MalformedNode:
+                sub = {}
+            if not isinstance(sub, dict):
+                sub = {}
+            fresh[b] = (
+                str(sub.get("profile") or ""),
+                str(sub.get("submitter") or "").lower(),
+                str(sub.get("title") or "").lower(),
+                str(sub.get("batchID") or ""),
+            )
+        with _filter_lock:
+            _submissions.update(fresh)
+    with _filter_lock:
+        return {b: found for b in bids if (found := _submissions.get(b)) is not None}
+
+
+def _batches_filtered(
+    zk: Any, idx: Any, bids: list[str], flt: BatchFilter, states: Any
+) -> list[str]:
+    """``bids`` (newest first; of ``states``' state when the filter has one) whose submission
+    matches the filter's profile, submitter and title or own ID, kept per batch list and batch
+    states."""
+    every = idx.batch_ids()
+    key = (flt.state, flt.profile, flt.submitter.lower(), flt.q)
+    basis = (every, states if flt.state else None)
+    with _filter_lock:
+        filters = _batch_filters.get(idx)
+        if filters is None:
+            filters = _batch_filters[idx] = _BatchFilters()
+        _filtered, _submissions = filters.filtered, filters.submissions
+        kept = _filtered.get(key)
+        if kept is not None and kept[0][0] is basis[0] and kept[0][1] is basis[1]:
+            _filtered.move_to_end(key)
+            return list(kept[1])
+    subs = _batch_submissions(zk, idx, bids)
+    submitter, q = flt.submitter.lower(), flt.q
+    keep = []
+    for b in bids:
+        profile, sub_submitter, title, own_id = subs.get(b, ("", "", "", ""))
+        if flt.profile and profile != flt.profile:
+            continue
+        if submitter and submitter not in sub_submitter:
+            continue
+        if q and not (q == own_id or q.lower() in title):
+            continue
+        keep.append(b)
+    with _filter_lock:
+        live = set(every)
+        for gone in [b for b in _submissions if b not in live]:
+            del _submissions[gone]
+        if not flt.state or not idx.filling:  # a state's answer while filling is partial
+            _filtered[key] = (basis, keep)
+        while len(_filtered) > FILTERS_KEPT:
+            _filtered.popitem(last=False)
+    return keep
+
+
 def batches_page(*, flt: BatchFilter, page: int = 1, per_page: int = PER_PAGE) -> Page:
     """Batches newest first, the archived ones among them (``ArchivedBatch`` items, by batch
     ID like the others). Without a filter only the page is loaded; the state filter uses the
@@ -1153,6 +1244,7 @@ def batches_page(*, flt: BatchFilter, page: int = 1, per_page: int = PER_PAGE) -
     number in thousands, not millions); archived batches are filtered by the database."""
     zk = connected_client()
     idx = zindex.for_client(zk)
+    states: Any = None
     if flt.state:
         # While the read index fills after a start: the batches whose state is read so far.
         states = idx.batch_states_now() if idx.filling else idx.batch_states()
@@ -1160,24 +1252,7 @@ def batches_page(*, flt: BatchFilter, page: int = 1, per_page: int = PER_PAGE) -
     else:
         bids = list(reversed(idx.batch_ids()))
     if flt.profile or flt.submitter or flt.q:
-        subs = read_many(zk, [zpaths.batch_node(b, "submission") for b in bids])
-        keep = []
-        for b in bids:
-            read = subs[zpaths.batch_node(b, "submission")]
-            try:
-                sub = decode_json("submission", read[0]) if read else {}
-            except MalformedNode:
-                sub = {}
-            if flt.profile and sub.get("profile") != flt.profile:
-                continue
-            if flt.submitter and flt.submitter.lower() not in str(sub.get("submitter", "")).lower():
-                continue
-            if flt.q and not (
-                flt.q == sub.get("batchID") or flt.q.lower() in str(sub.get("title", "")).lower()
-            ):
-                continue
-            keep.append(b)
-        bids = keep
+        bids = _batches_filtered(zk, idx, bids, flt, states if flt.state else None)
     page = max(1, page)
     start = (page - 1) * per_page
     end = start + per_page

@@ -18,7 +18,7 @@ import logging
 import threading
 from typing import Any
 
-from queues import selectors, stuck
+from queues import jobtext, selectors, stuck
 from queues.zk import index as zindex
 from queues.zk.client import connected_client
 
@@ -28,7 +28,11 @@ log = logging.getLogger(__name__)
 def warm_read_index() -> None:
     try:
         zk = connected_client()
-        zindex.for_client(zk).fill(first=selectors.overview)
+        idx = zindex.for_client(zk)
+        # The search's text index in the database takes what the fill reads of every job
+        # (only the jobs it does not hold yet are written: the backfill after a restart).
+        jobtext.feed_for(idx, start=True)
+        idx.fill(first=selectors.overview)
         # Then the stuck jobs' first count, which reads every working entry's creation time:
         # the overview card and /metrics do not wait for it (stuck.stuck_counts(wait=False)).
         stuck.prime(zk)

@@ -28,8 +28,7 @@ def search(request: HtmxHttpRequest) -> HttpResponse:
     context: dict[str, Any] = {
         "fields": search_module.FIELDS,
         "date_of": search_module.DATE_OF,
-        "recent_jobs": search_module.RECENT_JOBS,
-        "recent_failed": search_module.RECENT_FAILED,
+        "count_cap": search_module.COUNT_CAP,
         "date_checked": search_module.DATE_CHECKED,
     }
     try:

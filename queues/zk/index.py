@@ -492,6 +492,23 @@ class JobFacts(NamedTuple):
     submitter: str
 
 
+class JobText(NamedTuple):
+    """What never changes of a job once it is made (its ``configuration``), and its ARK once
+    minted: handed to the index's text sink (``ReadIndex.text_sink``) as the index reads them.
+    ``whole`` False: an ARK minted since the job's texts were read (the other fields empty).
+    ``made``: when the job's ``configuration`` was created (ms since the epoch), which tells
+    this job from another that had its number in a ZooKeeper made afresh."""
+
+    number: int
+    title: str
+    filename: str
+    submitter: str
+    local_ids: tuple[str, ...]
+    ark: str
+    made: int = 0
+    whole: bool = True
+
+
 class FailedFacts(NamedTuple):
     """A Failed job's batch and the step it failed in (fixed while it stays Failed)."""
 
@@ -545,6 +562,24 @@ def _failing_step(last: Any) -> str:
     if not isinstance(last, str) or not last:
         return str(JobState.PENDING)
     return str(JOB.successor(last) or last)
+
+
+def job_text(
+    number: int, configuration: dict[str, Any], identifiers: dict[str, Any], made: int
+) -> JobText:
+    """The searched texts of a job from its ``configuration`` (created at ``made``, ms since
+    the epoch) and ``identifiers``."""
+    ark = _text(identifiers.get("primary_id")).strip()
+    local_ids = tuple(k for k in search_keys(configuration, identifiers) if k != ark)
+    return JobText(
+        number,
+        _text(configuration.get("title")),
+        _text(configuration.get("filename")),
+        _text(configuration.get("submitter")),
+        local_ids,
+        ark,
+        made,
+    )
 
 
 def search_keys(configuration: dict[str, Any], identifiers: dict[str, Any]) -> list[str]:
@@ -636,6 +671,17 @@ class ReadIndex:
         self._filler: threading.Thread | None = None
         self._fill_stage = ""  # what the background fill is reading now ("" when idle)
         self._filled = False  # a fill has run to its end
+        # Called (on whichever thread read them) with the texts of jobs read for facts and
+        # search (``JobText``), and with the status messages of jobs read new in Failed
+        # (number, message): the console's database text index is fed from here
+        # (``queues/jobtext.py``). It must not block: it runs on the reader's thread.
+        self.text_sink: Callable[[list[JobText]], None] | None = None
+        # Called with each Failed job's status as it is read new in Failed (job number, the
+        # decoded status, its stat): the search's error texts, the failed causes' signatures.
+        self.status_sinks: list[Callable[[list[tuple[int, dict[str, Any], Any]]], None]] = []
+        # Set by every watch event of a job state folder: a feeder waits on it instead of
+        # polling (``queues/jobtext.py``).
+        self.jobs_changed = threading.Event()
         zk.add_listener(self._on_session)
 
     def close(self) -> None:
@@ -655,6 +701,7 @@ class ReadIndex:
             # Facts and space are not watched: they are only ever true per job and state.
 
     def _on_folder_event(self, event: Any) -> None:
+        self.jobs_changed.set()
         with self._lock:
             if not kazoo_private.is_dropped_watch(event):
                 path = event.path or ""
@@ -1419,12 +1466,17 @@ class ReadIndex:
         facts: list[tuple[str, str, str, bool]] = []  # jid, profile, submitter, has an ARK
         keys: list[tuple[str, str]] = []
         arks: list[tuple[str, bool]] = []
+        sink = self.text_sink
+        texts: list[JobText] = []
         for jid in config_jids:
             config = json_of(node(jid, "configuration"))
             if config is None:
                 continue  # gone, or broken: asked again next time
             ids = json_of(node(jid, "identifiers")) or {}
             keys += [(k, jid) for k in search_keys(config, ids)]
+            if sink is not None and (match := _JID.fullmatch(jid)):
+                made = reads[node(jid, "configuration")][1].ctime  # type: ignore[index]
+                texts.append(job_text(int(match.group(1)), config, ids, made))
             facts.append(
                 (
                     jid,
@@ -1437,6 +1489,11 @@ class ReadIndex:
             ids = json_of(node(jid, "identifiers")) or {}
             keys += [(k, jid) for k in search_keys({}, ids)]
             arks.append((jid, bool(_text(ids.get("primary_id")))))
+            ark = _text(ids.get("primary_id")).strip()
+            if sink is not None and ark and (match := _JID.fullmatch(jid)):
+                texts.append(JobText(int(match.group(1)), "", "", "", (), ark, whole=False))
+        if sink is not None and texts:
+            sink(texts)
         number = self.codes.number
         with self._lock:
             # Facts of deleted jobs are never asked for again; a bound keeps them from
@@ -1543,6 +1600,7 @@ class ReadIndex:
                     [paths.job_node(j, n) for j in part for n in ("bid", "status")],
                 )
                 fresh: dict[int, FailedFacts] = {}
+                statuses: list[tuple[int, dict[str, Any], Any]] = []
                 for jid in part:
                     bid_read = reads[paths.job_node(jid, "bid")]
                     status_read = reads[paths.job_node(jid, "status")]
@@ -1557,6 +1615,9 @@ class ReadIndex:
                         continue
                     step = _failing_step(status.get("last_successful_status"))
                     fresh[int(jid[3:])] = self._share((bid, step), FailedFacts)
+                    statuses.append((int(jid[3:]), status, status_read[1]))
+                for sink in list(self.status_sinks) if statuses else ():
+                    sink(statuses)
                 known.update(fresh)
                 with self._lock:
                     self._failed.update(fresh)  # pages asking meanwhile see what is read
@@ -1596,6 +1657,13 @@ class ReadIndex:
                 self.sync_jobs()
         wanted = text.lower()
         return any(wanted in pair.submitter.lower() for pair in list(self._pairs))
+
+    def sync(self) -> None:
+        """Read what is new since the last look: every job new in a state folder (facts, search
+        keys, the text sink) and every job new in Failed (its batch, step and message)."""
+        with self._sync_lock:
+            self.sync_jobs()
+        self.failed_numbers()
 
     def sync_jobs(
         self, *, progress: Callable[[int], None] | None = None, chunk: int = READ_CHUNK
@@ -1744,6 +1812,9 @@ class ReadIndex:
 
 _indexes: dict[int, ReadIndex] = {}
 _indexes_lock = threading.Lock()
+# Called with every index ``for_client`` makes, before its first read (the Django app adds the
+# feed of the database's text index, ``queues/jobtext.py``).
+NEW_INDEX_HOOKS: list[Callable[[ReadIndex], Any]] = []
 
 
 def for_client(zk: KazooClient) -> ReadIndex:
@@ -1756,6 +1827,8 @@ def for_client(zk: KazooClient) -> ReadIndex:
         index = _indexes.get(id(zk))
         if index is None or index.zk is not zk:
             index = ReadIndex(zk)
+            for hook in NEW_INDEX_HOOKS:
+                hook(index)
             _indexes[id(zk)] = index
         return index
 

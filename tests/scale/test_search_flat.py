@@ -5,8 +5,10 @@ The searches an operator makes most (a local ID, an ARK, a job or batch ID, a wo
 job's title) in every field: each used to case-fold the title, file name and local ID of the
 5,000 newest live jobs and every live batch's fields per request, and to filter every state's
 entries by submitter for each new text, so its work grew with the queue up to those windows
-(and past them, for the filter). A text that matches many jobs is checked with the window
-smaller than either queue, so both sizes show it full.
+(and past them, for the filter). Jobs' texts are now searched in the database's text index
+(``queues/jobtext.py``), written here before the measures as the web process's fill and
+feed write them; a text that matches many jobs is counted with the count's bound smaller than
+either queue, so both sizes reach it.
 
 Work is counted as in ``test_flat_failed_stuck``: the lines of project code the request's
 thread runs (``sys.settrace``), which a pass per job or per batch shows whatever the machine.
@@ -24,18 +26,19 @@ from django.core.management import call_command
 from django.test import Client
 
 from bench.loader import bulk_load
-from queues import search
+from queues import jobtext, search
 from queues.zk import index as zindex
 from queues.zk.codecs import decode_json
 from tests.scale.test_flat_failed_stuck import _work
 
-pytestmark = pytest.mark.django_db
+# The feed's writer is a thread of its own: it writes on its own connection.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 N = 300
 JOBS_PER_BATCH = 5
 QUEUE = {"Completed": 0.5, "Failed": 0.25, "Pending": 0.25}
 SLACK = 1.15  # a bisection a level deeper, a dictionary lookup that probes once more
-BROAD_WINDOW = 200  # RECENT_JOBS for the text that matches every job: below either size
+BROAD_WINDOW = 200  # COUNT_CAP for the text that matches every job: below either size
 
 
 @pytest.fixture
@@ -59,8 +62,13 @@ def test_a_search_over_ten_times_the_jobs_sends_the_same_requests_and_runs_the_s
     zk: Any, viewer: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     zindex.reset()
+    jobtext.reset()
     first = bulk_load(zk, batches=N // JOBS_PER_BATCH, jobs=N, distribution=QUEUE, seed=1)
-    zindex.for_client(zk).settle()
+    idx = zindex.for_client(zk)
+    feed = jobtext.feed_for(idx, start=True)
+    idx.settle()
+    idx.sync()
+    assert feed.flush(timeout=120)
     jid = first.jobs_by_state["Completed"][0]
     bid = first.batches[0]
     local, ark, title = _keys(zk, jid)
@@ -89,7 +97,7 @@ def test_a_search_over_ten_times_the_jobs_sends_the_same_requests_and_runs_the_s
             found[name] = (calls, lines)
         # Every job's title holds "object": the window shown full at both sizes.
         with monkeypatch.context() as patch:
-            patch.setattr(search, "RECENT_JOBS", BROAD_WINDOW)
+            patch.setattr(search, "COUNT_CAP", BROAD_WINDOW)
             viewer.get("/search/", {"q": "object"})
             response, calls, lines = _work(zk, lambda: viewer.get("/search/", {"q": "object"}))
             html = response.content.decode()
@@ -100,7 +108,9 @@ def test_a_search_over_ten_times_the_jobs_sends_the_same_requests_and_runs_the_s
 
     small = measure()
     second = bulk_load(zk, batches=9 * N // JOBS_PER_BATCH, jobs=9 * N, distribution=QUEUE, seed=2)
-    zindex.for_client(zk).settle()
+    idx.settle()
+    idx.sync()
+    assert feed.flush(timeout=120)
     large = measure()
     for name in small:
         (small_calls, small_lines), (large_calls, large_lines) = small[name], large[name]
@@ -111,4 +121,5 @@ def test_a_search_over_ten_times_the_jobs_sends_the_same_requests_and_runs_the_s
     newer = second.jobs_by_state["Completed"][-1]
     response = viewer.get("/search/", {"q": _keys(zk, newer)[0]})
     assert response.status_code == 302 and newer in response["Location"]
+    jobtext.reset()
     zindex.reset()
