@@ -255,6 +255,9 @@ def _judge_batch(
         return
     if batch.state not in TERMINAL_BATCH:
         verdict.fail(f"batch {bid} ended {batch.state}")
+    if batch.state == BatchState.FAILED and not local_ids & set(HOSTILE):
+        # Every manifest line of a good batch is a good job: the batch Completes.
+        verdict.fail(f"good batch {bid} failed: {batch.status.message[:200]!r}")
     index = batch_job_ids(zk, bid)
     members = sorted({j for js in index.values() for j in js})
     seen = Counter(

@@ -204,3 +204,22 @@ def test_a_summary_mail_that_is_not_the_batch_final_outcome_is_a_violation(
     assert verdict.violations == [
         f"batch {batch.bid}: summary mail told failed (1/2 ok), but its jobs ended 2 of 2 Completed"
     ]
+
+
+def test_a_good_batch_failed_at_its_manifest_is_a_violation_a_hostile_one_is_not(zk: Any) -> None:
+    # As the first 1,000-job run with flaps found: a batch whose manifest URL answered 503 went
+    # to Failed at once, and made none of its jobs.
+    message = "batch-pending: cannot read the payload: HTTP 503 Service Unavailable"
+    good, hostile = (
+        batches.batch_transition(
+            zk, batches.batch_create(zk, submission={"profile": "merritt_demo_content"}),
+            "Failed", message=message,
+        )
+        for _ in range(2)
+    )  # fmt: skip
+    verdict = judge.Verdict()
+    judge._judge_batch(zk, good.bid, {"chaos-00900"}, good, {}, verdict)
+    assert f"good batch {good.bid} failed: {message!r}" in verdict.violations
+    verdict = judge.Verdict()
+    judge._judge_batch(zk, hostile.bid, {"hostile-bomb"}, hostile, {}, verdict)
+    assert not [v for v in verdict.violations if v.startswith("good batch")]
