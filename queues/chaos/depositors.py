@@ -91,6 +91,14 @@ def call_back_to(profiles: Path, url: str) -> None:
     path.write_text(json.dumps(profile, indent=2))
 
 
+def own_profile(profiles: Path, owner: str) -> None:
+    """Give the run's profile an owner ARK, under which Merritt's inventory keeps local ids."""
+    path = profiles / f"{PROFILE}.json"
+    profile = json.loads(path.read_text())
+    profile["owner"] = owner
+    path.write_text(json.dumps(profile, indent=2))
+
+
 def _batch(zk: Any, base_url: str, manifest: str, kind: str, title: str) -> str:
     batch = batch_create(
         zk,

@@ -44,6 +44,7 @@ from queues.chaos.faults import (
     DiskFull,
     Fault,
     FaultLog,
+    Flap,
     LeaderKill,
     LeaderStorm,
     Pause,
@@ -56,6 +57,9 @@ from queues.chaos.infra import Postgres, Redis, WebWorker, WorkDisk
 from queues.chaos.servers import (
     BlackHoleProxy,
     DepositorRoutes,
+    EzidStandIn,
+    Flapping,
+    InventoryStandIn,
     Sentinel,
     StorageStandIn,
     depositor_server,
@@ -82,6 +86,21 @@ FETCH_ENV = {
     "MRT_RETRY_EZID": "attempts=12 first=1s most=5s",
     "MRT_RETRY_CALLBACK": "attempts=12 first=1s most=5s",
 }
+# With flapping services (``--flaps``), every policy outlasts a spell several times over: the
+# shortest way through 16 tries (each wait drawn between half and all of 1 s doubling up to 8 s)
+# waits 51.5 s, the longest 103 s, against a spell of 20 s by default; a spell's 503s and resets
+# also open the storage node's breaker, whose held jobs spend no tries meanwhile. A depositor's
+# server is given 2 minutes from its first failure as well: a job's last failure in a spell comes
+# at most a spell and one request after its first, and the hostile depositor whose port refuses
+# every connection fails within minutes, not after 16 tries spaced out by a loaded machine.
+FLAP_RETRY_ENV = {
+    f"MRT_RETRY_{service}": "attempts=16 first=1s most=8s"
+    for service in ("STORAGE", "INVENTORY", "EZID", "CALLBACK")
+}
+FLAP_RETRY_ENV["MRT_RETRY_DEPOSITOR"] = "attempts=16 first=1s most=8s within=2m"
+# The owner the run's profile names when Merritt's inventory (its stand-in) keeps local ids.
+CHAOS_OWNER = "ark:/99999/j2chaos"
+EZID_USER, EZID_PASSWORD = "chaos", "chaos-password"
 # Seconds before a consumer that exited by itself is started again.
 RESTART_DELAY = 2.0
 # Settings of the operator's shell that would point a run at real services or folders.
@@ -121,6 +140,8 @@ class Options:
     disk_fills: int = 0
     disk_full_seconds: float = 7.0
     work_disk_mb: int = 64
+    flaps: int = 0
+    flap_seconds: float = 20.0
     loop: str = "batched"  # the default's batched steps, or "one": every step one job a time
     claim_batch: int = 8
     storage: str = "http"  # or "local"
@@ -157,6 +178,7 @@ class Options:
         found += [DatabaseOutage(self.db_outage_seconds)] * self.db_outages
         found += [RedisStop(self.redis_down)] * self.redis_stops
         found += [DiskFull(self.disk_full_seconds)] * self.disk_fills
+        found += [Flap(self.flap_seconds)] * self.flaps
         return found
 
 
@@ -243,8 +265,32 @@ class Run:
             env["MRT_UNKNOWN_SIZE_BYTES"] = str(1 << 20)
         work_dir = Path(env.get("MRT_WORK_DIR") or self.var / "work")
         work_dir.mkdir(parents=True, exist_ok=True)
+        if opts.flaps:
+            if opts.storage != "http":
+                raise ChaosError("flapping services need the storage stand-in (--storage http)")
+            flapping = Flapping(self.rng.randrange(1 << 30))
+            self.stage.flapping = flapping
+            # Merritt's inventory and EZID as stand-ins, which flap (without flaps the run
+            # keeps the local inventory and minter).
+            inventory = InventoryStandIn(flapping=flapping)
+            self._stack.callback(inventory.stop)
+            ezid = EzidStandIn(EZID_USER, EZID_PASSWORD, flapping=flapping)
+            self._stack.callback(ezid.stop)
+            env.update(FLAP_RETRY_ENV)
+            env["MRT_INVENTORY_URL"] = inventory.url
+            env["MRT_EZID_URL"] = ezid.url
+            env["MRT_EZID_USER"], env["MRT_EZID_PASSWORD"] = EZID_USER, EZID_PASSWORD
+            depositors.own_profile(self.profiles, CHAOS_OWNER)
+            self.say(
+                f"flapping: storage, inventory ({inventory.url}), EZID ({ezid.url}), the "
+                "depositors' files and the callback receiver"
+            )
         if opts.storage == "http":
-            storage = StorageStandIn(port=opts.storage_port, add_seconds=opts.storage_add_seconds)
+            storage = StorageStandIn(
+                port=opts.storage_port,
+                add_seconds=opts.storage_add_seconds,
+                flapping=self.stage.flapping,
+            )
             self._stack.callback(storage.stop)
             self.storage: StorageStandIn | None = storage
             self.stage.storage = storage
@@ -338,7 +384,7 @@ class Run:
         opts = self.options
         payload = self.scratch / "payload"
         payload.mkdir()
-        files = depositor_server(str(payload), port=opts.files_port)
+        files = depositor_server(str(payload), port=opts.files_port, flapping=self.stage.flapping)
         self._stack.callback(files.stop)
         depositors.call_back_to(self.profiles, f"{files.url}/callback")
         self._stack.callback(DepositorRoutes.stop.set)
@@ -378,8 +424,16 @@ class Run:
             judge.judge_versions(judge.local_versions(self.var / "storage"), self.verdict, self.say)
         judge.judge_failures(jobs, self.verdict, self.say)
         judge.judge_callbacks(
-            zk, jobs, DepositorRoutes.callbacks, self.verdict, self.say, DepositorRoutes.keys
+            zk,
+            jobs,
+            DepositorRoutes.callbacks,
+            self.verdict,
+            self.say,
+            DepositorRoutes.keys,
+            DepositorRoutes.told,
         )
+        if self.stage.flapping is not None:
+            judge.judge_flaps(self.stage.flapping.figures(), self.verdict, self.say)
         if opts.hostile:
             judge.judge_hostile(jobs, self.var, Sentinel.hits, self.verdict, self.say)
         if self.web is not None:

@@ -22,7 +22,13 @@ from random import Random
 
 from queues.chaos import txnlog
 from queues.chaos.infra import Postgres, Redis, WorkDisk
-from queues.chaos.servers import BlackHoleProxy, StorageStandIn
+from queues.chaos.servers import (
+    FLAP_KINDS,
+    FLAPPING_SERVICES,
+    BlackHoleProxy,
+    Flapping,
+    StorageStandIn,
+)
 from queues.states import JobState
 from queues.zkserver import LocalEnsemble, LocalZooKeeper
 
@@ -98,6 +104,9 @@ class Stage:
     redis: Redis | None = None
     disk: WorkDisk | None = None
     storage: StorageStandIn | None = None
+    # The services outside (storage, inventory, EZID, the depositors' server and callback
+    # receiver) answer as this says; None: they are not made to flap.
+    flapping: Flapping | None = None
     # Jobs per state at the last look.
     counts: dict[str, int] = field(default_factory=dict)
     # Consumers a fault is acting on, which the SIGKILLs leave alone meanwhile.
@@ -373,6 +382,50 @@ class DiskFull(Fault):
         finally:
             stage.disk.free()
         stage.log.healed(self.name, "working disk freed")
+
+
+# Seconds of one phase of a flapping spell (one kind of bad answer).
+FLAP_PHASE = 2.5
+
+
+class Flap(Fault):
+    """The services outside flap for ``seconds``, then answer well again: the spell is cut into
+    phases of about ``FLAP_PHASE`` seconds, and each service (``servers.FLAPPING_SERVICES``)
+    answers every request of a phase with one kind of bad answer (``servers.FLAP_KINDS``: 503,
+    503 with Retry-After, connections reset, slow answers) or well; each service has an order
+    of its own, drawn from the run's seed, with every kind and one good phase in it at least
+    once. Orders of their own let a step that asks two services in turn (inventory, then EZID)
+    meet the second one's bad answers while the first answers well."""
+
+    name = "flapping services"
+
+    def strike(self, stage: Stage) -> None:
+        flapping = stage.flapping
+        assert flapping is not None, "flaps need the flapping stand-ins"
+        choices: list[str | None] = [*FLAP_KINDS, None]
+        phases = max(len(choices), round(self.seconds / FLAP_PHASE))
+        orders: dict[str, list[str | None]] = {}
+        for service in FLAPPING_SERVICES:
+            order: list[str | None] = []
+            while len(order) < phases:
+                drawn = list(choices)
+                stage.rng.shuffle(drawn)
+                order += drawn
+            orders[service] = order[:phases]
+        stage.log.note(
+            f"services outside flap for {self.seconds:g}s, {phases} phases: "
+            + "; ".join(
+                f"{service} " + ", ".join(kind or "well" for kind in order)
+                for service, order in orders.items()
+            )
+        )
+        try:
+            for phase in range(phases):
+                flapping.set(None, **{s: order[phase] for s, order in orders.items()})
+                time.sleep(self.seconds / phases)
+        finally:
+            flapping.set(None)
+        stage.log.healed(self.name, "services outside answer well again")
 
 
 def schedule(strikes: list[Fault]) -> list[tuple[float, Fault]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email
 import json
 import re
 import time
@@ -13,6 +14,7 @@ from typing import Any
 
 from queues.chaos import txnlog
 from queues.chaos.depositors import HOSTILE
+from queues.chaos.servers import FLAPPING_SERVICES
 from queues.check import run_check
 from queues.states import JOB, BatchState, JobState
 from queues.zk import paths
@@ -205,6 +207,7 @@ def judge_queue(
             verdict.fail(f"batch {bid}: {sent[bid]} summary mails, expected exactly 1")
     for bid in set(sent) - set(expected):
         verdict.fail(f"summary mail for unknown batch {bid}")
+    judge_mail_outcomes(zk, var / "mail", jobs, verdict)
 
     completed = sum(1 for j in jobs.values() if j.state == JobState.COMPLETED)
     failed = sum(1 for j in jobs.values() if j.state == JobState.FAILED)
@@ -221,6 +224,23 @@ def judge_queue(
     return jobs
 
 
+def judge_mail_outcomes(zk: Any, folder: Path, jobs: dict[str, Job], verdict: Verdict) -> None:
+    """The depositor is told the final outcome only: each summary mail's count of jobs gone
+    well is the count of its batch's jobs that ended Completed, and it says failed when any did
+    not (a mail sent while a job was still being retried would count it as failed, or not at
+    all)."""
+    for bid, told in sorted(mail_outcomes(folder).items()):
+        members = {j for js in batch_job_ids(zk, bid).values() for j in js} & set(jobs)
+        ok = sum(1 for j in members if jobs[j].state == JobState.COMPLETED)
+        want = ("failed" if ok < len(members) else "completed", ok, len(members))
+        for state, good, total in told:
+            if (state, good, total) != want:
+                verdict.fail(
+                    f"batch {bid}: summary mail told {state} ({good}/{total} ok), but its jobs "
+                    f"ended {ok} of {len(members)} Completed"
+                )
+
+
 def _judge_batch(
     zk: Any,
     bid: str,
@@ -235,6 +255,9 @@ def _judge_batch(
         return
     if batch.state not in TERMINAL_BATCH:
         verdict.fail(f"batch {bid} ended {batch.state}")
+    if batch.state == BatchState.FAILED and not local_ids & set(HOSTILE):
+        # Every manifest line of a good batch is a good job: the batch Completes.
+        verdict.fail(f"good batch {bid} failed: {batch.status.message[:200]!r}")
     index = batch_job_ids(zk, bid)
     members = sorted({j for js in index.values() for j in js})
     seen = Counter(
@@ -286,13 +309,25 @@ def judge_callbacks(
     verdict: Verdict,
     say: Callable[[str], None],
     keys: dict[str, set[str]] | None = None,
+    told: dict[str, list[str]] | None = None,
 ) -> None:
     """Every Completed job's callback arrived once as its receiver counts it: by its delivery
     key (``Idempotency-Key``, docs/daemons.md), one key a Completed job, every post keyed. A post
     repeated with the same key (a claim lost while the answer was on its way posts it again:
     docs/zookeeper-contract-notes.md, "The callback record") is a figure, dropped by a receiver
-    that keeps its keys; so are records left behind (one whose deletion met an outage)."""
+    that keeps its keys; so are records left behind (one whose deletion met an outage).
+
+    Only final outcomes are told (``told``: the ``jobStatus`` of each post, per job): a post for
+    a job that did not end Completed, or one telling another status than COMPLETED, told the
+    depositor something before (or other than) the job's outcome."""
     keys = keys or {}
+    for jid, statuses in sorted((told or {}).items()):
+        job = jobs.get(jid)
+        ended = job.state if job is not None else "unknown to the queue"
+        if ended != JobState.COMPLETED or set(statuses) != {"COMPLETED"}:
+            verdict.fail(
+                f"callback for job {jid} told {', '.join(statuses)} but the job ended {ended}"
+            )
     completed = [jid for jid, job in jobs.items() if job.state == JobState.COMPLETED]
     for jid in sorted(completed):
         seen = keys.get(jid, set())
@@ -370,6 +405,24 @@ def judge_versions(
     say(f"storage: {len(versions)} objects, {doubled} extra versions")
 
 
+def judge_flaps(
+    figures: dict[str, Counter[str]], verdict: Verdict, say: Callable[[str], None]
+) -> None:
+    """What the flapping services did: spoiled answers per service and kind. A run whose flaps
+    spoiled no answer proved nothing of them."""
+    total = sum(sum(kinds.values()) for kinds in figures.values())
+    if not total:
+        verdict.fail("flaps: no answer of a service outside was spoiled; the fault never acted")
+    for service in sorted(set(figures) | set(FLAPPING_SERVICES)):
+        kinds = figures.get(service, Counter())
+        shown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+        say(
+            f"flaps: {service}: {sum(kinds.values())} answers spoiled"
+            + (f" ({shown})" * bool(shown))
+        )
+    say(f"flaps: {total} answers spoiled in all")
+
+
 def local_versions(root: Path) -> dict[str, list[str]]:
     """The local store's objects: ARK folder -> the content digest of each version."""
     found: dict[str, list[str]] = {}
@@ -394,6 +447,24 @@ def empty_jobs(zk: Any) -> list[str]:
     return sorted(
         p for p, stat in exists_many(zk, candidates).items() if stat and stat.numChildren == 0
     )
+
+
+OUTCOME_RE = re.compile(r"^Merritt batch (bid[0-9]{10}) (\w+): .* \((\d+)/(\d+) ok\)$")
+
+
+def mail_outcomes(folder: Path) -> dict[str, list[tuple[str, int, int]]]:
+    """Batch ID -> (state word, jobs ok, jobs) of each summary mail's subject."""
+    found: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
+    if folder.is_dir():
+        for path in folder.iterdir():
+            for message in path.read_text(errors="replace").split("\n" + "-" * 79 + "\n"):
+                parsed = email.message_from_string(message.lstrip())
+                subject = " ".join(str(parsed.get("Subject", "")).split())
+                match = OUTCOME_RE.fullmatch(subject)
+                if match:
+                    bid, state, good, total = match.groups()
+                    found[bid].append((state, int(good), int(total)))
+    return found
 
 
 def mails(folder: Path) -> Counter[str]:

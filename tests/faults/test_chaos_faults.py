@@ -178,3 +178,17 @@ def test_a_run_where_nothing_moves_fails_as_stalled_not_on_the_clock(tmp_path: P
     assert "stalled: no job moved and no fault acted for 20s (" in output
     assert "the run cannot finish" in output
     assert "not finished within" not in output
+
+
+def test_the_services_outside_flapping(tmp_path: Path) -> None:
+    """Storage, inventory and EZID stand-ins, the depositors' files and the callback receiver
+    answer 503 (with and without Retry-After), reset connections (before answering, or halfway
+    through the answer of a request carried out) and answer slowly, for two spells: every job
+    Completed, one storage version each, every callback and mail telling the final outcome."""
+    output = chaosrun(
+        tmp_path, "--jobs", "40", *QUIET, "--flaps", "2", "--flap-seconds", "15", *GRACE
+    )
+    assert "services outside flap for 15s, 6 phases: " in output
+    assert "2 x flapping services" in output
+    assert "answers spoiled in all" in output  # the judge fails a run whose flaps spoiled none
+    judged_clean(output, 40)

@@ -5,8 +5,9 @@ reads the options and prints. Exits 1 on any violation.
 Always on: consumers killed with SIGKILL every ``--kill-every`` seconds (``--no-kills``), hostile
 depositors among the good ones (``--no-hostile``). Each other fault is chosen by its count:
 ``--zk-restarts``, ``--leader-kills`` and ``--leader-storms`` (with ``--ensemble``), ``--pauses``,
-``--black-holes``, ``--db-outages``, ``--redis-stops``, ``--disk-fills``; ``--all-faults`` turns
-each on.
+``--black-holes``, ``--db-outages``, ``--redis-stops``, ``--disk-fills``, ``--flaps`` (the
+services outside answering 503s, resets and slow answers for a spell; storage, inventory and EZID
+stand-ins, the depositors' files and the callback receiver); ``--all-faults`` turns each on.
 
 Time is not a verdict: the run waits while jobs move, prints its throughput, and fails as
 stalled when no job moved and no fault acted for ``--stall`` seconds (``--limit`` adds a limit
@@ -36,6 +37,7 @@ ALL_FAULTS = {
     "db_outages": 2,
     "redis_stops": 2,
     "disk_fills": 2,
+    "flaps": 3,
 }
 
 
@@ -142,6 +144,17 @@ class Command(BaseCommand):
         add("--disk-full-seconds", type=float, default=7.0)
         add("--work-disk-mb", type=int, default=64)
         add(
+            "--flaps",
+            type=int,
+            default=None,
+            help="spells of the services outside flapping: storage, inventory and EZID (stand-ins "
+            "of each, instead of the local inventory and minter), the depositors' files and the "
+            "callback receiver answer 503 (with and without Retry-After), reset connections "
+            "(before answering, or halfway through the answer of a request carried out) and "
+            "answer slowly, a kind a phase, then well again",
+        )
+        add("--flap-seconds", type=float, default=20.0, help="seconds a spell lasts (20)")
+        add(
             "--no-hostile",
             dest="hostile",
             action="store_false",
@@ -190,6 +203,8 @@ class Command(BaseCommand):
             (ALL_FAULTS[name] if everything else (2 if name == "zk_restarts" else 0))
             for name in ALL_FAULTS
         }  # fmt: skip
+        if options["storage"] != "http" and options["flaps"] is None:
+            counts["flaps"] = 0  # the flaps need the storage stand-in
         fields = set(Options.__dataclass_fields__)
         chosen = {k: v for k, v in options.items() if k in fields and v is not None}
         if options["limit"] is not None and options["limit"] <= 0:
