@@ -33,13 +33,17 @@ Restart-safe: a batch that already has jobs (a consumer died half-way) gets only
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
 from django.conf import settings
 
+from queues import retries
 from queues.daemons import clients
-from queues.daemons.base import BatchDaemon, Next, Step, StepFailed
+from queues.daemons.base import BatchDaemon, Next, Stay, Step, StepFailed, describe
+from queues.daemons.breakers import breakers
+from queues.daemons.retrying import RetryWaits, policy_for, when
 from queues.daemons.workfolder import fetch
 from queues.states import INGEST_HELD_MESSAGE, BatchState
 from queues.steps.checkm import ManifestError
@@ -53,7 +57,8 @@ from queues.steps.submission import (
     merritt_job_keys,
     processing_problem,
 )
-from queues.zk.batches import batch_job_ids
+from queues.zk.batches import batch_job_ids, batch_retry_later
+from queues.zk.errors import Conflict, StaleVersion
 from queues.zk.jobs import job_create, jobs_load
 from queues.zk.locks import collection_held, queue_held
 from queues.zk.records import Batch, Job
@@ -149,10 +154,51 @@ class BatchPending(BatchDaemon):
     # A held ingest queue does not stop this daemon: it parks new batches as Held instead.
     queue_hold: ClassVar[str | None] = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.retry_waits = RetryWaits()  # batches whose manifest is to be read again later
+
     def unprocessable(self, item: Batch) -> str | None:
         return processing_problem(item.submission)
 
+    def accept(self, bid: str) -> bool:
+        return not self.retry_waits.waits(bid)
+
+    def failure(self, item: Batch, exc: Exception) -> Step:
+        """As for a job's step: a manifest whose server cannot answer now (``queues.retries``)
+        leaves the batch Pending, its next try on its status, until the depositor's policy is
+        spent; only then, or for a permanent answer, does the batch fail."""
+        outage = retries.outage_of(exc)
+        if outage is None:
+            return super().failure(item, exc)
+        breakers().failed(self.zk, outage.service, outage.reason, probe=outage.probe)
+        decision = retries.decide(
+            policy_for(outage.service), item.status.raw, outage, now=time.time()
+        )
+        if not decision.retry:
+            tries = retries.history_text(decision.reasons, when)
+            return Next(
+                BatchState.FAILED,
+                f"{self.step}: {describe(exc)} (gave up after {decision.attempt} tries of "
+                f"{outage.service}: {tries})",
+                error=True,
+            )
+        message = (
+            f"{self.step}: waiting to try again, try {decision.attempt + 1} of "
+            f"{decision.attempts} at {when(decision.next_at)}: {describe(exc)}"
+        )
+        try:
+            batch_retry_later(self.zk, item, decision.state, message)
+        except (Conflict, StaleVersion) as exc2:
+            return Stay(f"not tried again: {describe(exc2)}")
+        self.retry_waits.note(item.bid, decision.next_at)
+        return Stay(message, outcome="retry")
+
     def work(self, item: Batch) -> Step:
+        until = retries.next_try(item.status.raw)
+        if until is not None and until > time.time():
+            self.retry_waits.note(item.bid, until)  # another process's wait: passed over
+            return Stay(f"waiting to try again at {when(until)}", outcome="retry")
         if collection_held(self.zk, item.profile):
             return Next(BatchState.HELD, f"collection {item.profile} is held")
         if queue_held(self.zk, "ingest"):

@@ -60,11 +60,28 @@ def storage_node(service: str) -> int | None:
     return int(number) if NODE_RE.fullmatch(number) else None
 
 
+# Connection failures by a telling part of their text (requests and urllib3 nest the OS error's
+# words deep in theirs), so a breaker's reason reads "5 x connection reset".
+_KINDS = (
+    ("connectionreseterror", "connection reset"),
+    ("connection reset", "connection reset"),
+    ("connectionrefusederror", "connection refused"),
+    ("connection refused", "connection refused"),
+    ("remotedisconnected", "connection closed"),
+    ("timed out", "time-out"),
+    ("timeout", "time-out"),
+)
+
+
 def _short(reason: str) -> str:
     """``503`` of ``HTTP 503 Service Unavailable``; the words of anything else, shortened."""
     words = reason.split()
     if len(words) > 1 and words[0] == "HTTP" and words[1].isdigit():
         return words[1]
+    lowered = reason.lower()
+    for needle, name in _KINDS:
+        if needle in lowered:
+            return name
     text = " ".join(words)
     return text if len(text) <= 60 else text[:57] + "..."
 

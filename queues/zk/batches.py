@@ -16,6 +16,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from queues.retries import RETRY_KEY
 from queues.states import BATCH, BATCH_INDEX_FOLDERS, JOB, BatchState, JobState
 
 from . import index as zindex
@@ -46,10 +47,29 @@ def simple_status(
 ) -> dict[str, Any]:
     """Status JSON of batches and access requests: {status, last_modified, message}."""
     raw = dict(old or {})
+    raw.pop(RETRY_KEY, None)  # a move ends any wait for a retry
     raw["status"] = state
     raw["last_modified"] = now_stamp()
     raw["message"] = message
     return raw
+
+
+def batch_retry_later(zk: KazooClient, batch: Batch, retry: dict[str, Any], message: str) -> Batch:
+    """Record on the batch, still in its state, that its step is to be tried again: ``message``
+    and the console's ``RETRY_KEY`` (``queues.retries``) on its status, checked against the
+    version it was read at (StaleVersion or Conflict when it changed meanwhile)."""
+    raw = dict(batch.status.raw)
+    raw["last_modified"] = now_stamp()
+    raw["message"] = message
+    raw[RETRY_KEY] = retry
+    path = paths.batch_node(batch.bid, "status")
+    txn = zk.transaction()
+    txn.set_data(path, encode_json(raw), version=batch.status.version)
+    commit(txn, what=f"retry of {batch.bid}")
+    return replace(
+        batch,
+        status=Status(raw=raw, version=batch.status.version + 1, mtime=datetime.now().astimezone()),
+    )
 
 
 def batch_create(zk: KazooClient, *, submission: dict[str, Any]) -> Batch:

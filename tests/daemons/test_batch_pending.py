@@ -258,3 +258,56 @@ def test_a_manifest_of_more_objects_than_a_batch_holds_fails_the_batch_before_an
         "clients read): submit it as several batches"
     )
     assert _jobs(zk, bid) == []
+
+
+def test_a_manifest_server_answering_503_for_a_while_fails_no_batch(
+    zk, files: FileServer, settings
+) -> None:
+    """Issue 50: a batch manifest whose server cannot answer now leaves the batch Pending, its
+    next try on its status, until the server answers; a spent policy fails it with every try."""
+    from queues import retries
+    from tests.daemons.conftest import wait_for
+
+    settings.MRT_RETRY = {"depositor": "attempts=6 first=0.2s most=0.4s within=1h"}
+    rows = [{"url": files.put("a/page.txt", "hello")}]
+    bid = _submit(
+        files.put("a.checkm", batch_manifest(rows, SINGLE_FILE_BATCH_MANIFEST)),
+        "single-file-batch-manifest",
+    )
+    files.busy = 2 * 4  # two tries of the fetch's own four asks
+    pending = daemon(zk, "batch-pending")
+    pending.run_once()
+    waiting = batch_load(zk, bid)
+    assert waiting.state == "Pending"
+    assert "waiting to try again, try 2 of 6" in waiting.status.message
+    assert retries.RETRY_KEY in waiting.status.raw
+    assert not pending.run_once() or batch_load(zk, bid).state == "Pending"  # not due yet
+
+    def through() -> bool:
+        pending.run_once()
+        return batch_load(zk, bid).state != "Pending"
+
+    wait_for(through, timeout=60, every=0.1)
+    done = batch_load(zk, bid)
+    assert done.state == "Processing", done.status.message
+    assert retries.RETRY_KEY not in done.status.raw
+    assert len(_jobs(zk, bid)) == 1
+
+    # Down for good: the policy's end fails the batch, naming every try.
+    settings.MRT_RETRY = {"depositor": "attempts=2 first=0.1s most=0.1s within=1h"}
+    rows = [{"url": files.put("b/page.txt", "hi")}]
+    other = _submit(
+        files.put("b.checkm", batch_manifest(rows, SINGLE_FILE_BATCH_MANIFEST)),
+        "single-file-batch-manifest",
+    )
+    files.busy = 10_000
+
+    def ended() -> bool:
+        pending.run_once()
+        return batch_load(zk, other).state != "Pending"
+
+    wait_for(ended, timeout=60, every=0.1)
+    failed = batch_load(zk, other)
+    assert failed.state == "Failed"
+    assert "gave up after 2 tries of depositor" in failed.status.message
+    files.busy = 0
