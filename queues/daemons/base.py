@@ -302,10 +302,16 @@ class Daemon(ABC, Generic[T]):
         self.log_result(result)
         return result.outcome not in ("waiting", "dropped")
 
+    def wake_on(self, event: threading.Event) -> None:
+        """Have ``event`` set when what keeps this daemon's items waiting may have gone (a
+        hold released): its idle loop then looks again at once, not at its next poll."""
+
     def run(self, stop: threading.Event) -> None:
         log.info("%s: started (poll %.1fs)", self.name, self.poll)
         path = self.wake_path()
-        signal = ChangeSignal(self.zk, path) if path else None
+        wake = threading.Event()
+        signal = ChangeSignal(self.zk, path, wake) if path else None
+        self.wake_on(wake)
         while not stop.is_set():
             if self._run_once_logged():
                 continue
@@ -633,6 +639,11 @@ class JobDaemon(Daemon[Job]):
         so never called, while there are none)."""
         return self.retry_waits
 
+    def unclaimed_screen(self) -> Callable[[list[str]], list[str]] | None:
+        """What the one-job loop's listing passes over, given the whole listing (None: nothing
+        more than ``unclaimed_skip``)."""
+        return None
+
     def waits_unclaimed(self, jid: str) -> bool:
         """Whether to pass ``jid`` over unclaimed, by its ID alone: it waits for its next try."""
         return self.retry_waits.waits(jid)
@@ -644,7 +655,11 @@ class JobDaemon(Daemon[Job]):
     def claim(self) -> Job | None:
         if self._claimer is None:
             self._claimer = JobClaimer(
-                self.zk, self.state, strict=self.strict, skip=self.unclaimed_skip()
+                self.zk,
+                self.state,
+                strict=self.strict,
+                skip=self.unclaimed_skip(),
+                screen=self.unclaimed_screen(),
             )
         return self._claimer.claim(self._accept)
 
