@@ -56,6 +56,7 @@ from .breakers import breakers
 from .fetching import depositor_server
 from .pipeline import LOCK_LOST, JobPipeline, LockKeeper, LockLost
 from .retrying import RetryWaits, retry_later
+from .waiting import RetryScreen
 
 log = logging.getLogger("queues.daemons")
 
@@ -640,9 +641,9 @@ class JobDaemon(Daemon[Job]):
         return self.retry_waits
 
     def unclaimed_screen(self) -> Callable[[list[str]], list[str]] | None:
-        """What the one-job loop's listing passes over, given the whole listing (None: nothing
-        more than ``unclaimed_skip``)."""
-        return None
+        """What the one-job loop's listing passes over, given the whole listing: the jobs
+        waiting for a later try, read in bulk once this loop knows of one (``RetryScreen``)."""
+        return RetryScreen(self.zk, self.retry_waits)
 
     def waits_unclaimed(self, jid: str) -> bool:
         """Whether to pass ``jid`` over unclaimed, by its ID alone: it waits for its next try."""

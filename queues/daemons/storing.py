@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
 from queues.daemons.breakers import STORAGE_NODE, breakers
+from queues.daemons.waiting import chained
 from queues.states import JobState
 from queues.steps.merritt import parse_store_mode
 from queues.steps.profiles import ProfileError, load_profile
@@ -61,7 +62,7 @@ class ObjectLockDaemon(JobDaemon):
     def unclaimed_screen(self) -> Callable[[list[str]], list[str]] | None:
         if self._screen is None:
             self._screen = NodeScreen(self.zk)
-        return self._screen
+        return chained(self._screen, super().unclaimed_screen())
 
     def wake_on(self, event: threading.Event) -> None:
         node_holds_watch(self.zk).subscribe(event)

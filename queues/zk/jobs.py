@@ -869,6 +869,10 @@ class JobClaimer:
             match = paths.INDEX_ENTRY_RE.fullmatch(name)
             if match is None:
                 continue
+            if self.skip and self.skip(match.group(2)):
+                # Asked again as the walk comes to it: what the listing let through may wait
+                # again since (a slot freed at the listing, taken by another loop meanwhile).
+                continue
             job = self._try(f"{self.folder}/{name}", match.group(2), accept)
             if isinstance(job, Job):
                 break
