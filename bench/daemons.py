@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -149,13 +150,23 @@ class Window:
 
 
 def timed_window(
-    hosts: str, watcher, jobs: int, pids: list[int], *, seconds: float, timeout: float
+    hosts: str,
+    watcher,
+    jobs: int,
+    pids: list[int],
+    *,
+    seconds: float,
+    timeout: float,
+    until: float | None = None,
 ) -> Window:
     """Time the clients ``pids`` moving ``jobs`` jobs from Estimating to Completed, every one of
     them started and told to go before this is called. The window opens once ``WARM_UP`` of
     the transitions are made (every client connected, the pipeline filled) and closes after
     ``seconds``, or earlier once the first state is empty: what follows is the pipeline's drain,
-    not its rate. Only what happened inside it counts: transitions, requests, CPU."""
+    not its rate. With ``until`` (a share of all transitions), it closes once that share is
+    made instead of when the first state empties: where the steps' loops go at different paces
+    (``runconsumer all`` as shipped), the first state empties long before the slowest step has
+    had its say. Only what happened inside it counts: transitions, requests, CPU."""
     progress = Progress(watcher)
     deadline = time.monotonic() + timeout
     while True:
@@ -169,7 +180,13 @@ def timed_window(
     cpu.start()
     packets_before = packets_received(hosts)
     opened, first = time.monotonic(), done
-    while waiting and time.monotonic() < opened + seconds:
+
+    def open_() -> bool:
+        if until is not None:
+            return done < until * jobs * LOOPS
+        return bool(waiting)
+
+    while open_() and time.monotonic() < opened + seconds:
         time.sleep(POLL)
         done, waiting = progress.read()
     closed = time.monotonic()
@@ -290,7 +307,15 @@ def _load_estimating(hosts: str, name: str, jobs: int) -> str:
 
 
 def _timed_children(
-    hosts: str, target: str, jobs: int, start, *, processes: int, seconds: float, timeout: float
+    hosts: str,
+    target: str,
+    jobs: int,
+    start,
+    *,
+    processes: int,
+    seconds: float,
+    timeout: float,
+    until: float | None = None,
 ) -> Window:
     """Start ``processes`` children (``start(ready, go, stop)`` makes one), wait until every one
     has connected and set up, tell them to go together, and time the window. The run's chroot
@@ -310,6 +335,7 @@ def _timed_children(
             [c.pid for c in children if c.pid is not None],
             seconds=seconds,
             timeout=timeout,
+            until=until,
         )
         failed = [c.exitcode for c in children if c.exitcode not in (None, 0)]
         if failed:
@@ -358,6 +384,171 @@ def run_daemons(
         hosts, target, jobs, start, processes=processes, seconds=seconds, timeout=timeout
     )
     return Run(processes, window)
+
+
+def _load_loopback(hosts: str, name: str, jobs: int) -> str:
+    """A fresh chroot holding ``jobs`` jobs waiting in Estimating, in 50-job Processing batches,
+    each job's payload on a loopback address (the shipped Downloading loop resolves the payload's
+    host before it claims a job: no lookup of a name outside)."""
+    from bench.loader import load_waiting
+    from queues.states import BatchState, JobState
+    from queues.zk import client as zkmod
+    from queues.zk.batches import batch_create, batch_transition
+
+    target = new_chroot(hosts, name)
+    zk = zkmod.connect(target)
+    try:
+        from queues.zk.client import ensure_layout
+
+        ensure_layout(zk)
+        for start in range(0, jobs, 50):
+            batch = batch_create(zk, submission={"profile": SHIPPED_PROFILE, "submitter": "bench"})
+            batch_transition(zk, batch, BatchState.PROCESSING)
+            load_waiting(
+                zk,
+                bid=batch.bid,
+                state=JobState.ESTIMATING,
+                count=min(50, jobs - start),
+                configuration={
+                    "profile": SHIPPED_PROFILE,
+                    "submitter": "bench",
+                    "payload_url": "http://127.0.0.1:9/bench.bin",
+                    "type": "file",
+                },
+            )
+    finally:
+        zk.stop()
+        zk.close()
+    return target
+
+
+SHIPPED_PROFILE = "merritt_demo_content"
+SHIPPED_TIMEOUT = 180.0  # s a shipped process may take to start and register
+SHIPPED_UNTIL = 0.9  # the share of all transitions at which a --shipped comparison's window closes
+
+
+class _Shipped:
+    """``manage.py runconsumer all`` processes as shipped, every step's work a no-op
+    (MRT_NOOP_STEPS), in the shape ``_timed_children`` starts: ``start()``, ``pid``,
+    ``exitcode``, ``join``, ``terminate``. They share one var folder and database, as the hosts of
+    one installation do. None claims before every one has registered: the ingest queue is held
+    while they start, and released as the go."""
+
+    def __init__(self, target: str, var: Path, log: Path) -> None:
+        import subprocess
+
+        self._subprocess = subprocess
+        self.target = target
+        self.log = log
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("MRT_", "EMAIL_", "ZK_", "DJANGO_"))
+        }
+        self.env.update(
+            DJANGO_SETTINGS_MODULE="mrtadmin.settings",
+            ZK_HOSTS=target,
+            MRT_VAR_DIR=str(var),
+            MRT_DATABASE_PATH=str(var / "console.sqlite3"),
+            MRT_NOOP_STEPS="1",
+            MRT_PROVISION_HIGH_WATER="0.99",
+        )
+        self.proc = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = self._subprocess.Popen(
+                [sys.executable, "manage.py", "runconsumer", "all"],
+                cwd=Path(__file__).resolve().parent.parent,
+                env=self.env,
+                stdout=out,
+                stderr=self._subprocess.STDOUT,
+            )
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.proc.poll() if self.proc is not None else None
+
+    def is_alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.proc is not None:
+            import signal as signals
+
+            if self.proc.poll() is None:
+                self.proc.send_signal(signals.SIGTERM)
+            with contextlib.suppress(self._subprocess.TimeoutExpired):
+                self.proc.wait(timeout=timeout)
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+
+
+def run_shipped(
+    hosts: str, *, jobs: int, processes: int, seconds: float = 30.0, timeout: float = 120
+) -> Run:
+    """``processes`` ``runconsumer all`` processes as shipped (steps no-ops) moving ``jobs``
+    Estimating jobs towards Completed, timed as ``run_daemons``."""
+    import subprocess
+    import tempfile
+
+    from queues.zk import client as zkmod
+    from queues.zk.consumers import CONSUMERS
+    from queues.zk.locks import queue_hold_clear, queue_hold_set
+
+    target = _load_loopback(hosts, f"bench-shipped-{processes}", jobs)
+    var = Path(tempfile.mkdtemp(prefix="mrt-bench-shipped-"))
+    log = var / "consumers.log"
+    children = [_Shipped(target, var, log) for _ in range(processes)]
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput"],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=children[0].env,
+        check=True,
+        capture_output=True,
+    )
+    watcher = zkmod.connect(target)
+    try:
+        queue_hold_set(watcher, "ingest")
+        for child in children:
+            child.start()
+        deadline = time.monotonic() + SHIPPED_TIMEOUT
+        while len(watcher.get_children(CONSUMERS) if watcher.exists(CONSUMERS) else []) < len(
+            children
+        ):
+            if time.monotonic() > deadline or any(c.exitcode is not None for c in children):
+                raise BenchError(f"runconsumer did not start: see {log}")
+            time.sleep(POLL)
+        queue_hold_clear(watcher, "ingest")  # the go
+        window = timed_window(
+            hosts,
+            watcher,
+            jobs,
+            [c.pid for c in children if c.pid is not None],
+            seconds=seconds,
+            timeout=timeout,
+            until=SHIPPED_UNTIL,
+        )
+        failed = [c.exitcode for c in children if c.exitcode not in (None, 0)]
+        if failed:
+            raise BenchError(f"runconsumer exited with {failed} inside the window: see {log}")
+        return Run(processes, window)
+    finally:
+        for child in children:
+            child.join(timeout=60)
+            child.terminate()
+        watcher.stop()
+        watcher.close()
+        try:
+            drop_chroot(target)
+        except Exception as exc:
+            print(f"warning: {target} was not deleted: {exc!r}", file=sys.stderr, flush=True)
 
 
 def _raw_child(
@@ -464,7 +655,14 @@ def _raw_child(
 
 
 def measure_raw(
-    hosts: str, *, jobs: int, processes: int, batch: int, seconds: float, timeout: float = 120
+    hosts: str,
+    *,
+    jobs: int,
+    processes: int,
+    batch: int,
+    seconds: float,
+    timeout: float = 120,
+    until: float | None = None,
 ) -> Run:
     """The raw probe's rate on the same jobs as the daemons, timed the same way."""
     from queues.daemons.pipeline import AHEAD
@@ -482,7 +680,14 @@ def measure_raw(
         )
 
     window = _timed_children(
-        hosts, target, jobs, start, processes=processes, seconds=seconds, timeout=timeout
+        hosts,
+        target,
+        jobs,
+        start,
+        processes=processes,
+        seconds=seconds,
+        timeout=timeout,
+        until=until,
     )
     return Run(processes, window)
 
@@ -525,6 +730,12 @@ def main(argv: list[str] | None = None) -> list[str]:
         "at each number of processes)",
     )
     parser.add_argument(
+        "--shipped",
+        action="store_true",
+        help="the daemons' side is manage.py runconsumer all as shipped, every step's work a "
+        "no-op (MRT_NOOP_STEPS), against the same raw probe",
+    )
+    parser.add_argument(
         "--recorder",
         choices=("off", "on", "both"),
         default="off",
@@ -536,6 +747,11 @@ def main(argv: list[str] | None = None) -> list[str]:
         return compare_recorder(args)
     setup_django()
     keep = not args.no_keep
+    shipped = (
+        f"manage.py runconsumer all as shipped (default settings, every step's work a no-op: "
+        f"MRT_NOOP_STEPS; window from {WARM_UP:.0%} to {SHIPPED_UNTIL:.0%} of the "
+        "transitions)"
+    )
     lines = [
         f"Daemon throughput ({args.jobs} jobs, each Estimating -> ... -> Completed, 7 "
         f"transitions; one loop per step in each process, "
@@ -552,12 +768,19 @@ def main(argv: list[str] | None = None) -> list[str]:
         "'req/t': ZooKeeper requests per transition, from the server's mntr count; 'us/t': "
         "the client processes' CPU time per transition; 'busy': the whole machine's CPU use "
         "meanwhile.",
+        *([f"Daemons' side: {shipped}."] if args.shipped else []),
+        f"Load (uptime) at the start: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+        f"{os.getloadavg()[2]:.2f}.",
         f"  {'processes':>9}{'daemons':>14}{'req/t':>7}{'us/t':>6}{'busy':>6}"
         f"{'raw probe':>13}{'req/t':>7}{'us/t':>6}{'busy':>6}{'share':>8}",
     ]
     with throwaway_zookeeper(args.hosts) as hosts:
 
         def daemons(processes: int) -> Window:
+            if args.shipped:
+                return run_shipped(
+                    hosts, jobs=args.jobs, processes=processes, seconds=args.seconds
+                ).window
             return run_daemons(
                 hosts,
                 jobs=args.jobs,
@@ -570,7 +793,12 @@ def main(argv: list[str] | None = None) -> list[str]:
 
         def raw(processes: int) -> Window:
             return measure_raw(
-                hosts, jobs=args.jobs, processes=processes, batch=args.batch, seconds=args.seconds
+                hosts,
+                jobs=args.jobs,
+                processes=processes,
+                batch=args.batch,
+                seconds=args.seconds,
+                until=SHIPPED_UNTIL if args.shipped else None,
             ).window
 
         round_number = 0
@@ -595,6 +823,7 @@ def main(argv: list[str] | None = None) -> list[str]:
                     daemon_runs.append(daemons(processes))
                 round_number += 1
             line = _table_line(processes, daemon_runs, raw_runs)
+            line += f" load {os.getloadavg()[0]:.2f}"
             print(line, flush=True)
             lines.append(line)
     print()

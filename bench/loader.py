@@ -463,3 +463,75 @@ def transition_rate(
         setup.delete(root, recursive=True)
         setup.stop()
         setup.close()
+
+
+# Jobs that wait ---------------------------------------------------------------------------------
+
+
+def load_waiting(
+    zk: Client,
+    *,
+    bid: str,
+    state: str,
+    count: int,
+    configuration: Mapping[str, Any],
+    store_node: int | None = None,
+    retry_next: float | None = None,
+) -> list[str]:
+    """``count`` jobs of batch ``bid`` (made by ``batch_create``) in ``state``, one multi each,
+    pipelined: what a queue of jobs that wait looks like. ``store_node``: the jobs carry the
+    ``store`` node Processing writes, bound for that storage node (Storing, Recording);
+    ``retry_next``: their status says a service outside is to be tried again then (epoch
+    seconds; ``queues.retries``). Returns the job IDs in creation order."""
+    from queues.retries import RETRY_KEY
+
+    stamp = now_stamp()
+    jids = _sequential(zk, f"{paths.JOBS}/jid", count)
+    status: dict[str, Any] = {
+        "status": state,
+        "last_successful_status": None,
+        "last_modified": stamp,
+        "message": "",
+        "retry_count": 0,
+    }
+    if retry_next is not None:
+        status[RETRY_KEY] = {
+            "state": state,
+            "service": "storage node 9501",
+            "attempt": 1,
+            "first": round(time.time(), 3),
+            "next": retry_next,
+            "reasons": [f"{int(time.time())} HTTP 503"],
+        }
+
+    def request(jid: str) -> Callable[[], Any]:
+        txn = zk.transaction()
+        txn.create(paths.job_node(jid, "bid"), bid.encode())
+        txn.create(paths.job_node(jid, "priority"), encode_int(5))
+        txn.create(paths.job_node(jid, "space_needed"), encode_int(0))
+        txn.create(paths.job_node(jid, "configuration"), encode_json(dict(configuration)))
+        txn.create(paths.job_node(jid, "status"), encode_json(status))
+        if store_node is not None:
+            ark = f"ark:/99999/fk4{jid[-8:]}"
+            txn.create(
+                paths.job_node(jid, "identifiers"),
+                encode_json({"primary_id": ark, "local_id": []}),
+            )
+            mode = f"add/{store_node}/ark%3A%2F99999%2Ffk4{jid[-8:]}"
+            txn.create(
+                paths.job_node(jid, "store"),
+                encode_json({"manifest_url": "http://127.0.0.1:9/m", "mode": mode, "delete": ""}),
+            )
+            txn.create(
+                paths.job_node(jid, "inventory"),
+                encode_json({"manifest_url": "http://127.0.0.1:9/m", "mode": ""}),
+            )
+        txn.create(paths.job_index_entry(state, 5, jid), b"")
+        txn.create(paths.batch_index_entry(bid, state, jid), b"")
+        commit: Callable[[], Any] = txn.commit_async
+        return commit
+
+    zk.ensure_path(paths.job_state_folder(state))
+    zk.ensure_path(paths.batch_index(bid, job_batch_folder(state)))
+    _pipelined(request(jid) for jid in jids)
+    return jids

@@ -440,6 +440,10 @@ MRT_KEEP_LOCKS = env_bool("MRT_KEEP_LOCKS", True)
 # or run a thread each; a step that blocks (a slow HEAD) holds up the loops of its thread.
 MRT_SHARED_LOOPS = env_bool("MRT_SHARED_LOOPS", True)
 MRT_DOWNLOADS_PER_HOST = env_int("MRT_DOWNLOADS_PER_HOST", 2)
+# For benchmarks only (bench/daemons.py --shipped): every job step's work is "move on to the next
+# state", so what runconsumer as shipped measures is its loops and ZooKeeper. Never in production:
+# jobs would complete without their objects being stored.
+MRT_NOOP_STEPS = env_bool("MRT_NOOP_STEPS", False)
 
 # Mail: SMTP when EMAIL_HOST is set, else files under MRT_VAR_DIR/mail the console can show.
 # The Date header in the console's zone, as the body's times (Django's default is -0000).

@@ -57,6 +57,7 @@ from .breakers import breakers
 from .fetching import depositor_server
 from .pipeline import LOCK_LOST, JobPipeline, LockKeeper, LockLost
 from .retrying import RetryWaits, retry_later
+from .waiting import RetryScreen
 
 log = logging.getLogger("queues.daemons")
 
@@ -304,10 +305,16 @@ class Daemon(ABC, Generic[T]):
         self.log_result(result)
         return result.outcome not in ("waiting", "dropped")
 
+    def wake_on(self, event: threading.Event) -> None:
+        """Have ``event`` set when what keeps this daemon's items waiting may have gone (a
+        hold released): its idle loop then looks again at once, not at its next poll."""
+
     def run(self, stop: threading.Event) -> None:
         log.info("%s: started (poll %.1fs)", self.name, self.poll)
         path = self.wake_path()
-        signal = ChangeSignal(self.zk, path) if path else None
+        wake = threading.Event()
+        signal = ChangeSignal(self.zk, path, wake) if path else None
+        self.wake_on(wake)
         while not stop.is_set():
             if self._run_once_logged():
                 continue
@@ -636,6 +643,11 @@ class JobDaemon(Daemon[Job]):
         so never called, while there are none)."""
         return self.retry_waits
 
+    def unclaimed_screen(self) -> Callable[[list[str]], list[str]] | None:
+        """What the one-job loop's listing passes over, given the whole listing: the jobs
+        waiting for a later try, read in bulk once this loop knows of one (``RetryScreen``)."""
+        return RetryScreen(self.zk, self.retry_waits)
+
     def waits_unclaimed(self, jid: str) -> bool:
         """Whether to pass ``jid`` over unclaimed, by its ID alone: it waits for its next try."""
         return self.retry_waits.waits(jid)
@@ -647,7 +659,11 @@ class JobDaemon(Daemon[Job]):
     def claim(self) -> Job | None:
         if self._claimer is None:
             self._claimer = JobClaimer(
-                self.zk, self.state, strict=self.strict, skip=self.unclaimed_skip()
+                self.zk,
+                self.state,
+                strict=self.strict,
+                skip=self.unclaimed_skip(),
+                screen=self.unclaimed_screen(),
             )
         return self._claimer.claim(self._accept)
 

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from django.conf import settings
 
 from queues.daemons.base import Claim, ItemResult, JobDaemon, Next, Step, StepFailed
 from queues.daemons.fetching import HOST_SLOTS, SERVER_KEYS
+from queues.daemons.retrying import RetryWaits
 from queues.daemons.workfolder import (
     CONTAINERS_DIR,
     disk_bytes,
@@ -50,6 +53,34 @@ log = logging.getLogger("queues.daemons")
 BACKOFF = 0.5
 
 
+class CappedHosts:
+    """What a downloading loop's listing passes over unclaimed: the jobs waiting for their next
+    try, and those found waiting for a slot of their depositor server (``HOST_SLOTS``) while it
+    is still full. Without it, every look claimed, read and gave back each job of a server at
+    its cap (issue 51). A job is taken up again once its server has a slot free; a slot given
+    back wakes the idle loops (``Downloading.wake_on``)."""
+
+    LIMIT = 100_000  # jobs remembered at most
+
+    def __init__(self, retry_waits: RetryWaits) -> None:
+        self.retry_waits = retry_waits
+        self._server: dict[str, str] = {}  # jid -> its server, found at its cap
+
+    def note(self, jid: str, server: str) -> None:
+        if len(self._server) >= self.LIMIT:
+            self._server.clear()  # forgotten ones are claimed once more, then remembered
+        self._server[jid] = server
+
+    def __bool__(self) -> bool:
+        return bool(self._server) or bool(self.retry_waits)
+
+    def __call__(self, jid: str) -> bool:
+        server = self._server.get(jid)
+        if server is not None and HOST_SLOTS.busy(server) >= settings.MRT_DOWNLOADS_PER_HOST:
+            return True  # kept while the job waits: a slot taken again makes it wait again
+        return self.retry_waits.waits(jid)
+
+
 class Downloading(JobDaemon):
     name: ClassVar[str] = "downloading"
     step: ClassVar[str] = "downloading"
@@ -61,6 +92,13 @@ class Downloading(JobDaemon):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.slot: str | None = None  # the depositor server this loop holds a download slot of
+        self.capped = CappedHosts(self.retry_waits)
+
+    def unclaimed_skip(self) -> Callable[[str], bool]:
+        return self.capped
+
+    def wake_on(self, event: threading.Event) -> None:
+        HOST_SLOTS.subscribe(event)  # a slot given back: the jobs passed over for it are due
 
     @classmethod
     def default_copies(cls) -> int:
@@ -72,6 +110,7 @@ class Downloading(JobDaemon):
         server = SERVER_KEYS.key(url, depositor_policy())
         if not HOST_SLOTS.try_take(server, settings.MRT_DOWNLOADS_PER_HOST, job=job.jid):
             log.debug("%s downloading: passed over, %s is at its download cap", job.jid, server)
+            self.capped.note(job.jid, server)
             return False
         self.slot = server
         return True

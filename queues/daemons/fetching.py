@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -91,6 +92,13 @@ class HostSlots:
         self._lock = threading.Lock()
         self._busy: Counter[str] = Counter()
         self._passed: dict[str, tuple[str, float]] = {}  # job -> (server, when passed over)
+        # The wake-ups of the loops waiting for a slot: a slot given back sets them.
+        self._waiters: weakref.WeakSet[threading.Event] = weakref.WeakSet()
+
+    def subscribe(self, event: threading.Event) -> None:
+        """Set ``event`` whenever a slot is given back."""
+        with self._lock:
+            self._waiters.add(event)
 
     def try_take(self, host: str, per_host: int, *, job: str = "") -> bool:
         with self._lock:
@@ -116,6 +124,9 @@ class HostSlots:
             self._busy[host] -= 1
             if self._busy[host] <= 0:
                 del self._busy[host]
+            waiters = list(self._waiters)
+        for event in waiters:
+            event.set()
 
     def busy(self, host: str) -> int:
         with self._lock:

@@ -9,11 +9,13 @@ from typing import Any
 
 from django.conf import settings
 
-from queues.daemons.base import Daemon, JobDaemon, SessionGate
+from queues.daemons.base import Daemon, JobDaemon, Next, SessionGate, Step
 from queues.daemons.pipeline import LockKeeper, run_together
 from queues.daemons.registration import ProcessObserver
 from queues.daemons.registry import daemon_classes
+from queues.states import JOB, JobState
 from queues.zk.client import add_state_listener, client, remove_state_listener
+from queues.zk.records import Job
 
 log = logging.getLogger("queues.daemons")
 
@@ -86,6 +88,17 @@ def daemon_threads(
     return threads
 
 
+def no_op(daemon: JobDaemon) -> None:
+    """Make ``daemon``'s step move each job on to the next state without working on it
+    (MRT_NOOP_STEPS, for benchmarks): its loop, claims and moves stay as shipped."""
+
+    def move_on(item: Job) -> Step:
+        return Next(JOB.successor(item.state) or JobState.COMPLETED)
+
+    daemon.work = move_on  # type: ignore[method-assign]
+    daemon.unprocessable = lambda item: None  # type: ignore[method-assign]
+
+
 class Host:
     """The daemons of one ``runconsumer`` process.
 
@@ -111,6 +124,11 @@ class Host:
             for cls in classes
             for _ in range(max(threads, cls.default_copies()))
         ]
+        if settings.MRT_NOOP_STEPS:
+            log.warning("MRT_NOOP_STEPS: every job step moves its job on without working on it")
+            for daemon in self.daemons:
+                if isinstance(daemon, JobDaemon):
+                    no_op(daemon)
         add_state_listener(self.gate.on_state)
         # Registration under /mrt-console/consumers, drain, step history (registration.py).
         self.observer = ProcessObserver(self.zk, self.daemons, record=record)

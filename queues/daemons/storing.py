@@ -17,11 +17,14 @@ version's manifest URL and number go into the job's ``inventory`` node for Recor
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
 from queues.daemons.breakers import STORAGE_NODE
+from queues.daemons.waiting import chained
 from queues.states import JobState
 from queues.steps.merritt import parse_store_mode
 from queues.steps.profiles import ProfileError, load_profile
@@ -39,15 +42,30 @@ from queues.zk.store_intents import (
     store_intent_read,
     store_intent_record,
 )
+from queues.zk.waits import NodeScreen, node_holds_watch
 
 log = logging.getLogger("queues.daemons")
 
 
 class ObjectLockDaemon(JobDaemon):
-    """A step that works on an object under its per-object lock."""
+    """A step that works on an object under its per-object lock.
+
+    The jobs bound for a held storage node (an operator's hold, or an open breaker's) wait
+    unclaimed: the listing passes them over (``NodeScreen``: their nodes read once, the holds
+    watched), and a release wakes the idle loop at once."""
+
+    _screen: NodeScreen | None = None
 
     def object_lock(self, ark: str) -> str:
         raise NotImplementedError
+
+    def unclaimed_screen(self) -> Callable[[list[str]], list[str]] | None:
+        if self._screen is None:
+            self._screen = NodeScreen(self.zk)
+        return chained(self._screen, super().unclaimed_screen())
+
+    def wake_on(self, event: threading.Event) -> None:
+        node_holds_watch(self.zk).subscribe(event)
 
     def accept(self, job: Job) -> bool:
         # A job bound for a held storage node waits, unclaimed, until the node is released.

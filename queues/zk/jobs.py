@@ -811,6 +811,7 @@ class JobClaimer:
         max_age: float = 1.0,
         strict: bool = False,
         skip: Callable[[str], bool] | None = None,
+        screen: Callable[[list[str]], list[str]] | None = None,
     ) -> None:
         self.zk = zk
         self.state = state
@@ -818,6 +819,9 @@ class JobClaimer:
         # Jobs to pass over unclaimed (a collection at its cap: zk/caps.py; jobs waiting for
         # their next try). A skip that is false (nothing to pass over now) costs no call a name.
         self.skip = skip
+        # The same for a whole listing at once (jobs bound for a held storage node: zk/waits.py),
+        # where what decides is read for many jobs in one request.
+        self.screen = screen
         self.folder = paths.job_state_folder(state)
         self.max_age = max_age
         self._names: list[str] = []  # not yet tried, in reverse run order (the next is last)
@@ -829,6 +833,8 @@ class JobClaimer:
         names = children(self.zk, self.folder)
         if self.skip:
             names = [n for n in names if not self.skip(n[3:])]
+        if self.screen is not None:
+            names = self.screen(names)
         self._names = sorted(names, reverse=True)
         self._listed_at = time.monotonic()
 
@@ -862,6 +868,10 @@ class JobClaimer:
             free = max(0, free - 1)
             match = paths.INDEX_ENTRY_RE.fullmatch(name)
             if match is None:
+                continue
+            if self.skip and self.skip(match.group(2)):
+                # Asked again as the walk comes to it: what the listing let through may wait
+                # again since (a slot freed at the listing, taken by another loop meanwhile).
                 continue
             job = self._try(f"{self.folder}/{name}", match.group(2), accept)
             if isinstance(job, Job):

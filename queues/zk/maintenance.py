@@ -309,7 +309,12 @@ def held_services(zk: KazooClient) -> frozenset[str]:
 def job_store_node(job: Job) -> int | None:
     """The storage node a job is bound for: the node in its ``store`` node's mode
     (``add/<node>/<ark>``, as Merritt's storage consumer splits it); None when it names none."""
-    mode = (job.store or {}).get("mode")
+    return mode_node((job.store or {}).get("mode"))
+
+
+def mode_node(mode: object) -> int | None:
+    """The storage node of a ``store`` node's mode (``add/<node>/<ark>``); None when it names
+    none."""
     parts = mode.split("/") if isinstance(mode, str) else []
     if len(parts) != 3 or not NODE_RE.fullmatch(parts[1]):
         return None

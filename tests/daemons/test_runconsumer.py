@@ -136,3 +136,22 @@ def test_the_collector_leaves_what_a_started_consumer_holds_out_and_collects_les
     ).stdout.split()
     assert out[0] == "0" and int(out[1]) > 10_000  # Django and every module: frozen
     assert out[2] == "True"
+
+
+def test_with_noop_steps_every_job_step_moves_its_job_on_untouched(zk, settings) -> None:
+    """MRT_NOOP_STEPS (bench/daemons.py --shipped): the loops as shipped, no step's work."""
+    settings.MRT_NOOP_STEPS = True
+    # A payload no step could use: only the loops and the moves run.
+    job = make_job(zk, {"payload_url": "http://127.0.0.1:9/a", "type": "file"})
+    host = Host("all", poll=0.1, record=False)
+    try:
+        steps = {d.name: d for d in host.daemons if isinstance(d, JobDaemon)}
+        for name in ("pending", "estimating", "provisioning", "downloading", "processing"):
+            steps[name].run_once()
+        for name in ("storing", "recording", "notify"):
+            steps[name].run_once()
+        moved = job_load(zk, job.jid)
+        assert moved.state == "Completed", moved.status.message
+        assert moved.space_needed == 0 and moved.store is None  # nothing was worked on
+    finally:
+        host.close()
