@@ -18,7 +18,9 @@ batch-update-reporting      UpdateReporting  report of what changed -> Completed
 access-small, access-large  access requests  zip of a stored object, its URL in the token
 ==========================  ===============  =====================================================
 
-``base`` holds the shared loop, ``clients`` the choice of outside services, ``workfolder`` the job
+``base`` holds the shared loop, ``pipeline`` the batched loop of job daemons, ``shared`` what
+the two both use (the move a step asks for, an item's result, the session gate; neither loop
+imports the other for them), ``clients`` the choice of outside services, ``workfolder`` the job
 helpers, ``registry`` the names and which of them this deployment serves (MRT_DEPLOYMENT:
 ``standalone``, or ``beside-merritt`` where Merritt's storage and inventory services take the
 Storing and Recording jobs; MRT_OWN_STEPS), ``runner`` the threads of one process. The real

@@ -25,7 +25,6 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from django.db import close_old_connections
@@ -45,7 +44,7 @@ from queues.zk.errors import (
     StaleVersion,
     is_connection_error,
 )
-from queues.zk.fence import Gate, fenced
+from queues.zk.fence import fenced
 from queues.zk.jobs import JobClaimer, job_load, job_transition, job_unlock
 from queues.zk.kazoo_private import session_id
 from queues.zk.locks import ledger_of, lock_create, queue_held
@@ -59,6 +58,10 @@ from .pipeline import LOCK_LOST, JobPipeline, LockKeeper, LockLost
 from .retrying import RetryWaits, retry_later
 from .waiting import RetryScreen
 
+# The step daemons (and tests) import these from here: they are defined in ``shared`` so that
+# the batched loop (``pipeline``) can use them without importing this module.
+from .shared import Claim, ItemResult, Next, SessionGate, Stay, Step
+
 log = logging.getLogger("queues.daemons")
 
 # A job moved to one of these may complete its batch (``JobDaemon.after``); none other can.
@@ -66,7 +69,6 @@ _BATCH_ENDS = frozenset({JobState.COMPLETED, JobState.FAILED})
 
 DEFAULT_POLL = 5.0
 T = TypeVar("T", Job, Batch, AccessRequest)
-R = TypeVar("R")
 
 
 class StepFailed(Exception):
@@ -77,22 +79,6 @@ class StepFailed(Exception):
         self.permanent = permanent
 
 
-@dataclass(frozen=True)
-class Next:
-    """The one move a step asks for."""
-
-    target: str
-    message: str = ""
-    priority: int | None = None
-    permanent: bool = False
-    # The step could not do its work (as opposed to a step whose result is a Failed item, like
-    # a report on a batch with failed jobs): logged as "failed", and --once exits 1.
-    error: bool = False
-    # Records of the job's side effects that the move ends, deleted in the move's own multi
-    # (``TransitionPlan.drops``).
-    drops: tuple[str, ...] = ()
-
-
 class NotProcessable(Exception):
     """This console's daemons cannot work on the item at all (e.g. a job written by Merritt's
     ingest: no ``payload_url``, its payload on ingest's own disk). It is unlocked untouched, not
@@ -101,101 +87,6 @@ class NotProcessable(Exception):
 
 NOT_PROCESSABLE = "not processable by this console's daemons"
 SKIP_MEMORY = 10_000  # items remembered as passed over, per daemon
-
-
-@dataclass(frozen=True)
-class Stay:
-    """The item stays where it is (it waits for a resource); it is unlocked untouched.
-    ``outcome``: "waiting", or "retry" when its next try is written on it (``queues.retries``)."""
-
-    reason: str = ""
-    outcome: str = "waiting"
-
-
-Step = Next | Stay
-
-
-@dataclass(frozen=True)
-class ItemResult:
-    id: str
-    step: str
-    # ok | held | failed (the step failed the item) | waiting | retry (to be tried again after
-    # an outage of a service outside: queues.retries) | dropped | skipped (not
-    # processable here: left untouched)
-    outcome: str
-    duration: float
-    detail: str = ""
-
-    @property
-    def is_error(self) -> bool:
-        return self.outcome == "failed"
-
-    def line(self) -> str:
-        text = f"{self.id} {self.step} {self.outcome} {self.duration:.2f}s"
-        return f"{text} {self.detail}" if self.detail else text
-
-
-# A claim's session: the gate's generation and the client's session id when it was made.
-Claim = tuple[int, "int | None"]
-
-
-class SessionGate:
-    """The ZooKeeper session as the daemons see it; fed by the client's state listener.
-
-    Kazoo calls the listener from its connection thread, so this only flips flags. ``generation``
-    counts lost sessions: a step that started in an older generation no longer holds its lock.
-    """
-
-    def __init__(self) -> None:
-        self._connected = threading.Event()
-        self._connected.set()
-        self._lock = threading.Lock()
-        self.generation = 0
-
-    def on_state(self, state: str) -> None:
-        if state == "CONNECTED":
-            self._connected.set()
-            return
-        self._connected.clear()
-        if state == "LOST":
-            with self._lock:
-                self.generation += 1
-
-    @property
-    def connected(self) -> bool:
-        return self._connected.is_set()
-
-    def fence(self, zk: Any, generation: int, session: int | None) -> Gate:
-        """The gate of a claim made in ``generation`` of the client's session ``session``:
-        ``send_if_current`` that also refuses once the client's session is another. Every
-        write a step makes for its job goes through it (``queues.zk.fence``), as its move does.
-        """
-
-        def gate(send: Callable[[], Any]) -> Any:
-            def in_session() -> Any:
-                if session_id(zk) != session:
-                    raise LockLost()
-                return send()
-
-            return self.send_if_current(generation, in_session)
-
-        return gate
-
-    def send_if_current(self, generation: int, send: Callable[[], R]) -> R:
-        """Run ``send`` unless a session was lost since ``generation``: then LockLost, and
-        nothing is sent.
-
-        The client calls ``on_state("LOST")`` before it fails the requests still queued for the
-        expired session, and ``on_state`` waits for this lock: a request sent here either goes
-        out in the session that holds the locks or is failed with it, never sent in a new one.
-        So ``send`` must only hand requests to the client (kazoo's ``*_async`` calls) and
-        return their answers unread: waiting for an answer here would keep the connection
-        thread from failing it, and both would wait for ever.
-        """
-        with self._lock:
-            if self.generation != generation:
-                raise LockLost()
-            return send()
 
 
 def describe(exc: BaseException) -> str:

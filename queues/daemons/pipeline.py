@@ -48,7 +48,7 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from django.db import close_old_connections
 
@@ -89,9 +89,9 @@ from queues.zk.records import Job
 from queues.zk.watch import ChangeSignal, PresenceWatch
 
 from .serial import SerialByKey
+from .shared import Claim, ItemResult, Next, SessionGate
 
 if TYPE_CHECKING:
-    from queues.daemons.base import ItemResult, JobDaemon, Next
     from queues.zk.batches import CompletionCheck
 
 log = logging.getLogger("queues.daemons")
@@ -138,6 +138,53 @@ _sent = itertools.count()
 
 
 LOCK_LOST = "lock lost with the session"
+
+
+class PipelinedDaemon(Protocol):
+    """What the batched loop asks of the daemon it runs: ``base.JobDaemon`` is one. Named here
+    so that this module never imports ``base`` (which imports this one to build the loop)."""
+
+    zk: Any
+    gate: SessionGate
+    poll: float
+    batch_size: int
+    strict: bool
+    observer: Any
+    last: ItemResult | None
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def queue_hold(self) -> str | None: ...
+
+    @property
+    def steps_elsewhere(self) -> bool: ...
+
+    def wants(self, job: Job) -> bool: ...
+
+    def server_of(self, item: Job) -> str: ...
+
+    def slow_key(self, item: Job) -> str: ...
+
+    def run_step(
+        self, item: Job, started: float, claim: Claim
+    ) -> tuple[Job, Next | None, ItemResult | None]: ...
+
+    def result(self, ident: str, outcome: str, started: float, detail: str = "") -> ItemResult: ...
+
+    def moved_result(self, ident: str, step: Next, started: float) -> ItemResult: ...
+
+    def log_result(self, result: ItemResult) -> None: ...
+
+    def after_move(self, item: Job, step: Next) -> set[str]: ...
+
+    def ask_completion(self, bids: set[str]) -> CompletionCheck | None: ...
+
+    def batches_done(self, check: CompletionCheck) -> None: ...
 
 
 class Holding(NamedTuple):
@@ -391,7 +438,7 @@ class _WhenAsked:
 class JobPipeline:
     """The batched loop of one JobDaemon (see the module's docstring)."""
 
-    def __init__(self, daemon: JobDaemon, *, keeper: LockKeeper | None = None) -> None:
+    def __init__(self, daemon: PipelinedDaemon, *, keeper: LockKeeper | None = None) -> None:
         self.daemon = daemon
         self.zk = daemon.zk
         self.keeper = keeper
