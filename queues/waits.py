@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from queues import clock
 from queues.clock import clock_text
 from queues.states import JOB_STEPS, JOB_WORKING, JobState
 from queues.zk import caps as zcaps
@@ -89,10 +90,10 @@ class Hold:
         return {
             "kind": self.kind,
             "name": self.name,
-            "since": self.since.isoformat() if self.since else None,
+            "since": clock.exact(self.since) if self.since else None,
             "by": self.by,
             "reason": self.reason,
-            "until": self.until.isoformat() if self.until else None,
+            "until": clock.exact(self.until) if self.until else None,
             "auto_release": self.auto_release,
             "breaker": self.breaker,
             "words": self.words,

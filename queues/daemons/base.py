@@ -56,11 +56,11 @@ from .breakers import breakers
 from .fetching import depositor_server
 from .pipeline import LOCK_LOST, JobPipeline, LockKeeper, LockLost
 from .retrying import RetryWaits, retry_later
-from .waiting import RetryScreen
 
 # The step daemons (and tests) import these from here: they are defined in ``shared`` so that
 # the batched loop (``pipeline``) can use them without importing this module.
 from .shared import Claim, ItemResult, Next, SessionGate, Stay, Step
+from .waiting import RetryScreen
 
 log = logging.getLogger("queues.daemons")
 
