@@ -35,7 +35,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError
 
-from queues import history, waits
+from queues import clock, history, waits
 from queues.models import StepRecord
 from queues.states import JOB_STEPS, JOB_WORKING, JobState
 from queues.steps.workdisk import provision_room
@@ -206,6 +206,7 @@ class Backlog:
     history_error: str = ""  # the step history could not be read: no pace, no estimate
     forecast: Forecast | None = None
     waits_error: str = ""  # the holds could not be read: the forecast takes every job as moving
+    hour_starts: list[int] = field(default_factory=list)  # hours since the epoch, as hour_labels
 
     @property
     def waiting_jobs(self) -> int:
@@ -237,6 +238,7 @@ class _Rates:
     finished: list[int]
     paces: dict[str, Pace]  # step -> its pace lately
     error: str = ""  # the step history could not be read: no pace, no estimate
+    starts: list[int] = field(default_factory=list)  # hours since the epoch, as labels
 
 
 _cache: tuple[float, _Rates] | None = None
@@ -280,7 +282,12 @@ def _read_rates(when: datetime, *, cache: bool, clock: float) -> _Rates:
             .values_list("started", "duration")[:PACE_SAMPLE]
         )
         paces[step] = pace_of(step, ((s.timestamp(), d) for s, d in runs))
-    rates = _Rates(labels=day.labels[-DAY_HOURS:], finished=finished[-DAY_HOURS:], paces=paces)
+    rates = _Rates(
+        labels=day.labels[-DAY_HOURS:],
+        finished=finished[-DAY_HOURS:],
+        paces=paces,
+        starts=day.starts[-DAY_HOURS:],
+    )
     if cache:
         with _cache_lock:
             _cache = (clock, rates)
@@ -351,6 +358,7 @@ def backlog(*, now: datetime | None = None) -> Backlog:
     return Backlog(
         steps=steps,
         hour_labels=rates.labels,
+        hour_starts=rates.starts,
         finished_per_hour=rates.finished,
         rate_per_hour=final.per_hour if final else 0.0,
         disk=_disk(sizes[JobState.PROVISIONING] or 0, unestimated),
@@ -384,7 +392,11 @@ def as_json(b: Backlog) -> dict[str, Any]:
         ],
         "waiting_jobs": b.waiting_jobs,
         "waiting_bytes": b.waiting_bytes,
-        "finished_per_hour": dict(zip(b.hour_labels, b.finished_per_hour, strict=False)),
+        # Keyed by each hour's start in the API's one ISO form.
+        "finished_per_hour": {
+            clock.exact(datetime.fromtimestamp(h * 3600, UTC)): n
+            for h, n in zip(b.hour_starts, b.finished_per_hour, strict=False)
+        },
         "finished_last_day": b.finished_last_day,
         "rate_per_hour": round(b.rate_per_hour, 2),
         "pace_window_minutes": WINDOW_MINUTES,
