@@ -184,8 +184,8 @@ class Breakers:
 
     def probe(self, zk: Any, *, now: float | None = None) -> list[str]:
         """Probe each service a breaker holds whose probe is due; the services whose breaker
-        closed. A service with no URL to probe (its setting gone) is released at its first
-        probe: its steps meet the outage again, if it is one, and the breaker opens again."""
+        closed. A service with no URL to probe (its setting gone) stays held until an operator
+        releases it."""
         moment = time.monotonic() if now is None else now
         held = breaker_held(zk)
         closed = []
@@ -218,9 +218,9 @@ class Breakers:
 
 def _answers(service: str, url: str) -> bool:
     """Whether ``url`` answers with anything but "not now" (any status but 408, 429, 5xx: a
-    depositor's root answering 404 is up); True when there is nothing to ask."""
+    depositor's root answering 404 is up); False when there is nothing to ask."""
     if not url:
-        return True
+        return False
     session = service_session(retries=0, deadline=settings.MRT_HTTP_TIMEOUT)
     try:
         response = session.get(url, timeout=settings.MRT_HTTP_TIMEOUT)
