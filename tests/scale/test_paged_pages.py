@@ -280,9 +280,7 @@ def test_search_and_collections_answer_without_reading_every_job_while_loading(z
         answer = viewer.get(reverse("search") + f"?q={bid}")
         assert answer.status_code == 302 and bid in answer["Location"]
         page, calls, _lines = _work(zk, lambda: viewer.get(reverse("search") + "?q=word"))
-        assert "batch fields are searched once it has loaded" in (
-            page.content.decode()
-        )
+        assert "batch fields are searched once it has loaded" in (page.content.decode())
         assert calls["paths"] < 60, calls  # the texts of 600 jobs and 12 batches: hundreds
         page, calls, _lines = _work(zk, lambda: viewer.get(reverse("collections")))
         assert page.status_code == 200 and 'id="index-loading"' in page.content.decode()
