@@ -71,6 +71,43 @@ _EARLIEST = datetime.min.replace(tzinfo=UTC) + timedelta(days=2)
 _LATEST = datetime.max.replace(tzinfo=UTC) - timedelta(days=2)
 
 
+def _hold_create(zk: KazooClient, path: str, **fields: str) -> bool:
+    """Create a hold's node with its record; False when it exists (left as it was)."""
+    info = {"at": datetime.now(UTC).isoformat(), **fields}
+    try:
+        zk.create(path, encode_json(info), makepath=True)
+    except NodeExistsError:
+        return False
+    return True
+
+
+def _hold_delete(zk: KazooClient, path: str) -> bool:
+    try:
+        zk.delete(path)
+    except NoNodeError:
+        return False
+    return True
+
+
+def _hold_nodes(
+    zk: KazooClient, folder: str, names: list[str]
+) -> dict[str, tuple[dict[str, Any], Any]]:
+    """The record (``{}`` when unreadable) and stat of each hold named, skipping those gone."""
+    found: dict[str, tuple[dict[str, Any], Any]] = {}
+    for name in names:
+        path = f"{folder}/{name}"
+        try:
+            data, stat = zk.get(path)
+        except NoNodeError:
+            continue
+        try:
+            info = decode_json(path, data)
+        except MalformedNode:
+            info = {}
+        found[name] = (info, stat)
+    return found
+
+
 def node_number(value: object) -> int:
     """A storage node number (``9501``), validated before it touches a path."""
     text = str(value).strip()
@@ -93,20 +130,11 @@ class NodeHold:
 
 def node_hold_set(zk: KazooClient, node: object, *, by: str = "", reason: str = "") -> bool:
     """Hold a storage node; False when it was already held (its record is left as it was)."""
-    info = {"at": datetime.now(UTC).isoformat(), "by": by, "reason": reason}
-    try:
-        zk.create(node_hold_path(node), encode_json(info), makepath=True)
-    except NodeExistsError:
-        return False
-    return True
+    return _hold_create(zk, node_hold_path(node), by=by, reason=reason)
 
 
 def node_hold_clear(zk: KazooClient, node: object) -> bool:
-    try:
-        zk.delete(node_hold_path(node))
-    except NoNodeError:
-        return False
-    return True
+    return _hold_delete(zk, node_hold_path(node))
 
 
 def breaker_hold_clear(zk: KazooClient, node: object, *, by: str) -> bool:
@@ -127,25 +155,16 @@ def node_held(zk: KazooClient, node: object) -> bool:
 
 def node_holds(zk: KazooClient) -> dict[int, NodeHold]:
     """Every storage-node hold, by node number (a name that is not a node number is skipped)."""
-    found: dict[int, NodeHold] = {}
-    for name in children(zk, NODE_HOLDS):
-        if not NODE_RE.fullmatch(name):
-            continue
-        path = f"{NODE_HOLDS}/{name}"
-        try:
-            data, stat = zk.get(path)
-        except NoNodeError:
-            continue
-        try:
-            info = decode_json(path, data)
-        except MalformedNode:
-            info = {}
-        found[int(name)] = NodeHold(
+    names = [n for n in children(zk, NODE_HOLDS) if NODE_RE.fullmatch(n)]
+    found = {
+        int(name): NodeHold(
             node=int(name),
             at=stamp(stat.ctime),
             by=str(info.get("by") or ""),
             reason=str(info.get("reason") or ""),
         )
+        for name, (info, stat) in _hold_nodes(zk, NODE_HOLDS, names).items()
+    }
     return dict(sorted(found.items()))
 
 
@@ -214,51 +233,32 @@ def service_hold_set(
     zk: KazooClient, service: object, *, by: str = "", reason: str = "", probe: str = ""
 ) -> bool:
     """Hold a service outside; False when it was already held (its record is left as it was)."""
-    info = {"at": datetime.now(UTC).isoformat(), "by": by, "reason": reason, "probe": probe}
-    try:
-        zk.create(service_hold_path(service), encode_json(info), makepath=True)
-    except NodeExistsError:
-        return False
-    return True
+    return _hold_create(zk, service_hold_path(service), by=by, reason=reason, probe=probe)
 
 
 def service_hold_clear(zk: KazooClient, service: object, *, by: str | None = None) -> bool:
     """Release a service's hold (only if ``by`` placed it, when given: a breaker releases its
     own hold, never an operator's placed meanwhile); False when nothing was released."""
     path = service_hold_path(service)
-    if by is not None:
-        return _clear_if_by(zk, path, by)
-    try:
-        zk.delete(path)
-    except NoNodeError:
-        return False
-    return True
+    return _clear_if_by(zk, path, by) if by is not None else _hold_delete(zk, path)
 
 
 def service_holds(zk: KazooClient) -> dict[str, ServiceHold]:
     """Every service hold, by service name (a node whose name names no service is skipped)."""
-    found: dict[str, ServiceHold] = {}
+    names = {}
     for name in children(zk, SERVICE_HOLDS):
-        try:
-            service = service_name(name)
-        except InvalidID:
-            continue
-        path = f"{SERVICE_HOLDS}/{name}"
-        try:
-            data, stat = zk.get(path)
-        except NoNodeError:
-            continue
-        try:
-            info = decode_json(path, data)
-        except MalformedNode:
-            info = {}
-        found[service] = ServiceHold(
-            service=service,
+        with contextlib.suppress(InvalidID):
+            names[name] = service_name(name)
+    found = {
+        names[name]: ServiceHold(
+            service=names[name],
             at=stamp(stat.ctime),
             by=str(info.get("by") or ""),
             reason=str(info.get("reason") or ""),
             probe=str(info.get("probe") or ""),
         )
+        for name, (info, stat) in _hold_nodes(zk, SERVICE_HOLDS, list(names)).items()
+    }
     return dict(sorted(found.items()))
 
 

@@ -211,16 +211,15 @@ def test_a_server_crashing_under_load_leaves_no_orphan_lock_and_no_stuck_job(
     run_through_faults(chrooted(own_server.hosts), loop, crash)
 
 
-# The batched case stalled twice in 36 runs on two cores at load averages above 20 (busy loops
-# and other suites beside it), with every client, the test's own watcher included, waiting for
-# answers from the ensemble, and was run again on failure. Not reproduced in 14 runs at load
-# 10-17 (2026-12-02) after the fenced deletes; the reruns are gone, and the test's own reads are
-# bounded, so a stuck ensemble fails the run with what the servers and the jobs' locks say.
+# The batched case stalled twice in 36 runs on two cores at load averages above 20, with every
+# client waiting for answers from the ensemble; not reproduced in 14 runs at load 10-17 after the
+# fenced deletes. Nothing here runs a failure again: the test's own reads are bounded, so a stuck
+# ensemble fails the run with what the servers and the jobs' locks say.
 @pytest.fixture
 def ensemble(tmp_path: Path) -> Iterator[LocalEnsemble]:
     """An ensemble of this test's own, new for every run of it: a member that did not come back
-    after a kill (seen once in a full run on two busy cores) takes only that run down, not
-    every rerun and the next case with it, as a module's shared ensemble did."""
+    after a kill (seen once in a full run on two busy cores) takes only that case down, not the
+    next case with it, as a module's shared ensemble did."""
     servers = LocalEnsemble(tmp_path / "ensemble")
     servers.start()
     yield servers
