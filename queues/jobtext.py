@@ -97,6 +97,9 @@ class Feed:
         self.idx = idx
         self.lock = threading.Lock()
         self.pending: dict[int, dict[str, Any]] = {}
+        # Rows taken from ``pending`` by the writer and not committed yet: still searched, so
+        # that a row is never in neither place while its batch is written.
+        self.writing_rows: dict[int, dict[str, Any]] = {}
         self.missed = array("q")
         self.missed_errors = array("q")
         # Sorted numbers of the rows the database holds, and the (number << 32 | checksum) of
@@ -250,6 +253,7 @@ class Feed:
                 values = self._needed(number, self.pending.pop(number))
                 if values:
                     batch.append((number, values))
+                    self.writing_rows[number] = values
             self.progress.waiting = len(self.pending)
             return batch
 
@@ -281,6 +285,7 @@ class Feed:
                                 for number, values in batch:
                                     newer = self.pending.get(number, {})
                                     self.pending[number] = {**values, **newer}
+                                    self.writing_rows.pop(number, None)
                             raise
                 if not batch:
                     if not self._read_missed():
@@ -311,6 +316,7 @@ class Feed:
     def _written(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
         with self.lock:
             for number, values in batch:
+                self.writing_rows.pop(number, None)
                 if "made" in values:
                     has_ark = bool(values.get("ark"))
                     self.fresh.add(_known_key(number, values["made"], has_ark))
@@ -414,14 +420,19 @@ class Feed:
         return "; ".join(parts)
 
     def pending_matching(self, fields: Iterable[str], folded: str) -> dict[int, dict[str, Any]]:
-        """Rows not written yet whose ``fields`` hold ``folded`` (case-folded)."""
+        """Rows not written yet (waiting, or in a batch being written) whose ``fields`` hold
+        ``folded`` (case-folded). Read before the database is, so a row committed in between is
+        met twice (the search lists it once), never not at all."""
         wanted = list(fields)
         with self.lock:
-            return {
-                n: dict(v)
-                for n, v in self.pending.items()
-                if any(folded in str(v.get(f, "")).casefold() for f in wanted)
-            }
+            rows = {n: dict(v) for n, v in self.writing_rows.items()}
+            for n, v in self.pending.items():
+                rows[n] = {**rows.get(n, {}), **v}
+        return {
+            n: v
+            for n, v in rows.items()
+            if any(folded in str(v.get(f, "")).casefold() for f in wanted)
+        }
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every row taken so far is written (tests); False at the deadline."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,8 +25,10 @@ from tests.markers import (  # noqa: F401  (the hooks that mark, check and pick 
     pytest_runtest_setup,
 )
 from tests.zkproxy import ZkProxy
+from tests.zktree import delete_tree
 
 LOOPBACK = "127.0.0.0/8,::1"
+log = logging.getLogger(__name__)
 
 
 @pytest.fixture(scope="session")
@@ -73,6 +76,7 @@ def zk_1mib(zk_server_1mib: LocalZooKeeper) -> Iterator[Any]:
     yield zkmod.client()
     zkmod.close()
     settings.ZK_HOSTS = old
+    _forget_chroot(zk_server_1mib.hosts, chroot)
 
 
 @pytest.fixture
@@ -132,6 +136,25 @@ def zk_hosts(zk_server: LocalZooKeeper) -> Iterator[str]:
     yield hosts
     zkmod.close()
     settings.ZK_HOSTS = old
+    _forget_chroot(zk_server.hosts, chroot)
+
+
+def _forget_chroot(server_hosts: str, chroot: str) -> None:
+    """Delete a test's chroot from the shared server (``tests/zktree.py`` says why); a server
+    the test left unreachable is said in the log, not failed on."""
+    try:
+        root = zkmod.connect(server_hosts, timeout=10)
+    except Exception as exc:
+        log.warning("cannot delete %s: %s", chroot, exc)
+        return
+    try:
+        if not delete_tree(root, chroot):
+            log.warning("%s is still written under; left in place", chroot)
+    except Exception as exc:
+        log.warning("cannot delete %s: %s", chroot, exc)
+    finally:
+        root.stop()
+        root.close()
 
 
 @pytest.fixture
