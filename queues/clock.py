@@ -3,6 +3,7 @@ exports one. The console's zone is Django's TIME_ZONE (``TZ``, by default the se
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from django.utils import timezone
@@ -47,3 +48,30 @@ def exact(value: datetime | str | None) -> str:
     """The exact time in UTC, ISO-8601, for a hover or a machine."""
     moment = as_moment(value)
     return moment.astimezone(UTC).isoformat(timespec="seconds") if moment else ""
+
+
+# A time of day in the one form inside a sentence (``held since 2026-11-25 10:04 PST by ada``):
+# the zone is the console's, named by strftime's ``%Z`` (``PST``, ``UTC``, or ``-03`` where the
+# zone has no abbreviation).
+WRITTEN = re.compile(
+    r"\b(\d{4}-\d{2}-\d{2} \d{2}:\d{2}(?::\d{2})?) ([A-Z]{2,5}|[+-]\d{2}(?:\d{2})?)(?![\w+-])"
+)
+
+
+def from_text(day_and_time: str, zone_name: str) -> datetime | None:
+    """The moment a ``clock_text`` wrote, read back in the console's zone (the zone's name
+    decides the hour a clock change writes twice); None when it is not one."""
+    for form in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"):
+        try:
+            naive = datetime.strptime(day_and_time, form)
+            break
+        except ValueError:
+            continue
+    else:
+        return None
+    zone = timezone.get_current_timezone()
+    for fold in (0, 1):
+        moment = naive.replace(tzinfo=zone, fold=fold)
+        if moment.tzname() == zone_name:
+            return moment
+    return None  # written in another zone than the console's: left as it is

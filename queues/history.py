@@ -27,7 +27,7 @@ from django.db.models import Count, F
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from queues.clock import clock_text
+from queues.clock import clock_text, exact
 from queues.states import JOB_STEPS
 
 SAMPLE = 2000  # records per step (or state) a percentile is computed over without SQL support
@@ -115,6 +115,11 @@ def _bucket_label(number: int, bucket: str) -> str:
     if bucket == "day":
         return datetime.fromtimestamp(number * 86400, UTC).strftime("%m-%d UTC")
     return clock_text(datetime.fromtimestamp(number * 3600, UTC), "minutes")
+
+
+def hours_exact(hours: list[int]) -> list[str]:
+    """The exact UTC start of each hour (hours since the epoch), for a hover."""
+    return [exact(datetime.fromtimestamp(n * 3600, UTC)) for n in hours]
 
 
 def throughput(range_name: str, bucket: str, *, now: datetime | None = None) -> Throughput:
@@ -338,9 +343,15 @@ def _nice_max(value: float) -> float:
 
 
 def bars_svg(
-    chart_id: str, title: str, labels: list[str], done: list[int], failed: list[int]
+    chart_id: str,
+    title: str,
+    labels: list[str],
+    done: list[int],
+    failed: list[int],
+    hovers: list[str] | None = None,
 ) -> SafeString:
-    """Stacked columns per bucket: done (solid) and failed (hatched, on top)."""
+    """Stacked columns per bucket: done (solid) and failed (hatched, on top). ``hovers``: each
+    bucket's exact start in UTC, shown on hovering its label (an SVG ``<title>``)."""
     width, height, left, bottom, top = 640, 180, 40, 34, 10
     n = max(1, len(labels))
     plot_w, plot_h = width - left - 36, height - bottom - top
@@ -380,9 +391,10 @@ def bars_svg(
                 f"<title>{escape(label)}: {f} failed</title></rect>"
             )
         if i % every == 0:
+            hover = f"<title>{escape(hovers[i])}</title>" if hovers and i < len(hovers) else ""
             out.append(
                 f'<text class="chart-tick" x="{x + bar / 2:.1f}" y="{height - 18}" '
-                f'text-anchor="middle">{escape(label)}</text>'
+                f'text-anchor="middle">{hover}{escape(label)}</text>'
             )
     out.append("</svg>")
     return mark_safe("".join(out))  # noqa: S308 - every text above is escaped
@@ -455,6 +467,7 @@ def page_context(range_name: str, bucket: str) -> dict[str, Any]:
                     tp.labels,
                     s.done,
                     s.failed,
+                    hours_exact(tp.starts) if tp.bucket == "hour" else None,
                 ),
                 "rows": rows,
                 "done": s.total_done,

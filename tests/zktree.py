@@ -1,11 +1,11 @@
 """Take away a test's chroot from the session's shared ZooKeeper when the test ends.
 
 Left in place, every test's nodes stay in the one server's memory for the rest of the run: the
-suite's bulk loads (thousands of jobs each) pile up until the server, at its 512 MB heap, spends
-its time collecting garbage and stops answering in time (CI: ``Connection time-out`` while
-setting up the tests that came after the text search's 5,100 jobs). The tree is listed a level
-at a time and deleted deepest first, each level's requests sent without waiting (30,000 nodes
-in 6 s on a busy 2-core machine)."""
+suite's bulk loads (thousands of jobs each) pile up in the server's 512 MB heap. CI twice met
+``Connection time-out`` setting up the tests that came after the text search's 5,100 jobs, which
+pass alone: most likely the server, near its heap's end, collecting garbage instead of
+answering. The tree is listed a level at a time and deleted deepest first, each level's requests
+sent without waiting (30,000 nodes in 6 s on a busy 2-core machine)."""
 
 from __future__ import annotations
 

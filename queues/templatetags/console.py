@@ -9,7 +9,8 @@ from typing import Any
 
 from django import template
 from django.urls import NoReverseMatch, reverse
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeData, mark_safe
 
 from queues import auth
 from queues import clock as clock_module
@@ -48,6 +49,29 @@ def when(value: datetime | str | None, precision: str = "seconds") -> str:
         iso,
         clock_module.clock_text(moment, precision),
     )
+
+
+@register.filter
+def timed(text: object) -> str:
+    """A sentence from the console's own words (``held since 2026-11-25 10:04 PST by ada``),
+    escaped, each time in it a ``<time>`` with the exact UTC time on hover, as ``when`` makes."""
+    if isinstance(text, SafeData):
+        return text  # type: ignore[return-value]  # markup already: not read as a sentence
+    value = "" if text is None else str(text)
+    parts: list[str] = []
+    at = 0
+    for match in clock_module.WRITTEN.finditer(value):
+        moment = clock_module.from_text(match.group(1), match.group(2))
+        if moment is None:
+            continue
+        iso = clock_module.exact(moment)
+        parts.append(escape(value[at : match.start()]))
+        parts.append(
+            format_html('<time datetime="{}" title="{}">{}</time>', iso, iso, match.group(0))
+        )
+        at = match.end()
+    parts.append(escape(value[at:]))
+    return mark_safe("".join(parts))  # noqa: S308 - every part escaped or built by format_html
 
 
 @register.filter

@@ -33,6 +33,7 @@ def backlog_section() -> dict[str, Any]:
         b.hour_labels,
         b.finished_per_hour,
         [0] * len(b.finished_per_hour),
+        history.hours_exact(b.hour_starts),
     )
     return {"b": b, "chart": chart, "window": backlog.WINDOW_MINUTES}
 

@@ -60,8 +60,14 @@ class Reader(HTMLParser):
         self.text: list[str] = []
         self.times: list[dict[str, str | None]] = []
         self.titles: list[str] = []
+        self.bare: list[str] = []  # text outside every ``<time>``, where no hover can be
         self._skip = 0
         self._skipping: list[str] = []
+        self._in_time = 0
+        self._svg = 0
+        self._svg_title: list[str] | None = None
+        self._label: list[str] | None = None
+        self._label_hover: str | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         # A record shown as ZooKeeper stores it (``<pre data-verbatim>``) is Merritt's text.
@@ -71,18 +77,54 @@ class Reader(HTMLParser):
             return
         if tag == "time":
             self.times.append(dict(attrs))
+            self._in_time += 1
+        # In an SVG the hover is a ``<title>``: a label's own (its exact time), or a shape's
+        # (read on hovering, so a hover itself).
+        if tag == "svg":
+            self._svg += 1
+        elif self._svg and tag == "text":
+            self._label = []
+            self._label_hover = None
+        elif self._svg and tag == "title":
+            self._svg_title = []
         for name, value in attrs:
             if name in ("title", "aria-label", "placeholder") and value and tag != "time":
                 self.titles.append(value)
 
     def handle_endtag(self, tag: str) -> None:
+        if tag == "time" and self._in_time:
+            self._in_time -= 1
+        if tag == "svg" and self._svg:
+            self._svg -= 1
+        elif tag == "title" and self._svg_title is not None:
+            hover = "".join(self._svg_title)
+            self._svg_title = None
+            if self._label is not None:  # a label's hover: its exact time, not a reader's text
+                self._label_hover = hover
+                self.times.append({"title": hover, "datetime": hover})
+            else:
+                self.text.append(hover)
+        elif tag == "text" and self._label is not None:
+            label = " ".join(self._label)
+            self.text.append(label)
+            if self._label_hover is None:
+                self.bare.append(label)
+            self._label = None
         if self._skipping and tag == self._skipping[-1]:
             self._skipping.pop()
             self._skip -= 1
 
     def handle_data(self, data: str) -> None:
-        if not self._skip:
+        if self._skip:
+            return
+        if self._svg_title is not None:
+            self._svg_title.append(data)
+        elif self._label is not None:
+            self._label.append(data)
+        else:
             self.text.append(data)
+            if not self._in_time:
+                self.bare.append(data)
 
 
 def check_page(html: str, where: str) -> int:
@@ -96,6 +138,10 @@ def check_page(html: str, where: str) -> int:
     for attrs in reader.times:
         assert EXACT.fullmatch(attrs.get("title") or ""), (where, attrs)
         assert attrs.get("datetime") == attrs.get("title"), (where, attrs)
+    # Every time of day a person reads, in a sentence too, is a ``<time>`` with its exact UTC
+    # time on hover (a day alone is a day, not a moment).
+    bare = [t for t in ONE_FORM.findall(" ".join(reader.bare)) if " " in t]
+    assert bare == [], (where, "times without a hover", bare)
     return len(ONE_FORM.findall(text))
 
 

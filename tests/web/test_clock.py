@@ -69,3 +69,26 @@ def test_the_summary_mail_says_its_times_in_the_same_zone_as_its_date_header() -
     (sent,) = mail.outbox
     header = sent.message()["Date"]
     assert header.endswith(("-0800", "-0700")), header  # the console's zone, not -0000
+
+
+def _timed(text: object) -> str:
+    return Template("{% load console %}{{ v|timed }}").render(Context({"v": text}))
+
+
+@override_settings(TIME_ZONE="America/Los_Angeles")
+def test_a_time_inside_a_sentence_gets_its_hover_and_the_rest_is_escaped() -> None:
+    # The hour the clock goes back is written twice; its zone's name says which one it was.
+    sentence = (
+        "held since 2026-11-25 10:04 PST by <b>ada</b> & co; "
+        "until 2026-11-01 01:30:00 PST, not 2026-11-01 01:30:00 PDT; Berlin 2026-11-25 10:04 CET"
+    )
+    assert _timed(sentence) == (
+        'held since <time datetime="2026-11-25T18:04:00+00:00" title="2026-11-25T18:04:00+00:00">'
+        "2026-11-25 10:04 PST</time> by &lt;b&gt;ada&lt;/b&gt; &amp; co; until "
+        '<time datetime="2026-11-01T09:30:00+00:00" title="2026-11-01T09:30:00+00:00">'
+        "2026-11-01 01:30:00 PST</time>, not "
+        '<time datetime="2026-11-01T08:30:00+00:00" title="2026-11-01T08:30:00+00:00">'
+        "2026-11-01 01:30:00 PDT</time>; Berlin 2026-11-25 10:04 CET"  # another zone's: as it is
+    )
+    assert _timed(None) == ""
+    assert _timed("no time here, 10:04 alone") == "no time here, 10:04 alone"
