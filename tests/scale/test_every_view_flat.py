@@ -166,9 +166,11 @@ def _targets(zk: Any, load: Any, bulk: int) -> dict[str, str]:
 
 
 def _bulk_run(user: Any, jids: list[str]) -> int:
-    """A bulk run over every Failed job (its page and API must not read them per request)."""
+    """A bulk run over every Failed job (its page and API must not read them per request);
+    the only one, so the list of runs is the same size at both sizes."""
     from queues.models import BulkRun
 
+    BulkRun.objects.all().delete()
     run = BulkRun.objects.create(
         user=user,
         kind="job",
