@@ -47,11 +47,23 @@ PG_SYSTEM_USER = "postgres"  # Debian's postgresql package creates it
 PG_ROLE = "mrt"
 
 
+def pg_bin_dir() -> Path | None:
+    """The newest of Debian's /usr/lib/postgresql/<version>/bin holding initdb."""
+    found = glob.glob("/usr/lib/postgresql/*/bin/initdb")
+    if not found:
+        return None
+    return Path(max(found, key=lambda p: int(Path(p).parts[-3]))).parent
+
+
 @dataclass
 class Postgres:
-    """A throwaway cluster of Debian's PostgreSQL on a loopback port, password login over TCP.
+    """A throwaway cluster of Debian's PostgreSQL on a loopback port, password login over TCP
+    only (scram-sha-256), so its URL is one an operator would set as ``DATABASE_URL``. The one
+    PostgreSQL launcher of the project: ``manage.py chaosrun`` and the tests (``tests/pg.py``)
+    both start theirs here.
 
     PostgreSQL refuses to run as root, so a root run starts it as the ``postgres`` system user.
+    ``start`` starts it, and starts it again after ``stop`` on the same data, port and settings.
     """
 
     directory: Path
@@ -62,23 +74,42 @@ class Postgres:
 
     @classmethod
     def create(cls, *, port: int = 0) -> Postgres:
-        """A new cluster in a folder of its own: not under the run's scratch folder, which
-        the ``postgres`` user of a root run cannot enter. ``remove`` deletes it."""
-        found = glob.glob("/usr/lib/postgresql/*/bin/initdb")
-        if not found:
+        """A new cluster in a folder of its own, initialised but not started: not under a
+        run's scratch folder (or pytest's), which the ``postgres`` user of a root run cannot
+        enter. ``remove`` deletes it."""
+        bin_dir = pg_bin_dir()
+        if bin_dir is None:
             raise InfraError(
                 "PostgreSQL is not installed (/usr/lib/postgresql/*/bin/initdb): "
                 "bin/install --tests installs Debian's postgresql package"
             )
-        bin_dir = Path(max(found, key=lambda p: int(Path(p).parts[-3]))).parent
-        owner = PG_SYSTEM_USER if os.geteuid() == 0 else None
-        directory = Path(tempfile.mkdtemp(prefix="mrt-chaos-pg-"))
+        owner = None
+        if os.geteuid() == 0:
+            try:
+                pwd.getpwnam(PG_SYSTEM_USER)
+            except KeyError:
+                raise InfraError(
+                    f"running as root and there is no {PG_SYSTEM_USER!r} user to run PostgreSQL as"
+                ) from None
+            owner = PG_SYSTEM_USER
+        directory = Path(tempfile.mkdtemp(prefix="mrt-pg-"))
         cluster = cls(directory, port or free_port(), owner=owner, bin_dir=bin_dir)
         try:
             cluster.initdb()
         except subprocess.CalledProcessError as exc:
             cluster.remove()
             raise InfraError(f"initdb failed: {exc.stderr}") from None
+        return cluster
+
+    @classmethod
+    def started(cls, *, port: int = 0) -> Postgres:
+        """``create`` and ``start``; the folder is removed again if it does not start."""
+        cluster = cls.create(port=port)
+        try:
+            cluster.start()
+        except BaseException:
+            cluster.remove()
+            raise
         return cluster
 
     def remove(self) -> None:
@@ -89,8 +120,23 @@ class Postgres:
         return self.directory / "data"
 
     @property
+    def log_file(self) -> Path:
+        return self.directory / "postgres.log"
+
+    @property
     def url(self) -> str:
-        return f"postgres://{PG_ROLE}:{self.password}@127.0.0.1:{self.port}/postgres"
+        return self.database_url("postgres")
+
+    def database_url(self, name: str) -> str:
+        return f"postgres://{PG_ROLE}:{self.password}@127.0.0.1:{self.port}/{name}"
+
+    def create_database(self, name: str) -> str:
+        """Create database ``name`` (owned by the cluster's role) and return its URL."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.database_url(name)
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         command = [str(self.bin_dir / args[0]), *args[1:]]
@@ -120,7 +166,7 @@ class Postgres:
             f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         )
-        log = self.directory / "postgres.log"
+        log = self.log_file
         done = self._run(
             "pg_ctl", "-D", str(self.data), "-l", str(log), "-o", options, "-w", "start",
             check=False,

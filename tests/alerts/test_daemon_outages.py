@@ -12,13 +12,12 @@ from typing import Any
 import pytest
 from daemons.conftest import wait_for
 from faults.test_mail_outage import SmtpServer
-from faults.test_transient_database import pg_start_again
 
+from queues.chaos.infra import Postgres
 from queues.daemons.alerts import ROLE, Alerts
 from queues.models import AlertEpisode
 from queues.zk import client as zkmod
 from queues.zk.leader import leader_read
-from tests.pg import PostgresCluster
 from tests.zkproxy import ZkProxy
 
 from .conftest import a_moment, later, mails_with, only, pending_job
@@ -107,7 +106,7 @@ def test_zookeeper_cut_off_is_announced_once_by_the_daemons_that_lost_it_and_res
 
 def test_a_stopped_database_is_announced_from_memory_and_resolved_when_it_is_back(
     zk: Any,
-    on_pg: PostgresCluster,
+    on_pg: Postgres,
     smtp: SmtpServer,
     no_digest: None,
 ) -> None:
@@ -128,7 +127,7 @@ def test_a_stopped_database_is_announced_from_memory_and_resolved_when_it_is_bac
         assert "ALERT" in alert["data"]
         assert len(mails_with(smtp, "oldest Pending job")) == 1
     finally:
-        pg_start_again(on_pg)
+        on_pg.start()
     assert daemon.round(now=later(t, 3)) == []  # clear since now
     said = daemon.round(now=later(t, 4))
     assert said[0] == "alert database[] resolved: the database is unreachable", said

@@ -28,6 +28,7 @@ from django.urls import reverse
 
 from queues import actions
 from queues.auth import ensure_groups
+from queues.chaos.infra import Postgres
 from queues.daemons.bulk_runs import BulkRuns
 from queues.models import AuditEntry, BulkRun
 from queues.states import JOB_STEPS
@@ -35,9 +36,8 @@ from queues.zk import client as zkmod
 from queues.zk.batches import batch_create
 from queues.zk.jobs import job_create, job_load, job_transition
 from queues.zkserver import LocalZooKeeper, free_port
-from tests.pg import PostgresCluster
 
-from .test_transient_database import on_pg, own_pg, pg_start_again  # noqa: F401
+from .test_transient_database import on_pg, own_pg  # noqa: F401
 
 ITEMS = 6
 HELD_AT = 3  # the item (1-based) the daemon is held at while the server goes away
@@ -167,7 +167,7 @@ def test_a_bulk_run_waits_out_a_zookeeper_stop_and_finishes_every_item_once(
 )
 def test_a_bulk_run_waits_out_a_postgresql_stop_and_finishes_every_item_once(
     zk: Any,
-    on_pg: PostgresCluster,  # noqa: F811
+    on_pg: Postgres,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     held_in: str,
@@ -197,7 +197,7 @@ def test_a_bulk_run_waits_out_a_postgresql_stop_and_finishes_every_item_once(
                 timeout=30,
             )
         assert thread.is_alive() and loop.interrupted == run.pk
-        pg_start_again(on_pg)
+        on_pg.start()
         connection.close()  # the test's own, cut by the stop
         finished = wait_for(
             lambda: BulkRun.objects.filter(pk=run.pk).exclude(state=BulkRun.RUNNING).first(),
@@ -206,7 +206,7 @@ def test_a_bulk_run_waits_out_a_postgresql_stop_and_finishes_every_item_once(
     finally:
         resume.set()
         if not on_pg.data.joinpath("postmaster.pid").exists():
-            pg_start_again(on_pg)
+            on_pg.start()
             connection.close()
         stop.set()
         thread.join(timeout=30)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import shutil
 import signal
 import sqlite3
 import threading
@@ -36,6 +35,7 @@ from django.test import Client, override_settings
 from live.conftest import api_token, console_env, daphne
 
 from queues.auth import ensure_groups
+from queues.chaos.infra import InfraError, Postgres
 from queues.daemons.bulk_runs import BulkRuns
 from queues.daemons.registration import ProcessObserver
 from queues.daemons.stephistory import StepRecorder
@@ -43,7 +43,7 @@ from queues.models import ApiToken, BulkRun, InventoryObject, StepRecord
 from queues.transient import is_transient
 from queues.zk.jobs import job_load
 from queues.zk.records import Job
-from tests.pg import PostgresCluster, PostgresUnavailable, default_database, start_cluster
+from tests.pg import default_database
 
 from .conftest import SSO_SETTINGS
 
@@ -65,11 +65,11 @@ def database(settings_dict: dict[str, Any]) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def own_pg(django_db_blocker: Any) -> Iterator[tuple[PostgresCluster, str]]:
+def own_pg(django_db_blocker: Any) -> Iterator[tuple[Postgres, str]]:
     """A PostgreSQL cluster this module may stop and start, with a migrated database."""
     try:
-        cluster = start_cluster()
-    except PostgresUnavailable as exc:
+        cluster = Postgres.started()
+    except InfraError as exc:
         pytest.skip(str(exc))
     try:
         url = cluster.create_database("mrt_outage")
@@ -78,28 +78,18 @@ def own_pg(django_db_blocker: Any) -> Iterator[tuple[PostgresCluster, str]]:
         yield cluster, url
     finally:
         cluster.stop()
-        shutil.rmtree(cluster.directory, ignore_errors=True)
-
-
-def pg_start_again(cluster: PostgresCluster) -> None:
-    """Start the stopped cluster on its data, port and settings (``start`` makes a new one)."""
-    options = (
-        f"-p {cluster.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' "
-        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-    )
-    data, log = str(cluster.data), str(cluster.log_file)
-    cluster._run("pg_ctl", "-D", data, "-l", log, "-o", options, "-w", "start")
+        cluster.remove()
 
 
 @pytest.fixture
-def on_pg(own_pg: tuple[PostgresCluster, str], django_db_blocker: Any) -> Iterator[PostgresCluster]:
+def on_pg(own_pg: tuple[Postgres, str], django_db_blocker: Any) -> Iterator[Postgres]:
     cluster, url = own_pg
     with django_db_blocker.unblock(), default_database(url):
         try:
             yield cluster
         finally:
             if not cluster.data.joinpath("postmaster.pid").exists():
-                pg_start_again(cluster)
+                cluster.start()
             call_command("flush", verbosity=0, interactive=False)
 
 
@@ -120,7 +110,7 @@ def recording_job(zk: Any, files: FileServer, name: str) -> Job:
 
 @pytest.mark.parametrize("batch", [1, 4], ids=["one-job-loop", "batched-loop"])
 def test_jobs_wait_out_a_postgresql_stop_in_recording_and_all_complete(
-    zk: Any, files: FileServer, on_pg: PostgresCluster, batch: int
+    zk: Any, files: FileServer, on_pg: Postgres, batch: int
 ) -> None:
     jobs = [recording_job(zk, files, f"file-{n}.txt") for n in range(4)]
     recording = daemon(zk, "recording", batch=batch)
@@ -140,7 +130,7 @@ def test_jobs_wait_out_a_postgresql_stop_in_recording_and_all_complete(
             assert observer.failed == 0
             assert {job_load(zk, j.jid).state for j in jobs} == {"Recording"}
         finally:
-            pg_start_again(on_pg)
+            on_pg.start()
         wait_for(lambda: {job_load(zk, j.jid).state for j in jobs} == {"Notify"}, timeout=60)
     finally:
         stop.set()
@@ -162,7 +152,7 @@ def test_jobs_wait_out_a_postgresql_stop_in_recording_and_all_complete(
 
 
 def test_pages_and_the_api_answer_503_with_the_banner_while_postgresql_is_down(
-    zk: Any, on_pg: PostgresCluster
+    zk: Any, on_pg: Postgres
 ) -> None:
     user = get_user_model().objects.create_user(username="viewer-outage", password="x" * 20)
     user.groups.add(ensure_groups()["viewer"])
@@ -195,14 +185,14 @@ def test_pages_and_the_api_answer_503_with_the_banner_while_postgresql_is_down(
         assert health.json()["database"] == "unreachable"
         assert health.json()["zookeeper"] == "connected"
     finally:
-        pg_start_again(on_pg)
+        on_pg.start()
     wait_for(lambda: Client().get("/healthz").status_code == 200, timeout=30)
     assert browser.get("/").status_code == 200
 
 
 @override_settings(**SSO_SETTINGS)
 def test_a_single_sign_on_page_answers_503_while_postgresql_is_down(
-    zk: Any, on_pg: PostgresCluster
+    zk: Any, on_pg: Postgres
 ) -> None:
     # The SSO login runs in a middleware, before any view: Django makes its error a 500 page,
     # which the outage middleware answers as the 503.
@@ -216,7 +206,7 @@ def test_a_single_sign_on_page_answers_503_while_postgresql_is_down(
         assert page.status_code == 503
         assert b'data-outage="database"' in page.content
     finally:
-        pg_start_again(on_pg)
+        on_pg.start()
 
 
 def _get(url: str, token: str = "") -> tuple[int, str]:
@@ -230,7 +220,7 @@ def _get(url: str, token: str = "") -> tuple[int, str]:
 
 @pytest.mark.live_server
 def test_daphne_answers_503_while_postgresql_is_down_and_200_after(
-    zk_hosts: str, own_pg: tuple[PostgresCluster, str], tmp_path: Path
+    zk_hosts: str, own_pg: tuple[Postgres, str], tmp_path: Path
 ) -> None:
     # The console as it runs, under daphne (ASGI), on a database of its own in the cluster.
     cluster, _url = own_pg
@@ -255,13 +245,13 @@ def test_daphne_answers_503_while_postgresql_is_down_and_200_after(
             assert status == 503
             assert json.loads(text)["database"] == "unreachable"
         finally:
-            pg_start_again(cluster)
+            cluster.start()
         wait_for(lambda: _get(f"{base}/api/overview", key)[0] == 200, timeout=60)
         assert _get(f"{base}/healthz")[0] == 200
 
 
 def test_the_step_history_logs_an_outage_once_and_writes_what_it_kept(
-    on_pg: PostgresCluster, caplog: pytest.LogCaptureFixture
+    on_pg: Postgres, caplog: pytest.LogCaptureFixture
 ) -> None:
     recorder = StepRecorder(consumer="outage-test", host="here")
     on_pg.stop()
@@ -280,7 +270,7 @@ def test_the_step_history_logs_an_outage_once_and_writes_what_it_kept(
             with caplog.at_level(logging.INFO, logger="queues.daemons"):
                 assert recorder.flush() == 0
     finally:
-        pg_start_again(on_pg)
+        on_pg.start()
     with caplog.at_level(logging.INFO, logger="queues.daemons"):
         assert wait_for(recorder.flush, timeout=30) == 5
     lines = [r for r in caplog.records if r.getMessage().startswith("step history")]
@@ -291,7 +281,7 @@ def test_the_step_history_logs_an_outage_once_and_writes_what_it_kept(
 
 
 def test_the_bulk_runs_daemon_waits_out_a_database_outage_then_does_its_run(
-    zk: Any, on_pg: PostgresCluster, caplog: pytest.LogCaptureFixture
+    zk: Any, on_pg: Postgres, caplog: pytest.LogCaptureFixture
 ) -> None:
     operator = get_user_model().objects.create_user(username="operator-outage")
     operator.groups.add(ensure_groups()["operator"])
@@ -305,7 +295,7 @@ def test_the_bulk_runs_daemon_waits_out_a_database_outage_then_does_its_run(
             for _attempt in range(3):
                 assert loop.run_once() is False
     finally:
-        pg_start_again(on_pg)
+        on_pg.start()
     with caplog.at_level(logging.INFO, logger="queues.daemons"):
         wait_for(loop.run_once, timeout=60)
     run.refresh_from_db()
@@ -322,7 +312,7 @@ def test_the_bulk_runs_daemon_waits_out_a_database_outage_then_does_its_run(
 
 
 def test_only_errors_a_wait_cures_count_as_an_outage(
-    on_pg: PostgresCluster, own_pg: tuple[PostgresCluster, str], tmp_path: Path
+    on_pg: Postgres, own_pg: tuple[Postgres, str], tmp_path: Path
 ) -> None:
     from django.db import IntegrityError, ProgrammingError, connection
 
@@ -431,7 +421,7 @@ def test_the_api_and_healthz_answer_503_while_another_writer_holds_sqlite(
 
 @pytest.mark.slow
 def test_a_consumer_started_while_the_database_is_down_waits_for_it(
-    own_pg: tuple[PostgresCluster, str], zk_hosts: str, tmp_path: Path
+    own_pg: tuple[Postgres, str], zk_hosts: str, tmp_path: Path
 ) -> None:
     """Chaos run: consumers started (after a SIGKILL) while PostgreSQL was down exited with a
     traceback from their migration check, and their steps waited on whatever restarted them."""
@@ -448,7 +438,7 @@ def test_a_consumer_started_while_the_database_is_down_waits_for_it(
         assert "database unavailable" in log.read_text()
         assert proc.poll() is None, consumers.logs()
     finally:
-        pg_start_again(cluster)
+        cluster.start()
     try:
         wait_for(lambda: "estimating: started" in log.read_text(), timeout=120)
         assert "Traceback" not in log.read_text()

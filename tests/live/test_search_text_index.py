@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -28,12 +27,13 @@ from django.test import override_settings
 
 from bench.loader import bulk_load
 from queues import jobtext
+from queues.chaos.infra import InfraError, Postgres
 from queues.models import JobText
 from queues.zk import batches, jobs
 from queues.zk import index as zindex
 from queues.zk.records import Job
 from tests.live.conftest import console_env, daphne, log_in
-from tests.pg import PostgresCluster, PostgresUnavailable, default_database, start_cluster
+from tests.pg import default_database
 
 PROFILE = "demo_collection"
 USER, PASSWORD = "searcher", "pw-" + "s" * 20
@@ -139,11 +139,11 @@ def test_the_oldest_job_is_found_by_every_field_behind_thousands_of_newer_ones(
 
 
 @pytest.fixture(scope="module")
-def own_pg(django_db_blocker: Any) -> Iterator[tuple[PostgresCluster, str]]:
+def own_pg(django_db_blocker: Any) -> Iterator[tuple[Postgres, str]]:
     """A PostgreSQL cluster this module may stop and start, its database migrated (pg_trgm)."""
     try:
-        cluster = start_cluster()
-    except PostgresUnavailable as exc:
+        cluster = Postgres.started()
+    except InfraError as exc:
         pytest.skip(str(exc))
     try:
         url = cluster.create_database("mrt_search")
@@ -152,24 +152,13 @@ def own_pg(django_db_blocker: Any) -> Iterator[tuple[PostgresCluster, str]]:
         yield cluster, url
     finally:
         cluster.stop()
-        shutil.rmtree(cluster.directory, ignore_errors=True)
-
-
-def pg_start_again(cluster: PostgresCluster) -> None:
-    """Start the stopped cluster on its data, port and settings."""
-    options = (
-        f"-p {cluster.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' "
-        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-    )
-    cluster._run(
-        "pg_ctl", "-D", str(cluster.data), "-l", str(cluster.log_file), "-o", options, "-w", "start"
-    )
+        cluster.remove()
 
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_texts_read_while_postgresql_is_down_wait_and_are_written_when_it_is_back(
-    zk: Any, own_pg: tuple[PostgresCluster, str], django_db_blocker: Any
+    zk: Any, own_pg: tuple[Postgres, str], django_db_blocker: Any
 ) -> None:
     cluster, url = own_pg
     zindex.reset()
@@ -207,7 +196,7 @@ def test_texts_read_while_postgresql_is_down_wait_and_are_written_when_it_is_bac
             wait_for(lambda: feed.progress.reason)
             assert "cannot be written now" in feed.status()
             assert idx.job_states_of([broken.jid]) == {broken.jid: "Failed"}  # the index goes on
-            pg_start_again(cluster)
+            cluster.start()
             assert feed.flush(timeout=120)
             connection.close()
             rows = {r.number: r for r in JobText.objects.all()}
@@ -226,7 +215,7 @@ def test_texts_read_while_postgresql_is_down_wait_and_are_written_when_it_is_bac
             jobtext.reset()
             zindex.reset()
             if not cluster.data.joinpath("postmaster.pid").exists():
-                pg_start_again(cluster)
+                cluster.start()
             connection.close()
             call_command("flush", verbosity=0, interactive=False)
 
