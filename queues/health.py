@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
@@ -179,7 +180,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse(body)
 
 
-FAVICON = Path(__file__).resolve().parents[1] / "static" / "favicon.svg"
+# From the project root (not this file's folder), so the module may live in any package.
+FAVICON = Path(settings.BASE_DIR) / "static" / "favicon.svg"
 
 
 @require_GET
