@@ -1,4 +1,5 @@
-"""The JSON API under /api/: the console's reads and actions for scripts.
+"""The JSON API under /api/: the console's reads and actions for scripts, one endpoint a
+function (their door, the parsing and the JSON they answer are ``api_door``).
 
 Authentication is by token only (``Authorization: Bearer <key>`` or ``Token <key>``, checked by
 ``auth.token_from``, the one token check), never by session cookie, so the endpoints can be
@@ -9,32 +10,46 @@ a refusal gets the status the pages give it (``views.common.refusal_for``), as J
 
 from __future__ import annotations
 
-import functools
-import json
 import re
-from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from django import forms
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import re_path, reverse
-from django.views.decorators.csrf import csrf_exempt
 
 from queues import (
     actions,
     archive,
     backlog,
+    batch_reads,
     bulkrun,
     clock,
+    failed_reads,
     failure_causes,
+    job_reads,
     notes,
-    retries,
     selectors,
     waits,
 )
+from queues.api_door import (
+    access_json,
+    api_view,
+    batch_json,
+    counts_json,
+    error_json,
+    form_input,
+    job_json,
+    only_keys,
+    outcomes_json,
+    page_json,
+    query_form,
+    request_body,
+    stamp_text,
+    text_param,
+    version_param,
+)
 from queues.audit import AuditEntry
-from queues.auth import BEARER_CHALLENGE, VIEWER, has_role, require_action, token_from
+from queues.auth import require_action
 from queues.forms import (
     AccessFilterForm,
     ActionForm,
@@ -57,255 +72,27 @@ from queues.routes import (
     QID,
     QUEUE_HOLD,
 )
-from queues.services import Outcome
 from queues.states import JOB, JobState
 from queues.zk import batches as zbatches
 from queues.zk import paths as zpaths
 from queues.zk.client import connected_client
 from queues.zk.errors import InvalidTransition, NotFound
 from queues.zk.maintenance import node_number, service_name, window_info
-from queues.zk.records import AccessRequest, Batch, Broken, Job
+from queues.zk.records import Job
 
-from .views.common import (
-    RETRY_SECONDS,
-    batch_or_archived,
-    index_loading,
-    job_or_archived,
-    perform_posted,
-    refusal_for,
-    run_bulk,
-)
-
-
-def _error(message: str, status: int) -> JsonResponse:
-    response = JsonResponse({"error": message, "status": status}, status=status)
-    if status == 503:
-        response["Retry-After"] = str(RETRY_SECONDS)
-    return response
-
-
-def api_view(
-    *methods: str, index: bool = False
-) -> Callable[[Callable[..., Any]], Callable[..., HttpResponse]]:
-    """Token auth, the viewer role for anything at all, JSON errors with the pages' statuses.
-
-    ``index``: a GET answer comes from the read index, and says in ``loading`` what it is
-    still loading after a start ("" once filled), as every page does (``index_loading``);
-    an answer with a ``loading`` of its own (a search not complete yet) keeps it."""
-
-    def decorator(view: Callable[..., Any]) -> Callable[..., HttpResponse]:
-        @csrf_exempt
-        @functools.wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if request.method not in methods:
-                return _error(f"method {request.method} not allowed", 405)
-            token = token_from(request)
-            if token is None:
-                response = _error("a valid API token is required", 401)
-                response["WWW-Authenticate"] = BEARER_CHALLENGE
-                return response
-            request.user = token.user
-            if not has_role(token.user, VIEWER):
-                return _error("this token's user has no console role", 403)
-            try:
-                result = view(request, *args, **kwargs)
-            except Exception as exc:
-                refusal = refusal_for(exc)
-                if refusal is None:
-                    raise
-                if not refusal.unavailable:
-                    return _error(refusal.message, refusal.status)
-                return _error(f"ZooKeeper is unavailable: {refusal.message}", 503)
-            if isinstance(result, HttpResponse):
-                return result
-            if index and request.method == "GET" and not result.get("loading"):
-                result["loading"] = index_loading()
-            return JsonResponse(result)
-
-        return wrapped
-
-    return decorator
-
-
-def _body(request: HttpRequest) -> dict[str, Any]:
-    """A JSON object body, or form fields; anything else is a 400."""
-    if request.content_type == "application/json":
-        try:
-            data = json.loads(request.body or b"{}")
-        except ValueError as exc:
-            raise ValueError(f"the body is not valid JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ValueError("the body must be a JSON object")
-        return data
-    return request.POST.dict()
-
-
-def form_input(
-    data: Mapping[str, Any], form_class: type[forms.Form], *, also: Iterable[str] = (), what: str
-) -> dict[str, str]:
-    """A JSON object's fields for ``form_class``, as a browser would post them: a closed set of
-    keys (the form's fields and ``also``), each text, a number, true/false or null (null: not
-    given). An unknown key is a 400 naming it, never a field quietly left out (a filter key
-    misspelt would otherwise widen the filter, a hold's end misspelt would hold with no end);
-    a list or an object where a field goes is a 400, never a 500 from the field's parser."""
-    known = set(form_class.base_fields) | set(also)
-    unknown = sorted(str(k) for k in data if k not in known)
-    if unknown:
-        names = ", ".join(repr(k[:40]) for k in unknown[:5])
-        raise ValueError(
-            f"{what}: unknown key{'s' if len(unknown) > 1 else ''} {names}; "
-            f"the keys are {', '.join(sorted(known))}"
-        )
-    fields: dict[str, str] = {}
-    for key, value in data.items():
-        if value is None or key not in form_class.base_fields:
-            continue
-        if isinstance(value, dict | list):
-            kind = "an object" if isinstance(value, dict) else "a list"
-            raise ValueError(f"{what}: {key} must be text, a number or true/false, not {kind}")
-        fields[key] = str(value).lower() if isinstance(value, bool) else str(value)
-    return fields
-
-
-def _version(data: dict[str, Any]) -> int | None:
-    value = data.get("version")
-    if value in (None, ""):
-        return None
-    if isinstance(value, bool) or not str(value).isdigit():
-        raise ValueError("version must be a non-negative integer")
-    return int(value)
-
-
-def _stamp(value: Any) -> str | None:
-    """Every time the API answers: one ISO-8601 form, UTC to the second (``queues.clock``)."""
-    return clock.exact(value) or None if value is not None else None
-
-
-def retry_json(raw: dict[str, Any]) -> dict[str, Any] | None:
-    """A job's wait for its next try after an outage of a service outside (queues.retries):
-    the service, the tries failed so far, the next try (ISO 8601, UTC) and the last reason;
-    None when it waits for none."""
-    record = retries.current(raw)
-    next_at = retries.next_try(raw)
-    if record is None or next_at is None:
-        return None
-    reasons = [r for r in record.get("reasons", []) if isinstance(r, str)]
-    return {
-        "service": str(record.get("service", "")),
-        "failed_tries": record.get("attempt"),
-        "next_try": clock.exact(datetime.fromtimestamp(next_at, UTC)),
-        "last_reason": reasons[-1].partition(" ")[2] if reasons else "",
-    }
-
-
-def job_json(job: Job | Broken, *, full: bool = False) -> dict[str, Any]:
-    if isinstance(job, Broken):
-        return {"id": job.id, "broken": True, "path": job.path, "reason": job.reason}
-    data: dict[str, Any] = {
-        "id": job.jid,
-        "batch": job.bid,
-        "state": job.state,
-        "version": job.status.version,
-        "priority": job.priority,
-        "profile": job.profile,
-        "submitter": job.submitter,
-        "primary_id": job.primary_id,
-        "local_ids": job.local_ids,
-        "message": job.status.message,
-        "last_successful_status": job.status.last_successful_status,
-        "retry_count": job.status.retry_count,
-        "seconds_in_state": round(job.status.age_seconds),
-        "space_needed": job.space_needed,
-        "locked": job.lock is not None,
-        "lock_age_seconds": round(job.lock.age_seconds) if job.lock else None,
-        "retry": retry_json(job.status.raw),
-    }
-    if getattr(job, "archived", False):  # retention moved it into the database: read-only
-        data["archived"] = True
-    if full:
-        data.update(
-            {
-                "status": job.status.raw,
-                "configuration": job.configuration,
-                "identifiers": job.identifiers,
-                "metadata": job.metadata,
-                "inventory": job.inventory,
-                "store": job.store,
-                "problems": job.problems,
-                "created": _stamp(job.created),
-            }
-        )
-    return data
-
-
-def batch_json(
-    batch: Batch | Broken,
-    folders: dict[str, int] | None = None,
-    states: dict[str, int] | None = None,
-) -> dict[str, Any]:
-    if isinstance(batch, Broken):
-        return {"id": batch.id, "broken": True, "path": batch.path, "reason": batch.reason}
-    data = {
-        "id": batch.bid,
-        "uuid": batch.uuid,
-        "state": batch.state,
-        "version": batch.status.version,
-        "profile": batch.profile,
-        "submitter": batch.submitter,
-        "title": batch.title,
-        "type": batch.type,
-        "message": batch.status.message,
-        "created": _stamp(batch.created),
-        "seconds_in_state": round(batch.status.age_seconds),
-        "locked": batch.lock is not None,
-    }
-    if getattr(batch, "archived", False):
-        data["archived"] = True
-    if folders is not None:
-        data["jobs"] = folders
-    if states is not None:
-        data["job_states"] = states
-    return data
-
-
-def access_json(item: AccessRequest | Broken) -> dict[str, Any]:
-    if isinstance(item, Broken):
-        return {"id": item.id, "broken": True, "path": item.path, "reason": item.reason}
-    return {
-        "id": item.qid,
-        "queue": item.queue,
-        "state": item.state,
-        "version": item.status.version,
-        "message": item.status.message,
-        "token": item.token,
-        "created": _stamp(item.created),
-        "seconds_in_state": round(item.status.age_seconds),
-    }
-
-
-def _outcomes(outcomes: list[Outcome]) -> dict[str, Any]:
-    return {
-        "outcomes": [
-            {"kind": o.kind, "id": o.id, "before": o.before, "after": o.after, "detail": o.detail}
-            for o in outcomes
-        ]
-    }
-
-
-def _counts(summary: dict[str, selectors.StateCount]) -> dict[str, Any]:
-    return {s: {"count": c.count, "oldest_seconds": c.oldest_seconds} for s, c in summary.items()}
+from .views.common import batch_or_archived, job_or_archived, perform_posted, run_bulk
 
 
 @api_view("GET", index=True)
 def overview(request: HttpRequest) -> dict[str, Any]:
     ov = selectors.overview()
     return {
-        "jobs": _counts(ov.jobs),
-        "batches": _counts(ov.batches),
-        "access": _counts(ov.access),
+        "jobs": counts_json(ov.jobs),
+        "batches": counts_json(ov.batches),
+        "access": counts_json(ov.access),
         "holds": {
-            "queues": {q: _stamp(t) for q, t in ov.holds.queues.items()},
-            "collections": {c: _stamp(t) for c, t in ov.holds.collections.items()},
+            "queues": {q: stamp_text(t) for q, t in ov.holds.queues.items()},
+            "collections": {c: stamp_text(t) for c, t in ov.holds.collections.items()},
         },
         "held_jobs_by_collection": ov.held_by_collection,
         "bytes_in_process": ov.bytes_in_process,
@@ -313,49 +100,15 @@ def overview(request: HttpRequest) -> dict[str, Any]:
     }
 
 
-def _page(page: selectors.Page, items: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "items": items,
-        "page": page.number,
-        "per_page": page.per_page,
-        "total": page.total,
-        "has_next": page.has_next,
-        "scan_limited": page.scan_limited,
-    }
-
-
-def _only(data: Mapping[str, Any], *keys: str, what: str = "query") -> None:
-    """A 400 naming any key of ``data`` that is not one of ``keys`` (a closed set)."""
-    unknown = sorted(str(k) for k in data if k not in keys)
-    if unknown:
-        named = ", ".join(repr(k[:40]) for k in unknown[:5])
-        known = ", ".join(keys) if keys else "none"
-        raise ValueError(f"{what}: unknown key {named}; the keys are {known}")
-
-
-def _text(data: Mapping[str, Any], key: str) -> str:
-    """A body's text field ("" when not given); a number, a list or an object is a 400."""
-    value = data.get(key, "")
-    if not isinstance(value, str):
-        raise ValueError(f"{key} must be text")
-    return value
-
-
-def _query(request: HttpRequest, form_class: type[forms.Form], *, also: Iterable[str] = ()) -> Any:
-    """A list's filter from the query string: a closed set of keys, as a bulk filter's."""
-    form_input(request.GET, form_class, also=also, what="filter")
-    return form_class(request.GET)
-
-
 @api_view("GET", index=True)
 def jobs(request: HttpRequest) -> dict[str, Any]:
-    form = _query(request, JobFilterForm)
+    form = query_form(request, JobFilterForm)
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
-    page = selectors.jobs_page(flt=form.to_filter(), page=form.cleaned_data["page"] or 1)
+    page = job_reads.jobs_page(flt=form.to_filter(), page=form.cleaned_data["page"] or 1)
     # "loading": a search answered before the read index has every job's local ID and ARK
     # (else, as every answer from the index, what it is still loading after a start).
-    return {**_page(page, [job_json(j) for j in page.items]), "loading": page.loading}
+    return {**page_json(page, [job_json(j) for j in page.items]), "loading": page.loading}
 
 
 @api_view("GET")
@@ -388,14 +141,14 @@ def _act(
     a key that is no field of an action (nor in ``also``) is refused before anything is done."""
     _form, outcomes = perform_posted(
         request.user,
-        form_input(_body(request), ActionForm, also=also, what=f"{action} of a {kind}"),
+        form_input(request_body(request), ActionForm, also=also, what=f"{action} of a {kind}"),
         kind=kind,
         action=action,
         item_id=item_id,
         params=params,
         via="api",
     )
-    return _outcomes(outcomes)
+    return outcomes_json(outcomes)
 
 
 def _resume_step(form: ActionForm) -> dict[str, Any]:
@@ -440,7 +193,7 @@ def _bulk_items(data: dict[str, Any]) -> tuple[list[tuple[str, int | None]], boo
             entry = entry if isinstance(entry, dict) else {"id": entry}
             if isinstance(entry.get("id"), dict | list) or set(entry) - {"id", "version"}:
                 raise ValueError('a job in "jobs" is an ID or {"id": ..., "version": ...}')
-            items.append((zpaths.jid(str(entry.get("id", ""))), _version(entry)))
+            items.append((zpaths.jid(str(entry.get("id", ""))), version_param(entry)))
         return items, False
     flt = data.get("filter", {})
     if not isinstance(flt, dict):
@@ -460,7 +213,7 @@ def _bulk_items(data: dict[str, Any]) -> tuple[list[tuple[str, int | None]], boo
         raise ValueError(
             'the filter narrows nothing: say "all": true to act on every job, or narrow it'
         )
-    jids, limited = selectors.jobs_matching(flt=form.to_filter())
+    jids, limited = job_reads.jobs_matching(flt=form.to_filter())
     return [(j, None) for j in jids], limited
 
 
@@ -473,7 +226,7 @@ def jobs_bulk(request: HttpRequest) -> dict[str, Any] | HttpResponse:
     state and collection, is ``"all": true`` and nothing else. Over MRT_BULK_INLINE_MAX jobs it
     answers 202 at once with the background run (its URL in Location), as the console does;
     otherwise with what was done once it is done."""
-    data = _body(request)
+    data = request_body(request)
     to = data.get("to") or ""
     if not isinstance(to, str) or (to and to not in JOB.action_targets("resume", JobState.FAILED)):
         raise ValueError(f'"to" must name a job step a resume may go to, not {str(to)[:40]!r}')
@@ -498,7 +251,7 @@ def jobs_bulk(request: HttpRequest) -> dict[str, Any] | HttpResponse:
         response["Location"] = reverse("api-bulk-run", args=[result.pk])
         return response
     return {
-        **_outcomes(result.done),
+        **outcomes_json(result.done),
         "skipped": [{"id": i, "reason": why} for i, why in result.skipped],
         "summary": result.summary(),
     }
@@ -506,18 +259,18 @@ def jobs_bulk(request: HttpRequest) -> dict[str, Any] | HttpResponse:
 
 @api_view("GET", index=True)
 def failed(request: HttpRequest) -> dict[str, Any]:
-    """Failed jobs, oldest first, ``selectors.FAILED_ROWS_PER_PAGE`` (50) per page (``page``),
+    """Failed jobs, oldest first, ``failed_reads.FAILED_ROWS_PER_PAGE`` (50) per page (``page``),
     filtered by ``bid``, ``profile``, ``step``; with the counts per batch, collection and
     failing step of everything the filter matches."""
-    form = _query(request, FailedFilterForm, also=("page",))
+    form = query_form(request, FailedFilterForm, also=("page",))
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
     number = request.GET.get("page") or "1"
     if not number.isdigit() or int(number) < 1:
         raise ValueError("page must be a positive number")
-    page, steps = selectors.failed_page(**form.cleaned_data, page=int(number))
+    page, steps = failed_reads.failed_page(**form.cleaned_data, page=int(number))
     return {
-        **_page(
+        **page_json(
             page,
             [
                 {**job_json(j), "failed_step": steps.get(j.jid, "")}
@@ -526,7 +279,7 @@ def failed(request: HttpRequest) -> dict[str, Any]:
                 for j in page.items
             ],
         ),
-        "groups": selectors.failed_group_counts(**form.cleaned_data),
+        "groups": failed_reads.failed_group_counts(**form.cleaned_data),
         "loading": page.loading,
     }
 
@@ -535,7 +288,7 @@ def failed(request: HttpRequest) -> dict[str, Any]:
 def failed_causes(request: HttpRequest) -> dict[str, Any]:
     """Failed jobs grouped by cause (failing step and normalised message), most jobs first,
     ``failure_causes.GROUPS_PER_PAGE`` groups per page; the same filters as ``failed``."""
-    form = _query(request, FailedFilterForm, also=("page",))
+    form = query_form(request, FailedFilterForm, also=("page",))
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
     number = request.GET.get("page") or "1"
@@ -544,7 +297,7 @@ def failed_causes(request: HttpRequest) -> dict[str, Any]:
     causes = failure_causes.failure_causes(**form.cleaned_data)
     page = failure_causes.page_of(causes, int(number))
     return {
-        **_page(page, [failure_causes.group_json(g) for g in page.items]),
+        **page_json(page, [failure_causes.group_json(g) for g in page.items]),
         "jobs": causes.total,
         "loading": page.loading,
     }
@@ -553,10 +306,10 @@ def failed_causes(request: HttpRequest) -> dict[str, Any]:
 @api_view("GET", "POST", index=True)
 def batches(request: HttpRequest) -> dict[str, Any]:
     if request.method == "POST":
-        form = SubmitForm(form_input(_body(request), SubmitForm, what="submission"))
+        form = SubmitForm(form_input(request_body(request), SubmitForm, what="submission"))
         if not form.is_valid():
             raise ValueError(form.errors.as_text())
-        return _outcomes(
+        return outcomes_json(
             actions.perform(
                 user=request.user,
                 kind="batch",
@@ -566,11 +319,11 @@ def batches(request: HttpRequest) -> dict[str, Any]:
                 via="api",
             )
         )
-    filters = _query(request, BatchFilterForm)
+    filters = query_form(request, BatchFilterForm)
     if not filters.is_valid():
         raise ValueError(filters.errors.as_text())
-    page = selectors.batches_page(flt=filters.to_filter(), page=filters.cleaned_data["page"] or 1)
-    return _page(page, [batch_json(r.item, r.folders, r.states) for r in page.items])
+    page = batch_reads.batches_page(flt=filters.to_filter(), page=filters.cleaned_data["page"] or 1)
+    return page_json(page, [batch_json(r.item, r.folders, r.states) for r in page.items])
 
 
 # A batch's job IDs per answer of /api/batches/BID: by default, and at most.
@@ -592,7 +345,7 @@ def batch(request: HttpRequest, bid: str) -> dict[str, Any]:
     after the job ID ``after`` (the previous answer's ``next``, null on the last page) or on page
     ``page``; ``state`` keeps one state's jobs. Counts and IDs come from the read index: the
     answer costs the same requests for a batch of 10 jobs as for one of 100,000."""
-    _only(request.GET, "limit", "after", "page", "state")
+    only_keys(request.GET, "limit", "after", "page", "state")
     limit = _positive(request, "limit", BATCH_JOBS_PER_PAGE, BATCH_JOBS_MAX_PER_PAGE)
     after = request.GET.get("after") or ""
     if after and not zpaths.JID_RE.fullmatch(after):
@@ -638,7 +391,7 @@ def batch_action(request: HttpRequest, bid: str, action: str) -> dict[str, Any]:
 
 @api_view("GET")
 def access(request: HttpRequest) -> dict[str, Any]:
-    form = _query(request, AccessFilterForm)
+    form = query_form(request, AccessFilterForm)
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
     items = selectors.access_requests(
@@ -662,15 +415,15 @@ def access_action(request: HttpRequest, queue: str, qid: str, action: str) -> di
 def holds(request: HttpRequest) -> dict[str, Any]:
     view = selectors.holds_view()
     return {
-        "queues": {q: _stamp(t) for q, t in view.holds.queues.items()},
-        "collections": {c: _stamp(t) for c, t in view.holds.collections.items()},
+        "queues": {q: stamp_text(t) for q, t in view.holds.queues.items()},
+        "collections": {c: stamp_text(t) for c, t in view.holds.collections.items()},
         "held_jobs_by_collection": view.held_jobs,
         "nodes": {
-            str(n): {"since": _stamp(h.at), "by": h.by, "reason": h.reason}
+            str(n): {"since": stamp_text(h.at), "by": h.by, "reason": h.reason}
             for n, h in view.nodes.items()
         },
         "services": {
-            s: {"since": _stamp(h.at), "by": h.by, "reason": h.reason}
+            s: {"since": stamp_text(h.at), "by": h.by, "reason": h.reason}
             for s, h in view.services.items()
         },
         "windows": [window_info(w) for w in view.windows.values()],
@@ -708,13 +461,13 @@ REPORTS_PER_PAGE = 50
 @api_view("GET", index=True)
 def reports(request: HttpRequest) -> dict[str, Any]:
     """Batches with a status report, newest first, ``REPORTS_PER_PAGE`` (50) per page."""
-    _only(request.GET, "page")
+    only_keys(request.GET, "page")
     number = request.GET.get("page") or "1"
     if not number.isdigit() or int(number) < 1:
         raise ValueError("page must be a positive number")
-    page = selectors.status_reports(page=int(number), per_page=REPORTS_PER_PAGE)
+    page = batch_reads.status_reports(page=int(number), per_page=REPORTS_PER_PAGE)
     return {
-        **_page(
+        **page_json(
             page,
             [
                 {
@@ -748,7 +501,7 @@ def consistency(request: HttpRequest) -> dict[str, Any]:
     from queues import consistency as checks
 
     if request.method == "POST":
-        body = _body(request)
+        body = request_body(request)
         # JSON true/false, or a form's "true"/"1" and "false"/"0": a word it does not know is
         # neither a start nor a repair.
         start = {"true": True, "1": True, "false": False, "0": False}.get(
@@ -757,12 +510,12 @@ def consistency(request: HttpRequest) -> dict[str, Any]:
         if start is None:
             raise ValueError('"start" must be true or false')
         if start:
-            _only(body, "start", what="start")
+            only_keys(body, "start", what="start")
             require_action(request.user, "consistency", "repair")
             run, _created = checks.start(user=request.user, via="api")
             return checks.run_dict(run)
         return _act(request, kind="consistency", action="repair", item_id="tree", also=("start",))
-    _only(request.GET, "page", "kind")
+    only_keys(request.GET, "page", "kind")
     page = request.GET.get("page", "1")
     return selectors.consistency_report(
         kind=request.GET.get("kind", "")[:40], page=int(page) if page.isdigit() else 1
@@ -771,7 +524,7 @@ def consistency(request: HttpRequest) -> dict[str, Any]:
 
 @api_view("GET")
 def audit(request: HttpRequest) -> dict[str, Any]:
-    _only(request.GET, "item_id")
+    only_keys(request.GET, "item_id")
     entries = AuditEntry.objects.all()
     item = request.GET.get("item_id", "").strip()
     if item:
@@ -812,7 +565,7 @@ def bulk_run_json(run: bulkrun.BulkRun) -> dict[str, Any]:
         "limited": run.limited,
         "error": run.error,
         "started": clock.exact(run.started),
-        "finished": _stamp(run.finished),
+        "finished": stamp_text(run.finished),
     }
 
 
@@ -835,17 +588,17 @@ def notes_list(request: HttpRequest) -> dict[str, Any]:
     """GET ?kind=job|batch|collection&item=ID: an item's notes, oldest first. POST
     {"kind": ..., "item": ..., "text": ...}: add one (the operator role)."""
     if request.method == "POST":
-        data = _body(request)
-        _only(data, "kind", "item", "text", what="note")
+        data = request_body(request)
+        only_keys(data, "kind", "item", "text", what="note")
         note = notes.note_add(
             user=request.user,
-            kind=_text(data, "kind"),
-            item_id=_text(data, "item"),
-            text=_text(data, "text"),
+            kind=text_param(data, "kind"),
+            item_id=text_param(data, "item"),
+            text=text_param(data, "text"),
             via="api",
         )
         return notes.note_json(note)
-    _only(request.GET, "kind", "item")
+    only_keys(request.GET, "kind", "item")
     kind, item = request.GET.get("kind", ""), request.GET.get("item", "")
     if kind not in Note.KINDS or not item:
         raise ValueError('give "kind" (job, batch or collection) and "item"')
@@ -858,9 +611,9 @@ def note_change(request: HttpRequest, pk: str, verb: str) -> dict[str, Any]:
     if verb == "delete":
         deleted = notes.note_delete(user=request.user, pk=int(pk), via="api")
         return {"deleted": notes.note_json(deleted)}
-    data = _body(request)
-    _only(data, "text", what="note")
-    note = notes.note_edit(user=request.user, pk=int(pk), text=_text(data, "text"), via="api")
+    data = request_body(request)
+    only_keys(data, "text", what="note")
+    note = notes.note_edit(user=request.user, pk=int(pk), text=text_param(data, "text"), via="api")
     return notes.note_json(note)
 
 
@@ -895,7 +648,7 @@ def unknown_path(request: HttpRequest, rest: str) -> HttpResponse:
         found = place.match(rest)
         if found is not None:
             validate(found["a"])
-    return _error(f"no API endpoint at /api/{rest[:200]}", 404)
+    return error_json(f"no API endpoint at /api/{rest[:200]}", 404)
 
 
 urlpatterns = [

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from queues import services
+from queues import hold_moves, services
 from queues.roles import ADMIN, OPERATOR
 from queues.states import REMOVE, AccessState
 from queues.zk.client import connected_client
@@ -167,14 +167,14 @@ ACTIONS: tuple[Action, ...] = (
         "queue",
         "hold",
         ADMIN,
-        lambda c: services.queue_hold(name=c.item_id, **_window(c)),
+        lambda c: hold_moves.queue_hold(name=c.item_id, **_window(c)),
         needs_reason=True,
     ),
     Action(
         "queue",
         "release",
         ADMIN,
-        lambda c: services.queue_release(
+        lambda c: hold_moves.queue_release(
             name=c.item_id, release_held=bool(c.params.get("release_jobs"))
         ),
     ),
@@ -182,32 +182,32 @@ ACTIONS: tuple[Action, ...] = (
         "collection",
         "hold",
         OPERATOR,
-        lambda c: services.collection_hold(profile=c.item_id, **_window(c)),
+        lambda c: hold_moves.collection_hold(profile=c.item_id, **_window(c)),
     ),
     # Storage nodes: the jobs bound for a node wait before Storing and Recording.
     Action(
         "node",
         "hold",
         OPERATOR,
-        lambda c: services.node_hold(node=c.item_id, **_window(c)),
+        lambda c: hold_moves.node_hold(node=c.item_id, **_window(c)),
         needs_reason=True,
     ),
-    Action("node", "release", OPERATOR, lambda c: services.node_release(node=c.item_id)),
+    Action("node", "release", OPERATOR, lambda c: hold_moves.node_release(node=c.item_id)),
     # Services outside (inventory, EZID, a depositor's or callback receiver's server): opening
     # and closing a breaker by hand.
     Action(
         "service",
         "hold",
         OPERATOR,
-        lambda c: services.service_hold(service=c.item_id, **_window(c)),
+        lambda c: hold_moves.service_hold(service=c.item_id, **_window(c)),
         needs_reason=True,
     ),
-    Action("service", "release", OPERATOR, lambda c: services.service_release(service=c.item_id)),
+    Action("service", "release", OPERATOR, lambda c: hold_moves.service_release(service=c.item_id)),
     Action(
         "collection",
         "release",
         OPERATOR,
-        lambda c: services.collection_release(
+        lambda c: hold_moves.collection_release(
             profile=c.item_id, release_jobs=bool(c.params.get("release_jobs"))
         ),
     ),
@@ -217,7 +217,7 @@ ACTIONS: tuple[Action, ...] = (
         "job",
         "priority",
         OPERATOR,
-        lambda c: services.job_priority_set(
+        lambda c: hold_moves.job_priority_set(
             jid=c.item_id, priority=_whole(c, "priority"), expect_version=c.version
         ),
         moves=False,
@@ -226,7 +226,7 @@ ACTIONS: tuple[Action, ...] = (
         "collection",
         "cap",
         OPERATOR,
-        lambda c: services.collection_cap_set(
+        lambda c: hold_moves.collection_cap_set(
             profile=c.item_id,
             limit=_whole(c, "limit"),
             reason=c.reason,
@@ -234,13 +234,16 @@ ACTIONS: tuple[Action, ...] = (
         ),
     ),
     Action(
-        "collection", "uncap", OPERATOR, lambda c: services.collection_cap_clear(profile=c.item_id)
+        "collection",
+        "uncap",
+        OPERATOR,
+        lambda c: hold_moves.collection_cap_clear(profile=c.item_id),
     ),
     Action(
         "collection",
         "recount",
         OPERATOR,
-        lambda c: services.collection_cap_recount(profile=c.item_id),
+        lambda c: hold_moves.collection_cap_recount(profile=c.item_id),
     ),
     Action("consistency", "repair", ADMIN, _repair, destructive=True),
     # Draining may leave a step with no consumer at all: it says why, like a queue hold.

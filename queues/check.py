@@ -1,10 +1,11 @@
 """The consistency check: what Merritt's tools call orphans, and more.
 
 It walks the whole tree once and compares every job, batch and index entry with what the
-contract says should exist, reporting each difference as a Finding. ``repair`` fixes the ones
-that are safe: the job's own status node is the truth and index entries are rebuilt from it;
-nothing that holds depositor data (a job's configuration, a batch's submission) is deleted unless
-it is an abandoned, half-created item.
+contract says should exist, reporting each difference as a Finding (``check_findings``, which
+also holds the findings on locks). ``check_repairs.repair`` fixes the ones that are safe: the
+job's own status node is the truth and index entries are rebuilt from it; nothing that holds
+depositor data (a job's configuration, a batch's submission) is deleted unless it is an
+abandoned, half-created item.
 
 The walk holds at most a chunk of items at a time (``CHUNK`` jobs or batches, read pipelined, two
 chunks in flight): a million-job queue is checked in about the memory of its IDs. What it must
@@ -32,46 +33,47 @@ consumer at work) is never broken.
 
 from __future__ import annotations
 
-import posixpath
 import time
 from array import array
 from bisect import bisect_left
-from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from queues.states import (
-    BATCH_INDEX_FOLDERS,
-    JOB,
-    BatchState,
-    job_batch_folder,
-    job_index_folder,
+from queues.check_findings import (
+    CONSOLE,
+    JOB_INDEX_KINDS,
+    MERRITT,
+    MERRITT_ADVICE,
+    ORPHAN_LOCK_ADVICE,
+    UNKNOWN,
+    Finding,
+    Progress,
+    Report,
+    age_seconds,
+    document_owner,
+    jid_in,
+    object_lock_findings,
+    object_lock_paths,
+    orphan_locks,
+    owner_of,
+    stale_lock_finding,
 )
+from queues.states import BATCH_INDEX_FOLDERS, JOB, BatchState, job_batch_folder, job_index_folder
 from queues.zk import paths, scan
-from queues.zk.batches import batch_load, batch_transition, batches_load
+from queues.zk.batches import batch_load, batches_load
 from queues.zk.client import Client
-from queues.zk.codecs import decode_json, decode_str
+from queues.zk.codecs import decode_str
 from queues.zk.consumers import Registration, registrations
-from queues.zk.errors import (
-    BadVersion,
-    MalformedNode,
-    NodeExists,
-    NoNode,
-    NotEmpty,
-    NotFound,
-    Unavailable,
-)
+from queues.zk.errors import MalformedNode, NotFound, Unavailable
 from queues.zk.jobs import jobs_finish_load, jobs_load, load_paths
-from queues.zk.locks import lock_break
 from queues.zk.nodes import (
     children,
     children_many,
     collect_reads,
     exists_many,
     read_many,
-    stamp,
     start_reads,
 )
 from queues.zk.records import Batch, Broken, Job, decode_each
@@ -80,7 +82,6 @@ from queues.zk.store_intents import STORE_INTENTS
 
 # The console's own records of a job's side effects outside ZooKeeper, one node per job.
 SIDE_EFFECT_FOLDERS = (STORE_INTENTS, CALLBACKS)
-
 # A half-created item older than this was abandoned by its writer and can be removed.
 ABANDONED_SECONDS = 3600
 # Jobs or batches read at once (two such reads are in flight while the previous is checked).
@@ -88,66 +89,6 @@ CHUNK = 500
 # Findings that may be moves in flight kept waiting for their second look; past this many the
 # walk pauses to look at the oldest ones, so the queue of them cannot grow with the damage.
 RECHECK_MAX = 5000
-
-CONSOLE, MERRITT, UNKNOWN = "console", "merritt", "unknown"
-
-
-@dataclass(frozen=True)
-class Finding:
-    kind: str
-    path: str
-    detail: str
-    repairable: bool = False
-    # An orphan lock's owner and creation zxid: repair deletes that very node, not a lock
-    # taken again since under the same path.
-    session: int = 0
-    czxid: int = 0
-    # "merritt" for an item Merritt's ingest wrote: reported with ``advice``, never repaired.
-    owner: str = ""
-    advice: str = ""
-    # The index entries the check found for the job, so repair can remove the wrong ones
-    # without listing every state folder again.
-    seen: tuple[str, ...] = ()
-
-
-@dataclass
-class Report:
-    findings: list[Finding] = field(default_factory=list)
-    jobs: int = 0
-    batches: int = 0
-    index_entries: int = 0
-    found: int = 0  # findings reported (also when they went to a sink, not to ``findings``)
-    checked_at: datetime = field(default_factory=lambda: datetime.now().astimezone())
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings and not self.found
-
-    def by_kind(self) -> dict[str, list[Finding]]:
-        grouped: dict[str, list[Finding]] = defaultdict(list)
-        for finding in self.findings:
-            grouped[finding.kind].append(finding)
-        return dict(grouped)
-
-
-@dataclass(frozen=True)
-class Progress:
-    """How far a check got: ``done`` of ``total`` in ``phase``."""
-
-    phase: str
-    done: int
-    total: int
-    findings: int
-
-    def __str__(self) -> str:
-        of = f" {self.done}/{self.total}" if self.total else ""
-        return f"{self.phase}{of}: {self.findings} finding{'' if self.findings == 1 else 's'}"
-
-
-def _age(stat_ctime_ms: int) -> float:
-    return (datetime.now().astimezone() - stamp(stat_ctime_ms)).total_seconds()
-
-
 # Findings a move in flight shows for a moment: a consumer's or operator's transaction is
 # atomic, but the check reads the index folders and the status nodes at different instants.
 # Each is read again RECHECK_SECONDS after it was found and reported only when still there.
@@ -164,64 +105,9 @@ TRANSIENT_KINDS = frozenset(
         "orphan-lock",
     }
 )
+
+
 RECHECK_SECONDS = 1.0
-JOB_INDEX_KINDS = frozenset(
-    {"job-unindexed", "job-multiple-index", "job-misindexed", "batch-index-wrong"}
-)
-
-# What an operator should do about a finding on an item Merritt's ingest wrote.
-_MERRITT_JOB = (
-    "Merritt's ingest wrote this job (it has no payload_url) and the console does not change "
-    "Merritt's items. Merritt's library writes a move as separate writes, so a consumer that "
-    "stopped half-way leaves this; if no Merritt consumer holds the job's lock, ask Merritt's "
-    "operators to set it right with their own tools."
-)
-MERRITT_ADVICE: dict[str, str] = {
-    **dict.fromkeys(JOB_INDEX_KINDS, _MERRITT_JOB),
-    "batch-states-missing-held": (
-        "A batch Merritt's ingest wrote, held by Merritt's library, which writes no states "
-        "marker and finds a pending batch by the marker's absence: leave it as it is (creating "
-        "the marker would hide it from Merritt's batch consumer for good once released). "
-        "Release it here or with Merritt's tools when it should go on."
-    ),
-    "batch-states-missing": (
-        "A batch Merritt's ingest wrote: Merritt's library finds pending batches by the "
-        "marker's absence and the console does not write Merritt's items. If Merritt's batch "
-        "consumer keeps taking it up again, ask Merritt's operators."
-    ),
-    "batch-complete-not-reporting": (
-        "A batch Merritt's ingest wrote: Merritt's own batch consumer moves it to Reporting "
-        "when it next looks. If it stays Processing, ask Merritt's operators."
-    ),
-    "incomplete-job": (
-        "Possibly half-written by Merritt's ingest (its library creates an item in several "
-        "writes): check with Merritt's operators before removing it."
-    ),
-    "stale-lock": (
-        "Held by a live session that is not a console process (one of Merritt's services at "
-        "work): it goes when that session ends. Ask that service's operators rather than "
-        "breaking it, or the item may be worked on twice."
-    ),
-}
-MERRITT_ADVICE["incomplete-batch"] = MERRITT_ADVICE["incomplete-job"]
-
-
-# Only a lock's owner deletes it (docs/zookeeper-contract-notes.md, "Deleting a lock"): a check
-# run from another process reads the owner, but another session's lock may have taken the path
-# between that read and a delete. The owning process finds its own orphans and deletes them.
-ORPHAN_LOCK_ADVICE = (
-    "Its own process deletes it: every consumer looks for locks of its session that no thread "
-    "claims at each registration write and deletes them after 30 s. Still here after a minute: "
-    "restart that process (its locks go with its session)."
-)
-
-
-def owner_of(document: Mapping[str, Any] | None) -> str:
-    """Who wrote a job (its configuration) or batch (its submission): the console gives every
-    item a ``payload_url``; Merritt's ingest keeps the payload on its own disk and writes none."""
-    if document is None:
-        return UNKNOWN
-    return CONSOLE if document.get("payload_url") else MERRITT
 
 
 def _jid_path(num: int) -> str:
@@ -230,14 +116,6 @@ def _jid_path(num: int) -> str:
 
 def _bid_path(num: int) -> str:
     return f"bid{num:010d}"
-
-
-def _jid_in(path: str) -> str:
-    """The job ID a finding's path names (an index entry's or a job node's)."""
-    match = paths.INDEX_ENTRY_RE.fullmatch(posixpath.basename(path))
-    if match:
-        return match.group(2)
-    return next((p for p in path.split("/") if paths.JID_RE.fullmatch(p)), "")
 
 
 class Checker:
@@ -462,8 +340,8 @@ class Checker:
             stat = stats[paths.batch(bid)]
             if stat is None:
                 continue
-            abandoned = _age(stat.ctime) > ABANDONED_SECONDS
-            owner = _document_owner(submissions[paths.batch_node(bid, "submission")])
+            abandoned = age_seconds(stat.ctime) > ABANDONED_SECONDS
+            owner = document_owner(submissions[paths.batch_node(bid, "submission")])
             finding = Finding(
                 "incomplete-batch",
                 paths.batch(bid),
@@ -570,8 +448,8 @@ class Checker:
             if read is None:
                 continue
             stat = read[1]
-            abandoned = _age(stat.ctime) > ABANDONED_SECONDS
-            owner = _document_owner(reads.get(paths.job_node(jid, "configuration")))
+            abandoned = age_seconds(stat.ctime) > ABANDONED_SECONDS
+            owner = document_owner(reads.get(paths.job_node(jid, "configuration")))
             finding = Finding(
                 "incomplete-job",
                 paths.job(jid),
@@ -772,11 +650,11 @@ class Checker:
             access += [f"{folder}/{q}/lock" for q in qids or [] if paths.QID_RE.fullmatch(q)]
         for start in range(0, len(access), self.chunk):
             self._lock_stats(access[start : start + self.chunk], probe=True)
-        object_locks = _object_lock_paths(self.zk)
+        object_locks = object_lock_paths(self.zk)
         for start in range(0, len(object_locks), self.chunk):
             part = object_locks[start : start + self.chunk]
             stats = exists_many(self.zk, part)
-            for finding in _object_lock_findings(part, stats):
+            for finding in object_lock_findings(part, stats):
                 self._found(finding)
             self._orphans(stats)
         self._recheck_due()
@@ -789,7 +667,7 @@ class Checker:
         stats = exists_many(self.zk, locks)
         for path in locks:
             stat = stats[path]
-            if stat is not None and _age(stat.ctime) > self.stale_lock_seconds:
+            if stat is not None and age_seconds(stat.ctime) > self.stale_lock_seconds:
                 self._found(stale_lock_finding(path, stat, self.held))
         self._orphans(stats)
 
@@ -822,16 +700,6 @@ class Checker:
             self._progress(Progress(*self._phase, self.report.found))
 
 
-def _document_owner(read: Any) -> str:
-    if read is None:
-        return UNKNOWN
-    try:
-        document = decode_json("", read[0])
-    except MalformedNode:
-        return UNKNOWN
-    return owner_of(document) if isinstance(document, dict) else UNKNOWN
-
-
 def still_there(
     zk: Client,
     findings: Sequence[Finding],
@@ -839,14 +707,14 @@ def still_there(
     held: Sequence[Registration],
 ) -> list[Finding]:
     """The findings (of TRANSIENT_KINDS) that a second look finds again, as it finds them."""
-    jids = sorted({_jid_in(f.path) for f in findings if f.kind in JOB_INDEX_KINDS} - {""})
+    jids = sorted({jid_in(f.path) for f in findings if f.kind in JOB_INDEX_KINDS} - {""})
     jobs = {j.jid: j for j in jobs_load(zk, jids) if isinstance(j, Job)}
     probe = {p for f in findings for p in f.seen if f.kind in JOB_INDEX_KINDS}
     for job in jobs.values():
         probe.update((job.index_path, job.batch_index_path))
     for finding in findings:
         if finding.kind in ("orphan-index", "orphan-batch-index"):
-            probe.update((finding.path, paths.job(_jid_in(finding.path))))
+            probe.update((finding.path, paths.job(jid_in(finding.path))))
         elif finding.kind == "orphan-lock":
             probe.add(finding.path)
     stats = exists_many(zk, sorted(probe))
@@ -868,7 +736,7 @@ def _look_again(
 ) -> Finding | None:
     kind, path = finding.kind, finding.path
     if kind in ("orphan-index", "orphan-batch-index"):
-        gone = stats.get(paths.job(_jid_in(path))) is None
+        gone = stats.get(paths.job(jid_in(path))) is None
         return finding if gone and stats.get(path) is not None else None
     if kind == "orphan-lock":
         stat = stats.get(path)
@@ -884,7 +752,7 @@ def _look_again(
         folder = children_many(zk, [paths.batch_index(bid, "batch-processing")])
         empty = folder[paths.batch_index(bid, "batch-processing")] == []
         return finding if batch.state == BatchState.PROCESSING and empty else None
-    job = jobs.get(_jid_in(path))
+    job = jobs.get(jid_in(path))
     if job is None:
         return None
     if kind == "batch-index-wrong":
@@ -918,280 +786,3 @@ def run_check(
         chunk=chunk,
         beside_merritt=beside_merritt,
     ).run()
-
-
-def stale_lock_finding(path: str, stat: Any, held: Sequence[Registration]) -> Finding:
-    """A lock held longer than the threshold. One of a live session that is not a console
-    process is Merritt's consumer at work: never broken (``owner`` merritt)."""
-    hours = _age(stat.ctime) / 3600
-    finding = Finding(
-        "stale-lock",
-        path,
-        f"held for {hours:.1f} h by {lock_holder(stat.ephemeralOwner, held)}",
-        session=stat.ephemeralOwner,
-        czxid=stat.czxid,
-    )
-    console = {reg.session for reg in held if reg.session}
-    if stat.ephemeralOwner and stat.ephemeralOwner not in console:
-        return replace(finding, owner=MERRITT, advice=MERRITT_ADVICE["stale-lock"])
-    return finding
-
-
-def _object_lock_paths(zk: Client) -> list[str]:
-    roots = (paths.STORAGE_LOCKS, paths.INVENTORY_LOCKS)
-    return [
-        f"{root}/{name}" for root, names in children_many(zk, roots).items() for name in names or []
-    ]
-
-
-def _object_lock_findings(object_locks: Sequence[str], stats: Mapping[str, Any]) -> list[Finding]:
-    """Per-object locks named by the console's old rule (every ':' and '/' on its own became
-    '_': ``ark__13030_m5abc``). Merritt's storage and inventory services lock
-    ``ark_13030_m5abc`` and never see them. A persistent one is left over and can go; an
-    ephemeral one belongs to a session ZooKeeper still counts as live (a consumer of an older
-    version at work) and goes with it: it is reported, never broken."""
-    found = []
-    for path in sorted(object_locks):
-        root, name = posixpath.split(path)
-        stat = stats[path]
-        if stat is None or not paths.is_legacy_object_lock_name(name):
-            continue
-        detail = (
-            f"per-object lock in the old name form; the contract's is "
-            f"{root}/ark_{name[len('ark__') :]}"
-        )
-        if stat.ephemeralOwner:
-            detail += (
-                f"; held by session {stat.ephemeralOwner:#x} (a consumer of an older version "
-                "at work): it goes when that session ends"
-            )
-        else:
-            detail += "; persistent, so nothing will remove it: safe to delete"
-        found.append(
-            Finding("legacy-object-lock", path, detail, repairable=not stat.ephemeralOwner)
-        )
-    return found
-
-
-@dataclass(frozen=True)
-class OrphanLock:
-    """A lock of a live console process's session that no thread of that process claims."""
-
-    path: str
-    consumer: str
-    session: int
-    czxid: int
-    age: float  # seconds since the lock was created
-
-    @property
-    def detail(self) -> str:
-        return (
-            f"orphan lock held by {self.consumer} (session {self.session:#x}) that no thread "
-            f"of it claims, for {self.age:.0f} s: nothing will release it while that process "
-            "runs (repair deletes it)"
-        )
-
-
-def lock_holder(session: int, held: Sequence[Registration]) -> str:
-    """Who holds a lock of ``session``, in words."""
-    if not session:
-        return "no session (a persistent node)"
-    for reg in held:
-        if reg.session == session:
-            return f"{reg.name} (session {session:#x})"
-    return f"session {session:#x}, a session that is not a console process"
-
-
-def orphan_locks(stats: Mapping[str, Any], held: Sequence[Registration]) -> list[OrphanLock]:
-    """The locks among ``stats`` (path -> stat or None) that are orphans.
-
-    A lock counts only once it is older than two of its process's publish intervals and the
-    process's registration was written at least one interval after the lock was made: a lock
-    just taken is not in the ledger the process last published. A process that does not
-    publish its whole ledger (an older version, a list cut short, a bad node) is not judged;
-    a session with no registration (Merritt's own consumers) is never an orphan's owner.
-    """
-    by_session = {reg.session: reg for reg in held if reg.session}
-    found = []
-    for path, stat in sorted(stats.items()):
-        if stat is None or not stat.ephemeralOwner:
-            continue
-        reg = by_session.get(stat.ephemeralOwner)
-        ledger = reg.ledger if reg is not None else None
-        if reg is None or ledger is None or path in ledger:
-            continue
-        age = _age(stat.ctime)
-        every = reg.publish_seconds
-        if age > 2 * every and (reg.written_ms - stat.ctime) / 1000 > every:
-            found.append(OrphanLock(path, reg.name, stat.ephemeralOwner, stat.czxid, age))
-    return found
-
-
-def repair(
-    zk: Client,
-    found: Report | Iterable[Finding],
-    *,
-    break_stale_locks: bool = False,
-    beside_merritt: bool = False,
-) -> list[str]:
-    """Fix every repairable finding (of a report, or kept ones); one line per change made.
-
-    Findings may be minutes old: each repair looks at the item again first and leaves it alone
-    when it is no longer wrong, no longer there, or not the console's."""
-    findings = found.findings if isinstance(found, Report) else found
-    done: list[str] = []
-    for finding in findings:
-        line = repair_one(
-            zk, finding, break_stale_locks=break_stale_locks, beside_merritt=beside_merritt
-        )
-        if line:
-            done.append(line)
-    return done
-
-
-def repair_one(
-    zk: Client, finding: Finding, *, break_stale_locks: bool = False, beside_merritt: bool = False
-) -> str:
-    """Repair one finding; the change made in words, or "" when none was needed or allowed."""
-    try:
-        return _repair_one(
-            zk, finding, break_stale_locks=break_stale_locks, beside_merritt=beside_merritt
-        )
-    except (NoNode, NodeExists, NotEmpty, BadVersion) as exc:
-        return f"skipped {finding.path}: changed meanwhile ({type(exc).__name__})"
-
-
-def _delete(zk: Client, path: str) -> str:
-    try:
-        zk.delete(path)
-    except NoNode:
-        return ""
-    return f"deleted {path}"
-
-
-def _ours(owner: str, beside_merritt: bool) -> bool:
-    return owner == CONSOLE or (owner == UNKNOWN and not beside_merritt)
-
-
-def _reindex(zk: Client, jid: str, seen: Sequence[str], beside_merritt: bool) -> list[str]:
-    """Make a job's two index entries match its status and priority exactly: the entries the
-    check saw elsewhere go, the job's own batch folders are looked at too."""
-    loaded = jobs_load(zk, [jid])
-    if not loaded or isinstance(loaded[0], Broken):
-        return []
-    job = loaded[0]
-    if not _ours(owner_of(job.configuration), beside_merritt):
-        return [f"left {paths.job(jid)}: Merritt's job, not the console's to repair"]
-    expected = (job.index_path, job.batch_index_path)
-    lines = []
-    others = [f"{paths.batch_index(job.bid, f)}/{jid}" for f in BATCH_INDEX_FOLDERS]
-    stale = sorted({*seen, *others} - set(expected))
-    stats = exists_many(zk, [*stale, *expected])
-    for path in stale:
-        if stats[path] is not None and path.rsplit("-", 1)[-1].endswith(jid):
-            lines.append(_delete(zk, path))
-    for path in expected:
-        if stats[path] is None:
-            zk.create(path, b"", makepath=True)
-            lines.append(f"created {path}")
-    return [line for line in lines if line]
-
-
-def _batch_ours(zk: Client, bid: str, beside_merritt: bool) -> Batch | None:
-    """The batch when it loads and is the console's to repair."""
-    try:
-        batch = batch_load(zk, bid)
-    except (NotFound, MalformedNode):
-        return None
-    return batch if _ours(owner_of(batch.submission), beside_merritt) else None
-
-
-def _repair_one(
-    zk: Client, finding: Finding, *, break_stale_locks: bool, beside_merritt: bool
-) -> str:
-    kind, path = finding.kind, finding.path
-    if kind == "stale-lock" and break_stale_locks:
-        if finding.owner == MERRITT:
-            return ""
-        return f"broke {path}" if lock_break(zk, path, finding.session) else ""
-    if not finding.repairable or finding.owner == MERRITT:
-        return ""
-    if kind in ("orphan-index", "orphan-batch-index"):
-        if zk.exists(paths.job(_jid_in(path))) is not None:
-            return ""
-        return _delete(zk, path)
-    if kind == "orphan-record":
-        name = posixpath.basename(path)
-        if paths.JID_RE.fullmatch(name) and zk.exists(paths.job(name)) is not None:
-            return ""
-        return _delete(zk, path)
-    if kind == "orphan-uuid":
-        read = read_many(zk, [path])[path]
-        if read is None:
-            return ""
-        target = decode_str(path, read[0]).strip()
-        if target and "/" not in target and zk.exists(f"{paths.BATCHES}/{target}") is not None:
-            return ""
-        zk.delete(path, version=read[1].version)
-        return f"deleted {path}"
-    if kind in JOB_INDEX_KINDS:
-        jid = _jid_in(path)
-        return "; ".join(_reindex(zk, jid, finding.seen, beside_merritt)) if jid else ""
-    if kind == "incomplete-job":
-        return _remove_incomplete_job(zk, path, beside_merritt)
-    if kind == "incomplete-batch":
-        return _remove_incomplete_batch(zk, path, beside_merritt)
-    if kind == "orphan-lock":
-        return ""  # its owner's to delete (ORPHAN_LOCK_ADVICE); a run recorded before says so
-    if kind == "legacy-object-lock":
-        stat = zk.exists(path)
-        if stat is None or stat.ephemeralOwner:
-            return ""
-        zk.delete(path, version=stat.version)
-        return f"deleted {path}"
-    if kind == "batch-states-missing":
-        batch = _batch_ours(zk, path.split("/")[2], beside_merritt)
-        if batch is None or batch.state == BatchState.PENDING or batch.started:
-            return ""
-        zk.create(path, b"")
-        return f"created {path}"
-    if kind == "batch-complete-not-reporting":
-        bid = path.split("/")[2]
-        batch = _batch_ours(zk, bid, beside_merritt)
-        if batch is None or batch.state != BatchState.PROCESSING:
-            return ""
-        if children_many(zk, [paths.batch_index(bid, "batch-processing")]).popitem()[1] != []:
-            return ""
-        batch_transition(zk, batch, BatchState.REPORTING)
-        return f"moved {bid} to Reporting"
-    return ""
-
-
-def _remove_incomplete_job(zk: Client, path: str, beside_merritt: bool) -> str:
-    jid = _jid_in(path)
-    if not jid or jobs_load(zk, [jid]):
-        return ""  # complete now (or unreadable: reported as malformed, never removed)
-    reads = read_many(zk, [paths.job(jid), paths.job_node(jid, "configuration")])
-    node = reads[paths.job(jid)]
-    if node is None or _age(node[1].ctime) <= ABANDONED_SECONDS:
-        return ""
-    if not _ours(_document_owner(reads[paths.job_node(jid, "configuration")]), beside_merritt):
-        return ""
-    zk.delete(path, recursive=True)
-    return f"removed abandoned {path}"
-
-
-def _remove_incomplete_batch(zk: Client, path: str, beside_merritt: bool) -> str:
-    bid = path.split("/")[2]
-    if batches_load(zk, [bid]):
-        return ""
-    reads = read_many(zk, [paths.batch(bid), paths.batch_node(bid, "submission")])
-    node = reads[paths.batch(bid)]
-    if node is None or _age(node[1].ctime) <= ABANDONED_SECONDS:
-        return ""
-    if not _ours(_document_owner(reads[paths.batch_node(bid, "submission")]), beside_merritt):
-        return ""
-    if children(zk, paths.batch_node(bid, "states")):
-        return ""
-    zk.delete(path, recursive=True)
-    return f"removed abandoned {path}"

@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from queues import check, clock, transient
+from queues import check, check_findings, check_repairs, clock, transient
 from queues.models import ConsistencyFinding, ConsistencyRun
 from queues.zk.client import Client
 from queues.zk.errors import Conflict, is_connection_error
@@ -133,9 +133,9 @@ class _Recorder:
         self.count = 0
         self.repairable = 0
         self.saved = 0.0
-        self.progress: check.Progress | None = None
+        self.progress: check_findings.Progress | None = None
 
-    def add(self, finding: check.Finding) -> None:
+    def add(self, finding: check_findings.Finding) -> None:
         self.count += 1
         self.repairable += finding.repairable
         self.kinds[finding.kind] = self.kinds.get(finding.kind, 0) + 1
@@ -161,7 +161,7 @@ class _Recorder:
             ConsistencyFinding.objects.bulk_create(self.batch)
             self.batch = []
 
-    def step(self, progress: check.Progress) -> None:
+    def step(self, progress: check_findings.Progress) -> None:
         self.progress = progress
         now = time.monotonic()
         if now - self.saved >= SAVE_EVERY:
@@ -267,8 +267,8 @@ def findings_page(
     return found[:PAGE_SIZE], len(found) > PAGE_SIZE
 
 
-def as_finding(row: ConsistencyFinding) -> check.Finding:
-    return check.Finding(
+def as_finding(row: ConsistencyFinding) -> check_findings.Finding:
+    return check_findings.Finding(
         kind=row.kind,
         path=row.path,
         detail=row.detail,
@@ -283,7 +283,7 @@ def as_finding(row: ConsistencyFinding) -> check.Finding:
 
 def _repairable_rows(run: ConsistencyRun, *, stale_locks: bool) -> Iterator[ConsistencyFinding]:
     """The run's findings repair acts on, a batch at a time (never all of them in memory)."""
-    rows = ConsistencyFinding.objects.filter(run=run).exclude(owner=check.MERRITT)
+    rows = ConsistencyFinding.objects.filter(run=run).exclude(owner=check_findings.MERRITT)
     if stale_locks:
         rows = rows.filter(repairable=True) | rows.filter(kind="stale-lock")
     else:
@@ -303,7 +303,7 @@ def repair(run: ConsistencyRun, zk: Client, *, break_stale_locks: bool = False) 
     beside = beside_merritt()
     lines: list[str] = []
     for row in _repairable_rows(run, stale_locks=break_stale_locks):
-        line = check.repair_one(
+        line = check_repairs.repair_one(
             zk, as_finding(row), break_stale_locks=break_stale_locks, beside_merritt=beside
         )
         row.repair = line or "nothing to do: already right"

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 from urllib.parse import urlencode
 
-from queues import clock, selectors
+from queues import clock, failed_reads, job_reads
 from queues.states import JOB, JobState
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
@@ -108,7 +108,7 @@ class CauseGroup:
 class FailureCauses:
     groups: list[CauseGroup]  # most jobs first, then most recent
     by_key: dict[str, CauseGroup]
-    matches: selectors.FailedMatches
+    matches: failed_reads.FailedMatches
     total: int
     unread: int  # matching Failed jobs whose status could not be read (not grouped)
 
@@ -217,7 +217,7 @@ def attach(idx: Any) -> None:
 
 
 def _build(
-    zk: Any, matches: selectors.FailedMatches, keep: Container[int] | None, *, read: bool = True
+    zk: Any, matches: failed_reads.FailedMatches, keep: Container[int] | None, *, read: bool = True
 ) -> FailureCauses:
     seen = _seen_for(zindex.for_client(zk))
     numbers = matches.numbers
@@ -288,11 +288,11 @@ def failure_causes(
     if idx.filling:
         # The fill reads every Failed job's status and hands it here: the groups of what it
         # has read, the rest counted as not read yet (the page says the index is loading).
-        matches = selectors._failed_matches(zk, bid=bid, profile=profile, step=step)
+        matches = failed_reads._failed_matches(zk, bid=bid, profile=profile, step=step)
         return _build(zk, matches, None, read=False)
 
     def build() -> FailureCauses:
-        matches = selectors._failed_matches(zk, bid=bid, profile=profile, step=step)
+        matches = failed_reads._failed_matches(zk, bid=bid, profile=profile, step=step)
         # Jobs no longer Failed are forgotten: one that fails again is read again.
         return _build(zk, matches, idx.failed_numbers())
 
@@ -358,10 +358,10 @@ def pending_by_collection() -> dict[str, int]:
     return zindex.for_client(connected_client()).profile_counts_so_far(JobState.PENDING)
 
 
-def page_of(causes: FailureCauses, page: int) -> selectors.Page:
+def page_of(causes: FailureCauses, page: int) -> job_reads.Page:
     first = (max(1, page) - 1) * GROUPS_PER_PAGE
     shown = causes.groups[first : first + GROUPS_PER_PAGE]
-    return selectors.Page(
+    return job_reads.Page(
         shown,
         max(1, page),
         GROUPS_PER_PAGE,

@@ -8,7 +8,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.http import QueryDict
 
-from queues import selectors
+from queues import batch_reads, job_reads
 from queues.services import SUBMISSION_TYPES, check_filename, check_payload_url
 from queues.states import ACCESS, BATCH, JOB
 from queues.zk import paths as zpaths
@@ -39,7 +39,7 @@ class JobFilterForm(forms.Form):
     min_age_hours = forms.FloatField(required=False, min_value=0, label="In state at least (hours)")
     priority = forms.IntegerField(required=False, min_value=0, max_value=99)
     q = forms.CharField(required=False, max_length=300, label="Search job/batch ID, ARK, local ID")
-    sort = forms.ChoiceField(choices=list(selectors.JOB_SORTS.items()), required=False)
+    sort = forms.ChoiceField(choices=list(job_reads.JOB_SORTS.items()), required=False)
     stuck = forms.BooleanField(required=False, label="Stuck only")
     page = forms.IntegerField(required=False, min_value=1)
 
@@ -64,12 +64,12 @@ class JobFilterForm(forms.Form):
             or data["priority"] is not None
         )
 
-    def to_filter(self) -> selectors.JobFilter:
+    def to_filter(self) -> job_reads.JobFilter:
         data = self.cleaned_data
         q, bid = data["q"], data["bid"]
         if zpaths.BID_RE.fullmatch(q):  # a batch ID in the search box filters by batch
             q, bid = "", q
-        return selectors.JobFilter(
+        return job_reads.JobFilter(
             state=data["state"],
             profile=data["profile"],
             bid=bid,
@@ -93,9 +93,9 @@ class BatchFilterForm(forms.Form):
         value = self.cleaned_data["profile"].strip()
         return _validated(zpaths.profile, value) if value else ""
 
-    def to_filter(self) -> selectors.BatchFilter:
+    def to_filter(self) -> batch_reads.BatchFilter:
         data = self.cleaned_data
-        return selectors.BatchFilter(
+        return batch_reads.BatchFilter(
             state=data["state"],
             profile=data["profile"],
             submitter=data["submitter"].strip(),

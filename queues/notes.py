@@ -15,7 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError
 from django.utils import timezone
 
-from queues import archive, clock, selectors
+from queues import archive, batch_reads, clock, job_reads
 from queues.audit import record
 from queues.auth import has_role
 from queues.models import Note
@@ -41,9 +41,9 @@ def _check_item(kind: str, item_id: str) -> str:
     item_id = validator(item_id)
     try:
         if kind == "job":
-            selectors.job_one(jid=item_id)
+            job_reads.job_one(jid=item_id)
         elif kind == "batch":
-            selectors.batch_one(bid=item_id)
+            batch_reads.batch_one(bid=item_id)
     except MalformedNode:
         pass  # unreadable, but there: worth a note all the more
     except NotFound:

@@ -45,6 +45,7 @@ from queues import history
 from queues.states import JOB_STEPS
 from queues.zk import consumers as zconsumers
 from queues.zk import index as zindex
+from queues.zk import packed
 from queues.zk import paths as zpaths
 from queues.zk.client import connected_client
 from queues.zk.nodes import exists_many
@@ -119,7 +120,7 @@ class _Oldest:
     few, not every working entry."""
 
     source: array[int]
-    keys: array[int]  # run keys (``zindex.Entries``), oldest first
+    keys: array[int]  # run keys (``packed.Entries``), oldest first
     ctimes: array[float]  # ascending
     horizon: float
 
@@ -202,7 +203,7 @@ def _carried(known: _Times, keys: array[int]) -> array[float]:
 
 def _entry_times(
     zk: Any, idx: zindex.ReadIndex, state: str, *, pause: float = 0.0
-) -> tuple[zindex.Entries, array[float]]:
+) -> tuple[packed.Entries, array[float]]:
     """A state's entries (run order) and the creation time of each, read only for entries not
     in the last listing the times were kept for."""
     entries = idx.job_entries(state)
@@ -353,7 +354,7 @@ def _ranked(
 
 
 def _oldest_of(
-    state: str, entries: zindex.Entries, ctimes: array[float], horizon: float
+    state: str, entries: packed.Entries, ctimes: array[float], horizon: float
 ) -> _Oldest:
     with _lock:
         kept = _oldest.get(state)
@@ -432,7 +433,7 @@ def stuck_page(zk: Any, number: int = 1, *, per_page: int = PAGE_SIZE) -> StuckP
         part = list(islice(candidates, max(per_page, want - len(found))))
         if not part:
             break
-        judged = [(zindex.EMPTY.jid(key), state, now - t) for t, state, key in part]
+        judged = [(packed.EMPTY.jid(key), state, now - t) for t, state, key in part]
         found += _judge(zk, judged, limits, now)
     hit = _counted
     counted = sum(hit[2].values()) if hit and hit[1] is zk else 0
@@ -479,7 +480,7 @@ def _count(zk: Any, *, pause: float = 0.0) -> dict[str, int]:
 
 
 def _stuck_by_lock(
-    zk: Any, entries: zindex.Entries, ctimes: array[float], limit: Threshold, now: float
+    zk: Any, entries: packed.Entries, ctimes: array[float], limit: Threshold, now: float
 ) -> list[int]:
     """Positions of the entries stuck by their lock alone: in the state longer than the lock
     threshold but not than the state's, under a lock older than the lock threshold (the only

@@ -41,7 +41,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from queues import audit, clock, services, transient
+from queues import audit, clock, hold_moves, transient
 from queues.daemons.alert_rules import (
     KINDS,
     Context,
@@ -636,7 +636,7 @@ class Evaluator:
         return [line]
 
     def _fuse(self, profile: str, summary: str) -> str:
-        outcome = services.collection_hold(
+        outcome = hold_moves.collection_hold(
             profile=profile, by="alert fuse", reason=summary[:2000], keep_record=True
         )
         if outcome.before == "held":

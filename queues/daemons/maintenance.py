@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from django.conf import settings
 
-from queues import audit, services
+from queues import audit, hold_moves
 from queues.clock import clock_text
 from queues.daemons.alert_rules import Context, Finding, rule
 from queues.daemons.base import ItemResult, PeriodicDaemon
@@ -57,9 +57,9 @@ class Maintenance(PeriodicDaemon):
         parked = []
         try:
             if window.kind == "queue" and window.name == "ingest":
-                parked = services.queue_release(name="ingest", release_held=True)[1:]
+                parked = hold_moves.queue_release(name="ingest", release_held=True)[1:]
             elif window.kind == "collection":
-                parked = services.collection_release_held(profile=window.name)
+                parked = hold_moves.collection_release_held(profile=window.name)
         except Exception as exc:  # the hold is released; what it parked can be released by hand
             log.warning("%s %s: parked items not released: %s", window.kind, window.name, exc)
         detail = f"maintenance window ended at {clock_text(window.until)}"

@@ -21,7 +21,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from queues import actions, archive, diagrams, selectors
+from queues import actions, archive, batch_reads, diagrams, selectors
 from queues.audit import AuditEntry
 from queues.auth import VIEWER, require_action
 from queues.forms import BatchFilterForm, SubmitForm
@@ -55,11 +55,11 @@ def batches(request: HtmxHttpRequest) -> HttpResponse:
         return bad_form(request, "queues/batches.html", context)
     if form.is_bound and zpaths.BID_RE.fullmatch(form.cleaned_data["q"].strip()):
         return redirect("batch", bid=form.cleaned_data["q"].strip())
-    flt = form.to_filter() if form.is_bound else selectors.BatchFilter()
+    flt = form.to_filter() if form.is_bound else batch_reads.BatchFilter()
     number = (form.cleaned_data.get("page") or 1) if form.is_bound else 1
     context.update(
         {
-            "page": selectors.batches_page(flt=flt, page=number),
+            "page": batch_reads.batches_page(flt=flt, page=number),
             "query": querystring_without(request, "page"),
             "next": request.get_full_path(),
         }
@@ -72,7 +72,7 @@ def batches(request: HtmxHttpRequest) -> HttpResponse:
 # Job rows a batch's page shows per state: the page costs what one page shows, whatever the
 # batch's size (only those rows' jobs are loaded; the counts come from the read index); each
 # state links to the job list for the rest.
-BATCH_ROWS_PER_STATE = selectors.BATCH_ROWS_PER_STATE
+BATCH_ROWS_PER_STATE = batch_reads.BATCH_ROWS_PER_STATE
 
 
 @require_GET
@@ -115,7 +115,7 @@ def batch_action(request: HtmxHttpRequest, bid: str, action: str) -> HttpRespons
     if request.method == "GET":
         if not actions.is_destructive("batch", action):
             return HttpResponseNotAllowed(["POST"])
-        batch, folders = selectors.batch_preview(bid=bid)
+        batch, folders = batch_reads.batch_preview(bid=bid)
         jids = sorted({j for v in folders.values() for j in v})
         return confirm(
             request,
@@ -133,7 +133,7 @@ def batch_action(request: HtmxHttpRequest, bid: str, action: str) -> HttpRespons
         return fragment(
             request,
             "queues/batches.html#batch-row",
-            {"row": selectors.batch_one(bid=bid), "next": form.cleaned_data["next"]},
+            {"row": batch_reads.batch_one(bid=bid), "next": form.cleaned_data["next"]},
         )
     default = reverse("batches") if action in GONE else reverse("batch", args=[bid])
     return redirect_after_post(safe_next(request, form.cleaned_data["next"], default))

@@ -16,7 +16,15 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from queues import actions, bulkrun, failure_causes, selectors, services
+from queues import (
+    actions,
+    batch_reads,
+    bulkrun,
+    failed_reads,
+    failure_causes,
+    job_reads,
+    services,
+)
 from queues.auth import VIEWER, may, require_action
 from queues.forms import BulkForm, FailedFilterForm, JobFilterForm
 from queues.zk import index as zindex
@@ -46,9 +54,9 @@ def _preview_rows(kind: str, items: Items) -> list[Any]:
     for item_id, _version in items:
         try:
             rows.append(
-                selectors.job_one(jid=item_id)
+                job_reads.job_one(jid=item_id)
                 if kind == "job"
-                else selectors.batch_one(bid=item_id)
+                else batch_reads.batch_one(bid=item_id)
             )
         except DomainError as exc:
             rows.append({"id": item_id, "problem": str(exc)})
@@ -271,7 +279,7 @@ def jobs_bulk(request: HtmxHttpRequest) -> HttpResponse:
     return _job_bulk(
         request,
         JobFilterForm(request.POST),
-        lambda form: selectors.jobs_matching(flt=form.to_filter()),
+        lambda form: job_reads.jobs_matching(flt=form.to_filter()),
         "jobs",
     )
 
@@ -284,7 +292,7 @@ def failed_bulk(request: HtmxHttpRequest) -> HttpResponse:
     return _job_bulk(
         request,
         FailedFilterForm(request.POST),
-        lambda form: (selectors.failed_matching(**form.cleaned_data), False),
+        lambda form: (failed_reads.failed_matching(**form.cleaned_data), False),
         "failed",
     )
 

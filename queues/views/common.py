@@ -29,7 +29,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django_htmx.http import reswap
 from django_htmx.middleware import HtmxDetails
 
-from queues import actions, archive, bulkrun, clock, selectors
+from queues import actions, archive, batch_reads, bulkrun, clock, job_reads
 from queues.actions import ReasonRequired
 from queues.auth import require_action, role_required
 from queues.forms import ActionForm
@@ -234,12 +234,12 @@ def bulk_actions(user: Any, state: str) -> list[str]:
 # Items that may have been archived -------------------------------------------------------------
 
 
-def job_or_archived(jid: str) -> tuple[selectors.JobDetail | None, Any]:
+def job_or_archived(jid: str) -> tuple[job_reads.JobDetail | None, Any]:
     """A job as ZooKeeper has it, else (None, its row) once retention archived it; NotFound
     when neither knows it (saying who removed it, when the audit log knows). The job page and
     the API's job both read it so."""
     try:
-        return selectors.job_detail(jid=jid), None
+        return job_reads.job_detail(jid=jid), None
     except NotFound as exc:
         row = archive.archived_job(zpaths.jid(jid))
         if row is None:
@@ -248,12 +248,12 @@ def job_or_archived(jid: str) -> tuple[selectors.JobDetail | None, Any]:
 
 
 def batch_or_archived(
-    bid: str, *, per_state: int = selectors.BATCH_ROWS_PER_STATE
-) -> tuple[selectors.BatchDetail | None, Any]:
+    bid: str, *, per_state: int = batch_reads.BATCH_ROWS_PER_STATE
+) -> tuple[batch_reads.BatchDetail | None, Any]:
     """A batch as ZooKeeper has it (``per_state`` jobs of each state loaded), else (None, its
     archived row); NotFound when neither (saying who removed it, when the audit log knows)."""
     try:
-        return selectors.batch_detail(bid=bid, per_state=per_state), None
+        return batch_reads.batch_detail(bid=bid, per_state=per_state), None
     except NotFound as exc:
         row = archive.archived_batch(zpaths.bid(bid))
         if row is None:

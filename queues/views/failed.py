@@ -8,7 +8,7 @@ from django.shortcuts import render
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from queues import selectors
+from queues import failed_reads
 from queues.auth import VIEWER
 from queues.forms import FailedFilterForm
 
@@ -22,14 +22,14 @@ def failed(request: HtmxHttpRequest) -> HttpResponse:
     if request.GET and not form.is_valid():
         return bad_form(request, "queues/failed.html", {"form": form})
     data = form.cleaned_data if form.is_bound else {"bid": "", "profile": "", "step": ""}
-    try:  # paging of the groups, and of the open group's rows (selectors.failed_jobs)
+    try:  # paging of the groups, and of the open group's rows (failed_reads.failed_jobs)
         group_page = max(1, int(request.GET.get("gpage") or 1))
         row_page = max(1, int(request.GET.get("rpage") or 1))
     except ValueError:
         return error_response(request, "gpage and rpage must be numbers", 400)
     group = request.GET.get("group", "batch")
-    group = group if group in selectors.FAILED_GROUPINGS else "batch"
-    view = selectors.failed_jobs(
+    group = group if group in failed_reads.FAILED_GROUPINGS else "batch"
+    view = failed_reads.failed_jobs(
         bid=data["bid"],
         profile=data["profile"],
         step=data["step"],

@@ -10,7 +10,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from queues import selectors
+from queues import batch_reads
 from queues.auth import VIEWER
 from queues.templatetags.followup import batches_waiting_for_update_reporting
 from queues.zk.client import connected_client
@@ -24,7 +24,7 @@ SHOWN = 500  # rows on the page; the button covers the batches listed
 @console_view(VIEWER)
 def fixed_batches(request: HtmxHttpRequest) -> HttpResponse:
     bids = batches_waiting_for_update_reporting()
-    rows = selectors.batch_rows(connected_client(), bids[:SHOWN]) if bids else []
+    rows = batch_reads.batch_rows(connected_client(), bids[:SHOWN]) if bids else []
     return render(
         request,
         "queues/fixed_batches.html",

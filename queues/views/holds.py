@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from queues import actions, selectors, waits
+from queues import actions, batch_reads, job_reads, selectors, waits
 from queues.audit import AuditEntry
 from queues.auth import VIEWER, require_action
 from queues.daemons.registry import BESIDE_MERRITT, deployment_mode
@@ -54,11 +54,11 @@ def holds_context(*, just_held: str = "") -> dict[str, Any]:
             )
             if entry is not None:
                 reasons[name] = entry
-    held_jobs = selectors.jobs_page(
-        flt=selectors.JobFilter(state=JobState.HELD), per_page=HELD_SHOWN
+    held_jobs = job_reads.jobs_page(
+        flt=job_reads.JobFilter(state=JobState.HELD), per_page=HELD_SHOWN
     )
-    held_batches = selectors.batches_page(
-        flt=selectors.BatchFilter(state=BatchState.HELD), per_page=HELD_SHOWN
+    held_batches = batch_reads.batches_page(
+        flt=batch_reads.BatchFilter(state=BatchState.HELD), per_page=HELD_SHOWN
     )
     windows = {
         kind: {w.name: w for w in view.windows.values() if w.kind == kind}

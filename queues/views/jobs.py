@@ -20,7 +20,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from queues import actions, archive, diagrams, history, notes, selectors, services
+from queues import actions, archive, diagrams, history, job_reads, notes, services
 from queues.audit import AuditEntry, EarlierFailure, earlier_failures, failure_of
 from queues.auth import VIEWER
 from queues.forms import ActionForm, JobFilterForm
@@ -61,8 +61,8 @@ def jobs(request: HtmxHttpRequest) -> HttpResponse:
         return bad_form(request, "queues/jobs.html", context)
     if form.is_bound and zpaths.JID_RE.fullmatch(form.cleaned_data["q"]):
         return redirect("job", jid=form.cleaned_data["q"])
-    flt = form.to_filter() if form.is_bound else selectors.JobFilter()
-    page = selectors.jobs_page(
+    flt = form.to_filter() if form.is_bound else job_reads.JobFilter()
+    page = job_reads.jobs_page(
         flt=flt, page=(form.cleaned_data.get("page") or 1) if form.is_bound else 1
     )
     context.update(
@@ -206,7 +206,7 @@ def _step_records(jid: str) -> list[Any]:
         return []
 
 
-def job_context(detail: selectors.JobDetail) -> dict[str, Any]:
+def job_context(detail: job_reads.JobDetail) -> dict[str, Any]:
     """What the job page shows; also re-rendered in place after an htmx action on it."""
     jid = detail.jid
     svg = None
@@ -278,7 +278,7 @@ def job_action(request: HtmxHttpRequest, jid: str, action: str) -> HttpResponse:
             kind="job",
             action=action,
             item_id=jid,
-            preview={"detail": selectors.job_detail(jid=jid)},
+            preview={"detail": job_reads.job_detail(jid=jid)},
         )
     if request.method != "POST":
         return HttpResponseNotAllowed(["GET", "POST"])
@@ -290,10 +290,10 @@ def job_action(request: HtmxHttpRequest, jid: str, action: str) -> HttpResponse:
         return fragment(
             request,
             "queues/jobs.html#job-row",
-            {"job": selectors.job_one(jid=jid), "next": form.cleaned_data["next"]},
+            {"job": job_reads.job_one(jid=jid), "next": form.cleaned_data["next"]},
         )
     if request.htmx and render_as == "panel" and action not in GONE:
-        detail = selectors.job_detail(jid=jid)
+        detail = job_reads.job_detail(jid=jid)
         return fragment(request, "queues/job.html#job-body", job_context(detail))
     default = reverse("jobs") if action in GONE else reverse("job", args=[jid])
     return redirect_after_post(safe_next(request, form.cleaned_data["next"], default))

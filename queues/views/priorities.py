@@ -18,8 +18,9 @@ from django.shortcuts import render
 from django.urls import re_path, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from queues import actions, bulkrun, clock, selectors, services
-from queues.api import _body, api_view, bulk_run_json, form_input
+from queues import actions, bulkrun, clock, hold_moves, job_reads, services
+from queues.api import bulk_run_json
+from queues.api_door import api_view, form_input, request_body
 from queues.auth import VIEWER, require_action
 from queues.routes import BID, HELD_PROFILE, JID, PROFILE
 from queues.states import JOB_WORKING, JobState
@@ -113,7 +114,7 @@ def _figure(cap: zcaps.Cap | None, in_flight: int) -> CapFigure | None:
 def _collection(profile: str) -> dict[str, Any]:
     zk = connected_client()
     index = zindex.for_client(zk)
-    scope = services.priority_scope(kind="collection", name=profile)
+    scope = hold_moves.priority_scope(kind="collection", name=profile)
     flying = sum(index.profile_counts_so_far(s).get(profile, 0) for s in JOB_WORKING)
     cap = zcaps.cap_of(zk, profile)
     return {
@@ -126,7 +127,7 @@ def _collection(profile: str) -> dict[str, Any]:
     }
 
 
-def _scope_json(scope: services.PriorityScope, priority: int | None) -> dict[str, Any]:
+def _scope_json(scope: hold_moves.PriorityScope, priority: int | None) -> dict[str, Any]:
     return {
         "kind": scope.kind,
         "id": scope.name,
@@ -186,7 +187,7 @@ def _scoped_priority(request: HtmxHttpRequest, *, kind: str, name: str, back: st
         data = _form(PriorityForm, request.POST)
     except ValueError as exc:
         return error_response(request, f"bad priority: {exc}", 400)
-    scope = services.priority_scope(kind=kind, name=name)
+    scope = hold_moves.priority_scope(kind=kind, name=name)
     if scope.loading and (data["confirmed"] or not scope.jids):
         raise StillLoading.about(f"the waiting jobs of {kind} {name}")
     if not scope.jids:
@@ -241,7 +242,7 @@ def collection_priority(request: HtmxHttpRequest, profile: str) -> HttpResponse:
 def batch_priority(request: HtmxHttpRequest, bid: str) -> HttpResponse:
     bid = zpaths.bid(bid)
     if request.method == "GET":
-        scope = services.priority_scope(kind="batch", name=bid)
+        scope = hold_moves.priority_scope(kind="batch", name=bid)
         return render(
             request,
             "queues/priority_form.html",
@@ -255,7 +256,7 @@ def batch_priority(request: HtmxHttpRequest, bid: str) -> HttpResponse:
 def job_priority(request: HtmxHttpRequest, jid: str) -> HttpResponse:
     jid = zpaths.jid(jid)
     if request.method == "GET":
-        job = selectors.job_one(jid=jid)
+        job = job_reads.job_one(jid=jid)
         return render(
             request,
             "queues/priority_form.html",
@@ -302,7 +303,7 @@ def _outcomes(outcomes: list[services.Outcome]) -> list[dict[str, str]]:
 @api_view("POST")
 def api_job_priority(request: HttpRequest, jid: str) -> dict[str, Any]:
     """{"priority": 0..99, "version": ..., "reason": ...}: a waiting job's priority."""
-    data = _form(PriorityForm, form_input(_body(request), PriorityForm, what="priority"))
+    data = _form(PriorityForm, form_input(request_body(request), PriorityForm, what="priority"))
     outcomes = actions.perform(
         user=request.user,
         kind="job",
@@ -317,13 +318,13 @@ def api_job_priority(request: HttpRequest, jid: str) -> dict[str, Any]:
 
 
 def _api_scoped(request: HttpRequest, kind: str, name: str) -> dict[str, Any] | HttpResponse:
-    body = _body(request)
+    body = request_body(request)
     data = _form(PriorityForm, form_input(body, PriorityForm, also=("preview",), what="priority"))
     preview = body.get("preview", False)
     if preview not in (True, False, "1", "0", "true", "false"):
         raise ValueError(f"preview must be true or false, not {str(preview)[:40]!r}")
     require_action(request.user, "job", "priority")
-    scope = services.priority_scope(kind=kind, name=name)
+    scope = hold_moves.priority_scope(kind=kind, name=name)
     if preview in (True, "1", "true"):
         return {**_scope_json(scope, data["priority"]), "preview": True}
     if scope.loading:
@@ -381,7 +382,7 @@ def api_caps(request: HttpRequest) -> dict[str, Any]:
 def api_collection_cap(request: HttpRequest, name: str, action: str) -> dict[str, Any]:
     """{"limit": N, "reason": ...} for ``cap``; nothing for ``uncap`` and ``recount``."""
     profile = zpaths.profile(name)
-    data = _form(CapForm, form_input(_body(request), CapForm, what=action))
+    data = _form(CapForm, form_input(request_body(request), CapForm, what=action))
     if action == "cap" and data["limit"] is None:
         raise ValueError("give the cap as limit: how many jobs may be in flight at once")
     outcomes = actions.perform(

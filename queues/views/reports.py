@@ -11,7 +11,7 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from queues import clock, selectors
+from queues import batch_reads, clock
 from queues.auth import VIEWER
 from queues.states import JobState
 from queues.zk import index as zindex
@@ -36,7 +36,7 @@ def reports(request: HtmxHttpRequest) -> HttpResponse:
         number = max(1, int(request.GET.get("page", "1")))
     except ValueError:
         return error_response(request, "page must be a number", 400)
-    page = selectors.status_reports(page=number, shown=REPORT_IDS_SHOWN)
+    page = batch_reads.status_reports(page=number, shown=REPORT_IDS_SHOWN)
     reasons = failure_reasons(
         {
             row.batch.bid: (row.reports[0].failed_jobs, row.reports[0].failed_count)
@@ -93,7 +93,7 @@ def _reason(jid: str, read: Read) -> str:
 def _report_rows(bid: str) -> tuple[Any, list[dict[str, str]]]:
     """The latest report's jobs, each with the state it is in now (the read index) and, for a
     job Failed now, its message (its status read: one multiRead per 200 such jobs)."""
-    detail = selectors.batch_detail(bid=bid, per_state=0)
+    detail = batch_reads.batch_detail(bid=bid, per_state=0)
     reports = detail.reports
     if not reports:
         return detail, []

@@ -1,4 +1,9 @@
-"""Batches: creation, loading, status moves, the job index, reports, locks and deletion."""
+"""Batches: creation, loading, status moves, the job index, reports, locks and deletion.
+
+Why one module (about 860 lines): creation, moves, the job index folders, reports and deletion
+all read and write the same nodes of a batch in the contract's form and share its path and
+record helpers; a change of the contract's batch layout is a change here, in one place.
+"""
 
 from __future__ import annotations
 

@@ -35,16 +35,16 @@ Start-up: ``fill()`` (run in a background thread by ``queues/warmup.py``) reads 
 the order pages need it; meanwhile pages answer from what is ready and ``loading()`` says what
 is not (a search then may miss a job whose details are not read yet, and says so).
 
-Memory: a job is a number, not a string. A job ID of the contract's form (``jid`` and ten
-digits) is kept as its number, from which the ID is written back exactly; any other ID gets a
-number of its own past the ten-digit range, and its string is kept once in a side table
-(``JobCodes``). Every per-job structure is a flat ``array`` of 64-bit integers with the job's
-number packed beside what is kept of it: a state folder's entries (priority and number, in run
-order, and the same by age, ``Entries``), every job's facts (its (profile, submitter) pair as
-an index into a table of the distinct pairs, and whether it has no ARK yet) and every search key
-(29 bits of the key's hash and the job's number). Lookups are binary searches; additions go to
+Memory (the packing is ``queues/zk/packed.py``): a job is a number, not a string. A job ID
+of the contract's form (``jid`` and ten digits) is kept as its number, from which the ID is written
+back exactly; any other ID gets a number of its own past the ten-digit range, and its string is kept
+once in a side table (``JobCodes``). Every per-job structure is a flat ``array`` of 64-bit integers
+with the job's number packed beside what is kept of it: a state folder's entries (priority and
+number, in run order, and the same by age, ``Entries``), every job's facts (its (profile, submitter)
+pair as an index into a table of the distinct pairs, and whether it has no ARK yet) and every search
+key (29 bits of the key's hash and the job's number). Lookups are binary searches; additions go to
 a small dictionary (at most ``TAIL_MAX`` entries) merged into the sorted array run by run when
-it grows (``_PackedTable``, ``_KeyTable``; sorting array and additions together made a Python
+it grows (``PackedTable``, ``KeyTable``; sorting array and additions together made a Python
 int for every element, the fill's peak). The tables hold about 60 bytes a job
 (``tests/scale/test_index_compact.py``); the web process grows by about 120 bytes a job with
 what reading them leaves behind (daphne's RSS in ``bench/http_pages.py``: 201 MiB at 1,000,000
@@ -61,6 +61,12 @@ listing is read, batch states read so far.
 ``space_needed`` is the one approximation: the Estimating step writes it while the job stays in
 Estimating, so a value read during that step stays until the job moves on (seconds). The same
 holds for a Failed job's step if it was resumed and failed again between two reads of the list.
+
+Why ``ReadIndex`` is one class of about 1,100 lines: its caches (listings, batch states, facts,
+keys, member folders) share one lock, one session handler and the one staleness rule above,
+and one watch event marks entries of several of them stale; split by cache, every part would
+have to get that rule and its lock order right on its own. What does not share them, the
+packing, is ``packed``.
 """
 
 from __future__ import annotations
@@ -71,11 +77,10 @@ import sys
 import threading
 import time
 from array import array
-from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, cast, overload
+from typing import Any, NamedTuple, cast
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -88,6 +93,26 @@ from . import kazoo_private, paths
 from .codecs import decode_int, decode_json, decode_str
 from .errors import MalformedNode
 from .nodes import read_many
+from .packed import (
+    EMPTY,
+    FACT_BITS,
+    JID_FORM,
+    MAX_PAIRS,
+    NO_ARK,
+    NUM_BITS,
+    NUM_MASK,
+    PRIO_BITS,
+    Entries,
+    JobCodes,
+    KeyTable,
+    PackedTable,
+    give_back_memory,
+    has_number,
+    jid_of,
+    parse_entries,
+    run_blocks,
+    trim_heap,
+)
 
 MAX_FACTS = 5_000_000
 # The threads that fill an index (``start_fill``'s, and ``queues.warmup``'s at a web start).
@@ -120,369 +145,6 @@ ARK_STATES = frozenset(
         JobState.DELETED,
     }
 )
-
-# Job numbers. A contract job ID is "jid" and ten digits: its number is below 10**10 (< 2**34)
-# and gives the ID back exactly. Any other ID is numbered from 10**10 on (a side table).
-_JID = re.compile(r"jid([0-9]{10})")
-ODD_BASE = 10**10
-NUM_BITS = 34
-NUM_MASK = (1 << NUM_BITS) - 1
-PRIO_BITS = 7  # priorities are two digits
-PRIO_MASK = (1 << PRIO_BITS) - 1
-# Facts: number << 25 | (pair index << 1 | no ARK yet).
-FACT_BITS = 25
-FACT_MASK = (1 << FACT_BITS) - 1
-NO_ARK = 1
-MAX_PAIRS = (1 << (FACT_BITS - 1)) - 1
-# Search keys: 29 bits of the key's hash << 34 | number (a hash match is checked by the caller).
-HASH_BITS = 29
-HASH_MASK = (1 << HASH_BITS) - 1
-# Additions kept in a table's dictionary before they are merged into its sorted array: an
-# eighth of the array, at most TAIL_MAX (a dictionary entry costs 100-170 bytes where the array
-# costs 8, so an unbounded eighth was 30-40 MB at a million jobs).
-TAIL_MIN = 4096
-TAIL_MAX = 1 << 16
-# A state folder's answer, read from the bytes: each name is its length (16) and then
-# "PP-jid" and ten digits. No name holds a NUL byte, so a match can only start at a length.
-_RAW_ENTRY = re.compile(rb"\x00\x00\x00\x10([0-9]{2})-jid([0-9]{10})")
-
-
-class JobCodes:
-    """Job IDs as numbers that give them back exactly (see the module's doc)."""
-
-    def __init__(self) -> None:
-        self._odd: list[str] = []
-        self._odd_numbers: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def number(self, jid: str) -> int:
-        match = _JID.fullmatch(jid)
-        if match:
-            return int(match.group(1))
-        found = self._odd_numbers.get(jid)
-        if found is None:
-            with self._lock:
-                found = self._odd_numbers.get(jid)
-                if found is None:
-                    found = ODD_BASE + len(self._odd)
-                    self._odd.append(jid)
-                    self._odd_numbers[jid] = found
-        return found
-
-    def known(self, jid: str) -> int | None:
-        """The number of ``jid`` if it has one already (never adds to the side table)."""
-        match = _JID.fullmatch(jid)
-        if match:
-            return int(match.group(1))
-        return self._odd_numbers.get(jid)
-
-    def jid(self, number: int) -> str:
-        return f"jid{number:010d}" if number < ODD_BASE else self._odd[number - ODD_BASE]
-
-    def __len__(self) -> int:
-        return len(self._odd)
-
-
-def _jid_of(number: int) -> str:
-    return f"jid{number:010d}"
-
-
-class Entries(Sequence[tuple[int, str]]):
-    """A state folder's (priority, job ID) entries, one 64-bit integer each.
-
-    ``by_age`` False: priority << 34 | number (sorted: run order, the index names' own order);
-    True: number << 7 | priority (sorted: oldest first). Items are made when asked for; a
-    slice is a list. Entries come from index names, so their IDs are always contract IDs.
-    """
-
-    __slots__ = ("by_age", "keys", "reverse")
-
-    def __init__(self, keys: array[int], *, by_age: bool = False, reverse: bool = False) -> None:
-        self.keys = keys
-        self.by_age = by_age
-        self.reverse = reverse
-
-    def _item(self, key: int) -> tuple[int, str]:
-        if self.by_age:
-            return key & PRIO_MASK, _jid_of(key >> PRIO_BITS)
-        return key >> NUM_BITS, _jid_of(key & NUM_MASK)
-
-    def number(self, key: int) -> int:
-        return key >> PRIO_BITS if self.by_age else key & NUM_MASK
-
-    def name(self, key: int) -> str:
-        """The index entry's node name ("PP-jid..."), as ``paths.index_name`` writes it."""
-        return f"{self.priority(key):02d}-{_jid_of(self.number(key))}"
-
-    def jid(self, key: int) -> str:
-        return _jid_of(self.number(key))
-
-    def priority(self, key: int) -> int:
-        return key & PRIO_MASK if self.by_age else key >> NUM_BITS
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    @overload
-    def __getitem__(self, i: int) -> tuple[int, str]: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[tuple[int, str]]: ...
-
-    def __getitem__(self, i: int | slice) -> tuple[int, str] | list[tuple[int, str]]:
-        keys = self.keys
-        if isinstance(i, slice):
-            start, stop, step = i.indices(len(keys))
-            if self.reverse:
-                n = len(keys)
-                return [self._item(keys[n - 1 - k]) for k in range(start, stop, step)]
-            if step == 1:
-                return [self._item(k) for k in keys[start:stop]]
-            return [self._item(keys[k]) for k in range(start, stop, step)]
-        if i < 0:
-            i += len(keys)
-        if not 0 <= i < len(keys):
-            raise IndexError(i)
-        return self._item(keys[len(keys) - 1 - i] if self.reverse else keys[i])
-
-    def __iter__(self) -> Iterator[tuple[int, str]]:
-        item = self._item
-        return (item(k) for k in (reversed(self.keys) if self.reverse else self.keys))
-
-    def numbers(self) -> Iterator[int]:
-        """The entries' job numbers, in order, without making their IDs."""
-        keys = reversed(self.keys) if self.reverse else self.keys
-        if self.by_age:
-            return (k >> PRIO_BITS for k in keys)
-        return (k & NUM_MASK for k in keys)
-
-    def jids(self) -> list[str]:
-        return [_jid_of(n) for n in self.numbers()]
-
-    def where(self, keep: Callable[[int, int], bool]) -> Entries:
-        """The entries whose (priority, number) ``keep`` takes, in the same order."""
-        number, priority = self.number, self.priority
-        kept = array("q", [k for k in self.keys if keep(priority(k), number(k))])
-        return Entries(kept, by_age=self.by_age, reverse=self.reverse)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Entries | list | tuple):
-            return len(self) == len(other) and list(self) == list(other)
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return f"Entries({list(self)!r})"
-
-
-EMPTY = Entries(array("q"))
-
-
-def _blocks(run_keys: array[int]) -> list[tuple[int, int]]:
-    """Where each priority's run of a run-ordered array starts: (priority, index), found by
-    bisection (a folder holds few distinct priorities, each a run sorted by job number)."""
-    found = []
-    i = 0
-    while i < len(run_keys):
-        priority = run_keys[i] >> NUM_BITS
-        found.append((priority, i))
-        i = bisect_left(run_keys, (priority + 1) << NUM_BITS, i)
-    return found
-
-
-def _has(run_keys: array[int], blocks: list[tuple[int, int]], number: int) -> bool:
-    for priority, start in blocks:
-        key = priority << NUM_BITS | number
-        i = bisect_left(run_keys, key, start)
-        if i < len(run_keys) and run_keys[i] == key:
-            return True
-    return False
-
-
-def _tail_limit(size: int) -> int:
-    return min(max(TAIL_MIN, size >> 3), TAIL_MAX)
-
-
-def _merged(main: array[int], added: list[int]) -> array[int]:
-    """The sorted array ``main`` and the sorted ``added`` as one new sorted array.
-
-    Copied run by run between the places ``added`` goes (found by bisection): no Python int is
-    made for the elements of ``main``. Sorting the two together made one for each (32 bytes
-    and a list slot for each of 1,700,000 search keys: about 70 MB for a moment at a million
-    jobs, the peak of the fill) and took longer.
-    """
-    merged = array("q", [0]) * (len(main) + len(added))
-    with memoryview(main) as source, memoryview(merged) as target:
-        start = at = 0
-        for value in added:
-            end = bisect_left(main, value, start)
-            stop = at + end - start
-            target[at:stop] = source[start:end]
-            target[stop] = value
-            at = stop + 1
-            start = end
-        target[at:] = source[start:]
-    return merged
-
-
-class _PackedTable:
-    """number -> small value for millions of numbers at 8 bytes each: a sorted array of
-    number << bits | value, searched by bisection, and a dictionary of recent additions merged
-    into it by one sort when it grows past an eighth of the array."""
-
-    __slots__ = ("bits", "main", "mask", "tail")
-
-    def __init__(self, bits: int) -> None:
-        self.main = array("q")
-        self.tail: dict[int, int] = {}
-        self.bits = bits
-        self.mask = (1 << bits) - 1
-
-    def get(self, number: int) -> int | None:
-        found = self.tail.get(number)
-        if found is not None:
-            return found
-        main = self.main
-        i = bisect_left(main, number << self.bits)
-        if i < len(main) and main[i] >> self.bits == number:
-            return main[i] & self.mask
-        return None
-
-    def set(self, number: int, value: int) -> None:
-        if number in self.tail:
-            self.tail[number] = value
-            return
-        main = self.main
-        i = bisect_left(main, number << self.bits)
-        if i < len(main) and main[i] >> self.bits == number:
-            main[i] = number << self.bits | value
-            return
-        self.tail[number] = value
-        if len(self.tail) > _tail_limit(len(main)):
-            self.compact()
-
-    def compact(self) -> None:
-        if not self.tail:
-            return
-        bits = self.bits
-        added = sorted([n << bits | v for n, v in self.tail.items()])
-        main = self.main
-        if not main or added[0] > main[-1]:
-            main.extend(added)
-        else:
-            self.main = _merged(main, added)
-        self.tail = {}
-
-    def values(self) -> Iterator[int]:
-        mask = self.mask
-        yield from (k & mask for k in self.main)
-        yield from self.tail.values()
-
-    def clear(self) -> None:
-        self.main = array("q")
-        self.tail = {}
-
-    def __len__(self) -> int:
-        return len(self.main) + len(self.tail)
-
-
-class _KeyTable:
-    """Hash of a search key -> job numbers, 8 bytes a key (see ``_PackedTable``)."""
-
-    __slots__ = ("main", "size", "tail")
-
-    def __init__(self) -> None:
-        self.main = array("q")
-        self.tail: dict[int, list[int]] = {}
-        self.size = 0
-
-    @staticmethod
-    def _hash(key: str) -> int:
-        # Of the case-folded key: a lookup in any case finds the candidates, and each caller
-        # compares as it needs (the job list exactly, the search ignoring case).
-        return hash(key.casefold()) & HASH_MASK
-
-    def add(self, key: str, number: int) -> None:
-        h = self._hash(key)
-        packed = h << NUM_BITS | number
-        main = self.main
-        i = bisect_left(main, packed)
-        if i < len(main) and main[i] == packed:
-            return
-        known = self.tail.setdefault(h, [])
-        if number in known:
-            return
-        known.append(number)
-        self.size += 1
-        if self.size > _tail_limit(len(main)):
-            self.compact()
-
-    def find(self, key: str) -> list[int]:
-        h = self._hash(key)
-        main = self.main
-        i = bisect_left(main, h << NUM_BITS)
-        found = []
-        while i < len(main) and main[i] >> NUM_BITS == h:
-            found.append(main[i] & NUM_MASK)
-            i += 1
-        return found + [n for n in self.tail.get(h, ()) if n not in found]
-
-    def compact(self) -> None:
-        if not self.tail:
-            return
-        added = sorted([h << NUM_BITS | n for h, numbers in self.tail.items() for n in numbers])
-        self.main = _merged(self.main, added)
-        self.tail = {}
-        self.size = 0
-
-    def clear(self) -> None:
-        self.main = array("q")
-        self.tail = {}
-        self.size = 0
-
-    def __len__(self) -> int:
-        return len(self.main) + self.size
-
-
-def _parse_entries(raw: bytes) -> array[int]:
-    """A state folder's answer as sorted run keys (names that are not index entries are left
-    out, as ``paths.INDEX_ENTRY_RE`` leaves them out)."""
-    keys = array("q", (int(m[1]) << NUM_BITS | int(m[2]) for m in _RAW_ENTRY.finditer(raw)))
-    return array("q", sorted(keys))
-
-
-def _give_back_memory() -> None:
-    """Return the heap memory the fill's reads freed to the system (glibc keeps freed memory
-    mapped otherwise: the process would keep the fill's peak, not what the index holds)."""
-    import gc
-
-    gc.collect()
-    _trim()
-
-
-def _trim() -> None:
-    """glibc's malloc_trim: give the free memory of every heap back to the system.
-
-    glibc otherwise keeps what a thread freed mapped in that thread's heap, and a freed block
-    of one large read raises the size from which it maps blocks of their own: memory the fill
-    freed stayed in the process, tens of MB at a million jobs, added to what it holds."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-_libc: list[Any] = []
-
-
-def _malloc_trim() -> Any:
-    if not _libc:
-        import ctypes
-        import ctypes.util
-
-        try:
-            _libc.append(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim)
-        except (OSError, AttributeError):  # not glibc: nothing to give back this way
-            _libc.append(None)
-    return _libc[0]
 
 
 class JobFacts(NamedTuple):
@@ -650,7 +312,7 @@ class ReadIndex:
         self._fixed_lock = threading.Lock()
         self.codes = JobCodes()
         # Job number -> its (profile, submitter) pair's index << 1 | no ARK yet.
-        self._facts = _PackedTable(FACT_BITS)
+        self._facts = PackedTable(FACT_BITS)
         self._pairs: list[JobFacts] = []
         self._pair_index: dict[tuple[str, str], int] = {}
         self._shared: dict[tuple[str, ...], Any] = {}  # one object per distinct pair
@@ -663,7 +325,7 @@ class ReadIndex:
         self._compute = threading.RLock()
         # Search: hash of a key -> job numbers. Whoever looks a key up loads the jobs found and
         # keeps those that really have it (``search_keys``).
-        self._keys = _KeyTable()
+        self._keys = KeyTable()
         # state -> the entries of the listing whose jobs have been read for search.
         self._synced: dict[str, array[int]] = {}
         self._sync_lock = threading.Lock()
@@ -788,7 +450,7 @@ class ReadIndex:
                     folder.stale = True
                 raise
             if job_folder:
-                listing = _Listing([], Entries(_parse_entries(raw)))
+                listing = _Listing([], Entries(parse_entries(raw)))
             else:
                 names.sort()
                 listing = _Listing(names)
@@ -870,12 +532,12 @@ class ReadIndex:
         folders.sort(key=lambda item: -len(item[1]))  # the largest folder is the likeliest
         found = {}
         for jid in jids:
-            match = _JID.fullmatch(jid)
+            match = JID_FORM.fullmatch(jid)
             if not match:
                 continue  # index entries only ever name contract IDs
             number = int(match.group(1))
             for state, keys, blocks in folders:
-                if _has(keys, blocks, number):
+                if has_number(keys, blocks, number):
                     found[jid] = state
                     break
         return found
@@ -884,7 +546,7 @@ class ReadIndex:
     def _priority_blocks(listing: _Listing) -> list[tuple[int, int]]:
         found = listing.derived.get("blocks")
         if found is None:
-            found = listing.derived["blocks"] = _blocks((listing.entries or EMPTY).keys)
+            found = listing.derived["blocks"] = run_blocks((listing.entries or EMPTY).keys)
         return cast("list[tuple[int, int]]", found)
 
     # Batch rows -------------------------------------------------------------------------------
@@ -948,10 +610,14 @@ class ReadIndex:
             for state, listing in order
         ]
         for jid in jids:
-            match = _JID.fullmatch(jid)
+            match = JID_FORM.fullmatch(jid)
             number = int(match.group(1)) if match else -1
             yield next(
-                (s for s, keys, blocks in folders if number >= 0 and _has(keys, blocks, number)),
+                (
+                    s
+                    for s, keys, blocks in folders
+                    if number >= 0 and has_number(keys, blocks, number)
+                ),
                 "?",
             )
 
@@ -1110,7 +776,7 @@ class ReadIndex:
                 found = ""
             else:
                 low = min(firsts, key=lambda k: k & NUM_MASK)
-                found = f"{low >> NUM_BITS:02d}-{_jid_of(low & NUM_MASK)}"
+                found = f"{low >> NUM_BITS:02d}-{jid_of(low & NUM_MASK)}"
             listing.derived["oldest-name"] = found
         return cast("str", found) or None
 
@@ -1408,7 +1074,7 @@ class ReadIndex:
         """Read the facts of the jobs (contract IDs' numbers) whose facts are not known."""
         get = self._facts.get
         with self._lock:
-            todo = [_jid_of(n) for n in numbers if get(n) is None]
+            todo = [jid_of(n) for n in numbers if get(n) is None]
         for start in range(0, len(todo), READ_CHUNK):
             self._read_jobs(todo[start : start + READ_CHUNK], [])
 
@@ -1474,7 +1140,7 @@ class ReadIndex:
                 continue  # gone, or broken: asked again next time
             ids = json_of(node(jid, "identifiers")) or {}
             keys += [(k, jid) for k in search_keys(config, ids)]
-            if sink is not None and (match := _JID.fullmatch(jid)):
+            if sink is not None and (match := JID_FORM.fullmatch(jid)):
                 made = reads[node(jid, "configuration")][1].ctime  # type: ignore[index]
                 texts.append(job_text(int(match.group(1)), config, ids, made))
             facts.append(
@@ -1490,7 +1156,7 @@ class ReadIndex:
             keys += [(k, jid) for k in search_keys({}, ids)]
             arks.append((jid, bool(_text(ids.get("primary_id")))))
             ark = _text(ids.get("primary_id")).strip()
-            if sink is not None and ark and (match := _JID.fullmatch(jid)):
+            if sink is not None and ark and (match := JID_FORM.fullmatch(jid)):
                 texts.append(JobText(int(match.group(1)), "", "", "", (), ark, whole=False))
         if sink is not None and texts:
             sink(texts)
@@ -1559,7 +1225,7 @@ class ReadIndex:
             fresh: dict[int, int] = {}
             for start in range(0, len(todo), READ_CHUNK):
                 part = todo[start : start + READ_CHUNK]
-                wanted = {n: paths.job_node(_jid_of(n), "store") for n in part}
+                wanted = {n: paths.job_node(jid_of(n), "store") for n in part}
                 reads = read_many(self.zk, list(wanted.values()))
                 for n, path in wanted.items():
                     fresh[n] = store_node_of(path, reads[path])
@@ -1594,7 +1260,7 @@ class ReadIndex:
                 known = dict(self._failed)
             todo = [n for n in entries.numbers() if n not in known]
             for start in range(0, len(todo), READ_CHUNK):
-                part = [_jid_of(n) for n in todo[start : start + READ_CHUNK]]
+                part = [jid_of(n) for n in todo[start : start + READ_CHUNK]]
                 reads = read_many(
                     self.zk,
                     [paths.job_node(j, n) for j in part for n in ("bid", "status")],
@@ -1629,7 +1295,7 @@ class ReadIndex:
 
     def failed_facts(self) -> dict[str, FailedFacts]:
         """``failed_numbers`` keyed by job ID."""
-        return {_jid_of(n): f for n, f in self.failed_numbers().items()}
+        return {jid_of(n): f for n, f in self.failed_numbers().items()}
 
     # Search -----------------------------------------------------------------------------------
 
@@ -1697,12 +1363,12 @@ class ReadIndex:
                 elif value & NO_ARK and ark_state:
                     ids.append(n)
             for start in range(0, max(len(config), len(ids)), chunk):
-                part = [_jid_of(n) for n in config[start : start + chunk]]
-                self._read_jobs(part, [_jid_of(n) for n in ids[start : start + chunk]])
+                part = [jid_of(n) for n in config[start : start + chunk]]
+                self._read_jobs(part, [jid_of(n) for n in ids[start : start + chunk]])
                 if progress is not None:
                     progress(len(part))
                     if start % TRIM_EVERY < chunk:
-                        _trim()
+                        trim_heap()
                     time.sleep(FILL_PAUSE)  # let page requests in between the fill's steps
             with self._lock:
                 self._synced[state] = keys
@@ -1748,10 +1414,10 @@ class ReadIndex:
             if first is not None:
                 first()
             self.batch_states()
-            _trim()
+            trim_heap()
             self._fill_stage = "failed jobs' batches and steps"
             self.failed_numbers()
-            _trim()
+            trim_heap()
             total = sum(self.job_count(s) for s in JOB.states)
             done = [len(self._facts)]
 
@@ -1771,7 +1437,7 @@ class ReadIndex:
             self._fill_stage = ""
             with self._lock:
                 self._filler = None
-            _give_back_memory()
+            give_back_memory()
 
     def start_fill(self, first: Callable[[], Any] | None = None) -> threading.Thread:
         thread = threading.Thread(
@@ -1811,7 +1477,11 @@ class ReadIndex:
 
 
 _indexes: dict[int, ReadIndex] = {}
+
+
 _indexes_lock = threading.Lock()
+
+
 # Called with every index ``for_client`` makes, before its first read (the Django app adds the
 # feed of the database's text index, ``queues/jobtext.py``).
 NEW_INDEX_HOOKS: list[Callable[[ReadIndex], Any]] = []

@@ -1,4 +1,10 @@
-"""Jobs: creation, loading, the one-transaction status change, priority, locks and deletion."""
+"""Jobs: creation, loading, the one-transaction status change, priority, locks and deletion.
+
+Why one module (about 1,000 lines): every function here reads or writes the same nodes of a
+job (status, index entry, lock, priority) in the contract's one-transaction form, and they share
+the transition plan and the index-entry helpers; a change of the contract's job layout
+(design/zookeeper-contract.md) is a change here, in one place.
+"""
 
 from __future__ import annotations
 

@@ -25,6 +25,10 @@ seconds (its owner is busy, stuck or gone), so several processes walking one lis
 race for the same entries, and a job whose lock a process keeps from step to step stays in that
 process's share at every step. The share only chooses what to try first: the lock still decides.
 Merritt's own consumers do not take part and need not.
+
+Why one module (about 840 lines): the claim, the read and the move of one batched cycle share
+the pipelined requests and the decoding of a failed multi's answer, which must agree with each
+other on the order of operations.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from . import kazoo_private
-from .index import NUM_BITS, NUM_MASK
+from .packed import NUM_BITS, NUM_MASK
 
 _INT = struct.Struct("!i")
 # A child named "jid"/"bid"/"qid" and ten digits: its length (13), then the name. No name holds

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from queues import services, waits
+from queues import hold_moves, services, waits
 from queues.daemons import alert_rules
 from queues.daemons.alert_rules import Context, Finding, rule
 from queues.daemons.alerting import Evaluator, deliver_due, digest_if_due
@@ -91,7 +91,7 @@ def test_the_fuse_holds_the_failing_collection_and_the_alert_says_so(
     held = waits.holds_now(zk).collections["letters"]
     assert held.by == "alert fuse" and "letters" in held.reason
     # Released by an operator while the burst is still counted: not held again in the episode.
-    services.collection_release(profile="letters")
+    hold_moves.collection_release(profile="letters")
     assert evaluator.evaluate(zk=zk, now=later(t, 30)) == []
     assert not collection_held(zk, "letters")
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from queues import check
+from queues import check, check_repairs
 from queues.daemons.registration import ProcessObserver
 from queues.zk import client as zkmod
 from queues.zk import consumers as zconsumers
@@ -108,7 +108,7 @@ def test_the_check_reports_a_lock_no_thread_of_its_console_process_claims(
     assert "orphan-lock" in out.getvalue() and orphan_lock in out.getvalue()
 
     # A repair from another session deletes no lock, not even an orphan.
-    assert check.repair(zk, report) == []
+    assert check_repairs.repair(zk, report) == []
     assert zk.exists(orphan_lock).ephemeralOwner == consumer.session
     assert zk.exists(STORAGE_LOCK).ephemeralOwner == consumer.session
     assert zk.exists(working_lock).ephemeralOwner == consumer.session
@@ -124,7 +124,7 @@ def test_repair_leaves_a_lock_taken_again_since_the_check(zk, consumer, make_job
     # Released and taken again (now by a thread that claims it) before the repair runs.
     consumer.zk.delete(lock)
     consumer.lock(lock, in_ledger=True)
-    assert check.repair(zk, report) == []
+    assert check_repairs.repair(zk, report) == []
     assert zk.exists(lock).ephemeralOwner == consumer.session
 
 

@@ -15,7 +15,7 @@ import pytest
 from django.test import Client
 
 from console.conftest import PROFILE
-from queues import services
+from queues import hold_moves
 from queues.states import BATCH, JOB
 from queues.zk import batches
 
@@ -91,7 +91,7 @@ def test_every_documented_field_of_every_answer_is_there_as_documented(
         zk, batches.batch_load(zk, batch.bid), failed=[failed.jid], successful=[done.jid]
     )
     batches.batch_transition(zk, batches.batch_load(zk, batch.bid), "Processing")
-    services.node_hold(node="9501", reason="patch", by="olga")
+    hold_moves.node_hold(node="9501", reason="patch", by="olga")
     admin.post(f"/holds/collection/{PROFILE}/hold/", {"reason": "look"})  # an audit entry
     admin.post(f"/notes/job/{failed.jid}/", {"text": "seen"})
     where = {

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from queues import backlog, services
+from queues import backlog, hold_moves
 from queues.audit import ApiToken
 from queues.backlog import Pace, forecast, pace_of
 from queues.models import StepRecord
@@ -205,7 +205,7 @@ def test_the_forecast_of_a_replayed_pace_through_the_api_and_the_page(replayed, 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_held_node_blocks_its_jobs_and_a_breaker_says_so(zk, replayed, api, api_text, overview):
-    services.node_hold(node="9501", reason="disk swap", by="alice")
+    hold_moves.node_hold(node="9501", reason="disk swap", by="alice")
     body = api("/api/overview")["backlog"]
     assert body["waits_error"] is None, body
     f = body["forecast"]
@@ -219,7 +219,7 @@ def test_a_held_node_blocks_its_jobs_and_a_breaker_says_so(zk, replayed, api, ap
     metrics = api_text("/metrics")
     assert 'mrt_backlog_kept_jobs{kind="node"} 2.0' in metrics
     assert 'mrt_backlog_kept_jobs{kind="cap"} 0.0' in metrics
-    services.node_release(node="9501")
+    hold_moves.node_release(node="9501")
     assert node_hold_set(zk, 9501, by=BREAKER, reason="breaker: 5 x 503 from node 9501 in 3 s")
     (wait,) = api("/api/overview")["backlog"]["forecast"]["blocked"]
     assert (wait["kind"], wait["words"]) == ("breaker", "waiting for a breaker: node 9501")
@@ -243,7 +243,7 @@ def test_the_ingest_queue_held_in_a_window_keeps_every_job_until_its_end(
     zk, replayed, api, overview
 ):
     end = datetime.now(UTC) + timedelta(hours=1)
-    services.queue_hold(name="ingest", reason="weekly redeploy", by="carol", until=end)
+    hold_moves.queue_hold(name="ingest", reason="weekly redeploy", by="carol", until=end)
     f = api("/api/overview")["backlog"]["forecast"]
     assert f["jobs"] == 0 and f["seconds"] is None
     assert {w["state"]: w["jobs"] for w in f["blocked"]} == {

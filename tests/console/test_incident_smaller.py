@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from console.conftest import PASSWORD
-from queues import services
+from queues import hold_moves
 from queues.zk import batches
 from tests.browser import close_context
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 
 def test_the_node_hold_field_offers_the_nodes_the_console_knows(zk: Any, operator: Any) -> None:
-    services.node_hold(node="9777", reason="patch", by="olga")
+    hold_moves.node_hold(node="9777", reason="patch", by="olga")
     html = operator.get("/holds/").content.decode()
     assert 'list="known-nodes"' in html
     datalist = html[html.index('<datalist id="known-nodes">') :]
@@ -53,7 +53,7 @@ def test_the_maintenance_window_mark_renders_in_chromium(
 ) -> None:
     make_user("operator", "olga")
     until = datetime.now(UTC) + timedelta(hours=1)
-    services.node_hold(node="9501", reason="patch", by="olga", until=until)
+    hold_moves.node_hold(node="9501", reason="patch", by="olga", until=until)
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     page.set_default_timeout(15_000)

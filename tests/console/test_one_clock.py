@@ -22,7 +22,7 @@ from alerts.conftest import Webhook, mails_with, only, smtp, webhook  # noqa: F4
 from django.test import Client
 from django.urls import reverse
 
-from queues import backlog, services
+from queues import backlog, hold_moves
 from queues.daemons.alerting import Evaluator, deliver_due, digest_draft, write_messages
 from queues.daemons.breakers import BREAKER
 from queues.steps import notify
@@ -229,7 +229,7 @@ def test_every_page_mail_alert_and_export_writes_a_time_one_way(
     assert answer.status_code == 200
     shown = check_page(answer.content.decode(), "the flash of a node hold")
     assert shown >= 1  # the flash and the window say when it ends
-    services.collection_hold(profile="letters")
+    hold_moves.collection_hold(profile="letters")
     node_hold_set(zk, 9501, by=BREAKER, reason="breaker: 5 x 503 from node 9501 in 12 s")
     admin.post(reverse("job-action", args=[held.jid, "release"]), {"reason": "go"})
     admin.post(f"/notes/job/{failed.jid}/", {"text": "looked at it"})

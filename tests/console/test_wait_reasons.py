@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from queues import backlog, services
+from queues import backlog, hold_moves
 from queues.audit import ApiToken
 from queues.zk import caps
 from queues.zk.locks import collection_hold_set
@@ -80,7 +80,7 @@ def _storing(zk, make_job, node: int):
 def test_a_held_nodes_storing_jobs_say_which_node_why_who_and_since(zk, make_job, api, page):
     kept = [_storing(zk, make_job, 9501) for _ in range(2)]
     going = _storing(zk, make_job, 9502)
-    services.node_hold(node="9501", reason="disk swap", by="alice")
+    hold_moves.node_hold(node="9501", reason="disk swap", by="alice")
     job = page(f"/jobs/{kept[0].jid}/")
     assert re.search(
         rf"Waiting, unclaimed — blocked: node 9501 held \(disk swap, by alice, since {MINUTE}\)",
@@ -100,7 +100,7 @@ def test_a_held_nodes_storing_jobs_say_which_node_why_who_and_since(zk, make_job
 
 def test_a_collection_held_by_the_fuse_shows_its_reason_and_who(zk, make_job, api, page):
     make_job("Held")
-    services.collection_hold(
+    hold_moves.collection_hold(
         profile=PROFILE,
         by="alert fuse",
         reason="12 jobs failed in the last 10 minutes",
@@ -118,21 +118,21 @@ def test_a_collection_held_by_the_fuse_shows_its_reason_and_who(zk, make_job, ap
     assert (detail["name"], detail["by"]) == (PROFILE, "alert fuse")
     # The fuse finding it held already (by an operator, or by Merritt's own tools) claims
     # nothing.
-    services.collection_release(profile=PROFILE)
-    services.collection_hold(profile=PROFILE, by="olga", reason="bad manifests")
-    services.collection_hold(profile=PROFILE, by="alert fuse", reason="burst", keep_record=True)
+    hold_moves.collection_release(profile=PROFILE)
+    hold_moves.collection_hold(profile=PROFILE, by="olga", reason="bad manifests")
+    hold_moves.collection_hold(profile=PROFILE, by="alert fuse", reason="burst", keep_record=True)
     assert "bad manifests — olga" in page("/holds/")
-    services.collection_release(profile=PROFILE)
+    hold_moves.collection_release(profile=PROFILE)
     collection_hold_set(zk, PROFILE)
-    services.collection_hold(profile=PROFILE, by="alert fuse", reason="burst", keep_record=True)
+    hold_moves.collection_hold(profile=PROFILE, by="alert fuse", reason="burst", keep_record=True)
     holds = page("/holds/")
     assert "no reason recorded" in holds and "alert fuse" not in holds
 
 
 def test_a_hold_placed_outside_the_console_says_it_has_no_record(zk, make_job, page):
     make_job("Held")
-    services.collection_hold(profile=PROFILE, by="olga", reason="old")
-    services.collection_release(profile=PROFILE)
+    hold_moves.collection_hold(profile=PROFILE, by="olga", reason="old")
+    hold_moves.collection_release(profile=PROFILE)
     collection_hold_set(zk, PROFILE)  # as Merritt's own admin tool places it
     holds = page("/holds/")
     assert "no reason recorded" in holds and "old — olga" not in holds
@@ -164,7 +164,7 @@ def test_pending_jobs_behind_a_full_cap_say_so_in_one_figure(zk, make_job, api, 
 def test_the_ingest_queue_held_in_a_window_says_until_when(zk, make_job, api, page):
     make_job("Pending")
     end = datetime.now(UTC) + timedelta(hours=1)
-    services.queue_hold(name="ingest", reason="weekly redeploy", by="carol", until=end)
+    hold_moves.queue_hold(name="ingest", reason="weekly redeploy", by="carol", until=end)
     overview = page("/")
     assert re.search(
         rf"held for \S+: weekly redeploy, by carol, since {MINUTE}, until {MINUTE} — released "

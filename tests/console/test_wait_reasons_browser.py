@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from queues import backlog, services
+from queues import backlog, hold_moves
 from queues.zk import caps
 from tests.browser import SCREENSHOTS, close_context
 
@@ -54,7 +54,7 @@ def test_the_overview_during_a_storage_node_outage(zk, make_job, overview_page):
         make_job("Downloading")
     for node in (9501, 9501, 9501, 9502):
         _storing(zk, make_job, node)
-    services.node_hold(node="9501", reason="node 9501 answers 503: disk swap", by="alice")
+    hold_moves.node_hold(node="9501", reason="node 9501 answers 503: disk swap", by="alice")
     page = overview_page()
     card = page.inner_text("#node-holds-card")
     assert "9501: node 9501 answers 503: disk swap, by alice, since" in card

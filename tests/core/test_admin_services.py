@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from kazoo.client import KazooClient
 
-from queues import catalogue, services
+from queues import catalogue, hold_moves, services
 from queues.catalogue import Call
 from queues.zk import batches, jobs, locks
 from queues.zk.errors import Conflict, InvalidID, InvalidTransition, ItemLocked, NotFound, QueueHeld
@@ -307,8 +307,8 @@ def test_collection_release_held_releases_every_held_job_and_batch_of_the_collec
     running = walk_job(zk, make_job(profile="coll_a"), "Estimating")
     locks.collection_hold_set(zk, "coll_a")
     with pytest.raises(QueueHeld):
-        services.collection_release_held(profile="coll_a")
-    outcomes = services.collection_release(profile="coll_a", release_jobs=True)
+        hold_moves.collection_release_held(profile="coll_a")
+    outcomes = hold_moves.collection_release(profile="coll_a", release_jobs=True)
     assert str(outcomes[0]) == "collection coll_a: held -> released"
     released = {(o.kind, o.id) for o in outcomes[1:]}
     assert released == {("job", j.jid) for j in mine} | {("batch", mine_batch.bid)}

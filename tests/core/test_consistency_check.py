@@ -12,7 +12,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
-from queues import check
+from queues import check, check_findings, check_repairs
 from queues.zk import batches, jobs
 from queues.zk.codecs import encode_json, now_stamp
 from queues.zk.records import Batch, Job
@@ -21,12 +21,14 @@ from tests.daemons.merritt_ingest import merritt_batch, merritt_job
 from .helpers import assert_indexed, walk_job
 
 
-def kinds(report: check.Report) -> dict[str, list[str]]:
+def kinds(report: check_findings.Report) -> dict[str, list[str]]:
     return {kind: sorted(f.path for f in found) for kind, found in report.by_kind().items()}
 
 
-def repair_and_recheck(zk: KazooClient, report: check.Report, **kwargs: object) -> list[str]:
-    lines = check.repair(zk, report, **kwargs)
+def repair_and_recheck(
+    zk: KazooClient, report: check_findings.Report, **kwargs: object
+) -> list[str]:
+    lines = check_repairs.repair(zk, report, **kwargs)
     again = check.run_check(zk)
     assert again.ok, again.findings
     return lines
@@ -157,9 +159,9 @@ def test_lock_older_than_the_threshold_is_reported_and_broken_on_request(
         "stale-lock": sorted([f"/jobs/{job.jid}/lock", f"/batches/{batch.bid}/lock"])
     }
     assert not any(f.repairable for f in report.findings)
-    assert check.repair(zk, report) == []
+    assert check_repairs.repair(zk, report) == []
     assert zk.exists(f"/jobs/{job.jid}/lock") is not None
-    lines = check.repair(zk, report, break_stale_locks=True)
+    lines = check_repairs.repair(zk, report, break_stale_locks=True)
     assert sorted(lines) == sorted(
         [f"broke /jobs/{job.jid}/lock", f"broke /batches/{batch.bid}/lock"]
     )
@@ -175,7 +177,7 @@ def test_a_stale_lock_of_a_live_session_that_is_no_console_process_is_never_brok
     [finding] = report.findings
     assert (finding.kind, finding.owner) == ("stale-lock", "merritt")
     assert "not a console process" in finding.detail and "Ask that service" in finding.advice
-    assert check.repair(zk, report, break_stale_locks=True) == []
+    assert check_repairs.repair(zk, report, break_stale_locks=True) == []
     assert zk.exists(f"/jobs/{job.jid}/lock") is not None
 
 
@@ -187,12 +189,12 @@ def test_abandoned_half_created_job_is_removed(
     young = check.run_check(zk)
     assert kinds(young) == {"incomplete-job": ["/jobs/jid0000000321"]}
     assert not young.findings[0].repairable
-    assert check.repair(zk, young) == []
+    assert check_repairs.repair(zk, young) == []
     assert zk.exists("/jobs/jid0000000321") is not None
     monkeypatch.setattr(check, "ABANDONED_SECONDS", -1)
     report = check.run_check(zk)
     assert report.findings[0].repairable
-    assert check.repair(zk, report) == ["removed abandoned /jobs/jid0000000321"]
+    assert check_repairs.repair(zk, report) == ["removed abandoned /jobs/jid0000000321"]
     assert zk.exists("/jobs/jid0000000321") is None
     assert check.run_check(zk).ok
     assert jobs.job_load(zk, job.jid).state == "Pending"
@@ -216,7 +218,7 @@ def test_processing_batch_whose_jobs_all_finished_is_moved_to_reporting(
     jobs.job_transition(zk, job, "Failed")
     report = check.run_check(zk)
     assert kinds(report) == {"batch-complete-not-reporting": [f"/batches/{batch.bid}/status"]}
-    assert check.repair(zk, report) == [f"moved {batch.bid} to Reporting"]
+    assert check_repairs.repair(zk, report) == [f"moved {batch.bid} to Reporting"]
     assert batches.batch_load(zk, batch.bid).state == "Reporting"
     assert check.run_check(zk).ok
 
@@ -225,7 +227,7 @@ def test_malformed_job_is_reported_not_repaired(zk: KazooClient, job: Job) -> No
     zk.set(f"/jobs/{job.jid}/status", b"not json")
     report = check.run_check(zk)
     assert kinds(report) == {"malformed-node": [f"/jobs/{job.jid}/status"]}
-    assert check.repair(zk, report) == []
+    assert check_repairs.repair(zk, report) == []
     assert zk.get(f"/jobs/{job.jid}/status")[0] == b"not json"
 
 
@@ -292,9 +294,11 @@ def test_a_batch_merritt_holds_is_reported_with_advice_and_never_marked(
     assert (finding.kind, finding.path) == ("batch-states-missing", f"/batches/{held.bid}/states")
     assert (finding.repairable, finding.owner) == (False, "merritt")
     assert "leave it as it is" in finding.advice and "Merritt's ingest" in finding.detail
-    assert check.repair(zk, report, break_stale_locks=True) == []
+    assert check_repairs.repair(zk, report, break_stale_locks=True) == []
     # Even a finding that claims to be repairable (kept from an older check) is looked at again.
-    assert check.repair_one(zk, dataclasses.replace(finding, repairable=True, owner="")) == ""
+    assert (
+        check_repairs.repair_one(zk, dataclasses.replace(finding, repairable=True, owner="")) == ""
+    )
     assert zk.exists(f"/batches/{held.bid}/states") is None
     # Released by Merritt's tools: Merritt's batch consumer takes it up again.
     _library_hold(zk, held.bid, "Pending")
@@ -307,7 +311,7 @@ def test_a_batch_the_console_wrote_still_gets_its_marker(zk: KazooClient, batch:
     assert [(f.kind, f.repairable, f.owner) for f in report.findings] == [
         ("batch-states-missing", True, "")
     ]
-    assert check.repair(zk, report) == [f"created /batches/{batch.bid}/states"]
+    assert check_repairs.repair(zk, report) == [f"created /batches/{batch.bid}/states"]
 
 
 def test_a_job_merritt_wrote_out_of_its_folder_is_reported_not_reindexed(
@@ -319,10 +323,10 @@ def test_a_job_merritt_wrote_out_of_its_folder_is_reported_not_reindexed(
     [finding] = report.findings
     assert (finding.kind, finding.owner, finding.repairable) == ("job-unindexed", "merritt", False)
     assert "Merritt's operators" in finding.advice
-    assert check.repair(zk, report) == []
-    assert check.repair_one(zk, dataclasses.replace(finding, repairable=True, owner="")) == (
-        f"left /jobs/{job.jid}: Merritt's job, not the console's to repair"
-    )
+    assert check_repairs.repair(zk, report) == []
+    assert check_repairs.repair_one(
+        zk, dataclasses.replace(finding, repairable=True, owner="")
+    ) == (f"left /jobs/{job.jid}: Merritt's job, not the console's to repair")
     assert zk.exists(job.index_path) is None
 
 
@@ -335,9 +339,11 @@ def test_beside_merritt_an_item_of_unknown_writer_is_not_removed(
     assert [(f.kind, f.repairable, f.owner) for f in beside.findings] == [
         ("incomplete-job", False, "unknown")
     ]
-    assert check.repair(zk, beside, beside_merritt=True) == []
+    assert check_repairs.repair(zk, beside, beside_merritt=True) == []
     assert zk.exists("/jobs/jid0000000321") is not None
-    assert check.repair(zk, check.run_check(zk)) == ["removed abandoned /jobs/jid0000000321"]
+    assert check_repairs.repair(zk, check.run_check(zk)) == [
+        "removed abandoned /jobs/jid0000000321"
+    ]
 
 
 # Bounded memory -------------------------------------------------------------------------------
@@ -352,7 +358,7 @@ def test_the_walk_holds_one_chunk_of_jobs_at_a_time(
             make_job(bid=batch.bid)
     alive: list[int] = []
 
-    def count_jobs(_progress: check.Progress) -> None:
+    def count_jobs(_progress: check_findings.Progress) -> None:
         alive.append(sum(1 for o in gc.get_objects() if type(o) is Job))
 
     gc.collect()
@@ -374,7 +380,7 @@ def test_findings_go_to_the_sink_as_found_not_into_the_report(
     lost = [make_job() for _ in range(12)]
     for job in lost:
         zk.delete(job.index_path)
-    sunk: list[check.Finding] = []
+    sunk: list[check_findings.Finding] = []
     report = check.run_check(zk, sink=sunk.append, chunk=4, recheck_seconds=0)
     assert report.findings == [] and report.found == 12 and not report.ok
     assert sorted(f.path for f in sunk) == sorted(f"/jobs/{j.jid}" for j in lost)

@@ -12,7 +12,7 @@ import pytest
 from django.core.management import call_command
 from kazoo.client import KazooClient
 
-from queues import check, services
+from queues import check, check_repairs, services
 from queues.states import ACCESS, BATCH, JOB, REMOVE
 from queues.zk import access, batches, jobs, paths
 from queues.zk.codecs import encode_json, now_stamp
@@ -155,7 +155,7 @@ def test_locks_in_the_old_form_are_reported_and_persistent_ones_repaired(
     assert "/locks/storage/ark_13030_m5old" in found["/locks/storage/ark__13030_m5old"].detail
     assert not found["/locks/inventory/ark__13030_m5busy"].repairable
     assert "session" in found["/locks/inventory/ark__13030_m5busy"].detail
-    lines = check.repair(zk, report)
+    lines = check_repairs.repair(zk, report)
     assert "deleted /locks/storage/ark__13030_m5old" in lines
     assert zk.exists("/locks/storage/ark__13030_m5old") is None
     assert zk.exists("/locks/inventory/ark__13030_m5busy") is not None
@@ -242,7 +242,7 @@ def test_a_started_batch_without_the_marker_is_reported_and_repaired(
     assert [(f.kind, f.path, f.repairable) for f in report.findings] == [
         ("batch-states-missing", f"/batches/{batch.bid}/states", True)
     ]
-    assert check.repair(zk, report) == [f"created /batches/{batch.bid}/states"]
+    assert check_repairs.repair(zk, report) == [f"created /batches/{batch.bid}/states"]
     assert lib.read_batch(zk, batch.bid).started
     assert check.run_check(zk).ok
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 
-from queues import services
+from queues import hold_moves
 from queues.zk import locks
 from queues.zk.errors import InvalidID
 
@@ -66,27 +66,27 @@ def test_marker_written_by_another_tool_counts_as_a_hold(zk: KazooClient) -> Non
 
 
 def test_services_report_whether_the_hold_changed(zk: KazooClient) -> None:
-    assert str(services.queue_hold(name="ingest")) == "queue ingest: released -> held"
-    assert str(services.queue_hold(name="ingest")) == "queue ingest: held -> held"
-    assert [str(o) for o in services.queue_release(name="ingest")] == [
+    assert str(hold_moves.queue_hold(name="ingest")) == "queue ingest: released -> held"
+    assert str(hold_moves.queue_hold(name="ingest")) == "queue ingest: held -> held"
+    assert [str(o) for o in hold_moves.queue_release(name="ingest")] == [
         "queue ingest: held -> released"
     ]
     assert (
-        str(services.collection_hold(profile="ucb_lib_test"))
+        str(hold_moves.collection_hold(profile="ucb_lib_test"))
         == "collection ucb_lib_test: released -> held"
     )
-    [outcome] = services.collection_release(profile="ucb_lib_test")
+    [outcome] = hold_moves.collection_release(profile="ucb_lib_test")
     assert (outcome.before, outcome.after) == ("held", "released")
 
 
 @pytest.mark.parametrize("name", ["Ingest", "accessSmall", "../x", ""])
 def test_unknown_queue_name_is_refused(zk: KazooClient, name: str) -> None:
     with pytest.raises(InvalidID):
-        services.queue_hold(name=name)
+        hold_moves.queue_hold(name=name)
 
 
 @pytest.mark.parametrize("profile", ["a/b", "..", ".", "a b", ""])
 def test_malformed_profile_is_refused(zk: KazooClient, profile: str) -> None:
     with pytest.raises(InvalidID):
-        services.collection_hold(profile=profile)
+        hold_moves.collection_hold(profile=profile)
     assert zk.get_children("/locks/collections") == []

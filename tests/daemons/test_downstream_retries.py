@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from queues import retries
-from queues.api import job_json
+from queues.api_door import job_json
 from queues.daemons import breakers as breaker_module
 from queues.daemons.retrying import policy_for
 from queues.zk.jobs import job_load, job_transition

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.test import Client
 
-from queues import archive, selectors
+from queues import archive, batch_reads, job_reads
 from queues.audit import ApiToken
 from queues.states import BatchState, JobState
 
@@ -29,7 +29,7 @@ def test_archived_batches_are_listed_marked_and_filtered(
     list(archive.sweep(older_than=NOW))
     live, _live_jobs = finished_batch((JobState.COMPLETED,), batch_state="Processing", tag="new")
 
-    page = selectors.batches_page(flt=selectors.BatchFilter())
+    page = batch_reads.batches_page(flt=batch_reads.BatchFilter())
     assert [r.bid for r in page.items] == [live.bid, old.bid] and page.total == 2
     archived = page.items[1]
     assert getattr(archived.item, "archived", False) and archived.item.state == BatchState.FAILED
@@ -37,14 +37,14 @@ def test_archived_batches_are_listed_marked_and_filtered(
     assert not getattr(page.items[0].item, "archived", False)
 
     # Paging runs through both, by batch ID.
-    second = selectors.batches_page(flt=selectors.BatchFilter(), page=2, per_page=1)
+    second = batch_reads.batches_page(flt=batch_reads.BatchFilter(), page=2, per_page=1)
     assert [r.bid for r in second.items] == [old.bid] and not second.has_next
     # Filters apply to the archived rows too.
-    failed = selectors.batches_page(flt=selectors.BatchFilter(state=BatchState.FAILED))
+    failed = batch_reads.batches_page(flt=batch_reads.BatchFilter(state=BatchState.FAILED))
     assert [r.bid for r in failed.items] == [old.bid]
-    by_title = selectors.batches_page(flt=selectors.BatchFilter(q="Ada old"))
+    by_title = batch_reads.batches_page(flt=batch_reads.BatchFilter(q="Ada old"))
     assert [r.bid for r in by_title.items] == [old.bid]
-    assert selectors.batches_page(flt=selectors.BatchFilter(profile="other")).total == 0
+    assert batch_reads.batches_page(flt=batch_reads.BatchFilter(profile="other")).total == 0
 
     html = viewer_client.get("/batches/").content.decode()
     assert f'id="archived-batch-row-{old.bid}"' in html and f'id="batch-row-{live.bid}"' in html
@@ -62,14 +62,14 @@ def test_a_job_search_finds_archived_jobs_in_the_page_and_the_api(
     list(archive.sweep(older_than=NOW))
     job = made[1]
 
-    page = selectors.jobs_page(flt=selectors.JobFilter(q=job.primary_id))
+    page = job_reads.jobs_page(flt=job_reads.JobFilter(q=job.primary_id))
     assert [j.jid for j in page.items] == [job.jid] and page.archived_included
     assert getattr(page.items[0], "archived", False)
     assert page.items[0].state == JobState.FAILED and page.items[0].bid == batch.bid
     # Filters apply; "act on everything matching" never names an archived job.
-    assert selectors.jobs_page(flt=selectors.JobFilter(q=job.primary_id, state="Held")).total == 0
-    assert selectors.jobs_matching(flt=selectors.JobFilter(q=job.primary_id)) == ([], False)
-    by_batch = selectors.jobs_page(flt=selectors.JobFilter(bid=batch.bid))
+    assert job_reads.jobs_page(flt=job_reads.JobFilter(q=job.primary_id, state="Held")).total == 0
+    assert job_reads.jobs_matching(flt=job_reads.JobFilter(q=job.primary_id)) == ([], False)
+    by_batch = job_reads.jobs_page(flt=job_reads.JobFilter(bid=batch.bid))
     assert sorted(j.jid for j in by_batch.items) == sorted(j.jid for j in made)
 
     html = viewer_client.get("/jobs/", {"q": job.local_ids[1]}).content.decode()

@@ -19,7 +19,7 @@ from django.urls import reverse
 from kazoo.client import KazooClient
 
 from bench.loader import bulk_load
-from queues import selectors
+from queues import batch_reads, job_reads
 from queues.states import BATCH_INDEX_FOLDERS, JobState
 from queues.zk import index as zindex
 from queues.zk import jobs, paths
@@ -28,7 +28,7 @@ from queues.zk.batches import batch_create
 pytestmark = pytest.mark.django_db
 
 ROW = re.compile(r'<tr id="batch-row-(bid[0-9]{10})"')
-BATCHES = 60  # more than a page (selectors.PER_PAGE)
+BATCHES = 60  # more than a page (job_reads.PER_PAGE)
 
 
 @pytest.fixture
@@ -119,8 +119,8 @@ def test_the_batch_list_counts_jobs_from_the_index_without_listing_every_batch(
         assert large[view] == small[view], (view, small[view], large[view])
 
     # The counts are the batches' real ones.
-    page = selectors.batches_page(flt=selectors.BatchFilter())
-    assert [r.bid for r in page.items] == list(reversed(grown.batches))[: selectors.PER_PAGE]
+    page = batch_reads.batches_page(flt=batch_reads.BatchFilter())
+    assert [r.bid for r in page.items] == list(reversed(grown.batches))[: job_reads.PER_PAGE]
     for row in page.items[:5]:
         assert (row.folders, row.states) == true_counts(zk, row.bid)
 
@@ -129,7 +129,7 @@ def test_the_batch_list_counts_jobs_from_the_index_without_listing_every_batch(
     zindex.reset()
     fresh = view_requests(zk, viewer, token_headers)
     assert fresh == large
-    again = selectors.batches_page(flt=selectors.BatchFilter())
+    again = batch_reads.batches_page(flt=batch_reads.BatchFilter())
     assert [(r.bid, r.folders, r.states) for r in again.items] == rows
 
 
@@ -137,10 +137,12 @@ def test_a_move_changes_the_row_of_its_batch_only(
     zk: KazooClient, other_zk: KazooClient, viewer: Client, fresh_index: Any
 ) -> None:
     loaded = bulk_load(zk, batches=8, jobs=80, distribution={JobState.PENDING: 1.0})
-    selectors.batches_page(flt=selectors.BatchFilter())  # warm
+    batch_reads.batches_page(flt=batch_reads.BatchFilter())  # warm
     jid = loaded.jobs_by_state[JobState.PENDING][-1]
     job = jobs.job_transition(other_zk, jobs.job_load(other_zk, jid), JobState.ESTIMATING)
-    page, calls = requests_during(zk, lambda: selectors.batches_page(flt=selectors.BatchFilter()))
+    page, calls = requests_during(
+        zk, lambda: batch_reads.batches_page(flt=batch_reads.BatchFilter())
+    )
     row = next(r for r in page.items if r.bid == job.bid)
     assert row.states == {JobState.PENDING: 9, JobState.ESTIMATING: 1}
     assert (row.folders, row.states) == true_counts(zk, job.bid)

@@ -345,7 +345,7 @@ def test_a_state_s_batch_list_follows_a_batch_that_changes_state(zk: Any) -> Non
     """The batches of each state are grouped once per answer of the read index, not per
     request: a batch held, then released, is on the Held list (the one /holds/ shows) at once,
     and off it again, newest first among the others."""
-    from queues import selectors
+    from queues import batch_reads
     from queues.states import BatchState
     from queues.zk.batches import batch_create, batch_load, batch_transition
 
@@ -355,8 +355,8 @@ def test_a_state_s_batch_list_follows_a_batch_that_changes_state(zk: Any) -> Non
 
         def held() -> list[str]:
             zindex.for_client(zk).settle()
-            flt = selectors.BatchFilter(state=BatchState.HELD)
-            return [row.bid for row in selectors.batches_page(flt=flt).items]
+            flt = batch_reads.BatchFilter(state=BatchState.HELD)
+            return [row.bid for row in batch_reads.batches_page(flt=flt).items]
 
         assert held() == []
         for batch in (made[1], made[3]):
@@ -364,7 +364,7 @@ def test_a_state_s_batch_list_follows_a_batch_that_changes_state(zk: Any) -> Non
         assert held() == [made[3].bid, made[1].bid]
         batch_transition(zk, batch_load(zk, made[3].bid), BatchState.PENDING, admin=True)
         assert held() == [made[1].bid]
-        pending = selectors.batches_page(flt=selectors.BatchFilter(state=BatchState.PENDING))
+        pending = batch_reads.batches_page(flt=batch_reads.BatchFilter(state=BatchState.PENDING))
         assert [row.bid for row in pending.items] == [made[3].bid, made[2].bid, made[0].bid]
     finally:
         zindex.reset()
@@ -374,7 +374,7 @@ def test_a_collection_s_waiting_jobs_are_the_sorted_list_without_making_it(zk: A
     """The collection page's waiting jobs (count, the first ten, the count per priority) are
     those of every Pending and Held job of the collection in run order, as a sorted list of
     all of them says; the whole list is made only when it is gone through."""
-    from queues import services
+    from queues import hold_moves
     from queues.zk.codecs import decode_int, decode_json
 
     zindex.reset()
@@ -391,8 +391,8 @@ def test_a_collection_s_waiting_jobs_are_the_sorted_list_without_making_it(zk: A
                     expected.append((decode_int("p", zk.get(f"/jobs/{jid}/priority")[0]), jid))
         expected.sort()
         assert len({p for p, _j in expected}) > 1 and len(expected) > 20
-        scope = services.priority_scope(kind="collection", name=profile)
-        assert isinstance(scope.jids, services.WaitingJobs)
+        scope = hold_moves.priority_scope(kind="collection", name=profile)
+        assert isinstance(scope.jids, hold_moves.WaitingJobs)
         assert len(scope.jids) == len(expected)
         assert scope.jids[:10] == [j for _p, j in expected[:10]]
         assert scope.jids._all is None  # the first ten without the whole list

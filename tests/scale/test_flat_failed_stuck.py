@@ -26,8 +26,9 @@ from django.test import Client
 from django.urls import reverse
 
 from bench.loader import bulk_load
-from queues import selectors, stuck
+from queues import failed_reads, selectors, stuck
 from queues.zk import index as zindex
+from queues.zk import packed
 
 pytestmark = pytest.mark.django_db
 
@@ -145,7 +146,7 @@ def test_api_failed_reads_and_works_the_same_for_ten_times_the_failed_jobs(
         _page(client, "/api/failed", token_headers)  # warm: what a change costs once
         response, calls, lines = _work(zk, lambda: _page(client, "/api/failed", token_headers))
         body = response.json()
-        assert len(body["items"]) == selectors.FAILED_ROWS_PER_PAGE
+        assert len(body["items"]) == failed_reads.FAILED_ROWS_PER_PAGE
         assert sum(body["groups"]["batch"].values()) == body["total"]
         return calls, lines
 
@@ -158,13 +159,13 @@ def test_one_failed_batch_opened_reads_and_works_the_same_for_ten_times_the_batc
 ):
     def measure() -> tuple[Counter[str], int]:
         # The last batch on the first page of groups (a full page at either size).
-        bid = selectors.failed_jobs(group="batch").groups[-1].key
+        bid = failed_reads.failed_jobs(group="batch").groups[-1].key
         url = f"{reverse('failed')}?group=batch&open={bid}"
         _page(viewer, url)
         response, calls, lines = _work(zk, lambda: _page(viewer, url))
         html = response.content.decode()
         assert html.count('<tr id="job-row-') == JOBS_PER_BATCH
-        assert html.count('class="card failed-group"') == selectors.FAILED_GROUPS_PER_PAGE
+        assert html.count('class="card failed-group"') == failed_reads.FAILED_GROUPS_PER_PAGE
         return calls, lines
 
     _flat(measure, grown)
@@ -256,7 +257,7 @@ def test_the_order_a_count_keeps_reaches_its_horizon_and_grows_with_the_same_lis
     from array import array
 
     stuck.reset()
-    entries = zindex.Entries(array("q", range(10)))
+    entries = packed.Entries(array("q", range(10)))
     ctimes = array("d", [5.0, 1.0, 0.0, 9.0, 3.0, 7.0, 2.0, 8.0, 6.0, 4.0])  # 0.0: not read
     first = stuck._oldest_of("Pending", entries, ctimes, 5.0)
     assert (list(first.keys), list(first.ctimes)) == ([1, 6, 4, 9], [1.0, 2.0, 3.0, 4.0])
@@ -265,7 +266,7 @@ def test_the_order_a_count_keeps_reaches_its_horizon_and_grows_with_the_same_lis
     assert stuck._oldest_of("Pending", entries, ctimes, 4.0) is first
     later = stuck._oldest_of("Pending", entries, ctimes, 8.0)
     assert list(later.keys) == [1, 6, 4, 9, 0, 8, 5] and later.source is entries.keys
-    other = zindex.Entries(array("q", range(10)))  # listed anew: ordered afresh
+    other = packed.Entries(array("q", range(10)))  # listed anew: ordered afresh
     again = stuck._oldest_of("Pending", other, ctimes, 8.0)
     assert list(again.keys) == list(later.keys) and again.source is other.keys
     stuck.reset()

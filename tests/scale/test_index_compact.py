@@ -15,17 +15,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from queues.zk import index
+from queues.zk import index, packed
 from queues.zk.errors import InvalidID
-from queues.zk.index import (
-    ODD_BASE,
-    Entries,
-    JobCodes,
-    ReadIndex,
-    _KeyTable,
-    _PackedTable,
-    _parse_entries,
-)
+from queues.zk.index import ReadIndex
+from queues.zk.packed import ODD_BASE, Entries, JobCodes, KeyTable, PackedTable, parse_entries
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +62,7 @@ def test_entries_read_like_the_list_of_pairs_they_replace() -> None:
     names = [f"{p:02d}-{j}" for p, j in pairs]
     raw = b"".join(len(n).to_bytes(4, "big") + n.encode() for n in names)
     raw = len(names).to_bytes(4, "big") + raw
-    entries = Entries(_parse_entries(raw))
+    entries = Entries(parse_entries(raw))
     expected = sorted(p for p in pairs if len(p[1]) == 13)  # "jid0" is no index entry
     assert entries == expected and list(entries) == expected and len(entries) == 3
     assert entries[0] == expected[0] and entries[-1] == expected[-1]
@@ -82,11 +75,11 @@ def test_entries_read_like_the_list_of_pairs_they_replace() -> None:
 
 def test_packed_table_answers_like_a_dictionary() -> None:
     rng = random.Random(3)
-    table = _PackedTable(index.FACT_BITS)
+    table = PackedTable(packed.FACT_BITS)
     model: dict[int, int] = {}
     for _ in range(30_000):
         number = rng.choice([rng.randrange(0, 2**34), rng.randrange(0, 5000)])
-        value = rng.randrange(0, 2**index.FACT_BITS)
+        value = rng.randrange(0, 2**packed.FACT_BITS)
         table.set(number, value)
         model[number] = value
     for number, value in model.items():
@@ -98,7 +91,7 @@ def test_packed_table_answers_like_a_dictionary() -> None:
 
 
 def test_key_table_finds_every_job_of_a_key() -> None:
-    table = _KeyTable()
+    table = KeyTable()
     model: dict[str, set[int]] = {}
     rng = random.Random(5)
     for i in range(20_000):
@@ -123,8 +116,8 @@ def test_merging_additions_into_a_table_gives_the_sorted_union() -> None:
         [main[0], main[100], main[-1]],  # equal to elements already there
         [],
     ):
-        assert index._merged(main, added) == array("q", sorted([*main, *added]))
-    assert index._merged(array("q"), [3, 4]) == array("q", [3, 4])
+        assert packed._merged(main, added) == array("q", sorted([*main, *added]))
+    assert packed._merged(array("q"), [3, 4]) == array("q", [3, 4])
 
 
 def test_a_merge_makes_no_python_int_per_element_of_the_table() -> None:
@@ -132,7 +125,7 @@ def test_a_merge_makes_no_python_int_per_element_of_the_table() -> None:
     besides the old array (sorting all together made a 32-byte int and a list slot for each
     of them, the read index's memory peak during the fill at a million jobs)."""
     rng = random.Random(13)
-    table = _KeyTable()
+    table = KeyTable()
     table.main = array("q", sorted(rng.randrange(0, 2**62) for _ in range(400_000)))
     for n in range(20_000):
         table.add(f"key-{n}", n)
@@ -151,9 +144,9 @@ def test_a_merge_makes_no_python_int_per_element_of_the_table() -> None:
 
 
 def test_a_table_keeps_a_bounded_number_of_additions_outside_its_array() -> None:
-    assert index._tail_limit(0) == index.TAIL_MIN
-    assert index._tail_limit(100_000) == 100_000 >> 3
-    assert index._tail_limit(10_000_000) == index.TAIL_MAX
+    assert packed._tail_limit(0) == packed.TAIL_MIN
+    assert packed._tail_limit(100_000) == 100_000 >> 3
+    assert packed._tail_limit(10_000_000) == packed.TAIL_MAX
 
 
 def test_an_id_not_of_the_contract_form_keeps_its_string_through_the_tables() -> None:
@@ -193,7 +186,7 @@ def _per_job_table_bytes(jobs: int) -> float:
     try:
         before = tracemalloc.get_traced_memory()[0]
         idx = ReadIndex(fake)  # type: ignore[arg-type]
-        run = array("q", sorted((n % 10) << index.NUM_BITS | n for n in range(jobs)))
+        run = array("q", sorted((n % 10) << packed.NUM_BITS | n for n in range(jobs)))
         listing = index._Listing([], Entries(run))
         ReadIndex._by_age(listing)
         with idx._lock:
@@ -238,12 +231,12 @@ def test_per_job_memory_of_the_tables_is_small() -> None:
 
 def test_a_job_is_found_in_each_priority_run_and_the_oldest_is_the_lowest_number() -> None:
     pairs = [(9, 40), (1, 7), (1, 3), (5, 2), (5, 11), (9, 1)]
-    run = array("q", sorted(p << index.NUM_BITS | n for p, n in pairs))
+    run = array("q", sorted(p << packed.NUM_BITS | n for p, n in pairs))
     listing = index._Listing([], Entries(run))
     blocks = ReadIndex._priority_blocks(listing)
     assert [p for p, _i in blocks] == [1, 5, 9]
     for _p, n in pairs:
-        assert index._has(run, blocks, n)
-    assert not any(index._has(run, blocks, n) for n in (0, 4, 39, 41, 2**34 - 1))
+        assert packed.has_number(run, blocks, n)
+    assert not any(packed.has_number(run, blocks, n) for n in (0, 4, 39, 41, 2**34 - 1))
     assert ReadIndex._oldest(listing) == "09-jid0000000001"
     assert ReadIndex._oldest(index._Listing([], Entries(array("q")))) is None

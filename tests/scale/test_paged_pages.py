@@ -18,7 +18,7 @@ from django.test import Client
 from django.urls import reverse
 
 from bench.loader import bulk_load
-from queues import selectors, stuck
+from queues import failed_reads, job_reads, selectors, stuck
 from queues.states import JobState
 from queues.zk import index as zindex
 from queues.zk.batches import batch_create
@@ -73,13 +73,13 @@ def _expected_groups(zk, jids: list[str]) -> dict[str, Counter[str]]:
         job = job_load(zk, jid)
         found["batch"][job.bid] += 1
         found["collection"][job.profile] += 1
-        found["step"][selectors.failing_step(job)] += 1
+        found["step"][job_reads.failing_step(job)] += 1
     return found
 
 
 def test_failed_page_shows_groups_with_counts_and_a_bounded_number_of_rows(zk, viewer, loaded):
     failed = loaded.jobs_by_state["Failed"]
-    assert len(failed) == 300 > selectors.FAILED_ROWS_PER_PAGE
+    assert len(failed) == 300 > failed_reads.FAILED_ROWS_PER_PAGE
     expected = _expected_groups(zk, failed)
 
     for group in ("batch", "collection", "step"):
@@ -94,28 +94,28 @@ def test_failed_page_shows_groups_with_counts_and_a_bounded_number_of_rows(zk, v
     assert count > 0
     html = viewer.get(reverse("failed"), {"group": "batch", "open": bid}).content.decode()
     rows = ROW.findall(html)
-    assert 0 < len(rows) <= selectors.FAILED_ROWS_PER_PAGE
-    assert len(rows) == min(count, selectors.FAILED_ROWS_PER_PAGE)
+    assert 0 < len(rows) <= failed_reads.FAILED_ROWS_PER_PAGE
+    assert len(rows) == min(count, failed_reads.FAILED_ROWS_PER_PAGE)
     assert all(job_load(zk, j).bid == bid for j in rows)
-    if count > selectors.FAILED_ROWS_PER_PAGE:
+    if count > failed_reads.FAILED_ROWS_PER_PAGE:
         more = viewer.get(reverse("failed"), {"group": "batch", "open": bid, "rpage": 2})
         rest = ROW.findall(more.content.decode())
-        assert len(rest) == count - selectors.FAILED_ROWS_PER_PAGE and not set(rest) & set(rows)
+        assert len(rest) == count - failed_reads.FAILED_ROWS_PER_PAGE and not set(rest) & set(rows)
 
     # A filter narrows the counts; "everything matching" is exactly what the filter takes.
     step, step_count = expected["step"].most_common(1)[0]
     html = viewer.get(reverse("failed"), {"group": "batch", "step": step}).content.decode()
     assert f'data-total="{step_count}"' in html
-    matching = selectors.failed_matching(step=step)
+    matching = failed_reads.failed_matching(step=step)
     assert len(matching) == step_count
-    assert all(selectors.failing_step(job_load(zk, j)) == step for j in matching)
+    assert all(job_reads.failing_step(job_load(zk, j)) == step for j in matching)
 
 
 def test_api_failed_is_paged_with_group_counts(zk, loaded, token_headers):
     client = Client()
     first = client.get("/api/failed", **token_headers).json()
-    assert first["total"] == 300 and first["per_page"] == selectors.FAILED_ROWS_PER_PAGE
-    assert len(first["items"]) == selectors.FAILED_ROWS_PER_PAGE and first["has_next"]
+    assert first["total"] == 300 and first["per_page"] == failed_reads.FAILED_ROWS_PER_PAGE
+    assert len(first["items"]) == failed_reads.FAILED_ROWS_PER_PAGE and first["has_next"]
     assert sum(first["groups"]["batch"].values()) == 300
     last = client.get("/api/failed", {"page": 6}, **token_headers).json()
     assert len(last["items"]) == 50 and not last["has_next"]
@@ -165,26 +165,26 @@ def test_search_is_a_lookup_in_the_index_maps_kept_current_by_watches(zk, loaded
     target = completed[len(completed) // 2]
     config = decode_json("c", zk.get(f"/jobs/{target}/configuration")[0])
     ark = decode_json("i", zk.get(f"/jobs/{target}/identifiers")[0])["primary_id"]
-    assert selectors.jobs_page(flt=selectors.JobFilter(q=config["localID"])).items  # warm
+    assert job_reads.jobs_page(flt=job_reads.JobFilter(q=config["localID"])).items  # warm
 
     page, calls = _requests_during(
-        zk, lambda: selectors.jobs_page(flt=selectors.JobFilter(q=config["localID"]))
+        zk, lambda: job_reads.jobs_page(flt=job_reads.JobFilter(q=config["localID"]))
     )
     assert [j.jid for j in page.items] == [target] and page.total == 1 and not page.loading
     # Listing nothing, reading one job's nodes: a lookup, whatever the number of jobs.
     assert calls["GetChildren"] + calls["GetChildren2"] == 0
     assert calls["paths"] <= 20, calls
-    assert [j.jid for j in selectors.jobs_page(flt=selectors.JobFilter(q=ark)).items] == [target]
-    assert selectors.jobs_page(flt=selectors.JobFilter(q="local-nothing")).total == 0
+    assert [j.jid for j in job_reads.jobs_page(flt=job_reads.JobFilter(q=ark)).items] == [target]
+    assert job_reads.jobs_page(flt=job_reads.JobFilter(q="local-nothing")).total == 0
     # The state filter still applies to what the lookup found.
-    assert selectors.jobs_page(flt=selectors.JobFilter(q=ark, state="Failed")).total == 0
+    assert job_reads.jobs_page(flt=job_reads.JobFilter(q=ark, state="Failed")).total == 0
 
     # Created after the index is warm: found by its local ID at once.
     batch = batch_create(zk, submission={"profile": "p", "submitter": "s"})
     new = job_create(
         zk, bid=batch.bid, configuration={"profile": "p", "submitter": "s", "localID": "late-1"}
     )
-    found = selectors.jobs_page(flt=selectors.JobFilter(q="late-1"))
+    found = job_reads.jobs_page(flt=job_reads.JobFilter(q="late-1"))
     assert [j.jid for j in found.items] == [new.jid]
 
     # Given its ARK by Processing, then moved on: found by the ARK.
@@ -196,7 +196,7 @@ def test_search_is_a_lookup_in_the_index_maps_kept_current_by_watches(zk, loaded
         lambda: (
             [
                 j.jid
-                for j in selectors.jobs_page(flt=selectors.JobFilter(q="ark:/99999/fk4late")).items
+                for j in job_reads.jobs_page(flt=job_reads.JobFilter(q="ark:/99999/fk4late")).items
             ]
             == [new.jid]
         )
@@ -233,7 +233,7 @@ def test_the_index_answers_while_still_loading_and_the_page_says_so(zk, viewer, 
         assert ov.jobs[JobState.COMPLETED].count == 300
         target = loaded.jobs_by_state["Completed"][0]
         local = decode_json("c", zk.get(f"/jobs/{target}/configuration")[0])["localID"]
-        page = selectors.jobs_page(flt=selectors.JobFilter(q=local))
+        page = job_reads.jobs_page(flt=job_reads.JobFilter(q=local))
         assert page.loading  # not read yet: the page says so rather than claiming no match
     finally:
         release.set()
@@ -247,7 +247,7 @@ def test_the_index_answers_while_still_loading_and_the_page_says_so(zk, viewer, 
     assert 'id="index-loading"' not in html and 'data-total="300"' in html
     reports = viewer.get(reverse("reports")).content.decode()
     assert 'id="index-loading"' not in reports and "12 batches with a report" in reports
-    page = selectors.jobs_page(flt=selectors.JobFilter(q=local))
+    page = job_reads.jobs_page(flt=job_reads.JobFilter(q=local))
     assert [j.jid for j in page.items] == [target] and not page.loading
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from queues import archive, catalogue, services
+from queues import archive, catalogue, hold_moves, services
 from queues.states import AccessState, BatchState
 from queues.zk.errors import DomainError
 
@@ -136,7 +136,7 @@ class Command(QueueCommand):
 
     def _run(self, action: str, item: str, opts: dict) -> list[services.Outcome]:
         if action == "release-held":
-            return services.collection_release_held(profile=item)
+            return hold_moves.collection_release_held(profile=item)
         params: dict[str, Any] = {}
         if action in HOLD_ACTIONS:
             kind, name = HOLD_ACTIONS[action]

@@ -1,0 +1,384 @@
+"""How the read index (``index``) keeps a million jobs in about 60 bytes each: a job is a number,
+not a string, and every per-job structure is a flat ``array`` of 64-bit integers with the job's
+number packed beside what is kept of it.
+
+A job ID of the contract's form (``jid`` and ten digits) is kept as its number, from which the
+ID is written back exactly; any other ID gets a number of its own past the ten-digit range and
+its string is kept once (``JobCodes``). A state folder's entries are (priority, number) run keys
+(``Entries``, parsed straight from a listing's bytes by ``parse_entries``); facts and search
+keys are sorted arrays with a small dictionary of additions merged in run by run
+(``PackedTable``, ``KeyTable``). ``give_back_memory`` returns what a fill's reads freed to the
+system.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
+
+# Job numbers. A contract job ID is "jid" and ten digits: its number is below 10**10 (< 2**34)
+# and gives the ID back exactly. Any other ID is numbered from 10**10 on (a side table).
+JID_FORM = re.compile(r"jid([0-9]{10})")
+ODD_BASE = 10**10
+NUM_BITS = 34
+NUM_MASK = (1 << NUM_BITS) - 1
+PRIO_BITS = 7  # priorities are two digits
+PRIO_MASK = (1 << PRIO_BITS) - 1
+# Facts: number << 25 | (pair index << 1 | no ARK yet).
+FACT_BITS = 25
+FACT_MASK = (1 << FACT_BITS) - 1
+NO_ARK = 1
+MAX_PAIRS = (1 << (FACT_BITS - 1)) - 1
+# Search keys: 29 bits of the key's hash << 34 | number (a hash match is checked by the caller).
+HASH_BITS = 29
+HASH_MASK = (1 << HASH_BITS) - 1
+# Additions kept in a table's dictionary before they are merged into its sorted array: an
+# eighth of the array, at most TAIL_MAX (a dictionary entry costs 100-170 bytes where the array
+# costs 8, so an unbounded eighth was 30-40 MB at a million jobs).
+TAIL_MIN = 4096
+TAIL_MAX = 1 << 16
+# A state folder's answer, read from the bytes: each name is its length (16) and then
+# "PP-jid" and ten digits. No name holds a NUL byte, so a match can only start at a length.
+_RAW_ENTRY = re.compile(rb"\x00\x00\x00\x10([0-9]{2})-jid([0-9]{10})")
+
+
+class JobCodes:
+    """Job IDs as numbers that give them back exactly (see the module's doc)."""
+
+    def __init__(self) -> None:
+        self._odd: list[str] = []
+        self._odd_numbers: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def number(self, jid: str) -> int:
+        match = JID_FORM.fullmatch(jid)
+        if match:
+            return int(match.group(1))
+        found = self._odd_numbers.get(jid)
+        if found is None:
+            with self._lock:
+                found = self._odd_numbers.get(jid)
+                if found is None:
+                    found = ODD_BASE + len(self._odd)
+                    self._odd.append(jid)
+                    self._odd_numbers[jid] = found
+        return found
+
+    def known(self, jid: str) -> int | None:
+        """The number of ``jid`` if it has one already (never adds to the side table)."""
+        match = JID_FORM.fullmatch(jid)
+        if match:
+            return int(match.group(1))
+        return self._odd_numbers.get(jid)
+
+    def jid(self, number: int) -> str:
+        return f"jid{number:010d}" if number < ODD_BASE else self._odd[number - ODD_BASE]
+
+    def __len__(self) -> int:
+        return len(self._odd)
+
+
+def jid_of(number: int) -> str:
+    return f"jid{number:010d}"
+
+
+class Entries(Sequence[tuple[int, str]]):
+    """A state folder's (priority, job ID) entries, one 64-bit integer each.
+
+    ``by_age`` False: priority << 34 | number (sorted: run order, the index names' own order);
+    True: number << 7 | priority (sorted: oldest first). Items are made when asked for; a
+    slice is a list. Entries come from index names, so their IDs are always contract IDs.
+    """
+
+    __slots__ = ("by_age", "keys", "reverse")
+
+    def __init__(self, keys: array[int], *, by_age: bool = False, reverse: bool = False) -> None:
+        self.keys = keys
+        self.by_age = by_age
+        self.reverse = reverse
+
+    def _item(self, key: int) -> tuple[int, str]:
+        if self.by_age:
+            return key & PRIO_MASK, jid_of(key >> PRIO_BITS)
+        return key >> NUM_BITS, jid_of(key & NUM_MASK)
+
+    def number(self, key: int) -> int:
+        return key >> PRIO_BITS if self.by_age else key & NUM_MASK
+
+    def name(self, key: int) -> str:
+        """The index entry's node name ("PP-jid..."), as ``paths.index_name`` writes it."""
+        return f"{self.priority(key):02d}-{jid_of(self.number(key))}"
+
+    def jid(self, key: int) -> str:
+        return jid_of(self.number(key))
+
+    def priority(self, key: int) -> int:
+        return key & PRIO_MASK if self.by_age else key >> NUM_BITS
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, str]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[int, str]]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[int, str] | list[tuple[int, str]]:
+        keys = self.keys
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(keys))
+            if self.reverse:
+                n = len(keys)
+                return [self._item(keys[n - 1 - k]) for k in range(start, stop, step)]
+            if step == 1:
+                return [self._item(k) for k in keys[start:stop]]
+            return [self._item(keys[k]) for k in range(start, stop, step)]
+        if i < 0:
+            i += len(keys)
+        if not 0 <= i < len(keys):
+            raise IndexError(i)
+        return self._item(keys[len(keys) - 1 - i] if self.reverse else keys[i])
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        item = self._item
+        return (item(k) for k in (reversed(self.keys) if self.reverse else self.keys))
+
+    def numbers(self) -> Iterator[int]:
+        """The entries' job numbers, in order, without making their IDs."""
+        keys = reversed(self.keys) if self.reverse else self.keys
+        if self.by_age:
+            return (k >> PRIO_BITS for k in keys)
+        return (k & NUM_MASK for k in keys)
+
+    def jids(self) -> list[str]:
+        return [jid_of(n) for n in self.numbers()]
+
+    def where(self, keep: Callable[[int, int], bool]) -> Entries:
+        """The entries whose (priority, number) ``keep`` takes, in the same order."""
+        number, priority = self.number, self.priority
+        kept = array("q", [k for k in self.keys if keep(priority(k), number(k))])
+        return Entries(kept, by_age=self.by_age, reverse=self.reverse)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Entries | list | tuple):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Entries({list(self)!r})"
+
+
+EMPTY = Entries(array("q"))
+
+
+def run_blocks(run_keys: array[int]) -> list[tuple[int, int]]:
+    """Where each priority's run of a run-ordered array starts: (priority, index), found by
+    bisection (a folder holds few distinct priorities, each a run sorted by job number)."""
+    found = []
+    i = 0
+    while i < len(run_keys):
+        priority = run_keys[i] >> NUM_BITS
+        found.append((priority, i))
+        i = bisect_left(run_keys, (priority + 1) << NUM_BITS, i)
+    return found
+
+
+def has_number(run_keys: array[int], blocks: list[tuple[int, int]], number: int) -> bool:
+    for priority, start in blocks:
+        key = priority << NUM_BITS | number
+        i = bisect_left(run_keys, key, start)
+        if i < len(run_keys) and run_keys[i] == key:
+            return True
+    return False
+
+
+def _tail_limit(size: int) -> int:
+    return min(max(TAIL_MIN, size >> 3), TAIL_MAX)
+
+
+def _merged(main: array[int], added: list[int]) -> array[int]:
+    """The sorted array ``main`` and the sorted ``added`` as one new sorted array.
+
+    Copied run by run between the places ``added`` goes (found by bisection): no Python int is
+    made for the elements of ``main``. Sorting the two together made one for each (32 bytes
+    and a list slot for each of 1,700,000 search keys: about 70 MB for a moment at a million
+    jobs, the peak of the fill) and took longer.
+    """
+    merged = array("q", [0]) * (len(main) + len(added))
+    with memoryview(main) as source, memoryview(merged) as target:
+        start = at = 0
+        for value in added:
+            end = bisect_left(main, value, start)
+            stop = at + end - start
+            target[at:stop] = source[start:end]
+            target[stop] = value
+            at = stop + 1
+            start = end
+        target[at:] = source[start:]
+    return merged
+
+
+class PackedTable:
+    """number -> small value for millions of numbers at 8 bytes each: a sorted array of
+    number << bits | value, searched by bisection, and a dictionary of recent additions merged
+    into it by one sort when it grows past an eighth of the array."""
+
+    __slots__ = ("bits", "main", "mask", "tail")
+
+    def __init__(self, bits: int) -> None:
+        self.main = array("q")
+        self.tail: dict[int, int] = {}
+        self.bits = bits
+        self.mask = (1 << bits) - 1
+
+    def get(self, number: int) -> int | None:
+        found = self.tail.get(number)
+        if found is not None:
+            return found
+        main = self.main
+        i = bisect_left(main, number << self.bits)
+        if i < len(main) and main[i] >> self.bits == number:
+            return main[i] & self.mask
+        return None
+
+    def set(self, number: int, value: int) -> None:
+        if number in self.tail:
+            self.tail[number] = value
+            return
+        main = self.main
+        i = bisect_left(main, number << self.bits)
+        if i < len(main) and main[i] >> self.bits == number:
+            main[i] = number << self.bits | value
+            return
+        self.tail[number] = value
+        if len(self.tail) > _tail_limit(len(main)):
+            self.compact()
+
+    def compact(self) -> None:
+        if not self.tail:
+            return
+        bits = self.bits
+        added = sorted([n << bits | v for n, v in self.tail.items()])
+        main = self.main
+        if not main or added[0] > main[-1]:
+            main.extend(added)
+        else:
+            self.main = _merged(main, added)
+        self.tail = {}
+
+    def values(self) -> Iterator[int]:
+        mask = self.mask
+        yield from (k & mask for k in self.main)
+        yield from self.tail.values()
+
+    def clear(self) -> None:
+        self.main = array("q")
+        self.tail = {}
+
+    def __len__(self) -> int:
+        return len(self.main) + len(self.tail)
+
+
+class KeyTable:
+    """Hash of a search key -> job numbers, 8 bytes a key (see ``PackedTable``)."""
+
+    __slots__ = ("main", "size", "tail")
+
+    def __init__(self) -> None:
+        self.main = array("q")
+        self.tail: dict[int, list[int]] = {}
+        self.size = 0
+
+    @staticmethod
+    def _hash(key: str) -> int:
+        # Of the case-folded key: a lookup in any case finds the candidates, and each caller
+        # compares as it needs (the job list exactly, the search ignoring case).
+        return hash(key.casefold()) & HASH_MASK
+
+    def add(self, key: str, number: int) -> None:
+        h = self._hash(key)
+        packed = h << NUM_BITS | number
+        main = self.main
+        i = bisect_left(main, packed)
+        if i < len(main) and main[i] == packed:
+            return
+        known = self.tail.setdefault(h, [])
+        if number in known:
+            return
+        known.append(number)
+        self.size += 1
+        if self.size > _tail_limit(len(main)):
+            self.compact()
+
+    def find(self, key: str) -> list[int]:
+        h = self._hash(key)
+        main = self.main
+        i = bisect_left(main, h << NUM_BITS)
+        found = []
+        while i < len(main) and main[i] >> NUM_BITS == h:
+            found.append(main[i] & NUM_MASK)
+            i += 1
+        return found + [n for n in self.tail.get(h, ()) if n not in found]
+
+    def compact(self) -> None:
+        if not self.tail:
+            return
+        added = sorted([h << NUM_BITS | n for h, numbers in self.tail.items() for n in numbers])
+        self.main = _merged(self.main, added)
+        self.tail = {}
+        self.size = 0
+
+    def clear(self) -> None:
+        self.main = array("q")
+        self.tail = {}
+        self.size = 0
+
+    def __len__(self) -> int:
+        return len(self.main) + self.size
+
+
+def parse_entries(raw: bytes) -> array[int]:
+    """A state folder's answer as sorted run keys (names that are not index entries are left
+    out, as ``paths.INDEX_ENTRY_RE`` leaves them out)."""
+    keys = array("q", (int(m[1]) << NUM_BITS | int(m[2]) for m in _RAW_ENTRY.finditer(raw)))
+    return array("q", sorted(keys))
+
+
+def give_back_memory() -> None:
+    """Return the heap memory the fill's reads freed to the system (glibc keeps freed memory
+    mapped otherwise: the process would keep the fill's peak, not what the index holds)."""
+    import gc
+
+    gc.collect()
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """glibc's malloc_trim: give the free memory of every heap back to the system.
+
+    glibc otherwise keeps what a thread freed mapped in that thread's heap, and a freed block
+    of one large read raises the size from which it maps blocks of their own: memory the fill
+    freed stayed in the process, tens of MB at a million jobs, added to what it holds."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+_libc: list[Any] = []
+
+
+def _malloc_trim() -> Any:
+    if not _libc:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _libc.append(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim)
+        except (OSError, AttributeError):  # not glibc: nothing to give back this way
+            _libc.append(None)
+    return _libc[0]
