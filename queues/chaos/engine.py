@@ -57,15 +57,12 @@ from queues.chaos.infra import Postgres, Redis, WebWorker, WorkDisk
 from queues.chaos.servers import (
     BlackHoleProxy,
     DepositorRoutes,
-    EzidStandIn,
-    Flapping,
-    InventoryStandIn,
     Sentinel,
-    StorageStandIn,
     depositor_server,
     files_server,
     sentinel_server,
 )
+from queues.chaos.standins import EzidStandIn, Flapping, InventoryStandIn, StorageStandIn
 from queues.zk.client import connect
 from queues.zk.consumers import consumer_name
 from queues.zkserver import LocalEnsemble, LocalZooKeeper, free_port
@@ -272,9 +269,9 @@ class Run:
             self.stage.flapping = flapping
             # Merritt's inventory and EZID as stand-ins, which flap (without flaps the run
             # keeps the local inventory and minter).
-            inventory = InventoryStandIn(flapping=flapping)
+            inventory = InventoryStandIn(flapping=flapping, record=False).start()
             self._stack.callback(inventory.stop)
-            ezid = EzidStandIn(EZID_USER, EZID_PASSWORD, flapping=flapping)
+            ezid = EzidStandIn(EZID_USER, EZID_PASSWORD, flapping=flapping, record=False).start()
             self._stack.callback(ezid.stop)
             env.update(FLAP_RETRY_ENV)
             env["MRT_INVENTORY_URL"] = inventory.url
@@ -287,10 +284,12 @@ class Run:
             )
         if opts.storage == "http":
             storage = StorageStandIn(
+                None,  # every storage node the profiles name
                 port=opts.storage_port,
                 add_seconds=opts.storage_add_seconds,
                 flapping=self.stage.flapping,
-            )
+                record=False,
+            ).start()
             self._stack.callback(storage.stop)
             self.storage: StorageStandIn | None = storage
             self.stage.storage = storage

@@ -28,6 +28,13 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from queues.auth import ensure_groups
+from queues.chaos.standins import (
+    IngestPosterStandIn,
+    PosterUpload,
+    exception_document,
+    running,
+    unused_url,
+)
 from queues.daemons.registry import (
     DAEMONS,
     DeploymentError,
@@ -40,13 +47,6 @@ from queues.steps.checkm import OBJECT_MANIFEST, SINGLE_FILE_BATCH_MANIFEST, par
 from queues.zk.batches import batch_ids, batch_load, batches_load
 from queues.zk.jobs import job_load
 from queues.zk.records import Batch
-from tests.steps.merritt_standins import (
-    IngestPosterStandIn,
-    PosterUpload,
-    exception_document,
-    running,
-    unused_url,
-)
 
 from .conftest import FileServer, batch_manifest, daemon, md5
 from .merritt_consumers import IngestDisk, MerrittConsumers, write_merritt_batch

@@ -15,11 +15,7 @@ import pytest
 
 from queues import retries
 from queues.api_door import job_json
-from queues.daemons import breakers as breaker_module
-from queues.daemons.retrying import policy_for
-from queues.zk.jobs import job_load, job_transition
-from queues.zk.records import Job
-from tests.steps.merritt_standins import (
+from queues.chaos.standins import (
     Answer,
     CallbackReceiver,
     EzidStandIn,
@@ -28,6 +24,10 @@ from tests.steps.merritt_standins import (
     exception_document,
     running,
 )
+from queues.daemons import breakers as breaker_module
+from queues.daemons.retrying import policy_for
+from queues.zk.jobs import job_load, job_transition
+from queues.zk.records import Job
 
 from .conftest import DEMO, FileServer, daemon, make_job, wait_for
 from .test_storing_recording import _served

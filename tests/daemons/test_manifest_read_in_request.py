@@ -15,8 +15,8 @@ import pytest
 from django.test import Client
 
 from queues.auth import ensure_groups
+from queues.chaos.standins import IngestPosterStandIn, PosterUpload, running
 from queues.zk.batches import batch_ids
-from tests.steps.merritt_standins import IngestPosterStandIn, PosterUpload, running
 
 from .conftest import FileServer, batch_manifest
 

@@ -34,11 +34,7 @@ from django.test import Client
 
 from queues import services
 from queues.auth import ensure_groups
-from queues.steps.checkm import parse_checkm
-from queues.steps.merritt_ingest_client import DeploymentError, IngestUnavailable
-from queues.zk.batches import batch_ids, batch_load, batches_load
-from queues.zk.records import Batch
-from tests.steps.merritt_standins import (
+from queues.chaos.standins import (
     INGEST_TYPES,
     Answer,
     IngestPosterStandIn,
@@ -46,6 +42,10 @@ from tests.steps.merritt_standins import (
     running,
     unused_url,
 )
+from queues.steps.checkm import parse_checkm
+from queues.steps.merritt_ingest_client import DeploymentError, IngestUnavailable
+from queues.zk.batches import batch_ids, batch_load, batches_load
+from queues.zk.records import Batch
 
 from .conftest import FileServer, md5
 from .merritt_ingest import merritt_batch

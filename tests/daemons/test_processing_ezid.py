@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from queues.chaos.standins import EzidStandIn, running
 from queues.daemons.processing import Processing
 from queues.daemons.workfolder import object_dir
 from queues.models import InventoryObject
 from queues.zk.jobs import job_load
-from tests.steps.merritt_standins import EzidStandIn, running
 
 from .conftest import make_job
 

@@ -18,12 +18,12 @@ from alerts.conftest import Webhook, a_moment, later, mails_with, only, smtp, we
 from django.test import Client
 from django.utils import timezone
 
+from queues.chaos.standins import InventoryStandIn, StorageStandIn, running
 from queues.daemons.alerting import Evaluator, deliver_due
 from queues.models import AlertEpisode, AuditEntry
 from queues.zk.jobs import job_load
 from queues.zk.maintenance import node_held, node_holds
 from tests.console.conftest import make_user  # noqa: F401 - a fixture
-from tests.steps.merritt_standins import InventoryStandIn, StorageStandIn, running
 
 from .conftest import DEMO, FileServer, drive, make_job
 from .test_storing_recording import _served

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from queues.chaos.standins import StorageStandIn, exception_document, running
 from queues.daemons import clients
 from queues.daemons.base import SessionGate
 from queues.daemons.storing import Storing
@@ -24,7 +25,6 @@ from queues.zk.jobs import job_load, job_transition
 from queues.zk.locks import lock_create
 from queues.zk.records import Job
 from queues.zk.store_intents import store_intent_read
-from tests.steps.merritt_standins import StorageStandIn, exception_document, running
 
 from .conftest import FileServer, drive, expire_session, make_job, serving, wait_for
 

@@ -13,19 +13,19 @@ from typing import Any
 
 import pytest
 
-from queues.daemons.storing import Storing
-from queues.models import InventoryObject, InventoryVersion
-from queues.steps.storage import LocalStorage
-from queues.zk import paths as zpaths
-from queues.zk.jobs import job_load, job_transition
-from queues.zk.locks import lock_create, lock_release
-from tests.steps.merritt_standins import (
+from queues.chaos.standins import (
     EzidStandIn,
     InventoryStandIn,
     StorageStandIn,
     exception_document,
     running,
 )
+from queues.daemons.storing import Storing
+from queues.models import InventoryObject, InventoryVersion
+from queues.steps.storage import LocalStorage
+from queues.zk import paths as zpaths
+from queues.zk.jobs import job_load, job_transition
+from queues.zk.locks import lock_create, lock_release
 
 from .conftest import FileServer, daemon, drive, make_job
 

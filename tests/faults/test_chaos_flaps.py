@@ -16,17 +16,16 @@ import requests
 from django.core.mail import EmailMessage, get_connection
 
 from queues.chaos import judge
-from queues.chaos.servers import (
+from queues.chaos.servers import DepositorRoutes, depositor_server
+from queues.chaos.standins import (
     RESET,
     SLOW,
     UNAVAILABLE,
     UNAVAILABLE_RETRY_AFTER,
-    DepositorRoutes,
     EzidStandIn,
     Flapping,
     InventoryStandIn,
     StorageStandIn,
-    depositor_server,
 )
 from queues.retries import outage_of
 from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
@@ -57,7 +56,7 @@ def add(storage: StorageStandIn) -> requests.Response:
 
 def test_storage_answers_each_kind_of_its_spell_then_well_again() -> None:
     flapping = Flapping(seed=5)
-    storage = StorageStandIn(flapping=flapping)
+    storage = StorageStandIn(flapping=flapping).start()
     try:
         flapping.set(UNAVAILABLE)
         refused = add(storage)
@@ -93,7 +92,7 @@ def test_storage_answers_each_kind_of_its_spell_then_well_again() -> None:
 
 def test_the_storage_client_takes_a_flapping_answer_for_an_outage() -> None:
     flapping = Flapping(seed=6)
-    storage = StorageStandIn(flapping=flapping)
+    storage = StorageStandIn(flapping=flapping).start()
     client = HttpStorage(storage.url, "9501", timeout=10)
     try:
         for kind in (UNAVAILABLE, UNAVAILABLE_RETRY_AFTER, RESET):
@@ -109,8 +108,8 @@ def test_the_storage_client_takes_a_flapping_answer_for_an_outage() -> None:
 
 def test_ezid_and_inventory_flap_for_their_clients_then_answer() -> None:
     flapping = Flapping(seed=7)
-    ezid = EzidStandIn("user", "secret", flapping=flapping)
-    inventory = InventoryStandIn(flapping=flapping)
+    ezid = EzidStandIn("user", "secret", flapping=flapping).start()
+    inventory = InventoryStandIn(flapping=flapping).start()
     minter = EzidMinter(ezid.url, "user", "secret", timeout=10)
     recorder = HttpInventory(inventory.url, timeout=10)
     try:
@@ -129,7 +128,7 @@ def test_ezid_and_inventory_flap_for_their_clients_then_answer() -> None:
         recorder.add_local_id(ark, "ark:/99999/j2owner", "chaos-1")
         assert recorder.primary_for_local_id("ark:/99999/j2owner", "chaos-1") == ark
         recorder.record(ark=ark, version=1, manifest_url="http://127.0.0.1:1/manifest")
-        assert inventory.added == {"http://127.0.0.1:1/manifest"}
+        assert inventory.added == ["http://127.0.0.1:1/manifest"]
         assert set(flapping.figures()) == {"EZID", "inventory"}
     finally:
         ezid.stop()

@@ -14,7 +14,7 @@ import requests
 
 from queues.chaos import judge
 from queues.chaos.engine import Throughput
-from queues.chaos.servers import StorageStandIn
+from queues.chaos.standins import StorageStandIn
 from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
 from queues.zk import batches, jobs, paths
 from queues.zk.consumers import CONSUMERS
@@ -59,7 +59,7 @@ def test_a_lock_released_within_the_grace_is_no_violation(zk: Any, other_zk: Any
 
 
 def test_two_adds_of_the_same_manifest_are_two_versions_and_a_violation() -> None:
-    storage = StorageStandIn()
+    storage = StorageStandIn().start()
     try:
         manifest = write_checkm(
             [{"url": "http://127.0.0.1:1/a.txt", "hash_alg": "md5", "hash_value": "0" * 32,

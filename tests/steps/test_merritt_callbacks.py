@@ -9,6 +9,7 @@ from datetime import datetime
 
 import pytest
 
+from queues.chaos.standins import CallbackReceiver, running, unused_url
 from queues.daemons import clients
 from queues.steps.notify import (
     CallbackError,
@@ -17,7 +18,6 @@ from queues.steps.notify import (
     post_job_callback,
 )
 from queues.zk.records import Job, Status
-from tests.steps.merritt_standins import CallbackReceiver, running, unused_url
 
 JID = "jid0000000042"
 

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from queues.chaos.standins import EzidStandIn, running, unused_url
 from queues.daemons import clients
 from queues.steps.erc import Erc
 from queues.steps.minting import EzidMinter, MintError, merritt_target
-from tests.steps.merritt_standins import EzidStandIn, running, unused_url
 
 SHOULDER = "ark:/99999/fk4"
 

@@ -1,7 +1,7 @@
 """Issue 26, items 5 and 6: what we write in Merritt's forms (job ``submissionDate``, ``size``,
 the default batch ID), storage's XML object manifest read and published, and EZID told about
 ARKs this console did not mint; each against a stand-in answering as the real service does
-(tests/steps/merritt_standins.py, docs/merritt-services.md)."""
+(queues/chaos/standins.py, docs/merritt-services.md)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import requests
 
+from queues.chaos.standins import EzidStandIn, StorageStandIn, running
 from queues.daemons import clients
 from queues.steps import merritt
 from queues.steps.erc import Erc
@@ -33,7 +34,6 @@ from queues.steps.storage import (
 )
 from queues.steps.submission import ObjectSpec, merritt_job_keys, merritt_submission_keys
 from queues.zk.batches import batch_create
-from tests.steps.merritt_standins import EzidStandIn, StorageStandIn, running
 from tests.steps.test_storage import prepare
 
 ISO_WITH_OFFSET = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d")

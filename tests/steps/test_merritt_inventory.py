@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import requests
 
-from queues.daemons import clients
-from queues.steps.inventory import HttpInventory, InventoryError
-from tests.steps.merritt_standins import (
+from queues.chaos.standins import (
     InventoryStandIn,
     exception_document,
     running,
     unused_url,
 )
+from queues.daemons import clients
+from queues.steps.inventory import HttpInventory, InventoryError
 
 ARK = "ark:/99999/fk4inv"
 OWNER = "ark:/13030/j2owner"

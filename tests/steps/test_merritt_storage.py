@@ -1,4 +1,4 @@
-"""HttpStorage against a stand-in of Merritt's storage service (tests/steps/merritt_standins.py).
+"""HttpStorage against a stand-in of Merritt's storage service (queues/chaos/standins.py).
 
 Success, the service's refusal (its exception document, named in the error) and a storage
 service that is not there, each as the real one behaves (docs/merritt-services.md).
@@ -10,6 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from queues.chaos.standins import (
+    StorageStandIn,
+    exception_document,
+    running,
+    unused_url,
+)
 from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
 from queues.steps.storage import (
     HttpStorage,
@@ -19,12 +25,6 @@ from queues.steps.storage import (
     StoredVersion,
 )
 from tests.steps.conftest import Loopback
-from tests.steps.merritt_standins import (
-    StorageStandIn,
-    exception_document,
-    running,
-    unused_url,
-)
 
 ARK = "ark:/99999/fk4abc"
 ENCODED = "ark%3A%2F99999%2Ffk4abc"

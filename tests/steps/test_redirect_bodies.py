@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+from queues.chaos.standins import CallbackReceiver, running
 from queues.steps.netpolicy import FetchPolicy, FetchRefused
 from tests.steps.conftest import Loopback, Reply
-from tests.steps.merritt_standins import CallbackReceiver, running
 
 POLICY = FetchPolicy(restrict=False, deadline=10.0, timeout=5.0)
 

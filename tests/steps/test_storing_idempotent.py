@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from queues.chaos.standins import StorageStandIn, running
 from queues.steps.erc import Erc, write_erc, write_storage_manifest
 from queues.steps.merritt_wire import state_fields
 from queues.steps.storage import HttpStorage, LocalStorage, StorageBusy, StoredVersion
 from tests.daemons.conftest import wait_for
-from tests.steps.merritt_standins import StorageStandIn, running
 
 ARK = "ark:/99999/fk4idem"
 ROOT = Path(__file__).resolve().parents[2]

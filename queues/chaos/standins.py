@@ -1,28 +1,38 @@
 """Stand-ins for Merritt's services on loopback ports, answering as the real ones are documented
-to (docs/merritt-services.md): storage, inventory, EZID and a depositor's callback receiver.
+to (docs/merritt-services.md): storage, inventory, EZID, a depositor's callback receiver and
+ingest's poster door. The one set the project has: ``manage.py chaosrun`` runs its storage,
+inventory and EZID against them (made to flap, ``Flapping``), and the tests import them.
 
-Each is a small ``http.server`` that records what it was sent, keeps the little state its
-answers need, and refuses the way the real service refuses: Merritt's Java services with their
-exception document (``exc:tException.<KIND>``) under the exception's HTTP status, EZID with a
-``error: reason`` line. ``refuse_next(...)`` makes the next request fail on purpose.
+Each is a small ``http.server`` that records what it was sent (unless told not to: a chaos run
+sends thousands of requests), keeps the little state its answers need, and refuses the way the
+real service refuses: Merritt's Java services with their exception document
+(``exc:tException.<KIND>``) under the exception's HTTP status, EZID with a ``error: reason``
+line. ``refuse_next(...)`` makes the next request fail on purpose; a ``Flapping`` makes every
+request of a spell answer badly (503, a reset connection, a slow answer).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import re
+import socket
+import struct
+import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from email.parser import BytesParser
 from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from random import Random
+from typing import Any, Self
 from urllib.parse import parse_qs, unquote, unquote_plus, urlsplit
 from xml.sax.saxutils import escape, quoteattr
 
@@ -45,6 +55,136 @@ EXCEPTION_STATUS = {
 }
 
 
+class QuietServer(ThreadingHTTPServer):
+    """A client killed or paused mid-request (as the run does all along) is no error here."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+# Flapping ---------------------------------------------------------------------------------------
+
+# How a flapping service answers, one kind a phase of a spell: every request of the phase.
+UNAVAILABLE = "503"
+UNAVAILABLE_RETRY_AFTER = "503 with Retry-After"
+RESET = "reset"  # half of them before anything is done, half after, in the middle of the answer
+SLOW = "slow"
+FLAP_KINDS = (UNAVAILABLE, UNAVAILABLE_RETRY_AFTER, RESET, SLOW)
+# A slow answer waits this long (seconds) before it is made: well inside every deadline of the
+# run (MRT_HTTP_TIMEOUT 30 s, MRT_DOWNLOAD_DEADLINE 20 s).
+SLOW_SECONDS = (0.5, 3.0)
+# What a 503 asks for with Retry-After (seconds).
+RETRY_AFTER_SECONDS = (1, 2)
+
+
+# The services that flap, by the names ``Flapping`` is asked with.
+FLAPPING_SERVICES = ("storage", "inventory", "EZID", "depositor", "callback")
+
+
+class Flapping:
+    """The services outside of a chaos run answering badly for a spell, then well again.
+
+    While a spell is on (``set`` by the flap fault, for every service at once or each its own),
+    every request to a flapping server (storage, inventory, EZID, the depositors' good files and
+    the callback receiver) is answered by its service's kind: 503 without or with
+    ``Retry-After``; the connection reset (RST), either before anything is done or after the
+    request was carried out, halfway through the answer (a storage version made, an ARK minted,
+    a callback counted, the client never told); or the right answer after a pause. ``spoiled``
+    counts what was done, per service and kind."""
+
+    def __init__(self, seed: int) -> None:
+        self.lock = threading.Lock()
+        self.rng = Random(seed)
+        self.kind: str | None = None
+        self.kinds: dict[str, str | None] = {}
+        self.spoiled: Counter[tuple[str, str]] = Counter()
+
+    def set(self, kind: str | None, **kinds: str | None) -> None:
+        """Every service answers as ``kind`` (None: well), but those named in ``kinds``."""
+        with self.lock:
+            self.kind = kind
+            self.kinds = dict(kinds)
+
+    def misbehave(self, service: str) -> tuple[str, float] | None:
+        """What this request meets: (kind, a number for it), counted; None: a good answer.
+        The number is the Retry-After, the pause of a slow answer, or for a reset 0 (before
+        anything is done) or 1 (halfway through the answer)."""
+        with self.lock:
+            kind = self.kinds.get(service, self.kind)
+            if kind is None:
+                return None
+            if kind == UNAVAILABLE_RETRY_AFTER:
+                number = float(self.rng.choice(RETRY_AFTER_SECONDS))
+            elif kind == SLOW:
+                number = self.rng.uniform(*SLOW_SECONDS)
+            elif kind == RESET:
+                number = float(self.rng.random() < 0.5)
+            else:
+                number = 0.0
+            shown = kind if kind != RESET else ("reset mid-answer" if number else "reset at once")
+            self.spoiled[(service, shown)] += 1
+            return kind, number
+
+    def figures(self) -> dict[str, Counter[str]]:
+        """Service -> spoiled answers per kind."""
+        found: dict[str, Counter[str]] = {}
+        with self.lock:
+            for (service, kind), count in self.spoiled.items():
+                found.setdefault(service, Counter())[kind] += count
+        return found
+
+
+def reset(handler: BaseHTTPRequestHandler) -> None:
+    """Reset the handler's connection (RST, not FIN), as a crashing server or a balancer does."""
+    with contextlib.suppress(OSError):
+        handler.wfile.flush()
+        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        handler.connection.close()
+    handler.close_connection = True
+
+
+def answer_flapping(
+    handler: BaseHTTPRequestHandler,
+    flapping: Flapping | None,
+    service: str,
+    make: Callable[[], tuple[int, bytes, str]],
+    unavailable: tuple[bytes, str],
+) -> None:
+    """Answer with ``make()`` (status, body, content type), or as the spell of ``flapping``
+    says; ``unavailable``: the service's body and content type of a 503."""
+    bad = flapping.misbehave(service) if flapping is not None else None
+    kind, number = bad or ("", 0.0)
+    if kind in (UNAVAILABLE, UNAVAILABLE_RETRY_AFTER):
+        body, content_type = unavailable
+        handler.send_response(503)
+        handler.send_header("Content-Type", content_type)
+        handler.send_header("Content-Length", str(len(body)))
+        if kind == UNAVAILABLE_RETRY_AFTER:
+            handler.send_header("Retry-After", f"{number:g}")
+        handler.end_headers()
+        handler.wfile.write(body)
+        return
+    if kind == RESET and not number:
+        reset(handler)
+        return
+    if kind == SLOW:
+        time.sleep(number)
+    status, body, content_type = make()
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    if kind == RESET:
+        with contextlib.suppress(OSError):
+            handler.wfile.write(body[: len(body) // 2])
+        reset(handler)
+        return
+    handler.wfile.write(body)
+
+
 @dataclass
 class Request:
     method: str
@@ -52,6 +192,7 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]
     body: bytes
+    client_port: int = 0
 
     @property
     def content_type(self) -> str:
@@ -108,18 +249,28 @@ def exception_document(kind: str, error: str, *, form: str = "xml") -> Answer:
 
 
 class StandIn:
-    """A loopback HTTP server; subclasses answer in ``handle``."""
+    """A loopback HTTP server; subclasses answer in ``handle``. ``start`` serves (``running``
+    for a ``with``). ``port``: a fixed one (0: any free one); ``flapping``: answer badly while
+    its spell is on, as the service ``name``; ``record``: keep every request (``seen``)."""
 
     name = "stand-in"
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, port: int = 0, flapping: Flapping | None = None, record: bool = True
+    ) -> None:
         self.requests: list[Request] = []
+        self.record = record
+        self.flapping = flapping
         self.lock = threading.Lock()
         self._refusals: list[tuple[str | None, Answer]] = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server = QuietServer(("127.0.0.1", port), self._handler())
+        self.port = int(self.server.server_address[1])
+        self.url = f"http://127.0.0.1:{self.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    def unavailable(self) -> Answer:
+        """What a flapping spell of 503s answers."""
+        return exception_document("EXTERNAL_SERVICE_UNAVAILABLE", "flapping")
 
     def refuse_next(self, answer: Answer, method: str | None = None) -> None:
         """Answer the next request (of ``method``, if given) with ``answer``."""
@@ -139,7 +290,8 @@ class StandIn:
 
     def _dispatch(self, request: Request) -> Answer:
         with self.lock:
-            self.requests.append(request)
+            if self.record:
+                self.requests.append(request)
             refusal = None
             for index, (method, answer) in enumerate(self._refusals):
                 if method is None or method == request.method:
@@ -162,17 +314,50 @@ class StandIn:
                 body = self.rfile.read(length) if length else b""
                 parts = urlsplit(self.path)
                 query = {k: v[0] for k, v in parse_qs(parts.query).items()}
-                request = Request(self.command, parts.path, query, dict(self.headers), body)
-                answer = stand_in._dispatch(request)
-                if answer.trickle:
-                    self._trickle(answer)
+                request = Request(
+                    self.command,
+                    parts.path,
+                    query,
+                    dict(self.headers),
+                    body,
+                    int(self.client_address[1]),
+                )
+                flapping = stand_in.flapping
+                bad = flapping.misbehave(stand_in.name) if flapping is not None else None
+                kind, number = bad or ("", 0.0)
+                if kind in (UNAVAILABLE, UNAVAILABLE_RETRY_AFTER):
+                    answer = stand_in.unavailable()
+                    if kind == UNAVAILABLE_RETRY_AFTER:
+                        answer = replace(
+                            answer, headers={**answer.headers, "Retry-After": f"{number:g}"}
+                        )
+                    self._answer(answer)
                     return
+                if kind == RESET and not number:
+                    reset(self)
+                    return
+                if kind == SLOW:
+                    time.sleep(number)
+                answer = stand_in._dispatch(request)
+                if kind == RESET:  # done, and the connection reset halfway through the answer
+                    self._answer(answer, cut=True)
+                elif answer.trickle:
+                    self._trickle(answer)
+                else:
+                    self._answer(answer)
+
+            def _answer(self, answer: Answer, *, cut: bool = False) -> None:
                 self.send_response(answer.status)
                 self.send_header("Content-Type", answer.content_type)
                 self.send_header("Content-Length", str(len(answer.body)))
                 for name, value in answer.headers.items():
                     self.send_header(name, value)
                 self.end_headers()
+                if cut:
+                    with contextlib.suppress(OSError):
+                        self.wfile.write(answer.body[: len(answer.body) // 2])
+                    reset(self)
+                    return
                 self.wfile.write(answer.body)
 
             def _trickle(self, answer: Answer) -> None:
@@ -193,7 +378,7 @@ class StandIn:
 
         return Handler
 
-    def start(self) -> StandIn:
+    def start(self) -> Self:
         self.thread.start()
         return self
 
@@ -201,6 +386,14 @@ class StandIn:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=5)
+
+
+def _files_digest(files: list[StoredFile]) -> str:
+    rows = sorted((f.name, f.size, f.algorithm, f.digest) for f in files)
+    text = "\n".join(
+        f"{name}\0{size}\0{algorithm}={digest}" for name, size, algorithm, digest in rows
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _segments(path: str) -> list[str]:
@@ -252,13 +445,35 @@ class StorageStandIn(StandIn):
 
     name = "storage"
 
-    def __init__(self, nodes: tuple[int, ...] = (9501,)) -> None:
-        super().__init__()
-        self.nodes = set(nodes)
+    def __init__(
+        self,
+        nodes: tuple[int, ...] | None = (9501,),
+        *,
+        add_seconds: float = 0.0,
+        port: int = 0,
+        flapping: Flapping | None = None,
+        record: bool = True,
+    ) -> None:
+        super().__init__(port=port, flapping=flapping, record=record)
+        self.nodes = None if nodes is None else set(nodes)  # None: every node
         self.objects: dict[tuple[int, str], StoredObject] = {}
+        self.adds = 0
         # Called with the ARK and the new version number once an add has made its version and
         # before it is answered: where a test makes the adding client lose its session.
         self.on_add: Callable[[str, int], None] | None = None
+        # An add is made at once and answered after add_seconds, as a real add takes its time:
+        # a client paused or cut off meanwhile has its version made without knowing it (a chaos
+        # run's faults aim at the client ports in ``answering``, the adds not yet told).
+        self.add_seconds = add_seconds
+        self.answering: set[int] = set()
+
+    def versions(self) -> dict[str, list[str]]:
+        """ARK -> a digest of each of its versions' files, oldest first."""
+        with self.lock:
+            return {
+                ark: [_files_digest(files) for files in stored.files]
+                for (_node, ark), stored in self.objects.items()
+            }
 
     def handle(self, request: Request) -> Answer:
         segments = _segments(request.path)
@@ -273,7 +488,7 @@ class StorageStandIn(StandIn):
         if not node_text.isdigit():
             return exception_document("REQUEST_INVALID", f"nodeID not numeric: {node_text}")
         node = int(node_text)
-        if node not in self.nodes:
+        if self.nodes is not None and node not in self.nodes:
             return exception_document("REQUESTED_ITEM_NOT_FOUND", f"node not found: {node}")
         if action == "manifest" and request.method == "GET":
             return self._manifest(node, ark)
@@ -323,8 +538,15 @@ class StorageStandIn(StandIn):
             stored.versions.append(version)
             stored.manifests.append(manifest_url)
             stored.files.append(files)
+            self.adds += 1
         if self.on_add is not None:
             self.on_add(ark, version)
+        if self.add_seconds:
+            with self.lock:
+                self.answering.add(request.client_port)
+            time.sleep(self.add_seconds)
+            with self.lock:
+                self.answering.discard(request.client_port)
         link = f"{self.url}/state/{node}/{quote_ark(ark)}/{version}"
         if response_form == "json":
             state = {
@@ -501,8 +723,8 @@ class InventoryStandIn(StandIn):
 
     name = "inventory"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
         self.added: list[str] = []
         self.local_ids: dict[tuple[str, str], str] = {}  # (owner, local id) -> ark
 
@@ -583,8 +805,8 @@ class EzidStandIn(StandIn):
 
     name = "EZID"
 
-    def __init__(self, user: str, password: str) -> None:
-        super().__init__()
+    def __init__(self, user: str, password: str, **options: Any) -> None:
+        super().__init__(**options)
         self.credentials = (user, password)
         self.counter = 0
         self.identifiers: dict[str, dict[str, str]] = {}
@@ -601,6 +823,9 @@ class EzidStandIn(StandIn):
 
     def _text(self, status: int, line: str) -> Answer:
         return Answer(status, (line + "\n").encode(), "text/plain; charset=UTF-8")
+
+    def unavailable(self) -> Answer:
+        return self._text(503, "error: service unavailable")
 
     def handle(self, request: Request) -> Answer:
         if request.method == "GET" and request.path == "/status":
@@ -828,7 +1053,8 @@ class IngestPosterStandIn(StandIn):
         filename, content = "", b""
         for part in message.iter_parts():
             name = part.get_param("name", header="content-disposition")
-            raw = part.get_payload(decode=True) or b""
+            payload = part.get_payload(decode=True)
+            raw = payload if isinstance(payload, bytes) else b""
             if part.get_filename():
                 filename, content = str(part.get_filename()), raw
             elif name:
