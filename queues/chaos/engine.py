@@ -53,6 +53,7 @@ from queues.chaos.faults import (
     ZooKeeperRestart,
     schedule,
 )
+from queues.chaos.flapping import Flapping
 from queues.chaos.infra import Postgres, Redis, WebWorker, WorkDisk
 from queues.chaos.servers import (
     BlackHoleProxy,
@@ -62,7 +63,7 @@ from queues.chaos.servers import (
     files_server,
     sentinel_server,
 )
-from queues.chaos.standins import EzidStandIn, Flapping, InventoryStandIn, StorageStandIn
+from queues.chaos.standins import EzidStandIn, InventoryStandIn, StorageStandIn
 from queues.zk.client import connect
 from queues.zk.consumers import consumer_name
 from queues.zkserver import LocalEnsemble, LocalZooKeeper, free_port

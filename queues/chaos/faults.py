@@ -21,9 +21,10 @@ from pathlib import Path
 from random import Random
 
 from queues.chaos import txnlog
+from queues.chaos.flapping import FLAP_KINDS, FLAPPING_SERVICES, Flapping
 from queues.chaos.infra import Postgres, Redis, WorkDisk
 from queues.chaos.servers import BlackHoleProxy
-from queues.chaos.standins import FLAP_KINDS, FLAPPING_SERVICES, Flapping, StorageStandIn
+from queues.chaos.standins import StorageStandIn
 from queues.states import JobState
 from queues.zkserver import LocalEnsemble, LocalZooKeeper
 
@@ -385,8 +386,8 @@ FLAP_PHASE = 2.5
 
 class Flap(Fault):
     """The services outside flap for ``seconds``, then answer well again: the spell is cut into
-    phases of about ``FLAP_PHASE`` seconds, and each service (``standins.FLAPPING_SERVICES``)
-    answers every request of a phase with one kind of bad answer (``standins.FLAP_KINDS``: 503,
+    phases of about ``FLAP_PHASE`` seconds, and each service (``flapping.FLAPPING_SERVICES``)
+    answers every request of a phase with one kind of bad answer (``flapping.FLAP_KINDS``: 503,
     503 with Retry-After, connections reset, slow answers) or well; each service has an order
     of its own, drawn from the run's seed, with every kind and one good phase in it at least
     once. Orders of their own let a step that asks two services in turn (inventory, then EZID)

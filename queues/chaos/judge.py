@@ -14,7 +14,7 @@ from typing import Any
 
 from queues.chaos import txnlog
 from queues.chaos.depositors import HOSTILE
-from queues.chaos.standins import FLAPPING_SERVICES
+from queues.chaos.flapping import FLAPPING_SERVICES
 from queues.check import run_check
 from queues.states import JOB, BatchState, JobState
 from queues.zk import paths

@@ -19,15 +19,15 @@ from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from queues.chaos.standins import (
+from queues.chaos.flapping import (
     RESET,
     UNAVAILABLE,
     UNAVAILABLE_RETRY_AFTER,
     Flapping,
-    QuietServer,
     answer_flapping,
     reset,
 )
+from queues.chaos.standins import QuietServer
 
 VERSION_NS = "http://uc3.cdlib.org/ontology/mrt/store/version"
 OBJECT_NS = "http://uc3.cdlib.org/ontology/mrt/store/object"

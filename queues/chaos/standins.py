@@ -1,7 +1,8 @@
 """Stand-ins for Merritt's services on loopback ports, answering as the real ones are documented
-to (docs/merritt-services.md): storage, inventory, EZID, a depositor's callback receiver and
-ingest's poster door. The one set the project has: ``manage.py chaosrun`` runs its storage,
-inventory and EZID against them (made to flap, ``Flapping``), and the tests import them.
+to (docs/merritt-services.md): storage, inventory, EZID and a depositor's callback receiver
+(ingest's poster door is ``poster_standin``, on the same ``StandIn``). The one set the project
+has: ``manage.py chaosrun`` runs its storage, inventory and EZID against them (made to flap,
+``flapping.Flapping``), and the tests import them.
 
 Each is a small ``http.server`` that records what it was sent (unless told not to: a chaos run
 sends thousands of requests), keeps the little state its answers need, and refuses the way the
@@ -17,27 +18,23 @@ import base64
 import contextlib
 import hashlib
 import json
-import re
 import socket
-import struct
 import sys
 import threading
 import time
-import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from email.parser import BytesParser
 from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from random import Random
 from typing import Any, Self
 from urllib.parse import parse_qs, unquote, unquote_plus, urlsplit
 from xml.sax.saxutils import escape, quoteattr
 
 import requests
 
+from queues.chaos.flapping import RESET, SLOW, UNAVAILABLE, UNAVAILABLE_RETRY_AFTER, Flapping, reset
 from queues.steps.checkm import ManifestError, parse_checkm
 
 EXC_NS = "http://uc3.cdlib.org/ontology/mrt/core/exc"
@@ -63,126 +60,6 @@ class QuietServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], OSError):
             super().handle_error(request, client_address)
-
-
-# Flapping ---------------------------------------------------------------------------------------
-
-# How a flapping service answers, one kind a phase of a spell: every request of the phase.
-UNAVAILABLE = "503"
-UNAVAILABLE_RETRY_AFTER = "503 with Retry-After"
-RESET = "reset"  # half of them before anything is done, half after, in the middle of the answer
-SLOW = "slow"
-FLAP_KINDS = (UNAVAILABLE, UNAVAILABLE_RETRY_AFTER, RESET, SLOW)
-# A slow answer waits this long (seconds) before it is made: well inside every deadline of the
-# run (MRT_HTTP_TIMEOUT 30 s, MRT_DOWNLOAD_DEADLINE 20 s).
-SLOW_SECONDS = (0.5, 3.0)
-# What a 503 asks for with Retry-After (seconds).
-RETRY_AFTER_SECONDS = (1, 2)
-
-
-# The services that flap, by the names ``Flapping`` is asked with.
-FLAPPING_SERVICES = ("storage", "inventory", "EZID", "depositor", "callback")
-
-
-class Flapping:
-    """The services outside of a chaos run answering badly for a spell, then well again.
-
-    While a spell is on (``set`` by the flap fault, for every service at once or each its own),
-    every request to a flapping server (storage, inventory, EZID, the depositors' good files and
-    the callback receiver) is answered by its service's kind: 503 without or with
-    ``Retry-After``; the connection reset (RST), either before anything is done or after the
-    request was carried out, halfway through the answer (a storage version made, an ARK minted,
-    a callback counted, the client never told); or the right answer after a pause. ``spoiled``
-    counts what was done, per service and kind."""
-
-    def __init__(self, seed: int) -> None:
-        self.lock = threading.Lock()
-        self.rng = Random(seed)
-        self.kind: str | None = None
-        self.kinds: dict[str, str | None] = {}
-        self.spoiled: Counter[tuple[str, str]] = Counter()
-
-    def set(self, kind: str | None, **kinds: str | None) -> None:
-        """Every service answers as ``kind`` (None: well), but those named in ``kinds``."""
-        with self.lock:
-            self.kind = kind
-            self.kinds = dict(kinds)
-
-    def misbehave(self, service: str) -> tuple[str, float] | None:
-        """What this request meets: (kind, a number for it), counted; None: a good answer.
-        The number is the Retry-After, the pause of a slow answer, or for a reset 0 (before
-        anything is done) or 1 (halfway through the answer)."""
-        with self.lock:
-            kind = self.kinds.get(service, self.kind)
-            if kind is None:
-                return None
-            if kind == UNAVAILABLE_RETRY_AFTER:
-                number = float(self.rng.choice(RETRY_AFTER_SECONDS))
-            elif kind == SLOW:
-                number = self.rng.uniform(*SLOW_SECONDS)
-            elif kind == RESET:
-                number = float(self.rng.random() < 0.5)
-            else:
-                number = 0.0
-            shown = kind if kind != RESET else ("reset mid-answer" if number else "reset at once")
-            self.spoiled[(service, shown)] += 1
-            return kind, number
-
-    def figures(self) -> dict[str, Counter[str]]:
-        """Service -> spoiled answers per kind."""
-        found: dict[str, Counter[str]] = {}
-        with self.lock:
-            for (service, kind), count in self.spoiled.items():
-                found.setdefault(service, Counter())[kind] += count
-        return found
-
-
-def reset(handler: BaseHTTPRequestHandler) -> None:
-    """Reset the handler's connection (RST, not FIN), as a crashing server or a balancer does."""
-    with contextlib.suppress(OSError):
-        handler.wfile.flush()
-        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        handler.connection.close()
-    handler.close_connection = True
-
-
-def answer_flapping(
-    handler: BaseHTTPRequestHandler,
-    flapping: Flapping | None,
-    service: str,
-    make: Callable[[], tuple[int, bytes, str]],
-    unavailable: tuple[bytes, str],
-) -> None:
-    """Answer with ``make()`` (status, body, content type), or as the spell of ``flapping``
-    says; ``unavailable``: the service's body and content type of a 503."""
-    bad = flapping.misbehave(service) if flapping is not None else None
-    kind, number = bad or ("", 0.0)
-    if kind in (UNAVAILABLE, UNAVAILABLE_RETRY_AFTER):
-        body, content_type = unavailable
-        handler.send_response(503)
-        handler.send_header("Content-Type", content_type)
-        handler.send_header("Content-Length", str(len(body)))
-        if kind == UNAVAILABLE_RETRY_AFTER:
-            handler.send_header("Retry-After", f"{number:g}")
-        handler.end_headers()
-        handler.wfile.write(body)
-        return
-    if kind == RESET and not number:
-        reset(handler)
-        return
-    if kind == SLOW:
-        time.sleep(number)
-    status, body, content_type = make()
-    handler.send_response(status)
-    handler.send_header("Content-Type", content_type)
-    handler.send_header("Content-Length", str(len(body)))
-    handler.end_headers()
-    if kind == RESET:
-        with contextlib.suppress(OSError):
-            handler.wfile.write(body[: len(body) // 2])
-        reset(handler)
-        return
-    handler.wfile.write(body)
 
 
 @dataclass
@@ -908,207 +785,8 @@ def running(stand_in: StandIn) -> Iterator[Any]:
 
 def unused_url() -> str:
     """A loopback URL nothing listens on (the port was free a moment ago)."""
-    import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}"
-
-
-BATCH_NS = "http://uc3.cdlib.org/ontology/mrt/ingest/batch"
-
-
-# The form fields Merritt's ingest door reads (mrt-ingest JerseyBase.getFormData, ccc78fe2),
-# and ``retainTargetURL``, which the current one reads too (Merritt's UI forwards it to
-# ``poster/submit``; ``IngestRequest.setRetainTargetURL``). Any other field is logged as not
-# supported and ignored. docs/merritt-poster.md has the sources.
-INGEST_FIELDS = frozenset(
-    {
-        "submitter",
-        "object",
-        "profile",
-        "filename",
-        "type",
-        "size",
-        "digestType",
-        "digestValue",
-        "creator",
-        "title",
-        "date",
-        "localIdentifier",
-        "primaryIdentifier",
-        "note",
-        "erc",
-        "notification",
-        "responseForm",
-        "notificationFormat",
-        "DataCite.resourceType",
-        "synchronousMode",
-        "retainTargetURL",
-        *(
-            f"DC.{name}"
-            for name in (
-                "contributor",
-                "coverage",
-                "creator",
-                "date",
-                "description",
-                "format",
-                "identifier",
-                "language",
-                "publisher",
-                "relation",
-                "rights",
-                "source",
-                "subject",
-                "title",
-                "type",
-            )
-        ),
-    }
-)
-# Ingest's form ``type`` names (JerseyBase maps the hyphenated ones onto PackageTypeEnum).
-INGEST_TYPES = {
-    "file": "file",
-    "container": "container",
-    "manifest": "manifest",
-    "batchManifest": "batchManifest",
-    "batchManifestFile": "batchManifestFile",
-    "batchManifestContainer": "batchManifestContainer",
-    "object-manifest": "manifest",
-    "single-file-batch-manifest": "batchManifestFile",
-    "container-batch-manifest": "batchManifestContainer",
-    "batch-manifest": "batchManifest",
-}
-JAVA_INT_MAX = 2**31 - 1
-
-
-def java_url_file(url: str) -> str:
-    """``java.net.URL.getFile()``: the path and the query, as written in the URL."""
-    parts = urlsplit(url)
-    return parts.path + (f"?{parts.query}" if parts.query else "")
-
-
-@dataclass
-class PosterUpload:
-    """One ``POST /poster/submit`` as Merritt's ingest read it: its form fields, the uploaded
-    file's name and bytes, the batch ID ingest minted for it, and the fields it ignored."""
-
-    batch_id: str
-    fields: dict[str, str]
-    filename: str
-    content: bytes
-    ignored: list[str] = field(default_factory=list)
-
-    def stored_names(self) -> list[str]:
-        """The names ingest gives the files a manifest upload lists: a row's ``fileName``, else
-        one made of its URL, as each of ingest's handlers makes it. An object manifest
-        (``manifest``): ``download/HandlerRetrieve`` downloads to ``url.getFile()`` without its
-        leading ``/`` (folders and query included). A batch manifest:
-        ``queue/HandlerDisaggregate.unpack`` takes ``url.getFile()`` with every ``/`` removed."""
-        kind = INGEST_TYPES.get(self.fields.get("type", ""), "")
-        if kind not in ("manifest", "batchManifest", "batchManifestFile", "batchManifestContainer"):
-            return [self.filename]
-        names = []
-        for row in parse_checkm(self.content).rows:
-            if row.filename:
-                names.append(row.filename)
-            elif kind == "manifest":
-                names.append(java_url_file(row.url).removeprefix("/"))
-            else:
-                names.append(java_url_file(row.url).replace("/", ""))
-        return names
-
-
-class IngestPosterStandIn(StandIn):
-    """Merritt's ingest service's depositor door (docs/merritt-poster.md, mrt-ingest
-    ``JerseyBase``): a multipart ``POST <context>/poster/submit`` (or ``update``) with one
-    uploaded file and the form fields. As ingest's ``getFormData``, it keeps the fields of
-    ``INGEST_FIELDS`` and ignores any other (listed in the upload's ``ignored``), refuses a
-    ``size`` that is not a Java ``int`` (``new Integer(size)``: ``INVALID_OR_MISSING_PARM``) and
-    names the upload by its ``filename`` field, else the part's own file name. It mints
-    ``bid-<uuid>``, hands the upload to ``accept`` (which writes the batch into the queue, as
-    ingest does before it answers) and answers the batch state in the ``responseForm`` asked
-    for (XML by default), ``batchStatus`` ``QUEUED``; a missing profile, submitter or file is
-    refused with ``REQUEST_INVALID``. ``trickle`` (seconds a byte) makes it send the status
-    line and headers of its answers that slowly, once the batch is written."""
-
-    name = "ingest"
-
-    def __init__(self, accept: Callable[[PosterUpload], None], context: str = "/ingest") -> None:
-        super().__init__()
-        self.accept = accept
-        self.context = context
-        self.uploads: list[PosterUpload] = []
-        self.trickle = 0.0
-
-    @staticmethod
-    def parse(request: Request) -> tuple[dict[str, str], str, bytes] | None:
-        head = f"Content-Type: {request.headers.get('Content-Type', '')}\r\n\r\n".encode()
-        message = BytesParser(policy=HTTP).parsebytes(head + request.body)
-        if not message.is_multipart():
-            return None
-        fields: dict[str, str] = {}
-        filename, content = "", b""
-        for part in message.iter_parts():
-            name = part.get_param("name", header="content-disposition")
-            payload = part.get_payload(decode=True)
-            raw = payload if isinstance(payload, bytes) else b""
-            if part.get_filename():
-                filename, content = str(part.get_filename()), raw
-            elif name:
-                fields[str(name)] = raw.decode("utf-8")
-        return fields, filename, content
-
-    def handle(self, request: Request) -> Answer:
-        verbs = (f"{self.context}/poster/submit", f"{self.context}/poster/update")
-        if request.method != "POST" or request.path not in verbs:
-            return exception_document("REQUESTED_ITEM_NOT_FOUND", f"no route {request.path}")
-        parsed = self.parse(request)
-        if parsed is None:
-            return exception_document("REQUEST_INVALID", "not a multipart form")
-        sent, filename, content = parsed
-        fields = {k: v for k, v in sent.items() if k in INGEST_FIELDS}
-        ignored = sorted(k for k in sent if k not in INGEST_FIELDS)
-        form = fields.get("responseForm", "xml")
-        size = fields.get("size")
-        if size is not None and not (
-            re.fullmatch(r"[+-]?[0-9]+", size) and abs(int(size)) <= JAVA_INT_MAX
-        ):
-            return exception_document(
-                "INVALID_OR_MISSING_PARM",
-                "JerseyBase: Could not process form field: size",
-                form=form,
-            )
-        for needed in ("profile", "submitter"):
-            if not fields.get(needed):
-                return exception_document("REQUEST_INVALID", f"{needed} missing", form=form)
-        if not filename:
-            return exception_document("REQUEST_INVALID", "no file uploaded", form=form)
-        filename = fields.get("filename") or filename
-        upload = PosterUpload(f"bid-{uuid.uuid4()}", fields, filename, content, ignored)
-        self.accept(upload)
-        with self.lock:
-            self.uploads.append(upload)
-        state = {
-            "batchID": upload.batch_id,
-            "batchStatus": "QUEUED",
-            "userAgent": fields["submitter"],
-            "submissionDate": "2026-11-21T10:02:03-08:00",
-            "jobStates": "",
-        }
-        if form == "json":
-            body = {
-                "bat:batchState": {
-                    "xmlns:bat": BATCH_NS,
-                    **{f"bat:{k}": v for k, v in state.items()},
-                }
-            }
-            return Answer(200, json.dumps(body).encode(), "application/json", trickle=self.trickle)
-        inner = "".join(f"<bat:{k}>{escape(v)}</bat:{k}>" for k, v in state.items())
-        xml = (
-            '<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<bat:batchState xmlns:bat="{BATCH_NS}">{inner}</bat:batchState>'
-        )
-        return Answer(200, xml.encode(), trickle=self.trickle)

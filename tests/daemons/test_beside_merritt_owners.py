@@ -28,13 +28,8 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from queues.auth import ensure_groups
-from queues.chaos.standins import (
-    IngestPosterStandIn,
-    PosterUpload,
-    exception_document,
-    running,
-    unused_url,
-)
+from queues.chaos.poster_standin import IngestPosterStandIn, PosterUpload
+from queues.chaos.standins import exception_document, running, unused_url
 from queues.daemons.registry import (
     DAEMONS,
     DeploymentError,

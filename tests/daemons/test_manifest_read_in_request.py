@@ -15,7 +15,8 @@ import pytest
 from django.test import Client
 
 from queues.auth import ensure_groups
-from queues.chaos.standins import IngestPosterStandIn, PosterUpload, running
+from queues.chaos.poster_standin import IngestPosterStandIn, PosterUpload
+from queues.chaos.standins import running
 from queues.zk.batches import batch_ids
 
 from .conftest import FileServer, batch_manifest

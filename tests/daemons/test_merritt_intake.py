@@ -34,14 +34,8 @@ from django.test import Client
 
 from queues import services
 from queues.auth import ensure_groups
-from queues.chaos.standins import (
-    INGEST_TYPES,
-    Answer,
-    IngestPosterStandIn,
-    PosterUpload,
-    running,
-    unused_url,
-)
+from queues.chaos.poster_standin import INGEST_TYPES, IngestPosterStandIn, PosterUpload
+from queues.chaos.standins import Answer, running, unused_url
 from queues.steps.checkm import parse_checkm
 from queues.steps.merritt_ingest_client import DeploymentError, IngestUnavailable
 from queues.zk.batches import batch_ids, batch_load, batches_load

@@ -16,17 +16,9 @@ import requests
 from django.core.mail import EmailMessage, get_connection
 
 from queues.chaos import judge
+from queues.chaos.flapping import RESET, SLOW, UNAVAILABLE, UNAVAILABLE_RETRY_AFTER, Flapping
 from queues.chaos.servers import DepositorRoutes, depositor_server
-from queues.chaos.standins import (
-    RESET,
-    SLOW,
-    UNAVAILABLE,
-    UNAVAILABLE_RETRY_AFTER,
-    EzidStandIn,
-    Flapping,
-    InventoryStandIn,
-    StorageStandIn,
-)
+from queues.chaos.standins import EzidStandIn, InventoryStandIn, StorageStandIn
 from queues.retries import outage_of
 from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
 from queues.steps.inventory import HttpInventory, InventoryError
