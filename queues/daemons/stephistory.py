@@ -27,6 +27,7 @@ FLUSH_SECONDS = 2.0
 FLUSH_ROWS = 500
 MAX_PENDING = 50_000
 PRUNE_EVERY = 3600.0
+RETRY_FIRST = 0.25  # seconds to the first try again after a failed write
 
 
 def retention_days() -> float:
@@ -122,10 +123,16 @@ class StepRecorder:
 
     def _run(self) -> None:
         try:
+            retry = RETRY_FIRST
             while not self._stop.is_set():
-                self._wake.wait(self.flush_seconds)
+                # After a failed write, the next try comes sooner (doubling up to the flush
+                # interval): an outage of a few seconds holds the rows for seconds, not a minute.
+                self._wake.wait(
+                    min(retry, self.flush_seconds) if self.failing else self.flush_seconds
+                )
                 self._wake.clear()
                 self.flush()
+                retry = min(retry * 2, self.flush_seconds) if self.failing else RETRY_FIRST
                 if time.monotonic() - self._last_prune >= self.prune_every:
                     self._last_prune = time.monotonic()
                     try:

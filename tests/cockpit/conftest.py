@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import OperationalError
 
 from queues import history, stuck
 from queues.daemons.base import JobDaemon, Next
@@ -61,9 +62,18 @@ def _fresh_state() -> Iterator[None]:
 
 
 def wait_for(check: Callable[[], Any], *, timeout: float = 30.0, every: float = 0.1) -> Any:
+    """``check()`` once it is true. On the suite's SQLite (in memory, a cache shared between
+    connections) a read while a writer thread's transaction holds the table fails at once with
+    "database table is locked" instead of waiting as a file database does: a look to take again,
+    not an answer."""
     deadline = time.monotonic() + timeout
     while True:
-        value = check()
+        try:
+            value = check()
+        except OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
