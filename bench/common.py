@@ -38,7 +38,7 @@ def throwaway_zookeeper(hosts: str = "") -> Iterator[str]:
     if hosts:
         yield hosts
         return
-    from queues.zkserver import LocalZooKeeper, free_port
+    from queues.services.zkserver import LocalZooKeeper, free_port
 
     os.environ.setdefault("ZK_LOCAL_HEAP", "3g")
     # A benchmark stopped by SIGTERM or a closed terminal stops its server too (the default
@@ -146,7 +146,7 @@ def machine() -> str:
 
 
 def zookeeper_version(hosts: str) -> str:
-    from queues.zkserver import four_letter
+    from queues.services.zkserver import four_letter
 
     host, _, rest = hosts.partition(":")
     port = int(rest.split(",")[0].split("/")[0])

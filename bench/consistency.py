@@ -2,8 +2,8 @@
 
 For each size (default 10,000 and 100,000 jobs, 50 jobs a batch) it loads a fresh chroot of
 one ZooKeeper (a throwaway server unless ``--hosts``) with the bulk loader, then walks it with
-the check the ``consistency`` daemon runs (``queues.check.run_check``, findings counted by a
-sink as the daemon's recorder takes them), in a child process of its own so that its peak
+the check the ``consistency`` daemon runs (``queues.operator.check.run_check``, findings counted by
+a sink as the daemon's recorder takes them), in a child process of its own so that its peak
 resident memory is the walk's alone. Printed per size and run: the walk's wall time, its time
 per 1,000 jobs, the child's peak RSS, the ZooKeeper requests it sent (per kind) and what it
 found. ``--walk HOSTS`` runs only the walk (one child's work), for a profiler:
@@ -32,7 +32,7 @@ JOBS_PER_BATCH = 50
 
 def walk(hosts: str) -> dict[str, Any]:
     """One check over ``hosts``; its figures as a dict (printed as JSON by the child)."""
-    from queues import check
+    from queues.operator import check
     from queues.zk.client import connect
 
     zk = connect(hosts, timeout=30)

@@ -111,7 +111,7 @@ class Progress:
     has made n. The state folders' child counts, read in one round trip."""
 
     def __init__(self, zk) -> None:
-        from queues.states import JOB_WORKING, JobState
+        from queues.core.states import JOB_WORKING, JobState
         from queues.zk import paths
 
         self.zk = zk
@@ -216,10 +216,10 @@ def _daemon_process(
     setup_django()
     from django.conf import settings
 
+    from queues.core.states import JOB, JOB_WORKING, JobState
     from queues.daemons.base import JobDaemon, Next
     from queues.daemons.pipeline import LockKeeper
     from queues.daemons.runner import daemon_threads, tune_collector
-    from queues.states import JOB, JOB_WORKING, JobState
     from queues.zk.client import client
 
     logging.getLogger("queues").setLevel(logging.WARNING)
@@ -267,7 +267,7 @@ def _daemon_process(
 
 def packets_received(hosts: str) -> int | None:
     """The server's count of requests received (``mntr``), or None when it cannot be asked."""
-    from queues.zkserver import four_letter
+    from queues.services.zkserver import four_letter
 
     host, _, rest = hosts.partition(":")
     if host not in ("127.0.0.1", "localhost"):
@@ -293,7 +293,7 @@ def _load_estimating(hosts: str, name: str, jobs: int) -> str:
     """A fresh chroot holding ``jobs`` jobs waiting in Estimating (every one makes all seven
     transitions), in 50-job batches."""
     from bench.load import load
-    from queues.states import JobState
+    from queues.core.states import JobState
 
     target = new_chroot(hosts, name)
     load(
@@ -391,7 +391,7 @@ def _load_loopback(hosts: str, name: str, jobs: int) -> str:
     each job's payload on a loopback address (the shipped Downloading loop resolves the payload's
     host before it claims a job: no lookup of a name outside)."""
     from bench.loader import load_waiting
-    from queues.states import BatchState, JobState
+    from queues.core.states import BatchState, JobState
     from queues.zk import client as zkmod
     from queues.zk.batches import batch_create, batch_transition
 
@@ -561,8 +561,8 @@ def _raw_child(
     This child takes every ``processes``-th job of the Estimating listing, so the children never
     race for a job; each batch walks its jobs through every state to Completed."""
     setup_django()
+    from queues.core.states import JOB_WORKING, JobState
     from queues.daemons.runner import tune_collector
-    from queues.states import JOB_WORKING, JobState
     from queues.zk import client as zkmod
     from queues.zk import multiread, paths
     from queues.zk.codecs import encode_json, now_stamp

@@ -4,9 +4,10 @@ forecast the console would show at each minute, and the time the jobs waiting th
 A pipeline of the eight job steps is simulated event by event: each step has a number of
 consumer threads and a time per job (seeded, with spread), jobs go through the steps in order,
 first come first served, and every run becomes a step record (start, duration) once it ends, as
-the daemons write them. At each checkpoint the console's own code (``queues.backlog.pace_of``,
-over the runs it would read: ended by then, started in the last ``PACE_WINDOW``, at most
-``PACE_SAMPLE`` a step; and ``queues.backlog.forecast``) gives its estimate; the simulation
+the daemons write them. At each checkpoint the console's own code
+(``queues.console.backlog.pace_of``, over the runs it would read: ended by then, started in the last
+``PACE_WINDOW``, at most
+``PACE_SAMPLE`` a step; and ``queues.console.backlog.forecast``) gives its estimate; the simulation
 knows when the last of the jobs waiting at that moment actually finished. Printed: the error
 of each checkpoint, and the median and worst, beside the estimate of the rule the console used
 before (jobs waiting over the jobs finished in the last three hours, divided by three).
@@ -151,7 +152,7 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=60.0, help="seconds between checkpoints")
     args = parser.parse_args()
     setup_django()
-    from queues.backlog import PACE_SAMPLE, PACE_WINDOW, forecast, pace_of
+    from queues.console.backlog import PACE_SAMPLE, PACE_WINDOW, forecast, pace_of
 
     window = PACE_WINDOW.total_seconds()
     fast = [Step(s, 1, 0.25, 0.3) for s in STEPS]

@@ -254,7 +254,7 @@ class Console:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        from queues.zkserver import free_port
+        from queues.services.zkserver import free_port
 
         self.port = free_port()
         self.started_at = time.monotonic()
@@ -576,7 +576,7 @@ def _folder_mib(folder: Path) -> float:
 
 def load_queue(size: int, batches: int, scratch: Path) -> Queue:
     from bench.load import load
-    from queues.zkserver import LocalZooKeeper, free_port
+    from queues.services.zkserver import LocalZooKeeper, free_port
 
     server = LocalZooKeeper(scratch / f"zk-{size}", free_port())
     kept = server.directory / "queue.json"
@@ -636,7 +636,7 @@ def _start_loaded(server: Any, size: int) -> None:
 
 def _kept_queue(server: Any, facts: dict[str, Any]) -> Queue:
     """The queue a loaded server holds (``facts``: what its load wrote to queue.json)."""
-    from queues.zkserver import four_letter
+    from queues.services.zkserver import four_letter
 
     if not server.is_serving():
         server.follow_running()  # still running from the last run, on its own port
@@ -686,7 +686,7 @@ def prepare_database(env: dict[str, str]) -> str:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
-    from queues.audit import ApiToken
+    from queues.operator.audit import ApiToken
 
     call_command("migrate", verbosity=0, interactive=False)
     call_command("setupconsole", stdout=io.StringIO())
@@ -901,8 +901,8 @@ def grown_pass(
     once it has gone idle again; beside it, a console started afresh on the same data. Both
     run at once and are timed in alternating rounds."""
     from bench.load import load
+    from queues.services.zkserver import LocalZooKeeper, free_port
     from queues.zk import client as zkmod
-    from queues.zkserver import LocalZooKeeper, free_port
 
     server = LocalZooKeeper(scratch / "zk-grown", free_port())
     server.start()
@@ -1063,7 +1063,8 @@ def main(argv: list[str] | None = None) -> list[str]:
     os.environ.setdefault("ZK_LOCAL_HEAP", "8g" if largest >= 1_000_000 else "3g")
     if largest >= 1_000_000:
         # A state folder of 600,000 jobs is listed in one answer of about 12 MB: past the
-        # default 4 MiB packet limit of the local server (ZK_JUTE_MAXBUFFER, queues/zkserver.py).
+        # default 4 MiB packet limit of the local server (ZK_JUTE_MAXBUFFER,
+        # queues/services/zkserver.py).
         os.environ.setdefault("ZK_JUTE_MAXBUFFER", str(64 * 1024**2))
     lines: list[str] = []
     with scratch_folder() as scratch:

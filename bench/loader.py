@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from queues.states import (
+from queues.core.states import (
     BATCH_INDEX_FOLDERS,
     JOB,
     JOB_STEPS,
@@ -482,8 +482,8 @@ def load_waiting(
     pipelined: what a queue of jobs that wait looks like. ``store_node``: the jobs carry the
     ``store`` node Processing writes, bound for that storage node (Storing, Recording);
     ``retry_next``: their status says a service outside is to be tried again then (epoch
-    seconds; ``queues.retries``). Returns the job IDs in creation order."""
-    from queues.retries import RETRY_KEY
+    seconds; ``queues.core.retries``). Returns the job IDs in creation order."""
+    from queues.core.retries import RETRY_KEY
 
     stamp = now_stamp()
     jids = _sequential(zk, f"{paths.JOBS}/jid", count)

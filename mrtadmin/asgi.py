@@ -5,7 +5,7 @@ application, and, when daphne serves it, inside daphne, which otherwise writes a
 disk before the application sees the request.
 
 Importing this module builds the application and starts nothing. The read index is warmed
-(``queues.warmup``) when the server first hands the application a connection: daphne speaks
+(``queues.web.warmup``) when the server first hands the application a connection: daphne speaks
 no ASGI lifespan, and the first connection is the moment a server is certainly serving.
 ``bin/run-console`` and the image's health check ask ``/healthz`` as soon as daphne listens,
 so the index fills from the start, not on the first operator's page.
@@ -25,7 +25,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from mrtadmin.bodylimit import BodyLimit, install_in_daphne  # noqa: E402
 from queues.live.routing import websocket_urlpatterns  # noqa: E402
-from queues.warmup import WarmOnFirstConnection  # noqa: E402
+from queues.web.warmup import WarmOnFirstConnection  # noqa: E402
 
 # Only when daphne runs this process: importing Twisted first would choose its reactor for it.
 if "daphne.server" in sys.modules:

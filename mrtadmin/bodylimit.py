@@ -158,7 +158,7 @@ def allowance_of(path: str, headers: dict[str, str], client: str) -> str:
 
     from django.contrib import auth
 
-    from queues.auth import may, trusted_username
+    from queues.operator.auth import may, trusted_username
     from queues.views.poster import depositor_token
 
     close_old_connections()

@@ -115,7 +115,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "queues.security.ContentSecurityPolicyMiddleware",
+    "queues.web.security.ContentSecurityPolicyMiddleware",
     # Last, as django-axes asks: turns a locked-out login into its "locked out" page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -126,7 +126,7 @@ MIDDLEWARE = [
 # every browser comes through, MRT_LOGIN_LOCKOUT_BY=username keeps one person's typos from
 # locking out everybody's password logins.
 AUTHENTICATION_BACKENDS = [
-    "queues.auth.LoginAttemptsBackend",
+    "queues.operator.auth.LoginAttemptsBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 MRT_LOGIN_FAILURE_LIMIT = env_int("MRT_LOGIN_FAILURE_LIMIT", 5)
@@ -144,7 +144,7 @@ if "ip_address" not in MRT_LOGIN_LOCKOUT_BY:
     # User-Agent; a lockout by user name uses neither, so the warning does not apply.
     SILENCED_SYSTEM_CHECKS = ["axes.W006"]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "queues.auth.lockout_response"
+AXES_LOCKOUT_CALLABLE = "queues.operator.auth.lockout_response"
 
 # Single sign-on: Merritt's load balancer authenticates and passes the user name in a header.
 # Only enable this behind a proxy that strips the header from client requests, with daphne
@@ -160,9 +160,9 @@ for _proxy in MRT_SSO_PROXIES:
 if MRT_SSO_HEADER:
     MIDDLEWARE.insert(
         MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
-        "queues.auth.TrustedHeaderMiddleware",
+        "queues.operator.auth.TrustedHeaderMiddleware",
     )
-    AUTHENTICATION_BACKENDS.insert(1, "queues.auth.TrustedHeaderBackend")
+    AUTHENTICATION_BACKENDS.insert(1, "queues.operator.auth.TrustedHeaderBackend")
 
 ROOT_URLCONF = "mrtadmin.urls"
 ASGI_APPLICATION = "mrtadmin.asgi.application"
@@ -344,10 +344,10 @@ MRT_HTTP_TIMEOUT = env_float("MRT_HTTP_TIMEOUT", 30.0)
 # every file of the version it makes).
 MRT_SERVICE_DEADLINE = env_float("MRT_SERVICE_DEADLINE", 300.0)
 MRT_STORAGE_ADD_DEADLINE = env_float("MRT_STORAGE_ADD_DEADLINE", 6 * 3600.0)
-# Retry policies of the services outside, over queues/retries.py's defaults (docs/configuration.md):
-# MRT_RETRY_STORAGE="attempts=12 first=30s most=30m within=12h"; checked when a daemon starts.
-# A storage node's breaker (queues/daemons/breakers.py): this many outages in a row within this
-# many seconds hold the node until it answers again.
+# Retry policies of the services outside, over queues/core/retries.py's defaults
+# (docs/configuration.md): MRT_RETRY_STORAGE="attempts=12 first=30s most=30m within=12h"; checked
+# when a daemon starts. A storage node's breaker (queues/daemons/breakers.py): this many outages in
+# a row within this many seconds hold the node until it answers again.
 MRT_BREAKER_FAILURES = env_int("MRT_BREAKER_FAILURES", 5)
 MRT_BREAKER_WINDOW = env_float("MRT_BREAKER_WINDOW", 60.0)
 MRT_RETRY = {
@@ -396,15 +396,15 @@ MRT_MAX_ANONYMOUS_REQUEST_BYTES = env_int("MRT_MAX_ANONYMOUS_REQUEST_BYTES", 2 *
 # /poster/ (an API token of a user who may submit) has MRT_POSTER_UPLOAD_SECONDS instead.
 MRT_REQUEST_SECONDS = env_float("MRT_REQUEST_SECONDS", 60.0)
 MRT_POSTER_UPLOAD_SECONDS = env_float("MRT_POSTER_UPLOAD_SECONDS", 3600.0)
-# Retention (queues/archive.py): batches finished, with all their jobs, at least this many days
-# ago are archived into the database and removed from ZooKeeper, a sweep every so many seconds.
+# Retention (queues/operator/archive.py): batches finished, with all their jobs, at least this many
+# days ago are archived into the database and removed from ZooKeeper, a sweep every so many seconds.
 MRT_RETENTION_DAYS = env_float("MRT_RETENTION_DAYS", 30.0)
 MRT_RETENTION_SWEEP_SECONDS = env_float("MRT_RETENTION_SWEEP_SECONDS", 3600.0)
 # The operator's cockpit: step history kept this many days; "stuck" is past FACTOR x a step's
 # p95 (never under MIN), or past STUCK_SECONDS while a step's history is thin; consumer processes
 # rewrite their registration this often, with this version (empty: git describe).
 MRT_STEP_HISTORY_DAYS = env_float("MRT_STEP_HISTORY_DAYS", 30.0)
-# The search's text index in the database (queues/jobtext.py) follows the queue this many
+# The search's text index in the database (queues/console/jobtext.py) follows the queue this many
 # seconds after a watch said a job state folder changed (a search reads what is new itself).
 MRT_SEARCH_FEED_SECONDS = env_float("MRT_SEARCH_FEED_SECONDS", 10.0)
 MRT_STUCK_SECONDS = env_float("MRT_STUCK_SECONDS", 3600.0)
@@ -488,10 +488,10 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     # Every record's text from outside (reason phrases, names) with its control characters
-    # escaped: queues/outside_text.py.
+    # escaped: queues/core/outside_text.py.
     "formatters": {
         "plain": {
-            "class": "queues.outside_text.LogFormatter",
+            "class": "queues.core.outside_text.LogFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
         }
     },

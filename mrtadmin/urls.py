@@ -1,8 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from queues.downloads import download
-from queues.health import favicon, healthz
+from queues.web.downloads import download
+from queues.web.health import favicon, healthz
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

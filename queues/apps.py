@@ -12,7 +12,7 @@ class QueuesConfig(AppConfig):
 
         # ZK_HOSTS=local (or empty, while it runs) is the project's own server: the launcher
         # lives here, above the contract, which only ever sees a connection string.
-        from queues import zkserver
+        from queues.services import zkserver
         from queues.zk.client import ZkSettings, configure
 
         configure(
@@ -24,7 +24,7 @@ class QueuesConfig(AppConfig):
         # Every read index hands what it reads of a job to the search's text index in the
         # database from its first read on (the writer starts with the web process's fill).
         # The failed causes take the Failed jobs' statuses the index reads likewise.
-        from queues import failure_causes, jobtext
+        from queues.console import failure_causes, jobtext
         from queues.zk import index as zindex
 
         zindex.NEW_INDEX_HOOKS += [jobtext.attach, failure_causes.attach]

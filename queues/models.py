@@ -64,7 +64,7 @@ class InventoryFile(models.Model):
 
 
 class ArchivedBatch(models.Model):
-    """A finished batch archived out of ZooKeeper by retention (``queues/archive.py``).
+    """A finished batch archived out of ZooKeeper by retention (``queues/operator/archive.py``).
 
     Written only once the batch and all its jobs have finished, before their nodes are removed;
     never live queue state. Keyed by the batch ID, so archiving again updates the same row.
@@ -142,8 +142,8 @@ class ArchivedLocalId(models.Model):
 
 
 class JobText(models.Model):
-    """The searched texts of a live job (``queues/jobtext.py``): what never changes once the job
-    is made (title, file name, submitter, local IDs), its ARK once minted, and the status
+    """The searched texts of a live job (``queues/console/jobtext.py``): what never changes once the
+    job is made (title, file name, submitter, local IDs), its ARK once minted, and the status
     message it last failed with. Not queue state: a copy, fed from the read index as it reads
     jobs, so the search reaches every job however old; rows of jobs gone from ZooKeeper are
     taken away when a search meets them. Searched by a part of any field through SQLite's FTS5
@@ -166,7 +166,8 @@ class JobText(models.Model):
 
 
 class StepRecord(models.Model):
-    """One step a consumer daemon ran on one item (the step history, ``queues/history.py``).
+    """One step a consumer daemon ran on one item (the step history,
+    ``queues/operator/history.py``).
 
     Written in batches by each daemon process's background writer
     (``queues/daemons/stephistory.py``), pruned after ``MRT_STEP_HISTORY_DAYS``. A record of
@@ -279,7 +280,8 @@ class ApiToken(models.Model):
         return token
 
 
-# Bulk runs (queues/bulkrun.py works through them) --------------------------------------------
+# Bulk runs (queues/operator/bulkrun.py works through them)
+# --------------------------------------------
 
 # A claimed run whose last heartbeat is older than this has lost its daemon.
 STALE_AFTER = timedelta(seconds=30)
@@ -497,7 +499,8 @@ class AlertDigest(models.Model):
         return f"alert digest {self.day}"
 
 
-# Consistency check runs (queues/consistency.py; the consistency daemon works through them) ---
+# Consistency check runs (queues/operator/consistency.py; the consistency daemon works through them)
+# ---
 
 
 class ConsistencyRun(models.Model):
@@ -566,7 +569,7 @@ class ConsistencyRun(models.Model):
 
 
 class ConsistencyFinding(models.Model):
-    """One finding of a run (``queues.check.Finding``), kept for paging and for repair."""
+    """One finding of a run (``queues.operator.check.Finding``), kept for paging and for repair."""
 
     run = models.ForeignKey(ConsistencyRun, on_delete=models.CASCADE, related_name="rows")
     kind = models.CharField(max_length=40)

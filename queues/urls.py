@@ -4,20 +4,6 @@ again before any ZooKeeper path is built)."""
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 
-from queues import api, metrics
-from queues.routes import (
-    ACCESS_ACTION,
-    BATCH_ACTION,
-    BID,
-    HOLD_ACTION,
-    JID,
-    JOB_ACTION,
-    NODE,
-    PROFILE,
-    QID,
-    QUEUE_HOLD,
-    SERVICE,
-)
 from queues.views import (
     access,
     alerts,
@@ -36,6 +22,20 @@ from queues.views import (
     reports,
     tokens,
     workers,
+)
+from queues.web import api, metrics
+from queues.web.routes import (
+    ACCESS_ACTION,
+    BATCH_ACTION,
+    BID,
+    HOLD_ACTION,
+    JID,
+    JOB_ACTION,
+    NODE,
+    PROFILE,
+    QID,
+    QUEUE_HOLD,
+    SERVICE,
 )
 
 urlpatterns = [

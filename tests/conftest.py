@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from django.conf import global_settings, settings
 
+from queues.services.zkserver import LocalZooKeeper, free_port, jute_maxbuffer_from_env
 from queues.zk import client as zkmod
-from queues.zkserver import LocalZooKeeper, free_port, jute_maxbuffer_from_env
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.markers import (  # noqa: F401  (the hooks that mark, check and pick the quick tier)
     pytest_addoption,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from queues.services.zkserver import LocalEnsemble
 from queues.zk import client as zkmod
-from queues.zkserver import LocalEnsemble
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ import struct
 import threading
 from collections.abc import Callable
 
-from queues.zkserver import free_port
+from queues.services.zkserver import free_port
 
 CREATE, DELETE, EXISTS, MULTI, MULTI_READ = 1, 2, 3, 14, 22
 

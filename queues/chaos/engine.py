@@ -64,9 +64,9 @@ from queues.chaos.servers import (
     sentinel_server,
 )
 from queues.chaos.standins import EzidStandIn, InventoryStandIn, StorageStandIn
+from queues.services.zkserver import LocalEnsemble, LocalZooKeeper, free_port
 from queues.zk.client import connect
 from queues.zk.consumers import consumer_name
-from queues.zkserver import LocalEnsemble, LocalZooKeeper, free_port
 
 # The consumers' fetch policy in a chaos run: the good server's address only, and slow
 # depositors found out within seconds rather than minutes.

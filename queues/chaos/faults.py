@@ -25,8 +25,8 @@ from queues.chaos.flapping import FLAP_KINDS, FLAPPING_SERVICES, Flapping
 from queues.chaos.infra import Postgres, Redis, WorkDisk
 from queues.chaos.servers import BlackHoleProxy
 from queues.chaos.standins import StorageStandIn
-from queues.states import JobState
-from queues.zkserver import LocalEnsemble, LocalZooKeeper
+from queues.core.states import JobState
+from queues.services.zkserver import LocalEnsemble, LocalZooKeeper
 
 
 @dataclass

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import requests
 
-from queues.states import JOB
-from queues.zkserver import free_port
+from queues.core.states import JOB
+from queues.services.zkserver import free_port
 
 
 class InfraError(RuntimeError):

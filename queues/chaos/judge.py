@@ -15,8 +15,8 @@ from typing import Any
 from queues.chaos import txnlog
 from queues.chaos.depositors import HOSTILE
 from queues.chaos.flapping import FLAPPING_SERVICES
-from queues.check import run_check
-from queues.states import JOB, BatchState, JobState
+from queues.core.states import JOB, BatchState, JobState
+from queues.operator.check import run_check
 from queues.zk import paths
 from queues.zk.batches import batch_ids, batch_job_ids, batch_states, batches_load
 from queues.zk.consumers import CONSUMERS

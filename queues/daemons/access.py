@@ -22,9 +22,9 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
+from queues.core.states import AccessState
 from queues.daemons import clients
 from queues.daemons.base import AccessDaemon, Next, Step, StepFailed
-from queues.states import AccessState
 from queues.steps.access import (
     OBJECT,
     PRODUCER,

@@ -36,9 +36,10 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.db import IntegrityError, connection
 
-from queues import archive, failure_causes, selectors, stuck
+from queues.console import failure_causes, selectors
+from queues.core.states import JobState
 from queues.models import AlertRule
-from queues.states import JobState
+from queues.operator import archive, stuck
 from queues.zk import consumers as zconsumers
 from queues.zk import index as zindex
 
@@ -189,8 +190,8 @@ def recent_failures(zk: Any, now: datetime) -> list[str]:
     """The jobs that entered Failed within ``WINDOW`` before ``now`` (and are still Failed).
 
     The time a job entered Failed is its index entry's creation time, read and remembered the
-    way the stuck-job judgement reads the working states' (``queues/stuck.py``), so each round
-    reads only the entries that are new since the last."""
+    way the stuck-job judgement reads the working states' (``queues/operator/stuck.py``), so each
+    round reads only the entries that are new since the last."""
     idx = zindex.for_client(zk)
     entries, ctimes = stuck._entry_times(zk, idx, JobState.FAILED)
     since = (now - WINDOW).timestamp()

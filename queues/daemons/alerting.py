@@ -11,7 +11,7 @@ wins announces it, and a resolution is one conditional update, announced by whoe
 Messages (``AlertMessage``) are written in the transaction that opens or resolves the episode,
 one per configured channel (``MRT_ALERT_EMAIL``, ``MRT_ALERT_WEBHOOK_URL``), and delivered by
 any alerts daemon that claims them (a conditional update with a claim time): a mail server or
-webhook that cannot take one now (``queues.transient.is_mail_outage``, connection errors, 5xx)
+webhook that cannot take one now (``queues.core.transient.is_mail_outage``, connection errors, 5xx)
 leaves it waiting with a growing delay; only a refusal for good (a 5xx mail answer, HTTP 4xx)
 marks it failed, shown on the page. A crash between sending and recording the send repeats the
 message once: a duplicate is better than an alert nobody got.
@@ -41,7 +41,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from queues import audit, clock, hold_moves, transient
+from queues.core import clock, transient
+from queues.core.outside_text import for_slack
 from queues.daemons.alert_rules import (
     KINDS,
     Context,
@@ -53,7 +54,8 @@ from queues.daemons.alert_rules import (
 )
 from queues.daemons.alert_rules import rule_settings as load_rule_settings
 from queues.models import AlertDigest, AlertEpisode, AlertMessage
-from queues.outside_text import for_slack
+from queues.operator import audit
+from queues.services import hold_moves
 from queues.steps.netpolicy import SYSTEM
 from queues.steps.notify import CallbackError, post_callback, send
 from queues.zk.errors import is_connection_error
@@ -137,7 +139,7 @@ def _iso(moment: datetime | None) -> str | None:
 
 
 def _when(moment: datetime | None) -> str:
-    """A time in a message's words: the console's one written form (``queues.clock``)."""
+    """A time in a message's words: the console's one written form (``queues.core.clock``)."""
     return clock.clock_text(moment)
 
 

@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from queues import transient
+from queues.core import transient
 from queues.daemons.alert_rules import KINDS
 from queues.daemons.alerting import Evaluator, deliver_due, digest_if_due
 from queues.daemons.base import ItemResult, PeriodicDaemon

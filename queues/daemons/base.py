@@ -29,9 +29,10 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from django.db import close_old_connections
 
-from queues import retries, services, transient
-from queues.retries import RETRY_KEY, service_at
-from queues.states import AccessState, JobState
+from queues.core import retries, transient
+from queues.core.retries import RETRY_KEY, service_at
+from queues.core.states import AccessState, JobState
+from queues.services import moves
 from queues.steps.submission import processing_problem
 from queues.zk import paths as zpaths
 from queues.zk.access import access_acquire, access_transition, access_unlock
@@ -567,7 +568,7 @@ class JobDaemon(Daemon[Job]):
 
     def services_of(self, item: Job) -> tuple[str, ...]:
         """The services outside this step talks to for ``item``, as outages name them
-        (``queues.retries``): a held one keeps the job waiting, unclaimed, before the step;
+        (``queues.core.retries``): a held one keeps the job waiting, unclaimed, before the step;
         one that went through ends its breaker's run of failures."""
         return ()
 
@@ -603,7 +604,7 @@ class JobDaemon(Daemon[Job]):
 
     def failure(self, item: Job, exc: Exception) -> Step:
         """As ``Daemon.failure``; and when a service outside could not answer now
-        (``queues.retries``), the job is given back to be tried again after a back-off, its
+        (``queues.core.retries``), the job is given back to be tried again after a back-off, its
         next try written on its status, until the service's retry policy is spent. Only then
         does it go to Failed, with the reason of every try."""
         outage = retries.outage_of(exc)
@@ -661,7 +662,7 @@ class JobDaemon(Daemon[Job]):
             if self._deferred is not None:
                 self._deferred.add(item.bid)
             else:
-                services.batch_complete_if_done(bid=item.bid)
+                moves.batch_complete_if_done(bid=item.bid)
 
     def after_move(self, item: Job, step: Next) -> set[str]:
         """``after`` for the batched loop: the batches to check once the whole batch moved."""
@@ -688,7 +689,7 @@ class JobDaemon(Daemon[Job]):
     def batches_done(self, check: CompletionCheck) -> None:
         """The answers of ``ask_completion``: the complete batches go on to Reporting."""
         try:
-            services.batches_to_reporting(check.complete())
+            moves.batches_to_reporting(check.complete())
         except Exception as exc:
             self._completion_failed((b for b, _answer in check.asked), exc)
 

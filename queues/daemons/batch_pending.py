@@ -39,13 +39,13 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
-from queues import retries
+from queues.core import retries
+from queues.core.states import INGEST_HELD_MESSAGE, BatchState
 from queues.daemons import clients
 from queues.daemons.base import BatchDaemon, Next, Stay, Step, StepFailed, describe
 from queues.daemons.breakers import breakers
 from queues.daemons.retrying import RetryWaits, policy_for, when
 from queues.daemons.workfolder import fetch
-from queues.states import INGEST_HELD_MESSAGE, BatchState
 from queues.steps.checkm import ManifestError
 from queues.steps.fetch import DownloadError
 from queues.steps.notify import batch_queued, send
@@ -165,7 +165,7 @@ class BatchPending(BatchDaemon):
         return not self.retry_waits.waits(bid)
 
     def failure(self, item: Batch, exc: Exception) -> Step:
-        """As for a job's step: a manifest whose server cannot answer now (``queues.retries``)
+        """As for a job's step: a manifest whose server cannot answer now (``queues.core.retries``)
         leaves the batch Pending, its next try on its status, until the depositor's policy is
         spent; only then, or for a permanent answer, does the batch fail."""
         outage = retries.outage_of(exc)

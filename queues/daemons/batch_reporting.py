@@ -28,10 +28,11 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
-from queues import services, transient
+from queues.core import transient
+from queues.core.states import BatchState
 from queues.daemons import clients
 from queues.daemons.base import BatchDaemon, Next, Stay, Step, StepFailed
-from queues.states import BatchState
+from queues.services import moves
 from queues.steps.notify import send_batch_summary
 from queues.steps.profiles import ProfileError, load_profile
 from queues.zk.batches import (
@@ -87,7 +88,7 @@ class BatchReporting(BatchDaemon):
             if state != BatchState.PROCESSING:
                 continue
             try:
-                if services.batch_complete_if_done(bid=bid):
+                if moves.batch_complete_if_done(bid=bid):
                     log.info("%s batch-reporting swept: Processing -> Reporting", bid)
             except Exception as exc:
                 if is_connection_error(exc):

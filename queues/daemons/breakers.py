@@ -2,7 +2,7 @@
 and released by itself once it answers again.
 
 Every consumer process counts, per storage node, the outages its steps meet in a row
-(``queues.retries``: refused or reset connections, time-outs, 408, 429, 5xx). At
+(``queues.core.retries``: refused or reset connections, time-outs, 408, 429, 5xx). At
 ``MRT_BREAKER_FAILURES`` of them within ``MRT_BREAKER_WINDOW`` seconds, with no step for that
 node going through in between, the breaker opens: the node is held as an operator would hold it
 (``queues.zk.maintenance``), by ``BREAKER``, with the cause as its reason ("breaker: 5 x 503 from
@@ -29,7 +29,8 @@ from typing import Any
 import requests
 from django.conf import settings
 
-from queues import audit, retries
+from queues.core import retries
+from queues.operator import audit
 from queues.steps.merritt_wire import service_session, unavailable_answer
 from queues.zk.errors import InvalidID
 from queues.zk.maintenance import (

@@ -1,4 +1,4 @@
-"""Bulk runs: work through the bulk actions operators started (``queues/bulkrun.py``).
+"""Bulk runs: work through the bulk actions operators started (``queues/operator/bulkrun.py``).
 
 The web process only records a run; this daemon claims a waiting one (the update that takes it
 checks it is still unclaimed, so two daemons never work on one run), does its items one by one
@@ -10,9 +10,9 @@ Its items are in the database, not in a ZooKeeper state folder: it takes no ZooK
 is not stopped by a queue hold (each item's move is refused by the state machine if it must
 be).
 
-A database outage (``queues.transient``) is waited out: logged once, tried again after a growing
-back-off, and a run it interrupted is taken up again by this daemon, which still owns it, from
-the progress last saved (an operator who continued it meanwhile owns it instead: then this
+A database outage (``queues.core.transient``) is waited out: logged once, tried again after a
+growing back-off, and a run it interrupted is taken up again by this daemon, which still owns it,
+from the progress last saved (an operator who continued it meanwhile owns it instead: then this
 daemon leaves it).
 """
 
@@ -27,9 +27,10 @@ from typing import Any, ClassVar
 
 from django.db import close_old_connections
 
-from queues import bulkrun, transient
+from queues.core import transient
 from queues.daemons.base import Daemon, ItemResult, Next, Step
 from queues.models import BulkRun
+from queues.operator import bulkrun
 
 log = logging.getLogger("queues.daemons")
 

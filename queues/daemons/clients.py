@@ -29,7 +29,7 @@ from typing import Any
 import requests
 from django.conf import settings
 
-from queues.inventory_db import LocalInventory
+from queues.daemons.inventory_db import LocalInventory
 from queues.steps.erc import Erc
 from queues.steps.inventory import HttpInventory, InventoryClient, InventoryError
 from queues.steps.merritt import storage_node_number

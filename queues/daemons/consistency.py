@@ -1,9 +1,10 @@
-"""Consistency check runs: walk the tree for a check an admin started (``queues/consistency.py``).
+"""Consistency check runs: walk the tree for a check an admin started
+(``queues/operator/consistency.py``).
 
 The web process only records a run; this daemon claims it (the update that takes it checks it
 is still unclaimed, so two daemons on two hosts never walk one run, and the database holds only
-one running run) and walks the tree with ``queues.check`` in bounded memory, in this process,
-not the web process. It takes no ZooKeeper lock and is not stopped by a queue hold: it only
+one running run) and walks the tree with ``queues.operator.check`` in bounded memory, in this
+process, not the web process. It takes no ZooKeeper lock and is not stopped by a queue hold: it only
 reads.
 
 An outage (ZooKeeper or the database away) is waited out with a growing back-off; the run it
@@ -22,9 +23,10 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.db import close_old_connections
 
-from queues import consistency, transient
+from queues.core import transient
 from queues.daemons.base import Daemon, ItemResult, Next, Step
 from queues.models import ConsistencyRun
+from queues.operator import consistency
 
 log = logging.getLogger("queues.daemons")
 

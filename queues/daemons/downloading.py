@@ -1,8 +1,8 @@
 """Job Downloading: GET every file at once into the job's working folder.
 
 Each download goes through the depositor fetch policy (queues/steps/netpolicy.py, set up in
-queues/depositors.py: addresses, redirects, a deadline on the whole response and a minimum rate,
-headers included), is retried a bounded number of times with back-off (MRT_DOWNLOAD_RETRIES),
+queues/services/depositors.py: addresses, redirects, a deadline on the whole response and a minimum
+rate, headers included), is retried a bounded number of times with back-off (MRT_DOWNLOAD_RETRIES),
 checked against the depositor's digest and size when given, and lands under its final name only
 when complete. The object as a whole may not take more than
 MRT_MAX_OBJECT_BYTES, counted while the bytes arrive and again while a container is unpacked
@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
+from queues.core.states import JobState
 from queues.daemons.base import Claim, ItemResult, JobDaemon, Next, Step, StepFailed
 from queues.daemons.fetching import HOST_SLOTS, SERVER_KEYS
 from queues.daemons.retrying import RetryWaits
@@ -41,8 +42,7 @@ from queues.daemons.workfolder import (
     priority_for_size,
     workdir,
 )
-from queues.depositors import depositor_policy, payload_roots
-from queues.states import JobState
+from queues.services.depositors import depositor_policy, payload_roots
 from queues.steps.erc import PRODUCER_DIR
 from queues.steps.fetch import ContainerError, DownloadError, download_all, extract_container
 from queues.zk.jobs import job_set_space_needed

@@ -14,10 +14,10 @@ from typing import ClassVar
 
 from django.conf import settings
 
+from queues.core.states import JobState
 from queues.daemons.base import JobDaemon, Next, Step
 from queues.daemons.workfolder import job_spec, object_files, priority_for_size
-from queues.depositors import depositor_policy, payload_roots
-from queues.states import JobState
+from queues.services.depositors import depositor_policy, payload_roots
 from queues.steps.fetch import head_all
 from queues.zk.jobs import job_set_space_needed
 from queues.zk.records import Job

@@ -1,5 +1,5 @@
 """Downloads under way per depositor server, so one slow depositor cannot hold every
-downloading loop of a process (the policy itself is in queues/depositors.py)."""
+downloading loop of a process (the policy itself is in queues/services/depositors.py)."""
 
 from __future__ import annotations
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from queues.core.states import JobState
 from queues.daemons.base import JobDaemon, Next, Stay, Step
 from queues.daemons.workfolder import job_spec, object_files
-from queues.states import JobState
 from queues.zk.caps import CapGate
 from queues.zk.jobs import JobClaimer
 from queues.zk.locks import collection_held

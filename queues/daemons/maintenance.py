@@ -17,12 +17,13 @@ from typing import ClassVar
 
 from django.conf import settings
 
-from queues import audit, hold_moves
-from queues.clock import clock_text
+from queues.core.clock import clock_text
 from queues.daemons.alert_rules import Context, Finding, rule
 from queues.daemons.base import ItemResult, PeriodicDaemon
 from queues.daemons.breakers import BREAKER, breakers
 from queues.models import AuditEntry
+from queues.operator import audit
+from queues.services import hold_moves
 from queues.zk.maintenance import (
     Window,
     due,

@@ -22,12 +22,12 @@ from typing import ClassVar
 
 from django.conf import settings
 
+from queues.core.retries import service_at
+from queues.core.states import JobState
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
 from queues.daemons.workfolder import remove_workdir
-from queues.depositors import depositor_policy
-from queues.retries import service_at
-from queues.states import JobState
+from queues.services.depositors import depositor_policy
 from queues.steps.notify import CallbackError, delivery_key, post_job_callback
 from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile
 from queues.zk.errors import Conflict, StaleVersion

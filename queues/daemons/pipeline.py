@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from django.db import close_old_connections
 
-from queues.states import JOB
+from queues.core.states import JOB
 from queues.zk import paths as zpaths
 from queues.zk.consumers import consumer_name
 from queues.zk.errors import (

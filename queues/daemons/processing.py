@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
+from queues.core.states import JobState
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Step, StepFailed
 from queues.daemons.workfolder import (
@@ -38,7 +39,6 @@ from queues.daemons.workfolder import (
     work_relative,
     workdir,
 )
-from queues.states import JobState
 from queues.steps import merritt
 from queues.steps.erc import (
     PRODUCER_DIR,

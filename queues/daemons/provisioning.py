@@ -29,8 +29,8 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
+from queues.core.states import JobState
 from queues.daemons.base import JobDaemon, Next, Step, StepFailed
-from queues.states import JobState
 from queues.steps.workdisk import provision_room
 from queues.zk import paths as zpaths
 from queues.zk.errors import MalformedNode, NotFound

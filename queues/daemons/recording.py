@@ -15,12 +15,12 @@ from typing import ClassVar
 
 from django.conf import settings
 
+from queues.core.states import JobState
 from queues.daemons import clients
 from queues.daemons.base import Next, Stay, Step, StepFailed
 from queues.daemons.processing import job_erc
 from queues.daemons.storing import ObjectLockDaemon
 from queues.daemons.workfolder import job_spec
-from queues.states import JobState
 from queues.steps.inventory import InventoryError
 from queues.zk import paths as zpaths
 from queues.zk.locks import lock_create, lock_release

@@ -1,6 +1,6 @@
 """Retention: every ``MRT_RETENTION_SWEEP_SECONDS`` archive the batches (with their jobs) that
 finished at least ``MRT_RETENTION_DAYS`` ago into the database and remove them from ZooKeeper
-(``queues/archive.py``), with one log line per batch archived or left alone.
+(``queues/operator/archive.py``), with one log line per batch archived or left alone.
 
 Not a consumer of one state: it claims nothing and takes no lock (the removers refuse a locked
 item and check every status version against what was archived), so it is not stopped by a
@@ -15,8 +15,8 @@ from typing import ClassVar
 
 from django.conf import settings
 
-from queues import archive
 from queues.daemons.base import ItemResult, PeriodicDaemon
+from queues.operator import archive
 
 log = logging.getLogger("queues.daemons")
 

@@ -1,4 +1,4 @@
-"""The daemons' side of retries (``queues.retries``): the policies from settings, the jobs this
+"""The daemons' side of retries (``queues.core.retries``): the policies from settings, the jobs this
 process passes over until their next try, and the record of a wait on the job.
 
 A job whose step met an outage of a service outside is given back with its next try written
@@ -17,8 +17,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from queues import retries
-from queues.clock import clock_text
+from queues.core import retries
+from queues.core.clock import clock_text
 from queues.zk.jobs import job_retry_later
 from queues.zk.records import Job
 

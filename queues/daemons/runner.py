@@ -9,11 +9,11 @@ from typing import Any
 
 from django.conf import settings
 
+from queues.core.states import JOB, JobState
 from queues.daemons.base import Daemon, JobDaemon, Next, SessionGate, Step
 from queues.daemons.pipeline import LockKeeper, run_together
 from queues.daemons.registration import ProcessObserver
 from queues.daemons.registry import daemon_classes
-from queues.states import JOB, JobState
 from queues.zk.client import add_state_listener, client, remove_state_listener
 from queues.zk.records import Job
 

@@ -41,7 +41,8 @@ class Next:
 @dataclass(frozen=True)
 class Stay:
     """The item stays where it is (it waits for a resource); it is unlocked untouched.
-    ``outcome``: "waiting", or "retry" when its next try is written on it (``queues.retries``)."""
+    ``outcome``: "waiting", or "retry" when its next try is written on it
+    (``queues.core.retries``)."""
 
     reason: str = ""
     outcome: str = "waiting"
@@ -55,7 +56,7 @@ class ItemResult:
     id: str
     step: str
     # ok | held | failed (the step failed the item) | waiting | retry (to be tried again after
-    # an outage of a service outside: queues.retries) | dropped | skipped (not
+    # an outage of a service outside: queues.core.retries) | dropped | skipped (not
     # processable here: left untouched)
     outcome: str
     duration: float

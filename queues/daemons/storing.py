@@ -21,11 +21,11 @@ import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from queues.core.states import JobState
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
 from queues.daemons.breakers import STORAGE_NODE
 from queues.daemons.waiting import chained
-from queues.states import JobState
 from queues.steps.merritt import parse_store_mode
 from queues.steps.profiles import ProfileError, load_profile
 from queues.steps.storage import StorageBusy, StorageClient, StorageError, StoredVersion

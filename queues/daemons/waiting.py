@@ -1,7 +1,7 @@
 """What the one-job loops pass over unclaimed, by listing (issue 51): jobs waiting for their
 next try that this loop has not claimed itself.
 
-A job given back to be tried later carries its next try on its status (``queues.retries``).
+A job given back to be tried later carries its next try on its status (``queues.core.retries``).
 The loop that gave it back passes it over by ID (``RetryWaits``); another loop learnt it only
 by claiming the job, reading it and giving it back: once per job, but with 100,000 jobs waiting
 that was 300,000 requests for each of a process's four downloading loops. Once a loop knows of
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from queues import retries
+from queues.core import retries
 from queues.zk import paths as zpaths
 from queues.zk.nodes import read_many
 

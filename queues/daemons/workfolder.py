@@ -23,7 +23,7 @@ from pathlib import Path
 from django.conf import settings
 
 from queues.daemons.base import NotProcessable, StepFailed
-from queues.depositors import depositor_policy, payload_roots
+from queues.services.depositors import depositor_policy, payload_roots
 from queues.steps.checkm import ManifestError
 from queues.steps.fetch import fetch_bytes
 from queues.steps.submission import ObjectSpec, PayloadFile, PayloadNotHere, payload_files

@@ -33,7 +33,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from queues.auth import VIEWER, has_role
+from queues.operator.auth import VIEWER, has_role
 from queues.zk.errors import InvalidID
 from queues.zk.watch import validate_topic
 

@@ -25,8 +25,8 @@ from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 from zlib import error as zlib_error
 
-from queues import transient
-from queues.retries import origin_of, outage_of, service_at, unavailable
+from queues.core import transient
+from queues.core.retries import origin_of, outage_of, service_at, unavailable
 from queues.steps.checkm import HASH_LENGTHS, filename_problem
 from queues.steps.netpolicy import (
     USER_AGENT as USER_AGENT,  # notify's callbacks send the same User-Agent
@@ -425,7 +425,7 @@ def _copy_local(
         with path.open("rb") as source:
             return copy_into(handle, iter(lambda: source.read(CHUNK), b""))
     except OSError as exc:
-        # Chained: a full working disk is an outage the daemon waits out (queues.transient).
+        # Chained: a full working disk is an outage the daemon waits out (queues.core.transient).
         raise DownloadError(url, exc.strerror or str(exc)) from exc
 
 
@@ -505,7 +505,7 @@ def download_all(
         else:
             failures.append(DownloadError(item.url, short_error(error)))
     if failures:
-        # Tried again later (queues.retries) only when every failure was the server's "not
+        # Tried again later (queues.core.retries) only when every failure was the server's "not
         # now": one wrong URL among them fails the job at once.
         outages = [outage_of(f) for f in failures]
         common = outages[0] if all(outages) else None
@@ -663,7 +663,7 @@ def _extract_zip(path: Path, dest: Path, limit: _Unpacked) -> list[str]:
             return _unpack(dest, plan, limit, path.name)
         except (zipfile.BadZipFile, OSError, RuntimeError, EOFError) as exc:
             # RuntimeError is how zipfile reports encrypted members. Chained: a full working
-            # disk is an outage the daemon waits out (queues.transient).
+            # disk is an outage the daemon waits out (queues.core.transient).
             raise ContainerError(f"{path.name}: {exc}") from exc
 
 

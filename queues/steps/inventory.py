@@ -6,7 +6,7 @@ from typing import Any, Protocol
 
 import requests
 
-from queues.retries import unavailable
+from queues.core.retries import unavailable
 from queues.steps.erc import Erc
 from queues.steps.fetch import DEFAULT_TIMEOUT
 from queues.steps.merritt_wire import (
@@ -17,7 +17,7 @@ from queues.steps.merritt_wire import (
     unavailable_answer,
 )
 
-INVENTORY = "inventory"  # the service's name for its retry policy (queues.retries)
+INVENTORY = "inventory"  # the service's name for its retry policy (queues.core.retries)
 
 
 class InventoryError(Exception):

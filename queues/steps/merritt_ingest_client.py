@@ -54,7 +54,7 @@ from typing import Any
 from django.conf import settings
 from urllib3.fields import RequestField
 
-from queues.states import DomainError
+from queues.core.states import DomainError
 from queues.steps import checkm
 from queues.steps.fetch import DownloadError, local_path
 from queues.steps.merritt import canonical_type, merritt_type

@@ -6,9 +6,10 @@ Merritt's Java services (storage, inventory) answer a refusal with an exception 
 service's ``TException`` formatted in the response form asked for (XML unless told otherwise),
 under an HTTP status taken from the exception (400 for a bad request, 404 for an unknown item,
 500/503 for a failure). In XML its root element is named after the exception class,
-``exc:tException.REQUEST_INVALID`` say, in the namespace ``http://uc3.cdlib.org/ontology/mrt/core/exc``,
-and its children carry the reason (``error``, ``description``) and the status name. In JSON the
-same document is one object keyed by the root name.
+``exc:tException.REQUEST_INVALID`` say, in the namespace
+``http://uc3.cdlib.org/ontology/mrt/core/exc``, and its children carry the reason (``error``,
+``description``) and the status name. In JSON the same document is one object keyed by the root
+name.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from queues.retries import ServiceUnavailable, http_unavailable
+from queues.core.retries import ServiceUnavailable, http_unavailable
 from queues.steps.netpolicy import EXCHANGE_POOLS, exchange_deadline
 
 EXC_NAMESPACE = "http://uc3.cdlib.org/ontology/mrt/core/exc"
@@ -40,7 +41,7 @@ _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 
 def unavailable_answer(service: str, response: requests.Response) -> ServiceUnavailable | None:
     """What a client raises its refusal from when the answer means "not now" (408, 429, 5xx;
-    ``queues.retries``): the job is tried again later instead of failing. None otherwise."""
+    ``queues.core.retries``): the job is tried again later instead of failing. None otherwise."""
     return http_unavailable(
         service,
         response.status_code,

@@ -8,10 +8,10 @@ from urllib.parse import quote, unquote
 
 import requests
 
-from queues.retries import is_unavailable_status, unavailable
+from queues.core.retries import is_unavailable_status, unavailable
 from queues.steps.merritt_wire import java_urlencode, service_session, unavailable_answer
 
-EZID = "ezid"  # the service's name for its retry policy (queues.retries)
+EZID = "ezid"  # the service's name for its retry policy (queues.core.retries)
 
 # NOID's "betanumeric" digits: no vowels (no accidental words) and no "l" (looks like 1).
 XDIGITS = "0123456789bcdfghjkmnpqrstvwxz"

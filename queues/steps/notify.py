@@ -9,8 +9,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from queues.clock import clock_text
-from queues.retries import is_unavailable_status, origin_of, service_at, unavailable
+from queues.core.clock import clock_text
+from queues.core.retries import is_unavailable_status, origin_of, service_at, unavailable
 from queues.steps.netpolicy import FetchPolicy, FetchRefused, TooSlow, TransferFailed
 
 # How many jobs the queued mail lists by ID; the rest are counted.
@@ -70,7 +70,7 @@ def post_callback(
                 raise CallbackError(url, problem, status=status)
         if attempt >= retries:
             # The receiver is away or overloaded: the job's notify step is tried again later
-            # (queues.retries), not failed.
+            # (queues.core.retries), not failed.
             raise CallbackError(url, problem, status=answered) from unavailable(
                 service_at("callback", url), problem, probe=origin_of(url)
             )

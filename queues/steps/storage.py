@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 import requests
 
-from queues.retries import unavailable
+from queues.core.retries import unavailable
 from queues.steps.checkm import OBJECT_MANIFEST, ManifestError, parse_checkm, write_checkm
 from queues.steps.erc import PRODUCER_DIR, SYSTEM_DIR
 from queues.steps.fetch import DEFAULT_TIMEOUT, DownloadError, download_all, fetch_bytes
@@ -466,7 +466,7 @@ class HttpStorage:
             # Merritt's storage (and its queue consumer) read the node as an integer.
             raise StorageError(f"storage node {node_id!r} is not a node number")
         self.node_id = node
-        self.service = f"storage node {node}"  # its retry policy and breaker (queues.retries)
+        self.service = f"storage node {node}"  # its retry policy and breaker (queues.core.retries)
         self.timeout = timeout
         self.session = session or service_session(retries=retries)
 

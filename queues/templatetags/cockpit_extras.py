@@ -9,7 +9,7 @@ from typing import Any
 
 from django import template
 
-from queues import history, stuck
+from queues.operator import history, stuck
 from queues.zk.client import connected_client
 
 register = template.Library()

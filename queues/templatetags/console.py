@@ -12,11 +12,11 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeData, mark_safe
 
-from queues import auth
-from queues import clock as clock_module
-from queues.actions import is_destructive
-from queues.diagrams import GLYPHS, human_age, shape_of
-from queues.states import BATCH_FOLDER_WORDS, MACHINES
+from queues.console.diagrams import GLYPHS, human_age, shape_of
+from queues.core import clock as clock_module
+from queues.core.states import BATCH_FOLDER_WORDS, MACHINES
+from queues.operator import auth
+from queues.operator.actions import is_destructive
 from queues.steps.submission import processing_problem
 from queues.zk.jobs import NOT_RESUMABLE
 from queues.zk.records import Broken
@@ -38,7 +38,8 @@ def age(seconds: float | None) -> str:
 
 @register.filter
 def when(value: datetime | str | None, precision: str = "seconds") -> str:
-    """``<time>`` in the console's one form (``queues/clock.py``), the exact UTC time on hover."""
+    """``<time>`` in the console's one form (``queues/core/clock.py``), the exact UTC time on
+    hover."""
     moment = clock_module.as_moment(value)
     if moment is None:
         return "" if value in (None, "") else str(value)

@@ -9,10 +9,10 @@ from typing import Any
 from django import template
 from django.utils.html import format_html
 
-from queues import notes
-from queues.auth import has_role
-from queues.roles import OPERATOR
-from queues.states import JOB, BatchState, JobState
+from queues.console import notes
+from queues.core.roles import OPERATOR
+from queues.core.states import JOB, BatchState, JobState
+from queues.operator.auth import has_role
 from queues.zk import index as zindex
 from queues.zk.client import connected_client
 

@@ -1,5 +1,5 @@
 """The overview's incident parts: the held storage nodes with their maintenance windows
-(``queues/zk/maintenance.py``) and the backlog ahead (``queues/backlog.py``)."""
+(``queues/zk/maintenance.py``) and the backlog ahead (``queues/console/backlog.py``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Any
 from django import template
 from django.conf import settings
 
-from queues import backlog, history, waits
-from queues.retries import service_at
+from queues.console import backlog, waits
+from queues.core.retries import service_at
+from queues.operator import history
 from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile
 from queues.zk import consumers as zconsumers
 from queues.zk.client import connected_client

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from queues.states import JOB
+from queues.core.states import JOB
 from queues.zk.watch import FIXED_TOPICS, job_state_topic
 
 register = template.Library()

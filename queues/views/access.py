@@ -7,9 +7,10 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from queues import actions, selectors
-from queues.auth import VIEWER
-from queues.forms import AccessFilterForm
+from queues.console import selectors
+from queues.operator import actions
+from queues.operator.auth import VIEWER
+from queues.web.forms import AccessFilterForm
 from queues.zk.errors import NotFound
 
 from .common import (

@@ -13,12 +13,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from queues import audit
-from queues.auth import ADMIN, VIEWER, has_role
 from queues.daemons import alerting
 from queues.daemons.alert_rules import KINDS, rule_rows
 from queues.daemons.alerts import ROLE
 from queues.models import AlertEpisode, AlertMessage, AlertRule
+from queues.operator import audit
+from queues.operator.auth import ADMIN, VIEWER, has_role
 from queues.zk.client import connected_client
 from queues.zk.leader import leader_read
 

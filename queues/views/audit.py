@@ -8,8 +8,8 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from queues.audit import AuditEntry
-from queues.auth import VIEWER
+from queues.operator.audit import AuditEntry
+from queues.operator.auth import VIEWER
 
 from .common import HtmxHttpRequest, console_view, querystring_without
 

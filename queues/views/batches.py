@@ -21,11 +21,12 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from queues import actions, archive, batch_reads, diagrams, selectors
-from queues.audit import AuditEntry
-from queues.auth import VIEWER, require_action
-from queues.forms import BatchFilterForm, SubmitForm
-from queues.states import BATCH, JOB
+from queues.console import batch_reads, diagrams, selectors
+from queues.core.states import BATCH, JOB
+from queues.operator import actions, archive
+from queues.operator.audit import AuditEntry
+from queues.operator.auth import VIEWER, require_action
+from queues.web.forms import BatchFilterForm, SubmitForm
 from queues.zk import paths as zpaths
 
 from .common import (

@@ -16,17 +16,11 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from queues import (
-    actions,
-    batch_reads,
-    bulkrun,
-    failed_reads,
-    failure_causes,
-    job_reads,
-    services,
-)
-from queues.auth import VIEWER, may, require_action
-from queues.forms import BulkForm, FailedFilterForm, JobFilterForm
+from queues.console import batch_reads, failed_reads, failure_causes, job_reads
+from queues.operator import actions, bulkrun
+from queues.operator.auth import VIEWER, may, require_action
+from queues.services import moves
+from queues.web.forms import BulkForm, FailedFilterForm, JobFilterForm
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
 from queues.zk.client import connected_client
@@ -94,7 +88,7 @@ def _resume_plan(rows: list[Any], to: str) -> list[tuple[str, str, bool]]:
         if not isinstance(row, Job):
             continue
         try:
-            steps = services.job_resume_steps(row)
+            steps = moves.job_resume_steps(row)
         except DomainError as exc:
             plan.append((row.jid, str(exc), False))
             continue

@@ -1,4 +1,4 @@
-"""Failed jobs grouped by cause (``queues.failure_causes``): a page of groups with their
+"""Failed jobs grouped by cause (``queues.console.failure_causes``): a page of groups with their
 signature, count, batches, collections, first and last failure and a sample message, and the
 group's actions. Resume and delete post to ``bulk.failed_cause_bulk`` (previewed and confirmed
 by the bulk code, with the group's jobs as the filter's match); holding a collection is the
@@ -14,9 +14,9 @@ from django.shortcuts import render
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from queues import failure_causes
-from queues.auth import VIEWER
-from queues.forms import FailedFilterForm
+from queues.console import failure_causes
+from queues.operator.auth import VIEWER
+from queues.web.forms import FailedFilterForm
 from queues.zk import paths as zpaths
 from queues.zk.client import connected_client
 from queues.zk.maintenance import node_holds

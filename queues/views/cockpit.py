@@ -12,8 +12,8 @@ from django.shortcuts import redirect, render
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from queues import search as search_module
-from queues.auth import VIEWER
+from queues.console import search as search_module
+from queues.operator.auth import VIEWER
 
 from .common import HtmxHttpRequest, console_view
 
@@ -23,8 +23,8 @@ from .common import HtmxHttpRequest, console_view
 def search(request: HtmxHttpRequest) -> HttpResponse:
     """The header's search box and its results page: jobs and batches, live and archived, by
     ID prefix, ARK, local ID, submitter, title, file name or error text, in any case, paged by
-    kind (``queues/search.py`` says what each field searches). A single exact match opens the
-    item; input the search refuses is a 400 with the form."""
+    kind (``queues/console/search.py`` says what each field searches). A single exact match opens
+    the item; input the search refuses is a 400 with the form."""
     context: dict[str, Any] = {
         "fields": search_module.FIELDS,
         "date_of": search_module.DATE_OF,

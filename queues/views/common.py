@@ -6,7 +6,7 @@ the read index is still loading after a start (every page's notice, the API's ``
 The view modules beside this one are one per resource (overview, jobs, batches, failed,
 reports, access, holds, bulk, consistency, audit, tokens, workers, cockpit, poster), each with
 its GET and POST views; each imports this module and no other of ``queues.views``. The JSON
-API (``queues/api.py``) takes the same pieces from here, so a read, an action and a refusal are
+API (``queues/web/api.py``) takes the same pieces from here, so a read, an action and a refusal are
 the same whatever door they come through.
 """
 
@@ -29,14 +29,16 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django_htmx.http import reswap
 from django_htmx.middleware import HtmxDetails
 
-from queues import actions, archive, batch_reads, bulkrun, clock, job_reads
-from queues.actions import ReasonRequired
-from queues.auth import require_action, role_required
-from queues.forms import ActionForm
+from queues.console import batch_reads, job_reads
+from queues.core import clock
+from queues.core.states import JOB, REMOVE, JobState
 from queues.models import AuditEntry, BulkRun
-from queues.services import Outcome
-from queues.states import JOB, REMOVE, JobState
+from queues.operator import actions, archive, bulkrun
+from queues.operator.actions import ReasonRequired
+from queues.operator.auth import require_action, role_required
+from queues.services.moves import Outcome
 from queues.templatetags.console import actions_for
+from queues.web.forms import ActionForm
 from queues.zk import client as zkmod
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
@@ -399,7 +401,7 @@ def index_loading() -> str:
     """What the process's read index is still loading after a start ("" when nothing).
 
     The web process fills its read index in the background after a start
-    (``queues.warmup``) and pages answer meanwhile from what is read so far: every page says
+    (``queues.web.warmup``) and pages answer meanwhile from what is read so far: every page says
     so through ``loading_banner`` (the base template's notice, ``id="index-loading"``; a page
     with a note of its own then says only what it means there), and every API answer from the
     index in ``loading``. Nothing here connects, waits or reads: a process whose client is

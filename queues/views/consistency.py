@@ -1,6 +1,7 @@
 """The consistency check of the ZooKeeper tree: started here by an admin, walked in the
-background by the ``consistency`` daemon (``queues/consistency.py``), its progress polled and
-its findings paged here; the repair, an admin's destructive action, works from those findings."""
+background by the ``consistency`` daemon (``queues/operator/consistency.py``), its progress polled
+and its findings paged here; the repair, an admin's destructive action, works from those
+findings."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from queues import consistency as checks
-from queues.auth import VIEWER, require_action
 from queues.models import ConsistencyRun
+from queues.operator import consistency as checks
+from queues.operator.auth import VIEWER, require_action
 
 from .common import HtmxHttpRequest, console_view, perform_posted, redirect_after_post, report
 

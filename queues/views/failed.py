@@ -8,9 +8,9 @@ from django.shortcuts import render
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from queues import failed_reads
-from queues.auth import VIEWER
-from queues.forms import FailedFilterForm
+from queues.console import failed_reads
+from queues.operator.auth import VIEWER
+from queues.web.forms import FailedFilterForm
 
 from .common import HtmxHttpRequest, bad_form, console_view, error_response
 

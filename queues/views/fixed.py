@@ -10,8 +10,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from queues import batch_reads
-from queues.auth import VIEWER
+from queues.console import batch_reads
+from queues.operator.auth import VIEWER
 from queues.templatetags.followup import batches_waiting_for_update_reporting
 from queues.zk.client import connected_client
 

@@ -12,18 +12,19 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from queues import actions, batch_reads, job_reads, selectors, waits
-from queues.audit import AuditEntry
-from queues.auth import VIEWER, require_action
+from queues.console import batch_reads, job_reads, selectors, waits
+from queues.core.states import JOB_WORKING, BatchState, JobState
 from queues.daemons.registry import BESIDE_MERRITT, deployment_mode
-from queues.forms import (
+from queues.operator import actions
+from queues.operator.audit import AuditEntry
+from queues.operator.auth import VIEWER, require_action
+from queues.web.forms import (
     ActionForm,
     CollectionHoldForm,
     NodeFailuresForm,
     NodeHoldForm,
     ServiceHoldForm,
 )
-from queues.states import JOB_WORKING, BatchState, JobState
 from queues.zk import paths as zpaths
 
 from .common import (

@@ -20,13 +20,15 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from queues import actions, archive, diagrams, history, job_reads, notes, services
-from queues.audit import AuditEntry, EarlierFailure, earlier_failures, failure_of
-from queues.auth import VIEWER
-from queues.forms import ActionForm, JobFilterForm
-from queues.history import fmt_seconds
+from queues.console import diagrams, job_reads, notes
+from queues.core.states import JOB, JOB_STEPS, JobState
 from queues.models import Note
-from queues.states import JOB, JOB_STEPS, JobState
+from queues.operator import actions, archive, history
+from queues.operator.audit import AuditEntry, EarlierFailure, earlier_failures, failure_of
+from queues.operator.auth import VIEWER
+from queues.operator.history import fmt_seconds
+from queues.services import moves
+from queues.web.forms import ActionForm, JobFilterForm
 from queues.zk import paths as zpaths
 from queues.zk.errors import DomainError
 from queues.zk.records import Job
@@ -248,7 +250,7 @@ def _resume_steps(job: Job | None) -> tuple[str, ...]:
     if job is None or job.state != JobState.FAILED:
         return ()
     try:
-        steps = services.job_resume_steps(job)
+        steps = moves.job_resume_steps(job)
     except DomainError:
         return ()
     return steps if len(steps) > 1 else ()

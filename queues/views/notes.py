@@ -1,4 +1,4 @@
-"""Notes on jobs, batches and collections: add, edit, delete (``queues/notes.py`` checks who
+"""Notes on jobs, batches and collections: add, edit, delete (``queues/console/notes.py`` checks who
 may and audits each). Every one is a POST that goes back where it came from; the notes are
 shown by the item's page and as markers in lists (``templatetags/followup.py``)."""
 
@@ -9,8 +9,8 @@ from django.http import HttpResponse
 from django.urls import re_path, reverse
 from django.views.decorators.http import require_POST
 
-from queues import notes
-from queues.auth import VIEWER
+from queues.console import notes
+from queues.operator.auth import VIEWER
 from queues.zk import paths as zpaths
 
 from .common import HtmxHttpRequest, console_view, redirect_after_post, safe_next

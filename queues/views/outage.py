@@ -4,7 +4,7 @@ Queue state is in ZooKeeper, but sign-in (the session), API tokens, roles, the a
 bulk runs are in the database, and a request meets them before and after the view proper: the
 session and the token are read by the login checks that wrap every view, and a page's header
 asks for the user's roles. So one middleware answers for every door: whatever a view (or
-its decorators, or its template) raises that ``queues.transient`` calls a database outage
+its decorators, or its template) raises that ``queues.core.transient`` calls a database outage
 becomes a 503 with ``Retry-After``, logged as one line, in the door's own form:
 
 - the JSON API: ``{"error": "the database is unavailable: ..."}``;
@@ -21,7 +21,7 @@ the request is marked then, and this middleware, outside them, answers the marke
 503 above.
 
 ``banner`` is the context processor behind the banner every page carries: it shows the
-database outage the health probe (``queues.health``) last found, without waiting for it.
+database outage the health probe (``queues.web.health``) last found, without waiting for it.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from django.shortcuts import render
 from django.template.loader import render_to_string
 from django_htmx.http import reswap
 
-from queues import health, transient
+from queues.core import transient
+from queues.web import health
 
 from .common import RETRY_SECONDS
 

@@ -9,10 +9,10 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from queues import diagrams, selectors
-from queues.auth import VIEWER
+from queues.console import diagrams, selectors
+from queues.core.states import ACCESS, BATCH, JOB, Machine
 from queues.models import BulkRun
-from queues.states import ACCESS, BATCH, JOB, Machine
+from queues.operator.auth import VIEWER
 from queues.zk.errors import is_connection_error
 
 from .common import HtmxHttpRequest, console_view, job_state_link, link, shown_bulk_runs

@@ -3,8 +3,8 @@
 What Merritt's own door takes and answers is in docs/merritt-poster.md, with its sources. Here:
 
 * **Authentication** by the console's API token, checked by the same code as the API's
-  (``queues.auth.token_from``, ``ApiToken.find``): ``Authorization: Bearer KEY``, or HTTP Basic
-  with the key as the password (the user name, when given, must be the token's user), which is
+  (``queues.operator.auth.token_from``, ``ApiToken.find``): ``Authorization: Bearer KEY``, or HTTP
+  Basic with the key as the password (the user name, when given, must be the token's user), which is
   how Merritt's depositor tools send credentials. A session cookie is never enough, which is
   why the view may be CSRF-exempt. The user needs the role of the ``("batch", "submit")``
   action; refusals are audited like every other action's.
@@ -57,11 +57,10 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import re_path
 from django.views.decorators.csrf import csrf_exempt
 
-from queues import actions
-from queues.audit import ApiToken
-from queues.auth import BEARER_CHALLENGE, may, token_from
-from queues.depositors import payload_roots
-from queues.forms import SubmitForm
+from queues.operator import actions
+from queues.operator.audit import ApiToken
+from queues.operator.auth import BEARER_CHALLENGE, may, token_from
+from queues.services.depositors import payload_roots
 from queues.steps import uploads
 from queues.steps.checkm import filename_problem as object_filename_problem
 from queues.steps.erc import DC_ELEMENTS
@@ -69,6 +68,7 @@ from queues.steps.merritt import MERRITT_TYPES, canonical_type
 from queues.steps.merritt_ingest_client import IngestRefused, IngestUnavailable
 from queues.steps.submission import size_number
 from queues.views.common import refusal_for
+from queues.web.forms import SubmitForm
 
 log = logging.getLogger("queues.poster")
 

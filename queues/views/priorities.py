@@ -3,7 +3,7 @@ a whole collection's waiting jobs (previewed, then run as a bulk action of "prio
 job, so every job's change is audited), and a collection's cap on its jobs in flight.
 
 The console's pages and the JSON API are both here; the API views answer under ``/api/`` with
-the same checks as the rest of it (``queues.api.api_view``).
+the same checks as the rest of it (``queues.web.api.api_view``).
 """
 
 from __future__ import annotations
@@ -18,13 +18,16 @@ from django.shortcuts import render
 from django.urls import re_path, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from queues import actions, bulkrun, clock, hold_moves, job_reads, services
-from queues.api import bulk_run_json
-from queues.api_door import api_view, form_input, request_body
-from queues.auth import VIEWER, require_action
-from queues.routes import BID, HELD_PROFILE, JID, PROFILE
-from queues.states import JOB_WORKING, JobState
-from queues.waits import CapFigure
+from queues.console import job_reads
+from queues.console.waits import CapFigure
+from queues.core import clock
+from queues.core.states import JOB_WORKING, JobState
+from queues.operator import actions, bulkrun
+from queues.operator.auth import VIEWER, require_action
+from queues.services import hold_moves, moves
+from queues.web.api import bulk_run_json
+from queues.web.api_door import api_view, form_input, request_body
+from queues.web.routes import BID, HELD_PROFILE, JID, PROFILE
 from queues.zk import caps as zcaps
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
@@ -98,7 +101,7 @@ def collection_rows() -> tuple[list[dict[str, Any]], bool]:
 
 def _figure(cap: zcaps.Cap | None, in_flight: int) -> CapFigure | None:
     """A cap in one figure: the collection's jobs in flight now (the read index's count, the
-    one the pages show) against its limit (queues/waits.py)."""
+    one the pages show) against its limit (queues/console/waits.py)."""
     if cap is None:
         return None
     return CapFigure(
@@ -293,7 +296,7 @@ def collection_cap_action(request: HtmxHttpRequest, profile: str, action: str) -
 # API ----------------------------------------------------------------------------------------------
 
 
-def _outcomes(outcomes: list[services.Outcome]) -> list[dict[str, str]]:
+def _outcomes(outcomes: list[moves.Outcome]) -> list[dict[str, str]]:
     return [
         {"kind": o.kind, "id": o.id, "before": o.before, "after": o.after, "detail": o.detail}
         for o in outcomes
@@ -400,7 +403,7 @@ def api_collection_cap(request: HttpRequest, name: str, action: str) -> dict[str
     }
 
 
-# Included under api/ by queues/urls.py (beside queues.api's own patterns).
+# Included under api/ by queues/urls.py (beside queues.web.api's own patterns).
 api_urlpatterns = [
     re_path(r"^caps$", api_caps, name="api-caps"),
     re_path(rf"^jobs/{JID}/priority$", api_job_priority, name="api-job-priority"),

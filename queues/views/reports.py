@@ -11,9 +11,10 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from queues import batch_reads, clock
-from queues.auth import VIEWER
-from queues.states import JobState
+from queues.console import batch_reads
+from queues.core import clock
+from queues.core.states import JobState
+from queues.operator.auth import VIEWER
 from queues.zk import index as zindex
 from queues.zk import paths
 from queues.zk.client import connected_client
@@ -156,7 +157,7 @@ def report_export(request: HtmxHttpRequest, bid: str, fmt: str) -> HttpResponse:
         return error_response(request, f"batch {bid} has no status report yet", 404)
     filename = f"report-{bid}.{fmt}"
     # The report's time as each reader takes it: the API's ISO form (UTC) for a program, the
-    # console's written form for the spreadsheet a person opens (queues/clock.py).
+    # console's written form for the spreadsheet a person opens (queues/core/clock.py).
     stamp = detail.reports[0].last_modified
     shown = clock.exact(stamp) or stamp if fmt == "json" else clock.clock_text(stamp)
     rows = [{**row, "report": shown} for row in rows]

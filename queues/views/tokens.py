@@ -10,10 +10,10 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from queues import audit
-from queues.audit import ApiToken
-from queues.auth import ADMIN, VIEWER, has_role
-from queues.forms import TokenForm
+from queues.operator import audit
+from queues.operator.audit import ApiToken
+from queues.operator.auth import ADMIN, VIEWER, has_role
+from queues.web.forms import TokenForm
 
 from .common import HtmxHttpRequest, console_view, error_response, redirect_after_post
 

@@ -2,7 +2,8 @@
 over time) and the stuck-job list (issue 15, items 1-5).
 
 The consumers come from their registration nodes (``queues/zk/consumers.py``), the history from
-the step records in the database (``queues/history.py``), stuck jobs from ``queues/stuck.py``.
+the step records in the database (``queues/operator/history.py``), stuck jobs from
+``queues/operator/stuck.py``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from queues import actions, history, selectors, stuck
-from queues.auth import OPERATOR, VIEWER, may, require_action
+from queues.console import selectors
+from queues.operator import actions, history, stuck
+from queues.operator.auth import OPERATOR, VIEWER, may, require_action
 from queues.zk import consumers as zconsumers
 from queues.zk.client import connected_client
 from queues.zk.errors import NotFound

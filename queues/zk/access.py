@@ -10,7 +10,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from queues.states import ACCESS, AccessState
+from queues.core.states import ACCESS, AccessState
 
 from . import paths
 from .batches import simple_status

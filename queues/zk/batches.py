@@ -21,8 +21,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from queues.retries import RETRY_KEY
-from queues.states import BATCH, BATCH_INDEX_FOLDERS, JOB, BatchState, JobState
+from queues.core.retries import RETRY_KEY
+from queues.core.states import BATCH, BATCH_INDEX_FOLDERS, JOB, BatchState, JobState
 
 from . import index as zindex
 from . import paths, sized
@@ -61,7 +61,7 @@ def simple_status(
 
 def batch_retry_later(zk: KazooClient, batch: Batch, retry: dict[str, Any], message: str) -> Batch:
     """Record on the batch, still in its state, that its step is to be tried again: ``message``
-    and the console's ``RETRY_KEY`` (``queues.retries``) on its status, checked against the
+    and the console's ``RETRY_KEY`` (``queues.core.retries``) on its status, checked against the
     version it was read at (StaleVersion or Conflict when it changed meanwhile)."""
     raw = dict(batch.status.raw)
     raw["last_modified"] = now_stamp()

@@ -52,7 +52,7 @@ from kazoo.exceptions import (
     RolledBackError,
 )
 
-from queues.states import JOB_WORKING, JobState
+from queues.core.states import JOB_WORKING, JobState
 
 from . import paths
 from .codecs import decode_json, encode_json, now_stamp, parse_stamp

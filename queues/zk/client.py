@@ -3,10 +3,10 @@
 ``client()`` returns the process's client, connecting on first use. The connection string is
 ``ZK_HOSTS`` as the application hands it in, passed through the resolver it configured: the Django
 app's resolver (``queues.apps``) turns ``local`` into the project's own server
-(``queues.zkserver``), started on ``ZK_LOCAL_PORT`` under ``MRT_VAR_DIR``, and an empty setting
-into that server only while it already runs (``bin/run-console`` or ``manage.py zkserver start``
-started it), never one started behind the operator's back. This module knows nothing of a local
-server: without a resolver, an empty setting is refused.
+(``queues.services.zkserver``), started on ``ZK_LOCAL_PORT`` under ``MRT_VAR_DIR``, and an empty
+setting into that server only while it already runs (``bin/run-console`` or ``manage.py zkserver
+start`` started it), never one started behind the operator's back. This module knows nothing of a
+local server: without a resolver, an empty setting is refused.
 """
 
 from __future__ import annotations

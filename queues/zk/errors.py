@@ -22,7 +22,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
-from queues.states import DomainError, InvalidTransition
+from queues.core.states import DomainError, InvalidTransition
 
 R = TypeVar("R")
 

@@ -31,7 +31,7 @@ and identifiers read once; a job without an ARK has its identifiers read again w
 in a state past Processing (the step that mints it). A job that is gone stays a key until it is
 looked up, when loading it finds nothing.
 
-Start-up: ``fill()`` (run in a background thread by ``queues/warmup.py``) reads everything in
+Start-up: ``fill()`` (run in a background thread by ``queues/web/warmup.py``) reads everything in
 the order pages need it; meanwhile pages answer from what is ready and ``loading()`` says what
 is not (a search then may miss a job whose details are not read yet, and says so).
 
@@ -86,8 +86,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import KeeperState
 
-from queues.states import BATCH_INDEX_FOLDERS, JOB, JobState, job_batch_folder
-from queues.states import BatchState as BatchStatus
+from queues.core.states import BATCH_INDEX_FOLDERS, JOB, JobState, job_batch_folder
+from queues.core.states import BatchState as BatchStatus
 
 from . import kazoo_private, paths
 from .codecs import decode_int, decode_json, decode_str
@@ -115,7 +115,7 @@ from .packed import (
 )
 
 MAX_FACTS = 5_000_000
-# The threads that fill an index (``start_fill``'s, and ``queues.warmup``'s at a web start).
+# The threads that fill an index (``start_fill``'s, and ``queues.web.warmup``'s at a web start).
 FILL_THREADS = frozenset({"fill-read-index", "warm-read-index"})
 # How long a read waits for kazoo's callback thread before using what it has.
 SETTLE_SECONDS = 2.0
@@ -336,13 +336,13 @@ class ReadIndex:
         # Called (on whichever thread read them) with the texts of jobs read for facts and
         # search (``JobText``), and with the status messages of jobs read new in Failed
         # (number, message): the console's database text index is fed from here
-        # (``queues/jobtext.py``). It must not block: it runs on the reader's thread.
+        # (``queues/console/jobtext.py``). It must not block: it runs on the reader's thread.
         self.text_sink: Callable[[list[JobText]], None] | None = None
         # Called with each Failed job's status as it is read new in Failed (job number, the
         # decoded status, its stat): the search's error texts, the failed causes' signatures.
         self.status_sinks: list[Callable[[list[tuple[int, dict[str, Any], Any]]], None]] = []
         # Set by every watch event of a job state folder: a feeder waits on it instead of
-        # polling (``queues/jobtext.py``).
+        # polling (``queues/console/jobtext.py``).
         self.jobs_changed = threading.Event()
         zk.add_listener(self._on_session)
 
@@ -1383,7 +1383,7 @@ class ReadIndex:
     def filling(self) -> bool:
         filler = self._filler
         if filler is None and not self._filled:
-            # A fill thread started for this process (``queues.warmup``) that has not reached
+            # A fill thread started for this process (``queues.web.warmup``) that has not reached
             # ``fill`` yet (it connects first): pages asked meanwhile must not read everything
             # themselves, as they would if the fill were not coming.
             filler = next(
@@ -1483,7 +1483,7 @@ _indexes_lock = threading.Lock()
 
 
 # Called with every index ``for_client`` makes, before its first read (the Django app adds the
-# feed of the database's text index, ``queues/jobtext.py``).
+# feed of the database's text index, ``queues/console/jobtext.py``).
 NEW_INDEX_HOOKS: list[Callable[[ReadIndex], Any]] = []
 
 

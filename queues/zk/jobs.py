@@ -22,8 +22,8 @@ from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import ZnodeStat
 
-from queues.retries import RETRY_KEY
-from queues.states import JOB, InvalidTransition, JobState, job_batch_folder, job_resume_target
+from queues.core.retries import RETRY_KEY
+from queues.core.states import JOB, InvalidTransition, JobState, job_batch_folder, job_resume_target
 
 from . import caps, paths
 from .codecs import (
@@ -963,7 +963,7 @@ def job_acquire(
 def job_retry_later(zk: KazooClient, job: Job, retry: dict[str, Any], message: str) -> Job:
     """Record on the job, as the holder of its lock, that its step is to be tried again: the
     status keeps its state and Merritt's keys (``retry_count`` untouched: it counts an
-    operator's resumes), with ``message`` and the console's ``RETRY_KEY`` (``queues.retries``).
+    operator's resumes), with ``message`` and the console's ``RETRY_KEY`` (``queues.core.retries``).
     The job as written; LockLost, Conflict or StaleVersion as ``write_fenced``."""
     raw = dict(job.status.raw)
     raw["last_modified"] = now_stamp()

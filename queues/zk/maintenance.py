@@ -432,8 +432,8 @@ def check_window_end(
 ) -> None:
     """ValueError unless ``until`` may end a hold being placed now: None (no end), or a time
     with a zone, after now and at most WINDOW_HORIZON ahead. Every door that places a hold
-    calls this before it writes anything (``queues/services.py``), ``show`` writing the times its
-    refusal names (the console's clock; this layer imports no Django)."""
+    calls this before it writes anything (``queues/services/moves.py``), ``show`` writing the times
+    its refusal names (the console's clock; this layer imports no Django)."""
     if until is None:
         return
     if not isinstance(until, datetime):
@@ -603,7 +603,7 @@ def window_info(w: Window) -> dict[str, Any]:
     return {
         "kind": w.kind,
         "name": w.name,
-        # The API's one form (queues.clock.exact): UTC, to the second.
+        # The API's one form (queues.core.clock.exact): UTC, to the second.
         "until": w.until.astimezone(UTC).isoformat(timespec="seconds"),
         "reason": w.reason,
         "by": w.by,

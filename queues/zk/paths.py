@@ -8,7 +8,7 @@ can ever address a node it should not.
 import functools
 import re
 
-from queues.states import job_batch_folder, job_index_folder
+from queues.core.states import job_batch_folder, job_index_folder
 
 from .errors import InvalidID
 

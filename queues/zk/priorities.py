@@ -18,7 +18,7 @@ from dataclasses import replace
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from queues.states import JobState, job_batch_folder
+from queues.core.states import JobState, job_batch_folder
 
 from . import paths
 from .codecs import decode_int, encode_int

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar, overload
 
-from queues.states import job_batch_folder
+from queues.core.states import job_batch_folder
 
 from . import paths
 from .codecs import local_time, parse_stamp

@@ -57,7 +57,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import KazooState, WatchedEvent
 
-from queues.states import BATCH_INDEX_FOLDERS, JOB
+from queues.core.states import BATCH_INDEX_FOLDERS, JOB
 
 from . import paths
 from .caps import CAPS

@@ -24,15 +24,15 @@ from faults.test_mail_outage import SmtpServer
 # A PostgreSQL of the tests' own that a test may stop, for the database-down alert.
 from faults.test_transient_database import on_pg, own_pg  # noqa: F401
 
+from queues.core.states import JOB_STEPS
 from queues.daemons import registry  # noqa: F401  (hands the owned steps to the rules)
 from queues.daemons.alert_rules import KINDS
 from queues.daemons.alerting import Evaluator
 from queues.models import AlertRule
-from queues.states import JOB_STEPS
+from queues.services.zkserver import free_port
 from queues.zk.batches import batch_create
 from queues.zk.jobs import job_create, job_transition
 from queues.zk.records import Job
-from queues.zkserver import free_port
 
 WEBHOOK_PATH = "/services/T000/B000/secret-token"
 

@@ -12,12 +12,12 @@ import pytest
 from daemons.conftest import DEMO
 from django.test import Client
 
-from queues import services
+from queues.console.failure_causes import failure_causes
+from queues.core.states import JOB_STEPS
 from queues.daemons.alerting import Evaluator, deliver_due
 from queues.daemons.breakers import BREAKER
-from queues.failure_causes import failure_causes
 from queues.models import AlertEpisode
-from queues.states import JOB_STEPS
+from queues.services import moves
 from queues.zk.batches import batch_create
 from queues.zk.jobs import job_create, job_transition
 from queues.zk.maintenance import node_hold_set, window_set
@@ -178,7 +178,7 @@ def test_a_resume_of_the_failures_resolves_with_what_is_over(
     t = a_moment()
     assert len(evaluator.evaluate(zk=zk, now=t)) == 1
     for jid in jids:
-        services.job_resume(jid=jid)
+        moves.job_resume(jid=jid)
     assert evaluator.evaluate(zk=zk, now=later(t, 1)) == []
     assert len(evaluator.evaluate(zk=zk, now=later(t, 1 + QUIET))) == 1
     deliver_due(now=later(t, 1 + QUIET))

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from queues import hold_moves, services, waits
+from queues.console import waits
 from queues.daemons import alert_rules
 from queues.daemons.alert_rules import Context, Finding, rule
 from queues.daemons.alerting import Evaluator, deliver_due, digest_if_due
 from queues.models import AlertDigest, AlertEpisode, AuditEntry
+from queues.services import hold_moves, moves
 from queues.zk.jobs import job_load, job_transition
 from queues.zk.locks import collection_held
 
@@ -32,9 +33,9 @@ def test_a_condition_back_within_the_quiet_period_is_the_same_episode(
     job = pending_job(zk)
     assert len(evaluator.evaluate(zk=zk, now=later(t, 1))) == 1
     for flap in range(3):  # gone (held), back within the quiet period (released), ...
-        services.job_hold(jid=job.jid)
+        moves.job_hold(jid=job.jid)
         assert evaluator.evaluate(zk=zk, now=later(t, 10 + 100 * flap)) == []
-        services.job_release(jid=job.jid)
+        moves.job_release(jid=job.jid)
         assert evaluator.evaluate(zk=zk, now=later(t, 60 + 100 * flap)) == []
     job_transition(zk, job_load(zk, job.jid), "Estimating")
     gone = later(t, 400)

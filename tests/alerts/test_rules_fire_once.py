@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from daemons.conftest import DEMO
 
-from queues import archive, services, stuck
 from queues.daemons.alerting import Evaluator, deliver_due
 from queues.models import AlertEpisode, AlertMessage
+from queues.operator import archive, stuck
+from queues.services import moves
 from queues.zk import consumers as zconsumers
 from queues.zk.batches import batch_create, batch_load, batch_transition
 from queues.zk.jobs import job_load, job_transition
@@ -34,7 +35,7 @@ def _failures(zk: Any) -> tuple[dict[str, Any], Callable[[], None], Callable[[],
 
     def cure() -> None:
         for job in jobs:
-            services.job_resume(jid=job.jid)
+            moves.job_resume(jid=job.jid)
 
     return {"threshold": 2.0}, make, cure
 
@@ -48,7 +49,7 @@ def _collection_failures(zk: Any) -> tuple[dict[str, Any], Callable[[], None], C
 
     def cure() -> None:
         for job in jobs:
-            services.job_resume(jid=job.jid)
+            moves.job_resume(jid=job.jid)
 
     return {"threshold": 1.0}, make, cure
 

@@ -17,9 +17,9 @@ from faults.test_mail_outage import SmtpServer
 
 from queues.daemons.alert_rules import KINDS
 from queues.daemons.alerts import ROLE
+from queues.services.zkserver import free_port
 from queues.zk.jobs import job_load, job_transition
 from queues.zk.leader import leader_read
-from queues.zkserver import free_port
 
 from .conftest import pending_job
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from django.db import OperationalError
 
-from queues import history, stuck
+from queues.core.states import JOB
 from queues.daemons.base import JobDaemon, Next
-from queues.states import JOB
+from queues.operator import history, stuck
 from tests.console.conftest import (  # noqa: F401
     PASSWORD,
     _fresh_cache,

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from queues import history
 from queues.models import StepRecord
+from queues.operator import history
 
 from .conftest import record
 

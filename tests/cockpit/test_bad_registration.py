@@ -63,7 +63,7 @@ def test_a_bad_registration_is_a_row_saying_what_is_wrong(zk, registrations, vie
 def test_the_api_lists_a_bad_registration_with_its_error(registrations, make_user) -> None:
     from django.test import Client
 
-    from queues.audit import ApiToken
+    from queues.operator.audit import ApiToken
 
     _token, key = ApiToken.issue(user=make_user("viewer", "api-viewer"), name="t")
     response = Client().get("/api/consumers", HTTP_AUTHORIZATION=f"Bearer {key}")

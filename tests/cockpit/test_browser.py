@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from queues.core.states import JobState
 from queues.daemons.registration import ProcessObserver
 from queues.models import StepRecord
-from queues.states import JobState
 from queues.zk import client as zkmod
 from tests.browser import SCREENSHOTS, close_context
 

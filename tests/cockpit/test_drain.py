@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from queues.audit import AuditEntry
 from queues.daemons.registration import ProcessObserver
+from queues.operator.audit import AuditEntry
 from queues.zk import client as zkmod
 from queues.zk import consumers as zconsumers
 from queues.zk.jobs import job_load

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from queues import check, check_repairs
 from queues.daemons.registration import ProcessObserver
+from queues.operator import check, check_repairs
 from queues.zk import client as zkmod
 from queues.zk import consumers as zconsumers
 from queues.zk import paths
@@ -145,7 +145,7 @@ def test_a_lock_taken_after_the_last_published_ledger_is_not_an_orphan(
 def test_consumers_page_and_api_show_the_orphan_lock_under_its_process(
     zk, consumer, viewer, make_user, make_job
 ) -> None:
-    from queues.audit import ApiToken
+    from queues.operator.audit import ApiToken
 
     orphan, working = make_job("Estimating"), make_job("Estimating")
     orphan_lock = paths.job_node(orphan.jid, "lock")
@@ -202,7 +202,7 @@ def test_the_consistency_page_leaves_the_orphan_lock_to_its_own_process(
     wait_for(lambda: _orphans(zk) == [lock], timeout=20)
     from queues.daemons.consistency import ConsistencyCheck
 
-    # Started by the admin, walked by the consistency daemon (queues/consistency.py).
+    # Started by the admin, walked by the consistency daemon (queues/operator/consistency.py).
     assert admin.post("/consistency/").status_code == 303
     assert ConsistencyCheck(zk=zk).run_once()
     page = admin.get("/consistency/").content.decode()

@@ -158,7 +158,7 @@ def test_two_processes_with_one_host_and_pid_get_two_names(zk, zk_hosts) -> None
 def test_the_api_lists_the_registered_processes_for_a_token(zk, zk_hosts, make_user) -> None:
     from django.test import Client
 
-    from queues.audit import ApiToken
+    from queues.operator.audit import ApiToken
 
     other = zkmod.connect(zk_hosts)
     daemon = SlowStep(zk=other, poll=0.1)

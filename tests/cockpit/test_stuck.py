@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from queues import stuck
 from queues.models import StepRecord
+from queues.operator import stuck
 from queues.zk import paths as zpaths
 from queues.zk.locks import lock_create
 

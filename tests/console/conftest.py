@@ -14,9 +14,9 @@ from django.core.cache import cache
 from django.test import Client
 from kazoo.client import KazooClient
 
-from queues.audit import ApiToken
-from queues.auth import ensure_groups
-from queues.states import JOB_STEPS
+from queues.core.states import JOB_STEPS
+from queues.operator.audit import ApiToken
+from queues.operator.auth import ensure_groups
 from queues.zk import access, batches, jobs
 from queues.zk import paths as zpaths
 from queues.zk.maintenance import WINDOWS, node_hold_path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from queues.audit import ApiToken, AuditEntry
+from queues.operator.audit import ApiToken, AuditEntry
 from queues.zk import batches, jobs
 
 from .conftest import post_json

@@ -15,8 +15,8 @@ import pytest
 from django.test import Client
 
 from console.conftest import PROFILE
-from queues import hold_moves
-from queues.states import BATCH, JOB
+from queues.core.states import BATCH, JOB
+from queues.services import hold_moves
 from queues.zk import batches
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from queues.audit import ApiToken, AuditEntry
+from queues.operator.audit import ApiToken, AuditEntry
 
 pytestmark = pytest.mark.django_db
 

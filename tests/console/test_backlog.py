@@ -12,10 +12,10 @@ import pytest
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
-from queues import backlog
-from queues.audit import ApiToken
+from queues.console import backlog
 from queues.daemons.provisioning import Provisioning
 from queues.models import StepRecord
+from queues.operator.audit import ApiToken
 from queues.steps.workdisk import provision_room
 from tests.browser import SCREENSHOTS, close_context
 from tests.jobnodes import set_job_nodes

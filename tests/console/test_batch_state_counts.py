@@ -2,7 +2,7 @@
 
 import pytest
 
-from queues.audit import ApiToken
+from queues.operator.audit import ApiToken
 from queues.zk import batches, jobs
 
 

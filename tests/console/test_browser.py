@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from queues import bulkrun
+from queues.operator import bulkrun
 from queues.zk import batches, jobs, locks
 from tests.browser import SCREENSHOTS, close_context
 

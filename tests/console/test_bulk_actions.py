@@ -7,7 +7,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from queues.audit import AuditEntry
+from queues.operator.audit import AuditEntry
 from queues.zk import jobs
 
 pytestmark = pytest.mark.django_db

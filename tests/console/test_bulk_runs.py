@@ -13,10 +13,10 @@ from django.core.exceptions import PermissionDenied
 from django.urls import reverse
 from django.utils import timezone
 
-from queues import bulkrun
-from queues.actions import ReasonRequired
-from queues.audit import ApiToken, AuditEntry
-from queues.bulkrun import BulkRun
+from queues.operator import bulkrun
+from queues.operator.actions import ReasonRequired
+from queues.operator.audit import ApiToken, AuditEntry
+from queues.operator.bulkrun import BulkRun
 from queues.zk import jobs
 
 # The bulk-runs daemon works in a thread with a database connection of its own: it must see

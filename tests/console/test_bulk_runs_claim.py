@@ -8,8 +8,8 @@ import time
 import pytest
 from django.db import OperationalError
 
-from queues import bulkrun
-from queues.bulkrun import BulkRun
+from queues.operator import bulkrun
+from queues.operator.bulkrun import BulkRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

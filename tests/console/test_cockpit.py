@@ -11,8 +11,8 @@ import json
 import pytest
 from django.urls import reverse
 
-from queues.audit import AuditEntry, earlier_failures
-from queues.check import run_check
+from queues.operator.audit import AuditEntry, earlier_failures
+from queues.operator.check import run_check
 from queues.steps import notify
 from queues.zk import batches, jobs, locks
 from queues.zk import paths as zpaths
@@ -134,7 +134,7 @@ def test_the_holds_page_counts_and_links_held_batches_and_jobs(admin, zk, make_b
 
 
 def test_the_consistency_check_drops_findings_that_were_moves_in_flight(zk, make_job, monkeypatch):
-    from queues import check
+    from queues.operator import check
 
     moving = make_job("Pending")
     stuck = make_job("Pending")
@@ -158,7 +158,7 @@ def test_the_consistency_check_drops_findings_that_were_moves_in_flight(zk, make
 
 
 def test_the_consistency_check_does_not_pause_without_transient_findings(zk, make_job, monkeypatch):
-    from queues import check
+    from queues.operator import check
 
     make_job("Pending")
     monkeypatch.setattr(check.time, "sleep", lambda s: pytest.fail("paused for nothing"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from queues.audit import AuditEntry
+from queues.operator.audit import AuditEntry
 from queues.steps import notify
 from queues.zk import batches, jobs, locks
 

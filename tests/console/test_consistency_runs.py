@@ -19,9 +19,9 @@ from django.urls import reverse
 from django.utils import timezone
 from kazoo.client import KazooClient
 
-from queues import check, consistency
 from queues.daemons.consistency import ConsistencyCheck
 from queues.models import AuditEntry, ConsistencyFinding, ConsistencyRun
+from queues.operator import check, consistency
 from queues.zk import batches, jobs
 from queues.zk.records import Job
 
@@ -245,7 +245,7 @@ def test_a_batch_merritt_holds_is_shown_with_advice_and_not_repaired(
 def test_the_api_starts_a_check_and_pages_its_findings(
     client: Client, make_user: Callable[..., Any], zk: KazooClient, make_job: Callable[..., Job]
 ) -> None:
-    from queues.audit import ApiToken
+    from queues.operator.audit import ApiToken
 
     def bearer(role: str) -> dict[str, str]:
         _token, key = ApiToken.issue(user=make_user(role, f"api-{role}"), name="test")

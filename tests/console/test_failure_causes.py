@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from queues import clock, failure_causes
-from queues.audit import ApiToken
+from queues.console import failure_causes
+from queues.core import clock
+from queues.operator.audit import ApiToken
 from queues.zk import index as zindex
 from queues.zk import jobs, locks
 from queues.zk.errors import NotFound

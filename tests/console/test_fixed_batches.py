@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from queues.audit import AuditEntry
+from queues.core.states import JOB_STEPS
 from queues.daemons.batch_reporting import BatchUpdateReporting
-from queues.states import JOB_STEPS
+from queues.operator.audit import AuditEntry
 from queues.zk import batches, jobs
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from queues.states import JOB_STEPS
+from queues.core.states import JOB_STEPS
 from queues.zk import batches, jobs, locks
 from tests.browser import SCREENSHOTS, close_context
 

@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from queues import backlog, hold_moves
-from queues.audit import ApiToken
-from queues.backlog import Pace, forecast, pace_of
+from queues.console import backlog
+from queues.console.backlog import Pace, forecast, pace_of
+from queues.console.waits import CapFigure, Wait
+from queues.core.states import JOB_STEPS
 from queues.models import StepRecord
-from queues.states import JOB_STEPS
-from queues.waits import CapFigure, Wait
+from queues.operator.audit import ApiToken
+from queues.services import hold_moves
 from queues.zk import caps
 from queues.zk.maintenance import BREAKER, node_hold_set
 from tests.jobnodes import set_job_nodes

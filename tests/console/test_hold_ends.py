@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.urls import reverse
 
-from queues.audit import AuditEntry
 from queues.daemons.alert_rules import Context
 from queues.daemons.maintenance import hold_overrun
+from queues.operator.audit import AuditEntry
 from queues.zk import paths as zpaths
 from queues.zk.locks import collection_hold_set, queue_hold_set
 from queues.zk.maintenance import (

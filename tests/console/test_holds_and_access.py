@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from queues.audit import AuditEntry
-from queues.states import INGEST_HELD_MESSAGE
+from queues.core.states import INGEST_HELD_MESSAGE
+from queues.operator.audit import AuditEntry
 from queues.zk import access, batches, jobs, locks
 
 pytestmark = pytest.mark.django_db

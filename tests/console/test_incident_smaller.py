@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from console.conftest import PASSWORD
-from queues import hold_moves
+from queues.services import hold_moves
 from queues.zk import batches
 from tests.browser import close_context
 

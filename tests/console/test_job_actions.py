@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from queues.audit import AuditEntry
+from queues.operator.audit import AuditEntry
 from queues.zk import jobs
 
 pytestmark = pytest.mark.django_db

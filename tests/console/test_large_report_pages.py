@@ -8,7 +8,7 @@ from typing import Any
 
 from django.urls import reverse
 
-from queues.audit import ApiToken
+from queues.operator.audit import ApiToken
 from queues.zk import batches
 from queues.zk.batches import batch_create, batch_load, batch_transition
 

@@ -10,8 +10,8 @@ from django.urls import reverse
 from kazoo.exceptions import ConnectionLoss
 from prometheus_client.parser import text_string_to_metric_families
 
-from queues import selectors
-from queues.audit import ApiToken
+from queues.console import selectors
+from queues.operator.audit import ApiToken
 from tests.jobnodes import set_job_nodes
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from queues.audit import ApiToken, AuditEntry
+from queues.operator.audit import ApiToken, AuditEntry
 from queues.zk import locks
 from queues.zk.maintenance import node_held, windows
 from tests.browser import SCREENSHOTS, close_context

@@ -8,8 +8,8 @@ import json
 import pytest
 from django.urls import reverse
 
-from queues.audit import ApiToken, AuditEntry
 from queues.models import Note
+from queues.operator.audit import ApiToken, AuditEntry
 from queues.zk import locks
 
 pytestmark = pytest.mark.django_db

@@ -22,9 +22,10 @@ from alerts.conftest import Webhook, mails_with, only, smtp, webhook  # noqa: F4
 from django.test import Client
 from django.urls import reverse
 
-from queues import backlog, hold_moves
+from queues.console import backlog
 from queues.daemons.alerting import Evaluator, deliver_due, digest_draft, write_messages
 from queues.daemons.breakers import BREAKER
+from queues.services import hold_moves
 from queues.steps import notify
 from queues.zk import batches
 from queues.zk.maintenance import node_hold_set

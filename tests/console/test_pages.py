@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from queues import actions
+from queues.operator import actions
 from queues.zk import batches
 from tests.jobnodes import set_job_nodes
 from tests.scale.test_flat_failed_stuck import _work

@@ -16,8 +16,8 @@ import requests
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from queues.audit import ApiToken, AuditEntry
 from queues.daemons.registry import DAEMONS
+from queues.operator.audit import ApiToken, AuditEntry
 from queues.zk.batches import batch_id_for_uuid, batch_job_ids, batch_load
 from queues.zk.jobs import jobs_load
 

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from queues import archive, services
-from queues.audit import ApiToken
+from queues.core.states import BatchState
 from queues.daemons.registry import DAEMONS
-from queues.states import BatchState
+from queues.operator import archive
+from queues.operator.audit import ApiToken
+from queues.services import moves
 from queues.zk.batches import batch_job_ids, batch_load, batch_transition
 from queues.zk.jobs import jobs_load
 from tests.console.test_poster import batch_state, exception, fields, post, submitted
@@ -89,7 +90,7 @@ def test_deleting_a_batch_removes_its_uploads(zk, key, settings) -> None:
     _other, kept = _upload(zk, key, settings)
     batch_transition(zk, batch, BatchState.HELD, admin=True)
 
-    services.batch_delete(bid=batch.bid)
+    moves.batch_delete(bid=batch.bid)
 
     assert not folder.exists()
     assert (kept / "scan.tif").is_file()  # another batch's upload is left alone

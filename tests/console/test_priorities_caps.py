@@ -12,8 +12,8 @@ import time
 import pytest
 from django.urls import reverse
 
-from queues.audit import AuditEntry
-from queues.bulkrun import BulkRun
+from queues.operator.audit import AuditEntry
+from queues.operator.bulkrun import BulkRun
 from queues.zk import caps
 from queues.zk.jobs import job_load, job_transition
 from tests.browser import SCREENSHOTS, close_context

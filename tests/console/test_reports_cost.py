@@ -12,7 +12,7 @@ import pytest
 from django.urls import reverse
 
 from bench.loader import bulk_load
-from queues.audit import ApiToken
+from queues.operator.audit import ApiToken
 from queues.zk import batches
 from queues.zk import index as zindex
 from queues.zk.client import client as shared_client

@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from queues.audit import AuditEntry
+from queues.operator.audit import AuditEntry
 from queues.zk import batches
 from queues.zk import client as zkmod
 
@@ -46,14 +46,14 @@ def test_when_zookeeper_is_unreachable_pages_say_so_and_recover(viewer, zk_hosts
             : settings.MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware")
             + 1
         ],
-        "queues.auth.TrustedHeaderMiddleware",
+        "queues.operator.auth.TrustedHeaderMiddleware",
         *settings.MIDDLEWARE[
             settings.MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware")
             + 1 :
         ],
     ],
     AUTHENTICATION_BACKENDS=[
-        "queues.auth.TrustedHeaderBackend",
+        "queues.operator.auth.TrustedHeaderBackend",
         "django.contrib.auth.backends.ModelBackend",
     ],
 )
@@ -103,7 +103,7 @@ def test_consistency_page_reports_and_an_admin_repairs(viewer, operator, admin, 
 
     job = make_job("Failed")
     zk.delete(f"/jobs/states/failed/05-{job.jid}")
-    # Started by an admin, walked by the consistency daemon (queues/consistency.py).
+    # Started by an admin, walked by the consistency daemon (queues/operator/consistency.py).
     assert admin.post(reverse("consistency")).status_code == 303
     assert ConsistencyCheck(zk=zk).run_once()
     html = viewer.get(reverse("consistency")).content.decode()

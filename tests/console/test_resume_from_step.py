@@ -10,8 +10,8 @@ import time
 import pytest
 from django.urls import reverse
 
-from queues.audit import ApiToken, AuditEntry, earlier_failures
-from queues.bulkrun import BulkRun
+from queues.operator.audit import ApiToken, AuditEntry, earlier_failures
+from queues.operator.bulkrun import BulkRun
 from queues.zk import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 from kazoo.client import KazooClient
 
-from queues import search
+from queues.console import search
 from queues.models import StepRecord
 from queues.zk import batches, jobs
 from queues.zk.records import Batch, Job

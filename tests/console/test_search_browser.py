@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from queues import search
+from queues.console import search
 from queues.zk import batches, jobs
 
 from .conftest import PROFILE

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from queues import backlog, hold_moves
-from queues.audit import ApiToken
+from queues.console import backlog
+from queues.operator.audit import ApiToken
+from queues.services import hold_moves
 from queues.zk import caps
 from queues.zk.locks import collection_hold_set
 from tests.jobnodes import set_job_nodes
@@ -24,7 +25,7 @@ from .conftest import PASSWORD, PROFILE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# The console's one written form of a time, to the minute (queues/clock.py).
+# The console's one written form of a time, to the minute (queues/core/clock.py).
 MINUTE = r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} \S+"
 
 

@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from queues import backlog, hold_moves
+from queues.console import backlog
+from queues.services import hold_moves
 from queues.zk import caps
 from tests.browser import SCREENSHOTS, close_context
 

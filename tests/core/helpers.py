@@ -9,7 +9,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from queues.states import BATCH_INDEX_FOLDERS, JOB, JOB_STEPS
+from queues.core.states import BATCH_INDEX_FOLDERS, JOB, JOB_STEPS
 from queues.zk import jobs
 from queues.zk.records import Job
 

@@ -3,7 +3,7 @@
 Written from the contract page (``../shared/design/zookeeper-contract.md``) alone, and on
 purpose independent of the service module: it reads bytes with kazoo and imports nothing from
 ``queues``, so that it cannot share a mistake with the code it checks. Every state name, key
-set, encoding and path below is copied from the contract, not from ``queues.states``.
+set, encoding and path below is copied from the contract, not from ``queues.core.states``.
 
 ``read_job``, ``read_batch`` and ``read_access`` return what the library would load, or raise
 ``LayoutError`` listing every rule the item breaks (all of them, not only the first).

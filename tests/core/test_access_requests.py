@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 
-from queues import services
+from queues.services import moves
 from queues.zk import access
 from queues.zk.errors import InvalidID, InvalidTransition, ItemLocked, NotFound
 
@@ -81,7 +81,7 @@ def test_operator_resumes_a_failed_access_request(zk: KazooClient, to: str) -> N
     item = access.access_create(zk, queue="small", token=TOKEN)
     item = access.access_transition(zk, item, "Processing")
     item = access.access_transition(zk, item, "Failed", message="assembly failed")
-    outcome = services.access_resume(queue="small", qid=item.qid, to=to)
+    outcome = moves.access_resume(queue="small", qid=item.qid, to=to)
     assert (outcome.before, outcome.after) == ("Failed", to)
     assert_access_status(zk, "small", item.qid, to)
 
@@ -89,7 +89,7 @@ def test_operator_resumes_a_failed_access_request(zk: KazooClient, to: str) -> N
 def test_access_resume_refuses_a_request_that_did_not_fail(zk: KazooClient) -> None:
     item = access.access_create(zk, queue="small", token=TOKEN)
     with pytest.raises(InvalidTransition):
-        services.access_resume(queue="small", qid=item.qid, to="Pending")
+        moves.access_resume(queue="small", qid=item.qid, to="Pending")
     with pytest.raises(InvalidTransition):
         access.access_transition(
             zk, access.access_transition(zk, item, "Processing"), "Pending", admin=True
@@ -101,7 +101,7 @@ def test_operator_deletes_a_finished_access_request(zk: KazooClient, outcome: st
     item = access.access_create(zk, queue="small", token=TOKEN)
     item = access.access_transition(zk, item, "Processing")
     access.access_transition(zk, item, outcome)
-    result = services.access_delete(queue="small", qid=item.qid)
+    result = moves.access_delete(queue="small", qid=item.qid)
     assert result.after == "Deleted"
     assert zk.exists(f"/access/small/{item.qid}") is None
 
@@ -110,7 +110,7 @@ def test_running_access_request_cannot_be_deleted(zk: KazooClient) -> None:
     item = access.access_create(zk, queue="small", token=TOKEN)
     item = access.access_transition(zk, item, "Processing")
     with pytest.raises(InvalidTransition):
-        services.access_delete(queue="small", qid=item.qid)
+        moves.access_delete(queue="small", qid=item.qid)
     assert zk.exists(f"/access/small/{item.qid}/status") is not None
 
 
@@ -120,7 +120,7 @@ def test_locked_access_request_cannot_be_deleted(zk: KazooClient, other_zk: Kazo
     access.access_transition(zk, item, "Completed")
     other_zk.create(f"/access/small/{item.qid}/lock", b"", ephemeral=True)
     with pytest.raises(ItemLocked):
-        services.access_delete(queue="small", qid=item.qid)
+        moves.access_delete(queue="small", qid=item.qid)
     assert zk.exists(f"/access/small/{item.qid}/token") is not None
 
 
@@ -133,4 +133,4 @@ def test_access_token_can_be_rewritten(zk: KazooClient) -> None:
 @pytest.mark.parametrize("bad", ["qid1", "../jobs", "small"])
 def test_malformed_access_id_is_refused(zk: KazooClient, bad: str) -> None:
     with pytest.raises(InvalidID):
-        services.access_resume(queue="small", qid=bad)
+        moves.access_resume(queue="small", qid=bad)

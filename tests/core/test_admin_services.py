@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 from kazoo.client import KazooClient
 
-from queues import catalogue, hold_moves, services
-from queues.catalogue import Call
+from queues.operator import catalogue
+from queues.operator.catalogue import Call
+from queues.services import hold_moves, moves
 from queues.zk import batches, jobs, locks
 from queues.zk.errors import Conflict, InvalidID, InvalidTransition, ItemLocked, NotFound, QueueHeld
 from queues.zk.records import Batch, Job
@@ -33,7 +34,7 @@ def job_tree(zk: KazooClient, bid: str) -> dict:
 
 
 def test_operator_holds_a_pending_job(zk: KazooClient, job: Job, batch: Batch) -> None:
-    outcome = services.job_hold(jid=job.jid)
+    outcome = moves.job_hold(jid=job.jid)
     assert str(outcome) == f"job {job.jid}: Pending -> Held"
     assert_job_status(
         zk, job.jid, status="Held", last_successful="Pending", message="held by an operator"
@@ -45,13 +46,13 @@ def test_only_a_pending_job_can_be_held(zk: KazooClient, job: Job, batch: Batch)
     walk_job(zk, job, "Estimating")
     before = job_tree(zk, batch.bid)
     with pytest.raises(InvalidTransition):
-        services.job_hold(jid=job.jid)
+        moves.job_hold(jid=job.jid)
     assert job_tree(zk, batch.bid) == before
 
 
 def test_operator_releases_a_held_job(zk: KazooClient, job: Job, batch: Batch) -> None:
-    services.job_hold(jid=job.jid)
-    outcome = services.job_release(jid=job.jid)
+    moves.job_hold(jid=job.jid)
+    outcome = moves.job_release(jid=job.jid)
     assert (outcome.before, outcome.after) == ("Held", "Pending")
     assert_indexed(zk, job, batch.bid, "Pending")
 
@@ -59,20 +60,20 @@ def test_operator_releases_a_held_job(zk: KazooClient, job: Job, batch: Batch) -
 def test_release_is_refused_while_the_collection_is_held(
     zk: KazooClient, job: Job, batch: Batch
 ) -> None:
-    services.job_hold(jid=job.jid)
+    moves.job_hold(jid=job.jid)
     locks.collection_hold_set(zk, job.profile)
     before = job_tree(zk, batch.bid)
     with pytest.raises(QueueHeld, match=job.profile):
-        services.job_release(jid=job.jid)
+        moves.job_release(jid=job.jid)
     assert job_tree(zk, batch.bid) == before
     locks.collection_hold_clear(zk, job.profile)
-    services.job_release(jid=job.jid)
+    moves.job_release(jid=job.jid)
     assert_indexed(zk, job, batch.bid, "Pending")
 
 
 def test_release_of_a_job_that_is_not_held_is_refused(zk: KazooClient, job: Job) -> None:
     with pytest.raises(InvalidTransition):
-        services.job_release(jid=job.jid)
+        moves.job_release(jid=job.jid)
 
 
 @pytest.mark.parametrize("state", ["Pending", "Estimating", "Downloading", "Notify"])
@@ -80,7 +81,7 @@ def test_operator_fails_a_job_with_a_reason(
     zk: KazooClient, job: Job, batch: Batch, state: str
 ) -> None:
     job = walk_job(zk, job, state)
-    services.job_fail(jid=job.jid, message="stuck on a bad host")
+    moves.job_fail(jid=job.jid, message="stuck on a bad host")
     assert_job_status(
         zk,
         job.jid,
@@ -95,7 +96,7 @@ def test_operator_fails_a_job_with_a_reason(
 def test_operator_cannot_fail_a_finished_or_held_job(zk: KazooClient, job: Job, state: str) -> None:
     walk_job(zk, job, state)
     with pytest.raises(InvalidTransition):
-        services.job_fail(jid=job.jid, message="x")
+        moves.job_fail(jid=job.jid, message="x")
 
 
 @pytest.mark.parametrize("state", ["Failed", "Held", "Completed"])
@@ -105,7 +106,7 @@ def test_delete_removes_every_node_and_both_index_entries(
     other = make_job()
     job = walk_job(zk, job, state)
     set_job_nodes(zk, job, identifiers={"primary_id": "ark:/1/x", "local_id": []})
-    outcome = services.job_delete(jid=job.jid)
+    outcome = moves.job_delete(jid=job.jid)
     assert (outcome.before, outcome.after) == (state, "Deleted")
     assert zk.exists(f"/jobs/{job.jid}") is None
     assert job_index_paths(zk, job.jid) == []
@@ -121,7 +122,7 @@ def test_delete_of_a_job_still_in_the_queue_is_refused(
     walk_job(zk, job, state)
     before = job_tree(zk, batch.bid)
     with pytest.raises(InvalidTransition):
-        services.job_delete(jid=job.jid)
+        moves.job_delete(jid=job.jid)
     assert job_tree(zk, batch.bid) == before
 
 
@@ -132,7 +133,7 @@ def test_delete_of_a_locked_job_is_refused(
     other_zk.create(f"/jobs/{job.jid}/lock", b"", ephemeral=True)
     before = job_tree(zk, batch.bid)
     with pytest.raises(ItemLocked):
-        services.job_delete(jid=job.jid)
+        moves.job_delete(jid=job.jid)
     assert job_tree(zk, batch.bid) == before
 
 
@@ -150,7 +151,7 @@ def test_action_on_a_page_rendered_from_an_old_version_is_refused(
 
 def test_action_with_the_current_version_goes_ahead(zk: KazooClient, job: Job) -> None:
     failed = jobs.job_transition(zk, job, "Failed")
-    services.job_resume(jid=job.jid, expect_version=failed.status.version)
+    moves.job_resume(jid=job.jid, expect_version=failed.status.version)
     assert jobs.job_load(zk, job.jid).state == "Estimating"
 
 
@@ -163,7 +164,7 @@ def test_malformed_job_id_is_refused(zk: KazooClient, bad: str, action: str) -> 
 
 def test_unknown_job_is_not_found(zk: KazooClient) -> None:
     with pytest.raises(NotFound, match="jid0000009999"):
-        services.job_resume(jid="jid0000009999")
+        moves.job_resume(jid="jid0000009999")
 
 
 # Batches ------------------------------------------------------------------------------------
@@ -171,7 +172,7 @@ def test_unknown_job_is_not_found(zk: KazooClient) -> None:
 
 def test_operator_releases_a_held_batch(zk: KazooClient, batch: Batch) -> None:
     batches.batch_transition(zk, batch, "Held")
-    outcome = services.batch_release(bid=batch.bid)
+    outcome = moves.batch_release(bid=batch.bid)
     assert (outcome.before, outcome.after) == ("Held", "Pending")
     assert_batch_status(zk, batch.bid, status="Pending")
 
@@ -182,14 +183,14 @@ def test_batch_release_is_refused_while_the_collection_is_held(
     batches.batch_transition(zk, batch, "Held")
     locks.collection_hold_set(zk, batch.profile)
     with pytest.raises(QueueHeld):
-        services.batch_release(bid=batch.bid)
+        moves.batch_release(bid=batch.bid)
     assert_batch_status(zk, batch.bid, status="Held")
 
 
 def test_operator_starts_update_reporting_of_a_failed_batch(zk: KazooClient, batch: Batch) -> None:
     for state in ("Processing", "Reporting", "Failed"):
         batch = batches.batch_transition(zk, batch, state)
-    outcome = services.batch_update_reporting(bid=batch.bid)
+    outcome = moves.batch_update_reporting(bid=batch.bid)
     assert (outcome.before, outcome.after) == ("Failed", "UpdateReporting")
     assert_batch_status(zk, batch.bid, status="UpdateReporting")
 
@@ -198,7 +199,7 @@ def test_update_reporting_of_a_completed_batch_is_refused(zk: KazooClient, batch
     for state in ("Processing", "Reporting", "Completed"):
         batch = batches.batch_transition(zk, batch, state)
     with pytest.raises(InvalidTransition):
-        services.batch_update_reporting(bid=batch.bid)
+        moves.batch_update_reporting(bid=batch.bid)
 
 
 def test_batch_delete_removes_the_batch_its_jobs_and_its_uuid(
@@ -212,7 +213,7 @@ def test_batch_delete_removes_the_batch_its_jobs_and_its_uuid(
     for state in ("Processing", "Reporting", "Failed"):
         batch = batches.batch_transition(zk, batch, state)
     batches.batch_write_report(zk, batch, failed=[failed.jid], successful=[done.jid])
-    outcome = services.batch_delete(bid=batch.bid)
+    outcome = moves.batch_delete(bid=batch.bid)
     assert outcome.detail == "2 jobs deleted"
     assert zk.exists(f"/batches/{batch.bid}") is None
     assert zk.exists(f"/batch-uuids/{batch.uuid}") is None
@@ -225,7 +226,7 @@ def test_batch_delete_removes_the_batch_its_jobs_and_its_uuid(
 
 def test_held_batch_without_jobs_can_be_deleted(zk: KazooClient, batch: Batch) -> None:
     batches.batch_transition(zk, batch, "Held")
-    services.batch_delete(bid=batch.bid)
+    moves.batch_delete(bid=batch.bid)
     assert batches.batch_ids(zk) == []
     assert zk.get_children("/batch-uuids") == []
 
@@ -237,7 +238,7 @@ def test_running_batch_cannot_be_deleted(zk: KazooClient, batch: Batch, state: s
     ):
         batch = batches.batch_transition(zk, batch, target)
     with pytest.raises(InvalidTransition):
-        services.batch_delete(bid=batch.bid)
+        moves.batch_delete(bid=batch.bid)
     assert zk.exists(f"/batches/{batch.bid}/status") is not None
 
 
@@ -247,7 +248,7 @@ def test_locked_batch_cannot_be_deleted(
     batches.batch_transition(zk, batch, "Held")
     other_zk.create(f"/batches/{batch.bid}/lock", b"", ephemeral=True)
     with pytest.raises(ItemLocked):
-        services.batch_delete(bid=batch.bid)
+        moves.batch_delete(bid=batch.bid)
     assert zk.exists(f"/batches/{batch.bid}/status") is not None
 
 
@@ -261,8 +262,8 @@ def test_cleanup_deletes_only_completed_batches(
         completed = batches.batch_transition(zk, completed, state)
     for state in ("Processing", "Reporting", "Failed"):
         failed = batches.batch_transition(zk, failed, state)
-    assert list(services.batches_cleanup(older_than=timedelta(days=1))) == []
-    done = list(services.batches_cleanup())
+    assert list(moves.batches_cleanup(older_than=timedelta(days=1))) == []
+    done = list(moves.batches_cleanup())
     assert [(o.id, o.after, o.detail) for o in done] == [
         (completed.bid, "Deleted", "1 jobs deleted")
     ]
@@ -328,7 +329,7 @@ def test_cleanup_leaves_a_locked_batch_alone_and_goes_on(
         first = batches.batch_transition(zk, first, state)
         second = batches.batch_transition(zk, second, state)
     other_zk.create(f"/batches/{first.bid}/lock", b"", ephemeral=True)  # someone works on it
-    done = {o.id: o for o in services.batches_cleanup()}
+    done = {o.id: o for o in moves.batches_cleanup()}
     assert done[first.bid].after == "Completed" and "left alone" in done[first.bid].detail
     assert done[second.bid].after == "Deleted"
     assert batches.batch_ids(zk) == [first.bid]

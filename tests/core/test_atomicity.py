@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooClient
 
-from queues import services
-from queues.states import BATCH_INDEX_FOLDERS, JOB
+from queues.core.states import BATCH_INDEX_FOLDERS, JOB
+from queues.services import moves
 from queues.zk import batches, jobs
 from queues.zk.errors import Conflict
 from queues.zk.locks import lock_create, lock_release
@@ -118,7 +118,7 @@ def test_services_refuse_a_page_rendered_from_an_old_version(
     jobs.job_transition(zk, job, "Held")
     before = tree(zk, batch.bid)
     with pytest.raises(Conflict, match="reload"):
-        services.job_release(jid=job.jid, expect_version=version)
+        moves.job_release(jid=job.jid, expect_version=version)
     assert tree(zk, batch.bid) == before
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooClient
 
-from queues import services
+from queues.services import moves
 from queues.zk import batches, jobs
 from queues.zk.batches import CompletionCheck
 from queues.zk.errors import Conflict, InvalidTransition
@@ -115,15 +115,15 @@ def test_batch_moves_to_reporting_only_when_batch_processing_is_empty(
 ) -> None:
     first, second = make_job(), make_job()
     bring(zk, batch, "Processing")
-    assert services.batch_complete_if_done(bid=batch.bid) is False
+    assert moves.batch_complete_if_done(bid=batch.bid) is False
     walk_job(zk, first, "Completed")
-    assert services.batch_complete_if_done(bid=batch.bid) is False
+    assert moves.batch_complete_if_done(bid=batch.bid) is False
     assert_batch_status(zk, batch.bid, status="Processing")
     jobs.job_transition(zk, second, "Failed", message="bad")
     assert zk.get_children(f"/batches/{batch.bid}/states/batch-processing") == []
-    assert services.batch_complete_if_done(bid=batch.bid) is True
+    assert moves.batch_complete_if_done(bid=batch.bid) is True
     assert_batch_status(zk, batch.bid, status="Reporting")
-    assert services.batch_complete_if_done(bid=batch.bid) is False
+    assert moves.batch_complete_if_done(bid=batch.bid) is False
 
 
 def test_the_completion_check_counts_the_jobs_left_without_listing_them(
@@ -137,10 +137,10 @@ def test_the_completion_check_counts_the_jobs_left_without_listing_them(
     real = zk.get_children_async
     monkeypatch.setattr(zk, "get_children_async", lambda *a, **k: listed.append(a) or real(*a, **k))
     for job in jobs_made:
-        assert services.batch_complete_if_done(bid=batch.bid) is False
+        assert moves.batch_complete_if_done(bid=batch.bid) is False
         walk_job(zk, job, "Completed")
     listed.clear()
-    assert services.batch_complete_if_done(bid=batch.bid) is True
+    assert moves.batch_complete_if_done(bid=batch.bid) is True
     assert listed == []
     assert_batch_status(zk, batch.bid, status="Reporting")
 
@@ -160,29 +160,29 @@ def test_several_batches_are_checked_in_one_round_trip_and_only_complete_ones_mo
     real = zk.exists
     monkeypatch.setattr(zk, "exists", lambda *a, **k: asked.append(a) or real(*a, **k))
     check = CompletionCheck(zk, [done.bid, working.bid, empty.bid])
-    moved = services.batches_to_reporting(check.complete())
+    moved = moves.batches_to_reporting(check.complete())
     assert moved == [done.bid]
     assert asked == []  # the counts were asked together (exists_async), not one by one
     assert_batch_status(zk, done.bid, status="Reporting")
     assert_batch_status(zk, working.bid, status="Processing")
     assert_batch_status(zk, empty.bid, status="Processing")  # no jobs: not complete
     assert unfinished.state != "Completed"
-    assert services.batches_to_reporting([done.bid]) == []  # moved already
-    assert services.batch_complete_if_done(bid=working.bid) is False
+    assert moves.batches_to_reporting([done.bid]) == []  # moved already
+    assert moves.batch_complete_if_done(bid=working.bid) is False
     assert len(asked) == 1  # the one-batch check, by contrast, asks with exists
 
 
 def test_batch_without_jobs_is_not_complete(zk: KazooClient, batch: Batch) -> None:
     bring(zk, batch, "Processing")
     assert batches.batch_is_complete(zk, batch.bid) is False
-    assert services.batch_complete_if_done(bid=batch.bid) is False
+    assert moves.batch_complete_if_done(bid=batch.bid) is False
 
 
 def test_pending_batch_is_not_moved_to_reporting(
     zk: KazooClient, batch: Batch, make_job: Callable[..., Job]
 ) -> None:
     walk_job(zk, make_job(), "Completed")
-    assert services.batch_complete_if_done(bid=batch.bid) is False
+    assert moves.batch_complete_if_done(bid=batch.bid) is False
     assert_batch_status(zk, batch.bid, status="Pending")
 
 
@@ -308,6 +308,6 @@ def test_an_operator_failing_the_last_job_moves_the_batch_on_at_once(
     done, last = make_job(), make_job()
     bring(zk, batch, "Processing")
     walk_job(zk, done, "Completed")
-    services.job_fail(jid=last.jid, message="operator gave up")
+    moves.job_fail(jid=last.jid, message="operator gave up")
     # Not left for the reporting consumer's next sweep.
     assert_batch_status(zk, batch.bid, status="Reporting")

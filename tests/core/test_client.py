@@ -8,11 +8,11 @@ import socket
 import pytest
 from kazoo.client import KazooClient
 
+from queues.services.zkserver import free_port
 from queues.zk import client as zkmod
 from queues.zk.client import BASE_NODES
 from queues.zk.errors import Unavailable
 from queues.zk.kazoo_private import Handler
-from queues.zkserver import free_port
 
 
 def test_client_is_shared_and_creates_the_base_layout(zk: KazooClient) -> None:

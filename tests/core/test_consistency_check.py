@@ -12,7 +12,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
-from queues import check, check_findings, check_repairs
+from queues.operator import check, check_findings, check_repairs
 from queues.zk import batches, jobs
 from queues.zk.codecs import encode_json, now_stamp
 from queues.zk.records import Batch, Job

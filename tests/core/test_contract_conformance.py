@@ -12,8 +12,9 @@ import pytest
 from django.core.management import call_command
 from kazoo.client import KazooClient
 
-from queues import check, check_repairs, services
-from queues.states import ACCESS, BATCH, JOB, REMOVE
+from queues.core.states import ACCESS, BATCH, JOB, REMOVE
+from queues.operator import check, check_repairs
+from queues.services import moves
 from queues.zk import access, batches, jobs, paths
 from queues.zk.codecs import encode_json, now_stamp
 from queues.zk.errors import InvalidID, InvalidTransition
@@ -97,8 +98,8 @@ def test_the_submit_service_uses_the_same_validator(zk: KazooClient, tmp_path) -
         "payload_url": payload.as_uri(),
     }
     with pytest.raises(InvalidID, match="slash"):
-        services.batch_submit(**common, extra={"batchID": "a/b"})
-    bid = services.batch_submit(**common, extra={"batchID": "bid-from-a-script"})
+        moves.batch_submit(**common, extra={"batchID": "a/b"})
+    bid = moves.batch_submit(**common, extra={"batchID": "bid-from-a-script"})
     assert raw(zk, "/batch-uuids/bid-from-a-script") == bid.encode()
     for bad in ("a/b", "..", "\x01", "y" * 201, ""):
         assert not paths.is_batch_uuid(bad)
@@ -110,7 +111,7 @@ def test_batch_delete_removes_the_uuid_entry_whatever_its_format(zk: KazooClient
     batch_id = f"bid-{uuid.uuid4()}"
     batch = batches.batch_create(zk, submission=submission(batchID=batch_id))
     batch = batches.batch_transition(zk, batch, "Held")
-    services.batch_delete(bid=batch.bid)
+    moves.batch_delete(bid=batch.bid)
     assert zk.exists(f"/batch-uuids/{batch_id}") is None
 
 
@@ -119,7 +120,7 @@ def test_batch_delete_leaves_a_uuid_entry_that_names_another_batch(zk: KazooClie
     zk.delete("/batch-uuids/shared-name")
     second = batches.batch_create(zk, submission=submission(batchID="shared-name"))
     batches.batch_transition(zk, first, "Held")
-    services.batch_delete(bid=first.bid)
+    moves.batch_delete(bid=first.bid)
     assert raw(zk, "/batch-uuids/shared-name") == second.bid.encode()
 
 
@@ -277,7 +278,7 @@ def test_deleted_is_a_state_an_admin_can_remove(zk: KazooClient) -> None:
         assert machine.action_sources(REMOVE) == {"Deleted"}
         assert REMOVE not in machine.actions_for("Completed")
         machine.check_delete("Deleted")  # never "Deleted to Deleted"
-    from queues.auth import ACTION_ROLES, ADMIN
+    from queues.operator.auth import ACTION_ROLES, ADMIN
 
     assert {ACTION_ROLES[(k, REMOVE)] for k in ("job", "batch", "access")} == {ADMIN}
 
@@ -291,14 +292,14 @@ def test_a_job_the_library_marked_deleted_loads_shows_and_is_removed(
     loaded = jobs.job_load(zk, job.jid)
     assert loaded.state == "Deleted"
     assert loaded.batch_index_path == f"/batches/{batch.bid}/states/batch-deleted/{job.jid}"
-    from queues import selectors
+    from queues.console import selectors
 
     assert selectors.job_state_counts()["Deleted"] == 1
     assert check.run_check(zk).ok
     with pytest.raises(InvalidTransition, match="only an item in Deleted can be removed"):
-        services.job_remove_deleted(jid=make_job().jid)
-    outcome = services.job_remove_deleted(jid=job.jid, expect_version=loaded.status.version)
-    assert (outcome.before, outcome.after) == ("Deleted", services.REMOVED)
+        moves.job_remove_deleted(jid=make_job().jid)
+    outcome = moves.job_remove_deleted(jid=job.jid, expect_version=loaded.status.version)
+    assert (outcome.before, outcome.after) == ("Deleted", moves.REMOVED)
     assert zk.exists(f"/jobs/{job.jid}") is None
     assert zk.get_children("/jobs/states/deleted") == []
     assert zk.get_children(f"/batches/{batch.bid}/states/batch-deleted") == []
@@ -383,9 +384,9 @@ def test_remove_runs_through_the_operator_actions_with_role_reason_and_audit(
     from django.contrib.auth import get_user_model
     from django.core.exceptions import PermissionDenied
 
-    from queues import actions
-    from queues.audit import AuditEntry
-    from queues.auth import ensure_groups
+    from queues.operator import actions
+    from queues.operator.audit import AuditEntry
+    from queues.operator.auth import ensure_groups
 
     groups = ensure_groups()
     users = {}
@@ -403,7 +404,7 @@ def test_remove_runs_through_the_operator_actions_with_role_reason_and_audit(
     [outcome] = actions.perform(
         user=users["admin"], kind="job", action=REMOVE, item_id=job.jid, reason="library left it"
     )
-    assert outcome.after == services.REMOVED
+    assert outcome.after == moves.REMOVED
     entry = AuditEntry.objects.filter(ok=True).get()
     assert (entry.action, entry.before, entry.after) == (REMOVE, "Deleted", "removed")
     assert zk.exists(f"/jobs/{job.jid}") is None
@@ -423,7 +424,7 @@ def test_a_permanent_failure_keeps_the_five_keys_and_cannot_be_resumed(
     assert jobs.is_permanent_failure(failed.status)
     lib.read_job(zk, job.jid)
     with pytest.raises(InvalidTransition, match=r"failed permanently \(digest mismatch\)"):
-        services.job_resume(jid=job.jid)
+        moves.job_resume(jid=job.jid)
     with pytest.raises(InvalidTransition, match="failed permanently"):
         jobs.job_transition(zk, failed, "Estimating", admin=True, retry=True)
     # Failing it again (an operator's fail does not apply to Failed) keeps one marker only.
@@ -440,7 +441,7 @@ def test_an_ordinary_failure_is_resumed_with_the_five_keys(
 ) -> None:
     job = jobs.job_transition(zk, make_job(), "Estimating")
     jobs.job_transition(zk, job, "Failed", message="timeout")
-    assert services.job_resume(jid=job.jid).after == "Estimating"
+    assert moves.job_resume(jid=job.jid).after == "Estimating"
     assert tuple(read_json(zk, f"/jobs/{job.jid}/status")) == lib.JOB_STATUS_KEYS
 
 
@@ -464,7 +465,7 @@ def test_a_resume_from_an_earlier_step_leaves_the_library_resuming_there(
     for step in ("Estimating", "Provisioning", "Downloading", "Processing", "Storing"):
         job = jobs.job_transition(zk, job, step)
     jobs.job_transition(zk, job, "Failed", message="storage refused the manifest")
-    assert services.job_resume(jid=job.jid, to="Processing").after == "Processing"
+    assert moves.job_resume(jid=job.jid, to="Processing").after == "Processing"
     moved = lib.read_job(zk, job.jid)
     assert tuple(moved.status) == lib.JOB_STATUS_KEYS
     assert (moved.status["status"], moved.status["retry_count"]) == ("Processing", 1)
@@ -483,7 +484,7 @@ def test_an_old_resumable_key_is_still_honoured_and_dropped_by_the_next_write(
     with pytest.raises(lib.LayoutError, match="extra \\['resumable'\\]"):
         lib.read_job(zk, job.jid)
     with pytest.raises(InvalidTransition, match="failed permanently"):
-        services.job_resume(jid=job.jid)
+        moves.job_resume(jid=job.jid)
     after = jobs.next_status(
         jobs.job_load(zk, job.jid).status, "Failed", message="x", retry=False, permanent=False
     )
@@ -546,9 +547,9 @@ def test_a_job_moved_through_every_state_loads_at_every_step(
             assert loaded.priority == moved.priority
 
     step()
-    services.job_hold(jid=job.jid)
+    moves.job_hold(jid=job.jid)
     step()
-    services.job_release(jid=job.jid)
+    moves.job_release(jid=job.jid)
     step()
     batches.batch_transition(zk, batch, "Processing")
     current = jobs.job_load(zk, job.jid)
@@ -557,14 +558,14 @@ def test_a_job_moved_through_every_state_loads_at_every_step(
         step(current)
     current = jobs.job_transition(zk, current, "Failed", message="downloading: 404")
     step(current)
-    services.job_resume(jid=job.jid)
+    moves.job_resume(jid=job.jid)
     step()
     current = jobs.job_load(zk, job.jid)
     current = jobs.job_set_priority(zk, current, 2)
     step(current)
-    services.job_fail(jid=job.jid, message="stopped by an operator")
+    moves.job_fail(jid=job.jid, message="stopped by an operator")
     step()
-    services.job_resume(jid=job.jid)
+    moves.job_resume(jid=job.jid)
     step()
     current = jobs.job_load(zk, job.jid)
     for state in ("Processing", "Storing", "Recording", "Notify", "Completed"):
@@ -593,7 +594,7 @@ def test_a_job_moved_through_every_state_loads_at_every_step(
         "Completed",
         "Deleted",
     ]
-    services.job_delete(jid=job.jid)
+    moves.job_delete(jid=job.jid)
     with pytest.raises(lib.LayoutError, match="does not exist"):
         lib.read_job(zk, job.jid)
 
@@ -606,12 +607,12 @@ def test_a_batch_we_report_loads_at_every_step(
     batch = batches.batch_transition(zk, batch, "Processing")
     lib.read_batch(zk, batch.bid)
     jobs.job_transition(zk, jobs.job_transition(zk, ok, "Estimating"), "Failed", message="x")
-    services.job_resume(jid=ok.jid)
+    moves.job_resume(jid=ok.jid)
     current = jobs.job_load(zk, ok.jid)
     for state in ("Provisioning", "Downloading", "Processing", "Storing", "Recording"):
         current = jobs.job_transition(zk, current, state)
     current = jobs.job_transition(zk, jobs.job_transition(zk, current, "Notify"), "Completed")
-    services.job_fail(jid=bad.jid, message="bad object")  # the batch's last job: on to Reporting
+    moves.job_fail(jid=bad.jid, message="bad object")  # the batch's last job: on to Reporting
     reporting = batches.batch_load(zk, batch.bid)
     assert lib.read_batch(zk, batch.bid).status["status"] == "Reporting"
     batches.batch_write_report(zk, reporting, failed=[bad.jid], successful=[ok.jid])
@@ -637,7 +638,7 @@ def test_an_access_request_we_complete_loads_at_every_step(zk: KazooClient, queu
     lib.read_access(zk, queue, item.qid)
     item = access.access_transition(zk, item, "Failed", message="storage was away")
     lib.read_access(zk, queue, item.qid)
-    services.access_resume(queue=queue, qid=item.qid, to="Processing")
+    moves.access_resume(queue=queue, qid=item.qid, to="Processing")
     item = access.access_load(zk, queue, item.qid)
     item = access.access_set_token(zk, item, TOKEN)
     item = access.access_transition(zk, item, "Completed")
@@ -653,7 +654,7 @@ def test_the_console_shows_deleted_items_with_a_remove_button(
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from queues.auth import ensure_groups
+    from queues.operator.auth import ensure_groups
 
     admin = get_user_model().objects.create_user(username="admin-user", password="x" * 20)
     admin.groups.add(ensure_groups()["admin"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 
-from queues import hold_moves
+from queues.services import hold_moves
 from queues.zk import locks
 from queues.zk.errors import InvalidID
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 
-from queues import services
-from queues.states import job_resume_target
+from queues.core.states import job_resume_target
+from queues.services import moves
 from queues.zk import jobs
 from queues.zk.errors import InvalidTransition
 from queues.zk.records import Batch, Job
@@ -32,7 +32,7 @@ def test_resume_moves_failed_job_back_to_its_step(
     zk: KazooClient, job: Job, batch: Batch, last_successful: str | None, target: str
 ) -> None:
     failed = failed_after(zk, job, last_successful)
-    outcome = services.job_resume(jid=job.jid)
+    outcome = moves.job_resume(jid=job.jid)
     assert (outcome.before, outcome.after) == ("Failed", target)
     assert_job_status(zk, job.jid, status=target, last_successful=last_successful, retry=1)
     assert_indexed(zk, job, batch.bid, target)
@@ -47,7 +47,7 @@ def test_resume_after_provisioning_restarts_downloading_at_its_priority(
     job = jobs.job_transition(zk, job, "Provisioning", priority=10)
     job = walk_job(zk, job, "Downloading")
     jobs.job_transition(zk, job, "Failed", message="download failed")
-    services.job_resume(jid=job.jid)
+    moves.job_resume(jid=job.jid)
     assert zk.get_children("/jobs/states/downloading") == [f"10-{job.jid}"]
     assert zk.get_children("/jobs/states/failed") == []
     assert_job_status(zk, job.jid, status="Downloading", last_successful="Provisioning", retry=1)
@@ -60,7 +60,7 @@ def test_retry_count_rises_on_every_resume_and_is_never_reset(
     job = walk_job(zk, job, "Downloading")
     for attempt in (1, 2, 3):
         job = jobs.job_transition(zk, job, "Failed", message=f"attempt {attempt}")
-        services.job_resume(jid=job.jid)
+        moves.job_resume(jid=job.jid)
         job = jobs.job_load(zk, job.jid)
         assert job.status.retry_count == attempt
     job = walk_job(zk, job, "Completed")
@@ -72,7 +72,7 @@ def test_resume_keeps_last_successful_and_clears_the_failure_message(
 ) -> None:
     failed = failed_after(zk, job, "Processing")
     assert failed.status.message == "Storing broke"
-    services.job_resume(jid=job.jid)
+    moves.job_resume(jid=job.jid)
     assert_job_status(zk, job.jid, status="Storing", last_successful="Processing", retry=1)
 
 
@@ -80,7 +80,7 @@ def test_permanent_failure_cannot_be_resumed(zk: KazooClient, job: Job, batch: B
     failed = jobs.job_transition(zk, job, "Failed", message="corrupt manifest", permanent=True)
     before = snapshot(zk, "/jobs", f"/batches/{batch.bid}")
     with pytest.raises(InvalidTransition, match="corrupt manifest"):
-        services.job_resume(jid=job.jid)
+        moves.job_resume(jid=job.jid)
     with pytest.raises(InvalidTransition):
         jobs.job_resume_state(failed)
     with pytest.raises(InvalidTransition):
@@ -91,7 +91,7 @@ def test_permanent_failure_cannot_be_resumed(zk: KazooClient, job: Job, batch: B
 def test_only_a_failed_job_can_be_resumed(zk: KazooClient, job: Job, batch: Batch) -> None:
     before = snapshot(zk, "/jobs", f"/batches/{batch.bid}")
     with pytest.raises(InvalidTransition, match="only a Failed job"):
-        services.job_resume(jid=job.jid)
+        moves.job_resume(jid=job.jid)
     assert snapshot(zk, "/jobs", f"/batches/{batch.bid}") == before
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooClient
 
-from queues.states import JOB_STEPS, JOB_WORKING
+from queues.core.states import JOB_STEPS, JOB_WORKING
 from queues.zk import jobs
 from queues.zk.errors import InvalidTransition
 from queues.zk.records import Batch, Job

@@ -8,10 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from queues.zk import client as zkmod
-from queues.zk.client import configured_hosts
-from queues.zk.errors import Unavailable
-from queues.zkserver import (
+from queues.services.zkserver import (
     DEFAULT_JUTE_MAXBUFFER,
     LocalServerError,
     LocalZooKeeper,
@@ -21,6 +18,9 @@ from queues.zkserver import (
     jute_maxbuffer_from_env,
     local_server,
 )
+from queues.zk import client as zkmod
+from queues.zk.client import configured_hosts
+from queues.zk.errors import Unavailable
 
 
 def test_second_server_on_another_port_starts_serves_and_stops(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from queues.states import ACCESS, BATCH, JOB, InvalidTransition, job_batch_folder
+from queues.core.states import ACCESS, BATCH, JOB, InvalidTransition, job_batch_folder
 
 
 def test_job_operator_actions_per_state() -> None:
@@ -61,7 +61,7 @@ def test_batch_folder_follows_the_job_state() -> None:
 def test_allows_answers_as_the_list_of_moves_says(machine) -> None:
     """``allows`` looks moves up in a table built once; it must answer what a walk over the
     machine's moves answers, for every pair of states, consumer and operator alike."""
-    from queues.states import Kind
+    from queues.core.states import Kind
 
     for source in machine.states:
         for target in machine.states:

@@ -18,9 +18,9 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from kazoo.client import KazooClient
 
+from queues.core.states import JOB_STEPS
 from queues.daemons.base import Daemon, SessionGate
 from queues.daemons.registry import DAEMONS
-from queues.states import JOB_STEPS
 from queues.steps.checkm import BATCH_MANIFEST, OBJECT_MANIFEST, write_checkm
 from queues.zk import client as zkmod
 from queues.zk.batches import batch_create

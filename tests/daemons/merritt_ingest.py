@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from queues.states import JOB_STEPS
+from queues.core.states import JOB_STEPS
 from queues.zk.batches import batch_create
 from queues.zk.jobs import job_create, job_transition
 from queues.zk.records import Batch, Job

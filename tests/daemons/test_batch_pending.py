@@ -8,14 +8,14 @@ import zipfile
 
 import pytest
 
-from queues import services
 from queues.daemons.batch_pending import BatchPending, batch_priority
+from queues.services import moves
+from queues.services.zkserver import free_port
 from queues.steps.checkm import CONTAINER_BATCH_MANIFEST, SINGLE_FILE_BATCH_MANIFEST
 from queues.zk.batches import batch_job_ids, batch_load
 from queues.zk.jobs import job_create, job_load
 from queues.zk.locks import collection_hold_set, queue_hold_set
 from queues.zk.sized import BATCH_JOBS_MAX
-from queues.zkserver import free_port
 
 from .conftest import DEMO, FileServer, batch_manifest, daemon, md5, object_manifest
 
@@ -26,7 +26,7 @@ def _jobs(zk, bid: str):
 
 
 def _submit(url: str, kind: str, **kw) -> str:
-    return services.batch_submit(
+    return moves.batch_submit(
         profile=DEMO, submitter="depositor@example.org", payload_url=url, submission_type=kind, **kw
     )
 
@@ -265,7 +265,7 @@ def test_a_manifest_server_answering_503_for_a_while_fails_no_batch(
 ) -> None:
     """Issue 50: a batch manifest whose server cannot answer now leaves the batch Pending, its
     next try on its status, until the server answers; a spent policy fails it with every try."""
-    from queues import retries
+    from queues.core import retries
     from tests.daemons.conftest import wait_for
 
     settings.MRT_RETRY = {"depositor": "attempts=6 first=0.2s most=0.4s within=1h"}

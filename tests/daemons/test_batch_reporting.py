@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from queues import services
+from queues.core.states import JOB_STEPS
 from queues.daemons.batch_reporting import SWEEP_EVERY as BATCH_SWEEP_EVERY
 from queues.daemons.batch_reporting import BatchReporting
-from queues.states import JOB_STEPS
+from queues.services import moves
 from queues.zk import batches
 from queues.zk.batches import batch_create, batch_load, batch_transition
 from queues.zk.jobs import job_create, job_load, job_transition
@@ -85,8 +85,8 @@ def test_update_reporting_waits_for_resumed_jobs_then_reports_changes(zk, mailou
     bid, jids = _batch(zk, ["Completed", "Failed"], state="Reporting")
     daemon(zk, "batch-reporting").run_once()
     assert batch_load(zk, bid).state == "Failed"
-    services.job_resume(jid=jids[1])
-    services.batch_update_reporting(bid=bid)
+    moves.job_resume(jid=jids[1])
+    moves.batch_update_reporting(bid=bid)
     updater = daemon(zk, "batch-update-reporting")
     assert not updater.run_once()  # the resumed job is still being worked on
     assert batch_load(zk, bid).state == "UpdateReporting"

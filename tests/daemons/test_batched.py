@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 import pytest
 from kazoo.client import KazooClient
 
+from queues.core.states import BatchState, JobState
 from queues.daemons import pipeline as pipeline_module
 from queues.daemons.base import JobDaemon, Next, Step
 from queues.daemons.pipeline import Holding, JobPipeline, LockKeeper
-from queues.states import BatchState, JobState
 from queues.zk import paths as zpaths
 from queues.zk.batches import CompletionCheck, batch_load, batch_transition
 from queues.zk.consumers import claimers_folder
@@ -215,13 +215,13 @@ def test_two_clients_racing_batched_loops_move_every_job_exactly_once(
 
 
 def test_batched_move_falls_back_when_one_job_changed_meanwhile(zk: KazooClient) -> None:
-    from queues import services
+    from queues.services import moves
 
     jobs = jobs_in(zk, 4)
 
     def operator_fails_the_second(_daemon: Any, item: Job) -> None:
         if item.jid == jobs[1].jid:
-            services.job_fail(jid=item.jid, message="stopped by an operator")
+            moves.job_fail(jid=item.jid, message="stopped by an operator")
 
     worker = Step1(zk=zk, batch=4, action=operator_fails_the_second)
     cycle_until_idle(JobPipeline(worker))

@@ -18,9 +18,9 @@ from urllib.parse import unquote_plus
 import pytest
 from django.core.management import CommandError, call_command
 
+from queues.core.states import JOB_STEPS
 from queues.daemons.registry import DAEMONS, daemon_classes, owned_steps
 from queues.daemons.workfolder import object_dir
-from queues.states import JOB_STEPS
 from queues.zk import paths as zpaths
 from queues.zk.batches import batch_load
 from queues.zk.jobs import job_configuration_update, job_load

@@ -27,9 +27,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from queues.auth import ensure_groups
 from queues.chaos.poster_standin import IngestPosterStandIn, PosterUpload
 from queues.chaos.standins import exception_document, running, unused_url
+from queues.core.states import JOB_STEPS
 from queues.daemons.registry import (
     DAEMONS,
     DeploymentError,
@@ -37,7 +37,7 @@ from queues.daemons.registry import (
     daemon_classes,
     owned_steps,
 )
-from queues.states import JOB_STEPS
+from queues.operator.auth import ensure_groups
 from queues.steps.checkm import OBJECT_MANIFEST, SINGLE_FILE_BATCH_MANIFEST, parse_checkm
 from queues.zk.batches import batch_ids, batch_load, batches_load
 from queues.zk.jobs import job_load
@@ -91,7 +91,7 @@ def operator() -> Client:
 def api_headers(operator: Client) -> dict[str, str]:
     from django.contrib.auth import get_user_model
 
-    from queues.audit import ApiToken
+    from queues.operator.audit import ApiToken
 
     _token, key = ApiToken.issue(user=get_user_model().objects.get(username="op"), name="t")
     return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
@@ -395,10 +395,10 @@ def test_merritt_ingest_refusing_or_away_is_said_and_nothing_is_written(
 def test_a_new_version_goes_to_ingests_update_door_with_its_object(
     zk: Any, settings: Any, ingest: IngestPosterStandIn, files: FileServer
 ) -> None:
-    from queues import services
+    from queues.services import moves
 
     _beside(settings, "merritt")
-    outcome = services.batch_submit_outcome(
+    outcome = moves.batch_submit_outcome(
         profile=PROFILE,
         submitter="op",
         payload_url=files.put("v2.txt", "two"),

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from queues.states import JOB_WORKING
+from queues.core.states import JOB_WORKING
 from queues.zk import caps
 from queues.zk.nodes import read_many
 from tests.live.conftest import api_json, api_token, console_env, daphne, manage_py

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from queues.core.states import JOB_WORKING
 from queues.daemons.base import JobDaemon, SessionGate
 from queues.daemons.job_pending import JobPending
 from queues.daemons.pipeline import LockKeeper
 from queues.daemons.registry import DAEMONS
 from queues.daemons.runner import job_loop
-from queues.states import JOB_WORKING
 from queues.zk import caps
 from queues.zk.jobs import job_load, job_resume_state, job_transition
 from queues.zk.nodes import read_many

@@ -9,7 +9,7 @@ from django.template import Context, Template
 from queues.daemons.downloading import Downloading
 from queues.daemons.fetching import HOST_SLOTS, SERVER_KEYS
 from queues.daemons.registration import ProcessObserver
-from queues.depositors import depositor_policy
+from queues.services.depositors import depositor_policy
 from queues.zk import consumers as zconsumers
 from queues.zk.jobs import job_load
 

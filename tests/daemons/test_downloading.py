@@ -7,8 +7,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from queues import services
 from queues.daemons.workfolder import object_dir
+from queues.services import moves
 from queues.zk.jobs import job_load
 
 from .conftest import FileServer, daemon, make_job, md5, object_manifest
@@ -50,7 +50,7 @@ def test_wrong_digest_fails_naming_the_file_and_can_be_resumed(zk, files: FileSe
     assert "digest" in failed.status.message
     assert not (object_dir(failed) / "producer" / "c.txt").exists()
     files.put("c.txt", "right")
-    services.job_resume(jid=job.jid)
+    moves.job_resume(jid=job.jid)
     assert job_load(zk, job.jid).state == "Downloading"
     daemon(zk, "downloading").run_once()
     assert job_load(zk, job.jid).state == "Processing"

@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 
-from queues import retries
-from queues.api_door import job_json
 from queues.chaos.standins import (
     Answer,
     CallbackReceiver,
@@ -24,8 +22,10 @@ from queues.chaos.standins import (
     exception_document,
     running,
 )
+from queues.core import retries
 from queues.daemons import breakers as breaker_module
 from queues.daemons.retrying import policy_for
+from queues.web.api_door import job_json
 from queues.zk.jobs import job_load, job_transition
 from queues.zk.records import Job
 

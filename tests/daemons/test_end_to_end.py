@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from queues import services
+from queues.services import moves
 from queues.steps.storage import LocalStorage
 from queues.zk.batches import batch_job_ids, batch_load
 from queues.zk.jobs import job_load
@@ -165,7 +165,7 @@ def test_manifest_of_manifests_end_to_end(
                 "creator": "Depositor",
             }
         )
-    bid = services.batch_submit(
+    bid = moves.batch_submit(
         profile=DEMO,
         submitter="depositor@example.org",
         payload_url=files.put("batch.checkm", batch_manifest(rows)),
@@ -196,8 +196,8 @@ def test_manifest_of_manifests_end_to_end(
     assert batch_load(zk, bid).report["failed_jobs"] == [failed.jid]
 
     files.put("obj1/page1.txt", "object 1 page 1\n" * 100)
-    services.job_resume(jid=failed.jid)
-    services.batch_update_reporting(bid=bid)
+    moves.job_resume(jid=failed.jid)
+    moves.batch_update_reporting(bid=bid)
     wait_for(lambda: _state(zk, bid) in ("Completed", "Failed"), timeout=120)
     assert _state(zk, bid) == "Completed", consumers.logs()
     assert job_load(zk, failed.jid).state == "Completed"
@@ -219,7 +219,7 @@ def test_killed_mid_download_another_copy_finishes_without_doubling(
     payload = os.urandom(512 * 1024)
     url = files.put("big.bin", payload)
     files.slow_first["/big.bin"] = 60.0  # the first download crawls; the retry is quick
-    bid = services.batch_submit(
+    bid = moves.batch_submit(
         profile=DEMO,
         submitter="depositor@example.org",
         payload_url=url,

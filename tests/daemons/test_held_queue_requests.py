@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from queues.services.zkserver import LocalZooKeeper, four_letter, free_port
 from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
 from queues.zk.batches import batch_create
 from queues.zk.jobs import job_create
 from queues.zk.locks import queue_hold_clear, queue_hold_set
-from queues.zkserver import LocalZooKeeper, four_letter, free_port
 
 from .conftest import DEMO, wait_for
 from .test_end_to_end import Consumers

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from queues import services
+from queues.services import moves
 from queues.zk.errors import InvalidTransition
 from queues.zk.jobs import NOT_RESUMABLE, STATUS_KEYS, is_permanent_failure, job_load
 from queues.zk.locks import collection_hold_set
@@ -39,7 +39,7 @@ def test_manifest_digest_mismatch_fails_for_good(zk, files: FileServer) -> None:
     assert failed.status.message.startswith(NOT_RESUMABLE + "pending: ")
     assert d.last is not None and d.last.outcome == "failed"
     with pytest.raises(InvalidTransition):
-        services.job_resume(jid=job.jid)
+        moves.job_resume(jid=job.jid)
 
 
 def test_corrupt_object_manifest_fails_naming_the_line(zk, files: FileServer) -> None:

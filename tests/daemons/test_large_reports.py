@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from queues import services
+from queues.services import moves
 from queues.zk import batches, sized
 from queues.zk.batches import batch_create, batch_load, batch_transition
 
@@ -80,7 +80,7 @@ def test_a_100000_job_batch_is_reported_and_update_reported_25_times_within_1_mi
         fixed = failed[:FIXED_PER_ROUND]
         failed = failed[FIXED_PER_ROUND:]
         _fix(zk, batch.bid, fixed)
-        services.batch_update_reporting(bid=batch.bid)
+        moves.batch_update_reporting(bid=batch.bid)
         assert updater.run_once(), f"update report {round_} was not made"
         now = batch_load(zk, batch.bid)
         assert now.state == "Failed", now.status.message

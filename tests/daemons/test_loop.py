@@ -10,9 +10,9 @@ from typing import ClassVar
 
 import pytest
 
-from queues import services
 from queues.daemons.base import JobDaemon, Next, SessionGate, Step
 from queues.daemons.registry import DAEMONS
+from queues.services import moves
 from queues.zk import paths as zpaths
 from queues.zk.errors import Unavailable
 from queues.zk.jobs import job_load
@@ -91,7 +91,7 @@ def test_exception_fails_the_item_and_the_daemon_goes_on(zk) -> None:
 
 def test_operator_move_during_the_step_wins(zk) -> None:
     def operator_fails_it(_daemon, item):
-        services.job_fail(jid=item.jid, message="stopped by an operator")
+        moves.job_fail(jid=item.jid, message="stopped by an operator")
 
     job = _job(zk)
     worker = Recorder(zk=zk, action=operator_fails_it)

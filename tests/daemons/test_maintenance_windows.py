@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from queues.core.states import INGEST_HELD_MESSAGE
 from queues.daemons.maintenance import Maintenance
-from queues.states import INGEST_HELD_MESSAGE
 from queues.zk import client as zkmod
 from queues.zk.batches import batch_create, batch_load, batch_transition
 from queues.zk.locks import collection_held, queue_held, queue_hold_set

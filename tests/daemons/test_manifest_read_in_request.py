@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from queues.auth import ensure_groups
 from queues.chaos.poster_standin import IngestPosterStandIn, PosterUpload
 from queues.chaos.standins import running
+from queues.operator.auth import ensure_groups
 from queues.zk.batches import batch_ids
 
 from .conftest import FileServer, batch_manifest

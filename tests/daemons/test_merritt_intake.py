@@ -4,7 +4,7 @@ Against the loopback stand-in of ingest's depositor door (``IngestPosterStandIn`
 expectations come from mrt-ingest's ``JerseyBase`` and handlers: docs/merritt-poster.md):
 
 * no path of ours writes a batch into the shared queue: ``manage.py submitbatch`` goes to
-  ingest's door like the form, the API and ``/poster/``, and ``services.batch_submit`` refuses;
+  ingest's door like the form, the API and ``/poster/``, and ``moves.batch_submit`` refuses;
 * ``/poster/`` answers the depositor with ingest's batch state, whose ``batchID`` is the one in
   the queue;
 * every field the depositor gave reaches ingest (``erc``, ``retainTargetURL``, ``size``
@@ -32,10 +32,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from queues import services
-from queues.auth import ensure_groups
 from queues.chaos.poster_standin import INGEST_TYPES, IngestPosterStandIn, PosterUpload
 from queues.chaos.standins import Answer, running, unused_url
+from queues.operator.auth import ensure_groups
+from queues.services import moves
 from queues.steps.checkm import parse_checkm
 from queues.steps.merritt_ingest_client import DeploymentError, IngestUnavailable
 from queues.zk.batches import batch_ids, batch_load, batches_load
@@ -85,7 +85,7 @@ def ingest(zk: Any, settings: Any) -> Iterator[IngestPosterStandIn]:
 def key() -> str:
     from django.contrib.auth import get_user_model
 
-    from queues.audit import ApiToken
+    from queues.operator.audit import ApiToken
 
     user = get_user_model().objects.create_user(
         username="depositor", password="x", first_name="Ada", last_name="Lovelace"
@@ -170,12 +170,12 @@ def test_submitbatch_with_ingest_away_writes_nothing(
 
 def test_the_queue_writer_refuses_under_merritt_intake(zk: Any, files: FileServer) -> None:
     with pytest.raises(DeploymentError, match="no batch is written into the shared queue"):
-        services.batch_submit(profile=PROFILE, submitter="op", payload_url=files.put("a.txt", "a"))
+        moves.batch_submit(profile=PROFILE, submitter="op", payload_url=files.put("a.txt", "a"))
     assert batch_ids(zk) == []
 
 
 def test_batch_submit_is_the_only_writer_of_batches() -> None:
-    """Every door reaches the queue through ``services.batch_submit`` (which refuses under
+    """Every door reaches the queue through ``moves.batch_submit`` (which refuses under
     merritt intake) or sends to ingest; the chaos run writes into a ZooKeeper chroot of its
     own (``queues/chaos/engine.py``, ``_chroot``), never the shared queue."""
     root = Path(django_settings.BASE_DIR) / "queues"
@@ -193,7 +193,7 @@ def test_batch_submit_is_the_only_writer_of_batches() -> None:
                 if name in ("batch_create", "batch_submit"):
                     writers.add(str(path.relative_to(root.parent)))
     assert writers == {
-        "queues/services.py",  # batch_submit itself, behind batch_submit_outcome
+        "queues/services/moves.py",  # batch_submit itself, behind batch_submit_outcome
         "queues/chaos/depositors.py",  # its own chroot
     }
 
@@ -330,10 +330,10 @@ def test_a_payload_without_a_name_gets_the_one_our_intake_gives(
 ) -> None:
     """Left empty, ingest names the file from its URL: the whole path (``producer/deep/...``)
     for an object manifest, the path without its slashes for a batch manifest."""
-    services.batch_submit_outcome(
+    moves.batch_submit_outcome(
         profile=PROFILE, submitter="op", payload_url=files.put("deep/folder/a.txt", "a")
     )
-    services.batch_submit_outcome(
+    moves.batch_submit_outcome(
         profile=PROFILE,
         submitter="op",
         payload_url=files.put("deep/folder/b.zip", b"PK"),
@@ -358,7 +358,7 @@ def test_a_redirect_to_another_host_gets_nothing(
             Answer(307, b"", headers={"Location": f"{elsewhere.url}/ingest/poster/submit"})
         )
         with pytest.raises(IngestUnavailable, match=r"to another host .* nothing was sent there"):
-            services.batch_submit_outcome(
+            moves.batch_submit_outcome(
                 profile=PROFILE, submitter="op", payload_url=files.put("a.txt", "a")
             )
         assert elsewhere.seen() == []
@@ -400,7 +400,7 @@ def test_an_ingest_that_trickles_its_answer_is_given_up_at_the_deadline(
 
     def submit(n: int) -> None:
         try:
-            outcomes[n] = services.batch_submit_outcome(
+            outcomes[n] = moves.batch_submit_outcome(
                 profile=PROFILE, submitter="op", payload_url=urls[n]
             )
         except BaseException as exc:

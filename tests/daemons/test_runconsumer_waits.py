@@ -14,7 +14,7 @@ from django.core.management import call_command
 from kazoo.exceptions import ConnectionLoss
 
 from queues.management.commands import runconsumer
-from queues.zkserver import LocalZooKeeper, free_port
+from queues.services.zkserver import LocalZooKeeper, free_port
 
 from .conftest import wait_for
 from .test_end_to_end import Consumers

@@ -29,7 +29,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from bench.loader import load_waiting
-from queues.states import JobState
+from queues.core.states import JobState
+from queues.services.zkserver import LocalZooKeeper, four_letter, free_port
 from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
 from queues.zk.batches import batch_create
@@ -37,7 +38,6 @@ from queues.zk.caps import cap_clear, cap_set, reserve
 from queues.zk.locks import collection_hold_set, queue_hold_clear, queue_hold_set
 from queues.zk.maintenance import node_hold_clear, node_hold_set
 from queues.zk.nodes import read_many
-from queues.zkserver import LocalZooKeeper, four_letter, free_port
 
 from .conftest import DEMO, wait_for
 from .test_end_to_end import Consumers

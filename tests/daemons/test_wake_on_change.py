@@ -2,8 +2,8 @@
 
 import threading
 
+from queues.core.states import JOB
 from queues.daemons.base import JobDaemon, Next
-from queues.states import JOB
 from queues.zk import batches, jobs, paths
 from queues.zk.records import Job
 from queues.zk.watch import ChangeSignal

@@ -17,7 +17,7 @@ from django.core.cache import cache
 from django.test import Client
 from kazoo.client import KazooClient
 
-from queues.auth import ensure_groups
+from queues.operator.auth import ensure_groups
 from queues.zk import batches, jobs
 from queues.zk.records import Job
 
@@ -30,7 +30,7 @@ PASSWORD = "correct-horse-battery-staple"
 def _sso_middleware() -> list[str]:
     middleware = list(settings.MIDDLEWARE)
     auth = "django.contrib.auth.middleware.AuthenticationMiddleware"
-    middleware.insert(middleware.index(auth) + 1, "queues.auth.TrustedHeaderMiddleware")
+    middleware.insert(middleware.index(auth) + 1, "queues.operator.auth.TrustedHeaderMiddleware")
     return middleware
 
 
@@ -39,8 +39,8 @@ SSO_SETTINGS = {
     "MRT_SSO_HEADER": "X-Remote-User",
     "MIDDLEWARE": _sso_middleware(),
     "AUTHENTICATION_BACKENDS": [
-        "queues.auth.LoginAttemptsBackend",
-        "queues.auth.TrustedHeaderBackend",
+        "queues.operator.auth.LoginAttemptsBackend",
+        "queues.operator.auth.TrustedHeaderBackend",
         "django.contrib.auth.backends.ModelBackend",
     ],
 }

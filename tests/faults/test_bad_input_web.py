@@ -11,7 +11,7 @@ from django.core.management.base import CommandError
 from django.test import Client
 from kazoo.client import KazooClient
 
-from queues.audit import ApiToken
+from queues.operator.audit import ApiToken
 from queues.zk.records import Job
 
 from .conftest import HOSTILE, logged_in, snapshot

@@ -26,16 +26,16 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from queues import actions
-from queues.auth import ensure_groups
 from queues.chaos.infra import Postgres
+from queues.core.states import JOB_STEPS
 from queues.daemons.bulk_runs import BulkRuns
 from queues.models import AuditEntry, BulkRun
-from queues.states import JOB_STEPS
+from queues.operator import actions
+from queues.operator.auth import ensure_groups
+from queues.services.zkserver import LocalZooKeeper, free_port
 from queues.zk import client as zkmod
 from queues.zk.batches import batch_create
 from queues.zk.jobs import job_create, job_load, job_transition
-from queues.zkserver import LocalZooKeeper, free_port
 
 from .test_transient_database import on_pg, own_pg  # noqa: F401
 

@@ -19,7 +19,7 @@ from queues.chaos import judge
 from queues.chaos.flapping import RESET, SLOW, UNAVAILABLE, UNAVAILABLE_RETRY_AFTER, Flapping
 from queues.chaos.servers import DepositorRoutes, depositor_server
 from queues.chaos.standins import EzidStandIn, InventoryStandIn, StorageStandIn
-from queues.retries import outage_of
+from queues.core.retries import outage_of
 from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
 from queues.steps.inventory import HttpInventory, InventoryError
 from queues.steps.minting import EzidMinter, MintError

@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
 from queues.chaos import txnlog
-from queues.zkserver import ZOOKEEPER_JAR, LocalZooKeeper, free_port
+from queues.services.zkserver import ZOOKEEPER_JAR, LocalZooKeeper, free_port
 
 from .test_chaos_small import CLEAN_TXNLOG
 

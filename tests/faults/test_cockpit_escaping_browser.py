@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 
-from queues import actions
+from queues.operator import actions
 from queues.steps import notify
 from queues.zk import batches, jobs
 from queues.zk.records import Job

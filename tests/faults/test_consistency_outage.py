@@ -12,14 +12,14 @@ from daemons.conftest import DEMO, wait_for
 from django.test import Client
 from django.urls import reverse
 
-from queues import check, consistency
-from queues.auth import ensure_groups
 from queues.daemons.consistency import ConsistencyCheck
 from queues.models import ConsistencyFinding, ConsistencyRun
+from queues.operator import check, consistency
+from queues.operator.auth import ensure_groups
+from queues.services.zkserver import LocalZooKeeper
 from queues.zk import client as zkmod
 from queues.zk.batches import batch_create
 from queues.zk.jobs import job_create
-from queues.zkserver import LocalZooKeeper
 
 from .test_bulk_run_outage import own_zk  # noqa: F401
 

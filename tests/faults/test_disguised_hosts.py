@@ -18,9 +18,9 @@ import pytest
 from daemons.conftest import FileServer, daemon, make_job, wait_for
 from kazoo.client import KazooClient
 
-from queues import services
 from queues.daemons.runner import Host
 from queues.daemons.workfolder import workdir
+from queues.services import moves
 from queues.zk.jobs import job_load
 from queues.zk.records import Job
 from tests.steps.slow_servers import HeaderTrickle, refused_port
@@ -214,7 +214,7 @@ def test_a_file_name_that_splits_lines_is_refused_naming_the_character(
 ) -> None:
     before = snapshot(zk)
     with pytest.raises(ValueError) as caught:
-        services.batch_submit(
+        moves.batch_submit(
             profile="p", submitter="me", payload_url="https://example.org/a", filename=name
         )
     assert str(caught.value) == f"file name {name!r} contains {words}"

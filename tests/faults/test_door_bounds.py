@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from queues.services.zkserver import LocalZooKeeper
 from queues.zk import client as zkmod
-from queues.zkserver import LocalZooKeeper
 from tests.live.conftest import api_token, console_env, daphne, manage_py
 
 pytestmark = [pytest.mark.slow]
@@ -82,7 +82,7 @@ def console(
             "shell",
             "-c",
             "from django.contrib.auth import get_user_model\n"
-            "from queues.auth import ensure_groups\n"
+            "from queues.operator.auth import ensure_groups\n"
             f"user = get_user_model().objects.create_user({VIEWER!r}, password='x' * 20)\n"
             "user.groups.add(ensure_groups()['viewer'])\n",
         ],

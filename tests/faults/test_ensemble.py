@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from queues.services.zkserver import LocalEnsemble
 from queues.zk import client as zkmod
-from queues.zkserver import LocalEnsemble
 from tests.ensemble import ensemble, ensemble_hosts  # noqa: F401
 
 

@@ -18,9 +18,9 @@ from daemons.conftest import expire_session, make_job, wait_for
 from daemons.test_batched import CONFIG, cycle_until_idle
 from kazoo.client import KazooClient
 
+from queues.core.states import JobState
 from queues.daemons.estimating import Estimating
 from queues.daemons.pipeline import JobPipeline
-from queues.states import JobState
 from queues.zk import locks
 from queues.zk import paths as zpaths
 from queues.zk.errors import LockLost

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 
-from queues import services
-from queues.check import run_check
+from queues.operator.check import run_check
+from queues.services import moves
 from queues.zk.access import access_create, accesses_load
 from queues.zk.batches import batch_create, batches_load
 from queues.zk.errors import DomainError
@@ -54,11 +54,11 @@ def _snapshot(zk: KazooClient) -> dict[str, bytes]:
 def _refused_by_every_job_service(zk: KazooClient, jid: str) -> None:
     before = _snapshot(zk)
     for action in (
-        lambda: services.job_hold(jid=jid),
-        lambda: services.job_release(jid=jid),
-        lambda: services.job_resume(jid=jid),
-        lambda: services.job_fail(jid=jid, message="x"),
-        lambda: services.job_delete(jid=jid),
+        lambda: moves.job_hold(jid=jid),
+        lambda: moves.job_release(jid=jid),
+        lambda: moves.job_resume(jid=jid),
+        lambda: moves.job_fail(jid=jid, message="x"),
+        lambda: moves.job_delete(jid=jid),
     ):
         with pytest.raises(DomainError) as caught:
             action()
@@ -116,9 +116,9 @@ def test_garbage_status_in_a_batch_makes_a_broken_batch(zk: KazooClient, data: b
     assert path in {f.path for f in run_check(zk).findings}
     before = _snapshot(zk)
     for action in (
-        lambda: services.batch_release(bid=batch.bid),
-        lambda: services.batch_update_reporting(bid=batch.bid),
-        lambda: services.batch_delete(bid=batch.bid),
+        lambda: moves.batch_release(bid=batch.bid),
+        lambda: moves.batch_update_reporting(bid=batch.bid),
+        lambda: moves.batch_delete(bid=batch.bid),
     ):
         with pytest.raises(DomainError):
             action()
@@ -154,7 +154,7 @@ def test_garbage_in_an_access_request_makes_it_broken(
     assert isinstance(item, Broken)
     before = _snapshot(zk)
     with pytest.raises(DomainError):
-        services.access_delete(queue="small", qid=request.qid)
+        moves.access_delete(queue="small", qid=request.qid)
     assert _snapshot(zk) == before
 
 
@@ -196,9 +196,9 @@ def test_a_garbage_id_never_reaches_zookeeper(zk: KazooClient) -> None:
     before = _snapshot(zk)
     for bad in ("../../zookeeper", "jid0000000001/lock", "jid1", "", "jid0000000001\n"):
         with pytest.raises(DomainError):
-            services.job_resume(jid=bad)
+            moves.job_resume(jid=bad)
         with pytest.raises(DomainError):
-            services.batch_delete(bid=bad)
+            moves.batch_delete(bid=bad)
     with pytest.raises(DomainError):
-        services.access_delete(queue="../small", qid="qid0000000001")
+        moves.access_delete(queue="../small", qid="qid0000000001")
     assert _snapshot(zk) == before

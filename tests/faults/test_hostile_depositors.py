@@ -25,10 +25,10 @@ from django.core.management.base import CommandError
 from django.test import Client
 from kazoo.client import KazooClient
 
-from queues import services
-from queues.audit import ApiToken
 from queues.daemons.runner import Host
 from queues.daemons.workfolder import workdir
+from queues.operator.audit import ApiToken
+from queues.services import moves
 from queues.steps.erc import object_files
 from queues.zk.jobs import job_load
 from queues.zk.records import Job
@@ -385,7 +385,7 @@ BAD_NAMES = ["../up.txt", "/etc/abs.txt", "two\nlines.txt", "tab\there.txt", "gp
 def test_bad_file_names_are_refused_by_the_service(zk: KazooClient, name: str) -> None:
     before = snapshot(zk)
     with pytest.raises(ValueError, match="file name"):
-        services.batch_submit(
+        moves.batch_submit(
             profile="p", submitter="me", payload_url="https://example.org/a", filename=name
         )
     assert snapshot(zk) == before
@@ -417,9 +417,7 @@ def test_bad_file_names_are_refused_at_the_form_and_the_api(
 
 def test_a_url_whose_last_part_is_a_bad_name_is_refused(zk: KazooClient) -> None:
     with pytest.raises(ValueError, match="control character"):
-        services.batch_submit(
-            profile="p", submitter="me", payload_url="https://example.org/a%0Ab.txt"
-        )
+        moves.batch_submit(profile="p", submitter="me", payload_url="https://example.org/a%0Ab.txt")
 
 
 def test_submitbatch_refuses_bad_names_and_loopback_urls(zk: KazooClient, settings: Any) -> None:

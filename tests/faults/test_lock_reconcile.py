@@ -19,9 +19,9 @@ from daemons.test_batched import CONFIG, Step1, Step2
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
 
+from queues.core.states import JobState
 from queues.daemons.base import SessionGate
 from queues.daemons.pipeline import JobPipeline, LockKeeper
-from queues.states import JobState
 from queues.zk import paths as zpaths
 from queues.zk.jobs import JobClaimer
 from queues.zk.kazoo_private import session_ephemerals, session_id

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from queues.audit import ApiToken, AuditEntry
+from queues.operator.audit import ApiToken, AuditEntry
 from tests.live.conftest import api_token, console_env, daphne
 
 from .conftest import PASSWORD, SSO_SETTINGS

@@ -20,11 +20,11 @@ import pytest
 from daemons.conftest import DEMO, wait_for
 from django.test import override_settings
 
+from queues.core.states import JOB_STEPS
 from queues.daemons.batch_reporting import BatchReporting
-from queues.states import JOB_STEPS
+from queues.services.zkserver import free_port
 from queues.zk.batches import batch_create, batch_load, batch_transition
 from queues.zk.jobs import job_create, job_transition
-from queues.zkserver import free_port
 
 
 @dataclass

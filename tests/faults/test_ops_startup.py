@@ -18,10 +18,10 @@ import pytest
 from django.conf import settings
 from kazoo.client import KazooClient
 
+from queues.services.zkserver import LocalZooKeeper, four_letter, free_port
 from queues.zk import batches, jobs
 from queues.zk import client as zkmod
 from queues.zk import consumers as zconsumers
-from queues.zkserver import LocalZooKeeper, four_letter, free_port
 
 BASE = Path(settings.BASE_DIR)
 # A hang guard only: the old /healthz took 25-30 s with ZooKeeper down, the new one answers

@@ -22,14 +22,14 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from queues.core.states import JobState
 from queues.daemons.base import SessionGate
 from queues.daemons.pipeline import LockKeeper
-from queues.states import JobState
+from queues.services.zkserver import LocalEnsemble, LocalZooKeeper, free_port
 from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
 from queues.zk.locks import ledger_of
 from queues.zk.records import Job
-from queues.zkserver import LocalEnsemble, LocalZooKeeper, free_port
 
 pytestmark = pytest.mark.slow
 

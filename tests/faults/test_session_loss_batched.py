@@ -20,8 +20,8 @@ from daemons.conftest import make_job, wait_for
 from daemons.test_batched import CONFIG
 from kazoo.client import KazooClient
 
+from queues.core.states import JobState
 from queues.daemons.base import JobDaemon, Next, SessionGate, Stay, Step
-from queues.states import JobState
 from queues.zk import paths as zpaths
 from queues.zk.consumers import claimers_folder
 from queues.zk.records import Job

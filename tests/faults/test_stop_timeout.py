@@ -13,7 +13,7 @@ import pytest
 from daemons.conftest import make_job, wait_for
 from daemons.test_end_to_end import Consumers
 
-from queues.states import JobState
+from queues.core.states import JobState
 
 pytestmark = pytest.mark.slow
 

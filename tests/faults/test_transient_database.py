@@ -34,13 +34,13 @@ from django.db.utils import load_backend
 from django.test import Client, override_settings
 from live.conftest import api_token, console_env, daphne
 
-from queues.auth import ensure_groups
 from queues.chaos.infra import InfraError, Postgres
+from queues.core.transient import is_transient
 from queues.daemons.bulk_runs import BulkRuns
 from queues.daemons.registration import ProcessObserver
 from queues.daemons.stephistory import StepRecorder
 from queues.models import ApiToken, BulkRun, InventoryObject, StepRecord
-from queues.transient import is_transient
+from queues.operator.auth import ensure_groups
 from queues.zk.jobs import job_load
 from queues.zk.records import Job
 from tests.pg import default_database

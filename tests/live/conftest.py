@@ -26,9 +26,9 @@ from django.conf import settings
 from kazoo.client import KazooClient
 
 from queues.live.hub import reset_hub
+from queues.services.zkserver import free_port
 from queues.zk import batches, jobs
 from queues.zk.records import Batch, Job
-from queues.zkserver import free_port
 
 T = TypeVar("T")
 DAPHNE = [sys.executable, "-m", "daphne", "-b", "127.0.0.1"]

@@ -11,9 +11,9 @@ from channels.layers import channel_layers
 from django.conf import settings
 
 from queues.live.hub import reset_hub
+from queues.services.zkserver import LocalZooKeeper, free_port
 from queues.zk import batches, jobs
 from queues.zk import client as zkmod
-from queues.zkserver import LocalZooKeeper, free_port
 
 from .conftest import CONFIGURATION, open_socket, receive_until, run
 

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from queues.services.zkserver import free_port
 from queues.zk import jobs
 from queues.zk.records import Batch, Job
-from queues.zkserver import free_port
 
 from .conftest import console_env, daphne
 

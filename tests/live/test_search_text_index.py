@@ -1,5 +1,6 @@
 """The search finds every live job by every field it offers, however old (issue 51, item 5):
-the console's database text index (``queues/jobtext.py``), fed from what the read index reads.
+the console's database text index (``queues/console/jobtext.py``), fed from what the read index
+reads.
 
 - through daphne: the oldest job, behind more newer jobs than the 5,000 the search used to
   look at, found by its title, file name, submitter, error text and with no field;
@@ -26,8 +27,8 @@ from django.db import connection
 from django.test import override_settings
 
 from bench.loader import bulk_load
-from queues import jobtext
 from queues.chaos.infra import InfraError, Postgres
+from queues.console import jobtext
 from queues.models import JobText
 from queues.zk import batches, jobs
 from queues.zk import index as zindex

@@ -14,8 +14,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from bench.loader import bulk_load
+from queues.core.states import JobState
 from queues.live.hub import current_hub, get_hub
-from queues.states import JobState
 from queues.zk import client as zkmod
 from queues.zk import index as zindex
 from queues.zk import jobs

@@ -11,8 +11,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from queues.auth import ensure_groups
-from queues.states import JOB_STEPS
+from queues.core.states import JOB_STEPS
+from queues.operator.auth import ensure_groups
 from queues.zk import batches, jobs
 from queues.zk.records import Batch, Job
 from tests.pg import pg_cluster, pg_db, pg_url  # noqa: F401

@@ -18,11 +18,11 @@ from django.test import Client
 from django.urls import reverse
 from kazoo.protocol.states import EventType
 
-from queues import archive
-from queues.audit import ApiToken, AuditEntry
 from queues.daemons.registry import DAEMONS
 from queues.daemons.retention import Retention
 from queues.models import ArchivedBatch, ArchivedJob, ArchivedLocalId
+from queues.operator import archive
+from queues.operator.audit import ApiToken, AuditEntry
 from queues.zk import client as zkmod
 from queues.zk import jobs as zjobs
 from queues.zk import paths

@@ -12,8 +12,9 @@ from console.conftest import admin, make_user, token_for  # noqa: F401 - fixture
 from console.test_one_clock import EXACT, ZONE, api_times, check_page
 from django.test import Client
 
-from queues import archive, backlog
-from queues.audit import AuditEntry
+from queues.console import backlog
+from queues.operator import archive
+from queues.operator.audit import AuditEntry
 
 pytestmark = pytest.mark.django_db
 

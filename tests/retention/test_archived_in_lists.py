@@ -9,9 +9,10 @@ from typing import Any
 
 from django.test import Client
 
-from queues import archive, batch_reads, job_reads
-from queues.audit import ApiToken
-from queues.states import BatchState, JobState
+from queues.console import batch_reads, job_reads
+from queues.core.states import BatchState, JobState
+from queues.operator import archive
+from queues.operator.audit import ApiToken
 
 NOW = timedelta(0)
 

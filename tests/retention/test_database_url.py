@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.db import connection
 
-from queues.audit import AuditEntry
+from queues.operator.audit import AuditEntry
 
 ROOT = Path(__file__).resolve().parents[2]
 

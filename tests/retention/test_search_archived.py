@@ -10,9 +10,9 @@ from typing import Any
 
 from django.test import Client
 
-from queues import archive
+from queues.core.states import JobState
 from queues.models import ArchivedBatch, ArchivedJob
-from queues.states import JobState
+from queues.operator import archive
 
 NOW = timedelta(0)
 ROW = re.compile(r'id="search-row-((?:jid|bid)[0-9]{10})"')

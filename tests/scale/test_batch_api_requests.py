@@ -16,9 +16,9 @@ from django.urls import reverse
 from kazoo.client import KazooClient
 
 from bench.loader import bulk_load
-from queues.api import BATCH_JOBS_PER_PAGE
-from queues.audit import ApiToken
-from queues.states import BATCH_INDEX_FOLDERS, JobState
+from queues.core.states import BATCH_INDEX_FOLDERS, JobState
+from queues.operator.audit import ApiToken
+from queues.web.api import BATCH_JOBS_PER_PAGE
 from queues.zk import index as zindex
 from queues.zk import jobs, paths
 

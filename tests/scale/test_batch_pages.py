@@ -19,8 +19,8 @@ from django.urls import reverse
 from kazoo.client import KazooClient
 
 from bench.loader import bulk_load
-from queues import batch_reads, job_reads
-from queues.states import BATCH_INDEX_FOLDERS, JobState
+from queues.console import batch_reads, job_reads
+from queues.core.states import BATCH_INDEX_FOLDERS, JobState
 from queues.zk import index as zindex
 from queues.zk import jobs, paths
 from queues.zk.batches import batch_create
@@ -43,7 +43,7 @@ def viewer(db: Any, zk: KazooClient) -> Client:
 
 @pytest.fixture
 def token_headers(db: Any) -> dict[str, str]:
-    from queues.audit import ApiToken
+    from queues.operator.audit import ApiToken
 
     call_command("setupconsole", stdout=io.StringIO())
     user = User.objects.create_user("batch-api", password="pw-123456789")

@@ -8,8 +8,8 @@ import pytest
 
 from bench.common import BenchError, drop_chroot, new_chroot
 from bench.loader import bulk_load
+from queues.services.zkserver import LocalZooKeeper
 from queues.zk import client as zkmod
-from queues.zkserver import LocalZooKeeper
 
 
 def _count(zk, path: str) -> int:

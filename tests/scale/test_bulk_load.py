@@ -5,7 +5,7 @@ from __future__ import annotations
 from kazoo.client import KazooClient
 
 from bench.loader import bulk_load, counts_for, transition_rate
-from queues.check import run_check
+from queues.operator.check import run_check
 from queues.zk.batches import batch_ids, batches_load
 from queues.zk.jobs import index_entries, jobs_load
 from queues.zk.records import Batch, Job

@@ -37,8 +37,9 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
 from bench import loader
 from bench.http_pages import PAGES
-from queues import jobtext, stuck
-from queues.states import JobState
+from queues.console import jobtext
+from queues.core.states import JobState
+from queues.operator import stuck
 from queues.zk import client as zkmod
 from queues.zk import index as zindex
 from tests.scale.test_flat_failed_stuck import _work
@@ -126,7 +127,7 @@ NOT_GET = {
     "note-edit",
     "note-delete",
     "bulk-run-control",
-    "queues.api.bulk_run_control",  # (unnamed) the API's stop and continue
+    "queues.web.api.bulk_run_control",  # (unnamed) the API's stop and continue
     "poster",  # Merritt ingest's depositor door: 405 to anything but a POST
     "poster-object",
 }
@@ -231,7 +232,7 @@ def figures(
             call_command("setupconsole", stdout=io.StringIO())
             user = User.objects.create_superuser("flat-all", "flat@example.org", "pw-123456789")
             user.groups.add(Group.objects.get(name="viewer"))
-            from queues.audit import ApiToken
+            from queues.operator.audit import ApiToken
 
             _token, key = ApiToken.issue(user=user, name="flat-all")
             headers = {"HTTP_AUTHORIZATION": f"Bearer {key}"}
@@ -345,8 +346,8 @@ def test_a_state_s_batch_list_follows_a_batch_that_changes_state(zk: Any) -> Non
     """The batches of each state are grouped once per answer of the read index, not per
     request: a batch held, then released, is on the Held list (the one /holds/ shows) at once,
     and off it again, newest first among the others."""
-    from queues import batch_reads
-    from queues.states import BatchState
+    from queues.console import batch_reads
+    from queues.core.states import BatchState
     from queues.zk.batches import batch_create, batch_load, batch_transition
 
     zindex.reset()
@@ -374,7 +375,7 @@ def test_a_collection_s_waiting_jobs_are_the_sorted_list_without_making_it(zk: A
     """The collection page's waiting jobs (count, the first ten, the count per priority) are
     those of every Pending and Held job of the collection in run order, as a sorted list of
     all of them says; the whole list is made only when it is gone through."""
-    from queues import hold_moves
+    from queues.services import hold_moves
     from queues.zk.codecs import decode_int, decode_json
 
     zindex.reset()
@@ -451,7 +452,7 @@ def test_the_fixed_batches_follow_their_jobs_and_states_and_cost_nothing_asked_a
     resumed and completed, and not once it moves on to Update-reporting; asked again with
     nothing changed, no request and no batch looked at. (The moves are written on the index's
     own session: its watch events come before the write's answer, so ``settle`` sees them.)"""
-    from queues.states import JOB_STEPS, BatchState
+    from queues.core.states import JOB_STEPS, BatchState
     from queues.zk import jobs as zjobs
     from queues.zk.batches import batch_load, batch_transition
 

@@ -26,7 +26,8 @@ from django.test import Client
 from django.urls import reverse
 
 from bench.loader import bulk_load
-from queues import failed_reads, selectors, stuck
+from queues.console import failed_reads, selectors
+from queues.operator import stuck
 from queues.zk import index as zindex
 from queues.zk import packed
 
@@ -85,7 +86,7 @@ def viewer(db: Any, zk: Any) -> Client:
 
 @pytest.fixture
 def token_headers(db: Any) -> dict[str, str]:
-    from queues.audit import ApiToken
+    from queues.operator.audit import ApiToken
 
     call_command("setupconsole", stdout=io.StringIO())
     user = User.objects.create_user("flat-api", password="pw-123456789")

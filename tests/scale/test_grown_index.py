@@ -32,7 +32,7 @@ SLACK = 1.02  # a bisection a level deeper in a table merged in another order
 
 @pytest.fixture
 def clients(db: Any, zk: Any) -> tuple[Client, dict[str, str]]:
-    from queues.audit import ApiToken
+    from queues.operator.audit import ApiToken
 
     call_command("setupconsole", stdout=io.StringIO())
     user = User.objects.create_user("grown-viewer", password="pw-123456789")

@@ -18,8 +18,9 @@ from django.test import Client
 from django.urls import reverse
 
 from bench.loader import bulk_load
-from queues import failed_reads, job_reads, selectors, stuck
-from queues.states import JobState
+from queues.console import failed_reads, job_reads, selectors
+from queues.core.states import JobState
+from queues.operator import stuck
 from queues.zk import index as zindex
 from queues.zk.batches import batch_create
 from queues.zk.codecs import decode_json
@@ -130,7 +131,7 @@ def test_api_failed_is_paged_with_group_counts(zk, loaded, token_headers):
 
 @pytest.fixture
 def token_headers(db) -> dict[str, str]:
-    from queues.audit import ApiToken
+    from queues.operator.audit import ApiToken
 
     call_command("setupconsole", stdout=io.StringIO())
     user = User.objects.create_user("scale-api", password="pw-123456789")

@@ -6,7 +6,7 @@ job's title) in every field: each used to case-fold the title, file name and loc
 5,000 newest live jobs and every live batch's fields per request, and to filter every state's
 entries by submitter for each new text, so its work grew with the queue up to those windows
 (and past them, for the filter). Jobs' texts are now searched in the database's text index
-(``queues/jobtext.py``), written here before the measures as the web process's fill and
+(``queues/console/jobtext.py``), written here before the measures as the web process's fill and
 feed write them; a text that matches many jobs is counted with the count's bound smaller than
 either queue, so both sizes reach it.
 
@@ -26,7 +26,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from bench.loader import bulk_load
-from queues import jobtext, search
+from queues.console import jobtext, search
 from queues.zk import index as zindex
 from queues.zk.codecs import decode_json
 from tests.scale.test_flat_failed_stuck import _work

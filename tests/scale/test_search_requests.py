@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 
 from bench.loader import bulk_load
-from queues import jobtext, search
+from queues.console import jobtext, search
 from queues.zk import client as zkmod
 from queues.zk import index as zindex
 

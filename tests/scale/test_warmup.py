@@ -6,8 +6,8 @@ ASGI lifespan), never on import (tests/web/test_settings.py)."""
 import asyncio
 from collections import Counter
 
-from queues import selectors
-from queues.warmup import WarmOnFirstConnection, warm_in_background
+from queues.console import selectors
+from queues.web.warmup import WarmOnFirstConnection, warm_in_background
 from queues.zk import batches, jobs
 from queues.zk import index as zindex
 
@@ -60,8 +60,8 @@ def assert_overview_counts_read_nothing(zk):
 
 
 def test_warming_without_zookeeper_only_logs(zk_hosts, settings, caplog):
+    from queues.services.zkserver import free_port
     from queues.zk import client as zkmod
-    from queues.zkserver import free_port
 
     zkmod.close()
     settings.ZK_HOSTS = f"127.0.0.1:{free_port()}"

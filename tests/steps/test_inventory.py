@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from queues.inventory_db import LocalInventory
+from queues.daemons.inventory_db import LocalInventory
 from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
 from queues.steps.erc import Erc
 from queues.steps.inventory import HttpInventory, InventoryError

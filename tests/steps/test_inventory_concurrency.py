@@ -20,7 +20,7 @@ WRITER = textwrap.dedent(
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mrtadmin.settings")
     import django
     django.setup()
-    from queues.inventory_db import LocalInventory
+    from queues.daemons.inventory_db import LocalInventory
     worker, count, manifest = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     inventory = LocalInventory()
     for n in range(count):

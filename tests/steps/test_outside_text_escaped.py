@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from queues.outside_text import LogFormatter, for_slack
+from queues.core.outside_text import LogFormatter, for_slack
 from queues.steps.fetch import DownloadError, fetch_bytes
 
 # Outside text a log call may carry in its arguments: the escape, and a newline forging a line.
@@ -59,7 +59,9 @@ def server():
 def log_lines():
     """What a logger writes through the handler the settings configure (its formatter)."""
     configured = [h for h in logging.getLogger().handlers if isinstance(h.formatter, LogFormatter)]
-    assert configured, "LOGGING's console handler does not use queues.outside_text.LogFormatter"
+    assert configured, (
+        "LOGGING's console handler does not use queues.core.outside_text.LogFormatter"
+    )
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     handler.setFormatter(configured[0].formatter)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from queues.inventory_db import LocalInventory
+from queues.daemons.inventory_db import LocalInventory
 from queues.steps.access import build_archive
 from queues.steps.erc import Erc, write_dublin_core, write_erc, write_storage_manifest
 from queues.steps.fetch import download_all, extract_container, head_all

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from queues.retries import outage_of
+from queues.core.retries import outage_of
 from queues.steps.inventory import HttpInventory, InventoryError
 from queues.steps.merritt_wire import service_session
 from queues.steps.minting import EzidMinter, MintError

@@ -1,5 +1,5 @@
-"""The catalogue of operator actions (queues/catalogue.py) against everything derived from it or
-written beside it: the state machines' operator moves, the console's and the API's routes, the
+"""The catalogue of operator actions (queues/operator/catalogue.py) against everything derived from
+it or written beside it: the state machines' operator moves, the console's and the API's routes, the
 role checks and the reason rule. Adding an action is one record there plus its service."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from django.urls import resolve
 
-from queues import actions, catalogue
-from queues.actions import ReasonRequired
-from queues.auth import ACTION_ROLES
-from queues.roles import ROLES
-from queues.states import ACCESS, BATCH, JOB
+from queues.core.roles import ROLES
+from queues.core.states import ACCESS, BATCH, JOB
+from queues.operator import actions, catalogue
+from queues.operator.actions import ReasonRequired
+from queues.operator.auth import ACTION_ROLES
 
 MACHINES = {"job": JOB, "batch": BATCH, "access": ACCESS}
 # Where each kind's actions are reached: the console page, then the API (None: no such door).

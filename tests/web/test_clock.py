@@ -10,7 +10,7 @@ from django.core import mail
 from django.template import Context, Template
 from django.test import override_settings
 
-from queues.clock import clock_text, exact
+from queues.core.clock import clock_text, exact
 from queues.steps import notify
 
 MOMENT = datetime(2026, 11, 25, 18, 4, 40, tzinfo=UTC)

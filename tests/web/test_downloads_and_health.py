@@ -13,7 +13,7 @@ def archive(tmp_path):
 
 @pytest.mark.django_db
 def test_an_operator_downloads_an_assembled_archive(client, archive):
-    from queues.auth import ensure_groups
+    from queues.operator.auth import ensure_groups
 
     user = User.objects.create_user("operator", password="pw-123456789")
     user.groups.add(ensure_groups()["operator"])
@@ -36,7 +36,7 @@ def test_download_requires_login(client, archive):
     "name", ["..%2Fsecret_key", ".hidden.zip", "x.txt", "a%00.zip", "missing.zip"]
 )
 def test_download_refuses_names_outside_the_archive_pattern(client, archive, name):
-    from queues.auth import ensure_groups
+    from queues.operator.auth import ensure_groups
 
     user = User.objects.create_user("operator", password="pw-123456789")
     user.groups.add(ensure_groups()["operator"])
@@ -51,8 +51,8 @@ def test_health_reports_a_reachable_zookeeper(client, zk, db):
 
 
 def test_health_reports_an_unreachable_zookeeper(client, zk_hosts):
+    from queues.services.zkserver import free_port
     from queues.zk import client as zkmod
-    from queues.zkserver import free_port
 
     zkmod.close()
     settings.ZK_HOSTS = f"127.0.0.1:{free_port()}"

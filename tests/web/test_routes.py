@@ -3,7 +3,7 @@
 import pytest
 from django.urls import Resolver404, resolve
 
-from queues.states import ACCESS, BATCH, JOB
+from queues.core.states import ACCESS, BATCH, JOB
 
 
 @pytest.mark.parametrize("action", JOB.actions)
@@ -49,5 +49,5 @@ def test_malformed_ids_and_unknown_actions_do_not_resolve(url):
     "url", ["/api/holds/collection/../release", "/api/jobs/jid000000001/resume", "/api/nosuch"]
 )
 def test_under_api_they_reach_no_endpoint_but_the_json_answer_for_them(url):
-    # queues.api.unknown_path: a JSON 400 for the malformed ID, a JSON 404 for the rest.
+    # queues.web.api.unknown_path: a JSON 400 for the malformed ID, a JSON 404 for the rest.
     assert resolve(url).url_name == "unknown-api-path"

@@ -29,7 +29,7 @@ def test_a_view_module_imports_no_other_view_module_but_common(module):
 
 
 def test_the_api_takes_only_common_from_the_views():
-    assert _views_imported_by("queues.api") == set()
+    assert _views_imported_by("queues.web.api") == set()
 
 
 def test_no_view_split_by_verb_is_left():

@@ -16,9 +16,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 from django.db.models import Q
 
-from queues import audit
-from queues.audit import ApiToken
-from queues.clock import clock_text
+from queues.core.clock import clock_text
+from queues.operator import audit
+from queues.operator.audit import ApiToken
 
 from ._base import QueueCommand
 

@@ -7,8 +7,9 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from queues import archive, catalogue, hold_moves, services
-from queues.states import AccessState, BatchState
+from queues.core.states import AccessState, BatchState
+from queues.operator import archive, catalogue
+from queues.services import hold_moves, moves
 from queues.zk.errors import DomainError
 
 from ._base import QueueCommand
@@ -36,7 +37,7 @@ def _kind_of(item: str) -> str:
     return "access" if "/" in item else "unknown"
 
 
-def _outcomes(result: Any) -> list[services.Outcome]:
+def _outcomes(result: Any) -> list[moves.Outcome]:
     return list(result) if isinstance(result, list) else [result]
 
 
@@ -108,15 +109,15 @@ class Command(QueueCommand):
         Deleted (Merritt's library marks instead of removing) are removed.
         """
         cleaned = removed = 0
-        for outcome in services.batches_cleanup(older_than=older_than):
+        for outcome in moves.batches_cleanup(older_than=older_than):
             self.stdout.write(str(outcome))
             cleaned += (
                 outcome.before == BatchState.COMPLETED and outcome.after == BatchState.DELETED
             )
-            removed += outcome.after == services.REMOVED
-        for outcome in services.deleted_cleanup(older_than=older_than):
+            removed += outcome.after == moves.REMOVED
+        for outcome in moves.deleted_cleanup(older_than=older_than):
             self.stdout.write(str(outcome))
-            removed += outcome.after == services.REMOVED
+            removed += outcome.after == moves.REMOVED
         self.stdout.write(
             f"{cleaned} completed batches cleaned up, {removed} items marked Deleted removed"
         )
@@ -134,7 +135,7 @@ class Command(QueueCommand):
             f"{left} left alone (finished at least {older_than.total_seconds() / 86400:g} days ago)"
         )
 
-    def _run(self, action: str, item: str, opts: dict) -> list[services.Outcome]:
+    def _run(self, action: str, item: str, opts: dict) -> list[moves.Outcome]:
         if action == "release-held":
             return hold_moves.collection_release_held(profile=item)
         params: dict[str, Any] = {}

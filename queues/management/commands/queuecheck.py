@@ -8,8 +8,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandError
 
-from queues import consistency
 from queues.models import ConsistencyFinding
+from queues.operator import consistency
 from queues.zk.client import client
 
 from ._base import QueueCommand

@@ -27,6 +27,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
+from queues.core.transient import is_database_outage
+from queues.core.transient import reason as transient_reason
 from queues.daemons.base import describe
 from queues.daemons.registry import (
     ALL,
@@ -38,8 +40,6 @@ from queues.daemons.registry import (
 )
 from queues.daemons.retrying import check_policies
 from queues.daemons.runner import Host, tune_collector
-from queues.transient import is_database_outage
-from queues.transient import reason as transient_reason
 from queues.zk.client import close
 from queues.zk.errors import is_connection_error
 

@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from mrtadmin.settings import env
-from queues.auth import ADMIN, ensure_groups
+from queues.operator.auth import ADMIN, ensure_groups
 
 
 class Command(BaseCommand):

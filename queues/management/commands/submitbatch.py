@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from queues import services
+from queues.services import moves
 
 from ._base import QueueCommand
 
@@ -23,7 +23,7 @@ class Command(QueueCommand):
         parser.add_argument(
             "--type",
             default="file",
-            choices=services.SUBMISSION_TYPES,
+            choices=moves.SUBMISSION_TYPES,
             help="submission type (default: file)",
         )
         parser.add_argument("--title", default="")
@@ -41,7 +41,7 @@ class Command(QueueCommand):
         # The submit action of every door: under MRT_BATCH_INTAKE=merritt it goes to ingest's
         # door, never straight into the shared queue.
         outcome = self.run_safely(
-            lambda: services.batch_submit_outcome(
+            lambda: moves.batch_submit_outcome(
                 profile=opts["profile"],
                 submitter=opts["submitter"],
                 payload_url=opts["payload_url"],

@@ -5,7 +5,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from queues.zkserver import LOCAL, LocalServerError, local_server
+from queues.services.zkserver import LOCAL, LocalServerError, local_server
 
 
 class Command(BaseCommand):

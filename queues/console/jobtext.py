@@ -1,0 +1,566 @@
+"""The console's database text index of live jobs: what the search finds a job by however old
+it is (title, file name, submitter, local IDs, ARK, the message it last failed with).
+
+Why the database and not the read index: a job's title, file names, submitter, local IDs and
+ARK never change once it is made. They are not queue state, and at 1,000,000 jobs they are
+about 150 MB of Python strings a web process would hold (the read index keeps 60 bytes a job,
+docs/architecture.md weighs the two). The database keeps them on disk with an index made for a
+part of a text (SQLite's FTS5 trigram table, PostgreSQL's ``pg_trgm``), survives a restart, and
+is shared by every web process.
+
+Fed from the read index (``queues/zk/index.py``), never from a walk of ZooKeeper of its own:
+
+- the index reads a job's ``configuration`` and ``identifiers`` once, when a watch of a state
+  folder shows it new (``sync_jobs``), and the ``identifiers`` again when a job without an ARK
+  passes Processing; each read hands the texts to ``text_sink``. A Failed job's status is read
+  when it is new in Failed (``failed_numbers``) and handed to the ``status_sinks``.
+- ``Feed`` keeps those in memory (``pending``, at most ``MAX_PENDING`` rows) and a writer
+  thread upserts them in transactions of ``WRITE_BATCH``. When the database is down the writer
+  waits (back-off up to ``MAX_BACKOFF`` seconds, the reason kept for ``status()``) and the
+  sinks keep taking rows: the watches and the read index never wait for the database. Rows
+  past ``MAX_PENDING`` are kept as job numbers only (``missed``, 8 bytes a job), and read
+  again from ZooKeeper when the writer has caught up.
+- a feeder thread waits on the read index's ``jobs_changed`` event (set by every watch event
+  of a job state folder), then after ``settings.MRT_SEARCH_FEED_SECONDS`` syncs the index, so
+  the database follows the queue while nobody searches. A search syncs first too.
+- a restart: the background fill reads every job (``ReadIndex.fill``); the feed loads the
+  numbers the database already holds (``known``, a sorted array) and the checksums of the
+  error texts it holds, and takes only jobs not in it, or whose error changed: the backfill is
+  what was made, or failed, while no console ran, and ``status()`` says how far it is.
+
+Rows of jobs that are gone from ZooKeeper (deleted, archived) are taken away when a search
+meets them (``forget``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+import zlib
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from queues.core import transient
+from queues.models import JobText as Row
+from queues.zk import index as zindex
+from queues.zk import paths as zpaths
+from queues.zk.codecs import decode_json
+from queues.zk.errors import MalformedNode
+from queues.zk.nodes import read_many
+
+log = logging.getLogger(__name__)
+
+FIELDS = ("title", "filename", "submitter", "local_ids", "ark", "error")  # searched
+TEXT_FIELDS = ("title", "filename", "submitter", "local_ids", "ark")
+MAX_PENDING = 20_000  # rows kept in memory for the writer; more are kept as numbers
+WRITE_BATCH = 500  # rows a transaction
+READ_BATCH = 500  # missed jobs read again from ZooKeeper at once
+MAX_BACKOFF = 30.0
+FRESH_MAX = 50_000  # rows written since the start kept in a set before a merge
+COUNT_CAP = 10_000  # matches counted at most (a page says "more than")
+SHORTEST_INDEXED = 3  # a trigram index finds texts of three characters or more
+
+
+def _known_key(number: int, made: int, ark: bool) -> int:
+    """A job's number (34 bits), whether its row has an ARK, and the low 24 bits of when it
+    was made, in one integer."""
+    return number << 25 | ark << 24 | (made & 0xFFFFFF)
+
+
+def _crc(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8", "surrogatepass"))
+
+
+@dataclass
+class Progress:
+    """What the feed has done, for pages and tests."""
+
+    written: int = 0
+    waiting: int = 0  # rows in memory not written yet
+    missed: int = 0  # jobs to read again from ZooKeeper
+    known_loaded: bool = False
+    reason: str = ""  # why the database could not be written, "" when it could
+
+
+class Feed:
+    """The feed of one read index into the database (one per web process)."""
+
+    def __init__(self, idx: zindex.ReadIndex, *, start: bool = False) -> None:
+        self.idx = idx
+        self.lock = threading.Lock()
+        self.pending: dict[int, dict[str, Any]] = {}
+        # Rows taken from ``pending`` by the writer and not committed yet: still searched, so
+        # that a row is never in neither place while its batch is written.
+        self.writing_rows: dict[int, dict[str, Any]] = {}
+        self.missed = array("q")
+        self.missed_errors = array("q")
+        # Sorted numbers of the rows the database holds, and the (number << 32 | checksum) of
+        # their error texts, as read at the start; what was written since in ``fresh`` and
+        # ``fresh_errors`` (merged into the arrays now and then).
+        self.known: array[int] | None = None
+        self.known_errors: array[int] = array("q")
+        self.fresh: set[int] = set()
+        self.fresh_errors: dict[int, int | None] = {}
+        self.wake = threading.Event()
+        self.stopped = threading.Event()
+        self.progress = Progress()
+        self.writing = threading.Lock()  # held while a batch is written
+        idx.text_sink = self.take_texts
+        idx.status_sinks.append(self.take_statuses)
+        self.threads: list[threading.Thread] = []
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Start the writer and the feeder (once)."""
+        with self.lock:
+            if self.threads:
+                return
+            for name, target in (("jobtext-write", self._write_loop), ("jobtext-feed", self._feed)):
+                thread = threading.Thread(target=target, name=name, daemon=True)
+                thread.start()
+                self.threads.append(thread)
+
+    # Sinks: called by the read index on its reader's thread; never wait on the database ------
+
+    def _in_db(self, number: int, made: int, ark: bool) -> bool:
+        """Whether the database holds this job's texts (its number, made at ``made``, with an
+        ARK or not)."""
+        key = _known_key(number, made, ark)
+        if key in self.fresh:
+            return True
+        known = self.known
+        if known is None:
+            return False
+        i = bisect_left(known, key)
+        return i < len(known) and known[i] == key
+
+    def _error_in_db(self, number: int) -> int | None:
+        """The checksum of the error text the database holds for a job, None for none."""
+        if number in self.fresh_errors:
+            return self.fresh_errors[number]
+        errors = self.known_errors
+        i = bisect_left(errors, number << 32)
+        if i < len(errors) and errors[i] >> 32 == number:
+            return errors[i] & 0xFFFFFFFF
+        return None
+
+    def _merge_fresh(self) -> None:
+        """Fold the rows written since into the sorted arrays (bounded memory: a set of at most
+        ``FRESH_MAX`` numbers between two merges)."""
+        if self.known is not None and len(self.fresh) >= FRESH_MAX:
+            self.known = array("q", heapq.merge(self.known, sorted(self.fresh)))
+            self.fresh = set()
+        if len(self.fresh_errors) >= FRESH_MAX:
+            changed = self.fresh_errors
+            kept = (e for e in self.known_errors if (e >> 32) not in changed)
+            new = sorted(n << 32 | c for n, c in changed.items() if c is not None)
+            self.known_errors = array("q", heapq.merge(kept, new))
+            self.fresh_errors = {}
+
+    def _put(self, number: int, values: dict[str, Any], missed: array[int]) -> None:
+        row = self.pending.get(number)
+        if row is not None:
+            row.update(values)
+        elif len(self.pending) < MAX_PENDING:
+            self.pending[number] = dict(values)
+        else:
+            missed.append(number)
+
+    def take_texts(self, texts: list[zindex.JobText]) -> None:
+        with self.lock:
+            for t in texts:
+                values: dict[str, Any]
+                if not t.whole:
+                    values = {"ark": t.ark}
+                elif self._in_db(t.number, t.made, bool(t.ark)):
+                    continue  # never changes: already there (an ARK comes as its own update)
+                else:
+                    values = {
+                        "made": t.made,
+                        "title": t.title,
+                        "filename": t.filename,
+                        "submitter": t.submitter,
+                        "local_ids": "\n".join(t.local_ids),
+                    }
+                    if t.ark:
+                        values["ark"] = t.ark
+                self._put(t.number, values, self.missed)
+            self.progress.waiting = len(self.pending)
+            self.progress.missed = len(self.missed) + len(self.missed_errors)
+        self.wake.set()
+
+    def take_statuses(self, statuses: list[tuple[int, dict[str, Any], Any]]) -> None:
+        messages = []
+        for number, status, _stat in statuses:
+            message = status.get("message")
+            messages.append((number, message if isinstance(message, str) else ""))
+        self.take_errors(messages)
+
+    def take_errors(self, messages: list[tuple[int, str]]) -> None:
+        with self.lock:
+            for number, message in messages:
+                if self._error_in_db(number) == (_crc(message) if message else None):
+                    continue
+                self._put(number, {"error": message}, self.missed_errors)
+            self.progress.waiting = len(self.pending)
+            self.progress.missed = len(self.missed) + len(self.missed_errors)
+        self.wake.set()
+
+    # The writer -------------------------------------------------------------------------------
+
+    def _load_known(self) -> None:
+        numbers = array("q")
+        errors = array("q")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT number, made, ark <> '' FROM queues_jobtext")
+            while chunk := cursor.fetchmany(10_000):
+                numbers.extend(_known_key(n, m, bool(a)) for n, m, a in chunk)
+            cursor.execute("SELECT number, error FROM queues_jobtext WHERE error <> ''")
+            while chunk := cursor.fetchmany(10_000):
+                errors.extend(n << 32 | _crc(e) for n, e in chunk)
+        numbers = array("q", sorted(numbers))
+        errors = array("q", sorted(errors))
+        with self.lock:
+            self.known, self.known_errors = numbers, errors
+            self.progress.known_loaded = True
+
+    def _needed(self, number: int, values: dict[str, Any]) -> dict[str, Any]:
+        """What of a row taken before the database's rows were known it does not hold yet."""
+        values = dict(values)
+        if "error" in values:
+            error = values["error"]
+            if self._error_in_db(number) == (_crc(error) if error else None):
+                del values["error"]
+        if "made" in values and self._in_db(number, values["made"], bool(values.get("ark"))):
+            for name in ("made", *TEXT_FIELDS):
+                values.pop(name, None)
+        return values
+
+    def _take_batch(self) -> list[tuple[int, dict[str, Any]]]:
+        with self.lock:
+            batch: list[tuple[int, dict[str, Any]]] = []
+            while self.pending and len(batch) < WRITE_BATCH:
+                number = next(iter(self.pending))
+                values = self._needed(number, self.pending.pop(number))
+                if values:
+                    batch.append((number, values))
+                    self.writing_rows[number] = values
+            self.progress.waiting = len(self.pending)
+            return batch
+
+    def _write(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
+        groups: dict[tuple[str, ...], list[Row]] = {}
+        for number, values in batch:
+            columns = tuple(sorted(values))
+            groups.setdefault(columns, []).append(Row(number=number, **values))
+        with transaction.atomic():
+            for columns, rows in groups.items():
+                Row.objects.bulk_create(
+                    rows, update_conflicts=True, unique_fields=["number"], update_fields=columns
+                )
+
+    def _write_loop(self) -> None:
+        backoff = 0.5
+        said = 0  # the count of rows written last said in the log
+        while not self.stopped.is_set():
+            try:
+                if self.known is None:
+                    self._load_known()
+                with self.writing:  # taken and written as one, for ``flush``
+                    batch = self._take_batch()
+                    if batch:
+                        try:
+                            self._write(batch)
+                        except BaseException:
+                            with self.lock:  # back in line, newer values first
+                                for number, values in batch:
+                                    newer = self.pending.get(number, {})
+                                    self.pending[number] = {**values, **newer}
+                                    self.writing_rows.pop(number, None)
+                            raise
+                if not batch:
+                    if not self._read_missed():
+                        self.progress.reason = ""
+                        if self.progress.written != said:
+                            said = self.progress.written
+                            log.info(
+                                "search text index: caught up, %s jobs written since the start",
+                                f"{said:,}",
+                            )
+                        self.wake.wait(5.0)
+                        self.wake.clear()
+                    continue
+                self._written(batch)
+                backoff = 0.5
+                self.progress.reason = ""
+            except Exception as exc:
+                self.progress.reason = transient.reason(exc) or str(exc)[:200]
+                log.warning("search text index: cannot write (%s); trying again", exc)
+                try:  # a broken connection is opened afresh on the next try
+                    connection.close()
+                except Exception as closing:
+                    log.debug("search text index: closing the connection: %s", closing)
+                self.stopped.wait(backoff)
+                backoff = min(MAX_BACKOFF, backoff * 2)
+        connection.close()
+
+    def _written(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
+        with self.lock:
+            for number, values in batch:
+                self.writing_rows.pop(number, None)
+                if "made" in values:
+                    has_ark = bool(values.get("ark"))
+                    self.fresh.add(_known_key(number, values["made"], has_ark))
+                if "error" in values:
+                    error = values["error"]
+                    self.fresh_errors[number] = _crc(error) if error else None
+            self._merge_fresh()
+            self.progress.written += len(batch)
+            self.progress.waiting = len(self.pending)
+
+    def write_pending(self) -> int:
+        """Write every row taken so far on the calling thread's connection (in its
+        transaction), not the writer's; how many. For a process that starts no writer (tests
+        that measure pages inside one transaction)."""
+        count = 0
+        with self.writing:
+            while batch := self._take_batch():
+                self._write(batch)
+                self._written(batch)
+                count += len(batch)
+        return count
+
+    def _read_missed(self) -> bool:
+        """Read again from ZooKeeper a chunk of the jobs whose texts did not fit in memory;
+        False when there were none."""
+        with self.lock:
+            if not self.missed and not self.missed_errors:
+                return False
+            free = max(0, MAX_PENDING - len(self.pending))
+            take = min(READ_BATCH, free)
+            if take == 0:
+                return False
+            numbers = list(self.missed[:take])
+            del self.missed[:take]
+            failed = list(self.missed_errors[:take])
+            del self.missed_errors[:take]
+        jids = [f"jid{n:010d}" for n in numbers]
+        node = zpaths.job_node
+        wanted = [node(j, name) for j in jids for name in ("configuration", "identifiers")]
+        wanted += [node(f"jid{n:010d}", "status") for n in failed]
+        reads = read_many(self.idx.zk, wanted)
+
+        def json_of(path: str) -> dict[str, Any]:
+            read = reads.get(path)
+            if read is None:
+                return {}
+            try:
+                value = decode_json(path, read[0])
+            except MalformedNode:
+                return {}
+            return value if isinstance(value, dict) else {}
+
+        texts = []
+        for number, jid in zip(numbers, jids, strict=True):
+            config = json_of(node(jid, "configuration"))
+            if config:
+                made = reads[node(jid, "configuration")][1].ctime  # type: ignore[index]
+                ids = json_of(node(jid, "identifiers"))
+                texts.append(zindex.job_text(number, config, ids, made))
+        messages = []
+        for number in failed:
+            status = json_of(node(f"jid{number:010d}", "status"))
+            if status:
+                message = status.get("message")
+                messages.append((number, message if isinstance(message, str) else ""))
+        self.take_texts(texts)
+        self.take_errors(messages)
+        return True
+
+    # The feeder: the read index's watches, then a sync -----------------------------------------
+
+    def _feed(self) -> None:
+        changed = self.idx.jobs_changed
+        while not self.stopped.is_set():
+            changed.wait()
+            if self.stopped.wait(settings.MRT_SEARCH_FEED_SECONDS):
+                return
+            changed.clear()
+            if self.idx.filling:
+                continue  # the fill reads every job itself
+            try:
+                self.idx.sync()  # reads what is new; the sinks take its texts
+            except Exception as exc:  # ZooKeeper away: the next watch event tries again
+                log.info("search text index: cannot read the queue now (%s)", exc)
+
+    # Reading ----------------------------------------------------------------------------------
+
+    def status(self) -> str:
+        """What is not in the database yet, for pages; "" when nothing."""
+        p = self.progress
+        parts = []
+        if self.threads and not p.known_loaded:
+            parts.append("the search text index has not been read yet")
+        if p.waiting or p.missed:
+            parts.append(
+                f"search texts: {p.written:,} written since the start, "
+                f"{p.waiting + p.missed:,} jobs still to write"
+            )
+        if p.reason:
+            parts.append(f"the search text index cannot be written now: {p.reason}")
+        return "; ".join(parts)
+
+    def pending_matching(self, fields: Iterable[str], folded: str) -> dict[int, dict[str, Any]]:
+        """Rows not written yet (waiting, or in a batch being written) whose ``fields`` hold
+        ``folded`` (case-folded). Read before the database is, so a row committed in between is
+        met twice (the search lists it once), never not at all."""
+        wanted = list(fields)
+        with self.lock:
+            rows = {n: dict(v) for n, v in self.writing_rows.items()}
+            for n, v in self.pending.items():
+                rows[n] = {**rows.get(n, {}), **v}
+        return {
+            n: v
+            for n, v in rows.items()
+            if any(folded in str(v.get(f, "")).casefold() for f in wanted)
+        }
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every row taken so far is written (tests); False at the deadline."""
+        deadline = time.monotonic() + timeout
+        self.wake.set()
+        while time.monotonic() < deadline:
+            with self.lock:
+                empty = not self.pending and not self.missed and not self.missed_errors
+            if empty and not self.writing.locked():
+                return True
+            self.wake.set()
+            time.sleep(0.05)
+        return False
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.wake.set()
+        self.idx.jobs_changed.set()
+        if self.idx.text_sink == self.take_texts:
+            self.idx.text_sink = None
+        if self.take_statuses in self.idx.status_sinks:
+            self.idx.status_sinks.remove(self.take_statuses)
+
+
+_feeds: dict[int, Feed] = {}
+_feeds_lock = threading.Lock()
+
+
+def feed_for(idx: zindex.ReadIndex, *, start: bool = False) -> Feed:
+    """The feed of ``idx``; ``start``: with its writer and feeder running.
+
+    The web process starts them with its read index's fill (``queues/web/warmup.py``); a search
+    only attaches the sinks if they are not there, so a process that never warmed up (a
+    management command, a test through Django's client) searches what the database holds and
+    the rows read since, and writes nothing from threads of its own."""
+    with _feeds_lock:
+        feed = _feeds.get(id(idx))
+        if feed is None or feed.idx is not idx:
+            if feed is not None:
+                feed.stop()
+            feed = _feeds[id(idx)] = Feed(idx, start=False)
+    if start:
+        feed.start()
+    return feed
+
+
+def attach(idx: zindex.ReadIndex) -> None:
+    """Hand what ``idx`` reads to a feed from its first read on (``zindex.NEW_INDEX_HOOKS``)."""
+    feed_for(idx)
+
+
+def reset() -> None:
+    """Stop every feed (tests)."""
+    with _feeds_lock:
+        for feed in _feeds.values():
+            feed.stop()
+        _feeds.clear()
+
+
+# Queries ----------------------------------------------------------------------------------------
+
+
+def _like(folded: str) -> str:
+    escaped = folded.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _where(fields: list[str], text: str) -> tuple[str, str, list[Any]]:
+    """The table, the condition and its parameters of a search for ``text`` in ``fields``
+    (column names of ``FIELDS`` only: they are written into the statement; the text is a
+    parameter)."""
+    if not fields or not set(fields) <= set(FIELDS):
+        raise ValueError(f"not fields of the text index: {fields!r}")
+    if connection.vendor == "sqlite":
+        if len(text) >= SHORTEST_INDEXED:
+            phrase = '"' + text.replace('"', '""') + '"'
+            return (
+                "queues_jobtext_fts",
+                "queues_jobtext_fts MATCH %s",
+                ["{" + " ".join(fields) + "} : " + phrase],
+            )
+        # Shorter than a trigram: a scan of the table (newest first, it stops at a page).
+        ors = " OR ".join(f"{f} LIKE %s ESCAPE '\\'" for f in fields)
+        return "queues_jobtext_fts", f"({ors})", [_like(text)] * len(fields)
+    ors = " OR ".join(f"{f} ILIKE %s ESCAPE '\\'" for f in fields)
+    return "queues_jobtext", f"({ors})", [_like(text)] * len(fields)
+
+
+def _key() -> str:
+    return "rowid" if connection.vendor == "sqlite" else "number"
+
+
+def matching(fields: list[str], text: str, *, chunk: int = 200) -> Iterator[tuple[int, dict]]:
+    """The rows whose ``fields`` hold ``text`` (any case), newest job first, read a chunk at a
+    time as they are asked for: (number, {field: value})."""
+    table, where, params = _where(fields, text)
+    key = _key()
+    below: int | None = None
+    columns = ", ".join(FIELDS)
+    while True:
+        more = f" AND {key} < %s" if below is not None else ""
+        sql = (
+            f"SELECT {key}, {columns} FROM {table} WHERE {where}{more} "  # noqa: S608 (names ours)
+            f"ORDER BY {key} DESC LIMIT %s"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, *([below] if below is not None else []), chunk])
+            rows = cursor.fetchall()
+        for number, *values in rows:
+            yield number, dict(zip(FIELDS, values, strict=True))
+        if len(rows) < chunk:
+            return
+        below = rows[-1][0]
+
+
+def count(fields: list[str], text: str, cap: int | None = None) -> int:
+    """How many rows match, counted up to ``cap`` + 1 (``COUNT_CAP`` unless told)."""
+    cap = COUNT_CAP if cap is None else cap
+    table, where, params = _where(fields, text)
+    sql = f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {where} LIMIT %s) AS found"  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, cap + 1])
+        (found,) = cursor.fetchone()
+    return int(found)
+
+
+def forget(numbers: Iterable[int]) -> None:
+    """Take away the rows of jobs gone from ZooKeeper (a search met them)."""
+    gone = list(numbers)
+    if gone:
+        Row.objects.filter(number__in=gone).delete()

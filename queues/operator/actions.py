@@ -1,0 +1,196 @@
+"""Every operator action, for the web views and the JSON API alike: role check, service call,
+audit entry.
+
+Keeping this in one place means a button and an API call cannot differ in who may do what, and
+no action can reach a service without leaving its line in the audit log, refusals included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+
+from queues.models import bulk_summary, short_reason
+from queues.operator import catalogue
+from queues.operator.audit import record
+from queues.operator.auth import require_action
+from queues.services import moves
+from queues.zk.client import connected_client
+from queues.zk.errors import DomainError
+
+
+class ReasonRequired(DomainError):
+    """A destructive action was asked for without saying why."""
+
+
+def is_destructive(kind: str, action: str) -> bool:
+    found = catalogue.find(kind, action)
+    return found is not None and found.destructive
+
+
+def check_reason(kind: str, action: str, reason: str) -> None:
+    """ReasonRequired when ``action`` needs a reason and none was given (every door)."""
+    found = catalogue.find(kind, action)
+    if found is not None and found.reason_required and not reason.strip():
+        if not found.destructive:
+            raise ReasonRequired(f"{action} on a {kind} needs a reason")
+        raise ReasonRequired(f"{action} is destructive: give a reason")
+
+
+def _call(
+    kind: str, action: str, item_id: str, version: int | None, reason: str, params: dict[str, Any]
+) -> list[moves.Outcome]:
+    found = catalogue.find(kind, action)
+    if found is None:
+        raise PermissionDenied(f"there is no {action} action for a {kind}")
+    # Fail fast while ZooKeeper is away instead of queueing the write behind a reconnect.
+    connected_client()
+    result = found.run(catalogue.Call(item_id, version, reason, params))
+    return list(result) if isinstance(result, list) else [result]
+
+
+def perform(
+    *,
+    user: Any,
+    kind: str,
+    action: str,
+    item_id: str,
+    expect_version: int | None = None,
+    reason: str = "",
+    params: dict[str, Any] | None = None,
+    via: str = "web",
+) -> list[moves.Outcome]:
+    """Run one action as ``user``; raises PermissionDenied or a DomainError, audited either way."""
+    outcomes = apply(
+        user=user,
+        kind=kind,
+        action=action,
+        item_id=item_id,
+        expect_version=expect_version,
+        reason=reason,
+        params=params,
+        via=via,
+    )
+    audit_outcomes(outcomes, user=user, action=action, reason=reason, params=params, via=via)
+    return outcomes
+
+
+def apply(
+    *,
+    user: Any,
+    kind: str,
+    action: str,
+    item_id: str,
+    expect_version: int | None = None,
+    reason: str = "",
+    params: dict[str, Any] | None = None,
+    via: str = "web",
+) -> list[moves.Outcome]:
+    """``perform`` up to the move, a refusal audited: the caller audits the outcomes
+    (``audit_outcomes``). A bulk run keeps a move it made when the database fails under the
+    audit, and writes the entry once the database is back, instead of doing the item again."""
+    audit_id = f"{(params or {}).get('queue')}/{item_id}" if kind == "access" else item_id
+    reason = reason.strip()
+    try:
+        require_action(user, kind, action)
+        check_reason(kind, action, reason)
+        return _call(kind, action, item_id, expect_version, reason, params or {})
+    except (PermissionDenied, DomainError, ValueError) as exc:
+        record(
+            user=user,
+            action=action,
+            kind=kind,
+            item_id=audit_id,
+            reason=reason,
+            detail=f"refused: {exc}",
+            ok=False,
+            via=via,
+        )
+        raise
+
+
+def audit_outcomes(
+    outcomes: Sequence[moves.Outcome],
+    *,
+    user: Any,
+    action: str,
+    reason: str = "",
+    params: dict[str, Any] | None = None,
+    via: str = "web",
+    group: str = "",
+) -> None:
+    """One audit entry per outcome of an action ``apply`` made; ``group`` (``bulk run #N``)
+    begins each entry's detail, so the log can fold a bulk run's entries under one line."""
+    for outcome in outcomes:
+        detail = f"{outcome.detail}; {outcome.failure}" if outcome.failure else outcome.detail
+        item = (
+            f"{(params or {}).get('queue')}/{outcome.id}"
+            if outcome.kind == "access"
+            else outcome.id
+        )
+        record(
+            user=user,
+            action=action,
+            kind=outcome.kind,
+            item_id=item,
+            before=outcome.before,
+            after=outcome.after,
+            reason=reason.strip(),
+            detail=f"{group}: {detail}" if group else detail,
+            via=via,
+        )
+
+
+@dataclass
+class BulkResult:
+    done: list[moves.Outcome] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (id, why)
+
+    def summary(self) -> str:
+        reasons: dict[str, int] = {}
+        for _id, why in self.skipped:
+            short = short_reason(why)
+            reasons[short] = reasons.get(short, 0) + 1
+        return bulk_summary(len(self.done), reasons)
+
+
+def check_bulk(*, user: Any, kind: str, action: str, reason: str) -> None:
+    """What a bulk action needs before its first item: the role, and a reason if destructive."""
+    require_action(user, kind, action)
+    check_reason(kind, action, reason)
+
+
+def perform_bulk(
+    *,
+    user: Any,
+    kind: str,
+    action: str,
+    items: Sequence[tuple[str, int | None]],
+    reason: str = "",
+    params: dict[str, Any] | None = None,
+    via: str = "web",
+) -> BulkResult:
+    """Run one action over many items; each refusal is a skip with its reason, not a stop.
+
+    The role and the reason are checked once up front: without them nothing is attempted.
+    """
+    check_bulk(user=user, kind=kind, action=action, reason=reason)
+    result = BulkResult()
+    for item_id, version in items:
+        try:
+            result.done += perform(
+                user=user,
+                kind=kind,
+                action=action,
+                item_id=item_id,
+                expect_version=version,
+                reason=reason,
+                params=params,
+                via=via,
+            )
+        except DomainError as exc:
+            result.skipped.append((item_id, str(exc)))
+    return result

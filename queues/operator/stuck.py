@@ -1,0 +1,648 @@
+"""Stuck jobs: far longer in their state, or under one consumer's lock, than is usual there.
+
+"Usual" is the 95th percentile the step history gives for the state (``queues/operator/history.py``,
+the last 7 days): a job is stuck when its time in the state is past ``MRT_STUCK_FACTOR`` (3)
+times the p95 of waiting plus working there, or its lock is older than that factor times the
+p95 of the step's own duration, and never before ``MRT_STUCK_MIN_SECONDS`` (300). A state with
+fewer than ``history.MIN_RECORDS`` records uses ``MRT_STUCK_SECONDS`` (3600) for both.
+
+What it costs: the state folders' listings come from the read index; the time a job entered
+its state is its index entry's creation time, read once per entry and remembered while the
+entry exists (an entry is made anew at every move), as an array of times beside the listing's
+own array of entries. A lock is read only where it decides: for the count (the overview card,
+/metrics) only for jobs in their state longer than the lock threshold and not yet longer than
+the state's; for the list (``find_stuck``: the stuck page and the job list's filter) for every
+job past either. Answers are kept ``CACHE_SECONDS``; the overview card and /metrics never count
+in the request once there is a count: past that time they get the last one while a thread of
+its own counts again (at 1,000,000 jobs a count walks about 290,000 working entries).
+
+The stuck page never walks the entries either: each count also keeps every state's entries
+oldest first (``_Oldest``), and a page takes the oldest still listed from those, reading the
+locks of those it judges only. Before the first count (after a start, while the read index
+fills) the page says what is still loading instead of waiting for it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import threading
+import time
+from array import array
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import compress, islice, repeat
+from operator import and_
+from typing import Any
+
+from django.conf import settings
+
+from queues.core.states import JOB_STEPS
+from queues.operator import history
+from queues.zk import consumers as zconsumers
+from queues.zk import index as zindex
+from queues.zk import packed
+from queues.zk import paths as zpaths
+from queues.zk.client import connected_client
+from queues.zk.nodes import exists_many
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SECONDS = 3600.0
+DEFAULT_FACTOR = 3.0
+DEFAULT_MIN_SECONDS = 300.0
+CACHE_SECONDS = 15.0
+READ_CHUNK = 1000
+CARRY_BLOCK = 8192  # entries whose kept times are looked up in one go (see _carried)
+# How far ahead of a count the stuck page's order reaches (``_Oldest``): a page looked at
+# recounts every CACHE_SECONDS, so an order is normally far younger than this.
+HORIZON = 600.0
+# Between two chunks of entry times read in the background: page requests sharing the
+# connection and the interpreter go first (as the read index's fill does).
+READ_PAUSE = 0.004
+# The states a consumer works in (Completed is final; Held and Failed wait for an operator).
+STATES = JOB_STEPS[:-1]
+
+_lock = threading.Lock()
+_owner: list[Any] = [None]  # the client the remembered times were read through
+_cached: tuple[float, Any, list[StuckJob]] | None = None  # the list (find_stuck)
+_counted: tuple[float, Any, dict[str, int]] | None = None  # the counts per state
+_counting = threading.Lock()  # one count at a time
+_recount: list[threading.Thread | None] = [None]  # the background recount, while it runs
+# Set while prime() counts in the background (after the read index's fill at start): the first
+# count reads the creation time of every entry in the working states, seconds at a large queue.
+_priming = threading.Event()
+
+
+class StillCounting(Exception):
+    """The overview card and /metrics do not wait for a first count made in the background."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    state: str
+    in_state: float  # seconds
+    lock: float
+    source: str  # "history" | "setting"
+
+
+@dataclass(frozen=True)
+class StuckJob:
+    jid: str
+    state: str
+    in_state: float  # seconds in the state
+    lock_age: float | None  # seconds its lock has been held, None: not locked
+    threshold: Threshold
+    why: str
+
+
+@dataclass(frozen=True)
+class _Times:
+    """Creation times (s since the epoch) of a state's entries, in the order of ``keys``, the
+    read index's array of that listing (0.0: not read, the entry was gone when asked)."""
+
+    keys: array[int]
+    ctimes: array[float]
+
+
+_times: dict[str, _Times] = {}
+
+
+@dataclass(frozen=True)
+class _Oldest:
+    """A state's entries that entered it before ``horizon``, oldest first, made by a count
+    from the listing ``source``; entries whose time was not read are left out. Only those
+    can be on the stuck page until the next count (``HORIZON``): in a queue that flows, a
+    few, not every working entry."""
+
+    source: array[int]
+    keys: array[int]  # run keys (``packed.Entries``), oldest first
+    ctimes: array[float]  # ascending
+    horizon: float
+
+
+_oldest: dict[str, _Oldest] = {}
+_oldest_at: list[float] = [0.0]  # time.monotonic() of the count that made ``_oldest``
+_reading: list[str] = [""]  # what a count is reading now (the page says it while it waits)
+
+
+def _setting(name: str, default: float) -> float:
+    # Tests and callers may leave a setting out of a trimmed settings object: the default then.
+    return float(getattr(settings, name, default))
+
+
+def default_limit() -> float:
+    return _setting("MRT_STUCK_SECONDS", DEFAULT_SECONDS)
+
+
+def limit_from(p95: float | None, n: int, default: float) -> float:
+    """``MRT_STUCK_FACTOR`` times a p95 (at least ``MRT_STUCK_MIN_SECONDS``), or ``default``
+    when the history has too few records for it."""
+    if p95 is None or n < history.MIN_RECORDS:
+        return default
+    factor = _setting("MRT_STUCK_FACTOR", DEFAULT_FACTOR)
+    return max(_setting("MRT_STUCK_MIN_SECONDS", DEFAULT_MIN_SECONDS), factor * p95)
+
+
+def thresholds() -> dict[str, Threshold]:
+    default = default_limit()
+    try:
+        usual = history.usual_times()
+    except Exception:  # no table yet, database away: the setting still works
+        usual = {}
+    found: dict[str, Threshold] = {}
+    state: str
+    for state in STATES:
+        u = usual.get(state)
+        if u is not None and u.n >= history.MIN_RECORDS and u.step_p95 is not None:
+            total = u.total_p95 if u.total_p95 is not None else u.step_p95
+            found[state] = Threshold(
+                state,
+                limit_from(total, u.n, default),
+                limit_from(u.step_p95, u.n, default),
+                "history",
+            )
+        else:
+            found[state] = Threshold(state, default, default, "setting")
+    return found
+
+
+def _zeros(values: array[float]) -> list[int]:
+    """Where ``values`` holds 0.0 (found by the array's own search, not a loop per item)."""
+    found: list[int] = []
+    at = -1
+    while True:
+        try:
+            at = values.index(0.0, at + 1)
+        except ValueError:
+            return found
+        found.append(at)
+
+
+def _carried(known: _Times, keys: array[int]) -> array[float]:
+    """The times ``known`` has for ``keys`` (0.0 where it has none), block by block.
+
+    Both arrays are sorted: each block of ``keys`` looks only at the part of ``known.keys`` in
+    its range. Each step is one call into C that holds the interpreter; a block keeps it short
+    (a page request waits for the interpreter, not for 120,000 entries at once).
+    """
+    carried = array("d")
+    old_keys, old_times = known.keys, known.ctimes
+    for start in range(0, len(keys), CARRY_BLOCK):
+        block = keys[start : start + CARRY_BLOCK]
+        low = bisect_left(old_keys, block[0])
+        high = bisect_right(old_keys, block[-1], low)
+        before = dict(zip(old_keys[low:high], old_times[low:high], strict=True))
+        carried.extend(map(before.get, block, repeat(0.0)))
+    return carried
+
+
+def _entry_times(
+    zk: Any, idx: zindex.ReadIndex, state: str, *, pause: float = 0.0
+) -> tuple[packed.Entries, array[float]]:
+    """A state's entries (run order) and the creation time of each, read only for entries not
+    in the last listing the times were kept for."""
+    entries = idx.job_entries(state)
+    keys = entries.keys
+    with _lock:
+        if _owner[0] is not zk:  # another client (another ensemble or chroot): start again
+            _times.clear()
+            _oldest.clear()
+            _owner[0] = zk
+        known = _times.get(state)
+    if known is not None and known.keys is keys:
+        ctimes = known.ctimes
+    elif known is not None:  # the folder changed: keep the times of the entries still there
+        ctimes = _carried(known, keys)
+    else:
+        ctimes = array("d", [0.0]) * len(keys)
+    missing = _zeros(ctimes)
+    if missing:
+        ctimes = array("d", ctimes)  # a copy: a reader of the kept one never sees it half-read
+        folder = zpaths.job_state_folder(state)
+        for start in range(0, len(missing), READ_CHUNK):
+            _reading[0] = f"{state}: {start:,} of {len(missing):,} entries read"
+            part = missing[start : start + READ_CHUNK]
+            node_paths = [f"{folder}/{entries.name(keys[i])}" for i in part]
+            stats = exists_many(zk, node_paths)
+            for i, path in zip(part, node_paths, strict=True):
+                stat = stats.get(path)
+                if stat is not None:
+                    ctimes[i] = stat.ctime / 1000.0
+            if pause:
+                time.sleep(pause)
+    with _lock:
+        if _owner[0] is zk:
+            _times[state] = _Times(keys, ctimes)
+    return entries, ctimes
+
+
+def _lock_stats(zk: Any, jids: list[str]) -> dict[str, Any]:
+    """The stat of each job's lock node, or None (read in chunks)."""
+    found: dict[str, Any] = {}
+    for start in range(0, len(jids), READ_CHUNK):
+        part = jids[start : start + READ_CHUNK]
+        stats = exists_many(zk, [zpaths.job_node(j, "lock") for j in part])
+        found.update((j, stats.get(zpaths.job_node(j, "lock"))) for j in part)
+    return found
+
+
+def find_stuck(zk: Any, *, fresh: bool = False) -> list[StuckJob]:
+    """Every stuck job now, the longest-stuck first (kept ``CACHE_SECONDS`` per process)."""
+    global _cached, _counted
+    hit = _cached
+    if not fresh and hit and hit[1] is zk and time.monotonic() - hit[0] < CACHE_SECONDS:
+        return hit[2]
+    idx = zindex.for_client(zk)
+    limits = thresholds()
+    now = time.time()
+    candidates: list[tuple[str, str, float]] = []
+    state: str
+    for state in STATES:
+        limit = limits[state]
+        entries, ctimes = _entry_times(zk, idx, state)
+        cut = now - min(limit.in_state, limit.lock)
+        keys = entries.keys
+        candidates += [
+            (entries.jid(keys[i]), state, now - t) for i, t in enumerate(ctimes) if 0.0 < t < cut
+        ]
+    found = _judge(zk, candidates, limits, now)
+    found.sort(key=lambda s: -s.in_state)
+    counts = Counter(s.state for s in found)
+    _cached = (time.monotonic(), zk, found)
+    _counted = (time.monotonic(), zk, {s: counts.get(s, 0) for s in STATES})
+    return found
+
+
+def _judge(
+    zk: Any, candidates: list[tuple[str, str, float]], limits: dict[str, Threshold], now: float
+) -> list[StuckJob]:
+    """The candidates (jid, state, seconds in it) that are stuck, with why, in the same order
+    (their locks read in chunks)."""
+    locks = _lock_stats(zk, [jid for jid, _s, _a in candidates])
+    found = []
+    for jid, state, age in candidates:
+        limit = limits[state]
+        stat = locks.get(jid)
+        lock_age = max(0.0, now - stat.ctime / 1000.0) if stat is not None else None
+        why = []
+        if age > limit.in_state:
+            why.append(
+                f"in {state} for {history.fmt_seconds(age)} "
+                f"(stuck past {history.fmt_seconds(limit.in_state)})"
+            )
+        if lock_age is not None and lock_age > limit.lock:
+            why.append(
+                f"locked by a consumer for {history.fmt_seconds(lock_age)} "
+                f"(stuck past {history.fmt_seconds(limit.lock)})"
+            )
+        if why:
+            found.append(StuckJob(jid, state, age, lock_age, limit, "; ".join(why)))
+    return found
+
+
+PAGE_SIZE = 100
+
+
+@dataclass(frozen=True)
+class StuckPage:
+    items: list[StuckJob]
+    number: int
+    per_page: int
+    total: int
+    # What is still being read before stuck jobs can be listed (after a start); "" once listed.
+    loading: str = ""
+    counted_ago: float = 0.0  # seconds since the count the page's order comes from
+
+    @property
+    def pages(self) -> int:
+        return max(1, math.ceil(self.total / self.per_page))
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    @property
+    def has_next(self) -> bool:
+        return self.number < self.pages
+
+
+def _ranked(
+    keys: array[int], ctimes: array[float], low: float, high: float
+) -> tuple[array[int], array[float]]:
+    """The ``keys`` whose time is in [low, high) (read: not 0.0) with their times, oldest
+    first. The candidates are picked in C; they are sorted block by block and merged, so that
+    a page request never waits long for the interpreter behind a count."""
+    picked = compress(
+        range(len(keys)), map(and_, map(high.__gt__, ctimes), map(max(low, 1e-9).__le__, ctimes))
+    )
+    at = ctimes.__getitem__
+    positions = array("q", picked)
+    blocks = [
+        sorted(positions[s : s + CARRY_BLOCK], key=at)
+        for s in range(0, len(positions), CARRY_BLOCK)
+    ]
+    ranked_keys, ranked_times = array("q"), array("d")
+    for i in heapq.merge(*blocks, key=at):
+        ranked_keys.append(keys[i])
+        ranked_times.append(ctimes[i])
+    return ranked_keys, ranked_times
+
+
+def _oldest_of(
+    state: str, entries: packed.Entries, ctimes: array[float], horizon: float
+) -> _Oldest:
+    with _lock:
+        kept = _oldest.get(state)
+    if kept is None or kept.source is not entries.keys:
+        return _Oldest(entries.keys, *_ranked(entries.keys, ctimes, 0.0, horizon), horizon)
+    if kept.horizon >= horizon:
+        return kept
+    # The same listing: the entries that came within the horizon since are all younger than
+    # the kept ones, so they go after them.
+    more_keys, more_times = _ranked(entries.keys, ctimes, kept.horizon, horizon)
+    return _Oldest(kept.source, kept.keys + more_keys, kept.ctimes + more_times, horizon)
+
+
+def _still_listed(
+    state: str, kept: _Oldest, end: int, listed: array[int]
+) -> Iterator[tuple[float, str, int]]:
+    """(time, state, key) of ``kept``'s first ``end`` entries still in the state's listing."""
+    keys, ctimes = kept.keys, kept.ctimes
+    for i in range(end):
+        key = keys[i]
+        if is_in(listed, key):
+            yield ctimes[i], state, key
+
+
+def _page_order(zk: Any, idx: zindex.ReadIndex) -> tuple[dict[str, _Oldest], float, str]:
+    """The entries oldest first per state and the age of the count that made them, or what is
+    still loading. Never counts in the request while the read index fills or is primed: the
+    page says so (and starts a count of its own, once, if none runs), instead of reading
+    every working entry's time."""
+    with _lock:
+        kept = dict(_oldest) if _owner[0] is zk else {}
+        made = _oldest_at[0]
+    if len(kept) == len(STATES):
+        age = time.monotonic() - made
+        if age >= CACHE_SECONDS:
+            _count_in_background(zk)  # the last order meanwhile: new entries are younger
+        return kept, age, ""
+    if idx.filling or _priming.is_set() or _counting.locked():
+        if not _priming.is_set():
+            _count_in_background(zk)
+        reading = _reading[0] or "starting"
+        stage = idx.loading()
+        return (
+            {},
+            0.0,
+            (
+                f"the time each working job entered its state ({reading})"
+                + (f"; the read index: {stage}" if stage else "")
+            ),
+        )
+    _count(zk)  # nothing counts and nothing will (no warm-up in this process): count now
+    with _lock:
+        return dict(_oldest), time.monotonic() - _oldest_at[0], ""
+
+
+def stuck_page(zk: Any, number: int = 1, *, per_page: int = PAGE_SIZE) -> StuckPage:
+    """Page ``number`` of ``find_stuck``'s list (the longest in their state first), reading no
+    more than that page needs: the oldest entries of each state past its lower threshold, in
+    the order the last count kept (``_Oldest``), those no longer listed left out, and the
+    locks of those judged only. The total is the last count's (``stuck_counts``)."""
+    idx = zindex.for_client(zk)
+    oldest, age, loading = _page_order(zk, idx)
+    if loading:
+        return StuckPage([], number, per_page, 0, loading=loading)
+    limits = thresholds()
+    now = time.time()
+    streams = []
+    for state in STATES:
+        limit, kept = limits[state], oldest[state]
+        end = bisect_left(kept.ctimes, now - min(limit.in_state, limit.lock))
+        streams.append(_still_listed(state, kept, end, idx.job_entries(state).keys))
+    candidates = heapq.merge(*streams)
+    want = number * per_page
+    found: list[StuckJob] = []
+    while len(found) < want:
+        part = list(islice(candidates, max(per_page, want - len(found))))
+        if not part:
+            break
+        judged = [(packed.EMPTY.jid(key), state, now - t) for t, state, key in part]
+        found += _judge(zk, judged, limits, now)
+    hit = _counted
+    counted = sum(hit[2].values()) if hit and hit[1] is zk else 0
+    return StuckPage(
+        found[want - per_page : want],
+        number,
+        per_page,
+        max(counted, len(found)),
+        counted_ago=age,
+    )
+
+
+def _count(zk: Any, *, pause: float = 0.0) -> dict[str, int]:
+    """Stuck jobs per state, by ``find_stuck``'s rule, reading a lock only where it decides:
+    a job longer in its state than the state's threshold is stuck whatever its lock; one in it
+    no longer than the lock threshold cannot be (its lock is younger than its entry)."""
+    global _counted
+    with _counting:
+        idx = zindex.for_client(zk)
+        limits = thresholds()
+        now = time.time()
+        counts: dict[str, int] = {}
+        oldest: dict[str, _Oldest] = {}
+        state: str
+        try:
+            for state in STATES:
+                limit = limits[state]
+                entries, ctimes = _entry_times(zk, idx, state, pause=pause)
+                in_cut = now - limit.in_state
+                # Known times before the cut (a time not read is 0.0, before every cut).
+                count = sum(map(in_cut.__gt__, ctimes)) - ctimes.count(0.0)
+                counts[state] = count + len(_stuck_by_lock(zk, entries, ctimes, limit, now))
+                horizon = now + HORIZON - min(limit.in_state, limit.lock)
+                oldest[state] = _oldest_of(state, entries, ctimes, horizon)
+        finally:
+            _reading[0] = ""
+        with _lock:
+            if _owner[0] is zk:
+                _oldest.clear()
+                _oldest.update(oldest)
+                _oldest_at[0] = time.monotonic()
+        _counted = (time.monotonic(), zk, counts)
+        return counts
+
+
+def _stuck_by_lock(
+    zk: Any, entries: packed.Entries, ctimes: array[float], limit: Threshold, now: float
+) -> list[int]:
+    """Positions of the entries stuck by their lock alone: in the state longer than the lock
+    threshold but not than the state's, under a lock older than the lock threshold (the only
+    jobs whose lock is read)."""
+    if limit.lock >= limit.in_state:
+        return []
+    in_cut, lock_cut = now - limit.in_state, now - limit.lock
+    keys = entries.keys
+    band = {entries.jid(keys[i]): i for i, t in enumerate(ctimes) if in_cut <= t < lock_cut}
+    return [
+        band[jid]
+        for jid, stat in _lock_stats(zk, list(band)).items()
+        if stat is not None and now - stat.ctime / 1000.0 > limit.lock
+    ]
+
+
+def _count_in_background(zk: Any) -> None:
+    """Count again in a thread of its own (one at a time); the last count stays meanwhile."""
+    with _lock:
+        running = _recount[0]
+        if running is not None and running.is_alive():
+            return
+        thread = threading.Thread(
+            target=_recount_logged, args=(zk,), name="count-stuck-jobs", daemon=True
+        )
+        _recount[0] = thread
+        thread.start()
+
+
+def _recount_logged(zk: Any) -> None:
+    from django.db import connections
+
+    try:
+        _count(zk, pause=READ_PAUSE)
+    except Exception as exc:  # ZooKeeper away: the last count stays, the next view tries again
+        log.warning("stuck jobs not counted again: %s", exc)
+    finally:
+        connections.close_all()  # this thread's own (the step history's thresholds)
+
+
+def prime(zk: Any) -> None:
+    """The first count, made in the background once the read index is filled (warmup.py)."""
+    _priming.set()
+    try:
+        _count(zk, pause=READ_PAUSE)
+    finally:
+        _priming.clear()
+
+
+def stuck_counts(zk: Any, *, wait: bool = True) -> dict[str, int]:
+    """Stuck jobs per state (every state a consumer works in, zeros included).
+
+    With ``wait=False`` (the overview card, /metrics) this never counts in the request once a
+    count was made: a count older than ``CACHE_SECONDS`` is given while a background thread
+    counts again. Before the first count, while the read index still fills or ``prime`` makes
+    it, StillCounting.
+    """
+    hit = _counted
+    if hit and hit[1] is zk:
+        if time.monotonic() - hit[0] < CACHE_SECONDS:
+            return hit[2]
+        if not wait:
+            _count_in_background(zk)
+            return hit[2]
+    elif not wait and (zindex.for_client(zk).filling or _priming.is_set()):
+        raise StillCounting("counted once the read index is filled")
+    return _count(zk)
+
+
+def stuck_numbers(zk: Any, states: list[str] | tuple[str, ...] = STATES) -> array[int]:
+    """The read index's numbers of the stuck jobs in ``states``, sorted (the job list's
+    ``stuck`` filter looks each entry up by bisection): ``find_stuck``'s rule without a record
+    per job, reading a lock only where it decides, as the count does."""
+    idx = zindex.for_client(zk)
+    limits = thresholds()
+    now = time.time()
+    found = array("q")
+    for state in states:
+        if state not in STATES:
+            continue
+        limit = limits[state]
+        entries, ctimes = _entry_times(zk, idx, state)
+        keys, number = entries.keys, entries.number
+        in_cut = now - limit.in_state
+        found.extend(number(keys[i]) for i, t in enumerate(ctimes) if 0.0 < t < in_cut)
+        found.extend(number(keys[i]) for i in _stuck_by_lock(zk, entries, ctimes, limit, now))
+    return array("q", sorted(found))
+
+
+def is_in(numbers: array[int], value: int) -> bool:
+    """Whether the sorted ``numbers`` hold ``value``."""
+    at = bisect_left(numbers, value)
+    return at < len(numbers) and numbers[at] == value
+
+
+def reset() -> None:
+    """Forget the remembered entry times and answers (tests, a new ZooKeeper client)."""
+    global _cached, _counted
+    with _lock:
+        _times.clear()
+        _oldest.clear()
+        _oldest_at[0] = 0.0
+        _owner[0] = None
+    _cached = None
+    _counted = None
+
+
+# Consumer processes (their registrations, queues/zk/consumers.py) -----------------------------
+
+STALE_AFTER = 3  # publish intervals without a write before a registration is called stale
+
+
+def _seconds_since(stamp: Any, now: float) -> float | None:
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return max(0.0, now - datetime.fromisoformat(stamp).timestamp())
+    except ValueError:
+        return None
+
+
+def step_limits() -> dict[str, float]:
+    """Per daemon step, how long one thread may hold one item before it is flagged: the
+    step's p95 duration times MRT_STUCK_FACTOR (queues/operator/stuck.py), or MRT_STUCK_SECONDS."""
+    default = default_limit()
+    try:
+        usual = history.usual_step_times()
+    except Exception:  # no table yet, database away: the setting still works
+        usual = {}
+    return {step: limit_from(u.p95, u.n, default) for step, u in usual.items()}
+
+
+def consumer_processes() -> dict[str, Any]:
+    """Every registered consumer process with its threads, each thread flagged when it has held
+    its item past its step's limit: ``{"consumers": [...], "flagged_total": n}``."""
+    zk = connected_client()
+    now = time.time()
+    limits = step_limits()
+    default = default_limit()
+    procs = []
+    flagged_total = 0
+    for data in zconsumers.consumers_list(zk):
+        threads = []
+        for t in data.get("threads") or []:
+            if not isinstance(t, dict):
+                continue
+            held = _seconds_since(t.get("since"), now) if t.get("item") else None
+            limit = limits.get(str(t.get("step", "")), default)
+            flagged = held is not None and held > limit
+            flagged_total += flagged
+            threads.append({**t, "held": held, "limit": limit, "flagged": flagged})
+        every = float(data.get("publish_seconds") or 5)
+        age = _seconds_since(data.get("updated"), now)
+        procs.append(
+            {
+                **data,
+                "threads": threads,
+                "busy": sum(1 for t in threads if t.get("item")),
+                "flagged": sum(1 for t in threads if t["flagged"]),
+                "uptime": _seconds_since(data.get("started"), now),
+                "updated_ago": age,
+                "stale": age is not None and age > STALE_AFTER * every + 5,
+            }
+        )
+    return {"consumers": procs, "flagged_total": flagged_total}

@@ -1,0 +1,283 @@
+"""Forms: filters, action inputs and the submit form. IDs are checked by the zk validators."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.http import QueryDict
+
+from queues.console import batch_reads, job_reads
+from queues.core.states import ACCESS, BATCH, JOB
+from queues.services.moves import SUBMISSION_TYPES, check_filename, check_payload_url
+from queues.zk import paths as zpaths
+from queues.zk.errors import InvalidID
+from queues.zk.maintenance import node_number, service_key
+
+
+def _validated(validator: Any, value: str) -> str:
+    try:
+        return validator(value)
+    except InvalidID as exc:
+        raise ValidationError(str(exc)) from exc
+
+
+def _choices(states: tuple[str, ...], blank: str) -> list[tuple[str, str]]:
+    return [("", blank), *((s, s) for s in states)]
+
+
+class JobFilterForm(forms.Form):
+    state = forms.ChoiceField(
+        # Deleted too: Merritt's library leaves deleted jobs in place for an admin to remove.
+        choices=_choices(JOB.states, "any state"),
+        required=False,
+    )
+    profile = forms.CharField(required=False, max_length=100, label="Collection (profile)")
+    bid = forms.CharField(required=False, max_length=13, label="Batch")
+    submitter = forms.CharField(required=False, max_length=200)
+    min_age_hours = forms.FloatField(required=False, min_value=0, label="In state at least (hours)")
+    priority = forms.IntegerField(required=False, min_value=0, max_value=99)
+    q = forms.CharField(required=False, max_length=300, label="Search job/batch ID, ARK, local ID")
+    sort = forms.ChoiceField(choices=list(job_reads.JOB_SORTS.items()), required=False)
+    stuck = forms.BooleanField(required=False, label="Stuck only")
+    page = forms.IntegerField(required=False, min_value=1)
+
+    def clean_profile(self) -> str:
+        value = self.cleaned_data["profile"].strip()
+        return _validated(zpaths.profile, value) if value else ""
+
+    def clean_bid(self) -> str:
+        value = self.cleaned_data["bid"].strip()
+        return _validated(zpaths.bid, value) if value else ""
+
+    def clean_q(self) -> str:
+        return self.cleaned_data["q"].strip()
+
+    def narrows(self) -> bool:
+        """Whether the (valid) filter leaves any job out: a bulk action over a filter that
+        does not is over every job, which a request must ask for in words."""
+        data = self.cleaned_data
+        return bool(
+            any(data[k] for k in ("state", "profile", "bid", "submitter", "q", "stuck"))
+            or (data["min_age_hours"] or 0) > 0
+            or data["priority"] is not None
+        )
+
+    def to_filter(self) -> job_reads.JobFilter:
+        data = self.cleaned_data
+        q, bid = data["q"], data["bid"]
+        if zpaths.BID_RE.fullmatch(q):  # a batch ID in the search box filters by batch
+            q, bid = "", q
+        return job_reads.JobFilter(
+            state=data["state"],
+            profile=data["profile"],
+            bid=bid,
+            submitter=data["submitter"].strip(),
+            min_age_hours=data["min_age_hours"],
+            priority=data["priority"],
+            q=q,
+            sort=data["sort"] or "run",
+            stuck=bool(data.get("stuck")),
+        )
+
+
+class BatchFilterForm(forms.Form):
+    state = forms.ChoiceField(choices=_choices(BATCH.states, "any state"), required=False)
+    profile = forms.CharField(required=False, max_length=100)
+    submitter = forms.CharField(required=False, max_length=200)
+    q = forms.CharField(required=False, max_length=300, label="Batch ID, UUID or title")
+    page = forms.IntegerField(required=False, min_value=1)
+
+    def clean_profile(self) -> str:
+        value = self.cleaned_data["profile"].strip()
+        return _validated(zpaths.profile, value) if value else ""
+
+    def to_filter(self) -> batch_reads.BatchFilter:
+        data = self.cleaned_data
+        return batch_reads.BatchFilter(
+            state=data["state"],
+            profile=data["profile"],
+            submitter=data["submitter"].strip(),
+            q=data["q"].strip(),
+        )
+
+
+class FailedFilterForm(forms.Form):
+    bid = forms.CharField(required=False, max_length=13, label="Batch")
+    profile = forms.CharField(required=False, max_length=100, label="Collection")
+    step = forms.ChoiceField(choices=_choices(JOB.states, "any step"), required=False)
+
+    def narrows(self) -> bool:
+        """Whether the (valid) filter leaves any failed job out (see JobFilterForm.narrows)."""
+        return any(self.cleaned_data[k] for k in ("bid", "profile", "step"))
+
+    def clean_bid(self) -> str:
+        value = self.cleaned_data["bid"].strip()
+        return _validated(zpaths.bid, value) if value else ""
+
+    def clean_profile(self) -> str:
+        value = self.cleaned_data["profile"].strip()
+        return _validated(zpaths.profile, value) if value else ""
+
+
+class AccessFilterForm(forms.Form):
+    queue = forms.ChoiceField(
+        choices=[("", "both queues"), *((q, q) for q in zpaths.ACCESS_QUEUES)], required=False
+    )
+    state = forms.ChoiceField(choices=_choices(ACCESS.states, "any state"), required=False)
+
+
+_RESUME_TARGETS = [
+    (s, s)
+    for s in dict.fromkeys(
+        t
+        for machine in (JOB, ACCESS)
+        for source in machine.action_sources("resume")
+        for t in machine.action_targets("resume", source)
+    )
+]
+
+
+class ActionForm(forms.Form):
+    """The fields every action POST may carry."""
+
+    version = forms.IntegerField(required=False, min_value=0)
+    reason = forms.CharField(required=False, max_length=2000)
+    # Where a resume goes: a job's step or an access request's state, any the state machines
+    # resume to (the service then checks it against the item: a job only to a step it reached).
+    to = forms.ChoiceField(required=False, choices=[("", ""), *_RESUME_TARGETS])
+    release_jobs = forms.BooleanField(required=False)
+    # A hold's maintenance window: released by itself at this time (ISO-8601; without a zone,
+    # the console's time zone).
+    until = forms.DateTimeField(required=False)
+    # The posted field is named "render" (htmx asks for a row or a panel back); as a form
+    # attribute it shadows Form.render, which this form never uses.
+    render = forms.ChoiceField(  # type: ignore[assignment]
+        required=False, choices=[("", ""), ("row", "row"), ("panel", "panel")]
+    )
+    next = forms.CharField(required=False, max_length=2000)
+
+
+class BulkForm(forms.Form):
+    """A bulk action: over the ticked items, or over everything the filter matches now."""
+
+    action = forms.CharField(max_length=40)
+    scope = forms.ChoiceField(choices=[("selection", "selection"), ("filter", "filter")])
+    item = forms.MultipleChoiceField(required=False)  # "jid:version" pairs, checked in clean
+    reason = forms.CharField(required=False, max_length=2000)
+    to = forms.ChoiceField(required=False, choices=[("", ""), *_RESUME_TARGETS])  # resume's step
+    confirmed = forms.BooleanField(required=False)
+
+    def __init__(self, *args: Any, id_validator: Any = zpaths.jid, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.id_validator = id_validator
+        # Any value may be posted; clean_item validates each one instead of a fixed choice list.
+        posted = self.data.getlist("item") if isinstance(self.data, QueryDict) else []
+        item_field = self.fields["item"]
+        assert isinstance(item_field, forms.MultipleChoiceField)
+        item_field.choices = [(v, v) for v in posted]
+
+    def clean_item(self) -> list[tuple[str, int | None]]:
+        items = []
+        for raw in self.cleaned_data["item"]:
+            item_id, _, version = raw.partition(":")
+            _validated(self.id_validator, item_id)
+            if version and not version.isdigit():
+                raise ValidationError(f"bad version in {raw!r}")
+            items.append((item_id, int(version) if version else None))
+        return items
+
+
+class CollectionHoldForm(forms.Form):
+    profile = forms.CharField(max_length=100, label="Collection (profile)")
+    reason = forms.CharField(required=False, max_length=2000)
+    until = forms.DateTimeField(required=False)
+
+    def clean_profile(self) -> str:
+        return _validated(zpaths.profile, self.cleaned_data["profile"].strip())
+
+
+class NodeFailuresForm(forms.Form):
+    """Which failures "resume what failed on node N between T1 and T2" looks for."""
+
+    node = forms.CharField(max_length=9, label="Storage node")
+    since = forms.DateTimeField(label="Failed after")
+    before = forms.DateTimeField(label="and before")
+
+    def clean_node(self) -> int:
+        return int(_validated(node_number, self.cleaned_data["node"].strip()))
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        since, before = data.get("since"), data.get("before")
+        if since and before and since >= before:
+            raise ValidationError("the window must start before it ends")
+        return data
+
+
+class NodeHoldForm(forms.Form):
+    node = forms.CharField(max_length=9, label="Storage node")
+    reason = forms.CharField(max_length=2000)
+    until = forms.DateTimeField(required=False)
+
+    def clean_node(self) -> str:
+        return str(_validated(node_number, self.cleaned_data["node"].strip()))
+
+
+class ServiceHoldForm(forms.Form):
+    service = forms.CharField(max_length=120, label="Service")
+    reason = forms.CharField(max_length=2000)
+
+    def clean_service(self) -> str:
+        return str(_validated(service_key, self.cleaned_data["service"]))
+
+
+class SubmitForm(forms.Form):
+    profile = forms.CharField(max_length=100)
+    submitter = forms.CharField(max_length=200)
+    payload_url = forms.CharField(max_length=2000, label="Payload URL")
+    submission_type = forms.ChoiceField(
+        choices=[(t, t) for t in SUBMISSION_TYPES], label="Type", initial="file"
+    )
+    title = forms.CharField(required=False, max_length=500)
+    creator = forms.CharField(required=False, max_length=500)
+    date = forms.CharField(required=False, max_length=100)
+    local_id = forms.CharField(required=False, max_length=300, label="Local ID")
+    primary_id = forms.CharField(required=False, max_length=300, label="Primary ID (ARK)")
+    digest_alg = forms.ChoiceField(
+        required=False,
+        choices=[("", "none"), ("md5", "md5"), ("sha1", "sha1"), ("sha256", "sha256")],
+        label="Digest algorithm",
+    )
+    digest_value = forms.CharField(required=False, max_length=200, label="Digest")
+    filename = forms.CharField(required=False, max_length=500)
+
+    def clean_profile(self) -> str:
+        return _validated(zpaths.profile, self.cleaned_data["profile"].strip())
+
+    def clean_payload_url(self) -> str:
+        value = self.cleaned_data["payload_url"].strip()
+        try:
+            check_payload_url(value)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from exc
+        return value
+
+    def clean_filename(self) -> str:
+        value = self.cleaned_data["filename"]
+        try:
+            check_filename(value)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from exc
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if bool(data.get("digest_alg")) != bool(data.get("digest_value")):
+            raise ValidationError("give both a digest algorithm and a digest value, or neither")
+        return data
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=100)
