@@ -58,6 +58,7 @@ def chaosrun(tmp_path: Path, *arguments: str, timeout: float = HANG_GUARD) -> st
 @pytest.mark.zookeeper
 @pytest.mark.slow
 @pytest.mark.timeout(HANG_GUARD)
+@pytest.mark.xdist_group("chaos")  # one chaos run at a time (test_chaos_faults.py says why)
 def test_thirty_jobs_survive_kills_and_a_zookeeper_restart(tmp_path: Path) -> None:
     output = chaosrun(
         tmp_path,
