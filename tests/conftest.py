@@ -1,4 +1,5 @@
-"""Shared fixtures: one real ZooKeeper server per test session, a fresh chroot per test."""
+"""Shared fixtures: one real ZooKeeper server per worker (tests/workers.py), a fresh chroot per
+test."""
 
 from __future__ import annotations
 
