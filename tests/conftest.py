@@ -1,4 +1,5 @@
-"""Shared fixtures: one real ZooKeeper server per test session, a fresh chroot per test."""
+"""Shared fixtures: one real ZooKeeper server per worker (tests/workers.py), a fresh chroot per
+test."""
 
 from __future__ import annotations
 
@@ -12,23 +13,33 @@ from typing import Any
 import pytest
 from django.conf import global_settings, settings
 
-from queues.services.zkserver import LocalZooKeeper, free_port, jute_maxbuffer_from_env
+from queues.services.zkserver import LocalZooKeeper, jute_maxbuffer_from_env
 from queues.zk import client as zkmod
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.markers import (  # noqa: F401  (the hooks that mark, check and pick the quick tier)
     pytest_addoption,
-    pytest_collection_modifyitems,
     pytest_configure,
     pytest_fixture_setup,
     pytest_runtest_call,
     pytest_runtest_makereport,
     pytest_runtest_setup,
 )
+from tests.markers import pytest_collection_modifyitems as mark_and_pick
+from tests.workers import free_port, heavy_first, install
+from tests.workers import pytest_cmdline_main as pytest_cmdline_main
 from tests.zkproxy import ZkProxy
 from tests.zktree import delete_tree
 
+# Every port the suite's processes hand a server comes from a block of their own (tests/workers.py).
+install()
+
 LOOPBACK = "127.0.0.0/8,::1"
 log = logging.getLogger(__name__)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_and_pick(config, items)
+    heavy_first(items)
 
 
 @pytest.fixture(scope="session")

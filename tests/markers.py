@@ -138,6 +138,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="only the quick tier: tests that need no server, and those marked quick",
     )
+    parser.addoption(
+        "--chaos",
+        choices=("small", "full"),
+        default="small",
+        help="the size of the chaos runs (tests/faults/test_chaos_faults.py): small in the "
+        "suite, full from bin/run-chaos",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -49,8 +49,10 @@ def submission(**extra: str) -> dict[str, str]:
 @pytest.mark.parametrize(
     "batch_id",
     [
-        f"bid-{uuid.uuid4()}",  # as Merritt's ingest writes them
-        str(uuid.uuid4()),
+        # As Merritt's ingest writes them. Fixed: pytest-xdist's workers must each collect the
+        # same test names, and a batch ID is in the name.
+        "bid-191f0e59-cafe-4ee6-bad4-1e28bd55ec25",
+        "ca363741-44e8-4f8c-83d8-c96b9f406864",
         "scans-2026",
         "Scans of 1906, box 3 (ü)",
         "x" * 200,

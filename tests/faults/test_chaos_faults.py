@@ -2,7 +2,11 @@
 every job ends Completed (none Failed by our infrastructure), no lock is left once the grace
 after the last fault has passed (judged with the consumers still running, so an orphan lock
 held by a live session counts), every object has one storage version in a stand-in that makes
-a version for every add, and every consumer stops on SIGTERM."""
+a version for every add, and every consumer stops on SIGTERM.
+
+Each runs at one of two sizes (``--chaos``): ``small`` in the suite (fewer jobs, fewer kills and
+restarts, shorter pauses; the same faults and the same verdict), ``full`` from ``bin/run-chaos``
+(the sizes the faults were first shown at)."""
 
 from __future__ import annotations
 
@@ -14,10 +18,21 @@ from pathlib import Path
 import pytest
 
 from queues.chaos.depositors import HOSTILE
+from tests.workers import with_ports
 
-from .test_chaos_small import CLEAN_TXNLOG, HANG_GUARD, MANAGE, chaosrun
+from .test_chaos_small import CLEAN_TXNLOG, HANG_GUARD, MANAGE, chaos, chaosrun, sized
 
-pytestmark = [pytest.mark.zookeeper, pytest.mark.slow, pytest.mark.timeout(HANG_GUARD)]
+__all__ = ["chaos"]  # the fixture, used by name
+
+# One chaos run at a time, all on one worker (tests/workers.py): each starts its own servers and
+# consumers and kills, pauses and cuts them off on purpose; beside one another they would be
+# judged on two cores shared with three more runs of the same.
+pytestmark = [
+    pytest.mark.zookeeper,
+    pytest.mark.slow,
+    pytest.mark.timeout(HANG_GUARD),
+    pytest.mark.xdist_group("chaos"),
+]
 
 # Few jobs, no SIGKILLs and no hostile depositors: each run shows one fault class on its own.
 QUIET = ("--batches", "2", "--consumers", "2", "--no-kills", "--no-hostile", "--zk-restarts", "0")
@@ -34,118 +49,130 @@ def judged_clean(output: str, jobs: int) -> None:
 
 
 def test_consumers_paused_past_their_session_between_a_storage_add_and_its_answer(
-    tmp_path: Path,
+    tmp_path: Path, chaos: str
 ) -> None:
-    output = chaosrun(tmp_path, "--jobs", "60", *QUIET, "--pauses", "2", *GRACE)
+    jobs = sized(chaos, 30, 60)
+    output = chaosrun(tmp_path, "--jobs", jobs, *QUIET, "--pauses", "2", *GRACE)
     assert "caught between a storage add and its answer" in output
     assert "2 x SIGSTOP pause" in output
-    judged_clean(output, 60)
+    judged_clean(output, int(jobs))
 
 
-def test_a_consumer_cut_off_from_zookeeper_by_a_black_hole(tmp_path: Path) -> None:
-    output = chaosrun(tmp_path, "--jobs", "60", *QUIET, "--black-holes", "1", *GRACE)
+def test_a_consumer_cut_off_from_zookeeper_by_a_black_hole(tmp_path: Path, chaos: str) -> None:
+    jobs = sized(chaos, 30, 60)
+    output = chaosrun(tmp_path, "--jobs", jobs, *QUIET, "--black-holes", "1", *GRACE)
     assert "consumer 0 cut off from ZooKeeper" in output
     assert "1 x black hole" in output
-    judged_clean(output, 60)
+    judged_clean(output, int(jobs))
 
 
-def test_zookeeper_restarts_shorter_than_the_session_timeout(tmp_path: Path) -> None:
-    # On the code before the lock reconciliation: 13 job and storage locks left with their
-    # consumers running, 11 jobs stuck, 3 extra versions.
+def test_zookeeper_restarts_shorter_than_the_session_timeout(tmp_path: Path, chaos: str) -> None:
+    # On the code before the lock reconciliation (150 jobs, 4 restarts): 13 job and storage
+    # locks left with their consumers running, 11 jobs stuck, 3 extra versions.
+    jobs, restarts = sized(chaos, 60, 150), sized(chaos, 2, 4)
     output = chaosrun(
-        tmp_path, "--jobs", "150", "--batches", "3", "--consumers", "3", "--no-kills",
-        "--no-hostile", "--zk-restarts", "4", "--zk-down", "1.5", *GRACE,
+        tmp_path, "--jobs", jobs, "--batches", "3", "--consumers", "3", "--no-kills",
+        "--no-hostile", "--zk-restarts", restarts, "--zk-down", "1.5", *GRACE,
     )  # fmt: skip
     assert "ZooKeeper stopped (1 server(s)) for 1.5s" in output
-    assert "4 x ZooKeeper restart" in output
-    judged_clean(output, 150)
+    assert f"{restarts} x ZooKeeper restart" in output
+    judged_clean(output, int(jobs))
 
 
-def test_leader_kills_in_a_three_server_ensemble(tmp_path: Path) -> None:
-    # Three consumers and four kills: on the code before the lock reconciliation this left
-    # four orphan locks (lock creates the server applied as the leader died, answered to the
-    # client as a lost connection) pinning their jobs with every consumer still running.
+def test_leader_kills_in_a_three_server_ensemble(tmp_path: Path, chaos: str) -> None:
+    # Three consumers and four kills (150 jobs): on the code before the lock reconciliation this
+    # left four orphan locks (lock creates the server applied as the leader died, answered to
+    # the client as a lost connection) pinning their jobs with every consumer still running.
+    jobs, kills = sized(chaos, 60, 150), sized(chaos, 2, 4)
     output = chaosrun(
-        tmp_path, "--jobs", "150", "--batches", "3", "--consumers", "3", "--no-kills",
-        "--no-hostile", "--zk-restarts", "0", "--ensemble", "--leader-kills", "4", *GRACE,
+        tmp_path, "--jobs", jobs, "--batches", "3", "--consumers", "3", "--no-kills",
+        "--no-hostile", "--zk-restarts", "0", "--ensemble", "--leader-kills", kills, *GRACE,
     )  # fmt: skip
     assert "killed the ensemble's leader" in output
-    assert "4 x leader kill" in output
-    judged_clean(output, 150)
+    assert f"{kills} x leader kill" in output
+    judged_clean(output, int(jobs))
 
 
 @pytest.mark.parametrize("loop", ["batched", "one"])
-def test_a_storm_of_leader_kills_in_either_loop(tmp_path: Path, loop: str) -> None:
-    """Nine leader kills nine seconds apart, each killed server started again: elections one
-    after another while jobs move. The servers' own logs, merged from the three members, show
-    every lock given up by its owner or its session and every job written under its lock."""
+def test_a_storm_of_leader_kills_in_either_loop(tmp_path: Path, loop: str, chaos: str) -> None:
+    """Leader kills nine seconds apart (nine of them in full, four small), each killed server
+    started again: elections one after another while jobs move. The servers' own logs, merged
+    from the three members, show every lock given up by its owner or its session and every job
+    written under its lock."""
+    jobs, kills = sized(chaos, 40, 80), sized(chaos, 4, 9)
     output = chaosrun(
-        tmp_path, "--jobs", "80", *QUIET, "--loop", loop, "--ensemble", "--leader-storms", "1",
-        *GRACE,
+        tmp_path, "--jobs", jobs, *QUIET, "--loop", loop, "--ensemble", "--leader-storms", "1",
+        "--storm-kills", kills, "--storm-every", "9", *GRACE,
     )  # fmt: skip
-    assert "leader-kill storm: 9 kills, 9s apart" in output
-    assert "storm kill 9/9" in output
+    assert f"leader-kill storm: {kills} kills, 9s apart" in output
+    assert f"storm kill {kills}/{kills}" in output
     assert "1 x leader-kill storm" in output
     assert "from 3 server(s)" in output
-    judged_clean(output, 80)
+    judged_clean(output, int(jobs))
 
 
-def test_sqlite_held_by_another_writer(tmp_path: Path) -> None:
-    # Longer than SQLite's busy timeout, as the issue measured (45 s failed a job at Recording).
+def test_sqlite_held_by_another_writer(tmp_path: Path, chaos: str) -> None:
+    # Longer than SQLite's busy timeout (30 s), as the issue measured (45 s failed a job at
+    # Recording): the same hold at either size.
+    jobs = sized(chaos, 30, 60)
     output = chaosrun(
-        tmp_path, "--jobs", "60", *QUIET, "--db-outages", "1", "--db-outage-seconds", "45",
+        tmp_path, "--jobs", jobs, *QUIET, "--db-outages", "1", "--db-outage-seconds", "45",
         *GRACE,
     )  # fmt: skip
     assert "SQLite held by another writer for 45s" in output
-    judged_clean(output, 60)
+    judged_clean(output, int(jobs))
 
 
 @pytest.mark.postgres
-def test_a_postgresql_stop_and_start(tmp_path: Path) -> None:
+def test_a_postgresql_stop_and_start(tmp_path: Path, chaos: str) -> None:
+    jobs = sized(chaos, 30, 60)
     output = chaosrun(
-        tmp_path, "--jobs", "60", *QUIET, "--database", "postgres", "--db-outages", "1",
+        tmp_path, "--jobs", jobs, *QUIET, "--database", "postgres", "--db-outages", "1",
         "--db-outage-seconds", "8", *GRACE,
     )  # fmt: skip
     assert "PostgreSQL stopped for 8s" in output
-    judged_clean(output, 60)
+    judged_clean(output, int(jobs))
 
 
 @pytest.mark.redis
 @pytest.mark.live_server
-def test_a_redis_stop_under_a_polled_web_worker(tmp_path: Path) -> None:
+def test_a_redis_stop_under_a_polled_web_worker(tmp_path: Path, chaos: str) -> None:
+    jobs = sized(chaos, 30, 40)
     output = chaosrun(
-        tmp_path, "--jobs", "40", *QUIET, "--redis-stops", "1", "--redis-down", "8", *GRACE
+        tmp_path, "--jobs", jobs, *QUIET, "--redis-stops", "1", "--redis-down", "8", *GRACE
     )
     assert "Redis stopped for 8s" in output
     # The web worker was polled through the outage and never answered 500 (the verdict fails
     # on any 5xx but 503, and on more than one traceback an outage).
     assert "web worker answers: / 200:" in output
-    judged_clean(output, 40)
+    judged_clean(output, int(jobs))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a full working disk mounts a tmpfs (root only)")
-def test_a_full_working_disk(tmp_path: Path) -> None:
+def test_a_full_working_disk(tmp_path: Path, chaos: str) -> None:
     # Storage answering at once keeps jobs flowing through the steps that write the disk; on
     # the code before the fix these two fills failed most of the jobs with [Errno 28].
+    jobs = sized(chaos, 50, 100)
     output = chaosrun(
-        tmp_path, "--jobs", "100", *QUIET, "--disk-fills", "2", "--disk-full-seconds", "6",
+        tmp_path, "--jobs", jobs, *QUIET, "--disk-fills", "2", "--disk-full-seconds", "6",
         "--work-disk-mb", "32", "--storage-add-seconds", "0", *GRACE,
     )  # fmt: skip
     assert "working disk filled" in output
     assert "2 x full disk" in output
-    judged_clean(output, 100)
+    judged_clean(output, int(jobs))
 
 
 def test_the_batched_loop_loses_its_session_to_pauses_a_black_hole_and_a_restart(
-    tmp_path: Path,
+    tmp_path: Path, chaos: str
 ) -> None:
+    jobs = sized(chaos, 40, 80)
     output = chaosrun(
-        tmp_path, "--jobs", "80", *QUIET, "--loop", "batched", "--pauses", "2",
+        tmp_path, "--jobs", jobs, *QUIET, "--loop", "batched", "--pauses", "2",
         "--black-holes", "1", "--zk-restarts", "1", *GRACE,
     )  # fmt: skip
     assert "batched loop" in output
     assert "2 x SIGSTOP pause" in output and "1 x black hole" in output
-    judged_clean(output, 80)
+    judged_clean(output, int(jobs))
 
 
 def test_hostile_depositors_fail_for_their_own_reasons_under_kills(tmp_path: Path) -> None:
@@ -160,16 +187,20 @@ def test_hostile_depositors_fail_for_their_own_reasons_under_kills(tmp_path: Pat
     )
 
 
-def test_a_run_where_nothing_moves_fails_as_stalled_not_on_the_clock(tmp_path: Path) -> None:
-    """The only consumer paused far past the stall: no job moves and no fault acts, and the
-    run fails saying so, with its throughput; no limit of time was set."""
+def test_a_run_where_nothing_moves_fails_as_stalled_not_on_the_clock(
+    tmp_path: Path, chaos: str
+) -> None:
+    """The only consumer paused far past the 20 s stall (for 60 s small, 120 s in full): no job
+    moves and no fault acts, and the run fails saying so, with its throughput; no limit of time
+    was set."""
     env = {k: v for k, v in os.environ.items() if k != "ZK_HOSTS"}
     env["MRT_VAR_DIR"] = str(tmp_path / "var")
     result = subprocess.run(
-        [sys.executable, str(MANAGE), "chaosrun", "--jobs", "6", "--batches", "1",
+        with_ports([sys.executable, str(MANAGE), "chaosrun", "--jobs", "6", "--batches", "1",
          "--consumers", "1", "--no-kills", "--no-hostile", "--zk-restarts", "0",
-         "--pauses", "1", "--pause-seconds", "120", "--stall", "20", "--lock-grace", "5",
-         "--seed", "3"],
+         "--pauses", "1", "--pause-seconds", sized(chaos, 60, 120), "--stall", "20",
+         "--lock-grace", "5",
+         "--seed", "3"]),
         env=env, capture_output=True, text=True, timeout=HANG_GUARD,
     )  # fmt: skip
     output = result.stdout + result.stderr
@@ -180,15 +211,16 @@ def test_a_run_where_nothing_moves_fails_as_stalled_not_on_the_clock(tmp_path: P
     assert "not finished within" not in output
 
 
-def test_the_services_outside_flapping(tmp_path: Path) -> None:
+def test_the_services_outside_flapping(tmp_path: Path, chaos: str) -> None:
     """Storage, inventory and EZID stand-ins, the depositors' files and the callback receiver
     answer 503 (with and without Retry-After), reset connections (before answering, or halfway
     through the answer of a request carried out) and answer slowly, for two spells: every job
     Completed, one storage version each, every callback and mail telling the final outcome."""
+    jobs = sized(chaos, 30, 40)
     output = chaosrun(
-        tmp_path, "--jobs", "40", *QUIET, "--flaps", "2", "--flap-seconds", "15", *GRACE
+        tmp_path, "--jobs", jobs, *QUIET, "--flaps", "2", "--flap-seconds", "15", *GRACE
     )
     assert "services outside flap for 15s, 6 phases: " in output
     assert "2 x flapping services" in output
     assert "answers spoiled in all" in output  # the judge fails a run whose flaps spoiled none
-    judged_clean(output, 40)
+    judged_clean(output, int(jobs))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from queues.chaos.depositors import HOSTILE
+from tests.workers import with_ports
 
 MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
 # The transaction-log judge's figures when ZooKeeper's own log shows nothing wrong.
@@ -25,12 +26,24 @@ CLEAN_TXNLOG = (
 HANG_GUARD = 3600
 
 
+@pytest.fixture
+def chaos(request: pytest.FixtureRequest) -> str:
+    """``--chaos``: ``small`` in the suite, ``full`` from ``bin/run-chaos`` (tests/markers.py)."""
+    return str(request.config.getoption("chaos"))
+
+
+def sized(chaos: str, small: object, full: object) -> str:
+    """A chaos run's argument at the size asked for."""
+    return str(full if chaos == "full" else small)
+
+
 def chaosrun(tmp_path: Path, *arguments: str, timeout: float = HANG_GUARD) -> str:
-    """``manage.py chaosrun`` with its own settings (not the tests'); its whole output."""
+    """``manage.py chaosrun`` with its own settings (not the tests') and ports of its own
+    (``tests/workers.py``); its whole output."""
     env = {k: v for k, v in os.environ.items() if k != "ZK_HOSTS"}
     env["MRT_VAR_DIR"] = str(tmp_path / "var")
     result = subprocess.run(
-        [sys.executable, str(MANAGE), "chaosrun", *arguments],
+        with_ports([sys.executable, str(MANAGE), "chaosrun", *arguments]),
         env=env,
         capture_output=True,
         text=True,
@@ -45,6 +58,7 @@ def chaosrun(tmp_path: Path, *arguments: str, timeout: float = HANG_GUARD) -> st
 @pytest.mark.zookeeper
 @pytest.mark.slow
 @pytest.mark.timeout(HANG_GUARD)
+@pytest.mark.xdist_group("chaos")  # one chaos run at a time (test_chaos_faults.py says why)
 def test_thirty_jobs_survive_kills_and_a_zookeeper_restart(tmp_path: Path) -> None:
     output = chaosrun(
         tmp_path,
