@@ -116,6 +116,7 @@ class Daemon(ABC, Generic[T]):
         self.last: ItemResult | None = None
         # Items passed over as not processable: id -> their fingerprint when they were.
         self.skipped: dict[str, object] = {}
+        self.loop_started = threading.Event()  # set once its loop has said that it started
 
     @classmethod
     def default_copies(cls) -> int:
@@ -203,6 +204,7 @@ class Daemon(ABC, Generic[T]):
 
     def run(self, stop: threading.Event) -> None:
         log.info("%s: started (poll %.1fs)", self.name, self.poll)
+        self.loop_started.set()
         path = self.wake_path()
         wake = threading.Event()
         signal = ChangeSignal(self.zk, path, wake) if path else None
@@ -438,6 +440,7 @@ class PeriodicDaemon(Daemon[Any]):
         self._stop = stop
         every = self.every()
         log.info("%s: started (a %s every %gs)", self.name, self.round_name, every)
+        self.loop_started.set()
         while not stop.is_set():
             ran = True
             try:

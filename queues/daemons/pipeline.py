@@ -156,6 +156,7 @@ class PipelinedDaemon(Protocol):
     strict: bool
     observer: Any
     last: ItemResult | None
+    loop_started: threading.Event
 
     @property
     def name(self) -> str: ...
@@ -629,6 +630,7 @@ class JobPipeline:
         log.info(
             "%s: started (batched, %d a claim, poll %.1fs)", daemon.name, self.batch, daemon.poll
         )
+        daemon.loop_started.set()
         if daemon.steps_elsewhere and self.steps is None:
             self.steps = SerialByKey(STEP_THREADS, f"{daemon.name}-step", aside=ASIDE_AT_ONCE)
             self._watch_stop.clear()

@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -46,6 +47,27 @@ from queues.zk.errors import is_connection_error
 # Docker waits 10 s after SIGTERM before SIGKILL, Kubernetes 30 s: within the longer one, so an
 # orchestrator that allows it sees the process end by itself.
 DEFAULT_STOP_TIMEOUT = 25.0
+
+
+log = logging.getLogger("queues.daemons")
+
+
+def _say_ready(host: Host, path: str, stop: threading.Event, timeout: float = 120.0) -> None:
+    """Write ``path`` once every daemon's loop has said it started (``MRT_READY_FILE``:
+    ``bin/run-console`` prints the first admin's password after these lines, not among them)."""
+
+    def wait_then_write() -> None:
+        deadline = time.monotonic() + timeout
+        for daemon in host.daemons:
+            if stop.is_set() or not daemon.loop_started.wait(max(0.0, deadline - time.monotonic())):
+                return
+        try:
+            with open(path, "w") as out:
+                out.write(f"{os.getpid()}\n")
+        except OSError as exc:
+            log.warning("cannot write %s: %s", path, exc)
+
+    threading.Thread(target=wait_then_write, name="ready-file", daemon=True).start()
 
 
 class Command(BaseCommand):
@@ -96,6 +118,9 @@ class Command(BaseCommand):
                     raise SystemExit(code)
                 return
             tune_collector()
+            ready = os.environ.get("MRT_READY_FILE", "")
+            if ready:
+                _say_ready(host, ready, stop)
             host.run(stop)
         finally:
             host.close()
