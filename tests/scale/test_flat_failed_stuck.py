@@ -25,15 +25,17 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
+import queues
 from bench.loader import bulk_load
-from queues.console import failed_reads, selectors
+from queues.console import failed_reads
 from queues.operator import stuck
 from queues.zk import index as zindex
 from queues.zk import packed
 
 pytestmark = pytest.mark.django_db
 
-PROJECT = str(Path(selectors.__file__).resolve().parent)
+# Every line of the project's code (the package, not one module's folder: the package moved).
+PROJECT = str(Path(queues.__file__).resolve().parent)
 QUEUE = {"Failed": 0.5, "Pending": 0.25, "Processing": 0.25}
 JOBS_PER_BATCH = 5
 N = 600  # 300 Failed jobs in 60 batches: more groups than a page shows (50)
