@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import shutil
@@ -69,6 +70,10 @@ def install() -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
     subprocess.run(["apt-get", "install", "-y", "-q", "zookeeper"], check=True, env=env)
+
+
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    return proc.poll() is not None
 
 
 def free_port() -> int:
@@ -363,12 +368,20 @@ class LocalEnsemble:
 
     def start(self, *, wait: float = 90.0) -> None:
         """Start every member that is not running and wait until all of them serve."""
-        for member in self.members.values():
+        launched: dict[int, subprocess.Popen[bytes]] = {}
+        for n, member in self.members.items():
             if member.running() is None:
-                member.launch()
+                launched[n] = member.launch()
         deadline = time.monotonic() + wait
-        for member in self.members.values():
-            member.wait_until_serving(max(deadline - time.monotonic(), 0.1), member.stopped)
+        for n, member in self.members.items():
+            # A member started here has exited when its process has (the pid file's test reads
+            # /proc/PID/cmdline, which a busy machine once answered without the config's path
+            # for a member that was starting: "ZooKeeper exited" with a healthy log).
+            proc = launched.get(n)
+            exited: Callable[[], bool] = member.stopped
+            if proc is not None:
+                exited = functools.partial(_exited, proc)
+            member.wait_until_serving(max(deadline - time.monotonic(), 0.1), exited)
 
     def stop(self) -> None:
         for member in self.members.values():
