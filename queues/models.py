@@ -264,8 +264,14 @@ class ApiToken(models.Model):
 
     @classmethod
     def issue(cls, *, user: Any, name: str) -> tuple[ApiToken, str]:
-        """Create a token; the plain key is returned once and never stored."""
+        """Create a token; the plain key is returned once and never stored.
+
+        A key never begins with "-": its prefix is typed as an argument (`apitoken revoke
+        PREFIX`), and a command line takes a word beginning with "-" for an option.
+        """
         key = secrets.token_urlsafe(32)
+        while key.startswith("-"):
+            key = secrets.token_urlsafe(32)
         token = cls.objects.create(user=user, name=name, key_hash=_digest(key), prefix=key[:8])
         return token, key
 

@@ -52,6 +52,7 @@
   var retryTimer = null;
 
   var subscribed = new Set(); // topics the current socket is subscribed to
+  var confirmed = new Set(); // topics the server said it watches (its "subscribed" reply)
   var detailsOpen = new Map(); // <details> id -> open, kept across a refresh of its element
 
   function words(value) {
@@ -345,6 +346,9 @@
         live();
         if (message.zk === "down") zkDown();
         break;
+      case "subscribed":
+        confirmed = new Set(message.topics || []);
+        break;
       case "changed":
         refreshTopic(message.topic);
         break;
@@ -397,6 +401,7 @@
   function live() {
     setStatus("live", "live");
     subscribed = new Set();
+    confirmed = new Set();
     syncTopics();
     if (everLive) refreshAll();
     everLive = true;
@@ -425,6 +430,14 @@
   window.mrtLive = {
     state: function () {
       return document.body.getAttribute("data-live-state") || "connecting";
+    },
+    // True once the server has said it watches every topic the page shows: a change made
+    // after that reaches the page. ("live" alone is said before the subscription is sent.)
+    following: function () {
+      if (document.body.getAttribute("data-live-state") !== "live") return false;
+      return Array.from(topics()).every(function (t) {
+        return confirmed.has(t);
+      });
     },
     refreshAll: refreshAll,
     pending: function () {

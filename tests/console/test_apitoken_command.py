@@ -52,6 +52,23 @@ def test_a_revoked_token_stops_working(monitor, zk):
     assert AuditEntry.objects.filter(kind="token", action="revoke", item_id=str(token.pk)).exists()
 
 
+def test_a_key_never_begins_with_a_dash_so_its_prefix_can_be_typed(monitor, monkeypatch):
+    # CI once drew a key beginning with "-": `apitoken revoke -t1LpUCH` was an unknown option.
+    # The random draw is replaced so that the first key drawn begins with "-".
+    draws = iter(["-t1LpUCH" + "a" * 35, "Zt1LpUCH" + "b" * 35])
+    monkeypatch.setattr("queues.models.secrets.token_urlsafe", lambda n: next(draws))
+    _run("create", "--user", "monitor", "--name", "x")
+    token = ApiToken.objects.get(user=monitor)
+    assert token.prefix == "Zt1LpUCH"
+    assert "revoked" in _run("revoke", token.prefix)
+
+
+def test_a_token_made_before_that_is_revoked_by_its_prefix_after_two_dashes(monitor):
+    ApiToken.objects.create(user=monitor, name="old", key_hash="0" * 64, prefix="-t1LpUCH")
+    assert "revoked" in _run("revoke", "--", "-t1LpUCH")
+    assert not ApiToken.objects.exists()
+
+
 def test_the_key_can_go_to_an_owner_only_file_never_over_another(monitor, tmp_path):
     target = tmp_path / "key"
     out = _run("create", "--user", "monitor", "--name", "ci", "--key-file", str(target))

@@ -149,7 +149,7 @@ def test_pages_report_no_violation_and_live_updates_still_arrive(
     # The live script connects its websocket under the policy, and htmx applies what it hears.
     page.goto(f"{console_url}/")
     # Predicates as functions: Playwright would eval() a bare expression, which the policy forbids.
-    page.wait_for_function("() => window.mrtLive && window.mrtLive.state() === 'live'")
+    page.wait_for_function("() => window.mrtLive && window.mrtLive.following()")
     assert (page.text_content("#count-job-Pending") or "").startswith("1 ")
     jobs.job_transition(other_zk, job, "Estimating")
     page.wait_for_function(

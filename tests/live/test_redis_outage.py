@@ -144,7 +144,7 @@ def test_a_redis_outage_backs_off_without_reloads_and_the_page_catches_up(
             page.wait_for_url(f"{url}/")
             batch_path = f"/batches/{batch.bid}/"
             page.goto(f"{url}{batch_path}")
-            page.wait_for_function("() => window.mrtLive && window.mrtLive.state() === 'live'")
+            page.wait_for_function("() => window.mrtLive && window.mrtLive.following()")
             page.evaluate("window.__notReloaded = true")
             watched = Watched(page, batch_path)
             logged_before = log.read_text()
