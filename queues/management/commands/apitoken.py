@@ -41,7 +41,12 @@ class Command(QueueCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("action", choices=["create", "list", "revoke"])
-        parser.add_argument("token", nargs="?", default="", help="revoke: its id or key prefix (after -- if it begins with -)")
+        parser.add_argument(
+            "token",
+            nargs="?",
+            default="",
+            help="revoke: its id or key prefix (after -- if it begins with -)",
+        )
         parser.add_argument("--user", default="", help="the console user the token acts as")
         parser.add_argument("--name", default="", help="create: a label to tell tokens apart")
         parser.add_argument("--key-file", default="", help="create: write the key here (0600)")
