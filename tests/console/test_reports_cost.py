@@ -19,9 +19,9 @@ from queues.zk.client import client as shared_client
 
 
 @pytest.fixture
-def fresh_index(zk_1mib: Any) -> Any:
+def fresh_index(zk_own_1mib: Any) -> Any:
     zindex.reset()
-    yield zk_1mib
+    yield zk_own_1mib
     zindex.reset()
 
 

@@ -21,7 +21,9 @@ from queues.services.zkserver import ZOOKEEPER_JAR, LocalZooKeeper, free_port
 
 from .test_chaos_small import CLEAN_TXNLOG
 
-pytestmark = pytest.mark.zookeeper
+# One worker runs this module's tests (--dist loadgroup): its module fixture is made once, not once
+# on each worker that is given one of them.
+pytestmark = [pytest.mark.zookeeper, pytest.mark.xdist_group("chaos_txnlog")]
 
 JOB = "/jobs/jid0000000007"
 OTHER = "/jobs/jid0000000008"

@@ -46,7 +46,9 @@ from tests.scale.test_flat_failed_stuck import _work
 
 # The test database is set up only for a session with a test marked so; each test only compares
 # figures, the module's fixture makes the rows (and rolls them back).
-pytestmark = pytest.mark.django_db
+# One worker runs this module's tests (--dist loadgroup): its module fixture is made once, not once
+# on each worker that is given one of them.
+pytestmark = [pytest.mark.django_db, pytest.mark.xdist_group("every_view_flat")]
 
 N = 600  # jobs at the smaller size; the larger is 10N
 JOBS_PER_BATCH = 3
