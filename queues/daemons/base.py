@@ -502,11 +502,16 @@ class JobDaemon(Daemon[Job]):
         batch: int | None = None,
         keeper: LockKeeper | None = None,
         strict: bool = False,
+        workers: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.batch_size = max(1, batch if batch is not None else type(self).batch)
         self.keeper = keeper
+        # A step as long as its object (``runner.LONG_STEPS``) in the batched loop: its jobs'
+        # steps run in this many threads of the loop's own, and a claim takes no more jobs
+        # than those threads can begin soon (``JobPipeline`` says how). 0: not such a loop.
+        self.workers = max(0, workers)
         self.strict = strict  # claim exactly in run order (no spreading after lost races)
         self._deferred: set[str] | None = None
         self.retry_waits = RetryWaits()  # jobs waiting for their next try (``failure``)
@@ -519,7 +524,7 @@ class JobDaemon(Daemon[Job]):
             and cls.handle is Daemon.handle
             and cls.run_once is Daemon.run_once
         )
-        return plain and (self.batch_size > 1 or self.keeper is not None)
+        return plain and (self.batch_size > 1 or self.keeper is not None or self.workers > 0)
 
     def run(self, stop: threading.Event) -> None:
         if not self.batched():
@@ -531,7 +536,15 @@ class JobDaemon(Daemon[Job]):
         """The batched loop this daemon runs in (when ``batched()``)."""
         pipeline = JobPipeline(self, keeper=self.keeper)
         pipeline.listing.skip = self.unclaimed_skip()
+        pipeline.listing.screen = self.listing_screen()
+        self.wake_on(pipeline.wake)
         return pipeline
+
+    def listing_screen(self) -> Callable[[list[str]], list[str]] | None:
+        """What the batched loop's listing passes over, given a whole listing (by default
+        nothing): what ``unclaimed_screen`` reads in bulk but the jobs waiting for a later try,
+        which the batched loop knows by ID (``unclaimed_skip``)."""
+        return None
 
     def unclaimed_skip(self) -> Callable[[str], bool]:
         """What the listings pass over by ID: the jobs waiting for their next try (false, and

@@ -134,6 +134,14 @@ WATCH_EVERY = 0.05  # s between the step watch's looks while steps are under way
 # s a job whose step raised (a bug, not an outage: those wait in the step) is passed over
 STEP_ERROR_PAUSE = 60.0
 AHEAD = 2  # batches whose requests are under way while the loop works on an earlier one
+# A step as long as its object (processing, storing, recording: ``JobDaemon.workers``) runs in
+# the loop's threads, a job each, ``workers`` at once. The loop has in hand (claimed, stepping)
+# no more jobs than its threads can begin within about LONG_WAIT s, judged by how long the
+# step's last PACE_STEPS steps took: a few when steps take minutes, a batch or two when they
+# take milliseconds. A thread whose step has been under way longer than LONG_WAIT counts as
+# taken, and the jobs claimed and not begun go back to the folder when no thread that is not
+# taken is left for them: they never wait behind a long step while another consumer is free.
+LONG_WAIT = 1.0
 STOP_CHECK = 0.25  # s between looks at the stop event while idle (as ChangeSignal.wait)
 
 # The order in which the requests of batches and moves were sent, across the loops of a process.
@@ -154,6 +162,7 @@ class PipelinedDaemon(Protocol):
     poll: float
     batch_size: int
     strict: bool
+    workers: int  # > 0: a long step's loop, its steps in that many threads (see LONG_WAIT)
     observer: Any
     last: ItemResult | None
     loop_started: threading.Event
@@ -375,11 +384,15 @@ class Paces:
             if not aside:
                 self._in_a_row.pop(server, None)
 
-    def aside_after(self, server: str) -> float:
-        """How long a step of ``server`` may be under way before it is set aside."""
+    def usual(self, server: str) -> float | None:
+        """The median of how long the last steps of ``server`` took (None: none ended yet)."""
         with self._lock:
             took = sorted(self._took.get(server, ()))
-        usual = took[len(took) // 2] if took else 0.0
+        return took[len(took) // 2] if took else None
+
+    def aside_after(self, server: str) -> float:
+        """How long a step of ``server`` may be under way before it is set aside."""
+        usual = self.usual(server) or 0.0
         return min(SERVER_SLOW, max(ASIDE_MIN, ASIDE_PACE * usual))
 
     def may_set_aside(self, server: str) -> bool:
@@ -449,6 +462,7 @@ class JobPipeline:
         self.zk = daemon.zk
         self.keeper = keeper
         self.batch = max(1, daemon.batch_size)
+        self.workers = max(0, daemon.workers)  # a long step's loop (LONG_WAIT) when > 0
         member = keeper.member if keeper is not None else claimer_member()
         self.share = ClaimShare(self.zk, daemon.state, member)
         self.listing = StateListing(self.zk, daemon.state, strict=daemon.strict, share=self.share)
@@ -631,7 +645,10 @@ class JobPipeline:
             "%s: started (batched, %d a claim, poll %.1fs)", daemon.name, self.batch, daemon.poll
         )
         daemon.loop_started.set()
-        if daemon.steps_elsewhere and self.steps is None:
+        if self.workers and self.steps is None:
+            # A lane a job: the steps' own length, not a server's slowness, decides.
+            self.steps = SerialByKey(self.workers, f"{daemon.name}-step")
+        elif daemon.steps_elsewhere and self.steps is None:
             self.steps = SerialByKey(STEP_THREADS, f"{daemon.name}-step", aside=ASIDE_AT_ONCE)
             self._watch_stop.clear()
             self._watch_thread = threading.Thread(
@@ -660,11 +677,12 @@ class JobPipeline:
             # Nothing may be taken: no listing, no watch of the folder; the hold's own watch
             # wakes the loop when it goes (the poll is the fallback).
             return daemon.poll
-        if self.throttled or self._stepping_jobs() >= STEPS_AT_ONCE * self.batch:
+        if self.throttled or not self._room():
             # Waiting for room downstream, or for its steps to end, either of which wakes this
             # loop: the folder's news cannot be worked on before then, so it is neither watched
-            # nor listed.
-            return daemon.poll
+            # nor listed. A long step's loop looks again within LONG_WAIT: a step under way
+            # that long takes its thread (``_room``).
+            return min(daemon.poll, LONG_WAIT) if self.workers else daemon.poll
         ripe_in = self.listing.others_only()
         if ripe_in is not None and not self.kept:
             # All that is left in the folder is other loops' share, none of it to be taken
@@ -685,7 +703,8 @@ class JobPipeline:
             return 0.0
         if self.waits_for is not None:
             return None
-        return daemon.poll
+        # A long step's loop with steps under way looks again within LONG_WAIT (``_room``).
+        return min(daemon.poll, LONG_WAIT) if self.workers and self.stepping else daemon.poll
 
     def end(self) -> None:
         """The loop has stopped: what it holds goes back, and it takes no more hand-overs."""
@@ -790,8 +809,8 @@ class JobPipeline:
             self.share.leave()  # the other loops divide the jobs without this one
             return False
         self.share.join()
-        room = len(self.pending) <= AHEAD and self._stepping_jobs() < STEPS_AT_ONCE * self.batch
-        outgoing = self._send_batch(fresh, now) if room else None
+        room = self._room() if len(self.pending) <= AHEAD else 0
+        outgoing = self._send_batch(fresh, now, room) if room else None
         if outgoing is not None:
             self.pending.append(outgoing)
         if len(self.pending) > AHEAD or (outgoing is None and self.pending):
@@ -832,8 +851,53 @@ class JobPipeline:
         """Whether the queue hold's watch sees the hold (never asked before ``begin``)."""
         return self._hold_watch is not None and self._hold_watch.present() is True
 
-    def _send_batch(self, fresh: bool, now: Holding) -> Outgoing | None:
-        """Pick the next batch and send its requests, in one go and without waiting."""
+    def _room(self) -> int:
+        """How many jobs the next batch may take (0: none now)."""
+        if not self.workers:
+            return self.batch if self._stepping_jobs() < STEPS_AT_ONCE * self.batch else 0
+        return max(0, min(self.batch, self._long_allowance() - self._long_in_hand()))
+
+    def _long_in_hand(self) -> int:
+        """A long step's loop: the jobs claimed and not moved on yet (but those moving)."""
+        return sum(len(b.picks) for b in self.pending) + sum(len(s.works) for s in self.stepping)
+
+    def _long_allowance(self) -> int:
+        """A long step's loop: the jobs it may have in hand (see LONG_WAIT)."""
+        free = self.workers - self._long_overdue()
+        if free <= 0:
+            return 0
+        usual = self.paces.usual("")
+        if usual is None:
+            return free  # no step timed yet: a job a thread
+        each = int(LONG_WAIT / usual) if usual > 0 else STEPS_AT_ONCE * self.batch
+        return min(STEPS_AT_ONCE * self.batch, free * max(1, each))
+
+    def _long_overdue(self) -> int:
+        """A long step's loop: the steps under way for longer than LONG_WAIT."""
+        moment = time.monotonic()
+        overdue = 0
+        for stepping in self.stepping:
+            with stepping.lock:
+                began = stepping.began
+            if began is not None and moment - began > LONG_WAIT:
+                overdue += 1
+        return overdue
+
+    def _long_give_back(self) -> None:
+        """A long step's loop: when steps under way longer than LONG_WAIT have taken every
+        thread, the jobs claimed and not begun go back (their tasks are cancelled, and
+        ``_finish_stepping`` gives their locks back): they would wait for a long step's end."""
+        if self.workers - self._long_overdue() > 0:
+            return
+        for stepping in self.stepping:
+            with stepping.lock:
+                begun = stepping.began is not None or bool(stepping.done)
+            if not begun:
+                stepping.future.cancel()
+
+    def _send_batch(self, fresh: bool, now: Holding, count: int) -> Outgoing | None:
+        """Pick the next batch (``count`` jobs at most) and send its requests, in one go and
+        without waiting."""
         daemon = self.daemon
         if self._queue_held():
             # Held: nothing is claimed (a claim would only be given back once its read showed
@@ -855,7 +919,7 @@ class JobPipeline:
             return None
         claiming = downstream is None or downstream.has_room()
         picks = self.listing.take(
-            self.batch, self.kept, claim=claiming, fresh=fresh, exclude=_WhenAsked(self._in_hand)
+            count, self.kept, claim=claiming, fresh=fresh, exclude=_WhenAsked(self._in_hand)
         )
         if not picks:
             return None
@@ -949,7 +1013,7 @@ class JobPipeline:
         servers: dict[str, list[Work]] = {}
         passed: list[tuple[Work, Stepped | Exception]] = []
         for work in works:
-            server = self.daemon.server_of(work.job)
+            server = work.job.jid if self.workers else self.daemon.server_of(work.job)
             why = self._passed_over(server, work)
             if why is not None:
                 passed.append((work, why))
@@ -990,7 +1054,11 @@ class JobPipeline:
         that take longer than their server's steps usually do, and mark slow the URL of a step
         under way for SERVER_SLOW s, and its server too when the step is still in its lane. A
         slow server's tasks not begun are cancelled (their jobs given back by
-        ``_finish_stepping``), and its task under way goes on with its jobs one by one."""
+        ``_finish_stepping``), and its task under way goes on with its jobs one by one. A long
+        step's loop judges its steps by their length alone (``_long_give_back``)."""
+        if self.workers:
+            self._long_give_back()
+            return
         moment = time.monotonic()
         for stepping in list(self.stepping):
             with stepping.lock:
@@ -1281,7 +1349,8 @@ class JobPipeline:
                     stepping.done.append(outcome)
                     stepping.began = None
                     aside = stepping.aside
-                self.paces.ended(stepping.server, time.monotonic() - began, aside=aside)
+                pace = "" if self.workers else stepping.server  # a long step's: one pace
+                self.paces.ended(pace, time.monotonic() - began, aside=aside)
         finally:
             close_old_connections()
 
@@ -1294,16 +1363,24 @@ class JobPipeline:
         back) and those under way waited for."""
         if wait:
             self._end_steps()
-        for stepping in [s for s in self.stepping if s.future.done()]:
+        ended = [s for s in self.stepping if s.future.done()]
+        # The tasks ended since the last look move in one multi a session (a long step's
+        # loop has a task a job).
+        moving: dict[Holding, tuple[list[Work], list[Stepped | Exception]]] = {}
+        for stepping in ended:
             self.stepping.remove(stepping)
-            self._unwatch([stepping])
             if stepping.future.cancelled():
                 stepped: list[Stepped | Exception] = [
                     self._not_stepped(stepping.server, w) for w in stepping.works
                 ]
             else:
                 stepped = stepping.future.result()
-            self._move_stepped(stepping.works, stepped, stepping.holding)
+            works, outcomes = moving.setdefault(stepping.holding, ([], []))
+            works.extend(stepping.works)
+            outcomes.extend(stepped)
+        self._unwatch(ended)
+        for holding, (works, outcomes) in moving.items():
+            self._move_stepped(works, outcomes, holding)
 
     def _unwatch(self, steppings: list[Stepping]) -> None:
         with self._watched_lock:

@@ -22,6 +22,7 @@ inventory service (Recording) read, and what this console's own Storing and Reco
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
@@ -139,7 +140,17 @@ class Processing(JobDaemon):
         clients.record_local_id(ark, local_id, job.profile)
         return ark
 
-    retrieved_ark: str | None = None
+    # The ARK the local ID had already (``settle_ark``), for the ingest record of the same step:
+    # per thread, as the batched loop runs a step's jobs in several threads at once.
+    _found = threading.local()
+
+    @property
+    def retrieved_ark(self) -> str | None:
+        return getattr(self._found, "ark", None)
+
+    @retrieved_ark.setter
+    def retrieved_ark(self, ark: str | None) -> None:
+        self._found.ark = ark
 
     def describe_ark(self, job: Job, spec: ObjectSpec, ark: str, local_id: str | None) -> None:
         """EZID is told about an ARK this step did not mint, as Merritt's ingest does."""

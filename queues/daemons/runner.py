@@ -29,9 +29,13 @@ BATCHED_STEPS = frozenset(
         "notify",  # one callback at most, and the working folder removed
     }
 )
-# The others take one job at a time: provisioning (a claim of its own, by disk room), downloading
-# (MRT_DOWNLOAD_JOBS loops, a cap per depositor host), and processing, storing and recording,
-# which unpack and digest, store or record a whole object: as long as the object is big.
+# The steps as long as their object (they unpack and digest, store or record a whole object) run
+# in the batched loop too, each in a thread of its own, their steps in threads of the loop's own
+# (as many as the copies the process would run of them), a claim taking no more jobs than those
+# threads can begin soon (``pipeline.LONG_WAIT``); no locks are kept across them.
+LONG_STEPS = frozenset({"processing", "storing", "recording"})
+# Provisioning (a claim of its own, by disk room) and downloading (MRT_DOWNLOAD_JOBS loops, a
+# slot of its depositor host's cap taken with each job) take one job at a time.
 
 
 # The cyclic garbage collector's thresholds for a consumer process. At CPython's default (a young
@@ -52,14 +56,25 @@ def tune_collector() -> None:
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
-def job_loop(cls: type[JobDaemon], keeper: LockKeeper | None) -> dict[str, Any]:
+def job_loop(cls: type[JobDaemon], keeper: LockKeeper | None, copies: int) -> dict[str, Any]:
     """The loop a process runs the job daemon ``cls`` in, as its constructor's arguments: the
     batched loop (MRT_CLAIM_BATCH jobs a claim, locks kept with MRT_KEEP_LOCKS) for the steps of
-    BATCHED_STEPS, the one-job loop for the others. MRT_CLAIM_BATCH=1 with MRT_KEEP_LOCKS off
-    is the one-job loop for every step."""
+    BATCHED_STEPS, the batched loop with ``copies`` step threads for those of LONG_STEPS (with
+    MRT_BATCH_LONG_STEPS), the one-job loop for the others. MRT_CLAIM_BATCH=1 with
+    MRT_KEEP_LOCKS and MRT_BATCH_LONG_STEPS off is the one-job loop for every step."""
+    if cls.name in LONG_STEPS and settings.MRT_BATCH_LONG_STEPS:
+        return {"batch": settings.MRT_CLAIM_BATCH, "keeper": None, "workers": copies}
     if cls.name not in BATCHED_STEPS:
         return {"batch": 1, "keeper": None}
     return {"batch": settings.MRT_CLAIM_BATCH, "keeper": keeper}
+
+
+def instances(cls: type[Any], copies: int) -> int:
+    """How many daemons of ``cls`` a process runs for ``copies`` copies: one for a long step in
+    the batched loop (its copies are its step threads), ``copies`` otherwise."""
+    if cls.name in LONG_STEPS and settings.MRT_BATCH_LONG_STEPS:
+        return 1
+    return copies
 
 
 def daemon_threads(
@@ -74,7 +89,9 @@ def daemon_threads(
     copies: dict[str, int] = {}
     for i, daemon in enumerate(daemons):
         copy = copies[daemon.name] = copies.get(daemon.name, -1) + 1
-        if shared and isinstance(daemon, JobDaemon) and daemon.batched():
+        # A long step's loop has a thread of its own: giving its jobs up (a drain, a lost
+        # connection) waits for its steps under way, which would hold up the other loops.
+        if shared and isinstance(daemon, JobDaemon) and daemon.batched() and not daemon.workers:
             groups.setdefault(copy, []).append(daemon)
             continue
         name = f"{daemon.name}-{i}"
@@ -117,13 +134,15 @@ class Host:
         self.gate = SessionGate()
         # A job handed on to this process's next step keeps its lock (MRT_KEEP_LOCKS).
         keeper = LockKeeper() if settings.MRT_KEEP_LOCKS else None
-        self.daemons: list[Daemon] = [
-            cls(zk=self.zk, gate=self.gate, poll=poll, **job_loop(cls, keeper))
-            if issubclass(cls, JobDaemon)
-            else cls(zk=self.zk, gate=self.gate, poll=poll)
-            for cls in classes
-            for _ in range(max(threads, cls.default_copies()))
-        ]
+        self.daemons: list[Daemon] = []
+        for cls in classes:
+            copies = max(threads, cls.default_copies())
+            for _ in range(instances(cls, copies)):
+                self.daemons.append(
+                    cls(zk=self.zk, gate=self.gate, poll=poll, **job_loop(cls, keeper, copies))
+                    if issubclass(cls, JobDaemon)
+                    else cls(zk=self.zk, gate=self.gate, poll=poll)
+                )
         if settings.MRT_NOOP_STEPS:
             log.warning("MRT_NOOP_STEPS: every job step moves its job on without working on it")
             for daemon in self.daemons:

@@ -60,9 +60,12 @@ class ObjectLockDaemon(JobDaemon):
         raise NotImplementedError
 
     def unclaimed_screen(self) -> Callable[[list[str]], list[str]] | None:
+        return chained(self.listing_screen(), super().unclaimed_screen())
+
+    def listing_screen(self) -> Callable[[list[str]], list[str]] | None:
         if self._screen is None:
             self._screen = NodeScreen(self.zk)
-        return chained(self._screen, super().unclaimed_screen())
+        return self._screen
 
     def wake_on(self, event: threading.Event) -> None:
         node_holds_watch(self.zk).subscribe(event)

@@ -166,6 +166,10 @@ class StateListing:
         # Jobs to pass over unclaimed (a collection at its cap: zk/caps.py; jobs waiting for
         # their next try). A skip that is false (nothing to pass over now) costs no call a name.
         self.skip = skip
+        # The same for a whole listing at once, where what decides is read for many jobs in one
+        # request (jobs bound for a held storage node: zk/waits.py). Called from the loop's
+        # thread only.
+        self.screen: Callable[[list[str]], list[str]] | None = None
         self.state = state
         self.folder = paths.job_state_folder(state)
         self.max_age = max_age
@@ -223,6 +227,8 @@ class StateListing:
         names = set(found)
         if self.skip:
             names = {n for n in names if not self.skip(n[3:])}
+        if self.screen is not None:
+            names = set(self.screen(list(names)))
         self._found = names
         kept = set(extra)
         if kept:

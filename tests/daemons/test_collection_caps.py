@@ -50,7 +50,7 @@ class ConsumerHost:
         for name in JOB_STEPS:
             cls = DAEMONS[name]
             assert issubclass(cls, JobDaemon)
-            self.daemons.append(cls(zk=zk, gate=gate, poll=0.1, **job_loop(cls, keeper)))
+            self.daemons.append(cls(zk=zk, gate=gate, poll=0.1, **job_loop(cls, keeper, 1)))
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=d.run, args=(self.stop,)) for d in self.daemons]
 

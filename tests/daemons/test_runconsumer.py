@@ -9,6 +9,7 @@ import threading
 import pytest
 from django.core.management import CommandError, call_command
 
+from queues.daemons import runner
 from queues.daemons.base import JobDaemon
 from queues.daemons.registry import DAEMONS
 from queues.daemons.runner import Host, daemon_threads
@@ -62,18 +63,22 @@ def test_threads_run_that_many_copies_of_each_daemon(zk) -> None:
         everything.close()
 
 
-def test_the_short_steps_run_batched_by_default_and_the_long_ones_one_job_at_a_time(
+def test_the_short_and_long_steps_run_batched_by_default_and_the_claiming_ones_one_at_a_time(
     zk,
 ) -> None:
     host = Host("all")
     try:
         batched = {d.name for d in host.daemons if isinstance(d, JobDaemon) and d.batched()}
-        # A claimed batch of jobs never waits behind a step that grows with the object.
-        assert batched == {"pending", "estimating", "notify"}
+        assert batched == {"pending", "estimating", "processing", "storing", "recording", "notify"}
         sizes = {d.batch_size for d in host.daemons if d.name in batched}
         assert sizes == {8}
-        keepers = {d.keeper for d in host.daemons if d.name in batched}
+        short = [d for d in host.daemons if d.name in {"pending", "estimating", "notify"}]
+        keepers = {d.keeper for d in short}
         assert len(keepers) == 1 and None not in keepers  # one per process, shared
+        # A claimed job never waits behind a step that grows with the object: those loops keep
+        # no lock across steps and claim no more than their threads begin soon (test_long_steps).
+        long = [d for d in host.daemons if d.name in runner.LONG_STEPS]
+        assert [(d.keeper, d.workers) for d in long] == [(None, 1)] * 3
     finally:
         host.close()
 
@@ -82,6 +87,7 @@ def test_a_claim_batch_of_one_without_kept_locks_is_the_one_job_loop_everywhere(
     zk, settings
 ) -> None:
     settings.MRT_CLAIM_BATCH, settings.MRT_KEEP_LOCKS = 1, False
+    settings.MRT_BATCH_LONG_STEPS = False
     plain = Host("all")
     try:
         assert not any(isinstance(d, JobDaemon) and d.batched() for d in plain.daemons)
@@ -89,17 +95,27 @@ def test_a_claim_batch_of_one_without_kept_locks_is_the_one_job_loop_everywhere(
         plain.close()
 
 
-def test_the_batched_loops_share_one_thread_a_copy_and_the_others_have_their_own(zk) -> None:
+def test_the_short_steps_loops_share_one_thread_a_copy_and_the_others_have_their_own(zk) -> None:
     host = Host("all", threads=2)
     stop = threading.Event()
     try:
-        batched = [d for d in host.daemons if isinstance(d, JobDaemon) and d.batched()]
+        jobs = [d for d in host.daemons if isinstance(d, JobDaemon)]
+        short = [d for d in jobs if d.batched() and not d.workers]
+        long = [d for d in jobs if d.workers]
+        # A long step's copies are its loop's threads: one loop of two.
+        assert sorted((d.name, d.workers) for d in long) == [
+            ("processing", 2),
+            ("recording", 2),
+            ("storing", 2),
+        ]
         shared = daemon_threads(host.daemons, stop, shared=True)
         names = [t.name for t in shared]
-        # One thread for the first copy of every batched step, one for the second.
+        # One thread for the first copy of every short batched step, one for the second; a
+        # long step's loop has a thread of its own.
         assert sorted(n for n in names if n.startswith("batched-")) == ["batched-0", "batched-1"]
-        assert len(shared) == len(host.daemons) - len(batched) + 2
+        assert len(shared) == len(host.daemons) - len(short) + 2
         assert not any(n.split("-")[0] in {"pending", "estimating", "notify"} for n in names)
+        assert {n.split("-")[0] for n in names} >= {"processing", "storing", "recording"}
         each = daemon_threads(host.daemons, stop, shared=False)  # MRT_SHARED_LOOPS=0
         assert len(each) == len(host.daemons)
         assert not any(t.name.startswith("batched-") for t in each)

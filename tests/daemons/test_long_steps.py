@@ -1,0 +1,144 @@
+"""The batched loop of a step as long as its object (processing, storing, recording:
+``JobDaemon.workers``, ``pipeline.LONG_WAIT``): fast steps move in batches, a long one never
+keeps claimed jobs waiting behind it, and ``runconsumer`` builds it so."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from queues.core.states import JobState
+from queues.daemons import runner
+from queues.daemons.base import JobDaemon
+from queues.daemons.registry import DAEMONS
+from queues.daemons.shared import ItemResult
+from queues.zk.jobs import job_load
+from queues.zk.kazoo_private import Multi
+from queues.zk.locks import queue_hold_clear, queue_hold_set
+from queues.zk.records import Job
+
+from .conftest import wait_for
+from .test_batched import Step1, in_state, jobs_in, lock_owner
+
+
+class Long(Step1):
+    """Estimating -> Provisioning as a long step's loop would run it, noting each outcome."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.outcomes: list[tuple[str, str, str]] = []
+
+    def log_result(self, result: ItemResult) -> None:
+        self.outcomes.append((result.id, result.outcome, result.detail))
+        super().log_result(result)
+
+
+@contextmanager
+def running(*daemons: JobDaemon) -> Iterator[None]:
+    stop = threading.Event()
+    threads = [threading.Thread(target=d.run, args=(stop,)) for d in daemons]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not any(t.is_alive() for t in threads)
+
+
+def test_fast_steps_of_a_long_steps_loop_are_claimed_and_moved_in_batches(
+    zk: KazooClient,
+) -> None:
+    jobs_in(zk, 1, state=JobState.PROVISIONING)  # the target folder exists
+    jobs = jobs_in(zk, 40)
+    sent: Counter[str] = Counter()
+    real_send = Multi.send
+
+    def counting(self: Any) -> Any:
+        sent["multi"] += 1
+        return real_send(self)
+
+    daemon = Long(zk=zk, batch=8, workers=1, poll=0.05)
+    assert daemon.batched()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Multi, "send", counting)
+        with running(daemon):
+            wait_for(lambda: in_state(zk, JobState.PROVISIONING) == 41)
+    # One job a thread until a step was timed, then as many as a thread begins within LONG_WAIT
+    # (a batch at most): one claim and one move a batch, not one of each a job (80).
+    assert sent["multi"] <= 30, sent
+    assert sorted(daemon.seen) == sorted(j.jid for j in jobs)
+    assert all(job_load(zk, j.jid).lock is None for j in jobs)
+
+
+def test_jobs_claimed_behind_a_long_step_go_back_for_another_consumer(
+    zk: KazooClient, other_zk: KazooClient
+) -> None:
+    released = threading.Event()
+    blocker: list[str] = []
+
+    def slow_for_the_blocker(_daemon: Any, item: Job) -> None:
+        if item.jid in blocker:
+            released.wait(120)
+
+    ours = Long(zk=zk, batch=8, workers=1, poll=0.05, action=slow_for_the_blocker)
+    theirs = Long(zk=other_zk, batch=1, poll=0.05)
+    with running(ours):
+        # Steps timed first: then a claim takes a batch, as fast steps deserve.
+        jobs_in(zk, 3)
+        wait_for(lambda: in_state(zk, JobState.PROVISIONING) == 3)
+        # The next claim takes the long step's job (first in run order) and six behind it: they
+        # are made while the queue is held, and the release lets the loop see all seven at once.
+        queue_hold_set(zk, "ingest")
+        first = jobs_in(zk, 1, priority=1)[0]
+        blocker.append(first.jid)
+        behind = jobs_in(zk, 6, priority=5)
+        queue_hold_clear(zk, "ingest")
+        wait_for(lambda: lock_owner(zk, first.jid) == zk.client_id[0])
+        # Its thread is taken by the long step: the others go back to the folder, unlocked...
+        wait_for(
+            lambda: (
+                all(
+                    job_load(zk, j.jid).state == JobState.ESTIMATING
+                    and lock_owner(zk, j.jid) is None
+                    for j in behind
+                )
+                and any(o[1] == "waiting" for o in ours.outcomes)
+            )
+        )
+        # ... and another consumer takes them while the long step goes on.
+        with running(theirs):
+            wait_for(lambda: in_state(zk, JobState.PROVISIONING) == 3 + 6)
+        assert not released.is_set() and lock_owner(zk, first.jid) == zk.client_id[0]
+        assert sorted(theirs.seen) == sorted(j.jid for j in behind)
+        given_back = {o[0] for o in ours.outcomes if o[1] == "waiting"}
+        assert given_back <= {j.jid for j in behind}
+        assert not set(ours.seen) & {j.jid for j in behind}
+        released.set()
+        wait_for(lambda: job_load(zk, first.jid).state == JobState.PROVISIONING)
+    assert job_load(zk, first.jid).lock is None
+
+
+def test_runconsumer_runs_the_long_steps_in_the_batched_loop_with_their_copies_as_threads(
+    settings: Any,
+) -> None:
+    settings.MRT_BATCH_LONG_STEPS = True
+    for name in runner.LONG_STEPS:
+        cls = DAEMONS[name]
+        assert issubclass(cls, JobDaemon)
+        assert runner.instances(cls, 3) == 1
+        loop = runner.job_loop(cls, None, 3)
+        assert loop["workers"] == 3 and loop["keeper"] is None
+        assert cls(zk=object(), **loop).batched()
+    settings.MRT_BATCH_LONG_STEPS = False
+    cls = DAEMONS["storing"]
+    assert runner.instances(cls, 3) == 3
+    assert not cls(zk=object(), **runner.job_loop(cls, None, 3)).batched()
