@@ -540,6 +540,10 @@ class JobDaemon(Daemon[Job]):
         self.wake_on(pipeline.wake)
         return pipeline
 
+    def let_go(self, jids: list[str]) -> None:
+        """The batched loop no longer has these jobs in hand (their locks given back, or left to
+        the lock reconciler): what was taken with them (``accept``) is given back."""
+
     def listing_screen(self) -> Callable[[list[str]], list[str]] | None:
         """What the batched loop's listing passes over, given a whole listing (by default
         nothing): what ``unclaimed_screen`` reads in bulk but the jobs waiting for a later try,

@@ -91,7 +91,9 @@ class Downloading(JobDaemon):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.slot: str | None = None  # the depositor server this loop holds a download slot of
+        # The one-job loop: the job that took this loop's last slot (given back at the latest
+        # when the loop takes its next job).
+        self.slot_job: str | None = None
         self.capped = CappedHosts(self.retry_waits)
 
     def unclaimed_skip(self) -> Callable[[str], bool]:
@@ -105,26 +107,32 @@ class Downloading(JobDaemon):
         return max(1, settings.MRT_DOWNLOAD_JOBS)
 
     def accept(self, job: Job) -> bool:
-        self._give_back_slot()
+        """A slot of the job's depositor server is taken with the job (under its lock), and
+        given back when its step ends (``run_step``) or the loop lets the job go (``let_go``):
+        at most MRT_DOWNLOADS_PER_HOST of one server's jobs are in hand at once."""
+        if not self.workers and self.slot_job is not None:
+            HOST_SLOTS.give_back_job(self.slot_job)
         url = str(job.configuration.get("payload_url") or "")
         server = SERVER_KEYS.key(url, depositor_policy())
         if not HOST_SLOTS.try_take(server, settings.MRT_DOWNLOADS_PER_HOST, job=job.jid):
             log.debug("%s downloading: passed over, %s is at its download cap", job.jid, server)
             self.capped.note(job.jid, server)
             return False
-        self.slot = server
+        if not self.workers:
+            self.slot_job = job.jid
         return True
 
-    def handle(self, item: Job, claim: Claim | None = None) -> ItemResult:
+    def run_step(
+        self, item: Job, started: float, claim: Claim
+    ) -> tuple[Job, Next | None, ItemResult | None]:
         try:
-            return super().handle(item, claim)
+            return super().run_step(item, started, claim)
         finally:
-            self._give_back_slot()
+            HOST_SLOTS.give_back_job(item.jid)
 
-    def _give_back_slot(self) -> None:
-        if self.slot is not None:
-            HOST_SLOTS.give_back(self.slot)
-            self.slot = None
+    def let_go(self, jids: list[str]) -> None:
+        for jid in jids:
+            HOST_SLOTS.give_back_job(jid)
 
     def work(self, item: Job) -> Step:
         spec = job_spec(item)

@@ -92,6 +92,7 @@ class HostSlots:
         self._lock = threading.Lock()
         self._busy: Counter[str] = Counter()
         self._passed: dict[str, tuple[str, float]] = {}  # job -> (server, when passed over)
+        self._held: dict[str, str] = {}  # job -> the server whose slot it took (``job=``)
         # The wake-ups of the loops waiting for a slot: a slot given back sets them.
         self._waiters: weakref.WeakSet[threading.Event] = weakref.WeakSet()
 
@@ -101,14 +102,27 @@ class HostSlots:
             self._waiters.add(event)
 
     def try_take(self, host: str, per_host: int, *, job: str = "") -> bool:
+        """Take a slot of ``host`` if it has one free. With ``job``, the slot is the job's: it
+        takes one at most, and ``give_back_job`` gives it back (once, however often asked)."""
         with self._lock:
+            if job and job in self._held:
+                return True
             if host and self._busy[host] >= per_host:
                 if job:
                     self._passed[job] = (host, time.monotonic())
                 return False
             self._busy[host] += 1
-            self._passed.pop(job, None)
+            if job:
+                self._held[job] = host
+                self._passed.pop(job, None)
             return True
+
+    def give_back_job(self, job: str) -> None:
+        """Give back the slot ``job`` took, if it holds one."""
+        with self._lock:
+            host = self._held.pop(job, None)
+        if host is not None:
+            self.give_back(host)
 
     def passed_over(self) -> dict[str, str]:
         """Jobs passed over lately because their server was at its cap: job -> server."""

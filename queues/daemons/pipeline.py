@@ -197,6 +197,8 @@ class PipelinedDaemon(Protocol):
 
     def after_move(self, item: Job, step: Next) -> set[str]: ...
 
+    def let_go(self, jids: list[str]) -> None: ...
+
     def ask_completion(self, bids: set[str]) -> CompletionCheck | None: ...
 
     def batches_done(self, check: CompletionCheck) -> None: ...
@@ -605,6 +607,7 @@ class JobPipeline:
 
     def _give_back(self, jids: list[str], now: Holding) -> None:
         """Delete the locks of ``jids`` (when still this session's) and forget them."""
+        self.daemon.let_go(jids)
         mine = [j for j in jids if self.holding.pop(j, None) == now]
         for jid in jids:
             self.kept.pop(jid, None)
@@ -1216,6 +1219,7 @@ class JobPipeline:
         self.known.clear()
         if self.keeper is not None:
             self.keeper.arrived(list(jids))
+        self.daemon.let_go(sorted(jids))
         ledger_of(self.zk).in_doubt(zpaths.job_node(jid, "lock") for jid in sorted(jids))
 
     def _abandon(self) -> None:

@@ -33,9 +33,10 @@ BATCHED_STEPS = frozenset(
 # in the batched loop too, each in a thread of its own, their steps in threads of the loop's own
 # (as many as the copies the process would run of them), a claim taking no more jobs than those
 # threads can begin soon (``pipeline.LONG_WAIT``); no locks are kept across them.
-LONG_STEPS = frozenset({"processing", "storing", "recording"})
-# Provisioning (a claim of its own, by disk room) and downloading (MRT_DOWNLOAD_JOBS loops, a
-# slot of its depositor host's cap taken with each job) take one job at a time.
+# Downloading's copies are MRT_DOWNLOAD_JOBS; a slot of the depositor server's cap is taken with
+# each job it claims (``Downloading.accept``), so no claimed job waits for one.
+LONG_STEPS = frozenset({"downloading", "processing", "storing", "recording"})
+# Provisioning (a claim of its own, by disk room) takes one job at a time.
 
 
 # The cyclic garbage collector's thresholds for a consumer process. At CPython's default (a young

@@ -16,14 +16,17 @@ from kazoo.client import KazooClient
 from queues.core.states import JobState
 from queues.daemons import runner
 from queues.daemons.base import JobDaemon
+from queues.daemons.downloading import Downloading
+from queues.daemons.fetching import HOST_SLOTS, SERVER_KEYS
 from queues.daemons.registry import DAEMONS
 from queues.daemons.shared import ItemResult
+from queues.services.depositors import depositor_policy
 from queues.zk.jobs import job_load
 from queues.zk.kazoo_private import Multi
 from queues.zk.locks import queue_hold_clear, queue_hold_set
 from queues.zk.records import Job
 
-from .conftest import wait_for
+from .conftest import FileServer, make_job, wait_for
 from .test_batched import Step1, in_state, jobs_in, lock_owner
 
 
@@ -142,3 +145,33 @@ def test_runconsumer_runs_the_long_steps_in_the_batched_loop_with_their_copies_a
     cls = DAEMONS["storing"]
     assert runner.instances(cls, 3) == 3
     assert not cls(zk=object(), **runner.job_loop(cls, None, 3)).batched()
+
+
+def test_a_downloading_loop_holds_no_more_of_a_servers_jobs_than_its_cap_and_gives_every_slot_back(
+    zk: KazooClient, files: FileServer, settings: Any
+) -> None:
+    settings.MRT_DOWNLOADS_PER_HOST = 1
+    url = files.put("a.txt", "a")
+    jobs = [
+        make_job(zk, {"payload_url": url, "type": "file"}, state=JobState.DOWNLOADING)
+        for _ in range(6)
+    ]
+    server = SERVER_KEYS.key(url, depositor_policy())
+    under_way: list[int] = []
+    daemon = Downloading(zk=zk, poll=0.05, batch=8, workers=4)
+    real_work = daemon.work
+
+    def noting(item: Job) -> Any:
+        under_way.append(HOST_SLOTS.busy(server))
+        return real_work(item)
+
+    daemon.work = noting  # type: ignore[method-assign]
+    assert daemon.batched()
+    with running(daemon):
+        wait_for(
+            lambda: all(job_load(zk, j.jid).state == JobState.PROCESSING for j in jobs), timeout=120
+        )
+    # One download from that server at a time (its cap), though four threads were free, and
+    # every slot given back: the loop took the others as slots came free.
+    assert under_way == [1] * 6
+    assert HOST_SLOTS.busy(server) == 0

@@ -69,7 +69,15 @@ def test_the_short_and_long_steps_run_batched_by_default_and_the_claiming_ones_o
     host = Host("all")
     try:
         batched = {d.name for d in host.daemons if isinstance(d, JobDaemon) and d.batched()}
-        assert batched == {"pending", "estimating", "processing", "storing", "recording", "notify"}
+        assert batched == {
+            "pending",
+            "estimating",
+            "downloading",
+            "processing",
+            "storing",
+            "recording",
+            "notify",
+        }
         sizes = {d.batch_size for d in host.daemons if d.name in batched}
         assert sizes == {8}
         short = [d for d in host.daemons if d.name in {"pending", "estimating", "notify"}]
@@ -77,8 +85,13 @@ def test_the_short_and_long_steps_run_batched_by_default_and_the_claiming_ones_o
         assert len(keepers) == 1 and None not in keepers  # one per process, shared
         # A claimed job never waits behind a step that grows with the object: those loops keep
         # no lock across steps and claim no more than their threads begin soon (test_long_steps).
-        long = [d for d in host.daemons if d.name in runner.LONG_STEPS]
-        assert [(d.keeper, d.workers) for d in long] == [(None, 1)] * 3
+        long = {d.name: (d.keeper, d.workers) for d in host.daemons if d.name in runner.LONG_STEPS}
+        assert long == {
+            "downloading": (None, 4),  # MRT_DOWNLOAD_JOBS
+            "processing": (None, 1),
+            "storing": (None, 1),
+            "recording": (None, 1),
+        }
     finally:
         host.close()
 
@@ -104,6 +117,7 @@ def test_the_short_steps_loops_share_one_thread_a_copy_and_the_others_have_their
         long = [d for d in jobs if d.workers]
         # A long step's copies are its loop's threads: one loop of two.
         assert sorted((d.name, d.workers) for d in long) == [
+            ("downloading", 4),
             ("processing", 2),
             ("recording", 2),
             ("storing", 2),
@@ -115,7 +129,8 @@ def test_the_short_steps_loops_share_one_thread_a_copy_and_the_others_have_their
         assert sorted(n for n in names if n.startswith("batched-")) == ["batched-0", "batched-1"]
         assert len(shared) == len(host.daemons) - len(short) + 2
         assert not any(n.split("-")[0] in {"pending", "estimating", "notify"} for n in names)
-        assert {n.split("-")[0] for n in names} >= {"processing", "storing", "recording"}
+        long_names = {"downloading", "processing", "storing", "recording"}
+        assert {n.split("-")[0] for n in names} >= long_names
         each = daemon_threads(host.daemons, stop, shared=False)  # MRT_SHARED_LOOPS=0
         assert len(each) == len(host.daemons)
         assert not any(t.name.startswith("batched-") for t in each)
