@@ -32,10 +32,15 @@ Fresh jobs are divided between the loops claiming in a state (``ClaimShare``, on
 per process when its loops keep locks, so a job claimed by a process at its first step is in
 that process's share at every later one). A draining or stopping loop leaves the division.
 
-Why one module (about 1,550 lines), for now: ``JobPipeline`` is one cycle's state machine
-(about 1,050 lines) whose steps share its kept jobs, its moves in flight and its step lanes.
+A long step's loop (``JobDaemon.workers``: downloading, processing, storing, recording) runs
+its jobs' steps in threads of its own, a job each, and has in hand no more jobs than those
+threads begin within LONG_WAIT (see there); it keeps no lock across steps.
+
+Why one module (about 1,630 lines), for now: ``JobPipeline`` is one cycle's state machine
+(about 1,100 lines) whose steps share its kept jobs, its moves in flight and its step lanes.
 The helpers before it (``LockKeeper``, ``Paces``, ``SlowMarks``, the work records, about 300
-lines) could be a module of their own; not done yet.
+lines) could be a module of their own; not done yet (the tests set the constants they read
+on this module).
 """
 
 from __future__ import annotations
