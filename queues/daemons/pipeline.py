@@ -688,9 +688,8 @@ class JobPipeline:
         if self.throttled or not self._room():
             # Waiting for room downstream, or for its steps to end, either of which wakes this
             # loop: the folder's news cannot be worked on before then, so it is neither watched
-            # nor listed. A long step's loop looks again within LONG_WAIT: a step under way
-            # that long takes its thread (``_room``).
-            return min(daemon.poll, LONG_WAIT) if self.workers else daemon.poll
+            # nor listed.
+            return self._idle_for()
         ripe_in = self.listing.others_only()
         if ripe_in is not None and not self.kept:
             # All that is left in the folder is other loops' share, none of it to be taken
@@ -711,8 +710,14 @@ class JobPipeline:
             return 0.0
         if self.waits_for is not None:
             return None
-        # A long step's loop with steps under way looks again within LONG_WAIT (``_room``).
-        return min(daemon.poll, LONG_WAIT) if self.workers and self.stepping else daemon.poll
+        return self._idle_for()
+
+    def _idle_for(self) -> float:
+        """How long an idle turn may wait for a wake-up: the poll; but a long step's loop with
+        jobs claimed and not begun looks again within LONG_WAIT, when a step under way may have
+        taken the last free thread (``_long_give_back``)."""
+        poll = self.daemon.poll
+        return min(poll, LONG_WAIT) if self.workers and self._long_unbegun() else poll
 
     def end(self) -> None:
         """The loop has stopped: what it holds goes back, and it takes no more hand-overs."""
@@ -890,6 +895,14 @@ class JobPipeline:
             if began is not None and moment - began > LONG_WAIT:
                 overdue += 1
         return overdue
+
+    def _long_unbegun(self) -> bool:
+        """A long step's loop: whether a job it stepped is waiting for a thread."""
+        for stepping in self.stepping:
+            with stepping.lock:
+                if stepping.began is None and not stepping.done:
+                    return True
+        return False
 
     def _long_give_back(self) -> None:
         """A long step's loop: when steps under way longer than LONG_WAIT have taken every
