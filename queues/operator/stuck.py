@@ -20,6 +20,14 @@ The stuck page never walks the entries either: each count also keeps every state
 oldest first (``_Oldest``), and a page takes the oldest still listed from those, reading the
 locks of those it judges only. Before the first count (after a start, while the read index
 fills) the page says what is still loading instead of waiting for it.
+
+The job list's filters use the same times: "stuck only" (``stuck_keys``) picks the entries past
+a state's threshold in C; "in state at least" (``entered_before``) orders a state's entries by
+the time they entered it once per listing (positions and times: 16 bytes an entry, beside the
+times' own 8, for each state the filter was asked of, Completed too), so the entries older
+than the cut are a prefix, put in run order in C and kept until the prefix changes. Time in a
+state is its entry's age: a priority change (the entry is made anew) starts it again, a retry
+written on the job's status does not.
 """
 
 from __future__ import annotations
@@ -33,11 +41,11 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress, islice, repeat
 from operator import and_
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 
@@ -212,6 +220,7 @@ def _entry_times(
         if _owner[0] is not zk:  # another client (another ensemble or chroot): start again
             _times.clear()
             _oldest.clear()
+            _by_time.clear()
             _owner[0] = zk
         known = _times.get(state)
     if known is not None and known.keys is keys:
@@ -489,7 +498,10 @@ def _stuck_by_lock(
         return []
     in_cut, lock_cut = now - limit.in_state, now - limit.lock
     keys = entries.keys
-    band = {entries.jid(keys[i]): i for i, t in enumerate(ctimes) if in_cut <= t < lock_cut}
+    picked = compress(
+        range(len(ctimes)), map(and_, map(in_cut.__le__, ctimes), map(lock_cut.__gt__, ctimes))
+    )
+    band = {entries.jid(keys[i]): i for i in picked}
     return [
         band[jid]
         for jid, stat in _lock_stats(zk, list(band)).items()
@@ -550,10 +562,11 @@ def stuck_counts(zk: Any, *, wait: bool = True) -> dict[str, int]:
     return _count(zk)
 
 
-def stuck_numbers(zk: Any, states: list[str] | tuple[str, ...] = STATES) -> array[int]:
-    """The read index's numbers of the stuck jobs in ``states``, sorted (the job list's
-    ``stuck`` filter looks each entry up by bisection): ``find_stuck``'s rule without a record
-    per job, reading a lock only where it decides, as the count does."""
+def stuck_keys(zk: Any, states: list[str] | tuple[str, ...] = STATES) -> array[int]:
+    """The run keys (``packed.Entries``: priority << 34 | number) of the stuck jobs in
+    ``states``, sorted: ``find_stuck``'s rule without a record per job, reading a lock only
+    where it decides, as the count does. The entries past the state's threshold are picked
+    in C (``compress``), not by a call per entry."""
     idx = zindex.for_client(zk)
     limits = thresholds()
     now = time.time()
@@ -563,11 +576,61 @@ def stuck_numbers(zk: Any, states: list[str] | tuple[str, ...] = STATES) -> arra
             continue
         limit = limits[state]
         entries, ctimes = _entry_times(zk, idx, state)
-        keys, number = entries.keys, entries.number
+        keys = entries.keys
         in_cut = now - limit.in_state
-        found.extend(number(keys[i]) for i, t in enumerate(ctimes) if 0.0 < t < in_cut)
-        found.extend(number(keys[i]) for i in _stuck_by_lock(zk, entries, ctimes, limit, now))
+        found.extend(
+            compress(keys, map(and_, map(in_cut.__gt__, ctimes), map((0.0).__lt__, ctimes)))
+        )
+        found.extend(keys[i] for i in _stuck_by_lock(zk, entries, ctimes, limit, now))
     return array("q", sorted(found))
+
+
+def stuck_numbers(zk: Any, states: list[str] | tuple[str, ...] = STATES) -> array[int]:
+    """The read index's numbers of the stuck jobs in ``states``, sorted (``stuck_keys``'
+    jobs; ``is_in`` looks one up by bisection)."""
+    return array("q", sorted(map(packed.NUM_MASK.__and__, stuck_keys(zk, states))))
+
+
+@dataclass(frozen=True)
+class _ByTime:
+    """A state's entries ordered by the time they entered it (``_entry_times``), made once per
+    listing and times: positions in the listing, and the times in that order (ascending)."""
+
+    keys: array[int]
+    ctimes: array[float]
+    order: array[int]
+    times: array[float]
+    # The last answer: (how many entries it took from the start of ``order``, its keys).
+    last: list[Any] = field(default_factory=lambda: [None])
+
+
+_by_time: dict[str, _ByTime] = {}
+
+
+def entered_before(zk: Any, state: str, cut: float) -> array[int]:
+    """The run keys of the state's entries that entered it at or before ``cut`` (s since the
+    epoch), sorted (run order): the job list's "in state at least" filter. The entries ordered
+    by time are a prefix up to ``cut`` (bisection); that prefix in run order is sorted in C and
+    kept until the prefix or the listing changes. Entries whose time could not be read (gone
+    when asked) are left out."""
+    idx = zindex.for_client(zk)
+    entries, ctimes = _entry_times(zk, idx, state)
+    with _lock:
+        made = _by_time.get(state)
+    if made is None or made.keys is not entries.keys or made.ctimes is not ctimes:
+        at = ctimes.__getitem__
+        order = array("q", sorted(range(len(ctimes)), key=at))
+        made = _ByTime(entries.keys, ctimes, order, array("d", map(at, order)))
+        with _lock:
+            _by_time[state] = made
+    low = bisect_right(made.times, 0.0)
+    high = max(low, bisect_right(made.times, cut))
+    last = made.last[0]
+    if last is not None and last[0] == (low, high):
+        return cast("array[int]", last[1])
+    keys = array("q", sorted(map(made.keys.__getitem__, made.order[low:high])))
+    made.last[0] = ((low, high), keys)
+    return keys
 
 
 def is_in(numbers: array[int], value: int) -> bool:
@@ -582,6 +645,7 @@ def reset() -> None:
     with _lock:
         _times.clear()
         _oldest.clear()
+        _by_time.clear()
         _oldest_at[0] = 0.0
         _owner[0] = None
     _cached = None
