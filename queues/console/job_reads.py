@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -191,8 +190,14 @@ def _archived_jobs(flt: JobFilter, live: set[str]) -> list[ArchivedJob]:
     return found
 
 
-def _job_entries(zk: Any, flt: JobFilter) -> Sequence[tuple[int, str]]:
-    """The (priority, jid) entries a filter takes, in the requested order.
+def _job_entries(zk: Any, flt: JobFilter) -> Entries:
+    """The (priority, jid) entries a filter takes, in the requested order."""
+    return _job_entries_loading(zk, flt)[0]
+
+
+def _job_entries_loading(zk: Any, flt: JobFilter) -> tuple[Entries, str]:
+    """The (priority, jid) entries a filter takes, in the requested order, and what is still
+    being read for it ("" when nothing: see ``stuck.entered_before``).
 
     Every filter is answered by the read index without a look at each entry: profile and
     submitter by its kept matches per listing (each job's configuration read once), several
@@ -230,15 +235,19 @@ def _job_entries(zk: Any, flt: JobFilter) -> Sequence[tuple[int, str]]:
     if flt.stuck:
         entries = _among(entries, zstuck.stuck_keys(zk, states), narrowed=narrowed)
         narrowed = True
+    loading = []
     if flt.min_age_hours:
         cut = time.time() - flt.min_age_hours * 3600
         older = array("q")
         for state in states:
-            older.extend(zstuck.entered_before(zk, state, cut))
+            found, reading = zstuck.entered_before(zk, state, cut)
+            older.extend(found)
+            if reading:
+                loading.append(reading)
         if len(states) > 1:
             older = array("q", sorted(older))
         entries = _among(entries, older, narrowed=narrowed)
-    return entries
+    return entries, "; ".join(loading)
 
 
 def _among(entries: Entries, run_keys: array[int], *, narrowed: bool) -> Entries:
@@ -309,10 +318,12 @@ def jobs_page(*, flt: JobFilter, page: int = 1, per_page: int = PER_PAGE) -> Pag
             loading=loading,
             archived_included=True,
         )
-    entries = _job_entries(zk, flt)
+    entries, reading = _job_entries_loading(zk, flt)
     # A collection or submitter filter answered while the index is still being filled counts
-    # only the jobs read so far: the page says so.
+    # only the jobs read so far, and the age filter the jobs whose time in their state is read
+    # so far: the page says so.
     loading = zindex.for_client(zk).loading() if (flt.profile or flt.submitter) else ""
+    loading = "; ".join(x for x in (loading, reading) if x)
     archived: list[ArchivedJob] = []
     if flt.bid and not flt.stuck:
         archived = _archived_jobs(flt, {jid for _p, jid in entries})
@@ -350,7 +361,10 @@ def jobs_matching(*, flt: JobFilter) -> tuple[list[str], bool]:
         return [j.id if isinstance(j, Broken) else j.jid for j in found], False
     if (flt.profile or flt.submitter) and zindex.for_client(zk).filling:
         raise StillLoading.about("the jobs of this collection or submitter")
-    return [jid for _p, jid in _job_entries(zk, flt)], False
+    entries, reading = _job_entries_loading(zk, flt)
+    if reading:
+        raise StillLoading.about("the time each job entered its state")
+    return [jid for _p, jid in entries], False
 
 
 def failing_step(job: Job) -> str:

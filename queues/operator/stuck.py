@@ -607,13 +607,32 @@ class _ByTime:
 _by_time: dict[str, _ByTime] = {}
 
 
-def entered_before(zk: Any, state: str, cut: float) -> array[int]:
+def entered_before(zk: Any, state: str, cut: float) -> tuple[array[int], str]:
     """The run keys of the state's entries that entered it at or before ``cut`` (s since the
-    epoch), sorted (run order): the job list's "in state at least" filter. The entries ordered
-    by time are a prefix up to ``cut`` (bisection); that prefix in run order is sorted in C and
-    kept until the prefix or the listing changes. Entries whose time could not be read (gone
-    when asked) are left out."""
+    epoch), sorted (run order): the job list's "in state at least" filter, and what is still
+    being read ("" when the answer is whole).
+
+    The entries ordered by time are a prefix up to ``cut`` (bisection); that prefix in run
+    order is sorted in C and kept until the prefix or the listing changes. Entries whose time
+    could not be read (gone when asked) are left out. When more than ``READ_IN_REQUEST``
+    entries' times are not known yet (a state never asked about since a start), they are read
+    by a thread of its own, and the answer is of the entries known so far, saying so."""
     idx = zindex.for_client(zk)
+    entries = idx.job_entries(state)
+    keys = entries.keys
+    with _lock:
+        known = _times.get(state) if _owner[0] is zk else None
+        reader = _age_reader[0]
+    if known is None or known.keys is not keys:
+        reading = reader is not None and reader.is_alive()
+        ctimes = _carried(known, keys) if known is not None else array("d", [0.0]) * len(keys)
+        missing = ctimes.count(0.0)
+        if missing > READ_IN_REQUEST or (reading and missing):
+            _read_times_in_background(zk, state)
+            picked = compress(keys, map(and_, map(cut.__ge__, ctimes), map((0.0).__lt__, ctimes)))
+            return array("q", picked), (
+                f"the time each job entered {state} ({len(keys) - missing:,} of {len(keys):,} read)"
+            )
     entries, ctimes = _entry_times(zk, idx, state)
     with _lock:
         made = _by_time.get(state)
@@ -627,10 +646,52 @@ def entered_before(zk: Any, state: str, cut: float) -> array[int]:
     high = max(low, bisect_right(made.times, cut))
     last = made.last[0]
     if last is not None and last[0] == (low, high):
-        return cast("array[int]", last[1])
-    keys = array("q", sorted(map(made.keys.__getitem__, made.order[low:high])))
-    made.last[0] = ((low, high), keys)
-    return keys
+        return cast("array[int]", last[1]), ""
+    found = array("q", sorted(map(made.keys.__getitem__, made.order[low:high])))
+    made.last[0] = ((low, high), found)
+    return found, ""
+
+
+# Entry times a job list request reads itself (as many as the old scan of status nodes read at
+# most); a state with more not known yet is read in the background (``entered_before``).
+READ_IN_REQUEST = 20_000
+_age_reader: list[threading.Thread | None] = [None]
+_age_wanted: set[str] = set()
+
+
+def _read_times_in_background(zk: Any, state: str) -> None:
+    """Read the entry times of ``state`` (and of any other state asked for meanwhile) in a
+    thread of its own, one at a time, pausing between chunks as the count does."""
+    with _lock:
+        _age_wanted.add(state)
+        running = _age_reader[0]
+        if running is not None and running.is_alive():
+            return
+        thread = threading.Thread(
+            target=_read_times, args=(zk,), name="read-entry-times", daemon=True
+        )
+        _age_reader[0] = thread
+        thread.start()
+
+
+def _read_times(zk: Any) -> None:
+    try:
+        idx = zindex.for_client(zk)
+        while True:
+            with _lock:
+                if not _age_wanted:
+                    _age_reader[0] = None
+                    return
+                state = _age_wanted.pop()
+            try:
+                _entry_times(zk, idx, state, pause=READ_PAUSE)
+            finally:
+                _reading[0] = ""
+    except Exception as exc:  # ZooKeeper away: the next request asks again
+        log.warning("entry times not read: %s", exc)
+        with _lock:
+            _age_wanted.clear()
+            _age_reader[0] = None
 
 
 def is_in(numbers: array[int], value: int) -> bool:
@@ -646,6 +707,7 @@ def reset() -> None:
         _times.clear()
         _oldest.clear()
         _by_time.clear()
+        _age_wanted.clear()
         _oldest_at[0] = 0.0
         _owner[0] = None
     _cached = None

@@ -174,3 +174,35 @@ def test_the_age_filter_follows_a_job_that_moves(zk: Any, queue: Any) -> None:
     assert list(job_reads._job_entries(zk, flt)) == before[1:]
     held = job_reads.JobFilter(state=JobState.HELD, min_age_hours=hours)
     assert jid not in {j for _p, j in job_reads._job_entries(zk, held)}
+
+
+def test_the_age_filter_reads_many_unknown_times_in_the_background(
+    zk: Any, queue: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More entry times unknown than a request reads itself (a state never asked about since
+    a start): the page answers from those known (none), says what is being read, and a thread
+    reads them; once it is done, the answer is whole. An action on every match refuses
+    meanwhile (it would miss jobs)."""
+    from queues.zk.errors import StillLoading
+
+    monkeypatch.setattr(stuck, "READ_IN_REQUEST", 10)
+    stuck.reset()
+    hours = (queue.now - queue.between) / 3600
+    flt = job_reads.JobFilter(state=JobState.COMPLETED, min_age_hours=hours)
+    entries, loading = job_reads._job_entries_loading(zk, flt)
+    assert "Completed" in loading and "read" in loading
+    assert len(entries) < len(_expected(queue, flt))
+    reader = stuck._age_reader[0]
+    if reader is not None:
+        reader.join(timeout=60)
+        assert not reader.is_alive()
+    with pytest.raises(StillLoading):
+        # Another state, unknown too: read in the background again.
+        job_reads.jobs_matching(flt=job_reads.JobFilter(min_age_hours=hours))
+    reader = stuck._age_reader[0]
+    if reader is not None:
+        reader.join(timeout=60)
+    entries, loading = job_reads._job_entries_loading(zk, flt)
+    assert loading == "" and list(entries) == _expected(queue, flt)
+    every = job_reads.JobFilter(min_age_hours=hours)
+    assert job_reads.jobs_matching(flt=every) == ([j for _p, j in _expected(queue, every)], False)
