@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress, islice, repeat
 from operator import and_
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
 
@@ -221,6 +221,7 @@ def _entry_times(
             _times.clear()
             _oldest.clear()
             _by_time.clear()
+            _seen.clear()
             _owner[0] = zk
         known = _times.get(state)
     if known is not None and known.keys is keys:
@@ -577,10 +578,7 @@ def stuck_keys(zk: Any, states: list[str] | tuple[str, ...] = STATES) -> array[i
         limit = limits[state]
         entries, ctimes = _entry_times(zk, idx, state)
         keys = entries.keys
-        in_cut = now - limit.in_state
-        found.extend(
-            compress(keys, map(and_, map(in_cut.__gt__, ctimes), map((0.0).__lt__, ctimes)))
-        )
+        found.extend(_before(state, keys, ctimes, now - limit.in_state, strict=True))
         found.extend(keys[i] for i in _stuck_by_lock(zk, entries, ctimes, limit, now))
     return array("q", sorted(found))
 
@@ -600,11 +598,13 @@ class _ByTime:
     ctimes: array[float]
     order: array[int]
     times: array[float]
-    # The last answer: (how many entries it took from the start of ``order``, its keys).
-    last: list[Any] = field(default_factory=lambda: [None])
+    # The last answers: (where they start and end in ``order``) -> their keys in run order.
+    kept: dict[tuple[int, int], array[int]] = field(default_factory=dict)
 
 
 _by_time: dict[str, _ByTime] = {}
+# The listing and times each state was last asked about (``_before``).
+_seen: dict[str, tuple[array[int], array[float]]] = {}
 
 
 def entered_before(zk: Any, state: str, cut: float) -> tuple[array[int], str]:
@@ -634,22 +634,44 @@ def entered_before(zk: Any, state: str, cut: float) -> tuple[array[int], str]:
                 f"the time each job entered {state} ({len(keys) - missing:,} of {len(keys):,} read)"
             )
     entries, ctimes = _entry_times(zk, idx, state)
+    return _before(state, entries.keys, ctimes, cut, strict=False), ""
+
+
+def _before(
+    state: str, keys: array[int], ctimes: array[float], cut: float, *, strict: bool
+) -> array[int]:
+    """The ``keys`` (a state's run keys, sorted) whose time in ``ctimes`` is known and before
+    ``cut`` (``strict``) or at it, sorted.
+
+    A listing asked about for the first time is picked from in C, a pass over its times; asked
+    again unchanged, its entries are ordered by time once (``_ByTime``), after which the
+    answer is a prefix found by bisection, and the same prefix's keys are kept. A state whose
+    listing changes between every two requests (a busy queue) so costs a pass in C per
+    request, never a sort per change; one that holds still costs no pass."""
     with _lock:
         made = _by_time.get(state)
-    if made is None or made.keys is not entries.keys or made.ctimes is not ctimes:
+        seen = _seen.get(state)
+        _seen[state] = (keys, ctimes)
+    if made is None or made.keys is not keys or made.ctimes is not ctimes:
+        if seen is None or seen[0] is not keys or seen[1] is not ctimes:
+            below = cut.__gt__ if strict else cut.__ge__
+            picked = compress(keys, map(and_, map(below, ctimes), map((0.0).__lt__, ctimes)))
+            return array("q", picked)
         at = ctimes.__getitem__
         order = array("q", sorted(range(len(ctimes)), key=at))
-        made = _ByTime(entries.keys, ctimes, order, array("d", map(at, order)))
+        made = _ByTime(keys, ctimes, order, array("d", map(at, order)))
         with _lock:
             _by_time[state] = made
     low = bisect_right(made.times, 0.0)
-    high = max(low, bisect_right(made.times, cut))
-    last = made.last[0]
-    if last is not None and last[0] == (low, high):
-        return cast("array[int]", last[1]), ""
+    high = max(low, (bisect_left if strict else bisect_right)(made.times, cut))
+    kept = made.kept.get((low, high))
+    if kept is not None:
+        return kept
     found = array("q", sorted(map(made.keys.__getitem__, made.order[low:high])))
-    made.last[0] = ((low, high), found)
-    return found, ""
+    if len(made.kept) >= 4:
+        made.kept.clear()
+    made.kept[(low, high)] = found
+    return found
 
 
 # Entry times a job list request reads itself (as many as the old scan of status nodes read at
@@ -707,6 +729,7 @@ def reset() -> None:
         _times.clear()
         _oldest.clear()
         _by_time.clear()
+        _seen.clear()
         _age_wanted.clear()
         _oldest_at[0] = 0.0
         _owner[0] = None
