@@ -115,6 +115,7 @@ class _Times:
 
     keys: array[int]
     ctimes: array[float]
+    whole: bool = False  # every entry's time was read: none to look for again
 
 
 _times: dict[str, _Times] = {}
@@ -225,6 +226,8 @@ def _entry_times(
             _owner[0] = zk
         known = _times.get(state)
     if known is not None and known.keys is keys:
+        if known.whole:  # nothing to read: not even a pass over the times for a 0.0
+            return entries, known.ctimes
         ctimes = known.ctimes
     elif known is not None:  # the folder changed: keep the times of the entries still there
         ctimes = _carried(known, keys)
@@ -247,7 +250,7 @@ def _entry_times(
                 time.sleep(pause)
     with _lock:
         if _owner[0] is zk:
-            _times[state] = _Times(keys, ctimes)
+            _times[state] = _Times(keys, ctimes, 0.0 not in ctimes)
     return entries, ctimes
 
 
