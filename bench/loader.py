@@ -57,6 +57,9 @@ STATE_ORDER = (
 )
 PROFILES = tuple(f"bench_collection_{i:02d}" for i in range(12))
 SUBMITTERS = tuple(f"user{i:03d}" for i in range(40))
+# The last successful step a Failed job is given (it failed in the one after): every step but
+# the last two (a test narrows it so that one failing step holds a page of jobs).
+FAILED_AFTER = JOB_STEPS[:-2]
 # Requests in flight at once: enough to keep the server busy, few enough to bound memory.
 WINDOW = 4000
 
@@ -148,7 +151,7 @@ def _sequential(zk: Client, prefix: str, count: int, *, per_request: int = 250) 
 def _job_status(state: str, rng: random.Random, stamp: str, jid: str = "") -> dict[str, Any]:
     steps = JOB_STEPS
     if state == JobState.FAILED:
-        last = rng.choice(steps[:-2])
+        last = rng.choice(FAILED_AFTER)
         # The job's ID makes each message findable by error text alone; the failed causes page
         # takes job IDs out of a message, so its groups are those of one message per step.
         message = f"{steps[steps.index(last) + 1]}: simulated failure for the benchmark of {jid}"

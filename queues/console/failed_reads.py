@@ -163,6 +163,16 @@ class FailedGroups:
     # The groups shown so far, made once per change (a page of 50 groups shows each key in
     # an id and in links: made in the template, that was most of the page's time).
     shown: dict[str, FailedGroup] = field(default_factory=dict)
+    # Each page of groups asked for, made once per change: a page asked again is one look-up,
+    # not a call per group (a filter's 20 groups and another's 50 cost the same).
+    pages: dict[int, list[FailedGroup]] = field(default_factory=dict)
+
+    def page(self, first: int, size: int) -> list[FailedGroup]:
+        """The groups of the page starting at place ``first``."""
+        found = self.pages.get(first)
+        if found is None:
+            found = self.pages[first] = [self.group(k) for k in self.keys[first : first + size]]
+        return found
 
     def group(self, key: str) -> FailedGroup:
         found = self.shown.get(key)
@@ -255,7 +265,7 @@ def failed_jobs(
     if open_group in grouped.where:  # the page of groups that holds the open one
         group_page = grouped.where[open_group] // FAILED_GROUPS_PER_PAGE + 1
     first = (group_page - 1) * FAILED_GROUPS_PER_PAGE
-    shown = [grouped.group(k) for k in keys[first : first + FAILED_GROUPS_PER_PAGE]]
+    shown = list(grouped.page(first, FAILED_GROUPS_PER_PAGE))
     paging = Page(
         shown,
         group_page,

@@ -1,12 +1,13 @@
 """The console's job lists and a job's page: filters, sorting and paging on the read index's
-entries, the scan of a filtered list, archived jobs shown after the live ones, and one job's
-detail. ``Page`` and ``PER_PAGE`` are every list's (batches, reports).
+entries, archived jobs shown after the live ones, and one job's detail. ``Page`` and
+``PER_PAGE`` are every list's (batches, reports).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import time
+from array import array
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,13 +21,12 @@ from queues.zk.client import connected_client
 from queues.zk.codecs import decode_any
 from queues.zk.errors import InvalidTransition, MalformedNode, StillLoading
 from queues.zk.jobs import job_load, job_resume_state, jobs_load
-from queues.zk.nodes import children, read_many, stamp
+from queues.zk.nodes import children, read_many
+from queues.zk.packed import Entries
 from queues.zk.records import Batch, Broken, Job, Status
 
 PER_PAGE = 50
-SCAN_CHUNK = 500
-# A filtered job list reads one or two small nodes per job; past this many it stops and says so.
-SCAN_LIMIT = 20_000
+SCAN_CHUNK = 500  # jobs loaded at once where a page loads many (a batch's page)
 
 
 def _age(moment: datetime | None) -> float | None:
@@ -49,11 +49,6 @@ class JobFilter:
     q: str = ""  # an ARK or local ID (job and batch IDs are turned into bid/redirects by views)
     sort: str = "run"
     stuck: bool = False  # only jobs far past their state's usual time (queues/operator/stuck.py)
-
-    @property
-    def scans(self) -> bool:
-        """True when matching needs each job's nodes, not only the read index (the age)."""
-        return bool(self.min_age_hours)
 
 
 @dataclass(frozen=True)
@@ -195,12 +190,24 @@ def _archived_jobs(flt: JobFilter, live: set[str]) -> list[ArchivedJob]:
     return found
 
 
-def _job_entries(zk: Any, flt: JobFilter) -> Sequence[tuple[int, str]]:
-    """The (priority, jid) entries a filter starts from, in the requested order.
+def _job_entries(zk: Any, flt: JobFilter) -> Entries:
+    """The (priority, jid) entries a filter takes, in the requested order."""
+    return _job_entries_loading(zk, flt)[0]
 
-    Profile and submitter are answered by the read index (facts of each job's configuration,
-    read once); only age, ARK and local ID still need a scan of the jobs' nodes.
+
+def _job_entries_loading(zk: Any, flt: JobFilter) -> tuple[Entries, str]:
+    """The (priority, jid) entries a filter takes, in the requested order, and what is still
+    being read for it ("" when nothing: see ``stuck.entered_before``).
+
+    Every filter is answered by the read index without a look at each entry: profile and
+    submitter by its kept matches per listing (each job's configuration read once), several
+    states by their merge kept per listings, a priority by bisection (a run of the run
+    order), a batch by looking its few jobs up, and the stuck jobs and those in their state
+    at least ``min_age_hours`` by the times each entry entered its state
+    (``queues/operator/stuck.py``), picked and intersected in C.
     """
+    from queues.operator import stuck as zstuck
+
     idx = zindex.for_client(zk)
     order = flt.sort if flt.sort in ("oldest", "newest") else "run"
     states = [flt.state] if flt.state else [s for s in JOB.states if s != JobState.DELETED]
@@ -212,9 +219,10 @@ def _job_entries(zk: Any, flt: JobFilter) -> Sequence[tuple[int, str]]:
         entries = idx.job_entries_all(
             states, profile=flt.profile, submitter=flt.submitter, order=order
         )
+    narrowed = bool(flt.profile or flt.submitter)
     if flt.priority is not None:
-        wanted = flt.priority
-        entries = entries.where(lambda p, _n: p == wanted)
+        entries = entries.with_priority(flt.priority)
+        narrowed = True
     if flt.bid:
         in_batch = {
             int(j[3:])
@@ -222,25 +230,35 @@ def _job_entries(zk: Any, flt: JobFilter) -> Sequence[tuple[int, str]]:
             for j in jids
             if zpaths.JID_RE.fullmatch(j)
         }
-        entries = entries.where(lambda _p, n: n in in_batch)
+        entries = entries.of_numbers(sorted(in_batch))
+        narrowed = True
     if flt.stuck:
-        from queues.operator.stuck import is_in, stuck_numbers
-
-        stuck = stuck_numbers(zk, states)
-        entries = entries.where(lambda _p, n: is_in(stuck, n))
-    return entries
-
-
-def _scan_nodes(flt: JobFilter) -> tuple[str, ...]:
-    return ("status",) if flt.min_age_hours else ()
-
-
-def _scan_match(flt: JobFilter, jid: str, reads: dict[str, Any]) -> bool:
+        entries = _among(entries, zstuck.stuck_keys(zk, states), narrowed=narrowed)
+        narrowed = True
+    loading = []
     if flt.min_age_hours:
-        read = reads.get(zpaths.job_node(jid, "status"))
-        if read is None or (_age(stamp(read[1].mtime)) or 0) < flt.min_age_hours * 3600:
-            return False
-    return True
+        cut = time.time() - flt.min_age_hours * 3600
+        older = array("q")
+        for state in states:
+            found, reading = zstuck.entered_before(zk, state, cut)
+            older.extend(found)
+            if reading:
+                loading.append(reading)
+        if len(states) > 1:
+            older = array("q", sorted(older))
+        entries = _among(entries, older, narrowed=narrowed)
+    return entries, "; ".join(loading)
+
+
+def _among(entries: Entries, run_keys: array[int], *, narrowed: bool) -> Entries:
+    """``entries`` whose run key is in the sorted ``run_keys`` (all of them from the same
+    states' listings): those keys themselves, in the entries' order, when nothing else narrowed
+    the entries (every listed entry of the states is among them); else intersected in C."""
+    if narrowed:
+        return entries.among(run_keys)
+    if entries.by_age:
+        return entries.among(run_keys)  # only the keys' form differs: made per key found
+    return Entries(run_keys, reverse=entries.reverse)
 
 
 def _search(zk: Any, flt: JobFilter) -> tuple[list[Job | Broken], str]:
@@ -282,35 +300,6 @@ def _search(zk: Any, flt: JobFilter) -> tuple[list[Job | Broken], str]:
     return found, "" if complete else (idx.loading() or "job details")
 
 
-def _scan(
-    zk: Any, flt: JobFilter, entries: Sequence[tuple[int, str]], want: Callable[[int], bool]
-) -> tuple[list[str], int, int, bool]:
-    """Walk entries in chunks reading only the nodes the filter needs.
-
-    ``want(n)`` says whether the n-th match (0-based) should be kept. Returns the kept job IDs,
-    the number of matches, the number of entries scanned and whether the limit cut the scan.
-    """
-    if not flt.min_age_hours:
-        # Everything asked was answered by _job_entries from the index: every entry matches.
-        return [jid for n, (_p, jid) in enumerate(entries) if want(n)], len(entries), 0, False
-    kept: list[str] = []
-    matches = 0
-    scanned = 0
-    names = _scan_nodes(flt)
-    for start in range(0, len(entries), SCAN_CHUNK):
-        if scanned >= SCAN_LIMIT:
-            return kept, matches, scanned, True
-        part = [jid for _p, jid in entries[start : start + SCAN_CHUNK]]
-        reads = read_many(zk, [zpaths.job_node(j, n) for j in part for n in names])
-        for jid in part:
-            if _scan_match(flt, jid, reads):
-                if want(matches):
-                    kept.append(jid)
-                matches += 1
-        scanned += len(part)
-    return kept, matches, scanned, False
-
-
 def jobs_page(*, flt: JobFilter, page: int = 1, per_page: int = PER_PAGE) -> Page:
     """One page of jobs; only the page's jobs are loaded. A search or a batch filter also
     finds archived jobs (``ArchivedJob`` items, after the live ones)."""
@@ -329,40 +318,28 @@ def jobs_page(*, flt: JobFilter, page: int = 1, per_page: int = PER_PAGE) -> Pag
             loading=loading,
             archived_included=True,
         )
-    entries = _job_entries(zk, flt)
+    entries, reading = _job_entries_loading(zk, flt)
     # A collection or submitter filter answered while the index is still being filled counts
-    # only the jobs read so far: the page says so.
+    # only the jobs read so far, and the age filter the jobs whose time in their state is read
+    # so far: the page says so.
     loading = zindex.for_client(zk).loading() if (flt.profile or flt.submitter) else ""
-    if not flt.scans:
-        archived: list[ArchivedJob] = []
-        if flt.bid and not flt.stuck:
-            archived = _archived_jobs(flt, {jid for _p, jid in entries})
-        total = len(entries) + len(archived)
-        items: list[Any] = jobs_load(zk, [jid for _p, jid in entries[start : start + per_page]])
-        if start + per_page > len(entries):
-            first = max(0, start - len(entries))
-            items += archived[first : first + per_page - len(items)]
-        return Page(
-            items=items,
-            number=page,
-            per_page=per_page,
-            total=total,
-            has_next=start + per_page < total,
-            loading=loading,
-            archived_included=bool(flt.bid and not flt.stuck),
-        )
-    kept, matches, scanned, limited = _scan(
-        zk, flt, entries, lambda n: start <= n < start + per_page
-    )
+    loading = "; ".join(x for x in (loading, reading) if x)
+    archived: list[ArchivedJob] = []
+    if flt.bid and not flt.stuck:
+        archived = _archived_jobs(flt, {jid for _p, jid in entries})
+    total = len(entries) + len(archived)
+    items: list[Any] = jobs_load(zk, [jid for _p, jid in entries[start : start + per_page]])
+    if start + per_page > len(entries):
+        first = max(0, start - len(entries))
+        items += archived[first : first + per_page - len(items)]
     return Page(
-        items=jobs_load(zk, kept),
+        items=items,
         number=page,
         per_page=per_page,
-        total=None if limited else matches,
-        has_next=matches > start + per_page or limited,
-        scanned=scanned,
-        scan_limited=limited,
+        total=total,
+        has_next=start + per_page < total,
         loading=loading,
+        archived_included=bool(flt.bid and not flt.stuck),
     )
 
 
@@ -371,8 +348,9 @@ def _item_id(item: Job | Broken) -> str:
 
 
 def jobs_matching(*, flt: JobFilter) -> tuple[list[str], bool]:
-    """Every job ID the filter matches now (for "act on everything matching"), and whether the
-    scan limit cut the list short. StillLoading while the read index fills after a start and
+    """Every job ID the filter matches now (for "act on everything matching"), and whether a
+    limit cut the list short (never now: every filter is answered by the read index, no
+    job's nodes are scanned). StillLoading while the read index fills after a start and
     the filter needs what it has not read yet (a search; a collection or submitter): the
     action would reach only the jobs read so far."""
     zk = connected_client()
@@ -383,11 +361,10 @@ def jobs_matching(*, flt: JobFilter) -> tuple[list[str], bool]:
         return [j.id if isinstance(j, Broken) else j.jid for j in found], False
     if (flt.profile or flt.submitter) and zindex.for_client(zk).filling:
         raise StillLoading.about("the jobs of this collection or submitter")
-    entries = _job_entries(zk, flt)
-    if not flt.scans:
-        return [jid for _p, jid in entries], False
-    kept, _matches, _scanned, limited = _scan(zk, flt, entries, lambda _n: True)
-    return kept, limited
+    entries, reading = _job_entries_loading(zk, flt)
+    if reading:
+        raise StillLoading.about("the time each job entered its state")
+    return [jid for _p, jid in entries], False
 
 
 def failing_step(job: Job) -> str:

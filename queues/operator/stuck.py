@@ -20,6 +20,14 @@ The stuck page never walks the entries either: each count also keeps every state
 oldest first (``_Oldest``), and a page takes the oldest still listed from those, reading the
 locks of those it judges only. Before the first count (after a start, while the read index
 fills) the page says what is still loading instead of waiting for it.
+
+The job list's filters use the same times: "stuck only" (``stuck_keys``) picks the entries past
+a state's threshold in C; "in state at least" (``entered_before``) orders a state's entries by
+the time they entered it once per listing (positions and times: 16 bytes an entry, beside the
+times' own 8, for each state the filter was asked of, Completed too), so the entries older
+than the cut are a prefix, put in run order in C and kept until the prefix changes. Time in a
+state is its entry's age: a priority change (the entry is made anew) starts it again, a retry
+written on the job's status does not.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress, islice, repeat
 from operator import and_
@@ -107,6 +115,7 @@ class _Times:
 
     keys: array[int]
     ctimes: array[float]
+    whole: bool = False  # every entry's time was read: none to look for again
 
 
 _times: dict[str, _Times] = {}
@@ -212,9 +221,13 @@ def _entry_times(
         if _owner[0] is not zk:  # another client (another ensemble or chroot): start again
             _times.clear()
             _oldest.clear()
+            _by_time.clear()
+            _seen.clear()
             _owner[0] = zk
         known = _times.get(state)
     if known is not None and known.keys is keys:
+        if known.whole:  # nothing to read: not even a pass over the times for a 0.0
+            return entries, known.ctimes
         ctimes = known.ctimes
     elif known is not None:  # the folder changed: keep the times of the entries still there
         ctimes = _carried(known, keys)
@@ -237,7 +250,7 @@ def _entry_times(
                 time.sleep(pause)
     with _lock:
         if _owner[0] is zk:
-            _times[state] = _Times(keys, ctimes)
+            _times[state] = _Times(keys, ctimes, 0.0 not in ctimes)
     return entries, ctimes
 
 
@@ -489,7 +502,10 @@ def _stuck_by_lock(
         return []
     in_cut, lock_cut = now - limit.in_state, now - limit.lock
     keys = entries.keys
-    band = {entries.jid(keys[i]): i for i, t in enumerate(ctimes) if in_cut <= t < lock_cut}
+    picked = compress(
+        range(len(ctimes)), map(and_, map(in_cut.__le__, ctimes), map(lock_cut.__gt__, ctimes))
+    )
+    band = {entries.jid(keys[i]): i for i in picked}
     return [
         band[jid]
         for jid, stat in _lock_stats(zk, list(band)).items()
@@ -550,10 +566,11 @@ def stuck_counts(zk: Any, *, wait: bool = True) -> dict[str, int]:
     return _count(zk)
 
 
-def stuck_numbers(zk: Any, states: list[str] | tuple[str, ...] = STATES) -> array[int]:
-    """The read index's numbers of the stuck jobs in ``states``, sorted (the job list's
-    ``stuck`` filter looks each entry up by bisection): ``find_stuck``'s rule without a record
-    per job, reading a lock only where it decides, as the count does."""
+def stuck_keys(zk: Any, states: list[str] | tuple[str, ...] = STATES) -> array[int]:
+    """The run keys (``packed.Entries``: priority << 34 | number) of the stuck jobs in
+    ``states``, sorted: ``find_stuck``'s rule without a record per job, reading a lock only
+    where it decides, as the count does. The entries past the state's threshold are picked
+    in C (``compress``), not by a call per entry."""
     idx = zindex.for_client(zk)
     limits = thresholds()
     now = time.time()
@@ -563,11 +580,143 @@ def stuck_numbers(zk: Any, states: list[str] | tuple[str, ...] = STATES) -> arra
             continue
         limit = limits[state]
         entries, ctimes = _entry_times(zk, idx, state)
-        keys, number = entries.keys, entries.number
-        in_cut = now - limit.in_state
-        found.extend(number(keys[i]) for i, t in enumerate(ctimes) if 0.0 < t < in_cut)
-        found.extend(number(keys[i]) for i in _stuck_by_lock(zk, entries, ctimes, limit, now))
+        keys = entries.keys
+        found.extend(_before(state, keys, ctimes, now - limit.in_state, strict=True))
+        found.extend(keys[i] for i in _stuck_by_lock(zk, entries, ctimes, limit, now))
     return array("q", sorted(found))
+
+
+def stuck_numbers(zk: Any, states: list[str] | tuple[str, ...] = STATES) -> array[int]:
+    """The read index's numbers of the stuck jobs in ``states``, sorted (``stuck_keys``'
+    jobs; ``is_in`` looks one up by bisection)."""
+    return array("q", sorted(map(packed.NUM_MASK.__and__, stuck_keys(zk, states))))
+
+
+@dataclass(frozen=True)
+class _ByTime:
+    """A state's entries ordered by the time they entered it (``_entry_times``), made once per
+    listing and times: positions in the listing, and the times in that order (ascending)."""
+
+    keys: array[int]
+    ctimes: array[float]
+    order: array[int]
+    times: array[float]
+    # The last answers: (where they start and end in ``order``) -> their keys in run order.
+    kept: dict[tuple[int, int], array[int]] = field(default_factory=dict)
+
+
+_by_time: dict[str, _ByTime] = {}
+# The listing and times each state was last asked about (``_before``).
+_seen: dict[str, tuple[array[int], array[float]]] = {}
+
+
+def entered_before(zk: Any, state: str, cut: float) -> tuple[array[int], str]:
+    """The run keys of the state's entries that entered it at or before ``cut`` (s since the
+    epoch), sorted (run order): the job list's "in state at least" filter, and what is still
+    being read ("" when the answer is whole).
+
+    The entries ordered by time are a prefix up to ``cut`` (bisection); that prefix in run
+    order is sorted in C and kept until the prefix or the listing changes. Entries whose time
+    could not be read (gone when asked) are left out. When more than ``READ_IN_REQUEST``
+    entries' times are not known yet (a state never asked about since a start), they are read
+    by a thread of its own, and the answer is of the entries known so far, saying so."""
+    idx = zindex.for_client(zk)
+    entries = idx.job_entries(state)
+    keys = entries.keys
+    with _lock:
+        known = _times.get(state) if _owner[0] is zk else None
+        reader = _age_reader[0]
+    if known is None or known.keys is not keys:
+        reading = reader is not None and reader.is_alive()
+        ctimes = _carried(known, keys) if known is not None else array("d", [0.0]) * len(keys)
+        missing = ctimes.count(0.0)
+        if missing > READ_IN_REQUEST or (reading and missing):
+            _read_times_in_background(zk, state)
+            picked = compress(keys, map(and_, map(cut.__ge__, ctimes), map((0.0).__lt__, ctimes)))
+            return array("q", picked), (
+                f"the time each job entered {state} ({len(keys) - missing:,} of {len(keys):,} read)"
+            )
+    entries, ctimes = _entry_times(zk, idx, state)
+    return _before(state, entries.keys, ctimes, cut, strict=False), ""
+
+
+def _before(
+    state: str, keys: array[int], ctimes: array[float], cut: float, *, strict: bool
+) -> array[int]:
+    """The ``keys`` (a state's run keys, sorted) whose time in ``ctimes`` is known and before
+    ``cut`` (``strict``) or at it, sorted.
+
+    A listing asked about for the first time is picked from in C, a pass over its times; asked
+    again unchanged, its entries are ordered by time once (``_ByTime``), after which the
+    answer is a prefix found by bisection, and the same prefix's keys are kept. A state whose
+    listing changes between every two requests (a busy queue) so costs a pass in C per
+    request, never a sort per change; one that holds still costs no pass."""
+    with _lock:
+        made = _by_time.get(state)
+        seen = _seen.get(state)
+        _seen[state] = (keys, ctimes)
+    if made is None or made.keys is not keys or made.ctimes is not ctimes:
+        if seen is None or seen[0] is not keys or seen[1] is not ctimes:
+            below = cut.__gt__ if strict else cut.__ge__
+            picked = compress(keys, map(and_, map(below, ctimes), map((0.0).__lt__, ctimes)))
+            return array("q", picked)
+        at = ctimes.__getitem__
+        order = array("q", sorted(range(len(ctimes)), key=at))
+        made = _ByTime(keys, ctimes, order, array("d", map(at, order)))
+        with _lock:
+            _by_time[state] = made
+    low = bisect_right(made.times, 0.0)
+    high = max(low, (bisect_left if strict else bisect_right)(made.times, cut))
+    kept = made.kept.get((low, high))
+    if kept is not None:
+        return kept
+    found = array("q", sorted(map(made.keys.__getitem__, made.order[low:high])))
+    if len(made.kept) >= 4:
+        made.kept.clear()
+    made.kept[(low, high)] = found
+    return found
+
+
+# Entry times a job list request reads itself (as many as the old scan of status nodes read at
+# most); a state with more not known yet is read in the background (``entered_before``).
+READ_IN_REQUEST = 20_000
+_age_reader: list[threading.Thread | None] = [None]
+_age_wanted: set[str] = set()
+
+
+def _read_times_in_background(zk: Any, state: str) -> None:
+    """Read the entry times of ``state`` (and of any other state asked for meanwhile) in a
+    thread of its own, one at a time, pausing between chunks as the count does."""
+    with _lock:
+        _age_wanted.add(state)
+        running = _age_reader[0]
+        if running is not None and running.is_alive():
+            return
+        thread = threading.Thread(
+            target=_read_times, args=(zk,), name="read-entry-times", daemon=True
+        )
+        _age_reader[0] = thread
+        thread.start()
+
+
+def _read_times(zk: Any) -> None:
+    try:
+        idx = zindex.for_client(zk)
+        while True:
+            with _lock:
+                if not _age_wanted:
+                    _age_reader[0] = None
+                    return
+                state = _age_wanted.pop()
+            try:
+                _entry_times(zk, idx, state, pause=READ_PAUSE)
+            finally:
+                _reading[0] = ""
+    except Exception as exc:  # ZooKeeper away: the next request asks again
+        log.warning("entry times not read: %s", exc)
+        with _lock:
+            _age_wanted.clear()
+            _age_reader[0] = None
 
 
 def is_in(numbers: array[int], value: int) -> bool:
@@ -582,6 +731,9 @@ def reset() -> None:
     with _lock:
         _times.clear()
         _oldest.clear()
+        _by_time.clear()
+        _seen.clear()
+        _age_wanted.clear()
         _oldest_at[0] = 0.0
         _owner[0] = None
     _cached = None

@@ -62,6 +62,14 @@ listing is read, batch states read so far.
 Estimating, so a value read during that step stays until the job moves on (seconds). The same
 holds for a Failed job's step if it was resumed and failed again between two reads of the list.
 
+The job list of every state (``job_entries_all``) keeps each filter's merge of the states'
+entries while their listings are current: 8 bytes per entry merged, at most ``ALL_KEYS_KEPT``
+entries for all filters together (16 MB), so the list of one submitter in every state, asked
+again, merges nothing. A priority (a run of the run order) and a batch (its few jobs looked up
+by bisection) are answered from the entries without a pass over them (``packed.Entries``); the
+time each entry entered its state (the stuck and "in state at least" filters) is kept by
+``queues/operator/stuck.py``.
+
 Why ``ReadIndex`` is one class of about 1,100 lines: its caches (listings, batch states, facts,
 keys, member folders) share one lock, one session handler and the one staleness rule above,
 and one watch event marks entries of several of them stale; split by cache, every part would
@@ -120,6 +128,9 @@ FILL_THREADS = frozenset({"fill-read-index", "warm-read-index"})
 # How long a read waits for kazoo's callback thread before using what it has.
 SETTLE_SECONDS = 2.0
 MAX_FILTERS_PER_LISTING = 32
+# Entries kept merged for the job list of every state (``job_entries_all``), all filters
+# together: 8 bytes each (16 MB; the unfiltered merge at 1,000,000 jobs is 1,000,000).
+ALL_KEYS_KEPT = 2_000_000
 # Batch index folders kept listed (four a batch: the batches of a few pages of the batch list)
 # and batch rows whose job counts are kept.
 MEMBER_FOLDERS_KEPT = 4000
@@ -302,6 +313,11 @@ class ReadIndex:
         self._member_folders: OrderedDict[str, _Folder] = OrderedDict()
         self._batch_counts: OrderedDict[str, tuple[tuple[int, ...], BatchCounts]] = OrderedDict()
         self._member_lock = threading.Lock()
+        # job_entries_all's merged keys per (states, filter, by age): the serials of the
+        # listings they were merged from, the keys.
+        self._all_kept: OrderedDict[tuple[Any, ...], tuple[tuple[int, ...], array[int]]] = (
+            OrderedDict()
+        )
         # The Failed batches whose jobs have all ended well since (``fixed_batches``): each
         # Failed batch's verdict from its own folders, listed under watches of their own; the
         # batches a watch fired for since; the Failed batches of the batch states last seen.
@@ -724,12 +740,45 @@ class ReadIndex:
         submitter: str = "",
         order: str = "run",
     ) -> Entries:
-        """The entries of several states together, in one order (the job list of every state)."""
-        parts = [self.job_entries_matching(s, profile=profile, submitter=submitter) for s in states]
+        """The entries of several states together, in one order (the job list of every state);
+        kept while the states' listings are the ones it was made from (at most
+        MAX_FILTERS_PER_LISTING filters), so a page asked again merges nothing."""
+        # Before the parts: a listing read anew meanwhile leaves the serials old (made again).
+        serials = tuple(self._listing(paths.job_state_folder(s)).serial for s in states)
         if order in ("oldest", "newest"):
-            keys = [p.number(k) << PRIO_BITS | p.priority(k) for p in parts for k in p.keys]
-            return Entries(array("q", sorted(keys)), by_age=True, reverse=order == "newest")
-        return Entries(array("q", sorted([k for p in parts for k in p.keys])))
+            # Each state's own by-age entries (kept with its listing), merged in C.
+            parts = [
+                self.job_entries_matching(s, profile=profile, submitter=submitter, order="oldest")
+                for s in states
+            ]
+        else:
+            parts = [
+                self.job_entries_matching(s, profile=profile, submitter=submitter) for s in states
+            ]
+        key = (tuple(states), profile, submitter.lower(), order in ("oldest", "newest"))
+        with self._lock:
+            kept = self._all_kept.get(key)
+            if kept is not None and kept[0] == serials:
+                self._all_kept.move_to_end(key)
+                found = kept[1]
+            else:
+                found = None
+        if found is None:
+            merged = array("q")
+            for part in parts:
+                merged.extend(part.keys)
+            found = array("q", sorted(merged))
+            if not self.filling:  # answered from the facts read so far: not kept
+                with self._lock:
+                    self._all_kept[key] = (serials, found)
+                    kept_keys = sum(len(k) for _s, k in self._all_kept.values())
+                    while len(self._all_kept) > 1 and (
+                        len(self._all_kept) > MAX_FILTERS_PER_LISTING or kept_keys > ALL_KEYS_KEPT
+                    ):
+                        kept_keys -= len(self._all_kept.popitem(last=False)[1][1])
+        if order in ("oldest", "newest"):
+            return Entries(found, by_age=True, reverse=order == "newest")
+        return Entries(found)
 
     def job_count(self, state: str) -> int:
         return len(self.job_entries(state))
