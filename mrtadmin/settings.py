@@ -436,8 +436,9 @@ MRT_DOWNLOAD_JOBS = env_int("MRT_DOWNLOAD_JOBS", 4)
 # steps to the next. 1 and off is the one-job loop for every step.
 MRT_CLAIM_BATCH = env_int("MRT_CLAIM_BATCH", 8)
 MRT_KEEP_LOCKS = env_bool("MRT_KEEP_LOCKS", True)
-# Whether downloading, processing, storing and recording (LONG_STEPS) run in the batched loop, their steps in
-# as many threads as the copies a process runs of them (``--threads``), or one job at a time.
+# Whether downloading, processing, storing and recording (LONG_STEPS) run in the batched loop,
+# their steps in as many threads as the copies a process runs of them (``--threads``; downloading:
+# MRT_DOWNLOAD_JOBS), or one job at a time.
 MRT_BATCH_LONG_STEPS = env_bool("MRT_BATCH_LONG_STEPS", True)
 # Whether a process's batched loops share one thread (one per copy of the steps, ``--threads``)
 # or run a thread each; a step that blocks (a slow HEAD) holds up the loops of its thread.
