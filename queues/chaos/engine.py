@@ -106,6 +106,7 @@ CLEARED_ENV = (
     "MRT_STORAGE_URL", "MRT_INVENTORY_URL", "MRT_EZID_URL", "EMAIL_HOST", "MRT_DATABASE_PATH",
     "MRT_WORK_DIR", "MRT_STORAGE_ROOT", "MRT_FILE_ROOTS", "MRT_DOWNLOADS_DIR", "MRT_WORK_URL",
     "DATABASE_URL", "REDIS_URL", "MRT_CLAIM_BATCH", "MRT_KEEP_LOCKS", "MRT_UNKNOWN_SIZE_BYTES",
+    "MRT_BATCH_LONG_STEPS",
 )  # fmt: skip
 
 
@@ -303,9 +304,11 @@ class Run:
         if opts.loop == "batched":
             env["MRT_CLAIM_BATCH"] = str(opts.claim_batch)
             env["MRT_KEEP_LOCKS"] = "1"
+            env["MRT_BATCH_LONG_STEPS"] = "1"
         else:
             env["MRT_CLAIM_BATCH"] = "1"
             env["MRT_KEEP_LOCKS"] = "0"
+            env["MRT_BATCH_LONG_STEPS"] = "0"
         self.env = env
         subprocess.run(
             [sys.executable, str(self.manage), "migrate", "--noinput", "-v", "0"],

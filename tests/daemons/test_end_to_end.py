@@ -128,9 +128,9 @@ def _state(zk: Any, bid: str) -> str:
     return batch_load(zk, bid).state
 
 
-# The one-job loop for every step, and the default: the batched loop with locks kept between a
-# process's short steps.
-LOOPS = [{"MRT_CLAIM_BATCH": "1", "MRT_KEEP_LOCKS": "0"}, {}]
+# The one-job loop for every step, and the default: the batched loop for every step but
+# provisioning, with locks kept between a process's short steps.
+LOOPS = [{"MRT_CLAIM_BATCH": "1", "MRT_KEEP_LOCKS": "0", "MRT_BATCH_LONG_STEPS": "0"}, {}]
 
 
 @pytest.mark.parametrize("loop", LOOPS, ids=["one-job", "batched"])
