@@ -140,6 +140,12 @@ def test_a_move_changes_the_row_of_its_batch_only(
     batch_reads.batches_page(flt=batch_reads.BatchFilter())  # warm
     jid = loaded.jobs_by_state[JobState.PENDING][-1]
     job = jobs.job_transition(other_zk, jobs.job_load(other_zk, jid), JobState.ESTIMATING)
+    # The move was made on another session: its watch events reach this one's connection before
+    # the answer to any request this one sends after the move (one server), and ``settle`` waits
+    # for kazoo to have run them. Without the round trip a loaded machine read the page first
+    # (a whole run, once: Pending 10).
+    zk.sync("/")
+    zindex.for_client(zk).settle()
     page, calls = requests_during(
         zk, lambda: batch_reads.batches_page(flt=batch_reads.BatchFilter())
     )
