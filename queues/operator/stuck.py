@@ -513,17 +513,23 @@ def _stuck_by_lock(
     ]
 
 
+def _one_in_background(
+    slot: list[threading.Thread | None], target: Any, zk: Any, name: str
+) -> None:
+    """Run ``target(zk)`` in a thread of its own unless ``slot``'s thread still runs (under
+    ``_lock``, which the caller holds)."""
+    running = slot[0]
+    if running is not None and running.is_alive():
+        return
+    thread = threading.Thread(target=target, args=(zk,), name=name, daemon=True)
+    slot[0] = thread
+    thread.start()
+
+
 def _count_in_background(zk: Any) -> None:
     """Count again in a thread of its own (one at a time); the last count stays meanwhile."""
     with _lock:
-        running = _recount[0]
-        if running is not None and running.is_alive():
-            return
-        thread = threading.Thread(
-            target=_recount_logged, args=(zk,), name="count-stuck-jobs", daemon=True
-        )
-        _recount[0] = thread
-        thread.start()
+        _one_in_background(_recount, _recount_logged, zk, "count-stuck-jobs")
 
 
 def _recount_logged(zk: Any) -> None:
@@ -689,14 +695,7 @@ def _read_times_in_background(zk: Any, state: str) -> None:
     thread of its own, one at a time, pausing between chunks as the count does."""
     with _lock:
         _age_wanted.add(state)
-        running = _age_reader[0]
-        if running is not None and running.is_alive():
-            return
-        thread = threading.Thread(
-            target=_read_times, args=(zk,), name="read-entry-times", daemon=True
-        )
-        _age_reader[0] = thread
-        thread.start()
+        _one_in_background(_age_reader, _read_times, zk, "read-entry-times")
 
 
 def _read_times(zk: Any) -> None:
