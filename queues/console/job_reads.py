@@ -254,10 +254,8 @@ def _among(entries: Entries, run_keys: array[int], *, narrowed: bool) -> Entries
     """``entries`` whose run key is in the sorted ``run_keys`` (all of them from the same
     states' listings): those keys themselves, in the entries' order, when nothing else narrowed
     the entries (every listed entry of the states is among them); else intersected in C."""
-    if narrowed:
+    if narrowed or entries.by_age:  # by age: only the keys' form differs, made per key found
         return entries.among(run_keys)
-    if entries.by_age:
-        return entries.among(run_keys)  # only the keys' form differs: made per key found
     return Entries(run_keys, reverse=entries.reverse)
 
 
