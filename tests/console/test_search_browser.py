@@ -47,6 +47,7 @@ def test_search_from_the_header_narrow_page_and_open(
     made = [_job(zk, f"Letters of Ada, volume {n}") for n in range(3)]
     hostile = _job(zk, f"Letters {SCRIPT}", failed=f"Letters: digest mismatch {SCRIPT}")
     unique = _job(zk, "Herbarium sheet", ark="ark:/13030/m5Unique1")
+    make_user("viewer", "phone-searcher")  # made before any page is open: see login()
     context, page = login(browser, live_server, make_user, "operator", "searcher")
     dialogs: list[str] = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
@@ -93,7 +94,7 @@ def test_search_from_the_header_narrow_page_and_open(
     assert dialogs == []
 
     # On a phone, in the dark: the results still read.
-    phone, phone_page = login(browser, live_server, make_user, "viewer", "phone-searcher")
+    phone, phone_page = login(browser, live_server, None, "viewer", "phone-searcher")
     phone_page.set_viewport_size({"width": 390, "height": 844})
     phone_page.emulate_media(color_scheme="dark")
     phone_page.goto(f"{live_server.url}/search/?q=letters")
