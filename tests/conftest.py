@@ -27,8 +27,9 @@ from tests.markers import (  # noqa: F401  (the hooks that mark, check and pick 
     pytest_runtest_setup,
 )
 from tests.markers import pytest_collection_modifyitems as mark_and_pick
-from tests.workers import free_port, heavy_first, install
+from tests.workers import free_port, heavy_first, install, refuse_xdist_groups
 from tests.workers import pytest_cmdline_main as pytest_cmdline_main
+from tests.workers import pytest_xdist_make_scheduler as pytest_xdist_make_scheduler
 from tests.zkproxy import ZkProxy
 from tests.zktree import delete_tree
 
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    refuse_xdist_groups(items)
     mark_and_pick(config, items)
     heavy_first(items)
 

@@ -161,6 +161,54 @@ def pytest_cmdline_main(config: Any) -> None:
         config.option.dist = "loadgroup"
 
 
+# Modules whose tests run on one worker, one after another, so that a module fixture (a bulk
+# load, a cluster of its own, a daphne) is made once rather than on every worker that runs one
+# of its tests. pytest-xdist's own ``xdist_group`` mark does nothing under pytest 9 (xdist 3.8
+# renames ``item._nodeid``, which pytest 9 no longer reads): the suite's scheduler below groups
+# by this list instead, and a test carrying the mark fails collection (``refuse_xdist_groups``).
+TOGETHER = frozenset(
+    {
+        "tests/faults/test_chaos_txnlog.py",
+        "tests/faults/test_door_bounds.py",
+        "tests/faults/test_transient_database.py",
+        "tests/live/test_search_text_index.py",
+        "tests/scale/test_every_view_flat.py",
+    }
+)
+
+
+def together_scope(nodeid: str) -> str:
+    """The unit a worker is sent: a module of ``TOGETHER`` whole, any other test on its own."""
+    module = nodeid.split("::", 1)[0]
+    return module if module in TOGETHER else nodeid
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
+    """The suite's scheduler (``--dist loadgroup``, the default set above): pytest-xdist's
+    load-by-scope, with ``together_scope`` as the scope."""
+    if config.option.dist != "loadgroup":
+        return None
+    from xdist.scheduler.loadscope import LoadScopeScheduling
+
+    class ModulesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return together_scope(nodeid)
+
+    return ModulesTogether(config, log)
+
+
+def refuse_xdist_groups(items: list[Any]) -> None:
+    """Fail collection for a test marked ``xdist_group``: it would not be grouped (see
+    ``TOGETHER``)."""
+    marked = {item.path.name for item in items if item.get_closest_marker("xdist_group")}
+    if marked:
+        raise pytest.UsageError(
+            f"xdist_group does nothing under pytest 9; list the module in tests/workers.py's "
+            f"TOGETHER instead: {', '.join(sorted(marked))}"
+        )
+
+
 def heavy_first(items: list[Any]) -> None:
     """The ``slow`` tests first (in their order), so that no worker starts a long one while the
     others have nothing left to do."""

@@ -24,15 +24,7 @@ from .test_chaos_small import CLEAN_TXNLOG, HANG_GUARD, MANAGE, chaos, chaosrun,
 
 __all__ = ["chaos"]  # the fixture, used by name
 
-# One chaos run at a time, all on one worker (tests/workers.py): each starts its own servers and
-# consumers and kills, pauses and cuts them off on purpose; beside one another they would be
-# judged on two cores shared with three more runs of the same.
-pytestmark = [
-    pytest.mark.zookeeper,
-    pytest.mark.slow,
-    pytest.mark.timeout(HANG_GUARD),
-    pytest.mark.xdist_group("chaos"),
-]
+pytestmark = [pytest.mark.zookeeper, pytest.mark.slow, pytest.mark.timeout(HANG_GUARD)]
 
 # Few jobs, no SIGKILLs and no hostile depositors: each run shows one fault class on its own.
 QUIET = ("--batches", "2", "--consumers", "2", "--no-kills", "--no-hostile", "--zk-restarts", "0")

@@ -28,7 +28,8 @@ HANG_GUARD = 3600
 
 @pytest.fixture
 def chaos(request: pytest.FixtureRequest) -> str:
-    """``--chaos``: ``small`` in the suite, ``full`` from ``bin/run-chaos`` (tests/markers.py)."""
+    """``--chaos``: ``small`` in CI, ``full`` from ``bin/run-chaos``; a test asking for this
+    fixture is left out of a run without ``--chaos`` (tests/markers.py)."""
     return str(request.config.getoption("chaos"))
 
 
@@ -58,7 +59,6 @@ def chaosrun(tmp_path: Path, *arguments: str, timeout: float = HANG_GUARD) -> st
 @pytest.mark.zookeeper
 @pytest.mark.slow
 @pytest.mark.timeout(HANG_GUARD)
-@pytest.mark.xdist_group("chaos")  # one chaos run at a time (test_chaos_faults.py says why)
 def test_thirty_jobs_survive_kills_and_a_zookeeper_restart(tmp_path: Path) -> None:
     output = chaosrun(
         tmp_path,

@@ -21,9 +21,9 @@ from queues.services.zkserver import ZOOKEEPER_JAR, LocalZooKeeper, free_port
 
 from .test_chaos_small import CLEAN_TXNLOG
 
-# One worker runs this module's tests (--dist loadgroup): its module fixture is made once, not once
-# on each worker that is given one of them.
-pytestmark = [pytest.mark.zookeeper, pytest.mark.xdist_group("chaos_txnlog")]
+# One worker runs this module's tests (tests/workers.py's TOGETHER): its module fixture is made
+# once, not once on each worker that is given one of them.
+pytestmark = pytest.mark.zookeeper
 
 JOB = "/jobs/jid0000000007"
 OTHER = "/jobs/jid0000000008"

@@ -28,9 +28,9 @@ from queues.services.zkserver import LocalZooKeeper
 from queues.zk import client as zkmod
 from tests.live.conftest import api_token, console_env, daphne, manage_py
 
-# One worker runs this module's tests (--dist loadgroup): its module fixture is made once, not once
-# on each worker that is given one of them.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("door_bounds")]
+# One worker runs this module's tests (tests/workers.py's TOGETHER): its module fixture is made
+# once, not once on each worker that is given one of them.
+pytestmark = pytest.mark.slow
 
 USER, PASSWORD = "ada", "a-long-test-password-1"
 VIEWER = "vic"

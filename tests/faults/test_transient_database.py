@@ -47,9 +47,8 @@ from tests.pg import default_database
 
 from .conftest import SSO_SETTINGS
 
-# One worker runs this module's tests (--dist loadgroup): its module fixture is made once, not once
-# on each worker that is given one of them.
-pytestmark = pytest.mark.xdist_group("transient_database")
+# One worker runs this module's tests (tests/workers.py's TOGETHER): its module fixture is made
+# once, not once on each worker that is given one of them.
 
 
 @contextlib.contextmanager

@@ -36,9 +36,8 @@ from queues.zk.records import Job
 from tests.live.conftest import console_env, daphne, log_in
 from tests.pg import default_database
 
-# One worker runs this module's tests (--dist loadgroup): its module fixture is made once, not once
-# on each worker that is given one of them.
-pytestmark = pytest.mark.xdist_group("search_text_index")
+# One worker runs this module's tests (tests/workers.py's TOGETHER): its module fixture is made
+# once, not once on each worker that is given one of them.
 
 PROFILE = "demo_collection"
 USER, PASSWORD = "searcher", "pw-" + "s" * 20

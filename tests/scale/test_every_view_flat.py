@@ -46,9 +46,9 @@ from tests.scale.test_flat_failed_stuck import _work
 
 # The test database is set up only for a session with a test marked so; each test only compares
 # figures, the module's fixture makes the rows (and rolls them back).
-# One worker runs this module's tests (--dist loadgroup): its module fixture is made once, not once
-# on each worker that is given one of them.
-pytestmark = [pytest.mark.django_db, pytest.mark.xdist_group("every_view_flat")]
+# One worker runs this module's tests (tests/workers.py's TOGETHER): its module fixture is made
+# once, not once on each worker that is given one of them.
+pytestmark = pytest.mark.django_db
 
 N = 600  # jobs at the smaller size; the larger is 10N
 JOBS_PER_BATCH = 3
