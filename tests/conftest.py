@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import shutil
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +12,7 @@ from typing import Any
 import pytest
 from django.conf import global_settings, settings
 
-from queues.services.zkserver import LocalZooKeeper, four_letter, jute_maxbuffer_from_env
+from queues.services.zkserver import LocalZooKeeper, jute_maxbuffer_from_env
 from queues.zk import client as zkmod
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.markers import (  # noqa: F401  (the hooks that mark, check and pick the quick tier)
@@ -31,7 +28,7 @@ from tests.workers import free_port, heavy_first, install, refuse_xdist_groups
 from tests.workers import pytest_cmdline_main as pytest_cmdline_main
 from tests.workers import pytest_xdist_make_scheduler as pytest_xdist_make_scheduler
 from tests.zkproxy import ZkProxy
-from tests.zktree import delete_tree
+from tests.zktree import chroot_on
 
 # Every port the suite's processes hand a server comes from a block of their own (tests/workers.py).
 install()
@@ -80,18 +77,13 @@ def zk_server_1mib(
 @pytest.fixture
 def zk_1mib(zk_server_1mib: LocalZooKeeper) -> Iterator[Any]:
     """``zk`` on the 1 MiB server: the process's shared client, in a chroot of its own."""
-    chroot = f"/test-{uuid.uuid4().hex[:12]}"
-    root = zkmod.connect(zk_server_1mib.hosts)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
-    old = settings.ZK_HOSTS
-    settings.ZK_HOSTS = f"{zk_server_1mib.hosts}{chroot}"
-    zkmod.close()
-    yield zkmod.client()
-    zkmod.close()
-    settings.ZK_HOSTS = old
-    _forget_chroot(zk_server_1mib, chroot)
+    with chroot_on(zk_server_1mib) as chroot:
+        old = settings.ZK_HOSTS
+        settings.ZK_HOSTS = f"{zk_server_1mib.hosts}{chroot}"
+        zkmod.close()
+        yield zkmod.client()
+        zkmod.close()
+        settings.ZK_HOSTS = old
 
 
 @pytest.fixture
@@ -139,58 +131,14 @@ def _var_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def zk_hosts(zk_server: LocalZooKeeper) -> Iterator[str]:
     """A connection string into a chroot of its own, so tests never see each other's nodes."""
-    chroot = f"/test-{uuid.uuid4().hex[:12]}"
-    root = zkmod.connect(zk_server.hosts)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
-    hosts = f"{zk_server.hosts}{chroot}"
-    old = settings.ZK_HOSTS
-    settings.ZK_HOSTS = hosts
-    zkmod.close()
-    yield hosts
-    zkmod.close()
-    settings.ZK_HOSTS = old
-    _forget_chroot(zk_server, chroot)
-
-
-# A chroot holding more nodes than this, alone on its server, is taken away by starting the
-# worker's server afresh (seconds) rather than deleted node by node (a minute for a bulk load of
-# 100,000 jobs on a busy machine, in ZooKeeper's CPU and the client's).
-FRESH_SERVER_OVER = 20_000
-
-
-def _node_count(server: LocalZooKeeper) -> int:
-    found = re.search(r"^Node count: (\d+)", four_letter(server.port) or "", re.M)
-    return int(found.group(1)) if found else 0
-
-
-def _forget_chroot(server: LocalZooKeeper, chroot: str) -> None:
-    """Take a test's chroot away from the shared server (``tests/zktree.py`` says why); a server
-    the test left unreachable is said in the log, not failed on."""
-    try:
-        root = zkmod.connect(server.hosts, timeout=10)
-    except Exception as exc:
-        log.warning("cannot delete %s: %s", chroot, exc)
-        return
-    fresh = False
-    try:
-        # Nothing else on the server (no module's chroot, no other test's: a worker runs one
-        # test at a time) and much in it: the same server, empty, on the same port.
-        alone = set(root.get_children("/")) - {"zookeeper"} == {chroot.lstrip("/")}
-        fresh = alone and _node_count(server) > FRESH_SERVER_OVER
-        if not fresh and not delete_tree(root, chroot):
-            log.warning("%s is still written under; left in place", chroot)
-    except Exception as exc:
-        log.warning("cannot delete %s: %s", chroot, exc)
-        fresh = False
-    finally:
-        root.stop()
-        root.close()
-    if fresh:
-        server.stop()
-        shutil.rmtree(server.directory / "data", ignore_errors=True)
-        server.start()
+    with chroot_on(zk_server) as chroot:
+        hosts = f"{zk_server.hosts}{chroot}"
+        old = settings.ZK_HOSTS
+        settings.ZK_HOSTS = hosts
+        zkmod.close()
+        yield hosts
+        zkmod.close()
+        settings.ZK_HOSTS = old
 
 
 @pytest.fixture

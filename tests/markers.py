@@ -142,8 +142,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--chaos",
         choices=("small", "full"),
         default=None,
-        help="run the chaos runs (the tests asking for the 'chaos' fixture, tests/faults/"
-        "test_chaos_*.py) at this size: small in CI (.ci/run), full from bin/run-chaos; "
+        help="run the chaos runs (the tests marked chaos, tests/faults/test_chaos_faults.py "
+        "and test_chaos_small.py) at this size: small in CI (.ci/run), full from bin/run-chaos; "
         "without it they are left out of the suite",
     )
 
@@ -157,10 +157,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.getoption("chaos") is None:
         # The chaos runs are a command of their own (bin/run-chaos; CI runs them small), not
         # part of the suite: 15 minutes of runs, most of what the suite's workers did.
-        chaos = [item for item in items if "chaos" in getattr(item, "fixturenames", ())]
+        chaos = [item for item in items if item.get_closest_marker("chaos")]
         if chaos:
             config.hook.pytest_deselected(items=chaos)
-            items[:] = [item for item in items if "chaos" not in getattr(item, "fixturenames", ())]
+            items[:] = [item for item in items if not item.get_closest_marker("chaos")]
     if not config.getoption("quick"):
         return
     kept, dropped = [], []

@@ -5,9 +5,9 @@
 explicit ``-n N`` wins. Each worker is a process of its own with the session fixtures of its own:
 one ZooKeeper server (a chroot per test, ``tests/conftest.py``), one PostgreSQL cluster
 (``tests/pg.py``), its own temporary folder (pytest's ``basetemp`` is per worker) and its own
-SQLite test database (pytest-django names it after the worker). Tests that must not share the
-machine with another test carry ``@pytest.mark.xdist_group(...)``: the suite runs with ``--dist
-loadgroup``, so a group's tests all run on one worker, one after another.
+SQLite test database (pytest-django names it after the worker). The modules of ``TOGETHER`` run
+whole on one worker, one test after another (the suite's own scheduler, below), so a module
+fixture is made once.
 
 **Ports.** ``queues.services.zkserver.free_port`` asks the kernel for a free port (bind to 0, close)
 and hands out its number for a server started later. The kernel takes such a port from the same

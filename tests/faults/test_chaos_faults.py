@@ -24,7 +24,12 @@ from .test_chaos_small import CLEAN_TXNLOG, HANG_GUARD, MANAGE, chaos, chaosrun,
 
 __all__ = ["chaos"]  # the fixture, used by name
 
-pytestmark = [pytest.mark.zookeeper, pytest.mark.slow, pytest.mark.timeout(HANG_GUARD)]
+pytestmark = [
+    pytest.mark.chaos,
+    pytest.mark.zookeeper,
+    pytest.mark.slow,
+    pytest.mark.timeout(HANG_GUARD),
+]
 
 # Few jobs, no SIGKILLs and no hostile depositors: each run shows one fault class on its own.
 QUIET = ("--batches", "2", "--consumers", "2", "--no-kills", "--no-hostile", "--zk-restarts", "0")

@@ -28,8 +28,8 @@ HANG_GUARD = 3600
 
 @pytest.fixture
 def chaos(request: pytest.FixtureRequest) -> str:
-    """``--chaos``: ``small`` in CI, ``full`` from ``bin/run-chaos``; a test asking for this
-    fixture is left out of a run without ``--chaos`` (tests/markers.py)."""
+    """``--chaos``: ``small`` in CI, ``full`` from ``bin/run-chaos``; a test marked ``chaos`` is
+    left out of a run without ``--chaos`` (tests/markers.py)."""
     return str(request.config.getoption("chaos"))
 
 
@@ -56,6 +56,7 @@ def chaosrun(tmp_path: Path, *arguments: str, timeout: float = HANG_GUARD) -> st
     return output
 
 
+@pytest.mark.chaos
 @pytest.mark.zookeeper
 @pytest.mark.slow
 @pytest.mark.timeout(HANG_GUARD)

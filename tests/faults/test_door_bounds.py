@@ -16,7 +16,6 @@ import select
 import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +24,8 @@ import pytest
 import requests
 
 from queues.services.zkserver import LocalZooKeeper
-from queues.zk import client as zkmod
 from tests.live.conftest import api_token, console_env, daphne, manage_py
+from tests.zktree import chroot_on
 
 # One worker runs this module's tests (tests/workers.py's TOGETHER): its module fixture is made
 # once, not once on each worker that is given one of them.
@@ -59,14 +58,14 @@ def console(
     """One console for the module (each costs a dozen processes to set up), on a ZooKeeper
     chroot of its own."""
     tmp_path = tmp_path_factory.mktemp("door-bounds")
-    chroot = f"/test-{uuid.uuid4().hex[:12]}"
-    root = zkmod.connect(zk_server.hosts)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
+    with chroot_on(zk_server) as chroot:
+        yield from _console(tmp_path, f"{zk_server.hosts}{chroot}")
+
+
+def _console(tmp_path: Path, hosts: str) -> Iterator[Console]:
     work = tmp_path / "var" / "work"
     env = console_env(
-        f"{zk_server.hosts}{chroot}",
+        hosts,
         tmp_path,
         user=USER,
         password=PASSWORD,

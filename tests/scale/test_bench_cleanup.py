@@ -33,6 +33,7 @@ def test_a_runs_chroot_goes_with_everything_under_it(zk_server: LocalZooKeeper) 
 
         assert root.exists(run_path) is None
         assert _count(root, other_path) == others  # another run's nodes are left alone
+        drop_chroot(other)
     finally:
         root.stop()
         root.close()

@@ -21,7 +21,6 @@ The database rows the fixture makes (users, a token, a bulk run) are rolled back
 from __future__ import annotations
 
 import io
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from queues.operator import stuck
 from queues.zk import client as zkmod
 from queues.zk import index as zindex
 from tests.scale.test_flat_failed_stuck import _work
+from tests.zktree import chroot_on
 
 # The test database is set up only for a session with a test marked so; each test only compares
 # figures, the module's fixture makes the rows (and rolls them back).
@@ -217,14 +217,14 @@ def figures(
     zk_server: Any, django_db_setup: Any, django_db_blocker: Any
 ) -> Iterator[dict[str, tuple[Seen, Seen]]]:
     """Per view: its warm request at N jobs and at 10N."""
-    chroot = f"/test-{uuid.uuid4().hex[:12]}"
-    root = zkmod.connect(zk_server.hosts)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
+    with chroot_on(zk_server) as chroot:
+        yield from _figures(f"{zk_server.hosts}{chroot}", django_db_blocker)
+
+
+def _figures(hosts: str, django_db_blocker: Any) -> Iterator[dict[str, tuple[Seen, Seen]]]:
     old_hosts = settings.ZK_HOSTS
     patch = pytest.MonkeyPatch()
-    settings.ZK_HOSTS = f"{zk_server.hosts}{chroot}"
+    settings.ZK_HOSTS = hosts
     zkmod.close()
     # Every working job is stuck (a millisecond), counted once per load, not again meanwhile.
     patch.setattr(settings, "MRT_STUCK_SECONDS", 0.001)

@@ -5,7 +5,7 @@ for every field and with a date range."""
 
 from __future__ import annotations
 
-import uuid
+import contextlib
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +17,7 @@ from bench.loader import bulk_load
 from queues.console import jobtext, search
 from queues.zk import client as zkmod
 from queues.zk import index as zindex
+from tests.zktree import chroot_on
 
 # The feed's writer is a thread of its own: it writes on its own connection.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -69,21 +70,20 @@ def _measure(zk: Any, jobs: int) -> dict[str, tuple[int, Counter[str]]]:
 def two_queues(zk_server: Any, zk_hosts: str) -> Any:
     """The process's client in a chroot of its own for each size."""
 
-    def switch() -> Any:
-        chroot = f"/test-search-{uuid.uuid4().hex[:12]}"
-        root = zkmod.connect(zk_server.hosts)
-        root.ensure_path(chroot)
-        root.stop()
-        root.close()
-        settings.ZK_HOSTS = f"{zk_server.hosts}{chroot}"
-        zkmod.close()
-        zindex.reset()
-        jobtext.reset()
-        return zkmod.client()
+    with contextlib.ExitStack() as chroots:
 
-    yield switch
-    jobtext.reset()
-    zindex.reset()
+        def switch() -> Any:
+            chroot = chroots.enter_context(chroot_on(zk_server))  # taken away at the end
+            zkmod.close()
+            settings.ZK_HOSTS = f"{zk_server.hosts}{chroot}"
+            zindex.reset()
+            jobtext.reset()
+            return zkmod.client()
+
+        yield switch
+        zkmod.close()
+        jobtext.reset()
+        zindex.reset()
 
 
 def test_a_search_over_ten_times_the_jobs_makes_no_more_requests(
