@@ -170,6 +170,7 @@ TOGETHER = frozenset(
     {
         "tests/faults/test_chaos_txnlog.py",
         "tests/faults/test_door_bounds.py",
+        "tests/faults/test_request_bodies.py",
         "tests/faults/test_transient_database.py",
         "tests/live/test_search_text_index.py",
         "tests/scale/test_every_view_flat.py",

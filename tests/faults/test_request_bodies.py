@@ -17,6 +17,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -26,6 +27,7 @@ from django.test import override_settings
 
 from mrtadmin.bodylimit import BodyLimit, _declared_length
 from tests.live.conftest import api_token, console_env, daphne, log_in, manage_py
+from tests.zktree import chroot_on
 
 pytestmark = [pytest.mark.slow]
 
@@ -44,6 +46,7 @@ class Console:
     pid: int
     tmp: Path
     key: str
+    home: Path  # its folder: the database, the work folder
 
 
 def daphne_pid(port: int) -> int:
@@ -74,8 +77,16 @@ def spooled(console: Console) -> list[str]:
     return held + [str(p) for p in console.tmp.iterdir()]
 
 
-@pytest.fixture
-def console(zk_hosts: str, tmp_path: Path) -> Iterator[Console]:
+# One worker runs this module's tests (tests/workers.py's TOGETHER): its console (a setup, a
+# token and a daphne: 15-20 s of processes) is made once, not once for each test.
+@pytest.fixture(scope="module")
+def console(zk_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    tmp_path = tmp_path_factory.mktemp("request-bodies")
+    with chroot_on(zk_server) as chroot:
+        yield from _console(f"{zk_server.hosts}{chroot}", tmp_path)
+
+
+def _console(zk_hosts: str, tmp_path: Path) -> Iterator[Console]:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     work = tmp_path / "var" / "work"
@@ -95,7 +106,7 @@ def console(zk_hosts: str, tmp_path: Path) -> Iterator[Console]:
     key = api_token(env, tmp_path / "key", user=USER, name="bodies")
     with daphne(env, tmp_path / "daphne.log") as url:
         port = int(url.rsplit(":", 1)[1])
-        yield Console(url, port, daphne_pid(port), tmp, key)
+        yield Console(url, port, daphne_pid(port), tmp, key, tmp_path)
 
 
 def head(path: str, length: int | None, **headers: str) -> bytes:
@@ -199,7 +210,7 @@ def test_a_depositor_with_a_token_uploads_past_the_anonymous_limit(console: Cons
     )
     assert answer.status_code == 200, answer.text
     batch = answer.headers["X-Batch-ID"]
-    uploads = list((Path(console.tmp).parent / "var" / "work" / "poster").glob("bid-*/letter.pdf"))
+    uploads = list((console.home / "var" / "work" / "poster").glob("bid-*/letter.pdf"))
     assert [p.read_bytes() == payload for p in uploads] == [True], batch
     # Over the door's own cap, with the token: refused before the body is read.
     refused, held = answer_to_a_slow_body(
@@ -249,13 +260,11 @@ def test_in_front_of_any_asgi_server_the_same_limits_hold() -> None:
     assert small[0]["status"] == 403
 
 
-def test_a_large_request_meets_a_database_outage_with_503_not_413(
-    console: Console, tmp_path: Path
-) -> None:
+def test_a_large_request_meets_a_database_outage_with_503_not_413(console: Console) -> None:
     """Whether a large request's sender is signed in is a database question: while the
     database cannot answer, the request is told to come back, not refused for its size."""
-    database = tmp_path / "console.sqlite3"
-    moved = tmp_path / "console.sqlite3.away"
+    database = console.home / "console.sqlite3"
+    moved = console.home / "console.sqlite3.away"
     database.rename(moved)
     database.mkdir()  # SQLite cannot open a folder: "unable to open database file"
     try:
