@@ -26,6 +26,11 @@ at the window's opening and close, over the transitions made meanwhile; pings in
 CPU goes is printed beside each rate: the client processes' CPU time per transition (from
 ``/proc/<pid>/stat`` over the timed window) and how busy the whole machine was meanwhile (from
 ``/proc/stat``), so a rate limited by the machine's cores shows as such.
+
+Why one module (about 960 lines): it is one command whose parts must measure alike. The
+daemons' runs (one-job, batched, the shipped command), the raw probe and the recorder's
+comparison share the window, the CPU and request counts and the table they print; apart, a
+change to how one side is counted could leave the other counted the old way.
 """
 
 from __future__ import annotations

@@ -51,6 +51,10 @@ Views not timed, and why:
   ``/api/reports``, which list them, are timed);
 - ``/downloads/<name>`` (static files) and ``/django-admin/`` (Django's own admin): nothing
   of the queue.
+
+Why one module (about 1,200 lines): it is one command, and its passes (cold, warm, grown, the
+consistency check) share the daphne they start, the logged-in sessions, the kept ZooKeeper
+folders and the way a request is timed and printed; each pass is a function of its own.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from tests.workers import free_port, heavy_first, install, refuse_xdist_groups
 from tests.workers import pytest_cmdline_main as pytest_cmdline_main
 from tests.workers import pytest_xdist_make_scheduler as pytest_xdist_make_scheduler
 from tests.zkproxy import ZkProxy
-from tests.zktree import chroot_on
+from tests.zktree import chroot_on, shared_client_on
 
 # Every port the suite's processes hand a server comes from a block of their own (tests/workers.py).
 install()
@@ -77,13 +77,8 @@ def zk_server_1mib(
 @pytest.fixture
 def zk_1mib(zk_server_1mib: LocalZooKeeper) -> Iterator[Any]:
     """``zk`` on the 1 MiB server: the process's shared client, in a chroot of its own."""
-    with chroot_on(zk_server_1mib) as chroot:
-        old = settings.ZK_HOSTS
-        settings.ZK_HOSTS = f"{zk_server_1mib.hosts}{chroot}"
-        zkmod.close()
+    with chroot_on(zk_server_1mib) as chroot, shared_client_on(f"{zk_server_1mib.hosts}{chroot}"):
         yield zkmod.client()
-        zkmod.close()
-        settings.ZK_HOSTS = old
 
 
 @pytest.fixture
@@ -92,14 +87,10 @@ def zk_own_1mib(tmp_path: Path) -> Iterator[Any]:
     than the session's shared server (and its heap) should carry for every test after it."""
     server = LocalZooKeeper(tmp_path / "zookeeper", free_port(), jute_maxbuffer=0xFFFFF)
     server.start()
-    old = settings.ZK_HOSTS
-    settings.ZK_HOSTS = server.hosts
-    zkmod.close()
     try:
-        yield zkmod.client()
+        with shared_client_on(server.hosts):
+            yield zkmod.client()
     finally:
-        zkmod.close()
-        settings.ZK_HOSTS = old
         server.stop()
 
 
@@ -133,12 +124,8 @@ def zk_hosts(zk_server: LocalZooKeeper) -> Iterator[str]:
     """A connection string into a chroot of its own, so tests never see each other's nodes."""
     with chroot_on(zk_server) as chroot:
         hosts = f"{zk_server.hosts}{chroot}"
-        old = settings.ZK_HOSTS
-        settings.ZK_HOSTS = hosts
-        zkmod.close()
-        yield hosts
-        zkmod.close()
-        settings.ZK_HOSTS = old
+        with shared_client_on(hosts):
+            yield hosts
 
 
 @pytest.fixture

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from queues.services.zkserver import LocalEnsemble
-from queues.zk import client as zkmod
+from tests.zktree import new_chroot, shared_client_on
 
 
 @pytest.fixture(scope="module")
@@ -29,15 +27,6 @@ def ensemble_hosts(ensemble: LocalEnsemble) -> Iterator[str]:
     """
     ensemble.start()
     ensemble.wait_for_leader()
-    chroot = f"/test-{uuid.uuid4().hex[:12]}"
-    root = zkmod.connect(ensemble.hosts)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
-    hosts = f"{ensemble.hosts}{chroot}"
-    old = settings.ZK_HOSTS
-    settings.ZK_HOSTS = hosts
-    zkmod.close()
-    yield hosts
-    zkmod.close()
-    settings.ZK_HOSTS = old
+    hosts = f"{ensemble.hosts}{new_chroot(ensemble.hosts)}"
+    with shared_client_on(hosts):
+        yield hosts

@@ -107,19 +107,41 @@ def forget_chroot(server: LocalZooKeeper, chroot: str) -> None:
         server.start()
 
 
-@contextlib.contextmanager
-def chroot_on(server: LocalZooKeeper) -> Iterator[str]:
-    """A chroot of its own on ``server`` for the block (a test's, or a module fixture's),
-    taken away when the block ends: left on a worker's server, one module's chroot kept every
-    later test's from being alone there, so each bulk load was deleted node by node."""
+def new_chroot(hosts: str) -> str:
+    """A new chroot (``/test-...``) made on the servers of ``hosts``; its path."""
     chroot = f"/test-{uuid.uuid4().hex[:12]}"
-    root = zkmod.connect(server.hosts)
+    root = zkmod.connect(hosts, timeout=10)
     try:
         root.ensure_path(chroot)
     finally:
         root.stop()
         root.close()
+    return chroot
+
+
+@contextlib.contextmanager
+def chroot_on(server: LocalZooKeeper) -> Iterator[str]:
+    """A chroot of its own on ``server`` for the block (a test's, or a module fixture's),
+    taken away when the block ends: left on a worker's server, one module's chroot kept every
+    later test's from being alone there, so each bulk load was deleted node by node."""
+    chroot = new_chroot(server.hosts)
     try:
         yield chroot
     finally:
         forget_chroot(server, chroot)
+
+
+@contextlib.contextmanager
+def shared_client_on(hosts: str) -> Iterator[None]:
+    """The process's shared client (``zkmod.client()``, ``settings.ZK_HOSTS``) on ``hosts`` for
+    the block, and back where it was after."""
+    from django.conf import settings
+
+    old = settings.ZK_HOSTS
+    settings.ZK_HOSTS = hosts
+    zkmod.close()
+    try:
+        yield
+    finally:
+        zkmod.close()
+        settings.ZK_HOSTS = old

@@ -1,5 +1,10 @@
 """The batched job loop: several jobs per claim and per move, locks kept between steps, and
-everything the one-job loop guarantees (holds, priority order, lost sessions, exact nodes)."""
+everything the one-job loop guarantees (holds, priority order, lost sessions, exact nodes).
+
+Why one module (about 1,000 lines): its tests share the step classes and the job factory the
+other batched-loop tests import from here (``Step1``, ``Step2``, ``CONFIG``), and each checks one
+guarantee of the one loop; split by guarantee, they would each import the same set-up.
+"""
 
 from __future__ import annotations
 

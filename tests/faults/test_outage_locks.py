@@ -10,7 +10,6 @@ the crash may be applied without an answer: issue 23 saw 20 orphan locks in 13 r
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
 from queues.zk.locks import ledger_of
 from queues.zk.records import Job
+from tests.zktree import new_chroot
 
 pytestmark = pytest.mark.slow
 
@@ -72,12 +72,7 @@ class Consumer:
 
 
 def chrooted(hosts: str) -> str:
-    chroot = f"/test-{uuid.uuid4().hex[:12]}"
-    root = zkmod.connect(hosts, timeout=10)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
-    return f"{hosts}{chroot}"
+    return f"{hosts}{new_chroot(hosts)}"
 
 
 def moved(zk: KazooClient, jobs: list[Job]) -> int:
