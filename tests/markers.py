@@ -156,7 +156,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(server)
     if config.getoption("chaos") is None:
         # The chaos runs are a command of their own (bin/run-chaos; CI runs them small), not
-        # part of the suite: 15 minutes of runs, most of what the suite's workers did.
+        # part of the suite: about 900 s of its workers' time at the small size.
         chaos = [item for item in items if item.get_closest_marker("chaos")]
         if chaos:
             config.hook.pytest_deselected(items=chaos)

@@ -200,8 +200,12 @@ def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
 
 
 def refuse_xdist_groups(items: list[Any]) -> None:
-    """Fail collection for a test marked ``xdist_group``: it would not be grouped (see
-    ``TOGETHER``)."""
+    """Fail collection for a test marked ``xdist_group``, which would not be grouped (see
+    ``TOGETHER``), and for a module of ``TOGETHER`` that is not there (moved or renamed, it would
+    silently no longer be)."""
+    gone = sorted(module for module in TOGETHER if not (ROOT / module).is_file())
+    if gone:
+        raise pytest.UsageError(f"tests/workers.py's TOGETHER names no such module: {gone}")
     marked = {item.path.name for item in items if item.get_closest_marker("xdist_group")}
     if marked:
         raise pytest.UsageError(
