@@ -42,7 +42,7 @@ from queues.operator import stuck
 from queues.zk import client as zkmod
 from queues.zk import index as zindex
 from tests.scale.test_flat_failed_stuck import _work
-from tests.zktree import chroot_on
+from tests.zktree import chroot_on, shared_client_on
 
 # The test database is set up only for a session with a test marked so; each test only compares
 # figures, the module's fixture makes the rows (and rolls them back).
@@ -217,15 +217,12 @@ def figures(
     zk_server: Any, django_db_setup: Any, django_db_blocker: Any
 ) -> Iterator[dict[str, tuple[Seen, Seen]]]:
     """Per view: its warm request at N jobs and at 10N."""
-    with chroot_on(zk_server) as chroot:
-        yield from _figures(f"{zk_server.hosts}{chroot}", django_db_blocker)
+    with chroot_on(zk_server) as chroot, shared_client_on(f"{zk_server.hosts}{chroot}"):
+        yield from _figures(django_db_blocker)
 
 
-def _figures(hosts: str, django_db_blocker: Any) -> Iterator[dict[str, tuple[Seen, Seen]]]:
-    old_hosts = settings.ZK_HOSTS
+def _figures(django_db_blocker: Any) -> Iterator[dict[str, tuple[Seen, Seen]]]:
     patch = pytest.MonkeyPatch()
-    settings.ZK_HOSTS = hosts
-    zkmod.close()
     # Every working job is stuck (a millisecond), counted once per load, not again meanwhile.
     patch.setattr(settings, "MRT_STUCK_SECONDS", 0.001)
     patch.setattr(stuck, "CACHE_SECONDS", 3600.0)
@@ -271,8 +268,6 @@ def _figures(hosts: str, django_db_blocker: Any) -> Iterator[dict[str, tuple[See
         patch.undo()
         zindex.reset()
         stuck.reset()
-        zkmod.close()
-        settings.ZK_HOSTS = old_hosts
     yield {name: (small, large) for name, (small, large) in found.items()}
 
 

@@ -11,13 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.conf import settings
 
 from bench.loader import bulk_load
 from queues.console import jobtext, search
 from queues.zk import client as zkmod
 from queues.zk import index as zindex
-from tests.zktree import chroot_on
+from tests.zktree import chroot_on, shared_client_on
 
 # The feed's writer is a thread of its own: it writes on its own connection.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -70,18 +69,17 @@ def _measure(zk: Any, jobs: int) -> dict[str, tuple[int, Counter[str]]]:
 def two_queues(zk_server: Any, zk_hosts: str) -> Any:
     """The process's client in a chroot of its own for each size."""
 
-    with contextlib.ExitStack() as chroots:
+    with contextlib.ExitStack() as switched:
 
         def switch() -> Any:
-            chroot = chroots.enter_context(chroot_on(zk_server))  # taken away at the end
-            zkmod.close()
-            settings.ZK_HOSTS = f"{zk_server.hosts}{chroot}"
+            # Both undone at the end, last first: the chroot taken away, the client back.
+            chroot = switched.enter_context(chroot_on(zk_server))
+            switched.enter_context(shared_client_on(f"{zk_server.hosts}{chroot}"))
             zindex.reset()
             jobtext.reset()
             return zkmod.client()
 
         yield switch
-        zkmod.close()
         jobtext.reset()
         zindex.reset()
 
