@@ -21,6 +21,7 @@ earlier attempt that the payload no longer has.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import threading
@@ -33,6 +34,7 @@ from queues.core.states import JobState
 from queues.daemons.base import Claim, ItemResult, JobDaemon, Next, Step, StepFailed
 from queues.daemons.fetching import HOST_SLOTS, SERVER_KEYS
 from queues.daemons.retrying import RetryWaits
+from queues.daemons.waiting import chained
 from queues.daemons.workfolder import (
     CONTAINERS_DIR,
     disk_bytes,
@@ -45,7 +47,10 @@ from queues.daemons.workfolder import (
 from queues.services.depositors import depositor_policy, payload_roots
 from queues.steps.erc import PRODUCER_DIR
 from queues.steps.fetch import ContainerError, DownloadError, download_all, extract_container
+from queues.steps.netpolicy import FetchPolicy
+from queues.zk import paths as zpaths
 from queues.zk.jobs import job_set_space_needed
+from queues.zk.nodes import read_many
 from queues.zk.records import Job
 
 log = logging.getLogger("queues.daemons")
@@ -55,30 +60,95 @@ BACKOFF = 0.5
 
 class CappedHosts:
     """What a downloading loop's listing passes over unclaimed: the jobs waiting for their next
-    try, and those found waiting for a slot of their depositor server (``HOST_SLOTS``) while it
-    is still full. Without it, every look claimed, read and gave back each job of a server at
-    its cap (issue 51). A job is taken up again once its server has a slot free; a slot given
-    back wakes the idle loops (``Downloading.wake_on``)."""
+    try, and those whose depositor server has every slot taken (``HOST_SLOTS``) while it stays
+    full. Without it, every look claimed, read and gave back each job of a server at its cap
+    (issue 51). A job is taken up again once its server has a slot free; a slot given back
+    wakes the idle loops (``Downloading.wake_on``). A job's server is learnt from its
+    configuration, which never changes: read in bulk by ``ServerScreen``, or under the job's
+    lock when a claim finds the server full (``Downloading.accept``)."""
 
-    LIMIT = 100_000  # jobs remembered at most
+    LIMIT = 1_000_000  # jobs remembered at most (the screen keeps only the listed ones)
 
     def __init__(self, retry_waits: RetryWaits) -> None:
         self.retry_waits = retry_waits
-        self._server: dict[str, str] = {}  # jid -> its server, found at its cap
+        self._server: dict[str, str] = {}  # jid -> its server ("": none that has a cap)
 
     def note(self, jid: str, server: str) -> None:
         if len(self._server) >= self.LIMIT:
-            self._server.clear()  # forgotten ones are claimed once more, then remembered
+            self._server.clear()  # forgotten ones are claimed or read once more
         self._server[jid] = server
+
+    def server(self, jid: str) -> str:
+        return self._server.get(jid, "")
+
+    def waits_try(self, jid: str) -> bool:
+        return self.retry_waits.waits(jid)
+
+    def knows(self, jid: str) -> bool:
+        return jid in self._server
+
+    def keep_only(self, jids: set[str]) -> None:
+        """Forget the jobs gone from the listing (one that comes back is read again)."""
+        if len(self._server) > len(jids) or not self._server.keys() <= jids:
+            self._server = {j: s for j, s in self._server.items() if j in jids}
 
     def __bool__(self) -> bool:
         return bool(self._server) or bool(self.retry_waits)
 
     def __call__(self, jid: str) -> bool:
         server = self._server.get(jid)
-        if server is not None and HOST_SLOTS.busy(server) >= settings.MRT_DOWNLOADS_PER_HOST:
+        if server and HOST_SLOTS.busy(server) >= settings.MRT_DOWNLOADS_PER_HOST:
             return True  # kept while the job waits: a slot taken again makes it wait again
         return self.retry_waits.waits(jid)
+
+
+class ServerScreen:
+    """Passes over, unclaimed, the listed jobs whose depositor server is full. While no server
+    is, it reads nothing. Once one is, it reads the configurations of the listed jobs it does
+    not know yet, 200 to a request (``multiRead``), and notes each job's server in ``capped``:
+    at 100,000 jobs of one silent server, a loop that learnt a job's server only by claiming
+    it sent three requests a job and never settled (docs/benchmarks.md, "Waiting work"). The
+    check under the lock stays (``Downloading.accept``). Called from the loop's thread only."""
+
+    CHUNK = 200
+
+    def __init__(self, zk: Any, capped: CappedHosts) -> None:
+        self.zk = zk
+        self.capped = capped
+
+    def __call__(self, names: list[str]) -> list[str]:
+        if not HOST_SLOTS.full(settings.MRT_DOWNLOADS_PER_HOST):
+            return names
+        jids = {name: zpaths.entry_jid(name) for name in names}
+        listed = {jid for jid in jids.values() if jid is not None}
+        self.capped.keep_only(listed)
+        unknown = [jid for jid in listed if not self.capped.knows(jid)]
+        policy = depositor_policy()
+        for start in range(0, len(unknown), self.CHUNK):
+            part = unknown[start : start + self.CHUNK]
+            found = read_many(self.zk, [zpaths.job_node(jid, "configuration") for jid in part])
+            for jid in part:
+                self.capped.note(jid, _server(found[zpaths.job_node(jid, "configuration")], policy))
+        kept = []
+        passed: dict[str, str] = {}
+        for name, listed_jid in jids.items():
+            if listed_jid is None or not self.capped(listed_jid):
+                kept.append(name)
+            elif len(passed) < HOST_SLOTS.PASSED_SHOWN and not self.capped.waits_try(listed_jid):
+                passed[listed_jid] = self.capped.server(listed_jid)
+        HOST_SLOTS.note_passed(passed)  # what the process says it waits for (registration)
+        return kept
+
+
+def _server(read: tuple[bytes, Any] | None, policy: FetchPolicy) -> str:
+    """The server a job's configuration node sends its download to ("": none, or unreadable:
+    the claim finds out and says so)."""
+    try:
+        configuration = json.loads(read[0]) if read is not None else None
+    except (ValueError, RecursionError):
+        return ""
+    url = configuration.get("payload_url") if isinstance(configuration, dict) else None
+    return SERVER_KEYS.key(url, policy) if isinstance(url, str) else ""
 
 
 class Downloading(JobDaemon):
@@ -95,9 +165,16 @@ class Downloading(JobDaemon):
         # when the loop takes its next job).
         self.slot_job: str | None = None
         self.capped = CappedHosts(self.retry_waits)
+        self.screen = ServerScreen(self.zk, self.capped)
 
     def unclaimed_skip(self) -> Callable[[str], bool]:
         return self.capped
+
+    def listing_screen(self) -> Callable[[list[str]], list[str]] | None:
+        return self.screen
+
+    def unclaimed_screen(self) -> Callable[[list[str]], list[str]] | None:
+        return chained(self.screen, super().unclaimed_screen())
 
     def wake_on(self, event: threading.Event) -> None:
         HOST_SLOTS.subscribe(event)  # a slot given back: the jobs passed over for it are due

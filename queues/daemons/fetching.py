@@ -117,6 +117,14 @@ class HostSlots:
                 self._passed.pop(job, None)
             return True
 
+    def note_passed(self, jobs: dict[str, str]) -> None:
+        """Note jobs passed over for their server's cap without asking for a slot (job ->
+        server; a listing's screen notes as many as ``passed_over`` shows)."""
+        now = time.monotonic()
+        with self._lock:
+            for job, host in jobs.items():
+                self._passed[job] = (host, now)
+
     def give_back_job(self, job: str) -> None:
         """Give back the slot ``job`` took, if it holds one."""
         with self._lock:
@@ -145,6 +153,11 @@ class HostSlots:
     def busy(self, host: str) -> int:
         with self._lock:
             return self._busy[host]
+
+    def full(self, per_host: int) -> bool:
+        """Whether any server has all ``per_host`` of its slots taken."""
+        with self._lock:
+            return any(count >= per_host for count in self._busy.values())
 
     @contextmanager
     def holding(self, host: str) -> Iterator[None]:

@@ -28,11 +28,6 @@ Screen = Callable[[list[str]], list[str]]
 CHUNK = 200  # statuses read a request
 
 
-def _jid(name: str) -> str | None:
-    match = zpaths.INDEX_ENTRY_RE.fullmatch(name)
-    return match.group(2) if match else None
-
-
 class RetryScreen:
     """See the module's docstring. One per loop, called from its thread only."""
 
@@ -45,7 +40,7 @@ class RetryScreen:
         if not self.waits:
             self._seen.clear()
             return names
-        jids = {name: _jid(name) for name in names}
+        jids = {name: zpaths.entry_jid(name) for name in names}
         listed = {jid for jid in jids.values() if jid is not None}
         self._seen &= listed
         unknown = [jid for jid in listed if jid not in self._seen]

@@ -178,6 +178,12 @@ def index_name(priority: int, j: str) -> str:
     return f"{priority:02d}-{_jid(j)}"
 
 
+def entry_jid(name: str) -> str | None:
+    """The job ID of a state folder's entry name (``NN-jid...``; None: not such a name)."""
+    match = INDEX_ENTRY_RE.fullmatch(name)
+    return match.group(2) if match else None
+
+
 def access(queue: str, q: str) -> str:
     return f"{ACCESS}/{access_queue(queue)}/{qid(q)}"
 

@@ -97,11 +97,6 @@ def node_holds_watch(zk: KazooClient) -> NodeHoldsWatch:
         return watch
 
 
-def _entry_jid(name: str) -> str | None:
-    match = paths.INDEX_ENTRY_RE.fullmatch(name)
-    return match.group(2) if match else None
-
-
 class NodeScreen:
     """Passes over, unclaimed, the listed jobs bound for a held storage node (see the module's
     docstring). One per loop: it is called from the loop's thread only."""
@@ -118,7 +113,7 @@ class NodeScreen:
         if not held:
             self._nodes.clear()
             return names
-        jids = {name: _entry_jid(name) for name in names}
+        jids = {name: paths.entry_jid(name) for name in names}
         listed = {jid for jid in jids.values() if jid is not None}
         # Forget the jobs gone from the folder: one that comes back is read again.
         self._nodes = {jid: node for jid, node in self._nodes.items() if jid in listed}

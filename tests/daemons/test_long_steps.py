@@ -21,6 +21,7 @@ from queues.daemons.fetching import HOST_SLOTS, SERVER_KEYS
 from queues.daemons.registry import DAEMONS
 from queues.daemons.shared import ItemResult
 from queues.services.depositors import depositor_policy
+from queues.zk import paths as zpaths
 from queues.zk.jobs import job_load
 from queues.zk.kazoo_private import Multi
 from queues.zk.locks import queue_hold_clear, queue_hold_set
@@ -175,3 +176,33 @@ def test_a_downloading_loop_holds_no_more_of_a_servers_jobs_than_its_cap_and_giv
     # every slot given back: the loop took the others as slots came free.
     assert under_way == [1] * 6
     assert HOST_SLOTS.busy(server) == 0
+
+
+def test_a_downloading_loop_passes_over_a_full_servers_jobs_without_claiming_one(
+    zk: KazooClient, files: FileServer, settings: Any
+) -> None:
+    settings.MRT_DOWNLOADS_PER_HOST = 1
+    full_url = "http://127.0.0.2:9/a.txt"  # its one slot taken below: nothing is fetched from it
+    waiting = [
+        make_job(zk, {"payload_url": full_url, "type": "file"}, state=JobState.DOWNLOADING)
+        for _ in range(30)
+    ]
+    # Made last, so behind all of them in run order: the loop has looked at theirs first.
+    other = make_job(
+        zk, {"payload_url": files.put("b.txt", "b"), "type": "file"}, state=JobState.DOWNLOADING
+    )
+    locked: list[str] = []
+    for job in waiting:
+        lock = zpaths.job_node(job.jid, "lock")
+        assert zk.exists(lock, watch=lambda event: locked.append(event.path)) is None
+    full = SERVER_KEYS.key(full_url, depositor_policy())
+    assert HOST_SLOTS.try_take(full, 1)  # a download from that server under way
+    try:
+        with running(Downloading(zk=zk, poll=0.05, batch=8, workers=2)):
+            wait_for(lambda: job_load(zk, other.jid).state == JobState.PROCESSING, timeout=120)
+    finally:
+        HOST_SLOTS.give_back(full)
+    # The jobs' server was read from their configurations, in bulk: none was claimed to learn
+    # it (before, each was locked, read and given back: three requests a job).
+    assert locked == []
+    assert {job_load(zk, j.jid).state for j in waiting} == {JobState.DOWNLOADING}
