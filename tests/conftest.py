@@ -43,6 +43,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     heavy_first(items)
 
 
+# The suite starts dozens of ZooKeeper servers that live seconds to minutes: without C2
+# (the optimizing compiler) and with the serial collector, a server used 2.8 s of CPU for
+# 6,000 requests instead of 4.1 s; without a disk flush per write (the tests' servers die
+# with their data) 9.0 s instead of 12.7 s for 30,000.
+os.environ.setdefault(
+    "ZK_LOCAL_JVMFLAGS",
+    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dzookeeper.forceSync=no",
+)
+
+
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalZooKeeper]:
     server = LocalZooKeeper(tmp_path_factory.mktemp("zookeeper"), free_port())

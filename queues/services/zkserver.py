@@ -13,7 +13,9 @@ Two environment variables tune a server when it starts (one already running keep
 ZooKeeper's own 0xfffff, 1 MiB - 1: the largest request the server accepts, ZooKeeper's
 ``jute.maxbuffer`` system property). The default is what Merritt's ensemble most likely runs,
 so the console and the tests work within it (``queues.zk.sized``); the benchmarks' bulk loader
-raises it.
+raises it. ``ZK_LOCAL_JVMFLAGS`` adds options to the JVM's command line (split as a shell would,
+as ZooKeeper's own ``zkServer.sh`` takes ``JVMFLAGS``): the tests start dozens of short-lived
+servers and run them without the optimizing compiler and without a disk flush per write.
 
 A folder's data belongs to one server. A command started with another ``ZK_LOCAL_PORT`` than the
 running console (a shell without its environment) uses the server already running from the
@@ -27,6 +29,7 @@ import fcntl
 import functools
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -106,6 +109,21 @@ def heap_from_env() -> str:
             f"ZK_LOCAL_HEAP={raw!r}: expected a Java heap size such as 512m or 2g"
         )
     return raw
+
+
+def jvm_flags_from_env() -> list[str]:
+    """ZK_LOCAL_JVMFLAGS as separate options (none unless set); a clear error otherwise."""
+    raw = os.environ.get("ZK_LOCAL_JVMFLAGS", "")
+    try:
+        flags = shlex.split(raw)
+    except ValueError as exc:
+        raise LocalServerError(f"ZK_LOCAL_JVMFLAGS={raw!r}: {exc}") from exc
+    for flag in flags:
+        if not flag.startswith("-"):
+            raise LocalServerError(
+                f"ZK_LOCAL_JVMFLAGS={raw!r}: {flag!r} is not a JVM option (they start with -)"
+            )
+    return flags
 
 
 def jute_maxbuffer_from_env() -> int:
@@ -267,12 +285,14 @@ class LocalZooKeeper:
         config = self.config_file
         config.write_text("\n".join(self._config_lines(data)))
         heap = heap_from_env()
+        flags = jvm_flags_from_env()
         maxbuffer = self.jute_maxbuffer or jute_maxbuffer_from_env()
         with self.log_file.open("ab") as log:
             proc = subprocess.Popen(
                 [
                     "java",
                     f"-Xmx{heap}",
+                    *flags,
                     # jute.maxbuffer as such: ZooKeeper ignores zookeeper.jute.maxbuffer.
                     f"-Djute.maxbuffer={maxbuffer}",
                     "-cp",

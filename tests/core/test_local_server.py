@@ -16,6 +16,7 @@ from queues.services.zkserver import (
     free_port,
     heap_from_env,
     jute_maxbuffer_from_env,
+    jvm_flags_from_env,
     local_server,
 )
 from queues.zk import client as zkmod
@@ -178,3 +179,21 @@ def test_local_heap_is_checked_naming_the_variable(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("ZK_LOCAL_HEAP", "lots")
     with pytest.raises(LocalServerError, match="ZK_LOCAL_HEAP"):
         heap_from_env()
+
+
+def test_jvm_flags_reach_the_server_and_a_bad_value_is_named(
+    zk_server: LocalZooKeeper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The suite's servers run with the flags tests/conftest.py sets.
+    pid = zk_server.running()
+    assert pid is not None
+    arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert b"-XX:TieredStopAtLevel=1" in arguments and b"-Dzookeeper.forceSync=no" in arguments
+    monkeypatch.setenv("ZK_LOCAL_JVMFLAGS", " -Xss1m  '-Dx=a b' ")
+    assert jvm_flags_from_env() == ["-Xss1m", "-Dx=a b"]
+    monkeypatch.setenv("ZK_LOCAL_JVMFLAGS", "")
+    assert jvm_flags_from_env() == []
+    for bad in ("-Xss1m Main", "'-Dx=a"):
+        monkeypatch.setenv("ZK_LOCAL_JVMFLAGS", bad)
+        with pytest.raises(LocalServerError, match="ZK_LOCAL_JVMFLAGS"):
+            jvm_flags_from_env()
