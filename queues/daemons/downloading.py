@@ -89,7 +89,7 @@ class CappedHosts:
 
     def keep_only(self, jids: set[str]) -> None:
         """Forget the jobs gone from the listing (one that comes back is read again)."""
-        if len(self._server) > len(jids) or not self._server.keys() <= jids:
+        if not self._server.keys() <= jids:
             self._server = {j: s for j, s in self._server.items() if j in jids}
 
     def __bool__(self) -> bool:
