@@ -52,14 +52,15 @@ def main() -> int:
                 loop.start()
                 loops.append(loop)
             elif load > args.target + 0.7 and loops:
-                loops.pop().terminate()
+                loops.pop().kill()
             print(f"{time.strftime('%H:%M:%S')} load {load:.2f} loops {len(loops)}", flush=True)
             deadline = time.monotonic() + args.every
             while not stop and time.monotonic() < deadline:
                 time.sleep(0.2)
     finally:
         for loop in loops:
-            loop.terminate()
+            # SIGKILL: a loop forked a moment ago may still have this process's SIGTERM handler.
+            loop.kill()
     if seen:
         print(f"mean load {sum(seen) / len(seen):.2f} over {len(seen)} looks", flush=True)
     return 0
