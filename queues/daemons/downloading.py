@@ -21,7 +21,6 @@ earlier attempt that the payload no longer has.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import threading
@@ -49,6 +48,8 @@ from queues.steps.erc import PRODUCER_DIR
 from queues.steps.fetch import ContainerError, DownloadError, download_all, extract_container
 from queues.steps.netpolicy import FetchPolicy
 from queues.zk import paths as zpaths
+from queues.zk.codecs import decode_json
+from queues.zk.errors import MalformedNode
 from queues.zk.jobs import job_set_space_needed
 from queues.zk.nodes import read_many
 from queues.zk.records import Job
@@ -126,9 +127,10 @@ class ServerScreen:
         policy = depositor_policy()
         for start in range(0, len(unknown), self.CHUNK):
             part = unknown[start : start + self.CHUNK]
-            found = read_many(self.zk, [zpaths.job_node(jid, "configuration") for jid in part])
-            for jid in part:
-                self.capped.note(jid, _server(found[zpaths.job_node(jid, "configuration")], policy))
+            nodes = {jid: zpaths.job_node(jid, "configuration") for jid in part}
+            found = read_many(self.zk, list(nodes.values()))
+            for jid, node in nodes.items():
+                self.capped.note(jid, _server(jid, found[node], policy))
         kept = []
         passed: dict[str, str] = {}
         for name, listed_jid in jids.items():
@@ -140,14 +142,16 @@ class ServerScreen:
         return kept
 
 
-def _server(read: tuple[bytes, Any] | None, policy: FetchPolicy) -> str:
+def _server(jid: str, read: tuple[bytes, Any] | None, policy: FetchPolicy) -> str:
     """The server a job's configuration node sends its download to ("": none, or unreadable:
     the claim finds out and says so)."""
-    try:
-        configuration = json.loads(read[0]) if read is not None else None
-    except (ValueError, RecursionError):
+    if read is None:
         return ""
-    url = configuration.get("payload_url") if isinstance(configuration, dict) else None
+    try:
+        configuration = decode_json(zpaths.job_node(jid, "configuration"), read[0])
+    except MalformedNode:
+        return ""
+    url = configuration.get("payload_url")
     return SERVER_KEYS.key(url, policy) if isinstance(url, str) else ""
 
 
