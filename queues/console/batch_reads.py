@@ -9,8 +9,10 @@ import heapq
 import logging
 import threading
 import weakref
+from array import array
+from bisect import bisect_right
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import islice
@@ -169,13 +171,79 @@ def _batches_by_state(bids: list[str], states: dict[str, Any]) -> dict[str, list
 
 
 # A batch's submission never changes: its profile, submitter, title and own ID are read once
-# per batch for the batch list's filters, and forgotten when the batch is gone. Each filter's
-# answer is kept for as long as the read index's batch list (and, for a state, its batch
-# states) are the same objects, so a filtered page asked again costs what an unfiltered one
-# does, whatever the number of batches.
+# per batch for the batch list's filters, and forgotten when the batch is gone. They are
+# prepared once per change of the read index's batch list (``_Prepared``), so that a filter
+# asked for the first time looks at the batches it may match, not at every batch; and each
+# filter's answer is kept for as long as the batch list (and, for a state, its batch states)
+# are the same objects, so a filtered page asked again costs what an unfiltered one does.
+_NL, _SEP = "\n", "\x1f"
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """Every live batch's submission facts, newest first, for the filters: the submitters and
+    titles as one string of lines (``str.find`` in C finds the batches holding a text), and
+    the batches of each collection and each own ID."""
+
+    every: list[str]  # the read index's batch list these were made of (oldest first)
+    newest: list[str]
+    subs: list[tuple[str, str, str, str]]  # (profile, submitter, title, own ID), lowered
+    blob: str  # per batch: newline, submitter, separator, title
+    starts: array[int]  # where each batch's line starts in ``blob``
+    by_profile: dict[str, list[int]]  # collection -> lines, in order
+    by_own_id: dict[str, list[int]]
+
+    @classmethod
+    def of(cls, every: list[str], subs: dict[str, tuple[str, str, str, str]]) -> _Prepared:
+        newest = list(reversed(every))
+        facts = [subs.get(b, ("", "", "", "")) for b in newest]
+        parts, starts, at = [], array("q"), 0
+        by_profile: dict[str, list[int]] = {}
+        by_own_id: dict[str, list[int]] = {}
+        for i, (profile, submitter, title, own_id) in enumerate(facts):
+            line = _NL + _flat(submitter) + _SEP + _flat(title)
+            starts.append(at)
+            at += len(line)
+            parts.append(line)
+            by_profile.setdefault(profile, []).append(i)
+            if own_id:
+                by_own_id.setdefault(own_id, []).append(i)
+        return cls(every, newest, facts, "".join(parts), starts, by_profile, by_own_id)
+
+    def holding(self, text: str) -> Iterator[int]:
+        """The lines whose submitter or title holds ``text`` (lowered), in order."""
+        if _NL in text or _SEP in text:  # never in the string: every line is looked at
+            yield from range(len(self.newest))
+            return
+        blob, starts = self.blob, self.starts
+        at = blob.find(text)
+        while at >= 0:
+            i = bisect_right(starts, at) - 1
+            yield i
+            if i + 1 >= len(starts):
+                return
+            at = blob.find(text, starts[i + 1])
+
+    def candidates(self, flt: BatchFilter) -> Iterable[int]:
+        """Lines that may match ``flt`` (a superset, in order), from its most telling part."""
+        if flt.q:
+            own = self.by_own_id.get(flt.q, [])
+            return (
+                sorted({*self.holding(flt.q.lower()), *own}) if own else self.holding(flt.q.lower())
+            )
+        if flt.submitter:
+            return self.holding(flt.submitter.lower())
+        return self.by_profile.get(flt.profile, [])
+
+
+def _flat(text: str) -> str:
+    return text.replace(_NL, " ").replace(_SEP, " ")
+
+
 class _BatchFilters:
     def __init__(self) -> None:
         self.submissions: dict[str, tuple[str, str, str, str]] = {}
+        self.prepared: _Prepared | None = None
         self.filtered: OrderedDict[tuple[Any, ...], tuple[Any, list[str]]] = OrderedDict()
 
 
@@ -189,13 +257,25 @@ _filter_lock = threading.Lock()
 FILTERS_KEPT = 32
 
 
-def _batch_submissions(zk: Any, idx: Any, bids: list[str]) -> dict[str, tuple[str, str, str, str]]:
+def _filters_of(idx: Any) -> _BatchFilters:
     with _filter_lock:
         kept = _batch_filters.get(idx)
         if kept is None:
             kept = _batch_filters[idx] = _BatchFilters()
-        _submissions = kept.submissions
-        todo = [b for b in bids if b not in _submissions]
+        return kept
+
+
+def _prepared(zk: Any, idx: Any) -> _Prepared:
+    """The filters' facts of every live batch, made again when the batch list changed (the
+    submissions of new batches read, those of gone batches forgotten)."""
+    kept = _filters_of(idx)
+    every = idx.batch_ids()
+    with _filter_lock:
+        prepared = kept.prepared
+        if prepared is not None and prepared.every is every:
+            return prepared
+        submissions = kept.submissions
+        todo = [b for b in every if b not in submissions]
     for start in range(0, len(todo), zindex.READ_CHUNK):
         part = todo[start : start + zindex.READ_CHUNK]
         reads = read_many(zk, [zpaths.batch_node(b, "submission") for b in part])
@@ -215,9 +295,13 @@ def _batch_submissions(zk: Any, idx: Any, bids: list[str]) -> dict[str, tuple[st
                 str(sub.get("batchID") or ""),
             )
         with _filter_lock:
-            _submissions.update(fresh)
+            submissions.update(fresh)
     with _filter_lock:
-        return {b: found for b in bids if (found := _submissions.get(b)) is not None}
+        live = set(every)
+        for gone in [b for b in submissions if b not in live]:
+            del submissions[gone]
+        prepared = kept.prepared = _Prepared.of(every, submissions)
+    return prepared
 
 
 def _batches_filtered(
@@ -226,23 +310,24 @@ def _batches_filtered(
     """``bids`` (newest first; of ``states``' state when the filter has one) whose submission
     matches the filter's profile, submitter and title or own ID, kept per batch list and batch
     states."""
+    kept = _filters_of(idx)
     every = idx.batch_ids()
     key = (flt.state, flt.profile, flt.submitter.lower(), flt.q)
     basis = (every, states if flt.state else None)
     with _filter_lock:
-        filters = _batch_filters.get(idx)
-        if filters is None:
-            filters = _batch_filters[idx] = _BatchFilters()
-        _filtered, _submissions = filters.filtered, filters.submissions
-        kept = _filtered.get(key)
-        if kept is not None and kept[0][0] is basis[0] and kept[0][1] is basis[1]:
-            _filtered.move_to_end(key)
-            return list(kept[1])
-    subs = _batch_submissions(zk, idx, bids)
+        found = kept.filtered.get(key)
+        if found is not None and found[0][0] is basis[0] and found[0][1] is basis[1]:
+            kept.filtered.move_to_end(key)
+            return list(found[1])
+    prepared = _prepared(zk, idx)
+    allowed = set(bids) if flt.state else None
     submitter, q = flt.submitter.lower(), flt.q
     keep = []
-    for b in bids:
-        profile, sub_submitter, title, own_id = subs.get(b, ("", "", "", ""))
+    for i in prepared.candidates(flt):
+        b = prepared.newest[i]
+        if allowed is not None and b not in allowed:
+            continue
+        profile, sub_submitter, title, own_id = prepared.subs[i]
         if flt.profile and profile != flt.profile:
             continue
         if submitter and submitter not in sub_submitter:
@@ -251,13 +336,10 @@ def _batches_filtered(
             continue
         keep.append(b)
     with _filter_lock:
-        live = set(every)
-        for gone in [b for b in _submissions if b not in live]:
-            del _submissions[gone]
         if not flt.state or not idx.filling:  # a state's answer while filling is partial
-            _filtered[key] = (basis, keep)
-        while len(_filtered) > FILTERS_KEPT:
-            _filtered.popitem(last=False)
+            kept.filtered[key] = (basis, keep)
+        while len(kept.filtered) > FILTERS_KEPT:
+            kept.filtered.popitem(last=False)
     return keep
 
 

@@ -24,6 +24,7 @@ from queues.zk.records import Broken, Job
 FAILED_ROWS_PER_PAGE = 50
 FAILED_GROUPS_PER_PAGE = 50
 FAILED_GROUPINGS = ("batch", "collection", "step")
+EMPTY_PLACES = array("q")  # a batch with no Failed job: no places (shared, never modified)
 
 
 @dataclass(frozen=True)
@@ -127,10 +128,25 @@ def _failed_matches(zk: Any, *, bid: str = "", profile: str = "", step: str = ""
             infos.append(shared.setdefault(info, info))
         return FailedMatches(kept, infos)
 
+    def build_one_batch() -> FailedMatches:
+        # The unfiltered matches grouped by batch (kept, as the failed page's own grouping):
+        # a batch's matches are then its own places, not a pass over every Failed job.
+        every, by_batch = _failed_groups(zk, "batch")
+        kept = array("q")
+        infos = []
+        for place in by_batch.members.get(bid, EMPTY_PLACES):
+            info = every.infos[place]
+            if (profile and info[1] != profile) or (step and info[2] != step):
+                continue
+            kept.append(every.numbers[place])
+            infos.append(info)
+        return FailedMatches(kept, infos)
+
     if filling:
         return build()
+    key = ("failed", bid, profile, step)
     return cast(
-        "FailedMatches", idx.derived(JobState.FAILED, ("failed", bid, profile, step), build)
+        "FailedMatches", idx.derived(JobState.FAILED, key, build_one_batch if bid else build)
     )
 
 
