@@ -232,10 +232,11 @@ def _job_entries_loading(zk: Any, flt: JobFilter) -> tuple[Entries, str]:
         }
         entries = entries.of_numbers(sorted(in_batch))
         narrowed = True
+    loading: list[str] = []
     if flt.stuck:
-        entries = _among(entries, zstuck.stuck_keys(zk, states), narrowed=narrowed)
+        stuck_keys = zstuck.stuck_keys(zk, states, loading=loading)
+        entries = _among(entries, stuck_keys, narrowed=narrowed)
         narrowed = True
-    loading = []
     if flt.min_age_hours:
         cut = time.time() - flt.min_age_hours * 3600
         older = array("q")

@@ -572,11 +572,18 @@ def stuck_counts(zk: Any, *, wait: bool = True) -> dict[str, int]:
     return _count(zk)
 
 
-def stuck_keys(zk: Any, states: list[str] | tuple[str, ...] = STATES) -> array[int]:
+def stuck_keys(
+    zk: Any, states: list[str] | tuple[str, ...] = STATES, *, loading: list[str] | None = None
+) -> array[int]:
     """The run keys (``packed.Entries``: priority << 34 | number) of the stuck jobs in
     ``states``, sorted: ``find_stuck``'s rule without a record per job, reading a lock only
     where it decides, as the count does. The entries past the state's threshold are picked
-    in C (``compress``), not by a call per entry."""
+    in C (``compress``), not by a call per entry.
+
+    With ``loading`` (the job list's "stuck only"), a state with more entry times unknown than
+    a request reads itself (the first look after a start) is answered from the times known so
+    far, the rest read in the background (``entered_before``), and what is being read is
+    added to ``loading``; without it, every time is read first."""
     idx = zindex.for_client(zk)
     limits = thresholds()
     now = time.time()
@@ -585,9 +592,18 @@ def stuck_keys(zk: Any, states: list[str] | tuple[str, ...] = STATES) -> array[i
         if state not in STATES:
             continue
         limit = limits[state]
-        entries, ctimes = _entry_times(zk, idx, state)
+        reading = ""
+        if loading is None:
+            entries, ctimes = _entry_times(zk, idx, state)
+        else:
+            entries, ctimes, reading = _known_times(zk, idx, state)
         keys = entries.keys
-        found.extend(_before(state, keys, ctimes, now - limit.in_state, strict=True))
+        cut = now - limit.in_state
+        if loading is not None and reading:  # a part read: nothing kept (see ``_before``)
+            loading.append(reading)
+            found.extend(_picked(keys, ctimes, cut, strict=True))
+        else:
+            found.extend(_before(state, keys, ctimes, cut, strict=True))
         found.extend(keys[i] for i in _stuck_by_lock(zk, entries, ctimes, limit, now))
     return array("q", sorted(found))
 
@@ -626,7 +642,19 @@ def entered_before(zk: Any, state: str, cut: float) -> tuple[array[int], str]:
     could not be read (gone when asked) are left out. When more than ``READ_IN_REQUEST``
     entries' times are not known yet (a state never asked about since a start), they are read
     by a thread of its own, and the answer is of the entries known so far, saying so."""
-    idx = zindex.for_client(zk)
+    entries, ctimes, reading = _known_times(zk, zindex.for_client(zk), state)
+    if reading:  # times of this listing, part read: nothing kept (see ``_before``)
+        return _picked(entries.keys, ctimes, cut, strict=False), reading
+    return _before(state, entries.keys, ctimes, cut, strict=False), ""
+
+
+def _known_times(
+    zk: Any, idx: zindex.ReadIndex, state: str
+) -> tuple[packed.Entries, array[float], str]:
+    """``_entry_times``, unless more than ``READ_IN_REQUEST`` entries' times are not known yet
+    (or the background reader is at them): then the times known so far (0.0 for the others),
+    the rest read by a thread of its own, and what is being read ("" when the times are
+    whole)."""
     entries = idx.job_entries(state)
     keys = entries.keys
     with _lock:
@@ -638,12 +666,17 @@ def entered_before(zk: Any, state: str, cut: float) -> tuple[array[int], str]:
         missing = ctimes.count(0.0)
         if missing > READ_IN_REQUEST or (reading and missing):
             _read_times_in_background(zk, state)
-            picked = compress(keys, map(and_, map(cut.__ge__, ctimes), map((0.0).__lt__, ctimes)))
-            return array("q", picked), (
-                f"the time each job entered {state} ({len(keys) - missing:,} of {len(keys):,} read)"
-            )
+            read = f"{len(keys) - missing:,} of {len(keys):,} read"
+            return entries, ctimes, f"the time each job entered {state} ({read})"
     entries, ctimes = _entry_times(zk, idx, state)
-    return _before(state, entries.keys, ctimes, cut, strict=False), ""
+    return entries, ctimes, ""
+
+
+def _picked(keys: array[int], ctimes: array[float], cut: float, *, strict: bool) -> array[int]:
+    """The ``keys`` whose time in ``ctimes`` is known and before ``cut`` (``strict``) or at
+    it, in their order: one pass in C."""
+    below = cut.__gt__ if strict else cut.__ge__
+    return array("q", compress(keys, map(and_, map(below, ctimes), map((0.0).__lt__, ctimes))))
 
 
 def _before(
@@ -663,9 +696,7 @@ def _before(
         _seen[state] = (keys, ctimes)
     if made is None or made.keys is not keys or made.ctimes is not ctimes:
         if seen is None or seen[0] is not keys or seen[1] is not ctimes:
-            below = cut.__gt__ if strict else cut.__ge__
-            picked = compress(keys, map(and_, map(below, ctimes), map((0.0).__lt__, ctimes)))
-            return array("q", picked)
+            return _picked(keys, ctimes, cut, strict=strict)
         at = ctimes.__getitem__
         order = array("q", sorted(range(len(ctimes)), key=at))
         made = _ByTime(keys, ctimes, order, array("d", map(at, order)))
