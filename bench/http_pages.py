@@ -70,6 +70,7 @@ import random
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -236,15 +237,33 @@ class Targets:
         return template.format(**values), wanted
 
 
+def own_database(env: dict[str, str], hosts: str) -> Path:
+    """The database of the consoles of one ZooKeeper: a copy of the prepared one (its user and
+    token), made on first use. Consoles of different queues never share one: a database
+    belongs to one queue, as in production, and the text index keys its rows by job number, so
+    a console sharing another queue's rows would take them for its own jobs' (and take away
+    those its ZooKeeper does not list, while the other console writes)."""
+    prepared = Path(env["MRT_DATABASE_PATH"])
+    own = prepared.with_name(f"{prepared.stem}-{re.sub(r'[^0-9A-Za-z]+', '-', hosts)}.sqlite3")
+    if not own.exists():
+        with (
+            contextlib.closing(sqlite3.connect(prepared)) as source,
+            contextlib.closing(sqlite3.connect(own)) as copy,
+        ):
+            source.backup(copy)
+    return own
+
+
 class Console:
-    """One daphne process serving the console against one queue."""
+    """One daphne process serving the console against one queue (the consoles of one
+    ZooKeeper share a database of their own)."""
 
     def __init__(
         self, size: int, hosts: str, env: dict[str, str], scratch: Path, label: str = ""
     ) -> None:
         self.size = size
         self.hosts = hosts
-        self.env = {**env, "ZK_HOSTS": hosts}
+        self.env = {**env, "ZK_HOSTS": hosts, "MRT_DATABASE_PATH": str(own_database(env, hosts))}
         self.log = scratch / f"daphne-{label or size}.log"
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
