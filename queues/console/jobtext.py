@@ -75,6 +75,14 @@ def _known_key(number: int, made: int, ark: bool) -> int:
     return number << 25 | ark << 24 | (made & 0xFFFFFF)
 
 
+# ``_known_key`` of every row, worked out by the database (SQLite and PostgreSQL alike: the
+# bit operators share one precedence, hence every parenthesis).
+KNOWN_KEYS_SQL = (
+    "SELECT (number << 25) | (CASE WHEN ark <> '' THEN 16777216 ELSE 0 END) | (made & 16777215) "
+    "FROM queues_jobtext ORDER BY number"
+)
+
+
 def _crc(text: str) -> int:
     return zlib.crc32(text.encode("utf-8", "surrogatepass"))
 
@@ -218,16 +226,18 @@ class Feed:
     # The writer -------------------------------------------------------------------------------
 
     def _load_known(self) -> None:
+        # The keys made by the database (``_known_key``), in order of the primary key (their
+        # high bits): at 1,000,000 rows half the interpreter time of a key made per row and
+        # sorted here, taken from the first pages asked after a start.
         numbers = array("q")
         errors = array("q")
         with connection.cursor() as cursor:
-            cursor.execute("SELECT number, made, ark <> '' FROM queues_jobtext")
+            cursor.execute(KNOWN_KEYS_SQL)
             while chunk := cursor.fetchmany(10_000):
-                numbers.extend(_known_key(n, m, bool(a)) for n, m, a in chunk)
+                numbers.extend([key for (key,) in chunk])
             cursor.execute("SELECT number, error FROM queues_jobtext WHERE error <> ''")
             while chunk := cursor.fetchmany(10_000):
                 errors.extend(n << 32 | _crc(e) for n, e in chunk)
-        numbers = array("q", sorted(numbers))
         errors = array("q", sorted(errors))
         with self.lock:
             self.known, self.known_errors = numbers, errors

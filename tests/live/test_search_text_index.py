@@ -215,6 +215,7 @@ def test_texts_read_while_postgresql_is_down_wait_and_are_written_when_it_is_bac
             assert hits == sorted((int(j.jid[3:]) for j in made), reverse=True)
             assert [n for n, _v in jobtext.matching(["error"], "said 507")] == [int(broken.jid[3:])]
             assert jobtext.count(["title", "error"], "outage") == 5
+            _known_keys_match_the_rows()
         finally:
             jobtext.reset()
             zindex.reset()
@@ -222,6 +223,31 @@ def test_texts_read_while_postgresql_is_down_wait_and_are_written_when_it_is_bac
                 cluster.start()
             connection.close()
             call_command("flush", verbosity=0, interactive=False)
+
+
+def _known_keys_match_the_rows() -> None:
+    """The keys the database works out for a restart's ``known`` are ``_known_key`` of each
+    row, in order (the feed would otherwise write every job again, or skip a new one)."""
+    with connection.cursor() as cursor:
+        cursor.execute(jobtext.KNOWN_KEYS_SQL)
+        made_there = [key for (key,) in cursor.fetchall()]
+    rows = JobText.objects.values_list("number", "made", "ark")
+    assert made_there == sorted(jobtext._known_key(n, m, bool(a)) for n, m, a in rows)
+
+
+@pytest.mark.django_db
+def test_the_database_works_out_the_known_keys_of_a_restart() -> None:
+    """SQLite here (PostgreSQL in the outage test above): numbers of all ten digits, times
+    past 24 bits, rows with and without an ARK."""
+    JobText.objects.bulk_create(
+        [
+            JobText(number=9_999_999_999, made=1_764_000_000_123, ark="ark:/99999/fk4zz"),
+            JobText(number=1, made=0),
+            JobText(number=4_321, made=(1 << 24) + 5, ark=""),
+            JobText(number=17_179_869_183 // 2, made=1_764_000_000_999, ark="ark:/1/x"),
+        ]
+    )
+    _known_keys_match_the_rows()
 
 
 # A restart ----------------------------------------------------------------------------------------
