@@ -707,11 +707,24 @@ def _before(
     kept = made.kept.get((low, high))
     if kept is not None:
         return kept
-    found = array("q", sorted(map(made.keys.__getitem__, made.order[low:high])))
+    # The cut moves on with the clock: the last answer of a shorter prefix, with the few
+    # entries that have crossed the cut since put in their places, instead of sorting the whole
+    # prefix again at every request (at 1,000,000 jobs "stuck only" took 1.9 times as long as
+    # at 1,000 for the same page).
+    shorter = max((h for (lo, h) in made.kept if lo == low and h < high), default=None)
+    if shorter is not None and high - shorter <= GROWN_AT_MOST:
+        found = array("q", made.kept[(low, shorter)])  # a copy: answers are shared
+        for key in sorted(map(made.keys.__getitem__, made.order[shorter:high])):
+            found.insert(bisect_left(found, key), key)
+    else:
+        found = array("q", sorted(map(made.keys.__getitem__, made.order[low:high])))
     if len(made.kept) >= 4:
         made.kept.clear()
     made.kept[(low, high)] = found
     return found
+
+
+GROWN_AT_MOST = 1000  # entries put in their places one by one; more: the prefix sorted again
 
 
 # Entry times a job list request reads itself (as many as the old scan of status nodes read at

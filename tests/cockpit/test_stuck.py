@@ -249,3 +249,27 @@ def test_the_stuck_list_is_paged_in_its_order_looking_only_as_deep_as_a_page_nee
     assert "4 stuck jobs · page 2 of 2" in second and "?page=1" in second
     assert locked[3].jid in second and locked[0].jid not in second
     assert viewer.get("/stuck/?page=x").status_code == 400
+
+
+def test_a_cut_moving_on_with_the_clock_puts_the_new_entries_in_their_places() -> None:
+    """The entries before a cut, in run order, as the cut moves on (the job list's "stuck only"
+    and age filters ask again with a later cut every request): the last answer with the
+    entries that crossed the cut since, the same as sorting the whole prefix again."""
+    import random
+
+    rng = random.Random(3)
+    keys = array("q", sorted(rng.sample(range(1, 1 << 40), 5000)))
+    # 0.0: a time not read (left out of every answer).
+    ctimes = array("d", ((c + rng.random()) if (c := rng.randrange(100)) else 0.0 for _ in keys))
+    stuck.reset()
+    try:
+        for step, cut in enumerate([10.0, 10.0, 10.5, 20.0, 20.0, 33.3, 34.0, 60.0, 99.9, 5.0]):
+            for strict in (True, False):
+                before = cut.__gt__ if strict else cut.__ge__
+                wanted = sorted(
+                    k for k, t in zip(keys, ctimes, strict=True) if t >= 1 and before(t)
+                )
+                found = stuck._before("Testing", keys, ctimes, cut, strict=strict)
+                assert list(found) == wanted, (step, cut, strict)
+    finally:
+        stuck.reset()

@@ -211,10 +211,10 @@ def test_the_age_filter_reads_many_unknown_times_in_the_background(
 def test_the_stuck_filter_reads_many_unknown_times_in_the_background(
     zk: Any, queue: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """"Stuck only" with more entry times unknown than a request reads itself (the first look
-    after a start: it took 10.7 s at 1,000,000 jobs) answers from the times known (none),
-    says what is being read, and a thread reads them; then the answer is whole. An action on
-    every match refuses meanwhile (it would miss jobs)."""
+    """The "stuck only" filter with more entry times unknown than a request reads itself (the
+    first look after a start: it took 10.7 s at 1,000,000 jobs) answers from the times known
+    (none), says what is being read, and a thread reads them; then the answer is whole. An
+    action on every match refuses meanwhile (it would miss jobs)."""
     from queues.zk.errors import StillLoading
 
     monkeypatch.setattr(stuck, "READ_IN_REQUEST", 10)
