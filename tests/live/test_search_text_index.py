@@ -254,29 +254,34 @@ def test_the_database_works_out_the_known_keys_of_a_restart() -> None:
 def test_a_text_found_through_its_rare_trigrams_is_what_the_phrase_query_finds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """SQLite: a long text is looked for through two trigrams few rows hold, then checked
+    """SQLite: a long text is looked for through trigrams of it that few rows hold, then checked
     whole; every answer (rows, order, count) is the phrase query's, in the fields asked only."""
     monkeypatch.setattr(jobtext, "RARE_AT_MOST", 100)  # 2,000 rows here, not 1,000,000
+
+    def number(n: int) -> int:  # IDs of eight digits, as a large queue's
+        return 3_000_000 + n * 7_919
+
     rows = [
         JobText(
-            number=n,
+            number=number(n),
             made=n,
             title=f'Letter "{n:04d}" to Zoë' if n % 7 else f"Annual report {n:04d}",
-            filename=f"jid{n:010d}.bin",
-            local_ids=f"local-{n:07d}\nother-{n % 3}",
-            ark=f"ark:/99999/fk4{n:08d}",
-            error=f"Storage said 503 for jid{n:010d}.bin" if n % 50 == 0 else "",
+            filename=f"jid{number(n):010d}.bin",
+            local_ids=f"local-{number(n):08d}\nother-{n % 3}",
+            ark=f"ark:/99999/fk4{number(n):08d}",
+            error=f"Storage said 503 for jid{number(n):010d}.bin" if n % 50 == 0 else "",
         )
         for n in range(1, 2001)
     ]
     JobText.objects.bulk_create(rows)
+    one = number(1234)
     asked = [
-        (["filename"], "jid0000001234.bin"),
-        (["ark", "local_ids"], "ARK:/99999/FK400001234"),
-        (["title", "filename", "local_ids", "ark", "error"], "said 503 for jid0000001"),
+        (["filename"], f"jid{one:010d}.bin"),
+        (["ark", "local_ids"], f"ARK:/99999/FK4{one:08d}"),
+        (["title", "filename", "local_ids", "ark", "error"], "said 503 for jid00"),
         (["title"], 'letter "0123"'),
         (["title"], "to zoë"),  # in every row but the seventh: no rare trigram
-        (["local_ids"], "-0001999\nother"),
+        (["local_ids"], f"-{number(1999):08d}\nother"),
         (["filename"], "Annual report 0014"),  # in a title only
         (["title"], "annual report 0014"),
         (["error"], "nowhere at all"),
@@ -285,17 +290,18 @@ def test_a_text_found_through_its_rare_trigrams_is_what_the_phrase_query_finds(
         (tuple(f), t): (list(jobtext.matching(f, t)), jobtext.count(f, t, 5)) for f, t in asked
     }
     # The IDs through their rare trigrams; a text in most rows by the phrase query.
-    assert jobtext._rare_rows(["filename"], "jid0000001234.bin") is not None
-    assert jobtext._rare_rows(["ark"], "ARK:/99999/FK400001234") is not None
+    assert jobtext._rare_rows(["filename"], f"jid{one:010d}.bin") is not None
+    assert jobtext._rare_rows(["ark"], f"ARK:/99999/FK4{one:08d}") is not None
     assert jobtext._rare_rows(["title"], "to zoë") is None
     monkeypatch.setattr(jobtext, "RARE_FROM", 10**6)  # every text a phrase query
     for (fields, text), (rows_found, counted) in found.items():
         assert rows_found == list(jobtext.matching(list(fields), text)), text
         assert counted == jobtext.count(list(fields), text, 5), text
-    assert [n for n, _v in found[("filename",), "jid0000001234.bin"][0]] == [1234]
+    assert [n for n, _v in found[("filename",), f"jid{one:010d}.bin"][0]] == [one]
+    assert [n for n, _v in found[("ark", "local_ids"), f"ARK:/99999/FK4{one:08d}"][0]] == [one]
     assert found[("title",), "to zoë"][1] == 6  # counted to its cap + 1
     assert found[("filename",), "Annual report 0014"] == ([], 0)
-    assert [n for n, _v in found[("title",), "annual report 0014"][0]] == [14]
+    assert [n for n, _v in found[("title",), "annual report 0014"][0]] == [number(14)]
 
 
 # A restart ----------------------------------------------------------------------------------------
