@@ -304,6 +304,19 @@ def test_a_text_found_through_its_rare_trigrams_is_what_the_phrase_query_finds(
     assert [n for n, _v in found[("title",), "annual report 0014"][0]] == [number(14)]
 
 
+def test_the_rare_trigrams_taken_do_not_overlap() -> None:
+    """An ARK's last six digits hold four rare trigrams; the rarest two overlap ("278" and
+    "780" share "78"): the two apart from each other are taken, and none when none are."""
+    held = [(3751, 19, "780"), (3493, 18, "278"), (3827, 17, "727"), (3821, 16, "472")]
+    assert jobtext._apart(held) == ["780", "472"]
+    assert jobtext._apart([(5, 0, "abc"), (9, 1, "bcd"), (7, 10, "xyz"), (6, 4, "efg")]) == [
+        "abc",
+        "efg",
+        "xyz",
+    ]
+    assert jobtext._apart([(1, 3, "aaa"), (2, 4, "aab")]) == []
+
+
 # A restart ----------------------------------------------------------------------------------------
 
 
