@@ -286,8 +286,6 @@ def _prepared(zk: Any, idx: Any) -> _Prepared:
                 sub = decode_json("submission", read[0]) if read else {}
             except MalformedNode:
                 sub = {}
-            if not isinstance(sub, dict):
-                sub = {}
             fresh[b] = (
                 str(sub.get("profile") or ""),
                 str(sub.get("submitter") or "").lower(),

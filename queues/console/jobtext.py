@@ -511,12 +511,17 @@ def _like(folded: str) -> str:
     return f"%{escaped}%"
 
 
+def _check(fields: list[str]) -> None:
+    """Refuse what is not a column of ``FIELDS``: the names are written into the statements."""
+    if not fields or not set(fields) <= set(FIELDS):
+        raise ValueError(f"not fields of the text index: {fields!r}")
+
+
 def _where(fields: list[str], text: str) -> tuple[str, str, list[Any]]:
     """The table, the condition and its parameters of a search for ``text`` in ``fields``
     (column names of ``FIELDS`` only: they are written into the statement; the text is a
     parameter)."""
-    if not fields or not set(fields) <= set(FIELDS):
-        raise ValueError(f"not fields of the text index: {fields!r}")
+    _check(fields)
     if connection.vendor == "sqlite":
         if len(text) >= SHORTEST_INDEXED:
             return (
@@ -560,7 +565,7 @@ def _rare_rows(fields: list[str], text: str) -> list[tuple[int, dict[str, Any]]]
     text, no two such trigrams, too many rows holding them)."""
     if connection.vendor != "sqlite" or len(text) < RARE_FROM:
         return None
-    _where(fields, text)  # the fields checked
+    _check(fields)
     seen: set[str] = set()
     trigrams = []
     for i in range(len(text) - 2):

@@ -130,7 +130,7 @@ class ServerScreen:
             nodes = {jid: zpaths.job_node(jid, "configuration") for jid in part}
             found = read_many(self.zk, list(nodes.values()))
             for jid, node in nodes.items():
-                self.capped.note(jid, _server(jid, found[node], policy))
+                self.capped.note(jid, _server(node, found[node], policy))
         kept = []
         passed: dict[str, str] = {}
         for name, listed_jid in jids.items():
@@ -142,13 +142,13 @@ class ServerScreen:
         return kept
 
 
-def _server(jid: str, read: tuple[bytes, Any] | None, policy: FetchPolicy) -> str:
+def _server(node: str, read: tuple[bytes, Any] | None, policy: FetchPolicy) -> str:
     """The server a job's configuration node sends its download to ("": none, or unreadable:
     the claim finds out and says so)."""
     if read is None:
         return ""
     try:
-        configuration = decode_json(zpaths.job_node(jid, "configuration"), read[0])
+        configuration = decode_json(node, read[0])
     except MalformedNode:
         return ""
     url = configuration.get("payload_url")
