@@ -90,7 +90,7 @@ USER, PASSWORD = "bench", "bench-password-1"
 FILL_TIMEOUT = 1800.0
 TICK = os.sysconf("SC_CLK_TCK")
 IDLE_SHARE = 0.02  # a process using less CPU than this share of the wall time is idle
-COLD_TARGET = 2.0  # s: every page answers within this of a cold start, saying what is loading
+COLD_TARGET = 1.5  # s: every page answers within this of a cold start, saying what is loading
 
 
 @dataclass
@@ -102,6 +102,8 @@ class Timings:
     cold: float | None = None
     cold_loading: bool = False  # the cold answer said the read index was still loading
     cold_filling: bool = False  # the index was still filling right after the cold answer
+    # The cold answer was a 503 saying only what is still loading (the page asks again).
+    cold_waiting: bool = False
 
     @property
     def median_ms(self) -> float:
@@ -737,13 +739,23 @@ def time_cold(
         url, _wanted = queue.targets.url(template, i)
         elapsed, status, body = console.get(kind, url)
         timing = figures[name]
-        if status != 200:
+        # A page that needs what the fill is still reading answers 503 saying so (and asks
+        # again by itself): an answer in time, counted apart from one with content.
+        waiting = status == 503 and loading_said(body)
+        if status != 200 and not waiting:
             timing.error = f"{url} answered {status} cold"
             continue
         timing.cold = elapsed
+        timing.cold_waiting = waiting
         timing.cold_loading = loading_said(body)
         timing.cold_filling = console.filling()
-        said = "said it was loading" if timing.cold_loading else "did not say it was loading"
+        said = (
+            "503: only that it was loading"
+            if waiting
+            else "said it was loading"
+            if timing.cold_loading
+            else "did not say it was loading"
+        )
         filling = "still filling after it" if timing.cold_filling else "filled"
         print(
             f"  cold {queue.size}: {name} {elapsed * 1000:.0f} ms ({said}; index {filling})",
@@ -841,16 +853,20 @@ def cold_table(figures: dict[int, dict[str, Timings]], sizes: list[int]) -> list
         cold = {s: figures[s][name].cold or 0.0 for s in sizes}
         for size in sizes:
             t = figures[size][name]
-            note = "*" if t.cold_loading else "!" if t.cold_filling else " "
+            note = (
+                "~" if t.cold_waiting else "*" if t.cold_loading else "!" if t.cold_filling else " "
+            )
             row += f"{cold[size] * 1000:>13.0f} ms{note}"
         ratio = cold[large] / cold[small]
         row += f"{ratio:>7.2f}x  {_verdict(ratio)}"
         if cold[large] > COLD_TARGET:
-            row += f"  OVER {COLD_TARGET:.0f} s"
+            row += f"  OVER {COLD_TARGET:.1f} s"
         lines.append(row)
+    waiting = sum(1 for t in figures[large].values() if t.cold_waiting)
     lines.append(
-        "  * the answer said the read index was still loading; ! it did not say so, and the "
-        "index was still filling right after it"
+        "  * the answer said the read index was still loading; ~ a 503 saying only that (the "
+        "page asks again by itself); ! it did not say so, and the index was still filling "
+        f"right after it. {waiting} views answered ~ at {large} jobs."
     )
     return lines
 

@@ -46,10 +46,19 @@ class StateCount:
     oldest_seconds: float | None = None
 
 
-def job_state_counts() -> dict[str, int]:
+def zookeeper_answers() -> None:
+    """One small round trip to ZooKeeper (the job states folder's stat); a connection error
+    when it does not answer."""
+    connected_client().exists(zpaths.JOB_STATES)
+
+
+def job_state_counts(*, wait: bool = True) -> dict[str, int]:
     """Jobs per state, from the read index's listings of the state folders (Deleted too: jobs
-    Merritt's library marked Deleted stay until they are removed)."""
+    Merritt's library marked Deleted stay until they are removed). ``wait=False``: while the
+    index fills after a start, each folder not listed yet is counted from its stat instead."""
     idx = zindex.for_client(connected_client())
+    if not wait and idx.filling:
+        return {s: n or 0 for s, n in idx.job_counts_now().items()}
     return {s: idx.job_count(s) for s in JOB.states}
 
 

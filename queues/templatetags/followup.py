@@ -105,10 +105,8 @@ def batches_waiting_for_update_reporting() -> list[str]:
     # While the index fills after a start: the batches whose state is read so far.
     states = idx.batch_states_now()
     failed = [b for b, s in states.items() if s.state == BatchState.FAILED]
-    counts = idx.batch_job_counts(sorted(failed))
-    return [
-        b for b, c in counts.items() if waits_for_update_reporting(BatchState.FAILED, c.folders)
-    ]
+    counts = idx.batch_folder_counts(sorted(failed))
+    return [b for b, c in counts.items() if waits_for_update_reporting(BatchState.FAILED, c)]
 
 
 @register.simple_tag

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,7 @@ from queues.zk.errors import (
     NotFound,
     QueueHeld,
     StillLoading,
+    StillReading,
     is_connection_error,
 )
 
@@ -65,6 +67,8 @@ class HtmxHttpRequest(HttpRequest):
 log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 10
+# A page that is still loading after a start tries again this soon (``still_reading``).
+LOADING_RETRY_SECONDS = 2
 
 # Errors -> HTTP answers -----------------------------------------------------------------------
 
@@ -157,6 +161,32 @@ def error_response(request: HttpRequest, message: str, status: int) -> HttpRespo
     return response
 
 
+def within_loading_wait(request: HttpRequest) -> AbstractContextManager[None]:
+    """A read (GET) waits at most ``MRT_LOADING_WAIT`` seconds for what the read index's
+    background fill is reading after a start, then says so (``StillReading``); an action
+    waits for what it must see (a refusal it cannot give halfway)."""
+    if request.method in ("GET", "HEAD"):
+        return zindex.answer_within(settings.MRT_LOADING_WAIT)
+    return nullcontext()
+
+
+def still_reading(request: HttpRequest, exc: StillReading) -> HttpResponse:
+    """A page asked before the fill has read what it needs: 503, what is loading, and a page
+    that asks again by itself every LOADING_RETRY_SECONDS (an htmx refresh keeps its target)."""
+    if getattr(request, "htmx", False):
+        response = reswap(HttpResponse(status=503), "none")
+    else:
+        response = render(
+            request,
+            "queues/loading.html",
+            # (its own notice replaces the base page's, which says the page shows what is read)
+            {"stage": exc.stage, "retry": LOADING_RETRY_SECONDS, "index_loading": ""},
+            status=503,
+        )
+    response["Retry-After"] = str(LOADING_RETRY_SECONDS)
+    return response
+
+
 def console_view(role: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
     """Login and role first; then domain errors become 4xx pages and an unreachable ZooKeeper
     a 503 that retries, so no view needs its own try/except."""
@@ -165,7 +195,10 @@ def console_view(role: str) -> Callable[[Callable[..., HttpResponse]], Callable[
         @functools.wraps(view)
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             try:
-                return view(request, *args, **kwargs)
+                with within_loading_wait(request):
+                    return view(request, *args, **kwargs)
+            except StillReading as exc:
+                return still_reading(request, exc)
             except Exception as exc:
                 refusal = refusal_for(exc)
                 if refusal is None:

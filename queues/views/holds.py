@@ -93,7 +93,7 @@ def holds_context(*, just_held: str = "") -> dict[str, Any]:
 
 def queue_hold_preview() -> dict[str, Any]:
     """What holding the ingest queue stops: the jobs waiting to start and those under way."""
-    counts = selectors.job_state_counts()
+    counts = selectors.job_state_counts(wait=False)
     waiting = counts.get(JobState.PENDING, 0)
     working = sum(n for s, n in counts.items() if s in JOB_WORKING)
     return {"waiting": waiting, "working": working, "counts": counts}

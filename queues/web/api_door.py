@@ -20,7 +20,14 @@ from queues.console import job_reads, selectors
 from queues.core import clock, retries
 from queues.operator.auth import BEARER_CHALLENGE, VIEWER, has_role, token_from
 from queues.services.moves import Outcome
-from queues.views.common import RETRY_SECONDS, index_loading, refusal_for
+from queues.views.common import (
+    LOADING_RETRY_SECONDS,
+    RETRY_SECONDS,
+    index_loading,
+    refusal_for,
+    within_loading_wait,
+)
+from queues.zk.errors import StillReading
 from queues.zk.records import AccessRequest, Batch, Broken, Job
 
 
@@ -55,7 +62,14 @@ def api_view(
             if not has_role(token.user, VIEWER):
                 return error_json("this token's user has no console role", 403)
             try:
-                result = view(request, *args, **kwargs)
+                with within_loading_wait(request):
+                    result = view(request, *args, **kwargs)
+            except StillReading as exc:
+                response = JsonResponse(
+                    {"error": str(exc), "status": 503, "loading": exc.stage}, status=503
+                )
+                response["Retry-After"] = str(LOADING_RETRY_SECONDS)
+                return response
             except Exception as exc:
                 refusal = refusal_for(exc)
                 if refusal is None:

@@ -100,6 +100,19 @@ class StillLoading(DomainError):
         )
 
 
+class StillReading(StillLoading):
+    """A page asked right after a start needs what the background fill is reading now, and
+    would wait for it longer than a page may (``index.answer_within``): it says so instead
+    (503, retry in a few seconds)."""
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+        super().__init__(
+            f"the console is still reading the queue after a start ({stage}), and this page "
+            "needs that; it shows as soon as that is read"
+        )
+
+
 class MalformedNode(DomainError):
     """A node's bytes do not decode to what the contract says; the path is named."""
 

@@ -87,6 +87,8 @@ import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
@@ -99,7 +101,7 @@ from queues.core.states import BatchState as BatchStatus
 
 from . import kazoo_private, paths
 from .codecs import decode_int, decode_json, decode_str
-from .errors import MalformedNode
+from .errors import MalformedNode, StillReading
 from .nodes import read_many
 from .packed import (
     EMPTY,
@@ -123,6 +125,8 @@ from .packed import (
 )
 
 MAX_FACTS = 5_000_000
+# Until when a request may wait for what the background fill is reading (``answer_within``).
+_ANSWER_BY: ContextVar[float | None] = ContextVar("answer_by", default=None)
 # The threads that fill an index (``start_fill``'s, and ``queues.web.warmup``'s at a web start).
 FILL_THREADS = frozenset({"fill-read-index", "warm-read-index"})
 # How long a read waits for kazoo's callback thread before using what it has.
@@ -292,6 +296,19 @@ def store_node_of(path: str, read: Any) -> int:
     return int(parts[1])
 
 
+@contextmanager
+def answer_within(seconds: float) -> Iterator[None]:
+    """Within this block (a page's request), a read that would still be waiting for what the
+    background fill is reading ``seconds`` after the block began raises ``StillReading``,
+    naming what the fill reads, instead of waiting on: right after a start at a million jobs
+    a page answers at once that it is still loading, rather than after the fill's listings."""
+    token = _ANSWER_BY.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _ANSWER_BY.reset(token)
+
+
 class ReadIndex:
     """The index of one ZooKeeper client (one per web process; tests make their own)."""
 
@@ -345,6 +362,10 @@ class ReadIndex:
         # state -> the entries of the listing whose jobs have been read for search.
         self._synced: dict[str, array[int]] = {}
         self._sync_lock = threading.Lock()
+        # Notified whenever a folder's listing is stored, and when the fill's first step (the
+        # listings of the job state folders, ``_listing_stage``) ends.
+        self._listed = threading.Condition(self._lock)
+        self._listing_stage = False
         self._search_complete = False
         self._filler: threading.Thread | None = None
         self._fill_stage = ""  # what the background fill is reading now ("" when idle)
@@ -364,6 +385,23 @@ class ReadIndex:
 
     def close(self) -> None:
         self.zk.remove_listener(self._on_session)
+
+    @contextmanager
+    def _turn(self, lock: Any) -> Iterator[None]:
+        """Hold ``lock`` (one reader of a folder or figure; others asking meanwhile wait for
+        its answer). Within ``answer_within`` while the background fill runs, wait no longer
+        than the request's deadline: ``StillReading`` names what the fill is reading."""
+        deadline = _ANSWER_BY.get()
+        if deadline is None or not self.filling:
+            with lock:
+                yield
+            return
+        if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise StillReading(self.loading())
+        try:
+            yield
+        finally:
+            lock.release()
 
     # Watches: only ever mark things stale (they run on kazoo's event thread) -----------------
 
@@ -421,7 +459,11 @@ class ReadIndex:
         them and waiting for it makes this process read its own writes: a page rendered after
         an action shows the action's result, not the index from just before.
         """
-        kazoo_private.after_watch_callbacks(self.zk, SETTLE_SECONDS)
+        wait = SETTLE_SECONDS
+        deadline = _ANSWER_BY.get()
+        if deadline is not None and self.filling:  # the fill's reads keep that thread busy
+            wait = min(wait, max(0.0, deadline - time.monotonic()))
+        kazoo_private.after_watch_callbacks(self.zk, wait)
 
     def names(self, path: str) -> list[str]:
         """The sorted child names of ``path`` (empty when it does not exist); do not modify.
@@ -439,8 +481,12 @@ class ReadIndex:
             folder = self._folders.setdefault(path, _Folder())
             if not folder.stale and folder.listing is not None:
                 return folder.listing
+        if path.startswith(paths.JOB_STATES + "/"):
+            filled = self._listed_by_fill(folder)
+            if filled is not None:
+                return filled
         # One reader refreshes a folder; others asking meanwhile wait for its answer.
-        with folder.refresh:
+        with self._turn(folder.refresh):
             with self._lock:
                 if not folder.stale and folder.listing is not None:
                     return folder.listing
@@ -472,7 +518,25 @@ class ReadIndex:
                 listing = _Listing(names)
             with self._lock:
                 folder.listing = listing
+                self._listed.notify_all()
             return listing
+
+    def _listed_by_fill(self, folder: _Folder) -> _Listing | None:
+        """Within ``answer_within`` while the fill lists the job state folders (its first
+        step), a job state folder's listing as the fill reads it: a request that read a folder
+        of 600,000 jobs itself would spend its whole time on it beside the fill. Waits until
+        the request's deadline (then ``StillReading``); None outside that step."""
+        deadline = _ANSWER_BY.get()
+        if deadline is None or not self._listing_stage or not self.filling:
+            return None
+
+        def ready() -> bool:
+            return (not folder.stale and folder.listing is not None) or not self._listing_stage
+
+        with self._listed:
+            if not self._listed.wait_for(ready, max(0.0, deadline - time.monotonic())):
+                raise StillReading(self.loading())
+            return folder.listing if not folder.stale else None
 
     def _ready_listing(self, path: str) -> _Listing | None:
         """The folder's listing if it is read and current, without reading or waiting."""
@@ -576,6 +640,8 @@ class ReadIndex:
         costs no request and no look-up of each job; after a change, the page pays for the
         batches whose folders changed, not for the queue. A missing folder lists no job.
         """
+        if not bids:
+            return {}
         members = self._member_listings(
             [paths.batch_index(b, f) for b in bids for f in BATCH_INDEX_FOLDERS]
         )
@@ -619,6 +685,20 @@ class ReadIndex:
             found[bid] = counts
         return found
 
+    def batch_folder_counts(self, bids: Sequence[str]) -> dict[str, dict[str, int]]:
+        """How many jobs each batch index folder of ``bids`` lists (``BatchCounts.folders``,
+        from the same kept listings), without the state folders' listings."""
+        members = self._member_listings(
+            [paths.batch_index(b, f) for b in bids for f in BATCH_INDEX_FOLDERS]
+        )
+        return {
+            b: {
+                f: len(listing.names) if (listing := members[paths.batch_index(b, f)]) else 0
+                for f in BATCH_INDEX_FOLDERS
+            }
+            for b in bids
+        }
+
     def _states_of(self, jids: Iterable[str], order: list[tuple[str, _Listing]]) -> Iterator[str]:
         """The state folder each job is listed in ("?" for none), looked for in ``order``."""
         folders = [
@@ -641,7 +721,8 @@ class ReadIndex:
         """Listings of batch index folders (None for a folder that does not exist), kept under
         a child watch; those not current are read with one pipelined request each."""
         self.settle()
-        with self._member_lock:  # one reader at a time: a folder being read is not yet known
+        # One reader at a time: a folder being read is not yet known.
+        with self._turn(self._member_lock):
             return self._member_listings_read(folder_paths)
 
     def _member_listings_read(self, folder_paths: Sequence[str]) -> dict[str, _Listing | None]:
@@ -855,7 +936,7 @@ class ReadIndex:
                 and not self._stale_batches
             ):
                 return kept[2]
-        with self._compute:
+        with self._turn(self._compute):
             return self._batch_states(bids)
 
     def fixed_batches(self) -> list[str]:
@@ -873,7 +954,8 @@ class ReadIndex:
             kept = self._fixed_kept
             if kept is not None and kept[0] is states and not self._fixed_dirty:
                 return kept[2]
-        with self._fixed_lock:  # one reader at a time: a batch being listed is not yet known
+        # One reader at a time: a batch being listed is not yet known.
+        with self._turn(self._fixed_lock):
             with self._lock:
                 kept = self._fixed_kept
                 if kept is not None and kept[0] is states:
@@ -1056,7 +1138,7 @@ class ReadIndex:
         counts = listing.derived.get("profile-counts")
         if counts is not None:
             return cast("dict[str, int]", counts)
-        with self._compute:
+        with self._turn(self._compute):
             counts = listing.derived.get("profile-counts")
             if counts is not None:
                 return cast("dict[str, int]", counts)
@@ -1104,7 +1186,7 @@ class ReadIndex:
         total = listing.derived.get("space-total")
         if total is not None:
             return cast("int", total)
-        with self._compute:
+        with self._turn(self._compute):
             total = listing.derived.get("space-total")
             if total is not None:
                 return cast("int", total)
@@ -1263,7 +1345,7 @@ class ReadIndex:
         counts = listing.derived.get("store-nodes")
         if counts is not None:
             return cast("dict[int, int]", counts)
-        with self._compute:
+        with self._turn(self._compute):
             counts = listing.derived.get("store-nodes")
             if counts is not None:
                 return cast("dict[int, int]", counts)
@@ -1300,7 +1382,7 @@ class ReadIndex:
         if not wait and self.filling:
             with self._lock:
                 return dict(self._failed)
-        with self._compute:  # one reader computes; others asking meanwhile wait for it
+        with self._turn(self._compute):  # one reader computes; others asking meanwhile wait for it
             cached = listing.derived.get("failed-facts")
             if cached is not None:
                 return cast("dict[int, FailedFacts]", cached)
@@ -1458,8 +1540,11 @@ class ReadIndex:
         sys.setswitchinterval(min(switch, FILL_SWITCH_INTERVAL))
         try:
             self._fill_stage = "job counts and batch states"
+            with self._lock:
+                self._listing_stage = True
             for state in JOB.states:  # the listings first: every job list can answer
                 self.job_entries(state)
+            self._end_listing_stage()
             if first is not None:
                 first()
             self.batch_states()
@@ -1482,11 +1567,17 @@ class ReadIndex:
                 self.sync_jobs(progress=step, chunk=FILL_CHUNK)
             self._filled = True
         finally:
+            self._end_listing_stage()
             sys.setswitchinterval(switch)
             self._fill_stage = ""
             with self._lock:
                 self._filler = None
             give_back_memory()
+
+    def _end_listing_stage(self) -> None:
+        with self._lock:
+            self._listing_stage = False
+            self._listed.notify_all()
 
     def start_fill(self, first: Callable[[], Any] | None = None) -> threading.Thread:
         thread = threading.Thread(

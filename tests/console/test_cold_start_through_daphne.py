@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from bench.loader import bulk_load
 from tests.live.conftest import api_json, api_token, console_env, daphne, log_in
@@ -106,3 +107,49 @@ def test_every_page_and_index_answer_says_what_is_still_loading_until_the_fill_i
             assert 'id="index-loading"' not in answer.text, page
         for path in API:
             assert api_json(url + path.format(**names), key)["loading"] == "", path
+
+
+def test_a_page_that_needs_what_the_fill_is_reading_answers_at_once_that_it_is_loading(
+    zk: Any, zk_hosts: str, tmp_path: Path
+) -> None:
+    """Issue 51: right after a start at a million jobs the fill reads a folder of 600,000 jobs
+    for seconds, and a page that needs it waited as long. It now waits at most
+    ``MRT_LOADING_WAIT``, then answers 503 naming what is loading, with a page that asks again
+    by itself; an API read answers the same in JSON. A page that does not need it answers."""
+    loaded = bulk_load(zk, batches=2, jobs=20, distribution={"Completed": 0.5, "Pending": 0.5})
+    env = {
+        **console_env(zk_hosts, tmp_path, user=USER, password=PASSWORD),
+        "MRT_LOADING_WAIT": "0.2",
+    }
+    key = api_token(env, tmp_path / "key", user=USER, name="cold")
+    gate = tmp_path / "var" / "hold-listing"
+    gate.parent.mkdir(parents=True, exist_ok=True)
+    gate.touch()
+    with daphne(
+        env, tmp_path / "daphne.log", app="tests.console.held_fill_asgi:application"
+    ) as url:
+        session = log_in(url, USER, PASSWORD)
+        page = session.get(f"{url}/jobs/?state=Pending", timeout=60)
+        assert page.status_code == 503
+        assert page.headers["Retry-After"] == "2"
+        assert page.text.count('id="index-loading"') == 1  # its own notice, not the base's too
+        assert "reading the queue from ZooKeeper after it started (job counts" in page.text
+        assert '<meta http-equiv="refresh" content="2">' in page.text
+        answer = requests.get(
+            f"{url}/api/jobs?state=Pending",
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=60,
+        )
+        assert answer.status_code == 503 and answer.headers["Retry-After"] == "2"
+        assert answer.json()["loading"].startswith("job counts")
+        # Pages that need nothing the fill holds answer meanwhile.
+        assert session.get(f"{url}/audit/", timeout=60).status_code == 200
+        assert session.get(f"{url}/health/zk/", timeout=60).status_code == 200
+        gate.unlink()
+        polls = 0
+        while (page := session.get(f"{url}/jobs/?state=Pending", timeout=60)).status_code == 503:
+            polls += 1
+            assert polls < POLLS, "the fill did not read the folder"
+            time.sleep(0.1)
+        assert page.status_code == 200
+        assert loaded.jobs_by_state["Pending"][0] in page.text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import random
+import re
 import subprocess
 import sys
 import tracemalloc
@@ -71,6 +72,27 @@ def test_entries_read_like_the_list_of_pairs_they_replace() -> None:
         entries[3]
     assert entries.jids() == [j for _p, j in expected]
     assert entries.where(lambda p, _n: p == 5) == [e for e in expected if e[0] == 5]
+
+
+def test_entries_parse_as_one_match_a_name_would() -> None:
+    """``parse_entries`` sorts and converts in C; the rule it keeps is one regular expression
+    match per name, each name's priority and number as two ints (its former reading)."""
+    rng = random.Random(11)
+    odd = ["123456789012abcd", "ab-jid0000000001", "05-jid00000000012", "05-jid000000001", "x"]
+    for _ in range(50):
+        names = [
+            f"{rng.choice([0, 5, 50, rng.randrange(100)]):02d}-jid{rng.randrange(10**10):010d}"
+            for _ in range(rng.randrange(300))
+        ] + rng.sample(odd, rng.randrange(len(odd)))
+        rng.shuffle(names)
+        raw = len(names).to_bytes(4, "big") + b"".join(
+            len(n).to_bytes(4, "big") + n.encode() for n in names
+        )
+        one_by_one = sorted(
+            int(m[1]) << packed.NUM_BITS | int(m[2])
+            for m in re.finditer(rb"\x00\x00\x00\x10([0-9]{2})-jid([0-9]{10})", raw)
+        )
+        assert list(parse_entries(raw)) == one_by_one
 
 
 def test_packed_table_answers_like_a_dictionary() -> None:
