@@ -34,7 +34,7 @@ from queues.zk.batches import (
 )
 from queues.zk.client import connected_client
 from queues.zk.codecs import decode_json
-from queues.zk.errors import MalformedNode, NotFound
+from queues.zk.errors import MalformedNode, NotFound, StillReading
 from queues.zk.jobs import jobs_load
 from queues.zk.nodes import read_many
 from queues.zk.records import Batch, Broken, Job
@@ -294,6 +294,14 @@ def _prepared(zk: Any, idx: Any) -> _Prepared:
             )
         with _filter_lock:
             submissions.update(fresh)
+            known = len(submissions)
+        if idx.filling and zindex.past_answer_time() and start + len(part) < len(todo):
+            # Right after a start the fill shares the connection: what is read is kept, and
+            # the next request (the loading page asks again) reads on from there.
+            raise StillReading(
+                f"the submissions of the batches, for the batch list's filters: "
+                f"{min(known, len(every)):,} of {len(every):,} read"
+            )
     with _filter_lock:
         live = set(every)
         for gone in [b for b in submissions if b not in live]:

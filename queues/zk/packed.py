@@ -13,6 +13,7 @@ system.
 
 from __future__ import annotations
 
+import builtins
 import re
 import threading
 from array import array
@@ -166,6 +167,15 @@ class Entries(Sequence[tuple[int, str]]):
         kept = array("q", [k for k in self.keys if keep(priority(k), number(k))])
         return Entries(kept, by_age=self.by_age, reverse=self.reverse)
 
+    def with_numbers(self, numbers: set[int]) -> Entries:
+        """The entries of ``numbers``, in the same order: one comprehension, no call per entry
+        (``where`` calls its test for each of 600,000 entries: about a second)."""
+        if self.by_age:
+            kept = array("q", [k for k in self.keys if k >> PRIO_BITS in numbers])
+        else:
+            kept = array("q", [k for k in self.keys if k & NUM_MASK in numbers])
+        return Entries(kept, by_age=self.by_age, reverse=self.reverse)
+
     def with_priority(self, priority: int) -> Entries:
         """The entries of one priority, in the same order: in run order a slice found by
         bisection (each priority is one run), not a look at every entry."""
@@ -315,6 +325,18 @@ class PackedTable:
         else:
             self.main = _merged(main, added)
         self.tail = {}
+
+    def numbers_with(self, values: builtins.set[int], at_most: int) -> builtins.set[int] | None:
+        """The numbers whose value is one of ``values``; None when more than ``at_most`` are
+        (a set of ints costs about 60 bytes each: the caller goes another way)."""
+        bits, mask = self.bits, self.mask
+        main, tail = self.main, list(self.tail.items())  # a read sees a whole table
+        found = array("q", (k >> bits for k in main if k & mask in values))
+        if len(found) > at_most:
+            return None
+        numbers = builtins.set(found)
+        numbers.update(n for n, v in tail if v in values)
+        return numbers if len(numbers) <= at_most else None
 
     def values(self) -> Iterator[int]:
         mask = self.mask

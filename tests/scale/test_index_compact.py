@@ -19,7 +19,17 @@ import pytest
 from queues.zk import index, packed
 from queues.zk.errors import InvalidID
 from queues.zk.index import ReadIndex
-from queues.zk.packed import ODD_BASE, Entries, JobCodes, KeyTable, PackedTable, parse_entries
+from queues.zk.packed import (
+    NUM_BITS,
+    NUM_MASK,
+    ODD_BASE,
+    PRIO_BITS,
+    Entries,
+    JobCodes,
+    KeyTable,
+    PackedTable,
+    parse_entries,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -262,3 +272,31 @@ def test_a_job_is_found_in_each_priority_run_and_the_oldest_is_the_lowest_number
     assert not any(packed.has_number(run, blocks, n) for n in (0, 4, 39, 41, 2**34 - 1))
     assert ReadIndex._oldest(listing) == "09-jid0000000001"
     assert ReadIndex._oldest(index._Listing([], Entries(array("q")))) is None
+
+
+def test_the_jobs_with_matching_facts_are_found_as_one_lookup_per_entry_finds_them() -> None:
+    """A collection or submitter filter takes the set of jobs whose facts match, then keeps
+    the entries of those jobs in one comprehension; it answers as testing each entry did."""
+    rng = random.Random(5)
+    table = PackedTable(packed.FACT_BITS)
+    model: dict[int, int] = {}
+    for _ in range(5_000):  # main array and recent additions both
+        n, v = rng.randrange(20_000), rng.randrange(40)
+        table.set(n, v)
+        model[n] = v
+        if rng.random() < 0.001:
+            table.compact()
+    wanted = {3, 4, 17}
+    expected = {n for n, v in model.items() if v in wanted}
+    assert table.numbers_with(wanted, len(expected)) == expected
+    assert table.numbers_with(wanted, len(expected) - 1) is None  # too many: another way
+    names = [f"{rng.randrange(100):02d}-jid{rng.randrange(20_000):010d}" for _ in range(3_000)]
+    raw = len(names).to_bytes(4, "big") + b"".join(
+        len(n).to_bytes(4, "big") + n.encode() for n in names
+    )
+    run = Entries(parse_entries(raw))
+    by_age = sorted((k & NUM_MASK) << PRIO_BITS | k >> NUM_BITS for k in run.keys)
+    oldest = Entries(array("q", by_age), by_age=True)
+    for entries in (run, oldest, Entries(oldest.keys, by_age=True, reverse=True)):
+        one_by_one = entries.where(lambda _p, n: model.get(n) in wanted)
+        assert list(entries.with_numbers(expected)) == list(one_by_one)
