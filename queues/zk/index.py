@@ -150,6 +150,9 @@ BATCH_COUNTS_KEPT = 1000
 READ_CHUNK = 2000
 FILL_CHUNK = 500
 FILL_PAUSE = 0.004
+# Between two of its steps the fill waits while pages are being answered, at most this long
+# each time (so a stream of pages slows the fill, never stops it).
+FILL_YIELD_MOST = 0.25
 # Jobs read between two returns of freed memory to the system while the fill reads every job.
 TRIM_EVERY = 20_000
 FILL_SWITCH_INTERVAL = 0.0005  # seconds (sys.setswitchinterval) while the fill runs
@@ -300,17 +303,54 @@ def store_node_of(path: str, read: Any) -> int:
     return int(parts[1])
 
 
+# Pages being answered now (``answer_within`` blocks not waiting for the fill): the fill
+# waits between its steps while there are any (``yield_to_pages``).
+_pages = threading.Condition()
+_pages_answering = [0]
+
+
+def _page_counts(change: int) -> None:
+    with _pages:
+        _pages_answering[0] += change
+        if not _pages_answering[0]:
+            _pages.notify_all()
+
+
 @contextmanager
 def answer_within(seconds: float) -> Iterator[None]:
     """Within this block (a page's request), a read that would still be waiting for what the
     background fill is reading ``seconds`` after the block began raises ``StillReading``,
     naming what the fill reads, instead of waiting on: right after a start at a million jobs
-    a page answers at once that it is still loading, rather than after the fill's listings."""
+    a page answers at once that it is still loading, rather than after the fill's listings.
+    Meanwhile the fill gives way to the page between its steps (``yield_to_pages``)."""
     token = _ANSWER_BY.set(time.monotonic() + seconds)
+    _page_counts(1)
     try:
         yield
     finally:
+        _page_counts(-1)
         _ANSWER_BY.reset(token)
+
+
+@contextmanager
+def _waiting_for_fill() -> Iterator[None]:
+    """A page waiting for what the fill reads does not hold the fill up meanwhile."""
+    if _ANSWER_BY.get() is None:
+        yield
+        return
+    _page_counts(-1)
+    try:
+        yield
+    finally:
+        _page_counts(1)
+
+
+def yield_to_pages() -> None:
+    """The fill, between two of its steps: wait while pages are being answered (at most
+    FILL_YIELD_MOST). ZooKeeper answers one session's requests in order and the fill's work
+    holds the interpreter: a page asked meanwhile would wait behind both."""
+    with _pages:
+        _pages.wait_for(lambda: not _pages_answering[0], FILL_YIELD_MOST)
 
 
 def past_answer_time() -> bool:
@@ -407,6 +447,7 @@ class ReadIndex:
         step = FILL_CHUNK if filling else size
         for start in range(0, len(todo), step):
             if filling and start:
+                yield_to_pages()
                 time.sleep(FILL_PAUSE)
             yield todo[start : start + step]
 
@@ -420,7 +461,9 @@ class ReadIndex:
             with lock:
                 yield
             return
-        if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+        with _waiting_for_fill():
+            got = lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        if not got:
             raise StillReading(self.loading())
         try:
             yield
@@ -557,7 +600,7 @@ class ReadIndex:
         def ready() -> bool:
             return (not folder.stale and folder.listing is not None) or not self._listing_stage
 
-        with self._listed:
+        with _waiting_for_fill(), self._listed:
             if not self._listed.wait_for(ready, max(0.0, deadline - time.monotonic())):
                 raise StillReading(self.loading())
             return folder.listing if not folder.stale else None
@@ -1528,6 +1571,7 @@ class ReadIndex:
                     progress(len(part))
                     if start % TRIM_EVERY < chunk:
                         trim_heap()
+                    yield_to_pages()
                     time.sleep(FILL_PAUSE)  # let page requests in between the fill's steps
             with self._lock:
                 self._synced[state] = keys
@@ -1571,6 +1615,7 @@ class ReadIndex:
             with self._lock:
                 self._listing_stage = True
             for state in JOB.states:  # the listings first: every job list can answer
+                yield_to_pages()
                 self.job_entries(state)
             self._end_listing_stage()
             if first is not None:
