@@ -183,7 +183,15 @@ def still_reading(request: HttpRequest, exc: StillReading) -> HttpResponse:
             {"stage": exc.stage, "retry": LOADING_RETRY_SECONDS, "index_loading": ""},
             status=503,
         )
+    return loading_answer(request, response)
+
+
+def loading_answer(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """A 503 while the index loads: Retry-After, and one INFO line (not Django's ERROR line
+    for every 5xx: a console just started is not failing)."""
     response["Retry-After"] = str(LOADING_RETRY_SECONDS)
+    log.info("still loading after a start for %s %s", request.method, request.path)
+    response._has_been_logged = True  # type: ignore[attr-defined]
     return response
 
 

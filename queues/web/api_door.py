@@ -21,9 +21,9 @@ from queues.core import clock, retries
 from queues.operator.auth import BEARER_CHALLENGE, VIEWER, has_role, token_from
 from queues.services.moves import Outcome
 from queues.views.common import (
-    LOADING_RETRY_SECONDS,
     RETRY_SECONDS,
     index_loading,
+    loading_answer,
     refusal_for,
     within_loading_wait,
 )
@@ -65,11 +65,12 @@ def api_view(
                 with within_loading_wait(request):
                     result = view(request, *args, **kwargs)
             except StillReading as exc:
-                response = JsonResponse(
-                    {"error": str(exc), "status": 503, "loading": exc.stage}, status=503
+                return loading_answer(
+                    request,
+                    JsonResponse(
+                        {"error": str(exc), "status": 503, "loading": exc.stage}, status=503
+                    ),
                 )
-                response["Retry-After"] = str(LOADING_RETRY_SECONDS)
-                return response
             except Exception as exc:
                 refusal = refusal_for(exc)
                 if refusal is None:

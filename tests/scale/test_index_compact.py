@@ -84,9 +84,12 @@ def test_entries_read_like_the_list_of_pairs_they_replace() -> None:
     assert entries.where(lambda p, _n: p == 5) == [e for e in expected if e[0] == 5]
 
 
-def test_entries_parse_as_one_match_a_name_would() -> None:
-    """``parse_entries`` sorts and converts in C; the rule it keeps is one regular expression
-    match per name, each name's priority and number as two ints (its former reading)."""
+@pytest.mark.parametrize("window", [1 << 20, 20, 21, 39, 64, 1000])
+def test_entries_parse_as_one_match_a_name_would(window: int, monkeypatch) -> None:
+    """``parse_entries`` sorts and converts in C, a window of the answer at a time; the rule
+    it keeps is one regular expression match per name, each name's priority and number as
+    two ints (its former reading), whatever the windows cut."""
+    monkeypatch.setattr(packed, "_PARSE_WINDOW", window)
     rng = random.Random(11)
     odd = ["123456789012abcd", "ab-jid0000000001", "05-jid00000000012", "05-jid000000001", "x"]
     for _ in range(50):
