@@ -276,8 +276,10 @@ def _prepared(zk: Any, idx: Any) -> _Prepared:
             return prepared
         submissions = kept.submissions
         todo = [b for b in every if b not in submissions]
-    for start in range(0, len(todo), zindex.READ_CHUNK):
-        part = todo[start : start + zindex.READ_CHUNK]
+    # While the index fills, in the fill's smaller parts: a request stops nearer its deadline.
+    chunk = zindex.FILL_CHUNK if idx.filling else zindex.READ_CHUNK
+    for start in range(0, len(todo), chunk):
+        part = todo[start : start + chunk]
         reads = read_many(zk, [zpaths.batch_node(b, "submission") for b in part])
         fresh = {}
         for b in part:

@@ -33,7 +33,12 @@ looked up, when loading it finds nothing.
 
 Start-up: ``fill()`` (run in a background thread by ``queues/web/warmup.py``) reads everything in
 the order pages need it; meanwhile pages answer from what is ready and ``loading()`` says what
-is not (a search then may miss a job whose details are not read yet, and says so).
+is not (a search then may miss a job whose details are not read yet, and says so). A page's
+read (``answer_within``) waits for what the fill is reading only until its deadline, then
+raises ``StillReading`` (a 503 naming the fill's stage), and never reads a job state folder
+itself while the fill lists them; the fill reads in small parts and, between two, gives way
+while a page is being answered (``yield_to_pages``): one ZooKeeper session answers in order,
+and the fill's work holds the interpreter.
 
 Memory (the packing is ``queues/zk/packed.py``): a job is a number, not a string. A job ID
 of the contract's form (``jid`` and ten digits) is kept as its number, from which the ID is written
@@ -440,7 +445,7 @@ class ReadIndex:
 
     def _chunks(self, todo: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         """``todo`` in parts of ``size`` for one pipelined read each; in the background fill,
-        of FILL_CHUNK with a pause after each: ZooKeeper answers a session's requests in order,
+        of FILL_CHUNK, giving way to pages between two: ZooKeeper answers a session in order,
         so a page's small read sent meanwhile waits behind the fill's reads in flight (20,000
         batch reads in one go kept the overview waiting 4 s at a million jobs)."""
         filling = self._filler is threading.current_thread()

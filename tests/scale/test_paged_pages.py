@@ -300,7 +300,7 @@ def test_the_batch_filters_read_on_from_where_the_last_request_stopped(zk, loade
     after the chunk in hand and says how far the reading got; what it read is kept, and the
     next request reads on from there, until one answers."""
     idx = zindex.for_client(zk)
-    monkeypatch.setattr(zindex, "READ_CHUNK", 5)  # 12 batches: three chunks
+    monkeypatch.setattr(zindex, "FILL_CHUNK", 5)  # 12 batches: three parts while filling
     bid = loaded.batches[0]
     profile = decode_json("s", zk.get(f"/batches/{bid}/submission")[0])["profile"]
     flt = batch_reads.BatchFilter(profile=profile)
