@@ -211,6 +211,14 @@ class Entries(Sequence[tuple[int, str]]):
                         found.append(key)
         return Entries(array("q", sorted(found)), by_age=self.by_age, reverse=self.reverse)
 
+    @staticmethod
+    def merged(parts: Sequence[Entries]) -> Entries:
+        """Entries of one order from several states together (a few: a batch's), sorted as
+        one (a state's entries are in run or age order alike, so the keys merge as they are)."""
+        first = parts[0]
+        keys = sorted(k for part in parts for k in part.keys)
+        return Entries(array("q", keys), by_age=first.by_age, reverse=first.reverse)
+
     def among(self, run_keys: Iterable[int]) -> Entries:
         """The entries whose run key (priority << 34 | number) is among ``run_keys``, in the
         same order; the intersection is made by sets in C, not a call per entry."""

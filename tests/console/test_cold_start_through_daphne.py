@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,21 @@ API = [
 POLLS = 600
 
 
+@contextmanager
+def held_console(
+    env: dict[str, str], tmp_path: Path, gate_name: str
+) -> Iterator[tuple[str, requests.Session, Path]]:
+    """daphne serving the console with its fill held while the file ``gate_name`` exists in
+    ``MRT_VAR_DIR`` (``held_fill_asgi``), logged in: (its URL, the session, the gate)."""
+    gate = tmp_path / "var" / gate_name
+    gate.parent.mkdir(parents=True, exist_ok=True)
+    gate.touch()
+    with daphne(
+        env, tmp_path / "daphne.log", app="tests.console.held_fill_asgi:application"
+    ) as url:
+        yield url, log_in(url, USER, PASSWORD), gate
+
+
 def test_every_page_and_index_answer_says_what_is_still_loading_until_the_fill_is_done(
     zk: Any, zk_hosts: str, tmp_path: Path
 ) -> None:
@@ -75,13 +92,7 @@ def test_every_page_and_index_answer_says_what_is_still_loading_until_the_fill_i
     names = {"bid": loaded.batches[0], "jid": jid, "local": local}
     env = console_env(zk_hosts, tmp_path, user=USER, password=PASSWORD)
     key = api_token(env, tmp_path / "key", user=USER, name="cold")
-    gate = tmp_path / "var" / "hold-fill"
-    gate.parent.mkdir(parents=True, exist_ok=True)
-    gate.touch()
-    with daphne(
-        env, tmp_path / "daphne.log", app="tests.console.held_fill_asgi:application"
-    ) as url:
-        session = log_in(url, USER, PASSWORD)
+    with held_console(env, tmp_path, "hold-fill") as (url, session, gate):
         for page in PAGES:
             answer = session.get(url + page.format(**names), timeout=60)
             assert answer.status_code == 200, (page, answer.status_code)
@@ -122,13 +133,7 @@ def test_a_page_that_needs_what_the_fill_is_reading_answers_at_once_that_it_is_l
         "MRT_LOADING_WAIT": "0.2",
     }
     key = api_token(env, tmp_path / "key", user=USER, name="cold")
-    gate = tmp_path / "var" / "hold-listing"
-    gate.parent.mkdir(parents=True, exist_ok=True)
-    gate.touch()
-    with daphne(
-        env, tmp_path / "daphne.log", app="tests.console.held_fill_asgi:application"
-    ) as url:
-        session = log_in(url, USER, PASSWORD)
+    with held_console(env, tmp_path, "hold-listing") as (url, session, gate):
         page = session.get(f"{url}/jobs/?state=Pending", timeout=60)
         assert page.status_code == 503
         assert page.headers["Retry-After"] == "2"

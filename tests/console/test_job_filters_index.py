@@ -159,6 +159,20 @@ def test_every_filter_takes_the_jobs_a_pass_over_the_entries_takes(zk: Any, queu
     assert 0 < len(older) < len(_expected(queue, job_reads.JobFilter()))
 
 
+def test_one_batch_in_every_state_is_looked_up_not_merged_from_every_state(
+    zk: Any, queue: Any
+) -> None:
+    """The job list of one batch in every state merged every state's entries first, then
+    kept the batch's: at a million jobs a million keys sorted as ints, and 25 MiB the web
+    process kept. The batch's jobs are now looked up in each state's entries."""
+    idx = zindex.for_client(zk)
+    bid = queue.batches[0]
+    for sort in ("run", "oldest", "newest"):
+        flt = job_reads.JobFilter(bid=bid, sort=sort)
+        assert list(job_reads._job_entries(zk, flt)) == _expected(queue, flt)
+    assert not idx._all_kept  # no merge of every state was made (or kept)
+
+
 def test_the_age_filter_follows_a_job_that_moves(zk: Any, queue: Any) -> None:
     """A job moved to another state is in it from the move: off the older jobs of its old
     state at once, and not among the older ones of its new state."""
