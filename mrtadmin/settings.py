@@ -343,6 +343,10 @@ MRT_HTTP_TIMEOUT = env_float("MRT_HTTP_TIMEOUT", 30.0)
 # Right after a start, how long a page or API read waits for what the read index's background
 # fill is reading before it answers 503 saying what is still loading (and tries again).
 MRT_LOADING_WAIT = env_float("MRT_LOADING_WAIT", 0.8)
+if not 0 <= MRT_LOADING_WAIT <= 60:
+    raise ImproperlyConfigured(
+        f"MRT_LOADING_WAIT must be 0 to 60 seconds, got {MRT_LOADING_WAIT!r}"
+    )
 # One deadline for a whole exchange with inventory or EZID, and with storage (whose add reads
 # every file of the version it makes).
 MRT_SERVICE_DEADLINE = env_float("MRT_SERVICE_DEADLINE", 300.0)

@@ -149,6 +149,15 @@ def test_a_number_that_is_not_one_names_the_variable(tmp_path: Path) -> None:
         assert f"{name} must be a number, got {value!r}" in result.stderr
 
 
+def test_a_loading_wait_out_of_range_names_the_variable(tmp_path: Path) -> None:
+    for value in ("-1", "600", "soon"):
+        result = _settings_with(tmp_path, MRT_LOADING_WAIT=value)
+        assert result.returncode != 0, value
+        assert "MRT_LOADING_WAIT must be" in result.stderr, value
+    code = "from django.conf import settings; print(settings.MRT_LOADING_WAIT)"
+    assert _settings_with(tmp_path, code=code, MRT_LOADING_WAIT="0").stdout.strip() == "0.0"
+
+
 def test_an_unknown_log_level_names_the_variable(tmp_path: Path) -> None:
     result = _settings_with(tmp_path, LOG_LEVEL="verbose")
     assert result.returncode != 0
