@@ -394,7 +394,10 @@ def run_daemons(
 def _load_loopback(hosts: str, name: str, jobs: int) -> str:
     """A fresh chroot holding ``jobs`` jobs waiting in Estimating, in 50-job Processing batches,
     each job's payload on a loopback address (the shipped Downloading loop resolves the payload's
-    host before it claims a job: no lookup of a name outside)."""
+    host before it claims a job: no lookup of a name outside). Each job's payload is on a server
+    of its own among 62,500 (127.0.X.Y, one after another): Downloading takes at most
+    MRT_DOWNLOADS_PER_HOST (2) jobs of one server at once, a politeness cap that, with every
+    job on one server (or a batch's 50 on one), and not the loops, would set the pace."""
     from bench.loader import load_waiting
     from queues.core.states import BatchState, JobState
     from queues.zk import client as zkmod
@@ -406,21 +409,24 @@ def _load_loopback(hosts: str, name: str, jobs: int) -> str:
         from queues.zk.client import ensure_layout
 
         ensure_layout(zk)
+        made = 0
         for start in range(0, jobs, 50):
             batch = batch_create(zk, submission={"profile": SHIPPED_PROFILE, "submitter": "bench"})
             batch_transition(zk, batch, BatchState.PROCESSING)
-            load_waiting(
-                zk,
-                bid=batch.bid,
-                state=JobState.ESTIMATING,
-                count=min(50, jobs - start),
-                configuration={
-                    "profile": SHIPPED_PROFILE,
-                    "submitter": "bench",
-                    "payload_url": "http://127.0.0.1:9/bench.bin",
-                    "type": "file",
-                },
-            )
+            for _ in range(min(50, jobs - start)):
+                load_waiting(
+                    zk,
+                    bid=batch.bid,
+                    state=JobState.ESTIMATING,
+                    count=1,
+                    configuration={
+                        "profile": SHIPPED_PROFILE,
+                        "submitter": "bench",
+                        "payload_url": f"http://127.0.{made // 250 % 250}.{made % 250 + 1}:9/b.bin",
+                        "type": "file",
+                    },
+                )
+                made += 1
     finally:
         zk.stop()
         zk.close()

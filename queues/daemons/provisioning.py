@@ -4,18 +4,25 @@ A job fits when the working storage, with the job's ``space_needed`` and what th
 Downloading still expect to write, stays at or below the high-water mark
 (MRT_PROVISION_HIGH_WATER, a fraction of the disk; 0.70 by default) and within what the disk
 really has free (``shutil.disk_usage``: other writers, a quota or reserved blocks may leave less
-than the mark says). Every cycle evaluates ALL jobs in Provisioning in priority order (the
-index, read without locking) against one budget and keeps, in order, every job that fits; the
-following claims hand those out one by one (each re-checked under its lock), and only when they
-are used up is everything evaluated again. So N waiting jobs cost one read of each per cycle,
-not per claim. The disk is asked again before each hand-out: when something else has filled it
-since the evaluation, the jobs still kept go back to waiting. Jobs that do not fit stay and are
-evaluated again next cycle, after ``poll`` seconds. An unestimated job (0 bytes) goes on only
-while the disk is under the mark.
+than the mark says). An unestimated job (0 bytes) goes on only while the disk is under the mark.
 
-An evaluation that lets nothing through is not repeated for IDLE_EVALUATION_GAP seconds: with
-the disk full, every job arriving in Provisioning wakes the consumer, and re-reading all N
-waiting jobs per arrival would cost N squared reads while a big batch piles up.
+The step runs in the batched loop (``runner.BATCHED_STEPS``): many jobs a claim, one move for
+all of them. What it may let through is decided by one budget, the bytes that may still be
+promised to downloads:
+
+- An evaluation reads every job listed in Provisioning (the index, without locking) in run
+  order against a fresh budget (the disk's room less what the jobs Downloading expect): each
+  job that fits has its bytes set aside, each that does not waits. So N waiting jobs cost one
+  read of each per evaluation, not per claim.
+- A job that arrives after an evaluation is decided under its lock (``accept``), from the read
+  the claim made anyway, against what is left of the budget.
+- The jobs that wait are passed over by the listing (``screen``) until the next evaluation.
+  That comes no sooner than IDLE_EVALUATION_GAP seconds after the last, and only once the
+  budget has room for the least need among them: with the disk full, every arrival wakes the
+  loop, and re-reading all N waiting jobs per arrival would cost N squared reads while a big
+  batch piles up, and re-reading them while none of them could go on is polling.
+- The disk is asked again under each job's lock: when something else has filled it since the
+  evaluation, the jobs set aside wait for the next one.
 """
 
 from __future__ import annotations
@@ -33,10 +40,10 @@ from queues.core.states import JobState
 from queues.daemons.base import JobDaemon, Next, Step, StepFailed
 from queues.steps.workdisk import provision_room
 from queues.zk import paths as zpaths
-from queues.zk.errors import MalformedNode, NotFound
-from queues.zk.jobs import index_entries, job_load, jobs_load
-from queues.zk.locks import lock_create, lock_release
+from queues.zk.jobs import index_entries, jobs_load
 from queues.zk.records import Job
+
+from .waiting import chained
 
 log = logging.getLogger("queues.daemons")
 
@@ -53,10 +60,14 @@ class Provisioning(JobDaemon):
         super().__init__(*args, **kwargs)
         self.disk_usage = disk_usage
         self.waiting: set[str] = set()  # jobs already logged as waiting, to log each once
-        # Jobs that fitted at the last evaluation, in priority order, still to be handed out,
-        # with the bytes each needs.
-        self.fitting: list[tuple[str, int]] = []
-        self.fruitless_at = float("-inf")  # when an evaluation last let nothing through
+        # What the last evaluation decided, until the next (see the module's docstring): the
+        # jobs that fitted, their bytes set aside and not taken yet; the jobs that wait.
+        self.fitting: dict[str, int] = {}
+        self.unfit: set[str] = set()
+        self.budget_left: int | None = None  # None: no evaluation yet
+        self.evaluated_at = float("-inf")
+        self._least_need: int | None = None  # the least need of the jobs that wait
+        self._needs: dict[str, int] = {}  # the jobs Downloading: what each expects to write
         self._capacity = 0  # the disk's capacity for one job at the last evaluation
 
     def _usage(self) -> Any:
@@ -73,94 +84,133 @@ class Provisioning(JobDaemon):
         """The most the working disk could ever give one job: its high-water mark, empty."""
         return int(self._usage().total * settings.MRT_PROVISION_HIGH_WATER)
 
+    def _promised(self) -> int:
+        """What the jobs Downloading still expect to write. Their needs are read once each
+        while they stay there: only the jobs new to the listing are read."""
+        downloading = [jid for _p, jid in index_entries(self.zk, JobState.DOWNLOADING)]
+        needs = self._needs
+        unknown = [jid for jid in downloading if jid not in needs]
+        for job in jobs_load(self.zk, unknown):
+            if isinstance(job, Job):
+                needs[job.jid] = job.space_needed
+        self._needs = {jid: needs[jid] for jid in downloading if jid in needs}
+        return sum(self._needs.values())
+
     def budget(self) -> int:
         """Bytes that may still be promised to new downloads: the disk's room less what the
         jobs already Downloading expect to write."""
-        room = self.room()
-        downloading = [jid for _p, jid in index_entries(self.zk, JobState.DOWNLOADING)]
-        promised = sum(
-            j.space_needed for j in jobs_load(self.zk, downloading) if isinstance(j, Job)
-        )
-        return room - promised
+        return self.room() - self._promised()
+
+    @staticmethod
+    def fits_in(space: int, budget: int) -> bool:
+        """Whether a job of ``space`` bytes fits ``budget`` (one of 0 bytes while any is left)."""
+        return budget > 0 if space == 0 else space <= budget
 
     def fits(self, job: Job, budget: int) -> bool:
-        if job.space_needed == 0:
-            return budget > 0
-        return job.space_needed <= budget
-
-    def claim(self) -> Job | None:
-        if not self.fitting:
-            if time.monotonic() - self.fruitless_at < IDLE_EVALUATION_GAP:
-                return None
-            self.fitting = self.evaluate()
-            if not self.fitting:
-                self.fruitless_at = time.monotonic()
-        while self.fitting:
-            jid, space = self.fitting[0]
-            # A job that can never fit is handed out at once: its step fails it (``work``).
-            if space <= self._capacity and not self.fits_now(space):
-                log.info(
-                    "provisioning: the working disk filled up since the last evaluation; "
-                    "%d jobs wait again",
-                    len(self.fitting),
-                )
-                self.fitting = []
-                self.fruitless_at = time.monotonic()
-                return None
-            self.fitting.pop(0)
-            claimed = self._lock(jid)
-            if claimed is not None:
-                self.waiting.discard(jid)
-                return claimed
-        return None
+        return self.fits_in(job.space_needed, budget)
 
     def fits_now(self, space: int) -> bool:
         """Whether the disk as it is now still takes a job of ``space`` bytes (the evaluation's
         budget counted the jobs handed out since; this catches other writers)."""
-        room = self.room()
-        return room > 0 if space == 0 else space <= room
+        return self.fits_in(space, self.room())
 
-    def evaluate(self) -> list[tuple[str, int]]:
-        """Every job in Provisioning that fits, in priority order, against one budget."""
+    def evaluate(self, jids: list[str]) -> None:
+        """Every job of ``jids`` (in run order) against one fresh budget."""
         budget = self.budget()
         self._capacity = self.capacity()
-        entries = [jid for _p, jid in index_entries(self.zk, self.state)]
-        candidates = [j for j in jobs_load(self.zk, entries) if isinstance(j, Job)]
-        fitting = []
+        self.fitting = {}
+        self.unfit = set()
+        self._least_need = None
+        candidates = [j for j in jobs_load(self.zk, jids) if isinstance(j, Job)]
         for job in candidates:
             if job.lock is not None:
-                continue
+                continue  # another's now: decided under the lock if it comes back
             if job.space_needed > self._capacity:
-                fitting.append((job.jid, job.space_needed))
-                continue
-            if not self.fits(job, budget):
-                if job.jid not in self.waiting:
-                    self.waiting.add(job.jid)
-                    log.info(
-                        "%s provisioning waiting: needs %d bytes, %d available below the mark",
-                        job.jid,
-                        job.space_needed,
-                        max(budget, 0),
-                    )
-                continue
-            budget -= job.space_needed
-            fitting.append((job.jid, job.space_needed))
+                self.fitting[job.jid] = job.space_needed  # its step fails it (``work``)
+            elif self.fits(job, budget):
+                budget -= job.space_needed
+                self.fitting[job.jid] = job.space_needed
+            else:
+                self._wait(job, budget)
         self.waiting &= {j.jid for j in candidates}
-        return fitting
+        self.budget_left = budget
+        self.evaluated_at = time.monotonic()
 
-    def _lock(self, jid: str) -> Job | None:
-        lock = zpaths.job_node(jid, "lock")
-        if not lock_create(self.zk, lock):
-            return None
-        try:
-            job = job_load(self.zk, jid)
-        except (NotFound, MalformedNode):
-            lock_release(self.zk, lock)
-            return None
-        if job.state != self.state:
-            lock_release(self.zk, lock)
-            return None
-        return job
+    def _wait(self, job: Job, budget: int) -> None:
+        self._unfit(job.jid, job.space_needed)
+        if job.jid not in self.waiting:
+            self.waiting.add(job.jid)
+            log.info(
+                "%s provisioning waiting: needs %d bytes, %d available below the mark",
+                job.jid,
+                job.space_needed,
+                max(budget, 0),
+            )
+
+    def _unfit(self, jid: str, space: int) -> None:
+        self.unfit.add(jid)
+        if self._least_need is None or space < self._least_need:
+            self._least_need = space
+
+    def _evaluation_due(self) -> bool:
+        """Whether the jobs that wait are to be evaluated again: the gap has passed and the
+        budget now has room for the least of their needs (asking costs the disk's room, one
+        listing of Downloading and a read of the jobs new there, not a read of every job that
+        waits: while nothing could go on, nothing is read again)."""
+        if time.monotonic() - self.evaluated_at < IDLE_EVALUATION_GAP:
+            return False
+        return self._least_need is None or self.fits_in(self._least_need, self.budget())
+
+    def screen(self, names: list[str]) -> list[str]:
+        """The listing less the jobs waiting for room (the listing's ``screen``); evaluates the
+        listed jobs first when none was made yet or one is due. While no job waits, the
+        listing passes as it is (it is called with the whole folder at every listing)."""
+        if self.budget_left is None or (self.unfit and self._evaluation_due()):
+            in_order = (zpaths.entry_jid(name) for name in sorted(names))  # run order
+            self.evaluate([jid for jid in in_order if jid is not None])
+        if not self.unfit:
+            return names
+        unfit = self.unfit
+        return [name for name in names if name[3:] not in unfit]
+
+    def listing_screen(self) -> Callable[[list[str]], list[str]] | None:
+        return self.screen
+
+    def unclaimed_screen(self) -> Callable[[list[str]], list[str]] | None:
+        return chained(self.screen, super().unclaimed_screen())
+
+    def accept(self, job: Job) -> bool:
+        """Whether ``job`` (under its lock) may go on now: set aside for at the evaluation, or
+        arrived since and fitting what is left of the budget; and the disk still takes it."""
+        if self.budget_left is None:
+            self.evaluate([])  # the budget alone: this job is decided below
+        assert self.budget_left is not None
+        jid, space = job.jid, job.space_needed
+        if space > self._capacity:
+            return True  # a job that can never fit goes on at once: its step fails it
+        if jid in self.unfit:
+            return False
+        if self.fitting.pop(jid, None) != space:
+            if not self.fits(job, self.budget_left):
+                self._wait(job, self.budget_left)
+                return False
+            self.budget_left -= space
+        if not self.fits_now(space):
+            # Something else filled the disk since the evaluation: nothing set aside goes on
+            # before the next one, which the changed room makes due.
+            log.info(
+                "provisioning: the working disk filled up since the last evaluation; "
+                "%d jobs wait again",
+                len(self.fitting) + 1,
+            )
+            for waits, need in [*self.fitting.items(), (jid, space)]:
+                self._unfit(waits, need)
+            self.fitting = {}
+            self.budget_left = min(self.budget_left, self.room())
+            self.evaluated_at = time.monotonic()
+            return False
+        self.waiting.discard(jid)
+        return True
 
     def work(self, item: Job) -> Step:
         capacity = self.capacity()

@@ -26,6 +26,7 @@ BATCHED_STEPS = frozenset(
     {
         "pending",  # a collection-hold read and the object's file list
         "estimating",  # a HEAD per file, all at once, each bounded by MRT_HTTP_TIMEOUT
+        "provisioning",  # the disk's room, asked under each job's lock
         "notify",  # one callback at most, and the working folder removed
     }
 )
@@ -36,7 +37,6 @@ BATCHED_STEPS = frozenset(
 # Downloading's copies are MRT_DOWNLOAD_JOBS; a slot of the depositor server's cap is taken with
 # each job it claims (``Downloading.accept``), so no claimed job waits for one.
 LONG_STEPS = frozenset({"downloading", "processing", "storing", "recording"})
-# Provisioning (a claim of its own, by disk room) takes one job at a time.
 
 
 # The cyclic garbage collector's thresholds for a consumer process. At CPython's default (a young

@@ -11,7 +11,8 @@ records it (``queues.zk.store_intents``, in one transaction checked under the jo
 claimer that finds the record asks storage what the object holds and does not add a version whose
 content is already the latest (Merritt's storage makes a new version for every add). The
 version's manifest URL and number go into the job's ``inventory`` node for Recording (its
-``mode`` is left as Processing wrote it); the record goes once the job is in Recording.
+``mode`` is left as Processing wrote it); the record goes in the move to Recording (its
+multi deletes it, ``Next.drops``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from queues.zk.nodes import exists_many
 from queues.zk.records import Job
 from queues.zk.store_intents import (
     StoreIntent,
-    store_intent_clear,
+    store_intent_path,
     store_intent_read,
     store_intent_record,
 )
@@ -147,7 +148,11 @@ class Storing(ObjectLockDaemon):
             # The session (and the job's lock) went during the add: the add is recorded, and
             # whoever claims the job next finds its version instead of adding one.
             return Stay(f"stored {ark} version {stored.version}, but not recorded: {exc}")
-        return Next(JobState.RECORDING, f"stored {ark} version {stored.version}")
+        return Next(
+            JobState.RECORDING,
+            f"stored {ark} version {stored.version}",
+            drops=(store_intent_path(item.jid),),
+        )
 
     def store_once(
         self, item: Job, storage: StorageClient, *, ark: str, node: str, url: str
@@ -196,8 +201,3 @@ class Storing(ObjectLockDaemon):
         if storage.latest_version(ark) <= before:
             return None
         return storage.existing(ark, before + 1)
-
-    def after(self, item: Job, step: Next) -> None:
-        super().after(item, step)
-        if step.target == JobState.RECORDING:
-            store_intent_clear(self.zk, item.jid)

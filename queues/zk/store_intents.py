@@ -11,11 +11,9 @@ moved to Recording; docs/zookeeper-contract-notes.md says why it lives here and 
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import asdict, dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from . import paths
 from .codecs import encode_json, now_stamp
@@ -99,9 +97,3 @@ def store_intent_record(
         what=f"record the storage add of {job.jid}",
     )
     return intent
-
-
-def store_intent_clear(zk: KazooClient, jid: str) -> None:
-    """Remove the job's record (the add it recorded has been handed on to Recording)."""
-    with contextlib.suppress(NoNodeError):
-        zk.delete(store_intent_path(jid))

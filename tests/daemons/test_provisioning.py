@@ -32,9 +32,9 @@ class Counting(Provisioning):
         super().__init__(*args, **kwargs)
         self.evaluations = 0
 
-    def evaluate(self) -> list[str]:
+    def evaluate(self, jids: list[str]) -> None:
         self.evaluations += 1
-        return super().evaluate()
+        super().evaluate(jids)
 
 
 def test_job_that_fits_goes_on_to_downloading(zk, settings: Any) -> None:
@@ -105,9 +105,41 @@ def test_with_the_disk_full_arrivals_do_not_each_reread_every_waiting_job(
     for _ in range(5):  # five wake-ups in a row, as five arrivals would cause
         assert daemon.claim() is None
     assert daemon.evaluations == 1
-    daemon.fruitless_at -= IDLE_EVALUATION_GAP  # the gap has passed
+    daemon.evaluated_at -= IDLE_EVALUATION_GAP  # the gap has passed
+    # Neither the disk nor the jobs Downloading changed: reading the jobs again would be polling.
     assert daemon.claim() is None
+    assert daemon.evaluations == 1
+    daemon.disk_usage = _disk(used=500)  # room for two of them
+    assert daemon.claim() is not None
     assert daemon.evaluations == 2
+    assert len(daemon.fitting) == 1 and len(daemon.unfit) == 1
+
+
+def test_the_batched_loop_moves_every_job_that_fits_and_passes_over_the_rest(
+    zk, settings: Any, db: Any
+) -> None:
+    """In the batched loop, as ``runconsumer`` runs it: the jobs that fit go on in batches,
+    ahead of them in run order a job that does not fit stays unlocked and unread after the
+    evaluation."""
+    settings.MRT_PROVISION_HIGH_WATER = 0.7
+    big = _job(zk, 300, priority=1)
+    small = [_job(zk, 10, priority=5) for _ in range(12)]
+    daemon = Counting(zk=zk, disk_usage=_disk(used=500), batch=8, poll=0.05)
+    assert daemon.batched()
+    loop = daemon.pipeline()
+    loop.begin()
+    try:
+        for _ in range(50):
+            if all(job_load(zk, j.jid).state == "Downloading" for j in small):
+                break
+            loop.turn()
+        assert [job_load(zk, j.jid).state for j in small] == ["Downloading"] * 12
+        assert job_load(zk, big.jid).state == "Provisioning"
+        assert job_load(zk, big.jid).lock is None
+        assert daemon.unfit == {big.jid}
+        assert daemon.evaluations == 1
+    finally:
+        loop.end()
 
 
 def test_a_job_larger_than_the_disk_can_ever_give_fails_saying_so(zk, settings: Any) -> None:

@@ -63,15 +63,14 @@ def test_threads_run_that_many_copies_of_each_daemon(zk) -> None:
         everything.close()
 
 
-def test_the_short_and_long_steps_run_batched_by_default_and_the_claiming_ones_one_at_a_time(
-    zk,
-) -> None:
+def test_every_job_step_runs_batched_by_default(zk) -> None:
     host = Host("all")
     try:
         batched = {d.name for d in host.daemons if isinstance(d, JobDaemon) and d.batched()}
         assert batched == {
             "pending",
             "estimating",
+            "provisioning",
             "downloading",
             "processing",
             "storing",
@@ -80,7 +79,8 @@ def test_the_short_and_long_steps_run_batched_by_default_and_the_claiming_ones_o
         }
         sizes = {d.batch_size for d in host.daemons if d.name in batched}
         assert sizes == {8}
-        short = [d for d in host.daemons if d.name in {"pending", "estimating", "notify"}]
+        short = [d for d in host.daemons if d.name in runner.BATCHED_STEPS]
+        assert {d.name for d in short} == {"pending", "estimating", "provisioning", "notify"}
         keepers = {d.keeper for d in short}
         assert len(keepers) == 1 and None not in keepers  # one per process, shared
         # A claimed job never waits behind a step that grows with the object: those loops keep

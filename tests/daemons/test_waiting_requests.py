@@ -1,7 +1,8 @@
 """Waiting work is watched, not polled (issue 51): ``runconsumer all`` as shipped, over jobs it
 may not take, asks ZooKeeper no more than over an empty queue (twice as much, plus a small
 constant), for every reason a job waits: a held queue, a held storage node (an operator's hold or
-an open breaker's), a collection at its cap, a held collection, a wait for the next try.
+an open breaker's), a collection at its cap, a held collection, a wait for the next try, a
+depositor server at its download cap, no room on the working disk.
 
 Each case starts ``runconsumer all`` against a server of its own, counts the requests the server
 receives in a window over the empty queue, then loads the waiting jobs and counts windows until
@@ -169,6 +170,12 @@ def _download_cap(zk: KazooClient, bid: str) -> list[str]:
     )
 
 
+def _disk_full(zk: KazooClient, bid: str) -> list[str]:
+    # The consumer's high-water mark (a millionth of the disk) is below what the disk holds:
+    # no job fits until downloads end or the disk is cleared.
+    return _jobs(zk, bid, JobState.PROVISIONING)
+
+
 CASES = {
     "held queue": Case(JobState.PENDING, _held_queue, lambda zk: queue_hold_clear(zk, "ingest")),
     "held node": Case(JobState.STORING, _held_node, lambda zk: node_hold_clear(zk, 9501)),
@@ -176,6 +183,9 @@ CASES = {
     "cap reached": Case(JobState.PENDING, _cap_reached, lambda zk: cap_clear(zk, DEMO)),
     "held collection": Case(JobState.HELD, _held_collection),
     "retry later": Case(JobState.DOWNLOADING, _retry_later),
+    "disk full": Case(
+        JobState.PROVISIONING, _disk_full, env={"MRT_PROVISION_HIGH_WATER": "0.000001"}
+    ),
     "download cap": Case(
         JobState.DOWNLOADING,
         _download_cap,
