@@ -72,8 +72,11 @@ class Provisioning(JobDaemon):
 
     def _usage(self) -> Any:
         root = Path(settings.MRT_WORK_DIR)
-        root.mkdir(parents=True, exist_ok=True)
-        return self.disk_usage(root)
+        try:
+            return self.disk_usage(root)
+        except FileNotFoundError:  # not made yet (once: asked for every job claimed)
+            root.mkdir(parents=True, exist_ok=True)
+            return self.disk_usage(root)
 
     def room(self) -> int:
         """Bytes the working disk itself can take now: below the high-water mark, and no more

@@ -38,6 +38,7 @@ import heapq
 import random
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
@@ -758,6 +759,32 @@ def _failed(results: Any) -> bool:
 Outcome = Job | Conflict | InvalidTransition | NotFound
 
 
+# Batch index folders each client made or found (a batch's ``batch-completed`` and
+# ``batch-failed`` are made when its first job ends), at most FOLDERS_KNOWN_MAX at once.
+_folders_known: weakref.WeakKeyDictionary[KazooClient, set[str]] = weakref.WeakKeyDictionary()
+FOLDERS_KNOWN_MAX = 100_000
+
+
+def _make_folders(zk: KazooClient, entries: list[str]) -> None:
+    """Send a create of each batch index folder ``entries`` go into that this process has not
+    met yet, without waiting: answered before a multi sent after them (ZooKeeper answers a
+    session's requests in order), which would otherwise fail whole on the missing folder and
+    move its jobs one by one. A folder there already answers NodeExists; a batch deleted
+    meanwhile answers NoNode (its folder is not made, and the move fails as it would have)."""
+    batches = f"{paths.BATCHES}/"
+    folders = {entry.rpartition("/")[0] for entry in entries if entry.startswith(batches)}
+    known = _folders_known.setdefault(zk, set())
+    root = zk.chroot or ""  # a client may be moved to another chroot (the tests' is)
+    new = {folder for folder in folders if root + folder not in known}
+    if not new:
+        return
+    if len(known) + len(new) > FOLDERS_KNOWN_MAX:
+        known.clear()
+    for folder in sorted(new):
+        zk.create_async(folder, b"")
+    known.update(root + folder for folder in new)
+
+
 class PendingMove:
     """Several jobs' transitions in one multi, sent at once (``send`` may refuse to send it)."""
 
@@ -770,10 +797,12 @@ class PendingMove:
         # encoded once for a run of equal ones, keys in the same order.
         raw: dict[str, Any] | None = None
         status = b""
-        for plan in self.plans:
+        changes = [plan.index_changes() for plan in self.plans]
+        _make_folders(zk, [path for _deletes, creates in changes for path in creates])
+        for plan, (deletes, creates) in zip(self.plans, changes, strict=True):
             if plan.raw != raw or list(plan.raw) != list(raw or ()):
                 raw, status = plan.raw, encode_json(plan.raw)
-            plan.add_to(txn, lock=plan.lock, status=status)
+            plan.add_to(txn, deletes, creates, lock=plan.lock, status=status)
         self._request, self._answer = txn.send()
 
     def ready(self) -> bool:

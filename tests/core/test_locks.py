@@ -339,3 +339,36 @@ def test_a_batched_move_writes_each_job_its_own_status_bytes(
     for plan in plans:
         assert zk.get(f"/jobs/{plan.job.jid}/status")[0] == encode_json(plan.raw)
     assert encode_json(plans[2].raw) != encode_json(plans[0].raw)  # the order counts
+
+
+def test_a_batched_move_makes_the_batch_folder_its_first_ended_jobs_go_into(
+    zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    """A batch's ``batch-completed`` folder is made when its first job ends. A multi creating
+    an entry in a missing folder fails whole, and each job was then moved on its own, round trip
+    by round trip: the move makes the folder first, and its multi goes through."""
+    from queues.zk.pipeline import PendingMove
+
+    two = [walk_job(zk, make_job(), "Notify") for _ in range(2)]
+    zk.ensure_path("/jobs/states/completed")  # as every installation has it (ensure_layout)
+    folder = f"/batches/{two[0].bid}/states/batch-completed"
+    assert zk.exists(folder) is None
+    move = PendingMove(zk, [jobs.transition_plan(j, "Completed") for j in two])
+    moved = move.collect(lambda fn: fn())
+    assert not move.fell_back
+    assert [m.state for m in moved if isinstance(m, Job)] == ["Completed", "Completed"]
+    assert sorted(zk.get_children(folder)) == sorted(j.jid for j in two)
+
+
+def test_a_batched_move_never_makes_a_deleted_batch_again(
+    zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    from queues.zk.errors import NotFound
+    from queues.zk.pipeline import PendingMove
+
+    job = walk_job(zk, make_job(), "Notify")
+    plan = jobs.transition_plan(job, "Completed")
+    zk.delete(f"/batches/{job.bid}", recursive=True)
+    [outcome] = PendingMove(zk, [plan]).collect(lambda fn: fn())
+    assert isinstance(outcome, NotFound)
+    assert zk.exists(f"/batches/{job.bid}") is None
