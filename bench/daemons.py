@@ -394,10 +394,10 @@ def run_daemons(
 def _load_loopback(hosts: str, name: str, jobs: int) -> str:
     """A fresh chroot holding ``jobs`` jobs waiting in Estimating, in 50-job Processing batches,
     each job's payload on a loopback address (the shipped Downloading loop resolves the payload's
-    host before it claims a job: no lookup of a name outside). Each job's payload is on a server
-    of its own among 62,500 (127.0.X.Y, one after another): Downloading takes at most
-    MRT_DOWNLOADS_PER_HOST (2) jobs of one server at once, a politeness cap that, with every
-    job on one server (or a batch's 50 on one), and not the loops, would set the pace."""
+    host before it claims a job: no lookup of a name outside). The jobs' payloads are on 250
+    servers in turn (127.0.0.1 to 127.0.0.250, the next job on the next): Downloading takes at
+    most MRT_DOWNLOADS_PER_HOST (2) jobs of one server at once, a politeness cap that, with
+    every job on one server (or a batch's 50 on one), and not the loops, would set the pace."""
     from bench.loader import load_waiting
     from queues.core.states import BatchState, JobState
     from queues.zk import client as zkmod
@@ -422,7 +422,7 @@ def _load_loopback(hosts: str, name: str, jobs: int) -> str:
                     configuration={
                         "profile": SHIPPED_PROFILE,
                         "submitter": "bench",
-                        "payload_url": f"http://127.0.{made // 250 % 250}.{made % 250 + 1}:9/b.bin",
+                        "payload_url": f"http://127.0.0.{made % 250 + 1}:9/b.bin",
                         "type": "file",
                     },
                 )

@@ -141,7 +141,7 @@ class ProcessObserver:
                 "item": ident,
                 "kind": info["kind"],
                 "state": info["state"],
-                "since": _iso(wall),
+                "since": wall,  # made ISO at the publish (``snapshot``), not for every item
             }
         return (daemon, ident, info, wall, time.monotonic())
 
@@ -181,7 +181,7 @@ class ProcessObserver:
             entry = {"thread": f"{daemon.name}-{n}", "step": daemon.step}
             held = busy.get(id(daemon))
             if held:
-                entry.update(held)
+                entry.update(held, since=_iso(held["since"]))
             threads.append(entry)
         steps = list(dict.fromkeys(d.name for d in self.daemons))
         locks = sorted(self.ledger())

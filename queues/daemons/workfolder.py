@@ -15,6 +15,7 @@ rows (they are small); so a resumed job sees what the depositor's server serves 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import shutil
@@ -92,12 +93,22 @@ def workdir(job: Job) -> Path:
     this one) is ignored: the folder is deleted when the job completes, and a configuration
     must never make this process write into or delete another job's folder.
     """
-    return Path(settings.MRT_WORK_DIR).resolve() / job.bid / job.jid
+    return work_root() / job.bid / job.jid
+
+
+def work_root() -> Path:
+    """MRT_WORK_DIR, resolved (once per value: every job's folder is named from it)."""
+    return _resolved(str(settings.MRT_WORK_DIR))
+
+
+@functools.lru_cache(maxsize=8)
+def _resolved(root: str) -> Path:
+    return Path(root).resolve()
 
 
 def work_relative(path: Path) -> str:
     """``path`` relative to MRT_WORK_DIR, as a URL path."""
-    return path.resolve().relative_to(Path(settings.MRT_WORK_DIR).resolve()).as_posix()
+    return path.resolve().relative_to(work_root()).as_posix()
 
 
 def object_dir(job: Job) -> Path:
@@ -119,7 +130,7 @@ def remove_workdir(job: Job) -> None:
     folder = workdir(job)
     shutil.rmtree(folder, ignore_errors=True)
     # The batch folder goes with its last job (rmdir refuses while other jobs still use it).
-    if folder.parent != Path(settings.MRT_WORK_DIR).resolve():
+    if folder.parent != work_root():
         with contextlib.suppress(OSError):
             folder.parent.rmdir()
 
