@@ -765,11 +765,17 @@ def main(argv: list[str] | None = None) -> list[str]:
     )
     lines = [
         f"Daemon throughput ({args.jobs} jobs, each Estimating -> ... -> Completed, 7 "
-        f"transitions; one loop per step in each process, "
-        f"{'each in its own thread' if args.thread_each else 'all in one thread'}, "
-        f"{args.batch} jobs a claim and a move, "
-        f"locks {'kept between steps' if keep else 'released with every move'}, the ingest "
-        "hold read with every claim) against a raw probe on the same jobs: the same processes, "
+        "transitions; "
+        + (
+            "the daemons as runconsumer all runs them, below"
+            if args.shipped
+            else f"one loop per step in each process, "
+            f"{'each in its own thread' if args.thread_each else 'all in one thread'}, "
+            f"{args.batch} jobs a claim and a move, "
+            f"locks {'kept between steps' if keep else 'released with every move'}, the ingest "
+            "hold read with every claim"
+        )
+        + ") against a raw probe on the same jobs: the same processes, "
         f"each sending the contract's requests for every transition (claim, read, move), "
         f"{args.batch} jobs a request, as many batches under way as the daemons may have. "
         f"Every process is started and connected before the window opens; only the window "
