@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -45,7 +44,7 @@ from queues.daemons import clients
 from queues.daemons.base import BatchDaemon, Next, Stay, Step, StepFailed, describe
 from queues.daemons.breakers import breakers
 from queues.daemons.retrying import RetryWaits, policy_for, when
-from queues.daemons.workfolder import fetch
+from queues.daemons.workfolder import fetch, work_root
 from queues.steps.checkm import ManifestError
 from queues.steps.fetch import DownloadError
 from queues.steps.notify import batch_queued, send
@@ -266,7 +265,7 @@ class BatchPending(BatchDaemon):
         configuration = {**base, **spec.to_configuration(), "batch_seq": seq}
         # The job's working folder is named after its ID, known once the job's node is made:
         # written in the job's creating transaction (workfolder.workdir() reads it).
-        folder = Path(settings.MRT_WORK_DIR).resolve() / batch.bid
+        folder = work_root() / batch.bid
         return job_create(
             self.zk,
             bid=batch.bid,

@@ -193,7 +193,9 @@ class Provisioning(JobDaemon):
             return True  # a job that can never fit goes on at once: its step fails it
         if jid in self.unfit:
             return False
-        if self.fitting.pop(jid, None) != space:
+        reserved = self.fitting.pop(jid, None)
+        if reserved != space:  # not evaluated yet, or its need changed since: decided now
+            self.budget_left += reserved or 0
             if not self.fits(job, self.budget_left):
                 self._wait(job, self.budget_left)
                 return False
