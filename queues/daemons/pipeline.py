@@ -34,7 +34,9 @@ that process's share at every later one). A draining or stopping loop leaves the
 
 A long step's loop (``JobDaemon.workers``: downloading, processing, storing, recording) runs
 its jobs' steps in threads of its own, a job each, and has in hand no more jobs than those
-threads begin within LONG_WAIT (see there); it keeps no lock across steps.
+threads begin within LONG_WAIT (see there). It takes jobs handed over with their locks only as
+many as those threads would begin within LONG_WAIT too (``_publish_room``); the others go on
+unlocked, for any consumer with a thread free, and the loop before it is never held up for it.
 
 Why one module (about 1,630 lines), for now: ``JobPipeline`` is one cycle's state machine
 (about 1,100 lines) whose steps share its kept jobs, its moves in flight and its step lanes.
@@ -147,6 +149,11 @@ AHEAD = 2  # batches whose requests are under way while the loop works on an ear
 # taken, and the jobs claimed and not begun go back to the folder when no thread that is not
 # taken is left for them: they never wait behind a long step while another consumer is free.
 LONG_WAIT = 1.0
+# A long step's loop puts the steps of several jobs in one task for its threads when its steps
+# usually take less than SHORT_STEP s (a task's hand-over to a thread and back costs more), as
+# many as usually take TASK_SPAN s (``JobPipeline._long_tasks``).
+SHORT_STEP = 0.001
+TASK_SPAN = LONG_WAIT / 4
 STOP_CHECK = 0.25  # s between looks at the stop event while idle (as ChangeSignal.wait)
 
 # The order in which the requests of batches and moves were sent, across the loops of a process.
@@ -280,11 +287,13 @@ class LockKeeper:
         with self._lock:
             return [loop for loop in self._loops.values() if loop.successor == state]
 
-    def taker(self, state: str) -> JobPipeline | None:
-        """The loop that would take a job moved into ``state`` with its lock, if it has room."""
+    def taker(self, state: str) -> tuple[JobPipeline | None, int]:
+        """The loop that would take jobs moved into ``state`` with their locks, and how many
+        (None, 0: none)."""
         with self._lock:
             loop = self._loops.get(state)
-        return loop if loop is not None and loop.has_room() else None
+        room = loop.room_for_hand() if loop is not None else 0
+        return (loop, room) if room > 0 else (None, 0)
 
 
 @dataclass
@@ -487,6 +496,8 @@ class JobPipeline:
         self._checked: Holding | None = None
         self._handed: list[tuple[Job, Holding, bool]] = []  # from other loops' threads
         self._handed_lock = threading.Lock()
+        # A long step's loop: how many more jobs it takes with their locks (``_publish_room``).
+        self._begins_at_once = 0
         self.wake = Wake()
         self._watch: ChangeSignal | None = None
         self._hold_watch: PresenceWatch | None = None  # the queue hold, watched (``begin``)
@@ -536,26 +547,60 @@ class JobPipeline:
             return len(self.kept) + len(self._handed)
 
     def has_room(self) -> bool:
-        return self._taking() and self._waiting() < KEEP_ROOM * self.batch
+        return self.room_for_hand() > 0
+
+    def room_for_hand(self) -> int:
+        """How many jobs this loop takes with their locks now: a long step's loop, as many as
+        its threads begin soon (``_publish_room``); another, any number while it has fewer
+        than KEEP_ROOM batches' worth waiting."""
+        if not self._taking():
+            return 0
+        if self.workers:
+            return max(0, self._begins_at_once)
+        return self.batch * KEEP_ROOM if self._waiting() < KEEP_ROOM * self.batch else 0
 
     def backlogged(self, coming: int) -> bool:
         """Whether ``coming`` more jobs would fill this loop's room while it is taking them:
         then the loop before it waits instead of moving jobs on without their locks, which
         someone would have to claim (and read in full) again. A loop that takes nothing (it
-        stops, drains, lost its connection) holds nobody up."""
+        stops, drains, lost its connection) holds nobody up, nor does a long step's loop: a
+        job it has no thread for goes on unlocked, for any consumer with one."""
+        if self.workers:
+            return False
         return self._taking() and self._waiting() + coming > KEEP_ROOM * self.batch
 
-    def hand(self, jobs: list[tuple[Job, bool]], holding: Holding) -> bool:
-        """Take ``jobs`` with their locks (one wake-up for all); False when this loop has
-        stopped (give them back). With each job, ``current``: the job is as ZooKeeper has it,
-        but for what others may have changed since (``job_refresh``); otherwise it is read
-        again in full."""
+    def hand(self, jobs: list[tuple[Job, bool]], holding: Holding) -> int:
+        """Take ``jobs`` with their locks (one wake-up for all): how many, the first ones of
+        ``jobs`` (the caller gives the others back); none when this loop has stopped, and no
+        more than a long step's loop begins at once (``_publish_room``). With each job,
+        ``current``: the job is as ZooKeeper has it, but for what others may have changed
+        since (``job_refresh``); otherwise it is read again in full."""
         with self._handed_lock:
             if self._closed:
-                return False
-            self._handed.extend((job, holding, current) for job, current in jobs)
-        self.wake.set()
-        return True
+                return 0
+            taken = len(jobs)
+            if self.workers:
+                taken = max(0, min(taken, self._begins_at_once))
+                self._begins_at_once -= taken
+            self._handed.extend((job, holding, current) for job, current in jobs[:taken])
+        if taken:
+            self.wake.set()
+        return taken
+
+    def _publish_room(self, now: Holding) -> None:
+        """A long step's loop: give back the kept jobs its threads would not begin soon (its
+        allowance shrank: its steps got longer, or take every thread), and say how many more
+        jobs they would begin, for the loops handing jobs over to it (``hand``, from their own
+        threads)."""
+        if not self.workers:
+            return
+        free = max(0, min(KEEP_ROOM * self.batch, self._long_begins() - self._long_in_hand()))
+        if len(self.kept) > free:
+            latest = sorted(self.kept, key=self.kept.__getitem__)[free:]
+            self._give_back(latest, now)
+        free -= len(self.kept)
+        with self._handed_lock:
+            self._begins_at_once = free - len(self._handed)
 
     def _absorb(self) -> None:
         if not self._handed:
@@ -822,10 +867,12 @@ class JobPipeline:
             self.share.leave()  # the other loops divide the jobs without this one
             return False
         self.share.join()
+        self._publish_room(now)
         room = self._room() if len(self.pending) <= AHEAD else 0
         outgoing = self._send_batch(fresh, now, room) if room else None
         if outgoing is not None:
             self.pending.append(outgoing)
+            self._publish_room(now)
         if len(self.pending) > AHEAD or (outgoing is None and self.pending):
             unanswered = None if block else self._unanswered(self.pending[0])
             if unanswered is not None:
@@ -876,14 +923,19 @@ class JobPipeline:
 
     def _long_allowance(self) -> int:
         """A long step's loop: the jobs it may have in hand (see LONG_WAIT)."""
+        return min(STEPS_AT_ONCE * self.batch, self._long_begins())
+
+    def _long_begins(self) -> int:
+        """A long step's loop: how many jobs its threads would begin within LONG_WAIT, by
+        how long its last steps took (a job a free thread before any was timed)."""
         free = self.workers - self._long_overdue()
         if free <= 0:
             return 0
         usual = self.paces.usual("")
         if usual is None:
-            return free  # no step timed yet: a job a thread
-        each = int(LONG_WAIT / usual) if usual > 0 else STEPS_AT_ONCE * self.batch
-        return min(STEPS_AT_ONCE * self.batch, free * max(1, each))
+            return free
+        each = int(LONG_WAIT / usual) if usual > 0 else KEEP_ROOM * self.batch
+        return free * max(1, min(each, KEEP_ROOM * self.batch))
 
     def _long_overdue(self) -> int:
         """A long step's loop: the steps under way for longer than LONG_WAIT."""
@@ -897,17 +949,31 @@ class JobPipeline:
         return overdue
 
     def _long_unbegun(self) -> bool:
-        """A long step's loop: whether a job it stepped is waiting for a thread."""
+        """A long step's loop: whether a job it stepped is waiting for a thread, or behind
+        another job's step in its task."""
         for stepping in self.stepping:
             with stepping.lock:
-                if stepping.began is None and not stepping.done:
+                if len(stepping.done) + (stepping.began is not None) < len(stepping.works):
                     return True
         return False
 
     def _long_give_back(self) -> None:
-        """A long step's loop: when steps under way longer than LONG_WAIT have taken every
-        thread, the jobs claimed and not begun go back (their tasks are cancelled, and
-        ``_finish_stepping`` gives their locks back): they would wait for a long step's end."""
+        """A long step's loop: the jobs behind a step under way longer than LONG_WAIT in its
+        task (``_long_tasks``) become tasks of their own, a job each. When such steps have
+        taken every thread, the jobs claimed and not begun go back (their tasks are cancelled,
+        and ``_finish_stepping`` gives their locks back): they would wait for a long step's
+        end."""
+        moment = time.monotonic()
+        for stepping in list(self.stepping):
+            with stepping.lock:
+                began, at = stepping.began, len(stepping.done)
+                if began is None or moment - began <= LONG_WAIT or at + 1 >= len(stepping.works):
+                    continue
+                # Its thread ends the task once that step has: it looks at ``works`` then.
+                rest = stepping.works[at + 1 :]
+                stepping.works = stepping.works[: at + 1]
+            for work in rest:
+                self._submit(Stepping(work.job.jid, [work], stepping.holding))
         if self.workers - self._long_overdue() > 0:
             return
         for stepping in self.stepping:
@@ -938,7 +1004,9 @@ class JobPipeline:
             # The next step's loop is full: the jobs held here wait (locked) until it has room
             # and wakes this loop, rather than going on unlocked. Nothing new is claimed.
             return None
-        claiming = downstream is None or downstream.has_room()
+        # A long step's loop takes only what its threads begin at once: what it has no room
+        # for goes on unlocked, and claims here do not wait for it.
+        claiming = downstream is None or downstream.workers > 0 or downstream.has_room()
         picks = self.listing.take(
             count, self.kept, claim=claiming, fresh=fresh, exclude=_WhenAsked(self._in_hand)
         )
@@ -1042,8 +1110,23 @@ class JobPipeline:
                 servers.setdefault(server, []).append(work)
         if passed:
             self._move_stepped([w for w, _ in passed], [why for _, why in passed], now)
+        if self.workers:
+            for group in self._long_tasks([w for ws in servers.values() for w in ws]):
+                self._submit(Stepping(group[0].job.jid, group, now))
+            return
         for server, group in servers.items():
             self._submit(Stepping(server, group, now))
+
+    def _long_tasks(self, works: list[Work]) -> list[list[Work]]:
+        """A long step's loop: its jobs' steps as tasks for its threads. A task a job, but for
+        steps that usually take less than SHORT_STEP: those of up to TASK_SPAN s of steps are
+        one task (a task's hand-over to a thread and back costs more than such a step; a step
+        that turns out long is cut out of its task by ``_long_give_back``)."""
+        usual = self.paces.usual("")
+        if usual is None or usual >= SHORT_STEP or len(works) < 2:
+            return [[work] for work in works]
+        size = max(1, int(TASK_SPAN / usual)) if usual > 0 else len(works)
+        return [works[at : at + size] for at in range(0, len(works), size)]
 
     def _submit(self, stepping: Stepping, *, first: bool = False) -> None:
         """Run ``stepping``'s steps in its server's lane (``first``: before its tasks not begun)."""
@@ -1288,11 +1371,11 @@ class JobPipeline:
         self,
         work: Work,
         stepped: Stepped,
-        takers: dict[str, JobPipeline | None],
+        takers: dict[str, tuple[JobPipeline | None, int]],
     ) -> bool:
         """Work out the move the step asked for (``stepped``: what ``run_step`` gave); False
         when the job ended here (lock given back). ``takers``: the loops that take jobs moved
-        to a state with their locks, as found for this batch."""
+        to a state with their locks, and how many more, as found for this batch."""
         daemon = self.daemon
         now = self.holding.get(work.pick.jid) or self._current()
         job, step, result = stepped
@@ -1303,12 +1386,13 @@ class JobPipeline:
             return False
         assert step is not None
         work.step = step
-        if step.target in takers:
-            taker = takers[step.target]
-        else:
-            taker = takers[step.target] = (
-                self.keeper.taker(step.target) if self.keeper is not None else None
+        if step.target not in takers:
+            takers[step.target] = (
+                self.keeper.taker(step.target) if self.keeper is not None else (None, 0)
             )
+        taker, room = takers[step.target]
+        if taker is not None:
+            takers[step.target] = (taker, room - 1) if room > 1 else (None, 0)
         try:
             work.plan = transition_plan(
                 job,
@@ -1428,7 +1512,9 @@ class JobPipeline:
         A job whose step raised is given back on its own and, unless ZooKeeper's connection
         was the cause, passed over for STEP_ERROR_PAUSE: claimed again at once it would raise
         again as fast as it can be claimed, and its batch-mates go on."""
-        takers: dict[str, JobPipeline | None] = {}  # by target state, for this batch
+        # By target state, for this batch: the loop taking jobs there with their locks, and
+        # how many more it takes.
+        takers: dict[str, tuple[JobPipeline | None, int]] = {}
         moving = []
         for work, outcome in zip(works, stepped, strict=True):
             if not isinstance(outcome, Exception):
@@ -1563,13 +1649,15 @@ class JobPipeline:
             daemon.last = daemon.moved_result(last.job.jid, last.step, last.started)
         for taker, jobs in handing.items():
             jids = [job.jid for job, _current in jobs]
-            if taker.hand(jobs, now):
-                for jid in jids:
-                    self.holding.pop(jid, None)
-            else:  # it stopped meanwhile: the locks are given back
-                self._give_back(jids, now)
+            taken = taker.hand(jobs, now)
+            for jid in jids[:taken]:
+                self.holding.pop(jid, None)
+            if taken < len(jids):
+                # It stopped meanwhile, or (a long step's loop) its threads were taken: the
+                # other locks are given back.
+                self._give_back(jids[taken:], now)
                 if self.keeper is not None:
-                    self.keeper.arrived(jids)
+                    self.keeper.arrived(jids[taken:])
         check = daemon.ask_completion(bids)
         if check is not None:
             self.completions.append((next(_sent), check))

@@ -33,7 +33,8 @@ BATCHED_STEPS = frozenset(
 # The steps as long as their object (they unpack and digest, store or record a whole object) run
 # in the batched loop too, each in a thread of its own, their steps in threads of the loop's own
 # (as many as the copies the process would run of them), a claim taking no more jobs than those
-# threads can begin soon (``pipeline.LONG_WAIT``); no locks are kept across them.
+# threads can begin soon (``pipeline.LONG_WAIT``), and taking a job with its kept lock only when
+# a thread would begin it as soon.
 # Downloading's copies are MRT_DOWNLOAD_JOBS; a slot of the depositor server's cap is taken with
 # each job it claims (``Downloading.accept``), so no claimed job waits for one.
 LONG_STEPS = frozenset({"downloading", "processing", "storing", "recording"})
@@ -64,7 +65,7 @@ def job_loop(cls: type[JobDaemon], keeper: LockKeeper | None, copies: int) -> di
     MRT_BATCH_LONG_STEPS), the one-job loop for the others. MRT_CLAIM_BATCH=1 with
     MRT_KEEP_LOCKS and MRT_BATCH_LONG_STEPS off is the one-job loop for every step."""
     if cls.name in LONG_STEPS and settings.MRT_BATCH_LONG_STEPS:
-        return {"batch": settings.MRT_CLAIM_BATCH, "keeper": None, "workers": copies}
+        return {"batch": settings.MRT_CLAIM_BATCH, "keeper": keeper, "workers": copies}
     if cls.name not in BATCHED_STEPS:
         return {"batch": 1, "keeper": None}
     return {"batch": settings.MRT_CLAIM_BATCH, "keeper": keeper}

@@ -14,10 +14,12 @@ import pytest
 from kazoo.client import KazooClient
 
 from queues.core.states import JobState
+from queues.daemons import pipeline as pipeline_module
 from queues.daemons import runner
 from queues.daemons.base import JobDaemon
 from queues.daemons.downloading import Downloading
 from queues.daemons.fetching import HOST_SLOTS, SERVER_KEYS
+from queues.daemons.pipeline import JobPipeline, LockKeeper
 from queues.daemons.registry import DAEMONS
 from queues.daemons.shared import ItemResult
 from queues.services.depositors import depositor_policy
@@ -28,7 +30,7 @@ from queues.zk.locks import queue_hold_clear, queue_hold_set
 from queues.zk.records import Job
 
 from .conftest import FileServer, make_job, wait_for
-from .test_batched import Step1, in_state, jobs_in, lock_owner
+from .test_batched import Step1, Step2, cycle_until_idle, in_state, jobs_in, lock_owner
 
 
 class Long(Step1):
@@ -139,8 +141,9 @@ def test_runconsumer_runs_the_long_steps_in_the_batched_loop_with_their_copies_a
         cls = DAEMONS[name]
         assert issubclass(cls, JobDaemon)
         assert runner.instances(cls, 3) == 1
-        loop = runner.job_loop(cls, None, 3)
-        assert loop["workers"] == 3 and loop["keeper"] is None
+        keeper = LockKeeper()
+        loop = runner.job_loop(cls, keeper, 3)
+        assert loop["workers"] == 3 and loop["keeper"] is keeper
         assert cls(zk=object(), **loop).batched()
     settings.MRT_BATCH_LONG_STEPS = False
     cls = DAEMONS["storing"]
@@ -206,3 +209,178 @@ def test_a_downloading_loop_passes_over_a_full_servers_jobs_without_claiming_one
     # it (before, each was locked, read and given back: three requests a job).
     assert locked == []
     assert {job_load(zk, j.jid).state for j in waiting} == {JobState.DOWNLOADING}
+
+
+class LongNext(Step2):
+    """Provisioning -> Downloading as a long step's loop runs it, a step held up at will."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.release = threading.Event()
+        self.release.set()
+        self.began: list[str] = []
+
+    def work(self, item: Job) -> Any:
+        self.began.append(item.jid)
+        self.release.wait(120)
+        return super().work(item)
+
+
+def claims_counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    claimed: list[str] = []
+    real = pipeline_module.PendingClaim
+
+    def counting(zk_: KazooClient, picks: list[Any], folder: str) -> Any:
+        claimed.extend(p.jid for p in picks)
+        return real(zk_, picks, folder)
+
+    monkeypatch.setattr(pipeline_module, "PendingClaim", counting)
+    return claimed
+
+
+def long_after_short(zk: KazooClient, workers: int) -> tuple[JobPipeline, JobPipeline, LongNext]:
+    keeper = LockKeeper()
+    one = JobPipeline(Step1(zk=zk, keeper=keeper, batch=8), keeper=keeper)
+    second = LongNext(zk=zk, keeper=keeper, batch=8, workers=workers)
+    two = JobPipeline(second, keeper=keeper)
+    keeper.register(one)
+    two.begin()  # its step threads, and it registers with the keeper
+    return one, two, second
+
+
+def cycled(loop: JobPipeline, done: Any) -> Any:
+    """Wait for ``done`` while cycling ``loop`` (its steps end in threads of its own)."""
+
+    def check() -> Any:
+        loop.cycle()
+        return done()
+
+    return wait_for(check, every=0.02)
+
+
+def test_a_long_steps_loop_takes_jobs_with_their_locks_as_its_free_threads_begin_them(
+    zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs_in(zk, 1, state=JobState.DOWNLOADING)  # the last folder exists
+    jobs = jobs_in(zk, 5)
+    claimed = claims_counted(monkeypatch)
+    one, two, second = long_after_short(zk, workers=2)
+    try:
+        two.cycle()  # says how many jobs it takes: a job a thread, no step timed yet
+        assert two.room_for_hand() == 2
+        cycle_until_idle(one)
+        # Two jobs (the first in run order) went on with their locks kept, the others without.
+        owners = [lock_owner(zk, j.jid) for j in jobs]
+        assert owners == [zk.client_id[0]] * 2 + [None] * 3
+        assert [job.jid for job, _h, _c in two._handed] == [j.jid for j in jobs[:2]]
+        assert two.room_for_hand() == 0
+        del claimed[:]
+        cycled(two, lambda: in_state(zk, JobState.DOWNLOADING) == 6)
+        # The kept ones were not claimed again; the others were, by the long step's loop.
+        assert sorted(claimed) == sorted(j.jid for j in jobs[2:])
+        assert sorted(second.seen) == sorted(j.jid for j in jobs)
+        assert all(lock_owner(zk, j.jid) is None for j in jobs)
+    finally:
+        two.end()
+
+
+def test_a_long_steps_loop_with_every_thread_taken_takes_no_job_with_its_lock(
+    zk: KazooClient, other_zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its threads are under a long step: a job kept for it would wait; it goes on unlocked,
+    and another consumer takes it meanwhile."""
+    monkeypatch.setattr(pipeline_module, "LONG_WAIT", 0.2)
+    jobs_in(zk, 1, state=JobState.DOWNLOADING)
+    [slow] = jobs_in(zk, 1)
+    one, two, second = long_after_short(zk, workers=1)
+    try:
+        second.release.clear()
+        two.cycle()
+        cycle_until_idle(one)
+        two._absorb()
+        cycled(two, lambda: second.began == [slow.jid])  # its one thread under the step
+        # Under way longer than LONG_WAIT: no thread begins anything soon.
+        cycled(two, lambda: two._long_overdue() == 1)
+        assert two.room_for_hand() == 0
+        behind = jobs_in(zk, 3)
+        one.cycle(fresh=True)  # a new listing
+        cycle_until_idle(one)
+        assert all(job_load(zk, j.jid).state == JobState.PROVISIONING for j in behind)
+        assert all(lock_owner(zk, j.jid) is None for j in behind)
+        theirs = Step2(zk=other_zk, batch=8, poll=0.05)
+        with running(theirs):
+            wait_for(lambda: in_state(zk, JobState.DOWNLOADING) == 4)
+        assert sorted(theirs.seen) == sorted(j.jid for j in behind)
+        assert lock_owner(zk, slow.jid) == zk.client_id[0]
+    finally:
+        second.release.set()
+        cycled(two, lambda: job_load(zk, slow.jid).state == JobState.DOWNLOADING)
+        two.end()
+    assert lock_owner(zk, slow.jid) is None
+
+
+def test_jobs_kept_for_a_long_steps_loop_go_back_once_its_threads_are_taken(
+    zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pipeline_module, "LONG_WAIT", 0.2)
+    jobs_in(zk, 1, state=JobState.DOWNLOADING)
+    jobs = jobs_in(zk, 2)
+    one, two, second = long_after_short(zk, workers=2)
+    try:
+        second.release.clear()
+        two.cycle()
+        cycle_until_idle(one)
+        assert all(lock_owner(zk, j.jid) == zk.client_id[0] for j in jobs)
+        two._absorb()
+        # Taken in as kept, then (as if its threads had been taken meanwhile) not begun: the
+        # next cycle gives its lock back rather than keep it waiting.
+        monkeypatch.setattr(two, "_long_begins", lambda: 0)
+        two.cycle()
+        assert not two.kept and not two.pending and not two.stepping
+        assert all(lock_owner(zk, j.jid) is None for j in jobs)
+        assert all(job_load(zk, j.jid).state == JobState.PROVISIONING for j in jobs)
+        assert second.began == []
+    finally:
+        second.release.set()
+        two.end()
+
+
+def test_fast_steps_share_a_task_and_a_long_one_is_cut_out_of_it(
+    zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps shorter than a hand-over to a thread go to the threads a batch at a time; the jobs
+    behind one that turns out long in its task go on in the loop's other thread."""
+    monkeypatch.setattr(pipeline_module, "LONG_WAIT", 0.2)
+    released = threading.Event()
+    blocker: list[str] = []
+    tasks: list[int] = []
+    real_submit = JobPipeline._submit
+
+    def noting(self: JobPipeline, stepping: Any, *, first: bool = False) -> None:
+        tasks.append(len(stepping.works))
+        real_submit(self, stepping, first=first)
+
+    monkeypatch.setattr(JobPipeline, "_submit", noting)
+
+    def slow_for_the_blocker(_daemon: Any, item: Job) -> None:
+        if item.jid in blocker:
+            released.wait(120)
+
+    daemon = Long(zk=zk, batch=8, workers=2, poll=0.05, action=slow_for_the_blocker)
+    with running(daemon):
+        jobs_in(zk, 3)  # timed first: a step of microseconds
+        wait_for(lambda: in_state(zk, JobState.PROVISIONING) == 3)
+        del tasks[:]
+        queue_hold_set(zk, "ingest")
+        first = jobs_in(zk, 1, priority=1)[0]
+        blocker.append(first.jid)
+        behind = jobs_in(zk, 5, priority=5)
+        queue_hold_clear(zk, "ingest")
+        # All six in one task; the five behind the long step go on without it.
+        wait_for(lambda: all(job_load(zk, j.jid).state == JobState.PROVISIONING for j in behind))
+        assert tasks[0] == 6 and tasks[1:] == [1] * 5, tasks
+        assert job_load(zk, first.jid).state == JobState.ESTIMATING
+        assert lock_owner(zk, first.jid) == zk.client_id[0]
+        released.set()
+        wait_for(lambda: job_load(zk, first.jid).state == JobState.PROVISIONING)
+    assert job_load(zk, first.jid).lock is None

@@ -83,14 +83,16 @@ def test_every_job_step_runs_batched_by_default(zk) -> None:
         assert {d.name for d in short} == {"pending", "estimating", "provisioning", "notify"}
         keepers = {d.keeper for d in short}
         assert len(keepers) == 1 and None not in keepers  # one per process, shared
-        # A claimed job never waits behind a step that grows with the object: those loops keep
-        # no lock across steps and claim no more than their threads begin soon (test_long_steps).
+        # A claimed job never waits behind a step that grows with the object: those loops take
+        # a job with its lock only when a thread would begin it soon, and claim no more than
+        # their threads begin soon (test_long_steps).
+        [keeper] = keepers
         long = {d.name: (d.keeper, d.workers) for d in host.daemons if d.name in runner.LONG_STEPS}
         assert long == {
-            "downloading": (None, 4),  # MRT_DOWNLOAD_JOBS
-            "processing": (None, 1),
-            "storing": (None, 1),
-            "recording": (None, 1),
+            "downloading": (keeper, 4),  # MRT_DOWNLOAD_JOBS
+            "processing": (keeper, 1),
+            "storing": (keeper, 1),
+            "recording": (keeper, 1),
         }
     finally:
         host.close()
