@@ -993,7 +993,14 @@ class JobPipeline:
             if self.kept:
                 self._give_back(list(self.kept), now)
             return None
-        downstream = self.keeper.loop_for(self.successor) if self.keeper is not None else None
+        # A long step's loop is never held back by the next step's loop: what that one has no
+        # room for goes on unlocked (``_planned``), for any consumer, rather than waiting here
+        # locked behind a step that may take minutes.
+        downstream = (
+            self.keeper.loop_for(self.successor)
+            if self.keeper is not None and not self.workers
+            else None
+        )
         # Set before the next loop's room is looked at: that loop wakes a throttled loop once
         # it has made room, and one whose room is made after this look finds the flag set.
         self.throttled = downstream is not None

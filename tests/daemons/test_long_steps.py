@@ -384,3 +384,26 @@ def test_fast_steps_share_a_task_and_a_long_one_is_cut_out_of_it(
         released.set()
         wait_for(lambda: job_load(zk, first.jid).state == JobState.PROVISIONING)
     assert job_load(zk, first.jid).lock is None
+
+
+def test_a_long_steps_loop_is_not_held_back_by_a_full_next_loop(
+    zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its jobs the next loop has no room for go on unlocked, for any consumer: the loop does
+    not keep its jobs (locked) waiting for that room, as a short step's loop does."""
+    monkeypatch.setattr(pipeline_module, "KEEP_ROOM", 1)
+    jobs_in(zk, 1, state=JobState.PROVISIONING)
+    jobs = jobs_in(zk, 4)
+    keeper = LockKeeper()
+    one = JobPipeline(Long(zk=zk, keeper=keeper, batch=1, workers=1), keeper=keeper)
+    two = JobPipeline(Step2(zk=zk, keeper=keeper, batch=1), keeper=keeper)
+    keeper.register(two)
+    one.begin()
+    try:
+        cycled(one, lambda: in_state(zk, JobState.PROVISIONING) == 5)
+        assert not one.throttled
+        # The first went on with its lock (the next loop's room), the others without.
+        owners = [lock_owner(zk, j.jid) for j in jobs]
+        assert owners == [zk.client_id[0]] + [None] * 3
+    finally:
+        one.end()
