@@ -67,8 +67,11 @@ class ServerKeys:
         try:
             _name, _port, ip = policy.resolve(url)
         except (FetchRefused, TransferFailed):
-            return host
-        key = connect_key(ip)
+            # Kept as long as an address: a refused host's jobs are looked at as often as any,
+            # and asking the resolver again for each of them changes nothing about its count.
+            key = host
+        else:
+            key = connect_key(ip)
         with self._lock:
             if len(self._known) >= _ADDRESS_ENTRIES:
                 self._known.clear()

@@ -3,13 +3,16 @@ says so on its page (issue 25 item 8): it waited with no word about why."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.template import Context, Template
 
 from queues.daemons.downloading import Downloading
-from queues.daemons.fetching import HOST_SLOTS, SERVER_KEYS
+from queues.daemons.fetching import HOST_SLOTS, SERVER_KEYS, ServerKeys
 from queues.daemons.registration import ProcessObserver
 from queues.services.depositors import depositor_policy
+from queues.steps.netpolicy import FetchPolicy, FetchRefused
 from queues.zk import consumers as zconsumers
 from queues.zk.jobs import job_load
 
@@ -48,3 +51,20 @@ def test_a_job_passed_over_for_its_servers_cap_says_so_on_its_page(
     assert job_load(zk, job.jid).state == "Processing"
     zconsumers.consumer_publish(zk, "dl1-9", observer.snapshot())
     assert 'id="slot-wait"' not in _page_part(job.jid, "Downloading")
+
+
+def test_a_refused_hosts_server_key_is_remembered_as_an_address_is() -> None:
+    """A refused (or unresolvable) host counts under its name as written; its jobs are looked at
+    as often as any, and the resolver is not asked again for each of them."""
+    asked: list[str] = []
+
+    class Refusing(FetchPolicy):
+        def resolve(self, url: str) -> Any:
+            asked.append(url)
+            raise FetchRefused(url, "refused for the test")
+
+    keys = ServerKeys()
+    policy = Refusing()
+    url = "http://refused.example.invalid/a.bin"
+    assert keys.key(url, policy) == keys.key(url, policy) == "refused.example.invalid"
+    assert asked == [url]
