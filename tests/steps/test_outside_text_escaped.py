@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import logging
 import socket
+import sys
 import threading
 
 import pytest
@@ -98,3 +99,19 @@ def test_slack_markup_in_outside_text_is_shown_not_read():
     assert for_slack(reason) == (
         "redeploy &lt;!channel&gt; &amp; &lt;https://evil.example|click&gt;"
     )
+
+
+def test_the_log_formatter_gives_the_record_back_as_it_came() -> None:
+    """It escapes the record in place to format it: another handler still gets the record's
+    own message, arguments and traceback."""
+    try:
+        raise ValueError(REASON)
+    except ValueError:
+        record = logging.LogRecord(
+            "queues.daemons", logging.WARNING, __file__, 1, "%s", (REASON,), sys.exc_info()
+        )
+    line = LogFormatter("%(message)s").format(record)
+    assert "\x1b" not in line and "\\x1b" in line
+    assert record.msg == "%s" and record.args == (REASON,)
+    assert record.exc_text is None and record.getMessage() == REASON
+    assert "\x1b" in logging.Formatter("%(message)s").format(record)
