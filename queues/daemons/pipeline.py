@@ -33,13 +33,14 @@ per process when its loops keep locks, so a job claimed by a process at its firs
 that process's share at every later one). A draining or stopping loop leaves the division.
 
 A long step's loop (``JobDaemon.workers``: downloading, processing, storing, recording) runs
-its jobs' steps in threads of its own, a job each, and has in hand no more jobs than those
-threads begin within LONG_WAIT (see there). It takes jobs handed over with their locks only as
-many as those threads would begin within LONG_WAIT too (``_publish_room``); the others go on
-unlocked, for any consumer with a thread free, and the loop before it is never held up for it.
+its jobs' steps in threads of its own, a job each (or a few, when its steps take microseconds:
+``_long_tasks``), and has in hand no more jobs than those threads begin within LONG_WAIT (see
+there). It takes jobs handed over with their locks only as many as those threads would begin
+within LONG_WAIT too (``_publish_room``); the others go on unlocked, for any consumer with a
+thread free. Neither it nor the loop before it is held back for the other's room.
 
-Why one module (about 1,630 lines), for now: ``JobPipeline`` is one cycle's state machine
-(about 1,100 lines) whose steps share its kept jobs, its moves in flight and its step lanes.
+Why one module (about 1,750 lines), for now: ``JobPipeline`` is one cycle's state machine
+(about 1,200 lines) whose steps share its kept jobs, its moves in flight and its step lanes.
 The helpers before it (``LockKeeper``, ``Paces``, ``SlowMarks``, the work records, about 300
 lines) could be a module of their own; not done yet (the tests set the constants they read
 on this module).
@@ -589,7 +590,7 @@ class JobPipeline:
 
     def _publish_room(self, now: Holding) -> None:
         """A long step's loop: give back the kept jobs its threads would not begin soon (its
-        allowance shrank: its steps got longer, or take every thread), and say how many more
+        allowance shrank: its steps got longer, or took every thread), and say how many more
         jobs they would begin, for the loops handing jobs over to it (``hand``, from their own
         threads)."""
         if not self.workers:
