@@ -6,10 +6,20 @@ ASGI lifespan), never on import (tests/web/test_settings.py)."""
 import asyncio
 from collections import Counter
 
-from queues.console import selectors
+import pytest
+
+from queues.console import jobtext, selectors
 from queues.web.warmup import WarmOnFirstConnection, warm_in_background
 from queues.zk import batches, jobs
 from queues.zk import index as zindex
+
+
+@pytest.fixture(autouse=True)
+def _feeds_stopped():
+    """A warm-up starts the text index's writer and feeder threads: stopped after each test,
+    they do not go on writing (and logging) once the test database is gone."""
+    yield
+    jobtext.reset()
 
 
 def test_after_warming_the_overview_counts_need_no_folder_listing(zk):
