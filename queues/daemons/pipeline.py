@@ -564,10 +564,7 @@ class JobPipeline:
         """Whether ``coming`` more jobs would fill this loop's room while it is taking them:
         then the loop before it waits instead of moving jobs on without their locks, which
         someone would have to claim (and read in full) again. A loop that takes nothing (it
-        stops, drains, lost its connection) holds nobody up, nor does a long step's loop: a
-        job it has no thread for goes on unlocked, for any consumer with one."""
-        if self.workers:
-            return False
+        stops, drains, lost its connection) holds nobody up."""
         return self._taking() and self._waiting() + coming > KEEP_ROOM * self.batch
 
     def hand(self, jobs: list[tuple[Job, bool]], holding: Holding) -> int:
@@ -994,14 +991,12 @@ class JobPipeline:
             if self.kept:
                 self._give_back(list(self.kept), now)
             return None
-        # A long step's loop is never held back by the next step's loop: what that one has no
-        # room for goes on unlocked (``_planned``), for any consumer, rather than waiting here
-        # locked behind a step that may take minutes.
-        downstream = (
-            self.keeper.loop_for(self.successor)
-            if self.keeper is not None and not self.workers
-            else None
-        )
+        # The next step's loop, which may hold this one back. Not when either is a long step's
+        # loop: what that has no room for goes on unlocked (``_planned``), for any consumer,
+        # rather than waiting locked, behind a step that may take minutes or for one's thread.
+        downstream = self.keeper.loop_for(self.successor) if self.keeper is not None else None
+        if downstream is not None and (self.workers or downstream.workers):
+            downstream = None
         # Set before the next loop's room is looked at: that loop wakes a throttled loop once
         # it has made room, and one whose room is made after this look finds the flag set.
         self.throttled = downstream is not None
@@ -1012,9 +1007,7 @@ class JobPipeline:
             # The next step's loop is full: the jobs held here wait (locked) until it has room
             # and wakes this loop, rather than going on unlocked. Nothing new is claimed.
             return None
-        # A long step's loop takes only what its threads begin at once: what it has no room
-        # for goes on unlocked, and claims here do not wait for it.
-        claiming = downstream is None or downstream.workers > 0 or downstream.has_room()
+        claiming = downstream is None or downstream.has_room()
         picks = self.listing.take(
             count, self.kept, claim=claiming, fresh=fresh, exclude=_WhenAsked(self._in_hand)
         )

@@ -44,6 +44,7 @@ from queues.zk.jobs import index_entries, jobs_load
 from queues.zk.records import Job
 
 from .waiting import chained
+from .workfolder import work_root
 
 log = logging.getLogger("queues.daemons")
 
@@ -71,7 +72,7 @@ class Provisioning(JobDaemon):
         self._capacity = 0  # the disk's capacity for one job at the last evaluation
 
     def _usage(self) -> Any:
-        root = Path(settings.MRT_WORK_DIR)
+        root = work_root()
         try:
             return self.disk_usage(root)
         except FileNotFoundError:  # not made yet (once: asked for every job claimed)
