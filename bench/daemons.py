@@ -42,6 +42,7 @@ import logging
 import multiprocessing
 import os
 import re
+import shutil
 import sys
 import threading
 import time
@@ -549,7 +550,7 @@ def run_shipped(
         failed = [c.exitcode for c in children if c.exitcode not in (None, 0)]
         if failed:
             raise BenchError(f"runconsumer exited with {failed} inside the window: see {log}")
-        return Run(processes, window)
+        run = Run(processes, window)
     finally:
         for child in children:
             child.join(timeout=60)
@@ -560,6 +561,8 @@ def run_shipped(
             drop_chroot(target)
         except Exception as exc:
             print(f"warning: {target} was not deleted: {exc!r}", file=sys.stderr, flush=True)
+    shutil.rmtree(var, ignore_errors=True)  # kept, with its log, only when the run failed
+    return run
 
 
 def _raw_child(
