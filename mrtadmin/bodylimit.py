@@ -252,6 +252,12 @@ def _awaits_line(channel: Any) -> bool:
     return bool(getattr(channel, _AWAITS_LINE, False))
 
 
+def _part_of_a_line(channel: Any) -> bool:
+    """Whether bytes of a request line that is not whole yet are in (LineReceiver's buffer):
+    awaiting a line with nothing buffered is a kept-alive connection between two requests."""
+    return _awaits_line(channel) and bool(getattr(channel, "_buffer", b""))
+
+
 def line_bounded(build: Callable[..., Any]) -> Callable[..., Any]:
     """daphne's ``HTTPFactory.buildProtocol`` whose channels give a request line the request's
     deadline too: Twisted makes the request (and so starts its clock) only once the whole first
@@ -271,20 +277,23 @@ def line_bounded(build: Callable[..., Any]) -> Callable[..., Any]:
 
         def too_slow() -> None:
             timer.clear()
-            if not _awaits_line(channel) or channel.transport is None:
+            transport = channel.transport
+            gone = transport is None or getattr(transport, "disconnected", False)
+            if gone or not _part_of_a_line(channel):
                 return
             seconds = request_seconds()
             log.info("408 a request line not whole after %gs", seconds)
-            channel.transport.write(raw_answer(HTTPStatus.REQUEST_TIMEOUT, too_slow_text(seconds)))
-            channel.transport.loseConnection()
+            transport.write(raw_answer(HTTPStatus.REQUEST_TIMEOUT, too_slow_text(seconds)))
+            transport.loseConnection()
 
         def data_received(data: bytes) -> None:
             if not timer and _awaits_line(channel):
                 channel._mrt_line_began = time.monotonic()
                 timer.append(channel.callLater(request_seconds(), too_slow))
             received(data)
-            if timer and not _awaits_line(channel):
-                # The line is in: its request has taken the clock over.
+            if timer and not _part_of_a_line(channel):
+                # The line is in: its request has taken the clock over (or, a request without
+                # a body, has been handed on whole: between two requests no clock runs).
                 call = timer.pop()
                 if call.active():
                     call.cancel()

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import select
@@ -162,6 +163,35 @@ def test_a_trickled_body_or_header_is_answered_408_at_the_deadline(console: Cons
     # A request sent whole at once is not held to anything: the page answers it.
     page = requests.get(f"{console.url}/login/", timeout=ANSWER_SECONDS)
     assert page.status_code == 200
+
+
+def test_a_kept_alive_connection_is_not_timed_between_its_requests(console: Console) -> None:
+    # The deadline is a request's: a connection that asks again and again past it, and one
+    # that waits past it between two requests, are answered each time. The clock of a request
+    # without a body used to run on after the answer: 60 s after its first request a kept-alive
+    # connection got an unasked 408, read as the answer to its next request (a browser's, the
+    # page benchmark's).
+    conn = http.client.HTTPConnection("127.0.0.1", console.port, timeout=ANSWER_SECONDS)
+    statuses = []
+    try:
+        ends = time.monotonic() + 2 * REQUEST_SECONDS
+        while time.monotonic() < ends:
+            conn.request("GET", f"{PREFIX}/healthz")
+            answer = conn.getresponse()
+            answer.read()
+            statuses.append(answer.status)
+            time.sleep(0.25)
+        time.sleep(1.5 * REQUEST_SECONDS)  # idle past the deadline, then once more
+        conn.request("GET", f"{PREFIX}/healthz")
+        answer = conn.getresponse()
+        answer.read()
+        statuses.append(answer.status)
+        still_open = conn.sock is not None
+    finally:
+        conn.close()
+
+    assert len(statuses) > 4 and set(statuses) == {200}, statuses
+    assert still_open  # the same connection all along (http.client opens no other unasked)
 
 
 def _partial_answer(console: Console, path: str, length: int, **headers: str) -> bytes:
