@@ -444,6 +444,14 @@ class _Texts:
     gone: int = 0
     capped: bool = False
     _count: int | None = None
+    _search: jobtext.Search | None = None
+
+    @property
+    def search(self) -> jobtext.Search:
+        """The text index's search, its rare trigrams probed once for the count and the rows."""
+        if self._search is None:
+            self._search = jobtext.Search(self.fields, self.text)
+        return self._search
 
     def _live(self, chunk: list[tuple[int, dict[str, Any]]]) -> list[int]:
         jids = {f"jid{n:010d}": n for n, _v in chunk}
@@ -461,7 +469,7 @@ class _Texts:
 
     def _from_db(self) -> Iterator[int]:
         chunk: list[tuple[int, dict[str, Any]]] = []
-        for item in jobtext.matching(self.fields, self.text):
+        for item in self.search.rows():
             chunk.append(item)
             if len(chunk) >= 100:
                 yield from self._live(chunk)
@@ -478,7 +486,7 @@ class _Texts:
         """How many rows match, the rows not written yet counted; at most ``COUNT_CAP``
         (``capped`` says whether there were more)."""
         if self._count is None:
-            found = jobtext.count(self.fields, self.text, COUNT_CAP) + len(self.pending)
+            found = self.search.count(COUNT_CAP) + len(self.pending)
             self.capped = found > COUNT_CAP
             self._count = min(found, COUNT_CAP)
         return self._count

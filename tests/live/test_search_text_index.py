@@ -25,6 +25,7 @@ import requests
 from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from bench.loader import bulk_load
 from queues.chaos.infra import InfraError, Postgres
@@ -293,6 +294,10 @@ def test_a_text_found_through_its_rare_trigrams_is_what_the_phrase_query_finds(
     assert jobtext._rare_rows(["filename"], f"jid{one:010d}.bin") is not None
     assert jobtext._rare_rows(["ark"], f"ARK:/99999/FK4{one:08d}") is not None
     assert jobtext._rare_rows(["title"], "to zoë") is None
+    # An ID's digits are tried at once: one query, no trigram counted.
+    with CaptureQueriesContext(connection) as asked_db:
+        assert [n for n, _v in jobtext._rare_rows(["filename"], f"jid{one:010d}.bin")] == [one]
+    assert len(asked_db.captured_queries) == 1, asked_db.captured_queries
     monkeypatch.setattr(jobtext, "RARE_FROM", 10**6)  # every text a phrase query
     for (fields, text), (rows_found, counted) in found.items():
         assert rows_found == list(jobtext.matching(list(fields), text)), text
@@ -302,6 +307,19 @@ def test_a_text_found_through_its_rare_trigrams_is_what_the_phrase_query_finds(
     assert found[("title",), "to zoë"][1] == 6  # counted to its cap + 1
     assert found[("filename",), "Annual report 0014"] == ([], 0)
     assert [n for n, _v in found[("title",), "annual report 0014"][0]] == [number(14)]
+
+
+def test_the_trigrams_guessed_rare_are_apart_and_hold_digits() -> None:
+    def guessed(text: str) -> list[str]:
+        pieces = [text[i : i + 3] for i in range(len(text) - 2)]
+        ranked = [(-sum(c.isdigit() for c in p), -i, p) for i, p in enumerate(pieces)]
+        return jobtext._guessed(sorted(ranked))
+
+    assert guessed("jid0012772046.bin") == ["046", "772"]
+    assert guessed("jid0000123456.bin") == ["456", "123"]  # not "000" too
+    assert guessed("Object 123456") == ["456", "123"]
+    assert guessed("annual report 0014") == []  # one trigram of two digits or more apart
+    assert guessed("to zoë") == []
 
 
 def test_the_rare_trigrams_taken_do_not_overlap() -> None:
