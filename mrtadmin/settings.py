@@ -103,6 +103,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: the pages a request's work freed go back to the system (glibc keeps them).
+    "queues.web.memory.GiveBackMemoryMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # A database outage met anywhere in a view (the session, a token, the roles) is a 503
