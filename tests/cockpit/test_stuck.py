@@ -273,3 +273,41 @@ def test_a_cut_moving_on_with_the_clock_puts_the_new_entries_in_their_places() -
                 assert list(found) == wanted, (step, cut, strict)
     finally:
         stuck.reset()
+
+
+def test_the_band_between_the_two_thresholds_is_the_same_ordered_by_time() -> None:
+    """The jobs whose lock is read (in their state past the lock threshold, not past the
+    state's): found by bisection once the entries are ordered by time, the same positions as
+    the pass over every time."""
+    import random
+
+    rng = random.Random(5)
+    keys = array("q", sorted(rng.sample(range(1, 1 << 40), 5000)))
+    ctimes = array("d", ((c + rng.random()) if (c := rng.randrange(100)) else 0.0 for _ in keys))
+    stuck.reset()
+    try:
+        cuts = [(10.0, 20.0), (0.0, 100.0), (33.3, 33.4), (50.0, 50.0), (99.0, 200.0)]
+        passed = [sorted(stuck._band("Testing", keys, ctimes, a, b)) for a, b in cuts]
+        stuck._before("Testing", keys, ctimes, 50.0, strict=True)
+        stuck._before("Testing", keys, ctimes, 50.0, strict=True)  # now ordered by time
+        assert stuck._by_time["Testing"].keys is keys
+        ordered = [sorted(stuck._band("Testing", keys, ctimes, a, b)) for a, b in cuts]
+        assert ordered == passed
+        assert passed[0] and passed[2] == [i for i, t in enumerate(ctimes) if 33.3 <= t < 33.4]
+    finally:
+        stuck.reset()
+
+
+def test_the_stuck_keys_of_several_states_are_sorted_once_while_their_parts_hold() -> None:
+    stuck.reset()
+    try:
+        a, b = array("q", [1, 5, 9]), array("q", [2, 3, 10])
+        joined = stuck._joined([a, array("q"), b], [7])
+        assert list(joined) == [1, 2, 3, 5, 7, 9, 10]
+        assert stuck._joined([a, b], [7]) is joined  # the same parts: the same answer
+        assert list(stuck._joined([a, array("q", [2, 3, 10])], [7])) == list(joined)
+        assert stuck._joined([a, b], [4]) is not joined
+        assert stuck._joined([array("q"), b], []) is b  # one state's part is its own answer
+        assert list(stuck._joined([], [])) == []
+    finally:
+        stuck.reset()
