@@ -674,12 +674,12 @@ class Search:
         self.fields = fields
         self.text = text
         self._rare: list[tuple[int, dict[str, Any]]] | None = None
-        self._probed = False
+        self._rare_known = False
 
     def _rare_rows(self) -> list[tuple[int, dict[str, Any]]] | None:
-        if not self._probed:
+        if not self._rare_known:
             self._rare = _rare_rows(self.fields, self.text)
-            self._probed = True
+            self._rare_known = True
         return self._rare
 
     def rows(self, *, chunk: int = 200) -> Iterator[tuple[int, dict[str, Any]]]:
