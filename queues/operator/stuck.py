@@ -43,7 +43,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import compress, islice, repeat
+from itertools import compress, islice
 from operator import and_
 from typing import Any
 
@@ -65,7 +65,7 @@ DEFAULT_FACTOR = 3.0
 DEFAULT_MIN_SECONDS = 300.0
 CACHE_SECONDS = 15.0
 READ_CHUNK = 1000
-CARRY_BLOCK = 8192  # entries whose kept times are looked up in one go (see _carried)
+CARRY_BLOCK = 8192  # entries sorted in one go (see _ranked)
 # How far ahead of a count the stuck page's order reaches (``_Oldest``): a page looked at
 # recounts every CACHE_SECONDS, so an order is normally far younger than this.
 HORIZON = 600.0
@@ -180,36 +180,6 @@ def thresholds() -> dict[str, Threshold]:
     return found
 
 
-def _zeros(values: array[float]) -> list[int]:
-    """Where ``values`` holds 0.0 (found by the array's own search, not a loop per item)."""
-    found: list[int] = []
-    at = -1
-    while True:
-        try:
-            at = values.index(0.0, at + 1)
-        except ValueError:
-            return found
-        found.append(at)
-
-
-def _carried(known: _Times, keys: array[int]) -> array[float]:
-    """The times ``known`` has for ``keys`` (0.0 where it has none), block by block.
-
-    Both arrays are sorted: each block of ``keys`` looks only at the part of ``known.keys`` in
-    its range. Each step is one call into C that holds the interpreter; a block keeps it short
-    (a page request waits for the interpreter, not for 120,000 entries at once).
-    """
-    carried = array("d")
-    old_keys, old_times = known.keys, known.ctimes
-    for start in range(0, len(keys), CARRY_BLOCK):
-        block = keys[start : start + CARRY_BLOCK]
-        low = bisect_left(old_keys, block[0])
-        high = bisect_right(old_keys, block[-1], low)
-        before = dict(zip(old_keys[low:high], old_times[low:high], strict=True))
-        carried.extend(map(before.get, block, repeat(0.0)))
-    return carried
-
-
 def _entry_times(
     zk: Any, idx: zindex.ReadIndex, state: str, *, pause: float = 0.0
 ) -> tuple[packed.Entries, array[float]]:
@@ -230,10 +200,10 @@ def _entry_times(
             return entries, known.ctimes
         ctimes = known.ctimes
     elif known is not None:  # the folder changed: keep the times of the entries still there
-        ctimes = _carried(known, keys)
+        ctimes = packed.carried(known.keys, known.ctimes, keys, 0.0)
     else:
         ctimes = array("d", [0.0]) * len(keys)
-    missing = _zeros(ctimes)
+    missing = packed.positions_of(ctimes, 0.0)
     if missing:
         ctimes = array("d", ctimes)  # a copy: a reader of the kept one never sees it half-read
         folder = zpaths.job_state_folder(state)
@@ -714,7 +684,11 @@ def _known_times(
         reader = _age_reader[0]
     if known is None or known.keys is not keys:
         reading = reader is not None and reader.is_alive()
-        ctimes = _carried(known, keys) if known is not None else array("d", [0.0]) * len(keys)
+        ctimes = (
+            packed.carried(known.keys, known.ctimes, keys, 0.0)
+            if known is not None
+            else array("d", [0.0]) * len(keys)
+        )
         missing = ctimes.count(0.0)
         if missing > READ_IN_REQUEST or (reading and missing):
             _read_times_in_background(zk, state)

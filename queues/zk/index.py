@@ -121,10 +121,12 @@ from .packed import (
     JobCodes,
     KeyTable,
     PackedTable,
+    carried,
     give_back_memory,
     has_number,
     jid_of,
     parse_entries,
+    positions_of,
     run_blocks,
     trim_heap,
 )
@@ -233,6 +235,13 @@ class BatchCounts:
 
     folders: dict[str, int]
     states: dict[str, int]
+
+
+class _SpaceKnown(NamedTuple):
+    """A state's jobs' ``space_needed``: their numbers, sorted, and each one's value."""
+
+    numbers: array[int]
+    values: array[int]
 
 
 @dataclass(frozen=True)
@@ -406,7 +415,7 @@ class ReadIndex:
         self._pairs: list[JobFacts] = []
         self._pair_index: dict[tuple[str, str], int] = {}
         self._shared: dict[tuple[str, ...], Any] = {}  # one object per distinct pair
-        self._space: dict[str, dict[int, int]] = {}
+        self._space: dict[str, _SpaceKnown] = {}
         self._store_nodes: dict[str, dict[int, int]] = {}  # state -> job -> node (0: none)
         self._failed: dict[int, FailedFacts] = {}
         # Whoever computes a figure many pages share (space, profile counts, the failed facts,
@@ -1266,7 +1275,8 @@ class ReadIndex:
             total = listing.derived.get("space-total")
             if total is not None:
                 return cast("int", total)
-            total = sum(self.space_needed(state, self._entries(listing, "run").jids()).values())
+            numbers = array("q", sorted(self._entries(listing, "run").numbers()))
+            total = sum(self._space_values(state, numbers))
             listing.derived["space-total"] = total
             return total
 
@@ -1392,25 +1402,36 @@ class ReadIndex:
 
         Pass every job of the state: jobs not passed are forgotten for it.
         """
-        jids = list(jids)
-        number = self.codes.number
+        number, jid = self.codes.number, self.codes.jid
+        numbers = array("q", sorted(map(number, jids)))
+        return dict(zip(map(jid, numbers), self._space_values(state, numbers), strict=True))
+
+    def _space_values(self, state: str, numbers: array[int]) -> array[int]:
+        """``space_needed`` of the jobs ``numbers`` (sorted), in that order; those not known
+        for the state are read. What is kept per state is two arrays, 16 bytes a job (a
+        dictionary of ints was about 95: 17 MiB for the 180,000 working jobs of a queue of a
+        million)."""
         with self._lock:
-            known = self._space.get(state, {})
-        todo = [j for j in jids if number(j) not in known]
-        fresh: dict[str, int] = {}
+            kept = self._space.get(state)
+        if kept is not None and kept.numbers == numbers:  # compared in C: nothing changed
+            return kept.values
+        old_numbers, old_values = kept or (array("q"), array("q"))
+        values = carried(old_numbers, old_values, numbers, -1)
+        todo = positions_of(values, -1)
+        jid = self.codes.jid
         for start in range(0, len(todo), READ_CHUNK):  # each chunk's answers freed before the next
             part = todo[start : start + READ_CHUNK]
-            reads = read_many(self.zk, [paths.job_node(j, "space_needed") for j in part])
-            for jid in part:
-                read = reads[paths.job_node(jid, "space_needed")]
+            node_paths = [paths.job_node(jid(numbers[i]), "space_needed") for i in part]
+            reads = read_many(self.zk, node_paths)
+            for i, path in zip(part, node_paths, strict=True):
+                read = reads[path]
                 try:
-                    fresh[jid] = 0 if read is None else max(0, decode_int("space_needed", read[0]))
+                    values[i] = 0 if read is None else max(0, decode_int("space_needed", read[0]))
                 except MalformedNode:
-                    fresh[jid] = 0
-        current = {j: known[n] if (n := number(j)) in known else fresh[j] for j in jids}
+                    values[i] = 0
         with self._lock:
-            self._space[state] = {number(j): v for j, v in current.items()}
-        return current
+            self._space[state] = _SpaceKnown(numbers, values)
+        return values
 
     def store_node_counts(self, state: str) -> dict[int, int]:
         """Jobs of a state per storage node they are bound for (the node of their ``store``

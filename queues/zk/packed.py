@@ -17,8 +17,9 @@ import builtins
 import re
 import threading
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import Any, overload
 
 # Job numbers. A contract job ID is "jid" and ten digits: its number is below 10**10 (< 2**34)
@@ -260,6 +261,41 @@ def has_number(run_keys: array[int], blocks: list[tuple[int, int]], number: int)
         if i < len(run_keys) and run_keys[i] == key:
             return True
     return False
+
+
+CARRY_BLOCK = 8192  # keys whose kept values are looked up in one go (see ``carried``)
+
+
+def positions_of(values: array[Any], value: Any) -> list[int]:
+    """Where ``values`` holds ``value`` (found by the array's own search, not a loop per item)."""
+    found: list[int] = []
+    at = -1
+    while True:
+        try:
+            at = values.index(value, at + 1)
+        except ValueError:
+            return found
+        found.append(at)
+
+
+def carried(
+    old_keys: array[int], old_values: array[Any], keys: array[int], missing: Any
+) -> array[Any]:
+    """The values ``old_values`` (one per ``old_keys``) has for ``keys``, ``missing`` where it
+    has none, block by block.
+
+    Both key arrays are sorted: each block of ``keys`` looks only at the part of ``old_keys``
+    in its range. Each step is one call into C that holds the interpreter; a block keeps it
+    short (a page request waits for the interpreter, not for 120,000 entries at once).
+    """
+    found = array(old_values.typecode)
+    for start in range(0, len(keys), CARRY_BLOCK):
+        block = keys[start : start + CARRY_BLOCK]
+        low = bisect_left(old_keys, block[0])
+        high = bisect_right(old_keys, block[-1], low)
+        before = dict(zip(old_keys[low:high], old_values[low:high], strict=True))
+        found.extend(map(before.get, block, repeat(missing)))
+    return found
 
 
 def _tail_limit(size: int) -> int:

@@ -199,16 +199,17 @@ def test_entry_times_are_kept_for_the_entries_still_listed() -> None:
     entries are read), looked up block by block through both sorted arrays."""
     from array import array
 
+    from queues.zk import packed
+
     old_keys = array("q", range(0, 60_000, 2))
     old_times = array("d", (1000.0 + k for k in old_keys))
-    known = stuck._Times(old_keys, old_times)
     # Every third old entry gone, odd ones new (not read yet: 0.0).
     keys = array("q", sorted({k for k in old_keys if k % 3} | set(range(1, 60_000, 10))))
-    carried = stuck._carried(known, keys)
-    assert len(carried) == len(keys) > stuck.CARRY_BLOCK * 2
+    carried = packed.carried(old_keys, old_times, keys, 0.0)
+    assert len(carried) == len(keys) > packed.CARRY_BLOCK * 2
     assert list(carried) == [1000.0 + k if k % 2 == 0 else 0.0 for k in keys]
-    assert len(stuck._carried(known, array("q"))) == 0
-    assert list(stuck._carried(stuck._Times(array("q"), array("d")), keys[:3])) == [0.0] * 3
+    assert len(packed.carried(old_keys, old_times, array("q"), 0.0)) == 0
+    assert list(packed.carried(array("q"), array("d"), keys[:3], 0.0)) == [0.0] * 3
 
 
 def test_the_stuck_list_is_paged_in_its_order_looking_only_as_deep_as_a_page_needs(

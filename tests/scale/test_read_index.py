@@ -141,6 +141,41 @@ def test_space_needed_is_read_again_when_a_job_changes_state(zk, idx, make_job) 
     assert idx.space_needed("Estimating", [job.jid]) == {job.jid: 1234}
 
 
+def test_space_needed_is_kept_as_two_arrays_and_only_new_jobs_are_read(
+    zk, idx, make_job, monkeypatch
+) -> None:
+    """What is kept per state is the jobs' numbers, sorted, and their values (16 bytes a job,
+    not a dictionary of ints); a job that left is forgotten, and only jobs not known are read."""
+    from array import array
+
+    from queues.zk import index as zindex
+
+    jobs = [make_job() for _ in range(5)]
+    for n, job in enumerate(jobs):
+        zk.set(f"/jobs/{job.jid}/space_needed", str(100 + n).encode())
+    jids = [j.jid for j in jobs]
+    assert idx.space_needed("Pending", reversed(jids)) == {j: 100 + n for n, j in enumerate(jids)}
+    kept = idx._space["Pending"]
+    assert isinstance(kept.numbers, array) and isinstance(kept.values, array)
+    assert list(kept.numbers) == sorted(kept.numbers) and len(kept.values) == 5
+
+    read: list[str] = []
+    real = zindex.read_many
+    monkeypatch.setattr(zindex, "read_many", lambda zk, p: read.extend(p) or real(zk, p))
+    # The same jobs: nothing read, the kept values given back.
+    assert idx.space_needed("Pending", jids) == {j: 100 + n for n, j in enumerate(jids)}
+    assert read == []
+    # One left, one new: only the new one is read; the one that left is forgotten.
+    new = make_job()
+    zk.set(f"/jobs/{new.jid}/space_needed", b"7")
+    assert idx.space_needed("Pending", [*jids[1:], new.jid]) == {
+        **{j: 101 + n for n, j in enumerate(jids[1:])},
+        new.jid: 7,
+    }
+    assert read == [f"/jobs/{new.jid}/space_needed"]
+    assert len(idx._space["Pending"].numbers) == 5
+
+
 def test_a_dropped_connection_makes_every_entry_stale(zk, idx, make_job) -> None:
     make_job()
     assert idx.job_count("Pending") == 1
