@@ -347,7 +347,7 @@ def _pattern(folded: str, contains: Iterable[int] = (), starts: Iterable[int] = 
 # What is kept between searches, per read index ------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _BatchText:
     uuid: str
     title: str
@@ -386,11 +386,14 @@ def _text(node: dict[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _json_reads(zk: Any, wanted: list[str]) -> dict[str, tuple[dict[str, Any], Any]]:
-    """Each node that exists and holds a JSON object, with its stat, read a chunk at a time."""
-    found: dict[str, tuple[dict[str, Any], Any]] = {}
+def _json_chunks(zk: Any, wanted: list[str]) -> Iterator[dict[str, tuple[dict[str, Any], Any]]]:
+    """Each node that exists and holds a JSON object, with its stat, a chunk at a time: the
+    caller keeps what it needs of a chunk before the next is read. (The 20,000 batches'
+    submissions of a million-job queue, decoded and held at once with their stats, were about
+    36 MB for a moment, and the process stayed that much larger after its first search.)"""
     for start in range(0, len(wanted), zindex.READ_CHUNK):
         reads = read_many(zk, wanted[start : start + zindex.READ_CHUNK])
+        found: dict[str, tuple[dict[str, Any], Any]] = {}
         for path, read in reads.items():
             if read is None:
                 continue
@@ -400,6 +403,14 @@ def _json_reads(zk: Any, wanted: list[str]) -> dict[str, tuple[dict[str, Any], A
                 continue
             if isinstance(value, dict):
                 found[path] = (value, read[1])
+        yield found
+
+
+def _json_reads(zk: Any, wanted: list[str]) -> dict[str, tuple[dict[str, Any], Any]]:
+    """``_json_chunks``' nodes all together (for a few nodes)."""
+    found: dict[str, tuple[dict[str, Any], Any]] = {}
+    for chunk in _json_chunks(zk, wanted):
+        found.update(chunk)
     return found
 
 
@@ -774,13 +785,11 @@ def _batch_texts(zk: Any, kept: _Kept, bids: list[str]) -> dict[str, _BatchText]
     """Each live batch's searched texts (its submission never changes: read once)."""
     with kept.lock:
         todo = [b for b in bids if b not in kept.batches]
-    reads = _json_reads(zk, [zpaths.batch_node(b, "submission") for b in todo])
+    bid_of = {zpaths.batch_node(b, "submission"): b for b in todo}
     fresh = {}
-    for bid in todo:
-        sub = reads.get(zpaths.batch_node(bid, "submission"))
-        if sub is not None:
-            s = sub[0]
-            fresh[bid] = _BatchText(
+    for chunk in _json_chunks(zk, list(bid_of)):
+        for path, (s, _stat) in chunk.items():
+            fresh[bid_of[path]] = _BatchText(
                 _text(s, "batchID"), _text(s, "title"), _text(s, "filename"), _text(s, "submitter")
             )
     live = set(bids)
@@ -796,11 +805,12 @@ def _batch_messages(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> dict[str, st
     failed = {b: s.mtime_ms for b, s in idx.batch_states().items() if s.state == BatchState.FAILED}
     with kept.lock:
         todo = [b for b, m in failed.items() if kept.batch_messages.get(b, (None,))[0] != m]
-    reads = _json_reads(zk, [zpaths.batch_node(b, "status") for b in todo])
+    read: dict[str, str] = {}
+    for chunk in _json_chunks(zk, [zpaths.batch_node(b, "status") for b in todo]):
+        read.update((path, _text(status, "message")) for path, (status, _stat) in chunk.items())
     with kept.lock:
         for bid in todo:
-            status = reads.get(zpaths.batch_node(bid, "status"))
-            kept.batch_messages[bid] = (failed[bid], _text(status[0], "message") if status else "")
+            kept.batch_messages[bid] = (failed[bid], read.get(zpaths.batch_node(bid, "status"), ""))
         for gone in [b for b in kept.batch_messages if b not in failed]:
             del kept.batch_messages[gone]
         return {b: message for b, (_m, message) in kept.batch_messages.items()}
