@@ -16,6 +16,9 @@ import sys
 
 from django.core.asgi import get_asgi_application
 
+from queues.web.memory import limit_heaps
+
+limit_heaps()  # before any thread of the server or the read index allocates
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mrtadmin.settings")
 django_asgi_app = get_asgi_application()
 

@@ -504,16 +504,22 @@ def trim_heap() -> None:
         trim(0)
 
 
-_libc: list[Any] = []
+_libc: dict[str, Any] = {}
 
 
-def _malloc_trim() -> Any:
-    if not _libc:
+def libc_function(name: str) -> Any:
+    """glibc's function ``name`` (through ctypes), or None where the C library has none."""
+    if name not in _libc:
         import ctypes
         import ctypes.util
 
         try:
-            _libc.append(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim)
-        except (OSError, AttributeError):  # not glibc: nothing to give back this way
-            _libc.append(None)
-    return _libc[0]
+            library = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _libc[name] = getattr(library, name)
+        except (OSError, AttributeError):  # not glibc: nothing to ask this way
+            _libc[name] = None
+    return _libc[name]
+
+
+def _malloc_trim() -> Any:
+    return libc_function("malloc_trim")
