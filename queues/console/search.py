@@ -805,12 +805,14 @@ def _batch_messages(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> dict[str, st
     failed = {b: s.mtime_ms for b, s in idx.batch_states().items() if s.state == BatchState.FAILED}
     with kept.lock:
         todo = [b for b, m in failed.items() if kept.batch_messages.get(b, (None,))[0] != m]
-    read: dict[str, str] = {}
-    for chunk in _json_chunks(zk, [zpaths.batch_node(b, "status") for b in todo]):
-        read.update((path, _text(status, "message")) for path, (status, _stat) in chunk.items())
+    bid_of = {zpaths.batch_node(b, "status"): b for b in todo}
+    read = dict.fromkeys(todo, "")
+    for chunk in _json_chunks(zk, list(bid_of)):
+        for path, (status, _stat) in chunk.items():
+            read[bid_of[path]] = _text(status, "message")
     with kept.lock:
-        for bid in todo:
-            kept.batch_messages[bid] = (failed[bid], read.get(zpaths.batch_node(bid, "status"), ""))
+        for bid, message in read.items():
+            kept.batch_messages[bid] = (failed[bid], message)
         for gone in [b for b in kept.batch_messages if b not in failed]:
             del kept.batch_messages[gone]
         return {b: message for b, (_m, message) in kept.batch_messages.items()}

@@ -499,7 +499,7 @@ def trim_heap() -> None:
     glibc otherwise keeps what a thread freed mapped in that thread's heap, and a freed block
     of one large read raises the size from which it maps blocks of their own: memory the fill
     freed stayed in the process, tens of MB at a million jobs, added to what it holds."""
-    trim = _malloc_trim()
+    trim = libc_function("malloc_trim")
     if trim is not None:
         trim(0)
 
@@ -519,7 +519,3 @@ def libc_function(name: str) -> Any:
         except (OSError, AttributeError):  # not glibc: nothing to ask this way
             _libc[name] = None
     return _libc[name]
-
-
-def _malloc_trim() -> Any:
-    return libc_function("malloc_trim")

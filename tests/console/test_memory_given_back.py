@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 
 from queues.web import memory
-from queues.zk.packed import _malloc_trim
+from queues.zk.packed import libc_function
 
 pytestmark = pytest.mark.skipif(
-    _malloc_trim() is None or not memory.resident_bytes(), reason="glibc and /proc only"
+    libc_function("malloc_trim") is None or not memory.resident_bytes(),
+    reason="glibc and /proc only",
 )
 
 HELD = 30_000  # blocks of 2,000 bytes: 60 MB from glibc (past pymalloc's 512 bytes)

@@ -17,6 +17,7 @@ from queues.console import search
 from queues.models import StepRecord
 from queues.zk import batches, jobs
 from queues.zk.records import Batch, Job
+from tests.scale.test_read_index import eventually
 
 from .conftest import PROFILE
 
@@ -253,3 +254,24 @@ def test_error_text_is_found_in_the_step_history_too(viewer: Client, deposit: An
     html = viewer.get("/search/", {"q": "connection reset", "field": "error"}).content.decode()
     assert _rows(html, "jobs") == [job.jid]
     assert "error (step history)" in _section(html, "jobs")
+
+
+def test_a_failed_batchs_message_is_found_until_it_is_no_longer_failed(
+    zk: KazooClient, viewer: Client, deposit: Any
+) -> None:
+    """The Failed batches' messages are searched (their status nodes read a chunk at a time);
+    a batch moved on from Failed is no longer found by its old message."""
+    failed, _job = deposit(title="Failing")
+    other, _job2 = deposit(title="Other")
+    failed = batches.batch_transition(zk, failed, "Failed", message="Payload CHECKSUM refused")
+    batches.batch_transition(zk, other, "Failed", message="unrelated words")
+
+    def found(q: str) -> list[str]:
+        response = viewer.get("/search/", {"q": q})
+        assert response.status_code == 200
+        return _rows(response.content.decode(), "batches")
+
+    assert eventually(lambda: found("checksum refused") == [failed.bid])
+    batches.batch_transition(zk, failed, "UpdateReporting", admin=True)
+    assert eventually(lambda: found("checksum refused") == [])
+    assert found("UNRELATED words") == [other.bid]
