@@ -109,13 +109,12 @@ def _failed_matches(zk: Any, *, bid: str = "", profile: str = "", step: str = ""
 
     def build() -> FailedMatches:
         failed = idx.failed_numbers(wait=not filling)
-        numbers = sorted(failed)
+        numbers = failed.numbers()
         facts = idx.job_facts_by_number(numbers, read=not filling)
         shared: dict[tuple[str, str, str], tuple[str, str, str]] = {}
         kept = array("q")
         infos = []
-        for number in numbers:
-            ff = failed[number]
+        for number, ff in zip(numbers, failed.in_order(), strict=True):
             collection = facts[number].profile if number in facts else ""
             if bid and ff.bid != bid:
                 continue

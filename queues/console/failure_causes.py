@@ -16,7 +16,7 @@ import re
 import threading
 import weakref
 from array import array
-from collections.abc import Container, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -31,6 +31,7 @@ from queues.zk.client import connected_client
 from queues.zk.codecs import decode_json
 from queues.zk.errors import MalformedNode
 from queues.zk.nodes import read_many, stamp
+from queues.zk.packed import NumberMap
 from queues.zk.records import Status
 
 GROUPS_PER_PAGE = 50
@@ -39,6 +40,7 @@ NO_MESSAGE = "(no message)"
 LISTED_MAX = 100  # batches and collections a group names in the API
 WHEN_BITS = 40  # epoch seconds fit until the year 36812
 WHEN_MASK = (1 << WHEN_BITS) - 1
+MAX_SIGNATURES = 1 << (63 - WHEN_BITS)  # a fact is one signed 64-bit integer
 KEY_RE = re.compile(r"^[0-9a-f]{16}$")
 
 # Order matters: a URL holds a host, a path and numbers; an ARK holds a path.
@@ -130,13 +132,15 @@ class _Seen:
         self.signatures: list[str] = []
         self.where: dict[str, int] = {}
         # job number -> signature index << WHEN_BITS | failure time in epoch seconds (the
-        # status's precision): one int per Failed job, not two dict entries
-        self.facts: dict[int, int] = {}
+        # status's precision): 16 bytes a Failed job
+        self.facts = NumberMap()
         self.samples: dict[int, tuple[int, str]] = {}  # signature -> (job number, message)
 
     def intern(self, sig: str) -> int:
         found = self.where.get(sig)
         if found is None:
+            if len(self.signatures) >= MAX_SIGNATURES:
+                raise OverflowError("too many distinct failure signatures")
             found = self.where[sig] = len(self.signatures)
             self.signatures.append(sig)
         return found
@@ -175,11 +179,11 @@ class _Seen:
                 self.remember(number, raw, stat)
 
     def when(self, number: int) -> int:
-        return self.facts.get(number, 0) & WHEN_MASK
+        return (self.facts.get(number) or 0) & WHEN_MASK
 
-    def forget_except(self, keep: Container[int]) -> None:
-        for number in [n for n in self.facts if n not in keep]:
-            del self.facts[number]
+    def forget_except(self, keep: array[int]) -> None:
+        """Forget the jobs not in ``keep`` (sorted numbers)."""
+        self.facts.retain_sorted(keep)
 
 
 _SEEN: weakref.WeakKeyDictionary[Any, _Seen] = weakref.WeakKeyDictionary()
@@ -218,7 +222,7 @@ def attach(idx: Any) -> None:
 
 
 def _build(
-    zk: Any, matches: failed_reads.FailedMatches, keep: Container[int] | None, *, read: bool = True
+    zk: Any, matches: failed_reads.FailedMatches, keep: array[int] | None, *, read: bool = True
 ) -> FailureCauses:
     seen = _seen_for(zindex.for_client(zk))
     numbers = matches.numbers
@@ -230,6 +234,7 @@ def _build(
             seen.forget_except(keep)
         # (step, signature index) -> places in the matches
         members: dict[tuple[str, int], array[int]] = {}
+        whens_of: dict[tuple[str, int], array[int]] = {}  # their failure times
         unread = 0
         for place, number in enumerate(numbers):
             fact = facts.get(number)
@@ -241,10 +246,12 @@ def _build(
             found = members.get(key)
             if found is None:
                 found = members[key] = array("q")
+                whens_of[key] = array("q")
             found.append(place)
+            whens_of[key].append(fact & WHEN_MASK)
         groups: list[CauseGroup] = []
         for (step, sig_index), places in members.items():
-            whens = [facts[numbers[p]] & WHEN_MASK for p in places]
+            whens = whens_of[step, sig_index]
             # The newest failure; of those in one second (the status says no more), the newest job.
             newest = numbers[places[max(range(len(places)), key=lambda i: (whens[i], i))]]
             sample_number, sample = seen.samples.get(sig_index, (-1, ""))
@@ -295,7 +302,7 @@ def failure_causes(
     def build() -> FailureCauses:
         matches = failed_reads._failed_matches(zk, bid=bid, profile=profile, step=step)
         # Jobs no longer Failed are forgotten: one that fails again is read again.
-        return _build(zk, matches, idx.failed_numbers())
+        return _build(zk, matches, idx.failed_numbers().numbers())
 
     return cast(
         "FailureCauses",

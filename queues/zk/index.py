@@ -91,7 +91,7 @@ import threading
 import time
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -120,6 +120,7 @@ from .packed import (
     Entries,
     JobCodes,
     KeyTable,
+    NumberMap,
     PackedTable,
     carried,
     give_back_memory,
@@ -205,6 +206,42 @@ class FailedFacts(NamedTuple):
 
     bid: str
     step: str
+
+
+class FailedNumbers(Mapping[int, FailedFacts]):
+    """Job number -> ``FailedFacts`` of the Failed jobs, packed: each job's index into the
+    distinct (batch, step) pairs, in a ``NumberMap`` (16 bytes a job; a dictionary of ints was
+    about 100). Never changed once handed out."""
+
+    __slots__ = ("_codes", "_kinds")
+
+    def __init__(self, codes: NumberMap, kinds: list[FailedFacts]) -> None:
+        codes.compact()  # a no-op: what the index hands out is compact (``NumberMap.copy``)
+        self._codes = codes
+        self._kinds = kinds  # only ever appended to
+
+    def numbers(self) -> array[int]:
+        """Every Failed job's number, sorted (not to be changed)."""
+        return self._codes.keys
+
+    def in_order(self) -> Iterator[FailedFacts]:
+        """The facts of ``numbers()``, in their order."""
+        return map(self._kinds.__getitem__, self._codes.values)
+
+    def __getitem__(self, number: int) -> FailedFacts:
+        code = self._codes.get(number)
+        if code is None:
+            raise KeyError(number)
+        return self._kinds[code]
+
+    def __contains__(self, number: object) -> bool:
+        return number in self._codes
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._codes)
+
+    def __len__(self) -> int:
+        return len(self._codes)
 
 
 _SERIALS = itertools.count(1)
@@ -417,7 +454,9 @@ class ReadIndex:
         self._shared: dict[tuple[str, ...], Any] = {}  # one object per distinct pair
         self._space: dict[str, _SpaceKnown] = {}
         self._store_nodes: dict[str, dict[int, int]] = {}  # state -> job -> node (0: none)
-        self._failed: dict[int, FailedFacts] = {}
+        self._failed = NumberMap()  # Failed job number -> index in _failed_kinds
+        self._failed_kinds: list[FailedFacts] = []
+        self._failed_kind: dict[FailedFacts, int] = {}
         # Whoever computes a figure many pages share (space, profile counts, the failed facts,
         # batch states) holds this; a page asking meanwhile waits for that answer instead of
         # reading the same nodes a second time (at start, the background fill is computing).
@@ -1468,24 +1507,24 @@ class ReadIndex:
 
     # Failed jobs ------------------------------------------------------------------------------
 
-    def failed_numbers(self, *, wait: bool = True) -> dict[int, FailedFacts]:
+    def failed_numbers(self, *, wait: bool = True) -> FailedNumbers:
         """Batch and failing step of every Failed job (by job number), re-read only for jobs
         new in Failed. Jobs whose nodes cannot be read are left out (the failed page lists them
         by loading). ``wait`` False: while the fill is reading them, those read so far."""
         listing = self._listing(paths.job_state_folder(JobState.FAILED))
         cached = listing.derived.get("failed-facts")
         if cached is not None:
-            return cast("dict[int, FailedFacts]", cached)
+            return cast("FailedNumbers", cached)
         if not wait and self.filling:
             with self._lock:
-                return dict(self._failed)
+                return FailedNumbers(self._failed, self._failed_kinds)
         with self._turn(self._compute):  # one reader computes; others asking meanwhile wait for it
             cached = listing.derived.get("failed-facts")
             if cached is not None:
-                return cast("dict[int, FailedFacts]", cached)
+                return cast("FailedNumbers", cached)
             entries = listing.entries or EMPTY
             with self._lock:
-                known = dict(self._failed)
+                known = self._failed.copy()  # published maps are never changed
             todo = [n for n in entries.numbers() if n not in known]
             for numbers in self._chunks(todo, READ_CHUNK):
                 part = [jid_of(n) for n in numbers]
@@ -1493,7 +1532,6 @@ class ReadIndex:
                     self.zk,
                     [paths.job_node(j, n) for j in part for n in ("bid", "status")],
                 )
-                fresh: dict[int, FailedFacts] = {}
                 statuses: list[tuple[int, dict[str, Any], Any]] = []
                 for jid in part:
                     bid_read = reads[paths.job_node(jid, "bid")]
@@ -1508,18 +1546,29 @@ class ReadIndex:
                     if not paths.BID_RE.fullmatch(bid) or not isinstance(status, dict):
                         continue
                     step = _failing_step(status.get("last_successful_status"))
-                    fresh[int(jid[3:])] = self._share((bid, step), FailedFacts)
+                    known[int(jid[3:])] = self._failed_kind_of(bid, step)
                     statuses.append((int(jid[3:]), status, status_read[1]))
                 for sink in list(self.status_sinks) if statuses else ():
                     sink(statuses)
-                known.update(fresh)
                 with self._lock:
-                    self._failed.update(fresh)  # pages asking meanwhile see what is read
-            current = {n: f for n in entries.numbers() if (f := known.get(n)) is not None}
+                    self._failed = known.copy()  # pages asking meanwhile see what is read
+            current = NumberMap(
+                (n, c) for n in entries.numbers() if (c := known.get(n)) is not None
+            )
             with self._lock:
                 self._failed = current
-            listing.derived["failed-facts"] = current
-            return current
+                answer = FailedNumbers(current, self._failed_kinds)
+            listing.derived["failed-facts"] = answer
+            return answer
+
+    def _failed_kind_of(self, bid: str, step: str) -> int:
+        with self._lock:
+            facts = self._share((bid, step), FailedFacts)
+            found = self._failed_kind.get(facts)
+            if found is None:
+                found = self._failed_kind[facts] = len(self._failed_kinds)
+                self._failed_kinds.append(facts)
+            return found
 
     def failed_facts(self) -> dict[str, FailedFacts]:
         """``failed_numbers`` keyed by job ID."""

@@ -310,17 +310,25 @@ def _merged(main: array[int], added: list[int]) -> array[int]:
     and a list slot for each of 1,700,000 search keys: about 70 MB for a moment at a million
     jobs, the peak of the fill) and took longer.
     """
-    merged = array("q", [0]) * (len(main) + len(added))
-    with memoryview(main) as source, memoryview(merged) as target:
+    return _merged_along(main, main, added, added)
+
+
+def _merged_along(
+    order: array[int], source: array[int], added: list[int], added_values: list[int]
+) -> array[int]:
+    """``source`` (an array at the places of the sorted ``order``) with ``added_values``
+    put in where ``_merged(order, added)`` puts ``added``."""
+    merged = array("q", [0]) * (len(source) + len(added))
+    with memoryview(source) as from_, memoryview(merged) as target:
         start = at = 0
-        for value in added:
-            end = bisect_left(main, value, start)
+        for key, value in zip(added, added_values, strict=True):
+            end = bisect_left(order, key, start)
             stop = at + end - start
-            target[at:stop] = source[start:end]
+            target[at:stop] = from_[start:end]
             target[stop] = value
             at = stop + 1
             start = end
-        target[at:] = source[start:]
+        target[at:] = from_[start:]
     return merged
 
 
@@ -395,6 +403,100 @@ class PackedTable:
 
     def __len__(self) -> int:
         return len(self.main) + len(self.tail)
+
+
+class NumberMap:
+    """number -> int at 16 bytes each, for values too wide to pack beside the number (as
+    ``PackedTable`` does): the numbers sorted in one array, their values in another at the
+    same places, searched by bisection, and a dictionary of recent additions merged in when it
+    grows past an eighth of the arrays. A dictionary of ints costs about 100 bytes an entry.
+
+    Not locked: its owner locks writes, and hands readers a ``copy()``."""
+
+    __slots__ = ("keys", "tail", "values")
+
+    def __init__(self, pairs: Iterable[tuple[int, int]] = ()) -> None:
+        ordered = sorted(dict(pairs).items())
+        self.keys = array("q", [k for k, _v in ordered])
+        self.values = array("q", [v for _k, v in ordered])
+        self.tail: dict[int, int] = {}
+
+    def _place(self, number: int) -> int:
+        keys = self.keys
+        i = bisect_left(keys, number)
+        return i if i < len(keys) and keys[i] == number else -1
+
+    def get(self, number: int) -> int | None:
+        found = self.tail.get(number)
+        if found is not None:
+            return found
+        i = self._place(number)
+        return None if i < 0 else self.values[i]
+
+    def __contains__(self, number: object) -> bool:
+        return isinstance(number, int) and self.get(number) is not None
+
+    def __setitem__(self, number: int, value: int) -> None:
+        i = -1 if number in self.tail else self._place(number)
+        if i >= 0:
+            self.values[i] = value
+            return
+        self.tail[number] = value
+        if len(self.tail) > _tail_limit(len(self.keys)):
+            self.compact()
+
+    def compact(self) -> None:
+        if not self.tail:
+            return
+        added = sorted(self.tail.items())
+        keys, values = self.keys, self.values
+        if not keys or added[0][0] > keys[-1]:
+            keys.extend(k for k, _v in added)
+            values.extend(v for _k, v in added)
+        else:
+            numbers = [k for k, _v in added]
+            self.keys = _merged(keys, numbers)
+            self.values = _merged_along(keys, values, numbers, [v for _k, v in added])
+        self.tail = {}
+
+    def retain_sorted(self, numbers: array[int]) -> None:
+        """Forget every number not in ``numbers`` (sorted)."""
+        self.compact()
+        if self.keys == numbers:  # compared in C: the usual case
+            return
+        end = len(numbers)
+        kept = [
+            (k, v)
+            for k, v in zip(self.keys, self.values, strict=True)
+            if (i := bisect_left(numbers, k)) < end and numbers[i] == k
+        ]
+        if len(kept) < len(self.keys):
+            self.keys = array("q", [k for k, _v in kept])
+            self.values = array("q", [v for _k, v in kept])
+
+    def copy(self) -> NumberMap:
+        """A compact copy."""
+        other = NumberMap()
+        other.keys, other.values = array("q", self.keys), array("q", self.values)
+        other.tail = dict(self.tail)
+        other.compact()
+        return other
+
+    def numbers(self) -> array[int]:
+        """Every number, sorted."""
+        self.compact()
+        return array("q", self.keys)
+
+    def items(self) -> Iterator[tuple[int, int]]:
+        yield from zip(self.keys, self.values, strict=True)
+        yield from list(self.tail.items())
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self.keys
+        yield from list(self.tail)
+
+    def __len__(self) -> int:
+        return len(self.keys) + len(self.tail)
 
 
 class KeyTable:

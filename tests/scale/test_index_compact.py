@@ -27,6 +27,7 @@ from queues.zk.packed import (
     Entries,
     JobCodes,
     KeyTable,
+    NumberMap,
     PackedTable,
     parse_entries,
 )
@@ -123,6 +124,36 @@ def test_packed_table_answers_like_a_dictionary() -> None:
     assert len(table) == len(model)
     table.compact()
     assert all(table.get(n) == v for n, v in model.items()) and len(table) == len(model)
+
+
+def test_a_number_map_answers_like_a_dictionary_of_wide_values() -> None:
+    rng = random.Random(5)
+    table = NumberMap([(7, 2**62), (3, -1)])
+    model: dict[int, int] = {7: 2**62, 3: -1}
+    for _ in range(20_000):  # past the tail's limit: merged into the arrays several times
+        number = rng.choice([rng.randrange(0, 2**40), rng.randrange(0, 3000)])
+        value = rng.randrange(-(2**63), 2**63)
+        table[number] = value
+        model[number] = value
+    assert len(table) == len(model) and set(table) == set(model)
+    assert all(table.get(n) == v for n, v in model.items())
+    assert table.get(2**41) is None and 2**41 not in table and "7" not in table
+    copy = table.copy()
+    assert not copy.tail and list(copy.keys) == sorted(model) and dict(copy.items()) == model
+    table[5] = 1  # a copy does not change with its original
+    assert (5 in table, 5 in copy) == (True, model.get(5) is not None)
+
+
+def test_a_number_map_forgets_what_a_sorted_array_does_not_hold() -> None:
+    table = NumberMap((n, n * 10) for n in range(0, 100, 2))
+    table[1001] = 5  # in the tail
+    table.retain_sorted(array("q", [*range(0, 100, 2), 1001]))
+    assert not table.tail and list(table.keys) == [*range(0, 100, 2), 1001]  # nothing forgotten
+    kept = table.keys
+    table.retain_sorted(array("q", kept))
+    assert table.keys is kept  # the same numbers: compared, not rebuilt
+    table.retain_sorted(array("q", [4, 5, 40, 1001, 2000]))
+    assert dict(table.items()) == {4: 40, 40: 400, 1001: 5}
 
 
 def test_key_table_finds_every_job_of_a_key() -> None:
