@@ -18,7 +18,10 @@ from datetime import datetime
 from itertools import islice
 from typing import Any
 
+from queues.console import submissions
 from queues.console.job_reads import PER_PAGE, SCAN_CHUNK, Page, archived_batch_item
+from queues.console.submissions import NONE as NO_SUBMISSION
+from queues.console.submissions import Submission
 from queues.core.states import BATCH, BATCH_INDEX_FOLDERS, JOB, job_batch_folder
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
@@ -33,10 +36,8 @@ from queues.zk.batches import (
     report_resolve,
 )
 from queues.zk.client import connected_client
-from queues.zk.codecs import decode_json
 from queues.zk.errors import MalformedNode, NotFound, StillReading
 from queues.zk.jobs import jobs_load
-from queues.zk.nodes import read_many
 from queues.zk.records import Batch, Broken, Job
 
 log = logging.getLogger("queues.console.batch_reads")
@@ -187,27 +188,27 @@ class _Prepared:
 
     every: list[str]  # the read index's batch list these were made of (oldest first)
     newest: list[str]
-    subs: list[tuple[str, str, str, str]]  # (profile, submitter, title, own ID), lowered
+    subs: list[Submission]
     blob: str  # per batch: newline, submitter, separator, title
     starts: array[int]  # where each batch's line starts in ``blob``
     by_profile: dict[str, list[int]]  # collection -> lines, in order
     by_own_id: dict[str, list[int]]
 
     @classmethod
-    def of(cls, every: list[str], subs: dict[str, tuple[str, str, str, str]]) -> _Prepared:
+    def of(cls, every: list[str], subs: dict[str, Submission]) -> _Prepared:
         newest = list(reversed(every))
-        facts = [subs.get(b, ("", "", "", "")) for b in newest]
+        facts = [subs.get(b, NO_SUBMISSION) for b in newest]
         parts, starts, at = [], array("q"), 0
         by_profile: dict[str, list[int]] = {}
         by_own_id: dict[str, list[int]] = {}
-        for i, (profile, submitter, title, own_id) in enumerate(facts):
-            line = _NL + _flat(submitter) + _SEP + _flat(title)
+        for i, sub in enumerate(facts):
+            line = _NL + _flat(sub.submitter.lower()) + _SEP + _flat(sub.title.lower())
             starts.append(at)
             at += len(line)
             parts.append(line)
-            by_profile.setdefault(profile, []).append(i)
-            if own_id:
-                by_own_id.setdefault(own_id, []).append(i)
+            by_profile.setdefault(sub.profile, []).append(i)
+            if sub.own_id:
+                by_own_id.setdefault(sub.own_id, []).append(i)
         return cls(every, newest, facts, "".join(parts), starts, by_profile, by_own_id)
 
     def holding(self, text: str) -> Iterator[int]:
@@ -242,7 +243,6 @@ def _flat(text: str) -> str:
 
 class _BatchFilters:
     def __init__(self) -> None:
-        self.submissions: dict[str, tuple[str, str, str, str]] = {}
         self.prepared: _Prepared | None = None
         self.filtered: OrderedDict[tuple[Any, ...], tuple[Any, list[str]]] = OrderedDict()
 
@@ -274,41 +274,23 @@ def _prepared(zk: Any, idx: Any) -> _Prepared:
         prepared = kept.prepared
         if prepared is not None and prepared.every is every:
             return prepared
-        submissions = kept.submissions
-        todo = [b for b in every if b not in submissions]
-    # While the index fills, in the fill's smaller parts: a request stops nearer its deadline.
-    chunk = zindex.FILL_CHUNK if idx.filling else zindex.READ_CHUNK
-    for start in range(0, len(todo), chunk):
-        part = todo[start : start + chunk]
-        reads = read_many(zk, [zpaths.batch_node(b, "submission") for b in part])
-        fresh = {}
-        for b in part:
-            read = reads[zpaths.batch_node(b, "submission")]
-            try:
-                sub = decode_json("submission", read[0]) if read else {}
-            except MalformedNode:
-                sub = {}
-            fresh[b] = (
-                str(sub.get("profile") or ""),
-                str(sub.get("submitter") or "").lower(),
-                str(sub.get("title") or "").lower(),
-                str(sub.get("batchID") or ""),
-            )
-        with _filter_lock:
-            submissions.update(fresh)
-            known = len(submissions)
-        if idx.filling and zindex.past_answer_time() and start + len(part) < len(todo):
+
+    def between(known: int) -> None:
+        if idx.filling and zindex.past_answer_time():
             # Right after a start the fill shares the connection: what is read is kept, and
             # the next request (the loading page asks again) reads on from there.
             raise StillReading(
                 f"the submissions of the batches, for the batch list's filters: "
                 f"{min(known, len(every)):,} of {len(every):,} read"
             )
+
+    # While the index fills, in the fill's smaller parts: a request stops nearer its deadline.
+    chunk = zindex.FILL_CHUNK if idx.filling else zindex.READ_CHUNK
+    subs = submissions.read(zk, every, chunk=chunk, between=between)
+    submissions.forget_gone(zk, every)
+    prepared = _Prepared.of(every, subs)
     with _filter_lock:
-        live = set(every)
-        for gone in [b for b in submissions if b not in live]:
-            del submissions[gone]
-        prepared = kept.prepared = _Prepared.of(every, submissions)
+        kept.prepared = prepared
     return prepared
 
 
@@ -335,12 +317,12 @@ def _batches_filtered(
         b = prepared.newest[i]
         if allowed is not None and b not in allowed:
             continue
-        profile, sub_submitter, title, own_id = prepared.subs[i]
-        if flt.profile and profile != flt.profile:
+        sub = prepared.subs[i]
+        if flt.profile and sub.profile != flt.profile:
             continue
-        if submitter and submitter not in sub_submitter:
+        if submitter and submitter not in sub.submitter.lower():
             continue
-        if q and not (q == own_id or q.lower() in title):
+        if q and not (q == sub.own_id or q.lower() in sub.title.lower()):
             continue
         keep.append(b)
     with _filter_lock:

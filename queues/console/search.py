@@ -61,7 +61,7 @@ from typing import Any
 from django.urls import reverse
 from django.utils import timezone
 
-from queues.console import jobtext
+from queues.console import jobtext, submissions
 from queues.core.states import JOB, BatchState
 from queues.operator import archive
 from queues.zk import index as zindex
@@ -347,23 +347,15 @@ def _pattern(folded: str, contains: Iterable[int] = (), starts: Iterable[int] = 
 # What is kept between searches, per read index ------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _BatchText:
-    uuid: str
-    title: str
-    filename: str
-    submitter: str
-
-
 class _Kept:
     """Texts read for earlier searches: what never changes is read once (a job's title, file
-    name and local ID; a batch's submission), the rest again when its listing or status did.
+    name and local ID; a batch's submission, in ``submissions``), the rest again when its
+    listing or status did.
     The searched lines (``_Lines``) are prepared from them once per change of the read index's
     listings they come from, not per search."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.batches: dict[str, _BatchText] = {}
         self.batch_messages: dict[str, tuple[int, str]] = {}  # bid -> (status mtime, message)
         # Every live batch's lines, for this batch list and these batch states.
         self.batch_lines: tuple[list[str], Any, _Lines] | None = None
@@ -781,23 +773,12 @@ def _jobs_section(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> 
 # Live batches -----------------------------------------------------------------------------------
 
 
-def _batch_texts(zk: Any, kept: _Kept, bids: list[str]) -> dict[str, _BatchText]:
-    """Each live batch's searched texts (its submission never changes: read once)."""
-    with kept.lock:
-        todo = [b for b in bids if b not in kept.batches]
-    bid_of = {zpaths.batch_node(b, "submission"): b for b in todo}
-    fresh = {}
-    for chunk in _json_chunks(zk, list(bid_of)):
-        for path, (s, _stat) in chunk.items():
-            fresh[bid_of[path]] = _BatchText(
-                _text(s, "batchID"), _text(s, "title"), _text(s, "filename"), _text(s, "submitter")
-            )
-    live = set(bids)
-    with kept.lock:
-        kept.batches.update(fresh)
-        for gone in [b for b in kept.batches if b not in live]:
-            del kept.batches[gone]
-        return dict(kept.batches)
+def _batch_texts(zk: Any, bids: list[str]) -> dict[str, submissions.Submission]:
+    """Each live batch's searched texts (its submission never changes: read once, and kept
+    with the batch list's)."""
+    found = submissions.read(zk, bids)
+    submissions.forget_gone(zk, zindex.for_client(zk).batch_ids())
+    return found
 
 
 def _batch_messages(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> dict[str, str]:
@@ -828,14 +809,13 @@ def _batch_lines(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> _Lines:
         kept_lines = kept.batch_lines
         if kept_lines is not None and kept_lines[0] is bids and kept_lines[1] is states:
             return kept_lines[2]
-    texts = _batch_texts(zk, kept, bids)
+    texts = _batch_texts(zk, bids)
     messages = _batch_messages(zk, idx, kept)
-    empty = _BatchText("", "", "", "")
     newest = list(reversed(bids))
     rows = []
     for bid in newest:
-        t = texts.get(bid, empty)
-        rows.append((bid, t.uuid, t.submitter, t.title, t.filename, messages.get(bid, "")))
+        t = texts.get(bid, submissions.NONE)
+        rows.append((bid, t.own_id, t.submitter, t.title, t.filename, messages.get(bid, "")))
     lines = _Lines.of(newest, rows)
     if len(texts) >= len(bids):  # a batch whose submission could not be read: read it again
         with kept.lock:
@@ -893,8 +873,8 @@ def _live_batches(zk: Any, idx: zindex.ReadIndex, kept: _Kept, query: Query) -> 
     id_like = bool(_BID_PART.fullmatch(folded))
     if idx.filling:
         exact = [folded] if query.wants("id") and zpaths.BID_RE.fullmatch(folded) else []
-        texts = _batch_texts(zk, kept, exact) if exact else {}
-        rows = [(b, t.uuid, t.submitter, t.title, t.filename, "") for b, t in texts.items()]
+        texts = _batch_texts(zk, exact) if exact else {}
+        rows = [(b, t.own_id, t.submitter, t.title, t.filename, "") for b, t in texts.items()]
         lines = _Lines.of(list(texts), rows)
         return _Batches(lines, _pattern(folded, [], [0]), query, True)
     # Fields: 0 ID, 1 the batch's own ID, 2 submitter, 3 title, 4 file name, 5 error.

@@ -275,3 +275,38 @@ def test_a_failed_batchs_message_is_found_until_it_is_no_longer_failed(
     batches.batch_transition(zk, failed, "UpdateReporting", admin=True)
     assert eventually(lambda: found("checksum refused") == [])
     assert found("UNRELATED words") == [other.bid]
+
+
+def test_a_batchs_submission_is_read_once_for_the_batch_list_and_the_search(
+    zk: KazooClient, viewer: Client, deposit: Any, monkeypatch: Any
+) -> None:
+    """The batch list's filters and the search keep one copy of each live batch's submission:
+    what one page read the other does not read again, and a batch gone is forgotten."""
+    from queues.console import submissions
+    from queues.zk import index as zindex
+
+    read: list[str] = []
+    real = submissions.read_many
+    monkeypatch.setattr(submissions, "read_many", lambda z, p: read.extend(p) or real(z, p))
+    grace, _job = deposit(submitter="cdl/Grace Hopper", title="Compilers")
+    ada, _job2 = deposit(submitter="dpr/Ada Lovelace")
+
+    def listed() -> list[str]:
+        response = viewer.get("/batches/", {"submitter": "grace hopper"})
+        assert response.status_code == 200
+        return re.findall(r"bid[0-9]{10}", response.content.decode())
+
+    assert eventually(lambda: grace.bid in listed() and ada.bid not in listed())
+    assert sorted(p for p in read if p.endswith("/submission")) == sorted(
+        f"/batches/{b}/submission" for b in (grace.bid, ada.bid)
+    )
+    read.clear()
+    html = viewer.get("/search/", {"q": "GRACE hopper"}).content.decode()
+    assert _rows(html, "batches") == [grace.bid]
+    assert read == []  # the search used what the batch list read
+
+    batches.batch_remove(zk, ada, check_state=False)
+    assert eventually(lambda: ada.bid not in viewer.get("/batches/").content.decode())
+    viewer.get("/search/", {"q": "compilers"})
+    kept = submissions._kept_for(zindex.for_client(zk)).by_bid
+    assert grace.bid in kept and ada.bid not in kept

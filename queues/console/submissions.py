@@ -1,0 +1,114 @@
+"""What the console keeps of each live batch's submission, for the batch list's filters and the
+search alike: its own ID, title, file name, submitter and collection.
+
+A submission never changes once its batch is made: each is read once, by whichever page asks
+first, and forgotten when its batch is gone. One copy serves both pages (each kept its own
+before, in two cases: about 7 MB between them at 20,000 batches).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from queues.zk import index as zindex
+from queues.zk import paths as zpaths
+from queues.zk.codecs import decode_json
+from queues.zk.errors import MalformedNode
+from queues.zk.nodes import read_many
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    own_id: str  # the submission's batchID (Merritt's bid-… or a UUID)
+    title: str
+    filename: str
+    submitter: str
+    profile: str
+
+
+NONE = Submission("", "", "", "", "")
+
+
+class _Kept:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_bid: dict[str, Submission] = {}
+
+
+_kept: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()
+_kept_lock = threading.Lock()
+
+
+def _kept_for(idx: Any) -> _Kept:
+    with _kept_lock:
+        found = _kept.get(idx)
+        if found is None:
+            found = _kept[idx] = _Kept()
+        return found
+
+
+def _field(node: dict[str, Any], key: str) -> str:
+    value = node.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _of(node: dict[str, Any]) -> Submission:
+    return Submission(
+        _field(node, "batchID"),
+        _field(node, "title"),
+        _field(node, "filename"),
+        sys.intern(_field(node, "submitter")),  # a few submitters make thousands of batches
+        sys.intern(_field(node, "profile")),
+    )
+
+
+def read(
+    zk: Any,
+    bids: Sequence[str],
+    *,
+    chunk: int = zindex.READ_CHUNK,
+    between: Callable[[int], None] | None = None,
+) -> dict[str, Submission]:
+    """The submissions of ``bids`` (batches of ``zk``'s queue), those not known yet read a
+    chunk at a time and kept as each chunk is read. ``between(known)``, after each chunk but
+    the last, may raise to stop (what is read stays kept). A batch whose submission is
+    missing or not a JSON object is left out, and read again when asked again."""
+    kept = _kept_for(zindex.for_client(zk))
+    with kept.lock:
+        todo = [b for b in bids if b not in kept.by_bid]
+    for start in range(0, len(todo), chunk):
+        part = todo[start : start + chunk]
+        wanted = [zpaths.batch_node(b, "submission") for b in part]
+        reads = read_many(zk, wanted)
+        fresh = {}
+        for bid, path in zip(part, wanted, strict=True):
+            found = reads.get(path)
+            if found is None:
+                continue
+            try:
+                node = decode_json(path, found[0])
+            except MalformedNode:
+                continue
+            if isinstance(node, dict):
+                fresh[bid] = _of(node)
+        with kept.lock:
+            kept.by_bid.update(fresh)
+            known = len(kept.by_bid)
+        if between is not None and start + chunk < len(todo):
+            between(known)
+    with kept.lock:
+        return {b: s for b in bids if (s := kept.by_bid.get(b)) is not None}
+
+
+def forget_gone(zk: Any, live: Iterable[str]) -> None:
+    """Forget the submissions of batches not in ``live`` (the read index's whole batch list)."""
+    kept = _kept_for(zindex.for_client(zk))
+    alive = set(live)
+    with kept.lock:
+        for gone in [b for b in kept.by_bid if b not in alive]:
+            del kept.by_bid[gone]
