@@ -13,6 +13,7 @@ import pytest
 
 from queues.models import StepRecord
 from queues.operator import stuck
+from queues.zk import packed
 from queues.zk import paths as zpaths
 from queues.zk.locks import lock_create
 
@@ -274,6 +275,57 @@ def test_a_cut_moving_on_with_the_clock_puts_the_new_entries_in_their_places() -
                 assert list(found) == wanted, (step, cut, strict)
     finally:
         stuck.reset()
+
+
+def _time_order_peak(n: int) -> float:
+    """Bytes an entry ``_time_ordered`` held at most, ordering ``n`` entries (in a fresh
+    interpreter: see ``tests/scale/test_index_compact.py``'s per-job memory)."""
+    import random
+    import tracemalloc
+
+    rng = random.Random(9)
+    ctimes = array("d", (1.7e9 + rng.randrange(3600) for _ in range(n)))
+    tracemalloc.start()
+    order = array("i", stuck._time_ordered(ctimes, range(n)))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(order) == n
+    return peak / n
+
+
+def test_entries_are_ordered_by_time_block_by_block_as_one_sort_orders_them() -> None:
+    """Sorted a block at a time and merged (ties kept in their order, unread 0.0 first), the
+    same order as one stable sort, holding a block's Python numbers at most: about 12 bytes
+    an entry for the two arrays, where one sort held about 80."""
+    import os
+    import random
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rng = random.Random(7)
+    n = 3 * packed.CARRY_BLOCK + 17
+    ctimes = array("d", (float(rng.randrange(40)) for _ in range(n)))
+    one_sort = sorted(range(n), key=ctimes.__getitem__)
+    assert list(stuck._time_ordered(ctimes, range(n))) == one_sort
+    picked = array("q", sorted(rng.sample(range(n), n // 3)))
+    assert list(stuck._time_ordered(ctimes, picked)) == sorted(picked, key=ctimes.__getitem__)
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup();"
+            "from tests.cockpit.test_stuck import _time_order_peak as m; print(m(300_000))",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "mrtadmin.settings"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    assert float(child.stdout.split()[-1]) < 24
 
 
 def test_the_band_between_the_two_thresholds_is_the_same_ordered_by_time() -> None:
