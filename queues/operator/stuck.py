@@ -628,11 +628,8 @@ def _joined(parts: list[array[int]], by_lock: list[int]) -> array[int]:
         and last[1] == by_lock
     ):
         return last[2]
-    found = array("q")
-    for part in full:
-        found.extend(part)
-    found.extend(by_lock)
-    joined = array("q", sorted(found))
+    # Merged, not sorted together: a Python int at a time, not one per stuck job at once.
+    joined = array("q", heapq.merge(*full, sorted(by_lock)))
     with _lock:
         _last_joined[:] = [(full, by_lock, joined)]
     return joined
@@ -748,8 +745,8 @@ def _before(
         found = array("q", made.kept[(low, shorter)])  # a copy: answers are shared
         for key in sorted(map(made.keys.__getitem__, made.order[shorter:high])):
             found.insert(bisect_left(found, key), key)
-    else:
-        found = array("q", sorted(map(made.keys.__getitem__, made.order[low:high])))
+    else:  # the keys of that prefix in their own order: a pass in C, not a sort of Python ints
+        found = _picked(made.keys, made.ctimes, cut, strict=strict)
     if len(made.kept) >= 4:
         made.kept.clear()
     made.kept[(low, high)] = found
