@@ -132,6 +132,23 @@ def test_batch_states_follow_status_changes(zk, idx) -> None:
     assert idx.batch_states() is not kept and idx.batch_states() == kept
 
 
+def test_a_report_is_seen_when_the_reporting_step_moves_its_batch_on(zk, idx) -> None:
+    """Whether a batch has a status report is read with its status, under the status's watch
+    only: the reporting steps write a report and then move the batch, so one watch a batch
+    sees both (no watch is kept on any report)."""
+    from queues.zk.batches import batch_write_report
+
+    batch = batch_create(zk, submission={"profile": "p", "submitter": "s"})
+    batch = batch_transition(zk, batch, "Processing")
+    batch = batch_transition(zk, batch, "Reporting")
+    assert idx.reported_batch_ids() == [] and idx.batch_states()[batch.bid].state == "Reporting"
+    batch_write_report(zk, batch_load(zk, batch.bid), failed=[], successful=[])
+    batch_transition(zk, batch_load(zk, batch.bid), "Completed")
+    assert eventually(lambda: idx.reported_batch_ids() == [batch.bid])
+    watched = [p for p in zk._data_watchers if "/batches/" in p]  # full paths: the chroot too
+    assert [p.split("/batches/", 1)[1] for p in watched] == [f"{batch.bid}/status"]
+
+
 def test_space_needed_is_read_again_when_a_job_changes_state(zk, idx, make_job) -> None:
     job = make_job()
     assert idx.space_needed("Pending", [job.jid]) == {job.jid: 0}
