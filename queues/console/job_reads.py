@@ -22,7 +22,7 @@ from queues.zk.codecs import decode_any
 from queues.zk.errors import InvalidTransition, MalformedNode, StillLoading
 from queues.zk.jobs import job_load, job_resume_state, jobs_load
 from queues.zk.nodes import children, read_many
-from queues.zk.packed import Entries
+from queues.zk.packed import Entries, merged_sorted
 from queues.zk.records import Batch, Broken, Job, Status
 
 PER_PAGE = 50
@@ -248,15 +248,13 @@ def _job_entries_loading(zk: Any, flt: JobFilter) -> tuple[Entries, str]:
         narrowed = True
     if flt.min_age_hours:
         cut = time.time() - flt.min_age_hours * 3600
-        older = array("q")
+        older = []
         for state in states:
             found, reading = zstuck.entered_before(zk, state, cut)
-            older.extend(found)
+            older.append(found)
             if reading:
                 loading.append(reading)
-        if len(states) > 1:
-            older = array("q", sorted(older))
-        entries = _among(entries, older, narrowed=narrowed)
+        entries = _among(entries, merged_sorted(older), narrowed=narrowed)
     return entries, "; ".join(loading)
 
 

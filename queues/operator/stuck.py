@@ -628,8 +628,7 @@ def _joined(parts: list[array[int]], by_lock: list[int]) -> array[int]:
         and last[1] == by_lock
     ):
         return last[2]
-    # Merged, not sorted together: a Python int at a time, not one per stuck job at once.
-    joined = array("q", heapq.merge(*full, sorted(by_lock)))
+    joined = packed.merged_sorted([*full, sorted(by_lock)])
     with _lock:
         _last_joined[:] = [(full, by_lock, joined)]
     return joined

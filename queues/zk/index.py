@@ -117,16 +117,18 @@ from .packed import (
     NO_ARK,
     NUM_BITS,
     NUM_MASK,
-    PRIO_BITS,
     Entries,
     JobCodes,
     KeyTable,
     NumberMap,
     PackedTable,
+    age_keys,
     carried,
     give_back_memory,
     has_number,
     jid_of,
+    merged_sorted,
+    numbers_sorted,
     parse_entries,
     positions_of,
     run_blocks,
@@ -701,10 +703,7 @@ class ReadIndex:
         found = listing.derived.get("oldest")
         if found is None:
             keys = (listing.entries or EMPTY).keys
-            found = Entries(
-                array("q", sorted([(k & NUM_MASK) << PRIO_BITS | k >> NUM_BITS for k in keys])),
-                by_age=True,
-            )
+            found = Entries(age_keys(keys), by_age=True)
             listing.derived["oldest"] = found
         return cast("Entries", found)
 
@@ -970,10 +969,7 @@ class ReadIndex:
             else:
                 found = None
         if found is None:
-            merged = array("q")
-            for part in parts:
-                merged.extend(part.keys)
-            found = array("q", sorted(merged))
+            found = merged_sorted([part.keys for part in parts])
             if not self.filling:  # answered from the facts read so far: not kept
                 with self._lock:
                     self._all_kept[key] = (serials, found)
@@ -1315,7 +1311,7 @@ class ReadIndex:
             total = listing.derived.get("space-total")
             if total is not None:
                 return cast("int", total)
-            numbers = array("q", sorted(self._entries(listing, "run").numbers()))
+            numbers = numbers_sorted(self._entries(listing, "run").keys)
             total = sum(self._space_values(state, numbers))
             listing.derived["space-total"] = total
             return total

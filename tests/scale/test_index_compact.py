@@ -186,6 +186,57 @@ def test_merging_additions_into_a_table_gives_the_sorted_union() -> None:
     assert packed._merged(array("q"), [3, 4]) == array("q", [3, 4])
 
 
+def test_sorted_parts_merge_as_one_sort_orders_them() -> None:
+    rng = random.Random(11)
+    sizes = [3 * packed.MERGE_BLOCK, 20_000, 5, 0, 1, packed.MERGE_BLOCK // 2]
+    parts = [array("q", sorted(rng.randrange(-5, 1 << 40) for _ in range(n))) for n in sizes]
+    parts.append(array("q", [7] * 40_000))  # many equal keys: one cut holds them all
+    every = sorted(k for part in parts for k in part)
+    assert list(packed.merged_sorted(parts)) == every
+    assert list(packed.merged_sorted([parts[2]])) == list(parts[2])
+    assert list(packed.merged_sorted([])) == [] and packed.merged_sorted([parts[0]]) is not parts[0]
+
+
+def test_the_runs_of_a_listing_give_its_numbers_and_age_keys_sorted() -> None:
+    rng = random.Random(12)
+    pairs = {(rng.choice([0, 3, 5, 5, 5, 99]), rng.randrange(1, 10**10)) for _ in range(50_000)}
+    run_keys = array("q", sorted(p << NUM_BITS | n for p, n in pairs))
+    assert list(packed.numbers_sorted(run_keys)) == sorted(n for _p, n in pairs)
+    assert list(packed.age_keys(run_keys)) == sorted(n << PRIO_BITS | p for p, n in pairs)
+    assert list(packed.numbers_sorted(array("q"))) == [] == list(packed.age_keys(array("q")))
+
+
+def _merge_peak(n: int) -> float:
+    """Bytes a key ``merged_sorted`` held at most besides its answer, merging ``n`` keys in
+    ten parts (in a fresh interpreter, as ``_per_job_table_bytes``)."""
+    rng = random.Random(13)
+    parts = [array("q", sorted(rng.randrange(1 << 40) for _ in range(n // 10))) for _ in range(10)]
+    tracemalloc.start()
+    merged = packed.merged_sorted(parts)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return (peak - merged.buffer_info()[1] * merged.itemsize) / n
+
+
+@pytest.mark.slow
+def test_a_merge_of_sorted_parts_holds_a_block_of_python_ints_at_most() -> None:
+    """Merging a million keys held a few bytes a key (one sort of them all held about 50)."""
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from tests.scale.test_index_compact import _merge_peak as m;print(m(1_000_000))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    assert float(child.stdout.split()[-1]) < 8
+
+
 def test_a_merge_makes_no_python_int_per_element_of_the_table() -> None:
     """Compacting a table of 400,000 keys: at most the new array and the sorted additions
     besides the old array (sorting all together made a 32-byte int and a list slot for each
