@@ -221,9 +221,20 @@ def _job_entries_loading(zk: Any, flt: JobFilter) -> tuple[Entries, str]:
                 if zpaths.JID_RE.fullmatch(j)
             }
         )
-    if len(states) == 1 or in_batch is not None:
+    narrowed = bool(flt.profile or flt.submitter or in_batch is not None)
+    if (
+        (flt.stuck or flt.min_age_hours)
+        and order == "run"
+        and not narrowed
+        and flt.priority is None
+    ):
+        # Every listed entry of the states may be taken: the times' own keys are the answer
+        # (``_among``), and the merge of every state's entries is not made (nor kept: 8 MiB
+        # at a million jobs for "stuck only").
+        entries = None
+    elif len(states) == 1 or in_batch is not None:
         # A batch's few jobs are looked up in each state's entries: the merge of every
-        # state's (a million keys sorted as ints, 36 MiB held while made) is not needed.
+        # state's (a million keys) is not needed.
         parts = [
             idx.job_entries_matching(s, profile=flt.profile, submitter=flt.submitter, order=order)
             for s in states
@@ -237,8 +248,7 @@ def _job_entries_loading(zk: Any, flt: JobFilter) -> tuple[Entries, str]:
         entries = idx.job_entries_all(
             states, profile=flt.profile, submitter=flt.submitter, order=order
         )
-    narrowed = bool(flt.profile or flt.submitter or in_batch is not None)
-    if flt.priority is not None:
+    if flt.priority is not None and entries is not None:
         entries = entries.with_priority(flt.priority)
         narrowed = True
     loading: list[str] = []
@@ -255,13 +265,17 @@ def _job_entries_loading(zk: Any, flt: JobFilter) -> tuple[Entries, str]:
             if reading:
                 loading.append(reading)
         entries = _among(entries, merged_sorted(older), narrowed=narrowed)
+    assert entries is not None  # None only with a time filter, which made it
     return entries, "; ".join(loading)
 
 
-def _among(entries: Entries, run_keys: array[int], *, narrowed: bool) -> Entries:
+def _among(entries: Entries | None, run_keys: array[int], *, narrowed: bool) -> Entries:
     """``entries`` whose run key is in the sorted ``run_keys`` (all of them from the same
     states' listings): those keys themselves, in the entries' order, when nothing else narrowed
-    the entries (every listed entry of the states is among them); else intersected in C."""
+    the entries (every listed entry of the states is among them; None: every entry of the
+    states, in run order); else intersected in C."""
+    if entries is None:
+        return Entries(run_keys)
     if narrowed or entries.by_age:  # by age: only the keys' form differs, made per key found
         return entries.among(run_keys)
     return Entries(run_keys, reverse=entries.reverse)
