@@ -7,8 +7,10 @@ ID is written back exactly; any other ID gets a number of its own past the ten-d
 its string is kept once (``JobCodes``). A state folder's entries are (priority, number) run keys
 (``Entries``, parsed straight from a listing's bytes by ``parse_entries``); facts and search
 keys are sorted arrays with a small dictionary of additions merged in run by run
-(``PackedTable``, ``KeyTable``). ``give_back_memory`` returns what a fill's reads freed to the
-system.
+(``PackedTable``, ``KeyTable``); values too wide to pack beside a number are a second array
+(``NumberMap``). Arrays made of sorted arrays are merged a range at a time (``merged_sorted``),
+never sorted again as Python ints. ``give_back_memory`` returns what a fill's reads freed to
+the system.
 """
 
 from __future__ import annotations
@@ -217,8 +219,8 @@ class Entries(Sequence[tuple[int, str]]):
         """Entries of one order from several states together (a few: a batch's), sorted as
         one (a state's entries are in run or age order alike, so the keys merge as they are)."""
         first = parts[0]
-        keys = sorted(k for part in parts for k in part.keys)
-        return Entries(array("q", keys), by_age=first.by_age, reverse=first.reverse)
+        keys = merged_sorted([part.keys for part in parts])
+        return Entries(keys, by_age=first.by_age, reverse=first.reverse)
 
     def among(self, run_keys: Iterable[int]) -> Entries:
         """The entries whose run key (priority << 34 | number) is among ``run_keys``, in the
@@ -533,11 +535,6 @@ class NumberMap:
         other.tail = dict(self.tail)
         other.compact()
         return other
-
-    def numbers(self) -> array[int]:
-        """Every number, sorted."""
-        self.compact()
-        return array("q", self.keys)
 
     def items(self) -> Iterator[tuple[int, int]]:
         yield from zip(self.keys, self.values, strict=True)
