@@ -8,7 +8,6 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
-import weakref
 from array import array
 from bisect import bisect_right
 from collections import Counter, OrderedDict, defaultdict
@@ -22,6 +21,7 @@ from queues.console import submissions
 from queues.console.job_reads import PER_PAGE, SCAN_CHUNK, Page, archived_batch_item
 from queues.console.submissions import NONE as NO_SUBMISSION
 from queues.console.submissions import Submission
+from queues.core.per_key import PerKey
 from queues.core.states import BATCH, BATCH_INDEX_FOLDERS, JOB, job_batch_folder
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
@@ -248,21 +248,11 @@ class _BatchFilters:
 
 
 # Per read index (one per ZooKeeper client: batch IDs of another queue are other batches).
-_batch_filters: weakref.WeakKeyDictionary[Any, _BatchFilters] = weakref.WeakKeyDictionary()
-
-
-_filter_lock = threading.Lock()
+_filters_of: PerKey[Any, _BatchFilters] = PerKey(lambda _idx: _BatchFilters())
+_filter_lock = threading.Lock()  # what a _BatchFilters holds
 
 
 FILTERS_KEPT = 32
-
-
-def _filters_of(idx: Any) -> _BatchFilters:
-    with _filter_lock:
-        kept = _batch_filters.get(idx)
-        if kept is None:
-            kept = _batch_filters[idx] = _BatchFilters()
-        return kept
 
 
 def _prepared(zk: Any, idx: Any) -> _Prepared:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-import weakref
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from urllib.parse import urlencode
 
 from queues.console import failed_reads, job_reads
 from queues.core import clock
+from queues.core.per_key import PerKey
 from queues.core.states import JOB, JobState
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
@@ -186,16 +186,7 @@ class _Seen:
         self.facts.retain_sorted(keep)
 
 
-_SEEN: weakref.WeakKeyDictionary[Any, _Seen] = weakref.WeakKeyDictionary()
-_SEEN_LOCK = threading.Lock()
-
-
-def _seen_for(idx: Any) -> _Seen:
-    with _SEEN_LOCK:
-        found = _SEEN.get(idx)
-        if found is None:
-            found = _SEEN[idx] = _Seen()
-        return found
+_seen_for: PerKey[Any, _Seen] = PerKey(lambda _idx: _Seen())
 
 
 def _messages(zk: Any, numbers: list[int]) -> dict[int, str]:

@@ -49,7 +49,6 @@ from __future__ import annotations
 import heapq
 import re
 import threading
-import weakref
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -62,6 +61,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from queues.console import jobtext, submissions
+from queues.core.per_key import PerKey
 from queues.core.states import JOB, BatchState
 from queues.operator import archive
 from queues.zk import index as zindex
@@ -361,16 +361,7 @@ class _Kept:
         self.batch_lines: tuple[list[str], Any, _Lines] | None = None
 
 
-_kept: weakref.WeakKeyDictionary[zindex.ReadIndex, _Kept] = weakref.WeakKeyDictionary()
-_kept_lock = threading.Lock()
-
-
-def _kept_for(idx: zindex.ReadIndex) -> _Kept:
-    with _kept_lock:
-        found = _kept.get(idx)
-        if found is None:
-            found = _kept[idx] = _Kept()
-        return found
+_kept_for: PerKey[zindex.ReadIndex, _Kept] = PerKey(lambda _idx: _Kept())
 
 
 def _text(node: dict[str, Any], key: str) -> str:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import sys
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from queues.core.per_key import PerKey
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
 from queues.zk.codecs import decode_json
@@ -40,16 +40,7 @@ class _Kept:
         self.by_bid: dict[str, Submission] = {}
 
 
-_kept: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()
-_kept_lock = threading.Lock()
-
-
-def _kept_for(idx: Any) -> _Kept:
-    with _kept_lock:
-        found = _kept.get(idx)
-        if found is None:
-            found = _kept[idx] = _Kept()
-        return found
+_kept_for: PerKey[Any, _Kept] = PerKey(lambda _idx: _Kept())
 
 
 def _field(node: dict[str, Any], key: str) -> str:

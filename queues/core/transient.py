@@ -19,9 +19,9 @@ import errno
 import smtplib
 import socket
 import sqlite3
-import threading
 from collections.abc import Iterator
-from weakref import WeakKeyDictionary
+
+from queues.core.per_key import PerKey
 
 try:  # PostgreSQL's driver is installed with the project; the rules stand without it.
     import psycopg
@@ -210,14 +210,9 @@ class Backoff:
         return had
 
 
-_backoffs: WeakKeyDictionary[object, Backoff] = WeakKeyDictionary()
-_backoffs_lock = threading.Lock()
+_backoffs: PerKey[object, Backoff] = PerKey(lambda _owner: Backoff())
 
 
 def backoff_of(owner: object) -> Backoff:
     """The back-off of one loop (a daemon instance), made on first use and gone with it."""
-    with _backoffs_lock:
-        backoff = _backoffs.get(owner)
-        if backoff is None:
-            backoff = _backoffs[owner] = Backoff()
-        return backoff
+    return _backoffs(owner)

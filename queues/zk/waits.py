@@ -28,6 +28,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import KazooState
 
+from queues.core.per_key import PerKey
+
 from . import paths
 from .codecs import decode_json
 from .errors import MalformedNode
@@ -84,17 +86,12 @@ class NodeHoldsWatch:
             self._fire(None)
 
 
-_watches: weakref.WeakKeyDictionary[KazooClient, NodeHoldsWatch] = weakref.WeakKeyDictionary()
-_watches_lock = threading.Lock()
+_watches: PerKey[KazooClient, NodeHoldsWatch] = PerKey(NodeHoldsWatch)
 
 
 def node_holds_watch(zk: KazooClient) -> NodeHoldsWatch:
     """The client's watch of the node holds (one per client, shared by its loops)."""
-    with _watches_lock:
-        watch = _watches.get(zk)
-        if watch is None:
-            watch = _watches[zk] = NodeHoldsWatch(zk)
-        return watch
+    return _watches(zk)
 
 
 class NodeScreen:
