@@ -301,11 +301,9 @@ def test_entries_are_ordered_by_time_block_by_block_as_one_sort_orders_them() ->
     """Sorted a block at a time and merged (ties kept in their order, unread 0.0 first), the
     same order as one stable sort, holding a block's Python numbers at most: about 12 bytes
     an entry for the two arrays, where one sort held about 80."""
-    import os
     import random
-    import subprocess
-    import sys
-    from pathlib import Path
+
+    from tests.scale.test_index_compact import measured_alone
 
     rng = random.Random(7)
     n = 3 * packed.CARRY_BLOCK + 17
@@ -314,22 +312,7 @@ def test_entries_are_ordered_by_time_block_by_block_as_one_sort_orders_them() ->
     assert list(stuck._time_ordered(ctimes, range(n))) == one_sort
     picked = array("q", sorted(rng.sample(range(n), n // 3)))
     assert list(stuck._time_ordered(ctimes, picked)) == sorted(picked, key=ctimes.__getitem__)
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import django; django.setup();"
-            "from tests.cockpit.test_stuck import _time_order_peak as m; print(m(300_000))",
-        ],
-        cwd=Path(__file__).resolve().parents[2],
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "mrtadmin.settings"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert child.returncode == 0, child.stderr
-    assert float(child.stdout.split()[-1]) < 24
+    assert measured_alone("tests.cockpit.test_stuck", "_time_order_peak", 300_000) < 24
 
 
 def test_the_band_between_the_two_thresholds_is_the_same_ordered_by_time() -> None:
