@@ -30,7 +30,7 @@ from queues.zk import paths as zpaths
 from queues.zk.client import connected_client
 from queues.zk.codecs import decode_json
 from queues.zk.errors import MalformedNode
-from queues.zk.nodes import read_many, stamp
+from queues.zk.nodes import json_objects, read_many, stamp
 from queues.zk.packed import NumberMap
 from queues.zk.records import Status
 
@@ -147,20 +147,11 @@ class _Seen:
 
     def read(self, zk: Any, numbers: list[int]) -> None:
         """Read the statuses of ``numbers`` (in chunks) and remember their signatures."""
-        for start in range(0, len(numbers), zindex.READ_CHUNK):
-            part = numbers[start : start + zindex.READ_CHUNK]
-            node_paths = [zpaths.job_node(f"jid{n:010d}", "status") for n in part]
-            reads = read_many(zk, node_paths)
-            for number, path in zip(part, node_paths, strict=True):
-                found = reads.get(path)
-                if found is None:  # gone meanwhile: the next change of the folder says so
-                    continue
-                try:
-                    raw = decode_json(path, found[0])
-                except MalformedNode:
-                    continue
-                if isinstance(raw, dict):
-                    self.remember(number, raw, found[1])
+        number_of = {zpaths.job_node(f"jid{n:010d}", "status"): n for n in numbers}
+        # A job gone meanwhile is left out: the next change of the folder says so.
+        for found in json_objects(zk, list(number_of), zindex.READ_CHUNK):
+            for path, (raw, stat) in found.items():
+                self.remember(number_of[path], raw, stat)
 
     def remember(self, number: int, raw: dict[str, Any], stat: Any) -> None:
         status = Status(raw=raw, version=stat.version, mtime=stamp(stat.mtime))

@@ -69,10 +69,8 @@ from queues.zk import packed
 from queues.zk import paths as zpaths
 from queues.zk.batches import batches_load
 from queues.zk.client import connected_client
-from queues.zk.codecs import decode_json
-from queues.zk.errors import MalformedNode
 from queues.zk.jobs import jobs_load
-from queues.zk.nodes import read_many, stamp
+from queues.zk.nodes import json_objects, read_many, stamp
 from queues.zk.records import Batch, Broken, Job
 
 PER_PAGE = 25
@@ -370,23 +368,10 @@ def _text(node: dict[str, Any], key: str) -> str:
 
 
 def _json_chunks(zk: Any, wanted: list[str]) -> Iterator[dict[str, tuple[dict[str, Any], Any]]]:
-    """Each node that exists and holds a JSON object, with its stat, a chunk at a time: the
-    caller keeps what it needs of a chunk before the next is read. (The 20,000 batches'
-    submissions of a million-job queue, decoded and held at once with their stats, were about
-    36 MB for a moment, and the process stayed that much larger after its first search.)"""
-    for start in range(0, len(wanted), zindex.READ_CHUNK):
-        reads = read_many(zk, wanted[start : start + zindex.READ_CHUNK])
-        found: dict[str, tuple[dict[str, Any], Any]] = {}
-        for path, read in reads.items():
-            if read is None:
-                continue
-            try:
-                value = decode_json(path, read[0])
-            except MalformedNode:
-                continue
-            if isinstance(value, dict):
-                found[path] = (value, read[1])
-        yield found
+    """``nodes.json_objects`` in the read index's chunks. (The 20,000 batches' submissions of a
+    million-job queue, decoded and held at once with their stats, were about 36 MB for a
+    moment, and the process stayed that much larger after its first search.)"""
+    return json_objects(zk, wanted, zindex.READ_CHUNK)
 
 
 def _json_reads(zk: Any, wanted: list[str]) -> dict[str, tuple[dict[str, Any], Any]]:

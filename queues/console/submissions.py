@@ -17,9 +17,7 @@ from typing import Any
 from queues.core.per_key import PerKey
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
-from queues.zk.codecs import decode_json
-from queues.zk.errors import MalformedNode
-from queues.zk.nodes import read_many
+from queues.zk.nodes import json_objects
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,25 +70,15 @@ def read(
     kept = _kept_for(zindex.for_client(zk))
     with kept.lock:
         todo = [b for b in bids if b not in kept.by_bid]
-    for start in range(0, len(todo), chunk):
-        part = todo[start : start + chunk]
-        wanted = [zpaths.batch_node(b, "submission") for b in part]
-        reads = read_many(zk, wanted)
-        fresh = {}
-        for bid, path in zip(part, wanted, strict=True):
-            found = reads.get(path)
-            if found is None:
-                continue
-            try:
-                node = decode_json(path, found[0])
-            except MalformedNode:
-                continue
-            if isinstance(node, dict):
-                fresh[bid] = _of(node)
+    bid_of = {zpaths.batch_node(b, "submission"): b for b in todo}
+    done = 0
+    for found in json_objects(zk, list(bid_of), chunk):
+        fresh = {bid_of[path]: _of(node) for path, (node, _stat) in found.items()}
         with kept.lock:
             kept.by_bid.update(fresh)
             known = len(kept.by_bid)
-        if between is not None and start + chunk < len(todo):
+        done += chunk
+        if between is not None and done < len(todo):
             between(known)
     with kept.lock:
         return {b: s for b in bids if (s := kept.by_bid.get(b)) is not None}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +33,27 @@ def stamp(ms: int) -> datetime:
 def read_many(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, Read]:
     """Read many nodes in one round trip (one multiRead request); a missing node reads as None."""
     return collect_reads(start_reads(zk, node_paths))
+
+
+def json_objects(
+    zk: KazooClient, node_paths: Sequence[str], chunk: int
+) -> Iterator[dict[str, tuple[dict[str, Any], ZnodeStat]]]:
+    """Each of ``node_paths`` that exists and holds a JSON object, with its stat, read
+    ``chunk`` nodes a request and handed over a chunk at a time: the caller keeps what it needs
+    of one before the next is read (many nodes decoded and held at once leave the process that
+    much larger after). A missing node or one that is not a JSON object is left out."""
+    for start in range(0, len(node_paths), chunk):
+        found: dict[str, tuple[dict[str, Any], ZnodeStat]] = {}
+        for path, read in read_many(zk, node_paths[start : start + chunk]).items():
+            if read is None:
+                continue
+            try:
+                value = decode_json(path, read[0])
+            except MalformedNode:
+                continue
+            if isinstance(value, dict):
+                found[path] = (value, read[1])
+        yield found
 
 
 def start_reads(zk: KazooClient, node_paths: Sequence[str]) -> Any:
