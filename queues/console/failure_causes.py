@@ -28,9 +28,7 @@ from queues.core.states import JOB, JobState
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
 from queues.zk.client import connected_client
-from queues.zk.codecs import decode_json
-from queues.zk.errors import MalformedNode
-from queues.zk.nodes import json_objects, read_many, stamp
+from queues.zk.nodes import json_objects, stamp
 from queues.zk.packed import NumberMap
 from queues.zk.records import Status
 
@@ -182,19 +180,12 @@ _seen_for: PerKey[Any, _Seen] = PerKey(lambda _idx: _Seen())
 
 def _messages(zk: Any, numbers: list[int]) -> dict[int, str]:
     """The failure messages of a few jobs (the samples), in one read."""
-    node_paths = {n: zpaths.job_node(f"jid{n:010d}", "status") for n in numbers}
-    reads = read_many(zk, list(node_paths.values()))
+    number_of = {zpaths.job_node(f"jid{n:010d}", "status"): n for n in numbers}
     found: dict[int, str] = {}
-    for number, path in node_paths.items():
-        read = reads.get(path)
-        if read is None:
-            continue
-        try:
-            raw = decode_json(path, read[0])
-        except MalformedNode:
-            continue
-        if isinstance(raw, dict) and isinstance(raw.get("message"), str):
-            found[number] = raw["message"]
+    for chunk in json_objects(zk, list(number_of), zindex.READ_CHUNK):
+        for path, (raw, _stat) in chunk.items():
+            if isinstance(raw.get("message"), str):
+                found[number_of[path]] = raw["message"]
     return found
 
 

@@ -71,7 +71,7 @@ from queues.zk.batches import batches_load
 from queues.zk.client import connected_client
 from queues.zk.jobs import jobs_load
 from queues.zk.nodes import json_objects, read_many, stamp
-from queues.zk.records import Batch, Broken, Job
+from queues.zk.records import Batch, Broken, Job, text_field
 
 PER_PAGE = 25
 MAX_TEXT = 300  # the header box's maxlength
@@ -362,11 +362,6 @@ class _Kept:
 _kept_for: PerKey[zindex.ReadIndex, _Kept] = PerKey(lambda _idx: _Kept())
 
 
-def _text(node: dict[str, Any], key: str) -> str:
-    value = node.get(key)
-    return value if isinstance(value, str) else ""
-
-
 def _json_chunks(zk: Any, wanted: list[str]) -> Iterator[dict[str, tuple[dict[str, Any], Any]]]:
     """``nodes.json_objects`` in the read index's chunks. (The 20,000 batches' submissions of a
     million-job queue, decoded and held at once with their stats, were about 36 MB for a
@@ -570,7 +565,7 @@ def _confirmed_keys(zk: Any, jids: list[str], folded: str) -> dict[int, tuple[st
         identifiers = ids[0] if ids else {}
         for key in zindex.search_keys(config[0] if config else {}, identifiers):
             if key.casefold() == folded:
-                is_ark = key == _text(identifiers, "primary_id").strip()
+                is_ark = key == text_field(identifiers, "primary_id").strip()
                 found[int(jid[3:])] = ("ARK" if is_ark else "local ID", key)
                 break
     return found
@@ -714,7 +709,7 @@ def _job_row(job: Job, why: list[tuple[str, str]]) -> Row:
         bid=job.bid,
         collection=job.profile,
         submitter=job.submitter,
-        title=_text(job.configuration, "title"),
+        title=text_field(job.configuration, "title"),
         why=why,
         created=job.created,
         changed=job.status.mtime,
@@ -766,7 +761,7 @@ def _batch_messages(zk: Any, idx: zindex.ReadIndex, kept: _Kept) -> dict[str, st
     read = dict.fromkeys(todo, "")
     for chunk in _json_chunks(zk, list(bid_of)):
         for path, (status, _stat) in chunk.items():
-            read[bid_of[path]] = _text(status, "message")
+            read[bid_of[path]] = text_field(status, "message")
     with kept.lock:
         for bid, message in read.items():
             kept.batch_messages[bid] = (failed[bid], message)
@@ -945,7 +940,7 @@ def _archived_job_why(row: Any, query: Query) -> tuple[list[tuple[str, str]], bo
                 why.append(("local ID", value))
                 exact = exact or value.casefold() == folded
     configuration = (row.nodes or {}).get("configuration") or {}
-    filename = _text(configuration, "filename") if isinstance(configuration, dict) else ""
+    filename = text_field(configuration, "filename") if isinstance(configuration, dict) else ""
     for name, field_name, value in (
         ("submitter", "submitter", row.submitter),
         ("title", "title", row.title),
@@ -970,7 +965,7 @@ def _archived_batch_why(row: Any, query: Query) -> tuple[list[tuple[str, str]], 
     for name, field_name, value in (
         ("submitter", "submitter", row.submitter),
         ("title", "title", row.title),
-        ("file name", "filename", _text(submission, "filename")),
+        ("file name", "filename", text_field(submission, "filename")),
         ("error", "error", row.final_message),
     ):
         if query.wants(field_name) and value and _contains(value, folded):

@@ -18,6 +18,7 @@ from queues.core.per_key import PerKey
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
 from queues.zk.nodes import json_objects
+from queues.zk.records import text_field
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,18 +42,13 @@ class _Kept:
 _kept_for: PerKey[Any, _Kept] = PerKey(lambda _idx: _Kept())
 
 
-def _field(node: dict[str, Any], key: str) -> str:
-    value = node.get(key)
-    return value if isinstance(value, str) else ""
-
-
 def _of(node: dict[str, Any]) -> Submission:
     return Submission(
-        _field(node, "batchID"),
-        _field(node, "title"),
-        _field(node, "filename"),
-        sys.intern(_field(node, "submitter")),  # a few submitters make thousands of batches
-        sys.intern(_field(node, "profile")),
+        text_field(node, "batchID"),
+        text_field(node, "title"),
+        text_field(node, "filename"),
+        sys.intern(text_field(node, "submitter")),  # a few submitters make thousands of batches
+        sys.intern(text_field(node, "profile")),
     )
 
 

@@ -454,7 +454,6 @@ class ReadIndex:
         self._facts = PackedTable(FACT_BITS)
         self._pairs: list[JobFacts] = []
         self._pair_index: dict[tuple[str, str], int] = {}
-        self._shared: dict[tuple[str, ...], Any] = {}  # one object per distinct pair
         self._space: dict[str, _SpaceKnown] = {}
         self._store_nodes: dict[str, dict[int, int]] = {}  # state -> job -> node (0: none)
         self._failed = NumberMap()  # Failed job number -> index in _failed_kinds
@@ -1234,13 +1233,6 @@ class ReadIndex:
 
     # Jobs -------------------------------------------------------------------------------------
 
-    def _share(self, value: tuple[str, ...], make: Callable[..., Any]) -> Any:
-        """One object per distinct value (thousands of jobs share a profile and submitter)."""
-        found = self._shared.get(value)
-        if found is None:
-            found = self._shared[value] = make(*(sys.intern(str(v)) for v in value))
-        return found
-
     def _pair(self, profile: str, submitter: str) -> int:
         """The index of a (profile, submitter) pair in the table of distinct pairs."""
         key = (profile, submitter)
@@ -1560,9 +1552,9 @@ class ReadIndex:
 
     def _failed_kind_of(self, bid: str, step: str) -> int:
         with self._lock:
-            facts = self._share((bid, step), FailedFacts)
-            found = self._failed_kind.get(facts)
+            found = self._failed_kind.get(FailedFacts(bid, step))
             if found is None:
+                facts = FailedFacts(sys.intern(bid), sys.intern(step))
                 found = self._failed_kind[facts] = len(self._failed_kinds)
                 self._failed_kinds.append(facts)
             return found

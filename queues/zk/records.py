@@ -135,7 +135,7 @@ def evolve(record: R, **changes: Any) -> R:
     return new
 
 
-def _text(node: dict[str, Any], key: str) -> str:
+def text_field(node: dict[str, Any], key: str) -> str:
     """A text field of a decoded node; anything else (missing, null, a number) reads as ""."""
     value = node.get(key)
     return value if isinstance(value, str) else ""
@@ -156,11 +156,11 @@ class _Item:
 
     @property
     def profile(self) -> str:
-        return _text(self._sent(), "profile")
+        return text_field(self._sent(), "profile")
 
     @property
     def submitter(self) -> str:
-        return _text(self._sent(), "submitter")
+        return text_field(self._sent(), "submitter")
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ class Job(_Item):
 
     @property
     def primary_id(self) -> str:
-        return _text(self.identifiers or {}, "primary_id")
+        return text_field(self.identifiers or {}, "primary_id")
 
     @property
     def local_ids(self) -> list[str]:
@@ -220,15 +220,15 @@ class Batch(_Item):
 
     @property
     def uuid(self) -> str:
-        return _text(self.submission, "batchID")
+        return text_field(self.submission, "batchID")
 
     @property
     def title(self) -> str:
-        return _text(self.submission, "title")
+        return text_field(self.submission, "title")
 
     @property
     def type(self) -> str:
-        return _text(self.submission, "type")
+        return text_field(self.submission, "type")
 
 
 @dataclass(frozen=True)
