@@ -337,6 +337,24 @@ class Daemon(ABC, Generic[T]):
         if log.isEnabledFor(level):  # a batched loop logs thousands a second
             log.log(level, "%s", result.line())
 
+    def log_moved(self, results: list[ItemResult]) -> None:
+        """The jobs one move took on, each step gone through: one line for those sent to the
+        same place (``<step> ok -> <state>: <n> jobs: <id> <seconds>s, ...``), or each job's
+        own line when it went alone. A batched loop moves thousands of jobs a second, and a log
+        record a job was a third of its process's CPU (docs/benchmarks.md)."""
+        if not log.isEnabledFor(logging.INFO):
+            return
+        alike: dict[tuple[str, str], list[ItemResult]] = {}
+        for result in results:
+            alike.setdefault((result.outcome, result.detail), []).append(result)
+        for (outcome, detail), together in alike.items():
+            if len(together) == 1:
+                log.info("%s", together[0].line())
+                continue
+            jobs = ", ".join(f"{r.id} {r.duration:.2f}s" for r in together)
+            step = together[0].step
+            log.info("%s %s %s: %d jobs: %s", step, outcome, detail, len(together), jobs)
+
     def _handle(self, item: T, claim: Claim) -> ItemResult:
         started = time.monotonic()
         generation = claim[0]

@@ -208,6 +208,8 @@ class PipelinedDaemon(Protocol):
 
     def log_result(self, result: ItemResult) -> None: ...
 
+    def log_moved(self, results: list[ItemResult]) -> None: ...
+
     def after_move(self, item: Job, step: Next) -> set[str]: ...
 
     def let_go(self, jids: list[str]) -> None: ...
@@ -1620,6 +1622,7 @@ class JobPipeline:
         # otherwise only the last one, for ``daemon.last``.
         each = daemon.observer is not None or log.isEnabledFor(logging.INFO)
         last: Work | None = None
+        moved: list[ItemResult] = []
         for work, outcome in zip(flight.works, outcomes, strict=True):
             jid = work.job.jid
             step = work.step
@@ -1643,11 +1646,15 @@ class JobPipeline:
                     self.keeper.arrived([jid])
             bids.update(daemon.after_move(work.job, step))
             if each:
-                self._end(work, daemon.moved_result(jid, step, work.started))
+                result = daemon.moved_result(jid, step, work.started)
+                self._end(work, result, logged=False)
+                moved.append(result)
             else:
                 last = work
         if last is not None and last.step is not None:
             daemon.last = daemon.moved_result(last.job.jid, last.step, last.started)
+        if moved:
+            daemon.log_moved(moved)
         for taker, jobs in handing.items():
             jids = [job.jid for job, _current in jobs]
             taken = taker.hand(jobs, now)
@@ -1669,10 +1676,11 @@ class JobPipeline:
         while self.completions and (wait or self.completions[0][1].ready()):
             self.daemon.batches_done(self.completions.popleft()[1])
 
-    def _end(self, work: Work, result: ItemResult) -> None:
+    def _end(self, work: Work, result: ItemResult, *, logged: bool = True) -> None:
         daemon = self.daemon
         daemon.last = result
-        daemon.log_result(result)
+        if logged:
+            daemon.log_result(result)
         if daemon.observer is not None and work.token is not None:
             daemon.observer.end(work.token, result)
 

@@ -9,6 +9,8 @@ guarantee of the one loop; split by guarantee, they would each import the same s
 from __future__ import annotations
 
 import json
+import logging
+import re
 import threading
 import time
 from collections import Counter
@@ -160,6 +162,19 @@ def test_one_multi_claims_and_one_multi_moves_a_whole_batch(zk: KazooClient) -> 
     assert sent["multi"] == 2  # one claim, one move
     assert all(job_load(zk, j.jid).state == JobState.PROVISIONING for j in jobs)
     assert all(job_load(zk, j.jid).lock is None for j in jobs)
+
+
+def test_one_log_line_names_every_job_a_move_took_the_same_way(zk: KazooClient, caplog) -> None:
+    jobs_in(zk, 1, state=JobState.PROVISIONING)
+    jobs = jobs_in(zk, 5)
+    caplog.set_level(logging.INFO, logger="queues.daemons")
+    cycle_until_idle(JobPipeline(Step1(zk=zk, batch=5)))
+    [line] = [r.getMessage() for r in caplog.records if "test-estimating ok" in r.getMessage()]
+    head, _, named = line.partition(" jobs: ")
+    assert head == "test-estimating ok -> Provisioning: 5"
+    each = [part.split(" ") for part in named.split(", ")]
+    assert sorted(jid for jid, _seconds in each) == sorted(j.jid for j in jobs)
+    assert all(re.fullmatch(r"\d+\.\d\ds", seconds) for _jid, seconds in each)
 
 
 def test_a_failed_batched_claim_passes_over_the_job_it_failed_on_and_claims_the_others_again(

@@ -44,6 +44,10 @@ class Long(Step1):
         self.outcomes.append((result.id, result.outcome, result.detail))
         super().log_result(result)
 
+    def log_moved(self, results: list[ItemResult]) -> None:
+        self.outcomes.extend((r.id, r.outcome, r.detail) for r in results)
+        super().log_moved(results)
+
 
 @contextmanager
 def running(*daemons: JobDaemon) -> Iterator[None]:
