@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -225,3 +227,38 @@ def test_properties_text_is_read_as_java_reads_it() -> None:
     props = parse_properties("a: 1\nb=2\nc 3\n! note\n  d : four \\\n     five\ne:\nf\\:g: h\\tI\n")
 
     assert props == {"a": "1", "b": "2", "c": "3", "d": "four five", "e": "", "f:g": "h\tI"}
+
+
+def _settled(path: Path, seconds_ago: float) -> None:
+    stamp = time.time() - seconds_ago
+    os.utime(path, (stamp, stamp))
+
+
+@pytest.mark.quick
+def test_a_settled_profile_is_read_once_and_read_again_when_its_file_changes(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, "c", {**GOOD, "priority": 5})
+    path = tmp_path / "c.json"
+    _settled(path, 60)
+    first = load_profile("c", directory=tmp_path)
+    assert load_profile("c", directory=tmp_path) is first  # not read again
+    # The same size, the same inode: only the modification time tells.
+    path.write_text(json.dumps({**GOOD, "priority": 7}))
+    _settled(path, 30)
+    assert load_profile("c", directory=tmp_path).priority == 7
+    # A text profile written later loses to the JSON one; the JSON one gone, the text one wins.
+    (tmp_path / "c.txt").write_text(MERRITT_PROFILE)
+    assert load_profile("c", directory=tmp_path).priority == 7
+    path.unlink()
+    assert load_profile("c", directory=tmp_path).collection == "ark:/13030/m5letters"
+
+
+@pytest.mark.quick
+def test_a_profile_written_just_now_is_read_again_each_time(tmp_path: Path) -> None:
+    write(tmp_path, "c", {**GOOD, "priority": 5})
+    first = load_profile("c", directory=tmp_path)
+    assert load_profile("c", directory=tmp_path) is not first
+    # Rewritten within the clock's grain, the same size: still seen.
+    (tmp_path / "c.json").write_text(json.dumps({**GOOD, "priority": 6}))
+    assert load_profile("c", directory=tmp_path).priority == 6
