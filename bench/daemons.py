@@ -27,7 +27,13 @@ CPU goes is printed beside each rate: the client processes' CPU time per transit
 ``/proc/<pid>/stat`` over the timed window) and how busy the whole machine was meanwhile (from
 ``/proc/stat``), so a rate limited by the machine's cores shows as such.
 
-Why one module (about 960 lines): it is one command whose parts must measure alike. The
+``--shipped`` runs ``manage.py runconsumer all`` as shipped instead, every step's work a no-op;
+``--shipped --real`` the same command doing every step's own work: each job a small file
+(``--file-bytes``) from loopback depositors, stored, recorded and minted through the project's
+stand-ins of storage, inventory and EZID, its callback posted to a loopback receiver
+(``RealServices``).
+
+Why one module (about 1,100 lines): it is one command whose parts must measure alike. The
 daemons' runs (one-job, batched, the shipped command), the raw probe and the recorder's
 comparison share the window, the CPU and request counts and the table they print; apart, a
 change to how one side is counted could leave the other counted the old way.
@@ -38,6 +44,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import functools
 import logging
 import multiprocessing
 import os
@@ -46,6 +53,7 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -392,13 +400,20 @@ def run_daemons(
     return Run(processes, window)
 
 
-def _load_loopback(hosts: str, name: str, jobs: int) -> str:
+def _noop_payload(made: int) -> str:
+    return f"http://127.0.0.{made % 250 + 1}:9/b.bin"
+
+
+def _load_loopback(
+    hosts: str, name: str, jobs: int, payload: Callable[[int], str] = _noop_payload
+) -> str:
     """A fresh chroot holding ``jobs`` jobs waiting in Estimating, in 50-job Processing batches,
     each job's payload on a loopback address (the shipped Downloading loop resolves the payload's
     host before it claims a job: no lookup of a name outside). The jobs' payloads are on 250
     servers in turn (127.0.0.1 to 127.0.0.250, the next job on the next): Downloading takes at
     most MRT_DOWNLOADS_PER_HOST (2) jobs of one server at once, a politeness cap that, with
-    every job on one server (or a batch's 50 on one), and not the loops, would set the pace."""
+    every job on one server (or a batch's 50 on one), and not the loops, would set the pace.
+    ``payload`` gives the n-th job's payload URL (``--real``: a file its servers serve)."""
     from bench.loader import load_waiting
     from queues.core.states import BatchState, JobState
     from queues.zk import client as zkmod
@@ -423,7 +438,7 @@ def _load_loopback(hosts: str, name: str, jobs: int) -> str:
                     configuration={
                         "profile": SHIPPED_PROFILE,
                         "submitter": "bench",
-                        "payload_url": f"http://127.0.0.{made % 250 + 1}:9/b.bin",
+                        "payload_url": payload(made),
                         "type": "file",
                     },
                 )
@@ -432,6 +447,91 @@ def _load_loopback(hosts: str, name: str, jobs: int) -> str:
         zk.stop()
         zk.close()
     return target
+
+
+class RealServices:
+    """``--real``: what the shipped steps talk to, on loopback, for every run of the command.
+
+    The depositors: ``PAYLOAD_SERVERS`` file servers on 127.0.0.1, .2, ... (Downloading's
+    per-server cap, two at once, would otherwise set the pace), each serving ``FILES`` files of
+    ``size`` random bytes; the n-th job's payload is file n on server n, in turn. Storage,
+    inventory and EZID: the project's stand-ins (``queues.chaos.standins``, answering as
+    Merritt's services do, keeping nothing of what they were sent). The collection's callback
+    receiver: the chaos run's (``queues.chaos.servers.depositor_server``). All of them are
+    threads of this process, on the same two cores as the daemons and ZooKeeper: on Merritt's
+    hosts these services are elsewhere."""
+
+    PAYLOAD_SERVERS = 16
+    FILES = 64
+    EZID = ("bench", "bench-password")
+    OWNER = "ark:/13030/j2bench"
+
+    def __init__(self, size: int) -> None:
+        import tempfile
+
+        from django.conf import settings
+
+        from queues.chaos import depositors
+        from queues.chaos.servers import QuietFiles, Served, depositor_server, files_server
+        from queues.chaos.standins import EzidStandIn, InventoryStandIn, StorageStandIn
+
+        self.size = size
+        self.root = Path(tempfile.mkdtemp(prefix="mrt-bench-real-"))
+        self._stop: list[Callable[[], None]] = []
+        try:
+            payload = self.root / "payload"
+            payload.mkdir()
+            for n in range(self.FILES):
+                (payload / f"f{n}.bin").write_bytes(os.urandom(size))
+            self.servers = []
+            for n in range(self.PAYLOAD_SERVERS):
+                served = Served(
+                    functools.partial(QuietFiles, directory=str(payload)), host=f"127.0.0.{n + 1}"
+                )
+                self._stop.append(served.stop)
+                self.servers.append(served.url)
+            receiver = depositor_server(str(payload))
+            self._stop.append(receiver.stop)
+            self.receiver = receiver
+            self.work = self.root / "work"
+            self.work.mkdir()
+            work = files_server(str(self.work))
+            self._stop.append(work.stop)
+            storage = StorageStandIn(None, record=False).start()
+            self._stop.append(storage.stop)
+            self.storage = storage
+            inventory = InventoryStandIn(record=False).start()
+            self._stop.append(inventory.stop)
+            ezid = EzidStandIn(*self.EZID, record=False).start()
+            self._stop.append(ezid.stop)
+            self.profiles = self.root / "profiles"
+            shutil.copytree(settings.MRT_PROFILES_DIR, self.profiles)
+            depositors.call_back_to(self.profiles, f"{receiver.url}/callback")
+            depositors.own_profile(self.profiles, self.OWNER)
+        except BaseException:
+            self.stop()
+            raise
+        self.env = {
+            "MRT_PROFILES_DIR": str(self.profiles),
+            "MRT_WORK_DIR": str(self.work),
+            "MRT_WORK_URL": work.url,
+            "MRT_STORAGE_URL": storage.url,
+            "MRT_INVENTORY_URL": inventory.url,
+            "MRT_EZID_URL": ezid.url,
+            "MRT_EZID_USER": self.EZID[0],
+            "MRT_EZID_PASSWORD": self.EZID[1],
+            # The depositors are on loopback, which the fetch policy refuses unless told.
+            "MRT_FETCH_ALLOW": "127.0.0.0/24",
+        }
+
+    def payload_url(self, made: int) -> str:
+        return f"{self.servers[made % len(self.servers)]}/f{made % self.FILES}.bin"
+
+    def stop(self) -> None:
+        for stop in reversed(self._stop):
+            with contextlib.suppress(Exception):
+                stop()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 SHIPPED_PROFILE = "merritt_demo_content"
@@ -446,7 +546,9 @@ class _Shipped:
     one installation do. None claims before every one has registered: the ingest queue is held
     while they start, and released as the go."""
 
-    def __init__(self, target: str, var: Path, log: Path) -> None:
+    def __init__(
+        self, target: str, var: Path, log: Path, services: dict[str, str] | None = None
+    ) -> None:
         import subprocess
 
         self._subprocess = subprocess
@@ -462,9 +564,10 @@ class _Shipped:
             ZK_HOSTS=target,
             MRT_VAR_DIR=str(var),
             MRT_DATABASE_PATH=str(var / "console.sqlite3"),
-            MRT_NOOP_STEPS="1",
             MRT_PROVISION_HIGH_WATER="0.99",
         )
+        # Every step's work a no-op, or (``--real``) done against the services' stand-ins.
+        self.env.update(services if services is not None else {"MRT_NOOP_STEPS": "1"})
         self.proc = None
 
     def start(self) -> None:
@@ -503,10 +606,17 @@ class _Shipped:
 
 
 def run_shipped(
-    hosts: str, *, jobs: int, processes: int, seconds: float = 30.0, timeout: float = 120
+    hosts: str,
+    *,
+    jobs: int,
+    processes: int,
+    seconds: float = 30.0,
+    timeout: float = 120,
+    real: RealServices | None = None,
 ) -> Run:
-    """``processes`` ``runconsumer all`` processes as shipped (steps no-ops) moving ``jobs``
-    Estimating jobs towards Completed, timed as ``run_daemons``."""
+    """``processes`` ``runconsumer all`` processes as shipped (steps no-ops, or with ``real``
+    the steps' own work against its servers) moving ``jobs`` Estimating jobs towards Completed,
+    timed as ``run_daemons``."""
     import subprocess
     import tempfile
 
@@ -514,10 +624,12 @@ def run_shipped(
     from queues.zk.consumers import CONSUMERS
     from queues.zk.locks import queue_hold_clear, queue_hold_set
 
-    target = _load_loopback(hosts, f"bench-shipped-{processes}", jobs)
+    payload = real.payload_url if real is not None else _noop_payload
+    target = _load_loopback(hosts, f"bench-shipped-{processes}", jobs, payload)
     var = Path(tempfile.mkdtemp(prefix="mrt-bench-shipped-"))
     log = var / "consumers.log"
-    children = [_Shipped(target, var, log) for _ in range(processes)]
+    services = real.env if real is not None else None
+    children = [_Shipped(target, var, log, services) for _ in range(processes)]
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput"],
         cwd=Path(__file__).resolve().parent.parent,
@@ -750,6 +862,13 @@ def main(argv: list[str] | None = None) -> list[str]:
         "no-op (MRT_NOOP_STEPS), against the same raw probe",
     )
     parser.add_argument(
+        "--real",
+        action="store_true",
+        help="with --shipped: every step does its own work, on files of --file-bytes from "
+        "loopback depositors, against stand-ins of storage, inventory and EZID",
+    )
+    parser.add_argument("--file-bytes", type=int, default=4096, help="each payload's size")
+    parser.add_argument(
         "--recorder",
         choices=("off", "on", "both"),
         default="off",
@@ -757,14 +876,22 @@ def main(argv: list[str] | None = None) -> list[str]:
         "without and with every step recorded in the database, side by side",
     )
     args = parser.parse_args(argv)
+    if args.real and not args.shipped:
+        parser.error("--real is a way to run the shipped command: give --shipped too")
     if args.recorder != "off":
         return compare_recorder(args)
     setup_django()
     keep = not args.no_keep
+    work = (
+        f"every step doing its own work (each job a {args.file_bytes}-byte file from one of "
+        f"{RealServices.PAYLOAD_SERVERS} loopback depositors; storage, inventory, EZID and the "
+        "callback receiver stand-ins in the benchmark's process, on the same cores)"
+        if args.real
+        else "every step's work a no-op: MRT_NOOP_STEPS"
+    )
     shipped = (
-        f"manage.py runconsumer all as shipped (default settings, every step's work a no-op: "
-        f"MRT_NOOP_STEPS; window from {WARM_UP:.0%} to {SHIPPED_UNTIL:.0%} of the "
-        "transitions)"
+        f"manage.py runconsumer all as shipped (default settings, {work}; window from "
+        f"{WARM_UP:.0%} to {SHIPPED_UNTIL:.0%} of the transitions)"
     )
     lines = [
         f"Daemon throughput ({args.jobs} jobs, each Estimating -> ... -> Completed, 7 "
@@ -794,12 +921,16 @@ def main(argv: list[str] | None = None) -> list[str]:
         f"  {'processes':>9}{'daemons':>14}{'req/t':>7}{'us/t':>6}{'busy':>6}"
         f"{'raw probe':>13}{'req/t':>7}{'us/t':>6}{'busy':>6}{'share':>8}",
     ]
-    with throwaway_zookeeper(args.hosts) as hosts:
+    with contextlib.ExitStack() as stack:
+        hosts = stack.enter_context(throwaway_zookeeper(args.hosts))
+        real = RealServices(args.file_bytes) if args.real else None
+        if real is not None:
+            stack.callback(real.stop)
 
         def daemons(processes: int) -> Window:
             if args.shipped:
                 return run_shipped(
-                    hosts, jobs=args.jobs, processes=processes, seconds=args.seconds
+                    hosts, jobs=args.jobs, processes=processes, seconds=args.seconds, real=real
                 ).window
             return run_daemons(
                 hosts,

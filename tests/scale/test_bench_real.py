@@ -1,0 +1,22 @@
+"""``bench/daemons.py --shipped --real`` measures the shipped command doing every step's own
+work: its jobs are downloaded, stored and called back for, not moved on by a no-op."""
+
+from __future__ import annotations
+
+from bench.daemons import RealServices, run_shipped
+from queues.chaos.servers import DepositorRoutes
+from queues.services.zkserver import LocalZooKeeper
+
+
+def test_the_real_run_stores_every_job_and_calls_back_for_it(zk_server: LocalZooKeeper) -> None:
+    real = RealServices(512)
+    try:
+        run = run_shipped(zk_server.hosts, jobs=40, processes=1, seconds=120, real=real)
+        assert run.window.transitions > 0
+        # The window closes at 90% of the 280 transitions, and the process is stopped after
+        # it: at least 30 jobs were past Storing then, and at least 12 Completed.
+        assert real.storage.adds >= 30
+        assert len(DepositorRoutes.callbacks) >= 12
+        assert all(count >= 1 for count in DepositorRoutes.callbacks.values())
+    finally:
+        real.stop()
