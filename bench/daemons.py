@@ -475,7 +475,6 @@ class RealServices:
         from queues.chaos.servers import QuietFiles, Served, depositor_server, files_server
         from queues.chaos.standins import EzidStandIn, InventoryStandIn, StorageStandIn
 
-        self.size = size
         self.root = Path(tempfile.mkdtemp(prefix="mrt-bench-real-"))
         self._stop: list[Callable[[], None]] = []
         try:
@@ -492,10 +491,9 @@ class RealServices:
                 self.servers.append(served.url)
             receiver = depositor_server(str(payload))
             self._stop.append(receiver.stop)
-            self.receiver = receiver
-            self.work = self.root / "work"
-            self.work.mkdir()
-            work = files_server(str(self.work))
+            work_dir = self.root / "work"
+            work_dir.mkdir()
+            work = files_server(str(work_dir))
             self._stop.append(work.stop)
             storage = StorageStandIn(None, record=False).start()
             self._stop.append(storage.stop)
@@ -513,7 +511,7 @@ class RealServices:
             raise
         self.env = {
             "MRT_PROFILES_DIR": str(self.profiles),
-            "MRT_WORK_DIR": str(self.work),
+            "MRT_WORK_DIR": str(work_dir),
             "MRT_WORK_URL": work.url,
             "MRT_STORAGE_URL": storage.url,
             "MRT_INVENTORY_URL": inventory.url,

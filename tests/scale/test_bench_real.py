@@ -1,5 +1,6 @@
 """``bench/daemons.py --shipped --real`` measures the shipped command doing every step's own
-work: its jobs are downloaded, stored and called back for, not moved on by a no-op."""
+work: the jobs its window counts were downloaded, stored and called back for, not moved on by a
+no-op."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from queues.chaos.servers import DepositorRoutes
 from queues.services.zkserver import LocalZooKeeper
 
 
-def test_the_real_run_stores_every_job_and_calls_back_for_it(zk_server: LocalZooKeeper) -> None:
+def test_the_real_run_downloads_stores_and_calls_back_for_its_jobs(
+    zk_server: LocalZooKeeper,
+) -> None:
     real = RealServices(512)
     try:
         run = run_shipped(zk_server.hosts, jobs=40, processes=1, seconds=120, real=real)
