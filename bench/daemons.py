@@ -12,8 +12,9 @@ Every job makes 7 transitions on its way to Completed.
 In the same run and on the same server, a raw probe on the same kind of jobs: the same number
 of client processes, each sending only the contract's requests for every transition -- a claim
 (each job's index entry checked and its ephemeral lock created), a read of the job's nodes and
-the move (status, state and batch index entries, the lock deleted) -- batched 16 jobs a request
-(one multi, one multiRead, one multi) and with as many batches under way as the daemons may
+the move (status, state and batch index entries, the lock deleted) -- as many jobs a request as
+the daemons claim at once (``--batch``, by default the installation's MRT_CLAIM_BATCH; one
+multi, one multiRead, one multi) and with as many batches under way as the daemons may
 have, each sent without waiting for the others. It reads no hold and keeps no lock.
 
 Every child of a run is started, connected and set up before any of them starts; the window
@@ -833,7 +834,13 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3_000)
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--batch", type=int, default=16, help="jobs per claim and per move")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=0,
+        help="jobs per claim and per move, of the probe and of the loops run in this process "
+        "(default: MRT_CLAIM_BATCH, what runconsumer claims at once)",
+    )
     parser.add_argument(
         "--no-keep", action="store_true", help="release every lock with its move (no keeping)"
     )
@@ -879,6 +886,9 @@ def main(argv: list[str] | None = None) -> list[str]:
     if args.recorder != "off":
         return compare_recorder(args)
     setup_django()
+    from django.conf import settings
+
+    args.batch = args.batch or settings.MRT_CLAIM_BATCH
     keep = not args.no_keep
     work = (
         f"every step doing its own work (each job a {args.file_bytes}-byte file from one of "

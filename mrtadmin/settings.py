@@ -443,7 +443,7 @@ MRT_DOWNLOAD_JOBS = env_int("MRT_DOWNLOAD_JOBS", 4)
 # next to a ZooKeeper round trip (BATCHED_STEPS in queues/daemons/runner.py): jobs claimed per
 # lock multi and moved per move multi, and whether a process keeps a job's lock from one of its
 # steps to the next. 1 and off is the one-job loop for every step.
-MRT_CLAIM_BATCH = env_int("MRT_CLAIM_BATCH", 8)
+MRT_CLAIM_BATCH = env_int("MRT_CLAIM_BATCH", 32)
 MRT_KEEP_LOCKS = env_bool("MRT_KEEP_LOCKS", True)
 # Whether downloading, processing, storing and recording (LONG_STEPS) run in the batched loop,
 # their steps in as many threads as the copies a process runs of them (``--threads``; downloading:

@@ -142,7 +142,8 @@ class Options:
     flaps: int = 0
     flap_seconds: float = 20.0
     loop: str = "batched"  # the default's batched steps, or "one": every step one job a time
-    claim_batch: int = 8
+    # MRT_CLAIM_BATCH of the consumers: this installation's (the shipped default) unless given.
+    claim_batch: int = field(default_factory=lambda: settings.MRT_CLAIM_BATCH)
     storage: str = "http"  # or "local"
     storage_add_seconds: float = 0.5
     hostile: bool = True

@@ -415,7 +415,7 @@ class Daemon(ABC, Generic[T]):
             backoff = transient.backoff_of(self)
             if backoff.failures == 0:
                 log.warning("%s: %s; items wait in their step until it is back", self.name, why)
-            time.sleep(backoff.next_delay())
+            transient.pause(backoff.next_delay())
             return Stay(why)
         if isinstance(exc, StepFailed):
             log.debug("%s %s failed", self.item_id(item), self.step, exc_info=True)

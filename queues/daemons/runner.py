@@ -5,10 +5,12 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 
+from queues.core import transient
 from queues.core.states import JOB, JobState
 from queues.daemons.base import Daemon, JobDaemon, Next, SessionGate, Step
 from queues.daemons.pipeline import LockKeeper, run_together
@@ -97,14 +99,27 @@ def daemon_threads(
             groups.setdefault(copy, []).append(daemon)
             continue
         name = f"{daemon.name}-{i}"
-        threads.append(threading.Thread(target=daemon.run, args=(stop,), name=name, daemon=True))
+        threads.append(
+            threading.Thread(
+                target=_stoppable, args=(stop, daemon.run, stop), name=name, daemon=True
+            )
+        )
     for copy, group in groups.items():
         loops = [daemon.pipeline() for daemon in group]
         name = f"batched-{copy}"
         threads.append(
-            threading.Thread(target=run_together, args=(loops, stop), name=name, daemon=True)
+            threading.Thread(
+                target=_stoppable, args=(stop, run_together, loops, stop), name=name, daemon=True
+            )
         )
     return threads
+
+
+def _stoppable(stop: threading.Event, run: Callable[..., None], *args: Any) -> None:
+    """``run(*args)`` with ``stop`` cutting short the back-offs of its thread and of the step
+    threads it hands steps to (``transient.pause``)."""
+    with transient.stopped_by(stop):
+        run(*args)
 
 
 def no_op(daemon: JobDaemon) -> None:

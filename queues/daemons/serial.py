@@ -19,9 +19,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from queues.core import transient
+
 T = TypeVar("T")
 
-Task = tuple[Future[Any], Callable[[], Any]]
+# A task, and the stop event of the thread that submitted it (``transient.stopped_by``).
+Task = tuple[Future[Any], Callable[[], Any], threading.Event | None]
 
 
 class SerialByKey:
@@ -42,15 +45,16 @@ class SerialByKey:
         """Run ``task`` once the tasks submitted before it with ``key`` have ended (``first``:
         before those not begun yet). The future may be cancelled until then."""
         future: Future[T] = Future()
+        entry = (future, task, transient.current_stop())
         with self._lock:
             queue = self._queued.get(key)
             if queue is not None:
                 if first:
-                    queue.appendleft((future, task))
+                    queue.appendleft(entry)
                 else:
-                    queue.append((future, task))
+                    queue.append(entry)
                 return future
-            self._queued[key] = collections.deque([(future, task)])
+            self._queued[key] = collections.deque([entry])
             self._ready.append(key)
             self._start()
         return future
@@ -74,11 +78,12 @@ class SerialByKey:
                     self._running -= 1
                     self._start()
                     return
-                future, task = queue.popleft()
+                future, task, stop = queue.popleft()
                 self._current[key] = future
             if future.set_running_or_notify_cancel():
                 try:
-                    result = task()
+                    with transient.stopped_by(stop):
+                        result = task()
                 except BaseException as exc:
                     future.set_exception(exc)
                 else:

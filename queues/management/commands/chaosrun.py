@@ -63,7 +63,12 @@ class Command(BaseCommand):
             help="the default (the batched loop for its short steps: MRT_CLAIM_BATCH, "
             "MRT_KEEP_LOCKS), or the one-job loop for every step",
         )
-        add("--claim-batch", type=int, default=8, help="MRT_CLAIM_BATCH of the batched loop")
+        add(
+            "--claim-batch",
+            type=int,
+            default=settings.MRT_CLAIM_BATCH,
+            help="MRT_CLAIM_BATCH of the batched loop (default: this installation's)",
+        )
         add(
             "--storage",
             choices=("http", "local"),
