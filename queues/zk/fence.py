@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from . import paths
 from .errors import Conflict
 from .kazoo_private import Multi, session_id
 from .locks import ledger_of
-from .nodes import commit, exists_many
+from .nodes import checked, first_failure
 from .records import Job
 
 # Sends (queues) a request and returns what kazoo's ``*_async`` call returned, or raises
@@ -104,20 +105,49 @@ def write_fenced(zk: KazooClient, job: Job, writes: Sequence[Write], *, what: st
     there and the job's status is at the version ``job`` was read at, sent through this thread's
     gate (``fenced``) or, outside a step, ``owner_gate``. The multi's results.
 
+    A write that does not say whether its node exists (``Write.replace`` None) overwrites it if
+    ``job`` as read has it (``present``), else creates it. When the server says otherwise (the
+    overwrite of a node that is gone, the create of one that is there; the checks before it
+    held, and the failed multi wrote nothing), the same multi is sent again the other way: a
+    round trip only when the guess was wrong, where reading every node's presence first would
+    cost one every time.
+
     LockLost when the claim's session is gone (nothing sent); Conflict or StaleVersion when the
     lock or the status changed (nothing written).
     """
     lock = paths.job_node(job.jid, "lock")
     gate = current_gate() or owner_gate(zk, lock)
-    unknown = [w.path for w in writes if w.replace is None]
-    found = exists_many(zk, unknown) if unknown else {}
-    txn = Multi(zk)
-    txn.check(lock, -1)
-    txn.check(paths.job_node(job.jid, "status"), job.status.version)
-    for write in writes:
-        replace = write.replace if write.replace is not None else found[write.path] is not None
-        if replace:
-            txn.set_data(write.path, write.data)
-        else:
-            txn.create(write.path, write.data)
-    return commit(Gated(txn, gate), what=what)  # type: ignore[arg-type]
+    replace = [w.replace if w.replace is not None else present(job, w.path) for w in writes]
+    guessed = {i for i, w in enumerate(writes) if w.replace is None}
+    while True:
+        txn = Multi(zk)
+        txn.check(lock, -1)
+        txn.check(paths.job_node(job.jid, "status"), job.status.version)
+        for write, overwrite in zip(writes, replace, strict=True):
+            if overwrite:
+                txn.set_data(write.path, write.data)
+            else:
+                txn.create(write.path, write.data)
+        results = Gated(txn, gate).commit()
+        failed = first_failure(results)
+        wrong = None if failed is None else failed - _CHECKS
+        if wrong is None or wrong not in guessed:
+            return checked(results, what=what)
+        error = results[failed]
+        if not isinstance(error, NoNodeError if replace[wrong] else NodeExistsError):
+            return checked(results, what=what)
+        guessed.discard(wrong)  # known now: each guess is corrected at most once
+        replace[wrong] = not replace[wrong]
+
+
+_CHECKS = 2  # the operations before the writes: the lock's check, the status's
+
+
+def present(job: Job, path: str) -> bool:
+    """Whether ``job`` as read had the node ``path``: ``space_needed`` is made with the job
+    (the contract: "starts at 0"); an optional JSON node is there when it was read, decoded or
+    not. Any other node is taken to be missing."""
+    name = path.rpartition("/")[2]
+    if name == "space_needed":
+        return True
+    return getattr(job, name, None) is not None or path in job.problems

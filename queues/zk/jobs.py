@@ -709,9 +709,13 @@ def job_set_priority(zk: KazooClient, job: Job, priority: int) -> Job:
 
 
 def job_set_space_needed(zk: KazooClient, job: Job, space_needed: int) -> Job:
-    """Write the job's ``space_needed`` as the holder of its lock (``fence.write_fenced``)."""
+    """Write the job's ``space_needed`` as the holder of its lock (``fence.write_fenced``);
+    nothing when the job as read has that size already (downloading finds the size estimating
+    wrote): the move after it is fenced all the same."""
     if space_needed < 0:
         raise ValueError("space_needed cannot be negative")
+    if space_needed == job.space_needed:
+        return job
     return job_write(zk, job, {"space_needed": encode_int(space_needed)}, space_needed=space_needed)
 
 

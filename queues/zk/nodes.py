@@ -13,6 +13,7 @@ from kazoo.exceptions import (
     NoNodeError,
     NotEmptyError,
     RolledBackError,
+    RuntimeInconsistency,
     ZookeeperError,
 )
 from kazoo.protocol.states import ZnodeStat
@@ -102,6 +103,25 @@ def commit(txn: TransactionRequest, *, what: str) -> list[Any]:
     ZooKeeper applies all of a multi-operation or none of it, so on any error nothing changed.
     """
     results: list[Any] = txn.commit()
+    return checked(results, what=what)
+
+
+def first_failure(results: Any) -> int | None:
+    """The place of the operation a failed multi failed on (the others answer that they were
+    rolled back or not run), or None when the answer names none (or it went through)."""
+    if not isinstance(results, list):
+        return None
+    for i, result in enumerate(results):
+        if isinstance(result, Exception) and not isinstance(
+            result, (RolledBackError, RuntimeInconsistency)
+        ):
+            return i
+    return None
+
+
+def checked(results: list[Any], *, what: str) -> list[Any]:
+    """A multi's results when it went through; else the domain error that explains its
+    failure (nothing changed: ZooKeeper applies all of a multi or none of it)."""
     failures = [
         r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)
     ]

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError, RolledBackError, RuntimeInconsistency
+from kazoo.exceptions import NoNodeError
 
 from . import paths
 from .codecs import encode_json
@@ -54,7 +54,7 @@ from .errors import Conflict, InvalidTransition, NotFound, is_connection_error
 from .jobs import TransitionPlan, transition_apply
 from .kazoo_private import Multi, session_id
 from .locks import ledger_of
-from .nodes import children, collect_reads, start_reads
+from .nodes import children, collect_reads, first_failure, start_reads
 from .records import Job
 
 
@@ -632,7 +632,7 @@ class PendingClaim:
         together = self._together
         if not self.fell_back or len(together) < 2:
             return None
-        failed = _first_failure(self._answer.get())
+        failed = first_failure(self._answer.get())
         if failed is None:  # no operation named: each job on its own
             return PendingRetry(self.zk, [[p] for p in together], self.folder, [])
         k = failed // 2  # two operations a job: the entry's check, the lock's create
@@ -693,7 +693,7 @@ class PendingRetry:
                 locked.extend(picks)
                 continue
             ledger_of(self.zk).given_up(_lock_paths(picks))
-            failed = _first_failure(results)
+            failed = first_failure(results)
             k = failed // 2 if failed is not None and len(picks) > 1 else 0
             lost.append(picks[k])
             untried.extend(p for i, p in enumerate(picks) if i != k)
@@ -732,19 +732,6 @@ def _claim_answer(zk: KazooClient, answer: Any, picks: Sequence[Pick]) -> Any:
         else:
             ledger_of(zk).given_up(_lock_paths(picks))
         raise
-
-
-def _first_failure(results: Any) -> int | None:
-    """The index of the operation a failed multi failed on (the others answer that they were
-    rolled back or not run), or None when the answer names none."""
-    if not isinstance(results, list):
-        return None
-    for i, result in enumerate(results):
-        if isinstance(result, Exception) and not isinstance(
-            result, (RolledBackError, RuntimeInconsistency)
-        ):
-            return i
-    return None
 
 
 def _lock_ops(txn: Any, entry: str, jid: str) -> None:

@@ -7,6 +7,7 @@ import sys
 import threading
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from queues.daemons import runner
@@ -78,7 +79,7 @@ def test_every_job_step_runs_batched_by_default(zk) -> None:
             "notify",
         }
         sizes = {d.batch_size for d in host.daemons if d.name in batched}
-        assert sizes == {8}
+        assert sizes == {settings.MRT_CLAIM_BATCH} == {32}
         short = [d for d in host.daemons if d.name in runner.BATCHED_STEPS]
         assert {d.name for d in short} == {"pending", "estimating", "provisioning", "notify"}
         keepers = {d.keeper for d in short}
