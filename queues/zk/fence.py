@@ -130,11 +130,10 @@ def write_fenced(zk: KazooClient, job: Job, writes: Sequence[Write], *, what: st
                 txn.create(write.path, write.data)
         results = Gated(txn, gate).commit()
         failed = first_failure(results)
-        wrong = None if failed is None else failed - _CHECKS
-        if wrong is None or wrong not in guessed:
+        if failed is None or failed - _CHECKS not in guessed:
             return checked(results, what=what)
-        error = results[failed]
-        if not isinstance(error, NoNodeError if replace[wrong] else NodeExistsError):
+        wrong = failed - _CHECKS
+        if not isinstance(results[failed], NoNodeError if replace[wrong] else NodeExistsError):
             return checked(results, what=what)
         guessed.discard(wrong)  # known now: each guess is corrected at most once
         replace[wrong] = not replace[wrong]
