@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 
 from queues.core.per_key import PerKey
+from queues.core.per_thread import PerThread
 
 try:  # PostgreSQL's driver is installed with the project; the rules stand without it.
     import psycopg
@@ -216,26 +217,19 @@ class Backoff:
 
 _backoffs: PerKey[object, Backoff] = PerKey(lambda _owner: Backoff())
 
-_thread = threading.local()
+_stop: PerThread[threading.Event] = PerThread()
 
 
-@contextlib.contextmanager
-def stopped_by(stop: threading.Event | None) -> Iterator[None]:
+def stopped_by(stop: threading.Event | None) -> contextlib.AbstractContextManager[None]:
     """Make ``stop`` the event that cuts this thread's back-offs short (``pause``) while the
     block runs: a loop's thread binds its own stop, a step thread the stop of the loop that gave
     it the step (``current_stop``)."""
-    previous = getattr(_thread, "stop", None)
-    _thread.stop = stop
-    try:
-        yield
-    finally:
-        _thread.stop = previous
+    return _stop.bound(stop)
 
 
 def current_stop() -> threading.Event | None:
     """The event bound to this thread by ``stopped_by``, if any."""
-    stop: threading.Event | None = getattr(_thread, "stop", None)
-    return stop
+    return _stop.get()
 
 
 def pause(seconds: float) -> None:

@@ -24,13 +24,14 @@ first and is sent only while the session it read is still the client's (``owner_
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from queues.core.per_thread import PerThread
 
 from . import paths
 from .errors import Conflict
@@ -43,22 +44,16 @@ from .records import Job
 # LockLost without sending when the claim's session is gone.
 Gate = Callable[[Callable[[], Any]], Any]
 
-_local = threading.local()
+_gate: PerThread[Gate] = PerThread()
 
 
-@contextlib.contextmanager
-def fenced(gate: Gate | None) -> Iterator[None]:
+def fenced(gate: Gate | None) -> contextlib.AbstractContextManager[None]:
     """Make ``gate`` the fence of this thread's job writes while the block runs."""
-    previous = getattr(_local, "gate", None)
-    _local.gate = gate
-    try:
-        yield
-    finally:
-        _local.gate = previous
+    return _gate.bound(gate)
 
 
 def current_gate() -> Gate | None:
-    return getattr(_local, "gate", None)
+    return _gate.get()
 
 
 def owner_gate(zk: KazooClient, lock: str) -> Gate:
