@@ -881,6 +881,8 @@ def main(argv: list[str] | None = None) -> list[str]:
         "without and with every step recorded in the database, side by side",
     )
     args = parser.parse_args(argv)
+    if args.batch < 0:
+        parser.error("--batch must be 0 (MRT_CLAIM_BATCH) or more")
     if args.real and not args.shipped:
         parser.error("--real is a way to run the shipped command: give --shipped too")
     if args.recorder != "off":

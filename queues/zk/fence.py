@@ -95,6 +95,9 @@ class Write:
     replace: bool | None = None
 
 
+_CHECKS = 2  # the operations of a fenced write before its writes: the lock's check, the status's
+
+
 def write_fenced(zk: KazooClient, job: Job, writes: Sequence[Write], *, what: str) -> list[Any]:
     """Write ``writes`` for ``job`` as the holder of its lock: one multi that checks the lock is
     there and the job's status is at the version ``job`` was read at, sent through this thread's
@@ -132,9 +135,6 @@ def write_fenced(zk: KazooClient, job: Job, writes: Sequence[Write], *, what: st
             return checked(results, what=what)
         guessed.discard(wrong)  # known now: each guess is corrected at most once
         replace[wrong] = not replace[wrong]
-
-
-_CHECKS = 2  # the operations before the writes: the lock's check, the status's
 
 
 def present(job: Job, path: str) -> bool:

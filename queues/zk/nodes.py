@@ -13,7 +13,6 @@ from kazoo.exceptions import (
     NoNodeError,
     NotEmptyError,
     RolledBackError,
-    RuntimeInconsistency,
     ZookeeperError,
 )
 from kazoo.protocol.states import ZnodeStat
@@ -107,14 +106,13 @@ def commit(txn: TransactionRequest, *, what: str) -> list[Any]:
 
 
 def first_failure(results: Any) -> int | None:
-    """The place of the operation a failed multi failed on (the others answer that they were
-    rolled back or not run), or None when the answer names none (or it went through)."""
+    """The place of the operation a failed multi failed on, or None when the answer names none
+    (or it went through). The operations before it answer that they were rolled back; those
+    after it (``RuntimeInconsistency``, not run) come after it."""
     if not isinstance(results, list):
         return None
     for i, result in enumerate(results):
-        if isinstance(result, Exception) and not isinstance(
-            result, (RolledBackError, RuntimeInconsistency)
-        ):
+        if isinstance(result, Exception) and not isinstance(result, RolledBackError):
             return i
     return None
 
@@ -122,12 +120,10 @@ def first_failure(results: Any) -> int | None:
 def checked(results: list[Any], *, what: str) -> list[Any]:
     """A multi's results when it went through; else the domain error that explains its
     failure (nothing changed: ZooKeeper applies all of a multi or none of it)."""
-    failures = [
-        r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)
-    ]
-    if not failures:
+    failed = first_failure(results)
+    if failed is None:
         return results
-    first = failures[0]
+    first = results[failed]
     if isinstance(first, BadVersionError):
         raise StaleVersion(f"{what}: the item changed since it was read; reload and try again")
     if isinstance(first, NoNodeError):

@@ -4,7 +4,9 @@ no-op."""
 
 from __future__ import annotations
 
-from bench.daemons import RealServices, run_shipped
+import pytest
+
+from bench.daemons import RealServices, main, run_shipped
 from queues.chaos.servers import DepositorRoutes
 from queues.services.zkserver import LocalZooKeeper
 
@@ -23,3 +25,19 @@ def test_the_real_run_downloads_stores_and_calls_back_for_its_jobs(
         assert all(count >= 1 for count in DepositorRoutes.callbacks.values())
     finally:
         real.stop()
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--batch", "-1"], "--batch must be 0"),
+        (["--real"], "--real is a way to run the shipped command"),
+    ],
+)
+def test_the_benchmark_refuses_bad_arguments_before_it_starts_anything(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert said in capsys.readouterr().err
