@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
 
@@ -21,12 +20,25 @@ class PerThread(Generic[V]):
         value: V | None = getattr(self._local, "value", None)
         return value
 
-    @contextlib.contextmanager
-    def bound(self, value: V | None) -> Iterator[None]:
+    def bound(self, value: V | None) -> contextlib.AbstractContextManager[None]:
         """Make ``value`` this thread's while the block runs (the one before it again after)."""
-        previous = self.get()
-        self._local.value = value
-        try:
-            yield
-        finally:
-            self._local.value = previous
+        return _Binding(self._local, value)
+
+
+class _Binding(contextlib.AbstractContextManager[None]):
+    """``PerThread.bound``'s block (a class, not a generator: a daemon binds one for every
+    job's step)."""
+
+    __slots__ = ("_local", "_previous", "_value")
+
+    def __init__(self, local: threading.local, value: Any) -> None:
+        self._local = local
+        self._value = value
+        self._previous: Any = None
+
+    def __enter__(self) -> None:
+        self._previous = getattr(self._local, "value", None)
+        self._local.value = self._value
+
+    def __exit__(self, *exc: object) -> None:
+        self._local.value = self._previous

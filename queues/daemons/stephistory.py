@@ -263,9 +263,9 @@ def record_of(daemon: Any, item: Any) -> dict[str, Any]:
     state = getattr(item, "state", "") or ""
     waited = None
     status = getattr(item, "status", None)
-    mtime = getattr(status, "mtime", None)
+    mtime = getattr(status, "mtime_seconds", None)
     if mtime is not None:
-        waited = max(0.0, time.time() - mtime.timestamp())
+        waited = max(0.0, time.time() - mtime)
     nbytes = None
     if kind == "job" and daemon.step in BYTES_STEPS:
         nbytes = getattr(item, "space_needed", None) or None

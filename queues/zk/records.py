@@ -104,6 +104,11 @@ class Status:
         return value if isinstance(value, int) else 0
 
     @property
+    def mtime_seconds(self) -> float:
+        """``mtime`` as seconds since the epoch."""
+        return self.mtime.timestamp()
+
+    @property
     def age_seconds(self) -> float:
         """Time in the current state, from the node's own modification time."""
         return (datetime.now().astimezone() - self.mtime).total_seconds()
@@ -117,6 +122,15 @@ class _ServerStatus(Status):
     def mtime(self) -> datetime:
         return local_time(self.__dict__["_mtime_ms"] / 1000)
 
+    @property
+    def mtime_seconds(self) -> float:
+        # The server's milliseconds while ``mtime`` was neither looked at nor given (``evolve``,
+        # ``dataclasses.replace``): the step history asks for every job, and makes no datetime.
+        values = self.__dict__
+        if "mtime" in values:
+            return float(values["mtime"].timestamp())
+        return float(values["_mtime_ms"] / 1000)
+
 
 R = TypeVar("R")
 
@@ -128,10 +142,12 @@ def evolve(record: R, **changes: Any) -> R:
     values = new.__dict__
     values.update(record.__dict__)
     values.update(changes)
-    if len(values) != len(record.__dict__):  # a change that names no field
+    if len(values) != len(record.__dict__):  # a change that names no field (or a field
+        # made at its first look and not looked at yet: a read status's ``mtime``)
         fields: dict[str, Any] = record.__dataclass_fields__  # type: ignore[attr-defined]
         unknown = changes.keys() - fields.keys()
-        raise TypeError(f"{type(record).__name__} has no field {', '.join(sorted(unknown))}")
+        if unknown:
+            raise TypeError(f"{type(record).__name__} has no field {', '.join(sorted(unknown))}")
     return new
 
 

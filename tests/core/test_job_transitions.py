@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import itertools
 from collections.abc import Callable
 
@@ -11,7 +13,7 @@ from kazoo.client import KazooClient
 from queues.core.states import JOB_STEPS, JOB_WORKING
 from queues.zk import jobs
 from queues.zk.errors import InvalidTransition
-from queues.zk.records import Batch, Job
+from queues.zk.records import Batch, Job, evolve
 from tests.jobnodes import set_job_nodes
 
 from .helpers import (
@@ -225,3 +227,20 @@ def test_transition_returns_the_new_status_version(zk: KazooClient, job: Job) ->
     assert moved.status.version == zk.get(f"/jobs/{job.jid}/status")[1].version == 1
     again = jobs.job_transition(zk, moved, "Provisioning")
     assert again.status.version == 2
+
+
+def test_a_status_mtime_in_seconds_is_its_mtimes_as_read_and_as_made(
+    zk: KazooClient, job: Job
+) -> None:
+    """The step history's wait comes from ``mtime_seconds``, which a status read from the
+    server gives without making its datetime; it is the same instant either way."""
+    read = jobs.job_load(zk, job.jid).status
+    _data, stat = zk.get(f"/jobs/{job.jid}/status")
+    assert read.mtime_seconds == stat.mtime / 1000
+    assert read.mtime_seconds == pytest.approx(read.mtime.timestamp())
+    made = dataclasses.replace(read, version=read.version)  # made again, not read
+    assert made.mtime_seconds == pytest.approx(stat.mtime / 1000)
+    later = read.mtime + datetime.timedelta(seconds=5)
+    fresh = jobs.job_load(zk, job.jid).status
+    assert evolve(fresh, mtime=later).mtime_seconds == later.timestamp()
+    assert dataclasses.replace(fresh, mtime=later).mtime_seconds == later.timestamp()
