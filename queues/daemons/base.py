@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -584,6 +585,12 @@ class JobDaemon(Daemon[Job]):
 
     def accept(self, job: Job) -> bool:
         """Whether to take this job now (checked under its lock)."""
+        return True
+
+    def would_take(self, job: Job, taking: Counter[str]) -> bool:
+        """Whether this loop would take ``job`` now, handed over with its lock by the loop
+        before it; ``taking``: the jobs handed to it so far in the same move, counted by what
+        limits them, which this adds the job to when it says yes. By default yes."""
         return True
 
     def claim(self) -> Job | None:

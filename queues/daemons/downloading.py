@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -193,8 +194,7 @@ class Downloading(JobDaemon):
         at most MRT_DOWNLOADS_PER_HOST of one server's jobs are in hand at once."""
         if not self.workers and self.slot_job is not None:
             HOST_SLOTS.give_back_job(self.slot_job)
-        url = str(job.configuration.get("payload_url") or "")
-        server = SERVER_KEYS.key(url, depositor_policy())
+        server = self.depositor_key(job)
         if not HOST_SLOTS.try_take(server, settings.MRT_DOWNLOADS_PER_HOST, job=job.jid):
             log.debug("%s downloading: passed over, %s is at its download cap", job.jid, server)
             self.capped.note(job.jid, server)
@@ -202,6 +202,20 @@ class Downloading(JobDaemon):
         if not self.workers:
             self.slot_job = job.jid
         return True
+
+    def would_take(self, job: Job, taking: Counter[str]) -> bool:
+        """Not while the job's depositor server has no slot left for it after the jobs handed
+        over before it: ``accept`` would give its lock back at once."""
+        server = self.depositor_key(job)
+        if HOST_SLOTS.busy(server) + taking[server] >= settings.MRT_DOWNLOADS_PER_HOST:
+            return False
+        taking[server] += 1
+        return True
+
+    def depositor_key(self, job: Job) -> str:
+        """The depositor server whose download slots the job's step takes."""
+        url = str(job.configuration.get("payload_url") or "")
+        return SERVER_KEYS.key(url, depositor_policy())
 
     def run_step(
         self, item: Job, started: float, claim: Claim

@@ -56,6 +56,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
@@ -193,6 +194,8 @@ class PipelinedDaemon(Protocol):
     def steps_elsewhere(self) -> bool: ...
 
     def wants(self, job: Job) -> bool: ...
+
+    def would_take(self, job: Job, taking: Counter[str]) -> bool: ...
 
     def server_of(self, item: Job) -> str: ...
 
@@ -423,6 +426,17 @@ class Paces:
     def set_aside(self, server: str) -> None:
         with self._lock:
             self._in_a_row[server] = self._in_a_row.get(server, 0) + 1
+
+
+@dataclass
+class Taking:
+    """A batch's hand-overs to the loop of one state: that loop (None: it takes no more), how
+    many more it takes, and those given it so far counted by what limits them
+    (``would_take``)."""
+
+    loop: JobPipeline | None
+    room: int
+    counts: Counter[str] = field(default_factory=Counter)
 
 
 class NotStepped(Exception):
@@ -1376,11 +1390,13 @@ class JobPipeline:
         self,
         work: Work,
         stepped: Stepped,
-        takers: dict[str, tuple[JobPipeline | None, int]],
+        takers: dict[str, Taking],
     ) -> bool:
         """Work out the move the step asked for (``stepped``: what ``run_step`` gave); False
         when the job ended here (lock given back). ``takers``: the loops that take jobs moved
-        to a state with their locks, and how many more, as found for this batch."""
+        to a state with their locks, and how many more, as found for this batch. A job that
+        loop would not take now (``would_take``: its depositor server at its download cap)
+        goes with its lock released: kept, it would be given back at once."""
         daemon = self.daemon
         now = self.holding.get(work.pick.jid) or self._current()
         job, step, result = stepped
@@ -1391,13 +1407,17 @@ class JobPipeline:
             return False
         assert step is not None
         work.step = step
-        if step.target not in takers:
-            takers[step.target] = (
-                self.keeper.taker(step.target) if self.keeper is not None else (None, 0)
-            )
-        taker, room = takers[step.target]
-        if taker is not None:
-            takers[step.target] = (taker, room - 1) if room > 1 else (None, 0)
+        taking = takers.get(step.target)
+        if taking is None:
+            loop, room = self.keeper.taker(step.target) if self.keeper is not None else (None, 0)
+            taking = takers[step.target] = Taking(loop, room)
+        taker = taking.loop
+        if taker is not None and taker.daemon.would_take(job, taking.counts):
+            taking.room -= 1
+            if taking.room <= 0:
+                taking.loop = None
+        else:
+            taker = None
         try:
             work.plan = transition_plan(
                 job,
@@ -1519,7 +1539,7 @@ class JobPipeline:
         again as fast as it can be claimed, and its batch-mates go on."""
         # By target state, for this batch: the loop taking jobs there with their locks, and
         # how many more it takes.
-        takers: dict[str, tuple[JobPipeline | None, int]] = {}
+        takers: dict[str, Taking] = {}
         moving = []
         for work, outcome in zip(works, stepped, strict=True):
             if not isinstance(outcome, Exception):

@@ -215,6 +215,42 @@ def test_a_downloading_loop_passes_over_a_full_servers_jobs_without_claiming_one
     assert {job_load(zk, j.jid).state for j in waiting} == {JobState.DOWNLOADING}
 
 
+def test_jobs_go_on_to_downloading_with_their_locks_only_while_their_server_has_a_slot(
+    zk: KazooClient, settings: Any
+) -> None:
+    """A job kept for the downloading loop whose depositor server has no slot left would be
+    given back at once (``Downloading.accept``): it goes on unlocked instead, and the slots the
+    move's own kept jobs will take count."""
+    settings.MRT_DOWNLOADS_PER_HOST = 2
+    zk.ensure_path(zpaths.job_state_folder(JobState.DOWNLOADING))
+    busy_url, free_url = "http://127.0.0.2:9/a.txt", "http://127.0.0.3:9/b.txt"
+    jobs = [
+        make_job(zk, {"payload_url": url, "type": "file"}, state=JobState.PROVISIONING)
+        for url in [busy_url] * 4 + [free_url] * 3
+    ]
+    busy = SERVER_KEYS.key(busy_url, depositor_policy())
+    assert HOST_SLOTS.try_take(busy, 2)  # one of its two slots taken by a download under way
+    keeper = LockKeeper()
+    one = JobPipeline(Step2(zk=zk, keeper=keeper, batch=8), keeper=keeper)
+    two = JobPipeline(Downloading(zk=zk, keeper=keeper, batch=8, workers=8), keeper=keeper)
+    two.begin()  # registers with the keeper
+    try:
+        two.cycle()  # says how many it takes (its folder empty: it takes nothing itself)
+        assert two.room_for_hand() == 8
+        cycle_until_idle(one)
+        assert in_state(zk, JobState.DOWNLOADING) == 7
+        owners = [lock_owner(zk, j.jid) for j in jobs]
+        me = zk.client_id[0]
+        # The busy server's one free slot: its first job kept, the rest unlocked; the free
+        # server's two slots: its first two kept.
+        assert owners == [me] + [None] * 3 + [me, me, None]
+        assert [job.jid for job, _h, _c in two._handed] == [jobs[i].jid for i in (0, 4, 5)]
+    finally:
+        HOST_SLOTS.give_back(busy)
+        two.end()
+    assert all(lock_owner(zk, j.jid) is None for j in jobs)
+
+
 class LongNext(Step2):
     """Provisioning -> Downloading as a long step's loop runs it, a step held up at will."""
 
