@@ -18,7 +18,8 @@ written) is posted twice; the job ID lets the receiver see the repeat.
 from __future__ import annotations
 
 import logging
-from typing import ClassVar
+import time
+from typing import Any, ClassVar
 
 from django.conf import settings
 
@@ -41,6 +42,9 @@ from queues.zk.side_effects import (
 
 log = logging.getLogger("queues.daemons")
 
+SERVICES_FOR = 1.0  # seconds a profile's callback service is kept (``Notify.services_of``)
+SERVICES_KEPT = 1024  # profiles kept at most
+
 
 class Notify(JobDaemon):
     name: ClassVar[str] = "notify"
@@ -48,17 +52,35 @@ class Notify(JobDaemon):
     state: ClassVar[str] = JobState.NOTIFY
     steps_elsewhere: ClassVar[bool] = True  # the depositor's callback
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # profile name -> (when looked up, its services): ``services_of``'s, read by the loop's
+        # thread and the step threads (each a whole entry, replaced, never changed).
+        self._services: dict[str, tuple[float, tuple[str, ...]]] = {}
+
     def server_of(self, item: Job) -> str:
         return f"callback of {item.profile}"  # the collection's receiver
 
     slow_key = server_of  # one URL a receiver: its slowness is its server's
 
     def services_of(self, item: Job) -> tuple[str, ...]:
+        """The collection's callback receiver, as its breaker names it. Asked twice a job (is
+        it held? it answered): the answer is kept for SERVICES_FOR s by profile name, since
+        looking a profile up stats up to three files. The step itself reads the profile anew."""
+        name = item.profile
+        now = time.monotonic()
+        kept = self._services.get(name)
+        if kept is not None and now - kept[0] < SERVICES_FOR:
+            return kept[1]
         try:
-            url = load_profile(item.profile).callback_url
+            url = load_profile(name).callback_url
+            services = (service_at("callback", url),) if url else ()
         except (ProfileNotFound, ProfileError):
-            return ()
-        return (service_at("callback", url),) if url else ()
+            services = ()
+        if len(self._services) >= SERVICES_KEPT:
+            self._services.clear()
+        self._services[name] = (now, services)
+        return services
 
     def work(self, item: Job) -> Step:
         try:

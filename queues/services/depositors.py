@@ -9,6 +9,7 @@ Merritt's storage and inventory on its own network, its own working folders) do 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 
 from django.conf import settings
@@ -29,14 +30,35 @@ def payload_roots() -> list[Path]:
 
 
 def depositor_policy(*, timeout: float | None = None) -> FetchPolicy:
+    key = (
+        settings.MRT_FETCH_ALLOW,
+        settings.MRT_FETCH_MAX_REDIRECTS,
+        settings.MRT_HTTP_TIMEOUT if timeout is None else timeout,
+        settings.MRT_DOWNLOAD_DEADLINE,
+        settings.MRT_DOWNLOAD_MIN_RATE,
+        settings.MRT_DOWNLOAD_RATE_WINDOW,
+    )
+    return _policy(*key)
+
+
+@functools.lru_cache(maxsize=32)
+def _policy(
+    allow: str,
+    max_redirects: int,
+    timeout: float,
+    deadline: float | None,
+    min_rate: int,
+    rate_window: float,
+) -> FetchPolicy:
+    """The policy of these settings, made once (the downloading loop asks for every job)."""
     return FetchPolicy(
         restrict=True,
-        allow=parse_networks(settings.MRT_FETCH_ALLOW),
-        max_redirects=settings.MRT_FETCH_MAX_REDIRECTS,
-        timeout=settings.MRT_HTTP_TIMEOUT if timeout is None else timeout,
-        deadline=settings.MRT_DOWNLOAD_DEADLINE or None,
-        min_rate=settings.MRT_DOWNLOAD_MIN_RATE,
-        rate_window=settings.MRT_DOWNLOAD_RATE_WINDOW,
+        allow=parse_networks(allow),
+        max_redirects=max_redirects,
+        timeout=timeout,
+        deadline=deadline or None,
+        min_rate=min_rate,
+        rate_window=rate_window,
     )
 
 

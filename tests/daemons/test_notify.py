@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from queues.core.retries import service_at
+from queues.daemons import notify as notify_module
 from queues.daemons.workfolder import workdir
+from queues.steps.profiles import load_profile
 from queues.zk.batches import batch_load, batch_transition
 from queues.zk.jobs import job_load
 
@@ -77,3 +83,29 @@ def test_a_callback_to_a_refused_address_fails_the_job_without_a_request(
     assert failed.state == "Failed"
     assert "a loopback address, which is not fetched for depositors" in failed.status.message
     assert files.posts == []
+
+
+def test_the_callback_service_is_kept_for_a_moment_by_profile(
+    zk, profiles: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``services_of`` (asked whether the receiver is held, and told it answered: twice a job)
+    looks the profile up once for the jobs of a collection within SERVICES_FOR s, and sees a
+    changed callback once that has passed."""
+    _with_callback(profiles, "http://127.0.0.1:9/hook")
+    loaded: list[str] = []
+
+    def counting(name: str) -> Any:
+        loaded.append(name)
+        return load_profile(name)
+
+    monkeypatch.setattr(notify_module, "load_profile", counting)
+    step = notify_module.Notify(zk=zk, poll=0.05)
+    jobs = [_notify_job(zk) for _ in range(3)]
+    first = step.services_of(jobs[0])
+    assert first == (service_at("callback", "http://127.0.0.1:9/hook"),)
+    assert [step.services_of(j) for j in jobs] == [first] * 3
+    assert loaded == [DEMO]
+    _with_callback(profiles, "http://127.0.0.2:9/hook")
+    monkeypatch.setattr(notify_module, "SERVICES_FOR", 0.0)  # what kept it has passed
+    assert step.services_of(jobs[1]) == (service_at("callback", "http://127.0.0.2:9/hook"),)
+    assert loaded == [DEMO, DEMO]

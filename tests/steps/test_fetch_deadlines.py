@@ -11,6 +11,7 @@ import ipaddress
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -187,3 +188,21 @@ def test_the_registry_tables_decide_by_the_most_specific_block() -> None:
     assert special_block(ipaddress.ip_address("2002:808:808::1")).globally_reachable is None
     assert FetchPolicy(restrict=True).check_address(ipaddress.ip_address("8.8.8.8")) is None
     assert FetchPolicy(restrict=True).check_address(ipaddress.ip_address("2606:4700::1")) is None
+
+
+def test_the_depositor_policy_follows_its_settings(settings: Any) -> None:
+    """Made once for the same settings (the downloading loop asks for it for every job), and
+    made again when one of them changes."""
+    from queues.services.depositors import depositor_policy
+
+    settings.MRT_FETCH_ALLOW = "10.1.0.0/16"
+    settings.MRT_DOWNLOAD_DEADLINE = 0
+    first = depositor_policy()
+    assert depositor_policy() is first
+    assert first.allow == (ipaddress.ip_network("10.1.0.0/16"),) and first.deadline is None
+    settings.MRT_FETCH_ALLOW = "10.2.0.0/16"
+    settings.MRT_DOWNLOAD_DEADLINE = 600
+    again = depositor_policy()
+    assert again.allow == (ipaddress.ip_network("10.2.0.0/16"),) and again.deadline == 600
+    assert depositor_policy(timeout=3).timeout == 3
+    assert depositor_policy().timeout == settings.MRT_HTTP_TIMEOUT
