@@ -373,6 +373,9 @@ class SlowMarks:
                     del self._until[gone]
             self._until[key] = moment + seconds
 
+    def __len__(self) -> int:
+        return len(self._until)
+
     def slow(self, key: str) -> bool:
         # Read without the lock (a dict's get is one step under the interpreter lock): the
         # loop asks for every job of every batch, and most of the time nothing is marked.
@@ -1162,6 +1165,8 @@ class JobPipeline:
     def _passed_over(self, server: str, work: Work) -> NotStepped | None:
         """Why ``work``'s step is not begun now: its server or its URL is slow (``pause``: how
         long the job is passed over)."""
+        if not self.marks:  # none marked (most of the time): its URL is not worked out
+            return None
         if self.marks.slow(server):
             return NotStepped(f"{server or 'its server'} is slow", SERVER_SLOW_PAUSE)
         url = self.daemon.slow_key(work.job)
