@@ -612,10 +612,12 @@ def run_shipped(
     seconds: float = 30.0,
     timeout: float = 120,
     real: RealServices | None = None,
+    keep: list[Path] | None = None,
 ) -> Run:
     """``processes`` ``runconsumer all`` processes as shipped (steps no-ops, or with ``real``
     the steps' own work against its servers) moving ``jobs`` Estimating jobs towards Completed,
-    timed as ``run_daemons``."""
+    timed as ``run_daemons``. With ``keep``, their folder (log, database) is left for the caller
+    and added to it."""
     import subprocess
     import tempfile
 
@@ -672,7 +674,10 @@ def run_shipped(
             drop_chroot(target)
         except Exception as exc:
             print(f"warning: {target} was not deleted: {exc!r}", file=sys.stderr, flush=True)
-    shutil.rmtree(var, ignore_errors=True)  # kept, with its log, only when the run failed
+    if keep is not None:
+        keep.append(var)
+    else:
+        shutil.rmtree(var, ignore_errors=True)  # kept, with its log, only when the run failed
     return run
 
 

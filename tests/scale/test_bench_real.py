@@ -4,6 +4,9 @@ no-op."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from bench.daemons import RealServices, main, run_shipped
@@ -15,16 +18,25 @@ def test_the_real_run_downloads_stores_and_calls_back_for_its_jobs(
     zk_server: LocalZooKeeper,
 ) -> None:
     real = RealServices(512)
+    kept: list[Path] = []
     try:
-        run = run_shipped(zk_server.hosts, jobs=40, processes=1, seconds=120, real=real)
+        run = run_shipped(zk_server.hosts, jobs=40, processes=1, seconds=120, real=real, keep=kept)
         assert run.window.transitions > 0
         # The window closes at 90% of the 280 transitions, and the process is stopped after
         # it: at least 30 jobs were past Storing then, and at least 12 Completed.
-        assert real.storage.adds >= 30
-        assert len(DepositorRoutes.callbacks) >= 12
+        assert real.storage.adds >= 30, _log_tail(kept)
+        assert len(DepositorRoutes.callbacks) >= 12, _log_tail(kept)
         assert all(count >= 1 for count in DepositorRoutes.callbacks.values())
     finally:
         real.stop()
+        for folder in kept:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _log_tail(kept: list[Path], lines: int = 80) -> str:
+    """The end of the consumers' log, for a run that fell short: what they were waiting for."""
+    text = "".join(p.joinpath("consumers.log").read_text(errors="replace") for p in kept)
+    return "consumers.log ends:\n" + "\n".join(text.splitlines()[-lines:])
 
 
 @pytest.mark.parametrize(
