@@ -152,6 +152,12 @@ def _server(node: str, read: tuple[bytes, Any] | None, policy: FetchPolicy) -> s
         configuration = decode_json(node, read[0])
     except MalformedNode:
         return ""
+    return payload_server(configuration, policy)
+
+
+def payload_server(configuration: dict[str, Any], policy: FetchPolicy) -> str:
+    """The depositor server whose download slots a job with this configuration takes ("": its
+    payload URL is missing or not text)."""
     url = configuration.get("payload_url")
     return SERVER_KEYS.key(url, policy) if isinstance(url, str) else ""
 
@@ -194,7 +200,7 @@ class Downloading(JobDaemon):
         at most MRT_DOWNLOADS_PER_HOST of one server's jobs are in hand at once."""
         if not self.workers and self.slot_job is not None:
             HOST_SLOTS.give_back_job(self.slot_job)
-        server = self.depositor_key(job)
+        server = payload_server(job.configuration, depositor_policy())
         if not HOST_SLOTS.try_take(server, settings.MRT_DOWNLOADS_PER_HOST, job=job.jid):
             log.debug("%s downloading: passed over, %s is at its download cap", job.jid, server)
             self.capped.note(job.jid, server)
@@ -206,16 +212,11 @@ class Downloading(JobDaemon):
     def would_take(self, job: Job, taking: Counter[str]) -> bool:
         """Not while the job's depositor server has no slot left for it after the jobs handed
         over before it: ``accept`` would give its lock back at once."""
-        server = self.depositor_key(job)
+        server = payload_server(job.configuration, depositor_policy())
         if HOST_SLOTS.busy(server) + taking[server] >= settings.MRT_DOWNLOADS_PER_HOST:
             return False
         taking[server] += 1
         return True
-
-    def depositor_key(self, job: Job) -> str:
-        """The depositor server whose download slots the job's step takes."""
-        url = str(job.configuration.get("payload_url") or "")
-        return SERVER_KEYS.key(url, depositor_policy())
 
     def run_step(
         self, item: Job, started: float, claim: Claim
