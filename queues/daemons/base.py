@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -37,7 +37,13 @@ from queues.services import moves
 from queues.steps.submission import processing_problem
 from queues.zk import paths as zpaths
 from queues.zk.access import access_acquire, access_transition, access_unlock
-from queues.zk.batches import CompletionCheck, batch_acquire, batch_transition, batch_unlock
+from queues.zk.batches import (
+    CompletionCheck,
+    batch_transition,
+    batch_try_acquire,
+    batch_unlock,
+    batches_in_state,
+)
 from queues.zk.client import client
 from queues.zk.errors import (
     Conflict,
@@ -749,13 +755,36 @@ class JobDaemon(Daemon[Job]):
 
 
 class BatchDaemon(Daemon[Batch]):
+    """A daemon working on the batches of one state, oldest first.
+
+    Which batches are in the state is known only from each open batch's status. One read of
+    them all gives the candidates, which the following claims try in turn (each checks its
+    batch's state under the lock) before the statuses are read again: a claim per batch that
+    read every status would read them as many times as there are batches, at thousands of open
+    batches millions of reads for one run."""
+
     state: ClassVar[str]
+    _candidates: deque[str] | None = None
 
     def accept(self, bid: str) -> bool:
         return True
 
     def claim(self) -> Batch | None:
-        return batch_acquire(self.zk, self.state, accept=self._accept)
+        fresh = not self._candidates
+        while True:
+            if not self._candidates:
+                self._candidates = deque(batches_in_state(self.zk, self.state))
+            candidates = self._candidates
+            while candidates:
+                bid = candidates.popleft()
+                if not self._accept(bid):
+                    continue
+                batch = batch_try_acquire(self.zk, bid, self.state)
+                if batch is not None:
+                    return batch
+            if fresh:
+                return None
+            fresh = True  # the candidates left from an earlier read were taken: read again
 
     def _accept(self, bid: str) -> bool:
         if bid in self.skipped:

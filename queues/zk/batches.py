@@ -737,6 +737,29 @@ def report_changes(
     }
 
 
+def batches_in_state(zk: KazooClient, state: str) -> list[str]:
+    """The IDs of the batches in ``state``, oldest first (one pipelined read of every open
+    batch's status)."""
+    return [bid for bid, found in open_batch_states(zk, batch_ids(zk)).items() if found == state]
+
+
+def batch_try_acquire(zk: KazooClient, bid: str, state: str) -> Batch | None:
+    """Lock and return batch ``bid`` if it is in ``state``; None when it is locked, gone,
+    unreadable or in another state (the lock given back)."""
+    lock_path = paths.batch_node(bid, "lock")
+    if not lock_create(zk, lock_path):
+        return None
+    try:
+        batch = batch_load(zk, bid)
+    except (NotFound, MalformedNode):
+        lock_release(zk, lock_path)
+        return None
+    if batch.state != state:
+        lock_release(zk, lock_path)
+        return None
+    return batch
+
+
 def batch_acquire(
     zk: KazooClient, state: str, *, accept: Callable[[str], bool] | None = None
 ) -> Batch | None:
@@ -745,22 +768,12 @@ def batch_acquire(
     Locked batches are skipped, and so are those ``accept`` turns down: a batch that has to wait
     does not keep younger ones from being worked on.
     """
-    ids = batch_ids(zk)
-    for bid, found in open_batch_states(zk, ids).items():
-        if found != state or (accept is not None and not accept(bid)):
+    for bid in batches_in_state(zk, state):
+        if accept is not None and not accept(bid):
             continue
-        lock_path = paths.batch_node(bid, "lock")
-        if not lock_create(zk, lock_path):
-            continue
-        try:
-            batch = batch_load(zk, bid)
-        except (NotFound, MalformedNode):
-            lock_release(zk, lock_path)
-            continue
-        if batch.state != state:
-            lock_release(zk, lock_path)
-            continue
-        return batch
+        batch = batch_try_acquire(zk, bid, state)
+        if batch is not None:
+            return batch
     return None
 
 
