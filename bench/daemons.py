@@ -405,6 +405,16 @@ def _noop_payload(made: int) -> str:
     return f"http://127.0.0.{made % 250 + 1}:9/b.bin"
 
 
+def _depositors_payload(depositors: int) -> Callable[[int], str]:
+    """``--depositors N``: each 50-job batch's payloads on one of N loopback servers in turn,
+    as a batch manifest's usually are on one depositor's server."""
+
+    def payload(made: int) -> str:
+        return f"http://127.0.0.{made // 50 % depositors + 1}:9/b.bin"
+
+    return payload
+
+
 def _load_loopback(
     hosts: str, name: str, jobs: int, payload: Callable[[int], str] = _noop_payload
 ) -> str:
@@ -613,11 +623,13 @@ def run_shipped(
     timeout: float = 120,
     real: RealServices | None = None,
     keep: list[Path] | None = None,
+    depositors: int | None = None,
 ) -> Run:
     """``processes`` ``runconsumer all`` processes as shipped (steps no-ops, or with ``real``
     the steps' own work against its servers) moving ``jobs`` Estimating jobs towards Completed,
     timed as ``run_daemons``. With ``keep``, their folder (log, database) is left for the caller
-    and added to it."""
+    and added to it; with ``depositors``, the no-op jobs' payloads are on that many servers, a
+    batch's on one."""
     import subprocess
     import tempfile
 
@@ -625,7 +637,13 @@ def run_shipped(
     from queues.zk.consumers import CONSUMERS
     from queues.zk.locks import queue_hold_clear, queue_hold_set
 
-    payload = real.payload_url if real is not None else _noop_payload
+    payload = (
+        real.payload_url
+        if real is not None
+        else _depositors_payload(depositors)
+        if depositors
+        else _noop_payload
+    )
     target = _load_loopback(hosts, f"bench-shipped-{processes}", jobs, payload)
     var = Path(tempfile.mkdtemp(prefix="mrt-bench-shipped-"))
     log = var / "consumers.log"
@@ -879,6 +897,14 @@ def main(argv: list[str] | None = None) -> list[str]:
     )
     parser.add_argument("--file-bytes", type=int, default=4096, help="each payload's size")
     parser.add_argument(
+        "--depositors",
+        type=int,
+        default=None,
+        help="with --shipped (no-op steps): the payloads on this many depositor servers, each "
+        "50-job batch's on one (default: 250 servers, one job each in turn); a server's downloads "
+        "at once stay capped at MRT_DOWNLOADS_PER_HOST",
+    )
+    parser.add_argument(
         "--recorder",
         choices=("off", "on", "both"),
         default="off",
@@ -890,6 +916,10 @@ def main(argv: list[str] | None = None) -> list[str]:
         parser.error("--batch must be 0 (MRT_CLAIM_BATCH) or more")
     if args.real and not args.shipped:
         parser.error("--real is a way to run the shipped command: give --shipped too")
+    if args.depositors is not None and (
+        not args.shipped or args.real or not 1 <= args.depositors <= 250
+    ):
+        parser.error("--depositors is 1 to 250, with --shipped and without --real")
     if args.recorder != "off":
         return compare_recorder(args)
     setup_django()
@@ -903,6 +933,11 @@ def main(argv: list[str] | None = None) -> list[str]:
         "callback receiver stand-ins in the benchmark's process, on the same cores)"
         if args.real
         else "every step's work a no-op: MRT_NOOP_STEPS"
+        + (
+            f", each 50-job batch's payloads on one of {args.depositors} depositor servers"
+            if args.depositors
+            else ", the payloads on 250 depositor servers in turn"
+        )
     )
     shipped = (
         f"manage.py runconsumer all as shipped (default settings, {work}; window from "
@@ -945,7 +980,12 @@ def main(argv: list[str] | None = None) -> list[str]:
         def daemons(processes: int) -> Window:
             if args.shipped:
                 return run_shipped(
-                    hosts, jobs=args.jobs, processes=processes, seconds=args.seconds, real=real
+                    hosts,
+                    jobs=args.jobs,
+                    processes=processes,
+                    seconds=args.seconds,
+                    real=real,
+                    depositors=args.depositors,
                 ).window
             return run_daemons(
                 hosts,

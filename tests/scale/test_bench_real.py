@@ -44,6 +44,9 @@ def _log_tail(kept: list[Path], lines: int = 80) -> str:
     [
         (["--batch", "-1"], "--batch must be 0"),
         (["--real"], "--real is a way to run the shipped command"),
+        (["--depositors", "8"], "--depositors is 1 to 250, with --shipped"),
+        (["--shipped", "--depositors", "0"], "--depositors is 1 to 250"),
+        (["--shipped", "--real", "--depositors", "8"], "--depositors is 1 to 250"),
     ],
 )
 def test_the_benchmark_refuses_bad_arguments_before_it_starts_anything(
