@@ -599,6 +599,14 @@ class JobDaemon(Daemon[Job]):
         limits them, which this adds the job to when it says yes. By default yes."""
         return True
 
+    def claim_limit(
+        self, kept: dict[str, str], known: dict[str, Job]
+    ) -> Callable[[str], bool] | None:
+        """What the batched loop's next take asks of each job it would claim, in run order:
+        whether it may (``StateListing.take``'s ``limit``); ``kept``: the jobs this loop holds
+        the locks of, ``known`` those of them as handed over. By default nothing is asked."""
+        return None
+
     def claim(self) -> Job | None:
         if self._claimer is None:
             self._claimer = JobClaimer(

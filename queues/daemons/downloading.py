@@ -218,6 +218,47 @@ class Downloading(JobDaemon):
         taking[server] += 1
         return True
 
+    def claim_limit(
+        self, kept: dict[str, str], known: dict[str, Job]
+    ) -> Callable[[str], bool] | None:
+        """No more of a server's jobs in a claim than it has slots free after the jobs this
+        loop holds (a slot is taken at ``accept``, under the lock): ``accept`` would give the
+        others back at once, and the slot each of them gives back wakes the loop for the next
+        such claim (about five claims a job with a batch's jobs on one server). A job whose
+        server is not known (none of the listed jobs' servers is read while no server is full:
+        ``ServerScreen``) is claimed: ``accept`` learns it."""
+        cap = settings.MRT_DOWNLOADS_PER_HOST
+        taking: Counter[str] | None = None
+
+        def may_claim(jid: str) -> bool:
+            nonlocal taking
+            server = self.capped.server(jid)
+            if not server:
+                return True
+            if taking is None:  # the first job of a known server: count the jobs held
+                taking = self._held_servers(kept, known)
+            if HOST_SLOTS.busy(server) + taking[server] >= cap:
+                return False
+            taking[server] += 1
+            return True
+
+        return may_claim
+
+    def _held_servers(self, kept: dict[str, str], known: dict[str, Job]) -> Counter[str]:
+        """The servers of the jobs this loop holds the locks of, by how many, where known."""
+        policy = depositor_policy()
+        held: Counter[str] = Counter()
+        for jid in kept:
+            job = known.get(jid)
+            server = (
+                payload_server(job.configuration, policy)
+                if job is not None
+                else self.capped.server(jid)
+            )
+            if server:
+                held[server] += 1
+        return held
+
     def run_step(
         self, item: Job, started: float, claim: Claim
     ) -> tuple[Job, Next | None, ItemResult | None]:

@@ -197,6 +197,10 @@ class PipelinedDaemon(Protocol):
 
     def would_take(self, job: Job, taking: Counter[str]) -> bool: ...
 
+    def claim_limit(
+        self, kept: dict[str, str], known: dict[str, Job]
+    ) -> Callable[[str], bool] | None: ...
+
     def server_of(self, item: Job) -> str: ...
 
     def slow_key(self, item: Job) -> str: ...
@@ -1030,7 +1034,12 @@ class JobPipeline:
             return None
         claiming = downstream is None or downstream.has_room()
         picks = self.listing.take(
-            count, self.kept, claim=claiming, fresh=fresh, exclude=_WhenAsked(self._in_hand)
+            count,
+            self.kept,
+            claim=claiming,
+            fresh=fresh,
+            exclude=_WhenAsked(self._in_hand),
+            limit=daemon.claim_limit(self.kept, self.known),
         )
         if not picks:
             return None

@@ -185,6 +185,7 @@ class StateListing:
         self._ahead: tuple[list[str], Any] | None = None  # a look-ahead read under way
         self._listing: tuple[float, Any] | None = None  # a listing under way: sent at, answer
         self._exclude: Container[str] = ()
+        self._limit: Callable[[str], bool] | None = None
         self.share = share
         self.steal_after = steal_after
         # Other shares' entries passed over: those not yet found ripe to be taken over (in no
@@ -340,6 +341,7 @@ class StateListing:
         claim: bool = True,
         fresh: bool = False,
         exclude: Container[str] = (),
+        limit: Callable[[str], bool] | None = None,
     ) -> list[Pick]:
         """Up to ``count`` entries in run order; ``kept`` maps jid -> entry name of jobs whose
         lock this consumer holds (always free to it). Without ``claim`` the batch ends with
@@ -349,7 +351,10 @@ class StateListing:
         asked for: the caller does so before it goes idle (after setting its folder watch), so
         no job is missed; a listing that merely ran out is not listed again at once (a loop fed
         with kept jobs would otherwise list its folder for every batch). ``exclude``: jobs this
-        consumer has in hand (claimed or moving), which a new listing still shows.
+        consumer has in hand (claimed or moving), which a new listing still shows. ``limit``:
+        asked of each job this take would claim, in run order, whether it may be (it counts
+        those it allows); one of its own share it refuses is left out until the next listing,
+        like a ``skip``, one of another share's stays set aside.
         """
         if self.share is not None:
             self.share.refresh()
@@ -364,10 +369,12 @@ class StateListing:
                 self._apply_listing(self._listed_at, self._found, kept.values())
         self._refresh(kept, fresh)
         self._exclude = exclude
+        self._limit = limit
         try:
             picks = self._take(count, kept)
         finally:
             self._exclude = ()
+            self._limit = None
         self._crowd = max(0, self._crowd - 1)
         if not claim:
             while picks and not picks[-1].kept:
@@ -390,6 +397,8 @@ class StateListing:
                 del self._busy[jid]
             if self.share is not None and not self.share.mine(jid):
                 self._defer([name], time.monotonic())
+                continue
+            if self._limit is not None and not self._limit(jid):
                 continue
             return Pick(name, jid, False)
         return None
@@ -468,10 +477,14 @@ class StateListing:
                 low = lo + min((hi - lo) // 2, max(0, hi - lo - room))
                 lo = random.randint(low, max(low, hi - room))
         place = lo
-        while place < hi and len(chosen) < room:
+        refused = 0  # by ``limit``: left where they are; a few runs' worth looked at, at most
+        while place < hi and len(chosen) < room and refused <= 4 * room:
             name = ripe[place]
             if name[3:] not in self._exclude:
-                chosen.append(name)
+                if self._limit is None or self._limit(name[3:]):
+                    chosen.append(name)
+                else:
+                    refused += 1
             place += 1
         if chosen:
             taken = set(chosen)

@@ -21,7 +21,7 @@ from queues.daemons.downloading import Downloading
 from queues.daemons.fetching import HOST_SLOTS, SERVER_KEYS
 from queues.daemons.pipeline import JobPipeline, LockKeeper
 from queues.daemons.registry import DAEMONS
-from queues.daemons.shared import ItemResult
+from queues.daemons.shared import ItemResult, Next
 from queues.services.depositors import depositor_policy
 from queues.zk import paths as zpaths
 from queues.zk.jobs import job_load
@@ -249,6 +249,50 @@ def test_jobs_go_on_to_downloading_with_their_locks_only_while_their_server_has_
         HOST_SLOTS.give_back(busy)
         two.end()
     assert all(lock_owner(zk, j.jid) is None for j in jobs)
+
+
+def test_a_downloading_claim_takes_no_more_of_a_servers_jobs_than_its_free_slots(
+    zk: KazooClient, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim takes as many of a server's jobs as it has slots free, not a batch of them of
+    which ``accept`` would give all but those back (and the slot each gives back would wake the
+    loop for the next such claim)."""
+    settings.MRT_DOWNLOADS_PER_HOST = 2
+    claimed = claims_counted(monkeypatch)
+    urls = {
+        "full": "http://127.0.0.2:9/a.txt",  # both slots taken below
+        "one free": "http://127.0.0.3:9/b.txt",  # one of two taken below
+        "free": "http://127.0.0.4:9/c.txt",
+    }
+    jobs = {
+        name: [
+            make_job(zk, {"payload_url": url, "type": "file"}, state=JobState.DOWNLOADING)
+            for _ in range(4)
+        ]
+        for name, url in urls.items()
+    }
+    servers = {name: SERVER_KEYS.key(url, depositor_policy()) for name, url in urls.items()}
+    taken = [servers["full"], servers["full"], servers["one free"]]
+    for server in taken:
+        assert HOST_SLOTS.try_take(server, 2)
+    daemon = Downloading(zk=zk, batch=16, workers=8)
+    daemon.work = lambda item: Next(JobState.PROCESSING)  # type: ignore[method-assign]
+    loop = daemon.pipeline()
+    loop.begin()
+    try:
+        loop.cycle()  # one claim: the listing's screen read the jobs' servers (one was full)
+        mine = {name: [j.jid for j in made if j.jid in claimed] for name, made in jobs.items()}
+        assert {name: len(jids) for name, jids in mine.items()} == {
+            "full": 0,
+            "one free": 1,
+            "free": 2,
+        }
+        assert mine["one free"] == [jobs["one free"][0].jid]  # in run order
+    finally:
+        loop.end()
+        for server in taken:
+            HOST_SLOTS.give_back(server)
+    assert all(HOST_SLOTS.busy(s) == 0 for s in servers.values())
 
 
 class LongNext(Step2):
