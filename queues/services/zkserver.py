@@ -85,6 +85,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` different free ports: each is held until all are chosen (``free_port`` called
+    again may give a port it has just given, and two members of an ensemble then ask for the
+    same one: a member that cannot bind its quorum port never leads)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            s = held.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            ports.append(int(s.getsockname()[1]))
+        return ports
+
+
 def four_letter(port: int, word: str = "srvr", timeout: float = 1.0) -> str | None:
     """Send a four-letter command; None when nothing answers on the port."""
     try:
@@ -372,7 +385,8 @@ class LocalEnsemble:
     """
 
     def __init__(self, directory: Path, size: int = 3) -> None:
-        ports = [(free_port(), free_port(), free_port()) for _ in range(size)]
+        free = free_ports(3 * size)
+        ports = [(free[3 * n], free[3 * n + 1], free[3 * n + 2]) for n in range(size)]
         peers = tuple(
             f"server.{n}=127.0.0.1:{quorum}:{election}"
             for n, (_client, quorum, election) in enumerate(ports, start=1)

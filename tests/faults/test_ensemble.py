@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from queues.services.zkserver import LocalEnsemble
+from queues.services.zkserver import LocalEnsemble, free_ports
 from queues.zk import client as zkmod
 from tests.ensemble import ensemble, ensemble_hosts  # noqa: F401
 
@@ -46,3 +46,21 @@ def test_a_stopped_member_rejoins_as_a_follower(
     ensemble.start_one(follower)
 
     assert ensemble.members[follower].mode() == "follower"
+
+
+def test_an_ensembles_members_are_given_different_ports(tmp_path) -> None:
+    """Each member's client, quorum and election ports differ from every other's (one port
+    given twice left a member unable to bind its quorum port, and after a leader kill no leader
+    was elected: a chaos run on 44dfffb)."""
+    members = list(LocalEnsemble(tmp_path, size=3).members.values())
+    clients = {m.port for m in members}
+    # "server.N=127.0.0.1:<quorum>:<election>", the same lines for every member
+    peers = {int(p) for line in members[0].peers for p in line.split(":")[1:]}
+    assert len(clients) == 3
+    assert len(peers) == 6
+    assert not peers & clients
+
+
+def test_free_ports_are_all_different() -> None:
+    ports = free_ports(500)
+    assert len(set(ports)) == 500

@@ -19,7 +19,7 @@ import pytest
 from django.conf import settings
 from kazoo.client import KazooClient
 
-from queues.services.zkserver import LocalZooKeeper, four_letter, free_port
+from queues.services.zkserver import LocalZooKeeper, four_letter, free_port, free_ports
 from queues.zk import batches, jobs
 from queues.zk import client as zkmod
 from queues.zk import consumers as zconsumers
@@ -170,7 +170,7 @@ def test_run_console_stops_everything_on_a_signal_to_its_pid(
     tmp_path: Path, signum: signal.Signals
 ) -> None:
     var = tmp_path / "var"
-    web_port, zk_port = free_port(), free_port()
+    web_port, zk_port = free_ports(2)
     env = {k: v for k, v in os.environ.items() if k not in ("ZK_HOSTS", "REDIS_URL")}
     env.update(
         MRT_VAR_DIR=str(var),
@@ -260,7 +260,7 @@ def test_run_console_keeps_requests_out_of_its_terminal_and_the_password_in_sigh
     password away. Requests go to the access log file; the favicon is served; the password is
     the last thing the start-up prints."""
     var = tmp_path / "var"
-    web_port, zk_port = free_port(), free_port()
+    web_port, zk_port = free_ports(2)
     env = {k: v for k, v in os.environ.items() if k not in ("ZK_HOSTS", "REDIS_URL")}
     env.update(
         MRT_VAR_DIR=str(var),
