@@ -155,6 +155,14 @@ def _server(node: str, read: tuple[bytes, Any] | None, policy: FetchPolicy) -> s
     return payload_server(configuration, policy)
 
 
+def _slot_left(server: str, taking: Counter[str]) -> bool:
+    """Whether ``server`` has a slot left after those ``taking`` counts (then counted there)."""
+    if HOST_SLOTS.busy(server) + taking[server] >= settings.MRT_DOWNLOADS_PER_HOST:
+        return False
+    taking[server] += 1
+    return True
+
+
 def payload_server(configuration: dict[str, Any], policy: FetchPolicy) -> str:
     """The depositor server whose download slots a job with this configuration takes ("": its
     payload URL is missing or not text)."""
@@ -212,11 +220,7 @@ class Downloading(JobDaemon):
     def would_take(self, job: Job, taking: Counter[str]) -> bool:
         """Not while the job's depositor server has no slot left for it after the jobs handed
         over before it: ``accept`` would give its lock back at once."""
-        server = payload_server(job.configuration, depositor_policy())
-        if HOST_SLOTS.busy(server) + taking[server] >= settings.MRT_DOWNLOADS_PER_HOST:
-            return False
-        taking[server] += 1
-        return True
+        return _slot_left(payload_server(job.configuration, depositor_policy()), taking)
 
     def claim_limit(
         self, kept: dict[str, str], known: dict[str, Job]
@@ -227,7 +231,6 @@ class Downloading(JobDaemon):
         such claim (about five claims a job with a batch's jobs on one server). A job whose
         server is not known (none of the listed jobs' servers is read while no server is full:
         ``ServerScreen``) is claimed: ``accept`` learns it."""
-        cap = settings.MRT_DOWNLOADS_PER_HOST
         taking: Counter[str] | None = None
 
         def may_claim(jid: str) -> bool:
@@ -237,10 +240,7 @@ class Downloading(JobDaemon):
                 return True
             if taking is None:  # the first job of a known server: count the jobs held
                 taking = self._held_servers(kept, known)
-            if HOST_SLOTS.busy(server) + taking[server] >= cap:
-                return False
-            taking[server] += 1
-            return True
+            return _slot_left(server, taking)
 
         return may_claim
 

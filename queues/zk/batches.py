@@ -13,7 +13,7 @@ import re
 import time
 import uuid as uuidlib
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -758,23 +758,6 @@ def batch_try_acquire(zk: KazooClient, bid: str, state: str) -> Batch | None:
         lock_release(zk, lock_path)
         return None
     return batch
-
-
-def batch_acquire(
-    zk: KazooClient, state: str, *, accept: Callable[[str], bool] | None = None
-) -> Batch | None:
-    """Lock and return the oldest batch in ``state`` that ``accept(bid)`` allows.
-
-    Locked batches are skipped, and so are those ``accept`` turns down: a batch that has to wait
-    does not keep younger ones from being worked on.
-    """
-    for bid in batches_in_state(zk, state):
-        if accept is not None and not accept(bid):
-            continue
-        batch = batch_try_acquire(zk, bid, state)
-        if batch is not None:
-            return batch
-    return None
 
 
 def batch_unlock(zk: KazooClient, batch: Batch) -> None:

@@ -190,21 +190,23 @@ def test_lock_of_a_client_whose_session_ends_is_released(
     assert_ephemeral_marker(zk, f"/jobs/{job.jid}/lock", zk)
 
 
-def test_batch_acquire_takes_the_oldest_batch_in_the_state_and_skips_locked(
+def test_batches_in_a_state_oldest_first_and_a_locked_one_not_taken_until_its_session_ends(
     zk: KazooClient, other_zk: KazooClient, make_batch: Callable[..., Batch]
 ) -> None:
     first, second, third = make_batch(), make_batch(), make_batch()
     batches.batch_transition(zk, second, "Held")
-    theirs = batches.batch_acquire(other_zk, "Pending")
+    assert batches.batches_in_state(zk, "Pending") == [first.bid, third.bid]
+    theirs = batches.batch_try_acquire(other_zk, first.bid, "Pending")
     assert theirs is not None and theirs.bid == first.bid
     assert_ephemeral_marker(zk, f"/batches/{first.bid}/lock", other_zk)
-    mine = batches.batch_acquire(zk, "Pending")
-    assert mine is not None and mine.bid == third.bid
-    assert mine.lock is not None
-    assert batches.batch_acquire(zk, "Pending") is None
+    assert batches.batch_try_acquire(zk, first.bid, "Pending") is None  # theirs
+    assert batches.batch_try_acquire(zk, second.bid, "Pending") is None  # Held: not taken
+    assert zk.exists(f"/batches/{second.bid}/lock") is None  # and its lock given back
+    mine = batches.batch_try_acquire(zk, third.bid, "Pending")
+    assert mine is not None and mine.lock is not None
     other_zk.stop()
     assert wait_until(lambda: zk.exists(f"/batches/{first.bid}/lock") is None)
-    again = batches.batch_acquire(zk, "Pending")
+    again = batches.batch_try_acquire(zk, first.bid, "Pending")
     assert again is not None and again.bid == first.bid
     batches.batch_unlock(zk, again)
     assert zk.exists(f"/batches/{first.bid}/lock") is None
@@ -259,7 +261,9 @@ def test_two_clients_racing_for_a_batch_never_both_get_it(
 ) -> None:
     for _ in range(10):
         created = make_batch()
-        client, winner = race_winner((zk, other_zk), lambda c: batches.batch_acquire(c, "Pending"))
+        client, winner = race_winner(
+            (zk, other_zk), lambda c, bid=created.bid: batches.batch_try_acquire(c, bid, "Pending")
+        )
         assert winner.bid == created.bid
         batches.batch_unlock(client, batches.batch_transition(client, winner, "Processing"))
 
