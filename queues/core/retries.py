@@ -20,6 +20,7 @@ status).
 from __future__ import annotations
 
 import email.utils
+import functools
 import math
 import random
 import re
@@ -140,13 +141,34 @@ def server_of_url(url: str) -> str:
     """``host:port`` of a URL, the host lowercased and the port the scheme's when none is
     written (``[::1]:8080`` for an IPv6 address); "?" when the URL names none."""
     try:
-        parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        port = parts.port or _PORTS.get(parts.scheme.lower(), 0)
+        return url_server(url) or "?"
     except ValueError:
         return "?"
+
+
+def url_server(url: str) -> str:
+    """``host:port`` of a URL as ``server_of_url`` gives it, "" when it names no host (a
+    file:// URL); ValueError when its port is not one. A loop asks this of every job it takes
+    (its depositor's server), so the answer is kept by the URL's scheme and authority: the
+    part ``urlsplit`` reads it from."""
+    origin = _ORIGIN.match(url)
+    if origin is not None and origin.end() < len(url) and url[origin.end()] not in "/?#":
+        origin = None  # a character urlsplit would take out or stop at first: parsed whole
+    return _server_of(origin.group() if origin is not None else url)
+
+
+# A URL's scheme and authority up to where urlsplit ends the authority, without the characters
+# urlsplit takes out of a URL (tab, CR, LF) or strips from its start.
+_ORIGIN = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/?#\t\r\n]*")
+
+
+@functools.lru_cache(maxsize=4096)
+def _server_of(url: str) -> str:
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
     if not host:
-        return "?"
+        return ""
+    port = parts.port or _PORTS.get(parts.scheme.lower(), 0)
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 

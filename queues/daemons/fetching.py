@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
+from queues.core.retries import url_server
 from queues.steps.netpolicy import (
-    DEFAULT_PORTS,
     FetchPolicy,
     FetchRefused,
     TransferFailed,
@@ -34,12 +34,7 @@ def depositor_server(url: str) -> str:
     """The server a payload URL names: its host, lowercased, and port (the scheme's when none
     is written), as ``host:port`` ("" for file:// URLs). Two ports of one host are two servers.
     ValueError when the port is not one."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    if not host:
-        return ""
-    port = parts.port or DEFAULT_PORTS.get(parts.scheme.lower(), 0)
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return url_server(url)
 
 
 class ServerKeys:

@@ -110,7 +110,7 @@ class ProcessObserver:
         # ``check_unclaimed``), and those met twice: the orphans the registration shows.
         self._unclaimed: dict[str, float] = {}
         self.orphans: list[str] = []
-        self._busy: dict[int, dict[str, Any]] = {}
+        self._busy: dict[int, tuple[str, str, str, float]] = {}
         self._lock = threading.Lock()
         self._draining = threading.Event()
         self._drain_info: dict[str, Any] | None = None
@@ -132,22 +132,18 @@ class ProcessObserver:
     def begin(self, daemon: Any, item: Any) -> tuple[Any, ...]:
         wall = time.time()
         try:
-            info = record_of(daemon, item)
+            kind, state, waited, nbytes = record_of(daemon, item, wall)
             ident = daemon.item_id(item)
         except Exception:  # never let the bookkeeping fail a step
-            info, ident = {"kind": "item", "state": "", "waited": None, "nbytes": None}, "?"
+            kind, state, waited, nbytes, ident = "item", "", None, None, "?"
+        # What the registration shows of the thread's item (the time made ISO at the publish,
+        # ``snapshot``, not for every item).
         with self._lock:
-            self._busy[id(daemon)] = {
-                "item": ident,
-                "kind": info["kind"],
-                "state": info["state"],
-                "since": wall,  # made ISO at the publish (``snapshot``), not for every item
-            }
-        return (daemon, ident, info, wall, time.monotonic())
+            self._busy[id(daemon)] = (ident, kind, state, wall)
+        return (daemon, ident, kind, state, waited, nbytes, wall, time.monotonic())
 
     def end(self, token: tuple[Any, ...], result: Any) -> None:
-        daemon, ident, info, wall, mono = token
-        duration = time.monotonic() - mono
+        daemon, ident, kind, state, waited, nbytes, wall, mono = token
         with self._lock:
             self._busy.pop(id(daemon), None)
             self.handled += 1
@@ -155,17 +151,12 @@ class ProcessObserver:
                 self.failed += 1
             drained = self._draining.is_set() and not self._busy
         if self.recorder is not None:
+            if result is not None:
+                outcome, duration, detail = result.outcome, result.duration, result.detail
+            else:
+                outcome, duration, detail = "error", time.monotonic() - mono, "raised"
             self.recorder.add(
-                kind=info["kind"],
-                item_id=ident,
-                step=daemon.step,
-                state=info["state"],
-                outcome=result.outcome if result is not None else "error",
-                started=wall,
-                duration=result.duration if result is not None else duration,
-                waited=info["waited"],
-                nbytes=info["nbytes"],
-                detail=result.detail if result is not None else "raised",
+                kind, ident, daemon.step, state, outcome, wall, duration, waited, nbytes, detail
             )
         if drained:
             self._wake.set()  # say "drained" now, not at the next tick
@@ -181,7 +172,8 @@ class ProcessObserver:
             entry = {"thread": f"{daemon.name}-{n}", "step": daemon.step}
             held = busy.get(id(daemon))
             if held:
-                entry.update(held, since=_iso(held["since"]))
+                ident, kind, state, since = held
+                entry.update(item=ident, kind=kind, state=state, since=_iso(since))
             threads.append(entry)
         steps = list(dict.fromkeys(d.name for d in self.daemons))
         locks = sorted(self.ledger())

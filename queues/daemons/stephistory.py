@@ -15,11 +15,14 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
+
+from queues.zk.records import AccessRequest, Batch, Job
 
 log = logging.getLogger("queues.daemons")
 
@@ -75,7 +78,6 @@ class StepRecorder:
 
     def add(
         self,
-        *,
         kind: str,
         item_id: str,
         step: str,
@@ -157,7 +159,7 @@ class StepRecorder:
             rows, self._rows = self._rows, []
         if not rows:
             return 0
-        adapt = connection.ops.adapt_datetimefield_value
+        stamp = started_value()
         host, consumer = self.host[:255], self.consumer[:255]
         params = [
             (
@@ -166,7 +168,7 @@ class StepRecorder:
                 step[:40],
                 state[:40],
                 outcome[:10],
-                adapt(datetime.fromtimestamp(started, UTC)),
+                stamp(started),
                 max(0.0, duration),
                 None if waited is None else max(0.0, waited),
                 int(started // 3600),
@@ -236,6 +238,20 @@ COLUMNS = (
 )
 
 
+def started_value() -> Callable[[float], Any]:
+    """How a record's start (seconds since the epoch) goes to the database: as Django's
+    ``adapt_datetimefield_value`` gives it, and for SQLite in UTC (the console's setting) the
+    same text made directly, without the time zone checks Django makes for every value."""
+    adapt = connection.ops.adapt_datetimefield_value
+    if connection.vendor == "sqlite" and settings.USE_TZ and connection.timezone_name == "UTC":
+        return _sqlite_utc
+    return lambda started: adapt(datetime.fromtimestamp(started, UTC))
+
+
+def _sqlite_utc(started: float) -> str:
+    return str(datetime.fromtimestamp(started, UTC).replace(tzinfo=None))
+
+
 def _insert_sql() -> str:
     from queues.models import StepRecord
 
@@ -246,30 +262,27 @@ def _insert_sql() -> str:
     return f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES ({marks})"  # noqa: S608
 
 
-def record_of(daemon: Any, item: Any) -> dict[str, Any]:
-    """What is known of an item when a step takes it: kind, state, the time it waited in that
-    state (from its status node's modification time) and the bytes the step moves, if known."""
-    from queues.zk.records import AccessRequest, Batch, Job
-
-    kind = (
-        "job"
-        if isinstance(item, Job)
-        else "batch"
-        if isinstance(item, Batch)
-        else "access"
-        if isinstance(item, AccessRequest)
-        else "item"
-    )
+def record_of(daemon: Any, item: Any, now: float) -> tuple[str, str, float | None, int | None]:
+    """What is known of an item when a step takes it at ``now`` (wall clock): kind, state, the
+    time it waited in that state (from its status node's modification time) and the bytes the
+    step moves, if known. A batched loop asks this of every job it takes: no dict, no import."""
+    kind = _KIND_OF.get(type(item))
+    if kind is None:
+        kind = next((k for cls, k in _KINDS if isinstance(item, cls)), "item")
     state = getattr(item, "state", "") or ""
     waited = None
     status = getattr(item, "status", None)
     mtime = getattr(status, "mtime_seconds", None)
     if mtime is not None:
-        waited = max(0.0, time.time() - mtime)
+        waited = max(0.0, now - mtime)
     nbytes = None
     if kind == "job" and daemon.step in BYTES_STEPS:
         nbytes = getattr(item, "space_needed", None) or None
-    return {"kind": kind, "state": str(state), "waited": waited, "nbytes": nbytes}
+    return kind, str(state), waited, nbytes
+
+
+_KINDS = ((Job, "job"), (Batch, "batch"), (AccessRequest, "access"))
+_KIND_OF: dict[type, str] = {cls: kind for cls, kind in _KINDS}
 
 
 # The steps whose work is moving the object's bytes: the job's space_needed is what they move.

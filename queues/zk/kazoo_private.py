@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import select
 import selectors
 import struct
@@ -443,6 +444,37 @@ class _RawChildren(GetChildren):  # type: ignore[misc]  # kazoo has no types
     @classmethod
     def deserialize(cls, buffer: Any, offset: int) -> bytes:  # type: ignore[override]
         return bytes(buffer[offset:])
+
+
+class _Children(GetChildren):  # type: ignore[misc]  # kazoo has no types
+    """kazoo's ``GetChildren`` with the answer read at C speed when every child is a job state
+    folder's entry (``PP-jidNNNNNNNNNN``), as a consumer's listings are, and as kazoo reads it
+    otherwise: a name at a time (``read_string``, a Python call each) was a consumer's largest
+    cost in reading answers."""
+
+    @classmethod
+    def deserialize(cls, buffer: Any, offset: int) -> list[str]:
+        (count,) = _INT.unpack_from(buffer, offset)
+        if count <= 0:
+            return []
+        # A name holds no NUL byte, so a match can only start at a name's length; every name
+        # matched is every name there.
+        found = _ENTRY.findall(buffer, offset + _INT.size)
+        if len(found) == count:
+            return b"\n".join(found).decode().split("\n")
+        names: list[str] = GetChildren.deserialize(buffer, offset)
+        return names
+
+
+_ENTRY = re.compile(_INT.pack(16) + rb"([0-9]{2}-jid[0-9]{10})")
+
+
+def list_children(
+    zk: KazooClient, path: str, watch: Callable[[WatchedEvent], None] | None = None
+) -> Any:
+    """Queue a child listing of ``path`` as kazoo's ``get_children_async`` does (``watch`` set
+    as its child watch), read faster (``_Children``)."""
+    return send(zk, _Children(full_path(zk, path), watch))
 
 
 def list_children_raw(

@@ -20,6 +20,7 @@ from kazoo.protocol.states import ZnodeStat
 from . import multiread
 from .codecs import decode_json, encode_json, local_time
 from .errors import Conflict, MalformedNode, NotFound, StaleVersion
+from .kazoo_private import list_children
 from .records import LockInfo, Status
 
 Read = tuple[bytes, ZnodeStat] | None
@@ -84,7 +85,7 @@ def children_many(zk: KazooClient, node_paths: Sequence[str]) -> dict[str, list[
 
 def children(zk: KazooClient, path: str) -> list[str]:
     try:
-        names: list[str] = zk.get_children(path)
+        names: list[str] = list_children(zk, path).get()
         return names
     except NoNodeError:
         return []

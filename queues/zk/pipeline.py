@@ -52,7 +52,7 @@ from .codecs import encode_json
 from .consumers import claimer_join, claimer_leave, claimers_list
 from .errors import Conflict, InvalidTransition, NotFound, is_connection_error
 from .jobs import TransitionPlan, transition_apply
-from .kazoo_private import Multi, session_id
+from .kazoo_private import Multi, list_children, session_id
 from .locks import ledger_of
 from .nodes import children, collect_reads, first_failure, start_reads
 from .records import Job
@@ -291,7 +291,7 @@ class StateListing:
             return
         now = time.monotonic()
         if self._listing is None and now - self._listed_at >= self.max_age:
-            self._listing = (now, self.zk.get_children_async(self.folder))
+            self._listing = (now, list_children(self.zk, self.folder))
         if self._listing is not None and (self._listing[1].ready() or not self._heap):
             (sent, answer), self._listing = self._listing, None
             try:

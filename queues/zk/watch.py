@@ -62,7 +62,7 @@ from queues.core.states import BATCH_INDEX_FOLDERS, JOB
 from . import paths
 from .caps import CAPS
 from .errors import InvalidID
-from .kazoo_private import add_persistent_watch, is_dropped_watch, spawn
+from .kazoo_private import add_persistent_watch, is_dropped_watch, list_children, spawn
 from .maintenance import ABOUT, NODE_HOLDS
 
 log = logging.getLogger(__name__)
@@ -583,7 +583,7 @@ class ChangeSignal:
             self._armed = True
         try:
             try:
-                names: list[str] = self._zk.get_children(self._path, watch=self._fire)
+                names: list[str] = list_children(self._zk, self._path, self._fire).get()
                 return names
             except NoNodeError:
                 self._zk.exists(self._path, watch=self._fire)

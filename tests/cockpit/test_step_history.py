@@ -159,3 +159,28 @@ def test_the_job_timeline_puts_steps_and_operator_actions_in_one_time_order(
     assert steps[0] < held < steps[1], order
     assert "downloading in Downloading: failed, 12.0 s" in timeline
     assert "ingest-9" in timeline and "HTTP 404" in timeline
+
+
+@pytest.mark.django_db
+def test_a_start_is_written_as_django_would_write_it() -> None:
+    """The start's database value, made without Django's time zone checks where the database
+    is SQLite in UTC, is the one Django's own adaptation gives, to the microsecond."""
+    from django.db import connection
+
+    from queues.daemons.stephistory import started_value
+
+    stamp = started_value()
+    adapt = connection.ops.adapt_datetimefield_value
+    for started in (0.0, 1.5, 1_764_806_400.0, 1_764_806_400.000_001, 1_764_806_400.999_9995):
+        assert stamp(started) == adapt(datetime.fromtimestamp(started, UTC)), started
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_record_reads_back_with_its_start(database_for_threads) -> None:
+    recorder = StepRecorder(consumer="h-1", host="h", flush_seconds=60)
+    started = 1_764_806_400.123_456
+    recorder.add("job", "jid0000000001", "estimating", "Estimating", "ok", started, 0.01)
+    assert recorder.flush() == 1
+    row = StepRecord.objects.get(item_id="jid0000000001")
+    assert row.started == datetime.fromtimestamp(started, UTC)
+    assert row.hour == int(started // 3600)

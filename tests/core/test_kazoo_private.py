@@ -406,3 +406,44 @@ def test_a_connection_cut_inside_one_write_loses_no_request_silently(
     made = {int(name[1:]) for name in client.get_children("/cut")}
     assert set(answered) <= made <= set(range(50))
     assert client.create("/cut/after", b"") == "/cut/after"
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        [],
+        ["05-jid0000000001", "00-jid0000000002", "99-jid0000000003"],
+        ["05-jid0000000001", "other", "05-jid00000000022", "é-ü"],
+        ["x" * 16, "05-jid0000000001"],
+    ],
+)
+def test_a_listing_reads_as_kazoos_get_children_reads_it(zk: KazooClient, names: list[str]) -> None:
+    """The fast reading of a folder's entries gives kazoo's names, state entries or not."""
+    folder = "/listing-test"
+    zk.ensure_path(folder)
+    try:
+        for name in names:
+            zk.create(f"{folder}/{name}")
+        listed = kazoo_private.list_children(zk, folder).get()
+        assert sorted(listed) == sorted(zk.get_children(folder)) == sorted(names)
+    finally:
+        zk.delete(folder, recursive=True)
+
+
+def test_a_listing_of_no_folder_is_kazoos_no_node(zk: KazooClient) -> None:
+    from kazoo.exceptions import NoNodeError
+
+    with pytest.raises(NoNodeError):
+        kazoo_private.list_children(zk, "/no-such-folder").get()
+
+
+def test_a_listings_watch_fires_as_kazoos_does(zk: KazooClient) -> None:
+    folder = "/listing-watch"
+    zk.ensure_path(folder)
+    fired = threading.Event()
+    try:
+        assert kazoo_private.list_children(zk, folder, lambda _e: fired.set()).get() == []
+        zk.create(f"{folder}/05-jid0000000001")
+        assert fired.wait(10)
+    finally:
+        zk.delete(folder, recursive=True)
