@@ -167,12 +167,20 @@ def test_a_start_is_written_as_django_would_write_it() -> None:
     is SQLite in UTC, is the one Django's own adaptation gives, to the microsecond."""
     from django.db import connection
 
+    from queues.daemons import stephistory
     from queues.daemons.stephistory import started_value
 
     stamp = started_value()
+    if connection.vendor == "sqlite":  # the settings' UTC: the text made here, not by Django
+        assert stamp is stephistory._sqlite_utc
     adapt = connection.ops.adapt_datetimefield_value
-    for started in (0.0, 1.5, 1_764_806_400.0, 1_764_806_400.000_001, 1_764_806_400.999_9995):
+    instants = [0.0, 1.5, -1.25, 1_764_806_400.0, 1_764_806_400.000_001, 1_764_806_400.999_9995]
+    instants += [1_764_806_400 + n / 7 for n in range(200)]  # fractions of every rounding
+    instants += [1_764_806_400 + n / 2_000_000 for n in range(1, 8)]  # halves of a microsecond
+    instants += [1_764_806_400.999_999_6, 1_764_806_399.999_999_5, 4_102_444_800.5]
+    for started in instants:
         assert stamp(started) == adapt(datetime.fromtimestamp(started, UTC)), started
+        assert stamp(started) == adapt(datetime.fromtimestamp(started, UTC)), started  # kept
 
 
 @pytest.mark.django_db(transaction=True)
