@@ -101,6 +101,9 @@ CHAOS_OWNER = "ark:/99999/j2chaos"
 EZID_USER, EZID_PASSWORD = "chaos", "chaos-password"
 # Seconds before a consumer that exited by itself is started again.
 RESTART_DELAY = 2.0
+# How long a run that ended waits for the fault being caused to heal before its verdict: a
+# leader kill's election and restart take up to two minutes when the ensemble is slow.
+FAULT_END_WAIT = 180.0
 # Settings of the operator's shell that would point a run at real services or folders.
 CLEARED_ENV = (
     "MRT_STORAGE_URL", "MRT_INVENTORY_URL", "MRT_EZID_URL", "EMAIL_HOST", "MRT_DATABASE_PATH",
@@ -197,6 +200,7 @@ class Run:
     last_kill: float = 0.0
     summary: str = ""
     throughput: str = ""
+    _acting: str = ""  # the fault being caused, if any
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def execute(self) -> judge.Verdict:
@@ -494,7 +498,17 @@ class Run:
             self._watch(zk, expected, total, finished, striking)
         finally:
             ending.set()
-            striking.join()
+            # A fault heals before the verdict; one that cannot (a server that never serves
+            # again) would hold the run without one: it is waited for a bounded time, and
+            # then the run fails on it instead.
+            striking.join(FAULT_END_WAIT)
+            if striking.is_alive():
+                acting = self._acting or "a fault"
+                self.verdict.fail(
+                    f"{acting} did not end within {FAULT_END_WAIT:.0f}s of the run's end: "
+                    "not waited for further"
+                )
+                self.log.note(f"{acting} still acting at the verdict")
 
     def _watch(
         self,
@@ -576,11 +590,13 @@ class Run:
                 if ending.wait(0.2):
                     self.log.note(f"{len(plan) - number} fault(s) not caused: the run ended")
                     return
+            self._acting = fault.name
             try:
                 fault.strike(self.stage)
             except Exception as exc:  # a fault that could not be caused is the run's failure
                 self.verdict.fail(f"the fault {fault.name} could not be caused: {exc}")
                 self.log.healed(fault.name, f"{fault.name} abandoned: {exc}")
+            self._acting = ""
 
     def _kill_one(self, zk: Any) -> None:
         """SIGKILL a random consumer that has registered since it started (so has begun its

@@ -159,21 +159,26 @@ class ZooKeeperRestart(Fault):
 
 class LeaderKill(Fault):
     """The ensemble's leader killed (SIGKILL), started again ``seconds`` after a new leader
-    was elected."""
+    was elected. When none is elected within ``elect_within`` seconds the fault could not be
+    caused as meant: the killed server is started again at once all the same, so the run goes
+    on to its verdict (which fails on the fault) instead of waiting without a quorum."""
 
     name = "leader kill"
+    elect_within = 60.0
 
     def strike(self, stage: Stage) -> None:
         ensemble = stage.ensemble
         assert ensemble is not None, "leader kills need the ensemble"
-        leader = ensemble.wait_for_leader()
+        leader = ensemble.wait_for_leader(wait=self.elect_within)
         ensemble.kill(leader)
         stage.log.note(f"killed the ensemble's leader, server {leader}")
-        elected = ensemble.wait_for_leader(other_than=leader)
-        stage.log.note(f"server {elected} leads; server {leader} stays down {self.seconds:g}s")
-        time.sleep(self.seconds)
-        stage.keep_logs(ensemble.members[leader])
-        ensemble.start_one(leader)
+        try:
+            elected = ensemble.wait_for_leader(wait=self.elect_within, other_than=leader)
+            stage.log.note(f"server {elected} leads; server {leader} stays down {self.seconds:g}s")
+            time.sleep(self.seconds)
+        finally:
+            stage.keep_logs(ensemble.members[leader])
+            ensemble.start_one(leader)
         stage.log.healed(self.name, f"server {leader} rejoined")
 
 
@@ -184,6 +189,7 @@ class LeaderStorm(Fault):
     the quorum holds between them."""
 
     name = "leader-kill storm"
+    elect_within = LeaderKill.elect_within
 
     def __init__(self, seconds: float, *, kills: int = 9, every: float = 9.0) -> None:
         super().__init__(seconds)
@@ -196,15 +202,18 @@ class LeaderStorm(Fault):
         stage.log.note(f"leader-kill storm: {self.kills} kills, {self.every:g}s apart")
         for number in range(1, self.kills + 1):
             due = time.monotonic() + self.every
-            leader = ensemble.wait_for_leader()
+            leader = ensemble.wait_for_leader(wait=self.elect_within)
             ensemble.kill(leader)
-            elected = ensemble.wait_for_leader(other_than=leader)
-            stage.log.note(
-                f"storm kill {number}/{self.kills}: server {leader} killed, server {elected} leads"
-            )
-            time.sleep(max(0.0, min(self.seconds, due - time.monotonic())))
-            stage.keep_logs(ensemble.members[leader])
-            ensemble.start_one(leader)
+            try:
+                elected = ensemble.wait_for_leader(wait=self.elect_within, other_than=leader)
+                stage.log.note(
+                    f"storm kill {number}/{self.kills}: server {leader} killed, "
+                    f"server {elected} leads"
+                )
+                time.sleep(max(0.0, min(self.seconds, due - time.monotonic())))
+            finally:  # as a leader kill's: started again even when nobody was elected
+                stage.keep_logs(ensemble.members[leader])
+                ensemble.start_one(leader)
             time.sleep(max(0.0, due - time.monotonic()))
         stage.log.healed(self.name, f"leader-kill storm over: {self.kills} leaders killed")
 

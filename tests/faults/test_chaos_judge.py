@@ -139,3 +139,45 @@ def test_the_throughput_is_measured_to_the_last_job_finished_and_over_the_last_m
     assert meter.line(50) == "0.25 jobs/s (0.20 over the last minute, ~50s to go)"
     meter.add(270.0, 43)  # 200 s to 270 s: 3 jobs
     assert meter.line(50) == "0.25 jobs/s (0.04 over the last minute, ~163s to go)"
+
+
+def test_a_fault_that_never_heals_fails_the_run_instead_of_holding_it(
+    monkeypatch: Any, tmp_path: Any
+) -> None:
+    """A run that ended (here: at once, as a stalled one does) waits a bounded time for the
+    fault being caused to heal, then fails on it with its name: a fault stuck on a server that
+    never serves again held a chaos run without a verdict."""
+    import random
+    from pathlib import Path
+
+    from queues.chaos import engine
+    from queues.chaos.faults import Fault, FaultLog, Stage
+
+    began, release = threading.Event(), threading.Event()
+
+    class Stuck(Fault):
+        name = "stuck fault"
+
+        def strike(self, stage: Stage) -> None:
+            began.set()
+            release.wait(60)
+
+    lines: list[str] = []
+    run = engine.Run(
+        options=engine.Options(), say=lines.append, manage=Path("manage.py"), scratch=tmp_path
+    )
+    run.log = FaultLog(lines.append)
+    run.stage = Stage(consumers=[], rng=random.Random(1), log=run.log, session_timeout=4.0)
+    monkeypatch.setattr(engine.Options, "strikes", lambda self: [Stuck(0.0)])
+    monkeypatch.setattr(engine, "FAULT_END_WAIT", 0.5)
+
+    def watch(_zk: Any, _expected: Any, total: int, finished: list[int], _striking: Any) -> None:
+        finished[0] = total  # every job finished: the fault strikes, and the run ends
+        assert began.wait(10)
+
+    monkeypatch.setattr(run, "_watch", watch)
+    try:
+        run._chaos(None, {"bid0000000001": {"jid0000000001"}})
+    finally:
+        release.set()
+    assert any("stuck fault did not end within" in line for line in run.verdict.violations)

@@ -64,3 +64,37 @@ def test_an_ensembles_members_are_given_different_ports(tmp_path) -> None:
 def test_free_ports_are_all_different() -> None:
     ports = free_ports(500)
     assert len(set(ports)) == 500
+
+
+def test_a_leader_kill_with_no_election_starts_the_killed_server_again(
+    ensemble: LocalEnsemble,  # noqa: F811
+    ensemble_hosts: str,  # noqa: F811
+) -> None:
+    """With one follower down, killing the leader leaves no quorum: the fault cannot be caused
+    as meant and says so, and the killed server is started again (a quorum is back) rather than
+    left down for the rest of a chaos run, which then could only wait out its stall."""
+    import random
+
+    import pytest
+
+    from queues.chaos.faults import FaultLog, LeaderKill, Stage
+    from queues.services.zkserver import LocalServerError
+
+    leader = ensemble.wait_for_leader()
+    follower = next(n for n in ensemble.members if n != leader)
+    ensemble.stop_one(follower)
+    lines: list[str] = []
+    stage = Stage(
+        consumers=[], rng=random.Random(1), log=FaultLog(lines.append), session_timeout=10.0
+    )
+    stage.ensemble = ensemble
+    fault = LeaderKill(0.0)
+    fault.elect_within = 3.0
+    try:
+        with pytest.raises(LocalServerError, match="no leader elected"):
+            fault.strike(stage)
+        assert ensemble.members[leader].mode() in ("leader", "follower")
+        assert ensemble.wait_for_leader() is not None
+        assert any(f"killed the ensemble's leader, server {leader}" in line for line in lines)
+    finally:
+        ensemble.start_one(follower)
