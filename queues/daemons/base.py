@@ -57,6 +57,7 @@ from queues.zk.jobs import JobClaimer, job_load, job_transition, job_unlock
 from queues.zk.kazoo_private import session_id
 from queues.zk.locks import ledger_of, lock_create, queue_held
 from queues.zk.maintenance import held_services
+from queues.zk.pipeline import Parking
 from queues.zk.records import AccessRequest, Batch, Job
 from queues.zk.watch import ChangeSignal
 
@@ -562,6 +563,7 @@ class JobDaemon(Daemon[Job]):
         pipeline = JobPipeline(self, keeper=self.keeper)
         pipeline.listing.skip = self.unclaimed_skip()
         pipeline.listing.screen = self.listing_screen()
+        pipeline.listing.parking = self.listing_parking()
         self.wake_on(pipeline.wake)
         return pipeline
 
@@ -573,6 +575,12 @@ class JobDaemon(Daemon[Job]):
         """What the batched loop's listing passes over, given a whole listing (by default
         nothing): what ``unclaimed_screen`` reads in bulk but the jobs waiting for a later try,
         which the batched loop knows by ID (``unclaimed_skip``)."""
+        return None
+
+    def listing_parking(self) -> Parking | None:
+        """Where the batched loop's listing keeps the jobs it passes over for a reason that
+        ends for many at once, to take them up again without listing the folder (by default
+        nowhere: they wait for the next listing)."""
         return None
 
     def unclaimed_skip(self) -> Callable[[str], bool]:

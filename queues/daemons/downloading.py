@@ -143,6 +143,26 @@ class ServerScreen:
         return kept
 
 
+class ServerParking:
+    """The jobs a downloading loop's listing passes over because their depositor server has
+    every slot taken wait under the server (``StateListing.parking``), and are taken up again
+    as its slots are given back, without the folder listed again: with a batch's jobs on one
+    server, a loop listed its whole folder again at every slot given back (docs/benchmarks.md,
+    "A batch's jobs on one depositor server"). A job waiting for its next try waits for the
+    next listing, as before."""
+
+    def __init__(self, capped: CappedHosts) -> None:
+        self.capped = capped
+
+    def key(self, jid: str) -> str | None:
+        if self.capped.waits_try(jid):
+            return None
+        return self.capped.server(jid) or None
+
+    def room(self, key: str) -> int:
+        return settings.MRT_DOWNLOADS_PER_HOST - HOST_SLOTS.busy(key)
+
+
 def _server(node: str, read: tuple[bytes, Any] | None, policy: FetchPolicy) -> str:
     """The server a job's configuration node sends its download to ("": none, or unreadable:
     the claim finds out and says so)."""
@@ -191,6 +211,9 @@ class Downloading(JobDaemon):
 
     def listing_screen(self) -> Callable[[list[str]], list[str]] | None:
         return self.screen
+
+    def listing_parking(self) -> ServerParking:
+        return ServerParking(self.capped)
 
     def unclaimed_screen(self) -> Callable[[list[str]], list[str]] | None:
         return chained(self.screen, super().unclaimed_screen())

@@ -42,7 +42,7 @@ import weakref
 import zlib
 from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -137,6 +137,20 @@ class ClaimShare:
         return zlib.crc32(jid.encode()) % self._count == self._index
 
 
+class Parking(Protocol):
+    """Where a listing keeps the jobs it passes over for a reason that ends for many of them at
+    once (their depositor server's download slots all taken): under a key, until ``room`` says
+    the key may have some taken again, instead of until the folder is listed again."""
+
+    def key(self, jid: str) -> str | None:
+        """The key ``jid`` waits under, when passed over; None: it waits for the next listing."""
+        ...
+
+    def room(self, key: str) -> int:
+        """How many of the key's jobs may be taken now."""
+        ...
+
+
 class StateListing:
     """The entries of one job state folder in run order (priority, then age), for one consumer.
 
@@ -208,6 +222,10 @@ class StateListing:
         self._theirs: set[str] = set()
         self._priorities: set[int] = set()  # of every entry name met
         self._found: set[str] = set()  # the last listing's entries, without kept jobs'
+        # Entries passed over by ``skip``, ``screen`` or a take's ``limit`` that wait under a
+        # key (``parking``): key -> entry names in run order. Made again at every listing.
+        self.parking: Parking | None = None
+        self._parked: dict[str, list[str]] = {}
 
     def _list(self, extra: Iterable[str]) -> None:
         self.listed(time.monotonic(), children(self.zk, self.folder), extra)
@@ -227,11 +245,15 @@ class StateListing:
         if self._busy:
             self._busy = {j: t for j, t in self._busy.items() if t > now}
         names = set(found)
+        listed = names
         if self.skip:
             names = {n for n in names if not self.skip(n[3:])}
         if self.screen is not None:
             names = set(self.screen(list(names)))
         self._found = names
+        self._parked = {}
+        if self.parking is not None and len(names) < len(listed):
+            self._park_listed(listed - names, sent)
         kept = set(extra)
         if kept:
             names = names | kept
@@ -281,6 +303,54 @@ class StateListing:
         """The index entry names these jobs may have in the listings met so far (one for each
         priority met)."""
         return {paths.index_name(p, jid) for p in self._priorities for jid in jids}
+
+    def _park_listed(self, passed: set[str], sent: float) -> None:
+        """Keep the entries a listing passed over (``skip``, ``screen``) under their keys, those
+        of this loop's share not moving out; one with no key waits for the next listing."""
+        assert self.parking is not None
+        key_of = self.parking.key
+        share = self.share if self.share is not None and self.share.divided else None
+        if self._leaving:
+            passed = passed - self._names_of(j for j, t in self._leaving.items() if t >= sent)
+        parked = self._parked
+        for name in sorted(passed):
+            if paths.INDEX_ENTRY_RE.fullmatch(name) is None:
+                continue
+            jid = name[3:]
+            if share is not None and not share.mine(jid):
+                continue
+            key = key_of(jid)
+            if key is not None:
+                parked.setdefault(key, []).append(name)
+
+    def _park(self, name: str) -> None:
+        """An entry a take's ``limit`` refused: under its key, in run order, if it has one."""
+        key = self.parking.key(name[3:]) if self.parking is not None else None
+        if key is not None:
+            bisect.insort(self._parked.setdefault(key, []), name)
+
+    def _unpark(self) -> None:
+        """Put back in the run order as many of each key's entries as ``room`` says may be
+        taken (a take's ``limit`` still asks of each): a key's parked entries are looked at
+        when it has room, not at every take."""
+        if not self._parked or self.parking is None:
+            return
+        room = self.parking.room
+        for key in list(self._parked):
+            free = room(key)
+            if free <= 0:
+                continue
+            names = self._parked[key]
+            for name in names[:free]:
+                heapq.heappush(self._heap, name)
+            del names[:free]
+            if not names:
+                del self._parked[key]
+
+    @property
+    def parked(self) -> int:
+        """How many entries wait under a key."""
+        return sum(len(names) for names in self._parked.values())
 
     def _refresh(self, kept: dict[str, str], fresh: bool) -> None:
         """List the folder again when asked to (at once) or when the listing is ``max_age``
@@ -354,7 +424,8 @@ class StateListing:
         consumer has in hand (claimed or moving), which a new listing still shows. ``limit``:
         asked of each job this take would claim, in run order, whether it may be (it counts
         those it allows); one of its own share it refuses is left out until the next listing,
-        like a ``skip``, one of another share's stays set aside.
+        like a ``skip``, or waits under its key (``parking``), one of another share's stays set
+        aside. Parked entries whose key has room are put back before the take.
         """
         if self.share is not None:
             self.share.refresh()
@@ -368,6 +439,7 @@ class StateListing:
                 # claims) and pass over entries now its own. The same listing, sorted again.
                 self._apply_listing(self._listed_at, self._found, kept.values())
         self._refresh(kept, fresh)
+        self._unpark()
         self._exclude = exclude
         self._limit = limit
         try:
@@ -399,6 +471,7 @@ class StateListing:
                 self._defer([name], time.monotonic())
                 continue
             if self._limit is not None and not self._limit(jid):
+                self._park(name)
                 continue
             return Pick(name, jid, False)
         return None

@@ -1038,3 +1038,54 @@ def test_a_loops_completion_check_asks_about_the_batches_of_a_move_at_once(
     assert [sorted(bids) for bids in asked] == [sorted(j.bid for j in jobs)]
     assert {batch_load(zk, j.bid).state for j in jobs} == {BatchState.REPORTING}
     assert not loop.completions
+
+
+class Slots:
+    """A ``Parking``: jobs 1-4 wait under "a", 5-8 under "b", the others under none."""
+
+    def __init__(self) -> None:
+        self.free = {"a": 0, "b": 5}
+
+    def key(self, jid: str) -> str | None:
+        number = int(jid[3:])
+        return "a" if number <= 4 else "b" if number <= 8 else None
+
+    def room(self, key: str) -> int:
+        return self.free[key]
+
+
+def test_entries_passed_over_wait_under_their_key_until_it_has_room(zk: KazooClient) -> None:
+    """Entries a listing passes over (a full depositor server's jobs) are taken up again, in
+    run order and as many as their key has room for, without the folder listed again; those
+    a take's limit refuses wait the same way; a new listing sorts them out anew."""
+    slots = Slots()
+    listing = StateListing(zk, JobState.DOWNLOADING, max_age=3600)
+    listing.parking = slots
+    listing.skip = lambda jid: (key := slots.key(jid)) is not None and slots.free[key] <= 0
+    names = [f"05-jid{n:010d}" for n in range(1, 11)]
+    listing.listed(time.monotonic(), names, [])
+    assert listing.parked == 4
+    assert [p.name for p in listing.take(10, {})] == names[4:]
+
+    slots.free["a"] = 2
+    # Not listed again (the folder is empty on the server: a listing would find nothing).
+    assert [p.name for p in listing.take(10, {})] == names[:2]
+    assert listing.parked == 2
+
+    picks = listing.take(10, {}, limit=lambda jid: jid != "jid0000000003")
+    assert [p.name for p in picks] == [names[3]]
+    assert listing.parked == 1  # job 3, refused by the limit, waits under "a" again
+    slots.free["a"] = 0
+    assert listing.take(10, {}) == []
+    slots.free["a"] = 1
+    assert [p.name for p in listing.take(10, {})] == [names[2]]
+
+    # Refused by the limit with no key: it waits for the next listing.
+    listing.listed(time.monotonic(), names[8:], [])
+    picks = listing.take(10, {}, limit=lambda jid: jid != "jid0000000009")
+    assert [p.name for p in picks] == [names[9]]
+    assert listing.parked == 0
+    assert listing.take(10, {}) == []
+    slots.free["a"] = 0
+    listing.listed(time.monotonic(), names, [])
+    assert listing.parked == 4
