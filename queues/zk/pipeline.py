@@ -226,6 +226,7 @@ class StateListing:
         # key (``parking``): key -> entry names in run order. Made again at every listing.
         self.parking: Parking | None = None
         self._parked: dict[str, list[str]] = {}
+        self._allowed: set[str] = set()  # put back by a take's ``_unpark``, its limit asked
 
     def _list(self, extra: Iterable[str]) -> None:
         self.listed(time.monotonic(), children(self.zk, self.folder), extra)
@@ -251,9 +252,7 @@ class StateListing:
         if self.screen is not None:
             names = set(self.screen(list(names)))
         self._found = names
-        self._parked = {}
-        if self.parking is not None and len(names) < len(listed):
-            self._park_listed(listed - names, sent)
+        passed = listed - names if len(names) < len(listed) else set()
         kept = set(extra)
         if kept:
             names = names | kept
@@ -291,6 +290,9 @@ class StateListing:
                 foreign -= self._names_of(self._busy)
             self._defer(foreign, now)
             entries = (entries & mine) | (entries & kept)
+        self._parked = {}
+        if self.parking is not None:
+            entries = entries - self._park_listed(passed, entries - kept, sent)
         self._heap = list(entries)
         heapq.heapify(self._heap)
         self._listed_at = sent
@@ -304,24 +306,33 @@ class StateListing:
         priority met)."""
         return {paths.index_name(p, jid) for p in self._priorities for jid in jids}
 
-    def _park_listed(self, passed: set[str], sent: float) -> None:
-        """Keep the entries a listing passed over (``skip``, ``screen``) under their keys, those
-        of this loop's share not moving out; one with no key waits for the next listing."""
+    def _park_listed(self, passed: set[str], own: set[str], sent: float) -> set[str]:
+        """Keep under their keys the entries of a listing that have one: those it passed over
+        (``skip``, ``screen``) of this loop's share and not moving out, and those of its own to
+        take (``own``), which ``_unpark`` puts back as their keys have room. A take then does
+        not walk, ask about and park again one by one the jobs of a server it has no slot for.
+        Returns the entries of ``own`` parked; one with no key stays to be taken, one passed
+        over with no key waits for the next listing."""
         assert self.parking is not None
         key_of = self.parking.key
         share = self.share if self.share is not None and self.share.divided else None
-        if self._leaving:
+        if passed and self._leaving:
             passed = passed - self._names_of(j for j, t in self._leaving.items() if t >= sent)
         parked = self._parked
-        for name in sorted(passed):
-            if paths.INDEX_ENTRY_RE.fullmatch(name) is None:
-                continue
+        taken: set[str] = set()
+        for name in sorted(passed | own):
             jid = name[3:]
-            if share is not None and not share.mine(jid):
+            if name not in own and (
+                paths.INDEX_ENTRY_RE.fullmatch(name) is None
+                or (share is not None and not share.mine(jid))
+            ):
                 continue
             key = key_of(jid)
             if key is not None:
                 parked.setdefault(key, []).append(name)
+                if name in own:
+                    taken.add(name)
+        return taken
 
     def _park(self, name: str) -> None:
         """An entry a take's ``limit`` refused: under its key, in run order, if it has one."""
@@ -329,10 +340,11 @@ class StateListing:
         if key is not None:
             bisect.insort(self._parked.setdefault(key, []), name)
 
-    def _unpark(self) -> None:
+    def _unpark(self, limit: Callable[[str], bool] | None = None) -> None:
         """Put back in the run order as many of each key's entries as ``room`` says may be
-        taken (a take's ``limit`` still asks of each): a key's parked entries are looked at
-        when it has room, not at every take."""
+        taken, and (given a take's ``limit``) as it allows, asked once for each, the first it
+        refuses ending the key's turn: a key's parked entries are looked at when it has room,
+        not at every take, and are not refused and parked again one by one."""
         if not self._parked or self.parking is None:
             return
         room = self.parking.room
@@ -341,9 +353,15 @@ class StateListing:
             if free <= 0:
                 continue
             names = self._parked[key]
+            back = 0
             for name in names[:free]:
+                if limit is not None:
+                    if not limit(name[3:]):
+                        break
+                    self._allowed.add(name[3:])  # counted by the limit: not asked again
                 heapq.heappush(self._heap, name)
-            del names[:free]
+                back += 1
+            del names[:back]
             if not names:
                 del self._parked[key]
 
@@ -372,7 +390,9 @@ class StateListing:
 
     def others_only(self) -> float | None:
         """When the last listing left nothing to take but other shares' entries, none of them
-        ready to be taken over yet: the seconds until the first is. Otherwise None."""
+        ready to be taken over yet: the seconds until the first is. Otherwise None. Parked
+        entries whose key has room now count as this loop's to take (they are put back)."""
+        self._unpark()
         if self._heap or not (self._deferred or self._ripe):
             return None
         return max(0.0, self._ripe_from() - time.monotonic())
@@ -439,7 +459,7 @@ class StateListing:
                 # claims) and pass over entries now its own. The same listing, sorted again.
                 self._apply_listing(self._listed_at, self._found, kept.values())
         self._refresh(kept, fresh)
-        self._unpark()
+        self._unpark(limit)
         self._exclude = exclude
         self._limit = limit
         try:
@@ -447,6 +467,7 @@ class StateListing:
         finally:
             self._exclude = ()
             self._limit = None
+            self._allowed.clear()
         self._crowd = max(0, self._crowd - 1)
         if not claim:
             while picks and not picks[-1].kept:
@@ -470,7 +491,7 @@ class StateListing:
             if self.share is not None and not self.share.mine(jid):
                 self._defer([name], time.monotonic())
                 continue
-            if self._limit is not None and not self._limit(jid):
+            if self._limit is not None and jid not in self._allowed and not self._limit(jid):
                 self._park(name)
                 continue
             return Pick(name, jid, False)

@@ -1055,30 +1055,43 @@ class Slots:
 
 
 def test_entries_passed_over_wait_under_their_key_until_it_has_room(zk: KazooClient) -> None:
-    """Entries a listing passes over (a full depositor server's jobs) are taken up again, in
-    run order and as many as their key has room for, without the folder listed again; those
-    a take's limit refuses wait the same way; a new listing sorts them out anew."""
+    """Entries with a key (their depositor server) wait under it, those a listing passes over
+    (a full server's jobs) too, and are taken up in run order, as many as their key has room
+    for, without the folder listed again; a new listing sorts them out anew."""
     slots = Slots()
     listing = StateListing(zk, JobState.DOWNLOADING, max_age=3600)
     listing.parking = slots
     listing.skip = lambda jid: (key := slots.key(jid)) is not None and slots.free[key] <= 0
     names = [f"05-jid{n:010d}" for n in range(1, 11)]
     listing.listed(time.monotonic(), names, [])
-    assert listing.parked == 4
+    assert listing.parked == 8  # every job with a key waits under it, to be put back by room
     assert [p.name for p in listing.take(10, {})] == names[4:]
+    assert listing.parked == 4
 
     slots.free["a"] = 2
     # Not listed again (the folder is empty on the server: a listing would find nothing).
     assert [p.name for p in listing.take(10, {})] == names[:2]
     assert listing.parked == 2
 
-    picks = listing.take(10, {}, limit=lambda jid: jid != "jid0000000003")
-    assert [p.name for p in picks] == [names[3]]
-    assert listing.parked == 1  # job 3, refused by the limit, waits under "a" again
-    slots.free["a"] = 0
-    assert listing.take(10, {}) == []
+    asked: list[str] = []
+
+    def full(jid: str) -> bool:
+        asked.append(jid)
+        return False
+
+    assert listing.take(10, {}, limit=full) == []
+    assert asked == ["jid0000000003"]  # once for the key, not for each of its entries
+    assert listing.parked == 2
     slots.free["a"] = 1
     assert [p.name for p in listing.take(10, {})] == [names[2]]
+
+    # The limit asked of a key's entries as they are put back: the first it refuses, and
+    # those after it, wait for the next take.
+    listing.listed(time.monotonic(), names[4:8], [])
+    picks = listing.take(10, {}, limit=lambda jid: jid != "jid0000000006")
+    assert [p.name for p in picks] == [names[4]]
+    assert listing.parked == 3
+    assert [p.name for p in listing.take(10, {})] == names[5:8]
 
     # Refused by the limit with no key: it waits for the next listing.
     listing.listed(time.monotonic(), names[8:], [])
@@ -1088,4 +1101,4 @@ def test_entries_passed_over_wait_under_their_key_until_it_has_room(zk: KazooCli
     assert listing.take(10, {}) == []
     slots.free["a"] = 0
     listing.listed(time.monotonic(), names, [])
-    assert listing.parked == 4
+    assert listing.parked == 8
