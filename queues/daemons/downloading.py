@@ -144,12 +144,12 @@ class ServerScreen:
 
 
 class ServerParking:
-    """The jobs a downloading loop's listing passes over because their depositor server has
-    every slot taken wait under the server (``StateListing.parking``), and are taken up again
-    as its slots are given back, without the folder listed again: with a batch's jobs on one
-    server, a loop listed its whole folder again at every slot given back (docs/benchmarks.md,
-    "A batch's jobs on one depositor server"). A job waiting for its next try waits for the
-    next listing, as before."""
+    """A downloading loop's listed jobs whose depositor server is known (``CappedHosts``) wait
+    under it (``StateListing.parking``) and are taken as its slots are free, those the listing
+    passed over for a full server included, without the folder listed again: with a batch's
+    jobs on one server, a loop walked and refused a full server's jobs at every take and listed
+    its whole folder again at every slot given back (docs/benchmarks.md, "A batch's jobs on
+    one depositor server"). A job waiting for its next try waits for the next listing."""
 
     def __init__(self, capped: CappedHosts) -> None:
         self.capped = capped

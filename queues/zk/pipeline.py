@@ -138,12 +138,14 @@ class ClaimShare:
 
 
 class Parking(Protocol):
-    """Where a listing keeps the jobs it passes over for a reason that ends for many of them at
-    once (their depositor server's download slots all taken): under a key, until ``room`` says
-    the key may have some taken again, instead of until the folder is listed again."""
+    """Where a listing keeps the jobs that may be taken only a few at a time by a key (their
+    depositor server's download slots): under the key, each take putting back as many as
+    ``room`` says, in run order, rather than walking them all and refusing most, or dropping
+    those passed over until the folder is listed again."""
 
     def key(self, jid: str) -> str | None:
-        """The key ``jid`` waits under, when passed over; None: it waits for the next listing."""
+        """The key ``jid`` waits under; None: none (taken as any job; when passed over, it
+        waits for the next listing)."""
         ...
 
     def room(self, key: str) -> int:
@@ -222,8 +224,8 @@ class StateListing:
         self._theirs: set[str] = set()
         self._priorities: set[int] = set()  # of every entry name met
         self._found: set[str] = set()  # the last listing's entries, without kept jobs'
-        # Entries passed over by ``skip``, ``screen`` or a take's ``limit`` that wait under a
-        # key (``parking``): key -> entry names in run order. Made again at every listing.
+        # Entries that wait under a key (``parking``): key -> entry names in run order. Made
+        # again at every listing.
         self.parking: Parking | None = None
         self._parked: dict[str, list[str]] = {}
         self._allowed: set[str] = set()  # put back by a take's ``_unpark``, its limit asked
