@@ -3,24 +3,17 @@ parsing the whole URL, for every shape of URL a job may name."""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 import pytest
 
+from queues.core import retries
 from queues.core.retries import server_of_url, url_server
 from queues.daemons.fetching import depositor_server
 
-PORTS = {"http": 80, "https": 443}
-
 
 def _whole(url: str) -> str:
-    """What the server was before it was kept: ``urlsplit`` of the whole URL."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    if not host:
-        return ""
-    port = parts.port or PORTS.get(parts.scheme.lower(), 0)
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    """The server as the whole URL gives it: the parse of ``url_server``, not kept, on all of
+    the URL rather than its scheme and authority."""
+    return str(retries._server_of.__wrapped__(url))
 
 
 URLS = [
