@@ -99,7 +99,7 @@ class CappedHosts:
 
     def __call__(self, jid: str) -> bool:
         server = self._server.get(jid)
-        if server and HOST_SLOTS.busy(server) >= settings.MRT_DOWNLOADS_PER_HOST:
+        if server and _slots_free(server) <= 0:
             return True  # kept while the job waits: a slot taken again makes it wait again
         return self.retry_waits.waits(jid)
 
@@ -160,7 +160,7 @@ class ServerParking:
         return self.capped.server(jid) or None
 
     def room(self, key: str) -> int:
-        return settings.MRT_DOWNLOADS_PER_HOST - HOST_SLOTS.busy(key)
+        return _slots_free(key)
 
 
 def _server(node: str, read: tuple[bytes, Any] | None, policy: FetchPolicy) -> str:
@@ -175,9 +175,14 @@ def _server(node: str, read: tuple[bytes, Any] | None, policy: FetchPolicy) -> s
     return payload_server(configuration, policy)
 
 
+def _slots_free(server: str) -> int:
+    """The download slots of ``server`` not taken in this process (MRT_DOWNLOADS_PER_HOST)."""
+    return settings.MRT_DOWNLOADS_PER_HOST - HOST_SLOTS.busy(server)
+
+
 def _slot_left(server: str, taking: Counter[str]) -> bool:
     """Whether ``server`` has a slot left after those ``taking`` counts (then counted there)."""
-    if HOST_SLOTS.busy(server) + taking[server] >= settings.MRT_DOWNLOADS_PER_HOST:
+    if _slots_free(server) - taking[server] <= 0:
         return False
     taking[server] += 1
     return True
