@@ -26,7 +26,10 @@ Requests per transition come from the server's own count (``mntr``: ``zk_packets
 at the window's opening and close, over the transitions made meanwhile; pings included). Where the
 CPU goes is printed beside each rate: the client processes' CPU time per transition (from
 ``/proc/<pid>/stat`` over the timed window) and how busy the whole machine was meanwhile (from
-``/proc/stat``), so a rate limited by the machine's cores shows as such.
+``/proc/stat``), so a rate limited by the machine's cores shows as such. The server's own time
+in fsync (``mntr``: ``zk_sum_fsynctime``) over the window is printed too: a run held by the
+disk under the server's log (a run moving a tenth of its usual rate with the machine idle) shows
+as such, not as the clients'.
 
 ``--shipped`` runs ``manage.py runconsumer all`` as shipped instead, every step's work a no-op;
 ``--shipped --real`` the same command doing every step's own work: each job a small file
@@ -150,6 +153,9 @@ class Window:
     seconds: float
     packets: int | None
     cpu: CpuWindow
+    # The server's time spent writing its transaction log to disk (``mntr``'s
+    # ``zk_sum_fsynctime``, milliseconds) inside the window; None when it cannot be asked.
+    fsync_ms: int | None = None
 
     @property
     def per_second(self) -> float:
@@ -162,6 +168,12 @@ class Window:
     @property
     def cpu_per_transition(self) -> float:
         return self.cpu.client / self.transitions
+
+    @property
+    def fsync_share(self) -> float | None:
+        """The share of the window the server spent in fsync: a window that moved little
+        while the machine idled because the disk held every write shows it here."""
+        return None if self.fsync_ms is None else self.fsync_ms / 1000 / self.seconds
 
 
 def timed_window(
@@ -193,7 +205,7 @@ def timed_window(
         time.sleep(POLL / 5)
     cpu = CpuWindow(pids)
     cpu.start()
-    packets_before = packets_received(hosts)
+    before = server_counters(hosts)
     opened, first = time.monotonic(), done
 
     def open_() -> bool:
@@ -206,15 +218,22 @@ def timed_window(
         done, waiting = progress.read()
     closed = time.monotonic()
     cpu.stop()
-    packets_after = packets_received(hosts)
+    after = server_counters(hosts)
     if done <= first:
         raise BenchError("no transition inside the window: give more --jobs")
-    packets = (
-        packets_after - packets_before
-        if packets_before is not None and packets_after is not None
-        else None
+
+    def grown(name: str) -> int | None:
+        if before is None or after is None or name not in before or name not in after:
+            return None
+        return after[name] - before[name]
+
+    return Window(
+        done - first,
+        closed - opened,
+        grown("zk_packets_received"),
+        cpu,
+        fsync_ms=grown("zk_sum_fsynctime"),
     )
-    return Window(done - first, closed - opened, packets, cpu)
 
 
 def _daemon_process(
@@ -280,16 +299,23 @@ def _daemon_process(
         observer.stop()
 
 
-def packets_received(hosts: str) -> int | None:
-    """The server's count of requests received (``mntr``), or None when it cannot be asked."""
+SERVER_COUNTERS = ("zk_packets_received", "zk_sum_fsynctime")
+
+
+def server_counters(hosts: str) -> dict[str, int] | None:
+    """The server's running counts (``mntr``) of requests received and of milliseconds spent
+    in fsync, or None when it cannot be asked (not a local server)."""
     from queues.services.zkserver import four_letter
 
     host, _, rest = hosts.partition(":")
     if host not in ("127.0.0.1", "localhost"):
         return None
     port = int(rest.split(",")[0].split("/")[0])
-    found = re.search(r"zk_packets_received\s+(\d+)", four_letter(port, "mntr") or "")
-    return int(found.group(1)) if found else None
+    answer = four_letter(port, "mntr")
+    if answer is None:
+        return None
+    found = dict(re.findall(r"^(zk_\w+)\s+(-?\d+)\s*$", answer, re.MULTILINE))
+    return {name: int(found[name]) for name in SERVER_COUNTERS if name in found}
 
 
 @dataclass
@@ -964,7 +990,9 @@ def main(argv: list[str] | None = None) -> list[str]:
         f"{'' if args.no_warm_up else WARMED}). "
         "'req/t': ZooKeeper requests per transition, from the server's mntr count; 'us/t': "
         "the client processes' CPU time per transition; 'busy': the whole machine's CPU use "
-        "meanwhile.",
+        "meanwhile; 'server fsync': the largest share of a window, daemons / probe, the server "
+        "spent writing its log to disk (mntr's zk_sum_fsynctime): a slow run with an idle "
+        "machine and a large share here was held by the disk, not by the clients.",
         *([f"Daemons' side: {shipped}."] if args.shipped else []),
         f"Load (uptime) at the start: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
         f"{os.getloadavg()[2]:.2f}.",
@@ -1055,8 +1083,15 @@ def _table_line(processes: int, daemons: list[Window], raw: list[Window]) -> str
     window = median([w.seconds for w in daemons + raw])
     return (
         f"  {processes:>9}{figures(daemons):>14}{figures(raw):>13}{share:>8.0%}  {verdict}"
-        f" (windows of {window:.1f}s)"
+        f" (windows of {window:.1f}s; server fsync {_fsync_figure(daemons)}"
+        f" / {_fsync_figure(raw)})"
     )
+
+
+def _fsync_figure(windows: list[Window]) -> str:
+    """The largest share of a window the server spent in fsync, over these windows."""
+    shares = [f for w in windows if (f := w.fsync_share) is not None]
+    return f"{max(shares):.0%}" if shares else "?"
 
 
 RECORDER_BUDGET = 0.05  # the step history may cost the daemons at most this share
