@@ -129,6 +129,16 @@ def _var_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return var
 
 
+@pytest.fixture(autouse=True)
+def _batch_moves_settled() -> Iterator[None]:
+    """The batches a test's loops completed are moved on (``queues/daemons/completions.py``,
+    a thread of the process's own) before the next test binds a client of its own."""
+    yield
+    from queues.daemons.completions import REPORTING_MOVES
+
+    REPORTING_MOVES.settle(timeout=60)
+
+
 @pytest.fixture
 def zk_hosts(zk_server: LocalZooKeeper) -> Iterator[str]:
     """A connection string into a chroot of its own, so tests never see each other's nodes."""

@@ -62,6 +62,7 @@ from queues.zk.records import AccessRequest, Batch, Job
 from queues.zk.watch import ChangeSignal
 
 from .breakers import breakers
+from .completions import REPORTING_MOVES
 from .fetching import depositor_server
 from .pipeline import LOCK_LOST, JobPipeline, LockKeeper, LockLost
 from .retrying import RetryWaits, retry_later
@@ -754,11 +755,14 @@ class JobDaemon(Daemon[Job]):
             return None
 
     def batches_done(self, check: CompletionCheck) -> None:
-        """The answers of ``ask_completion``: the complete batches go on to Reporting."""
+        """The answers of ``ask_completion``: the complete batches go on to Reporting, moved by
+        the process's mover (``completions``), not in the loop's thread."""
         try:
-            moves.batches_to_reporting(check.complete())
+            complete = check.complete()
         except Exception as exc:
             self._completion_failed((b for b, _answer in check.asked), exc)
+            return
+        REPORTING_MOVES.hand(self.zk, self.step, complete)
 
     def _completion_failed(self, bids: Iterable[str], exc: Exception) -> None:
         log.warning(

@@ -13,6 +13,7 @@ from django.conf import settings
 from queues.core import transient
 from queues.core.states import JOB, JobState
 from queues.daemons.base import Daemon, JobDaemon, Next, SessionGate, Step
+from queues.daemons.completions import REPORTING_MOVES
 from queues.daemons.pipeline import LockKeeper, run_together
 from queues.daemons.registration import ProcessObserver
 from queues.daemons.registry import daemon_classes
@@ -20,6 +21,8 @@ from queues.zk.client import add_state_listener, client, remove_state_listener
 from queues.zk.records import Job
 
 log = logging.getLogger("queues.daemons")
+
+SETTLE_SECONDS = 10.0  # a stopping process waits at most this for its batch moves
 
 # The job steps a process runs in the batched loop: those short next to a ZooKeeper round trip
 # whatever the object's size, so the jobs of a claimed batch (and those kept for the step) never
@@ -192,6 +195,7 @@ class Host:
                 continue
             if daemon.last is not None and daemon.last.is_error:
                 failed = True
+        REPORTING_MOVES.settle(timeout=SETTLE_SECONDS)
         return 1 if failed else 0
 
     def run(self, stop: threading.Event) -> None:
@@ -205,3 +209,7 @@ class Host:
             pass
         for thread in threads:
             thread.join()
+        # The batches the loops' last moves completed, moved on before the process ends (a
+        # batch left behind is moved by the reporting sweep).
+        if not REPORTING_MOVES.settle(timeout=SETTLE_SECONDS):
+            log.warning("stopping: batches still being moved to Reporting are left to the sweep")

@@ -563,19 +563,20 @@ def batch_complete_if_done(*, bid: str) -> bool:
     # The cheap question first: most jobs finish while others of their batch are still working.
     if not batch_is_complete(zk, zpaths.bid(bid)):
         return False
-    return _to_reporting(bid)
+    return _to_reporting(zk, bid)
 
 
-def batches_to_reporting(complete: Iterable[str]) -> list[str]:
+def batches_to_reporting(complete: Iterable[str], *, zk: Any = None) -> list[str]:
     """Move the ``complete`` batches (``CompletionCheck`` said so: the daemons' batched loop,
-    after a move of jobs of several batches) to Reporting; those moved."""
-    return [bid for bid in complete if _to_reporting(bid)]
+    after a move of jobs of several batches) to Reporting, through ``zk`` (default: the
+    process's client); those moved."""
+    zk = zk if zk is not None else client()
+    return [bid for bid in complete if _to_reporting(zk, bid)]
 
 
-def _to_reporting(bid: str) -> bool:
+def _to_reporting(zk: Any, bid: str) -> bool:
     """Move a complete Processing batch to Reporting (False: not Processing, or moved by
     another caller meanwhile)."""
-    zk = client()
     batch = batch_load(zk, bid)
     if batch.state != BatchState.PROCESSING:
         return False

@@ -22,6 +22,7 @@ from kazoo.client import KazooClient
 from queues.core.states import BatchState, JobState
 from queues.daemons import pipeline as pipeline_module
 from queues.daemons.base import JobDaemon, Next, Step
+from queues.daemons.completions import REPORTING_MOVES
 from queues.daemons.pipeline import Holding, JobPipeline, LockKeeper
 from queues.zk import paths as zpaths
 from queues.zk.batches import CompletionCheck, batch_load, batch_transition
@@ -1036,6 +1037,7 @@ def test_a_loops_completion_check_asks_about_the_batches_of_a_move_at_once(
     monkeypatch.setattr(CompletionCheck, "complete", complete)
     cycle_until_idle(loop)
     assert [sorted(bids) for bids in asked] == [sorted(j.bid for j in jobs)]
+    assert REPORTING_MOVES.settle(timeout=30)  # moved by the process's mover, not the loop
     assert {batch_load(zk, j.bid).state for j in jobs} == {BatchState.REPORTING}
     assert not loop.completions
 
