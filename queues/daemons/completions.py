@@ -43,7 +43,8 @@ class ReportingMoves:
             return
         with self._changed:
             self._waiting.append((zk, step, bids))
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
+                self._busy = False  # a thread that died with a move under way
                 self._thread = threading.Thread(
                     target=self._run, name="batch-completions", daemon=True
                 )
