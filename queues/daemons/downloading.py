@@ -89,6 +89,10 @@ class CappedHosts:
     def knows(self, jid: str) -> bool:
         return jid in self._server
 
+    def knows_any(self) -> bool:
+        """Whether the server of any job is known (none is read before a server is full)."""
+        return bool(self._server)
+
     def keep_only(self, jids: set[str]) -> None:
         """Forget the jobs gone from the listing (one that comes back is read again)."""
         if not self._server.keys() <= jids:
@@ -161,6 +165,9 @@ class ServerParking:
 
     def room(self, key: str) -> int:
         return _slots_free(key)
+
+    def keys_any(self) -> bool:
+        return self.capped.knows_any()
 
 
 def _server(node: str, read: tuple[bytes, Any] | None, policy: FetchPolicy) -> str:

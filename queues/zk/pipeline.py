@@ -152,6 +152,10 @@ class Parking(Protocol):
         """How many of the key's jobs may be taken now."""
         ...
 
+    def keys_any(self) -> bool:
+        """Whether any job may have a key now (False: a listing need not ask of each)."""
+        ...
+
 
 class StateListing:
     """The entries of one job state folder in run order (priority, then age), for one consumer.
@@ -316,13 +320,15 @@ class StateListing:
         Returns the entries of ``own`` parked; one with no key stays to be taken, one passed
         over with no key waits for the next listing."""
         assert self.parking is not None
+        if not self.parking.keys_any():
+            return set()  # no job has a key (no server full yet): none walked
         key_of = self.parking.key
         share = self.share if self.share is not None and self.share.divided else None
         if passed and self._leaving:
             passed = passed - self._names_of(j for j, t in self._leaving.items() if t >= sent)
         parked = self._parked
         taken: set[str] = set()
-        for name in sorted(passed | own):
+        for name in passed | own:
             jid = name[3:]
             if name not in own and (
                 paths.INDEX_ENTRY_RE.fullmatch(name) is None
@@ -334,6 +340,8 @@ class StateListing:
                 parked.setdefault(key, []).append(name)
                 if name in own:
                     taken.add(name)
+        for names in parked.values():
+            names.sort()  # run order
         return taken
 
     def _park(self, name: str) -> None:

@@ -1047,6 +1047,7 @@ class Slots:
 
     def __init__(self) -> None:
         self.free = {"a": 0, "b": 5}
+        self.keyed = True
 
     def key(self, jid: str) -> str | None:
         number = int(jid[3:])
@@ -1054,6 +1055,9 @@ class Slots:
 
     def room(self, key: str) -> int:
         return self.free[key]
+
+    def keys_any(self) -> bool:
+        return self.keyed
 
 
 def test_entries_passed_over_wait_under_their_key_until_it_has_room(zk: KazooClient) -> None:
@@ -1104,3 +1108,11 @@ def test_entries_passed_over_wait_under_their_key_until_it_has_room(zk: KazooCli
     slots.free["a"] = 0
     listing.listed(time.monotonic(), names, [])
     assert listing.parked == 8
+
+    # While the parking knows no job's key (no server full yet), a listing walks none of them:
+    # every entry is taken as any job is, in run order.
+    slots.keyed = False
+    listing.skip = None
+    listing.listed(time.monotonic(), names, [])
+    assert listing.parked == 0
+    assert [p.name for p in listing.take(10, {})] == names
