@@ -40,6 +40,7 @@ _HEADER = struct.Struct("!i?i")  # MultiHeader: type, done, err
 _STAT = struct.Struct("!qqqqiiiqiiq")
 _END = _HEADER.pack(-1, True, -1)
 _READ_HEADER = struct.Struct(_HEADER.format + "i")  # a read's header and its path's length
+_READ = _READ_HEADER  # an answer's header and its data's length (or an error's code)
 _NO_NODE = NoNodeError.code
 
 # Reads sent again after a server refused multiRead (and dropped the connection with it).
@@ -80,24 +81,31 @@ class MultiReadRequest:
         places are noted in ``errors``)."""
         results: list[Read | int] = []
         errors: list[int] = []
+        append = results.append
+        buffer = bytes(buffer)  # slices of it are then the reads' own bytes
+        end = len(buffer)
         try:
             while True:
-                kind, done, _err = _HEADER.unpack_from(buffer, offset)
-                offset += _HEADER.size
+                # A read's header and its data's length at once (a header at the very end,
+                # the closing one, has no length after it).
+                if offset + _READ.size <= end:
+                    kind, done, _err, length = _READ.unpack_from(buffer, offset)
+                else:
+                    kind, done, _err = _HEADER.unpack_from(buffer, offset)
+                    length = -1
                 if done:
                     self.errors = errors
                     return results
+                offset += _HEADER.size
                 if kind == GET_DATA:
-                    (length,) = _INT.unpack_from(buffer, offset)
                     offset += _INT.size
                     data = None
                     if length >= 0:
-                        data = bytes(buffer[offset : offset + length])
+                        data = buffer[offset : offset + length]
                         offset += length
-                    stat = new_stat(_STAT.unpack_from(buffer, offset))
-                    offset += _STAT.size
                     # Null data (length -1) stays None, as kazoo's own get returns it.
-                    results.append((data, stat))  # type: ignore[arg-type]
+                    append((data, new_stat(_STAT.unpack_from(buffer, offset))))  # type: ignore[arg-type]
+                    offset += _STAT.size
                 elif kind == ERROR:
                     (code,) = _INT.unpack_from(buffer, offset)
                     offset += _INT.size

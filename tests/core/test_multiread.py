@@ -73,6 +73,7 @@ def test_a_server_without_multiread_gets_one_request_per_node(zk, monkeypatch):
     [
         b"",  # nothing at all
         b"\x00\x00\x00\x04\x00\xff\xff\xff\xff\x00\x00\x00\x10ab",  # data shorter than announced
+        b"\x00\x00\x00\x04\x00\xff\xff\xff\xff",  # a read's header and nothing after it
         b"\x00\x00\x00\x05\x00\xff\xff\xff\xff",  # an operation a read-only multi cannot answer
     ],
 )
