@@ -3,6 +3,7 @@ downloading loop of a process (the policy itself is in queues/services/depositor
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
@@ -25,8 +26,10 @@ ADDRESS_SECONDS = 30.0
 _ADDRESS_ENTRIES = 4096
 
 
+@functools.lru_cache(maxsize=4096)
 def depositor_host(url: str) -> str:
-    """The host a payload URL names, lowercased ("" for file:// URLs)."""
+    """The host a payload URL names, lowercased ("" for file:// URLs). Kept for the URLs
+    asked last: a job's URL is asked about by every loop that takes or hands it on."""
     return (urlsplit(url).hostname or "").lower()
 
 
