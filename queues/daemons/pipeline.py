@@ -474,9 +474,12 @@ class Wake(threading.Event):
         self.thread: threading.Event | None = None
 
     def set(self) -> None:
-        super().set()
+        # Set already: nothing to do (a hand-over sets it for every batch, mostly while the
+        # loop has not looked yet; the loop clears it before it looks).
+        if not self.is_set():
+            super().set()
         thread = self.thread
-        if thread is not None:
+        if thread is not None and not thread.is_set():
             thread.set()
 
 
@@ -1109,6 +1112,10 @@ class JobPipeline:
             work = self._begin(pick, loaded, batch.known.get(pick.jid))
             if work is not None:
                 works.append(work)
+        if daemon.observer is not None and works:
+            tokens = daemon.observer.begin_many(daemon, [work.job for work in works])
+            for work, token in zip(works, tokens, strict=True):
+                work.token = token
         if self.steps is not None:
             self._step_elsewhere(works, now)
         else:
@@ -1395,10 +1402,7 @@ class JobPipeline:
             self._give_back([pick.jid], now)
             return None
         self.kept.pop(pick.jid, None)
-        work = Work(pick, job, started, mark)
-        if daemon.observer is not None:
-            work.token = daemon.observer.begin(daemon, job)
-        return work
+        return Work(pick, job, started, mark)
 
     def _planned(
         self,
@@ -1659,6 +1663,7 @@ class JobPipeline:
         each = daemon.observer is not None or log.isEnabledFor(logging.INFO)
         last: Work | None = None
         moved: list[ItemResult] = []
+        ended: list[tuple[Any, ItemResult]] = []  # the observer's, told at once
         for work, outcome in zip(flight.works, outcomes, strict=True):
             jid = work.job.jid
             step = work.step
@@ -1683,14 +1688,18 @@ class JobPipeline:
             bids.update(daemon.after_move(work.job, step))
             if each:
                 result = daemon.moved_result(jid, step, work.started)
-                self._end(work, result, logged=False)
                 moved.append(result)
+                if work.token is not None:
+                    ended.append((work.token, result))
             else:
                 last = work
         if last is not None and last.step is not None:
             daemon.last = daemon.moved_result(last.job.jid, last.step, last.started)
         if moved:
+            daemon.last = moved[-1]
             daemon.log_moved(moved)
+        if ended and daemon.observer is not None:
+            daemon.observer.end_many(ended)
         for taker, jobs in handing.items():
             jids = [job.jid for job, _current in jobs]
             taken = taker.hand(jobs, now)

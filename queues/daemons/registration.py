@@ -130,34 +130,57 @@ class ProcessObserver:
         return self._draining.is_set()
 
     def begin(self, daemon: Any, item: Any) -> tuple[Any, ...]:
+        return self.begin_many(daemon, [item])[0]
+
+    def begin_many(self, daemon: Any, items: list[Any]) -> list[tuple[Any, ...]]:
+        """``begin`` of each of ``items``, taken on by ``daemon`` together (a batched loop's
+        batch): one lock and one clock for them all."""
         wall = time.time()
-        try:
-            kind, state, waited, nbytes = record_of(daemon, item, wall)
-            ident = daemon.item_id(item)
-        except Exception:  # never let the bookkeeping fail a step
-            kind, state, waited, nbytes, ident = "item", "", None, None, "?"
-        # What the registration shows of the thread's item (the time made ISO at the publish,
-        # ``snapshot``, not for every item).
-        with self._lock:
-            self._busy[id(daemon)] = (ident, kind, state, wall)
-        return (daemon, ident, kind, state, waited, nbytes, wall, time.monotonic())
+        mono = time.monotonic()
+        tokens: list[tuple[Any, ...]] = []
+        for item in items:
+            try:
+                kind, state, waited, nbytes = record_of(daemon, item, wall)
+                ident = daemon.item_id(item)
+            except Exception:  # never let the bookkeeping fail a step
+                kind, state, waited, nbytes, ident = "item", "", None, None, "?"
+            tokens.append((daemon, ident, kind, state, waited, nbytes, wall, mono))
+        if tokens:
+            # What the registration shows of the thread's item (the time made ISO at the
+            # publish, ``snapshot``, not for every item): the last one taken on.
+            _daemon, ident, kind, state, *_rest = tokens[-1]
+            with self._lock:
+                self._busy[id(daemon)] = (ident, kind, state, wall)
+        return tokens
 
     def end(self, token: tuple[Any, ...], result: Any) -> None:
-        daemon, ident, kind, state, waited, nbytes, wall, mono = token
+        self.end_many([(token, result)])
+
+    def end_many(self, ended: list[tuple[tuple[Any, ...], Any]]) -> None:
+        """``end`` of each ``(token, result)``: one lock for them all, one hand-over of their
+        records to the step history."""
+        if not ended:
+            return
+        failed = sum(1 for _token, r in ended if r is not None and r.outcome == "failed")
         with self._lock:
-            self._busy.pop(id(daemon), None)
-            self.handled += 1
-            if result is not None and result.outcome == "failed":
-                self.failed += 1
+            for daemon in {id(token[0]) for token, _result in ended}:
+                self._busy.pop(daemon, None)
+            self.handled += len(ended)
+            self.failed += failed
             drained = self._draining.is_set() and not self._busy
         if self.recorder is not None:
-            if result is not None:
-                outcome, duration, detail = result.outcome, result.duration, result.detail
-            else:
-                outcome, duration, detail = "error", time.monotonic() - mono, "raised"
-            self.recorder.add(
-                kind, ident, daemon.step, state, outcome, wall, duration, waited, nbytes, detail
-            )
+            rows = []
+            for token, result in ended:
+                daemon, ident, kind, state, waited, nbytes, wall, mono = token
+                if result is not None:
+                    outcome, duration, detail = result.outcome, result.duration, result.detail
+                else:
+                    outcome, duration, detail = "error", time.monotonic() - mono, "raised"
+                step = daemon.step
+                rows.append(
+                    (kind, ident, step, state, outcome, wall, duration, waited, nbytes, detail)
+                )
+            self.recorder.add_many(rows)
         if drained:
             self._wake.set()  # say "drained" now, not at the next tick
 
