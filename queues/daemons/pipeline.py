@@ -474,12 +474,9 @@ class Wake(threading.Event):
         self.thread: threading.Event | None = None
 
     def set(self) -> None:
-        # Set already: nothing to do (a hand-over sets it for every batch, mostly while the
-        # loop has not looked yet; the loop clears it before it looks).
-        if not self.is_set():
-            super().set()
+        super().set()
         thread = self.thread
-        if thread is not None and not thread.is_set():
+        if thread is not None:
             thread.set()
 
 
