@@ -192,3 +192,80 @@ def test_a_record_reads_back_with_its_start(database_for_threads) -> None:
     row = StepRecord.objects.get(item_id="jid0000000001")
     assert row.started == datetime.fromtimestamp(started, UTC)
     assert row.hour == int(started // 3600)
+
+
+def _rows(n: int, start: int = 0) -> list[tuple]:
+    now = time.time()
+    return [
+        ("job", f"jid{i:010d}", "storing", "Storing", "ok", now, 0.01, 0.5, 4096, "")
+        for i in range(start, start + n)
+    ]
+
+
+def test_a_batch_of_rows_wakes_the_writer_once_as_they_reach_the_flush_size() -> None:
+    """``add_many`` (a batched loop's batch): the writer is woken when the rows waiting reach
+    ``flush_rows``, once; rows added past that do not wake it again (each wake-up was a thread
+    switch), and a flush that takes them starts the count again."""
+    recorder = StepRecorder(consumer="h-1", host="h", flush_seconds=60, flush_rows=5)
+    recorder.add_many(_rows(3))
+    assert not recorder._wake.is_set()
+    recorder.add_many(_rows(4, start=3))  # 3 -> 7: crosses 5
+    assert recorder._wake.is_set() and recorder.pending == 7
+    recorder._wake.clear()
+    recorder.add_many(_rows(2, start=7))  # already past: no second wake-up
+    assert not recorder._wake.is_set()
+    with recorder._lock:
+        recorder._rows = []  # what a flush does with them
+    recorder.add_many(_rows(5, start=9))
+    assert recorder._wake.is_set()
+
+
+def test_rows_past_the_pending_limit_are_counted_dropped(monkeypatch) -> None:
+    from queues.daemons import stephistory
+
+    monkeypatch.setattr(stephistory, "MAX_PENDING", 10)
+    recorder = StepRecorder(consumer="h-1", host="h", flush_seconds=60, flush_rows=500)
+    recorder.add_many(_rows(8))
+    recorder.add_many(_rows(5, start=8))
+    recorder.add(
+        kind="job", item_id="jid9", step="s", state="S", outcome="ok", started=0.0, duration=0.0
+    )
+    assert recorder.pending == 10
+    assert recorder.dropped == 4
+    with recorder._lock:
+        kept = [row[1] for row in recorder._rows]
+    assert kept == [f"jid{i:010d}" for i in range(10)]  # the first ones, in order
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_observer_ends_a_batch_of_jobs_in_one_hand_over(
+    zk, make_job, database_for_threads
+) -> None:
+    """A batched loop's records: ``begin_many`` / ``end_many`` count and record each job as
+    ``begin`` / ``end`` one by one would, failures included."""
+    from queues.daemons.estimating import Estimating
+    from queues.daemons.registration import ProcessObserver
+    from queues.daemons.shared import ItemResult
+
+    daemon = Estimating(zk=zk)
+    observer = ProcessObserver(zk, [daemon], record=True, host="h", pid=1)
+    jobs = [job_load(zk, make_job("Estimating").jid) for _ in range(3)]
+    tokens = observer.begin_many(daemon, jobs)
+    assert observer.snapshot()["threads"][0]["item"] == jobs[-1].jid  # the last one taken on
+    outcomes = ["ok", "failed", "ok"]
+    observer.end_many(
+        [
+            (token, ItemResult(job.jid, "estimating", outcome, 0.02, "detail"))
+            for token, job, outcome in zip(tokens, jobs, outcomes, strict=True)
+        ]
+    )
+    assert (observer.handled, observer.failed) == (3, 1)
+    assert "item" not in observer.snapshot()["threads"][0]
+    assert observer.recorder is not None
+    assert observer.recorder.flush() == 3
+    rows = {r.item_id: r for r in StepRecord.objects.all()}
+    assert {jid: rows[jid].outcome for jid in rows} == {
+        job.jid: outcome for job, outcome in zip(jobs, outcomes, strict=True)
+    }
+    assert {r.state for r in rows.values()} == {"Estimating"}
+    assert all(r.waited is not None and r.waited >= 0 for r in rows.values())
