@@ -163,8 +163,8 @@ class ProcessObserver:
             return
         failed = sum(1 for _token, r in ended if r is not None and r.outcome == "failed")
         with self._lock:
-            for daemon in {id(token[0]) for token, _result in ended}:
-                self._busy.pop(daemon, None)
+            for key in {id(token[0]) for token, _result in ended}:
+                self._busy.pop(key, None)
             self.handled += len(ended)
             self.failed += failed
             drained = self._draining.is_set() and not self._busy

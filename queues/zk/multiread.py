@@ -39,8 +39,9 @@ _INT = struct.Struct("!i")
 _HEADER = struct.Struct("!i?i")  # MultiHeader: type, done, err
 _STAT = struct.Struct("!qqqqiiiqiiq")
 _END = _HEADER.pack(-1, True, -1)
-_READ_HEADER = struct.Struct(_HEADER.format + "i")  # a read's header and its path's length
-_READ = _READ_HEADER  # an answer's header and its data's length (or an error's code)
+# A MultiHeader and the int after it: a request's path length; an answer's data length (or,
+# for a failed read, its error code).
+_HEADER_INT = struct.Struct(_HEADER.format + "i")
 _NO_NODE = NoNodeError.code
 
 # Reads sent again after a server refused multiRead (and dropped the connection with it).
@@ -70,7 +71,7 @@ class MultiReadRequest:
         parts = []
         for path in self.full_paths:
             encoded = path.encode()
-            parts.append(_READ_HEADER.pack(GET_DATA, False, -1, len(encoded)))  # and the length
+            parts.append(_HEADER_INT.pack(GET_DATA, False, -1, len(encoded)))  # and the length
             parts.append(encoded)
             parts.append(b"\0")  # no watch
         parts.append(_END)
@@ -88,8 +89,8 @@ class MultiReadRequest:
             while True:
                 # A read's header and its data's length at once (a header at the very end,
                 # the closing one, has no length after it).
-                if offset + _READ.size <= end:
-                    kind, done, _err, length = _READ.unpack_from(buffer, offset)
+                if offset + _HEADER_INT.size <= end:
+                    kind, done, _err, length = _HEADER_INT.unpack_from(buffer, offset)
                 else:
                     kind, done, _err = _HEADER.unpack_from(buffer, offset)
                     length = -1
