@@ -44,6 +44,7 @@ class NodeHoldsWatch:
         self._zk = zk
         self._lock = threading.Lock()
         self._armed = False
+        self._fired = 0  # how many times the watch fired (or the session went)
         self._held: frozenset[int] = frozenset()
         self._events: weakref.WeakSet[threading.Event] = weakref.WeakSet()
         zk.add_listener(self._on_state)
@@ -59,6 +60,7 @@ class NodeHoldsWatch:
         with self._lock:
             if self._armed:
                 return self._held
+            fired = self._fired
         try:
             try:
                 names = self._zk.get_children(NODE_HOLDS, watch=self._fire)
@@ -70,13 +72,17 @@ class NodeHoldsWatch:
             return None
         held = frozenset(int(n) for n in names if NODE_RE.fullmatch(n))
         with self._lock:
-            self._armed = True
+            # Kept only while the watch this listing set has not fired yet (a hold placed or
+            # lifted right after the server answered: then the next look lists again), as
+            # ``PresenceWatch.present`` keeps its answer.
+            self._armed = self._fired == fired
             self._held = held
         return held
 
     def _fire(self, _event: Any) -> None:
         with self._lock:
             self._armed = False
+            self._fired += 1
             events = list(self._events)
         for event in events:
             event.set()

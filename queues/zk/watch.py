@@ -629,6 +629,7 @@ class PresenceWatch:
         self._lock = threading.Lock()
         self._armed = False
         self._present = False
+        self._fired = 0  # how many times the watch fired (or the session went)
         zk.add_listener(self._on_state)
 
     def present(self) -> bool | None:
@@ -637,12 +638,18 @@ class PresenceWatch:
         with self._lock:
             if self._armed:
                 return self._present
+            fired = self._fired
         try:
             stat = self._zk.exists(self._path, watch=self._fire)
         except Exception:
             return None
         with self._lock:
-            self._armed = True
+            # The watch this answer set may have fired already (the node went or came right
+            # after the server answered; the watch's callback runs in kazoo's own thread):
+            # then the answer is kept for this look only, and the next look asks again.
+            # Marked armed, it would be kept until the session ended: a hold released at that
+            # moment held its loop for good.
+            self._armed = self._fired == fired
             self._present = stat is not None
             return self._present
 
@@ -652,6 +659,7 @@ class PresenceWatch:
     def _fire(self, _event: Any) -> None:
         with self._lock:
             self._armed = False
+            self._fired += 1
         self._event.set()
 
     def _on_state(self, state: str) -> None:

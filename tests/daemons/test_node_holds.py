@@ -70,3 +70,44 @@ def test_a_hold_of_another_node_or_a_malformed_store_node_holds_nothing(
     node_hold_set(zk, 1)
     assert daemon(zk, "storing").run_once()
     assert job_load(zk, job.jid).state == "Recording"
+
+
+class _LiftedRightAfterTheAnswer:
+    """The watch's client, but for ``get_children``: the server answers (one node held, the
+    watch set), then another client lifts the hold and the watch fires, before the caller goes
+    on (the interleaving of a hold lifted just as a loop first lists the holds)."""
+
+    def __init__(self, zk, other_zk, node: int, fired) -> None:
+        self._zk, self._other, self._node, self._fired = zk, other_zk, node, fired
+
+    def get_children(self, path, watch=None):
+        names = self._zk.get_children(path, watch=watch)
+        if names and not self._fired.is_set():
+            node_hold_clear(self._other, self._node)
+            assert self._fired.wait(30), "the watch did not fire"
+        return names
+
+    def __getattr__(self, name):
+        return getattr(self._zk, name)
+
+
+def test_a_node_hold_lifted_as_the_watch_is_set_is_seen_lifted(zk, other_zk) -> None:
+    """A lifted hold must not stay in the watch's answer for good (its storing loop would pass
+    over that node's jobs until its session ended)."""
+    import threading
+
+    from queues.zk.waits import NodeHoldsWatch
+
+    node_hold_set(other_zk, 9501, by="op", reason="maintenance")
+    woken = threading.Event()
+    watch = NodeHoldsWatch(zk)
+    watch.subscribe(woken)
+    watch._zk = _LiftedRightAfterTheAnswer(zk, other_zk, 9501, woken)
+
+    assert watch.held() == frozenset({9501})  # the answer as the server gave it
+    assert woken.is_set()
+    assert watch.held() == frozenset()  # listed again, not kept
+    woken.clear()
+    node_hold_set(other_zk, 9502)
+    assert woken.wait(30)  # armed again: the next change is seen
+    assert watch.held() == frozenset({9502})

@@ -126,3 +126,43 @@ def test_arming_returns_the_listing_the_watch_was_set_with(zk, other_zk):
     assert fired.wait(60)
     wait_for(lambda: not signal.armed)
     assert sorted(signal.arm() or []) == ["05-jid0000000001", "05-jid0000000002"]
+
+
+class _RemovedRightAfterTheAnswer:
+    """The watch's client, but for ``exists``: the server answers (present, the watch set),
+    then the node is deleted by another client and the watch fires, all before the caller
+    goes on: the interleaving a busy process meets when a hold is released just as one of
+    its loops first asks about it."""
+
+    def __init__(self, zk, other_zk, fired: threading.Event) -> None:
+        self._zk, self._other, self._fired = zk, other_zk, fired
+
+    def exists(self, path, watch=None):
+        stat = self._zk.exists(path, watch=watch)
+        if stat is not None and not self._fired.is_set():
+            self._other.delete(path)
+            assert self._fired.wait(30), "the watch did not fire"
+        return stat
+
+    def __getattr__(self, name):
+        return getattr(self._zk, name)
+
+
+def test_a_hold_released_as_its_watch_is_set_is_seen_released(zk, other_zk):
+    """PresenceWatch: the node deleted between the server's answer and the watch noting it
+    must not leave the watch saying "present" for good (a queue hold released at a start
+    held one loop until its session ended: the benchmark's stalls)."""
+    from queues.zk.watch import PresenceWatch
+
+    path = paths.queue_lock("ingest")
+    other_zk.ensure_path(path)
+    woken = threading.Event()
+    watch = PresenceWatch(zk, path, woken)
+    watch._zk = _RemovedRightAfterTheAnswer(zk, other_zk, woken)
+
+    assert watch.present() is True  # the answer as the server gave it
+    assert woken.is_set()  # the loop is woken: the answer may differ now
+    assert watch.present() is False  # asked again, not kept
+    assert watch.present() is False
+    other_zk.create(path)
+    wait_for(lambda: watch.present() is True, timeout=30)  # armed again: the next change seen
