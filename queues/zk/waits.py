@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -35,6 +36,7 @@ from .codecs import decode_json
 from .errors import MalformedNode
 from .maintenance import NODE_HOLDS, NODE_RE, mode_node
 from .nodes import read_many
+from .watch import KeptAnswer
 
 
 class NodeHoldsWatch:
@@ -43,9 +45,7 @@ class NodeHoldsWatch:
     def __init__(self, zk: KazooClient) -> None:
         self._zk = zk
         self._lock = threading.Lock()
-        self._armed = False
-        self._fired = 0  # how many times the watch fired (or the session went)
-        self._held: frozenset[int] = frozenset()
+        self._answer: KeptAnswer[frozenset[int]] = KeptAnswer(self._tell)
         self._events: weakref.WeakSet[threading.Event] = weakref.WeakSet()
         zk.add_listener(self._on_state)
 
@@ -57,39 +57,29 @@ class NodeHoldsWatch:
     def held(self) -> frozenset[int] | None:
         """The nodes held now; None when ZooKeeper could not be asked (the caller's own checks
         decide then)."""
-        with self._lock:
-            if self._armed:
-                return self._held
-            fired = self._fired
         try:
-            try:
-                names = self._zk.get_children(NODE_HOLDS, watch=self._fire)
-            except NoNodeError:
-                if self._zk.exists(NODE_HOLDS, watch=self._fire) is not None:
-                    return None  # made in between: the watch just set fires, the next look lists
-                names = []
+            return self._answer.get(self._read)
         except Exception:
             return None
-        held = frozenset(int(n) for n in names if NODE_RE.fullmatch(n))
-        with self._lock:
-            # Kept only while the watch this listing set has not fired yet (a hold placed or
-            # lifted right after the server answered: then the next look lists again), as
-            # ``PresenceWatch.present`` keeps its answer.
-            self._armed = self._fired == fired
-            self._held = held
-        return held
 
-    def _fire(self, _event: Any) -> None:
+    def _read(self, watch: Callable[[Any], None]) -> frozenset[int] | None:
+        try:
+            names = self._zk.get_children(NODE_HOLDS, watch=watch)
+        except NoNodeError:
+            if self._zk.exists(NODE_HOLDS, watch=watch) is not None:
+                return None  # made in between: the watch just set fires, the next look lists
+            names = []
+        return frozenset(int(n) for n in names if NODE_RE.fullmatch(n))
+
+    def _tell(self) -> None:
         with self._lock:
-            self._armed = False
-            self._fired += 1
             events = list(self._events)
         for event in events:
             event.set()
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.LOST:
-            self._fire(None)
+            self._answer.fire()
 
 
 _watches: PerKey[KazooClient, NodeHoldsWatch] = PerKey(NodeHoldsWatch)

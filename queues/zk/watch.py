@@ -45,7 +45,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -617,6 +617,48 @@ class ChangeSignal:
         return changed
 
 
+_T = TypeVar("_T")
+
+
+class KeptAnswer(Generic[_T]):
+    """An answer read with a one-shot watch, kept until the watch fires (or ``fire`` is called
+    for a lost session); ``on_fire`` is told of each fire.
+
+    An answer is kept only when the watch its read set has not fired since the read began: a
+    change right after the server answered fires that watch (its callback runs in kazoo's own
+    thread) before the reader goes on, and an answer marked kept after that would stay until
+    the session ended (a queue hold released at that moment held its loop for good). Then the
+    answer serves that look only, and the next look reads again."""
+
+    def __init__(self, on_fire: Callable[[], None]) -> None:
+        self._on_fire = on_fire
+        self._lock = threading.Lock()
+        self._kept = False
+        self._value: _T | None = None
+        self._fired = 0  # how many times the watch fired
+
+    def get(self, read: Callable[[Callable[[Any], None]], _T | None]) -> _T | None:
+        """The kept answer, or ``read(watcher)``'s (``watcher``: the callback to set as the
+        read's watch). A None answer is not kept; ``read``'s errors are the caller's."""
+        with self._lock:
+            if self._kept:
+                return self._value
+            fired = self._fired
+        value = read(self.fire)
+        if value is None:
+            return None
+        with self._lock:
+            self._kept = self._fired == fired
+            self._value = value
+        return value
+
+    def fire(self, _event: Any = None) -> None:
+        with self._lock:
+            self._kept = False
+            self._fired += 1
+        self._on_fire()
+
+
 class PresenceWatch:
     """Whether a node exists (a queue hold), as an exists watch last saw it: one request when
     the node comes or goes, not one a look. Each change (and a lost session, which takes the
@@ -625,43 +667,22 @@ class PresenceWatch:
     def __init__(self, zk: KazooClient, path: str, event: threading.Event) -> None:
         self._zk = zk
         self._path = path
-        self._event = event
-        self._lock = threading.Lock()
-        self._armed = False
-        self._present = False
-        self._fired = 0  # how many times the watch fired (or the session went)
+        self._answer: KeptAnswer[bool] = KeptAnswer(event.set)
         zk.add_listener(self._on_state)
 
     def present(self) -> bool | None:
         """Whether the node exists; None when ZooKeeper could not be asked (then the caller's
         own reads decide, as without the watch)."""
-        with self._lock:
-            if self._armed:
-                return self._present
-            fired = self._fired
         try:
-            stat = self._zk.exists(self._path, watch=self._fire)
+            return self._answer.get(
+                lambda watch: self._zk.exists(self._path, watch=watch) is not None
+            )
         except Exception:
             return None
-        with self._lock:
-            # The watch this answer set may have fired already (the node went or came right
-            # after the server answered; the watch's callback runs in kazoo's own thread):
-            # then the answer is kept for this look only, and the next look asks again.
-            # Marked armed, it would be kept until the session ended: a hold released at that
-            # moment held its loop for good.
-            self._armed = self._fired == fired
-            self._present = stat is not None
-            return self._present
 
     def close(self) -> None:
         self._zk.remove_listener(self._on_state)
 
-    def _fire(self, _event: Any) -> None:
-        with self._lock:
-            self._armed = False
-            self._fired += 1
-        self._event.set()
-
     def _on_state(self, state: str) -> None:
         if state == KazooState.LOST:
-            self._fire(None)
+            self._answer.fire()
