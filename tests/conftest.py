@@ -132,11 +132,14 @@ def _var_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def _batch_moves_settled() -> Iterator[None]:
     """The batches a test's loops completed are moved on (``queues/daemons/completions.py``,
-    a thread of the process's own) before the next test binds a client of its own."""
+    a thread of the process's own) before the next test binds a client of its own, and its
+    completed jobs' folders removed (``FOLDER_REMOVALS``) before the next test's folders."""
     yield
     from queues.daemons.completions import REPORTING_MOVES
+    from queues.daemons.workfolder import FOLDER_REMOVALS
 
     REPORTING_MOVES.settle(timeout=60)
+    FOLDER_REMOVALS.settle(timeout=60)
 
 
 @pytest.fixture

@@ -15,66 +15,41 @@ waiting when the process is killed) is moved by the reporting consumer's sweep
 from __future__ import annotations
 
 import logging
-import threading
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from queues.daemons.handoff import HandedWork
 from queues.services import moves
 
 log = logging.getLogger("queues.daemons")
 
 
-class ReportingMoves:
+class ReportingMoves(HandedWork[tuple[Any, str, list[str]]]):
     """Batches handed over by the loops, moved to Reporting one hand-over after another by one
     thread, started at the first hand-over."""
 
     def __init__(self, move: Callable[[Any, list[str]], Any] | None = None) -> None:
+        super().__init__("batch-completions")
         self._move = move or _to_reporting
-        self._waiting: deque[tuple[Any, str, list[str]]] = deque()
-        self._busy = False
-        self._changed = threading.Condition()
-        self._thread: threading.Thread | None = None
 
     def hand(self, zk: Any, step: str, bids: list[str]) -> None:
         """Move ``bids`` (complete, as ``step``'s completion check found them) to Reporting,
         through ``zk``, the client of the loop handing them over."""
-        if not bids:
-            return
-        with self._changed:
-            self._waiting.append((zk, step, bids))
-            if self._thread is None or not self._thread.is_alive():
-                self._busy = False  # a thread that died with a move under way
-                self._thread = threading.Thread(
-                    target=self._run, name="batch-completions", daemon=True
-                )
-                self._thread.start()
-            self._changed.notify_all()
+        if bids:
+            self.put((zk, step, bids))
 
-    def settle(self, timeout: float | None = None) -> bool:
-        """Wait until every batch handed over has been moved (or its move failed); False when
-        ``timeout`` passed first. A stopping process, and tests."""
-        with self._changed:
-            return self._changed.wait_for(lambda: not self._waiting and not self._busy, timeout)
+    def work(self, piece: tuple[Any, str, list[str]]) -> None:
+        zk, _step, bids = piece
+        self._move(zk, bids)
 
-    def _run(self) -> None:
-        while True:
-            with self._changed:
-                while not self._waiting:
-                    self._busy = False
-                    self._changed.notify_all()
-                    self._changed.wait()
-                zk, step, bids = self._waiting.popleft()
-                self._busy = True
-            try:
-                self._move(zk, bids)
-            except Exception as exc:
-                log.warning(
-                    "%s %s: batch completion: %s (the reporting sweep moves them)",
-                    ", ".join(sorted(bids)),
-                    step,
-                    str(exc).strip()[:500] or type(exc).__name__,
-                )
+    def failed(self, piece: tuple[Any, str, list[str]], exc: Exception) -> None:
+        _zk, step, bids = piece
+        log.warning(
+            "%s %s: batch completion: %s (the reporting sweep moves them)",
+            ", ".join(sorted(bids)),
+            step,
+            str(exc).strip()[:500] or type(exc).__name__,
+        )
 
 
 def _to_reporting(zk: Any, bids: list[str]) -> None:

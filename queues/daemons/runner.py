@@ -17,6 +17,7 @@ from queues.daemons.completions import REPORTING_MOVES
 from queues.daemons.pipeline import LockKeeper, run_together
 from queues.daemons.registration import ProcessObserver
 from queues.daemons.registry import daemon_classes
+from queues.daemons.workfolder import FOLDER_REMOVALS
 from queues.zk.client import add_state_listener, client, remove_state_listener
 from queues.zk.records import Job
 
@@ -196,6 +197,7 @@ class Host:
             if daemon.last is not None and daemon.last.is_error:
                 failed = True
         REPORTING_MOVES.settle(timeout=SETTLE_SECONDS)
+        FOLDER_REMOVALS.settle(timeout=SETTLE_SECONDS)
         return 1 if failed else 0
 
     def run(self, stop: threading.Event) -> None:
@@ -213,3 +215,7 @@ class Host:
         # batch left behind is moved by the reporting sweep).
         if not REPORTING_MOVES.settle(timeout=SETTLE_SECONDS):
             log.warning("stopping: batches still being moved to Reporting are left to the sweep")
+        # The completed jobs' folders still being removed: a large one may take longer (the
+        # stop timeout's give-up ends the process then, the folder left half removed).
+        if not FOLDER_REMOVALS.settle(timeout=SETTLE_SECONDS):
+            log.warning("stopping: completed jobs' working folders still being removed")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 
 from queues.core.retries import service_at
 from queues.daemons import notify as notify_module
-from queues.daemons.workfolder import workdir
+from queues.daemons.workfolder import FOLDER_REMOVALS, FolderRemovals, workdir
 from queues.steps.profiles import load_profile
 from queues.zk.batches import batch_load, batch_transition
 from queues.zk.jobs import job_load
@@ -47,6 +48,7 @@ def test_callback_is_posted_then_completed_and_folder_removed(
     state = json.loads(body)["job:jobState"]
     assert state["job:jobID"] == job.jid
     assert state["job:jobStatus"] == "COMPLETED"
+    assert FOLDER_REMOVALS.settle(timeout=30)  # removed by the process's remover
     assert not workdir(job).exists()
     # It was the batch's only job: the batch moves on to Reporting.
     assert batch_load(zk, job.bid).state == "Reporting"
@@ -109,3 +111,31 @@ def test_the_callback_service_is_kept_for_a_moment_by_profile(
     monkeypatch.setattr(notify_module, "SERVICES_FOR", 0.0)  # what kept it has passed
     assert step.services_of(jobs[1]) == (service_at("callback", "http://127.0.0.2:9/hook"),)
     assert loaded == [DEMO, DEMO]
+
+
+def test_folders_are_removed_in_the_removers_thread_the_batch_folder_with_its_last_job(
+    tmp_path: Path,
+) -> None:
+    """The loop that completes jobs hands their folders over and goes on (a large object's
+    folder takes seconds to remove, and that loop's thread is the other short steps' too)."""
+    threads: list[str] = []
+
+    class Noting(FolderRemovals):
+        def work(self, piece: tuple[Path, Path | None]) -> None:
+            threads.append(threading.current_thread().name)
+            super().work(piece)
+
+    removals = Noting("removals-under-test")
+    batch = tmp_path / "bid0000000001"
+    first, second = batch / "jid0000000001", batch / "jid0000000002"
+    for folder in (first, second):
+        (folder / "object" / "producer").mkdir(parents=True)
+        (folder / "object" / "producer" / "a.txt").write_text("x")
+    removals.put((first, batch))
+    assert removals.settle(timeout=30)
+    assert not first.exists()
+    assert second.exists()  # the batch folder stays while another job uses it
+    removals.put((second, batch))
+    assert removals.settle(timeout=30)
+    assert not batch.exists()
+    assert threads == ["removals-under-test"] * 2
