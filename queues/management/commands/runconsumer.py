@@ -31,8 +31,6 @@ from django.db import close_old_connections
 from queues.core.transient import is_database_outage
 from queues.core.transient import reason as transient_reason
 from queues.daemons.base import describe
-from queues.daemons.logwriter import flush as flush_logs
-from queues.daemons.logwriter import queued_logging
 from queues.daemons.registry import (
     ALL,
     NAMES,
@@ -123,8 +121,7 @@ class Command(BaseCommand):
             ready = os.environ.get("MRT_READY_FILE", "")
             if ready:
                 _say_ready(host, ready, stop)
-            with queued_logging():
-                host.run(stop)
+            host.run(stop)
         finally:
             host.close()
             close()
@@ -218,7 +215,6 @@ class Command(BaseCommand):
         def on_signal(signum: int, _frame: object) -> None:
             if stop.is_set():
                 # Second signal: do not wait for the item in hand; its lock goes with the session.
-                flush_logs()
                 os._exit(1)
             self.stderr.write(
                 f"{signal.Signals(signum).name}: finishing the current items (at most {timeout:g}s)"
@@ -240,6 +236,5 @@ class Command(BaseCommand):
             f"stopping: items still in hand after {timeout:g}s; exiting without them (their "
             f"locks go with the session). Threads: {', '.join(names)}"
         )
-        flush_logs()
         self.stderr.flush()
         os._exit(1)
