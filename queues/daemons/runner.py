@@ -215,7 +215,11 @@ class Host:
         # batch left behind is moved by the reporting sweep).
         if not REPORTING_MOVES.settle(timeout=SETTLE_SECONDS):
             log.warning("stopping: batches still being moved to Reporting are left to the sweep")
-        # The completed jobs' folders still being removed: a large one may take longer (the
-        # stop timeout's give-up ends the process then, the folder left half removed).
+        # The completed jobs' folders still being removed. One that takes longer is left on
+        # the disk as far as it got when the process ends.
         if not FOLDER_REMOVALS.settle(timeout=SETTLE_SECONDS):
-            log.warning("stopping: completed jobs' working folders still being removed")
+            log.warning(
+                "stopping: completed jobs' working folders not all removed in %gs; what is "
+                "left of them stays under MRT_WORK_DIR",
+                SETTLE_SECONDS,
+            )
