@@ -1,6 +1,7 @@
 """Retention: every ``MRT_RETENTION_SWEEP_SECONDS`` archive the batches (with their jobs) that
 finished at least ``MRT_RETENTION_DAYS`` ago into the database and remove them from ZooKeeper
-(``queues/operator/archive.py``), with one log line per batch archived or left alone.
+(``queues/operator/archive.py``), with one log line per batch archived or left alone; then
+remove the working folders no job will use again (``workfolder.leftover_folders``).
 
 Not a consumer of one state: it claims nothing and takes no lock (the removers refuse a locked
 item and check every status version against what was archived), so it is not stopped by a
@@ -16,6 +17,7 @@ from typing import ClassVar
 from django.conf import settings
 
 from queues.daemons.base import ItemResult, PeriodicDaemon
+from queues.daemons.workfolder import remove_leftover_folders
 from queues.operator import archive
 
 log = logging.getLogger("queues.daemons")
@@ -45,9 +47,11 @@ class Retention(PeriodicDaemon):
             if self._stop is not None and self._stop.is_set():
                 break
         days = archive.retention_age().total_seconds() / 86400
+        folders = remove_leftover_folders(self.zk)
         detail = (
             f"{archived} batches ({jobs} jobs) archived and removed from ZooKeeper, "
-            f"{left} left alone; finished at least {days:g} days ago"
+            f"{left} left alone; finished at least {days:g} days ago; "
+            f"{folders} working folders of ended or removed jobs removed"
         )
         return ItemResult("sweep", self.step, "ok", time.monotonic() - started, detail)
 

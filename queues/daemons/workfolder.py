@@ -21,15 +21,20 @@ import logging
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
+from queues.core.states import JobState
 from queues.daemons.base import NotProcessable, StepFailed
 from queues.daemons.handoff import HandedWork
 from queues.services.depositors import depositor_policy, payload_roots
 from queues.steps.checkm import ManifestError
 from queues.steps.fetch import fetch_bytes
 from queues.steps.submission import ObjectSpec, PayloadFile, PayloadNotHere, payload_files
+from queues.zk import paths as zpaths
+from queues.zk.jobs import jobs_load
+from queues.zk.nodes import exists_many
 from queues.zk.records import Job
 
 OBJECT_DIR = "object"
@@ -155,6 +160,53 @@ def remove_workdir(job: Job) -> None:
     """Hand ``job``'s working folder over for removal, with its batch's once that is empty."""
     folder = workdir(job)
     FOLDER_REMOVALS.put((folder, folder.parent if folder.parent != work_root() else None))
+
+
+ENDED = frozenset({JobState.COMPLETED, JobState.DELETED})
+SWEEP_CHUNK = 500  # jobs read a round trip
+
+
+def leftover_folders(zk: Any) -> list[Path]:
+    """The working folders no job will use again: of a job Completed or Deleted (notify hands a
+    completed job's folder to ``FOLDER_REMOVALS``, which a killed process never got to; a job
+    deleted after it failed keeps the folder it failed with), or of a job gone from ZooKeeper
+    (archived or removed with its batch). A Failed job keeps its folder for a resume; a folder
+    whose name is no batch and job ID, or whose job names another batch, or that is a link, is
+    left alone: nothing here is taken on a guess."""
+    root = work_root()
+    candidates: list[Path] = []
+    with contextlib.suppress(FileNotFoundError):
+        for batch in root.iterdir():
+            if batch.is_symlink() or not batch.is_dir() or not zpaths.BID_RE.match(batch.name):
+                continue
+            candidates += (
+                folder
+                for folder in batch.iterdir()
+                if zpaths.JID_RE.match(folder.name) and not folder.is_symlink() and folder.is_dir()
+            )
+    candidates.sort()
+    leftover: list[Path] = []
+    for start in range(0, len(candidates), SWEEP_CHUNK):
+        chunk = candidates[start : start + SWEEP_CHUNK]
+        jids = [folder.name for folder in chunk]
+        loaded = {job.jid: job for job in jobs_load(zk, jids) if isinstance(job, Job)}
+        present = exists_many(zk, [zpaths.job(jid) for jid in jids])
+        for folder in chunk:
+            job = loaded.get(folder.name)
+            if job is None:
+                if present[zpaths.job(folder.name)] is None:
+                    leftover.append(folder)  # gone; one being created or broken is left
+            elif job.bid == folder.parent.name and job.state in ENDED:
+                leftover.append(folder)
+    return leftover
+
+
+def remove_leftover_folders(zk: Any) -> int:
+    """Remove ``leftover_folders`` (each batch folder with its last job); how many."""
+    folders = leftover_folders(zk)
+    for folder in folders:
+        FOLDER_REMOVALS.work((folder, folder.parent))
+    return len(folders)
 
 
 def priority_for_size(priority: int, space_needed: int) -> int:
