@@ -174,11 +174,14 @@ def leftover_folders(zk: Any) -> list[Path]:
     whose name is no batch and job ID, or whose job names another batch, or that is a link, is
     left alone: nothing here is taken on a guess."""
     root = work_root()
+    if not root.is_dir():
+        return []
     candidates: list[Path] = []
-    with contextlib.suppress(FileNotFoundError):
-        for batch in root.iterdir():
-            if batch.is_symlink() or not batch.is_dir() or not zpaths.BID_RE.match(batch.name):
-                continue
+    for batch in root.iterdir():
+        if batch.is_symlink() or not batch.is_dir() or not zpaths.BID_RE.match(batch.name):
+            continue
+        # A batch folder removed meanwhile (its last job's, by a remover) has nothing to sweep.
+        with contextlib.suppress(FileNotFoundError):
             candidates += (
                 folder
                 for folder in batch.iterdir()
