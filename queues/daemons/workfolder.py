@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 
-from queues.core.states import JobState
+from queues.core.states import JOB
 from queues.daemons.base import NotProcessable, StepFailed
 from queues.daemons.handoff import HandedWork
 from queues.services.depositors import depositor_policy, payload_roots
@@ -33,8 +33,9 @@ from queues.steps.checkm import ManifestError
 from queues.steps.fetch import fetch_bytes
 from queues.steps.submission import ObjectSpec, PayloadFile, PayloadNotHere, payload_files
 from queues.zk import paths as zpaths
-from queues.zk.jobs import jobs_load
-from queues.zk.nodes import exists_many
+from queues.zk.errors import MalformedNode, NotFound
+from queues.zk.jobs import job_nodes, jobs_finish_load, load_paths
+from queues.zk.nodes import collect_reads, start_reads
 from queues.zk.records import Job
 
 OBJECT_DIR = "object"
@@ -162,7 +163,8 @@ def remove_workdir(job: Job) -> None:
     FOLDER_REMOVALS.put((folder, folder.parent if folder.parent != work_root() else None))
 
 
-ENDED = frozenset({JobState.COMPLETED, JobState.DELETED})
+# A job's states no step or resume leaves: its folder has no more use.
+ENDED = JOB.terminal - JOB.action_sources("resume")
 SWEEP_CHUNK = 500  # jobs read a round trip
 
 
@@ -191,15 +193,17 @@ def leftover_folders(zk: Any) -> list[Path]:
     leftover: list[Path] = []
     for start in range(0, len(candidates), SWEEP_CHUNK):
         chunk = candidates[start : start + SWEEP_CHUNK]
-        jids = [folder.name for folder in chunk]
-        loaded = {job.jid: job for job in jobs_load(zk, jids) if isinstance(job, Job)}
-        present = exists_many(zk, [zpaths.job(jid) for jid in jids])
+        reads = collect_reads(start_reads(zk, load_paths([folder.name for folder in chunk])))
         for folder in chunk:
-            job = loaded.get(folder.name)
-            if job is None:
-                if present[zpaths.job(folder.name)] is None:
-                    leftover.append(folder)  # gone; one being created or broken is left
-            elif job.bid == folder.parent.name and job.state in ENDED:
+            jid = folder.name
+            if reads[job_nodes(jid).base] is None:
+                leftover.append(folder)  # gone: archived, or removed with its batch
+                continue
+            try:
+                job = jobs_finish_load(jid, reads)
+            except (NotFound, MalformedNode):
+                continue  # still being made, or broken: not judged on a guess
+            if job.bid == folder.parent.name and job.state in ENDED:
                 leftover.append(folder)
     return leftover
 

@@ -633,28 +633,25 @@ class KeptAnswer(Generic[_T]):
     def __init__(self, on_fire: Callable[[], None]) -> None:
         self._on_fire = on_fire
         self._lock = threading.Lock()
-        self._kept = False
-        self._value: _T | None = None
         self._fired = 0  # how many times the watch fired
+        self._value: _T | None = None
+        self._read_at = -1  # ``_fired`` when the kept value's read began: kept while equal
 
     def get(self, read: Callable[[Callable[[Any], None]], _T | None]) -> _T | None:
         """The kept answer, or ``read(watcher)``'s (``watcher``: the callback to set as the
         read's watch). A None answer is not kept; ``read``'s errors are the caller's."""
         with self._lock:
-            if self._kept:
+            if self._read_at == self._fired:
                 return self._value
             fired = self._fired
         value = read(self.fire)
-        if value is None:
-            return None
-        with self._lock:
-            self._kept = self._fired == fired
-            self._value = value
+        if value is not None:
+            with self._lock:
+                self._value, self._read_at = value, fired
         return value
 
     def fire(self, _event: Any = None) -> None:
         with self._lock:
-            self._kept = False
             self._fired += 1
         self._on_fire()
 

@@ -34,6 +34,9 @@ def test_the_folders_of_ended_and_removed_jobs_go_and_the_others_stay(zk, settin
         _folder(workdir(job))
     # Under another batch's folder than its own: not this sweep's to judge.
     stray = _folder(workdir(completed).parent.parent / processing.bid / completed.jid)
+    # A job still being made (its node, no status yet): not judged.
+    zk.create("/jobs/jid0000000777")
+    half = _folder(tmp_path / "work" / processing.bid / "jid0000000777")
     # Names that are no IDs, and a link that looks like a job's folder: left alone.
     odd = _folder(tmp_path / "work" / "lost+found" / "jid0000000001")
     notes = tmp_path / "work" / deleted.bid / "notes.txt"
@@ -52,7 +55,7 @@ def test_the_folders_of_ended_and_removed_jobs_go_and_the_others_stay(zk, settin
     assert workdir(deleted).parent.exists()  # another file still in it
     for job in (failed, downloading, processing):
         assert (workdir(job) / "object" / "producer" / "a.txt").read_text() == "payload"
-    assert stray.exists() and odd.exists() and notes.exists()
+    assert stray.exists() and half.exists() and odd.exists() and notes.exists()
     assert (outside / "object" / "producer" / "a.txt").exists()
     assert link.is_symlink()
     assert leftover_folders(zk) == []  # nothing more the next time
