@@ -183,8 +183,22 @@ def run_through_faults(
                 fault()
         locked = [j.jid for j in jobs if watcher.exists(zpaths.job_node(j.jid, "lock"))]
         assert locked == []
-        for consumer in consumers:
-            assert ledger_of(consumer.zk).held() == frozenset()
+
+        # A move's answer reaches its thread after the server applied it (and after the test
+        # saw the job arrive): the thread then notes its lock given up. Wait for that.
+        def ledgers_empty() -> bool:
+            return all(ledger_of(c.zk).held() == frozenset() for c in consumers)
+
+        try:
+            wait_for(ledgers_empty, timeout=60)
+        except AssertionError:
+            raise AssertionError(
+                "locks still noted as held 60 s after every job arrived: "
+                + "; ".join(
+                    f"consumer {n}: {sorted(ledger_of(c.zk).held())}"
+                    for n, c in enumerate(consumers)
+                )
+            ) from None
     finally:
         for consumer in consumers:
             consumer.close()
