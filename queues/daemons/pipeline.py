@@ -1262,7 +1262,8 @@ class JobPipeline:
             at = len(stepping.done)
             ended, outcomes = stepping.works[:at], list(stepping.done)
             rest = stepping.works[at + 1 :]
-            stepping.works = [stepping.works[at]]
+            alone = stepping.works[at]
+            stepping.works = [alone]
             stepping.done.clear()
         if rest:
             self._submit(Stepping(server, rest, stepping.holding), first=True)
@@ -1277,8 +1278,9 @@ class JobPipeline:
             return
         self.paces.set_aside(server)
         log.info(
-            "%s: a step on %s under way for %.1f s is set aside; the server's other jobs go on",
+            "%s: %s's step on %s under way for %.1f s is set aside; the server's other jobs go on",
             self.daemon.name,
+            alone.job.jid,
             server or "a server",
             time.monotonic() - began,
         )

@@ -350,7 +350,12 @@ def test_a_slow_url_holds_up_none_of_its_hosts_other_jobs(
         stop.set()
         thread.join(60)
     assert not thread.is_alive()
-    assert at_once[1] == 1  # the good jobs' HEADs one at a time: the host's lane
+    # The good jobs' HEADs one at a time: the host's lane. On a busy machine a good HEAD may
+    # itself outlast the host's usual pace and be set aside (as designed), and the lane then
+    # goes on beside it: each such one may add one HEAD at a time, never more.
+    asides = [r.getMessage() for r in caplog.records if "is set aside" in r.getMessage()]
+    good_asides = sum(any(f"{j.jid}'s step" in m for j in good) for m in asides)
+    assert at_once[1] <= 1 + good_asides, asides
     assert "has not answered a step for" not in caplog.text  # no host (nor URL) judged slow
     assert all(files.hits("HEAD", f"hostile{n}") == 1 for n in range(2))
     for job in good + hostile:
