@@ -11,6 +11,11 @@ queue consistent and complete, one storage version per object, no good job Faile
 infrastructure, every hostile depositor Failed for its own reason; last, the servers' own
 transaction logs (``txnlog``): no lock deleted by a session that did not create it, none taken
 over a standing one, no consumer write to a job whose lock it did not hold.
+
+ZooKeeper away for good (an ensemble that elects no leader) does not hold the run: the monitor's
+and the judge's reads fail once the connection has been down a second (``FailWhileDown``), the
+run fails as stalled, and when ZooKeeper does not answer within ``stall`` of the run's end either,
+the verdict says that the queue was not judged.
 """
 
 from __future__ import annotations
@@ -65,8 +70,9 @@ from queues.chaos.servers import (
 )
 from queues.chaos.standins import EzidStandIn, InventoryStandIn, StorageStandIn
 from queues.services.zkserver import LocalEnsemble, LocalZooKeeper, free_port
-from queues.zk.client import connect
+from queues.zk.client import FailWhileDown, connect
 from queues.zk.consumers import consumer_name
+from queues.zk.errors import is_connection_error
 
 # The consumers' fetch policy in a chaos run: the good server's address only, and slow
 # depositors found out within seconds rather than minutes.
@@ -400,6 +406,9 @@ class Run:
         self._stack.callback(sentinel.stop)
         zk = connect(self.hosts, timeout=30)
         self._stack.callback(lambda: (zk.stop(), zk.close()))
+        # The monitor and the judge go on while ZooKeeper is away: a read made then fails
+        # instead of waiting (for ever, if the ensemble elects no leader), so the stall is seen.
+        self._stack.callback(FailWhileDown(zk).stop)
         expected = depositors.submit_good(zk, payload, files.url, jobs=opts.jobs, batches=batches)
         self.say(f"submitted {len(expected)} batches, {opts.jobs} manifest lines")
         if opts.hostile:
@@ -418,6 +427,40 @@ class Run:
         self._stack.callback(self._kill_all)
 
         self._chaos(zk, expected)
+        if not self._answering(zk):
+            self.verdict.fail(
+                f"ZooKeeper did not answer within {opts.stall:.0f}s of the run's end: "
+                "the locks, the queue and the callbacks were not judged"
+            )
+        else:
+            try:
+                self._judge(zk, expected)
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    raise
+                self.verdict.fail(f"ZooKeeper went away while the run was judged: {exc!r}")
+        for consumer in self.stage.consumers:
+            self._stop(consumer)  # each once: a consumer stopped already is left alone
+        if self.web is not None:
+            self._judge_web()
+        judge.judge_txnlog(self._data_dirs(), self.stage.kept_logs, "", self.verdict, self.say)
+        self.say(f"faults: {self.log.summary()}; {self.kills} SIGKILLs")
+        self.summary = (
+            f"{opts.jobs} jobs and {batches} batches consistent ({self.throughput}) "
+            f"after {self.kills} SIGKILLs "
+            f"and these faults: {self.log.summary()}"
+            + (
+                f"; {len(depositors.HOSTILE)} hostile depositors failed for their reasons"
+                if opts.hostile
+                else ""
+            )
+        )
+
+    def _judge(self, zk: Any, expected: dict[str, set[str]]) -> None:
+        """The queue as the run left it, with ZooKeeper answering: locks, stuck jobs, every
+        batch and job, the stored versions, the failures, the callbacks (and the flaps and the
+        hostile depositors when the run had them)."""
+        opts = self.options
         # Every lock must go within the grace after the last fault, the consumers still
         # running: stopping them first would end the sessions of orphan locks and hide them.
         healed = max(self.log.last_heal, self.last_kill + opts.session_timeout)
@@ -444,20 +487,16 @@ class Run:
             judge.judge_flaps(self.stage.flapping.figures(), self.verdict, self.say)
         if opts.hostile:
             judge.judge_hostile(jobs, self.var, Sentinel.hits, self.verdict, self.say)
-        if self.web is not None:
-            self._judge_web()
-        judge.judge_txnlog(self._data_dirs(), self.stage.kept_logs, "", self.verdict, self.say)
-        self.say(f"faults: {self.log.summary()}; {self.kills} SIGKILLs")
-        self.summary = (
-            f"{opts.jobs} jobs and {batches} batches consistent ({self.throughput}) "
-            f"after {self.kills} SIGKILLs "
-            f"and these faults: {self.log.summary()}"
-            + (
-                f"; {len(depositors.HOSTILE)} hostile depositors failed for their reasons"
-                if opts.hostile
-                else ""
-            )
-        )
+
+    def _answering(self, zk: Any) -> bool:
+        """Whether ZooKeeper answers ``zk`` within the run's ``stall`` (a fault just healed may
+        take a moment to); False when it does not, and the run cannot be judged."""
+        deadline = time.monotonic() + self.options.stall
+        while not zk.connected:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.25)
+        return True
 
     def _data_dirs(self) -> list[Path]:
         """The folders of the ZooKeeper servers this run started (none on an existing one)."""

@@ -88,6 +88,7 @@ from kazoo.exceptions import (
     EXCEPTIONS,
     ConnectionClosedError,
     ConnectionDropped,
+    ConnectionLoss,
     SessionExpiredError,
 )
 from kazoo.handlers.threading import SequentialThreadingHandler
@@ -556,6 +557,30 @@ def session_id(zk: KazooClient) -> int | None:
     after it has told the state listeners LOST)."""
     session: int | None = zk._session_id
     return session or None
+
+
+def fail_unsent(zk: KazooClient) -> int:
+    """Fail with ConnectionLoss each request queued on ``zk`` and not sent yet; how many.
+
+    kazoo keeps a request made while the connection is down until the connection is back, its
+    caller waiting all that time (for an ensemble that never elects a leader: for ever). For a
+    caller that must go on whatever ZooKeeper does (``FailWhileDown``); never while connected,
+    when the queue is simply what the connection thread has yet to send. A stop's own close
+    (no answer to give) is left where it is, with what follows it.
+    """
+    failed = 0
+    queue = zk._queue
+    while not zk.connected and not zk._stopped.is_set():
+        try:
+            item = queue.popleft()
+        except IndexError:
+            break
+        if item[1] is None:  # kazoo's own close: not a caller's request
+            queue.appendleft(item)
+            break
+        item[1].set_exception(ConnectionLoss())
+        failed += 1
+    return failed
 
 
 def session_ephemerals(zk: KazooClient) -> list[str]:
