@@ -1,5 +1,5 @@
-"""Operations: /healthz during an outage, runconsumer on an unmigrated database, and
-bin/run-console stopped by a signal to its own PID."""
+"""Operations: /healthz during an outage, runconsumer and the operator commands on a database
+not ready, and bin/run-console stopped by a signal to its own PID."""
 
 from __future__ import annotations
 
@@ -109,6 +109,51 @@ def test_runconsumer_refuses_an_unmigrated_database_before_claiming(
     assert jobs.job_load(zk, job.jid).state == "Pending"
     assert zk.exists(f"/jobs/{job.jid}/lock") is None
     assert batches.batch_load(zk, batch.bid).state == "Pending"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("apitoken", "list"),
+        ("apitoken", "create", "--user", "someone", "--name", "monitor"),
+        ("setupconsole",),
+        ("queuecheck", "--repair"),
+    ],
+    ids=lambda command: " ".join(command[:2]),
+)
+@pytest.mark.parametrize("database", ["never-migrated", "cannot-open"])
+def test_a_command_that_needs_the_database_refuses_one_not_ready_in_one_line(
+    command: tuple[str, ...], database: str, tmp_path: Path
+) -> None:
+    var = tmp_path / "var"
+    path = (
+        tmp_path / "never-migrated.sqlite3"
+        if database == "never-migrated"
+        else tmp_path / "no-such-folder" / "console.sqlite3"
+    )
+    env = {
+        **os.environ,
+        "ZK_HOSTS": "127.0.0.1:1",  # never asked: the database is looked at first
+        "MRT_VAR_DIR": str(var),
+        "MRT_DATABASE_PATH": str(path),
+        "DJANGO_SECRET_KEY": "x" * 50,
+    }
+    done = subprocess.run(
+        [sys.executable, str(BASE / "manage.py"), *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr  # one line, no traceback
+    if database == "never-migrated":
+        assert "is not migrated" in lines[0] and "manage.py migrate" in lines[0]
+    else:
+        assert f"the database {path} does not answer" in lines[0]
+    assert not (var / "admin-password").exists()  # nothing made
 
 
 # ---- bin/run-console and signals ----------------------------------------------------------------

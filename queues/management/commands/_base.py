@@ -7,7 +7,42 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from queues.core.transient import is_database_outage
 from queues.zk.errors import DomainError
+
+
+def check_migrated() -> None:
+    """CommandError (exit 2) when the console's database has migrations not applied; a database
+    that does not answer raises its own error (``runconsumer`` waits for it)."""
+    from django.db import DEFAULT_DB_ALIAS, connections
+    from django.db.migrations.executor import MigrationExecutor
+
+    connection = connections[DEFAULT_DB_ALIAS]
+    executor = MigrationExecutor(connection)
+    pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    if pending:
+        raise CommandError(
+            f"the database {connection.settings_dict['NAME']} is not migrated "
+            f"({len(pending)} migrations pending): run `manage.py migrate` first",
+            returncode=2,
+        )
+
+
+def require_database() -> None:
+    """For a command that reads or writes the console's database: one clear line and exit 2,
+    before anything is done, when the database is not migrated or does not answer (rather
+    than a traceback from the first query)."""
+    from django.db import DEFAULT_DB_ALIAS, connections
+
+    try:
+        check_migrated()
+    except CommandError:
+        raise
+    except Exception as exc:
+        if not is_database_outage(exc):
+            raise
+        name = connections[DEFAULT_DB_ALIAS].settings_dict["NAME"]
+        raise CommandError(f"the database {name} does not answer: {exc}", returncode=2) from exc
 
 
 class QueueCommand(BaseCommand):

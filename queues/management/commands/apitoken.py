@@ -20,7 +20,7 @@ from queues.core.clock import clock_text
 from queues.operator import audit
 from queues.operator.audit import ApiToken
 
-from ._base import QueueCommand
+from ._base import QueueCommand, require_database
 
 VIA = "command"
 
@@ -52,6 +52,7 @@ class Command(QueueCommand):
         parser.add_argument("--key-file", default="", help="create: write the key here (0600)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        require_database()
         action = opts["action"]
         if action == "create":
             self.create(opts["user"], opts["name"], opts["key_file"])

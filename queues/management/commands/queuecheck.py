@@ -12,7 +12,7 @@ from queues.models import ConsistencyFinding
 from queues.operator import consistency
 from queues.zk.client import client
 
-from ._base import QueueCommand
+from ._base import QueueCommand, require_database
 
 
 class Command(QueueCommand):
@@ -32,6 +32,7 @@ class Command(QueueCommand):
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        require_database()
         zk = self.run_safely(client)
         owner = f"{socket.gethostname()}:{os.getpid()}:queuecheck"
         run, created = consistency.start(user=None, via="cli", owner=owner)

@@ -44,6 +44,8 @@ from queues.daemons.runner import Host, tune_collector
 from queues.zk.client import close
 from queues.zk.errors import is_connection_error
 
+from ._base import check_migrated
+
 # Docker waits 10 s after SIGTERM before SIGKILL, Kubernetes 30 s: within the longer one, so an
 # orchestrator that allows it sees the process end by itself.
 DEFAULT_STOP_TIMEOUT = 25.0
@@ -126,34 +128,17 @@ class Command(BaseCommand):
             host.close()
             close()
 
-    def _check_migrated(self) -> None:
-        """Refuse to start on a database with unapplied migrations, before claiming anything.
-
-        The steps write the local inventory and read other tables: without them every job would
-        fail at the step that first touches one, for a reason that is the host's, not the job's.
-        """
-        from django.db import DEFAULT_DB_ALIAS, connections
-        from django.db.migrations.executor import MigrationExecutor
-
-        connection = connections[DEFAULT_DB_ALIAS]
-        executor = MigrationExecutor(connection)
-        pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
-        if pending:
-            raise CommandError(
-                f"the database {connection.settings_dict['NAME']} is not migrated "
-                f"({len(pending)} migrations pending): run `manage.py migrate` first",
-                returncode=2,
-            )
-
     def _wait_for_database(self, options: dict[str, Any], stop: threading.Event) -> bool:
-        """The migration check, waiting (with back-off) while the database is away: a daemon
-        started while PostgreSQL restarts, or SQLite is held by another writer, would
-        otherwise exit with a traceback and leave its work to whatever restarts it. ``--once``
-        fails at once. False when stopped before the database answered."""
+        """The migration check (``check_migrated``: without the tables the steps write and read,
+        every job would fail at the first step that touches one, for a reason that is the
+        host's, not the job's), before claiming anything, waiting (with back-off) while the
+        database is away: a daemon started while PostgreSQL restarts, or SQLite is held by
+        another writer, would otherwise exit with a traceback and leave its work to whatever
+        restarts it. ``--once`` fails at once. False when stopped before the database answered."""
         delay = 1.0
         while True:
             try:
-                self._check_migrated()
+                check_migrated()
                 return True
             except Exception as exc:
                 if not is_database_outage(exc):

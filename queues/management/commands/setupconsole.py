@@ -16,11 +16,14 @@ from django.core.management.base import BaseCommand
 from mrtadmin.settings import env
 from queues.operator.auth import ADMIN, ensure_groups
 
+from ._base import require_database
+
 
 class Command(BaseCommand):
     help = "Create the viewer/operator/admin groups and a first admin user if none exists."
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_database()
         groups = ensure_groups()
         self.stdout.write(f"groups: {', '.join(groups)}")
         users = get_user_model()
