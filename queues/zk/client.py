@@ -80,6 +80,7 @@ def _settings() -> ZkSettings:
 
 _lock = threading.Lock()
 _client: KazooClient | None = None
+_guard: FailWhileDown | None = None
 _listeners: list[Callable[[str], None]] = []
 
 BASE_NODES = (
@@ -133,14 +134,23 @@ def existing_client() -> KazooClient | None:
 
 
 def client() -> KazooClient:
-    """The process's shared client."""
-    global _client
+    """The process's shared client.
+
+    A request it is asked for while its connection has been down for a session timeout fails
+    (ConnectionLoss) instead of waiting for the connection to come back (``FailWhileDown``):
+    by then the session is over anyway (kazoo fails what is queued once it reconnects), and a
+    connection that never comes back (an ensemble that elects no leader, a partition) would
+    otherwise hold the caller for ever: a page in the web process's one thread for views, an
+    alerts round that should be saying that ZooKeeper is unreachable.
+    """
+    global _client, _guard
     with _lock:
         if _client is None:
             zk = connect()
             zk.add_listener(_on_state)
             # The process's locks are noted in one ledger, reconciled with this session's.
             adopt(zk)
+            _guard = FailWhileDown(zk, grace=_settings().timeout)
             _client = zk
         return _client
 
@@ -173,8 +183,11 @@ def is_connected() -> bool:
 
 def close() -> None:
     """Stop the shared client (tests, process exit)."""
-    global _client
+    global _client, _guard
     with _lock:
+        if _guard is not None:
+            _guard.stop()
+            _guard = None
         if _client is not None:
             # A deliberate close is not a lost session: nobody needs to hear about it.
             _client.remove_listener(_on_state)
@@ -200,9 +213,10 @@ def connected_client() -> KazooClient:
 
 class FailWhileDown:
     """While ``zk``'s connection has been down for ``grace`` s, its requests fail with
-    ConnectionLoss (within about ``grace`` s more) instead of waiting for it to come back, as
-    kazoo has them wait (``fail_unsent``). For a caller that must go on whatever ZooKeeper does:
-    the chaos run's monitor and judge, which waited for ever on an ensemble that elected no
+    ConnectionLoss (within about ``grace`` / 2 s more) instead of waiting for it to come back,
+    as kazoo has them wait (``fail_unsent``). For a caller that must go on whatever ZooKeeper
+    does: every process's shared client (``client``, a session timeout's grace), the chaos
+    run's monitor and judge (a second's), which waited for ever on an ensemble that elected no
     leader. Watches the connection from a thread of its own until ``stop``."""
 
     def __init__(self, zk: KazooClient, grace: float = 1.0) -> None:

@@ -1,11 +1,12 @@
 """The alerts daemon across hosts and through outages, each caused for real: two daemons on two
 ZooKeeper sessions evaluate once (the leader) and the other takes over when the leader's
 session ends; ZooKeeper cut off from both behind a partition is announced once, by the daemons
-that lost it, and resolved once when it is back; a stopped PostgreSQL is announced from memory
-and resolved once it answers again."""
+that lost it, and resolved once when it is back, even when it went away in the middle of a
+round; a stopped PostgreSQL is announced from memory and resolved once it answers again."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,11 +15,13 @@ from daemons.conftest import wait_for
 from faults.test_mail_outage import SmtpServer
 
 from queues.chaos.infra import Postgres
+from queues.daemons.alert_rules import KINDS, Context, Finding, rule
 from queues.daemons.alerts import ROLE, Alerts
 from queues.models import AlertEpisode
 from queues.zk import client as zkmod
 from queues.zk.leader import leader_read
 from tests.zkproxy import ZkProxy
+from tests.zktree import shared_client_on
 
 from .conftest import a_moment, later, mails_with, only, pending_job
 
@@ -102,6 +105,51 @@ def test_zookeeper_cut_off_is_announced_once_by_the_daemons_that_lost_it_and_res
             c.close()
         for p in proxies:
             p.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_zookeeper_gone_in_the_middle_of_a_round_is_announced_by_the_next_round(
+    zk_server: Any, zk_hosts: str, smtp: SmtpServer, no_digest: None, settings: Any
+) -> None:
+    """kazoo keeps a request asked for while its connection is down until the connection is
+    back. A rule that read again after the connection went down held its round, and the alerts
+    daemon with it, for as long as ZooKeeper stayed away: the alert that says so never came.
+    The process's shared client fails such a request once the connection has been down for a
+    session timeout (``queues.zk.client.client``)."""
+    asked_once, went_away = threading.Event(), threading.Event()
+
+    @rule("reads-twice", title="Reads twice", threshold=0.0, threshold_help="-", quiet=0.0)
+    def reads_twice(ctx: Context, _threshold: float) -> list[Finding]:
+        ctx.zk.exists("/")
+        asked_once.set()
+        went_away.wait(120)
+        ctx.zk.exists("/")  # asked with the connection down
+        return []
+
+    proxy = ZkProxy(zk_server.port)
+    settings.ZK_TIMEOUT = 2.0
+    try:
+        with shared_client_on(proxy.hosts + zk_hosts[len(zk_server.hosts) :]):
+            only("reads-twice", "zookeeper", threshold=0.0, quiet_seconds=0.0)
+            shared = zkmod.client()
+            daemon = Alerts(zk=shared, poll=0.05)
+            t = a_moment()
+            first = threading.Thread(target=daemon.round, kwargs={"now": t})
+            first.start()
+            wait_for(asked_once.is_set, timeout=30)
+            proxy.blackhole()  # for the rest of the test: it never comes back
+            wait_for(lambda: not shared.connected, timeout=30)
+            went_away.set()
+            first.join(120)  # a guard: the round ends about a session timeout later
+            assert not first.is_alive(), "the round waited for ZooKeeper to come back"
+            said = daemon.round(now=later(t, 1))
+            assert "alert zookeeper[] fired: ZooKeeper is unreachable" in said, said
+            [alert] = mails_with(smtp, "ZooKeeper is unreachable")
+            assert "ALERT" in alert["data"]
+    finally:
+        KINDS.pop("reads-twice", None)
+        went_away.set()
+        proxy.close()
 
 
 def test_a_stopped_database_is_announced_from_memory_and_resolved_when_it_is_back(
