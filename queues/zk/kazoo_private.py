@@ -568,19 +568,24 @@ def fail_unsent(zk: KazooClient) -> int:
     when the queue is simply what the connection thread has yet to send. A stop's own close
     (no answer to give) is left where it is, with what follows it.
     """
-    failed = 0
+    taking = getattr(zk._connection, "taking", None)
+    if taking is None:  # not a CoalescingClient: its connection thread reads the queue unlocked
+        return 0
     queue = zk._queue
-    while not zk.connected and not zk._stopped.is_set():
-        try:
-            item = queue.popleft()
-        except IndexError:
-            break
-        if item[1] is None:  # kazoo's own close: not a caller's request
-            queue.appendleft(item)
-            break
-        item[1].set_exception(ConnectionLoss())
-        failed += 1
-    return failed
+    taken = []
+    with taking:
+        while not zk.connected and not zk._stopped.is_set():
+            try:
+                item = queue.popleft()
+            except IndexError:
+                break
+            if item[1] is None:  # kazoo's own close: not a caller's request
+                queue.appendleft(item)
+                break
+            taken.append(item[1])
+    for answer in taken:  # outside the lock: a caller's callback may ask for more
+        answer.set_exception(ConnectionLoss())
+    return len(taken)
 
 
 def session_ephemerals(zk: KazooClient) -> list[str]:
@@ -664,6 +669,7 @@ class _Connection(ConnectionHandler):  # type: ignore[misc]  # kazoo has no type
     unread in the socket."""
 
     wake_pending = False
+    taking: threading.Lock  # set by CoalescingClient
 
     def start(self) -> None:
         self.wake_pending = False  # a new socket pair when the old one was closed
@@ -678,29 +684,32 @@ class _Connection(ConnectionHandler):  # type: ignore[misc]  # kazoo has no type
         message = bytearray()
         closing = False
         try:
-            while queue and not closing and len(message) < _SEND_AT_MOST:
-                request, async_object = queue[0]
-                if request is _SESSION_EXPIRED:  # kazoo's own test hooks, as kazoo raises them
-                    raise SessionExpiredError("Session expired: Testing")
-                if request is _CONNECTION_DROP:
-                    raise ConnectionDropped("Connection dropped: Testing")
-                if request.type == Auth.type:
-                    xid = AUTH_XID
-                else:
-                    self._xid = (self._xid % 2147483647) + 1  # type: ignore[has-type]
-                    xid = self._xid
-                body = _INT.pack(xid)
-                if request.type:
-                    body += _INT.pack(request.type)
-                body += request.serialize()
-                message += _INT.pack(len(body))
-                message += body
-                queue.popleft()
-                # Pending from here: should the write below fail, kazoo fails them with
-                # ConnectionLoss (sent or not, unknown), as it does for a request it sent.
-                client._pending.append((request, async_object, xid))
-                # Nothing after a close, as when kazoo reads the close's answer first.
-                closing = request.type == Close.type
+            # Held while the queue is read: ``fail_unsent`` never takes a request from between
+            # the look at the queue's head and the pop after it.
+            with self.taking:
+                while queue and not closing and len(message) < _SEND_AT_MOST:
+                    request, async_object = queue[0]
+                    if request is _SESSION_EXPIRED:  # kazoo's own test hooks, as kazoo raises them
+                        raise SessionExpiredError("Session expired: Testing")
+                    if request is _CONNECTION_DROP:
+                        raise ConnectionDropped("Connection dropped: Testing")
+                    if request.type == Auth.type:
+                        xid = AUTH_XID
+                    else:
+                        self._xid = (self._xid % 2147483647) + 1  # type: ignore[has-type]
+                        xid = self._xid
+                    body = _INT.pack(xid)
+                    if request.type:
+                        body += _INT.pack(request.type)
+                    body += request.serialize()
+                    message += _INT.pack(len(body))
+                    message += body
+                    queue.popleft()
+                    # Pending from here: should the write below fail, kazoo fails them with
+                    # ConnectionLoss (sent or not, unknown), as it does for a request it sent.
+                    client._pending.append((request, async_object, xid))
+                    # Nothing after a close, as when kazoo reads the close's answer first.
+                    closing = request.type == Close.type
         finally:
             if message:
                 self._write(bytes(message), connect_timeout)
@@ -715,6 +724,7 @@ class CoalescingClient(KazooClient):  # type: ignore[misc]  # kazoo has no types
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._connection.__class__ = _Connection
+        self._connection.taking = threading.Lock()
 
     def _call(self, request: Any, async_object: Any) -> Any:
         if self._state in _CLOSED_STATES:

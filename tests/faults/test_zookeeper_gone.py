@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from daemons.conftest import wait_for
+from kazoo.exceptions import ConnectionLoss
 
 from queues.chaos import judge
 from queues.services.zkserver import LocalZooKeeper
@@ -56,6 +57,28 @@ def test_a_read_while_the_connection_is_down_fails_instead_of_waiting(
         assert judge.progress(monitor, {}) is not None  # and answered again once it is back
     finally:
         guard.stop()
+
+
+def test_a_request_is_taken_only_under_the_connection_threads_lock(
+    proxied_client: Any, proxy: ZkProxy
+) -> None:
+    """The connection thread looks at the queue's head, serializes it, then pops it: a request
+    taken from between the two would leave another's answer unsent. ``fail_unsent`` waits for
+    the same lock (it can only be red if the lock is not taken, never slow-red)."""
+    monitor = proxied_client(timeout=4)
+    proxy.blackhole()
+    wait_for(lambda: not monitor.connected, timeout=60)
+    waiting = monitor.exists_async("/")
+    failed: list[int] = []
+    taker = threading.Thread(target=lambda: failed.append(fail_unsent(monitor)))
+    with monitor._connection.taking:
+        taker.start()
+        taker.join(1.0)
+        assert taker.is_alive() and not waiting.ready()  # held off while the lock is held
+    taker.join(JOIN_GUARD)
+    assert failed == [1]
+    with pytest.raises(ConnectionLoss):
+        waiting.get(timeout=JOIN_GUARD)
 
 
 def test_nothing_is_failed_while_connected(zk: Any) -> None:
