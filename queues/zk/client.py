@@ -212,12 +212,13 @@ def connected_client() -> KazooClient:
 
 
 class FailWhileDown:
-    """While ``zk``'s connection has been down for ``grace`` s, its requests fail with
-    ConnectionLoss (within about ``grace`` / 2 s more) instead of waiting for it to come back,
-    as kazoo has them wait (``fail_unsent``). For a caller that must go on whatever ZooKeeper
-    does: every process's shared client (``client``, a session timeout's grace), the chaos
-    run's monitor and judge (a second's), which waited for ever on an ensemble that elected no
-    leader. Watches the connection from a thread of its own until ``stop``."""
+    """Once ``zk``'s connection has been seen down for ``grace`` s (it is looked at every
+    ``grace`` / 2 s), the requests queued on it fail with ConnectionLoss instead of waiting for
+    it to come back, as kazoo has them wait (``fail_unsent``), and so on while it stays down.
+    For a caller that must go on whatever ZooKeeper does: every process's shared client
+    (``client``, a session timeout's grace), the chaos run's monitor and judge (a second's),
+    which waited for ever on an ensemble that elected no leader. Watches the connection from a
+    thread of its own until ``stop``."""
 
     def __init__(self, zk: KazooClient, grace: float = 1.0) -> None:
         self.zk = zk
