@@ -1,8 +1,9 @@
 """The alerts daemon across hosts and through outages, each caused for real: two daemons on two
 ZooKeeper sessions evaluate once (the leader) and the other takes over when the leader's
 session ends; ZooKeeper cut off from both behind a partition is announced once, by the daemons
-that lost it, and resolved once when it is back, even when it went away in the middle of a
-round; a stopped PostgreSQL is announced from memory and resolved once it answers again."""
+that lost it, and resolved once when it is back; ZooKeeper gone for good in the middle of a
+round is announced by the next round; a stopped PostgreSQL is announced from memory and resolved
+once it answers again."""
 
 from __future__ import annotations
 
