@@ -11,3 +11,5 @@ urlpatterns = [
     path("django-admin/", admin.site.urls),
     path("", include("queues.urls")),
 ]
+
+handler500 = "queues.web.api_door.server_error"

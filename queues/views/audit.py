@@ -10,6 +10,7 @@ from django.views.decorators.http import require_GET
 
 from queues.operator.audit import AuditEntry
 from queues.operator.auth import VIEWER
+from queues.web.forms import whole_number
 
 from .common import HtmxHttpRequest, console_view, querystring_without
 
@@ -38,7 +39,7 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
         # A background bulk run is one line here, not one per item (486 for one delete): its
         # items are a click away. Looking for an item or a kind shows every entry.
         entries = entries.exclude(detail__startswith="bulk run #")
-    page = Paginator(entries, 100).get_page(request.GET.get("page"))
+    page = Paginator(entries, 100).get_page(whole_number(request.GET))
     return render(
         request,
         "queues/audit.html",

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET
 
 from queues.console import failure_causes
 from queues.operator.auth import VIEWER
-from queues.web.forms import FailedFilterForm
+from queues.web.forms import FailedFilterForm, whole_number
 from queues.zk import paths as zpaths
 from queues.zk.client import connected_client
 from queues.zk.maintenance import node_holds
@@ -48,16 +48,14 @@ def failed_causes(request: HtmxHttpRequest) -> HttpResponse:
     if request.GET and not form.is_valid():
         return bad_form(request, "queues/failed_causes.html", {"form": form})
     data = form.cleaned_data if form.is_bound else {"bid": "", "profile": "", "step": ""}
-    number = request.GET.get("gpage") or "1"
-    if not number.isdigit():
-        return error_response(request, "gpage must be a number", 400)
+    number = whole_number(request.GET, "gpage")
     # ``cause``: one group alone (the link an alert carries), by its key.
     cause = request.GET.get("cause") or ""
     if cause and not failure_causes.KEY_RE.fullmatch(cause):
         return error_response(request, "cause must be a cause's key (16 hex digits)", 400)
     causes = failure_causes.failure_causes(**data)
     filters = {k: v for k, v in data.items() if v}
-    page = failure_causes.page_of(causes, int(number))
+    page = failure_causes.page_of(causes, number)
     if cause:
         group = causes.by_key.get(cause)
         page = replace(

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from queues.models import ConsistencyRun
 from queues.operator import consistency as checks
 from queues.operator.auth import VIEWER, require_action
+from queues.web.forms import whole_number
 
 from .common import HtmxHttpRequest, console_view, perform_posted, redirect_after_post, report
 
@@ -22,8 +23,7 @@ def _page(request: HtmxHttpRequest, run: ConsistencyRun | None) -> dict[str, obj
     kind = request.GET.get("kind", "")
     if run is None or kind not in run.kinds:
         kind = ""
-    number = request.GET.get("page", "1")
-    page = int(number) if number.isdigit() and int(number) > 0 else 1
+    page = whole_number(request.GET)
     rows, more = checks.findings_page(run, kind=kind, page=page) if run else ([], False)
     return {
         "run": run,

@@ -10,9 +10,9 @@ from django.views.decorators.http import require_GET
 
 from queues.console import failed_reads
 from queues.operator.auth import VIEWER
-from queues.web.forms import FailedFilterForm
+from queues.web.forms import FailedFilterForm, whole_number
 
-from .common import HtmxHttpRequest, bad_form, console_view, error_response
+from .common import HtmxHttpRequest, bad_form, console_view
 
 
 @require_GET
@@ -22,11 +22,9 @@ def failed(request: HtmxHttpRequest) -> HttpResponse:
     if request.GET and not form.is_valid():
         return bad_form(request, "queues/failed.html", {"form": form})
     data = form.cleaned_data if form.is_bound else {"bid": "", "profile": "", "step": ""}
-    try:  # paging of the groups, and of the open group's rows (failed_reads.failed_jobs)
-        group_page = max(1, int(request.GET.get("gpage") or 1))
-        row_page = max(1, int(request.GET.get("rpage") or 1))
-    except ValueError:
-        return error_response(request, "gpage and rpage must be numbers", 400)
+    # Paging of the groups, and of the open group's rows (failed_reads.failed_jobs).
+    group_page = whole_number(request.GET, "gpage")
+    row_page = whole_number(request.GET, "rpage")
     group = request.GET.get("group", "batch")
     group = group if group in failed_reads.FAILED_GROUPINGS else "batch"
     view = failed_reads.failed_jobs(

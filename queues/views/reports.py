@@ -15,6 +15,7 @@ from queues.console import batch_reads
 from queues.core import clock
 from queues.core.states import JobState
 from queues.operator.auth import VIEWER
+from queues.web.forms import whole_number
 from queues.zk import index as zindex
 from queues.zk import paths
 from queues.zk.client import connected_client
@@ -33,10 +34,7 @@ REASON_JOBS_READ = 20
 @require_GET
 @console_view(VIEWER)
 def reports(request: HtmxHttpRequest) -> HttpResponse:
-    try:
-        number = max(1, int(request.GET.get("page", "1")))
-    except ValueError:
-        return error_response(request, "page must be a number", 400)
+    number = whole_number(request.GET)
     page = batch_reads.status_reports(page=number, shown=REPORT_IDS_SHOWN)
     reasons = failure_reasons(
         {

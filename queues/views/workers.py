@@ -19,11 +19,12 @@ from django.views.decorators.http import require_GET
 from queues.console import selectors
 from queues.operator import actions, history, stuck
 from queues.operator.auth import OPERATOR, VIEWER, may, require_action
+from queues.web.forms import whole_number
 from queues.zk import consumers as zconsumers
 from queues.zk.client import connected_client
 from queues.zk.errors import NotFound
 
-from .common import HtmxHttpRequest, console_view, error_response, redirect_after_post
+from .common import HtmxHttpRequest, console_view, redirect_after_post
 
 
 def consumers_context(user: Any) -> dict[str, Any]:
@@ -127,10 +128,7 @@ def history_page(request: HtmxHttpRequest) -> HttpResponse:
 def stuck_jobs(request: HtmxHttpRequest) -> HttpResponse:
     """Stuck jobs with why, a page at a time (the longest stuck first), and the consumer
     holding each now (if one registered does)."""
-    try:
-        number = max(1, int(request.GET.get("page", "1")))
-    except ValueError:
-        return error_response(request, "page must be a number", 400)
+    number = whole_number(request.GET)
     zk = connected_client()
     page = stuck.stuck_page(zk, number, per_page=stuck.PAGE_SIZE)
     holders = {}

@@ -58,6 +58,7 @@ from queues.web.forms import (
     FailedFilterForm,
     JobFilterForm,
     SubmitForm,
+    whole_number,
 )
 from queues.web.routes import (
     ACCESS_ACTION,
@@ -262,10 +263,8 @@ def failed(request: HttpRequest) -> dict[str, Any]:
     form = query_form(request, FailedFilterForm, also=("page",))
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
-    number = request.GET.get("page") or "1"
-    if not number.isdigit() or int(number) < 1:
-        raise ValueError("page must be a positive number")
-    page, steps = failed_reads.failed_page(**form.cleaned_data, page=int(number))
+    number = whole_number(request.GET)
+    page, steps = failed_reads.failed_page(**form.cleaned_data, page=number)
     return {
         **page_json(
             page,
@@ -288,11 +287,9 @@ def failed_causes(request: HttpRequest) -> dict[str, Any]:
     form = query_form(request, FailedFilterForm, also=("page",))
     if not form.is_valid():
         raise ValueError(form.errors.as_text())
-    number = request.GET.get("page") or "1"
-    if not number.isdigit() or int(number) < 1:
-        raise ValueError("page must be a positive number")
+    number = whole_number(request.GET)
     causes = failure_causes.failure_causes(**form.cleaned_data)
-    page = failure_causes.page_of(causes, int(number))
+    page = failure_causes.page_of(causes, number)
     return {
         **page_json(page, [failure_causes.group_json(g) for g in page.items]),
         "jobs": causes.total,
@@ -328,13 +325,6 @@ BATCH_JOBS_PER_PAGE = 1000
 BATCH_JOBS_MAX_PER_PAGE = 10_000
 
 
-def _positive(request: HttpRequest, name: str, default: int, most: int) -> int:
-    value = request.GET.get(name) or str(default)
-    if not value.isdigit() or not 1 <= int(value) <= most:
-        raise ValueError(f"{name} must be a number from 1 to {most}")
-    return int(value)
-
-
 @api_view("GET", index=True)
 def batch(request: HttpRequest, bid: str) -> dict[str, Any]:
     """A batch, the counts of its jobs (per state: ``job_states``; per index folder:
@@ -343,13 +333,15 @@ def batch(request: HttpRequest, bid: str) -> dict[str, Any]:
     ``page``; ``state`` keeps one state's jobs. Counts and IDs come from the read index: the
     answer costs the same requests for a batch of 10 jobs as for one of 100,000."""
     only_keys(request.GET, "limit", "after", "page", "state")
-    limit = _positive(request, "limit", BATCH_JOBS_PER_PAGE, BATCH_JOBS_MAX_PER_PAGE)
+    limit = whole_number(
+        request.GET, "limit", default=BATCH_JOBS_PER_PAGE, most=BATCH_JOBS_MAX_PER_PAGE
+    )
     after = request.GET.get("after") or ""
     if after and not zpaths.JID_RE.fullmatch(after):
         raise ValueError("after must be a job ID (jidNNNNNNNNNN)")
     if after and request.GET.get("page"):
         raise ValueError("give either after or page, not both")
-    number = _positive(request, "page", 1, 10**9)
+    number = whole_number(request.GET, most=10**9)
     state = request.GET.get("state") or ""
     if state and not (JOB.is_state(state) or state == zbatches.UNLISTED):
         raise ValueError(f"{state!r} is not a job state")
@@ -459,10 +451,8 @@ REPORTS_PER_PAGE = 50
 def reports(request: HttpRequest) -> dict[str, Any]:
     """Batches with a status report, newest first, ``REPORTS_PER_PAGE`` (50) per page."""
     only_keys(request.GET, "page")
-    number = request.GET.get("page") or "1"
-    if not number.isdigit() or int(number) < 1:
-        raise ValueError("page must be a positive number")
-    page = batch_reads.status_reports(page=int(number), per_page=REPORTS_PER_PAGE)
+    number = whole_number(request.GET)
+    page = batch_reads.status_reports(page=number, per_page=REPORTS_PER_PAGE)
     return {
         **page_json(
             page,
@@ -513,9 +503,8 @@ def consistency(request: HttpRequest) -> dict[str, Any]:
             return checks.run_dict(run)
         return _act(request, kind="consistency", action="repair", item_id="tree", also=("start",))
     only_keys(request.GET, "page", "kind")
-    page = request.GET.get("page", "1")
     return selectors.consistency_report(
-        kind=request.GET.get("kind", "")[:40], page=int(page) if page.isdigit() else 1
+        kind=request.GET.get("kind", "")[:40], page=whole_number(request.GET)
     )
 
 

@@ -15,6 +15,23 @@ from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidID
 from queues.zk.maintenance import node_number, service_key
 
+# The largest page number a list answers: a million pages of 20 rows is 20 million items, more
+# than any queue holds; past it a number is refused, not handed to an SQL OFFSET or a slice.
+MAX_PAGE = 1_000_000
+
+
+def whole_number(query: Any, name: str = "page", *, default: int = 1, most: int = MAX_PAGE) -> int:
+    """The number ``name`` of a query (``default`` when absent or empty), a page's number by
+    default: a whole number from 1 to ``most``, else ValueError saying so (a 400 from every
+    door). Digits only, ASCII only: ``int`` would take "²" no more than an SQL OFFSET takes
+    23 digits."""
+    value = query.get(name) or str(default)
+    if len(value) <= len(str(most)) and value.isascii() and value.isdigit():
+        number = int(value)
+        if 1 <= number <= most:
+            return number
+    raise ValueError(f"{name} must be a whole number from 1 to {most:,}")
+
 
 def _validated(validator: Any, value: str) -> str:
     try:
@@ -41,7 +58,7 @@ class JobFilterForm(forms.Form):
     q = forms.CharField(required=False, max_length=300, label="Search job/batch ID, ARK, local ID")
     sort = forms.ChoiceField(choices=list(job_reads.JOB_SORTS.items()), required=False)
     stuck = forms.BooleanField(required=False, label="Stuck only")
-    page = forms.IntegerField(required=False, min_value=1)
+    page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
 
     def clean_profile(self) -> str:
         value = self.cleaned_data["profile"].strip()
@@ -87,7 +104,7 @@ class BatchFilterForm(forms.Form):
     profile = forms.CharField(required=False, max_length=100)
     submitter = forms.CharField(required=False, max_length=200)
     q = forms.CharField(required=False, max_length=300, label="Batch ID, UUID or title")
-    page = forms.IntegerField(required=False, min_value=1)
+    page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
 
     def clean_profile(self) -> str:
         value = self.cleaned_data["profile"].strip()
