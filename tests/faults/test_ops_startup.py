@@ -156,6 +156,50 @@ def test_a_command_that_needs_the_database_refuses_one_not_ready_in_one_line(
     assert not (var / "admin-password").exists()  # nothing made
 
 
+@pytest.mark.parametrize(
+    "command, option, value",
+    [
+        (("runconsumer", "estimating"), "--poll", "nan"),
+        (("runconsumer", "estimating"), "--poll", "1e309"),
+        (("runconsumer", "estimating"), "--poll", "-1"),
+        (("runconsumer", "estimating"), "--threads", "100000"),
+        (("runconsumer", "estimating"), "--threads", "2.5"),
+        (("runconsumer", "estimating"), "--stop-timeout", "0"),
+        (("runconsumer", "estimating"), "--stop-timeout", "nan"),
+        (("queue", "archive"), "--older-than-days", "1e309"),
+        (("queue", "cleanup"), "--older-than-days", "nan"),
+        (("queue", "cleanup"), "--older-than-days", "-1"),
+    ],
+)
+def test_a_number_an_option_cannot_take_is_refused_before_anything_runs(
+    command: tuple[str, ...], option: str, value: str, tmp_path: Path
+) -> None:
+    """A number out of an option's range, or none (nan, inf), is argparse's error naming the
+    option, exit status 2: before, "nan" ran a daemon whose idle wait was nan, 1e309 archived
+    with a traceback (OverflowError), and 100,000 copies of a loop were started."""
+    env = {
+        **os.environ,
+        "ZK_HOSTS": "127.0.0.1:1",  # never asked: the options are read first
+        "MRT_VAR_DIR": str(tmp_path / "var"),
+        "MRT_DATABASE_PATH": str(tmp_path / "never-made.sqlite3"),
+        "DJANGO_SECRET_KEY": "x" * 50,
+    }
+    done = subprocess.run(
+        [sys.executable, str(BASE / "manage.py"), *command, option, value],
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"manage.py {command[0]}: error: argument {option}: must be "), last
+    assert f"got {value!r}" in last
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "never-made.sqlite3").exists()  # nothing opened, nothing made
+
+
 # ---- bin/run-console and signals ----------------------------------------------------------------
 
 

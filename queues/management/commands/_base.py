@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +45,31 @@ def require_database() -> None:
             raise
         name = connections[DEFAULT_DB_ALIAS].settings_dict["NAME"]
         raise CommandError(f"the database {name} does not answer: {exc}", returncode=2) from exc
+
+
+def number_in(
+    low: float, high: float, *, whole: bool = False, above: bool = False
+) -> Callable[[str], float]:
+    """An option's type: a finite number from ``low`` (more than ``low`` with ``above``) to
+    ``high``, a whole one with ``whole``; anything else (text, "nan", "inf", "1e309", out of
+    range) is argparse's own error naming the option, exit status 2, before the command runs."""
+    kind = "a whole number" if whole else "a number"
+    said = (
+        f"{kind} {'above' if above else 'from'} {low:g} {'and at most' if above else 'to'} {high:g}"
+    )
+
+    def parse(text: str) -> float:
+        try:
+            value = int(text) if whole else float(text)
+        except ValueError:
+            value = math.nan
+        if not (
+            math.isfinite(value) and (value > low if above else value >= low) and value <= high
+        ):
+            raise argparse.ArgumentTypeError(f"must be {said}, got {text!r}")
+        return value
+
+    return parse
 
 
 class QueueCommand(BaseCommand):

@@ -12,7 +12,10 @@ from queues.operator import archive, catalogue
 from queues.services import hold_moves, moves
 from queues.zk.errors import DomainError
 
-from ._base import QueueCommand
+from ._base import QueueCommand, number_in
+
+# Ages are given in days, up to a century: a larger number is a mistake, not a policy.
+MAX_DAYS = 36_500
 
 # The catalogue's kinds an action name applies to on the command line, and the item names each
 # kind takes. Every move goes through its catalogue record, as from the console and the API.
@@ -69,7 +72,7 @@ class Command(QueueCommand):
         )
         parser.add_argument(
             "--older-than-days",
-            type=float,
+            type=number_in(0, MAX_DAYS),
             default=None,
             help="cleanup: completed (or marked Deleted) at least N days ago (default 0); "
             "archive: finished at least N days ago (default MRT_RETENTION_DAYS)",
@@ -78,8 +81,6 @@ class Command(QueueCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         action, ids = opts["action"], opts["ids"]
         days = opts["older_than_days"]
-        if days is not None and days < 0:
-            raise CommandError("--older-than-days must not be negative")
         if action == "cleanup":
             self.run_safely(lambda: self.cleanup(timedelta(days=days or 0)))
             return

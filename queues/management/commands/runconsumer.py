@@ -44,11 +44,17 @@ from queues.daemons.runner import Host, tune_collector
 from queues.zk.client import close
 from queues.zk.errors import is_connection_error
 
-from ._base import check_migrated
+from ._base import check_migrated, number_in
 
 # Docker waits 10 s after SIGTERM before SIGKILL, Kubernetes 30 s: within the longer one, so an
 # orchestrator that allows it sees the process end by itself.
 DEFAULT_STOP_TIMEOUT = 25.0
+# The options' upper bounds: an idle wait of an hour at most, an hour to finish after a stop, and
+# no more copies of a loop than a host's threads sensibly hold (each copy is a thread, and its
+# long steps' threads more).
+MAX_POLL = 3600.0
+MAX_STOP_TIMEOUT = 3600.0
+MAX_THREADS = 256
 
 
 log = logging.getLogger("queues.daemons")
@@ -81,26 +87,26 @@ class Command(BaseCommand):
             "--once", action="store_true", help="handle at most one item, then exit"
         )
         parser.add_argument(
-            "--poll", type=float, default=5.0, help="seconds to wait when idle (default 5)"
+            "--poll",
+            type=number_in(0, MAX_POLL),
+            default=5.0,
+            help="seconds to wait when idle (default 5)",
         )
         parser.add_argument(
-            "--threads", type=int, default=1, help="copies of the daemon loop (default 1)"
+            "--threads",
+            type=number_in(1, MAX_THREADS, whole=True),
+            default=1,
+            help="copies of the daemon loop (default 1)",
         )
         parser.add_argument(
             "--stop-timeout",
-            type=float,
+            type=number_in(0, MAX_STOP_TIMEOUT, above=True),
             default=DEFAULT_STOP_TIMEOUT,
             help="seconds the items in hand may take to finish after SIGTERM/SIGINT before "
             f"the process exits anyway (default {DEFAULT_STOP_TIMEOUT:.0f})",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["poll"] < 0:
-            raise CommandError("--poll must not be negative")
-        if options["threads"] < 1:
-            raise CommandError("--threads must be at least 1")
-        if options["stop_timeout"] <= 0:
-            raise CommandError("--stop-timeout must be positive")
         try:
             check_policies()
         except ImproperlyConfigured as exc:
