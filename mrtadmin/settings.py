@@ -46,27 +46,75 @@ def env_bool(name: str, default: bool) -> bool:
     )
 
 
-def env_int(name: str, default: int) -> int:
-    """A whole number; anything else is an error naming the variable."""
+def _described(kind: str, low: float | None, high: float | None, above: bool) -> str:
+    """``kind`` with its range in words: "a whole number from 1 to 65,535", "a number above 0"."""
+
+    def figure(x: float) -> str:
+        return f"{x:,.0f}" if float(x).is_integer() else f"{x:g}"
+
+    if low is None:
+        return kind if high is None else f"{kind} of at most {figure(high)}"
+    if high is None:
+        return f"{kind} {'above' if above else 'of at least'} {figure(low)}"
+    if above:
+        return f"{kind} above {figure(low)} and at most {figure(high)}"
+    return f"{kind} from {figure(low)} to {figure(high)}"
+
+
+def env_int(name: str, default: int, *, low: int | None = None, high: int | None = None) -> int:
+    """A whole number from ``low`` to ``high``; anything else is an error naming the variable
+    and the range (a download cap of 0 would stall downloading, a port of 70000 fail late)."""
     value = env(name, str(default)).strip()
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
+        number = None
+    if number is None or (low is not None and number < low) or (high is not None and number > high):
         raise ImproperlyConfigured(
-            f"environment variable {name} must be an integer, got {value!r}"
-        ) from None
+            f"environment variable {name} must be "
+            f"{_described('a whole number', low, high, False)}, got {value!r}"
+        )
+    return number
 
 
-def env_float(name: str, default: float) -> float:
-    """A number; anything else (including nan and inf) is an error naming the variable."""
+def env_float(
+    name: str,
+    default: float,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    above: bool = False,
+) -> float:
+    """A number from ``low`` (more than ``low`` with ``above``) to ``high``; anything else,
+    nan and inf included, is an error naming the variable and the range (a step history kept
+    -1 days would be pruned whole at the first sweep)."""
     value = env(name, str(default)).strip()
     try:
         number = float(value)
     except ValueError:
         number = math.nan
-    if not math.isfinite(number):
-        raise ImproperlyConfigured(f"environment variable {name} must be a number, got {value!r}")
+    in_range = (
+        math.isfinite(number)
+        and (low is None or (number > low if above else number >= low))
+        and (high is None or number <= high)
+    )
+    if not in_range:
+        raise ImproperlyConfigured(
+            f"environment variable {name} must be "
+            f"{_described('a number', low, high, above)}, got {value!r}"
+        )
     return number
+
+
+# Ranges the numeric settings below share: a port, a size in bytes, a day in seconds, a week.
+PORT = {"low": 1, "high": 65_535}
+DAY, WEEK = 86_400.0, 7 * 86_400.0
+
+
+def env_seconds(name: str, default: float, most: float) -> float:
+    """A time in seconds above 0 and at most ``most``: a timeout or an interval of 0 would
+    spin or fail at once."""
+    return env_float(name, default, low=0, high=most, above=True)
 
 
 # Everything written locally (ZooKeeper data, working folders, storage, mail, SQLite) lives here.
@@ -131,8 +179,8 @@ AUTHENTICATION_BACKENDS = [
     "queues.operator.auth.LoginAttemptsBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-MRT_LOGIN_FAILURE_LIMIT = env_int("MRT_LOGIN_FAILURE_LIMIT", 5)
-MRT_LOGIN_COOLOFF_MINUTES = env_int("MRT_LOGIN_COOLOFF_MINUTES", 15)
+MRT_LOGIN_FAILURE_LIMIT = env_int("MRT_LOGIN_FAILURE_LIMIT", 5, low=1, high=1000)
+MRT_LOGIN_COOLOFF_MINUTES = env_int("MRT_LOGIN_COOLOFF_MINUTES", 15, low=0, high=10_080)
 AXES_FAILURE_LIMIT = MRT_LOGIN_FAILURE_LIMIT
 AXES_COOLOFF_TIME = timedelta(minutes=MRT_LOGIN_COOLOFF_MINUTES)
 MRT_LOGIN_LOCKOUT_BY = [
@@ -270,7 +318,9 @@ SECURE_REFERRER_POLICY = "same-origin"
 DJANGO_SECURE = env_bool("DJANGO_SECURE", False)
 SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", DJANGO_SECURE)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
-SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 31_536_000 if DJANGO_SECURE else 0)
+SECURE_HSTS_SECONDS = env_int(
+    "DJANGO_HSTS_SECONDS", 31_536_000 if DJANGO_SECURE else 0, low=0, high=10 * 31_536_000
+)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", False)
 # Off by default: the proxy usually redirects, and health checks come over plain HTTP.
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SSL_REDIRECT", False)
@@ -306,14 +356,14 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 # The live console folds a topic's ZooKeeper events arriving within this window into one message.
-LIVE_COALESCE_SECONDS = env_float("LIVE_COALESCE_SECONDS", 0.25)
+LIVE_COALESCE_SECONDS = env_float("LIVE_COALESCE_SECONDS", 0.25, low=0, high=60)
 
 # ZooKeeper: the ensemble, or "local" for the project's own server on loopback (bin/run-console
 # sets that); empty uses the local server only while one runs, never starts it.
 ZK_HOSTS = env("ZK_HOSTS")
-ZK_LOCAL_PORT = env_int("ZK_LOCAL_PORT", 2191)
-ZK_TIMEOUT = env_float("ZK_TIMEOUT", 10.0)
-ZK_LOCK_STALE_SECONDS = env_int("ZK_LOCK_STALE_SECONDS", 6 * 3600)
+ZK_LOCAL_PORT = env_int("ZK_LOCAL_PORT", 2191, **PORT)
+ZK_TIMEOUT = env_seconds("ZK_TIMEOUT", 10.0, 3600)
+ZK_LOCK_STALE_SECONDS = env_int("ZK_LOCK_STALE_SECONDS", 6 * 3600, low=1, high=int(30 * DAY))
 
 # Outside services. Empty URL means the local default that works on one machine.
 MRT_PROFILES_DIR = Path(env("MRT_PROFILES_DIR", str(BASE_DIR / "profiles")))
@@ -333,7 +383,7 @@ MRT_DOWNLOADS_DIR = Path(env("MRT_DOWNLOADS_DIR", str(MRT_VAR_DIR / "downloads")
 _bind = env("MRT_BIND", "127.0.0.1")
 # Bound to every address: the machine's name is the one a browser can use.
 _host = socket.gethostname() if _bind in ("0.0.0.0", "::", "[::]") else _bind  # noqa: S104
-MRT_CONSOLE_URL = env("MRT_CONSOLE_URL") or f"http://{_host}:{env_int('MRT_PORT', 8000)}"
+MRT_CONSOLE_URL = env("MRT_CONSOLE_URL") or f"http://{_host}:{env_int('MRT_PORT', 8000, **PORT)}"
 # Folders a depositor's file:// URLs may read from (":"-separated). Empty: none, file://
 # payloads are refused (the daemons' own working folders and local storage stay readable).
 MRT_FILE_ROOTS = [Path(p) for p in env("MRT_FILE_ROOTS").split(":") if p.strip()]
@@ -341,34 +391,30 @@ MRT_FILE_ROOTS = [Path(p) for p in env("MRT_FILE_ROOTS").split(":") if p.strip()
 MRT_WORK_URL = env("MRT_WORK_URL")
 # Base URL of assembled access archives; default: the console's /downloads/.
 MRT_DOWNLOADS_URL = env("MRT_DOWNLOADS_URL")
-MRT_HTTP_TIMEOUT = env_float("MRT_HTTP_TIMEOUT", 30.0)
+MRT_HTTP_TIMEOUT = env_seconds("MRT_HTTP_TIMEOUT", 30.0, DAY)
 # Right after a start, how long a page or API read waits for what the read index's background
 # fill is reading before it answers 503 saying what is still loading (and tries again).
-MRT_LOADING_WAIT = env_float("MRT_LOADING_WAIT", 0.8)
-if not 0 <= MRT_LOADING_WAIT <= 60:
-    raise ImproperlyConfigured(
-        f"MRT_LOADING_WAIT must be 0 to 60 seconds, got {MRT_LOADING_WAIT!r}"
-    )
+MRT_LOADING_WAIT = env_float("MRT_LOADING_WAIT", 0.8, low=0, high=60)
 # One deadline for a whole exchange with inventory or EZID, and with storage (whose add reads
 # every file of the version it makes).
-MRT_SERVICE_DEADLINE = env_float("MRT_SERVICE_DEADLINE", 300.0)
-MRT_STORAGE_ADD_DEADLINE = env_float("MRT_STORAGE_ADD_DEADLINE", 6 * 3600.0)
+MRT_SERVICE_DEADLINE = env_seconds("MRT_SERVICE_DEADLINE", 300.0, WEEK)
+MRT_STORAGE_ADD_DEADLINE = env_seconds("MRT_STORAGE_ADD_DEADLINE", 6 * 3600.0, WEEK)
 # Retry policies of the services outside, over queues/core/retries.py's defaults
 # (docs/configuration.md): MRT_RETRY_STORAGE="attempts=12 first=30s most=30m within=12h"; checked
 # when a daemon starts. A storage node's breaker (queues/daemons/breakers.py): this many outages in
 # a row within this many seconds hold the node until it answers again.
-MRT_BREAKER_FAILURES = env_int("MRT_BREAKER_FAILURES", 5)
-MRT_BREAKER_WINDOW = env_float("MRT_BREAKER_WINDOW", 60.0)
+MRT_BREAKER_FAILURES = env_int("MRT_BREAKER_FAILURES", 5, low=1, high=10_000)
+MRT_BREAKER_WINDOW = env_seconds("MRT_BREAKER_WINDOW", 60.0, DAY)
 MRT_RETRY = {
     name: env(f"MRT_RETRY_{name.upper()}")
     for name in ("storage", "inventory", "ezid", "depositor", "callback")
 }
 # A bulk action over more items than this runs in the background with a progress page.
-MRT_BULK_INLINE_MAX = env_int("MRT_BULK_INLINE_MAX", 200)
-MRT_DOWNLOAD_RETRIES = env_int("MRT_DOWNLOAD_RETRIES", 3)
-MRT_DOWNLOAD_THREADS = env_int("MRT_DOWNLOAD_THREADS", 4)
-MRT_PROVISION_HIGH_WATER = env_float("MRT_PROVISION_HIGH_WATER", 0.70)
-MRT_LARGE_JOB_BYTES = env_int("MRT_LARGE_JOB_BYTES", 10 * 1024**3)
+MRT_BULK_INLINE_MAX = env_int("MRT_BULK_INLINE_MAX", 200, low=0, high=100_000)
+MRT_DOWNLOAD_RETRIES = env_int("MRT_DOWNLOAD_RETRIES", 3, low=0, high=100)
+MRT_DOWNLOAD_THREADS = env_int("MRT_DOWNLOAD_THREADS", 4, low=1, high=256)
+MRT_PROVISION_HIGH_WATER = env_float("MRT_PROVISION_HIGH_WATER", 0.70, low=0, high=1, above=True)
+MRT_LARGE_JOB_BYTES = env_int("MRT_LARGE_JOB_BYTES", 10 * 1024**3, low=0)
 # "standalone" (every step ours) or "beside-merritt" (Merritt's storage and inventory services
 # claim Storing and Recording jobs, and storage the access requests, themselves).
 MRT_DEPLOYMENT = env("MRT_DEPLOYMENT", "standalone")
@@ -390,60 +436,60 @@ MRT_BATCH_INTAKE = env("MRT_BATCH_INTAKE")
 MRT_INGEST_URL = env("MRT_INGEST_URL")
 # Seconds one submission sent to Merritt's ingest may take in all (reading a batch manifest by
 # URL, the upload, ingest's answer): past it the door answers that ingest is away.
-MRT_INGEST_DEADLINE = env_float("MRT_INGEST_DEADLINE", 120.0)
+MRT_INGEST_DEADLINE = env_seconds("MRT_INGEST_DEADLINE", 120.0, DAY)
 # Where Merritt's access assembly requests (<token>/status) can be read; empty: not at all.
 MRT_ACCESS_REQUESTS_URL = env("MRT_ACCESS_REQUESTS_URL")
 # The largest file /poster/submit|update accepts.
-MRT_POSTER_MAX_BYTES = env_int("MRT_POSTER_MAX_BYTES", 1024**3)
+MRT_POSTER_MAX_BYTES = env_int("MRT_POSTER_MAX_BYTES", 1024**3, low=1)
 # The largest request body, refused (413) from its headers before it is read
 # (mrtadmin/bodylimit.py): from a signed-in user, and from anyone else; /poster/ takes
 # MRT_POSTER_MAX_BYTES from a depositor with an API token.
-MRT_MAX_REQUEST_BYTES = env_int("MRT_MAX_REQUEST_BYTES", 10 * 1024**2)
-MRT_MAX_ANONYMOUS_REQUEST_BYTES = env_int("MRT_MAX_ANONYMOUS_REQUEST_BYTES", 2 * 1024**2)
+MRT_MAX_REQUEST_BYTES = env_int("MRT_MAX_REQUEST_BYTES", 10 * 1024**2, low=1)
+MRT_MAX_ANONYMOUS_REQUEST_BYTES = env_int("MRT_MAX_ANONYMOUS_REQUEST_BYTES", 2 * 1024**2, low=1)
 # One deadline for the whole of a request (its line, headers and body), past which the client
 # is answered 408 and the connection closed (mrtadmin/bodylimit.py); a depositor's upload to
 # /poster/ (an API token of a user who may submit) has MRT_POSTER_UPLOAD_SECONDS instead.
-MRT_REQUEST_SECONDS = env_float("MRT_REQUEST_SECONDS", 60.0)
-MRT_POSTER_UPLOAD_SECONDS = env_float("MRT_POSTER_UPLOAD_SECONDS", 3600.0)
+MRT_REQUEST_SECONDS = env_seconds("MRT_REQUEST_SECONDS", 60.0, DAY)
+MRT_POSTER_UPLOAD_SECONDS = env_seconds("MRT_POSTER_UPLOAD_SECONDS", 3600.0, WEEK)
 # Retention (queues/operator/archive.py): batches finished, with all their jobs, at least this many
 # days ago are archived into the database and removed from ZooKeeper, a sweep every so many seconds.
-MRT_RETENTION_DAYS = env_float("MRT_RETENTION_DAYS", 30.0)
-MRT_RETENTION_SWEEP_SECONDS = env_float("MRT_RETENTION_SWEEP_SECONDS", 3600.0)
+MRT_RETENTION_DAYS = env_float("MRT_RETENTION_DAYS", 30.0, low=0, high=36_500)
+MRT_RETENTION_SWEEP_SECONDS = env_seconds("MRT_RETENTION_SWEEP_SECONDS", 3600.0, WEEK)
 # The operator's cockpit: step history kept this many days; "stuck" is past FACTOR x a step's
 # p95 (never under MIN), or past STUCK_SECONDS while a step's history is thin; consumer processes
 # rewrite their registration this often, with this version (empty: git describe).
-MRT_STEP_HISTORY_DAYS = env_float("MRT_STEP_HISTORY_DAYS", 30.0)
+MRT_STEP_HISTORY_DAYS = env_float("MRT_STEP_HISTORY_DAYS", 30.0, low=0, high=36_500, above=True)
 # The search's text index in the database (queues/console/jobtext.py) follows the queue this many
 # seconds after a watch said a job state folder changed (a search reads what is new itself).
-MRT_SEARCH_FEED_SECONDS = env_float("MRT_SEARCH_FEED_SECONDS", 10.0)
-MRT_STUCK_SECONDS = env_float("MRT_STUCK_SECONDS", 3600.0)
-MRT_STUCK_FACTOR = env_float("MRT_STUCK_FACTOR", 3.0)
-MRT_STUCK_MIN_SECONDS = env_float("MRT_STUCK_MIN_SECONDS", 300.0)
-MRT_CONSUMER_PUBLISH_SECONDS = env_float("MRT_CONSUMER_PUBLISH_SECONDS", 5.0)
+MRT_SEARCH_FEED_SECONDS = env_seconds("MRT_SEARCH_FEED_SECONDS", 10.0, DAY)
+MRT_STUCK_SECONDS = env_seconds("MRT_STUCK_SECONDS", 3600.0, 30 * DAY)
+MRT_STUCK_FACTOR = env_float("MRT_STUCK_FACTOR", 3.0, low=1, high=1000)
+MRT_STUCK_MIN_SECONDS = env_float("MRT_STUCK_MIN_SECONDS", 300.0, low=0, high=30 * DAY)
+MRT_CONSUMER_PUBLISH_SECONDS = env_seconds("MRT_CONSUMER_PUBLISH_SECONDS", 5.0, 3600)
 MRT_VERSION = env("MRT_VERSION")
 # The fetch policy for every request made for a depositor (queues/steps/netpolicy.py):
 # addresses that may be fetched although they are loopback/private (comma-separated networks).
 MRT_FETCH_ALLOW = env("MRT_FETCH_ALLOW")
-MRT_FETCH_MAX_REDIRECTS = env_int("MRT_FETCH_MAX_REDIRECTS", 5)
+MRT_FETCH_MAX_REDIRECTS = env_int("MRT_FETCH_MAX_REDIRECTS", 5, low=0, high=100)
 # One file: a wall-clock limit (all attempts), and a minimum rate over every window.
-MRT_DOWNLOAD_DEADLINE = env_float("MRT_DOWNLOAD_DEADLINE", 6 * 3600.0)
-MRT_DOWNLOAD_MIN_RATE = env_int("MRT_DOWNLOAD_MIN_RATE", 1024)
-MRT_DOWNLOAD_RATE_WINDOW = env_float("MRT_DOWNLOAD_RATE_WINDOW", 60.0)
+MRT_DOWNLOAD_DEADLINE = env_seconds("MRT_DOWNLOAD_DEADLINE", 6 * 3600.0, WEEK)
+MRT_DOWNLOAD_MIN_RATE = env_int("MRT_DOWNLOAD_MIN_RATE", 1024, low=0)
+MRT_DOWNLOAD_RATE_WINDOW = env_seconds("MRT_DOWNLOAD_RATE_WINDOW", 60.0, DAY)
 # What a web request reads from a depositor's server while its client waits (a batch manifest
 # given by URL, with MRT_BATCH_INTAKE=merritt): one deadline for the whole exchange.
-MRT_IN_REQUEST_FETCH_SECONDS = env_float("MRT_IN_REQUEST_FETCH_SECONDS", 20.0)
+MRT_IN_REQUEST_FETCH_SECONDS = env_seconds("MRT_IN_REQUEST_FETCH_SECONDS", 20.0, 3600)
 # One object: bytes downloaded and unpacked, and how far a container may expand.
-MRT_MAX_OBJECT_BYTES = env_int("MRT_MAX_OBJECT_BYTES", 200 * 1024**3)
-MRT_MAX_COMPRESSION_RATIO = env_float("MRT_MAX_COMPRESSION_RATIO", 100.0)
+MRT_MAX_OBJECT_BYTES = env_int("MRT_MAX_OBJECT_BYTES", 200 * 1024**3, low=1)
+MRT_MAX_COMPRESSION_RATIO = env_float("MRT_MAX_COMPRESSION_RATIO", 100.0, low=1)
 # What provisioning counts for a file whose size the server would not tell.
-MRT_UNKNOWN_SIZE_BYTES = env_int("MRT_UNKNOWN_SIZE_BYTES", 1024**3)
+MRT_UNKNOWN_SIZE_BYTES = env_int("MRT_UNKNOWN_SIZE_BYTES", 1024**3, low=0)
 # Jobs downloading at once in one process, and at most this many from one depositor host.
-MRT_DOWNLOAD_JOBS = env_int("MRT_DOWNLOAD_JOBS", 4)
+MRT_DOWNLOAD_JOBS = env_int("MRT_DOWNLOAD_JOBS", 4, low=1, high=256)
 # The batched job loop (queues/daemons/pipeline.py), the default of the steps that are short
 # next to a ZooKeeper round trip (BATCHED_STEPS in queues/daemons/runner.py): jobs claimed per
 # lock multi and moved per move multi, and whether a process keeps a job's lock from one of its
 # steps to the next. 1 and off is the one-job loop for every step.
-MRT_CLAIM_BATCH = env_int("MRT_CLAIM_BATCH", 32)
+MRT_CLAIM_BATCH = env_int("MRT_CLAIM_BATCH", 32, low=1, high=1000)
 MRT_KEEP_LOCKS = env_bool("MRT_KEEP_LOCKS", True)
 # Whether downloading, processing, storing and recording (LONG_STEPS) run in the batched loop,
 # their steps in as many threads as the copies a process runs of them (``--threads``; downloading:
@@ -452,7 +498,7 @@ MRT_BATCH_LONG_STEPS = env_bool("MRT_BATCH_LONG_STEPS", True)
 # Whether a process's batched loops share one thread (one per copy of the steps, ``--threads``)
 # or run a thread each; a step that blocks (a slow HEAD) holds up the loops of its thread.
 MRT_SHARED_LOOPS = env_bool("MRT_SHARED_LOOPS", True)
-MRT_DOWNLOADS_PER_HOST = env_int("MRT_DOWNLOADS_PER_HOST", 2)
+MRT_DOWNLOADS_PER_HOST = env_int("MRT_DOWNLOADS_PER_HOST", 2, low=1, high=1000)
 # For benchmarks only (bench/daemons.py --shipped): every job step's work is "move on to the next
 # state", so what runconsumer as shipped measures is its loops and ZooKeeper. Never in production:
 # jobs would complete without their objects being stored.
@@ -464,7 +510,7 @@ EMAIL_USE_LOCALTIME = True
 EMAIL_HOST = env("EMAIL_HOST")
 if EMAIL_HOST:
     EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    EMAIL_PORT = env_int("EMAIL_PORT", 25)
+    EMAIL_PORT = env_int("EMAIL_PORT", 25, **PORT)
     EMAIL_HOST_USER = env("EMAIL_HOST_USER")
     EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
     EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
@@ -484,12 +530,12 @@ if MRT_ALERT_WEBHOOK_FORMAT not in ("slack", "json"):
     raise ImproperlyConfigured(
         f"MRT_ALERT_WEBHOOK_FORMAT must be slack or json, got {MRT_ALERT_WEBHOOK_FORMAT!r}"
     )
-MRT_ALERT_EVERY = env_float("MRT_ALERT_EVERY", 30.0)
-MRT_ALERT_DIGEST_HOUR = env_int("MRT_ALERT_DIGEST_HOUR", 7)
+MRT_ALERT_EVERY = env_seconds("MRT_ALERT_EVERY", 30.0, DAY)
+MRT_ALERT_DIGEST_HOUR = env_int("MRT_ALERT_DIGEST_HOUR", 7, low=0, high=23)
 # Seconds a storage node an operator held (with a reason, and no maintenance window) stays held
 # before the node-held alert pages: the operator meant it; a forgotten hold is worth a page.
 # A breaker's hold, or one with no reason or no name, pages at the rule's own threshold.
-MRT_ALERT_HAND_HOLD_AFTER = env_float("MRT_ALERT_HAND_HOLD_AFTER", 3600.0)
+MRT_ALERT_HAND_HOLD_AFTER = env_seconds("MRT_ALERT_HAND_HOLD_AFTER", 3600.0, 30 * DAY)
 
 LOG_LEVEL = env("LOG_LEVEL", "INFO").strip().upper()
 if not isinstance(logging.getLevelNamesMapping().get(LOG_LEVEL), int):

@@ -142,11 +142,37 @@ def test_a_misspelt_shared_loops_setting_stops_start_up(tmp_path: Path) -> None:
 def test_a_number_that_is_not_one_names_the_variable(tmp_path: Path) -> None:
     result = _settings_with(tmp_path, MRT_MAX_OBJECT_BYTES="10GB")
     assert result.returncode != 0
-    assert "MRT_MAX_OBJECT_BYTES must be an integer, got '10GB'" in result.stderr
+    assert "MRT_MAX_OBJECT_BYTES must be a whole number of at least 1, got '10GB'" in result.stderr
     for name, value in (("ZK_TIMEOUT", "nan"), ("LIVE_COALESCE_SECONDS", "0,25")):
         result = _settings_with(tmp_path, **{name: value})
         assert result.returncode != 0
-        assert f"{name} must be a number, got {value!r}" in result.stderr
+        assert f"{name} must be a number" in result.stderr and f"got {value!r}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "name, value, said",
+    [
+        # Each would have been taken: a loop claiming nothing, downloading stalled for good, a
+        # session that expires at once, a step history pruned whole, a port no socket has, an
+        # hour no clock shows, an interval of no time.
+        ("MRT_CLAIM_BATCH", "0", "a whole number from 1 to 1,000"),
+        ("MRT_DOWNLOADS_PER_HOST", "0", "a whole number from 1 to 1,000"),
+        ("ZK_TIMEOUT", "0", "a number above 0 and at most 3,600"),
+        ("MRT_STEP_HISTORY_DAYS", "-1", "a number above 0 and at most 36,500"),
+        ("MRT_RETENTION_DAYS", "-1", "a number from 0 to 36,500"),
+        ("ZK_LOCAL_PORT", "70000", "a whole number from 1 to 65,535"),
+        ("MRT_ALERT_DIGEST_HOUR", "24", "a whole number from 0 to 23"),
+        ("MRT_ALERT_EVERY", "0", "a number above 0 and at most 86,400"),
+        ("MRT_PROVISION_HIGH_WATER", "1.5", "a number above 0 and at most 1"),
+        ("MRT_HTTP_TIMEOUT", "inf", "a number above 0 and at most 86,400"),
+    ],
+)
+def test_a_number_out_of_its_range_stops_start_up_and_says_the_range(
+    tmp_path: Path, name: str, value: str, said: str
+) -> None:
+    result = _settings_with(tmp_path, **{name: value})
+    assert result.returncode != 0
+    assert f"environment variable {name} must be {said}, got {value!r}" in result.stderr
 
 
 def test_a_loading_wait_out_of_range_names_the_variable(tmp_path: Path) -> None:
