@@ -12,4 +12,4 @@ urlpatterns = [
     path("", include("queues.urls")),
 ]
 
-handler500 = "queues.web.api_door.server_error"
+handler500 = "queues.web.faults.server_error"

@@ -14,7 +14,6 @@ from typing import Any
 
 from django import forms
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
 from queues.console import job_reads, selectors
@@ -37,15 +36,6 @@ def error_json(message: str, status: int) -> JsonResponse:
     if status == 503:
         response["Retry-After"] = str(RETRY_SECONDS)
     return response
-
-
-def server_error(request: HttpRequest) -> HttpResponse:
-    """Django's answer to a fault no view turned into a refusal (``handler500``), logged by
-    Django before it asks: under ``/api/`` the JSON error every other API answer has, so a
-    client reading JSON never meets an HTML page; the console's error page elsewhere."""
-    if request.path_info.startswith("/api/"):
-        return error_json("internal error: the console logged it", 500)
-    return defaults.server_error(request)
 
 
 def api_view(

@@ -1,8 +1,8 @@
 """A page number is checked before it reaches a read: every paged page and API list answers a
 number that is no whole number from 1 to ``MAX_PAGE`` with a 400 naming the parameter (a 23-digit
 page of the batch list went to SQLite's OFFSET and came back a 500; the consistency pages took
-any bad number for 1), and a fault the API did not foresee is answered in JSON, not with the
-pages' HTML error page."""
+any bad number for 1); and a fault no view foresaw is answered in its door's own format (JSON
+under /api/, Merritt's exception document at /poster/), not with the pages' HTML error page."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.urls import get_resolver
 
-from queues.web import api_door
+from queues.web import faults
 from queues.web.api import BATCH_JOBS_MAX_PER_PAGE
 from queues.web.forms import MAX_PAGE
 
@@ -81,7 +81,7 @@ def test_a_batch_s_job_pages_refuse_what_they_cannot_show(client, token_for, zk,
 def test_a_fault_under_api_is_answered_in_json(token_for, make_user, zk, monkeypatch):
     """A view that fails in a way no refusal names: the API's client gets JSON (Django logged
     the fault before asking the handler), the pages keep their HTML error page."""
-    assert get_resolver().resolve_error_handler(500) is api_door.server_error
+    assert get_resolver().resolve_error_handler(500) is faults.server_error
 
     def broken(*args, **kwargs):
         raise RuntimeError("a fault no refusal names")
@@ -99,3 +99,21 @@ def test_a_fault_under_api_is_answered_in_json(token_for, make_user, zk, monkeyp
     html = page.get("/batches/")
     assert html.status_code == 500
     assert html["Content-Type"].startswith("text/html")
+
+
+def test_a_fault_at_the_poster_door_is_merritt_s_exception_document(token_for, monkeypatch):
+    """A depositor's tool reads Merritt's exception document, never the pages' HTML: a fault
+    is GENERAL_EXCEPTION, as Merritt's own door answers one."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a fault no refusal names")
+
+    monkeypatch.setattr("queues.views.poster._submit", broken)
+    client = Client(raise_request_exception=False)
+    answer = client.post("/poster/submit", {"profile": "p"}, **token_for("operator"))
+    assert answer.status_code == 500
+    assert answer["Content-Type"].startswith("text/xml")
+    body = answer.content.decode()
+    assert "<exc:tException.GENERAL_EXCEPTION" in body
+    assert "<exc:detail>internal error: the console logged it</exc:detail>" in body
+    assert "a fault" not in body
