@@ -249,7 +249,9 @@ def service_hold_action(request: HtmxHttpRequest, service: str, action: str) -> 
         kind="service",
         action=action,
         item_id=service,
-        params=lambda f: {"by": request.user.get_username()},
+        # The same fields as every other hold's, as the API gives them: a service's hold refuses
+        # an end rather than leave it out (it is released by hand).
+        params=lambda f: _params(request, f),
     )
     return _holds_response(request, form)
 

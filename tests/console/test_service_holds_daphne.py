@@ -41,11 +41,11 @@ def _post(session: requests.Session, base: str, path: str, data: dict[str, str])
     )
 
 
-def _audit(db: Path) -> list[tuple[str, str, str, str]]:
+def _audit(db: Path) -> list[tuple[str, str, str, str, int]]:
     with sqlite3.connect(db) as conn:
         return list(
             conn.execute(
-                "SELECT action, kind, item_id, reason FROM queues_auditentry "
+                "SELECT action, kind, item_id, reason, ok FROM queues_auditentry "
                 "WHERE kind = 'service' ORDER BY id"
             )
         )
@@ -102,6 +102,16 @@ def test_an_operator_holds_a_depositors_server_and_releases_it(
         assert answer.status_code == 303
         assert service_holds(zk) == {}
 
+        # A hold posted with an end is refused as the API refuses it (a service's hold has none),
+        # not placed without it.
+        for until in ("2020-01-01T00:00", "2099-01-01T00:00"):
+            answer = _post(
+                session, base, "/holds/service/ezid/hold/", {"reason": "r", "until": until}
+            )
+            assert answer.status_code == 400, until
+            assert "a service&#x27;s hold has no end" in answer.text
+        assert service_holds(zk) == {}
+
         # The API opens and closes a breaker by hand too; a malformed name is its 400.
         api_json(f"{base}/api/holds/service/ezid/hold", key, {"reason": "EZID maintenance"})
         assert service_holds(zk)["ezid"].reason == "EZID maintenance"
@@ -112,11 +122,13 @@ def test_an_operator_holds_a_depositors_server_and_releases_it(
         assert refused.value.code in (400, 404)
         assert service_holds(zk) == {}
 
-    assert [row[:3] for row in _audit(tmp_path / "console.sqlite3")] == [
-        ("hold", "service", "depositor:files.example.org:443"),
-        ("release", "service", "depositor:files.example.org:443"),
-        ("hold", "service", "ezid"),
-        ("release", "service", "ezid"),
+    assert [(*row[:3], row[4]) for row in _audit(tmp_path / "console.sqlite3")] == [
+        ("hold", "service", "depositor:files.example.org:443", 1),
+        ("release", "service", "depositor:files.example.org:443", 1),
+        ("hold", "service", "ezid", 0),  # the two with an end, refused (and audited so)
+        ("hold", "service", "ezid", 0),
+        ("hold", "service", "ezid", 1),
+        ("release", "service", "ezid", 1),
     ]
 
 
