@@ -111,6 +111,27 @@ def test_runconsumer_refuses_an_unmigrated_database_before_claiming(
     assert batches.batch_load(zk, batch.bid).state == "Pending"
 
 
+def _command(
+    command: tuple[str, ...], *, var: Path, database: Path
+) -> subprocess.CompletedProcess[str]:
+    """``manage.py COMMAND...`` as an operator runs it, with a ZooKeeper that never answers."""
+    env = {
+        **os.environ,
+        "ZK_HOSTS": "127.0.0.1:1",
+        "MRT_VAR_DIR": str(var),
+        "MRT_DATABASE_PATH": str(database),
+        "DJANGO_SECRET_KEY": "x" * 50,
+    }
+    return subprocess.run(
+        [sys.executable, str(BASE / "manage.py"), *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
 @pytest.mark.parametrize(
     "command",
     [
@@ -131,21 +152,8 @@ def test_a_command_that_needs_the_database_refuses_one_not_ready_in_one_line(
         if database == "never-migrated"
         else tmp_path / "no-such-folder" / "console.sqlite3"
     )
-    env = {
-        **os.environ,
-        "ZK_HOSTS": "127.0.0.1:1",  # never asked: the database is looked at first
-        "MRT_VAR_DIR": str(var),
-        "MRT_DATABASE_PATH": str(path),
-        "DJANGO_SECRET_KEY": "x" * 50,
-    }
-    done = subprocess.run(
-        [sys.executable, str(BASE / "manage.py"), *command],
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+    # ZooKeeper is never asked: the database is looked at first.
+    done = _command(command, var=var, database=path)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr  # one line, no traceback
@@ -177,20 +185,9 @@ def test_a_number_an_option_cannot_take_is_refused_before_anything_runs(
     """A number out of an option's range, or none (nan, inf), is argparse's error naming the
     option, exit status 2: before, "nan" ran a daemon whose idle wait was nan, 1e309 archived
     with a traceback (OverflowError), and 100,000 copies of a loop were started."""
-    env = {
-        **os.environ,
-        "ZK_HOSTS": "127.0.0.1:1",  # never asked: the options are read first
-        "MRT_VAR_DIR": str(tmp_path / "var"),
-        "MRT_DATABASE_PATH": str(tmp_path / "never-made.sqlite3"),
-        "DJANGO_SECRET_KEY": "x" * 50,
-    }
-    done = subprocess.run(
-        [sys.executable, str(BASE / "manage.py"), *command, option, value],
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
+    # Neither ZooKeeper nor the database is asked: the options are read first.
+    done = _command(
+        (*command, option, value), var=tmp_path / "var", database=tmp_path / "never-made.sqlite3"
     )
     assert done.returncode == 2, done.stderr
     last = done.stderr.strip().splitlines()[-1]
