@@ -90,6 +90,18 @@ def _whole(call: Call, name: str) -> int:
     return value
 
 
+def _release(call: Call, kind: str, release: Callable[[], Any], *, parks_jobs: bool) -> Any:
+    """A hold's release; ``release_jobs`` ("also release what it held") only where the hold
+    parks jobs or batches (the ingest queue's, a collection's): asked of another it would be
+    left out while the release was done, so it is refused and nothing moves."""
+    if call.params.get("release_jobs") and not parks_jobs:
+        raise ValueError(
+            "release_jobs goes with the ingest queue's or a collection's release: "
+            f"the hold of {kind} {call.item_id} parks no jobs to release"
+        )
+    return release()
+
+
 def _repair(_call: Call) -> moves.Outcome:
     """Repair from the findings of the latest finished check run
     (queues/operator/consistency.py)."""
@@ -175,8 +187,13 @@ ACTIONS: tuple[Action, ...] = (
         "queue",
         "release",
         ADMIN,
-        lambda c: hold_moves.queue_release(
-            name=c.item_id, release_held=bool(c.params.get("release_jobs"))
+        lambda c: _release(
+            c,
+            "queue",
+            lambda: hold_moves.queue_release(
+                name=c.item_id, release_held=bool(c.params.get("release_jobs"))
+            ),
+            parks_jobs=c.item_id == "ingest",
         ),
     ),
     Action(
@@ -193,7 +210,14 @@ ACTIONS: tuple[Action, ...] = (
         lambda c: hold_moves.node_hold(node=c.item_id, **_window(c)),
         needs_reason=True,
     ),
-    Action("node", "release", OPERATOR, lambda c: hold_moves.node_release(node=c.item_id)),
+    Action(
+        "node",
+        "release",
+        OPERATOR,
+        lambda c: _release(
+            c, "node", lambda: hold_moves.node_release(node=c.item_id), parks_jobs=False
+        ),
+    ),
     # Services outside (inventory, EZID, a depositor's or callback receiver's server): opening
     # and closing a breaker by hand.
     Action(
@@ -203,7 +227,14 @@ ACTIONS: tuple[Action, ...] = (
         lambda c: hold_moves.service_hold(service=c.item_id, **_window(c)),
         needs_reason=True,
     ),
-    Action("service", "release", OPERATOR, lambda c: hold_moves.service_release(service=c.item_id)),
+    Action(
+        "service",
+        "release",
+        OPERATOR,
+        lambda c: _release(
+            c, "service", lambda: hold_moves.service_release(service=c.item_id), parks_jobs=False
+        ),
+    ),
     Action(
         "collection",
         "release",

@@ -12,6 +12,7 @@ from django.urls import reverse
 from queues.zk import jobs
 from queues.zk import paths as zpaths
 from queues.zk.locks import queue_hold_set
+from queues.zk.maintenance import node_hold_set, node_holds, service_hold_set, service_holds
 
 from .conftest import nothing_held, post_json
 
@@ -217,3 +218,26 @@ def test_a_field_of_another_action_is_refused_not_dropped(client, token_for, zk,
     answer = post_json(client, f"/api/jobs/{job.jid}/hold", {"to": "Processing"}, **headers)
     assert answer.status_code == 400 and "to goes with resume" in answer.json()["error"]
     assert jobs.job_load(zk, job.jid).state == "Pending"
+
+
+def test_a_release_asked_to_release_jobs_it_never_parked_is_refused(client, token_for, zk):
+    """ "Also release what it held" is the ingest queue's and a collection's: asked of a storage
+    node's, a service's or an access queue's release, it was left out and the hold released."""
+    headers = token_for("admin")
+    node_hold_set(zk, 7, by="ops", reason="disk swap")
+    service_hold_set(zk, "ezid", by="ops", reason="EZID maintenance")
+    queue_hold_set(zk, "access-small")
+    for path, named in (
+        ("/api/holds/node/7/release", "node 7"),
+        ("/api/holds/service/ezid/release", "service ezid"),
+        ("/api/holds/queue/access-small/release", "queue access-small"),
+    ):
+        answer = post_json(client, path, {"release_jobs": True}, **headers)
+        assert answer.status_code == 400, (path, answer.content)
+        assert f"the hold of {named} parks no jobs to release" in answer.json()["error"]
+    assert 7 in node_holds(zk) and "ezid" in service_holds(zk)
+    assert zk.exists(zpaths.queue_lock("access-small")) is not None
+    # Without it each is released as before.
+    for path in ("/api/holds/node/7/release", "/api/holds/service/ezid/release"):
+        assert post_json(client, path, {}, **headers).status_code == 200, path
+    assert node_holds(zk) == {} and service_holds(zk) == {}
