@@ -18,6 +18,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from mrtadmin import local
+from queues.core.words import yes_or_no
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -30,17 +31,12 @@ def env(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
 
 
-TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
-FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
-
-
 def env_bool(name: str, default: bool) -> bool:
     """A yes/no variable; anything but the usual words is an error naming the variable."""
     value = env(name, "1" if default else "0").strip().lower()
-    if value in TRUE_WORDS:
-        return True
-    if value in FALSE_WORDS:
-        return False
+    answer = yes_or_no(value)
+    if answer is not None:
+        return answer
     raise ImproperlyConfigured(
         f"environment variable {name} must be one of 1/0, true/false, yes/no, on/off, got {value!r}"
     )

@@ -18,6 +18,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from queues.console import job_reads, selectors
 from queues.core import clock, retries
+from queues.core.words import yes_or_no
 from queues.operator.auth import BEARER_CHALLENGE, VIEWER, has_role, token_from
 from queues.services.moves import Outcome
 from queues.views.common import (
@@ -125,7 +126,15 @@ def form_input(
         if isinstance(value, dict | list):
             kind = "an object" if isinstance(value, dict) else "a list"
             raise ValueError(f"{what}: {key} must be text, a number or true/false, not {kind}")
-        fields[key] = str(value).lower() if isinstance(value, bool) else str(value)
+        if isinstance(form_class.base_fields[key], forms.BooleanField):
+            # Django's BooleanField takes any text but "false" and "0" for true ("no" would
+            # release what a hold parked): here it is true/false or the usual words, or a 400.
+            answer = value if isinstance(value, bool) else yes_or_no(str(value))
+            if answer is None:
+                raise ValueError(f"{what}: {key} must be true or false, got {str(value)[:40]!r}")
+            fields[key] = "true" if answer else "false"
+            continue
+        fields[key] = str(value)
     return fields
 
 
@@ -289,6 +298,6 @@ def text_param(data: Mapping[str, Any], key: str) -> str:
 def query_form(
     request: HttpRequest, form_class: type[forms.Form], *, also: Iterable[str] = ()
 ) -> Any:
-    """A list's filter from the query string: a closed set of keys, as a bulk filter's."""
-    form_input(request.GET, form_class, also=also, what="filter")
-    return form_class(request.GET)
+    """A list's filter from the query string: a closed set of keys, as a bulk filter's, each
+    read as ``form_input`` reads it (``?stuck=no`` is no)."""
+    return form_class(form_input(request.GET, form_class, also=also, what="filter"))

@@ -241,3 +241,34 @@ def test_a_release_asked_to_release_jobs_it_never_parked_is_refused(client, toke
     for path in ("/api/holds/node/7/release", "/api/holds/service/ezid/release"):
         assert post_json(client, path, {}, **headers).status_code == 200, path
     assert node_holds(zk) == {} and service_holds(zk) == {}
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "x", "<script>", "2020-01-01T00:00:00Z", "99"])
+def test_a_true_or_false_field_takes_true_or_false(client, token_for, zk, value):
+    """Django's BooleanField takes any text but "false" and "0" for true: a release told
+    ``release_jobs: "x"`` or ``-1`` released the parked batches too."""
+    queue_hold_set(zk, "ingest")
+    answer = post_json(
+        client, "/api/holds/queue/ingest/release", {"release_jobs": value}, **token_for("admin")
+    )
+    assert answer.status_code == 400, answer.content
+    assert "release_jobs must be true or false" in answer.json()["error"]
+    assert zk.exists(zpaths.queue_lock("ingest")) is not None
+
+
+def test_no_is_no_in_a_query_string(client, token_for, zk, make_job, monkeypatch):
+    """``?stuck=no`` was "stuck only" (the form's field took any text but "false" and "0" for
+    true); the usual words now read as they say, anything else is a 400."""
+    asked = []
+
+    def jobs_page(*, flt, page):
+        asked.append(flt.stuck)
+        raise ValueError("stop here: the filter is what this test looks at")
+
+    monkeypatch.setattr("queues.web.api.job_reads.jobs_page", jobs_page)
+    headers = token_for("viewer")
+    for word, meant in (("no", False), ("off", False), ("0", False), ("yes", True), ("on", True)):
+        client.get("/api/jobs", {"stuck": word}, **headers)
+        assert asked.pop() is meant, word
+    answer = client.get("/api/jobs", {"stuck": "maybe"}, **headers)
+    assert answer.status_code == 400 and "stuck must be true or false" in answer.json()["error"]
