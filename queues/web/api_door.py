@@ -18,7 +18,6 @@ from django.views.decorators.csrf import csrf_exempt
 
 from queues.console import job_reads, selectors
 from queues.core import clock, retries
-from queues.core.words import yes_or_no
 from queues.operator.auth import BEARER_CHALLENGE, VIEWER, has_role, token_from
 from queues.services.moves import Outcome
 from queues.views.common import (
@@ -126,15 +125,7 @@ def form_input(
         if isinstance(value, dict | list):
             kind = "an object" if isinstance(value, dict) else "a list"
             raise ValueError(f"{what}: {key} must be text, a number or true/false, not {kind}")
-        if isinstance(form_class.base_fields[key], forms.BooleanField):
-            # Django's BooleanField takes any text but "false" and "0" for true ("no" would
-            # release what a hold parked): here it is true/false or the usual words, or a 400.
-            answer = value if isinstance(value, bool) else yes_or_no(str(value))
-            if answer is None:
-                raise ValueError(f"{what}: {key} must be true or false, got {str(value)[:40]!r}")
-            fields[key] = "true" if answer else "false"
-            continue
-        fields[key] = str(value)
+        fields[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return fields
 
 

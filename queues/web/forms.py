@@ -10,6 +10,7 @@ from django.http import QueryDict
 
 from queues.console import batch_reads, job_reads
 from queues.core.states import ACCESS, BATCH, JOB
+from queues.core.words import yes_or_no
 from queues.services.moves import SUBMISSION_TYPES, check_filename, check_payload_url
 from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidID
@@ -31,6 +32,37 @@ def whole_number(query: Any, name: str = "page", *, default: int = 1, most: int 
         if 1 <= number <= most:
             return number
     raise ValueError(f"{name} must be a whole number from 1 to {most:,}")
+
+
+class YesNoInput(forms.CheckboxInput):
+    """A checkbox whose posted text goes to its field as it came (``YesNoField`` reads it),
+    shown ticked when that text says yes."""
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs, check_test=_says_yes)
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> Any:
+        return data.get(name)
+
+
+def _says_yes(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and yes_or_no(value) is True)
+
+
+class YesNoField(forms.BooleanField):
+    """Yes or no: true/false, 1/0, yes/no, on/off (a checkbox posts "on" or its value), absent
+    for no; any other text is refused. Django's BooleanField takes any text but "false" and "0"
+    for yes: ``?stuck=no`` listed the stuck jobs only, ``release_jobs=x`` released too."""
+
+    widget = YesNoInput
+
+    def to_python(self, value: Any) -> bool:
+        if value is None or isinstance(value, bool):
+            return bool(value)
+        answer = yes_or_no(str(value))
+        if answer is None:
+            raise ValidationError(f"must be true or false, got {str(value)[:40]!r}", "invalid")
+        return answer
 
 
 def _validated(validator: Any, value: str) -> str:
@@ -57,7 +89,7 @@ class JobFilterForm(forms.Form):
     priority = forms.IntegerField(required=False, min_value=0, max_value=99)
     q = forms.CharField(required=False, max_length=300, label="Search job/batch ID, ARK, local ID")
     sort = forms.ChoiceField(choices=list(job_reads.JOB_SORTS.items()), required=False)
-    stuck = forms.BooleanField(required=False, label="Stuck only")
+    stuck = YesNoField(required=False, label="Stuck only")
     page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
 
     def clean_profile(self) -> str:
@@ -164,7 +196,7 @@ class ActionForm(forms.Form):
     # Where a resume goes: a job's step or an access request's state, any the state machines
     # resume to (the service then checks it against the item: a job only to a step it reached).
     to = forms.ChoiceField(required=False, choices=[("", ""), *_RESUME_TARGETS])
-    release_jobs = forms.BooleanField(required=False)
+    release_jobs = YesNoField(required=False)
     # A hold's maintenance window: released by itself at this time (ISO-8601; without a zone,
     # the console's time zone).
     until = forms.DateTimeField(required=False)
@@ -184,7 +216,7 @@ class BulkForm(forms.Form):
     item = forms.MultipleChoiceField(required=False)  # "jid:version" pairs, checked in clean
     reason = forms.CharField(required=False, max_length=2000)
     to = forms.ChoiceField(required=False, choices=[("", ""), *_RESUME_TARGETS])  # resume's step
-    confirmed = forms.BooleanField(required=False)
+    confirmed = YesNoField(required=False)
 
     def __init__(self, *args: Any, id_validator: Any = zpaths.jid, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

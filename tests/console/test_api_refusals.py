@@ -6,6 +6,8 @@ itself after the refusal."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -252,7 +254,8 @@ def test_a_true_or_false_field_takes_true_or_false(client, token_for, zk, value)
         client, "/api/holds/queue/ingest/release", {"release_jobs": value}, **token_for("admin")
     )
     assert answer.status_code == 400, answer.content
-    assert "release_jobs must be true or false" in answer.json()["error"]
+    said = answer.json()["error"]
+    assert "release_jobs" in said and "must be true or false" in said
     assert zk.exists(zpaths.queue_lock("ingest")) is not None
 
 
@@ -271,4 +274,19 @@ def test_no_is_no_in_a_query_string(client, token_for, zk, make_job, monkeypatch
         client.get("/api/jobs", {"stuck": word}, **headers)
         assert asked.pop() is meant, word
     answer = client.get("/api/jobs", {"stuck": "maybe"}, **headers)
-    assert answer.status_code == 400 and "stuck must be true or false" in answer.json()["error"]
+    said = answer.json()["error"]
+    assert answer.status_code == 400 and "stuck" in said and "must be true or false" in said
+
+
+def test_the_job_list_page_reads_yes_and_no_as_the_api_does(viewer, zk):
+    """The page's filter form is the API's: ``?stuck=no`` is no, ``?stuck=on`` (the checkbox)
+    yes and ticked again on the answer, anything else a 400 saying so."""
+    for word, meant in (("no", False), ("false", False), ("on", True), ("1", True)):
+        answer = viewer.get("/jobs/", {"stuck": word})
+        assert answer.status_code == 200, word
+        assert answer.context["form"].cleaned_data["stuck"] is meant, word
+        ticked = re.search(r'<input type="checkbox" name="stuck"[^>]*>', answer.content.decode())
+        assert ticked is not None and ("checked" in ticked.group(0)) is meant, word
+    answer = viewer.get("/jobs/", {"stuck": "maybe"})
+    assert answer.status_code == 400
+    assert "must be true or false" in answer.content.decode()
