@@ -527,7 +527,7 @@ if MRT_ALERT_WEBHOOK_FORMAT not in ("slack", "json"):
         f"MRT_ALERT_WEBHOOK_FORMAT must be slack or json, got {MRT_ALERT_WEBHOOK_FORMAT!r}"
     )
 MRT_ALERT_EVERY = env_seconds("MRT_ALERT_EVERY", 30.0, DAY)
-MRT_ALERT_DIGEST_HOUR = env_int("MRT_ALERT_DIGEST_HOUR", 7, low=0, high=23)
+MRT_ALERT_DIGEST_HOUR = env_int("MRT_ALERT_DIGEST_HOUR", 7, low=-1, high=23)
 # Seconds a storage node an operator held (with a reason, and no maintenance window) stays held
 # before the node-held alert pages: the operator meant it; a forgotten hold is worth a page.
 # A breaker's hold, or one with no reason or no name, pages at the rule's own threshold.
