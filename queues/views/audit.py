@@ -29,10 +29,11 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
         entries = entries.filter(ok=request.GET["ok"] == "1")
         filters["ok"] = request.GET["ok"]
     bulk = request.GET.get("bulk", "")
-    if bulk.isdigit():
-        # One bulk run's item entries (and its own line).
+    if bulk:
+        # One bulk run's item entries (and its own line); a run's number, or a 400 saying so.
+        run = whole_number(request.GET, "bulk", most=10**18)
         entries = entries.filter(
-            Q(detail__startswith=f"bulk run #{int(bulk)}:") | Q(kind="bulk", item_id=str(int(bulk)))
+            Q(detail__startswith=f"bulk run #{run}:") | Q(kind="bulk", item_id=str(run))
         )
         filters["bulk"] = bulk
     elif not ({"item_id", "kind"} & set(filters)) and request.GET.get("items") != "all":

@@ -89,6 +89,8 @@ def test_the_key_can_go_to_an_owner_only_file_never_over_another(monitor, tmp_pa
         (("create", "--user", "monitor", "--name", "  "), "needs --user"),
         (("revoke",), "needs the token's id"),
         (("revoke", "zzzzzzzz"), "no token has"),
+        (("revoke", "²"), "no token has"),  # a ValueError traceback before
+        (("revoke", "9" * 30), "no token has"),
     ],
 )
 def test_bad_input_is_one_clear_line(monitor, args, message):

@@ -53,6 +53,16 @@ def test_a_page_refuses_a_whole_number_it_cannot_show(viewer, zk, make_job, path
     assert viewer.get(path, {name: ""}).status_code == 200, path
 
 
+def test_the_audit_log_refuses_a_bulk_run_that_is_no_number(viewer):
+    """``?bulk=`` names a bulk run by its number: "abc" showed the whole log as if not asked,
+    "²" failed in int()."""
+    for value in ("abc", "²", "-1", "0"):
+        answer = viewer.get("/audit/", {"bulk": value})
+        assert answer.status_code == 400, value
+        assert "bulk must be a whole number from 1 to" in answer.content.decode()
+    assert viewer.get("/audit/", {"bulk": "7"}).status_code == 200
+
+
 @pytest.mark.parametrize("path", API_PAGED)
 def test_an_api_list_refuses_a_whole_number_it_cannot_show(client, token_for, zk, make_job, path):
     make_job("Failed")

@@ -110,7 +110,9 @@ class Command(QueueCommand):
     def revoke(self, ident: str) -> None:
         if not ident:
             raise CommandError("revoke needs the token's id or key prefix (see apitoken list)")
-        match = Q(prefix=ident) | (Q(pk=int(ident)) if ident.isdigit() else Q())
+        # An id is ASCII digits: "²" passes isdigit() and then fails in int().
+        by_id = ident.isascii() and ident.isdigit() and len(ident) <= 18
+        match = Q(prefix=ident) | (Q(pk=int(ident)) if by_id else Q())
         found = list(ApiToken.objects.select_related("user").filter(match))
         if not found:
             raise CommandError(f"no token has id or prefix {ident!r}")
