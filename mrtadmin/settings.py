@@ -18,7 +18,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from mrtadmin import local
-from queues.core.words import yes_or_no
+from queues.core.words import range_words, within, yes_or_no
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -42,21 +42,6 @@ def env_bool(name: str, default: bool) -> bool:
     )
 
 
-def _described(kind: str, low: float | None, high: float | None, above: bool) -> str:
-    """``kind`` with its range in words: "a whole number from 1 to 65,535", "a number above 0"."""
-
-    def figure(x: float) -> str:
-        return f"{x:,.0f}" if float(x).is_integer() else f"{x:g}"
-
-    if low is None:
-        return kind if high is None else f"{kind} of at most {figure(high)}"
-    if high is None:
-        return f"{kind} {'above' if above else 'of at least'} {figure(low)}"
-    if above:
-        return f"{kind} above {figure(low)} and at most {figure(high)}"
-    return f"{kind} from {figure(low)} to {figure(high)}"
-
-
 def env_int(name: str, default: int, *, low: int | None = None, high: int | None = None) -> int:
     """A whole number from ``low`` to ``high``; anything else is an error naming the variable
     and the range (a download cap of 0 would stall downloading, a port of 70000 fail late)."""
@@ -65,10 +50,10 @@ def env_int(name: str, default: int, *, low: int | None = None, high: int | None
         number = int(value)
     except ValueError:
         number = None
-    if number is None or (low is not None and number < low) or (high is not None and number > high):
+    if number is None or not within(number, low, high):
         raise ImproperlyConfigured(
             f"environment variable {name} must be "
-            f"{_described('a whole number', low, high, False)}, got {value!r}"
+            f"{range_words('a whole number', low, high)}, got {value!r}"
         )
     return number
 
@@ -89,15 +74,10 @@ def env_float(
         number = float(value)
     except ValueError:
         number = math.nan
-    in_range = (
-        math.isfinite(number)
-        and (low is None or (number > low if above else number >= low))
-        and (high is None or number <= high)
-    )
-    if not in_range:
+    if not within(number, low, high, above=above):
         raise ImproperlyConfigured(
             f"environment variable {name} must be "
-            f"{_described('a number', low, high, above)}, got {value!r}"
+            f"{range_words('a number', low, high, above=above)}, got {value!r}"
         )
     return number
 

@@ -1,7 +1,10 @@
-"""Yes and no in words, one list for every place that reads them: the settings' yes/no variables
-(``mrtadmin/settings.py``) and the API's true/false fields (``queues/web/api_door.py``)."""
+"""Yes and no, and a number's range, in words: one reading and one wording for every place that
+takes them from outside: the settings' variables (``mrtadmin/settings.py``), the yes/no fields
+(``queues/web/forms.py``), the commands' number options (``management/commands/_base.py``)."""
 
 from __future__ import annotations
+
+import math
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
@@ -15,3 +18,28 @@ def yes_or_no(text: str) -> bool | None:
     if word in FALSE_WORDS:
         return False
     return None
+
+
+def within(number: float, low: float | None, high: float | None, *, above: bool = False) -> bool:
+    """Whether ``number`` is finite, at least ``low`` (more than ``low`` with ``above``) and at
+    most ``high``; a bound of None is no bound."""
+    return (
+        math.isfinite(number)
+        and (low is None or (number > low if above else number >= low))
+        and (high is None or number <= high)
+    )
+
+
+def range_words(kind: str, low: float | None, high: float | None, *, above: bool = False) -> str:
+    """``kind`` with its range: "a whole number from 1 to 65,535", "a number above 0"."""
+
+    def figure(x: float) -> str:
+        return f"{x:,.0f}" if float(x).is_integer() else f"{x:g}"
+
+    if low is None:
+        return kind if high is None else f"{kind} of at most {figure(high)}"
+    if high is None:
+        return f"{kind} {'above' if above else 'of at least'} {figure(low)}"
+    if above:
+        return f"{kind} above {figure(low)} and at most {figure(high)}"
+    return f"{kind} from {figure(low)} to {figure(high)}"

@@ -113,7 +113,8 @@ def assert_indexed(
 
 
 def snapshot(zk: KazooClient, *roots: str) -> dict[str, tuple[bytes, int, int]]:
-    """Every node below the roots with its bytes, data version and child version."""
+    """Every node below the roots (none given: the whole tree) with its bytes, data version and
+    child version: proof that nothing moved."""
     result: dict[str, tuple[bytes, int, int]] = {}
 
     def walk(path: str) -> None:
@@ -125,7 +126,7 @@ def snapshot(zk: KazooClient, *roots: str) -> dict[str, tuple[bytes, int, int]]:
         for kid in sorted(_children(zk, path)):
             walk(f"{path}/{kid}")
 
-    for root in roots:
+    for root in roots or [f"/{top}" for top in _children(zk, "/")]:
         walk(root)
     return result
 

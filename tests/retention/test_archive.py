@@ -303,7 +303,7 @@ def test_item_changed_between_archive_and_removal_stays_live(
 def test_archive_refuses_negative_age(db: None, days: str) -> None:
     from django.core.management.base import CommandError
 
-    with pytest.raises(CommandError, match="must be a number from 0 to 36500"):
+    with pytest.raises(CommandError, match="must be a number from 0 to 36,500"):
         call_command("queue", "archive", "--older-than-days", days)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from queues.core.transient import is_database_outage
+from queues.core.words import range_words, within
 from queues.zk.errors import DomainError
 
 
@@ -52,20 +53,16 @@ def number_in(
 ) -> Callable[[str], float]:
     """An option's type: a finite number from ``low`` (more than ``low`` with ``above``) to
     ``high``, a whole one with ``whole``; anything else (text, "nan", "inf", "1e309", out of
-    range) is argparse's own error naming the option, exit status 2, before the command runs."""
-    kind = "a whole number" if whole else "a number"
-    said = (
-        f"{kind} {'above' if above else 'from'} {low:g} {'and at most' if above else 'to'} {high:g}"
-    )
+    range) is argparse's own error naming the option, exit status 2, before the command runs.
+    Read and said as the settings' numbers are (``queues.core.words``)."""
+    said = range_words("a whole number" if whole else "a number", low, high, above=above)
 
     def parse(text: str) -> float:
         try:
             value = int(text) if whole else float(text)
         except ValueError:
             value = math.nan
-        if not (
-            math.isfinite(value) and (value > low if above else value >= low) and value <= high
-        ):
+        if not within(value, low, high, above=above):
             raise argparse.ArgumentTypeError(f"must be {said}, got {text!r}")
         return value
 
