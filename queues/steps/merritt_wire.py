@@ -65,7 +65,10 @@ def service_session(
     Connection errors (nothing reached the service) are retried for every method. A lost
     reply or a 502/503/504 is retried only for methods that are safe to repeat, and for POST
     only when ``retry_posts`` says the service's POSTs are idempotent: a second storage add
-    would make a second version, a second mint a second ARK.
+    would make a second version, a second mint a second ARK. The repeats wait their own short
+    back-off (``backoff`` doubling), never a ``Retry-After``: urllib3 would sleep what the service
+    asks, up to six hours, inside the exchange's one deadline and past it, and raise on a value it
+    cannot read. A service's ``Retry-After`` is the job's wait (``queues.core.retries``).
     """
     methods = _SAFE_METHODS | ({"POST"} if retry_posts else set())
     retry = Retry(
@@ -78,7 +81,7 @@ def service_session(
         status_forcelist=tuple(statuses),
         backoff_factor=backoff,
         raise_on_status=False,
-        respect_retry_after_header=True,
+        respect_retry_after_header=False,
     )
     adapter = HTTPAdapter(max_retries=retry, pool_connections=4, pool_maxsize=pool)
     adapter.poolmanager.pool_classes_by_scheme = EXCHANGE_POOLS

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from queues.chaos.standins import Answer, StorageStandIn, running
 from queues.core.retries import outage_of
 from queues.steps.inventory import HttpInventory, InventoryError
 from queues.steps.merritt_wire import service_session
@@ -64,3 +65,17 @@ def test_a_pooled_connection_taken_again_is_watched_too(trickle: HeaderTrickle) 
         exc = _cut_off(lambda: session.get(trickle.url + "/state/9501", timeout=10), Exception)
         assert f"took longer than the limit of {DEADLINE:g}s" in str(exc)
     assert trickle.counts()[2] == 0
+
+
+def test_a_retry_after_is_no_sleep_inside_the_exchange() -> None:
+    """urllib3 slept a 503's Retry-After (up to six hours) between the session's repeats, past the
+    exchange's deadline (a 2 s exchange took 23 s against "Retry-After: 20"), and raised a
+    ValueError on 5,000 digits, which failed the job. The repeats wait their own short back-off;
+    the job's wait is the retry policy's (tests/daemons/test_downstream_retries.py)."""
+    with running(StorageStandIn(nodes=(9501,))) as storage:
+        for value in ("3600", "9" * 5000, "soon"):
+            storage.refuse_next(Answer(503, b"busy", "text/plain", {"Retry-After": value}))
+        session = service_session(retries=3, backoff=0.01, deadline=60)
+        answer = session.get(f"{storage.url}/state/9501/ark%3A%2F99999%2Ffk4none", timeout=10)
+        assert answer.status_code == 404  # the object's own answer, after three 503s
+        assert len(storage.seen("GET")) == 4
