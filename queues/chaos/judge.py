@@ -16,6 +16,7 @@ from queues.chaos import txnlog
 from queues.chaos.depositors import HOSTILE
 from queues.chaos.flapping import FLAPPING_SERVICES
 from queues.core.states import JOB, BatchState, JobState
+from queues.core.words import digits
 from queues.operator.check import run_check
 from queues.zk import paths
 from queues.zk.batches import batch_ids, batch_job_ids, batch_states, batches_load
@@ -429,7 +430,8 @@ def local_versions(root: Path) -> dict[str, list[str]]:
     for folder in sorted(root.iterdir()) if root.is_dir() else ():
         if not folder.is_dir():
             continue
-        numbers = sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and p.is_dir())
+        named = ((digits(p.name), p) for p in folder.iterdir())
+        numbers = sorted(n for n, p in named if n is not None and p.is_dir())
         digests = []
         for number in numbers:
             try:

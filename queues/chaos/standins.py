@@ -35,6 +35,7 @@ from xml.sax.saxutils import escape, quoteattr
 import requests
 
 from queues.chaos.flapping import RESET, SLOW, UNAVAILABLE, UNAVAILABLE_RETRY_AFTER, Flapping, reset
+from queues.core.words import digits
 from queues.steps.checkm import ManifestError, parse_checkm
 
 EXC_NS = "http://uc3.cdlib.org/ontology/mrt/core/exc"
@@ -362,9 +363,9 @@ class StorageStandIn(StandIn):
         if not known:
             return exception_document("REQUEST_INVALID", f"no such resource: {request.path}")
         action, node_text, ark = segments[:3]
-        if not node_text.isdigit():
+        node = digits(node_text)
+        if node is None:
             return exception_document("REQUEST_INVALID", f"nodeID not numeric: {node_text}")
-        node = int(node_text)
         if self.nodes is not None and node not in self.nodes:
             return exception_document("REQUESTED_ITEM_NOT_FOUND", f"node not found: {node}")
         if action == "manifest" and request.method == "GET":
@@ -496,7 +497,7 @@ class StorageStandIn(StandIn):
             stored = self.objects.get((node, ark))
             files = (
                 stored.files[int(version) - 1]
-                if stored and version.isdigit() and 0 < int(version) <= len(stored.files)
+                if stored and 0 < (digits(version) or 0) <= len(stored.files)
                 else []
             )
         found = next((f for f in files if f.name == name and f.content is not None), None)
@@ -523,7 +524,8 @@ class StorageStandIn(StandIn):
                 },
                 form,
             )
-        number = int(below[0]) if below[0].isdigit() else -1
+        asked = digits(below[0])
+        number = -1 if asked is None else asked
         number = len(versions) if number == 0 else number
         if not 1 <= number <= len(versions):
             return _not_found(f"versionID not found: {below[0]}", form)

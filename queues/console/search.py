@@ -63,6 +63,7 @@ from django.utils import timezone
 from queues.console import jobtext, submissions
 from queues.core.per_key import PerKey
 from queues.core.states import JOB, BatchState
+from queues.core.words import digits
 from queues.operator import archive
 from queues.zk import index as zindex
 from queues.zk import packed
@@ -190,9 +191,10 @@ def parse(params: Mapping[str, str]) -> Query:
     pages = {}
     for section in SECTIONS:
         value = params.get(f"page_{section}") or "1"
-        if not value.isdigit() or not 1 <= int(value) <= MAX_PAGE:
+        page = digits(value)
+        if page is None or not 1 <= page <= MAX_PAGE:
             raise BadSearch(f"page_{section}: {value[:20]!r} is not a page number")
-        pages[section] = int(value)
+        pages[section] = page
     return Query(
         text=text,
         scope=name,

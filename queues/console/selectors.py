@@ -22,6 +22,7 @@ from queues.console import waits
 from queues.console.failed_reads import _failed_matches
 from queues.console.job_reads import _age
 from queues.core.states import ACCESS, BATCH, JOB, JOB_WORKING, JobState
+from queues.core.words import digits
 from queues.zk import consumers as zconsumers
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
@@ -261,8 +262,9 @@ def known_nodes(held: Iterable[int] = ()) -> list[tuple[int, str]]:
     except (ProfileError, OSError):
         profiles = []
     for p in profiles:
-        if p.storage_node.isdigit() and 0 < int(p.storage_node) < 10**9:
-            named.setdefault(int(p.storage_node), []).append(p.name)
+        node = digits(p.storage_node)
+        if node is not None and 0 < node < 10**9:
+            named.setdefault(node, []).append(p.name)
     for node in held:
         named.setdefault(int(node), [])
     return [

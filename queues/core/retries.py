@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from queues.core.transient import causes
+from queues.core.words import digits
 
 # The status key of a job waiting to be tried again: {"state" (the state it waits in),
 # "service", "attempt" (tries failed so far), "first" (epoch seconds of the first failure),
@@ -104,9 +105,10 @@ def parse_policy(text: str, default: Policy) -> Policy:
         if not sep or key not in fields:
             raise ValueError(f"{part!r}: expected attempts=, first=, most= or within=")
         if key == "attempts":
-            if not value.isdigit() or int(value) < 1:
+            attempts = digits(value)
+            if attempts is None or attempts < 1:
                 raise ValueError(f"attempts={value!r}: a whole number, at least 1")
-            fields[key] = int(value)
+            fields[key] = attempts
         else:
             fields[key] = _seconds(value, key)
     policy = Policy(**fields)
@@ -194,8 +196,9 @@ def retry_after_seconds(value: str | None, *, now: float) -> float | None:
     if not value:
         return None
     text = value.strip()
-    if text.isdigit():
-        return float(text)
+    seconds = digits(text)
+    if seconds is not None:
+        return float(seconds)
     try:
         moment = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError):

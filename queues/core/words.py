@@ -1,6 +1,7 @@
-"""Yes and no, and a number's range, in words: one reading and one wording for every place that
-takes them from outside: the settings' variables (``mrtadmin/settings.py``), the yes/no fields
-(``queues/web/forms.py``), the commands' number options (``management/commands/_base.py``)."""
+"""Yes and no, whole numbers, and a number's range, in words: one reading and one wording for
+every place that takes them from outside: the settings' variables (``mrtadmin/settings.py``), the
+forms' fields (``queues/web/forms.py``), the commands' number options
+(``management/commands/_base.py``), and what Merritt's services, depositors and files say."""
 
 from __future__ import annotations
 
@@ -17,6 +18,16 @@ def yes_or_no(text: str) -> bool | None:
         return True
     if word in FALSE_WORDS:
         return False
+    return None
+
+
+def digits(text: str, most: int = 18) -> int | None:
+    """The whole number ``text`` spells in 1 to ``most`` ASCII digits, None for anything else.
+    ``str.isdigit`` alone lets "²" through to ``int``, which then raises; ``int`` and ``float``
+    read other scripts' digits and spaces, which no format here allows; and past 4,300 digits
+    ``int`` raises too."""
+    if 0 < len(text) <= most and text.isascii() and text.isdigit():
+        return int(text)
     return None
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from queues.core.states import JobState
+from queues.core.words import digits
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
 from queues.daemons.breakers import STORAGE_NODE
@@ -195,9 +196,9 @@ class Storing(ObjectLockDaemon):
         did just before that add (under the object's lock, the next one is that add's). Its
         content may differ from the working folder's now: a step of a claim lost meanwhile
         (paused past its session) may have written the folder again after the add was sent."""
-        if not intent.versions_before.isdigit() or intent.ark != ark:
+        before = digits(intent.versions_before)
+        if before is None or intent.ark != ark:
             return None
-        before = int(intent.versions_before)
         if storage.latest_version(ark) <= before:
             return None
         return storage.existing(ark, before + 1)

@@ -41,6 +41,7 @@ from urllib.request import url2pathname
 
 import requests
 
+from queues.core.words import digits
 from queues.steps.erc import PRODUCER_DIR
 from queues.steps.fetch import DEFAULT_TIMEOUT, download
 from queues.steps.merritt_wire import service_session
@@ -138,8 +139,9 @@ def archive_name(
 def _version(value: Any, key: str) -> int | None:
     if value is None or value == "":
         return None
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
+    if isinstance(value, str):
+        number = digits(value.strip())
+        value = value if number is None else number
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise RequestError(f"{key} {value!r} is not a version number")
     return value

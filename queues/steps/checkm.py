@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
+from queues.core.words import digits
+
 PROFILE_BASE = "http://uc3.cdlib.org/registry/ingest/manifest/"
 
 OBJECT_MANIFEST = "mrt-ingest-manifest"
@@ -244,9 +246,10 @@ def _check_hash(alg: str, value: str, number: int) -> None:
 def _parse_size(value: str, number: int) -> int | None:
     if not value:
         return None
-    if not value.isascii() or not value.isdigit():
+    size = digits(value)
+    if size is None:
         raise ManifestError(f"file size {value!r} is not a whole number", line=number)
-    return int(value)
+    return size
 
 
 def _check_filename(name: str, number: int) -> None:

@@ -27,6 +27,7 @@ from zlib import error as zlib_error
 
 from queues.core import transient
 from queues.core.retries import origin_of, outage_of, service_at, unavailable
+from queues.core.words import digits
 from queues.steps.checkm import HASH_LENGTHS, filename_problem
 from queues.steps.netpolicy import (
     USER_AGENT as USER_AGENT,  # notify's callbacks send the same User-Agent
@@ -236,7 +237,7 @@ def head_size(
                 status, length = response.status, response.header("Content-Length")
         if status >= 400:
             return None
-        return int(length) if length.isdigit() else None
+        return digits(length)
     except (FetchRefused, TransferFailed, TooSlow, OSError, ValueError, DownloadError):
         return None
 

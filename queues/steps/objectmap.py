@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape, quoteattr
 
+from queues.core.words import digits
 from queues.steps.merritt_wire import local_name, parse_xml
 
 
@@ -72,8 +73,7 @@ class ObjectMap:
 
 
 def _int(text: str | None) -> int | None:
-    text = (text or "").strip()
-    return int(text) if text.isdigit() else None
+    return digits((text or "").strip())
 
 
 def _leaves(element: ElementTree.Element) -> dict[str, str]:

@@ -52,6 +52,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from queues.core.words import digits
+
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 DEFAULT_PRIORITY = 5
@@ -278,7 +280,8 @@ def _numbered(props: dict[str, str], prefix: str) -> list[str]:
     for key, value in props.items():
         if key.startswith(prefix) and value.strip():
             suffix = key[len(prefix) :]
-            found.append((int(suffix) if suffix.isdigit() else 10**9, key, value.strip()))
+            number = digits(suffix)
+            found.append((10**9 if number is None else number, key, value.strip()))
     return [value for _n, _k, value in sorted(found)]
 
 
@@ -307,14 +310,15 @@ def _from_anvl(name: str, props: dict[str, str]) -> Profile:
     if bad:
         raise fail(f"Notification must be e-mail addresses, got {bad[0]!r}")
     node = text("StorageNode")
-    if node is None or not node.isdigit():
+    if node is None or digits(node) is None:
         raise fail(f"StorageNode must be a node number, got {node!r}")
     priority_text = text("Priority")
     priority = DEFAULT_PRIORITY
     if priority_text is not None:
-        if not priority_text.isdigit() or not 0 <= int(priority_text) <= 99:
+        number = digits(priority_text)
+        if number is None or not 0 <= number <= 99:
             raise fail(f"Priority must be a whole number 0..99, got {priority_text!r}")
-        priority = int(priority_text)
+        priority = number
     callback = text("CallbackURL")
     if callback is not None and urlsplit(callback).scheme not in ("http", "https"):
         raise fail(f"CallbackURL must be an http(s) URL, got {callback!r}")

@@ -26,6 +26,7 @@ from urllib.parse import quote
 import requests
 
 from queues.core.retries import unavailable
+from queues.core.words import digits
 from queues.steps.checkm import OBJECT_MANIFEST, ManifestError, parse_checkm, write_checkm
 from queues.steps.erc import PRODUCER_DIR, SYSTEM_DIR
 from queues.steps.fetch import DEFAULT_TIMEOUT, DownloadError, download_all, fetch_bytes
@@ -244,7 +245,8 @@ class LocalStorage:
         folder = self.object_dir(ark)
         if not folder.is_dir():
             return []
-        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and p.is_dir())
+        found = ((digits(p.name), p) for p in folder.iterdir())
+        return sorted(n for n, p in found if n is not None and p.is_dir())
 
     def version_info(self, ark: str, version: int) -> dict[str, object]:
         path = self.object_dir(ark) / str(version) / VERSION_INFO
@@ -462,7 +464,7 @@ class HttpStorage:
     ):
         self.base_url = base_url.rstrip("/")
         node = str(node_id).strip()
-        if not node.isdigit():
+        if digits(node) is None:
             # Merritt's storage (and its queue consumer) read the node as an integer.
             raise StorageError(f"storage node {node_id!r} is not a node number")
         self.node_id = node
@@ -693,6 +695,6 @@ def _int(value: object) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
+    if isinstance(value, str):
+        return digits(value.strip())
     return None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
+from queues.core.words import digits
 from queues.steps import merritt
 from queues.steps.checkm import (
     BATCH_MANIFEST,
@@ -251,7 +252,7 @@ def size_number(value: object) -> int | None:
     if isinstance(value, int):
         return value if value >= 0 else None
     text = _text(value)
-    return int(text) if text and text.isdigit() else None
+    return digits(text) if text else None
 
 
 def _digest_name(value: object) -> str | None:

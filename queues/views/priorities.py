@@ -27,6 +27,7 @@ from queues.operator.auth import VIEWER, require_action
 from queues.services import hold_moves, moves
 from queues.web.api import bulk_run_json
 from queues.web.api_door import api_view, form_input, request_body
+from queues.web.forms import WholeNumberField
 from queues.web.routes import BID, HELD_PROFILE, JID, PROFILE
 from queues.zk import caps as zcaps
 from queues.zk import index as zindex
@@ -49,14 +50,14 @@ PREVIEW_IDS = 50
 
 
 class PriorityForm(forms.Form):
-    priority = forms.IntegerField(min_value=0, max_value=99)
+    priority = WholeNumberField(min_value=0, max_value=99)
     reason = forms.CharField(required=False, max_length=2000)
-    version = forms.IntegerField(required=False, min_value=0)
+    version = WholeNumberField(required=False, min_value=0)
     confirmed = forms.BooleanField(required=False)
 
 
 class CapForm(forms.Form):
-    limit = forms.IntegerField(required=False, min_value=1, max_value=zcaps.LIMIT_MAX)
+    limit = WholeNumberField(required=False, min_value=1, max_value=zcaps.LIMIT_MAX)
     reason = forms.CharField(required=False, max_length=2000)
 
 

@@ -18,6 +18,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from queues.console import job_reads, selectors
 from queues.core import clock, retries
+from queues.core.words import digits
 from queues.operator.auth import BEARER_CHALLENGE, VIEWER, has_role, token_from
 from queues.services.moves import Outcome
 from queues.views.common import (
@@ -133,9 +134,10 @@ def version_param(data: dict[str, Any]) -> int | None:
     value = data.get("version")
     if value in (None, ""):
         return None
-    if isinstance(value, bool) or not str(value).isdigit():
+    number = None if isinstance(value, bool) else digits(str(value))
+    if number is None:
         raise ValueError("version must be a non-negative integer")
-    return int(value)
+    return number
 
 
 def stamp_text(value: Any) -> str | None:

@@ -10,7 +10,7 @@ from django.http import QueryDict
 
 from queues.console import batch_reads, job_reads
 from queues.core.states import ACCESS, BATCH, JOB
-from queues.core.words import yes_or_no
+from queues.core.words import digits, yes_or_no
 from queues.services.moves import SUBMISSION_TYPES, check_filename, check_payload_url
 from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidID
@@ -26,11 +26,9 @@ def whole_number(query: Any, name: str = "page", *, default: int = 1, most: int 
     default: a whole number from 1 to ``most``, else ValueError saying so (a 400 from every
     door). Digits only, ASCII only: ``int`` would take "²" no more than an SQL OFFSET takes
     23 digits."""
-    value = query.get(name) or str(default)
-    if len(value) <= len(str(most)) and value.isascii() and value.isdigit():
-        number = int(value)
-        if 1 <= number <= most:
-            return number
+    number = digits(query.get(name) or str(default), len(str(most)))
+    if number is not None and 1 <= number <= most:
+        return number
     raise ValueError(f"{name} must be a whole number from 1 to {most:,}")
 
 
@@ -65,6 +63,22 @@ class YesNoField(forms.BooleanField):
         return answer
 
 
+class WholeNumberField(forms.IntegerField):
+    """A whole number in ASCII digits (or a JSON number without a fraction), within the field's
+    bounds. Django's IntegerField reads any script's digits ("٣" is 3) and "1.0" as 1."""
+
+    def to_python(self, value: Any) -> int | None:
+        if value in self.empty_values:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        text = str(value).strip()
+        number = digits(text[1:]) if text.startswith("-") else digits(text)
+        if number is None:
+            raise ValidationError(self.error_messages["invalid"], code="invalid")
+        return -number if text.startswith("-") else number
+
+
 def _validated(validator: Any, value: str) -> str:
     try:
         return validator(value)
@@ -86,11 +100,11 @@ class JobFilterForm(forms.Form):
     bid = forms.CharField(required=False, max_length=13, label="Batch")
     submitter = forms.CharField(required=False, max_length=200)
     min_age_hours = forms.FloatField(required=False, min_value=0, label="In state at least (hours)")
-    priority = forms.IntegerField(required=False, min_value=0, max_value=99)
+    priority = WholeNumberField(required=False, min_value=0, max_value=99)
     q = forms.CharField(required=False, max_length=300, label="Search job/batch ID, ARK, local ID")
     sort = forms.ChoiceField(choices=list(job_reads.JOB_SORTS.items()), required=False)
     stuck = YesNoField(required=False, label="Stuck only")
-    page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
+    page = WholeNumberField(required=False, min_value=1, max_value=MAX_PAGE)
 
     def clean_profile(self) -> str:
         value = self.cleaned_data["profile"].strip()
@@ -136,7 +150,7 @@ class BatchFilterForm(forms.Form):
     profile = forms.CharField(required=False, max_length=100)
     submitter = forms.CharField(required=False, max_length=200)
     q = forms.CharField(required=False, max_length=300, label="Batch ID, UUID or title")
-    page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
+    page = WholeNumberField(required=False, min_value=1, max_value=MAX_PAGE)
 
     def clean_profile(self) -> str:
         value = self.cleaned_data["profile"].strip()
@@ -191,7 +205,7 @@ _RESUME_TARGETS = [
 class ActionForm(forms.Form):
     """The fields every action POST may carry."""
 
-    version = forms.IntegerField(required=False, min_value=0)
+    version = WholeNumberField(required=False, min_value=0)
     reason = forms.CharField(required=False, max_length=2000)
     # Where a resume goes: a job's step or an access request's state, any the state machines
     # resume to (the service then checks it against the item: a job only to a step it reached).
@@ -232,9 +246,10 @@ class BulkForm(forms.Form):
         for raw in self.cleaned_data["item"]:
             item_id, _, version = raw.partition(":")
             _validated(self.id_validator, item_id)
-            if version and not version.isdigit():
+            number = digits(version)
+            if version and number is None:
                 raise ValidationError(f"bad version in {raw!r}")
-            items.append((item_id, int(version) if version else None))
+            items.append((item_id, number))
         return items
 
 

@@ -69,10 +69,10 @@ def test_api_rejects_bad_input(client, token_for, make_job):
         f"/api/jobs/{job.jid}/resume", b"{nope", content_type="application/json", **headers
     )
     assert bad_json.status_code == 400
-    assert (
-        post_json(client, f"/api/jobs/{job.jid}/resume", {"version": "x"}, **headers).status_code
-        == 400
-    )
+    # "٣" is an Arabic-Indic three, which int() read as version 3.
+    for version in ("x", "²", "٣", "9" * 5000, True, -1):
+        url = f"/api/jobs/{job.jid}/resume"
+        assert post_json(client, url, {"version": version}, **headers).status_code == 400, version
     assert post_json(client, f"/api/jobs/{job.jid}/delete", {}, **headers).status_code == 400
     malformed = client.get("/api/jobs/jid1", **headers)  # JSON, as every answer under /api/
     assert malformed.status_code == 400 and "job ID" in malformed.json()["error"]

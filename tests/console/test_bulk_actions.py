@@ -106,6 +106,21 @@ def test_a_malformed_id_in_a_bulk_selection_is_bad_input(admin, zk):
     assert response.status_code == 400
 
 
+def test_a_version_that_is_no_whole_number_in_a_bulk_selection_is_bad_input(admin, zk, make_job):
+    """ "²" passed the version check and then raised in int() (a 500); "٣" was read as 3."""
+    from tests.core.helpers import snapshot
+
+    job = make_job("Failed")
+    before = snapshot(zk)
+    for version in ("²", "٣", "1.0", "-1", "9" * 5000):
+        response = admin.post(
+            reverse("jobs-bulk"),
+            {"action": "resume", "scope": "selection", "item": [f"{job.jid}:{version}"]},
+        )
+        assert response.status_code == 400, (version[:5], response.status_code)
+    assert snapshot(zk) == before
+
+
 def test_bulk_release_of_selected_batches(operator, zk, make_batch):
     from queues.zk import batches
 

@@ -213,6 +213,8 @@ def test_markup_in_what_is_shown_stays_text(viewer: Client, deposit: Any) -> Non
         ({"q": "letters", "since": "2026-13-45"}, "is not a day"),
         ({"q": "letters", "field": "password"}, "is not one of"),
         ({"q": "letters", "page_jobs": "-1"}, "is not a page number"),
+        ({"q": "letters", "page_jobs": "²"}, "is not a page number"),  # int() raised: a 500
+        ({"q": "letters", "page_batches": "٣"}, "is not a page number"),  # int() read 3
         ({"q": "letters", "since": "2026-02-01", "until": "2026-01-01"}, "ends before"),
     ],
 )

@@ -147,6 +147,24 @@ def test_every_service_answering_503_for_a_while_costs_no_job(
     assert all(len(obj.versions) == 1 for obj in storage.objects.values())
 
 
+def test_a_retry_after_that_is_no_number_is_a_wait_like_any_other(
+    zk: Any, files: FileServer, services: dict[str, Any]
+) -> None:
+    # "²" passed str.isdigit() and then failed in float(), failing the job at once; 5,000 digits
+    # failed it in urllib3's own reading; none is RFC 9110's delay-seconds or a date.
+    storage, ezid = services["storage"], services["ezid"]
+    for stand_in, value in ((ezid, "²"), (storage, "soon"), (storage, "9" * 5000)):
+        for _ in range(4):
+            stand_in.refuse_next(Answer(503, b"busy", "text/plain", {"Retry-After": value}))
+    jobs = [_job(zk, files, f"w{i}.txt") for i in range(2)]
+    rounds = Rounds(zk)
+    rounds.until(lambda: all(job_load(zk, j.jid).state == "Completed" for j in jobs), jobs)
+    for job in jobs:
+        assert "Failed" not in rounds.seen[job.jid], rounds.seen[job.jid]
+    # Every refusal was answered (they come first), and each was a wait, not a failure.
+    assert len(ezid.seen()) > 4 and len(storage.seen()) > 8
+
+
 def test_a_permanent_answer_fails_the_job_at_once(
     zk: Any, files: FileServer, services: dict[str, Any]
 ) -> None:

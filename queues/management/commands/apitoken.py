@@ -17,6 +17,7 @@ from django.core.management.base import CommandError
 from django.db.models import Q
 
 from queues.core.clock import clock_text
+from queues.core.words import digits
 from queues.operator import audit
 from queues.operator.audit import ApiToken
 
@@ -110,9 +111,8 @@ class Command(QueueCommand):
     def revoke(self, ident: str) -> None:
         if not ident:
             raise CommandError("revoke needs the token's id or key prefix (see apitoken list)")
-        # An id is ASCII digits: "²" passes isdigit() and then fails in int().
-        by_id = ident.isascii() and ident.isdigit() and len(ident) <= 18
-        match = Q(prefix=ident) | (Q(pk=int(ident)) if by_id else Q())
+        by_id = digits(ident)
+        match = Q(prefix=ident) | (Q(pk=by_id) if by_id is not None else Q())
         found = list(ApiToken.objects.select_related("user").filter(match))
         if not found:
             raise CommandError(f"no token has id or prefix {ident!r}")
