@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 
 from django.utils import timezone
 
+from queues.core.moments import aware
+
 FORMATS = {
     "seconds": "%Y-%m-%d %H:%M:%S %Z",
     "minutes": "%Y-%m-%d %H:%M %Z",
@@ -32,7 +34,7 @@ def as_moment(value: datetime | str | None) -> datetime | None:
                 return None
     else:
         return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return aware(moment, local=False)
 
 
 def clock_text(value: datetime | str | None, precision: str = "seconds") -> str:

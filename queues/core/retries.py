@@ -30,6 +30,7 @@ from datetime import UTC
 from typing import Any
 from urllib.parse import urlsplit
 
+from queues.core.moments import seconds_inside
 from queues.core.transient import causes
 from queues.core.words import digits
 
@@ -318,7 +319,7 @@ def next_try(raw: dict[str, Any]) -> float | None:
         return None
     moment = value.get("next")
     if isinstance(moment, (int, float)) and not isinstance(moment, bool) and math.isfinite(moment):
-        return float(moment)
+        return seconds_inside(float(moment))  # anyone may have written it: shown as a date
     return None
 
 

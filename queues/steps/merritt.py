@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from urllib.parse import quote_plus, unquote_plus
 
+from queues.core.moments import aware, inside
+
 # The console's name -> Merritt ingest's package type name.
 MERRITT_TYPES: dict[str, str] = {
     "file": "file",
@@ -105,7 +107,7 @@ def parse_submission_date(text: str) -> datetime | None:
     except ValueError:
         moment = None
     if moment is not None:
-        return moment if moment.tzinfo else moment.astimezone()
+        return aware(moment)
     found = _JAVA_DATE.fullmatch(text)
     if found is None:
         return None
@@ -117,14 +119,14 @@ def parse_submission_date(text: str) -> datetime | None:
         return None
     zone = found["zone"]
     if zone in ("UTC", "GMT", "Z"):
-        return naive.replace(tzinfo=UTC)
+        return inside(naive.replace(tzinfo=UTC))
     offset = re.fullmatch(r"([+-])(\d\d):?(\d\d)", zone)
     if offset:
         sign = -1 if offset[1] == "-" else 1
         delta = timedelta(hours=int(offset[2]), minutes=int(offset[3]))
-        return naive.replace(tzinfo=timezone(sign * delta))
+        return inside(naive.replace(tzinfo=timezone(sign * delta)))
     # Any other abbreviation (PST, CET, ...) cannot be told apart reliably: this machine's zone.
-    return naive.astimezone()
+    return aware(naive)
 
 
 def store_mode(ark: str, node: int | str, *, update: bool = False) -> str:

@@ -9,6 +9,8 @@ import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+from queues.core.moments import aware, inside
+
 from .errors import MalformedNode
 
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S %z"
@@ -62,14 +64,14 @@ def parse_stamp(value: Any) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        return datetime.strptime(value, TIMESTAMP_FORMAT)
+        return inside(datetime.strptime(value, TIMESTAMP_FORMAT))
     except ValueError:
         pass
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.astimezone()
+    return aware(parsed)
 
 
 # json.dumps with any option makes a new encoder at every call, and an encoder makes its C

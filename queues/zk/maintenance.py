@@ -37,6 +37,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
+from queues.core.moments import aware
+
 from . import paths
 from .codecs import decode_json, encode_json
 from .errors import InvalidID, MalformedNode
@@ -64,11 +66,6 @@ _SERVER_RE = re.compile(
 # any that is planned, and an end past it is a slip (9999-12-31) that means "no end" while
 # looking like one. docs/console.md ("Holds") says so to operators.
 WINDOW_HORIZON = timedelta(days=365)
-# Ends read back from ZooKeeper are kept this far inside what Python's datetime can hold, so
-# that no arithmetic or time-zone conversion on a stored end (an older console's 9999-12-31,
-# a hand-written node) can overflow.
-_EARLIEST = datetime.min.replace(tzinfo=UTC) + timedelta(days=2)
-_LATEST = datetime.max.replace(tzinfo=UTC) - timedelta(days=2)
 
 
 def _hold_create(zk: KazooClient, path: str, **fields: str) -> bool:
@@ -537,11 +534,10 @@ def _window(zk: KazooClient, key: str) -> Window | None:
 
 
 def _stored_time(value: datetime) -> datetime:
-    """A time read from a window, in UTC and kept inside what compares and converts safely:
-    any stored end, however far off, then costs no arithmetic or display an OverflowError."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        value = value.replace(tzinfo=UTC)
-    return min(max(value, _EARLIEST), _LATEST).astimezone(UTC)
+    """A time read from a window, in UTC and kept inside what compares and converts safely
+    (``queues.core.moments``): an older console's 9999-12-31 or a hand-written node's end then
+    costs no arithmetic or display an OverflowError."""
+    return aware(value, local=False).astimezone(UTC)
 
 
 def _stored_at(value: object) -> datetime | None:

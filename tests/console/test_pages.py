@@ -133,6 +133,37 @@ def test_a_job_with_a_malformed_node_is_shown_as_broken_not_an_error(viewer, zk,
     assert listing.status_code == 200 and "unreadable" in listing.content.decode()
 
 
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        "0001-01-01",
+        "0001-01-01T00:00:00+14:00",
+        "9999-12-31T23:59:59-14:00",
+        "9999-12-31 23:59:59 -1400",
+    ],
+)
+def test_a_status_time_at_the_calendar_s_edge_is_shown_not_an_error(
+    viewer, client, token_for, zk, make_job, stamp
+):
+    """Merritt's library, or anyone with a ZooKeeper client, may write any time: year 1 read
+    as local time, or a far offset, made Python's datetime raise (ValueError, OverflowError)
+    in the pages that show it."""
+    import json
+
+    job = make_job("Failed")
+    path = f"/jobs/{job.jid}/status"
+    status = json.loads(zk.get(path)[0])
+    waiting = {"state": "Failed", "service": "storage", "attempt": 1, "next": 1e300, "reasons": []}
+    status = {**status, "last_modified": stamp, "console_retry": waiting}
+    zk.set(path, json.dumps(status).encode())
+    for url in (reverse("job", args=[job.jid]), reverse("jobs"), reverse("failed")):
+        response = viewer.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+    headers = token_for("viewer")
+    for url in ("/api/jobs", f"/api/jobs/{job.jid}", "/api/failed"):
+        assert client.get(url, **headers).status_code == 200, url
+
+
 def test_failed_page_groups_by_batch_collection_and_step(viewer, make_job):
     make_job("Failed", profile="letters", failed_at="Downloading", message="404")
     make_job("Failed", profile="maps", failed_at="Storing", message="storage down")
