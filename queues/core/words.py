@@ -21,7 +21,11 @@ def yes_or_no(text: str) -> bool | None:
     return None
 
 
-def digits(text: str, most: int = 18) -> int | None:
+# The largest size or count Merritt's Java services read (a ``long``) and the databases store.
+LONG_MAX = 2**63 - 1
+
+
+def digits(text: str, most: int = 19) -> int | None:
     """The whole number ``text`` spells in 1 to ``most`` ASCII digits, None for anything else.
     ``str.isdigit`` alone lets "²" through to ``int``, which then raises; ``int`` and ``float``
     read other scripts' digits and spaces, which no format here allows; and past 4,300 digits

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
-from queues.core.words import digits
+from queues.core.words import LONG_MAX, digits
 
 PROFILE_BASE = "http://uc3.cdlib.org/registry/ingest/manifest/"
 
@@ -249,6 +249,8 @@ def _parse_size(value: str, number: int) -> int | None:
     size = digits(value)
     if size is None:
         raise ManifestError(f"file size {value!r} is not a whole number", line=number)
+    if size > LONG_MAX:  # Merritt's ingest reads a size as a Java long
+        raise ManifestError(f"file size {value!r} is larger than {LONG_MAX:,}", line=number)
     return size
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
-from queues.core.words import digits
+from queues.core.words import LONG_MAX, digits
 from queues.steps import merritt
 from queues.steps.checkm import (
     BATCH_MANIFEST,
@@ -246,13 +246,11 @@ def merritt_job_keys(submission: Mapping[str, Any]) -> dict[str, Any]:
 
 def size_number(value: object) -> int | None:
     """A size given as a number or as its digits (as earlier configurations wrote it); None
-    when there is none or it is not a whole number of bytes."""
+    when there is none or it is not a whole number of bytes that Merritt reads (a Java long)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    text = _text(value)
-    return digits(text) if text else None
+    number = value if isinstance(value, int) else digits(_text(value) or "")
+    return number if number is not None and 0 <= number <= LONG_MAX else None
 
 
 def _digest_name(value: object) -> str | None:

@@ -19,6 +19,7 @@ from queues.services import moves
 from queues.zk.batches import batch_job_ids, batch_load, batch_transition
 from queues.zk.jobs import jobs_load
 from tests.console.test_poster import batch_state, exception, fields, post, submitted
+from tests.core.helpers import snapshot
 
 ERC = "who: Lovelace, Ada\nwhat: Letters on the Analytical Engine\nwhen: 1843"
 
@@ -69,11 +70,15 @@ def test_retain_target_other_than_true_is_not_kept(zk, key) -> None:
     assert sub["size"] == 0  # Merritt writes 0 when no size was given
 
 
-def test_a_size_that_is_not_a_number_is_refused(zk, key) -> None:
-    response = post(key, fields(size="2 KB"))
+@pytest.mark.parametrize("size", ["2 KB", "²", "-1", "9223372036854775808", "9" * 5000])
+def test_a_size_that_is_not_a_number_is_refused(zk, key, size) -> None:
+    """ "²" passed isdigit() and raised in int() (a 500); past a Java long Merritt cannot read it."""
+    before = snapshot(zk)
+    response = post(key, fields(size=size))
 
     assert response.status_code == 400
-    assert "size '2 KB' is not a number of bytes" in exception(response)["detail"]
+    assert f"size {size!r} is not a number of bytes" in exception(response)["detail"]
+    assert snapshot(zk) == before
 
 
 def _upload(zk: Any, key: str, settings: Any) -> tuple[Any, Path]:
