@@ -134,7 +134,10 @@ class DownloadItem(Protocol):
 
 
 def _scheme(url: str) -> str:
-    return urlsplit(url).scheme.lower()
+    try:
+        return urlsplit(url).scheme.lower()
+    except ValueError:  # "http://[::1/x": an IPv6 address not closed
+        raise DownloadError(url, "the URL's host cannot be read") from None
 
 
 def local_path(url: str, *, file_roots: Sequence[Path] | None = None) -> Path:
@@ -146,7 +149,10 @@ def local_path(url: str, *, file_roots: Sequence[Path] | None = None) -> Path:
     parts = urlsplit(url)
     if parts.netloc not in ("", "localhost"):
         raise DownloadError(url, f"file URL on another host {parts.netloc!r} is not supported")
-    path = Path(url2pathname(unquote(parts.path)))
+    text = unquote(parts.path)
+    if "\x00" in text:
+        raise DownloadError(url, "the file URL's path contains a NUL character")
+    path = Path(url2pathname(text))
     if file_roots is not None:
         if not file_roots:
             raise DownloadError(url, "file URLs are not accepted here (MRT_FILE_ROOTS is empty)")

@@ -72,7 +72,7 @@ def test_retain_target_other_than_true_is_not_kept(zk, key) -> None:
 
 @pytest.mark.parametrize("size", ["2 KB", "²", "-1", "9223372036854775808", "9" * 5000])
 def test_a_size_that_is_not_a_number_is_refused(zk, key, size) -> None:
-    """ "²" passed isdigit() and raised in int() (a 500); past a Java long Merritt cannot read it."""
+    """'²' passed isdigit() and raised in int() (a 500); past a Java long Merritt cannot read it."""
     before = snapshot(zk)
     response = post(key, fields(size=size))
 

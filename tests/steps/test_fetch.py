@@ -352,3 +352,75 @@ def test_containers_over_the_size_limit_are_refused(tmp_path: Path) -> None:
 
     with pytest.raises(ContainerError, match="more than the per-object limit of 1000 bytes"):
         extract_container(container, tmp_path / "out", max_bytes=1000)
+
+
+def test_a_body_a_server_encodes_anyway_is_kept_as_it_came(
+    http_server: Loopback, tmp_path: Path
+) -> None:
+    """ "identity" is asked for; a server that gzips anyway had its body inflated (1.8 KB of
+    gzip wrote 1 GiB, and the digest was of bytes the server never sent). It is kept as sent."""
+    import gzip
+
+    sent = gzip.compress(b"\0" * 5_000_000)
+    http_server.add("GET", "/bomb", Reply(body=sent, headers={"Content-Encoding": "gzip"}))
+    result = download(
+        http_server.url + "/bomb",
+        tmp_path / "bomb",
+        digest_alg="md5",
+        digest_value=md5(sent),
+        expected_size=len(sent),
+    )
+    assert (tmp_path / "bomb").read_bytes() == sent and result.size == len(sent)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[::1/x",  # an IPv6 address not closed: ValueError from urlsplit
+        "https://127.0.0.1\x00.example:{port}/a",  # TypeError from the TLS layer
+        "http://127.0.0.1\x00.example:{port}/a",  # the NUL went out in the Host header
+        "http://127.0.0.1 .example:{port}/a",
+    ],
+)
+def test_a_url_whose_host_cannot_be_sent_is_refused_not_raised(
+    http_server: Loopback, tmp_path: Path, url: str
+) -> None:
+    url = url.format(port=http_server.url.rsplit(":", 1)[1])
+    assert head_size(url, timeout=5) is None
+    with pytest.raises(DownloadError):
+        download(url, tmp_path / "f", retries=0)
+    with pytest.raises(DownloadError):
+        fetch_bytes(url, retries=0)
+    assert not http_server.seen("GET", "/a") and not http_server.seen("HEAD", "/a")
+
+
+def test_a_redirect_to_a_url_whose_host_cannot_be_read_is_refused(
+    http_server: Loopback, tmp_path: Path
+) -> None:
+    http_server.add("GET", "/r", Reply(status=302, headers={"Location": "http://[::1/x"}))
+    with pytest.raises(DownloadError, match="redirected to a URL whose host cannot be read"):
+        download(http_server.url + "/r", tmp_path / "f", retries=0)
+
+
+def test_credentials_and_an_international_host_go_as_the_wire_wants(
+    http_server: Loopback, tmp_path: Path
+) -> None:
+    """Credentials past Latin-1, and a host in full-width digits (IDNA maps it to 127.0.0.1),
+    raised UnicodeEncodeError. The credentials go in UTF-8 (RFC 7617), the host in its IDNA
+    form."""
+    import base64
+
+    http_server.file("/a", BODY)
+    url = f"http://%C3%BC:%E2%82%AC@\uff11\uff12\uff17.0.0.1:{http_server.url.rsplit(':', 1)[1]}/a"
+    download(url, tmp_path / "f", retries=0)
+    [seen] = http_server.seen("GET", "/a")
+    assert seen.headers["Authorization"] == "Basic " + base64.b64encode("ü:€".encode()).decode()
+    assert seen.headers["Host"] == f"127.0.0.1:{http_server.url.rsplit(':', 1)[1]}"
+    assert (tmp_path / "f").read_bytes() == BODY
+
+
+def test_a_file_url_with_a_nul_is_refused(tmp_path: Path) -> None:
+    url = (tmp_path / "a").as_uri() + "%00b"
+    with pytest.raises(DownloadError, match="NUL"):
+        download(url, tmp_path / "f", retries=0)
+    assert head_size(url) is None
