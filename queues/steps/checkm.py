@@ -112,6 +112,10 @@ class Manifest:
     prefixes: tuple[tuple[str, str], ...] = ()
 
 
+# Merritt's manifest profiles name at most 13 columns; a manifest of 100 is no Merritt manifest.
+MAX_COLUMNS = 100
+
+
 def profile_url(kind: str) -> str:
     return PROFILE_BASE + kind
 
@@ -138,6 +142,13 @@ def parse_checkm(data: bytes | str) -> Manifest:
                 break
             if name == "fields":
                 columns = tuple(p for p in parts[1:])
+                if len(columns) > MAX_COLUMNS:
+                    # Every row is padded to the columns: 20,000 of them over 2,000 short rows
+                    # (0.2 MB) took 2.7 GB.
+                    raise ManifestError(
+                        f"#%fields names {len(columns):,} columns; at most {MAX_COLUMNS}",
+                        line=number,
+                    )
                 if not columns or any(not c for c in columns):
                     raise ManifestError("#%fields names an empty column", line=number)
                 if "nfo:fileurl" not in (c.lower() for c in columns):
@@ -288,6 +299,12 @@ def _char_words(char: str) -> str:
     return f"U+{ord(char):04X} ({name})" if name else f"U+{ord(char):04X}"
 
 
+# A file name's whole length (4,000 characters of "a/" made the download's folders recurse past
+# Python's limit), and one part's, which Linux's file systems hold to 255 bytes.
+MAX_NAME_CHARS = 1024
+MAX_PART_BYTES = 255
+
+
 def filename_problem(name: str) -> str | None:
     """Why ``name`` cannot be a path inside an object, or None when it can.
 
@@ -309,9 +326,21 @@ def filename_problem(name: str) -> str | None:
         if char in BIDI_CONTROLS:
             return f"contains the bidirectional-text control character {_char_words(char)}"
     # Backslashes count as separators so a Windows-style "..\\x" cannot climb out either.
-    if ".." in PurePosixPath(name.replace("\\", "/")).parts:
+    parts = PurePosixPath(name.replace("\\", "/")).parts
+    if ".." in parts:
         return "contains '..'"
+    if name and not parts:
+        return "names no file (only '.' and '/')"
+    if len(name) > MAX_NAME_CHARS:
+        return f"is longer than {MAX_NAME_CHARS:,} characters"
+    if any(len(part.encode()) > MAX_PART_BYTES for part in parts):
+        return f"has a part longer than {MAX_PART_BYTES} bytes, more than a file system holds"
     return None
+
+
+def same_file_key(name: str) -> str:
+    """What two names of one file have in common: "a", "./a" and "a/" are one file."""
+    return "/".join(PurePosixPath(name.replace("\\", "/")).parts)
 
 
 def write_checkm(

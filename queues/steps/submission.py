@@ -23,6 +23,7 @@ from queues.steps.checkm import (
     ManifestError,
     filename_problem,
     parse_checkm,
+    same_file_key,
 )
 
 PayloadType = Literal["file", "container", "object-manifest"]
@@ -278,9 +279,12 @@ def _text(value: object) -> str | None:
 
 
 def filename_from_url(url: str) -> str:
-    """The last path part of ``url``, unquoted; a fallback name when the depositor gave none."""
-    name = unquote(urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1])
-    return name or "payload"
+    """The last path part of ``url``, unquoted, a fallback name when the depositor gave none;
+    "payload" when that is no name a file may have. "..%2F..%2Fetc%2Fpasswd" unquotes to
+    "../../etc/passwd": its last part is taken again, after the unquoting."""
+    last = unquote(urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1])
+    name = last.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    return name if name and filename_problem(name) is None else "payload"
 
 
 def _check_digest(alg: str | None, value: str | None) -> tuple[str | None, str | None]:
@@ -391,11 +395,12 @@ def payload_files(spec: ObjectSpec, *, fetch_text: FetchText) -> list[PayloadFil
     seen: dict[str, int] = {}
     for row in manifest.rows:
         name = row.filename or filename_from_url(row.url)
-        if name in seen:
+        key = same_file_key(name)  # "a" and "./a" would be written to one file
+        if key in seen:
             raise ManifestError(
-                f"file name {name!r} already used on line {seen[name]}", line=row.line
+                f"file name {name!r} already used on line {seen[key]}", line=row.line
             )
-        seen[name] = row.line
+        seen[key] = row.line
         files.append(
             PayloadFile(
                 url=row.url,

@@ -12,6 +12,7 @@ from queues.steps.checkm import (
     OBJECT_MANIFEST,
     ManifestError,
     ManifestRow,
+    filename_problem,
     parse_checkm,
     write_checkm,
 )
@@ -74,6 +75,14 @@ def test_trailing_empty_cells_beyond_the_fields_are_tolerated() -> None:
 def test_extra_data_beyond_the_fields_names_the_line() -> None:
     with pytest.raises(ManifestError, match=r"^line 4: 3 fields but #%fields declares 2$"):
         parse_checkm(header(fields="nfo:fileUrl | nfo:fileName") + "http://h/x | x | oops\n")
+
+
+def test_a_fields_line_wider_than_any_merritt_manifest_is_refused() -> None:
+    """Every row is padded to the declared columns: 20,000 of them over 2,000 one-URL rows
+    (a 0.2 MB manifest) took 2.7 GB and 13 s to parse."""
+    wide = " | ".join(["nfo:fileUrl", *(f"x:c{i}" for i in range(20_000))])
+    with pytest.raises(ManifestError, match=r"^line 3: #%fields names 20,001 columns; at most"):
+        parse_checkm(header(fields=wide) + "http://h/x\n" * 2_000)
 
 
 def test_batch_fields_map_to_object_metadata() -> None:
@@ -222,3 +231,18 @@ def test_parser_never_fails_with_anything_but_manifest_error(data: bytes) -> Non
         parse_checkm(data)
     except ManifestError as exc:
         assert str(exc).startswith("line ")
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        (".", "names no file"),
+        ("./", "names no file"),
+        ("a/" * 2000, "is longer than 1,024 characters"),  # RecursionError making its folders
+        ("x" * 256, "has a part longer than 255 bytes"),
+        ("d/" + "é" * 128, "has a part longer than 255 bytes"),
+    ],
+)
+def test_a_name_no_file_system_can_hold_is_refused(name: str, why: str) -> None:
+    problem = filename_problem(name)
+    assert problem is not None and problem.startswith(why), problem

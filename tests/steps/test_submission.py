@@ -10,6 +10,7 @@ from queues.steps.checkm import (
     OBJECT_MANIFEST,
     SINGLE_FILE_BATCH_MANIFEST,
     ManifestError,
+    filename_problem,
     write_checkm,
 )
 from queues.steps.submission import (
@@ -238,6 +239,44 @@ def test_object_manifest_with_a_repeated_file_name_is_refused() -> None:
 
     with pytest.raises(ManifestError, match=r"^line 7: file name 'x' already used on line 6$"):
         payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [("a", "./a"), ("a", "a/"), ("dir/a", "dir//a"), ("b\\c", "b/c")]
+)
+def test_two_names_of_one_file_are_a_repeated_file_name(first: str, second: str) -> None:
+    """Both rows were downloaded to one file, the last to finish kept, two results reported."""
+    manifest = write_checkm(
+        [{"url": "http://h/1", "filename": first}, {"url": "http://h/2", "filename": second}],
+        kind=OBJECT_MANIFEST,
+    )
+    spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
+
+    with pytest.raises(ManifestError, match=r"^line 7: file name .* already used on line 6$"):
+        payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
+
+
+@pytest.mark.parametrize(
+    ("url", "name"),
+    [
+        ("http://h/..%2F..%2Fetc%2Fpasswd", "passwd"),
+        ("http://h/%2Fetc%2Fpasswd", "passwd"),
+        ("http://h/a%00b", "payload"),
+        ("http://h/a%0Ab", "payload"),
+        ("http://h/a%E2%80%AEb", "payload"),  # a right-to-left override
+        ("http://h/..", "payload"),
+        ("http://h/scan%201.tif", "scan 1.tif"),
+    ],
+)
+def test_a_name_taken_from_the_url_is_a_name_a_file_may_have(url: str, name: str) -> None:
+    """With no nfo:fileName the name comes from the URL, unquoted, and was never checked:
+    "..%2F..%2Fetc%2Fpasswd" named the file "../../etc/passwd"."""
+    manifest = write_checkm([{"url": url}], kind=OBJECT_MANIFEST)
+    spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
+
+    [found] = payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
+    assert found.filename == name
+    assert filename_problem(found.filename) is None
 
 
 def test_file_and_container_payloads_are_their_own_single_download() -> None:
