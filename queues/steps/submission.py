@@ -279,12 +279,21 @@ def _text(value: object) -> str | None:
 
 
 def filename_from_url(url: str) -> str:
-    """The last path part of ``url``, unquoted, a fallback name when the depositor gave none;
-    "payload" when that is no name a file may have. "..%2F..%2Fetc%2Fpasswd" unquotes to
-    "../../etc/passwd": its last part is taken again, after the unquoting."""
-    last = unquote(urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1])
-    name = last.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
-    return name if name and filename_problem(name) is None else "payload"
+    """The last path part of ``url``, unquoted; a fallback name when the depositor gave none.
+    Unquoting can make it any text ("..%2F..%2Fetc%2Fpasswd"): every caller checks it by the
+    file-name rule, as it checks a name given (``named_from_url``)."""
+    name = unquote(urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1])
+    return name or "payload"
+
+
+def named_from_url(url: str, line: int = 0) -> str:
+    """``filename_from_url``, or ManifestError (naming the manifest's ``line``) when that name
+    breaks the file-name rule: with no nfo:fileName, a row's URL named its file unchecked."""
+    name = filename_from_url(url)
+    problem = filename_problem(name)
+    if problem:
+        raise ManifestError(f"the file name {name!r} taken from the URL {problem}", line=line)
+    return name
 
 
 def _check_digest(alg: str | None, value: str | None) -> tuple[str | None, str | None]:
@@ -356,7 +365,7 @@ def expand_submission(
         ObjectSpec(
             payload_url=row.url,
             payload_type=row_type,
-            filename=row.filename or filename_from_url(row.url),
+            filename=row.filename or named_from_url(row.url, row.line),
             primary_id=row.primary_id or None,
             local_id=row.local_id or None,
             creator=row.creator or None,
@@ -380,7 +389,7 @@ def payload_files(spec: ObjectSpec, *, fetch_text: FetchText) -> list[PayloadFil
         return [
             PayloadFile(
                 url=spec.payload_url,
-                filename=spec.filename or filename_from_url(spec.payload_url),
+                filename=spec.filename or named_from_url(spec.payload_url),
                 digest_alg=spec.digest_alg,
                 digest_value=spec.digest_value,
                 size=spec.size,
@@ -394,7 +403,7 @@ def payload_files(spec: ObjectSpec, *, fetch_text: FetchText) -> list[PayloadFil
     files: list[PayloadFile] = []
     seen: dict[str, int] = {}
     for row in manifest.rows:
-        name = row.filename or filename_from_url(row.url)
+        name = row.filename or named_from_url(row.url, row.line)
         key = same_file_key(name)  # "a" and "./a" would be written to one file
         if key in seen:
             raise ManifestError(

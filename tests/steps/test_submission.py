@@ -10,7 +10,6 @@ from queues.steps.checkm import (
     OBJECT_MANIFEST,
     SINGLE_FILE_BATCH_MANIFEST,
     ManifestError,
-    filename_problem,
     write_checkm,
 )
 from queues.steps.submission import (
@@ -257,26 +256,33 @@ def test_two_names_of_one_file_are_a_repeated_file_name(first: str, second: str)
 
 
 @pytest.mark.parametrize(
-    ("url", "name"),
+    ("url", "why"),
     [
-        ("http://h/..%2F..%2Fetc%2Fpasswd", "passwd"),
-        ("http://h/%2Fetc%2Fpasswd", "passwd"),
-        ("http://h/a%00b", "payload"),
-        ("http://h/a%0Ab", "payload"),
-        ("http://h/a%E2%80%AEb", "payload"),  # a right-to-left override
-        ("http://h/..", "payload"),
-        ("http://h/scan%201.tif", "scan 1.tif"),
+        ("http://h/..%2F..%2Fetc%2Fpasswd", "contains '..'"),
+        ("http://h/%2Fetc%2Fpasswd", "is absolute"),
+        ("http://h/a%00b", "control character"),
+        ("http://h/a%0Ab", "control character"),
+        ("http://h/a%E2%80%AEb", "bidirectional-text control"),
     ],
 )
-def test_a_name_taken_from_the_url_is_a_name_a_file_may_have(url: str, name: str) -> None:
+def test_a_name_taken_from_the_url_is_checked_like_a_name_given(url: str, why: str) -> None:
     """With no nfo:fileName the name comes from the URL, unquoted, and was never checked:
     "..%2F..%2Fetc%2Fpasswd" named the file "../../etc/passwd"."""
     manifest = write_checkm([{"url": url}], kind=OBJECT_MANIFEST)
     spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
 
+    with pytest.raises(
+        ManifestError, match=f"^line 6: the file name .* taken from the URL .*{why}"
+    ):
+        payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
+
+
+def test_a_name_taken_from_the_url_is_its_last_part_unquoted() -> None:
+    manifest = write_checkm([{"url": "http://h/a/scan%201.tif"}], kind=OBJECT_MANIFEST)
+    spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
+
     [found] = payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
-    assert found.filename == name
-    assert filename_problem(found.filename) is None
+    assert found.filename == "scan 1.tif"
 
 
 def test_file_and_container_payloads_are_their_own_single_download() -> None:
