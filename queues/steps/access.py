@@ -25,7 +25,6 @@ writes the archive.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import tarfile
@@ -44,7 +43,7 @@ import requests
 from queues.core.words import digits
 from queues.steps.erc import PRODUCER_DIR
 from queues.steps.fetch import DEFAULT_TIMEOUT, download
-from queues.steps.merritt_wire import service_session
+from queues.steps.merritt_wire import answered_ok, json_document, service_session
 from queues.steps.storage import ObjectFile, StorageClient, StorageError, ark_folder_name
 
 # archive type -> file name suffix (the names and suffixes of Merritt's ArchiveBuilder types)
@@ -238,7 +237,7 @@ def read_merritt_request(base: str, token_id: str, *, timeout: float) -> dict[st
             ) from None
         if response.status_code == 404:
             raise RequestError(f"there is no assembly request at {where} (HTTP 404)")
-        if not response.ok:
+        if not answered_ok(response):
             raise RequestError(
                 f"the assembly request {where} could not be read: HTTP {response.status_code}",
                 permanent=response.status_code < 500,
@@ -253,10 +252,9 @@ def read_merritt_request(base: str, token_id: str, *, timeout: float) -> dict[st
             raise RequestError(
                 f"the assembly request {where} could not be read: {exc}", permanent=False
             ) from None
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        raise RequestError(f"the assembly request {where} is not JSON") from None
+    doc = json_document(body)
+    if doc is None:
+        raise RequestError(f"the assembly request {where} is not JSON")
     if not isinstance(doc, dict):
         raise RequestError(f"the assembly request {where} is not a JSON object")
     return doc

@@ -10,7 +10,10 @@ from queues.core.retries import unavailable
 from queues.steps.erc import Erc
 from queues.steps.fetch import DEFAULT_TIMEOUT
 from queues.steps.merritt_wire import (
+    answered_ok,
+    is_ark_answer,
     java_urlencode,
+    json_document,
     local_name,
     merritt_error,
     service_session,
@@ -73,7 +76,7 @@ class HttpInventory:
             raise InventoryError(f"inventory service unreachable at {url}: {exc}") from unavailable(
                 INVENTORY, exc
             )
-        if not response.ok:
+        if not answered_ok(response):
             raise InventoryError(
                 f"inventory service refused {what}: {merritt_error(response)}"
             ) from unavailable_answer(INVENTORY, response)
@@ -97,12 +100,11 @@ class HttpInventory:
         url = f"{self.base_url}/primary/{java_urlencode(owner)}/{java_urlencode(local_id)}"
         what = f"the look-up of local id {local_id!r} (owner {owner})"
         response = self._call("GET", url, what, params={"t": "json"})
-        try:
-            data = response.json()
-        except ValueError:
+        data = json_document(response.content)
+        if data is None:
             raise InventoryError(
                 f"inventory service answered {what} with no JSON: {response.text[:200]!r}"
-            ) from None
+            )
         state = _keyed(data, "localContainerState")
         if not isinstance(state, dict):
             raise InventoryError(
@@ -113,7 +115,13 @@ class HttpInventory:
         if exists is not True and str(exists).lower() != "true":
             return None
         primary = _keyed(state, "primaryIdentifier")
-        return primary.strip() if isinstance(primary, str) and primary.strip() else None
+        if not isinstance(primary, str) or not primary.strip():
+            return None
+        if not is_ark_answer(primary.strip()):
+            raise InventoryError(
+                f"inventory service answered {what} with {primary[:200]!r}, which is no ARK"
+            )
+        return primary.strip()
 
     def add_local_id(self, ark: str, owner: str, local_id: str) -> None:
         """Record that ``ark`` has ``local_id`` under ``owner`` (repeating it changes nothing)."""

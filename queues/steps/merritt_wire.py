@@ -86,6 +86,8 @@ def service_session(
     adapter = HTTPAdapter(max_retries=retry, pool_connections=4, pool_maxsize=pool)
     adapter.poolmanager.pool_classes_by_scheme = EXCHANGE_POOLS
     session = DeadlineSession(deadline)
+    # A body as the service sends it, never inflated from gzip: 200 KB inflated to 200 MB.
+    session.headers["Accept-Encoding"] = "identity"
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
@@ -94,13 +96,21 @@ def service_session(
 class DeadlineSession(requests.Session):
     """A session whose every request, its repeats, redirects and reading of the answer
     included, has one deadline (``netpolicy.exchange_deadline``): past it the connection is
-    shut down and the request raises ``requests.Timeout`` saying so."""
+    shut down and the request raises ``requests.Timeout`` saying so.
+
+    Only a GET or a HEAD follows a redirect. A POST's comes back as its answer (a 3xx, which no
+    client takes for success): requests turned a 302 into a GET without the add, the mint or
+    the record, and sent a 307's form on to another host. A redirect whose target cannot be
+    read raises ``requests.exceptions.InvalidURL`` (a ValueError and a UnicodeDecodeError came
+    out of requests' own redirect code)."""
 
     def __init__(self, deadline: float) -> None:
         super().__init__()
         self.deadline = deadline
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        if request.method not in ("GET", "HEAD"):
+            kwargs["allow_redirects"] = False
         with exchange_deadline(self.deadline) as alarm:
             try:
                 response = super().send(request, **kwargs)
@@ -108,6 +118,8 @@ class DeadlineSession(requests.Session):
                 if alarm.fired:
                     raise requests.Timeout(f"{request.url}: {alarm.reason}") from exc
                 raise
+            except (ValueError, UnicodeError) as exc:
+                raise requests.exceptions.InvalidURL(f"{request.url}: {exc}") from exc
             if alarm.fired:
                 # Cut off inside the headers or the body, the answer may still look whole
                 # (http.client takes an early end of the headers for their end).
@@ -129,8 +141,34 @@ def parse_xml(text: str | bytes) -> ElementTree.Element | None:
         return None
     try:
         return ElementTree.fromstring(data)  # noqa: S314 - no DTD, so no entities (above)
-    except ElementTree.ParseError:
+    except (ElementTree.ParseError, LookupError, ValueError):  # LookupError: encoding="bogus"
         return None
+
+
+def json_document(data: str | bytes) -> Any:
+    """The JSON value of an answer's body; None when it is no JSON, or nested deeper than the
+    parser goes (100,000 levels raised RecursionError)."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def answered_ok(response: requests.Response) -> bool:
+    """A 2xx. ``response.ok`` is any status below 400, and 600 and up: a 302 not followed, a
+    304 or a 999 read as success (a recorded version, a minted ARK)."""
+    return 200 <= response.status_code < 300
+
+
+# An ARK as a service's answer may give one: "ark:/", the authority, then printable ASCII
+# without spaces (a name with a space, a line break or a NUL was returned as the ARK).
+_ARK_ANSWER = re.compile(r"ark:/[0-9A-Za-z]+/[!-~]{1,256}")
+
+
+def is_ark_answer(text: str) -> bool:
+    """Whether ``text`` can be an ARK an answer gives (and names no "." or ".." part)."""
+    return bool(_ARK_ANSWER.fullmatch(text)) and not {".", ".."} & set(text.split("/"))
 
 
 def child_text(element: ElementTree.Element, *names: str) -> str | None:
@@ -151,11 +189,7 @@ def state_fields(body: str | bytes) -> tuple[str, dict[str, str]] | None:
     if root is not None:
         leaves = {local_name(c.tag): (c.text or "").strip() for c in root if len(c) == 0}
         return local_name(root.tag), leaves
-    data = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    try:
-        parsed = json.loads(data)
-    except ValueError:
-        return None
+    parsed = json_document(body)
     if not isinstance(parsed, dict) or len(parsed) != 1:
         return None
     [(key, inner)] = parsed.items()
@@ -190,10 +224,7 @@ def merritt_error_text(status_code: int, content: bytes) -> str:
             kind = match.group("kind") or child_text(root, "statusName", "status")
             reason = child_text(root, "error", "description", "statusDescription")
             return _reason(status, kind, reason)
-    try:
-        data = json.loads(body.decode("utf-8", "replace"))
-    except ValueError:
-        data = None
+    data = json_document(body)
     if isinstance(data, dict) and len(data) == 1:
         [(key, inner)] = data.items()
         match = _EXCEPTION_ROOT.match(local_name(key))

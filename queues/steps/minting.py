@@ -9,7 +9,13 @@ from urllib.parse import quote, unquote
 import requests
 
 from queues.core.retries import is_unavailable_status, unavailable
-from queues.steps.merritt_wire import java_urlencode, service_session, unavailable_answer
+from queues.steps.merritt_wire import (
+    answered_ok,
+    is_ark_answer,
+    java_urlencode,
+    service_session,
+    unavailable_answer,
+)
 
 EZID = "ezid"  # the service's name for its retry policy (queues.core.retries)
 
@@ -255,7 +261,7 @@ class EzidMinter:
                 f"EZID refused to {what}: {reason} (HTTP {response.status_code})",
                 response.status_code,
             ) from unavailable_answer(EZID, response)
-        if not response.ok:
+        if not answered_ok(response):
             raise MintError(
                 f"EZID answered HTTP {response.status_code} to {what}"
             ) from unavailable_answer(EZID, response)
@@ -266,7 +272,9 @@ class EzidMinter:
     def mint(self, shoulder: str, metadata: Mapping[str, str] | None = None) -> str:
         url = f"{self.base_url}/shoulder/{quote(shoulder, safe=':/')}"
         identifier = self._post(url, metadata, f"mint on {shoulder}")
-        if not identifier.startswith(shoulder):
+        if not is_ark_answer(identifier):
+            raise MintError(f"EZID minted {identifier[:200]!r}, which is no ARK")
+        if not identifier.startswith(shoulder) or identifier.rstrip("/") == shoulder.rstrip("/"):
             raise MintError(f"EZID minted {identifier!r}, which is not on shoulder {shoulder}")
         return identifier
 

@@ -510,14 +510,17 @@ class FetchPolicy:
 
         A ``body`` (a callback's JSON, an upload) goes along with 307 and 308 redirects, which
         are followed only to the same origin: one to another host is refused (FetchRefused)
-        before anything is sent there. 301, 302 and 303 turn the request into a GET without it,
-        as browsers do. ``headers`` go with every hop.
+        before anything is sent there. A 303 (the receiver took the body; see the answer
+        elsewhere) turns the request into a GET without it. A 301 or 302 of a request with a
+        body is its answer, not followed: as a GET the body would reach no one, and a callback
+        was counted delivered on the GET's 200. ``headers`` go with every hop.
         """
         started = time.monotonic() if started is None else started
         for _hop in range(self.max_redirects + 1):
             pool, response, alarm = self._send(url, method, started, body, content_type, headers)
             location = response.headers.get("Location")
-            if response.status not in REDIRECTS or not location:
+            moved = body is not None and response.status in (301, 302)
+            if response.status not in REDIRECTS or not location or moved:
                 return OpenResponse(self, url, response, started, pool, alarm)
             status = response.status
             alarm.close()
@@ -539,7 +542,7 @@ class FetchPolicy:
                 )
             url = target
             if status in (301, 302, 303) and method not in ("GET", "HEAD"):
-                method, body = "GET", None
+                method, body = "GET", None  # a body-less POST's 301 or 302, or a 303
         raise FetchRefused(url, f"more than {self.max_redirects} redirects")
 
     def _send(

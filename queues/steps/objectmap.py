@@ -29,6 +29,7 @@ from xml.etree import ElementTree
 from xml.sax.saxutils import escape, quoteattr
 
 from queues.core.words import digits
+from queues.steps.checkm import filename_problem
 from queues.steps.merritt_wire import local_name, parse_xml
 
 
@@ -107,6 +108,9 @@ def parse_object_map(data: bytes) -> ObjectMap:
             name = (item.get("id") or "").strip()
             if not name:
                 raise ObjectMapError(f"version {number} of {ark} lists a file without a name")
+            problem = filename_problem(name)
+            if problem:  # "../../../etc/passwd" went into an archive's paths as it came
+                raise ObjectMapError(f"version {number} of {ark} lists a file whose name {problem}")
             leaves = _leaves(item)
             files.append(
                 MapFile(

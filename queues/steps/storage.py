@@ -32,8 +32,10 @@ from queues.steps.erc import PRODUCER_DIR, SYSTEM_DIR
 from queues.steps.fetch import DEFAULT_TIMEOUT, DownloadError, download_all, fetch_bytes
 from queues.steps.merritt import inventory_manifest_url
 from queues.steps.merritt_wire import (
+    answered_ok,
     child_text,
     java_urlencode,
+    json_document,
     local_name,
     merritt_error,
     parse_xml,
@@ -485,7 +487,7 @@ class HttpStorage:
             raise StorageError(
                 f"storage manifest {manifest_url} unreachable: {exc}"
             ) from unavailable(self.service, exc)
-        if not response.ok:
+        if not answered_ok(response):
             raise StorageError(
                 f"storage manifest {manifest_url} unreadable: HTTP {response.status_code}"
             ) from unavailable_answer(self.service, response)
@@ -512,9 +514,18 @@ class HttpStorage:
         return StoredVersion(ark=ark, version=latest, manifest_url=self.manifest_url(ark))
 
     def latest_version(self, ark: str) -> int:
-        """The object's number of versions by its state document (0: not stored)."""
+        """The object's number of versions by its state document (0: not stored). A state
+        without a number of versions is no answer, not 0: read as 0, an add already made would
+        be made again (``storing._landed``)."""
         state = self._state(ark)
-        return (_int(state.get("numVersions")) or 0) if state is not None else 0
+        if state is None:
+            return 0
+        latest = _int(state.get("numVersions"))
+        if latest is None:
+            url = self._object_url("state", ark)
+            why = f"storage answered {url} without a number of versions"
+            raise StorageError(why) from unavailable(self.service, why)
+        return latest
 
     def existing(self, ark: str, version: int) -> StoredVersion:
         """Version ``version`` of the object, as storage's answer to its add would have given
@@ -535,7 +546,7 @@ class HttpStorage:
             )
         if response.status_code == 404:
             return None
-        if not response.ok:
+        if not answered_ok(response):
             raise StorageError(
                 f"storage service refused {url}: {merritt_error(response)}"
             ) from unavailable_answer(self.service, response)
@@ -554,13 +565,13 @@ class HttpStorage:
             raise StorageError(f"storage service unreachable at {url}: {exc}") from unavailable(
                 self.service, exc
             )
-        if not response.ok:
+        if not answered_ok(response):
             raise StorageError(
                 f"storage service refused to add {ark} on node {self.node_id}: "
                 f"{merritt_error(response)}"
             ) from unavailable_answer(self.service, response)
         version = version_from_response(response.text)
-        if version is None:
+        if version is None or version < 1:
             raise StorageError(
                 f"storage service answered the add of {ark} without a version state "
                 f"(ver:versionState/ver:identifier): {response.text[:200]!r}"
@@ -577,7 +588,7 @@ class HttpStorage:
             )
         if response.status_code == 404:
             raise ObjectNotFound(f"{ark} is not in storage: {merritt_error(response)}")
-        if not response.ok:
+        if not answered_ok(response):
             raise StorageError(
                 f"storage service refused the manifest of {ark}: {merritt_error(response)}"
             ) from unavailable_answer(self.service, response)
@@ -664,10 +675,7 @@ def version_from_response(text: str) -> int | None:
         if local_name(root.tag) != "versionState":
             return None
         return _int(child_text(root, "identifier"))
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
+    data = json_document(text)
     if not isinstance(data, dict):
         return None
     state = next((v for k, v in data.items() if local_name(k) == "versionState"), None)
@@ -694,7 +702,7 @@ def _int(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
+        return value if value >= 0 else None
     if isinstance(value, str):
         return digits(value.strip())
     return None

@@ -64,7 +64,7 @@ class YesNoField(forms.BooleanField):
 
 
 class WholeNumberField(forms.IntegerField):
-    """A whole number in ASCII digits (or a JSON number without a fraction), within the field's
+    """A whole number in ASCII digits (or a JSON integer), within the field's
     bounds. Django's IntegerField reads any script's digits ("٣" is 3) and "1.0" as 1."""
 
     def to_python(self, value: Any) -> int | None:

@@ -2,9 +2,10 @@
 
 Every outside request goes through ``netpolicy.FetchPolicy.open``: a 307 or 308 keeps the
 method and the body, so it is followed only to the same origin (scheme, host, port); one to
-another host is refused before anything is sent there. A 301/302/303 after a POST turns into a
-GET without the body, as browsers do, and may go elsewhere unless the policy says
-``cross_origin_redirects=False`` (Merritt's ingest: its answer must come from itself).
+another host is refused before anything is sent there. A 303 after a POST turns into a GET
+without the body, and may go elsewhere unless the policy says ``cross_origin_redirects=False``
+(Merritt's ingest: its answer must come from itself). A 301 or 302 of a POST with a body is not
+followed: its answer is the 3xx.
 """
 
 from __future__ import annotations
@@ -93,3 +94,17 @@ def test_a_see_other_after_a_post_goes_elsewhere_without_the_body(http_server: L
         with pytest.raises(FetchRefused, match=r"redirected the request to another host"):
             strict.open(f"{http_server.url}/done", method="POST", body=b"data")
         assert len(elsewhere.seen()) == 1
+
+
+@pytest.mark.parametrize("status", [301, 302])
+def test_a_moved_answer_to_a_callback_is_no_delivery(http_server: Loopback, status: int) -> None:
+    """Followed as a GET without the body, a callback's 301 or 302 came back 200 from wherever
+    it pointed and the job's state was counted delivered, though no receiver ever got it."""
+    from queues.steps.notify import CallbackError, post_callback
+
+    with running(CallbackReceiver()) as elsewhere:
+        target = elsewhere.url + "/hook"
+        http_server.add("POST", "/hook", Reply(status, headers={"Location": target}))
+        with pytest.raises(CallbackError, match=f"HTTP {status}"):
+            post_callback(f"{http_server.url}/hook", {"job": "x"}, policy=POLICY)
+        assert elsewhere.seen() == []
