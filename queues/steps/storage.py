@@ -553,6 +553,12 @@ class HttpStorage:
         document = state_fields(response.content)
         if document is None:
             raise StorageError(f"storage answered {url} without a state document")
+        expected = _STATE_ROOTS[len(below)]
+        if document[0] != expected:
+            # Another document (a proxy's page, another endpoint's answer): its fields would be
+            # read as the state's (an HTML page's <numVersions> did).
+            why = f"storage answered {url} with {document[0][:60]!r}, not {expected}"
+            raise StorageError(why) from unavailable(self.service, why)
         return document[1]
 
     def store(self, *, ark: str, manifest_url: str) -> StoredVersion:
@@ -634,6 +640,11 @@ class HttpStorage:
     def content_url(self, ark: str, version: int, name: str) -> str:
         """``GET content/{node}/{ark}/{version}/{file}``: a stored file's bytes."""
         return f"{self._object_url('content', ark)}/{version}/{quote(name, safe='')}"
+
+
+# The root of storage's state documents by how far below the object they are (object,
+# version, file), in XML and JSON alike (docs/merritt-services.md).
+_STATE_ROOTS = ("objectState", "versionState", "fileState")
 
 
 def version_entries(data: bytes, version: int) -> list[PayloadFile]:

@@ -111,6 +111,8 @@ def test_inventory_s_odd_answers_are_its_own_errors(http_server: Loopback) -> No
         b"<objectState><numVersions>-1</numVersions></objectState>",
         b"<objectState><numVersions>\xc2\xb2</numVersions></objectState>",
         b"<objectState><numVersions></numVersions></objectState>",
+        b"<html><numVersions>1</numVersions><numFiles>1</numFiles><size>5</size></html>",
+        b'{"foo": {"numVersions": 3}}',
     ],
 )
 def test_a_state_without_a_readable_number_of_versions_is_no_answer(
