@@ -15,6 +15,7 @@ from django.conf import global_settings, settings
 from queues.services.zkserver import LocalZooKeeper, jute_maxbuffer_from_env
 from queues.zk import client as zkmod
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.liveserver import install as keep_flush_after_requests
 from tests.markers import (  # noqa: F401  (the hooks that mark, check and pick the quick tier)
     pytest_addoption,
     pytest_configure,
@@ -32,6 +33,8 @@ from tests.zktree import chroot_on, shared_client_on
 
 # Every port the suite's processes hand a server comes from a block of their own (tests/workers.py).
 install()
+# A test's flush waits for the live server's requests still being answered (tests/liveserver.py).
+keep_flush_after_requests()
 
 LOOPBACK = "127.0.0.0/8,::1"
 log = logging.getLogger(__name__)
