@@ -2,15 +2,16 @@
 
 The run serves the depositors' files on loopback, submits good batches and hostile depositors,
 starts ``--consumers`` ``runconsumer all`` processes (and a daphne web worker when a fault
-concerns the web), kills random consumers with SIGKILL all along, strikes the selected faults
-one after another as the jobs finish, and when every batch has finished (or no job has moved
-and no fault acted for ``stall`` seconds: stalled, a violation; there is no limit of time unless
-``limit`` is given) judges, consumers still running: every lock gone within ``lock_grace`` of
-the last heal, nothing stuck; then, consumers stopped by SIGTERM within ``stop_timeout``: the
-queue consistent and complete, one storage version per object, no good job Failed, none by the
-infrastructure, every hostile depositor Failed for its own reason; last, the servers' own
-transaction logs (``txnlog``): no lock deleted by a session that did not create it, none taken
-over a standing one, no consumer write to a job whose lock it did not hold.
+concerns the web), kills random consumers with SIGKILL until every good batch has finished,
+strikes the selected faults one after another as the jobs finish, and when every batch has
+finished (or no job has moved and no fault acted for ``stall`` seconds: stalled, a violation;
+there is no limit of time unless ``limit`` is given) judges, consumers still running: every
+lock gone within ``lock_grace`` of the last heal, nothing stuck; then, consumers stopped by
+SIGTERM within ``stop_timeout``: the queue consistent and complete, one storage version per
+object, no good job Failed, none by the infrastructure, every hostile depositor Failed for its
+own reason; last, the servers' own transaction logs (``txnlog``): no lock deleted by a session
+that did not create it, none taken over a standing one, no consumer write to a job whose lock
+it did not hold.
 
 ZooKeeper away for good (an ensemble that elects no leader) does not hold the run: the monitor's
 and the judge's reads fail once the connection has been down a second (``FailWhileDown``), the
@@ -204,6 +205,7 @@ class Run:
     verdict: judge.Verdict = field(default_factory=judge.Verdict)
     kills: int = 0
     last_kill: float = 0.0
+    hostile_batches: set[str] = field(default_factory=set)
     summary: str = ""
     throughput: str = ""
     _acting: str = ""  # the fault being caused, if any
@@ -416,6 +418,7 @@ class Run:
                 zk, payload, files.url, sentinel.url, f"http://127.0.0.1:{free_port()}"
             )
             expected.update(hostile)
+            self.hostile_batches = set(hostile)
             self.say(f"submitted {len(hostile)} hostile batches, {len(depositors.HOSTILE)} objects")
         for number in range(opts.consumers):
             env = dict(self.env)
@@ -564,6 +567,7 @@ class Run:
         next_report = began
         meter = Throughput(began)
         last_move, last_counts = began, None
+        done_batches: set[str] = set()
         while True:
             now = time.monotonic()
             progress = judge.progress(zk, expected)
@@ -579,7 +583,7 @@ class Run:
                     rate = meter.line(total)
                     self.say(f"[{now - began:6.0f}s] {line} | {rate} | SIGKILLs {self.kills}")
                     next_report = now + 5
-                if done_batches == len(expected) and not striking.is_alive():
+                if len(done_batches) == len(expected) and not striking.is_alive():
                     self.throughput = meter.summary()
                     self.say(f"[{now - began:6.0f}s] every batch finished: {line}")
                     self.say(f"throughput: {meter.summary()}")
@@ -602,7 +606,11 @@ class Run:
                     f"({finished[0]} of {total} finished; {meter.summary()})"
                 )
                 return
-            if opts.kills and now >= next_kill:
+            if (
+                opts.kills
+                and now >= next_kill
+                and not self._only_hostile_left(expected, done_batches)
+            ):
                 self._kill_one(zk)
                 next_kill = time.monotonic() + self.rng.uniform(low, high)
             for consumer in self.stage.consumers:
@@ -636,6 +644,14 @@ class Run:
                 self.verdict.fail(f"the fault {fault.name} could not be caused: {exc}")
                 self.log.healed(fault.name, f"{fault.name} abandoned: {exc}")
             self._acting = ""
+
+    def _only_hostile_left(self, expected: dict[str, set[str]], finished: set[str]) -> bool:
+        """Whether every good batch has finished, leaving only hostile depositors: SIGKILLs
+        stop then. The slowest hostile verdict (the trickle's, a rate window after its first
+        byte, and only once the killed holder's session has expired) takes longer than a
+        consumer lives between kills every few seconds on a loaded machine, and the run would
+        stall on its own kills, not on the queue."""
+        return all(bid in finished for bid in expected if bid not in self.hostile_batches)
 
     def _kill_one(self, zk: Any) -> None:
         """SIGKILL a random consumer that has registered since it started (so has begun its

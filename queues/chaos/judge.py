@@ -83,9 +83,11 @@ def consumer_sessions(zk: Any) -> dict[int, str]:
     return {stat.ephemeralOwner: path.rsplit("/", 1)[1] for path, stat in stats.items() if stat}
 
 
-def progress(zk: Any, expected: dict[str, set[str]]) -> tuple[int, int, str, dict[str, int]] | None:
-    """(finished jobs, finished batches, a line, jobs per state), or None while ZooKeeper
-    cannot answer."""
+def progress(
+    zk: Any, expected: dict[str, set[str]]
+) -> tuple[int, set[str], str, dict[str, int]] | None:
+    """(finished jobs, the finished batches' IDs, a line, jobs per state), or None while
+    ZooKeeper cannot answer."""
     try:
         folders = {s: paths.job_state_folder(s) for s in JOB.states}
         stats = exists_many(zk, list(folders.values()))
@@ -94,13 +96,13 @@ def progress(zk: Any, expected: dict[str, set[str]]) -> tuple[int, int, str, dic
     except Exception:  # ZooKeeper is away: report again once it is back
         return None
     finished = counts.get(JobState.COMPLETED, 0) + counts.get(JobState.FAILED, 0)
-    done = sum(1 for s in states.values() if s in TERMINAL_BATCH)
+    done = {bid for bid, s in states.items() if s in TERMINAL_BATCH}
     working = ", ".join(f"{s} {n}" for s, n in counts.items() if n and s not in TERMINAL_JOB)
     line = (
         f"jobs: {counts.get(JobState.COMPLETED, 0)} Completed, "
         f"{counts.get(JobState.FAILED, 0)} Failed"
         + (f", {working}" if working else "")
-        + f" | batches: {done}/{len(expected)} finished"
+        + f" | batches: {len(done)}/{len(expected)} finished"
     )
     return finished, done, line, counts
 
