@@ -12,7 +12,7 @@ from array import array
 from bisect import bisect_right
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import islice
 from typing import Any
@@ -425,6 +425,8 @@ class BatchDetail:
     reports: list[ReportView]
     # ``status-report`` with the lists of its latest two reports whole (read from their parts).
     report: dict[str, Any] | None = None
+    # Those of the loaded jobs that cannot be read (a node another client wrote oddly).
+    unreadable: list[Broken] = field(default_factory=list)
 
     @property
     def total_jobs(self) -> int:
@@ -440,10 +442,13 @@ def batch_detail(*, bid: str, per_state: int = BATCH_ROWS_PER_STATE) -> BatchDet
     counted, rows = batch_jobs_per_state(zk, bid, per_state)
     jids = sorted(j for ids in rows.values() for j in ids)
     by_state: dict[str, list[Job]] = defaultdict(list)
+    unreadable: list[Broken] = []
     for start in range(0, len(jids), SCAN_CHUNK):
         for job in jobs_load(zk, jids[start : start + SCAN_CHUNK]):
             if isinstance(job, Job):
                 by_state[job.state].append(job)
+            elif isinstance(job, Broken):
+                unreadable.append(job)
     ordered = {s: by_state[s] for s in JOB.states if s in by_state}
     ordered.update({s: v for s, v in by_state.items() if s not in ordered})
     # The latest report whole, and the one before it for what changed; older ones as counts.
@@ -459,6 +464,7 @@ def batch_detail(*, bid: str, per_state: int = BATCH_ROWS_PER_STATE) -> BatchDet
         by_state=ordered,
         reports=report_views(report),
         report=report,
+        unreadable=unreadable,
     )
 
 
