@@ -47,6 +47,7 @@ from queues.zk.batches import (
 from queues.zk.client import client
 from queues.zk.errors import (
     Conflict,
+    InvalidID,
     InvalidTransition,
     NotFound,
     StaleVersion,
@@ -164,6 +165,10 @@ class Daemon(ABC, Generic[T]):
 
     def after(self, item: T, step: Next) -> None:
         """Work that follows a successful move (cleanup, batch completion)."""
+
+    def not_moved(self, item: T, exc: Exception) -> None:
+        """A move refused (``exc``: Conflict, InvalidTransition, NotFound): nothing by default;
+        the item is given back and claimed again as any other."""
 
     def wake_path(self) -> str | None:
         """A folder whose children changing means new work: the idle loop wakes on it."""
@@ -384,6 +389,7 @@ class Daemon(ABC, Generic[T]):
                 released = self.move(item, step)
             except (Conflict, InvalidTransition, NotFound) as exc:
                 # An operator (or another client) moved the item meanwhile: theirs wins.
+                self.not_moved(item, exc)
                 return self._result(ident, "dropped", started, f"not moved: {describe(exc)}")
             try:
                 self.after(item, step)
@@ -504,6 +510,11 @@ class PeriodicDaemon(Daemon[Any]):
         return None
 
 
+# How long a loop passes over a job whose batch is gone before it tries the job again (an
+# operator may have put the batch back meanwhile).
+ORPHAN_WAIT = 600.0
+
+
 class JobDaemon(Daemon[Job]):
     """A daemon working on the jobs of one state, in priority order.
 
@@ -613,8 +624,12 @@ class JobDaemon(Daemon[Job]):
     ) -> Callable[[str], bool] | None:
         """What the batched loop's next take asks of each job it would claim, in run order:
         whether it may (``StateListing.take``'s ``limit``); ``kept``: the jobs this loop holds
-        the locks of, ``known`` those of them as handed over. By default nothing is asked."""
-        return None
+        the locks of, ``known`` those of them as handed over. By default: not those this loop
+        passes over for now (``retry_waits``: a later try, a batch gone), while there are any."""
+        waits = self.retry_waits
+        if not waits:
+            return None
+        return lambda jid: not waits.waits(jid)
 
     def claim(self) -> Job | None:
         if self._claimer is None:
@@ -724,6 +739,29 @@ class JobDaemon(Daemon[Job]):
 
     def unlock(self, item: Job) -> None:
         job_unlock(self.zk, item)
+
+    def not_moved(self, item: Job, exc: Exception) -> None:
+        """A job whose batch is gone cannot move (a move writes the batch's index too): it is
+        passed over for ORPHAN_WAIT, its step not run again and again for nothing, and the log
+        says why. Its batch is read only here, after a move found something gone."""
+        if not isinstance(exc, NotFound):
+            return
+        try:
+            gone = self.zk.exists(zpaths.batch(item.bid)) is None
+        except InvalidID:
+            gone = True
+        except Exception:  # ZooKeeper away: the next claim finds out
+            return
+        if gone:
+            self.retry_waits.note(item.jid, time.time() + ORPHAN_WAIT)
+            log.warning(
+                "%s %s: its batch %s is gone, so it cannot move; passed over for %.0f s "
+                "(the consistency check lists it as job-without-batch)",
+                item.jid,
+                self.step,
+                str(item.bid)[:40],
+                ORPHAN_WAIT,
+            )
 
     def after(self, item: Job, step: Next) -> None:
         if step.target in _BATCH_ENDS:

@@ -58,10 +58,10 @@ from queues.steps.submission import (
 )
 from queues.zk.batches import batch_job_ids, batch_retry_later
 from queues.zk.errors import Conflict, StaleVersion
-from queues.zk.jobs import job_create, jobs_load
+from queues.zk.jobs import job_create, job_create_check, jobs_load
 from queues.zk.locks import collection_held, queue_held
 from queues.zk.records import Batch, Job
-from queues.zk.sized import BATCH_JOBS_MAX
+from queues.zk.sized import BATCH_JOBS_MAX, TooLarge
 
 log = logging.getLogger("queues.daemons")
 
@@ -220,9 +220,17 @@ class BatchPending(BatchDaemon):
         base["update"] = base.get("update") is True
         base["queuePriority"] = f"{priority:02d}"
         base.update(merritt_job_keys(item.submission))
+        arguments = [
+            job_arguments(item, base, spec, seq, priority) for seq, spec in enumerate(specs, 1)
+        ]
+        for seq, spec in enumerate(specs, start=1):
+            try:
+                job_create_check(**arguments[seq - 1])
+            except TooLarge as exc:
+                raise StepFailed(f"object {seq} ({object_name(spec)[:80]}): {exc}") from exc
         queued = []
         for seq, spec in enumerate(specs, start=1):
-            jid = existing.get(seq) or self.create_job(item, base, spec, seq, priority).jid
+            jid = existing.get(seq) or job_create(self.zk, **arguments[seq - 1]).jid
             queued.append((jid, object_name(spec)))
         message = f"{len(specs)} jobs"
         if profile.queued_mail:
@@ -259,27 +267,28 @@ class BatchPending(BatchDaemon):
             return f"queued mail not sent: {exc}"
         return f"queued mail sent to {len(to)}"
 
-    def create_job(
-        self, batch: Batch, base: dict[str, Any], spec: ObjectSpec, seq: int, priority: int
-    ) -> Job:
-        configuration = {**base, **spec.to_configuration(), "batch_seq": seq}
-        # The job's working folder is named after its ID, known once the job's node is made:
-        # written in the job's creating transaction (workfolder.workdir() reads it).
-        folder = work_root() / batch.bid
-        return job_create(
-            self.zk,
-            bid=batch.bid,
-            configuration=configuration,
-            priority=priority,
-            identifiers={
-                "primary_id": spec.primary_id or "",
-                "local_id": [spec.local_id] if spec.local_id else [],
-            },
-            metadata={
-                "erc_who": spec.creator or "",
-                "erc_what": spec.title or "",
-                "erc_when": spec.date or "",
-                "erc_where": spec.primary_id or "",
-            },
-            configure=lambda jid: {"working_dir": str(folder / jid), "jobID": jid},
-        )
+
+def job_arguments(
+    batch: Batch, base: dict[str, Any], spec: ObjectSpec, seq: int, priority: int
+) -> dict[str, Any]:
+    """``job_create``'s arguments for the batch's ``seq``th object."""
+    configuration = {**base, **spec.to_configuration(), "batch_seq": seq}
+    # The job's working folder is named after its ID, known once the job's node is made:
+    # written in the job's creating transaction (workfolder.workdir() reads it).
+    folder = work_root() / batch.bid
+    return {
+        "bid": batch.bid,
+        "configuration": configuration,
+        "priority": priority,
+        "identifiers": {
+            "primary_id": spec.primary_id or "",
+            "local_id": [spec.local_id] if spec.local_id else [],
+        },
+        "metadata": {
+            "erc_who": spec.creator or "",
+            "erc_what": spec.title or "",
+            "erc_when": spec.date or "",
+            "erc_where": spec.primary_id or "",
+        },
+        "configure": lambda jid: {"working_dir": str(folder / jid), "jobID": jid},
+    }

@@ -267,9 +267,12 @@ class Downloading(JobDaemon):
         server is not known (none of the listed jobs' servers is read while no server is full:
         ``ServerScreen``) is claimed: ``accept`` learns it."""
         taking: Counter[str] | None = None
+        passing = super().claim_limit(kept, known)
 
         def may_claim(jid: str) -> bool:
             nonlocal taking
+            if passing is not None and not passing(jid):
+                return False
             server = self.capped.server(jid)
             if not server:
                 return True

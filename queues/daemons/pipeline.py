@@ -219,6 +219,8 @@ class PipelinedDaemon(Protocol):
 
     def after_move(self, item: Job, step: Next) -> set[str]: ...
 
+    def not_moved(self, item: Job, exc: Exception) -> None: ...
+
     def let_go(self, jids: list[str]) -> None: ...
 
     def ask_completion(self, bids: set[str]) -> CompletionCheck | None: ...
@@ -1669,6 +1671,7 @@ class JobPipeline:
             assert step is not None and work.plan is not None
             if not isinstance(outcome, Job):
                 self._give_back([jid], now)
+                daemon.not_moved(work.job, outcome)
                 self._end(
                     work, daemon.result(jid, "dropped", work.started, f"not moved: {outcome}")
                 )

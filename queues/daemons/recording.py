@@ -16,6 +16,7 @@ from typing import ClassVar
 from django.conf import settings
 
 from queues.core.states import JobState
+from queues.core.words import LONG_MAX
 from queues.daemons import clients
 from queues.daemons.base import Next, Stay, Step, StepFailed
 from queues.daemons.processing import job_erc
@@ -42,11 +43,14 @@ class Recording(ObjectLockDaemon):
         inventory = item.inventory or {}
         manifest_url = inventory.get("manifest_url")
         version = inventory.get("version")
-        ark = item.primary_id
+        missing = "no stored version to record yet; resume from Storing"
+        ark = self.job_ark(item, missing)
         if not isinstance(version, int) and settings.MRT_INVENTORY_URL:
             version = 0  # unknown here; Merritt's inventory reads it from the manifest
-        if not ark or not isinstance(manifest_url, str) or not isinstance(version, int):
-            raise StepFailed("no stored version to record yet; resume from Storing")
+        if not isinstance(manifest_url, str) or not isinstance(version, int):
+            raise StepFailed(missing)
+        if isinstance(version, bool) or not 0 <= version <= LONG_MAX:
+            raise StepFailed(f"the stored version {str(version)[:40]} is out of range")
         spec = job_spec(item)
         lock = self.object_lock(ark)
         if not lock_create(self.zk, lock):

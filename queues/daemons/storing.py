@@ -29,6 +29,7 @@ from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
 from queues.daemons.breakers import STORAGE_NODE
 from queues.daemons.waiting import chained
 from queues.steps.merritt import parse_store_mode
+from queues.steps.merritt_wire import is_ark_answer
 from queues.steps.profiles import ProfileError, load_profile
 from queues.steps.storage import StorageBusy, StorageClient, StorageError, StoredVersion
 from queues.zk import paths as zpaths
@@ -61,6 +62,17 @@ class ObjectLockDaemon(JobDaemon):
     def object_lock(self, ark: str) -> str:
         raise NotImplementedError
 
+    @staticmethod
+    def job_ark(item: Job, missing: str) -> str:
+        """The job's ARK (``identifiers.primary_id``); StepFailed with ``missing`` when it has
+        none, and saying so when what it has is no ARK (another client wrote it)."""
+        ark = item.primary_id
+        if not ark:
+            raise StepFailed(missing)
+        if not is_ark_answer(ark):
+            raise StepFailed(f"the job's primary_id {ark[:80]!r} is no ARK")
+        return ark
+
     def unclaimed_screen(self) -> Callable[[list[str]], list[str]] | None:
         return chained(self.listing_screen(), super().unclaimed_screen())
 
@@ -79,8 +91,8 @@ class ObjectLockDaemon(JobDaemon):
             return False
         # A job whose object another job is storing waits without being claimed, so it does not
         # hide the jobs behind it in the queue.
-        if not job.primary_id:
-            return True
+        if not is_ark_answer(job.primary_id):
+            return True  # none, or no ARK: the step says so
         path = self.object_lock(job.primary_id)
         return exists_many(self.zk, [path])[path] is None
 
@@ -100,15 +112,17 @@ class Storing(ObjectLockDaemon):
     def work(self, item: Job) -> Step:
         store = item.store or {}
         manifest_url = store.get("manifest_url")
-        if not item.primary_id or not isinstance(manifest_url, str) or not manifest_url:
-            raise StepFailed("no ARK or storage manifest yet; resume from Processing")
+        missing = "no ARK or storage manifest yet; resume from Processing"
+        primary_id = self.job_ark(item, missing)
+        if not isinstance(manifest_url, str) or not manifest_url:
+            raise StepFailed(missing)
         try:
             mode = parse_store_mode(store.get("mode"))
         except ValueError as exc:
             raise StepFailed(f"{exc}; resume from Processing") from exc
         ark = mode.ark
-        if ark != item.primary_id:
-            raise StepFailed(f"the store node names {ark}, the job {item.primary_id}")
+        if ark != primary_id:
+            raise StepFailed(f"the store node names {ark}, the job {primary_id}")
         delete = store.get("delete", "")
         if not isinstance(delete, str):
             raise StepFailed("the store node's delete is not a string; resume from Processing")

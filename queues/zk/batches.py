@@ -16,13 +16,14 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from queues.core.retries import RETRY_KEY
 from queues.core.states import BATCH, BATCH_INDEX_FOLDERS, JOB, BatchState, JobState
+from queues.core.words import LONG_MAX
 
 from . import index as zindex
 from . import paths, sized
@@ -119,7 +120,7 @@ def _decode(bid: str, reads: dict[str, Any], stats: dict[str, Any]) -> Batch:
     report = None
     if reads[node("status-report")] is not None:
         try:
-            report = decode_json(node("status-report"), reads[node("status-report")][0])
+            report = report_read(node("status-report"), reads[node("status-report")][0])
         except MalformedNode as exc:
             problems[exc.path] = exc.reason
     return Batch(
@@ -478,7 +479,7 @@ def batch_write_report(
     head = dict(report)
     if data is not None:
         try:
-            previous = decode_json(path, data)
+            previous = report_read(path, data)
         except MalformedNode:
             previous = None
         if isinstance(previous, dict):
@@ -599,8 +600,41 @@ def _to_parts(
     return summary, nodes
 
 
-def _id_list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list) else []
+def _id_list(value: Any) -> list[str]:
+    """The job IDs of a report's list as read: another client may have written anything there
+    (a number, a list of lists, a name that is no job ID), and what is no job ID is left out."""
+    if not isinstance(value, list):
+        return []
+    return [v for v in value if isinstance(v, str) and paths.JID_RE.fullmatch(v)]
+
+
+def report_read(path: str, data: bytes | None) -> dict[str, Any]:
+    """A ``status-report`` node as its readers take it: each report's lists (the current one's
+    and its history's) job IDs only, its counts whole numbers, its history reports only."""
+    head = _report_entry(decode_json(path, data))
+    history = head.get("history")
+    if "history" in head:
+        head["history"] = [
+            _report_entry(h)
+            for h in (history if isinstance(history, list) else [])
+            if isinstance(h, dict)
+        ]
+    return head
+
+
+def _report_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    out = dict(entry)
+    for key in REPORT_LISTS:
+        if key in out:
+            out[key] = _id_list(out[key])
+        count = key.replace("_jobs", "_count")
+        if count in out and not _is_count(out[count]):
+            del out[count]
+    return out
+
+
+def _is_count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= LONG_MAX
 
 
 def _named_parts(head: dict[str, Any]) -> list[str]:
@@ -627,7 +661,7 @@ def report_counts(entry: dict[str, Any]) -> tuple[int, int]:
     for key in REPORT_LISTS:
         inline = len(_id_list(entry.get(key)))
         total = entry.get(key.replace("_jobs", "_count"))
-        counts.append(total if isinstance(total, int) and "parts" in entry else inline)
+        counts.append(total if _is_count(total) and "parts" in entry else inline)
     return counts[0], counts[1]
 
 
@@ -673,7 +707,7 @@ def report_resolve(
         if not missing:
             return _whole(head, depth, found)
         try:
-            fresh = decode_json(path, zk.get(path)[0])
+            fresh = report_read(path, zk.get(path)[0])
         except NoNodeError as exc:
             raise NotFound(f"{path} is gone") from exc
         if fresh == head:

@@ -105,19 +105,45 @@ def decode_json(path: str, data: bytes | None) -> dict[str, Any]:
         raise MalformedNode(path, f"not valid JSON ({str(exc)[:200]})") from exc
     if not isinstance(value, dict):
         raise MalformedNode(path, f"expected a JSON object, found {type(value).__name__}")
+    if b"\\u" in data and not _is_text(value):
+        raise MalformedNode(path, "a string holds a lone surrogate escape (\\ud800-\\udfff)")
     return value
+
+
+def _is_text(value: Any) -> bool:
+    """Whether every string of a decoded JSON value is text UTF-8 can hold: an escape such as
+    ``"\\ud800"`` alone is valid JSON but no character, and the value could not be written back
+    (or put in a page, a path or a log) without failing there. Only asked when the node holds an
+    escape at all."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def encode_int(value: int) -> bytes:
     return str(int(value)).encode("ascii")
 
 
-def decode_int(path: str, data: bytes | None) -> int:
+def decode_int(
+    path: str, data: bytes | None, least: int | None = None, most: int | None = None
+) -> int:
+    """An integer node; MalformedNode when it is none, or outside ``least``..``most`` (a
+    priority of 100, a size past what a 64-bit counter holds: another client may write them,
+    and a reader that took them would fail later, in a path or an array)."""
     text = (data or b"").decode("utf-8", errors="replace").strip()
+    wrong = MalformedNode(path, f"expected an integer, found {text[:40]!r}")
+    # ``int`` would take other scripts' digits and 4,300 of them; no integer here has 40.
+    if len(text) > 40 or not text.isascii():
+        raise wrong
     try:
-        return int(text)
+        value = int(text)
     except ValueError as exc:
-        raise MalformedNode(path, f"expected an integer, found {text[:40]!r}") from exc
+        raise wrong from exc
+    if (least is not None and value < least) or (most is not None and value > most):
+        raise MalformedNode(path, f"{value} is outside {least}..{most}")
+    return value
 
 
 def encode_str(value: str) -> bytes:
@@ -140,6 +166,7 @@ def decode_any(data: bytes | None) -> Any:
     except UnicodeDecodeError:
         return f"<{len(data)} bytes of binary data>"
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except (ValueError, RecursionError):
         return text
+    return value if "\\u" not in text or _is_text(value) else text

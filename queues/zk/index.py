@@ -104,6 +104,7 @@ from kazoo.protocol.states import KeeperState
 
 from queues.core.states import BATCH_INDEX_FOLDERS, JOB, JobState, job_batch_folder
 from queues.core.states import BatchState as BatchStatus
+from queues.core.words import LONG_MAX
 
 from . import kazoo_private, paths
 from .codecs import decode_int, decode_json, decode_str
@@ -1454,7 +1455,7 @@ class ReadIndex:
             for i, path in zip(part, node_paths, strict=True):
                 read = reads[path]
                 try:
-                    values[i] = 0 if read is None else max(0, decode_int("space_needed", read[0]))
+                    values[i] = 0 if read is None else decode_int(path, read[0], 0, LONG_MAX)
                 except MalformedNode:
                     values[i] = 0
         with self._lock:

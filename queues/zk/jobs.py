@@ -24,8 +24,9 @@ from kazoo.protocol.states import ZnodeStat
 
 from queues.core.retries import RETRY_KEY
 from queues.core.states import JOB, InvalidTransition, JobState, job_batch_folder, job_resume_target
+from queues.core.words import LONG_MAX
 
-from . import caps, paths
+from . import caps, paths, sized
 from .codecs import (
     decode_int,
     decode_json,
@@ -140,6 +141,12 @@ def check_priority(priority: int) -> int:
     return priority
 
 
+def decode_priority(path: str, data: bytes | None) -> int:
+    """A ``priority`` node: an integer 0..99 (MalformedNode otherwise: a job with another
+    would be moved to an index entry no claimer lists)."""
+    return decode_int(path, data, 0, 99)
+
+
 def job_create(
     zk: KazooClient,
     *,
@@ -165,30 +172,74 @@ def job_create(
     ensure_folder(zk, paths.batch(bid), paths.batch_index(bid, job_batch_folder(JobState.PENDING)))
     created = zk.create(f"{paths.JOBS}/jid", b"", sequence=True)
     jid = posixpath.basename(created)
-    if configure is not None:
-        configuration = {**configuration, **configure(jid)}
-    status = new_status()
-    index = paths.job_index_entry(JobState.PENDING, priority, jid)
-    batch_entry = paths.batch_index_entry(bid, JobState.PENDING, jid)
-    txn = zk.transaction()
-    txn.check(paths.batch(bid), -1)
-    txn.create(paths.job_node(jid, "bid"), bid.encode())
-    txn.create(paths.job_node(jid, "priority"), encode_int(priority))
-    txn.create(paths.job_node(jid, "space_needed"), encode_int(space_needed))
-    txn.create(paths.job_node(jid, "configuration"), encode_json(configuration))
-    txn.create(paths.job_node(jid, "status"), encode_json(status))
-    if identifiers is not None:
-        txn.create(paths.job_node(jid, "identifiers"), encode_json(identifiers))
-    if metadata is not None:
-        txn.create(paths.job_node(jid, "metadata"), encode_json(metadata))
-    txn.create(index, b"")
-    txn.create(batch_entry, b"")
     try:
+        nodes = _creating_nodes(
+            jid, bid, configuration, priority, space_needed, identifiers, metadata, configure
+        )
+        txn = zk.transaction()
+        txn.check(paths.batch(bid), -1)
+        for path, data in nodes:
+            txn.create(path, data)
         commit(txn, what=f"create job in {bid}")
     except BaseException:
         zk.delete(created)
         raise
     return job_load(zk, jid)
+
+
+def job_create_check(
+    *,
+    bid: str,
+    configuration: dict[str, Any],
+    priority: int = DEFAULT_PRIORITY,
+    space_needed: int = 0,
+    identifiers: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    configure: Callable[[str], dict[str, Any]] | None = None,
+) -> None:
+    """TooLarge when ``job_create`` with these arguments could not send its transaction (a
+    title of a megabyte, written by another client): asked of a batch's every job before the
+    first is made, so that a batch is refused whole, not half made."""
+    _creating_nodes(
+        "jid0000000000",  # as long as every job ID
+        bid,
+        configuration,
+        priority,
+        space_needed,
+        identifiers,
+        metadata,
+        configure,
+    )
+
+
+def _creating_nodes(
+    jid: str,
+    bid: str,
+    configuration: dict[str, Any],
+    priority: int,
+    space_needed: int,
+    identifiers: dict[str, Any] | None,
+    metadata: dict[str, Any] | None,
+    configure: Callable[[str], dict[str, Any]] | None,
+) -> list[tuple[str, bytes]]:
+    """The nodes creating a Pending job writes, checked to fit one request together."""
+    if configure is not None:
+        configuration = {**configuration, **configure(jid)}
+    nodes = [
+        (paths.job_node(jid, "bid"), bid.encode()),
+        (paths.job_node(jid, "priority"), encode_int(priority)),
+        (paths.job_node(jid, "space_needed"), encode_int(space_needed)),
+        (paths.job_node(jid, "configuration"), encode_json(configuration)),
+        (paths.job_node(jid, "status"), encode_json(new_status())),
+    ]
+    if identifiers is not None:
+        nodes.append((paths.job_node(jid, "identifiers"), encode_json(identifiers)))
+    if metadata is not None:
+        nodes.append((paths.job_node(jid, "metadata"), encode_json(metadata)))
+    nodes.append((paths.job_index_entry(JobState.PENDING, priority, jid), b""))
+    nodes.append((paths.batch_index_entry(bid, JobState.PENDING, jid), b""))
+    sized.check_many(nodes, what=f"the nodes of a new job of {bid}")
+    return nodes
 
 
 def _decode(jid: str, reads: dict[str, Any], job_stat: Any, lock_stat: Any) -> Job:
@@ -219,13 +270,13 @@ def _decode(jid: str, reads: dict[str, Any], job_stat: Any, lock_stat: Any) -> J
     space_needed = 0
     if space is not None:
         try:
-            space_needed = decode_int(node("space_needed"), space[0])
+            space_needed = decode_int(node("space_needed"), space[0], 0, LONG_MAX)
         except MalformedNode as exc:
             problems[exc.path] = exc.reason
     return Job(
         jid=jid,
         bid=bid,
-        priority=decode_int(node("priority"), reads[node("priority")][0]),
+        priority=decode_priority(node("priority"), reads[node("priority")][0]),
         space_needed=space_needed,
         configuration=decode_json(node("configuration"), configuration[0]),
         status=status,
@@ -308,7 +359,7 @@ def job_refresh(known: Job, reads: dict[str, Any]) -> Job:
     configuration = reads[nodes.configuration]
     if status is None or priority is None or configuration is None:
         raise NotFound(f"job {known.jid} does not exist")
-    number = decode_int(nodes.priority, priority[0])
+    number = decode_priority(nodes.priority, priority[0])
     version = configuration[1].version
     if (
         status[1].version == known.status.version

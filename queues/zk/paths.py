@@ -35,7 +35,7 @@ QID_RE = re.compile(r"^qid[0-9]{10}$")
 # contract allows any name without "/", without control characters (nor the other characters
 # ZooKeeper refuses in a path), other than "." and "..", of at most 200 characters.
 BATCH_UUID_MAX = 200
-BATCH_UUID_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff/]")
+NODE_NAME_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff/]")
 # "." and ".." are not node names: ZooKeeper refuses them as relative paths.
 PROFILE_CHARS = r"[A-Za-z0-9_.-]{1,100}"
 # "." and ".." are made of allowed characters but name no node ZooKeeper would accept.
@@ -90,16 +90,20 @@ def batch_uuid(value: str) -> str:
     Raises InvalidID saying what is wrong: empty, too long, ``.``/``..``, a ``/`` or a control
     character. Anything else is accepted as it is (``bid-<uuid>``, a UUID, any plain string).
     """
-    what = "batchID"
+    return node_name(value, "batchID", BATCH_UUID_MAX)
+
+
+def node_name(value: str, what: str, most: int) -> str:
+    """``value`` as one node name ZooKeeper takes, of at most ``most`` characters; InvalidID
+    naming ``what`` and what is wrong (empty, too long, ``.``/``..``, a ``/``, a control
+    character or another character ZooKeeper refuses, which kazoo would fail to send)."""
     if not isinstance(value, str) or not value:
         raise InvalidID(f"{what} must be a non-empty string")
-    if len(value) > BATCH_UUID_MAX:
-        raise InvalidID(
-            f"{what} is {len(value)} characters long; at most {BATCH_UUID_MAX} are allowed"
-        )
+    if len(value) > most:
+        raise InvalidID(f"{what} is {len(value)} characters long; at most {most} are allowed")
     if value in (".", ".."):
         raise InvalidID(f"{what} {value!r} is not a node name")
-    bad = BATCH_UUID_BAD_CHARS.search(value)
+    bad = NODE_NAME_BAD_CHARS.search(value)
     if bad:
         char = bad.group()
         if char == "/":
@@ -201,6 +205,7 @@ def collection_lock(p: str) -> str:
 
 
 OBJECT_LOCK_SEPARATOR = re.compile(":?/")
+OBJECT_LOCK_MAX = 1024  # far beyond any ARK
 # What the console wrote before it followed the contract's rule: every ':', '?' and '/' became
 # '_' on its own, so "ark:/13030/m5abc" was locked as "ark__13030_m5abc". Every ARK starts with
 # "ark:/", whose "ark_" under the contract's rule is never followed by a second "_".
@@ -210,8 +215,12 @@ LEGACY_OBJECT_LOCK_RE = re.compile(r"^ark__")
 def object_lock_name(ark: str) -> str:
     """The node name of an ARK's per-object lock, by the contract (and Merritt's Java library):
     every match of the regular expression ``:?/`` becomes one ``_``, so ``ark:/13030/m5abc``
-    is locked as ``ark_13030_m5abc``."""
-    return OBJECT_LOCK_SEPARATOR.sub("_", ark)
+    is locked as ``ark_13030_m5abc``. InvalidID when the name is none ZooKeeper takes."""
+    return node_name(
+        OBJECT_LOCK_SEPARATOR.sub("_", ark),
+        f"the object lock name of {ark[:60]!r}",
+        OBJECT_LOCK_MAX,
+    )
 
 
 def is_legacy_object_lock_name(name: str) -> bool:

@@ -21,9 +21,9 @@ from kazoo.exceptions import NoNodeError
 from queues.core.states import JobState, job_batch_folder
 
 from . import paths
-from .codecs import decode_int, encode_int
+from .codecs import encode_int
 from .errors import InvalidTransition, ItemLocked, MalformedNode
-from .jobs import check_priority
+from .jobs import check_priority, decode_priority
 from .nodes import commit, exists_many, read_many
 from .records import Job
 
@@ -79,5 +79,5 @@ def batch_waiting(
         read = reads[paths.job_node(jid, "priority")]
         if read is not None:
             with contextlib.suppress(MalformedNode):
-                found.append((decode_int(paths.job_node(jid, "priority"), read[0]), jid))
+                found.append((decode_priority(paths.job_node(jid, "priority"), read[0]), jid))
     return found
