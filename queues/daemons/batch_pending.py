@@ -45,7 +45,7 @@ from queues.daemons.base import BatchDaemon, Next, Stay, Step, StepFailed, descr
 from queues.daemons.breakers import breakers
 from queues.daemons.retrying import RetryWaits, policy_for, when
 from queues.daemons.workfolder import fetch, work_root
-from queues.steps.checkm import ManifestError
+from queues.steps.checkm import ManifestError, TooManyRows
 from queues.steps.fetch import DownloadError
 from queues.steps.notify import batch_queued, send
 from queues.steps.profiles import Profile, ProfileError, load_profile
@@ -137,7 +137,14 @@ def expand(batch: Batch) -> list[ObjectSpec]:
             primary_id=_text(sub, "primaryID"),
             digest_alg=digest.get("alg"),
             digest_value=digest.get("value"),
+            most_objects=BATCH_JOBS_MAX,
         )
+    except TooManyRows as exc:
+        raise StepFailed(
+            f"the manifest lists more than {exc.most:,} objects; one batch holds at most "
+            f"{exc.most:,} (the listing of its jobs must stay within ZooKeeper's default 1 MiB, "
+            "which Merritt's clients read): submit it as several batches"
+        ) from exc
     except ManifestError as exc:
         raise StepFailed(f"manifest {payload_url}: {exc}") from exc
     except DownloadError as exc:
@@ -207,12 +214,6 @@ class BatchPending(BatchDaemon):
         except ProfileError as exc:
             raise StepFailed(str(exc)) from exc
         specs = expand(item)
-        if len(specs) > BATCH_JOBS_MAX:
-            raise StepFailed(
-                f"the manifest lists {len(specs):,} objects; one batch holds at most "
-                f"{BATCH_JOBS_MAX:,} (the listing of its jobs must stay within ZooKeeper's "
-                "default 1 MiB, which Merritt's clients read): submit it as several batches"
-            )
         priority = batch_priority(profile.priority, len(specs))
         existing = self.existing_jobs(item)
         base = {k: v for k, v in item.submission.items() if k not in OBJECT_KEYS}

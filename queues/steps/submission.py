@@ -320,8 +320,10 @@ def expand_submission(
     primary_id: str | None = None,
     digest_alg: str | None = None,
     digest_value: str | None = None,
+    most_objects: int | None = None,
 ) -> list[ObjectSpec]:
-    """The objects a submission asks for, one per future job.
+    """The objects a submission asks for, one per future job (a batch manifest of more than
+    ``most_objects`` rows raises TooManyRows as soon as its reading finds the row past them).
 
     For a batch manifest each row is one object and its ERC, identifiers and digest come from
     the row alone: the submission's own title etc. describe the batch, not its objects.
@@ -353,7 +355,7 @@ def expand_submission(
     if submission_type not in BATCH_TYPES:
         raise ValueError(f"unknown submission type {submission_type!r}")
     expected_kind, row_type = BATCH_TYPES[submission_type]
-    manifest = parse_checkm(fetch_text(payload_url))
+    manifest = parse_checkm(fetch_text(payload_url), most_rows=most_objects)
     if manifest.kind != expected_kind:
         raise ManifestError(
             f"a {submission_type} submission needs a {expected_kind} manifest, "

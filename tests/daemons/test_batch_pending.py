@@ -253,9 +253,9 @@ def test_a_manifest_of_more_objects_than_a_batch_holds_fails_the_batch_before_an
     batch = batch_load(zk, bid)
     assert batch.state == "Failed"
     assert batch.status.message == (
-        "batch-pending: the manifest lists 60,718 objects; one batch holds at most 60,717 (the "
-        "listing of its jobs must stay within ZooKeeper's default 1 MiB, which Merritt's "
-        "clients read): submit it as several batches"
+        "batch-pending: the manifest lists more than 60,717 objects; one batch holds at most "
+        "60,717 (the listing of its jobs must stay within ZooKeeper's default 1 MiB, which "
+        "Merritt's clients read): submit it as several batches"
     )
     assert _jobs(zk, bid) == []
 

@@ -12,6 +12,7 @@ from queues.steps.checkm import (
     OBJECT_MANIFEST,
     ManifestError,
     ManifestRow,
+    TooManyRows,
     filename_problem,
     parse_checkm,
     write_checkm,
@@ -83,6 +84,17 @@ def test_a_fields_line_wider_than_any_merritt_manifest_is_refused() -> None:
     wide = " | ".join(["nfo:fileUrl", *(f"x:c{i}" for i in range(20_000))])
     with pytest.raises(ManifestError, match=r"^line 3: #%fields names 20,001 columns; at most"):
         parse_checkm(header(fields=wide) + "http://h/x\n" * 2_000)
+
+
+def test_a_reader_with_a_limit_stops_at_the_first_row_past_it() -> None:
+    """Counted while reading: the rows after the limit are not read at all (a malformed one
+    there goes unnoticed), and a million rows are not parsed whole before being counted."""
+    text = header() + "http://h/a\nhttp://h/b\nhttp://h/c\nnot a url at all\n"
+    with pytest.raises(TooManyRows, match=r"^line 6: more than 2 rows$") as raised:
+        parse_checkm(text, most_rows=2)
+    assert raised.value.most == 2
+    with pytest.raises(ManifestError, match=r"^line 7: "):
+        parse_checkm(text, most_rows=3)  # within the limit, the bad row is found as ever
 
 
 def test_batch_fields_map_to_object_metadata() -> None:
