@@ -36,6 +36,10 @@ RETRY_STATUSES = (502, 503, 504)
 # (MRT_SERVICE_DEADLINE; a storage add, which reads every file of a version, gets
 # MRT_STORAGE_ADD_DEADLINE).
 DEFAULT_DEADLINE = 300.0
+# The longest answer a client reads from a Merritt service (their documents are a few KB; a
+# storage manifest of a large object a few MB). A longer one is the exchange's failure, not a
+# process's memory: it was read whole before.
+ANSWER_MAX = 64 * 1024 * 1024
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 
 
@@ -83,7 +87,7 @@ def service_session(
         raise_on_status=False,
         respect_retry_after_header=False,
     )
-    adapter = HTTPAdapter(max_retries=retry, pool_connections=4, pool_maxsize=pool)
+    adapter = WithinAdapter(max_retries=retry, pool_connections=4, pool_maxsize=pool)
     adapter.poolmanager.pool_classes_by_scheme = EXCHANGE_POOLS
     session = DeadlineSession(deadline)
     # A body as the service sends it, never inflated from gzip: 200 KB inflated to 200 MB.
@@ -126,6 +130,41 @@ class DeadlineSession(requests.Session):
                 response.close()
                 raise requests.Timeout(f"{request.url}: {alarm.reason}")
             return response
+
+
+class WithinAdapter(HTTPAdapter):
+    """An adapter that reads each answer's body itself, at most ``answer_max`` of it, where
+    requests would read it whole (a redirect's body too, read whole to free its connection)."""
+
+    answer_max = ANSWER_MAX
+
+    def send(  # type: ignore[override]
+        self, request: requests.PreparedRequest, stream: bool = False, **kwargs: Any
+    ) -> requests.Response:
+        response = super().send(request, stream=stream, **kwargs)
+        if not stream or response.is_redirect:
+            read_within(response, self.answer_max)
+        return response
+
+
+class AnswerTooLarge(requests.RequestException):
+    """An answer longer than its client reads."""
+
+
+def read_within(response: requests.Response, most: int) -> None:
+    """Read ``response``'s body into it (``response.content``), or close it and raise
+    AnswerTooLarge once it is longer than ``most`` bytes."""
+    chunks = []
+    total = 0
+    for chunk in response.iter_content(64 * 1024):
+        total += len(chunk)
+        if total > most:
+            response.close()
+            raise AnswerTooLarge(
+                f"{response.url}: the answer is longer than {most:,} bytes", response=response
+            )
+        chunks.append(chunk)
+    response._content = b"".join(chunks)
 
 
 def local_name(tag: str) -> str:

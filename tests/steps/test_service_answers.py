@@ -14,7 +14,7 @@ import pytest
 from queues.chaos.standins import CallbackReceiver, running
 from queues.core.retries import outage_of
 from queues.steps.inventory import HttpInventory, InventoryError
-from queues.steps.merritt_wire import service_session
+from queues.steps.merritt_wire import ANSWER_MAX, service_session
 from queues.steps.minting import EzidMinter, MintError
 from queues.steps.objectmap import MapFile, MapVersion, object_map_xml
 from queues.steps.storage import HttpStorage, StorageError
@@ -135,3 +135,18 @@ def test_a_stored_file_s_name_is_checked_before_it_goes_into_an_archive(
     http_server.add("GET", _path(storage.manifest_url(ARK)), Reply(200, body=objects.encode()))
     with pytest.raises(StorageError, match=r"contains '\.\.'"):
         storage.fetch_object(ARK)
+
+
+@pytest.mark.parametrize("status", [200, 302])
+def test_an_answer_longer_than_a_client_reads_is_a_transport_failure_not_memory(
+    http_server: Loopback, status: int
+) -> None:
+    """A service's answer (or a redirect's body, which requests read whole to free its
+    connection) was read whole into memory, however long."""
+    storage = _storage(http_server)
+    body = b"<x>" + b" " * ANSWER_MAX + b"</x>"
+    headers = {"Location": "/elsewhere"} if status == 302 else {}
+    http_server.add("GET", _state_path(storage), Reply(status, body=body, headers=headers))
+    with pytest.raises(StorageError, match=f"longer than {ANSWER_MAX:,} bytes") as raised:
+        storage.latest_version(ARK)
+    assert outage_of(raised.value) is not None  # tried again later, as any transport failure
