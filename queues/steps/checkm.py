@@ -250,6 +250,12 @@ def _check_url(url: str, number: int) -> None:
         raise ManifestError(f"unsupported URL scheme in {url!r}", line=number)
     if parts.scheme.lower() in {"http", "https"} and not parts.netloc:
         raise ManifestError(f"URL without a host: {url!r}", line=number)
+    if any(not c.isprintable() or c.isspace() for c in parts.netloc):
+        # The fetch refuses it too ("127.0.0.1\x00.example" resolved to the text before the
+        # NUL); here it is refused with its line, before any job is made.
+        raise ManifestError(
+            f"the host of {url!r} contains a control character or a space", line=number
+        )
     if parts.scheme.lower() == "file" and not parts.path:
         raise ManifestError(f"file URL without a path: {url!r}", line=number)
 
