@@ -26,6 +26,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from queues.chaos.engine import ChaosError, Options, Run
 from queues.chaos.infra import InfraError
+from queues.management.commands._base import number_in
 
 # --all-faults: strikes of each fault not set on the command line.
 ALL_FAULTS = {
@@ -41,6 +42,17 @@ ALL_FAULTS = {
 }
 
 
+# Each number an option takes is checked before the run starts (argparse's error, exit 2):
+# "nan", "-5" or "1e400" seconds made a run that never struck or never ended.
+DAY = 86_400
+SECONDS = number_in(0, DAY)
+POSITIVE_SECONDS = number_in(0, DAY, above=True)
+COUNT = number_in(0, 1_000_000, whole=True)
+AT_LEAST_ONE = number_in(1, 1_000_000, whole=True)
+SEED = number_in(0, 2**63 - 1, whole=True)
+PORT = number_in(0, 65_535, whole=True)
+
+
 class Command(BaseCommand):
     help = (
         "Run jobs through every daemon under faults, then judge the queue, and ZooKeeper's own "
@@ -53,9 +65,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         add = parser.add_argument
-        add("--jobs", type=int, default=1000)
-        add("--batches", type=int, default=0, help="default: one per 100 jobs")
-        add("--consumers", type=int, default=3, help="runconsumer all processes")
+        add("--jobs", type=AT_LEAST_ONE, default=1000)
+        add("--batches", type=COUNT, default=0, help="default: one per 100 jobs")
+        add("--consumers", type=AT_LEAST_ONE, default=3, help="runconsumer all processes")
         add(
             "--loop",
             choices=("one", "batched"),
@@ -65,7 +77,7 @@ class Command(BaseCommand):
         )
         add(
             "--claim-batch",
-            type=int,
+            type=AT_LEAST_ONE,
             default=settings.MRT_CLAIM_BATCH,
             help="MRT_CLAIM_BATCH of the batched loop (default: this installation's)",
         )
@@ -77,16 +89,21 @@ class Command(BaseCommand):
         )
         add(
             "--storage-add-seconds",
-            type=float,
+            type=SECONDS,
             default=0.5,
             help="how long the storage stand-in takes to answer an add it has made",
         )
         add("--database", choices=("sqlite", "postgres"), default="sqlite")
-        add("--session-timeout", type=float, default=4.0, help="the consumers' ZK_TIMEOUT")
+        add(
+            "--session-timeout",
+            type=POSITIVE_SECONDS,
+            default=4.0,
+            help="the consumers' ZK_TIMEOUT",
+        )
         add("--no-kills", dest="kills", action="store_false", help="no consumer SIGKILLs")
         add(
             "--kill-every",
-            type=float,
+            type=POSITIVE_SECONDS,
             nargs=2,
             default=(2.0, 6.0),
             metavar=("MIN", "MAX"),
@@ -97,60 +114,70 @@ class Command(BaseCommand):
             action="store_true",
             help="every fault below that is not given a count, with the ensemble and a web worker",
         )
-        add("--zk-restarts", type=int, default=None, help="ZooKeeper stopped and started (2)")
+        add("--zk-restarts", type=COUNT, default=None, help="ZooKeeper stopped and started (2)")
         add(
             "--zk-down",
-            type=float,
+            type=SECONDS,
             default=None,
             help="seconds ZooKeeper stays down (default: half the session timeout)",
         )
         add("--ensemble", action="store_true", help="a 3-server ensemble instead of one server")
-        add("--leader-kills", type=int, default=None, help="the ensemble's leader killed")
-        add("--leader-down", type=float, default=2.0, help="seconds a killed leader stays down")
+        add("--leader-kills", type=COUNT, default=None, help="the ensemble's leader killed")
+        add(
+            "--leader-down",
+            type=POSITIVE_SECONDS,
+            default=2.0,
+            help="seconds a killed leader stays down",
+        )
         add(
             "--leader-storms",
-            type=int,
+            type=COUNT,
             default=None,
             help="storms of leader kills in the ensemble: --storm-kills kills, --storm-every "
             "seconds apart, each killed server started again after --leader-down seconds",
         )
-        add("--storm-kills", type=int, default=9, help="leader kills in one storm (9)")
-        add("--storm-every", type=float, default=9.0, help="seconds between a storm's kills (9)")
-        add("--pauses", type=int, default=None, help="a consumer SIGSTOPped, then SIGCONTed")
+        add("--storm-kills", type=AT_LEAST_ONE, default=9, help="leader kills in one storm (9)")
+        add(
+            "--storm-every",
+            type=POSITIVE_SECONDS,
+            default=9.0,
+            help="seconds between a storm's kills (9)",
+        )
+        add("--pauses", type=COUNT, default=None, help="a consumer SIGSTOPped, then SIGCONTed")
         add(
             "--pause-seconds",
-            type=float,
+            type=SECONDS,
             default=None,
             help="default: twice the session timeout and 2 s",
         )
         add(
             "--black-holes",
-            type=int,
+            type=COUNT,
             default=None,
             help="consumer 0's ZooKeeper connection stops forwarding, nothing closed",
         )
-        add("--black-hole-seconds", type=float, default=None, help="as --pause-seconds")
+        add("--black-hole-seconds", type=SECONDS, default=None, help="as --pause-seconds")
         add(
             "--db-outages",
-            type=int,
+            type=COUNT,
             default=None,
             help="PostgreSQL stopped, or SQLite held by another writer",
         )
-        add("--db-outage-seconds", type=float, default=10.0)
+        add("--db-outage-seconds", type=SECONDS, default=10.0)
         add("--web", action="store_true", help="a daphne web worker polled through the run")
-        add("--redis-stops", type=int, default=None, help="Redis stopped (adds the web worker)")
-        add("--redis-down", type=float, default=10.0)
+        add("--redis-stops", type=COUNT, default=None, help="Redis stopped (adds the web worker)")
+        add("--redis-down", type=SECONDS, default=10.0)
         add(
             "--disk-fills",
-            type=int,
+            type=COUNT,
             default=None,
             help="the working disk (a tmpfs, root only) filled to the last byte",
         )
-        add("--disk-full-seconds", type=float, default=7.0)
-        add("--work-disk-mb", type=int, default=64)
+        add("--disk-full-seconds", type=SECONDS, default=7.0)
+        add("--work-disk-mb", type=AT_LEAST_ONE, default=64)
         add(
             "--flaps",
-            type=int,
+            type=COUNT,
             default=None,
             help="spells of the services outside flapping: storage, inventory and EZID (stand-ins "
             "of each, instead of the local inventory and minter), the depositors' files and the "
@@ -158,7 +185,9 @@ class Command(BaseCommand):
             "(before answering, or halfway through the answer of a request carried out) and "
             "answer slowly, a kind a phase, then well again",
         )
-        add("--flap-seconds", type=float, default=20.0, help="seconds a spell lasts (20)")
+        add(
+            "--flap-seconds", type=POSITIVE_SECONDS, default=20.0, help="seconds a spell lasts (20)"
+        )
         add(
             "--no-hostile",
             dest="hostile",
@@ -167,37 +196,37 @@ class Command(BaseCommand):
         )
         add(
             "--lock-grace",
-            type=float,
+            type=SECONDS,
             default=60.0,
             help="seconds after the last fault within which every lock must be gone",
         )
         add(
             "--stall",
-            type=float,
+            type=POSITIVE_SECONDS,
             default=180.0,
             help="fail as stalled when no job moved and no fault acted for this long (180)",
         )
         add(
             "--stop-timeout",
-            type=float,
+            type=POSITIVE_SECONDS,
             default=60.0,
             help="seconds a consumer may take to stop on SIGTERM",
         )
         add(
             "--limit",
-            type=float,
+            type=POSITIVE_SECONDS,
             default=None,
             help="seconds the whole run may take (default: no limit; the run waits while "
             "jobs move, and --stall fails it when nothing does)",
         )
-        add("--seed", type=int, default=None)
+        add("--seed", type=SEED, default=None)
         add(
             "--keep",
             action="store_true",
             help="keep the scratch folder and the logs (always kept when the run fails)",
         )
         for name in ("zk", "files", "storage", "work", "web", "redis", "pg", "proxy"):
-            add(f"--{name}-port", type=int, default=0, help="default: a free port")
+            add(f"--{name}-port", type=PORT, default=0, help="default: a free port")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["jobs"] < 1 or options["consumers"] < 1:
