@@ -4,6 +4,7 @@ Decoders raise MalformedNode naming the path, so a caller can show the bad node 
 crashing on it.
 """
 
+import contextlib
 import json
 import time
 from datetime import UTC, datetime, timedelta, timezone
@@ -133,14 +134,13 @@ def decode_int(
     priority of 100, a size past what a 64-bit counter holds: another client may write them,
     and a reader that took them would fail later, in a path or an array)."""
     text = (data or b"").decode("utf-8", errors="replace").strip()
-    wrong = MalformedNode(path, f"expected an integer, found {text[:40]!r}")
+    value = None
     # ``int`` would take other scripts' digits and 4,300 of them; no integer here has 40.
-    if len(text) > 40 or not text.isascii():
-        raise wrong
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise wrong from exc
+    if len(text) <= 40 and text.isascii():
+        with contextlib.suppress(ValueError):
+            value = int(text)
+    if value is None:
+        raise MalformedNode(path, f"expected an integer, found {text[:40]!r}")
     if (least is not None and value < least) or (most is not None and value > most):
         raise MalformedNode(path, f"{value} is outside {least}..{most}")
     return value

@@ -112,6 +112,26 @@ def test_json_that_is_not_an_object_is_malformed(data: bytes | None) -> None:
         decode_json("/x/status", data)
 
 
+def test_a_lone_surrogate_escape_is_malformed_and_a_pair_is_its_character() -> None:
+    with pytest.raises(MalformedNode, match="lone surrogate"):
+        decode_json("/x/status", b'{"a":{"b":["x\\udc00"]}}')
+    with pytest.raises(MalformedNode, match="lone surrogate"):
+        decode_json("/x/status", b'{"\\ud800":1}')  # a key too
+    assert decode_json("/x/status", b'{"a":"\\ud83d\\ude00 \\u001b"}') == {"a": "\U0001f600 \x1b"}
+    assert decode_any(b'{"a":"x\\ud800"}') == '{"a":"x\\ud800"}'  # its text, not the value
+
+
+@pytest.mark.parametrize(
+    ("data", "least", "most"),
+    [(b"100", 0, 99), (b"-1", 0, 99), (b"9" * 41, None, None), ("\u0665".encode(), None, None)],
+)
+def test_an_integer_node_outside_its_range_or_not_ascii_is_malformed(
+    data: bytes, least: int | None, most: int | None
+) -> None:
+    with pytest.raises(MalformedNode, match=r"^/x/priority: "):
+        decode_int("/x/priority", data, least, most)
+
+
 def test_timestamp_is_local_time_with_a_numeric_offset() -> None:
     assert STAMP_RE.fullmatch(now_stamp())
     moment = datetime(2026, 11, 21, 10, 2, 3, tzinfo=timezone(timedelta(hours=-8)))
