@@ -10,6 +10,11 @@ import pytest
 from kazoo.client import KazooClient
 
 from queues.zk import paths as zpaths
+from queues.zk.caps import cap_path, cap_set
+from queues.zk.locks import queue_hold_set
+from queues.zk.maintenance import about_path, hold_record_set
+
+from .conftest import PROFILE
 
 pytestmark = pytest.mark.django_db
 
@@ -91,3 +96,27 @@ def test_a_batch_page_lists_the_jobs_it_cannot_read(zk: KazooClient, viewer, mak
     unreadable = body[body.index('id="batch-jobs-unreadable"') :]
     assert f'href="/jobs/{odd.jid}/"' in unreadable
     assert "lone surrogate" in unreadable
+
+
+def with_lone_surrogate(zk: KazooClient, path: str, key: str) -> None:
+    """``key`` of the JSON object at ``path`` rewritten to hold a lone surrogate escape."""
+    value = json.loads(zk.get(path)[0])
+    text = json.dumps({k: v for k, v in value.items() if k != key})
+    zk.set(path, (text[:-1] + f', "{key}": "x\\ud800y"}}').encode())
+
+
+@pytest.mark.parametrize("key", ["by", "reason"])
+def test_a_hold_record_or_a_cap_with_a_lone_surrogate_leaves_every_page_answering(
+    zk: KazooClient, viewer, token_for, key: str
+) -> None:
+    assert queue_hold_set(zk, "ingest")
+    assert hold_record_set(zk, "queue", "ingest", by="olga", reason="redeploy")
+    with_lone_surrogate(zk, about_path("queue", "ingest"), key)
+    cap_set(zk, PROFILE, 2, by="olga", reason="slow storage")
+    with_lone_surrogate(zk, cap_path(PROFILE), key)
+    api = token_for("viewer")
+    pages = [("/", {}), ("/holds/", {}), (f"/collections/{PROFILE}/", {}), ("/api/holds", api)]
+    for url, headers in pages:
+        response = viewer.get(url, **headers)
+        assert response.status_code == 200, (url, response.status_code)
+        response.content.decode()  # whole, in UTF-8
