@@ -63,6 +63,7 @@ from queues.zk.jobs import (
     index_entries,
     job_load,
     job_remove,
+    job_remove_unreadable,
     job_resume_state,
     job_transition,
     jobs_load,
@@ -241,11 +242,20 @@ def job_fail(*, jid: str, message: str, expect_version: int | None = None) -> Ou
 
 
 REMOVED = "removed"  # the "after" of an Outcome whose item's nodes are gone without a move
+UNREADABLE = "unreadable"  # the "before" of one whose item could not be read
 
 
 def job_delete(*, jid: str, expect_version: int | None = None) -> Outcome:
-    """Delete a Held, Failed or Completed job; a job already marked Deleted is removed."""
-    zk, job = job_of(jid, expect_version)
+    """Delete a Held, Failed or Completed job; a job already marked Deleted is removed. A job
+    that cannot be read (a node another client wrote oddly) is removed whatever it says, when
+    the request names no status version (its page has none to give)."""
+    try:
+        zk, job = job_of(jid, expect_version)
+    except MalformedNode as exc:
+        if expect_version is not None:
+            raise
+        job_remove_unreadable(client(), zpaths.jid(jid))
+        return Outcome("job", jid, UNREADABLE, REMOVED, f"could not be read: {exc}")
     job_remove(zk, job)
     if job.state == JobState.DELETED:
         return Outcome(

@@ -23,7 +23,14 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import ZnodeStat
 
 from queues.core.retries import RETRY_KEY
-from queues.core.states import JOB, InvalidTransition, JobState, job_batch_folder, job_resume_target
+from queues.core.states import (
+    BATCH_INDEX_FOLDERS,
+    JOB,
+    InvalidTransition,
+    JobState,
+    job_batch_folder,
+    job_resume_target,
+)
 from queues.core.words import LONG_MAX
 
 from . import caps, paths, sized
@@ -833,6 +840,39 @@ def job_remove(zk: KazooClient, job: Job, *, check_state: bool = True) -> None:
     for path in entries:
         txn.delete(path)
     commit(txn, what=f"delete {job.jid}")
+
+
+def job_remove_unreadable(zk: KazooClient, jid: str) -> list[str]:
+    """Delete every node of a job that cannot be read (a node another client wrote oddly), and
+    every index entry that names it, in one transaction; the paths deleted. Nothing of the job
+    is trusted: its entries are looked for under every priority of every state folder and in
+    every index folder of the batch its ``bid`` names, if it names one. A locked job is never
+    removed. NotFound when there is no such job."""
+    root = paths.job(jid)
+    if zk.exists(root) is None:
+        raise NotFound(f"job {jid} does not exist")
+    if zk.exists(paths.job_node(jid, "lock")) is not None:
+        raise ItemLocked(f"job {jid} is locked by a running consumer; try again later")
+    kids = children(zk, root)
+    candidates = [
+        paths.job_index_entry(state, priority, jid)
+        for state in JOB.states
+        for priority in range(100)
+    ]
+    candidates += [store_intent_path(jid), callback_record_path(jid)]
+    bid_read = read_many(zk, [paths.job_node(jid, "bid")])[paths.job_node(jid, "bid")]
+    bid = bid_read[0].decode("ascii", "replace").strip() if bid_read is not None else ""
+    if paths.BID_RE.fullmatch(bid):
+        candidates += [f"{paths.batch_index(bid, folder)}/{jid}" for folder in BATCH_INDEX_FOLDERS]
+    entries = [p for p, stat in exists_many(zk, candidates).items() if stat is not None]
+    txn = zk.transaction()
+    for kid in kids:
+        txn.delete(f"{root}/{kid}")
+    txn.delete(root)
+    for path in entries:
+        txn.delete(path)
+    commit(txn, what=f"delete {jid}, which cannot be read")
+    return [*(f"{root}/{kid}" for kid in kids), root, *entries]
 
 
 def index_entries(zk: KazooClient, state: str) -> list[tuple[int, str]]:

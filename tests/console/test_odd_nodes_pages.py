@@ -7,11 +7,13 @@ import json
 from typing import Any
 
 import pytest
+from django.urls import reverse
 from kazoo.client import KazooClient
 
+from queues.operator.audit import AuditEntry
 from queues.zk import paths as zpaths
 from queues.zk.caps import cap_path, cap_set
-from queues.zk.locks import queue_hold_set
+from queues.zk.locks import lock_create, queue_hold_set
 from queues.zk.maintenance import about_path, hold_record_set
 
 from .conftest import PROFILE
@@ -120,3 +122,49 @@ def test_a_hold_record_or_a_cap_with_a_lone_surrogate_leaves_every_page_answerin
         response = viewer.get(url, **headers)
         assert response.status_code == 200, (url, response.status_code)
         response.content.decode()  # whole, in UTF-8
+
+
+def index_entries_naming(zk: KazooClient, jid: str) -> list[str]:
+    found = []
+    for folder in zk.get_children(zpaths.JOB_STATES):
+        found += [n for n in zk.get_children(f"{zpaths.JOB_STATES}/{folder}") if n.endswith(jid)]
+    return found
+
+
+@pytest.mark.parametrize("odd", ["priority", "status"])
+def test_an_admin_deletes_a_job_that_cannot_be_read_from_its_page(
+    zk: KazooClient, admin, operator, make_batch, make_job, other_zk: KazooClient, odd: str
+) -> None:
+    batch = make_batch()
+    job = make_job(batch=batch, state="Failed")
+    other = make_job(batch=batch, state="Failed")
+    if odd == "priority":
+        zk.set(zpaths.job_node(job.jid, "priority"), b"100")
+    else:
+        with_lone_surrogate(zk, zpaths.job_node(job.jid, "status"), "message")
+    page = admin.get(f"/jobs/{job.jid}/").content.decode()
+    assert 'id="job-delete-unreadable"' in page
+    assert 'id="job-delete-unreadable"' not in operator.get(f"/jobs/{job.jid}/").content.decode()
+    confirm = admin.get(reverse("job-action", args=[job.jid, "delete"]))
+    assert 'id="confirm-unreadable"' in confirm.content.decode()
+    url = reverse("job-action", args=[job.jid, "delete"])
+    # Refused, nothing changed: no reason; the operator's role; a version (a page from before
+    # the job became unreadable); the job locked by a consumer.
+    assert admin.post(url, {"version": ""}).status_code == 400
+    assert operator.post(url, {"reason": "x", "version": ""}).status_code == 403
+    assert admin.post(url, {"reason": "x", "version": "3"}).status_code == 409
+    assert lock_create(other_zk, zpaths.job_node(job.jid, "lock"))
+    assert admin.post(url, {"reason": "x", "version": ""}).status_code == 409
+    other_zk.delete(zpaths.job_node(job.jid, "lock"))
+    assert zk.exists(zpaths.job(job.jid)) is not None
+    assert index_entries_naming(zk, job.jid)
+    response = admin.post(url, {"reason": "unreadable after a bad write", "version": ""})
+    assert response.status_code == 303
+    assert zk.exists(zpaths.job(job.jid)) is None
+    assert index_entries_naming(zk, job.jid) == []
+    assert job.jid not in zk.get_children(zpaths.batch_index(batch.bid, "batch-failed"))
+    assert other.jid in zk.get_children(zpaths.batch_index(batch.bid, "batch-failed"))
+    assert zk.exists(zpaths.job(other.jid)) is not None
+    entry = AuditEntry.objects.get(item_id=job.jid, ok=True)
+    assert entry.reason == "unreadable after a bad write"
+    assert (entry.before, entry.after) == ("unreadable", "removed")
