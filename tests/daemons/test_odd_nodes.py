@@ -21,6 +21,7 @@ from queues.zk import paths as zpaths
 from queues.zk.batches import batch_job_ids, batch_load
 from queues.zk.errors import MalformedNode
 from queues.zk.jobs import job_load
+from queues.zk.records import Job
 
 from .conftest import DEMO, FileServer, batch_manifest, daemon, drive, object_manifest
 from .test_batch_reporting import _batch as reporting_batch
@@ -34,6 +35,21 @@ def raw_json_edit(zk: KazooClient, path: str, tail: bytes) -> None:
     zk.set(path, data.rstrip()[:-1] + tail + b"}")
 
 
+def only_the_odd_job_stays(zk: KazooClient, jobs: list[Job], odd: Job, why: str) -> None:
+    """A batched loop's claims of all ``jobs``: every one moves on but ``odd``, which is
+    unreadable for ``why``, left unlocked and never stepped."""
+    worker = Step1(zk=zk, batch=len(jobs))
+    cycle_until_idle(JobPipeline(worker))
+    for job in jobs:
+        if job is odd:
+            with pytest.raises(MalformedNode, match=why):
+                job_load(zk, job.jid)
+            assert zk.exists(zpaths.job_node(job.jid, "lock")) is None
+        else:
+            assert job_load(zk, job.jid).state == JobState.PROVISIONING
+    assert odd.jid not in worker.seen
+
+
 def test_a_lone_surrogate_escape_in_a_status_passes_that_job_over_and_no_other(
     zk: KazooClient,
 ) -> None:
@@ -41,16 +57,7 @@ def test_a_lone_surrogate_escape_in_a_status_passes_that_job_over_and_no_other(
     odd = jobs[1]
     # Valid JSON, as Jackson or Ruby may write it, but no character: it cannot be written back.
     raw_json_edit(zk, zpaths.job_node(odd.jid, "status"), b',"note":"x\\ud800y"')
-    worker = Step1(zk=zk, batch=4)
-    cycle_until_idle(JobPipeline(worker))
-    for job in jobs:
-        if job is odd:
-            with pytest.raises(MalformedNode, match="lone surrogate"):
-                job_load(zk, job.jid)
-            assert zk.exists(zpaths.job_node(job.jid, "lock")) is None
-        else:
-            assert job_load(zk, job.jid).state == JobState.PROVISIONING
-    assert odd.jid not in worker.seen
+    only_the_odd_job_stays(zk, jobs, odd, "lone surrogate")
 
 
 def test_a_surrogate_pair_escape_is_a_character_and_the_job_moves(zk: KazooClient) -> None:
@@ -112,16 +119,7 @@ def test_a_priority_outside_0_to_99_passes_that_job_over_and_no_other(
     jobs = jobs_in(zk, 4)
     odd = jobs[2]
     zk.set(zpaths.job_node(odd.jid, "priority"), priority)
-    worker = Step1(zk=zk, batch=4)
-    cycle_until_idle(JobPipeline(worker))
-    for job in jobs:
-        if job is odd:
-            with pytest.raises(MalformedNode, match="priority"):
-                job_load(zk, job.jid)
-            assert zk.exists(zpaths.job_node(job.jid, "lock")) is None
-        else:
-            assert job_load(zk, job.jid).state == JobState.PROVISIONING
-    assert odd.jid not in worker.seen
+    only_the_odd_job_stays(zk, jobs, odd, "priority")
     # No index entry was written for a priority the contract does not have.
     assert all(
         name[:2].isdigit() and 0 <= int(name[:2]) <= 99
