@@ -744,8 +744,8 @@ class JobDaemon(Daemon[Job]):
         """A job whose batch is gone cannot move (a move writes the batch's index too): it is
         passed over for ORPHAN_WAIT, its step not run again and again for nothing, and the log
         says why. Its batch is read only here, after a move found something gone."""
-        if not isinstance(exc, NotFound):
-            return
+        if not isinstance(exc, NotFound) or str(exc) == LOCK_LOST:
+            return  # a lost session's moves: nothing of the job's batch to learn
         try:
             gone = self.zk.exists(zpaths.batch(item.bid)) is None
         except InvalidID:

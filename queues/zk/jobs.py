@@ -846,7 +846,8 @@ def job_remove_unreadable(zk: KazooClient, jid: str) -> list[str]:
     """Delete every node of a job that cannot be read (a node another client wrote oddly), and
     every index entry that names it, in one transaction; the paths deleted. Nothing of the job
     is trusted: its entries are looked for under every priority of every state folder and in
-    every index folder of the batch its ``bid`` names, if it names one. A locked job is never
+    every index folder of the batch its ``bid`` names (a ``bid`` that is no batch ID leaves
+    that entry to the consistency check's ``orphan-batch-index``). A locked job is never
     removed. NotFound when there is no such job."""
     root = paths.job(jid)
     if zk.exists(root) is None:

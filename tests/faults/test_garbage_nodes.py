@@ -1,6 +1,7 @@
 """Nodes written by another client with garbage in them: listings show the item as broken or skip
 it, the consistency check names the node, and every service refuses with a clear domain error
-instead of crashing or writing anything."""
+instead of crashing or writing anything; but an admin's delete naming no status version removes a
+job that cannot be read."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def _refused_by_every_job_service(zk: KazooClient, jid: str) -> None:
         lambda: moves.job_release(jid=jid),
         lambda: moves.job_resume(jid=jid),
         lambda: moves.job_fail(jid=jid, message="x"),
-        lambda: moves.job_delete(jid=jid),
+        # A version is a page's or a client's view of the job from before it became unreadable.
+        lambda: moves.job_delete(jid=jid, expect_version=0),
     ):
         with pytest.raises(DomainError) as caught:
             action()
@@ -85,6 +87,11 @@ def test_garbage_in_a_required_job_node_makes_a_broken_job(
     _refused_by_every_job_service(zk, job.jid)
     assert job_acquire(zk, "Pending") is None
     assert zk.exists(f"/jobs/{job.jid}/lock") is None
+
+    outcome = moves.job_delete(jid=job.jid)
+    assert (outcome.before, outcome.after) == (moves.UNREADABLE, moves.REMOVED)
+    assert zk.exists(f"/jobs/{job.jid}") is None
+    assert job.index_path.rsplit("/", 1)[1] not in zk.get_children("/jobs/states/pending")
 
 
 @pytest.mark.parametrize("node", OPTIONAL_JOB_NODES)
