@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from queues.zk import paths
+from queues.zk.batches import report_read
 from queues.zk.codecs import (
     decode_any,
     decode_int,
@@ -130,6 +131,27 @@ def test_an_integer_node_outside_its_range_or_not_ascii_is_malformed(
 ) -> None:
     with pytest.raises(MalformedNode, match=r"^/x/priority: "):
         decode_int("/x/priority", data, least, most)
+
+
+def test_a_status_report_as_read_keeps_job_ids_and_whole_counts_only() -> None:
+    ids = [f"jid{n:010d}" for n in range(3)]
+    odd: list[object] = [ids[0], 5, [1], "nope", ids[1] + "\n" + ids[2], "jid000000000\uff11"]
+    head = report_read(
+        "/b/status-report",
+        json.dumps(
+            {
+                "failed_jobs": odd,
+                "successful_jobs": ids,
+                "failed_count": -1,
+                "successful_count": True,
+                "history": [{"failed_jobs": 7}, "not a report"],
+            }
+        ).encode(),
+    )
+    assert head["failed_jobs"] == [ids[0]]
+    assert head["successful_jobs"] == ids
+    assert "failed_count" not in head and "successful_count" not in head
+    assert head["history"] == [{"failed_jobs": []}]
 
 
 def test_timestamp_is_local_time_with_a_numeric_offset() -> None:
