@@ -22,12 +22,14 @@ BAD = {
     ).encode(),
     "garbage-2": b"\xff not json",
     "list-3": b"[1, 2, 3]",
+    # Valid JSON, but no text: the page could not be written out with it (a 500 before).
+    "surrogate-4": b'{"host": "x\\ud800y", "pid": 4}',
 }
 
 
 @pytest.fixture
 def registrations(zk, zk_hosts):
-    """One good process beside three bad nodes."""
+    """One good process beside four bad nodes."""
     other = zkmod.connect(zk_hosts)
     observer = ProcessObserver(
         other, [SlowStep(zk=other)], record=False, publish_seconds=0.2, host="good", pid=5
@@ -55,6 +57,7 @@ def test_a_bad_registration_is_a_row_saying_what_is_wrong(zk, registrations, vie
     assert "bad.example · pid 1" in page
     assert 'id="bad-garbage-2"' in page and "not valid JSON" in page
     assert 'id="bad-list-3"' in page and "expected a JSON object, found list" in page
+    assert 'id="bad-surrogate-4"' in page and "lone surrogate" in page
     # The htmx refresh of the same part, and the stuck-job list that names holders.
     assert viewer.get("/consumers/", HTTP_HX_REQUEST="true").status_code == 200
     assert viewer.get("/stuck/").status_code == 200
@@ -69,7 +72,8 @@ def test_the_api_lists_a_bad_registration_with_its_error(registrations, make_use
     response = Client().get("/api/consumers", HTTP_AUTHORIZATION=f"Bearer {key}")
     assert response.status_code == 200
     entries = {e["name"]: e for e in response.json()["consumers"]}
-    assert sorted(entries) == ["bad-1", "garbage-2", "good-5", "list-3"]
+    assert sorted(entries) == ["bad-1", "garbage-2", "good-5", "list-3", "surrogate-4"]
+    assert "lone surrogate" in entries["surrogate-4"]["error"]
     assert "error" not in entries["good-5"]
     assert "publish_seconds is not a positive number: 'x'" in entries["bad-1"]["error"]
     assert "publish_seconds" not in entries["bad-1"] and entries["bad-1"]["host"] == "bad.example"
