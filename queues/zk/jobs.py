@@ -142,8 +142,11 @@ def is_permanent_failure(status: Status) -> bool:
     )
 
 
+PRIORITIES = range(100)  # the contract's 0..99
+
+
 def check_priority(priority: int) -> int:
-    if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 99:
+    if not isinstance(priority, int) or isinstance(priority, bool) or priority not in PRIORITIES:
         raise ValueError(f"priority must be an integer 0..99, got {priority!r}")
     return priority
 
@@ -151,7 +154,7 @@ def check_priority(priority: int) -> int:
 def decode_priority(path: str, data: bytes | None) -> int:
     """A ``priority`` node: an integer 0..99 (MalformedNode otherwise: a job with another
     would be moved to an index entry no claimer lists)."""
-    return decode_int(path, data, 0, 99)
+    return decode_int(path, data, PRIORITIES.start, PRIORITIES.stop - 1)
 
 
 def job_create(
@@ -812,34 +815,43 @@ def job_remove(zk: KazooClient, job: Job, *, check_state: bool = True) -> None:
     """
     if check_state:
         JOB.check_delete(job.state)
-    lock_path = paths.job_node(job.jid, "lock")
-    if zk.exists(lock_path) is not None:
-        raise ItemLocked(f"job {job.jid} is locked by a running consumer; try again later")
-    kids = children(zk, paths.job(job.jid))
-    entries = [
-        p
-        for p, stat in exists_many(
-            zk,
-            [
-                job.index_path,
-                job.batch_index_path,
-                store_intent_path(job.jid),
-                callback_record_path(job.jid),
-            ],
-        ).items()
-        if stat is not None
-    ]
+    _remove(
+        zk,
+        job.jid,
+        [job.index_path, job.batch_index_path],
+        status_version=job.status.version,
+        what=f"delete {job.jid}",
+    )
+
+
+def _remove(
+    zk: KazooClient,
+    jid: str,
+    entries: list[str],
+    *,
+    status_version: int | None,
+    what: str,
+) -> list[str]:
+    """Delete the job's nodes, those of ``entries`` (index entries) that exist and its records
+    of side effects, in one transaction; the paths deleted. ItemLocked when it is locked. With
+    ``status_version`` the status must still be that one."""
+    if zk.exists(paths.job_node(jid, "lock")) is not None:
+        raise ItemLocked(f"job {jid} is locked by a running consumer; try again later")
+    root = paths.job(jid)
+    kids = children(zk, root)
+    candidates = [*entries, store_intent_path(jid), callback_record_path(jid)]
+    found = [p for p, stat in exists_many(zk, candidates).items() if stat is not None]
     txn = zk.transaction()
     for kid in kids:
-        path = f"{paths.job(job.jid)}/{kid}"
-        if kid == "status":
-            txn.delete(path, version=job.status.version)
+        if kid == "status" and status_version is not None:
+            txn.delete(f"{root}/{kid}", version=status_version)
         else:
-            txn.delete(path)
-    txn.delete(paths.job(job.jid))
-    for path in entries:
+            txn.delete(f"{root}/{kid}")
+    txn.delete(root)
+    for path in found:
         txn.delete(path)
-    commit(txn, what=f"delete {job.jid}")
+    commit(txn, what=what)
+    return [*(f"{root}/{kid}" for kid in kids), root, *found]
 
 
 def job_remove_unreadable(zk: KazooClient, jid: str) -> list[str]:
@@ -849,31 +861,21 @@ def job_remove_unreadable(zk: KazooClient, jid: str) -> list[str]:
     every index folder of the batch its ``bid`` names (a ``bid`` that is no batch ID leaves
     that entry to the consistency check's ``orphan-batch-index``). A locked job is never
     removed. NotFound when there is no such job."""
-    root = paths.job(jid)
-    if zk.exists(root) is None:
+    if zk.exists(paths.job(jid)) is None:
         raise NotFound(f"job {jid} does not exist")
-    if zk.exists(paths.job_node(jid, "lock")) is not None:
-        raise ItemLocked(f"job {jid} is locked by a running consumer; try again later")
-    kids = children(zk, root)
-    candidates = [
+    entries = [
         paths.job_index_entry(state, priority, jid)
         for state in JOB.states
-        for priority in range(100)
+        for priority in PRIORITIES
     ]
-    candidates += [store_intent_path(jid), callback_record_path(jid)]
-    bid_read = read_many(zk, [paths.job_node(jid, "bid")])[paths.job_node(jid, "bid")]
+    bid_path = paths.job_node(jid, "bid")
+    bid_read = read_many(zk, [bid_path])[bid_path]
     bid = bid_read[0].decode("ascii", "replace").strip() if bid_read is not None else ""
     if paths.BID_RE.fullmatch(bid):
-        candidates += [f"{paths.batch_index(bid, folder)}/{jid}" for folder in BATCH_INDEX_FOLDERS]
-    entries = [p for p, stat in exists_many(zk, candidates).items() if stat is not None]
-    txn = zk.transaction()
-    for kid in kids:
-        txn.delete(f"{root}/{kid}")
-    txn.delete(root)
-    for path in entries:
-        txn.delete(path)
-    commit(txn, what=f"delete {jid}, which cannot be read")
-    return [*(f"{root}/{kid}" for kid in kids), root, *entries]
+        entries += [f"{paths.batch_index(bid, folder)}/{jid}" for folder in BATCH_INDEX_FOLDERS]
+    return _remove(
+        zk, jid, entries, status_version=None, what=f"delete {jid}, which cannot be read"
+    )
 
 
 def index_entries(zk: KazooClient, state: str) -> list[tuple[int, str]]:
