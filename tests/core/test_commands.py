@@ -208,6 +208,10 @@ def test_queue_cleanup_reports_how_many_batches_went(zk: KazooClient, batch: Bat
         (["resume", "medium/qid0000000001"], "not one of"),
         (["delete", "bid0000000000"], "cannot move"),
         (["resume"], "needs at least one ID"),
+        (["resume", "small/qid0000000001", "--to", "Completed"], "resumes to Pending or"),
+        (["hold", "jid0000000001", "--to", "Pending"], "--to goes with resume of an access"),
+        (["hold-queue", "ingest", "bogus"], "nothing was done"),
+        (["release-held", "a b"], "malformed"),
     ],
 )
 def test_queue_refuses_with_a_clear_message_and_changes_nothing(
@@ -218,6 +222,18 @@ def test_queue_refuses_with_a_clear_message_and_changes_nothing(
         call_command("queue", *args, stdout=StringIO(), stderr=err)
     assert message in err.getvalue() + str(caught.value)
     assert_job_status(zk, job.jid, status="Pending", last_successful=None)
+
+
+def test_queue_checks_every_id_before_it_moves_any(
+    zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    first, second = make_job(), make_job()
+    err = StringIO()
+    with pytest.raises(CommandError, match="1 of 3 refused; nothing was done"):
+        call_command("queue", "hold", first.jid, "jid12", second.jid, stdout=StringIO(), stderr=err)
+    assert "jid12: job ID (expected jid + 10 digits) 'jid12' is malformed" in err.getvalue()
+    for job in (first, second):
+        assert_job_status(zk, job.jid, status="Pending", last_successful=None)
 
 
 def test_queue_carries_on_after_a_failed_item_and_exits_non_zero(

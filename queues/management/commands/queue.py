@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -10,6 +12,7 @@ from django.core.management.base import CommandError
 from queues.core.states import AccessState, BatchState
 from queues.operator import archive, catalogue
 from queues.services import hold_moves, moves
+from queues.zk import paths
 from queues.zk.errors import DomainError
 
 from ._base import QueueCommand, number_in
@@ -23,6 +26,9 @@ ITEM_ACTIONS: dict[str, tuple[str, ...]] = {
     name: tuple(k for k in ("job", "batch", "access") if catalogue.find(k, name))
     for name in ("hold", "release", "resume", "fail", "delete", "remove", "update-reporting")
 }
+
+# Where ``resume --to`` may send an access request.
+RESUME_TARGETS = (AccessState.PENDING, AccessState.PROCESSING)
 
 # Holds: command name -> (kind, action) in the catalogue.
 HOLD_ACTIONS: dict[str, tuple[str, str]] = {
@@ -90,10 +96,21 @@ class Command(QueueCommand):
             return
         if not ids:
             raise CommandError(f"{action} needs at least one ID")
-        failures = 0
+        # Every ID is checked before any is acted on: a typo in the third of five IDs moves none.
+        calls, refused = [], []
         for item in ids:
             try:
-                outcomes = self._run(action, item, opts)
+                calls.append(_call(action, item, opts))
+            except (DomainError, CommandError) as exc:
+                refused.append(f"{item}: {exc}")
+        if refused:
+            for line in refused:
+                self.stderr.write(line)
+            raise CommandError(f"{len(refused)} of {len(ids)} refused; nothing was done")
+        failures = 0
+        for item, call in zip(ids, calls, strict=True):
+            try:
+                outcomes = _outcomes(call())
             except (DomainError, ValueError, CommandError) as exc:
                 failures += 1
                 self.stderr.write(f"{item}: {exc}")
@@ -136,21 +153,44 @@ class Command(QueueCommand):
             f"{left} left alone (finished at least {older_than.total_seconds() / 86400:g} days ago)"
         )
 
-    def _run(self, action: str, item: str, opts: dict) -> list[moves.Outcome]:
-        if action == "release-held":
-            return hold_moves.collection_release_held(profile=item)
-        params: dict[str, Any] = {}
-        if action in HOLD_ACTIONS:
-            kind, name = HOLD_ACTIONS[action]
-            params["release_jobs"] = opts["release_held"]
+
+def _call(action: str, item: str, opts: dict) -> Callable[[], Any]:
+    """What ``action`` does to ``item``, to be called once every item is known good; the
+    item's form is checked here (InvalidID or CommandError), before anything is read or moved."""
+    params: dict[str, Any] = {}
+    if action == "release-held":
+        paths.profile(item)
+        return functools.partial(hold_moves.collection_release_held, profile=item)
+    if action in HOLD_ACTIONS:
+        kind, name = HOLD_ACTIONS[action]
+        if kind == "queue":
+            paths.queue_hold(item)
         else:
-            kind, name = _kind_of(item), action
-            if kind not in ITEM_ACTIONS[action]:
-                valid = ", ".join(ITEM_ACTIONS[action])
-                raise CommandError(f"{action} applies to: {valid}; {item!r} is not one of those")
-            if kind == "access":
-                params["queue"], _, item = item.partition("/")
-                params["to"] = opts["to"] or AccessState.PENDING
-        record = catalogue.find(kind, name)
-        assert record is not None  # ITEM_ACTIONS and HOLD_ACTIONS name only catalogued actions
-        return _outcomes(record.run(catalogue.Call(item, reason=opts["message"], params=params)))
+            paths.profile(item)
+        params["release_jobs"] = opts["release_held"]
+    else:
+        kind, name = _kind_of(item), action
+        if opts["to"] and (action, kind) != ("resume", "access"):
+            raise CommandError(f"--to goes with resume of an access request, not {item!r}")
+        if kind not in ITEM_ACTIONS[action]:
+            valid = ", ".join(ITEM_ACTIONS[action])
+            raise CommandError(f"{action} applies to: {valid}; {item!r} is not one of those")
+        if kind == "job":
+            paths.jid(item)
+        elif kind == "batch":
+            paths.bid(item)
+        else:
+            params["queue"], _, item = item.partition("/")
+            paths.access_queue(params["queue"])
+            paths.qid(item)
+            params["to"] = opts["to"] or AccessState.PENDING
+            if params["to"] not in RESUME_TARGETS:
+                raise CommandError(
+                    f"--to {params['to']!r}: an access request resumes to "
+                    + " or ".join(RESUME_TARGETS)
+                )
+    record = catalogue.find(kind, name)
+    assert record is not None  # ITEM_ACTIONS and HOLD_ACTIONS name only catalogued actions
+    return functools.partial(
+        record.run, catalogue.Call(item, reason=opts["message"], params=params)
+    )
