@@ -42,6 +42,20 @@ from pathlib import Path
 from queues.zk.errors import Unavailable
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+# ZooKeeper logs through SLF4J; without a binding on the class path (Debian's package leaves it to
+# zkServer.sh's log4j) it says nothing at all. SLF4J's simple binding, from libslf4j-java, which
+# Debian's ZooKeeper depends on, writes to standard error, which goes to the server's log.
+SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
+LOG_FLAGS = (
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+    "-Dorg.slf4j.simpleLogger.showDateTime=true",
+    "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS",
+    # A client gone without closing its session (a consumer killed) is a warning with a stack
+    # trace here, a kilobyte each; the session's expiry says the same.
+    "-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.NIOServerCnxn=error",
+)
+# An ensemble member's elections and syncs, the story of a leader lost and found again.
+QUORUM_LOG_FLAG = "-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.quorum=info"
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
@@ -51,6 +65,10 @@ LOCAL = "local"  # ZK_HOSTS=local: the project's own server under MRT_VAR_DIR
 # whatever runs against the project's own server runs against theirs.
 DEFAULT_JUTE_MAXBUFFER = 0xFFFFF
 JUTE_MAXBUFFER_ENV = "ZK_JUTE_MAXBUFFER"
+
+
+# The lines of each member's log an election's failure quotes.
+LOG_LINES = 20
 
 
 class LocalServerError(RuntimeError):
@@ -300,6 +318,10 @@ class LocalZooKeeper:
         heap = heap_from_env()
         flags = jvm_flags_from_env()
         maxbuffer = self.jute_maxbuffer or jute_maxbuffer_from_env()
+        classpath, logging = str(ZOOKEEPER_JAR), []
+        if SLF4J_SIMPLE_JAR.exists():
+            classpath += f":{SLF4J_SIMPLE_JAR}"
+            logging = [*LOG_FLAGS, QUORUM_LOG_FLAG] if self.peers else list(LOG_FLAGS)
         with self.log_file.open("ab") as log:
             proc = subprocess.Popen(
                 [
@@ -308,8 +330,9 @@ class LocalZooKeeper:
                     *flags,
                     # jute.maxbuffer as such: ZooKeeper ignores zookeeper.jute.maxbuffer.
                     f"-Djute.maxbuffer={maxbuffer}",
+                    *logging,
                     "-cp",
-                    str(ZOOKEEPER_JAR),
+                    classpath,
                     # A member's main class reads the server.N lines; alone it would refuse them.
                     QUORUM_MAIN_CLASS if self.peers else MAIN_CLASS,
                     str(config),
@@ -436,7 +459,20 @@ class LocalEnsemble:
             if n is not None and n != other_than:
                 return n
             time.sleep(0.2)
-        raise LocalServerError(f"no leader elected within {wait}s")
+        raise LocalServerError(f"no leader elected within {wait}s; {self.describe()}")
+
+    def describe(self) -> str:
+        """Each member's mode and the last lines of its log: what an election that did not end
+        leaves to read once the test's folders are gone."""
+        parts = []
+        for n, member in self.members.items():
+            state = member.mode() or ("not serving" if member.running() else "not running")
+            try:
+                tail = member.log_file.read_text(errors="replace").splitlines()[-LOG_LINES:]
+            except OSError as exc:
+                tail = [f"(no log: {exc})"]
+            parts.append(f"server {n}: {state}; its log ends:\n" + "\n".join(tail))
+        return "\n".join(parts)
 
     def kill(self, n: int) -> None:
         """SIGKILL member ``n``."""

@@ -91,8 +91,14 @@ def test_a_leader_kill_with_no_election_starts_the_killed_server_again(
     fault = LeaderKill(0.0)
     fault.elect_within = 3.0
     try:
-        with pytest.raises(LocalServerError, match="no leader elected"):
+        with pytest.raises(LocalServerError, match="no leader elected") as caught:
             fault.strike(stage)
+        # The error says what each member was doing, for a run whose folders are gone.
+        said = str(caught.value)
+        assert f"server {leader}: not running" in said
+        assert f"server {follower}: not running" in said
+        others = [n for n in ensemble.members if n not in (leader, follower)]
+        assert f"server {others[0]}: " in said and "its log ends:" in said
         assert ensemble.members[leader].mode() in ("leader", "follower")
         assert ensemble.wait_for_leader() is not None
         assert any(f"killed the ensemble's leader, server {leader}" in line for line in lines)
