@@ -174,8 +174,12 @@ class Options:
     proxy_port: int = 0
 
     def strikes(self) -> list[Fault]:
+        """Every strike asked for, the kinds in the order they take turns in (``schedule``).
+        Flaps come first: theirs is the one verdict that needs requests made while they strike
+        (a spell that spoils no answer proved nothing), and with every fault asked of a few
+        hundred jobs, the last kinds' turns come after the last job has finished."""
         outage = self.session_timeout * 2 + 2
-        found: list[Fault] = []
+        found: list[Fault] = [Flap(self.flap_seconds)] * self.flaps
         found += [ZooKeeperRestart(self.zk_down or self.session_timeout / 2)] * self.zk_restarts
         found += [LeaderKill(self.leader_down)] * self.leader_kills
         found += [
@@ -188,7 +192,6 @@ class Options:
         found += [DatabaseOutage(self.db_outage_seconds)] * self.db_outages
         found += [RedisStop(self.redis_down)] * self.redis_stops
         found += [DiskFull(self.disk_full_seconds)] * self.disk_fills
-        found += [Flap(self.flap_seconds)] * self.flaps
         return found
 
 

@@ -415,7 +415,10 @@ def judge_flaps(
     spoiled no answer proved nothing of them."""
     total = sum(sum(kinds.values()) for kinds in figures.values())
     if not total:
-        verdict.fail("flaps: no answer of a service outside was spoiled; the fault never acted")
+        verdict.fail(
+            "flaps: no answer of a service outside was spoiled; the fault never acted "
+            "(no request was made while the services flapped: had every job finished?)"
+        )
     for service in sorted(set(figures) | set(FLAPPING_SERVICES)):
         kinds = figures.get(service, Counter())
         shown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))

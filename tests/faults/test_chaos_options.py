@@ -24,3 +24,28 @@ def test_an_odd_number_is_refused_naming_its_option(option: str, value: str, sai
     arguments = [option, value] + (["3"] if option == "--kill-every" else [])
     with pytest.raises(CommandError, match=f"argument {option}: must be {said}"):
         call_command("chaosrun", *arguments)
+
+
+def test_with_every_fault_the_services_flap_first() -> None:
+    """A flap's verdict needs requests made while it strikes; with every fault asked of a few
+    hundred jobs, a flap whose turn came last struck after the last job had finished (seen:
+    300 jobs, 20 strikes, "the fault never acted")."""
+    from queues.chaos.engine import Options
+    from queues.chaos.faults import Flap, schedule
+
+    options = Options(
+        ensemble=True,
+        leader_kills=3,
+        leader_storms=1,
+        pauses=3,
+        black_holes=2,
+        db_outages=2,
+        redis_stops=2,
+        disk_fills=2,
+        flaps=3,
+    )
+    plan = schedule(options.strikes())
+    assert len(plan) == 20
+    share, first = plan[0]
+    assert isinstance(first, Flap) and share < 0.05
+    assert sum(isinstance(fault, Flap) for _share, fault in plan) == 3
