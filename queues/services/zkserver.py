@@ -56,6 +56,8 @@ LOG_FLAGS = (
 )
 # An ensemble member's elections and syncs, the story of a leader lost and found again.
 QUORUM_LOG_FLAG = "-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.quorum=info"
+# The lines of each member's log an election that did not end quotes.
+LOG_LINES = 20
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
@@ -65,10 +67,6 @@ LOCAL = "local"  # ZK_HOSTS=local: the project's own server under MRT_VAR_DIR
 # whatever runs against the project's own server runs against theirs.
 DEFAULT_JUTE_MAXBUFFER = 0xFFFFF
 JUTE_MAXBUFFER_ENV = "ZK_JUTE_MAXBUFFER"
-
-
-# The lines of each member's log an election's failure quotes.
-LOG_LINES = 20
 
 
 class LocalServerError(RuntimeError):

@@ -210,6 +210,7 @@ def test_queue_cleanup_reports_how_many_batches_went(zk: KazooClient, batch: Bat
         (["resume"], "needs at least one ID"),
         (["resume", "small/qid0000000001", "--to", "Completed"], "resumes to Pending or"),
         (["hold", "jid0000000001", "--to", "Pending"], "--to goes with resume of an access"),
+        (["hold-queue", "ingest", "--to", "Pending"], "--to goes with resume of an access"),
         (["hold-queue", "ingest", "bogus"], "nothing was done"),
         (["release-held", "a b"], "malformed"),
     ],

@@ -158,6 +158,8 @@ def _call(action: str, item: str, opts: dict) -> Callable[[], Any]:
     """What ``action`` does to ``item``, to be called once every item is known good; the
     item's form is checked here (InvalidID or CommandError), before anything is read or moved."""
     params: dict[str, Any] = {}
+    if opts["to"] and (action, _kind_of(item)) != ("resume", "access"):
+        raise CommandError(f"--to goes with resume of an access request, not {item!r}")
     if action == "release-held":
         paths.profile(item)
         return functools.partial(hold_moves.collection_release_held, profile=item)
@@ -170,8 +172,6 @@ def _call(action: str, item: str, opts: dict) -> Callable[[], Any]:
         params["release_jobs"] = opts["release_held"]
     else:
         kind, name = _kind_of(item), action
-        if opts["to"] and (action, kind) != ("resume", "access"):
-            raise CommandError(f"--to goes with resume of an access request, not {item!r}")
         if kind not in ITEM_ACTIONS[action]:
             valid = ", ".join(ITEM_ACTIONS[action])
             raise CommandError(f"{action} applies to: {valid}; {item!r} is not one of those")
