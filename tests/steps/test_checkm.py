@@ -261,3 +261,24 @@ def test_parser_never_fails_with_anything_but_manifest_error(data: bytes) -> Non
 def test_a_name_no_file_system_can_hold_is_refused(name: str, why: str) -> None:
     problem = filename_problem(name)
     assert problem is not None and problem.startswith(why), problem
+
+
+def test_every_ascii_character_is_judged_as_before_the_fast_path() -> None:
+    """Names of printable ASCII skip the character loop; every ASCII control is still refused
+    as one, and a name with one character outside ASCII still goes through the loop."""
+    for code in range(128):
+        char = chr(code)
+        problem = filename_problem(f"ab{char}c")
+        if code < 0x20 or code == 0x7F:
+            assert problem is not None and "control character" in problem, (code, problem)
+        else:
+            assert problem is None, (code, problem)
+    for char, said in [
+        ("\u0085", "control character"),  # NEL: a line break to splitlines
+        ("\u2028", "splits a log or manifest line"),
+        ("\ud800", "half of a surrogate pair"),
+        ("\u202e", "bidirectional-text control"),
+    ]:
+        problem = filename_problem(f"plain/ascii{char}.txt")
+        assert problem is not None and said in problem, (char, problem)
+    assert filename_problem("données/été.txt") is None
