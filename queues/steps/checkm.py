@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
@@ -92,7 +92,7 @@ class TooManyRows(ManifestError):
         super().__init__(f"more than {most:,} rows", line=line)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ManifestRow:
     """One data line. Text fields are "" when empty; ``size`` is None when not given."""
 
@@ -140,9 +140,10 @@ def parse_checkm(data: bytes | str, *, most_rows: int | None = None) -> Manifest
     columns: tuple[str, ...] = OBJECT_FIELDS
     prefixes: list[tuple[str, str]] = []
     rows: list[ManifestRow] = []
-    # Only "\n" ends a line: str.splitlines() would also split on characters such as U+2028
-    # inside a title, and writer and reader must agree on what a line is.
-    for number, raw in enumerate(text.split("\n"), start=1):
+    # One string for each distinct value of the columns that repeat (a million rows of one
+    # MIME type held a million copies of it), kept for this parse only.
+    shared: dict[str, str] = {}
+    for number, raw in enumerate(_lines(text), start=1):
         line = raw.strip()
         if not line:
             continue
@@ -179,10 +180,21 @@ def parse_checkm(data: bytes | str, *, most_rows: int | None = None) -> Manifest
             continue
         if most_rows is not None and len(rows) >= most_rows:
             raise TooManyRows(most_rows, line=number)
-        rows.append(_parse_row(raw, columns, number))
+        rows.append(_parse_row(raw, columns, number, shared))
     return Manifest(
         kind=kind, profile=profile, fields=columns, rows=tuple(rows), prefixes=tuple(prefixes)
     )
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The lines of ``text``, one at a time (a list of a million of them took as much memory as
+    the text). Only "\n" ends a line: str.splitlines() would also split on characters such as
+    U+2028 inside a title, and writer and reader must agree on what a line is."""
+    start = 0
+    while (end := text.find("\n", start)) >= 0:
+        yield text[start:end]
+        start = end + 1
+    yield text[start:]
 
 
 def _decode(data: bytes) -> str:
@@ -195,7 +207,9 @@ def _decode(data: bytes) -> str:
         ) from None
 
 
-def _parse_row(raw: str, columns: Sequence[str], number: int) -> ManifestRow:
+def _parse_row(
+    raw: str, columns: Sequence[str], number: int, shared: dict[str, str]
+) -> ManifestRow:
     values = [v.strip() for v in raw.split("|")]
     if len(values) > len(columns):
         # A trailing "|" leaves empty extra cells; only real data beyond the columns is an error.
@@ -216,11 +230,13 @@ def _parse_row(raw: str, columns: Sequence[str], number: int) -> ManifestRow:
     url = known.get("url", "")
     _check_url(url, number)
     hash_alg = known.get("hash_alg", "").lower()
+    hash_alg = shared.setdefault(hash_alg, hash_alg)
     hash_value = known.get("hash_value", "").lower()
     _check_hash(hash_alg, hash_value, number)
     size = _parse_size(known.get("size", ""), number)
     filename = known.get("filename", "")
     _check_filename(filename, number)
+    mime_type = known.get("mime_type", "")
     return ManifestRow(
         url=url,
         hash_alg=hash_alg,
@@ -228,7 +244,7 @@ def _parse_row(raw: str, columns: Sequence[str], number: int) -> ManifestRow:
         size=size,
         last_modified=known.get("last_modified", ""),
         filename=filename,
-        mime_type=known.get("mime_type", ""),
+        mime_type=shared.setdefault(mime_type, mime_type),
         primary_id=known.get("primary_id", ""),
         local_id=known.get("local_id", ""),
         creator=known.get("creator", ""),
@@ -346,8 +362,10 @@ def filename_problem(name: str) -> str | None:
             return f"contains {_char_words(char)}, half of a surrogate pair, not a character"
         if char in BIDI_CONTROLS:
             return f"contains the bidirectional-text control character {_char_words(char)}"
-    # Backslashes count as separators so a Windows-style "..\\x" cannot climb out either.
-    parts = PurePosixPath(name.replace("\\", "/")).parts
+    # Backslashes count as separators so a Windows-style "..\\x" cannot climb out either. The
+    # parts as PurePosixPath gives them for a relative name, without its interning every part
+    # (the interpreter's table of them grew by a million entries for a million-file manifest).
+    parts = [p for p in name.replace("\\", "/").split("/") if p and p != "."]
     if ".." in parts:
         return "contains '..'"
     if name and not parts:
