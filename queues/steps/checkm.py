@@ -237,6 +237,7 @@ def _parse_row(
     filename = known.get("filename", "")
     _check_filename(filename, number)
     mime_type = known.get("mime_type", "")
+    mime_type = shared.setdefault(mime_type, mime_type)
     return ManifestRow(
         url=url,
         hash_alg=hash_alg,
@@ -244,7 +245,7 @@ def _parse_row(
         size=size,
         last_modified=known.get("last_modified", ""),
         filename=filename,
-        mime_type=shared.setdefault(mime_type, mime_type),
+        mime_type=mime_type,
         primary_id=known.get("primary_id", ""),
         local_id=known.get("local_id", ""),
         creator=known.get("creator", ""),

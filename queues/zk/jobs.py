@@ -23,14 +23,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import ZnodeStat
 
 from queues.core.retries import RETRY_KEY
-from queues.core.states import (
-    BATCH_INDEX_FOLDERS,
-    JOB,
-    InvalidTransition,
-    JobState,
-    job_batch_folder,
-    job_resume_target,
-)
+from queues.core.states import JOB, InvalidTransition, JobState, job_batch_folder, job_resume_target
 from queues.core.words import LONG_MAX
 
 from . import caps, paths, sized
@@ -831,9 +824,9 @@ def _remove(
     *,
     status_version: int | None,
     what: str,
-) -> list[str]:
+) -> None:
     """Delete the job's nodes, those of ``entries`` (index entries) that exist and its records
-    of side effects, in one transaction; the paths deleted. ItemLocked when it is locked. With
+    of side effects, in one transaction. ItemLocked when it is locked. With
     ``status_version`` the status must still be that one."""
     if zk.exists(paths.job_node(jid, "lock")) is not None:
         raise ItemLocked(f"job {jid} is locked by a running consumer; try again later")
@@ -851,12 +844,11 @@ def _remove(
     for path in found:
         txn.delete(path)
     commit(txn, what=what)
-    return [*(f"{root}/{kid}" for kid in kids), root, *found]
 
 
-def job_remove_unreadable(zk: KazooClient, jid: str) -> list[str]:
+def job_remove_unreadable(zk: KazooClient, jid: str) -> None:
     """Delete every node of a job that cannot be read (a node another client wrote oddly), and
-    every index entry that names it, in one transaction; the paths deleted. Nothing of the job
+    every index entry that names it, in one transaction. Nothing of the job
     is trusted: its entries are looked for under every priority of every state folder and in
     every index folder of the batch its ``bid`` names (a ``bid`` that is no batch ID leaves
     that entry to the consistency check's ``orphan-batch-index``). A locked job is never
@@ -871,11 +863,10 @@ def job_remove_unreadable(zk: KazooClient, jid: str) -> list[str]:
     bid_path = paths.job_node(jid, "bid")
     bid_read = read_many(zk, [bid_path])[bid_path]
     bid = bid_read[0].decode("ascii", "replace").strip() if bid_read is not None else ""
-    if paths.BID_RE.fullmatch(bid):
-        entries += [f"{paths.batch_index(bid, folder)}/{jid}" for folder in BATCH_INDEX_FOLDERS]
-    return _remove(
-        zk, jid, entries, status_version=None, what=f"delete {jid}, which cannot be read"
-    )
+    with contextlib.suppress(InvalidID):
+        # Every index folder of the batch, each named once (several states share one).
+        entries += dict.fromkeys(paths.batch_index_entry(bid, s, jid) for s in JOB.states)
+    _remove(zk, jid, entries, status_version=None, what=f"delete {jid}, which cannot be read")
 
 
 def index_entries(zk: KazooClient, state: str) -> list[tuple[int, str]]:
