@@ -53,6 +53,10 @@ LOG_FLAGS = (
     # A client gone without closing its session (a consumer killed) is a warning with a stack
     # trace here, a kilobyte each; the session's expiry says the same.
     "-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.NIOServerCnxn=error",
+    # At every start: "maxCnxns is not configured, using default value 0" (no limit on the
+    # server's connections, what this server wants). ZooKeeper warns of 0 whether or not the
+    # ``zookeeper.maxCnxns`` property says it; in Debian's 3.8 this class warns of nothing else.
+    "-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.ServerCnxnFactory=error",
 )
 # An ensemble member's elections and syncs, the story of a leader lost and found again.
 QUORUM_LOG_FLAG = "-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.quorum=info"
