@@ -47,9 +47,10 @@ def test_second_server_on_another_port_starts_serves_and_stops(
         server.start()  # already serving: nothing to do
         assert server.pid() == pid
         # A start and a session warn of nothing (its config leaves no setting to a default
-        # ZooKeeper warns of): a warning in this log is news.
-        warned = [line for line in server.log_file.read_text().splitlines() if "WARN" in line]
-        assert warned == []
+        # ZooKeeper warns of): a warning in this log is news. But one: a slow disk (a busy
+        # machine) makes the server warn of a slow fsync, the machine's news.
+        lines = server.log_file.read_text().splitlines()
+        assert [line for line in lines if "WARN" in line and "fsync" not in line] == []
     finally:
         assert server.stop() is True
     assert not server.is_serving()
