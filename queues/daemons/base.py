@@ -553,6 +553,9 @@ class JobDaemon(Daemon[Job]):
         self.strict = strict  # claim exactly in run order (no spreading after lost races)
         self._deferred: set[str] | None = None
         self.retry_waits = RetryWaits()  # jobs waiting for their next try (``failure``)
+        # Jobs whose move found their batch gone (``not_moved``): looked at again after
+        # ORPHAN_WAIT, their batch is read before their step runs again.
+        self.orphans: set[str] = set()
 
     def batched(self) -> bool:
         """Whether ``run`` uses the batched loop."""
@@ -668,6 +671,8 @@ class JobDaemon(Daemon[Job]):
         # The fingerprint (a hash of the configuration) only for a job passed over before.
         if job.jid in self.skipped and self.passed_over(job.jid, self.fingerprint(job)):
             return False
+        if job.jid in self.orphans and self._still_orphaned(job):
+            return False
         return self.accept(job)
 
     wants = _accept
@@ -753,15 +758,38 @@ class JobDaemon(Daemon[Job]):
         except Exception:  # ZooKeeper away: the next claim finds out
             return
         if gone:
-            self.retry_waits.note(item.jid, time.time() + ORPHAN_WAIT)
-            log.warning(
-                "%s %s: its batch %s is gone, so it cannot move; passed over for %.0f s "
-                "(the consistency check lists it as job-without-batch)",
-                item.jid,
-                self.step,
-                str(item.bid)[:40],
-                ORPHAN_WAIT,
-            )
+            self._orphaned(item, "is gone, so it cannot move")
+
+    def _orphaned(self, item: Job, why: str) -> None:
+        if len(self.orphans) >= RetryWaits.LIMIT:
+            self.orphans.clear()  # those met again are their step run once more, no worse
+        self.orphans.add(item.jid)
+        self.retry_waits.note(item.jid, time.time() + ORPHAN_WAIT)
+        log.warning(
+            "%s %s: its batch %s %s; passed over for %.0f s "
+            "(the consistency check lists it as job-without-batch)",
+            item.jid,
+            self.step,
+            str(item.bid)[:40],
+            why,
+            ORPHAN_WAIT,
+        )
+
+    def _still_orphaned(self, job: Job) -> bool:
+        """Whether the batch of a job found orphaned before is still gone: then its step is not
+        run again (a download, a storage add) only for its move to fail once more. The read
+        is made only for such a job; ZooKeeper away, the step goes ahead as it would."""
+        try:
+            gone = self.zk.exists(zpaths.batch(job.bid)) is None
+        except InvalidID:
+            gone = True
+        except Exception:
+            return False
+        if gone:
+            self._orphaned(job, "is still gone, so its step is not run again")
+            return True
+        self.orphans.discard(job.jid)
+        return False
 
     def after(self, item: Job, step: Next) -> None:
         if step.target in _BATCH_ENDS:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +147,7 @@ def test_an_earlier_report_with_odd_lists_does_not_fail_a_completed_batch(
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["one-job loop", "batched loop"])
-def test_a_job_whose_batch_is_gone_is_stepped_once_and_then_passed_over(
+def test_a_job_whose_batch_is_gone_is_stepped_once_and_not_again_until_it_is_back(
     zk: KazooClient, caplog: pytest.LogCaptureFixture, batched: bool
 ) -> None:
     jobs = jobs_in(zk, 3)
@@ -169,6 +170,32 @@ def test_a_job_whose_batch_is_gone_is_stepped_once_and_then_passed_over(
     [warning] = [r.getMessage() for r in caplog.records if "is gone" in r.getMessage()]
     assert f"{odd.jid} test-estimating: its batch bid9999999999 is gone" in warning
     assert "job-without-batch" in warning
+
+    def looked_at_again() -> None:
+        worker.retry_waits.note(odd.jid, time.time() - 1)  # its ORPHAN_WAIT is over
+        if batched:
+            cycle_until_idle(JobPipeline(worker))
+        else:
+            for _ in range(3):
+                worker.run_once()
+
+    # Looked at again, its batch is read first: still gone, the step does not run again only
+    # for its move to fail (a download, a storage add each time), and it waits again.
+    with caplog.at_level(logging.WARNING, logger="queues.daemons"):
+        looked_at_again()
+    assert worker.seen.count(odd.jid) == 1
+    assert worker.retry_waits.waits(odd.jid)
+    assert zk.exists(zpaths.job_node(odd.jid, "lock")) is None
+    assert any(
+        f"{odd.jid} test-estimating: its batch bid9999999999 is still gone" in r.getMessage()
+        for r in caplog.records
+    )
+    # Its batch back (an operator's repair), the job goes on at its next look.
+    zk.set(zpaths.job_node(odd.jid, "bid"), odd.bid.encode())
+    looked_at_again()
+    assert worker.seen.count(odd.jid) == 2
+    assert job_load(zk, odd.jid).state == JobState.PROVISIONING
+    assert odd.jid not in worker.orphans
 
 
 @pytest.mark.parametrize("where", ["the submission", "the third object"])
