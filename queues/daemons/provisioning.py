@@ -70,14 +70,17 @@ class Provisioning(JobDaemon):
         self._least_need: int | None = None  # the least need of the jobs that wait
         self._needs: dict[str, int] = {}  # the jobs Downloading: what each expects to write
         self._capacity = 0  # the disk's capacity for one job at the last evaluation
+        self._last_usage: Any = None  # the disk's last answer (``_usage``)
 
     def _usage(self) -> Any:
         root = work_root()
         try:
-            return self.disk_usage(root)
+            usage = self.disk_usage(root)
         except FileNotFoundError:  # not made yet (once: asked for every job claimed)
             root.mkdir(parents=True, exist_ok=True)
-            return self.disk_usage(root)
+            usage = self.disk_usage(root)
+        self._last_usage = usage
+        return usage
 
     def room(self) -> int:
         """Bytes the working disk itself can take now: below the high-water mark, and no more
@@ -219,7 +222,15 @@ class Provisioning(JobDaemon):
         return True
 
     def work(self, item: Job) -> Step:
-        capacity = self.capacity()
+        # The disk's size as ``accept`` found it for this job a moment ago, under the same
+        # lock: a disk is not asked twice a job (thousands a second) for a size that changes
+        # only when it is grown.
+        usage = self._last_usage
+        capacity = (
+            self.capacity()
+            if usage is None
+            else int(usage.total * settings.MRT_PROVISION_HIGH_WATER)
+        )
         if item.space_needed > capacity:
             # Waiting would be for ever, and silent: the operator needs to hear of it.
             raise StepFailed(

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections import namedtuple
 from typing import Any
 
+import pytest
+
+from queues.daemons import provisioning
 from queues.daemons.provisioning import IDLE_EVALUATION_GAP, Provisioning
 from queues.zk.jobs import job_load
 from tests.jobnodes import set_job_nodes
@@ -116,15 +119,22 @@ def test_with_the_disk_full_arrivals_do_not_each_reread_every_waiting_job(
 
 
 def test_the_batched_loop_moves_every_job_that_fits_and_passes_over_the_rest(
-    zk, settings: Any, db: Any
+    zk, settings: Any, db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In the batched loop, as ``runconsumer`` runs it: the jobs that fit go on in batches,
     ahead of them in run order a job that does not fit stays unlocked and unread after the
     evaluation."""
     settings.MRT_PROVISION_HIGH_WATER = 0.7
+    monkeypatch.setattr(provisioning, "IDLE_EVALUATION_GAP", 3600.0)  # one evaluation
     big = _job(zk, 300, priority=1)
     small = [_job(zk, 10, priority=5) for _ in range(12)]
-    daemon = Counting(zk=zk, disk_usage=_disk(used=500), batch=8, poll=0.05)
+    asked: list[Any] = []
+
+    def disk(path: Any) -> Usage:
+        asked.append(path)
+        return Usage(1000, 500, 500)
+
+    daemon = Counting(zk=zk, disk_usage=disk, batch=8, poll=0.05)
     assert daemon.batched()
     loop = daemon.pipeline()
     loop.begin()
@@ -138,6 +148,9 @@ def test_the_batched_loop_moves_every_job_that_fits_and_passes_over_the_rest(
         assert job_load(zk, big.jid).lock is None
         assert daemon.unfit == {big.jid}
         assert daemon.evaluations == 1
+        # The disk asked twice by the evaluation (its room, its size), then once a job under
+        # its lock: not again by the job's step for the size it had a moment before.
+        assert len(asked) == 2 + len(small)
     finally:
         loop.end()
 
