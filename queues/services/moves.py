@@ -28,6 +28,7 @@ from queues.steps import submission as submission_steps
 from queues.steps.checkm import filename_problem
 from queues.steps.fetch import DownloadError, local_path
 from queues.steps.netpolicy import FetchRefused, TooSlow
+from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile, profiles_dir
 from queues.steps.submission import filename_from_url
 from queues.steps.uploads import remove_uploads
 from queues.zk import paths as zpaths
@@ -286,6 +287,21 @@ def _check_submission(
     check_filename(filename or filename_from_url(payload_url))
 
 
+def _check_profile_here(name: str) -> None:
+    """The batch's profile is one this installation has and can read: its batch-pending step
+    reads it first, and would fail the batch a moment after the submitter was told it was
+    accepted. (Under MRT_BATCH_INTAKE=merritt the profiles are ingest's, not checked here.)"""
+    try:
+        load_profile(name)
+    except ProfileNotFound:
+        raise ValueError(
+            f"no profile named {name!r} here (MRT_PROFILES_DIR: {profiles_dir()}): nothing was "
+            "submitted"
+        ) from None
+    except ProfileError as exc:
+        raise ValueError(f"{exc}: nothing was submitted") from None
+
+
 def batch_submit(
     *,
     profile: str,
@@ -316,6 +332,7 @@ def batch_submit(
             "ingest's door (services.batch_submit_outcome)"
         )
     _check_submission(profile, submitter, payload_url, submission_type, filename)
+    _check_profile_here(profile)
     submission_type = submission_steps.canonical_type(submission_type)
     submission: dict[str, Any] = {
         "profile": profile,

@@ -97,7 +97,7 @@ def test_api_submit_creates_a_batch(client, token_for, zk):
         client,
         "/api/batches",
         {
-            "profile": "demo",
+            "profile": "merritt_demo_content",
             "submitter": "api",
             "payload_url": "https://example.org/x.zip",
             "submission_type": "container",

@@ -69,7 +69,7 @@ def test_the_submit_form_and_submitbatch_take_merritts_type_names(admin, zk) -> 
     response = admin.post(
         "/submit/",
         {
-            "profile": "demo_collection",
+            "profile": "merritt_demo_content",
             "submitter": "me",
             "payload_url": "https://example.org/o.checkm",
             "submission_type": "manifest",
@@ -79,7 +79,7 @@ def test_the_submit_form_and_submitbatch_take_merritts_type_names(admin, zk) -> 
     call_command(
         "submitbatch",
         "--profile",
-        "demo_collection",
+        "merritt_demo_content",
         "--submitter",
         "me",
         "--payload-url",

@@ -119,7 +119,7 @@ def test_consistency_page_reports_and_an_admin_repairs(viewer, operator, admin, 
 
 def test_submit_form_creates_a_batch_like_submitbatch(operator, viewer, zk):
     data = {
-        "profile": "demo",
+        "profile": "merritt_demo_content",
         "submitter": "dpr/Ada",
         "payload_url": "https://example.org/a.zip",
         "submission_type": "container",
@@ -137,6 +137,12 @@ def test_submit_form_creates_a_batch_like_submitbatch(operator, viewer, zk):
     assert secret.status_code == 400
     assert "outside the allowed folders" in secret.content.decode()
     assert operator.post(reverse("submit"), {**data, "profile": "a/b"}).status_code == 400
+    # A profile this installation does not have: refused, saying so, and no batch made (its
+    # first step would fail it a moment after the submitter was told it was taken).
+    unknown = operator.post(reverse("submit"), {**data, "profile": "no_such_collection"})
+    assert unknown.status_code == 400
+    assert "no profile named &#x27;no_such_collection&#x27; here" in unknown.content.decode()
+    assert batches.batch_ids(zk) == [bid]
 
 
 def test_audit_page_shows_who_did_what_and_filters(operator, make_job):

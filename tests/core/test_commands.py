@@ -34,7 +34,7 @@ def test_submitbatch_creates_a_pending_batch_and_prints_its_id(zk: KazooClient) 
     out = run(
         "submitbatch",
         "--profile",
-        "ucb_lib_test",
+        "merritt_demo_content",
         "--submitter",
         "dpr/Ada Lovelace",
         "--payload-url",
@@ -48,7 +48,7 @@ def test_submitbatch_creates_a_pending_batch_and_prints_its_id(zk: KazooClient) 
     assert BID_RE.fullmatch(bid)
     assert_batch_status(zk, bid, status="Pending")
     submission = read_json(zk, f"/batches/{bid}/submission")
-    assert submission["profile"] == "ucb_lib_test"
+    assert submission["profile"] == "merritt_demo_content"
     assert submission["submitter"] == "dpr/Ada Lovelace"
     assert submission["payload_url"] == "https://example.org/manifest.checkm"
     # Merritt ingest's type name (its readers need it); the console's beside it.
@@ -63,7 +63,7 @@ def test_submitbatch_records_a_digest_in_lower_case(zk: KazooClient, tmp_path: P
     bid = run(
         "submitbatch",
         "--profile",
-        "ucb_lib_test",
+        "merritt_demo_content",
         "--submitter",
         "dpr",
         "--payload-url",
@@ -82,6 +82,7 @@ def test_submitbatch_records_a_digest_in_lower_case(zk: KazooClient, tmp_path: P
     ("args", "message"),
     [
         (["--profile", "../x"], "profile"),
+        (["--profile", "no_such_collection"], "no profile named 'no_such_collection' here"),
         (["--payload-url", "ftp://example.org/a"], "payload URL"),
         (["--payload-url", "file:///etc/passwd"], "outside the allowed folders"),
         (["--payload-url", "file://otherhost/a.zip"], "another host"),
@@ -92,7 +93,7 @@ def test_submitbatch_refuses_bad_input_with_a_clear_message(
     zk: KazooClient, args: list[str], message: str
 ) -> None:
     base = {
-        "--profile": "ucb_lib_test",
+        "--profile": "merritt_demo_content",
         "--submitter": "dpr",
         "--payload-url": "https://example.org/a.zip",
     }
@@ -106,7 +107,7 @@ def test_file_payloads_are_refused_unless_mrt_file_roots_names_a_folder(
     zk: KazooClient, tmp_path: Path, settings
 ) -> None:
     settings.MRT_FILE_ROOTS = []
-    args = ["--profile", "ucb_lib_test", "--submitter", "dpr"]
+    args = ["--profile", "merritt_demo_content", "--submitter", "dpr"]
     with pytest.raises(CommandError, match="MRT_FILE_ROOTS is empty"):
         run("submitbatch", *args, "--payload-url", (tmp_path / "a.zip").as_uri())
     assert batches.batch_ids(zk) == []
@@ -300,7 +301,7 @@ def test_manage_py_runs_commands_against_the_configured_ensemble(
     done = manage(
         "submitbatch",
         "--profile",
-        "ucb_lib_test",
+        "merritt_demo_content",
         "--submitter",
         "dpr",
         "--payload-url",

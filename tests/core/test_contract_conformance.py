@@ -95,7 +95,7 @@ def test_the_submit_service_uses_the_same_validator(zk: KazooClient, tmp_path) -
     payload = tmp_path / "a.txt"
     payload.write_text("a")
     common = {
-        "profile": "ucb_lib_test",
+        "profile": "merritt_demo_content",
         "submitter": "dpr/Ada",
         "payload_url": payload.as_uri(),
     }

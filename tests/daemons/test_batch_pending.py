@@ -172,9 +172,13 @@ def test_restart_creates_only_the_missing_jobs(zk, files: FileServer) -> None:
     assert batch_load(zk, bid).state == "Processing"
 
 
-def test_unknown_profile_fails_the_batch(zk, files: FileServer, profiles) -> None:
-    (profiles / f"{DEMO}.json").unlink()
+def test_a_profile_gone_since_the_submission_fails_the_batch(
+    zk, files: FileServer, profiles
+) -> None:
+    # A submission naming no profile here is refused (tests/core/test_commands.py); one removed
+    # since, or a batch another client wrote, is failed by its first step, saying why.
     bid = _submit(files.put("f", "x"), "file")
+    (profiles / f"{DEMO}.json").unlink()
     daemon(zk, "batch-pending").run_once()
     batch = batch_load(zk, bid)
     assert batch.state == "Failed"
