@@ -762,7 +762,7 @@ class JobDaemon(Daemon[Job]):
 
     def _orphaned(self, item: Job, why: str) -> None:
         if len(self.orphans) >= RetryWaits.LIMIT:
-            self.orphans.clear()  # those met again are their step run once more, no worse
+            self.orphans.clear()  # one forgotten has its step run once more: no worse
         self.orphans.add(item.jid)
         self.retry_waits.note(item.jid, time.time() + ORPHAN_WAIT)
         log.warning(

@@ -28,7 +28,7 @@ from queues.steps import submission as submission_steps
 from queues.steps.checkm import filename_problem
 from queues.steps.fetch import DownloadError, local_path
 from queues.steps.netpolicy import FetchRefused, TooSlow
-from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile, profiles_dir
+from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile
 from queues.steps.submission import filename_from_url
 from queues.steps.uploads import remove_uploads
 from queues.zk import paths as zpaths
@@ -295,8 +295,8 @@ def _check_profile_here(name: str) -> None:
         load_profile(name)
     except ProfileNotFound:
         raise ValueError(
-            f"no profile named {name!r} here (MRT_PROFILES_DIR: {profiles_dir()}): nothing was "
-            "submitted"
+            f"no profile named {name!r} here (none in this installation's MRT_PROFILES_DIR): "
+            "nothing was submitted"
         ) from None
     except ProfileError as exc:
         raise ValueError(f"{exc}: nothing was submitted") from None
