@@ -270,6 +270,7 @@ def test_refused_with_a_viewer_token_and_audited(zk, token_for) -> None:
         ({"type": "bagit"}, "type 'bagit' is not one of"),
         ({"profile": None}, "profile: This field is required."),
         ({"profile": "../etc"}, "profile"),
+        ({"profile": "no_such_collection"}, "no profile named 'no_such_collection' here"),
         ({"url": None}, "a payload is required"),
         ({"url": "ftp://example.org/x"}, "payload URL must start with"),
         ({"digestValue": "abc"}, "give both a digest algorithm and a digest value"),
