@@ -171,6 +171,19 @@ def test_upload_is_kept_in_the_batch_folder_and_read_by_the_first_step(
     assert batch_load(zk, response["X-Batch-ID"]).state == "Processing"
 
 
+def test_an_upload_for_a_profile_not_here_is_refused_and_not_kept(
+    zk, operator_key, settings
+) -> None:
+    upload = SimpleUploadedFile("scan.tif", b"II*\x00 a scan", content_type="image/tiff")
+
+    response = post(operator_key, fields(url=None, file=upload, profile="no_such_collection"))
+
+    assert response.status_code == 400, response.content
+    assert "no profile named 'no_such_collection' here" in exception(response)["detail"]
+    assert not any((Path(settings.MRT_WORK_DIR) / "poster").rglob("*"))
+    assert zk.get_children("/batches") == []
+
+
 def test_filename_field_names_the_upload(zk, operator_key, settings) -> None:
     upload = SimpleUploadedFile("tmp123", b"text", content_type="text/plain")
     response = post(operator_key, fields(url=None, file=upload, filename="notes.txt"))
