@@ -133,57 +133,91 @@ def profile_url(kind: str) -> str:
 def parse_checkm(data: bytes | str, *, most_rows: int | None = None) -> Manifest:
     """Parse a checkm manifest; raise ManifestError naming the first bad line, TooManyRows at
     the first row past ``most_rows``."""
-    text = _decode(data) if isinstance(data, bytes) else data
-    text = text.removeprefix("\ufeff")
-    kind: str | None = None
-    profile: str | None = None
-    columns: tuple[str, ...] = OBJECT_FIELDS
-    prefixes: list[tuple[str, str]] = []
-    rows: list[ManifestRow] = []
-    # One string for each distinct value of the columns that repeat (a million rows of one
-    # MIME type held a million copies of it), kept for this parse only.
-    shared: dict[str, str] = {}
-    for number, raw in enumerate(_lines(text), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith("#%"):
-            parts = [p.strip() for p in line[2:].split("|")]
-            name = parts[0].lower()
-            if name == "eof":
-                break
-            if name == "fields":
-                columns = tuple(p for p in parts[1:])
-                if len(columns) > MAX_COLUMNS:
-                    # Every row is padded to the columns: 20,000 of them over 2,000 short rows
-                    # (0.2 MB) took 2.7 GB.
-                    raise ManifestError(
-                        f"#%fields names {len(columns):,} columns; at most {MAX_COLUMNS}",
-                        line=number,
-                    )
-                if not columns or any(not c for c in columns):
-                    raise ManifestError("#%fields names an empty column", line=number)
-                if "nfo:fileurl" not in (c.lower() for c in columns):
-                    raise ManifestError("#%fields has no nfo:fileUrl column", line=number)
-            elif name == "profile":
-                if len(parts) < 2 or not parts[1]:
-                    raise ManifestError("#%profile without a URL", line=number)
-                profile = parts[1]
-                kind = profile.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-                if kind not in MANIFEST_KINDS:
-                    raise ManifestError(f"unknown manifest profile {kind!r}", line=number)
-            elif name == "prefix" and len(parts) >= 3:
-                prefixes.append((parts[1], parts[2]))
-            # Other headers (#%checkm_0.7, future ones) carry nothing we act on.
-            continue
-        if line.startswith("#"):
-            continue
-        if most_rows is not None and len(rows) >= most_rows:
-            raise TooManyRows(most_rows, line=number)
-        rows.append(_parse_row(raw, columns, number, shared))
+    reader = CheckmReader(data, most_rows=most_rows)
+    rows = tuple(reader)
     return Manifest(
-        kind=kind, profile=profile, fields=columns, rows=tuple(rows), prefixes=tuple(prefixes)
+        kind=reader.kind,
+        profile=reader.profile,
+        fields=reader.fields,
+        rows=rows,
+        prefixes=tuple(reader.prefixes),
     )
+
+
+class CheckmReader:
+    """A checkm manifest's rows, one at a time, as ``parse_checkm`` reads them: what a row
+    becomes can be kept without every row's being held at once (a manifest may list a million
+    files). The headers read so far (``kind``, ``profile``, ``fields``, ``prefixes``) are known
+    once the rows are; the usual manifest gives them before its first row."""
+
+    def __init__(self, data: bytes | str, *, most_rows: int | None = None) -> None:
+        self._data: bytes | str = (
+            data.removeprefix(b"\xef\xbb\xbf")
+            if isinstance(data, bytes)
+            else data.removeprefix("\ufeff")
+        )
+        self.most_rows = most_rows
+        self.kind: str | None = None
+        self.profile: str | None = None
+        self.fields: tuple[str, ...] = OBJECT_FIELDS
+        self.prefixes: list[tuple[str, str]] = []
+        self.count = 0  # rows given so far
+
+    def __iter__(self) -> Iterator[ManifestRow]:
+        data, self._data = self._data, ""  # read once
+        # Bytes are decoded a line at a time: the whole text decoded would be held beside the
+        # bytes for as long as the rows are read.
+        lines = _lines(data) if isinstance(data, str) else _decoded_lines(data)
+        # One string for each distinct value of the columns that repeat (a million rows of one
+        # MIME type held a million copies of it), kept for this reading only.
+        shared: dict[str, str] = {}
+        for number, raw in enumerate(lines, start=1):
+            line = raw.strip()
+            if not line:
+                continue
+            if line.startswith("#%"):
+                if not self._header(line, number):
+                    break
+                continue
+            if line.startswith("#"):
+                continue
+            if self.most_rows is not None and self.count >= self.most_rows:
+                raise TooManyRows(self.most_rows, line=number)
+            self.count += 1
+            yield _parse_row(raw, self.fields, number, shared)
+
+    def _header(self, line: str, number: int) -> bool:
+        """Take in a ``#%`` line; False at ``#%eof``."""
+        parts = [p.strip() for p in line[2:].split("|")]
+        name = parts[0].lower()
+        if name == "eof":
+            return False
+        if name == "fields":
+            columns = tuple(parts[1:])
+            if len(columns) > MAX_COLUMNS:
+                # Every row is padded to the columns: 20,000 of them over 2,000 short rows
+                # (0.2 MB) took 2.7 GB.
+                raise ManifestError(
+                    f"#%fields names {len(columns):,} columns; at most {MAX_COLUMNS}",
+                    line=number,
+                )
+            if not columns or any(not c for c in columns):
+                raise ManifestError("#%fields names an empty column", line=number)
+            if "nfo:fileurl" not in (c.lower() for c in columns):
+                raise ManifestError("#%fields has no nfo:fileUrl column", line=number)
+            self.fields = columns
+        elif name == "profile":
+            if len(parts) < 2 or not parts[1]:
+                raise ManifestError("#%profile without a URL", line=number)
+            profile = parts[1]
+            kind = profile.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+            if kind not in MANIFEST_KINDS:
+                raise ManifestError(f"unknown manifest profile {kind!r}", line=number)
+            self.profile, self.kind = profile, kind
+        elif name == "prefix" and len(parts) >= 3:
+            self.prefixes.append((parts[1], parts[2]))
+        # Other headers (#%checkm_0.7, future ones) carry nothing we act on.
+        return True
 
 
 def _lines(text: str) -> Iterator[str]:
@@ -197,14 +231,24 @@ def _lines(text: str) -> Iterator[str]:
     yield text[start:]
 
 
-def _decode(data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        number = data.count(b"\n", 0, exc.start) + 1
-        raise ManifestError(
-            f"not valid UTF-8 (byte 0x{data[exc.start]:02x})", line=number
-        ) from None
+def _decoded_lines(data: bytes) -> Iterator[str]:
+    """``_lines`` of UTF-8 bytes, each line decoded on its own (a byte 0x0A is never part of
+    another character in UTF-8)."""
+    start = 0
+    number = 1
+    while True:
+        end = data.find(b"\n", start)
+        raw = data[start:] if end < 0 else data[start:end]
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ManifestError(
+                f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})", line=number
+            ) from None
+        if end < 0:
+            return
+        start = end + 1
+        number += 1
 
 
 def _parse_row(

@@ -10,6 +10,7 @@ from queues.steps.checkm import (
     HASH_LENGTHS,
     MANIFEST_KINDS,
     OBJECT_MANIFEST,
+    CheckmReader,
     ManifestError,
     ManifestRow,
     TooManyRows,
@@ -165,6 +166,20 @@ def test_invalid_utf8_names_the_line() -> None:
 
     with pytest.raises(ManifestError, match=r"^line 5: not valid UTF-8 \(byte 0xff\)$"):
         parse_checkm(data)
+
+
+def test_a_reader_gives_each_row_before_it_reads_the_next() -> None:
+    """Row by row, bytes decoded a line at a time: what a caller keeps of a row is all that
+    stays of it (a manifest may list a million files)."""
+    data = (header() + "http://h/a | | | | | a.txt\n").encode() + b"http://h/\xff | | | | | b\n"
+    reader = CheckmReader(data)
+    rows = iter(reader)
+
+    first = next(rows)
+    assert (first.url, first.filename, first.line) == ("http://h/a", "a.txt", 4)
+    assert reader.kind == OBJECT_MANIFEST and reader.count == 1
+    with pytest.raises(ManifestError, match=r"^line 5: not valid UTF-8 \(byte 0xff\)$"):
+        next(rows)
 
 
 def test_unknown_profile_is_rejected() -> None:
