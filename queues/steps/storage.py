@@ -27,7 +27,13 @@ import requests
 
 from queues.core.retries import unavailable
 from queues.core.words import digits
-from queues.steps.checkm import OBJECT_MANIFEST, ManifestError, parse_checkm, write_checkm
+from queues.steps.checkm import (
+    OBJECT_MANIFEST,
+    CheckmReader,
+    ManifestError,
+    ManifestRow,
+    write_checkm,
+)
 from queues.steps.erc import PRODUCER_DIR, SYSTEM_DIR
 from queues.steps.fetch import DEFAULT_TIMEOUT, DownloadError, download_all, fetch_bytes
 from queues.steps.merritt import inventory_manifest_url
@@ -52,7 +58,7 @@ from queues.steps.objectmap import (
     object_map_xml,
     parse_object_map,
 )
-from queues.steps.submission import PayloadFile
+from queues.steps.submission import PayloadFile, file_of_row
 
 VERSION_MANIFEST = "mrt-version-manifest.txt"
 VERSION_INFO = "version.json"
@@ -134,35 +140,35 @@ def content_digest(entries: Sequence[tuple[str, str]]) -> str:
 
 def parse_storage_manifest(manifest_url: str, data: bytes) -> StorageManifest:
     """A storage manifest's files, each under producer/ or system/ and named once."""
-    try:
-        manifest = parse_checkm(data)
-    except ManifestError as exc:
-        raise StorageError(f"unusable storage manifest {manifest_url}: {exc}") from exc
-    if manifest.kind not in (None, OBJECT_MANIFEST):
-        raise StorageError(f"storage manifest {manifest_url} is a {manifest.kind}")
-    if not manifest.rows:
-        raise StorageError(f"storage manifest {manifest_url} lists no files")
     files: list[PayloadFile] = []
     seen: set[str] = set()
-    for row in manifest.rows:
-        top = row.filename.split("/", 1)[0]
-        if top not in (PRODUCER_DIR, SYSTEM_DIR) or "/" not in row.filename:
-            raise StorageError(
-                f"line {row.line}: file name {row.filename!r} is not under producer/ or system/"
-            )
-        if row.filename in seen:
-            raise StorageError(f"line {row.line}: file name {row.filename!r} repeated")
-        seen.add(row.filename)
-        files.append(
-            PayloadFile(
-                url=row.url,
-                filename=row.filename,
-                digest_alg=row.hash_alg or None,
-                digest_value=row.hash_value or None,
-                size=row.size,
-            )
-        )
+    reader = CheckmReader(data)  # row by row: of each row its file alone is kept
+    try:
+        for row in reader:
+            if reader.kind not in (None, OBJECT_MANIFEST):
+                break  # refused below: the profile came before the rows
+            _take_stored_file(row, files, seen)
+    except ManifestError as exc:
+        raise StorageError(f"unusable storage manifest {manifest_url}: {exc}") from exc
+    if reader.kind not in (None, OBJECT_MANIFEST):
+        raise StorageError(f"storage manifest {manifest_url} is a {reader.kind}")
+    if not files:
+        raise StorageError(f"storage manifest {manifest_url} lists no files")
     return StorageManifest(manifest_url, hashlib.sha256(data).hexdigest(), files)
+
+
+def _take_stored_file(row: ManifestRow, files: list[PayloadFile], seen: set[str]) -> None:
+    """A storage manifest's row as the file it names, each under producer/ or system/ and
+    named once."""
+    top = row.filename.split("/", 1)[0]
+    if top not in (PRODUCER_DIR, SYSTEM_DIR) or "/" not in row.filename:
+        raise StorageError(
+            f"line {row.line}: file name {row.filename!r} is not under producer/ or system/"
+        )
+    if row.filename in seen:
+        raise StorageError(f"line {row.line}: file name {row.filename!r} repeated")
+    seen.add(row.filename)
+    files.append(file_of_row(row, row.filename))
 
 
 @dataclass(frozen=True)
@@ -311,7 +317,7 @@ class LocalStorage:
                     digest=row.hash_value or None,
                     created=created if isinstance(created, str) else None,
                 )
-                for row in parse_checkm(data).rows
+                for row in CheckmReader(data)
             )
             found.append(MapVersion(number, files, created if isinstance(created, str) else None))
         return found
@@ -632,10 +638,9 @@ class HttpStorage:
                 f"current version; version {version} cannot be listed through it"
             )
         try:
-            manifest = parse_checkm(data)
+            return sorted(ObjectFile(row.filename, row.url) for row in CheckmReader(data))
         except ManifestError as exc:
             raise StorageError(f"storage manifest of {ark} unreadable: {exc}") from exc
-        return sorted(ObjectFile(row.filename, row.url) for row in manifest.rows)
 
     def content_url(self, ark: str, version: int, name: str) -> str:
         """``GET content/{node}/{ark}/{version}/{file}``: a stored file's bytes."""
@@ -652,16 +657,7 @@ def version_entries(data: bytes, version: int) -> list[PayloadFile]:
     or Merritt's object manifest (XML, every version; the one numbered ``version`` is read).
     ManifestError when it is neither, or lacks that version."""
     if parse_xml(data) is None:
-        return [
-            PayloadFile(
-                url=row.url,
-                filename=row.filename,
-                digest_alg=row.hash_alg or None,
-                digest_value=row.hash_value or None,
-                size=row.size,
-            )
-            for row in parse_checkm(data).rows
-        ]
+        return [file_of_row(row, row.filename) for row in CheckmReader(data)]
     try:
         found = parse_object_map(data).version(version)
     except ObjectMapError as exc:

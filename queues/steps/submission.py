@@ -22,6 +22,7 @@ from queues.steps.checkm import (
     SINGLE_FILE_BATCH_MANIFEST,
     CheckmReader,
     ManifestError,
+    ManifestRow,
     filename_problem,
     parse_checkm,
     same_file_key,
@@ -272,6 +273,17 @@ class PayloadFile:
     size: int | None = None
 
 
+def file_of_row(row: ManifestRow, filename: str) -> PayloadFile:
+    """The file a manifest's row names, to be written as ``filename``."""
+    return PayloadFile(
+        url=row.url,
+        filename=filename,
+        digest_alg=row.hash_alg or None,
+        digest_value=row.hash_value or None,
+        size=row.size,
+    )
+
+
 def _text(value: object) -> str | None:
     if value is None:
         return None
@@ -413,15 +425,7 @@ def payload_files(spec: ObjectSpec, *, fetch_text: FetchText) -> list[PayloadFil
                 f"file name {name!r} already used on line {seen[key]}", line=row.line
             )
         seen[key] = row.line
-        files.append(
-            PayloadFile(
-                url=row.url,
-                filename=name,
-                digest_alg=row.hash_alg or None,
-                digest_value=row.hash_value or None,
-                size=row.size,
-            )
-        )
+        files.append(file_of_row(row, name))
     if reader.kind not in (None, OBJECT_MANIFEST):
         raise ManifestError(f"an object manifest must be {OBJECT_MANIFEST}, got {reader.kind}")
     if not files:
