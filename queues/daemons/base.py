@@ -553,9 +553,9 @@ class JobDaemon(Daemon[Job]):
         self.strict = strict  # claim exactly in run order (no spreading after lost races)
         self._deferred: set[str] | None = None
         self.retry_waits = RetryWaits()  # jobs waiting for their next try (``failure``)
-        # Jobs whose move found their batch gone (``not_moved``): looked at again after
-        # ORPHAN_WAIT, their batch is read before their step runs again.
-        self.orphans: set[str] = set()
+        # Jobs whose move found their batch gone (``not_moved``), with that batch: looked at
+        # again after ORPHAN_WAIT, their batch is read before their step runs again.
+        self.orphans: dict[str, str] = {}
 
     def batched(self) -> bool:
         """Whether ``run`` uses the batched loop."""
@@ -671,8 +671,10 @@ class JobDaemon(Daemon[Job]):
         # The fingerprint (a hash of the configuration) only for a job passed over before.
         if job.jid in self.skipped and self.passed_over(job.jid, self.fingerprint(job)):
             return False
-        if job.jid in self.orphans and self._still_orphaned(job):
-            return False
+        if job.jid in self.orphans and (
+            self.retry_waits.waits(job.jid) or self._still_orphaned(job)
+        ):
+            return False  # (waits: a batch-mate's read just now found the batch still gone)
         return self.accept(job)
 
     wants = _accept
@@ -763,7 +765,7 @@ class JobDaemon(Daemon[Job]):
     def _orphaned(self, item: Job, why: str) -> None:
         if len(self.orphans) >= RetryWaits.LIMIT:
             self.orphans.clear()  # one forgotten has its step run once more: no worse
-        self.orphans.add(item.jid)
+        self.orphans[item.jid] = item.bid
         self.retry_waits.note(item.jid, time.time() + ORPHAN_WAIT)
         log.warning(
             "%s %s: its batch %s %s; passed over for %.0f s "
@@ -777,19 +779,26 @@ class JobDaemon(Daemon[Job]):
 
     def _still_orphaned(self, job: Job) -> bool:
         """Whether the batch of a job found orphaned before is still gone: then its step is not
-        run again (a download, a storage add) only for its move to fail once more. The read
-        is made only for such a job; ZooKeeper away, the step goes ahead as it would."""
+        run again (a download, a storage add) only for its move to fail once more, and the
+        other jobs known here of that batch wait with it, unclaimed: one read a batch, not one
+        a job. ZooKeeper away, the step goes ahead as it would."""
         try:
             gone = self.zk.exists(zpaths.batch(job.bid)) is None
         except InvalidID:
             gone = True
         except Exception:
             return False
-        if gone:
-            self._orphaned(job, "is still gone, so its step is not run again")
-            return True
-        self.orphans.discard(job.jid)
-        return False
+        mates = [jid for jid, bid in self.orphans.items() if bid == job.bid and jid != job.jid]
+        if not gone:  # back: its jobs go on, those waiting here at their next claim
+            for jid in [job.jid, *mates]:
+                self.orphans.pop(jid, None)
+                self.retry_waits.forget(jid)
+            return False
+        self._orphaned(job, f"is still gone, so its step is not run again (nor {len(mates)} more)")
+        until = time.time() + ORPHAN_WAIT
+        for jid in mates:
+            self.retry_waits.note(jid, until)
+        return True
 
     def after(self, item: Job, step: Next) -> None:
         if step.target in _BATCH_ENDS:

@@ -87,9 +87,10 @@ class Provisioning(JobDaemon):
         than it has free."""
         return provision_room(self._usage(), settings.MRT_PROVISION_HIGH_WATER)
 
-    def capacity(self) -> int:
-        """The most the working disk could ever give one job: its high-water mark, empty."""
-        return int(self._usage().total * settings.MRT_PROVISION_HIGH_WATER)
+    def capacity(self, usage: Any = None) -> int:
+        """The most the working disk could ever give one job: its high-water mark, empty (of
+        ``usage``, the disk's answer, when given; else asked now)."""
+        return int((usage or self._usage()).total * settings.MRT_PROVISION_HIGH_WATER)
 
     def _promised(self) -> int:
         """What the jobs Downloading still expect to write. Their needs are read once each
@@ -225,12 +226,7 @@ class Provisioning(JobDaemon):
         # The disk's size as ``accept`` found it for this job a moment ago, under the same
         # lock: a disk is not asked twice a job (thousands a second) for a size that changes
         # only when it is grown.
-        usage = self._last_usage
-        capacity = (
-            self.capacity()
-            if usage is None
-            else int(usage.total * settings.MRT_PROVISION_HIGH_WATER)
-        )
+        capacity = self.capacity(self._last_usage)
         if item.space_needed > capacity:
             # Waiting would be for ever, and silent: the operator needs to hear of it.
             raise StepFailed(

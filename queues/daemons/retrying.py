@@ -88,6 +88,12 @@ class RetryWaits:
                 del self._until[jid]
         return False
 
+    def forget(self, jid: str) -> None:
+        """``jid`` is not passed over any more (a job found waiting under its lock for a later
+        try is noted again: ``due_later``)."""
+        with self._lock:
+            self._until.pop(jid, None)
+
     def due_later(self, job: Job) -> bool:
         """Whether ``job`` (read under its lock) waits for a later try; noted if so."""
         until = retries.next_try(job.status.raw)

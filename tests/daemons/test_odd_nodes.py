@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from kazoo.client import KazooClient
@@ -146,56 +146,83 @@ def test_an_earlier_report_with_odd_lists_does_not_fail_a_completed_batch(
     assert len(mailoutbox) == 1
 
 
+class LastStep(Step1):
+    name: ClassVar[str] = "test-notify"
+    step: ClassVar[str] = "test-notify"
+    state: ClassVar[str] = JobState.NOTIFY
+    target: ClassVar[str] = JobState.COMPLETED
+
+
 @pytest.mark.parametrize("batched", [False, True], ids=["one-job loop", "batched loop"])
 def test_a_job_whose_batch_is_gone_is_stepped_once_and_not_again_until_it_is_back(
-    zk: KazooClient, caplog: pytest.LogCaptureFixture, batched: bool
+    zk: KazooClient,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    batched: bool,
 ) -> None:
-    jobs = jobs_in(zk, 3)
-    odd = jobs[0]
-    zk.set(zpaths.job_node(odd.jid, "bid"), b"bid9999999999")
-    worker = Step1(zk=zk, batch=3 if batched else 1)
+    # The last step: a move to Completed writes the batch's index (an earlier one need not).
+    jobs = jobs_in(zk, 3, state=JobState.NOTIFY)
+    odd = jobs[:2]  # two jobs of one batch that is gone
+    for job in odd:
+        zk.set(zpaths.job_node(job.jid, "bid"), b"bid9999999999")
+    worker = LastStep(zk=zk, batch=3 if batched else 1)
     with caplog.at_level(logging.WARNING, logger="queues.daemons"):
         if batched:
             cycle_until_idle(JobPipeline(worker))
             cycle_until_idle(JobPipeline(worker))  # a loop started again, as after a restart
         else:
-            for _ in range(6):  # a claim each: the odd job, the two others, then nothing
+            for _ in range(6):  # a claim each: the odd jobs, the other, then nothing
                 worker.run_once()
-    # Its step ran once (its move then found the batch gone), and not again in this process.
-    assert worker.seen.count(odd.jid) == 1
-    assert job_load(zk, odd.jid).state == JobState.ESTIMATING
-    assert zk.exists(zpaths.job_node(odd.jid, "lock")) is None
-    for job in jobs[1:]:
-        assert job_load(zk, job.jid).state == JobState.PROVISIONING
-    [warning] = [r.getMessage() for r in caplog.records if "is gone" in r.getMessage()]
-    assert f"{odd.jid} test-estimating: its batch bid9999999999 is gone" in warning
-    assert "job-without-batch" in warning
+    # Each step ran once (its move then found the batch gone), and not again in this process.
+    assert [worker.seen.count(job.jid) for job in odd] == [1, 1]
+    for job in odd:
+        assert job_load(zk, job.jid).state == JobState.NOTIFY
+        assert zk.exists(zpaths.job_node(job.jid, "lock")) is None
+    assert job_load(zk, jobs[2].jid).state == JobState.COMPLETED
+    warnings = [r.getMessage() for r in caplog.records if "is gone" in r.getMessage()]
+    assert f"{odd[0].jid} test-notify: its batch bid9999999999 is gone" in warnings[0]
+    assert f"{odd[1].jid} test-notify: its batch bid9999999999 is gone" in warnings[1]
+    assert "job-without-batch" in warnings[0]
+
+    reads: list[str] = []
+    exists = zk.exists
+
+    def counted(path: str, *args: object, **kwargs: object) -> object:
+        if "bid9999999999" in path:
+            reads.append(path)
+        return exists(path, *args, **kwargs)
+
+    monkeypatch.setattr(zk, "exists", counted)
 
     def looked_at_again() -> None:
-        worker.retry_waits.note(odd.jid, time.time() - 1)  # its ORPHAN_WAIT is over
+        for job in odd:
+            worker.retry_waits.note(job.jid, time.time() - 1)  # their ORPHAN_WAIT is over
         if batched:
             cycle_until_idle(JobPipeline(worker))
         else:
             for _ in range(3):
                 worker.run_once()
 
-    # Looked at again, its batch is read first: still gone, the step does not run again only
-    # for its move to fail (a download, a storage add each time), and it waits again.
+    # Looked at again, their batch is read first, once for both: still gone, no step runs
+    # again only for its move to fail (a download, a storage add each time), and both wait.
     with caplog.at_level(logging.WARNING, logger="queues.daemons"):
         looked_at_again()
-    assert worker.seen.count(odd.jid) == 1
-    assert worker.retry_waits.waits(odd.jid)
-    assert zk.exists(zpaths.job_node(odd.jid, "lock")) is None
+    assert len(reads) == 1
+    assert [worker.seen.count(job.jid) for job in odd] == [1, 1]
+    assert all(worker.retry_waits.waits(job.jid) for job in odd)
+    assert all(zk.exists(zpaths.job_node(job.jid, "lock")) is None for job in odd)
     assert any(
-        f"{odd.jid} test-estimating: its batch bid9999999999 is still gone" in r.getMessage()
+        "test-notify: its batch bid9999999999 is still gone, so its step is not run again "
+        "(nor 1 more)" in r.getMessage()
         for r in caplog.records
     )
-    # Its batch back (an operator's repair), the job goes on at its next look.
-    zk.set(zpaths.job_node(odd.jid, "bid"), odd.bid.encode())
+    # Their batch back (an operator's repair), the jobs go on at their next look.
+    for job in odd:
+        zk.set(zpaths.job_node(job.jid, "bid"), job.bid.encode())
     looked_at_again()
-    assert worker.seen.count(odd.jid) == 2
-    assert job_load(zk, odd.jid).state == JobState.PROVISIONING
-    assert odd.jid not in worker.orphans
+    assert [worker.seen.count(job.jid) for job in odd] == [2, 2]
+    assert all(job_load(zk, job.jid).state == JobState.COMPLETED for job in odd)
+    assert worker.orphans == {}
 
 
 @pytest.mark.parametrize("where", ["the submission", "the third object"])
