@@ -11,6 +11,7 @@ import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import PurePosixPath
+from typing import Any, AnyStr
 from urllib.parse import urlsplit
 
 from queues.core.words import LONG_MAX, digits
@@ -220,12 +221,13 @@ class CheckmReader:
         return True
 
 
-def _lines(text: str) -> Iterator[str]:
+def _lines(text: AnyStr) -> Iterator[AnyStr]:
     """The lines of ``text``, one at a time (a list of a million of them took as much memory as
     the text). Only "\n" ends a line: str.splitlines() would also split on characters such as
     U+2028 inside a title, and writer and reader must agree on what a line is."""
+    newline: Any = "\n" if isinstance(text, str) else b"\n"
     start = 0
-    while (end := text.find("\n", start)) >= 0:
+    while (end := text.find(newline, start)) >= 0:
         yield text[start:end]
         start = end + 1
     yield text[start:]
@@ -234,21 +236,13 @@ def _lines(text: str) -> Iterator[str]:
 def _decoded_lines(data: bytes) -> Iterator[str]:
     """``_lines`` of UTF-8 bytes, each line decoded on its own (a byte 0x0A is never part of
     another character in UTF-8)."""
-    start = 0
-    number = 1
-    while True:
-        end = data.find(b"\n", start)
-        raw = data[start:] if end < 0 else data[start:end]
+    for number, raw in enumerate(_lines(data), start=1):
         try:
             yield raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ManifestError(
                 f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})", line=number
             ) from None
-        if end < 0:
-            return
-        start = end + 1
-        number += 1
 
 
 def _parse_row(
