@@ -17,6 +17,7 @@ from xml.sax.saxutils import escape
 
 from queues.chaos.standins import Answer, Request, StandIn, exception_document
 from queues.steps.checkm import parse_checkm
+from queues.steps.erc import DC_NAMES
 
 BATCH_NS = "http://uc3.cdlib.org/ontology/mrt/ingest/batch"
 # The form fields Merritt's ingest door reads (mrt-ingest JerseyBase.getFormData, ccc78fe2),
@@ -46,26 +47,7 @@ INGEST_FIELDS = frozenset(
         "DataCite.resourceType",
         "synchronousMode",
         "retainTargetURL",
-        *(
-            f"DC.{name}"
-            for name in (
-                "contributor",
-                "coverage",
-                "creator",
-                "date",
-                "description",
-                "format",
-                "identifier",
-                "language",
-                "publisher",
-                "relation",
-                "rights",
-                "source",
-                "subject",
-                "title",
-                "type",
-            )
-        ),
+        *(f"DC.{name}" for name in DC_NAMES),
     }
 )
 

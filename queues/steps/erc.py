@@ -64,9 +64,9 @@ def erc_text(*, erc: Erc, ark: str | None, local_id: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-# Merritt's Dublin Core elements, in the order its ingest adds a submission's ``DC*`` values
-# (``DCrights`` is accepted in a submission but not written by it), and the ones split on ";".
-DC_ELEMENTS = (
+# The fifteen Dublin Core elements a submission may carry: ``DC<element>`` in a job's
+# configuration, ``DC.<element>`` as a field of Merritt's poster.
+DC_NAMES = (
     "contributor",
     "coverage",
     "creator",
@@ -77,11 +77,15 @@ DC_ELEMENTS = (
     "language",
     "publisher",
     "relation",
+    "rights",
     "source",
     "subject",
     "title",
     "type",
 )
+# Merritt's Dublin Core elements, in the order its ingest adds a submission's ``DC*`` values
+# (``DCrights`` is accepted in a submission but not written by it), and the ones split on ";".
+DC_ELEMENTS = tuple(name for name in DC_NAMES if name != "rights")
 DC_REPEATABLE = frozenset({"creator", "subject", "relation", "identifier"})
 XSI_NS = "http://www.w3.org/2001/XMLSchema-instance"
 

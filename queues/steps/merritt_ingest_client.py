@@ -56,6 +56,7 @@ from urllib3.fields import RequestField
 
 from queues.core.states import DomainError
 from queues.steps import checkm
+from queues.steps.erc import DC_NAMES
 from queues.steps.fetch import DownloadError, local_path
 from queues.steps.merritt import canonical_type, merritt_type
 from queues.steps.merritt_wire import exception_kind, merritt_error_text, state_fields
@@ -94,26 +95,7 @@ _MERRITT_FIELDS: dict[str, str] = {
     "notification": "notification",
     "notificationFormat": "notificationFormat",
     "DataCiteResourceType": "DataCite.resourceType",
-    **{
-        f"DC{name}": f"DC.{name}"
-        for name in (
-            "contributor",
-            "coverage",
-            "creator",
-            "date",
-            "description",
-            "format",
-            "identifier",
-            "language",
-            "publisher",
-            "relation",
-            "rights",
-            "source",
-            "subject",
-            "title",
-            "type",
-        )
-    },
+    **{f"DC{name}": f"DC.{name}" for name in DC_NAMES},
 }
 
 
