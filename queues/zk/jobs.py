@@ -56,6 +56,7 @@ from .nodes import (
     exists_many,
     json_merge,
     landed,
+    listing_age,
     lock_info,
     read_many,
     stamp,
@@ -883,11 +884,12 @@ def index_entries(zk: KazooClient, state: str) -> list[tuple[int, str]]:
 class JobClaimer:
     """Claims the jobs of one state, first in priority order, for one consumer.
 
-    The state folder's listing is kept between claims for up to ``max_age`` seconds and walked
-    from where the last claim stopped, instead of listed anew for every claim: a folder holding
-    100,000 jobs is a 2 MB answer. A job that arrives meanwhile (even one of higher priority)
-    waits at most ``max_age`` for the next listing, and a walk that finds nothing to claim lists
-    the folder again before it gives up, so no work is missed. ``max_age=0`` lists every time.
+    The state folder's listing is kept between claims for up to ``max_age`` seconds (longer for a
+    large folder: ``nodes.listing_age``) and walked from where the last claim stopped, instead of
+    listed anew for every claim: a folder holding 100,000 jobs is a 2 MB answer. A job that arrives
+    meanwhile (even one of higher priority) waits that long at most for the next listing, and a walk
+    that finds nothing to claim lists the folder again before it gives up, so no work is missed.
+    ``max_age=0`` lists every time.
 
     A claim is one write, then one read: the lock is created in a multi-operation that first
     checks the job's index entry is still in this state's folder, so a job that another consumer
@@ -922,6 +924,7 @@ class JobClaimer:
         self._names: list[str] = []  # not yet tried, in reverse run order (the next is last)
         self._crowd = 0  # races lost to other consumers lately (see _walk)
         self._listed_at = float("-inf")
+        self._listed = 0  # names in the last listing
 
     def _list(self) -> None:
         # "PP-jidNNNNNNNNNN" sorts as text in run order; only the names tried are parsed.
@@ -931,10 +934,12 @@ class JobClaimer:
         if self.screen is not None:
             names = self.screen(names)
         self._names = sorted(names, reverse=True)
+        self._listed = len(self._names)
         self._listed_at = time.monotonic()
 
     def claim(self, accept: Callable[[Job], bool] | None = None) -> Job | None:
-        fresh = self.max_age <= 0 or time.monotonic() - self._listed_at >= self.max_age
+        age = time.monotonic() - self._listed_at
+        fresh = self.max_age <= 0 or age >= listing_age(self.max_age, self._listed)
         if fresh:
             self._list()
         while True:

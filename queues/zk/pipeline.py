@@ -18,13 +18,13 @@ A failed move moves each job on its own through ``transition_apply`` (the one-jo
 index repair).
 
 Loops of this project claiming in the same state divide its fresh jobs between them
-(``ClaimShare``): each is listed under ``/mrt-console/claimers/<state>``, and a job belongs to
-the loop at position ``crc32(jid) % count`` of the sorted names. A loop claims its own share in
-run order and the others' only when its own is used up and an entry has waited ``steal_after``
-seconds (its owner is busy, stuck or gone), so several processes walking one listing do not
-race for the same entries, and a job whose lock a process keeps from step to step stays in that
-process's share at every step. The share only chooses what to try first: the lock still decides.
-Merritt's own consumers do not take part and need not.
+(``ClaimShare``): each is listed under ``/mrt-console/claimers/<state>``, and a job belongs to the
+loop at position ``crc32(jid) % count`` of the sorted names. A loop claims its own share in run
+order and the others' only when its own is used up and an entry has waited ``steal_after`` seconds
+(longer in a large folder: ``StateListing.steal_wait``; its owner is busy, stuck or gone), so
+several processes walking one listing do not race for the same entries, and a job whose lock a
+process keeps from step to step stays in that process's share at every step. The share only chooses
+what to try first: the lock still decides. Merritt's own consumers do not take part and need not.
 
 Why one module (about 840 lines): the claim, the read and the move of one batched cycle share
 the pipelined requests and the decoding of a failed multi's answer, which must agree with each
@@ -54,7 +54,7 @@ from .errors import Conflict, InvalidTransition, NotFound, is_connection_error
 from .jobs import TransitionPlan, transition_apply
 from .kazoo_private import Multi, list_children, session_id
 from .locks import ledger_of
-from .nodes import children, collect_reads, first_failure, start_reads
+from .nodes import children, collect_reads, first_failure, listing_age, start_reads
 from .records import Job
 
 
@@ -160,14 +160,14 @@ class Parking(Protocol):
 class StateListing:
     """The entries of one job state folder in run order (priority, then age), for one consumer.
 
-    Like ``JobClaimer``, the listing is kept up to ``max_age`` seconds and listed again when it
-    runs out. Entries of jobs this consumer already holds (locks kept from its previous step)
-    are put in at their place in the order, so they wait behind higher-priority jobs as any job
-    does. After a lost race (``crowded``) the entries ahead and their locks are read first and
-    the batch is taken from a random run of the free ones (unless ``strict``), so consumers
-    walking the same listing do not all go for its head. With a ``share``, entries of other
-    loops' shares are passed over until this loop's own are used up and they have waited
-    ``steal_after`` seconds.
+    Like ``JobClaimer``, the listing is kept up to ``max_age`` seconds (longer for a large folder:
+    ``age_limit``) and listed again when it runs out. Entries of jobs this consumer already holds
+    (locks kept from its previous step) are put in at their place in the order, so they wait behind
+    higher-priority jobs as any job does. After a lost race (``crowded``) the entries ahead and
+    their locks are read first and the batch is taken from a random run of the free ones (unless
+    ``strict``), so consumers walking the same listing do not all go for its head. With a ``share``,
+    entries of other loops' shares are passed over until this loop's own are used up and they have
+    waited ``steal_wait()`` seconds.
     """
 
     FOREIGN_MAX = 100_000  # entries of other shares whose wait is timed, at most
@@ -209,7 +209,7 @@ class StateListing:
         self.share = share
         self.steal_after = steal_after
         # Other shares' entries passed over: those not yet found ripe to be taken over (in no
-        # order), and those found ripe (waited ``steal_after``), in run order. A take looks at
+        # order), and those found ripe (waited ``steal_wait()``), in run order. A take looks at
         # the first only once one of them may be ripe, and cuts its run out of the second.
         self._deferred: list[str] = []
         self._ripe: list[str] = []
@@ -388,7 +388,7 @@ class StateListing:
             self._list(kept.values())  # asked for, or the first listing: wait for it
             return
         now = time.monotonic()
-        if self._listing is None and now - self._listed_at >= self.max_age:
+        if self._listing is None and now - self._listed_at >= self.age_limit():
             self._listing = (now, list_children(self.zk, self.folder))
         if self._listing is not None and (self._listing[1].ready() or not self._heap):
             (sent, answer), self._listing = self._listing, None
@@ -397,6 +397,19 @@ class StateListing:
             except NoNodeError:
                 found = []
             self._apply_listing(sent, found, kept.values())
+
+    def age_limit(self) -> float:
+        """How old the listing may grow while entries are left in it (``nodes.listing_age``;
+        a loop whose entries ran out lists at once: ``JobPipeline.turn``, the folder's
+        watch)."""
+        return listing_age(self.max_age, len(self._checked))
+
+    def steal_wait(self) -> float:
+        """How long another share's entry waits before it is taken over: ``steal_after``, and
+        twice as much again as the listing may be older than ``max_age``. An entry its owner
+        moved meanwhile stays in a listing until the next one; taken over before then, its
+        claim would fail."""
+        return self.steal_after + 2 * (self.age_limit() - self.max_age)
 
     def others_only(self) -> float | None:
         """When the last listing left nothing to take but other shares' entries, none of them
@@ -531,10 +544,10 @@ class StateListing:
             # all (one of them taken meanwhile makes a take look once too early).
             earliest = min(first.values(), default=None)
         if earliest is not None:
-            self._fresh_at = min(self._fresh_at, earliest + self.steal_after)
+            self._fresh_at = min(self._fresh_at, earliest + self.steal_wait())
 
     def _steal(self, room: int) -> list[Pick]:
-        """Up to ``room`` entries of other shares that have waited ``steal_after`` seconds
+        """Up to ``room`` entries of other shares that have waited ``steal_wait()`` seconds
         (called once this loop's own share is used up). Unless ``strict``, a run of them at a
         random place in the later half of those of the first priority: their owner works from
         the first, and other loops steal too, so they do not all race for the same locks (a
@@ -550,7 +563,8 @@ class StateListing:
         if room <= 0 or not (self._deferred or self._ripe) or now < self._ripe_from():
             return []
         if self._deferred and now >= self._fresh_at:
-            ripe_before = now - self.steal_after
+            wait = self.steal_wait()
+            ripe_before = now - wait
             next_ripe = float("inf")
             fresh: list[str] = []
             waiting: list[str] = []
@@ -561,8 +575,8 @@ class StateListing:
                 else:
                     # Not ripe yet, or not timed (over FOREIGN_MAX; a later listing times it).
                     waiting.append(name)
-                    if seen is not None and seen + self.steal_after < next_ripe:
-                        next_ripe = seen + self.steal_after
+                    if seen is not None and seen + wait < next_ripe:
+                        next_ripe = seen + wait
             self._deferred = waiting
             self._fresh_at = next_ripe
             if fresh:

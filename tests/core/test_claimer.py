@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import pytest
 from kazoo.client import KazooClient
 
 from queues.zk import client as zkmod
-from queues.zk import jobs
+from queues.zk import jobs, nodes
 from queues.zk.records import Job
 
 
@@ -38,6 +39,39 @@ def test_a_job_arriving_after_the_listing_is_claimed_before_the_claimer_gives_up
     late = make_job(priority=0)
     # The kept listing comes first, then the folder is listed again rather than report no work.
     assert drain(claimer, zk) == [second.jid, late.jid]
+
+
+def test_a_large_folder_is_listed_again_less_often_while_names_are_left(
+    zk: KazooClient, make_job: Callable[..., Job], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claimer with names of its listing still to walk lists a folder of more than
+    LIST_RATE * max_age entries again only as often as LIST_RATE entries a second would (here
+    6 entries at 1 a second: every 6 s, not every second), and at once when none is left."""
+    monkeypatch.setattr(nodes, "LIST_RATE", 1)
+    made = [make_job() for _ in range(6)]
+    claimer = jobs.JobClaimer(zk, "Pending", max_age=1.0)
+    listings = []
+    real = claimer._list
+
+    def counted() -> None:
+        listings.append(1)
+        real()
+
+    monkeypatch.setattr(claimer, "_list", counted)
+
+    def claim_and_move() -> str:
+        job = claimer.claim()
+        jobs.job_transition(zk, job, "Held", release_lock=True)
+        return job.jid
+
+    assert claim_and_move() == made[0].jid
+    assert len(listings) == 1
+    claimer._listed_at -= 2.0  # older than max_age, younger than 6 / LIST_RATE
+    assert claim_and_move() == made[1].jid
+    assert len(listings) == 1
+    claimer._listed_at -= 4.5  # older than 6 / LIST_RATE
+    assert claim_and_move() == made[2].jid
+    assert len(listings) == 2
 
 
 def test_a_job_moved_on_by_another_consumer_is_never_locked(

@@ -24,7 +24,9 @@ from queues.daemons import pipeline as pipeline_module
 from queues.daemons.base import JobDaemon, Next, Step
 from queues.daemons.completions import REPORTING_MOVES
 from queues.daemons.pipeline import Holding, JobPipeline, LockKeeper
+from queues.zk import nodes as zk_nodes
 from queues.zk import paths as zpaths
+from queues.zk import pipeline as zk_pipeline
 from queues.zk.batches import CompletionCheck, batch_load, batch_transition
 from queues.zk.consumers import claimers_folder
 from queues.zk.jobs import (
@@ -795,6 +797,68 @@ def test_jobs_taken_over_from_another_share_are_claimed_each_on_its_own(
     session = zk.client_id[0]
     assert all(lock_owner(zk, jid) == session for jid in locked)
     assert all(lock_owner(zk, jid) == other_zk.client_id[0] for jid in owners)
+
+
+def count_folder_listings(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Folder path -> how often a ``StateListing`` sends its own listing from now on."""
+    listings: Counter[str] = Counter()
+    real = zk_pipeline.list_children
+
+    def counted(zk_: KazooClient, path: str, *args: Any) -> Any:
+        listings[path] += 1
+        return real(zk_, path, *args)
+
+    monkeypatch.setattr(zk_pipeline, "list_children", counted)
+    return listings
+
+
+def test_a_large_folder_is_listed_again_less_often_while_entries_are_left(
+    zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing costs in proportion to its folder: a loop with entries still in hand lists a
+    large folder again only as often as LIST_RATE entries a second would (40 entries at 5 a
+    second: every 8 s, not every ``max_age``), and a small one every ``max_age`` as before."""
+    monkeypatch.setattr(zk_nodes, "LIST_RATE", 5)
+    names = [f"05-jid{n:010d}" for n in range(1, 41)]
+    listing = StateListing(zk, JobState.ESTIMATING, max_age=1.0)
+    listing.listed(time.monotonic(), names, [])
+    assert listing.age_limit() == 8.0
+    listings = count_folder_listings(monkeypatch)
+    listing._listed_at -= 2.0  # older than max_age, younger than its age limit
+    assert [p.name for p in listing.take(4, {})] == names[:4]
+    assert listings[listing.folder] == 0
+    listing._listed_at -= 6.5  # older than its age limit
+    assert [p.name for p in listing.take(4, {})] == names[4:8]
+    assert listings[listing.folder] == 1
+
+    small = StateListing(zk, JobState.PROVISIONING, max_age=1.0)
+    small.listed(time.monotonic(), names[:4], [])
+    assert small.age_limit() == 1.0
+    small._listed_at -= 1.5
+    small.take(4, {})
+    assert listings[small.folder] == 1
+
+
+def test_other_shares_entries_of_a_large_folder_wait_as_much_longer_as_its_listing(
+    zk: KazooClient, other_zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry another member moved stays in a listing until the next; taken over before
+    then, its claim would fail. In a folder listed every 8 s instead of every second, the other
+    shares' entries are taken over after 2 + 2 x 7 = 16 s, not after ``steal_after``'s 2."""
+    monkeypatch.setattr(zk_nodes, "LIST_RATE", 5)
+    other = ClaimShare(other_zk, JobState.ESTIMATING, "zz-other")
+    other.refresh()
+    share = ClaimShare(zk, JobState.ESTIMATING, "aa-this")
+    wait_for(lambda: refreshed(share, 2))
+    names = [f"05-jid{n:010d}" for n in range(1, 41)]
+    listing = StateListing(zk, JobState.ESTIMATING, share=share, max_age=1.0, steal_after=2.0)
+    listing.listed(time.monotonic(), names, [])
+    assert listing.steal_wait() == 16.0
+    own = [n for n in names if share.mine(n[3:])]
+    assert 0 < len(own) < len(names)
+    assert [p.name for p in listing.take(len(names), {})] == own
+    waits = listing.others_only()
+    assert waits is not None and 12.0 < waits <= 16.0
 
 
 def test_a_listing_is_sorted_again_when_members_join_or_leave_without_listing_again(
