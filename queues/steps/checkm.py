@@ -149,15 +149,19 @@ class CheckmReader:
     """A checkm manifest's rows, one at a time, as ``parse_checkm`` reads them: what a row
     becomes can be kept without every row's being held at once (a manifest may list a million
     files). The headers read so far (``kind``, ``profile``, ``fields``, ``prefixes``) are known
-    once the rows are; the usual manifest gives them before its first row."""
+    once the rows are; the usual manifest gives them before its first row. ``only``: the one
+    kind a ``#%profile`` may name (a manifest without one is taken as that kind)."""
 
-    def __init__(self, data: bytes | str, *, most_rows: int | None = None) -> None:
+    def __init__(
+        self, data: bytes | str, *, most_rows: int | None = None, only: str | None = None
+    ) -> None:
         self._data: bytes | str = (
             data.removeprefix(b"\xef\xbb\xbf")
             if isinstance(data, bytes)
             else data.removeprefix("\ufeff")
         )
         self.most_rows = most_rows
+        self.only = only
         self.kind: str | None = None
         self.profile: str | None = None
         self.fields: tuple[str, ...] = OBJECT_FIELDS
@@ -214,6 +218,8 @@ class CheckmReader:
             kind = profile.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
             if kind not in MANIFEST_KINDS:
                 raise ManifestError(f"unknown manifest profile {kind!r}", line=number)
+            if self.only is not None and kind != self.only:
+                raise ManifestError(f"a {self.only} is needed here, got {kind}", line=number)
             self.profile, self.kind = profile, kind
         elif name == "prefix" and len(parts) >= 3:
             self.prefixes.append((parts[1], parts[2]))

@@ -142,16 +142,12 @@ def parse_storage_manifest(manifest_url: str, data: bytes) -> StorageManifest:
     """A storage manifest's files, each under producer/ or system/ and named once."""
     files: list[PayloadFile] = []
     seen: set[str] = set()
-    reader = CheckmReader(data)  # row by row: of each row its file alone is kept
     try:
-        for row in reader:
-            if reader.kind not in (None, OBJECT_MANIFEST):
-                break  # refused below: the profile came before the rows
+        # Row by row: of each row its file alone is kept.
+        for row in CheckmReader(data, only=OBJECT_MANIFEST):
             _take_stored_file(row, files, seen)
     except ManifestError as exc:
         raise StorageError(f"unusable storage manifest {manifest_url}: {exc}") from exc
-    if reader.kind not in (None, OBJECT_MANIFEST):
-        raise StorageError(f"storage manifest {manifest_url} is a {reader.kind}")
     if not files:
         raise StorageError(f"storage manifest {manifest_url} lists no files")
     return StorageManifest(manifest_url, hashlib.sha256(data).hexdigest(), files)

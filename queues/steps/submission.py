@@ -412,12 +412,9 @@ def payload_files(spec: ObjectSpec, *, fetch_text: FetchText) -> list[PayloadFil
         ]
     # Row by row: what is kept of each is its file, not the row (a million-file manifest's
     # rows held beside its files took about as much again).
-    reader = CheckmReader(fetch_text(spec.payload_url))
     files: list[PayloadFile] = []
     seen: dict[str, int] = {}
-    for row in reader:
-        if reader.kind not in (None, OBJECT_MANIFEST):
-            break  # refused below, once: the profile came before the rows
+    for row in CheckmReader(fetch_text(spec.payload_url), only=OBJECT_MANIFEST):
         name = row.filename or named_from_url(row.url, row.line)
         key = same_file_key(name)  # "a" and "./a" would be written to one file
         if key in seen:
@@ -426,8 +423,6 @@ def payload_files(spec: ObjectSpec, *, fetch_text: FetchText) -> list[PayloadFil
             )
         seen[key] = row.line
         files.append(file_of_row(row, name))
-    if reader.kind not in (None, OBJECT_MANIFEST):
-        raise ManifestError(f"an object manifest must be {OBJECT_MANIFEST}, got {reader.kind}")
     if not files:
         raise ManifestError("the object manifest lists no files")
     return files

@@ -42,6 +42,18 @@ def test_ark_folder_names_are_reversible_and_refuse_escapes() -> None:
             ark_folder_name(bad)
 
 
+def test_a_storage_manifest_of_another_kind_is_refused(tmp_path: Path) -> None:
+    """Storage's manifest is an object manifest; one naming another kind is not read as one."""
+    data = write_checkm(
+        [{"url": "http://h/1", "filename": "producer/a"}], kind="mrt-batch-manifest"
+    ).encode()
+    path = tmp_path / "manifest.txt"
+    path.write_bytes(data)
+
+    with pytest.raises(StorageError, match=f"a {OBJECT_MANIFEST} is needed here, got mrt-batch"):
+        LocalStorage(tmp_path / "store").store(ark=ARK, manifest_url=path.as_uri())
+
+
 def test_local_storage_stores_a_version_from_the_manifest(tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path / "store")
     manifest_url = prepare(tmp_path, {"producer/a.txt": b"A", "producer/d/b.txt": b"B"})

@@ -254,6 +254,18 @@ def test_a_large_object_manifest_is_read_holding_little_beside_its_files() -> No
     assert peak - kept < len(data)
 
 
+def test_an_object_manifest_of_another_kind_is_refused_at_its_profile() -> None:
+    """A batch manifest given where an object's manifest is wanted is refused at its
+    ``#%profile`` line, before any of its rows is taken as a file."""
+    manifest = batch(BATCH_MANIFEST, {"url": "http://h/1"})
+    spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
+
+    with pytest.raises(
+        ManifestError, match=f"^line 2: a {OBJECT_MANIFEST} is needed here, got {BATCH_MANIFEST}$"
+    ):
+        payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
+
+
 def test_object_manifest_with_a_repeated_file_name_is_refused() -> None:
     manifest = write_checkm(
         [{"url": "http://h/a/x", "filename": "x"}, {"url": "http://h/b/x"}], kind=OBJECT_MANIFEST
