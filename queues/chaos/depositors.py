@@ -8,8 +8,9 @@ import io
 import json
 import os
 import tarfile
+import uuid
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,9 @@ from queues.steps.checkm import (
     ManifestRow,
     write_checkm,
 )
-from queues.zk.batches import batch_create
+from queues.zk import paths
+from queues.zk.batches import batch_create, batch_id_for_uuid
+from queues.zk.errors import NotFound
 
 PROFILE = "merritt_demo_content"
 
@@ -99,10 +102,14 @@ def own_profile(profiles: Path, owner: str) -> None:
     path.write_text(json.dumps(profile, indent=2))
 
 
-def _batch(zk: Any, base_url: str, manifest: str, kind: str, title: str) -> str:
+def _batch(
+    zk: Any, base_url: str, manifest: str, kind: str, title: str, batch_id: str | None = None
+) -> str:
+    submission = {} if batch_id is None else {"batchID": batch_id}
     batch = batch_create(
         zk,
         submission={
+            **submission,
             "profile": PROFILE,
             "submitter": "chaos@example.org",
             "payload_url": f"{base_url}/{manifest}",
@@ -114,12 +121,20 @@ def _batch(zk: Any, base_url: str, manifest: str, kind: str, title: str) -> str:
     return batch.bid
 
 
-def submit_good(
-    zk: Any, payload: Path, base_url: str, *, jobs: int, batches: int
-) -> dict[str, set[str]]:
-    """Write ``jobs`` small files and one single-file batch manifest per batch, submit the
-    batches; bid -> the local IDs its manifest lists."""
-    expected: dict[str, set[str]] = {}
+@dataclass(frozen=True)
+class GoodBatch:
+    """A good batch written out, not yet submitted: its manifest's name under the payload
+    folder, its title, the local IDs its manifest lists, and its external batch ID."""
+
+    manifest: str
+    title: str
+    local_ids: frozenset[str]
+    batch_id: str = field(default_factory=lambda: f"bid-{uuid.uuid4()}")
+
+
+def write_good(payload: Path, base_url: str, *, jobs: int, batches: int) -> list[GoodBatch]:
+    """Write ``jobs`` small files and one single-file batch manifest per batch."""
+    good: list[GoodBatch] = []
     sizes = [jobs // batches + (1 if i < jobs % batches else 0) for i in range(batches)]
     number = 0
     for b, size in enumerate(sizes):
@@ -145,9 +160,21 @@ def submit_good(
             number += 1
         manifest = f"batch-{b}.checkm"
         (payload / manifest).write_text(write_checkm(rows, kind=SINGLE_FILE_BATCH_MANIFEST))
-        bid = _batch(zk, base_url, manifest, "single-file-batch-manifest", f"Chaos batch {b}")
-        expected[bid] = {row.local_id for row in rows}
-    return expected
+        good.append(GoodBatch(manifest, f"Chaos batch {b}", frozenset(r.local_id for r in rows)))
+    return good
+
+
+def submit_good(zk: Any, base_url: str, batch: GoodBatch) -> str:
+    """Submit a batch ``write_good`` wrote; its batch ID. Tried again after ZooKeeper's
+    connection failed, it is not submitted twice: a batch made by the try whose answer was lost
+    is found by its external ID."""
+    try:
+        return batch_id_for_uuid(zk, paths.batch_uuid(batch.batch_id))
+    except NotFound:
+        pass
+    return _batch(
+        zk, base_url, batch.manifest, "single-file-batch-manifest", batch.title, batch.batch_id
+    )
 
 
 def submit_hostile(

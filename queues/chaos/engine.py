@@ -1,17 +1,17 @@
 """One chaos run, from the scratch folder to the verdict.
 
-The run serves the depositors' files on loopback, submits good batches and hostile depositors,
-starts ``--consumers`` ``runconsumer all`` processes (and a daphne web worker when a fault
-concerns the web), kills random consumers with SIGKILL until every good batch has finished,
-strikes the selected faults one after another as the jobs finish, and when every batch has
-finished (or no job has moved and no fault acted for ``stall`` seconds: stalled, a violation;
-there is no limit of time unless ``limit`` is given) judges, consumers still running: every
-lock gone within ``lock_grace`` of the last heal, nothing stuck; then, consumers stopped by
-SIGTERM within ``stop_timeout``: the queue consistent and complete, one storage version per
-object, no good job Failed, none by the infrastructure, every hostile depositor Failed for its
-own reason; last, the servers' own transaction logs (``txnlog``): no lock deleted by a session
-that did not create it, none taken over a standing one, no consumer write to a job whose lock
-it did not hold.
+The run serves the depositors' files on loopback, submits hostile depositors and the good
+batches (in waves, one a strike: ``schedule``), starts ``--consumers`` ``runconsumer all``
+processes (and a daphne web worker when a fault concerns the web), kills random consumers with
+SIGKILL until every good batch has finished, strikes the selected faults one after another, each
+with its wave's jobs in flight, and when every batch has finished (or no job has moved and no
+fault acted for ``stall`` seconds: stalled, a violation; there is no limit of time unless
+``limit`` is given) judges, consumers still running: every lock gone within ``lock_grace`` of
+the last heal, nothing stuck; then, consumers stopped by SIGTERM within ``stop_timeout``: the
+queue consistent and complete, one storage version per object, no good job Failed, none by the
+infrastructure, every hostile depositor Failed for its own reason; last, the servers' own
+transaction logs (``txnlog``): no lock deleted by a session that did not create it, none taken
+over a standing one, no consumer write to a job whose lock it did not hold.
 
 ZooKeeper away for good (an ensemble that elects no leader) does not hold the run: the monitor's
 and the judge's reads fail once the connection has been down a second (``FailWhileDown``), the
@@ -56,6 +56,7 @@ from queues.chaos.faults import (
     Pause,
     RedisStop,
     Stage,
+    Strike,
     ZooKeeperRestart,
     schedule,
 )
@@ -111,6 +112,9 @@ RESTART_DELAY = 2.0
 # How long a run that ended waits for the fault being caused to heal before its verdict: a
 # leader kill's election and restart take up to two minutes when the ensemble is slow.
 FAULT_END_WAIT = 180.0
+# Tries of a wave's batch submission, a second apart, while the monitor's connection to
+# ZooKeeper comes back after a fault.
+SUBMIT_TRIES = 60
 # Settings of the operator's shell that would point a run at real services or folders.
 CLEARED_ENV = (
     "MRT_STORAGE_URL", "MRT_INVENTORY_URL", "MRT_EZID_URL", "EMAIL_HOST", "MRT_DATABASE_PATH",
@@ -123,7 +127,7 @@ CLEARED_ENV = (
 @dataclass
 class Options:
     jobs: int = 1000
-    batches: int = 0  # 0: one per 100 jobs
+    batches: int = 0  # 0: one per 100 jobs, and at least one a strike
     consumers: int = 3
     kills: bool = True
     kill_every: tuple[float, float] = (2.0, 6.0)
@@ -212,13 +216,16 @@ class Run:
     summary: str = ""
     throughput: str = ""
     _acting: str = ""  # the fault being caused, if any
+    in_flight: list[int] = field(default_factory=list)  # the jobs in flight at each strike
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    _expected_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def execute(self) -> judge.Verdict:
         opts = self.options
         seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1 << 30)
         self.rng = random.Random(seed)
-        batches = min(opts.batches or max(1, round(opts.jobs / 100)), opts.jobs)
+        strikes = len(opts.strikes())
+        batches = min(opts.batches or max(1, round(opts.jobs / 100), strikes), opts.jobs)
         # The monitor's own reconnects during ZooKeeper faults are expected, not news.
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
         self.say(
@@ -414,14 +421,25 @@ class Run:
         # The monitor and the judge go on while ZooKeeper is away: a read made then fails
         # instead of waiting (for ever, if the ensemble elects no leader), so the stall is seen.
         self._stack.callback(FailWhileDown(zk).stop)
-        expected = depositors.submit_good(zk, payload, files.url, jobs=opts.jobs, batches=batches)
-        self.say(f"submitted {len(expected)} batches, {opts.jobs} manifest lines")
+        good = depositors.write_good(payload, files.url, jobs=opts.jobs, batches=batches)
+        strikes = opts.strikes()
+        waves = _waves(good, min(len(good), len(strikes)) or 1)
+        plan = schedule(strikes, len(waves))
+        sizes = [sum(len(b.local_ids) for b in wave) for wave in waves]
+        expected: dict[str, set[str]] = {}
+        self._submit(zk, files.url, waves[0], expected)
+        self.say(
+            f"submitted {len(expected)} batches, {sizes[0]} manifest lines"
+            + (f"; {len(waves) - 1} more waves of batches to come" if len(waves) > 1 else "")
+        )
+        total = opts.jobs
         if opts.hostile:
             hostile = depositors.submit_hostile(
                 zk, payload, files.url, sentinel.url, f"http://127.0.0.1:{free_port()}"
             )
             expected.update(hostile)
             self.hostile_batches = set(hostile)
+            total += len(depositors.HOSTILE)
             self.say(f"submitted {len(hostile)} hostile batches, {len(depositors.HOSTILE)} objects")
         for number in range(opts.consumers):
             env = dict(self.env)
@@ -432,7 +450,14 @@ class Run:
             self.stage.consumers.append(consumer)
         self._stack.callback(self._kill_all)
 
-        self._chaos(zk, expected)
+        self._chaos(
+            zk,
+            expected,
+            total,
+            plan,
+            sizes,
+            lambda wave: self._submit(zk, files.url, waves[wave], expected),
+        )
         if not self._answering(zk):
             self.verdict.fail(
                 f"ZooKeeper did not answer within {opts.stall:.0f}s of the run's end: "
@@ -451,6 +476,8 @@ class Run:
             self._judge_web()
         judge.judge_txnlog(self._data_dirs(), self.stage.kept_logs, "", self.verdict, self.say)
         self.say(f"faults: {self.log.summary()}; {self.kills} SIGKILLs")
+        busy = sum(1 for jobs in self.in_flight if jobs > 0)
+        self.say(f"faults struck with jobs in flight: {busy} of {len(self.in_flight)}")
         self.summary = (
             f"{opts.jobs} jobs and {batches} batches consistent ({self.throughput}) "
             f"after {self.kills} SIGKILLs "
@@ -528,15 +555,47 @@ class Run:
         self.say(f"VERDICT: OK: {self.summary}")
         return True
 
-    def _chaos(self, zk: Any, expected: dict[str, set[str]]) -> None:
-        """Kill consumers and strike the faults until every batch has finished; a fault
-        being caused when the run ends is healed first, the ones not yet due are dropped."""
-        total = sum(len(v) for v in expected.values())
+    def _submit(
+        self,
+        zk: Any,
+        base_url: str,
+        wave: list[depositors.GoodBatch],
+        expected: dict[str, set[str]],
+    ) -> None:
+        """Submit a wave of good batches, each entered in ``expected`` once submitted (the
+        monitor reads it from its own thread)."""
+        for batch in wave:
+            for attempt in range(SUBMIT_TRIES):
+                try:
+                    bid = depositors.submit_good(zk, base_url, batch)
+                    break
+                except Exception as exc:
+                    # The monitor's connection, back from the fault just healed a moment later.
+                    if not is_connection_error(exc) or attempt == SUBMIT_TRIES - 1:
+                        raise
+                    time.sleep(1.0)
+            with self._expected_lock:
+                expected[bid] = set(batch.local_ids)
+
+    def _chaos(
+        self,
+        zk: Any,
+        expected: dict[str, set[str]],
+        total: int,
+        plan: list[Strike],
+        sizes: list[int],
+        submit: Callable[[int], None],
+    ) -> None:
+        """Kill consumers and strike the faults until every batch has finished, each wave of
+        batches submitted (``submit``) when its first strike comes; a fault being caused when
+        the run ends is healed first, the ones not yet due are dropped. ``total``: the jobs of
+        every wave; ``sizes``: each wave's."""
         finished = [0]
         ending = threading.Event()
-        plan = schedule(self.options.strikes())
         striking = threading.Thread(
-            target=self._strike_all, args=(plan, total, finished, ending), daemon=True
+            target=self._strike_all,
+            args=(plan, total, sizes, submit, finished, ending),
+            daemon=True,
         )
         striking.start()
         try:
@@ -573,7 +632,9 @@ class Run:
         done_batches: set[str] = set()
         while True:
             now = time.monotonic()
-            progress = judge.progress(zk, expected)
+            with self._expected_lock:
+                submitted = dict(expected)
+            progress = judge.progress(zk, submitted)
             if progress is not None:
                 finished[0], done_batches, line, counts = progress
                 self.stage.counts = counts
@@ -586,7 +647,7 @@ class Run:
                     rate = meter.line(total)
                     self.say(f"[{now - began:6.0f}s] {line} | {rate} | SIGKILLs {self.kills}")
                     next_report = now + 5
-                if len(done_batches) == len(expected) and not striking.is_alive():
+                if len(done_batches) == len(submitted) and not striking.is_alive():
                     self.throughput = meter.summary()
                     self.say(f"[{now - began:6.0f}s] every batch finished: {line}")
                     self.say(f"throughput: {meter.summary()}")
@@ -612,7 +673,7 @@ class Run:
             if (
                 opts.kills
                 and now >= next_kill
-                and not self._only_hostile_left(expected, done_batches)
+                and not self._only_hostile_left(submitted, done_batches)
             ):
                 self._kill_one(zk)
                 next_kill = time.monotonic() + self.rng.uniform(low, high)
@@ -630,16 +691,31 @@ class Run:
 
     def _strike_all(
         self,
-        plan: list[tuple[float, Fault]],
+        plan: list[Strike],
         total: int,
+        sizes: list[int],
+        submit: Callable[[int], None],
         finished: list[int],
         ending: threading.Event,
     ) -> None:
-        for number, (share, fault) in enumerate(plan):
-            while finished[0] < share * total:
+        wave, base = 0, 0  # the wave submitted last, and the jobs finished when it was
+        for number, strike in enumerate(plan):
+            fault = strike.fault
+            if strike.wave != wave:
+                # Its wave's turn: submitted now, however long the strikes before it took, so
+                # that the strike finds those jobs in flight, not an idle queue.
+                wave, base = strike.wave, finished[0]
+                try:
+                    submit(wave)
+                except Exception as exc:
+                    self.verdict.fail(f"wave {wave} of the good batches not submitted: {exc!r}")
+                    return
+            while finished[0] < base + strike.share * sizes[wave]:
                 if ending.wait(0.2):
                     self.log.note(f"{len(plan) - number} fault(s) not caused: the run ended")
                     return
+            # Submitted (the hostile depositors' too) and not finished when it strikes.
+            self.in_flight.append(total - sum(sizes[wave + 1 :]) - finished[0])
             self._acting = fault.name
             try:
                 fault.strike(self.stage)
@@ -779,6 +855,12 @@ class Throughput:
         then, finished = self.last_gain
         took = max(then - self.began, 1e-9)
         return f"{finished} jobs in {took:.0f}s, {finished / took:.2f} jobs/s"
+
+
+def _waves(good: list[depositors.GoodBatch], count: int) -> list[list[depositors.GoodBatch]]:
+    """``good`` in ``count`` runs of batches in their order, as even as can be."""
+    bounds = [len(good) * n // count for n in range(count + 1)]
+    return [good[bounds[n] : bounds[n + 1]] for n in range(count)]
 
 
 def _chroot(hosts: str) -> str:

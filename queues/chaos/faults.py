@@ -1,8 +1,9 @@
 """The faults of a chaos run, each caused for real and healed, one at a time, in the fault log.
 
-A fault strikes when its share of the jobs has finished (the strikes of every selected fault
-are spread evenly over the run) and the next one waits until it has healed. Consumer SIGKILLs
-are not here: they go on all through the run, in the engine's loop.
+The good batches are submitted in waves, one a strike where there are batches enough: a fault
+strikes once its share of its wave's jobs has finished, with the rest of them in flight, and the
+next one waits until it has healed. Consumer SIGKILLs are not here: they go on all through the
+run, in the engine's loop.
 """
 
 from __future__ import annotations
@@ -433,10 +434,23 @@ class Flap(Fault):
         stage.log.healed(self.name, "services outside answer well again")
 
 
-def schedule(strikes: list[Fault]) -> list[tuple[float, Fault]]:
-    """Each strike with the share of the jobs that must have finished before it: the strikes
-    spread evenly over the first two thirds of the jobs (a strike takes a while, and must find
-    work in flight), the kinds taking turns."""
+@dataclass(frozen=True)
+class Strike:
+    """A fault's place in the run: the wave of good batches it strikes in, and the share of
+    that wave's jobs that must have finished, counted from the wave's submission, before it
+    strikes."""
+
+    fault: Fault
+    wave: int
+    share: float
+
+
+def schedule(strikes: list[Fault], waves: int = 1) -> list[Strike]:
+    """The strikes in order, the kinds taking turns, spread evenly over ``waves`` waves of
+    batches. A wave is submitted when its first strike's turn comes, so each strike finds its
+    wave's jobs in flight however long the strikes before it took (strikes come one after the
+    other, and each takes a while); within a wave, the strikes are spread over the first two
+    thirds of its jobs."""
     kinds: dict[str, list[Fault]] = {}
     for fault in strikes:
         kinds.setdefault(fault.name, []).append(fault)
@@ -445,4 +459,11 @@ def schedule(strikes: list[Fault]) -> list[tuple[float, Fault]]:
         for queue in kinds.values():
             if queue:
                 ordered.append(queue.pop(0))
-    return [((i + 0.5) / len(ordered) * 2 / 3, fault) for i, fault in enumerate(ordered)]
+    placed: dict[int, list[Fault]] = {}
+    for number, fault in enumerate(ordered):
+        placed.setdefault(number * waves // len(ordered), []).append(fault)
+    return [
+        Strike(fault, wave, (i + 0.5) / len(faults) * 2 / 3)
+        for wave, faults in placed.items()
+        for i, fault in enumerate(faults)
+    ]

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from email.parser import BytesParser
 from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -627,7 +628,15 @@ class InventoryStandIn(StandIn):
                 return exception_document("REQUEST_INVALID", f"manifest URL required: {url!r}")
             with self.lock:
                 self.added.append(url)
-            xml = f"<invp:invProcessState><invp:url>{escape(url)}</invp:url></invp:invProcessState>"
+            # InvProcessState's fields (docs/merritt-services.md): no outcome among them.
+            xml = (
+                "<invp:invProcessState>"
+                f"<invp:processDateTime>{datetime.now(UTC).isoformat(timespec='seconds')}"
+                "</invp:processDateTime>"
+                f"<invp:processUrl>{escape(url)}</invp:processUrl>"
+                "<invp:operation>add</invp:operation>"
+                "</invp:invProcessState>"
+            )
             return Answer(200, xml.encode())
         if segments[:1] == ["primary"] and len(segments) == 3 and request.method == "GET":
             owner, local_id = segments[1], segments[2]

@@ -73,6 +73,8 @@ def test_zookeeper_restarts_shorter_than_the_session_timeout(tmp_path: Path, cha
     )  # fmt: skip
     assert "ZooKeeper stopped (1 server(s)) for 1.5s" in output
     assert f"{restarts} x ZooKeeper restart" in output
+    # Each restart struck with jobs in flight: its wave of batches was submitted at its turn.
+    assert f"faults struck with jobs in flight: {restarts} of {restarts}" in output
     judged_clean(output, int(jobs))
 
 

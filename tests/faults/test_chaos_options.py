@@ -46,6 +46,28 @@ def test_with_every_fault_the_services_flap_first() -> None:
     )
     plan = schedule(options.strikes())
     assert len(plan) == 20
-    share, first = plan[0]
-    assert isinstance(first, Flap) and share < 0.05
-    assert sum(isinstance(fault, Flap) for _share, fault in plan) == 3
+    assert isinstance(plan[0].fault, Flap) and plan[0].share < 0.05
+    assert sum(isinstance(strike.fault, Flap) for strike in plan) == 3
+
+
+def test_each_strike_comes_with_a_wave_of_batches_of_its_own() -> None:
+    """Strikes come one after another and each takes a while: spread over the share of the
+    jobs finished, the later ones struck an idle queue when the faults were many and the jobs
+    few. With a wave of batches a strike, submitted at its turn, each strikes once a third of
+    its wave has finished; with fewer waves, a wave's strikes share its first two thirds."""
+    from queues.chaos.engine import Options, _waves
+    from queues.chaos.faults import schedule
+
+    strikes = Options(ensemble=True, leader_kills=3, pauses=3, flaps=2, zk_restarts=2).strikes()
+    plan = schedule(strikes, len(strikes))
+    assert [strike.wave for strike in plan] == list(range(10))
+    assert {round(strike.share, 6) for strike in plan} == {round(1 / 3, 6)}
+    assert sorted(strike.fault.name for strike in plan) == sorted(f.name for f in strikes)
+
+    plan = schedule(strikes[:6], 2)
+    assert [strike.wave for strike in plan] == [0, 0, 0, 1, 1, 1]
+    assert [round(strike.share * 9) for strike in plan] == [1, 3, 5, 1, 3, 5]
+
+    # The batches in waves, in their order, as even as can be.
+    assert _waves(list(range(7)), 3) == [[0, 1], [2, 3], [4, 5, 6]]
+    assert _waves(list(range(2)), 1) == [[0, 1]]

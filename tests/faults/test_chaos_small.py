@@ -68,6 +68,7 @@ def test_thirty_jobs_survive_kills_and_a_zookeeper_restart(tmp_path: Path) -> No
     )
     assert "SIGKILL" in output
     assert "1 x ZooKeeper restart" in output
+    assert "faults struck with jobs in flight: 1 of 1" in output
     # Hostile depositors ran among the good jobs (chaosrun's default) and each failed for its
     # own reason: the verdict checks each of them, and the refused address was never asked.
     assert (
