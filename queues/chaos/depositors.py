@@ -105,20 +105,17 @@ def own_profile(profiles: Path, owner: str) -> None:
 def _batch(
     zk: Any, base_url: str, manifest: str, kind: str, title: str, batch_id: str | None = None
 ) -> str:
-    submission = {} if batch_id is None else {"batchID": batch_id}
-    batch = batch_create(
-        zk,
-        submission={
-            **submission,
-            "profile": PROFILE,
-            "submitter": "chaos@example.org",
-            "payload_url": f"{base_url}/{manifest}",
-            "type": kind,
-            "title": title,
-            "submission_mode": "add",
-        },
-    )
-    return batch.bid
+    submission = {
+        "profile": PROFILE,
+        "submitter": "chaos@example.org",
+        "payload_url": f"{base_url}/{manifest}",
+        "type": kind,
+        "title": title,
+        "submission_mode": "add",
+    }
+    if batch_id is not None:
+        submission["batchID"] = batch_id
+    return batch_create(zk, submission=submission).bid
 
 
 @dataclass(frozen=True)
