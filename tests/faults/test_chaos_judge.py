@@ -151,7 +151,7 @@ def test_a_fault_that_never_heals_fails_the_run_instead_of_holding_it(
     from pathlib import Path
 
     from queues.chaos import engine
-    from queues.chaos.faults import Fault, FaultLog, Stage
+    from queues.chaos.faults import Fault, FaultLog, Stage, schedule
 
     began, release = threading.Event(), threading.Event()
 
@@ -168,7 +168,6 @@ def test_a_fault_that_never_heals_fails_the_run_instead_of_holding_it(
     )
     run.log = FaultLog(lines.append)
     run.stage = Stage(consumers=[], rng=random.Random(1), log=run.log, session_timeout=4.0)
-    monkeypatch.setattr(engine.Options, "strikes", lambda self: [Stuck(0.0)])
     monkeypatch.setattr(engine, "FAULT_END_WAIT", 0.5)
 
     def watch(_zk: Any, _expected: Any, total: int, finished: list[int], _striking: Any) -> None:
@@ -177,7 +176,8 @@ def test_a_fault_that_never_heals_fails_the_run_instead_of_holding_it(
 
     monkeypatch.setattr(run, "_watch", watch)
     try:
-        run._chaos(None, {"bid0000000001": {"jid0000000001"}})
+        expected = {"bid0000000001": {"jid0000000001"}}
+        run._chaos(None, expected, 1, schedule([Stuck(0.0)]), [1], lambda _wave: None)
     finally:
         release.set()
     assert any("stuck fault did not end within" in line for line in run.verdict.violations)
