@@ -66,7 +66,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         add = parser.add_argument
         add("--jobs", type=AT_LEAST_ONE, default=1000)
-        add("--batches", type=COUNT, default=0, help="default: one per 100 jobs")
+        add(
+            "--batches",
+            type=COUNT,
+            default=0,
+            help="default: one per 100 jobs, and at least one a strike (a wave of its own)",
+        )
         add("--consumers", type=AT_LEAST_ONE, default=3, help="runconsumer all processes")
         add(
             "--loop",
