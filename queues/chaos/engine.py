@@ -224,8 +224,8 @@ class Run:
         opts = self.options
         seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1 << 30)
         self.rng = random.Random(seed)
-        strikes = len(opts.strikes())
-        batches = min(opts.batches or max(1, round(opts.jobs / 100), strikes), opts.jobs)
+        strikes = opts.strikes()
+        batches = min(opts.batches or max(1, round(opts.jobs / 100), len(strikes)), opts.jobs)
         # The monitor's own reconnects during ZooKeeper faults are expected, not news.
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
         self.say(
@@ -236,7 +236,7 @@ class Run:
         try:
             with self._stack:
                 self._prepare()
-                self._run(batches)
+                self._run(batches, strikes)
         finally:
             if opts.keep or self.verdict.violations:
                 self.say(f"scratch folder kept, with each consumer's log: {self.scratch}")
@@ -406,7 +406,7 @@ class Run:
 
     # The run --------------------------------------------------------------------------------
 
-    def _run(self, batches: int) -> None:
+    def _run(self, batches: int, strikes: list[Fault]) -> None:
         opts = self.options
         payload = self.scratch / "payload"
         payload.mkdir()
@@ -422,7 +422,6 @@ class Run:
         # instead of waiting (for ever, if the ensemble elects no leader), so the stall is seen.
         self._stack.callback(FailWhileDown(zk).stop)
         good = depositors.write_good(payload, files.url, jobs=opts.jobs, batches=batches)
-        strikes = opts.strikes()
         waves = _waves(good, min(len(good), len(strikes)) or 1)
         plan = schedule(strikes, len(waves))
         sizes = [sum(len(b.local_ids) for b in wave) for wave in waves]
