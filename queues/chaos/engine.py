@@ -431,14 +431,13 @@ class Run:
             f"submitted {len(expected)} batches, {sizes[0]} manifest lines"
             + (f"; {len(waves) - 1} more waves of batches to come" if len(waves) > 1 else "")
         )
-        total = opts.jobs
+        total = sum(sizes)  # the good batches' jobs: what the run waits for and counts
         if opts.hostile:
             hostile = depositors.submit_hostile(
                 zk, payload, files.url, sentinel.url, f"http://127.0.0.1:{free_port()}"
             )
             expected.update(hostile)
             self.hostile_batches = set(hostile)
-            total += len(depositors.HOSTILE)
             self.say(f"submitted {len(hostile)} hostile batches, {len(depositors.HOSTILE)} objects")
         for number in range(opts.consumers):
             env = dict(self.env)
@@ -633,7 +632,7 @@ class Run:
             now = time.monotonic()
             with self._expected_lock:
                 submitted = dict(expected)
-            progress = judge.progress(zk, submitted)
+            progress = judge.progress(zk, submitted, self.hostile_batches)
             if progress is not None:
                 finished[0], done_batches, line, counts = progress
                 self.stage.counts = counts
@@ -658,7 +657,7 @@ class Run:
                 self.throughput = meter.summary()
                 self.verdict.fail(
                     f"stalled: no job moved and no fault acted for {opts.stall:.0f}s "
-                    f"({finished[0]} of {total} jobs finished; {meter.summary()}); "
+                    f"({finished[0]} of {total} good jobs finished; {meter.summary()}); "
                     "the run cannot finish"
                 )
                 return
@@ -666,7 +665,7 @@ class Run:
                 self.throughput = meter.summary()
                 self.verdict.fail(
                     f"not finished within the --limit of {opts.limit:.0f}s, jobs still moving "
-                    f"({finished[0]} of {total} finished; {meter.summary()})"
+                    f"({finished[0]} of {total} good jobs finished; {meter.summary()})"
                 )
                 return
             if (
@@ -713,7 +712,7 @@ class Run:
                 if ending.wait(0.2):
                     self.log.note(f"{len(plan) - number} fault(s) not caused: the run ended")
                     return
-            # Submitted (the hostile depositors' too) and not finished when it strikes.
+            # The good jobs submitted and not finished when it strikes.
             self.in_flight.append(total - sum(sizes[wave + 1 :]) - finished[0])
             self._acting = fault.name
             try:

@@ -7,7 +7,7 @@ import json
 import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ from typing import Any
 from queues.chaos import txnlog
 from queues.chaos.depositors import HOSTILE
 from queues.chaos.flapping import FLAPPING_SERVICES
-from queues.core.states import JOB, BatchState, JobState
+from queues.core.states import JOB, BatchState, JobState, job_batch_folder
 from queues.core.words import digits
 from queues.operator.check import run_check
 from queues.zk import paths
@@ -83,19 +83,27 @@ def consumer_sessions(zk: Any) -> dict[int, str]:
     return {stat.ephemeralOwner: path.rsplit("/", 1)[1] for path, stat in stats.items() if stat}
 
 
+# The batch index folders of a batch's finished jobs (Completed, Failed).
+_FINISHED_FOLDERS = (job_batch_folder(JobState.COMPLETED), job_batch_folder(JobState.FAILED))
+
+
 def progress(
-    zk: Any, expected: dict[str, set[str]]
+    zk: Any, expected: dict[str, set[str]], hostile: Collection[str] = ()
 ) -> tuple[int, set[str], str, dict[str, int]] | None:
     """(finished jobs, the finished batches' IDs, a line, jobs per state), or None while
-    ZooKeeper cannot answer."""
+    ZooKeeper cannot answer. The jobs of the ``hostile`` batches are left out of the finished
+    count (they are in the line's counts): what a strike waits for, and the jobs it finds in
+    flight, are the good batches' jobs the verdict judges."""
     try:
         folders = {s: paths.job_state_folder(s) for s in JOB.states}
-        stats = exists_many(zk, list(folders.values()))
+        hostile_folders = [paths.batch_index(b, f) for b in hostile for f in _FINISHED_FOLDERS]
+        stats = exists_many(zk, [*folders.values(), *hostile_folders])
         counts = {s: st.numChildren for s, f in folders.items() if (st := stats[f]) is not None}
         states = batch_states(zk, list(expected))
     except Exception:  # ZooKeeper is away: report again once it is back
         return None
     finished = counts.get(JobState.COMPLETED, 0) + counts.get(JobState.FAILED, 0)
+    finished -= sum(st.numChildren for f in hostile_folders if (st := stats[f]) is not None)
     done = {bid for bid, s in states.items() if s in TERMINAL_BATCH}
     working = ", ".join(f"{s} {n}" for s, n in counts.items() if n and s not in TERMINAL_JOB)
     line = (

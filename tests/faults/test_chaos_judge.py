@@ -85,6 +85,27 @@ def test_two_adds_of_the_same_manifest_are_two_versions_and_a_violation() -> Non
     assert said == ["storage: 1 objects, 1 extra versions"]
 
 
+def test_progress_counts_the_good_batches_finished_jobs_only(zk: Any) -> None:
+    """A strike waits for good jobs to finish and counts the good jobs in flight: a hostile
+    depositor's job failing (or one still failing slowly) must not stand in for them."""
+    good = jobs.job_transition(zk, a_job(zk, "chaos-good-1"), "Estimating")
+    jobs.job_transition(zk, good, "Failed", message="estimating: HTTP 404 from depositor")
+    waiting = jobs.job_transition(zk, a_job(zk, "chaos-good-2"), "Estimating")
+    hostile = jobs.job_transition(zk, a_job(zk, "chaos-hostile-1"), "Estimating")
+    jobs.job_transition(zk, hostile, "Failed", message="downloading: too large")
+    slow = jobs.job_transition(zk, a_job(zk, "chaos-hostile-2"), "Estimating")
+    expected = {j.bid: {"x"} for j in (good, waiting, hostile, slow)}
+    progress = judge.progress(zk, expected, {hostile.bid, slow.bid})
+    assert progress is not None
+    finished, done, line, counts = progress
+    assert finished == 1  # the good one; the hostile one's Failed is left out
+    assert done == set()  # no batch of them moved to a finished state
+    assert counts["Failed"] == 2 and counts["Estimating"] == 2  # the line counts every job
+    assert line.startswith("jobs: 0 Completed, 2 Failed, Estimating 2 |")
+    everything = judge.progress(zk, expected)
+    assert everything is not None and everything[0] == 2
+
+
 def test_a_job_failed_by_the_database_is_failed_by_the_infrastructure(zk: Any) -> None:
     job = jobs.job_transition(zk, a_job(zk, "chaos-3"), "Estimating")
     jobs.job_transition(zk, job, "Failed", message="recording: database is locked")
