@@ -25,6 +25,7 @@ from django.conf import settings
 from queues.core.states import AccessState
 from queues.daemons import clients
 from queues.daemons.base import AccessDaemon, Next, Step, StepFailed
+from queues.services.depositors import system_policy
 from queues.steps.access import (
     OBJECT,
     PRODUCER,
@@ -79,6 +80,7 @@ class AccessSmall(AccessDaemon):
                 timeout=settings.MRT_HTTP_TIMEOUT,
                 retries=settings.MRT_DOWNLOAD_RETRIES,
                 file_roots=clients.internal_roots(),
+                policy=system_policy(),
             )
         except UnsupportedRequest as exc:
             raise StepFailed(str(exc), permanent=True) from exc

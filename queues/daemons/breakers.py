@@ -20,6 +20,7 @@ service keeps taking the Storing jobs it owns and retries them its own way.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -31,11 +32,14 @@ from django.conf import settings
 
 from queues.core import retries
 from queues.operator import audit
+from queues.services.depositors import depositor_policy
 from queues.steps.merritt_wire import service_session, unavailable_answer
+from queues.steps.netpolicy import FetchRefused, TooSlow, TransferFailed
 from queues.zk.errors import InvalidID
 from queues.zk.maintenance import (
     BREAKER,
     NODE_RE,
+    SERVER_SERVICES,
     breaker_hold_clear,
     node_hold_set,
     node_holds,
@@ -102,7 +106,12 @@ def probe_url(service: str, given: str = "") -> str:
     if service == "ezid":
         base = settings.MRT_EZID_URL
         return f"{base.rstrip('/')}/status" if base else ""
-    return given
+    # The hold node that keeps ``given`` is one any client of the ensemble may write: only the
+    # root of the very server the service names is asked.
+    kind = service.split(" ", 1)[0]
+    if given and retries.origin_of(given) == given and retries.service_at(kind, given) == service:
+        return given
+    return ""
 
 
 def _hold(zk: Any, service: str, why: str, probe: str) -> bool:
@@ -219,9 +228,20 @@ class Breakers:
 
 def _answers(service: str, url: str) -> bool:
     """Whether ``url`` answers with anything but "not now" (any status but 408, 429, 5xx: a
-    depositor's root answering 404 is up); False when there is nothing to ask."""
+    depositor's root answering 404 is up); False when there is nothing to ask. A depositor's or
+    callback receiver's server is asked under the depositor policy (its addresses checked; a
+    redirect is an answer, not followed), in MRT_HTTP_TIMEOUT for the whole exchange."""
     if not url:
         return False
+    if storage_node(service) is None and service.split(" ", 1)[0] in SERVER_SERVICES:
+        seconds = settings.MRT_HTTP_TIMEOUT
+        policy = dataclasses.replace(depositor_policy(), timeout=seconds, deadline=seconds)
+        try:
+            with policy.open(url, follow=False) as answer:
+                status, reason, after = answer.status, answer.reason, answer.header("Retry-After")
+        except (FetchRefused, TransferFailed, TooSlow):
+            return False
+        return retries.http_unavailable(service, status, reason, after, now=time.time()) is None
     session = service_session(retries=0, deadline=settings.MRT_HTTP_TIMEOUT)
     try:
         response = session.get(url, timeout=settings.MRT_HTTP_TIMEOUT)

@@ -30,6 +30,7 @@ import requests
 from django.conf import settings
 
 from queues.daemons.inventory_db import LocalInventory
+from queues.services.depositors import system_policy
 from queues.steps.erc import Erc
 from queues.steps.inventory import HttpInventory, InventoryClient, InventoryError
 from queues.steps.merritt import storage_node_number
@@ -176,6 +177,7 @@ def storage(profile: Profile | None = None, *, node: int | None = None) -> Stora
         timeout=settings.MRT_HTTP_TIMEOUT,
         file_roots=internal_roots(),
         export=storage_export(profile),
+        policy=system_policy(),
     )
 
 
@@ -200,7 +202,7 @@ def inventory() -> InventoryClient:
             timeout=settings.MRT_HTTP_TIMEOUT,
             session=_session("inventory"),
         )
-    return LocalInventory(file_roots=internal_roots())
+    return LocalInventory(file_roots=internal_roots(), policy=system_policy())
 
 
 def _owner(profile_name: str | None, local_id: str) -> str:

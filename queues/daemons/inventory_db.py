@@ -17,6 +17,7 @@ from queues.steps.checkm import ManifestError
 from queues.steps.erc import Erc
 from queues.steps.fetch import DownloadError, fetch_bytes
 from queues.steps.inventory import InventoryError
+from queues.steps.netpolicy import FetchPolicy
 from queues.steps.storage import version_entries
 from queues.steps.submission import filename_from_url
 
@@ -28,8 +29,11 @@ class LocalInventory:
     and a version's file list is replaced as a whole, so a re-run Recording step changes nothing.
     """
 
-    def __init__(self, *, file_roots: Sequence[Path] | None = None) -> None:
+    def __init__(
+        self, *, file_roots: Sequence[Path] | None = None, policy: FetchPolicy | None = None
+    ) -> None:
         self.file_roots = file_roots
+        self.policy = policy  # its HTTP fetches' (None: the system's own)
 
     def record(
         self,
@@ -41,7 +45,8 @@ class LocalInventory:
         erc: Erc | None = None,
     ) -> None:
         try:
-            files = version_entries(fetch_bytes(manifest_url, file_roots=self.file_roots), version)
+            data = fetch_bytes(manifest_url, file_roots=self.file_roots, policy=self.policy)
+            files = version_entries(data, version)
         except (DownloadError, ManifestError) as exc:
             raise InventoryError(f"unusable storage manifest {manifest_url}: {exc}") from exc
         erc = erc or Erc()

@@ -3,7 +3,8 @@
 Every request the system makes for a depositor (estimating's HEADs, downloads, manifests,
 callbacks, and the checks at the submission doors) uses :func:`depositor_policy`, and their
 ``file://`` URLs may read only under :func:`payload_roots`. The system's own requests (to
-Merritt's storage and inventory on its own network, its own working folders) do not.
+Merritt's storage and inventory on its own network, its own working folders) use
+:func:`system_policy`: any address, the same bounds on the whole exchange.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from queues.steps.netpolicy import FetchPolicy, parse_networks
+from queues.steps.netpolicy import SYSTEM, FetchPolicy, parse_networks
 
 
 def payload_roots() -> list[Path]:
@@ -55,6 +56,31 @@ def _policy(
         restrict=True,
         allow=parse_networks(allow),
         max_redirects=max_redirects,
+        timeout=timeout,
+        deadline=deadline or None,
+        min_rate=min_rate,
+        rate_window=rate_window,
+    )
+
+
+def system_policy() -> FetchPolicy:
+    """The policy of the system's own requests (local storage's manifests and files, the local
+    inventory's manifests, an access request's files): any address, with the downloads'
+    deadline and minimum rate for the whole exchange."""
+    return _system_policy(
+        settings.MRT_HTTP_TIMEOUT,
+        settings.MRT_DOWNLOAD_DEADLINE,
+        settings.MRT_DOWNLOAD_MIN_RATE,
+        settings.MRT_DOWNLOAD_RATE_WINDOW,
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _system_policy(
+    timeout: float, deadline: float | None, min_rate: int, rate_window: float
+) -> FetchPolicy:
+    return dataclasses.replace(
+        SYSTEM,
         timeout=timeout,
         deadline=deadline or None,
         min_rate=min_rate,

@@ -44,6 +44,7 @@ from queues.core.words import digits
 from queues.steps.erc import PRODUCER_DIR
 from queues.steps.fetch import DEFAULT_TIMEOUT, download
 from queues.steps.merritt_wire import answered_ok, json_document, service_session
+from queues.steps.netpolicy import FetchPolicy
 from queues.steps.storage import ObjectFile, StorageClient, StorageError, ark_folder_name
 
 # archive type -> file name suffix (the names and suffixes of Merritt's ArchiveBuilder types)
@@ -368,6 +369,7 @@ def build_archive(
     timeout: float = DEFAULT_TIMEOUT,
     retries: int = 2,
     file_roots: Sequence[Path] | None = None,
+    policy: FetchPolicy | None = None,
 ) -> Archive:
     """Write the object (latest version unless ``version``; every version, each in a folder
     named by its number, with ``all_versions``) to ``downloads_dir/<name>``.
@@ -416,6 +418,7 @@ def build_archive(
                         retries=retries,
                         timeout=timeout,
                         file_roots=file_roots,
+                        policy=policy,
                     )
                 add(source, f"{top}/{member}")
                 if source.parent == Path(scratch):

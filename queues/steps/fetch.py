@@ -30,15 +30,16 @@ from queues.core.retries import origin_of, outage_of, service_at, unavailable
 from queues.core.words import digits
 from queues.steps.checkm import HASH_LENGTHS, filename_problem
 from queues.steps.netpolicy import (
-    USER_AGENT as USER_AGENT,  # notify's callbacks send the same User-Agent
-)
-from queues.steps.netpolicy import (
+    SYSTEM,
     FetchPolicy,
     FetchRefused,
     OpenResponse,
     TooSlow,
     TransferFailed,
     short_error,
+)
+from queues.steps.netpolicy import (
+    USER_AGENT as USER_AGENT,  # notify's callbacks send the same User-Agent
 )
 
 CHUNK = 1024 * 1024
@@ -178,10 +179,11 @@ def _retrying(url: str, attempt: Callable[[], T], *, retries: int, backoff: floa
 
 
 def _policy(policy: FetchPolicy | None, timeout: float) -> FetchPolicy:
-    """The caller's policy, or the system's own (any address) with ``timeout``."""
+    """The caller's policy, or the system's own (any address, the exchange bounded) with
+    ``timeout``."""
     if policy is not None:
         return policy
-    return FetchPolicy(restrict=False, timeout=timeout)
+    return replace(SYSTEM, timeout=timeout)
 
 
 @contextmanager

@@ -28,7 +28,8 @@ here, under a :class:`FetchPolicy`:
   ``min_rate`` bytes per second over every ``rate_window`` seconds.
 
 Requests the system makes for itself (to Merritt's storage or inventory service on its own
-network) use :data:`SYSTEM`, which checks nothing about addresses but reads bodies the same way.
+network) use :data:`SYSTEM`, which checks nothing about addresses but bounds the exchange the
+same way.
 """
 
 from __future__ import annotations
@@ -505,8 +506,10 @@ class FetchPolicy:
         body: bytes | RequestBody | None = None,
         content_type: str = "",
         headers: Mapping[str, str] | None = None,
+        follow: bool = True,
     ) -> OpenResponse:
-        """Send ``method`` to ``url`` following redirects under the policy; the body unread.
+        """Send ``method`` to ``url`` following redirects under the policy (``follow`` False: a
+        redirect is the answer); the body unread.
 
         A ``body`` (a callback's JSON, an upload) goes along with 307 and 308 redirects, which
         are followed only to the same origin: one to another host is refused (FetchRefused)
@@ -520,7 +523,7 @@ class FetchPolicy:
             pool, response, alarm = self._send(url, method, started, body, content_type, headers)
             location = response.headers.get("Location")
             moved = body is not None and response.status in (301, 302)
-            if response.status not in REDIRECTS or not location or moved:
+            if response.status not in REDIRECTS or not location or moved or not follow:
                 return OpenResponse(self, url, response, started, pool, alarm)
             status = response.status
             alarm.close()
@@ -752,4 +755,8 @@ def short_error(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-SYSTEM = FetchPolicy(restrict=False)
+# The system's own requests: any address, and the downloads' default bounds on the whole
+# exchange (MRT_DOWNLOAD_DEADLINE, MRT_DOWNLOAD_MIN_RATE, MRT_DOWNLOAD_RATE_WINDOW; the daemons
+# take the settings: ``queues.services.depositors.system_policy``). Without them a server that
+# drips its answer a byte at a time, within every read's timeout, held the request for ever.
+SYSTEM = FetchPolicy(restrict=False, deadline=6 * 3600.0, min_rate=1024, rate_window=60.0)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 from queues.core.clock import clock_text
 from queues.core.retries import is_unavailable_status, origin_of, service_at, unavailable
-from queues.steps.netpolicy import FetchPolicy, FetchRefused, TooSlow, TransferFailed
+from queues.steps.netpolicy import SYSTEM, FetchPolicy, FetchRefused, TooSlow, TransferFailed
 
 # How many jobs the queued mail lists by ID; the rest are counted.
 QUEUED_LISTED = 1000
@@ -49,7 +50,7 @@ def post_callback(
     job ID); any other non-2xx raises CallbackError at once. User and password in the URL
     (``https://u:p@host/...``) are sent as HTTP Basic authentication, as Merritt's ingest does.
     """
-    rules = policy or FetchPolicy(restrict=False, timeout=timeout)
+    rules = policy or replace(SYSTEM, timeout=timeout)
     body = json.dumps(dict(payload)).encode()
     attempt = 0
     while True:

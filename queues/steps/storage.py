@@ -49,6 +49,7 @@ from queues.steps.merritt_wire import (
     state_fields,
     unavailable_answer,
 )
+from queues.steps.netpolicy import FetchPolicy
 from queues.steps.objectmap import (
     MapFile,
     MapVersion,
@@ -233,8 +234,10 @@ class LocalStorage:
         file_roots: Sequence[Path] | None = None,
         lock_wait: float = 60.0,
         export: ManifestExport | None = None,
+        policy: FetchPolicy | None = None,
     ) -> None:
         self.root = root
+        self.policy = policy  # its HTTP fetches' (None: the system's own, with ``timeout``)
         self.export = export
         self.threads = threads
         self.retries = retries
@@ -264,7 +267,9 @@ class LocalStorage:
 
     def read_manifest(self, manifest_url: str) -> StorageManifest:
         try:
-            data = fetch_bytes(manifest_url, file_roots=self.file_roots)
+            data = fetch_bytes(
+                manifest_url, timeout=self.timeout, file_roots=self.file_roots, policy=self.policy
+            )
         except DownloadError as exc:
             raise StorageError(f"unusable storage manifest {manifest_url}: {exc}") from exc
         return parse_storage_manifest(manifest_url, data)
@@ -332,6 +337,7 @@ class LocalStorage:
                     retries=self.retries,
                     timeout=self.timeout,
                     file_roots=self.file_roots,
+                    policy=self.policy,
                 )
             except DownloadError as exc:
                 raise StorageError(f"could not fetch the files of {ark}: {exc}") from exc

@@ -206,3 +206,40 @@ def test_the_depositor_policy_follows_its_settings(settings: Any) -> None:
     assert again.allow == (ipaddress.ip_network("10.2.0.0/16"),) and again.deadline == 600
     assert depositor_policy(timeout=3).timeout == 3
     assert depositor_policy().timeout == settings.MRT_HTTP_TIMEOUT
+
+
+def test_the_systems_own_requests_are_cut_off_at_the_downloads_deadline(
+    trickle: HeaderTrickle, tmp_path: Path, settings: Any
+) -> None:
+    """Local storage's and the local inventory's manifests (URLs from a job's ``store`` and
+    ``inventory`` nodes, which other clients write) are fetched under the system's policy made
+    from the settings: a server that trickles its answer within every read's timeout is cut off
+    at MRT_DOWNLOAD_DEADLINE, where before it held the step's thread for ever."""
+    from queues.daemons import clients
+    from queues.steps.inventory import InventoryError
+    from queues.steps.storage import StorageError
+
+    settings.MRT_DOWNLOAD_DEADLINE = 1.0
+    settings.MRT_HTTP_TIMEOUT = 10.0
+    settings.MRT_STORAGE_URL = ""
+    settings.MRT_INVENTORY_URL = ""
+    settings.MRT_STORAGE_ROOT = str(tmp_path / "storage")
+
+    with pytest.raises(StorageError, match=r"took longer than the limit of 1s"):
+        clients.storage().read_manifest(trickle.url + "/manifest")
+    assert _cut_off(trickle) == (1, 1, 0)
+
+    with pytest.raises(InventoryError, match=r"took longer than the limit of 1s"):
+        clients.inventory().record(
+            ark="ark:/99999/fk4test", version=1, manifest_url=trickle.url + "/manifest"
+        )
+    assert _cut_off(trickle) == (2, 2, 0)
+
+
+def test_a_request_made_without_a_policy_is_bounded_as_the_systems_own() -> None:
+    from queues.steps.fetch import _policy
+    from queues.steps.netpolicy import SYSTEM
+
+    assert SYSTEM.deadline is not None and SYSTEM.min_rate > 0 and not SYSTEM.restrict
+    made = _policy(None, 5.0)
+    assert (made.timeout, made.deadline, made.min_rate) == (5.0, SYSTEM.deadline, SYSTEM.min_rate)
