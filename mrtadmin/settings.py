@@ -485,7 +485,7 @@ MRT_NOOP_STEPS = env_bool("MRT_NOOP_STEPS", False)
 EMAIL_USE_LOCALTIME = True
 EMAIL_HOST = env("EMAIL_HOST")
 if EMAIL_HOST:
-    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_BACKEND = "queues.steps.smtp.EmailBackend"  # Django's, one deadline a send
     EMAIL_PORT = env_int("EMAIL_PORT", 25, **PORT)
     EMAIL_HOST_USER = env("EMAIL_HOST_USER")
     EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")

@@ -263,7 +263,7 @@ class BatchPending(BatchDaemon):
         )
         try:
             send(to, subject, body)
-        except OSError as exc:  # smtplib's errors are OSErrors
+        except (OSError, ValueError) as exc:  # smtplib's errors are OSErrors; a bad header
             log.warning("%s batch-pending: queued mail not sent: %s", batch.bid, exc)
             return f"queued mail not sent: {exc}"
         return f"queued mail sent to {len(to)}"

@@ -42,7 +42,7 @@ from queues.steps.minting import (
     MintError,
     ark_metadata,
 )
-from queues.steps.notify import merritt_job_state
+from queues.steps.notify import mail_addresses, merritt_job_state
 from queues.steps.profiles import Profile, ProfileError, load_profile
 from queues.steps.storage import HttpStorage, LocalStorage, ManifestExport, StorageClient
 from queues.zk.counters import counter_next
@@ -287,13 +287,8 @@ def callback_state(job: Any, *, status: str = "COMPLETED", message: str = "") ->
 
 def recipients(submission: dict[str, Any], profile: Profile | None) -> list[str]:
     """Who gets a batch summary: the depositor (when an address is known) and the contacts."""
-    found: list[str] = []
     candidates = [submission.get(k) for k in EMAIL_KEYS] + [submission.get("submitter")]
-    for value in candidates:
-        if isinstance(value, str) and "@" in value and " " not in value.strip():
-            found.append(value.strip())
-    found += list(profile.contacts if profile else ())
-    return list(dict.fromkeys(found))
+    return mail_addresses([*candidates, *(profile.contacts if profile else ())])
 
 
 def work_url(relative: str) -> str | None:

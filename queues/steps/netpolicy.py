@@ -367,7 +367,9 @@ def exchange_deadline(seconds: float) -> Iterator[_Alarm]:
         alarm.close()
 
 
-def _watch_exchange(sock: socket.socket | None) -> None:
+def watch_exchange(sock: socket.socket | None) -> None:
+    """Hand ``sock`` to the alarm of the thread's ``exchange_deadline`` (if one runs): another
+    client library's connection (an SMTP one) shut down at the same deadline."""
     alarm: _Alarm | None = getattr(_exchange, "alarm", None)
     if alarm is not None and sock is not None:
         alarm.watch(sock)
@@ -383,12 +385,12 @@ class _ExchangeWatched:
     def _new_conn(self) -> socket.socket:
         sock: socket.socket = super()._new_conn()  # type: ignore[misc]
         self._raw = sock
-        _watch_exchange(sock)
+        watch_exchange(sock)
         return sock
 
     def request(self, *args: Any, **kwargs: Any) -> None:
         if self.sock is not None:  # a connection taken again from the pool
-            _watch_exchange(self._raw)
+            watch_exchange(self._raw)
         super().request(*args, **kwargs)  # type: ignore[misc]
 
 

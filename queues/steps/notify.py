@@ -3,21 +3,35 @@
 from __future__ import annotations
 
 import json
+import logging
+import smtplib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 from queues.core.clock import clock_text
+from queues.core.outside_text import for_log
 from queues.core.retries import is_unavailable_status, origin_of, service_at, unavailable
-from queues.steps.netpolicy import SYSTEM, FetchPolicy, FetchRefused, TooSlow, TransferFailed
+from queues.steps.netpolicy import (
+    SYSTEM,
+    FetchPolicy,
+    FetchRefused,
+    TooSlow,
+    TransferFailed,
+    exchange_deadline,
+)
+
+log = logging.getLogger(__name__)
 
 # How many jobs the queued mail lists by ID; the rest are counted.
 QUEUED_LISTED = 1000
 # Seconds a mail server may take to answer when Django's EMAIL_TIMEOUT is not set.
 MAIL_TIMEOUT = 60.0
+# A whole send (connect, TLS, login, the message) may take this many times the timeout.
+MAIL_EXCHANGES = 4
 
 
 class CallbackError(Exception):
@@ -290,16 +304,56 @@ def send_batch_summary(
     return send(to, subject, body)
 
 
+def mail_addresses(values: Iterable[object]) -> list[str]:
+    """The values that are one mail address each, as a mail server takes them (Django's
+    ``validate_email``), stripped, each once. A depositor's submission names its own: one
+    written ``a@example.org,b@example.org`` made the whole send raise, the profile's
+    contacts' mail with it."""
+    from django.core.exceptions import ValidationError
+    from django.core.validators import validate_email
+
+    found: list[str] = []
+    for value in values:
+        if not isinstance(value, str):
+            continue
+        address = value.strip()
+        try:
+            validate_email(address)
+        except ValidationError:
+            continue
+        found.append(address)
+    return list(dict.fromkeys(found))
+
+
+def one_line(text: str) -> str:
+    """``text`` as one header line: its whitespace runs (newlines too) one space, any other
+    control character a visible escape. A batch's title or a hold's reason, from outside, with
+    a newline made Django refuse the header, and the batch's step failed on it."""
+    return for_log(" ".join(text.split()))
+
+
 def send(to: Sequence[str], subject: str, body: str) -> int:
-    """Mail with Django's backend from MRT_MAIL_FROM; returns messages sent; errors raise."""
+    """Mail with Django's backend from MRT_MAIL_FROM to those of ``to`` that are addresses
+    (``mail_addresses``); returns messages sent; errors raise. The exchange with the mail server
+    has MAIL_EXCHANGES x its timeout in all (``queues.steps.smtp``)."""
     from django.conf import settings
     from django.core.mail import get_connection, send_mail
 
-    if not to:
+    addresses = mail_addresses(to)
+    left = [value for value in to if str(value).strip() not in addresses]
+    if left:
+        log.warning("mail: not an address, left out: %s", ", ".join(map(str, left)))
+    if not addresses:
         return 0
     sender = settings.MRT_MAIL_FROM or settings.DEFAULT_FROM_EMAIL
     # Without EMAIL_TIMEOUT Django's SMTP connection waits for ever on a server that accepts
     # and says nothing, and the daemon with it; timing out makes it an outage to wait out.
     timeout = getattr(settings, "EMAIL_TIMEOUT", None) or MAIL_TIMEOUT
     connection = get_connection(fail_silently=False, timeout=timeout)
-    return send_mail(subject, body, sender, list(to), connection=connection)
+    with exchange_deadline(MAIL_EXCHANGES * timeout) as alarm:
+        try:
+            return send_mail(one_line(subject), body, sender, addresses, connection=connection)
+        except OSError as exc:
+            if alarm.fired:
+                raise smtplib.SMTPServerDisconnected(f"mail exchange {alarm.reason}") from exc
+            raise

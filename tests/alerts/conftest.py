@@ -89,7 +89,7 @@ def smtp() -> Iterator[SmtpServer]:
     server = SmtpServer(free_port())
     server.up()
     with override_settings(
-        EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend",
+        EMAIL_BACKEND="queues.steps.smtp.EmailBackend",
         EMAIL_HOST="127.0.0.1",
         EMAIL_PORT=server.port,
         EMAIL_USE_TLS=False,

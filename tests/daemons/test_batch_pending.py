@@ -235,7 +235,7 @@ def test_a_mail_server_that_refuses_does_not_hold_the_jobs_back(
     zk, files: FileServer, profiles, settings
 ) -> None:
     _queued_mail_on(profiles)
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_BACKEND = "queues.steps.smtp.EmailBackend"
     settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", free_port()
     bid = _submit(files.put("f", "x"), "file")
     daemon(zk, "batch-pending").run_once()

@@ -10,8 +10,10 @@ exactly one summary. A 5xx rejection of the recipients still fails the batch, as
 from __future__ import annotations
 
 import contextlib
+import smtplib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,11 +34,15 @@ class SmtpServer:
     """A minimal SMTP server on 127.0.0.1:``port``: ``up`` listens, ``down`` closes the port.
 
     ``rcpt`` is its answer to every RCPT TO ("250 OK", "451 ...", "550 ..."); ``silent`` makes
-    it accept connections and never greet. Every message it accepts is kept in ``messages``."""
+    it accept connections and never greet; ``drip`` (seconds) makes it greet a byte at a time,
+    a greeting of ever more lines that never ends. Every message it accepts is kept in
+    ``messages``; ``hung_up`` counts the clients that closed on a dripping greeting."""
 
     port: int
     rcpt: str = "250 OK"
     silent: bool = False
+    drip: float = 0.0
+    hung_up: int = 0
     messages: list[dict[str, Any]] = field(default_factory=list)
     connections: int = 0
     _listener: socket.socket | None = None
@@ -79,6 +85,15 @@ class SmtpServer:
             if self.silent:
                 conn.recv(1)  # until the client gives up and closes
                 return
+            if self.drip:
+                try:
+                    while True:
+                        for byte in b"220-mail.test\r\n":
+                            conn.sendall(bytes([byte]))
+                            time.sleep(self.drip)
+                except OSError:
+                    self.hung_up += 1
+                    return
             conn.sendall(b"220 mail.test ESMTP\r\n")
             message: dict[str, Any] = {"to": []}
             for raw in lines:
@@ -115,7 +130,7 @@ class SmtpServer:
 def smtp() -> Iterator[SmtpServer]:
     server = SmtpServer(free_port())
     with override_settings(
-        EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend",
+        EMAIL_BACKEND="queues.steps.smtp.EmailBackend",
         EMAIL_HOST="127.0.0.1",
         EMAIL_PORT=server.port,
         EMAIL_USE_TLS=False,
@@ -232,3 +247,57 @@ def test_a_zookeeper_cut_between_the_mail_and_its_record_sends_no_second_mail(
     assert len(smtp.messages) == 1
     assert BatchReporting(zk=zk, poll=0.05).run_once() is False
     assert len(smtp.messages) == 1
+
+
+def test_a_mail_server_that_drips_its_greeting_is_cut_off_at_the_sends_deadline(
+    smtp: SmtpServer,
+) -> None:
+    """A byte every 0.05 s never trips the per-read timeout (0.5 s); the whole exchange's
+    deadline (MAIL_EXCHANGES x 0.5 s) shuts the connection down, and that is an outage."""
+    from queues.core.transient import is_mail_outage
+    from queues.steps.notify import MAIL_EXCHANGES, send
+
+    smtp.drip = 0.05
+    smtp.up()
+    with (
+        override_settings(EMAIL_TIMEOUT=0.5),
+        pytest.raises(smtplib.SMTPServerDisconnected) as caught,
+    ):
+        send(["depositor@example.org"], "Queued", "body")
+    limit = MAIL_EXCHANGES * 0.5
+    assert str(caught.value) == f"mail exchange took longer than the limit of {limit:g}s"
+    assert is_mail_outage(caught.value)
+    wait_for(lambda: smtp.hung_up == 1, timeout=30)
+    assert smtp.connections == 1 and smtp.messages == []
+
+
+def test_outside_text_in_a_subject_or_a_recipient_does_not_stop_the_mail(
+    smtp: SmtpServer,
+) -> None:
+    """A batch title with a newline (Django refused the header, and the batch's step failed
+    on it) goes as one line; a submitter written as two addresses is left out, and the
+    profile's contact still gets the mail."""
+    from queues.steps.notify import send
+
+    smtp.up()
+    sent = send(
+        ["depositor@example.org,other@evil.example", " contact@example.org "],
+        "Merritt batch queued: Thesis\r\nBcc: attacker@evil.example\x1b[2J",
+        "body",
+    )
+    assert sent == 1
+    [message] = smtp.messages
+    assert message["to"] == ["contact@example.org"]
+    headers = message["data"].split("\r\n\r\n", 1)[0].replace("\r\n ", " ").split("\r\n")
+    [subject] = [h for h in headers if h.startswith("Subject:")]
+    assert subject == "Subject: Merritt batch queued: Thesis Bcc: attacker@evil.example\\x1b[2J"
+    assert not any(h.lower().startswith("bcc:") for h in headers)
+
+
+def test_a_submission_names_its_depositor_only_by_one_address_each() -> None:
+    from queues.daemons.clients import recipients
+
+    submission = {"submitter": "dep@example.org,x@evil.example", "email": "a@b.example"}
+    assert recipients(submission, None) == ["a@b.example"]
+    assert recipients({"submitter": "  dep@example.org "}, None) == ["dep@example.org"]
+    assert recipients({"submitter": "Dep <dep@example.org>"}, None) == []
