@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+import traceback
 
 # C0 and C1 control characters, DEL, and the Unicode line and paragraph separators.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -41,6 +42,21 @@ def for_slack(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _own_words_on_one_line(text: str, exc: BaseException | None) -> str:
+    """A formatted traceback ``text`` with each exception's own words (its type and message,
+    outside text often: a service's error document) on one line, escaped: a newline in them
+    would otherwise begin a line of its own, one that can read as another record. The frames'
+    lines (file, line, code) stay as they are."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        words = "".join(traceback.format_exception_only(type(exc), exc))
+        if "\n" in words.rstrip("\n") or "\r" in words:
+            text = text.replace(words.rstrip("\n"), for_log(words.rstrip("\n")))
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return text
+
+
 class LogFormatter(logging.Formatter):
     """The settings' log format, with each record's message (its arguments filled in) on one
     line and free of control characters, and its traceback free of all but its newlines."""
@@ -54,6 +70,7 @@ class LogFormatter(logging.Formatter):
             record.msg, record.args = for_log(record.getMessage()), None
             if record.exc_info and not record.exc_text:
                 record.exc_text = self.formatException(record.exc_info)
+                record.exc_text = _own_words_on_one_line(record.exc_text, record.exc_info[1])
             if record.exc_text:
                 record.exc_text = for_log(record.exc_text, lines=True)
             if record.stack_info:

@@ -27,7 +27,15 @@ from queues.zk import paths
 from queues.zk.batches import batch_load, batch_transition, batches_load
 from queues.zk.client import Client
 from queues.zk.codecs import decode_str
-from queues.zk.errors import BadVersion, MalformedNode, NodeExists, NoNode, NotEmpty, NotFound
+from queues.zk.errors import (
+    BadVersion,
+    InvalidID,
+    MalformedNode,
+    NodeExists,
+    NoNode,
+    NotEmpty,
+    NotFound,
+)
 from queues.zk.jobs import jobs_load
 from queues.zk.locks import lock_break
 from queues.zk.nodes import children, children_many, exists_many, read_many
@@ -137,7 +145,14 @@ def _repair_one(
         if read is None:
             return ""
         target = decode_str(path, read[0]).strip()
-        if target and "/" not in target and zk.exists(f"{paths.BATCHES}/{target}") is not None:
+        # Another client's data: its batch looked up only when it is a node name at all (".."
+        # or a NUL aborted the whole repair run); one that is not names no batch (nor does one
+        # of 1,000 characters: both clients' batch names are a few dozen).
+        try:
+            named: str | None = f"{paths.BATCHES}/{paths.node_name(target, 'batch', 1000)}"
+        except InvalidID:
+            named = None
+        if named is not None and zk.exists(named) is not None:
             return ""
         zk.delete(path, version=read[1].version)
         return f"deleted {path}"

@@ -174,10 +174,18 @@ def report_export(request: HtmxHttpRequest, bid: str, fmt: str) -> HttpResponse:
         writer = csv.DictWriter(out, fieldnames=REPORT_FIELDS)
         writer.writeheader()
         for row in rows:
-            # A cell a spreadsheet would take for a formula is written as text.
-            writer.writerow(
-                {k: ("'" + v if v[:1] in ("=", "+", "-", "@") else v) for k, v in row.items()}
-            )
+            writer.writerow({k: _as_text(v) for k, v in row.items()})
         response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
+
+
+# What makes a spreadsheet read a cell as a formula: its first character one of these (OWASP's
+# "CSV Injection": a tab or carriage return before the "=" is skipped by some spreadsheets).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _as_text(value: str) -> str:
+    """A CSV cell a spreadsheet shows as the text it is: one that would start a formula gets a
+    leading apostrophe."""
+    return "'" + value if value[:1] in FORMULA_STARTS else value

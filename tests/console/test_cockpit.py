@@ -187,9 +187,14 @@ def test_reports_group_failures_by_message_and_export_as_csv_and_json(
     a = make_job("Failed", batch=batch, message="digest mismatch for a.pdf")
     b = make_job("Failed", batch=batch, message="digest mismatch for a.pdf")
     c = make_job("Failed", batch=batch, message="=HYPERLINK(evil) HTTP 404")
+    tab = make_job("Failed", batch=batch, message="\t=cmd|' /C calc'!A0")
+    cr = make_job("Failed", batch=batch, message="\r=HYPERLINK(evil)")
     done = make_job("Completed", batch=batch)
     batches.batch_write_report(
-        zk, batches.batch_load(zk, batch.bid), failed=[a.jid, b.jid, c.jid], successful=[done.jid]
+        zk,
+        batches.batch_load(zk, batch.bid),
+        failed=[a.jid, b.jid, c.jid, tab.jid, cr.jid],
+        successful=[done.jid],
     )
     html = viewer.get(reverse("reports")).content.decode()
     reasons = html[html.index(f'id="reasons-{batch.bid}"') :]
@@ -203,9 +208,11 @@ def test_reports_group_failures_by_message_and_export_as_csv_and_json(
     by_job = {r["job"]: r for r in rows}
     assert by_job[a.jid]["message"] == "digest mismatch for a.pdf"
     assert by_job[c.jid]["message"].startswith("'=")  # never a formula in a spreadsheet
+    assert by_job[tab.jid]["message"] == "'\t=cmd|' /C calc'!A0"  # nor after a tab
+    assert by_job[cr.jid]["message"] == "'\r=HYPERLINK(evil)"  # or a carriage return
     assert by_job[done.jid]["outcome"] == "successful"
     data = json.loads(viewer.get(reverse("report-export", args=[batch.bid, "json"])).content)
-    assert data["batch"] == batch.bid and len(data["jobs"]) == 4
+    assert data["batch"] == batch.bid and len(data["jobs"]) == 6
     assert viewer.get(f"/reports/{make_batch().bid}.json").status_code == 404
 
 

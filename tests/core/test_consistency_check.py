@@ -127,6 +127,21 @@ def test_uuid_without_its_batch_is_deleted(zk: KazooClient, batch: Batch) -> Non
     assert zk.exists(f"/batch-uuids/{batch.uuid}") is not None
 
 
+def test_a_uuid_naming_no_node_is_deleted_and_the_run_goes_on(
+    zk: KazooClient, batch: Batch
+) -> None:
+    """Another client's uuid entry whose data is no node name at all (".." made kazoo refuse
+    the path, a NUL the server): an orphan like any other, not the end of the repair run."""
+    hostile = ["/batch-uuids/dotdot", "/batch-uuids/nul", "/batch-uuids/slash"]
+    for path, data in zip(hostile, [b"..", b"bid\x00x", b"bid0000000001/status"], strict=True):
+        zk.create(path, data)
+    report = check.run_check(zk)
+    assert kinds(report) == {"orphan-uuid": hostile}
+    repair_and_recheck(zk, report)
+    assert all(zk.exists(path) is None for path in hostile)
+    assert zk.exists(f"/batch-uuids/{batch.uuid}") is not None
+
+
 def test_a_side_effect_record_without_its_job_is_deleted(zk: KazooClient, job: Job) -> None:
     # Records of a storage add and a callback: one for a job deleted by a tool that does not
     # know them, one for a job that exists (left alone), and a node no job could have.

@@ -115,3 +115,26 @@ def test_the_log_formatter_gives_the_record_back_as_it_came() -> None:
     assert record.msg == "%s" and record.args == (REASON,)
     assert record.exc_text is None and record.getMessage() == REASON
     assert "\x1b" in logging.Formatter("%(message)s").format(record)
+
+
+def test_an_exceptions_own_words_stay_on_their_line_in_a_traceback() -> None:
+    """A service's error document with a newline, in an exception's message, logged with its
+    traceback: the forged line stays inside the exception's one line (escaped), the frames keep
+    theirs, and so does an exception it was raised from."""
+    forged = "2026-01-01 00:00:00,000 INFO queues.alerts alert message 7 sent"
+    try:
+        try:
+            raise OSError(f"inventory: 500\n{forged}")
+        except OSError as inner:
+            raise RuntimeError(f"storage refused: HTTP 503\r\n{forged}") from inner
+    except RuntimeError:
+        record = logging.LogRecord(
+            "queues.daemons", logging.WARNING, __file__, 1, "raised", (), sys.exc_info()
+        )
+    text = LogFormatter("%(asctime)s %(levelname)s %(name)s %(message)s").format(record)
+    lines = text.splitlines()
+    assert not any(line.startswith("2026-01-01") for line in lines), text
+    assert f"RuntimeError: storage refused: HTTP 503\\r\\n{forged}" in lines
+    assert f"OSError: inventory: 500\\n{forged}" in lines
+    assert sum(1 for line in lines if line.startswith("Traceback (most recent call last):")) == 2
+    assert any(line.strip().startswith('File "') for line in lines)
