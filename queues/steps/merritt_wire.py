@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Collection
 from typing import Any
@@ -27,7 +28,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from queues.core.retries import ServiceUnavailable, http_unavailable
-from queues.steps.netpolicy import EXCHANGE_POOLS, exchange_deadline
+from queues.steps.netpolicy import EXCHANGE_POOLS, exchange_deadline, origin
 
 EXC_NAMESPACE = "http://uc3.cdlib.org/ontology/mrt/core/exc"
 # Replies worth asking again for: the service, or a proxy in front of it, is briefly away.
@@ -97,24 +98,53 @@ def service_session(
     return session
 
 
+# The redirects a service's GET follows (requests' own default is 30).
+MAX_REDIRECTS = 5
+_hops = threading.local()  # the origin a thread's request was first sent to, while it runs
+
+
 class DeadlineSession(requests.Session):
     """A session whose every request, its repeats, redirects and reading of the answer
     included, has one deadline (``netpolicy.exchange_deadline``): past it the connection is
     shut down and the request raises ``requests.Timeout`` saying so.
 
-    Only a GET or a HEAD follows a redirect. A POST's comes back as its answer (a 3xx, which no
+    Only a GET or a HEAD follows a redirect, at most MAX_REDIRECTS of them, each to the scheme,
+    host and port the request was first sent to (or the same host over https, an http URL
+    moved there): one anywhere else raises ``requests.exceptions.InvalidURL`` before anything
+    is sent there, as one whose target cannot be read does (a ValueError and a UnicodeDecodeError
+    came out of requests' own redirect code). A POST's comes back as its answer (a 3xx, which no
     client takes for success): requests turned a 302 into a GET without the add, the mint or
-    the record, and sent a 307's form on to another host. A redirect whose target cannot be
-    read raises ``requests.exceptions.InvalidURL`` (a ValueError and a UnicodeDecodeError came
-    out of requests' own redirect code)."""
+    the record, and sent a 307's form on to another host."""
 
     def __init__(self, deadline: float) -> None:
         super().__init__()
         self.deadline = deadline
+        self.max_redirects = MAX_REDIRECTS
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         if request.method not in ("GET", "HEAD"):
             kwargs["allow_redirects"] = False
+        # requests sends each redirect's hop through here again, inside the first request's send.
+        first = getattr(_hops, "origin", None)
+        try:
+            here = origin(request.url or "")
+        except ValueError as exc:
+            raise requests.exceptions.InvalidURL(f"{request.url}: {exc}") from exc
+        if first is None:
+            _hops.origin = here
+            try:
+                return self._send(request, **kwargs)
+            finally:
+                _hops.origin = None
+        upgraded = first[0] == "http" and here[0] == "https" and here[1] == first[1]
+        if here != first and not upgraded:
+            raise requests.exceptions.InvalidURL(
+                f"{request.url}: redirected from {first[0]}://{first[1]}:{first[2]} to "
+                "another server, not followed"
+            )
+        return self._send(request, **kwargs)
+
+    def _send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         with exchange_deadline(self.deadline) as alarm:
             try:
                 response = super().send(request, **kwargs)

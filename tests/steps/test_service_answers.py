@@ -64,6 +64,24 @@ def test_a_redirect_to_a_target_that_cannot_be_read_is_a_transport_failure(
     assert outage_of(raised.value) is not None
 
 
+def test_a_get_follows_a_redirect_only_on_the_server_it_asked(http_server: Loopback) -> None:
+    """A manifest's GET (its URL from the job's ``store`` node) followed requests' own redirects,
+    thirty of them, to any host: a hop to another server is refused before anything is sent
+    there; one on the same server is followed."""
+    storage = _storage(http_server)
+    http_server.file("/m/here.txt", b"#%checkm_0.7\n#%eof\n")
+    http_server.add("GET", "/m/moved", Reply(302, headers={"Location": "/m/here.txt"}))
+    with pytest.raises(StorageError, match="lists no files"):  # followed, then read
+        storage.read_manifest(http_server.url + "/m/moved")
+    assert http_server.seen("GET", "/m/here.txt") != []
+    with running(CallbackReceiver()) as elsewhere:
+        http_server.add("GET", "/m/away", Reply(302, headers={"Location": elsewhere.url + "/m"}))
+        with pytest.raises(StorageError, match="to another server, not followed") as raised:
+            storage.read_manifest(http_server.url + "/m/away")
+        assert elsewhere.seen() == []
+    assert outage_of(raised.value) is not None  # the storage service's misconfiguration waits
+
+
 @pytest.mark.parametrize("status", [299, 600, 999])
 def test_only_a_2xx_is_a_success(http_server: Loopback, status: int) -> None:
     """``response.ok`` is every status below 400 and from 600: a 600 minted an ARK."""
