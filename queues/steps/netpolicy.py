@@ -208,6 +208,36 @@ def connect_key(ip: IPAddress) -> str:
     return str(ip)
 
 
+def _look_up(host: str, port: int, within: float) -> list[Any]:
+    """``getaddrinfo`` of ``host``, given up on after ``within`` seconds (TransferFailed): the
+    system resolver's own timeouts, several seconds a server and try, would otherwise come on
+    top of a request's deadline, since no socket exists yet for the watchdog to shut down. A
+    lookup given up on ends in its own thread with those timeouts. An address is not looked up.
+    """
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    answer: list[Any] = []
+    done = threading.Event()
+
+    def look() -> None:
+        try:
+            answer.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except BaseException as exc:  # handed to the caller, whatever it is
+            answer.append(exc)
+        done.set()
+
+    threading.Thread(target=look, name="name-lookup", daemon=True).start()
+    if not done.wait(within):
+        raise TransferFailed(f"looking up host {host!r} took longer than {within:g}s")
+    if isinstance(answer[0], BaseException):
+        raise answer[0]
+    return list(answer[0])
+
+
 class _Alarm:
     """The time one request may run until, and the socket to shut down when it passes.
 
@@ -458,8 +488,10 @@ class FetchPolicy:
             return None
         return _forbidden(ip)
 
-    def resolve(self, url: str) -> tuple[str, int, IPAddress]:
-        """The host, port and checked address ``url`` is fetched from; FetchRefused otherwise."""
+    def resolve(self, url: str, within: float | None = None) -> tuple[str, int, IPAddress]:
+        """The host, port and checked address ``url`` is fetched from; FetchRefused otherwise.
+        The name is looked up in ``within`` seconds at most (by default the policy's timeout):
+        TransferFailed past it."""
         try:
             parts = urlsplit(url)
         except ValueError:  # "http://[::1/x": an IPv6 address not closed
@@ -475,7 +507,7 @@ class FetchPolicy:
             raise FetchRefused(url, "the URL names no host")
         host = _ascii_host(url, parts.hostname)
         try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            infos = _look_up(host, port, self.timeout if within is None else within)
         except (socket.gaierror, UnicodeError) as exc:
             raise TransferFailed(f"cannot resolve host {host!r} ({exc})") from None
         addresses = list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
@@ -559,7 +591,8 @@ class FetchPolicy:
         content_type: str,
         extra: Mapping[str, str] | None = None,
     ) -> tuple[urllib3.HTTPConnectionPool, urllib3.BaseHTTPResponse, _Alarm]:
-        host, port, ip = self.resolve(url)
+        read_timeout = self._read_timeout(started)
+        host, port, ip = self.resolve(url, within=read_timeout)
         parts = urlsplit(url)
         read_timeout = self._read_timeout(started)
         connect_timeout = min(self.timeout, read_timeout)

@@ -8,6 +8,7 @@ server saw (connections, clients hanging up before it finished) and on the messa
 from __future__ import annotations
 
 import ipaddress
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -243,3 +244,38 @@ def test_a_request_made_without_a_policy_is_bounded_as_the_systems_own() -> None
     assert SYSTEM.deadline is not None and SYSTEM.min_rate > 0 and not SYSTEM.restrict
     made = _policy(None, 5.0)
     assert (made.timeout, made.deadline, made.min_rate) == (5.0, SYSTEM.deadline, SYSTEM.min_rate)
+
+
+def test_a_name_lookup_slower_than_the_request_may_take_is_given_up_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The system resolver's timeouts (seconds a server and try) came on top of a request's
+    deadline: no socket exists yet for the watchdog. The one stand-in of this suite for a part
+    outside it: the resolver cannot be pointed at a loopback server for one process, so the
+    lookup of this one name waits until the test lets it go."""
+    import socket
+
+    from queues.steps.netpolicy import TransferFailed
+
+    real = socket.getaddrinfo
+    held = threading.Event()
+
+    def lookup(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "slow.example":
+            held.wait(60)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    policy = FetchPolicy(restrict=False, deadline=1.0, timeout=10.0)
+    try:
+        with pytest.raises(TransferFailed, match=r"looking up host 'slow.example' took longer"):
+            policy.open("http://slow.example/")
+        with pytest.raises(TransferFailed, match=r"took longer than 0.5s"):
+            FetchPolicy(restrict=False, timeout=0.5).resolve("http://slow.example/")
+    finally:
+        held.set()
+    # An address is not looked up in a thread of its own, and a name that answers is taken.
+    assert FetchPolicy(restrict=False).resolve("http://127.0.0.1:9/")[2] == ipaddress.ip_address(
+        "127.0.0.1"
+    )
+    assert FetchPolicy(restrict=False).resolve("http://localhost:9/")[0] == "localhost"
