@@ -138,7 +138,7 @@ def _document(root: str, prefix: str, ns: str, fields: list[tuple[str, Any]], fo
         body.update({f"{prefix}:{k}": v for k, v in fields})
         return json.dumps({f"{prefix}:{root}": body}, indent=2) + "\n"
     if form == "anvl":
-        return "".join(f"{k}: {_text(v)}\n" for k, v in fields)
+        return "".join(f"{k}: {_anvl_value(_text(v))}\n" for k, v in fields)
     lines = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<{prefix}:{root} xmlns:{prefix}="{ns}">',
@@ -146,6 +146,13 @@ def _document(root: str, prefix: str, ns: str, fields: list[tuple[str, Any]], fo
         f"</{prefix}:{root}>",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _anvl_value(text: str) -> str:
+    """``text`` as one ANVL value: a line break in it (outside text, such as what Merritt's
+    ingest answered) continues the value on a line that begins with white space, as ANVL
+    continues a value, instead of starting a field line of its own."""
+    return "\n  ".join(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
 
 
 def _text(value: Any) -> str:

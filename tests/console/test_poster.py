@@ -368,3 +368,20 @@ def test_zookeeper_unreachable_is_a_service_error_to_retry(zk_hosts, operator_ke
     assert response.status_code == 503
     assert response["Retry-After"] == "10"
     assert exception(response)["statusName"] == "EXTERNAL_SERVICE_UNAVAILABLE"
+
+
+def test_a_line_break_in_an_anvl_value_continues_it_and_starts_no_field() -> None:
+    """What Merritt's ingest answered, relayed in ANVL: a newline in a value would otherwise
+    start a field line of the sender's choosing."""
+    from queues.views.poster import _document
+
+    text = _document(
+        "batchState",
+        "bat",
+        "ns",
+        [("batchLabel", "Thesis\nbatchStatus: FAILED\r\nend"), ("batchStatus", "QUEUED")],
+        "anvl",
+    )
+    assert text == "batchLabel: Thesis\n  batchStatus: FAILED\n  end\nbatchStatus: QUEUED\n"
+    fields = [line for line in text.splitlines() if not line.startswith(" ")]
+    assert fields == ["batchLabel: Thesis", "batchStatus: QUEUED"]
