@@ -25,11 +25,9 @@ from queues.core.states import JOB_STEPS, AccessState, BatchState, JobState
 from queues.services.depositors import depositor_policy, in_request_policy, payload_roots
 from queues.steps import merritt_ingest_client as ingest_client
 from queues.steps import submission as submission_steps
-from queues.steps.checkm import filename_problem
 from queues.steps.fetch import DownloadError, local_path
 from queues.steps.netpolicy import FetchRefused, TooSlow
 from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile
-from queues.steps.submission import filename_from_url
 from queues.steps.uploads import remove_uploads
 from queues.zk import paths as zpaths
 from queues.zk.access import (
@@ -106,13 +104,6 @@ def check_payload_url(url: str) -> None:
             depositor_policy().check_url(url)
         except FetchRefused as exc:
             raise ValueError(f"payload URL refused: {exc.reason}") from None
-
-
-def check_filename(filename: str) -> None:
-    """ValueError unless ``filename`` may name a file inside an object (the daemons' rule)."""
-    problem = filename_problem(filename) if filename else None
-    if problem:
-        raise ValueError(f"file name {filename!r} {problem}")
 
 
 @dataclass(frozen=True)
@@ -274,17 +265,22 @@ def job_remove_deleted(*, jid: str, expect_version: int | None = None) -> Outcom
 
 
 def _check_submission(
-    profile: str, submitter: str, payload_url: str, submission_type: str, filename: str
+    profile: str, submitter: str, payload_url: str, submission_type: str, **fields: str
 ) -> None:
-    """The cheap checks every submission passes, whichever side then takes it in."""
+    """The cheap checks every submission passes, whichever side then takes it in: those of
+    ``steps.submission.submission_problems`` (free text, primary ID, digest, file name: the
+    depositor's, else the URL's last part, the name the daemons will give the file)."""
     zpaths.profile(profile)
     if submission_type not in SUBMISSION_TYPES:
         raise ValueError(f"type {submission_type!r} is not one of: {', '.join(SUBMISSION_TYPES)}")
     if not submitter.strip():
         raise ValueError("submitter is required")
     check_payload_url(payload_url)
-    # The name the daemons will give the file: the depositor's, or the URL's last part.
-    check_filename(filename or filename_from_url(payload_url))
+    problems = submission_steps.submission_problems(
+        {"submitter": submitter, "payload_url": payload_url, **fields}
+    )
+    if problems:
+        raise ValueError("; ".join(problems.values()))
 
 
 def _check_profile_here(name: str) -> None:
@@ -331,7 +327,20 @@ def batch_submit(
             "into the shared queue here (its consumers would take it); submissions go to "
             "ingest's door (services.batch_submit_outcome)"
         )
-    _check_submission(profile, submitter, payload_url, submission_type, filename)
+    _check_submission(
+        profile,
+        submitter,
+        payload_url,
+        submission_type,
+        title=title,
+        creator=creator,
+        date=date,
+        local_id=local_id,
+        primary_id=primary_id,
+        digest_alg=digest_alg,
+        digest_value=digest_value,
+        filename=filename,
+    )
     _check_profile_here(profile)
     submission_type = submission_steps.canonical_type(submission_type)
     submission: dict[str, Any] = {
@@ -389,7 +398,20 @@ def batch_submit_to_merritt(
     """Send one submission to Merritt's ingest service (queues/steps/merritt_ingest_client.py)
     after the checks ``batch_submit`` makes; the outcome names the queue's batch (``bid…``)
     once Merritt's ingest has written it, else ingest's own batch ID (``bid-<uuid>``)."""
-    _check_submission(profile, submitter, payload_url, submission_type, filename)
+    _check_submission(
+        profile,
+        submitter,
+        payload_url,
+        submission_type,
+        title=title,
+        creator=creator,
+        date=date,
+        local_id=local_id,
+        primary_id=primary_id,
+        digest_alg=digest_alg,
+        digest_value=digest_value,
+        filename=filename,
+    )
     # A batch manifest given by URL is read while the client waits: under one short deadline
     # for the whole exchange, and before anything is sent to ingest (nothing left behind).
     policy = in_request_policy()

@@ -321,17 +321,26 @@ def _check_url(url: str, number: int) -> None:
         raise ManifestError(f"file URL without a path: {url!r}", line=number)
 
 
-def _check_hash(alg: str, value: str, number: int) -> None:
+def hash_problem(alg: str, value: str) -> str | None:
+    """Why a digest (``alg`` as the console names it, lower case, and ``value``) cannot be
+    right, or None: an algorithm not in HASH_LENGTHS, a value without an algorithm, a value
+    that is not hex digits of the algorithm's length. The one rule for a manifest row's digest
+    and a submission's."""
     if alg and alg not in HASH_LENGTHS:
-        raise ManifestError(f"unsupported hash algorithm {alg!r}", line=number)
+        return f"unsupported hash algorithm {alg!r}"
     if not value:
-        return
+        return None
     if not alg:
-        raise ManifestError("hash value without a hash algorithm", line=number)
+        return "hash value without a hash algorithm"
     if not _HEX.match(value) or len(value) != HASH_LENGTHS[alg]:
-        raise ManifestError(
-            f"{alg} value must be {HASH_LENGTHS[alg]} hex digits, got {value!r}", line=number
-        )
+        return f"{alg} value must be {HASH_LENGTHS[alg]} hex digits, got {value!r}"
+    return None
+
+
+def _check_hash(alg: str, value: str, number: int) -> None:
+    problem = hash_problem(alg, value)
+    if problem:
+        raise ManifestError(problem, line=number)
 
 
 def _parse_size(value: str, number: int) -> int | None:
@@ -353,10 +362,11 @@ def _check_filename(name: str, number: int) -> None:
         raise ManifestError(f"file name {name!r} {problem}", line=number)
 
 
-# Characters that reorder how a name is shown (U+202E makes "gpj.exe" read as "exe.jpg").
-BIDI_CONTROLS = frozenset(
-    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-)
+# Characters that reorder how text is shown (U+202E makes "gpj.exe" read as "exe.jpg"): the
+# embeddings, overrides and isolates, which no title needs, and with the marks (U+061C, U+200E,
+# U+200F, which right-to-left text may carry) all a file name is refused for.
+BIDI_OVERRIDES = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+BIDI_CONTROLS = BIDI_OVERRIDES | frozenset("\u061c\u200e\u200f")
 
 
 # Unicode gives control characters no names; these are the ones a depositor meets.
@@ -385,17 +395,14 @@ MAX_NAME_CHARS = 1024
 MAX_PART_BYTES = 255
 
 
-def filename_problem(name: str) -> str | None:
-    """Why ``name`` cannot be a path inside an object, or None when it can.
-
-    The one rule for file names, applied at every door (the console's form, the API,
-    ``submitbatch``), to manifest rows and to container members alike.
-    """
-    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
-        return "is absolute"
+def text_problem(text: str, *, bidi: frozenset[str] = BIDI_OVERRIDES) -> str | None:
+    """Why ``text`` cannot be one line of text as given, or None: it holds a control character
+    (C0, DEL, C1), a line or paragraph separator, half a surrogate pair, or one of ``bidi``
+    (the characters that reorder how text is shown, disguising it). The rule for a file name
+    and for a submission's free text alike; the words follow "the title " or "file name 'x' "."""
     # Printable ASCII has none of the characters looked for below (controls are not printable;
-    # the others are not ASCII): most names skip the loop, a third of a manifest's parse.
-    for char in () if name.isascii() and name.isprintable() else name:
+    # the others are not ASCII): most texts skip the loop, a third of a manifest's parse.
+    for char in () if text.isascii() and text.isprintable() else text:
         kind = unicodedata.category(char)
         if kind == "Cc":
             # C0, DEL and C1: line breaks, tabs, NEL (U+0085), the file separators that
@@ -405,8 +412,22 @@ def filename_problem(name: str) -> str | None:
             return f"contains {_char_words(char)}, which splits a log or manifest line"
         if kind == "Cs":
             return f"contains {_char_words(char)}, half of a surrogate pair, not a character"
-        if char in BIDI_CONTROLS:
+        if char in bidi:
             return f"contains the bidirectional-text control character {_char_words(char)}"
+    return None
+
+
+def filename_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a path inside an object, or None when it can.
+
+    The one rule for file names, applied at every door (the console's form, the API,
+    ``submitbatch``), to manifest rows and to container members alike.
+    """
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        return "is absolute"
+    problem = text_problem(name, bidi=BIDI_CONTROLS)
+    if problem:
+        return problem
     # Backslashes count as separators so a Windows-style "..\\x" cannot climb out either. The
     # parts as PurePosixPath gives them for a relative name, without its interning every part
     # (the interpreter's table of them grew by a million entries for a million-file manifest).

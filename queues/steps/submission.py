@@ -24,9 +24,12 @@ from queues.steps.checkm import (
     ManifestError,
     ManifestRow,
     filename_problem,
+    hash_problem,
     parse_checkm,
     same_file_key,
+    text_problem,
 )
+from queues.steps.merritt_wire import is_ark_answer
 
 PayloadType = Literal["file", "container", "object-manifest"]
 PAYLOAD_TYPES: tuple[PayloadType, ...] = ("file", "container", "object-manifest")
@@ -307,6 +310,74 @@ def named_from_url(url: str, line: int = 0) -> str:
     if problem:
         raise ManifestError(f"the file name {name!r} taken from the URL {problem}", line=line)
     return name
+
+
+# A submission's fields of free text, by the submit form's names, as a refusal words them.
+# Merritt's door keeps any text in them (JerseyBase.getFormData); they end up in ANVL files
+# (mrt-erc.txt, mrt-ingest.txt), EZID metadata, mails, logs and pages, where a line break
+# forges a line and a bidirectional override disguises what is shown
+# (docs/merritt-poster.md, "What each field may hold").
+TEXT_FIELDS: dict[str, str] = {
+    "submitter": "the submitter",
+    "title": "the title",
+    "creator": "the creator",
+    "date": "the date",
+    "local_id": "the local ID",
+    "payload_url": "the payload URL",
+}
+
+
+def submission_filename_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a submission's file name, or None: the file-name rule, and one
+    name, no folder (Merritt's ingest writes the upload as ``new File(queueDir, filename)`` and
+    checks its digest on the name's last part alone)."""
+    problem = filename_problem(name)
+    if problem:
+        return problem
+    if "/" in name or "\\" in name:
+        return "names a folder too: a submission's file name is one name, without '/' or '\\'"
+    return None
+
+
+def submission_problems(fields: Mapping[str, Any]) -> dict[str, str]:
+    """Why fields of a submission (the submit form's names: ``submitter``, ``title``,
+    ``primary_id``, ``digest_alg``, ...) cannot be right, each by the field it is about; empty
+    when none. The one rule of every door (the form, the API, ``/poster/``, ``submitbatch``).
+
+    Free text (``TEXT_FIELDS``) holds no control character and no bidirectional override; the
+    primary ID is an ARK; a digest is both an algorithm the console and Merritt know and a value
+    of hex digits of its length; the file name (the depositor's, else the payload URL's last
+    part) is one file's name.
+    """
+    problems: dict[str, str] = {}
+    for name, words in TEXT_FIELDS.items():
+        value = fields.get(name)
+        if isinstance(value, str) and (problem := text_problem(value)):
+            problems[name] = f"{words} {problem}"
+    primary = _text(fields.get("primary_id"))
+    if primary and not is_ark_answer(primary):
+        problems["primary_id"] = (
+            "the primary ID must be an ARK (ark:/NAAN/name, printable ASCII without spaces), "
+            f"got {primary[:80]!r}"
+        )
+    alg = (_text(fields.get("digest_alg")) or "").lower()
+    value = _text(fields.get("digest_value")) or ""
+    if bool(alg) != bool(value):
+        problems["digest_alg" if value else "digest_value"] = (
+            "give both a digest algorithm and a digest value, or neither"
+        )
+    elif problem := hash_problem(alg, value):
+        problems["digest_alg" if alg not in HASH_LENGTHS else "digest_value"] = (
+            f"digest: {problem[:120]}"
+        )
+    given = fields.get("filename")
+    url = fields.get("payload_url")
+    name = given if isinstance(given, str) and given else ""
+    if not name and isinstance(url, str) and url:
+        name = filename_from_url(url)
+    if name and (problem := submission_filename_problem(name)):
+        problems["filename"] = f"file name {name[:200]!r} {problem}"
+    return problems
 
 
 def _check_digest(alg: str | None, value: str | None) -> tuple[str | None, str | None]:

@@ -11,7 +11,9 @@ from django.http import QueryDict
 from queues.console import batch_reads, job_reads
 from queues.core.states import ACCESS, BATCH, JOB
 from queues.core.words import digits, yes_or_no
-from queues.services.moves import SUBMISSION_TYPES, check_filename, check_payload_url
+from queues.services.moves import SUBMISSION_TYPES, check_payload_url
+from queues.steps.checkm import HASH_LENGTHS
+from queues.steps.submission import submission_problems
 from queues.zk import paths as zpaths
 from queues.zk.errors import InvalidID
 from queues.zk.maintenance import node_number, service_key
@@ -311,7 +313,7 @@ class SubmitForm(forms.Form):
     primary_id = forms.CharField(required=False, max_length=300, label="Primary ID (ARK)")
     digest_alg = forms.ChoiceField(
         required=False,
-        choices=[("", "none"), ("md5", "md5"), ("sha1", "sha1"), ("sha256", "sha256")],
+        choices=[("", "none"), *((alg, alg) for alg in HASH_LENGTHS)],
         label="Digest algorithm",
     )
     digest_value = forms.CharField(required=False, max_length=200, label="Digest")
@@ -328,18 +330,13 @@ class SubmitForm(forms.Form):
             raise ValidationError(str(exc)) from exc
         return value
 
-    def clean_filename(self) -> str:
-        value = self.cleaned_data["filename"]
-        try:
-            check_filename(value)
-        except ValueError as exc:
-            raise ValidationError(str(exc)) from exc
-        return value
-
     def clean(self) -> dict[str, Any]:
+        """The rules every door shares (``steps.submission.submission_problems``), each
+        refusal on the field it names; a field already refused is not looked at again."""
         data = super().clean() or {}
-        if bool(data.get("digest_alg")) != bool(data.get("digest_value")):
-            raise ValidationError("give both a digest algorithm and a digest value, or neither")
+        for name, problem in submission_problems(data).items():
+            if name in data:
+                self.add_error(name, problem)
         return data
 
 

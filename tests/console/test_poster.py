@@ -287,7 +287,11 @@ def test_refused_with_a_viewer_token_and_audited(zk, token_for) -> None:
         ({"url": None}, "a payload is required"),
         ({"url": "ftp://example.org/x"}, "payload URL must start with"),
         ({"digestValue": "abc"}, "give both a digest algorithm and a digest value"),
-        ({"digestType": "sha512", "digestValue": "abc"}, "digest_alg"),
+        ({"digestType": "sha3-256", "digestValue": "abc"}, "digest_alg"),
+        ({"digestType": "SHA-512", "digestValue": "abc"}, "sha512 value must be 128 hex digits"),
+        ({"primaryIdentifier": "not-an-ark <b>"}, "primary ID must be an ARK"),
+        ({"title": "gpj\u202eexe"}, "title contains the bidirectional-text control"),
+        ({"filename": "a/b"}, "names a folder too"),
     ],
 )
 def test_refused_for_bad_fields(zk, operator_key, changes, message) -> None:
