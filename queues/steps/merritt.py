@@ -44,6 +44,17 @@ TYPE_ALIASES: dict[str, str] = {
 
 STORE_ACTIONS = ("add", "update")
 
+# Merritt ingest's form field ``digestType`` is upper-cased and looked up among its DigestEnum's
+# Java names (``MD5``, ``SHA-1``, ``SHA-256``, ``SHA-512``, ...; ``JobState.setHashAlgorithm``):
+# the console's ``sha256`` names none of them, and ingest then fails the package's digest check.
+_SHA_DIGITS = re.compile(r"^sha(\d)")
+
+
+def merritt_digest_type(alg: str) -> str:
+    """The ``digestType`` form field Merritt's ingest knows for a digest algorithm as the console
+    names it: ``md5`` -> ``md5``, ``sha256`` -> ``sha-256``."""
+    return _SHA_DIGITS.sub(r"sha-\1", alg.strip().lower())
+
 
 def canonical_type(name: str) -> str:
     """The console's name for a submission type given in either spelling; ValueError if none."""

@@ -58,7 +58,7 @@ from queues.core.states import DomainError
 from queues.steps import checkm
 from queues.steps.erc import DC_NAMES
 from queues.steps.fetch import DownloadError, local_path
-from queues.steps.merritt import canonical_type, merritt_type
+from queues.steps.merritt import canonical_type, merritt_digest_type, merritt_type
 from queues.steps.merritt_wire import exception_kind, merritt_error_text, state_fields
 from queues.steps.netpolicy import (
     BASE_HEADERS,
@@ -333,7 +333,11 @@ def form_fields(sub: IngestSubmission, upload: Upload) -> list[tuple[str, str]]:
         if size is not None:
             fields.append(("size", str(size)))
         if sub.digest_alg and sub.digest_value:
-            fields += [("digestType", sub.digest_alg), ("digestValue", sub.digest_value)]
+            # Ingest compares the value with the lower-case hex it computes (HandlerVerify).
+            fields += [
+                ("digestType", merritt_digest_type(sub.digest_alg)),
+                ("digestValue", sub.digest_value.lower()),
+            ]
     for key, kept in sub.extra.items():
         field_name = _MERRITT_FIELDS.get(key)
         if field_name and key not in _NOT_FIELDS and isinstance(kept, str) and kept:

@@ -17,6 +17,7 @@ Issue 52, items 5 to 8.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import threading
 import time
@@ -255,6 +256,31 @@ def test_poster_upload_reaches_ingest_whole_and_is_not_kept_here(
     assert _state(response)["batchID"] == sent.batch_id
     poster = Path(settings.MRT_WORK_DIR) / "poster"
     assert not poster.exists() or list(poster.iterdir()) == []
+
+
+def test_a_sha256_reaches_ingest_by_the_name_it_knows(
+    zk: Any, ingest: IngestPosterStandIn, key: str
+) -> None:
+    """Merritt's ingest looks ``digestType`` up, upper-cased, among its Java names (SHA-256):
+    ``sha256`` would name none and fail the package's digest check; the value goes in the
+    lower-case hex ingest computes and compares it with."""
+    content = b"a letter"
+    digest = hashlib.sha256(content).hexdigest()
+    upload = SimpleUploadedFile("letter.txt", content, content_type="text/plain")
+    response = _post(
+        key,
+        {
+            "profile": PROFILE,
+            "file": upload,
+            "type": "file",
+            "digestType": "SHA256",
+            "digestValue": digest.upper(),
+        },
+    )
+
+    assert response.status_code == 200, response.content
+    [sent] = ingest.uploads
+    assert (sent.fields["digestType"], sent.fields["digestValue"]) == ("sha-256", digest)
 
 
 def test_poster_relays_ingests_refusal_in_its_own_terms(
