@@ -63,6 +63,7 @@ from queues.operator.auth import BEARER_CHALLENGE, may, token_from
 from queues.services.depositors import payload_roots
 from queues.steps import uploads
 from queues.steps.checkm import filename_problem as object_filename_problem
+from queues.steps.checkm import text_problem
 from queues.steps.erc import DC_ELEMENTS
 from queues.steps.merritt import MERRITT_TYPES, canonical_type
 from queues.steps.merritt_ingest_client import IngestRefused, IngestUnavailable
@@ -326,6 +327,11 @@ def _form_data(request: HttpRequest, user: Any) -> tuple[dict[str, str], dict[st
     extra: dict[str, Any] = {
         ours: post[theirs] for theirs, ours in PASSED_ON.items() if post.get(theirs)
     }
+    for theirs in PASSED_ON:
+        # Kept with the batch and shown, mailed, sent on: one line of text, as the title is.
+        problem = text_problem(post.get(theirs, ""))
+        if problem:
+            raise Refused(f"{theirs} {problem}")
     extra.update(_merritt_extras(post))
     return data, extra
 
@@ -339,6 +345,10 @@ def _merritt_extras(post: Any) -> dict[str, Any]:
     if erc.strip():
         if len(erc) > MAX_ERC_CHARS:
             raise Refused(f"erc is longer than {MAX_ERC_CHARS} characters")
+        # Its lines are ANVL's ("who: ...", "what: ..."): line breaks, and nothing else of the kind.
+        problem = text_problem(erc.replace("\r", " ").replace("\n", " "))
+        if problem:
+            raise Refused(f"erc {problem}")
         extra["erc"] = erc
     if post.get("retainTargetURL", "").strip().lower() == "true":
         extra["retainTargetURL"] = "true"

@@ -292,6 +292,9 @@ def test_refused_with_a_viewer_token_and_audited(zk, token_for) -> None:
         ({"primaryIdentifier": "not-an-ark <b>"}, "primary ID must be an ARK"),
         ({"title": "gpj\u202eexe"}, "title contains the bidirectional-text control"),
         ({"filename": "a/b"}, "names a folder too"),
+        ({"note": "fine\nstatus: forged"}, "note contains the control character"),
+        ({"DC.rights": "ok\x1b[2J"}, "DC.rights contains the control character"),
+        ({"erc": "who: a\nwhat: b\x00"}, "erc contains the control character"),
     ],
 )
 def test_refused_for_bad_fields(zk, operator_key, changes, message) -> None:
