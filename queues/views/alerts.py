@@ -19,6 +19,7 @@ from queues.daemons.alerts import ROLE
 from queues.models import AlertEpisode, AlertMessage, AlertRule
 from queues.operator import audit
 from queues.operator.auth import ADMIN, VIEWER, has_role
+from queues.web.forms import YesNoField
 from queues.zk.client import connected_client
 from queues.zk.leader import leader_read
 
@@ -29,10 +30,11 @@ MOST_SECONDS = 7 * 86400.0
 
 
 class AlertRuleForm(forms.Form):
-    enabled = forms.BooleanField(required=False)
+    # The page's checkboxes post "1"; yes/no words else, any other text a 400 (YesNoField).
+    enabled = YesNoField(required=False)
     threshold = forms.FloatField(min_value=0, max_value=1e9)
     quiet_seconds = forms.FloatField(min_value=0, max_value=MOST_SECONDS)
-    fuse = forms.BooleanField(required=False)
+    fuse = YesNoField(required=False)
 
 
 def _leader() -> tuple[dict[str, Any] | None, str]:

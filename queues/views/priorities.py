@@ -27,7 +27,7 @@ from queues.operator.auth import VIEWER, require_action
 from queues.services import hold_moves, moves
 from queues.web.api import bulk_run_json
 from queues.web.api_door import api_view, form_input, request_body
-from queues.web.forms import WholeNumberField
+from queues.web.forms import WholeNumberField, YesNoField
 from queues.web.routes import BID, HELD_PROFILE, JID, PROFILE
 from queues.zk import caps as zcaps
 from queues.zk import index as zindex
@@ -53,7 +53,9 @@ class PriorityForm(forms.Form):
     priority = WholeNumberField(min_value=0, max_value=99)
     reason = forms.CharField(required=False, max_length=2000)
     version = WholeNumberField(required=False, min_value=0)
-    confirmed = forms.BooleanField(required=False)
+    # Posted by the preview's confirmation; any text but yes/no words is refused, never read as
+    # yes (Django's BooleanField took "no" for yes and skipped the preview).
+    confirmed = YesNoField(required=False)
 
 
 class CapForm(forms.Form):

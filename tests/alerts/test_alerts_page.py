@@ -127,3 +127,30 @@ def test_the_test_button_without_a_destination_says_what_to_set(zk: Any, admin: 
     answer = admin.post(reverse("alert-test"))
     assert answer.status_code == 409
     assert "MRT_ALERT_EMAIL" in answer.content.decode()
+
+
+@pytest.mark.parametrize(
+    "posted, named",
+    [({"enabled": "maybe"}, "enabled"), ({"enabled": "1", "fuse": "false-ish"}, "fuse")],
+)
+def test_a_yes_no_box_takes_yes_or_no_words_only(
+    zk: Any, admin: Client, posted: dict[str, str], named: str
+) -> None:
+    """Django's BooleanField read any text but "false" and "0" as yes: ``fuse=maybe`` turned the
+    fuse on. Now a yes/no word, as a checkbox or a script posts it, or a 400 naming the field."""
+    set_rule("collection-failures", threshold=5.0, enabled=False, fuse=False)
+    answer = admin.post(
+        reverse("alert-rule", args=["collection-failures"]),
+        {"threshold": "1", "quiet_seconds": "60", **posted},
+    )
+    assert answer.status_code == 400 and named in answer.content.decode()
+    row = AlertRule.objects.get(kind="collection-failures")
+    assert (row.enabled, row.threshold, row.fuse) == (False, 5.0, False)
+    assert not AuditEntry.objects.filter(action="alert-rule").exists()
+    # "no" is no (it turned the rule on), "on" (a checkbox without a value) yes.
+    admin.post(
+        reverse("alert-rule", args=["collection-failures"]),
+        {"enabled": "no", "threshold": "1", "quiet_seconds": "60", "fuse": "on"},
+    )
+    row = AlertRule.objects.get(kind="collection-failures")
+    assert (row.enabled, row.fuse) == (False, True)
