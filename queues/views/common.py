@@ -330,6 +330,14 @@ GONE = ("delete", REMOVE)
 # ActionForm's fields that belong to one action. Given to another they would be left out and
 # the action done without what was meant (a release "until" a time would release now).
 ACTION_FIELDS_ONLY_FOR = {"until": ("hold",), "release_jobs": ("release",), "to": ("resume",)}
+# The kinds whose action reads the field: given to that action of another kind it would be left
+# out too (a job's hold "until" a time held the job with no end). A service's hold refuses an
+# end, and a node's or a service's release ``release_jobs``, with words of their own.
+ACTION_FIELD_KINDS = {
+    "until": ("queue", "collection", "node", "service"),
+    "release_jobs": ("queue", "collection", "node", "service"),
+    "to": ("job", "access"),
+}
 
 
 def perform_posted(
@@ -349,8 +357,15 @@ def perform_posted(
     if not form.is_valid():
         raise ValueError(f"bad action input: {form.errors.as_text()}")
     for name, only in ACTION_FIELDS_ONLY_FOR.items():
-        if form.cleaned_data[name] not in (None, "", False) and action not in only:
+        if form.cleaned_data[name] in (None, "", False):
+            continue
+        if action not in only:
             raise ValueError(f"{name} goes with {' or '.join(only)}, not with {action}")
+        if kind not in ACTION_FIELD_KINDS[name]:
+            raise ValueError(
+                f"a {kind}'s {action} takes no {name}"
+                + (": it has no end time, release it by hand" if name == "until" else "")
+            )
     outcomes = actions.perform(
         user=user,
         kind=kind,

@@ -170,7 +170,7 @@ def collection_hold_action(request: HtmxHttpRequest, profile: str, action: str) 
 
 
 def _hold_typed(request: HtmxHttpRequest, form: Any, kind: str, field: str) -> str | None:
-    """Hold what a form names (a collection's profile, a storage node's number) with its
+    """Hold what a form names (a collection's profile, a storage node's number, a service) with its
     reason and window's end; the item held, or None when the form is bad (answered by the
     caller)."""
     if not form.is_valid():
@@ -223,21 +223,11 @@ def node_hold_action(request: HtmxHttpRequest, node: str, action: str) -> HttpRe
 @require_POST
 @console_view(VIEWER)
 def service_hold_new(request: HtmxHttpRequest) -> HttpResponse:
-    """Hold a service outside by hand (open its breaker), with a reason."""
+    """Hold a service outside by hand (open its breaker), with a reason; an end is refused (a
+    service's hold is released by hand), as by its URL form and the API."""
     form = ServiceHoldForm(request.POST)
-    if not form.is_valid():
+    if _hold_typed(request, form, "service", "service") is None:
         return error_response(request, f"cannot hold: {form.errors.as_text()}", 400)
-    report(
-        request,
-        actions.perform(
-            user=request.user,
-            kind="service",
-            action="hold",
-            item_id=form.cleaned_data["service"],
-            reason=form.cleaned_data["reason"],
-            params={"by": request.user.get_username()},
-        ),
-    )
     return _holds_response(request)
 
 

@@ -294,6 +294,9 @@ class NodeHoldForm(forms.Form):
 class ServiceHoldForm(forms.Form):
     service = forms.CharField(max_length=120, label="Service")
     reason = forms.CharField(max_length=2000)
+    # Read as every hold's, so that a service's hold refuses an end (it is released by hand) as
+    # its URL form and the API do, rather than leave it out.
+    until = forms.DateTimeField(required=False)
 
     def clean_service(self) -> str:
         return str(_validated(service_key, self.cleaned_data["service"]))
