@@ -23,7 +23,13 @@ from queues.web.forms import YesNoField
 from queues.zk.client import connected_client
 from queues.zk.leader import leader_read
 
-from .common import HtmxHttpRequest, console_view, error_response, redirect_after_post
+from .common import (
+    HtmxHttpRequest,
+    console_view,
+    error_response,
+    only_fields,
+    redirect_after_post,
+)
 
 SHOWN = 50
 MOST_SECONDS = 7 * 86400.0
@@ -91,6 +97,7 @@ def _changes(row: AlertRule, data: dict[str, Any], fuse_allowed: bool) -> list[s
 def alert_rule_update(request: HtmxHttpRequest, kind: str) -> HttpResponse:
     if kind not in KINDS:
         raise Http404("no such alert rule")
+    only_fields(request, AlertRuleForm)
     form = AlertRuleForm(request.POST)
     if not form.is_valid():
         problems = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in form.errors.items())
@@ -117,6 +124,7 @@ def alert_rule_update(request: HtmxHttpRequest, kind: str) -> HttpResponse:
 @require_POST
 @console_view(ADMIN)
 def alert_test(request: HtmxHttpRequest) -> HttpResponse:
+    only_fields(request)
     if not alerting.channels():
         return error_response(
             request,

@@ -31,10 +31,12 @@ from .common import (
     HtmxHttpRequest,
     console_view,
     error_response,
+    only_fields,
     redirect_after_post,
     run_bulk,
     safe_next,
     shown_bulk_runs,
+    unknown_fields,
 )
 
 Items = list[tuple[str, int | None]]  # (item ID, the status version seen, if any)
@@ -109,9 +111,7 @@ def _unknown_fields(
 ) -> str:
     """The posted field names no form of the door (nor ``also``) takes, as a refusal's words
     ("" when none): a misspelt filter field would otherwise widen the filter unseen."""
-    known = {k for f in forms for k in f.base_fields} | set(BULK_POST_KEYS) | set(also)
-    unknown = sorted(k for k in request.POST if k not in known)
-    return ", ".join(repr(k[:40]) for k in unknown[:5])
+    return unknown_fields(request.POST, *forms, also=(*BULK_POST_KEYS, *also))
 
 
 def _bulk(
@@ -363,6 +363,7 @@ def bulk_run(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @console_view(VIEWER)
 def bulk_run_control(request: HtmxHttpRequest, pk: int, verb: str) -> HttpResponse:
+    only_fields(request)
     run = get_object_or_404(bulkrun.BulkRun.objects.defer("items"), pk=pk)
     if bulkrun.control(run, verb, user=request.user):
         done = "stopping after the item in hand" if verb == "stop" else "continues"

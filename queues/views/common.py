@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -340,6 +341,43 @@ ACTION_FIELD_KINDS = {
 }
 
 
+# The kinds whose items have a status version an action checks; another kind's action left a
+# posted version out and was done whatever it said.
+VERSIONED_KINDS = ("job", "batch", "access")
+
+# What a browser posts with every console form besides the form's own fields: Django's CSRF
+# token. (The templates name no submit button, and htmx posts the form's fields only.)
+POSTED_WITH_EVERY_FORM = ("csrfmiddlewaretoken",)
+
+
+def unknown_fields(
+    data: Mapping[str, Any],
+    *form_classes: type[forms.Form],
+    also: Iterable[str] = (),
+    unread: Iterable[str] = (),
+) -> str:
+    """The posted field names that no form of a view takes (its fields but ``unread``, which the
+    view does not read) nor ``also`` names, as a refusal's words; "" when there are none."""
+    known = {k for f in form_classes for k in f.base_fields} - set(unread)
+    known |= {*also, *POSTED_WITH_EVERY_FORM}
+    unknown = sorted(str(k) for k in data if k not in known)
+    return ", ".join(repr(k[:40]) for k in unknown[:5])
+
+
+def only_fields(
+    request: HttpRequest,
+    *form_classes: type[forms.Form],
+    also: Iterable[str] = (),
+    unread: Iterable[str] = (),
+) -> None:
+    """A console form's post is a closed set of fields (``unknown_fields``), as the API's bodies
+    and the bulk forms are: a field the view does not read is a 400 naming it, checked before
+    anything is read or done, never left out while the action is done without it."""
+    named = unknown_fields(request.POST, *form_classes, also=also, unread=unread)
+    if named:
+        raise ValueError(f"unknown field {named}: this form does not take it")
+
+
 def perform_posted(
     user: Any,
     data: Mapping[str, Any],
@@ -356,6 +394,8 @@ def perform_posted(
     form = ActionForm(data)
     if not form.is_valid():
         raise ValueError(f"bad action input: {form.errors.as_text()}")
+    if form.cleaned_data["version"] is not None and kind not in VERSIONED_KINDS:
+        raise ValueError(f"a {kind} has no version to check: leave version out")
     for name, only in ACTION_FIELDS_ONLY_FOR.items():
         if form.cleaned_data[name] in (None, "", False):
             continue
@@ -391,8 +431,13 @@ def act(
     action: str,
     item_id: str,
     params: Callable[[ActionForm], dict[str, Any]] | None = None,
+    also: Iterable[str] = (),
+    unread: Iterable[str] = (),
 ) -> ActionForm:
-    """One item action from a console form post, reported as a message."""
+    """One item action from a console form post, reported as a message. The post is
+    ActionForm's fields but ``unread`` (those the view does not read: ``render`` and ``next``
+    where it answers the same whatever they say) and ``also`` (those it reads itself)."""
+    only_fields(request, ActionForm, also=also, unread=unread)
     form, outcomes = perform_posted(
         request.user, request.POST, kind=kind, action=action, item_id=item_id, params=params
     )

@@ -16,7 +16,14 @@ from queues.operator import consistency as checks
 from queues.operator.auth import VIEWER, require_action
 from queues.web.forms import whole_number
 
-from .common import HtmxHttpRequest, console_view, perform_posted, redirect_after_post, report
+from .common import (
+    HtmxHttpRequest,
+    console_view,
+    only_fields,
+    perform_posted,
+    redirect_after_post,
+    report,
+)
 
 
 def _page(request: HtmxHttpRequest, run: ConsistencyRun | None) -> dict[str, object]:
@@ -42,6 +49,7 @@ def consistency(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST":
         # Starting a walk of the whole tree is an admin's, like the repair.
         require_action(request.user, "consistency", "repair")
+        only_fields(request)
         run, created = checks.start(user=request.user, via="web")
         if not created:
             messages.info(request, f"A check is already going (run {run.pk}): showing it.")
@@ -52,6 +60,7 @@ def consistency(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @console_view(VIEWER)
 def consistency_repair(request: HtmxHttpRequest) -> HttpResponse:
+    only_fields(request, also=("reason",))
     _form, outcomes = perform_posted(
         request.user, request.POST, kind="consistency", action="repair", item_id="tree"
     )

@@ -33,10 +33,14 @@ from .common import (
     console_view,
     error_response,
     fragment,
+    only_fields,
     redirect_after_post,
     report,
     safe_next,
 )
+
+# The holds page answers htmx with its panel whatever "render" says.
+HOLD_UNREAD = ("render",)
 
 HELD_SHOWN = 10
 
@@ -143,6 +147,7 @@ def queue_hold_action(request: HtmxHttpRequest, name: str, action: str) -> HttpR
         action=action,
         item_id=name,
         params=lambda f: _params(request, f),
+        unread=HOLD_UNREAD,
     )
     return _holds_response(request, form)
 
@@ -165,6 +170,7 @@ def collection_hold_action(request: HtmxHttpRequest, profile: str, action: str) 
         action=action,
         item_id=profile,
         params=lambda f: _params(request, f),
+        unread=HOLD_UNREAD,
     )
     return _holds_response(request, form)
 
@@ -172,7 +178,8 @@ def collection_hold_action(request: HtmxHttpRequest, profile: str, action: str) 
 def _hold_typed(request: HtmxHttpRequest, form: Any, kind: str, field: str) -> str | None:
     """Hold what a form names (a collection's profile, a storage node's number, a service) with its
     reason and window's end; the item held, or None when the form is bad (answered by the
-    caller)."""
+    caller). The post is the form's fields, no other (``only_fields``)."""
+    only_fields(request, type(form))
     if not form.is_valid():
         return None
     item = form.cleaned_data[field]
@@ -215,7 +222,12 @@ def node_hold_new(request: HtmxHttpRequest) -> HttpResponse:
 @console_view(VIEWER)
 def node_hold_action(request: HtmxHttpRequest, node: str, action: str) -> HttpResponse:
     form = act(
-        request, kind="node", action=action, item_id=node, params=lambda f: _params(request, f)
+        request,
+        kind="node",
+        action=action,
+        item_id=node,
+        params=lambda f: _params(request, f),
+        unread=HOLD_UNREAD,
     )
     return _holds_response(request, form)
 
@@ -242,6 +254,7 @@ def service_hold_action(request: HtmxHttpRequest, service: str, action: str) -> 
         # The same fields as every other hold's, as the API gives them: a service's hold refuses
         # an end rather than leave it out (it is released by hand).
         params=lambda f: _params(request, f),
+        unread=HOLD_UNREAD,
     )
     return _holds_response(request, form)
 

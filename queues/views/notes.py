@@ -13,7 +13,10 @@ from queues.console import notes
 from queues.operator.auth import VIEWER
 from queues.zk import paths as zpaths
 
-from .common import HtmxHttpRequest, console_view, redirect_after_post, safe_next
+from .common import HtmxHttpRequest, console_view, only_fields, redirect_after_post, safe_next
+
+# What the notes' forms post: the text (but to delete) and the page to go back to.
+NOTE_FIELDS = ("text", "next")
 
 
 def _item_page(kind: str, item_id: str) -> str:
@@ -28,6 +31,7 @@ def _item_page(kind: str, item_id: str) -> str:
 @console_view(VIEWER)
 def note_add(request: HtmxHttpRequest, kind: str, item_id: str) -> HttpResponse:
     # The text is checked (and a refusal audited) by notes.note_add, whatever was posted.
+    only_fields(request, also=NOTE_FIELDS)
     text = request.POST.get("text", "")
     note = notes.note_add(user=request.user, kind=kind, item_id=item_id, text=text)
     messages.success(request, f"Note added to {kind} {note.item_id}")
@@ -38,6 +42,7 @@ def note_add(request: HtmxHttpRequest, kind: str, item_id: str) -> HttpResponse:
 @require_POST
 @console_view(VIEWER)
 def note_edit(request: HtmxHttpRequest, pk: str) -> HttpResponse:
+    only_fields(request, also=NOTE_FIELDS)
     note = notes.note_edit(user=request.user, pk=int(pk), text=request.POST.get("text", ""))
     messages.success(request, f"Note on {note.kind} {note.item_id} changed")
     back = _item_page(note.kind, note.item_id)
@@ -47,6 +52,7 @@ def note_edit(request: HtmxHttpRequest, pk: str) -> HttpResponse:
 @require_POST
 @console_view(VIEWER)
 def note_delete(request: HtmxHttpRequest, pk: str) -> HttpResponse:
+    only_fields(request, also=("next",))
     note = notes.note_delete(user=request.user, pk=int(pk))
     messages.success(request, f"Note on {note.kind} {note.item_id} deleted")
     back = _item_page(note.kind, note.item_id)

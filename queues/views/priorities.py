@@ -41,21 +41,39 @@ from .common import (
     act,
     console_view,
     error_response,
+    only_fields,
     redirect_after_post,
     run_bulk,
 )
+
+# The priority and cap forms answer with a redirect to their item's page, whatever "render" or
+# "next" say: no template posts them.
+UNREAD = ("render", "next")
 
 CAP_ACTION = r"(?P<action>cap|uncap|recount)"
 PREVIEW_IDS = 50
 
 
-class PriorityForm(forms.Form):
+class PriorityChangeForm(forms.Form):
+    """A batch's or a collection's priority change, as the API takes it (with "preview"): no
+    version, each job is checked as it is reached."""
+
     priority = WholeNumberField(min_value=0, max_value=99)
     reason = forms.CharField(required=False, max_length=2000)
-    version = WholeNumberField(required=False, min_value=0)
+
+
+class ScopedPriorityForm(PriorityChangeForm):
+    """The console's: previewed, then confirmed by the preview's form."""
+
     # Posted by the preview's confirmation; any text but yes/no words is refused, never read as
     # yes (Django's BooleanField took "no" for yes and skipped the preview).
     confirmed = YesNoField(required=False)
+
+
+class PriorityForm(PriorityChangeForm):
+    """A job's priority change, checked against the version of the job the page showed."""
+
+    version = WholeNumberField(required=False, min_value=0)
 
 
 class CapForm(forms.Form):
@@ -189,8 +207,9 @@ def _scoped_priority(request: HtmxHttpRequest, *, kind: str, name: str, back: st
     which priorities), then, once confirmed, "priority" on each waiting job (a bulk run over
     ``MRT_BULK_INLINE_MAX`` jobs), every job's change in the audit log."""
     require_action(request.user, "job", "priority")
+    only_fields(request, ScopedPriorityForm)
     try:
-        data = _form(PriorityForm, request.POST)
+        data = _form(ScopedPriorityForm, request.POST)
     except ValueError as exc:
         return error_response(request, f"bad priority: {exc}", 400)
     scope = hold_moves.priority_scope(kind=kind, name=name)
@@ -275,6 +294,8 @@ def job_priority(request: HtmxHttpRequest, jid: str) -> HttpResponse:
         action="priority",
         item_id=jid,
         params=lambda _f: {"priority": data["priority"]},
+        also=("priority",),
+        unread=UNREAD,
     )
     return redirect_after_post(reverse("job", args=[jid]))
 
@@ -292,6 +313,8 @@ def collection_cap_action(request: HtmxHttpRequest, profile: str, action: str) -
         action=action,
         item_id=profile,
         params=lambda _f: {"limit": data["limit"], "by": request.user.get_username()},
+        also=("limit",),
+        unread=UNREAD,
     )
     return redirect_after_post(reverse("collection", args=[profile]))
 
@@ -325,7 +348,10 @@ def api_job_priority(request: HttpRequest, jid: str) -> dict[str, Any]:
 
 def _api_scoped(request: HttpRequest, kind: str, name: str) -> dict[str, Any] | HttpResponse:
     body = request_body(request)
-    data = _form(PriorityForm, form_input(body, PriorityForm, also=("preview",), what="priority"))
+    data = _form(
+        PriorityChangeForm,
+        form_input(body, PriorityChangeForm, also=("preview",), what="priority"),
+    )
     preview = body.get("preview", False)
     if preview not in (True, False, "1", "0", "true", "false"):
         raise ValueError(f"preview must be true or false, not {str(preview)[:40]!r}")

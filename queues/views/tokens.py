@@ -15,7 +15,7 @@ from queues.operator.audit import ApiToken
 from queues.operator.auth import ADMIN, VIEWER, has_role
 from queues.web.forms import TokenForm
 
-from .common import HtmxHttpRequest, console_view, error_response, redirect_after_post
+from .common import HtmxHttpRequest, console_view, error_response, only_fields, redirect_after_post
 
 
 def _visible(user: Any) -> Any:
@@ -38,6 +38,7 @@ def tokens(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @console_view(VIEWER)
 def token_create(request: HtmxHttpRequest) -> HttpResponse:
+    only_fields(request, TokenForm)
     form = TokenForm(request.POST)
     if not form.is_valid():
         return error_response(request, "a token needs a name", 400)
@@ -56,6 +57,7 @@ def token_create(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @console_view(VIEWER)
 def token_revoke(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    only_fields(request)
     token = get_object_or_404(_visible(request.user), pk=pk)
     owner = token.user.get_username()
     token.delete()

@@ -24,7 +24,7 @@ from queues.zk import consumers as zconsumers
 from queues.zk.client import connected_client
 from queues.zk.errors import NotFound
 
-from .common import HtmxHttpRequest, console_view, redirect_after_post
+from .common import HtmxHttpRequest, console_view, only_fields, redirect_after_post
 
 
 def consumers_context(user: Any) -> dict[str, Any]:
@@ -83,6 +83,7 @@ def consumer_drain(request: HtmxHttpRequest, name: str, verb: str) -> HttpRespon
         return render(request, "queues/consumer_drain_confirm.html", drain_preview(name))
     if request.method != "POST":
         return HttpResponseNotAllowed(["GET", "POST"])
+    only_fields(request, also=("reason",))
     # A refusal (role, no reason, a process that is gone) is audited by perform and answered by
     # console_view: 403, 400, 404.
     outcomes = actions.perform(
