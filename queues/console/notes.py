@@ -8,6 +8,7 @@ person's word is not rewritten under their name. Notes are text: every page esca
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -55,12 +56,26 @@ def _check_item(kind: str, item_id: str) -> str:
     return item_id
 
 
+# What a note may not hold: the C0 control characters but tab, newline and carriage return (a
+# note is lines of text, and a browser's text area posts its lines ending in CR LF), DEL and C1.
+# A NUL was stored as it came, and shown or exported as a byte no reader expects.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
 def _clean(text: str) -> str:
+    """The note's text, from every door (the pages and the API); ValueError for one it refuses:
+    empty, too long, or holding a control character."""
     text = text.strip()
     if not text:
         raise ValueError("a note needs some text")
     if len(text) > Note.MAX_LENGTH:
         raise ValueError(f"a note is at most {Note.MAX_LENGTH} characters, not {len(text)}")
+    control = _CONTROL.search(text)
+    if control:
+        raise ValueError(
+            f"a note holds the control character U+{ord(control.group()):04X}: "
+            "text only (new lines and tabs are fine)"
+        )
     return text
 
 

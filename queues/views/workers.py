@@ -17,14 +17,20 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from queues.console import selectors
-from queues.operator import actions, history, stuck
+from queues.operator import history, stuck
 from queues.operator.auth import OPERATOR, VIEWER, may, require_action
 from queues.web.forms import whole_number
 from queues.zk import consumers as zconsumers
 from queues.zk.client import connected_client
 from queues.zk.errors import NotFound
 
-from .common import HtmxHttpRequest, console_view, only_fields, redirect_after_post
+from .common import (
+    HtmxHttpRequest,
+    console_view,
+    only_fields,
+    perform_posted,
+    redirect_after_post,
+)
 
 
 def consumers_context(user: Any) -> dict[str, Any]:
@@ -85,14 +91,15 @@ def consumer_drain(request: HtmxHttpRequest, name: str, verb: str) -> HttpRespon
         return HttpResponseNotAllowed(["GET", "POST"])
     only_fields(request, also=("reason",))
     # A refusal (role, no reason, a process that is gone) is audited by perform and answered by
-    # console_view: 403, 400, 404.
-    outcomes = actions.perform(
-        user=request.user,
+    # console_view: 403, 400, 404. The reason is checked as every action's (ActionForm: at most
+    # 2,000 characters, no NUL), refused whole rather than cut.
+    _form, outcomes = perform_posted(
+        request.user,
+        request.POST,
         kind="consumer",
         action=verb,
         item_id=name,
-        reason=request.POST.get("reason", "")[:500],
-        params={"by": request.user.get_username()},
+        params=lambda _f: {"by": request.user.get_username()},
     )
     if verb == "drain":
         text = f"{name} asked to drain: it finishes the items in hand and claims nothing more"

@@ -167,3 +167,19 @@ def test_the_drain_confirmation_names_only_the_steps_a_drain_stops(zk, zk_hosts,
         observer.stop()
         other.stop()
         other.close()
+
+
+@pytest.mark.parametrize(
+    "reason, said", [("x" * 100_000, "at most 2000"), ("a\x00b", "Null characters")]
+)
+def test_a_drain_reason_is_checked_as_every_reason_and_refused_whole(
+    zk, consumer, operator, reason, said
+):
+    """A 100,000-character reason was cut to 500 and the process drained; a NUL was kept."""
+    wait_for(lambda: _entry(zk))
+    response = operator.post("/consumers/worker1-77/drain/", {"reason": reason})
+    assert response.status_code == 400 and said in response.content.decode()
+    assert zconsumers.drain_read(zk, "worker1-77") is None
+    assert not AuditEntry.objects.filter(kind="consumer", action="drain").exists()
+    extra = operator.post("/consumers/worker1-77/drain/", {"reason": "patch", "foo": "bar"})
+    assert extra.status_code == 400 and zconsumers.drain_read(zk, "worker1-77") is None

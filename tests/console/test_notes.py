@@ -162,3 +162,32 @@ def test_the_api_lists_adds_edits_and_deletes_notes_with_the_same_rules(
     assert post(f"/api/notes/{pk}/delete", {}, "operator").status_code == 200
     assert not Note.objects.exists()
     assert AuditEntry.objects.filter(action__startswith="note", via="api", ok=True).count() == 3
+
+
+@pytest.mark.parametrize("text", ["a\x00b", "bell\x07", "esc\x1b[31m", "c1\x85end"])
+def test_a_note_with_a_control_character_is_refused_at_both_doors(
+    operator, client, token_for, make_job, text
+):
+    """A NUL was stored in the note as it came, from the page and the API alike."""
+    job = make_job("Failed")
+    answer = add(operator, "job", job.jid, text)
+    assert answer.status_code == 400 and "control character" in answer.content.decode()
+    api = client.post(
+        "/api/notes",
+        json.dumps({"kind": "job", "item": job.jid, "text": text}),
+        content_type="application/json",
+        **token_for("operator"),
+    )
+    assert api.status_code == 400 and "control character" in api.json()["error"]
+    assert not Note.objects.exists()
+
+
+def test_a_note_keeps_its_lines_and_tabs(operator, make_job):
+    job = make_job("Failed")
+    assert add(operator, "job", job.jid, "first line\r\nsecond\tline").status_code == 303
+    assert Note.objects.get().text == "first line\r\nsecond\tline"
+    # Changed, it is checked the same way.
+    note = Note.objects.get()
+    edit = operator.post(reverse("note-edit", args=[note.pk]), {"text": "a\x00b"})
+    assert edit.status_code == 400
+    assert Note.objects.get().text == "first line\r\nsecond\tline"
