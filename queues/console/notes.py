@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError
 from django.utils import timezone
 
-from queues.console import batch_reads, job_reads
+from queues.console import batch_reads, job_reads, selectors
 from queues.core import clock
 from queues.core.roles import ADMIN, OPERATOR
 from queues.models import Note
@@ -36,8 +36,9 @@ _VALIDATORS: dict[str, Callable[[str], str]] = {
 
 
 def _check_item(kind: str, item_id: str) -> str:
-    """``item_id`` when it names a job or batch that ZooKeeper or the archive knows, or any
-    valid collection name (a collection may be noted before its first batch); else an error."""
+    """``item_id`` when it names a job or batch that ZooKeeper or the archive knows, or a
+    collection the console knows (its profile, a hold or cap on it, a job of it live or
+    archived: ``selectors.collection_known``); else an error, NotFound (404) for one not there."""
     validator = _VALIDATORS.get(kind)
     if validator is None:
         raise ValueError(f"a note goes on a job, a batch or a collection, not a {kind!r}")
@@ -47,9 +48,15 @@ def _check_item(kind: str, item_id: str) -> str:
             job_reads.job_one(jid=item_id)
         elif kind == "batch":
             batch_reads.batch_one(bid=item_id)
+        elif not selectors.collection_known(item_id):
+            raise NotFound(
+                f"collection {item_id} is not known: no profile, hold, cap or job names it"
+            )
     except MalformedNode:
         pass  # unreadable, but there: worth a note all the more
     except NotFound:
+        if kind == "collection":
+            raise
         kept = archive.archived_job(item_id) if kind == "job" else archive.archived_batch(item_id)
         if kept is None:
             raise

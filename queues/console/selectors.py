@@ -250,6 +250,29 @@ def known_profiles() -> list[str]:
         return []
 
 
+def collection_known(profile: str) -> bool:
+    """Whether the console knows collection ``profile``: a profile in the profiles folder, a
+    hold, a window or a cap on it, a job of it in ZooKeeper's queue (the read index, any state),
+    or a job or batch of it archived. Cheapest first; an action's read waits for the index."""
+    from queues.models import ArchivedBatch, ArchivedJob
+    from queues.zk import caps as zcaps
+
+    if profile in known_profiles():
+        return True
+    zk = connected_client()
+    if profile in holds_list(zk).collections or zcaps.cap_of(zk, profile) is not None:
+        return True
+    if any(w.kind == "collection" and w.name == profile for w in maintenance_windows(zk)):
+        return True
+    if (
+        ArchivedJob.objects.filter(profile=profile).exists()
+        or ArchivedBatch.objects.filter(profile=profile).exists()
+    ):
+        return True
+    index = zindex.for_client(zk)
+    return any(index.profile_counts(state).get(profile) for state in JOB.states)
+
+
 def known_nodes(held: Iterable[int] = ()) -> list[tuple[int, str]]:
     """The storage nodes this console knows, for the node-hold field's suggestions: those the
     collection profiles name (with the collections) and those held or given a window in

@@ -191,3 +191,27 @@ def test_a_note_keeps_its_lines_and_tabs(operator, make_job):
     edit = operator.post(reverse("note-edit", args=[note.pk]), {"text": "a\x00b"})
     assert edit.status_code == 400
     assert Note.objects.get().text == "first line\r\nsecond\tline"
+
+
+def test_a_note_on_a_collection_nobody_knows_is_refused_at_both_doors(
+    operator, client, token_for, zk, make_job
+):
+    """A note on a job that is not there answered 404; one on a collection was kept."""
+    answer = add(operator, "collection", "no_such_coll", "t")
+    assert answer.status_code == 404 and "no_such_coll" in answer.content.decode()
+    api = client.post(
+        "/api/notes",
+        json.dumps({"kind": "collection", "item": "no_such_coll", "text": "t"}),
+        content_type="application/json",
+        **token_for("operator"),
+    )
+    assert api.status_code == 404
+    assert not Note.objects.exists()
+    assert AuditEntry.objects.filter(action="note", ok=False, item_id="no_such_coll").count() == 2
+    # Known from its profile, or only from a job of it in the queue.
+    from queues.console.selectors import known_profiles
+
+    make_job("Failed", profile="maps")
+    for name in (known_profiles()[0], "maps"):
+        assert add(operator, "collection", name, "noted").status_code == 303, name
+    assert Note.objects.count() == 2
