@@ -1,11 +1,15 @@
 """Yes and no, whole numbers, and a number's range, in words: one reading and one wording for
 every place that takes them from outside: the settings' variables (``mrtadmin/settings.py``), the
 forms' fields (``queues/web/forms.py``), the commands' number options
-(``management/commands/_base.py``), and what Merritt's services, depositors and files say."""
+(``management/commands/_base.py``), and what Merritt's services, depositors and files say; and
+JSON from outside, nested no deeper than anything here needs (``json_within``)."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
+from typing import Any
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
@@ -58,3 +62,45 @@ def range_words(kind: str, low: float | None, high: float | None, *, above: bool
     if above:
         return f"{kind} above {figure(low)} and at most {figure(high)}"
     return f"{kind} from {figure(low)} to {figure(high)}"
+
+
+# How deep JSON from outside (an API request's body, a browser's socket message) may nest. None
+# here needs more than 4 levels of lists and objects. Python's parser recurses once a level and
+# fails at the interpreter's recursion limit (about 1,000) with a RecursionError, no ValueError,
+# and a value it does take that deep fails again in whatever walks it recursively next.
+JSON_DEPTH_MOST = 32
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NO_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+class TooDeep(ValueError):
+    """JSON nested deeper than ``json_within`` takes."""
+
+
+def json_within(data: str | bytes, most: int = JSON_DEPTH_MOST) -> Any:
+    """The JSON value of ``data`` (text, or bytes in an encoding ``json.loads`` reads), read from
+    outside: a ValueError for anything that is no JSON, and ``TooDeep`` for lists and objects
+    nested deeper than ``most``, found before the parser goes down (a 2 KB body of 1,000 "["
+    raised RecursionError out of ``json.loads``, a 500)."""
+    if isinstance(data, bytes):  # as json.loads decodes it
+        data = data.decode(json.detect_encoding(data), "surrogatepass")
+    text = data
+    # No more opening brackets than ``most``, whatever their order, nest no deeper.
+    if text.count("[") + text.count("{") > most:
+        brackets = _NO_BRACKET.sub("", _JSON_STRING.sub("", text))
+        # Each pass takes away the innermost pairs: a well-formed value no deeper than ``most``
+        # is gone within ``most`` passes, each at the speed of str.replace.
+        rest = brackets
+        for _ in range(most):
+            shorter = rest.replace("[]", "").replace("{}", "")
+            if shorter == rest:
+                break
+            rest = shorter
+        if rest:  # too deep, or no JSON: counted one by one, then
+            depth = 0
+            for bracket in brackets:
+                depth += 1 if bracket in "[{" else -1
+                if depth > most:
+                    raise TooDeep(f"JSON nested deeper than {most} levels of lists and objects")
+    return json.loads(text)

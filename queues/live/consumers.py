@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from queues.core.words import TooDeep, json_within
 from queues.operator.auth import VIEWER, has_role
 from queues.zk.errors import InvalidID
 from queues.zk.watch import validate_topic
@@ -116,7 +116,10 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if self.hub is None:
             return  # refused socket: ignore whatever arrives before the close completes
         try:
-            content = json.loads(text_data or "")
+            content = json_within(text_data or "")
+        except TooDeep as exc:
+            await self.send_json({"kind": "error", "error": f"{exc}: {USAGE}"})
+            return
         except ValueError:
             await self.send_json({"kind": "error", "error": "expected a JSON object"})
             return

@@ -7,7 +7,6 @@ a batch, an access request, an outcome and a page.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from queues.console import job_reads, selectors
 from queues.core import clock, retries
-from queues.core.words import digits
+from queues.core.words import TooDeep, digits, json_within
 from queues.operator.auth import BEARER_CHALLENGE, VIEWER, has_role, token_from
 from queues.services.moves import Outcome
 from queues.views.common import (
@@ -94,7 +93,9 @@ def request_body(request: HttpRequest) -> dict[str, Any]:
     """A JSON object body, or form fields; anything else is a 400."""
     if request.content_type == "application/json":
         try:
-            data = json.loads(request.body or b"{}")
+            data = json_within(request.body or b"{}")
+        except TooDeep as exc:
+            raise ValueError(f"the body is {exc}: no request needs that") from exc
         except ValueError as exc:
             raise ValueError(f"the body is not valid JSON: {exc}") from exc
         if not isinstance(data, dict):

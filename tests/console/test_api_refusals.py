@@ -6,6 +6,7 @@ itself after the refusal."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -292,3 +293,57 @@ def test_the_job_list_page_reads_yes_and_no_as_the_api_does(viewer, zk):
     answer = viewer.get("/jobs/", {"stuck": "maybe"})
     assert answer.status_code == 400
     assert "must be true or false" in answer.content.decode()
+
+
+# A body nested deeper than any request needs ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/notes",
+        "/api/jobs/{jid}/hold",
+        "/api/jobs/bulk",
+        "/api/collections/letters/priority",
+        "/api/consistency",
+    ],
+)
+def test_a_body_nested_deeper_than_any_request_needs_is_a_400(
+    client, token_for, zk, make_job, path
+):
+    """2 KB of "[" then "]" raised RecursionError out of the JSON parser, a 500, for any
+    viewer's token: the body is read before the role is checked."""
+    job = make_job("Pending", profile="letters")
+    before = snapshot(zk)
+    answer = client.post(
+        path.format(jid=job.jid),
+        "[" * 1000 + "]" * 1000,
+        content_type="application/json",
+        **token_for("viewer"),
+    )
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["error"] == (
+        "the body is JSON nested deeper than 32 levels of lists and objects: no request needs that"
+    )
+    assert snapshot(zk) == before
+
+
+def test_json_from_outside_is_read_to_a_depth_and_no_deeper():
+    from queues.core.words import JSON_DEPTH_MOST, TooDeep, json_within
+
+    deepest = "[" * JSON_DEPTH_MOST + "]" * JSON_DEPTH_MOST
+    assert json_within(deepest.encode()) == json.loads(deepest)
+    # Brackets inside a string are text, however many; an escaped quote does not end it.
+    text = {"reason": '\\"' + "[{" * 500, "jobs": [{"id": "jid0000000001"}] * 100}
+    assert json_within(json.dumps(text)) == text
+    for deeper in (
+        "[" * (JSON_DEPTH_MOST + 1) + "]" * (JSON_DEPTH_MOST + 1),
+        '{"a":' * 100_000 + "1" + "}" * 100_000,
+        "[]" * 100_000 + "[" * 40 + "]" * 40,
+    ):
+        with pytest.raises(TooDeep, match=f"deeper than {JSON_DEPTH_MOST} levels"):
+            json_within(deeper)
+    # Malformed but shallow: the parser's own error, whatever the brackets' number.
+    with pytest.raises(ValueError) as malformed:
+        json_within("[}" * 100)
+    assert not isinstance(malformed.value, TooDeep)

@@ -67,6 +67,27 @@ def test_unknown_and_malformed_topics_are_refused_one_by_one(session_cookie: str
     assert ack == {"kind": "subscribed", "topics": ["jobs:state:Failed"]}
 
 
+def test_a_message_nested_deeper_than_any_needs_is_answered_and_the_socket_stays(
+    session_cookie: str,
+) -> None:
+    """A browser's message nested 100,000 deep raised RecursionError out of the JSON parser
+    in the consumer; it is answered as any malformed message is, and the socket still works."""
+
+    async def scenario() -> list[dict]:
+        socket = await open_socket(session_cookie, [])
+        await socket.send_to(text_data='{"subscribe":' + "[" * 100_000 + "]" * 100_000 + "}")
+        refused = await socket.receive_json_from(timeout=10)
+        await socket.send_json_to({"subscribe": ["jobs:state:Failed"]})
+        ack = await socket.receive_json_from(timeout=10)
+        await socket.disconnect()
+        return [refused, ack]
+
+    refused, ack = run(scenario())
+    assert refused["kind"] == "error"
+    assert refused["error"].startswith("JSON nested deeper than 32 levels")
+    assert ack == {"kind": "subscribed", "topics": ["jobs:state:Failed"]}
+
+
 @pytest.mark.quick
 def test_job_moved_by_another_client_reaches_the_pages_that_show_it(
     session_cookie: str,
