@@ -33,6 +33,7 @@ from .common import (
     error_response,
     only_fields,
     redirect_after_post,
+    resume_params,
     run_bulk,
     safe_next,
     shown_bulk_runs,
@@ -69,15 +70,6 @@ def _preview_states(kind: str, items: Items) -> dict[str, int]:
         state = where.get(item_id, "not listed")
         counts[state] = counts.get(state, 0) + 1
     return counts
-
-
-def _resume_params(kind: str, action: str, to: str) -> dict[str, str]:
-    """A job resume's chosen step, as the action's parameters; other actions take none."""
-    if not to:
-        return {}
-    if (kind, action) != ("job", "resume"):
-        raise ValueError(f"a step to start from goes with resume, not with {action}")
-    return {"to": to}
 
 
 def _resume_plan(rows: list[Any], to: str) -> list[tuple[str, str, bool]]:
@@ -147,7 +139,7 @@ def _bulk(
     if not items:
         return error_response(request, "nothing selected", 400)
     destructive = actions.is_destructive(kind, action)
-    params = _resume_params(kind, action, form.cleaned_data["to"])
+    params = resume_params(kind, action, form.cleaned_data["to"])
     # A destructive action, any action over a whole filter (whose extent the operator has not
     # seen item by item) and a resume that repeats steps are previewed and confirmed first.
     if (destructive or form.cleaned_data["scope"] == "filter" or params) and not form.cleaned_data[

@@ -445,6 +445,16 @@ def act(
     return form
 
 
+def resume_params(kind: str, action: str, to: str) -> dict[str, str]:
+    """A job resume's chosen step, as the action's parameters; other actions take none (the
+    console's bulk forms and ``POST /api/jobs/bulk`` alike)."""
+    if not to:
+        return {}
+    if (kind, action) != ("job", "resume"):
+        raise ValueError(f"a step to start from goes with resume, not with {action}")
+    return {"to": to}
+
+
 def run_bulk(
     *,
     user: Any,

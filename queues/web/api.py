@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.urls import re_path, reverse
 
 from queues.console import (
@@ -28,12 +28,18 @@ from queues.console import (
     waits,
 )
 from queues.core import clock
-from queues.core.states import JOB, JobState
+from queues.core.states import JOB
 from queues.models import Note
 from queues.operator import actions, archive, bulkrun
 from queues.operator.audit import AuditEntry
 from queues.operator.auth import require_action
-from queues.views.common import batch_or_archived, job_or_archived, perform_posted, run_bulk
+from queues.views.common import (
+    batch_or_archived,
+    job_or_archived,
+    perform_posted,
+    resume_params,
+    run_bulk,
+)
 from queues.web.api_door import (
     access_json,
     api_view,
@@ -49,12 +55,12 @@ from queues.web.api_door import (
     request_body,
     stamp_text,
     text_param,
-    version_param,
 )
 from queues.web.forms import (
     AccessFilterForm,
     ActionForm,
     BatchFilterForm,
+    BulkForm,
     FailedFilterForm,
     JobFilterForm,
     SubmitForm,
@@ -165,10 +171,10 @@ BULK_KEYS = ("action", "jobs", "filter", "all", "reason", "to")
 BULK_FILTER_UNUSED = ("page", "sort")
 
 
-def _bulk_items(data: dict[str, Any]) -> tuple[list[tuple[str, int | None]], bool]:
-    """The jobs a bulk request names, checked whole before any is acted on: a list of jobs, or
-    a filter (a closed set of keys; one that narrows nothing is refused unless the request says
-    ``"all": true``, the one way to ask for every job); and whether the filter's scan stopped."""
+def _bulk_form(data: dict[str, Any]) -> BulkForm:
+    """A bulk request's action, reason, step and listed jobs, read by the console's bulk form
+    (``BulkForm``: an over-long reason, a step that is none, a malformed version are refused
+    there, for both doors), after its closed set of keys and its shape are checked here."""
     unknown = sorted(str(k) for k in data if k not in BULK_KEYS)
     if unknown:
         raise ValueError(
@@ -178,40 +184,69 @@ def _bulk_items(data: dict[str, Any]) -> tuple[list[tuple[str, int | None]], boo
     every = data.get("all", False)
     if not isinstance(every, bool):
         raise ValueError('"all" must be true or false')
-    given = [k for k in ("jobs", "filter") if k in data]
-    if len(given) > 1:
+    if "jobs" in data and "filter" in data:
         raise ValueError('give "jobs" or "filter", not both')
+    posted = QueryDict(mutable=True)
+    for key in ("action", "reason", "to"):
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f'"{key}" must be text')
+        posted[key] = value or ""
+    posted["scope"] = "selection" if "jobs" in data else "filter"
+    posted["confirmed"] = "true"  # a script's request is its own confirmation
     if "jobs" in data:
         if every:
             raise ValueError('"all": true means every job: give it without "jobs"')
         if not isinstance(data["jobs"], list):
             raise ValueError('"jobs" must be a list')
-        items: list[tuple[str, int | None]] = []
+        pairs = []
         for entry in data["jobs"]:
             entry = entry if isinstance(entry, dict) else {"id": entry}
             if isinstance(entry.get("id"), dict | list) or set(entry) - {"id", "version"}:
                 raise ValueError('a job in "jobs" is an ID or {"id": ..., "version": ...}')
-            items.append((zpaths.jid(str(entry.get("id", ""))), version_param(entry)))
+            version = entry.get("version")
+            if isinstance(version, bool | dict | list):
+                raise ValueError(f"the version of {str(entry.get('id'))[:40]} must be a number")
+            # The console's "jid:version", which BulkForm reads (the ID checked whole first).
+            jid = zpaths.jid(str(entry.get("id", "")))
+            pairs.append(f"{jid}:{'' if version is None else version}")
+        posted.setlist("item", pairs)
+    form = BulkForm(posted, id_validator=zpaths.jid)
+    if not form.is_valid():
+        raise ValueError(f"bad bulk request: {form.errors.as_text()}")
+    return form
+
+
+def _bulk_items(data: dict[str, Any], form: BulkForm) -> tuple[list[tuple[str, int | None]], bool]:
+    """The jobs a bulk request names, checked whole before any is acted on: a list of jobs (at
+    least one, as on the console), or a filter (a closed set of keys; one that narrows nothing
+    is refused unless the request says ``"all": true``, the one way to ask for every job); and
+    whether the filter's scan stopped."""
+    if "jobs" in data:
+        items: list[tuple[str, int | None]] = form.cleaned_data["item"]
+        if not items:
+            raise ValueError('nothing selected: "jobs" lists no job')
         return items, False
+    every = data.get("all", False)
     flt = data.get("filter", {})
     if not isinstance(flt, dict):
         raise ValueError('"filter" must be an object')
-    if not given and not every:
+    if "filter" not in data and not every:
         raise ValueError('give "jobs" (a list) or "filter" (an object)')
     shown = [k for k in BULK_FILTER_UNUSED if k in flt]
     if shown:
         raise ValueError(f"filter: {' and '.join(shown)} choose rows to show, not jobs to act on")
-    form = JobFilterForm(form_input(flt, JobFilterForm, what="filter"))
-    if not form.is_valid():
-        raise ValueError(form.errors.as_text())
-    narrows = form.narrows()
+    filter_form = JobFilterForm(form_input(flt, JobFilterForm, what="filter"))
+    if not filter_form.is_valid():
+        raise ValueError(filter_form.errors.as_text())
+    narrows = filter_form.narrows()
     if narrows and every:
         raise ValueError('"all": true means every job: give it without a filter that narrows')
     if not narrows and not every:
         raise ValueError(
             'the filter narrows nothing: say "all": true to act on every job, or narrow it'
         )
-    jids, limited = job_reads.jobs_matching(flt=form.to_filter())
+    jids, limited = job_reads.jobs_matching(flt=filter_form.to_filter())
     return [(j, None) for j in jids], limited
 
 
@@ -221,19 +256,16 @@ def jobs_bulk(request: HttpRequest) -> dict[str, Any] | HttpResponse:
 
     ``filter`` takes the job list's filter keys (``state``, ``profile``, ``bid``, ``submitter``,
     ``min_age_hours``, ``priority``, ``q``, ``stuck``) and no others; every job, whatever its
-    state and collection, is ``"all": true`` and nothing else. Over MRT_BULK_INLINE_MAX jobs it
-    answers 202 at once with the background run (its URL in Location), as the console does;
-    otherwise with what was done once it is done."""
+    state and collection, is ``"all": true`` and nothing else. The action, the reason, the step
+    (``to``) and the listed jobs are read as the console's bulk form reads them. Over
+    MRT_BULK_INLINE_MAX jobs it answers 202 at once with the background run (its URL in
+    Location), as the console does; otherwise with what was done once it is done."""
     data = request_body(request)
-    to = data.get("to") or ""
-    if not isinstance(to, str) or (to and to not in JOB.action_targets("resume", JobState.FAILED)):
-        raise ValueError(f'"to" must name a job step a resume may go to, not {str(to)[:40]!r}')
-    for key in ("action", "reason"):
-        if not isinstance(data.get(key, ""), str):
-            raise ValueError(f'"{key}" must be text')
-    action, reason = data.get("action", ""), data.get("reason", "")
+    form = _bulk_form(data)
+    action, reason = form.cleaned_data["action"], form.cleaned_data["reason"]
+    params = resume_params("job", action, form.cleaned_data["to"])
     actions.check_bulk(user=request.user, kind="job", action=action, reason=reason)
-    items, limited = _bulk_items(data)
+    items, limited = _bulk_items(data, form)
     result = run_bulk(
         user=request.user,
         kind="job",
@@ -242,7 +274,7 @@ def jobs_bulk(request: HttpRequest) -> dict[str, Any] | HttpResponse:
         reason=reason,
         limited=limited,
         via="api",
-        params={"to": to} if to else None,
+        params=params or None,
     )
     if isinstance(result, bulkrun.BulkRun):
         response = JsonResponse(bulk_run_json(result), status=202)

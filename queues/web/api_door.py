@@ -17,7 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from queues.console import job_reads, selectors
 from queues.core import clock, retries
-from queues.core.words import TooDeep, digits, json_within
+from queues.core.words import TooDeep, json_within
 from queues.operator.auth import BEARER_CHALLENGE, VIEWER, has_role, token_from
 from queues.services.moves import Outcome
 from queues.views.common import (
@@ -129,16 +129,6 @@ def form_input(
             raise ValueError(f"{what}: {key} must be text, a number or true/false, not {kind}")
         fields[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return fields
-
-
-def version_param(data: dict[str, Any]) -> int | None:
-    value = data.get("version")
-    if value in (None, ""):
-        return None
-    number = None if isinstance(value, bool) else digits(str(value))
-    if number is None:
-        raise ValueError("version must be a non-negative integer")
-    return number
 
 
 def stamp_text(value: Any) -> str | None:

@@ -347,3 +347,55 @@ def test_json_from_outside_is_read_to_a_depth_and_no_deeper():
     with pytest.raises(ValueError) as malformed:
         json_within("[}" * 100)
     assert not isinstance(malformed.value, TooDeep)
+
+
+# The API's bulk request is read by the console's bulk form ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra, said_api, said_console",
+    [
+        ({"to": "Pending"}, "goes with resume, not with hold", "goes with resume, not with hold"),
+        ({"reason": "x" * 100_000}, "at most 2000 characters", "at most 2000 characters"),
+        ({"to": "Completed"}, "Completed is not one of", "Completed is not one of"),
+    ],
+)
+def test_a_bulk_request_the_console_refuses_the_api_refuses(
+    client, operator, token_for, zk, make_job, extra, said_api, said_console
+):
+    """``{"action": "hold", "to": "Pending", "reason": "x" * 100000}`` held the job through the
+    API (and the audit kept the whole reason) where the console's bulk form answers 400."""
+    from queues.operator.audit import AuditEntry
+
+    job = make_job("Pending")
+    before = snapshot(zk)
+    answer = post_json(
+        client,
+        reverse("api-jobs-bulk"),
+        {"action": "hold", "jobs": [job.jid], **extra},
+        **token_for("operator"),
+    )
+    assert answer.status_code == 400, answer.content[:300]
+    assert said_api in answer.json()["error"]
+    console = operator.post(
+        reverse("jobs-bulk"),
+        {"action": "hold", "scope": "selection", "item": f"{job.jid}:", "confirmed": "1", **extra},
+    )
+    assert console.status_code == 400, console.content[:300]
+    assert said_console in console.content.decode()
+    assert snapshot(zk) == before
+    assert not AuditEntry.objects.exists()
+
+
+def test_a_bulk_request_that_lists_no_job_is_refused(client, token_for, zk, make_job):
+    from queues.operator.audit import AuditEntry
+
+    make_job("Pending")
+    before = snapshot(zk)
+    answer = post_json(
+        client, reverse("api-jobs-bulk"), {"action": "hold", "jobs": []}, **token_for("operator")
+    )
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["error"].startswith("nothing selected")
+    assert snapshot(zk) == before
+    assert not AuditEntry.objects.exists()
