@@ -64,6 +64,8 @@ def api_view(
             try:
                 with within_loading_wait(request):
                     result = view(request, *args, **kwargs)
+            except UnsupportedBody as exc:
+                return error_json(str(exc), 415)
             except StillReading as exc:
                 return loading_answer(
                     request,
@@ -89,8 +91,23 @@ def api_view(
     return decorator
 
 
+# What an API body may be beside JSON: a form's fields, as a browser or ``curl -d`` posts them.
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+class UnsupportedBody(ValueError):
+    """A body in a media type the API does not read: 415, never read as no fields at all."""
+
+
 def request_body(request: HttpRequest) -> dict[str, Any]:
-    """A JSON object body, or form fields; anything else is a 400."""
+    """A JSON object body, or form fields (no files); no body at all is no fields. A body of
+    another media type is a 415 (``text/plain`` read as an empty form did the action with no
+    fields), anything else malformed a 400."""
+    if request.content_type not in ("application/json", *FORM_TYPES) and request.body:
+        raise UnsupportedBody(
+            f"a body of type {(request.content_type or '')[:80]!r} is not read here: send JSON "
+            "(Content-Type: application/json) or form fields"
+        )
     if request.content_type == "application/json":
         try:
             data = json_within(request.body or b"{}")
@@ -101,6 +118,8 @@ def request_body(request: HttpRequest) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise ValueError("the body must be a JSON object")
         return data
+    if request.FILES:
+        raise ValueError("the API takes no files: send JSON or form fields")
     return request.POST.dict()
 
 

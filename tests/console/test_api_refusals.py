@@ -399,3 +399,36 @@ def test_a_bulk_request_that_lists_no_job_is_refused(client, token_for, zk, make
     assert answer.json()["error"].startswith("nothing selected")
     assert snapshot(zk) == before
     assert not AuditEntry.objects.exists()
+
+
+def test_a_body_the_api_does_not_read_is_refused_not_taken_for_no_fields(
+    client, token_for, zk, make_job
+):
+    """``Content-Type: text/plain`` with ``foo`` was read as an empty form: the job was held."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from queues.operator.audit import AuditEntry
+
+    job = make_job("Pending")
+    headers = token_for("operator")
+    before = snapshot(zk)
+    for body, kind in (("foo", "text/plain"), ("<reason>x</reason>", "application/xml")):
+        answer = client.post(f"/api/jobs/{job.jid}/hold", body, content_type=kind, **headers)
+        assert answer.status_code == 415, answer.content
+        assert answer.json() == {
+            "error": f"a body of type {kind!r} is not read here: send JSON "
+            "(Content-Type: application/json) or form fields",
+            "status": 415,
+        }
+    # A form's fields are read, but a file in it is no field.
+    upload = SimpleUploadedFile("reason.txt", b"x", content_type="text/plain")
+    answer = client.post(f"/api/jobs/{job.jid}/hold", {"file": upload}, **headers)
+    assert answer.status_code == 400 and "takes no files" in answer.json()["error"]
+    assert snapshot(zk) == before
+    assert not AuditEntry.objects.exists()
+    # No body at all is no fields, whatever the type says: an action that needs none is done.
+    answer = client.post(f"/api/jobs/{job.jid}/hold", "", content_type="text/plain", **headers)
+    assert answer.status_code == 200, answer.content
+    assert jobs.job_load(zk, job.jid).state == "Held"
+    answer = client.post(f"/api/jobs/{job.jid}/release", {"reason": "done"}, **headers)
+    assert answer.status_code == 200, answer.content
