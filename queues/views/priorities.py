@@ -322,6 +322,11 @@ def collection_cap_action(request: HtmxHttpRequest, profile: str, action: str) -
 # API ----------------------------------------------------------------------------------------------
 
 
+# What the API's priority endpoints do not read of PriorityForm: the page's confirmation (a
+# script's request is its own), refused as any unknown key is rather than left out.
+API_UNREAD = ("confirmed",)
+
+
 def _outcomes(outcomes: list[moves.Outcome]) -> list[dict[str, str]]:
     return [
         {"kind": o.kind, "id": o.id, "before": o.before, "after": o.after, "detail": o.detail}
@@ -332,7 +337,10 @@ def _outcomes(outcomes: list[moves.Outcome]) -> list[dict[str, str]]:
 @api_view("POST")
 def api_job_priority(request: HttpRequest, jid: str) -> dict[str, Any]:
     """{"priority": 0..99, "version": ..., "reason": ...}: a waiting job's priority."""
-    data = _form(PriorityForm, form_input(request_body(request), PriorityForm, what="priority"))
+    data = _form(
+        PriorityForm,
+        form_input(request_body(request), PriorityForm, unread=API_UNREAD, what="priority"),
+    )
     outcomes = actions.perform(
         user=request.user,
         kind="job",
@@ -348,9 +356,11 @@ def api_job_priority(request: HttpRequest, jid: str) -> dict[str, Any]:
 
 def _api_scoped(request: HttpRequest, kind: str, name: str) -> dict[str, Any] | HttpResponse:
     body = request_body(request)
+    # A batch's or a collection's jobs have a version each, which the change checks job by job:
+    # the form has no version (nor the page's confirmed), so either is an unknown key.
     data = _form(
         PriorityChangeForm,
-        form_input(body, PriorityChangeForm, also=("preview",), what="priority"),
+        form_input(body, PriorityChangeForm, also=("preview",), what=f"priority of a {kind}"),
     )
     preview = body.get("preview", False)
     if preview not in (True, False, "1", "0", "true", "false"):
@@ -414,7 +424,8 @@ def api_caps(request: HttpRequest) -> dict[str, Any]:
 def api_collection_cap(request: HttpRequest, name: str, action: str) -> dict[str, Any]:
     """{"limit": N, "reason": ...} for ``cap``; nothing for ``uncap`` and ``recount``."""
     profile = zpaths.profile(name)
-    data = _form(CapForm, form_input(request_body(request), CapForm, what=action))
+    unread = () if action == "cap" else ("limit",)  # uncap and recount take none
+    data = _form(CapForm, form_input(request_body(request), CapForm, unread=unread, what=action))
     if action == "cap" and data["limit"] is None:
         raise ValueError("give the cap as limit: how many jobs may be in flight at once")
     outcomes = actions.perform(

@@ -124,14 +124,20 @@ def request_body(request: HttpRequest) -> dict[str, Any]:
 
 
 def form_input(
-    data: Mapping[str, Any], form_class: type[forms.Form], *, also: Iterable[str] = (), what: str
+    data: Mapping[str, Any],
+    form_class: type[forms.Form],
+    *,
+    also: Iterable[str] = (),
+    unread: Iterable[str] = (),
+    what: str,
 ) -> dict[str, str]:
     """A JSON object's fields for ``form_class``, as a browser would post them: a closed set of
-    keys (the form's fields and ``also``), each text, a number, true/false or null (null: not
-    given). An unknown key is a 400 naming it, never a field quietly left out (a filter key
-    misspelt would otherwise widen the filter, a hold's end misspelt would hold with no end);
-    a list or an object where a field goes is a 400, never a 500 from the field's parser."""
-    known = set(form_class.base_fields) | set(also)
+    keys (the form's fields but ``unread``, which the endpoint does not read, and ``also``),
+    each text, a number, true/false or null (null: not given). An unknown key is a 400 naming
+    it, never a field quietly left out (a filter key misspelt would otherwise widen the filter,
+    a hold's end misspelt would hold with no end, a version no check); a list or an object
+    where a field goes is a 400, never a 500 from the field's parser."""
+    known = (set(form_class.base_fields) - set(unread)) | set(also)
     unknown = sorted(str(k) for k in data if k not in known)
     if unknown:
         names = ", ".join(repr(k[:40]) for k in unknown[:5])

@@ -432,3 +432,33 @@ def test_a_body_the_api_does_not_read_is_refused_not_taken_for_no_fields(
     assert jobs.job_load(zk, job.jid).state == "Held"
     answer = client.post(f"/api/jobs/{job.jid}/release", {"reason": "done"}, **headers)
     assert answer.status_code == 200, answer.content
+
+
+def test_a_field_an_api_endpoint_does_not_read_is_refused(client, token_for, zk, make_job):
+    """A batch's or a collection's priority took a ``version`` and did not check it; an uncap
+    took a ``limit`` it does not read: each is an unknown key there, as elsewhere in the API."""
+    from queues.zk import caps
+
+    job = make_job("Pending", profile="letters")
+    caps.cap_set(zk, "letters", 3, by="ops")
+    headers = token_for("operator")
+    before = snapshot(zk)
+    for path, body, named in [
+        (f"/api/batches/{job.bid}/priority", {"priority": 9, "version": 0}, "version"),
+        ("/api/collections/letters/priority", {"priority": 9, "version": 0}, "version"),
+        ("/api/collections/letters/priority", {"priority": 9, "confirmed": True}, "confirmed"),
+        (f"/api/jobs/{job.jid}/priority", {"priority": 9, "confirmed": True}, "confirmed"),
+        ("/api/holds/collection/letters/uncap", {"limit": 5}, "limit"),
+        ("/api/holds/collection/letters/recount", {"limit": 5}, "limit"),
+    ]:
+        answer = post_json(client, path, body, **headers)
+        assert answer.status_code == 400, (path, answer.content)
+        assert f"unknown key {named!r}" in answer.json()["error"], path
+    assert snapshot(zk) == before
+    # What each does read is still taken.
+    for path, body in [
+        (f"/api/jobs/{job.jid}/priority", {"priority": 9}),
+        ("/api/holds/collection/letters/uncap", {}),
+    ]:
+        assert post_json(client, path, body, **headers).status_code == 200, path
+    assert jobs.job_load(zk, job.jid).priority == 9
