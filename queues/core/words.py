@@ -28,6 +28,11 @@ def yes_or_no(text: str) -> bool | None:
 # The largest size or count Merritt's Java services read (a ``long``) and the databases store.
 LONG_MAX = 2**63 - 1
 
+# The largest version ZooKeeper gives a node (a signed 32-bit ``int``): a version the console
+# shows, and so one a request may expect, is a whole number from 0 to this; past it, it is a
+# malformed request, not an item that "changed since".
+VERSION_MOST = 2**31 - 1
+
 
 def digits(text: str, most: int = 19) -> int | None:
     """The whole number ``text`` spells in 1 to ``most`` ASCII digits, None for anything else.

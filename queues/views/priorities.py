@@ -22,6 +22,7 @@ from queues.console import job_reads
 from queues.console.waits import CapFigure
 from queues.core import clock
 from queues.core.states import JOB_WORKING, JobState
+from queues.core.words import VERSION_MOST
 from queues.operator import actions, bulkrun
 from queues.operator.auth import VIEWER, require_action
 from queues.services import hold_moves, moves
@@ -73,7 +74,7 @@ class ScopedPriorityForm(PriorityChangeForm):
 class PriorityForm(PriorityChangeForm):
     """A job's priority change, checked against the version of the job the page showed."""
 
-    version = WholeNumberField(required=False, min_value=0)
+    version = WholeNumberField(required=False, min_value=0, max_value=VERSION_MOST)
 
 
 class CapForm(forms.Form):

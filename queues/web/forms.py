@@ -10,7 +10,7 @@ from django.http import QueryDict
 
 from queues.console import batch_reads, job_reads
 from queues.core.states import ACCESS, BATCH, JOB
-from queues.core.words import digits, yes_or_no
+from queues.core.words import VERSION_MOST, digits, yes_or_no
 from queues.services.moves import SUBMISSION_TYPES, check_payload_url
 from queues.steps.checkm import HASH_LENGTHS
 from queues.steps.submission import submission_problems
@@ -207,7 +207,7 @@ _RESUME_TARGETS = [
 class ActionForm(forms.Form):
     """The fields every action POST may carry."""
 
-    version = WholeNumberField(required=False, min_value=0)
+    version = WholeNumberField(required=False, min_value=0, max_value=VERSION_MOST)
     reason = forms.CharField(required=False, max_length=2000)
     # Where a resume goes: a job's step or an access request's state, any the state machines
     # resume to (the service then checks it against the item: a job only to a step it reached).
@@ -244,15 +244,21 @@ class BulkForm(forms.Form):
         item_field.choices = [(v, v) for v in posted]
 
     def clean_item(self) -> list[tuple[str, int | None]]:
-        items = []
+        """Each item once (a repeat would be acted on and then skipped: a refusal, not a run),
+        with the version seen, if any: a whole number ZooKeeper could have given it."""
+        items: dict[str, int | None] = {}
         for raw in self.cleaned_data["item"]:
             item_id, _, version = raw.partition(":")
             _validated(self.id_validator, item_id)
             number = digits(version)
-            if version and number is None:
-                raise ValidationError(f"bad version in {raw!r}")
-            items.append((item_id, number))
-        return items
+            if version and (number is None or number > VERSION_MOST):
+                raise ValidationError(
+                    f"bad version in {raw[:60]}: a whole number from 0 to {VERSION_MOST:,}"
+                )
+            if item_id in items:
+                raise ValidationError(f"{item_id} is listed twice: list each item once")
+            items[item_id] = number
+        return list(items.items())
 
 
 class CollectionHoldForm(forms.Form):

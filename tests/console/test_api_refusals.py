@@ -462,3 +462,76 @@ def test_a_field_an_api_endpoint_does_not_read_is_refused(client, token_for, zk,
     ]:
         assert post_json(client, path, body, **headers).status_code == 200, path
     assert jobs.job_load(zk, job.jid).priority == 9
+
+
+# A version is one ZooKeeper could have given; a bulk list names each job once -----------------
+
+
+@pytest.mark.parametrize("version", [2147483648, 9223372036854775808, "2147483648"])
+def test_a_version_past_zookeepers_range_is_malformed_not_changed_since(
+    client, operator, token_for, zk, make_job, version
+):
+    """A version is a signed 32-bit int in ZooKeeper: 2147483648 passed as a number and
+    answered 409 "changed since" (a bulk item's: 200 "skipped", offered again)."""
+    from queues.operator.audit import AuditEntry
+
+    job = make_job("Pending", profile="letters")
+    headers = token_for("operator")
+    before = snapshot(zk)
+    for path, body in [
+        (f"/api/jobs/{job.jid}/hold", {"version": version}),
+        (f"/api/jobs/{job.jid}/priority", {"priority": 9, "version": version}),
+        ("/api/jobs/bulk", {"action": "hold", "jobs": [{"id": job.jid, "version": version}]}),
+    ]:
+        answer = post_json(client, path, body, **headers)
+        assert answer.status_code == 400, (path, answer.content)
+        said = answer.json()["error"]
+        assert "2147483647" in said or "2,147,483,647" in said, (path, said)
+    for path, form in [
+        (f"/jobs/{job.jid}/hold/", {"version": str(version)}),
+        (f"/jobs/{job.jid}/priority/", {"priority": "9", "version": str(version)}),
+        (
+            "/jobs/bulk/",
+            {"action": "hold", "scope": "selection", "item": f"{job.jid}:{version}"}
+            | {"confirmed": "1"},
+        ),
+    ]:
+        answer = operator.post(path, form)
+        assert answer.status_code == 400, (path, answer.content[:300])
+        assert "2147483647" in answer.content.decode() or "2,147,483,647" in answer.content.decode()
+    assert snapshot(zk) == before
+    assert not AuditEntry.objects.filter(ok=True).exists()
+    # The largest version ZooKeeper gives is a version: the item changed since, if anything.
+    largest = post_json(client, f"/api/jobs/{job.jid}/hold", {"version": 2**31 - 1}, **headers)
+    assert largest.status_code == 409 and "changed since" in largest.json()["error"]
+
+
+def test_a_bulk_list_that_names_a_job_twice_is_refused(
+    client, operator, token_for, zk, make_job, settings
+):
+    """``"jobs": [J] * 10001`` started a background run of 10,001 items, 10,000 skipped."""
+    from queues.operator import bulkrun
+
+    settings.MRT_BULK_INLINE_MAX = 2
+    job, other = make_job("Pending"), make_job("Pending")
+    before = snapshot(zk)
+    answer = post_json(
+        client,
+        reverse("api-jobs-bulk"),
+        {"action": "hold", "jobs": [job.jid, other.jid, {"id": job.jid, "version": 1}]},
+        **token_for("operator"),
+    )
+    assert answer.status_code == 400, answer.content
+    assert f"{job.jid} is listed twice" in answer.json()["error"]
+    console = operator.post(
+        reverse("jobs-bulk"),
+        {
+            "action": "hold",
+            "scope": "selection",
+            "item": [f"{job.jid}:", f"{other.jid}:", f"{job.jid}:"],
+            "confirmed": "1",
+        },
+    )
+    assert console.status_code == 400 and f"{job.jid} is listed twice" in console.content.decode()
+    assert snapshot(zk) == before
+    assert not bulkrun.BulkRun.objects.exists()
