@@ -13,13 +13,14 @@ knows of none, nothing is read. The check under the lock stays (``JobDaemon._acc
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 from queues.core import retries
 from queues.zk import paths as zpaths
+from queues.zk.codecs import decode_json
+from queues.zk.errors import MalformedNode
 from queues.zk.nodes import read_many
 
 from .retrying import RetryWaits
@@ -50,12 +51,15 @@ class RetryScreen:
             found = read_many(self.zk, [zpaths.job_node(jid, "status") for jid in part])
             for jid in part:
                 self._seen.add(jid)
-                read = found[zpaths.job_node(jid, "status")]
+                path = zpaths.job_node(jid, "status")
+                read = found[path]
                 if read is None:
                     continue
                 try:
-                    raw = json.loads(read[0])
-                except ValueError:
+                    # Another client's node: nested past the parser it raised RecursionError,
+                    # which ended the loop's listing (decode_json says MalformedNode).
+                    raw = decode_json(path, read[0])
+                except MalformedNode:
                     continue  # the claim reads it and says what is wrong
                 until = retries.next_try(raw) if isinstance(raw, dict) else None
                 if until is not None and until > now:
