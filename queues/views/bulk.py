@@ -20,7 +20,7 @@ from queues.console import batch_reads, failed_reads, failure_causes, job_reads
 from queues.operator import actions, bulkrun
 from queues.operator.auth import VIEWER, may, require_action
 from queues.services import moves
-from queues.web.forms import BulkForm, FailedFilterForm, JobFilterForm
+from queues.web.forms import BulkForm, FailedFilterForm, JobFilterForm, errors_text
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
 from queues.zk.client import connected_client
@@ -120,7 +120,7 @@ def _bulk(
     saying so, and run only when the post says ``all`` (which that preview posts)."""
     form = BulkForm(request.POST, id_validator=id_validator)
     if not form.is_valid():
-        return error_response(request, f"bad bulk request: {form.errors.as_text()}", 400)
+        return error_response(request, f"bad bulk request: {errors_text(form)}", 400)
     action = form.cleaned_data["action"]
     require_action(request.user, kind, action)
     scope = form.cleaned_data["scope"]
@@ -242,7 +242,7 @@ def _job_bulk(
     if unknown:
         return error_response(request, f"bad bulk request: unknown field {unknown}", 400)
     if not filter_form.is_valid():
-        return error_response(request, f"bad filter: {filter_form.errors.as_text()}", 400)
+        return error_response(request, f"bad filter: {errors_text(filter_form)}", 400)
     narrows = narrowed or filter_form.narrows()
 
     def matching() -> tuple[Items, bool]:

@@ -40,7 +40,7 @@ from queues.operator.actions import ReasonRequired
 from queues.operator.auth import require_action, role_required
 from queues.services.moves import Outcome
 from queues.templatetags.console import actions_for
-from queues.web.forms import ActionForm
+from queues.web.forms import ActionForm, errors_text
 from queues.zk import client as zkmod
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
@@ -393,7 +393,7 @@ def perform_posted(
     reason, to, release_jobs, ...) are ActionForm's; bad input is a ValueError (400)."""
     form = ActionForm(data)
     if not form.is_valid():
-        raise ValueError(f"bad action input: {form.errors.as_text()}")
+        raise ValueError(f"bad action input: {errors_text(form)}")
     if form.cleaned_data["version"] is not None and kind not in VERSIONED_KINDS:
         raise ValueError(f"a {kind} has no version to check: leave version out")
     for name, only in ACTION_FIELDS_ONLY_FOR.items():

@@ -24,6 +24,7 @@ from queues.web.forms import (
     NodeFailuresForm,
     NodeHoldForm,
     ServiceHoldForm,
+    errors_text,
 )
 from queues.zk import paths as zpaths
 
@@ -204,7 +205,7 @@ def collection_hold_new(request: HtmxHttpRequest) -> HttpResponse:
     form = CollectionHoldForm(request.POST)
     held = _hold_typed(request, form, "collection", "profile")
     if held is None:
-        return error_response(request, f"cannot hold: {form.errors.as_text()}", 400)
+        return error_response(request, f"cannot hold: {errors_text(form)}", 400)
     return _holds_response(request, just_held=held)
 
 
@@ -214,7 +215,7 @@ def node_hold_new(request: HtmxHttpRequest) -> HttpResponse:
     """Hold a storage node (typed in the form), with a reason and perhaps an end."""
     form = NodeHoldForm(request.POST)
     if _hold_typed(request, form, "node", "node") is None:
-        return error_response(request, f"cannot hold: {form.errors.as_text()}", 400)
+        return error_response(request, f"cannot hold: {errors_text(form)}", 400)
     return _holds_response(request)
 
 
@@ -239,7 +240,7 @@ def service_hold_new(request: HtmxHttpRequest) -> HttpResponse:
     service's hold is released by hand), as by its URL form and the API."""
     form = ServiceHoldForm(request.POST)
     if _hold_typed(request, form, "service", "service") is None:
-        return error_response(request, f"cannot hold: {form.errors.as_text()}", 400)
+        return error_response(request, f"cannot hold: {errors_text(form)}", 400)
     return _holds_response(request)
 
 
@@ -271,7 +272,7 @@ def node_failed(request: HtmxHttpRequest) -> HttpResponse:
     context: dict[str, Any] = {"form": form, "jobs": None}
     if request.GET:
         if not form.is_valid():
-            return error_response(request, f"cannot look: {form.errors.as_text()}", 400)
+            return error_response(request, f"cannot look: {errors_text(form)}", 400)
         jobs, more = selectors.node_failures(**form.cleaned_data)
         context.update(jobs=jobs, more=more, limit=selectors.NODE_FAILURES_MAX, **form.cleaned_data)
     return render(request, "queues/node_failed.html", context)

@@ -28,7 +28,7 @@ from queues.operator.auth import VIEWER, require_action
 from queues.services import hold_moves, moves
 from queues.web.api import bulk_run_json
 from queues.web.api_door import api_view, form_input, request_body
-from queues.web.forms import WholeNumberField, YesNoField
+from queues.web.forms import WholeNumberField, YesNoField, errors_text
 from queues.web.routes import BID, HELD_PROFILE, JID, PROFILE
 from queues.zk import caps as zcaps
 from queues.zk import index as zindex
@@ -85,7 +85,7 @@ class CapForm(forms.Form):
 def _form(form_class: type[forms.Form], data: Any) -> dict[str, Any]:
     form = form_class(data)
     if not form.is_valid():
-        raise ValueError(form.errors.as_text())
+        raise ValueError(errors_text(form))
     return form.cleaned_data
 
 

@@ -64,6 +64,7 @@ from queues.web.forms import (
     FailedFilterForm,
     JobFilterForm,
     SubmitForm,
+    errors_text,
     whole_number,
 )
 from queues.web.routes import (
@@ -108,7 +109,7 @@ def overview(request: HttpRequest) -> dict[str, Any]:
 def jobs(request: HttpRequest) -> dict[str, Any]:
     form = query_form(request, JobFilterForm)
     if not form.is_valid():
-        raise ValueError(form.errors.as_text())
+        raise ValueError(errors_text(form))
     page = job_reads.jobs_page(flt=form.to_filter(), page=form.cleaned_data["page"] or 1)
     # "loading": a search answered before the read index has every job's local ID and ARK
     # (else, as every answer from the index, what it is still loading after a start).
@@ -213,7 +214,7 @@ def _bulk_form(data: dict[str, Any]) -> BulkForm:
         posted.setlist("item", pairs)
     form = BulkForm(posted, id_validator=zpaths.jid)
     if not form.is_valid():
-        raise ValueError(f"bad bulk request: {form.errors.as_text()}")
+        raise ValueError(f"bad bulk request: {errors_text(form)}")
     return form
 
 
@@ -238,7 +239,7 @@ def _bulk_items(data: dict[str, Any], form: BulkForm) -> tuple[list[tuple[str, i
         raise ValueError(f"filter: {' and '.join(shown)} choose rows to show, not jobs to act on")
     filter_form = JobFilterForm(form_input(flt, JobFilterForm, what="filter"))
     if not filter_form.is_valid():
-        raise ValueError(filter_form.errors.as_text())
+        raise ValueError(errors_text(filter_form))
     narrows = filter_form.narrows()
     if narrows and every:
         raise ValueError('"all": true means every job: give it without a filter that narrows')
@@ -294,7 +295,7 @@ def failed(request: HttpRequest) -> dict[str, Any]:
     failing step of everything the filter matches."""
     form = query_form(request, FailedFilterForm, also=("page",))
     if not form.is_valid():
-        raise ValueError(form.errors.as_text())
+        raise ValueError(errors_text(form))
     number = whole_number(request.GET)
     page, steps = failed_reads.failed_page(**form.cleaned_data, page=number)
     return {
@@ -318,7 +319,7 @@ def failed_causes(request: HttpRequest) -> dict[str, Any]:
     ``failure_causes.GROUPS_PER_PAGE`` groups per page; the same filters as ``failed``."""
     form = query_form(request, FailedFilterForm, also=("page",))
     if not form.is_valid():
-        raise ValueError(form.errors.as_text())
+        raise ValueError(errors_text(form))
     number = whole_number(request.GET)
     causes = failure_causes.failure_causes(**form.cleaned_data)
     page = failure_causes.page_of(causes, number)
@@ -334,7 +335,7 @@ def batches(request: HttpRequest) -> dict[str, Any]:
     if request.method == "POST":
         form = SubmitForm(form_input(request_body(request), SubmitForm, what="submission"))
         if not form.is_valid():
-            raise ValueError(form.errors.as_text())
+            raise ValueError(errors_text(form))
         return outcomes_json(
             actions.perform(
                 user=request.user,
@@ -347,7 +348,7 @@ def batches(request: HttpRequest) -> dict[str, Any]:
         )
     filters = query_form(request, BatchFilterForm)
     if not filters.is_valid():
-        raise ValueError(filters.errors.as_text())
+        raise ValueError(errors_text(filters))
     page = batch_reads.batches_page(flt=filters.to_filter(), page=filters.cleaned_data["page"] or 1)
     return page_json(page, [batch_json(r.item, r.folders, r.states) for r in page.items])
 
@@ -414,7 +415,7 @@ def batch_action(request: HttpRequest, bid: str, action: str) -> dict[str, Any]:
 def access(request: HttpRequest) -> dict[str, Any]:
     form = query_form(request, AccessFilterForm)
     if not form.is_valid():
-        raise ValueError(form.errors.as_text())
+        raise ValueError(errors_text(form))
     items = selectors.access_requests(
         queue=form.cleaned_data["queue"], state=form.cleaned_data["state"]
     )

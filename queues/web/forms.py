@@ -23,6 +23,18 @@ from queues.zk.maintenance import node_number, service_key
 MAX_PAGE = 1_000_000
 
 
+def errors_text(form: forms.Form) -> str:
+    """A form's errors as ``errors.as_text()`` writes them ("* field" and its "  * message"
+    lines), the messages as they are: Django's text escapes them for HTML, and a refusal's words
+    are escaped where they go (a page's template, JSON), so a quote reached the API's answer as
+    ``&#x27;`` and a page as ``&amp;#x27;``."""
+    lines: list[str] = []
+    for field, messages in form.errors.items():
+        lines.append(f"* {field}")
+        lines.extend(f"  * {message}" for message in messages)
+    return "\n".join(lines)
+
+
 def whole_number(query: Any, name: str = "page", *, default: int = 1, most: int = MAX_PAGE) -> int:
     """The number ``name`` of a query (``default`` when absent or empty), a page's number by
     default: a whole number from 1 to ``most``, else ValueError saying so (a 400 from every

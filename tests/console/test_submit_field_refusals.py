@@ -68,6 +68,7 @@ def test_the_api_refuses_naming_the_field_and_makes_nothing(
     assert answer.status_code == 400
     error = answer.json()["error"]
     assert f"* {field}\n" in error and words in error, error
+    assert "&#" not in error and "&lt;" not in error  # the words themselves, not HTML
     assert batch_ids(zk) == []
 
 
