@@ -132,6 +132,10 @@ def job(request: HttpRequest, jid: str) -> dict[str, Any]:
     }
 
 
+# ActionForm's fields that only a page reads (the row or panel htmx asks back, where to go next).
+PAGE_ONLY = ("render", "next")
+
+
 def _act(
     request: HttpRequest,
     *,
@@ -146,7 +150,13 @@ def _act(
     a key that is no field of an action (nor in ``also``) is refused before anything is done."""
     _form, outcomes = perform_posted(
         request.user,
-        form_input(request_body(request), ActionForm, also=also, what=f"{action} of a {kind}"),
+        form_input(
+            request_body(request),
+            ActionForm,
+            also=also,
+            unread=PAGE_ONLY,
+            what=f"{action} of a {kind}",
+        ),
         kind=kind,
         action=action,
         item_id=item_id,

@@ -132,6 +132,20 @@ def test_an_action_body_with_an_unknown_key_is_a_400(client, token_for, zk):
     assert nothing_held(zk)
 
 
+@pytest.mark.parametrize("key", ["render", "next"])
+def test_an_action_body_with_a_pages_own_field_is_a_400(client, token_for, zk, key):
+    """What only a page reads (the row htmx asks back, where to go next) is no key of the
+    API's: taken and left unread, it was a field that did nothing."""
+    answer = post_json(
+        client,
+        "/api/holds/queue/ingest/hold",
+        {"reason": "redeploy", key: "row"},
+        **token_for("admin"),
+    )
+    assert answer.status_code == 400 and f"unknown key '{key}'" in answer.json()["error"]
+    assert nothing_held(zk)
+
+
 @pytest.mark.parametrize(
     "method, path, status",
     [
