@@ -71,10 +71,10 @@ def test_submitbatch_records_a_digest_in_lower_case(zk: KazooClient, tmp_path: P
         "--digest-alg",
         "sha256",
         "--digest-value",
-        "ABC123",
+        "ABC123" * 10 + "ABCD",
     ).strip()
     submission = read_json(zk, f"/batches/{bid}/submission")
-    assert submission["digest"] == {"alg": "sha256", "value": "abc123"}
+    assert submission["digest"] == {"alg": "sha256", "value": "abc123" * 10 + "abcd"}
     assert submission["type"] == "file"
 
 

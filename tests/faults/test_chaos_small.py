@@ -80,4 +80,4 @@ def test_thirty_jobs_survive_kills_and_a_zookeeper_restart(tmp_path: Path) -> No
     # ZooKeeper's own log of the run, replayed: no lock taken from its owner, no job written
     # by a consumer not holding its lock; and the run says how fast it went.
     assert CLEAN_TXNLOG in output
-    assert "throughput: 41 jobs in" in output
+    assert "throughput: 30 jobs in" in output  # the good batches' jobs; the hostile ones apart
