@@ -821,12 +821,16 @@ def test_a_large_folder_is_listed_again_less_often_while_entries_are_left(
     monkeypatch.setattr(zk_nodes, "LIST_RATE", 5)
     names = [f"05-jid{n:010d}" for n in range(1, 41)]
     listing = StateListing(zk, JobState.ESTIMATING, max_age=1.0)
+    for name in names:
+        zk.create(f"{listing.folder}/{name}", b"", makepath=True)
     listing.listed(time.monotonic(), names, [])
     assert listing.age_limit() == 8.0
     listings = count_folder_listings(monkeypatch)
     listing._listed_at -= 2.0  # older than max_age, younger than its age limit
     assert [p.name for p in listing.take(4, {})] == names[:4]
     assert listings[listing.folder] == 0
+    for name in names[:4]:  # moved on; a listing answered before the next take shows the rest
+        zk.delete(f"{listing.folder}/{name}")
     listing._listed_at -= 6.5  # older than its age limit
     assert [p.name for p in listing.take(4, {})] == names[4:8]
     assert listings[listing.folder] == 1
