@@ -11,8 +11,9 @@ import pytest
 from queues.daemons.storing import Storing
 from queues.zk.jobs import job_load
 from queues.zk.maintenance import job_store_node, node_hold_clear, node_hold_set
+from queues.zk.waits import node_holds_watch
 
-from .conftest import DEMO, FileServer, daemon, drive, make_job
+from .conftest import DEMO, FileServer, daemon, drive, make_job, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -59,6 +60,9 @@ def test_a_job_stored_before_the_hold_waits_in_recording(
     assert not daemon(zk, "recording").run_once()
     assert job_load(zk, job.jid).state == "Recording"
     node_hold_clear(zk, 9501)
+    # The loops see holds through the process's watch of them (queues.zk.waits), not a read a
+    # look: the release is theirs once the watch has told it (CI once looked before).
+    wait_for(lambda: not node_holds_watch(zk).held(), timeout=30)
     assert daemon(zk, "recording").run_once()
     assert job_load(zk, job.jid).state == "Notify"
 
