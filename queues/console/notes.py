@@ -48,10 +48,8 @@ def _check_item(kind: str, item_id: str) -> str:
             job_reads.job_one(jid=item_id)
         elif kind == "batch":
             batch_reads.batch_one(bid=item_id)
-        elif not selectors.collection_known(item_id):
-            raise NotFound(
-                f"collection {item_id} is not known: no profile, hold, cap or job names it"
-            )
+        else:
+            selectors.known_collection(item_id)
     except MalformedNode:
         pass  # unreadable, but there: worth a note all the more
     except NotFound:

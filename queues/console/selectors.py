@@ -29,7 +29,7 @@ from queues.zk import paths as zpaths
 from queues.zk.access import access_ids, access_load, accesses_load
 from queues.zk.client import connected_client
 from queues.zk.codecs import decode_json
-from queues.zk.errors import MalformedNode
+from queues.zk.errors import MalformedNode, NotFound
 from queues.zk.jobs import jobs_load
 from queues.zk.locks import Holds, holds_list
 from queues.zk.maintenance import NodeHold, ServiceHold, Window, node_holds, service_holds
@@ -260,7 +260,8 @@ def collection_known(profile: str) -> bool:
     if profile in known_profiles():
         return True
     zk = connected_client()
-    if profile in holds_list(zk).collections or zcaps.cap_of(zk, profile) is not None:
+    cap = zcaps.cap_path(profile)  # a cap node unreadable is a cap on it still, to be removed
+    if profile in holds_list(zk).collections or exists_many(zk, [cap])[cap] is not None:
         return True
     if any(w.kind == "collection" and w.name == profile for w in maintenance_windows(zk)):
         return True
@@ -271,6 +272,17 @@ def collection_known(profile: str) -> bool:
         return True
     index = zindex.for_client(zk)
     return any(index.profile_counts(state).get(profile) for state in JOB.states)
+
+
+def known_collection(profile: str) -> str:
+    """``profile`` when the console knows that collection (``collection_known``); else NotFound
+    (404), for the notes on it, its page and its priority alike."""
+    if not collection_known(profile):
+        raise NotFound(
+            f"collection {profile} is not known: no profile, hold, window, cap or job (live or "
+            "archived) names it"
+        )
+    return profile
 
 
 def known_nodes(held: Iterable[int] = ()) -> list[tuple[int, str]]:

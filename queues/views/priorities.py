@@ -18,7 +18,7 @@ from django.shortcuts import render
 from django.urls import re_path, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from queues.console import job_reads
+from queues.console import job_reads, selectors
 from queues.console.waits import CapFigure
 from queues.core import clock
 from queues.core.states import JOB_WORKING, JobState
@@ -196,11 +196,12 @@ def collections(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 @console_view(VIEWER)
 def collection(request: HtmxHttpRequest, profile: str) -> HttpResponse:
-    return render(
-        request,
-        "queues/collection.html",
-        {**_collection(zpaths.profile(profile)), "default_priority": DEFAULT_PRIORITY},
-    )
+    """A collection's page; 404 for one nobody knows (the rule of a note on one), as an empty
+    page for any name was no answer."""
+    data = _collection(zpaths.profile(profile))
+    if not (data["scope"].jids or data["in_flight"] or data["cap"]):
+        selectors.known_collection(data["profile"])  # what the page shows names it already
+    return render(request, "queues/collection.html", {**data, "default_priority": DEFAULT_PRIORITY})
 
 
 def _scoped_priority(request: HtmxHttpRequest, *, kind: str, name: str, back: str) -> HttpResponse:
@@ -217,6 +218,8 @@ def _scoped_priority(request: HtmxHttpRequest, *, kind: str, name: str, back: st
     if scope.loading and (data["confirmed"] or not scope.jids):
         raise StillLoading.about(f"the waiting jobs of {kind} {name}")
     if not scope.jids:
+        if kind == "collection":
+            selectors.known_collection(name)
         messages.info(request, f"{kind} {name} has no waiting job: nothing to change")
         return redirect_after_post(back)
     if not data["confirmed"]:
@@ -368,6 +371,8 @@ def _api_scoped(request: HttpRequest, kind: str, name: str) -> dict[str, Any] | 
         raise ValueError(f"preview must be true or false, not {str(preview)[:40]!r}")
     require_action(request.user, "job", "priority")
     scope = hold_moves.priority_scope(kind=kind, name=name)
+    if kind == "collection" and not (scope.jids or scope.loading):
+        selectors.known_collection(name)
     if preview in (True, "1", "true"):
         return {**_scope_json(scope, data["priority"]), "preview": True}
     if scope.loading:

@@ -14,9 +14,11 @@ from django.urls import reverse
 
 from queues.operator.audit import AuditEntry
 from queues.operator.bulkrun import BulkRun
+from queues.services import hold_moves
 from queues.zk import caps
 from queues.zk.jobs import job_load, job_transition
 from tests.browser import SCREENSHOTS, close_context
+from tests.core.helpers import snapshot
 
 from .conftest import PASSWORD, post_json
 
@@ -169,6 +171,45 @@ def test_the_api_previews_and_changes_a_batch_and_a_collection_and_a_job(
     assert f"00-{single.jid}" in pending_entries(zk)
     viewer = token_for("viewer")
     assert post_json(client, url, {"priority": 4}, **viewer).status_code == 403
+
+
+def test_a_collection_nobody_knows_is_a_404_at_its_page_and_priority_doors(
+    operator, client, token_for, zk, make_job
+):
+    """The page of a collection no profile, hold, cap or job names answered 200, empty, while a
+    note on it was a 404: both doors now answer 404 for it, its priority's too, nothing done."""
+    make_job("Pending", profile="letters")
+    headers = token_for("operator")
+    before = snapshot(zk)
+    page = operator.get(reverse("collection", args=["no_such_coll"]))
+    assert page.status_code == 404
+    assert "collection no_such_coll is not known" in page.content.decode()
+    url = reverse("collection-priority", args=["no_such_coll"])
+    for data in ({"priority": "9"}, {"priority": "9", "confirmed": "1"}):
+        answer = operator.post(url, data)
+        assert answer.status_code == 404, data
+        assert "collection no_such_coll is not known" in answer.content.decode()
+    url = reverse("api-collection-priority", args=["no_such_coll"])
+    for body in ({"priority": 9, "preview": True}, {"priority": 9}):
+        answer = post_json(client, url, body, **headers)
+        assert answer.status_code == 404, body
+        assert "collection no_such_coll is not known" in answer.json()["error"]
+    assert snapshot(zk) == before
+    assert not AuditEntry.objects.filter(action="priority").exists()
+    assert not BulkRun.objects.exists()
+    # Known with no job now, from its profile or from a hold only: its page, as before.
+    from queues.console.selectors import known_profiles
+
+    hold_moves.collection_hold(profile="quiet", reason="r")
+    for name in (known_profiles()[0], "quiet"):
+        assert operator.get(reverse("collection", args=[name])).status_code == 200, name
+        answer = post_json(
+            client,
+            reverse("api-collection-priority", args=[name]),
+            {"priority": 9, "preview": True},
+            **headers,
+        )
+        assert answer.status_code == 200 and answer.json()["jobs"] == 0, name
 
 
 def test_a_cap_is_set_counting_the_jobs_in_flight_recounted_and_removed(
