@@ -98,6 +98,11 @@ def alert_rule_update(request: HtmxHttpRequest, kind: str) -> HttpResponse:
     if kind not in KINDS:
         raise Http404("no such alert rule")
     only_fields(request, AlertRuleForm)
+    if "fuse" in request.POST and not KINDS[kind].fuse:
+        # Left out, it was ignored and the rest changed: a script's fuse would do nothing.
+        return error_response(
+            request, f"alert rule {kind} not changed: fuse: this rule has no fuse", 400
+        )
     form = AlertRuleForm(request.POST)
     if not form.is_valid():
         problems = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in form.errors.items())

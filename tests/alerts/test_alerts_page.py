@@ -66,13 +66,28 @@ def test_an_admin_changes_a_rule_and_the_change_is_audited(zk: Any, admin: Clien
     assert row.updated_by == "admin-user"
     entry = AuditEntry.objects.get(action="alert-rule", item_id="collection-failures")
     assert "threshold 5 -> 3" in entry.detail and "fuse False -> True" in entry.detail
-    # Unchecked boxes turn a rule off; the fuse applies only where it means something.
-    admin.post(
-        reverse("alert-rule", args=["stuck"]),
-        {"threshold": "0", "quiet_seconds": "600", "fuse": "1"},
-    )
+    # Unchecked boxes turn a rule off.
+    admin.post(reverse("alert-rule", args=["stuck"]), {"threshold": "0", "quiet_seconds": "600"})
     stuck = AlertRule.objects.get(kind="stuck")
     assert stuck.enabled is False and stuck.fuse is False
+
+
+@pytest.mark.parametrize("fuse", ["1", "0", ""])
+def test_a_fuse_for_a_rule_without_one_is_refused_and_nothing_changes(
+    zk: Any, admin: Client, fuse: str
+) -> None:
+    """A fuse posted for a rule that has none was left out and the rest of the rule changed (a
+    test asked for that): now the whole post is a 400 naming the field, the rule as it was."""
+    set_rule("stuck", threshold=10.0, enabled=True)
+    before = AlertRule.objects.filter(kind="stuck").values().get()
+    answer = admin.post(
+        reverse("alert-rule", args=["stuck"]),
+        {"threshold": "0", "quiet_seconds": "600", "fuse": fuse},
+    )
+    assert answer.status_code == 400
+    assert "alert rule stuck not changed: fuse: this rule has no fuse" in answer.content.decode()
+    assert AlertRule.objects.filter(kind="stuck").values().get() == before
+    assert not AuditEntry.objects.filter(action="alert-rule").exists()
 
 
 def test_a_rule_change_that_does_not_validate_changes_nothing(zk: Any, admin: Client) -> None:
