@@ -199,8 +199,12 @@ def collection(request: HtmxHttpRequest, profile: str) -> HttpResponse:
     """A collection's page; 404 for one nobody knows (the rule of a note on one), as an empty
     page for any name was no answer."""
     data = _collection(zpaths.profile(profile))
-    if not (data["scope"].jids or data["in_flight"] or data["cap"]):
-        selectors.known_collection(data["profile"])  # what the page shows names it already
+    scope = data["scope"]
+    # What the page shows names it already; while the read index still fills (a cold start)
+    # the page says what it loads rather than wait to learn whether any job names it.
+    filling = scope.loading or zindex.for_client(connected_client()).filling
+    if not (scope.jids or data["in_flight"] or data["cap"] or filling):
+        selectors.known_collection(data["profile"])
     return render(request, "queues/collection.html", {**data, "default_priority": DEFAULT_PRIORITY})
 
 
