@@ -12,10 +12,10 @@ from queues.steps.fetch import DEFAULT_TIMEOUT
 from queues.steps.merritt_wire import (
     answered_ok,
     is_ark_answer,
-    java_urlencode,
     json_document,
     local_name,
     merritt_error,
+    merritt_urlencode,
     service_session,
     unavailable_answer,
 )
@@ -51,7 +51,8 @@ class HttpInventory:
     * ``add_local_id``: ``POST {base}/primary/{ark}/{owner}/{local id}?t=xml``, how Merritt's
       ingest records a new object's local id.
 
-    Path segments are URL-encoded the way Merritt's ingest encodes them. A refusal is the
+    Path segments are URL-encoded the way Merritt's ingest encodes them (``merritt_urlencode``:
+    a space is ``%20``, not the ``+`` a path segment keeps as a plus). A refusal is the
     service's exception document; its reason ends up in InventoryError.
     """
 
@@ -97,7 +98,7 @@ class HttpInventory:
 
     def primary_for_local_id(self, owner: str, local_id: str) -> str | None:
         """The ARK inventory holds for ``local_id`` under ``owner``, or None."""
-        url = f"{self.base_url}/primary/{java_urlencode(owner)}/{java_urlencode(local_id)}"
+        url = f"{self.base_url}/primary/{merritt_urlencode(owner)}/{merritt_urlencode(local_id)}"
         what = f"the look-up of local id {local_id!r} (owner {owner})"
         response = self._call("GET", url, what, params={"t": "json"})
         data = json_document(response.content)
@@ -126,8 +127,8 @@ class HttpInventory:
     def add_local_id(self, ark: str, owner: str, local_id: str) -> None:
         """Record that ``ark`` has ``local_id`` under ``owner`` (repeating it changes nothing)."""
         url = (
-            f"{self.base_url}/primary/{java_urlencode(ark)}/{java_urlencode(owner)}/"
-            f"{java_urlencode(local_id)}"
+            f"{self.base_url}/primary/{merritt_urlencode(ark)}/{merritt_urlencode(owner)}/"
+            f"{merritt_urlencode(local_id)}"
         )
         self._call("POST", url, f"local id {local_id!r} for {ark}", params={"t": "xml"})
 

@@ -336,3 +336,12 @@ def java_urlencode(text: str) -> str:
     UTF-8 bytes (so ``ark:/13030/m5x`` -> ``ark%3A%2F13030%2Fm5x``).
     """
     return quote_plus(text, safe="*").replace("~", "%7E")
+
+
+def merritt_urlencode(text: str) -> str:
+    """Merritt's own ``org.cdlib.mrt.utility.URLEncoder.encode(text, "utf-8")`` (mrt-core2): Java's
+    encoding with each ``+`` (a space) then written ``%20``, so that a path segment, which JAX-RS
+    decodes without turning ``+`` into a space, reads back as the text. Ingest's
+    ``LocalIDUtil`` encodes the owner and local id of inventory's ``primary/...`` paths with it
+    (``scan 0042`` -> ``scan%200042``)."""
+    return java_urlencode(text).replace("+", "%20")

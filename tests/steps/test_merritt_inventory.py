@@ -52,10 +52,27 @@ def test_local_ids_are_looked_up_and_recorded_under_the_owner(inventory: Invento
     assert client.primary_for_local_id("ark:/13030/j2other", "scan 0042") is None
 
     lookup = inventory.seen("GET")[0]
-    assert lookup.path == "/primary/ark%3A%2F13030%2Fj2owner/scan+0042"
+    assert lookup.path == "/primary/ark%3A%2F13030%2Fj2owner/scan%200042"
     assert lookup.query == {"t": "json"}
     record = inventory.seen("POST")[0]
-    assert record.path == "/primary/ark%3A%2F99999%2Ffk4inv/ark%3A%2F13030%2Fj2owner/scan+0042"
+    assert record.path == "/primary/ark%3A%2F99999%2Ffk4inv/ark%3A%2F13030%2Fj2owner/scan%200042"
+
+
+def test_a_local_id_with_a_space_is_the_one_merritts_ingest_records(
+    inventory: InventoryStandIn,
+) -> None:
+    """Ingest's LocalIDUtil encodes the segments with mrt-core2's URLEncoder, which writes a
+    space as %20; JAX-RS decodes a path segment's %20 to a space and keeps a + as a plus. So a
+    local id with a space must go as %20 to be the id ingest recorded, and be recorded as ingest
+    would look it up (a + made it the different id "scan+0042")."""
+    client = HttpInventory(inventory.url, timeout=5)
+    # As Merritt's ingest recorded it: the stand-in decodes the segment as JAX-RS does.
+    inventory.local_ids[(OWNER, "scan 0042")] = ARK
+    assert client.primary_for_local_id(OWNER, "scan 0042") == ARK
+
+    client.add_local_id("ark:/99999/fk4two", OWNER, "page 7")
+    assert inventory.local_ids[(OWNER, "page 7")] == "ark:/99999/fk4two"
+    assert (OWNER, "page+7") not in inventory.local_ids
 
 
 @pytest.mark.django_db
