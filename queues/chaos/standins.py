@@ -37,12 +37,14 @@ import requests
 
 from queues.chaos.flapping import RESET, SLOW, UNAVAILABLE, UNAVAILABLE_RETRY_AFTER, Flapping, reset
 from queues.core.words import digits
-from queues.steps.checkm import ManifestError, parse_checkm
+from queues.steps.checkm import ADD_PROFILE, ManifestError, parse_checkm
 
 EXC_NS = "http://uc3.cdlib.org/ontology/mrt/core/exc"
 VERSION_NS = "http://uc3.cdlib.org/ontology/mrt/store/version"
 OBJECT_NS = "http://uc3.cdlib.org/ontology/mrt/store/object"
 FILE_NS = "http://uc3.cdlib.org/ontology/mrt/store/file"
+# The #%profile a manifest handed to storage's add must name (mrt-core2 ManifestRowAdd).
+ADD_PROFILES = (ADD_PROFILE, "http://uc3.cdlib.org/registry/mrt/mrt-add-manifest")
 # The TException kinds these stand-ins use, with the HTTP status Merritt gives each
 # (mrt-core2 core/.../utility/TExceptionEnum.java).
 EXCEPTION_STATUS = {
@@ -312,14 +314,16 @@ class StorageStandIn(StandIn):
     (for objects put in with ``put_object``).
 
     An add needs ``url`` (the manifest's URL, fetched here and read as checkm) or ``manifest``
-    (its text); like Merritt's storage it makes a new version for EVERY add, identical content
-    or not, and answers the version state in the form ``t`` names (``xhtml`` by default, read as
-    XML here). The state documents answer the object (``obj:objectState``: its number of
-    versions), a version (``ver:versionState``: its number of files and total size, links to
-    its file states; version 0 is the current one) and a file (``fil:fileState``: its name,
-    size and ``messageDigest`` as ``algorithm=value``), in XML or, with ``t=json``, JSON.
-    Unknown nodes, objects, versions and files are REQUESTED_ITEM_NOT_FOUND (404), a missing
-    manifest REQUEST_INVALID.
+    (its text), an add manifest (``#%profile`` ``.../store/manifest/mrt-add-manifest``; any
+    other profile is refused, as mrt-core2's ManifestRowAdd refuses it); like Merritt's
+    storage it makes a new version for EVERY add, identical content or not, and answers the
+    version state in the form ``t`` names (``xhtml`` by default, read as XML here). The state
+    documents answer the object (``obj:objectState``: its number of versions), a version
+    (``ver:versionState``: its number of files and total size, links to its file states;
+    version 0 is the current one) and a file (``fil:fileState``: its name, size and
+    ``messageDigest`` as ``algorithm=value``), in XML or, with ``t=json``, JSON. Unknown nodes,
+    objects, versions and files are REQUESTED_ITEM_NOT_FOUND (404), a missing manifest
+    REQUEST_INVALID.
     """
 
     name = "storage"
@@ -404,9 +408,18 @@ class StorageStandIn(StandIn):
                 )
             manifest_text = fetched.text
         try:
-            rows = parse_checkm(manifest_text).rows
+            manifest = parse_checkm(manifest_text)
         except ManifestError as exc:
             return exception_document("REQUEST_INVALID", f"manifest not valid: {exc}")
+        if manifest.profile not in ADD_PROFILES:
+            # mrt-core2 Checkm.handleHeaders, for ManifestRowAdd's profiles (the HTTP status
+            # storage gives this refusal is not verified: the reader's exception is rethrown).
+            return exception_document(
+                "REQUEST_INVALID",
+                "handleHeaders - manifestProfile does not match expected form - input:"
+                f"{manifest.profile} - allowed:{' - allowed:'.join(ADD_PROFILES)}",
+            )
+        rows = manifest.rows
         files = [
             StoredFile(r.filename, r.size or 0, r.hash_alg.lower(), r.hash_value.lower())
             for r in rows

@@ -22,8 +22,18 @@ OBJECT_MANIFEST = "mrt-ingest-manifest"
 BATCH_MANIFEST = "mrt-batch-manifest"
 CONTAINER_BATCH_MANIFEST = "mrt-container-batch-manifest"
 SINGLE_FILE_BATCH_MANIFEST = "mrt-single-file-batch-manifest"
+# The manifest of a version handed to storage (``add``): Merritt's storage reads it with
+# mrt-core2's ManifestRowAdd, which refuses any #%profile but its own (docs/merritt-services.md).
+ADD_MANIFEST = "mrt-add-manifest"
+ADD_PROFILE = "http://uc3.cdlib.org/registry/store/manifest/" + ADD_MANIFEST
 MANIFEST_KINDS = frozenset(
-    {OBJECT_MANIFEST, BATCH_MANIFEST, CONTAINER_BATCH_MANIFEST, SINGLE_FILE_BATCH_MANIFEST}
+    {
+        OBJECT_MANIFEST,
+        BATCH_MANIFEST,
+        CONTAINER_BATCH_MANIFEST,
+        SINGLE_FILE_BATCH_MANIFEST,
+        ADD_MANIFEST,
+    }
 )
 
 PREFIXES = {
@@ -59,6 +69,8 @@ _FILE_FIELDS: tuple[str, ...] = (
     "nfo:fileName",
 )
 OBJECT_FIELDS: tuple[str, ...] = (*_FILE_FIELDS, "mrt:mimeType")
+# mrt-core2's ManifestRowAdd columns; Merritt reads a row's cells by position, not by #%fields.
+ADD_FIELDS: tuple[str, ...] = _FILE_FIELDS
 BATCH_FIELDS: tuple[str, ...] = (
     *_FILE_FIELDS,
     "mrt:primaryIdentifier",
@@ -128,7 +140,7 @@ MAX_COLUMNS = 100
 
 
 def profile_url(kind: str) -> str:
-    return PROFILE_BASE + kind
+    return ADD_PROFILE if kind == ADD_MANIFEST else PROFILE_BASE + kind
 
 
 def parse_checkm(data: bytes | str, *, most_rows: int | None = None) -> Manifest:
@@ -149,11 +161,15 @@ class CheckmReader:
     """A checkm manifest's rows, one at a time, as ``parse_checkm`` reads them: what a row
     becomes can be kept without every row's being held at once (a manifest may list a million
     files). The headers read so far (``kind``, ``profile``, ``fields``, ``prefixes``) are known
-    once the rows are; the usual manifest gives them before its first row. ``only``: the one
-    kind a ``#%profile`` may name (a manifest without one is taken as that kind)."""
+    once the rows are; the usual manifest gives them before its first row. ``only``: the kind
+    (or kinds) a ``#%profile`` may name (a manifest without one is not refused)."""
 
     def __init__(
-        self, data: bytes | str, *, most_rows: int | None = None, only: str | None = None
+        self,
+        data: bytes | str,
+        *,
+        most_rows: int | None = None,
+        only: str | tuple[str, ...] | None = None,
     ) -> None:
         self._data: bytes | str = (
             data.removeprefix(b"\xef\xbb\xbf")
@@ -161,7 +177,7 @@ class CheckmReader:
             else data.removeprefix("\ufeff")
         )
         self.most_rows = most_rows
-        self.only = only
+        self.only = (only,) if isinstance(only, str) else only
         self.kind: str | None = None
         self.profile: str | None = None
         self.fields: tuple[str, ...] = OBJECT_FIELDS
@@ -218,8 +234,9 @@ class CheckmReader:
             kind = profile.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
             if kind not in MANIFEST_KINDS:
                 raise ManifestError(f"unknown manifest profile {kind!r}", line=number)
-            if self.only is not None and kind != self.only:
-                raise ManifestError(f"a {self.only} is needed here, got {kind}", line=number)
+            if self.only is not None and kind not in self.only:
+                wanted = " or ".join(self.only)
+                raise ManifestError(f"a {wanted} is needed here, got {kind}", line=number)
             self.profile, self.kind = profile, kind
         elif name == "prefix" and len(parts) >= 3:
             self.prefixes.append((parts[1], parts[2]))
@@ -463,7 +480,7 @@ def write_checkm(
     if kind not in MANIFEST_KINDS:
         raise ValueError(f"unknown manifest kind {kind!r}")
     if columns is None:
-        columns = OBJECT_FIELDS if kind == OBJECT_MANIFEST else BATCH_FIELDS
+        columns = {OBJECT_MANIFEST: OBJECT_FIELDS, ADD_MANIFEST: ADD_FIELDS}.get(kind, BATCH_FIELDS)
     lines = [
         "#%checkm_0.7",
         f"#%profile | {profile_url(kind)}",

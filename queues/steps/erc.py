@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
+from queues.steps.checkm import ADD_MANIFEST, write_checkm
 
 UNAS = "(:unas)"
 ERC_FILE = "mrt-erc.txt"
@@ -186,7 +186,8 @@ def http_url_for(base_url: str) -> Callable[[str], str]:
 
 
 def storage_manifest(object_dir: Path, *, url_for: Callable[[str], str] | None = None) -> str:
-    """A checkm object manifest of every file in ``object_dir`` with its sha256 and size.
+    """A checkm add manifest (``mrt-add-manifest``, the profile Merritt's storage takes for an
+    add) of every file in ``object_dir`` with its sha256 and size.
 
     ``url_for`` maps a relative name to the URL storage will fetch it from; the default is the
     file's file:// URL, which works when storage runs on the same machine.
@@ -204,7 +205,7 @@ def storage_manifest(object_dir: Path, *, url_for: Callable[[str], str] | None =
                 "filename": name,
             }
         )
-    return write_checkm(rows, kind=OBJECT_MANIFEST)
+    return write_checkm(rows, kind=ADD_MANIFEST)
 
 
 def write_storage_manifest(

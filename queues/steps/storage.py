@@ -28,6 +28,7 @@ import requests
 from queues.core.retries import unavailable
 from queues.core.words import digits
 from queues.steps.checkm import (
+    ADD_MANIFEST,
     OBJECT_MANIFEST,
     CheckmReader,
     ManifestError,
@@ -145,7 +146,9 @@ def parse_storage_manifest(manifest_url: str, data: bytes) -> StorageManifest:
     seen: set[str] = set()
     try:
         # Row by row: of each row its file alone is kept.
-        for row in CheckmReader(data, only=OBJECT_MANIFEST):
+        # An add manifest, as Processing writes it for storage; an object manifest from a
+        # console before this one (a job already past Processing).
+        for row in CheckmReader(data, only=(ADD_MANIFEST, OBJECT_MANIFEST)):
             _take_stored_file(row, files, seen)
     except ManifestError as exc:
         raise StorageError(f"unusable storage manifest {manifest_url}: {exc}") from exc

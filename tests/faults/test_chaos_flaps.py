@@ -20,7 +20,7 @@ from queues.chaos.flapping import RESET, SLOW, UNAVAILABLE, UNAVAILABLE_RETRY_AF
 from queues.chaos.servers import DepositorRoutes, depositor_server
 from queues.chaos.standins import EzidStandIn, InventoryStandIn, StorageStandIn
 from queues.core.retries import outage_of
-from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
+from queues.steps.checkm import ADD_MANIFEST, write_checkm
 from queues.steps.inventory import HttpInventory, InventoryError
 from queues.steps.minting import EzidMinter, MintError
 from queues.steps.notify import batch_summary
@@ -33,7 +33,7 @@ ARK = "ark:/99999/fk4flap"
 MANIFEST = write_checkm(
     [{"url": "http://127.0.0.1:1/a.txt", "hash_alg": "md5", "hash_value": "0" * 32, "size": 3,
       "filename": "producer/a.txt"}],
-    kind=OBJECT_MANIFEST,
+    kind=ADD_MANIFEST,
 )  # fmt: skip
 
 

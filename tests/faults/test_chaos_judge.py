@@ -15,7 +15,7 @@ import requests
 from queues.chaos import judge
 from queues.chaos.engine import Throughput
 from queues.chaos.standins import StorageStandIn
-from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
+from queues.steps.checkm import ADD_MANIFEST, write_checkm
 from queues.zk import batches, jobs, paths
 from queues.zk.consumers import CONSUMERS
 from queues.zk.records import Job
@@ -64,7 +64,7 @@ def test_two_adds_of_the_same_manifest_are_two_versions_and_a_violation() -> Non
         manifest = write_checkm(
             [{"url": "http://127.0.0.1:1/a.txt", "hash_alg": "md5", "hash_value": "0" * 32,
               "size": 3, "filename": "producer/a.txt"}],
-            kind=OBJECT_MANIFEST,
+            kind=ADD_MANIFEST,
         )  # fmt: skip
         for _ in range(2):
             answer = requests.post(

@@ -6,7 +6,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from queues.steps.checkm import OBJECT_MANIFEST, parse_checkm
+from queues.steps.checkm import ADD_MANIFEST, ADD_PROFILE, parse_checkm
 from queues.steps.erc import (
     DC_NS,
     Erc,
@@ -98,7 +98,8 @@ def test_storage_manifest_lists_every_file_with_sha256_and_size(tmp_path: Path) 
 
     manifest = parse_checkm(storage_manifest(obj))
 
-    assert manifest.kind == OBJECT_MANIFEST
+    # The profile Merritt's storage takes an add from (mrt-core2 ManifestRowAdd).
+    assert manifest.kind == ADD_MANIFEST and manifest.profile == ADD_PROFILE
     rows = {r.filename: r for r in manifest.rows}
     assert sorted(rows) == ["producer/sub dir/a b.txt", "system/mrt-erc.txt"]
     row = rows["producer/sub dir/a b.txt"]

@@ -7,6 +7,7 @@ service that is not there, each as the real one behaves (docs/merritt-services.m
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,8 @@ from queues.chaos.standins import (
     running,
     unused_url,
 )
-from queues.steps.checkm import OBJECT_MANIFEST, write_checkm
+from queues.steps.checkm import ADD_MANIFEST, ADD_PROFILE, OBJECT_MANIFEST, write_checkm
+from queues.steps.erc import storage_manifest
 from queues.steps.storage import (
     HttpStorage,
     ObjectFile,
@@ -40,7 +42,7 @@ def _manifest(http_server: Loopback) -> str:
     content = http_server.file("/job/producer/a.txt", b"hello")
     text = write_checkm(
         [{"url": content, "filename": "producer/a.txt", "hash_alg": "sha256", "size": 5}],
-        kind=OBJECT_MANIFEST,
+        kind=ADD_MANIFEST,
     )
     return http_server.file("/job/mrt-manifest.txt", text.encode())
 
@@ -84,6 +86,34 @@ def test_storage_refusal_names_the_service_and_its_reason(
     storage.refuse_next(exception_document("GENERAL_EXCEPTION", "cloud write failed", form="json"))
     with pytest.raises(StorageError, match="HTTP 500 GENERAL_EXCEPTION: cloud write failed"):
         HttpStorage(storage.url, 9501, timeout=5).store(ark=ARK, manifest_url=manifest_url)
+
+
+def test_the_storage_manifest_processing_writes_is_one_merritts_storage_takes(
+    storage: StorageStandIn, http_server: Loopback, tmp_path: Path
+) -> None:
+    """Merritt's storage reads an add's manifest with mrt-core2's ManifestRowAdd, whose
+    Checkm.handleHeaders refuses a #%profile other than .../store/manifest/mrt-add-manifest:
+    the object-manifest profile the storage manifest named before was refused."""
+    obj = tmp_path / "object"
+    (obj / "producer").mkdir(parents=True)
+    (obj / "producer" / "a.txt").write_bytes(b"hello")
+    http_server.file("/job/producer/a.txt", b"hello")
+    text = storage_manifest(obj, url_for=lambda name: f"{http_server.url}/job/{name}")
+    assert f"#%profile | {ADD_PROFILE}" in text.splitlines()
+    manifest_url = http_server.file("/job/mrt-storage-manifest.txt", text.encode())
+
+    stored = HttpStorage(storage.url, 9501, timeout=5).store(ark=ARK, manifest_url=manifest_url)
+
+    assert stored.version == 1
+    assert storage.versions()[ARK] != []
+
+    # An object manifest (ingest's profile) is not one storage adds from.
+    rows = [{"url": f"{http_server.url}/job/producer/a.txt", "filename": "producer/a.txt"}]
+    wrong = http_server.file(
+        "/job/object-manifest.txt", write_checkm(rows, kind=OBJECT_MANIFEST).encode()
+    )
+    with pytest.raises(StorageError, match="REQUEST_INVALID: handleHeaders - manifestProfile"):
+        HttpStorage(storage.url, 9501, timeout=5).store(ark=ARK, manifest_url=wrong)
 
 
 def test_an_unknown_object_is_not_found_and_a_stored_one_is_listed_from_its_xml_manifest(

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from queues.steps.checkm import OBJECT_MANIFEST, parse_checkm, write_checkm
+from queues.steps.checkm import ADD_MANIFEST, OBJECT_MANIFEST, parse_checkm, write_checkm
 from queues.steps.erc import Erc, write_erc, write_storage_manifest
 from queues.steps.storage import (
     HttpStorage,
@@ -50,7 +50,8 @@ def test_a_storage_manifest_of_another_kind_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "manifest.txt"
     path.write_bytes(data)
 
-    with pytest.raises(StorageError, match=f"a {OBJECT_MANIFEST} is needed here, got mrt-batch"):
+    wanted = f"a {ADD_MANIFEST} or {OBJECT_MANIFEST} is needed here, got mrt-batch"
+    with pytest.raises(StorageError, match=wanted):
         LocalStorage(tmp_path / "store").store(ark=ARK, manifest_url=path.as_uri())
 
 
