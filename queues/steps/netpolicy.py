@@ -270,13 +270,15 @@ class _Alarm:
             self._armed = False
 
     def watch(self, sock: socket.socket) -> None:
-        """The connection's socket, just connected; shut down at once if the time is up."""
+        """The connection's socket, plain or TLS: just connected, or taken again from a pool.
+        Shut down at once if the time is up."""
         with self._lock:
             if not self._armed:
                 return
             if self._sock is not None:  # a connection of an earlier try of this request
                 self._sock.close()
-            self._sock = sock.dup()
+            # Its descriptor duplicated: a TLS socket refuses dup() itself.
+            self._sock = socket.fromfd(sock.fileno(), sock.family, sock.type)
             if self.fired:
                 self._shutdown()
 
@@ -409,18 +411,18 @@ class _ExchangeWatched:
     """A urllib3 connection (plain or TLS) whose socket the thread's exchange alarm watches,
     when it connects and whenever the pool hands it out again."""
 
-    _raw: socket.socket | None = None  # the plain socket under TLS, which can be duplicated
     sock: Any
 
     def _new_conn(self) -> socket.socket:
         sock: socket.socket = super()._new_conn()  # type: ignore[misc]
-        self._raw = sock
         watch_exchange(sock)
         return sock
 
     def request(self, *args: Any, **kwargs: Any) -> None:
-        if self.sock is not None:  # a connection taken again from the pool
-            watch_exchange(self._raw)
+        # Connected already: a connection taken again from the pool, or a TLS one (urllib3
+        # connects it before the request; the plain socket it was made from is detached then).
+        if self.sock is not None:
+            watch_exchange(self.sock)
         super().request(*args, **kwargs)  # type: ignore[misc]
 
 

@@ -6,9 +6,10 @@ http.server cannot send half a status line, so these speak to the socket themsel
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 # A response whose header block alone is about 600 bytes: at one byte every GAP seconds it
 # takes half a minute to arrive, longer than any limit the tests set and short enough that a
@@ -25,11 +26,15 @@ class HeaderTrickle:
     """Answers every request with :data:`RESPONSE`, one byte every ``gap`` seconds.
 
     Counts the connections it took, those whose client hung up before the response was out
-    (``hung_up``) and those it sent in full (``finished``).
+    (``hung_up``) and those it sent in full (``finished``). With ``tls`` it speaks HTTPS, its
+    URL naming ``localhost`` (the name of tests/steps/tls_servers.py's certificate).
     """
 
-    def __init__(self, host: str = "127.0.0.1", gap: float = GAP) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", gap: float = GAP, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.gap = gap
+        self.tls = tls
         self.lock = threading.Lock()
         self.connections = 0
         self.hung_up = 0
@@ -37,7 +42,7 @@ class HeaderTrickle:
         self.stop = threading.Event()
         self.listener = socket.create_server((host, 0))
         self.port = self.listener.getsockname()[1]
-        self.url = f"http://{host}:{self.port}"
+        self.url = f"https://localhost:{self.port}" if tls else f"http://{host}:{self.port}"
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -50,11 +55,15 @@ class HeaderTrickle:
                 self.connections += 1
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
-    def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(10)
+    def _serve(self, raw: socket.socket) -> None:
+        raw.settimeout(10)
+        with ExitStack() as held:
+            held.enter_context(raw)
             request = b""
             try:
+                conn = raw
+                if self.tls is not None:  # the TLS socket takes the plain one's descriptor over
+                    conn = held.enter_context(self.tls.wrap_socket(raw, server_side=True))
                 while b"\r\n\r\n" not in request:
                     data = conn.recv(4096)
                     if not data:

@@ -1,0 +1,74 @@
+"""The services' sessions (storage, inventory, EZID, access requests) over TLS, against a real
+loopback HTTPS server with a certificate of its own for ``localhost`` (tests/steps/tls_servers.py).
+
+Every HTTPS request of these sessions failed before it was sent ("Bad file descriptor", an
+outage tried again for ever): the exchange's watchdog duplicated the plain socket the TLS one
+had been made from, which the TLS socket had taken over. The host name is still what TLS sends
+(SNI) and checks the certificate against.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import certifi
+import pytest
+import requests
+
+from queues.core.retries import outage_of
+from queues.steps.merritt_wire import service_session
+from queues.steps.storage import HttpStorage, StorageError
+from tests.steps.slow_servers import HeaderTrickle
+from tests.steps.tls_servers import localhost_certificate, server_context, tls_server
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return localhost_certificate(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+def context(certificate: tuple[Path, Path]) -> ssl.SSLContext:
+    return server_context(*certificate)
+
+
+def test_a_service_session_speaks_tls_for_the_host_name_it_was_given(
+    certificate: tuple[Path, Path], context: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The authority the sessions trust, named as an operator names one (requests reads it).
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(certificate[0]))
+    with tls_server(context) as server:
+        session = service_session(retries=0, deadline=10)
+        for _ in range(2):  # the second on the pooled connection, watched again
+            answer = session.get(f"https://localhost:{server.port}/state", timeout=10)
+            assert (answer.status_code, answer.text) == (200, "ok")
+        assert server.names == ["localhost"]  # one connection, which sent the name (SNI)
+
+        # The certificate names localhost only: the same server as 127.0.0.1 fails the check.
+        with pytest.raises(requests.exceptions.SSLError, match=r"not valid for .127\.0\.0\.1"):
+            session.get(f"https://127.0.0.1:{server.port}/state", timeout=10)
+        # And a certificate no authority it trusts vouches for is refused.
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", certifi.where())
+        with pytest.raises(requests.exceptions.SSLError, match="certificate verify failed"):
+            service_session(retries=0, deadline=10).get(
+                f"https://localhost:{server.port}/state", timeout=10
+            )
+
+
+def test_a_tls_exchange_is_cut_off_at_its_deadline(
+    certificate: tuple[Path, Path], context: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that trickles its answer over TLS, each byte well inside the per-read timeout,
+    is cut off at the exchange's deadline: an outage, tried again later."""
+    trickle = HeaderTrickle(tls=context)
+    try:
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(certificate[0]))
+        session = service_session(retries=0, deadline=1.0)
+        storage = HttpStorage(trickle.url, 9501, timeout=10, session=session)
+        with pytest.raises(StorageError, match=r"took longer than the limit of 1s") as raised:
+            storage.read_manifest(trickle.url + "/manifest/9501/ark")
+        assert outage_of(raised.value) is not None
+        assert trickle.counts()[2] == 0  # never sent in full
+    finally:
+        trickle.close()
