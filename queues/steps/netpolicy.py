@@ -40,6 +40,7 @@ import heapq
 import ipaddress
 import itertools
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -53,10 +54,13 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import (
     ConnectTimeoutError,
     HTTPError,
+    LocationParseError,
+    NameResolutionError,
     NewConnectionError,
     ProtocolError,
     TimeoutError,
 )
+from urllib3.util.connection import allowed_gai_family
 
 from queues.steps.special_addresses import not_globally_reachable
 
@@ -208,17 +212,21 @@ def connect_key(ip: IPAddress) -> str:
     return str(ip)
 
 
-def _look_up(host: str, port: int, within: float) -> list[Any]:
+def _look_up(host: str, port: int, within: float | None) -> list[Any]:
     """``getaddrinfo`` of ``host``, given up on after ``within`` seconds (TransferFailed): the
     system resolver's own timeouts, several seconds a server and try, would otherwise come on
     top of a request's deadline, since no socket exists yet for the watchdog to shut down. A
-    lookup given up on ends in its own thread with those timeouts. An address is not looked up.
+    lookup given up on ends in its own thread with those timeouts. An address is not looked up,
+    and a lookup bounded by nothing (``within`` None: a connection with neither a timeout nor an
+    exchange's deadline) runs in the caller's thread.
     """
     try:
         ipaddress.ip_address(host)
     except ValueError:
-        pass
+        is_address = False
     else:
+        is_address = True
+    if is_address or within is None:
         return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     answer: list[Any] = []
     done = threading.Event()
@@ -251,6 +259,7 @@ class _Alarm:
         self._sock: socket.socket | None = None
         self._generation = 0  # a new arm or a disarm makes what the watchdog holds stale
         self._armed = False
+        self._due = 0.0
         self.fired = False
         self.reason = ""
 
@@ -260,9 +269,17 @@ class _Alarm:
                 return  # the connection is down already, for the reason it went down
             self._generation += 1
             self._armed = True
+            self._due = due
             self.reason = reason
             generation = self._generation
         _WATCHDOG.schedule(due, generation, self)
+
+    def left(self) -> float | None:
+        """Seconds until the alarm is due (0 once it fired); None when it is not armed."""
+        with self._lock:
+            if self.fired:
+                return 0.0
+            return max(0.0, self._due - time.monotonic()) if self._armed else None
 
     def disarm(self) -> None:
         with self._lock:
@@ -407,14 +424,77 @@ def watch_exchange(sock: socket.socket | None) -> None:
         alarm.watch(sock)
 
 
+def _time_for(conn: HTTPConnection) -> float | None:
+    """Seconds ``conn`` may take to look its host up, or to connect to one address: its connect
+    timeout, or what the thread's ``exchange_deadline`` has left when that is sooner (never 0,
+    which would make a socket non-blocking); None when neither bounds it."""
+    alarm: _Alarm | None = getattr(_exchange, "alarm", None)
+    left = None if alarm is None else alarm.left()
+    bounds = [t for t in (conn.timeout, left) if isinstance(t, int | float)]
+    return max(0.01, min(bounds)) if bounds else None
+
+
+def _connect_in_time(conn: HTTPConnection) -> socket.socket:
+    """urllib3's ``HTTPConnection._new_conn``, but with the host name looked up by ``_look_up``
+    in ``_time_for`` the connection: inside urllib3's own connect the system resolver's timeouts
+    came on top of the exchange's deadline, since no socket exists yet for the watchdog to shut
+    down. The addresses are tried in turn, as urllib3 does, each connect bounded the same way.
+    Only the socket is made here: urllib3 then sets TLS up on it for the connection's host name
+    (sent as SNI, and the name the certificate is checked against), as before.
+
+    The errors are urllib3's own, so requests raises its ConnectionError, which the services'
+    clients take for an outage and urllib3's retries for a connect error: a lookup that fails,
+    or is given up on (as ``EAI_AGAIN``, a temporary failure), a ``NameResolutionError``; a
+    connect that times out a ``ConnectTimeoutError``; one refused a ``NewConnectionError``."""
+    dns_host = getattr(conn, "_dns_host", conn.host)  # the name as given (a trailing dot kept)
+    host = dns_host[1:-1] if dns_host.startswith("[") else dns_host
+    try:
+        host.encode("idna")
+        infos = _look_up(host, conn.port, _time_for(conn))
+    except UnicodeError:
+        raise LocationParseError(f"'{host}', label empty or too long") from None
+    except TransferFailed as exc:
+        gave_up = socket.gaierror(socket.EAI_AGAIN, str(exc))
+        raise NameResolutionError(conn.host, conn, gave_up) from exc
+    except socket.gaierror as exc:
+        raise NameResolutionError(conn.host, conn, exc) from exc
+    family = allowed_gai_family()
+    error: OSError = OSError(f"no address of {host!r} to connect to")
+    for info in infos:
+        if family != socket.AF_UNSPEC and info[0] != family:
+            continue  # an IPv6 address on a machine without IPv6, which urllib3 leaves out
+        sock = socket.socket(info[0], info[1], info[2])
+        try:
+            for option in conn.socket_options or ():
+                sock.setsockopt(*option)
+            timeout = _time_for(conn)
+            if timeout is not None:
+                sock.settimeout(timeout)
+            if conn.source_address:
+                sock.bind(conn.source_address)
+            sock.connect(info[4])
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        sys.audit("http.client.connect", conn, conn.host, conn.port)
+        return sock
+    if isinstance(error, socket.timeout):  # the builtin TimeoutError (urllib3's is imported here)
+        raise ConnectTimeoutError(
+            conn, f"Connection to {conn.host} timed out. (connect timeout={conn.timeout})"
+        ) from error
+    raise NewConnectionError(conn, f"Failed to establish a new connection: {error}") from error
+
+
 class _ExchangeWatched:
     """A urllib3 connection (plain or TLS) whose socket the thread's exchange alarm watches,
-    when it connects and whenever the pool hands it out again."""
+    when it connects and whenever the pool hands it out again; its host name is looked up in
+    the time the exchange has left (``_connect_in_time``)."""
 
     sock: Any
 
     def _new_conn(self) -> socket.socket:
-        sock: socket.socket = super()._new_conn()  # type: ignore[misc]
+        sock = _connect_in_time(self)  # type: ignore[arg-type]
         watch_exchange(sock)
         return sock
 

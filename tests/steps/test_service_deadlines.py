@@ -1,16 +1,22 @@
 """Merritt's services (storage, inventory, EZID) each get one deadline for a whole exchange:
 a service that trickles its answer a byte at a time (each read well inside the per-read
 timeout) is cut off at the deadline, and the step's try counts as an outage to be tried again
-(issue 52: every outside request has one deadline for the whole exchange)."""
+(issue 52: every outside request has one deadline for the whole exchange). The lookup of the
+service's host name, before any socket exists, is held to the same deadline."""
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+import requests
 
 from queues.chaos.standins import Answer, StorageStandIn, running
 from queues.core.retries import outage_of
+from queues.steps.access import RequestError, read_merritt_request
 from queues.steps.inventory import HttpInventory, InventoryError
 from queues.steps.merritt_wire import service_session
 from queues.steps.minting import EzidMinter, MintError
@@ -79,3 +85,99 @@ def test_a_retry_after_is_no_sleep_inside_the_exchange() -> None:
         answer = session.get(f"{storage.url}/state/9501/ark%3A%2F99999%2Ffk4none", timeout=10)
         assert answer.status_code == 404  # the object's own answer, after three 503s
         assert len(storage.seen("GET")) == 4
+
+
+@pytest.fixture
+def held_lookups(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, list[str]]]:
+    """The lookup of any name ending ``.slow.example`` waits (up to a minute) until the test
+    lets it go; a name ending ``.two.example`` has two loopback addresses, the first refusing
+    connections; every other name as the system resolves it. The one stand-in of this suite
+    for a part outside it (as in test_fetch_deadlines.py): the system resolver cannot be
+    pointed at a loopback server for one process. Yields the event that lets the held lookups
+    go, and the threads the lookups were made in."""
+    real = socket.getaddrinfo
+    release = threading.Event()
+    threads: list[str] = []
+
+    def lookup(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        if isinstance(host, str) and host.endswith(".slow.example"):
+            release.wait(60)
+            raise socket.gaierror(socket.EAI_NONAME, "let go by the test")
+        if isinstance(host, str) and host.endswith(".two.example"):
+            return [info for ip in ("127.0.0.2", "127.0.0.1") for info in real(ip, port, **kwargs)]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    try:
+        yield release, threads
+    finally:
+        release.set()
+
+
+def test_a_service_name_lookup_is_given_up_at_the_exchange_deadline(
+    held_lookups: tuple[threading.Event, list[str]],
+) -> None:
+    """The system resolver's own timeouts (seconds a server and try) came on top of the
+    exchange's deadline: urllib3 looked the name up inside its connect, before any socket the
+    watchdog could shut down. Given up at the deadline, the step's try is an outage, tried again
+    later, like any other connection that failed."""
+    release, _threads = held_lookups
+    url = "http://storage.slow.example:9"
+    storage = HttpStorage(
+        url, 9501, timeout=10, session=service_session(retries=0, deadline=DEADLINE)
+    )
+    inventory = HttpInventory(
+        url, timeout=10, session=service_session(retries=0, deadline=DEADLINE)
+    )
+    ezid = EzidMinter(
+        url, "u", "p", timeout=10, session=service_session(retries=0, deadline=DEADLINE)
+    )
+    for call, error in (
+        (lambda: storage.read_manifest(f"{url}/manifest/9501/ark"), StorageError),
+        (lambda: inventory.primary_for_local_id("owner", "loc"), InventoryError),
+        (lambda: ezid.mint("ark:/99999/fk4"), MintError),
+    ):
+        exc = _cut_off(call, error)
+        assert not release.is_set()  # back while the lookup is still held
+        assert "took longer than" in str(exc)  # the lookup's, or the deadline's, words
+        assert outage_of(exc) is not None  # tried again later, not failed
+    # The access requests' read: the same, "not permanent" (the token is tried again later).
+    with pytest.raises(RequestError) as raised:
+        read_merritt_request(url, "token", timeout=DEADLINE / 4)
+    assert not release.is_set() and raised.value.permanent is False
+
+
+def test_a_lookup_given_up_is_a_connection_error_the_session_repeats(
+    held_lookups: tuple[threading.Event, list[str]],
+) -> None:
+    """Within a long deadline the lookup is given up at the connect timeout, as a requests
+    ConnectionError (urllib3's NameResolutionError, a temporary failure): nothing reached the
+    service, so the session's repeats try again, each lookup bounded the same way."""
+    release, threads = held_lookups
+    session = service_session(retries=2, backoff=0.01, deadline=60)
+    with pytest.raises(requests.ConnectionError) as raised:
+        session.get("http://inventory.slow.example:9/state", timeout=0.3)
+    assert not release.is_set()
+    assert "looking up host 'inventory.slow.example' took longer than 0.3s" in str(raised.value)
+    assert not isinstance(raised.value, requests.Timeout)  # the deadline did not pass
+    assert threads == ["name-lookup"] * 3  # the first try and two repeats
+
+
+def test_a_service_named_by_host_name_is_reached_at_its_addresses_in_turn(
+    held_lookups: tuple[threading.Event, list[str]],
+) -> None:
+    """A name that answers is looked up in a thread of its own (bounded), and its addresses are
+    tried in turn: the first refuses, the second is the service. An address is not looked up
+    in a thread."""
+    _release, threads = held_lookups
+    with running(StorageStandIn(nodes=(9501,))) as stand_in:
+        port = stand_in.url.rsplit(":", 1)[1]
+        session = service_session(retries=0, deadline=10)
+        for base in (f"http://storage.two.example:{port}", f"http://localhost:{port}"):
+            answer = session.get(f"{base}/state/9501/ark%3A%2F99999%2Ffk4none", timeout=10)
+            assert answer.status_code == 404  # the stand-in's own answer for no such object
+        assert threads == ["name-lookup", "name-lookup"]
+        threads.clear()
+        answer = session.get(f"{stand_in.url}/state/9501/ark%3A%2F99999%2Ffk4none", timeout=10)
+        assert answer.status_code == 404 and threads == [threading.current_thread().name]
