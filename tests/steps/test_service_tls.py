@@ -4,7 +4,8 @@ loopback HTTPS server with a certificate of its own for ``localhost`` (tests/ste
 Every HTTPS request of these sessions failed before it was sent ("Bad file descriptor", an
 outage tried again for ever): the exchange's watchdog duplicated the plain socket the TLS one
 had been made from, which the TLS socket had taken over. The host name is still what TLS sends
-(SNI) and checks the certificate against.
+(SNI) and checks the certificate against. The depositors' fetch policy, which makes its own
+connections, is held to the same over TLS (it had no test over TLS before).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import requests
 
 from queues.core.retries import outage_of
 from queues.steps.merritt_wire import service_session
+from queues.steps.netpolicy import FetchPolicy, TooSlow, TransferFailed
 from queues.steps.storage import HttpStorage, StorageError
 from tests.steps.slow_servers import HeaderTrickle
 from tests.steps.tls_servers import localhost_certificate, server_context, tls_server
@@ -69,6 +71,39 @@ def test_a_tls_exchange_is_cut_off_at_its_deadline(
         with pytest.raises(StorageError, match=r"took longer than the limit of 1s") as raised:
             storage.read_manifest(trickle.url + "/manifest/9501/ark")
         assert outage_of(raised.value) is not None
+        assert trickle.counts()[2] == 0  # never sent in full
+    finally:
+        trickle.close()
+
+
+def test_the_fetch_policy_speaks_tls_for_the_host_name_in_the_url(
+    certificate: tuple[Path, Path], context: ssl.SSLContext
+) -> None:
+    """The depositors' fetches (payloads, manifests, callbacks) connect to the address they
+    checked and speak TLS for the URL's host name: sent (SNI) and checked against."""
+    policy = FetchPolicy(restrict=False, ca_certs=str(certificate[0]), timeout=10, deadline=10)
+    with tls_server(context) as server:
+        with policy.open(f"https://localhost:{server.port}/payload") as answer:
+            assert answer.status == 200
+            assert b"".join(answer.chunks(1024)) == b"ok"
+        assert server.names == ["localhost"]
+        with pytest.raises(TransferFailed, match=r"'127\.0\.0\.1' doesn't match 'localhost'"):
+            policy.open(f"https://127.0.0.1:{server.port}/payload")
+        untrusted = FetchPolicy(restrict=False, timeout=10, deadline=10)  # certifi's authorities
+        with pytest.raises(TransferFailed, match="certificate verify failed"):
+            untrusted.open(f"https://localhost:{server.port}/payload")
+
+
+def test_a_tls_fetch_is_cut_off_at_its_deadline(
+    certificate: tuple[Path, Path], context: ssl.SSLContext
+) -> None:
+    """An answer trickled over TLS, each byte inside the per-read timeout: the watchdog shuts
+    the connection at the deadline (the socket it watches is the one TLS was set up on)."""
+    trickle = HeaderTrickle(tls=context)
+    try:
+        policy = FetchPolicy(restrict=False, ca_certs=str(certificate[0]), timeout=10, deadline=1)
+        with pytest.raises(TooSlow):
+            policy.open(trickle.url + "/payload")
         assert trickle.counts()[2] == 0  # never sent in full
     finally:
         trickle.close()
