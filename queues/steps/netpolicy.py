@@ -35,6 +35,7 @@ same way.
 from __future__ import annotations
 
 import base64
+import builtins
 import contextlib
 import heapq
 import ipaddress
@@ -424,66 +425,90 @@ def watch_exchange(sock: socket.socket | None) -> None:
         alarm.watch(sock)
 
 
-def _time_for(conn: HTTPConnection) -> float | None:
-    """Seconds ``conn`` may take to look its host up, or to connect to one address: its connect
-    timeout, or what the thread's ``exchange_deadline`` has left when that is sooner (never 0,
-    which would make a socket non-blocking); None when neither bounds it."""
+def time_left(timeout: Any) -> float | None:
+    """Seconds a step of a connection (a name's lookup, one address's connect) may take: its
+    ``timeout``, or what the thread's ``exchange_deadline`` has left when that is sooner (never
+    0, which would make a socket non-blocking); None when neither bounds it."""
     alarm: _Alarm | None = getattr(_exchange, "alarm", None)
     left = None if alarm is None else alarm.left()
-    bounds = [t for t in (conn.timeout, left) if isinstance(t, int | float)]
+    bounds = [t for t in (timeout, left) if isinstance(t, int | float)]
     return max(0.01, min(bounds)) if bounds else None
 
 
-def _connect_in_time(conn: HTTPConnection) -> socket.socket:
-    """urllib3's ``HTTPConnection._new_conn``, but with the host name looked up by ``_look_up``
-    in ``_time_for`` the connection: inside urllib3's own connect the system resolver's timeouts
-    came on top of the exchange's deadline, since no socket exists yet for the watchdog to shut
-    down. The addresses are tried in turn, as urllib3 does, each connect bounded the same way.
-    Only the socket is made here: urllib3 then sets TLS up on it for the connection's host name
-    (sent as SNI, and the name the certificate is checked against), as before.
-
-    The errors are urllib3's own, so requests raises its ConnectionError, which the services'
-    clients take for an outage and urllib3's retries for a connect error: a lookup that fails,
-    or is given up on (as ``EAI_AGAIN``, a temporary failure), a ``NameResolutionError``; a
-    connect that times out a ``ConnectTimeoutError``; one refused a ``NewConnectionError``."""
-    dns_host = getattr(conn, "_dns_host", conn.host)  # the name as given (a trailing dot kept)
-    host = dns_host[1:-1] if dns_host.startswith("[") else dns_host
+def connect_in_time(
+    host: str,
+    port: int,
+    timeout: Any,
+    *,
+    options: Any = (),
+    source: Any = None,
+    family: int = socket.AF_UNSPEC,
+) -> socket.socket:
+    """``socket.create_connection`` for a client library's connection (the services' sessions,
+    mail), with ``host`` looked up by ``_look_up`` in ``time_left(timeout)``: inside the
+    library's own connect the system resolver's timeouts came on top of the exchange's deadline,
+    since no socket exists yet for the watchdog to shut down. The addresses (of ``family``, when
+    given) are tried in turn, each connect bounded the same way. A lookup given up on is a
+    ``socket.gaierror`` ``EAI_AGAIN`` (a temporary failure), as the resolver's own would be."""
     try:
-        host.encode("idna")
-        infos = _look_up(host, conn.port, _time_for(conn))
-    except UnicodeError:
-        raise LocationParseError(f"'{host}', label empty or too long") from None
+        infos = _look_up(host, port, time_left(timeout))
     except TransferFailed as exc:
-        gave_up = socket.gaierror(socket.EAI_AGAIN, str(exc))
-        raise NameResolutionError(conn.host, conn, gave_up) from exc
-    except socket.gaierror as exc:
-        raise NameResolutionError(conn.host, conn, exc) from exc
-    family = allowed_gai_family()
+        raise socket.gaierror(socket.EAI_AGAIN, str(exc)) from exc
     error: OSError = OSError(f"no address of {host!r} to connect to")
     for info in infos:
         if family != socket.AF_UNSPEC and info[0] != family:
             continue  # an IPv6 address on a machine without IPv6, which urllib3 leaves out
         sock = socket.socket(info[0], info[1], info[2])
         try:
-            for option in conn.socket_options or ():
+            for option in options or ():
                 sock.setsockopt(*option)
-            timeout = _time_for(conn)
-            if timeout is not None:
-                sock.settimeout(timeout)
-            if conn.source_address:
-                sock.bind(conn.source_address)
+            bound = time_left(timeout)
+            if bound is not None:
+                sock.settimeout(bound)
+            if source:
+                sock.bind(source)
             sock.connect(info[4])
         except OSError as exc:
             sock.close()
             error = exc
             continue
-        sys.audit("http.client.connect", conn, conn.host, conn.port)
         return sock
-    if isinstance(error, socket.timeout):  # the builtin TimeoutError (urllib3's is imported here)
+    raise error
+
+
+def _connect_in_time(conn: HTTPConnection) -> socket.socket:
+    """urllib3's ``HTTPConnection._new_conn`` made by ``connect_in_time``. Only the socket is
+    made here: urllib3 then sets TLS up on it for the connection's host name (sent as SNI, and
+    the name the certificate is checked against), as before.
+
+    The errors are urllib3's own, so requests raises its ConnectionError, which the services'
+    clients take for an outage and urllib3's retries for a connect error: a lookup that fails,
+    or is given up on, a ``NameResolutionError``; a connect that times out a
+    ``ConnectTimeoutError``; one refused a ``NewConnectionError``."""
+    dns_host = getattr(conn, "_dns_host", conn.host)  # the name as given (a trailing dot kept)
+    host = dns_host[1:-1] if dns_host.startswith("[") else dns_host
+    try:
+        host.encode("idna")
+        sock = connect_in_time(
+            host,
+            conn.port,
+            conn.timeout,
+            options=conn.socket_options,
+            source=conn.source_address,
+            family=allowed_gai_family(),
+        )
+    except UnicodeError:
+        raise LocationParseError(f"'{host}', label empty or too long") from None
+    except socket.gaierror as exc:
+        raise NameResolutionError(conn.host, conn, exc) from exc
+    except builtins.TimeoutError as exc:  # the builtin TimeoutError (urllib3's is imported here)
         raise ConnectTimeoutError(
             conn, f"Connection to {conn.host} timed out. (connect timeout={conn.timeout})"
-        ) from error
-    raise NewConnectionError(conn, f"Failed to establish a new connection: {error}") from error
+        ) from exc
+    except OSError as exc:
+        raise NewConnectionError(conn, f"Failed to establish a new connection: {exc}") from exc
+    sys.audit("http.client.connect", conn, conn.host, conn.port)
+    return sock
 
 
 class _ExchangeWatched:
