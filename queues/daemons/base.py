@@ -62,7 +62,7 @@ from queues.zk.pipeline import Parking
 from queues.zk.records import AccessRequest, Batch, Job
 from queues.zk.watch import ChangeSignal
 
-from .breakers import breakers
+from .breakers import breakers, outlived
 from .completions import REPORTING_MOVES
 from .fetching import depositor_server
 from .pipeline import LOCK_LOST, JobPipeline, LockKeeper, LockLost
@@ -666,8 +666,10 @@ class JobDaemon(Daemon[Job]):
         if job.status.raw.get(RETRY_KEY) is not None and self.retry_waits.due_later(job):
             return False  # another process's wait for a retry: passed over from now on
         held = held_services(self.zk)
-        if held and any(service in held for service in self.services_of(job)):
-            return False  # a service it needs is held (its breaker, or an operator)
+        if held:
+            waiting_on = [service for service in self.services_of(job) if service in held]
+            if waiting_on and not outlived(self.zk, job.status.raw, waiting_on, now=time.time()):
+                return False  # a service it needs is held (its breaker, or an operator)
         # The fingerprint (a hash of the configuration) only for a job passed over before.
         if job.jid in self.skipped and self.passed_over(job.jid, self.fingerprint(job)):
             return False

@@ -50,6 +50,8 @@ from queues.zk.maintenance import (
     service_name,
 )
 
+from .retrying import policy_for
+
 log = logging.getLogger("queues.daemons")
 
 PROBE_FIRST = 5.0
@@ -147,6 +149,57 @@ def _holdable(service: str) -> str | None:
         return service_name(service)
     except InvalidID:
         return None
+
+
+# How long a process keeps its view of which servers' holds are the breaker's (``outlived``).
+BREAKER_VIEW_SECONDS = 5.0
+_breaker_servers: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
+_breaker_servers_lock = threading.Lock()
+
+
+def _servers_held_by_breaker(zk: Any) -> frozenset[str]:
+    """The depositors' and callback receivers' servers held by a breaker, not an operator (read
+    at most every BREAKER_VIEW_SECONDS: asked only for a job whose retry window has closed)."""
+    global _breaker_servers
+    moment = time.monotonic()
+    with _breaker_servers_lock:
+        at, known = _breaker_servers
+        if moment - at < BREAKER_VIEW_SECONDS:
+            return known
+    known = frozenset(
+        service
+        for service, hold in service_holds(zk).items()
+        if hold.by == BREAKER and service.split(" ", 1)[0] in SERVER_SERVICES
+    )
+    with _breaker_servers_lock:
+        _breaker_servers = (moment, known)
+    return known
+
+
+def outlived(zk: Any, raw: dict[str, Any], services: list[str], *, now: float) -> bool:
+    """Whether a job held back by ``services`` (held services it needs) goes ahead anyway: a
+    depositor's or callback receiver's server that a breaker holds does not hold a job whose
+    retry window for that server has closed (its policy's ``within`` since its first failure,
+    ``raw`` its status JSON). The breaker saves the server from every job's tries; it does not
+    give an outside party's server longer than its policy: the job's next try, met by the same
+    outage, fails it for its own reasons. An operator's hold holds it still, as do the holds of
+    Merritt's own services (their jobs spend no tries while held)."""
+    record = retries.current(raw)
+    if record is None or record.get("service") not in services:
+        return False
+    first = record.get("first")
+    if not isinstance(first, int | float) or isinstance(first, bool):
+        return False
+    service = str(record["service"])
+    if service.split(" ", 1)[0] not in SERVER_SERVICES:
+        return False
+    if now - first <= policy_for(service).within:
+        return False
+    try:
+        held = _servers_held_by_breaker(zk)
+    except Exception:  # ZooKeeper away: held as it was
+        return False
+    return all(s in held for s in services)
 
 
 class Breakers:

@@ -355,3 +355,65 @@ def test_a_service_that_keeps_failing_is_held_by_its_breaker_until_it_answers(
         kind="service", item_id=name.replace(" ", ":", 1), via="daemon"
     )
     assert sorted(e.action for e in entries) == ["hold", "release"]
+
+
+@pytest.mark.parametrize("holder", ["breaker", "operator"])
+def test_a_breaker_holds_a_depositors_server_no_longer_than_its_jobs_retry_window(
+    holder: str,
+    zk: Any,
+    files: FileServer,
+    services: dict[str, Any],
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A depositor's server that never answers again: its breaker spares it every job's tries,
+    but a job whose retry window (the policy's ``within`` since its first failure) has closed
+    is not held back by it any longer; its next try meets the outage and fails it, for its
+    reasons. Held by an operator instead, the jobs wait whatever their windows say (the chaos
+    run's refusing depositor was held for ever by its breaker, its batch never done)."""
+    from queues.daemons.breakers import BREAKER
+    from queues.zk.maintenance import held_services, service_hold_clear, service_hold_set
+    from queues.zk.maintenance import service_holds as holds_now
+
+    monkeypatch.setattr(breaker_module, "_breaker_servers", (float("-inf"), frozenset()))
+    settings.MRT_RETRY = {
+        **settings.MRT_RETRY,
+        "depositor": "attempts=1000 first=0.2s most=0.4s within=3s",
+    }
+    settings.MRT_BREAKER_FAILURES = 3
+    settings.MRT_BREAKER_WINDOW = 600.0
+    name = f"depositor {_server(files.url)}"
+    files.busy = 1_000_000  # 503 for good
+    jobs = [_job(zk, files, f"gone{i}.txt") for i in range(3)]
+    rounds = Rounds(zk)
+    rounds.until(lambda: name in holds_now(zk), jobs)
+    assert holds_now(zk)[name].by == BREAKER
+    if holder == "operator":
+        assert service_hold_clear(zk, name, by=BREAKER)
+        assert service_hold_set(zk, name, by="ops", reason="their server moves")
+    wait_for(lambda: name in held_services(zk), timeout=30)  # this process's watch saw it
+    firsts = [
+        retries.current(job_load(zk, j.jid).status.raw) or {} for j in jobs
+    ]  # the jobs that failed before the hold have a window; the others never tried
+    tried = [j for j, record in zip(jobs, firsts, strict=True) if record.get("first")]
+    assert tried
+    closes = max(float(r["first"]) for r in firsts if r.get("first")) + 3.0
+
+    if holder == "breaker":
+        rounds.until(lambda: all(job_load(zk, j.jid).state == "Failed" for j in tried), jobs)
+        for job in tried:
+            message = job_load(zk, job.jid).status.message
+            assert "gave up after" in message and name in message, message
+        assert time.time() > closes  # not before its window closed
+        # A job that never met the outage has no window: it waits for the server.
+        for job in jobs:
+            if job not in tried:
+                assert job_load(zk, job.jid).state == "Downloading"
+    else:
+        wait_for(lambda: time.time() > closes + 0.5, timeout=30)
+        before = files.requests()
+        for _ in range(5):
+            for d in rounds.daemons:
+                d.run_once()
+        assert files.requests() == before  # nothing asked of the server an operator holds
+        assert all(job_load(zk, j.jid).state == "Downloading" for j in jobs)
