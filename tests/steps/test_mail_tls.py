@@ -1,0 +1,96 @@
+"""Mail over TLS, as a site's mail server is mostly reached: STARTTLS (``EMAIL_USE_TLS``) and
+SMTPS (``EMAIL_USE_SSL``), against a real loopback SMTP server speaking TLS with a certificate
+of its own for ``localhost`` (tests/steps/tls_servers.py).
+
+The mail backend (queues/steps/smtp.py) hands its plain socket to the send's watchdog before TLS
+is set up on it; these show that a message still goes out over TLS either way, checked against
+the authority the operator trusts (Django's context is ``ssl.create_default_context()``: the
+system's default paths, which ``SSL_CERT_FILE`` names), and that a server dripping its answer
+over TLS is still cut off at the send's deadline, an outage waited out.
+"""
+
+from __future__ import annotations
+
+import smtplib
+import ssl
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from django.test import override_settings
+
+from queues.core.transient import is_mail_outage
+from queues.steps.notify import MAIL_EXCHANGES, send
+from tests.steps.tls_servers import TLSMailServer, localhost_certificate, server_context
+
+MODES = {"starttls": False, "smtps": True}  # implicit TLS?
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return localhost_certificate(tmp_path_factory.mktemp("tls"))
+
+
+@contextmanager
+def mail_server(
+    certificate: tuple[Path, Path], mode: str, *, drip: float = 0.0, timeout: float = 5
+) -> Iterator[TLSMailServer]:
+    server = TLSMailServer(server_context(*certificate), implicit=MODES[mode], drip=drip)
+    try:
+        with override_settings(
+            EMAIL_BACKEND="queues.steps.smtp.EmailBackend",
+            EMAIL_HOST="localhost",  # the name the certificate is for
+            EMAIL_PORT=server.port,
+            EMAIL_USE_TLS=mode == "starttls",
+            EMAIL_USE_SSL=mode == "smtps",
+            EMAIL_HOST_USER="",
+            EMAIL_HOST_PASSWORD="",
+            EMAIL_TIMEOUT=timeout,
+        ):
+            yield server
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_message_goes_out_over_tls(
+    certificate: tuple[Path, Path], mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with mail_server(certificate, mode) as server:
+        # Not an authority the system trusts: refused, nothing sent.
+        with pytest.raises(ssl.SSLCertVerificationError, match="self-signed certificate"):
+            send(["depositor@example.org"], "Queued", "body")
+        assert server.messages == []
+
+        # The operator's authority, where OpenSSL's default paths look.
+        monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
+        assert send(["depositor@example.org"], "Queued", "the body") == 1
+        [message] = server.messages
+        assert message["tls"] is True
+        assert message["to"] == ["depositor@example.org"]
+        assert "the body" in message["data"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_server_dripping_its_answer_over_tls_is_cut_off_at_the_sends_deadline(
+    certificate: tuple[Path, Path], mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once TLS is up (at once for SMTPS, after STARTTLS otherwise) the server answers a byte
+    every 0.05 s, never tripping the per-read timeout (0.5 s): the watchdog shuts the
+    connection down at the send's deadline (MAIL_EXCHANGES x 0.5 s), an outage."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
+    with mail_server(certificate, mode, drip=0.05, timeout=0.5) as server:
+        began = time.monotonic()
+        with pytest.raises(smtplib.SMTPServerDisconnected) as caught:
+            send(["depositor@example.org"], "Queued", "body")
+        took = time.monotonic() - began
+        limit = MAIL_EXCHANGES * 0.5
+        assert str(caught.value) == f"mail exchange took longer than the limit of {limit:g}s"
+        assert is_mail_outage(caught.value)
+        assert limit <= took < limit + 2
+        deadline = time.monotonic() + 10
+        while server.hung_up < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.hung_up == 1 and server.messages == []
