@@ -489,7 +489,13 @@ if EMAIL_HOST:
     EMAIL_PORT = env_int("EMAIL_PORT", 25, **PORT)
     EMAIL_HOST_USER = env("EMAIL_HOST_USER")
     EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
-    EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+    EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)  # STARTTLS
+    EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)  # TLS from the first byte (SMTPS, 465)
+    if EMAIL_USE_TLS and EMAIL_USE_SSL:
+        # Django's backend would refuse it at every send instead.
+        raise ImproperlyConfigured(
+            "EMAIL_USE_TLS (STARTTLS) and EMAIL_USE_SSL (SMTPS): set one or the other, not both"
+        )
 else:
     EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
     EMAIL_FILE_PATH = MRT_VAR_DIR / "mail"

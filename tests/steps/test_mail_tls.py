@@ -11,14 +11,18 @@ over TLS is still cut off at the send's deadline, an outage waited out.
 
 from __future__ import annotations
 
+import json
 import smtplib
 import ssl
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.test import override_settings
 
 from queues.core.transient import is_mail_outage
@@ -94,3 +98,37 @@ def test_a_server_dripping_its_answer_over_tls_is_cut_off_at_the_sends_deadline(
         while server.hung_up < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert server.hung_up == 1 and server.messages == []
+
+
+def mail_settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """The mail settings a fresh process computes from ``env``."""
+    code = (
+        "import django, json; django.setup(); from django.conf import settings as s; "
+        "print(json.dumps([s.EMAIL_USE_TLS, s.EMAIL_USE_SSL]))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "MRT_VAR_DIR": str(tmp_path),
+            "DJANGO_SECRET_KEY": "x" * 50,
+            "DJANGO_SETTINGS_MODULE": "mrtadmin.settings",
+            "EMAIL_HOST": "mail.example.org",
+            **env,
+        },
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_smtps_is_a_setting_of_its_own(tmp_path: Path) -> None:
+    """``EMAIL_USE_SSL`` was not read from the environment: a mail server that takes TLS only
+    from the first byte (port 465) could not be used."""
+    for env, expected in (({}, [False, False]), ({"EMAIL_USE_SSL": "1"}, [False, True])):
+        done = mail_settings(tmp_path, **env)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout.splitlines()[-1]) == expected
+    both = mail_settings(tmp_path, EMAIL_USE_TLS="1", EMAIL_USE_SSL="1")
+    assert both.returncode != 0
+    assert "EMAIL_USE_TLS (STARTTLS) and EMAIL_USE_SSL (SMTPS): set one or the other" in both.stderr
