@@ -43,7 +43,6 @@ submission's body would go there); the answer is read up to ``MAX_ANSWER_BYTES``
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -202,9 +201,8 @@ def ingest_policy(deadline: float | None = None) -> FetchPolicy:
         timeout=settings.MRT_HTTP_TIMEOUT,
         deadline=deadline if deadline is not None else settings.MRT_INGEST_DEADLINE,
         headers={**BASE_HEADERS, "Accept": "text/xml"},
-        # The bundle ``requests`` trusted when it was ingest's client, for an ingest behind the
-        # operator's own certificate authority.
-        ca_certs=os.environ.get("REQUESTS_CA_BUNDLE", ""),
+        # TLS trusts the operator's REQUESTS_CA_BUNDLE, as for every one of the system's own
+        # requests (``FetchPolicy.trusted``): an ingest behind the site's own authority.
     )
 
 

@@ -40,6 +40,7 @@ import contextlib
 import heapq
 import ipaddress
 import itertools
+import os
 import socket
 import sys
 import threading
@@ -572,10 +573,19 @@ class FetchPolicy:
     deadline: float | None = None  # seconds for one whole transfer, all attempts included
     min_rate: int = 0  # bytes per second, checked over each rate_window
     rate_window: float = 60.0
-    # The certificate authorities TLS trusts: a bundle file, else certifi's (a system service
-    # behind the operator's own CA names its bundle, as REQUESTS_CA_BUNDLE did for requests).
+    # The certificate authorities TLS trusts: a bundle file. Empty: for the system's own
+    # requests (``restrict`` False: Merritt's ingest, the alert webhook, storage's files) the
+    # operator's bundle, REQUESTS_CA_BUNDLE, as the services' sessions read it through requests,
+    # else certifi's; a depositor's server is held to certifi's (``trusted``).
     ca_certs: str = ""
     headers: Mapping[str, str] = field(default_factory=lambda: dict(BASE_HEADERS))
+
+    def trusted(self) -> str:
+        """The bundle file of the authorities TLS trusts under this policy (``ca_certs``)."""
+        if self.ca_certs:
+            return self.ca_certs
+        operators = "" if self.restrict else os.environ.get("REQUESTS_CA_BUNDLE", "")
+        return operators or certifi.where()
 
     # Addresses ----------------------------------------------------------------------------
 
@@ -716,7 +726,7 @@ class FetchPolicy:
                 server_hostname=host,
                 assert_hostname=host,
                 cert_reqs="CERT_REQUIRED",
-                ca_certs=self.ca_certs or certifi.where(),
+                ca_certs=self.trusted(),
                 alarm=alarm,
             )
         else:

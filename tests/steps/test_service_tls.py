@@ -10,16 +10,21 @@ connections, is held to the same over TLS (it had no test over TLS before).
 
 from __future__ import annotations
 
+import json
 import ssl
+from dataclasses import replace
 from pathlib import Path
 
 import certifi
 import pytest
 import requests
+from django.test import override_settings
 
 from queues.core.retries import outage_of
+from queues.services.depositors import depositor_policy, system_policy
 from queues.steps.merritt_wire import service_session
 from queues.steps.netpolicy import FetchPolicy, TooSlow, TransferFailed
+from queues.steps.notify import CallbackError, post_callback
 from queues.steps.storage import HttpStorage, StorageError
 from tests.steps.slow_servers import HeaderTrickle
 from tests.steps.tls_servers import localhost_certificate, server_context, tls_server
@@ -107,3 +112,83 @@ def test_a_tls_fetch_is_cut_off_at_its_deadline(
         assert trickle.counts()[2] == 0  # never sent in full
     finally:
         trickle.close()
+
+
+def test_the_alert_webhook_speaks_tls_trusting_the_operators_authority(
+    certificate: tuple[Path, Path], context: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The webhook is the operator's own setting (an internal chat server, behind the site's
+    own authority as often as not): it trusts the bundle ``REQUESTS_CA_BUNDLE`` names, as the
+    services' sessions and Merritt's ingest door do. It trusted certifi's only, whatever the
+    operator set, so such a webhook could not be reached at all."""
+    from queues.daemons.alerting import Undelivered, send_webhook
+
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+    with tls_server(context) as server:
+        url = f"https://localhost:{server.port}/hooks/secret"
+        with override_settings(MRT_ALERT_WEBHOOK_URL=url):
+            with pytest.raises(Undelivered, match="certificate verify failed") as refused:
+                send_webhook({"text": "one"})
+            assert "secret" not in str(refused.value)
+            assert server.posted == []
+
+            monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(certificate[0]))
+            send_webhook({"text": "two"})
+        assert [(path, json.loads(body)) for path, body in server.posted] == [
+            ("/hooks/secret", {"text": "two"})
+        ]
+        assert server.names[-1] == "localhost"
+
+
+def test_a_depositors_callback_over_tls_trusts_the_public_authorities_only(
+    certificate: tuple[Path, Path], context: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A depositor's callback goes out under the depositor policy: over TLS it is posted whole
+    for the URL's host name, and its server's certificate is checked against certifi's
+    authorities, never the operator's bundle (``REQUESTS_CA_BUNDLE`` is for the operator's own
+    services, and a bundle of the site's authority alone would make every public server fail)."""
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(certificate[0]))
+    with (
+        override_settings(MRT_FETCH_ALLOW="127.0.0.0/8, ::1"),
+        tls_server(context) as server,
+    ):
+        url = f"https://localhost:{server.port}/cb/mc/jid1"
+        with pytest.raises(CallbackError, match="certificate verify failed"):
+            post_callback(url, {"jid": "jid1"}, retries=0, policy=depositor_policy())
+        assert server.posted == []
+        trusting = replace(depositor_policy(), ca_certs=str(certificate[0]))
+        assert post_callback(url, {"jid": "jid1"}, retries=0, policy=trusting) == 200
+        assert [(path, json.loads(body)) for path, body in server.posted] == [
+            ("/cb/mc/jid1", {"jid": "jid1"})
+        ]
+        assert server.names[-1] == "localhost"
+
+
+def test_a_tls_callback_is_cut_off_at_its_deadline(
+    certificate: tuple[Path, Path], context: ssl.SSLContext
+) -> None:
+    """A receiver that trickles its answer over TLS: the POST is cut off at the policy's
+    deadline, an outage (the notify step is tried again later)."""
+    trickle = HeaderTrickle(tls=context)
+    try:
+        policy = FetchPolicy(restrict=False, ca_certs=str(certificate[0]), timeout=10, deadline=1)
+        with pytest.raises(CallbackError, match="took longer than the limit of 1s") as raised:
+            post_callback(trickle.url + "/cb", {"jid": "jid1"}, retries=0, policy=policy)
+        assert outage_of(raised.value) is not None
+        assert trickle.counts()[2] == 0  # never sent in full
+    finally:
+        trickle.close()
+
+
+def test_the_systems_own_fetches_trust_the_operators_authority(
+    certificate: tuple[Path, Path], context: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An access request's files are fetched from storage's URLs under the system's policy:
+    storage behind the site's own authority, whose manifest the storage session read trusting
+    ``REQUESTS_CA_BUNDLE``, had its files refused under certifi's."""
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(certificate[0]))
+    with (
+        tls_server(context) as server,
+        system_policy().open(f"https://localhost:{server.port}/content/9501/ark/1/file") as answer,
+    ):
+        assert (answer.status, b"".join(answer.chunks(1024))) == (200, b"ok")

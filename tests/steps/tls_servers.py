@@ -74,13 +74,20 @@ class _Answer(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def do_POST(self) -> None:
+        """Keeps the body (``TLSServer.posted``) and answers ``200 ok``."""
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.posted.append((self.path, body))  # type: ignore[attr-defined]
+        self.do_GET()
+
     def log_message(self, *_args: object) -> None:
         pass
 
 
 class TLSServer:
-    """Answers every GET ``200 ok`` over TLS on a loopback port. ``names`` holds the server
-    name each client sent (SNI), ``connections`` the connections it took."""
+    """Answers every GET and POST ``200 ok`` over TLS on a loopback port. ``names`` holds the
+    server name each client sent (SNI), ``connections`` the connections it took, ``posted`` the
+    path and body of each POST."""
 
     def __init__(self, context: ssl.SSLContext) -> None:
         self.names: list[str | None] = []
@@ -88,6 +95,8 @@ class TLSServer:
         context.sni_callback = self._sni
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
         self.server.daemon_threads = True
+        self.posted: list[tuple[str, bytes]] = []
+        self.server.posted = self.posted  # type: ignore[attr-defined]
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
