@@ -24,6 +24,7 @@ from urllib.parse import quote_plus
 from xml.etree import ElementTree
 
 import requests
+import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
@@ -167,6 +168,16 @@ class WithinAdapter(HTTPAdapter):
     requests would read it whole (a redirect's body too, read whole to free its connection)."""
 
     answer_max = ANSWER_MAX
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        """requests' manager for an HTTP proxy (``HTTP_PROXY``/``HTTPS_PROXY``), with the pools
+        of the adapter's own (``EXCHANGE_POOLS`` in ``service_session``): a service behind the
+        proxy was held past the exchange's deadline, and the proxy's name looked up with the
+        resolver's own timeouts. A SOCKS proxy's manager, pools of its own, is left as it is."""
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if isinstance(manager, urllib3.ProxyManager):
+            manager.pool_classes_by_scheme = self.poolmanager.pool_classes_by_scheme
+        return manager
 
     def send(  # type: ignore[override]
         self, request: requests.PreparedRequest, stream: bool = False, **kwargs: Any

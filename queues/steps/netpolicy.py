@@ -296,8 +296,15 @@ class _Alarm:
                 return
             if self._sock is not None:  # a connection of an earlier try of this request
                 self._sock.close()
-            # Its descriptor duplicated: a TLS socket refuses dup() itself.
-            self._sock = socket.fromfd(sock.fileno(), sock.family, sock.type)
+            # Its descriptor duplicated: a TLS socket refuses dup() itself, and TLS inside a
+            # proxy's TLS tunnel (urllib3's SSLTransport) is no socket, only the descriptor's
+            # owner; the socket made of the duplicate reads its family from the descriptor.
+            duplicate = os.dup(sock.fileno())
+            try:
+                self._sock = socket.socket(fileno=duplicate)
+            except OSError:
+                os.close(duplicate)
+                raise
             if self.fired:
                 self._shutdown()
 
