@@ -491,6 +491,8 @@ if EMAIL_HOST:
     EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
     EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)  # STARTTLS
     EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)  # TLS from the first byte (SMTPS, 465)
+    # Each answer of the mail server; a whole send has MAIL_EXCHANGES times it (notify.send).
+    EMAIL_TIMEOUT = env_seconds("EMAIL_TIMEOUT", 60.0, 3600.0)
     if EMAIL_USE_TLS and EMAIL_USE_SSL:
         # Django's backend would refuse it at every send instead.
         raise ImproperlyConfigured(

@@ -104,7 +104,7 @@ def mail_settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str
     """The mail settings a fresh process computes from ``env``."""
     code = (
         "import django, json; django.setup(); from django.conf import settings as s; "
-        "print(json.dumps([s.EMAIL_USE_TLS, s.EMAIL_USE_SSL]))"
+        "print(json.dumps([s.EMAIL_USE_TLS, s.EMAIL_USE_SSL, s.EMAIL_TIMEOUT]))"
     )
     return subprocess.run(
         [sys.executable, "-c", code],
@@ -125,7 +125,11 @@ def mail_settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str
 def test_smtps_is_a_setting_of_its_own(tmp_path: Path) -> None:
     """``EMAIL_USE_SSL`` was not read from the environment: a mail server that takes TLS only
     from the first byte (port 465) could not be used."""
-    for env, expected in (({}, [False, False]), ({"EMAIL_USE_SSL": "1"}, [False, True])):
+    for env, expected in (
+        ({}, [False, False, 60.0]),
+        ({"EMAIL_USE_SSL": "1"}, [False, True, 60.0]),
+        ({"EMAIL_TIMEOUT": "20"}, [False, False, 20.0]),  # was never read either
+    ):
         done = mail_settings(tmp_path, **env)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout.splitlines()[-1]) == expected
