@@ -20,6 +20,7 @@ import errno
 import smtplib
 import socket
 import sqlite3
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -165,8 +166,9 @@ MAIL_NET_ERRNOS = frozenset(
 def is_mail_outage(exc: BaseException) -> bool:
     """True when ``exc``, raised while sending mail, says the mail server cannot take the
     message now: it refuses or drops the connection, does not answer in time, cannot be
-    resolved for now, or answers 4xx ("try again later"). A 5xx answer (a recipient or
-    sender the server rejects) is the message's own failure, and stays one.
+    resolved for now, cannot be spoken to over TLS (its certificate not trusted), or answers 4xx
+    ("try again later"). A 5xx answer (a recipient or sender the server rejects) is the
+    message's own failure, and stays one.
 
     Apart from ``transient_kind`` on purpose: only a mail sender asks, so that a refused
     connection elsewhere (a depositor's server) is never taken for an outage of ours."""
@@ -182,6 +184,10 @@ def is_mail_outage(exc: BaseException) -> bool:
             return False
         if isinstance(cause, socket.gaierror):
             return cause.errno == socket.EAI_AGAIN
+        if isinstance(cause, ssl.SSLError):
+            # The server's TLS cannot be used now (its certificate untrusted or expired, no
+            # protocol in common): the mail server's or the operator's to fix, not the message's.
+            return True
         if isinstance(cause, (TimeoutError, ConnectionError)):
             return True
         if isinstance(cause, OSError) and cause.errno in MAIL_NET_ERRNOS:
