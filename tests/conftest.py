@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -211,3 +213,31 @@ def browser() -> Iterator[Any]:
         launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield launched
         launched.close()
+
+
+@pytest.fixture
+def held_lookups(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, list[str]]]:
+    """The lookup of any name ending ``.slow.example`` waits (up to a minute) until the test
+    lets it go; a name ending ``.two.example`` has two loopback addresses, the first refusing
+    connections; every other name as the system resolves it. The one stand-in of this suite
+    for a part outside it (as in tests/steps/test_fetch_deadlines.py): the system resolver
+    cannot be pointed at a loopback server for one process. Yields the event that lets the held
+    lookups go, and the threads the lookups were made in."""
+    real = socket.getaddrinfo
+    release = threading.Event()
+    threads: list[str] = []
+
+    def lookup(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        if isinstance(host, str) and host.endswith(".slow.example"):
+            release.wait(60)
+            raise socket.gaierror(socket.EAI_NONAME, "let go by the test")
+        if isinstance(host, str) and host.endswith(".two.example"):
+            return [info for ip in ("127.0.0.2", "127.0.0.1") for info in real(ip, port, **kwargs)]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    try:
+        yield release, threads
+    finally:
+        release.set()

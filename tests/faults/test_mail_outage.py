@@ -304,41 +304,26 @@ def test_a_submission_names_its_depositor_only_by_one_address_each() -> None:
 
 
 def test_the_mail_servers_name_is_looked_up_within_the_sends_deadline(
-    smtp: SmtpServer, monkeypatch: pytest.MonkeyPatch
+    smtp: SmtpServer, held_lookups: tuple[threading.Event, list[str]]
 ) -> None:
     """smtplib looked ``EMAIL_HOST`` up before any socket existed for the watchdog, so the
     system resolver's timeouts came on top of the send's deadline. The lookup is now given up
     when the exchange has no time left (a temporary failure: an outage, waited out), and a name
-    that answers is reached as before. The system resolver cannot be pointed at a loopback
-    server for one process: ``getaddrinfo`` is held for one name (as in
-    tests/steps/test_service_deadlines.py)."""
+    that answers is reached as before (``held_lookups``: the system resolver cannot be pointed
+    at a loopback server for one process)."""
     from queues.core.transient import is_mail_outage
     from queues.steps.notify import send
 
-    real = socket.getaddrinfo
-    release = threading.Event()
-
-    def lookup(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
-        if host == "mail.slow.example":
-            release.wait(60)
-            raise socket.gaierror(socket.EAI_NONAME, "let go by the test")
-        if host == "mail.here.example":
-            return real("127.0.0.1", port, *args, **kwargs)
-        return real(host, port, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    release, _threads = held_lookups
     smtp.up()
-    try:
-        with (
-            override_settings(EMAIL_HOST="mail.slow.example", EMAIL_TIMEOUT=0.5),
-            pytest.raises(socket.gaierror) as caught,
-        ):
-            send(["depositor@example.org"], "Queued", "body")
-        assert not release.is_set()  # back while the lookup is still held
-        assert caught.value.errno == socket.EAI_AGAIN and is_mail_outage(caught.value)
-        assert "took longer than 0.5s" in str(caught.value)
-        with override_settings(EMAIL_HOST="mail.here.example"):
-            assert send(["depositor@example.org"], "Queued", "body") == 1
-        assert len(smtp.messages) == 1 and smtp.connections == 1
-    finally:
-        release.set()
+    with (
+        override_settings(EMAIL_HOST="mail.slow.example", EMAIL_TIMEOUT=0.5),
+        pytest.raises(socket.gaierror) as caught,
+    ):
+        send(["depositor@example.org"], "Queued", "body")
+    assert not release.is_set()  # back while the lookup is still held
+    assert caught.value.errno == socket.EAI_AGAIN and is_mail_outage(caught.value)
+    assert "took longer than 0.5s" in str(caught.value)
+    with override_settings(EMAIL_HOST="mail.two.example"):  # the second address answers
+        assert send(["depositor@example.org"], "Queued", "body") == 1
+    assert len(smtp.messages) == 1 and smtp.connections == 1
