@@ -16,7 +16,6 @@ import smtplib
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +26,7 @@ from django.test import override_settings
 
 from queues.core.transient import is_mail_outage
 from queues.steps.notify import MAIL_EXCHANGES, send
+from tests.daemons.conftest import wait_for
 from tests.steps.tls_servers import TLSMailServer, localhost_certificate, server_context
 
 MODES = {"starttls": False, "smtps": True}  # implicit TLS?
@@ -89,18 +89,14 @@ def test_a_server_dripping_its_answer_over_tls_is_cut_off_at_the_sends_deadline(
     connection down at the send's deadline (MAIL_EXCHANGES x 0.5 s), an outage."""
     monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
     with mail_server(certificate, mode, drip=0.05, timeout=0.5) as server:
-        began = time.monotonic()
         with pytest.raises(smtplib.SMTPServerDisconnected) as caught:
             send(["depositor@example.org"], "Queued", "body")
-        took = time.monotonic() - began
         limit = MAIL_EXCHANGES * 0.5
+        # The watchdog's words: cut at the send's deadline, not by a read's timeout.
         assert str(caught.value) == f"mail exchange took longer than the limit of {limit:g}s"
         assert is_mail_outage(caught.value)
-        assert limit <= took < limit + 2
-        deadline = time.monotonic() + 10
-        while server.hung_up < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert server.hung_up == 1 and server.messages == []
+        wait_for(lambda: server.hung_up == 1, timeout=30)
+        assert server.messages == []
 
 
 def mail_settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
