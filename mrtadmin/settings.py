@@ -300,7 +300,8 @@ SECURE_HSTS_SECONDS = env_int(
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", False)
 # Off by default: the proxy usually redirects, and health checks come over plain HTTP.
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SSL_REDIRECT", False)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+# Under a URL prefix (daphne's --root-path) Django matches these against the path with it.
+SECURE_REDIRECT_EXEMPT = [r"(^|/)healthz$", r"(^|/)metrics$"]
 _ssl_header = env("DJANGO_SECURE_PROXY_SSL_HEADER").strip()
 if _ssl_header:
     SECURE_PROXY_SSL_HEADER = ("HTTP_" + _ssl_header.upper().replace("-", "_"), "https")
