@@ -275,7 +275,12 @@ TIME_ZONE = env("TZ") or _server_zone()
 USE_I18N = False
 USE_TZ = True
 
-STATIC_URL = "static/"
+# Absolute, and put under the URL prefix of each request by the storage (mrtadmin/prefix.py).
+STATIC_URL = "/static/"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "mrtadmin.prefix.PrefixedStaticFilesStorage"},
+}
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
 # Without collectstatic (development, tests) WhiteNoise serves straight from STATICFILES_DIRS.

@@ -34,7 +34,7 @@ PREFIX = "/queue"
 ORIGIN = f"https://{HOST}"
 PROXY = {"Host": HOST, "X-Forwarded-Proto": "https"}
 # Every URL a page names for the browser to follow or fetch.
-URL_ATTRIBUTE = re.compile(r'\b(?:href|src|action|hx-get|hx-post|data-live-socket)="([^"]*)"')
+URL_ATTRIBUTE = re.compile(r'\b(?:href|src|action|hx-get|hx-post)="([^"]*)"')
 
 
 @dataclass
@@ -129,6 +129,21 @@ def signed_in(console: Console) -> Browser:
 
 def _urls(page: requests.Response) -> list[str]:
     return [unescape(u) for u in URL_ATTRIBUTE.findall(page.text) if u.startswith("/")]
+
+
+def test_every_url_a_page_names_is_under_the_prefix_and_answers(signed_in: Browser) -> None:
+    overview = signed_in.request("GET", f"{PREFIX}/")
+    assert overview.status_code == 200
+    assert overview.headers["Strict-Transport-Security"].startswith("max-age=")
+    urls = _urls(overview)
+    # The nav, the scripts and styles.
+    for needed in ("/jobs/", "/holds/", "/static/css/console.css", "/static/js/live.js"):
+        assert f"{PREFIX}{needed}" in urls, needed
+    outside = [u for u in urls if not u.startswith(f"{PREFIX}/")]
+    assert outside == [], outside
+    for url in sorted(set(urls) - {f"{PREFIX}/logout/"}):
+        answer = signed_in.request("GET", url)
+        assert answer.status_code == 200, (url, answer.status_code)
 
 
 def test_a_hold_with_a_reason_is_posted_with_the_https_origin_and_redirects_back(
