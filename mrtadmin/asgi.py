@@ -9,6 +9,9 @@ Importing this module builds the application and starts nothing. The read index 
 no ASGI lifespan, and the first connection is the moment a server is certainly serving.
 ``bin/run-console`` and the image's health check ask ``/healthz`` as soon as daphne listens,
 so the index fills from the start, not on the first operator's page.
+
+Under a URL prefix every path is made to include it (``mrtadmin.prefix``), whether the proxy
+passed it on or not.
 """
 
 import os
@@ -27,6 +30,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from mrtadmin.bodylimit import BodyLimit, install_in_daphne  # noqa: E402
+from mrtadmin.prefix import WholePath  # noqa: E402
 from queues.live.routing import websocket_urlpatterns  # noqa: E402
 from queues.web.warmup import WarmOnFirstConnection  # noqa: E402
 
@@ -35,12 +39,14 @@ if "daphne.server" in sys.modules:
     install_in_daphne()
 
 application = WarmOnFirstConnection(
-    ProtocolTypeRouter(
-        {
-            "http": BodyLimit(django_asgi_app),
-            "websocket": AllowedHostsOriginValidator(
-                AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-            ),
-        }
+    WholePath(
+        ProtocolTypeRouter(
+            {
+                "http": BodyLimit(django_asgi_app),
+                "websocket": AllowedHostsOriginValidator(
+                    AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+                ),
+            }
+        )
     )
 )

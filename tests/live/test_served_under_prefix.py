@@ -146,6 +146,19 @@ def test_every_url_a_page_names_is_under_the_prefix_and_answers(signed_in: Brows
         assert answer.status_code == 200, (url, answer.status_code)
 
 
+def test_a_path_passed_on_without_the_prefix_is_answered_as_under_it(signed_in: Browser) -> None:
+    """A proxy that strips the prefix (nginx's ``proxy_pass http://daphne/;``): the page links,
+    polls and sends ``?next=`` under the prefix all the same."""
+    jobs = signed_in.request("GET", "/jobs/?state=Failed")
+    assert jobs.status_code == 200
+    urls = _urls(jobs)
+    assert f"{PREFIX}/jobs/?state=Failed" in urls  # htmx's refresh of the list
+    outside = [u for u in urls if not u.startswith(f"{PREFIX}/")]
+    assert outside == [], outside
+    anonymous = Browser(signed_in.console).request("GET", "/jobs/")
+    assert anonymous.headers["Location"] == f"{PREFIX}/login/?next={PREFIX}/jobs/"
+
+
 def test_a_hold_with_a_reason_is_posted_with_the_https_origin_and_redirects_back(
     signed_in: Browser, console: Console
 ) -> None:
@@ -210,7 +223,7 @@ async def _hello(console: Console, path: str, origin: str, cookies: dict[str, st
         return await asyncio.wait_for(socket.recv(), 20)
 
 
-@pytest.mark.parametrize("path", [f"{PREFIX}/ws/live/"], ids=["whole"])
+@pytest.mark.parametrize("path", [f"{PREFIX}/ws/live/", "/ws/live/"], ids=["whole", "stripped"])
 def test_the_live_socket_opens_for_the_https_origin_only(
     signed_in: Browser, console: Console, path: str
 ) -> None:
