@@ -3,9 +3,10 @@
  *
  * Elements that show queue state say which topics they show: data-live="jobs:state:Failed ...",
  * with extra page-wide topics in <body data-live-topics="...">. This script keeps one websocket
- * to /ws/live/ subscribed to all of them (again after every htmx swap). When topic T changes,
- * every element with data-live~="T" is sent the htmx event "live-refresh"; each element then
- * refreshes itself with its own hx-get / hx-select / hx-target / hx-trigger="live-refresh".
+ * to /ws/live/ (under the console's URL prefix: <body data-live-socket>) subscribed to all of
+ * them (again after every htmx swap). When topic T changes, every element with data-live~="T"
+ * is sent the htmx event "live-refresh"; each element then refreshes itself with its own
+ * hx-get / hx-select / hx-target / hx-trigger="live-refresh".
  *
  * An element the operator is working in is never replaced under their hands: while it holds a
  * focused text field or select, an open <dialog>, a checked selection box or a form that differs
@@ -25,7 +26,8 @@
 (function () {
   "use strict";
 
-  var PATH = "/ws/live/";
+  // Where the page says (under the console's URL prefix, if it is served under one).
+  var PATH = document.body.getAttribute("data-live-socket") || "/ws/live/";
   var MAX_DELAY = 30000;
   var STABLE_MS = 30000;
   var RETRY_BUSY_MS = 2000;

@@ -23,6 +23,7 @@ import requests
 import websockets
 
 from queues.services.zkserver import LocalZooKeeper
+from tests.browser import close_context
 from tests.live.conftest import api_token, console_env, daphne, manage_py
 from tests.zktree import chroot_on
 
@@ -34,7 +35,7 @@ PREFIX = "/queue"
 ORIGIN = f"https://{HOST}"
 PROXY = {"Host": HOST, "X-Forwarded-Proto": "https"}
 # Every URL a page names for the browser to follow or fetch.
-URL_ATTRIBUTE = re.compile(r'\b(?:href|src|action|hx-get|hx-post)="([^"]*)"')
+URL_ATTRIBUTE = re.compile(r'\b(?:href|src|action|hx-get|hx-post|data-live-socket)="([^"]*)"')
 
 
 @dataclass
@@ -136,12 +137,13 @@ def test_every_url_a_page_names_is_under_the_prefix_and_answers(signed_in: Brows
     assert overview.status_code == 200
     assert overview.headers["Strict-Transport-Security"].startswith("max-age=")
     urls = _urls(overview)
-    # The nav, the scripts and styles.
+    # The nav, the scripts and styles, the live socket, htmx's polling.
     for needed in ("/jobs/", "/holds/", "/static/css/console.css", "/static/js/live.js"):
         assert f"{PREFIX}{needed}" in urls, needed
+    assert f"{PREFIX}/ws/live/" in urls
     outside = [u for u in urls if not u.startswith(f"{PREFIX}/")]
     assert outside == [], outside
-    for url in sorted(set(urls) - {f"{PREFIX}/logout/"}):
+    for url in sorted(set(urls) - {f"{PREFIX}/ws/live/", f"{PREFIX}/logout/"}):
         answer = signed_in.request("GET", url)
         assert answer.status_code == 200, (url, answer.status_code)
 
@@ -232,3 +234,31 @@ def test_the_live_socket_opens_for_the_https_origin_only(
     with pytest.raises(websockets.InvalidStatus) as refused:
         asyncio.run(_hello(console, path, "https://elsewhere.example.org", signed_in.cookies))
     assert refused.value.response.status_code == 403
+
+
+@pytest.mark.browser
+def test_the_live_script_opens_its_socket_under_the_prefix(browser: Any, console: Console) -> None:
+    """The page's own script, in Chromium: the socket it opens is under the prefix and the page
+    follows ZooKeeper through it. Chromium speaks plain HTTP to a daphne of its own (the same
+    console without the redirect to HTTPS); it keeps Secure cookies from localhost."""
+    plain = {**console.env, "DJANGO_SSL_REDIRECT": "0"}
+    with daphne(plain, console.tmp_path / "daphne-plain.log", args=["--root-path", PREFIX]) as url:
+        context = browser.new_context()
+        context.set_default_timeout(60_000)
+        try:
+            _follow_live(context, url.replace("127.0.0.1", "localhost") + PREFIX)
+        finally:
+            close_context(context)
+
+
+def _follow_live(context: Any, base: str) -> None:
+    page = context.new_page()
+    sockets: list[str] = []
+    page.on("websocket", lambda socket: sockets.append(socket.url))
+    page.goto(f"{base}/login/")
+    page.fill("#id_username", USER)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/")
+    page.wait_for_function("() => window.mrtLive && window.mrtLive.following()")
+    assert sockets and all(s == base.replace("http:", "ws:") + "/ws/live/" for s in sockets)
