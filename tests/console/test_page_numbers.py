@@ -6,8 +6,11 @@ under /api/, Merritt's exception document at /poster/), not with the pages' HTML
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
+from django.test.utils import override_script_prefix
 from django.urls import get_resolver
 
 from queues.web import faults
@@ -109,6 +112,13 @@ def test_a_fault_under_api_is_answered_in_json(token_for, make_user, zk, monkeyp
     html = page.get("/batches/")
     assert html.status_code == 500
     assert html["Content-Type"].startswith("text/html")
+
+    # Under a URL prefix (daphne's --root-path) its links go there, not to the host's root.
+    with override_script_prefix("/queue/"):
+        prefixed = page.get("/batches/", SCRIPT_NAME="/queue")
+    assert prefixed.status_code == 500
+    links = re.findall(r'href="([^"]*)"', prefixed.content.decode())
+    assert links and [u for u in links if u.startswith("/") and not u.startswith("/queue/")] == []
 
 
 def test_a_fault_at_the_poster_door_is_merritt_s_exception_document(token_for, monkeypatch):
