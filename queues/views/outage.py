@@ -70,7 +70,7 @@ def _offline(request: HttpRequest) -> None:
 def database_unavailable(request: HttpRequest, message: str) -> HttpResponse:
     """The 503 of a door while the database is away or locked."""
     response: HttpResponse
-    if request.path.startswith(API_PREFIX):
+    if request.path_info.startswith(API_PREFIX):  # without a URL prefix (--root-path)
         response = JsonResponse({"error": f"the database is unavailable: {message}"}, status=503)
     else:
         _offline(request)

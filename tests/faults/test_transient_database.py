@@ -422,6 +422,26 @@ def test_the_api_and_healthz_answer_503_while_another_writer_holds_sqlite(
     wait_for(lambda: Client().get("/healthz").status_code == 200, timeout=30)
 
 
+def test_the_api_under_a_url_prefix_answers_its_outage_in_json(zk: Any, sqlite_file: Path) -> None:
+    """Served under ``/queue`` (daphne's ``--root-path``), an API request's path has the prefix
+    in front of ``/api/``: its 503 was the console's HTML page, not the API's JSON."""
+    user = get_user_model().objects.create_user(username="viewer-prefixed")
+    user.groups.add(ensure_groups()["viewer"])
+    _token, key = ApiToken.issue(user=user, name="prefixed")
+    api = Client(SCRIPT_NAME="/queue", HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert api.get("/api/overview").status_code == 200
+    holder = sqlite3.connect(sqlite_file, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        answer = api.get("/api/overview")
+        assert answer.status_code == 503
+        assert answer["Content-Type"] == "application/json"
+        assert "database is locked" in answer.json()["error"]
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
 @pytest.mark.slow
 def test_a_consumer_started_while_the_database_is_down_waits_for_it(
     own_pg: tuple[Postgres, str], zk_hosts: str, tmp_path: Path
