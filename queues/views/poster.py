@@ -54,7 +54,7 @@ from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 from django.http import HttpRequest, HttpResponse
-from django.urls import re_path
+from django.urls import re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
 
 from queues.operator import actions
@@ -494,7 +494,7 @@ def _submit_parsed(
     response = _answer(body, form, 200)
     response["X-Batch-ID"] = bid
     if not bid.startswith("bid-"):  # a batch in the queue (ingest's ID alone names none yet)
-        response["Location"] = f"/api/batches/{bid}"
+        response["Location"] = reverse("api-batch", args=[bid])
     return response
 
 

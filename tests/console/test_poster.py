@@ -15,6 +15,7 @@ import pytest
 import requests
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
+from django.test.utils import override_script_prefix
 
 from queues.daemons.registry import DAEMONS
 from queues.operator.audit import ApiToken, AuditEntry
@@ -122,6 +123,17 @@ def test_url_submission_makes_a_batch_the_first_step_turns_into_a_job(zk, operat
     (job,) = jobs_load(zk, batch_job_ids(zk, batch.bid)["batch-processing"])
     assert job.state == "Pending"
     assert job.configuration["payload_url"] == "https://example.org/letters/letter-1.pdf"
+
+
+def test_the_batch_location_is_under_the_consoles_url_prefix(zk, operator_key) -> None:
+    """Served under ``/queue`` (daphne's ``--root-path``), the answer's ``Location`` names the
+    API's batch there, not at the host's root (daphne's handler sets the prefix Django's test
+    client leaves alone)."""
+    with override_script_prefix("/queue/"):
+        response = post(operator_key, fields(), SCRIPT_NAME="/queue")
+
+    assert response.status_code == 200, response.content
+    assert response["Location"] == f"/queue/api/batches/{submitted(zk, response).bid}"
 
 
 @pytest.mark.parametrize(
