@@ -151,29 +151,30 @@ def _holdable(service: str) -> str | None:
         return None
 
 
-# How long a process keeps its view of which servers' holds are the breaker's (``outlived``).
+# How long a process keeps its view of which holds are the breaker's (``outlived``).
 BREAKER_VIEW_SECONDS = 5.0
-_breaker_servers: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
-_breaker_servers_lock = threading.Lock()
+_breaker_view: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
+_breaker_view_lock = threading.Lock()
 
 
-def _servers_held_by_breaker(zk: Any) -> frozenset[str]:
-    """The depositors' and callback receivers' servers held by a breaker, not an operator (read
-    at most every BREAKER_VIEW_SECONDS: asked only for a job whose retry window has closed)."""
-    global _breaker_servers
+def _held_by_breaker(zk: Any) -> frozenset[str]:
+    """The services and nodes a breaker holds, not an operator (``breaker_held``), read at most
+    every BREAKER_VIEW_SECONDS: asked only for a job whose retry window has closed."""
+    global _breaker_view
     moment = time.monotonic()
-    with _breaker_servers_lock:
-        at, known = _breaker_servers
+    with _breaker_view_lock:
+        at, known = _breaker_view
         if moment - at < BREAKER_VIEW_SECONDS:
             return known
-    known = frozenset(
-        service
-        for service, hold in service_holds(zk).items()
-        if hold.by == BREAKER and service.split(" ", 1)[0] in SERVER_SERVICES
-    )
-    with _breaker_servers_lock:
-        _breaker_servers = (moment, known)
+    known = frozenset(breaker_held(zk))
+    with _breaker_view_lock:
+        _breaker_view = (moment, known)
     return known
+
+
+def _outside_server(service: str) -> bool:
+    """A depositor's or callback receiver's server, not one of Merritt's own services."""
+    return retries.policy_name(service) in SERVER_SERVICES
 
 
 def outlived(zk: Any, raw: dict[str, Any], services: list[str], *, now: float) -> bool:
@@ -190,16 +191,15 @@ def outlived(zk: Any, raw: dict[str, Any], services: list[str], *, now: float) -
     first = record.get("first")
     if not isinstance(first, int | float) or isinstance(first, bool):
         return False
-    service = str(record["service"])
-    if service.split(" ", 1)[0] not in SERVER_SERVICES:
+    if now - first <= policy_for(str(record["service"])).within:
         return False
-    if now - first <= policy_for(service).within:
+    if not all(_outside_server(service) for service in services):
         return False
     try:
-        held = _servers_held_by_breaker(zk)
+        held = _held_by_breaker(zk)
     except Exception:  # ZooKeeper away: held as it was
         return False
-    return all(s in held for s in services)
+    return all(service in held for service in services)
 
 
 class Breakers:

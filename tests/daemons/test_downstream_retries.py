@@ -375,7 +375,7 @@ def test_a_breaker_holds_a_depositors_server_no_longer_than_its_jobs_retry_windo
     from queues.zk.maintenance import held_services, service_hold_clear, service_hold_set
     from queues.zk.maintenance import service_holds as holds_now
 
-    monkeypatch.setattr(breaker_module, "_breaker_servers", (float("-inf"), frozenset()))
+    monkeypatch.setattr(breaker_module, "_breaker_view", (float("-inf"), frozenset()))
     settings.MRT_RETRY = {
         **settings.MRT_RETRY,
         "depositor": "attempts=1000 first=0.2s most=0.4s within=3s",

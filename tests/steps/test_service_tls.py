@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import ssl
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,6 +41,16 @@ def context(certificate: tuple[Path, Path]) -> ssl.SSLContext:
     return server_context(*certificate)
 
 
+@pytest.fixture
+def tls_trickle(context: ssl.SSLContext) -> Iterator[HeaderTrickle]:
+    """A server that answers over TLS a byte at a time, each well inside a read's timeout."""
+    trickle = HeaderTrickle(tls=context)
+    try:
+        yield trickle
+    finally:
+        trickle.close()
+
+
 def test_a_service_session_speaks_tls_for_the_host_name_it_was_given(
     certificate: tuple[Path, Path], context: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -64,21 +75,19 @@ def test_a_service_session_speaks_tls_for_the_host_name_it_was_given(
 
 
 def test_a_tls_exchange_is_cut_off_at_its_deadline(
-    certificate: tuple[Path, Path], context: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
+    certificate: tuple[Path, Path],
+    tls_trickle: HeaderTrickle,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A server that trickles its answer over TLS, each byte well inside the per-read timeout,
     is cut off at the exchange's deadline: an outage, tried again later."""
-    trickle = HeaderTrickle(tls=context)
-    try:
-        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(certificate[0]))
-        session = service_session(retries=0, deadline=1.0)
-        storage = HttpStorage(trickle.url, 9501, timeout=10, session=session)
-        with pytest.raises(StorageError, match=r"took longer than the limit of 1s") as raised:
-            storage.read_manifest(trickle.url + "/manifest/9501/ark")
-        assert outage_of(raised.value) is not None
-        assert trickle.counts()[2] == 0  # never sent in full
-    finally:
-        trickle.close()
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(certificate[0]))
+    session = service_session(retries=0, deadline=1.0)
+    storage = HttpStorage(tls_trickle.url, 9501, timeout=10, session=session)
+    with pytest.raises(StorageError, match=r"took longer than the limit of 1s") as raised:
+        storage.read_manifest(tls_trickle.url + "/manifest/9501/ark")
+    assert outage_of(raised.value) is not None
+    assert tls_trickle.counts()[2] == 0  # never sent in full
 
 
 def test_the_fetch_policy_speaks_tls_for_the_host_name_in_the_url(
@@ -100,18 +109,14 @@ def test_the_fetch_policy_speaks_tls_for_the_host_name_in_the_url(
 
 
 def test_a_tls_fetch_is_cut_off_at_its_deadline(
-    certificate: tuple[Path, Path], context: ssl.SSLContext
+    certificate: tuple[Path, Path], tls_trickle: HeaderTrickle
 ) -> None:
     """An answer trickled over TLS, each byte inside the per-read timeout: the watchdog shuts
     the connection at the deadline (the socket it watches is the one TLS was set up on)."""
-    trickle = HeaderTrickle(tls=context)
-    try:
-        policy = FetchPolicy(restrict=False, ca_certs=str(certificate[0]), timeout=10, deadline=1)
-        with pytest.raises(TooSlow):
-            policy.open(trickle.url + "/payload")
-        assert trickle.counts()[2] == 0  # never sent in full
-    finally:
-        trickle.close()
+    policy = FetchPolicy(restrict=False, ca_certs=str(certificate[0]), timeout=10, deadline=1)
+    with pytest.raises(TooSlow):
+        policy.open(tls_trickle.url + "/payload")
+    assert tls_trickle.counts()[2] == 0  # never sent in full
 
 
 def test_the_alert_webhook_speaks_tls_trusting_the_operators_authority(
@@ -165,19 +170,15 @@ def test_a_depositors_callback_over_tls_trusts_the_public_authorities_only(
 
 
 def test_a_tls_callback_is_cut_off_at_its_deadline(
-    certificate: tuple[Path, Path], context: ssl.SSLContext
+    certificate: tuple[Path, Path], tls_trickle: HeaderTrickle
 ) -> None:
     """A receiver that trickles its answer over TLS: the POST is cut off at the policy's
     deadline, an outage (the notify step is tried again later)."""
-    trickle = HeaderTrickle(tls=context)
-    try:
-        policy = FetchPolicy(restrict=False, ca_certs=str(certificate[0]), timeout=10, deadline=1)
-        with pytest.raises(CallbackError, match="took longer than the limit of 1s") as raised:
-            post_callback(trickle.url + "/cb", {"jid": "jid1"}, retries=0, policy=policy)
-        assert outage_of(raised.value) is not None
-        assert trickle.counts()[2] == 0  # never sent in full
-    finally:
-        trickle.close()
+    policy = FetchPolicy(restrict=False, ca_certs=str(certificate[0]), timeout=10, deadline=1)
+    with pytest.raises(CallbackError, match="took longer than the limit of 1s") as raised:
+        post_callback(tls_trickle.url + "/cb", {"jid": "jid1"}, retries=0, policy=policy)
+    assert outage_of(raised.value) is not None
+    assert tls_trickle.counts()[2] == 0  # never sent in full
 
 
 def test_the_systems_own_fetches_trust_the_operators_authority(
