@@ -135,3 +135,9 @@ def test_smtps_is_a_setting_of_its_own(tmp_path: Path) -> None:
     both = mail_settings(tmp_path, EMAIL_USE_TLS="1", EMAIL_USE_SSL="1")
     assert both.returncode != 0
     assert "EMAIL_USE_TLS (STARTTLS) and EMAIL_USE_SSL (SMTPS): set one or the other" in both.stderr
+    for bad in ("abc", "0", "7200"):  # a time above 0, at most an hour: else it does not start
+        refused = mail_settings(tmp_path, EMAIL_TIMEOUT=bad)
+        assert refused.returncode != 0
+        assert f"EMAIL_TIMEOUT must be a number above 0 and at most 3,600, got '{bad}'" in (
+            refused.stderr
+        )
