@@ -26,10 +26,9 @@ from xml.etree import ElementTree
 import requests
 import urllib3
 from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
 from queues.core.retries import ServiceUnavailable, http_unavailable
-from queues.steps.netpolicy import EXCHANGE_POOLS, exchange_deadline, origin
+from queues.steps.netpolicy import EXCHANGE_POOLS, RetryWithin, exchange_deadline, origin
 
 EXC_NAMESPACE = "http://uc3.cdlib.org/ontology/mrt/core/exc"
 # Replies worth asking again for: the service, or a proxy in front of it, is briefly away.
@@ -72,12 +71,16 @@ def service_session(
     reply or a 502/503/504 is retried only for methods that are safe to repeat, and for POST
     only when ``retry_posts`` says the service's POSTs are idempotent: a second storage add
     would make a second version, a second mint a second ARK. The repeats wait their own short
-    back-off (``backoff`` doubling), never a ``Retry-After``: urllib3 would sleep what the service
-    asks, up to six hours, inside the exchange's one deadline and past it, and raise on a value it
-    cannot read. A service's ``Retry-After`` is the job's wait (``queues.core.retries``).
+    back-off (none before the first, then ``backoff`` doubling: 0, 1 and 2 s by default), never a
+    ``Retry-After``: urllib3 would sleep what the service asks, up to six hours, inside the
+    exchange's one deadline and past it, and raise on a value it cannot read. A service's
+    ``Retry-After`` is the job's wait (``queues.core.retries``). The back-off is held to the
+    exchange's deadline too (``netpolicy.RetryWithin``): a repeat whose wait would end at or past
+    it is not made, and the exchange ends with its last answer (a 503 and its ``Retry-After``) or
+    its last error (requests' ConnectionError saying so), an outage either way.
     """
     methods = _SAFE_METHODS | ({"POST"} if retry_posts else set())
-    retry = Retry(
+    retry = RetryWithin(
         total=retries,
         connect=retries,
         read=retries,

@@ -47,7 +47,8 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from types import TracebackType
+from typing import Any, Protocol, Self
 from urllib.parse import unquote, urljoin, urlsplit
 
 import certifi
@@ -57,12 +58,15 @@ from urllib3.exceptions import (
     ConnectTimeoutError,
     HTTPError,
     LocationParseError,
+    MaxRetryError,
     NameResolutionError,
     NewConnectionError,
     ProtocolError,
+    ResponseError,
     TimeoutError,
 )
 from urllib3.util.connection import allowed_gai_family
+from urllib3.util.retry import Retry
 
 from queues.steps.special_addresses import not_globally_reachable
 
@@ -433,12 +437,77 @@ def watch_exchange(sock: socket.socket | None) -> None:
         alarm.watch(sock)
 
 
+def exchange_left() -> float | None:
+    """Seconds the thread's ``exchange_deadline`` has left (0 once it is spent); None outside
+    one."""
+    alarm: _Alarm | None = getattr(_exchange, "alarm", None)
+    return None if alarm is None else alarm.left()
+
+
+class RepeatsPastDeadline(MaxRetryError):
+    """A repeat not made: its back-off would end past the exchange's deadline, or none of it is
+    left. Raised where urllib3 raises for repeats spent, so it ends the exchange the same way:
+    a status repeated comes back as the last answer, an error as requests' ConnectionError."""
+
+    def __init__(
+        self, pool: Any, url: str | None, reason: Exception, wait: float = 0.0, left: float = 0.0
+    ) -> None:
+        self.reason = reason
+        if left <= 0:
+            why = "the exchange's deadline has no time left"
+        else:
+            why = f"the next repeat would wait {wait:g}s, past the exchange's deadline"
+            why += f" ({left:.3g}s left)"
+        # MaxRetryError's own words are "Max retries exceeded", which these are not.
+        message = f"gave up repeating {url}: {why} (caused by {reason!r})"
+        super(MaxRetryError, self).__init__(pool, url, message)
+
+
+class RetryWithin(Retry):
+    """urllib3's repeats held to the thread's exchange deadline (``exchange_deadline``).
+
+    urllib3 sleeps its back-off between repeats whatever time the exchange has left, and the
+    alarm can shut down a connection but not end a sleep: 1 s and 2 s of ``service_session``'s
+    back-off slept past a deadline of 1 s. A repeat whose back-off would end at or past the
+    deadline, or any once the deadline is spent, is not made (``RepeatsPastDeadline``); a
+    back-off is never slept past what is left, nor a ``Retry-After`` inside an exchange (the
+    job's wait, ``queues.core.retries``). Outside an exchange the repeats are urllib3's own."""
+
+    def increment(
+        self,
+        method: str | None = None,
+        url: str | None = None,
+        response: Any = None,
+        error: Exception | None = None,
+        _pool: Any = None,
+        _stacktrace: TracebackType | None = None,
+    ) -> Self:
+        repeat = super().increment(method, url, response, error, _pool, _stacktrace)
+        left = exchange_left()
+        wait = repeat.get_backoff_time()
+        if left is None or wait < left:
+            return repeat
+        status = getattr(response, "status", None)
+        reason = error or ResponseError(
+            ResponseError.SPECIFIC_ERROR.format(status_code=status)
+            if status
+            else ResponseError.GENERIC_ERROR
+        )
+        raise RepeatsPastDeadline(_pool, url, reason, wait, left) from reason
+
+    def sleep(self, response: Any = None) -> None:
+        left = exchange_left()
+        if left is None:
+            super().sleep(response)
+        else:
+            time.sleep(min(self.get_backoff_time(), left))
+
+
 def time_left(timeout: Any) -> float | None:
     """Seconds a step of a connection (a name's lookup, one address's connect) may take: its
     ``timeout``, or what the thread's ``exchange_deadline`` has left when that is sooner (never
     0, which would make a socket non-blocking); None when neither bounds it."""
-    alarm: _Alarm | None = getattr(_exchange, "alarm", None)
-    left = None if alarm is None else alarm.left()
+    left = exchange_left()
     bounds = [t for t in (timeout, left) if isinstance(t, int | float)]
     return max(0.01, min(bounds)) if bounds else None
 

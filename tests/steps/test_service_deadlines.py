@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import requests
+from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from queues.chaos.standins import Answer, StorageStandIn, running
 from queues.core.retries import outage_of
@@ -18,8 +19,10 @@ from queues.steps.access import RequestError, read_merritt_request
 from queues.steps.inventory import HttpInventory, InventoryError
 from queues.steps.merritt_wire import service_session
 from queues.steps.minting import EzidMinter, MintError
+from queues.steps.netpolicy import RetryWithin, exchange_deadline
 from queues.steps.storage import HttpStorage, StorageError
-from tests.steps.slow_servers import HeaderTrickle
+from tests.steps.conftest import Loopback, Reply
+from tests.steps.slow_servers import HeaderTrickle, refused_port
 
 DEADLINE = 1.0
 
@@ -83,6 +86,61 @@ def test_a_retry_after_is_no_sleep_inside_the_exchange() -> None:
         answer = session.get(f"{storage.url}/state/9501/ark%3A%2F99999%2Ffk4none", timeout=10)
         assert answer.status_code == 404  # the object's own answer, after three 503s
         assert len(storage.seen("GET")) == 4
+
+
+# A back-off that cannot fit in the exchange: 0 s before the first repeat, then 4 s, then 8 s,
+# within a deadline of 2 s. urllib3 slept all of it, 12 s, whatever the deadline (the alarm shut
+# down the connection of each repeat made past it, and then the session said the exchange took
+# longer than its limit).
+LONG_BACKOFF = 2.0
+SHORT_DEADLINE = 2.0
+
+
+def test_a_repeat_whose_back_off_would_pass_the_deadline_is_not_waited_for(
+    http_server: Loopback,
+) -> None:
+    """A service answering 503 every time: the first repeat goes at once, the second would
+    wait past the exchange's deadline, so the exchange ends there with the service's own answer,
+    before the deadline could cut it off, and its Retry-After is the job's wait."""
+    path = "/primary/owner/loc?t=json"
+    http_server.add("GET", path, Reply(503, b"busy", {"Retry-After": "120"}))
+    session = service_session(retries=3, backoff=LONG_BACKOFF, deadline=SHORT_DEADLINE)
+    inventory = HttpInventory(http_server.url, timeout=10, session=session)
+    with pytest.raises(InventoryError) as raised:
+        inventory.primary_for_local_id("owner", "loc")
+    assert "HTTP 503 busy" in str(raised.value)
+    assert "took longer than" not in str(raised.value)  # not cut off: it ended before
+    outage = outage_of(raised.value)
+    assert outage is not None and outage.retry_after == 120  # tried again later, not failed
+    assert len(http_server.seen("GET", path)) == 2  # the first try and one repeat, of 4
+
+
+def test_a_service_refusing_connections_is_given_up_on_before_the_deadline() -> None:
+    """Nothing reaches a service that refuses connections: the repeats stop where the next one's
+    back-off would pass the deadline, with the refusal's own error, an outage."""
+    with refused_port() as port:
+        url = f"http://127.0.0.1:{port}"
+        session = service_session(retries=3, backoff=LONG_BACKOFF, deadline=SHORT_DEADLINE)
+        with pytest.raises(requests.ConnectionError) as raised:
+            session.get(f"{url}/state/9501", timeout=10)
+        storage = HttpStorage(url, 9501, timeout=10, session=session)
+        with pytest.raises(StorageError) as failed:
+            storage.read_manifest(f"{url}/manifest/9501/ark")
+    assert not isinstance(raised.value, requests.Timeout)  # the deadline did not pass
+    for words in (str(raised.value), str(failed.value)):
+        assert "Connection refused" in words
+        assert "the next repeat would wait 4s, past the exchange's deadline" in words
+    assert outage_of(failed.value) is not None  # tried again later, not failed
+
+
+def test_no_repeat_is_made_once_the_exchange_has_no_time_left() -> None:
+    """Even a repeat without back-off is not made once the exchange's time is spent; outside any
+    exchange the repeats are urllib3's own."""
+    retry = RetryWithin(total=3, connect=3, backoff_factor=0.5)
+    refused = NewConnectionError(None, "Failed to establish a new connection: refused")
+    assert retry.increment("GET", "/state", error=refused).connect == 2
+    with exchange_deadline(0.0), pytest.raises(MaxRetryError, match="no time left"):
+        retry.increment("GET", "/state", error=refused)
 
 
 def test_a_service_name_lookup_is_given_up_at_the_exchange_deadline(
