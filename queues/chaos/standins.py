@@ -776,7 +776,8 @@ class EzidStandIn(StandIn):
 
 class CallbackReceiver(StandIn):
     """A depositor's endpoint behind a profile's CallbackURL: takes ``POST .../mc/{jobID}``
-    with a JSON job state and answers ``status`` (200 unless told)."""
+    with a job state and answers ``status`` (200 unless told). ``received`` keeps a JSON
+    state parsed, any other (XML, ANVL) as its text."""
 
     name = "callback receiver"
 
@@ -789,10 +790,11 @@ class CallbackReceiver(StandIn):
         if request.method != "POST" or "/mc/" not in request.path:
             return Answer(404, b"not found", "text/plain")
         job_id = unquote_plus(request.path.rsplit("/mc/", 1)[1])
+        state: Any
         try:
             state = json.loads(request.body)
         except ValueError:
-            return Answer(400, b"not JSON", "text/plain")
+            state = request.body.decode("utf-8", "replace")
         with self.lock:
             self.received[job_id] = state
         return Answer(self.status, b"thanks", "text/plain")

@@ -2,8 +2,9 @@
 folder is deleted once the job is Completed, and a batch whose last job this was moves on to
 Reporting.
 
-The callback is Merritt ingest's: ``POST {CallbackURL}/mc/{jobID}`` with the job's state as
-JSON (``job:jobState``, docs/merritt-services.md), through the depositor fetch policy. Unlike
+The callback is Merritt ingest's: ``POST {CallbackURL}/mc/{jobID}`` with the job's state
+(``job:jobState``, docs/merritt-services.md) in the job's ``notificationFormat``, else the
+profile's ``NotificationFormat``, else JSON, through the depositor fetch policy. Unlike
 Merritt's ingest, which only logs a failed callback, a callback that cannot be delivered fails the
 job (resumable): the operator sees it, and a resume calls it again.
 
@@ -29,8 +30,13 @@ from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
 from queues.daemons.workfolder import remove_workdir
 from queues.services.depositors import depositor_policy
-from queues.steps.notify import CallbackError, delivery_key, post_job_callback
-from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile
+from queues.steps.notify import (
+    CallbackError,
+    delivery_key,
+    notification_format,
+    post_job_callback,
+)
+from queues.steps.profiles import Profile, ProfileError, ProfileNotFound, load_profile
 from queues.zk.errors import Conflict, StaleVersion
 from queues.zk.records import Job
 from queues.zk.side_effects import (
@@ -90,10 +96,10 @@ class Notify(JobDaemon):
         except ProfileError as exc:
             raise StepFailed(str(exc)) from exc
         if profile is not None and profile.callback_url:
-            return self.call_back_once(item, profile.callback_url)
+            return self.call_back_once(item, profile.callback_url, profile)
         return Next(JobState.COMPLETED)
 
-    def call_back_once(self, item: Job, url: str) -> Step:
+    def call_back_once(self, item: Job, url: str, profile: Profile | None = None) -> Step:
         """Post the job's callback unless an earlier claim of the job delivered it."""
         found = callback_record_read(self.zk, item.jid)
         if found is not None and found.delivered:
@@ -126,6 +132,10 @@ class Notify(JobDaemon):
                 timeout=settings.MRT_HTTP_TIMEOUT,
                 policy=depositor_policy(),
                 key=delivery_key(item.jid, item.status.retry_count, outcome),
+                fmt=notification_format(
+                    (item.configuration or {}).get("notificationFormat"),
+                    profile.notification_format if profile is not None else None,
+                ),
             )
         except CallbackError as exc:
             raise StepFailed(str(exc)) from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import smtplib
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -44,6 +45,17 @@ class CallbackError(Exception):
 # Merritt's job state, as its ingest formats it for a callback (docs/merritt-services.md).
 JOB_STATE_NAMESPACE = "http://uc3.cdlib.org/ontology/mrt/ingest/job"
 
+# The names Merritt's FormatType has (mrt-core2 formatter/FormatType.java): a notificationFormat
+# is taken only when it spells one of them exactly (Java's Enum.valueOf: "XML" is none of them).
+MERRITT_FORMAT_TYPES = frozenset(
+    {
+        *("anvl", "csv", "json", "json2", "serial", "octet"),
+        *("tar", "targz", "txt", "xml", "xhtml", "zip"),
+    }
+)
+# Merritt's ingest labels every callback JSON, whatever its format (HandlerCallback).
+CALLBACK_CONTENT_TYPE = "application/json"
+
 
 def post_callback(
     url: str,
@@ -54,9 +66,10 @@ def post_callback(
     backoff: float = 0.5,
     policy: FetchPolicy | None = None,
     headers: Mapping[str, str] | None = None,
+    body: bytes | None = None,
 ) -> int:
-    """POST ``payload`` as JSON to ``url`` under ``policy`` and return the 2xx status; every
-    attempt carries ``headers``.
+    """POST ``payload`` as JSON (or ``body``, already encoded, when given) to ``url`` under
+    ``policy`` and return the 2xx status; every attempt carries ``headers``.
 
     The callback URL is the depositor's (their profile's), so it goes through the depositor
     fetch policy like their payloads: a callback to a refused address fails at once, naming
@@ -65,12 +78,13 @@ def post_callback(
     (``https://u:p@host/...``) are sent as HTTP Basic authentication, as Merritt's ingest does.
     """
     rules = policy or replace(SYSTEM, timeout=timeout)
-    body = json.dumps(dict(payload)).encode()
+    if body is None:
+        body = json.dumps(dict(payload)).encode()
     attempt = 0
     while True:
         try:
             with rules.open(
-                url, method="POST", body=body, content_type="application/json", headers=headers
+                url, method="POST", body=body, content_type=CALLBACK_CONTENT_TYPE, headers=headers
             ) as response:
                 status = response.status
         except FetchRefused as exc:
@@ -143,6 +157,97 @@ def merritt_job_state(
     return {"job:jobState": state}
 
 
+def notification_format(job_value: object, profile_value: object) -> str:
+    """The format of a job's callback, chosen as Merritt's ingest chooses it: the job's
+    ``notificationFormat`` when it names one of Merritt's format types exactly, else the
+    profile's ``NotificationFormat`` likewise, else ``json``. A value that names none (``XML``,
+    ``turtle``, a number) counts as not given."""
+    for value in (job_value, profile_value):
+        if isinstance(value, str) and value in MERRITT_FORMAT_TYPES:
+            return value
+    return "json"
+
+
+def _state_fields(state: Mapping[str, Any]) -> tuple[str, list[tuple[str, str]]]:
+    """The root name and the ``(name, text)`` properties of a ``merritt_job_state``, in its
+    order; namespace declarations and absent values left out."""
+    root, fields = next(iter(state.items()), ("job:jobState", {}))
+    pairs = []
+    for name, value in (fields if isinstance(fields, Mapping) else {}).items():
+        if name.startswith("xmlns") or value is None or value == "":
+            continue
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        pairs.append((str(name), text))
+    return str(root), pairs
+
+
+# XML 1.0 cannot carry these at all, even as references (Merritt's &#1; would not parse).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+# Merritt's value escaping: the five XML entities, then every control character as a
+# character reference (so a newline or CR in a title survives a parser's line-end handling).
+_XML_ESCAPES = {
+    "&": "&amp;",
+    "<": "&lt;",
+    ">": "&gt;",
+    '"': "&quot;",
+    "'": "&apos;",
+    "\t": "&#9;",
+    "\n": "&#10;",
+    "\r": "&#13;",
+}
+_XML_SPECIAL = re.compile("[&<>\"'\t\n\r]")
+# Merritt's element-name rule: a character outside these becomes "__".
+_NOT_NAME = re.compile(r"[^._\-A-Za-z0-9]")
+
+
+def _xml_text(text: str) -> str:
+    return _XML_SPECIAL.sub(lambda m: _XML_ESCAPES[m.group()], _NOT_XML.sub("", text))
+
+
+def _xml_name(name: str) -> str:
+    prefix, _, local = name.rpartition(":")
+    return (prefix + ":" if prefix else "") + _NOT_NAME.sub("__", local)
+
+
+def job_state_xml(state: Mapping[str, Any]) -> str:
+    """A ``merritt_job_state`` as Merritt's XML formatter writes it: the XML declaration on a
+    line of its own, the ``job:jobState`` root declaring the ``job`` namespace (single quotes),
+    one ``<job:name>text</job:name>`` a line indented four spaces, the root closed on the last
+    line with no newline after it."""
+    root, pairs = _state_fields(state)
+    lines = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f"<{_xml_name(root)} xmlns:job='{JOB_STATE_NAMESPACE}'>",
+    ]
+    for name, text in pairs:
+        element = _xml_name(name)
+        lines.append(f"    <{element}>{_xml_text(text)}</{element}>")
+    lines.append(f"</{_xml_name(root)}>")
+    return "\n".join(lines)
+
+
+def job_state_anvl(state: Mapping[str, Any]) -> str:
+    """A ``merritt_job_state`` as Merritt's ANVL formatter writes it: ``name: text`` a line,
+    the bare property name (no ``job:``), every line ended by a newline. Merritt writes a value
+    as it is; here a value's line breaks become spaces, so a title cannot forge a line (a
+    ``jobStatus: COMPLETED`` of its own)."""
+    _root, pairs = _state_fields(state)
+    return "".join(
+        f"{name.rpartition(':')[2]}: {' '.join(text.splitlines())}\n" for name, text in pairs
+    )
+
+
+def job_state_body(state: Mapping[str, Any], fmt: str = "json") -> bytes:
+    """The callback's body: ``state`` in ``fmt`` (``notification_format``), UTF-8. JSON, XML
+    and ANVL are established from Merritt's source; any other format (xhtml, csv, ...) goes as
+    JSON (docs/merritt-services.md, "Callbacks")."""
+    if fmt == "xml":
+        return job_state_xml(state).encode()
+    if fmt == "anvl":
+        return job_state_anvl(state).encode(errors="replace")  # a lone surrogate: "?"
+    return json.dumps(dict(state)).encode()
+
+
 def post_job_callback(
     callback_url: str,
     job_id: str,
@@ -153,9 +258,12 @@ def post_job_callback(
     backoff: float = 0.5,
     policy: FetchPolicy | None = None,
     key: str = "",
+    fmt: str = "json",
 ) -> int:
-    """POST a job's state (``merritt_job_state``) to ``{CallbackURL}/mc/{jobID}``, with
-    ``key`` (``delivery_key``) as its ``Idempotency-Key`` header when given."""
+    """POST a job's state (``merritt_job_state``) in ``fmt`` (``notification_format``) to
+    ``{CallbackURL}/mc/{jobID}``, labelled ``application/json`` whatever the format, as
+    Merritt's ingest does, with ``key`` (``delivery_key``) as its ``Idempotency-Key`` header
+    when given."""
     return post_callback(
         job_callback_url(callback_url, job_id),
         state,
@@ -164,6 +272,7 @@ def post_job_callback(
         backoff=backoff,
         policy=policy,
         headers={IDEMPOTENCY_HEADER: key} if key else None,
+        body=job_state_body(state, fmt),
     )
 
 

@@ -54,6 +54,25 @@ def test_callback_is_posted_then_completed_and_folder_removed(
     assert batch_load(zk, job.bid).state == "Reporting"
 
 
+def test_the_callback_is_in_the_jobs_notification_format(
+    zk, files: FileServer, profiles: Path
+) -> None:
+    # Merritt's ingest writes the format into every batch (the request's, else the profile's,
+    # else xml) and its Notify posts the job's state in it.
+    _with_callback(profiles, files.url + "/hook")
+    job = make_job(
+        zk,
+        {"payload_url": "http://x/a", "type": "file", "notificationFormat": "xml"},
+        state="Notify",
+    )
+    daemon(zk, "notify").run_once()
+    assert job_load(zk, job.jid).state == "Completed"
+    [(_path, body)] = files.posts
+    assert body.startswith(b'<?xml version="1.0" encoding="UTF-8"?>\n<job:jobState ')
+    assert f"<job:jobID>{job.jid}</job:jobID>".encode() in body
+    assert b"<job:jobStatus>COMPLETED</job:jobStatus>" in body
+
+
 def test_without_a_callback_the_job_simply_completes(zk) -> None:
     job = _notify_job(zk)
     daemon(zk, "notify").run_once()

@@ -1,11 +1,13 @@
-"""Callbacks as Merritt's ingest makes them: ``POST {CallbackURL}/mc/{jobID}`` with the JSON
-job state, to a stand-in receiver; refusals and an unreachable receiver."""
+"""Callbacks as Merritt's ingest makes them: ``POST {CallbackURL}/mc/{jobID}`` with the job
+state in the notification format (JSON, XML, ANVL), to a stand-in receiver; refusals and an
+unreachable receiver."""
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
 from datetime import datetime
+from xml.etree import ElementTree
 
 import pytest
 
@@ -15,6 +17,7 @@ from queues.steps.notify import (
     CallbackError,
     job_callback_url,
     merritt_job_state,
+    notification_format,
     post_job_callback,
 )
 from queues.zk.records import Job, Status
@@ -110,3 +113,96 @@ def test_an_unreachable_receiver_is_a_callback_error() -> None:
 
 def test_the_job_id_is_one_path_segment() -> None:
     assert job_callback_url("https://x/cb/", "jid/1") == "https://x/cb/mc/jid%2F1"
+
+
+# A title as a depositor may give it: every XML special character, a line break that would
+# forge an ANVL line, a CR, a tab and a control character XML 1.0 cannot carry.
+HOSTILE = "Notes & <draft> \"one\" 'two'\njobStatus: FAILED\r\tend\x01"
+
+
+def _hostile_state() -> dict:
+    return merritt_job_state(
+        job_id=JID,
+        batch_id="bid-1",
+        status="COMPLETED",
+        primary_id="ark:/99999/fk4x",
+        local_ids=["n-1"],
+        title=HOSTILE,
+        version=3,
+    )
+
+
+@pytest.mark.parametrize(
+    ("job_value", "profile_value", "chosen"),
+    [
+        ("xml", "anvl", "xml"),  # the submission's first
+        (None, "anvl", "anvl"),  # else the profile's
+        (None, None, "json"),  # else JSON
+        ("XML", None, "json"),  # names are matched exactly, as Java's Enum.valueOf does
+        ("turtle", "xml", "xml"),  # not one of Merritt's format types: as if not given
+        ("", "anvl", "anvl"),
+        (7, None, "json"),
+        ("xhtml", "xml", "xhtml"),  # a format type Merritt has, rendered here as JSON
+    ],
+)
+def test_the_notification_format_is_chosen_as_merritt_chooses_it(
+    job_value: object, profile_value: object, chosen: str
+) -> None:
+    assert notification_format(job_value, profile_value) == chosen
+
+
+def test_an_xml_callback_is_merritts_xml_with_outside_text_escaped(
+    receiver: CallbackReceiver,
+) -> None:
+    post_job_callback(receiver.url, JID, _hostile_state(), fmt="xml")
+
+    [request] = receiver.seen("POST")
+    assert request.content_type == "application/json"  # Merritt labels every format so
+    assert request.body.decode() == (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        "<job:jobState xmlns:job='http://uc3.cdlib.org/ontology/mrt/ingest/job'>\n"
+        f"    <job:jobID>{JID}</job:jobID>\n"
+        "    <job:batchID>bid-1</job:batchID>\n"
+        "    <job:jobStatus>COMPLETED</job:jobStatus>\n"
+        "    <job:primaryID>ark:/99999/fk4x</job:primaryID>\n"
+        "    <job:localID>n-1</job:localID>\n"
+        "    <job:objectTitle>Notes &amp; &lt;draft&gt; &quot;one&quot; &apos;two&apos;"
+        "&#10;jobStatus: FAILED&#13;&#9;end</job:objectTitle>\n"
+        "    <job:versionID>3</job:versionID>\n"
+        "</job:jobState>"
+    )
+    # Well-formed, the namespace declared; our own body, no DTD.
+    root = ElementTree.fromstring(request.body)  # noqa: S314
+    ns = "{http://uc3.cdlib.org/ontology/mrt/ingest/job}"
+    assert root.tag == ns + "jobState"
+    assert root.findtext(ns + "objectTitle") == HOSTILE.removesuffix("\x01")
+    assert [child.tag for child in root].count(ns + "jobStatus") == 1
+
+
+def test_an_anvl_callback_is_one_line_a_property(receiver: CallbackReceiver) -> None:
+    post_job_callback(receiver.url, JID, _hostile_state(), fmt="anvl")
+
+    [request] = receiver.seen("POST")
+    assert request.content_type == "application/json"
+    assert request.body.decode() == (
+        f"jobID: {JID}\n"
+        "batchID: bid-1\n"
+        "jobStatus: COMPLETED\n"
+        "primaryID: ark:/99999/fk4x\n"
+        "localID: n-1\n"
+        "objectTitle: Notes & <draft> \"one\" 'two' jobStatus: FAILED \tend\x01\n"
+        "versionID: 3\n"
+    )
+    keys = [line.split(":", 1)[0] for line in request.body.decode().splitlines()]
+    assert keys.count("jobStatus") == 1
+
+
+@pytest.mark.parametrize("fmt", ["json", "xhtml", "csv"])
+def test_json_and_the_formats_not_written_here_go_as_json(
+    receiver: CallbackReceiver, fmt: str
+) -> None:
+    post_job_callback(receiver.url, JID, _hostile_state(), fmt=fmt)
+
+    [request] = receiver.seen("POST")
+    assert request.content_type == "application/json"
+    assert receiver.received[JID]["job:jobState"]["job:objectTitle"] == HOSTILE
