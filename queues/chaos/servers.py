@@ -28,6 +28,7 @@ from queues.chaos.flapping import (
     reset,
 )
 from queues.chaos.standins import QuietServer
+from queues.steps.merritt_wire import local_name, parse_xml
 
 VERSION_NS = "http://uc3.cdlib.org/ontology/mrt/store/version"
 OBJECT_NS = "http://uc3.cdlib.org/ontology/mrt/store/object"
@@ -197,16 +198,29 @@ def depositor_server(folder: str, *, port: int = 0, flapping: Flapping | None = 
 
 
 def _job_status(body: bytes) -> str:
-    """The ``jobStatus`` a callback's JSON job state tells ("?" when it tells none)."""
+    """The ``jobStatus`` a callback's job state tells, in whichever of Merritt's formats it came
+    (JSON, XML, ANVL; ``queues.steps.notify.job_state_body``); "?" when it tells none."""
     try:
         state = json.loads(body)
     except ValueError:
-        return "?"
+        return _xml_or_anvl_status(body.decode("utf-8", "replace"))
     fields: Any = next(iter(state.values()), {}) if isinstance(state, dict) and state else {}
     if not isinstance(fields, dict):
         return "?"
     found = next((v for k, v in fields.items() if k.rsplit(":", 1)[-1] == "jobStatus"), "?")
     return str(found)
+
+
+def _xml_or_anvl_status(text: str) -> str:
+    if text.startswith("<?xml"):
+        root = parse_xml(text)
+        fields = [] if root is None else list(root)
+        return next((e.text or "?" for e in fields if local_name(e.tag) == "jobStatus"), "?")
+    for line in text.splitlines():
+        name, sep, value = line.partition(": ")
+        if sep and name == "jobStatus":
+            return value
+    return "?"
 
 
 def sentinel_server() -> Served:

@@ -23,7 +23,7 @@ from queues.core.retries import outage_of
 from queues.steps.checkm import ADD_MANIFEST, write_checkm
 from queues.steps.inventory import HttpInventory, InventoryError
 from queues.steps.minting import EzidMinter, MintError
-from queues.steps.notify import batch_summary
+from queues.steps.notify import batch_summary, job_state_body
 from queues.steps.storage import HttpStorage, StorageError
 from queues.zk import batches, jobs
 
@@ -144,6 +144,25 @@ def test_the_callback_receiver_counts_what_it_received_and_the_status_told(
         assert requests.post(url, json=body, timeout=10).ok
         assert requests.get(f"{served.url}/f.txt", timeout=10).content == b"good file\n"
         assert DepositorRoutes.told == {"jid0000000001": ["COMPLETED"]}
+    finally:
+        served.stop()
+
+
+@pytest.mark.parametrize("fmt", ["json", "xml", "anvl"])
+def test_the_callback_receiver_reads_the_status_in_every_format_merritt_posts(
+    tmp_path: Path, fmt: str
+) -> None:
+    served = depositor_server(str(tmp_path), flapping=Flapping(seed=8))
+    state = {"job:jobState": {"job:jobID": "jid0000000002", "job:jobStatus": "COMPLETED"}}
+    try:
+        answer = requests.post(
+            f"{served.url}/callback/mc/jid0000000002",
+            data=job_state_body(state, fmt),
+            headers={"Content-Type": "application/json"},
+            timeout=10,
+        )
+        assert answer.ok
+        assert DepositorRoutes.told["jid0000000002"] == ["COMPLETED"]
     finally:
         served.stop()
 
