@@ -79,6 +79,17 @@ BATCH_FIELDS: tuple[str, ...] = (
     "mrt:title",
     "mrt:date",
 )
+# The columns Merritt's reader of each kind takes a row's cells by, in their order: mrt-core2's
+# ManifestRowIngest (object manifests), ManifestRowBatch (the three batch kinds), ManifestRowAdd.
+# They never read a manifest's #%fields: cell i is their column i, whatever #%fields names there
+# (docs/merritt-services.md, "Manifests: read by position"). So a #%fields line is held to them.
+MERRITT_COLUMNS: dict[str, tuple[str, ...]] = {
+    OBJECT_MANIFEST: OBJECT_FIELDS,
+    BATCH_MANIFEST: BATCH_FIELDS,
+    CONTAINER_BATCH_MANIFEST: BATCH_FIELDS,
+    SINGLE_FILE_BATCH_MANIFEST: BATCH_FIELDS,
+    ADD_MANIFEST: ADD_FIELDS,
+}
 
 # Hex digest length per algorithm: a wrong length is a corrupt manifest, better caught at parse
 # time than reported later as a digest mismatch.
@@ -139,6 +150,41 @@ class Manifest:
 MAX_COLUMNS = 100
 
 
+def _local_name(column: str) -> str:
+    """A column's name without its prefix, folded: Merritt's own readers write ``nfo:fileURL``
+    and ``nie:mimeType`` where manifests write ``nfo:fileUrl`` and ``mrt:mimeType``."""
+    return column.rsplit(":", 1)[-1].strip().lower()
+
+
+# The names of the columns this module reads, by local name.
+_KNOWN_LOCAL_NAMES = frozenset(_local_name(name) for name in FIELD_KEYS)
+
+
+def columns_problem(kind: str, declared: Sequence[str]) -> str | None:
+    """Why rows read by the ``declared`` columns (a ``#%fields`` line) would not mean what they
+    mean to Merritt's reader of a ``kind`` manifest, which takes cell i as its own column i
+    (``MERRITT_COLUMNS``), or None. Its columns may be cut short at the end; none may be moved
+    or left out before the last one named, and no column it reads may be named after them."""
+    merritt = MERRITT_COLUMNS[kind]
+    order = " | ".join(merritt)
+    for position, name in enumerate(declared):
+        if position < len(merritt):
+            if _local_name(name) != _local_name(merritt[position]):
+                return (
+                    f"#%fields names {name} as column {position + 1}, where Merritt reads "
+                    f"{merritt[position]}: Merritt reads the cells of an {kind} by position, "
+                    f"ignoring #%fields, in the order {order} (a column may be left empty, or "
+                    "the last ones left out, but none moved)"
+                )
+        elif _local_name(name) in _KNOWN_LOCAL_NAMES:
+            return (
+                f"#%fields names {name} as column {position + 1}, which Merritt does not read: "
+                f"Merritt reads only the {len(merritt)} columns of an {kind}, by position, in "
+                f"the order {order}"
+            )
+    return None
+
+
 def profile_url(kind: str) -> str:
     return ADD_PROFILE if kind == ADD_MANIFEST else PROFILE_BASE + kind
 
@@ -162,7 +208,12 @@ class CheckmReader:
     becomes can be kept without every row's being held at once (a manifest may list a million
     files). The headers read so far (``kind``, ``profile``, ``fields``, ``prefixes``) are known
     once the rows are; the usual manifest gives them before its first row. ``only``: the kind
-    (or kinds) a ``#%profile`` may name (a manifest without one is not refused)."""
+    (or kinds) a ``#%profile`` may name (a manifest without one is not refused).
+
+    Rows are read as Merritt reads them: by the columns of the manifest's kind (its
+    ``#%profile``, else the one kind ``only`` names), in their order (``MERRITT_COLUMNS``). A
+    ``#%fields`` line that names them in another order is refused (``columns_problem``) rather
+    than read otherwise than Merritt reads it; without one, the kind's columns are read."""
 
     def __init__(
         self,
@@ -183,6 +234,17 @@ class CheckmReader:
         self.fields: tuple[str, ...] = OBJECT_FIELDS
         self.prefixes: list[tuple[str, str]] = []
         self.count = 0  # rows given so far
+        self._fields_line = 0  # the #%fields line's number; 0 when there is none (yet)
+        self._settled = False  # the columns rows are read by are fixed (at the first row)
+        self._headers_only = False
+
+    def columns(self) -> tuple[str, ...]:
+        """Read the headers before the first row only, and give the columns the rows are read
+        by; ManifestError as reading the rows would raise it for the headers."""
+        self._headers_only = True
+        for _row in self:
+            pass
+        return self.fields
 
     def __iter__(self) -> Iterator[ManifestRow]:
         data, self._data = self._data, ""  # read once
@@ -202,10 +264,35 @@ class CheckmReader:
                 continue
             if line.startswith("#"):
                 continue
+            if not self._settled:
+                self._settle()
+            if self._headers_only:
+                return
             if self.most_rows is not None and self.count >= self.most_rows:
                 raise TooManyRows(self.most_rows, line=number)
             self.count += 1
             yield _parse_row(raw, self.fields, number, shared)
+        if not self._settled:
+            self._settle()  # a manifest without rows: its headers are judged all the same
+
+    def _settle(self) -> None:
+        """Fix the columns rows are read by: those of the manifest's kind, as Merritt reads
+        them, when the kind is known; a ``#%fields`` line that says otherwise is refused."""
+        self._settled = True
+        kind = self.kind
+        if kind is None and self.only is not None and len(self.only) == 1:
+            kind = self.only[0]
+        if kind is None:
+            return  # no kind: the #%fields line's names, else the object manifest's columns
+        merritt = MERRITT_COLUMNS[kind]
+        if not self._fields_line:
+            self.fields = merritt
+            return
+        problem = columns_problem(kind, self.fields)
+        if problem:
+            raise ManifestError(problem, line=self._fields_line)
+        # Merritt's spelling of the columns it reads (``nie:mimeType`` is its MIME type too).
+        self.fields = (*merritt[: len(self.fields)], *self.fields[len(merritt) :])
 
     def _header(self, line: str, number: int) -> bool:
         """Take in a ``#%`` line; False at ``#%eof``."""
@@ -214,6 +301,9 @@ class CheckmReader:
         if name == "eof":
             return False
         if name == "fields":
+            if self._settled:
+                # Merritt's readers take their columns once, before the first row.
+                raise ManifestError("a #%fields line after the first row", line=number)
             columns = tuple(parts[1:])
             if len(columns) > MAX_COLUMNS:
                 # Every row is padded to the columns: 20,000 of them over 2,000 short rows
@@ -227,6 +317,7 @@ class CheckmReader:
             if "nfo:fileurl" not in (c.lower() for c in columns):
                 raise ManifestError("#%fields has no nfo:fileUrl column", line=number)
             self.fields = columns
+            self._fields_line = number
         elif name == "profile":
             if len(parts) < 2 or not parts[1]:
                 raise ManifestError("#%profile without a URL", line=number)
@@ -237,6 +328,12 @@ class CheckmReader:
             if self.only is not None and kind not in self.only:
                 wanted = " or ".join(self.only)
                 raise ManifestError(f"a {wanted} is needed here, got {kind}", line=number)
+            if self._settled and kind != self.kind:
+                raise ManifestError(
+                    f"a #%profile of {kind} after the first row, which was read as "
+                    f"{self.kind or 'a manifest without #%profile'}",
+                    line=number,
+                )
             self.profile, self.kind = profile, kind
         elif name == "prefix" and len(parts) >= 3:
             self.prefixes.append((parts[1], parts[2]))
@@ -474,13 +571,14 @@ def write_checkm(
     """Write rows as a checkm manifest that :func:`parse_checkm` reads back unchanged.
 
     ``rows`` are ManifestRow objects or mappings with ManifestRow attribute names. ``columns``
-    defaults to the object or batch field list that fits ``kind``. Values that checkm cannot carry
-    (a "|", a line break, leading or trailing spaces) raise ValueError rather than being mangled.
+    defaults to the columns Merritt reads for ``kind`` (``MERRITT_COLUMNS``); given, they must
+    begin with those, in order (``columns_problem``). Values that checkm cannot carry (a "|", a
+    line break, leading or trailing spaces) raise ValueError rather than being mangled.
     """
     if kind not in MANIFEST_KINDS:
         raise ValueError(f"unknown manifest kind {kind!r}")
     if columns is None:
-        columns = {OBJECT_MANIFEST: OBJECT_FIELDS, ADD_MANIFEST: ADD_FIELDS}.get(kind, BATCH_FIELDS)
+        columns = MERRITT_COLUMNS[kind]
     lines = [
         "#%checkm_0.7",
         f"#%profile | {profile_url(kind)}",

@@ -98,6 +98,34 @@ def test_manifest_of_manifests_gives_one_job_per_line_with_row_metadata(
     assert all("title" not in j.configuration or j.configuration["title"] != "B" for j in jobs)
 
 
+def test_a_manifest_merritt_would_read_by_other_columns_fails_the_batch_before_any_job(
+    zk, files: FileServer
+) -> None:
+    """Merritt's ingest reads a batch manifest's cells by position (mrt-core2 ManifestRowBatch)
+    and never its #%fields: with the creator and title swapped there, it would store each as
+    the other, where this console read them by name. Refused, no job made; in Merritt's order
+    the same manifest makes its job, each value where its name says."""
+    rows = [{"url": files.put("a/page.txt", "hello"), "creator": "Doe, J.", "title": "A title"}]
+    right = batch_manifest(rows, SINGLE_FILE_BATCH_MANIFEST)
+    swapped = right.replace("mrt:creator | mrt:title", "mrt:title | mrt:creator").replace(
+        "Doe, J. | A title", "A title | Doe, J."
+    )
+    assert swapped != right
+    bid = _submit(files.put("swapped.checkm", swapped), "single-file-batch-manifest")
+    daemon(zk, "batch-pending").run_once()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Failed"
+    assert "line 5: #%fields names mrt:title as column 9, where Merritt reads mrt:creator" in (
+        batch.status.message
+    )
+    assert _jobs(zk, bid) == []
+
+    bid = _submit(files.put("right.checkm", right), "single-file-batch-manifest")
+    daemon(zk, "batch-pending").run_once()
+    (job,) = _jobs(zk, bid)
+    assert (job.metadata["erc_who"], job.metadata["erc_what"]) == ("Doe, J.", "A title")
+
+
 @pytest.mark.parametrize(
     ("kind", "manifest_kind", "payload_type"),
     [

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -7,9 +9,14 @@ from hypothesis import strategies as st
 from queues.steps.checkm import (
     BATCH_FIELDS,
     BATCH_MANIFEST,
+    CONTAINER_BATCH_MANIFEST,
+    FIELD_KEYS,
     HASH_LENGTHS,
     MANIFEST_KINDS,
+    MERRITT_COLUMNS,
+    OBJECT_FIELDS,
     OBJECT_MANIFEST,
+    SINGLE_FILE_BATCH_MANIFEST,
     CheckmReader,
     ManifestError,
     ManifestRow,
@@ -68,15 +75,18 @@ def test_missing_trailing_fields_are_empty() -> None:
     assert (row.hash_alg, row.hash_value, row.size, row.filename) == ("", "", None, "")
 
 
+SIX = " | ".join(OBJECT_FIELDS[:6])  # the object manifest's columns, the MIME type left out
+
+
 def test_trailing_empty_cells_beyond_the_fields_are_tolerated() -> None:
-    manifest = parse_checkm(header(fields="nfo:fileUrl | nfo:fileName") + "http://h/x | x | |\n")
+    manifest = parse_checkm(header(fields=SIX) + "http://h/x | | | | | x | |\n")
 
     assert manifest.rows[0].filename == "x"
 
 
 def test_extra_data_beyond_the_fields_names_the_line() -> None:
-    with pytest.raises(ManifestError, match=r"^line 4: 3 fields but #%fields declares 2$"):
-        parse_checkm(header(fields="nfo:fileUrl | nfo:fileName") + "http://h/x | x | oops\n")
+    with pytest.raises(ManifestError, match=r"^line 4: 7 fields but #%fields declares 6$"):
+        parse_checkm(header(fields=SIX) + "http://h/x | | | | | x | oops\n")
 
 
 def test_a_fields_line_wider_than_any_merritt_manifest_is_refused() -> None:
@@ -116,11 +126,130 @@ def test_batch_fields_map_to_object_metadata() -> None:
 
 
 def test_field_names_match_case_insensitively_and_unknown_fields_are_kept() -> None:
-    text = header(fields="NFO:FILEURL | nfo:filename | x:colour") + "http://h/a | a.txt | red\n"
+    """Merritt's readers name the MIME type ``nie:mimeType``; after their columns, a column
+    they do not read is kept under its name."""
+    fields = (
+        "NFO:FILEURL | nfo:HashAlgorithm | nfo:hashvalue | nfo:filesize | nfo:filelastmodified "
+        "| nfo:filename | nie:mimeType | x:colour"
+    )
+    text = header(fields=fields) + "http://h/a | | | | | a.txt | text/plain | red\n"
+
+    manifest = parse_checkm(text)
+    row = manifest.rows[0]
+
+    assert (row.url, row.filename, row.mime_type) == ("http://h/a", "a.txt", "text/plain")
+    assert row.extra == (("x:colour", "red"),)
+    assert manifest.fields == (*OBJECT_FIELDS, "x:colour")
+
+
+# Merritt's readers (mrt-core2 ManifestRowIngest, ManifestRowBatch) take cell i as their own
+# column i and never read #%fields: a #%fields in another order would be read here by its names
+# and there by position, the same manifest meaning two things.
+@pytest.mark.parametrize(
+    ("kind", "fields", "row", "problem"),
+    [
+        # An object manifest's columns with the size and the modification time left out:
+        # Merritt reads the file name as the size.
+        (
+            OBJECT_MANIFEST,
+            "nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileName",
+            "http://h/a | md5 | " + "0" * 32 + " | a.txt",
+            "#%fields names nfo:fileName as column 4, where Merritt reads nfo:fileSize",
+        ),
+        # The creator and the title swapped: Merritt would store each as the other.
+        (
+            SINGLE_FILE_BATCH_MANIFEST,
+            " | ".join((*BATCH_FIELDS[:8], "mrt:title", "mrt:creator", "mrt:date")),
+            "http://h/a | | | | | a.txt | | | A title | Doe, J. | 2020",
+            "#%fields names mrt:title as column 9, where Merritt reads mrt:creator",
+        ),
+        # The local id first: Merritt would fetch the "URL" loc001.
+        (
+            BATCH_MANIFEST,
+            "mrt:localIdentifier | " + " | ".join(BATCH_FIELDS[:7]),
+            "loc001 | http://h/o.checkm",
+            "#%fields names mrt:localIdentifier as column 1, where Merritt reads nfo:fileUrl",
+        ),
+        # A column Merritt reads, named after its columns: Merritt never reads it.
+        (
+            OBJECT_MANIFEST,
+            " | ".join((*OBJECT_FIELDS, "mrt:title")),
+            "http://h/a | | | | | a.txt | text/plain | A title",
+            "#%fields names mrt:title as column 8, which Merritt does not read",
+        ),
+        (
+            CONTAINER_BATCH_MANIFEST,
+            " | ".join((*BATCH_FIELDS, "nfo:fileName")),
+            "http://h/a.zip | | | | | a.zip | | | | | | b.zip",
+            "#%fields names nfo:fileName as column 12, which Merritt does not read",
+        ),
+    ],
+)
+def test_a_fields_line_that_puts_merritts_columns_elsewhere_is_refused(
+    kind: str, fields: str, row: str, problem: str
+) -> None:
+    with pytest.raises(ManifestError) as raised:
+        parse_checkm(header(kind, fields) + row + "\n")
+
+    message = str(raised.value)
+    assert message.startswith(f"line 3: {problem}"), message
+    assert " | ".join(MERRITT_COLUMNS[kind]) in message  # the order to write them in
+    with pytest.raises(ManifestError, match=problem):
+        CheckmReader(header(kind, fields)).columns()  # the headers alone tell
+
+
+def test_merritts_columns_cut_short_at_the_end_are_read_as_merritt_reads_them() -> None:
+    text = header(BATCH_MANIFEST, " | ".join(BATCH_FIELDS[:7])) + (
+        "http://h/o.checkm | | | | | o.checkm | ark:/99999/fk4abc\n"
+    )
 
     row = parse_checkm(text).rows[0]
 
-    assert (row.url, row.filename, row.extra) == ("http://h/a", "a.txt", (("x:colour", "red"),))
+    assert (row.filename, row.primary_id, row.local_id) == ("o.checkm", "ark:/99999/fk4abc", "")
+
+
+def test_without_a_fields_line_the_rows_are_read_by_their_kinds_columns() -> None:
+    """Merritt reads a batch manifest's seventh cell as the ARK, #%fields or none; read here by
+    the object manifest's columns, it was taken as a MIME type and the ARK lost."""
+    text = (
+        "#%checkm_0.7\n"
+        "#%profile | http://uc3.cdlib.org/registry/ingest/manifest/mrt-batch-manifest\n"
+        "http://h/o.checkm | | | | | o.checkm | ark:/99999/fk4abc | loc001\n"
+    )
+
+    manifest = parse_checkm(text)
+
+    assert manifest.fields == BATCH_FIELDS
+    row = manifest.rows[0]
+    assert (row.primary_id, row.local_id, row.mime_type) == ("ark:/99999/fk4abc", "loc001", "")
+
+
+def test_a_manifest_without_profile_is_held_to_the_one_kind_it_must_be() -> None:
+    text = "#%fields | nfo:fileUrl | nfo:fileName\nhttp://h/a | a.txt\n"
+
+    assert parse_checkm(text).rows[0].filename == "a.txt"  # of no kind: read by the names
+    with pytest.raises(ManifestError, match=r"^line 1: #%fields names nfo:fileName as column 2"):
+        list(CheckmReader(text, only=OBJECT_MANIFEST))
+
+
+def test_columns_and_kind_cannot_change_after_the_first_row() -> None:
+    first = header() + "http://h/a | | | | | a.txt\n"
+
+    with pytest.raises(ManifestError, match=r"^line 5: a #%fields line after the first row$"):
+        parse_checkm(first + "#%fields | nfo:fileUrl | nfo:fileName\nhttp://h/b | b.txt\n")
+    batch = "#%profile | http://uc3.cdlib.org/registry/ingest/manifest/mrt-batch-manifest\n"
+    with pytest.raises(ManifestError, match=r"^line 5: a #%profile of mrt-batch-manifest after"):
+        parse_checkm(first + batch + "http://h/b | | | | | b.txt | ark:/1/b\n")
+    same = "#%profile | http://uc3.cdlib.org/registry/ingest/manifest/mrt-ingest-manifest\n"
+    assert len(parse_checkm(first + same + "http://h/b\n").rows) == 2
+
+
+def test_the_headers_alone_give_the_columns_without_reading_a_row() -> None:
+    text = header(BATCH_MANIFEST, " | ".join(BATCH_FIELDS[:7])) + "not a row anyone can read\n"
+
+    assert CheckmReader(text).columns() == BATCH_FIELDS[:7]
+    with pytest.raises(ManifestError, match=r"^line 4: "):
+        list(CheckmReader(text))
 
 
 def test_unsupported_hash_algorithm_names_the_line() -> None:
@@ -247,12 +376,25 @@ def rows(draw: st.DrawFn) -> ManifestRow:
 def test_written_manifests_parse_back_to_the_same_rows(
     written: list[ManifestRow], kind: str
 ) -> None:
-    columns = (*BATCH_FIELDS, "mrt:mimeType")
+    """Each kind carries the columns Merritt reads for it, and a column of no name of ours."""
+    carried = {FIELD_KEYS[column] for column in MERRITT_COLUMNS[kind]}
+    blank = {
+        f.name: ""
+        for f in dataclasses.fields(ManifestRow)
+        if f.name not in carried and f.type == "str" and f.name != "url"
+    }
+    written = [dataclasses.replace(row, **blank, extra=(("x:note", "n"),)) for row in written]
+    columns = (*MERRITT_COLUMNS[kind], "x:note")
 
     manifest = parse_checkm(write_checkm(written, kind=kind, columns=columns))
 
     assert manifest.kind == kind
     assert list(manifest.rows) == written
+
+
+def test_the_writer_refuses_columns_merritt_would_read_otherwise() -> None:
+    with pytest.raises(ManifestError, match="names mrt:mimeType as column 7, where Merritt"):
+        write_checkm([{"url": "http://h/a"}], kind=BATCH_MANIFEST, columns=(*OBJECT_FIELDS,))
 
 
 @given(st.binary(max_size=300))

@@ -266,6 +266,38 @@ def test_an_object_manifest_of_another_kind_is_refused_at_its_profile() -> None:
         payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
 
 
+def test_an_object_manifest_merritt_would_read_by_other_columns_is_refused() -> None:
+    """The size and modification time left out of #%fields: Merritt's ingest reads the
+    fourth cell as the size whatever #%fields says (mrt-core2
+    ManifestRowIngest), where the console read it as the file name. So with no #%profile too:
+    a job's manifest is an object manifest."""
+    manifest = (
+        "#%checkm_0.7\n"
+        "#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileName\n"
+        f"http://h/a/1.tif | md5 | {MD5} | one.tif\n"
+        "#%eof\n"
+    )
+    spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
+
+    with pytest.raises(
+        ManifestError, match=r"^line 2: #%fields names nfo:fileName as column 4, where Merritt"
+    ):
+        payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
+
+
+def test_a_batch_manifest_merritt_would_read_by_other_columns_is_refused() -> None:
+    manifest = batch(BATCH_MANIFEST, {"url": "http://h/1", "local_id": "loc1"}).replace(
+        "mrt:primaryIdentifier | mrt:localIdentifier", "mrt:localIdentifier | mrt:primaryIdentifier"
+    )
+
+    with pytest.raises(ManifestError, match="names mrt:localIdentifier as column 7, where"):
+        expand_submission(
+            submission_type="batch-manifest",
+            payload_url="http://h/b",
+            fetch_text=fetcher({"http://h/b": manifest}),
+        )
+
+
 def test_object_manifest_with_a_repeated_file_name_is_refused() -> None:
     manifest = write_checkm(
         [{"url": "http://h/a/x", "filename": "x"}, {"url": "http://h/b/x"}], kind=OBJECT_MANIFEST
