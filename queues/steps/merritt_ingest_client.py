@@ -22,6 +22,10 @@ for every manifest its depositors upload:
 * a ``file://`` payload (an upload kept by the console's own ``/poster/`` door) is uploaded,
   streamed from its file.
 
+A depositor's manifest uploaded as it is (a batch manifest, or an object manifest uploaded) is
+first held to the columns Merritt's ingest reads it by, by position (``_check_columns``): one
+whose ``#%fields`` says otherwise is refused, as the console's own intake refuses it.
+
 The row of a manifest written here always names the file (``fileName``): the depositor's name,
 else the URL's last part, the name the console's own intake gives it. Left empty, ingest would
 make one of the URL itself, differently in each handler (docs/merritt-poster.md).
@@ -67,7 +71,7 @@ from queues.steps.netpolicy import (
     TransferFailed,
     short_error,
 )
-from queues.steps.submission import filename_from_url, size_number
+from queues.steps.submission import BATCH_TYPES, filename_from_url, size_number
 
 STANDALONE = "standalone"
 BESIDE_MERRITT = "beside-merritt"
@@ -292,6 +296,8 @@ def upload_for(
             raise IngestRefused(f"payload URL refused: {exc.reason}") from exc
         if not path.is_file():
             raise IngestRefused(f"the payload {sub.payload_url} is not a file here")
+        if kind in DEPOSITOR_MANIFESTS:
+            _check_columns(_manifest_head(path), kind, sub.payload_url)
         return Upload(merritt_type(kind), sub.filename or path.name, path, True)
     if kind == "file":
         content = _manifest_for(sub, checkm.OBJECT_MANIFEST)
@@ -303,7 +309,43 @@ def upload_for(
         content = _manifest_for(sub, checkm.BATCH_MANIFEST)
         return Upload("batchManifest", "payload.checkm", content, False)
     content = _read_manifest(sub.payload_url, policy, started)
+    _check_columns(content, kind, sub.payload_url)
     return Upload(merritt_type(kind), payload_name(sub), content, True)
+
+
+# A depositor's manifest handed to ingest as it is, by the console's type: the checkm kinds
+# Merritt's ingest reads it as (ManifestRowIngest; ManifestRowBatch, which takes any of the three
+# batch profiles and makes its jobs by the one named).
+_BATCH_KINDS = tuple(manifest_kind for manifest_kind, _row in BATCH_TYPES.values())
+DEPOSITOR_MANIFESTS: dict[str, tuple[str, ...]] = {
+    "object-manifest": (checkm.OBJECT_MANIFEST,),
+    **dict.fromkeys(BATCH_TYPES, _BATCH_KINDS),
+}
+
+
+def _check_columns(head: bytes, kind: str, url: str) -> None:
+    """Refuse (IngestRefused, before anything is sent) a depositor's manifest whose
+    ``#%fields`` line puts the columns Merritt's ingest reads by position elsewhere
+    (``checkm.columns_problem``): Merritt would read it otherwise than its names say, and the
+    console's own intake refuses it. So is a ``#%profile`` Merritt's reader of ``kind``
+    refuses. ``head``: the manifest's lines up to its first row at least."""
+    try:
+        checkm.CheckmReader(head, only=DEPOSITOR_MANIFESTS[kind]).columns()
+    except checkm.ManifestError as exc:
+        raise IngestRefused(f"manifest {url}: {exc}") from exc
+
+
+def _manifest_head(path: Path) -> bytes:
+    """An uploaded manifest's lines up to its first row (at most ``MAX_MANIFEST_BYTES``)."""
+    head = bytearray()
+    with path.open("rb") as stream:
+        while len(head) <= MAX_MANIFEST_BYTES:
+            line = stream.readline(MAX_MANIFEST_BYTES + 1 - len(head))
+            head += line
+            text = line.strip().removeprefix(b"\xef\xbb\xbf")
+            if not line or (text and not text.startswith(b"#")):
+                break
+    return bytes(head)
 
 
 def form_fields(sub: IngestSubmission, upload: Upload) -> list[tuple[str, str]]:

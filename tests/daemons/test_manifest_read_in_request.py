@@ -74,3 +74,27 @@ def test_a_manifest_too_slow_to_read_in_the_request_is_refused_and_nothing_is_se
     response = operator.post("/submit/", {**fields, "submission_type": "batch-manifest"})
     assert response.status_code == 303, response.content[:500]
     assert len(ingest.uploads) == 1
+
+
+def test_a_manifest_merritt_would_read_by_other_columns_is_refused_and_nothing_is_sent(
+    zk: Any, settings: Any, operator: Client, ingest: IngestPosterStandIn, files: FileServer
+) -> None:
+    """Merritt's ingest reads a batch manifest's cells by position and never its #%fields
+    (mrt-core2 ManifestRowBatch): the local id named before the ARK would be recorded as the
+    ARK there. Read here before anything is sent, it is refused as the console's own intake
+    refuses it."""
+    rows = [{"url": files.put("f.txt", "file"), "filename": "f.txt", "local_id": "loc-1"}]
+    text = batch_manifest(rows).replace(
+        "mrt:primaryIdentifier | mrt:localIdentifier", "mrt:localIdentifier | mrt:primaryIdentifier"
+    )
+    url = files.put("batch.checkm", text)
+    fields = {"profile": PROFILE, "submitter": "op", "payload_url": url}
+
+    response = operator.post("/submit/", {**fields, "submission_type": "batch-manifest"})
+
+    assert response.status_code == 400, response.content[:500]
+    assert b"names mrt:localIdentifier as column 7, where Merritt reads mrt:primaryIdentifier" in (
+        response.content
+    )
+    assert ingest.uploads == [] and ingest.seen("POST") == []
+    assert batch_ids(zk) == []

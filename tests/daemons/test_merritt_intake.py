@@ -37,7 +37,7 @@ from queues.chaos.poster_standin import INGEST_TYPES, IngestPosterStandIn, Poste
 from queues.chaos.standins import Answer, running, unused_url
 from queues.operator.auth import ensure_groups
 from queues.services import moves
-from queues.steps.checkm import parse_checkm
+from queues.steps.checkm import SINGLE_FILE_BATCH_MANIFEST, parse_checkm, write_checkm
 from queues.steps.merritt_ingest_client import DeploymentError, IngestUnavailable
 from queues.zk.batches import batch_ids, batch_load, batches_load
 from queues.zk.records import Batch
@@ -256,6 +256,40 @@ def test_poster_upload_reaches_ingest_whole_and_is_not_kept_here(
     assert _state(response)["batchID"] == sent.batch_id
     poster = Path(settings.MRT_WORK_DIR) / "poster"
     assert not poster.exists() or list(poster.iterdir()) == []
+
+
+def test_an_uploaded_manifest_merritt_would_read_by_other_columns_is_refused_unsent(
+    zk: Any, ingest: IngestPosterStandIn, key: str, settings: Any
+) -> None:
+    """Merritt's ingest reads a batch manifest's cells by position, never its #%fields
+    (mrt-core2 ManifestRowBatch): one naming the title before the creator would be stored
+    the other way round there. The console's own intake refuses it; so does its door, before
+    anything reaches ingest. In Merritt's order it goes through."""
+    right = write_checkm(
+        [{"url": "http://h.example/a.txt", "creator": "Doe, J.", "title": "A title"}],
+        kind=SINGLE_FILE_BATCH_MANIFEST,
+    )
+    swapped = right.replace("mrt:creator | mrt:title", "mrt:title | mrt:creator")
+    assert swapped != right
+
+    def send(text: str) -> Any:
+        upload = SimpleUploadedFile("batch.checkm", text.encode(), content_type="text/plain")
+        return _post(key, {"profile": PROFILE, "file": upload, "type": "batchManifestFile"})
+
+    response = send(swapped)
+
+    assert response.status_code == 400, response.content
+    assert b"#%fields names mrt:title as column 9, where Merritt reads mrt:creator" in (
+        response.content
+    )
+    assert ingest.uploads == [] and ingest.seen("POST") == []
+    assert batch_ids(zk) == []
+    poster = Path(settings.MRT_WORK_DIR) / "poster"
+    assert not poster.exists() or list(poster.iterdir()) == []  # nor the upload kept
+    response = send(right)
+    assert response.status_code == 200, response.content
+    [sent] = ingest.uploads
+    assert sent.content == right.encode()
 
 
 def test_a_sha256_reaches_ingest_by_the_name_it_knows(
