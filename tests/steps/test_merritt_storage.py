@@ -17,6 +17,7 @@ from queues.chaos.standins import (
     running,
     unused_url,
 )
+from queues.core.retries import outage_of
 from queues.steps.checkm import ADD_MANIFEST, ADD_PROFILE, OBJECT_MANIFEST, write_checkm
 from queues.steps.erc import storage_manifest
 from queues.steps.storage import (
@@ -144,3 +145,29 @@ def test_an_unreachable_storage_service_is_a_storage_error() -> None:
 def test_a_node_that_is_not_a_number_is_refused_before_any_request() -> None:
     with pytest.raises(StorageError, match="is not a node number"):
         HttpStorage("http://127.0.0.1:9", "node-a")
+
+
+@pytest.mark.parametrize(
+    ("kind", "outage"),
+    [
+        ("INVALID_OR_MISSING_PARM", False),
+        ("FIXITY_CHECK_FAILS", False),
+        ("INVALID_DATA_FORMAT", False),
+        ("GENERAL_EXCEPTION", True),
+        ("EXTERNAL_SERVICE_UNAVAILABLE", True),
+    ],
+)
+def test_a_refusal_under_a_5xx_is_an_outage_unless_its_kind_says_never(
+    storage: StorageStandIn, http_server: Loopback, kind: str, outage: bool
+) -> None:
+    manifest_url = _manifest(http_server)
+    client = HttpStorage(storage.url, 9501, timeout=5, retries=0)
+    for call in (
+        lambda: client.store(ark=ARK, manifest_url=manifest_url),
+        lambda: client.latest_version(ARK),
+        lambda: client.fetch_object(ARK),
+    ):
+        storage.refuse_next(exception_document(kind, "refused"))
+        with pytest.raises(StorageError, match=f"HTTP 5.. {kind}: refused") as refused:
+            call()
+        assert (outage_of(refused.value) is not None) is outage
