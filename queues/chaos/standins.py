@@ -317,15 +317,22 @@ class StorageStandIn(StandIn):
 
     An add needs ``url`` (the manifest's URL, fetched here and read as checkm) or ``manifest``
     (its text), an add manifest (``#%profile`` ``.../store/manifest/mrt-add-manifest``; any
-    other profile is refused, as mrt-core2's ManifestRowAdd refuses it); like Merritt's
-    storage it makes a new version for EVERY add, identical content or not, and answers the
-    version state in the form ``t`` names (``xhtml`` by default, read as XML here). The state
-    documents answer the object (``obj:objectState``: its number of versions), a version
-    (``ver:versionState``: its number of files and total size, links to its file states;
-    version 0 is the current one) and a file (``fil:fileState``: its name, size and
-    ``messageDigest`` as ``algorithm=value``), in XML or, with ``t=json``, JSON. Unknown nodes,
-    objects, versions and files are REQUESTED_ITEM_NOT_FOUND (404), a missing manifest
-    REQUEST_INVALID.
+    other profile is refused, as mrt-core2's ManifestRowAdd refuses it). Every file it lists is
+    fetched and checked against its size and digest. Like Merritt's storage it makes a new
+    version for EVERY add, identical content or not, and answers the version state in the form
+    ``t`` names (``xhtml`` by default, read as XML here). The state documents answer the object
+    (``obj:objectState``: its number of versions), a version (``ver:versionState``: its number
+    of files and total size, links to its file states; version 0 is the current one) and a file
+    (``fil:fileState``: its name, size and ``messageDigest`` as ``algorithm=value``), in XML
+    or, with ``t=json``, JSON.
+
+    Refusals, as mrt-store gives them (docs/merritt-services.md, "Refusals"): the object's
+    state on a node it does not know is INVALID_OR_MISSING_PARM (500), any other call on one
+    REQUESTED_ITEM_NOT_FOUND (404), as are unknown objects, versions and files; an add without
+    a manifest is REQUEST_INVALID (400), one whose manifest URL answers 404
+    REQUESTED_ITEM_NOT_FOUND, another status EXTERNAL_SERVICE_UNAVAILABLE (503), no connection
+    GENERAL_EXCEPTION (500); a manifest it cannot read (a wrong profile) and a file it cannot
+    fetch or whose size or digest differs are GENERAL_EXCEPTION (500).
     """
 
     name = "storage"
@@ -374,7 +381,20 @@ class StorageStandIn(StandIn):
         if node is None:
             return exception_document("REQUEST_INVALID", f"nodeID not numeric: {node_text}")
         if self.nodes is not None and node not in self.nodes:
-            return exception_document("REQUESTED_ITEM_NOT_FOUND", f"node not found: {node}")
+            if action == "state" and len(segments) == 3:
+                # JerseyBase.getObjectState (the one taking a list of nodes) turns the node's
+                # REQUESTED_ITEM_NOT_FOUND into INVALID_OR_MISSING_PARM, a 500.
+                return exception_document(
+                    "INVALID_OR_MISSING_PARM",
+                    f"Required node not found:{node}",
+                    form=request.query.get("t", "xhtml"),
+                )
+            # JerseyBase.getNodeLogger, for every other call on one node.
+            return exception_document(
+                "REQUESTED_ITEM_NOT_FOUND",
+                f"Node not found: {node}",
+                form=_add_form(request) if action == "add" else request.query.get("t", "xhtml"),
+            )
         if action == "manifest" and request.method == "GET":
             return self._manifest(node, ark)
         if action == "content" and request.method == "GET":
@@ -388,44 +408,63 @@ class StorageStandIn(StandIn):
     def _add(self, request: Request, node: int, ark: str) -> Answer:
         if request.content_type == "application/x-www-form-urlencoded":
             form = request.form()
-            response_form = form.get("t", "xhtml")
         elif request.content_type == "multipart/form-data":
             form = request.multipart()
-            response_form = form.get("responseForm", "xhtml")
         else:
             return Answer(415, b"Unsupported Media Type", "text/plain")
+        response_form = _add_form(request)
         if not ark.startswith("ark:/"):
-            return exception_document("REQUEST_INVALID", f"objectID not valid: {ark}")
+            return exception_document(
+                "REQUEST_INVALID", f"objectID not valid: {ark}", form=response_form
+            )
         manifest_url, manifest_text = form.get("url", ""), form.get("manifest", "")
         if not manifest_url and not manifest_text:
-            return exception_document("REQUEST_INVALID", "manifest or url required")
-        if manifest_url:
-            try:
-                fetched = requests.get(manifest_url, timeout=10)
-            except requests.RequestException as exc:
-                return exception_document("EXTERNAL_SERVICE_UNAVAILABLE", f"manifest: {exc}")
-            if not fetched.ok:
-                return exception_document(
-                    "REQUEST_INVALID", f"manifest not retrieved: {fetched.status_code}"
-                )
-            manifest_text = fetched.text
+            return exception_document(
+                "REQUEST_INVALID", "Neither manifest.txt nor url provided", form=response_form
+            )
+        if manifest_url and not manifest_text:
+            # JerseyBase.getManifest reads the URL with mrt-core2's HttpGet/HTTPUtil, whose
+            # exceptions it passes on: a 404 is REQUESTED_ITEM_NOT_FOUND, any other status
+            # EXTERNAL_SERVICE_UNAVAILABLE, a failed connection GENERAL_EXCEPTION.
+            fetched, refusal = _get_for_storage(manifest_url, response_form)
+            if refusal is not None:
+                return refusal
+            manifest_text = fetched.decode("utf-8", "replace")
         try:
             manifest = parse_checkm(manifest_text)
+            if manifest.profile not in ADD_PROFILES:
+                # mrt-core2 Checkm.handleHeaders, for ManifestRowAdd's profiles.
+                raise ManifestError(
+                    "handleHeaders - manifestProfile does not match expected form - input:"
+                    f"{manifest.profile} - allowed:{' - allowed:'.join(ADD_PROFILES)}"
+                )
         except ManifestError as exc:
-            return exception_document("REQUEST_INVALID", f"manifest not valid: {exc}")
-        if manifest.profile not in ADD_PROFILES:
-            # mrt-core2 Checkm.handleHeaders, for ManifestRowAdd's profiles (the HTTP status
-            # storage gives this refusal is not verified: the reader's exception is rethrown).
+            # The reader's refusal is rethrown by Manifest.hasMoreElements as a runtime
+            # INVALID_OR_MISSING_PARM, which ComponentContent.buildComponents turns into
+            # GENERAL_EXCEPTION: storage answers a manifest it cannot read with a 500.
             return exception_document(
-                "REQUEST_INVALID",
-                "handleHeaders - manifestProfile does not match expected form - input:"
-                f"{manifest.profile} - allowed:{' - allowed:'.join(ADD_PROFILES)}",
+                "GENERAL_EXCEPTION",
+                "Unable to build VersionContent.Exception:org.cdlib.mrt.utility."
+                f"TRuntimeException$INVALID_OR_MISSING_PARM: {exc}",
+                form=response_form,
             )
         rows = manifest.rows
         files = [
             StoredFile(r.filename, r.size or 0, r.hash_alg.lower(), r.hash_value.lower())
             for r in rows
         ]
+        # Storage fetches every file the manifest lists and checks its size and digest against
+        # the manifest's; a file that fails (after one more try) fails the whole add, with a
+        # GENERAL_EXCEPTION that names neither the file nor why (AddVersionContentAbs).
+        if not all(_file_as_listed(r.url, r.size, r.hash_alg, r.hash_value) for r in rows):
+            with self.lock:
+                stored = self.objects.get((node, ark))
+                next_version = (len(stored.versions) if stored else 0) + 1
+            return exception_document(
+                "GENERAL_EXCEPTION",
+                f"Object Fails: - objectID={ark} - version={next_version}",
+                form=response_form,
+            )
         with self.lock:
             stored = self.objects.setdefault((node, ark), StoredObject())
             version = len(stored.versions) + 1
@@ -575,6 +614,57 @@ class StorageStandIn(StandIn):
             },
             form,
         )
+
+
+def _add_form(request: Request) -> str:
+    """The response form an add asks for: ``t`` in a url-encoded form, ``responseForm`` in a
+    multipart one (``xhtml`` by default, which the exception document is given as XML)."""
+    if request.content_type == "multipart/form-data":
+        return request.multipart().get("responseForm", "xhtml")
+    return request.form().get("t", "xhtml")
+
+
+def _get_for_storage(url: str, form: str) -> tuple[bytes, Answer | None]:
+    """``url``'s bytes as storage reads a manifest (mrt-core2 HTTPUtil.getObjectEntity), or the
+    exception document storage answers when it cannot."""
+    if not url.startswith(("http://", "https://")):
+        invalid = f"Manifest URL is invalid:{url}"
+        return b"", exception_document("REQUEST_INVALID", invalid, form=form)
+    try:
+        fetched = requests.get(url, timeout=10)
+    except requests.RequestException as exc:
+        return b"", exception_document(
+            "GENERAL_EXCEPTION", f"HTTPUTIL: getObject- Exception:{exc}", form=form
+        )
+    if 200 <= fetched.status_code < 300:
+        return fetched.content, None
+    kind = (
+        "REQUESTED_ITEM_NOT_FOUND"
+        if fetched.status_code == 404
+        else ("EXTERNAL_SERVICE_UNAVAILABLE")
+    )
+    error = (
+        "HTTPUTIL: getObject- Error during HttpClient processing - timeout:3600000"
+        f" - URL:{url} - responseCode:{fetched.status_code}"
+    )
+    return b"", exception_document(kind, error, form=form)
+
+
+def _file_as_listed(url: str, size: int | None, algorithm: str, digest: str) -> bool:
+    """Whether the file at ``url`` can be fetched and has the size and digest its manifest row
+    gives (each compared only when given; an algorithm hashlib does not know is not checked)."""
+    try:
+        fetched = requests.get(url, timeout=10)
+    except requests.RequestException:
+        return False
+    if not 200 <= fetched.status_code < 300:
+        return False
+    if size is not None and size != len(fetched.content):
+        return False
+    name = algorithm.lower().replace("-", "")
+    if digest and name in hashlib.algorithms_available:
+        return hashlib.new(name, fetched.content).hexdigest() == digest.lower()
+    return True
 
 
 def _not_found(error: str, form: str) -> Answer:

@@ -77,12 +77,15 @@ def test_storage_refusal_names_the_service_and_its_reason(
         HttpStorage(storage.url, 7777, timeout=5).store(ark=ARK, manifest_url=manifest_url)
     assert str(unknown_node.value) == (
         f"storage service refused to add {ARK} on node 7777: "
-        "HTTP 404 REQUESTED_ITEM_NOT_FOUND: node not found: 7777"
+        "HTTP 404 REQUESTED_ITEM_NOT_FOUND: Node not found: 7777"
     )
+    assert outage_of(unknown_node.value) is None
 
+    # Storage reads the manifest URL with mrt-core2's HTTPUtil: a 404 there is its own 404.
     missing = http_server.url + "/job/nothing-here.txt"
-    with pytest.raises(StorageError, match="HTTP 400 REQUEST_INVALID: manifest not retrieved"):
+    with pytest.raises(StorageError, match="HTTP 404 REQUESTED_ITEM_NOT_FOUND: HTTPUTIL") as gone:
         HttpStorage(storage.url, 9501, timeout=5).store(ark=ARK, manifest_url=missing)
+    assert outage_of(gone.value) is None
 
     storage.refuse_next(exception_document("GENERAL_EXCEPTION", "cloud write failed", form="json"))
     with pytest.raises(StorageError, match="HTTP 500 GENERAL_EXCEPTION: cloud write failed"):
@@ -113,8 +116,13 @@ def test_the_storage_manifest_processing_writes_is_one_merritts_storage_takes(
     wrong = http_server.file(
         "/job/object-manifest.txt", write_checkm(rows, kind=OBJECT_MANIFEST).encode()
     )
-    with pytest.raises(StorageError, match="REQUEST_INVALID: handleHeaders - manifestProfile"):
+    # The reader's refusal reaches the answer as GENERAL_EXCEPTION (ComponentContent), a 500.
+    with pytest.raises(
+        StorageError,
+        match=r"HTTP 500 GENERAL_EXCEPTION: Unable to build VersionContent.*handleHeaders",
+    ):
         HttpStorage(storage.url, 9501, timeout=5).store(ark=ARK, manifest_url=wrong)
+    assert storage.versions()[ARK] == [storage.versions()[ARK][0]]  # no version made
 
 
 def test_an_unknown_object_is_not_found_and_a_stored_one_is_listed_from_its_xml_manifest(
@@ -147,6 +155,25 @@ def test_a_node_that_is_not_a_number_is_refused_before_any_request() -> None:
         HttpStorage("http://127.0.0.1:9", "node-a")
 
 
+def test_the_state_of_an_object_on_a_node_storage_does_not_know_fails_the_job_at_once(
+    storage: StorageStandIn,
+) -> None:
+    """mrt-store's ``GET state/{nodes}/{ark}`` turns an unknown node into
+    INVALID_OR_MISSING_PARM, a 500 (JerseyBase.getObjectState): a wrong node in a profile, not
+    an outage to wait out for a working day."""
+    client = HttpStorage(storage.url, 7777, timeout=5)
+
+    with pytest.raises(StorageError) as wrong_node:
+        client.latest_version(ARK)
+
+    assert str(wrong_node.value) == (
+        f"storage service refused the state of {ARK} on node 7777 "
+        f"({storage.url}/state/7777/{ENCODED}): "
+        "HTTP 500 INVALID_OR_MISSING_PARM: Required node not found:7777"
+    )
+    assert outage_of(wrong_node.value) is None
+
+
 @pytest.mark.parametrize(
     ("kind", "outage"),
     [
@@ -171,3 +198,31 @@ def test_a_refusal_under_a_5xx_is_an_outage_unless_its_kind_says_never(
         with pytest.raises(StorageError, match=f"HTTP 5.. {kind}: refused") as refused:
             call()
         assert (outage_of(refused.value) is not None) is outage
+
+
+def test_a_file_that_is_not_as_its_manifest_says_fails_the_add_as_storage_fails_it(
+    storage: StorageStandIn, http_server: Loopback
+) -> None:
+    """Storage fetches each file and checks its size and digest; a file that fails fails the
+    add with GENERAL_EXCEPTION "Object Fails" (AddVersionContentAbs.finalStatus), the answer a
+    failed write to its cloud gives too: the client cannot tell them apart, and waits."""
+    content = http_server.file("/job/producer/a.txt", b"hello")
+    rows = [
+        {"url": content, "filename": "producer/a.txt", "hash_alg": "sha256", "size": 5},
+    ]
+    wrong_digest = [{**rows[0], "hash_value": "0" * 64}]
+    wrong_size = [{**rows[0], "size": 6}]
+    client = HttpStorage(storage.url, 9501, timeout=5)
+    for name, listed in (("digest", wrong_digest), ("size", wrong_size)):
+        text = write_checkm(listed, kind=ADD_MANIFEST)
+        manifest_url = http_server.file(f"/job/{name}.txt", text.encode())
+
+        with pytest.raises(StorageError) as failed:
+            client.store(ark=ARK, manifest_url=manifest_url)
+
+        assert str(failed.value) == (
+            f"storage service refused to add {ARK} on node 9501: "
+            f"HTTP 500 GENERAL_EXCEPTION: Object Fails: - objectID={ARK} - version=1"
+        )
+        assert outage_of(failed.value) is not None
+    assert ARK not in storage.versions()
