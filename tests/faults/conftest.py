@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +19,9 @@ from django.core.cache import cache
 from django.test import Client
 from kazoo.client import KazooClient
 
+from queues.chaos.servers import files_server
 from queues.operator.auth import ensure_groups
+from queues.steps.checkm import ADD_MANIFEST, write_checkm
 from queues.zk import batches, jobs
 from queues.zk.records import Job
 
@@ -136,3 +140,22 @@ def snapshot(zk: KazooClient) -> dict[str, bytes]:
 
     walk("/")
     return found
+
+
+@pytest.fixture
+def add_manifest(tmp_path: Path) -> Iterator[str]:
+    """An add manifest (checkm text) of one file, served on loopback as it lists it: storage
+    fetches every file an add lists and checks its size and digest, as the stand-in does."""
+    (tmp_path / "a.txt").write_bytes(b"abc")
+    served = files_server(str(tmp_path))
+    row = {
+        "url": f"{served.url}/a.txt",
+        "hash_alg": "sha256",
+        "hash_value": hashlib.sha256(b"abc").hexdigest(),
+        "size": 3,
+        "filename": "producer/a.txt",
+    }
+    try:
+        yield write_checkm([row], kind=ADD_MANIFEST)
+    finally:
+        served.stop()

@@ -20,7 +20,6 @@ from queues.chaos.flapping import RESET, SLOW, UNAVAILABLE, UNAVAILABLE_RETRY_AF
 from queues.chaos.servers import DepositorRoutes, depositor_server
 from queues.chaos.standins import EzidStandIn, InventoryStandIn, StorageStandIn
 from queues.core.retries import outage_of
-from queues.steps.checkm import ADD_MANIFEST, write_checkm
 from queues.steps.inventory import HttpInventory, InventoryError
 from queues.steps.minting import EzidMinter, MintError
 from queues.steps.notify import batch_summary, job_state_body
@@ -30,32 +29,27 @@ from queues.zk import batches, jobs
 from .test_chaos_judge import a_job
 
 ARK = "ark:/99999/fk4flap"
-MANIFEST = write_checkm(
-    [{"url": "http://127.0.0.1:1/a.txt", "hash_alg": "md5", "hash_value": "0" * 32, "size": 3,
-      "filename": "producer/a.txt"}],
-    kind=ADD_MANIFEST,
-)  # fmt: skip
 
 
-def add(storage: StorageStandIn) -> requests.Response:
-    """One storage add, straight (no retries of the client's own)."""
+def add(storage: StorageStandIn, manifest: str) -> requests.Response:
+    """One storage add of ``manifest`` (its text), straight (no retries of the client's own)."""
     return requests.post(
         f"{storage.url}/add/9501/ark%3A%2F99999%2Ffk4flap",
-        data={"manifest": MANIFEST, "t": "xml"},
+        data={"manifest": manifest, "t": "xml"},
         timeout=30,
     )
 
 
-def test_storage_answers_each_kind_of_its_spell_then_well_again() -> None:
+def test_storage_answers_each_kind_of_its_spell_then_well_again(add_manifest: str) -> None:
     flapping = Flapping(seed=5)
     storage = StorageStandIn(flapping=flapping).start()
     try:
         flapping.set(UNAVAILABLE)
-        refused = add(storage)
+        refused = add(storage, add_manifest)
         assert (refused.status_code, refused.headers.get("Retry-After")) == (503, None)
         assert "EXTERNAL_SERVICE_UNAVAILABLE" in refused.text
         flapping.set(UNAVAILABLE_RETRY_AFTER)
-        later = add(storage)
+        later = add(storage, add_manifest)
         assert later.status_code == 503 and later.headers["Retry-After"] in ("1", "2")
         assert storage.versions() == {}
         flapping.set(RESET)
@@ -65,7 +59,7 @@ def test_storage_answers_each_kind_of_its_spell_then_well_again() -> None:
             with pytest.raises(
                 (requests.ConnectionError, requests.exceptions.ChunkedEncodingError)
             ):
-                add(storage)
+                add(storage, add_manifest)
             if len(flapping.figures()["storage"]) == 4:
                 break
         kinds = flapping.figures()["storage"]
@@ -73,9 +67,9 @@ def test_storage_answers_each_kind_of_its_spell_then_well_again() -> None:
         # Every reset halfway through an answer had made its version; none at once had.
         assert len(storage.versions()[ARK]) == kinds["reset mid-answer"]
         flapping.set(SLOW)
-        assert add(storage).ok
+        assert add(storage, add_manifest).ok
         flapping.set(None)
-        assert add(storage).ok
+        assert add(storage, add_manifest).ok
         assert len(storage.versions()[ARK]) == kinds["reset mid-answer"] + 2
         assert flapping.figures()["storage"][SLOW] == 1
     finally:

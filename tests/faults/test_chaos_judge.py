@@ -15,7 +15,6 @@ import requests
 from queues.chaos import judge
 from queues.chaos.engine import Throughput
 from queues.chaos.standins import StorageStandIn
-from queues.steps.checkm import ADD_MANIFEST, write_checkm
 from queues.zk import batches, jobs, paths
 from queues.zk.consumers import CONSUMERS
 from queues.zk.records import Job
@@ -58,18 +57,13 @@ def test_a_lock_released_within_the_grace_is_no_violation(zk: Any, other_zk: Any
     assert said == ["locks after the grace: 0"]
 
 
-def test_two_adds_of_the_same_manifest_are_two_versions_and_a_violation() -> None:
+def test_two_adds_of_the_same_manifest_are_two_versions_and_a_violation(add_manifest: str) -> None:
     storage = StorageStandIn().start()
     try:
-        manifest = write_checkm(
-            [{"url": "http://127.0.0.1:1/a.txt", "hash_alg": "md5", "hash_value": "0" * 32,
-              "size": 3, "filename": "producer/a.txt"}],
-            kind=ADD_MANIFEST,
-        )  # fmt: skip
         for _ in range(2):
             answer = requests.post(
                 f"{storage.url}/add/9501/ark%3A%2F99999%2Ffk4one",
-                data={"manifest": manifest, "t": "xml"},
+                data={"manifest": add_manifest, "t": "xml"},
                 timeout=10,
             )
             assert answer.ok, answer.text
