@@ -448,14 +448,16 @@ class LocalStorage:
 
 
 # The exception kinds (mrt-core2 TExceptionEnum) mrt-store answers with a 500 that are not an
-# outage: INVALID_OR_MISSING_PARM is the object state's answer on a node storage does not know
-# ("Required node not found", JerseyBase.getObjectState); FIXITY_CHECK_FAILS and
-# INVALID_DATA_FORMAT name content that is not what its manifest says. Each fails the job with
-# the service's reason (docs/merritt-services.md, "Refusals"); GENERAL_EXCEPTION, which
-# mrt-store also answers for a failed write to its cloud, stays an outage.
-STORAGE_REFUSALS = frozenset(
-    {"INVALID_OR_MISSING_PARM", "FIXITY_CHECK_FAILS", "INVALID_DATA_FORMAT"}
-)
+# outage: FIXITY_CHECK_FAILS and INVALID_DATA_FORMAT name content that is not what its manifest
+# says. Each fails the job with the service's reason (docs/merritt-services.md, "Refusals");
+# GENERAL_EXCEPTION, which mrt-store also answers for a failed write to its cloud, stays an
+# outage.
+STORAGE_REFUSALS = frozenset({"FIXITY_CHECK_FAILS", "INVALID_DATA_FORMAT"})
+# INVALID_OR_MISSING_PARM is the object state's answer on a node storage does not know
+# ("Required node not found:N", JerseyBase.getObjectState): a wrong node in a profile. It is also
+# what storage throws for its own configuration ("Unable to instantiate CloudStore"), which an
+# operator mends: only the node's answer fails the job.
+UNKNOWN_NODE = ("INVALID_OR_MISSING_PARM", "node not found")
 
 
 class HttpStorage:
@@ -474,7 +476,7 @@ class HttpStorage:
       ``{base}/content/{node}/{ark}/{version}/{file}``, the file's path %-encoded whole.
     * A refusal is the service's exception document; its reason ends up in StorageError, raised
       from an outage (the job waits and is tried again) for a 408, 429 or 5xx unless its kind
-      is one of ``STORAGE_REFUSALS``.
+      is one of ``STORAGE_REFUSALS`` or it names a node storage does not know.
 
     One pooled session per client; a storage add is never sent twice (a second add would make a
     second version), only retried when the connection could not be made at all.
@@ -503,7 +505,10 @@ class HttpStorage:
         """What a refusal of storage is raised from: "not now" for a 408, 429 or 5xx, as for
         any service (``unavailable_answer``), unless the exception document under it is of a
         kind that names a wrong request or wrong data, which waiting does not cure."""
-        if exception_kind(response.content) in STORAGE_REFUSALS:
+        kind = exception_kind(response.content)
+        if kind in STORAGE_REFUSALS:
+            return None
+        if kind == UNKNOWN_NODE[0] and UNKNOWN_NODE[1] in merritt_error(response).lower():
             return None
         return unavailable_answer(self.service, response)
 

@@ -177,7 +177,6 @@ def test_the_state_of_an_object_on_a_node_storage_does_not_know_fails_the_job_at
 @pytest.mark.parametrize(
     ("kind", "outage"),
     [
-        ("INVALID_OR_MISSING_PARM", False),
         ("FIXITY_CHECK_FAILS", False),
         ("INVALID_DATA_FORMAT", False),
         ("GENERAL_EXCEPTION", True),
@@ -196,6 +195,27 @@ def test_a_refusal_under_a_5xx_is_an_outage_unless_its_kind_says_never(
     ):
         storage.refuse_next(exception_document(kind, "refused"))
         with pytest.raises(StorageError, match=f"HTTP 5.. {kind}: refused") as refused:
+            call()
+        assert (outage_of(refused.value) is not None) is outage
+
+
+@pytest.mark.parametrize(
+    ("reason", "outage"),
+    [("Required node not found:9501", False), ("Unable to instantiate CloudStore", True)],
+)
+def test_a_missing_parameter_fails_the_job_only_when_it_is_an_unknown_node(
+    storage: StorageStandIn, http_server: Loopback, reason: str, outage: bool
+) -> None:
+    """mrt-store throws INVALID_OR_MISSING_PARM for a node it does not know and for its own
+    configuration: the first is the profile's mistake, the second storage's, which an operator
+    mends while the job waits."""
+    client = HttpStorage(storage.url, 9501, timeout=5, retries=0)
+    for call in (
+        lambda: client.store(ark=ARK, manifest_url=_manifest(http_server)),
+        lambda: client.latest_version(ARK),
+    ):
+        storage.refuse_next(exception_document("INVALID_OR_MISSING_PARM", reason))
+        with pytest.raises(StorageError, match=reason) as refused:
             call()
         assert (outage_of(refused.value) is not None) is outage
 
