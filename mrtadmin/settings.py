@@ -360,12 +360,24 @@ MRT_EZID_PASSWORD = env("MRT_EZID_PASSWORD")
 # EZID's _target for a minted ARK: {this}/m/{ARK URL-encoded twice}, as Merritt's ingest sets it.
 MRT_EZID_TARGET_URL = env("MRT_EZID_TARGET_URL", "https://merritt.cdlib.org")
 MRT_DOWNLOADS_DIR = Path(env("MRT_DOWNLOADS_DIR", str(MRT_VAR_DIR / "downloads")))
+# The URL prefix bin/run-console serves under (daphne's --root-path), checked as it checks it:
+# "/" and segments of letters, digits and . _ ~ - (none "." or ".."), no "/" last; empty: none.
+MRT_ROOT_PATH = env("MRT_ROOT_PATH")
+if MRT_ROOT_PATH and not re.fullmatch(r"(/(?!\.\.?(?:/|$))[A-Za-z0-9._~-]+)+", MRT_ROOT_PATH):
+    raise ImproperlyConfigured(
+        'environment variable MRT_ROOT_PATH must be a URL prefix such as /queue (a "/" first, '
+        "none last, letters, digits and . _ ~ - between), or empty for none, "
+        f"got {MRT_ROOT_PATH!r}"
+    )
 # The console's address as users reach it (links in mail); by default where bin/run-console
-# serves it (MRT_BIND, MRT_PORT), so a console moved to another port does not mail dead links.
+# serves it (MRT_BIND, MRT_PORT, MRT_ROOT_PATH), so a console moved to another port does not
+# mail dead links.
 _bind = env("MRT_BIND", "127.0.0.1")
 # Bound to every address: the machine's name is the one a browser can use.
 _host = socket.gethostname() if _bind in ("0.0.0.0", "::", "[::]") else _bind  # noqa: S104
-MRT_CONSOLE_URL = env("MRT_CONSOLE_URL") or f"http://{_host}:{env_int('MRT_PORT', 8000, **PORT)}"
+MRT_CONSOLE_URL = env("MRT_CONSOLE_URL") or (
+    f"http://{_host}:{env_int('MRT_PORT', 8000, **PORT)}{MRT_ROOT_PATH}"
+)
 # Folders a depositor's file:// URLs may read from (":"-separated). Empty: none, file://
 # payloads are refused (the daemons' own working folders and local storage stay readable).
 MRT_FILE_ROOTS = [Path(p) for p in env("MRT_FILE_ROOTS").split(":") if p.strip()]

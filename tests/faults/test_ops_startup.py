@@ -422,3 +422,96 @@ def test_run_console_keeps_requests_out_of_its_terminal_and_the_password_in_sigh
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+
+
+def _run_console_env(tmp_path: Path, web_port: int, zk_port: int, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ZK_HOSTS", "REDIS_URL")}
+    env.update(
+        MRT_VAR_DIR=str(tmp_path / "var"),
+        MRT_BIND="127.0.0.1",
+        MRT_PORT=str(web_port),
+        ZK_LOCAL_PORT=str(zk_port),
+        DJANGO_STATIC_ROOT=str(tmp_path / "static"),
+        LOG_LEVEL="WARNING",
+        **extra,
+    )
+    return env
+
+
+def _stop_run_console(proc: subprocess.Popen[bytes], var: Path, zk_port: int) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    LocalZooKeeper(var / "zookeeper", zk_port).stop()
+
+
+@pytest.mark.zookeeper
+@pytest.mark.live_server
+def test_run_console_refuses_a_url_prefix_that_is_not_one_before_starting_anything(
+    tmp_path: Path,
+) -> None:
+    web_port, zk_port = free_ports(2)
+    env = _run_console_env(tmp_path, web_port, zk_port, MRT_ROOT_PATH="/queue/")
+    proc = subprocess.Popen(
+        ["bash", str(BASE / "bin" / "run-console")],
+        cwd=BASE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        _stop_run_console(proc, tmp_path / "var", zk_port)
+        pytest.fail("run-console started with MRT_ROOT_PATH=/queue/")
+    assert proc.returncode == 2, err
+    assert b"environment variable MRT_ROOT_PATH must be a URL prefix" in err
+    assert b"'/queue/'" in err
+    assert out == b""
+    # Nothing was made or started: no folder, no ZooKeeper.
+    assert not (tmp_path / "var").exists()
+    assert four_letter(zk_port) is None
+
+
+@pytest.mark.slow
+@pytest.mark.zookeeper
+@pytest.mark.live_server
+def test_run_console_serves_under_mrt_root_path(tmp_path: Path) -> None:
+    """MRT_ROOT_PATH=/queue is daphne's --root-path: pages and their links are under /queue."""
+    var = tmp_path / "var"
+    web_port, zk_port = free_ports(2)
+    env = _run_console_env(tmp_path, web_port, zk_port, MRT_ROOT_PATH="/queue")
+    log = tmp_path / "run-console.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["bash", str(BASE / "bin" / "run-console")],
+            cwd=BASE,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 300  # bin/install may have packages to add first
+        while "console on http" not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"run-console did not serve:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        assert f"console on http://127.0.0.1:{web_port}/queue/ " in log.read_text()
+        # A proxy may pass the path on whole or without the prefix: both are the console's.
+        for path in ("/queue/login/", "/login/"):
+            url = f"http://127.0.0.1:{web_port}{path}"
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                assert answer.status == 200
+                page = answer.read().decode()
+            assert 'action="/queue/login/"' in page, page[:2000]
+            assert 'href="/queue/static/' in page, page[:2000]
+    finally:
+        _stop_run_console(proc, var, zk_port)

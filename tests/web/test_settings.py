@@ -208,7 +208,21 @@ def test_mail_links_follow_where_the_console_is_served(tmp_path: Path) -> None:
             {"MRT_CONSOLE_URL": "https://queue.example.org", "MRT_PORT": "9000"},
             "https://queue.example.org",
         ),
+        # Served under a prefix (bin/run-console's --root-path): the links are under it too.
+        ({"MRT_PORT": "9000", "MRT_ROOT_PATH": "/ops/queue"}, "http://127.0.0.1:9000/ops/queue"),
     ):
         result = _settings_with(tmp_path, code=show, **env_extra)
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == expected
+
+
+def test_a_url_prefix_that_is_not_one_stops_start_up_and_names_the_variable(
+    tmp_path: Path,
+) -> None:
+    # Each would serve somewhere else than the operator meant, or links no proxy path matches.
+    for value in ("queue", "/queue/", "/", "/a//b", "/a/../b", "/q ue", "/q?x"):
+        result = _settings_with(tmp_path, MRT_ROOT_PATH=value)
+        assert result.returncode != 0, value
+        assert "environment variable MRT_ROOT_PATH must be a URL prefix" in result.stderr, value
+        assert repr(value) in result.stderr, value
+    assert _settings_with(tmp_path, MRT_ROOT_PATH="").returncode == 0
