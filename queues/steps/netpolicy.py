@@ -28,8 +28,12 @@ here, under a :class:`FetchPolicy`:
   ``min_rate`` bytes per second over every ``rate_window`` seconds.
 
 Requests the system makes for itself (to Merritt's storage or inventory service on its own
-network) use :data:`SYSTEM`, which checks nothing about addresses but bounds the exchange the
-same way.
+network, Merritt's ingest, the alert webhook) use :data:`SYSTEM` or another policy with
+``restrict`` False, which checks nothing about addresses but bounds the exchange the same way.
+Those alone go through the HTTP proxy the environment names (``HTTP_PROXY``/``HTTPS_PROXY``,
+``NO_PROXY``, as urllib reads them): an ``http`` request in absolute form, an ``https`` one
+through a ``CONNECT`` tunnel, under the same deadline. A depositor's request never does: it goes
+to the address that was checked.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, Self
 from urllib.parse import unquote, urljoin, urlsplit
+from urllib.request import getproxies, proxy_bypass
 
 import certifi
 import urllib3
@@ -65,6 +70,7 @@ from urllib3.exceptions import (
     ResponseError,
     TimeoutError,
 )
+from urllib3.util import Url
 from urllib3.util.connection import allowed_gai_family
 from urllib3.util.retry import Retry
 
@@ -635,6 +641,54 @@ class _TLSPool(urllib3.HTTPSConnectionPool):
 
 
 @dataclass(frozen=True)
+class EnvironmentProxy:
+    """The HTTP proxy the environment names for a URL: its host and port, and the
+    ``Proxy-Authorization`` its URL's user and password make (empty without them)."""
+
+    host: str
+    port: int
+    authorization: str = ""
+
+    @property
+    def shown(self) -> str:
+        """The proxy as messages name it (never its credentials)."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def environment_proxy(url: str, scheme: str, host: str, port: int) -> EnvironmentProxy | None:
+    """The proxy ``HTTP_PROXY`` or ``HTTPS_PROXY`` (lower case first) names for ``url``, None
+    without one or when ``NO_PROXY`` names its host (urllib's ``getproxies`` and
+    ``proxy_bypass``, which on Linux read the environment). A proxy spoken to over plain HTTP
+    only: FetchRefused for another kind (``https://``, ``socks5://``) or a proxy URL that
+    cannot be read."""
+    proxies = getproxies()
+    value = proxies.get(scheme, "").strip()
+    if not value:
+        return None
+    netloc = f"[{host}]" if ":" in host else host
+    if proxy_bypass(f"{netloc}:{port}"):
+        return None
+    variable = f"{scheme.upper()}_PROXY"
+    if "://" not in value:
+        value = "http://" + value  # "proxy:3128", as urllib reads it
+    try:
+        parts = urlsplit(value)
+        proxy_port = parts.port or DEFAULT_PORTS["http"]
+    except ValueError:
+        raise FetchRefused(url, f"the proxy {variable} names cannot be read") from None
+    if parts.scheme.lower() != "http" or not parts.hostname:
+        raise FetchRefused(
+            url, f"{variable} must name an http:// proxy (host and port), not {parts.scheme}://"
+        )
+    proxy_host = _ascii_host(url, parts.hostname)
+    authorization = ""
+    if parts.username is not None:
+        credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        authorization = "Basic " + base64.b64encode(credentials.encode()).decode()
+    return EnvironmentProxy(proxy_host, proxy_port, authorization)
+
+
+@dataclass(frozen=True)
 class FetchPolicy:
     """What an outgoing request may reach and how long its body may take."""
 
@@ -681,10 +735,10 @@ class FetchPolicy:
             return None
         return _forbidden(ip)
 
-    def resolve(self, url: str, within: float | None = None) -> tuple[str, int, IPAddress]:
-        """The host, port and checked address ``url`` is fetched from; FetchRefused otherwise.
-        The name is looked up in ``within`` seconds at most (by default the policy's timeout):
-        TransferFailed past it."""
+    @staticmethod
+    def target(url: str) -> tuple[str, str, int]:
+        """The scheme, host (as it goes on the wire) and port of ``url``, nothing looked up;
+        FetchRefused for a URL the policy never fetches."""
         try:
             parts = urlsplit(url)
         except ValueError:  # "http://[::1/x": an IPv6 address not closed
@@ -698,7 +752,21 @@ class FetchPolicy:
             raise FetchRefused(url, "the URL has an invalid port") from None
         if not parts.hostname:
             raise FetchRefused(url, "the URL names no host")
-        host = _ascii_host(url, parts.hostname)
+        return scheme, _ascii_host(url, parts.hostname), port
+
+    def proxy_for(self, url: str) -> EnvironmentProxy | None:
+        """The environment's HTTP proxy for ``url`` under this policy: only the system's own
+        requests (``restrict`` False) take one; a depositor's goes to the address it checked."""
+        if self.restrict:
+            return None
+        scheme, host, port = self.target(url)
+        return environment_proxy(url, scheme, host, port)
+
+    def resolve(self, url: str, within: float | None = None) -> tuple[str, int, IPAddress]:
+        """The host, port and checked address ``url`` is fetched from; FetchRefused otherwise.
+        The name is looked up in ``within`` seconds at most (by default the policy's timeout):
+        TransferFailed past it."""
+        _scheme, host, port = self.target(url)
         try:
             infos = _look_up(host, port, self.timeout if within is None else within)
         except (socket.gaierror, UnicodeError) as exc:
@@ -785,16 +853,37 @@ class FetchPolicy:
         extra: Mapping[str, str] | None = None,
     ) -> tuple[urllib3.HTTPConnectionPool, urllib3.BaseHTTPResponse, _Alarm]:
         read_timeout = self._read_timeout(started)
-        host, port, ip = self.resolve(url, within=read_timeout)
+        proxy = self.proxy_for(url)
+        if proxy is None:
+            host, port, ip = self.resolve(url, within=read_timeout)
+        else:
+            # The proxy looks the URL's host up; here only the proxy's own name is.
+            _scheme, host, port = self.target(url)
+            ip = self._resolve_proxy(proxy, within=read_timeout)
         parts = urlsplit(url)
+        scheme = parts.scheme.lower()
         read_timeout = self._read_timeout(started)
         connect_timeout = min(self.timeout, read_timeout)
         timeout = urllib3.Timeout(connect=connect_timeout, read=read_timeout)
         alarm = _Alarm()
+        netloc_host = f"[{host}]" if ":" in host else host
+        host_header = netloc_host if port == DEFAULT_PORTS[scheme] else f"{netloc_host}:{port}"
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        proxy_headers = {}
+        if proxy is not None and proxy.authorization:
+            proxy_headers["Proxy-Authorization"] = proxy.authorization
         pool: urllib3.HTTPConnectionPool
-        if parts.scheme.lower() == "https":
+        if scheme == "https":
+            tunnel: dict[str, Any] = {}
+            if proxy is not None:
+                # A CONNECT tunnel to host:port through the proxy (at ``ip``), TLS inside it
+                # with the URL's host; the one socket, to the proxy, is the alarm's.
+                tunnel = {"_proxy": Url(scheme="http", host=str(ip), port=proxy.port)}
+                tunnel["_proxy_headers"] = proxy_headers
             pool = _TLSPool(
-                str(ip),
+                host if proxy is not None else str(ip),
                 port,
                 timeout=timeout,
                 retries=False,
@@ -804,14 +893,18 @@ class FetchPolicy:
                 cert_reqs="CERT_REQUIRED",
                 ca_certs=self.trusted(),
                 alarm=alarm,
+                **tunnel,
             )
         else:
-            pool = _Pool(str(ip), port, timeout=timeout, retries=False, maxsize=1, alarm=alarm)
-        netloc_host = f"[{host}]" if ":" in host else host
+            # To the proxy, the request in absolute form (forwarded), or to the checked address.
+            to_port = port if proxy is None else proxy.port
+            pool = _Pool(str(ip), to_port, timeout=timeout, retries=False, maxsize=1, alarm=alarm)
+            if proxy is not None:
+                target = f"http://{host_header}{target}"
         headers = {**self.headers, **(extra or {})}
-        headers["Host"] = (
-            netloc_host if port == DEFAULT_PORTS[parts.scheme.lower()] else f"{netloc_host}:{port}"
-        )
+        headers["Host"] = host_header
+        if proxy is not None and scheme == "http":
+            headers.update(proxy_headers)
         if parts.username is not None:
             # UTF-8, as RFC 7617 allows (urllib3's own encoding is Latin-1, and raises past it).
             credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
@@ -825,10 +918,13 @@ class FetchPolicy:
             # Sent as it is read, with its length: no chunked encoding, nothing held in memory.
             headers["Content-Length"] = str(body.length)
             data = body.chunks()
-        target = parts.path or "/"
-        if parts.query:
-            target += "?" + parts.query
-        where = f"{netloc_host}:{port}" if host == str(ip) else f"{netloc_host}:{port} ({ip})"
+        if proxy is not None:
+            shown = proxy.shown if proxy.host == str(ip) else f"{proxy.shown} ({ip})"
+            where = f"the proxy {shown} for {netloc_host}:{port}"
+        elif host == str(ip):
+            where = f"{netloc_host}:{port}"
+        else:
+            where = f"{netloc_host}:{port} ({ip})"
         self._arm_for_headers(alarm, started)
         try:
             response = pool.urlopen(
@@ -881,6 +977,18 @@ class FetchPolicy:
         else:
             alarm.arm(started + self.deadline, self._deadline_words())
         return pool, response, alarm
+
+    @staticmethod
+    def _resolve_proxy(proxy: EnvironmentProxy, within: float) -> IPAddress:
+        """The address of the environment's proxy, looked up in ``within`` seconds at most
+        (TransferFailed past it, or when it has none): the operator's own, not checked."""
+        try:
+            infos = _look_up(proxy.host, proxy.port, within)
+        except (socket.gaierror, UnicodeError) as exc:
+            raise TransferFailed(f"cannot resolve the proxy {proxy.host!r} ({exc})") from None
+        if not infos:
+            raise TransferFailed(f"the proxy {proxy.host!r} has no address")
+        return ipaddress.ip_address(infos[0][4][0])
 
     def _deadline_words(self) -> str:
         return f"took longer than the limit of {self.deadline:g}s"
