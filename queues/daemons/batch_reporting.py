@@ -173,6 +173,7 @@ class BatchReporting(BatchDaemon):
                 previous=previous,
                 state=state,
                 console_url=settings.MRT_CONSOLE_URL,
+                round_key=report.get("round") or round_key(batch),
             )
         except Exception as exc:
             detail = " ".join((str(exc).strip() or type(exc).__name__).split())

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
+from email.utils import parseaddr
 from typing import Any
 from urllib.parse import quote
 
@@ -396,8 +397,13 @@ def send_batch_summary(
     previous: Mapping[str, Any] | None,
     state: str,
     console_url: str,
+    round_key: str = "",
 ) -> int:
-    """Mail the batch summary to ``to`` with Django's mail backend; returns messages sent."""
+    """Mail the batch summary to ``to`` with Django's mail backend; returns messages sent.
+    ``round_key`` names the report (a batch's status and its version): the mail's Message-ID
+    is made of it (``summary_message_id``), so a summary sent again for the same report, by a
+    consumer that took the batch over from one killed between sending it and recording it,
+    is the same message to every mail system and reader that drops a repeated Message-ID."""
     if not to:
         return 0
     subject, body = batch_summary(
@@ -410,7 +416,24 @@ def send_batch_summary(
         state=state,
         console_url=console_url,
     )
-    return send(to, subject, body)
+    message_id = summary_message_id(batch_id, round_key) if round_key else None
+    return send(to, subject, body, message_id=message_id)
+
+
+def summary_message_id(batch_id: str, round_key: str) -> str:
+    """The Message-ID of a batch's summary for one report: the same on every host and every
+    try (RFC 5322 ``msg-id``: a dot-atom, then the domain of MRT_MAIL_FROM)."""
+    from django.conf import settings
+
+    sender = settings.MRT_MAIL_FROM or settings.DEFAULT_FROM_EMAIL
+    domain = parseaddr(sender)[1].rpartition("@")[2]
+    domain = _NOT_ATOM.sub("-", domain) or "merritt-queue-console"
+    left = _NOT_ATOM.sub("-", f"batch-summary.{batch_id}.{round_key}")
+    return f"<{left}@{domain}>"
+
+
+# Characters outside an RFC 5322 dot-atom (and "." kept): each becomes "-".
+_NOT_ATOM = re.compile(r"[^A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]")
 
 
 def mail_addresses(values: Iterable[object]) -> list[str]:
@@ -441,12 +464,13 @@ def one_line(text: str) -> str:
     return for_log(" ".join(text.split()))
 
 
-def send(to: Sequence[str], subject: str, body: str) -> int:
+def send(to: Sequence[str], subject: str, body: str, *, message_id: str | None = None) -> int:
     """Mail with Django's backend from MRT_MAIL_FROM to those of ``to`` that are addresses
-    (``mail_addresses``); returns messages sent; errors raise. The exchange with the mail server
-    has MAIL_EXCHANGES x its timeout in all (``queues.steps.smtp``)."""
+    (``mail_addresses``), under ``message_id`` when given (else one of Django's, new each
+    time); returns messages sent; errors raise. The exchange with the mail server has
+    MAIL_EXCHANGES x its timeout in all (``queues.steps.smtp``)."""
     from django.conf import settings
-    from django.core.mail import get_connection, send_mail
+    from django.core.mail import EmailMessage, get_connection
 
     addresses = mail_addresses(to)
     left = [value for value in to if str(value).strip() not in addresses]
@@ -461,7 +485,15 @@ def send(to: Sequence[str], subject: str, body: str) -> int:
     connection = get_connection(fail_silently=False, timeout=timeout)
     with exchange_deadline(MAIL_EXCHANGES * timeout) as alarm:
         try:
-            return send_mail(one_line(subject), body, sender, addresses, connection=connection)
+            message = EmailMessage(
+                one_line(subject),
+                body,
+                sender,
+                addresses,
+                connection=connection,
+                headers={"Message-ID": message_id} if message_id else None,
+            )
+            return message.send()
         except OSError as exc:
             if alarm.fired:
                 raise smtplib.SMTPServerDisconnected(f"mail exchange {alarm.reason}") from exc

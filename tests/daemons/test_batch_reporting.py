@@ -73,6 +73,34 @@ def test_a_rerun_after_mailing_does_not_mail_again(zk, mailoutbox) -> None:
     assert len(mailoutbox) == 1
 
 
+def test_a_summary_sent_again_for_the_same_report_is_the_same_message(zk, mailoutbox) -> None:
+    """A consumer killed between sending the summary and recording ``mailed`` leaves the mail
+    to be sent again by the next: it goes under the same Message-ID, which mail systems and
+    readers take for the same message. Another report of the batch is another message."""
+    bid, jids = _batch(zk, ["Completed", "Failed"], state="Reporting")
+    worker = BatchReporting(zk=zk)
+    batch = worker.claim()
+    assert batch is not None
+    worker.work(batch)
+    batches.batch_report_update(zk, bid, {"mailed": False})  # killed before recording it
+    worker.unlock(batch)
+    worker.run_once()
+    assert batch_load(zk, bid).state == "Failed"
+    first, again = (m.message()["Message-ID"] for m in mailoutbox)
+    assert first == again
+    assert first.startswith(f"<batch-summary.{bid}.Reporting-") and first.endswith(">")
+
+    moves.job_resume(jid=jids[1])
+    moves.batch_update_reporting(bid=bid)
+    job = job_load(zk, jids[1])
+    while job.state != "Completed":
+        job = job_transition(zk, job, JOB_STEPS[JOB_STEPS.index(job.state) + 1])
+    assert daemon(zk, "batch-update-reporting").run_once()
+    update = mailoutbox[2].message()["Message-ID"]
+    assert update.startswith(f"<batch-summary.{bid}.UpdateReporting-")
+    assert update != first
+
+
 def test_sweep_moves_a_finished_processing_batch_to_reporting(zk, mailoutbox) -> None:
     bid, _jids = _batch(zk, ["Completed", "Completed"])
     # The batch is Processing with no job left working (e.g. an operator failed the last one).

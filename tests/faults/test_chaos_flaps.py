@@ -210,6 +210,37 @@ def test_a_summary_mail_that_is_not_the_batch_final_outcome_is_a_violation(
     ]
 
 
+def test_summary_mails_are_counted_by_message_id(tmp_path: Path) -> None:
+    """A summary sent again under its Message-ID (a consumer killed between sending it and
+    recording it) is one summary; another Message-ID is another."""
+    connection = get_connection(
+        "django.core.mail.backends.filebased.EmailBackend", file_path=str(tmp_path)
+    )
+    for bid, message_id in (
+        ("bid0000000001", "<batch-summary.bid0000000001.Reporting-3@example.org>"),
+        ("bid0000000001", "<batch-summary.bid0000000001.Reporting-3@example.org>"),
+        ("bid0000000002", "<batch-summary.bid0000000002.Reporting-3@example.org>"),
+        ("bid0000000002", "<batch-summary.bid0000000002.Reporting-4@example.org>"),
+    ):
+        mail = EmailMessage(
+            f"Merritt batch {bid} completed: A title (1/1 ok)",
+            "text",
+            "a@example.org",
+            ["b@example.org"],
+            headers={"Message-ID": message_id},
+        )
+        connection.send_messages([mail])
+    sent = judge.mails(tmp_path)
+    assert {bid: sum(ids.values()) for bid, ids in sent.items()} == {
+        "bid0000000001": 2,
+        "bid0000000002": 2,
+    }
+    assert {bid: len(ids) for bid, ids in sent.items()} == {
+        "bid0000000001": 1,
+        "bid0000000002": 2,
+    }
+
+
 def test_a_good_batch_failed_at_its_manifest_is_a_violation_a_hostile_one_is_not(zk: Any) -> None:
     # As the first 1,000-job run with flaps found: a batch whose manifest URL answered 503 went
     # to Failed at once, and made none of its jobs.
