@@ -27,7 +27,7 @@ from queues.steps import merritt_ingest_client as ingest_client
 from queues.steps import submission as submission_steps
 from queues.steps.fetch import DownloadError, local_path
 from queues.steps.netpolicy import FetchRefused, TooSlow
-from queues.steps.profiles import ProfileError, ProfileNotFound, load_profile
+from queues.steps.profiles import Profile, ProfileError, ProfileNotFound, load_profile
 from queues.steps.uploads import remove_uploads
 from queues.zk import paths as zpaths
 from queues.zk.access import (
@@ -283,12 +283,12 @@ def _check_submission(
         raise ValueError("; ".join(problems.values()))
 
 
-def _check_profile_here(name: str) -> None:
-    """The batch's profile is one this installation has and can read: its batch-pending step
+def _check_profile_here(name: str) -> Profile:
+    """The batch's profile, one this installation has and can read: its batch-pending step
     reads it first, and would fail the batch a moment after the submitter was told it was
     accepted. (Under MRT_BATCH_INTAKE=merritt the profiles are ingest's, not checked here.)"""
     try:
-        load_profile(name)
+        return load_profile(name)
     except ProfileNotFound:
         raise ValueError(
             f"no profile named {name!r} here (none in this installation's MRT_PROFILES_DIR): "
@@ -341,7 +341,7 @@ def batch_submit(
         digest_value=digest_value,
         filename=filename,
     )
-    _check_profile_here(profile)
+    profile_here = _check_profile_here(profile)
     submission_type = submission_steps.canonical_type(submission_type)
     submission: dict[str, Any] = {
         "profile": profile,
@@ -361,7 +361,11 @@ def batch_submit(
         submission["digest"] = {"alg": digest_alg.lower(), "value": digest_value.lower()}
     submission.update(extra or {})
     # Merritt ingest's keys beside the console's (its readers need them): type, update, ...
-    submission.update(submission_steps.merritt_submission_keys(submission))
+    submission.update(
+        submission_steps.merritt_submission_keys(
+            submission, profile_format=profile_here.notification_format
+        )
+    )
     return batch_create(client(), submission=submission).bid
 
 

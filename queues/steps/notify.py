@@ -158,15 +158,17 @@ def merritt_job_state(
     return {"job:jobState": state}
 
 
-def notification_format(job_value: object, profile_value: object) -> str:
+def notification_format(job_value: object, profile_value: object, *, default: str = "json") -> str:
     """The format of a job's callback, chosen as Merritt's ingest chooses it: the job's
     ``notificationFormat`` when it names one of Merritt's format types exactly, else the
     profile's ``NotificationFormat`` likewise, else ``json``. A value that names none (``XML``,
-    ``turtle``, a number) counts as not given."""
+    ``turtle``, a number) counts as not given. Merritt's batch handler chooses a batch's
+    ``notificationFormat`` the same way from the request's and the profile's, with ``xml``
+    as its ``default`` (docs/merritt-services.md, "Callbacks")."""
     for value in (job_value, profile_value):
         if isinstance(value, str) and value in MERRITT_FORMAT_TYPES:
             return value
-    return "json"
+    return default
 
 
 def _state_fields(state: Mapping[str, Any]) -> tuple[str, list[tuple[str, str]]]:

@@ -30,6 +30,7 @@ from queues.steps.checkm import (
     text_problem,
 )
 from queues.steps.merritt_wire import is_ark_answer
+from queues.steps.notify import notification_format
 
 PayloadType = Literal["file", "container", "object-manifest"]
 PAYLOAD_TYPES: tuple[PayloadType, ...] = ("file", "container", "object-manifest")
@@ -197,7 +198,9 @@ def processing_problem(config: Mapping[str, Any]) -> str | None:
     return payload_elsewhere_reason(config)
 
 
-def merritt_submission_keys(submission: Mapping[str, Any]) -> dict[str, Any]:
+def merritt_submission_keys(
+    submission: Mapping[str, Any], *, profile_format: object = None
+) -> dict[str, Any]:
     """Merritt ingest's keys for a batch ``submission`` written with the console's keys.
 
     Merritt's ingest writes ``type`` with its own name (``manifest``, ``batchManifest``, ...),
@@ -207,6 +210,11 @@ def merritt_submission_keys(submission: Mapping[str, Any]) -> dict[str, Any]:
     ``title``, ``creator``, ``date``, ``localID`` share the console's names. The console's own
     type name stays as ``submission_type``. Values already present (``update`` from an update
     request, a ``submissionDate``) are kept; a size given as text becomes its number.
+
+    ``notificationFormat`` is what Merritt's batch handler writes: the request's when it names
+    one of Merritt's format types exactly, else the profile's ``NotificationFormat``
+    (``profile_format``) likewise, else ``xml``; a request's value that names none is dropped,
+    as Merritt drops it (docs/merritt-services.md, "Callbacks").
     """
     ours = canonical_type(
         str(submission.get("submission_type") or submission.get("type") or "file")
@@ -216,7 +224,9 @@ def merritt_submission_keys(submission: Mapping[str, Any]) -> dict[str, Any]:
         "submission_type": ours,
         "update": submission.get("update") is True,
         "submissionDate": submission.get("submissionDate") or merritt.java_date_text(),
-        "notificationFormat": submission.get("notificationFormat") or "xml",
+        "notificationFormat": notification_format(
+            submission.get("notificationFormat"), profile_format, default="xml"
+        ),
         "size": size_number(submission.get("size")) or 0,
     }
     primary = _text(submission.get("primaryID") or submission.get("objectID"))

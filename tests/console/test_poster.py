@@ -161,6 +161,50 @@ def test_merritt_type_names_map_to_ours(zk, operator_key, merritt, ours) -> None
     }.get(ours, ours)
 
 
+# A Merritt (ANVL) profile whose NotificationFormat the test chooses (tests/steps/test_profiles.py
+# has a whole one).
+ANVL_PROFILE = """\
+ProfileID: {name}
+Identifier-scheme: ARK
+Identifier-namespace: 99999
+Collection.1: ark:/13030/m5demo01
+Notification.1: curator@example.org
+StorageService: http://store.example.org:35121
+StorageNode: 9501
+ObjectMinterURL: https://ezid.cdlib.org/shoulder/ark:/99999/fk4
+NotificationFormat: {fmt}
+"""
+
+
+@pytest.mark.parametrize(
+    ("asked", "profile_format", "written"),
+    [
+        (None, "anvl", "anvl"),  # none asked: the profile's
+        ("json", "anvl", "json"),  # the request's first
+        ("XML", "anvl", "anvl"),  # not one of Merritt's names (case counts): as if not asked
+        ("turtle", "anvl", "anvl"),  # FormatType no longer names it
+        (None, "turtle", "xml"),  # neither valid: Merritt's default
+        ("JSON", "Anvl", "xml"),
+    ],
+)
+def test_the_batch_notification_format_is_the_requests_else_the_profiles_else_xml(
+    zk, operator_key, settings, tmp_path, asked, profile_format, written
+) -> None:
+    """What Merritt's batch handler writes into every batch (HandlerSubmit): the notification
+    format its Notify later posts the callback in."""
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    (folder / "anvl_letters.txt").write_text(
+        ANVL_PROFILE.format(name="anvl_letters", fmt=profile_format)
+    )
+    settings.MRT_PROFILES_DIR = folder
+
+    response = post(operator_key, fields(profile="anvl_letters", notificationFormat=asked))
+
+    assert response.status_code == 200, response.content
+    assert submitted(zk, response).submission["notificationFormat"] == written
+
+
 def test_upload_is_kept_in_the_batch_folder_and_read_by_the_first_step(
     zk, operator_key, settings
 ) -> None:
