@@ -42,7 +42,12 @@ from queues.steps.minting import (
     MintError,
     ark_metadata,
 )
-from queues.steps.notify import mail_addresses, merritt_job_state
+from queues.steps.notify import (
+    DUBLIN_CORE,
+    mail_addresses,
+    merritt_hash_algorithm,
+    merritt_job_state,
+)
 from queues.steps.profiles import Profile, ProfileError, load_profile
 from queues.steps.storage import HttpStorage, LocalStorage, ManifestExport, StorageClient
 from queues.zk.counters import counter_next
@@ -256,32 +261,33 @@ def record_local_id(ark: str, local_id: str | None, profile_name: str | None) ->
 
 def callback_state(job: Any, *, status: str = "COMPLETED", message: str = "") -> dict[str, Any]:
     """The JSON job state Merritt's ingest posts to ``{CallbackURL}/mc/{jobID}``, for a job
-    record (queues.zk.records.Job), in Merritt's configuration keys where the job has them."""
+    record (queues.zk.records.Job), filled as Merritt's Notify step fills it
+    (docs/merritt-services.md, "Callbacks"): from the job's configuration (``filename``,
+    ``digestType``/``digestValue``, ``creator``, ``title``, ``date``, ``note``, ``DC*``) and its
+    identifiers; the submission date is the moment of the Notify step, as Merritt's ingest
+    sets it at the start of each step. Merritt's Notify sets no label, consumption or
+    completion date, version, object note or type, and a persistent URL only from a setting
+    of ingest's this console does not have: those are left out, as Merritt leaves out nulls."""
     config = job.configuration or {}
-    meta = job.metadata or {}
-    inventory_node = job.inventory or {}
 
-    def text(*values: Any) -> str | None:
-        return next((v.strip() for v in values if isinstance(v, str) and v.strip()), None)
+    def text(value: Any) -> str | None:
+        return value if isinstance(value, str) and value.strip() else None
 
-    version = inventory_node.get("version")
     return merritt_job_state(
         job_id=job.jid,
-        batch_id=text(config.get("batchID"), config.get("batch_uuid")) or job.bid,
         status=status,
+        package_name=text(config.get("filename")),
+        submitted=datetime.now().astimezone(),
+        message=message or None,
         primary_id=job.primary_id or None,
         local_ids=job.local_ids,
-        package_name=text(config.get("filename")),
-        title=text(meta.get("erc_what"), config.get("title")),
-        creator=text(meta.get("erc_who"), config.get("creator")),
-        date=text(meta.get("erc_when"), config.get("date")),
-        version=version if isinstance(version, int) else None,
-        object_state=text(inventory_node.get("manifest_url")),
-        submitter=job.submitter or None,
-        profile=job.profile or None,
-        submitted=job.created,
-        completed=datetime.now().astimezone(),
-        message=message or None,
+        hash_algorithm=merritt_hash_algorithm(config.get("digestType")),
+        hash_value=text(config.get("digestValue")),
+        creator=text(config.get("creator")),
+        title=text(config.get("title")),
+        date=text(config.get("date")),
+        note=text(config.get("note")),
+        dublin_core={name: text(config.get(f"DC{name}")) for name in DUBLIN_CORE},
     )
 
 

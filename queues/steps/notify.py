@@ -113,45 +113,88 @@ def job_callback_url(callback_url: str, job_id: str) -> str:
     return f"{callback_url.rstrip('/')}/mc/{quote(job_id, safe='')}"
 
 
+# The Dublin Core elements Merritt's job state carries (``getDCcontributor`` ... ``getDCtype``),
+# each shown as ``dC<element>`` and read from the job configuration's ``DC<element>``.
+DUBLIN_CORE = (
+    *("contributor", "coverage", "creator", "date", "description", "format", "identifier"),
+    *("language", "publisher", "relation", "rights", "source", "subject", "title", "type"),
+)
+# Merritt's DigestEnum names (mrt-ingest utility/DigestEnum.java): ``digestType`` upper-cased is
+# looked up among them; "Alder-32" (sic) can never match an upper-cased name.
+MERRITT_HASH_ALGORITHMS = ("CRC-32", "MD2", "MD5", "SHA-1", "SHA-256", "SHA-384", "SHA-512")
+
+
+def merritt_hash_algorithm(digest_type: object) -> str | None:
+    """The ``hashAlgorithm`` Merritt's job state shows for a configuration's ``digestType``:
+    its DigestEnum name when the type, upper-cased, is one (``md5`` -> ``MD5``, ``sha-256`` ->
+    ``SHA-256``), else None (``sha256``: Merritt's getter then throws and the property is left
+    out)."""
+    if not isinstance(digest_type, str):
+        return None
+    name = digest_type.upper()
+    return name if name in MERRITT_HASH_ALGORITHMS else None
+
+
+def _date_text(moment: datetime | None) -> str | None:
+    # DateState's text: ISO 8601 to the second with the zone's offset.
+    return moment.astimezone().isoformat(timespec="seconds") if moment else None
+
+
 def merritt_job_state(
     *,
     job_id: str,
-    batch_id: str,
     status: str = "COMPLETED",
-    primary_id: str | None = None,
-    local_ids: Sequence[str] = (),
+    label: str | None = None,
     package_name: str | None = None,
-    title: str | None = None,
-    creator: str | None = None,
-    date: str | None = None,
-    version: int | None = None,
-    object_state: str | None = None,
-    submitter: str | None = None,
-    profile: str | None = None,
     submitted: datetime | None = None,
+    consumed: datetime | None = None,
     completed: datetime | None = None,
     message: str | None = None,
+    primary_id: str | None = None,
+    local_ids: Sequence[str] = (),
+    version: int | None = None,
+    hash_algorithm: str | None = None,
+    hash_value: str | None = None,
+    creator: str | None = None,
+    title: str | None = None,
+    date: str | None = None,
+    object_note: str | None = None,
+    object_type: str | None = None,
+    note: str | None = None,
+    metacat_status: str | None = None,
+    persistent_url: str | None = None,
+    dublin_core: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """The JSON job state Merritt's ingest posts to a callback: one ``job:jobState`` object
-    whose keys are the job's properties with the ``job:`` prefix (absent ones left out).
-    Local ids are joined with ``"; "``, as ingest keeps several."""
+    whose keys are the properties Merritt's ``JobState`` displays, with the ``job:`` prefix,
+    absent ones left out (docs/merritt-services.md, "Callbacks"). The order is that of
+    JobState's getters in its source (Merritt's own order is not established). Local ids are
+    joined with ``;`` as Merritt's ingest joins a job's local ids, repeats dropped;
+    ``dublin_core`` maps an element (``title``) to its value (shown as ``dCtitle``)."""
+    dc = dublin_core or {}
     fields: dict[str, Any] = {
         "jobID": job_id,
-        "batchID": batch_id,
-        "jobStatus": status,
-        "primaryID": primary_id,
-        "localID": "; ".join(i for i in local_ids if i) or None,
+        "jobLabel": label,
         "packageName": package_name,
-        "objectTitle": title,
-        "objectCreator": creator,
-        "objectDate": date,
-        "versionID": version,
-        "objectState": object_state,
-        "userAgent": submitter,
-        "objectProfile": profile,
-        "submissionDate": submitted.isoformat(timespec="seconds") if submitted else None,
-        "completionDate": completed.isoformat(timespec="seconds") if completed else None,
+        "submissionDate": _date_text(submitted),
+        "consumptionDate": _date_text(consumed),
+        "completionDate": _date_text(completed),
+        "jobStatus": status,
         "jobStatusMessage": message,
+        "primaryID": primary_id,
+        "localID": ";".join(dict.fromkeys(i for i in local_ids if i)) or None,
+        "versionID": version,
+        "hashAlgorithm": hash_algorithm,
+        "hashValue": hash_value,
+        "objectCreator": creator,
+        "objectTitle": title,
+        "objectDate": date,
+        "objectNote": object_note,
+        "objectType": object_type,
+        "note": note,
+        "metacatStatus": metacat_status,
+        "persistentURL": persistent_url,
+        **{f"dC{element}": dc.get(element) for element in DUBLIN_CORE},
     }
     state: dict[str, Any] = {"xmlns:job": JOB_STATE_NAMESPACE}
     state.update({f"job:{k}": v for k, v in fields.items() if v not in (None, "")})

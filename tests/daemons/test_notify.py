@@ -73,6 +73,50 @@ def test_the_callback_is_in_the_jobs_notification_format(
     assert b"<job:jobStatus>COMPLETED</job:jobStatus>" in body
 
 
+def test_the_callback_tells_what_merritts_job_state_displays(
+    zk, files: FileServer, profiles: Path
+) -> None:
+    # Filled from the job's configuration and identifiers, as Merritt's Notify fills its
+    # JobState; what that JobState no longer displays (batch ID, submitter, profile, object
+    # state) is not told.
+    _with_callback(profiles, files.url + "/hook")
+    job = make_job(
+        zk,
+        {
+            "payload_url": "http://x/a.txt",
+            "type": "file",
+            "batchID": "bid-8c6d2d4e",
+            "filename": "a.txt",
+            "title": "Letter one",
+            "creator": "Ada Lovelace",
+            "note": "from a script",
+            "DCtitle": "Letter one, 1843",
+            "notificationFormat": "json",
+        },
+        state="Notify",
+        identifiers={"primary_id": "ark:/99999/fk4a", "local_id": ["letters-001"]},
+    )
+    daemon(zk, "notify").run_once()
+    assert job_load(zk, job.jid).state == "Completed"
+    [(_path, body)] = files.posts
+    state = json.loads(body)["job:jobState"]
+    assert set(state) == {
+        "xmlns:job",
+        "job:jobID",
+        "job:packageName",
+        "job:submissionDate",
+        "job:jobStatus",
+        "job:primaryID",
+        "job:localID",
+        "job:objectCreator",
+        "job:objectTitle",
+        "job:note",
+        "job:dCtitle",
+    }
+    assert (state["job:primaryID"], state["job:localID"]) == ("ark:/99999/fk4a", "letters-001")
+    assert (state["job:note"], state["job:dCtitle"]) == ("from a script", "Letter one, 1843")
+
+
 def test_without_a_callback_the_job_simply_completes(zk) -> None:
     job = _notify_job(zk)
     daemon(zk, "notify").run_once()

@@ -40,15 +40,26 @@ def _job() -> Job:
         space_needed=0,
         configuration={
             "batchID": "bid-8c6d2d4e",
+            "jobID": JID,
             "profile": "demo",
             "submitter": "jdoe",
             "filename": "notes.zip",
             "title": "Field notes",
+            "creator": "Doe, Jane",
+            "date": "1843",
+            "note": "from a script",
+            "digestType": "md5",
+            "digestValue": "0cc175b9c0f1b6a831c399e269772661",
+            "DCtitle": "Field notes, 1843",
+            "DCrights": "CC-BY",
+            "DCbogus": "not a Dublin Core element",
+            "notificationFormat": "json",
+            "responseForm": "xml",
         },
         status=Status({"status": "Notify"}, 0, stamp),
         created=stamp,
-        identifiers={"primary_id": "ark:/99999/fk4x", "local_id": ["n-1", "n-2"]},
-        metadata={"erc_who": "Doe, Jane"},
+        identifiers={"primary_id": "ark:/99999/fk4x", "local_id": ["n-1", "n-2", "n-1"]},
+        metadata={"erc_who": "someone else", "erc_what": "another title"},
         inventory={"manifest_url": "http://s/manifest/9501/ark%3A%2F99999%2Ffk4x", "version": 3},
     )
 
@@ -61,27 +72,55 @@ def test_the_job_state_goes_to_mc_and_the_job_id(receiver: CallbackReceiver) -> 
     assert request.path == f"/hooks/mc/{JID}"
     assert request.content_type == "application/json"
     state = receiver.received[JID]["job:jobState"]
-    assert {k: v for k, v in state.items() if k not in ("job:completionDate",)} == {
+    # The properties Merritt's JobState displays, filled as its Notify step fills them: the
+    # job's configuration and identifiers. Batch ID, submitter, profile and object state are
+    # no longer displayed; version and completion date are not set by Merritt's Notify.
+    assert {k: v for k, v in state.items() if k != "job:submissionDate"} == {
         "xmlns:job": "http://uc3.cdlib.org/ontology/mrt/ingest/job",
         "job:jobID": JID,
-        "job:batchID": "bid-8c6d2d4e",
+        "job:packageName": "notes.zip",
         "job:jobStatus": "COMPLETED",
         "job:primaryID": "ark:/99999/fk4x",
-        "job:localID": "n-1; n-2",
-        "job:packageName": "notes.zip",
-        "job:objectTitle": "Field notes",
+        "job:localID": "n-1;n-2",
+        "job:hashAlgorithm": "MD5",
+        "job:hashValue": "0cc175b9c0f1b6a831c399e269772661",
         "job:objectCreator": "Doe, Jane",
-        "job:versionID": 3,
-        "job:objectState": "http://s/manifest/9501/ark%3A%2F99999%2Ffk4x",
-        "job:userAgent": "jdoe",
-        "job:objectProfile": "demo",
-        "job:submissionDate": _job().created.isoformat(timespec="seconds"),
+        "job:objectTitle": "Field notes",
+        "job:objectDate": "1843",
+        "job:note": "from a script",
+        "job:dCrights": "CC-BY",
+        "job:dCtitle": "Field notes, 1843",
     }
+    # Merritt's ingest sets the submission date when each step starts: the Notify step's, not
+    # the job's creation; DateState's text, to the second with the zone's offset.
+    submitted = datetime.fromisoformat(state["job:submissionDate"])
+    assert submitted.utcoffset() is not None and submitted.microsecond == 0
+    assert submitted != _job().created
+
+
+@pytest.mark.parametrize(
+    ("digest_type", "shown"),
+    [
+        ("md5", "MD5"),
+        ("SHA-256", "SHA-256"),
+        ("sha-512", "SHA-512"),
+        ("sha256", None),
+        (None, None),
+    ],
+)
+def test_the_hash_algorithm_is_merritts_digest_name_or_left_out(
+    digest_type: str | None, shown: str | None
+) -> None:
+    job = _job()
+    job.configuration["digestType"] = digest_type
+    state = clients.callback_state(job)["job:jobState"]
+    assert state.get("job:hashAlgorithm") == shown
+    assert state["job:hashValue"] == "0cc175b9c0f1b6a831c399e269772661"
 
 
 def test_credentials_in_the_callback_url_become_basic_auth(receiver: CallbackReceiver) -> None:
     url = receiver.url.replace("http://", "http://depositor:pw@") + "/cb"
-    post_job_callback(url, JID, merritt_job_state(job_id=JID, batch_id="b"))
+    post_job_callback(url, JID, merritt_job_state(job_id=JID))
 
     [request] = receiver.seen("POST")
     assert request.headers["Authorization"] == "Basic " + base64.b64encode(b"depositor:pw").decode()
@@ -90,7 +129,7 @@ def test_credentials_in_the_callback_url_become_basic_auth(receiver: CallbackRec
 def test_a_refusal_is_named_and_not_repeated(receiver: CallbackReceiver) -> None:
     receiver.status = 403
     with pytest.raises(CallbackError) as refused:
-        post_job_callback(receiver.url, JID, merritt_job_state(job_id=JID, batch_id="b"))
+        post_job_callback(receiver.url, JID, merritt_job_state(job_id=JID))
     assert refused.value.status == 403
     assert str(refused.value) == f"callback {receiver.url}/mc/{JID}: HTTP 403"
     assert len(receiver.seen("POST")) == 1
@@ -99,9 +138,7 @@ def test_a_refusal_is_named_and_not_repeated(receiver: CallbackReceiver) -> None
 def test_a_failing_receiver_is_asked_again_then_named(receiver: CallbackReceiver) -> None:
     receiver.status = 503
     with pytest.raises(CallbackError, match="HTTP 503"):
-        post_job_callback(
-            receiver.url, JID, merritt_job_state(job_id=JID, batch_id="b"), retries=2, backoff=0
-        )
+        post_job_callback(receiver.url, JID, merritt_job_state(job_id=JID), retries=2, backoff=0)
     assert len(receiver.seen("POST")) == 3
 
 
@@ -123,7 +160,6 @@ HOSTILE = "Notes & <draft> \"one\" 'two'\njobStatus: FAILED\r\tend\x01"
 def _hostile_state() -> dict:
     return merritt_job_state(
         job_id=JID,
-        batch_id="bid-1",
         status="COMPLETED",
         primary_id="ark:/99999/fk4x",
         local_ids=["n-1"],
@@ -162,13 +198,12 @@ def test_an_xml_callback_is_merritts_xml_with_outside_text_escaped(
         '<?xml version="1.0" encoding="UTF-8"?>\n'
         "<job:jobState xmlns:job='http://uc3.cdlib.org/ontology/mrt/ingest/job'>\n"
         f"    <job:jobID>{JID}</job:jobID>\n"
-        "    <job:batchID>bid-1</job:batchID>\n"
         "    <job:jobStatus>COMPLETED</job:jobStatus>\n"
         "    <job:primaryID>ark:/99999/fk4x</job:primaryID>\n"
         "    <job:localID>n-1</job:localID>\n"
+        "    <job:versionID>3</job:versionID>\n"
         "    <job:objectTitle>Notes &amp; &lt;draft&gt; &quot;one&quot; &apos;two&apos;"
         "&#10;jobStatus: FAILED&#13;&#9;end</job:objectTitle>\n"
-        "    <job:versionID>3</job:versionID>\n"
         "</job:jobState>"
     )
     # Well-formed, the namespace declared; our own body, no DTD.
@@ -186,12 +221,11 @@ def test_an_anvl_callback_is_one_line_a_property(receiver: CallbackReceiver) -> 
     assert request.content_type == "application/json"
     assert request.body.decode() == (
         f"jobID: {JID}\n"
-        "batchID: bid-1\n"
         "jobStatus: COMPLETED\n"
         "primaryID: ark:/99999/fk4x\n"
         "localID: n-1\n"
-        "objectTitle: Notes & <draft> \"one\" 'two' jobStatus: FAILED \tend\x01\n"
         "versionID: 3\n"
+        "objectTitle: Notes & <draft> \"one\" 'two' jobStatus: FAILED \tend\x01\n"
     )
     keys = [line.split(":", 1)[0] for line in request.body.decode().splitlines()]
     assert keys.count("jobStatus") == 1
