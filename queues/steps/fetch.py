@@ -34,6 +34,7 @@ from queues.steps.netpolicy import (
     FetchPolicy,
     FetchRefused,
     OpenResponse,
+    Repeats,
     TooSlow,
     TransferFailed,
     short_error,
@@ -110,6 +111,10 @@ class _Retry(Exception):
     """An attempt failed in a way that another attempt may fix."""
 
 
+class _TooSlowError(DownloadError):
+    """The server was slower than the policy allows (``TooSlow``): its deadline or its rate."""
+
+
 @dataclass(frozen=True)
 class DownloadResult:
     url: str
@@ -163,19 +168,33 @@ def local_path(url: str, *, file_roots: Sequence[Path] | None = None) -> Path:
     return path
 
 
-def _retrying(url: str, attempt: Callable[[], T], *, retries: int, backoff: float) -> T:
-    number = 0
+def _retrying(url: str, attempt: Callable[[], T], repeats: Repeats) -> T:
+    """``attempt()`` until it succeeds, repeated after an outage (``_Retry``) as ``repeats``
+    allow: never past the exchange's deadline. An outage given up on is raised as one (the job
+    waits and tries again later, ``queues.core.retries``), and so is a repeat of one that the
+    deadline cut off: the server was away, not too slow."""
+    outage: _Retry | None = None
     while True:
         try:
             return attempt()
         except _Retry as exc:
-            if number >= retries:
-                tries = "attempt" if retries == 0 else f"{retries + 1} attempts"
-                raise DownloadError(url, f"{exc} (gave up after {tries})") from unavailable(
-                    service_at("depositor", url), str(exc), probe=origin_of(url)
-                )
-        time.sleep(backoff * 2**number)
-        number += 1
+            outage = exc
+            if repeats.spent:
+                tries = "attempt" if repeats.retries == 0 else repeats.attempts
+                given_up = f"gave up after {tries}"
+            else:
+                why = repeats.wait()
+                if why is None:
+                    continue
+                given_up = f"gave up after {repeats.attempts}: {why}"
+            reason = str(exc)
+        except _TooSlowError as exc:
+            if outage is None or repeats.left() != 0:
+                raise
+            reason, given_up = f"{outage}, then {exc.reason}", f"gave up after {repeats.attempts}"
+        raise DownloadError(url, f"{reason} ({given_up})") from unavailable(
+            service_at("depositor", url), reason, probe=origin_of(url)
+        )
 
 
 def _policy(policy: FetchPolicy | None, timeout: float) -> FetchPolicy:
@@ -196,7 +215,7 @@ def _get(url: str, policy: FetchPolicy, started: float) -> Iterator[OpenResponse
     except FetchRefused as exc:
         raise DownloadError(url, exc.reason) from None
     except TooSlow as exc:
-        raise DownloadError(url, exc.reason) from None
+        raise _TooSlowError(url, exc.reason) from None
     with response:
         if response.status >= 500 or response.status in RETRY_STATUSES:
             raise _Retry(f"HTTP {response.status} {response.reason}")
@@ -212,7 +231,7 @@ def _chunks(url: str, response: OpenResponse) -> Iterator[bytes]:
         raise _Retry(str(exc)) from None
     except TooSlow as exc:
         # A server this slow is not retried: it would hold a download slot for as long again.
-        raise DownloadError(url, exc.reason) from None
+        raise _TooSlowError(url, exc.reason) from None
 
 
 def head_size(
@@ -301,7 +320,7 @@ def fetch_bytes(
                     raise DownloadError(url, f"larger than the limit of {max_bytes} bytes")
             return bytes(body)
 
-    return _retrying(url, attempt, retries=retries, backoff=backoff)
+    return _retrying(url, attempt, rules.repeats(retries, backoff, started))
 
 
 def fetch_text(
@@ -363,9 +382,11 @@ def download(
     """Fetch ``url`` into ``dest``, verifying the depositor's digest and size when given.
 
     Connection errors, timeouts and 5xx are retried ``retries`` times with back-off
-    ``backoff * 2**n`` seconds; 4xx, a digest mismatch, a size mismatch, a refusal by the
-    policy, a body slower than the policy allows or one over ``budget`` fail at once because
-    asking again will give the same answer.
+    ``backoff * 2**n`` seconds, inside the policy's deadline (all attempts): a repeat whose
+    back-off would end past it is not made, and the DownloadError is the outage (the job tries
+    again later). 4xx, a digest mismatch, a size mismatch, a refusal by the policy, a body
+    slower than the policy allows or one over ``budget`` fail at once because asking again will
+    give the same answer; but the deadline spent in the repeat of an outage is that outage.
     """
     dest.parent.mkdir(parents=True, exist_ok=True)
     budget = budget or Budget(None)
@@ -406,7 +427,7 @@ def download(
 
     if _scheme(url) != "file":
         _require_http(url)
-    part, size, digests = _retrying(url, attempt, retries=retries, backoff=backoff)
+    part, size, digests = _retrying(url, attempt, rules.repeats(retries, backoff, started))
     try:
         if expected_size is not None and size != expected_size:
             raise DownloadError(url, f"got {size} bytes, expected {expected_size}")

@@ -26,6 +26,10 @@ here, under a :class:`FetchPolicy`:
 - the response headers must arrive within one ``rate_window`` when a ``min_rate`` is set (a few
   hundred bytes that take a whole window are below any sensible rate), and the body must keep
   ``min_rate`` bytes per second over every ``rate_window`` seconds.
+- an exchange repeated attempt by attempt (a depositor's download, a callback) opens every
+  attempt with its first one's ``started``, so the ``deadline`` bounds them all, and waits its
+  back-off only when the wait ends before the deadline (``FetchPolicy.repeats``): a repeat begun
+  past it would only be cut off, an outage then looking like a server too slow.
 
 Requests the system makes for itself (to Merritt's storage or inventory service on its own
 network, Merritt's ingest, the alert webhook) use :data:`SYSTEM` or another policy with
@@ -450,20 +454,63 @@ def exchange_left() -> float | None:
     return None if alarm is None else alarm.left()
 
 
+def past_deadline(wait: float, left: float | None) -> str | None:
+    """Why a repeat is not made whose back-off is ``wait`` seconds while its exchange's deadline
+    has ``left`` (None: no deadline): the wait would end at or past the deadline, or none of it
+    is left. None when it may be made. A repeat begun past the deadline is cut off at once (or
+    called too slow), so it could only turn an outage into something else."""
+    if left is None or wait < left:
+        return None
+    if left <= 0:
+        return "the exchange's deadline has no time left"
+    return f"the next repeat would wait {wait:g}s, past the exchange's deadline ({left:.3g}s left)"
+
+
+@dataclass
+class Repeats:
+    """The repeats of one exchange made attempt by attempt (a depositor's download, a callback):
+    at most ``retries``, waiting ``backoff`` doubling before each, every wait inside the
+    exchange's deadline ``due`` (a ``time.monotonic()``; None: none)."""
+
+    retries: int
+    backoff: float
+    due: float | None = None
+    made: int = 0  # repeats made so far
+
+    @property
+    def attempts(self) -> str:
+        """The attempts made so far, in words."""
+        count = self.made + 1
+        return f"{count} attempt" + ("" if count == 1 else "s")
+
+    @property
+    def spent(self) -> bool:
+        """No repeat is left."""
+        return self.made >= self.retries
+
+    def left(self) -> float | None:
+        """Seconds until the deadline (0 once it has passed); None without one."""
+        return None if self.due is None else max(0.0, self.due - time.monotonic())
+
+    def wait(self) -> str | None:
+        """Wait for the next repeat (one is left: ``spent`` is False) and None; or, when its wait
+        would end at or past the deadline, why it is not made (``past_deadline``), having
+        waited nothing."""
+        wait = self.backoff * 2**self.made
+        why = past_deadline(wait, self.left())
+        if why is None:
+            time.sleep(wait)
+            self.made += 1
+        return why
+
+
 class RepeatsPastDeadline(MaxRetryError):
     """A repeat not made: its back-off would end past the exchange's deadline, or none of it is
     left. Raised where urllib3 raises for repeats spent, so it ends the exchange the same way:
     a status repeated comes back as the last answer, an error as requests' ConnectionError."""
 
-    def __init__(
-        self, pool: Any, url: str | None, reason: Exception, wait: float = 0.0, left: float = 0.0
-    ) -> None:
+    def __init__(self, pool: Any, url: str | None, reason: Exception, why: str) -> None:
         self.reason = reason
-        if left <= 0:
-            why = "the exchange's deadline has no time left"
-        else:
-            why = f"the next repeat would wait {wait:g}s, past the exchange's deadline"
-            why += f" ({left:.3g}s left)"
         # MaxRetryError's own words are "Max retries exceeded", which these are not.
         message = f"gave up repeating {url}: {why} (caused by {reason!r})"
         super(MaxRetryError, self).__init__(pool, url, message)
@@ -489,9 +536,8 @@ class RetryWithin(Retry):
         _stacktrace: TracebackType | None = None,
     ) -> Self:
         repeat = super().increment(method, url, response, error, _pool, _stacktrace)
-        left = exchange_left()
-        wait = repeat.get_backoff_time()
-        if left is None or wait < left:
+        why = past_deadline(repeat.get_backoff_time(), exchange_left())
+        if why is None:
             return repeat
         status = getattr(response, "status", None)
         reason = error or ResponseError(
@@ -499,7 +545,7 @@ class RetryWithin(Retry):
             if status
             else ResponseError.GENERIC_ERROR
         )
-        raise RepeatsPastDeadline(_pool, url, reason, wait, left) from reason
+        raise RepeatsPastDeadline(_pool, url, reason, why) from reason
 
     def sleep(self, response: Any = None) -> None:
         left = exchange_left()
@@ -989,6 +1035,11 @@ class FetchPolicy:
         if not infos:
             raise TransferFailed(f"the proxy {proxy.host!r} has no address")
         return ipaddress.ip_address(infos[0][4][0])
+
+    def repeats(self, retries: int, backoff: float, started: float) -> Repeats:
+        """The repeats of an exchange begun at ``started`` (its attempts opened with that
+        ``started``), waiting inside this policy's deadline."""
+        return Repeats(retries, backoff, None if self.deadline is None else started + self.deadline)
 
     def _deadline_words(self) -> str:
         return f"took longer than the limit of {self.deadline:g}s"

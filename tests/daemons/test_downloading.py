@@ -128,3 +128,33 @@ def test_a_rerun_starts_from_an_empty_object_folder(zk, files: FileServer) -> No
     daemon(zk, "downloading").run_once()
     assert not stale.exists()
     assert (object_dir(job) / "producer" / "a").exists()
+
+
+def test_a_server_away_for_longer_than_the_deadline_makes_the_job_wait_not_fail(
+    zk, files: FileServer, settings, monkeypatch
+) -> None:
+    """503 every time, and a deadline shorter than the first repeat's back-off: the repeat is
+    not made and the job waits to be tried again, its message saying why. Before, the repeat
+    began past the deadline, was called too slow, and the job failed for an outage."""
+    from queues.core import retries
+    from queues.daemons import breakers, downloading
+
+    monkeypatch.setattr(breakers, "_breakers", breakers.Breakers())
+    monkeypatch.setattr(downloading, "BACKOFF", 4.0)
+    settings.MRT_DOWNLOAD_DEADLINE = 2.0
+    settings.MRT_DOWNLOAD_RETRIES = 3
+    files.busy = 1_000
+    url = files.put("away.txt", "alpha")
+    job = make_job(
+        zk, {"payload_url": url, "type": "file", "filename": "away.txt"}, state="Downloading"
+    )
+
+    daemon(zk, "downloading").run_once()
+
+    waiting = job_load(zk, job.jid)
+    assert waiting.state == "Downloading"
+    assert retries.current(waiting.status.raw) is not None, waiting.status.message
+    assert "waiting to try again" in waiting.status.message
+    assert "HTTP 503" in waiting.status.message
+    assert "the next repeat would wait 4s, past the exchange's deadline" in waiting.status.message
+    assert files.hits("GET", "away.txt") == 1
