@@ -75,17 +75,26 @@ def post_callback(
     The callback URL is the depositor's (their profile's), so it goes through the depositor
     fetch policy like their payloads: a callback to a refused address fails at once, naming
     it. Connection errors and 5xx are retried (``retries`` times, the receiver deduplicates by
-    job ID); any other non-2xx raises CallbackError at once. User and password in the URL
+    job ID), waiting ``backoff`` doubling, inside the policy's deadline, which bounds the whole
+    callback, every attempt (``netpolicy.Repeats``): a repeat whose wait would end past it is
+    not made, and the receiver counts as unavailable for now; any other non-2xx raises
+    CallbackError at once. User and password in the URL
     (``https://u:p@host/...``) are sent as HTTP Basic authentication, as Merritt's ingest does.
     """
     rules = policy or replace(SYSTEM, timeout=timeout)
     if body is None:
         body = json.dumps(dict(payload)).encode()
-    attempt = 0
+    started = time.monotonic()
+    repeats = rules.repeats(retries, backoff, started)
     while True:
         try:
             with rules.open(
-                url, method="POST", body=body, content_type=CALLBACK_CONTENT_TYPE, headers=headers
+                url,
+                method="POST",
+                started=started,
+                body=body,
+                content_type=CALLBACK_CONTENT_TYPE,
+                headers=headers,
             ) as response:
                 status = response.status
         except FetchRefused as exc:
@@ -97,15 +106,16 @@ def post_callback(
                 return status
             answered, problem = status, f"HTTP {status}"
             if not is_unavailable_status(status):
-                raise CallbackError(url, problem, status=status)
-        if attempt >= retries:
+                raise CallbackError(url, problem, status=answered)
+        # "": no repeat left; None: waited for the next; else why the next is not made.
+        why = "" if repeats.spent else repeats.wait()
+        if why is not None:
             # The receiver is away or overloaded: the job's notify step is tried again later
             # (queues.core.retries), not failed.
-            raise CallbackError(url, problem, status=answered) from unavailable(
+            words = f"{problem} (gave up after {repeats.attempts}: {why})" if why else problem
+            raise CallbackError(url, words, status=answered) from unavailable(
                 service_at("callback", url), problem, probe=origin_of(url)
             )
-        time.sleep(backoff * 2**attempt)
-        attempt += 1
 
 
 def job_callback_url(callback_url: str, job_id: str) -> str:

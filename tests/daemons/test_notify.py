@@ -202,3 +202,30 @@ def test_folders_are_removed_in_the_removers_thread_the_batch_folder_with_its_la
     assert removals.settle(timeout=30)
     assert not batch.exists()
     assert threads == ["removals-under-test"] * 2
+
+
+def test_a_callback_receiver_away_is_asked_within_the_deadline_and_the_job_waits(
+    zk, files: FileServer, profiles: Path, settings, monkeypatch
+) -> None:
+    """A receiver answering 503: the callback's attempts (0.5 s, then 1 s apart) share the
+    depositor policy's deadline, here 1.4 s, so the third is not made (before, each attempt had
+    a deadline of its own and all three were waited for); the job waits, it does not fail."""
+    from queues.core import retries
+    from queues.daemons import breakers
+
+    monkeypatch.setattr(breakers, "_breakers", breakers.Breakers())
+    settings.MRT_DOWNLOAD_DEADLINE = 1.4
+    _with_callback(profiles, files.url + "/hook")
+    files.post_status = 503
+    job = _notify_job(zk)
+
+    daemon(zk, "notify").run_once()
+
+    waiting = job_load(zk, job.jid)
+    assert waiting.state == "Notify"
+    assert retries.current(waiting.status.raw) is not None, waiting.status.message
+    assert "HTTP 503 (gave up after 2 attempts: the next repeat would wait 1s" in (
+        waiting.status.message
+    )
+    assert len(files.posts) == 2
+    assert workdir(job).exists()

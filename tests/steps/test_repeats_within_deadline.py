@@ -19,6 +19,7 @@ import pytest
 from queues.core.retries import outage_of
 from queues.steps.fetch import DownloadError, download, fetch_bytes
 from queues.steps.netpolicy import FetchPolicy
+from queues.steps.notify import CallbackError, post_callback
 from tests.steps.conftest import Loopback, Reply
 from tests.steps.slow_servers import HeaderTrickle, refused_port
 
@@ -113,4 +114,42 @@ def test_a_download_too_slow_at_its_first_attempt_still_fails(
 
     assert raised.value.reason == "took longer than the limit of 1s"
     assert outage_of(raised.value) is None
+    assert _connections(trickle) == 1
+
+
+# Callbacks ---------------------------------------------------------------------------------
+
+
+def test_a_callback_answered_503_gives_up_before_its_deadline_as_an_outage(
+    http_server: Loopback,
+) -> None:
+    http_server.add("POST", "/cb", Reply(503, b"busy"))
+
+    with pytest.raises(CallbackError) as raised:
+        post_callback(http_server.url + "/cb", {}, policy=_policy(), retries=2, backoff=4.0)
+
+    assert str(raised.value).startswith(f"callback {http_server.url}/cb: HTTP 503 (")
+    assert PAST in str(raised.value)
+    assert raised.value.status == 503
+    outage = outage_of(raised.value)  # the notify step waits and tries again
+    assert outage is not None and outage.reason.startswith("HTTP 503")
+    assert len(http_server.seen("POST", "/cb")) == 1
+
+
+def test_a_refused_callback_gives_up_before_its_deadline_as_an_outage() -> None:
+    with refused_port() as port, pytest.raises(CallbackError) as raised:
+        post_callback(f"http://127.0.0.1:{port}/cb", {}, policy=_policy(), retries=2, backoff=4.0)
+
+    assert "connection refused" in str(raised.value) and PAST in str(raised.value)
+    assert outage_of(raised.value) is not None
+
+
+def test_a_callbacks_attempts_share_one_deadline(trickle: HeaderTrickle) -> None:
+    """The policy's deadline is the whole callback's, every attempt included: a receiver that
+    trickles its answer is given it once, not once an attempt."""
+    with pytest.raises(CallbackError) as raised:
+        post_callback(trickle.url + "/cb", {}, policy=_policy(1.0), retries=2, backoff=0.01)
+
+    assert "took longer than the limit of 1s" in str(raised.value)
+    assert outage_of(raised.value) is not None  # unreachable for now: tried again later
     assert _connections(trickle) == 1
