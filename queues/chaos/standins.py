@@ -38,6 +38,7 @@ import requests
 from queues.chaos.flapping import RESET, SLOW, UNAVAILABLE, UNAVAILABLE_RETRY_AFTER, Flapping, reset
 from queues.core.words import digits
 from queues.steps.checkm import ADD_PROFILE, ManifestError, parse_checkm
+from queues.steps.objectmap import ObjectMapError, parse_object_map
 
 EXC_NS = "http://uc3.cdlib.org/ontology/mrt/core/exc"
 VERSION_NS = "http://uc3.cdlib.org/ontology/mrt/store/version"
@@ -630,6 +631,14 @@ def _get_for_storage(url: str, form: str) -> tuple[bytes, Answer | None]:
     if not url.startswith(("http://", "https://")):
         invalid = f"Manifest URL is invalid:{url}"
         return b"", exception_document("REQUEST_INVALID", invalid, form=form)
+    return _get_as_merritt(url, form)
+
+
+def _get_as_merritt(url: str, form: str) -> tuple[bytes, Answer | None]:
+    """``url``'s bytes as Merritt's services read a URL (mrt-core2 ``FileUtil.url2File`` ->
+    ``HttpGet`` -> ``HTTPUtil.getObjectEntity``), or the exception document of what they throw:
+    a 404 is REQUESTED_ITEM_NOT_FOUND, any other status EXTERNAL_SERVICE_UNAVAILABLE, a
+    connection that fails GENERAL_EXCEPTION."""
     try:
         fetched = requests.get(url, timeout=10)
     except requests.RequestException as exc:
@@ -704,7 +713,14 @@ def quote_ark(ark: str) -> str:
 class InventoryStandIn(StandIn):
     """mrt-inventory's entry points ingest uses: ``POST add`` (multipart form data only:
     ``url``, ``responseForm``), ``GET primary/{owner}/{local id}?t=json`` and
-    ``POST primary/{ark}/{owner}/{local ids}``."""
+    ``POST primary/{ark}/{owner}/{local ids}``, answering as mrt-inventory does
+    (docs/merritt-services.md, "Inventory's refusals").
+
+    An add takes the manifest URL apart as ``SaveObject.extractParts`` does, fetches the object's
+    manifest from the storage it names (``{base}/manifest/{node}/{ark}``) and reads it; what it
+    keeps is the ARK's node and version count. ``database_down`` makes every call answer as
+    inventory does without its database (a 500 ``GENERAL_EXCEPTION``), after the add's fetch.
+    """
 
     name = "inventory"
 
@@ -712,6 +728,8 @@ class InventoryStandIn(StandIn):
         super().__init__(**options)
         self.added: list[str] = []
         self.local_ids: dict[tuple[str, str], str] = {}  # (owner, local id) -> ark
+        self.objects: dict[str, tuple[int, int]] = {}  # ark -> (node, versions recorded)
+        self.database_down = False
 
     def handle(self, request: Request) -> Answer:
         segments = _segments(request.path)
@@ -728,43 +746,96 @@ class InventoryStandIn(StandIn):
                 # The add resource consumes multipart/form-data only.
                 return Answer(415, b"Unsupported Media Type", "text/plain")
             fields = request.multipart()
-            url = fields.get("url", "")
-            if not url.startswith(("http://", "https://")):
-                return exception_document("REQUEST_INVALID", f"manifest URL required: {url!r}")
-            with self.lock:
-                self.added.append(url)
-            # InvProcessState's fields (docs/merritt-services.md): no outcome among them.
-            xml = (
-                "<invp:invProcessState>"
-                f"<invp:processDateTime>{datetime.now(UTC).isoformat(timespec='seconds')}"
-                "</invp:processDateTime>"
-                f"<invp:processUrl>{escape(url)}</invp:processUrl>"
-                "<invp:operation>add</invp:operation>"
-                "</invp:invProcessState>"
-            )
-            return Answer(200, xml.encode())
+            return self._add(fields.get("url", ""), fields.get("responseForm", "xhtml"))
         if segments[:1] == ["primary"] and len(segments) == 3 and request.method == "GET":
             owner, local_id = segments[1], segments[2]
+            if self.database_down:
+                return _without_database(form)
             with self.lock:
                 ark = self.local_ids.get((owner, local_id))
-            return self._local_state(owner, local_id, ark, form)
+            return self._local_state(owner, local_id, ark, form, exists=ark is not None)
         if segments[:1] == ["primary"] and len(segments) == 4 and request.method == "POST":
-            ark, owner, local_ids = segments[1], segments[2], segments[3]
-            if not ark.startswith("ark:/"):
-                return exception_document("REQUEST_INVALID", f"objectID not valid: {ark}")
-            with self.lock:
-                for local_id in local_ids.split(";"):
-                    if local_id.strip():
-                        self.local_ids[(owner, local_id.strip())] = ark
-            return self._local_state(owner, local_ids, ark, form)
+            return self._add_primary(segments[1], segments[2], segments[3], form)
         return exception_document("REQUEST_INVALID", f"no such resource: {request.path}")
 
-    def _local_state(self, owner: str, local_id: str, ark: str | None, form: str) -> Answer:
+    def _add(self, url: str, form: str) -> Answer:
+        """``InvService.add``: the manifest URL's parts, the object's manifest from storage,
+        then the checks against what is recorded (``SaveObject``)."""
+        parts = _manifest_url_parts(url, form)
+        if isinstance(parts, Answer):
+            return parts
+        fetch_url, node, ark = parts
+        data, refusal = _get_as_merritt(fetch_url, form)
+        if refusal is not None:
+            return refusal
+        try:
+            current = parse_object_map(data).current
+        except ObjectMapError as exc:
+            # ManifestSAX.process wraps the parser's exception in a TException: a 500
+            # GENERAL_EXCEPTION (its text is the Java parser's, not reproduced here).
+            return exception_document("GENERAL_EXCEPTION", f"ManifestSAX: {exc}", form=form)
+        if self.database_down:
+            return _without_database(form)
+        with self.lock:
+            recorded_node, recorded = self.objects.get(ark, (node, 0))
+            if recorded > current:
+                # SaveObject.checkVersion
+                return exception_document(
+                    "REQUEST_INVALID",
+                    "SaveObject: -checkVersion - db version count exceeds passed map version:"
+                    f" - objectID:{ark} - map current:{current} - db  current:{recorded}",
+                    form=form,
+                )
+            if recorded < current and recorded_node != node:
+                # SaveObject.validateNode
+                return exception_document(
+                    "REQUEST_INVALID",
+                    "SaveObject: Node exists for object but is different from this manifest"
+                    f" - input node number={node} - existing nodes={recorded_node}",
+                    form=form,
+                )
+            self.objects[ark] = (recorded_node, current)
+            self.added.append(url)
+        # InvProcessState's fields (docs/merritt-services.md): no outcome among them.
+        xml = (
+            "<invp:invProcessState>"
+            f"<invp:processDateTime>{datetime.now(UTC).isoformat(timespec='seconds')}"
+            "</invp:processDateTime>"
+            f"<invp:processUrl>{escape(url)}</invp:processUrl>"
+            "<invp:operation>add</invp:operation>"
+            "</invp:invProcessState>"
+        )
+        return Answer(200, xml.encode())
+
+    def _add_primary(self, ark: str, owner: str, local_ids: str, form: str) -> Answer:
+        """``LocalMap.addLocal``: any text is taken as the ARK (mrt-core2 ``Identifier`` checks
+        only that it is not empty); a local id another ARK holds is refused."""
+        if self.database_down:
+            return _without_database(form)
+        ids = [i.strip() for i in local_ids.split(";") if i.strip()]
+        with self.lock:
+            held = {self.local_ids[(owner, i)] for i in ids if (owner, i) in self.local_ids}
+            if held and held != {ark}:
+                return exception_document(
+                    "REQUEST_INVALID",
+                    "LocalMap:  objectID already exists and does not match add objectID"
+                    f"  - existing objectID={sorted(held)[0]}  - new objectID={ark}"
+                    "  - connection=false",
+                    form=form,
+                )
+            for local_id in ids:
+                self.local_ids[(owner, local_id)] = ark
+        # A new record answers exists false, a repeat of the same ARK exists true.
+        return self._local_state(owner, local_ids, ark, form, exists=bool(held))
+
+    def _local_state(
+        self, owner: str, local_id: str, ark: str | None, form: str, *, exists: bool
+    ) -> Answer:
         state: dict[str, Any] = {
             "xmlns:invloc": "http://uc3.cdlib.org/ontology/mrt/inventory/localcontainer",
             "invloc:ownerID": owner,
             "invloc:localIDs": local_id,
-            "invloc:exists": ark is not None,
+            "invloc:exists": exists,
             "invloc:countLocalIDs": 1 if ark else 0,
         }
         if ark:
@@ -787,6 +858,56 @@ class InventoryStandIn(StandIn):
         return Answer(
             200, f"<invloc:localContainerState>{items}</invloc:localContainerState>".encode()
         )
+
+
+# The URL schemes java.net.URL reads without a handler of its own.
+_JAVA_URL_SCHEMES = ("http", "https", "file", "ftp", "jar")
+
+
+def _manifest_url_parts(url: str, form: str) -> tuple[str, int, str] | Answer:
+    """Where mrt-inventory fetches the object's manifest for an add of ``url``, its node and
+    ARK (``SaveObject.extractParts``, ``InvActionAbs.getVersionMap``), or its refusal."""
+
+    def refused(kind: str, error: str) -> Answer:
+        return exception_document(kind, error, form=form)
+
+    if not url.strip():
+        return refused("INVALID_OR_MISSING_PARM", "SaveObject: setParts - ingestURL missing")
+    parsed = urlsplit(url)
+    if parsed.scheme.lower() not in _JAVA_URL_SCHEMES:
+        return refused("INVALID_OR_MISSING_PARM", f"SaveObject: processItem - URL invalid:{url}")
+    parts = parsed.path.split("/")
+    while parts and not parts[-1]:
+        parts.pop()  # Java's String.split drops the trailing empty strings
+    invalid = f"SaveObject: processItem - URL format invalid:{url}"
+    if len(parts) < 4 or "manifest" not in parts:
+        return refused("INVALID_OR_MISSING_PARM", invalid)
+    at = parts.index("manifest")
+    base = "/".join(p for p in parts[:at] if p)
+    if len(parts) < at + 3:
+        # The node or the ARK is past the path's end: Java's index error, a GENERAL_EXCEPTION.
+        return refused("GENERAL_EXCEPTION", f"java.lang.ArrayIndexOutOfBoundsException: {at + 2}")
+    node = digits(parts[at + 1])
+    if node is None:
+        return refused(
+            "GENERAL_EXCEPTION",
+            f'java.lang.NumberFormatException: For input string: "{parts[at + 1]}"',
+        )
+    ark = unquote_plus(parts[at + 2])
+    if node < 1:
+        return refused("INVALID_OR_MISSING_PARM", "InvActionAbs: getVersionMap - node missing")
+    # Java's URL gives -1 for a port the URL does not write; what inventory then fetches is not
+    # established (docs/merritt-services.md): the scheme's own port is used here.
+    where = f"{parsed.scheme}://{parsed.netloc.rsplit('@', 1)[-1]}"
+    fetch = f"{where}/{base + '/' if base else ''}manifest/{node}/{quote_ark(ark)}"
+    return fetch, node, ark
+
+
+def _without_database(form: str) -> Answer:
+    """What mrt-inventory answers without its database: ``DPRFileDB.getSingleConnection``
+    gives no connection, and the first use of it is a NullPointerException that the action
+    wraps in a TException (a 500 GENERAL_EXCEPTION)."""
+    return exception_document("GENERAL_EXCEPTION", "java.lang.NullPointerException", form=form)
 
 
 class EzidStandIn(StandIn):

@@ -21,6 +21,7 @@ from queues.chaos.servers import DepositorRoutes, depositor_server
 from queues.chaos.standins import EzidStandIn, InventoryStandIn, StorageStandIn
 from queues.core.retries import outage_of
 from queues.steps.inventory import HttpInventory, InventoryError
+from queues.steps.merritt import inventory_manifest_url
 from queues.steps.minting import EzidMinter, MintError
 from queues.steps.notify import batch_summary, job_state_body
 from queues.steps.storage import HttpStorage, StorageError
@@ -96,6 +97,8 @@ def test_ezid_and_inventory_flap_for_their_clients_then_answer() -> None:
     flapping = Flapping(seed=7)
     ezid = EzidStandIn("user", "secret", flapping=flapping).start()
     inventory = InventoryStandIn(flapping=flapping).start()
+    # Where inventory reads the object's manifest when it records it (not flapping here).
+    storage = StorageStandIn(nodes=(9501,)).start()
     minter = EzidMinter(ezid.url, "user", "secret", timeout=10)
     recorder = HttpInventory(inventory.url, timeout=10)
     try:
@@ -113,12 +116,15 @@ def test_ezid_and_inventory_flap_for_their_clients_then_answer() -> None:
         minter.update(ark, {"who": "Chaos"})
         recorder.add_local_id(ark, "ark:/99999/j2owner", "chaos-1")
         assert recorder.primary_for_local_id("ark:/99999/j2owner", "chaos-1") == ark
-        recorder.record(ark=ark, version=1, manifest_url="http://127.0.0.1:1/manifest")
-        assert inventory.added == ["http://127.0.0.1:1/manifest"]
+        storage.put_object(9501, ark, [{"producer/a.txt": b"a"}])
+        manifest_url = inventory_manifest_url(storage.url, ark, 9501)
+        recorder.record(ark=ark, version=1, manifest_url=manifest_url)
+        assert inventory.added == [manifest_url]
         assert set(flapping.figures()) == {"EZID", "inventory"}
     finally:
         ezid.stop()
         inventory.stop()
+        storage.stop()
 
 
 def test_the_callback_receiver_counts_what_it_received_and_the_status_told(

@@ -12,34 +12,55 @@ import requests
 
 from queues.chaos.standins import (
     InventoryStandIn,
+    StorageStandIn,
     exception_document,
     running,
     unused_url,
 )
+from queues.core.retries import outage_of
 from queues.daemons import clients
 from queues.steps.inventory import HttpInventory, InventoryError
+from queues.steps.merritt import inventory_manifest_url
 
 ARK = "ark:/99999/fk4inv"
 OWNER = "ark:/13030/j2owner"
-MANIFEST = "http://store.example.org/manifest/9501/ark%3A%2F99999%2Ffk4inv"
 
 
 @pytest.fixture
-def inventory() -> Iterator[InventoryStandIn]:
+def storage() -> Iterator[StorageStandIn]:
+    """The storage inventory reads an object's manifest from, holding ARK (one version) on
+    node 9501."""
+    with running(StorageStandIn(nodes=(9501, 9502))) as stand_in:
+        stand_in.put_object(9501, ARK, [{"producer/a.txt": b"a"}])
+        yield stand_in
+
+
+@pytest.fixture
+def inventory(storage: StorageStandIn) -> Iterator[InventoryStandIn]:
     with running(InventoryStandIn()) as stand_in:
         yield stand_in
 
 
-def test_add_is_multipart_with_the_manifest_url(inventory: InventoryStandIn) -> None:
-    HttpInventory(inventory.url + "/", timeout=5).record(ark=ARK, version=1, manifest_url=MANIFEST)
+def _manifest(storage: StorageStandIn, node: int = 9501, ark: str = ARK) -> str:
+    return inventory_manifest_url(storage.url, ark, node)
+
+
+def test_add_is_multipart_with_the_manifest_url(
+    inventory: InventoryStandIn, storage: StorageStandIn
+) -> None:
+    manifest = _manifest(storage)
+    HttpInventory(inventory.url + "/", timeout=5).record(ark=ARK, version=1, manifest_url=manifest)
 
     [request] = inventory.seen("POST")
     assert request.path == "/add"
     assert request.content_type == "multipart/form-data"
-    assert request.multipart() == {"url": MANIFEST, "responseForm": "xml"}
-    assert inventory.added == [MANIFEST]
+    assert request.multipart() == {"url": manifest, "responseForm": "xml"}
+    assert inventory.added == [manifest]
+    # Inventory read the object's manifest from storage, where the URL says.
+    [read] = storage.seen("GET")
+    assert read.path == "/manifest/9501/ark%3A%2F99999%2Ffk4inv"
     # The service takes nothing else there: a url-encoded add is turned away.
-    wrong = requests.post(inventory.url + "/add", data={"url": MANIFEST}, timeout=5)
+    wrong = requests.post(inventory.url + "/add", data={"url": manifest}, timeout=5)
     assert wrong.status_code == 415
 
 
@@ -100,26 +121,111 @@ def test_a_resubmission_by_local_id_finds_the_ark_in_merritts_inventory(
         clients.ark_for_local_id("scan-7", "demo")
 
 
-def test_inventory_refusal_names_the_service_and_its_reason(inventory: InventoryStandIn) -> None:
+def test_inventory_refusal_names_the_service_and_its_reason(
+    inventory: InventoryStandIn, storage: StorageStandIn
+) -> None:
     client = HttpInventory(inventory.url, timeout=5, retries=0)
     inventory.refuse_next(exception_document("GENERAL_EXCEPTION", "database down"))
 
     with pytest.raises(InventoryError) as refused:
-        client.record(ark=ARK, version=2, manifest_url=MANIFEST)
+        client.record(ark=ARK, version=2, manifest_url=_manifest(storage))
     assert str(refused.value) == (
         f"inventory service refused to record {ARK} v2: HTTP 500 GENERAL_EXCEPTION: database down"
     )
 
-    with pytest.raises(InventoryError, match="HTTP 400 REQUEST_INVALID: manifest URL required"):
-        client.record(ark=ARK, version=2, manifest_url="file:///tmp/m.txt")
-    with pytest.raises(InventoryError, match="HTTP 400 REQUEST_INVALID: objectID not valid"):
-        client.add_local_id("not-an-ark", OWNER, "x")
+
+def test_a_local_id_is_recorded_for_any_ark_text_but_not_for_a_second_ark(
+    inventory: InventoryStandIn,
+) -> None:
+    """mrt-inventory takes any non-empty text as the ARK of a local id (mrt-core2 Identifier);
+    a local id another ARK holds is a 400 (LocalMap.addLocal), which fails the job."""
+    client = HttpInventory(inventory.url, timeout=5, retries=0)
+    client.add_local_id("not-an-ark", OWNER, "x")
+    client.add_local_id("not-an-ark", OWNER, "x")  # the same again: no change
+    with pytest.raises(InventoryError) as refused:
+        client.add_local_id(ARK, OWNER, "x")
+    assert "HTTP 400 REQUEST_INVALID: LocalMap:  objectID already exists" in str(refused.value)
+    assert outage_of(refused.value) is None
+    assert inventory.local_ids == {(OWNER, "x"): "not-an-ark"}
+
+
+def test_storage_failing_inventory_s_read_of_the_manifest_is_an_outage(
+    inventory: InventoryStandIn, storage: StorageStandIn
+) -> None:
+    """Inventory reads the object's manifest from storage while the add waits: storage
+    answering 5xx is inventory's 503 EXTERNAL_SERVICE_UNAVAILABLE, storage not answering its
+    500 GENERAL_EXCEPTION ("HTTPUTIL: getObject- Exception"). Neither is the job's fault: it
+    waits and is tried again."""
+    client = HttpInventory(inventory.url, timeout=5, retries=0)
+    storage.refuse_next(storage.unavailable())
+    with pytest.raises(InventoryError, match="HTTP 503 EXTERNAL_SERVICE_UNAVAILABLE") as busy:
+        client.record(ark=ARK, version=1, manifest_url=_manifest(storage))
+    assert outage_of(busy.value) is not None
+
+    away = inventory_manifest_url(unused_url(), ARK, 9501)
+    with pytest.raises(InventoryError, match="HTTP 500 GENERAL_EXCEPTION: HTTPUTIL") as down:
+        client.record(ark=ARK, version=1, manifest_url=away)
+    assert outage_of(down.value) is not None
+    assert inventory.added == []
+
+    client.record(ark=ARK, version=1, manifest_url=_manifest(storage))
+    assert inventory.added == [_manifest(storage)]
+
+
+def test_a_manifest_storage_does_not_hold_fails_the_job(
+    inventory: InventoryStandIn, storage: StorageStandIn
+) -> None:
+    """Storage's 404 for the manifest is inventory's 404 REQUESTED_ITEM_NOT_FOUND (mrt-core2
+    HTTPUtil): the URL names an object or node storage does not have."""
+    client = HttpInventory(inventory.url, timeout=5, retries=0)
+    for url in (_manifest(storage, ark="ark:/99999/fk4none"), _manifest(storage, node=7777)):
+        with pytest.raises(InventoryError, match="HTTP 404 REQUESTED_ITEM_NOT_FOUND") as refused:
+            client.record(ark=ARK, version=1, manifest_url=url)
+        assert outage_of(refused.value) is None
+
+
+def test_an_object_recorded_from_another_node_or_with_more_versions_is_refused(
+    inventory: InventoryStandIn, storage: StorageStandIn
+) -> None:
+    """SaveObject.validateNode and checkVersion answer 400 REQUEST_INVALID: what inventory
+    holds contradicts the manifest, which no wait mends."""
+    client = HttpInventory(inventory.url, timeout=5, retries=0)
+    storage.put_object(9501, ARK, [{"producer/a.txt": b"a"}, {"producer/a.txt": b"b"}])
+    client.record(ark=ARK, version=2, manifest_url=_manifest(storage))
+    client.record(ark=ARK, version=2, manifest_url=_manifest(storage))  # the same: no change
+
+    storage.put_object(9502, ARK, [{"producer/a.txt": b"a"}] * 3)
+    with pytest.raises(InventoryError, match="HTTP 400 REQUEST_INVALID: SaveObject: Node") as node:
+        client.record(ark=ARK, version=3, manifest_url=_manifest(storage, node=9502))
+    assert outage_of(node.value) is None
+
+    storage.put_object(9501, ARK, [{"producer/a.txt": b"a"}])
+    with pytest.raises(InventoryError, match="checkVersion - db version count") as fewer:
+        client.record(ark=ARK, version=1, manifest_url=_manifest(storage))
+    assert outage_of(fewer.value) is None
+
+
+def test_inventory_without_its_database_is_an_outage_for_every_call(
+    inventory: InventoryStandIn, storage: StorageStandIn
+) -> None:
+    """Without its database mrt-inventory answers a 500 GENERAL_EXCEPTION (a null connection's
+    NullPointerException): inventory's own trouble, so the job waits."""
+    client = HttpInventory(inventory.url, timeout=5, retries=0)
+    inventory.database_down = True
+    for call in (
+        lambda: client.record(ark=ARK, version=1, manifest_url=_manifest(storage)),
+        lambda: client.primary_for_local_id(OWNER, "x"),
+        lambda: client.add_local_id(ARK, OWNER, "x"),
+    ):
+        with pytest.raises(InventoryError, match="HTTP 500 GENERAL_EXCEPTION") as refused:
+            call()
+        assert outage_of(refused.value) is not None
 
 
 def test_an_unreachable_inventory_service_is_an_inventory_error() -> None:
     url = unused_url()
     client = HttpInventory(url, timeout=2, retries=0)
     with pytest.raises(InventoryError, match=f"inventory service unreachable at {url}/add"):
-        client.record(ark=ARK, version=1, manifest_url=MANIFEST)
+        client.record(ark=ARK, version=1, manifest_url=inventory_manifest_url(url, ARK, 9501))
     with pytest.raises(InventoryError, match="inventory service unreachable"):
         client.primary_for_local_id(OWNER, "x")
