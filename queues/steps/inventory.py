@@ -6,11 +6,12 @@ from typing import Any, Protocol
 
 import requests
 
-from queues.core.retries import unavailable
+from queues.core.retries import ServiceUnavailable, unavailable
 from queues.steps.erc import Erc
 from queues.steps.fetch import DEFAULT_TIMEOUT
 from queues.steps.merritt_wire import (
     answered_ok,
+    exception_kind,
     is_ark_answer,
     json_document,
     local_name,
@@ -21,6 +22,19 @@ from queues.steps.merritt_wire import (
 )
 
 INVENTORY = "inventory"  # the service's name for its retry policy (queues.core.retries)
+# mrt-inventory answers a manifest URL it cannot take apart with a 500 INVALID_OR_MISSING_PARM
+# (SaveObject.extractParts: "URL invalid", "URL format invalid", "ingestURL missing";
+# InvActionAbs.getVersionMap: "node missing" for a node below 1): the request is wrong, and no
+# wait mends it. The same kind also names inventory's own trouble ("connection not supplied",
+# a node's virtual settings), so only these reasons fail the job (docs/merritt-services.md,
+# "Inventory's refusals").
+WRONG_MANIFEST_URL = (
+    "url invalid",
+    "url format invalid",
+    "ingesturl missing",
+    "storage_url missing",
+    "getversionmap - node missing",
+)
 
 
 class InventoryError(Exception):
@@ -53,7 +67,12 @@ class HttpInventory:
 
     Path segments are URL-encoded the way Merritt's ingest encodes them (``merritt_urlencode``:
     a space is ``%20``, not the ``+`` a path segment keeps as a plus). A refusal is the
-    service's exception document; its reason ends up in InventoryError.
+    service's exception document; its reason ends up in InventoryError, raised from an outage
+    (the job waits and is tried again) for a 408, 429 or 5xx, unless it is inventory's 500 for a
+    manifest URL it cannot take apart (``WRONG_MANIFEST_URL``). Inventory's own trouble (its
+    database: a 500 ``GENERAL_EXCEPTION``) and storage's while inventory reads the manifest (a
+    503, or a 500 for a connection that failed) are outages; storage's 404 for the manifest is
+    inventory's 404, which fails the job.
     """
 
     def __init__(
@@ -80,7 +99,7 @@ class HttpInventory:
         if not answered_ok(response):
             raise InventoryError(
                 f"inventory service refused {what}: {merritt_error(response)}"
-            ) from unavailable_answer(INVENTORY, response)
+            ) from _outage(response)
         return response
 
     def record(
@@ -131,6 +150,16 @@ class HttpInventory:
             f"{merritt_urlencode(local_id)}"
         )
         self._call("POST", url, f"local id {local_id!r} for {ark}", params={"t": "xml"})
+
+
+def _outage(response: requests.Response) -> ServiceUnavailable | None:
+    """What a refusal of inventory is raised from: "not now" for a 408, 429 or 5xx, as for any
+    service (``unavailable_answer``), unless it refuses the manifest URL itself."""
+    if exception_kind(response.content) == "INVALID_OR_MISSING_PARM":
+        reason = merritt_error(response).lower()
+        if any(phrase in reason for phrase in WRONG_MANIFEST_URL):
+            return None
+    return unavailable_answer(INVENTORY, response)
 
 
 def _keyed(data: object, name: str) -> Any:

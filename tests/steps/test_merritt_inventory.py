@@ -149,6 +149,29 @@ def test_a_local_id_is_recorded_for_any_ark_text_but_not_for_a_second_ark(
     assert inventory.local_ids == {(OWNER, "x"): "not-an-ark"}
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///tmp/m.txt",
+        "http://127.0.0.1:1/manifest",
+        "http://127.0.0.1:1/store/state/9501/ark%3A%2F99999%2Ffk4inv",
+        "gopher://store/manifest/9501/ark%3A%2F99999%2Ffk4inv",
+        "http://127.0.0.1:1/manifest/0/ark%3A%2F99999%2Ffk4inv",
+    ],
+)
+def test_a_manifest_url_inventory_cannot_take_apart_fails_the_job_at_once(
+    inventory: InventoryStandIn, url: str
+) -> None:
+    """mrt-inventory refuses such a URL with a 500 INVALID_OR_MISSING_PARM
+    (SaveObject.extractParts, InvActionAbs.getVersionMap) before it reads anything: the request
+    is wrong, and retrying it for the inventory policy's working day cannot mend it."""
+    client = HttpInventory(inventory.url, timeout=5, retries=0)
+    with pytest.raises(InventoryError, match="HTTP 500 INVALID_OR_MISSING_PARM") as refused:
+        client.record(ark=ARK, version=1, manifest_url=url)
+    assert outage_of(refused.value) is None
+    assert inventory.added == []
+
+
 def test_storage_failing_inventory_s_read_of_the_manifest_is_an_outage(
     inventory: InventoryStandIn, storage: StorageStandIn
 ) -> None:
