@@ -2,6 +2,9 @@
 
 The parser is strict on purpose: a job whose manifest is corrupt goes straight from Pending to
 Failed, and the only help the depositor gets is the message, so every error names its line.
+What Merritt's reader (mrt-core2 ``Manifest``, ``Checkm``) refuses whole is refused here, and
+cells are decoded and encoded as it does (docs/merritt-services.md, "Manifests: read by
+position").
 """
 
 from __future__ import annotations
@@ -213,7 +216,11 @@ class CheckmReader:
     Rows are read as Merritt reads them: by the columns of the manifest's kind (its
     ``#%profile``, else the one kind ``only`` names), in their order (``MERRITT_COLUMNS``). A
     ``#%fields`` line that names them in another order is refused (``columns_problem``) rather
-    than read otherwise than Merritt reads it; without one, the kind's columns are read."""
+    than read otherwise than Merritt reads it; without one, the kind's columns are read. Cells
+    but the URL are decoded as Merritt decodes them (``_dec``). As Merritt's reader refuses
+    them, so is refused, once the rows are read, a manifest whose last line is not ``#%eof``,
+    and one with ``#%`` lines but no ``#%profile`` between two rows (``#%eof`` ends nothing
+    before the last line: Merritt reads on past it)."""
 
     def __init__(
         self,
@@ -237,6 +244,7 @@ class CheckmReader:
         self._fields_line = 0  # the #%fields line's number; 0 when there is none (yet)
         self._settled = False  # the columns rows are read by are fixed (at the first row)
         self._headers_only = False
+        self._cells = True  # rows are made (``check`` reads without making them)
 
     def columns(self) -> tuple[str, ...]:
         """Read the headers before the first row only, and give the columns the rows are read
@@ -246,6 +254,14 @@ class CheckmReader:
             pass
         return self.fields
 
+    def check(self) -> None:
+        """Read the whole manifest as reading its rows would, without making them: its
+        headers, the ``#%`` lines between rows and its last line are judged, a row's cells are
+        not. ManifestError as reading the rows would raise it for those."""
+        self._cells = False
+        for _row in self:
+            pass
+
     def __iter__(self) -> Iterator[ManifestRow]:
         data, self._data = self._data, ""  # read once
         # Bytes are decoded a line at a time: the whole text decoded would be held beside the
@@ -254,16 +270,30 @@ class CheckmReader:
         # One string for each distinct value of the columns that repeat (a million rows of one
         # MIME type held a million copies of it), kept for this reading only.
         shared: dict[str, str] = {}
+        # Merritt's reader (mrt-core2 Manifest) reads on past #%eof and judges the #% lines
+        # gathered before each row: after the first row, such a group needs a #%profile. What
+        # ends a manifest is its last line, which must be #%eof (docs/merritt-services.md).
+        previous: str | None = None  # the last two lines read, for the last line's sake
+        last: str | None = None
+        number = 0
+        group = 0  # the line of the first #% line since the last row; 0 when none
+        group_profile = False
+        rows_seen = False
         for number, raw in enumerate(lines, start=1):
+            previous, last = last, raw
             line = raw.strip()
             if not line:
                 continue
             if line.startswith("#%"):
-                if not self._header(line, number):
-                    break
+                name = self._header(line, number)
+                group = group or number
+                group_profile = group_profile or name == "profile"
                 continue
             if line.startswith("#"):
                 continue
+            if group and rows_seen and not group_profile:
+                raise ManifestError(_between_rows(number), line=group)
+            group, group_profile, rows_seen = 0, False, True
             if not self._settled:
                 self._settle()
             if self._headers_only:
@@ -271,9 +301,12 @@ class CheckmReader:
             if self.most_rows is not None and self.count >= self.most_rows:
                 raise TooManyRows(self.most_rows, line=number)
             self.count += 1
-            yield _parse_row(raw, self.fields, number, shared)
+            if self._cells:
+                yield _parse_row(raw, self.fields, number, shared)
         if not self._settled:
             self._settle()  # a manifest without rows: its headers are judged all the same
+        if not self._headers_only:
+            _check_last_line(previous, last, number)
 
     def _settle(self) -> None:
         """Fix the columns rows are read by: those of the manifest's kind, as Merritt reads
@@ -294,12 +327,10 @@ class CheckmReader:
         # Merritt's spelling of the columns it reads (``nie:mimeType`` is its MIME type too).
         self.fields = (*merritt[: len(self.fields)], *self.fields[len(merritt) :])
 
-    def _header(self, line: str, number: int) -> bool:
-        """Take in a ``#%`` line; False at ``#%eof``."""
+    def _header(self, line: str, number: int) -> str:
+        """Take in a ``#%`` line; its name (``profile``, ``eof``, ...), folded."""
         parts = [p.strip() for p in line[2:].split("|")]
         name = parts[0].lower()
-        if name == "eof":
-            return False
         if name == "fields":
             if self._settled:
                 # Merritt's readers take their columns once, before the first row.
@@ -337,8 +368,8 @@ class CheckmReader:
             self.profile, self.kind = profile, kind
         elif name == "prefix" and len(parts) >= 3:
             self.prefixes.append((parts[1], parts[2]))
-        # Other headers (#%checkm_0.7, future ones) carry nothing we act on.
-        return True
+        # Other headers (#%checkm_0.7, #%eof, future ones) carry nothing we act on here.
+        return name
 
 
 def _lines(text: AnyStr) -> Iterator[AnyStr]:
@@ -365,6 +396,47 @@ def _decoded_lines(data: bytes) -> Iterator[str]:
             ) from None
 
 
+def _between_rows(row: int) -> str:
+    return (
+        f"#% lines between rows, before the row on line {row}, without a #%profile among them: "
+        "Merritt's ingest reads the #% lines before each row as a new set of headers, and "
+        "refuses the whole manifest for one without a #%profile (a #%eof before the end of the "
+        "rows is one)"
+    )
+
+
+# Java's readLine ends a line at "\r\n", "\n" or "\r"; Merritt's reader judges the last one.
+_JAVA_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def _check_last_line(previous: str | None, last: str | None, number: int) -> None:
+    """Refuse a manifest whose last line, as Merritt's reader (mrt-core2 Manifest, by Java's
+    readLine) reads it, does not start ``#%eof``; ``previous`` and ``last``: the last two
+    pieces of the text cut at "\n", ``number`` the last one's."""
+    if previous is None and not last:
+        raise ManifestError("the manifest is empty: Merritt refuses an empty manifest", line=1)
+    tail = (last or "") if previous is None else f"{previous}\n{last}"
+    if not last:
+        number -= 1  # the text ends with a line break: the line before it is the last
+    for end in ("\r\n", "\n", "\r"):
+        if tail.endswith(end):
+            tail = tail[: -len(end)]
+            break
+    final = _JAVA_LINE_END.split(tail)[-1]
+    if not final.lower().startswith("#%eof"):
+        raise ManifestError(
+            "the last line is not #%eof: Merritt's ingest and storage refuse a manifest that "
+            "does not end with a #%eof line (nothing after it, not even an empty line)",
+            line=number,
+        )
+
+
+def _dec(value: str) -> str:
+    """A cell as Merritt's reader takes it (mrt-core2 ``Checkm.dec``): ``%20`` is a space and
+    ``%7c`` (lower case only) a ``|``; no other escape means anything."""
+    return value.replace("%20", " ").replace("%7c", "|")
+
+
 def _parse_row(
     raw: str, columns: Sequence[str], number: int, shared: dict[str, str]
 ) -> ManifestRow:
@@ -381,6 +453,8 @@ def _parse_row(
     extra: list[tuple[str, str]] = []
     for column, value in zip(columns, values, strict=True):
         key = _FIELD_KEYS_FOLDED.get(column.lower())
+        if "%" in value and key != "url":  # Merritt decodes every cell but the URL
+            value = _dec(value)
         if key is None:
             extra.append((column, value))
         else:
@@ -539,6 +613,13 @@ def filename_problem(name: str) -> str | None:
     """
     if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
         return "is absolute"
+    if "%20" in name or "%7c" in name:
+        # Merritt's manifests cannot carry them: its reader decodes them in every manifest,
+        # its writer leaves them as they are (mrt-core2 Checkm.dec, Checkm.enc).
+        return (
+            "contains '%20' or '%7c', which Merritt's manifests read as a space and a '|': "
+            "stored by Merritt's storage, the file would be named otherwise"
+        )
     problem = text_problem(name, bidi=BIDI_CONTROLS)
     if problem:
         return problem
@@ -572,8 +653,10 @@ def write_checkm(
 
     ``rows`` are ManifestRow objects or mappings with ManifestRow attribute names. ``columns``
     defaults to the columns Merritt reads for ``kind`` (``MERRITT_COLUMNS``); given, they must
-    begin with those, in order (``columns_problem``). Values that checkm cannot carry (a "|", a
-    line break, leading or trailing spaces) raise ValueError rather than being mangled.
+    begin with those, in order (``columns_problem``). Cells other than the URL are written as
+    Merritt writes them (``_cell``), so that Merritt's readers and ours take them back as they
+    were; values that checkm cannot carry raise ValueError rather than being mangled. The last
+    line is ``#%eof``, which Merritt's readers require.
     """
     if kind not in MANIFEST_KINDS:
         raise ValueError(f"unknown manifest kind {kind!r}")
@@ -616,9 +699,24 @@ def _row_values(row: ManifestRow | Mapping[str, object], row_keys: set[str]) -> 
 
 
 def _cell(value: object, column: str) -> str:
+    """A value as a cell, encoded as mrt-core2's ``Checkm.enc`` encodes it: each ``|`` as
+    ``%7c``, a space that begins or ends it as ``%20``. Merritt's reader (``Checkm.dec``)
+    decodes those two escapes in every cell but the URL, which is written as it is. So a line
+    break, a URL with a ``|`` or with spaces around it, any other space character around a
+    value, and a value holding ``%20`` or ``%7c`` (which would be read back decoded) cannot be
+    carried: ValueError."""
     if value is None:
         return ""
-    text = str(value)
-    if "|" in text or "\n" in text or text != text.strip():
+    text = cell = str(value)
+    if _FIELD_KEYS_FOLDED.get(column.lower()) != "url":
+        carried = "%20" not in text and "%7c" not in text  # else read back as " " and "|"
+        cell = text.replace("|", "%7c")
+        if cell.startswith(" "):
+            cell = "%20" + cell[1:]
+        if cell.endswith(" "):
+            cell = cell[:-1] + "%20"
+    else:
+        carried = "|" not in text
+    if not carried or "\n" in cell or "\r" in cell or cell != cell.strip():
         raise ValueError(f"{column} value {text!r} cannot be written to a checkm manifest")
-    return text
+    return cell

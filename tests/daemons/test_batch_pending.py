@@ -126,6 +126,30 @@ def test_a_manifest_merritt_would_read_by_other_columns_fails_the_batch_before_a
     assert (job.metadata["erc_who"], job.metadata["erc_what"]) == ("Doe, J.", "A title")
 
 
+def test_a_manifest_merritt_refuses_whole_fails_the_batch_before_any_job(
+    zk, files: FileServer
+) -> None:
+    """Merritt's reader refuses a manifest whose last line is not #%eof (mrt-core2
+    ManifestRowCheckmAbs.handleEOF), after making a job of each row it read. Here the batch
+    fails before any job is made; ended with #%eof, the same rows make their jobs, each cell
+    decoded as Merritt decodes it (%20 a space, %7c a "|"; Checkm.dec)."""
+    rows = [{"url": files.put("a/page.txt", "hello"), "title": "A | B"}]
+    right = batch_manifest(rows, SINGLE_FILE_BATCH_MANIFEST)
+    assert "A %7c B" in right
+    cut = right.removesuffix("#%eof\n")
+    bid = _submit(files.put("cut.checkm", cut), "single-file-batch-manifest")
+    daemon(zk, "batch-pending").run_once()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Failed"
+    assert "the last line is not #%eof" in batch.status.message
+    assert _jobs(zk, bid) == []
+
+    bid = _submit(files.put("right.checkm", right), "single-file-batch-manifest")
+    daemon(zk, "batch-pending").run_once()
+    (job,) = _jobs(zk, bid)
+    assert job.metadata["erc_what"] == "A | B"
+
+
 @pytest.mark.parametrize(
     ("kind", "manifest_kind", "payload_type"),
     [

@@ -37,7 +37,6 @@ http://127.0.0.1:8001/objects/a/page1.tif | md5 | {md5} | 10240 |  | page1.tif
 
 http://127.0.0.1:8001/objects/a/page1.txt | SHA256 | {sha} |  |  | text/page1.txt
 #%eof
-http://ignored.example/after-eof | | | | | ignored
 """
 SHA = "ab" * 32
 
@@ -54,7 +53,7 @@ def header(kind: str = OBJECT_MANIFEST, fields: str = "") -> str:
     )
 
 
-def test_parses_the_documented_example_up_to_eof() -> None:
+def test_parses_the_documented_example() -> None:
     manifest = parse_checkm(EXAMPLE.format(sha=SHA, md5="9e107d9d372bb6826bd81d3542a419d6"))
 
     assert manifest.kind == OBJECT_MANIFEST
@@ -69,7 +68,7 @@ def test_parses_the_documented_example_up_to_eof() -> None:
 
 
 def test_missing_trailing_fields_are_empty() -> None:
-    manifest = parse_checkm(header() + "http://h/x\n")
+    manifest = parse_checkm(header() + "http://h/x\n#%eof\n")
 
     row = manifest.rows[0]
     assert (row.hash_alg, row.hash_value, row.size, row.filename) == ("", "", None, "")
@@ -79,7 +78,7 @@ SIX = " | ".join(OBJECT_FIELDS[:6])  # the object manifest's columns, the MIME t
 
 
 def test_trailing_empty_cells_beyond_the_fields_are_tolerated() -> None:
-    manifest = parse_checkm(header(fields=SIX) + "http://h/x | | | | | x | |\n")
+    manifest = parse_checkm(header(fields=SIX) + "http://h/x | | | | | x | |\n#%eof\n")
 
     assert manifest.rows[0].filename == "x"
 
@@ -111,7 +110,7 @@ def test_a_reader_with_a_limit_stops_at_the_first_row_past_it() -> None:
 def test_batch_fields_map_to_object_metadata() -> None:
     text = header(BATCH_MANIFEST, " | ".join(BATCH_FIELDS)) + (
         "http://h/o.checkm | | | | | o.checkm | ark:/99999/fk4abc | loc001 | Doe, J. "
-        "| A title | 2020\n"
+        "| A title | 2020\n#%eof\n"
     )
 
     row = parse_checkm(text).rows[0]
@@ -132,7 +131,7 @@ def test_field_names_match_case_insensitively_and_unknown_fields_are_kept() -> N
         "NFO:FILEURL | nfo:HashAlgorithm | nfo:hashvalue | nfo:filesize | nfo:filelastmodified "
         "| nfo:filename | nie:mimeType | x:colour"
     )
-    text = header(fields=fields) + "http://h/a | | | | | a.txt | text/plain | red\n"
+    text = header(fields=fields) + "http://h/a | | | | | a.txt | text/plain | red\n#%eof\n"
 
     manifest = parse_checkm(text)
     row = manifest.rows[0]
@@ -200,7 +199,7 @@ def test_a_fields_line_that_puts_merritts_columns_elsewhere_is_refused(
 
 def test_merritts_columns_cut_short_at_the_end_are_read_as_merritt_reads_them() -> None:
     text = header(BATCH_MANIFEST, " | ".join(BATCH_FIELDS[:7])) + (
-        "http://h/o.checkm | | | | | o.checkm | ark:/99999/fk4abc\n"
+        "http://h/o.checkm | | | | | o.checkm | ark:/99999/fk4abc\n#%eof\n"
     )
 
     row = parse_checkm(text).rows[0]
@@ -215,6 +214,7 @@ def test_without_a_fields_line_the_rows_are_read_by_their_kinds_columns() -> Non
         "#%checkm_0.7\n"
         "#%profile | http://uc3.cdlib.org/registry/ingest/manifest/mrt-batch-manifest\n"
         "http://h/o.checkm | | | | | o.checkm | ark:/99999/fk4abc | loc001\n"
+        "#%eof\n"
     )
 
     manifest = parse_checkm(text)
@@ -225,7 +225,7 @@ def test_without_a_fields_line_the_rows_are_read_by_their_kinds_columns() -> Non
 
 
 def test_a_manifest_without_profile_is_held_to_the_one_kind_it_must_be() -> None:
-    text = "#%fields | nfo:fileUrl | nfo:fileName\nhttp://h/a | a.txt\n"
+    text = "#%fields | nfo:fileUrl | nfo:fileName\nhttp://h/a | a.txt\n#%eof\n"
 
     assert parse_checkm(text).rows[0].filename == "a.txt"  # of no kind: read by the names
     with pytest.raises(ManifestError, match=r"^line 1: #%fields names nfo:fileName as column 2"):
@@ -241,7 +241,7 @@ def test_columns_and_kind_cannot_change_after_the_first_row() -> None:
     with pytest.raises(ManifestError, match=r"^line 5: a #%profile of mrt-batch-manifest after"):
         parse_checkm(first + batch + "http://h/b | | | | | b.txt | ark:/1/b\n")
     same = "#%profile | http://uc3.cdlib.org/registry/ingest/manifest/mrt-ingest-manifest\n"
-    assert len(parse_checkm(first + same + "http://h/b\n").rows) == 2
+    assert len(parse_checkm(first + same + "http://h/b\n#%eof\n").rows) == 2
 
 
 def test_the_headers_alone_give_the_columns_without_reading_a_row() -> None:
@@ -322,27 +322,53 @@ def test_fields_header_without_url_column_is_rejected() -> None:
 
 
 def test_manifest_without_profile_has_no_kind_and_uses_object_fields() -> None:
-    manifest = parse_checkm("\ufeffhttp://h/a | sha1 | " + "a" * 40 + " | 3 | | a\n")
+    manifest = parse_checkm("\ufeffhttp://h/a | sha1 | " + "a" * 40 + " | 3 | | a\n#%eof\n")
 
     assert manifest.kind is None
     assert manifest.rows[0].size == 3
 
 
 def test_writer_refuses_values_checkm_cannot_carry() -> None:
-    with pytest.raises(ValueError, match="cannot be written"):
-        write_checkm([{"url": "http://h/a", "filename": "a|b"}])
+    """A line break (Java's readLine ends a line at "\\r" too); a URL with a "|" (Merritt does
+    not decode the URL cell); "%20" or "%7c" in any other cell, which Merritt's reader would
+    decode (mrt-core2 Checkm.dec) into something else than was written."""
+    for row in (
+        {"url": "http://h/a", "mime_type": "text/plain\r"},
+        {"url": "http://h/a|b"},
+        {"url": "http://h/a", "filename": "a%20b"},
+        {"url": "http://h/a", "filename": "50%7c"},
+        {"url": "http://h/a", "mime_type": "\ttext/plain"},
+    ):
+        with pytest.raises(ValueError, match="cannot be written"):
+            write_checkm([row])
     with pytest.raises(ValueError, match="missing file URL"):
         write_checkm([{"url": "", "filename": "a"}])
 
 
-# Text a checkm cell can hold: no separators or line breaks, no surrounding blanks.
+def _carried(text: str) -> bool:
+    """Whether a cell can carry ``text``: no "%20" or "%7c" (Merritt's reader would decode
+    them), no space character but a space at either end (the writer escapes a space there)."""
+    if "%20" in text or "%7c" in text:
+        return False
+    return all(c == " " or not c.isspace() for c in text[:1] + text[-1:])
+
+
+# Text a checkm cell can hold: no line breaks; a "|" and spaces at its ends are escaped.
 cell = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="|\n"),
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"),
     max_size=12,
-).map(str.strip)
+).filter(_carried)
 path_part = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-.", min_size=1, max_size=8)
-filenames = st.lists(path_part.filter(lambda p: p not in (".", "..")), min_size=1, max_size=3).map(
+url_paths = st.lists(path_part.filter(lambda p: p not in (".", "..")), min_size=1, max_size=3).map(
     "/".join
+)
+# A file name may hold a "|", a "%" and spaces, at its ends too.
+name_part = st.text(alphabet="abcz09_-.| %27c", min_size=1, max_size=8)
+filenames = (
+    st.lists(name_part.filter(lambda p: p.strip("/ ") not in ("", ".", "..")), max_size=3)
+    .filter(bool)
+    .map("/".join)
+    .filter(lambda name: _carried(name) and filename_problem(name) is None)
 )
 
 
@@ -357,7 +383,7 @@ def rows(draw: st.DrawFn) -> ManifestRow:
     return ManifestRow(
         url=draw(st.sampled_from(["http://h.example", "https://h.example:8443", "file://"]))
         + "/"
-        + draw(filenames),
+        + draw(url_paths),
         hash_alg=alg,
         hash_value=value,
         size=draw(st.none() | st.integers(min_value=0, max_value=2**63 - 1)),
@@ -456,6 +482,7 @@ def test_a_large_manifest_is_held_in_less_memory_than_one_row_object_each() -> N
             f"d{i // 1000}/file{i}.dat | application/octet-stream\n"
             for i in range(rows)
         )
+        + "#%eof\n"
     )
     tracemalloc.start()
     try:
@@ -487,3 +514,86 @@ def test_a_names_parts_are_those_pathlib_gives() -> None:
             assert problem is not None and problem.startswith("names no file"), name
         else:
             assert problem is None, (name, problem)
+
+
+# Merritt's reader of every manifest (mrt-core2 Manifest.hasMoreElements, Checkm.setRow/dec,
+# ManifestRowCheckmAbs.handleEOF; docs/merritt-services.md, "Manifests: read by position").
+
+
+def test_cells_but_the_url_are_decoded_as_merritt_decodes_them() -> None:
+    """``%20`` is a space and ``%7c`` a "|" in every cell but the URL; ``%7C`` and any other
+    escape are taken as they are. A file name ``a%20b`` was "a%20b" here, "a b" to Merritt."""
+    text = header(BATCH_MANIFEST, " | ".join(BATCH_FIELDS)) + (
+        "http://h/a%20b%7c.txt | | | | | %20dir/a%20b%7cc%7C%41.txt%20 | | loc%7c1 | Doe | "
+        "A%7cB%20C | 2020\n#%eof\n"
+    )
+
+    [row] = parse_checkm(text).rows
+
+    assert row.url == "http://h/a%20b%7c.txt"
+    assert row.filename == " dir/a b|c%7C%41.txt "
+    assert (row.local_id, row.title) == ("loc|1", "A|B C")
+
+
+def test_a_name_with_a_bar_a_percent_or_end_spaces_is_written_as_merritt_writes_it() -> None:
+    """Encoded as mrt-core2's Checkm.enc encodes: each "|" as %7c, a space that begins or ends
+    the cell as %20; read back, here or by Merritt's storage, as it was."""
+    name = " producer/a|b 100%.txt "
+    text = write_checkm([{"url": "http://h/a", "filename": name}], kind="mrt-add-manifest")
+
+    assert "http://h/a |  |  |  |  | %20producer/a%7cb 100%.txt%20\n#%eof\n" in text
+    assert parse_checkm(text).rows[0].filename == name
+
+
+def test_a_name_merritts_manifests_would_read_otherwise_is_refused() -> None:
+    """Merritt's writer leaves "%20" and "%7c" as they are and its reader decodes them: a
+    file so named would be stored by another name."""
+    for name in ("a%20b.txt", "50%7c.txt"):
+        problem = filename_problem(name)
+        assert problem is not None and "Merritt's manifests read" in problem, name
+    assert filename_problem("a%7C%25.txt") is None
+
+
+@pytest.mark.parametrize(
+    ("tail", "line"),
+    [
+        ("", 4),  # no #%eof at all
+        ("#%eof\n\n", 6),  # an empty line after it is the last line Merritt reads
+        ("#%eof\n# a comment\n", 6),
+        ("  #%eof\n", 5),  # Merritt's line starts with the spaces
+    ],
+)
+def test_a_manifest_whose_last_line_is_not_eof_is_refused(tail: str, line: int) -> None:
+    """Merritt's reader requires its last line to start #%eof and refuses the whole manifest
+    otherwise (ManifestRowCheckmAbs.handleEOF, INVALID_DATA_FORMAT)."""
+    with pytest.raises(ManifestError, match=rf"^line {line}: the last line is not #%eof"):
+        parse_checkm(header() + "http://h/a\n" + tail)
+
+
+def test_eof_is_read_as_merritt_reads_it() -> None:
+    for tail in ("#%eof\n", "#%EOF", "#%eof \r\n", "#%eof | done\n"):
+        assert len(parse_checkm(header() + "http://h/a\n" + tail).rows) == 1, tail
+    with pytest.raises(ManifestError, match=r"^line 1: the manifest is empty"):
+        parse_checkm(b"")
+
+
+@pytest.mark.parametrize(
+    "between",
+    [
+        "#%eof\n",  # Merritt reads on past it
+        "#%prefix | x: | http://x.example/\n",
+        "#%checkm_0.7\n# a comment\n",
+    ],
+)
+def test_hash_percent_lines_between_rows_without_a_profile_are_refused(between: str) -> None:
+    """Merritt's reader takes the #% lines before each row as headers and, after the first row,
+    refuses the whole manifest when they name no #%profile (Checkm.handleHeaders,
+    "manifestProfile is missing")."""
+    text = header() + "http://h/a\n" + between + "http://h/b\n#%eof\n"
+
+    with pytest.raises(ManifestError, match=r"^line 5: #% lines between rows, before the row"):
+        parse_checkm(text)
+    with pytest.raises(ManifestError, match=r"^line 5: #% lines between rows"):
+        CheckmReader(text).check()  # read without making the rows
+    profile = f"#%profile | http://uc3.cdlib.org/registry/ingest/manifest/{OBJECT_MANIFEST}\n"
+    assert len(parse_checkm(text.replace(between, between + profile, 1)).rows) == 2

@@ -19,7 +19,7 @@ from queues.chaos.standins import (
 )
 from queues.core.retries import outage_of
 from queues.steps.checkm import ADD_MANIFEST, ADD_PROFILE, OBJECT_MANIFEST, write_checkm
-from queues.steps.erc import storage_manifest
+from queues.steps.erc import http_url_for, storage_manifest
 from queues.steps.storage import (
     HttpStorage,
     ObjectFile,
@@ -46,6 +46,27 @@ def _manifest(http_server: Loopback) -> str:
         kind=ADD_MANIFEST,
     )
     return http_server.file("/job/mrt-manifest.txt", text.encode())
+
+
+def test_a_name_with_a_bar_and_a_percent_is_stored_by_the_name_given(
+    storage: StorageStandIn, http_server: Loopback, tmp_path: Path
+) -> None:
+    """Merritt's storage reads the add manifest with mrt-core2's ManifestRowAdd, which decodes
+    %7c and %20 in the file name (Checkm.dec): the storage manifest writes "|" and end spaces
+    encoded (as Checkm.enc does), and storage keeps each file by the name it had here. A "|"
+    stopped the storage manifest from being written before."""
+    name = "producer/a|b 100%.txt"
+    obj = tmp_path / "object"
+    (obj / "producer").mkdir(parents=True)
+    (obj / name).write_bytes(b"hello")
+    text = storage_manifest(obj, url_for=http_url_for(http_server.url + "/job/"))
+    assert "| producer/a%7cb 100%.txt" in text
+    manifest_url = http_server.file("/job/mrt-storage-manifest.txt", text.encode())
+
+    HttpStorage(storage.url, 9501, timeout=5).store(ark=ARK, manifest_url=manifest_url)
+
+    [stored] = storage.objects.values()
+    assert [f.name for f in stored.files[0]] == [name]
 
 
 def test_add_posts_the_manifest_url_and_reads_the_version_state(

@@ -11,6 +11,7 @@ from queues.steps.checkm import (
     OBJECT_MANIFEST,
     SINGLE_FILE_BATCH_MANIFEST,
     ManifestError,
+    profile_url,
     write_checkm,
 )
 from queues.steps.submission import (
@@ -240,7 +241,7 @@ def test_a_large_object_manifest_is_read_holding_little_beside_its_files() -> No
         f"set-{n // 1000:02d}/file-{n:06d}.dat | application/octet-stream\n"
         for n in range(20_000)
     )
-    data = (write_checkm([], kind=OBJECT_MANIFEST).split("#%eof")[0] + rows).encode()
+    data = (write_checkm([], kind=OBJECT_MANIFEST).split("#%eof")[0] + rows + "#%eof\n").encode()
     spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
 
     tracemalloc.start()
@@ -295,6 +296,46 @@ def test_a_batch_manifest_merritt_would_read_by_other_columns_is_refused() -> No
             submission_type="batch-manifest",
             payload_url="http://h/b",
             fetch_text=fetcher({"http://h/b": manifest}),
+        )
+
+
+def test_an_object_manifests_cells_are_read_as_merritt_decodes_them() -> None:
+    """Merritt's ingest decodes %20 and %7c in every cell but the URL (mrt-core2 Checkm.dec):
+    the file of a row named ``scan%201%7cb.tif`` is "scan 1|b.tif" there, and now here."""
+    manifest = (
+        f"#%checkm_0.7\n#%profile | {profile_url(OBJECT_MANIFEST)}\n"
+        "http://h/a/scan%201.tif | | | | | scan%201%7cb.tif | image%7ctiff\n#%eof\n"
+    )
+    spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
+
+    [file] = payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
+
+    assert (file.url, file.filename) == ("http://h/a/scan%201.tif", "scan 1|b.tif")
+
+
+@pytest.mark.parametrize(
+    ("tail", "problem"),
+    [
+        ("", r"^line 3: the last line is not #%eof"),
+        ("#%eof\n\n", r"^line 5: the last line is not #%eof"),
+        ("#%eof\nhttp://h/b\n#%eof\n", r"^line 4: #% lines between rows"),
+    ],
+)
+def test_a_manifest_merritt_refuses_whole_is_refused_at_intake(tail: str, problem: str) -> None:
+    """Merritt's reader refuses a manifest whose last line is not #%eof, or with #% lines but
+    no #%profile between its rows (mrt-core2 Manifest, ManifestRowCheckmAbs.handleEOF,
+    Checkm.handleHeaders): a job's object manifest and a batch manifest are refused whole."""
+    head = f"#%checkm_0.7\n#%profile | {profile_url(OBJECT_MANIFEST)}\n"
+    spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
+    with pytest.raises(ManifestError, match=problem):
+        payload_files(spec, fetch_text=fetcher({"http://h/m": head + "http://h/a\n" + tail}))
+
+    text = batch(BATCH_MANIFEST, {"url": "http://h/1"}).replace("#%eof\n", tail)
+    with pytest.raises(ManifestError, match=r"(last line is not #%eof|between rows)"):
+        expand_submission(
+            submission_type="batch-manifest",
+            payload_url="http://h/b",
+            fetch_text=fetcher({"http://h/b": text}),
         )
 
 
