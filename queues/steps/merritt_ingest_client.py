@@ -23,8 +23,10 @@ for every manifest its depositors upload:
   streamed from its file.
 
 A depositor's manifest uploaded as it is (a batch manifest, or an object manifest uploaded) is
-first held to the columns Merritt's ingest reads it by, by position (``_check_columns``): one
-whose ``#%fields`` says otherwise is refused, as the console's own intake refuses it.
+first read as Merritt's ingest reads it (``_check_manifest``): one whose ``#%fields`` puts the
+columns ingest reads by position elsewhere, that does not end with ``#%eof``, or that has ``#%``
+lines without a ``#%profile`` between its rows is refused, as the console's own intake refuses
+it (an uploaded file larger than ``MAX_MANIFEST_BYTES`` is judged by its headers alone).
 
 The row of a manifest written here always names the file (``fileName``): the depositor's name,
 else the URL's last part, the name the console's own intake gives it. Left empty, ingest would
@@ -297,7 +299,8 @@ def upload_for(
         if not path.is_file():
             raise IngestRefused(f"the payload {sub.payload_url} is not a file here")
         if kind in DEPOSITOR_MANIFESTS:
-            _check_columns(_manifest_head(path), kind, sub.payload_url)
+            data, whole = _manifest_text(path)
+            _check_manifest(data, kind, sub.payload_url, whole=whole)
         return Upload(merritt_type(kind), sub.filename or path.name, path, True)
     if kind == "file":
         content = _manifest_for(sub, checkm.OBJECT_MANIFEST)
@@ -309,7 +312,7 @@ def upload_for(
         content = _manifest_for(sub, checkm.BATCH_MANIFEST)
         return Upload("batchManifest", "payload.checkm", content, False)
     content = _read_manifest(sub.payload_url, policy, started)
-    _check_columns(content, kind, sub.payload_url)
+    _check_manifest(content, kind, sub.payload_url)
     return Upload(merritt_type(kind), payload_name(sub), content, True)
 
 
@@ -323,20 +326,29 @@ DEPOSITOR_MANIFESTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _check_columns(head: bytes, kind: str, url: str) -> None:
-    """Refuse (IngestRefused, before anything is sent) a depositor's manifest whose
-    ``#%fields`` line puts the columns Merritt's ingest reads by position elsewhere
-    (``checkm.columns_problem``): Merritt would read it otherwise than its names say, and the
-    console's own intake refuses it. So is a ``#%profile`` Merritt's reader of ``kind``
-    refuses. ``head``: the manifest's lines up to its first row at least."""
+def _check_manifest(data: bytes, kind: str, url: str, *, whole: bool = True) -> None:
+    """Refuse (IngestRefused, before anything is sent) a depositor's manifest Merritt's ingest
+    would read otherwise than its headers say, or refuse: a ``#%fields`` line that puts the
+    columns ingest reads by position elsewhere (``checkm.columns_problem``), a ``#%profile``
+    Merritt's reader of ``kind`` refuses, no ``#%eof`` as its last line, ``#%`` lines without a
+    ``#%profile`` between its rows (``checkm.CheckmReader.check``). The console's own intake
+    refuses them all. The rows' cells are not judged here. ``data``: the whole manifest, or,
+    not ``whole``, its lines up to its first row at least (only its headers are judged)."""
+    reader = checkm.CheckmReader(data, only=DEPOSITOR_MANIFESTS[kind])
     try:
-        checkm.CheckmReader(head, only=DEPOSITOR_MANIFESTS[kind]).columns()
+        if whole:
+            reader.check()
+        else:
+            reader.columns()
     except checkm.ManifestError as exc:
         raise IngestRefused(f"manifest {url}: {exc}") from exc
 
 
-def _manifest_head(path: Path) -> bytes:
-    """An uploaded manifest's lines up to its first row (at most ``MAX_MANIFEST_BYTES``)."""
+def _manifest_text(path: Path) -> tuple[bytes, bool]:
+    """An uploaded manifest, and True, when it is at most ``MAX_MANIFEST_BYTES``; else its
+    lines up to its first row, and False."""
+    if path.stat().st_size <= MAX_MANIFEST_BYTES:
+        return path.read_bytes(), True
     head = bytearray()
     with path.open("rb") as stream:
         while len(head) <= MAX_MANIFEST_BYTES:
@@ -345,7 +357,7 @@ def _manifest_head(path: Path) -> bytes:
             text = line.strip().removeprefix(b"\xef\xbb\xbf")
             if not line or (text and not text.startswith(b"#")):
                 break
-    return bytes(head)
+    return bytes(head), False
 
 
 def form_fields(sub: IngestSubmission, upload: Upload) -> list[tuple[str, str]]:

@@ -292,6 +292,61 @@ def test_an_uploaded_manifest_merritt_would_read_by_other_columns_is_refused_uns
     assert sent.content == right.encode()
 
 
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda text: text.removesuffix("#%eof\n"), b"the last line is not #%eof"),
+        (
+            lambda text: text.replace("#%eof\n", "#%eof\nhttp://h.example/b.txt\n#%eof\n"),
+            b"#% lines between rows",
+        ),
+    ],
+)
+def test_an_uploaded_manifest_merritt_refuses_whole_is_refused_unsent(
+    zk: Any, ingest: IngestPosterStandIn, key: str, settings: Any, change: Any, problem: bytes
+) -> None:
+    """Merritt's reader refuses a manifest whose last line is not #%eof, or with #% lines
+    but no #%profile between its rows (mrt-core2 Manifest, ManifestRowCheckmAbs.handleEOF,
+    Checkm.handleHeaders), once ingest has taken it. The door refuses it before anything
+    reaches ingest."""
+    right = write_checkm(
+        [{"url": "http://h.example/a.txt", "title": "A title"}], kind=SINGLE_FILE_BATCH_MANIFEST
+    )
+    upload = SimpleUploadedFile("batch.checkm", change(right).encode(), content_type="text/plain")
+
+    response = _post(key, {"profile": PROFILE, "file": upload, "type": "batchManifestFile"})
+
+    assert response.status_code == 400, response.content
+    assert problem in response.content
+    assert ingest.uploads == [] and ingest.seen("POST") == []
+    assert batch_ids(zk) == []
+    poster = Path(settings.MRT_WORK_DIR) / "poster"
+    assert not poster.exists() or list(poster.iterdir()) == []
+
+
+def test_a_title_with_a_bar_reaches_ingest_encoded_as_merritt_encodes_it(
+    zk: Any, ingest: IngestPosterStandIn, key: str
+) -> None:
+    """A file given by URL goes to ingest as a one-row manifest, its cells encoded as
+    mrt-core2's Checkm.enc encodes them ("|" as %7c): ingest decodes them back (Checkm.dec).
+    A "|" in the file name was refused before; it now reaches ingest as it was given."""
+    response = _post(
+        key,
+        {
+            "profile": PROFILE,
+            "url": "http://h.example/a.txt",
+            "filename": "a|b.txt",
+            "type": "file",
+        },
+    )
+
+    assert response.status_code == 200, response.content
+    [sent] = ingest.uploads
+    [row] = parse_checkm(sent.content).rows
+    assert row.filename == "a|b.txt"
+    assert b"| a%7cb.txt" in sent.content
+
+
 def test_a_sha256_reaches_ingest_by_the_name_it_knows(
     zk: Any, ingest: IngestPosterStandIn, key: str
 ) -> None:
