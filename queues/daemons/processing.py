@@ -244,7 +244,8 @@ class Processing(JobDaemon):
             storage_service=storage_url,
             notification=profile.contacts,
             supplied_identifier=supplied,
-            digest_type=spec.digest_alg,
+            # As Merritt's HandlerInitialize writes it: the DigestEnum value (SHA-256).
+            digest_type=merritt.merritt_digest_name(spec.digest_alg) if spec.digest_alg else None,
             digest_value=spec.digest_value,
             creator=erc.who,
             title=erc.what,

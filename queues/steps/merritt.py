@@ -44,9 +44,11 @@ TYPE_ALIASES: dict[str, str] = {
 
 STORE_ACTIONS = ("add", "update")
 
-# Merritt ingest's form field ``digestType`` is upper-cased and looked up among its DigestEnum's
-# Java names (``MD5``, ``SHA-1``, ``SHA-256``, ``SHA-512``, ...; ``JobState.setHashAlgorithm``):
-# the console's ``sha256`` names none of them, and ingest then fails the package's digest check.
+# Merritt ingest's ``digestType`` (its door's form field, a batch's or job's configuration) is
+# upper-cased and looked up among its DigestEnum's values (``MD5``, ``SHA-1``, ``SHA-256``,
+# ``SHA-512``, ...; ``JobState.setHashAlgorithm``): the console's ``sha256`` names none of them.
+# Its door then refuses the form; its consumers read no algorithm and fail the package's digest
+# check (docs/merritt-services.md, "Digest names").
 _SHA_DIGITS = re.compile(r"^sha(\d)")
 
 
@@ -54,6 +56,13 @@ def merritt_digest_type(alg: str) -> str:
     """The ``digestType`` form field Merritt's ingest knows for a digest algorithm as the console
     names it: ``md5`` -> ``md5``, ``sha256`` -> ``sha-256``."""
     return _SHA_DIGITS.sub(r"sha-\1", alg.strip().lower())
+
+
+def merritt_digest_name(alg: str) -> str:
+    """A digest algorithm, in the console's spelling or Merritt's, as Merritt's ingest writes it
+    in a batch's or job's ``digestType``: its DigestEnum value (``md5`` -> ``MD5``, ``sha256``
+    and ``sha-256`` -> ``SHA-256``)."""
+    return merritt_digest_type(alg).upper()
 
 
 def canonical_type(name: str) -> str:

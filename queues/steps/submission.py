@@ -87,8 +87,8 @@ class ObjectSpec:
             creator      str               ERC who
             title        str               ERC what
             date         str               ERC when
-            digestType   str               depositor's digest of the payload (Merritt's keys)
-            digestValue  str
+            digestType   str               depositor's digest of the payload (Merritt's keys;
+            digestValue  str               the algorithm as Merritt writes it: "SHA-256")
             size         int               depositor's size of the payload in bytes (a number,
                                            as Merritt's ingest writes sizes)
             payload_url  str               the console's: where the payload is
@@ -114,7 +114,7 @@ class ObjectSpec:
             if value:
                 config[key] = value
         if self.digest_alg and self.digest_value:
-            config["digestType"] = self.digest_alg
+            config["digestType"] = merritt.merritt_digest_name(self.digest_alg)
             config["digestValue"] = self.digest_value
             config["digest"] = {"alg": self.digest_alg, "value": self.digest_value}
         if self.size is not None:
@@ -127,8 +127,9 @@ class ObjectSpec:
 
         Merritt's keys are read as well as the console's: ``type`` in either naming
         (``manifest`` or ``object-manifest``; ``payload_type`` as the mrt-zk library's own
-        helper writes it), ``objectID``, ``digestType``/``digestValue``, ``size`` as a number
-        or, as this console wrote it before, as text.
+        helper writes it), ``objectID``, ``digestType``/``digestValue`` (``SHA-256`` as Merritt
+        writes it, ``sha256`` as this console wrote it before), ``size`` as a number or, as this
+        console wrote it before, as text.
         A configuration without ``payload_url`` raises :class:`PayloadNotHere`: Merritt's
         ingest keeps the payload on its own disk, out of this console's reach.
         """
@@ -204,9 +205,10 @@ def merritt_submission_keys(
     """Merritt ingest's keys for a batch ``submission`` written with the console's keys.
 
     Merritt's ingest writes ``type`` with its own name (``manifest``, ``batchManifest``, ...),
-    ``objectID``, ``digestType``/``digestValue``, ``filename``, ``update`` (a boolean its readers
-    require), ``size`` (a number, 0 when the depositor gave none), ``notificationFormat`` and
-    ``submissionDate`` (``java.util.Date`` text); ``batchID``, ``profile``, ``submitter``,
+    ``objectID``, ``digestType``/``digestValue`` (the algorithm as its DigestEnum value:
+    ``SHA-256``, ``MD5``), ``filename``, ``update`` (a boolean its readers require), ``size``
+    (a number, 0 when the depositor gave none), ``notificationFormat`` and ``submissionDate``
+    (``java.util.Date`` text); ``batchID``, ``profile``, ``submitter``,
     ``title``, ``creator``, ``date``, ``localID`` share the console's names. The console's own
     type name stays as ``submission_type``. Values already present (``update`` from an update
     request, a ``submissionDate``) are kept; a size given as text becomes its number.
@@ -234,7 +236,7 @@ def merritt_submission_keys(
         keys["objectID"] = primary
     digest = submission.get("digest")
     if isinstance(digest, Mapping) and _text(digest.get("alg")) and _text(digest.get("value")):
-        keys["digestType"] = str(digest["alg"])
+        keys["digestType"] = merritt.merritt_digest_name(str(digest["alg"]))
         keys["digestValue"] = str(digest["value"])
     payload_url = submission.get("payload_url")
     if not _text(submission.get("filename")) and isinstance(payload_url, str) and payload_url:
@@ -270,7 +272,8 @@ def size_number(value: object) -> int | None:
 
 
 def _digest_name(value: object) -> str | None:
-    """A digest algorithm as the console names it: ``SHA-256`` (Java's name) -> ``sha256``."""
+    """A digest algorithm as the console names it, from Merritt's spelling or the console's:
+    ``SHA-256`` (Merritt's DigestEnum value) and ``sha256`` -> ``sha256``, ``MD5`` -> ``md5``."""
     text = _text(value)
     return text.lower().replace("-", "") if text else None
 

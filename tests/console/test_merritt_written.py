@@ -27,7 +27,7 @@ def test_a_merritt_job_page_shows_its_keys_and_why_our_daemons_leave_it(viewer, 
     assert "never moved, never failed" in text
     for shown in (
         "merritt_demo_content",  # profile
-        '"digestType": "md5"',
+        '"digestType": "MD5"',
         '"update": false',
         '"jobID": "jid-',
         "letters-001",

@@ -125,6 +125,37 @@ def test_url_submission_makes_a_batch_the_first_step_turns_into_a_job(zk, operat
     assert job.configuration["payload_url"] == "https://example.org/letters/letter-1.pdf"
 
 
+@pytest.mark.parametrize(
+    ("given", "alg", "written"),
+    [
+        ("sha-256", "sha256", "SHA-256"),
+        ("SHA256", "sha256", "SHA-256"),
+        ("md5", "md5", "MD5"),
+        ("SHA-1", "sha1", "SHA-1"),
+    ],
+)
+def test_the_digest_is_written_for_merritts_readers_in_its_own_spelling(
+    zk, operator_key, given, alg, written
+) -> None:
+    """Merritt's ingest writes a batch's and a job's ``digestType`` as its DigestEnum value
+    (``SHA-256``, ``MD5``), and its consumers match the type, upper-cased, against exactly those
+    values: the console's ``sha256`` would read as no algorithm, and Merritt's digest check
+    fails a job whose value has none (docs/merritt-services.md, "Digest names")."""
+    value = "ab" * {"sha256": 32, "md5": 16, "sha1": 20}[alg]
+    response = post(operator_key, fields(digestType=given, digestValue=value.upper()))
+
+    assert response.status_code == 200, response.content
+    sub = submitted(zk, response).submission
+    assert (sub["digestType"], sub["digestValue"]) == (written, value)
+    assert sub["digest"] == {"alg": alg, "value": value}
+
+    assert DAEMONS["batch-pending"](zk=zk, poll=0.05).run_once()
+    bid = response["X-Batch-ID"]
+    (job,) = jobs_load(zk, batch_job_ids(zk, bid)["batch-processing"])
+    assert (job.configuration["digestType"], job.configuration["digestValue"]) == (written, value)
+    assert job.configuration["digest"] == {"alg": alg, "value": value}
+
+
 def test_the_batch_location_is_under_the_consoles_url_prefix(zk, operator_key) -> None:
     """Served under ``/queue`` (daphne's ``--root-path``), the answer's ``Location`` names the
     API's batch there, not at the host's root (daphne's handler sets the prefix Django's test

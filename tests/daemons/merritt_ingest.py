@@ -34,7 +34,7 @@ def merritt_submission(**overrides: Any) -> dict[str, Any]:
         "creator": "Lovelace, Ada",
         "date": "1843",
         "localID": "letters-001",
-        "digestType": "md5",
+        "digestType": "MD5",  # its DigestEnum value, whatever case the depositor gave
         "digestValue": "9e107d9d372bb6826bd81d3542a419d6",
         "note": "sent from the poster door",
         "notificationFormat": "xml",

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -231,3 +232,44 @@ def test_a_digest_in_merritts_keys_is_checked(zk, files: FileServer) -> None:
     failed = job_load(zk, job.jid)
     assert failed.state == "Failed"
     assert "digest" in failed.status.message
+
+
+@pytest.mark.parametrize("digest_type", ["SHA-256", "sha256"])
+def test_a_sha256_digest_in_merritts_spelling_or_ours_is_checked(
+    zk, files: FileServer, digest_type: str
+) -> None:
+    """``SHA-256`` as Merritt's ingest writes a job's ``digestType``, ``sha256`` as this console
+    wrote it before: either names the algorithm the download is checked with."""
+    good = make_job(
+        zk,
+        {
+            "payload_url": files.put("s.txt", "sea"),
+            "type": "file",
+            "filename": "s.txt",
+            "digestType": digest_type,
+            "digestValue": hashlib.sha256(b"sea").hexdigest(),
+        },
+        state="Downloading",
+    )
+    bad = make_job(
+        zk,
+        {
+            "payload_url": files.put("t.txt", "sea"),
+            "type": "file",
+            "filename": "t.txt",
+            "digestType": digest_type,
+            "digestValue": hashlib.sha256(b"not sea").hexdigest(),
+        },
+        state="Downloading",
+    )
+    drive(
+        zk,
+        lambda: all(job_load(zk, j.jid).state != "Downloading" for j in (good, bad)),
+        names=["downloading"],
+    )
+    failed = job_load(zk, bad.jid)
+    assert failed.state == "Failed", failed.status.message
+    assert "digest" in failed.status.message and "sha256" in failed.status.message
+    downloaded = job_load(zk, good.jid)
+    assert downloaded.state == "Processing", downloaded.status.message
+    assert (object_dir(downloaded) / "producer" / "s.txt").read_text() == "sea"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from queues.daemons.processing import Processing
@@ -118,6 +120,9 @@ def test_version_files_as_merritt_ingest_writes_them_with_a_merritt_profile(
             "payload_url": manifest_url,
             "type": "manifest",  # Merritt's name for an object manifest
             "filename": "o.checkm",
+            # The console's own spelling, as it wrote jobs before it wrote Merritt's.
+            "digestType": "sha256",
+            "digestValue": hashlib.sha256(manifest_text.encode()).hexdigest(),
             "title": "Letters",
             "localID": "letters-001",
             "batchID": "bid-1234",
@@ -150,6 +155,9 @@ def test_version_files_as_merritt_ingest_writes_them_with_a_merritt_profile(
         "storageService:\thttp://store.example.org:35121",
         "notification:\tcurator@example.org;archivist@example.org",
         "suppliedIdentifier:\t(:unas)",
+        # HandlerInitialize writes the job's algorithm as its DigestEnum value.
+        "digestType:\tSHA-256",
+        f"digestValue:\t{hashlib.sha256(manifest_text.encode()).hexdigest()}",
         "title:\tLetters",
         "localIdentifier:\tletters-001",
         "manifestValidity:\tvalid",

@@ -221,7 +221,7 @@ def test_batch_submission_gets_merritts_keys_beside_ours() -> None:
     assert keys["submission_type"] == "object-manifest"
     assert keys["update"] is False
     assert keys["objectID"] == "ark:/99999/fk4x"
-    assert (keys["digestType"], keys["digestValue"]) == ("md5", "ab")
+    assert (keys["digestType"], keys["digestValue"]) == ("MD5", "ab")  # Merritt's DigestEnum value
     assert keys["filename"] == "o.checkm"
     assert keys["notificationFormat"] == "xml"
     assert keys["submissionDate"]

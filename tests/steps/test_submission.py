@@ -14,6 +14,7 @@ from queues.steps.checkm import (
     profile_url,
     write_checkm,
 )
+from queues.steps.merritt import merritt_digest_name
 from queues.steps.submission import (
     ObjectSpec,
     PayloadFile,
@@ -186,13 +187,44 @@ def test_configuration_round_trips_through_json() -> None:
         "title": "T",
         "date": "D",
         "digest": {"alg": "sha256", "value": "ab" * 32},
-        # Merritt ingest's keys beside the console's; its size is a number.
+        # Merritt ingest's keys beside the console's; its size is a number, its digest type
+        # the DigestEnum value its own writers put there (its readers know no "sha256").
         "objectID": "ark:/99999/fk4x",
-        "digestType": "sha256",
+        "digestType": "SHA-256",
         "digestValue": "ab" * 32,
         "size": 12,
     }
     assert ObjectSpec.from_configuration(config) == spec
+
+
+@pytest.mark.parametrize(
+    ("digest_type", "alg"),
+    [("SHA-256", "sha256"), ("sha256", "sha256"), ("MD5", "md5"), ("SHA-1", "sha1")],
+)
+def test_a_jobs_digest_type_is_read_in_merritts_spelling_and_the_consoles_old_one(
+    digest_type: str, alg: str
+) -> None:
+    """A job as Merritt's ingest writes it (``SHA-256``, no ``digest``), and one this console
+    wrote before it wrote Merritt's names (``sha256``), both give the algorithm to check."""
+    config = {
+        "payload_url": "http://h/a.txt",
+        "type": "file",
+        "digestType": digest_type,
+        "digestValue": "ab",
+    }
+    spec = ObjectSpec.from_configuration(config)
+    assert (spec.digest_alg, spec.digest_value) == (alg, "ab")
+
+
+@pytest.mark.parametrize(
+    ("alg", "name"),
+    [
+        *[("md5", "MD5"), ("sha1", "SHA-1"), ("sha256", "SHA-256"), ("sha512", "SHA-512")],
+        *[("SHA-256", "SHA-256"), ("sha-512", "SHA-512"), ("MD5", "MD5")],
+    ],
+)
+def test_merritts_digest_name_is_its_digestenum_value(alg: str, name: str) -> None:
+    assert merritt_digest_name(alg) == name
 
 
 def test_configuration_leaves_out_empty_values() -> None:
