@@ -17,6 +17,7 @@ from urllib.parse import quote
 from queues.core.clock import clock_text
 from queues.core.outside_text import for_log
 from queues.core.retries import is_unavailable_status, origin_of, service_at, unavailable
+from queues.steps.merritt import merritt_digest_name
 from queues.steps.netpolicy import (
     SYSTEM,
     FetchPolicy,
@@ -137,11 +138,14 @@ MERRITT_HASH_ALGORITHMS = ("CRC-32", "MD2", "MD5", "SHA-1", "SHA-256", "SHA-384"
 def merritt_hash_algorithm(digest_type: object) -> str | None:
     """The ``hashAlgorithm`` Merritt's job state shows for a configuration's ``digestType``:
     its DigestEnum name when the type, upper-cased, is one (``md5`` -> ``MD5``, ``sha-256`` ->
-    ``SHA-256``), else None (``sha256``: Merritt's getter then throws and the property is left
-    out)."""
+    ``SHA-256``). A job this console wrote before it wrote Merritt's names has its own spelling
+    (``sha256``), read as the algorithm it means (``SHA-256``). Any other name gives None
+    (Merritt's getter then throws and the property is left out)."""
     if not isinstance(digest_type, str):
         return None
     name = digest_type.upper()
+    if name not in MERRITT_HASH_ALGORITHMS:
+        name = merritt_digest_name(digest_type)
     return name if name in MERRITT_HASH_ALGORITHMS else None
 
 

@@ -104,7 +104,10 @@ def test_the_job_state_goes_to_mc_and_the_job_id(receiver: CallbackReceiver) -> 
         ("md5", "MD5"),
         ("SHA-256", "SHA-256"),
         ("sha-512", "SHA-512"),
-        ("sha256", None),
+        # The console's own spelling, in jobs it wrote before it wrote Merritt's names.
+        ("sha256", "SHA-256"),
+        ("sha3-256", None),
+        ("Alder-32", None),
         (None, None),
     ],
 )
