@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -62,6 +63,7 @@ def test_a_name_with_a_bar_and_a_percent_is_stored_by_the_name_given(
     text = storage_manifest(obj, url_for=http_url_for(http_server.url + "/job/"))
     assert "| producer/a%7cb 100%.txt" in text
     manifest_url = http_server.file("/job/mrt-storage-manifest.txt", text.encode())
+    http_server.file("/job/" + quote(name), b"hello")  # where storage fetches it from
 
     HttpStorage(storage.url, 9501, timeout=5).store(ark=ARK, manifest_url=manifest_url)
 
