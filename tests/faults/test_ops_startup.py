@@ -347,33 +347,12 @@ def test_run_console_keeps_requests_out_of_its_terminal_and_the_password_in_sigh
     the last thing the start-up prints."""
     var = tmp_path / "var"
     web_port, zk_port = free_ports(2)
-    env = {k: v for k, v in os.environ.items() if k not in ("ZK_HOSTS", "REDIS_URL")}
-    env.update(
-        MRT_VAR_DIR=str(var),
-        MRT_BIND="127.0.0.1",
-        MRT_PORT=str(web_port),
-        ZK_LOCAL_PORT=str(zk_port),
-        DJANGO_STATIC_ROOT=str(tmp_path / "static"),
-        LOG_LEVEL="INFO",
-    )
+    env = _run_console_env(tmp_path, web_port, zk_port, LOG_LEVEL="INFO")
     log = tmp_path / "run-console.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            ["bash", str(BASE / "bin" / "run-console")],
-            cwd=BASE,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    proc = _start_run_console(env, log)
     base = f"http://127.0.0.1:{web_port}"
     try:
-        deadline = time.monotonic() + 300  # bin/install may have packages to add first
-        while "console on http" not in log.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"run-console did not serve:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
+        _wait_served(proc, log)
         # The password comes again after the "console on http" line (setupconsole printed it
         # first, at the very start): wait for that second time, the start-up's last words.
         password = (var / "admin-password").read_text().strip()
@@ -433,9 +412,32 @@ def _run_console_env(tmp_path: Path, web_port: int, zk_port: int, **extra: str) 
         ZK_LOCAL_PORT=str(zk_port),
         DJANGO_STATIC_ROOT=str(tmp_path / "static"),
         LOG_LEVEL="WARNING",
-        **extra,
     )
+    env.update(extra)
     return env
+
+
+def _start_run_console(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """bin/run-console in a process group of its own, everything it says into ``log``."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            ["bash", str(BASE / "bin" / "run-console")],
+            cwd=BASE,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def _wait_served(proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Until the script says where the console is served (it may install packages first)."""
+    deadline = time.monotonic() + 300
+    while "console on http" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"run-console did not serve:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
 
 
 def _stop_run_console(proc: subprocess.Popen[bytes], var: Path, zk_port: int) -> None:
@@ -488,22 +490,9 @@ def test_run_console_serves_under_mrt_root_path(tmp_path: Path) -> None:
     web_port, zk_port = free_ports(2)
     env = _run_console_env(tmp_path, web_port, zk_port, MRT_ROOT_PATH="/queue")
     log = tmp_path / "run-console.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            ["bash", str(BASE / "bin" / "run-console")],
-            cwd=BASE,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    proc = _start_run_console(env, log)
     try:
-        deadline = time.monotonic() + 300  # bin/install may have packages to add first
-        while "console on http" not in log.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"run-console did not serve:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
+        _wait_served(proc, log)
         assert f"console on http://127.0.0.1:{web_port}/queue/ " in log.read_text()
         # A proxy may pass the path on whole or without the prefix: both are the console's.
         for path in ("/queue/login/", "/login/"):
