@@ -34,8 +34,9 @@ SYSTEM_DIR = "system"
 PRODUCER_DIR = "producer"
 DC_NS = "http://purl.org/dc/elements/1.1/"
 
-# Characters XML 1.0 cannot carry at all, even escaped; a title pasted from a PDF may have them.
-_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+# Characters XML 1.0 cannot carry at all, even as references (a lone surrogate is no character
+# either); a title pasted from a PDF may have them. Dropped from every XML document written.
+XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def dublin_core_elements(configuration: dict[str, object]) -> list[tuple[str, st
 
 
 def _xml_text(value: str) -> str:
-    text = _XML_ILLEGAL.sub("", value)
+    text = XML_ILLEGAL.sub("", value)
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 

@@ -6,12 +6,11 @@ from typing import Any, Protocol
 
 import requests
 
-from queues.core.retries import ServiceUnavailable, unavailable
+from queues.core.retries import unavailable
 from queues.steps.erc import Erc
 from queues.steps.fetch import DEFAULT_TIMEOUT
 from queues.steps.merritt_wire import (
     answered_ok,
-    exception_kind,
     is_ark_answer,
     json_document,
     local_name,
@@ -35,6 +34,7 @@ WRONG_MANIFEST_URL = (
     "storage_url missing",
     "getversionmap - node missing",
 )
+INVENTORY_REFUSALS = {"INVALID_OR_MISSING_PARM": WRONG_MANIFEST_URL}  # ``unavailable_answer``
 
 
 class InventoryError(Exception):
@@ -99,7 +99,7 @@ class HttpInventory:
         if not answered_ok(response):
             raise InventoryError(
                 f"inventory service refused {what}: {merritt_error(response)}"
-            ) from _outage(response)
+            ) from unavailable_answer(INVENTORY, response, refusals=INVENTORY_REFUSALS)
         return response
 
     def record(
@@ -150,16 +150,6 @@ class HttpInventory:
             f"{merritt_urlencode(local_id)}"
         )
         self._call("POST", url, f"local id {local_id!r} for {ark}", params={"t": "xml"})
-
-
-def _outage(response: requests.Response) -> ServiceUnavailable | None:
-    """What a refusal of inventory is raised from: "not now" for a 408, 429 or 5xx, as for any
-    service (``unavailable_answer``), unless it refuses the manifest URL itself."""
-    if exception_kind(response.content) == "INVALID_OR_MISSING_PARM":
-        reason = merritt_error(response).lower()
-        if any(phrase in reason for phrase in WRONG_MANIFEST_URL):
-            return None
-    return unavailable_answer(INVENTORY, response)
 
 
 def _keyed(data: object, name: str) -> Any:

@@ -18,7 +18,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 from urllib.parse import quote_plus
 from xml.etree import ElementTree
@@ -44,9 +44,24 @@ ANSWER_MAX = 64 * 1024 * 1024
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 
 
-def unavailable_answer(service: str, response: requests.Response) -> ServiceUnavailable | None:
+def unavailable_answer(
+    service: str,
+    response: requests.Response,
+    *,
+    refusals: Mapping[str, Collection[str]] | None = None,
+) -> ServiceUnavailable | None:
     """What a client raises its refusal from when the answer means "not now" (408, 429, 5xx;
-    ``queues.core.retries``): the job is tried again later instead of failing. None otherwise."""
+    ``queues.core.retries``): the job is tried again later instead of failing. None otherwise.
+
+    ``refusals``: the kinds of Merritt's exception document (mrt-core2 ``TExceptionEnum``) a
+    service answers with a 5xx that no wait cures (a wrong request, wrong data), each with the
+    words its reason must hold to be one (none: any reason); such an answer is no outage."""
+    if refusals and response.status_code >= 500:
+        words = refusals.get(exception_kind(response.content) or "")
+        if words is not None:
+            reason = merritt_error(response).lower()
+            if not words or any(word in reason for word in words):
+                return None
     return http_unavailable(
         service,
         response.status_code,

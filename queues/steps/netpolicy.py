@@ -57,7 +57,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, Self
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import SplitResult, unquote, urljoin, urlsplit
 from urllib.request import getproxies, proxy_bypass
 
 import certifi
@@ -727,11 +727,16 @@ def environment_proxy(url: str, scheme: str, host: str, port: int) -> Environmen
             url, f"{variable} must name an http:// proxy (host and port), not {parts.scheme}://"
         )
     proxy_host = _ascii_host(url, parts.hostname)
-    authorization = ""
-    if parts.username is not None:
-        credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        authorization = "Basic " + base64.b64encode(credentials.encode()).decode()
-    return EnvironmentProxy(proxy_host, proxy_port, authorization)
+    return EnvironmentProxy(proxy_host, proxy_port, basic_authorization(parts) or "")
+
+
+def basic_authorization(parts: SplitResult) -> str | None:
+    """The ``Basic`` credentials a URL's user-info makes (UTF-8, as RFC 7617 allows: urllib3's
+    own encoding is Latin-1, and raises past it); None when it names no user."""
+    if parts.username is None:
+        return None
+    credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    return "Basic " + base64.b64encode(credentials.encode()).decode()
 
 
 @dataclass(frozen=True)
@@ -951,10 +956,9 @@ class FetchPolicy:
         headers["Host"] = host_header
         if proxy is not None and scheme == "http":
             headers.update(proxy_headers)
-        if parts.username is not None:
-            # UTF-8, as RFC 7617 allows (urllib3's own encoding is Latin-1, and raises past it).
-            credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-            headers["Authorization"] = "Basic " + base64.b64encode(credentials.encode()).decode()
+        authorization = basic_authorization(parts)
+        if authorization:
+            headers["Authorization"] = authorization
         if content_type:
             headers["Content-Type"] = content_type
         data: bytes | Iterator[bytes] | None

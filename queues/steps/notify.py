@@ -17,6 +17,7 @@ from urllib.parse import quote
 from queues.core.clock import clock_text
 from queues.core.outside_text import for_log
 from queues.core.retries import is_unavailable_status, origin_of, service_at, unavailable
+from queues.steps.erc import XML_ILLEGAL
 from queues.steps.merritt import merritt_digest_name
 from queues.steps.netpolicy import (
     SYSTEM,
@@ -241,8 +242,6 @@ def _state_fields(state: Mapping[str, Any]) -> tuple[str, list[tuple[str, str]]]
     return str(root), pairs
 
 
-# XML 1.0 cannot carry these at all, even as references (Merritt's &#1; would not parse).
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 # Merritt's value escaping: the five XML entities, then every control character as a
 # character reference (so a newline or CR in a title survives a parser's line-end handling).
 _XML_ESCAPES = {
@@ -261,7 +260,8 @@ _NOT_NAME = re.compile(r"[^._\-A-Za-z0-9]")
 
 
 def _xml_text(text: str) -> str:
-    return _XML_SPECIAL.sub(lambda m: _XML_ESCAPES[m.group()], _NOT_XML.sub("", text))
+    # What XML 1.0 cannot carry even as a reference is dropped (Merritt's &#1; would not parse).
+    return _XML_SPECIAL.sub(lambda m: _XML_ESCAPES[m.group()], XML_ILLEGAL.sub("", text))
 
 
 def _xml_name(name: str) -> str:

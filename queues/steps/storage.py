@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 import requests
 
-from queues.core.retries import ServiceUnavailable, unavailable
+from queues.core.retries import unavailable
 from queues.core.words import digits
 from queues.steps.checkm import (
     ADD_MANIFEST,
@@ -41,7 +41,6 @@ from queues.steps.merritt import inventory_manifest_url
 from queues.steps.merritt_wire import (
     answered_ok,
     child_text,
-    exception_kind,
     java_urlencode,
     json_document,
     local_name,
@@ -447,17 +446,20 @@ class LocalStorage:
         return sorted(found)
 
 
-# The exception kinds (mrt-core2 TExceptionEnum) mrt-store answers with a 500 that are not an
-# outage: FIXITY_CHECK_FAILS and INVALID_DATA_FORMAT name content that is not what its manifest
-# says. Each fails the job with the service's reason (docs/merritt-services.md, "Refusals");
-# GENERAL_EXCEPTION, which mrt-store also answers for a failed write to its cloud, stays an
-# outage.
-STORAGE_REFUSALS = frozenset({"FIXITY_CHECK_FAILS", "INVALID_DATA_FORMAT"})
+# The exception kinds (mrt-core2 TExceptionEnum) mrt-store answers with a 500 that no wait
+# cures, with the words their reason must hold (``unavailable_answer``'s ``refusals``):
+# FIXITY_CHECK_FAILS and INVALID_DATA_FORMAT name content that is not what its manifest says;
 # INVALID_OR_MISSING_PARM is the object state's answer on a node storage does not know
-# ("Required node not found:N", JerseyBase.getObjectState): a wrong node in a profile. It is also
+# ("Required node not found:N", JerseyBase.getObjectState), a wrong node in a profile, but also
 # what storage throws for its own configuration ("Unable to instantiate CloudStore"), which an
-# operator mends: only the node's answer fails the job.
-UNKNOWN_NODE = ("INVALID_OR_MISSING_PARM", "node not found")
+# operator mends: only the node's answer. Each fails the job with the service's reason
+# (docs/merritt-services.md, "Refusals"); GENERAL_EXCEPTION, which mrt-store also answers for a
+# failed write to its cloud, stays an outage.
+STORAGE_REFUSALS: dict[str, tuple[str, ...]] = {
+    "FIXITY_CHECK_FAILS": (),
+    "INVALID_DATA_FORMAT": (),
+    "INVALID_OR_MISSING_PARM": ("node not found",),
+}
 
 
 class HttpStorage:
@@ -476,7 +478,7 @@ class HttpStorage:
       ``{base}/content/{node}/{ark}/{version}/{file}``, the file's path %-encoded whole.
     * A refusal is the service's exception document; its reason ends up in StorageError, raised
       from an outage (the job waits and is tried again) for a 408, 429 or 5xx unless its kind
-      is one of ``STORAGE_REFUSALS`` or it names a node storage does not know.
+      is one of ``STORAGE_REFUSALS`` (an unknown node's, wrong data).
 
     One pooled session per client; a storage add is never sent twice (a second add would make a
     second version), only retried when the connection could not be made at all.
@@ -500,17 +502,6 @@ class HttpStorage:
         self.service = f"storage node {node}"  # its retry policy and breaker (queues.core.retries)
         self.timeout = timeout
         self.session = session or service_session(retries=retries)
-
-    def _outage(self, response: requests.Response) -> ServiceUnavailable | None:
-        """What a refusal of storage is raised from: "not now" for a 408, 429 or 5xx, as for
-        any service (``unavailable_answer``), unless the exception document under it is of a
-        kind that names a wrong request or wrong data, which waiting does not cure."""
-        kind = exception_kind(response.content)
-        if kind in STORAGE_REFUSALS:
-            return None
-        if kind == UNKNOWN_NODE[0] and UNKNOWN_NODE[1] in merritt_error(response).lower():
-            return None
-        return unavailable_answer(self.service, response)
 
     def _object_url(self, action: str, ark: str) -> str:
         return f"{self.base_url}/{action}/{self.node_id}/{java_urlencode(ark)}"
@@ -588,7 +579,7 @@ class HttpStorage:
             raise StorageError(
                 f"storage service refused the state of {ark} on node {self.node_id} ({url}): "
                 f"{merritt_error(response)}"
-            ) from self._outage(response)
+            ) from unavailable_answer(self.service, response, refusals=STORAGE_REFUSALS)
         document = state_fields(response.content)
         if document is None:
             raise StorageError(f"storage answered {url} without a state document")
@@ -614,7 +605,7 @@ class HttpStorage:
             raise StorageError(
                 f"storage service refused to add {ark} on node {self.node_id}: "
                 f"{merritt_error(response)}"
-            ) from self._outage(response)
+            ) from unavailable_answer(self.service, response, refusals=STORAGE_REFUSALS)
         version = version_from_response(response.text)
         if version is None or version < 1:
             raise StorageError(
@@ -636,7 +627,7 @@ class HttpStorage:
         if not answered_ok(response):
             raise StorageError(
                 f"storage service refused the manifest of {ark}: {merritt_error(response)}"
-            ) from self._outage(response)
+            ) from unavailable_answer(self.service, response, refusals=STORAGE_REFUSALS)
         return response.content
 
     def _object_map(self, ark: str, data: bytes) -> ObjectMap:
