@@ -57,7 +57,7 @@ class Lock:
 
 
 def locks(zk: Any) -> list[Lock]:
-    """Every item lock (jobs, batches) and per-object storage/inventory lock."""
+    """Every item lock (jobs, batches) and per-object lock (storage, inventory, our Recording's)."""
     candidates = [
         paths.job_node(j, "lock") for j in children(zk, paths.JOBS) if paths.JID_RE.fullmatch(j)
     ]
@@ -66,7 +66,7 @@ def locks(zk: Any) -> list[Lock]:
         for b in children(zk, paths.BATCHES)
         if paths.BID_RE.fullmatch(b)
     ]
-    for folder in (paths.STORAGE_LOCKS, paths.INVENTORY_LOCKS):
+    for folder in paths.OBJECT_LOCK_ROOTS:
         candidates += [f"{folder}/{name}" for name in children(zk, folder)]
     now = time.time()
     return sorted(

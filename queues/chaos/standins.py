@@ -710,6 +710,20 @@ def quote_ark(ark: str) -> str:
     return quote(ark, safe="")
 
 
+def _process_state(url: str) -> Answer:
+    """The add's 200: InvProcessState's fields (docs/merritt-services.md), no outcome among
+    them."""
+    xml = (
+        "<invp:invProcessState>"
+        f"<invp:processDateTime>{datetime.now(UTC).isoformat(timespec='seconds')}"
+        "</invp:processDateTime>"
+        f"<invp:processUrl>{escape(url)}</invp:processUrl>"
+        "<invp:operation>add</invp:operation>"
+        "</invp:invProcessState>"
+    )
+    return Answer(200, xml.encode())
+
+
 class InventoryStandIn(StandIn):
     """mrt-inventory's entry points ingest uses: ``POST add`` (multipart form data only:
     ``url``, ``responseForm``), ``GET primary/{owner}/{local id}?t=json`` and
@@ -720,12 +734,19 @@ class InventoryStandIn(StandIn):
     manifest from the storage it names (``{base}/manifest/{node}/{ark}``) and reads it; what it
     keeps is the ARK's node and version count. ``database_down`` makes every call answer as
     inventory does without its database (a 500 ``GENERAL_EXCEPTION``), after the add's fetch.
+
+    ``object_lock``: the add takes the object's inventory lock once, as mrt-inventory's
+    ``SaveObject.process`` does in some versions (docs/merritt-services.md, "The object lock"):
+    called with the ARK, True when it took (and let go of) ``/locks/inventory/{ark'}``; False,
+    the node being held, makes the add answer its 200 without recording anything.
     """
 
     name = "inventory"
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, *, object_lock: Callable[[str], bool] | None = None, **options: Any) -> None:
         super().__init__(**options)
+        self.object_lock = object_lock
+        self.skipped: list[str] = []  # adds answered 200 unrecorded: the object lock was held
         self.added: list[str] = []
         self.local_ids: dict[tuple[str, str], str] = {}  # (owner, local id) -> ark
         self.objects: dict[str, tuple[int, int]] = {}  # ark -> (node, versions recorded)
@@ -776,6 +797,11 @@ class InventoryStandIn(StandIn):
             return exception_document("GENERAL_EXCEPTION", f"ManifestSAX: {exc}", form=form)
         if self.database_down:
             return _without_database(form)
+        if self.object_lock is not None and not self.object_lock(ark):
+            # SaveObject.process: "item already locked", returns as if done.
+            with self.lock:
+                self.skipped.append(url)
+            return _process_state(url)
         with self.lock:
             recorded_node, recorded = self.objects.get(ark, (node, 0))
             if recorded > current:
@@ -796,16 +822,7 @@ class InventoryStandIn(StandIn):
                 )
             self.objects[ark] = (recorded_node, current)
             self.added.append(url)
-        # InvProcessState's fields (docs/merritt-services.md): no outcome among them.
-        xml = (
-            "<invp:invProcessState>"
-            f"<invp:processDateTime>{datetime.now(UTC).isoformat(timespec='seconds')}"
-            "</invp:processDateTime>"
-            f"<invp:processUrl>{escape(url)}</invp:processUrl>"
-            "<invp:operation>add</invp:operation>"
-            "</invp:invProcessState>"
-        )
-        return Answer(200, xml.encode())
+        return _process_state(url)
 
     def _add_primary(self, ark: str, owner: str, local_ids: str, form: str) -> Answer:
         """``LocalMap.addLocal``: any text is taken as the ARK (mrt-core2 ``Identifier`` checks

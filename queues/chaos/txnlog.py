@@ -329,6 +329,8 @@ def is_item_lock(path: str) -> bool:
     """The locks of ``queues.zk.locks.is_item_lock``, matched on the server's paths."""
     if path.startswith(("/locks/storage/", "/locks/inventory/")):
         return path.count("/") == 3
+    if path.startswith("/mrt-console/locks/recording/"):
+        return path.count("/") == 4
     return bool(
         re.fullmatch(r"/jobs/jid[0-9]{10}/lock|/batches/bid[0-9]{10}/lock", path)
         or re.fullmatch(r"/access/[^/]+/qid[0-9]{10}/lock", path)

@@ -5,8 +5,11 @@ version number, which only this console's Storing adds, is needed by the local i
 alone: Merritt's inventory service reads it from the manifest.
 
 Recording the same version twice changes nothing (both inventories key it by ARK and number),
-so a re-run is harmless; the per-object lock ``/locks/inventory/<ark'>`` keeps two jobs of one
-object from recording at once.
+so a re-run is harmless. The console's own per-object lock ``/mrt-console/locks/recording/<ark'>``
+keeps two of our jobs of one object from recording at once. ``/locks/inventory/<ark'>`` is
+Merritt's inventory's: a job waits, unclaimed, while it exists, but Recording never holds it,
+since an inventory whose add tries that lock answers 200 without recording anything while it is
+held (docs/merritt-services.md, "The object lock").
 """
 
 from __future__ import annotations
@@ -34,7 +37,12 @@ class Recording(ObjectLockDaemon):
     state: ClassVar[str] = JobState.RECORDING
 
     def object_lock(self, ark: str) -> str:
-        return zpaths.inventory_lock(ark)
+        return zpaths.recording_lock(ark)
+
+    def object_busy(self, ark: str) -> list[str]:
+        # Merritt's inventory recording the object (its queue consumer holds this node across
+        # its own add): wait for it, without taking it.
+        return [self.object_lock(ark), zpaths.inventory_lock(ark)]
 
     def services_of(self, item: Job) -> tuple[str, ...]:
         return ("inventory",) if settings.MRT_INVENTORY_URL else ()

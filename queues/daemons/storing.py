@@ -62,6 +62,11 @@ class ObjectLockDaemon(JobDaemon):
     def object_lock(self, ark: str) -> str:
         raise NotImplementedError
 
+    def object_busy(self, ark: str) -> list[str]:
+        """The nodes whose presence keeps a job of ``ark`` waiting, unclaimed: the step's own
+        per-object lock."""
+        return [self.object_lock(ark)]
+
     @staticmethod
     def job_ark(item: Job, missing: str) -> str:
         """The job's ARK (``identifiers.primary_id``); StepFailed with ``missing`` when it has
@@ -93,8 +98,8 @@ class ObjectLockDaemon(JobDaemon):
         # hide the jobs behind it in the queue.
         if not is_ark_answer(job.primary_id):
             return True  # none, or no ARK: the step says so
-        path = self.object_lock(job.primary_id)
-        return exists_many(self.zk, [path])[path] is None
+        held = exists_many(self.zk, self.object_busy(job.primary_id))
+        return all(stat is None for stat in held.values())
 
 
 class Storing(ObjectLockDaemon):

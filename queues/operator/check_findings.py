@@ -179,7 +179,7 @@ def stale_lock_finding(path: str, stat: Any, held: Sequence[Registration]) -> Fi
 
 
 def object_lock_paths(zk: Client) -> list[str]:
-    roots = (paths.STORAGE_LOCKS, paths.INVENTORY_LOCKS)
+    roots = paths.OBJECT_LOCK_ROOTS
     return [
         f"{root}/{name}" for root, names in children_many(zk, roots).items() for name in names or []
     ]

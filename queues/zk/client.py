@@ -93,6 +93,7 @@ BASE_NODES = (
     paths.COLLECTION_LOCKS,
     paths.STORAGE_LOCKS,
     paths.INVENTORY_LOCKS,
+    paths.RECORDING_LOCKS,
 )
 
 

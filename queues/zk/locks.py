@@ -248,7 +248,7 @@ def adopt(zk: KazooClient) -> None:
 
 def is_item_lock(path: str) -> bool:
     """Whether ``path`` is an item's lock or a per-object lock (what the ledger keeps)."""
-    if path.startswith((paths.STORAGE_LOCKS + "/", paths.INVENTORY_LOCKS + "/")):
+    if path.startswith(tuple(f"{root}/" for root in paths.OBJECT_LOCK_ROOTS)):
         return True
     return path.endswith("/lock") and path.startswith(
         (paths.JOBS + "/", paths.BATCHES + "/", paths.ACCESS + "/")

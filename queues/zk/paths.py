@@ -23,9 +23,14 @@ QUEUE_LOCKS = "/locks/queue"
 COLLECTION_LOCKS = "/locks/collections"
 STORAGE_LOCKS = "/locks/storage"
 INVENTORY_LOCKS = "/locks/inventory"
-# Nodes of our own, outside the shared layout: counters for the local minter.
+# Nodes of our own, outside the shared layout: counters for the local minter; the per-object
+# lock our Recording takes (Merritt's inventory owns /locks/inventory: docs/merritt-services.md,
+# "The object lock").
 CONSOLE = "/mrt-console"
 MINTER_COUNTERS = "/mrt-console/minter"
+RECORDING_LOCKS = "/mrt-console/locks/recording"
+# Every folder of per-object locks (ARK-named, ephemeral).
+OBJECT_LOCK_ROOTS = (STORAGE_LOCKS, INVENTORY_LOCKS, RECORDING_LOCKS)
 
 BID_RE = re.compile(r"^bid[0-9]{10}$")
 JID_RE = re.compile(r"^jid[0-9]{10}$")
@@ -234,3 +239,9 @@ def storage_lock(ark: str) -> str:
 
 def inventory_lock(ark: str) -> str:
     return f"{INVENTORY_LOCKS}/{object_lock_name(ark)}"
+
+
+def recording_lock(ark: str) -> str:
+    """The console's own per-object lock for Recording: keeps two of our Recording jobs of one
+    object apart without holding the node Merritt's inventory takes in its add."""
+    return f"{RECORDING_LOCKS}/{object_lock_name(ark)}"

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from queues.zk import access, batches, jobs
-from queues.zk.locks import lock_create, lock_owned, lock_release
+from queues.chaos import txnlog
+from queues.zk import access, batches, jobs, paths
+from queues.zk.locks import is_item_lock, lock_create, lock_owned, lock_release
 from queues.zk.records import Batch, Job
 
 from .helpers import walk_job
@@ -376,3 +377,14 @@ def test_a_batched_move_never_makes_a_deleted_batch_again(
     [outcome] = PendingMove(zk, [plan]).collect(lambda fn: fn())
     assert isinstance(outcome, NotFound)
     assert zk.exists(f"/batches/{job.bid}") is None
+
+
+def test_every_per_object_lock_folder_is_a_lock_to_the_ledger_and_the_judge() -> None:
+    # Recording's own lock (/mrt-console/locks/recording) is kept like Merritt's object locks:
+    # by the ledger (a lock in doubt after a connection loss) and by the chaos judge.
+    for root in paths.OBJECT_LOCK_ROOTS:
+        lock = f"{root}/ark_13030_m5abc"
+        assert is_item_lock(lock), lock
+        assert txnlog.is_item_lock(lock), lock
+        assert not txnlog.is_item_lock(root)
+        assert not txnlog.is_item_lock(f"{lock}/child")

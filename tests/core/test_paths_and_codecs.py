@@ -79,6 +79,7 @@ def test_object_locks_replace_each_optional_colon_and_slash_by_one_underscore() 
     assert paths.object_lock_name(ark) == "ark_13030_m5abc?v=1"
     assert paths.storage_lock(ark) == "/locks/storage/ark_13030_m5abc?v=1"
     assert paths.inventory_lock(ark) == "/locks/inventory/ark_13030_m5abc?v=1"
+    assert paths.recording_lock(ark) == "/mrt-console/locks/recording/ark_13030_m5abc?v=1"
     assert paths.object_lock_name("ark:/13030/m5abc") == "ark_13030_m5abc"
 
 

@@ -205,3 +205,67 @@ def test_storing_and_recording_with_merritts_services_and_a_resubmission_by_loca
         assert failed.state == "Storing"
         assert "waiting to try again" in failed.status.message
         assert "HTTP 500 GENERAL_EXCEPTION: cloud write failed" in failed.status.message
+
+
+def _inventorys_try(zk) -> Any:
+    """mrt-inventory's one try of the object lock in the add (``SaveObject.getLock`` at
+    1fa68ac): create ``/locks/inventory/{ark'}`` in its own session, which it then closes, so the
+    node is gone again; False when the node exists."""
+
+    def take(ark: str) -> bool:
+        lock = zpaths.inventory_lock(ark)
+        if not lock_create(zk, lock):
+            return False
+        lock_release(zk, lock)
+        return True
+
+    return take
+
+
+@contextmanager
+def _merritts_storage_and_inventory(settings, **inventory: Any) -> Iterator[Any]:
+    with (
+        running(StorageStandIn(nodes=(9501,))) as storage,
+        running(InventoryStandIn(**inventory)) as stand_in,
+        _served(Path(settings.MRT_WORK_DIR)) as work_url,
+    ):
+        settings.MRT_STORAGE_URL = storage.url
+        settings.MRT_INVENTORY_URL = stand_in.url
+        settings.MRT_WORK_URL = work_url
+        yield stand_in
+
+
+def test_recording_is_recorded_by_an_inventory_whose_add_tries_the_object_lock(
+    zk, other_zk, files: FileServer, settings
+) -> None:
+    # Once, Recording held /locks/inventory/{ark'} across its add: an inventory whose add tries
+    # that lock once answered 200 and recorded nothing, and the job went on to Notify.
+    with _merritts_storage_and_inventory(settings, object_lock=_inventorys_try(other_zk)) as inv:
+        job = _processed(zk, files)
+        drive(zk, lambda: job_load(zk, job.jid).state == "Notify", names=["storing", "recording"])
+        done = job_load(zk, job.jid)
+        assert inv.skipped == []
+        assert inv.added == [done.inventory["manifest_url"]]
+        assert inv.objects[done.primary_id] == (9501, 1)
+        assert zk.exists(zpaths.inventory_lock(done.primary_id)) is None
+        assert zk.exists(zpaths.recording_lock(done.primary_id)) is None
+
+
+def test_recording_waits_while_merritts_inventory_or_another_recording_holds_the_object(
+    zk, other_zk, files: FileServer, settings
+) -> None:
+    with _merritts_storage_and_inventory(settings) as inventory:
+        job = _processed(zk, files)
+        daemon(zk, "storing").run_once()
+        ark = job_load(zk, job.jid).primary_id
+        worker = daemon(zk, "recording")
+        for lock in (zpaths.inventory_lock(ark), zpaths.recording_lock(ark)):
+            assert lock_create(other_zk, lock)
+            assert not worker.run_once()  # passed over, unclaimed
+            assert job_load(zk, job.jid).state == "Recording"
+            assert zk.exists(zpaths.job_node(job.jid, "lock")) is None
+            lock_release(other_zk, lock)
+        assert inventory.added == []
+        assert worker.run_once()
+        assert job_load(zk, job.jid).state == "Notify"
+        assert len(inventory.added) == 1
