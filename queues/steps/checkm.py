@@ -192,10 +192,12 @@ def profile_url(kind: str) -> str:
     return ADD_PROFILE if kind == ADD_MANIFEST else PROFILE_BASE + kind
 
 
-def parse_checkm(data: bytes | str, *, most_rows: int | None = None) -> Manifest:
+def parse_checkm(
+    data: bytes | str, *, most_rows: int | None = None, profile_if_headed: bool = False
+) -> Manifest:
     """Parse a checkm manifest; raise ManifestError naming the first bad line, TooManyRows at
-    the first row past ``most_rows``."""
-    reader = CheckmReader(data, most_rows=most_rows)
+    the first row past ``most_rows``. ``profile_if_headed``: as ``CheckmReader``'s."""
+    reader = CheckmReader(data, most_rows=most_rows, profile_if_headed=profile_if_headed)
     rows = tuple(reader)
     return Manifest(
         kind=reader.kind,
@@ -220,7 +222,12 @@ class CheckmReader:
     but the URL are decoded as Merritt decodes them (``_dec``). As Merritt's reader refuses
     them, so is refused, once the rows are read, a manifest whose last line is not ``#%eof``,
     and one with ``#%`` lines but no ``#%profile`` between two rows (``#%eof`` ends nothing
-    before the last line: Merritt reads on past it)."""
+    before the last line: Merritt reads on past it). ``profile_if_headed``: refuse too, as
+    Merritt's ingest refuses a depositor's manifest, one with ``#%`` lines before its first row
+    but no ``#%profile`` among them (one with no ``#%`` line before its first row is read); a
+    reading of a manifest the console or Merritt's storage wrote leaves it out. A gathering's
+    profile is its first line starting ``#%profile`` (as written), which must go on with a
+    space: Merritt's reader sees no other (``_names_profile``)."""
 
     def __init__(
         self,
@@ -228,6 +235,7 @@ class CheckmReader:
         *,
         most_rows: int | None = None,
         only: str | tuple[str, ...] | None = None,
+        profile_if_headed: bool = False,
     ) -> None:
         self._data: bytes | str = (
             data.removeprefix(b"\xef\xbb\xbf")
@@ -236,6 +244,7 @@ class CheckmReader:
         )
         self.most_rows = most_rows
         self.only = (only,) if isinstance(only, str) else only
+        self.profile_if_headed = profile_if_headed
         self.kind: str | None = None
         self.profile: str | None = None
         self.fields: tuple[str, ...] = OBJECT_FIELDS
@@ -271,13 +280,14 @@ class CheckmReader:
         # MIME type held a million copies of it), kept for this reading only.
         shared: dict[str, str] = {}
         # Merritt's reader (mrt-core2 Manifest) reads on past #%eof and judges the #% lines
-        # gathered before each row: after the first row, such a group needs a #%profile. What
-        # ends a manifest is its last line, which must be #%eof (docs/merritt-services.md).
+        # gathered before each row: such a group needs a #%profile (before the first row, where
+        # ``profile_if_headed`` asks). What ends a manifest is its last line, which must be
+        # #%eof (docs/merritt-services.md).
         previous: str | None = None  # the last two lines read, for the last line's sake
         last: str | None = None
         number = 0
         group = 0  # the line of the first #% line since the last row; 0 when none
-        group_profile = False
+        group_profile: bool | None = None  # whether the group's profile line is one Merritt reads
         rows_seen = False
         for number, raw in enumerate(lines, start=1):
             previous, last = last, raw
@@ -285,15 +295,19 @@ class CheckmReader:
             if not line:
                 continue
             if line.startswith("#%"):
-                name = self._header(line, number)
+                self._header(line, number)
                 group = group or number
-                group_profile = group_profile or name == "profile"
+                if group_profile is None and line.startswith("#%profile"):
+                    group_profile = _names_profile(line)
                 continue
             if line.startswith("#"):
                 continue
-            if group and rows_seen and not group_profile:
-                raise ManifestError(_between_rows(number), line=group)
-            group, group_profile, rows_seen = 0, False, True
+            if group and not group_profile:
+                if rows_seen:
+                    raise ManifestError(_between_rows(number), line=group)
+                if self.profile_if_headed:
+                    raise ManifestError(_before_rows(number), line=group)
+            group, group_profile, rows_seen = 0, None, True
             if not self._settled:
                 self._settle()
             if self._headers_only:
@@ -394,6 +408,23 @@ def _decoded_lines(data: bytes) -> Iterator[str]:
             raise ManifestError(
                 f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})", line=number
             ) from None
+
+
+def _names_profile(line: str) -> bool:
+    """Whether a gathering's first line starting ``#%profile`` (as written) names a profile as
+    Merritt's reader takes it: mrt-core2 ``Checkm.handleHeaders`` takes that line alone, and
+    ``Checkm.squeezeHeader`` finds no profile in it unless ``#%profile`` is followed by a space
+    (``#%profile|...`` names none)."""
+    return line.startswith("#%profile ")
+
+
+def _before_rows(row: int) -> str:
+    return (
+        f"#% lines before the first row (line {row}), without a #%profile among them: "
+        "Merritt's ingest reads the #% lines before a row as the manifest's headers, and "
+        "refuses the whole manifest when they name no #%profile (a line starting "
+        "'#%profile ', in lower case); a manifest with no #% line before its first row is read"
+    )
 
 
 def _between_rows(row: int) -> str:

@@ -452,7 +452,7 @@ def expand_submission(
     if submission_type not in BATCH_TYPES:
         raise ValueError(f"unknown submission type {submission_type!r}")
     expected_kind, row_type = BATCH_TYPES[submission_type]
-    manifest = parse_checkm(fetch_text(payload_url), most_rows=most_objects)
+    manifest = parse_checkm(fetch_text(payload_url), most_rows=most_objects, profile_if_headed=True)
     if manifest.kind != expected_kind:
         raise ManifestError(
             f"a {submission_type} submission needs a {expected_kind} manifest, "
@@ -498,7 +498,8 @@ def payload_files(spec: ObjectSpec, *, fetch_text: FetchText) -> list[PayloadFil
     # rows held beside its files took about as much again).
     files: list[PayloadFile] = []
     seen: dict[str, int] = {}
-    for row in CheckmReader(fetch_text(spec.payload_url), only=OBJECT_MANIFEST):
+    text = fetch_text(spec.payload_url)
+    for row in CheckmReader(text, only=OBJECT_MANIFEST, profile_if_headed=True):
         name = row.filename or named_from_url(row.url, row.line)
         key = same_file_key(name)  # "a" and "./a" would be written to one file
         if key in seen:

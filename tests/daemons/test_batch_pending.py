@@ -11,7 +11,11 @@ import pytest
 from queues.daemons.batch_pending import BatchPending, batch_priority
 from queues.services import moves
 from queues.services.zkserver import free_port
-from queues.steps.checkm import CONTAINER_BATCH_MANIFEST, SINGLE_FILE_BATCH_MANIFEST
+from queues.steps.checkm import (
+    CONTAINER_BATCH_MANIFEST,
+    SINGLE_FILE_BATCH_MANIFEST,
+    profile_url,
+)
 from queues.zk.batches import batch_job_ids, batch_load
 from queues.zk.jobs import job_create, job_load
 from queues.zk.locks import collection_hold_set, queue_hold_set
@@ -148,6 +152,33 @@ def test_a_manifest_merritt_refuses_whole_fails_the_batch_before_any_job(
     daemon(zk, "batch-pending").run_once()
     (job,) = _jobs(zk, bid)
     assert job.metadata["erc_what"] == "A | B"
+
+
+def test_a_batch_manifest_with_headers_but_no_profile_fails_the_batch_naming_the_line(
+    zk, files: FileServer
+) -> None:
+    """Merritt's ingest refuses a batch manifest whose #% lines before its first row name no
+    #%profile (mrt-core2 Checkm.handleHeaders, "manifestProfile is missing"), and fails one
+    with no #% line at all when it takes its first job's type from the profile (mrt-ingest
+    HandlerDisaggregate.getObjectType). Here either fails the batch before any job is made,
+    the first naming the #% line."""
+    rows = [{"url": files.put("a/page.txt", "hello"), "title": "A page"}]
+    right = batch_manifest(rows, SINGLE_FILE_BATCH_MANIFEST)
+    headed = right.replace(f"#%profile | {profile_url(SINGLE_FILE_BATCH_MANIFEST)}\n", "")
+    assert headed != right
+    bid = _submit(files.put("headed.checkm", headed), "single-file-batch-manifest")
+    daemon(zk, "batch-pending").run_once()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Failed"
+    assert "line 1: #% lines before the first row" in batch.status.message
+    assert _jobs(zk, bid) == []
+
+    bare = "".join(line + "\n" for line in right.splitlines() if not line.startswith("#%"))
+    bid = _submit(files.put("bare.checkm", bare + "#%eof\n"), "single-file-batch-manifest")
+    daemon(zk, "batch-pending").run_once()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Failed"
+    assert _jobs(zk, bid) == []
 
 
 @pytest.mark.parametrize(

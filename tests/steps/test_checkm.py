@@ -597,3 +597,70 @@ def test_hash_percent_lines_between_rows_without_a_profile_are_refused(between: 
         CheckmReader(text).check()  # read without making the rows
     profile = f"#%profile | http://uc3.cdlib.org/registry/ingest/manifest/{OBJECT_MANIFEST}\n"
     assert len(parse_checkm(text.replace(between, between + profile, 1)).rows) == 2
+
+
+PROFILE_LINE = f"#%profile | http://uc3.cdlib.org/registry/ingest/manifest/{OBJECT_MANIFEST}\n"
+
+
+@pytest.mark.parametrize(
+    ("headers", "line"),
+    [
+        ("#%checkm_0.7\n", 1),
+        ("# a comment\n#%fields | nfo:fileUrl\n", 2),  # a comment is no #% line
+        (PROFILE_LINE.replace("#%profile", "#%PROFILE"), 1),  # Merritt: as written
+        (PROFILE_LINE.replace("#%profile |", "#%profile|"), 1),  # Merritt: "#%profile " only
+        # The first line starting "#%profile" is the one taken: a later one changes nothing.
+        (PROFILE_LINE.replace("#%profile |", "#%profile|") + PROFILE_LINE, 1),
+    ],
+)
+def test_hash_percent_lines_before_the_first_row_without_a_profile_are_refused_when_asked(
+    headers: str, line: int
+) -> None:
+    """Merritt's reader hands the #% lines before the first row to Checkm.handleHeaders, which
+    takes the first line starting "#%profile" (as written) and refuses the whole manifest when
+    it names no profile ("setHeaders - manifestProfile is missing"; Checkm.squeezeHeader
+    needs "#%profile "). Asked (a depositor's manifest), so does the reader here, naming the
+    first #% line; unasked (a manifest the console or storage wrote), it reads on."""
+    text = headers + "http://h/a\n#%eof\n"
+
+    with pytest.raises(ManifestError, match=rf"^line {line}: #% lines before the first row"):
+        parse_checkm(text, profile_if_headed=True)
+    with pytest.raises(ManifestError, match=rf"^line {line}: #% lines before the first row"):
+        CheckmReader(text, only=OBJECT_MANIFEST, profile_if_headed=True).check()
+    with pytest.raises(ManifestError, match=rf"^line {line}: #% lines before the first row"):
+        CheckmReader(text, only=OBJECT_MANIFEST, profile_if_headed=True).columns()
+    assert len(parse_checkm(text).rows) == 1
+
+
+def test_a_profile_line_merritt_passes_over_does_not_hide_the_next() -> None:
+    """ "#%PROFILE" does not start "#%profile": Merritt's reader passes over it to the next."""
+    upper = PROFILE_LINE.replace("#%profile", "#%PROFILE")
+    text = upper + PROFILE_LINE + "http://h/a\n#%eof\n"
+
+    assert len(parse_checkm(text, profile_if_headed=True).rows) == 1
+
+
+def test_a_manifest_with_no_hash_percent_line_before_its_first_row_is_read() -> None:
+    """Checkm.handleHeaders takes an empty gathering: a manifest whose first line is a row (and
+    whose last is #%eof) is read by Merritt's ingest as one of the kind it reads."""
+    reader = CheckmReader(
+        "\n# a comment\nhttp://h/a | | | | | a.txt\n#%eof\n",
+        only=OBJECT_MANIFEST,
+        profile_if_headed=True,
+    )
+
+    assert [row.filename for row in reader] == ["a.txt"]
+    assert reader.kind is None
+
+
+def test_a_profile_between_rows_is_recognised_as_merritt_recognises_it() -> None:
+    """Between rows too, a gathering's profile is its first line starting "#%profile", as
+    written and followed by a space."""
+    first = header() + "http://h/a\n"
+    for between in (
+        PROFILE_LINE.replace("#%profile", "#%PROFILE"),
+        PROFILE_LINE.replace("#%profile |", "#%profile|") + PROFILE_LINE,
+    ):
+        with pytest.raises(ManifestError, match=r"^line 5: #% lines between rows"):
+            parse_checkm(first + between + "http://h/b\n#%eof\n")
+    assert len(parse_checkm(first + PROFILE_LINE + "http://h/b\n#%eof\n").rows) == 2

@@ -8,6 +8,7 @@ import pytest
 from queues.steps.checkm import (
     BATCH_MANIFEST,
     CONTAINER_BATCH_MANIFEST,
+    OBJECT_FIELDS,
     OBJECT_MANIFEST,
     SINGLE_FILE_BATCH_MANIFEST,
     ManifestError,
@@ -302,10 +303,10 @@ def test_an_object_manifest_of_another_kind_is_refused_at_its_profile() -> None:
 def test_an_object_manifest_merritt_would_read_by_other_columns_is_refused() -> None:
     """The size and modification time left out of #%fields: Merritt's ingest reads the
     fourth cell as the size whatever #%fields says (mrt-core2
-    ManifestRowIngest), where the console read it as the file name. So with no #%profile too:
-    a job's manifest is an object manifest."""
+    ManifestRowIngest), where the console read it as the file name. (Without a #%profile,
+    the same manifest is refused for that first: see the test below.)"""
     manifest = (
-        "#%checkm_0.7\n"
+        f"#%checkm_0.7\n#%profile | {profile_url(OBJECT_MANIFEST)}\n"
         "#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileName\n"
         f"http://h/a/1.tif | md5 | {MD5} | one.tif\n"
         "#%eof\n"
@@ -313,9 +314,33 @@ def test_an_object_manifest_merritt_would_read_by_other_columns_is_refused() -> 
     spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
 
     with pytest.raises(
-        ManifestError, match=r"^line 2: #%fields names nfo:fileName as column 4, where Merritt"
+        ManifestError, match=r"^line 3: #%fields names nfo:fileName as column 4, where Merritt"
     ):
         payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
+
+
+def test_a_manifest_with_headers_but_no_profile_is_refused_at_intake() -> None:
+    """Merritt's ingest refuses a manifest whose #% lines before its first row name no
+    #%profile (mrt-core2 Manifest.hasMoreElements, Checkm.handleHeaders): a job's object
+    manifest and a batch manifest are refused, naming the first #% line. An object manifest
+    with no #% line before its first row is read, as Merritt's ingest reads it."""
+    rows = f"http://h/a/1.tif | md5 | {MD5} | | | one.tif\n#%eof\n"
+    spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
+    headed = "#%checkm_0.7\n#%fields | " + " | ".join(OBJECT_FIELDS) + "\n" + rows
+    with pytest.raises(ManifestError, match=r"^line 1: #% lines before the first row"):
+        payload_files(spec, fetch_text=fetcher({"http://h/m": headed}))
+
+    [file] = payload_files(spec, fetch_text=fetcher({"http://h/m": rows}))
+    assert file.filename == "one.tif"
+
+    text = batch(SINGLE_FILE_BATCH_MANIFEST, {"url": "http://h/1"})
+    text = text.replace(f"#%profile | {profile_url(SINGLE_FILE_BATCH_MANIFEST)}\n", "")
+    with pytest.raises(ManifestError, match=r"^line 1: #% lines before the first row"):
+        expand_submission(
+            submission_type="single-file-batch-manifest",
+            payload_url="http://h/b",
+            fetch_text=fetcher({"http://h/b": text}),
+        )
 
 
 def test_a_batch_manifest_merritt_would_read_by_other_columns_is_refused() -> None:
