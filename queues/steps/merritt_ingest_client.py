@@ -24,9 +24,10 @@ for every manifest its depositors upload:
 
 A depositor's manifest uploaded as it is (a batch manifest, or an object manifest uploaded) is
 first read as Merritt's ingest reads it (``_check_manifest``): one whose ``#%fields`` puts the
-columns ingest reads by position elsewhere, that does not end with ``#%eof``, or that has ``#%``
-lines without a ``#%profile`` between its rows is refused, as the console's own intake refuses
-it (an uploaded file larger than ``MAX_MANIFEST_BYTES`` is judged by its headers alone).
+columns ingest reads by position elsewhere, that does not end with ``#%eof``, that has ``#%``
+lines without a ``#%profile`` before its first row or between its rows, or a batch manifest
+with no ``#%profile``, is refused, as the console's own intake refuses it (an uploaded file
+larger than ``MAX_MANIFEST_BYTES`` is judged by its headers alone).
 
 The row of a manifest written here always names the file (``fileName``): the depositor's name,
 else the URL's last part, the name the console's own intake gives it. Left empty, ingest would
@@ -331,10 +332,13 @@ def _check_manifest(data: bytes, kind: str, url: str, *, whole: bool = True) -> 
     would read otherwise than its headers say, or refuse: a ``#%fields`` line that puts the
     columns ingest reads by position elsewhere (``checkm.columns_problem``), a ``#%profile``
     Merritt's reader of ``kind`` refuses, no ``#%eof`` as its last line, ``#%`` lines without a
-    ``#%profile`` between its rows (``checkm.CheckmReader.check``). The console's own intake
-    refuses them all. The rows' cells are not judged here. ``data``: the whole manifest, or,
-    not ``whole``, its lines up to its first row at least (only its headers are judged)."""
-    reader = checkm.CheckmReader(data, only=DEPOSITOR_MANIFESTS[kind])
+    ``#%profile`` between its rows or before its first row (``checkm.CheckmReader.check``),
+    and a batch manifest without a ``#%profile`` at all: Merritt's ingest takes the type of each
+    of its jobs from that profile (mrt-ingest ``HandlerDisaggregate.getObjectType``) and fails
+    the batch without one. The console's own intake refuses them all. The rows' cells are not
+    judged here. ``data``: the whole manifest, or, not ``whole``, its lines up to its first row
+    at least (only its headers are judged)."""
+    reader = checkm.CheckmReader(data, only=DEPOSITOR_MANIFESTS[kind], profile_if_headed=True)
     try:
         if whole:
             reader.check()
@@ -342,6 +346,12 @@ def _check_manifest(data: bytes, kind: str, url: str, *, whole: bool = True) -> 
             reader.columns()
     except checkm.ManifestError as exc:
         raise IngestRefused(f"manifest {url}: {exc}") from exc
+    if kind in BATCH_TYPES and reader.kind is None:
+        raise IngestRefused(
+            f"manifest {url}: a batch manifest without a #%profile: Merritt's ingest takes the "
+            "type of each object of a batch from its manifest's #%profile (one of "
+            f"{', '.join(_BATCH_KINDS)}) and fails the batch without one"
+        )
 
 
 def _manifest_text(path: Path) -> tuple[bytes, bool]:

@@ -98,3 +98,43 @@ def test_a_manifest_merritt_would_read_by_other_columns_is_refused_and_nothing_i
     )
     assert ingest.uploads == [] and ingest.seen("POST") == []
     assert batch_ids(zk) == []
+
+
+@pytest.mark.parametrize(
+    ("strip", "problem"),
+    [
+        ("#%profile ", b"line 1: #% lines before the first row"),
+        ("#%", b"a batch manifest without a #%profile"),
+    ],
+)
+def test_a_batch_manifest_without_a_profile_is_refused_and_nothing_is_sent(
+    zk: Any,
+    operator: Client,
+    ingest: IngestPosterStandIn,
+    files: FileServer,
+    strip: str,
+    problem: bytes,
+) -> None:
+    """Merritt's ingest refuses a batch manifest whose #% lines before its first row name no
+    #%profile (mrt-core2 Checkm.handleHeaders), and fails one with no #% line there at its
+    first job, whose type it takes from the profile (mrt-ingest
+    HandlerDisaggregate.getObjectType). Given by URL to the submit form, either is refused
+    before anything is sent."""
+    rows = [{"url": files.put("f.txt", "file"), "filename": "f.txt"}]
+    right = batch_manifest(rows)
+    text = "".join(line + "\n" for line in right.splitlines() if not line.startswith(strip))
+    if strip == "#%":
+        text += "#%eof\n"
+    url = files.put("batch.checkm", text)
+    fields = {"profile": PROFILE, "submitter": "op", "payload_url": url}
+
+    response = operator.post("/submit/", {**fields, "submission_type": "batch-manifest"})
+
+    assert response.status_code == 400, response.content[:500]
+    assert problem in response.content
+    assert ingest.uploads == [] and ingest.seen("POST") == []
+    assert batch_ids(zk) == []
+    files.put("batch.checkm", right)
+    response = operator.post("/submit/", {**fields, "submission_type": "batch-manifest"})
+    assert response.status_code == 303, response.content[:500]
+    assert len(ingest.uploads) == 1

@@ -37,7 +37,12 @@ from queues.chaos.poster_standin import INGEST_TYPES, IngestPosterStandIn, Poste
 from queues.chaos.standins import Answer, running, unused_url
 from queues.operator.auth import ensure_groups
 from queues.services import moves
-from queues.steps.checkm import SINGLE_FILE_BATCH_MANIFEST, parse_checkm, write_checkm
+from queues.steps.checkm import (
+    SINGLE_FILE_BATCH_MANIFEST,
+    parse_checkm,
+    profile_url,
+    write_checkm,
+)
 from queues.steps.merritt_ingest_client import DeploymentError, IngestUnavailable
 from queues.zk.batches import batch_ids, batch_load, batches_load
 from queues.zk.records import Batch
@@ -300,15 +305,33 @@ def test_an_uploaded_manifest_merritt_would_read_by_other_columns_is_refused_uns
             lambda text: text.replace("#%eof\n", "#%eof\nhttp://h.example/b.txt\n#%eof\n"),
             b"#% lines between rows",
         ),
+        (
+            lambda text: text.replace(
+                f"#%profile | {profile_url(SINGLE_FILE_BATCH_MANIFEST)}\n", ""
+            ),
+            b"line 1: #% lines before the first row",
+        ),
+        (
+            lambda text: text.replace("#%profile | ", "#%PROFILE | "),
+            b"line 1: #% lines before the first row",
+        ),
+        (
+            lambda text: (
+                "".join(line + "\n" for line in text.splitlines() if not line.startswith("#%"))
+                + "#%eof\n"
+            ),
+            b"a batch manifest without a #%profile",
+        ),
     ],
 )
 def test_an_uploaded_manifest_merritt_refuses_whole_is_refused_unsent(
     zk: Any, ingest: IngestPosterStandIn, key: str, settings: Any, change: Any, problem: bytes
 ) -> None:
     """Merritt's reader refuses a manifest whose last line is not #%eof, or with #% lines
-    but no #%profile between its rows (mrt-core2 Manifest, ManifestRowCheckmAbs.handleEOF,
-    Checkm.handleHeaders), once ingest has taken it. The door refuses it before anything
-    reaches ingest."""
+    but no #%profile before its first row or between its rows (mrt-core2 Manifest,
+    ManifestRowCheckmAbs.handleEOF, Checkm.handleHeaders), once ingest has taken it; its
+    ingest fails a batch manifest with no #%profile at all at its first job (mrt-ingest
+    HandlerDisaggregate.getObjectType). The door refuses it before anything reaches ingest."""
     right = write_checkm(
         [{"url": "http://h.example/a.txt", "title": "A title"}], kind=SINGLE_FILE_BATCH_MANIFEST
     )
@@ -322,6 +345,30 @@ def test_an_uploaded_manifest_merritt_refuses_whole_is_refused_unsent(
     assert batch_ids(zk) == []
     poster = Path(settings.MRT_WORK_DIR) / "poster"
     assert not poster.exists() or list(poster.iterdir()) == []
+
+
+def test_an_uploaded_object_manifest_is_held_to_a_profile_only_with_headers(
+    zk: Any, ingest: IngestPosterStandIn, key: str
+) -> None:
+    """Merritt's ingest reads an object manifest with no #% line before its first row
+    (Checkm.handleHeaders takes an empty gathering), and refuses one whose #% lines there name
+    no #%profile. The door sends the first and refuses the second unsent."""
+    rows = "http://h.example/a.txt | | | | | a.txt\n#%eof\n"
+
+    def send(text: str) -> Any:
+        upload = SimpleUploadedFile("m.checkm", text.encode(), content_type="text/plain")
+        return _post(key, {"profile": PROFILE, "file": upload, "type": "manifest"})
+
+    response = send("#%checkm_0.7\n" + rows)
+    assert response.status_code == 400, response.content
+    assert b"line 1: #% lines before the first row" in response.content
+    assert ingest.uploads == [] and ingest.seen("POST") == []
+    assert batch_ids(zk) == []
+
+    response = send(rows)
+    assert response.status_code == 200, response.content
+    [sent] = ingest.uploads
+    assert sent.content == rows.encode()
 
 
 def test_a_title_with_a_bar_reaches_ingest_encoded_as_merritt_encodes_it(
