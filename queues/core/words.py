@@ -2,7 +2,8 @@
 every place that takes them from outside: the settings' variables (``mrtadmin/settings.py``), the
 forms' fields (``queues/web/forms.py``), the commands' number options
 (``management/commands/_base.py``), and what Merritt's services, depositors and files say; and
-JSON from outside, nested no deeper than anything here needs (``json_within``)."""
+JSON from outside, nested no deeper than anything here needs, each key given once
+(``json_within``)."""
 
 from __future__ import annotations
 
@@ -83,11 +84,31 @@ class TooDeep(ValueError):
     """JSON nested deeper than ``json_within`` takes."""
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that gives one key twice: which value is meant is not guessed (Python's
+    parser kept the last, so ``{"priority": 9, "priority": 1}`` was priority 1)."""
+
+
+def _one_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKey(f"key {key[:40]!r} twice in one object")
+        seen[key] = value
+    return seen
+
+
+def _no_constant(name: str) -> Any:
+    # NaN, Infinity and -Infinity: Python's parser takes them, JSON (RFC 8259) has no such value.
+    raise ValueError(f"{name} is no JSON value")
+
+
 def json_within(data: str | bytes, most: int = JSON_DEPTH_MOST) -> Any:
     """The JSON value of ``data`` (text, or bytes in an encoding ``json.loads`` reads), read from
     outside: a ValueError for anything that is no JSON, and ``TooDeep`` for lists and objects
     nested deeper than ``most``, found before the parser goes down (a 2 KB body of 1,000 "["
-    raised RecursionError out of ``json.loads``, a 500)."""
+    raised RecursionError out of ``json.loads``, a 500); ``DuplicateKey`` for an object that
+    gives a key twice; NaN and Infinity, which are no JSON, a ValueError too."""
     if isinstance(data, bytes):  # as json.loads decodes it
         data = data.decode(json.detect_encoding(data), "surrogatepass")
     text = data
@@ -108,4 +129,4 @@ def json_within(data: str | bytes, most: int = JSON_DEPTH_MOST) -> Any:
                 depth += 1 if bracket in "[{" else -1
                 if depth > most:
                     raise TooDeep(f"JSON nested deeper than {most} levels of lists and objects")
-    return json.loads(text)
+    return json.loads(text, object_pairs_hook=_one_each, parse_constant=_no_constant)

@@ -32,7 +32,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from queues.core.words import TooDeep, json_within
+from queues.core.words import DuplicateKey, TooDeep, json_within
 from queues.operator.auth import VIEWER, has_role
 from queues.zk.errors import InvalidID
 from queues.zk.watch import validate_topic
@@ -117,7 +117,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return  # refused socket: ignore whatever arrives before the close completes
         try:
             content = json_within(text_data or "")
-        except TooDeep as exc:
+        except (TooDeep, DuplicateKey) as exc:
             await self.send_json({"kind": "error", "error": f"{exc}: {USAGE}"})
             return
         except ValueError:

@@ -17,7 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from queues.console import job_reads, selectors
 from queues.core import clock, retries
-from queues.core.words import TooDeep, json_within
+from queues.core.words import DuplicateKey, TooDeep, json_within
 from queues.operator.auth import BEARER_CHALLENGE, VIEWER, has_role, token_from
 from queues.services.moves import Outcome
 from queues.views.common import (
@@ -102,17 +102,21 @@ class UnsupportedBody(ValueError):
 def request_body(request: HttpRequest) -> dict[str, Any]:
     """A JSON object body, or form fields (no files); no body at all is no fields. A body of
     another media type is a 415 (``text/plain`` read as an empty form did the action with no
-    fields), anything else malformed a 400."""
-    if request.content_type not in ("application/json", *FORM_TYPES) and request.body:
+    fields), anything else malformed a 400: an object that gives a key twice too (the last was
+    taken)."""
+    body = request.body
+    if request.content_type not in ("application/json", *FORM_TYPES) and body:
         raise UnsupportedBody(
             f"a body of type {(request.content_type or '')[:80]!r} is not read here: send JSON "
             "(Content-Type: application/json) or form fields"
         )
     if request.content_type == "application/json":
         try:
-            data = json_within(request.body or b"{}")
+            data = json_within(body or b"{}")
         except TooDeep as exc:
             raise ValueError(f"the body is {exc}: no request needs that") from exc
+        except DuplicateKey as exc:
+            raise ValueError(f"the body has {exc}: give each key once") from exc
         except ValueError as exc:
             raise ValueError(f"the body is not valid JSON: {exc}") from exc
         if not isinstance(data, dict):
@@ -120,7 +124,12 @@ def request_body(request: HttpRequest) -> dict[str, Any]:
         return data
     if request.FILES:
         raise ValueError("the API takes no files: send JSON or form fields")
-    return request.POST.dict()
+    fields = request.POST
+    # A form's field given twice is a key given twice, as in JSON (``.dict()`` kept the last).
+    twice = sorted(k for k, values in fields.lists() if len(values) > 1)
+    if twice:
+        raise ValueError(f"the body has field {twice[0][:40]!r} twice: give each field once")
+    return fields.dict()
 
 
 def form_input(

@@ -88,6 +88,26 @@ def test_a_message_nested_deeper_than_any_needs_is_answered_and_the_socket_stays
     assert ack == {"kind": "subscribed", "topics": ["jobs:state:Failed"]}
 
 
+def test_a_message_that_gives_a_key_twice_is_refused_not_the_last_taken(
+    session_cookie: str,
+) -> None:
+    """``{"subscribe": [A], "subscribe": []}`` was read as its last "subscribe" alone."""
+
+    async def scenario() -> list[dict]:
+        socket = await open_socket(session_cookie, [])
+        await socket.send_to(text_data='{"subscribe": ["jobs:state:Failed"], "subscribe": []}')
+        refused = await socket.receive_json_from(timeout=10)
+        await socket.send_json_to({"subscribe": ["jobs:state:Failed"]})
+        ack = await socket.receive_json_from(timeout=10)
+        await socket.disconnect()
+        return [refused, ack]
+
+    refused, ack = run(scenario())
+    assert refused["kind"] == "error"
+    assert refused["error"].startswith("key 'subscribe' twice in one object: ")
+    assert ack == {"kind": "subscribed", "topics": ["jobs:state:Failed"]}
+
+
 @pytest.mark.quick
 def test_job_moved_by_another_client_reaches_the_pages_that_show_it(
     session_cookie: str,
