@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -66,6 +68,8 @@ def api_view(
                     result = view(request, *args, **kwargs)
             except UnsupportedBody as exc:
                 return error_json(str(exc), 415)
+            except BodyTooBig as exc:
+                return error_json(str(exc), 413)
             except StillReading as exc:
                 return loading_answer(
                     request,
@@ -99,12 +103,28 @@ class UnsupportedBody(ValueError):
     """A body in a media type the API does not read: 415, never read as no fields at all."""
 
 
+class BodyTooBig(ValueError):
+    """A body over Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE``: 413, in JSON (Django's own answer
+    was the pages' HTML 400)."""
+
+
+NO_FILES = "the API takes no files: send JSON or form fields"
+
+
 def request_body(request: HttpRequest) -> dict[str, Any]:
     """A JSON object body, or form fields (no files); no body at all is no fields. A body of
     another media type is a 415 (``text/plain`` read as an empty form did the action with no
-    fields), anything else malformed a 400: an object that gives a key twice too (the last was
-    taken)."""
-    body = request.body
+    fields), one over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` a 413, anything else malformed a 400: an
+    object that gives a key twice too (the last was taken)."""
+    try:
+        # Read whole first, whatever the type: Django checks the size here before reading, and
+        # a form's fields are then parsed from what was read: no part over it is parsed.
+        body = request.body
+    except RequestDataTooBig:
+        raise BodyTooBig(
+            f"the body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE:,} bytes: no request "
+            "here needs that"
+        ) from None
     if request.content_type not in ("application/json", *FORM_TYPES) and body:
         raise UnsupportedBody(
             f"a body of type {(request.content_type or '')[:80]!r} is not read here: send JSON "
@@ -122,9 +142,17 @@ def request_body(request: HttpRequest) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise ValueError("the body must be a JSON object")
         return data
-    if request.FILES:
-        raise ValueError("the API takes no files: send JSON or form fields")
-    fields = request.POST
+    try:
+        if request.FILES:
+            raise ValueError(NO_FILES)
+        fields = request.POST
+    except TooManyFilesSent:
+        raise ValueError(NO_FILES) from None
+    except TooManyFieldsSent:
+        raise ValueError(
+            f"the body has more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS:,} fields: no "
+            "request here needs that"
+        ) from None
     # A form's field given twice is a key given twice, as in JSON (``.dict()`` kept the last).
     twice = sorted(k for k, values in fields.lists() if len(values) > 1)
     if twice:

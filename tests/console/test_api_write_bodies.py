@@ -7,11 +7,17 @@ field goes (the text "true"). Each test reads ZooKeeper and the database after t
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from queues.models import Note
 from queues.operator.audit import AuditEntry
+from queues.zk import jobs
 from tests.core.helpers import snapshot
+
+from .conftest import post_json
 
 pytestmark = pytest.mark.django_db
 
@@ -109,3 +115,50 @@ def test_json_from_outside_gives_each_key_once():
             json_within(twice)
     with pytest.raises(ValueError, match="NaN is no JSON value"):
         json_within("[NaN]")
+
+
+# A body over the size limit, or with too many fields ------------------------------------------
+
+
+def test_a_body_over_the_limit_is_a_413_in_json(client, token_for, zk, make_job, settings):
+    """Django's RequestDataTooBig was answered with the pages' HTML 400 under /api/."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    job = make_job("Pending")
+    headers = token_for("operator")
+    before = snapshot(zk)
+    said = "the body is over 10,000 bytes: no request here needs that"
+    upload = SimpleUploadedFile("reason.txt", b"x" * 20_000, content_type="text/plain")
+    for body, kind in [
+        (json.dumps({"reason": "x" * 20_000}), "application/json"),
+        (f"reason={'x' * 20_000}", "application/x-www-form-urlencoded"),
+    ]:
+        answer = client.post(f"/api/jobs/{job.jid}/hold", body, content_type=kind, **headers)
+        assert answer.status_code == 413, (kind, answer.content[:300])
+        assert answer["Content-Type"] == "application/json"
+        assert answer.json() == {"error": said, "status": 413}
+    # A file, which the API never reads, is refused at the same size before it is parsed.
+    answer = client.post(f"/api/jobs/{job.jid}/hold", {"file": upload}, **headers)
+    assert answer.status_code == 413 and answer.json()["error"] == said
+    _unchanged(zk, before)
+    # Within the limit the same request is read.
+    fits = post_json(client, f"/api/jobs/{job.jid}/hold", {"reason": "x" * 100}, **headers)
+    assert fits.status_code == 200, fits.content
+    assert jobs.job_load(zk, job.jid).state == "Held"
+
+
+def test_a_form_with_too_many_fields_is_a_400_in_json(client, token_for, zk, make_job, settings):
+    settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 5
+    job = make_job("Pending")
+    before = snapshot(zk)
+    answer = client.post(
+        f"/api/jobs/{job.jid}/hold",
+        "&".join(f"f{i}=1" for i in range(10)),
+        content_type="application/x-www-form-urlencoded",
+        **token_for("operator"),
+    )
+    assert answer.status_code == 400, answer.content[:300]
+    assert answer.json() == {
+        "error": "the body has more than 5 fields: no request here needs that",
+        "status": 400,
+    }
+    _unchanged(zk, before)
