@@ -605,7 +605,9 @@ def bulk_run(request: HttpRequest, pk: int) -> dict[str, Any]:
 
 @api_view("POST")
 def bulk_run_control(request: HttpRequest, pk: int, verb: str) -> dict[str, Any]:
-    """POST .../stop or .../continue: the same as the run page's buttons, same permission."""
+    """POST .../stop or .../continue: the same as the run page's buttons, same permission;
+    no fields (any key in the body is refused, as an unknown key is everywhere)."""
+    only_keys(request_body(request), what=f"{verb} of a bulk run")
     run = _bulk_run(int(pk))
     if not bulkrun.control(run, verb, user=request.user):
         raise InvalidTransition(f"bulk run {pk} is {run.shown_state}: nothing to {verb}")
@@ -636,8 +638,10 @@ def notes_list(request: HttpRequest) -> dict[str, Any]:
 
 @api_view("POST")
 def note_change(request: HttpRequest, pk: str, verb: str) -> dict[str, Any]:
-    """POST .../edit {"text": ...} or .../delete: by the note's author or an admin."""
+    """POST .../edit {"text": ...} or .../delete (no fields): by the note's author or an
+    admin."""
     if verb == "delete":
+        only_keys(request_body(request), what="delete of a note")
         deleted = notes.note_delete(user=request.user, pk=int(pk), via="api")
         return {"deleted": notes.note_json(deleted)}
     data = request_body(request)

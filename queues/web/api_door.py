@@ -63,6 +63,13 @@ def api_view(
             request.user = token.user
             if not has_role(token.user, VIEWER):
                 return error_json("this token's user has no console role", 403)
+            if request.method == "POST" and request.GET:
+                # No action reads its query string: taken and left unread, "?until=..." held
+                # a queue with no end, as a misspelt key in the body would have.
+                named = ", ".join(repr(k[:40]) for k in sorted(request.GET)[:5])
+                return error_json(
+                    f"a POST takes its fields in the body, not in the query string: {named}", 400
+                )
             try:
                 with within_loading_wait(request):
                     result = view(request, *args, **kwargs)

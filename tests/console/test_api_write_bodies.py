@@ -13,11 +13,12 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from queues.models import Note
+from queues.operator import bulkrun
 from queues.operator.audit import AuditEntry
 from queues.zk import jobs
 from tests.core.helpers import snapshot
 
-from .conftest import post_json
+from .conftest import nothing_held, post_json
 
 pytestmark = pytest.mark.django_db
 
@@ -162,3 +163,73 @@ def test_a_form_with_too_many_fields_is_a_400_in_json(client, token_for, zk, mak
         "status": 400,
     }
     _unchanged(zk, before)
+
+
+# A query string on a POST ------------------------------------------------------------------
+
+
+def test_a_posts_query_string_is_refused_not_left_unread(client, token_for, zk, make_job):
+    """``POST /api/holds/queue/ingest/hold?until=...`` held the queue with no end."""
+    job = make_job("Pending")
+    headers = token_for("admin")
+    before = snapshot(zk)
+    for path, body, named in [
+        (f"/api/holds/queue/ingest/hold?until={LATER}", {"reason": "redeploy"}, "'until'"),
+        (f"/api/jobs/{job.jid}/hold?reason=x&version=0", {}, "'reason', 'version'"),
+        ("/api/notes?kind=job", {"kind": "job", "item": job.jid, "text": "a"}, "'kind'"),
+        ("/api/consistency?start=true", {"start": True}, "'start'"),
+    ]:
+        answer = post_json(client, path, body, **headers)
+        assert answer.status_code == 400, (path, answer.content)
+        assert answer.json()["error"] == (
+            f"a POST takes its fields in the body, not in the query string: {named}"
+        )
+    assert nothing_held(zk)
+    _unchanged(zk, before)
+    from queues.models import ConsistencyRun
+
+    assert not ConsistencyRun.objects.exists()
+
+
+# A body given to an action that takes no fields ----------------------------------------------
+
+
+def test_a_note_delete_takes_no_fields(client, token_for, zk, make_job):
+    """``POST /api/notes/N/delete`` deleted the note whatever its body said or was."""
+    job = make_job("Pending")
+    headers = token_for("operator")
+    made = post_json(client, "/api/notes", {"kind": "job", "item": job.jid, "text": "a"}, **headers)
+    pk = made.json()["id"]
+    entries = AuditEntry.objects.count()
+    answer = post_json(client, f"/api/notes/{pk}/delete", {"text": "a"}, **headers)
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["error"] == "delete of a note: unknown key 'text'; the keys are none"
+    answer = client.post(f"/api/notes/{pk}/delete", "yes", content_type="text/plain", **headers)
+    assert answer.status_code == 415, answer.content
+    assert Note.objects.filter(pk=pk).exists()
+    assert AuditEntry.objects.count() == entries
+    assert post_json(client, f"/api/notes/{pk}/delete", {}, **headers).status_code == 200
+    assert not Note.objects.filter(pk=pk).exists()
+
+
+def test_a_bulk_runs_stop_takes_no_fields(client, token_for, zk, make_job, make_user):
+    job = make_job("Failed")
+    headers = token_for("operator")
+    run = bulkrun.start(
+        user=make_user("operator", "starter"),
+        kind="job",
+        action="resume",
+        items=[(job.jid, None)],
+    )
+    before = snapshot(zk)
+    for verb in ("stop", "continue"):
+        answer = post_json(client, f"/api/bulk/{run.pk}/{verb}", {"reason": "x"}, **headers)
+        assert answer.status_code == 400, answer.content
+        assert answer.json()["error"] == (
+            f"{verb} of a bulk run: unknown key 'reason'; the keys are none"
+        )
+    run.refresh_from_db()
+    assert run.state == bulkrun.BulkRun.RUNNING and not run.stop_requested
+    assert snapshot(zk) == before
+    stopped = post_json(client, f"/api/bulk/{run.pk}/stop", {}, **headers)
+    assert stopped.status_code == 200, stopped.content
