@@ -180,7 +180,8 @@ def form_input(
     each text, a number, true/false or null (null: not given). An unknown key is a 400 naming
     it, never a field quietly left out (a filter key misspelt would otherwise widen the filter,
     a hold's end misspelt would hold with no end, a version no check); a list or an object
-    where a field goes is a 400, never a 500 from the field's parser."""
+    where a field goes is a 400, never a 500 from the field's parser, and so is true/false
+    where no yes/no field goes."""
     known = (set(form_class.base_fields) - set(unread)) | set(also)
     unknown = sorted(str(k) for k in data if k not in known)
     if unknown:
@@ -196,6 +197,12 @@ def form_input(
         if isinstance(value, dict | list):
             kind = "an object" if isinstance(value, dict) else "a list"
             raise ValueError(f"{what}: {key} must be text, a number or true/false, not {kind}")
+        if isinstance(value, bool) and not isinstance(
+            form_class.base_fields[key], forms.BooleanField
+        ):
+            # true/false where text goes was the text "true" (a reason of "true", a profile
+            # named "false"); where a number, a date or a choice goes it was refused already.
+            raise ValueError(f"{what}: {key} is no yes/no field: true/false is no value of it")
         fields[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return fields
 

@@ -233,3 +233,34 @@ def test_a_bulk_runs_stop_takes_no_fields(client, token_for, zk, make_job, make_
     assert snapshot(zk) == before
     stopped = post_json(client, f"/api/bulk/{run.pk}/stop", {}, **headers)
     assert stopped.status_code == 200, stopped.content
+
+
+# true/false where no yes/no field goes --------------------------------------------------------
+
+
+def test_true_or_false_where_text_goes_is_refused(client, token_for, zk, make_job):
+    """``{"reason": true}`` held the job with the reason "true"; a submission's title of false
+    was the title "false"."""
+    job = make_job("Pending")
+    headers = token_for("admin")
+    before = snapshot(zk)
+    answer = post_json(client, f"/api/jobs/{job.jid}/hold", {"reason": True}, **headers)
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["error"] == (
+        "hold of a job: reason is no yes/no field: true/false is no value of it"
+    )
+    submission = {
+        "profile": "letters",
+        "submitter": "me",
+        "payload_url": "https://example.org/a.pdf",
+        "submission_type": "file",
+        "title": False,
+    }
+    answer = post_json(client, "/api/batches", submission, **headers)
+    assert answer.status_code == 400, answer.content
+    assert "title is no yes/no field" in answer.json()["error"]
+    _unchanged(zk, before)
+    # A yes/no field still takes true/false.
+    release = "/api/holds/queue/ingest/release"
+    answer = post_json(client, release, {"release_jobs": False}, **headers)
+    assert answer.status_code == 200, answer.content
