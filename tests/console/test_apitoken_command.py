@@ -97,3 +97,14 @@ def test_bad_input_is_one_clear_line(monitor, args, message):
     with pytest.raises(CommandError, match=message):
         _run(*args)
     assert not ApiToken.objects.exists()
+
+
+def test_list_shows_control_characters_in_a_name_as_escapes(monitor):
+    # A name typed into /tokens/ is the web user's text: on the operator's terminal an escape
+    # sequence in it (here one that retitles the window) or a tab (a forged column) is shown.
+    ApiToken.objects.create(
+        user=monitor, name="ci\x1b]0;owned\x07\tx\u009b", key_hash="1" * 64, prefix="Abcdefgh"
+    )
+    [line] = _run("list").splitlines()
+    assert "\tci\\x1b]0;owned\\x07\\tx\\x9b\t" in line
+    assert line.count("\t") == 5

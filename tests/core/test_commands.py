@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -321,3 +322,35 @@ def test_manage_py_runs_commands_against_the_configured_ensemble(
 def test_zkserver_leaves_a_configured_ensemble_alone(zk_hosts: str) -> None:
     out = run("zkserver", "status")
     assert out.strip() == f"ZK_HOSTS is set ({zk_hosts}); no local server is used"
+
+
+# What a command prints reaches a terminal: control characters from outside come as escapes.
+CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def test_zkdump_shows_control_characters_in_a_node_as_escapes_and_stays_json(
+    zk: KazooClient,
+) -> None:
+    # A title as a depositor may write it, stored by another client of the ensemble: ESC, the
+    # one-byte CSI (C1) and a line separator, each of which a terminal acts on.
+    title = "a\x1b[31mred\u009b2J\u2028x\x7f"
+    zk.create("/zkdump-probe", json.dumps({"title": title}, ensure_ascii=False).encode())
+    out = run("zkdump", "/zkdump-probe")
+    assert not CONTROLS.search(out), repr(out)
+    [line] = out.splitlines()
+    assert json.loads(line.split("  ", 1)[1]) == {"title": title}
+
+
+def test_a_command_error_line_shows_control_characters_as_escapes(
+    zk: KazooClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Django writes a CommandError's line to the command's stderr (run_from_argv), as for any
+    # operator running manage.py: an ID copied with an escape sequence in it comes back as text.
+    from queues.management.commands.zkdump import Command
+
+    with pytest.raises(SystemExit) as exited:
+        Command().run_from_argv(["manage.py", "zkdump", "/jobs/\x1b]0;owned\x07"])
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "/jobs/\\x1b]0;owned\\x07 does not exist" in err
+    assert not CONTROLS.search(err), repr(err)

@@ -17,6 +17,7 @@ from django.core.management.base import CommandError
 from django.db.models import Q
 
 from queues.core.clock import clock_text
+from queues.core.outside_text import for_log
 from queues.core.words import digits
 from queues.operator import audit
 from queues.operator.audit import ApiToken
@@ -103,8 +104,10 @@ class Command(QueueCommand):
             tokens = tokens.filter(user__username=username)
         for token in tokens:
             used = clock_text(token.last_used) if token.last_used else "never"
+            # Tab-separated: a tab in a name typed into /tokens/ is shown, not a column.
             self.stdout.write(
-                f"{token.pk}\t{token.prefix}…\t{token.user.get_username()}\t{token.name}\t"
+                f"{token.pk}\t{token.prefix}…\t{for_log(token.user.get_username())}\t"
+                f"{for_log(token.name)}\t"
                 f"created {clock_text(token.created)}\tlast used {used}"
             )
 

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 from typing import Any
 
 from django.conf import settings
@@ -44,17 +43,13 @@ class Command(QueueCommand):
                     f"consistency check {run.pk} is already running (on {run.owner}, "
                     f"{run.phase or 'starting'}); see /consistency/"
                 )
-        tty = sys.stderr.isatty()
-
-        def say(line: str) -> None:
-            self.stderr.write(f"\r{line}\x1b[K" if tty else line, ending="" if tty else "\n")
-
+        tty = self.stderr.isatty()
         try:
             run = consistency.walk(
                 run,
                 zk,
                 owner=owner,
-                say=say,
+                say=self.stderr.status,
                 stale_lock_seconds=settings.ZK_LOCK_STALE_SECONDS,
             )
         except consistency.Interrupted as exc:

@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import close_old_connections
 
 from queues.core.transient import is_database_outage
@@ -44,7 +44,7 @@ from queues.daemons.runner import Host, tune_collector
 from queues.zk.client import close
 from queues.zk.errors import is_connection_error
 
-from ._base import check_migrated, number_in
+from ._base import QueueCommand, check_migrated, number_in
 
 # Docker waits 10 s after SIGTERM before SIGKILL, Kubernetes 30 s: within the longer one, so an
 # orchestrator that allows it sees the process end by itself.
@@ -78,7 +78,7 @@ def _say_ready(host: Host, path: str, stop: threading.Event, timeout: float = 12
     threading.Thread(target=wait_then_write, name="ready-file", daemon=True).start()
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = "Run a consumer daemon (or all of them) on the ZooKeeper queues."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -11,15 +11,14 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
 
 from mrtadmin.settings import env
 from queues.operator.auth import ADMIN, ensure_groups
 
-from ._base import require_database
+from ._base import QueueCommand, require_database
 
 
-class Command(BaseCommand):
+class Command(QueueCommand):
     help = "Create the viewer/operator/admin groups and a first admin user if none exists."
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from django.core.management.base import CommandError
@@ -9,6 +10,16 @@ from queues.zk.client import client
 from queues.zk.tree import walk
 
 from ._base import QueueCommand
+
+# What json.dumps leaves raw with ensure_ascii=False and a terminal may act on: DEL, the C1
+# controls (CSI among them) and the line and paragraph separators; written as JSON's own
+# escapes, the line stays JSON a reader can parse.
+_RAW_IN_JSON = re.compile(r"[\x7f-\x9f\u2028\u2029]")
+
+
+def _shown(data: object) -> str:
+    text = json.dumps(data, ensure_ascii=False)
+    return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 class Command(QueueCommand):
@@ -26,7 +37,7 @@ class Command(QueueCommand):
         count = 0
         for node, data, ephemeral in walk(zk, path):
             count += 1
-            shown = "" if data is None else json.dumps(data, ensure_ascii=False)
+            shown = "" if data is None else _shown(data)
             flag = " (ephemeral)" if ephemeral else ""
             self.stdout.write(f"{node}{flag}" + (f"  {shown}" if shown else ""))
         if count == 0:

@@ -3,12 +3,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from queues.services.zkserver import LOCAL, LocalServerError, local_server
 
+from ._base import QueueCommand
 
-class Command(BaseCommand):
+
+class Command(QueueCommand):
     help = "Start, stop or show the project's own ZooKeeper (ZK_HOSTS=local, or empty)."
 
     def add_arguments(self, parser: Any) -> None:
