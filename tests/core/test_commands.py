@@ -251,6 +251,36 @@ def test_queue_carries_on_after_a_failed_item_and_exits_non_zero(
     assert pending.jid in err.getvalue()
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["cleanup", "bid0000000001"], "cleanup takes no IDs"),
+        (["archive", "bid0000000001"], "archive takes no IDs"),
+        (["hold", "jid0000000001", "--older-than-days", "3"], "--older-than-days goes with"),
+        (["cleanup", "--to", "Pending"], "--to goes with resume of an access request"),
+        (["hold", "jid0000000001", "--message", "why"], "--message is the reason of fail"),
+        (["cleanup", "--message", "why"], "cleanup keeps none"),
+        (["hold-queue", "ingest", "--release-held"], "--release-held goes with"),
+        (["hold", "jid0000000001", "--release-held"], "--release-held goes with"),
+        # The ingest queue's release would be done before the second ID was refused.
+        (["release-queue", "ingest", "access-small", "--release-held"], "parks no jobs"),
+    ],
+)
+def test_queue_refuses_ids_or_an_option_its_action_would_drop_and_changes_nothing(
+    zk: KazooClient, batch: Batch, job: Job, args: list[str], message: str
+) -> None:
+    run("queue", "hold-queue", "ingest")
+    for state in ("Processing", "Reporting", "Completed"):
+        batch = batches.batch_transition(zk, batch, state)
+    err = StringIO()
+    with pytest.raises(CommandError) as caught:
+        call_command("queue", *args, stdout=StringIO(), stderr=err)
+    assert message in err.getvalue() + str(caught.value)
+    assert_job_status(zk, job.jid, status="Pending", last_successful=None)
+    assert locks.queue_held(zk, "ingest")
+    assert_batch_status(zk, batch.bid, status="Completed")
+
+
 @pytest.mark.django_db  # queuecheck records its run in the database
 def test_queuecheck_reports_and_repairs(zk: KazooClient, job: Job) -> None:
     assert "0 findings" in run("queuecheck")

@@ -30,6 +30,16 @@ ITEM_ACTIONS: dict[str, tuple[str, ...]] = {
 # Where ``resume --to`` may send an access request.
 RESUME_TARGETS = (AccessState.PENDING, AccessState.PROCESSING)
 
+# The actions that go through every finished item rather than the IDs given.
+SWEEPS = ("cleanup", "archive")
+
+# The actions whose catalogue record keeps ``--message`` (a failed job's message, a hold's
+# reason); any other would drop it.
+REASON_ACTIONS = ("fail", "hold-queue", "hold-collection")
+
+# The releases that can also release what their hold parked (``--release-held``).
+RELEASE_HELD_ACTIONS = ("release-collection", "release-queue")
+
 # Holds: command name -> (kind, action) in the catalogue.
 HOLD_ACTIONS: dict[str, tuple[str, str]] = {
     "hold-queue": ("queue", "hold"),
@@ -66,7 +76,11 @@ class Command(QueueCommand):
             help="what to do",
         )
         parser.add_argument("ids", nargs="*", help="job, batch or access IDs; queue or profile")
-        parser.add_argument("--message", default="", help="reason, for fail")
+        parser.add_argument(
+            "--message",
+            default="",
+            help="fail: the job's message; hold-queue, hold-collection: the hold's reason",
+        )
         parser.add_argument("--to", default="", help="access resume target: Pending|Processing")
         parser.add_argument(
             "--release-held",
@@ -87,6 +101,7 @@ class Command(QueueCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         action, ids = opts["action"], opts["ids"]
         days = opts["older_than_days"]
+        _check_options(action, ids, opts)
         if action == "cleanup":
             self.run_safely(lambda: self.cleanup(timedelta(days=days or 0)))
             return
@@ -154,6 +169,27 @@ class Command(QueueCommand):
         )
 
 
+def _check_options(action: str, ids: list[str], opts: dict) -> None:
+    """CommandError for an option or IDs ``action`` would not use, before anything is read
+    or moved: an option dropped in silence would leave the operator thinking it was applied."""
+    if action in SWEEPS and ids:
+        raise CommandError(
+            f"{action} takes no IDs (it goes through every finished item); got {len(ids)}"
+        )
+    if opts["older_than_days"] is not None and action not in SWEEPS:
+        raise CommandError(f"--older-than-days goes with cleanup or archive, not {action}")
+    if opts["to"] and action != "resume":
+        raise CommandError(f"--to goes with resume of an access request, not {action}")
+    if opts["message"] and action not in REASON_ACTIONS:
+        raise CommandError(
+            f"--message is the reason of {', '.join(REASON_ACTIONS)}; {action} keeps none"
+        )
+    if opts["release_held"] and action not in RELEASE_HELD_ACTIONS:
+        raise CommandError(
+            f"--release-held goes with release-collection or release-queue ingest, not {action}"
+        )
+
+
 def _call(action: str, item: str, opts: dict) -> Callable[[], Any]:
     """What ``action`` does to ``item``, to be called once every item is known good; the
     item's form is checked here (InvalidID or CommandError), before anything is read or moved."""
@@ -167,6 +203,13 @@ def _call(action: str, item: str, opts: dict) -> Callable[[], Any]:
         kind, name = HOLD_ACTIONS[action]
         if kind == "queue":
             paths.queue_hold(item)
+            if opts["release_held"] and item != "ingest":
+                # Checked here with the other IDs: refused after the ingest queue's release,
+                # it would leave that one done.
+                raise CommandError(
+                    f"--release-held goes with release-queue ingest: the hold of {item} "
+                    "parks no jobs to release"
+                )
         else:
             paths.profile(item)
         params["release_jobs"] = opts["release_held"]
