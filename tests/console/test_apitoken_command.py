@@ -108,3 +108,22 @@ def test_list_shows_control_characters_in_a_name_as_escapes(monitor):
     [line] = _run("list").splitlines()
     assert "\tci\\x1b]0;owned\\x07\\tx\\x9b\t" in line
     assert line.count("\t") == 5
+
+
+@pytest.mark.parametrize(
+    ("args", "dropped"),
+    [
+        (["create", "7", "--user", "monitor", "--name", "x"], "create takes no token ID or prefix"),
+        (["list", "--name", "x", "--key-file", "k"], "list takes no --name, --key-file"),
+        (["revoke", "Abcdefgh", "--user", "someone-else"], "revoke takes no --user"),
+    ],
+)
+def test_an_argument_the_action_would_drop_is_refused_and_nothing_changes(
+    monitor, tmp_path, args, dropped
+):
+    ApiToken.objects.create(user=monitor, name="kept", key_hash="2" * 64, prefix="Abcdefgh")
+    with pytest.raises(CommandError, match=dropped):
+        _run(*[str(tmp_path / a) if a == "k" else a for a in args])
+    assert list(ApiToken.objects.values_list("name", flat=True)) == ["kept"]
+    assert not AuditEntry.objects.exists()
+    assert not (tmp_path / "k").exists()

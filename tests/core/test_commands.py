@@ -294,6 +294,15 @@ def test_queuecheck_reports_and_repairs(zk: KazooClient, job: Job) -> None:
     assert "0 findings" in run("queuecheck")
 
 
+@pytest.mark.django_db
+def test_queuecheck_refuses_break_stale_locks_without_repair(zk: KazooClient) -> None:
+    from queues.models import ConsistencyRun
+
+    with pytest.raises(CommandError, match="--break-stale-locks goes with --repair"):
+        run("queuecheck", "--break-stale-locks")
+    assert not ConsistencyRun.objects.exists()  # no check run started
+
+
 def test_zkdump_prints_decoded_data(zk: KazooClient, job: Job) -> None:
     lines = run("zkdump", f"/jobs/{job.jid}").splitlines()
     assert lines[0] == f"/jobs/{job.jid}"

@@ -26,6 +26,16 @@ from ._base import QueueCommand, require_database
 
 VIA = "command"
 
+# What each action uses of the arguments, by their names on the command line: one given to an
+# action that would drop it is refused, before the database is asked.
+ARGUMENTS = {
+    "token": "token ID or prefix",
+    "user": "--user",
+    "name": "--name",
+    "key_file": "--key-file",
+}
+TAKES = {"create": ("user", "name", "key_file"), "list": ("user",), "revoke": ("token",)}
+
 
 def _operator() -> str:
     """Who ran the command, for the audit log (the machine account, not a console user)."""
@@ -54,8 +64,12 @@ class Command(QueueCommand):
         parser.add_argument("--key-file", default="", help="create: write the key here (0600)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        require_database()
         action = opts["action"]
+        taken = TAKES[action]
+        dropped = [said for key, said in ARGUMENTS.items() if opts[key] and key not in taken]
+        if dropped:
+            raise CommandError(f"{action} takes no {', '.join(dropped)}")
+        require_database()
         if action == "create":
             self.create(opts["user"], opts["name"], opts["key_file"])
         elif action == "list":

@@ -31,6 +31,10 @@ class Command(QueueCommand):
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        if opts["break_stale_locks"] and not opts["repair"]:
+            raise CommandError(
+                "--break-stale-locks goes with --repair: without it nothing is repaired"
+            )
         require_database()
         zk = self.run_safely(client)
         owner = f"{socket.gethostname()}:{os.getpid()}:queuecheck"
