@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from io import StringIO
+
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client, override_settings
 from django.urls import reverse
 
@@ -82,6 +84,19 @@ def test_setupconsole_creates_groups_and_a_first_admin_once(db, tmp_path, capsys
     assert not operator.permissions.filter(codename="administer_queues").exists()
     call_command("setupconsole")
     assert get_user_model().objects.count() == 1
+
+
+def test_setupconsole_refuses_to_make_a_superuser_of_a_name_already_taken(db, tmp_path, settings):
+    # A viewer named "admin" (made at a first single sign-on, say) and no superuser: the
+    # command says so in one line rather than failing on the unique name with a traceback,
+    # and neither promotes that user nor writes a password.
+    settings.MRT_VAR_DIR = tmp_path
+    get_user_model().objects.create_user(username="admin", password="theirs")
+    with pytest.raises(CommandError, match="user 'admin' exists without being one"):
+        call_command("setupconsole", stdout=StringIO())
+    user = get_user_model().objects.get(username="admin")
+    assert not user.is_superuser and user.check_password("theirs")
+    assert not (tmp_path / "admin-password").exists()
 
 
 def test_setupconsole_reads_the_admin_password_from_a_file(

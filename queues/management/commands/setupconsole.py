@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.management.base import CommandError
 
 from mrtadmin.settings import env
 from queues.operator.auth import ADMIN, ensure_groups
@@ -30,6 +31,13 @@ class Command(QueueCommand):
             return
         # Through settings' reader, so MRT_ADMIN_PASSWORD_FILE works like every other secret.
         username = env("MRT_ADMIN_USER") or "admin"
+        if users.objects.filter(username=username).exists():
+            # Never made a superuser by this command: the name may be anyone's (a viewer made
+            # at their first single sign-on), and creating it again fails on the unique name.
+            raise CommandError(
+                f"there is no superuser, and user {username!r} exists without being one: make "
+                "an admin with `manage.py createsuperuser`, or set MRT_ADMIN_USER to a new name"
+            )
         password = env("MRT_ADMIN_PASSWORD")
         generated = not password
         if generated:
