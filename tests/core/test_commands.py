@@ -393,3 +393,23 @@ def test_a_command_error_line_shows_control_characters_as_escapes(
     err = capsys.readouterr().err
     assert "/jobs/\\x1b]0;owned\\x07 does not exist" in err
     assert not CONTROLS.search(err), repr(err)
+
+
+@pytest.mark.zookeeper  # starts a server of its own (which exits at once)
+def test_zkserver_start_shows_the_servers_log_lines_each_on_a_line_of_its_own(
+    tmp_path: Path, settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A JVM option Java does not know: the server exits at once and its log says why. The one
+    # error line says where the log is; the log's last lines come before it, one a line,
+    # escaped as any other (they are the server's text).
+    from queues.services.zkserver import free_port
+
+    settings.ZK_HOSTS, settings.MRT_VAR_DIR, settings.ZK_LOCAL_PORT = "local", tmp_path, free_port()
+    monkeypatch.setenv("ZK_LOCAL_JVMFLAGS", "-XX:+NoSuchOptionAnywhere")
+    err = StringIO()
+    with pytest.raises(CommandError) as caught:
+        call_command("zkserver", "start", stdout=StringIO(), stderr=err)
+    assert str(caught.value).startswith("ZooKeeper exited; see ")
+    assert "\n" not in str(caught.value)
+    assert "NoSuchOptionAnywhere" in err.getvalue()
+    assert len(err.getvalue().splitlines()) > 1

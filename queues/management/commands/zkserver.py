@@ -25,7 +25,12 @@ class Command(QueueCommand):
             try:
                 server.start()
             except LocalServerError as exc:
-                raise CommandError(str(exc)) from exc
+                # Its first line is the error; the lines after it, the server's log's last ones,
+                # come before that line, each a line of its own (one error line is escaped).
+                first, *log = str(exc).splitlines() or [""]
+                for line in log:
+                    self.stderr.write(line)
+                raise CommandError(first.rstrip(":")) from exc
             self.stdout.write(f"ZooKeeper serving on {server.hosts} (data in {server.directory})")
         elif opts["action"] == "stop":
             stopped = server.stop()
