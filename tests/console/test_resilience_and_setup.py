@@ -168,3 +168,30 @@ def test_audit_page_shows_who_did_what_and_filters(operator, make_job):
     assert "operator-user" in html and "Failed → Downloading" in html and "✖ refused" in html
     only_refused = operator.get(reverse("audit"), {"ok": "0"}).content.decode()
     assert "✔ done" not in only_refused
+
+
+def test_setupconsole_makes_no_admin_whose_generated_password_it_could_not_keep(
+    db, tmp_path, settings
+):
+    # The password file cannot be written (a folder stands at its name): before, the superuser
+    # was made first and the write failed after it, so the console had an admin nobody knew
+    # the password of, and every later start found a superuser and made none.
+    settings.MRT_VAR_DIR = tmp_path
+    (tmp_path / "admin-password").mkdir()
+    with pytest.raises(OSError):
+        call_command("setupconsole", stdout=StringIO())
+    assert not get_user_model().objects.filter(is_superuser=True).exists()
+    (tmp_path / "admin-password").rmdir()
+    call_command("setupconsole", stdout=StringIO())
+    admin = get_user_model().objects.get(username="admin")
+    assert admin.check_password((tmp_path / "admin-password").read_text().strip())
+
+
+def test_setupconsole_password_file_is_private_even_over_an_open_one(db, tmp_path, settings):
+    settings.MRT_VAR_DIR = tmp_path
+    left = tmp_path / "admin-password"
+    left.write_text("old\n")
+    left.chmod(0o644)
+    call_command("setupconsole", stdout=StringIO())
+    assert left.stat().st_mode & 0o777 == 0o600
+    assert get_user_model().objects.get(username="admin").check_password(left.read_text().strip())

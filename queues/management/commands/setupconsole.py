@@ -6,12 +6,15 @@ only created when there is no superuser at all.
 
 from __future__ import annotations
 
+import os
 import secrets
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
+from django.db import transaction
 
 from mrtadmin.settings import env
 from queues.operator.auth import ADMIN, ensure_groups
@@ -42,13 +45,33 @@ class Command(QueueCommand):
         generated = not password
         if generated:
             password = secrets.token_urlsafe(18)
-        user = users.objects.create_superuser(username=username, email="", password=password)
-        user.groups.add(groups[ADMIN])
+        path = settings.MRT_VAR_DIR / "admin-password"
         if generated:
-            path = settings.MRT_VAR_DIR / "admin-password"
-            path.write_text(password + "\n", encoding="utf-8")
-            path.chmod(0o600)
+            # Written before the user is made: a superuser whose generated password was never
+            # kept would lock the console out for good (the next start finds a superuser and
+            # makes none). Private from the moment it exists, whatever the umask.
+            _write_private(path, password + "\n")
+        try:
+            with transaction.atomic():
+                user = users.objects.create_superuser(
+                    username=username, email="", password=password
+                )
+                user.groups.add(groups[ADMIN])
+        except BaseException:
+            if generated:
+                path.unlink(missing_ok=True)
+            raise
+        if generated:
             self.stdout.write(f"created admin user {username!r} with password {password}")
             self.stdout.write(f"(also written to {path})")
         else:
             self.stdout.write(f"created admin user {username!r} (password from MRT_ADMIN_PASSWORD)")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """``text`` into ``path``, readable by its owner only from its creation on (a file left
+    from before is made so before it is written)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        os.fchmod(out.fileno(), 0o600)
+        out.write(text)
