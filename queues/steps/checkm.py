@@ -193,11 +193,21 @@ def profile_url(kind: str) -> str:
 
 
 def parse_checkm(
-    data: bytes | str, *, most_rows: int | None = None, profile_if_headed: bool = False
+    data: bytes | str,
+    *,
+    most_rows: int | None = None,
+    profile_if_headed: bool = False,
+    profile_needed: str | None = None,
 ) -> Manifest:
     """Parse a checkm manifest; raise ManifestError naming the first bad line, TooManyRows at
-    the first row past ``most_rows``. ``profile_if_headed``: as ``CheckmReader``'s."""
-    reader = CheckmReader(data, most_rows=most_rows, profile_if_headed=profile_if_headed)
+    the first row past ``most_rows``. ``profile_if_headed``, ``profile_needed``: as
+    ``CheckmReader``'s."""
+    reader = CheckmReader(
+        data,
+        most_rows=most_rows,
+        profile_if_headed=profile_if_headed,
+        profile_needed=profile_needed,
+    )
     rows = tuple(reader)
     return Manifest(
         kind=reader.kind,
@@ -222,12 +232,22 @@ class CheckmReader:
     but the URL are decoded as Merritt decodes them (``_dec``). As Merritt's reader refuses
     them, so is refused, once the rows are read, a manifest whose last line is not ``#%eof``,
     and one with ``#%`` lines but no ``#%profile`` between two rows (``#%eof`` ends nothing
-    before the last line: Merritt reads on past it). ``profile_if_headed``: refuse too, as
-    Merritt's ingest refuses a depositor's manifest, one with ``#%`` lines before its first row
-    but no ``#%profile`` among them (one with no ``#%`` line before its first row is read); a
-    reading of a manifest the console or Merritt's storage wrote leaves it out. A gathering's
-    profile is its first line starting ``#%profile`` (as written), which must go on with a
-    space: Merritt's reader sees no other (``_names_profile``)."""
+    before the last line: Merritt reads on past it). ``profile_if_headed`` (a depositor's
+    manifest): refuse too, as Merritt's ingest refuses it, one with ``#%`` lines before its
+    first row but no ``#%profile`` among them (one with no ``#%`` line before its first row is
+    read), and a row whose URL, name, digest, size or identifier Merritt reads with white space
+    at an end (``_parse_row``); a reading of a manifest the console or Merritt's storage wrote
+    leaves the first out and reads the second as Merritt does.
+    ``profile_needed``: a batch manifest of this kind is read; one with no ``#%profile`` before
+    its first row is refused there, naming the profile it needs (Merritt's ingest fails it).
+
+    Lines, headers and cells are told apart as Merritt's reader tells them apart
+    (docs/merritt-services.md): a ``#%`` line or a comment starts at the line's first
+    character, a line that starts with white space is a row (refused when it holds only white
+    space or goes on with ``#``); a gathering's kind is its first line starting ``#%profile``
+    (as written), read as ``Checkm.squeezeHeader`` reads it (``_profile``), its later profile
+    lines passed over; a row is cut at a ``|`` with the ASCII white space next to it
+    (``_parse_row``)."""
 
     def __init__(
         self,
@@ -236,6 +256,7 @@ class CheckmReader:
         most_rows: int | None = None,
         only: str | tuple[str, ...] | None = None,
         profile_if_headed: bool = False,
+        profile_needed: str | None = None,
     ) -> None:
         self._data: bytes | str = (
             data.removeprefix(b"\xef\xbb\xbf")
@@ -245,6 +266,7 @@ class CheckmReader:
         self.most_rows = most_rows
         self.only = (only,) if isinstance(only, str) else only
         self.profile_if_headed = profile_if_headed
+        self.profile_needed = profile_needed
         self.kind: str | None = None
         self.profile: str | None = None
         self.fields: tuple[str, ...] = OBJECT_FIELDS
@@ -291,17 +313,20 @@ class CheckmReader:
         rows_seen = False
         for number, raw in enumerate(lines, start=1):
             previous, last = last, raw
-            line = raw.strip()
+            # Java's readLine, which Merritt's reader reads by, drops the "\r" of a "\r\n".
+            line = raw[:-1] if raw.endswith("\r") else raw
             if not line:
                 continue
             if line.startswith("#%"):
                 self._header(line, number)
                 group = group or number
                 if group_profile is None and line.startswith("#%profile"):
-                    group_profile = _names_profile(line)
+                    group_profile = self._profile(line, number)
                 continue
             if line.startswith("#"):
                 continue
+            if not line.strip() or line.lstrip().startswith("#"):
+                raise ManifestError(_indented_line(), line=number)
             if group and not group_profile:
                 if rows_seen:
                     raise ManifestError(_between_rows(number), line=group)
@@ -309,6 +334,8 @@ class CheckmReader:
                     raise ManifestError(_before_rows(number), line=group)
             group, group_profile, rows_seen = 0, None, True
             if not self._settled:
+                if self.profile_needed is not None and self.kind is None:
+                    raise ManifestError(_no_batch_profile(self.profile_needed), line=number)
                 self._settle()
             if self._headers_only:
                 return
@@ -316,7 +343,7 @@ class CheckmReader:
                 raise TooManyRows(self.most_rows, line=number)
             self.count += 1
             if self._cells:
-                yield _parse_row(raw, self.fields, number, shared)
+                yield _parse_row(line, self.fields, number, shared, self.profile_if_headed)
         if not self._settled:
             self._settle()  # a manifest without rows: its headers are judged all the same
         if not self._headers_only:
@@ -363,27 +390,38 @@ class CheckmReader:
                 raise ManifestError("#%fields has no nfo:fileUrl column", line=number)
             self.fields = columns
             self._fields_line = number
-        elif name == "profile":
-            if len(parts) < 2 or not parts[1]:
-                raise ManifestError("#%profile without a URL", line=number)
-            profile = parts[1]
-            kind = profile.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-            if kind not in MANIFEST_KINDS:
-                raise ManifestError(f"unknown manifest profile {kind!r}", line=number)
-            if self.only is not None and kind not in self.only:
-                wanted = " or ".join(self.only)
-                raise ManifestError(f"a {wanted} is needed here, got {kind}", line=number)
-            if self._settled and kind != self.kind:
-                raise ManifestError(
-                    f"a #%profile of {kind} after the first row, which was read as "
-                    f"{self.kind or 'a manifest without #%profile'}",
-                    line=number,
-                )
-            self.profile, self.kind = profile, kind
         elif name == "prefix" and len(parts) >= 3:
             self.prefixes.append((parts[1], parts[2]))
-        # Other headers (#%checkm_0.7, #%eof, future ones) carry nothing we act on here.
+        # Other headers (#%checkm_0.7, #%eof, future ones) carry nothing we act on here; a
+        # profile line is read by ``_profile``, when it is the one Merritt's reader reads.
         return name
+
+    def _profile(self, line: str, number: int) -> bool:
+        """Take in a gathering's first line starting ``#%profile`` (as written), as Merritt's
+        reader takes it (mrt-core2 ``Checkm.handleHeaders``, ``squeezeHeader``): the profile
+        follows ``#%profile `` and the spaces and ``|`` after it, to the end of the line, white
+        space squeezed out (``StringUtil.squeeze``). Whether the line names one: without the
+        space it names none."""
+        if not line.startswith("#%profile "):
+            return False
+        profile = line[len("#%profile ") :].lstrip(" |")
+        if not profile:  # squeezeHeader: INVALID_DATA_FORMAT "invalid format for #%profile"
+            raise ManifestError("#%profile without a URL", line=number)
+        profile = _SQUEEZED.sub("", profile)
+        kind = profile.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+        if kind not in MANIFEST_KINDS:
+            raise ManifestError(f"unknown manifest profile {kind!r}", line=number)
+        if self.only is not None and kind not in self.only:
+            wanted = " or ".join(self.only)
+            raise ManifestError(f"a {wanted} is needed here, got {kind}", line=number)
+        if self._settled and kind != self.kind:
+            raise ManifestError(
+                f"a #%profile of {kind} after the first row, which was read as "
+                f"{self.kind or 'a manifest without #%profile'}",
+                line=number,
+            )
+        self.profile, self.kind = profile, kind
+        return True
 
 
 def _lines(text: AnyStr) -> Iterator[AnyStr]:
@@ -410,12 +448,25 @@ def _decoded_lines(data: bytes) -> Iterator[str]:
             ) from None
 
 
-def _names_profile(line: str) -> bool:
-    """Whether a gathering's first line starting ``#%profile`` (as written) names a profile as
-    Merritt's reader takes it: mrt-core2 ``Checkm.handleHeaders`` takes that line alone, and
-    ``Checkm.squeezeHeader`` finds no profile in it unless ``#%profile`` is followed by a space
-    (``#%profile|...`` names none)."""
-    return line.startswith("#%profile ")
+# The characters java.util.StringTokenizer cuts at by default, which mrt-core2's
+# StringUtil.squeeze drops from a profile before comparing it.
+_SQUEEZED = re.compile(r"[ \t\n\r\f]")
+
+
+def _indented_line() -> str:
+    return (
+        "a line starting with white space, holding nothing else or going on with '#': "
+        "Merritt's ingest takes a #% line or a comment only where '#' is the line's first "
+        "character, and reads any other line as a row, which this one cannot be"
+    )
+
+
+def _no_batch_profile(kind: str) -> str:
+    return (
+        "the batch manifest names no #%profile before its first row: Merritt's ingest takes "
+        "the type of each object of a batch from it and fails the batch without one; this "
+        f"submission needs '#%profile | {profile_url(kind)}' before the first row"
+    )
 
 
 def _before_rows(row: int) -> str:
@@ -468,13 +519,31 @@ def _dec(value: str) -> str:
     return value.replace("%20", " ").replace("%7c", "|")
 
 
+# Where mrt-core2's Checkm.setRow cuts a row: at a "|" and Java's \s (ASCII white space only)
+# on either side of it.
+_MERRITT_BAR = re.compile(r"[ \t\n\x0b\f\r]*\|[ \t\n\x0b\f\r]*")
+# What java.net.URL drops at either end of the text it is made from (every character up to
+# the space), and so Merritt's reader around a row's URL.
+_URL_ENDS = "".join(map(chr, range(0x21)))
+# The columns whose value Merritt's reader keeps with the white space at its ends, where the
+# console trimmed it: a URL, a name, a digest, a size or an identifier read otherwise on the two
+# sides is refused rather than read (the MIME type, dates and descriptions are trimmed).
+_KEPT_AS_CUT = frozenset(
+    {"url", "hash_alg", "hash_value", "size", "filename", "primary_id", "local_id"}
+)
+
+
 def _parse_row(
-    raw: str, columns: Sequence[str], number: int, shared: dict[str, str]
+    line: str, columns: Sequence[str], number: int, shared: dict[str, str], depositors: bool
 ) -> ManifestRow:
-    values = [v.strip() for v in raw.split("|")]
+    """A row, cut as Merritt cuts it. A value of ``_KEPT_AS_CUT`` that Merritt keeps with white
+    space at an end is refused in a depositor's manifest (``depositors``) and read as Merritt
+    reads it in others (a name in a manifest Merritt's storage wrote is the file's name there);
+    the other values are trimmed."""
+    values = _MERRITT_BAR.split(line)
     if len(values) > len(columns):
         # A trailing "|" leaves empty extra cells; only real data beyond the columns is an error.
-        if any(values[len(columns) :]):
+        if any(v.strip() for v in values[len(columns) :]):
             raise ManifestError(
                 f"{len(values)} fields but #%fields declares {len(columns)}", line=number
             )
@@ -484,6 +553,13 @@ def _parse_row(
     extra: list[tuple[str, str]] = []
     for column, value in zip(columns, values, strict=True):
         key = _FIELD_KEYS_FOLDED.get(column.lower())
+        if key == "url":
+            value = value.strip(_URL_ENDS)
+        if value != value.strip():
+            if key not in _KEPT_AS_CUT:
+                value = value.strip()
+            elif depositors:
+                raise ManifestError(_kept_white_space(column, value), line=number)
         if "%" in value and key != "url":  # Merritt decodes every cell but the URL
             value = _dec(value)
         if key is None:
@@ -516,6 +592,15 @@ def _parse_row(
         date=known.get("date", ""),
         extra=tuple(extra),
         line=number,
+    )
+
+
+def _kept_white_space(column: str, value: str) -> str:
+    return (
+        f"the {column} cell {value!r} begins or ends with white space, which Merritt's ingest "
+        "keeps there (it trims only spaces, tabs and line breaks next to a '|', and around a "
+        "URL only the characters up to the space): it would read another value than the one "
+        "read here; remove it (a space meant at either end of a value is written %20)"
     )
 
 

@@ -452,7 +452,12 @@ def expand_submission(
     if submission_type not in BATCH_TYPES:
         raise ValueError(f"unknown submission type {submission_type!r}")
     expected_kind, row_type = BATCH_TYPES[submission_type]
-    manifest = parse_checkm(fetch_text(payload_url), most_rows=most_objects, profile_if_headed=True)
+    manifest = parse_checkm(
+        fetch_text(payload_url),
+        most_rows=most_objects,
+        profile_if_headed=True,
+        profile_needed=expected_kind,
+    )
     if manifest.kind != expected_kind:
         raise ManifestError(
             f"a {submission_type} submission needs a {expected_kind} manifest, "

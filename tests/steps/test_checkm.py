@@ -23,6 +23,7 @@ from queues.steps.checkm import (
     TooManyRows,
     filename_problem,
     parse_checkm,
+    profile_url,
     write_checkm,
 )
 
@@ -560,7 +561,6 @@ def test_a_name_merritts_manifests_would_read_otherwise_is_refused() -> None:
         ("", 4),  # no #%eof at all
         ("#%eof\n\n", 6),  # an empty line after it is the last line Merritt reads
         ("#%eof\n# a comment\n", 6),
-        ("  #%eof\n", 5),  # Merritt's line starts with the spaces
     ],
 )
 def test_a_manifest_whose_last_line_is_not_eof_is_refused(tail: str, line: int) -> None:
@@ -664,3 +664,113 @@ def test_a_profile_between_rows_is_recognised_as_merritt_recognises_it() -> None
         with pytest.raises(ManifestError, match=r"^line 5: #% lines between rows"):
             parse_checkm(first + between + "http://h/b\n#%eof\n")
     assert len(parse_checkm(first + PROFILE_LINE + "http://h/b\n#%eof\n").rows) == 2
+
+
+BATCH_PROFILE_LINE = PROFILE_LINE.replace(OBJECT_MANIFEST, BATCH_MANIFEST)
+
+
+def test_the_first_profile_line_of_a_gathering_sets_the_kind_as_merritt_takes_it() -> None:
+    """Checkm.handleHeaders takes a gathering's first line starting "#%profile" (as written)
+    and passes over the rest; Checkm.squeezeHeader reads its profile after "#%profile ",
+    with or without a "|", to the end of the line."""
+    rows = "http://h/a\n#%eof\n"
+    # The later line is not read: not its kind, not its being of another kind than asked.
+    assert parse_checkm(PROFILE_LINE + BATCH_PROFILE_LINE + rows).kind == OBJECT_MANIFEST
+    assert parse_checkm(BATCH_PROFILE_LINE + PROFILE_LINE + rows).kind == BATCH_MANIFEST
+    reader = CheckmReader(PROFILE_LINE + BATCH_PROFILE_LINE + rows, only=OBJECT_MANIFEST)
+    assert len(list(reader)) == 1 and reader.kind == OBJECT_MANIFEST
+    # "#%PROFILE" is no profile line to Merritt: it neither sets the kind nor hides the next.
+    upper = BATCH_PROFILE_LINE.replace("#%profile", "#%PROFILE")
+    assert parse_checkm(PROFILE_LINE + upper + rows).kind == OBJECT_MANIFEST
+    assert parse_checkm(upper + rows).kind is None
+    # Without a "|", the rest of the line is the profile.
+    bare = BATCH_PROFILE_LINE.replace("#%profile |", "#%profile")
+    manifest = parse_checkm(bare + rows)
+    assert manifest.kind == BATCH_MANIFEST and manifest.profile == profile_url(BATCH_MANIFEST)
+    # Between rows alike: the later line of the gathering changes nothing.
+    first = header() + "http://h/a\n"
+    assert len(parse_checkm(first + PROFILE_LINE + BATCH_PROFILE_LINE + rows).rows) == 2
+
+
+def test_a_profile_line_merritt_reads_as_another_profile_is_refused() -> None:
+    """The rest of the line, white space squeezed out, must be one of the class's profiles
+    (Checkm.handleHeaders): "URL | more" is none of them."""
+    with pytest.raises(ManifestError, match=r"^line 1: unknown manifest profile"):
+        parse_checkm(PROFILE_LINE.rstrip("\n") + " | v2\nhttp://h/a\n#%eof\n")
+    with pytest.raises(ManifestError, match=r"^line 1: #%profile without a URL"):
+        parse_checkm("#%profile | \nhttp://h/a\n#%eof\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("  " + PROFILE_LINE + "http://h/a\n#%eof\n", 1),  # a row to Merritt, not a header
+        (header() + "http://h/a\n\t# a comment\nhttp://h/b\n#%eof\n", 5),
+        (header() + "http://h/a\n   \nhttp://h/b\n#%eof\n", 5),  # a row of spaces
+        (header() + "http://h/a\n  #%eof\n", 5),  # a row to Merritt: no #%eof at all
+    ],
+)
+def test_a_line_that_starts_with_white_space_is_a_row(text: str, line: int) -> None:
+    """Merritt's reader (Manifest.hasMoreElements) looks for "#%" and "#" at a line's first
+    character: a line that starts with white space is a row, whose URL (spaces, "#...") fails
+    it. Refused here, naming the line."""
+    with pytest.raises(ManifestError, match=rf"^line {line}: a line starting with white space"):
+        parse_checkm(text)
+    with pytest.raises(ManifestError, match=rf"^line {line}: a line starting with white space"):
+        CheckmReader(text).check()
+
+
+def test_a_row_is_cut_as_merritt_cuts_it() -> None:
+    """Checkm.setRow splits a row at a "|" and the spaces, tabs and line breaks next to it;
+    the URL is read by java.net.URL, which drops the characters up to the space around it.
+    What is read alike on both sides is read."""
+    text = header() + (
+        "\t http://h/a\t|\tmd5 | " + "0" * 32 + " | 10 | | a.txt | text/plain \r\n"
+        "http://h/b | | | | | b.txt\r\n"
+        "#%eof\r\n"
+    )
+    first, second = parse_checkm(text).rows
+
+    assert (first.url, first.hash_alg, first.size) == ("http://h/a", "md5", 10)
+    assert first.filename == "a.txt"
+    assert first.mime_type == "text/plain"  # Merritt keeps its space: not a value we key on
+    assert (second.url, second.filename) == ("http://h/b", "b.txt")
+
+
+@pytest.mark.parametrize(
+    ("row", "column"),
+    [
+        ("http://h/a | | | | | a.txt  ", "nfo:fileName"),  # the line's end: not next to a "|"
+        ("http://h/a | | | | | a.txt\u00a0 | text/plain", "nfo:fileName"),  # not Java's \s
+        ("http://h/a | | | 10\u2003 | | a.txt", "nfo:fileSize"),
+        ("http://h/a | md5 | \u3000" + "0" * 32, "nfo:hashValue"),
+        ("http://h/a | md5\u00a0 | " + "0" * 32, "nfo:hashAlgorithm"),
+        ("http://h/a\u00a0 | | | | | a.txt", "nfo:fileUrl"),  # java.net.URL keeps it
+        ("\u2003http://h/a", "nfo:fileUrl"),
+    ],
+)
+def test_white_space_merritt_keeps_in_a_value_that_matters_is_refused(
+    row: str, column: str
+) -> None:
+    """Merritt trims only the spaces, tabs and line breaks next to a "|" (Checkm.setRow);
+    what it keeps would make another URL, name, digest or size there than the one read here
+    by trimming it. A depositor's manifest is refused."""
+    with pytest.raises(ManifestError, match=rf"^line 4: the {column} cell .* white space"):
+        parse_checkm(header() + row + "\n#%eof\n", profile_if_headed=True)
+
+
+def test_a_name_merritt_keeps_with_white_space_is_read_so_in_a_manifest_it_wrote() -> None:
+    """Not a depositor's: a name in a manifest Merritt's storage wrote is the file's name
+    there, white space and all."""
+    [row] = parse_checkm(header() + "http://h/a | | | | | a.txt\u00a0 | text/plain\n#%eof\n").rows
+    assert row.filename == "a.txt\u00a0"
+
+
+def test_batch_identifiers_with_white_space_merritt_keeps_are_refused() -> None:
+    fields = " | ".join(BATCH_FIELDS)
+    text = header(BATCH_MANIFEST, fields) + "http://h/o | | | | | o | | loc1\u00a0 | Doe\n#%eof\n"
+    with pytest.raises(ManifestError, match=r"^line 4: the mrt:localIdentifier cell"):
+        parse_checkm(text, profile_if_headed=True)
+    other = text.replace("| | loc1\u00a0", "| ark:/99999/fk4a\u00a0 | loc1")
+    with pytest.raises(ManifestError, match=r"^line 4: the mrt:primaryIdentifier cell"):
+        parse_checkm(other, profile_if_headed=True)

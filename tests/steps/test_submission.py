@@ -463,3 +463,26 @@ def test_file_and_container_payloads_are_their_own_single_download() -> None:
     assert payload_files(spec, fetch_text=no_fetch) == [
         PayloadFile("http://h/c.tar.gz", "c.tar.gz", "md5", MD5, None)
     ]
+
+
+@pytest.mark.parametrize("columns", [11, 1])
+def test_a_batch_manifest_with_no_hash_percent_line_names_the_profile_it_needs(
+    columns: int,
+) -> None:
+    """Merritt's reader takes a manifest with no #% line before its first row, and ingest then
+    fails the batch at that row: each object's type comes from the profile (mrt-ingest
+    HandlerDisaggregate.getObjectType, on a null profile). Refused here at the first row,
+    saying so and naming the profile the submission needs, whatever the row's cells."""
+    row = "http://h/1 | | | | | one | | loc1 | | | " if columns == 11 else "http://h/1"
+    text = "# a comment\n" + row + "\n#%eof\n"
+
+    with pytest.raises(ManifestError) as raised:
+        expand_submission(
+            submission_type="single-file-batch-manifest",
+            payload_url="http://h/b",
+            fetch_text=fetcher({"http://h/b": text}),
+        )
+
+    message = str(raised.value)
+    assert message.startswith("line 2: the batch manifest names no #%profile"), message
+    assert f"#%profile | {profile_url(SINGLE_FILE_BATCH_MANIFEST)}" in message
