@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date, datetime, time
 from typing import Any
 
 from django import forms
@@ -9,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.http import QueryDict
 
 from queues.console import batch_reads, job_reads
+from queues.core import clock
 from queues.core.states import ACCESS, BATCH, JOB
 from queues.core.words import VERSION_MOST, digits, yes_or_no
 from queues.services.moves import SUBMISSION_TYPES, check_payload_url
@@ -91,6 +93,36 @@ class WholeNumberField(forms.IntegerField):
         if number is None:
             raise ValidationError(self.error_messages["invalid"], code="invalid")
         return -number if text.startswith("-") else number
+
+
+class LocalTimeField(forms.DateTimeField):
+    """A date and time an operator gives, read as the console writes times
+    (``queues.core.clock.given_time``): in the console's zone, or with the zone's name
+    (``2026-11-01 01:30 PST``) or an offset. Django's field refused a local time the clocks skip
+    or show twice in one sentence for both ("may be ambiguous or may not exist") and took no
+    zone name, so the hour the clocks go back could not be given at all from a page."""
+
+    def to_python(self, value: Any) -> datetime | None:
+        if value in self.empty_values:
+            return None
+        try:
+            if isinstance(value, datetime):
+                return clock.local_time(value) if value.utcoffset() is None else value
+            if isinstance(value, date):
+                return clock.local_time(datetime.combine(value, time.min))
+            if isinstance(value, str):
+                moment = clock.given_time(value)
+                if moment is not None:
+                    return moment
+                for form in self.input_formats or ():  # Django's other forms (``11/25/2026 10:04``)
+                    try:
+                        naive = self.strptime(value.strip(), form)
+                    except (ValueError, TypeError):
+                        continue
+                    return clock.local_time(naive)
+        except ValueError as exc:
+            raise ValidationError(str(exc), code="invalid") from exc
+        raise ValidationError(self.error_messages["invalid"], code="invalid")
 
 
 def _validated(validator: Any, value: str) -> str:
@@ -225,9 +257,9 @@ class ActionForm(forms.Form):
     # resume to (the service then checks it against the item: a job only to a step it reached).
     to = forms.ChoiceField(required=False, choices=[("", ""), *_RESUME_TARGETS])
     release_jobs = YesNoField(required=False)
-    # A hold's maintenance window: released by itself at this time (ISO-8601; without a zone,
-    # the console's time zone).
-    until = forms.DateTimeField(required=False)
+    # A hold's maintenance window: released by itself at this time (ISO-8601 or the console's
+    # written form; without an offset or zone name, the console's time zone: LocalTimeField).
+    until = LocalTimeField(required=False)
     # The posted field is named "render" (htmx asks for a row or a panel back); as a form
     # attribute it shadows Form.render, which this form never uses.
     render = forms.ChoiceField(  # type: ignore[assignment]
@@ -276,7 +308,7 @@ class BulkForm(forms.Form):
 class CollectionHoldForm(forms.Form):
     profile = forms.CharField(max_length=100, label="Collection (profile)")
     reason = forms.CharField(required=False, max_length=2000)
-    until = forms.DateTimeField(required=False)
+    until = LocalTimeField(required=False)
 
     def clean_profile(self) -> str:
         return _validated(zpaths.profile, self.cleaned_data["profile"].strip())
@@ -286,8 +318,8 @@ class NodeFailuresForm(forms.Form):
     """Which failures "resume what failed on node N between T1 and T2" looks for."""
 
     node = forms.CharField(max_length=9, label="Storage node")
-    since = forms.DateTimeField(label="Failed after")
-    before = forms.DateTimeField(label="and before")
+    since = LocalTimeField(label="Failed after")
+    before = LocalTimeField(label="and before")
 
     def clean_node(self) -> int:
         return int(_validated(node_number, self.cleaned_data["node"].strip()))
@@ -303,7 +335,7 @@ class NodeFailuresForm(forms.Form):
 class NodeHoldForm(forms.Form):
     node = forms.CharField(max_length=9, label="Storage node")
     reason = forms.CharField(max_length=2000)
-    until = forms.DateTimeField(required=False)
+    until = LocalTimeField(required=False)
 
     def clean_node(self) -> str:
         return str(_validated(node_number, self.cleaned_data["node"].strip()))
@@ -314,7 +346,7 @@ class ServiceHoldForm(forms.Form):
     reason = forms.CharField(max_length=2000)
     # Read as every hold's, so that a service's hold refuses an end (it is released by hand) as
     # its URL form and the API do, rather than leave it out.
-    until = forms.DateTimeField(required=False)
+    until = LocalTimeField(required=False)
 
     def clean_service(self) -> str:
         return str(_validated(service_key, self.cleaned_data["service"]))
