@@ -221,7 +221,7 @@ class AuditEntry(models.Model):
     reason = models.TextField(blank=True)
     detail = models.TextField(blank=True)
     ok = models.BooleanField(default=True)
-    via = models.CharField(max_length=10, default="web")  # "web" or "api"
+    via = models.CharField(max_length=10, default="web")  # "web", "api", "command", ...
 
     class Meta:
         app_label = "queues"

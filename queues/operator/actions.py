@@ -92,24 +92,80 @@ def apply(
     """``perform`` up to the move, a refusal audited: the caller audits the outcomes
     (``audit_outcomes``). A bulk run keeps a move it made when the database fails under the
     audit, and writes the entry once the database is back, instead of doing the item again."""
-    audit_id = f"{(params or {}).get('queue')}/{item_id}" if kind == "access" else item_id
     reason = reason.strip()
     try:
         require_action(user, kind, action)
         check_reason(kind, action, reason)
         return _call(kind, action, item_id, expect_version, reason, params or {})
     except (PermissionDenied, DomainError, ValueError) as exc:
-        record(
+        audit_refusal(
+            exc,
             user=user,
-            action=action,
             kind=kind,
-            item_id=audit_id,
+            action=action,
+            item_id=item_id,
             reason=reason,
-            detail=f"refused: {exc}",
-            ok=False,
+            params=params,
             via=via,
         )
         raise
+
+
+def check(
+    *,
+    user: Any,
+    kind: str,
+    action: str,
+    item_id: str,
+    reason: str = "",
+    params: dict[str, Any] | None = None,
+    via: str = "web",
+    rule: tuple[str, str] | None = None,
+) -> None:
+    """``apply``'s role check and reason rule without the move, a refusal audited as ``apply``
+    audits it: for a door that checks every item before it moves any (``manage.py queue``).
+    ``rule``: the catalogue's (kind, action) whose role and reason rule apply, for an action
+    with no record of its own (the command's release-held, cleanup, archive)."""
+    rule_kind, rule_action = rule or (kind, action)
+    try:
+        require_action(user, rule_kind, rule_action)
+        check_reason(rule_kind, rule_action, reason.strip())
+    except (PermissionDenied, DomainError) as exc:
+        audit_refusal(
+            exc,
+            user=user,
+            kind=kind,
+            action=action,
+            item_id=item_id,
+            reason=reason,
+            params=params,
+            via=via,
+        )
+        raise
+
+
+def audit_refusal(
+    exc: Exception,
+    *,
+    user: Any,
+    kind: str,
+    action: str,
+    item_id: str,
+    reason: str = "",
+    params: dict[str, Any] | None = None,
+    via: str = "web",
+) -> None:
+    """The audit entry of a refused action (``ok=False``), whatever door refused it."""
+    record(
+        user=user,
+        action=action,
+        kind=kind,
+        item_id=f"{(params or {}).get('queue')}/{item_id}" if kind == "access" else item_id,
+        reason=reason.strip(),
+        detail=f"refused: {exc}",
+        ok=False,
+        via=via,
+    )
 
 
 def audit_outcomes(

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -17,9 +18,12 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from kazoo.client import KazooClient
 
-from queues.zk import access, batches, jobs, locks
+from queues.core.roles import OPERATOR
+from queues.operator.audit import AuditEntry
+from queues.zk import access, batches, jobs, locks, maintenance
 from queues.zk.records import Batch, Job
 
+from .conftest import OPS
 from .helpers import BID_RE, assert_batch_status, assert_job_status, read_json, walk_job
 
 MANAGE = Path(settings.BASE_DIR) / "manage.py"
@@ -29,6 +33,11 @@ def run(*args: str) -> str:
     out = StringIO()
     call_command(*args, stdout=out, stderr=StringIO())
     return out.getvalue()
+
+
+def queue(*args: str) -> str:
+    """``manage.py queue ARGS --user ops``."""
+    return run("queue", *args, "--user", OPS)
 
 
 def test_submitbatch_creates_a_pending_batch_and_prints_its_id(zk: KazooClient) -> None:
@@ -119,13 +128,13 @@ def test_file_payloads_are_refused_unless_mrt_file_roots_names_a_folder(
 
 
 def test_queue_resume_prints_each_move(
-    zk: KazooClient, make_job: Callable[..., Job], batch: Batch
+    zk: KazooClient, make_job: Callable[..., Job], batch: Batch, ops: Any
 ) -> None:
     first, second = make_job(), make_job()
     jobs.job_transition(zk, first, "Failed", message="boom")
     failed = walk_job(zk, second, "Downloading")
     jobs.job_transition(zk, failed, "Failed")
-    out = run("queue", "resume", first.jid, second.jid)
+    out = queue("resume", first.jid, second.jid)
     assert out.splitlines() == [
         f"job {first.jid}: Failed -> Estimating (retry 1)",
         f"job {second.jid}: Failed -> Downloading (retry 1)",
@@ -133,44 +142,46 @@ def test_queue_resume_prints_each_move(
     assert_job_status(zk, second.jid, status="Downloading", last_successful="Provisioning", retry=1)
 
 
-def test_queue_fail_hold_release_and_delete_jobs(zk: KazooClient, job: Job) -> None:
-    assert run("queue", "hold", job.jid).strip() == f"job {job.jid}: Pending -> Held"
-    assert run("queue", "release", job.jid).strip() == f"job {job.jid}: Held -> Pending"
+def test_queue_fail_hold_release_and_delete_jobs(zk: KazooClient, job: Job, ops: Any) -> None:
+    assert queue("hold", job.jid).strip() == f"job {job.jid}: Pending -> Held"
+    assert queue("release", job.jid).strip() == f"job {job.jid}: Held -> Pending"
     assert (
-        run("queue", "fail", job.jid, "--message", "bad host").strip()
+        queue("fail", job.jid, "--reason", "bad host").strip()
         == f"job {job.jid}: Pending -> Failed"
     )
     assert read_json(zk, f"/jobs/{job.jid}/status")["message"] == "bad host"
-    assert run("queue", "delete", job.jid).strip().startswith(f"job {job.jid}: Failed -> Deleted")
+    out = queue("delete", job.jid, "--reason", "a test job")
+    assert out.strip().startswith(f"job {job.jid}: Failed -> Deleted")
     assert zk.exists(f"/jobs/{job.jid}") is None
 
 
-def test_queue_update_reporting_and_delete_batches(zk: KazooClient, batch: Batch) -> None:
+def test_queue_update_reporting_and_delete_batches(zk: KazooClient, batch: Batch, ops: Any) -> None:
     for state in ("Processing", "Reporting", "Failed"):
         batch = batches.batch_transition(zk, batch, state)
     assert (
-        run("queue", "update-reporting", batch.bid).strip()
+        queue("update-reporting", batch.bid).strip()
         == f"batch {batch.bid}: Failed -> UpdateReporting"
     )
     assert_batch_status(zk, batch.bid, status="UpdateReporting")
     batch = batches.batch_transition(zk, batches.batch_load(zk, batch.bid), "Completed")
-    assert run("queue", "delete", batch.bid).strip() == (
+    assert queue("delete", batch.bid, "--reason", "a test batch").strip() == (
         f"batch {batch.bid}: Completed -> Deleted (0 jobs deleted)"
     )
 
 
 def test_queue_holds_and_releases_queues_and_collections(
-    zk: KazooClient, make_job: Callable[..., Job]
+    zk: KazooClient, make_job: Callable[..., Job], ops: Any
 ) -> None:
-    assert run("queue", "hold-queue", "ingest").strip() == "queue ingest: released -> held"
+    out = queue("hold-queue", "ingest", "--reason", "redeploy")
+    assert out.strip() == "queue ingest: released -> held"
     assert zk.get("/locks/queue/ingest")[0] == b""
-    assert run("queue", "release-queue", "ingest").strip() == "queue ingest: held -> released"
-    out = run("queue", "hold-collection", "ucb_lib_test")
+    assert queue("release-queue", "ingest").strip() == "queue ingest: held -> released"
+    out = queue("hold-collection", "ucb_lib_test")
     assert out.strip() == "collection ucb_lib_test: released -> held"
     assert locks.collection_held(zk, "ucb_lib_test")
     held = make_job()
     jobs.job_transition(zk, held, "Held")
-    out = run("queue", "release-collection", "ucb_lib_test", "--release-held")
+    out = queue("release-collection", "ucb_lib_test", "--release-held")
     assert out.splitlines() == [
         "collection ucb_lib_test: held -> released",
         f"job {held.jid}: Held -> Pending",
@@ -178,22 +189,25 @@ def test_queue_holds_and_releases_queues_and_collections(
     assert not locks.collection_held(zk, "ucb_lib_test")
 
 
-def test_queue_resumes_and_deletes_access_requests(zk: KazooClient) -> None:
+def test_queue_resumes_and_deletes_access_requests(zk: KazooClient, ops: Any) -> None:
     item = access.access_create(zk, queue="small", token={"token": "t"})
     item = access.access_transition(zk, item, "Processing")
     access.access_transition(zk, item, "Failed")
-    out = run("queue", "resume", f"small/{item.qid}", "--to", "Processing")
+    out = queue("resume", f"small/{item.qid}", "--to", "Processing")
     assert out.strip() == f"access {item.qid}: Failed -> Processing"
     item = access.access_load(zk, "small", item.qid)
     access.access_transition(zk, item, "Completed")
-    assert run("queue", "delete", f"small/{item.qid}").strip().endswith("Completed -> Deleted")
+    out = queue("delete", f"small/{item.qid}", "--reason", "done with")
+    assert out.strip().endswith("Completed -> Deleted")
     assert access.access_ids(zk, "small") == []
 
 
-def test_queue_cleanup_reports_how_many_batches_went(zk: KazooClient, batch: Batch) -> None:
+def test_queue_cleanup_reports_how_many_batches_went(
+    zk: KazooClient, batch: Batch, ops: Any
+) -> None:
     for state in ("Processing", "Reporting", "Completed"):
         batch = batches.batch_transition(zk, batch, state)
-    out = run("queue", "cleanup")
+    out = queue("cleanup", "--reason", "housekeeping")
     assert out.splitlines()[-1] == "1 completed batches cleaned up, 0 items marked Deleted removed"
     assert batches.batch_ids(zk) == []
 
@@ -208,7 +222,7 @@ def test_queue_cleanup_reports_how_many_batches_went(zk: KazooClient, batch: Bat
         (["hold-collection", "a/b"], "malformed"),
         (["resume", "small"], "not one of those"),
         (["resume", "medium/qid0000000001"], "not one of"),
-        (["delete", "bid0000000000"], "cannot move"),
+        (["delete", "bid0000000000", "--reason", "why"], "cannot move"),
         (["resume"], "needs at least one ID"),
         (["resume", "small/qid0000000001", "--to", "Completed"], "resumes to Pending or"),
         (["hold", "jid0000000001", "--to", "Pending"], "--to goes with resume of an access"),
@@ -218,35 +232,37 @@ def test_queue_cleanup_reports_how_many_batches_went(zk: KazooClient, batch: Bat
     ],
 )
 def test_queue_refuses_with_a_clear_message_and_changes_nothing(
-    zk: KazooClient, job: Job, args: list[str], message: str
+    zk: KazooClient, job: Job, ops: Any, args: list[str], message: str
 ) -> None:
     err = StringIO()
     with pytest.raises(CommandError) as caught:
-        call_command("queue", *args, stdout=StringIO(), stderr=err)
+        call_command("queue", *args, "--user", OPS, stdout=StringIO(), stderr=err)
     assert message in err.getvalue() + str(caught.value)
     assert_job_status(zk, job.jid, status="Pending", last_successful=None)
 
 
 def test_queue_checks_every_id_before_it_moves_any(
-    zk: KazooClient, make_job: Callable[..., Job]
+    zk: KazooClient, make_job: Callable[..., Job], ops: Any
 ) -> None:
     first, second = make_job(), make_job()
     err = StringIO()
     with pytest.raises(CommandError, match="1 of 3 refused; nothing was done"):
-        call_command("queue", "hold", first.jid, "jid12", second.jid, stdout=StringIO(), stderr=err)
+        call_command("queue", "hold", first.jid, "jid12", second.jid, "--user", OPS, stderr=err)
     assert "jid12: job ID (expected jid + 10 digits) 'jid12' is malformed" in err.getvalue()
     for job in (first, second):
         assert_job_status(zk, job.jid, status="Pending", last_successful=None)
 
 
 def test_queue_carries_on_after_a_failed_item_and_exits_non_zero(
-    zk: KazooClient, make_job: Callable[..., Job]
+    zk: KazooClient, make_job: Callable[..., Job], ops: Any
 ) -> None:
     failed, pending = make_job(), make_job()
     jobs.job_transition(zk, failed, "Failed")
     out, err = StringIO(), StringIO()
     with pytest.raises(CommandError, match="1 of 2 failed"):
-        call_command("queue", "resume", pending.jid, failed.jid, stdout=out, stderr=err)
+        call_command(
+            "queue", "resume", pending.jid, failed.jid, "--user", OPS, stdout=out, stderr=err
+        )
     assert f"job {failed.jid}: Failed -> Estimating" in out.getvalue()
     assert pending.jid in err.getvalue()
 
@@ -258,8 +274,6 @@ def test_queue_carries_on_after_a_failed_item_and_exits_non_zero(
         (["archive", "bid0000000001"], "archive takes no IDs"),
         (["hold", "jid0000000001", "--older-than-days", "3"], "--older-than-days goes with"),
         (["cleanup", "--to", "Pending"], "--to goes with resume of an access request"),
-        (["hold", "jid0000000001", "--message", "why"], "--message is the reason of fail"),
-        (["cleanup", "--message", "why"], "cleanup keeps none"),
         (["hold-queue", "ingest", "--release-held"], "--release-held goes with"),
         (["hold", "jid0000000001", "--release-held"], "--release-held goes with"),
         # The ingest queue's release would be done before the second ID was refused.
@@ -267,18 +281,181 @@ def test_queue_carries_on_after_a_failed_item_and_exits_non_zero(
     ],
 )
 def test_queue_refuses_ids_or_an_option_its_action_would_drop_and_changes_nothing(
-    zk: KazooClient, batch: Batch, job: Job, args: list[str], message: str
+    zk: KazooClient, batch: Batch, job: Job, ops: Any, args: list[str], message: str
 ) -> None:
-    run("queue", "hold-queue", "ingest")
+    queue("hold-queue", "ingest", "--reason", "redeploy")
     for state in ("Processing", "Reporting", "Completed"):
         batch = batches.batch_transition(zk, batch, state)
     err = StringIO()
     with pytest.raises(CommandError) as caught:
-        call_command("queue", *args, stdout=StringIO(), stderr=err)
+        call_command("queue", *args, "--user", OPS, stdout=StringIO(), stderr=err)
     assert message in err.getvalue() + str(caught.value)
     assert_job_status(zk, job.jid, status="Pending", last_successful=None)
     assert locks.queue_held(zk, "ingest")
     assert_batch_status(zk, batch.bid, status="Completed")
+
+
+def _entries() -> list[tuple[str, str, str, str, str, str, str, bool, str]]:
+    """The audit log, oldest first: (user, action, kind, item, before, after, reason, ok, via)."""
+    return [
+        (e.username, e.action, e.kind, e.item_id, e.before, e.after, e.reason, e.ok, e.via)
+        for e in AuditEntry.objects.order_by("at", "id")
+    ]
+
+
+def test_queue_moves_are_audited_as_the_user_with_the_reason_from_the_command(
+    zk: KazooClient, make_job: Callable[..., Job], batch: Batch, ops: Any
+) -> None:
+    job, other = make_job(), make_job()
+    queue("hold", job.jid, "--reason", "looks odd")
+    queue("fail", other.jid, "--reason", "bad host")
+    queue("hold-queue", "ingest", "--reason", "redeploy")
+    for state in ("Processing", "Reporting", "Completed"):
+        batch = batches.batch_transition(zk, batch, state)
+    queue("cleanup", "--reason", "housekeeping")
+    assert _entries() == [
+        (OPS, "hold", "job", job.jid, "Pending", "Held", "looks odd", True, "command"),
+        (OPS, "fail", "job", other.jid, "Pending", "Failed", "bad host", True, "command"),
+        (OPS, "hold", "queue", "ingest", "released", "held", "redeploy", True, "command"),
+        (
+            OPS,
+            "cleanup",
+            "batch",
+            batch.bid,
+            "Completed",
+            "Deleted",
+            "housekeeping",
+            True,
+            "command",
+        ),
+    ]
+    assert AuditEntry.objects.filter(user=ops).count() == 4
+    # The hold is the user's, as one made on the holds page is.
+    about = maintenance.hold_records(zk)[("queue", "ingest")]
+    assert (about.by, about.reason) == (OPS, "redeploy")
+
+
+@pytest.mark.parametrize(
+    ("args", "refusal"),
+    [
+        (["delete", "{jid}"], "refused: delete is destructive: give a reason"),
+        (["fail", "{jid}", "--reason", "  "], "refused: fail is destructive: give a reason"),
+        (["hold-queue", "ingest"], "refused: hold on a queue needs a reason"),
+    ],
+)
+def test_queue_refuses_a_destructive_move_without_a_reason_as_the_console_does(
+    zk: KazooClient, job: Job, ops: Any, args: list[str], refusal: str
+) -> None:
+    from queues.operator import actions
+
+    args = [a.format(jid=job.jid) for a in args]
+    with pytest.raises(CommandError, match="1 of 1 refused; nothing was done"):
+        call_command("queue", *args, "--user", OPS, stdout=StringIO(), stderr=StringIO())
+    assert_job_status(zk, job.jid, status="Pending", last_successful=None)
+    assert not locks.queue_held(zk, "ingest")
+    [entry] = AuditEntry.objects.all()
+    assert (entry.user, entry.ok, entry.detail, entry.via) == (ops, False, refusal, "command")
+    # The same refusal in the console writes the same entry but where it came from.
+    kind, item = ("queue", "ingest") if args[0] == "hold-queue" else ("job", job.jid)
+    action = "hold" if args[0] == "hold-queue" else args[0]
+    with pytest.raises(actions.ReasonRequired):
+        actions.perform(user=ops, kind=kind, action=action, item_id=item, reason=" ")
+    fields = ("username", "action", "kind", "item_id", "before", "after", "reason", "detail", "ok")
+    console = AuditEntry.objects.get(via="web")
+    assert [getattr(entry, f) for f in fields] == [getattr(console, f) for f in fields]
+
+
+def test_queue_refuses_a_user_without_the_role_audited_and_moves_nothing(
+    zk: KazooClient, make_job: Callable[..., Job], make_user: Callable[..., Any]
+) -> None:
+    first, second = make_job(), make_job()
+    make_user("olga", OPERATOR)
+    err = StringIO()
+    with pytest.raises(CommandError, match="2 of 2 refused; nothing was done"):
+        call_command(
+            "queue",
+            "delete",
+            first.jid,
+            second.jid,
+            "--user",
+            "olga",
+            "--reason",
+            "dupes",
+            stdout=StringIO(),
+            stderr=err,
+        )
+    assert "delete on a job needs the admin role" in err.getvalue()
+    for job in (first, second):
+        assert_job_status(zk, job.jid, status="Pending", last_successful=None)
+    assert _entries() == [
+        ("olga", "delete", "job", jid, "", "", "dupes", False, "command")
+        for jid in (first.jid, second.jid)
+    ]
+    # An operator may hold: the role is the console's, action by action.
+    call_command("queue", "hold", first.jid, "--user", "olga", stdout=StringIO())
+    assert jobs.job_load(zk, first.jid).state == "Held"
+
+
+@pytest.mark.parametrize(
+    ("user", "message"),
+    [
+        ([], "--user NAME is needed"),
+        (["--user", "nobody"], "no console user 'nobody'"),
+        (["--user", "gone"], "console user 'gone' is inactive"),
+    ],
+)
+def test_queue_refuses_a_missing_unknown_or_inactive_user_and_moves_nothing(
+    zk: KazooClient, job: Job, make_user: Callable[..., Any], user: list[str], message: str
+) -> None:
+    make_user("gone", active=False)
+    for args in (["hold", job.jid], ["cleanup", "--reason", "housekeeping"]):
+        with pytest.raises(CommandError, match=message):
+            call_command("queue", *args, *user, stdout=StringIO(), stderr=StringIO())
+    assert_job_status(zk, job.jid, status="Pending", last_successful=None)
+    assert not AuditEntry.objects.exists()
+
+
+def test_queue_refuses_the_same_id_given_twice_before_anything_moves(
+    zk: KazooClient, make_job: Callable[..., Job], ops: Any
+) -> None:
+    first, second = make_job(), make_job()
+    with pytest.raises(CommandError, match=f"given more than once: {first.jid}; give each ID"):
+        call_command(
+            "queue", "hold", first.jid, second.jid, first.jid, "--user", OPS, stdout=StringIO()
+        )
+    for job in (first, second):
+        assert_job_status(zk, job.jid, status="Pending", last_successful=None)
+    assert not AuditEntry.objects.exists()
+
+
+def test_queue_sweeps_need_a_reason_and_the_admin_role(
+    zk: KazooClient, batch: Batch, ops: Any, make_user: Callable[..., Any]
+) -> None:
+    for state in ("Processing", "Reporting", "Completed"):
+        batch = batches.batch_transition(zk, batch, state)
+    make_user("olga", OPERATOR)
+    for args, why in (
+        (["cleanup", "--user", OPS], "refused: remove is destructive: give a reason"),
+        (["archive", "--user", OPS], "refused: remove is destructive: give a reason"),
+        (["cleanup", "--user", "olga", "--reason", "r"], "refused: remove on a batch needs the"),
+    ):
+        with pytest.raises(CommandError, match="nothing was done"):
+            call_command("queue", *args, stdout=StringIO())
+        entry = AuditEntry.objects.latest("id")
+        assert (entry.action, entry.ok, entry.via) == (args[0], False, "command")
+        assert entry.detail.startswith(why)
+    assert_batch_status(zk, batch.bid, status="Completed")
+
+
+def test_queue_release_held_is_audited(
+    zk: KazooClient, make_job: Callable[..., Job], ops: Any
+) -> None:
+    held = make_job()
+    jobs.job_transition(zk, held, "Held")
+    assert queue("release-held", "ucb_lib_test").strip() == f"job {held.jid}: Held -> Pending"
+    assert _entries() == [
+        (OPS, "release-held", "job", held.jid, "Held", "Pending", "", True, "command")
+    ]
 
 
 @pytest.mark.django_db  # queuecheck records its run in the database
@@ -351,7 +528,12 @@ def test_manage_py_runs_commands_against_the_configured_ensemble(
     bid = done.stdout.strip()
     assert BID_RE.fullmatch(bid)
     assert batches.batch_load(zk, bid).state == "Pending"
-    refused = manage("queue", "update-reporting", bid)
+    # The move is made as a console user, so the database is there and knows one.
+    assert manage("migrate", "--verbosity", "0").returncode == 0
+    env["DJANGO_SUPERUSER_PASSWORD"] = "not-used-here-1"
+    made = manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@example.org")
+    assert made.returncode == 0, made.stderr
+    refused = manage("queue", "update-reporting", bid, "--user", "ops")
     assert refused.returncode != 0
     assert "cannot move an item from Pending to UpdateReporting" in refused.stderr
     assert "Traceback" not in refused.stderr

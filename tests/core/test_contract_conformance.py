@@ -7,6 +7,7 @@ import re
 import uuid
 from collections.abc import Callable
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -21,6 +22,7 @@ from queues.zk.errors import InvalidID, InvalidTransition
 from queues.zk.records import Batch, Job
 
 from . import library_reader as lib
+from .conftest import OPS
 from .helpers import compact, raw, read_json
 
 TOKEN = {
@@ -31,6 +33,10 @@ TOKEN = {
     "url": "https://example.org/downloads/c2a1",
     "anticipated-availability-time": "2026-11-21 10:02:03 -0800",
 }
+
+
+# ``manage.py queue`` moves as a console user, and a destructive move says why.
+AS_OPS = ("--user", OPS, "--reason", "conformance test")
 
 
 def run(*args: str) -> str:
@@ -308,17 +314,17 @@ def test_a_job_the_library_marked_deleted_loads_shows_and_is_removed(
 
 
 def test_delete_of_a_deleted_job_removes_it_instead_of_failing(
-    zk: KazooClient, make_job: Callable[..., Job]
+    zk: KazooClient, make_job: Callable[..., Job], ops: Any
 ) -> None:
     job = make_job()
     mark_deleted_like_the_library(zk, job)
-    out = run("queue", "delete", job.jid)
+    out = run("queue", "delete", job.jid, *AS_OPS)
     assert out.strip() == f"job {job.jid}: Deleted -> removed (was marked Deleted; batch {job.bid})"
     assert zk.exists(f"/jobs/{job.jid}") is None
 
 
 def test_deleted_batches_and_access_requests_are_removed_by_delete_and_remove(
-    zk: KazooClient, make_batch: Callable[..., Batch], make_job: Callable[..., Job]
+    zk: KazooClient, make_batch: Callable[..., Batch], make_job: Callable[..., Job], ops: Any
 ) -> None:
     deleted = make_batch()
     job = make_job(bid=deleted.bid)
@@ -326,26 +332,27 @@ def test_deleted_batches_and_access_requests_are_removed_by_delete_and_remove(
     mark_status(zk, f"/batches/{deleted.bid}/status", "Deleted")
     mark_deleted_like_the_library(zk, job)
     lib.read_batch(zk, deleted.bid)
-    assert run("queue", "remove", deleted.bid).strip() == (
+    assert run("queue", "remove", deleted.bid, *AS_OPS).strip() == (
         f"batch {deleted.bid}: Deleted -> removed (1 jobs deleted)"
     )
     assert deleted.bid not in batches.batch_ids(zk) and zk.exists(f"/jobs/{job.jid}") is None
 
     other = batches.batch_transition(zk, make_batch(), "Held")
     mark_status(zk, f"/batches/{other.bid}/status", "Deleted")
-    assert run("queue", "delete", other.bid).strip().endswith("Deleted -> removed (0 jobs deleted)")
+    out = run("queue", "delete", other.bid, *AS_OPS)
+    assert out.strip().endswith("Deleted -> removed (0 jobs deleted)")
 
     for action in ("delete", "remove"):
         item = access.access_create(zk, queue="small", token=TOKEN)
         mark_status(zk, f"/access/small/{item.qid}/status", "Deleted")
         assert lib.read_access(zk, "small", item.qid).status["status"] == "Deleted"
-        out = run("queue", action, f"small/{item.qid}")
+        out = run("queue", action, f"small/{item.qid}", *AS_OPS)
         assert out.strip() == f"access {item.qid}: Deleted -> removed"
         assert access.access_ids(zk, "small") == []
 
 
 def test_cleanup_removes_deleted_items_like_completed_batches(
-    zk: KazooClient, make_batch: Callable[..., Batch], make_job: Callable[..., Job]
+    zk: KazooClient, make_batch: Callable[..., Batch], make_job: Callable[..., Job], ops: Any
 ) -> None:
     live = make_batch()
     lone = make_job(bid=live.bid)  # a Deleted job of a batch still at work
@@ -360,16 +367,26 @@ def test_cleanup_removes_deleted_items_like_completed_batches(
     item = access.access_create(zk, queue="large", token=TOKEN)
     mark_status(zk, f"/access/large/{item.qid}/status", "Deleted")
 
-    quiet = run("queue", "cleanup", "--older-than-days", "1")
+    quiet = run("queue", "cleanup", "--older-than-days", "1", *AS_OPS)
     assert (
         quiet.splitlines()[-1] == "0 completed batches cleaned up, 0 items marked Deleted removed"
     )
-    out = run("queue", "cleanup").splitlines()
+    out = run("queue", "cleanup", *AS_OPS).splitlines()
     assert f"batch {gone_batch.bid}: Deleted -> removed (0 jobs deleted)" in out
     assert f"batch {busy_batch.bid}: Deleted -> Deleted (left alone: 1 jobs at work)" in out
     assert f"job {lone.jid}: Deleted -> removed (batch {live.bid})" in out
     assert f"access {item.qid}: Deleted -> removed (large queue)" in out
     assert out[-1] == "0 completed batches cleaned up, 3 items marked Deleted removed"
+    # Each item taken away is in the audit log (the one left alone did not move), an access
+    # request under its queue as the console names it.
+    from queues.operator.audit import AuditEntry
+
+    audited = AuditEntry.objects.filter(action="cleanup", user=ops, via="command", ok=True)
+    assert {(e.kind, e.item_id, e.after) for e in audited} == {
+        ("batch", gone_batch.bid, moves.REMOVED),
+        ("job", lone.jid, moves.REMOVED),
+        ("access", f"large/{item.qid}", moves.REMOVED),
+    }
     remaining = set(batches.batch_ids(zk))
     assert live.bid in remaining and busy_batch.bid in remaining
     assert gone_batch.bid not in remaining

@@ -13,16 +13,19 @@ from io import StringIO
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 from kazoo.protocol.states import EventType
 
+from queues.core.roles import ADMIN
 from queues.daemons.registry import DAEMONS
 from queues.daemons.retention import Retention
 from queues.models import ArchivedBatch, ArchivedJob, ArchivedLocalId
 from queues.operator import archive
 from queues.operator.audit import ApiToken, AuditEntry
+from queues.operator.auth import ensure_groups
 from queues.zk import client as zkmod
 from queues.zk import jobs as zjobs
 from queues.zk import paths
@@ -252,14 +255,27 @@ def test_daemon_sweep_respects_the_age_setting(
 def test_queue_archive_command_and_runconsumer(database: str, zk: Any, finished_batch: Any) -> None:
     first, _ = finished_batch(("Completed", "Failed"), tag="c")
     out = StringIO()
-    call_command("queue", "archive", "--older-than-days", "30", stdout=out)
+    # By hand, archiving is made as a console user (admin, as a batch's remove) and says why.
+    admin = get_user_model().objects.create_user(username="ops")
+    admin.groups.add(ensure_groups()[ADMIN])
+    as_ops = ("--user", "ops", "--reason", "disk space")
+    call_command("queue", "archive", "--older-than-days", "30", *as_ops, stdout=out)
     assert "0 batches (0 jobs) archived" in out.getvalue()
     assert exists(zk, paths.batch(first.bid))
 
-    call_command("queue", "archive", "--older-than-days", "0", stdout=out)
+    call_command("queue", "archive", "--older-than-days", "0", *as_ops, stdout=out)
     assert f"batch {first.bid}: Failed, archived with 2 jobs" in out.getvalue()
     assert "1 batches (2 jobs) archived and removed from ZooKeeper" in out.getvalue()
     assert ArchivedJob.objects.filter(bid=first.bid).count() == 2
+    [entry] = AuditEntry.objects.filter(action="archive")
+    assert (entry.user, entry.kind, entry.item_id, entry.before, entry.after) == (
+        admin,
+        "batch",
+        first.bid,
+        "Failed",
+        "archived",
+    )
+    assert (entry.reason, entry.via, entry.ok) == ("disk space", "command", True)
 
     second, _ = finished_batch(("Completed",), tag="d")
     assert "retention" in DAEMONS

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
 from django.core.management.base import CommandError
 
-from queues.core.states import AccessState, BatchState
-from queues.operator import archive, catalogue
+from queues.core.states import REMOVE, AccessState, BatchState
+from queues.operator import actions, archive, catalogue
+from queues.operator.audit import record
 from queues.services import hold_moves, moves
 from queues.zk import paths
 from queues.zk.errors import DomainError
 
-from ._base import QueueCommand, number_in
+from ._base import QueueCommand, number_in, require_database
+
+# How the audit log tells a change made here from one made in the console ("web") or the API.
+VIA = "command"
 
 # Ages are given in days, up to a century: a larger number is a mistake, not a policy.
 MAX_DAYS = 36_500
@@ -33,9 +38,14 @@ RESUME_TARGETS = (AccessState.PENDING, AccessState.PROCESSING)
 # The actions that go through every finished item rather than the IDs given.
 SWEEPS = ("cleanup", "archive")
 
-# The actions whose catalogue record keeps ``--message`` (a failed job's message, a hold's
-# reason); any other would drop it.
-REASON_ACTIONS = ("fail", "hold-queue", "hold-collection")
+# The actions with no record of their own in the catalogue go by the role and reason rule of
+# one that has: release-held releases what a collection's release with its held items would;
+# cleanup and archive take batches (with their jobs) out of ZooKeeper, as a batch's remove does.
+RULES: dict[str, tuple[str, str]] = {
+    "release-held": ("collection", "release"),
+    "cleanup": ("batch", REMOVE),
+    "archive": ("batch", REMOVE),
+}
 
 # The releases that can also release what their hold parked (``--release-held``).
 RELEASE_HELD_ACTIONS = ("release-collection", "release-queue")
@@ -56,17 +66,27 @@ def _kind_of(item: str) -> str:
     return "access" if "/" in item else "unknown"
 
 
-def _outcomes(result: Any) -> list[moves.Outcome]:
-    return list(result) if isinstance(result, list) else [result]
+@dataclass(frozen=True)
+class Move:
+    """One ID's move, its form checked: the catalogue's kind and action (or release-held's),
+    the item and the parameters, as the console's views give them to ``actions.perform``."""
+
+    given: str  # the ID as the operator typed it
+    kind: str
+    action: str
+    item_id: str
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 class Command(QueueCommand):
     help = (
-        "Operator moves: hold|release|resume|fail|delete|remove JID..., release|update-reporting|"
-        "delete|remove BID..., resume|delete|remove small/QID..., hold-queue|release-queue ingest|"
-        "access-small|access-large, hold-collection|release-collection|release-held PROFILE, "
-        "cleanup (Completed batches, and every item marked Deleted), archive (finished batches "
-        "and their jobs into the database, then out of ZooKeeper)."
+        "Operator moves, made as a console user (--user NAME, whose role is checked as in the "
+        "console) and audited: hold|release|resume|fail|delete|remove JID..., "
+        "release|update-reporting|delete|remove BID..., resume|delete|remove small/QID..., "
+        "hold-queue|release-queue ingest|access-small|access-large, "
+        "hold-collection|release-collection|release-held PROFILE, cleanup (Completed batches, "
+        "and every item marked Deleted), archive (finished batches and their jobs into the "
+        "database, then out of ZooKeeper). A destructive one needs --reason."
     )
 
     def add_arguments(self, parser: Any) -> None:
@@ -77,9 +97,19 @@ class Command(QueueCommand):
         )
         parser.add_argument("ids", nargs="*", help="job, batch or access IDs; queue or profile")
         parser.add_argument(
-            "--message",
+            "--user",
             default="",
-            help="fail: the job's message; hold-queue, hold-collection: the hold's reason",
+            help="the console user the change is made as (needed): its role is checked and it "
+            "is the actor of the audit entries, as in the console",
+        )
+        parser.add_argument(
+            "--reason",
+            "--message",
+            dest="reason",
+            default="",
+            help="why, kept in the audit entry; needed by the destructive actions (fail, "
+            "delete, remove, cleanup, archive) and hold-queue; fail: also the job's message; "
+            "hold-queue, hold-collection: also the hold's reason",
         )
         parser.add_argument("--to", default="", help="access resume target: Pending|Processing")
         parser.add_argument(
@@ -99,44 +129,89 @@ class Command(QueueCommand):
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        action, ids = opts["action"], opts["ids"]
+        action, ids, reason = opts["action"], opts["ids"], opts["reason"]
         days = opts["older_than_days"]
+        # Everything is checked before anything moves: the options, the IDs' form, the user,
+        # its role and the reason. A refusal changes nothing.
         _check_options(action, ids, opts)
-        if action == "cleanup":
-            self.run_safely(lambda: self.cleanup(timedelta(days=days or 0)))
-            return
-        if action == "archive":
-            age = archive.retention_age() if days is None else timedelta(days=days)
-            self.run_safely(lambda: self.archive(age))
-            return
-        if not ids:
+        if action not in SWEEPS and not ids:
             raise CommandError(f"{action} needs at least one ID")
+        twice = sorted({item for item in ids if ids.count(item) > 1})
+        if twice:
+            raise CommandError(
+                f"given more than once: {', '.join(twice)}; give each ID once, nothing was done"
+            )
+        if not opts["user"]:
+            raise CommandError(
+                "--user NAME is needed: the console user the change is made as, for its role "
+                "and the audit log; nothing was done"
+            )
+        if action in SWEEPS:
+            require_database()
+            user = _console_user(opts["user"])
+            try:
+                actions.check(
+                    user=user,
+                    kind="batch",
+                    action=action,
+                    item_id="",
+                    reason=reason,
+                    via=VIA,
+                    rule=RULES[action],
+                )
+            except (PermissionDenied, DomainError) as exc:
+                raise CommandError(f"{action} refused ({exc}); nothing was done") from exc
+            if action == "cleanup":
+                self.run_safely(lambda: self.cleanup(timedelta(days=days or 0), user, reason))
+            else:
+                age = archive.retention_age() if days is None else timedelta(days=days)
+                self.run_safely(lambda: self.archive(age, user, reason))
+            return
         # Every ID is checked before any is acted on: a typo in the third of five IDs moves none.
-        calls, refused = [], []
+        planned, refused = [], []
         for item in ids:
             try:
-                calls.append(_call(action, item, opts))
+                planned.append(_move(action, item, opts))
             except (DomainError, CommandError) as exc:
                 refused.append(f"{item}: {exc}")
+        if not refused:
+            require_database()
+            user = _console_user(opts["user"])
+            for move in planned:
+                # The console's checks, each refusal audited as the console audits it.
+                try:
+                    actions.check(
+                        user=user,
+                        kind=move.kind,
+                        action=move.action,
+                        item_id=move.item_id,
+                        reason=reason,
+                        params=move.params,
+                        via=VIA,
+                        rule=RULES.get(action),
+                    )
+                except (PermissionDenied, DomainError) as exc:
+                    refused.append(f"{move.given}: {exc}")
         if refused:
             for line in refused:
                 self.stderr.write(line)
             raise CommandError(f"{len(refused)} of {len(ids)} refused; nothing was done")
         failures = 0
-        for item, call in zip(ids, calls, strict=True):
+        for move in planned:
             try:
-                outcomes = _outcomes(call())
-            except (DomainError, ValueError, CommandError) as exc:
+                outcomes = _perform(move, user, reason)
+            except (DomainError, ValueError, PermissionDenied) as exc:
                 failures += 1
-                self.stderr.write(f"{item}: {exc}")
+                self.stderr.write(f"{move.given}: {exc}")
                 continue
             for outcome in outcomes:
                 self.stdout.write(str(outcome))
         if failures:
             raise CommandError(f"{failures} of {len(ids)} failed")
 
-    def cleanup(self, older_than: timedelta) -> None:
-        """One line per item as it goes (thousands take a while), then the counts.
+    def cleanup(self, older_than: timedelta, user: Any, reason: str) -> None:
+        """One line per item as it goes (thousands take a while), then the counts; every item
+        taken away audited as it goes.
 
         Completed batches are deleted with their jobs; batches, jobs and access requests marked
         Deleted (Merritt's library marks instead of removing) are removed.
@@ -144,22 +219,37 @@ class Command(QueueCommand):
         cleaned = removed = 0
         for outcome in moves.batches_cleanup(older_than=older_than):
             self.stdout.write(str(outcome))
+            _audit_swept(outcome, user, reason)
             cleaned += (
                 outcome.before == BatchState.COMPLETED and outcome.after == BatchState.DELETED
             )
             removed += outcome.after == moves.REMOVED
         for outcome in moves.deleted_cleanup(older_than=older_than):
             self.stdout.write(str(outcome))
+            _audit_swept(outcome, user, reason)
             removed += outcome.after == moves.REMOVED
         self.stdout.write(
             f"{cleaned} completed batches cleaned up, {removed} items marked Deleted removed"
         )
 
-    def archive(self, older_than: timedelta) -> None:
-        """Retention by hand: one line per finished batch as it goes, then the counts."""
+    def archive(self, older_than: timedelta, user: Any, reason: str) -> None:
+        """Retention by hand: one line per finished batch as it goes, then the counts; every
+        batch archived audited as it goes."""
         archived = left = jobs = 0
         for outcome in archive.sweep(older_than=older_than):
             self.stdout.write(str(outcome))
+            if outcome.done:
+                record(
+                    user=user,
+                    action="archive",
+                    kind="batch",
+                    item_id=outcome.bid,
+                    before=outcome.state,
+                    after="archived",
+                    reason=reason.strip(),
+                    detail=f"with {outcome.jobs} jobs, removed from ZooKeeper",
+                    via=VIA,
+                )
             archived += outcome.done
             left += not outcome.done
             jobs += outcome.jobs if outcome.done else 0
@@ -167,6 +257,58 @@ class Command(QueueCommand):
             f"{archived} batches ({jobs} jobs) archived and removed from ZooKeeper, "
             f"{left} left alone (finished at least {older_than.total_seconds() / 86400:g} days ago)"
         )
+
+
+def _console_user(name: str) -> Any:
+    """The console user a change is made as: it must exist and be active (its role is checked
+    per action by ``actions.check``, as in the console)."""
+    user = get_user_model().objects.filter(username=name).first()
+    if user is None:
+        raise CommandError(f"no console user {name!r}; nothing was done")
+    if not user.is_active:
+        raise CommandError(f"console user {name!r} is inactive; nothing was done")
+    return user
+
+
+def _perform(move: Move, user: Any, reason: str) -> list[moves.Outcome]:
+    """The move through the console's path (``actions.perform``: role, reason, audit); release-
+    held, which has no record in the catalogue, audited the same way."""
+    if move.action != "release-held":
+        return actions.perform(
+            user=user,
+            kind=move.kind,
+            action=move.action,
+            item_id=move.item_id,
+            reason=reason,
+            params=move.params,
+            via=VIA,
+        )
+    try:
+        outcomes = hold_moves.collection_release_held(profile=move.item_id)
+    except (DomainError, ValueError) as exc:
+        actions.audit_refusal(
+            exc,
+            user=user,
+            kind=move.kind,
+            action=move.action,
+            item_id=move.item_id,
+            reason=reason,
+            via=VIA,
+        )
+        raise
+    actions.audit_outcomes(outcomes, user=user, action=move.action, reason=reason, via=VIA)
+    return outcomes
+
+
+def _audit_swept(outcome: moves.Outcome, user: Any, reason: str) -> None:
+    """A cleanup's item, audited when it was taken away (one left alone did not move)."""
+    if outcome.before == outcome.after:
+        return
+    # An access request's outcome names its queue in its detail ("small queue").
+    queue = outcome.detail.removesuffix(" queue") if outcome.kind == "access" else ""
+    actions.audit_outcomes(
+        [outcome], user=user, action="cleanup", reason=reason, params={"queue": queue}, via=VIA
+    )
 
 
 def _check_options(action: str, ids: list[str], opts: dict) -> None:
@@ -180,25 +322,22 @@ def _check_options(action: str, ids: list[str], opts: dict) -> None:
         raise CommandError(f"--older-than-days goes with cleanup or archive, not {action}")
     if opts["to"] and action != "resume":
         raise CommandError(f"--to goes with resume of an access request, not {action}")
-    if opts["message"] and action not in REASON_ACTIONS:
-        raise CommandError(
-            f"--message is the reason of {', '.join(REASON_ACTIONS)}; {action} keeps none"
-        )
     if opts["release_held"] and action not in RELEASE_HELD_ACTIONS:
         raise CommandError(
             f"--release-held goes with release-collection or release-queue ingest, not {action}"
         )
 
 
-def _call(action: str, item: str, opts: dict) -> Callable[[], Any]:
-    """What ``action`` does to ``item``, to be called once every item is known good; the
-    item's form is checked here (InvalidID or CommandError), before anything is read or moved."""
+def _move(action: str, item: str, opts: dict) -> Move:
+    """What ``action`` does to ``item``, to be done once every item is known good; the item's
+    form is checked here (InvalidID or CommandError), before anything is read or moved."""
     params: dict[str, Any] = {}
     if opts["to"] and (action, _kind_of(item)) != ("resume", "access"):
         raise CommandError(f"--to goes with resume of an access request, not {item!r}")
     if action == "release-held":
         paths.profile(item)
-        return functools.partial(hold_moves.collection_release_held, profile=item)
+        return Move(item, "collection", "release-held", item)
+    given = item
     if action in HOLD_ACTIONS:
         kind, name = HOLD_ACTIONS[action]
         if kind == "queue":
@@ -212,7 +351,9 @@ def _call(action: str, item: str, opts: dict) -> Callable[[], Any]:
                 )
         else:
             paths.profile(item)
+        # As the console's hold forms give them: what the hold parked, and who holds.
         params["release_jobs"] = opts["release_held"]
+        params["by"] = opts["user"]
     else:
         kind, name = _kind_of(item), action
         if kind not in ITEM_ACTIONS[action]:
@@ -232,8 +373,5 @@ def _call(action: str, item: str, opts: dict) -> Callable[[], Any]:
                     f"--to {params['to']!r}: an access request resumes to "
                     + " or ".join(RESUME_TARGETS)
                 )
-    record = catalogue.find(kind, name)
-    assert record is not None  # ITEM_ACTIONS and HOLD_ACTIONS name only catalogued actions
-    return functools.partial(
-        record.run, catalogue.Call(item, reason=opts["message"], params=params)
-    )
+    assert catalogue.find(kind, name) is not None  # ITEM_ACTIONS and HOLD_ACTIONS name these
+    return Move(given, kind, name, item, params)
