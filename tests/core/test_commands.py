@@ -458,6 +458,12 @@ def test_queue_release_held_is_audited(
     ]
 
 
+def test_runconsumer_refuses_stop_timeout_with_once_before_it_runs() -> None:
+    """--once handles no signals: a --stop-timeout given with it would be dropped in silence."""
+    with pytest.raises(CommandError, match="--stop-timeout goes with a running consumer, not"):
+        call_command("runconsumer", "estimating", "--once", "--stop-timeout", "5")
+
+
 @pytest.mark.django_db  # queuecheck records its run in the database
 def test_queuecheck_reports_and_repairs(zk: KazooClient, job: Job) -> None:
     assert "0 findings" in run("queuecheck")

@@ -12,7 +12,8 @@ working on one item at the same time.
 and exits 0, or 1 when that item failed. SIGTERM or SIGINT lets the item in hand finish, then
 the process exits 0; a second signal, or ``--stop-timeout`` seconds without the items finished
 (a step stuck on a server that does not answer), exits at once with status 1 (the items are
-picked up again later: their locks go with the session).
+picked up again later: their locks go with the session). ``--once`` installs no signal handlers
+(a signal ends it at once, as any script), so ``--stop-timeout`` with it is refused.
 """
 
 from __future__ import annotations
@@ -101,19 +102,27 @@ class Command(QueueCommand):
         parser.add_argument(
             "--stop-timeout",
             type=number_in(0, MAX_STOP_TIMEOUT, above=True),
-            default=DEFAULT_STOP_TIMEOUT,
+            default=None,
             help="seconds the items in hand may take to finish after SIGTERM/SIGINT before "
-            f"the process exits anyway (default {DEFAULT_STOP_TIMEOUT:.0f})",
+            f"the process exits anyway (default {DEFAULT_STOP_TIMEOUT:.0f}); not with --once",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["once"] and options["stop_timeout"] is not None:
+            # --once installs no signal handlers (a signal ends it as any script), so the
+            # timeout would be dropped in silence.
+            raise CommandError(
+                "--stop-timeout goes with a running consumer, not --once (which handles no "
+                "signals: SIGTERM ends it at once)"
+            )
         try:
             check_policies()
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
         stop = threading.Event()
         if not options["once"]:
-            self._install_signals(stop, options["stop_timeout"])
+            timeout = options["stop_timeout"]
+            self._install_signals(stop, DEFAULT_STOP_TIMEOUT if timeout is None else timeout)
         if not self._wait_for_database(options, stop):
             return
         host = self._connect(options, stop)
