@@ -13,8 +13,8 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 
-from queues.models import bulk_summary, short_reason
-from queues.operator import catalogue
+from queues.models import AuditEntry, bulk_summary, short_reason
+from queues.operator import audit, catalogue
 from queues.operator.audit import record
 from queues.operator.auth import require_action
 from queues.services import moves
@@ -63,7 +63,13 @@ def perform(
     params: dict[str, Any] | None = None,
     via: str = "web",
 ) -> list[moves.Outcome]:
-    """Run one action as ``user``; raises PermissionDenied or a DomainError, audited either way."""
+    """Run one action as ``user``; raises PermissionDenied or a DomainError, audited either way.
+
+    Nothing moves without its entry: a database that takes no write now (away, or locked past
+    its busy timeout) refuses the action before it moves anything (its outage propagates: the
+    door's 503); one that goes away between the move and the entry leaves the entry kept, and
+    written once the database answers (``audit.write_or_keep``)."""
+    audit.writable()
     outcomes = apply(
         user=user,
         kind=kind,
@@ -74,7 +80,10 @@ def perform(
         params=params,
         via=via,
     )
-    audit_outcomes(outcomes, user=user, action=action, reason=reason, params=params, via=via)
+    audit.changed_here.set(True)
+    audit.write_or_keep(
+        entries_of(outcomes, user=user, action=action, reason=reason, params=params, via=via)
+    )
     return outcomes
 
 
@@ -179,7 +188,27 @@ def audit_outcomes(
     group: str = "",
 ) -> None:
     """One audit entry per outcome of an action ``apply`` made; ``group`` (``bulk run #N``)
-    begins each entry's detail, so the log can fold a bulk run's entries under one line."""
+    begins each entry's detail, so the log can fold a bulk run's entries under one line. An
+    outage propagates (a bulk run writes the entries again once the database is back)."""
+    for made in entries_of(
+        outcomes, user=user, action=action, reason=reason, params=params, via=via, group=group
+    ):
+        audit.write_kept()
+        made.save(force_insert=True)
+
+
+def entries_of(
+    outcomes: Sequence[moves.Outcome],
+    *,
+    user: Any,
+    action: str,
+    reason: str = "",
+    params: dict[str, Any] | None = None,
+    via: str = "web",
+    group: str = "",
+) -> list[AuditEntry]:
+    """The audit entries of ``outcomes`` (``audit_outcomes``), not written yet."""
+    made = []
     for outcome in outcomes:
         detail = f"{outcome.detail}; {outcome.failure}" if outcome.failure else outcome.detail
         item = (
@@ -187,17 +216,20 @@ def audit_outcomes(
             if outcome.kind == "access"
             else outcome.id
         )
-        record(
-            user=user,
-            action=action,
-            kind=outcome.kind,
-            item_id=item,
-            before=outcome.before,
-            after=outcome.after,
-            reason=reason.strip(),
-            detail=f"{group}: {detail}" if group else detail,
-            via=via,
+        made.append(
+            audit.entry(
+                user=user,
+                action=action,
+                kind=outcome.kind,
+                item_id=item,
+                before=outcome.before,
+                after=outcome.after,
+                reason=reason.strip(),
+                detail=f"{group}: {detail}" if group else detail,
+                via=via,
+            )
         )
+    return made
 
 
 @dataclass

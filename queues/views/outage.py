@@ -11,6 +11,10 @@ becomes a 503 with ``Retry-After``, logged as one line, in the door's own form:
 - an htmx request: nothing swapped but the outage banner (out of band);
 - a page: the outage page, which retries by itself.
 
+Each says nothing was changed, unless the request had moved something before it met the outage
+(an inline bulk action part-way through: ``audit.changed_here``); then it says that part was
+done, its audit entries written or kept until the database answers (``actions.perform``).
+
 Those answers render without the database: as an anonymous visitor (the header's roles would
 need it) and with the messages kept in their cookie only (the session's wait for later).
 
@@ -41,6 +45,7 @@ from django.template.loader import render_to_string
 from django_htmx.http import reswap
 
 from queues.core import transient
+from queues.operator import audit
 from queues.web import health
 
 from .common import RETRY_SECONDS
@@ -49,6 +54,11 @@ log = logging.getLogger(__name__)
 
 API_PREFIX = "/api/"
 OUTAGE_MARK = "_database_outage"
+NOTHING_CHANGED = "nothing was changed"
+PART_DONE = (
+    "part of what was asked was done before the database went away: "
+    "its audit entries are written once the database answers"
+)
 
 
 def _mark_outage(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
@@ -67,14 +77,25 @@ def _offline(request: HttpRequest) -> None:
     request._messages = CookieStorage(request)  # type: ignore[attr-defined]
 
 
-def database_unavailable(request: HttpRequest, message: str) -> HttpResponse:
-    """The 503 of a door while the database is away or locked."""
+def database_unavailable(
+    request: HttpRequest, message: str, *, changed: bool = False
+) -> HttpResponse:
+    """The 503 of a door while the database is away or locked; ``changed`` when the request
+    moved something before it met the outage."""
     response: HttpResponse
+    said = PART_DONE if changed else NOTHING_CHANGED
     if request.path_info.startswith(API_PREFIX):  # without a URL prefix (--root-path)
-        response = JsonResponse({"error": f"the database is unavailable: {message}"}, status=503)
+        response = JsonResponse(
+            {"error": f"the database is unavailable: {message}; {said}"}, status=503
+        )
     else:
         _offline(request)
-        context = {"db_down": True, "db_error": message, "retry": RETRY_SECONDS}
+        context = {
+            "db_down": True,
+            "db_error": message,
+            "retry": RETRY_SECONDS,
+            "part_done": PART_DONE if changed else "",
+        }
         if getattr(request, "htmx", False):
             body = render_to_string("base.html#zk-banner", {**context, "oob": True}, request)
             response = reswap(HttpResponse(body, status=503), "none")
@@ -91,6 +112,8 @@ class DatabaseOutageMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        # A thread serves one request after another: what the last one changed is not this one's.
+        audit.changed_here.set(False)
         response = self.get_response(request)
         outage = getattr(request, OUTAGE_MARK, None)
         if response.status_code == 500 and outage is not None:
@@ -107,7 +130,7 @@ class DatabaseOutageMiddleware:
         close_old_connections()
         message = transient.reason(exc).removeprefix("database unavailable: ")
         log.warning("database unavailable for %s %s: %s", request.method, request.path, message)
-        response = database_unavailable(request, message)
+        response = database_unavailable(request, message, changed=audit.changed_here.get())
         # That line says it all: not Django's ERROR line for every 5xx besides.
         response._has_been_logged = True  # type: ignore[attr-defined]
         return response
