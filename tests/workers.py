@@ -168,6 +168,7 @@ def pytest_cmdline_main(config: Any) -> None:
 # by this list instead, and a test carrying the mark fails collection (``refuse_xdist_groups``).
 TOGETHER = frozenset(
     {
+        "tests/faults/test_audited_writes_outage.py",
         "tests/faults/test_chaos_txnlog.py",
         "tests/faults/test_door_bounds.py",
         "tests/faults/test_request_bodies.py",

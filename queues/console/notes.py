@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from queues.console import batch_reads, job_reads, selectors
@@ -112,10 +112,12 @@ def note_add(*, user: Any, kind: str, item_id: str, text: str, via: str = "web")
     except (PermissionDenied, ValueError, InvalidID, NotFound) as exc:
         _refused(user, "note", kind[:20], item_id, exc, via)
         raise
-    note = Note.objects.create(
-        kind=kind, item_id=item_id, text=text, author=user, author_name=user.get_username()
-    )
-    record(user=user, action="note", kind=kind, item_id=item_id, detail=text, via=via)
+    # The note and its entry are written both or neither (a database lost between them).
+    with transaction.atomic():
+        note = Note.objects.create(
+            kind=kind, item_id=item_id, text=text, author=user, author_name=user.get_username()
+        )
+        record(user=user, action="note", kind=kind, item_id=item_id, detail=text, via=via)
     return note
 
 
@@ -141,29 +143,31 @@ def note_edit(*, user: Any, pk: int, text: str, via: str = "web") -> Note:
         raise
     before = note.text
     note.text, note.edited = text, timezone.now()
-    note.save(update_fields=["text", "edited"])
-    record(
-        user=user,
-        action="note-edit",
-        kind=note.kind,
-        item_id=note.item_id,
-        detail=f"{text}\n(was: {before})",
-        via=via,
-    )
+    with transaction.atomic():
+        note.save(update_fields=["text", "edited"])
+        record(
+            user=user,
+            action="note-edit",
+            kind=note.kind,
+            item_id=note.item_id,
+            detail=f"{text}\n(was: {before})",
+            via=via,
+        )
     return note
 
 
 def note_delete(*, user: Any, pk: int, via: str = "web") -> Note:
     note = _mine(user, pk, "note-delete", via)
-    note.delete()
-    record(
-        user=user,
-        action="note-delete",
-        kind=note.kind,
-        item_id=note.item_id,
-        detail=f"by {note.author_name}: {note.text}",
-        via=via,
-    )
+    with transaction.atomic():
+        note.delete()
+        record(
+            user=user,
+            action="note-delete",
+            kind=note.kind,
+            item_id=note.item_id,
+            detail=f"by {note.author_name}: {note.text}",
+            via=via,
+        )
     return note
 
 

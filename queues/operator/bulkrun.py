@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from queues.core import transient
@@ -94,29 +94,31 @@ def start(
     """Record the run for a bulk-runs daemon to claim; the role and reason are checked first.
     ``params`` go to the action with every item (a resume's chosen step "to")."""
     actions.check_bulk(user=user, kind=kind, action=action, reason=reason)
-    run = BulkRun.objects.create(
-        user=user,
-        kind=kind,
-        action=action,
-        reason=reason.strip(),
-        items=[[item_id, version] for item_id, version in items],
-        total=len(items),
-        limited=limited,
-        back=back,
-        via=via,
-        params=params or {},
-    )
-    # One line in the audit log for the run; its items' entries are folded under it.
-    audit.record(
-        user=user,
-        # Not the action's own name: counting an action's entries counts its items, as before.
-        action=f"bulk-{action}"[:40],
-        kind="bulk",
-        item_id=str(run.pk),
-        reason=run.reason,
-        detail=f"{run.total} {kind}s in the background ({group_of(run)})",
-        via=via,
-    )
+    # The run and its line in the log both or neither: a daemon never does a run nobody audited.
+    with transaction.atomic():
+        run = BulkRun.objects.create(
+            user=user,
+            kind=kind,
+            action=action,
+            reason=reason.strip(),
+            items=[[item_id, version] for item_id, version in items],
+            total=len(items),
+            limited=limited,
+            back=back,
+            via=via,
+            params=params or {},
+        )
+        # One line in the audit log for the run; its items' entries are folded under it.
+        audit.record(
+            user=user,
+            # Not the action's own name: counting an action's entries counts its items, as before.
+            action=f"bulk-{action}"[:40],
+            kind="bulk",
+            item_id=str(run.pk),
+            reason=run.reason,
+            detail=f"{run.total} {kind}s in the background ({group_of(run)})",
+            via=via,
+        )
     return run
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
+from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -112,14 +113,15 @@ def alert_rule_update(request: HtmxHttpRequest, kind: str) -> HttpResponse:
     if changed:
         row.updated = timezone.now()
         row.updated_by = request.user.get_username()
-        row.save()
-        audit.record(
-            user=request.user,
-            action="alert-rule",
-            kind="alert",
-            item_id=kind,
-            detail="; ".join(changed),
-        )
+        with transaction.atomic():  # the rule and its entry, both or neither
+            row.save()
+            audit.record(
+                user=request.user,
+                action="alert-rule",
+                kind="alert",
+                item_id=kind,
+                detail="; ".join(changed),
+            )
         messages.success(request, f"Alert rule {KINDS[kind].title}: {'; '.join(changed)}")
     else:
         messages.info(request, f"Alert rule {KINDS[kind].title}: nothing changed")

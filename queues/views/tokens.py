@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
+from django.db import transaction
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -42,15 +43,17 @@ def token_create(request: HtmxHttpRequest) -> HttpResponse:
     form = TokenForm(request.POST)
     if not form.is_valid():
         return error_response(request, "a token needs a name", 400)
-    token, key = ApiToken.issue(user=request.user, name=form.cleaned_data["name"])
-    audit.record(
-        user=request.user,
-        action="create",
-        kind="token",
-        item_id=str(token.pk),
-        after=token.prefix,
-        detail=f"named {token.name!r}",
-    )
+    # The token and its entry both or neither: no key that works with nobody's record of it.
+    with transaction.atomic():
+        token, key = ApiToken.issue(user=request.user, name=form.cleaned_data["name"])
+        audit.record(
+            user=request.user,
+            action="create",
+            kind="token",
+            item_id=str(token.pk),
+            after=token.prefix,
+            detail=f"named {token.name!r}",
+        )
     return render(request, "queues/token_created.html", {"token": token, "key": key})
 
 
@@ -60,14 +63,15 @@ def token_revoke(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     only_fields(request)
     token = get_object_or_404(_visible(request.user), pk=pk)
     owner = token.user.get_username()
-    token.delete()
-    audit.record(
-        user=request.user,
-        action="revoke",
-        kind="token",
-        item_id=str(pk),
-        before=token.prefix,
-        detail=f"of {owner}, named {token.name!r}",
-    )
+    with transaction.atomic():
+        token.delete()
+        audit.record(
+            user=request.user,
+            action="revoke",
+            kind="token",
+            item_id=str(pk),
+            before=token.prefix,
+            detail=f"of {owner}, named {token.name!r}",
+        )
     messages.success(request, f"Token {token.name} revoked")
     return redirect_after_post(reverse("tokens"))

@@ -29,7 +29,7 @@ from django.urls import reverse
 
 from queues.chaos.infra import Postgres
 from queues.core.states import JOB_STEPS
-from queues.models import ApiToken, AuditEntry
+from queues.models import ApiToken, AuditEntry, BulkRun, Note
 from queues.operator import actions, audit
 from queues.operator.auth import ensure_groups
 from queues.zk.batches import batch_create
@@ -243,3 +243,118 @@ def test_the_outage_answer_of_a_request_that_changed_nothing_says_so(
     assert answer.status_code == 503
     assert answer.json()["error"].endswith("; nothing was changed")
     assert page.status_code == 503 and b"Nothing was changed." in page.content
+
+
+# ---- Database-only writes: the row and its entry, both or neither ---------------------------
+
+
+def hold_the_entry(
+    monkeypatch: pytest.MonkeyPatch, owner: Any
+) -> tuple[threading.Event, threading.Event]:
+    """Hold the first ``owner.record`` (the audit entry written after the row) until the
+    test says the server is down; returns (held, go on)."""
+    real: Callable[..., Any] = owner.record
+    held, resume = threading.Event(), threading.Event()
+
+    def holding(*args: Any, **kwargs: Any) -> Any:
+        if not held.is_set():
+            held.set()
+            assert resume.wait(60), "the test never took the server down"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, "record", holding)
+    return held, resume
+
+
+def cut_between_row_and_entry(
+    on_pg: Postgres,  # noqa: F811
+    held: threading.Event,
+    resume: threading.Event,
+    write: Callable[[], Any],
+) -> list[Any]:
+    """Run ``write`` in a thread, stop PostgreSQL while it is held at its audit entry; the
+    answers (or the exception) it gave."""
+    answers: list[Any] = []
+
+    def run() -> None:
+        try:
+            answers.append(write())
+        except Exception as exc:
+            answers.append(exc)
+
+    thread = threading.Thread(target=run, name="write-under-outage")
+    thread.start()
+    try:
+        assert held.wait(60)
+        on_pg.stop()
+        resume.set()
+        thread.join(60)
+        assert not thread.is_alive()
+    finally:
+        resume.set()
+        if not on_pg.data.joinpath("postmaster.pid").exists():
+            on_pg.start()
+        connection.close()
+    return answers
+
+
+def test_a_note_and_its_entry_are_written_both_or_neither_across_a_postgresql_stop(
+    zk: Any,
+    on_pg: Postgres,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from queues.console import notes
+
+    user = operator("operator-note-cut")
+    jid = pending_job(zk)
+    held, resume = hold_the_entry(monkeypatch, notes)
+    answers = cut_between_row_and_entry(
+        on_pg,
+        held,
+        resume,
+        lambda: signed_in(user).post(
+            reverse("note-add", kwargs={"kind": "job", "item_id": jid}),
+            {"text": "waiting on the depositor"},
+        ),
+    )
+    assert answers[0].status_code == 503
+    assert not Note.objects.filter(item_id=jid).exists()  # not a note with no entry
+    assert not AuditEntry.objects.filter(item_id=jid).exists()
+
+
+def test_a_token_and_its_entry_are_written_both_or_neither_across_a_postgresql_stop(
+    on_pg: Postgres,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    user = operator("operator-token-cut")
+    held, resume = hold_the_entry(monkeypatch, audit)
+    answers = cut_between_row_and_entry(
+        on_pg,
+        held,
+        resume,
+        lambda: signed_in(user).post(reverse("token-create"), {"name": "cut"}),
+    )
+    assert answers[0].status_code == 503
+    assert not ApiToken.objects.filter(name="cut").exists()  # not a token nobody audited
+
+
+def test_a_bulk_run_and_its_entry_are_written_both_or_neither_across_a_postgresql_stop(
+    zk: Any,
+    on_pg: Postgres,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from queues.operator import bulkrun
+
+    user = operator("operator-run-cut")
+    jids = [failed_job(zk) for _ in range(2)]
+    held, resume = hold_the_entry(monkeypatch, audit)
+    answers = cut_between_row_and_entry(
+        on_pg,
+        held,
+        resume,
+        lambda: bulkrun.start(
+            user=user, kind="job", action="resume", items=[(j, None) for j in jids]
+        ),
+    )
+    assert isinstance(answers[0], Exception)
+    assert not BulkRun.objects.exists()  # no run for a daemon to do with no entry of its own
