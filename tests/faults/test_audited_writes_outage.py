@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,14 @@ from queues.zk.batches import batch_create
 from queues.zk.jobs import job_create, job_load, job_transition
 
 from .test_transient_database import on_pg, own_pg, sqlite_file  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def _nothing_kept() -> Iterator[None]:
+    """What one test kept through its outage is not written into the next test's database."""
+    yield
+    with audit._kept_lock:
+        audit._kept.clear()
 
 
 def pending_job(zk: Any) -> str:
@@ -219,7 +227,8 @@ def test_an_inline_bulk_cut_by_a_postgresql_stop_says_what_it_did_and_audits_it_
     states = [job_load(zk, jid).state for jid in jids]
     assert states == [JOB_STEPS[1], "Failed", "Failed"]
     wait_for(lambda: Client().get("/healthz").status_code == 200, timeout=30)
-    assert audit.write_kept() == 1
+    # The first request once the database answers writes what was kept, whatever it asks.
+    assert not audit.kept()
     assert list(AuditEntry.objects.filter(action="resume").values_list("item_id", flat=True)) == [
         jids[0]
     ]
