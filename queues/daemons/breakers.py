@@ -307,18 +307,20 @@ def _answers(service: str, url: str) -> bool:
 
 def _audit(action: str, service: str, reason: str) -> None:
     node = storage_node(service)
+    made = audit.entry(
+        user=None,
+        action=action,
+        kind="node" if node is not None else "service",
+        item_id=str(node) if node is not None else service_key(service),
+        before="released" if action == "hold" else "held",
+        after="held" if action == "hold" else "released",
+        reason=reason,
+        detail=f"by the breaker of {service}",
+        via="daemon",
+    )
     try:
-        audit.record(
-            user=None,
-            action=action,
-            kind="node" if node is not None else "service",
-            item_id=str(node) if node is not None else service_key(service),
-            before="released" if action == "hold" else "held",
-            after="held" if action == "hold" else "released",
-            reason=reason,
-            detail=f"by the breaker of {service}",
-            via="daemon",
-        )
+        # A database outage keeps the entry, written by this process once the database answers.
+        audit.write_or_keep([made])
     except Exception as exc:  # the hold stands; the log says what the entry would have said
         log.warning("breaker %s of %s not audited: %s", action, service, exc)
 

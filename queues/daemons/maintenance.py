@@ -66,18 +66,20 @@ class Maintenance(PeriodicDaemon):
         detail = f"maintenance window ended at {clock_text(window.until)}"
         if parked:
             detail += f"; released {len(parked)} item(s) it had parked"
+        made = audit.entry(
+            user=None,
+            action="release",
+            kind=window.kind,
+            item_id=window.name,
+            before="held",
+            after="released",
+            reason=window.reason,
+            detail=f"{detail}, by the maintenance daemon on {socket.gethostname()}",
+            via="daemon",
+        )
         try:
-            audit.record(
-                user=None,
-                action="release",
-                kind=window.kind,
-                item_id=window.name,
-                before="held",
-                after="released",
-                reason=window.reason,
-                detail=f"{detail}, by the maintenance daemon on {socket.gethostname()}",
-                via="daemon",
-            )
+            # A database outage keeps the entry: a later round writes it once it answers.
+            audit.write_or_keep([made])
         except Exception as exc:  # the release stands; the log line says what the entry would
             log.warning("release of %s %s not audited: %s", window.kind, window.name, exc)
         log.info(
@@ -94,6 +96,7 @@ class Maintenance(PeriodicDaemon):
         if not self.gate.connected:
             return False
         started = time.monotonic()
+        audit.write_kept_if_answering()  # entries an outage kept, this process's breakers' too
         released = self.sweep()
         closed = breakers().probe(self.zk)
         self.last = ItemResult(

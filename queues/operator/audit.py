@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, close_old_connections, transaction
 
 from queues.core import transient
 from queues.models import ApiToken as ApiToken  # for the many importers of queues.operator.audit
@@ -94,6 +94,19 @@ def write_kept() -> int:
     if written:
         log.warning("wrote %d audit entries kept through a database outage", written)
     return written
+
+
+def write_kept_if_answering() -> None:
+    """``write_kept`` when some are kept, for a request or a daemon's round: while the
+    database does not answer they stay kept and the caller goes on."""
+    if not kept():
+        return
+    try:
+        write_kept()
+    except Exception as exc:
+        if not transient.is_database_outage(exc):
+            raise
+        close_old_connections()  # a connection the outage broke: a new one next time
 
 
 def writable() -> None:

@@ -105,17 +105,6 @@ def database_unavailable(
     return response
 
 
-def _write_kept() -> None:
-    """Audit entries kept through an outage are written by the first request once the
-    database answers; while it does not, they stay kept and the request goes on."""
-    try:
-        audit.write_kept()
-    except Exception as exc:
-        if not transient.is_database_outage(exc):
-            raise
-        close_old_connections()
-
-
 class DatabaseOutageMiddleware:
     """Turns a database outage met while answering into the door's 503 (module docstring)."""
 
@@ -125,8 +114,7 @@ class DatabaseOutageMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         # A thread serves one request after another: what the last one changed is not this one's.
         audit.changed_here.set(False)
-        if audit.kept():
-            _write_kept()
+        audit.write_kept_if_answering()
         response = self.get_response(request)
         outage = getattr(request, OUTAGE_MARK, None)
         if response.status_code == 500 and outage is not None:

@@ -367,3 +367,40 @@ def test_a_bulk_run_and_its_entry_are_written_both_or_neither_across_a_postgresq
     )
     assert isinstance(answers[0], Exception)
     assert not BulkRun.objects.exists()  # no run for a daemon to do with no entry of its own
+
+
+# ---- The maintenance daemon: a window's release and its entry --------------------------------
+
+
+def test_a_window_released_while_sqlite_is_held_is_audited_once_it_is_free(
+    zk: Any,
+    sqlite_file: Path,  # noqa: F811
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from queues.daemons.maintenance import Maintenance
+    from queues.zk.maintenance import node_held, node_hold_set, window_set
+
+    node_hold_set(zk, 9511)
+    window_set(zk, "node", "9511", until=datetime.now(UTC) - timedelta(seconds=1), reason="fix")
+    daemon = Maintenance(zk=zk, poll=0.05)
+    holder = sqlite3.connect(sqlite_file, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        assert daemon.run_once()
+        assert not node_held(zk, 9511)  # the window's end is kept whatever the database does
+        assert len(audit.kept()) == 1  # and its entry with it, not dropped
+        daemon.run_once()  # still held: still kept
+        assert len(audit.kept()) == 1
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    daemon.run_once()
+    assert not audit.kept()
+    entry = AuditEntry.objects.get(kind="node", item_id="9511")
+    assert (entry.action, entry.after, entry.reason, entry.via) == (
+        "release",
+        "released",
+        "fix",
+        "daemon",
+    )
