@@ -193,8 +193,7 @@ def audit_outcomes(
     for made in entries_of(
         outcomes, user=user, action=action, reason=reason, params=params, via=via, group=group
     ):
-        audit.write_kept()
-        made.save(force_insert=True)
+        audit.write(made)
 
 
 def entries_of(

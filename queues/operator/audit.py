@@ -180,6 +180,12 @@ def record(
         ok=ok,
         via=via,
     )
+    return write(made)
+
+
+def write(made: AuditEntry) -> AuditEntry:
+    """Write ``made`` (an ``entry``), the entries kept through an earlier outage first; an
+    outage propagates."""
     write_kept()
     _save(made)
     return made
