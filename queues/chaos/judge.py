@@ -26,7 +26,8 @@ from queues.zk.nodes import children, children_many, exists_many
 from queues.zk.records import Batch, Broken, Job
 from queues.zk.side_effects import CALLBACKS
 
-SUBJECT_RE = re.compile(r"^Subject: Merritt batch (bid[0-9]{10}) ", re.MULTILINE)
+# The console's words follow Merritt's subject (``Ingest: OK -- Submission Processed: ...;``).
+SUBJECT_RE = re.compile(r"^Subject: .*?\bMerritt batch (bid[0-9]{10}) ", re.MULTILINE)
 TERMINAL_BATCH = frozenset({BatchState.COMPLETED, BatchState.FAILED})
 TERMINAL_JOB = frozenset({JobState.COMPLETED, JobState.FAILED})
 # A Failed job whose message names one of these was failed by our infrastructure (ZooKeeper,
@@ -469,7 +470,10 @@ def empty_jobs(zk: Any) -> list[str]:
     )
 
 
-OUTCOME_RE = re.compile(r"^Merritt batch (bid[0-9]{10}) (\w+): .* \((\d+)/(\d+) ok\)$")
+OUTCOME_RE = re.compile(
+    r"^Ingest: \w+ -- Submission Processed: .*?;"
+    r" Merritt batch (bid[0-9]{10}) (\w+): .* \((\d+)/(\d+) ok\)$"
+)
 
 
 def mail_outcomes(folder: Path) -> dict[str, list[tuple[str, int, int]]]:
@@ -498,7 +502,8 @@ def mails(folder: Path) -> dict[str, Counter[str]]:
         for path in folder.iterdir():
             for message in path.read_text(errors="replace").split("\n" + "-" * 79 + "\n"):
                 parsed = email.message_from_string(message.lstrip())
-                match = SUBJECT_RE.match(f"Subject: {parsed.get('Subject', '')}")
+                subject = " ".join(str(parsed.get("Subject", "")).split())  # unfolded
+                match = SUBJECT_RE.match(f"Subject: {subject}")
                 if match:
                     found[match.group(1)][str(parsed.get("Message-ID", ""))] += 1
     return found

@@ -260,6 +260,7 @@ class BatchPending(BatchDaemon):
             profile_name=batch.profile,
             jobs=jobs,
             console_url=settings.MRT_CONSOLE_URL,
+            batch_uuid=batch.uuid,
         )
         try:
             send(to, subject, body)

@@ -33,7 +33,7 @@ from queues.core.states import BatchState
 from queues.daemons import clients
 from queues.daemons.base import BatchDaemon, Next, Stay, Step, StepFailed
 from queues.services import moves
-from queues.steps.notify import send_batch_summary
+from queues.steps.notify import report_attachments, send_batch_summary
 from queues.steps.profiles import ProfileError, load_profile
 from queues.zk.batches import (
     batch_ids,
@@ -45,7 +45,8 @@ from queues.zk.batches import (
     report_resolve,
 )
 from queues.zk.errors import MalformedNode, is_connection_error, patiently
-from queues.zk.records import Batch
+from queues.zk.jobs import jobs_load
+from queues.zk.records import Batch, Job
 
 log = logging.getLogger("queues.daemons")
 
@@ -174,12 +175,35 @@ class BatchReporting(BatchDaemon):
                 state=state,
                 console_url=settings.MRT_CONSOLE_URL,
                 round_key=report.get("round") or round_key(batch),
+                batch_uuid=batch.uuid,
+                attachments=self.attachments(report),
             )
         except Exception as exc:
             detail = " ".join((str(exc).strip() or type(exc).__name__).split())
             if transient.is_mail_outage(exc):
                 raise MailUnavailable(f"mail server unavailable: {detail}") from exc
             raise StepFailed(f"summary mail not sent: {detail}") from exc
+
+    def attachments(self, report: dict[str, Any]) -> list[tuple[str, str, str]]:
+        """Merritt's ``failed.json`` and ``completed.json`` for the report's jobs: each job's
+        configuration, a failed one's with its status's ``Status`` and ``Message``
+        (docs/merritt-services.md, "Mail"). A job that no longer loads is left out."""
+
+        def configurations(jids: list[str], failed: bool) -> list[dict[str, Any]]:
+            found = []
+            for job in jobs_load(self.zk, [str(j) for j in jids]):
+                if not isinstance(job, Job):
+                    continue
+                entry = dict(job.configuration)
+                if failed:
+                    entry.update(Status=job.status.status, Message=job.status.message)
+                found.append(entry)
+            return found
+
+        return report_attachments(
+            configurations(report.get("successful_jobs") or [], False),
+            configurations(report.get("failed_jobs") or [], True),
+        )
 
     def failure(self, item: Batch, exc: Exception) -> Step:
         """A mail server outage is waited out like a database's: the batch stays in its step

@@ -352,6 +352,53 @@ def _ids(report: Mapping[str, Any] | None, key: str) -> list[str]:
     return [str(v) for v in values]
 
 
+# Merritt's ingest mail (docs/merritt-services.md, "Mail"): its subject reads
+# ``Ingest: <status> -- <step>: <batchID>;`` (FormatterUtil.getSubject), the status ``OK``, or
+# ``Fail`` for a failed batch's report; the batch report carries its jobs as JSON attachments.
+MERRITT_SERVICE = "Ingest"
+MERRITT_OK = "OK"
+MERRITT_FAIL = "Fail"
+PROCESSED_STEP = "Submission Processed"
+QUEUED_STEP = "Submission Queued"
+REPORT_CONTENT_TYPE = "application/json; header=present"
+FAILED_ATTACHMENT = "failed.json"
+COMPLETED_ATTACHMENT = "completed.json"
+# (file name, content, content type) of one attachment.
+Attachment = tuple[str, str, str]
+
+
+def merritt_subject(step: str, status: str, batch_uuid: str) -> str:
+    """The subject Merritt's production ingest gives its mail about a batch: ``Ingest: OK --
+    Submission Processed: bid-...;`` (no instance tag: that is for its stage and development
+    hosts; no ``[aggregate]`` tag: that is for a profile's aggregate objects)."""
+    return f"{MERRITT_SERVICE}: {status} -- {step}: {batch_uuid};"
+
+
+def merritt_status_word(state: str) -> str:
+    """``Fail`` for a Failed batch, else ``OK``, as Merritt's batch report spells them."""
+    return MERRITT_FAIL if state.lower() == "failed" else MERRITT_OK
+
+
+def report_attachments(
+    completed: Sequence[Mapping[str, Any]], failed: Sequence[Mapping[str, Any]]
+) -> list[Attachment]:
+    """The batch report's attachments as Merritt's ingest makes them: ``failed.json``
+    (``{"failedJobs": [...]}``, when a job failed), then ``completed.json``
+    (``{"completedJobs": [...]}``, when one completed), each entry a job's configuration (a
+    failed one with its ``Status`` and ``Message`` added by the caller), compact JSON, labelled
+    ``application/json; header=present``."""
+
+    def dump(key: str, jobs: Sequence[Mapping[str, Any]]) -> str:
+        return json.dumps({key: [dict(j) for j in jobs]}, separators=(",", ":"), default=str)
+
+    found: list[Attachment] = []
+    if failed:
+        found.append((FAILED_ATTACHMENT, dump("failedJobs", failed), REPORT_CONTENT_TYPE))
+    if completed:
+        found.append((COMPLETED_ATTACHMENT, dump("completedJobs", completed), REPORT_CONTENT_TYPE))
+    return found
+
+
 def batch_summary(
     *,
     batch_id: str,
@@ -362,8 +409,14 @@ def batch_summary(
     previous: Mapping[str, Any] | None,
     state: str,
     console_url: str,
+    batch_uuid: str = "",
 ) -> tuple[str, str]:
     """Subject and plain-text body of a batch summary mail.
+
+    The subject starts with Merritt's (``merritt_subject``: ``Ingest: OK -- Submission
+    Processed: <batch_uuid>;``, ``Fail`` for a Failed batch), the batch's external id
+    ``batch_uuid`` (its ``batchID``; ``batch_id`` when not given), then the console's own words
+    (``Merritt batch <bid> <state>: <title> (<ok>/<jobs> ok)``), which its pages look for.
 
     ``report`` and ``previous`` are status reports with their lists whole: ``{last_modified,
     failed_jobs, successful_jobs}`` (a large report keeps its lists in part nodes; the reporting
@@ -375,7 +428,9 @@ def batch_summary(
     total = len(succeeded) + len(failed)
     label = title or batch_id
     kind = "update" if previous is not None else "report"
-    subject = f"Merritt batch {batch_id} {state.lower()}: {label} ({len(succeeded)}/{total} ok)"
+    merritt = merritt_subject(PROCESSED_STEP, merritt_status_word(state), batch_uuid or batch_id)
+    ours = f"Merritt batch {batch_id} {state.lower()}: {label} ({len(succeeded)}/{total} ok)"
+    subject = f"{merritt} {ours}"
     lines = [
         *_header(batch_id, title, submitter, profile_name),
         f"State:     {state}",
@@ -406,14 +461,19 @@ def batch_queued(
     profile_name: str,
     jobs: Sequence[tuple[str, str]],
     console_url: str,
+    batch_uuid: str = "",
 ) -> tuple[str, str]:
     """Subject and plain-text body of the mail confirming that a batch's jobs are queued.
+
+    The subject starts with Merritt's (``Ingest: OK -- Submission Queued: <batch_uuid>;``),
+    then the console's own words (``Merritt batch <bid> queued: <title> (<n> jobs)``).
 
     ``jobs`` are (job ID, the object as the depositor named it) in the batch's order; a huge
     batch lists its first QUEUED_LISTED jobs and says how many more there are.
     """
     count = f"{len(jobs)} job" + ("" if len(jobs) == 1 else "s")
-    subject = f"Merritt batch {batch_id} queued: {title or batch_id} ({count})"
+    merritt = merritt_subject(QUEUED_STEP, MERRITT_OK, batch_uuid or batch_id)
+    subject = f"{merritt} Merritt batch {batch_id} queued: {title or batch_id} ({count})"
     shown = [f"  {jid}  {name}".rstrip() for jid, name in jobs[:QUEUED_LISTED]]
     if len(jobs) > QUEUED_LISTED:
         shown.append(f"  ... and {len(jobs) - QUEUED_LISTED} more")
@@ -457,8 +517,11 @@ def send_batch_summary(
     state: str,
     console_url: str,
     round_key: str = "",
+    batch_uuid: str = "",
+    attachments: Sequence[Attachment] = (),
 ) -> int:
-    """Mail the batch summary to ``to`` with Django's mail backend; returns messages sent.
+    """Mail the batch summary to ``to`` with Django's mail backend, with ``attachments``
+    (``report_attachments``); returns messages sent.
     ``round_key`` names the report (a batch's status and its version): the mail's Message-ID
     is made of it (``summary_message_id``), so a summary sent again for the same report, by a
     consumer that took the batch over from one killed between sending it and recording it,
@@ -474,9 +537,10 @@ def send_batch_summary(
         previous=previous,
         state=state,
         console_url=console_url,
+        batch_uuid=batch_uuid,
     )
     message_id = summary_message_id(batch_id, round_key) if round_key else None
-    return send(to, subject, body, message_id=message_id)
+    return send(to, subject, body, message_id=message_id, attachments=attachments)
 
 
 def summary_message_id(batch_id: str, round_key: str) -> str:
@@ -523,10 +587,18 @@ def one_line(text: str) -> str:
     return for_log(" ".join(text.split()))
 
 
-def send(to: Sequence[str], subject: str, body: str, *, message_id: str | None = None) -> int:
+def send(
+    to: Sequence[str],
+    subject: str,
+    body: str,
+    *,
+    message_id: str | None = None,
+    attachments: Sequence[Attachment] = (),
+) -> int:
     """Mail with Django's backend from MRT_MAIL_FROM to those of ``to`` that are addresses
     (``mail_addresses``), under ``message_id`` when given (else one of Django's, new each
-    time); returns messages sent; errors raise. The exchange with the mail server has
+    time), with ``attachments`` (file name, text, content type); returns messages sent; errors
+    raise. The exchange with the mail server has
     MAIL_EXCHANGES x its timeout in all (``queues.steps.smtp``)."""
     from django.conf import settings
     from django.core.mail import EmailMessage, get_connection
@@ -552,6 +624,8 @@ def send(to: Sequence[str], subject: str, body: str, *, message_id: str | None =
                 connection=connection,
                 headers={"Message-ID": message_id} if message_id else None,
             )
+            for name, content, content_type in attachments:
+                message.attach(name, content, content_type)
             return message.send()
         except OSError as exc:
             if alarm.fired:

@@ -298,7 +298,10 @@ def test_queued_mail_lists_every_job_when_the_profile_asks(
     assert "queued mail sent to 2" in batch.status.message
     [mail] = mailoutbox
     assert mail.to == ["depositor@example.org", "merritt-demo@example.org"]
-    assert mail.subject == f"Merritt batch {bid} queued: Scans (3 jobs)"
+    uuid = batch.submission["batchID"]
+    assert mail.subject == (
+        f"Ingest: OK -- Submission Queued: {uuid}; Merritt batch {bid} queued: Scans (3 jobs)"
+    )
     jids = sorted(j.jid for j in _jobs(zk, bid))
     assert first.jid in jids
     for jid in jids:

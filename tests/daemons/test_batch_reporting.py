@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -51,6 +52,40 @@ def test_report_mail_and_failed_batch(zk, mailoutbox) -> None:
     assert mail.to == ["depositor@example.org", "merritt-demo@example.org"]
     assert bid in mail.subject
     assert jids[2] in mail.body
+
+
+def test_report_mail_is_merritts_subject_and_json_attachments(zk, mailoutbox) -> None:
+    """As Merritt's batch report (mrt-ingest batchReport/HandlerNotification): the subject
+    ``Ingest: Fail -- Submission Processed: <batchID>;``, then ``failed.json`` and
+    ``completed.json``, ``application/json; header=present``, each job's configuration, a
+    failed one's with its ``Status`` and ``Message``."""
+    bid, jids = _batch(zk, ["Completed", "Completed", "Failed"], state="Reporting")
+    uuid = batch_load(zk, bid).uuid
+    assert daemon(zk, "batch-reporting").run_once()
+    [mail] = mailoutbox
+    assert mail.subject.startswith(f"Ingest: Fail -- Submission Processed: {uuid}; ")
+    assert f"Merritt batch {bid} failed: My batch (2/3 ok)" in mail.subject
+    names = [name for name, _content, _type in mail.attachments]
+    assert names == ["failed.json", "completed.json"]
+    types = {name: kind for name, _content, kind in mail.attachments}
+    assert types == dict.fromkeys(names, "application/json; header=present")
+    found = {name: json.loads(content) for name, content, _type in mail.attachments}
+    configuration = {jid: job_load(zk, jid).configuration for jid in jids}
+    [failed] = found["failed.json"]["failedJobs"]
+    assert failed == {**configuration[jids[2]], "Status": "Failed", "Message": "broken"}
+    completed = found["completed.json"]["completedJobs"]
+    assert completed == [configuration[j] for j in sorted(jids[:2])]
+
+
+def test_an_all_completed_report_has_no_failed_attachment(zk, mailoutbox) -> None:
+    bid, [jid] = _batch(zk, ["Completed"], state="Reporting")
+    daemon(zk, "batch-reporting").run_once()
+    [mail] = mailoutbox
+    uuid = batch_load(zk, bid).uuid
+    assert mail.subject.startswith(f"Ingest: OK -- Submission Processed: {uuid}; ")
+    [(name, content, _type)] = mail.attachments
+    assert name == "completed.json"
+    assert json.loads(content) == {"completedJobs": [job_load(zk, jid).configuration]}
 
 
 def test_all_completed_batch_is_completed(zk, mailoutbox) -> None:

@@ -10,6 +10,8 @@ exactly one summary. A 5xx rejection of the recipients still fails the batch, as
 from __future__ import annotations
 
 import contextlib
+import email
+import json
 import smtplib
 import socket
 import threading
@@ -327,3 +329,23 @@ def test_the_mail_servers_name_is_looked_up_within_the_sends_deadline(
     with override_settings(EMAIL_HOST="mail.two.example"):  # the second address answers
         assert send(["depositor@example.org"], "Queued", "body") == 1
     assert len(smtp.messages) == 1 and smtp.connections == 1
+
+
+def test_the_report_reaches_the_mail_server_with_merritts_subject_and_attachment(
+    zk: Any, smtp: SmtpServer
+) -> None:
+    """What the mail server receives: Merritt's subject and its ``completed.json``, labelled
+    ``application/json; header=present`` (docs/merritt-services.md, "Mail")."""
+    bid = reporting_batch(zk)
+    uuid = batch_load(zk, bid).uuid
+    smtp.up()
+    assert wait_for(BatchReporting(zk=zk, poll=0.05).run_once, timeout=30)
+    [mail] = smtp.messages
+    parsed = email.message_from_string(mail["data"])
+    subject = " ".join(str(parsed["Subject"]).split())
+    assert subject.startswith(f"Ingest: OK -- Submission Processed: {uuid}; Merritt batch {bid}")
+    [attached] = [p for p in parsed.walk() if p.get_filename()]
+    assert attached.get_filename() == "completed.json"
+    assert attached["Content-Type"] == "application/json; header=present"
+    assert attached.get_content_disposition() == "attachment"
+    assert len(json.loads(attached.get_payload(decode=True))["completedJobs"]) == 1

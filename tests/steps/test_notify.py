@@ -77,7 +77,10 @@ def test_summary_lists_successful_and_failed_jobs() -> None:
         console_url="http://console/",
     )
 
-    assert subject == "Merritt batch bid0000000042 failed: Theses 2026 (2/3 ok)"
+    assert subject == (
+        "Ingest: Fail -- Submission Processed: bid0000000042;"
+        " Merritt batch bid0000000042 failed: Theses 2026 (2/3 ok)"
+    )
     assert "Successful jobs (2):\n  jid0000000001\n  jid0000000003\n" in body
     assert "Failed jobs (1):\n  jid0000000002\n" in body
     assert "since the last report" not in body
@@ -160,7 +163,10 @@ def test_queued_mail_names_each_job_and_counts_what_it_leaves_out() -> None:
         jobs=jobs,
         console_url="http://c/",
     )
-    assert subject == f"Merritt batch bid0000000001 queued: bid0000000001 ({len(jobs)} jobs)"
+    assert subject == (
+        "Ingest: OK -- Submission Queued: bid0000000001;"
+        f" Merritt batch bid0000000001 queued: bid0000000001 ({len(jobs)} jobs)"
+    )
     assert "  jid0000000000  object 0\n" in body
     assert f"jid{QUEUED_LISTED - 1:010d}" in body
     assert f"jid{QUEUED_LISTED:010d}" not in body
@@ -169,4 +175,33 @@ def test_queued_mail_names_each_job_and_counts_what_it_leaves_out() -> None:
     one, _ = batch_queued(
         batch_id="b", title="T", submitter=None, profile_name="p", jobs=jobs[:1], console_url=""
     )
-    assert one == "Merritt batch b queued: T (1 job)"
+    assert one == "Ingest: OK -- Submission Queued: b; Merritt batch b queued: T (1 job)"
+    uuid, _ = batch_queued(
+        batch_id="b",
+        title="T",
+        submitter=None,
+        profile_name="p",
+        jobs=jobs[:1],
+        console_url="",
+        batch_uuid="bid-1f0c",
+    )
+    assert uuid.startswith("Ingest: OK -- Submission Queued: bid-1f0c; Merritt batch b queued:")
+
+
+@pytest.mark.parametrize(("state", "word"), [("Completed", "OK"), ("Failed", "Fail")])
+def test_summary_subject_is_merritts_with_the_batch_uuid_then_ours(state: str, word: str) -> None:
+    """Merritt's batch report mail reads ``Ingest: <OK|Fail> -- Submission Processed:
+    <batchID>;`` (mrt-ingest FormatterUtil.getSubject): depositors' filters key on it."""
+    subject, _ = batch_summary(
+        batch_id="bid0000000042",
+        title="T",
+        submitter=None,
+        profile_name="p",
+        report=REPORT,
+        previous=None,
+        state=state,
+        console_url="http://c",
+        batch_uuid="bid-8c6d0f3e",
+    )
+    assert subject.startswith(f"Ingest: {word} -- Submission Processed: bid-8c6d0f3e; ")
+    assert subject.endswith(f"Merritt batch bid0000000042 {state.lower()}: T (2/3 ok)")
