@@ -37,15 +37,16 @@ import requests
 
 from queues.chaos.flapping import RESET, SLOW, UNAVAILABLE, UNAVAILABLE_RETRY_AFTER, Flapping, reset
 from queues.core.words import digits
-from queues.steps.checkm import ADD_PROFILE, ManifestError, parse_checkm
+from queues.steps.checkm import ADD_MANIFEST, MERRITT_PROFILES, ManifestError, parse_checkm
 from queues.steps.objectmap import ObjectMapError, parse_object_map
 
 EXC_NS = "http://uc3.cdlib.org/ontology/mrt/core/exc"
 VERSION_NS = "http://uc3.cdlib.org/ontology/mrt/store/version"
 OBJECT_NS = "http://uc3.cdlib.org/ontology/mrt/store/object"
 FILE_NS = "http://uc3.cdlib.org/ontology/mrt/store/file"
-# The #%profile a manifest handed to storage's add must name (mrt-core2 ManifestRowAdd).
-ADD_PROFILES = (ADD_PROFILE, "http://uc3.cdlib.org/registry/mrt/mrt-add-manifest")
+# The #%profile URLs a manifest handed to storage's add must match (mrt-core2 ManifestRowAdd),
+# as Checkm.handleHeaders matches them (checkm.merritt_profile_kind).
+ADD_PROFILES = MERRITT_PROFILES[ADD_MANIFEST]
 # The TException kinds these stand-ins use, with the HTTP status Merritt gives each
 # (mrt-core2 core/.../utility/TExceptionEnum.java).
 EXCEPTION_STATUS = {
@@ -317,8 +318,9 @@ class StorageStandIn(StandIn):
     (for objects put in with ``put_object``).
 
     An add needs ``url`` (the manifest's URL, fetched here and read as checkm) or ``manifest``
-    (its text), an add manifest (``#%profile`` ``.../store/manifest/mrt-add-manifest``; any
-    other profile is refused, as mrt-core2's ManifestRowAdd refuses it). Every file it lists is
+    (its text), an add manifest (``#%profile`` ``.../store/manifest/mrt-add-manifest``, or
+    another URL mrt-core2's ManifestRowAdd takes, matched as it matches them; any other profile
+    is refused, as it refuses it). Every file it lists is
     fetched and checked against its size and digest. Like Merritt's storage it makes a new
     version for EVERY add, identical content or not, and answers the version state in the form
     ``t`` names (``xhtml`` by default, read as XML here). The state documents answer the object
@@ -433,7 +435,7 @@ class StorageStandIn(StandIn):
             manifest_text = fetched.decode("utf-8", "replace")
         try:
             manifest = parse_checkm(manifest_text)
-            if manifest.profile not in ADD_PROFILES:
+            if manifest.kind != ADD_MANIFEST:
                 # mrt-core2 Checkm.handleHeaders, for ManifestRowAdd's profiles.
                 raise ManifestError(
                     "handleHeaders - manifestProfile does not match expected form - input:"

@@ -39,6 +39,60 @@ MANIFEST_KINDS = frozenset(
     }
 )
 
+# The #%profile URLs Merritt's readers take, by the kind the console reads such a manifest as:
+# mrt-core2 ManifestRowIngest (450aab1) for an object manifest, ManifestRowBatch (64d6bd2) for
+# the three batch kinds (any of its four, whatever the batch's type), ManifestRowAdd (64d6bd2)
+# for storage's add. Checkm.handleHeaders compares a manifest's profile, its white space
+# squeezed out, with each as Java's String.matches: the whole text, the URL as the pattern
+# (``_java_pattern``). Each kind's first URL is the one the console writes (``profile_url``).
+_REGISTRY = "http://uc3.cdlib.org/registry/"
+MERRITT_PROFILES: dict[str, tuple[str, ...]] = {
+    OBJECT_MANIFEST: (PROFILE_BASE + OBJECT_MANIFEST, _REGISTRY + "mrt/" + OBJECT_MANIFEST),
+    BATCH_MANIFEST: (PROFILE_BASE + BATCH_MANIFEST, _REGISTRY + "mrt/" + BATCH_MANIFEST),
+    CONTAINER_BATCH_MANIFEST: (PROFILE_BASE + CONTAINER_BATCH_MANIFEST,),
+    SINGLE_FILE_BATCH_MANIFEST: (PROFILE_BASE + SINGLE_FILE_BATCH_MANIFEST,),
+    ADD_MANIFEST: (ADD_PROFILE, _REGISTRY + "mrt/" + ADD_MANIFEST),
+}
+# The kinds Merritt's ingest reads a depositor's manifest as (ManifestRowIngest, ManifestRowBatch).
+_BATCH_KINDS = (BATCH_MANIFEST, CONTAINER_BATCH_MANIFEST, SINGLE_FILE_BATCH_MANIFEST)
+INGEST_KINDS = (OBJECT_MANIFEST, *_BATCH_KINDS)
+# What "." matches in a Java pattern compiled without flags: any character but a line
+# terminator (java.util.regex.Pattern, "Line terminators"; DOTALL is not set).
+_JAVA_DOT = "[^\n\r\x85\u2028\u2029]"
+
+
+def _java_pattern(url: str) -> re.Pattern[str]:
+    """``url`` as the pattern Java's String.matches makes of it. Merritt's profile URLs hold
+    no regular-expression character but "." (letters, digits, ":", "/", "-" match themselves),
+    which matches any one character but a line terminator."""
+    if not re.fullmatch(r"[a-z0-9:/.-]+", url):
+        raise ValueError(f"{url!r} holds a character read otherwise as a pattern")
+    return re.compile("".join(_JAVA_DOT if char == "." else re.escape(char) for char in url))
+
+
+_MERRITT_PATTERNS = tuple(
+    (_java_pattern(url), kind) for kind, urls in MERRITT_PROFILES.items() for url in urls
+)
+
+
+# The characters java.util.StringTokenizer cuts at by default, which mrt-core2's
+# StringUtil.squeeze drops from a profile before comparing it.
+_SQUEEZED = re.compile(r"[ \t\n\r\f]")
+
+
+def merritt_profile_kind(profile: str) -> str | None:
+    """The kind whose Merritt reader takes ``profile`` (a ``#%profile`` line's text, as
+    ``Checkm.squeezeHeader`` gives it), or None: its white space squeezed out
+    (``StringUtil.squeeze``), it must match one of ``MERRITT_PROFILES`` whole, as Java's
+    String.matches matches it. So http only, no "/" or "?..." after the URL, case as written;
+    a "." of the URL stands for any one character."""
+    squeezed = _SQUEEZED.sub("", profile)
+    for pattern, kind in _MERRITT_PATTERNS:
+        if pattern.fullmatch(squeezed):
+            return kind
+    return None
+
+
 PREFIXES = {
     "mrt": "http://merritt.cdlib.org/terms#",
     "nfo": "http://www.semanticdesktop.org/ontologies/2007/03/22/nfo#",
@@ -400,20 +454,27 @@ class CheckmReader:
         """Take in a gathering's first line starting ``#%profile`` (as written), as Merritt's
         reader takes it (mrt-core2 ``Checkm.handleHeaders``, ``squeezeHeader``): the profile
         follows ``#%profile `` and the spaces and ``|`` after it, to the end of the line, white
-        space squeezed out (``StringUtil.squeeze``). Whether the line names one: without the
+        space squeezed out (``StringUtil.squeeze``), which must be one Merritt's reader takes
+        (``merritt_profile_kind``), of a kind ``only`` names (else, in a depositor's manifest,
+        one Merritt's ingest reads; in others, any). Whether the line names one: without the
         space it names none."""
         if not line.startswith("#%profile "):
             return False
         profile = line[len("#%profile ") :].lstrip(" |")
         if not profile:  # squeezeHeader: INVALID_DATA_FORMAT "invalid format for #%profile"
             raise ManifestError("#%profile without a URL", line=number)
-        profile = _SQUEEZED.sub("", profile)
-        kind = profile.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-        if kind not in MANIFEST_KINDS:
-            raise ManifestError(f"unknown manifest profile {kind!r}", line=number)
-        if self.only is not None and kind not in self.only:
-            wanted = " or ".join(self.only)
+        kind = merritt_profile_kind(profile)
+        allowed = self.only or (INGEST_KINDS if self.profile_if_headed else tuple(MERRITT_PROFILES))
+        if kind is None:
+            raise ManifestError(_not_merritts_profile(profile, allowed), line=number)
+        if kind not in allowed:
+            wanted = " or ".join(allowed)
             raise ManifestError(f"a {wanted} is needed here, got {kind}", line=number)
+        if self.profile_if_headed and kind in _BATCH_KINDS and kind not in profile:
+            # mrt-ingest HandlerDisaggregate.getObjectType: the profile as written must hold
+            # the kind's name, or the batch fails at its first row.
+            raise ManifestError(_batch_kind_split(profile, kind), line=number)
+        profile = _SQUEEZED.sub("", profile)
         if self._settled and kind != self.kind:
             raise ManifestError(
                 f"a #%profile of {kind} after the first row, which was read as "
@@ -448,9 +509,21 @@ def _decoded_lines(data: bytes) -> Iterator[str]:
             ) from None
 
 
-# The characters java.util.StringTokenizer cuts at by default, which mrt-core2's
-# StringUtil.squeeze drops from a profile before comparing it.
-_SQUEEZED = re.compile(r"[ \t\n\r\f]")
+def _not_merritts_profile(profile: str, kinds: Sequence[str]) -> str:
+    urls = ", ".join(url for kind in kinds for url in MERRITT_PROFILES[kind])
+    return (
+        f"#%profile {profile!r} is none of the profiles Merritt's reader takes here, which "
+        "compares the whole URL as written, white space aside (http, not https; no '/' or "
+        f"'?...' after it; case as given): {urls}"
+    )
+
+
+def _batch_kind_split(profile: str, kind: str) -> str:
+    return (
+        f"#%profile {profile!r}: white space inside {kind}: Merritt's ingest reads the profile "
+        "without it, but takes each object's type from the profile as written, and fails the "
+        f"batch when that does not hold {kind!r}"
+    )
 
 
 def _indented_line() -> str:

@@ -12,6 +12,7 @@ from queues.daemons.batch_pending import BatchPending, batch_priority
 from queues.services import moves
 from queues.services.zkserver import free_port
 from queues.steps.checkm import (
+    BATCH_MANIFEST,
     CONTAINER_BATCH_MANIFEST,
     SINGLE_FILE_BATCH_MANIFEST,
     profile_url,
@@ -179,6 +180,36 @@ def test_a_batch_manifest_with_headers_but_no_profile_fails_the_batch_naming_the
     batch = batch_load(zk, bid)
     assert batch.state == "Failed"
     assert _jobs(zk, bid) == []
+
+
+def test_a_batch_manifest_with_a_profile_merritt_does_not_take_fails_the_batch(
+    zk, files: FileServer
+) -> None:
+    """Merritt's batch reader takes only its own profile URLs, each matched whole (mrt-core2
+    ManifestRowBatch 64d6bd2, Checkm.handleHeaders: "manifestProfile does not match expected
+    form"). A batch manifest naming its kind at the end of another URL was read here before;
+    it now fails the batch before any job is made, naming the URLs Merritt takes. Merritt's
+    legacy URL for the batch manifest is one of them."""
+    rows = [{"url": files.put("a/page.txt", "hello"), "title": "A page"}]
+    right = batch_manifest(rows, SINGLE_FILE_BATCH_MANIFEST)
+    ours = profile_url(SINGLE_FILE_BATCH_MANIFEST)
+    other = right.replace(ours, f"http://example.org/batches/{SINGLE_FILE_BATCH_MANIFEST}")
+    assert other != right
+    bid = _submit(files.put("other.checkm", other), "single-file-batch-manifest")
+    daemon(zk, "batch-pending").run_once()
+    batch = batch_load(zk, bid)
+    assert batch.state == "Failed"
+    assert "line 2: #%profile 'http://example.org/batches/" in batch.status.message
+    assert ours in batch.status.message
+    assert _jobs(zk, bid) == []
+
+    legacy = batch_manifest(rows, BATCH_MANIFEST).replace(
+        profile_url(BATCH_MANIFEST), f"http://uc3.cdlib.org/registry/mrt/{BATCH_MANIFEST}"
+    )
+    bid = _submit(files.put("legacy.checkm", legacy), "batch-manifest")
+    daemon(zk, "batch-pending").run_once()
+    assert batch_load(zk, bid).state != "Failed"
+    assert len(_jobs(zk, bid)) == 1
 
 
 @pytest.mark.parametrize(

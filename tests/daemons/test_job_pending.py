@@ -80,6 +80,30 @@ def test_an_object_manifest_with_headers_but_no_profile_fails_naming_the_line(
     assert job_load(zk, job.jid).state == "Estimating"
 
 
+def test_an_object_manifest_with_a_profile_merritt_does_not_take_fails_naming_those_it_takes(
+    zk, files: FileServer
+) -> None:
+    """Merritt's object-manifest reader takes two profile URLs, each matched whole (mrt-core2
+    ManifestRowIngest 450aab1, Checkm.handleHeaders: "manifestProfile does not match expected
+    form"): https is not http. Such a manifest was read here before; the job now fails for good
+    at Pending, naming the URLs Merritt takes."""
+    files.put("a", "x")
+    text = object_manifest([{"url": files.url + "/a", "filename": "a"}])
+    https = text.replace(
+        f"| {profile_url(OBJECT_MANIFEST)}",
+        "| https" + profile_url(OBJECT_MANIFEST).removeprefix("http"),
+    )
+    assert https != text
+    url = files.put("m.checkm", https)
+    job = make_job(zk, {"payload_url": url, "type": "object-manifest"})
+    daemon(zk, "pending").run_once()
+    failed = job_load(zk, job.jid)
+    assert failed.state == "Failed"
+    assert f"object manifest {url}: line 2: #%profile 'https://" in failed.status.message
+    assert profile_url(OBJECT_MANIFEST) in failed.status.message
+    assert is_permanent_failure(failed.status)
+
+
 def test_matching_manifest_digest_passes(zk, files: FileServer) -> None:
     text = object_manifest([{"url": files.url + "/a", "filename": "a"}])
     url = files.put("m.checkm", text)

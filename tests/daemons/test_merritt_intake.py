@@ -38,6 +38,7 @@ from queues.chaos.standins import Answer, running, unused_url
 from queues.operator.auth import ensure_groups
 from queues.services import moves
 from queues.steps.checkm import (
+    OBJECT_MANIFEST,
     SINGLE_FILE_BATCH_MANIFEST,
     parse_checkm,
     profile_url,
@@ -322,6 +323,19 @@ def test_an_uploaded_manifest_merritt_would_read_by_other_columns_is_refused_uns
             ),
             b"a batch manifest without a #%profile",
         ),
+        # Merritt's batch reader takes only its own profile URLs, matched whole (mrt-core2
+        # ManifestRowBatch 64d6bd2, Checkm.handleHeaders): not https, nor a "/" after it.
+        (
+            lambda text: text.replace("#%profile | http:", "#%profile | https:"),
+            b"line 2: #%profile",
+        ),
+        (
+            lambda text: text.replace(
+                profile_url(SINGLE_FILE_BATCH_MANIFEST),
+                profile_url(SINGLE_FILE_BATCH_MANIFEST) + "/",
+            ),
+            b"is none of the profiles",
+        ),
     ],
 )
 def test_an_uploaded_manifest_merritt_refuses_whole_is_refused_unsent(
@@ -369,6 +383,33 @@ def test_an_uploaded_object_manifest_is_held_to_a_profile_only_with_headers(
     assert response.status_code == 200, response.content
     [sent] = ingest.uploads
     assert sent.content == rows.encode()
+
+
+def test_an_uploaded_object_manifest_with_a_profile_merritt_does_not_take_is_refused_unsent(
+    zk: Any, ingest: IngestPosterStandIn, key: str
+) -> None:
+    """Merritt's ingest reads an object manifest with ManifestRowIngest (mrt-core2 450aab1),
+    which takes two profile URLs, each matched whole (Checkm.handleHeaders: "manifestProfile
+    does not match expected form"). One naming the kind at the end of another URL passed the
+    door before and failed at Merritt; it is refused unsent, naming the URLs Merritt takes.
+    Merritt's other URL for the kind is sent."""
+    rows = "http://h.example/a.txt | | | | | a.txt\n#%eof\n"
+
+    def send(profile: str) -> Any:
+        text = f"#%profile | {profile}\n{rows}"
+        upload = SimpleUploadedFile("m.checkm", text.encode(), content_type="text/plain")
+        return _post(key, {"profile": PROFILE, "file": upload, "type": "manifest"})
+
+    response = send("http://example.org/manifests/mrt-ingest-manifest")
+    assert response.status_code == 400, response.content
+    assert b"line 1: #%profile" in response.content
+    assert profile_url(OBJECT_MANIFEST).encode() in response.content
+    assert ingest.uploads == [] and ingest.seen("POST") == []
+    assert batch_ids(zk) == []
+
+    response = send("http://uc3.cdlib.org/registry/mrt/mrt-ingest-manifest")
+    assert response.status_code == 200, response.content
+    assert len(ingest.uploads) == 1
 
 
 def test_a_title_with_a_bar_reaches_ingest_encoded_as_merritt_encodes_it(

@@ -7,21 +7,26 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from queues.steps.checkm import (
+    ADD_MANIFEST,
     BATCH_FIELDS,
     BATCH_MANIFEST,
     CONTAINER_BATCH_MANIFEST,
     FIELD_KEYS,
     HASH_LENGTHS,
+    INGEST_KINDS,
     MANIFEST_KINDS,
     MERRITT_COLUMNS,
+    MERRITT_PROFILES,
     OBJECT_FIELDS,
     OBJECT_MANIFEST,
+    PROFILE_BASE,
     SINGLE_FILE_BATCH_MANIFEST,
     CheckmReader,
     ManifestError,
     ManifestRow,
     TooManyRows,
     filename_problem,
+    merritt_profile_kind,
     parse_checkm,
     profile_url,
     write_checkm,
@@ -313,8 +318,107 @@ def test_a_reader_gives_each_row_before_it_reads_the_next() -> None:
 
 
 def test_unknown_profile_is_rejected() -> None:
-    with pytest.raises(ManifestError, match=r"^line 2: unknown manifest profile 'mrt-other'$"):
+    with pytest.raises(ManifestError, match=r"^line 2: #%profile '.*/mrt-other' is none of the"):
         parse_checkm(header("mrt-other"))
+
+
+REGISTRY = "http://uc3.cdlib.org/registry/"
+
+
+@pytest.mark.parametrize(
+    ("profile", "kind"),
+    [
+        *((url, kind) for kind, urls in MERRITT_PROFILES.items() for url in urls),
+        # Checkm.handleHeaders: StringUtil.squeeze(profile).matches(StringUtil.squeeze(url)). The
+        # URL is the pattern: its "." matches any one character but a line terminator.
+        ("http://uc3Xcdlib/org/registry/ingest/manifest/mrt-ingest-manifest", OBJECT_MANIFEST),
+        ("http://uc3\u00e9cdlib.org/registry/mrt/mrt-batch-manifest", BATCH_MANIFEST),
+        # White space (StringTokenizer's: space, tab, CR, LF, FF) is squeezed out first.
+        ("http://uc3.cdlib.org/registry/ store/manifest/mrt-add-\tmanifest", ADD_MANIFEST),
+        # The whole text must match: no scheme, host, path, case, ending but Merritt's own.
+        ("https://uc3.cdlib.org/registry/ingest/manifest/mrt-ingest-manifest", None),
+        ("http://uc3.cdlib.org/registry/ingest/manifest/mrt-ingest-manifest/", None),
+        ("http://uc3.cdlib.org/registry/ingest/manifest/mrt-ingest-manifest?v=1", None),
+        ("http://uc3.cdlib.org/registry/ingest/manifest/mrt-ingest-manifest#x", None),
+        ("HTTP://uc3.cdlib.org/registry/ingest/manifest/mrt-ingest-manifest", None),
+        ("http://uc3.cdlib.org/registry/ingest/manifest/MRT-ingest-manifest", None),
+        ("http://example.org/registry/ingest/manifest/mrt-ingest-manifest", None),
+        ("http://uc3.cdlib.org.example/registry/ingest/manifest/mrt-ingest-manifest", None),
+        ("http://uc3.cdlib.org/registry/other/mrt-ingest-manifest", None),
+        ("http://uc3.cdlib.org/registry/mrt/mrt-container-batch-manifest", None),
+        ("http://uc3.cdlib.org/registry/store/manifest/mrt-object-manifest", None),
+        ("mrt-ingest-manifest", None),
+        # "." matches no line terminator: U+0085, U+2028, U+2029 (CR and LF are squeezed out).
+        *(
+            (f"http://uc3{char}cdlib.org/registry/ingest/manifest/mrt-ingest-manifest", None)
+            for char in "\x85\u2028\u2029"
+        ),
+    ],
+)
+def test_a_profile_is_one_merritts_readers_take_as_java_matches_it(
+    profile: str, kind: str | None
+) -> None:
+    """mrt-core2 ManifestRowIngest (450aab1), ManifestRowBatch and ManifestRowAdd (64d6bd2)
+    list the profiles their reader takes; Checkm.handleHeaders (450aab1) takes a profile that
+    String.matches one of them, white space squeezed out of both."""
+    assert merritt_profile_kind(profile) == kind
+    text = f"#%profile | {profile}\nhttp://h/a | | | | | a\n#%eof\n"
+    if kind is None:
+        with pytest.raises(ManifestError, match=r"^line 1: #%profile .* is none of the profiles"):
+            parse_checkm(text)
+    else:
+        assert parse_checkm(text).kind == kind
+
+
+def test_a_depositors_profile_merritts_ingest_refuses_is_refused_naming_those_it_takes() -> None:
+    """Until this change a profile was taken here when its last path part named a kind, on any
+    host and path: a manifest Merritt's ingest refuses ("manifestProfile does not match expected
+    form") was read. The error names the URLs Merritt's reader of the kind takes."""
+    rows = "http://h/a | | | | | a\n#%eof\n"
+    for profile in (
+        "https://uc3.cdlib.org/registry/ingest/manifest/mrt-ingest-manifest",
+        "http://example.org/manifests/mrt-ingest-manifest",
+        "http://uc3.cdlib.org/registry/ingest/manifest/mrt-ingest-manifest/",
+    ):
+        with pytest.raises(ManifestError) as refused:
+            list(CheckmReader(f"#%profile | {profile}\n{rows}", only=OBJECT_MANIFEST))
+        message = str(refused.value)
+        assert message.startswith(f"line 1: #%profile {profile!r} is none of the profiles")
+        assert message.endswith(", ".join(MERRITT_PROFILES[OBJECT_MANIFEST]))
+        with pytest.raises(ManifestError, match="is none of the profiles"):
+            parse_checkm(f"#%profile | {profile}\n{rows}", profile_if_headed=True)
+    # Merritt's ingest takes its legacy URL too.
+    legacy = f"#%profile | {REGISTRY}mrt/{OBJECT_MANIFEST}\n{rows}"
+    assert parse_checkm(legacy, profile_if_headed=True).kind == OBJECT_MANIFEST
+    # A depositor's manifest is read as one of ingest's kinds: storage's add profile is none.
+    with pytest.raises(ManifestError, match=r"^line 1: a mrt-ingest-manifest or .* got mrt-add"):
+        parse_checkm(f"#%profile | {profile_url(ADD_MANIFEST)}\n{rows}", profile_if_headed=True)
+
+
+def test_a_batch_profile_whose_kind_white_space_splits_is_refused_to_a_depositor() -> None:
+    """Merritt's batch reader squeezes the white space out of the profile before matching it,
+    but mrt-ingest HandlerDisaggregate.getObjectType (0ba8fbe) takes each job's type from the
+    profile as written (``profile.contains("mrt-batch-manifest")``, ...), and fails the batch
+    when it holds none. An object manifest's profile is not read again."""
+    rows = "http://h/a | | | | | a\n#%eof\n"
+    split = f"#%profile | {PROFILE_BASE}mrt-batch- manifest\n{rows}"
+    with pytest.raises(ManifestError, match=r"^line 1: #%profile .*white space inside mrt-batch"):
+        parse_checkm(split, profile_if_headed=True)
+    assert parse_checkm(split).kind == BATCH_MANIFEST
+    spaced = f"#%profile | {PROFILE_BASE} mrt-batch-manifest \n{rows}"
+    assert parse_checkm(spaced, profile_if_headed=True).kind == BATCH_MANIFEST
+    split_object = f"#%profile | {PROFILE_BASE}mrt-ingest- manifest\n{rows}"
+    assert parse_checkm(split_object, profile_if_headed=True).kind == OBJECT_MANIFEST
+
+
+@pytest.mark.parametrize("kind", sorted(MANIFEST_KINDS))
+def test_the_profile_the_console_writes_is_the_first_merritt_takes(kind: str) -> None:
+    text = write_checkm([{"url": "http://h/a", "filename": "a"}], kind=kind)
+    assert profile_url(kind) == MERRITT_PROFILES[kind][0]
+    assert parse_checkm(text).kind == kind
+    assert CheckmReader(text, only=kind).columns() == MERRITT_COLUMNS[kind]
+    if kind in INGEST_KINDS:
+        assert parse_checkm(text, profile_if_headed=True).kind == kind
 
 
 def test_fields_header_without_url_column_is_rejected() -> None:
@@ -695,7 +799,7 @@ def test_the_first_profile_line_of_a_gathering_sets_the_kind_as_merritt_takes_it
 def test_a_profile_line_merritt_reads_as_another_profile_is_refused() -> None:
     """The rest of the line, white space squeezed out, must be one of the class's profiles
     (Checkm.handleHeaders): "URL | more" is none of them."""
-    with pytest.raises(ManifestError, match=r"^line 1: unknown manifest profile"):
+    with pytest.raises(ManifestError, match=r"^line 1: #%profile .* is none of the profiles"):
         parse_checkm(PROFILE_LINE.rstrip("\n") + " | v2\nhttp://h/a\n#%eof\n")
     with pytest.raises(ManifestError, match=r"^line 1: #%profile without a URL"):
         parse_checkm("#%profile | \nhttp://h/a\n#%eof\n")

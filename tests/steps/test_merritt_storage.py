@@ -148,6 +148,43 @@ def test_the_storage_manifest_processing_writes_is_one_merritts_storage_takes(
     assert storage.versions()[ARK] == [storage.versions()[ARK][0]]  # no version made
 
 
+def test_storage_takes_the_add_profiles_merritts_storage_takes_as_it_matches_them(
+    storage: StorageStandIn, http_server: Loopback, tmp_path: Path
+) -> None:
+    """ManifestRowAdd (mrt-core2 64d6bd2) takes .../store/manifest/mrt-add-manifest and
+    .../registry/mrt/mrt-add-manifest, each as Checkm.handleHeaders (450aab1) matches it:
+    String.matches with the URL as the pattern, whose "." is any one character. The stand-in
+    takes what that takes (before, only the two URLs as written) and refuses the rest."""
+    obj = tmp_path / "object"
+    (obj / "producer").mkdir(parents=True)
+    (obj / "producer" / "a.txt").write_bytes(b"hello")
+    http_server.file("/job/producer/a.txt", b"hello")
+    text = storage_manifest(obj, url_for=lambda name: f"{http_server.url}/job/{name}")
+    client = HttpStorage(storage.url, 9501, timeout=5)
+    for number, profile in enumerate(
+        (
+            "http://uc3.cdlib.org/registry/mrt/mrt-add-manifest",
+            "http://uc3-cdlib-org/registry/store/manifest/mrt-add-manifest",
+        ),
+        start=1,
+    ):
+        changed = text.replace(ADD_PROFILE, profile).encode()
+        url = http_server.file(f"/job/taken{number}.txt", changed)
+        assert client.store(ark=ARK, manifest_url=url).version == number
+    for number, profile in enumerate(
+        (
+            ADD_PROFILE.replace("http:", "https:"),
+            ADD_PROFILE + "/",
+            "http://example.org/store/manifest/mrt-add-manifest",
+        )
+    ):
+        changed = text.replace(ADD_PROFILE, profile).encode()
+        url = http_server.file(f"/job/refused{number}.txt", changed)
+        with pytest.raises(StorageError, match=r"HTTP 500 GENERAL_EXCEPTION: Unable to build"):
+            client.store(ark=ARK, manifest_url=url)
+    assert len(storage.versions()[ARK]) == 2
+
+
 def test_an_unknown_object_is_not_found_and_a_stored_one_is_listed_from_its_xml_manifest(
     storage: StorageStandIn, http_server: Loopback
 ) -> None:

@@ -486,3 +486,38 @@ def test_a_batch_manifest_with_no_hash_percent_line_names_the_profile_it_needs(
     message = str(raised.value)
     assert message.startswith("line 2: the batch manifest names no #%profile"), message
     assert f"#%profile | {profile_url(SINGLE_FILE_BATCH_MANIFEST)}" in message
+
+
+@pytest.mark.parametrize(
+    "host_and_path",
+    [
+        "https://uc3.cdlib.org/registry/ingest/manifest/",  # https
+        "http://example.org/any/path/",  # another host and path
+        "http://uc3.cdlib.org/registry/",  # another path
+    ],
+)
+def test_a_profile_merritts_ingest_refuses_is_refused_at_intake(host_and_path: str) -> None:
+    """Merritt's ingest takes only its own profile URLs, matched whole (mrt-core2
+    ManifestRowIngest 450aab1, ManifestRowBatch 64d6bd2, Checkm.handleHeaders "manifestProfile
+    does not match expected form"). A job's object manifest and a batch manifest naming their
+    kind at the end of another URL are refused here too, naming the URLs Merritt takes, where
+    until this change the last path part was enough."""
+    rows = f"http://h/a/1.tif | md5 | {MD5} | | | one.tif\n#%eof\n"
+    spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
+    other = f"#%profile | {host_and_path}{OBJECT_MANIFEST}\n{rows}"
+    with pytest.raises(ManifestError) as refused:
+        payload_files(spec, fetch_text=fetcher({"http://h/m": other}))
+    assert str(refused.value).startswith("line 1: #%profile "), refused.value
+    assert profile_url(OBJECT_MANIFEST) in str(refused.value)
+
+    text = batch(SINGLE_FILE_BATCH_MANIFEST, {"url": "http://h/1"})
+    ours = profile_url(SINGLE_FILE_BATCH_MANIFEST)
+    text = text.replace(ours, f"{host_and_path}{SINGLE_FILE_BATCH_MANIFEST}")
+    with pytest.raises(ManifestError) as refused:
+        expand_submission(
+            submission_type="single-file-batch-manifest",
+            payload_url="http://h/b",
+            fetch_text=fetcher({"http://h/b": text}),
+        )
+    assert str(refused.value).startswith("line 2: #%profile "), refused.value
+    assert ours in str(refused.value)
