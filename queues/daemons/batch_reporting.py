@@ -33,7 +33,7 @@ from queues.core.states import BatchState
 from queues.daemons import clients
 from queues.daemons.base import BatchDaemon, Next, Stay, Step, StepFailed
 from queues.services import moves
-from queues.steps.notify import report_attachments, send_batch_summary
+from queues.steps.notify import ATTACHED_JOBS_MOST, report_attachments, send_batch_summary
 from queues.steps.profiles import ProfileError, load_profile
 from queues.zk.batches import (
     batch_ids,
@@ -184,10 +184,14 @@ class BatchReporting(BatchDaemon):
                 raise MailUnavailable(f"mail server unavailable: {detail}") from exc
             raise StepFailed(f"summary mail not sent: {detail}") from exc
 
-    def attachments(self, report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    def attachments(self, report: dict[str, Any]) -> list[tuple[str, str, str]] | None:
         """Merritt's ``failed.json`` and ``completed.json`` for the report's jobs: each job's
         configuration, a failed one's with its status's ``Status`` and ``Message``
-        (docs/merritt-services.md, "Mail"). A job that no longer loads is left out."""
+        (docs/merritt-services.md, "Mail"). A job that no longer loads is left out. None for
+        a batch of more than ``ATTACHED_JOBS_MOST`` jobs: nothing loaded, nothing attached."""
+        jobs = len(report.get("successful_jobs") or []) + len(report.get("failed_jobs") or [])
+        if jobs > ATTACHED_JOBS_MOST:
+            return None
 
         def configurations(jids: list[str], failed: bool) -> list[dict[str, Any]]:
             found = []

@@ -365,6 +365,11 @@ FAILED_ATTACHMENT = "failed.json"
 COMPLETED_ATTACHMENT = "completed.json"
 # (file name, content, content type) of one attachment.
 Attachment = tuple[str, str, str]
+# The most jobs whose configurations the report attaches: each is a kilobyte or two, and a batch
+# of tens of thousands would make a mail of tens of megabytes, past what mail servers take (a
+# permanent refusal) or past the exchange's deadline (an outage, for ever). Above it the body
+# says where the lists are instead.
+ATTACHED_JOBS_MOST = 2_000
 
 
 def merritt_subject(step: str, status: str, batch_uuid: str) -> str:
@@ -410,8 +415,10 @@ def batch_summary(
     state: str,
     console_url: str,
     batch_uuid: str = "",
+    unattached: bool = False,
 ) -> tuple[str, str]:
-    """Subject and plain-text body of a batch summary mail.
+    """Subject and plain-text body of a batch summary mail; ``unattached``: the job lists were
+    left out of the mail (more than ``ATTACHED_JOBS_MOST`` jobs), which the body says.
 
     The subject starts with Merritt's (``merritt_subject``: ``Ingest: OK -- Submission
     Processed: <batch_uuid>;``, ``Fail`` for a Failed batch), the batch's external id
@@ -449,6 +456,11 @@ def batch_summary(
         lines += _section("Still failed", [j for j in failed if j in before_failed])
     lines += _section(f"Successful jobs ({len(succeeded)})", succeeded, empty="none")
     lines += _section(f"Failed jobs ({len(failed)})", failed, empty="none")
+    if unattached:
+        lines.append(
+            f"Attached:  nothing: {FAILED_ATTACHMENT} and {COMPLETED_ATTACHMENT} are left out for "
+            f"a batch of {total:,} jobs; the page below lists them"
+        )
     lines.append(f"Details: {console_url.rstrip('/')}/batches/{batch_id}/")
     return subject, "\n".join(lines) + "\n"
 
@@ -518,10 +530,11 @@ def send_batch_summary(
     console_url: str,
     round_key: str = "",
     batch_uuid: str = "",
-    attachments: Sequence[Attachment] = (),
+    attachments: Sequence[Attachment] | None = (),
 ) -> int:
     """Mail the batch summary to ``to`` with Django's mail backend, with ``attachments``
-    (``report_attachments``); returns messages sent.
+    (``report_attachments``; None: left out for the batch's size, as the body says); returns
+    messages sent.
     ``round_key`` names the report (a batch's status and its version): the mail's Message-ID
     is made of it (``summary_message_id``), so a summary sent again for the same report, by a
     consumer that took the batch over from one killed between sending it and recording it,
@@ -538,9 +551,10 @@ def send_batch_summary(
         state=state,
         console_url=console_url,
         batch_uuid=batch_uuid,
+        unattached=attachments is None,
     )
     message_id = summary_message_id(batch_id, round_key) if round_key else None
-    return send(to, subject, body, message_id=message_id, attachments=attachments)
+    return send(to, subject, body, message_id=message_id, attachments=attachments or ())
 
 
 def summary_message_id(batch_id: str, round_key: str) -> str:

@@ -88,6 +88,26 @@ def test_an_all_completed_report_has_no_failed_attachment(zk, mailoutbox) -> Non
     assert json.loads(content) == {"completedJobs": [job_load(zk, jid).configuration]}
 
 
+def test_a_report_of_more_jobs_than_are_attached_says_where_they_are(
+    zk, mailoutbox, monkeypatch
+) -> None:
+    # Each job's configuration is a kilobyte or two: a batch of tens of thousands would make a
+    # mail of tens of megabytes, refused by the mail server or past the exchange's deadline for
+    # ever. Over the bound (made 2 here) nothing is loaded or attached, and the body says so.
+    from queues.daemons import batch_reporting
+
+    monkeypatch.setattr(batch_reporting, "ATTACHED_JOBS_MOST", 2)
+    bid, jids = _batch(zk, ["Completed", "Completed", "Failed"], state="Reporting")
+    assert daemon(zk, "batch-reporting").run_once()
+    [mail] = mailoutbox
+    assert mail.attachments == []
+    assert "failed.json and completed.json are left out for a batch of 3 jobs" in (
+        mail.body.replace("\n", " ")
+    )
+    assert all(jid in mail.body for jid in jids)
+    assert batch_load(zk, bid).report["mailed"] is True
+
+
 def test_all_completed_batch_is_completed(zk, mailoutbox) -> None:
     bid, _ = _batch(zk, ["Completed"], state="Reporting")
     daemon(zk, "batch-reporting").run_once()
