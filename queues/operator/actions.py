@@ -80,11 +80,25 @@ def perform(
         params=params,
         via=via,
     )
+    audit_made(outcomes, user=user, action=action, reason=reason, params=params, via=via)
+    return outcomes
+
+
+def audit_made(
+    outcomes: Sequence[moves.Outcome],
+    *,
+    user: Any,
+    action: str,
+    reason: str = "",
+    params: dict[str, Any] | None = None,
+    via: str = "web",
+) -> list[AuditEntry]:
+    """The entries of moves just made (``entries_of``), written, or kept through a database
+    outage and written once it answers (``audit.write_or_keep``); returns those kept."""
     audit.changed_here.set(True)
-    audit.write_or_keep(
+    return audit.write_or_keep(
         entries_of(outcomes, user=user, action=action, reason=reason, params=params, via=via)
     )
-    return outcomes
 
 
 def apply(

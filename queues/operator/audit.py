@@ -153,34 +153,11 @@ def write_or_keep(entries: Iterable[AuditEntry]) -> list[AuditEntry]:
     return []
 
 
-def record(
-    *,
-    user: Any,
-    action: str,
-    kind: str,
-    item_id: str,
-    before: str = "",
-    after: str = "",
-    reason: str = "",
-    detail: str = "",
-    ok: bool = True,
-    via: str = "web",
-) -> AuditEntry:
-    """Write one audit entry; refused attempts are recorded too, with ``ok=False``. Entries
-    kept through an earlier outage are written first; an outage now propagates."""
-    made = entry(
-        user=user,
-        action=action,
-        kind=kind,
-        item_id=item_id,
-        before=before,
-        after=after,
-        reason=reason,
-        detail=detail,
-        ok=ok,
-        via=via,
-    )
-    return write(made)
+def record(**fields: Any) -> AuditEntry:
+    """Write one audit entry (``entry``'s fields); refused attempts are recorded too, with
+    ``ok=False``. Entries kept through an earlier outage are written first; an outage now
+    propagates."""
+    return write(entry(**fields))
 
 
 def write(made: AuditEntry) -> AuditEntry:

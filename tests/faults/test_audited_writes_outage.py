@@ -13,6 +13,7 @@ server is down, so the outage strikes between the move and the entry however fas
 
 from __future__ import annotations
 
+import io
 import json
 import sqlite3
 import threading
@@ -404,3 +405,34 @@ def test_a_window_released_while_sqlite_is_held_is_audited_once_it_is_free(
         "fix",
         "daemon",
     )
+
+
+def test_the_queue_commands_cleanup_moves_nothing_while_another_writer_holds_sqlite(
+    zk: Any,
+    sqlite_file: Path,  # noqa: F811
+) -> None:
+    # As the console's actions: a sweep of the operator command checks the database takes
+    # writes before it takes anything away (before, every Completed batch went, unaudited).
+    from django.core.management import call_command
+
+    from queues.zk.batches import batch_ids, batch_load, batch_transition
+
+    admin = get_user_model().objects.create_user(username="admin-sweep")
+    admin.groups.add(ensure_groups()["admin"])
+    batch = batch_create(zk, submission={"profile": DEMO, "submitter": "tester"})
+    for state in ("Processing", "Reporting", "Completed"):
+        batch = batch_transition(zk, batch_load(zk, batch.bid), state)
+    args = ("queue", "cleanup", "--user", admin.username, "--reason", "housekeeping")
+    holder = sqlite3.connect(sqlite_file, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(Exception, match=r"locked|unavailable"):
+            call_command(*args, stdout=io.StringIO(), stderr=io.StringIO())
+        assert batch_ids(zk) == [batch.bid]  # nothing taken away without its entry
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert not AuditEntry.objects.filter(item_id=batch.bid).exists()
+    call_command(*args, stdout=io.StringIO(), stderr=io.StringIO())
+    assert batch_ids(zk) == []
+    assert AuditEntry.objects.filter(item_id=batch.bid, action="cleanup", ok=True).exists()

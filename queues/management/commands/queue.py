@@ -11,7 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.management.base import CommandError
 
 from queues.core.states import REMOVE, AccessState, BatchState
-from queues.operator import actions, archive, catalogue
+from queues.operator import actions, archive, audit, catalogue
 from queues.operator.audit import record
 from queues.services import hold_moves, moves
 from queues.zk import paths
@@ -216,6 +216,7 @@ class Command(QueueCommand):
         Completed batches are deleted with their jobs; batches, jobs and access requests marked
         Deleted (Merritt's library marks instead of removing) are removed.
         """
+        audit.writable()  # as actions.perform: no move its entry could not follow
         cleaned = removed = 0
         for outcome in moves.batches_cleanup(older_than=older_than):
             self.stdout.write(str(outcome))
@@ -283,6 +284,7 @@ def _perform(move: Move, user: Any, reason: str) -> list[moves.Outcome]:
             params=move.params,
             via=VIA,
         )
+    audit.writable()  # as actions.perform: no move its entry could not follow
     try:
         outcomes = hold_moves.collection_release_held(profile=move.item_id)
     except (DomainError, ValueError) as exc:
@@ -296,7 +298,9 @@ def _perform(move: Move, user: Any, reason: str) -> list[moves.Outcome]:
             via=VIA,
         )
         raise
-    actions.audit_outcomes(outcomes, user=user, action=move.action, reason=reason, via=VIA)
+    _stop_if_kept(
+        actions.audit_made(outcomes, user=user, action=move.action, reason=reason, via=VIA)
+    )
     return outcomes
 
 
@@ -306,9 +310,22 @@ def _audit_swept(outcome: moves.Outcome, user: Any, reason: str) -> None:
         return
     # An access request's outcome names its queue in its detail ("small queue").
     queue = outcome.detail.removesuffix(" queue") if outcome.kind == "access" else ""
-    actions.audit_outcomes(
-        [outcome], user=user, action="cleanup", reason=reason, params={"queue": queue}, via=VIA
+    _stop_if_kept(
+        actions.audit_made(
+            [outcome], user=user, action="cleanup", reason=reason, params={"queue": queue}, via=VIA
+        )
     )
+
+
+def _stop_if_kept(kept: list[Any]) -> None:
+    """As the console's actions: nothing moves without its entry. A move whose entry met a
+    database outage stops the command there (the entry is in the log; a command's process ends
+    before the database can take it), rather than going on moving unaudited."""
+    if kept:
+        raise CommandError(
+            "the database went away after the last move: its audit entry is in the log above "
+            "(a WARNING); nothing more was moved"
+        )
 
 
 def _check_options(action: str, ids: list[str], opts: dict) -> None:
