@@ -39,19 +39,28 @@ def access_create(zk: KazooClient, *, queue: str, token: dict[str, Any]) -> Acce
     return access_load(zk, queue, qid)
 
 
+def _token(path: str, read: tuple[bytes, Any] | None) -> dict[str, Any]:
+    """The token node as Merritt's Java library reads it (``Access.loadProperties``: an absent
+    or empty node is an empty object; Ruby's ``create_assembly`` writes an empty node for an
+    empty token). Anything else must be a JSON object."""
+    if read is None or not read[0]:
+        return {}
+    return decode_json(path, read[0])
+
+
 def _decode(queue: str, qid: str, reads: dict[str, Any], stats: dict[str, Any]) -> AccessRequest:
     def node(name: str) -> str:
         return paths.access_node(queue, qid, name)
 
     if stats[paths.access(queue, qid)] is None:
         raise NotFound(f"access request {queue}/{qid} does not exist")
-    if reads[node("status")] is None or reads[node("token")] is None:
+    if reads[node("status")] is None:
         raise NotFound(f"access request {queue}/{qid} is incomplete")
     status_data, status_stat = reads[node("status")]
     return AccessRequest(
         queue=queue,
         qid=qid,
-        token=decode_json(node("token"), reads[node("token")][0]),
+        token=_token(node("token"), reads[node("token")]),
         status=Status(
             raw=decode_json(node("status"), status_data),
             version=status_stat.version,

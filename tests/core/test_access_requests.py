@@ -8,6 +8,7 @@ from kazoo.client import KazooClient
 from queues.services import moves
 from queues.zk import access
 from queues.zk.errors import InvalidID, InvalidTransition, ItemLocked, NotFound
+from queues.zk.records import AccessRequest
 
 from .helpers import QID_RE, assert_stamp, compact, raw, read_json, snapshot
 
@@ -128,6 +129,34 @@ def test_access_token_can_be_rewritten(zk: KazooClient) -> None:
     item = access.access_create(zk, queue="small", token=TOKEN)
     access.access_set_token(zk, item, {**TOKEN, "url": "https://example.org/a.zip"})
     assert read_json(zk, f"/access/small/{item.qid}/token")["url"] == "https://example.org/a.zip"
+
+
+def _merritt_request(zk: KazooClient, token: bytes | None) -> str:
+    """A request as mrt-zk's libraries create one: a sequential ``qid`` node, its token node, then
+    its status (Java ``Access.createAssembly``, Ruby ``MerrittZK::Access.create_assembly``)."""
+    qid = zk.create("/access/small/qid", b"", sequence=True).rsplit("/", 1)[1]
+    if token is not None:
+        zk.create(f"/access/small/{qid}/token", token)
+    zk.create(
+        f"/access/small/{qid}/status",
+        b'{"status":"Failed","last_modified":"2026-11-21 10:02:03 -0800","message":""}',
+    )
+    return qid
+
+
+# Ruby's create_assembly writes an empty token as an empty node (QueueItem.serialize gives nil
+# for an empty Hash); Java's Access.loadProperties reads an empty or absent token node as {}.
+@pytest.mark.parametrize("token", [b"", None], ids=["empty-node", "no-node"])
+def test_a_request_with_an_empty_or_absent_token_loads_as_merritts_library_loads_it(
+    zk: KazooClient, token: bytes | None
+) -> None:
+    qid = _merritt_request(zk, token)
+
+    [item] = access.accesses_load(zk, "small", access.access_ids(zk, "small"))
+    assert isinstance(item, AccessRequest)
+    assert (item.qid, item.token, item.state) == (qid, {}, "Failed")
+    moves.access_delete(queue="small", qid=qid)
+    assert zk.exists(f"/access/small/{qid}") is None
 
 
 @pytest.mark.parametrize("bad", ["qid1", "../jobs", "small"])

@@ -14,7 +14,7 @@ from queues.zk.access import access_create, accesses_load
 from queues.zk.batches import batch_create, batches_load
 from queues.zk.errors import DomainError
 from queues.zk.jobs import job_acquire, job_create, jobs_load
-from queues.zk.records import Batch, Broken, Job
+from queues.zk.records import AccessRequest, Batch, Broken, Job
 
 GARBAGE = [
     pytest.param(b"", id="empty"),
@@ -158,6 +158,9 @@ def test_garbage_in_an_access_request_makes_it_broken(
     zk.set(f"/access/small/{request.qid}/{node}", data)
 
     [item] = accesses_load(zk, "small", [request.qid])
+    if (node, data) == ("token", b""):  # Merritt's libraries write and read it: an empty token
+        assert isinstance(item, AccessRequest) and item.token == {}
+        return
     assert isinstance(item, Broken)
     before = _snapshot(zk)
     with pytest.raises(DomainError):
