@@ -901,7 +901,7 @@ class BatchDaemon(Daemon[Batch]):
         return zpaths.batch_node(item.bid, "lock")
 
     def move(self, item: Batch, step: Next) -> bool:
-        batch_transition(self.zk, item, step.target, message=step.message)
+        batch_transition(self.zk, item, step.target, message=step.message, holder=True)
         return False
 
     def unlock(self, item: Batch) -> None:

@@ -30,7 +30,7 @@ from . import paths, sized
 from .codecs import decode_json, encode_json, now_stamp
 from .errors import Conflict, ItemLocked, MalformedNode, NotFound, StaleVersion
 from .finished import CompletedMemory
-from .jobs import job_load, job_remove
+from .jobs import job_load, job_remove, jobs_load
 from .locks import lock_create, lock_release
 from .nodes import (
     children,
@@ -42,7 +42,7 @@ from .nodes import (
     read_many,
     stamp,
 )
-from .records import Batch, Broken, Status, decode_each
+from .records import Batch, Broken, Job, Status, decode_each
 
 BATCH_NODES = ("submission", "status", "status-report")
 REPORT_HISTORY = 20
@@ -396,9 +396,20 @@ class CompletionCheck:
 
 
 def batch_transition(
-    zk: KazooClient, batch: Batch, new_state: str, *, message: str = "", admin: bool = False
+    zk: KazooClient,
+    batch: Batch,
+    new_state: str,
+    *,
+    message: str = "",
+    admin: bool = False,
+    holder: bool = False,
 ) -> Batch:
     """Write the batch's new status, checked against the version it was read at.
+
+    ``holder``: the caller holds the batch's lock (a consumer's move), and the transaction
+    checks it is still there. Otherwise (an operator, a repair, a move after an operator's) the
+    transaction creates the lock and deletes it again, so it fails while any session holds the
+    batch (Merritt's ingest, a consumer of ours): ItemLocked, nothing written.
 
     A move to any state but Pending of a batch that has no ``states`` marker (its first move out
     of Pending: to Processing or Held) creates the marker in the same transaction: the library
@@ -415,12 +426,26 @@ def batch_transition(
     marker = paths.batch_node(batch.bid, "states")
     what = f"move {batch.bid} from {batch.state} to {new_state}"
 
+    lock = paths.batch_node(batch.bid, "lock")
+
     def attempt(create_marker: bool) -> None:
         txn = zk.transaction()
         txn.set_data(path, encode_json(raw), version=batch.status.version)
         if create_marker:
             txn.create(marker, b"")
-        commit(txn, what=what)
+        if holder:
+            txn.check(lock, -1)
+        else:
+            txn.create(lock, b"", ephemeral=True)
+            txn.delete(lock)
+        try:
+            commit(txn, what=what)
+        except StaleVersion:
+            raise
+        except Conflict:
+            if not holder and zk.exists(lock) is not None:
+                raise _locked(batch) from None
+            raise
 
     try:
         # A marker seen when the batch was read is never removed: no need to look again.
@@ -819,25 +844,31 @@ def batch_remove(zk: KazooClient, batch: Batch, *, check_state: bool = True) -> 
     """
     if check_state:
         BATCH.check_delete(batch.state)  # an already Deleted batch is removed
-    if zk.exists(paths.batch_node(batch.bid, "lock")) is not None:
-        raise ItemLocked(f"batch {batch.bid} is locked by a running consumer; try again later")
+    lock = paths.batch_node(batch.bid, "lock")
+    if zk.exists(lock) is not None:
+        raise _locked(batch)
     index = batch_job_ids(zk, batch.bid)
+    jids = sorted({j for jids in index.values() for j in jids})
+    _refuse_unknown_states(zk, batch, jids)
     deleted = []
-    for jid in sorted({j for jids in index.values() for j in jids}):
+    for jid in jids:
         try:
             job = job_load(zk, jid)
         except NotFound:
             continue
         except MalformedNode:
-            _remove_tree(zk, paths.job(jid))
+            _remove_tree(zk, paths.job(jid), f"job {jid}")
             deleted.append(jid)
             continue
         if job.bid != batch.bid:
             continue
         job_remove(zk, job, check_state=False)
         deleted.append(jid)
+    tree = _tree(zk, paths.batch(batch.bid))
+    if lock in tree:
+        raise _locked(batch)  # taken since the look above; a later one fails the root's delete
     txn = zk.transaction()
-    for path in _tree(zk, paths.batch(batch.bid)):
+    for path in tree:
         if path == paths.batch_node(batch.bid, "status"):
             txn.delete(path, version=batch.status.version)
         else:
@@ -847,6 +878,18 @@ def batch_remove(zk: KazooClient, batch: Batch, *, check_state: bool = True) -> 
         txn.delete(uuid_entry[0], version=uuid_entry[1])
     commit(txn, what=f"delete {batch.bid}")
     return deleted
+
+
+def _refuse_unknown_states(zk: KazooClient, batch: Batch, jids: Sequence[str]) -> None:
+    """Conflict, before anything is deleted, when a job of the batch is in a state this console
+    does not know (a newer Merritt library's): such a job is shown, never modified or removed."""
+    for start in range(0, len(jids), 500):
+        for job in jobs_load(zk, jids[start : start + 500]):
+            if isinstance(job, Job) and job.bid == batch.bid and not JOB.is_state(job.state):
+                raise Conflict(
+                    f"batch {batch.bid}: job {job.jid} is in a state this console does not know "
+                    f"({job.state!r}); the batch and its jobs are left as they are"
+                )
 
 
 def _own_uuid_entry(zk: KazooClient, batch: Batch) -> tuple[str, int] | None:
@@ -880,9 +923,18 @@ def _tree(zk: KazooClient, root: str) -> list[str]:
     return found
 
 
-def _remove_tree(zk: KazooClient, root: str) -> None:
+def _locked(batch: Batch) -> ItemLocked:
+    return ItemLocked(f"batch {batch.bid} is locked by a running consumer; try again later")
+
+
+def _remove_tree(zk: KazooClient, root: str, what: str) -> None:
+    """Every node of ``root`` in one transaction, unless ``root`` has a lock: ItemLocked then
+    (a lock is deleted only by its owner; one taken after the listing fails the root's delete)."""
+    tree = _tree(zk, root)
+    if f"{root}/lock" in tree:
+        raise ItemLocked(f"{what} is locked by a running consumer; try again later")
     txn = zk.transaction()
-    for path in _tree(zk, root):
+    for path in tree:
         txn.delete(path)
     commit(txn, what=f"remove {root}")
 

@@ -491,9 +491,11 @@ class TransitionPlan:
     another).
 
     ``lock`` says what happens to the job's ephemeral lock in the same transaction: ``None``
-    leaves it alone (an operator's move), ``"release"`` deletes it (a consumer's last step),
-    ``"keep"`` checks it still exists and leaves it (a consumer that keeps the job for its next
-    step). With a lock operation the transaction fails when the lock is gone.
+    (an operator's move, or anyone's who holds no lock) creates it and deletes it again, so the
+    transaction fails while any session holds the job (Merritt's ingest, a consumer of ours);
+    ``"release"`` deletes it (a consumer's last step), ``"keep"`` checks it still exists and
+    leaves it (a consumer that keeps the job for its next step). With ``"release"`` or
+    ``"keep"`` the transaction fails when the lock is gone.
     """
 
     job: Job
@@ -564,6 +566,11 @@ class TransitionPlan:
             txn.delete(nodes.lock)
         elif lock == "keep":
             txn.check(nodes.lock, -1)
+        else:
+            # No lock of the writer's: none may exist (the contract's "every other write to a
+            # job's nodes is fenced"). The ephemeral create fails while anyone holds the job.
+            txn.create(nodes.lock, b"", ephemeral=True)
+            txn.delete(nodes.lock)
 
     def moved(self, stat: ZnodeStat | None = None) -> Job:
         """The job as this move leaves it: its status as the server stamped it (``stat``, the
@@ -702,8 +709,11 @@ def _apply(
             raise
         except Conflict:
             strict = plan.lock == "keep" or (plan.lock == "release" and require_lock)
-            if strict and zk.exists(plan.lock_path) is None:
+            lock_stat = zk.exists(plan.lock_path)
+            if strict and lock_stat is None:
                 raise
+            if plan.lock is None and lock_stat is not None:
+                raise _locked(job) from None
             deletes, creates = _index_moves(zk, job, plan.new_state, plan.new_priority)
             # Folders are created below their owner only: a job whose batch was deleted
             # meanwhile gets NotFound instead of recreating an empty ghost of the batch.
@@ -713,8 +723,8 @@ def _apply(
                 )
                 ensure_folder(zk, root, posixpath.dirname(path))
             lock = plan.lock
-            if lock == "release" and zk.exists(plan.lock_path) is None:
-                lock = None
+            if lock == "release" and lock_stat is None:
+                lock = None  # gone meanwhile: the move is made only while no one holds the job
             if plan.drops:
                 found = exists_many(zk, list(plan.drops))
                 plan = replace(plan, drops=tuple(p for p in plan.drops if found[p] is not None))
@@ -727,6 +737,12 @@ def _apply(
         raise
     # The status write answers first among the move's writes that answer a stat.
     return plan.moved(next((r for r in answer if isinstance(r, ZnodeStat)), None))
+
+
+def _locked(job: Job) -> ItemLocked:
+    return ItemLocked(
+        f"job {job.jid} is locked by a running consumer (ours or Merritt's); try again later"
+    )
 
 
 def job_resume_state(job: Job) -> str:
@@ -828,11 +844,15 @@ def _remove(
 ) -> None:
     """Delete the job's nodes, those of ``entries`` (index entries) that exist and its records
     of side effects, in one transaction. ItemLocked when it is locked. With
-    ``status_version`` the status must still be that one."""
-    if zk.exists(paths.job_node(jid, "lock")) is not None:
-        raise ItemLocked(f"job {jid} is locked by a running consumer; try again later")
+    ``status_version`` the status must still be that one.
+
+    The lock is never among the deletes: a lock listed is ItemLocked, and one taken after the
+    listing makes the delete of the job's own node fail (NotEmpty), so the transaction is made
+    only while no session holds the job."""
     root = paths.job(jid)
     kids = children(zk, root)
+    if "lock" in kids:
+        raise ItemLocked(f"job {jid} is locked by a running consumer; try again later")
     candidates = [*entries, store_intent_path(jid), callback_record_path(jid)]
     found = [p for p, stat in exists_many(zk, candidates).items() if stat is not None]
     txn = zk.transaction()

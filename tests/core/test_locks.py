@@ -145,7 +145,7 @@ def test_two_clients_racing_for_the_head_never_both_get_it(
         head = make_job()
         client, winner = race_winner((zk, other_zk), lambda c: jobs.job_acquire(c, "Pending"))
         assert winner.jid == head.jid
-        jobs.job_unlock(client, jobs.job_transition(client, winner, "Estimating"))
+        jobs.job_unlock(client, jobs.job_transition(client, winner, "Estimating", keep_lock=True))
 
 
 def test_workers_on_two_clients_process_every_job_exactly_once(
@@ -158,7 +158,7 @@ def test_workers_on_two_clients_process_every_job_exactly_once(
     def worker(client: KazooClient, seen: list[str]) -> None:
         try:
             while (job := jobs.job_acquire(client, "Pending")) is not None:
-                jobs.job_transition(client, job, "Estimating")
+                jobs.job_transition(client, job, "Estimating", keep_lock=True)
                 jobs.job_unlock(client, job)
                 seen.append(job.jid)
         except BaseException as exc:
@@ -266,7 +266,9 @@ def test_two_clients_racing_for_a_batch_never_both_get_it(
             (zk, other_zk), lambda c, bid=created.bid: batches.batch_try_acquire(c, bid, "Pending")
         )
         assert winner.bid == created.bid
-        batches.batch_unlock(client, batches.batch_transition(client, winner, "Processing"))
+        batches.batch_unlock(
+            client, batches.batch_transition(client, winner, "Processing", holder=True)
+        )
 
 
 def test_two_clients_racing_for_an_access_request_never_both_get_it(

@@ -14,7 +14,7 @@ from queues.daemons.base import JobDaemon, Next, SessionGate, Step
 from queues.daemons.registry import DAEMONS
 from queues.services import moves
 from queues.zk import paths as zpaths
-from queues.zk.errors import Unavailable
+from queues.zk.errors import ItemLocked, Unavailable
 from queues.zk.jobs import job_load
 from queues.zk.locks import lock_break, lock_create, queue_hold_set
 from queues.zk.records import Job
@@ -89,17 +89,24 @@ def test_exception_fails_the_item_and_the_daemon_goes_on(zk) -> None:
     assert failed.lock is None
 
 
-def test_operator_move_during_the_step_wins(zk) -> None:
+def test_operator_move_during_the_step_is_refused_and_the_holder_moves_the_job(zk) -> None:
+    """Only the lock's owner writes a job: an operator's move of a job a consumer holds is
+    refused (ItemLocked, nothing written) and the consumer's own move goes through."""
+    refused: list[Exception] = []
+
     def operator_fails_it(_daemon, item):
-        moves.job_fail(jid=item.jid, message="stopped by an operator")
+        try:
+            moves.job_fail(jid=item.jid, message="stopped by an operator")
+        except ItemLocked as exc:
+            refused.append(exc)
 
     job = _job(zk)
     worker = Recorder(zk=zk, action=operator_fails_it)
     worker.run_once()
-    assert worker.last is not None and worker.last.outcome == "dropped"
+    assert len(refused) == 1
+    assert worker.last is not None and worker.last.outcome == "ok"
     moved = job_load(zk, job.jid)
-    assert moved.state == "Failed"
-    assert moved.status.message == "stopped by an operator"
+    assert moved.state == "Provisioning"
     assert moved.lock is None
 
 
