@@ -30,6 +30,7 @@ from queues.zk.codecs import decode_str
 from queues.zk.errors import (
     BadVersion,
     InvalidID,
+    ItemLocked,
     MalformedNode,
     NodeExists,
     NoNode,
@@ -74,6 +75,8 @@ def repair_one(
         )
     except (NoNode, NodeExists, NotEmpty, BadVersion) as exc:
         return f"skipped {finding.path}: changed meanwhile ({type(exc).__name__})"
+    except ItemLocked:
+        return f"skipped {finding.path}: a session holds its item's lock"
 
 
 def _delete(zk: Client, path: str) -> str:

@@ -18,7 +18,7 @@ from queues.zk import packed
 from queues.zk import paths as zpaths
 from queues.zk.batches import batch_ids, batch_load, batch_states, batch_transition
 from queues.zk.client import client
-from queues.zk.errors import Conflict, NotFound, QueueHeld, StillLoading
+from queues.zk.errors import Conflict, ItemLocked, NotFound, QueueHeld, StillLoading
 from queues.zk.jobs import index_entries, job_transition, jobs_load
 from queues.zk.locks import (
     collection_held,
@@ -152,8 +152,8 @@ def _release_batches(parked: Callable[[Batch], bool]) -> list[Outcome]:
             continue
         try:
             batch_transition(zk, batch, BatchState.PENDING, admin=True)
-        except (Conflict, NotFound):
-            continue
+        except (Conflict, ItemLocked, NotFound):
+            continue  # moved meanwhile, or a session holds it: left as it is
         outcomes.append(Outcome("batch", bid, BatchState.HELD, BatchState.PENDING))
     return outcomes
 
@@ -205,8 +205,8 @@ def collection_release_held(*, profile: str) -> list[Outcome]:
             continue
         try:
             job_transition(zk, job, JobState.PENDING, admin=True)
-        except (Conflict, NotFound):
-            continue
+        except (Conflict, ItemLocked, NotFound):
+            continue  # moved meanwhile, or a session holds it: left as it is
         outcomes.append(Outcome("job", job.jid, JobState.HELD, JobState.PENDING))
     outcomes += _release_batches(lambda b: b.profile == profile)
     return outcomes

@@ -635,8 +635,8 @@ def _to_reporting(zk: Any, bid: str) -> bool:
         return False
     try:
         batch_transition(zk, batch, BatchState.REPORTING)
-    except Conflict:
-        return False
+    except (Conflict, ItemLocked):
+        return False  # moved meanwhile, or held by a session (the sweep looks again)
     return True
 
 

@@ -191,3 +191,36 @@ def test_a_batch_with_a_job_in_a_state_we_do_not_know_is_never_removed(
     assert zk.exists(zpaths.job(known.jid)) is not None
     assert zk.get(zpaths.job_node(newer.jid, "status"))[0] == before
     assert zk.exists(zpaths.batch(batch.bid)) is not None
+
+
+def test_a_complete_batch_another_session_holds_is_not_moved_to_reporting_under_it(
+    zk: KazooClient, other_zk: KazooClient, batch: Batch, make_job: Callable[..., Job]
+) -> None:
+    """After an operator's fail, and at the completion sweep: a Processing batch whose jobs
+    all ended moves to Reporting, but not while Merritt's ingest holds the batch."""
+    job = make_job()
+    batches.batch_transition(zk, batch, BatchState.PROCESSING)
+    walk_job(zk, job, JobState.FAILED)
+    lock = zpaths.batch_node(batch.bid, "lock")
+    stat = hold_lock(other_zk, lock)
+    assert moves.batch_complete_if_done(bid=batch.bid) is False
+    assert batches.batch_load(zk, batch.bid).state == BatchState.PROCESSING
+    still_held(zk, lock, stat)
+    other_zk.delete(lock)
+    assert moves.batch_complete_if_done(bid=batch.bid) is True
+    assert batches.batch_load(zk, batch.bid).state == BatchState.REPORTING
+
+
+def test_a_release_of_a_collection_passes_over_a_held_job_another_session_holds(
+    zk: KazooClient, other_zk: KazooClient, make_job: Callable[..., Job]
+) -> None:
+    from queues.services import hold_moves
+
+    locked, free = make_job(), make_job()
+    for job in (locked, free):
+        walk_job(zk, job, JobState.HELD)
+    stat = hold_lock(other_zk, zpaths.job_node(locked.jid, "lock"))
+    outcomes = hold_moves.collection_release_held(profile=locked.profile)
+    assert [o.id for o in outcomes if o.kind == "job"] == [free.jid]
+    assert jobs.job_load(zk, locked.jid).state == JobState.HELD
+    still_held(zk, zpaths.job_node(locked.jid, "lock"), stat)
