@@ -968,6 +968,14 @@ class EzidStandIn(StandIn):
         expected = "Basic " + base64.b64encode(":".join(self.credentials).encode()).decode()
         if auth != expected:
             return self._text(401, "error: unauthorized")
+        if request.method == "GET" and request.path == "/login":
+            # EZID's API: a one-time login with HTTP Basic answers a session cookie.
+            return Answer(
+                200,
+                b"success: session cookie returned\n",
+                "text/plain; charset=UTF-8",
+                {"Set-Cookie": "sessionid=standin; Path=/"},
+            )
         if request.method not in ("POST", "PUT"):
             return self._text(405, "error: method not allowed")
         if not request.content_type.startswith("text/plain"):

@@ -119,22 +119,37 @@ def parse_policy(text: str, default: Policy) -> Policy:
 
 
 class ServiceUnavailable(Exception):
-    """A service outside answered "not now"; a client raises its own error from this."""
+    """A service outside answered "not now"; a client raises its own error from this.
+
+    ``ours``: the answer is about the console, not the job (its credentials refused, its
+    configured URL naming no endpoint of the service): every job would meet it alike, so the
+    service's breaker opens at the first one (``queues.daemons.breakers``) and the jobs wait,
+    unfailed, until the configuration is mended."""
 
     def __init__(
-        self, service: str, reason: str, *, retry_after: float | None = None, probe: str = ""
+        self,
+        service: str,
+        reason: str,
+        *,
+        retry_after: float | None = None,
+        probe: str = "",
+        ours: bool = False,
     ) -> None:
         super().__init__(f"{service}: {reason}")
         self.service = service
         self.reason = reason
         self.retry_after = retry_after
         self.probe = probe  # where a breaker asks whether the service answers again ("": its own)
+        self.ours = ours
 
 
-def unavailable(service: str, error: BaseException | str, *, probe: str = "") -> ServiceUnavailable:
-    """The marker for a connection that failed, was reset or timed out."""
+def unavailable(
+    service: str, error: BaseException | str, *, probe: str = "", ours: bool = False
+) -> ServiceUnavailable:
+    """The marker for a connection that failed, was reset or timed out (``ours``: an answer
+    about the console's configuration, ``ServiceUnavailable``)."""
     text = error if isinstance(error, str) else (str(error) or type(error).__name__)
-    return ServiceUnavailable(service, " ".join(text.split())[:REASON_MAX], probe=probe)
+    return ServiceUnavailable(service, " ".join(text.split())[:REASON_MAX], probe=probe, ours=ours)
 
 
 _PORTS = {"http": 80, "https": 443}

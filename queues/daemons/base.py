@@ -62,7 +62,7 @@ from queues.zk.pipeline import Parking
 from queues.zk.records import AccessRequest, Batch, Job
 from queues.zk.watch import ChangeSignal
 
-from .breakers import breakers, outlived
+from .breakers import breakers, note_outage, outlived
 from .completions import REPORTING_MOVES
 from .fetching import depositor_server
 from .pipeline import LOCK_LOST, JobPipeline, LockKeeper, LockLost
@@ -702,7 +702,7 @@ class JobDaemon(Daemon[Job]):
         outage = retries.outage_of(exc)
         if outage is None:
             return super().failure(item, exc)
-        breakers().failed(self.zk, outage.service, outage.reason, probe=outage.probe)
+        note_outage(self.zk, outage)
         try:
             again, message, until = retry_later(self.zk, item, self.step, outage, describe(exc))
         except (Conflict, StaleVersion) as exc2:

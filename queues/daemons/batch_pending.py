@@ -42,7 +42,7 @@ from queues.core import retries
 from queues.core.states import INGEST_HELD_MESSAGE, BatchState
 from queues.daemons import clients
 from queues.daemons.base import BatchDaemon, Next, Stay, Step, StepFailed, describe
-from queues.daemons.breakers import breakers
+from queues.daemons.breakers import note_outage
 from queues.daemons.retrying import RetryWaits, policy_for, when
 from queues.daemons.workfolder import fetch, work_root
 from queues.steps.checkm import ManifestError, TooManyRows
@@ -177,7 +177,7 @@ class BatchPending(BatchDaemon):
         outage = retries.outage_of(exc)
         if outage is None:
             return super().failure(item, exc)
-        breakers().failed(self.zk, outage.service, outage.reason, probe=outage.probe)
+        note_outage(self.zk, outage)
         decision = retries.decide(
             policy_for(outage.service), item.status.raw, outage, now=time.time()
         )

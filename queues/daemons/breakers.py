@@ -55,6 +55,7 @@ from .retrying import policy_for
 log = logging.getLogger("queues.daemons")
 
 PROBE_FIRST = 5.0
+HOLD_REASON_MAX = 300
 PROBE_MOST = 300.0
 STORAGE_NODE = "storage node "
 
@@ -96,8 +97,10 @@ def _short(reason: str) -> str:
 def probe_url(service: str, given: str = "") -> str:
     """Where the breaker of ``service`` asks whether it answers again: a storage node's state
     (``GET {storage}/state/{node}``), inventory's (``GET {inventory}/state``, JerseyInv in
-    CDLUC3/mrt-inventory), EZID's ``GET {ezid}/status``, or the root of a depositor's or
-    callback receiver's server (``given``, from the URL that failed). "" when none is known."""
+    CDLUC3/mrt-inventory), EZID's ``GET {ezid}/login`` (asked with the console's credentials,
+    so that a breaker opened for their refusal stays open until they are mended), or the root of
+    a depositor's or callback receiver's server (``given``, from the URL that failed). "" when
+    none is known."""
     node = storage_node(service)
     if node is not None:
         base = settings.MRT_STORAGE_URL
@@ -107,7 +110,7 @@ def probe_url(service: str, given: str = "") -> str:
         return f"{base.rstrip('/')}/state?t=xml" if base else ""
     if service == "ezid":
         base = settings.MRT_EZID_URL
-        return f"{base.rstrip('/')}/status" if base else ""
+        return f"{base.rstrip('/')}/login" if base else ""
     # The hold node that keeps ``given`` is one any client of the ensemble may write: only the
     # root of the very server the service names is asked.
     kind = service.split(" ", 1)[0]
@@ -210,11 +213,19 @@ class Breakers:
         self._runs: dict[str, deque[tuple[float, str]]] = {}
         self._probes: dict[str, tuple[float, float]] = {}  # service -> (next probe, interval)
 
-    def failed(self, zk: Any, service: str, reason: str, *, probe: str = "") -> bool:
-        """Count one outage of ``service``; True when it opened its breaker."""
+    def failed(
+        self, zk: Any, service: str, reason: str, *, probe: str = "", ours: bool = False
+    ) -> bool:
+        """Count one outage of ``service``; True when it opened its breaker. An answer about
+        the console (``ours``: its credentials refused, its URL naming no endpoint) opens it at
+        once, saying so: every job would meet it alike until the configuration is mended."""
         name = _holdable(service)
         if name is None:
             return False
+        if ours:
+            with self._lock:
+                self._runs.pop(name, None)
+            return self._open(zk, name, f"breaker: {name} refuses the console: {reason}")
         limit = settings.MRT_BREAKER_FAILURES
         window = settings.MRT_BREAKER_WINDOW
         now = time.monotonic()
@@ -233,7 +244,10 @@ class Breakers:
         node = storage_node(name)
         label = f"node {node}" if node is not None else name
         why = f"breaker: {count} x {cause} from {label} in {span:.0f} s"
-        if not _hold(zk, name, why, probe_url(name, probe)):
+        return self._open(zk, name, why, probe)
+
+    def _open(self, zk: Any, name: str, why: str, probe: str = "") -> bool:
+        if not _hold(zk, name, why[:HOLD_REASON_MAX], probe_url(name, probe)):
             return False  # held already (another process's breaker, or an operator)
         log.warning("%s held: %s", name, why)
         _audit("hold", name, why)
@@ -296,12 +310,15 @@ def _answers(service: str, url: str) -> bool:
             return False
         return retries.http_unavailable(service, status, reason, after, now=time.time()) is None
     session = service_session(retries=0, deadline=settings.MRT_HTTP_TIMEOUT)
+    # EZID's login checks the console's credentials as well as that EZID answers.
+    auth = (settings.MRT_EZID_USER, settings.MRT_EZID_PASSWORD) if service == "ezid" else None
     try:
-        response = session.get(url, timeout=settings.MRT_HTTP_TIMEOUT)
+        response = session.get(url, timeout=settings.MRT_HTTP_TIMEOUT, auth=auth)
     except requests.RequestException:
         return False
     finally:
         session.close()
+    # An answer about the console (its credentials refused, no endpoint there) is no answer.
     return unavailable_answer(service, response) is None
 
 
@@ -334,4 +351,4 @@ def breakers() -> Breakers:
 
 
 def note_outage(zk: Any, outage: retries.ServiceUnavailable) -> None:
-    breakers().failed(zk, outage.service, outage.reason, probe=outage.probe)
+    breakers().failed(zk, outage.service, outage.reason, probe=outage.probe, ours=outage.ours)

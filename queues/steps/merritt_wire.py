@@ -18,7 +18,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 from urllib.parse import quote_plus
 from xml.etree import ElementTree
@@ -27,7 +27,7 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from queues.core.retries import ServiceUnavailable, http_unavailable
+from queues.core.retries import REASON_MAX, ServiceUnavailable, http_unavailable
 from queues.steps.netpolicy import EXCHANGE_POOLS, RetryWithin, exchange_deadline, origin
 
 EXC_NAMESPACE = "http://uc3.cdlib.org/ontology/mrt/core/exc"
@@ -44,18 +44,66 @@ ANSWER_MAX = 64 * 1024 * 1024
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 
 
+# Answers about the console, not the job (docs/merritt-services.md, "Answers about the
+# console"). Merritt's storage and inventory authenticate no one (each is one Jersey servlet on
+# ``/*``, no security constraint in its web.xml), so a 401 or 403 comes from whatever stands in
+# front of them refusing our credentials; and a request a resource of theirs took is refused
+# with their exception document, so a 404 or 405 without one names no endpoint of theirs: the
+# configured URL is wrong. Every job would meet either alike.
+REFUSES_US = frozenset({401, 403})
+NO_ENDPOINT = frozenset({404, 405})
+
+
+def is_exception_document(content: bytes) -> bool:
+    """Whether ``content`` is Merritt's exception document (XML or JSON), of any kind."""
+    root = parse_xml(content[:20000])
+    if root is not None:
+        return _EXCEPTION_ROOT.match(local_name(root.tag)) is not None
+    parsed = state_fields(content[:20000])
+    return parsed is not None and _EXCEPTION_ROOT.match(parsed[0]) is not None
+
+
+def console_refused(
+    service: str,
+    response: requests.Response,
+    *,
+    refuses_us: Collection[int] = REFUSES_US,
+    own_answer: Callable[[bytes], bool] = is_exception_document,
+) -> ServiceUnavailable | None:
+    """The marker (``ours``) for an answer about the console rather than the job: a status of
+    ``refuses_us`` (our credentials refused), or a 404 or 405 whose body is not the service's
+    own answer (``own_answer``: the configured URL names no endpoint of the service). None for
+    any other answer."""
+    status = response.status_code
+    if status in refuses_us:
+        why = "the service refuses the console's credentials"
+    elif status in NO_ENDPOINT and not own_answer(response.content):
+        why = "no endpoint of the service answers there: is its configured URL right?"
+    else:
+        return None
+    said = " ".join((response.reason or "").split())
+    reason = f"HTTP {status} {said}".rstrip() + f" ({why})"
+    return ServiceUnavailable(service, reason[:REASON_MAX], ours=True)
+
+
 def unavailable_answer(
     service: str,
     response: requests.Response,
     *,
     refusals: Mapping[str, Collection[str]] | None = None,
+    refuses_us: Collection[int] = REFUSES_US,
+    own_answer: Callable[[bytes], bool] = is_exception_document,
 ) -> ServiceUnavailable | None:
     """What a client raises its refusal from when the answer means "not now" (408, 429, 5xx;
-    ``queues.core.retries``): the job is tried again later instead of failing. None otherwise.
+    ``queues.core.retries``) or is about the console (``console_refused``): the job is tried
+    again later instead of failing. None otherwise.
 
     ``refusals``: the kinds of Merritt's exception document (mrt-core2 ``TExceptionEnum``) a
     service answers with a 5xx that no wait cures (a wrong request, wrong data), each with the
     words its reason must hold to be one (none: any reason); such an answer is no outage."""
+    ours = console_refused(service, response, refuses_us=refuses_us, own_answer=own_answer)
+    if ours is not None:
+        return ours
     if refusals and response.status_code >= 500:
         words = refusals.get(exception_kind(response.content) or "")
         if words is not None:

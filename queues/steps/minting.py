@@ -8,7 +8,7 @@ from urllib.parse import quote, unquote
 
 import requests
 
-from queues.core.retries import is_unavailable_status, unavailable
+from queues.core.retries import outage_of, unavailable
 from queues.steps.merritt_wire import (
     answered_ok,
     is_ark_answer,
@@ -18,6 +18,9 @@ from queues.steps.merritt_wire import (
 )
 
 EZID = "ezid"  # the service's name for its retry policy (queues.core.retries)
+# EZID's answers about the console to a mint: our credentials (401), our account not allowed the
+# profile's shoulder (403). EZID API v2: "error: unauthorized" 401, "error: forbidden" 403.
+EZID_MINT_REFUSES_US = frozenset({401, 403})
 
 # NOID's "betanumeric" digits: no vowels (no accidental words) and no "l" (looks like 1).
 XDIGITS = "0123456789bcdfghjkmnpqrstvwxz"
@@ -25,6 +28,10 @@ XDIGITS = "0123456789bcdfghjkmnpqrstvwxz"
 
 class MintError(Exception):
     pass
+
+
+def _none(_content: bytes) -> bool:
+    return False
 
 
 class EzidRefused(MintError):
@@ -211,7 +218,10 @@ class EzidMinter:
 
     EZID answers ``success: ark:/...`` (possibly followed by `` | shadow``) or ``error: reason``
     (with 400 for a bad request, 401 for bad credentials, ...); the latter, any non-2xx status
-    and transport errors raise MintError. Requests are retried only when the connection could
+    and transport errors raise MintError, from an outage (the job waits) for 408, 429, 5xx and
+    a transport error, and from one about the console (its breaker opens at once) for our
+    credentials refused (401, and 403 to a mint), no endpoint there (404, 405) or an answer
+    that is none of EZID's API. Requests are retried only when the connection could
     not be made at all: a mint repeated after a lost reply would burn a second ARK.
     """
 
@@ -238,6 +248,7 @@ class EzidMinter:
         *,
         method: str = "POST",
         params: Mapping[str, str] | None = None,
+        mint: bool = False,
     ) -> str:
         try:
             response = self.session.request(
@@ -255,23 +266,30 @@ class EzidMinter:
             )
         body = response.content.decode("utf-8", "replace").strip()
         first = body.splitlines()[0] if body else ""
+        # 401 is our credentials refused; 403 ("authenticated but not authorized") is about
+        # the console only for a mint, whose shoulder is the profile's: for an identifier it
+        # is that identifier's (one another account owns). EZID answers an identifier it does
+        # not hold 400, so a 404 or 405 names no endpoint of its API: the configured URL's.
+        refuses_us = EZID_MINT_REFUSES_US if mint else {401}
+        cause = unavailable_answer(EZID, response, refuses_us=refuses_us, own_answer=_none)
         if first.startswith("error:"):
             reason = first.removeprefix("error:").strip()
             raise EzidRefused(
                 f"EZID refused to {what}: {reason} (HTTP {response.status_code})",
                 response.status_code,
-            ) from unavailable_answer(EZID, response)
+            ) from cause
         if not answered_ok(response):
-            raise MintError(
-                f"EZID answered HTTP {response.status_code} to {what}"
-            ) from unavailable_answer(EZID, response)
+            raise MintError(f"EZID answered HTTP {response.status_code} to {what}") from cause
         if not first.startswith("success:"):
-            raise MintError(f"EZID answered something unexpected to {what}: {first[:200]!r}")
+            # No answer of EZID's API (each begins "success:" or "error:"): a page of whatever
+            # stands at the configured URL, which every request would meet.
+            why = f"EZID answered something unexpected to {what}: {first[:200]!r}"
+            raise MintError(why) from unavailable(EZID, why, ours=True)
         return first.removeprefix("success:").split("|", 1)[0].strip()
 
     def mint(self, shoulder: str, metadata: Mapping[str, str] | None = None) -> str:
         url = f"{self.base_url}/shoulder/{quote(shoulder, safe=':/')}"
-        identifier = self._post(url, metadata, f"mint on {shoulder}")
+        identifier = self._post(url, metadata, f"mint on {shoulder}", mint=True)
         if not is_ark_answer(identifier):
             raise MintError(f"EZID minted {identifier[:200]!r}, which is no ARK")
         if not identifier.startswith(shoulder) or identifier.rstrip("/") == shoulder.rstrip("/"):
@@ -286,13 +304,14 @@ class EzidMinter:
 
     def describe(self, identifier: str, metadata: Mapping[str, str]) -> None:
         """Update an identifier EZID may not hold yet; create it if EZID refuses the update.
-        An unreachable EZID, or bad credentials (401), is not worth a create: MintError."""
+        An unreachable EZID, or one refusing the console (bad credentials, 401), is not worth a
+        create: MintError."""
         try:
             self.update(identifier, metadata)
             return
         except EzidRefused as exc:
-            if exc.status == 401 or is_unavailable_status(exc.status):
-                raise
+            if outage_of(exc) is not None:
+                raise  # EZID away, or refusing the console: a create would meet the same
         url = f"{self.base_url}/id/{quote(identifier, safe=':/')}"
         answered = self._post(
             url,

@@ -41,6 +41,7 @@ from queues.steps.merritt import inventory_manifest_url
 from queues.steps.merritt_wire import (
     answered_ok,
     child_text,
+    is_exception_document,
     java_urlencode,
     json_document,
     local_name,
@@ -517,9 +518,11 @@ class HttpStorage:
                 f"storage manifest {manifest_url} unreachable: {exc}"
             ) from unavailable(self.service, exc)
         if not answered_ok(response):
+            # The manifest is on the console's own web server (MRT_WORK_URL), not storage's:
+            # only "not now" waits here, as before.
             raise StorageError(
                 f"storage manifest {manifest_url} unreadable: HTTP {response.status_code}"
-            ) from unavailable_answer(self.service, response)
+            ) from unavailable_answer(self.service, response, refuses_us=(), own_answer=_any)
         return parse_storage_manifest(manifest_url, response.content)
 
     def stored_as(self, *, ark: str, manifest: StorageManifest) -> StoredVersion | None:
@@ -573,8 +576,8 @@ class HttpStorage:
             raise StorageError(f"storage service unreachable at {url}: {exc}") from unavailable(
                 self.service, exc
             )
-        if response.status_code == 404:
-            return None
+        if response.status_code == 404 and is_exception_document(response.content):
+            return None  # storage's own answer: no such object, version or file
         if not answered_ok(response):
             raise StorageError(
                 f"storage service refused the state of {ark} on node {self.node_id} ({url}): "
@@ -608,10 +611,14 @@ class HttpStorage:
             ) from unavailable_answer(self.service, response, refusals=STORAGE_REFUSALS)
         version = version_from_response(response.text)
         if version is None or version < 1:
-            raise StorageError(
+            # Not storage's answer (a page of whatever stands at the configured URL): every add
+            # would meet it. Whether a version was made is asked before the next add
+            # (``storing.Storing.store_once``).
+            why = (
                 f"storage service answered the add of {ark} without a version state "
                 f"(ver:versionState/ver:identifier): {response.text[:200]!r}"
             )
+            raise StorageError(why) from unavailable(self.service, why, ours=True)
         return StoredVersion(ark=ark, version=version, manifest_url=self.manifest_url(ark))
 
     def _object_manifest(self, ark: str) -> bytes:
@@ -669,6 +676,10 @@ class HttpStorage:
     def content_url(self, ark: str, version: int, name: str) -> str:
         """``GET content/{node}/{ark}/{version}/{file}``: a stored file's bytes."""
         return f"{self._object_url('content', ark)}/{version}/{quote(name, safe='')}"
+
+
+def _any(_content: bytes) -> bool:
+    return True
 
 
 # The root of storage's state documents by how far below the object they are (object,

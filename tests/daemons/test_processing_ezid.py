@@ -87,8 +87,31 @@ def test_an_ark_found_by_local_id_is_updated_with_its_target(zk, ezid) -> None:
     assert described["erc"] == f"who: Ann\nwhat: Title\nwhere: {known}\nwhere: loc-1\n"
 
 
-def test_ezid_refusing_the_description_fails_the_job_saying_so(zk, ezid, settings) -> None:
+def test_ezid_refusing_the_consoles_credentials_is_a_wait_not_a_failure(zk, ezid, settings) -> None:
+    """EZID's 401 (``error: unauthorized``) is about the console's account, which every job
+    would meet: the job waits in Processing for a later try, EZID's breaker holds the rest."""
+    from queues.zk.maintenance import service_holds
+
     settings.MRT_EZID_PASSWORD = "wrong"
+    job = _downloaded(zk, identifiers={"primary_id": "ark:/99999/fk4given", "local_id": []})
+
+    Processing(zk=zk).run_once()
+
+    waiting = job_load(zk, job.jid)
+    assert waiting.state == "Processing", waiting.status.message
+    assert "waiting to try again" in waiting.status.message
+    assert "unauthorized" in waiting.status.message
+    assert [r.method for r in ezid.seen()] == ["POST"]  # no create after a 401
+    assert "refuses the console" in service_holds(zk)["ezid"].reason
+
+
+def test_ezid_forbidding_an_identifier_fails_the_job_saying_so(zk, ezid) -> None:
+    """EZID's 403 for an identifier (one another account owns) is about that identifier."""
+    from queues.chaos.standins import Answer
+
+    forbidden = Answer(403, b"error: forbidden\n", "text/plain; charset=UTF-8")
+    ezid.refuse_next(forbidden)
+    ezid.refuse_next(forbidden)
     job = _downloaded(zk, identifiers={"primary_id": "ark:/99999/fk4given", "local_id": []})
 
     Processing(zk=zk).run_once()
@@ -96,4 +119,4 @@ def test_ezid_refusing_the_description_fails_the_job_saying_so(zk, ezid, setting
     failed = job_load(zk, job.jid)
     assert failed.state == "Failed"
     assert "cannot describe ark:/99999/fk4given in EZID" in failed.status.message
-    assert "unauthorized" in failed.status.message
+    assert "forbidden" in failed.status.message
