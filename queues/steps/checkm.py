@@ -832,6 +832,45 @@ def same_file_key(name: str) -> str:
     return "/".join(PurePosixPath(name.replace("\\", "/")).parts)
 
 
+class ObjectNames:
+    """The file names of one object, each added as its manifest names it: ManifestError for a
+    name that names a file given before (``same_file_key``), and for one that is a file and a
+    folder at once (``a`` and ``a/b``). Merritt's ingest downloads each row to
+    ``new File(producer, name)``, its folders made first, and refuses a file that exists: such
+    an object failed there as a "Duplicate filename", and here with whatever the disk said
+    first ("File exists", "Is a directory"), after every other file was downloaded
+    (docs/merritt-services.md, "File names in an object")."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, int] = {}  # key -> the line that named it
+        self.folders: dict[str, int] = {}  # every folder a name makes -> its first line
+
+    def add(self, name: str, line: int) -> None:
+        key = same_file_key(name)
+        if key in self.files:
+            raise ManifestError(
+                f"file name {name!r} already used on line {self.files[key]}", line=line
+            )
+        if key in self.folders:
+            raise ManifestError(
+                f"file name {name!r} is the folder of the file on line {self.folders[key]}: "
+                "one name cannot be a file and a folder",
+                line=line,
+            )
+        cut = key.find("/")
+        while cut != -1:
+            folder = key[:cut]
+            if folder in self.files:
+                raise ManifestError(
+                    f"file name {name!r} puts a file under {folder!r}, the file on line "
+                    f"{self.files[folder]}: one name cannot be a file and a folder",
+                    line=line,
+                )
+            self.folders.setdefault(folder, line)
+            cut = key.find("/", cut + 1)
+        self.files[key] = line
+
+
 def write_checkm(
     rows: Iterable[ManifestRow | Mapping[str, object]],
     *,

@@ -23,10 +23,10 @@ from queues.steps.checkm import (
     CheckmReader,
     ManifestError,
     ManifestRow,
+    ObjectNames,
     filename_problem,
     hash_problem,
     parse_checkm,
-    same_file_key,
     text_problem,
 )
 from queues.steps.merritt_wire import is_ark_answer
@@ -502,16 +502,11 @@ def payload_files(spec: ObjectSpec, *, fetch_text: FetchText) -> list[PayloadFil
     # Row by row: what is kept of each is its file, not the row (a million-file manifest's
     # rows held beside its files took about as much again).
     files: list[PayloadFile] = []
-    seen: dict[str, int] = {}
+    names = ObjectNames()  # "a" and "./a" are one file; "a" and "a/b" a file and a folder
     text = fetch_text(spec.payload_url)
     for row in CheckmReader(text, only=OBJECT_MANIFEST, profile_if_headed=True):
         name = row.filename or named_from_url(row.url, row.line)
-        key = same_file_key(name)  # "a" and "./a" would be written to one file
-        if key in seen:
-            raise ManifestError(
-                f"file name {name!r} already used on line {seen[key]}", line=row.line
-            )
-        seen[key] = row.line
+        names.add(name, row.line)
         files.append(file_of_row(row, name))
     if not files:
         raise ManifestError("the object manifest lists no files")

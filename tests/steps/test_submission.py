@@ -422,6 +422,45 @@ def test_two_names_of_one_file_are_a_repeated_file_name(first: str, second: str)
 
 
 @pytest.mark.parametrize(
+    ("first", "second", "why"),
+    [
+        ("a", "a/b", "'a/b' puts a file under 'a', the file on line 6"),
+        ("d/a", "d/a/b/c", "'d/a/b/c' puts a file under 'd/a', the file on line 6"),
+        ("a/b", "a", "'a' is the folder of the file on line 6"),
+        ("x/y/z", "./x//y/", "'./x//y/' is the folder of the file on line 6"),
+    ],
+)
+def test_a_name_that_is_a_file_and_a_folder_at_once_is_refused(
+    first: str, second: str, why: str
+) -> None:
+    """One object cannot hold a file "a" and a file "a/b": Merritt's ingest failed such an
+    object as a "Duplicate filename", and this console downloaded every other file before the
+    disk refused one of the two ("File exists" or "Is a directory", whichever came first)."""
+    manifest = write_checkm(
+        [{"url": "http://h/1", "filename": first}, {"url": "http://h/2", "filename": second}],
+        kind=OBJECT_MANIFEST,
+    )
+    spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
+
+    with pytest.raises(ManifestError) as refused:
+        payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
+    assert str(refused.value).startswith(f"line 7: file name {why}"), str(refused.value)
+    assert str(refused.value).endswith("one name cannot be a file and a folder")
+
+
+def test_names_that_share_a_folder_or_a_beginning_are_no_clash() -> None:
+    names = ["a/b", "a/c", "ab", "a.txt", "a b/c", "d/a", "d/ab/c"]
+    manifest = write_checkm(
+        [{"url": f"http://h/{i}", "filename": name} for i, name in enumerate(names)],
+        kind=OBJECT_MANIFEST,
+    )
+    spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
+
+    found = payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
+    assert [f.filename for f in found] == names
+
+
+@pytest.mark.parametrize(
     ("url", "why"),
     [
         ("http://h/..%2F..%2Fetc%2Fpasswd", "contains '..'"),
