@@ -766,9 +766,12 @@ def _char_words(char: str) -> str:
     return f"U+{ord(char):04X} ({name})" if name else f"U+{ord(char):04X}"
 
 
-# A file name's whole length (4,000 characters of "a/" made the download's folders recurse past
-# Python's limit), and one part's, which Linux's file systems hold to 255 bytes.
-MAX_NAME_CHARS = 1024
+# A file name's whole length in UTF-8 (4,000 characters of "a/" made the download's folders
+# recurse past Python's limit; 1,023 characters of four bytes each, in parts of 252 bytes, made
+# a path past Linux's PATH_MAX of 4,096 bytes, whatever the working folder), and one part's,
+# which Linux's file systems hold to 255 bytes. With at most 1,024 bytes a name leaves 3,000
+# bytes of a path for MRT_WORK_DIR and the job's own folders.
+MAX_NAME_BYTES = 1024
 MAX_PART_BYTES = 255
 
 
@@ -820,8 +823,8 @@ def filename_problem(name: str) -> str | None:
         return "contains '..'"
     if name and not parts:
         return "names no file (only '.' and '/')"
-    if len(name) > MAX_NAME_CHARS:
-        return f"is longer than {MAX_NAME_CHARS:,} characters"
+    if len(name) > MAX_NAME_BYTES or (not name.isascii() and len(name.encode()) > MAX_NAME_BYTES):
+        return f"is longer than {MAX_NAME_BYTES:,} bytes in UTF-8"
     if any(len(part.encode()) > MAX_PART_BYTES for part in parts):
         return f"has a part longer than {MAX_PART_BYTES} bytes, more than a file system holds"
     return None

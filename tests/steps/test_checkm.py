@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -541,7 +543,8 @@ def test_parser_never_fails_with_anything_but_manifest_error(data: bytes) -> Non
     [
         (".", "names no file"),
         ("./", "names no file"),
-        ("a/" * 2000, "is longer than 1,024 characters"),  # RecursionError making its folders
+        ("a/" * 2000, "is longer than 1,024 bytes"),  # RecursionError making its folders
+        ("/".join(["\U0001f600" * 63] * 5), "is longer than 1,024 bytes"),  # 319 characters
         ("x" * 256, "has a part longer than 255 bytes"),
         ("d/" + "é" * 128, "has a part longer than 255 bytes"),
     ],
@@ -549,6 +552,22 @@ def test_parser_never_fails_with_anything_but_manifest_error(data: bytes) -> Non
 def test_a_name_no_file_system_can_hold_is_refused(name: str, why: str) -> None:
     problem = filename_problem(name)
     assert problem is not None and problem.startswith(why), problem
+
+
+def test_a_name_whose_path_no_file_system_takes_is_refused(tmp_path: Path) -> None:
+    """1,023 characters, each part within 255 bytes, was a name the rule took: in UTF-8 it is
+    4,047 bytes, and under any working folder past PATH_MAX (4,096 bytes on Linux), so making
+    its folders failed at Downloading ("File name too long") after the object's other files."""
+    name = "/".join(["\U0001f600" * 63] * 16)
+    assert len(name) == 1023 and len(name.encode()) == 4047
+    with pytest.raises(OSError) as too_long:
+        (tmp_path / "object" / "producer" / name).mkdir(parents=True)
+    assert too_long.value.errno == errno.ENAMETOOLONG
+
+    problem = filename_problem(name)
+
+    assert problem == "is longer than 1,024 bytes in UTF-8", problem
+    assert filename_problem("/".join(["\u00e9" * 127] * 4)) is None  # 1,019 bytes
 
 
 def test_every_ascii_character_is_judged_as_before_the_fast_path() -> None:
