@@ -6,6 +6,7 @@ and verified, so a consumer that dies half-way leaves at most a ``.part`` file b
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -437,11 +438,43 @@ def download(
                 raise DigestMismatch(
                     url, f"{digest_alg.lower()} digest {actual} does not match {digest_value}"
                 )
-        os.replace(part, dest)
+        _land(part, dest, url)
     except BaseException:
         part.unlink(missing_ok=True)
         raise
     return DownloadResult(url=url, path=dest, size=size, digests=digests)
+
+
+# What a file system without hard links answers ``link``: the download is moved instead.
+NO_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOSYS})
+
+
+def _land(part: Path, dest: Path, url: str) -> None:
+    """Put a finished download at ``dest``, never over what is there: a hard link made with
+    the name fails when it is taken, in one step, whichever thread comes second. Two names of
+    one object that are distinct (the file-name rule and ``checkm.ObjectNames`` judge them as
+    Merritt does, byte by byte) are one file on a working disk that folds case or Unicode
+    forms; there the second replaced the first, one file lost and two reported downloaded.
+    Merritt's ingest refuses a file that exists (``createNewFile``) and fails the job."""
+    try:
+        os.link(part, dest)
+    except FileExistsError:
+        raise DownloadError(url, _taken(dest)) from None
+    except OSError as exc:
+        if exc.errno not in NO_LINKS:
+            raise
+        if os.path.lexists(dest):  # no hard links here: looked at, then moved
+            raise DownloadError(url, _taken(dest)) from None
+        os.replace(part, dest)
+        return
+    part.unlink()
+
+
+def _taken(dest: Path) -> str:
+    return (
+        f"{dest.name!r} already holds a file of this object: two of its names are one file on "
+        "the working disk, as on a disk that folds case or Unicode forms"
+    )
 
 
 def _copy_local(

@@ -188,6 +188,24 @@ def test_download_copies_file_urls(tmp_path: Path) -> None:
     assert result.digests["sha256"] == sha256(BODY)
 
 
+def test_a_download_never_replaces_a_file_already_there(tmp_path: Path) -> None:
+    """On a working disk that folds case or Unicode forms (``README`` and ``readme``, ``é``
+    composed and decomposed: one file there), the second of two such names of one object
+    landed on the first and replaced it: one file lost, two reported downloaded. Merritt's
+    ingest refuses a file that exists (``createNewFile``) and fails the job."""
+    first, second = tmp_path / "first.txt", tmp_path / "second.txt"
+    first.write_bytes(b"first file")
+    second.write_bytes(BODY)
+    dest = tmp_path / "out" / "README"
+    download(first.as_uri(), dest)
+
+    with pytest.raises(DownloadError, match="already holds a file of this object"):
+        download(second.as_uri(), dest)
+
+    assert dest.read_bytes() == b"first file"
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["README"]  # no .part left
+
+
 def test_file_urls_outside_the_allowed_roots_are_refused(tmp_path: Path) -> None:
     with pytest.raises(DownloadError, match="outside the allowed folders"):
         download("file:///etc/hostname", tmp_path / "x", file_roots=[tmp_path])

@@ -448,6 +448,21 @@ def test_a_name_that_is_a_file_and_a_folder_at_once_is_refused(
     assert str(refused.value).endswith("one name cannot be a file and a folder")
 
 
+def test_names_that_differ_in_case_or_unicode_form_alone_are_two_files() -> None:
+    """Merritt's ingest names each file with ``java.io.File`` on its Linux disk, byte by byte:
+    ``README`` and ``readme``, ``é`` composed and decomposed, are two files there and here
+    (a working disk that folds them is refused at the download: ``fetch._land``)."""
+    names = ["README", "readme", "caf\u00e9.txt", "cafe\u0301.txt"]
+    manifest = write_checkm(
+        [{"url": f"http://h/{i}", "filename": name} for i, name in enumerate(names)],
+        kind=OBJECT_MANIFEST,
+    )
+    spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
+
+    found = payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
+    assert [f.filename for f in found] == names
+
+
 def test_names_that_share_a_folder_or_a_beginning_are_no_clash() -> None:
     names = ["a/b", "a/c", "ab", "a.txt", "a b/c", "d/a", "d/ab/c"]
     manifest = write_checkm(
