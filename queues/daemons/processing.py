@@ -50,6 +50,7 @@ from queues.steps.erc import (
     write_erc,
     write_storage_manifest,
 )
+from queues.steps.merritt_wire import is_ark_answer
 from queues.steps.minting import MintError
 from queues.steps.objectfiles import (
     IngestRecord,
@@ -110,6 +111,15 @@ class Processing(JobDaemon):
 
     def settle_ark(self, job: Job, spec: ObjectSpec, local_id: str | None) -> str:
         ark = job.primary_id or (spec.primary_id or "")
+        if ark and not is_ark_answer(ark):
+            # Written by another client (the door checks a depositor's): it would be sent into
+            # EZID's URL, the storage request and the version's files as it is.
+            where = "identifiers" if job.primary_id else "configuration"
+            raise StepFailed(
+                f"the ARK {ark[:80]!r} in the job's {where} is no ARK "
+                "(ark:/NAAN/name, printable ASCII without spaces, no '.' or '..' part)",
+                permanent=True,
+            )
         known = clients.ark_for_local_id(local_id, job.profile) if local_id else None
         self.retrieved_ark = known
         if ark and known and ark != known:

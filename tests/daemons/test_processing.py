@@ -97,6 +97,40 @@ def test_given_ark_conflicting_with_the_local_id_fails(zk) -> None:
     assert "ark:/99999/fk4known" in failed.status.message
 
 
+@pytest.mark.parametrize(
+    ("where", "ark"),
+    [
+        ("identifiers", "ark:/99999/../../shoulder/ark:/99999/fk4"),
+        ("identifiers", "ark:/99999/fk4a b"),
+        ("configuration", "ark:/99999/fk4x\nwho: forged"),
+        ("configuration", "doi:10.5072/FK2"),
+    ],
+)
+def test_an_ark_from_the_job_nodes_that_is_no_ark_fails_the_job(zk, where: str, ark: str) -> None:
+    """The ARK another writer left in the job's ``identifiers`` (or its ``configuration``'s
+    ``objectID``) went unchecked into EZID's URL (``/id/<ark>``, its ``..`` parts and all),
+    the storage request and the version's files; the Storing step alone checked it."""
+    if where == "identifiers":
+        job = _downloaded(zk, identifiers={"primary_id": ark, "local_id": []})
+    else:
+        job = make_job(
+            zk,
+            {"payload_url": "http://x/a.txt", "type": "file", "filename": "a.txt", "objectID": ark},
+            state="Processing",
+        )
+        producer = object_dir(job) / "producer"
+        producer.mkdir(parents=True)
+        (producer / "a.txt").write_text("content")
+
+    Processing(zk=zk).run_once()
+
+    failed = job_load(zk, job.jid)
+    assert failed.state == "Failed", failed.status.message
+    assert "is no ARK" in failed.status.message
+    assert failed.store is None
+    assert not (object_dir(failed) / "system" / "mrt-erc.txt").exists()
+
+
 def test_nothing_downloaded_fails_with_advice(zk) -> None:
     job = make_job(zk, {"payload_url": "http://x/a", "type": "file"}, state="Processing")
     Processing(zk=zk).run_once()
