@@ -60,7 +60,7 @@ class AccessSmall(AccessDaemon):
 
     def prepare(self, item: AccessRequest) -> AccessRequest:
         if item.state == AccessState.PENDING:
-            return access_transition(self.zk, item, AccessState.PROCESSING)
+            return access_transition(self.zk, item, AccessState.PROCESSING, holder=True)
         return item
 
     def work(self, item: AccessRequest) -> Step:

@@ -925,7 +925,8 @@ class AccessDaemon(Daemon[AccessRequest]):
         return zpaths.access_node(item.queue, item.qid, "lock")
 
     def move(self, item: AccessRequest, step: Next) -> bool:
-        access_transition(self.zk, item, step.target, message=step.message)
+        # As the lock's holder: outside the step, the lock is read to be this session's.
+        access_transition(self.zk, item, step.target, message=step.message, holder=True)
         return False
 
     def unlock(self, item: AccessRequest) -> None:

@@ -16,7 +16,9 @@ from . import paths
 from .batches import simple_status
 from .codecs import decode_json, encode_json
 from .errors import Conflict, ItemLocked, MalformedNode, NotFound
+from .fence import Gated, holder_gate
 from .finished import CompletedMemory
+from .kazoo_private import Multi
 from .locks import lock_create, lock_release
 from .nodes import children, commit, exists_many, landed, lock_info, read_many, stamp
 from .records import AccessRequest, Broken, Status, decode_each
@@ -100,24 +102,48 @@ def access_ids(zk: KazooClient, queue: str) -> list[str]:
 
 
 def access_transition(
-    zk: KazooClient, item: AccessRequest, new_state: str, *, message: str = "", admin: bool = False
+    zk: KazooClient,
+    item: AccessRequest,
+    new_state: str,
+    *,
+    message: str = "",
+    admin: bool = False,
+    holder: bool = False,
 ) -> AccessRequest:
+    """Write the request's new status, checked against the version it was read at.
+
+    ``holder``: the caller holds the request's lock (our consumer's moves). The multi checks
+    the lock is there and is sent through the holder's gate (``fence.holder_gate``: the step's
+    claim session, or outside a step a lock read to be this session's), so it is the owner's
+    write or none (Conflict, or LockLost once the claim's session is gone). Otherwise (an
+    operator) the multi creates the lock and deletes it again, so it fails while any session
+    holds the request (Merritt's storage, a consumer of ours): ItemLocked, nothing written.
+    """
     if new_state == AccessState.DELETED:
         raise ValueError("use access_remove to delete an access request")
     ACCESS.check(item.state, new_state, admin=admin)
     raw = simple_status(new_state, message, item.status.raw)
-    txn = zk.transaction()
+    lock = _lock_path(item)
+    txn = Multi(zk)
     txn.set_data(
         paths.access_node(item.queue, item.qid, "status"),
         encode_json(raw),
         version=item.status.version,
     )
+    if holder:
+        txn.check(lock, -1)
+    else:
+        txn.create(lock, b"", ephemeral=True)
+        txn.delete(lock)
+    what = f"move {item.qid} from {item.state} to {new_state}"
     try:
-        commit(txn, what=f"move {item.qid} from {item.state} to {new_state}")
+        commit(Gated(txn, holder_gate(zk, lock)) if holder else txn, what=what)
     except Conflict:
         current = access_load(zk, item.queue, item.qid)
         if landed(current.status, item.status, raw):
             return current
+        if not holder and current.lock is not None:
+            raise _locked(item) from None
         raise
     return replace(
         item,
@@ -126,24 +152,49 @@ def access_transition(
 
 
 def access_set_token(zk: KazooClient, item: AccessRequest, token: dict[str, Any]) -> AccessRequest:
-    zk.set(paths.access_node(item.queue, item.qid, "token"), encode_json(token))
+    """Write the request's token as the holder of its lock: one multi that checks the lock and
+    that the status is at the version ``item`` was read at, sent through the holder's gate
+    (``fence.holder_gate``). Conflict or StaleVersion when either changed, LockLost when the
+    claim's session is gone: nothing written."""
+    lock = _lock_path(item)
+    txn = Multi(zk)
+    txn.check(lock, -1)
+    txn.check(paths.access_node(item.queue, item.qid, "status"), item.status.version)
+    txn.set_data(paths.access_node(item.queue, item.qid, "token"), encode_json(token))
+    commit(Gated(txn, holder_gate(zk, lock)), what=f"write the token of {item.qid}")
     return replace(item, token=token)
 
 
 def access_remove(zk: KazooClient, item: AccessRequest) -> None:
-    """Remove a Failed, Completed or (as Merritt's library leaves it) Deleted request."""
+    """Remove a Failed, Completed or (as Merritt's library leaves it) Deleted request.
+
+    The lock is never among the deletes: a lock listed is ItemLocked, and one taken after the
+    listing makes the delete of the request's own node fail (NotEmpty: Conflict), so the
+    removal is made only while no session holds the request."""
     ACCESS.check_delete(item.state)
     base = paths.access(item.queue, item.qid)
-    if zk.exists(f"{base}/lock") is not None:
-        raise ItemLocked(f"access request {item.qid} is locked by a running consumer")
+    kids = children(zk, base)
+    if "lock" in kids:
+        raise _locked(item)
     txn = zk.transaction()
-    for kid in children(zk, base):
+    for kid in kids:
         if kid == "status":
             txn.delete(f"{base}/status", version=item.status.version)
         else:
             txn.delete(f"{base}/{kid}")
     txn.delete(base)
     commit(txn, what=f"delete {item.qid}")
+
+
+def _lock_path(item: AccessRequest) -> str:
+    return paths.access_node(item.queue, item.qid, "lock")
+
+
+def _locked(item: AccessRequest) -> ItemLocked:
+    return ItemLocked(
+        f"access request {item.qid} is locked by a running consumer (ours or Merritt's "
+        "storage); try again later"
+    )
 
 
 _completed = {queue: CompletedMemory() for queue in paths.ACCESS_QUEUES}

@@ -1,5 +1,6 @@
-"""The fence of a claim: every write a consumer makes for a job it holds goes out in the session
-that took the job's lock, checked in the same multi that the lock is still there, or not at all.
+"""The fence of a claim: every write a consumer makes for a job (or an access request) it holds
+goes out in the session that took the item's lock, checked in the same multi that the lock is
+still there, or not at all.
 
 ZooKeeper's ``check`` compares versions, not owners, and every lock node has version 0. What
 ties a write to the lock's owner is two facts together:
@@ -73,6 +74,13 @@ def owner_gate(zk: KazooClient, lock: str) -> Gate:
     return gate
 
 
+def holder_gate(zk: KazooClient, lock: str) -> Gate:
+    """The gate of a write made as the holder of ``lock``: this thread's (a daemon's step,
+    ``fenced``) or, outside a step, ``owner_gate``. Conflict when the lock is not this
+    session's."""
+    return current_gate() or owner_gate(zk, lock)
+
+
 class Gated:
     """A multi whose request is handed to the server through ``gate`` (which may refuse to send
     it with LockLost); its answer is waited for outside the gate."""
@@ -114,7 +122,7 @@ def write_fenced(zk: KazooClient, job: Job, writes: Sequence[Write], *, what: st
     lock or the status changed (nothing written).
     """
     lock = paths.job_node(job.jid, "lock")
-    gate = current_gate() or owner_gate(zk, lock)
+    gate = holder_gate(zk, lock)
     replace = [w.replace if w.replace is not None else present(job, w.path) for w in writes]
     guessed = {i for i, w in enumerate(writes) if w.replace is None}
     while True:

@@ -126,8 +126,11 @@ def test_locked_access_request_cannot_be_deleted(zk: KazooClient, other_zk: Kazo
 
 
 def test_access_token_can_be_rewritten(zk: KazooClient) -> None:
-    item = access.access_create(zk, queue="small", token=TOKEN)
+    access.access_create(zk, queue="small", token=TOKEN)
+    item = access.access_acquire(zk, "small")  # only the lock's holder writes the token
+    assert item is not None
     access.access_set_token(zk, item, {**TOKEN, "url": "https://example.org/a.zip"})
+    access.access_unlock(zk, item)
     assert read_json(zk, f"/access/small/{item.qid}/token")["url"] == "https://example.org/a.zip"
 
 

@@ -658,9 +658,11 @@ def test_an_access_request_we_complete_loads_at_every_step(zk: KazooClient, queu
     item = access.access_transition(zk, item, "Failed", message="storage was away")
     lib.read_access(zk, queue, item.qid)
     moves.access_resume(queue=queue, qid=item.qid, to="Processing")
-    item = access.access_load(zk, queue, item.qid)
+    item = access.access_acquire(zk, queue, "Processing")  # as our consumer takes it again
+    assert item is not None
     item = access.access_set_token(zk, item, TOKEN)
-    item = access.access_transition(zk, item, "Completed")
+    item = access.access_transition(zk, item, "Completed", holder=True)
+    access.access_unlock(zk, item)
     loaded = lib.read_access(zk, queue, item.qid)
     assert loaded.status["status"] == "Completed" and loaded.token == TOKEN
     assert tuple(loaded.status) == lib.SIMPLE_STATUS_KEYS

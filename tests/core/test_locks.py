@@ -278,7 +278,9 @@ def test_two_clients_racing_for_an_access_request_never_both_get_it(
         created = access.access_create(zk, queue="small", token={"token": "t"})
         client, winner = race_winner((zk, other_zk), lambda c: access.access_acquire(c, "small"))
         assert winner.qid == created.qid
-        access.access_unlock(client, access.access_transition(client, winner, "Processing"))
+        access.access_unlock(
+            client, access.access_transition(client, winner, "Processing", holder=True)
+        )
 
 
 def test_a_move_that_keeps_the_lock_leaves_it_in_place_and_needs_it(

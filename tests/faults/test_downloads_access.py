@@ -10,7 +10,9 @@ import pytest
 from django.test import Client
 from kazoo.client import KazooClient
 
+from queues.zk import paths as zpaths
 from queues.zk.access import access_create, access_set_token
+from queues.zk.locks import lock_create, lock_release
 from queues.zk.records import AccessRequest
 
 ARK_FOLDER = "ark+=99999=fk4abc"
@@ -27,7 +29,10 @@ def assembled(
     )
     name = f"{queue}-{item.qid}-{ARK_FOLDER}{suffix}"
     (downloads / name).write_bytes(b"PK\x05\x06" + queue.encode() + b"\0" * 14)
+    lock = zpaths.access_node(queue, item.qid, "lock")
+    assert lock_create(zk, lock)  # only the lock's holder writes the token
     access_set_token(zk, item, {**item.token, "archive": name, "url": f"/downloads/{name}"})
+    lock_release(zk, lock)
     return name, secret
 
 
