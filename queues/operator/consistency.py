@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from queues.core import clock, transient
 from queues.models import ConsistencyFinding, ConsistencyRun
 from queues.operator import check, check_findings, check_repairs
+from queues.services.deployment import beside_merritt
 from queues.zk.client import Client
 from queues.zk.errors import Conflict, is_connection_error
 
@@ -56,13 +56,6 @@ def outage_reason(exc: BaseException) -> str | None:
         detail = " ".join((str(exc).strip() or type(exc).__name__).split())
         return f"ZooKeeper unavailable: {detail}"
     return None
-
-
-def beside_merritt() -> bool:
-    """Whether this deployment shares its queue with Merritt's services (``MRT_DEPLOYMENT``,
-    read as ``queues.daemons.registry`` reads it)."""
-    mode = str(settings.MRT_DEPLOYMENT or "").strip().lower().replace("_", "-")
-    return mode == "beside-merritt"
 
 
 # Starting and claiming ---------------------------------------------------------------------

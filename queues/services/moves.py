@@ -22,6 +22,7 @@ from django.conf import settings
 
 from queues.core import states
 from queues.core.states import JOB_STEPS, AccessState, BatchState, JobState
+from queues.services import deployment
 from queues.services.depositors import depositor_policy, in_request_policy, payload_roots
 from queues.steps import merritt_ingest_client as ingest_client
 from queues.steps import submission as submission_steps
@@ -643,6 +644,19 @@ def _to_reporting(zk: Any, bid: str) -> bool:
 def access_resume(
     *, queue: str, qid: str, to: str = AccessState.PENDING, expect_version: int | None = None
 ) -> Outcome:
+    """Move a Failed request back to Pending, or to Processing when this deployment's own
+    consumer serves its queue: only ours takes a Processing request (Merritt's storage claims
+    Pending ones only, mrt-zk ``Access.acquirePendingAssembly``), so where the queue is left to
+    Merritt a request resumed to Processing would be claimed by nobody, ever: refused
+    (DeploymentError, a ValueError), nothing moved. Every door (page, API, ``manage.py queue``)
+    comes here through the action catalogue."""
+    if to == AccessState.PROCESSING and not deployment.runs_access(zpaths.access_queue(queue)):
+        raise deployment.DeploymentError(
+            f"access: {qid} cannot be resumed to Processing: "
+            f"{deployment.not_owned_reason(deployment.access_step(queue))}, and Merritt's "
+            "storage claims only Pending requests, so nothing would ever take it; resume it to "
+            "Pending"
+        )
     zk, item = _access(queue, qid, expect_version)
     if to not in states.ACCESS.action_targets("resume", item.state):
         raise InvalidTransition(f"access: cannot resume {qid} from {item.state} to {to}")

@@ -17,6 +17,7 @@ from queues.core import clock as clock_module
 from queues.core.states import BATCH_FOLDER_WORDS, MACHINES
 from queues.operator import auth
 from queues.operator.actions import is_destructive
+from queues.services import deployment
 from queues.steps.submission import processing_problem
 from queues.zk.jobs import NOT_RESUMABLE
 from queues.zk.records import Broken
@@ -99,6 +100,17 @@ def left_to_merritt(job: Any) -> bool:
     ingest's disk): a list says so beside its Resume."""
     config = getattr(job, "configuration", None)
     return isinstance(config, dict) and processing_problem(config) is not None
+
+
+@register.filter
+def resumes_to_processing(queue: str) -> bool:
+    """Whether a request of access queue ``queue`` may be resumed to Processing here: only when
+    this deployment's own consumer serves the queue (``services.moves.access_resume`` refuses
+    it otherwise; a deployment setting that cannot be read offers Pending only)."""
+    try:
+        return deployment.runs_access(queue)
+    except deployment.DeploymentError:
+        return False
 
 
 @register.filter
