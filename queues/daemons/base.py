@@ -53,8 +53,8 @@ from queues.zk.errors import (
     StaleVersion,
     is_connection_error,
 )
-from queues.zk.fence import fenced
-from queues.zk.jobs import JobClaimer, job_load, job_transition, job_unlock
+from queues.zk.fence import current_gate, fenced
+from queues.zk.jobs import JobClaimer, job_load, job_unlock, transition_apply, transition_plan
 from queues.zk.kazoo_private import session_id
 from queues.zk.locks import ledger_of, lock_create, queue_held
 from queues.zk.maintenance import held_services
@@ -382,11 +382,18 @@ class Daemon(ABC, Generic[T]):
             if self.gate.generation != generation:
                 # The session was lost during the step: our lock is gone. Take it back, or
                 # leave the item to the consumer that took it meanwhile.
+                retaken = (self.gate.generation, session_id(self.zk))
                 if not lock_create(self.zk, self.lock_path(item)):
                     return self._result(ident, "dropped", started, LOCK_LOST)
-                generation = self.gate.generation
+                claim = retaken
+                generation = retaken[0]
             try:
-                released = self.move(item, step)
+                # The move goes out in the session that holds the lock, or not at all: sent
+                # in a newer one, its delete of the lock would take another consumer's.
+                with fenced(self.gate.fence(self.zk, *claim)):
+                    released = self.move(item, step)
+            except LockLost:
+                return self._result(ident, "dropped", started, LOCK_LOST)
             except (Conflict, InvalidTransition, NotFound) as exc:
                 # An operator (or another client) moved the item meanwhile: theirs wins.
                 self.not_moved(item, exc)
@@ -734,16 +741,18 @@ class JobDaemon(Daemon[Job]):
 
     def move(self, item: Job, step: Next) -> bool:
         # The lock goes in the move's own transaction: one round trip fewer per job and step.
-        job_transition(
-            self.zk,
+        # As the batched loop's: sent through the claim's gate (``handle`` puts it in force),
+        # and nothing written once the lock is gone.
+        plan = transition_plan(
             item,
             step.target,
             message=step.message,
             permanent=step.permanent,
             priority=step.priority,
-            release_lock=True,
+            lock="release",
             drops=step.drops,
         )
+        transition_apply(self.zk, plan, require_lock=True, gate=current_gate())
         return True
 
     def unlock(self, item: Job) -> None:

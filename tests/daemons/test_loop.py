@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
@@ -16,10 +17,11 @@ from queues.services import moves
 from queues.zk import paths as zpaths
 from queues.zk.errors import ItemLocked, Unavailable
 from queues.zk.jobs import job_load
+from queues.zk.kazoo_private import session_id
 from queues.zk.locks import lock_break, lock_create, queue_hold_set
 from queues.zk.records import Job
 
-from .conftest import make_job, wait_for
+from .conftest import expire_session, make_job, wait_for
 
 
 class Recorder(JobDaemon):
@@ -164,6 +166,42 @@ def test_lost_session_leaves_the_item_to_whoever_took_it(zk, other_zk) -> None:
     current = job_load(zk, job.jid)
     assert current.state == "Estimating"
     assert current.lock is not None  # still the other consumer's
+
+
+class LosingBeforeTheMove(Recorder):
+    """A step whose session ends (on the server) after the loop's look at the session and
+    before its move is sent: ``lose`` runs first thing in ``move``."""
+
+    lose: Callable[[], None] | None = None
+
+    def move(self, item: Job, step: Next) -> bool:
+        if self.lose is not None:
+            self.lose()
+        return super().move(item, step)
+
+
+def test_a_move_whose_session_went_after_the_loops_look_leaves_the_new_holders_lock(
+    zk, zk_hosts, other_zk, own_zk
+) -> None:
+    """The one-job loop's move goes through the claim's gate, as the batched loop's does: sent
+    in the client's new session, its delete of the lock would delete the next consumer's."""
+    client, gate = own_zk
+    job = _job(zk)
+    lock = zpaths.job_node(job.jid, "lock")
+
+    def lose() -> None:
+        old = session_id(client)
+        expire_session(client, zk_hosts)
+        wait_for(lambda: client.connected and session_id(client) not in (None, old), timeout=30)
+        assert lock_create(other_zk, lock)  # the next consumer holds the job now
+
+    worker = LosingBeforeTheMove(zk=client, gate=gate)
+    worker.lose = lose
+    worker.run_once()
+    assert worker.last is not None and worker.last.outcome == "dropped"
+    assert job_load(zk, job.jid).state == "Estimating"
+    stat = zk.exists(lock)
+    assert stat is not None and stat.ephemeralOwner == other_zk.client_id[0]
 
 
 def test_many_copies_share_the_work_without_doubling(zk, other_zk) -> None:
