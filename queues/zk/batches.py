@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any, TypeGuard
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from queues.core.retries import RETRY_KEY
 from queues.core.states import BATCH, BATCH_INDEX_FOLDERS, JOB, BatchState, JobState
@@ -29,14 +29,18 @@ from . import index as zindex
 from . import paths, sized
 from .codecs import decode_json, encode_json, now_stamp
 from .errors import Conflict, ItemLocked, MalformedNode, NotFound, StaleVersion
+from .fence import Gate, Gated, current_gate, owner_gate
 from .finished import CompletedMemory
 from .jobs import job_load, job_remove, jobs_load
+from .kazoo_private import Multi, session_id
 from .locks import lock_create, lock_release
 from .nodes import (
+    checked,
     children,
     children_many,
     commit,
     exists_many,
+    first_failure,
     landed,
     lock_info,
     read_many,
@@ -407,9 +411,12 @@ def batch_transition(
     """Write the batch's new status, checked against the version it was read at.
 
     ``holder``: the caller holds the batch's lock (a consumer's move), and the transaction
-    checks it is still there. Otherwise (an operator, a repair, a move after an operator's) the
-    transaction creates the lock and deletes it again, so it fails while any session holds the
-    batch (Merritt's ingest, a consumer of ours): ItemLocked, nothing written.
+    checks it is still there, sent through this thread's gate (``fence.fenced``: the claim's
+    session) or, outside a step, only in the session just read to own the lock
+    (``fence.owner_gate``); LockLost, nothing sent, once that session is gone. Otherwise (an
+    operator, a repair, a move after an operator's) the transaction creates the lock and deletes
+    it again, so it fails while any session holds the batch (Merritt's ingest, a consumer of
+    ours): ItemLocked, nothing written.
 
     A move to any state but Pending of a batch that has no ``states`` marker (its first move out
     of Pending: to Processing or Held) creates the marker in the same transaction: the library
@@ -428,8 +435,12 @@ def batch_transition(
 
     lock = paths.batch_node(batch.bid, "lock")
 
+    # The holder's move goes out in the session that took the lock, or not at all (LockLost):
+    # the claim's gate while a step runs, else the lock read to be this session's.
+    gate = (current_gate() or owner_gate(zk, lock)) if holder else None
+
     def attempt(create_marker: bool) -> None:
-        txn = zk.transaction()
+        txn = Multi(zk)
         txn.set_data(path, encode_json(raw), version=batch.status.version)
         if create_marker:
             txn.create(marker, b"")
@@ -439,7 +450,7 @@ def batch_transition(
             txn.create(lock, b"", ephemeral=True)
             txn.delete(lock)
         try:
-            commit(txn, what=what)
+            commit(txn if gate is None else Gated(txn, gate), what=what)
         except StaleVersion:
             raise
         except Conflict:
@@ -490,6 +501,7 @@ def batch_write_report(
     nodes below it (``docs/zookeeper-contract-notes.md``, "Status reports of any size").
     """
     _check_marks(marks or {})
+    fence = _Fence(zk, batch.bid)
     report: dict[str, Any] = {
         "last_modified": now_stamp(),
         "failed_jobs": sorted(failed),
@@ -523,18 +535,12 @@ def batch_write_report(
     if stat is None:
         # The parts live below the head, so a first report that needs them names them before
         # they exist; a reader meanwhile waits for them (``report_resolve``).
-        try:
-            zk.create(path, encoded)
-        except NodeExistsError as exc:
-            raise Conflict(f"{what}: written by another client meanwhile") from exc
-        sized.put_many(zk, parts, what=what)
+        fence.write(lambda txn: txn.create(path, encoded), what=what)
+        fence.put_parts(parts, what=what)
     else:
-        sized.put_many(zk, parts, what=what)
-        try:
-            zk.set(path, encoded, version=stat.version)
-        except BadVersionError as exc:
-            raise Conflict(f"{what}: written by another client meanwhile") from exc
-    _drop_unnamed_parts(zk, path, decode_json(path, encoded))
+        fence.put_parts(parts, what=what)
+        fence.write(lambda txn: txn.set_data(path, encoded, version=stat.version), what=what)
+    _drop_unnamed_parts(zk, fence, path, decode_json(path, encoded))
     if "history" in head:
         report["history"] = decode_json(path, encoded)["history"]
     return report
@@ -685,11 +691,11 @@ def _named_parts(head: dict[str, Any]) -> list[str]:
     return found
 
 
-def _drop_unnamed_parts(zk: KazooClient, path: str, head: dict[str, Any]) -> None:
+def _drop_unnamed_parts(zk: KazooClient, fence: _Fence, path: str, head: dict[str, Any]) -> None:
     """Delete the parts no report names any more (a report gone from the history, a writer that
     died before naming its parts). A reader still holding the old head reads it again."""
     named = set(_named_parts(head))
-    sized.delete_many(zk, [f"{path}/{n}" for n in children(zk, path) if n not in named])
+    fence.delete_many([f"{path}/{n}" for n in children(zk, path) if n not in named])
 
 
 def report_counts(entry: dict[str, Any]) -> tuple[int, int]:
@@ -945,6 +951,7 @@ def batch_report_update(zk: KazooClient, bid: str, changes: dict[str, Any]) -> d
     whether its mail went out). Returns the node as written (its lists may be in parts)."""
     path = paths.batch_node(paths.bid(bid), "status-report")
     _check_marks(changes)
+    fence = _Fence(zk, paths.bid(bid))
     try:
         data, stat = zk.get(path)
     except NoNodeError as exc:
@@ -953,8 +960,106 @@ def batch_report_update(zk: KazooClient, bid: str, changes: dict[str, Any]) -> d
     if not isinstance(value, dict):
         raise MalformedNode(path, "expected a JSON object")
     value.update(changes)
-    try:
-        zk.set(path, sized.check(path, encode_json(value)), version=stat.version)
-    except BadVersionError as exc:
-        raise Conflict(f"{path} changed while it was being updated") from exc
+    data = sized.check(path, encode_json(value))
+    fence.write(lambda txn: txn.set_data(path, data, version=stat.version), what=path)
     return value
+
+
+class _Fence:
+    """How a write to a batch's nodes other than its move is fenced (the contract's "Deleting a
+    lock": every other write is fenced like a move), each in a multi of its own:
+
+    - in a step (``fence.fenced``: the batch consumer holds the lock), a ``check`` that the lock
+      is still there, sent through the claim's gate: LockLost, nothing sent, once the session
+      that took it is gone;
+    - outside one, with the lock this session's (read now), the same, sent only in that
+      session (``fence.owner_gate``); with another's, ItemLocked and nothing written;
+    - with no lock, the lock created and deleted again in the multi, as an operator's move:
+      refused (ItemLocked) while any session holds the batch.
+
+    A write refused by the fence (the lock gone, or taken) answers Conflict or ItemLocked; the
+    multi wrote nothing."""
+
+    def __init__(self, zk: KazooClient, bid: str) -> None:
+        self.zk = zk
+        self.bid = bid
+        self.lock = paths.batch_node(bid, "lock")
+        gate: Gate | None = current_gate()
+        if gate is None:
+            stat = zk.exists(self.lock)
+            if stat is not None:
+                if stat.ephemeralOwner != session_id(zk):
+                    raise ItemLocked(f"batch {bid} is locked by another session; try again later")
+                gate = owner_gate(zk, self.lock)
+        self.gate = gate
+        self.ops = 1 if gate is not None else 2  # the fence's operations, first in each multi
+
+    def multi(self) -> Multi:
+        txn = Multi(self.zk)
+        if self.gate is not None:
+            txn.check(self.lock, -1)
+        else:
+            txn.create(self.lock, b"", ephemeral=True)
+            txn.delete(self.lock)
+        return txn
+
+    def send(self, txns: Sequence[Multi]) -> list[list[Any]]:
+        """Each multi's results; all of them sent at once (through the gate)."""
+
+        def queue() -> list[Any]:
+            return [txn.commit_async() for txn in txns]
+
+        answers = queue() if self.gate is None else self.gate(queue)
+        return [list(answer.get()) for answer in answers]
+
+    def checked(self, results: list[Any], *, what: str) -> list[Any]:
+        failed = first_failure(results)
+        if failed is not None and failed < self.ops:
+            if self.gate is None:
+                raise ItemLocked(f"{what}: batch {self.bid} is locked by a consumer meanwhile")
+            raise Conflict(f"{what}: the lock of batch {self.bid} is gone")
+        return checked(results, what=what)
+
+    def write(self, add: Any, *, what: str) -> list[Any]:
+        txn = self.multi()
+        add(txn)
+        return self.checked(self.send([txn])[0], what=what)
+
+    def put_parts(self, nodes: Sequence[tuple[str, bytes]], *, what: str) -> None:
+        """Create each node, or overwrite it when it exists (each in its own multi)."""
+        for path, data in nodes:
+            sized.check(path, data, what=what)
+
+        def multis(overwrite: bool, todo: Sequence[tuple[str, bytes]]) -> list[Multi]:
+            txns = []
+            for path, data in todo:
+                txn = self.multi()
+                if overwrite:
+                    txn.set_data(path, data)
+                else:
+                    txn.create(path, data)
+                txns.append(txn)
+            return txns
+
+        existing = []
+        for node, results in zip(nodes, self.send(multis(False, nodes)), strict=True):
+            if first_failure(results) == self.ops and isinstance(
+                results[self.ops], NodeExistsError
+            ):
+                existing.append(node)
+                continue
+            self.checked(results, what=what)
+        for results in self.send(multis(True, existing)):
+            self.checked(results, what=what)
+
+    def delete_many(self, paths_: Sequence[str]) -> None:
+        """Delete nodes (each in its own multi); one already gone is fine."""
+        txns = []
+        for path in paths_:
+            txn = self.multi()
+            txn.delete(path)
+            txns.append(txn)
+        for path, results in zip(paths_, self.send(txns), strict=True):
+            if first_failure(results) == self.ops and isinstance(results[self.ops], NoNodeError):
+                continue
+            self.checked(results, what=f"delete {path}")

@@ -14,7 +14,7 @@ from queues.services import moves
 from queues.zk import batches
 from queues.zk.batches import batch_create, batch_load, batch_transition
 from queues.zk.jobs import job_create, job_load, job_transition
-from tests.zkproxy import CREATE, request
+from tests.zkproxy import MULTI, request
 
 from .conftest import DEMO, daemon
 
@@ -223,7 +223,7 @@ def test_a_report_the_server_wrote_without_answering_is_not_written_again(
     # next claim finds this round's report and does not add a second one: the chaos run saw
     # a batch "reported 2 times" when the round went in a write of its own.
     bid, _ = _batch(zk, ["Completed"], state="Reporting")
-    proxy.cut_after(request(CREATE, b"status-report"))
+    proxy.cut_after(request(MULTI, b"status-report"))  # its fenced multi
     worker = BatchReporting(zk=proxied_client(), poll=0.05)
     for _ in range(100):
         if batch_load(zk, bid).state == "Completed":
