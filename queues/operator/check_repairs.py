@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from queues.core.states import BATCH_INDEX_FOLDERS, BatchState
 from queues.operator import check  # its ABANDONED_SECONDS, read when used (tests lower it)
@@ -24,11 +25,12 @@ from queues.operator.check_findings import (
     owner_of,
 )
 from queues.zk import paths
-from queues.zk.batches import batch_load, batch_transition, batches_load
+from queues.zk.batches import batch_load, batch_transition, batches_load, remove_tree
 from queues.zk.client import Client
 from queues.zk.codecs import decode_str
 from queues.zk.errors import (
     BadVersion,
+    Conflict,
     InvalidID,
     ItemLocked,
     MalformedNode,
@@ -37,6 +39,7 @@ from queues.zk.errors import (
     NotEmpty,
     NotFound,
 )
+from queues.zk.fence import commit_unheld
 from queues.zk.jobs import jobs_load
 from queues.zk.locks import lock_break
 from queues.zk.nodes import children, children_many, exists_many, read_many
@@ -73,7 +76,7 @@ def repair_one(
         return _repair_one(
             zk, finding, break_stale_locks=break_stale_locks, beside_merritt=beside_merritt
         )
-    except (NoNode, NodeExists, NotEmpty, BadVersion) as exc:
+    except (NoNode, NodeExists, NotEmpty, BadVersion, Conflict) as exc:
         return f"skipped {finding.path}: changed meanwhile ({type(exc).__name__})"
     except ItemLocked:
         return f"skipped {finding.path}: a session holds its item's lock"
@@ -101,18 +104,26 @@ def _reindex(zk: Client, jid: str, seen: Sequence[str], beside_merritt: bool) ->
     if not _ours(owner_of(job.configuration), beside_merritt):
         return [f"left {paths.job(jid)}: Merritt's job, not the console's to repair"]
     expected = (job.index_path, job.batch_index_path)
-    lines = []
     others = [f"{paths.batch_index(job.bid, f)}/{jid}" for f in BATCH_INDEX_FOLDERS]
     stale = sorted({*seen, *others} - set(expected))
     stats = exists_many(zk, [*stale, *expected])
-    for path in stale:
-        if stats[path] is not None and path.rsplit("-", 1)[-1].endswith(jid):
-            lines.append(_delete(zk, path))
-    for path in expected:
-        if stats[path] is None:
-            zk.create(path, b"", makepath=True)
-            lines.append(f"created {path}")
-    return [line for line in lines if line]
+    deletes = [p for p in stale if stats[p] is not None and p.rsplit("-", 1)[-1].endswith(jid)]
+    creates = [p for p in expected if stats[p] is None]
+    if not deletes and not creates:
+        return []
+    for path in creates:
+        zk.ensure_path(posixpath.dirname(path))  # a folder, no write to the job
+
+    def rebuild(txn: Any) -> None:
+        # Made only while no session holds the job, against the status it was rebuilt from.
+        txn.check(paths.job_node(jid, "status"), job.status.version)
+        for path in deletes:
+            txn.delete(path)
+        for path in creates:
+            txn.create(path, b"")
+
+    commit_unheld(zk, paths.job_node(jid, "lock"), rebuild, what=f"reindex {jid}")
+    return [*(f"deleted {p}" for p in deletes), *(f"created {p}" for p in creates)]
 
 
 def _batch_ours(zk: Client, bid: str, beside_merritt: bool) -> Batch | None:
@@ -178,7 +189,14 @@ def _repair_one(
         batch = _batch_ours(zk, path.split("/")[2], beside_merritt)
         if batch is None or batch.state == BatchState.PENDING or batch.started:
             return ""
-        zk.create(path, b"")
+
+        bid, version = batch.bid, batch.status.version
+
+        def marker(txn: Any) -> None:
+            txn.check(paths.batch_node(bid, "status"), version)
+            txn.create(path, b"")
+
+        commit_unheld(zk, paths.batch_node(bid, "lock"), marker, what=f"create {path}")
         return f"created {path}"
     if kind == "batch-complete-not-reporting":
         bid = path.split("/")[2]
@@ -202,7 +220,7 @@ def _remove_incomplete_job(zk: Client, path: str, beside_merritt: bool) -> str:
         return ""
     if not _ours(document_owner(reads[paths.job_node(jid, "configuration")]), beside_merritt):
         return ""
-    zk.delete(path, recursive=True)
+    remove_tree(zk, paths.job(jid), f"job {jid}")  # never a lock: ItemLocked for one
     return f"removed abandoned {path}"
 
 
@@ -218,5 +236,5 @@ def _remove_incomplete_batch(zk: Client, path: str, beside_merritt: bool) -> str
         return ""
     if children(zk, paths.batch_node(bid, "states")):
         return ""
-    zk.delete(path, recursive=True)
+    remove_tree(zk, paths.batch(bid), f"batch {bid}")  # never a lock: ItemLocked for one
     return f"removed abandoned {path}"

@@ -863,7 +863,7 @@ def batch_remove(zk: KazooClient, batch: Batch, *, check_state: bool = True) -> 
         except NotFound:
             continue
         except MalformedNode:
-            _remove_tree(zk, paths.job(jid), f"job {jid}")
+            remove_tree(zk, paths.job(jid), f"job {jid}")
             deleted.append(jid)
             continue
         if job.bid != batch.bid:
@@ -933,9 +933,10 @@ def _locked(batch: Batch) -> ItemLocked:
     return ItemLocked(f"batch {batch.bid} is locked by a running consumer; try again later")
 
 
-def _remove_tree(zk: KazooClient, root: str, what: str) -> None:
+def remove_tree(zk: KazooClient, root: str, what: str) -> None:
     """Every node of ``root`` in one transaction, unless ``root`` has a lock: ItemLocked then
-    (a lock is deleted only by its owner; one taken after the listing fails the root's delete)."""
+    (a lock is deleted only by its owner; one taken after the listing fails the root's delete:
+    Conflict). A malformed job of a batch deleted, an abandoned half-created item repaired."""
     tree = _tree(zk, root)
     if f"{root}/lock" in tree:
         raise ItemLocked(f"{what} is locked by a running consumer; try again later")

@@ -35,7 +35,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from queues.core.per_thread import PerThread
 
 from . import paths
-from .errors import Conflict
+from .errors import Conflict, ItemLocked
 from .kazoo_private import Multi, session_id
 from .locks import ledger_of
 from .nodes import checked, first_failure
@@ -153,3 +153,19 @@ def present(job: Job, path: str) -> bool:
     if name == "space_needed":
         return True
     return getattr(job, name, None) is not None or path in job.problems
+
+
+def commit_unheld(zk: KazooClient, lock: str, add: Callable[[Multi], None], *, what: str) -> None:
+    """Commit the writes ``add`` puts in a multi, made only while no session holds the item
+    whose lock is ``lock`` (a repair, an operator's write): the multi creates the lock and
+    deletes it again, so the server refuses it while anyone holds the item, and no lock is
+    ever deleted but this one. ItemLocked when a lock refused it (nothing written); Conflict
+    or StaleVersion as ``nodes.checked`` for any other refusal."""
+    txn = Multi(zk)
+    txn.create(lock, b"", ephemeral=True)
+    txn.delete(lock)
+    add(txn)
+    results = txn.commit()
+    if first_failure(results) == 0 and isinstance(results[0], NodeExistsError):
+        raise ItemLocked(f"{what}: {lock} is held by a session; try again later")
+    checked(results, what=what)

@@ -224,3 +224,64 @@ def test_a_release_of_a_collection_passes_over_a_held_job_another_session_holds(
     assert [o.id for o in outcomes if o.kind == "job"] == [free.jid]
     assert jobs.job_load(zk, locked.jid).state == JobState.HELD
     still_held(zk, zpaths.job_node(locked.jid, "lock"), stat)
+
+
+# The consistency check's repairs: each is made only while no session holds the item, and none
+# deletes a lock.
+
+
+def _repair(zk: KazooClient, kind: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    from queues.operator import check, check_repairs
+
+    monkeypatch.setattr(check, "ABANDONED_SECONDS", -1)
+    [finding] = [f for f in check.run_check(zk).findings if f.kind == kind]
+    assert finding.repairable
+    return check_repairs.repair_one(zk, finding)
+
+
+def test_a_reindex_repair_of_a_job_another_session_holds_writes_nothing(
+    zk: KazooClient, other_zk: KazooClient, job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entry = f"/jobs/states/pending/05-{job.jid}"
+    zk.delete(entry)
+    lock = zpaths.job_node(job.jid, "lock")
+    stat = hold_lock(other_zk, lock)
+    assert _repair(zk, "job-unindexed", monkeypatch).startswith(f"skipped /jobs/{job.jid}")
+    assert zk.exists(entry) is None
+    still_held(zk, lock, stat)
+    other_zk.delete(lock)
+    assert _repair(zk, "job-unindexed", monkeypatch) == f"created {entry}"
+    assert zk.exists(lock) is None
+
+
+@pytest.mark.parametrize("kind", ["incomplete-job", "incomplete-batch"])
+def test_the_removal_of_an_abandoned_item_never_deletes_a_lock(
+    zk: KazooClient, other_zk: KazooClient, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    root = "/jobs/jid0000000321" if kind == "incomplete-job" else "/batches/bid0000000321"
+    zk.create(root, b"")
+    lock = f"{root}/lock"
+    stat = hold_lock(other_zk, lock)
+    assert _repair(zk, kind, monkeypatch) == f"skipped {root}: a session holds its item's lock"
+    still_held(zk, lock, stat)
+    other_zk.delete(lock)
+    assert _repair(zk, kind, monkeypatch) == f"removed abandoned {root}"
+    assert zk.exists(root) is None
+
+
+def test_the_states_marker_repair_of_a_batch_another_session_holds_writes_nothing(
+    zk: KazooClient, other_zk: KazooClient, batch: Batch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from queues.zk.codecs import encode_json, now_stamp
+
+    status = {"status": "Held", "last_modified": now_stamp(), "message": ""}
+    zk.set(zpaths.batch_node(batch.bid, "status"), encode_json(status))  # as the library writes
+    marker = zpaths.batch_node(batch.bid, "states")
+    lock = zpaths.batch_node(batch.bid, "lock")
+    stat = hold_lock(other_zk, lock)
+    line = _repair(zk, "batch-states-missing", monkeypatch)
+    assert line == f"skipped {marker}: a session holds its item's lock"
+    assert zk.exists(marker) is None
+    still_held(zk, lock, stat)
+    other_zk.delete(lock)
+    assert _repair(zk, "batch-states-missing", monkeypatch) == f"created {marker}"
