@@ -761,24 +761,6 @@ def _check_resumable(job: Job) -> None:
         )
 
 
-def job_set_priority(zk: KazooClient, job: Job, priority: int) -> Job:
-    """Change the priority and rename the index entry, checked against the status version."""
-    check_priority(priority)
-    if priority == job.priority:
-        return job
-    _local_writes.note(job.jid)
-    deletes, creates = _index_moves(zk, job, job.state, priority)
-    txn = zk.transaction()
-    txn.check(paths.job_node(job.jid, "status"), job.status.version)
-    txn.set_data(paths.job_node(job.jid, "priority"), encode_int(priority))
-    for path in deletes:
-        txn.delete(path)
-    for path in creates:
-        txn.create(path, b"")
-    commit(txn, what=f"set priority of {job.jid}")
-    return replace(job, priority=priority)
-
-
 def job_set_space_needed(zk: KazooClient, job: Job, space_needed: int) -> Job:
     """Write the job's ``space_needed`` as the holder of its lock (``fence.write_fenced``);
     nothing when the job as read has that size already (downloading finds the size estimating

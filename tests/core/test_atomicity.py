@@ -45,7 +45,7 @@ def test_move_read_at_an_old_version_is_refused_and_changes_nothing(
     assert_indexed(zk, job, batch.bid, "Estimating")
 
 
-def test_stale_priority_change_is_refused_and_changes_nothing(
+def test_stale_move_with_a_priority_change_is_refused_and_changes_nothing(
     zk: KazooClient, other_zk: KazooClient, job: Job, batch: Batch
 ) -> None:
     stale = walk_job(zk, job, "Estimating")
@@ -53,8 +53,6 @@ def test_stale_priority_change_is_refused_and_changes_nothing(
     before = tree(zk, batch.bid)
     with pytest.raises(Conflict):
         jobs.job_transition(zk, stale, "Provisioning", priority=10)
-    with pytest.raises(Conflict):
-        jobs.job_set_priority(zk, stale, 10)
     assert tree(zk, batch.bid) == before
     assert raw(zk, f"/jobs/{job.jid}/priority") == b"5"
 

@@ -19,6 +19,7 @@ from queues.services import moves
 from queues.zk import access, batches, jobs, paths
 from queues.zk.codecs import encode_json, now_stamp
 from queues.zk.errors import InvalidID, InvalidTransition
+from queues.zk.priorities import priority_set_waiting
 from queues.zk.records import Batch, Job
 
 from . import library_reader as lib
@@ -568,6 +569,7 @@ def test_a_job_moved_through_every_state_loads_at_every_step(
     step()
     moves.job_hold(jid=job.jid)
     step()
+    step(priority_set_waiting(zk, jobs.job_load(zk, job.jid), 2))
     moves.job_release(jid=job.jid)
     step()
     batches.batch_transition(zk, batch, "Processing")
@@ -579,9 +581,6 @@ def test_a_job_moved_through_every_state_loads_at_every_step(
     step(current)
     moves.job_resume(jid=job.jid)
     step()
-    current = jobs.job_load(zk, job.jid)
-    current = jobs.job_set_priority(zk, current, 2)
-    step(current)
     moves.job_fail(jid=job.jid, message="stopped by an operator")
     step()
     moves.job_resume(jid=job.jid)
@@ -597,12 +596,12 @@ def test_a_job_moved_through_every_state_loads_at_every_step(
     assert seen == [
         "Pending",
         "Held",
+        "Held",
         "Pending",
         "Estimating",
         "Provisioning",
         "Downloading",
         "Failed",
-        "Downloading",
         "Downloading",
         "Failed",
         "Downloading",

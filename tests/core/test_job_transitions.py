@@ -103,16 +103,6 @@ def test_priority_change_keeps_its_value_through_later_steps(
     assert_indexed(zk, job, batch.bid, "Processing", priority=10)
 
 
-def test_set_priority_renames_the_entry_within_its_state(
-    zk: KazooClient, job: Job, batch: Batch
-) -> None:
-    changed = jobs.job_set_priority(zk, job, 0)
-    assert raw(zk, f"/jobs/{job.jid}/priority") == b"0"
-    assert_indexed(zk, job, batch.bid, "Pending", priority=0)
-    assert_job_status(zk, job.jid, status="Pending", last_successful=None)
-    assert changed.priority == 0
-
-
 @pytest.mark.parametrize("source", ["Pending", *JOB_WORKING])
 def test_failure_moves_job_to_failed_and_batch_failed(
     zk: KazooClient, job: Job, batch: Batch, source: str
