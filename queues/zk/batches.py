@@ -29,7 +29,7 @@ from . import index as zindex
 from . import paths, sized
 from .codecs import decode_json, encode_json, now_stamp
 from .errors import Conflict, ItemLocked, MalformedNode, NotFound, StaleVersion
-from .fence import Gate, Gated, current_gate, owner_gate
+from .fence import Gate, Gated, current_gate, holder_gate, owner_gate
 from .finished import CompletedMemory
 from .jobs import job_load, job_remove, jobs_load
 from .kazoo_private import Multi, session_id
@@ -67,15 +67,20 @@ def simple_status(
 def batch_retry_later(zk: KazooClient, batch: Batch, retry: dict[str, Any], message: str) -> Batch:
     """Record on the batch, still in its state, that its step is to be tried again: ``message``
     and the console's ``RETRY_KEY`` (``queues.core.retries``) on its status, checked against the
-    version it was read at (StaleVersion or Conflict when it changed meanwhile)."""
+    version it was read at (StaleVersion or Conflict when it changed meanwhile), in a multi
+    fenced by the batch's lock (``_Fence``: LockLost, Conflict or ItemLocked when the lock is not
+    the writer's)."""
     raw = dict(batch.status.raw)
     raw["last_modified"] = now_stamp()
     raw["message"] = message
     raw[RETRY_KEY] = retry
     path = paths.batch_node(batch.bid, "status")
-    txn = zk.transaction()
-    txn.set_data(path, encode_json(raw), version=batch.status.version)
-    commit(txn, what=f"retry of {batch.bid}")
+    data = encode_json(raw)
+    # Written as the lock's holder, fenced as the batch consumer's other writes (``_Fence``).
+    _Fence(zk, batch.bid).write(
+        lambda txn: txn.set_data(path, data, version=batch.status.version),
+        what=f"retry of {batch.bid}",
+    )
     return replace(
         batch,
         status=Status(raw=raw, version=batch.status.version + 1, mtime=datetime.now().astimezone()),
@@ -437,7 +442,7 @@ def batch_transition(
 
     # The holder's move goes out in the session that took the lock, or not at all (LockLost):
     # the claim's gate while a step runs, else the lock read to be this session's.
-    gate = (current_gate() or owner_gate(zk, lock)) if holder else None
+    gate = holder_gate(zk, lock) if holder else None
 
     def attempt(create_marker: bool) -> None:
         txn = Multi(zk)

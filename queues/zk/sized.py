@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError
 
 from .errors import DomainError
 
@@ -101,25 +101,3 @@ def put(zk: KazooClient, path: str, data: bytes, *, what: str = "") -> None:
         zk.create(path, data)
     except NodeExistsError:
         zk.set(path, data)
-
-
-def put_many(zk: KazooClient, nodes: Sequence[tuple[str, bytes]], *, what: str = "") -> None:
-    """``put`` of many nodes, the creates pipelined (each its own request, each checked)."""
-    for path, data in nodes:
-        check(path, data, what=what)
-    sent = [(path, data, zk.create_async(path, data)) for path, data in nodes]
-    for path, data, answer in sent:
-        try:
-            answer.get()
-        except NodeExistsError:
-            zk.set(path, data)
-
-
-def delete_many(zk: KazooClient, paths: Sequence[str]) -> None:
-    """Delete nodes (pipelined); one already gone is fine."""
-    sent = [zk.delete_async(p) for p in paths]
-    for answer in sent:
-        try:
-            answer.get()
-        except NoNodeError:
-            continue

@@ -40,12 +40,16 @@ def lock_of(batch: Batch) -> str:
 
 
 # The batch consumer's writes under the lock: its report (batch-reporting), the report's marks
-# (the mail recorded as sent) and its move.
+# (the mail recorded as sent), a step's note that it is to be tried again (batch-pending) and
+# its move.
 WRITERS: dict[str, Callable[[KazooClient, Batch], Any]] = {
     "report": lambda zk, batch: batches.batch_write_report(
         zk, batch, failed=["jid0000000002"], successful=[], marks={"round": "r2"}
     ),
     "report marks": lambda zk, batch: batches.batch_report_update(zk, batch.bid, {"mailed": True}),
+    "retry note": lambda zk, batch: batches.batch_retry_later(
+        zk, batch, {"tries": 1}, "waiting for ingest"
+    ),
     "move": lambda zk, batch: batches.batch_transition(
         zk, batch, BatchState.COMPLETED, message="done", holder=True
     ),
