@@ -712,18 +712,27 @@ def quote_ark(ark: str) -> str:
     return quote(ark, safe="")
 
 
-def _process_state(url: str) -> Answer:
-    """The add's 200: InvProcessState's fields (docs/merritt-services.md), no outcome among
-    them."""
+INV_PROCESS_NS = "http://uc3.cdlib.org/ontology/mrt/inv/process"
+
+
+def _process_state(url: str, form: str = "xml") -> Answer:
+    """The add's 200: ``InvProcessState`` as mrt-core2's formatter writes it (root
+    ``invp:invProcessState`` in the ``inv/process`` namespace; docs/merritt-services.md,
+    "Recording a version"), no outcome among its fields."""
+    fields = {
+        "processDateTime": datetime.now(UTC).isoformat(timespec="seconds"),
+        "processUrl": url,
+        "operation": "add",
+    }
+    if form == "json":
+        inner = {"xmlns:invp": INV_PROCESS_NS} | {f"invp:{k}": v for k, v in fields.items()}
+        return Answer(200, json.dumps({"invp:invProcessState": inner}).encode(), "application/json")
+    leaves = "".join(f"\n    <invp:{k}>{escape(v)}</invp:{k}>" for k, v in fields.items())
     xml = (
-        "<invp:invProcessState>"
-        f"<invp:processDateTime>{datetime.now(UTC).isoformat(timespec='seconds')}"
-        "</invp:processDateTime>"
-        f"<invp:processUrl>{escape(url)}</invp:processUrl>"
-        "<invp:operation>add</invp:operation>"
-        "</invp:invProcessState>"
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<invp:invProcessState xmlns:invp='{INV_PROCESS_NS}'>{leaves}\n</invp:invProcessState>"
     )
-    return Answer(200, xml.encode())
+    return Answer(200, xml.encode(), "text/xml")
 
 
 class InventoryStandIn(StandIn):
@@ -803,7 +812,7 @@ class InventoryStandIn(StandIn):
             # SaveObject.process: "item already locked", returns as if done.
             with self.lock:
                 self.skipped.append(url)
-            return _process_state(url)
+            return _process_state(url, form)
         with self.lock:
             recorded_node, recorded = self.objects.get(ark, (node, 0))
             if recorded > current:
@@ -824,7 +833,7 @@ class InventoryStandIn(StandIn):
                 )
             self.objects[ark] = (recorded_node, current)
             self.added.append(url)
-        return _process_state(url)
+        return _process_state(url, form)
 
     def _add_primary(self, ark: str, owner: str, local_ids: str, form: str) -> Answer:
         """``LocalMap.addLocal``: any text is taken as the ARK (mrt-core2 ``Identifier`` checks

@@ -17,6 +17,7 @@ from queues.steps.merritt_wire import (
     merritt_error,
     merritt_urlencode,
     service_session,
+    state_fields,
     unavailable_answer,
 )
 
@@ -58,7 +59,10 @@ class HttpInventory:
 
     * ``record``: ``POST {base}/add`` as multipart form data (the only form the service takes
       there) with ``url`` = the storage manifest URL and ``responseForm=xml``. The service reads
-      everything else from the object, so ``local_id`` and ``erc`` are not sent.
+      everything else from the object, so ``local_id`` and ``erc`` are not sent. Its 2xx must
+      be inventory's process state for that URL (``is_process_state``); any other body is an
+      answer about the console (a wrong ``MRT_INVENTORY_URL``), raised from an outage marked
+      ``ours``: the breaker opens and the job waits, not completed unrecorded.
     * ``primary_for_local_id``: ``GET {base}/primary/{owner}/{local id}?t=json``, answered by a
       local-container state: ``{"invloc:localContainerState": {"invloc:exists": ...,
       "invloc:primaryIdentifier": ...}}``; ``exists`` false means no object has that local id.
@@ -113,7 +117,17 @@ class HttpInventory:
     ) -> None:
         # (None, value) parts make requests send multipart/form-data fields without file names.
         fields = {"url": (None, manifest_url), "responseForm": (None, "xml")}
-        self._call("POST", f"{self.base_url}/add", f"to record {ark} v{version}", files=fields)
+        response = self._call(
+            "POST", f"{self.base_url}/add", f"to record {ark} v{version}", files=fields
+        )
+        if not is_process_state(response.content, manifest_url):
+            # Not inventory's answer (a page of whatever stands at the configured URL): every
+            # add would meet it, and taking it for a record would complete the job unrecorded.
+            why = (
+                f"inventory service answered the add of {ark} v{version} without its process "
+                f"state (invp:invProcessState for {manifest_url}): {response.text[:200]!r}"
+            )
+            raise InventoryError(why) from unavailable(INVENTORY, why, ours=True)
 
     def primary_for_local_id(self, owner: str, local_id: str) -> str | None:
         """The ARK inventory holds for ``local_id`` under ``owner``, or None."""
@@ -150,6 +164,16 @@ class HttpInventory:
             f"{merritt_urlencode(local_id)}"
         )
         self._call("POST", url, f"local id {local_id!r} for {ark}", params={"t": "xml"})
+
+
+def is_process_state(content: bytes, manifest_url: str) -> bool:
+    """Whether ``content`` is mrt-inventory's answer to an add of ``manifest_url``: its
+    ``InvProcessState`` (root ``invProcessState``, XML or JSON) whose ``processUrl`` is the URL
+    sent (docs/merritt-services.md, "Recording a version")."""
+    state = state_fields(content)
+    if state is None or state[0] != "invProcessState":
+        return False
+    return state[1].get("processUrl") == manifest_url
 
 
 def _keyed(data: object, name: str) -> Any:

@@ -87,3 +87,37 @@ def test_a_service_refusing_the_console_holds_its_jobs_unfailed_until_mended(
     for job in jobs:
         assert "Failed" not in rounds.seen[job.jid], rounds.seen[job.jid]
     assert sorted(receiver.received) == sorted(j.jid for j in jobs)
+
+
+def test_an_add_answered_200_by_no_inventory_holds_the_jobs_unrecorded_and_unfailed(
+    zk: Any,
+    files: FileServer,
+    services: dict[str, Any],  # noqa: F811 - the fixture
+    settings: Any,
+) -> None:
+    """A wrong MRT_INVENTORY_URL whose server answers the add 200 with a page of its own was
+    taken for a record: the jobs completed with nothing recorded. Inventory's add answers its
+    process state (mrt-inventory InvProcessState); anything else is about the console."""
+    settings.MRT_BREAKER_FAILURES = 5
+    inventory, receiver = services["inventory"], services["receiver"]
+    page = Answer(200, b"<html><body>Welcome to nginx!</body></html>", "text/html")
+    for _ in range(10_000):
+        inventory.refuse_next(page, "POST")
+
+    jobs = [_job(zk, files, f"page{i}.txt") for i in range(2)]
+    rounds = Rounds(zk)
+    rounds.until(lambda: _held(zk, "inventory") is not None, jobs)
+    reason = _held(zk, "inventory") or ""
+    assert "refuses the console" in reason and "invProcessState" in reason, reason
+    for _ in range(3):
+        for d in rounds.daemons:
+            d.run_once()
+    assert not any(job_load(zk, j.jid).state in ("Failed", "Completed") for j in jobs)
+    assert inventory.added == [] and receiver.received == {}
+
+    inventory.stop_refusing()
+    wait_for(lambda: bool(breaker_module.breakers().probe(zk, now=time.monotonic() + 3600)))
+    rounds.until(lambda: all(job_load(zk, j.jid).state == "Completed" for j in jobs), jobs)
+    for job in jobs:
+        assert "Failed" not in rounds.seen[job.jid], rounds.seen[job.jid]
+    assert len(inventory.added) == len(jobs)

@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from queues.chaos.standins import (
+    Answer,
     InventoryStandIn,
     StorageStandIn,
     exception_document,
@@ -19,8 +20,9 @@ from queues.chaos.standins import (
 )
 from queues.core.retries import outage_of
 from queues.daemons import clients
-from queues.steps.inventory import HttpInventory, InventoryError
+from queues.steps.inventory import HttpInventory, InventoryError, is_process_state
 from queues.steps.merritt import inventory_manifest_url
+from queues.steps.merritt_wire import parse_xml
 
 ARK = "ark:/99999/fk4inv"
 OWNER = "ark:/13030/j2owner"
@@ -119,6 +121,53 @@ def test_a_resubmission_by_local_id_finds_the_ark_in_merritts_inventory(
     (tmp_path / "demo.json").write_text(json.dumps(profile))
     with pytest.raises(InventoryError, match="profile demo names no Owner"):
         clients.ark_for_local_id("scan-7", "demo")
+
+
+def test_the_add_answers_inventory_s_process_state_for_the_url_sent(
+    inventory: InventoryStandIn, storage: StorageStandIn
+) -> None:
+    """mrt-inventory answers an add with its InvProcessState through mrt-core2's formatter:
+    root invp:invProcessState in the inv/process namespace, processUrl the URL sent, text/xml."""
+    manifest = _manifest(storage)
+    answer = requests.post(
+        inventory.url + "/add",
+        files={"url": (None, manifest), "responseForm": (None, "xml")},
+        timeout=5,
+    )
+    assert answer.status_code == 200 and answer.headers["Content-Type"] == "text/xml"
+    root = parse_xml(answer.content)
+    assert root is not None
+    process = "{http://uc3.cdlib.org/ontology/mrt/inv/process}"
+    assert root.tag == f"{process}invProcessState"
+    assert root.findtext(f"{process}processUrl") == manifest
+    assert root.findtext(f"{process}operation") == "add"
+    assert is_process_state(answer.content, manifest)
+    assert not is_process_state(answer.content, _manifest(storage, node=9502))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html><body>Welcome to nginx!</body></html>",
+        b"",
+        b'{"ok": true}',
+        # Another of inventory's documents is no answer to an add either.
+        b"<invs:invServiceState><invs:name>inventory</invs:name></invs:invServiceState>",
+    ],
+)
+def test_an_add_answered_2xx_without_the_process_state_is_about_the_console(
+    inventory: InventoryStandIn, storage: StorageStandIn, body: bytes
+) -> None:
+    """A wrong MRT_INVENTORY_URL answering 200 with a page was taken for a record: the job
+    completed with nothing recorded. Now it is an answer about the console: the breaker opens
+    at once and the job waits, unfailed."""
+    client = HttpInventory(inventory.url, timeout=5, retries=0)
+    inventory.refuse_next(Answer(200, body, "text/html"), "POST")
+    with pytest.raises(InventoryError, match="without its process state") as odd:
+        client.record(ark=ARK, version=1, manifest_url=_manifest(storage))
+    outage = outage_of(odd.value)
+    assert outage is not None and outage.ours
+    assert inventory.added == []
 
 
 def test_inventory_refusal_names_the_service_and_its_reason(
