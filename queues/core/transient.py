@@ -163,23 +163,36 @@ MAIL_NET_ERRNOS = frozenset(
 )
 
 
+# What a mail server answers about the console's own authentication (RFC 4954, "SMTP Service
+# Extension for Authentication", section 6): 530 5.7.0 authentication required, 534 5.7.9 the
+# mechanism too weak, 535 5.7.8 the credentials invalid, 538 5.7.11 encryption required for the
+# mechanism. Every message the console sends would meet it alike: it is the configuration's
+# (EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS) to mend, not a message's failure.
+MAIL_REFUSES_US = frozenset({530, 534, 535, 538})
+
+
+def _mail_waits(code: int) -> bool:
+    return 400 <= code < 500 or code in MAIL_REFUSES_US
+
+
 def is_mail_outage(exc: BaseException) -> bool:
     """True when ``exc``, raised while sending mail, says the mail server cannot take the
     message now: it refuses or drops the connection, does not answer in time, cannot be
-    resolved for now, cannot be spoken to over TLS (its certificate not trusted), or answers 4xx
-    ("try again later"). A 5xx answer (a recipient or sender the server rejects) is the
-    message's own failure, and stays one.
+    resolved for now, cannot be spoken to over TLS (its certificate not trusted), answers 4xx
+    ("try again later"), or refuses the console's own authentication (``MAIL_REFUSES_US``,
+    ``mail_refuses_us``). Any other 5xx answer (a recipient or sender the server rejects) is
+    the message's own failure, and stays one.
 
     Apart from ``transient_kind`` on purpose: only a mail sender asks, so that a refused
     connection elsewhere (a depositor's server) is never taken for an outage of ours."""
     for cause in causes(exc):
         if isinstance(cause, smtplib.SMTPRecipientsRefused):
             codes = [answer[0] for answer in cause.recipients.values()]
-            return bool(codes) and all(400 <= code < 500 for code in codes)
+            return bool(codes) and all(_mail_waits(code) for code in codes)
         if isinstance(cause, (smtplib.SMTPConnectError, smtplib.SMTPServerDisconnected)):
             return True
         if isinstance(cause, smtplib.SMTPResponseException):
-            return 400 <= cause.smtp_code < 500
+            return _mail_waits(cause.smtp_code)
         if isinstance(cause, smtplib.SMTPException):
             return False
         if isinstance(cause, socket.gaierror):
@@ -192,6 +205,20 @@ def is_mail_outage(exc: BaseException) -> bool:
             return True
         if isinstance(cause, OSError) and cause.errno in MAIL_NET_ERRNOS:
             return True
+    return False
+
+
+def mail_refuses_us(exc: BaseException) -> bool:
+    """True when ``exc``, raised while sending mail, is the mail server refusing the console's
+    authentication (``MAIL_REFUSES_US``: to the login, or to the sender or every recipient of a
+    session that did not log in): an outage to wait out (``is_mail_outage``) whose reason the
+    operator must see, since only mending the settings ends it."""
+    for cause in causes(exc):
+        if isinstance(cause, smtplib.SMTPRecipientsRefused):
+            codes = [answer[0] for answer in cause.recipients.values()]
+            return bool(codes) and all(code in MAIL_REFUSES_US for code in codes)
+        if isinstance(cause, smtplib.SMTPResponseException):
+            return cause.smtp_code in MAIL_REFUSES_US
     return False
 
 

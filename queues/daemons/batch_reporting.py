@@ -52,8 +52,9 @@ log = logging.getLogger("queues.daemons")
 
 
 class MailUnavailable(Exception):
-    """The mail server cannot take the summary now (down, timing out, answering 4xx): the
-    batch waits in its step, its report written and not mailed, until the server is back."""
+    """The mail server cannot take the summary now (down, timing out, answering 4xx) or refuses
+    the console's credentials (535, 530): the batch waits in its step, its report written and
+    not mailed, until the server is back or the settings are mended."""
 
 
 # The sweep is the safety net for a batch whose last job was finished by another client (an
@@ -180,6 +181,10 @@ class BatchReporting(BatchDaemon):
             )
         except Exception as exc:
             detail = " ".join((str(exc).strip() or type(exc).__name__).split())
+            if transient.mail_refuses_us(exc):
+                # Every batch would meet it (EMAIL_HOST_USER/PASSWORD): wait, reason shown.
+                why = f"mail server refuses the console's credentials: {detail}"
+                raise MailUnavailable(why) from exc
             if transient.is_mail_outage(exc):
                 raise MailUnavailable(f"mail server unavailable: {detail}") from exc
             raise StepFailed(f"summary mail not sent: {detail}") from exc

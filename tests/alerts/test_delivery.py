@@ -69,6 +69,27 @@ def test_a_mail_server_that_rejects_the_recipients_for_good_marks_the_alert_refu
     assert AlertMessage.objects.get(channel="email").attempts == 1
 
 
+def test_a_mail_server_refusing_the_consoles_credentials_keeps_the_alert_waiting(
+    zk: Any, smtp: SmtpServer, evaluator: Evaluator, settings: Any
+) -> None:
+    """535 (our EMAIL_HOST_USER/PASSWORD refused) is about the console, not the alert: it
+    waits with the reason shown, as an outage does, and goes once the settings are mended."""
+    settings.EMAIL_HOST_USER, settings.EMAIL_HOST_PASSWORD = "console", "wrong"
+    smtp.auth = "535 5.7.8 Authentication credentials invalid"
+    t = fire(zk, evaluator)
+    deliver_due(now=t)
+    mail = AlertMessage.objects.get(channel="email")
+    assert mail.sent is None and not mail.failed and mail.attempts == 1
+    assert "refuses the console's credentials" in mail.error and "535" in mail.error
+    assert mail.next_try == later(t, RETRY_FIRST)
+
+    smtp.auth = "235 2.7.0 Authentication successful"
+    deliver_due(now=later(t, RETRY_FIRST))
+    assert len(mails_with(smtp, "ALERT")) == 1
+    mail.refresh_from_db()
+    assert mail.sent is not None and mail.error == ""
+
+
 def test_a_webhook_answering_500_is_tried_again_and_gets_the_alert_once(
     zk: Any, webhook: Webhook, evaluator: Evaluator
 ) -> None:

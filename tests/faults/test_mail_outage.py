@@ -35,13 +35,17 @@ from queues.zk.jobs import job_create, job_transition
 class SmtpServer:
     """A minimal SMTP server on 127.0.0.1:``port``: ``up`` listens, ``down`` closes the port.
 
-    ``rcpt`` is its answer to every RCPT TO ("250 OK", "451 ...", "550 ..."); ``silent`` makes
+    ``rcpt`` is its answer to every RCPT TO ("250 OK", "451 ...", "550 ..."), ``mail_from`` to
+    every MAIL FROM; ``auth``, when set, is advertised (AUTH PLAIN LOGIN) and is its answer to
+    every AUTH ("535 5.7.8 ...", "235 2.7.0 ..."); ``silent`` makes
     it accept connections and never greet; ``drip`` (seconds) makes it greet a byte at a time,
     a greeting of ever more lines that never ends. Every message it accepts is kept in
     ``messages``; ``hung_up`` counts the clients that closed on a dripping greeting."""
 
     port: int
     rcpt: str = "250 OK"
+    mail_from: str = "250 OK"
+    auth: str = ""
     silent: bool = False
     drip: float = 0.0
     hung_up: int = 0
@@ -101,11 +105,15 @@ class SmtpServer:
             for raw in lines:
                 command = raw.decode("ascii", "replace").strip()
                 verb = command.split(" ", 1)[0].split(":", 1)[0].upper()
-                if verb in ("EHLO", "HELO"):
+                if verb == "EHLO" and self.auth:
+                    conn.sendall(b"250-mail.test\r\n250 AUTH PLAIN LOGIN\r\n")
+                elif verb in ("EHLO", "HELO"):
                     conn.sendall(b"250 mail.test\r\n")
+                elif verb == "AUTH" and self.auth:
+                    conn.sendall(f"{self.auth}\r\n".encode())
                 elif verb == "MAIL":
                     message = {"from": command, "to": []}
-                    conn.sendall(b"250 OK\r\n")
+                    conn.sendall(f"{self.mail_from}\r\n".encode())
                 elif verb == "RCPT":
                     message["to"].append(command.split(":", 1)[1].strip(" <>"))
                     conn.sendall(f"{self.rcpt}\r\n".encode())
@@ -204,6 +212,50 @@ def test_a_mail_server_outage_leaves_the_batch_waiting_and_it_completes_with_one
     assert report_versions(zk, bid) == written + 1
     # Nothing is mailed again once the batch has moved on.
     assert reporting.run_once() is False
+    assert len(smtp.messages) == 1
+
+
+@pytest.mark.parametrize(
+    ("refusal", "code"),
+    [("login", "535"), ("sender", "530"), ("recipients", "530")],
+)
+def test_a_mail_server_refusing_the_consoles_credentials_leaves_the_batch_waiting(
+    zk: Any, smtp: SmtpServer, refusal: str, code: str
+) -> None:
+    """535 (our EMAIL_HOST_USER/PASSWORD refused) or 530 (authentication required, we sent
+    none) is about the console: every batch would meet it, so it failed each batch's summary
+    step. It waits now, as an outage does, the reason shown, and the batch completes with one
+    mail once the settings are mended."""
+    bid = reporting_batch(zk)
+    credentials = {"EMAIL_HOST_USER": "console", "EMAIL_HOST_PASSWORD": "wrong"}
+    if refusal == "login":
+        smtp.auth = "535 5.7.8 Authentication credentials invalid"
+    elif refusal == "sender":
+        credentials = {}
+        smtp.mail_from = "530 5.7.0 Authentication required"
+    else:
+        credentials = {}
+        smtp.rcpt = "530 5.7.0 Authentication required"
+    smtp.up()
+    reporting = BatchReporting(zk=zk, poll=0.05)
+    with override_settings(**credentials):
+        for _attempt in range(2):
+            assert reporting.run_once() is False
+            assert reporting.last is not None
+            assert reporting.last.outcome == "waiting", reporting.last.line()
+            detail = reporting.last.detail
+            assert detail.startswith("mail server refuses the console's credentials:"), detail
+            assert code in detail
+            batch = batch_load(zk, bid)
+            assert batch.state == "Reporting"
+            assert batch.report is not None and batch.report["mailed"] is False
+    assert smtp.messages == []
+
+    # Mended: the server takes the credentials (or no longer asks for any).
+    smtp.auth, smtp.mail_from, smtp.rcpt = "235 2.7.0 Authentication successful", "250 OK", "250 OK"
+    with override_settings(**credentials):
+        assert wait_for(reporting.run_once, timeout=30)
+    assert batch_load(zk, bid).state == "Completed"
     assert len(smtp.messages) == 1
 
 
