@@ -803,7 +803,15 @@ def filename_problem(name: str) -> str | None:
     The one rule for file names, applied at every door (the console's form, the API,
     ``submitbatch``), to manifest rows and to container members alike.
     """
-    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+    if "\\" in name:
+        # Merritt's ingest keeps a backslash as a character of the name (java.io.File on
+        # Linux), where a Windows reading makes it a folder: refused, the object would be named
+        # otherwise here than there (docs/merritt-services.md, "File names in an object").
+        return (
+            "contains '\\', which Merritt keeps as part of the name, not as a folder: "
+            "write folders with '/'"
+        )
+    if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
         return "is absolute"
     if "%20" in name or "%7c" in name:
         # Merritt's manifests cannot carry them: its reader decodes them in every manifest,
@@ -815,10 +823,10 @@ def filename_problem(name: str) -> str | None:
     problem = text_problem(name, bidi=BIDI_CONTROLS)
     if problem:
         return problem
-    # Backslashes count as separators so a Windows-style "..\\x" cannot climb out either. The
-    # parts as PurePosixPath gives them for a relative name, without its interning every part
-    # (the interpreter's table of them grew by a million entries for a million-file manifest).
-    parts = [p for p in name.replace("\\", "/").split("/") if p and p != "."]
+    # The parts as PurePosixPath gives them for a relative name, without its interning every
+    # part (the interpreter's table of them grew by a million entries for a million-file
+    # manifest).
+    parts = [p for p in name.split("/") if p and p != "."]
     if ".." in parts:
         return "contains '..'"
     if name and not parts:
@@ -832,7 +840,7 @@ def filename_problem(name: str) -> str | None:
 
 def same_file_key(name: str) -> str:
     """What two names of one file have in common: "a", "./a" and "a/" are one file."""
-    return "/".join(PurePosixPath(name.replace("\\", "/")).parts)
+    return "/".join(PurePosixPath(name).parts)
 
 
 class ObjectNames:

@@ -497,7 +497,7 @@ def target_path(workdir: Path, filename: str) -> Path:
     problem = filename_problem(filename)
     if problem or not filename.strip("/"):
         raise ValueError(f"file name {filename!r} {problem or 'is empty'}")
-    path = workdir / PurePosixPath(filename.replace("\\", "/"))
+    path = workdir / PurePosixPath(filename)
     if not path.resolve().is_relative_to(workdir.resolve()):
         raise ValueError(f"file name {filename!r} leaves the working folder")
     return path
@@ -654,7 +654,7 @@ def _member_name(name: str, container: str) -> str:
     problem = filename_problem(name)
     if problem:
         raise ContainerError(f"{container}: member {name!r} {problem}")
-    parts = [p for p in PurePosixPath(name.replace("\\", "/")).parts if p != "."]
+    parts = [p for p in PurePosixPath(name).parts if p != "."]
     return "/".join(parts)
 
 

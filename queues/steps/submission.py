@@ -347,8 +347,8 @@ def submission_filename_problem(name: str) -> str | None:
     problem = filename_problem(name)
     if problem:
         return problem
-    if "/" in name or "\\" in name:
-        return "names a folder too: a submission's file name is one name, without '/' or '\\'"
+    if "/" in name:
+        return "names a folder too: a submission's file name is one name, without '/'"
     return None
 
 

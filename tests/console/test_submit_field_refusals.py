@@ -40,7 +40,7 @@ BAD = [
     ({"local_id": "a\nb"}, "local_id", "control character U+000A (LINE FEED)"),
     ({"date": "20\x8526"}, "date", "control character U+0085 (NEXT LINE)"),
     ({"filename": "a/b"}, "filename", "names a folder too"),
-    ({"filename": "a\\b"}, "filename", "names a folder too"),
+    ({"filename": "a\\b"}, "filename", "contains '\\', which Merritt keeps as part of the name"),
     ({"payload_url": "https://example.org/a%2Fb"}, "filename", "names a folder too"),
 ]
 IDS = [f"{field}-{n}" for n, (_c, field, _w) in enumerate(BAD)]

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tracemalloc
 
 import pytest
@@ -406,9 +407,7 @@ def test_object_manifest_with_a_repeated_file_name_is_refused() -> None:
         payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
 
 
-@pytest.mark.parametrize(
-    ("first", "second"), [("a", "./a"), ("a", "a/"), ("dir/a", "dir//a"), ("b\\c", "b/c")]
-)
+@pytest.mark.parametrize(("first", "second"), [("a", "./a"), ("a", "a/"), ("dir/a", "dir//a")])
 def test_two_names_of_one_file_are_a_repeated_file_name(first: str, second: str) -> None:
     """Both rows were downloaded to one file, the last to finish kept, two results reported."""
     manifest = write_checkm(
@@ -418,6 +417,21 @@ def test_two_names_of_one_file_are_a_repeated_file_name(first: str, second: str)
     spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
 
     with pytest.raises(ManifestError, match=r"^line 7: file name .* already used on line 6$"):
+        payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
+
+
+def test_a_name_with_a_backslash_is_refused_where_the_manifest_is_read() -> None:
+    """``b\\c`` was read here as the file ``c`` in the folder ``b``, where Merritt's ingest
+    keeps the backslash as part of one name (java.io.File on Linux): stored under another name
+    than Merritt would give it. Refused now, naming the line."""
+    manifest = write_checkm(
+        [{"url": "http://h/1", "filename": "a"}, {"url": "http://h/2", "filename": "b-c"}],
+        kind=OBJECT_MANIFEST,
+    ).replace("| b-c", "| b\\c")  # write_checkm refuses to write it
+    spec = ObjectSpec(payload_url="http://h/m", payload_type="object-manifest")
+
+    said = "line 7: file name " + repr("b\\c") + " contains '\\'"
+    with pytest.raises(ManifestError, match="^" + re.escape(said)):
         payload_files(spec, fetch_text=fetcher({"http://h/m": manifest}))
 
 
