@@ -60,7 +60,7 @@ class HttpInventory:
     * ``record``: ``POST {base}/add`` as multipart form data (the only form the service takes
       there) with ``url`` = the storage manifest URL and ``responseForm=xml``. The service reads
       everything else from the object, so ``local_id`` and ``erc`` are not sent. Its 2xx must
-      be inventory's process state for that URL (``is_process_state``); any other body is an
+      be inventory's process state (``is_process_state``); any other body is an
       answer about the console (a wrong ``MRT_INVENTORY_URL``), raised from an outage marked
       ``ours``: the breaker opens and the job waits, not completed unrecorded.
     * ``primary_for_local_id``: ``GET {base}/primary/{owner}/{local id}?t=json``, answered by a
@@ -120,12 +120,12 @@ class HttpInventory:
         response = self._call(
             "POST", f"{self.base_url}/add", f"to record {ark} v{version}", files=fields
         )
-        if not is_process_state(response.content, manifest_url):
+        if not is_process_state(response.content):
             # Not inventory's answer (a page of whatever stands at the configured URL): every
             # add would meet it, and taking it for a record would complete the job unrecorded.
             why = (
                 f"inventory service answered the add of {ark} v{version} without its process "
-                f"state (invp:invProcessState for {manifest_url}): {response.text[:200]!r}"
+                f"state (invp:invProcessState): {response.text[:200]!r}"
             )
             raise InventoryError(why) from unavailable(INVENTORY, why, ours=True)
 
@@ -166,14 +166,14 @@ class HttpInventory:
         self._call("POST", url, f"local id {local_id!r} for {ark}", params={"t": "xml"})
 
 
-def is_process_state(content: bytes, manifest_url: str) -> bool:
-    """Whether ``content`` is mrt-inventory's answer to an add of ``manifest_url``: its
-    ``InvProcessState`` (root ``invProcessState``, XML or JSON) whose ``processUrl`` is the URL
-    sent (docs/merritt-services.md, "Recording a version")."""
+def is_process_state(content: bytes) -> bool:
+    """Whether ``content`` is mrt-inventory's answer to an add: its ``InvProcessState`` (root
+    ``invProcessState``, XML or JSON; docs/merritt-services.md, "Recording a version"). Its
+    ``processUrl`` is not compared with the URL sent: the document's name tells inventory's
+    answer from a page of whatever stands at a wrong URL, and a URL written back in another
+    spelling by some version would turn every real record into a wait."""
     state = state_fields(content)
-    if state is None or state[0] != "invProcessState":
-        return False
-    return state[1].get("processUrl") == manifest_url
+    return state is not None and state[0] == "invProcessState"
 
 
 def _keyed(data: object, name: str) -> Any:
