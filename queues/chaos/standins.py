@@ -44,6 +44,7 @@ EXC_NS = "http://uc3.cdlib.org/ontology/mrt/core/exc"
 VERSION_NS = "http://uc3.cdlib.org/ontology/mrt/store/version"
 OBJECT_NS = "http://uc3.cdlib.org/ontology/mrt/store/object"
 FILE_NS = "http://uc3.cdlib.org/ontology/mrt/store/file"
+NODE_NS = "http://uc3.cdlib.org/ontology/mrt/store/node"
 # The #%profile URLs a manifest handed to storage's add must match (mrt-core2 ManifestRowAdd),
 # as Checkm.handleHeaders matches them (checkm.merritt_profile_kind).
 ADD_PROFILES = MERRITT_PROFILES[ADD_MANIFEST]
@@ -373,13 +374,14 @@ class StorageStandIn(StandIn):
     def handle(self, request: Request) -> Answer:
         segments = _segments(request.path)
         known = (
-            (segments[0] == "state" and 3 <= len(segments) <= 5)
+            (segments[0] == "state" and 2 <= len(segments) <= 5)
             or (len(segments) == 3 and segments[0] in ("add", "manifest"))
             or (len(segments) == 5 and segments[0] == "content")
         )
         if not known:
             return exception_document("REQUEST_INVALID", f"no such resource: {request.path}")
-        action, node_text, ark = segments[:3]
+        action, node_text = segments[:2]
+        ark = segments[2] if len(segments) > 2 else ""
         node = digits(node_text)
         if node is None:
             return exception_document("REQUEST_INVALID", f"nodeID not numeric: {node_text}")
@@ -402,6 +404,8 @@ class StorageStandIn(StandIn):
             return self._manifest(node, ark)
         if action == "content" and request.method == "GET":
             return self._content(node, ark, segments[3], segments[4])
+        if action == "state" and len(segments) == 2 and request.method == "GET":
+            return _node_state(node, request.query.get("t", "xhtml"))
         if action == "state" and request.method == "GET":
             return self._state(node, ark, segments[3:], request.query.get("t", "xhtml"))
         if action == "add" and request.method == "POST":
@@ -619,6 +623,19 @@ class StorageStandIn(StandIn):
         )
 
 
+def _node_state(node: int, form: str) -> Answer:
+    """``GET state/{node}``: the node's ``NodeState`` (``nod:nodeState``, docs/merritt-services.md,
+    "The breakers' probes"), a few of its fields."""
+    fields = {
+        "nod:identifier": node,
+        "nod:name": f"stand-in node {node}",
+        "nod:description": "the storage stand-in's node",
+        "nod:verifyOnRead": True,
+        "nod:verifyOnWrite": True,
+    }
+    return _state_document("nod:nodeState", NODE_NS, fields, form)
+
+
 def _add_form(request: Request) -> str:
     """The response form an add asks for: ``t`` in a url-encoded form, ``responseForm`` in a
     multipart one (``xhtml`` by default, which the exception document is given as XML)."""
@@ -703,7 +720,8 @@ def _state_document(root: str, namespace: str, fields: dict[str, Any], form: str
     children = "".join(element(k, v) for k, v in fields.items())
     head = f'<?xml version="1.0" encoding="UTF-8"?>\n<{root} xmlns:{prefix}="{namespace}">'
     xml = f"{head}{children}</{root}>"
-    return Answer(200, xml.encode())
+    # JerseyBase.getStateResponse answers the form's MIME type (FormatType: xml is text/xml).
+    return Answer(200, xml.encode(), "text/xml")
 
 
 def quote_ark(ark: str) -> str:
@@ -713,6 +731,7 @@ def quote_ark(ark: str) -> str:
 
 
 INV_PROCESS_NS = "http://uc3.cdlib.org/ontology/mrt/inv/process"
+INV_SERVICE_NS = "http://uc3.cdlib.org/ontology/mrt/inv/service"
 
 
 def _process_state(url: str, form: str = "xml") -> Answer:
@@ -767,12 +786,18 @@ class InventoryStandIn(StandIn):
         segments = _segments(request.path)
         form = request.query.get("t", "xhtml")
         if segments == ["state"] and request.method == "GET":
-            # JerseyInv's ``GET state``: the service's state document (only its status is read
-            # here: the breaker's probe asks whether the service answers).
-            return Answer(
-                200,
-                b"<invs:invServiceState><invs:name>inventory</invs:name></invs:invServiceState>",
-            )
+            # JerseyInv's ``GET state``: the service's InvServiceState (invsv:invServiceState,
+            # docs/merritt-services.md, "The breakers' probes"), the breaker's probe.
+            fields = {
+                "invsv:name": "inventory",
+                "invsv:identifier": "inv",
+                "invsv:description": "the inventory stand-in",
+                "invsv:baseURI": self.url,
+                "invsv:dbStatus": "running",
+                "invsv:zookeeperStatus": "running",
+                "invsv:systemStatus": "running",
+            }
+            return _state_document("invsv:invServiceState", INV_SERVICE_NS, fields, form)
         if segments == ["add"] and request.method == "POST":
             if request.content_type != "multipart/form-data":
                 # The add resource consumes multipart/form-data only.

@@ -151,7 +151,8 @@ def test_the_add_answers_inventory_s_process_state_for_the_url_sent(
         b"",
         b'{"ok": true}',
         # Another of inventory's documents is no answer to an add either.
-        b"<invs:invServiceState><invs:name>inventory</invs:name></invs:invServiceState>",
+        b'<invsv:invServiceState xmlns:invsv="http://uc3.cdlib.org/ontology/mrt/inv/service">'
+        b"<invsv:name>inventory</invsv:name></invsv:invServiceState>",
     ],
 )
 def test_an_add_answered_2xx_without_the_process_state_is_about_the_console(
