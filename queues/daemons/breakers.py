@@ -9,8 +9,9 @@ node going through in between, the breaker opens: the node is held as an operato
 node 9501 in 12 s"). Its jobs then wait unclaimed before Storing and Recording, the node-held
 alert says so with that reason, and the holds page, the overview and the API show it like any
 node hold. The maintenance daemon probes each node the breaker holds, at 5 s and then a doubling
-interval up to 5 minutes; the first answer that is not "not now" closes the breaker (the hold
-goes, only if it is still the breaker's), the jobs go on and the alert resolves.
+interval up to 5 minutes; the first answer that is the node's own state document closes the
+breaker (the hold goes, only if it is still the breaker's), the jobs go on and the alert
+resolves.
 
 An operator opens a breaker by holding the node and closes it by releasing the hold, on the
 holds page or the API, audited as every hold; a hold placed by an operator is never released by
@@ -33,7 +34,12 @@ from django.conf import settings
 from queues.core import retries
 from queues.operator import audit
 from queues.services.depositors import depositor_policy
-from queues.steps.merritt_wire import service_session, unavailable_answer
+from queues.steps.merritt_wire import (
+    answered_ok,
+    service_session,
+    state_fields,
+    unavailable_answer,
+)
 from queues.steps.netpolicy import FetchRefused, TooSlow, TransferFailed
 from queues.zk.errors import InvalidID
 from queues.zk.maintenance import (
@@ -294,10 +300,14 @@ class Breakers:
 
 
 def _answers(service: str, url: str) -> bool:
-    """Whether ``url`` answers with anything but "not now" (any status but 408, 429, 5xx: a
-    depositor's root answering 404 is up); False when there is nothing to ask. A depositor's or
-    callback receiver's server is asked under the depositor policy (its addresses checked; a
-    redirect is an answer, not followed), in MRT_HTTP_TIMEOUT for the whole exchange."""
+    """Whether ``service`` answers again at ``url``; False when there is nothing to ask. A
+    depositor's or callback receiver's server answers with anything but "not now" (any status
+    but 408, 429, 5xx: its root answering 404 is up), asked under the depositor policy (its
+    addresses checked; a redirect is an answer, not followed). A storage node, inventory and
+    EZID answer only with their own answer to the probe (``own_answer``: the node's or the
+    service's state document, EZID's login line): a page that a wrong URL's server answers 200
+    with released the hold, and every job met the wrong answer again. In MRT_HTTP_TIMEOUT for
+    the whole exchange."""
     if not url:
         return False
     if storage_node(service) is None and service.split(" ", 1)[0] in SERVER_SERVICES:
@@ -319,7 +329,43 @@ def _answers(service: str, url: str) -> bool:
     finally:
         session.close()
     # An answer about the console (its credentials refused, no endpoint there) is no answer.
-    return unavailable_answer(service, response) is None
+    if unavailable_answer(service, response) is not None:
+        return False
+    if own_answer(service, response):
+        return True
+    log.info(
+        "%s still held: its probe %s was answered HTTP %s without the service's own answer: %r",
+        service,
+        url,
+        response.status_code,
+        response.content[:200],
+    )
+    return False
+
+
+# What a probe of each of Merritt's services must be answered with to release its hold
+# (docs/merritt-services.md, "The breakers' probes"): a 2xx whose body is the service's own
+# answer to that request, not any page a wrong URL's server answers 200 with. A storage node's
+# state is mrt-store's NodeState (nod:nodeState), inventory's its InvServiceState
+# (invsv:invServiceState), both read by their root's local name as every state document is
+# (merritt_wire.state_fields); EZID's login answers this line.
+NODE_STATE = "nodeState"
+INV_SERVICE_STATE = "invServiceState"
+EZID_LOGGED_IN = "success: session cookie returned"
+
+
+def own_answer(service: str, response: requests.Response) -> bool:
+    """Whether ``response`` to a probe of ``service`` is that service's own answer to it."""
+    if not answered_ok(response):
+        return False
+    if storage_node(service) is not None or service == "inventory":
+        state = state_fields(response.content)
+        root = INV_SERVICE_STATE if service == "inventory" else NODE_STATE
+        return state is not None and state[0] == root
+    if service == "ezid":
+        lines = response.content.decode("utf-8", "replace").strip().splitlines()
+        return bool(lines) and lines[0].strip() == EZID_LOGGED_IN
+    return True
 
 
 def _audit(action: str, service: str, reason: str) -> None:
