@@ -1,7 +1,9 @@
 """Retention: every ``MRT_RETENTION_SWEEP_SECONDS`` archive the batches (with their jobs) that
 finished at least ``MRT_RETENTION_DAYS`` ago into the database and remove them from ZooKeeper
 (``queues/operator/archive.py``), with one log line per batch archived or left alone; then
-remove the working folders no job will use again (``workfolder.leftover_folders``).
+remove the working folders no job will use again (``workfolder.leftover_folders``) and the
+console's records of storage adds and callbacks whose job is gone (removed by a tool that does
+not know them: ``queues.zk.side_effects.gone_records_remove``).
 
 Not a consumer of one state: it claims nothing and takes no lock (the removers refuse a locked
 item and check every status version against what was archived), so it is not stopped by a
@@ -19,6 +21,8 @@ from django.conf import settings
 from queues.daemons.base import ItemResult, PeriodicDaemon
 from queues.daemons.workfolder import remove_leftover_folders
 from queues.operator import archive
+from queues.zk.side_effects import gone_records_remove
+from queues.zk.store_intents import SIDE_EFFECT_FOLDERS
 
 log = logging.getLogger("queues.daemons")
 
@@ -48,10 +52,12 @@ class Retention(PeriodicDaemon):
                 break
         days = archive.retention_age().total_seconds() / 86400
         folders = remove_leftover_folders(self.zk)
+        records = gone_records_remove(self.zk, SIDE_EFFECT_FOLDERS)
         detail = (
             f"{archived} batches ({jobs} jobs) archived and removed from ZooKeeper, "
             f"{left} left alone; finished at least {days:g} days ago; "
-            f"{folders} working folders of ended or removed jobs removed"
+            f"{folders} working folders of ended or removed jobs removed; "
+            f"{records} records of storage adds or callbacks of removed jobs removed"
         )
         return ItemResult("sweep", self.step, "ok", time.monotonic() - started, detail)
 

@@ -83,11 +83,9 @@ from queues.zk.nodes import (
     start_reads,
 )
 from queues.zk.records import Batch, Broken, Job, decode_each
-from queues.zk.side_effects import CALLBACKS
-from queues.zk.store_intents import STORE_INTENTS
+from queues.zk.store_intents import SIDE_EFFECT_FOLDERS
 
 # The console's own records of a job's side effects outside ZooKeeper, one node per job.
-SIDE_EFFECT_FOLDERS = (STORE_INTENTS, CALLBACKS)
 # A half-created item older than this was abandoned by its writer and can be removed.
 ABANDONED_SECONDS = 3600
 # Jobs or batches read at once (two such reads are in flight while the previous is checked).

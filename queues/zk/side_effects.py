@@ -14,6 +14,10 @@ one that finds an undelivered record posts again (the receiver may or may not ha
 cannot be asked what it holds, but every attempt carries the same ``Idempotency-Key``) and says so
 in the log. Notify's move to Completed deletes the record in its own multi; ``job_remove`` deletes
 it with the job.
+
+A job removed by a tool that does not know these records (Merritt's library deletes a batch with
+everything below it, an operator's ``zkCli``) leaves its record behind: ``records_of_gone_jobs``
+finds such records and ``gone_records_remove`` deletes them (the retention daemon's sweep).
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ from collections.abc import Callable
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from . import paths
+from . import paths, scan
 from .codecs import decode_any, encode_json, now_stamp
 from .errors import Conflict, patiently
 from .fence import Write, write_fenced
 from .kazoo_private import session_id
+from .nodes import exists_many
 from .records import Job
 
 log = logging.getLogger("queues.zk")
@@ -164,3 +169,35 @@ def callback_record_delivered(zk: KazooClient, jid: str, record: CallbackRecord)
         log.warning("%s notify: callback delivered, but not recorded: %s", jid, exc)
         return False
     return True
+
+
+# Job nodes looked up at once when records are checked against their jobs.
+GONE_CHUNK = 1_000
+
+
+def records_of_gone_jobs(zk: KazooClient, folder: str) -> list[str]:
+    """The records in ``folder`` (a folder of records named by job ID) whose job no longer
+    exists, as paths; a name that is no job ID is not one of ours to judge (the consistency
+    check reports it)."""
+    names = [n for n in scan.list_names(zk, folder) if paths.JID_RE.fullmatch(n)]
+    gone = []
+    for start in range(0, len(names), GONE_CHUNK):
+        chunk = names[start : start + GONE_CHUNK]
+        stats = exists_many(zk, [paths.job(n) for n in chunk])
+        gone += [f"{folder}/{n}" for n in chunk if stats[paths.job(n)] is None]
+    return gone
+
+
+def gone_records_remove(zk: KazooClient, folders: tuple[str, ...]) -> int:
+    """Delete every record of ``folders`` whose job is gone; how many went. Job IDs are never
+    given twice and a record is written only while its job's lock and status are there
+    (``write_under_lock``), so a record whose job is gone can never be wanted again."""
+    removed = 0
+    for folder in folders:
+        for path in records_of_gone_jobs(zk, folder):
+            try:
+                zk.delete(path)
+            except NoNodeError:
+                continue
+            removed += 1
+    return removed

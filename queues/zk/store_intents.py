@@ -18,9 +18,11 @@ from kazoo.client import KazooClient
 from . import paths
 from .codecs import encode_json, now_stamp
 from .records import Job
-from .side_effects import read_record, session_label, write_under_lock
+from .side_effects import CALLBACKS, read_record, session_label, write_under_lock
 
 STORE_INTENTS = f"{paths.CONSOLE}/store-intents"
+# Every folder of records of a step's side effects, each a record per job, named by its ID.
+SIDE_EFFECT_FOLDERS = (STORE_INTENTS, CALLBACKS)
 
 
 def store_intent_path(jid: str) -> str:
