@@ -46,6 +46,7 @@ from queues.zk.maintenance import (
     BREAKER,
     NODE_RE,
     SERVER_SERVICES,
+    ServiceHold,
     breaker_hold_clear,
     node_hold_set,
     node_holds,
@@ -139,15 +140,33 @@ def _release(zk: Any, service: str) -> bool:
     return service_hold_clear(zk, service, by=BREAKER)
 
 
-def breaker_held(zk: Any) -> dict[str, str]:
-    """Every service and node a breaker holds, by service name, with its probe's URL."""
+def breaker_held(zk: Any, services: dict[str, ServiceHold] | None = None) -> dict[str, str]:
+    """Every service and node a breaker holds, by service name, with its probe's URL
+    (``services``: the service holds, when the caller has read them)."""
     held = {
         f"{STORAGE_NODE}{n}": probe_url(f"{STORAGE_NODE}{n}")
         for n, h in node_holds(zk).items()
         if h.by == BREAKER
     }
-    held.update({s: probe_url(s, h.probe) for s, h in service_holds(zk).items() if h.by == BREAKER})
+    if services is None:
+        services = service_holds(zk)
+    held.update({s: probe_url(s, h.probe) for s, h in services.items() if h.by == BREAKER})
     return held
+
+
+def expired(services: dict[str, ServiceHold], *, wall: float) -> list[str]:
+    """The depositors' and callback receivers' servers whose breaker's hold has stood for their
+    retry policy's ``within`` (``wall``: epoch seconds): by then every job that met the outage
+    goes ahead anyway (``outlived``), and a server that never answers again (gone for good)
+    would keep its hold, and the jobs that never tried it, for ever."""
+    return [
+        service
+        for service, hold in services.items()
+        if hold.by == BREAKER
+        and hold.at is not None
+        and _outside_server(service)
+        and wall - hold.at.timestamp() >= policy_for(service).within
+    ]
 
 
 def _holdable(service: str) -> str | None:
@@ -265,13 +284,25 @@ class Breakers:
             with self._lock:
                 self._runs.pop(service, None)
 
-    def probe(self, zk: Any, *, now: float | None = None) -> list[str]:
+    def probe(self, zk: Any, *, now: float | None = None, wall: float | None = None) -> list[str]:
         """Probe each service a breaker holds whose probe is due; the services whose breaker
         closed. A service with no URL to probe (its setting gone) stays held until an operator
-        releases it."""
+        releases it. A depositor's or callback receiver's server is released without a probe
+        once its breaker's hold has stood for its retry window (``expired``; ``wall``: epoch
+        seconds): its jobs try it again, and its breaker opens again if it still fails."""
         moment = time.monotonic() if now is None else now
-        held = breaker_held(zk)
+        services = service_holds(zk)
         closed = []
+        for service in expired(services, wall=time.time() if wall is None else wall):
+            if _release(zk, service):
+                within = policy_for(service).within
+                why = f"held by its breaker for its jobs' whole retry window ({within:g} s)"
+                log.info("%s: %s: released, its jobs try it again", service, why)
+                _audit("release", service, why)
+                closed.append(service)
+            del services[service]
+        held = breaker_held(zk, services)
+        self._forget_old_runs(moment)
         with self._lock:
             for service in list(self._probes):
                 if service not in held:
@@ -297,6 +328,15 @@ class Breakers:
                     interval = min(PROBE_MOST, interval * 2)
                     self._probes[service] = (moment + interval, interval)
         return closed
+
+    def _forget_old_runs(self, moment: float) -> None:
+        """Drop the counts of services whose last outage is older than the breaker's window: a
+        server that failed once and was never asked again is not remembered for ever."""
+        window = settings.MRT_BREAKER_WINDOW
+        with self._lock:
+            old = [s for s, run in self._runs.items() if not run or moment - run[-1][0] > window]
+            for service in old:
+                del self._runs[service]
 
 
 def _answers(service: str, url: str) -> bool:
