@@ -39,6 +39,7 @@ from queues.zk.access import (
     accesses_load,
 )
 from queues.zk.batches import (
+    BEING_DELETED,
     batch_create,
     batch_id_for_uuid,
     batch_ids,
@@ -58,6 +59,8 @@ from queues.zk.errors import (
     MalformedNode,
     NotFound,
     QueueHeld,
+    StoppedPartway,
+    is_connection_error,
 )
 from queues.zk.jobs import (
     index_entries,
@@ -507,6 +510,9 @@ def batch_remove_deleted(*, bid: str, expect_version: int | None = None) -> Outc
     return Outcome("batch", bid, batch.state, REMOVED, f"{len(deleted)} jobs deleted")
 
 
+# The detail of a cleanup's outcome for a batch whose removal stopped part-way.
+PARTWAY = "stopped part-way"
+
 CLEANUP_BATCH_STATES = (BatchState.COMPLETED, BatchState.DELETED)
 
 
@@ -522,7 +528,9 @@ def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome
     Yields each batch as it goes, so that a cleanup of thousands shows its progress and one
     stopped by an outage has said what it already did. A batch locked or changed meanwhile is
     left alone: its outcome keeps its state and says why. So is a Deleted batch some of whose
-    jobs are still at work (as the library's own sweep does).
+    jobs are still at work (as the library's own sweep does). One whose removal stopped part-way
+    (``StoppedPartway``) is said as such (marked Deleted, detail ``PARTWAY``), and taken up
+    again by the next cleanup whatever its age; ZooKeeper lost ends the sweep after that line.
     """
     zk = client()
     cutoff = datetime.now().astimezone() - older_than
@@ -534,9 +542,14 @@ def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome
             batch = batch_load(zk, bid)
         except (NotFound, MalformedNode):
             continue
-        if batch.state != state or batch.status.mtime > cutoff:
+        if batch.state != state:
             continue
-        if state == BatchState.DELETED:
+        # A delete that stopped part-way (its batch marked Deleted first) is finished whatever
+        # its age and its jobs' states, as that delete would have.
+        stopped = state == BatchState.DELETED and batch.status.message == BEING_DELETED
+        if batch.status.mtime > cutoff and not stopped:
+            continue
+        if state == BatchState.DELETED and not stopped:
             working = batch_job_ids(zk, bid)["batch-processing"]
             if working:
                 detail = f"left alone: {len(working)} jobs at work"
@@ -546,6 +559,13 @@ def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome
             deleted = batch_remove(zk, batch)
         except (Conflict, ItemLocked) as exc:
             yield Outcome("batch", bid, state, state, f"left alone: {exc}")
+            continue
+        except StoppedPartway as exc:
+            # Marked Deleted with some of its jobs removed: said (and audited) as such; the
+            # next cleanup, or a remove, finishes it. ZooKeeper gone stops the sweep.
+            yield Outcome("batch", bid, state, BatchState.DELETED, f"{PARTWAY}: {exc}")
+            if is_connection_error(exc):
+                raise
             continue
         remove_batch_uploads(batch)
         after = BatchState.DELETED if state == BatchState.COMPLETED else REMOVED
@@ -685,6 +705,7 @@ def access_remove_deleted(*, queue: str, qid: str, expect_version: int | None = 
 
 
 __all__ = [
+    "PARTWAY",
     "REMOVED",
     "SUBMISSION_TYPES",
     "Outcome",

@@ -28,7 +28,16 @@ from queues.core.words import LONG_MAX
 from . import index as zindex
 from . import paths, sized
 from .codecs import decode_json, encode_json, now_stamp
-from .errors import Conflict, ItemLocked, MalformedNode, NotFound, StaleVersion
+from .errors import (
+    Conflict,
+    DomainError,
+    ItemLocked,
+    MalformedNode,
+    NotFound,
+    StaleVersion,
+    StoppedPartway,
+    is_connection_error,
+)
 from .fence import Gate, Gated, current_gate, holder_gate, owner_gate
 from .finished import CompletedMemory
 from .jobs import job_load, job_remove, jobs_load
@@ -46,7 +55,7 @@ from .nodes import (
     read_many,
     stamp,
 )
-from .records import Batch, Broken, Job, Status, decode_each
+from .records import Batch, Broken, Status, decode_each
 
 BATCH_NODES = ("submission", "status", "status-report")
 REPORT_HISTORY = 20
@@ -432,6 +441,20 @@ def batch_transition(
     """
     if new_state == BatchState.DELETED:
         raise ValueError("use batch_remove to delete a batch")
+    return _move(zk, batch, new_state, message=message, admin=admin, holder=holder)
+
+
+def _move(
+    zk: KazooClient,
+    batch: Batch,
+    new_state: str,
+    *,
+    message: str = "",
+    admin: bool = False,
+    holder: bool = False,
+) -> Batch:
+    """``batch_transition``'s write, to any state the machine allows (``batch_remove`` marks a
+    batch Deleted with it before it removes its jobs)."""
     BATCH.check(batch.state, new_state, admin=admin)
     raw = simple_status(new_state, message, batch.status.raw)
     path = paths.batch_node(batch.bid, "status")
@@ -846,12 +869,26 @@ def batch_unlock(zk: KazooClient, batch: Batch) -> None:
     lock_release(zk, paths.batch_node(batch.bid, "lock"))
 
 
+# The status message of a batch ``batch_remove`` marked Deleted before removing its jobs: one
+# left so (the removal stopped part-way) is removed by cleanup whatever its age.
+BEING_DELETED = "being deleted by an operator"
+
+
 def batch_remove(zk: KazooClient, batch: Batch, *, check_state: bool = True) -> list[str]:
     """Delete a batch and every job it lists; returns the deleted job IDs.
 
-    Jobs go first, each in its own transaction (a batch may hold thousands, more than one
-    transaction may carry); the batch's own nodes go last in one transaction, so an interrupted
-    delete leaves the batch visible and a second delete finishes the work.
+    Everything a removal needs is checked before the first write, and a refusal writes
+    nothing: the batch or any of its jobs locked by a session (Merritt's ingest, a consumer:
+    ItemLocked), a job in a state this console does not know (Conflict).
+
+    A batch may hold thousands of jobs, more than one transaction may carry, so the jobs go
+    each in its own transaction. First the batch is marked Deleted (the contract's move, one
+    version-checked write refused while any session holds the batch), so that a delete stopped
+    part-way (a lock taken after the look, a change, ZooKeeper lost) never leaves a batch that
+    still says Failed or Completed, with a report naming jobs that are gone: it leaves a batch
+    marked Deleted with the jobs not yet removed, and StoppedPartway says which were; a second
+    delete (or remove, or cleanup) finishes the work. The batch's own nodes go last, in one
+    transaction.
     """
     if check_state:
         BATCH.check_delete(batch.state)  # an already Deleted batch is removed
@@ -860,21 +897,59 @@ def batch_remove(zk: KazooClient, batch: Batch, *, check_state: bool = True) -> 
         raise _locked(batch)
     index = batch_job_ids(zk, batch.bid)
     jids = sorted({j for jids in index.values() for j in jids})
-    _refuse_unknown_states(zk, batch, jids)
-    deleted = []
-    for jid in jids:
-        try:
-            job = job_load(zk, jid)
-        except NotFound:
-            continue
-        except MalformedNode:
-            remove_tree(zk, paths.job(jid), f"job {jid}")
+    _refuse_before_removing(zk, batch, jids)
+    before = batch
+    deleted: list[str] = []
+    try:
+        if jids and batch.state != BatchState.DELETED:
+            batch = _move(zk, batch, BatchState.DELETED, message=BEING_DELETED, admin=True)
+        for jid in jids:
+            try:
+                job = job_load(zk, jid)
+            except NotFound:
+                continue
+            except MalformedNode:
+                remove_tree(zk, paths.job(jid), f"job {jid}")
+                deleted.append(jid)
+                continue
+            if job.bid != batch.bid:
+                continue
+            job_remove(zk, job, check_state=False)
             deleted.append(jid)
-            continue
-        if job.bid != batch.bid:
-            continue
-        job_remove(zk, job, check_state=False)
-        deleted.append(jid)
+        _remove_batch_nodes(zk, batch, lock)
+    except Exception as exc:
+        wrote = batch.status.version != before.status.version or deleted
+        if not wrote or not (isinstance(exc, DomainError) or is_connection_error(exc)):
+            raise  # nothing written yet (or a fault of the program: not a refusal)
+        gone = set(deleted)
+        left = [j for j in jids if j not in gone]
+        marked = (
+            f"was marked Deleted (it was {before.state})"
+            if before.state != BatchState.DELETED
+            else "is marked Deleted"
+        )
+        raise StoppedPartway(
+            f"delete of batch {batch.bid} stopped part-way ({exc}): the batch {marked} "
+            f"and {len(deleted)} of its {len(jids)} jobs removed"
+            f"{_named(deleted)}; the batch and {len(left)} jobs{_named(left)} are still there: "
+            "delete or remove it again to finish",
+            done=(batch.bid, *deleted),
+            cause=exc,
+        ) from exc
+    return deleted
+
+
+def _named(jids: Sequence[str], most: int = 20) -> str:
+    """`` (jid1, jid2, ...)`` for a message, the first ``most`` of them named."""
+    if not jids:
+        return ""
+    more = f" and {len(jids) - most} more" if len(jids) > most else ""
+    return f" ({', '.join(jids[:most])}{more})"
+
+
+def _remove_batch_nodes(zk: KazooClient, batch: Batch, lock: str) -> None:
+    """The batch's own nodes and its ``/batch-uuids`` entry, in one transaction checked against
+    the status version read (``batch``)."""
     tree = _tree(zk, paths.batch(batch.bid))
     if lock in tree:
         raise _locked(batch)  # taken since the look above; a later one fails the root's delete
@@ -888,19 +963,40 @@ def batch_remove(zk: KazooClient, batch: Batch, *, check_state: bool = True) -> 
     if uuid_entry is not None:
         txn.delete(uuid_entry[0], version=uuid_entry[1])
     commit(txn, what=f"delete {batch.bid}")
-    return deleted
 
 
-def _refuse_unknown_states(zk: KazooClient, batch: Batch, jids: Sequence[str]) -> None:
-    """Conflict, before anything is deleted, when a job of the batch is in a state this console
-    does not know (a newer Merritt library's): such a job is shown, never modified or removed."""
+def _refuse_before_removing(zk: KazooClient, batch: Batch, jids: Sequence[str]) -> None:
+    """Before anything is written: ItemLocked when a session holds a job of the batch (read or
+    not: a job that cannot be read has its lock looked for), Conflict when a job is in a state
+    this console does not know (a newer Merritt library's: such a job is shown, never modified
+    or removed)."""
     for start in range(0, len(jids), 500):
-        for job in jobs_load(zk, jids[start : start + 500]):
-            if isinstance(job, Job) and job.bid == batch.bid and not JOB.is_state(job.state):
+        chunk = jids[start : start + 500]
+        unread: list[str] = []
+        for job in jobs_load(zk, chunk):
+            if isinstance(job, Broken):
+                unread.append(job.id)
+                continue
+            if job.bid != batch.bid:
+                continue
+            if not JOB.is_state(job.state):
                 raise Conflict(
                     f"batch {batch.bid}: job {job.jid} is in a state this console does not know "
                     f"({job.state!r}); the batch and its jobs are left as they are"
                 )
+            if job.lock is not None:
+                raise _job_locked(batch, job.jid)
+        locks = exists_many(zk, [paths.job_node(jid, "lock") for jid in unread])
+        for jid in unread:
+            if locks[paths.job_node(jid, "lock")] is not None:
+                raise _job_locked(batch, jid)
+
+
+def _job_locked(batch: Batch, jid: str) -> ItemLocked:
+    return ItemLocked(
+        f"batch {batch.bid}: job {jid} is locked by a running consumer (of the console or "
+        "Merritt's); nothing was deleted, try again once it is free"
+    )
 
 
 def _own_uuid_entry(zk: KazooClient, batch: Batch) -> tuple[str, int] | None:

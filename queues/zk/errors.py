@@ -41,6 +41,7 @@ __all__ = [
     "NotFound",
     "QueueHeld",
     "StaleVersion",
+    "StoppedPartway",
     "Unavailable",
     "is_connection_error",
     "patiently",
@@ -76,6 +77,18 @@ class Conflict(DomainError):
 
 class StaleVersion(Conflict):
     """The status node's version is not the one read: someone else wrote it since."""
+
+
+class StoppedPartway(DomainError):
+    """An action of several transactions stopped after its first write (a lock taken, a change
+    or a connection lost meanwhile): the message says what was done, what was not, and that
+    the same action again finishes it; ``done`` names the items it changed, ``cause`` is what
+    stopped it (also ``__cause__``: a connection error stays one, ``is_connection_error``)."""
+
+    def __init__(self, message: str, *, done: tuple[str, ...], cause: BaseException) -> None:
+        super().__init__(message)
+        self.done = done
+        self.cause = cause
 
 
 class QueueHeld(DomainError):

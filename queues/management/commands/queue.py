@@ -217,10 +217,13 @@ class Command(QueueCommand):
         Deleted (Merritt's library marks instead of removing) are removed.
         """
         audit.writable()  # as actions.perform: no move its entry could not follow
-        cleaned = removed = 0
+        cleaned = removed = stopped = 0
         for outcome in moves.batches_cleanup(older_than=older_than):
             self.stdout.write(str(outcome))
             _audit_swept(outcome, user, reason)
+            if outcome.detail.startswith(moves.PARTWAY):
+                stopped += 1
+                continue
             cleaned += (
                 outcome.before == BatchState.COMPLETED and outcome.after == BatchState.DELETED
             )
@@ -231,6 +234,12 @@ class Command(QueueCommand):
             removed += outcome.after == moves.REMOVED
         self.stdout.write(
             f"{cleaned} completed batches cleaned up, {removed} items marked Deleted removed"
+            + (
+                f", {stopped} batches stopped part-way (marked Deleted; cleanup again finishes "
+                "them)"
+                if stopped
+                else ""
+            )
         )
 
     def archive(self, older_than: timedelta, user: Any, reason: str) -> None:
@@ -305,8 +314,9 @@ def _perform(move: Move, user: Any, reason: str) -> list[moves.Outcome]:
 
 
 def _audit_swept(outcome: moves.Outcome, user: Any, reason: str) -> None:
-    """A cleanup's item, audited when it was taken away (one left alone did not move)."""
-    if outcome.before == outcome.after:
+    """A cleanup's item, audited when it was taken away, or some of it was (one left alone did
+    not move; a Deleted batch whose removal stopped part-way lost some of its jobs)."""
+    if outcome.before == outcome.after and not outcome.detail.startswith(moves.PARTWAY):
         return
     # An access request's outcome names its queue in its detail ("small queue").
     queue = outcome.detail.removesuffix(" queue") if outcome.kind == "access" else ""
