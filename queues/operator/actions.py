@@ -19,7 +19,7 @@ from queues.operator.audit import record
 from queues.operator.auth import require_action
 from queues.services import moves
 from queues.zk.client import connected_client
-from queues.zk.errors import DomainError
+from queues.zk.errors import DomainError, StoppedPartway
 
 
 class ReasonRequired(DomainError):
@@ -185,7 +185,8 @@ def audit_refusal(
         kind=kind,
         item_id=f"{(params or {}).get('queue')}/{item_id}" if kind == "access" else item_id,
         reason=reason.strip(),
-        detail=f"refused: {exc}",
+        # One stopped after its first write names what it did (``StoppedPartway``).
+        detail=f"{'stopped' if isinstance(exc, StoppedPartway) else 'refused'}: {exc}",
         ok=False,
         via=via,
     )

@@ -128,3 +128,60 @@ def test_the_batch_list_says_how_far_each_batch_is_and_how_long_it_has_taken(
     row = row[: row.index("</tr>")]
     assert "75% done" in row and 'title="3 of 4 jobs ended"' in row
     assert 'class="elapsed"' in row
+
+
+def failed_batch_of(zk, make_job, count):
+    """A Failed batch with ``count`` Failed jobs, oldest first (the order a delete takes them)."""
+    first = make_job("Failed")
+    batch = batches.batch_load(zk, first.bid)
+    made = [first] + [make_job("Failed", batch=batch) for _ in range(count - 1)]
+    batch = batches.batch_transition(zk, batch, "Processing")
+    batch = batches.batch_transition(zk, batch, "Failed", message="jobs failed")
+    return batch, sorted(made, key=lambda j: j.jid)
+
+
+def test_deleting_a_batch_one_of_whose_jobs_a_session_holds_deletes_nothing_and_says_so(
+    admin, zk, other_zk, make_job
+):
+    from queues.operator.audit import AuditEntry
+
+    batch, made = failed_batch_of(zk, make_job, 3)
+    other_zk.create(f"/jobs/{made[-1].jid}/lock", b"", ephemeral=True)
+    response = admin.post(
+        reverse("batch-action", args=[batch.bid, "delete"]),
+        {"version": batch.status.version, "reason": "submitted twice"},
+    )
+    assert response.status_code == 409
+    assert f"job {made[-1].jid} is locked" in response.content.decode()
+    assert "nothing was deleted" in response.content.decode()
+    assert all(zk.exists(f"/jobs/{j.jid}") for j in made)
+    assert batches.batch_load(zk, batch.bid).state == "Failed"
+    entry = AuditEntry.objects.get(action="delete", item_id=batch.bid)
+    assert not entry.ok and entry.detail.startswith("refused: ")
+
+
+def test_a_batch_delete_stopped_part_way_answers_and_audits_what_it_did(
+    admin, zk, other_zk, make_job, monkeypatch
+):
+    from queues.operator.audit import AuditEntry
+
+    batch, made = failed_batch_of(zk, make_job, 2)
+    real_children = jobs.children
+
+    def children_after_a_claim(client, path):
+        if path == f"/jobs/{made[1].jid}" and not other_zk.exists(f"{path}/lock"):
+            other_zk.create(f"{path}/lock", b"", ephemeral=True)
+        return real_children(client, path)
+
+    monkeypatch.setattr(jobs, "children", children_after_a_claim)
+    response = admin.post(
+        reverse("batch-action", args=[batch.bid, "delete"]),
+        {"version": batch.status.version, "reason": "submitted twice"},
+    )
+    assert response.status_code == 409
+    said = response.content.decode()
+    assert f"1 of its 2 jobs removed ({made[0].jid})" in said
+    assert "delete or remove it again to finish" in said
+    entry = AuditEntry.objects.get(action="delete", item_id=batch.bid)
+    assert entry.detail.startswith("stopped: delete of batch") and made[0].jid in entry.detail
+    assert batches.batch_load(zk, batch.bid).state == "Deleted"
