@@ -283,14 +283,14 @@ def test_a_zookeeper_cut_between_the_mail_and_its_record_sends_no_second_mail(
     ZooKeeper with the connection: the daemon records it once the client has reconnected
     (its session lives on) instead of leaving the batch to a claim that mails again. The
     chaos run met this as a ZooKeeper restart right after a mail: two summaries."""
-    from tests.zkproxy import request
+    from tests.zkproxy import MULTI, request
 
-    set_data = 5
     bid = reporting_batch(zk)
     smtp.up()
     cut_off = proxied_client()
     session = cut_off.client_id[0]
-    proxy.cut_before(request(set_data, b"status-report", b'"mailed":true'))
+    # The record goes in a multi fenced by the batch's lock (``batches._Fence``).
+    proxy.cut_before(request(MULTI, b"status-report", b'"mailed":true'))
     reporting = BatchReporting(zk=cut_off, poll=0.05)
     assert reporting.run_once() is True, reporting.last and reporting.last.line()
     assert proxy.fired.is_set()  # the first record of the mail never reached the server
