@@ -24,6 +24,7 @@ from queues.daemons.breakers import BREAKER, breakers
 from queues.models import AuditEntry
 from queues.operator import audit
 from queues.services import hold_moves
+from queues.zk.errors import StoppedPartway
 from queues.zk.maintenance import (
     Window,
     due,
@@ -56,16 +57,25 @@ class Maintenance(PeriodicDaemon):
     def released(self, window: Window) -> None:
         """What the hold parked goes on, and the release is audited (by the winner only)."""
         parked = []
+        stopped = ""
         try:
             if window.kind == "queue" and window.name == "ingest":
                 parked = hold_moves.queue_release(name="ingest", release_held=True)[1:]
             elif window.kind == "collection":
                 parked = hold_moves.collection_release_held(profile=window.name)
+        except StoppedPartway as exc:  # some released: said in the entry; the rest by hand
+            stopped = f"; {exc}"
+            log.warning("%s %s: parked items not all released: %s", window.kind, window.name, exc)
         except Exception as exc:  # the hold is released; what it parked can be released by hand
             log.warning("%s %s: parked items not released: %s", window.kind, window.name, exc)
+        moved = sum(o.before != o.after for o in parked)
+        left = len(parked) - moved  # a session holds them (``hold_moves.SESSION_HOLDS``)
         detail = f"maintenance window ended at {clock_text(window.until)}"
-        if parked:
-            detail += f"; released {len(parked)} item(s) it had parked"
+        if moved:
+            detail += f"; released {moved} item(s) it had parked"
+        if left:
+            detail += f"; {left} held item(s) left alone: a session holds them"
+        detail += stopped
         made = audit.entry(
             user=None,
             action="release",

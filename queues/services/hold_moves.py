@@ -6,7 +6,7 @@ keyword-only arguments, works on the process's ZooKeeper client and answers an `
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, overload
@@ -18,7 +18,16 @@ from queues.zk import packed
 from queues.zk import paths as zpaths
 from queues.zk.batches import batch_ids, batch_load, batch_states, batch_transition
 from queues.zk.client import client
-from queues.zk.errors import Conflict, ItemLocked, NotFound, QueueHeld, StillLoading
+from queues.zk.errors import (
+    Conflict,
+    DomainError,
+    ItemLocked,
+    NotFound,
+    QueueHeld,
+    StillLoading,
+    StoppedPartway,
+    is_connection_error,
+)
 from queues.zk.jobs import index_entries, job_transition, jobs_load
 from queues.zk.locks import (
     collection_held,
@@ -133,14 +142,43 @@ def queue_release(*, name: str, release_held: bool = False) -> list[Outcome]:
     hold_record_clear(zk, "queue", name)
     outcomes = [Outcome("queue", name, "held" if changed else "released", "released")]
     if release_held and name == "ingest":
-        outcomes += _release_batches(lambda b: b.status.message == INGEST_HELD_MESSAGE)
+        parked = _release_batches(lambda b: b.status.message == INGEST_HELD_MESSAGE)
+        _gather(f"release of queue {name}", outcomes, parked)
     return outcomes
 
 
-def _release_batches(parked: Callable[[Batch], bool]) -> list[Outcome]:
-    """Release the Held batches ``parked`` picks whose collection is not held."""
+# The detail of a held job or batch a release passed over because a session (Merritt's ingest,
+# a consumer) holds its lock: it stays Held, and the same release again takes it once free.
+SESSION_HOLDS = "left alone: a session holds it"
+
+
+def _gather(what: str, outcomes: list[Outcome], made: Iterable[Outcome]) -> list[Outcome]:
+    """``outcomes`` (what the release did so far: its hold cleared) with those ``made`` yields
+    one by one. A release of many items takes one transaction each: when it stops after its
+    first move (ZooKeeper lost, an item that cannot be read), StoppedPartway names the moves
+    made, so the door answers and audits them; the same release again finishes it."""
+    try:
+        for outcome in made:
+            outcomes.append(outcome)
+    except Exception as exc:
+        moved = [o for o in outcomes if o.before != o.after]
+        if not moved or not (isinstance(exc, DomainError) or is_connection_error(exc)):
+            raise  # nothing moved yet (or a fault of the program: not a refusal)
+        said = "; ".join(f"{o.kind} {o.id} {o.before} -> {o.after}" for o in moved[:20])
+        more = f" and {len(moved) - 20} more" if len(moved) > 20 else ""
+        raise StoppedPartway(
+            f"{what} stopped part-way ({exc}): {len(moved)} moves made ({said}{more}); "
+            "the held items not yet reached are still Held: release again to finish",
+            done=tuple(o.id for o in moved),
+            cause=exc,
+        ) from exc
+    return outcomes
+
+
+def _release_batches(parked: Callable[[Batch], bool]) -> Iterator[Outcome]:
+    """Release the Held batches ``parked`` picks whose collection is not held, one outcome
+    each as it goes (one a session holds is left Held, and said so)."""
     zk = client()
-    outcomes: list[Outcome] = []
     for bid, state in batch_states(zk, batch_ids(zk)).items():
         if state != BatchState.HELD:
             continue
@@ -152,10 +190,12 @@ def _release_batches(parked: Callable[[Batch], bool]) -> list[Outcome]:
             continue
         try:
             batch_transition(zk, batch, BatchState.PENDING, admin=True)
-        except (Conflict, ItemLocked, NotFound):
-            continue  # moved meanwhile, or a session holds it: left as it is
-        outcomes.append(Outcome("batch", bid, BatchState.HELD, BatchState.PENDING))
-    return outcomes
+        except ItemLocked:
+            yield Outcome("batch", bid, BatchState.HELD, BatchState.HELD, SESSION_HOLDS)
+            continue
+        except (Conflict, NotFound):
+            continue  # moved or removed meanwhile: no longer Held, nothing to release
+        yield Outcome("batch", bid, BatchState.HELD, BatchState.PENDING)
 
 
 def collection_hold(
@@ -188,28 +228,42 @@ def collection_release(*, profile: str, release_jobs: bool = False) -> list[Outc
     hold_record_clear(client(), "collection", profile)
     outcomes = [Outcome("collection", profile, "held" if changed else "released", "released")]
     if release_jobs:
-        outcomes += collection_release_held(profile=profile)
+        _check_released(profile)
+        _gather(f"release of collection {profile}", outcomes, _release_held(profile))
     return outcomes
 
 
 def collection_release_held(*, profile: str) -> list[Outcome]:
-    """Release every Held job and Held batch of a collection (after its hold was cleared)."""
-    zk = client()
+    """Release every Held job and Held batch of a collection (after its hold was cleared).
+
+    One outcome per held item: released (Held -> Pending), or left Held because a session
+    holds it (``SESSION_HOLDS``). Stopped after its first move, StoppedPartway names the moves
+    made; the same release again finishes it."""
+    _check_released(profile)
+    return _gather(f"release of collection {profile}'s held items", [], _release_held(profile))
+
+
+def _check_released(profile: str) -> None:
     zpaths.profile(profile)
-    if collection_held(zk, profile):
+    if collection_held(client(), profile):
         raise QueueHeld(f"collection {profile} is still held; release the collection first")
-    outcomes: list[Outcome] = []
+
+
+def _release_held(profile: str) -> Iterator[Outcome]:
+    zk = client()
     held = [jid for _p, jid in index_entries(zk, JobState.HELD)]
     for job in jobs_load(zk, held):
         if isinstance(job, Broken) or job.profile != profile or job.state != JobState.HELD:
             continue
         try:
             job_transition(zk, job, JobState.PENDING, admin=True)
-        except (Conflict, ItemLocked, NotFound):
-            continue  # moved meanwhile, or a session holds it: left as it is
-        outcomes.append(Outcome("job", job.jid, JobState.HELD, JobState.PENDING))
-    outcomes += _release_batches(lambda b: b.profile == profile)
-    return outcomes
+        except ItemLocked:
+            yield Outcome("job", job.jid, JobState.HELD, JobState.HELD, SESSION_HOLDS)
+            continue
+        except (Conflict, NotFound):
+            continue  # moved or removed meanwhile: no longer Held, nothing to release
+        yield Outcome("job", job.jid, JobState.HELD, JobState.PENDING)
+    yield from _release_batches(lambda b: b.profile == profile)
 
 
 def job_priority_set(*, jid: str, priority: int, expect_version: int | None = None) -> Outcome:
@@ -394,6 +448,7 @@ def collection_cap_recount(*, profile: str) -> Outcome:
 
 
 __all__ = [
+    "SESSION_HOLDS",
     "PriorityScope",
     "collection_cap_clear",
     "collection_cap_recount",

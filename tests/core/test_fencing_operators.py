@@ -221,7 +221,11 @@ def test_a_release_of_a_collection_passes_over_a_held_job_another_session_holds(
         walk_job(zk, job, JobState.HELD)
     stat = hold_lock(other_zk, zpaths.job_node(locked.jid, "lock"))
     outcomes = hold_moves.collection_release_held(profile=locked.profile)
-    assert [o.id for o in outcomes if o.kind == "job"] == [free.jid]
+    # The one passed over is said, not dropped: the operator learns it stays Held, and why.
+    assert {(o.id, o.after, o.detail) for o in outcomes if o.kind == "job"} == {
+        (free.jid, JobState.PENDING, ""),
+        (locked.jid, JobState.HELD, "left alone: a session holds it"),
+    }
     assert jobs.job_load(zk, locked.jid).state == JobState.HELD
     still_held(zk, zpaths.job_node(locked.jid, "lock"), stat)
 

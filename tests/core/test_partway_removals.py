@@ -14,7 +14,7 @@ from kazoo.client import KazooClient
 
 from queues.core.states import BatchState, JobState
 from queues.services import moves
-from queues.zk import batches, jobs
+from queues.zk import batches, jobs, locks
 from queues.zk import paths as zpaths
 from queues.zk.errors import ItemLocked, StoppedPartway, is_connection_error
 from queues.zk.records import Batch, Job
@@ -184,3 +184,79 @@ def test_a_cleanup_stopped_part_way_on_a_batch_says_so_audits_it_and_again_finis
     out = queue("cleanup", "--older-than-days", "30", "--reason", "housekeeping").splitlines()
     assert out[0] == f"batch {batch.bid}: Deleted -> removed (1 jobs deleted)"
     assert zk.exists(zpaths.batch(batch.bid)) is None and present(zk, made) == []
+
+
+# A collection's release of its held items moves them one transaction each.
+
+
+def held_jobs(zk: KazooClient, make_job: Callable[..., Job]) -> list[Job]:
+    """Three Held jobs of one collection, in the order a release takes them."""
+    made = [jobs.job_transition(zk, make_job(), JobState.HELD) for _ in range(3)]
+    return sorted(made, key=lambda j: j.jid)
+
+
+def states_of(zk: KazooClient, made: list[Job]) -> list[str]:
+    return [jobs.job_load(zk, j.jid).state for j in made]
+
+
+def test_a_collection_release_cut_off_part_way_names_what_it_released_and_again_finishes(
+    zk: KazooClient,
+    make_job: Callable[..., Job],
+    proxy: Any,
+    proxied_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from queues.services import hold_moves
+
+    made = held_jobs(zk, make_job)
+    profile = made[0].profile
+    locks.collection_hold_set(zk, zpaths.profile(profile))
+    cut_off = proxied_client()
+    monkeypatch.setattr(hold_moves, "client", lambda: cut_off)
+    proxy.cut_before(request(MULTI, made[1].jid.encode()))
+    with pytest.raises(StoppedPartway) as stopped:
+        hold_moves.collection_release(profile=profile, release_jobs=True)
+    assert proxy.fired.is_set()
+    assert is_connection_error(stopped.value)
+    said = str(stopped.value)
+    assert f"collection {profile} held -> released; job {made[0].jid} Held -> Pending" in said
+    assert "release again to finish" in said
+    assert stopped.value.done == (profile, made[0].jid)
+    assert states_of(zk, made) == [JobState.PENDING, JobState.HELD, JobState.HELD]
+    monkeypatch.undo()
+    outcomes = hold_moves.collection_release(profile=profile, release_jobs=True)
+    assert [(o.id, o.before, o.after) for o in outcomes[1:]] == [
+        (made[1].jid, JobState.HELD, JobState.PENDING),
+        (made[2].jid, JobState.HELD, JobState.PENDING),
+    ]
+    assert states_of(zk, made) == [JobState.PENDING] * 3
+
+
+@pytest.mark.django_db
+def test_a_release_held_stopped_part_way_is_audited_with_what_it_released(
+    zk: KazooClient,
+    make_job: Callable[..., Job],
+    proxy: Any,
+    proxied_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    ops: Any,
+) -> None:
+    from django.core.management.base import CommandError
+
+    from queues.operator.audit import AuditEntry
+    from queues.services import hold_moves
+
+    from .test_commands import queue
+
+    made = held_jobs(zk, make_job)
+    cut_off = proxied_client()
+    monkeypatch.setattr(hold_moves, "client", lambda: cut_off)
+    proxy.cut_before(request(MULTI, made[2].jid.encode()))
+    with pytest.raises((CommandError, StoppedPartway)):
+        queue("release-held", made[0].profile, "--reason", "window over")
+    entry = AuditEntry.objects.get(action="release-held")
+    assert not entry.ok and entry.detail.startswith("stopped: ")
+    assert f"job {made[0].jid} Held -> Pending; job {made[1].jid} Held -> Pending" in entry.detail
+    monkeypatch.undo()
+    queue("release-held", made[0].profile, "--reason", "window over")
+    assert states_of(zk, made) == [JobState.PENDING] * 3
