@@ -39,12 +39,15 @@ class Retention(PeriodicDaemon):
         hand; the next start sweeps again from the oldest batch.
         """
         started = time.monotonic()
-        archived = left = jobs = 0
+        archived = left = jobs = stopped = 0
         for outcome in archive.sweep(zk=self.zk):
             if outcome.done:
                 archived += 1
                 jobs += outcome.jobs
                 log.info("%s retention archived %s", outcome.bid, _detail(outcome))
+            elif outcome.partway:
+                stopped += 1
+                log.warning("%s retention %s", outcome.bid, _detail(outcome))
             else:
                 left += 1
                 log.info("%s retention left alone %s", outcome.bid, _detail(outcome))
@@ -56,7 +59,13 @@ class Retention(PeriodicDaemon):
         detail = (
             f"{archived} batches ({jobs} jobs) archived and removed from ZooKeeper, "
             f"{left} left alone; finished at least {days:g} days ago; "
-            f"{folders} working folders of ended or removed jobs removed; "
+            + (
+                f"{stopped} batches stopped part-way (marked Deleted, their rows kept; the next "
+                "sweep finishes them); "
+                if stopped
+                else ""
+            )
+            + f"{folders} working folders of ended or removed jobs removed; "
             f"{records} records of storage adds or callbacks of removed jobs removed"
         )
         return ItemResult("sweep", self.step, "ok", time.monotonic() - started, detail)
@@ -82,6 +91,9 @@ def _detail(outcome: archive.ArchiveOutcome) -> str:
         text = f"{outcome.state} batch, {outcome.jobs} jobs"
         if outcome.detail:
             text += f" ({outcome.detail})"
+    elif outcome.partway:
+        text = f"{archive.PARTWAY}: {outcome.state} batch, {outcome.jobs} jobs removed: "
+        text += outcome.detail
     else:
         text = f"{outcome.state} batch: {outcome.detail}"
     return f"{text} {outcome.seconds:.2f}s"

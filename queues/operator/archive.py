@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,6 +43,7 @@ from queues.core.states import JOB_STEPS, JobState
 from queues.steps.uploads import remove_uploads
 from queues.zk import paths as zpaths
 from queues.zk.batches import (
+    BEING_DELETED,
     batch_ids,
     batch_job_ids,
     batch_load,
@@ -52,13 +53,22 @@ from queues.zk.batches import (
 )
 from queues.zk.client import client
 from queues.zk.codecs import parse_stamp
-from queues.zk.errors import Conflict, ItemLocked, MalformedNode, NotFound, is_connection_error
-from queues.zk.jobs import job_remove, jobs_load
+from queues.zk.errors import (
+    Conflict,
+    ItemLocked,
+    MalformedNode,
+    NotFound,
+    StoppedPartway,
+    is_connection_error,
+)
+from queues.zk.jobs import jobs_load
 from queues.zk.records import Batch, Broken, Job
 
 log = logging.getLogger("queues.operator.archive")
 
 FINISHED = (JobState.COMPLETED, JobState.FAILED, JobState.DELETED)
+# What a sweep says of a batch whose removal stopped part-way.
+PARTWAY = "stopped part-way"
 LOAD_CHUNK = 500
 SEARCH_LIMIT = 200
 
@@ -74,11 +84,18 @@ class ArchiveOutcome:
     jobs: int = 0
     detail: str = ""
     seconds: float = 0.0
+    # Its removal stopped after its first write: the batch is marked Deleted with ``jobs`` of
+    # its jobs removed (``detail`` says which); the next sweep finishes it. ``cause``: what
+    # stopped it (ZooKeeper lost ends the sweep after this batch).
+    partway: bool = False
+    cause: BaseException | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         if self.done:
             text = f"batch {self.bid}: {self.state}, archived with {self.jobs} jobs"
             text += " and removed from ZooKeeper"
+        elif self.partway:
+            text = f"batch {self.bid}: {self.state} -> Deleted, {PARTWAY}: {self.detail}"
         else:
             text = f"batch {self.bid}: {self.state}, left alone: {self.detail}"
         return f"{text} ({self.seconds:.2f}s)"
@@ -317,20 +334,13 @@ def _batch_defaults(batch: Batch, jobs: list[Job], now: datetime) -> dict[str, A
 
 def write_rows(batch: Batch, jobs: list[Job]) -> None:
     """Write (or rewrite) the batch's and its jobs' rows in one committed transaction."""
-    from queues.models import ArchivedBatch, ArchivedJob, ArchivedLocalId
+    from queues.models import ArchivedJob, ArchivedLocalId
 
     now = timezone.now()
     for attempt in range(2):
         try:
             with transaction.atomic():
-                defaults = _clean(_batch_defaults(batch, jobs, now))
-                # Jobs removed before a crash are no longer listed by the batch: keep them.
-                earlier = ArchivedBatch.objects.filter(bid=batch.bid).values_list(
-                    "job_ids", flat=True
-                )
-                for ids in earlier:
-                    defaults["job_ids"] = sorted(set(defaults["job_ids"]) | set(ids or []))
-                ArchivedBatch.objects.update_or_create(bid=batch.bid, defaults=defaults)
+                _write_batch_row(batch, jobs, now)
                 for job in jobs:
                     row, _ = ArchivedJob.objects.update_or_create(
                         jid=job.jid, defaults=_clean(_job_defaults(job, now))
@@ -345,6 +355,35 @@ def write_rows(batch: Batch, jobs: list[Job]) -> None:
             # Another archiver wrote the same rows a moment ago: the second try updates them.
             if attempt:
                 raise
+
+
+def _write_batch_row(batch: Batch, jobs: list[Job], now: datetime) -> None:
+    from queues.models import ArchivedBatch
+
+    row = ArchivedBatch.objects.filter(bid=batch.bid).first()
+    # Jobs removed before a crash or a stop are no longer listed by the batch: keep them.
+    job_ids = sorted(set(row.job_ids or []) | {j.jid for j in jobs}) if row else []
+    if row is not None and _being_removed(batch):
+        # Marked Deleted by the archive's own removal, which stopped part-way: the row keeps
+        # what was archived before the mark (its state, message and report).
+        row.job_ids = job_ids
+        row.save(update_fields=["job_ids"])
+        return
+    defaults = _clean(_batch_defaults(batch, jobs, now))
+    if row is not None:
+        defaults["job_ids"] = job_ids
+    ArchivedBatch.objects.update_or_create(bid=batch.bid, defaults=defaults)
+
+
+def _being_removed(batch: Batch) -> bool:
+    """Marked Deleted by a removal (``batch_remove``) that stopped part-way."""
+    return batch.state == JobState.DELETED and batch.status.message == BEING_DELETED
+
+
+def _archived_before(bid: str) -> bool:
+    from queues.models import ArchivedBatch
+
+    return ArchivedBatch.objects.filter(bid=bid).exists()
 
 
 def _drop_rows(bid: str | None, jids: list[str]) -> None:
@@ -416,9 +455,13 @@ def ready_to_archive(zk: Any, bid: str, *, older_than: timedelta) -> tuple[Batch
         raise LeftAlone("not finished")
     if batch.lock is not None:
         raise LeftAlone("locked")
-    if batch.status.mtime > cutoff:
+    # One whose archiving stopped part-way (rows written, the batch marked Deleted) is finished
+    # whatever the mark's age.
+    resumed = _being_removed(batch) and _archived_before(bid)
+    if batch.status.mtime > cutoff and not resumed:
         raise LeftAlone("finished too recently")
-    return _with_whole_report(zk, batch), _finished_jobs(zk, batch, cutoff)
+    jobs_cutoff = datetime.max.replace(tzinfo=cutoff.tzinfo) if resumed else cutoff
+    return _with_whole_report(zk, batch), _finished_jobs(zk, batch, jobs_cutoff)
 
 
 def _with_whole_report(zk: Any, batch: Batch) -> Batch:
@@ -432,26 +475,40 @@ def _with_whole_report(zk: Any, batch: Batch) -> Batch:
 
 
 def remove_archived(zk: Any, batch: Batch, jobs: list[Job]) -> tuple[bool, int, str]:
-    """Remove what was archived, in the contract's order: each job in its own transaction,
-    checked against the status version that was archived, then the batch's own nodes.
+    """Remove what was archived, through the batch delete (``batch_remove``), checked against
+    the status versions that were archived: every job is looked at (its lock, its version)
+    before the first write; the batch is then marked Deleted, its jobs removed one transaction
+    each, and its own nodes last.
 
-    Returns (done, jobs removed, why not). When something changed meanwhile the rest stays in
-    ZooKeeper, and the rows of the items that changed are dropped again.
+    Returns (done, jobs removed, why not). Refused before its first write (a lock, a change),
+    everything stays in ZooKeeper and the rows of the items that changed are dropped again.
+    Stopped after it (a lock taken meanwhile, ZooKeeper lost), StoppedPartway: the batch stays
+    marked Deleted with the jobs not reached, its row stays, and the next sweep finishes it.
     """
-    removed = 0
+    expect = {j.jid: j.status.version for j in jobs}
     try:
-        for job in jobs:
-            job_remove(zk, job)
-            removed += 1
-        batch_remove(zk, batch)
+        removed = batch_remove(zk, batch, expect=expect)
         remove_uploads(settings.MRT_WORK_DIR, batch.submission)
     except (Conflict, ItemLocked, NotFound) as exc:
-        if removed == len(jobs) and not zk.exists(zpaths.batch(batch.bid)):
-            return True, removed, "removed meanwhile by another archiver"
-        live_bid, live_jids = _still_live(zk, batch, jobs[removed:])
+        if not zk.exists(zpaths.batch(batch.bid)):
+            return True, 0, "removed meanwhile by another archiver"
+        live_bid, live_jids = _still_live(zk, batch, jobs)
+        if live_bid is not None and _being_removed(batch_load(zk, batch.bid)):
+            live_bid = None  # marked by another archiver's (or a delete's) removal: row kept
         _drop_rows(live_bid, live_jids)
-        return False, removed, f"changed while being archived ({exc}); {removed} jobs removed"
-    return True, removed, ""
+        return False, 0, f"changed while being archived ({exc}); nothing removed"
+    return True, len(removed), ""
+
+
+def _stopped(zk: Any, batch: Batch, jobs: list[Job], exc: StoppedPartway) -> int:
+    """After a removal stopped part-way: the rows of the jobs not removed that changed since
+    they were archived are dropped (the batch's row stays: the next sweep finishes it); the
+    number of jobs removed."""
+    gone = set(exc.done)
+    if not is_connection_error(exc):
+        _, live_jids = _still_live(zk, batch, [j for j in jobs if j.jid not in gone])
+        _drop_rows(None, live_jids)
+    return len(gone - {batch.bid})
 
 
 def archive_batch(zk: Any, bid: str, *, older_than: timedelta, state: str = "?") -> ArchiveOutcome:
@@ -464,7 +521,20 @@ def archive_batch(zk: Any, bid: str, *, older_than: timedelta, state: str = "?")
     # 1. The rows, committed before anything is removed.
     write_rows(batch, jobs)
     # 2. The nodes.
-    done, removed, detail = remove_archived(zk, batch, jobs)
+    try:
+        done, removed, detail = remove_archived(zk, batch, jobs)
+    except StoppedPartway as exc:
+        removed = _stopped(zk, batch, jobs, exc)
+        return ArchiveOutcome(
+            bid,
+            batch.state,
+            False,
+            removed,
+            str(exc),
+            time.monotonic() - started,
+            partway=True,
+            cause=exc,
+        )
     count = len(jobs) if done else removed
     return ArchiveOutcome(bid, batch.state, done, count, detail, time.monotonic() - started)
 
@@ -491,6 +561,8 @@ def sweep(*, older_than: timedelta | None = None, zk: Any = None) -> Iterator[Ar
         if not found.done and found.detail == "finished too recently":
             continue  # the common case, said once per sweep in the summary instead
         yield found
+        if found.cause is not None and is_connection_error(found.cause):
+            raise found.cause  # ZooKeeper gone: the sweep ends after saying what it did
     log.debug("retention sweep done (cutoff %s)", cutoff.isoformat())
 
 

@@ -55,7 +55,7 @@ from .nodes import (
     read_many,
     stamp,
 )
-from .records import Batch, Broken, Status, decode_each
+from .records import Batch, Broken, Job, Status, decode_each
 
 BATCH_NODES = ("submission", "status", "status-report")
 REPORT_HISTORY = 20
@@ -874,8 +874,18 @@ def batch_unlock(zk: KazooClient, batch: Batch) -> None:
 BEING_DELETED = "being deleted by an operator"
 
 
-def batch_remove(zk: KazooClient, batch: Batch, *, check_state: bool = True) -> list[str]:
+def batch_remove(
+    zk: KazooClient,
+    batch: Batch,
+    *,
+    check_state: bool = True,
+    expect: Mapping[str, int] | None = None,
+) -> list[str]:
     """Delete a batch and every job it lists; returns the deleted job IDs.
+
+    ``expect``: the status version of each job as it was read (retention's archive removes what
+    it archived, no other version): a job of the batch not in it, or changed since, is a
+    Conflict, before the first write or, met later, a stop part-way.
 
     Everything a removal needs is checked before the first write, and a refusal writes
     nothing: the batch or any of its jobs locked by a session (Merritt's ingest, a consumer:
@@ -897,7 +907,7 @@ def batch_remove(zk: KazooClient, batch: Batch, *, check_state: bool = True) -> 
         raise _locked(batch)
     index = batch_job_ids(zk, batch.bid)
     jids = sorted({j for jids in index.values() for j in jids})
-    _refuse_before_removing(zk, batch, jids)
+    _refuse_before_removing(zk, batch, jids, expect)
     before = batch
     deleted: list[str] = []
     try:
@@ -909,11 +919,14 @@ def batch_remove(zk: KazooClient, batch: Batch, *, check_state: bool = True) -> 
             except NotFound:
                 continue
             except MalformedNode:
+                if expect is not None:
+                    raise Conflict(f"batch {batch.bid}: job {jid} cannot be read") from None
                 remove_tree(zk, paths.job(jid), f"job {jid}")
                 deleted.append(jid)
                 continue
             if job.bid != batch.bid:
                 continue
+            _check_expected(batch, job, expect)
             job_remove(zk, job, check_state=False)
             deleted.append(jid)
         _remove_batch_nodes(zk, batch, lock)
@@ -965,20 +978,25 @@ def _remove_batch_nodes(zk: KazooClient, batch: Batch, lock: str) -> None:
     commit(txn, what=f"delete {batch.bid}")
 
 
-def _refuse_before_removing(zk: KazooClient, batch: Batch, jids: Sequence[str]) -> None:
+def _refuse_before_removing(
+    zk: KazooClient, batch: Batch, jids: Sequence[str], expect: Mapping[str, int] | None
+) -> None:
     """Before anything is written: ItemLocked when a session holds a job of the batch (read or
     not: a job that cannot be read has its lock looked for), Conflict when a job is in a state
     this console does not know (a newer Merritt library's: such a job is shown, never modified
-    or removed)."""
+    or removed), or, with ``expect``, is not the version read."""
     for start in range(0, len(jids), 500):
         chunk = jids[start : start + 500]
         unread: list[str] = []
         for job in jobs_load(zk, chunk):
             if isinstance(job, Broken):
+                if expect is not None:
+                    raise Conflict(f"batch {batch.bid}: job {job.id} cannot be read")
                 unread.append(job.id)
                 continue
             if job.bid != batch.bid:
                 continue
+            _check_expected(batch, job, expect)
             if not JOB.is_state(job.state):
                 raise Conflict(
                     f"batch {batch.bid}: job {job.jid} is in a state this console does not know "
@@ -990,6 +1008,14 @@ def _refuse_before_removing(zk: KazooClient, batch: Batch, jids: Sequence[str]) 
         for jid in unread:
             if locks[paths.job_node(jid, "lock")] is not None:
                 raise _job_locked(batch, jid)
+
+
+def _check_expected(batch: Batch, job: Job, expect: Mapping[str, int] | None) -> None:
+    if expect is not None and expect.get(job.jid) != job.status.version:
+        raise Conflict(
+            f"batch {batch.bid}: job {job.jid} changed since it was read (or joined the batch "
+            "since); it is left as it is"
+        )
 
 
 def _job_locked(batch: Batch, jid: str) -> ItemLocked:

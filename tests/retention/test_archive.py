@@ -305,10 +305,12 @@ def test_item_changed_between_archive_and_removal_stays_live(
 
     done, removed, detail = archive.remove_archived(zk, ready, jobs)
 
-    assert not done and removed == 1 and "changed while being archived" in detail
-    assert not exists(zk, paths.job(made[0].jid))  # removed first: its row is its record
-    assert ArchivedJob.objects.filter(jid=made[0].jid).exists()
-    assert exists(zk, paths.job(made[1].jid)) and exists(zk, paths.batch(batch.bid))
+    # Every job is checked before the first write: nothing is removed, the batch is as it was.
+    assert not done and removed == 0 and "changed while being archived" in detail
+    assert "nothing removed" in detail
+    assert exists(zk, paths.job(made[0].jid)) and exists(zk, paths.job(made[1].jid))
+    assert zk.get(paths.batch_node(batch.bid, "status"))[1].version == ready.status.version
+    assert ArchivedJob.objects.filter(jid=made[0].jid).exists()  # unchanged: its row is right
     assert not ArchivedJob.objects.filter(jid=made[1].jid).exists()
     # Live again: shown from ZooKeeper, and the next sweep leaves the batch to its work.
     outcomes = {o.bid: o for o in archive.sweep(older_than=NOW)}
@@ -384,3 +386,50 @@ def test_daemon_loop_sweeps_at_start_then_every_interval(
         thread.join(10)
     assert not thread.is_alive()
     assert ArchivedBatch.objects.filter(bid=first.bid).exists()
+
+
+def test_a_lock_taken_part_way_leaves_a_deleted_batch_the_run_reports_and_the_next_finishes(
+    database: str,
+    zk: Any,
+    other_zk: Any,
+    finished_batch: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+    caplog: Any,
+) -> None:
+    """A consumer takes a job's lock after the sweep looked: the batch is not left Failed with
+    jobs gone, and the run does not say "archived"; the next sweep finishes it."""
+    from queues.zk import batches
+    from tests.core.test_partway_removals import lock_taken_at_listing
+
+    batch, made = finished_batch(("Completed", "Completed", "Failed"))
+    made = sorted(made, key=lambda j: j.jid)
+    lock_taken_at_listing(monkeypatch, other_zk, made[1].jid)
+    settings.MRT_RETENTION_DAYS = 0
+    daemon = Retention(zk=zk)
+    with caplog.at_level(logging.INFO, logger="queues.daemons"):
+        daemon.run_once()
+    assert daemon.last is not None
+    assert "0 batches (0 jobs) archived" in daemon.last.detail
+    assert "1 batches stopped part-way" in daemon.last.detail
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(
+        line.startswith(f"{batch.bid} retention stopped part-way: Failed batch, 1 jobs removed")
+        and made[0].jid in line
+        for line in lines
+    ), lines
+    assert batches.batch_load(zk, batch.bid).state == "Deleted"
+    assert [exists(zk, paths.job(j.jid)) for j in made] == [False, True, True]
+    row = ArchivedBatch.objects.get(bid=batch.bid)
+    assert row.final_state == "Failed"
+    assert ArchivedJob.objects.filter(bid=batch.bid).count() == 3
+
+    # Once the lock is gone the next sweep finishes it, whatever the age asked: its row keeps
+    # what was archived (not the Deleted mark).
+    other_zk.delete(paths.job_node(made[1].jid, "lock"))
+    [again] = list(archive.sweep(older_than=timedelta(days=30)))
+    assert (again.bid, again.done, again.jobs) == (batch.bid, True, 2)
+    assert not exists(zk, paths.batch(batch.bid))
+    assert not any(exists(zk, paths.job(j.jid)) for j in made)
+    row = ArchivedBatch.objects.get(bid=batch.bid)
+    assert (row.final_state, row.job_ids) == ("Failed", sorted(j.jid for j in made))

@@ -245,9 +245,22 @@ class Command(QueueCommand):
     def archive(self, older_than: timedelta, user: Any, reason: str) -> None:
         """Retention by hand: one line per finished batch as it goes, then the counts; every
         batch archived audited as it goes."""
-        archived = left = jobs = 0
+        archived = left = jobs = stopped = 0
         for outcome in archive.sweep(older_than=older_than):
             self.stdout.write(str(outcome))
+            if outcome.partway:  # some of its jobs removed, the batch marked Deleted
+                record(
+                    user=user,
+                    action="archive",
+                    kind="batch",
+                    item_id=outcome.bid,
+                    before=outcome.state,
+                    after=BatchState.DELETED,
+                    reason=reason.strip(),
+                    detail=f"stopped: {outcome.detail}",
+                    ok=False,
+                    via=VIA,
+                )
             if outcome.done:
                 record(
                     user=user,
@@ -261,11 +274,18 @@ class Command(QueueCommand):
                     via=VIA,
                 )
             archived += outcome.done
-            left += not outcome.done
+            stopped += outcome.partway
+            left += not outcome.done and not outcome.partway
             jobs += outcome.jobs if outcome.done else 0
         self.stdout.write(
             f"{archived} batches ({jobs} jobs) archived and removed from ZooKeeper, "
             f"{left} left alone (finished at least {older_than.total_seconds() / 86400:g} days ago)"
+            + (
+                f", {stopped} batches stopped part-way (marked Deleted; archive again finishes "
+                "them)"
+                if stopped
+                else ""
+            )
         )
 
 
