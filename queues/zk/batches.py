@@ -911,7 +911,8 @@ def batch_remove(
     before = batch
     deleted: list[str] = []
     try:
-        if jids and batch.state != BatchState.DELETED:
+        # A batch the machine cannot mark Deleted is removed unmarked (``check_state`` False).
+        if jids and BATCH.allows(batch.state, BatchState.DELETED, admin=True):
             batch = _move(zk, batch, BatchState.DELETED, message=BEING_DELETED, admin=True)
         for jid in jids:
             try:
