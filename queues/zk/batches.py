@@ -40,7 +40,7 @@ from .errors import (
 )
 from .fence import Gate, Gated, current_gate, holder_gate, owner_gate
 from .finished import CompletedMemory
-from .jobs import job_load, job_remove, jobs_load
+from .jobs import job_remove, jobs_load
 from .kazoo_private import Multi, session_id
 from .locks import lock_create, lock_release
 from .nodes import (
@@ -907,7 +907,7 @@ def batch_remove(
         raise _locked(batch)
     index = batch_job_ids(zk, batch.bid)
     jids = sorted({j for jids in index.values() for j in jids})
-    _refuse_before_removing(zk, batch, jids, expect)
+    loaded, unread = _refuse_before_removing(zk, batch, jids, expect)
     before = batch
     deleted: list[str] = []
     try:
@@ -916,19 +916,18 @@ def batch_remove(
             batch = _move(zk, batch, BatchState.DELETED, message=BEING_DELETED, admin=True)
         for jid in jids:
             try:
-                job = job_load(zk, jid)
-            except NotFound:
-                continue
-            except MalformedNode:
-                if expect is not None:
-                    raise Conflict(f"batch {batch.bid}: job {jid} cannot be read") from None
-                remove_tree(zk, paths.job(jid), f"job {jid}")
-                deleted.append(jid)
-                continue
-            if job.bid != batch.bid:
-                continue
-            _check_expected(batch, job, expect)
-            job_remove(zk, job, check_state=False)
+                if jid in unread:
+                    remove_tree(zk, paths.job(jid), f"job {jid}")
+                elif jid in loaded:
+                    # As read before the first write: one changed since stops the delete
+                    # (Conflict, a stop part-way) rather than going unlooked-at.
+                    job_remove(zk, loaded[jid], check_state=False)
+                else:
+                    continue  # gone already, or another batch's
+            except (NotFound, Conflict):
+                if zk.exists(paths.job(jid)) is not None:
+                    raise
+                continue  # gone meanwhile (another delete): nothing of it left to remove
             deleted.append(jid)
         _remove_batch_nodes(zk, batch, lock)
     except Exception as exc:
@@ -981,15 +980,17 @@ def _remove_batch_nodes(zk: KazooClient, batch: Batch, lock: str) -> None:
 
 def _refuse_before_removing(
     zk: KazooClient, batch: Batch, jids: Sequence[str], expect: Mapping[str, int] | None
-) -> None:
-    """Before anything is written: ItemLocked when a session holds a job of the batch (read or
-    not: a job that cannot be read has its lock looked for), Conflict when a job is in a state
-    this console does not know (a newer Merritt library's: such a job is shown, never modified
-    or removed), or, with ``expect``, is not the version read."""
+) -> tuple[dict[str, Job], list[str]]:
+    """Before anything is written, the batch's jobs read (pipelined, 500 a round trip): those of
+    this batch by ID, and the IDs of those that cannot be read. ItemLocked when a session holds a
+    job of the batch (read or not: a job that cannot be read has its lock looked for), Conflict
+    when a job is in a state this console does not know (a newer Merritt library's: such a job
+    is shown, never modified or removed), or, with ``expect``, is not the version read or cannot
+    be read."""
+    loaded: dict[str, Job] = {}
+    unread: list[str] = []
     for start in range(0, len(jids), 500):
-        chunk = jids[start : start + 500]
-        unread: list[str] = []
-        for job in jobs_load(zk, chunk):
+        for job in jobs_load(zk, jids[start : start + 500]):
             if isinstance(job, Broken):
                 if expect is not None:
                     raise Conflict(f"batch {batch.bid}: job {job.id} cannot be read")
@@ -1005,10 +1006,12 @@ def _refuse_before_removing(
                 )
             if job.lock is not None:
                 raise _job_locked(batch, job.jid)
-        locks = exists_many(zk, [paths.job_node(jid, "lock") for jid in unread])
-        for jid in unread:
-            if locks[paths.job_node(jid, "lock")] is not None:
-                raise _job_locked(batch, jid)
+            loaded[job.jid] = job
+    locks = exists_many(zk, [paths.job_node(jid, "lock") for jid in unread])
+    for jid in unread:
+        if locks[paths.job_node(jid, "lock")] is not None:
+            raise _job_locked(batch, jid)
+    return loaded, unread
 
 
 def _check_expected(batch: Batch, job: Job, expect: Mapping[str, int] | None) -> None:

@@ -260,3 +260,28 @@ def test_a_release_held_stopped_part_way_is_audited_with_what_it_released(
     monkeypatch.undo()
     queue("release-held", made[0].profile, "--reason", "window over")
     assert states_of(zk, made) == [JobState.PENDING] * 3
+
+
+def test_a_batch_delete_removes_its_jobs_as_it_read_them_before_its_first_write(
+    zk: KazooClient, batch: Batch, make_job: Callable[..., Job], monkeypatch: Any
+) -> None:
+    """The jobs are read once, before the first write, and removed as read: one removed by
+    another delete meanwhile is passed over; one changed meanwhile stops the delete, named,
+    instead of going unlooked-at; the same delete again finishes."""
+    made = failed_batch(zk, batch, make_job)
+    looked = batches._refuse_before_removing
+
+    def then_others_act(*args: Any, **kwargs: Any) -> Any:
+        seen = looked(*args, **kwargs)
+        jobs.job_remove(zk, jobs.job_load(zk, made[0].jid), check_state=False)
+        jobs.job_transition(zk, jobs.job_load(zk, made[1].jid), JobState.ESTIMATING, admin=True)
+        return seen
+
+    monkeypatch.setattr(batches, "_refuse_before_removing", then_others_act)
+    with pytest.raises(StoppedPartway, match=f"{made[1].jid}"):
+        moves.batch_delete(bid=batch.bid)
+    assert present(zk, made) == [made[1].jid, made[2].jid]
+    monkeypatch.setattr(batches, "_refuse_before_removing", looked)
+    assert batches.batch_load(zk, batch.bid).state == BatchState.DELETED
+    moves.batch_remove_deleted(bid=batch.bid)
+    assert present(zk, made) == []

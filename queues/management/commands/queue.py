@@ -248,29 +248,22 @@ class Command(QueueCommand):
         archived = left = jobs = stopped = 0
         for outcome in archive.sweep(older_than=older_than):
             self.stdout.write(str(outcome))
-            if outcome.partway:  # some of its jobs removed, the batch marked Deleted
+            # Stopped part-way: some of its jobs removed, the batch marked Deleted.
+            if outcome.partway or outcome.done:
                 record(
                     user=user,
                     action="archive",
                     kind="batch",
                     item_id=outcome.bid,
                     before=outcome.state,
-                    after=BatchState.DELETED,
+                    after="archived" if outcome.done else BatchState.DELETED,
                     reason=reason.strip(),
-                    detail=f"stopped: {outcome.detail}",
-                    ok=False,
-                    via=VIA,
-                )
-            if outcome.done:
-                record(
-                    user=user,
-                    action="archive",
-                    kind="batch",
-                    item_id=outcome.bid,
-                    before=outcome.state,
-                    after="archived",
-                    reason=reason.strip(),
-                    detail=f"with {outcome.jobs} jobs, removed from ZooKeeper",
+                    detail=(
+                        f"with {outcome.jobs} jobs, removed from ZooKeeper"
+                        if outcome.done
+                        else f"stopped: {outcome.detail}"
+                    ),
+                    ok=bool(outcome.done),
                     via=VIA,
                 )
             archived += outcome.done
