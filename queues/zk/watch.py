@@ -276,7 +276,7 @@ class _Watch:
         else:
             detail = {"exists": True, "version": value.version, "zxid": value.mzxid}
         self.armed.set()
-        if report:
+        if report and self.active:  # a read answered after the last unsubscribe says nothing
             self.owner.report(self.topic, {**self.detail, **detail})
 
     def _watch_creation(self, report: bool) -> None:
@@ -298,7 +298,7 @@ class _Watch:
                 # Created between the two reads: a change whoever asked, and now a folder
                 # whose children can be watched after all.
                 self.arm(report=True)
-            elif report:
+            elif report and self.active:
                 self.owner.report(self.topic, {**self.detail, "count": 0, "exists": False})
 
         result.rawlink(created)

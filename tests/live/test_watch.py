@@ -103,7 +103,14 @@ def test_an_item_topic_is_watched_only_while_subscribed(
     watcher.unsubscribe(topic)
     since = reports.mark()
     job = jobs.job_transition(other_zk, job, "Estimating")
-    reports.wait(lambda t, d: t == topic, lambda t, d: t == "jobs:state:Estimating", since=since)
+    # The move's status write and its fencing lock (created and deleted in the move's
+    # transaction: the lock's watch fires too) are both reported before the unsubscribe.
+    reports.wait(
+        lambda t, d: t == topic and d.get("exists") is True,
+        lambda t, d: t == topic and d.get("exists") is False,
+        lambda t, d: t == "jobs:state:Estimating",
+        since=since,
+    )
     watcher.unsubscribe(topic)
     assert watcher.refs(topic) == 0
     since = reports.mark()
