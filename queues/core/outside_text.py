@@ -5,6 +5,11 @@ for where it goes. HTML is Django's autoescaping; here are the others.
   a reason phrase with ESC or BEL bytes, or a newline that would forge a second line, reaches
   the daemons' log as visible escapes (``\\x1b``), one record on one line, whatever the code
   that logged it put in its arguments.
+- A URL in words (a job's status message, a log line, a page, a mail): ``url_shown`` hides the
+  password of its user-info (``https://user:***@host/``). A depositor's payload or callback URL
+  may carry credentials, which the fetch sends as HTTP Basic authentication; the words about it
+  (a refusal, an outage, a failed download) go to ZooKeeper, where Merritt's services read them,
+  to the logs and to every viewer of the console.
 - A Slack message: ``for_slack`` escapes the three characters Slack reads as markup (``&``,
   ``<``, ``>``; Slack's "Formatting text for app surfaces", *Escaping text*), so a reason
   cannot mention ``<!channel>`` or make a link.
@@ -35,6 +40,16 @@ def for_log(text: str, *, lines: bool = False) -> str:
     """``text`` with every control character written as a visible escape; ``lines`` keeps
     newlines (a traceback's, which the formatter appends on lines of their own)."""
     return (_CONTROL_BUT_NEWLINE if lines else _CONTROL).sub(_visible, text)
+
+
+# A URL's scheme and user name, then its password up to the authority's last "@" (where
+# ``urlsplit`` ends the user-info), the authority ending at the first "/", "?" or "#".
+_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*):[^/?#]*@")
+
+
+def url_shown(url: str) -> str:
+    """``url`` as words may show it: the password of its user-info, if any, as ``***``."""
+    return _PASSWORD.sub(r"\1:***@", url) if "@" in url else url
 
 
 def for_slack(text: str) -> str:

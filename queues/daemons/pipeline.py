@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from django.db import close_old_connections
 
+from queues.core.outside_text import url_shown
 from queues.core.states import JOB
 from queues.zk import paths as zpaths
 from queues.zk.consumers import consumer_name
@@ -1186,7 +1187,7 @@ class JobPipeline:
             return NotStepped(f"{server or 'its server'} is slow", SERVER_SLOW_PAUSE)
         url = self.daemon.slow_key(work.job)
         if url and self.marks.slow(url):
-            return NotStepped(f"{url} is slow", SERVER_SLOW_PAUSE)
+            return NotStepped(f"{url_shown(url)} is slow", SERVER_SLOW_PAUSE)
         return None
 
     def _not_stepped(self, server: str, work: Work) -> NotStepped:

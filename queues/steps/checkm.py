@@ -17,6 +17,7 @@ from pathlib import PurePosixPath
 from typing import Any, AnyStr
 from urllib.parse import urlsplit
 
+from queues.core.outside_text import url_shown
 from queues.core.words import LONG_MAX, digits
 
 PROFILE_BASE = "http://uc3.cdlib.org/registry/ingest/manifest/"
@@ -680,22 +681,23 @@ def _kept_white_space(column: str, value: str) -> str:
 def _check_url(url: str, number: int) -> None:
     if not url:
         raise ManifestError("missing file URL", line=number)
+    shown = url_shown(url)
     try:
         parts = urlsplit(url)
     except ValueError:
-        raise ManifestError(f"malformed URL {url!r}", line=number) from None
+        raise ManifestError(f"malformed URL {shown!r}", line=number) from None
     if parts.scheme.lower() not in URL_SCHEMES:
-        raise ManifestError(f"unsupported URL scheme in {url!r}", line=number)
+        raise ManifestError(f"unsupported URL scheme in {shown!r}", line=number)
     if parts.scheme.lower() in {"http", "https"} and not parts.netloc:
-        raise ManifestError(f"URL without a host: {url!r}", line=number)
+        raise ManifestError(f"URL without a host: {shown!r}", line=number)
     if any(not c.isprintable() or c.isspace() for c in parts.netloc):
         # The fetch refuses it too ("127.0.0.1\x00.example" resolved to the text before the
         # NUL); here it is refused with its line, before any job is made.
         raise ManifestError(
-            f"the host of {url!r} contains a control character or a space", line=number
+            f"the host of {shown!r} contains a control character or a space", line=number
         )
     if parts.scheme.lower() == "file" and not parts.path:
-        raise ManifestError(f"file URL without a path: {url!r}", line=number)
+        raise ManifestError(f"file URL without a path: {shown!r}", line=number)
 
 
 def hash_problem(alg: str, value: str) -> str | None:

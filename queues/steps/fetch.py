@@ -27,6 +27,7 @@ from urllib.request import url2pathname
 from zlib import error as zlib_error
 
 from queues.core import transient
+from queues.core.outside_text import url_shown
 from queues.core.retries import origin_of, outage_of, service_at, unavailable
 from queues.core.words import digits
 from queues.steps.checkm import HASH_LENGTHS, filename_problem
@@ -59,7 +60,7 @@ class DownloadError(Exception):
     def __init__(self, url: str, reason: str) -> None:
         self.url = url
         self.reason = reason
-        super().__init__(f"{url}: {reason}")
+        super().__init__(f"{url_shown(url)}: {reason}")
 
 
 class DigestMismatch(DownloadError):

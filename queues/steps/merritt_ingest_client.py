@@ -60,6 +60,7 @@ from typing import Any
 from django.conf import settings
 from urllib3.fields import RequestField
 
+from queues.core.outside_text import url_shown
 from queues.core.states import DomainError
 from queues.steps import checkm
 from queues.steps.erc import DC_NAMES
@@ -251,24 +252,27 @@ def _manifest_for(sub: IngestSubmission, kind: str) -> bytes:
 def _read_manifest(url: str, policy: FetchPolicy, started: float) -> bytes:
     """A batch manifest given by URL, read under the depositor fetch policy within the
     exchange's deadline (``policy.deadline``, counted from ``started``)."""
+    shown = url_shown(url)
     try:
         with policy.open(url, started=started) as response:
             if response.status != 200:
-                raise IngestRefused(f"the manifest at {url} answered HTTP {response.status}")
+                raise IngestRefused(f"the manifest at {shown} answered HTTP {response.status}")
             data = bytearray()
             for chunk in response.chunks(64 * 1024):
                 data += chunk
                 if len(data) > MAX_MANIFEST_BYTES:
                     raise IngestRefused(
-                        f"the manifest at {url} is larger than {MAX_MANIFEST_BYTES} bytes"
+                        f"the manifest at {shown} is larger than {MAX_MANIFEST_BYTES} bytes"
                     )
             return bytes(data)
     except TooSlow as exc:
         raise IngestRefused(
-            f"the manifest at {url} could not be read in time: it {exc.reason}"
+            f"the manifest at {shown} could not be read in time: it {exc.reason}"
         ) from exc
     except (FetchRefused, TransferFailed, OSError) as exc:
-        raise IngestRefused(f"the manifest at {url} could not be read: {short_error(exc)}") from exc
+        raise IngestRefused(
+            f"the manifest at {shown} could not be read: {short_error(exc)}"
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -345,11 +349,11 @@ def _check_manifest(data: bytes, kind: str, url: str, *, whole: bool = True) -> 
         else:
             reader.columns()
     except checkm.ManifestError as exc:
-        raise IngestRefused(f"manifest {url}: {exc}") from exc
+        raise IngestRefused(f"manifest {url_shown(url)}: {exc}") from exc
     if kind in BATCH_TYPES and reader.kind is None:
         raise IngestRefused(
-            f"manifest {url}: a batch manifest without a #%profile: Merritt's ingest takes the "
-            "type of each object of a batch from its manifest's #%profile (one of "
+            f"manifest {url_shown(url)}: a batch manifest without a #%profile: Merritt's ingest "
+            "takes the type of each object of a batch from its manifest's #%profile (one of "
             f"{', '.join(_BATCH_KINDS)}) and fails the batch without one"
         )
 

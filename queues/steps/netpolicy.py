@@ -78,6 +78,7 @@ from urllib3.util import Url
 from urllib3.util.connection import allowed_gai_family
 from urllib3.util.retry import Retry
 
+from queues.core.outside_text import url_shown
 from queues.steps.special_addresses import not_globally_reachable
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -133,7 +134,7 @@ class FetchRefused(Exception):
     def __init__(self, url: str, reason: str) -> None:
         self.url = url
         self.reason = reason
-        super().__init__(f"{url}: {reason}")
+        super().__init__(f"{url_shown(url)}: {reason}")
 
 
 class TransferFailed(Exception):
@@ -879,15 +880,15 @@ class FetchPolicy:
                 target = urljoin(url, location)
             except ValueError:
                 raise FetchRefused(
-                    location, f"{url} redirected to a URL whose host cannot be read"
+                    location, f"{url_shown(url)} redirected to a URL whose host cannot be read"
                 ) from None
             keeps_body = body is not None and status in (307, 308)
             if origin(target) != origin(url) and (keeps_body or not self.cross_origin_redirects):
                 what = "the request and its body" if keeps_body else "the request"
                 raise FetchRefused(
                     target,
-                    f"{url} redirected {what} to another host (HTTP {status}); not followed, "
-                    "nothing was sent there",
+                    f"{url_shown(url)} redirected {what} to another host (HTTP {status}); not "
+                    "followed, nothing was sent there",
                 )
             url = target
             if status in (301, 302, 303) and method not in ("GET", "HEAD"):

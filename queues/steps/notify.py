@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 from queues.core.clock import clock_text
-from queues.core.outside_text import for_log
+from queues.core.outside_text import for_log, url_shown
 from queues.core.retries import is_unavailable_status, origin_of, service_at, unavailable
 from queues.steps.erc import XML_ILLEGAL
 from queues.steps.merritt import merritt_digest_name
@@ -42,7 +42,7 @@ class CallbackError(Exception):
     def __init__(self, url: str, message: str, *, status: int | None = None) -> None:
         self.url = url
         self.status = status
-        super().__init__(f"callback {url}: {message}")
+        super().__init__(f"callback {url_shown(url)}: {message}")
 
 
 # Merritt's job state, as its ingest formats it for a callback (docs/merritt-services.md).

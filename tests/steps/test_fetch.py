@@ -442,3 +442,30 @@ def test_a_file_url_with_a_nul_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DownloadError, match="NUL"):
         download(url, tmp_path / "f", retries=0)
     assert head_size(url) is None
+
+
+def test_a_password_in_a_url_is_never_in_the_words_about_it(
+    http_server: Loopback, tmp_path: Path
+) -> None:
+    # A depositor's URL may carry credentials (sent as HTTP Basic authentication); what is
+    # said about it goes to the job's status in ZooKeeper, the logs and every viewer's pages.
+    with_password = http_server.url.replace("http://", "http://depositor:s3cret@")
+    shown = http_server.url.replace("http://", "http://depositor:***@")
+    http_server.add("GET", "/down", Reply(502))
+    http_server.add("GET", "/away", Reply(302, headers={"Location": "http://[::1/x"}))
+
+    with pytest.raises(DownloadError) as missing:
+        download(with_password + "/missing", tmp_path / "a", retries=0)
+    with pytest.raises(DownloadError) as down:
+        download(with_password + "/down", tmp_path / "b", retries=1, backoff=0.01)
+    with pytest.raises(DownloadError) as away:
+        download(with_password + "/away", tmp_path / "c", retries=0)
+
+    assert str(missing.value) == f"{shown}/missing: HTTP 404 Not Found"
+    assert str(down.value).startswith(f"{shown}/down: HTTP 502")
+    assert f"{shown}/away redirected" in str(away.value)
+    for raised in (missing, down, away):
+        assert "s3cret" not in str(raised.value)
+    # The credentials themselves still went, as Basic authentication.
+    [request] = http_server.seen("GET", "/missing")
+    assert request.headers["Authorization"].startswith("Basic ")

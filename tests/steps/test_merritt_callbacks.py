@@ -243,3 +243,16 @@ def test_json_and_the_formats_not_written_here_go_as_json(
     [request] = receiver.seen("POST")
     assert request.content_type == "application/json"
     assert receiver.received[JID]["job:jobState"]["job:objectTitle"] == HOSTILE
+
+
+@pytest.mark.parametrize("status", [401, 503])
+def test_the_callback_urls_password_is_not_in_the_words_about_it(
+    receiver: CallbackReceiver, status: int
+) -> None:
+    receiver.status = status
+    url = receiver.url.replace("http://", "http://depositor:s3cret@") + "/cb"
+    with pytest.raises(CallbackError) as raised:
+        post_job_callback(url, JID, merritt_job_state(job_id=JID))
+    shown = receiver.url.replace("http://", "http://depositor:***@")
+    assert str(raised.value).startswith(f"callback {shown}/cb/mc/{JID}: HTTP {status}")
+    assert "s3cret" not in str(raised.value)

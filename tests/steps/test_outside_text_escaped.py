@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from queues.core.outside_text import LogFormatter, for_slack
+from queues.core.outside_text import LogFormatter, for_slack, url_shown
 from queues.steps.fetch import DownloadError, fetch_bytes
 
 # Outside text a log call may carry in its arguments: the escape, and a newline forging a line.
@@ -138,3 +138,31 @@ def test_an_exceptions_own_words_stay_on_their_line_in_a_traceback() -> None:
     assert f"OSError: inventory: 500\\n{forged}" in lines
     assert sum(1 for line in lines if line.startswith("Traceback (most recent call last):")) == 2
     assert any(line.strip().startswith('File "') for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://user:s3cret@example.org/a", "https://user:***@example.org/a"),
+        # urlsplit ends the user-info at the authority's last "@".
+        ("http://u:p@ss@example.org:81/p?q=@", "http://u:***@example.org:81/p?q=@"),
+        ("https://:s3cret@example.org", "https://:***@example.org"),
+        ("http://u:s3cret@example.org?x", "http://u:***@example.org?x"),
+        ("http://user@example.org/", "http://user@example.org/"),  # no password
+        ("http://example.org/a@b", "http://example.org/a@b"),  # an "@" past the authority
+        ("file:///srv/a", "file:///srv/a"),
+    ],
+)
+def test_a_url_is_shown_without_its_password(url: str, shown: str) -> None:
+    assert url_shown(url) == shown
+
+
+def test_a_manifest_line_refused_shows_its_url_without_the_password() -> None:
+    from queues.steps.checkm import ManifestError, parse_checkm
+
+    text = "#%checkm_0.7\n#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue\n"
+    text += "gopher://u:s3cret@example.org/a | | \n"
+    with pytest.raises(ManifestError) as refused:
+        parse_checkm(text)
+    assert "gopher://u:***@example.org/a" in str(refused.value)
+    assert "s3cret" not in str(refused.value)
