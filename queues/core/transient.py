@@ -171,20 +171,89 @@ MAIL_NET_ERRNOS = frozenset(
 MAIL_REFUSES_US = frozenset({530, 534, 535, 538})
 
 
+# A 552 to MAIL FROM is the message's size (RFC 1870, "SMTP Service Extension for Message Size
+# Declaration": smtplib declares SIZE there when the server offers it), not the sender.
+MAIL_TOO_LARGE = 552
+
+MAIL_CREDENTIALS = "refuses the console's credentials"
+
+
 def _mail_waits(code: int) -> bool:
     return 400 <= code < 500 or code in MAIL_REFUSES_US
+
+
+def _not_offered(exc: smtplib.SMTPNotSupportedError) -> str:
+    # smtplib's words say which extension the server did not advertise.
+    text = str(exc).upper()
+    if "STARTTLS" in text:
+        return "offers no STARTTLS, and EMAIL_USE_TLS is set"
+    if "AUTH" in text:
+        return "offers no AUTH, and EMAIL_HOST_USER is set"
+    return "does not offer what the console's mail settings ask for"
+
+
+def mail_refusal(exc: BaseException) -> str | None:
+    """What about the console the mail server refuses or does not offer, when ``exc``, raised
+    while sending mail, is an answer every message the console sends would meet alike, whatever
+    it says or to whom; None for anything else. Each is the settings' to mend (or the server's
+    operator's), never a message's failure: an outage waited out (``is_mail_outage``) whose
+    reason the operator must see. In words to follow "mail server":
+
+    - "refuses the console's credentials": ``MAIL_REFUSES_US`` to the login, or to the sender or
+      every recipient of a session that did not log in; any other 5xx to the login (the login is
+      the console's alone).
+    - "offers no AUTH, and EMAIL_HOST_USER is set", "offers no STARTTLS, and EMAIL_USE_TLS is
+      set": the extension our settings need is not advertised (smtplib's SMTPNotSupportedError).
+    - "offers no AUTH mechanism the console can use": only mechanisms smtplib does not speak
+      (it speaks CRAM-MD5, PLAIN and LOGIN; its plain SMTPException from ``login``).
+    - "refuses the console's greeting (EHLO/HELO)": a 5xx to both (SMTPHeloError).
+    - "refuses the console's sender (MRT_MAIL_FROM)": a 5xx to MAIL FROM, the one address every
+      message goes from, but ``MAIL_TOO_LARGE`` (this message's size).
+    - "has a certificate the console does not trust": TLS certificate verification failed
+      (STARTTLS or SMTPS): the server's certificate, or the authorities the console is given
+      (``SSL_CERT_FILE``), to mend."""
+    for cause in causes(exc):
+        if isinstance(cause, smtplib.SMTPRecipientsRefused):
+            codes = [answer[0] for answer in cause.recipients.values()]
+            refused = bool(codes) and all(code in MAIL_REFUSES_US for code in codes)
+            return MAIL_CREDENTIALS if refused else None
+        if isinstance(cause, smtplib.SMTPNotSupportedError):
+            return _not_offered(cause)
+        if type(cause) is smtplib.SMTPException and "authentication method" in str(cause):
+            return "offers no AUTH mechanism the console can use (CRAM-MD5, PLAIN, LOGIN)"
+        if isinstance(cause, smtplib.SMTPResponseException):
+            code = cause.smtp_code
+            if code in MAIL_REFUSES_US:
+                return MAIL_CREDENTIALS
+            if code < 500:
+                return None  # "not now": an outage, no more
+            if isinstance(cause, smtplib.SMTPAuthenticationError):
+                return MAIL_CREDENTIALS
+            if isinstance(cause, smtplib.SMTPHeloError):
+                return "refuses the console's greeting (EHLO/HELO)"
+            if isinstance(cause, smtplib.SMTPSenderRefused) and code != MAIL_TOO_LARGE:
+                return "refuses the console's sender (MRT_MAIL_FROM)"
+            return None
+        if isinstance(cause, smtplib.SMTPException):
+            return None
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return "has a certificate the console does not trust"
+    return None
 
 
 def is_mail_outage(exc: BaseException) -> bool:
     """True when ``exc``, raised while sending mail, says the mail server cannot take the
     message now: it refuses or drops the connection, does not answer in time, cannot be
     resolved for now, cannot be spoken to over TLS (its certificate not trusted), answers 4xx
-    ("try again later"), or refuses the console's own authentication (``MAIL_REFUSES_US``,
-    ``mail_refuses_us``). Any other 5xx answer (a recipient or sender the server rejects) is
-    the message's own failure, and stays one.
+    ("try again later"), or gives an answer every message would meet alike (``mail_refusal``:
+    the console's credentials, sender or greeting refused, an extension our settings need not
+    offered). Any other 5xx answer (a recipient the server rejects, a message too large) is the
+    message's own failure, and stays one.
 
     Apart from ``transient_kind`` on purpose: only a mail sender asks, so that a refused
     connection elsewhere (a depositor's server) is never taken for an outage of ours."""
+    if mail_refusal(exc) is not None:
+        return True
     for cause in causes(exc):
         if isinstance(cause, smtplib.SMTPRecipientsRefused):
             codes = [answer[0] for answer in cause.recipients.values()]
@@ -205,20 +274,6 @@ def is_mail_outage(exc: BaseException) -> bool:
             return True
         if isinstance(cause, OSError) and cause.errno in MAIL_NET_ERRNOS:
             return True
-    return False
-
-
-def mail_refuses_us(exc: BaseException) -> bool:
-    """True when ``exc``, raised while sending mail, is the mail server refusing the console's
-    authentication (``MAIL_REFUSES_US``: to the login, or to the sender or every recipient of a
-    session that did not log in): an outage to wait out (``is_mail_outage``) whose reason the
-    operator must see, since only mending the settings ends it."""
-    for cause in causes(exc):
-        if isinstance(cause, smtplib.SMTPRecipientsRefused):
-            codes = [answer[0] for answer in cause.recipients.values()]
-            return bool(codes) and all(code in MAIL_REFUSES_US for code in codes)
-        if isinstance(cause, smtplib.SMTPResponseException):
-            return cause.smtp_code in MAIL_REFUSES_US
     return False
 
 

@@ -12,9 +12,10 @@ Messages (``AlertMessage``) are written in the transaction that opens or resolve
 one per configured channel (``MRT_ALERT_EMAIL``, ``MRT_ALERT_WEBHOOK_URL``), and delivered by
 any alerts daemon that claims them (a conditional update with a claim time): a mail server or
 webhook that cannot take one now (``queues.core.transient.is_mail_outage``, connection errors, 5xx)
-leaves it waiting with a growing delay, as does a mail server refusing the console's own
-credentials (535, 530: every message would meet it); only a refusal for good (another 5xx mail
-answer, HTTP 4xx) marks it failed, shown on the page. A crash between sending and recording the
+leaves it waiting with a growing delay, as does a mail server's answer every message would meet
+(``transient.mail_refusal``: the console's credentials, sender or greeting refused, AUTH or
+STARTTLS not offered); only a refusal for good (another 5xx mail answer, HTTP 4xx) marks it
+failed, shown on the page. A crash between sending and recording the
 send repeats the message once: a duplicate is better than an alert nobody got.
 
 When the database itself is away, findings cannot be written: the evaluator keeps those
@@ -299,8 +300,9 @@ def send_email(subject: str, text: str) -> None:
     except Exception as exc:
         later = transient.is_mail_outage(exc)
         said = _one_line(exc)
-        if transient.mail_refuses_us(exc):
-            said = f"the mail server refuses the console's credentials: {said}"
+        refusal = transient.mail_refusal(exc)
+        if refusal is not None:
+            said = f"the mail server {refusal}: {said}"
         raise Undelivered(f"mail: {said}", later=later) from exc
 
 

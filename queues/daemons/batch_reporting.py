@@ -16,8 +16,10 @@ status version of the round it belongs to (``round``) and ``mailed``. A re-run o
 true. Recording ``mailed`` is tried again through a connection outage of up to
 ``MAILED_PATIENCE`` seconds; only a crash between sending and recording it, or a longer outage,
 can repeat the mail, a duplicate being better than a depositor who never hears. A mail server
-that cannot take the mail now (refused, timed out, 4xx) leaves the batch waiting in its step,
-its report written, until it is back; only a 5xx rejection fails the batch.
+that cannot take the mail now (refused, timed out, 4xx), or that answers what every message
+would meet (the console's credentials, sender or greeting refused, AUTH or STARTTLS not offered),
+leaves the batch waiting in its step, its report written, until it is back or the settings are
+mended; only a 5xx rejection of this message (a recipient, its size) fails the batch.
 """
 
 from __future__ import annotations
@@ -52,9 +54,11 @@ log = logging.getLogger("queues.daemons")
 
 
 class MailUnavailable(Exception):
-    """The mail server cannot take the summary now (down, timing out, answering 4xx) or refuses
-    the console's credentials (535, 530): the batch waits in its step, its report written and
-    not mailed, until the server is back or the settings are mended."""
+    """The mail server cannot take the summary now (down, timing out, answering 4xx) or gives
+    an answer every message would meet (``transient.mail_refusal``: the console's credentials,
+    sender or greeting refused, AUTH or STARTTLS not offered, its certificate not trusted): the
+    batch waits in its step, its report written and not mailed, until the server is back or the
+    settings are mended."""
 
 
 # The sweep is the safety net for a batch whose last job was finished by another client (an
@@ -181,10 +185,11 @@ class BatchReporting(BatchDaemon):
             )
         except Exception as exc:
             detail = " ".join((str(exc).strip() or type(exc).__name__).split())
-            if transient.mail_refuses_us(exc):
-                # Every batch would meet it (EMAIL_HOST_USER/PASSWORD): wait, reason shown.
-                why = f"mail server refuses the console's credentials: {detail}"
-                raise MailUnavailable(why) from exc
+            refusal = transient.mail_refusal(exc)
+            if refusal is not None:
+                # Every batch would meet it (the EMAIL_* settings, MRT_MAIL_FROM): wait, with
+                # what the server refuses or does not offer as the reason.
+                raise MailUnavailable(f"mail server {refusal}: {detail}") from exc
             if transient.is_mail_outage(exc):
                 raise MailUnavailable(f"mail server unavailable: {detail}") from exc
             raise StepFailed(f"summary mail not sent: {detail}") from exc

@@ -36,8 +36,9 @@ class SmtpServer:
     """A minimal SMTP server on 127.0.0.1:``port``: ``up`` listens, ``down`` closes the port.
 
     ``rcpt`` is its answer to every RCPT TO ("250 OK", "451 ...", "550 ..."), ``mail_from`` to
-    every MAIL FROM; ``auth``, when set, is advertised (AUTH PLAIN LOGIN) and is its answer to
-    every AUTH ("535 5.7.8 ...", "235 2.7.0 ..."); ``silent`` makes
+    every MAIL FROM; ``auth``, when set, is advertised (AUTH ``mechanisms``) and is its answer to
+    every AUTH ("535 5.7.8 ...", "235 2.7.0 ..."); ``helo``, when set, its answer to every EHLO
+    and HELO ("550 ..."); ``silent`` makes
     it accept connections and never greet; ``drip`` (seconds) makes it greet a byte at a time,
     a greeting of ever more lines that never ends. Every message it accepts is kept in
     ``messages``; ``hung_up`` counts the clients that closed on a dripping greeting."""
@@ -46,6 +47,8 @@ class SmtpServer:
     rcpt: str = "250 OK"
     mail_from: str = "250 OK"
     auth: str = ""
+    mechanisms: str = "PLAIN LOGIN"
+    helo: str = ""
     silent: bool = False
     drip: float = 0.0
     hung_up: int = 0
@@ -105,8 +108,10 @@ class SmtpServer:
             for raw in lines:
                 command = raw.decode("ascii", "replace").strip()
                 verb = command.split(" ", 1)[0].split(":", 1)[0].upper()
-                if verb == "EHLO" and self.auth:
-                    conn.sendall(b"250-mail.test\r\n250 AUTH PLAIN LOGIN\r\n")
+                if verb in ("EHLO", "HELO") and self.helo:
+                    conn.sendall(f"{self.helo}\r\n".encode())
+                elif verb == "EHLO" and self.auth:
+                    conn.sendall(f"250-mail.test\r\n250 AUTH {self.mechanisms}\r\n".encode())
                 elif verb in ("EHLO", "HELO"):
                     conn.sendall(b"250 mail.test\r\n")
                 elif verb == "AUTH" and self.auth:
@@ -259,11 +264,78 @@ def test_a_mail_server_refusing_the_consoles_credentials_leaves_the_batch_waitin
     assert len(smtp.messages) == 1
 
 
-def test_a_recipient_the_mail_server_rejects_for_good_still_fails_the_batch(
-    zk: Any, smtp: SmtpServer
+@pytest.mark.parametrize(
+    ("refusal", "reason"),
+    [
+        ("no-auth", "mail server offers no AUTH, and EMAIL_HOST_USER is set:"),
+        ("no-starttls", "mail server offers no STARTTLS, and EMAIL_USE_TLS is set:"),
+        ("no-mechanism", "mail server offers no AUTH mechanism the console can use"),
+        ("greeting", "mail server refuses the console's greeting (EHLO/HELO):"),
+        ("sender", "mail server refuses the console's sender (MRT_MAIL_FROM):"),
+    ],
+)
+def test_a_mail_server_refusing_what_every_message_would_meet_leaves_the_batch_waiting(
+    zk: Any, smtp: SmtpServer, refusal: str, reason: str
 ) -> None:
+    """A server that offers no AUTH while the settings give a user, no STARTTLS while they ask
+    for it, only AUTH mechanisms smtplib cannot speak, or that refuses our EHLO/HELO or our
+    configured sender: every message would meet it alike, so it is the console's configuration
+    to mend, not the batch's failure (smtplib's SMTPNotSupportedError, SMTPException,
+    SMTPHeloError, SMTPSenderRefused failed the batch). The batch waits in Reporting, the reason
+    naming what the server did not offer or refused; once the server is mended (restarted
+    offering it) or the setting is, the next try mails the summary once."""
     bid = reporting_batch(zk)
-    smtp.rcpt = "550 5.1.1 no such user"
+    mail_settings: dict[str, Any] = {}
+    if refusal == "no-auth":
+        mail_settings = {"EMAIL_HOST_USER": "console", "EMAIL_HOST_PASSWORD": "secret"}
+    elif refusal == "no-starttls":
+        mail_settings = {"EMAIL_USE_TLS": True}
+    elif refusal == "no-mechanism":
+        mail_settings = {"EMAIL_HOST_USER": "console", "EMAIL_HOST_PASSWORD": "secret"}
+        smtp.auth = "235 2.7.0 Authentication successful"
+        smtp.mechanisms = "XOAUTH2 GSSAPI"
+    elif refusal == "greeting":
+        smtp.helo = "550 5.7.1 Client host rejected"
+    else:
+        smtp.mail_from = "553 5.7.1 Sender address rejected: not owned by user"
+    smtp.up()
+    reporting = BatchReporting(zk=zk, poll=0.05)
+    with override_settings(**mail_settings):
+        for _attempt in range(2):
+            assert reporting.run_once() is False
+            assert reporting.last is not None
+            assert reporting.last.outcome == "waiting", reporting.last.line()
+            assert reporting.last.detail.startswith(reason), reporting.last.detail
+            batch = batch_load(zk, bid)
+            assert batch.state == "Reporting"
+            assert batch.report is not None and batch.report["mailed"] is False
+    assert smtp.messages == []
+
+    # Mended: the server restarted offering what was asked (AUTH, a mechanism of ours, our
+    # greeting and sender taken); STARTTLS by the setting, this server speaking no TLS.
+    smtp.down()
+    smtp.auth, smtp.mechanisms = "235 2.7.0 Authentication successful", "PLAIN LOGIN"
+    smtp.helo, smtp.mail_from = "", "250 OK"
+    smtp.up()
+    if refusal == "no-starttls":
+        mail_settings = {"EMAIL_USE_TLS": False}
+    with override_settings(**mail_settings):
+        assert wait_for(reporting.run_once, timeout=30)
+    assert batch_load(zk, bid).state == "Completed"
+    assert len(smtp.messages) == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "answer"),
+    [("rcpt", "550 5.1.1 no such user"), ("mail_from", "552 5.3.4 Message size exceeds limit")],
+)
+def test_a_recipient_the_mail_server_rejects_for_good_still_fails_the_batch(
+    zk: Any, smtp: SmtpServer, command: str, answer: str
+) -> None:
+    """A recipient refused, or a message too large for the server (552 to MAIL FROM, RFC 1870:
+    this message's size, not the sender): the message's own failure."""
+    bid = reporting_batch(zk)
+    setattr(smtp, command, answer)
     smtp.up()
     reporting = BatchReporting(zk=zk, poll=0.05)
     reporting.run_once()

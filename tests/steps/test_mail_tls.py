@@ -24,7 +24,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from queues.core.transient import is_mail_outage
+from queues.core.transient import is_mail_outage, mail_refusal
 from queues.steps.notify import MAIL_EXCHANGES, send
 from tests.daemons.conftest import wait_for
 from tests.steps.tls_servers import TLSMailServer, localhost_certificate, server_context
@@ -68,8 +68,9 @@ def test_a_message_goes_out_over_tls(
             send(["depositor@example.org"], "Queued", "body")
         assert server.messages == []
         # The mail server's to fix (or the operator's trust): waited out, as an outage, not a
-        # batch failed for its mail.
+        # batch failed for its mail, the reason saying what to mend.
         assert is_mail_outage(bad.value)
+        assert mail_refusal(bad.value) == "has a certificate the console does not trust"
 
         # The operator's authority, where OpenSSL's default paths look.
         monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
