@@ -4,9 +4,12 @@ Reporting.
 
 The callback is Merritt ingest's: ``POST {CallbackURL}/mc/{jobID}`` with the job's state
 (``job:jobState``, docs/merritt-services.md) in the job's ``notificationFormat``, else the
-profile's ``NotificationFormat``, else JSON, through the depositor fetch policy. Unlike
-Merritt's ingest, which only logs a failed callback, a callback that cannot be delivered fails the
-job (resumable): the operator sees it, and a resume calls it again.
+profile's ``NotificationFormat``, else JSON, through the depositor fetch policy. A receiver that
+refuses the callback (4xx but 408 and 429) is logged and the job completes, the refusal in its
+status message, as Merritt's ingest logs a 4xx and completes (docs/merritt-services.md,
+"Callbacks"). A receiver away (5xx, 408, 429, unreachable) is waited for on ``MRT_RETRY_CALLBACK``;
+unlike Merritt's ingest, which only logs that too, a spent retry policy or an address the fetch
+policy refuses fails the job (resumable): the operator sees it, and a resume calls it again.
 
 A callback is a side effect that no ZooKeeper lock fences once its holder's session is gone (a
 batched loop posts a whole batch's callbacks before their one move). So the step records it
@@ -24,7 +27,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
-from queues.core.retries import service_at
+from queues.core.retries import is_unavailable_status, service_at
 from queues.core.states import JobState
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
@@ -50,6 +53,12 @@ log = logging.getLogger("queues.daemons")
 
 SERVICES_FOR = 1.0  # seconds a profile's callback service is kept (``Notify.services_of``)
 SERVICES_KEPT = 1024  # profiles kept at most
+
+
+def refused_for_good(status: int) -> bool:
+    """A receiver's answer that refuses the callback (4xx), not one that says "not now" (408,
+    429: waited for like a 5xx)."""
+    return 400 <= status < 500 and not is_unavailable_status(status)
 
 
 class Notify(JobDaemon):
@@ -138,14 +147,19 @@ class Notify(JobDaemon):
                 ),
             )
         except CallbackError as exc:
+            if exc.status is not None and refused_for_good(exc.status):
+                # The receiver answered and will not take it (its credentials in the URL
+                # refused, no such path): Merritt's ingest logs that and completes the job.
+                log.warning("%s notify: %s; the job completes", item.jid, exc)
+                return self._completed(item, f"callback not taken by the receiver: {exc}")
             raise StepFailed(str(exc)) from exc
         callback_record_delivered(self.zk, item.jid, record)
         return self._completed(item)
 
-    def _completed(self, item: Job) -> Next:
+    def _completed(self, item: Job, message: str = "") -> Next:
         """On to Completed, the job's callback record deleted in the move's own multi: no
         record is left behind by a move whose answer is lost or a consumer killed after it."""
-        return Next(JobState.COMPLETED, drops=(callback_record_path(item.jid),))
+        return Next(JobState.COMPLETED, message, drops=(callback_record_path(item.jid),))
 
     def after(self, item: Job, step: Next) -> None:
         if step.target == JobState.COMPLETED:
