@@ -77,16 +77,31 @@ def test_an_unanswered_lock_create_the_server_applied_is_deleted_once_reconnecte
 ) -> None:
     job = jobs_in(zk, 1)[0]
     session = proxied.client_id[0]
+    folder = lock_of(job).rpartition("/")[0]
+    before = zk.exists(folder).cversion
     proxy.cut_after(creates_a_lock)
 
     with pytest.raises(ConnectionLoss):
         lock_create(proxied, lock_of(job))
 
     assert proxy.fired.is_set()
-    # The server took the create for the consumer's session, which outlives the cut.
-    applied = zk.exists(lock_of(job))
-    assert applied is not None and applied.ephemeralOwner == session
+    # The server took the create for the consumer's session, which outlives the cut. Another
+    # session's read is not ordered after it (the server may apply it a moment later), and the
+    # reconnected client may delete it before this look: each look that finds it checks whose
+    # it is, and the folder's child version counts its creation and deletion.
+    owners: list[int] = []
+
+    def created_or_gone() -> bool:
+        stat = zk.exists(lock_of(job))
+        if stat is not None:
+            owners.append(stat.ephemeralOwner)
+            return True
+        return zk.exists(folder).cversion >= before + 2
+
+    wait_for(created_or_gone, timeout=30)
+    assert all(owner == session for owner in owners)
     wait_for(lambda: zk.exists(lock_of(job)) is None, timeout=30)
+    assert zk.exists(folder).cversion == before + 2  # made by the server, then deleted
     assert proxied.client_id[0] == session
     assert lock_of(job) not in ledger_of(proxied).held()
 
