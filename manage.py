@@ -13,7 +13,8 @@ def main() -> None:
 
     # The one deliberate moment a command-line process creates MRT_VAR_DIR and the generated
     # secret key (importing the settings creates nothing; see mrtadmin/local.py).
-    local.prepare()
+    # A bad setting, or a folder that cannot be written, ends it in one line naming it.
+    local.settings_or_exit("manage.py", create=True)
     execute_from_command_line(sys.argv)
 
 

@@ -19,10 +19,13 @@ import sys
 
 from django.core.asgi import get_asgi_application
 
+from mrtadmin.local import settings_or_exit
 from queues.web.memory import limit_heaps
 
 limit_heaps()  # before any thread of the server or the read index allocates
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mrtadmin.settings")
+# A bad setting stops daphne in one line naming it (exit status 2), not a traceback.
+settings_or_exit("mrtadmin.asgi")
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

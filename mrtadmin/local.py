@@ -55,13 +55,46 @@ def lazy_secret_key(key_file: Path) -> Any:
     return SimpleLazyObject(lambda: read_or_create_secret_key(key_file))
 
 
+def settings_or_exit(program: str, *, create: bool = False) -> None:
+    """Load the settings now (and with ``create``, :func:`prepare`), or stop the process with
+    one line naming the bad setting.
+
+    A bad value (``environment variable MRT_CLAIM_BATCH must be a whole number from 1 to
+    1,000, got '0'``) raises ImproperlyConfigured while the settings are read; met later by
+    Django, it would end ``manage.py`` or daphne with a traceback around the line. Exit status 2,
+    as for a wrong command line.
+    """
+    import sys
+
+    from django.conf import settings
+
+    try:
+        settings.INSTALLED_APPS  # noqa: B018 - reading one loads them all
+        if create:
+            prepare()
+    except ImproperlyConfigured as exc:
+        sys.stderr.write(f"{program}: {exc}\n")
+        raise SystemExit(2) from None
+
+
 def prepare() -> None:
     """Create ``MRT_VAR_DIR`` and, unless one is configured, the secret key file.
 
     Called by ``manage.py`` before it runs a command. Idempotent, and safe for several
-    processes starting at once.
+    processes starting at once. A folder that cannot be made or written stops the command in
+    one line (ImproperlyConfigured), not at the first step that writes there.
     """
     from django.conf import settings
 
-    Path(settings.MRT_VAR_DIR).mkdir(parents=True, exist_ok=True)
-    str(settings.SECRET_KEY)  # the generated key's file, if that is where it comes from
+    var_dir = Path(settings.MRT_VAR_DIR)
+    try:
+        var_dir.mkdir(parents=True, exist_ok=True)
+        if not os.access(var_dir, os.W_OK | os.X_OK):
+            raise PermissionError(13, "not writable")
+        str(settings.SECRET_KEY)  # the generated key's file, if that is where it comes from
+    except OSError as exc:
+        where = exc.filename or var_dir
+        raise ImproperlyConfigured(
+            f"environment variable MRT_VAR_DIR must be a folder this user can create and "
+            f"write ({exc.strerror}: {str(where)!r}), got {str(settings.MRT_VAR_DIR)!r}"
+        ) from None

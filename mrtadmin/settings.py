@@ -11,23 +11,35 @@ import math
 import os
 import re
 import socket
+import zoneinfo
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
 from mrtadmin import local
-from queues.core.words import range_words, within, yes_or_no
+from queues.core import retries
+from queues.core.words import digits, range_words, within, yes_or_no
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def refuse(name: str, expected: str, value: str) -> NoReturn:
+    """Stop start-up: the one wording of every bad setting, its value escaped (``repr``)."""
+    raise ImproperlyConfigured(f"environment variable {name} must be {expected}, got {value!r}")
 
 
 def env(name: str, default: str = "") -> str:
     """Read ``name`` from the environment, or from the file named by ``name_FILE``."""
     file_name = os.environ.get(f"{name}_FILE")
     if file_name:
-        return Path(file_name).read_text(encoding="utf-8").strip()
+        try:
+            return Path(file_name).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            refuse(f"{name}_FILE", f"a readable file ({reason})", file_name)
     return os.environ.get(name, default)
 
 
@@ -35,11 +47,9 @@ def env_bool(name: str, default: bool) -> bool:
     """A yes/no variable; anything but the usual words is an error naming the variable."""
     value = env(name, "1" if default else "0").strip().lower()
     answer = yes_or_no(value)
-    if answer is not None:
-        return answer
-    raise ImproperlyConfigured(
-        f"environment variable {name} must be one of 1/0, true/false, yes/no, on/off, got {value!r}"
-    )
+    if answer is None:
+        refuse(name, "one of 1/0, true/false, yes/no, on/off", value)
+    return answer
 
 
 def env_int(name: str, default: int, *, low: int | None = None, high: int | None = None) -> int:
@@ -51,10 +61,7 @@ def env_int(name: str, default: int, *, low: int | None = None, high: int | None
     except ValueError:
         number = None
     if number is None or not within(number, low, high):
-        raise ImproperlyConfigured(
-            f"environment variable {name} must be "
-            f"{range_words('a whole number', low, high)}, got {value!r}"
-        )
+        refuse(name, range_words("a whole number", low, high), value)
     return number
 
 
@@ -75,10 +82,7 @@ def env_float(
     except ValueError:
         number = math.nan
     if not within(number, low, high, above=above):
-        raise ImproperlyConfigured(
-            f"environment variable {name} must be "
-            f"{range_words('a number', low, high, above=above)}, got {value!r}"
-        )
+        refuse(name, range_words("a number", low, high, above=above), value)
     return number
 
 
@@ -93,6 +97,47 @@ def env_seconds(name: str, default: float, most: float) -> float:
     return env_float(name, default, low=0, high=most, above=True)
 
 
+def _port_of(parts: Any) -> int | None:
+    """The port of a ``urlsplit`` result; -1 for one that is not a number from 1 to 65,535."""
+    try:
+        port = parts.port
+    except ValueError:
+        return -1
+    return -1 if port == 0 else port
+
+
+def env_url(name: str, default: str = "", *, schemes: tuple[str, ...] = ("http", "https")) -> str:
+    """A URL of one of ``schemes`` naming a host (its port, if any, from 1 to 65,535), or empty
+    (the setting's documented default): "storage:8080" or "http//x" would otherwise be taken and
+    fail at the first request a step makes, an hour later."""
+    value = env(name, default).strip()
+    if not value:
+        return value
+    parts = urlsplit(value)
+    if (
+        parts.scheme.lower() not in schemes
+        or not parts.hostname
+        or _port_of(parts) == -1
+        or not value.isprintable()
+        or " " in value
+    ):
+        kinds = " or ".join(f"{scheme}://" for scheme in schemes)
+        refuse(name, f"a URL such as {schemes[0]}://host:port/path ({kinds}), or empty", value)
+    return value
+
+
+def env_networks(name: str, *, separators: str = ",") -> list[str]:
+    """Addresses or networks (``10.1.0.0/16``), separated by any of ``separators``."""
+    value = env(name)
+    entries = [e.strip() for e in re.split(f"[{re.escape(separators)}]", value) if e.strip()]
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            refuse(name, "IP addresses or networks such as 10.1.0.0/16, comma-separated", value)
+    return entries
+
+
 # Everything written locally (ZooKeeper data, working folders, storage, mail, SQLite) lives here.
 # Importing the settings creates nothing: mrtadmin/local.py says when the folder and the
 # generated secret key are made (manage.py before any command, else the key's first use).
@@ -102,11 +147,11 @@ MRT_VAR_DIR = Path(env("MRT_VAR_DIR", str(BASE_DIR / "var"))).resolve()
 # restart and every process of one installation signs alike.
 SECRET_KEY = env("DJANGO_SECRET_KEY") or local.lazy_secret_key(MRT_VAR_DIR / "secret_key")
 DEBUG = env_bool("DJANGO_DEBUG", False)
-ALLOWED_HOSTS = [
-    h.strip()
-    for h in env("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
-    if h.strip()
-]
+_allowed_hosts = env("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+ALLOWED_HOSTS = [h.strip() for h in _allowed_hosts.split(",") if h.strip()]
+if not ALLOWED_HOSTS:
+    # Django would answer every request 400 (DisallowedHost), health checks included.
+    refuse("DJANGO_ALLOWED_HOSTS", "the host names the console answers to", _allowed_hosts)
 CSRF_TRUSTED_ORIGINS = [
     o.strip() for o in env("DJANGO_CSRF_TRUSTED_ORIGINS").split(",") if o.strip()
 ]
@@ -159,11 +204,10 @@ MRT_LOGIN_FAILURE_LIMIT = env_int("MRT_LOGIN_FAILURE_LIMIT", 5, low=1, high=1000
 MRT_LOGIN_COOLOFF_MINUTES = env_int("MRT_LOGIN_COOLOFF_MINUTES", 15, low=1, high=10_080)
 AXES_FAILURE_LIMIT = MRT_LOGIN_FAILURE_LIMIT
 AXES_COOLOFF_TIME = timedelta(minutes=MRT_LOGIN_COOLOFF_MINUTES)
-MRT_LOGIN_LOCKOUT_BY = [
-    p.strip() for p in env("MRT_LOGIN_LOCKOUT_BY", "username,ip_address").split(",") if p.strip()
-]
+_lockout_by = env("MRT_LOGIN_LOCKOUT_BY", "username,ip_address")
+MRT_LOGIN_LOCKOUT_BY = [p.strip() for p in _lockout_by.split(",") if p.strip()]
 if not MRT_LOGIN_LOCKOUT_BY or set(MRT_LOGIN_LOCKOUT_BY) - {"username", "ip_address"}:
-    raise ImproperlyConfigured("MRT_LOGIN_LOCKOUT_BY: username, ip_address or both")
+    refuse("MRT_LOGIN_LOCKOUT_BY", "username, ip_address or username,ip_address", _lockout_by)
 AXES_LOCKOUT_PARAMETERS = MRT_LOGIN_LOCKOUT_BY
 if "ip_address" not in MRT_LOGIN_LOCKOUT_BY:
     # axes warns that a lockout without the address can be dodged by changing cookies or the
@@ -176,13 +220,12 @@ AXES_LOCKOUT_CALLABLE = "queues.operator.auth.lockout_response"
 # Only enable this behind a proxy that strips the header from client requests, with daphne
 # reachable from the proxy only; MRT_SSO_PROXIES (addresses or networks, comma-separated)
 # makes the console itself ignore the header from any other address.
+# A header's name: letters, digits and "-" (a space or ":" names no header a proxy can send).
+HEADER_NAME = re.compile(r"[A-Za-z0-9-]+")
 MRT_SSO_HEADER = env("MRT_SSO_HEADER").strip()
-MRT_SSO_PROXIES = [p.strip() for p in env("MRT_SSO_PROXIES").split(",") if p.strip()]
-for _proxy in MRT_SSO_PROXIES:
-    try:
-        ipaddress.ip_network(_proxy, strict=False)
-    except ValueError as _exc:
-        raise ImproperlyConfigured(f"MRT_SSO_PROXIES: {_proxy!r} is not an address") from _exc
+if MRT_SSO_HEADER and not HEADER_NAME.fullmatch(MRT_SSO_HEADER):
+    refuse("MRT_SSO_HEADER", "a header name (letters, digits and -), or empty", MRT_SSO_HEADER)
+MRT_SSO_PROXIES = env_networks("MRT_SSO_PROXIES")
 if MRT_SSO_HEADER:
     MIDDLEWARE.insert(
         MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
@@ -232,14 +275,17 @@ DATABASE_URL = env("DATABASE_URL").strip()
 if DATABASE_URL:
     import dj_database_url
 
+    # Shown by its scheme only: the rest of the URL holds the password.
+    _shown = DATABASE_URL.partition(":")[0] + ":..."
+    _expected = (
+        "a postgres:// URL such as postgres://user:password@host:port/name (empty: the SQLite file)"
+    )
     try:
         DATABASES["default"] = dj_database_url.parse(DATABASE_URL, conn_health_checks=True)
     except ValueError as exc:
-        raise ImproperlyConfigured(f"DATABASE_URL cannot be used: {exc}") from None
+        refuse("DATABASE_URL", f"{_expected}: {exc}", _shown)
     if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
-        raise ImproperlyConfigured(
-            "DATABASE_URL must be a postgres:// URL (leave it empty for the SQLite file)"
-        )
+        refuse("DATABASE_URL", _expected, _shown)
     # A server that does not answer (a partition, a host down) fails a connection attempt
     # in seconds, as a refused one does, instead of holding a daemon thread or a page for the
     # operating system's TCP timeout; "?connect_timeout=" in the URL overrides it.
@@ -272,6 +318,11 @@ def _server_zone() -> str:
 
 # One clock: every time the console shows, mails and writes into CSV is in this zone.
 TIME_ZONE = env("TZ") or _server_zone()
+try:
+    zoneinfo.ZoneInfo(TIME_ZONE)
+except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    # Django would stop every process on it too, with a traceback.
+    refuse("TZ", "a time zone name such as America/Los_Angeles or UTC", TIME_ZONE)
 USE_I18N = False
 USE_TZ = True
 
@@ -308,12 +359,18 @@ SECURE_SSL_REDIRECT = env_bool("DJANGO_SSL_REDIRECT", False)
 # Under a URL prefix (daphne's --root-path) Django matches these against the path with it.
 SECURE_REDIRECT_EXEMPT = [r"(^|/)healthz$", r"(^|/)metrics$"]
 _ssl_header = env("DJANGO_SECURE_PROXY_SSL_HEADER").strip()
+if _ssl_header and not HEADER_NAME.fullmatch(_ssl_header):
+    refuse(
+        "DJANGO_SECURE_PROXY_SSL_HEADER",
+        "a header name such as X-Forwarded-Proto, or empty",
+        _ssl_header,
+    )
 if _ssl_header:
     SECURE_PROXY_SSL_HEADER = ("HTTP_" + _ssl_header.upper().replace("-", "_"), "https")
 
 # Channels: the in-memory layer serves one web process; with REDIS_URL, channels-redis carries
 # the messages of several daphne workers. Each worker watches ZooKeeper itself (queues/live/hub.py).
-REDIS_URL = env("REDIS_URL")
+REDIS_URL = env_url("REDIS_URL", schemes=("redis", "rediss"))
 if REDIS_URL:
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
@@ -342,7 +399,27 @@ LIVE_COALESCE_SECONDS = env_float("LIVE_COALESCE_SECONDS", 0.25, low=0, high=60)
 
 # ZooKeeper: the ensemble, or "local" for the project's own server on loopback (bin/run-console
 # sets that); empty uses the local server only while one runs, never starts it.
-ZK_HOSTS = env("ZK_HOSTS")
+ZK_HOSTS = env("ZK_HOSTS").strip()
+
+
+def _ensemble_ok(hosts: str) -> bool:
+    """``host:port,host:port[/chroot]`` (a port from 1 to 65,535, ``[v6]`` in brackets)."""
+    servers, slash, chroot = hosts.partition("/")
+    if slash and (chroot.endswith("/") or "//" in chroot or not chroot.isprintable()):
+        return False
+    for server in servers.split(","):
+        parts = urlsplit(f"//{server.strip()}")
+        if not parts.hostname or _port_of(parts) == -1 or parts.path or not server.isprintable():
+            return False
+    return True
+
+
+if ZK_HOSTS not in ("", "local") and not _ensemble_ok(ZK_HOSTS):
+    refuse(
+        "ZK_HOSTS",
+        "the ensemble as host:port,host:port[/chroot], or local, or empty",
+        ZK_HOSTS,
+    )
 ZK_LOCAL_PORT = env_int("ZK_LOCAL_PORT", 2191, **PORT)
 ZK_TIMEOUT = env_seconds("ZK_TIMEOUT", 10.0, 3600)
 ZK_LOCK_STALE_SECONDS = env_int("ZK_LOCK_STALE_SECONDS", 6 * 3600, low=1, high=int(30 * DAY))
@@ -350,15 +427,18 @@ ZK_LOCK_STALE_SECONDS = env_int("ZK_LOCK_STALE_SECONDS", 6 * 3600, low=1, high=i
 # Outside services. Empty URL means the local default that works on one machine.
 MRT_PROFILES_DIR = Path(env("MRT_PROFILES_DIR", str(BASE_DIR / "profiles")))
 MRT_WORK_DIR = Path(env("MRT_WORK_DIR", str(MRT_VAR_DIR / "work")))
-MRT_STORAGE_URL = env("MRT_STORAGE_URL")
-MRT_STORAGE_NODE = env("MRT_STORAGE_NODE", "9501")
+MRT_STORAGE_URL = env_url("MRT_STORAGE_URL")
+# A node number, as a profile's StorageNode is (queues/steps/profiles.py).
+MRT_STORAGE_NODE = env("MRT_STORAGE_NODE", "9501").strip()
+if digits(MRT_STORAGE_NODE) is None:
+    refuse("MRT_STORAGE_NODE", "a storage node number such as 9501", MRT_STORAGE_NODE)
 MRT_STORAGE_ROOT = Path(env("MRT_STORAGE_ROOT", str(MRT_VAR_DIR / "storage")))
-MRT_INVENTORY_URL = env("MRT_INVENTORY_URL")
-MRT_EZID_URL = env("MRT_EZID_URL")
+MRT_INVENTORY_URL = env_url("MRT_INVENTORY_URL")
+MRT_EZID_URL = env_url("MRT_EZID_URL")
 MRT_EZID_USER = env("MRT_EZID_USER")
 MRT_EZID_PASSWORD = env("MRT_EZID_PASSWORD")
 # EZID's _target for a minted ARK: {this}/m/{ARK URL-encoded twice}, as Merritt's ingest sets it.
-MRT_EZID_TARGET_URL = env("MRT_EZID_TARGET_URL", "https://merritt.cdlib.org")
+MRT_EZID_TARGET_URL = env_url("MRT_EZID_TARGET_URL", "https://merritt.cdlib.org")
 MRT_DOWNLOADS_DIR = Path(env("MRT_DOWNLOADS_DIR", str(MRT_VAR_DIR / "downloads")))
 # The URL prefix bin/run-console serves under (daphne's --root-path), checked as it checks it:
 # "/" and segments of letters, digits and . _ ~ - (none "." or ".."), no "/" last; empty: none.
@@ -375,16 +455,16 @@ if MRT_ROOT_PATH and not re.fullmatch(r"(/(?!\.\.?(?:/|$))[A-Za-z0-9._~-]+)+", M
 _bind = env("MRT_BIND", "127.0.0.1")
 # Bound to every address: the machine's name is the one a browser can use.
 _host = socket.gethostname() if _bind in ("0.0.0.0", "::", "[::]") else _bind  # noqa: S104
-MRT_CONSOLE_URL = env("MRT_CONSOLE_URL") or (
+MRT_CONSOLE_URL = env_url("MRT_CONSOLE_URL") or (
     f"http://{_host}:{env_int('MRT_PORT', 8000, **PORT)}{MRT_ROOT_PATH}"
 )
 # Folders a depositor's file:// URLs may read from (":"-separated). Empty: none, file://
 # payloads are refused (the daemons' own working folders and local storage stay readable).
 MRT_FILE_ROOTS = [Path(p) for p in env("MRT_FILE_ROOTS").split(":") if p.strip()]
 # Where remote storage can fetch a job's working folder over HTTP (needed with MRT_STORAGE_URL).
-MRT_WORK_URL = env("MRT_WORK_URL")
+MRT_WORK_URL = env_url("MRT_WORK_URL")
 # Base URL of assembled access archives; default: the console's /downloads/.
-MRT_DOWNLOADS_URL = env("MRT_DOWNLOADS_URL")
+MRT_DOWNLOADS_URL = env_url("MRT_DOWNLOADS_URL")
 MRT_HTTP_TIMEOUT = env_seconds("MRT_HTTP_TIMEOUT", 30.0, DAY)
 # Right after a start, how long a page or API read waits for what the read index's background
 # fill is reading before it answers 503 saying what is still loading (and tries again).
@@ -399,10 +479,16 @@ MRT_STORAGE_ADD_DEADLINE = env_seconds("MRT_STORAGE_ADD_DEADLINE", 6 * 3600.0, W
 # a row within this many seconds hold the node until it answers again.
 MRT_BREAKER_FAILURES = env_int("MRT_BREAKER_FAILURES", 5, low=1, high=10_000)
 MRT_BREAKER_WINDOW = env_seconds("MRT_BREAKER_WINDOW", 60.0, DAY)
-MRT_RETRY = {
-    name: env(f"MRT_RETRY_{name.upper()}")
-    for name in ("storage", "inventory", "ezid", "depositor", "callback")
-}
+MRT_RETRY = {name: env(f"MRT_RETRY_{name.upper()}") for name in retries.SERVICES}
+for _name, _text in MRT_RETRY.items():
+    try:
+        retries.parse_policy(_text, retries.DEFAULT_POLICIES[_name])
+    except ValueError as _exc:
+        refuse(
+            f"MRT_RETRY_{_name.upper()}",
+            f"a retry policy such as 'attempts=12 first=30s most=30m within=12h' ({_exc})",
+            _text,
+        )
 # A bulk action over more items than this runs in the background with a progress page.
 MRT_BULK_INLINE_MAX = env_int("MRT_BULK_INLINE_MAX", 200, low=0, high=100_000)
 MRT_DOWNLOAD_RETRIES = env_int("MRT_DOWNLOAD_RETRIES", 3, low=0, high=100)
@@ -416,9 +502,10 @@ MRT_DEPLOYMENT = env("MRT_DEPLOYMENT", "standalone")
 # production is shown in a band no one can miss, so a test console is never taken for the real one.
 MRT_ENVIRONMENT = env("MRT_ENVIRONMENT", "development").strip().lower()
 if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,29}", MRT_ENVIRONMENT):
-    raise ImproperlyConfigured(
-        f"MRT_ENVIRONMENT must be a short name such as production, stage or development "
-        f"(letters, digits, '-'), got {MRT_ENVIRONMENT!r}"
+    refuse(
+        "MRT_ENVIRONMENT",
+        "a short name such as production, stage or development (letters, digits, '-')",
+        MRT_ENVIRONMENT,
     )
 # The daemons this console serves, comma-separated, or "all"; empty: the mode's default.
 MRT_OWN_STEPS = env("MRT_OWN_STEPS")
@@ -427,7 +514,7 @@ MRT_OWN_STEPS = env("MRT_OWN_STEPS")
 # beside Merritt, console standalone (queues/daemons/registry.py, docs/merritt-ownership.md).
 MRT_BATCH_INTAKE = env("MRT_BATCH_INTAKE")
 # Merritt's ingest service (http://host:port/<context>, without /poster/submit).
-MRT_INGEST_URL = env("MRT_INGEST_URL")
+MRT_INGEST_URL = env_url("MRT_INGEST_URL")
 # Seconds one submission sent to Merritt's ingest may take in all (reading a batch manifest by
 # URL, the upload, ingest's answer): past it the door answers that ingest is away.
 MRT_INGEST_DEADLINE = env_seconds("MRT_INGEST_DEADLINE", 120.0, DAY)
@@ -463,7 +550,7 @@ MRT_CONSUMER_PUBLISH_SECONDS = env_seconds("MRT_CONSUMER_PUBLISH_SECONDS", 5.0, 
 MRT_VERSION = env("MRT_VERSION")
 # The fetch policy for every request made for a depositor (queues/steps/netpolicy.py):
 # addresses that may be fetched although they are loopback/private (comma-separated networks).
-MRT_FETCH_ALLOW = env("MRT_FETCH_ALLOW")
+MRT_FETCH_ALLOW = ",".join(env_networks("MRT_FETCH_ALLOW", separators=",;"))
 MRT_FETCH_MAX_REDIRECTS = env_int("MRT_FETCH_MAX_REDIRECTS", 5, low=0, high=100)
 # One file: a wall-clock limit (all attempts), and a minimum rate over every window.
 MRT_DOWNLOAD_DEADLINE = env_seconds("MRT_DOWNLOAD_DEADLINE", 6 * 3600.0, WEEK)
@@ -526,12 +613,10 @@ MRT_MAIL_FROM = env("MRT_MAIL_FROM")
 # posted Slack's {"text": ...} or, with "json", the alert's fields), how often the rules are
 # evaluated, and the hour (local time, 0-23) of the daily digest (negative: none).
 MRT_ALERT_EMAIL = env("MRT_ALERT_EMAIL")
-MRT_ALERT_WEBHOOK_URL = env("MRT_ALERT_WEBHOOK_URL")
+MRT_ALERT_WEBHOOK_URL = env_url("MRT_ALERT_WEBHOOK_URL")
 MRT_ALERT_WEBHOOK_FORMAT = env("MRT_ALERT_WEBHOOK_FORMAT", "slack").strip().lower()
 if MRT_ALERT_WEBHOOK_FORMAT not in ("slack", "json"):
-    raise ImproperlyConfigured(
-        f"MRT_ALERT_WEBHOOK_FORMAT must be slack or json, got {MRT_ALERT_WEBHOOK_FORMAT!r}"
-    )
+    refuse("MRT_ALERT_WEBHOOK_FORMAT", "slack or json", MRT_ALERT_WEBHOOK_FORMAT)
 MRT_ALERT_EVERY = env_seconds("MRT_ALERT_EVERY", 30.0, DAY)
 MRT_ALERT_DIGEST_HOUR = env_int("MRT_ALERT_DIGEST_HOUR", 7, low=-1, high=23)
 # Seconds a storage node an operator held (with a reason, and no maintenance window) stays held
