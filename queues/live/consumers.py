@@ -17,7 +17,12 @@ may stand for more changes than it counts) and, for ``holds``, the ``folder``; t
 ``version``, ``zxid``, ``exists``, ``item``). Pages refresh what shows the topic.
 
 Anonymous sockets are closed with 4401 and users without the viewer role with 4403 (after the
-handshake, so the browser sees the code and stops reconnecting). While the channel layer (Redis)
+handshake, so the browser sees the code and stops reconnecting). An open socket is no licence:
+its session and role are read again every ``RECHECK_SECONDS`` and before each message from the
+page, and a socket whose session ended (logged out in another tab, expired, the user
+deactivated or their password changed) is closed with 4401, one whose user lost the viewer
+role with 4403, its topics left at once. A database that does not answer the check keeps the
+socket as it is until the next one. While the channel layer (Redis)
 is unreachable a socket is closed with 4503 (or refused, when that is known before the
 handshake) and the browser tries again with growing back-off; the process logs the outage once
 (``queues.live.layer``), not a traceback per socket.
@@ -32,8 +37,9 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from queues.core import transient
 from queues.core.words import DuplicateKey, TooDeep, json_within
-from queues.operator.auth import VIEWER, has_role
+from queues.operator.auth import VIEWER, has_role, session_access
 from queues.zk.errors import InvalidID
 from queues.zk.watch import validate_topic
 
@@ -47,6 +53,10 @@ MAX_TOPICS = 200
 # Channel layers drop a group member after group_expiry (a day by default); operators keep the
 # console open all day and longer, so the socket joins its groups again well before that.
 REJOIN_SECONDS = 3600.0
+# How long a socket may go on after its user logged out or lost the viewer role, at most (a
+# message from the page is checked at once).
+RECHECK_SECONDS = 60.0
+CLOSE_FOR = {"login": CLOSE_UNAUTHENTICATED, "role": CLOSE_FORBIDDEN}
 USAGE = "expected {'subscribe': [topics]} or {'unsubscribe': [topics]}"
 
 
@@ -56,6 +66,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.topics: set[str] = set()
         self.hub: Hub | None = None
         self._rejoin: asyncio.Task[None] | None = None
+        self._recheck: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -91,7 +102,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_add(self.hub.zk_group, self.channel_name)
         health.worked()
         await self.send_json({"kind": "hello", "zk": "up" if self.hub.zk_up else "down"})
-        self._rejoin = asyncio.get_running_loop().create_task(self._keep_joined())
+        loop = asyncio.get_running_loop()
+        self._rejoin = loop.create_task(self._keep_joined())
+        self._recheck = loop.create_task(self._keep_checking(user.pk))
 
     async def disconnect(self, code: int) -> None:
         hub, topics = self.hub, sorted(self.topics)
@@ -104,8 +117,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def _forget(self) -> None:
         """Give back this socket's watches, whether or not the layer can still be told."""
-        if self._rejoin is not None:
-            self._rejoin.cancel()
+        for task in (self._rejoin, self._recheck):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
         hub, topics = self.hub, list(self.topics)
         self.hub, self.topics = None, set()
         if hub is not None:
@@ -115,6 +129,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.hub is None:
             return  # refused socket: ignore whatever arrives before the close completes
+        if not await self._still_allowed(self.scope["user"].pk):
+            return
         try:
             content = json_within(text_data or "")
         except (TooDeep, DuplicateKey) as exc:
@@ -177,6 +193,30 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 await self.channel_layer.group_add(self.hub.zk_group, self.channel_name)
                 for topic in list(self.topics):
                     await self.channel_layer.group_add(self.hub.group(topic), self.channel_name)
+
+    async def _keep_checking(self, user_id: Any) -> None:
+        while True:
+            await asyncio.sleep(RECHECK_SECONDS)
+            if self.hub is None or not await self._still_allowed(user_id):
+                return
+
+    async def _still_allowed(self, user_id: Any) -> bool:
+        """Whether the socket's user still may see the console; if not, the socket leaves its
+        topics and is closed with the code that says why (4401, 4403)."""
+        session = self.scope.get("session")
+        try:
+            wrong = await database_sync_to_async(session_access)(
+                getattr(session, "session_key", None), user_id
+            )
+        except Exception as exc:
+            if not transient.is_transient(exc):
+                raise
+            return True  # the database is away: checked again at the next interval
+        if wrong is None:
+            return True
+        await self.disconnect(CLOSE_FOR[wrong])
+        await self.close(code=CLOSE_FOR[wrong])
+        return False
 
     # Channel-layer handlers (message "type" live.changed -> live_changed)
 

@@ -70,6 +70,25 @@ def may(user: Any, kind: str, action: str) -> bool:
     return role is not None and has_role(user, role)
 
 
+def session_access(session_key: str | None, user_id: Any) -> str | None:
+    """Whether the user a session was opened for still may see the console: None when so, else
+    what is wrong: "login" (the session ended, expired or now names no user or another one, or
+    the user was deactivated or changed their password) or "role" (no viewer role any more).
+
+    Read afresh from the session store, as Django reads a request's user: for a connection that
+    outlives the request that opened it (the live websocket)."""
+    from importlib import import_module
+    from types import SimpleNamespace
+
+    if not session_key:
+        return "login"
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = auth.get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
+    if not user.is_authenticated or user.pk != user_id:
+        return "login"
+    return None if has_role(user, VIEWER) else "role"
+
+
 def require_action(user: Any, kind: str, action: str) -> None:
     if not may(user, kind, action):
         role = ACTION_ROLES.get((kind, action), "nobody")

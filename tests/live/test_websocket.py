@@ -282,3 +282,127 @@ def test_the_holds_topic_hears_node_holds_caps_and_who_placed_a_hold(
         await page.disconnect()
 
     run(scenario())
+
+
+# A socket whose user may no longer see the console --------------------------------------------
+# The consumer checks the socket's session and role again every RECHECK_SECONDS and before each
+# message from the page; here the interval is made short, and each test waits for the close.
+
+
+def _viewer_socket_cookie(client: Any, django_user_model: Any) -> tuple[Any, str]:
+    from queues.operator.auth import ensure_groups
+
+    user = django_user_model.objects.create_user("vera", "vera@example.org", "secret-pw-3")
+    user.groups.add(ensure_groups()["viewer"])
+    client.force_login(user)
+    return user, client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+def _closed_after(cookie: str, change: Callable[[], Any], topics: list[str]) -> dict:
+    async def scenario() -> dict:
+        page = await open_socket(cookie, topics)
+        await asyncio.to_thread(change)
+        closed = await page.receive_output(timeout=20)
+        await page.disconnect()
+        return closed
+
+    return run(scenario())
+
+
+@pytest.fixture
+def short_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
+    from queues.live import consumers
+
+    monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.05, raising=False)
+
+
+@pytest.mark.usefixtures("short_recheck")
+def test_an_open_socket_is_closed_4401_once_its_user_logs_out_in_another_tab(
+    client: Any, django_user_model: Any
+) -> None:
+    _user, cookie = _viewer_socket_cookie(client, django_user_model)
+    closed = _closed_after(cookie, client.logout, ["jobs:state:Failed"])
+    assert closed == {"type": "websocket.close", "code": 4401}
+
+
+@pytest.mark.usefixtures("short_recheck")
+def test_an_open_socket_is_closed_4401_once_its_session_expires(
+    client: Any, django_user_model: Any
+) -> None:
+    from datetime import timedelta
+
+    from django.contrib.sessions.models import Session
+    from django.utils import timezone
+
+    _user, cookie = _viewer_socket_cookie(client, django_user_model)
+
+    def expire() -> None:
+        past = timezone.now() - timedelta(seconds=1)
+        Session.objects.filter(session_key=cookie).update(expire_date=past)
+
+    assert _closed_after(cookie, expire, ["holds"]) == {"type": "websocket.close", "code": 4401}
+
+
+@pytest.mark.usefixtures("short_recheck")
+def test_an_open_socket_is_closed_4401_once_its_user_is_deactivated(
+    client: Any, django_user_model: Any
+) -> None:
+    user, cookie = _viewer_socket_cookie(client, django_user_model)
+
+    def deactivate() -> None:
+        user.is_active = False
+        user.save(update_fields=["is_active"])
+
+    assert _closed_after(cookie, deactivate, []) == {"type": "websocket.close", "code": 4401}
+
+
+@pytest.mark.usefixtures("short_recheck")
+def test_an_open_socket_is_closed_4403_once_its_user_loses_the_viewer_role(
+    client: Any, django_user_model: Any
+) -> None:
+    user, cookie = _viewer_socket_cookie(client, django_user_model)
+    closed = _closed_after(cookie, lambda: user.groups.clear(), ["jobs:state:Failed"])
+    assert closed == {"type": "websocket.close", "code": 4403}
+
+
+def test_a_message_from_a_page_whose_user_logged_out_is_answered_with_the_close(
+    client: Any, django_user_model: Any
+) -> None:
+    """Before each message from the page, whatever the interval: a subscription after the
+    logout joins nothing."""
+    _user, cookie = _viewer_socket_cookie(client, django_user_model)
+
+    async def scenario() -> dict:
+        page = await open_socket(cookie, [])
+        await asyncio.to_thread(client.logout)
+        await page.send_json_to({"subscribe": ["jobs:state:Failed"]})
+        closed = await page.receive_output(timeout=20)
+        await page.disconnect()
+        return closed
+
+    assert run(scenario()) == {"type": "websocket.close", "code": 4401}
+
+
+@pytest.mark.usefixtures("short_recheck")
+def test_a_socket_whose_user_still_may_see_goes_on_hearing_across_rechecks(
+    client: Any,
+    django_user_model: Any,
+    other_zk: KazooClient,
+    make_batch: Callable[[], Batch],
+    make_job: Callable[[Batch], Job],
+) -> None:
+    _user, cookie = _viewer_socket_cookie(client, django_user_model)
+    job = make_job(make_batch())
+    topic = f"job:{job.jid}"
+
+    async def scenario() -> list[dict]:
+        page = await open_socket(cookie, [topic])
+        await asyncio.to_thread(jobs.job_transition, other_zk, job, "Estimating")
+        seen = await receive_until(page, lambda m: m.get("topic") == topic)
+        await page.send_json_to({"subscribe": []})
+        seen.append(await page.receive_json_from(timeout=10))
+        await page.disconnect()
+        return seen
+
+    seen = run(scenario())
+    assert seen[-1] == {"kind": "subscribed", "topics": [topic]}
