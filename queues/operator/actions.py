@@ -26,6 +26,14 @@ class ReasonRequired(DomainError):
     """A destructive action was asked for without saying why."""
 
 
+class NothingMatches(DomainError):
+    """A bulk action's filter matches no item now: refused (409, as the state of things refuses
+    an action), not answered "0 done", so a script learns its filter caught nothing."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"nothing matches this filter now: no {kind} was acted on")
+
+
 def is_destructive(kind: str, action: str) -> bool:
     found = catalogue.find(kind, action)
     return found is not None and found.destructive

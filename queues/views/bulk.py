@@ -136,6 +136,8 @@ def _bulk(
         items, limited = matching()
     else:
         items = form.cleaned_data["item"]
+    if not items and scope == "filter":
+        raise actions.NothingMatches(kind)
     if not items:
         return error_response(request, "nothing selected", 400)
     destructive = actions.is_destructive(kind, action)
@@ -294,7 +296,7 @@ def failed_cause_bulk(request: HtmxHttpRequest) -> HttpResponse:
     return _job_bulk(
         request,
         FailedFilterForm(request.POST),
-        # None left (all resumed meanwhile): "nothing selected".
+        # None left (all resumed meanwhile): "nothing matches this filter" (409).
         lambda form: (failure_causes.failure_causes(**form.cleaned_data).jids(key), False),
         "failed-causes",
         also=("cause",),

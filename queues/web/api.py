@@ -258,6 +258,8 @@ def _bulk_items(data: dict[str, Any], form: BulkForm) -> tuple[list[tuple[str, i
             'the filter narrows nothing: say "all": true to act on every job, or narrow it'
         )
     jids, limited = job_reads.jobs_matching(flt=filter_form.to_filter())
+    if not jids:
+        raise actions.NothingMatches("job")
     return [(j, None) for j in jids], limited
 
 

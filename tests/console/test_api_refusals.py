@@ -63,7 +63,8 @@ def test_every_job_is_asked_for_in_words(client, token_for, zk, make_job):
         {"action": "resume", "filter": {"priority": 0}},
         **token_for("admin"),
     )
-    assert none.status_code == 200 and none.json()["summary"].startswith("0 done")
+    assert none.status_code == 409, none.content
+    assert none.json()["error"].startswith("nothing matches this filter")
     answer = post_json(
         client,
         reverse("api-jobs-bulk"),
@@ -411,6 +412,28 @@ def test_a_bulk_request_that_lists_no_job_is_refused(client, token_for, zk, make
     )
     assert answer.status_code == 400, answer.content
     assert answer.json()["error"].startswith("nothing selected")
+    assert snapshot(zk) == before
+    assert not AuditEntry.objects.exists()
+
+
+def test_a_filter_that_matches_nothing_is_a_409_that_says_so(client, token_for, zk, make_job):
+    """A script's "fail every stuck job" learns that nothing matched, not "0 done"; the
+    console's bulk forms answer the same (``test_bulk_form_refusals``)."""
+    from queues.operator.audit import AuditEntry
+
+    make_job("Failed", profile="letters")
+    before = snapshot(zk)
+    answer = post_json(
+        client,
+        reverse("api-jobs-bulk"),
+        {"action": "resume", "filter": {"state": "Failed", "profile": "maps"}},
+        **token_for("operator"),
+    )
+    assert answer.status_code == 409, answer.content
+    assert answer.json() == {
+        "error": "nothing matches this filter now: no job was acted on",
+        "status": 409,
+    }
     assert snapshot(zk) == before
     assert not AuditEntry.objects.exists()
 

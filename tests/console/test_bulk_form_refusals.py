@@ -76,3 +76,30 @@ def test_a_batch_bulk_post_with_an_unknown_field_moves_nothing(operator, zk, mak
     )
     assert answer.status_code == 400 and "also" in answer.content.decode()
     assert batches.batch_load(zk, batch.bid).state == "Held"
+
+
+@pytest.mark.parametrize(
+    "url, post",
+    [
+        ("jobs-bulk", {"state": "Failed", "profile": "nosuch"}),
+        ("failed-bulk", {"profile": "nosuch"}),
+        ("jobs-bulk", {"state": "Failed", "profile": "nosuch", "confirmed": "1"}),
+    ],
+)
+def test_a_filter_that_matches_nothing_is_a_409_saying_so_and_audits_nothing(
+    operator, zk, two_failed, url, post
+):
+    """As the API answers it (``test_api_refusals``): not a preview of no item, nor "0 done"."""
+    from queues.operator.audit import AuditEntry
+
+    answer = operator.post(reverse(url), {"action": "resume", "scope": "filter", **post})
+    assert answer.status_code == 409, answer.content[:300]
+    assert "nothing matches this filter" in answer.content.decode()
+    assert states(zk, two_failed) == ["Failed", "Failed"]
+    assert not AuditEntry.objects.exists()
+
+
+def test_an_empty_selection_stays_a_400(operator, zk, two_failed):
+    answer = operator.post(reverse("jobs-bulk"), {"action": "resume", "scope": "selection"})
+    assert answer.status_code == 400
+    assert "nothing selected" in answer.content.decode()
