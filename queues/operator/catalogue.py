@@ -126,7 +126,12 @@ def _drain(call: Call) -> moves.Outcome:
         "at": datetime.now(UTC).isoformat(),
         "reason": call.reason,
     }
-    consumers.drain_request(connected_client(), call.item_id, info)
+    zk = connected_client()
+    # Asked again (a form posted twice): its reason is noted anew, and nothing is said to move.
+    again = consumers.drain_read(zk, call.item_id) is not None
+    consumers.drain_request(zk, call.item_id, info)
+    if again:
+        return moves.Outcome("consumer", call.item_id, "draining", "draining", "already draining")
     return moves.Outcome("consumer", call.item_id, "running", "draining", "stops claiming")
 
 
@@ -134,7 +139,9 @@ def _undrain(call: Call) -> moves.Outcome:
     from queues.zk import consumers
 
     had = consumers.drain_cancel(connected_client(), call.item_id)
-    return moves.Outcome("consumer", call.item_id, "draining" if had else "running", "running")
+    if not had:
+        return moves.Outcome("consumer", call.item_id, "running", "running", "was not draining")
+    return moves.Outcome("consumer", call.item_id, "draining", "running")
 
 
 ACTIONS: tuple[Action, ...] = (

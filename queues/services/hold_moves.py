@@ -74,7 +74,7 @@ def queue_hold(
     changed = queue_hold_set(zk, marker)
     hold_record_set(zk, "queue", name, by=by, reason=reason)
     _window(zk, "queue", name, until, reason, by)
-    return Outcome("queue", name, "released" if changed else "held", "held", _until_words(until))
+    return _held("queue", name, changed, until)
 
 
 def _window(zk: Any, kind: str, name: str, until: datetime | None, reason: str, by: str) -> None:
@@ -90,6 +90,24 @@ def _until_words(until: datetime | None) -> str:
     return f"until {clock_text(until, 'minutes')}" if until else ""
 
 
+# The words of a hold or a release that found the item as asked (a form posted twice): nothing
+# moved, which the page's message and the audit entry say rather than a bare "held -> held".
+ALREADY_HELD = "already held"
+NOT_HELD = "was not held"
+
+
+def _held(kind: str, name: str, changed: bool, until: datetime | None = None) -> Outcome:
+    """A hold's outcome; one placed again keeps its hold and notes its reason and end anew."""
+    words = [w for w in ("" if changed else ALREADY_HELD, _until_words(until)) if w]
+    return Outcome(kind, name, "released" if changed else "held", "held", "; ".join(words))
+
+
+def _released(kind: str, name: str, changed: bool) -> Outcome:
+    return Outcome(
+        kind, name, "held" if changed else "released", "released", "" if changed else NOT_HELD
+    )
+
+
 def node_hold(
     *, node: str, until: datetime | None = None, reason: str = "", by: str = ""
 ) -> Outcome:
@@ -99,9 +117,7 @@ def node_hold(
     zk = client()
     changed = node_hold_set(zk, number, by=by, reason=reason)
     _window(zk, "node", str(number), until, reason, by)
-    return Outcome(
-        "node", str(number), "released" if changed else "held", "held", _until_words(until)
-    )
+    return _held("node", str(number), changed, until)
 
 
 def node_release(*, node: str) -> Outcome:
@@ -109,7 +125,7 @@ def node_release(*, node: str) -> Outcome:
     number = node_number(node)
     changed = node_hold_clear(zk, number)
     window_clear(zk, "node", str(number))
-    return Outcome("node", str(number), "held" if changed else "released", "released")
+    return _released("node", str(number), changed)
 
 
 def service_hold(
@@ -123,14 +139,14 @@ def service_hold(
         raise ValueError("a service's hold has no end: release it by hand")
     _check_hold(None, reason, by)
     changed = service_hold_set(client(), key, by=by, reason=reason)
-    return Outcome("service", key, "released" if changed else "held", "held")
+    return _held("service", key, changed)
 
 
 def service_release(*, service: str) -> Outcome:
     """Release a service's hold, the breaker's or an operator's (closing its breaker)."""
     key = service_key(service)
     changed = service_hold_clear(client(), key)
-    return Outcome("service", key, "held" if changed else "released", "released")
+    return _released("service", key, changed)
 
 
 def queue_release(*, name: str, release_held: bool = False) -> list[Outcome]:
@@ -140,7 +156,7 @@ def queue_release(*, name: str, release_held: bool = False) -> list[Outcome]:
     changed = queue_hold_clear(zk, zpaths.queue_hold(name))
     window_clear(zk, "queue", name)
     hold_record_clear(zk, "queue", name)
-    outcomes = [Outcome("queue", name, "held" if changed else "released", "released")]
+    outcomes = [_released("queue", name, changed)]
     if release_held and name == "ingest":
         parked = _release_batches(lambda b: b.status.message == INGEST_HELD_MESSAGE)
         _gather(f"release of queue {name}", outcomes, parked)
@@ -216,9 +232,7 @@ def collection_hold(
     if changed or not keep_record:
         hold_record_set(zk, "collection", checked, by=by, reason=reason)
     _window(zk, "collection", profile, until, reason, by)
-    return Outcome(
-        "collection", profile, "released" if changed else "held", "held", _until_words(until)
-    )
+    return _held("collection", profile, changed, until)
 
 
 def collection_release(*, profile: str, release_jobs: bool = False) -> list[Outcome]:
@@ -226,7 +240,7 @@ def collection_release(*, profile: str, release_jobs: bool = False) -> list[Outc
     changed = collection_hold_clear(client(), zpaths.profile(profile))
     window_clear(client(), "collection", profile)
     hold_record_clear(client(), "collection", profile)
-    outcomes = [Outcome("collection", profile, "held" if changed else "released", "released")]
+    outcomes = [_released("collection", profile, changed)]
     if release_jobs:
         _check_released(profile)
         _gather(f"release of collection {profile}", outcomes, _release_held(profile))

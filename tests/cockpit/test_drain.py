@@ -183,3 +183,18 @@ def test_a_drain_reason_is_checked_as_every_reason_and_refused_whole(
     assert not AuditEntry.objects.filter(kind="consumer", action="drain").exists()
     extra = operator.post("/consumers/worker1-77/drain/", {"reason": "patch", "foo": "bar"})
     assert extra.status_code == 400 and zconsumers.drain_read(zk, "worker1-77") is None
+
+
+def test_a_drain_or_claim_again_posted_twice_claims_no_second_move(zk, consumer, operator):
+    """The second of two drains found the process draining; its entry said "running ->
+    draining" all the same. Now each says what it found."""
+    for verb in ("drain", "drain", "undrain", "undrain"):
+        answer = operator.post(f"/consumers/worker1-77/{verb}/", {"reason": "host maintenance"})
+        assert answer.status_code == 303
+    made = AuditEntry.objects.filter(kind="consumer", ok=True).order_by("id")
+    assert [(e.action, e.before, e.after, e.detail) for e in made] == [
+        ("drain", "running", "draining", "stops claiming"),
+        ("drain", "draining", "draining", "already draining"),
+        ("undrain", "draining", "running", ""),
+        ("undrain", "running", "running", "was not draining"),
+    ]

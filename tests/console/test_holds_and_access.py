@@ -127,3 +127,45 @@ def test_releasing_the_ingest_queue_without_the_box_leaves_its_batches_held(admi
     assert admin.post(reverse("queue-hold", args=["ingest", "release"])).status_code == 303
     assert not locks.queue_held(zk, "ingest")
     assert batches.batch_load(zk, parked.bid).state == "Held"
+
+
+@pytest.mark.parametrize(
+    "kind, name, form",
+    [
+        ("queue", "ingest", {"reason": "storage maintenance"}),
+        ("collection", "letters", {}),
+        ("node", "9501", {"reason": "disk swap"}),
+        ("service", "inventory", {"reason": "inventory down"}),
+    ],
+)
+def test_a_hold_or_a_release_posted_twice_says_the_second_moved_nothing(
+    admin, zk, kind, name, form
+):
+    """A double click, or the browser posting again after a slow answer: the second hold finds
+    the item held and the second release finds it released; each is answered and audited as
+    "already held" / "was not held", never as a second move ("held -> held" with nothing said)."""
+    for action, words in (("hold", "already held"), ("release", "was not held")):
+        url = reverse(f"{kind}-hold", args=[name, action])
+        first = admin.post(url, form if action == "hold" else {})
+        assert first.status_code == 303, first.content[:300]
+        second = admin.post(url, form if action == "hold" else {}, follow=True)
+        assert second.status_code == 200
+        assert words in second.content.decode()
+        made = AuditEntry.objects.filter(kind=kind, action=action, ok=True).order_by("id")
+        assert [(e.before != e.after, e.detail) for e in made] == [(True, ""), (False, words)]
+
+
+def test_a_hold_posted_twice_through_the_api_answers_already_held(client, token_for, zk):
+    from .conftest import post_json
+
+    url = "/api/holds/queue/ingest/hold"
+    headers = token_for("admin")
+    post_json(client, url, {"reason": "maintenance"}, **headers)
+    again = post_json(client, url, {"reason": "maintenance"}, **headers)
+    assert again.status_code == 200
+    (outcome,) = again.json()["outcomes"]
+    assert (outcome["before"], outcome["after"], outcome["detail"]) == (
+        "held",
+        "held",
+        "already held",
+    )

@@ -67,9 +67,12 @@ def test_marker_written_by_another_tool_counts_as_a_hold(zk: KazooClient) -> Non
 
 def test_services_report_whether_the_hold_changed(zk: KazooClient) -> None:
     assert str(hold_moves.queue_hold(name="ingest")) == "queue ingest: released -> held"
-    assert str(hold_moves.queue_hold(name="ingest")) == "queue ingest: held -> held"
+    assert str(hold_moves.queue_hold(name="ingest")) == "queue ingest: held -> held (already held)"
     assert [str(o) for o in hold_moves.queue_release(name="ingest")] == [
         "queue ingest: held -> released"
+    ]
+    assert [str(o) for o in hold_moves.queue_release(name="ingest")] == [
+        "queue ingest: released -> released (was not held)"
     ]
     assert (
         str(hold_moves.collection_hold(profile="ucb_lib_test"))
