@@ -42,7 +42,7 @@ from queues.core.moments import aware
 from . import paths
 from .codecs import decode_json, encode_json
 from .errors import InvalidID, MalformedNode
-from .nodes import children, read_many, stamp
+from .nodes import Read, children, exists_many, read_many, stamp
 from .records import Job
 
 HOLDS = f"{paths.CONSOLE}/holds"
@@ -89,19 +89,20 @@ def _hold_delete(zk: KazooClient, path: str) -> bool:
 def _hold_nodes(
     zk: KazooClient, folder: str, names: list[str]
 ) -> dict[str, tuple[dict[str, Any], Any]]:
-    """The record (``{}`` when unreadable) and stat of each hold named, skipping those gone."""
+    """The record (``{}`` when unreadable) and stat of each hold named, skipping those gone
+    (released between the listing and the read), all read in one round trip."""
+    reads = read_many(zk, [f"{folder}/{name}" for name in names])
     found: dict[str, tuple[dict[str, Any], Any]] = {}
     for name in names:
         path = f"{folder}/{name}"
-        try:
-            data, stat = zk.get(path)
-        except NoNodeError:
+        read = reads[path]
+        if read is None:
             continue
         try:
-            info = decode_json(path, data)
+            info = decode_json(path, read[0])
         except MalformedNode:
             info = {}
-        found[name] = (info, stat)
+        found[name] = (info, read[1])
     return found
 
 
@@ -509,17 +510,18 @@ def window_clear(zk: KazooClient, kind: str, name: str) -> bool:
     return True
 
 
-def _window(zk: KazooClient, key: str) -> Window | None:
+def _window(key: str, read: Read) -> Window | None:
+    """The window named ``key`` from its node's read; None when gone or unreadable."""
     kind, _, name = key.partition(":")
-    if kind not in KINDS:
+    if kind not in KINDS or read is None:
         return None
     path = f"{WINDOWS}/{key}"
+    data, stat = read
     try:
-        data, stat = zk.get(path)
         info = decode_json(path, data)
         until = datetime.fromisoformat(str(info["until"]))
         window_path(kind, name)
-    except (NoNodeError, MalformedNode, KeyError, ValueError, InvalidID):
+    except (MalformedNode, KeyError, ValueError, InvalidID):
         return None
     return Window(
         kind=kind,
@@ -551,8 +553,11 @@ def _stored_at(value: object) -> datetime | None:
 
 
 def windows(zk: KazooClient) -> list[Window]:
-    """Every maintenance window, the soonest end first (unreadable ones are skipped)."""
-    found = [w for key in children(zk, WINDOWS) if (w := _window(zk, key)) is not None]
+    """Every maintenance window, the soonest end first (unreadable ones, and those gone
+    between the listing and the read, are skipped), read in one round trip."""
+    keys = children(zk, WINDOWS)
+    reads = read_many(zk, [f"{WINDOWS}/{key}" for key in keys])
+    found = [w for key in keys if (w := _window(key, reads[f"{WINDOWS}/{key}"])) is not None]
     return sorted(found, key=lambda w: w.until)
 
 
@@ -592,7 +597,8 @@ def overrun(zk: KazooClient, grace: timedelta, now: datetime | None = None) -> l
     except OverflowError:  # a grace longer than the calendar: nothing can be past it
         return []
     late = [w for w in windows(zk) if w.until <= ended_by]
-    return [w for w in late if zk.exists(hold_marker(w.kind, w.name)) is not None]
+    held = exists_many(zk, [hold_marker(w.kind, w.name) for w in late])
+    return [w for w in late if held[hold_marker(w.kind, w.name)] is not None]
 
 
 def window_info(w: Window) -> dict[str, Any]:
