@@ -27,10 +27,11 @@ flight, or being resumed there, at that moment keeps its marker.
 
 So the count can be too high for a moment (a job completed since the last verify), never too low
 by our own moves. It is low only for jobs that entered flight some other way: an operator's
-resume (``count_entry``, right after the move), a job moved by Merritt's own consumers, or
-jobs already in flight when the cap was set. ``recount`` adds markers for the in-flight jobs the
-caller names (the console takes them from its read index when a cap is set, and on the caps
-page) and removes stale ones.
+resume (``count_entry``, right after the move; over ``MARKERS_MAX`` markers it prunes first,
+and counts nothing while they are all still in flight), a job moved by Merritt's own
+consumers, or jobs already in flight when the cap was set. ``recount`` adds markers for the
+in-flight jobs the caller names (the console takes them from its read index when a cap is set,
+and on the caps page) and removes stale ones.
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ CAPS = f"{paths.CONSOLE}/caps"
 IN_FLIGHT = frozenset(JOB_WORKING)  # Estimating .. Notify
 # A cap's markers are one folder's children: well within what a client lists in 1 MiB.
 LIMIT_MAX = 10_000
+# The most markers a resume (``count_entry``) leaves in one count: past it the count is pruned
+# first, and a job resumed with it still full is not counted (see ``count_entry``). Twice the
+# largest limit, so the gate is shut however it is set; 20,000 names list in 340 KB, far below
+# the 1 MiB a client reads (60,717 markers would not list at all, and verify could not run).
+MARKERS_MAX = 2 * LIMIT_MAX
 CLEAR_CHUNK = 1_000  # marker deletes per multi when a cap is removed
 RESERVE_TRIES = 8  # lost races on the count's version before a claim gives up for now
 RECHECK = 1.0  # s a collection found at its cap stays so before it is verified again
@@ -251,11 +257,32 @@ def reserve(zk: KazooClient, profile: str, jid: str) -> bool:
     return False
 
 
-def count_entry(zk: KazooClient, profile: str, jid: str) -> None:
+def count_entry(zk: KazooClient, profile: str, jid: str) -> bool:
     """Count a job that entered flight without ``reserve`` (an operator's resume), over the cap
-    if need be: the operator's move stands, and the collection's Pending jobs wait for it."""
-    with contextlib.suppress(NodeExistsError, NoNodeError):  # counted already, or no cap
+    if need be: the operator's move stands, and the collection's Pending jobs wait for it.
+
+    Markers past the limit are pruned here, where they are written: with ``MARKERS_MAX``
+    markers already there, ``verify`` first drops those of jobs that have left flight (nothing
+    else would while no Pending job of the collection meets its cap), and when they are all
+    still in flight the job is not counted: the count stays at ``MARKERS_MAX``, above any
+    limit, so the gate is shut all the same, and the folder stays listable. True when the job
+    is counted."""
+    flight, most = flight_path(profile), MARKERS_MAX
+    folder = zk.exists(flight)
+    if folder is None:
+        return False  # no cap
+    if folder.numChildren >= most:
+        verify(zk, profile)
+        folder = zk.exists(flight)
+        if folder is None or folder.numChildren >= most:
+            return False
+    try:
         zk.create(marker_path(profile, jid), b"")
+    except NodeExistsError:
+        return True  # counted already
+    except NoNodeError:
+        return False  # the cap removed meanwhile
+    return True
 
 
 def _stale(state: str | None, locked: bool) -> bool:

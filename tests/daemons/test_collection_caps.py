@@ -230,3 +230,43 @@ def test_a_count_left_by_jobs_deleted_behind_its_back_is_repaired_by_the_next_ve
     time.sleep(caps.RECHECK)
     assert daemon.run_once() and daemon.last.id == jid
     assert zk.get_children(caps.flight_path(DEMO)) == [jid]
+
+
+def test_resumes_past_the_cap_leave_at_most_the_bound_of_markers(
+    zk, files: FileServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator's resumes count over the cap, and nothing prunes their markers while no
+    Pending job of the collection meets the cap: a collection whose jobs fail and are resumed
+    again and again gathered one marker per resume (a folder that no longer lists at about
+    60,000). The resume prunes at the bound; jobs still in flight keep their markers."""
+    # 20,000 resumes would take minutes (raising=False: the code before had no bound to set).
+    monkeypatch.setattr(caps, "MARKERS_MAX", 5, raising=False)
+    caps.cap_set(zk, DEMO, 2)
+    flying = [_job(zk, files, DEMO, f"fly-{i}.txt") for i in range(2)]
+    for jid in flying:
+        assert caps.reserve(zk, DEMO, jid)
+        job_transition(zk, job_load(zk, jid), "Estimating")
+    failing = [_job(zk, files, DEMO, f"fail-{i}.txt") for i in range(10)]
+    for jid in failing:
+        job_transition(zk, job_load(zk, jid), "Estimating")
+        job_transition(zk, job_load(zk, jid), "Failed", message="payload gone")
+    most = 0
+    for jid in failing:  # each resumed, and failing again in Estimating
+        failed = job_load(zk, jid)
+        job_transition(zk, failed, job_resume_state(failed), admin=True, retry=True)
+        assert jid in zk.get_children(caps.flight_path(DEMO))  # counted, over the cap
+        most = max(most, len(zk.get_children(caps.flight_path(DEMO))))
+        job_transition(zk, job_load(zk, jid), "Failed", message="payload gone again")
+    assert most == 5
+    markers = set(zk.get_children(caps.flight_path(DEMO)))
+    assert set(flying) <= markers and len(markers) <= 5
+    # With every marker's job still in flight, a resume is not counted: the count stays at the
+    # bound (the gate shut, as it was), and the folder does not grow.
+    for jid in failing[:3]:
+        failed = job_load(zk, jid)
+        job_transition(zk, failed, job_resume_state(failed), admin=True, retry=True)
+    assert len(zk.get_children(caps.flight_path(DEMO))) == 5
+    assert caps.cap_of(zk, DEMO).full
+    resumed = failing[-1]
+    assert caps.count_entry(zk, DEMO, resumed) is False
+    assert resumed not in zk.get_children(caps.flight_path(DEMO))
