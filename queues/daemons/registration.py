@@ -40,6 +40,7 @@ from queues.daemons.vardir import ensure_shared_var_dir
 from queues.zk import consumers as zconsumers
 from queues.zk.errors import is_connection_error
 from queues.zk.locks import ledger_of, unclaimed_locks
+from queues.zk.sized import TooLarge
 
 log = logging.getLogger("queues.daemons")
 
@@ -304,6 +305,10 @@ class ProcessObserver:
             zconsumers.drain_cancel(self.zk, self.name)
             zconsumers.drains_prune(self.zk, keep=self.name)
             self.publish()
+        except TooLarge:
+            # Not an outage to wait out: the process says more of itself than one node holds.
+            self._started = False
+            raise
         except Exception as exc:
             log.warning("%s: not registered yet: %s", self.name, exc)
         if not background:

@@ -37,7 +37,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
-from . import paths
+from . import paths, sized
 from .codecs import decode_json, encode_json
 from .errors import InvalidID, MalformedNode, NotFound
 from .kazoo_private import session_id
@@ -102,7 +102,7 @@ def consumer_publish(zk: KazooClient, consumer: str, data: dict[str, Any]) -> No
     """Write this process's node, creating it (ephemeral) when it is not there: at the start,
     and again after a lost session took it away."""
     path = consumer_path(consumer)
-    body = encode_json(data)
+    body = sized.check(path, encode_json(data), what=f"the registration of consumer {consumer}")
     try:
         zk.set(path, body)
         return
@@ -122,19 +122,23 @@ def _own(zk: KazooClient, stat: Any) -> bool:
 def consumer_register(zk: KazooClient, wanted: str, data: dict[str, Any]) -> str:
     """Create this process's node under ``wanted``, or ``wanted-2``, ``-3``... when another
     live session holds that name (two containers on one host, each its own pid 1). Returns the
-    name registered."""
+    name registered. TooLarge, before anything is sent, when the node would not fit in one
+    request (ZooKeeper would drop the connection, and every lock's write with it)."""
+    body = encode_json(data)
+    # Checked at the longest name tried, so a later name cannot pass where the first would not.
+    sized.check(f"{CONSUMERS}/{wanted}-99", body, what=f"the registration of consumer {wanted}")
     for n in range(1, 100):
         candidate = wanted if n == 1 else f"{wanted}-{n}"
         path = consumer_path(candidate)
         try:
-            zk.create(path, encode_json(data), ephemeral=True, makepath=True)
+            zk.create(path, body, ephemeral=True, makepath=True)
             return candidate
         except NodeExistsError:
             stat = zk.exists(path)
             if stat is None:
                 continue  # gone meanwhile: try the next name rather than race for this one
             if _own(zk, stat):
-                zk.set(path, encode_json(data))
+                zk.set(path, body)
                 return candidate
     raise MalformedNode(CONSUMERS, f"no free consumer name for {wanted}")
 
@@ -400,8 +404,9 @@ def var_dir_read(zk: KazooClient) -> dict[str, Any] | None:
 def var_dir_claim(zk: KazooClient, record: dict[str, Any]) -> dict[str, Any]:
     """Name ``record`` as the shared folder unless a process did first; returns the record
     that stands."""
+    body = sized.check(VAR_DIR, encode_json(record), what="the shared folder's record")
     try:
-        zk.create(VAR_DIR, encode_json(record), makepath=True)
+        zk.create(VAR_DIR, body, makepath=True)
     except NodeExistsError:
         standing = var_dir_read(zk)
         if standing is not None:
