@@ -533,7 +533,7 @@ def archive_batch(zk: Any, bid: str, *, older_than: timedelta, state: str = "?")
             str(exc),
             time.monotonic() - started,
             partway=True,
-            cause=exc,
+            cause=exc.cause,  # what stopped it: a lost ZooKeeper then ends the sweep as itself
         )
     count = len(jobs) if done else removed
     return ArchiveOutcome(bid, batch.state, done, count, detail, time.monotonic() - started)

@@ -942,7 +942,8 @@ def batch_remove(
             else "is marked Deleted"
         )
         raise StoppedPartway(
-            f"delete of batch {batch.bid} stopped part-way ({exc}): the batch {marked} "
+            f"delete of batch {batch.bid} stopped part-way ({str(exc) or type(exc).__name__}): "
+            f"the batch {marked} "
             f"and {len(deleted)} of its {len(jids)} jobs removed"
             f"{_named(deleted)}; the batch and {len(left)} jobs{_named(left)} are still there: "
             "delete or remove it again to finish",

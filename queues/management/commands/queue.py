@@ -15,7 +15,7 @@ from queues.operator import actions, archive, audit, catalogue
 from queues.operator.audit import record
 from queues.services import hold_moves, moves
 from queues.zk import paths
-from queues.zk.errors import DomainError
+from queues.zk.errors import DomainError, is_connection_error
 
 from ._base import QueueCommand, number_in, require_database
 
@@ -246,7 +246,18 @@ class Command(QueueCommand):
         """Retention by hand: one line per finished batch as it goes, then the counts; every
         batch archived audited as it goes."""
         archived = left = jobs = stopped = 0
-        for outcome in archive.sweep(older_than=older_than):
+        lost: BaseException | None = None
+        sweep = archive.sweep(older_than=older_than)
+        while True:
+            try:
+                outcome = next(sweep)
+            except StopIteration:
+                break
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    raise
+                lost = exc  # the sweep ends; what it did is counted below all the same
+                break
             self.stdout.write(str(outcome))
             # Stopped part-way: some of its jobs removed, the batch marked Deleted.
             if outcome.partway or outcome.done:
@@ -280,6 +291,12 @@ class Command(QueueCommand):
                 else ""
             )
         )
+        if lost is not None:
+            raise CommandError(
+                f"ZooKeeper was lost ({str(lost) or type(lost).__name__}); the sweep stopped "
+                "there: archive again, once it answers, to go on (a batch marked Deleted is "
+                "finished then)"
+            ) from lost
 
 
 def _console_user(name: str) -> Any:
