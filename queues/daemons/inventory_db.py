@@ -12,6 +12,7 @@ from pathlib import Path
 
 from django.db import transaction
 
+from queues.core.outside_text import url_shown
 from queues.models import InventoryFile, InventoryObject, InventoryVersion
 from queues.steps.checkm import ManifestError
 from queues.steps.erc import Erc
@@ -48,7 +49,9 @@ class LocalInventory:
             data = fetch_bytes(manifest_url, file_roots=self.file_roots, policy=self.policy)
             files = version_entries(data, version)
         except (DownloadError, ManifestError) as exc:
-            raise InventoryError(f"unusable storage manifest {manifest_url}: {exc}") from exc
+            raise InventoryError(
+                f"unusable storage manifest {url_shown(manifest_url)}: {exc}"
+            ) from exc
         erc = erc or Erc()
         with transaction.atomic():
             obj, _ = InventoryObject.objects.select_for_update().get_or_create(ark=ark)

@@ -40,6 +40,7 @@ from urllib.request import url2pathname
 
 import requests
 
+from queues.core.outside_text import url_shown
 from queues.core.words import digits
 from queues.steps.erc import PRODUCER_DIR
 from queues.steps.fetch import DEFAULT_TIMEOUT, download
@@ -227,6 +228,7 @@ REQUEST_READ_READS = 4  # the whole read's deadline, in per-read timeouts
 def read_merritt_request(base: str, token_id: str, *, timeout: float) -> dict[str, Any]:
     """Merritt's assembly request document for ``token_id``, read from ``base``."""
     where = request_location(base, token_id)
+    shown = url_shown(where)  # a URL of Merritt's access service may carry its password
     if base.startswith(("http://", "https://")):
         try:
             # One deadline for the whole read: a few times the per-read timeout.
@@ -234,13 +236,13 @@ def read_merritt_request(base: str, token_id: str, *, timeout: float) -> dict[st
                 response = session.get(where, timeout=timeout)
         except requests.RequestException as exc:
             raise RequestError(
-                f"the assembly request {where} could not be read: {exc}", permanent=False
+                f"the assembly request {shown} could not be read: {exc}", permanent=False
             ) from None
         if response.status_code == 404:
-            raise RequestError(f"there is no assembly request at {where} (HTTP 404)")
+            raise RequestError(f"there is no assembly request at {shown} (HTTP 404)")
         if not answered_ok(response):
             raise RequestError(
-                f"the assembly request {where} could not be read: HTTP {response.status_code}",
+                f"the assembly request {shown} could not be read: HTTP {response.status_code}",
                 permanent=response.status_code < 500,
             )
         body = response.content
@@ -248,16 +250,16 @@ def read_merritt_request(base: str, token_id: str, *, timeout: float) -> dict[st
         try:
             body = Path(where).read_bytes()
         except FileNotFoundError:
-            raise RequestError(f"there is no assembly request at {where}") from None
+            raise RequestError(f"there is no assembly request at {shown}") from None
         except OSError as exc:
             raise RequestError(
-                f"the assembly request {where} could not be read: {exc}", permanent=False
+                f"the assembly request {shown} could not be read: {exc}", permanent=False
             ) from None
     doc = json_document(body)
     if doc is None:
-        raise RequestError(f"the assembly request {where} is not JSON")
+        raise RequestError(f"the assembly request {shown} is not JSON")
     if not isinstance(doc, dict):
-        raise RequestError(f"the assembly request {where} is not a JSON object")
+        raise RequestError(f"the assembly request {shown} is not a JSON object")
     return doc
 
 
@@ -290,14 +292,10 @@ def resolve(
     if not _TOKEN_NAME.fullmatch(token_id) or ".." in token_id:
         raise RequestError(f"token {token_id!r} is not a name an assembly request can have")
     doc = read_merritt_request(requests_base, token_id, timeout=timeout)
+    where = f"the assembly request {url_shown(request_location(requests_base, token_id))}"
     if doc.get("token") not in (None, token_id):
-        raise RequestError(
-            f"the assembly request {request_location(requests_base, token_id)} is for token "
-            f"{doc.get('token')!r}, not {token_id!r}"
-        )
-    return merritt_request(
-        doc, where=f"the assembly request {request_location(requests_base, token_id)}"
-    )
+        raise RequestError(f"{where} is for token {doc.get('token')!r}, not {token_id!r}")
+    return merritt_request(doc, where=where)
 
 
 # The archive -------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from typing import Any, Protocol
 
 import requests
 
+from queues.core.outside_text import url_shown
 from queues.core.retries import unavailable
 from queues.steps.erc import Erc
 from queues.steps.fetch import DEFAULT_TIMEOUT
@@ -97,9 +98,9 @@ class HttpInventory:
         try:
             response = self.session.request(method, url, timeout=self.timeout, **kwargs)
         except requests.RequestException as exc:
-            raise InventoryError(f"inventory service unreachable at {url}: {exc}") from unavailable(
-                INVENTORY, exc
-            )
+            raise InventoryError(
+                f"inventory service unreachable at {url_shown(url)}: {exc}"
+            ) from unavailable(INVENTORY, exc)
         if not answered_ok(response):
             raise InventoryError(
                 f"inventory service refused {what}: {merritt_error(response)}"

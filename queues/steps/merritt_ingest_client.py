@@ -475,6 +475,7 @@ def submit_to_ingest(
     rules = ingest_policy(deadline)
     update = sub.extra.get("update") is True or sub.extra.get("submission_mode") == "update"
     url = ingest_url() + (POSTER_UPDATE_PATH if update else POSTER_PATH)
+    shown = url_shown(url)  # MRT_INGEST_URL may carry a password
     limit = rules.deadline
     reading = policy
     if limit is not None and (policy.deadline is None or policy.deadline > limit):
@@ -495,22 +496,22 @@ def submit_to_ingest(
                 content += chunk
                 if len(content) > MAX_ANSWER_BYTES:
                     raise IngestUnavailable(
-                        f"Merritt's ingest at {url} answered more than {MAX_ANSWER_BYTES} bytes; "
+                        f"Merritt's ingest at {shown} answered more than {MAX_ANSWER_BYTES} bytes; "
                         + unsent
                     )
     except FetchRefused as exc:
         raise IngestUnavailable(
-            f"Merritt's ingest at {url} was not asked: {exc.reason}. Set MRT_INGEST_URL to the "
+            f"Merritt's ingest at {shown} was not asked: {exc.reason}. Set MRT_INGEST_URL to the "
             "address ingest answers at itself"
         ) from exc
     except TooSlow as exc:
         raise IngestUnavailable(
-            f"Merritt's ingest at {url} did not answer in time (it {exc.reason}, "
+            f"Merritt's ingest at {shown} did not answer in time (it {exc.reason}, "
             f"MRT_INGEST_DEADLINE); " + unsent
         ) from exc
     except (TransferFailed, OSError) as exc:
         raise IngestUnavailable(
-            f"Merritt's ingest service at {url} did not answer ({short_error(exc)}); " + unsent
+            f"Merritt's ingest service at {shown} did not answer ({short_error(exc)}); " + unsent
         ) from exc
     if status != 200:
         reason = merritt_error_text(status, bytes(content))
@@ -524,7 +525,7 @@ def submit_to_ingest(
     batch_id = parsed[1].get("batchID", "") if parsed else ""
     if parsed is None or parsed[0] != "batchState" or not batch_id:
         raise IngestUnavailable(
-            f"Merritt's ingest at {url} answered HTTP 200 without a batch state document"
+            f"Merritt's ingest at {shown} answered HTTP 200 without a batch state document"
         )
     return IngestAnswer(
         batch_id=batch_id,

@@ -8,6 +8,7 @@ from urllib.parse import quote, unquote
 
 import requests
 
+from queues.core.outside_text import url_shown
 from queues.core.retries import outage_of, unavailable
 from queues.steps.merritt_wire import (
     answered_ok,
@@ -261,9 +262,9 @@ class EzidMinter:
                 headers={"Content-Type": "text/plain; charset=UTF-8"},
             )
         except requests.RequestException as exc:
-            raise MintError(f"EZID at {self.base_url} unreachable: {exc}") from unavailable(
-                EZID, exc
-            )
+            raise MintError(
+                f"EZID at {url_shown(self.base_url)} unreachable: {exc}"
+            ) from unavailable(EZID, exc)
         body = response.content.decode("utf-8", "replace").strip()
         first = body.splitlines()[0] if body else ""
         # 401 is our credentials refused; 403 ("authenticated but not authorized") is about

@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 import requests
 
+from queues.core.outside_text import url_shown
 from queues.core.retries import unavailable
 from queues.core.words import digits
 from queues.steps.checkm import (
@@ -152,9 +153,9 @@ def parse_storage_manifest(manifest_url: str, data: bytes) -> StorageManifest:
         for row in CheckmReader(data, only=(ADD_MANIFEST, OBJECT_MANIFEST)):
             _take_stored_file(row, files, seen)
     except ManifestError as exc:
-        raise StorageError(f"unusable storage manifest {manifest_url}: {exc}") from exc
+        raise StorageError(f"unusable storage manifest {url_shown(manifest_url)}: {exc}") from exc
     if not files:
-        raise StorageError(f"storage manifest {manifest_url} lists no files")
+        raise StorageError(f"storage manifest {url_shown(manifest_url)} lists no files")
     return StorageManifest(manifest_url, hashlib.sha256(data).hexdigest(), files)
 
 
@@ -275,7 +276,9 @@ class LocalStorage:
                 manifest_url, timeout=self.timeout, file_roots=self.file_roots, policy=self.policy
             )
         except DownloadError as exc:
-            raise StorageError(f"unusable storage manifest {manifest_url}: {exc}") from exc
+            raise StorageError(
+                f"unusable storage manifest {url_shown(manifest_url)}: {exc}"
+            ) from exc
         return parse_storage_manifest(manifest_url, data)
 
     def stored_as(self, *, ark: str, manifest: StorageManifest) -> StoredVersion | None:
@@ -515,13 +518,14 @@ class HttpStorage:
             response = self.session.get(manifest_url, timeout=self.timeout)
         except requests.RequestException as exc:
             raise StorageError(
-                f"storage manifest {manifest_url} unreachable: {exc}"
+                f"storage manifest {url_shown(manifest_url)} unreachable: {exc}"
             ) from unavailable(self.service, exc)
         if not answered_ok(response):
             # The manifest is on the console's own web server (MRT_WORK_URL), not storage's:
             # only "not now" waits here, as before.
             raise StorageError(
-                f"storage manifest {manifest_url} unreadable: HTTP {response.status_code}"
+                f"storage manifest {url_shown(manifest_url)} unreadable: "
+                f"HTTP {response.status_code}"
             ) from unavailable_answer(self.service, response, refuses_us=(), own_answer=_any)
         return parse_storage_manifest(manifest_url, response.content)
 
@@ -555,7 +559,7 @@ class HttpStorage:
         latest = _int(state.get("numVersions"))
         if latest is None:
             url = self._object_url("state", ark)
-            why = f"storage answered {url} without a number of versions"
+            why = f"storage answered {url_shown(url)} without a number of versions"
             raise StorageError(why) from unavailable(self.service, why)
         return latest
 
@@ -573,24 +577,24 @@ class HttpStorage:
         try:
             response = self.session.get(url, params={"t": "xml"}, timeout=self.timeout)
         except requests.RequestException as exc:
-            raise StorageError(f"storage service unreachable at {url}: {exc}") from unavailable(
-                self.service, exc
-            )
+            raise StorageError(
+                f"storage service unreachable at {url_shown(url)}: {exc}"
+            ) from unavailable(self.service, exc)
         if response.status_code == 404 and is_exception_document(response.content):
             return None  # storage's own answer: no such object, version or file
         if not answered_ok(response):
             raise StorageError(
-                f"storage service refused the state of {ark} on node {self.node_id} ({url}): "
-                f"{merritt_error(response)}"
+                f"storage service refused the state of {ark} on node {self.node_id} "
+                f"({url_shown(url)}): {merritt_error(response)}"
             ) from unavailable_answer(self.service, response, refusals=STORAGE_REFUSALS)
         document = state_fields(response.content)
         if document is None:
-            raise StorageError(f"storage answered {url} without a state document")
+            raise StorageError(f"storage answered {url_shown(url)} without a state document")
         expected = _STATE_ROOTS[len(below)]
         if document[0] != expected:
             # Another document (a proxy's page, another endpoint's answer): its fields would be
             # read as the state's (an HTML page's <numVersions> did).
-            why = f"storage answered {url} with {document[0][:60]!r}, not {expected}"
+            why = f"storage answered {url_shown(url)} with {document[0][:60]!r}, not {expected}"
             raise StorageError(why) from unavailable(self.service, why)
         return document[1]
 
@@ -601,9 +605,9 @@ class HttpStorage:
                 url, data={"url": manifest_url, "t": "xml"}, timeout=self.timeout
             )
         except requests.RequestException as exc:
-            raise StorageError(f"storage service unreachable at {url}: {exc}") from unavailable(
-                self.service, exc
-            )
+            raise StorageError(
+                f"storage service unreachable at {url_shown(url)}: {exc}"
+            ) from unavailable(self.service, exc)
         if not answered_ok(response):
             raise StorageError(
                 f"storage service refused to add {ark} on node {self.node_id}: "
@@ -626,9 +630,9 @@ class HttpStorage:
         try:
             response = self.session.get(url, timeout=self.timeout)
         except requests.RequestException as exc:
-            raise StorageError(f"storage service unreachable at {url}: {exc}") from unavailable(
-                self.service, exc
-            )
+            raise StorageError(
+                f"storage service unreachable at {url_shown(url)}: {exc}"
+            ) from unavailable(self.service, exc)
         if response.status_code == 404:
             raise ObjectNotFound(f"{ark} is not in storage: {merritt_error(response)}")
         if not answered_ok(response):

@@ -175,6 +175,22 @@ def test_submitbatch_with_ingest_away_writes_nothing(
     assert batch_ids(zk) == []
 
 
+def test_ingest_away_is_said_without_the_password_in_its_url(
+    zk: Any, ingest: IngestPosterStandIn, files: FileServer, settings: Any
+) -> None:
+    """MRT_INGEST_URL may carry a password (sent as Basic authentication): the error printed
+    (and given to the poster's depositor) shows it as ***."""
+    settings.MRT_INGEST_URL = unused_url().replace("http://", "http://merritt:s3cret@")
+    with pytest.raises(CommandError, match="did not answer") as raised:
+        call_command(
+            "submitbatch",
+            *("--profile", PROFILE, "--submitter", "op", "--payload-url", files.put("a.txt", "a")),
+            stdout=StringIO(),
+        )
+    assert "http://merritt:***@127.0.0.1:" in str(raised.value)
+    assert "s3cret" not in str(raised.value)
+
+
 def test_the_queue_writer_refuses_under_merritt_intake(zk: Any, files: FileServer) -> None:
     with pytest.raises(DeploymentError, match="no batch is written into the shared queue"):
         moves.batch_submit(profile=PROFILE, submitter="op", payload_url=files.put("a.txt", "a"))
