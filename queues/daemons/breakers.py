@@ -32,6 +32,7 @@ import requests
 from django.conf import settings
 
 from queues.core import retries
+from queues.core.outside_text import url_shown
 from queues.operator import audit
 from queues.services.depositors import depositor_policy
 from queues.steps.merritt_wire import (
@@ -272,7 +273,9 @@ class Breakers:
         return self._open(zk, name, why, probe)
 
     def _open(self, zk: Any, name: str, why: str, probe: str = "") -> bool:
-        if not _hold(zk, name, why[:HOLD_REASON_MAX], probe_url(name, probe)):
+        # The probe is kept with its password hidden (the hold is read by all): inventory's and
+        # EZID's are made again from the settings when asked (``breaker_held``).
+        if not _hold(zk, name, why[:HOLD_REASON_MAX], url_shown(probe_url(name, probe))):
             return False  # held already (another process's breaker, or an operator)
         log.warning("%s held: %s", name, why)
         _audit("hold", name, why)
@@ -376,7 +379,7 @@ def _answers(service: str, url: str) -> bool:
     log.info(
         "%s still held: its probe %s was answered HTTP %s without the service's own answer: %r",
         service,
-        url,
+        url_shown(url),
         response.status_code,
         response.content[:200],
     )

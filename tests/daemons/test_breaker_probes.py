@@ -13,6 +13,8 @@ answered 200 with released it, and every job met the wrong answer again.
 
 from __future__ import annotations
 
+import base64
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -42,11 +44,13 @@ class Counted(ThreadingHTTPServer):
         self, status: int, location: str = "", body: bytes = b"", content_type: str = ""
     ) -> None:
         self.status, self.location, self.asked = status, location, 0
+        self.authorization: list[str] = []  # each request's Authorization header, if any
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 outer.asked += 1
+                outer.authorization.append(self.headers.get("Authorization", ""))
                 self.send_response(outer.status)
                 if outer.location:
                     self.send_header("Location", outer.location)
@@ -206,3 +210,32 @@ def test_a_page_at_the_probe_keeps_the_breakers_hold_and_the_services_answer_rel
         stand_in.stop_refusing()
         assert breakers.probe(zk, now=start + 17) == [service]
         assert len(stand_in.seen("GET")) == 2 and not _held(zk, service)
+
+
+@pytest.mark.django_db
+@pytest.mark.zookeeper
+def test_a_breakers_hold_keeps_its_probe_without_the_services_password(
+    zk: Any, settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """MRT_INVENTORY_URL may carry user:password: the hold (read by anyone with the ensemble,
+    shown by zkdump) and the probe's log line name it with the password as ***, and the probe
+    still asks with the password of the setting."""
+    monkeypatch.setattr(breaker_module, "_breakers", breaker_module.Breakers())
+    server = Counted(200, body=HTML, content_type="text/html")
+    try:
+        settings.MRT_INVENTORY_URL = server.url.replace("http://", "http://merritt:s3cret@")
+        breakers = breaker_module.breakers()
+        assert breakers.failed(zk, "inventory", "HTTP 200 without its answer", ours=True)
+        assert service_holds(zk)["inventory"].probe == (
+            f"http://merritt:***@{server.name}/state?t=xml"
+        )
+        start = time.monotonic()
+        with caplog.at_level(logging.INFO, logger=breaker_module.log.name):
+            assert breakers.probe(zk, now=start) == []
+            assert breakers.probe(zk, now=start + 6) == []
+        assert server.authorization == ["Basic " + base64.b64encode(b"merritt:s3cret").decode()]
+        assert f"its probe http://merritt:***@{server.name}/state" in caplog.text
+        assert "s3cret" not in caplog.text
+    finally:
+        server.shutdown()
+        server.server_close()
