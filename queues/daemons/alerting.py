@@ -44,7 +44,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from queues.core import clock, transient
-from queues.core.outside_text import for_slack
+from queues.core.outside_text import for_slack, url_shown
 from queues.daemons.alert_rules import (
     KINDS,
     Context,
@@ -314,8 +314,9 @@ def send_webhook(body: dict[str, Any]) -> None:
     try:
         post_callback(url, body, timeout=WEBHOOK_TIMEOUT, retries=0, policy=policy)
     except CallbackError as exc:
-        # The URL is the webhook's secret: the reason names the host only.
-        reason = str(exc).replace(url, webhook_shown())
+        # The URL is the webhook's secret: the reason names the host only (the callback's words
+        # name it with its password hidden, when it has one).
+        reason = str(exc).replace(url_shown(url), webhook_shown()).replace(url, webhook_shown())
         later = exc.status is None or exc.status >= 500 or exc.status == 429
         raise Undelivered(f"webhook: {reason}", later=later) from exc
 

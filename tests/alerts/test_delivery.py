@@ -120,6 +120,24 @@ def test_a_webhook_answering_404_marks_the_alert_refused_without_naming_its_secr
     assert "secret-token" not in message.error
 
 
+@pytest.mark.parametrize("status", [404, 500, None])
+def test_a_webhook_with_a_password_fails_without_naming_its_path_or_password(
+    zk: Any, webhook: Webhook, evaluator: Evaluator, settings: Any, status: int | None
+) -> None:
+    """A webhook URL with user:password (a JSON receiver behind Basic authentication): the
+    alert's error (on the alerts page, in the log) names its scheme and host only."""
+    settings.MRT_ALERT_WEBHOOK_URL = webhook.url.replace("http://", "http://hook:s3cret@")
+    if status is None:
+        webhook.down()  # the connection refused
+    else:
+        webhook.status = status
+    t = fire(zk, evaluator)
+    assert deliver_due(now=t) == 0
+    message = AlertMessage.objects.get(channel="webhook")
+    assert "callback http://127.0.0.1/…" in message.error
+    assert "secret-token" not in message.error and "s3cret" not in message.error
+
+
 def test_the_plain_json_webhook_form_carries_the_alerts_fields(
     zk: Any, webhook: Webhook, evaluator: Evaluator, settings: Any
 ) -> None:
