@@ -6,8 +6,9 @@ for where it goes. HTML is Django's autoescaping; here are the others.
   the daemons' log as visible escapes (``\\x1b``), one record on one line, whatever the code
   that logged it put in its arguments.
 - A URL in words (a job's status message, a log line, a page, a mail): ``url_shown`` hides the
-  password of its user-info (``https://user:***@host/``). A depositor's payload or callback URL
-  may carry credentials, which the fetch sends as HTTP Basic authentication; the words about it
+  password of its user-info (``https://user:***@host/``). A depositor's payload or callback URL,
+  and the URL of one of Merritt's services (storage, inventory, EZID, ingest), may carry
+  credentials, which are sent as HTTP Basic authentication; the words about it
   (a refusal, an outage, a failed download) go to ZooKeeper, where Merritt's services read them,
   to the logs and to every viewer of the console.
 - A Slack message: ``for_slack`` escapes the three characters Slack reads as markup (``&``,

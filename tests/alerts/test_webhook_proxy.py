@@ -23,7 +23,7 @@ from queues.models import AlertMessage
 from queues.services.depositors import depositor_policy
 from queues.steps.netpolicy import SYSTEM, TooSlow
 from queues.steps.notify import post_callback
-from tests.steps.slow_servers import HeaderTrickle
+from tests.steps.slow_servers import HeaderTrickle, refused_port
 from tests.steps.test_service_proxies import Proxy
 from tests.steps.tls_servers import localhost_certificate, server_context, tls_server
 
@@ -125,4 +125,19 @@ def test_a_proxy_that_is_not_http_is_named_in_the_webhooks_error(
     with pytest.raises(Undelivered, match=r"HTTP_PROXY must name an http:// proxy") as raised:
         send_webhook({"text": "ALERT"})
     assert "secret-token" not in str(raised.value)
+    assert webhook.posts == []
+
+
+def test_a_proxy_with_a_password_that_refuses_is_named_without_it(
+    webhook: Webhook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP_PROXY=http://user:password@proxy: the webhook's error names the proxy by host and
+    port, never its password (a guard)."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    with refused_port() as port:
+        monkeypatch.setenv("HTTP_PROXY", f"http://proxyuser:pr0xy@127.0.0.1:{port}")
+        with pytest.raises(Undelivered, match=f"the proxy 127.0.0.1:{port} for") as raised:
+            send_webhook({"text": "ALERT"})
+    assert "pr0xy" not in str(raised.value) and "secret-token" not in str(raised.value)
     assert webhook.posts == []

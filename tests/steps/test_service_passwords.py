@@ -95,3 +95,21 @@ def test_an_assembly_request_not_read_is_said_without_the_password(
         read_merritt_request(_with_password(http_server.url) + "/requests", "tok1", timeout=5)
     assert "http://merritt:***@127.0.0.1:" in str(raised.value)
     assert "s3cret" not in str(raised.value)
+
+
+def test_a_proxy_with_a_password_that_refuses_is_said_without_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HTTP_PROXY=http://user:password@proxy: requests' words about a proxy it could not reach
+    name its host and port only (a guard: they always did)."""
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    with refused_port() as port:
+        monkeypatch.setenv("HTTP_PROXY", f"http://proxyuser:pr0xy@127.0.0.1:{port}")
+        storage = HttpStorage(
+            "http://storage.example.org", 9501, timeout=5, session=service_session(retries=0)
+        )
+        with pytest.raises(StorageError) as raised:
+            storage.latest_version(ARK)
+    assert "Unable to connect to proxy" in str(raised.value)
+    assert all("pr0xy" not in said for said in _words(raised))
