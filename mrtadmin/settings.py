@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 from mrtadmin import local
-from queues.core import retries
+from queues.core import deployment, retries
 from queues.core.words import digits, range_words, within, yes_or_no
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -496,8 +496,12 @@ MRT_DOWNLOAD_THREADS = env_int("MRT_DOWNLOAD_THREADS", 4, low=1, high=256)
 MRT_PROVISION_HIGH_WATER = env_float("MRT_PROVISION_HIGH_WATER", 0.70, low=0, high=1, above=True)
 MRT_LARGE_JOB_BYTES = env_int("MRT_LARGE_JOB_BYTES", 10 * 1024**3, low=0)
 # "standalone" (every step ours) or "beside-merritt" (Merritt's storage and inventory services
-# claim Storing and Recording jobs, and storage the access requests, themselves).
-MRT_DEPLOYMENT = env("MRT_DEPLOYMENT", "standalone")
+# claim Storing and Recording jobs, and storage the access requests, themselves). Checked here,
+# with the two below, so daphne starts on none it would act on wrongly (what a resume may do).
+_deployment = env("MRT_DEPLOYMENT", deployment.STANDALONE).strip()
+MRT_DEPLOYMENT = _deployment.lower().replace("_", "-") or deployment.STANDALONE
+if MRT_DEPLOYMENT not in deployment.MODES:
+    refuse("MRT_DEPLOYMENT", " or ".join(deployment.MODES), _deployment)
 # The environment every page names (production, stage, development, ...): anything but
 # production is shown in a band no one can miss, so a test console is never taken for the real one.
 MRT_ENVIRONMENT = env("MRT_ENVIRONMENT", "development").strip().lower()
@@ -508,11 +512,28 @@ if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,29}", MRT_ENVIRONMENT):
         MRT_ENVIRONMENT,
     )
 # The daemons this console serves, comma-separated, or "all"; empty: the mode's default.
-MRT_OWN_STEPS = env("MRT_OWN_STEPS")
+MRT_OWN_STEPS = env("MRT_OWN_STEPS").strip()
+if {n.strip() for n in MRT_OWN_STEPS.split(",") if n.strip()} - set(deployment.NAMES):
+    refuse(
+        "MRT_OWN_STEPS",
+        f"daemon names, comma-separated ({', '.join(deployment.STEPS)}), or all, or empty",
+        MRT_OWN_STEPS,
+    )
 # Who takes new batches through ingest: "merritt" (submissions made through the console go to
 # Merritt's ingest service, MRT_INGEST_URL) or "console" (this console's daemons); empty: merritt
-# beside Merritt, console standalone (queues/daemons/registry.py, docs/merritt-ownership.md).
-MRT_BATCH_INTAKE = env("MRT_BATCH_INTAKE")
+# beside Merritt, console standalone (queues/services/deployment.py, docs/merritt-ownership.md).
+_intake = env("MRT_BATCH_INTAKE").strip()
+MRT_BATCH_INTAKE = _intake.lower()
+if MRT_BATCH_INTAKE and MRT_BATCH_INTAKE not in deployment.INTAKES:
+    refuse("MRT_BATCH_INTAKE", f"{' or '.join(deployment.INTAKES)}, or empty", _intake)
+if MRT_BATCH_INTAKE == deployment.MERRITT_INTAKE and MRT_DEPLOYMENT != deployment.BESIDE_MERRITT:
+    # A standalone console has no Merritt ingest service to send batches to.
+    refuse(
+        "MRT_BATCH_INTAKE",
+        f"{deployment.CONSOLE_INTAKE} or empty with MRT_DEPLOYMENT={MRT_DEPLOYMENT} "
+        f"({deployment.MERRITT_INTAKE} needs MRT_DEPLOYMENT={deployment.BESIDE_MERRITT})",
+        _intake,
+    )
 # Merritt's ingest service (http://host:port/<context>, without /poster/submit).
 MRT_INGEST_URL = env_url("MRT_INGEST_URL")
 # Seconds one submission sent to Merritt's ingest may take in all (reading a batch manifest by

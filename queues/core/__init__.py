@@ -2,5 +2,6 @@
 project: the three state machines and the roles as data (``states``, ``roles``), one
 written form of a time (``clock``), which errors an outage causes (``transient``: the
 database, the disk; ``retries``: a service outside, its retry policies and a job's next
-try) and outside text escaped for where it goes (``outside_text``).
+try), outside text escaped for where it goes (``outside_text``) and the values the
+deployment settings may take (``deployment``).
 """

@@ -49,7 +49,7 @@ from queues.services.deployment import (
     owned_steps,
 )
 
-# In pipeline order (``deployment.STEPS``): ``all --once`` runs them in this order.
+# In pipeline order (``queues.core.deployment.STEPS``): ``all --once`` runs them in this order.
 DAEMONS: dict[str, type[Daemon]] = {
     cls.name: cls
     for cls in (
@@ -75,7 +75,7 @@ DAEMONS: dict[str, type[Daemon]] = {
 }
 if tuple(DAEMONS) != STEPS:
     raise RuntimeError(
-        "queues.daemons.registry: the daemons' names differ from queues.services.deployment.STEPS "
+        "queues.daemons.registry: the daemons' names differ from queues.core.deployment.STEPS "
         f"(registry {tuple(DAEMONS)}, deployment {STEPS}); keep both in pipeline order"
     )
 __all__ = [

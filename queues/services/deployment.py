@@ -25,6 +25,9 @@ Beside Merritt, ``MRT_BATCH_INTAKE`` says who takes new batches through ingest:
 
 ``MRT_OWN_STEPS`` (daemon names, comma-separated, or ``all``) names the steps this console's
 daemons serve, overriding both defaults.
+
+The values each setting may take are ``queues.core.deployment``'s, which the settings check when
+they load; the checks here stay for a value set after that (the tests' ``settings`` fixture).
 """
 
 from __future__ import annotations
@@ -33,17 +36,18 @@ from collections.abc import Iterable
 
 from django.conf import settings
 
-from queues.steps.merritt_ingest_client import (
+from queues.core.deployment import (
+    ALL,
     BESIDE_MERRITT,
     CONSOLE_INTAKE,
     INTAKES,
     MERRITT_INTAKE,
     MODES,
+    NAMES,
     STANDALONE,
-    DeploymentError,
-    batch_intake,
-    deployment_mode,
+    STEPS,
 )
+from queues.steps.merritt_ingest_client import DeploymentError, batch_intake, deployment_mode
 
 __all__ = [
     "ALL",
@@ -67,31 +71,6 @@ __all__ = [
     "owned_steps",
     "runs_access",
 ]
-
-# Every consumer daemon's name, in pipeline order: ``runconsumer all --once`` runs them in this
-# order, so one pass moves an item far.
-STEPS: tuple[str, ...] = (
-    "batch-pending",
-    "pending",
-    "estimating",
-    "provisioning",
-    "downloading",
-    "processing",
-    "storing",
-    "recording",
-    "notify",
-    "batch-reporting",
-    "batch-update-reporting",
-    "access-small",
-    "access-large",
-    "maintenance",
-    "retention",
-    "bulk-runs",
-    "consistency",
-    "alerts",
-)
-ALL = "all"
-NAMES = (*STEPS, ALL)
 
 # What a mode leaves to Merritt's services unless MRT_OWN_STEPS says otherwise.
 LEFT_TO_MERRITT: dict[str, frozenset[str]] = {

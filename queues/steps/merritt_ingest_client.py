@@ -60,6 +60,14 @@ from typing import Any
 from django.conf import settings
 from urllib3.fields import RequestField
 
+from queues.core.deployment import (
+    BESIDE_MERRITT,
+    CONSOLE_INTAKE,
+    INTAKES,
+    MERRITT_INTAKE,
+    MODES,
+    STANDALONE,
+)
 from queues.core.outside_text import url_shown
 from queues.core.states import DomainError
 from queues.steps import checkm
@@ -76,13 +84,6 @@ from queues.steps.netpolicy import (
     short_error,
 )
 from queues.steps.submission import BATCH_TYPES, filename_from_url, size_number
-
-STANDALONE = "standalone"
-BESIDE_MERRITT = "beside-merritt"
-MODES = (STANDALONE, BESIDE_MERRITT)
-MERRITT_INTAKE = "merritt"
-CONSOLE_INTAKE = "console"
-INTAKES = (MERRITT_INTAKE, CONSOLE_INTAKE)
 
 # Ingest's door for a new object, and for a new version of one (JerseyPost ``submit``/``update``).
 POSTER_PATH = "/poster/submit"

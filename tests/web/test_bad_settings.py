@@ -17,10 +17,13 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from queues.core.deployment import STEPS
+
 ROOT = Path(settings.BASE_DIR)
 URL = "a URL such as http://host:port/path (http:// or https://), or empty"
 ENSEMBLE = "the ensemble as host:port,host:port[/chroot], or local, or empty"
 NETWORKS = "IP addresses or networks such as 10.1.0.0/16, comma-separated"
+OWN_STEPS = f"daemon names, comma-separated ({', '.join(STEPS)}), or all, or empty"
 
 
 def _environment(tmp_path: Path, **variables: str) -> dict[str, str]:
@@ -59,12 +62,15 @@ for name, value in json.loads(sys.stdin.read()):
 """
 
 
-def _read_by_the_settings(tmp_path: Path, cases: list[tuple[str, str]]) -> list[str | None]:
+def _read_by_the_settings(
+    tmp_path: Path, cases: list[tuple[str, str]], **around: str
+) -> list[str | None]:
+    """What the settings say of each case, read with the variables ``around`` set too."""
     done = subprocess.run(
         [sys.executable, "-c", _READ_EACH],
         input=json.dumps(cases),
         cwd=ROOT,
-        env=_environment(tmp_path),
+        env=_environment(tmp_path, **around),
         capture_output=True,
         text=True,
         timeout=120,
@@ -131,6 +137,18 @@ BAD = [
         "(attempts='0': a whole number, at least 1)",
     ),
     ("DJANGO_ALLOWED_HOSTS", " , ", "the host names the console answers to"),
+    # Checked only by runconsumer before: daphne started on them, and acts on them (which steps
+    # the console owns decides what a resume may do; intake where a submission goes).
+    ("MRT_DEPLOYMENT", "beside merritt", "standalone or beside-merritt"),
+    ("MRT_BATCH_INTAKE", "both", "merritt or console, or empty"),
+    (
+        "MRT_BATCH_INTAKE",
+        "merritt",
+        "console or empty with MRT_DEPLOYMENT=standalone "
+        "(merritt needs MRT_DEPLOYMENT=beside-merritt)",
+    ),
+    ("MRT_OWN_STEPS", "pending,nonsense", OWN_STEPS),
+    ("MRT_OWN_STEPS", "pending;notify", OWN_STEPS),
     ("MRT_SSO_HEADER", "X-Remote User", "a header name (letters, digits and -), or empty"),
     (
         "DJANGO_SECURE_PROXY_SSL_HEADER",
@@ -227,9 +245,21 @@ GOOD = [
     ("MRT_RETRY_EZID", "within=1h"),
     ("TZ", "America/Los_Angeles"),
     ("MRT_EZID_TARGET_URL", ""),
+    ("MRT_DEPLOYMENT", "Beside_Merritt"),
+    ("MRT_DEPLOYMENT", ""),
+    ("MRT_BATCH_INTAKE", " Console "),
+    ("MRT_OWN_STEPS", "pending, notify,"),
+    ("MRT_OWN_STEPS", "all"),
 ]
 
 
 def test_good_values_are_taken(tmp_path: Path) -> None:
     said = _read_by_the_settings(tmp_path, GOOD)
     assert dict(zip(GOOD, said, strict=True)) == dict.fromkeys(GOOD)
+
+
+def test_merritt_intake_is_taken_beside_merritt(tmp_path: Path) -> None:
+    # The combination refused standalone (BAD) is the default beside Merritt.
+    cases = [("MRT_BATCH_INTAKE", "merritt"), ("MRT_BATCH_INTAKE", "")]
+    said = _read_by_the_settings(tmp_path, cases, MRT_DEPLOYMENT="beside-merritt")
+    assert said == [None, None]
