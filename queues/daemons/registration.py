@@ -38,6 +38,7 @@ from queues.daemons.fetching import HOST_SLOTS
 from queues.daemons.stephistory import StepRecorder, record_of
 from queues.daemons.vardir import ensure_shared_var_dir
 from queues.zk import consumers as zconsumers
+from queues.zk.codecs import encode_json
 from queues.zk.errors import is_connection_error
 from queues.zk.locks import ledger_of, unclaimed_locks
 from queues.zk.sized import TooLarge
@@ -71,6 +72,12 @@ def version() -> str:
 
 def _iso(moment: float) -> str:
     return datetime.fromtimestamp(moment, UTC).isoformat(timespec="seconds")
+
+
+def largest_parts(data: dict[str, Any], most: int = 3) -> str:
+    """The ``most`` largest fields of a registration, encoded as it is sent, with their sizes."""
+    sizes = sorted(((len(encode_json({k: v})), k) for k, v in data.items()), reverse=True)
+    return ", ".join(f"{key} {size:,} bytes" for size, key in sizes[:most])
 
 
 class ProcessObserver:
@@ -305,10 +312,13 @@ class ProcessObserver:
             zconsumers.drain_cancel(self.zk, self.name)
             zconsumers.drains_prune(self.zk, keep=self.name)
             self.publish()
-        except TooLarge:
+        except TooLarge as exc:
             # Not an outage to wait out: the process says more of itself than one node holds.
+            # Named with its largest parts, for the operator to see which (MRT_VERSION, the
+            # threads of --threads, the locks held).
             self._started = False
-            raise
+            parts = largest_parts(self.snapshot())
+            raise TooLarge(f"{exc}; its largest parts: {parts}") from None
         except Exception as exc:
             log.warning("%s: not registered yet: %s", self.name, exc)
         if not background:

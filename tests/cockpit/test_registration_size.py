@@ -7,9 +7,18 @@ process's locks and moves."""
 
 from __future__ import annotations
 
-import pytest
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
+from django.conf import settings
+
+from queues.daemons import registration
 from queues.daemons.registration import ProcessObserver
+from queues.management.commands import runconsumer
 from queues.zk import client as zkmod
 from queues.zk import consumers as zconsumers
 from queues.zk.kazoo_private import session_id
@@ -85,3 +94,67 @@ def test_the_shared_folder_record_is_checked_too(zk) -> None:
     with pytest.raises(TooLarge, match="the shared folder's record"):
         zconsumers.var_dir_claim(zk, record)
     assert zconsumers.var_dir_read(zk) != record
+
+
+# ---- runconsumer: a registration too large ends the start in one line ----------------------
+
+# A version string (MRT_VERSION, or MRT_VERSION_FILE) alone past what one node holds.
+HUGE_VERSION = "v" * (NODE_BUDGET + 1)
+TOO_LARGE_LINE = re.compile(
+    r"CommandError: cannot start: the registration of consumer \S+: [\d,]+ bytes is more than "
+    r"one ZooKeeper node may hold \([\d,]+ bytes: the default jute\.maxbuffer less [\d,]+ for the "
+    r"request around it\); its largest parts: version [\d,]+ bytes, .+"
+)
+
+
+def test_runconsumer_once_ends_in_one_line_when_its_registration_is_too_large(
+    zk, settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What ``manage.py runconsumer pending --once`` does (run_from_argv): a traceback before."""
+    settings.MRT_VERSION = HUGE_VERSION
+    monkeypatch.setattr(registration, "_version", None)  # read again from the settings
+    with pytest.raises(SystemExit) as exited:
+        runconsumer.Command().run_from_argv(["manage.py", "runconsumer", "pending", "--once"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = err.splitlines()
+    assert TOO_LARGE_LINE.fullmatch(line), line
+    assert zconsumers.consumers_list(zkmod.client()) == []
+
+
+@pytest.mark.slow
+def test_a_running_consumer_process_ends_in_one_line_when_its_registration_is_too_large(
+    zk, zk_hosts: str, tmp_path: Path
+) -> None:
+    """A real ``runconsumer all`` process (no ``--once``: the path that waits for outages),
+    the version read from MRT_VERSION_FILE as an installation may give it."""
+    version = tmp_path / "version"
+    version.write_text(HUGE_VERSION)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MRT_", "ZK_", "DJANGO_"))}
+    env.update(
+        DJANGO_SETTINGS_MODULE="mrtadmin.settings",
+        ZK_HOSTS=zk_hosts,
+        MRT_VAR_DIR=str(tmp_path / "var"),
+        MRT_DATABASE_PATH=str(tmp_path / "console.sqlite3"),
+        MRT_VERSION_FILE=str(version),
+        DJANGO_SECRET_KEY="k" * 50,
+    )
+    manage = [sys.executable, "manage.py"]
+    base = Path(settings.BASE_DIR)
+    subprocess.run(
+        [*manage, "migrate", "--noinput"], cwd=base, env=env, check=True, capture_output=True
+    )
+    done = subprocess.run(
+        [*manage, "runconsumer", "all", "--poll", "0.5"],
+        cwd=base,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    # The daemons' start logs its lines first; the last line is the refusal.
+    assert TOO_LARGE_LINE.fullmatch(done.stderr.splitlines()[-1]), done.stderr
+    assert zconsumers.consumers_list(zk) == []

@@ -8,6 +8,9 @@ client. A daemon the deployment leaves to Merritt's services is refused, with th
 Any number of copies may run, on one host or many; the items' ephemeral locks keep them from
 working on one item at the same time.
 
+A registration of the process too large for one ZooKeeper node (queues/zk/sized.py) ends the start
+in one line, exit status 2, as a bad setting does: no outage to wait out.
+
 ``--once`` handles at most one item (with ``all``: at most one per daemon, in pipeline order)
 and exits 0, or 1 when that item failed. SIGTERM or SIGINT lets the item in hand finish, then
 the process exits 0; a second signal, or ``--stop-timeout`` seconds without the items finished
@@ -44,6 +47,7 @@ from queues.daemons.retrying import check_policies
 from queues.daemons.runner import Host, tune_collector
 from queues.zk.client import close
 from queues.zk.errors import is_connection_error
+from queues.zk.sized import TooLarge
 
 from ._base import QueueCommand, check_migrated, number_in
 
@@ -77,6 +81,13 @@ def _say_ready(host: Host, path: str, stop: threading.Event, timeout: float = 12
             log.warning("cannot write %s: %s", path, exc)
 
     threading.Thread(target=wait_then_write, name="ready-file", daemon=True).start()
+
+
+def _too_large(exc: TooLarge) -> CommandError:
+    """The process's registration (or the shared folder's record) is more than one ZooKeeper
+    node holds: no outage to wait out, so the start ends in one line naming it (exit status 2,
+    as the other start-up refusals), not a traceback; nothing was sent, nothing claimed."""
+    return CommandError(f"cannot start: {exc}", returncode=2)
 
 
 class Command(QueueCommand):
@@ -125,7 +136,10 @@ class Command(QueueCommand):
             self._install_signals(stop, DEFAULT_STOP_TIMEOUT if timeout is None else timeout)
         if not self._wait_for_database(options, stop):
             return
-        host = self._connect(options, stop)
+        try:
+            host = self._connect(options, stop)
+        except TooLarge as exc:
+            raise _too_large(exc) from None
         if host is None:
             return
         try:
@@ -139,6 +153,8 @@ class Command(QueueCommand):
             if ready:
                 _say_ready(host, ready, stop)
             host.run(stop)
+        except TooLarge as exc:
+            raise _too_large(exc) from None
         finally:
             host.close()
             close()
