@@ -44,8 +44,13 @@ def env(name: str, default: str = "") -> str:
 
 
 def env_bool(name: str, default: bool) -> bool:
-    """A yes/no variable; anything but the usual words is an error naming the variable."""
-    value = env(name, "1" if default else "0").strip().lower()
+    """A yes/no variable; anything but the usual words is an error naming the variable. Set
+    and empty it is ``default``, as unset: compose's ``${VAR:-}`` and systemd's
+    ``Environment=VAR=`` leave a variable so, meaning none was given (read as "no", an empty
+    MRT_KEEP_LOCKS turned a default-on setting off in silence)."""
+    value = env(name).strip().lower()
+    if not value:
+        return default
     answer = yes_or_no(value)
     if answer is None:
         refuse(name, "one of 1/0, true/false, yes/no, on/off", value)

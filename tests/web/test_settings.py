@@ -129,6 +129,25 @@ def test_a_misspelt_yes_or_no_stops_start_up_and_names_the_variable(tmp_path: Pa
         assert _settings_with(tmp_path, DJANGO_SECURE=word).returncode == 0, word
 
 
+def test_a_yes_or_no_set_empty_is_its_default(tmp_path: Path) -> None:
+    # As compose's ${VAR:-} and systemd's Environment=VAR= leave a variable no one gave: read
+    # as "no" before, it turned the settings that are on by default off in silence.
+    code = (
+        "from django.conf import settings as s; "
+        "print(s.MRT_KEEP_LOCKS, s.MRT_BATCH_LONG_STEPS, s.SESSION_COOKIE_SECURE, s.DEBUG)"
+    )
+    answer = _settings_with(
+        tmp_path,
+        code=code,
+        MRT_KEEP_LOCKS="",
+        MRT_BATCH_LONG_STEPS=" ",
+        DJANGO_SECURE="1",
+        DJANGO_SECURE_COOKIES="",
+        DJANGO_DEBUG="",
+    )
+    assert answer.stdout.split() == ["True", "True", "True", "False"], answer.stderr
+
+
 def test_a_misspelt_shared_loops_setting_stops_start_up(tmp_path: Path) -> None:
     result = _settings_with(tmp_path, MRT_SHARED_LOOPS="shared")
     assert result.returncode != 0
