@@ -21,6 +21,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from mrtadmin import local
 from queues.core import deployment, retries
+from queues.core.outside_text import url_shown
 from queues.core.words import digits, range_words, within, yes_or_no
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -111,23 +112,40 @@ def _port_of(parts: Any) -> int | None:
     return -1 if port == 0 else port
 
 
-def env_url(name: str, default: str = "", *, schemes: tuple[str, ...] = ("http", "https")) -> str:
+def env_url(
+    name: str,
+    default: str = "",
+    *,
+    schemes: tuple[str, ...] = ("http", "https"),
+    secret_path: bool = False,
+) -> str:
     """A URL of one of ``schemes`` naming a host (its port, if any, from 1 to 65,535), or empty
     (the setting's documented default): "storage:8080" or "http//x" would otherwise be taken and
-    fail at the first request a step makes, an hour later."""
+    fail at the first request a step makes, an hour later. A value refused is shown with its
+    password hidden, and with ``secret_path`` (a Slack webhook's path is its credential) only up
+    to its host."""
     value = env(name, default).strip()
     if not value:
         return value
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+        port = _port_of(parts)
+    except ValueError:  # "http://[::1": an address urlsplit cannot read
+        parts, port = urlsplit(""), -1
     if (
         parts.scheme.lower() not in schemes
         or not parts.hostname
-        or _port_of(parts) == -1
+        or port == -1
         or not value.isprintable()
         or " " in value
     ):
         kinds = " or ".join(f"{scheme}://" for scheme in schemes)
-        refuse(name, f"a URL such as {schemes[0]}://host:port/path ({kinds}), or empty", value)
+        shown = url_shown(value)
+        if secret_path:
+            scheme, slashes, rest = shown.partition("//") if "//" in shown else ("", "", shown)
+            host, cut, _path = rest.partition("/")
+            shown = f"{scheme}{slashes}{host}{'/…' if cut else ''}"
+        refuse(name, f"a URL such as {schemes[0]}://host:port/path ({kinds}), or empty", shown)
     return value
 
 
@@ -152,6 +170,8 @@ MRT_VAR_DIR = Path(env("MRT_VAR_DIR", str(BASE_DIR / "var"))).resolve()
 # restart and every process of one installation signs alike.
 SECRET_KEY = env("DJANGO_SECRET_KEY") or local.lazy_secret_key(MRT_VAR_DIR / "secret_key")
 DEBUG = env_bool("DJANGO_DEBUG", False)
+# The error report (the debug page, error mails) hides every setting that may hold a secret.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "queues.web.security.SecretSettingsFilter"
 _allowed_hosts = env("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 ALLOWED_HOSTS = [h.strip() for h in _allowed_hosts.split(",") if h.strip()]
 if not ALLOWED_HOSTS:
@@ -639,7 +659,7 @@ MRT_MAIL_FROM = env("MRT_MAIL_FROM")
 # posted Slack's {"text": ...} or, with "json", the alert's fields), how often the rules are
 # evaluated, and the hour (local time, 0-23) of the daily digest (negative: none).
 MRT_ALERT_EMAIL = env("MRT_ALERT_EMAIL")
-MRT_ALERT_WEBHOOK_URL = env_url("MRT_ALERT_WEBHOOK_URL")
+MRT_ALERT_WEBHOOK_URL = env_url("MRT_ALERT_WEBHOOK_URL", secret_path=True)
 MRT_ALERT_WEBHOOK_FORMAT = env("MRT_ALERT_WEBHOOK_FORMAT", "slack").strip().lower()
 if MRT_ALERT_WEBHOOK_FORMAT not in ("slack", "json"):
     refuse("MRT_ALERT_WEBHOOK_FORMAT", "slack or json", MRT_ALERT_WEBHOOK_FORMAT)

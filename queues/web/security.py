@@ -8,10 +8,12 @@ needs more is a page to fix, not a policy to widen.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.views.debug import SafeExceptionReporterFilter
 
 DEFAULT_POLICY = "; ".join(
     [
@@ -42,3 +44,15 @@ class ContentSecurityPolicyMiddleware:
         if "Content-Security-Policy" not in response:
             response["Content-Security-Policy"] = self.policy
         return response
+
+
+class SecretSettingsFilter(SafeExceptionReporterFilter):
+    """Django's error report (the debug page under ``DJANGO_DEBUG``, and error mails) with every
+    setting that may hold a secret hidden: Django's own names, and every URL or address of a
+    service (``DATABASE_URL``, ``REDIS_URL``, ``CHANNEL_LAYERS``, the Merritt services' URLs, the
+    alert webhook), whose user-info, or a Slack webhook's path, is a credential."""
+
+    hidden_settings = re.compile(
+        "API|TOKEN|KEY|SECRET|PASS|SIGNATURE|HTTP_COOKIE|URL|DATABASE|CHANNEL_LAYERS|CACHES",
+        flags=re.IGNORECASE,
+    )

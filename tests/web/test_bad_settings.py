@@ -22,6 +22,7 @@ from queues.core.deployment import STEPS
 ROOT = Path(settings.BASE_DIR)
 URL = "a URL such as http://host:port/path (http:// or https://), or empty"
 ENSEMBLE = "the ensemble as host:port,host:port[/chroot], or local, or empty"
+REDIS = "a URL such as redis://host:port/path (redis:// or rediss://), or empty"
 NETWORKS = "IP addresses or networks such as 10.1.0.0/16, comma-separated"
 OWN_STEPS = f"daemon names, comma-separated ({', '.join(STEPS)}), or all, or empty"
 
@@ -85,8 +86,8 @@ def _refused_in_one_line(done: subprocess.CompletedProcess[str], program: str, l
     assert done.returncode == 2
 
 
-# (variable, bad value, what it must be)
-BAD = [
+# (variable, bad value, what it must be[, the value as the refusal shows it])
+BAD: list[tuple[str, ...]] = [
     # A traceback before: Django's own check, or the file read as it came.
     ("TZ", "Mars/Base", "a time zone name such as America/Los_Angeles or UTC"),
     (
@@ -121,13 +122,12 @@ BAD = [
     ("MRT_DOWNLOADS_URL", "/downloads/", URL),
     ("MRT_CONSOLE_URL", "queue.example.org", URL),
     ("MRT_EZID_TARGET_URL", "merritt.cdlib.org", URL),
-    ("MRT_ALERT_WEBHOOK_URL", "hooks.slack.com/services/x", URL),
-    ("MRT_ALERT_WEBHOOK_URL", "https://hooks.slack.com/a b", URL),
-    (
-        "REDIS_URL",
-        "redis:6379",
-        "a URL such as redis://host:port/path (redis:// or rediss://), or empty",
-    ),
+    ("MRT_STORAGE_URL", "http://[::1", URL),  # urlsplit's own ValueError before
+    # A Slack webhook's path is its credential: shown up to the host.
+    ("MRT_ALERT_WEBHOOK_URL", "hooks.slack.com/services/x", URL, "hooks.slack.com/…"),
+    ("MRT_ALERT_WEBHOOK_URL", "https://hooks.slack.com/a b", URL, "https://hooks.slack.com/…"),
+    ("REDIS_URL", "redis:6379", REDIS),
+    ("REDIS_URL", "redis://:s3cret@redis:port/0", REDIS, "redis://:***@redis:port/0"),
     ("MRT_FETCH_ALLOW", "10.1.0.0/16;intranet", NETWORKS),
     ("MRT_STORAGE_NODE", "node-1", "a storage node number such as 9501"),
     (
@@ -159,10 +159,11 @@ BAD = [
 
 
 def test_every_bad_setting_is_refused_naming_it_and_its_value(tmp_path: Path) -> None:
-    said = _read_by_the_settings(tmp_path, [(name, value) for name, value, _ in BAD])
+    said = _read_by_the_settings(tmp_path, [(name, value) for name, value, *_ in BAD])
     wrong = []
-    for (name, value, expected), message in zip(BAD, said, strict=True):
-        shown = value.strip() if name not in ("DJANGO_ALLOWED_HOSTS", "MRT_ENVIRONMENT") else value
+    for (name, value, expected, *given), message in zip(BAD, said, strict=True):
+        keep = name in ("DJANGO_ALLOWED_HOSTS", "MRT_ENVIRONMENT")
+        shown = given[0] if given else value if keep else value.strip()
         wanted = f"environment variable {name} must be {expected}, got {shown!r}"
         if message != wanted:
             wrong.append(f"{name}={value!r}: {message!r}")

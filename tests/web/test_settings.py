@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -245,3 +246,16 @@ def test_a_url_prefix_that_is_not_one_stops_start_up_and_names_the_variable(
         assert "environment variable MRT_ROOT_PATH must be a URL prefix" in result.stderr, value
         assert repr(value) in result.stderr, value
     assert _settings_with(tmp_path, MRT_ROOT_PATH="").returncode == 0
+
+
+def test_the_error_report_hides_every_setting_that_may_hold_a_secret(settings: Any) -> None:
+    from django.views.debug import get_default_exception_reporter_filter
+
+    settings.DATABASE_URL = "postgres://console:s3cret@db/console"
+    settings.REDIS_URL = "redis://:s3cret@redis:6379/0"
+    settings.MRT_STORAGE_URL = "http://merritt:s3cret@storage:35121/"
+    settings.MRT_ALERT_WEBHOOK_URL = "https://hooks.slack.com/services/T0/B0/s3cret"
+    settings.CHANNEL_LAYERS = {"default": {"CONFIG": {"hosts": ["redis://:s3cret@redis:6379/0"]}}}
+    shown = get_default_exception_reporter_filter().get_safe_settings()
+    assert "s3cret" not in repr(shown)
+    assert shown["TIME_ZONE"] == settings.TIME_ZONE  # the others as they are
