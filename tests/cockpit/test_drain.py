@@ -3,6 +3,8 @@ item in hand, claims nothing more, and says "drained"; "claim again" undoes it."
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.test import Client
 
@@ -86,12 +88,20 @@ def test_drain_finishes_the_item_in_hand_then_claims_nothing(
 
 
 def test_metrics_count_consumers_by_mode_and_busy_threads(zk, consumer, viewer, make_job):
-    make_job("Estimating")
-    wait_for(lambda: _entry(zk)["threads"][0].get("item"))
-    metrics = viewer.get("/metrics").content.decode()
-    assert 'mrt_consumers{mode="claiming"} 1' in metrics
-    assert "mrt_consumer_threads_busy 1" in metrics
-    zconsumers.drain_request(zk, "worker1-77", {"by": "test"})
+    # The item is held until the scrape has counted it: a step of a fixed 1.5 s could end
+    # between the registry's showing it and the scrape's reading the registry on a busy
+    # machine (a whole-suite run saw busy 0 once).
+    (daemon,) = consumer.daemons
+    daemon.until = threading.Event()
+    try:
+        make_job("Estimating")
+        wait_for(lambda: _entry(zk)["threads"][0].get("item"))
+        metrics = viewer.get("/metrics").content.decode()
+        assert 'mrt_consumers{mode="claiming"} 1' in metrics
+        assert "mrt_consumer_threads_busy 1" in metrics
+        zconsumers.drain_request(zk, "worker1-77", {"by": "test"})
+    finally:
+        daemon.until.set()
     wait_for(lambda: _entry(zk)["drained"], timeout=15)
     metrics = viewer.get("/metrics").content.decode()
     assert 'mrt_consumers{mode="drained"} 1' in metrics
