@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,8 @@ def test_registration_appears_and_vanishes_with_the_session(zk, zk_hosts) -> Non
 def test_a_thread_says_which_item_it_holds_since_when(zk, zk_hosts, make_job) -> None:
     other = zkmod.connect(zk_hosts)
     daemon = SlowStep(zk=other, poll=0.1)
-    daemon.delay = 1.5
+    # Held until the test has seen it: a fixed time in hand could pass between two looks.
+    daemon.until = threading.Event()
     observer = ProcessObserver(other, [daemon], record=False, publish_seconds=0.2)
     daemon.observer = observer
     observer.start()
@@ -68,11 +70,13 @@ def test_a_thread_says_which_item_it_holds_since_when(zk, zk_hosts, make_job) ->
         assert thread["item"] == job.jid
         assert (thread["kind"], thread["state"], thread["step"]) == ("job", "Estimating", "slow")
         assert thread["since"]
+        daemon.until.set()
         wait_for(lambda: job_load(zk, job.jid).state == "Provisioning", timeout=15)
         # Once the step is done the thread is idle again (at the next write, within 0.2 s).
         wait_for(lambda: not zconsumers.consumers_list(zk)[0]["threads"][0].get("item"))
         assert zconsumers.consumers_list(zk)[0]["handled"] == 1
     finally:
+        daemon.until.set()
         running.stop()
         observer.stop()
         other.stop()

@@ -4,6 +4,7 @@ MRT_STUCK_SECONDS, by time in state or by lock age; on the overview, as a job-li
 
 from __future__ import annotations
 
+import threading
 import time
 from array import array
 from datetime import UTC, datetime, timedelta
@@ -144,7 +145,9 @@ def test_a_consumer_thread_is_flagged_past_its_steps_p95(zk, zk_hosts, make_job,
     )
     other = zkmod.connect(zk_hosts)
     daemon = SlowStep(zk=other, poll=0.1)
-    daemon.delay = 3.0
+    # Held until the test has seen it flagged: with a fixed 3 s in hand, a look that came
+    # after the step ended would never see it flagged again.
+    daemon.until = threading.Event()
     observer = ProcessObserver(other, [daemon], record=False, publish_seconds=0.2)
     daemon.observer = observer
     observer.start()
@@ -158,6 +161,7 @@ def test_a_consumer_thread_is_flagged_past_its_steps_p95(zk, zk_hosts, make_job,
         assert thread["limit"] == pytest.approx(0.3)
         assert proc["flagged"] == 1
     finally:
+        daemon.until.set()
         running.stop()
         observer.stop()
         other.stop()
