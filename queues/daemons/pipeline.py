@@ -1228,7 +1228,7 @@ class JobPipeline:
                     "%s: %s has not answered a step for %.0f s: its jobs are passed over for "
                     "%.0f s",
                     self.daemon.name,
-                    url,
+                    url_shown(url),  # a depositor's URL may carry a password
                     moment - began,
                     SERVER_SLOW_PAUSE,
                 )

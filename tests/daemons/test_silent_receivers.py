@@ -202,7 +202,21 @@ def test_a_silent_host_holds_up_only_its_own_jobs(
     settings.MRT_HTTP_TIMEOUT = 60.0  # the host is let answer before the HEAD times out
     monkeypatch.setattr(pipeline, "SERVER_SLOW", 0.5)
     monkeypatch.setattr(pipeline, "SERVER_SLOW_PAUSE", 1.0)
-    silent_jobs = _jobs(zk, files, "Estimating", 4)
+    # The depositor's URLs carry a password (sent as HTTP Basic authentication): the log line
+    # that names a URL found slow shows it as ***.
+    silent_jobs = [
+        make_job(
+            zk,
+            {
+                "payload_url": files.put(f"Estimating{i}", b"x" * 10).replace(
+                    "http://", "http://depositor:s3cret@"
+                ),
+                "type": "file",
+            },
+            state="Estimating",
+        )
+        for i in range(4)
+    ]
     parts = urlsplit(files.url)
     server = f"{parts.hostname}:{parts.port}"
     held = threading.Event()
@@ -234,6 +248,8 @@ def test_a_silent_host_holds_up_only_its_own_jobs(
         # one is found slow, the host is: its task not begun is given back, its jobs are passed
         # over, and another depositor's jobs go through meanwhile.
         wait_for(lambda: f"estimating: {server} has not answered a step for" in caplog.text)
+        assert f"estimating: http://depositor:***@{server}/Estimating" in caplog.text
+        assert "s3cret" not in caplog.text
         others += _jobs(zk, other_files, "Estimating", 3)
         wait_for(lambda: all(job_load(zk, j.jid).state == "Provisioning" for j in others))
         assert {job_load(zk, j.jid).state for j in silent_jobs} == {"Estimating"}
