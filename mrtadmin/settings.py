@@ -143,8 +143,9 @@ def env_url(
         shown = url_shown(value)
         if secret_path:
             scheme, slashes, rest = shown.partition("//") if "//" in shown else ("", "", shown)
-            host, cut, _path = rest.partition("/")
-            shown = f"{scheme}{slashes}{host}{'/…' if cut else ''}"
+            # The authority ends at the first "/", "?" or "#": a credential may follow any.
+            host = re.split(r"[/?#]", rest, maxsplit=1)[0]
+            shown = f"{scheme}{slashes}{host}{'/…' if host != rest else ''}"
         refuse(name, f"a URL such as {schemes[0]}://host:port/path ({kinds}), or empty", shown)
     return value
 

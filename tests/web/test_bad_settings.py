@@ -126,6 +126,14 @@ BAD: list[tuple[str, ...]] = [
     # A Slack webhook's path is its credential: shown up to the host.
     ("MRT_ALERT_WEBHOOK_URL", "hooks.slack.com/services/x", URL, "hooks.slack.com/…"),
     ("MRT_ALERT_WEBHOOK_URL", "https://hooks.slack.com/a b", URL, "https://hooks.slack.com/…"),
+    # A webhook's credential in its query, or its fragment, with no path before it: cut too.
+    (
+        "MRT_ALERT_WEBHOOK_URL",
+        "https://hooks.example.org:0?token=s3cret",
+        URL,
+        "https://hooks.example.org:0/…",
+    ),
+    ("MRT_ALERT_WEBHOOK_URL", "hooks.example.org#s3cret", URL, "hooks.example.org/…"),
     ("REDIS_URL", "redis:6379", REDIS),
     ("REDIS_URL", "redis://:s3cret@redis:port/0", REDIS, "redis://:***@redis:port/0"),
     ("MRT_FETCH_ALLOW", "10.1.0.0/16;intranet", NETWORKS),
