@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -46,9 +47,12 @@ from queues.zk.watch import validate_topic
 from .hub import Hub, get_hub
 from .layer import health, unreachable
 
+log = logging.getLogger("queues.live")
+
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_LAYER_DOWN = 4503
+CLOSE_INTERNAL = 1011  # RFC 6455: the server met an unexpected condition
 MAX_TOPICS = 200
 # Channel layers drop a group member after group_expiry (a day by default); operators keep the
 # console open all day and longer, so the socket joins its groups again well before that.
@@ -67,6 +71,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.hub: Hub | None = None
         self._rejoin: asyncio.Task[None] | None = None
         self._recheck: asyncio.Task[None] | None = None
+        # A page's message and the periodic check take turns: a check that closes the socket
+        # while a subscribe waits for its watch would leave that watch with nobody to give it back.
+        self._turn = asyncio.Lock()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -127,19 +134,20 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 await hub.unsubscribe(topic)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if self.hub is None:
-            return  # refused socket: ignore whatever arrives before the close completes
-        if not await self._still_allowed(self.scope["user"].pk):
-            return
-        try:
-            content = json_within(text_data or "")
-        except (TooDeep, DuplicateKey) as exc:
-            await self.send_json({"kind": "error", "error": f"{exc}: {USAGE}"})
-            return
-        except ValueError:
-            await self.send_json({"kind": "error", "error": "expected a JSON object"})
-            return
-        await self.receive_json(content)
+        async with self._turn:
+            if self.hub is None:
+                return  # refused or closed socket: ignore what arrives before the close completes
+            if not await self._still_allowed(self.scope["user"].pk):
+                return
+            try:
+                content = json_within(text_data or "")
+            except (TooDeep, DuplicateKey) as exc:
+                await self.send_json({"kind": "error", "error": f"{exc}: {USAGE}"})
+                return
+            except ValueError:
+                await self.send_json({"kind": "error", "error": "expected a JSON object"})
+                return
+            await self.receive_json(content)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict) or not set(content) <= {"subscribe", "unsubscribe"}:
@@ -197,8 +205,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def _keep_checking(self, user_id: Any) -> None:
         while True:
             await asyncio.sleep(RECHECK_SECONDS)
-            if self.hub is None or not await self._still_allowed(user_id):
-                return
+            async with self._turn:
+                if self.hub is None or not await self._still_allowed(user_id):
+                    return
 
     async def _still_allowed(self, user_id: Any) -> bool:
         """Whether the socket's user still may see the console; if not, the socket leaves its
@@ -209,9 +218,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 getattr(session, "session_key", None), user_id
             )
         except Exception as exc:
-            if not transient.is_transient(exc):
-                raise
-            return True  # the database is away: checked again at the next interval
+            if transient.is_transient(exc):
+                return True  # the database is away: checked again at the next interval
+            # Not known to be allowed: closed (the browser connects again, and is asked then),
+            # never left open without its checks.
+            log.exception("the live socket's check of its user failed; closing it")
+            await self.disconnect(CLOSE_INTERNAL)
+            await self.close(code=CLOSE_INTERNAL)
+            return False
         if wrong is None:
             return True
         await self.disconnect(CLOSE_FOR[wrong])

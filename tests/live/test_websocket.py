@@ -390,13 +390,31 @@ def test_a_socket_whose_user_still_may_see_goes_on_hearing_across_rechecks(
     other_zk: KazooClient,
     make_batch: Callable[[], Batch],
     make_job: Callable[[Batch], Job],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from queues.live import consumers
+
     _user, cookie = _viewer_socket_cookie(client, django_user_model)
     job = make_job(make_batch())
     topic = f"job:{job.jid}"
+    # The checks are counted (each still the real one), so that the socket is shown to go on
+    # after several of them, not before the first.
+    checks: list[str | None] = []
+    real = consumers.session_access
+
+    def counted(session_key: str | None, user_id: Any) -> str | None:
+        checks.append(answer := real(session_key, user_id))
+        return answer
+
+    monkeypatch.setattr(consumers, "session_access", counted)
 
     async def scenario() -> list[dict]:
         page = await open_socket(cookie, [topic])
+        for _ in range(1000):
+            if len(checks) >= 4:
+                break
+            await asyncio.sleep(0.01)
+        assert len(checks) >= 4 and set(checks) == {None}
         await asyncio.to_thread(jobs.job_transition, other_zk, job, "Estimating")
         seen = await receive_until(page, lambda m: m.get("topic") == topic)
         await page.send_json_to({"subscribe": []})
