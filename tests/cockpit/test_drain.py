@@ -23,18 +23,23 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def consumer(zk, zk_hosts):
     other = zkmod.connect(zk_hosts)
     daemon = SlowStep(zk=other, poll=0.1)
-    daemon.delay = 1.5
+    # A claimed item is held until the test lets it go (``daemon.until.set()``): a step of a
+    # fixed time could end before a look that comes late on a busy machine.
+    daemon.until = threading.Event()
     observer = ProcessObserver(
         other, [daemon], record=False, publish_seconds=0.2, host="worker1", pid=77
     )
     daemon.observer = observer
     observer.start()
     running = Running([daemon])
-    yield observer
-    running.stop()
-    observer.stop()
-    other.stop()
-    other.close()
+    try:
+        yield observer
+    finally:
+        daemon.until.set()
+        running.stop()
+        observer.stop()
+        other.stop()
+        other.close()
 
 
 def _entry(zk):
@@ -62,12 +67,14 @@ def test_drain_finishes_the_item_in_hand_then_claims_nothing(
     assert response.status_code == 303
     # Asked while the item was in hand: draining, not yet drained.
     entry = wait_for(lambda: (e := _entry(zk))["draining"] and e)
+    assert not entry["drained"]
     assert entry["drain"]["by"] == "operator-user"
     assert entry["drain"]["reason"] == "host maintenance"
     page = operator.get("/consumers/").content.decode()
     assert "draining" in page or "drained" in page
     second = make_job("Estimating")
     # The item in hand is finished...
+    daemon.until.set()
     wait_for(lambda: job_load(zk, first.jid).state == "Provisioning", timeout=15)
     entry = wait_for(lambda: (e := _entry(zk))["drained"] and e)
     assert not any(t.get("item") for t in entry["threads"])
@@ -92,16 +99,13 @@ def test_metrics_count_consumers_by_mode_and_busy_threads(zk, consumer, viewer, 
     # between the registry's showing it and the scrape's reading the registry on a busy
     # machine (a whole-suite run saw busy 0 once).
     (daemon,) = consumer.daemons
-    daemon.until = threading.Event()
-    try:
-        make_job("Estimating")
-        wait_for(lambda: _entry(zk)["threads"][0].get("item"))
-        metrics = viewer.get("/metrics").content.decode()
-        assert 'mrt_consumers{mode="claiming"} 1' in metrics
-        assert "mrt_consumer_threads_busy 1" in metrics
-        zconsumers.drain_request(zk, "worker1-77", {"by": "test"})
-    finally:
-        daemon.until.set()
+    make_job("Estimating")
+    wait_for(lambda: _entry(zk)["threads"][0].get("item"))
+    metrics = viewer.get("/metrics").content.decode()
+    assert 'mrt_consumers{mode="claiming"} 1' in metrics
+    assert "mrt_consumer_threads_busy 1" in metrics
+    zconsumers.drain_request(zk, "worker1-77", {"by": "test"})
+    daemon.until.set()
     wait_for(lambda: _entry(zk)["drained"], timeout=15)
     metrics = viewer.get("/metrics").content.decode()
     assert 'mrt_consumers{mode="drained"} 1' in metrics
