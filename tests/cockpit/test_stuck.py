@@ -8,6 +8,7 @@ import threading
 import time
 from array import array
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -47,9 +48,17 @@ def estimating_history(settings: Any) -> None:
     )
 
 
-def test_a_job_past_the_setting_is_stuck_and_a_fresh_one_is_not(zk, make_job, settings):
+def test_a_job_past_the_setting_is_stuck_and_a_fresh_one_is_not(
+    zk, make_job, settings, monkeypatch
+):
     old, fresh, halfway = past_halfway(make_job, "Downloading", 0.7)
-    settings.MRT_STUCK_SECONDS = time.time() - halfway
+    # The judge's clock stops where the setting is measured: on the running one the fresh job
+    # was stuck too once 0.7 s had passed, and the reads below can take longer on a busy machine.
+    now = time.time()
+    monkeypatch.setattr(
+        stuck, "time", SimpleNamespace(time=lambda: now, monotonic=time.monotonic, sleep=time.sleep)
+    )
+    settings.MRT_STUCK_SECONDS = now - halfway
     found = stuck.find_stuck(zk, fresh=True)
     assert [s.jid for s in found] == [old.jid]
     assert found[0].state == "Downloading" and found[0].threshold.source == "setting"
