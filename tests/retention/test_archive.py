@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from io import StringIO
 from typing import Any
 
@@ -221,8 +221,19 @@ def test_archived_job_and_batch_pages_search_and_api(
     assert batch_api.json()["failed_jobs"] == [job.jid]
 
 
+def _stopped_at(at: datetime) -> type[datetime]:
+    """``datetime`` whose ``now()`` is always ``at`` (local time, as the real one's)."""
+
+    class Stopped(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return at if tz is None else at.astimezone(tz)
+
+    return Stopped
+
+
 def test_daemon_sweep_respects_the_age_setting(
-    database: str, zk: Any, finished_batch: Any, settings: Any, caplog: Any
+    database: str, zk: Any, finished_batch: Any, settings: Any, caplog: Any, monkeypatch: Any
 ) -> None:
     older, _ = finished_batch(("Completed",), tag="a")
     # Time must pass between the two (the contract's stamps are whole seconds); the age limit
@@ -240,8 +251,13 @@ def test_daemon_sweep_respects_the_age_setting(
     assert not ArchivedBatch.objects.exists()
     assert exists(zk, paths.batch(older.bid)) and exists(zk, paths.batch(newer.bid))
 
-    # Finished before halfway: the older batch yes, the newer one not yet.
-    settings.MRT_RETENTION_DAYS = (time.time() - halfway) / 86400
+    # Finished before halfway: the older batch yes, the newer one not yet. The sweep's clock
+    # stops where the setting is measured: on the running one the newer batch (its stamp cut
+    # to the second) came inside the age 0.5 to 1.5 s later, and the sweep reaches it only
+    # after archiving the older one, which can take that long on a busy machine.
+    now = datetime.now()
+    monkeypatch.setattr(archive, "datetime", _stopped_at(now))
+    settings.MRT_RETENTION_DAYS = (now.timestamp() - halfway) / 86400
     with caplog.at_level(logging.INFO, logger="queues.daemons"):
         daemon.run_once()
     assert list(ArchivedBatch.objects.values_list("bid", flat=True)) == [older.bid]
