@@ -7,14 +7,11 @@ process's locks and moves."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from queues.daemons import registration
 from queues.daemons.registration import ProcessObserver
@@ -23,6 +20,7 @@ from queues.zk import client as zkmod
 from queues.zk import consumers as zconsumers
 from queues.zk.kazoo_private import session_id
 from queues.zk.sized import NODE_BUDGET, TooLarge
+from tests.live.conftest import child_env, manage_py
 
 from .conftest import SlowStep
 
@@ -131,23 +129,15 @@ def test_a_running_consumer_process_ends_in_one_line_when_its_registration_is_to
     the version read from MRT_VERSION_FILE as an installation may give it."""
     version = tmp_path / "version"
     version.write_text(HUGE_VERSION)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MRT_", "ZK_", "DJANGO_"))}
-    env.update(
-        DJANGO_SETTINGS_MODULE="mrtadmin.settings",
-        ZK_HOSTS=zk_hosts,
+    env = child_env(
+        zk_hosts,
+        tmp_path,
         MRT_VAR_DIR=str(tmp_path / "var"),
-        MRT_DATABASE_PATH=str(tmp_path / "console.sqlite3"),
         MRT_VERSION_FILE=str(version),
         DJANGO_SECRET_KEY="k" * 50,
     )
-    manage = [sys.executable, "manage.py"]
-    base = Path(settings.BASE_DIR)
-    subprocess.run(
-        [*manage, "migrate", "--noinput"], cwd=base, env=env, check=True, capture_output=True
-    )
     done = subprocess.run(
-        [*manage, "runconsumer", "all", "--poll", "0.5"],
-        cwd=base,
+        [*manage_py(), "runconsumer", "all", "--poll", "0.5"],
         env=env,
         capture_output=True,
         text=True,

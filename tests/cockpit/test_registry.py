@@ -3,20 +3,17 @@ vanishes with its ZooKeeper session, also when the process is killed."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from queues.daemons.registration import ProcessObserver
 from queues.zk import client as zkmod
 from queues.zk import consumers as zconsumers
 from queues.zk.jobs import job_load
+from tests.live.conftest import child_env, manage_py
 
 from .conftest import Running, SlowStep, wait_for
 
@@ -105,23 +102,15 @@ def test_the_node_comes_back_after_a_lost_session(zk, zk_hosts) -> None:
 def test_a_killed_runconsumer_vanishes_when_its_session_expires(zk, zk_hosts, tmp_path) -> None:
     """A real ``runconsumer`` process registers itself; SIGKILL leaves ZooKeeper to expire its
     session (ZK_TIMEOUT), and its node goes with it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MRT_", "ZK_", "DJANGO_"))}
-    env.update(
-        DJANGO_SETTINGS_MODULE="mrtadmin.settings",
-        ZK_HOSTS=zk_hosts,
+    env = child_env(
+        zk_hosts,
+        tmp_path,
         ZK_TIMEOUT="4",
         MRT_VAR_DIR=str(tmp_path),
-        MRT_DATABASE_PATH=str(tmp_path / "console.sqlite3"),
         MRT_CONSUMER_PUBLISH_SECONDS="0.5",
     )
-    base = Path(settings.BASE_DIR)
-    manage = [sys.executable, "manage.py"]
-    subprocess.run(
-        [*manage, "migrate", "--noinput"], cwd=base, env=env, check=True, capture_output=True
-    )
     proc = subprocess.Popen(
-        [*manage, "runconsumer", "pending", "--poll", "0.5"],
-        cwd=base,
+        [*manage_py(), "runconsumer", "pending", "--poll", "0.5"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -5,19 +5,17 @@ refuses to start, saying what to share and how to name a new folder."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from queues.daemons.registration import ProcessObserver
 from queues.daemons.vardir import MARKER, VarDirNotShared
 from queues.zk import consumers as zconsumers
 from tests.cockpit.conftest import SlowStep
+from tests.live.conftest import child_env, manage_py
 
 
 def _observer(zk, folder: Path, host: str = "daemon-host") -> ProcessObserver:
@@ -88,22 +86,9 @@ def test_runconsumer_on_another_folder_exits_with_the_reason(
     it claims anything."""
     shared, own = tmp_path / "shared", tmp_path / "own"
     _observer(zk, shared)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MRT_", "ZK_", "DJANGO_"))}
-    env.update(
-        DJANGO_SETTINGS_MODULE="mrtadmin.settings",
-        ZK_HOSTS=zk_hosts,
-        MRT_VAR_DIR=str(own),
-        MRT_DATABASE_PATH=str(tmp_path / "console.sqlite3"),
-        DJANGO_SECRET_KEY="k" * 50,
-    )
-    manage = [sys.executable, "manage.py"]
-    base = Path(settings.BASE_DIR)
-    subprocess.run(
-        [*manage, "migrate", "--noinput"], cwd=base, env=env, check=True, capture_output=True
-    )
+    env = child_env(zk_hosts, tmp_path, MRT_VAR_DIR=str(own), DJANGO_SECRET_KEY="k" * 50)
     done = subprocess.run(
-        [*manage, "runconsumer", "pending", "--poll", "0.5"],
-        cwd=base,
+        [*manage_py(), "runconsumer", "pending", "--poll", "0.5"],
         env=env,
         capture_output=True,
         text=True,

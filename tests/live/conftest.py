@@ -160,6 +160,21 @@ def console_env(
     return env
 
 
+def child_env(zk_hosts: str, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """Environment for a console process of a test's own: this process's without its ``MRT_``,
+    ``ZK_`` and ``DJANGO_`` settings, on the test's ZooKeeper chroot and a fresh database in
+    ``tmp_path`` (migrated), with ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MRT_", "ZK_", "DJANGO_"))}
+    env.update(
+        DJANGO_SETTINGS_MODULE="mrtadmin.settings",
+        ZK_HOSTS=zk_hosts,
+        MRT_DATABASE_PATH=str(tmp_path / "console.sqlite3"),
+        **extra,
+    )
+    subprocess.run([*manage_py(), "migrate", "--noinput"], env=env, check=True, capture_output=True)
+    return env
+
+
 def api_token(env: dict[str, str], key_file: Path, *, user: str, name: str) -> str:
     """A new API token of ``user``'s, made as an operator would (``manage.py apitoken create``)
     in the database of ``env`` (from ``console_env``); its key, read back from ``key_file``."""
