@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -116,6 +117,32 @@ class Running:
         self.stop_event.set()
         for t in self.threads:
             t.join(timeout=30)
+
+
+@contextmanager
+def held_consumer(zk_hosts: str, **registered: Any) -> Iterator[tuple[SlowStep, Any]]:
+    """A process running the slow step on a ZooKeeper session of its own, registered
+    (``registered``: the observer's host, pid, ...): ``(daemon, observer)``. A claimed item is
+    held until the test sets ``daemon.until`` (set on the way out in any case): a step of a fixed
+    time could end before a look that comes late on a busy machine."""
+    from queues.daemons.registration import ProcessObserver
+    from queues.zk import client as zkmod
+
+    other = zkmod.connect(zk_hosts)
+    daemon = SlowStep(zk=other, poll=0.1)
+    daemon.until = threading.Event()
+    observer = ProcessObserver(other, [daemon], record=False, publish_seconds=0.2, **registered)
+    daemon.observer = observer
+    observer.start()
+    running = Running([daemon])
+    try:
+        yield daemon, observer
+    finally:
+        daemon.until.set()
+        running.stop()
+        observer.stop()
+        other.stop()
+        other.close()
 
 
 def record(**kw: Any) -> Any:

@@ -3,8 +3,6 @@ item in hand, claims nothing more, and says "drained"; "claim again" undoes it."
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from django.test import Client
 
@@ -14,32 +12,15 @@ from queues.zk import client as zkmod
 from queues.zk import consumers as zconsumers
 from queues.zk.jobs import job_load
 
-from .conftest import Running, SlowStep, wait_for
+from .conftest import SlowStep, held_consumer, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def consumer(zk, zk_hosts):
-    other = zkmod.connect(zk_hosts)
-    daemon = SlowStep(zk=other, poll=0.1)
-    # A claimed item is held until the test lets it go (``daemon.until.set()``): a step of a
-    # fixed time could end before a look that comes late on a busy machine.
-    daemon.until = threading.Event()
-    observer = ProcessObserver(
-        other, [daemon], record=False, publish_seconds=0.2, host="worker1", pid=77
-    )
-    daemon.observer = observer
-    observer.start()
-    running = Running([daemon])
-    try:
+    with held_consumer(zk_hosts, host="worker1", pid=77) as (_daemon, observer):
         yield observer
-    finally:
-        daemon.until.set()
-        running.stop()
-        observer.stop()
-        other.stop()
-        other.close()
 
 
 def _entry(zk):

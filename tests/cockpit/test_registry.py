@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import threading
 
 import pytest
 
@@ -15,7 +14,7 @@ from queues.zk import consumers as zconsumers
 from queues.zk.jobs import job_load
 from tests.live.conftest import child_env, manage_py
 
-from .conftest import Running, SlowStep, wait_for
+from .conftest import SlowStep, held_consumer, wait_for
 
 
 def _names(zk) -> list[str]:
@@ -48,16 +47,9 @@ def test_registration_appears_and_vanishes_with_the_session(zk, zk_hosts) -> Non
 
 
 def test_a_thread_says_which_item_it_holds_since_when(zk, zk_hosts, make_job) -> None:
-    other = zkmod.connect(zk_hosts)
-    daemon = SlowStep(zk=other, poll=0.1)
     # Held until the test has seen it: a fixed time in hand could pass between two looks.
-    daemon.until = threading.Event()
-    observer = ProcessObserver(other, [daemon], record=False, publish_seconds=0.2)
-    daemon.observer = observer
-    observer.start()
-    job = make_job("Estimating")
-    running = Running([daemon])
-    try:
+    with held_consumer(zk_hosts) as (daemon, _observer):
+        job = make_job("Estimating")
 
         def holding():
             (entry,) = zconsumers.consumers_list(zk)
@@ -72,12 +64,6 @@ def test_a_thread_says_which_item_it_holds_since_when(zk, zk_hosts, make_job) ->
         # Once the step is done the thread is idle again (at the next write, within 0.2 s).
         wait_for(lambda: not zconsumers.consumers_list(zk)[0]["threads"][0].get("item"))
         assert zconsumers.consumers_list(zk)[0]["handled"] == 1
-    finally:
-        daemon.until.set()
-        running.stop()
-        observer.stop()
-        other.stop()
-        other.close()
     assert _names(zk) == []  # a clean stop removes the node at once
 
 

@@ -4,7 +4,6 @@ MRT_STUCK_SECONDS, by time in state or by lock age; on the overview, as a job-li
 
 from __future__ import annotations
 
-import threading
 import time
 from array import array
 from datetime import UTC, datetime, timedelta
@@ -138,11 +137,9 @@ def test_stuck_jobs_on_the_overview_the_job_list_and_metrics(zk, make_job, viewe
 
 
 def test_a_consumer_thread_is_flagged_past_its_steps_p95(zk, zk_hosts, make_job, settings):
-    from queues.daemons.registration import ProcessObserver
     from queues.views.workers import consumers_context
-    from queues.zk import client as zkmod
 
-    from .conftest import Running, SlowStep
+    from .conftest import held_consumer
 
     settings.MRT_STUCK_SECONDS = 3600
     settings.MRT_STUCK_FACTOR = 3
@@ -152,29 +149,16 @@ def test_a_consumer_thread_is_flagged_past_its_steps_p95(zk, zk_hosts, make_job,
     StepRecord.objects.bulk_create(
         [record(step="slow", duration=0.1, started=now - timedelta(minutes=i)) for i in range(25)]
     )
-    other = zkmod.connect(zk_hosts)
-    daemon = SlowStep(zk=other, poll=0.1)
     # Held until the test has seen it flagged: with a fixed 3 s in hand, a look that came
     # after the step ended would never see it flagged again.
-    daemon.until = threading.Event()
-    observer = ProcessObserver(other, [daemon], record=False, publish_seconds=0.2)
-    daemon.observer = observer
-    observer.start()
-    job = make_job("Estimating")
-    running = Running([daemon])
-    try:
+    with held_consumer(zk_hosts):
+        job = make_job("Estimating")
         context = wait_for(lambda: (c := consumers_context(None))["flagged_total"] and c)
         (proc,) = context["consumers"]
         (thread,) = proc["threads"]
         assert thread["item"] == job.jid and thread["flagged"]
         assert thread["limit"] == pytest.approx(0.3)
         assert proc["flagged"] == 1
-    finally:
-        daemon.until.set()
-        running.stop()
-        observer.stop()
-        other.stop()
-        other.close()
 
 
 def test_the_count_reads_the_lock_of_a_job_between_the_two_thresholds(zk, make_job, settings):
