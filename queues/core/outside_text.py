@@ -11,6 +11,8 @@ for where it goes. HTML is Django's autoescaping; here are the others.
   credentials, which are sent as HTTP Basic authentication; the words about it
   (a refusal, an outage, a failed download) go to ZooKeeper, where Merritt's services read them,
   to the logs and to every viewer of the console.
+- A URL as data handed on (a job's node, a preserved object's record):
+  ``url_without_credentials`` leaves its user-info out altogether.
 - A Slack message: ``for_slack`` escapes the three characters Slack reads as markup (``&``,
   ``<``, ``>``; Slack's "Formatting text for app surfaces", *Escaping text*), so a reason
   cannot mention ``<!channel>`` or make a link.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import logging
 import re
 import traceback
+from urllib.parse import urlsplit, urlunsplit
 
 # C0 and C1 control characters, DEL, and the Unicode line and paragraph separators.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -51,6 +54,40 @@ _PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*):[^/?#]*@")
 def url_shown(url: str) -> str:
     """``url`` as words may show it: the password of its user-info, if any, as ``***``."""
     return _PASSWORD.sub(r"\1:***@", url) if "@" in url else url
+
+
+# A URL's scheme, then its user-info up to the authority's last "@".
+_USER_INFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+
+
+def url_without_credentials(url: str) -> str:
+    """``url`` as data handed on to others may carry it: without its user-info. The URL of
+    one of Merritt's services written into a job's node or a preserved object's record
+    (storage's, in the ``inventory`` node and ``mrt-ingest.txt``) is read by every client of
+    ZooKeeper and kept with the object for good; the services' own clients keep the setting,
+    password and all."""
+    return _USER_INFO.sub(r"\1", url, count=1) if "@" in url else url
+
+
+def url_with_credentials_of(url: str, service: str) -> str:
+    """``url`` with the user-info of ``service``'s URL when it names none of its own and is on
+    the same scheme, host and port: a URL handed on without them (``url_without_credentials``)
+    fetched again by the console itself."""
+    if "@" not in service or _USER_INFO.match(url):
+        return url
+    try:
+        ours, theirs = urlsplit(url), urlsplit(service)
+        same = (ours.scheme.lower(), ours.hostname, ours.port) == (
+            theirs.scheme.lower(),
+            theirs.hostname,
+            theirs.port,
+        )
+    except ValueError:
+        return url
+    if not same or theirs.username is None:
+        return url
+    user_info = theirs.netloc.rsplit("@", 1)[0]
+    return urlunsplit(ours._replace(netloc=f"{user_info}@{ours.netloc}"))
 
 
 def for_slack(text: str) -> str:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from django.conf import settings
 from django.db import transaction
 
-from queues.core.outside_text import url_shown
+from queues.core.outside_text import url_shown, url_with_credentials_of
 from queues.models import InventoryFile, InventoryObject, InventoryVersion
 from queues.steps.checkm import ManifestError
 from queues.steps.erc import Erc
@@ -46,7 +47,13 @@ class LocalInventory:
         erc: Erc | None = None,
     ) -> None:
         try:
-            data = fetch_bytes(manifest_url, file_roots=self.file_roots, policy=self.policy)
+            # Handed on without storage's credentials (``inventory_manifest_url``): fetched
+            # from MRT_STORAGE_URL's server, it goes with them again.
+            data = fetch_bytes(
+                url_with_credentials_of(manifest_url, settings.MRT_STORAGE_URL),
+                file_roots=self.file_roots,
+                policy=self.policy,
+            )
             files = version_entries(data, version)
         except (DownloadError, ManifestError) as exc:
             raise InventoryError(

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
+from queues.core.outside_text import url_without_credentials
 from queues.core.states import JobState
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Step, StepFailed
@@ -283,8 +284,9 @@ class Processing(JobDaemon):
 def storage_service_url(profile: Profile) -> str:
     """The storage service a version goes to: the profile's (a Merritt profile names it), else
     MRT_STORAGE_URL, else local storage as published under MRT_WORK_URL
-    (``clients.storage_export``), else local storage's folder as a file URL."""
-    return (
+    (``clients.storage_export``), else local storage's folder as a file URL. Without its
+    credentials: it is written into the object's ``mrt-ingest.txt`` and the job's nodes."""
+    return url_without_credentials(
         profile.storage_service
         or settings.MRT_STORAGE_URL
         or clients.work_url(clients.LOCAL_STORAGE_FOLDER)

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from queues.core.outside_text import url_without_credentials
 from queues.core.states import JobState
 from queues.core.words import digits
 from queues.daemons import clients
@@ -161,7 +162,10 @@ class Storing(ObjectLockDaemon):
             lock_release(self.zk, lock)
         inventory: dict[str, Any] = dict(item.inventory or {})
         inventory.setdefault("mode", "")
-        inventory.update(manifest_url=stored.manifest_url, ark=stored.ark, version=stored.version)
+        # For inventory, Merritt's or ours: without storage's credentials (read by every client
+        # of ZooKeeper; ours adds them again when it fetches it).
+        handed = url_without_credentials(stored.manifest_url)
+        inventory.update(manifest_url=handed, ark=stored.ark, version=stored.version)
         try:
             job_set_json(self.zk, item, "inventory", inventory)
         except (Conflict, StaleVersion) as exc:

@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from urllib.parse import quote_plus, unquote_plus
 
 from queues.core.moments import aware, inside
+from queues.core.outside_text import url_without_credentials
 
 # The console's name -> Merritt ingest's package type name.
 MERRITT_TYPES: dict[str, str] = {
@@ -167,7 +168,9 @@ def store_node(
 
 
 def inventory_manifest_url(storage_url: str, ark: str, node: int | str) -> str:
-    """Where storage serves an object's manifest: ``<storage>/manifest/<node>/<encoded ark>``."""
+    """Where storage serves an object's manifest: ``<storage>/manifest/<node>/<encoded ark>``,
+    without the storage URL's credentials (the URL goes into the job's ``inventory`` node)."""
+    storage_url = url_without_credentials(storage_url)
     return f"{storage_url.rstrip('/')}/manifest/{storage_node_number(node)}/{java_urlencode(ark)}"
 
 

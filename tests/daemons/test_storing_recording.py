@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -21,6 +23,7 @@ from queues.chaos.standins import (
     running,
 )
 from queues.daemons.storing import Storing
+from queues.daemons.workfolder import object_dir
 from queues.models import InventoryObject, InventoryVersion
 from queues.steps.storage import LocalStorage
 from queues.zk import paths as zpaths
@@ -269,3 +272,37 @@ def test_recording_waits_while_merritts_inventory_or_another_recording_holds_the
         assert worker.run_once()
         assert job_load(zk, job.jid).state == "Notify"
         assert len(inventory.added) == 1
+
+
+def test_storages_password_stays_out_of_the_job_and_the_object(
+    zk, files: FileServer, settings
+) -> None:
+    """``MRT_STORAGE_URL`` with a password (sent as Basic authentication) and the local
+    inventory: the storage URL written into the job's ``inventory`` node (read by every client
+    of ZooKeeper, Merritt's services among them), into the object's ``mrt-ingest.txt`` (kept
+    with the object for good) and into the local inventory's record goes without it; the local
+    inventory's own fetch of the manifest goes with it. Before, the password was in all three."""
+    with (
+        running(StorageStandIn(nodes=(9501,))) as storage,
+        _served(Path(settings.MRT_WORK_DIR)) as work_url,
+    ):
+        settings.MRT_STORAGE_URL = storage.url.replace("http://", "http://merritt:s3cret@")
+        settings.MRT_INVENTORY_URL = ""
+        settings.MRT_WORK_URL = work_url
+        job = _processed(zk, files)
+        ingest = (object_dir(job) / "system" / "mrt-ingest.txt").read_text()
+        assert f"storageService:\t{storage.url}\n" in ingest
+        drive(zk, lambda: job_load(zk, job.jid).state == "Notify", names=["storing", "recording"])
+
+        done = job_load(zk, job.jid)
+        manifest_url = f"{storage.url}/manifest/9501/{quote(done.primary_id, safe='')}"
+        assert done.inventory["manifest_url"] == manifest_url
+        for node in ("inventory", "store", "status", "configuration"):
+            data, _ = zk.get(zpaths.job_node(job.jid, node))
+            assert b"s3cret" not in data, node
+        recorded = InventoryVersion.objects.get(object__ark=done.primary_id, number=1)
+        assert recorded.manifest_url == manifest_url
+        basic = "Basic " + base64.b64encode(b"merritt:s3cret").decode()
+        fetched = [r for r in storage.seen("GET") if r.path.startswith("/manifest/9501/")]
+        assert fetched, "the local inventory did not read the object's manifest from storage"
+        assert all(r.headers.get("Authorization") == basic for r in fetched)

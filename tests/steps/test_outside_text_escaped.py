@@ -13,7 +13,13 @@ import threading
 
 import pytest
 
-from queues.core.outside_text import LogFormatter, for_slack, url_shown
+from queues.core.outside_text import (
+    LogFormatter,
+    for_slack,
+    url_shown,
+    url_with_credentials_of,
+    url_without_credentials,
+)
 from queues.steps.fetch import DownloadError, fetch_bytes
 
 # Outside text a log call may carry in its arguments: the escape, and a newline forging a line.
@@ -155,6 +161,39 @@ def test_an_exceptions_own_words_stay_on_their_line_in_a_traceback() -> None:
 )
 def test_a_url_is_shown_without_its_password(url: str, shown: str) -> None:
     assert url_shown(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("url", "handed"),
+    [
+        ("https://user:s3cret@example.org/a", "https://example.org/a"),
+        ("http://u:p@ss@example.org:81/p?q=@", "http://example.org:81/p?q=@"),
+        ("http://user@example.org/", "http://example.org/"),
+        ("http://example.org/a@b", "http://example.org/a@b"),
+        ("file:///srv/a", "file:///srv/a"),
+    ],
+)
+def test_a_url_handed_on_goes_without_its_user_info(url: str, handed: str) -> None:
+    assert url_without_credentials(url) == handed
+
+
+@pytest.mark.parametrize(
+    ("url", "fetched"),
+    [
+        ("http://store:35121/manifest/9501/a", "http://u:p%40ss@store:35121/manifest/9501/a"),
+        ("HTTP://store:35121/m", "http://u:p%40ss@store:35121/m"),
+        # Another port, host or scheme: not the service's, nothing added.
+        ("http://store:8080/m", "http://store:8080/m"),
+        ("http://other:35121/m", "http://other:35121/m"),
+        ("https://store:35121/m", "https://store:35121/m"),
+        # Its own user-info is kept.
+        ("http://me:x@store:35121/m", "http://me:x@store:35121/m"),
+        ("file:///srv/m", "file:///srv/m"),
+    ],
+)
+def test_a_url_fetched_again_takes_the_services_user_info(url: str, fetched: str) -> None:
+    assert url_with_credentials_of(url, "http://u:p%40ss@store:35121/") == fetched
+    assert url_with_credentials_of(url, "http://store:35121/") == url
 
 
 def test_a_manifest_line_refused_shows_its_url_without_the_password() -> None:
