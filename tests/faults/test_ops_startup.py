@@ -504,3 +504,47 @@ def test_run_console_serves_under_mrt_root_path(tmp_path: Path) -> None:
             assert 'href="/queue/static/' in page, page[:2000]
     finally:
         _stop_run_console(proc, var, zk_port)
+
+
+@pytest.mark.slow
+@pytest.mark.live_server
+@pytest.mark.django_db(transaction=True)
+def test_pages_the_api_and_healthz_answer_503_at_once_through_daphne_while_zookeeper_is_away(
+    own_server: LocalZooKeeper, tmp_path: Path
+) -> None:
+    """README, "ZooKeeper goes away": "pages and /healthz answer 503 at once", for a console
+    that was serving (its read index filled) when ZooKeeper stopped, through daphne as users
+    reach it; and every one of them answers again once ZooKeeper is back."""
+    from tests.live.conftest import api_token, console_env, daphne, log_in
+
+    env = console_env(own_server.hosts, tmp_path, user="ops", password="pw-" + "x" * 20)
+    key = api_token(env, tmp_path / "key", user="ops", name="ops")
+    with daphne(env, tmp_path / "daphne.log") as url:
+        browser = log_in(url, "ops", "pw-" + "x" * 20)
+
+        def statuses() -> dict[str, int]:
+            found = {"/healthz": health(url)}
+            for path in ("/", "/jobs/?state=Failed", "/holds/", "/failed/"):
+                found[path] = browser.get(url + path, timeout=HANG_GUARD).status_code
+            api = urllib.request.Request(
+                f"{url}/api/overview", headers={"Authorization": f"Bearer {key}"}
+            )
+            try:
+                with urllib.request.urlopen(api, timeout=HANG_GUARD) as answer:
+                    found["/api/overview"] = answer.status
+            except urllib.error.HTTPError as exc:
+                found["/api/overview"] = exc.code
+            return found
+
+        deadline = time.monotonic() + 60
+        while set(statuses().values()) != {200}:  # the read index fills after the start
+            assert time.monotonic() < deadline, statuses()
+            time.sleep(0.2)
+        own_server.stop()
+        # At once: each asked right after the stop, within the hang guard, says 503.
+        assert set(statuses().values()) == {503}, statuses()
+        own_server.start()
+        deadline = time.monotonic() + 60
+        while set(statuses().values()) != {200}:
+            assert time.monotonic() < deadline, statuses()
+            time.sleep(0.5)
