@@ -19,6 +19,8 @@ from queues.services import moves
 from queues.zk import consumers as zconsumers
 from queues.zk.batches import batch_create, batch_load, batch_transition
 from queues.zk.jobs import job_load, job_transition
+from queues.zk.locks import queue_hold_clear, queue_hold_set
+from queues.zk.maintenance import window_set
 
 from .conftest import Webhook, a_moment, failed_job, later, mails_with, only, pending_job
 
@@ -112,6 +114,21 @@ def _retention(zk: Any) -> tuple[dict[str, Any], Callable[[], None], Callable[[]
     return {"threshold": 0.0}, make, cure
 
 
+def _hold_overrun(zk: Any) -> tuple[dict[str, Any], Callable[[], None], Callable[[], None]]:
+    """README, "The weekly redeploy": the ingest queue held with an end that has passed (no
+    maintenance daemon ran to release it), then released by hand."""
+
+    def make() -> None:
+        queue_hold_set(zk, "ingest")
+        ended = a_moment() - timedelta(seconds=1)
+        window_set(zk, "queue", "ingest", until=ended, reason="weekly redeploy")
+
+    def cure() -> None:
+        assert queue_hold_clear(zk, "ingest")
+
+    return {"threshold": 0.0}, make, cure
+
+
 SCENARIOS = {
     "failures": _failures,
     "collection-failures": _collection_failures,
@@ -119,6 +136,7 @@ SCENARIOS = {
     "oldest-pending": _oldest_pending,
     "no-consumer": _no_consumer,
     "retention": _retention,
+    "hold-overrun": _hold_overrun,
 }
 
 
