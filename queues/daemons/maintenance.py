@@ -28,10 +28,14 @@ from queues.zk.errors import StoppedPartway
 from queues.zk.maintenance import (
     Window,
     due,
+    finish_release,
     node_holds,
     overrun,
+    parks,
     release_window,
     service_holds,
+    take_release,
+    unfinished_releases,
     windows,
 )
 
@@ -46,20 +50,31 @@ class Maintenance(PeriodicDaemon):
     round_name: ClassVar[str] = "look at the windows"
 
     def sweep(self) -> list[Window]:
-        """Release every window past its end that this process wins; those it released."""
+        """Release every window past its end that this process wins, after finishing the
+        releases a stopped daemon left unfinished; those it released or finished."""
         released = []
+        for window in unfinished_releases(self.zk):
+            if take_release(self.zk, window):
+                released.append(window)
+                self.released(window, taken_over=True)
         for window in due(self.zk):
             if release_window(self.zk, window):
                 released.append(window)
                 self.released(window)
         return released
 
-    def released(self, window: Window) -> None:
-        """What the hold parked goes on, and the release is audited (by the winner only)."""
+    def released(self, window: Window, *, taken_over: bool = False) -> None:
+        """What the hold parked goes on, and the release is audited (by the winner only, or by
+        the daemon that finished it: ``taken_over``). The release's record
+        (``release_window``) is ended last: should this process stop before, another daemon
+        lets the parked items go."""
         parked = []
         stopped = ""
         try:
-            if window.kind == "queue" and window.name == "ingest":
+            if window.kind == "queue" and window.name == "ingest" and taken_over:
+                # Not the hold: it may be an operator's own, placed since.
+                parked = hold_moves.ingest_release_parked()
+            elif window.kind == "queue" and window.name == "ingest":
                 parked = hold_moves.queue_release(name="ingest", release_held=True)[1:]
             elif window.kind == "collection":
                 parked = hold_moves.collection_release_held(profile=window.name)
@@ -71,6 +86,8 @@ class Maintenance(PeriodicDaemon):
         moved = sum(o.before != o.after for o in parked)
         left = len(parked) - moved  # a session holds them (``hold_moves.SESSION_HOLDS``)
         detail = f"maintenance window ended at {clock_text(window.until)}"
+        if taken_over:
+            detail += " (the daemon that ended it stopped before it released what it parked)"
         if moved:
             detail += f"; released {moved} item(s) it had parked"
         if left:
@@ -92,6 +109,11 @@ class Maintenance(PeriodicDaemon):
             audit.write_or_keep([made])
         except Exception as exc:  # the release stands; the log line says what the entry would
             log.warning("release of %s %s not audited: %s", window.kind, window.name, exc)
+        if parks(window):
+            try:
+                finish_release(self.zk, window)
+            except Exception as exc:  # left for the next round's look at unfinished releases
+                log.warning("release of %s %s not ended: %s", window.kind, window.name, exc)
         log.info(
             "%s:%s maintenance released (%s; window by %s: %s)",
             window.kind,

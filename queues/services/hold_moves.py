@@ -33,6 +33,7 @@ from queues.zk.locks import (
     collection_held,
     collection_hold_clear,
     collection_hold_set,
+    queue_held,
     queue_hold_clear,
     queue_hold_set,
 )
@@ -158,9 +159,21 @@ def queue_release(*, name: str, release_held: bool = False) -> list[Outcome]:
     hold_record_clear(zk, "queue", name)
     outcomes = [_released("queue", name, changed)]
     if release_held and name == "ingest":
-        parked = _release_batches(lambda b: b.status.message == INGEST_HELD_MESSAGE)
-        _gather(f"release of queue {name}", outcomes, parked)
+        _gather(f"release of queue {name}", outcomes, _ingest_parked())
     return outcomes
+
+
+def ingest_release_parked() -> list[Outcome]:
+    """Release the batches Batch Pending parked while the ingest queue was held, its hold
+    already gone (a maintenance window's release finished by another daemon): refused while
+    the queue is held again, whose hold they then wait for."""
+    if queue_held(client(), "ingest"):
+        raise QueueHeld("the ingest queue is held again: its parked batches wait for its release")
+    return _gather("release of the ingest queue's parked batches", [], _ingest_parked())
+
+
+def _ingest_parked() -> Iterator[Outcome]:
+    return _release_batches(lambda b: b.status.message == INGEST_HELD_MESSAGE)
 
 
 # The detail of a held job or batch a release passed over because a session (Merritt's ingest,

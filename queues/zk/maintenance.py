@@ -15,6 +15,11 @@ collection holds only; see docs/zookeeper-contract-notes.md).
     collection or storage node) that ends at ``until``. The maintenance daemon releases it then,
     deleting the window and the hold in one transaction checked against the window's version,
     so with any number of daemons on any number of hosts it is released exactly once.
+``/mrt-console/holds/releasing/<kind>:<name>``
+    The window's JSON, and an ephemeral ``lock`` child: a window's end that released a hold
+    which parks items (the ingest queue's, a collection's), made in the same transaction. The
+    releasing session lets the parked items go, then deletes both; one left without its lock
+    (that session ended first) is taken over and finished by another maintenance daemon.
 ``/mrt-console/holds/about/<kind>:<name>``
     JSON ``{"by", "reason", "at", "marker"}``: who placed a queue or collection hold and why
     (the contract's hold markers are empty nodes). ``marker`` is the hold marker's ``czxid``:
@@ -48,6 +53,7 @@ from .records import Job
 HOLDS = f"{paths.CONSOLE}/holds"
 NODE_HOLDS = f"{HOLDS}/nodes"
 WINDOWS = f"{HOLDS}/windows"
+RELEASING = f"{HOLDS}/releasing"
 ABOUT = f"{HOLDS}/about"
 NODE_RE = re.compile(r"^[1-9][0-9]{0,8}$")  # a storage node number, as profiles name it
 SERVICE_HOLDS = f"{HOLDS}/services"
@@ -561,25 +567,104 @@ def windows(zk: KazooClient) -> list[Window]:
     return sorted(found, key=lambda w: w.until)
 
 
+def parks(window: Window) -> bool:
+    """Whether the hold ``window`` ends parks items its release lets go: the ingest queue's
+    (the batches Batch Pending held while it was held) and a collection's (its Held jobs and
+    batches)."""
+    return window.kind == "collection" or (window.kind, window.name) == ("queue", "ingest")
+
+
+def _release_path(window: Window) -> str:
+    return f"{RELEASING}/{window.key}"
+
+
 def release_window(zk: KazooClient, window: Window) -> bool:
     """End ``window`` and its hold in one transaction checked against the window's version:
     True for the one caller that did it, False when another did first (or the window changed).
-    A hold already released by hand ends only its window."""
+    A hold already released by hand ends only its window.
+
+    A hold that parks items (``parks``) leaves, in the same transaction, a record of the
+    release under ``RELEASING`` with an ephemeral lock of the caller's session in it: the caller
+    lets the parked items go and then ends the record (``finish_release``). Should its session
+    end first, the record stays without its lock, and another daemon finishes the release
+    (``unfinished_releases``). While a release of the same hold is unfinished, the window waits
+    (False)."""
     path = window_path(window.kind, window.name)
     marker = hold_marker(window.kind, window.name)
+    parking = parks(window)
+    if parking:
+        zk.ensure_path(RELEASING)
     txn = zk.transaction()
     txn.delete(path, version=window.version)
     if zk.exists(marker) is not None:
         txn.delete(marker)
+    if parking:
+        record = _release_path(window)
+        txn.create(record, encode_json(_window_fields(window)))
+        txn.create(f"{record}/lock", b"", ephemeral=True)
     results = txn.commit()
     if any(isinstance(r, Exception) for r in results):
         failed = [r for r in results if isinstance(r, Exception)]
-        if any(isinstance(r, NoNodeError | BadVersionError) for r in failed):
+        if any(isinstance(r, NoNodeError | BadVersionError | NodeExistsError) for r in failed):
             # Gone or changed since it was read: someone else released or moved it. A hold
-            # released by hand between the look and the commit is picked up next time round.
+            # released by hand between the look and the commit is picked up next time round,
+            # as is one whose earlier release is still being finished.
             return False
         raise failed[0]
     return True
+
+
+def _window_fields(window: Window) -> dict[str, Any]:
+    """A window's node's JSON, as ``window_set`` writes it (``_window`` reads it back)."""
+    return {
+        "kind": window.kind,
+        "name": window.name,
+        "until": window.until.astimezone(UTC).isoformat(),
+        "reason": window.reason,
+        "by": window.by,
+        "at": window.at.isoformat() if window.at else None,
+        "auto_release": window.auto_release,
+    }
+
+
+def unfinished_releases(zk: KazooClient) -> list[Window]:
+    """The windows whose release ended their hold but whose parked items the releasing
+    session did not get to let go before it ended (their record's lock gone with it). One
+    listing of an empty folder when there are none."""
+    keys = children(zk, RELEASING)
+    if not keys:
+        return []
+    reads = read_many(zk, [f"{RELEASING}/{key}" for key in keys])
+    locks = exists_many(zk, [f"{RELEASING}/{key}/lock" for key in keys])
+    return [
+        w
+        for key in keys
+        if locks[f"{RELEASING}/{key}/lock"] is None
+        and (w := _window(key, reads[f"{RELEASING}/{key}"])) is not None
+    ]
+
+
+def take_release(zk: KazooClient, window: Window) -> bool:
+    """Take over an unfinished release (its record's lock, in this session); False when
+    another session took it first or finished it."""
+    try:
+        zk.create(f"{_release_path(window)}/lock", b"", ephemeral=True)
+    except (NodeExistsError, NoNodeError):
+        return False
+    return True
+
+
+def finish_release(zk: KazooClient, window: Window) -> None:
+    """End the record of a release whose parked items were let go: its lock (this session's,
+    from ``release_window`` or ``take_release``) and the record, in one transaction."""
+    record = _release_path(window)
+    txn = zk.transaction()
+    txn.delete(f"{record}/lock")
+    txn.delete(record)
+    results = txn.commit()
+    failed = [r for r in results if isinstance(r, Exception)]
+    if failed and not all(isinstance(r, NoNodeError) for r in failed):
+        raise failed[0]
 
 
 def due(zk: KazooClient, now: datetime | None = None) -> list[Window]:

@@ -14,10 +14,13 @@ import pytest
 
 from queues.core.states import INGEST_HELD_MESSAGE
 from queues.daemons.maintenance import Maintenance
+from queues.models import AuditEntry
 from queues.zk import client as zkmod
 from queues.zk.batches import batch_create, batch_load, batch_transition
 from queues.zk.locks import collection_held, queue_held, queue_hold_set
 from queues.zk.maintenance import (
+    RELEASING,
+    Window,
     node_held,
     node_hold_set,
     overrun,
@@ -25,6 +28,7 @@ from queues.zk.maintenance import (
     window_set,
     windows,
 )
+from queues.zk.records import Batch
 
 from .conftest import DEMO, wait_for
 from .test_end_to_end import Consumers
@@ -70,6 +74,55 @@ def test_the_daemon_releases_a_due_window_and_what_the_ingest_hold_parked(zk) ->
     assert not queue_held(zk, "ingest")
     assert batch_load(zk, parked.bid).state == "Pending"
     assert not daemon.run_once()  # nothing left to release
+
+
+class _StopsAfterItsRelease(Maintenance):
+    """A maintenance daemon whose process stops right after its release's transaction, before
+    it lets go what the hold parked (its session ends with it)."""
+
+    def released(self, window: Window, *, taken_over: bool = False) -> None:
+        self.zk.stop()
+        self.zk.close()
+
+
+def _release_stopped_halfway(zk, zk_hosts: str) -> Batch:
+    """A batch parked by an ingest hold whose window a daemon ended and then stopped."""
+    parked = batch_create(zk, submission={"profile": DEMO, "submitter": "t"})
+    batch_transition(zk, parked, "Held", message=INGEST_HELD_MESSAGE)
+    queue_hold_set(zk, "ingest")
+    window_set(zk, "queue", "ingest", until=_soon(-1), reason="weekly redeploy")
+    assert len(_StopsAfterItsRelease(zk=zkmod.connect(zk_hosts), poll=0.05).sweep()) == 1
+    assert not queue_held(zk, "ingest") and windows(zk) == []
+    assert batch_load(zk, parked.bid).state == "Held"
+    return parked
+
+
+def test_a_release_whose_daemon_stopped_before_what_it_parked_is_finished_by_another(
+    zk, zk_hosts
+) -> None:
+    """The window and the hold end in one transaction and the parked batches go after it: a
+    daemon stopped between the two left them Held, with nothing left to release them (the
+    hold and its window gone). Another daemon now finishes the release, audited once."""
+    parked = _release_stopped_halfway(zk, zk_hosts)
+    daemon = Maintenance(zk=zk, poll=0.05)
+    assert daemon.run_once()
+    assert batch_load(zk, parked.bid).state == "Pending"
+    (entry,) = AuditEntry.objects.filter(kind="queue", item_id="ingest", action="release")
+    assert "released 1 item(s) it had parked" in entry.detail
+    assert "stopped before it released what it parked" in entry.detail
+    assert zk.get_children(RELEASING) == []
+    assert not daemon.run_once()  # finished: nothing left
+
+
+def test_a_release_finished_by_another_daemon_leaves_a_hold_placed_since_alone(
+    zk, zk_hosts
+) -> None:
+    parked = _release_stopped_halfway(zk, zk_hosts)
+    queue_hold_set(zk, "ingest")  # an operator's own hold, after the window's end
+    assert Maintenance(zk=zk, poll=0.05).run_once()
+    assert queue_held(zk, "ingest")
+    assert batch_load(zk, parked.bid).state == "Held"  # the new hold's to release
+    assert zk.get_children(RELEASING) == []
 
 
 def test_a_window_not_yet_due_or_not_releasing_itself_stays(zk) -> None:
