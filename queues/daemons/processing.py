@@ -34,22 +34,18 @@ from queues.core.states import JobState
 from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Step, StepFailed
 from queues.daemons.workfolder import (
-    STORAGE_MANIFEST,
     fetch,
     job_spec,
     object_dir,
-    work_relative,
-    workdir,
+    write_job_storage_manifest,
 )
 from queues.steps import merritt
 from queues.steps.erc import (
     PRODUCER_DIR,
     Erc,
     dublin_core_elements,
-    http_url_for,
     write_dublin_core,
     write_erc,
-    write_storage_manifest,
 )
 from queues.steps.merritt_wire import is_ark_answer
 from queues.steps.minting import MintError
@@ -175,7 +171,6 @@ class Processing(JobDaemon):
 
     def work(self, item: Job) -> Step:
         spec = job_spec(item)
-        folder = workdir(item)
         target = object_dir(item)
         producer = target / PRODUCER_DIR
         if not producer.is_dir() or not any(p.is_file() for p in producer.rglob("*")):
@@ -206,13 +201,7 @@ class Processing(JobDaemon):
             target,
             self.version_files(item, spec, profile, ark, local_id, erc, storage_url, validity),
         )
-        served = clients.work_url(work_relative(target))
-        manifest = write_storage_manifest(
-            target,
-            folder / STORAGE_MANIFEST,
-            url_for=http_url_for(served) if served else None,
-        )
-        manifest_url = clients.work_url(work_relative(manifest)) or manifest.resolve().as_uri()
+        manifest_url = write_job_storage_manifest(item, clients.work_url)
         store = merritt.store_node(
             manifest_url=manifest_url, ark=ark, node=node, update=update, delete=delete
         )

@@ -29,6 +29,7 @@ from queues.daemons import clients
 from queues.daemons.base import JobDaemon, Next, Stay, Step, StepFailed
 from queues.daemons.breakers import STORAGE_NODE
 from queues.daemons.waiting import chained
+from queues.daemons.workfolder import rewrite_object_profile_manifest
 from queues.steps.merritt import parse_store_mode
 from queues.steps.merritt_wire import is_ark_answer
 from queues.steps.profiles import ProfileError, load_profile
@@ -136,6 +137,12 @@ class Storing(ObjectLockDaemon):
             # An update adds only the files sent and deletes those listed: Merritt's storage
             # service does that; the clients here store whole versions.
             raise StepFailed("an update version needs Merritt's storage service (MRT_OWN_STEPS)")
+        if rewrite_object_profile_manifest(item, manifest_url, clients.work_url):
+            log.info(
+                "%s storing: its storage manifest, written with the object-manifest profile "
+                "(a console before 2026-12-06), written again as an add manifest",
+                item.jid,
+            )
         try:
             profile = load_profile(item.profile)
         except ProfileError:

@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ from queues.core.states import JOB
 from queues.daemons.base import NotProcessable, StepFailed
 from queues.daemons.handoff import HandedWork
 from queues.services.depositors import depositor_policy, payload_roots
-from queues.steps.checkm import ManifestError
+from queues.steps.checkm import ADD_MANIFEST, OBJECT_MANIFEST, CheckmReader, ManifestError
+from queues.steps.erc import http_url_for, write_storage_manifest
 from queues.steps.fetch import fetch_bytes
 from queues.steps.submission import ObjectSpec, PayloadFile, PayloadNotHere, payload_files
 from queues.zk import paths as zpaths
@@ -123,6 +125,45 @@ def work_relative(path: Path) -> str:
 
 def object_dir(job: Job) -> Path:
     return workdir(job) / OBJECT_DIR
+
+
+def write_job_storage_manifest(job: Job, work_url: Callable[[str], str | None]) -> str:
+    """Write the job's storage manifest (an add manifest of its object folder, beside it) and
+    return its URL as storage fetches it: under MRT_WORK_URL when ``work_url`` (the clients'
+    ``work_url``) gives one, else its file:// URL."""
+    target = object_dir(job)
+    served = work_url(work_relative(target))
+    manifest = write_storage_manifest(
+        target,
+        workdir(job) / STORAGE_MANIFEST,
+        url_for=http_url_for(served) if served else None,
+    )
+    return work_url(work_relative(manifest)) or manifest.resolve().as_uri()
+
+
+def rewrite_object_profile_manifest(
+    job: Job, manifest_url: str, work_url: Callable[[str], str | None]
+) -> bool:
+    """Write the job's storage manifest again, as an add manifest, when it is the one this
+    console's Processing wrote (at ``manifest_url``) but with the object-manifest profile
+    (``mrt-ingest-manifest``), as consoles before 2026-12-06 wrote it: Merritt's storage refuses
+    any add whose manifest has another profile than its add profile (docs/merritt-services.md),
+    so a job processed by such a console (before an upgrade, or by a host not yet upgraded)
+    would otherwise never be stored. True when it was written again. Any other manifest (one
+    Merritt's ingest wrote, one unreadable here, one already an add manifest) is left as it is.
+    """
+    path = workdir(job) / STORAGE_MANIFEST
+    try:
+        if (work_url(work_relative(path)) or path.resolve().as_uri()) != manifest_url:
+            return False
+        reader = CheckmReader(path.read_bytes(), only=(ADD_MANIFEST, OBJECT_MANIFEST))
+        next(iter(reader), None)
+    except (OSError, ValueError, ManifestError):
+        return False
+    if reader.kind != OBJECT_MANIFEST:
+        return False
+    write_job_storage_manifest(job, work_url)
+    return True
 
 
 def disk_bytes(path: Path) -> int:

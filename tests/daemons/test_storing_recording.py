@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import threading
 from collections.abc import Iterator
@@ -306,3 +307,59 @@ def test_storages_password_stays_out_of_the_job_and_the_object(
         fetched = [r for r in storage.seen("GET") if r.path.startswith("/manifest/9501/")]
         assert fetched, "the local inventory did not read the object's manifest from storage"
         assert all(r.headers.get("Authorization") == basic for r in fetched)
+
+
+# The storage manifest exactly as Processing wrote it before 2026-12-06 (fae22ba,
+# queues/steps/erc.py ``storage_manifest``: ``write_checkm(rows, kind=OBJECT_MANIFEST)``), a
+# row's seven cells ending with an empty mimeType.
+_OLD_MANIFEST_HEAD = (
+    "#%checkm_0.7\n"
+    "#%profile | http://uc3.cdlib.org/registry/ingest/manifest/mrt-ingest-manifest\n"
+    "#%prefix | mrt: | http://merritt.cdlib.org/terms#\n"
+    "#%prefix | nfo: | http://www.semanticdesktop.org/ontologies/2007/03/22/nfo#\n"
+    "#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize "
+    "| nfo:fileLastModified | nfo:fileName | mrt:mimeType\n"
+)
+
+
+def _as_an_older_console_wrote_it(manifest: Path, work_url: str, job: Any) -> bytes:
+    """The job's storage manifest in the older console's bytes: every file of the object
+    folder, in the order and with the URLs the older console wrote them."""
+    folder = manifest.parent / "object"
+    rows = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        name = path.relative_to(folder).as_posix()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        url = f"{work_url}/{job.bid}/{job.jid}/object/{name}"
+        rows.append(f"{url} | sha256 | {digest} | {path.stat().st_size} |  | {name} |\n")
+    return (_OLD_MANIFEST_HEAD + "".join(rows) + "#%eof\n").encode("utf-8")
+
+
+def test_a_storage_manifest_an_older_console_wrote_is_stored_as_an_add_manifest(
+    zk, files: FileServer, settings
+) -> None:
+    # A job processed by a console before 2026-12-06 (a host not upgraded yet, or before the
+    # upgrade) has a storage manifest with the object-manifest profile, which Merritt's storage
+    # refuses (500) at every try: Storing writes it again as an add manifest.
+    with (
+        running(StorageStandIn(nodes=(9501,))) as storage,
+        _served(Path(settings.MRT_WORK_DIR)) as work_url,
+    ):
+        settings.MRT_STORAGE_URL = storage.url
+        settings.MRT_WORK_URL = work_url
+        job = _processed(zk, files)
+        manifest = Path(settings.MRT_WORK_DIR) / job.bid / job.jid / "mrt-storage-manifest.txt"
+        assert job.store["manifest_url"] == f"{work_url}/{job.bid}/{job.jid}/{manifest.name}"
+        old = _as_an_older_console_wrote_it(manifest, work_url, job)
+        assert sorted(old.decode().splitlines()[5:-1]) == sorted(
+            f"{line} |" for line in manifest.read_text().splitlines()[5:-1]
+        )  # the same files, URLs and digests as the add manifest Processing writes now
+        manifest.write_bytes(old)
+
+        daemon(zk, "storing").run_once()
+        stored = job_load(zk, job.jid)
+        assert stored.state == "Recording", stored.status.message
+        assert stored.inventory["version"] == 1
+        [add] = storage.seen("POST")
+        assert add.form()["url"] == job.store["manifest_url"]
+        assert b"/store/manifest/mrt-add-manifest\n" in manifest.read_bytes()
