@@ -373,6 +373,8 @@ def render(
     for i, state in enumerate(path):
         visits.setdefault(state, []).append(str(i + 1))
     positions = {state: ",".join(numbers) for state, numbers in visits.items()}
+    drawn_states = [state for state in machine.states if state in _layout(machine)]
+    links = {state: href(state) if href else None for state in drawn_states}
     node_parts = [
         _node(
             machine,
@@ -381,16 +383,18 @@ def render(
             oldest=(oldest or {}).get(state),
             current=state == current,
             step_number=positions.get(state),
-            href=href(state) if href else None,
+            href=links[state],
             noun=noun,
             id_prefix=id_prefix,
             notes=(notes or {}).get(state, ()),
         )
-        for state in machine.states
-        if state in _layout(machine)
+        for state in drawn_states
     ]
+    # A picture with links in it is a group, not an image: an image's content is hidden from
+    # screen readers, so its links would take the keyboard's focus yet have no name there.
+    linked = any(links.values())
     return format_html(
-        '<svg class="diagram" viewBox="0 0 {} {}" width="{}" height="{}" role="img" '
+        '<svg class="diagram" viewBox="0 0 {} {}" width="{}" height="{}" role="{}" '
         'aria-labelledby="{}" '
         'xmlns="http://www.w3.org/2000/svg">'
         '<title id="{}">{}</title>'
@@ -402,6 +406,7 @@ def render(
         height,
         width,
         height,
+        "group" if linked else "img",
         f"diagram-title-{id_prefix}",
         f"diagram-title-{id_prefix}",
         title or f"{machine.name} states",
