@@ -19,7 +19,10 @@ PAGES = ["overview", "batches", "jobs", "failed", "holds", "consumers", "audit",
 @override_settings(MRT_ENVIRONMENT="stage")
 def test_a_stage_console_says_so_on_every_page(viewer, zk, page):
     html = viewer.get(reverse(page)).content.decode()
-    band = '<div class="env-band env-stage" id="environment" role="note">STAGE · not production'
+    band = (
+        '<div class="env-band env-stage" id="environment" role="region" aria-label="Environment">'
+        "STAGE · not production"
+    )
     assert band in html
     assert "<title>[STAGE] " in html
 
