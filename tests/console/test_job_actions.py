@@ -42,7 +42,7 @@ def test_htmx_resume_returns_the_updated_row_and_the_message(htmx_admin, zk, mak
     html = response.content.decode()
     assert f'id="job-row-{job.jid}"' in html
     assert 'data-state="Downloading"' in html
-    assert 'hx-swap-oob="true"' in html and "Failed -&gt; Downloading" in html
+    assert 'hx-swap-oob="innerHTML"' in html and "Failed -&gt; Downloading" in html
 
 
 def test_htmx_action_on_the_job_page_rerenders_the_page_body(htmx_admin, make_job):
