@@ -57,12 +57,12 @@ from queues.zk.fence import current_gate, fenced
 from queues.zk.jobs import JobClaimer, job_load, job_unlock, transition_apply, transition_plan
 from queues.zk.kazoo_private import session_id
 from queues.zk.locks import ledger_of, lock_create, queue_held
-from queues.zk.maintenance import held_services
+from queues.zk.maintenance import held_services, held_services_watch
 from queues.zk.pipeline import Parking
 from queues.zk.records import AccessRequest, Batch, Job
 from queues.zk.watch import ChangeSignal
 
-from .breakers import breakers, note_outage, outlived
+from .breakers import breakers, note_outage, outlived, outlived_from
 from .completions import REPORTING_MOVES
 from .fetching import depositor_server
 from .pipeline import LOCK_LOST, JobPipeline, LockKeeper, LockLost
@@ -559,7 +559,8 @@ class JobDaemon(Daemon[Job]):
         self.workers = max(0, workers)
         self.strict = strict  # claim exactly in run order (no spreading after lost races)
         self._deferred: set[str] | None = None
-        self.retry_waits = RetryWaits()  # jobs waiting for their next try (``failure``)
+        # Jobs waiting for their next try (``failure``), or for a held service (``_accept``).
+        self.retry_waits = RetryWaits(held=lambda: held_services(self.zk))
         # Jobs whose move found their batch gone (``not_moved``), with that batch: looked at
         # again after ORPHAN_WAIT, their batch is read before their step runs again.
         self.orphans: dict[str, str] = {}
@@ -588,6 +589,13 @@ class JobDaemon(Daemon[Job]):
         pipeline.listing.parking = self.listing_parking()
         self.wake_on(pipeline.wake)
         return pipeline
+
+    def wake_on(self, event: threading.Event) -> None:
+        """A service's hold released wakes the loop: the jobs it passes over for that service
+        (``RetryWaits.note_held``) are due. The held services' watch is set up now, as the loop
+        starts, not at the first job it looks at: a job claimed before the watch's first answer
+        is taken as if nothing were held, and meets the outage."""
+        held_services_watch(self.zk).subscribe(event)
 
     def let_go(self, jids: list[str]) -> None:
         """The batched loop no longer has these jobs in hand (their locks given back, or left to
@@ -675,8 +683,14 @@ class JobDaemon(Daemon[Job]):
         held = held_services(self.zk)
         if held:
             waiting_on = [service for service in self.services_of(job) if service in held]
-            if waiting_on and not outlived(self.zk, job.status.raw, waiting_on, now=time.time()):
-                return False  # a service it needs is held (its breaker, or an operator)
+            now = time.time()
+            if waiting_on and not outlived(self.zk, job.status.raw, waiting_on, now=now):
+                # A service it needs is held (its breaker, or an operator): passed over by its
+                # ID from now on while the hold stands, up to the moment its retry window
+                # for a depositor's or callback receiver's server closes (``outlived``).
+                until = outlived_from(job.status.raw, waiting_on, now=now)
+                self.retry_waits.note_held(job.jid, waiting_on, until)
+                return False
         # The fingerprint (a hash of the configuration) only for a job passed over before.
         if job.jid in self.skipped and self.passed_over(job.jid, self.fingerprint(job)):
             return False

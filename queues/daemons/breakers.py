@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -229,6 +230,24 @@ def outlived(zk: Any, raw: dict[str, Any], services: list[str], *, now: float) -
     except Exception:  # ZooKeeper away: held as it was
         return False
     return all(service in held for service in services)
+
+
+def outlived_from(raw: dict[str, Any], services: list[str], *, now: float) -> float:
+    """Until when (epoch seconds) a job that ``outlived`` holds back by ``services`` now stays
+    held back while they stay held: until its retry window for the outside server it failed at
+    closes; infinity when it has no such window or a service of Merritt's own is held, or when
+    the window has closed already (then an operator's hold holds it, which has no end of its
+    own, or the breaker's, which ends with that window: ``expired``)."""
+    record = retries.current(raw)
+    if record is None or record.get("service") not in services:
+        return math.inf
+    first = record.get("first")
+    if not isinstance(first, int | float) or isinstance(first, bool):
+        return math.inf
+    if not all(_outside_server(service) for service in services):
+        return math.inf
+    end = float(first) + policy_for(str(record["service"])).within
+    return end if end > now else math.inf
 
 
 class Breakers:

@@ -231,6 +231,7 @@ class Downloading(JobDaemon):
         return chained(self.screen, super().unclaimed_screen())
 
     def wake_on(self, event: threading.Event) -> None:
+        super().wake_on(event)
         HOST_SLOTS.subscribe(event)  # a slot given back: the jobs passed over for it are due
 
     @classmethod

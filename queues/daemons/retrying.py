@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,12 +56,16 @@ def check_policies() -> None:
 
 
 class RetryWaits:
-    """Jobs this loop passes over until their next try: jid -> epoch seconds."""
+    """Jobs this loop passes over until their next try: jid -> epoch seconds; and those it
+    found waiting for a held service (``note_held``), passed over while it stays held."""
 
     LIMIT = 100_000
 
-    def __init__(self) -> None:
+    def __init__(self, held: Callable[[], frozenset[str]] | None = None) -> None:
         self._until: dict[str, float] = {}
+        # jid -> (the held services it waits for, epoch seconds it is looked at again anyway)
+        self._held: dict[str, tuple[frozenset[str], float]] = {}
+        self._held_now = held  # the services held now, from a watch: no request
         self._lock = threading.Lock()
 
     def note(self, jid: str, until: float) -> None:
@@ -70,8 +75,19 @@ class RetryWaits:
                 self._until = {j: t for j, t in self._until.items() if t > now}
             self._until[jid] = until
 
+    def note_held(self, jid: str, services: list[str], until: float) -> None:
+        """``jid`` waits for ``services`` (held now): passed over by its ID while any of them
+        stays held, up to ``until``, instead of being claimed again and again to be found
+        waiting (a lock written and deleted a job a turn while a breaker is open)."""
+        if self._held_now is None:
+            return
+        with self._lock:
+            if len(self._held) >= self.LIMIT:
+                self._held.clear()  # each looked at once more under its lock: no worse
+            self._held[jid] = (frozenset(services), until)
+
     def __bool__(self) -> bool:
-        return bool(self._until)
+        return bool(self._until) or bool(self._held)
 
     def __call__(self, jid: str) -> bool:
         return self.waits(jid)
@@ -79,13 +95,21 @@ class RetryWaits:
     def waits(self, jid: str) -> bool:
         """Whether ``jid`` is to be passed over now (the listing's skip)."""
         until = self._until.get(jid)
-        if until is None:
+        if until is not None:
+            if until > time.time():
+                return True
+            with self._lock:
+                if self._until.get(jid) == until:
+                    del self._until[jid]
+        held = self._held.get(jid)
+        if held is None or self._held_now is None:
             return False
-        if until > time.time():
+        services, end = held
+        if end > time.time() and services & self._held_now():
             return True
         with self._lock:
-            if self._until.get(jid) == until:
-                del self._until[jid]
+            if self._held.get(jid) == held:
+                del self._held[jid]
         return False
 
     def forget(self, jid: str) -> None:
@@ -93,6 +117,7 @@ class RetryWaits:
         try is noted again: ``due_later``)."""
         with self._lock:
             self._until.pop(jid, None)
+            self._held.pop(jid, None)
 
     def due_later(self, job: Job) -> bool:
         """Whether ``job`` (read under its lock) waits for a later try; noted if so."""

@@ -89,6 +89,7 @@ class ObjectLockDaemon(JobDaemon):
         return self._screen
 
     def wake_on(self, event: threading.Event) -> None:
+        super().wake_on(event)
         node_holds_watch(self.zk).subscribe(event)
 
     def accept(self, job: Job) -> bool:

@@ -273,6 +273,8 @@ class HeldServices:
     def __init__(self, zk: KazooClient) -> None:
         self.names: frozenset[str] = frozenset()
         self.failed = False
+        self._events: weakref.WeakSet[threading.Event] = weakref.WeakSet()
+        self._events_lock = threading.Lock()
         # Set up in a thread of its own: the caller (a claim's turn) never waits for ZooKeeper.
         # Until the watch's first answer nothing counts as held: a job taken meanwhile meets its
         # service's outage, if there is one, and waits for its next try.
@@ -292,22 +294,38 @@ class HeldServices:
                 names.add(service_name(child))
             except InvalidID:
                 continue
+        released = bool(self.names - names)
         self.names = frozenset(names)
+        if released:
+            with self._events_lock:
+                events = list(self._events)
+            for event in events:
+                event.set()
+
+    def subscribe(self, event: threading.Event) -> None:
+        """Set ``event`` whenever a service's hold goes (its jobs may be taken up again)."""
+        with self._events_lock:
+            self._events.add(event)
 
 
 _held: weakref.WeakKeyDictionary[Any, HeldServices] = weakref.WeakKeyDictionary()
 _held_lock = threading.Lock()
 
 
-def held_services(zk: KazooClient) -> frozenset[str]:
-    """The services held now (``HeldServices`` of this client, made at the first call)."""
+def held_services_watch(zk: KazooClient) -> HeldServices:
+    """The ``HeldServices`` of this client, made at the first call (again after it failed)."""
     watch = _held.get(zk)
     if watch is None or watch.failed:
         with _held_lock:
             watch = _held.get(zk)
             if watch is None or watch.failed:
                 watch = _held[zk] = HeldServices(zk)
-    return watch.names
+    return watch
+
+
+def held_services(zk: KazooClient) -> frozenset[str]:
+    """The services held now (``HeldServices`` of this client, made at the first call)."""
+    return held_services_watch(zk).names
 
 
 def job_store_node(job: Job) -> int | None:

@@ -1,8 +1,9 @@
 """Waiting work is watched, not polled (issue 51): ``runconsumer all`` as shipped, over jobs it
 may not take, asks ZooKeeper no more than over an empty queue (twice as much, plus a small
 constant), for every reason a job waits: a held queue, a held storage node (an operator's hold or
-an open breaker's), a collection at its cap, a held collection, a wait for the next try, a
-depositor server at its download cap, no room on the working disk.
+an open breaker's), a depositor's server held by its open breaker, a collection at its cap, a held
+collection, a wait for the next try, a depositor server at its download cap, no room on the
+working disk.
 
 Each case starts ``runconsumer all`` against a server of its own, counts the requests the server
 receives in a window over the empty queue, then loads the waiting jobs and counts windows until
@@ -37,7 +38,12 @@ from queues.zk import paths as zpaths
 from queues.zk.batches import batch_create
 from queues.zk.caps import cap_clear, cap_set, reserve
 from queues.zk.locks import collection_hold_set, queue_hold_clear, queue_hold_set
-from queues.zk.maintenance import node_hold_clear, node_hold_set
+from queues.zk.maintenance import (
+    node_hold_clear,
+    node_hold_set,
+    service_hold_clear,
+    service_hold_set,
+)
 from queues.zk.nodes import read_many
 
 from .conftest import DEMO, wait_for
@@ -135,6 +141,18 @@ def _open_breaker(zk: KazooClient, bid: str) -> list[str]:
     return _jobs(zk, bid, JobState.RECORDING, store_node=9502)
 
 
+# The depositor server of CONFIGURATION, as its breaker's hold names it.
+DEPOSITOR = "depositor 127.0.0.1:9"
+
+
+def _held_depositor(zk: KazooClient, bid: str) -> list[str]:
+    # Its breaker open (a run of 503s): the jobs whose payload is there wait, and every loop
+    # that saw one once passes it over by its ID until the hold goes.
+    reason = "breaker: 5 x HTTP 503 from depositor 127.0.0.1:9 in 3 s"
+    assert service_hold_set(zk, DEPOSITOR, by="breaker", reason=reason)
+    return _jobs(zk, bid, JobState.DOWNLOADING)
+
+
 def _cap_reached(zk: KazooClient, bid: str) -> list[str]:
     # One job in flight for the collection, its lock held by this test: it stays counted. (Put
     # there while the queue is held: no consumer takes it before the lock is on.)
@@ -180,6 +198,14 @@ CASES = {
     "held queue": Case(JobState.PENDING, _held_queue, lambda zk: queue_hold_clear(zk, "ingest")),
     "held node": Case(JobState.STORING, _held_node, lambda zk: node_hold_clear(zk, 9501)),
     "open breaker": Case(JobState.RECORDING, _open_breaker, lambda zk: node_hold_clear(zk, 9502)),
+    "held depositor": Case(
+        JobState.DOWNLOADING,
+        _held_depositor,
+        lambda zk: service_hold_clear(zk, DEPOSITOR),
+        # Its breaker's hold outlives the test (it ends by itself after the depositor's
+        # retry window): the jobs stay passed over until the test releases it.
+        env={"MRT_RETRY_DEPOSITOR": "within=1d"},
+    ),
     "cap reached": Case(JobState.PENDING, _cap_reached, lambda zk: cap_clear(zk, DEMO)),
     "held collection": Case(JobState.HELD, _held_collection),
     "retry later": Case(JobState.DOWNLOADING, _retry_later),
