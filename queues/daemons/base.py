@@ -354,7 +354,9 @@ class Daemon(ABC, Generic[T]):
     def log_moved(self, results: list[ItemResult]) -> None:
         """The jobs one move took on, each step gone through: one line for those sent to the
         same place (``<step> ok -> <state>: <n> jobs: <id> <seconds>s, ...``), or each job's
-        own line when it went alone. A batched loop moves thousands of jobs a second, and a log
+        own line when it went alone; as well the jobs of a task whose steps were not begun, one
+        line for those alike (``<step> waiting <service> held: <n> jobs: ...``). A batched loop
+        moves thousands of jobs a second, and a log
         record a job was a third of its process's CPU (docs/benchmarks.md)."""
         if not log.isEnabledFor(logging.INFO):
             return
@@ -680,17 +682,8 @@ class JobDaemon(Daemon[Job]):
     def _accept(self, job: Job) -> bool:
         if job.status.raw.get(RETRY_KEY) is not None and self.retry_waits.due_later(job):
             return False  # another process's wait for a retry: passed over from now on
-        held = held_services(self.zk)
-        if held:
-            waiting_on = [service for service in self.services_of(job) if service in held]
-            now = time.time()
-            if waiting_on and not outlived(self.zk, job.status.raw, waiting_on, now=now):
-                # A service it needs is held (its breaker, or an operator): passed over by its
-                # ID from now on while the hold stands, up to the moment its retry window
-                # for a depositor's or callback receiver's server closes (``outlived``).
-                until = outlived_from(job.status.raw, waiting_on, now=now)
-                self.retry_waits.note_held(job.jid, waiting_on, until)
-                return False
+        if self.held_back(job):
+            return False
         # The fingerprint (a hash of the configuration) only for a job passed over before.
         if job.jid in self.skipped and self.passed_over(job.jid, self.fingerprint(job)):
             return False
@@ -701,6 +694,25 @@ class JobDaemon(Daemon[Job]):
         return self.accept(job)
 
     wants = _accept
+
+    def held_back(self, job: Job) -> str:
+        """The services ``job`` needs that are held now (its breaker's, or an operator's),
+        comma-separated; "" when none holds it back (``outlived``). A job held back is passed
+        over by its ID from then on while the hold stands, up to the moment its retry window
+        for a depositor's or callback receiver's server closes (``outlived_from``). Asked
+        under the job's lock, and again just before its step (a breaker opened meanwhile)."""
+        held = held_services(self.zk)
+        if not held:
+            return ""
+        waiting_on = [service for service in self.services_of(job) if service in held]
+        if not waiting_on:
+            return ""
+        now = time.time()
+        if outlived(self.zk, job.status.raw, waiting_on, now=now):
+            return ""
+        until = outlived_from(job.status.raw, waiting_on, now=now)
+        self.retry_waits.note_held(job.jid, waiting_on, until)
+        return ", ".join(waiting_on)
 
     def unprocessable(self, item: Job) -> str | None:
         return processing_problem(item.configuration)

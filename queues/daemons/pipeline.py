@@ -196,6 +196,8 @@ class PipelinedDaemon(Protocol):
 
     def wants(self, job: Job) -> bool: ...
 
+    def held_back(self, job: Job) -> str: ...
+
     def would_take(self, job: Job, taking: Counter[str]) -> bool: ...
 
     def claim_limit(
@@ -1179,8 +1181,13 @@ class JobPipeline:
         stepping.future.add_done_callback(self._stepped)
 
     def _passed_over(self, server: str, work: Work) -> NotStepped | None:
-        """Why ``work``'s step is not begun now: its server or its URL is slow (``pause``: how
-        long the job is passed over)."""
+        """Why ``work``'s step is not begun now: a service it needs is held (a breaker opened
+        since the job was claimed: the jobs of its batch still to step do not each meet the
+        outage), or its server or its URL is slow (``pause``: how long the job is passed
+        over)."""
+        held = self.daemon.held_back(work.job)
+        if held:
+            return NotStepped(f"{held} held")
         if not self.marks:  # none marked (most of the time): its URL is not worked out
             return None
         if self.marks.slow(server):
@@ -1561,6 +1568,7 @@ class JobPipeline:
         # how many more it takes.
         takers: dict[str, Taking] = {}
         moving = []
+        waiting: list[ItemResult] = []  # not begun: one line for those alike (``log_moved``)
         for work, outcome in zip(works, stepped, strict=True):
             if not isinstance(outcome, Exception):
                 if self._planned(work, outcome, takers):
@@ -1572,8 +1580,9 @@ class JobPipeline:
                 self._give_back([jid], now)
                 if outcome.pause:
                     self.listing.busy([jid], outcome.pause)
-                why = outcome.reason
-                self._end(work, self.daemon.result(jid, "waiting", work.started, why))
+                result = self.daemon.result(jid, "waiting", work.started, outcome.reason)
+                self._end(work, result, logged=False)
+                waiting.append(result)
                 continue
             log.error("%s: unexpected error in the step of %s", name, jid, exc_info=outcome)
             self._give_back([jid], now)
@@ -1581,6 +1590,8 @@ class JobPipeline:
                 self.listing.busy([jid], STEP_ERROR_PAUSE)
             why = f"not moved: the step raised {outcome!r}"
             self._end(work, self.daemon.result(jid, "dropped", work.started, why))
+        if waiting:
+            self.daemon.log_moved(waiting)
         self._send_move(moving, now)
 
     def _send_move(self, works: list[Work], now: Holding) -> None:
