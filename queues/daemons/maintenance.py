@@ -13,13 +13,13 @@ import logging
 import socket
 import time
 from datetime import datetime, timedelta
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from django.conf import settings
 
 from queues.core.clock import clock_text
 from queues.daemons.alert_rules import Context, Finding, rule
-from queues.daemons.base import ItemResult, PeriodicDaemon
+from queues.daemons.base import ItemResult, PeriodicDaemon, describe
 from queues.daemons.breakers import BREAKER, breakers
 from queues.models import AuditEntry
 from queues.operator import audit
@@ -49,9 +49,19 @@ class Maintenance(PeriodicDaemon):
     step: ClassVar[str] = "maintenance"
     round_name: ClassVar[str] = "look at the windows"
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # Releases whose record this process's end did not delete (``_end_release``): their
+        # lock is this session's, so no other daemon takes them over, and a later window of
+        # the same hold waits for them.
+        self._unended: dict[str, Window] = {}
+
     def sweep(self) -> list[Window]:
-        """Release every window past its end that this process wins, after finishing the
-        releases a stopped daemon left unfinished; those it released or finished."""
+        """Release every window past its end that this process wins, after ending the records
+        of its own releases that failed to end and finishing the releases a stopped daemon
+        left unfinished; those it released or finished."""
+        for window in list(self._unended.values()):
+            self._end_release(window)
         released = []
         for window in unfinished_releases(self.zk):
             if take_release(self.zk, window):
@@ -110,10 +120,8 @@ class Maintenance(PeriodicDaemon):
         except Exception as exc:  # the release stands; the log line says what the entry would
             log.warning("release of %s %s not audited: %s", window.kind, window.name, exc)
         if parks(window):
-            try:
-                finish_release(self.zk, window)
-            except Exception as exc:  # left for the next round's look at unfinished releases
-                log.warning("release of %s %s not ended: %s", window.kind, window.name, exc)
+            self._unended[window.key] = window
+            self._end_release(window)
         log.info(
             "%s:%s maintenance released (%s; window by %s: %s)",
             window.kind,
@@ -122,6 +130,21 @@ class Maintenance(PeriodicDaemon):
             window.by or "?",
             window.reason or "no reason given",
         )
+
+    def _end_release(self, window: Window) -> None:
+        """End the record of a release this process let the parked items of go; one that does
+        not end now is tried again at the next round."""
+        try:
+            finish_release(self.zk, window)
+        except Exception as exc:
+            log.warning(
+                "release of %s %s not ended (again next round): %s",
+                window.kind,
+                window.name,
+                describe(exc),
+            )
+            return
+        self._unended.pop(window.key, None)
 
     def run_once(self) -> bool:
         self.last = None

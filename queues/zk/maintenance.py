@@ -47,6 +47,7 @@ from queues.core.moments import aware
 from . import paths
 from .codecs import decode_json, encode_json
 from .errors import InvalidID, MalformedNode
+from .kazoo_private import session_id
 from .nodes import Read, children, exists_many, read_many, stamp
 from .records import Job
 
@@ -674,8 +675,13 @@ def take_release(zk: KazooClient, window: Window) -> bool:
 
 def finish_release(zk: KazooClient, window: Window) -> None:
     """End the record of a release whose parked items were let go: its lock (this session's,
-    from ``release_window`` or ``take_release``) and the record, in one transaction."""
+    from ``release_window`` or ``take_release``) and the record, in one transaction. A record
+    whose lock is not this session's (that session ended, and another daemon may have taken
+    the release over) is left to whoever holds or takes its lock."""
     record = _release_path(window)
+    stat = zk.exists(f"{record}/lock")
+    if stat is None or stat.ephemeralOwner != session_id(zk):
+        return
     txn = zk.transaction()
     txn.delete(f"{record}/lock")
     txn.delete(record)

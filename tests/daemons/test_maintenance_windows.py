@@ -125,6 +125,37 @@ def test_a_release_finished_by_another_daemon_leaves_a_hold_placed_since_alone(
     assert zk.get_children(RELEASING) == []
 
 
+class _EndsItsReleaseLate(Maintenance):
+    """A maintenance daemon whose first end of a release's record fails (a node under the
+    record: ZooKeeper answers "not empty", as it may answer an outage) while its session
+    lives on."""
+
+    in_the_way = True
+
+    def released(self, window: Window, *, taken_over: bool = False) -> None:
+        if self.in_the_way:
+            self.zk.create(f"{RELEASING}/{window.key}/in-the-way", b"")
+            self.in_the_way = False
+        super().released(window, taken_over=taken_over)
+
+
+def test_a_release_whose_record_was_not_ended_is_ended_at_the_next_round(zk) -> None:
+    """The record of a release keeps this session's lock while the session lives: no other
+    daemon takes it over, and a later window of the same hold waits for it. The daemon whose
+    end of it failed ends it at its next round, and that later window is released on time."""
+    queue_hold_set(zk, "ingest")
+    window_set(zk, "queue", "ingest", until=_soon(-1), reason="weekly redeploy")
+    daemon = _EndsItsReleaseLate(zk=zk, poll=0.05)
+    assert len(daemon.sweep()) == 1
+    assert zk.get_children(RELEASING) == ["queue:ingest"]  # its end failed
+    zk.delete(f"{RELEASING}/queue:ingest/in-the-way")
+    queue_hold_set(zk, "ingest")  # next week's redeploy, its window over too
+    window_set(zk, "queue", "ingest", until=_soon(-1), reason="next redeploy")
+    assert len(daemon.sweep()) == 1
+    assert not queue_held(zk, "ingest")
+    assert windows(zk) == [] and zk.get_children(RELEASING) == []
+
+
 def test_a_window_not_yet_due_or_not_releasing_itself_stays(zk) -> None:
     queue_hold_set(zk, "ingest")
     window_set(zk, "collection", DEMO, until=_soon(3600))
