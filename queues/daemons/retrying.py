@@ -87,7 +87,18 @@ class RetryWaits:
             self._held[jid] = (frozenset(services), until)
 
     def __bool__(self) -> bool:
-        return bool(self._until) or bool(self._held)
+        """Whether any job may be passed over (a listing asks each listed job only then). The
+        jobs noted for a hold are let go once no service is held: those the loop does not list
+        again (taken elsewhere once the hold went) would keep every listing asking."""
+        if self._until:
+            return True
+        if not self._held:
+            return False
+        if self._held_now is not None and self._held_now():
+            return True
+        with self._lock:
+            self._held.clear()
+        return False
 
     def __call__(self, jid: str) -> bool:
         return self.waits(jid)
