@@ -43,6 +43,8 @@ from queues.zk.records import Job
 OBJECT_DIR = "object"
 CONTAINERS_DIR = "containers"
 STORAGE_MANIFEST = "mrt-storage-manifest.txt"
+# What ``rewrite_object_profile_manifest`` reads of one: its headers, a few hundred bytes.
+MANIFEST_HEAD = 64 * 1024
 # Lower runs first; a very large job waits behind ordinary ones rather than blocking them.
 LARGE_JOB_PRIORITY = 10
 
@@ -156,8 +158,12 @@ def rewrite_object_profile_manifest(
     try:
         if (work_url(work_relative(path)) or path.resolve().as_uri()) != manifest_url:
             return False
-        reader = CheckmReader(path.read_bytes(), only=(ADD_MANIFEST, OBJECT_MANIFEST))
-        next(iter(reader), None)
+        # Its headers only, from its head: asked of every job Storing takes, whose manifest
+        # may list a hundred thousand files (its profile line is its second).
+        with path.open("rb") as manifest:
+            head = manifest.read(MANIFEST_HEAD)
+        reader = CheckmReader(head, only=(ADD_MANIFEST, OBJECT_MANIFEST))
+        reader.columns()
     except (OSError, ValueError, ManifestError):
         return False
     if reader.kind != OBJECT_MANIFEST:
