@@ -207,6 +207,22 @@ def _outside_server(service: str) -> bool:
     return retries.policy_name(service) in SERVER_SERVICES
 
 
+def _window_end(raw: dict[str, Any], services: list[str]) -> float | None:
+    """When the retry window of a job (``raw`` its status JSON) held back by ``services``
+    closes for the outside server it failed at: its policy's ``within`` after its first
+    failure there. None when it has no such window or a service of Merritt's own is among
+    ``services``."""
+    record = retries.current(raw)
+    if record is None or record.get("service") not in services:
+        return None
+    first = record.get("first")
+    if not isinstance(first, int | float) or isinstance(first, bool):
+        return None
+    if not all(_outside_server(service) for service in services):
+        return None
+    return float(first) + policy_for(str(record["service"])).within
+
+
 def outlived(zk: Any, raw: dict[str, Any], services: list[str], *, now: float) -> bool:
     """Whether a job held back by ``services`` (held services it needs) goes ahead anyway: a
     depositor's or callback receiver's server that a breaker holds does not hold a job whose
@@ -215,15 +231,8 @@ def outlived(zk: Any, raw: dict[str, Any], services: list[str], *, now: float) -
     give an outside party's server longer than its policy: the job's next try, met by the same
     outage, fails it for its own reasons. An operator's hold holds it still, as do the holds of
     Merritt's own services (their jobs spend no tries while held)."""
-    record = retries.current(raw)
-    if record is None or record.get("service") not in services:
-        return False
-    first = record.get("first")
-    if not isinstance(first, int | float) or isinstance(first, bool):
-        return False
-    if now - first <= policy_for(str(record["service"])).within:
-        return False
-    if not all(_outside_server(service) for service in services):
+    end = _window_end(raw, services)
+    if end is None or now <= end:
         return False
     try:
         held = _held_by_breaker(zk)
@@ -238,16 +247,8 @@ def outlived_from(raw: dict[str, Any], services: list[str], *, now: float) -> fl
     closes; infinity when it has no such window or a service of Merritt's own is held, or when
     the window has closed already (then an operator's hold holds it, which has no end of its
     own, or the breaker's, which ends with that window: ``expired``)."""
-    record = retries.current(raw)
-    if record is None or record.get("service") not in services:
-        return math.inf
-    first = record.get("first")
-    if not isinstance(first, int | float) or isinstance(first, bool):
-        return math.inf
-    if not all(_outside_server(service) for service in services):
-        return math.inf
-    end = float(first) + policy_for(str(record["service"])).within
-    return end if end > now else math.inf
+    end = _window_end(raw, services)
+    return end if end is not None and end > now else math.inf
 
 
 class Breakers:
