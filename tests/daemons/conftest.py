@@ -21,6 +21,7 @@ from kazoo.client import KazooClient
 from queues.core.states import JOB_STEPS
 from queues.daemons.base import Daemon, SessionGate
 from queues.daemons.registry import DAEMONS
+from queues.services.zkserver import LocalZooKeeper, free_port
 from queues.steps.checkm import BATCH_MANIFEST, OBJECT_MANIFEST, write_checkm
 from queues.zk import client as zkmod
 from queues.zk.batches import batch_create
@@ -304,3 +305,13 @@ def own_zk(zk_hosts: str) -> Iterator[tuple[KazooClient, SessionGate]]:
     yield client, gate
     client.stop()
     client.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[LocalZooKeeper]:
+    """A ZooKeeper server of the test's own: what it counts (requests, writes) is the test's
+    alone, and it may be stopped and started."""
+    own = LocalZooKeeper(tmp_path / "zookeeper", free_port())
+    own.start()
+    yield own
+    own.stop()

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
-from queues.services.zkserver import LocalZooKeeper, four_letter, free_port
+from queues.services.zkserver import LocalZooKeeper, four_letter
 from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
 from queues.zk.batches import batch_create
@@ -45,14 +44,6 @@ def requests_in_window(server: LocalZooKeeper) -> int:
     before = received(server)
     time.sleep(WINDOW)  # a rate is counted over a span of time: nothing to wait for instead
     return received(server) - before
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[LocalZooKeeper]:
-    own = LocalZooKeeper(tmp_path / "zookeeper", free_port())
-    own.start()
-    yield own
-    own.stop()
 
 
 def test_runconsumer_all_asks_no_more_of_a_held_queue_with_waiting_jobs_than_of_an_empty_one(

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ from kazoo.client import KazooClient
 from bench.loader import load_waiting
 from queues.chaos.standins import Answer, CallbackReceiver, Request, running
 from queues.core.states import JobState
-from queues.services.zkserver import LocalZooKeeper, free_port
+from queues.services.zkserver import LocalZooKeeper
 from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
 from queues.zk.batches import batch_create
@@ -47,14 +46,6 @@ class ReceiverAway(CallbackReceiver):
 
     def handle(self, request: Request) -> Answer:
         return Answer(503, b"down for maintenance", "text/plain")
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[LocalZooKeeper]:
-    own = LocalZooKeeper(tmp_path / "zookeeper", free_port())
-    own.start()
-    yield own
-    own.stop()
 
 
 def _profiles(folder: Path, callback: str) -> Path:

@@ -23,7 +23,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from kazoo.client import KazooClient
 
 from bench.loader import load_waiting
 from queues.core.states import JobState
-from queues.services.zkserver import LocalZooKeeper, four_letter, free_port
+from queues.services.zkserver import LocalZooKeeper, four_letter
 from queues.zk import client as zkmod
 from queues.zk import paths as zpaths
 from queues.zk.batches import batch_create
@@ -232,14 +232,6 @@ def taken_up(zk: KazooClient, jids: list[str]) -> bool:
         if found[zpaths.job_node(jid, "lock")] is not None or (status and status[1].version):
             return True
     return False
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[LocalZooKeeper]:
-    own = LocalZooKeeper(tmp_path / "zookeeper", free_port())
-    own.start()
-    yield own
-    own.stop()
 
 
 @pytest.mark.parametrize("name", list(CASES))
