@@ -103,3 +103,28 @@ def test_a_second_version_keeps_the_first(tmp_path: Path) -> None:
 def test_unreadable_manifest_is_an_inventory_error(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="unusable storage manifest"):
         LocalInventory().record(ark=ARK, version=1, manifest_url=(tmp_path / "no").as_uri())
+
+
+@pytest.mark.django_db
+def test_local_inventory_reads_storages_manifest_with_its_credentials_through_an_outage(
+    http_server: Loopback, tmp_path: Path, settings
+) -> None:
+    """The manifest URL handed on in the job's ``inventory`` node names storage without its
+    password; the local inventory's fetch from ``MRT_STORAGE_URL``'s server sends it again, at
+    each try: storage answering 503 first, then the manifest."""
+    import base64
+
+    from queues.models import InventoryVersion
+
+    body = Path(manifest(tmp_path, "producer/a").removeprefix("file://")).read_bytes()
+    path = "/manifest/9501/ark%3A%2F99999%2Ffk4inv"
+    http_server.add("GET", path, Reply(503, b"busy"), Reply(200, body))
+    settings.MRT_STORAGE_URL = http_server.url.replace("http://", "http://merritt:s3cret@")
+    handed = http_server.url + path
+
+    LocalInventory().record(ark=ARK, version=1, manifest_url=handed)
+
+    basic = "Basic " + base64.b64encode(b"merritt:s3cret").decode()
+    seen = http_server.seen("GET", path)
+    assert [s.headers.get("Authorization") for s in seen] == [basic, basic]
+    assert InventoryVersion.objects.get(object__ark=ARK, number=1).manifest_url == handed
