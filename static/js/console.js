@@ -9,6 +9,9 @@
  * class on <html> that live refreshes do not touch; the choice is kept in localStorage.
  * <span data-countdown="ISO time">: the time left until then (a maintenance window's end),
  * ticking each second, "ended" once it has passed; the server's words stay until then.
+ * #zk-banner: an answer that shows the outages already shown (its poll every 20 s, the banner
+ * sent with each 503 while the database is away) leaves the banner as it is, so that its
+ * role="alert" notice is said once an outage, not again at every poll.
  */
 (function () {
   "use strict";
@@ -30,6 +33,40 @@
     var tag = target.tagName.toLowerCase();
     return tag === "input" || tag === "textarea" || tag === "select" || target.isContentEditable;
   }
+
+  // What a banner says is down: "zookeeper", "database", in page order ("" when nothing is).
+  function outagesShown(root) {
+    var found = [];
+    var notices = root ? root.querySelectorAll(".banner-down") : [];
+    for (var i = 0; i < notices.length; i++) {
+      found.push(notices[i].getAttribute("data-outage") || "zookeeper");
+    }
+    return found.join(" ");
+  }
+
+  function keepBannerIfSame(incoming, detail) {
+    var current = document.getElementById("zk-banner");
+    if (!current || !incoming) return;
+    var shown = outagesShown(current);
+    if (shown && shown === outagesShown(incoming)) detail.shouldSwap = false;
+  }
+
+  // The poll's own answer (it swaps #zk-banner whole).
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target;
+    if (!target || target.id !== "zk-banner" || !event.detail.serverResponse) return;
+    var answer = document.createElement("template");
+    answer.innerHTML = event.detail.serverResponse;
+    keepBannerIfSame(answer.content.getElementById("zk-banner"), event.detail);
+  });
+  // The banner sent out of band with another request's 503.
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    var target = event.detail.target;
+    if (!target || target.id !== "zk-banner" || !event.detail.fragment) return;
+    var fragment = event.detail.fragment;
+    var incoming = fragment.getElementById ? fragment.getElementById("zk-banner") : null;
+    keepBannerIfSame(incoming || fragment, event.detail);
+  });
 
   document.addEventListener("keydown", function (event) {
     if (event.key !== "/" || event.metaKey || event.ctrlKey || event.altKey) return;
