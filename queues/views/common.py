@@ -421,7 +421,11 @@ def perform_posted(
 
 def report(request: HttpRequest, outcomes: list[Any]) -> None:
     for outcome in outcomes:
-        messages.success(request, f"Done: {outcome}")
+        if outcome.before != outcome.after:
+            messages.success(request, f"Done: {outcome}")
+        else:  # found as asked (a form posted twice): said as such, not as "Done: held -> held"
+            said = outcome.detail or f"already {outcome.after}"
+            messages.info(request, f"{outcome.kind} {outcome.id} {said}")
 
 
 def act(

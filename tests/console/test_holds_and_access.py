@@ -150,7 +150,9 @@ def test_a_hold_or_a_release_posted_twice_says_the_second_moved_nothing(
         assert first.status_code == 303, first.content[:300]
         second = admin.post(url, form if action == "hold" else {}, follow=True)
         assert second.status_code == 200
-        assert words in second.content.decode()
+        page = second.content.decode()
+        state = "held" if action == "hold" else "released"
+        assert f"{kind} {name} {words}" in page and f"{state} -&gt; {state}" not in page
         made = AuditEntry.objects.filter(kind=kind, action=action, ok=True).order_by("id")
         assert [(e.before != e.after, e.detail) for e in made] == [(True, ""), (False, words)]
 
