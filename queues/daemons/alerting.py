@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -71,6 +72,10 @@ RETRY_FIRST = 15.0  # seconds before a message an outage kept is tried again, do
 RETRY_MOST = 600.0
 WEBHOOK_TIMEOUT = 10.0
 DELIVER_AT_ONCE = 50  # messages one delivery round takes at most
+# A channel that cannot take messages (its server away) is logged when it begins to wait, when
+# the reason changes, and at most every WAIT_SAID_EVERY while it lasts; its other tries meanwhile
+# are logged at DEBUG. Once it takes one again, a line says how long it waited.
+WAIT_SAID_EVERY = timedelta(minutes=10)
 DIGEST_EPISODES = 50  # episodes a digest lists by name
 
 
@@ -332,6 +337,31 @@ def retry_delay(attempts: int) -> float:
     return float(min(RETRY_MOST, RETRY_FIRST * 2 ** max(0, min(attempts - 1, 16))))
 
 
+class _ChannelWaits:
+    """What this process last said of each channel that waits: (reason, when said, since)."""
+
+    def __init__(self) -> None:
+        self._said: dict[str, tuple[str, datetime, datetime]] = {}
+        self._lock = threading.Lock()
+
+    def worth_saying(self, channel: str, reason: str, now: datetime) -> bool:
+        with self._lock:
+            said = self._said.get(channel)
+            if said is not None and said[0] == reason and now - said[1] < WAIT_SAID_EVERY:
+                return False
+            self._said[channel] = (reason, now, said[2] if said else now)
+            return True
+
+    def over(self, channel: str) -> datetime | None:
+        """When the channel began to wait, if it did; it no longer does."""
+        with self._lock:
+            said = self._said.pop(channel, None)
+        return said[2] if said else None
+
+
+_channel_waits = _ChannelWaits()
+
+
 def deliver(message: AlertMessage, *, now: datetime | None = None) -> bool:
     """Send one claimed message and record what happened; True when it went out."""
     now = now or timezone.now()
@@ -345,7 +375,9 @@ def deliver(message: AlertMessage, *, now: datetime | None = None) -> bool:
         else:
             changes["failed"] = True
         AlertMessage.objects.filter(pk=message.pk).update(**changes)
-        log.warning(
+        said = not exc.later or _channel_waits.worth_saying(message.channel, str(exc), now)
+        log.log(
+            logging.WARNING if said else logging.DEBUG,
             "alert message %s (%s %s) %s: %s",
             message.pk,
             message.event,
@@ -357,6 +389,13 @@ def deliver(message: AlertMessage, *, now: datetime | None = None) -> bool:
     AlertMessage.objects.filter(pk=message.pk).update(
         sent=now, attempts=attempts, error="", claimed_until=None
     )
+    since = _channel_waits.over(message.channel)
+    if since is not None:
+        log.info(
+            "alerts: the %s channel takes messages again (it waited from %s)",
+            message.channel,
+            clock.clock_text(since),
+        )
     log.info("alert message %s (%s %s) sent", message.pk, message.event, message.channel)
     return True
 

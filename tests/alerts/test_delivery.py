@@ -4,11 +4,14 @@ message claimed by one alerts daemon is not sent by another."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 from faults.test_mail_outage import SmtpServer
 
+from queues.core.clock import clock_text
+from queues.daemons import alerting
 from queues.daemons.alerting import RETRY_FIRST, Evaluator, claim, deliver_due
 from queues.models import AlertMessage
 
@@ -174,3 +177,45 @@ def test_a_slack_message_shows_outside_text_as_written() -> None:
     assert payload(draft, SLACK) == {
         "text": "held by &lt;!channel&gt;\nreason: a &amp; b &lt;https://x|y&gt;"
     }
+
+
+def test_a_mail_outage_is_logged_when_it_begins_every_ten_minutes_and_when_it_ends(
+    zk: Any,
+    smtp: SmtpServer,
+    webhook: Webhook,
+    evaluator: Evaluator,
+    caplog: Any,
+    monkeypatch: Any,
+) -> None:
+    """An alert waiting for the mail server is tried again and again (15 s, doubling); the log
+    says the wait once, then only every WAIT_SAID_EVERY or when its reason changes, not once a
+    try: an outage of a night is a few lines, not one every round."""
+    monkeypatch.setattr(alerting, "_channel_waits", alerting._ChannelWaits())
+    smtp.down()
+    t = fire(zk, evaluator)
+    caplog.set_level(logging.DEBUG, logger="queues.alerts")
+    tries = [t]
+    mail = AlertMessage.objects.get(channel="email")
+    for _ in range(6):
+        deliver_due(now=tries[-1])
+        mail.refresh_from_db()
+        assert mail.sent is None and not mail.failed
+        tries.append(mail.next_try)
+    waits = [r for r in caplog.records if "waits: mail:" in r.getMessage()]
+    assert len(waits) == 6
+    said = [r for r in waits if r.levelno == logging.WARNING]
+    quiet = [r for r in waits if r.levelno == logging.DEBUG]
+    # Tries at 0, 15, 45, 105, 225 and 465 s: said at the first only.
+    assert (len(said), len(quiet)) == (1, 5)
+    assert tries[-1] - t >= alerting.WAIT_SAID_EVERY
+    deliver_due(now=tries[-1])  # ten minutes on: said again
+    waits = [r for r in caplog.records if "waits: mail:" in r.getMessage()]
+    assert [r.levelno for r in waits[-2:]] == [logging.DEBUG, logging.WARNING]
+
+    smtp.up()
+    caplog.clear()
+    assert deliver_due(now=later(tries[-1], 3600)) == 1
+    back = [r.getMessage() for r in caplog.records if "takes messages again" in r.getMessage()]
+    assert back == [
+        f"alerts: the email channel takes messages again (it waited from {clock_text(t)})"
+    ]
