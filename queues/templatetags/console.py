@@ -203,7 +203,8 @@ def message_cell(message: str | None) -> str:
         '<details class="msg"><summary title="{}"><span class="msg-head">{}</span>'
         '<span aria-hidden="true"> … </span><span class="msg-tail">{}</span>'
         ' <span class="msg-more">show all<span class="visually-hidden"> of the message</span>'
-        '</span></summary><div class="msg-full">{}</div></details>',
+        '</span><span class="msg-less">show less<span class="visually-hidden"> of the message'
+        '</span></span></summary><div class="msg-full">{}</div></details>',
         text,
         text[:MESSAGE_HEAD],
         text[-MESSAGE_TAIL:],

@@ -12,6 +12,12 @@
  * #zk-banner: an answer that shows the outages already shown (its poll every 20 s, the banner
  * sent with each 503 while the database is away) leaves the banner as it is, so that its
  * role="alert" notice is said once an outage, not again at every poll.
+ * Keyboard focus across htmx swaps: a swap that replaces the focused element (an action's
+ * button in the row or panel it swaps, a live refresh of a table) would drop the focus on
+ * <body>, the top of the page. The focus goes back to the same control if the new content has
+ * it, else to the nearest of its former containers with an id still on the page (focusable
+ * for the purpose, tabindex="-1"): the action's row, the job's actions, the table.
+ * Escape in an open long message (<details class="msg">) closes it, the focus on its summary.
  */
 (function () {
   "use strict";
@@ -31,7 +37,11 @@
   function typing(target) {
     if (!target || !target.tagName) return false;
     var tag = target.tagName.toLowerCase();
-    return tag === "input" || tag === "textarea" || tag === "select" || target.isContentEditable;
+    if (tag === "input") {
+      // A checkbox, radio or button takes no "/": the search still answers there.
+      return !/^(button|submit|reset|checkbox|radio|image|hidden|range|color)$/i.test(target.type);
+    }
+    return tag === "textarea" || tag === "select" || target.isContentEditable;
   }
 
   // What a banner says is down: "zookeeper", "database", in page order ("" when nothing is).
@@ -66,6 +76,91 @@
     var fragment = event.detail.fragment;
     var incoming = fragment.getElementById ? fragment.getElementById("zk-banner") : null;
     keepBannerIfSame(incoming || fragment, event.detail);
+  });
+
+  // ---- keyboard focus across htmx swaps ------------------------------------------------------
+
+  var FOCUSABLE = "a[href], button, input, select, textarea, summary, [tabindex]";
+  var focusKept = null;
+
+  // What tells a control from its neighbours when its element is new: tag, name, type,
+  // target and words.
+  function signature(el) {
+    return [
+      el.tagName,
+      el.getAttribute("name") || "",
+      el.getAttribute("type") || "",
+      el.getAttribute("href") || "",
+      (el.textContent || "").trim(),
+    ].join("\u0001");
+  }
+
+  function canFocus(el) {
+    return !!el && !el.disabled && el.getClientRects().length > 0 && !el.closest("[inert]");
+  }
+
+  function alike(region, sig) {
+    return Array.prototype.filter.call(region.querySelectorAll(FOCUSABLE), function (c) {
+      return signature(c) === sig;
+    });
+  }
+
+  function noteFocus(region) {
+    var active = document.activeElement;
+    if (!region || !active || active === document.body || !region.contains(active)) return;
+    var sig = signature(active);
+    var places = [];
+    for (var el = active.parentElement; el && el !== document.body; el = el.parentElement) {
+      if (el.id) places.push({ id: el.id, nth: alike(el, sig).indexOf(active) });
+    }
+    focusKept = { id: active.id, sig: sig, places: places };
+  }
+
+  function restoreFocus() {
+    var kept = focusKept;
+    focusKept = null;
+    var active = document.activeElement;
+    if (!kept || (active && active !== document.body && document.contains(active))) return;
+    var same = kept.id ? document.getElementById(kept.id) : null;
+    if (canFocus(same)) {
+      same.focus({ preventScroll: true });
+      return;
+    }
+    for (var i = 0; i < kept.places.length; i++) {
+      var region = document.getElementById(kept.places[i].id);
+      if (!region) continue;
+      var found = alike(region, kept.sig).filter(canFocus);
+      var control = found[Math.max(kept.places[i].nth, 0)] || found[0];
+      if (control) {
+        control.focus({ preventScroll: true });
+        return;
+      }
+      if (!region.matches(FOCUSABLE)) region.setAttribute("tabindex", "-1");
+      if (canFocus(region)) {
+        region.focus();
+        return;
+      }
+    }
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (event.detail.shouldSwap) noteFocus(event.detail.target);
+  });
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    if (event.detail.shouldSwap !== false) noteFocus(event.detail.target);
+  });
+  document.addEventListener("htmx:afterSettle", restoreFocus);
+
+  // ---- Escape closes a long message ----------------------------------------------------------
+
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape" || event.defaultPrevented) return;
+    var open = event.target.closest && event.target.closest("details.msg[open]");
+    if (!open) return;
+    event.preventDefault();
+    open.open = false;
+    var summary = open.querySelector("summary");
+    if (summary) summary.focus();
   });
 
   document.addEventListener("keydown", function (event) {
