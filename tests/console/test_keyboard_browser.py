@@ -17,6 +17,7 @@ from queues.zk.maintenance import node_hold_set
 from tests.browser import close_context
 
 from .conftest import PASSWORD
+from .test_browser import shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -145,6 +146,7 @@ def test_log_in_skip_search_open_a_job_and_log_out(
     # "/" from anywhere but a field: the header's search; its results; a job opened from them.
     page.keyboard.press("/")
     assert focused(page)["id"] == "header-q"
+    shot(page, "keyboard-search-focused")
     page.keyboard.type("letters")
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r".*/search/\?q=letters$"))
@@ -200,6 +202,7 @@ def test_jobs_list_filter_row_action_bulk_action_and_open(
     page.keyboard.press("Enter")
     page.locator(f"#job-row-{failed[0].jid}:not([data-state=Failed])").wait_for()
     focus_inside(page, f"#job-row-{failed[0].jid}")
+    shot(page, "keyboard-row-after-action")
 
     # A live refresh of the table while a row's button has the focus gives it back to the
     # same button (what live.js asks for when a watch fires).
@@ -248,7 +251,9 @@ def test_failed_job_resume_then_delete_with_its_confirmation(
     page.keyboard.press("Enter")
     page.locator("#messages .message-success").wait_for()
     page.locator("#job-panel:not([data-state=Failed])").wait_for()
-    focus_inside(page, "#job-actions")
+    # The group is named, so that a screen reader says where the focus is.
+    assert focus_inside(page, "#job-actions")["name"] == "Actions on this job"
+    shot(page, "keyboard-job-after-resume")
     # Tab goes on from there to what follows the actions.
     page.keyboard.press("Tab")
     focused(page)
@@ -345,3 +350,4 @@ def test_holds_queue_and_node_with_their_forms(
     page.keyboard.press("Enter")
     page.locator("#node-9502").wait_for(state="detached")
     focus_inside(page, "#node-holds")
+    shot(page, "keyboard-holds-after-node-release")
