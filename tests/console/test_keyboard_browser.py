@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from queues.console import failed_reads
 from queues.zk import batches
 from queues.zk.maintenance import node_hold_set
 from tests.browser import close_context
@@ -351,3 +352,40 @@ def test_holds_queue_and_node_with_their_forms(
     page.locator("#node-9502").wait_for(state="detached")
     focus_inside(page, "#node-holds")
     shot(page, "keyboard-holds-after-node-release")
+
+
+def test_failed_group_opened_then_a_bulk_delete_confirmed(
+    keyboard_page: Any, live_server: Any, make_batch: Any, make_job: Any, monkeypatch: Any
+) -> None:
+    """/failed/: a group's jobs shown in place (htmx), the focus on that group; a row ticked
+    and deleted through the bulk form and its confirmation page."""
+    monkeypatch.setattr(failed_reads, "FAILED_ROWS_PER_PAGE", 2)
+    batch = make_batch()
+    doomed = make_job("Failed", batch=batch, message="HTTP 404")
+    for _ in range(2):
+        make_job("Failed", batch=batch, message="HTTP 404")
+    page = keyboard_page
+    log_in(page, live_server.url, "kim")
+    page.goto(f"{live_server.url}/failed/?group=batch")
+
+    group = f"#failed-group-{batch.bid}"
+    tab_to(page, f"{group} h2 a[hx-get]")
+    assert focused(page)["name"] == "show its jobs"
+    page.keyboard.press("Enter")
+    page.locator(f"{group} #job-row-{doomed.jid}").wait_for()
+    focus_inside(page, group)
+
+    tab_to(page, f"#job-row-{doomed.jid} input[type=checkbox]")
+    page.keyboard.press("Space")
+    tab_to(page, "#bulk-action", back=True)
+    page.keyboard.type("delete")
+    assert page.input_value("#bulk-action") == "delete"
+    tab_to(page, "#bulk-reason")
+    page.keyboard.type("a test upload")
+    tab_to(page, "#bulk-apply")
+    page.keyboard.press("Enter")
+    page.locator("#bulk-confirm").wait_for()
+    tab_to(page, "#confirm-button")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#bulk-summary")
+    assert "1 done, 0 skipped" in page.inner_text("#bulk-summary")
