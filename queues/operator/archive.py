@@ -63,6 +63,7 @@ from queues.zk.errors import (
 )
 from queues.zk.jobs import jobs_load
 from queues.zk.records import Batch, Broken, Job
+from queues.zk.servertime import server_moment
 
 log = logging.getLogger("queues.operator.archive")
 
@@ -445,8 +446,10 @@ def _still_live(zk: Any, batch: Batch, jobs: list[Job]) -> tuple[str | None, lis
 
 
 def ready_to_archive(zk: Any, bid: str, *, older_than: timedelta) -> tuple[Batch, list[Job]]:
-    """The batch and its jobs when all are finished, unlocked and old enough; else LeftAlone."""
-    cutoff = datetime.now().astimezone() - older_than
+    """The batch and its jobs when all are finished, unlocked and old enough; else LeftAlone.
+    Old enough by the ZooKeeper server's clock, which stamped their ``mtime``: a host whose own
+    clock runs ahead archives nothing early (``queues/zk/servertime.py``)."""
+    cutoff = server_moment(zk) - older_than
     try:
         batch = batch_load(zk, bid)
     except (NotFound, MalformedNode) as exc:
@@ -543,7 +546,7 @@ def sweep(*, older_than: timedelta | None = None, zk: Any = None) -> Iterator[Ar
     """Archive every batch ready for it, oldest first; one outcome per finished batch."""
     zk = zk if zk is not None else client()
     age = retention_age() if older_than is None else older_than
-    cutoff = datetime.now().astimezone() - age
+    cutoff = server_moment(zk) - age
     ids = batch_ids(zk)
     for bid, state in batch_states(zk, ids).items():
         if state not in FINISHED:

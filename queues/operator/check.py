@@ -83,6 +83,7 @@ from queues.zk.nodes import (
     start_reads,
 )
 from queues.zk.records import Batch, Broken, Job, decode_each
+from queues.zk.servertime import server_now
 from queues.zk.store_intents import SIDE_EFFECT_FOLDERS
 
 # The console's own records of a job's side effects outside ZooKeeper, one node per job.
@@ -344,7 +345,7 @@ class Checker:
             stat = stats[paths.batch(bid)]
             if stat is None:
                 continue
-            abandoned = age_seconds(stat.ctime) > ABANDONED_SECONDS
+            abandoned = age_seconds(stat.ctime, server_now(self.zk)) > ABANDONED_SECONDS
             owner = document_owner(submissions[paths.batch_node(bid, "submission")])
             finding = Finding(
                 "incomplete-batch",
@@ -452,7 +453,7 @@ class Checker:
             if read is None:
                 continue
             stat = read[1]
-            abandoned = age_seconds(stat.ctime) > ABANDONED_SECONDS
+            abandoned = age_seconds(stat.ctime, server_now(self.zk)) > ABANDONED_SECONDS
             owner = document_owner(reads.get(paths.job_node(jid, "configuration")))
             finding = Finding(
                 "incomplete-job",
@@ -671,12 +672,15 @@ class Checker:
         stats = exists_many(self.zk, locks)
         for path in locks:
             stat = stats[path]
-            if stat is not None and age_seconds(stat.ctime) > self.stale_lock_seconds:
-                self._found(stale_lock_finding(path, stat, self.held))
+            if stat is None:
+                continue
+            now = server_now(self.zk)  # the clock of ctime (queues/zk/servertime.py)
+            if age_seconds(stat.ctime, now) > self.stale_lock_seconds:
+                self._found(stale_lock_finding(path, stat, self.held, now=now))
         self._orphans(stats)
 
     def _orphans(self, stats: Mapping[str, Any]) -> None:
-        for orphan in orphan_locks(stats, self.held):
+        for orphan in orphan_locks(stats, self.held, now=server_now(self.zk)):
             self._found(
                 Finding(
                     "orphan-lock",
@@ -746,7 +750,7 @@ def _look_again(
         stat = stats.get(path)
         if stat is None or (stat.ephemeralOwner, stat.czxid) != (finding.session, finding.czxid):
             return None
-        return finding if orphan_locks({path: stat}, held) else None
+        return finding if orphan_locks({path: stat}, held, now=server_now(zk)) else None
     if kind == "batch-complete-not-reporting":
         bid = path.split("/")[2]
         try:

@@ -18,7 +18,7 @@ from queues.zk.client import Client
 from queues.zk.codecs import decode_json
 from queues.zk.consumers import Registration
 from queues.zk.errors import MalformedNode
-from queues.zk.nodes import children_many, stamp
+from queues.zk.nodes import children_many
 
 CONSOLE, MERRITT, UNKNOWN = "console", "merritt", "unknown"
 
@@ -75,8 +75,10 @@ class Progress:
         return f"{self.phase}{of}: {self.findings} finding{'' if self.findings == 1 else 's'}"
 
 
-def age_seconds(stat_ctime_ms: int) -> float:
-    return (datetime.now().astimezone() - stamp(stat_ctime_ms)).total_seconds()
+def age_seconds(stat_ctime_ms: int, now: float) -> float:
+    """A node's age at ``now``: the ZooKeeper server's time (``servertime.server_now``), the
+    clock that stamped its ``ctime``, so a host whose clock runs ahead calls nothing old early."""
+    return now - stat_ctime_ms / 1000
 
 
 JOB_INDEX_KINDS = frozenset(
@@ -161,10 +163,13 @@ def document_owner(read: Any) -> str:
     return owner_of(document) if isinstance(document, dict) else UNKNOWN
 
 
-def stale_lock_finding(path: str, stat: Any, held: Sequence[Registration]) -> Finding:
-    """A lock held longer than the threshold. One of a live session that is not a console
-    process is Merritt's consumer at work: never broken (``owner`` merritt)."""
-    hours = age_seconds(stat.ctime) / 3600
+def stale_lock_finding(
+    path: str, stat: Any, held: Sequence[Registration], *, now: float
+) -> Finding:
+    """A lock held longer than the threshold (``now``: the server's time). One of a live
+    session that is not a console process is Merritt's consumer at work: never broken
+    (``owner`` merritt)."""
+    hours = age_seconds(stat.ctime, now) / 3600
     finding = Finding(
         "stale-lock",
         path,
@@ -243,7 +248,9 @@ def lock_holder(session: int, held: Sequence[Registration]) -> str:
     return f"session {session:#x}, a session that is not a console process"
 
 
-def orphan_locks(stats: Mapping[str, Any], held: Sequence[Registration]) -> list[OrphanLock]:
+def orphan_locks(
+    stats: Mapping[str, Any], held: Sequence[Registration], *, now: float
+) -> list[OrphanLock]:
     """The locks among ``stats`` (path -> stat or None) that are orphans.
 
     A lock counts only once it is older than two of its process's publish intervals and the
@@ -261,7 +268,7 @@ def orphan_locks(stats: Mapping[str, Any], held: Sequence[Registration]) -> list
         ledger = reg.ledger if reg is not None else None
         if reg is None or ledger is None or path in ledger:
             continue
-        age = age_seconds(stat.ctime)
+        age = age_seconds(stat.ctime, now)
         every = reg.publish_seconds
         if age > 2 * every and (reg.written_ms - stat.ctime) / 1000 > every:
             found.append(OrphanLock(path, reg.name, stat.ephemeralOwner, stat.czxid, age))

@@ -44,6 +44,7 @@ from queues.zk.jobs import jobs_load
 from queues.zk.locks import lock_break
 from queues.zk.nodes import children, children_many, exists_many, read_many
 from queues.zk.records import Batch, Broken
+from queues.zk.servertime import server_now
 
 
 def repair(
@@ -216,7 +217,7 @@ def _remove_incomplete_job(zk: Client, path: str, beside_merritt: bool) -> str:
         return ""  # complete now (or unreadable: reported as malformed, never removed)
     reads = read_many(zk, [paths.job(jid), paths.job_node(jid, "configuration")])
     node = reads[paths.job(jid)]
-    if node is None or age_seconds(node[1].ctime) <= check.ABANDONED_SECONDS:
+    if node is None or age_seconds(node[1].ctime, server_now(zk)) <= check.ABANDONED_SECONDS:
         return ""
     if not _ours(document_owner(reads[paths.job_node(jid, "configuration")]), beside_merritt):
         return ""
@@ -230,7 +231,7 @@ def _remove_incomplete_batch(zk: Client, path: str, beside_merritt: bool) -> str
         return ""
     reads = read_many(zk, [paths.batch(bid), paths.batch_node(bid, "submission")])
     node = reads[paths.batch(bid)]
-    if node is None or age_seconds(node[1].ctime) <= check.ABANDONED_SECONDS:
+    if node is None or age_seconds(node[1].ctime, server_now(zk)) <= check.ABANDONED_SECONDS:
         return ""
     if not _ours(document_owner(reads[paths.batch_node(bid, "submission")]), beside_merritt):
         return ""

@@ -1,0 +1,149 @@
+"""Hosts whose clocks disagree with the ZooKeeper server's: a real process run under Debian's
+libfaketime (``faketime``, installed by ``bin/install --tests``) against the test's real
+ZooKeeper. Node times are the server's clock, so a decision on them takes "now" from the server
+(``queues/zk/servertime.py``), not from the host: a host ten minutes ahead archives nothing
+early, and a host whose clock is stepped while it runs keeps the server's time."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from queues.zk import servertime
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("faketime") is None, reason="needs Debian's faketime (bin/install --tests)"
+)
+
+# Run in the skewed process: the retention decision on one batch, and that host's clocks.
+DECIDE = """
+import json, time
+from datetime import timedelta
+from queues.operator import archive
+from queues.zk.client import client
+from queues.zk.servertime import server_now
+zk = client()
+try:
+    archive.ready_to_archive(zk, BID, older_than=timedelta(minutes=5))
+    verdict = "ready"
+except archive.LeftAlone as exc:
+    verdict = f"left alone: {exc}"
+print(json.dumps({"verdict": verdict, "local": time.time(), "server": server_now(zk)}))
+"""
+
+# Run in a process whose clock is stepped while it runs: one line out per line in.
+WATCH = """
+import json, sys, time
+from queues.zk.client import client
+from queues.zk.servertime import server_now
+zk = client()
+for _ in sys.stdin:
+    print(json.dumps({"local": time.time(), "server": server_now(zk)}), flush=True)
+"""
+
+
+def _env(zk_hosts: str, tmp_path: Path, **extra: str) -> dict[str, str]:
+    # The host's wall clock only: a real NTP step leaves the monotonic clock alone.
+    return {
+        **os.environ,
+        "ZK_HOSTS": zk_hosts,
+        "MRT_VAR_DIR": str(tmp_path),
+        "DONT_FAKE_MONOTONIC": "1",
+        **extra,
+    }
+
+
+def _skewed(offset: str, script: str, env: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run(
+        ["faketime", "-f", offset, sys.executable, "manage.py", "shell", "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_host_ten_minutes_ahead_archives_nothing_early(
+    zk: Any, zk_hosts: str, finished_batch: Any, tmp_path: Path
+) -> None:
+    """A batch finished just now is five minutes short of a five-minute retention on every
+    clock but the skewed host's own: that host leaves it alone."""
+    batch, _ = finished_batch(("Completed",))
+    # manage.py shell -c passes no arguments on: the batch id goes into the script.
+    script = DECIDE.replace("BID", repr(batch.bid))
+
+    seen = _skewed("+10m", script, env=_env(zk_hosts, tmp_path))
+
+    assert seen["local"] - seen["server"] > 500, f"the process was not skewed: {seen}"
+    assert seen["verdict"] == "left alone: finished too recently", seen
+
+
+def test_a_clock_stepped_while_running_keeps_the_server_time(
+    zk: Any, zk_hosts: str, tmp_path: Path
+) -> None:
+    """The host's clock is stepped a day ahead, then an hour behind, while the process runs;
+    its idea of the server's time follows the server, never the step."""
+    offset = tmp_path / "faketime"
+    offset.write_text("+0\n")
+    env = _env(
+        zk_hosts,
+        tmp_path,
+        LD_PRELOAD=_libfaketime(),
+        FAKETIME_TIMESTAMP_FILE=str(offset),
+        FAKETIME_NO_CACHE="1",
+    )
+    child = subprocess.Popen(
+        [sys.executable, "manage.py", "shell", "-c", WATCH],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+
+        def ask() -> dict[str, Any]:
+            assert child.stdin is not None and child.stdout is not None
+            child.stdin.write("\n")
+            child.stdin.flush()
+            line = child.stdout.readline()
+            while line and not line.startswith("{"):  # the shell's own words at its start
+                line = child.stdout.readline()
+            assert line, child.stderr.read() if child.stderr else "no answer"
+            return json.loads(line)
+
+        first = ask()
+        assert abs(first["local"] - first["server"]) < 60, first
+        for step, shift in (("+1d", 86400), ("-1h", -3600)):
+            offset.write_text(f"{step}\n")
+            seen = ask()
+            assert abs(seen["local"] - seen["server"] - shift) < 60, seen
+            # The server's time as this test's host reads it (its clock is not skewed).
+            here = servertime.server_now(zk)
+            assert abs(seen["server"] - here) < 60, (seen, here)
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        child.wait(timeout=60)
+
+
+def _libfaketime() -> str:
+    for folder in ("/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/aarch64-linux-gnu/faketime"):
+        found = Path(folder) / "libfaketime.so.1"
+        if found.exists():
+            return str(found)
+    pytest.skip("libfaketime.so.1 not found")
+    raise AssertionError  # unreachable
