@@ -20,9 +20,12 @@ from queues.zk import servertime
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("faketime") is None, reason="needs Debian's faketime (bin/install --tests)"
-)
+pytestmark = [
+    pytest.mark.slow,  # a Django process started per test
+    pytest.mark.skipif(
+        shutil.which("faketime") is None, reason="needs Debian's faketime (bin/install --tests)"
+    ),
+]
 
 # Run in the skewed process: the retention decision on one batch, and that host's clocks.
 DECIDE = """
