@@ -50,6 +50,7 @@ from .errors import InvalidID, MalformedNode
 from .kazoo_private import session_id
 from .nodes import Read, children, exists_many, read_many, stamp
 from .records import Job
+from .servertime import server_moment
 
 HOLDS = f"{paths.CONSOLE}/holds"
 NODE_HOLDS = f"{HOLDS}/nodes"
@@ -692,15 +693,18 @@ def finish_release(zk: KazooClient, window: Window) -> None:
 
 
 def due(zk: KazooClient, now: datetime | None = None) -> list[Window]:
-    """Windows past their end that release themselves."""
-    when = now or datetime.now(UTC)
+    """Windows past their end that release themselves: past it by the ZooKeeper server's
+    clock, which every host reads alike (``servertime``), so a host whose clock runs ahead
+    releases no hold before its end."""
+    when = now or server_moment(zk)
     return [w for w in windows(zk) if w.auto_release and w.until <= when]
 
 
 def overrun(zk: KazooClient, grace: timedelta, now: datetime | None = None) -> list[Window]:
     """Windows more than ``grace`` past their end whose hold is still there: not released by a
-    daemon (none runs, or the window does not release itself)."""
-    when = now or datetime.now(UTC)
+    daemon (none runs, or the window does not release itself). By the server's clock unless
+    ``now`` is given."""
+    when = now or server_moment(zk)
     try:
         ended_by = when - grace
     except OverflowError:  # a grace longer than the calendar: nothing can be past it

@@ -11,12 +11,14 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from queues.zk import servertime
+from queues.zk.maintenance import node_hold_set, window_set
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,6 +43,14 @@ try:
 except archive.LeftAlone as exc:
     verdict = f"left alone: {exc}"
 print(json.dumps({"verdict": verdict, "local": time.time(), "server": server_now(zk)}))
+"""
+
+# Run in the skewed process: the windows the maintenance daemon's sweep would release now.
+DUE = """
+import json
+from queues.zk.client import client
+from queues.zk.maintenance import due
+print(json.dumps({"due": [w.key for w in due(client())]}))
 """
 
 # Run in a process whose clock is stepped while it runs: one line out per line in.
@@ -91,6 +101,21 @@ def test_a_host_ten_minutes_ahead_archives_nothing_early(
 
     assert seen["local"] - seen["server"] > 500, f"the process was not skewed: {seen}"
     assert seen["verdict"] == "left alone: finished too recently", seen
+
+
+def test_a_host_ten_minutes_ahead_releases_no_hold_before_its_end(
+    zk: Any, zk_hosts: str, tmp_path: Path
+) -> None:
+    """A storage node held for five more minutes: the maintenance daemon's sweep on a host
+    whose clock runs ten minutes ahead finds no window due; one past its end it does find."""
+    node_hold_set(zk, 9601)
+    window_set(zk, "node", "9601", until=datetime.now(UTC) + timedelta(minutes=5))
+    node_hold_set(zk, 9602)
+    window_set(zk, "node", "9602", until=datetime.now(UTC) - timedelta(seconds=1))
+
+    seen = _skewed("+10m", DUE, env=_env(zk_hosts, tmp_path))
+
+    assert seen["due"] == ["node:9602"], seen
 
 
 def test_a_clock_stepped_while_running_keeps_the_server_time(
