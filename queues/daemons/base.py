@@ -60,6 +60,7 @@ from queues.zk.locks import ledger_of, lock_create, queue_held
 from queues.zk.maintenance import held_services, held_services_watch
 from queues.zk.pipeline import Parking
 from queues.zk.records import AccessRequest, Batch, Job
+from queues.zk.servertime import server_now
 from queues.zk.watch import ChangeSignal
 
 from .breakers import breakers, note_outage, outlived, outlived_from
@@ -562,7 +563,9 @@ class JobDaemon(Daemon[Job]):
         self.strict = strict  # claim exactly in run order (no spreading after lost races)
         self._deferred: set[str] | None = None
         # Jobs waiting for their next try (``failure``), or for a held service (``_accept``).
-        self.retry_waits = RetryWaits(held=lambda: held_services(self.zk))
+        self.retry_waits = RetryWaits(
+            held=lambda: held_services(self.zk), clock=lambda: server_now(self.zk)
+        )
         # Jobs whose move found their batch gone (``not_moved``), with that batch: looked at
         # again after ORPHAN_WAIT, their batch is read before their step runs again.
         self.orphans: dict[str, str] = {}
@@ -707,7 +710,7 @@ class JobDaemon(Daemon[Job]):
         waiting_on = [service for service in self.services_of(job) if service in held]
         if not waiting_on:
             return ""
-        now = time.time()
+        now = self.retry_waits.now()  # the server's clock, as the job's times
         if outlived(self.zk, job.status.raw, waiting_on, now=now):
             return ""
         until = outlived_from(job.status.raw, waiting_on, now=now)
@@ -803,7 +806,7 @@ class JobDaemon(Daemon[Job]):
         if len(self.orphans) >= RetryWaits.LIMIT:
             self.orphans.clear()  # one forgotten has its step run once more: no worse
         self.orphans[item.jid] = item.bid
-        self.retry_waits.note(item.jid, time.time() + ORPHAN_WAIT)
+        self.retry_waits.note_in(item.jid, ORPHAN_WAIT)
         log.warning(
             "%s %s: its batch %s %s; passed over for %.0f s "
             "(the consistency check lists it as job-without-batch)",
@@ -832,9 +835,8 @@ class JobDaemon(Daemon[Job]):
                 self.retry_waits.forget(jid)
             return False
         self._orphaned(job, f"is still gone, so its step is not run again (nor {len(mates)} more)")
-        until = time.time() + ORPHAN_WAIT
         for jid in mates:
-            self.retry_waits.note(jid, until)
+            self.retry_waits.note_in(jid, ORPHAN_WAIT)
         return True
 
     def after(self, item: Job, step: Next) -> None:

@@ -33,7 +33,6 @@ Restart-safe: a batch that already has jobs (a consumer died half-way) gets only
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -61,6 +60,7 @@ from queues.zk.errors import Conflict, StaleVersion
 from queues.zk.jobs import job_create, job_create_check, jobs_load
 from queues.zk.locks import collection_held, queue_held
 from queues.zk.records import Batch, Job
+from queues.zk.servertime import server_now
 from queues.zk.sized import BATCH_JOBS_MAX, TooLarge
 
 log = logging.getLogger("queues.daemons")
@@ -162,7 +162,8 @@ class BatchPending(BatchDaemon):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.retry_waits = RetryWaits()  # batches whose manifest is to be read again later
+        # Batches whose manifest is to be read again later; their times are the server's.
+        self.retry_waits = RetryWaits(clock=lambda: server_now(self.zk))
 
     def unprocessable(self, item: Batch) -> str | None:
         return processing_problem(item.submission)
@@ -179,7 +180,7 @@ class BatchPending(BatchDaemon):
             return super().failure(item, exc)
         note_outage(self.zk, outage)
         decision = retries.decide(
-            policy_for(outage.service), item.status.raw, outage, now=time.time()
+            policy_for(outage.service), item.status.raw, outage, now=self.retry_waits.now()
         )
         if not decision.retry:
             tries = retries.history_text(decision.reasons, when)
@@ -202,7 +203,7 @@ class BatchPending(BatchDaemon):
 
     def work(self, item: Batch) -> Step:
         until = retries.next_try(item.status.raw)
-        if until is not None and until > time.time():
+        if until is not None and until > self.retry_waits.now():
             self.retry_waits.note(item.bid, until)  # another process's wait: passed over
             return Stay(f"waiting to try again at {when(until)}", outcome="retry")
         if collection_held(self.zk, item.profile):

@@ -58,6 +58,7 @@ from queues.zk.maintenance import (
     service_key,
     service_name,
 )
+from queues.zk.servertime import server_now
 
 from .retrying import policy_for
 
@@ -316,7 +317,8 @@ class Breakers:
         moment = time.monotonic() if now is None else now
         services = service_holds(zk)
         closed = []
-        for service in expired(services, wall=time.time() if wall is None else wall):
+        # The holds' ctime is the server's clock: so is the time they are judged at.
+        for service in expired(services, wall=server_now(zk) if wall is None else wall):
             if _release(zk, service):
                 within = policy_for(service).within
                 why = f"held by its breaker for its jobs' whole retry window ({within:g} s)"

@@ -5,10 +5,17 @@ A job whose step met an outage of a service outside is given back with its next 
 on its status; every loop that finds it passes it over, unlocked, until then: this process's
 own from ``RetryWaits`` without locking it at all, another process's after one look under the
 lock (``due_later``), after which it too passes it over.
+
+The times written on a job (its first failure, its next try) are the ZooKeeper server's
+(``queues/zk/servertime.py``), as are the "now"s they are compared with: another host reads the
+wait a host wrote, and a host whose clock is off by minutes would otherwise try minutes early or
+late, or give a job up before its policy's window. ``RetryWaits`` keeps each wait as a deadline
+on this process's monotonic clock, so a step of the local clock shortens or lengthens none.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +29,7 @@ from queues.core import retries
 from queues.core.clock import clock_text
 from queues.zk.jobs import job_retry_later
 from queues.zk.records import Job
+from queues.zk.servertime import server_now
 
 _policies: dict[str, tuple[str, retries.Policy]] = {}
 _policies_lock = threading.Lock()
@@ -56,24 +64,45 @@ def check_policies() -> None:
 
 
 class RetryWaits:
-    """Jobs this loop passes over until their next try: jid -> epoch seconds; and those it
-    found waiting for a held service (``note_held``), passed over while it stays held."""
+    """Jobs this loop passes over until their next try; and those it found waiting for a held
+    service (``note_held``), passed over while it stays held.
+
+    Times are given in epoch seconds of ``clock`` (the ZooKeeper server's, ``server_now``, in
+    the daemons; the local clock without one) and kept as this process's monotonic deadlines."""
 
     LIMIT = 100_000
 
-    def __init__(self, held: Callable[[], frozenset[str]] | None = None) -> None:
-        self._until: dict[str, float] = {}
-        # jid -> (the held services it waits for, epoch seconds it is looked at again anyway)
+    def __init__(
+        self,
+        held: Callable[[], frozenset[str]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._until: dict[str, float] = {}  # jid -> monotonic deadline
+        # jid -> (the held services it waits for, monotonic time it is looked at again anyway)
         self._held: dict[str, tuple[frozenset[str], float]] = {}
         self._held_now = held  # the services held now, from a watch: no request
+        self._clock = clock
         self._lock = threading.Lock()
 
+    def now(self) -> float:
+        """Now on the clock the waits are given in."""
+        return self._clock()
+
+    def _deadline(self, until: float) -> float:
+        """``until`` (epoch seconds of the clock) as a monotonic deadline."""
+        return time.monotonic() + (until - self._clock())
+
     def note(self, jid: str, until: float) -> None:
+        self.note_in(jid, until - self._clock())
+
+    def note_in(self, jid: str, seconds: float) -> None:
+        """``jid`` is passed over for ``seconds`` from now."""
+        deadline = time.monotonic() + seconds
         with self._lock:
             if len(self._until) >= self.LIMIT:
-                now = time.time()
+                now = time.monotonic()
                 self._until = {j: t for j, t in self._until.items() if t > now}
-            self._until[jid] = until
+            self._until[jid] = deadline
 
     def note_held(self, jid: str, services: list[str], until: float) -> None:
         """``jid`` waits for ``services`` (held now): passed over by its ID while any of them
@@ -81,6 +110,7 @@ class RetryWaits:
         waiting (a lock written and deleted a job a turn while a breaker is open)."""
         if self._held_now is None:
             return
+        until = self._deadline(until) if math.isfinite(until) else until
         with self._lock:
             if len(self._held) >= self.LIMIT:
                 self._held.clear()  # each looked at once more under its lock: no worse
@@ -107,7 +137,7 @@ class RetryWaits:
         """Whether ``jid`` is to be passed over now (the listing's skip)."""
         until = self._until.get(jid)
         if until is not None:
-            if until > time.time():
+            if until > time.monotonic():
                 return True
             with self._lock:
                 if self._until.get(jid) == until:
@@ -116,7 +146,7 @@ class RetryWaits:
         if held is None or self._held_now is None:
             return False
         services, end = held
-        if end > time.time() and services & self._held_now():
+        if end > time.monotonic() and services & self._held_now():
             return True
         with self._lock:
             if self._held.get(jid) == held:
@@ -133,7 +163,7 @@ class RetryWaits:
     def due_later(self, job: Job) -> bool:
         """Whether ``job`` (read under its lock) waits for a later try; noted if so."""
         until = retries.next_try(job.status.raw)
-        if until is None or until <= time.time():
+        if until is None or until <= self._clock():
             return False
         self.note(job.jid, until)
         return True
@@ -150,7 +180,7 @@ def retry_later(
     the step's own words). (True, the waiting message, next try) once written on the job; or
     (False, the Failed message with every try's reason, 0) when the policy is spent."""
     policy = policy_for(outage.service)
-    now = time.time()
+    now = server_now(zk)  # the clock every host reads the job's times with
     decision = retries.decide(policy, job.status.raw, outage, now=now)
     if not decision.retry:
         tries = retries.history_text(decision.reasons, when)

@@ -13,7 +13,6 @@ knows of none, nothing is read. The check under the lock stays (``JobDaemon._acc
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -45,7 +44,7 @@ class RetryScreen:
         listed = {jid for jid in jids.values() if jid is not None}
         self._seen &= listed
         unknown = [jid for jid in listed if jid not in self._seen]
-        now = time.time()
+        now = self.waits.now()  # the clock of the waits written on the jobs
         for start in range(0, len(unknown), CHUNK):
             part = unknown[start : start + CHUNK]
             found = read_many(self.zk, [zpaths.job_node(jid, "status") for jid in part])

@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
-from queues.zk import servertime
+from queues.core import retries
+from queues.zk import jobs as zjobs
+from queues.zk import paths, servertime
 from queues.zk.maintenance import node_hold_set, window_set
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +53,38 @@ import json
 from queues.zk.client import client
 from queues.zk.maintenance import due
 print(json.dumps({"due": [w.key for w in due(client())]}))
+"""
+
+# Run in the skewed process: the Storing daemon meets a storage outage on a job it locked and
+# writes the job's next try, as its step's failure does.
+WRITE_WAIT = """
+import json
+from queues.core.retries import ServiceUnavailable
+from queues.daemons.retrying import retry_later
+from queues.zk import paths
+from queues.zk.client import client
+from queues.zk.jobs import job_unlock, jobs_load
+from queues.zk.locks import lock_create
+zk = client()
+assert lock_create(zk, paths.job_node(JID, "lock"))
+(job,) = jobs_load(zk, [JID])
+outage = ServiceUnavailable("storage", "HTTP 503")
+again, message, until = retry_later(zk, job, "Storing", outage, "HTTP 503")
+job_unlock(zk, job)
+print(json.dumps({"again": again, "until": until}))
+"""
+
+# Run in the skewed process: whether the Storing daemon's listing passes the job over, the
+# question its loops ask of a job found with a next try on its status.
+READ_WAIT = """
+import json
+from queues.daemons.registry import DAEMONS
+from queues.zk.client import client
+from queues.zk.jobs import jobs_load
+zk = client()
+daemon = DAEMONS["storing"](zk=zk)
+(job,) = jobs_load(zk, [JID])
+print(json.dumps({"waits": daemon.retry_waits.due_later(job)}))
 """
 
 # Run in a process whose clock is stepped while it runs: one line out per line in.
@@ -116,6 +150,48 @@ def test_a_host_ten_minutes_ahead_releases_no_hold_before_its_end(
     seen = _skewed("+10m", DUE, env=_env(zk_hosts, tmp_path))
 
     assert seen["due"] == ["node:9602"], seen
+
+
+def test_a_wait_written_by_a_host_ten_minutes_ahead_is_as_long_as_its_policy_says(
+    zk: Any, zk_hosts: str, finished_batch: Any, tmp_path: Path
+) -> None:
+    """Storage's first wait is 30 s (with jitter): written by a host ten minutes ahead, every
+    other host still tries the job again within the policy's wait, not ten minutes later."""
+    _, (job,) = finished_batch(("Storing",), batch_state="Processing")
+    script = WRITE_WAIT.replace("JID", repr(job.jid))
+
+    seen = _skewed("+10m", script, env=_env(zk_hosts, tmp_path))
+
+    assert seen["again"], seen
+    (written,) = zjobs.jobs_load(zk, [job.jid])
+    left = retries.next_try(written.status.raw) - servertime.server_now(zk)
+    first = retries.DEFAULT_POLICIES["storage"].first
+    assert 0 < left <= 2 * first + 5, f"the next try is {left:.0f} s away by the server"
+
+
+def test_a_host_ten_minutes_ahead_honours_a_wait_another_host_wrote(
+    zk: Any, zk_hosts: str, finished_batch: Any, tmp_path: Path
+) -> None:
+    """A job whose next try is five minutes away by the server's clock: a Storing daemon on a
+    host ten minutes ahead passes it over."""
+    _, (job,) = finished_batch(("Storing",), batch_state="Processing")
+    later = servertime.server_now(zk) + 300
+    path = paths.job_node(job.jid, "status")
+    raw = json.loads(zk.get(path)[0])
+    raw[retries.RETRY_KEY] = {
+        "state": "Storing",
+        "service": "storage",
+        "attempt": 1,
+        "first": later - 330,
+        "next": later,
+        "reasons": [],
+    }
+    zk.set(path, json.dumps(raw).encode())
+    script = READ_WAIT.replace("JID", repr(job.jid))
+
+    seen = _skewed("+10m", script, env=_env(zk_hosts, tmp_path))
+
+    assert seen == {"waits": True}
 
 
 def test_a_clock_stepped_while_running_keeps_the_server_time(
