@@ -57,6 +57,7 @@ from queues.zk import packed
 from queues.zk import paths as zpaths
 from queues.zk.client import connected_client
 from queues.zk.nodes import exists_many
+from queues.zk.servertime import server_now
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +243,7 @@ def find_stuck(zk: Any, *, fresh: bool = False) -> list[StuckJob]:
         return hit[2]
     idx = zindex.for_client(zk)
     limits = thresholds()
-    now = time.time()
+    now = server_now(zk)  # the clock of the entries' ctimes (queues/zk/servertime.py)
     candidates: list[tuple[str, str, float]] = []
     state: str
     for state in STATES:
@@ -410,7 +411,7 @@ def stuck_page(zk: Any, number: int = 1, *, per_page: int = PAGE_SIZE) -> StuckP
     if loading:
         return StuckPage([], number, per_page, 0, loading=loading)
     limits = thresholds()
-    now = time.time()
+    now = server_now(zk)  # the clock of the entries' ctimes (queues/zk/servertime.py)
     streams = []
     for state in STATES:
         limit, kept = limits[state], oldest[state]
@@ -444,7 +445,7 @@ def _count(zk: Any, *, pause: float = 0.0) -> dict[str, int]:
     with _counting:
         idx = zindex.for_client(zk)
         limits = thresholds()
-        now = time.time()
+        now = server_now(zk)
         counts: dict[str, int] = {}
         oldest: dict[str, _Oldest] = {}
         state: str
@@ -582,7 +583,7 @@ def stuck_keys(
     added to ``loading``; without it, every time is read first."""
     idx = zindex.for_client(zk)
     limits = thresholds()
-    now = time.time()
+    now = server_now(zk)  # the clock of the entries' ctimes (queues/zk/servertime.py)
     parts: list[array[int]] = []
     by_lock: list[int] = []
     for state in states:
@@ -817,13 +818,20 @@ def reset() -> None:
 STALE_AFTER = 3  # publish intervals without a write before a registration is called stale
 
 
-def _seconds_since(stamp: Any, now: float) -> float | None:
+def _epoch(stamp: Any) -> float | None:
     if not isinstance(stamp, str):
         return None
     try:
-        return max(0.0, now - datetime.fromisoformat(stamp).timestamp())
-    except ValueError:
+        return datetime.fromisoformat(stamp).timestamp()
+    except (ValueError, OverflowError):
         return None
+
+
+def _seconds_since(stamp: Any, now: float, offset: float = 0.0) -> float | None:
+    """Seconds from ``stamp`` (an ISO time a process wrote by its own clock, ``offset`` behind
+    the server's) to ``now`` (the server's)."""
+    moment = _epoch(stamp)
+    return None if moment is None else max(0.0, now - (moment + offset))
 
 
 def step_limits() -> dict[str, float]:
@@ -839,32 +847,39 @@ def step_limits() -> dict[str, float]:
 
 def consumer_processes() -> dict[str, Any]:
     """Every registered consumer process with its threads, each thread flagged when it has held
-    its item past its step's limit: ``{"consumers": [...], "flagged_total": n}``."""
+    its item past its step's limit: ``{"consumers": [...], "flagged_total": n}``.
+
+    Each process wrote its times by its own host's clock; the node's ``mtime`` is the server's
+    at that write, so their difference puts them on the server's clock, which "now" is read
+    from too: a host whose clock is minutes off shows no thread stuck, nor itself stale, for it."""
     zk = connected_client()
-    now = time.time()
+    now = server_now(zk)
     limits = step_limits()
     default = default_limit()
     procs = []
     flagged_total = 0
-    for data in zconsumers.consumers_list(zk):
+    for data, written_ms in zconsumers.consumers_written(zk):
+        written = written_ms / 1000
+        updated = _epoch(data.get("updated"))
+        offset = 0.0 if updated is None else written - updated
         threads = []
         for t in data.get("threads") or []:
             if not isinstance(t, dict):
                 continue
-            held = _seconds_since(t.get("since"), now) if t.get("item") else None
+            held = _seconds_since(t.get("since"), now, offset) if t.get("item") else None
             limit = limits.get(str(t.get("step", "")), default)
             flagged = held is not None and held > limit
             flagged_total += flagged
             threads.append({**t, "held": held, "limit": limit, "flagged": flagged})
         every = float(data.get("publish_seconds") or 5)
-        age = _seconds_since(data.get("updated"), now)
+        age = max(0.0, now - written)  # since its last write, by the server's clock
         procs.append(
             {
                 **data,
                 "threads": threads,
                 "busy": sum(1 for t in threads if t.get("item")),
                 "flagged": sum(1 for t in threads if t["flagged"]),
-                "uptime": _seconds_since(data.get("started"), now),
+                "uptime": _seconds_since(data.get("started"), now, offset),
                 "updated_ago": age,
                 "stale": age is not None and age > STALE_AFTER * every + 5,
             }

@@ -299,12 +299,18 @@ def consumers_list(zk: KazooClient) -> list[dict[str, Any]]:
     """Every registered process's node (``name`` and ``session`` added), sorted by name; a
     node with fields of the wrong type keeps its good ones and says what is wrong in
     ``error``."""
+    return [entry for entry, _ in consumers_written(zk)]
+
+
+def consumers_written(zk: KazooClient) -> list[tuple[dict[str, Any], int]]:
+    """``consumers_list``'s entries, each with its node's ``mtime`` (ms): the server's clock
+    at the write that put there the times the process wrote by its own clock."""
     found = []
     for reg in registrations(zk):
         entry = {**reg.data, "name": reg.name, "session": f"{reg.session:#x}"}
         if reg.problems:
             entry["error"] = "; ".join(reg.problems)
-        found.append(entry)
+        found.append((entry, reg.written_ms))
     return found
 
 

@@ -348,3 +348,47 @@ def test_the_stuck_keys_of_several_states_are_sorted_once_while_their_parts_hold
         assert list(stuck._joined([], [])) == []
     finally:
         stuck.reset()
+
+
+def test_a_consumer_on_a_host_ten_minutes_behind_is_neither_stale_nor_stuck(zk, settings):
+    """A process on a host whose clock runs ten minutes behind writes its times by that
+    clock: its registration just written, a thread on an item for 20 s. Judged against the
+    web host's clock it looked ten minutes stale and stuck; by the node's own mtime (the
+    server's clock at the write) it is neither."""
+    from queues.zk import consumers as zconsumers
+
+    settings.MRT_STUCK_SECONDS = 300  # no history: a thread is stuck after five minutes
+    behind = time.time() - 600
+
+    def iso(epoch: float) -> str:
+        return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
+
+    zconsumers.consumer_register(
+        zk,
+        "skewed-host-1",
+        {
+            "host": "skewed-host",
+            "pid": 1,
+            "steps": ["storing"],
+            "started": iso(behind - 3600),
+            "updated": iso(behind),
+            "publish_seconds": 5,
+            "threads": [
+                {
+                    "thread": "storing-0",
+                    "step": "storing",
+                    "item": "jid0000000001",
+                    "kind": "job",
+                    "state": "Storing",
+                    "since": iso(behind - 20),
+                },
+            ],
+        },
+    )
+
+    (proc,) = stuck.consumer_processes()["consumers"]
+
+    assert not proc["stale"], proc["updated_ago"]
+    (thread,) = proc["threads"]
+    assert not thread["flagged"] and thread["held"] < 300, thread["held"]
+    assert 3000 < proc["uptime"] < 4200, proc["uptime"]
