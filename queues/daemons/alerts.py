@@ -36,6 +36,7 @@ from queues.daemons.alerting import Evaluator, deliver_due, digest_if_due
 from queues.daemons.base import ItemResult, PeriodicDaemon
 from queues.zk.errors import is_connection_error
 from queues.zk.leader import leader_resign, leader_take
+from queues.zk.servertime import server_moment
 
 log = logging.getLogger("queues.daemons")
 
@@ -62,9 +63,21 @@ class Alerts(PeriodicDaemon):
         return leader_take(self.zk, ROLE, info)
 
     def round(self, now: datetime | None = None) -> list[str]:
-        """One round; the lines say what fired, resolved or was sent."""
-        now = now or timezone.now()
+        """One round; the lines say what fired, resolved or was sent.
+
+        Its "now" is the ZooKeeper server's (``queues/zk/servertime.py``) while it answers: the
+        rules compare it with node times, and the episodes' times it writes are read by the
+        alerts daemon of another host once that one leads. Without ZooKeeper, this host's."""
         reachable = self.gate.connected and self.zk.connected
+        if now is None:
+            now = timezone.now()
+            if reachable:
+                try:
+                    now = server_moment(self.zk)
+                except Exception as exc:
+                    if not is_connection_error(exc):
+                        raise
+                    reachable = False
         if reachable:
             try:
                 self.leading = self._lead()
