@@ -75,6 +75,7 @@ from queues.zk.jobs import (
 )
 from queues.zk.locks import collection_held
 from queues.zk.records import AccessRequest, Batch, Broken, Job, Status
+from queues.zk.servertime import server_moment
 
 log = logging.getLogger("queues.services")
 
@@ -533,7 +534,8 @@ def batches_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome
     again by the next cleanup whatever its age; ZooKeeper lost ends the sweep after that line.
     """
     zk = client()
-    cutoff = datetime.now().astimezone() - older_than
+    # By the server's clock, which wrote the mtimes (queues/zk/servertime.py).
+    cutoff = server_moment(zk) - older_than
     ids = batch_ids(zk)
     for bid, state in batch_states(zk, ids).items():
         if state not in CLEANUP_BATCH_STATES:
@@ -576,7 +578,8 @@ def deleted_cleanup(*, older_than: timedelta = timedelta(0)) -> Iterator[Outcome
     """Remove the jobs and access requests marked Deleted at least ``older_than`` ago (Merritt's
     library marks them instead of removing them). A locked or changed one is left alone."""
     zk = client()
-    cutoff = datetime.now().astimezone() - older_than
+    # By the server's clock, which wrote the mtimes (queues/zk/servertime.py).
+    cutoff = server_moment(zk) - older_than
     jids = [jid for _p, jid in index_entries(zk, JobState.DELETED)]
     for start in range(0, len(jids), 500):
         for job in jobs_load(zk, jids[start : start + 500]):

@@ -47,6 +47,15 @@ except archive.LeftAlone as exc:
 print(json.dumps({"verdict": verdict, "local": time.time(), "server": server_now(zk)}))
 """
 
+# Run in the skewed process: ``queue cleanup``'s sweep of batches (five minutes' age).
+CLEANUP = """
+import json
+from datetime import timedelta
+from queues.services.moves import batches_cleanup
+done = [o.id for o in batches_cleanup(older_than=timedelta(minutes=5))]
+print(json.dumps({"removed": done}))
+"""
+
 # Run in the skewed process: the windows the maintenance daemon's sweep would release now.
 DUE = """
 import json
@@ -85,6 +94,19 @@ zk = client()
 daemon = DAEMONS["storing"](zk=zk)
 (job,) = jobs_load(zk, [JID])
 print(json.dumps({"waits": daemon.retry_waits.due_later(job)}))
+"""
+
+# Run in the skewed process: one round of the alerts daemon (its own database, migrated).
+ALERTS_ROUND = """
+import json
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+import queues.daemons.registry  # every daemon's module, and so every rule
+from queues.daemons.alerts import Alerts
+from queues.zk.client import client
+daemon = Alerts(zk=client())
+said = daemon.round()
+print(json.dumps({"said": said, "leading": daemon.leading}))
 """
 
 # Run in a process whose clock is stepped while it runs: one line out per line in.
@@ -135,6 +157,19 @@ def test_a_host_ten_minutes_ahead_archives_nothing_early(
 
     assert seen["local"] - seen["server"] > 500, f"the process was not skewed: {seen}"
     assert seen["verdict"] == "left alone: finished too recently", seen
+
+
+def test_a_cleanup_on_a_host_ten_minutes_ahead_removes_nothing_early(
+    zk: Any, zk_hosts: str, finished_batch: Any, tmp_path: Path
+) -> None:
+    """``queue cleanup --older-than-days`` on a skewed host: a batch Completed just now is not
+    five minutes old by the server's clock, and stays."""
+    batch, _ = finished_batch(("Completed",))
+
+    seen = _skewed("+10m", CLEANUP, env=_env(zk_hosts, tmp_path))
+
+    assert seen == {"removed": []}
+    assert zk.exists(paths.batch(batch.bid)) is not None
 
 
 def test_a_host_ten_minutes_ahead_releases_no_hold_before_its_end(
@@ -192,6 +227,30 @@ def test_a_host_ten_minutes_ahead_honours_a_wait_another_host_wrote(
     seen = _skewed("+10m", script, env=_env(zk_hosts, tmp_path))
 
     assert seen == {"waits": True}
+
+
+def test_an_alerts_daemon_ten_minutes_ahead_reports_no_overrun_before_its_time(
+    zk: Any, zk_hosts: str, tmp_path: Path
+) -> None:
+    """A storage node's window ended a minute ago and its hold is still there: the
+    ``hold-overrun`` rule waits five minutes past the end. The alerts daemon of a host ten
+    minutes ahead leads and evaluates, and reports nothing yet; of an end six minutes ago,
+    it does."""
+    node_hold_set(zk, 9701)
+    window_set(
+        zk, "node", "9701", until=datetime.now(UTC) - timedelta(minutes=1), auto_release=False
+    )
+    node_hold_set(zk, 9702)
+    window_set(
+        zk, "node", "9702", until=datetime.now(UTC) - timedelta(minutes=6), auto_release=False
+    )
+
+    seen = _skewed("+10m", ALERTS_ROUND, env=_env(zk_hosts, tmp_path))
+
+    assert seen["leading"], seen
+    said = " ".join(seen["said"])
+    assert "hold-overrun[node:9702] fired" in said, seen
+    assert "hold-overrun[node:9701]" not in said, seen
 
 
 def test_a_clock_stepped_while_running_keeps_the_server_time(
