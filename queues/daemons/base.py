@@ -60,7 +60,7 @@ from queues.zk.locks import ledger_of, lock_create, queue_held
 from queues.zk.maintenance import held_services, held_services_watch
 from queues.zk.pipeline import Parking
 from queues.zk.records import AccessRequest, Batch, Job
-from queues.zk.servertime import server_now
+from queues.zk.servertime import server_now, server_now_known
 from queues.zk.watch import ChangeSignal
 
 from .breakers import breakers, note_outage, outlived, outlived_from
@@ -710,7 +710,9 @@ class JobDaemon(Daemon[Job]):
         waiting_on = [service for service in self.services_of(job) if service in held]
         if not waiting_on:
             return ""
-        now = self.retry_waits.now()  # the server's clock, as the job's times
+        # The server's clock, as the job's times; from the last sample, without a request
+        # (asked just before a step too, by a thread that must not wait on ZooKeeper).
+        now = server_now_known(self.zk)
         if outlived(self.zk, job.status.raw, waiting_on, now=now):
             return ""
         until = outlived_from(job.status.raw, waiting_on, now=now)

@@ -29,6 +29,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from queues.zk import paths
 from queues.zk.codecs import local_time
+from queues.zk.errors import is_connection_error
 
 CLOCK = f"{paths.CONSOLE}/clock"
 RESAMPLE_SECONDS = 60.0
@@ -40,18 +41,36 @@ _lock = threading.Lock()
 
 def server_now(zk: KazooClient) -> float:
     """The ZooKeeper server's time now, in epoch seconds (one write every ``RESAMPLE_SECONDS``
-    per client, else none). A connection error is the caller's, as for any other request."""
+    per client, else none). ZooKeeper away, the last sample goes on; a connection error is the
+    caller's only when this client has none yet, as for any other request."""
     mono = time.monotonic()
     with _lock:
         sample = _samples.get(zk)
     if sample is not None and 0 <= mono - sample[1] < RESAMPLE_SECONDS:
         return float(sample[0] + (mono - sample[1]))
-    stat = _touch(zk)
+    try:
+        stat = _touch(zk)
+    except Exception as exc:
+        if sample is None or not is_connection_error(exc):
+            raise
+        # ZooKeeper away: the last sample, advanced by the monotonic clock, is still the
+        # server's time give or take the clocks' drift (parts per million).
+        return float(sample[0] + (time.monotonic() - sample[1]))
     answered = time.monotonic()
     server = float(stat.mtime) / 1000
     with _lock:
         _samples[zk] = (server, answered)
     return server + (time.monotonic() - answered)
+
+
+def server_now_known(zk: KazooClient) -> float:
+    """``server_now`` from this client's last sample, whatever its age, without a request (for
+    a thread that must not wait on ZooKeeper); the host's clock when it has none yet."""
+    with _lock:
+        sample = _samples.get(zk)
+    if sample is None:
+        return time.time()
+    return float(sample[0] + (time.monotonic() - sample[1]))
 
 
 def server_moment(zk: KazooClient) -> datetime:
