@@ -19,6 +19,7 @@ given request passes:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import socket
 import struct
@@ -28,6 +29,10 @@ from collections.abc import Callable
 from queues.services.zkserver import free_port
 
 CREATE, DELETE, EXISTS, MULTI, MULTI_READ = 1, 2, 3, 14, 22
+
+# Opcodes whose request begins with the node's path: create .. getChildren, getChildren2,
+# create2, createContainer, createTTL, getEphemerals, getAllChildrenNumber, addWatch.
+_PATH_FIRST = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 19, 21, 103, 104, 106})
 
 Match = Callable[[int, bytes], bool]
 
@@ -86,6 +91,12 @@ class _Link:
                 break
             opcode = -1 if first or length < 8 else struct.unpack("!i", body[4:8])[0]
             first = False
+            with self.proxy._lock:
+                self.proxy.counts[opcode] += 1
+                if opcode in _PATH_FIRST and length >= 12:
+                    (size,) = struct.unpack("!i", body[8:12])
+                    path = body[12 : 12 + max(size, 0)].decode(errors="replace")
+                    self.proxy.paths[(opcode, path)] += 1
             if self.proxy.holed.is_set():
                 continue
             action = self.proxy._action_for(opcode, body)
@@ -125,11 +136,15 @@ class _Link:
 class ZkProxy:
     """The proxy (see the module's docstring); ``hosts`` is its connection string."""
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, port: int = 0) -> None:
         self.target_port = target_port
-        self.port = free_port()
+        self.port = port or free_port()
         self.holed = threading.Event()
         self.fired = threading.Event()  # the armed action has happened
+        # Requests that passed, by opcode (-1: a connect request), for tests that count them.
+        self.counts: collections.Counter[int] = collections.Counter()
+        # The same by (opcode, path), for the requests whose first field is a path.
+        self.paths: collections.Counter[tuple[int, str]] = collections.Counter()
         self._armed: tuple[str, Match] | None = None
         self._lock = threading.Lock()
         self._links: list[_Link] = []

@@ -308,14 +308,23 @@ class Breakers:
             with self._lock:
                 self._runs.pop(service, None)
 
-    def probe(self, zk: Any, *, now: float | None = None, wall: float | None = None) -> list[str]:
+    def probe(
+        self,
+        zk: Any,
+        *,
+        now: float | None = None,
+        wall: float | None = None,
+        none_held: bool = False,
+    ) -> list[str]:
         """Probe each service a breaker holds whose probe is due; the services whose breaker
         closed. A service with no URL to probe (its setting gone) stays held until an operator
         releases it. A depositor's or callback receiver's server is released without a probe
         once its breaker's hold has stood for its retry window (``expired``; ``wall``: epoch
-        seconds): its jobs try it again, and its breaker opens again if it still fails."""
+        seconds): its jobs try it again, and its breaker opens again if it still fails.
+        ``none_held``: the caller knows (from a watch) that no node or service is held, so the
+        holds are not read."""
         moment = time.monotonic() if now is None else now
-        services = service_holds(zk)
+        services = {} if none_held else service_holds(zk)
         closed = []
         # The holds' ctime is the server's clock: so is the time they are judged at.
         for service in expired(services, wall=server_now(zk) if wall is None else wall):
@@ -326,7 +335,7 @@ class Breakers:
                 _audit("release", service, why)
                 closed.append(service)
             del services[service]
-        held = breaker_held(zk, services)
+        held = {} if none_held else breaker_held(zk, services)
         self._forget_old_runs(moment)
         with self._lock:
             for service in list(self._probes):

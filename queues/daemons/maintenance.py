@@ -9,6 +9,7 @@ succeeds, and only that one writes the audit entry. It claims nothing else and t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import time
@@ -26,6 +27,11 @@ from queues.operator import audit
 from queues.services import hold_moves
 from queues.zk.errors import StoppedPartway
 from queues.zk.maintenance import (
+    NODE_HOLDS,
+    RELEASING,
+    SERVICE_HOLDS,
+    WINDOWS,
+    FolderWatch,
     Window,
     due,
     finish_release,
@@ -55,6 +61,17 @@ class Maintenance(PeriodicDaemon):
         # lock is this session's, so no other daemon takes them over, and a later window of
         # the same hold waits for them.
         self._unended: dict[str, Window] = {}
+        # Whether there are windows, releases and holds at all, kept by watches: an idle
+        # queue has none, and a round then reads nothing (made at the first connected round).
+        self._folders: FolderWatch | None = None
+
+    def _watched(self) -> FolderWatch | None:
+        if self._folders is None:
+            with contextlib.suppress(Exception):  # ZooKeeper away: this round reads as before
+                self._folders = FolderWatch(
+                    self.zk, (WINDOWS, RELEASING, NODE_HOLDS, SERVICE_HOLDS)
+                )
+        return self._folders
 
     def sweep(self) -> list[Window]:
         """Release every window past its end that this process wins, after ending the records
@@ -62,7 +79,10 @@ class Maintenance(PeriodicDaemon):
         left unfinished; those it released or finished."""
         for window in list(self._unended.values()):
             self._end_release(window)
-        released = []
+        released: list[Window] = []
+        folders = self._watched()
+        if folders is not None and folders.empty(WINDOWS, RELEASING):
+            return released
         for window in unfinished_releases(self.zk):
             if take_release(self.zk, window):
                 released.append(window)
@@ -153,7 +173,9 @@ class Maintenance(PeriodicDaemon):
         started = time.monotonic()
         audit.write_kept_if_answering()  # entries an outage kept, this process's breakers' too
         released = self.sweep()
-        closed = breakers().probe(self.zk)
+        folders = self._watched()
+        none_held = folders is not None and folders.empty(NODE_HOLDS, SERVICE_HOLDS)
+        closed = breakers().probe(self.zk, none_held=none_held)
         self.last = ItemResult(
             "windows",
             self.step,

@@ -30,6 +30,7 @@ collection holds only; see docs/zookeeper-contract-notes.md).
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import threading
 import weakref
@@ -308,6 +309,28 @@ class HeldServices:
         """Set ``event`` whenever a service's hold goes (its jobs may be taken up again)."""
         with self._events_lock:
             self._events.add(event)
+
+
+class FolderWatch:
+    """Whether some folders have children, as watches on them keep it: a daemon that reads
+    them every round reads nothing while they are empty (the usual idle queue's case).
+
+    Until a folder's watch has answered, and after its folder is deleted, it counts as not
+    empty, so the caller reads as it would without the watch; kazoo's ``ChildrenWatch`` reads
+    the folder again when a lost session's replacement connects."""
+
+    def __init__(self, zk: KazooClient, folders: tuple[str, ...]) -> None:
+        self._counts: dict[str, int | None] = dict.fromkeys(folders)
+        for folder in folders:
+            zk.ensure_path(folder)
+            ChildrenWatch(zk, folder, functools.partial(self._changed, folder))
+
+    def _changed(self, folder: str, children: list[str] | None) -> None:
+        self._counts[folder] = None if children is None else len(children)
+
+    def empty(self, *folders: str) -> bool:
+        """True when every one of ``folders`` is known, from its watch, to have no child."""
+        return all(self._counts.get(folder) == 0 for folder in folders)
 
 
 _held: weakref.WeakKeyDictionary[Any, HeldServices] = weakref.WeakKeyDictionary()
