@@ -773,13 +773,16 @@ class JobPipeline:
             return min(daemon.poll, max(ripe_in, IDLE_MIN))
         # Idle: the folder's watch, a hand-over or the poll wakes the loop. Work that arrived
         # between the empty cycle and the watch is found by one more cycle, on the listing the
-        # watch was set with (or a new one when it was set already).
+        # watch was set with (or a new one when it was set already, unless the listing in
+        # hand was sent after the watch was: it has every entry the watch has not told of, and
+        # an idle loop woken by its poll listed its folder twice a poll: docs/benchmarks.md,
+        # "At rest").
         assert self._watch is not None, "begin() first"
-        listed = time.monotonic()
         names = self._watch.arm()
         if names is not None:
-            self.listing.listed(listed, names, self.kept.values())
-        if self._cycle_logged(fresh=names is None, block=block):
+            self.listing.listed(self._watch.armed_at, names, self.kept.values())
+        fresh = names is None and self.listing.listed_at < self._watch.armed_at
+        if self._cycle_logged(fresh=fresh, block=block):
             return 0.0
         if self.waits_for is not None:
             return None

@@ -237,6 +237,11 @@ class StateListing:
     def _list(self, extra: Iterable[str]) -> None:
         self.listed(time.monotonic(), children(self.zk, self.folder), extra)
 
+    @property
+    def listed_at(self) -> float:
+        """When the listing in use was sent (monotonic; -inf before the first)."""
+        return self._listed_at
+
     def listed(self, sent: float, found: Iterable[str], extra: Iterable[str]) -> None:
         """Use ``found``, the folder's children as listed at ``sent`` (by the caller, with its
         watch), instead of the listing held; ``extra``: entries of kept jobs."""

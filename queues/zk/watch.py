@@ -567,6 +567,9 @@ class ChangeSignal:
         self._path = path
         self._fired = event if event is not None else threading.Event()
         self._armed = False
+        # When the watch now set was asked for (monotonic): a listing sent after it has seen
+        # every change the watch has not fired for.
+        self.armed_at = float("-inf")
         self._lock = threading.Lock()
 
     @property
@@ -581,6 +584,7 @@ class ChangeSignal:
             if self._armed:
                 return None
             self._armed = True
+            self.armed_at = time.monotonic()
         try:
             try:
                 names: list[str] = list_children(self._zk, self._path, self._fire).get()
