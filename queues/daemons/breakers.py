@@ -326,8 +326,11 @@ class Breakers:
         moment = time.monotonic() if now is None else now
         services = {} if none_held else service_holds(zk)
         closed = []
-        # The holds' ctime is the server's clock: so is the time they are judged at.
-        for service in expired(services, wall=server_now(zk) if wall is None else wall):
+        # The holds' ctime is the server's clock: so is the time they are judged at (asked only
+        # when some service is held: an idle queue's rounds send nothing).
+        if services and wall is None:
+            wall = server_now(zk)
+        for service in expired(services, wall=0.0 if wall is None else wall):
             if _release(zk, service):
                 within = policy_for(service).within
                 why = f"held by its breaker for its jobs' whole retry window ({within:g} s)"
