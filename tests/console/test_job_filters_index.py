@@ -95,6 +95,8 @@ def queue(zk: Any, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     now = max(r[4] for r in rows) + 100.0
     settings.MRT_STUCK_SECONDS = now - between
     monkeypatch.setattr(stuck, "time", _clock(now))
+    # The stuck times are judged by the ZooKeeper server's clock (queues/zk/servertime.py).
+    monkeypatch.setattr(stuck, "server_now", lambda _zk: now)
     monkeypatch.setattr(job_reads, "time", _clock(now))
     yield types.SimpleNamespace(
         rows=rows, now=now, between=between, batches=first.batches + second.batches
