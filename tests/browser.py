@@ -25,3 +25,13 @@ def close_context(context: Any) -> None:
         page.goto("about:blank")
         page.wait_for_load_state("networkidle")
     context.close()
+
+
+def log_in(page: Any, url: str, name: str, password: str) -> None:
+    """Log ``name`` in through the login form of the live server at ``url`` and wait for the
+    overview it lands on."""
+    page.goto(f"{url}/login/")
+    page.fill("#id_username", name)
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{url}/")

@@ -661,7 +661,7 @@ class Checker:
             stats = exists_many(self.zk, part)
             for finding in object_lock_findings(part, stats):
                 self._found(finding)
-            self._orphans(stats)
+            self._orphans(stats, server_now(self.zk))
         self._recheck_due()
 
     def _lock_stats(self, locks: Sequence[str], *, probe: bool = False) -> None:
@@ -670,17 +670,15 @@ class Checker:
         if not locks:
             return
         stats = exists_many(self.zk, locks)
+        now = server_now(self.zk)  # the clock of ctime (queues/zk/servertime.py)
         for path in locks:
             stat = stats[path]
-            if stat is None:
-                continue
-            now = server_now(self.zk)  # the clock of ctime (queues/zk/servertime.py)
-            if age_seconds(stat.ctime, now) > self.stale_lock_seconds:
+            if stat is not None and age_seconds(stat.ctime, now) > self.stale_lock_seconds:
                 self._found(stale_lock_finding(path, stat, self.held, now=now))
-        self._orphans(stats)
+        self._orphans(stats, now)
 
-    def _orphans(self, stats: Mapping[str, Any]) -> None:
-        for orphan in orphan_locks(stats, self.held, now=server_now(self.zk)):
+    def _orphans(self, stats: Mapping[str, Any], now: float) -> None:
+        for orphan in orphan_locks(stats, self.held, now=now):
             self._found(
                 Finding(
                     "orphan-lock",

@@ -11,6 +11,7 @@ import pytest
 from queues.operator.audit import AuditEntry
 from queues.steps import notify
 from queues.zk import batches, jobs, locks
+from tests.browser import log_in
 
 from .conftest import PASSWORD
 from .test_browser import shot
@@ -34,11 +35,7 @@ def login(browser, live_server, make_user, role: str, name: str, **context_args)
     context = browser.new_context(viewport={"width": 1280, "height": 900}, **context_args)
     page = context.new_page()
     page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", name)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
+    log_in(page, live_server.url, name, PASSWORD)
     return context, page
 
 

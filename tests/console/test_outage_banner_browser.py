@@ -10,7 +10,7 @@ import pytest
 from django.conf import settings
 
 from queues.zk import client as zkmod
-from tests.browser import close_context
+from tests.browser import close_context, log_in
 
 from .conftest import PASSWORD
 
@@ -40,11 +40,7 @@ def test_the_zookeeper_notice_is_inserted_once_an_outage(
     page.set_default_timeout(15_000)
     old_timeout = settings.ZK_TIMEOUT
     try:
-        page.goto(f"{live_server.url}/login/")
-        page.fill("#id_username", "vic")
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{live_server.url}/")
+        log_in(page, live_server.url, "vic", PASSWORD)
         page.goto(f"{live_server.url}/jobs/")
         page.wait_for_load_state("networkidle")
         assert page.locator("#zk-banner [role=alert]").count() == 0
