@@ -13,12 +13,11 @@ from bisect import bisect_right
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from itertools import islice
 from typing import Any
 
 from queues.console import submissions
-from queues.console.job_reads import PER_PAGE, SCAN_CHUNK, Page, archived_batch_item
+from queues.console.job_reads import PER_PAGE, SCAN_CHUNK, Page, archived_batch_item, shown_now
 from queues.console.submissions import NONE as NO_SUBMISSION
 from queues.console.submissions import Submission
 from queues.core.per_key import PerKey
@@ -75,8 +74,9 @@ class BatchRow:
         batch = self.item
         ended = batch.state in BATCH.terminal
         until = batch.status.last_modified if ended else None
-        until = until or datetime.now().astimezone()
-        return max(0.0, (until - batch.created).total_seconds())
+        # Until now by the server's clock, which stamped the batch's nodes (servertime).
+        end = until.timestamp() if until else shown_now()
+        return max(0.0, end - batch.created.timestamp())
 
 
 def batch_rows(zk: Any, bids: Sequence[str]) -> list[BatchRow]:

@@ -6,7 +6,6 @@ entries, archived jobs shown after the live ones, and one job's detail. ``Page``
 from __future__ import annotations
 
 import math
-import time
 from array import array
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,8 +15,9 @@ from queues.core.states import JOB, JOB_STEPS, JobState
 from queues.steps.submission import processing_problem
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
+from queues.zk import servertime
 from queues.zk.batches import batch_job_ids, batches_load
-from queues.zk.client import connected_client
+from queues.zk.client import client, connected_client
 from queues.zk.codecs import decode_any
 from queues.zk.errors import InvalidTransition, MalformedNode, StillLoading
 from queues.zk.jobs import job_load, job_resume_state, jobs_load
@@ -29,10 +29,18 @@ PER_PAGE = 50
 SCAN_CHUNK = 500  # jobs loaded at once where a page loads many (a batch's page)
 
 
-def _age(moment: datetime | None) -> float | None:
+def shown_now() -> float:
+    """The ZooKeeper server's time now, for the ages pages and the API show ("5m", seconds in
+    a state, a lock's age): node times are that clock's, and a web host's own clock may be
+    minutes off (``servertime.shown_now``: no request but one a minute, none per item)."""
+    return servertime.shown_now(client())
+
+
+def _age(moment: datetime | None, now: float | None = None) -> float | None:
+    """Seconds from ``moment`` to ``now`` (the server's time now when None), never below 0."""
     if moment is None:
         return None
-    return max(0.0, (datetime.now().astimezone() - moment).total_seconds())
+    return max(0.0, (shown_now() if now is None else now) - moment.timestamp())
 
 
 JOB_SORTS = {"run": "run order (priority, then age)", "oldest": "oldest first", "newest": "newest"}
@@ -168,6 +176,7 @@ def _archived_jobs(flt: JobFilter, live: set[str]) -> list[ArchivedJob]:
         rows = archive.archived_batch_jobs(flt.bid)
     else:
         return []
+    now = shown_now() if flt.min_age_hours else 0.0
     found = []
     for row in rows:
         if row.jid in live:
@@ -183,7 +192,7 @@ def _archived_jobs(flt: JobFilter, live: set[str]) -> list[ArchivedJob]:
         item = archived_job_item(row)
         if flt.priority is not None and item.priority != flt.priority:
             continue
-        if flt.min_age_hours and item.status.age_seconds < flt.min_age_hours * 3600:
+        if flt.min_age_hours and item.status.age_at(now) < flt.min_age_hours * 3600:
             continue
         found.append(item)
     found.sort(key=lambda j: j.jid, reverse=flt.sort == "newest")
@@ -257,7 +266,8 @@ def _job_entries_loading(zk: Any, flt: JobFilter) -> tuple[Entries, str]:
         entries = _among(entries, stuck_keys, narrowed=narrowed)
         narrowed = True
     if flt.min_age_hours:
-        cut = time.time() - flt.min_age_hours * 3600
+        # By the server's clock, which wrote the entries' ctimes (queues/zk/servertime.py).
+        cut = servertime.server_now(zk) - flt.min_age_hours * 3600
         older = []
         for state in states:
             found, reading = zstuck.entered_before(zk, state, cut)
@@ -291,6 +301,7 @@ def _search(zk: Any, flt: JobFilter) -> tuple[list[Job | Broken], str]:
     """
     idx = zindex.for_client(zk)
     jids, complete = idx.find(flt.q)
+    now = servertime.server_now(zk) if flt.min_age_hours else 0.0
     found: list[Job | Broken] = []
     for item in jobs_load(zk, sorted(jids)):
         if isinstance(item, Broken):
@@ -310,7 +321,7 @@ def _search(zk: Any, flt: JobFilter) -> tuple[list[Job | Broken], str]:
             continue
         if flt.priority is not None and item.priority != flt.priority:
             continue
-        if flt.min_age_hours and item.status.age_seconds < flt.min_age_hours * 3600:
+        if flt.min_age_hours and item.status.age_at(now) < flt.min_age_hours * 3600:
             continue
         found.append(item)
     if flt.sort == "newest":

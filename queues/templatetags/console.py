@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django import template
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeData, mark_safe
+from django.utils.timesince import timeuntil
 
 from queues.console.diagrams import GLYPHS, human_age, shape_of
+from queues.console.job_reads import shown_now
 from queues.core import clock as clock_module
 from queues.core.states import BATCH_FOLDER_WORDS, MACHINES
 from queues.operator import auth
@@ -121,9 +123,27 @@ def folder_words(folder: str) -> str:
 
 @register.filter
 def since(moment: datetime | None) -> str:
+    """How long ago ``moment`` was ("5m"), by the ZooKeeper server's clock: the one that
+    stamped node times, and the one the daemons read, where this web host's may be minutes off
+    (``job_reads.shown_now``)."""
     if moment is None:
         return ""
-    return human_age((datetime.now().astimezone() - moment).total_seconds())
+    return human_age(shown_now() - moment.timestamp())
+
+
+@register.filter
+def ended(moment: datetime | None) -> bool:
+    """Whether ``moment`` (a maintenance window's end) is past by the server's clock, as the
+    maintenance daemon that releases the hold judges it."""
+    return moment is not None and moment.timestamp() <= shown_now()
+
+
+@register.filter
+def time_left(moment: datetime | None) -> str:
+    """Django's ``timeuntil`` of ``moment``, from the server's time now rather than the host's."""
+    if moment is None:
+        return ""
+    return timeuntil(moment, now=datetime.fromtimestamp(shown_now(), UTC))
 
 
 @register.filter

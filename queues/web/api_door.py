@@ -232,6 +232,7 @@ def retry_json(raw: dict[str, Any]) -> dict[str, Any] | None:
 def job_json(job: Job | Broken, *, full: bool = False) -> dict[str, Any]:
     if isinstance(job, Broken):
         return {"id": job.id, "broken": True, "path": job.path, "reason": job.reason}
+    now = job_reads.shown_now()  # the clock of the node times (queues/zk/servertime.py)
     data: dict[str, Any] = {
         "id": job.jid,
         "batch": job.bid,
@@ -245,10 +246,10 @@ def job_json(job: Job | Broken, *, full: bool = False) -> dict[str, Any]:
         "message": job.status.message,
         "last_successful_status": job.status.last_successful_status,
         "retry_count": job.status.retry_count,
-        "seconds_in_state": round(job.status.age_seconds),
+        "seconds_in_state": round(job.status.age_at(now)),
         "space_needed": job.space_needed,
         "locked": job.lock is not None,
-        "lock_age_seconds": round(job.lock.age_seconds) if job.lock else None,
+        "lock_age_seconds": round(job.lock.age_at(now)) if job.lock else None,
         "retry": retry_json(job.status.raw),
     }
     if getattr(job, "archived", False):  # retention moved it into the database: read-only
@@ -287,7 +288,7 @@ def batch_json(
         "type": batch.type,
         "message": batch.status.message,
         "created": stamp_text(batch.created),
-        "seconds_in_state": round(batch.status.age_seconds),
+        "seconds_in_state": round(batch.status.age_at(job_reads.shown_now())),
         "locked": batch.lock is not None,
     }
     if getattr(batch, "archived", False):
@@ -310,7 +311,7 @@ def access_json(item: AccessRequest | Broken) -> dict[str, Any]:
         "message": item.status.message,
         "token": item.token,
         "created": stamp_text(item.created),
-        "seconds_in_state": round(item.status.age_seconds),
+        "seconds_in_state": round(item.status.age_at(job_reads.shown_now())),
     }
 
 

@@ -514,13 +514,6 @@ class Window:
     def key(self) -> str:
         return f"{self.kind}:{self.name}"
 
-    def seconds_left(self, now: datetime | None = None) -> float:
-        return (self.until - (now or datetime.now(UTC))).total_seconds()
-
-    @property
-    def ended(self) -> bool:
-        return self.seconds_left() <= 0
-
 
 def window_set(
     zk: KazooClient,

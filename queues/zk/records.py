@@ -25,9 +25,10 @@ class LockInfo:
     created: datetime
     session_id: int
 
-    @property
-    def age_seconds(self) -> float:
-        return (datetime.now().astimezone() - self.created).total_seconds()
+    def age_at(self, now: float) -> float:
+        """Seconds held at ``now``: the ZooKeeper server's time (``servertime``), the clock of
+        the lock node's ``ctime`` this is made from."""
+        return max(0.0, now - self.created.timestamp())
 
 
 class _once(Generic[V]):  # used as a decorator, like functools.cached_property
@@ -108,10 +109,11 @@ class Status:
         """``mtime`` as seconds since the epoch."""
         return self.mtime.timestamp()
 
-    @property
-    def age_seconds(self) -> float:
-        """Time in the current state, from the node's own modification time."""
-        return (datetime.now().astimezone() - self.mtime).total_seconds()
+    def age_at(self, now: float) -> float:
+        """Seconds in the current state at ``now``, from the node's own modification time: the
+        ZooKeeper server's clock, so ``now`` is the server's too (``servertime.server_now``),
+        not the host's, which may be minutes off."""
+        return max(0.0, now - self.mtime_seconds)
 
 
 class _ServerStatus(Status):

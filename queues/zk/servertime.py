@@ -73,6 +73,20 @@ def server_now_known(zk: KazooClient) -> float:
     return float(sample[0] + (time.monotonic() - sample[1]))
 
 
+def shown_now(zk: KazooClient) -> float:
+    """``server_now`` for a figure a page or an API answer shows (an age, "5 min ago"), not a
+    decision. With the connection down it waits for nothing: the last sample goes on, and
+    before any the host's clock (a page of archived jobs still answers)."""
+    if not zk.connected:
+        return server_now_known(zk)
+    try:
+        return server_now(zk)
+    except Exception as exc:
+        if not is_connection_error(exc):
+            raise
+        return server_now_known(zk)
+
+
 def server_moment(zk: KazooClient) -> datetime:
     """``server_now`` as an aware datetime in the local zone (as ``stamp`` gives node times)."""
     return local_time(server_now(zk))

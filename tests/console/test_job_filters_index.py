@@ -23,6 +23,7 @@ from queues.core.states import JOB, JobState
 from queues.operator import stuck
 from queues.zk import index as zindex
 from queues.zk import paths as zpaths
+from queues.zk import servertime
 from queues.zk.codecs import decode_json
 from queues.zk.nodes import exists_many, read_many
 
@@ -97,7 +98,8 @@ def queue(zk: Any, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(stuck, "time", _clock(now))
     # The stuck times are judged by the ZooKeeper server's clock (queues/zk/servertime.py).
     monkeypatch.setattr(stuck, "server_now", lambda _zk: now)
-    monkeypatch.setattr(job_reads, "time", _clock(now))
+    # The age filter's too (job_reads asks servertime, shown_now included).
+    monkeypatch.setattr(servertime, "server_now", lambda _zk: now)
     yield types.SimpleNamespace(
         rows=rows, now=now, between=between, batches=first.batches + second.batches
     )
