@@ -51,6 +51,7 @@ from queues.zk.maintenance import (
     window_set,
 )
 from queues.zk.records import Batch, Broken
+from queues.zk.servertime import server_moment
 
 # A hold's reason and author as a window or a node hold keeps them (the forms allow as much).
 HOLD_TEXT_MAX = 2000
@@ -58,8 +59,12 @@ HOLD_TEXT_MAX = 2000
 
 def _check_hold(until: datetime | None, reason: str, by: str) -> None:
     """Everything a hold is asked with, checked before anything is written: a refused hold
-    places nothing (no hold without its end, no end without its hold)."""
-    check_window_end(until, show=lambda moment: clock_text(moment, "minutes"))
+    places nothing (no hold without its end, no end without its hold). An end is judged past
+    by the ZooKeeper server's clock, the one the maintenance daemon releases the hold by
+    (``servertime``): a web host whose clock is off refuses no end that is ahead, and takes
+    none that is past."""
+    now = server_moment(client()) if isinstance(until, datetime) else None
+    check_window_end(until, now, show=lambda moment: clock_text(moment, "minutes"))
     for name, text in (("reason", reason), ("by", by)):
         if not isinstance(text, str) or len(text) > HOLD_TEXT_MAX:
             raise ValueError(f"a hold's {name} must be text of at most {HOLD_TEXT_MAX} characters")

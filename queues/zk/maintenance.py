@@ -487,6 +487,7 @@ def check_window_end(
         raise ValueError(f"the end of a maintenance window must be a date and time, not {until!r}")
     if until.tzinfo is None or until.utcoffset() is None:
         raise ValueError("the end of a maintenance window needs a time zone")
+    # The caller gives the server's time (``servertime.server_moment``); the host's otherwise.
     when = now or datetime.now(UTC)
     shown = show(until)
     if until <= when:

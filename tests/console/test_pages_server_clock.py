@@ -14,7 +14,7 @@ import sqlite3
 import urllib.error
 import urllib.parse
 import urllib.request
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from queues.zk import paths, servertime
 from queues.zk.batches import batch_create
 from queues.zk.jobs import job_create, job_transition
 from queues.zk.locks import lock_create
+from queues.zk.maintenance import node_holds, windows
 from tests.live.conftest import api_json, api_token, console_env, daphne, log_in
 from tests.retention.test_clock_skew import _libfaketime
 
@@ -114,3 +115,38 @@ def test_a_web_host_ten_minutes_ahead_shows_the_servers_ages(
         listing = session.get(f"{base}/jobs/?state=Estimating", timeout=30).text
         cells = re.findall(r'data-label="in state">([^<]*)<', listing)
         assert cells and all(re.fullmatch(r"\d+s", c) for c in cells), cells
+
+
+def test_a_web_host_ten_minutes_ahead_judges_a_windows_end_by_the_servers_clock(
+    zk: Any, zk_hosts: str, tmp_path: Path
+) -> None:
+    """An end five minutes ahead by the server is before now on the host's clock: the hold is
+    placed with its window all the same. An end a minute past by the server is refused, and
+    nothing is held; the holds page shows the window as ahead, not ended."""
+    env = _skewed_env(zk_hosts, tmp_path, "+10m")
+    key = api_token(env, tmp_path / "key", user=USER, name="skew")
+    server = datetime.fromtimestamp(servertime.server_now(zk), UTC)
+    soon = (server + timedelta(minutes=5)).isoformat()
+    past = (server - timedelta(minutes=1)).isoformat()
+
+    with daphne(env, tmp_path / "daphne.log") as base:
+        code, said = _post(
+            f"{base}/api/holds/node/9801/hold", key, {"reason": "disk swap", "until": past}
+        )
+        assert code == 400 and "in the future" in said["error"], (code, said)
+        assert 9801 not in node_holds(zk) and windows(zk) == []
+
+        code, said = _post(
+            f"{base}/api/holds/node/9802/hold", key, {"reason": "disk swap", "until": soon}
+        )
+        assert code == 200, (code, said)
+        assert 9802 in node_holds(zk)
+        assert [w.key for w in windows(zk)] == ["node:9802"]
+
+        session = log_in(base, USER, PASSWORD)
+        _assert_ahead(tmp_path, zk)
+        page = session.get(f"{base}/holds/", timeout=30).text
+        shown = re.search(r'data-window="node:9802".*?</div>', page, re.S)
+        assert shown is not None, page[-2000:]
+        assert "ended" not in shown.group(0) and "past its end" not in shown.group(0), shown
+        assert re.search(r"in \d+\xa0minutes?", shown.group(0)), shown.group(0)
