@@ -6,11 +6,12 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.db import connection, models
+from django.db.models.functions import Now
 from django.utils import timezone
 
 
@@ -291,6 +292,41 @@ class ApiToken(models.Model):
 
 # A claimed run whose last heartbeat is older than this has lost its daemon.
 STALE_AFTER = timedelta(seconds=30)
+
+
+def db_now() -> datetime:
+    """The database server's time now (aware): the one clock a run's heartbeat is written and
+    judged by, whichever hosts the daemon writing it and the web process reading it run on
+    (SQLite's is its one host's). Written as a value read first, not as ``Now()`` in the
+    update: the writer compares and sets on the exact heartbeat it wrote, and SQLite's
+    ``Now()`` is text of another form than the values Django writes."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT STATEMENT_TIMESTAMP()")
+            (value,) = cursor.fetchone()
+            return value.astimezone(UTC) if isinstance(value, datetime) else timezone.now()
+        if connection.vendor == "sqlite":
+            cursor.execute("SELECT STRFTIME('%Y-%m-%d %H:%M:%f', 'now')")
+            (text,) = cursor.fetchone()
+            return datetime.fromisoformat(text).replace(tzinfo=UTC)
+    return timezone.now()
+
+
+class _WithDbTime(models.Manager):  # type: ignore[type-arg]
+    """Every row read with the database server's time of the read (``db_time``), so that a
+    run's "interrupted" compares its heartbeat with the clock that wrote it (``db_now``)."""
+
+    def get_queryset(self) -> models.QuerySet[Any]:
+        return super().get_queryset().annotate(db_time=Now())
+
+
+def _stale(run: Any) -> bool:
+    """Whether ``run``'s heartbeat is older than STALE_AFTER by the database server's clock: its
+    time when the row was read, or now when the run was not read through ``objects``."""
+    now = run.__dict__.get("db_time") or db_now()
+    return bool(now - run.heartbeat > STALE_AFTER)
+
+
 SKIPS_KEPT = 200
 
 
@@ -348,8 +384,10 @@ class BulkRun(models.Model):
     owner = models.CharField(max_length=200, blank=True, default="")
     error = models.TextField(blank=True)
     started = models.DateTimeField(default=timezone.now)
-    heartbeat = models.DateTimeField(default=timezone.now)
+    heartbeat = models.DateTimeField(default=timezone.now)  # written as db_now() once claimed
     finished = models.DateTimeField(null=True, blank=True)
+
+    objects = _WithDbTime()
 
     class Meta:
         app_label = "queues"
@@ -369,11 +407,7 @@ class BulkRun(models.Model):
 
     @property
     def interrupted(self) -> bool:
-        return (
-            self.state == self.RUNNING
-            and bool(self.owner)
-            and timezone.now() - self.heartbeat > STALE_AFTER
-        )
+        return self.state == self.RUNNING and bool(self.owner) and _stale(self)
 
     @property
     def resumable(self) -> bool:
@@ -535,9 +569,11 @@ class ConsistencyRun(models.Model):
     kinds = models.JSONField(default=dict)  # finding kind -> how many
     error = models.TextField(blank=True)
     started = models.DateTimeField(default=timezone.now)
-    heartbeat = models.DateTimeField(default=timezone.now)
+    heartbeat = models.DateTimeField(default=timezone.now)  # written as db_now() once claimed
     finished = models.DateTimeField(null=True, blank=True)
     repaired = models.DateTimeField(null=True, blank=True)
+
+    objects = _WithDbTime()
 
     class Meta:
         app_label = "queues"
@@ -557,11 +593,7 @@ class ConsistencyRun(models.Model):
 
     @property
     def interrupted(self) -> bool:
-        return (
-            self.state == self.RUNNING
-            and bool(self.owner)
-            and timezone.now() - self.heartbeat > STALE_AFTER
-        )
+        return self.state == self.RUNNING and bool(self.owner) and _stale(self)
 
     @property
     def shown_state(self) -> str:

@@ -33,7 +33,7 @@ from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from queues.core import transient
-from queues.models import BulkRun
+from queues.models import BulkRun, db_now
 from queues.operator import actions, audit
 from queues.operator.auth import require_action
 from queues.services import moves
@@ -135,7 +135,7 @@ def resume(run: BulkRun, *, user: Any) -> bool:
         return False
     taken = BulkRun.objects.filter(pk=run.pk, state=run.state, heartbeat=run.heartbeat).update(
         state=BulkRun.RUNNING,
-        heartbeat=timezone.now(),
+        heartbeat=db_now(),
         error="",
         finished=None,
         stop_requested=False,
@@ -181,10 +181,9 @@ def claim(owner: str) -> BulkRun | None:
         .order_by("started", "id")
         .values_list("pk", "heartbeat")[:10]
     ):
-        now = timezone.now()
         taken = BulkRun.objects.filter(
             pk=pk, state=BulkRun.RUNNING, owner="", heartbeat=heartbeat
-        ).update(owner=owner, heartbeat=now)
+        ).update(owner=owner, heartbeat=db_now())
         if taken:
             with _unsaved_lock:
                 # Progress an earlier owner here kept through an outage is not this claim's.
@@ -355,8 +354,9 @@ def _audit(progress: _Progress) -> None:
 def _save(run: BulkRun, *, final: bool = False) -> bool:
     """Write the progress if this daemon still owns the run (the heartbeat it last wrote is
     still there) and, unless ``final``, nobody asked it to stop; the new heartbeat proves it
-    alive."""
-    now = timezone.now()
+    alive. The heartbeat is the database server's time (``db_now``), which the web process that
+    judges it "interrupted" reads too, whatever either host's own clock says."""
+    now = db_now()
     rows = BulkRun.objects.filter(pk=run.pk, heartbeat=run.heartbeat)
     if not final:
         # A stop asked for, or one made outright while the run looked interrupted (its item in

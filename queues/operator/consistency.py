@@ -27,7 +27,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from queues.core import clock, transient
-from queues.models import ConsistencyFinding, ConsistencyRun
+from queues.models import ConsistencyFinding, ConsistencyRun, db_now
 from queues.operator import check, check_findings, check_repairs
 from queues.services.deployment import beside_merritt
 from queues.zk.client import Client
@@ -83,7 +83,10 @@ def start(*, user: Any, via: str = "web", owner: str = "") -> tuple[ConsistencyR
     try:
         with transaction.atomic():
             run = ConsistencyRun.objects.create(
-                user=user if getattr(user, "pk", None) else None, via=via, owner=owner
+                user=user if getattr(user, "pk", None) else None,
+                via=via,
+                owner=owner,
+                heartbeat=db_now(),
             )
     except IntegrityError:
         existing = running()
@@ -106,7 +109,7 @@ def claim(owner: str) -> ConsistencyRun | None:
     if waiting is None:
         return None
     taken = ConsistencyRun.objects.filter(pk=waiting.pk, owner="").update(
-        owner=owner, heartbeat=timezone.now()
+        owner=owner, heartbeat=db_now()
     )
     return ConsistencyRun.objects.get(pk=waiting.pk) if taken else None
 
@@ -169,7 +172,7 @@ class _Recorder:
             "findings": self.count,
             "repairable": self.repairable,
             "kinds": dict(sorted(self.kinds.items())),
-            "heartbeat": timezone.now(),
+            "heartbeat": db_now(),
             "error": "",
         }
         if progress is not None:
@@ -239,7 +242,7 @@ def _show_outage(run: ConsistencyRun, owner: str, why: str) -> None:
     try:
         ConsistencyRun.objects.filter(pk=run.pk, owner=owner).update(
             error=f"waiting: {why}; the walk starts again once it is back",
-            heartbeat=timezone.now(),
+            heartbeat=db_now(),
         )
     except Exception as exc:
         if outage_reason(exc) is None:
