@@ -26,7 +26,7 @@ from queues.zk.jobs import job_create, job_transition
 from queues.zk.locks import lock_create
 from queues.zk.maintenance import node_holds, windows
 from tests.live.conftest import api_json, api_token, console_env, daphne, log_in
-from tests.retention.test_clock_skew import _libfaketime
+from tests.retention.test_clock_skew import _env, _libfaketime, _skewed
 
 pytestmark = [
     pytest.mark.slow,  # a daphne process per test
@@ -150,3 +150,31 @@ def test_a_web_host_ten_minutes_ahead_judges_a_windows_end_by_the_servers_clock(
         assert shown is not None, page[-2000:]
         assert "ended" not in shown.group(0) and "past its end" not in shown.group(0), shown
         assert re.search(r"in \d+\xa0minutes?", shown.group(0)), shown.group(0)
+
+
+# Run on a host ten minutes behind: a node hold asked with an end that is past by the server.
+HOLD_PAST_END = """
+import json
+from datetime import UTC, datetime
+from queues.services.hold_moves import node_hold
+try:
+    node_hold(node="9803", until=datetime.fromtimestamp(UNTIL, UTC), reason="disk swap")
+    said = "held"
+except ValueError as exc:
+    said = f"refused: {exc}"
+print(json.dumps({"said": said}))
+"""
+
+
+def test_a_host_ten_minutes_behind_refuses_an_end_past_by_the_servers_clock(
+    zk: Any, zk_hosts: str, tmp_path: Path
+) -> None:
+    """An end a minute past by the server is nine minutes ahead on a host ten minutes behind:
+    refused all the same, and nothing is held (else the hold would be released at once)."""
+    until = servertime.server_now(zk) - 60
+    script = HOLD_PAST_END.replace("UNTIL", repr(until))
+
+    seen = _skewed("-10m", script, _env(zk_hosts, tmp_path))
+
+    assert seen["said"].startswith("refused: ") and "in the future" in seen["said"], seen
+    assert 9803 not in node_holds(zk) and windows(zk) == []
