@@ -61,10 +61,10 @@ def _judged(offset: str, run: BulkRun, check: ConsistencyRun, env: dict[str, str
 
 
 def test_a_web_host_ten_minutes_ahead_leaves_a_live_run_to_its_daemon(
-    zk_hosts: str, pg_db: str, tmp_path: Path
+    zk_hosts: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
+    env = _env(zk_hosts, tmp_path, DATABASE_URL=request.getfixturevalue("pg_db"))
     run, check = _runs("daemon-host:1:1")
-    env = _env(zk_hosts, tmp_path, DATABASE_URL=pg_db)
 
     seen = _judged("+10m", run, check, env)
 
@@ -74,16 +74,16 @@ def test_a_web_host_ten_minutes_ahead_leaves_a_live_run_to_its_daemon(
 
 
 def test_a_web_host_ten_minutes_behind_sees_a_dead_daemons_run_interrupted(
-    zk_hosts: str, pg_db: str, tmp_path: Path
+    zk_hosts: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """The daemon's last heartbeat is a minute old by the database's clock: a host whose clock
     is ten minutes behind still shows the run interrupted, and its Continue hands it on."""
+    env = _env(zk_hosts, tmp_path, DATABASE_URL=request.getfixturevalue("pg_db"))
     run, check = _runs("daemon-host:1:1")
     old = db_now() - STALE_AFTER * 2
     BulkRun.objects.filter(pk=run.pk).update(heartbeat=old)
     ConsistencyRun.objects.filter(pk=check.pk).update(heartbeat=old)
     run = BulkRun.objects.get(pk=run.pk)
-    env = _env(zk_hosts, tmp_path, DATABASE_URL=pg_db)
 
     seen = _judged("-10m", run, check, env)
 
