@@ -1,5 +1,7 @@
 """Where the browser tests find Chromium, how they start it, where they leave screenshots."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,11 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "screenshots"
+# The window most browser tests look through (and a phone's), and how long their pages wait for
+# anything.
+VIEWPORT = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+WAIT_MS = 15_000
 
 
 def close_context(context: Any) -> None:
@@ -35,3 +42,21 @@ def log_in(page: Any, url: str, name: str, password: str) -> None:
     page.fill("#id_password", password)
     page.click("button[type=submit]")
     page.wait_for_url(f"{url}/")
+
+
+@contextmanager
+def logged_in(
+    browser: Any, url: str, name: str, password: str, *, wait_ms: int = WAIT_MS, **context_args: Any
+) -> Iterator[Any]:
+    """A page of a new browser context with ``name`` logged in at ``url`` (on the overview),
+    the context closed by :func:`close_context` on the way out. ``context_args`` go to
+    ``browser.new_context`` (the viewport is :data:`VIEWPORT` unless they name one);
+    ``page.context`` opens more pages in the same session."""
+    context = browser.new_context(**{"viewport": VIEWPORT, **context_args})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(wait_ms)
+        log_in(page, url, name, password)
+        yield page
+    finally:
+        close_context(context)

@@ -8,26 +8,13 @@ from typing import Any
 import pytest
 from console.conftest import PASSWORD
 from faults.test_mail_outage import SmtpServer
-from playwright.sync_api import Page
 
 from queues.models import AlertRule
-from tests.browser import SCREENSHOTS, close_context
+from tests.browser import SCREENSHOTS, logged_in
 
 from .conftest import Webhook
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def logged_in(browser: Any, live_server: Any, username: str) -> tuple[Any, Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
-    return context, page
 
 
 def test_an_admin_changes_a_rule_and_sends_a_test_alert(
@@ -39,8 +26,7 @@ def test_an_admin_changes_a_rule_and_sends_a_test_alert(
     webhook: Webhook,
 ) -> None:
     make_user("admin", "ada")
-    context, page = logged_in(browser, live_server, "ada")
-    try:
+    with logged_in(browser, live_server.url, "ada", PASSWORD) as page:
         page.click("nav >> text=Alerts")
         page.wait_for_url(f"{live_server.url}/alerts/")
         row = page.locator("#rule-failures")
@@ -61,19 +47,14 @@ def test_an_admin_changes_a_rule_and_sends_a_test_alert(
         assert "sent" in page.inner_text("#alert-messages")
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / "alerts.png"), full_page=True)
-    finally:
-        close_context(context)
 
 
 def test_a_viewer_sees_the_rules_without_controls(
     browser: Any, live_server: Any, make_user: Any, zk: Any
 ) -> None:
     make_user("viewer", "vic")
-    context, page = logged_in(browser, live_server, "vic")
-    try:
+    with logged_in(browser, live_server.url, "vic", PASSWORD) as page:
         page.goto(f"{live_server.url}/alerts/")
         assert "Failures in 10 minutes" in page.inner_text("#alert-rules")
         assert page.locator("#send-test").count() == 0
         assert page.locator("#alert-rules button").count() == 0
-    finally:
-        close_context(context)

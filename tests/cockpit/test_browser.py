@@ -14,26 +14,17 @@ from queues.core.states import JobState
 from queues.daemons.registration import ProcessObserver
 from queues.models import StepRecord
 from queues.zk import client as zkmod
-from tests.browser import SCREENSHOTS, close_context
+from tests.browser import PHONE, SCREENSHOTS, logged_in
 
 from .conftest import PASSWORD, Running, SlowStep, record
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def _page(browser, live_server, make_user, *, width=1280, height=900, dark=False):
+def _page(browser, live_server, make_user, *, dark=False):
     make_user("operator", "otto")
-    context = browser.new_context(
-        viewport={"width": width, "height": height}, color_scheme="dark" if dark else "light"
-    )
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", "otto")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
-    return context, page
+    scheme = "dark" if dark else "light"
+    return logged_in(browser, live_server.url, "otto", PASSWORD, color_scheme=scheme)
 
 
 def shot(page, name: str) -> None:
@@ -59,49 +50,48 @@ def test_consumers_page_flags_a_slow_thread_and_drains(
     observer.start()
     job = make_job("Estimating")
     running = Running([busy, idle])
-    context, page = _page(browser, live_server, make_user)
-    try:
-        page.click("header nav a:has-text('Consumers')")
-        page.wait_for_url(re.compile(r".*/consumers/$"))
-        section = "#consumer-ingest-7-3141"
-        page.wait_for_selector(f"{section} tr[data-item='{job.jid}']")
-        # Held past the usual time: flagged, within the live refresh.
-        page.wait_for_selector(f"{section}.flagged tr.flagged[data-item='{job.jid}']")
-        assert "▶ claiming" in page.inner_text(f"{section} h2")
-        text = page.inner_text(section)
-        assert "slow-0" in text and "slow-1" in text and "idle" in text
-        assert job.jid in text and "ingest-7" in text and "3141" in text
-        assert "⚠" in page.inner_text("#consumers-summary")
-        shot(page, "consumers-flagged")
-        page.click("#drain-ingest-7-3141")
-        # A confirmation page says what stops: this process is the only one serving its step.
-        page.wait_for_selector("#drain-confirm")
-        assert "No other claiming process serves" in page.inner_text("#drain-alone")
-        shot(page, "consumers-drain-confirm")
-        page.fill("#id_reason", "kernel update")
-        page.click("#confirm-button")
-        page.wait_for_url(re.compile(r".*/consumers/$"))
-        assert "asked to drain" in page.inner_text("#messages")
-        page.wait_for_selector("#state-ingest-7-3141:has-text('draining')")
-        assert "kernel update" in page.inner_text(section)
-        shot(page, "consumers-draining")
-        busy.until.set()
-        # The item in hand finishes; the page follows without a reload.
-        page.wait_for_selector("#state-ingest-7-3141:has-text('drained')", timeout=30_000)
-        assert page.query_selector("#undrain-ingest-7-3141") is not None
-        shot(page, "consumers-drained")
-        phone = context.new_page()
-        phone.set_viewport_size({"width": 390, "height": 844})
-        phone.goto(f"{live_server.url}/consumers/")
-        phone.wait_for_selector(section)
-        shot(phone, "consumers-phone")
-    finally:
-        busy.until.set()
-        close_context(context)
-        running.stop()
-        observer.stop()
-        other.stop()
-        other.close()
+    with _page(browser, live_server, make_user) as page:
+        try:
+            page.click("header nav a:has-text('Consumers')")
+            page.wait_for_url(re.compile(r".*/consumers/$"))
+            section = "#consumer-ingest-7-3141"
+            page.wait_for_selector(f"{section} tr[data-item='{job.jid}']")
+            # Held past the usual time: flagged, within the live refresh.
+            page.wait_for_selector(f"{section}.flagged tr.flagged[data-item='{job.jid}']")
+            assert "▶ claiming" in page.inner_text(f"{section} h2")
+            text = page.inner_text(section)
+            assert "slow-0" in text and "slow-1" in text and "idle" in text
+            assert job.jid in text and "ingest-7" in text and "3141" in text
+            assert "⚠" in page.inner_text("#consumers-summary")
+            shot(page, "consumers-flagged")
+            page.click("#drain-ingest-7-3141")
+            # A confirmation page says what stops: this process is the only one serving its step.
+            page.wait_for_selector("#drain-confirm")
+            assert "No other claiming process serves" in page.inner_text("#drain-alone")
+            shot(page, "consumers-drain-confirm")
+            page.fill("#id_reason", "kernel update")
+            page.click("#confirm-button")
+            page.wait_for_url(re.compile(r".*/consumers/$"))
+            assert "asked to drain" in page.inner_text("#messages")
+            page.wait_for_selector("#state-ingest-7-3141:has-text('draining')")
+            assert "kernel update" in page.inner_text(section)
+            shot(page, "consumers-draining")
+            busy.until.set()
+            # The item in hand finishes; the page follows without a reload.
+            page.wait_for_selector("#state-ingest-7-3141:has-text('drained')", timeout=30_000)
+            assert page.query_selector("#undrain-ingest-7-3141") is not None
+            shot(page, "consumers-drained")
+            phone = page.context.new_page()
+            phone.set_viewport_size(PHONE)
+            phone.goto(f"{live_server.url}/consumers/")
+            phone.wait_for_selector(section)
+            shot(phone, "consumers-phone")
+        finally:
+            busy.until.set()
+            running.stop()
+            observer.stop()
+            other.stop()
+            other.close()
 
 
 def _history_records() -> None:
@@ -141,8 +131,7 @@ def _history_records() -> None:
 @pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
 def test_history_page_draws_charts_with_their_numbers(browser, live_server, make_user, dark):
     _history_records()
-    context, page = _page(browser, live_server, make_user, dark=dark)
-    try:
+    with _page(browser, live_server, make_user, dark=dark) as page:
         page.click("header nav a:has-text('History')")
         page.wait_for_url(re.compile(r".*/history/$"))
         for step in ("estimating", "downloading"):
@@ -175,8 +164,6 @@ def test_history_page_draws_charts_with_their_numbers(browser, live_server, make
         assert "per day" in page.inner_text("#tp-h")
         if not dark:
             shot(page, "history-7d")
-    finally:
-        close_context(context)
 
 
 def test_job_page_lists_its_step_records(browser, live_server, make_user, make_job):
@@ -222,8 +209,7 @@ def test_job_page_lists_its_step_records(browser, live_server, make_user, make_j
             ),
         ]
     )
-    context, page = _page(browser, live_server, make_user)
-    try:
+    with _page(browser, live_server, make_user) as page:
         page.goto(f"{live_server.url}/jobs/{job.jid}/")
         rows = page.query_selector_all("#job-steps-table tbody tr")
         assert len(rows) == 4
@@ -232,5 +218,3 @@ def test_job_page_lists_its_step_records(browser, live_server, make_user, make_j
         assert "failed" in texts[2] and "HTTP 404" in texts[2]
         assert "again" in texts[3]  # the second run of downloading: a retry
         shot(page, "job-steps")
-    finally:
-        close_context(context)

@@ -17,7 +17,7 @@ from queues.daemons.provisioning import Provisioning
 from queues.models import StepRecord
 from queues.operator.audit import ApiToken
 from queues.steps.workdisk import provision_room
-from tests.browser import SCREENSHOTS, close_context
+from tests.browser import SCREENSHOTS, logged_in
 from tests.jobnodes import set_job_nodes
 
 from .conftest import PASSWORD
@@ -171,14 +171,7 @@ def test_metrics_carry_the_same_figures(client, token, queue):
 @pytest.mark.django_db(transaction=True)
 def test_the_backlog_in_a_browser(browser, live_server, make_user, queue):
     make_user("viewer", "vic")
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    try:
-        page.goto(f"{live_server.url}/login/")
-        page.fill("#id_username", "vic")
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{live_server.url}/")
+    with logged_in(browser, live_server.url, "vic", PASSWORD) as page:
         assert "slowest step: Provisioning" in page.inner_text("#backlog-drain")
         assert not page.is_visible("#backlog-provisioning")
         page.click("#backlog-steps summary")
@@ -186,5 +179,3 @@ def test_the_backlog_in_a_browser(browser, live_server, make_user, queue):
         assert "2.0 min" in page.inner_text("#backlog-provisioning")
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.locator("#backlog").screenshot(path=str(SCREENSHOTS / "overview-backlog.png"))
-    finally:
-        close_context(context)

@@ -9,7 +9,7 @@ import pytest
 
 from queues.operator import bulkrun
 from queues.zk import batches, jobs, locks
-from tests.browser import SCREENSHOTS, close_context
+from tests.browser import PHONE, SCREENSHOTS, logged_in
 
 from .conftest import PASSWORD
 
@@ -19,16 +19,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def page(browser, live_server, make_user):
     make_user("admin", "ada")
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", "ada")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
-    yield page
-    close_context(context)
+    with logged_in(browser, live_server.url, "ada", PASSWORD) as page:
+        yield page
 
 
 def shot(page, name: str) -> None:
@@ -148,7 +140,7 @@ def test_screenshot_every_page(page, live_server, make_job, make_access, zk):
         response = page.goto(f"{live_server.url}{url}")
         assert response.status == 200, name
         shot(page, name)
-    page.set_viewport_size({"width": 390, "height": 844})
+    page.set_viewport_size(PHONE)
     page.goto(f"{live_server.url}/jobs/?state=Failed")
     shot(page, "phone-jobs")
     page.emulate_media(color_scheme="dark")

@@ -11,7 +11,7 @@ import pytest
 from queues.operator.audit import AuditEntry
 from queues.steps import notify
 from queues.zk import batches, jobs, locks
-from tests.browser import log_in
+from tests.browser import logged_in
 
 from .conftest import PASSWORD
 from .test_browser import shot
@@ -26,31 +26,18 @@ LONG = (
 )
 
 
-def login(browser, live_server, make_user, role: str, name: str, **context_args):
-    """Log ``name`` in on a new page; ``make_user`` None: the user was made before (a test that
-    logs a second user in makes it first: SQLite's shared cache refuses a write at once, not
-    after a wait, while the live server reads the same table for the first page)."""
-    if make_user is not None:
-        make_user(role, name)
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, **context_args)
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    log_in(page, live_server.url, name, PASSWORD)
-    return context, page
-
-
 @pytest.fixture
 def operator_page(browser, live_server, make_user):
-    context, page = login(browser, live_server, make_user, "operator", "olga")
-    yield page
-    context.close()
+    make_user("operator", "olga")
+    with logged_in(browser, live_server.url, "olga", PASSWORD) as page:
+        yield page
 
 
 @pytest.fixture
 def admin_page(browser, live_server, make_user):
-    context, page = login(browser, live_server, make_user, "admin", "adam")
-    yield page
-    context.close()
+    make_user("admin", "adam")
+    with logged_in(browser, live_server.url, "adam", PASSWORD) as page:
+        yield page
 
 
 def test_batch_page_checkboxes_act_on_the_ticked_jobs(

@@ -6,7 +6,7 @@ import pytest
 from django.test import override_settings
 from django.urls import reverse
 
-from tests.browser import SCREENSHOTS, close_context
+from tests.browser import PHONE, SCREENSHOTS, logged_in
 
 from .conftest import PASSWORD
 
@@ -54,16 +54,15 @@ def test_the_stage_band_is_on_screen_on_a_phone_in_either_colour_scheme(
 ):
     settings.MRT_ENVIRONMENT = "stage"
     make_user("viewer", "eve")
-    context = browser.new_context(
-        viewport={"width": 390, "height": 844}, color_scheme=scheme, is_mobile=True
-    )
-    page = context.new_page()
-    try:
-        page.goto(f"{live_server.url}/login/")
-        page.fill("#id_username", "eve")
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{live_server.url}/")
+    with logged_in(
+        browser,
+        live_server.url,
+        "eve",
+        PASSWORD,
+        viewport=PHONE,
+        color_scheme=scheme,
+        is_mobile=True,
+    ) as page:
         band = page.locator("#environment")
         box = band.bounding_box()
         assert box is not None and box["y"] < 5 and box["width"] >= 380
@@ -74,5 +73,3 @@ def test_the_stage_band_is_on_screen_on_a_phone_in_either_colour_scheme(
         assert band.bounding_box()["y"] < 5
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / f"environment-stage-phone-{scheme}.png"))
-    finally:
-        close_context(context)

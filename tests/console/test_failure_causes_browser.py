@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from queues.zk import jobs
-from tests.browser import SCREENSHOTS, close_context
+from tests.browser import SCREENSHOTS, logged_in
 
 from .conftest import PASSWORD
 
@@ -17,16 +17,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def page(browser, live_server, make_user):
     make_user("operator", "ada")
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", "ada")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
-    yield page
-    close_context(context)
+    with logged_in(browser, live_server.url, "ada", PASSWORD) as page:
+        yield page
 
 
 def test_an_operator_resumes_one_cause_from_the_failed_page(

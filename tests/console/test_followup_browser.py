@@ -10,7 +10,7 @@ import pytest
 
 from queues.core.states import JOB_STEPS
 from queues.zk import batches, jobs, locks
-from tests.browser import SCREENSHOTS, close_context
+from tests.browser import PHONE, SCREENSHOTS, logged_in
 
 from .conftest import PASSWORD
 
@@ -22,16 +22,8 @@ MARKUP = "<img src=x onerror=\"document.title='owned'\"><b>bold</b>"
 @pytest.fixture
 def page(browser, live_server, make_user):
     make_user("operator", "grace")
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", "grace")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
-    yield page
-    close_context(context)
+    with logged_in(browser, live_server.url, "grace", PASSWORD) as page:
+        yield page
 
 
 def shot(page, name: str) -> None:
@@ -156,15 +148,9 @@ def test_notes_and_the_resume_choice_fit_a_phone_in_dark_mode(
     browser, live_server, make_user, make_job
 ):
     make_user("operator", "grace")
-    context = browser.new_context(viewport={"width": 390, "height": 844}, color_scheme="dark")
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    try:
-        page.goto(f"{live_server.url}/login/")
-        page.fill("#id_username", "grace")
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{live_server.url}/")
+    with logged_in(
+        browser, live_server.url, "grace", PASSWORD, viewport=PHONE, color_scheme="dark"
+    ) as page:
         job = make_job("Failed", failed_at="Storing")
         page.goto(f"{live_server.url}/jobs/{job.jid}/")
         page.fill(f"#note-new-job-{job.jid}", "a long note " * 40)
@@ -174,5 +160,3 @@ def test_notes_and_the_resume_choice_fit_a_phone_in_dark_mode(
             box = page.locator(selector).bounding_box()
             assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, selector
         shot(page, "job-notes-phone-dark")
-    finally:
-        close_context(context)

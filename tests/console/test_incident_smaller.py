@@ -14,7 +14,7 @@ import pytest
 from console.conftest import PASSWORD
 from queues.services import hold_moves
 from queues.zk import batches
-from tests.browser import close_context
+from tests.browser import logged_in
 
 pytestmark = pytest.mark.django_db
 
@@ -54,15 +54,7 @@ def test_the_maintenance_window_mark_renders_in_chromium(
     make_user("operator", "olga")
     until = datetime.now(UTC) + timedelta(hours=1)
     hold_moves.node_hold(node="9501", reason="patch", by="olga", until=until)
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    try:
-        page.goto(f"{live_server.url}/login/")
-        page.fill("#id_username", "olga")
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{live_server.url}/")
+    with logged_in(browser, live_server.url, "olga", PASSWORD) as page:
         page.goto(f"{live_server.url}/holds/")
         mark = page.locator("[data-window] svg.glyph").first
         box = mark.bounding_box()
@@ -93,5 +85,3 @@ def test_the_maintenance_window_mark_renders_in_chromium(
         )
         assert drawn > 40, drawn
         assert "⏲" not in page.inner_text("body")
-    finally:
-        close_context(context)

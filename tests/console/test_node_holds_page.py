@@ -11,7 +11,7 @@ from django.utils import timezone
 from queues.operator.audit import ApiToken, AuditEntry
 from queues.zk import locks
 from queues.zk.maintenance import node_held, windows
-from tests.browser import SCREENSHOTS, close_context
+from tests.browser import SCREENSHOTS, logged_in
 
 from .conftest import PASSWORD
 
@@ -115,15 +115,7 @@ def test_beside_merritt_the_page_says_merritt_does_not_honour_node_holds(operato
 @pytest.mark.django_db(transaction=True)
 def test_holding_a_node_in_a_browser_shows_a_ticking_countdown(browser, live_server, make_user, zk):
     make_user("operator", "olga")
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    try:
-        page.goto(f"{live_server.url}/login/")
-        page.fill("#id_username", "olga")
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{live_server.url}/")
+    with logged_in(browser, live_server.url, "olga", PASSWORD) as page:
         page.goto(f"{live_server.url}/holds/")
         page.fill("#node-number", "9501")
         page.fill("#node-reason", "storage node 9501 down")
@@ -146,5 +138,3 @@ def test_holding_a_node_in_a_browser_shows_a_ticking_countdown(browser, live_ser
         page.click("#release-node-9501")
         page.wait_for_selector("#node-holds >> text=No storage node is held.")
         assert not node_held(zk, 9501)
-    finally:
-        close_context(context)

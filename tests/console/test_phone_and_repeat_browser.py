@@ -6,31 +6,31 @@ from __future__ import annotations
 
 import pytest
 
+from tests.browser import PHONE, logged_in
+
+from .conftest import PASSWORD
 from .test_browser import shot
-from .test_cockpit_browser import login
 
 DIGEST = (
     "downloading: 1 of 1 downloads failed: https://depositor.example.org/letters/a.pdf: "
     "sha256 digest 9ab1c0 does not match 0f3c77"
 )
 CONNECTION = "downloading: https://depositor.example.org/letters/b.pdf: connection failed"
-PHONE = {"width": 390, "height": 844}
 TABLET = {"width": 700, "height": 1000}
 
 
 @pytest.fixture
 def operator_page(browser, live_server, make_user):
-    context, page = login(browser, live_server, make_user, "operator", "olga")
-    yield page
-    context.close()
+    make_user("operator", "olga")
+    with logged_in(browser, live_server.url, "olga", PASSWORD) as page:
+        yield page
 
 
 @pytest.fixture
 def phone_page(browser, live_server, make_user):
-    context, page = login(browser, live_server, make_user, "admin", "pia")
-    page.set_viewport_size(PHONE)
-    yield page
-    context.close()
+    make_user("admin", "pia")
+    with logged_in(browser, live_server.url, "pia", PASSWORD, viewport=PHONE) as page:
+        yield page
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from queues.operator.bulkrun import BulkRun
 from queues.services import hold_moves
 from queues.zk import caps
 from queues.zk.jobs import job_load, job_transition
-from tests.browser import SCREENSHOTS, close_context
+from tests.browser import SCREENSHOTS, logged_in
 from tests.core.helpers import snapshot
 
 from .conftest import PASSWORD, post_json
@@ -260,15 +260,7 @@ def test_an_operator_changes_a_collections_priority_and_cap_in_a_browser(
     make_user("operator", "olga")
     waiting = [make_job("Pending", profile="campaign") for _ in range(3)]
     make_job("Processing", profile="campaign")
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    try:
-        page.goto(f"{live_server.url}/login/")
-        page.fill("#id_username", "olga")
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{live_server.url}/")
+    with logged_in(browser, live_server.url, "olga", PASSWORD) as page:
         page.click("nav >> text=Collections")
         assert "3" in page.inner_text("#collection-row-campaign")
         page.click("#collection-row-campaign a")
@@ -291,8 +283,6 @@ def test_an_operator_changes_a_collections_priority_and_cap_in_a_browser(
         page.click("#remove-cap")
         page.wait_for_selector("#cap-state >> text=No cap")
         assert caps.cap_of(zk, "campaign") is None
-    finally:
-        close_context(context)
 
 
 def test_the_job_page_links_to_its_priority_form_while_it_waits(operator, viewer, make_job):

@@ -12,7 +12,7 @@ import pytest
 from queues.console import backlog
 from queues.services import hold_moves
 from queues.zk import caps
-from tests.browser import SCREENSHOTS, close_context
+from tests.browser import SCREENSHOTS, close_context, log_in
 
 from .conftest import PASSWORD
 from .test_forecast import STEPS, _replay
@@ -36,11 +36,7 @@ def overview_page(browser, live_server, make_user, settings, tmp_path):
 
     def open_it() -> object:
         backlog.clear_cache()
-        page.goto(f"{live_server.url}/login/")
-        page.fill("#id_username", "vic")
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{live_server.url}/")
+        log_in(page, live_server.url, "vic", PASSWORD)
         return page
 
     yield open_it

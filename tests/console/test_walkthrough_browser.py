@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from queues.zk.maintenance import node_hold_set, window_set
+from tests.browser import PHONE, logged_in
 
+from .conftest import PASSWORD
 from .test_browser import shot
-from .test_cockpit_browser import login
-from .test_phone_and_repeat_browser import PHONE, _page_fits
+from .test_phone_and_repeat_browser import _page_fits
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -66,22 +67,17 @@ def _walk(page: Any, base: str, role: str, *, phone: bool) -> None:
 def test_each_role_walks_the_new_pages_on_a_desktop(
     browser: Any, live_server: Any, make_user: Any, queue: None, role: str
 ) -> None:
-    context, page = login(browser, live_server, make_user, role, f"walk-{role}")
-    try:
+    make_user(role, f"walk-{role}")
+    with logged_in(browser, live_server.url, f"walk-{role}", PASSWORD) as page:
         _walk(page, live_server.url, role, phone=False)
-    finally:
-        context.close()
 
 
 @pytest.mark.parametrize("role", ["viewer", "admin"])
 def test_each_role_walks_the_new_pages_on_a_phone_in_dark_mode(
     browser: Any, live_server: Any, make_user: Any, queue: None, role: str
 ) -> None:
-    context, page = login(
-        browser, live_server, make_user, role, f"phone-{role}", color_scheme="dark"
-    )
-    try:
-        page.set_viewport_size(PHONE)
+    make_user(role, f"phone-{role}")
+    with logged_in(
+        browser, live_server.url, f"phone-{role}", PASSWORD, viewport=PHONE, color_scheme="dark"
+    ) as page:
         _walk(page, live_server.url, role, phone=True)
-    finally:
-        context.close()

@@ -11,7 +11,7 @@ from queues.operator import actions
 from queues.steps import notify
 from queues.zk import batches, jobs
 from queues.zk.records import Job
-from tests.browser import SCREENSHOTS, close_context
+from tests.browser import SCREENSHOTS, close_context, log_in
 
 from .conftest import PASSWORD
 
@@ -48,11 +48,7 @@ def test_hostile_messages_reasons_and_mails_stay_text(
     page.set_default_timeout(15_000)
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", "escaper2")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
+    log_in(page, live_server.url, "escaper2", PASSWORD)
 
     for url in (
         "/jobs/?state=Failed",

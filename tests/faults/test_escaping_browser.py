@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from queues.zk.records import Job
-from tests.browser import close_context
+from tests.browser import close_context, log_in
 
 from .conftest import HOSTILE, PASSWORD
 
@@ -20,11 +20,7 @@ def test_hostile_text_is_shown_and_never_runs(browser, live_server, make_user, h
     page.set_default_timeout(15_000)
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", "escaper")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
+    log_in(page, live_server.url, "escaper", PASSWORD)
 
     job_page = f"{live_server.url}/jobs/{hostile_job.jid}/"
     for url in (

@@ -16,7 +16,7 @@ from kazoo.client import KazooClient
 
 from queues.zk import jobs
 from queues.zk.records import Batch, Job
-from tests.browser import SCREENSHOTS
+from tests.browser import SCREENSHOTS, log_in
 
 from .conftest import console_env, daphne
 
@@ -42,11 +42,7 @@ def context(browser: Any, console_url: str) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(WAIT_MS)
     page = context.new_page()
-    page.goto(f"{console_url}/login/")
-    page.fill("#id_username", USER)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{console_url}/")
+    log_in(page, console_url, USER, PASSWORD)
     page.close()
     yield context
     context.close()

@@ -24,6 +24,7 @@ from kazoo.client import KazooClient
 from queues.services.zkserver import free_port
 from queues.zk import jobs
 from queues.zk.records import Batch, Job
+from tests.browser import log_in
 
 from .conftest import console_env, daphne
 
@@ -137,11 +138,7 @@ def test_a_redis_outage_backs_off_without_reloads_and_the_page_catches_up(
         context.set_default_timeout(WAIT_MS)
         try:
             page = context.new_page()
-            page.goto(f"{url}/login/")
-            page.fill("#id_username", USER)
-            page.fill("#id_password", PASSWORD)
-            page.click("button[type=submit]")
-            page.wait_for_url(f"{url}/")
+            log_in(page, url, USER, PASSWORD)
             batch_path = f"/batches/{batch.bid}/"
             page.goto(f"{url}{batch_path}")
             page.wait_for_function("() => window.mrtLive && window.mrtLive.following()")

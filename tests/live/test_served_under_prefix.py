@@ -23,7 +23,7 @@ import requests
 import websockets
 
 from queues.services.zkserver import LocalZooKeeper
-from tests.browser import close_context
+from tests.browser import close_context, log_in
 from tests.live.conftest import api_token, console_env, daphne, manage_py
 from tests.zktree import chroot_on
 
@@ -255,10 +255,6 @@ def _follow_live(context: Any, base: str) -> None:
     page = context.new_page()
     sockets: list[str] = []
     page.on("websocket", lambda socket: sockets.append(socket.url))
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", USER)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/")
+    log_in(page, base, USER, PASSWORD)
     page.wait_for_function("() => window.mrtLive && window.mrtLive.following()")
     assert sockets and all(s == base.replace("http:", "ws:") + "/ws/live/" for s in sockets)
