@@ -34,6 +34,12 @@ def close_context(context: Any) -> None:
     context.close()
 
 
+def shot(page: Any, name: str) -> None:
+    """A screenshot of the whole of ``page``, as ``name``.png in :data:`SCREENSHOTS`."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
 def log_in(page: Any, url: str, name: str, password: str) -> None:
     """Log ``name`` in through the login form of the live server at ``url`` and wait for the
     overview it lands on."""

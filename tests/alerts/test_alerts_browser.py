@@ -10,7 +10,7 @@ from console.conftest import PASSWORD
 from faults.test_mail_outage import SmtpServer
 
 from queues.models import AlertRule
-from tests.browser import SCREENSHOTS, logged_in
+from tests.browser import logged_in, shot
 
 from .conftest import Webhook
 
@@ -45,8 +45,7 @@ def test_an_admin_changes_a_rule_and_sends_a_test_alert(
         assert "Test alert sent by webhook" in page.inner_text("#messages")
         assert len(smtp.messages) == 1 and len(webhook.posts) == 1
         assert "sent" in page.inner_text("#alert-messages")
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / "alerts.png"), full_page=True)
+        shot(page, "alerts")
 
 
 def test_a_viewer_sees_the_rules_without_controls(

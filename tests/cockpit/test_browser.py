@@ -14,7 +14,7 @@ from queues.core.states import JobState
 from queues.daemons.registration import ProcessObserver
 from queues.models import StepRecord
 from queues.zk import client as zkmod
-from tests.browser import PHONE, SCREENSHOTS, logged_in
+from tests.browser import PHONE, logged_in, shot
 
 from .conftest import PASSWORD, Running, SlowStep, record
 
@@ -25,11 +25,6 @@ def _page(browser, live_server, make_user, *, dark=False):
     make_user("operator", "otto")
     scheme = "dark" if dark else "light"
     return logged_in(browser, live_server.url, "otto", PASSWORD, color_scheme=scheme)
-
-
-def shot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
 def test_consumers_page_flags_a_slow_thread_and_drains(

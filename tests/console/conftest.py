@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +21,7 @@ from queues.zk import access, batches, jobs
 from queues.zk import paths as zpaths
 from queues.zk.maintenance import WINDOWS, node_hold_path
 from queues.zk.records import AccessRequest, Batch, Job
+from tests.browser import logged_in
 
 # Playwright's sync API runs an event loop in the test thread; Django's ORM must still work.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -74,6 +75,14 @@ def admin(make_user: Callable[..., Any]) -> Client:
 def htmx_admin(make_user: Callable[..., Any]) -> Client:
     """An admin whose requests look like htmx's (HX-Request header)."""
     return _client(make_user("admin", "htmx-admin"), HTTP_HX_REQUEST="true")
+
+
+@pytest.fixture
+def operator_page(browser: Any, live_server: Any, make_user: Callable[..., Any]) -> Iterator[Any]:
+    """A Chromium page with the operator olga logged in at the live server."""
+    make_user("operator", "olga")
+    with logged_in(browser, live_server.url, "olga", PASSWORD) as page:
+        yield page
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from queues.operator import bulkrun
 from queues.zk import batches, jobs, locks
-from tests.browser import PHONE, SCREENSHOTS, logged_in
+from tests.browser import PHONE, logged_in, shot
 
 from .conftest import PASSWORD
 
@@ -21,11 +21,6 @@ def page(browser, live_server, make_user):
     make_user("admin", "ada")
     with logged_in(browser, live_server.url, "ada", PASSWORD) as page:
         yield page
-
-
-def shot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
 def test_resume_a_failed_job_from_its_page(page, live_server, make_job):

@@ -11,10 +11,9 @@ import pytest
 from queues.operator.audit import AuditEntry
 from queues.steps import notify
 from queues.zk import batches, jobs, locks
-from tests.browser import logged_in
+from tests.browser import logged_in, shot
 
 from .conftest import PASSWORD
-from .test_browser import shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -24,13 +23,6 @@ LONG = (
     "with a body whose digest does not match the manifest: expected sha256 0f3c…, got 9ab1… "
     "HTTP 404 at the end"
 )
-
-
-@pytest.fixture
-def operator_page(browser, live_server, make_user):
-    make_user("operator", "olga")
-    with logged_in(browser, live_server.url, "olga", PASSWORD) as page:
-        yield page
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from queues.zk import jobs
-from tests.browser import SCREENSHOTS, logged_in
+from tests.browser import logged_in, shot
 
 from .conftest import PASSWORD
 
@@ -54,8 +54,7 @@ def test_an_operator_resumes_one_cause_from_the_failed_page(
     other = groups.nth(1).locator(".cause-sample").inner_text()
     assert "<script>document.title='owned'</script>" in other
     assert page.title() != "owned"
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "failed-by-cause.png"), full_page=True)
+    shot(page, "failed-by-cause")
 
     top.locator("button.cause-resume").click()
     page.wait_for_selector("#bulk-confirm")
@@ -63,7 +62,7 @@ def test_an_operator_resumes_one_cause_from_the_failed_page(
     preview = page.inner_text("#bulk-preview-rows")
     assert all(j.jid in preview for j in down) and marked.jid not in preview
     assert all(jobs.job_load(zk, j.jid).state == "Failed" for j in down)
-    page.screenshot(path=str(SCREENSHOTS / "failed-by-cause-resume-preview.png"), full_page=True)
+    shot(page, "failed-by-cause-resume-preview")
     page.click("#confirm-button")
     page.wait_for_selector("text=3 done, 0 skipped")
     assert all(jobs.job_load(zk, j.jid).state == "Downloading" for j in down)

@@ -10,7 +10,7 @@ import pytest
 
 from queues.core.states import JOB_STEPS
 from queues.zk import batches, jobs, locks
-from tests.browser import PHONE, SCREENSHOTS, logged_in
+from tests.browser import PHONE, logged_in, shot
 
 from .conftest import PASSWORD
 
@@ -24,11 +24,6 @@ def page(browser, live_server, make_user):
     make_user("operator", "grace")
     with logged_in(browser, live_server.url, "grace", PASSWORD) as page:
         yield page
-
-
-def shot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
 def test_resume_a_job_from_an_earlier_step_chosen_on_its_page(page, live_server, zk, make_job):

@@ -15,10 +15,9 @@ import pytest
 from queues.console import failed_reads
 from queues.zk import batches
 from queues.zk.maintenance import node_hold_set
-from tests.browser import close_context
+from tests.browser import close_context, shot
 
 from .conftest import PASSWORD
-from .test_browser import shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 from queues.operator.audit import ApiToken, AuditEntry
 from queues.zk import locks
 from queues.zk.maintenance import node_held, windows
-from tests.browser import SCREENSHOTS, logged_in
+from tests.browser import logged_in, shot
 
 from .conftest import PASSWORD
 
@@ -130,8 +130,7 @@ def test_holding_a_node_in_a_browser_shows_a_ticking_countdown(browser, live_ser
         )
         assert countdown.inner_text().startswith("in 0:5")  # h:mm:ss, under an hour left
         assert node_held(zk, 9501)
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / "holds-node-window.png"), full_page=True)
+        shot(page, "holds-node-window")
         page.goto(f"{live_server.url}/")
         assert "9501" in page.inner_text("#node-holds-card")
         page.goto(f"{live_server.url}/holds/")

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import PHONE, logged_in
+from tests.browser import PHONE, logged_in, shot
 
 from .conftest import PASSWORD
-from .test_browser import shot
 
 DIGEST = (
     "downloading: 1 of 1 downloads failed: https://depositor.example.org/letters/a.pdf: "
@@ -17,13 +16,6 @@ DIGEST = (
 )
 CONNECTION = "downloading: https://depositor.example.org/letters/b.pdf: connection failed"
 TABLET = {"width": 700, "height": 1000}
-
-
-@pytest.fixture
-def operator_page(browser, live_server, make_user):
-    make_user("operator", "olga")
-    with logged_in(browser, live_server.url, "olga", PASSWORD) as page:
-        yield page
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from queues.operator.bulkrun import BulkRun
 from queues.services import hold_moves
 from queues.zk import caps
 from queues.zk.jobs import job_load, job_transition
-from tests.browser import SCREENSHOTS, logged_in
+from tests.browser import logged_in, shot
 from tests.core.helpers import snapshot
 
 from .conftest import PASSWORD, post_json
@@ -276,8 +276,7 @@ def test_an_operator_changes_a_collections_priority_and_cap_in_a_browser(
         page.click("#set-cap")
         page.wait_for_selector("#cap-state >> text=1 of its jobs in flight now")
         assert "Cap 2" in page.inner_text("#cap-state")
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / "collection-priority-cap.png"), full_page=True)
+        shot(page, "collection-priority-cap")
         cap = caps.cap_of(zk, "campaign")
         assert (cap.limit, cap.counted, cap.by) == (2, 1, "olga")
         page.click("#remove-cap")

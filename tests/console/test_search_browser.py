@@ -13,10 +13,9 @@ from kazoo.client import KazooClient
 
 from queues.console import search
 from queues.zk import batches, jobs
-from tests.browser import PHONE, logged_in
+from tests.browser import PHONE, logged_in, shot
 
 from .conftest import PASSWORD, PROFILE
-from .test_browser import shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

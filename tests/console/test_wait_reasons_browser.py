@@ -12,7 +12,7 @@ import pytest
 from queues.console import backlog
 from queues.services import hold_moves
 from queues.zk import caps
-from tests.browser import SCREENSHOTS, close_context, log_in
+from tests.browser import close_context, log_in, shot
 
 from .conftest import PASSWORD
 from .test_forecast import STEPS, _replay
@@ -59,8 +59,7 @@ def test_the_overview_during_a_storage_node_outage(zk, make_job, overview_page):
     assert "3 Storing: blocked: node 9501 held" in drain
     assert "slowest step: Storing" in drain  # the other 7 jobs still have a time
     assert page.text_content("#wait-job-Storing-0") == "3 blocked: node 9501 held"
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "overview-node-outage.png"), full_page=True)
+    shot(page, "overview-node-outage")
 
 
 def test_the_overview_during_a_capped_campaign(zk, make_job, overview_page):
@@ -76,5 +75,4 @@ def test_the_overview_during_a_capped_campaign(zk, make_job, overview_page):
     assert f"8 Pending: capped: {CAMPAIGN} 3/3" in drain
     assert "3 of 3 in flight, at its cap, 300-object campaign, by olga" in drain
     assert page.text_content("#wait-job-Pending-0") == f"8 capped: {CAMPAIGN} 3/3"
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "overview-capped-campaign.png"), full_page=True)
+    shot(page, "overview-capped-campaign")

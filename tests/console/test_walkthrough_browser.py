@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 
 from queues.zk.maintenance import node_hold_set, window_set
-from tests.browser import PHONE, logged_in
+from tests.browser import PHONE, logged_in, shot
 
 from .conftest import PASSWORD
-from .test_browser import shot
 from .test_phone_and_repeat_browser import _page_fits
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -11,7 +11,7 @@ from queues.operator import actions
 from queues.steps import notify
 from queues.zk import batches, jobs
 from queues.zk.records import Job
-from tests.browser import SCREENSHOTS, close_context, log_in
+from tests.browser import close_context, log_in, shot
 
 from .conftest import PASSWORD
 
@@ -73,6 +73,5 @@ def test_hostile_messages_reasons_and_mails_stay_text(
     assert SCRIPT in page.inner_text("#batch-mails")
     page.goto(f"{live_server.url}/holds/")
     assert SCRIPT in page.inner_text("#queue-reason-ingest")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "cockpit-hostile-holds.png"), full_page=True)
+    shot(page, "cockpit-hostile-holds")
     close_context(context)

@@ -23,7 +23,7 @@ from django.test import Client
 from kazoo.client import KazooClient
 
 from queues.zk import batches, jobs
-from tests.browser import SCREENSHOTS
+from tests.browser import shot
 from tests.live.conftest import CONFIGURATION, console_env, daphne
 
 USER, PASSWORD = "ada", "a-long-test-password-1"
@@ -157,8 +157,7 @@ def test_pages_report_no_violation_and_live_updates_still_arrive(
     )
     assert violations(page) == []
     assert messages == []
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "faults-csp-overview.png"), full_page=True)
+    shot(page, "faults-csp-overview")
     page.close()
 
 

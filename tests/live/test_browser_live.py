@@ -16,7 +16,7 @@ from kazoo.client import KazooClient
 
 from queues.zk import jobs
 from queues.zk.records import Batch, Job
-from tests.browser import SCREENSHOTS, log_in
+from tests.browser import log_in, shot
 
 from .conftest import console_env, daphne
 
@@ -67,11 +67,6 @@ def not_reloaded(page: Any) -> bool:
     return bool(page.evaluate("window.__notReloaded === true"))
 
 
-def shot(page: Any, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"live-{name}.png"), full_page=True)
-
-
 def test_overview_and_batch_page_follow_moves_made_elsewhere(
     context: Any,
     console_url: str,
@@ -103,8 +98,8 @@ def test_overview_and_batch_page_follow_moves_made_elsewhere(
         f"#job-row-{queued[2].jid}[data-state=Estimating]", state="attached"
     )
     assert not_reloaded(overview) and not_reloaded(batch_page)
-    shot(overview, "overview")
-    shot(batch_page, "batch")
+    shot(overview, "live-overview")
+    shot(batch_page, "live-batch")
 
 
 def test_a_ticked_row_holds_the_update_until_the_operator_is_done(
@@ -131,7 +126,7 @@ def test_a_ticked_row_holds_the_update_until_the_operator_is_done(
     )
     assert "Live updates paused while rows are ticked." in note
     assert page.text_content("#live-status") == "live · updates paused"
-    shot(page, "batch-selection-kept")
+    shot(page, "live-batch-selection-kept")
 
     page.uncheck(f"#job-row-{mine.jid} input[type=checkbox]")
     page.wait_for_selector(f"#job-row-{theirs.jid}[data-state=Estimating]", state="attached")
