@@ -44,6 +44,7 @@ from queues.zk.batches import (
     batch_unlock,
     batches_in_state,
 )
+from queues.zk.batchstates import BatchStates, batch_states
 from queues.zk.client import client
 from queues.zk.errors import (
     Conflict,
@@ -61,7 +62,7 @@ from queues.zk.maintenance import held_services, held_services_watch
 from queues.zk.pipeline import Parking
 from queues.zk.records import AccessRequest, Batch, Job
 from queues.zk.servertime import server_now, server_now_known
-from queues.zk.watch import ChangeSignal
+from queues.zk.watch import ChangeSignal, PresenceWatch
 
 from .breakers import breakers, note_outage, outlived, outlived_from
 from .completions import REPORTING_MOVES
@@ -106,6 +107,32 @@ def describe(exc: BaseException) -> str:
     return text if len(text) <= 2000 else text[:1997] + "..."
 
 
+class WakeSignal:
+    """An idle loop's signal whose watches are set by the loop's own reads (a batch daemon's
+    ``BatchStates``), not by arming it: it is always armed, and waiting on it waits for
+    ``event``, set by those watches (and by a hold's), or the timeout."""
+
+    armed = True
+
+    def __init__(self, event: threading.Event) -> None:
+        self._event = event
+
+    def arm(self) -> None:
+        return None
+
+    def wait(self, stop: threading.Event, timeout: float) -> bool:
+        """As ``ChangeSignal.wait``: until ``event`` is set, ``stop`` is or ``timeout`` passes;
+        whether ``event`` was set."""
+        deadline = time.monotonic() + timeout
+        while not stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._event.wait(min(remaining, 0.25)):
+                break
+        changed = self._event.is_set()
+        self._event.clear()
+        return changed
+
+
 class Daemon(ABC, Generic[T]):
     """One consumer daemon. Subclasses set ``name``/``step`` and implement the hooks."""
 
@@ -128,6 +155,8 @@ class Daemon(ABC, Generic[T]):
         # Items passed over as not processable: id -> their fingerprint when they were.
         self.skipped: dict[str, object] = {}
         self.loop_started = threading.Event()  # set once its loop has said that it started
+        # The queue hold as a watch last saw it (a daemon whose loop sets one up: ``idle_signal``)
+        self._hold_watch: PresenceWatch | None = None
 
     @classmethod
     def default_copies(cls) -> int:
@@ -191,7 +220,13 @@ class Daemon(ABC, Generic[T]):
     def claiming_allowed(self) -> bool:
         if not self.gate.connected or (self.observer is not None and self.observer.draining):
             return False
-        return not (self.queue_hold and queue_held(self.zk, self.queue_hold))
+        if not self.queue_hold:
+            return True
+        if self._hold_watch is not None:
+            present = self._hold_watch.present()
+            if present is not None:
+                return not present
+        return not queue_held(self.zk, self.queue_hold)
 
     def run_once(self) -> bool:
         """Claim and handle at most one item; True when it is worth looking again at once."""
@@ -217,18 +252,30 @@ class Daemon(ABC, Generic[T]):
         """Have ``event`` set when what keeps this daemon's items waiting may have gone (a
         hold released): its idle loop then looks again at once, not at its next poll."""
 
+    def idle_signal(self, wake: threading.Event) -> ChangeSignal | WakeSignal | None:
+        """What the idle loop waits on (``run``), its changes setting ``wake``: by default the
+        children watch of ``wake_path``; None: only the poll."""
+        path = self.wake_path()
+        return ChangeSignal(self.zk, path, wake) if path else None
+
+    def idle_wait(self) -> float:
+        """How long the idle loop waits for its signal before it looks again anyway."""
+        return self.poll
+
+    def idle_end(self, wake: threading.Event) -> None:
+        """The loop has stopped: what ``idle_signal`` set up for ``wake`` goes."""
+
     def run(self, stop: threading.Event) -> None:
         log.info("%s: started (poll %.1fs)", self.name, self.poll)
         self.loop_started.set()
-        path = self.wake_path()
         wake = threading.Event()
-        signal = ChangeSignal(self.zk, path, wake) if path else None
+        signal = self.idle_signal(wake)
         self.wake_on(wake)
         while not stop.is_set():
             if self._run_once_logged():
                 continue
             if signal is None:
-                stop.wait(self.poll)
+                stop.wait(self.idle_wait())
                 continue
             if not signal.armed:
                 # The watch is set only once there is nothing to do: on a busy folder it would
@@ -237,7 +284,8 @@ class Daemon(ABC, Generic[T]):
                 signal.arm()
                 if self._run_once_logged():
                     continue
-            signal.wait(stop, self.poll)
+            signal.wait(stop, self.idle_wait())
+        self.idle_end(wake)
         log.info("%s: stopped", self.name)
 
     def _run_once_logged(self) -> bool:
@@ -901,15 +949,58 @@ class BatchDaemon(Daemon[Batch]):
 
     state: ClassVar[str]
     _candidates: deque[str] | None = None
+    # The open batches' states as watches keep them, once the loop runs (``idle_signal``); a
+    # claim made outside the loop (``run_once`` alone) lists and reads them as before.
+    _states: BatchStates | None = None
+    # Whether the last listing had batches in this daemon's state (taken or not).
+    _listed_some = True
 
     def accept(self, bid: str) -> bool:
         return True
+
+    def idle_signal(self, wake: threading.Event) -> WakeSignal:
+        """The batches' index (``queues.zk.batchstates``) and the queue hold's watch wake the
+        idle loop: a batch created or moved, a hold placed or released. Batches have no state
+        folders, so a children watch of ``/batches`` alone saw only new batches and the loop
+        listed every batch and read every open one's status each poll (docs/benchmarks.md,
+        "At rest")."""
+        self._states = batch_states(self.zk)
+        self._states.subscribe(wake)
+        if self.queue_hold:
+            self._hold_watch = PresenceWatch(self.zk, zpaths.queue_lock(self.queue_hold), wake)
+        return WakeSignal(wake)
+
+    def idle_end(self, wake: threading.Event) -> None:
+        if self._states is not None:
+            self._states.unsubscribe(wake)
+            self._states = None
+        if self._hold_watch is not None:
+            self._hold_watch.close()
+            self._hold_watch = None
+
+    def idle_wait(self) -> float:
+        """The poll while batches of this daemon's state wait (locked elsewhere, waiting for a
+        retry or a mail server): they are looked at again as before. With none, nothing is
+        looked at before a watch says something changed, or the index's own fallback is due."""
+        if self._states is None or self._listed_some:
+            return self.poll
+        return max(self.poll, self._states.due_in())
+
+    def listing(self) -> list[str]:
+        """The batches in this daemon's state, oldest first."""
+        self._listed_some = True  # until it is known: a look that fails is tried at the poll
+        if self._states is None:
+            found = batches_in_state(self.zk, self.state)
+        else:
+            found = self._states.in_state(self.state)
+        self._listed_some = bool(found)
+        return found
 
     def claim(self) -> Batch | None:
         fresh = not self._candidates
         while True:
             if not self._candidates:
-                self._candidates = deque(batches_in_state(self.zk, self.state))
+                self._candidates = deque(self.listing())
             candidates = self._candidates
             while candidates:
                 bid = candidates.popleft()
@@ -928,10 +1019,6 @@ class BatchDaemon(Daemon[Batch]):
             if stat is not None and self.skipped[bid] == stat.version:
                 return False
         return self.accept(bid)
-
-    def wake_path(self) -> str | None:
-        # New batches appear as children of /batches; status moves are seen by the poll.
-        return zpaths.BATCHES
 
     def item_id(self, item: Batch) -> str:
         return item.bid

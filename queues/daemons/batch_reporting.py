@@ -80,6 +80,7 @@ class BatchReporting(BatchDaemon):
     state: ClassVar[str] = BatchState.REPORTING
 
     _swept: float = float("-inf")
+    _sweeping = False  # whether the last sweep found Processing batches to look at
 
     def claim(self) -> Batch | None:
         if time.monotonic() - self._swept >= SWEEP_EVERY:
@@ -87,12 +88,23 @@ class BatchReporting(BatchDaemon):
             self._swept = time.monotonic()
         return super().claim()
 
+    def idle_wait(self) -> float:
+        """As a batch daemon's; but while there are Processing batches, no longer than to the
+        next sweep."""
+        wait = super().idle_wait()
+        if self._sweeping:
+            wait = min(wait, max(self.poll, SWEEP_EVERY - (time.monotonic() - self._swept)))
+        return wait
+
     def sweep(self) -> None:
         """Move every Processing batch whose jobs have all finished to Reporting."""
-        ids = batch_ids(self.zk)
-        for bid, state in open_batch_states(self.zk, ids).items():
-            if state != BatchState.PROCESSING:
-                continue
+        if self._states is not None:  # in the loop: the batches' index, no request at rest
+            processing = self._states.in_state(BatchState.PROCESSING)
+        else:
+            found = open_batch_states(self.zk, batch_ids(self.zk))
+            processing = [b for b, state in found.items() if state == BatchState.PROCESSING]
+        self._sweeping = bool(processing)
+        for bid in processing:
             try:
                 if moves.batch_complete_if_done(bid=bid):
                     log.info("%s batch-reporting swept: Processing -> Reporting", bid)
