@@ -573,10 +573,19 @@ class Evaluator:
         """One round over the enabled rules (``kinds``: only those); lines saying what changed."""
         said: list[str] = []
         ctx = Context(zk=zk, now=now)
-        for kind_name, rule in self.rule_settings().items():
-            kind = KINDS.get(kind_name)
-            if kind is None or not rule.enabled or (kinds is not None and kind_name not in kinds):
-                continue
+        rules = [
+            (kind, rule)
+            for kind_name, rule in self.rule_settings().items()
+            if (kind := KINDS.get(kind_name)) is not None
+            and rule.enabled
+            and (kinds is None or kind_name in kinds)
+        ]
+        # The open episodes of every rule evaluated, in one query a round (not one a rule);
+        # the last-seen times of those still found, in one write at the round's end.
+        stored = self._stored_open([kind.kind for kind, _rule in rules])
+        seen: list[int] = []
+        for kind, rule in rules:
+            kind_name = kind.kind
             try:
                 findings = kind.check(ctx, rule.threshold)
             except Exception as exc:
@@ -589,14 +598,37 @@ class Evaluator:
             if kind.sustained:
                 findings = self._sustained(kind, rule, findings, now)
             try:
-                said += self.apply(kind, rule, findings, now)
+                said += self.apply(kind, rule, findings, now, stored=stored, seen=seen)
             except Exception as exc:
                 # ZooKeeper gone while the fuse held a collection: the episode was not
                 # written, so the next round opens it (and holds) again.
                 if not is_connection_error(exc):
                     raise
                 log.warning("alerts: rule %s not applied: %s", kind_name, _one_line(exc))
+        if seen:
+            try:
+                AlertEpisode.objects.filter(pk__in=seen).update(last_seen=now)
+            except Exception as exc:
+                # Only the times shown are late: the episodes themselves are as they were.
+                if not transient.is_database_outage(exc):
+                    raise
+                log.info("alerts: last seen not written: %s", _one_line(exc))
         return said
+
+    def _stored_open(self, kinds: list[str]) -> dict[str, dict[str, AlertEpisode]] | Exception:
+        """The open episodes of ``kinds``, by kind and key; the database's error when it is
+        away (each rule then keeps its findings in memory, ``_keep``)."""
+        found: dict[str, dict[str, AlertEpisode]] = {kind: {} for kind in kinds}
+        if not kinds:
+            return found
+        try:
+            for row in AlertEpisode.objects.filter(kind__in=kinds, resolved__isnull=True):
+                found[row.kind][row.key] = row
+        except Exception as exc:
+            if not transient.is_database_outage(exc):
+                raise
+            return exc
+        return found
 
     def _sustained(
         self, kind: RuleKind, rule: RuleSettings, findings: list[Finding], now: datetime
@@ -614,13 +646,27 @@ class Evaluator:
     # Episodes --------------------------------------------------------------------------------
 
     def apply(
-        self, kind: RuleKind, rule: RuleSettings, findings: list[Finding], now: datetime
+        self,
+        kind: RuleKind,
+        rule: RuleSettings,
+        findings: list[Finding],
+        now: datetime,
+        *,
+        stored: dict[str, dict[str, AlertEpisode]] | Exception | None = None,
+        seen: list[int] | None = None,
     ) -> list[str]:
+        """Open, keep or resolve ``kind``'s episodes for this round's ``findings``. ``stored``:
+        the open episodes as the round read them (``_stored_open``; None: read here); ``seen``:
+        where the episodes still found whose last-seen time alone changes are gathered, for the
+        round's one write (None: written here)."""
         said: list[str] = []
         found = {f.key: f for f in findings}
         said += self._apply_kept(kind, rule, found, now)
         try:
-            said += self._apply_stored(kind, rule, found, now)
+            if isinstance(stored, Exception):
+                raise stored
+            open_ = None if stored is None else stored.get(kind.kind, {})
+            said += self._apply_stored(kind, rule, found, now, open_, seen)
         except Exception as exc:
             if not transient.is_database_outage(exc):
                 raise
@@ -628,18 +674,32 @@ class Evaluator:
         return said
 
     def _apply_stored(
-        self, kind: RuleKind, rule: RuleSettings, found: dict[str, Finding], now: datetime
+        self,
+        kind: RuleKind,
+        rule: RuleSettings,
+        found: dict[str, Finding],
+        now: datetime,
+        stored: dict[str, AlertEpisode] | None = None,
+        seen: list[int] | None = None,
     ) -> list[str]:
         said = []
-        stored = {
-            e.key: e for e in AlertEpisode.objects.filter(kind=kind.kind, resolved__isnull=True)
-        }
+        if stored is None:
+            stored = {
+                e.key: e for e in AlertEpisode.objects.filter(kind=kind.kind, resolved__isnull=True)
+            }
         for key, finding in found.items():
             if (kind.kind, key) in self.kept:
                 continue
             episode = stored.get(key)
             if episode is None:
                 said += self._open(kind, rule, finding, now)
+            elif (
+                seen is not None
+                and episode.clear_since is None
+                and episode.summary == finding.summary
+                and episode.detail == finding.detail
+            ):
+                seen.append(episode.pk)  # only its last-seen time changes: the round's write
             else:
                 AlertEpisode.objects.filter(pk=episode.pk).update(
                     last_seen=now, clear_since=None, summary=finding.summary, detail=finding.detail
