@@ -150,13 +150,24 @@ class BatchStates:
                     (b, self._zk.get_async(paths.batch_node(b, "status"), watch=self._on_status))
                     for b in unwatched
                 ]
+                missing = []
                 for bid, result in pending:
                     try:
                         data, _stat = result.get()
                     except NoNodeError:
                         found[bid] = None
+                        missing.append(bid)
                     else:
                         found[bid] = _state(bid, data)
+                # A batch whose status is not written yet (another client's creation, step by
+                # step): a read sets no watch on a missing node, an exists does, and its
+                # creation fires it; written since the read, it is read again at once.
+                written = [
+                    self._zk.exists_async(paths.batch_node(b, "status"), watch=self._on_status)
+                    for b in missing
+                ]
+                if any([result.get() is not None for result in written]):
+                    self._wake()
         except Exception:
             # Not read (ZooKeeper away): not known to be watched either.
             with self._lock:

@@ -7,6 +7,7 @@ moves into a loop's state by another client's hand, is still taken at once."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -17,6 +18,7 @@ from queues.core.states import JOB_STEPS, BatchState
 from queues.daemons.base import BatchDaemon
 from queues.daemons.batch_pending import BatchPending
 from queues.daemons.batch_reporting import BatchReporting, BatchUpdateReporting
+from queues.zk import paths as zpaths
 from queues.zk.batches import batch_create, batch_load, batch_transition
 from queues.zk.jobs import job_create, job_transition
 from queues.zk.locks import collection_hold_set
@@ -26,6 +28,7 @@ from .conftest import DEMO, wait_for
 pytestmark = [pytest.mark.zookeeper, pytest.mark.django_db]
 
 PING = 11
+GET_DATA = 4
 # The span requests are counted over: at the poll below, some 40 looks of each loop.
 WINDOW = 2.0
 POLL = 0.05
@@ -142,4 +145,26 @@ def test_a_move_made_while_the_loops_are_cut_off_is_taken_once_they_are_back(
             timeout=30,
             every=0.05,
         )
+    assert len(mailoutbox) == 1
+
+
+def test_a_batch_whose_status_is_written_after_its_node_is_taken_when_it_is(
+    zk, proxy, proxied_client, mailoutbox
+) -> None:
+    """Merritt's library creates a batch a node at a time: the loops may read a batch whose
+    status is not there yet. Its creation is watched, so the batch is taken once it is
+    written, not at the index's fallback a minute later."""
+    with Loops(proxied_client(), poll=3600) as loops:
+        wait_for(lambda: all(getattr(d, "_listed_some", False) is False for d in loops.daemons))
+        node = zk.create(f"{zpaths.BATCHES}/bid", sequence=True)
+        bid = node.rsplit("/", 1)[-1]
+        status = zpaths.batch_node(bid, "status")
+        # The loops read the batch's status and found none.
+        wait_for(lambda: any(op == GET_DATA and p.endswith(status) for op, p in proxy.paths))
+        zk.create(
+            zpaths.batch_node(bid, "submission"),
+            json.dumps({"profile": DEMO, "submitter": "depositor@example.org"}).encode(),
+        )
+        zk.create(status, json.dumps({"status": BatchState.REPORTING, "message": ""}).encode())
+        wait_for(lambda: batch_load(zk, bid).state == BatchState.COMPLETED, timeout=30, every=0.05)
     assert len(mailoutbox) == 1
