@@ -23,6 +23,7 @@ from queues.zk.maintenance import (
     service_hold_set,
     window_set,
 )
+from tests.zkcount import clock_sample
 
 pytestmark = [pytest.mark.django_db, pytest.mark.zookeeper]
 
@@ -34,6 +35,8 @@ def counted(zk: KazooClient, before: Callable[[Any], None] | None = None) -> Ite
     original = zk._call
 
     def counting(request: Any, async_object: Any) -> Any:
+        if clock_sample(zk, request):
+            return original(request, async_object)
         if before is not None:
             before(request)
         calls["requests"] += 1

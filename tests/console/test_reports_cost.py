@@ -16,6 +16,7 @@ from queues.operator.audit import ApiToken
 from queues.zk import batches
 from queues.zk import index as zindex
 from queues.zk.client import client as shared_client
+from tests.zkcount import clock_sample
 
 
 @pytest.fixture
@@ -33,6 +34,8 @@ def requests_during(action: Callable[[], Any]) -> Counter[str]:
     original = zk._call
 
     def counting(request: Any, async_object: Any) -> Any:
+        if clock_sample(zk, request):
+            return original(request, async_object)
         calls[type(request).__name__] += 1
         named = getattr(request, "full_paths", None) or getattr(request, "paths", None)
         calls["paths"] += len(named or [1])

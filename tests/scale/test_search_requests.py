@@ -16,6 +16,7 @@ from bench.loader import bulk_load
 from queues.console import jobtext, search
 from queues.zk import client as zkmod
 from queues.zk import index as zindex
+from tests.zkcount import clock_sample
 from tests.zktree import chroot_on, shared_client_on
 
 # The feed's writer is a thread of its own: it writes on its own connection.
@@ -37,6 +38,8 @@ def _counted(zk: Any, action: Callable[[], Any]) -> tuple[Any, Counter[str]]:
     original = zk._call
 
     def counting(request: Any, async_object: Any) -> Any:
+        if clock_sample(zk, request):
+            return original(request, async_object)
         name = type(request).__name__
         calls["requests"] += 1
         calls[name] += 1
