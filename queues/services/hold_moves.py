@@ -63,8 +63,9 @@ def _check_hold(until: datetime | None, reason: str, by: str) -> None:
     by the ZooKeeper server's clock, the one the maintenance daemon releases the hold by
     (``servertime``): a web host whose clock is off refuses no end that is ahead, and takes
     none that is past."""
-    now = server_moment(client()) if isinstance(until, datetime) else None
-    check_window_end(until, now, show=lambda moment: clock_text(moment, "minutes"))
+    check_window_end(
+        until, lambda: server_moment(client()), show=lambda moment: clock_text(moment, "minutes")
+    )
     for name, text in (("reason", reason), ("by", by)):
         if not isinstance(text, str) or len(text) > HOLD_TEXT_MAX:
             raise ValueError(f"a hold's {name} must be text of at most {HOLD_TEXT_MAX} characters")

@@ -474,11 +474,13 @@ def window_path(kind: str, name: str) -> str:
 
 def check_window_end(
     until: datetime | None,
-    now: datetime | None = None,
+    now: Callable[[], datetime],
     show: Callable[[datetime], str] = lambda d: d.isoformat(timespec="minutes"),
 ) -> None:
     """ValueError unless ``until`` may end a hold being placed now: None (no end), or a time
-    with a zone, after now and at most WINDOW_HORIZON ahead. Every door that places a hold
+    with a zone, after ``now()`` and at most WINDOW_HORIZON ahead. ``now`` is asked only for an
+    end to judge: the ZooKeeper server's time (``servertime.server_moment``), the clock the
+    maintenance daemon releases the hold by. Every door that places a hold
     calls this before it writes anything (``queues/services/moves.py``), ``show`` writing the times
     its refusal names (the console's clock; this layer imports no Django)."""
     if until is None:
@@ -487,8 +489,7 @@ def check_window_end(
         raise ValueError(f"the end of a maintenance window must be a date and time, not {until!r}")
     if until.tzinfo is None or until.utcoffset() is None:
         raise ValueError("the end of a maintenance window needs a time zone")
-    # The caller gives the server's time (``servertime.server_moment``); the host's otherwise.
-    when = now or datetime.now(UTC)
+    when = now()
     shown = show(until)
     if until <= when:
         raise ValueError(f"the end of a maintenance window must be in the future, not {shown}")
