@@ -65,13 +65,22 @@ class Loops:
             thread.join(10)
 
 
+def _wait_idle(loops: Any) -> None:
+    """Until every loop has looked and found nothing in its state."""
+    wait_for(lambda: all(getattr(d, "_listed_some", False) is False for d in loops.daemons))
+
+
+def _wait_completed(zk: Any, bid: str) -> None:
+    wait_for(lambda: batch_load(zk, bid).state == BatchState.COMPLETED, timeout=30, every=0.05)
+
+
 def test_idle_batch_loops_over_an_empty_queue_send_nothing(proxy, proxied_client) -> None:
     client = proxied_client()
     with Loops(client, poll=POLL) as loops:
         # Each loop's first look (it lists /batches and sets the watches) is over once it
         # found nothing in its state.
         wait_for(lambda: _requests(proxy) > 0)
-        wait_for(lambda: all(getattr(d, "_listed_some", False) is False for d in loops.daemons))
+        _wait_idle(loops)
         before = _requests(proxy)
         time.sleep(WINDOW)  # a rate is counted over a span of time: nothing to wait for instead
         sent = _requests(proxy) - before
@@ -119,11 +128,7 @@ def test_batches_arriving_or_moved_in_are_taken_without_a_poll(
         # Moved to Reporting by another client (a job loop's completion check): the same.
         reporting = _reporting_batch(zk)
         batch_transition(zk, batch_load(zk, reporting), BatchState.REPORTING)
-        wait_for(
-            lambda: batch_load(zk, reporting).state == BatchState.COMPLETED,
-            timeout=30,
-            every=0.05,
-        )
+        _wait_completed(zk, reporting)
     assert len(mailoutbox) == 1
 
 
@@ -136,15 +141,11 @@ def test_a_move_made_while_the_loops_are_cut_off_is_taken_once_they_are_back(
     watch of /batches and listed everything.)"""
     reporting = _reporting_batch(zk, finished=False)
     with Loops(proxied_client(timeout=30), poll=3600) as loops:
-        wait_for(lambda: all(getattr(d, "_listed_some", False) is False for d in loops.daemons))
+        _wait_idle(loops)
         proxy.blackhole()
         batch_transition(zk, batch_load(zk, reporting), BatchState.REPORTING)
         proxy.heal()
-        wait_for(
-            lambda: batch_load(zk, reporting).state == BatchState.COMPLETED,
-            timeout=30,
-            every=0.05,
-        )
+        _wait_completed(zk, reporting)
     assert len(mailoutbox) == 1
 
 
@@ -155,7 +156,7 @@ def test_a_batch_whose_status_is_written_after_its_node_is_taken_when_it_is(
     status is not there yet. Its creation is watched, so the batch is taken once it is
     written, not at the index's fallback a minute later."""
     with Loops(proxied_client(), poll=3600) as loops:
-        wait_for(lambda: all(getattr(d, "_listed_some", False) is False for d in loops.daemons))
+        _wait_idle(loops)
         node = zk.create(f"{zpaths.BATCHES}/bid", sequence=True)
         bid = node.rsplit("/", 1)[-1]
         status = zpaths.batch_node(bid, "status")
@@ -166,5 +167,5 @@ def test_a_batch_whose_status_is_written_after_its_node_is_taken_when_it_is(
             json.dumps({"profile": DEMO, "submitter": "depositor@example.org"}).encode(),
         )
         zk.create(status, json.dumps({"status": BatchState.REPORTING, "message": ""}).encode())
-        wait_for(lambda: batch_load(zk, bid).state == BatchState.COMPLETED, timeout=30, every=0.05)
+        _wait_completed(zk, bid)
     assert len(mailoutbox) == 1
